@@ -1,0 +1,116 @@
+// Reading and writing llm.c token shards (see token_shards.h).
+#include "data/token_shards.h"
+
+#include <fcntl.h>
+#include <glob.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "error.h"
+
+namespace trident::data {
+
+namespace {
+
+std::vector<std::string> expand(const std::string& pattern, const std::string& what) {
+    glob_t g{};
+    const int rc = glob(pattern.c_str(), GLOB_NOSORT, nullptr, &g);
+    std::vector<std::string> paths;
+    if (rc == 0)
+        for (std::size_t i = 0; i < g.gl_pathc; ++i) paths.emplace_back(g.gl_pathv[i]);
+    globfree(&g);
+    if (paths.empty())
+        throw Error(what + ": no file matches '" + pattern +
+                    "' (prepare the data first, or point " + what + " at an llm.c token shard)");
+    std::sort(paths.begin(), paths.end());
+    return paths;
+}
+
+}  // namespace
+
+TokenShards::TokenShards(const std::string& pattern, int vocab_size, const std::string& what)
+    : paths_(expand(pattern, what)) {
+    for (const std::string& path : paths_) {
+        const int fd = ::open(path.c_str(), O_RDONLY);
+        if (fd < 0) throw Error(what + ": cannot open '" + path + "': " + std::strerror(errno));
+        struct stat st{};
+        ::fstat(fd, &st);
+        const std::size_t bytes = static_cast<std::size_t>(st.st_size);
+        const std::size_t header_bytes = kShardHeaderInts * sizeof(int32_t);
+        if (bytes < header_bytes) {
+            ::close(fd);
+            throw Error(path + ": " + std::to_string(bytes) + " bytes is shorter than the " +
+                        std::to_string(header_bytes) + "-byte llm.c shard header (truncated?)");
+        }
+        void* base = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+        ::close(fd);
+        if (base == MAP_FAILED) throw Error(path + ": cannot map: " + std::strerror(errno));
+        Mapped m{nullptr, 0, total_, base, bytes};
+        files_.push_back(m);  // owned from here on: the destructor unmaps it
+
+        int32_t header[kShardHeaderInts];
+        std::memcpy(header, base, header_bytes);
+        if (header[0] != kShardMagic)
+            throw Error(path + ": not an llm.c token shard (magic " + std::to_string(header[0]) +
+                        ", expected " + std::to_string(kShardMagic) + ")");
+        if (header[1] != kShardVersion)
+            throw Error(path + ": unsupported llm.c shard version " + std::to_string(header[1]) +
+                        " (expected 1: uint16 tokens)");
+        if (header[2] < 0) throw Error(path + ": negative token count in header");
+        const std::size_t count = static_cast<std::size_t>(header[2]);
+        const std::size_t expected = header_bytes + count * sizeof(uint16_t);
+        if (bytes != expected)
+            throw Error(path + ": header says " + std::to_string(count) + " tokens (" +
+                        std::to_string(expected) + " bytes) but the file has " +
+                        std::to_string(bytes) + " bytes: truncated or corrupt");
+        const auto* tokens = reinterpret_cast<const uint16_t*>(static_cast<const char*>(base) + header_bytes);
+        for (std::size_t i = 0; i < count; ++i)
+            if (tokens[i] >= vocab_size)
+                throw Error(path + ": token id " + std::to_string(tokens[i]) + " at position " +
+                            std::to_string(i) + " is outside the vocabulary (model.vocab_size = " +
+                            std::to_string(vocab_size) + ")");
+        files_.back().tokens = tokens;
+        files_.back().count = count;
+        total_ += count;
+    }
+}
+
+TokenShards::~TokenShards() {
+    for (const Mapped& m : files_) ::munmap(m.base, m.bytes);
+}
+
+void TokenShards::read(std::size_t start, std::span<int32_t> out) const {
+    // The file holding `start`: the last whose first token is at or before it.
+    auto it = std::upper_bound(files_.begin(), files_.end(), start,
+                               [](std::size_t s, const Mapped& m) { return s < m.first; });
+    std::size_t file = static_cast<std::size_t>(it - files_.begin()) - 1;
+    std::size_t pos = start - files_[file].first;
+    for (int32_t& t : out) {
+        while (pos >= files_[file].count) {
+            ++file;
+            pos = 0;
+        }
+        t = files_[file].tokens[pos++];
+    }
+}
+
+void write_token_shard(const std::string& path, std::span<const uint16_t> tokens) {
+    int32_t header[kShardHeaderInts] = {};
+    header[0] = kShardMagic;
+    header[1] = kShardVersion;
+    header[2] = static_cast<int32_t>(tokens.size());
+    std::ofstream out(path, std::ios::binary);
+    if (!out) throw Error("cannot write '" + path + "': " + std::strerror(errno));
+    out.write(reinterpret_cast<const char*>(header), sizeof(header));
+    out.write(reinterpret_cast<const char*>(tokens.data()),
+              static_cast<std::streamsize>(tokens.size_bytes()));
+    if (!out) throw Error("write to '" + path + "' failed");
+}
+
+}  // namespace trident::data

@@ -1,0 +1,145 @@
+// The CPU backend: CpuOps implements the Ops interface on host memory, owning the memory
+// functions itself and forwarding every op to the kernels in this folder (cpu_kernels.h).
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "error.h"
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/ops.h"
+
+namespace trident::kernels {
+namespace {
+
+// 64 bytes: a cache line, and the width of an AVX-512 register.
+constexpr std::size_t kAlignment = 64;
+
+class CpuOps final : public Ops {
+public:
+    const char* name() const override { return "cpu"; }
+
+    float* allocate(std::size_t count) override {
+        // aligned_alloc wants a size that is a multiple of the alignment (and not 0).
+        const std::size_t bytes =
+            std::max<std::size_t>(kAlignment, (count * sizeof(float) + kAlignment - 1) /
+                                                  kAlignment * kAlignment);
+        auto* buffer = static_cast<float*>(std::aligned_alloc(kAlignment, bytes));
+        if (buffer == nullptr) {
+            throw Error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +
+                        ": out of host memory allocating " + std::to_string(bytes) +
+                        " bytes; try a smaller batch or model");
+        }
+        zero(buffer, count);
+        return buffer;
+    }
+    void release(float* buffer) override { std::free(buffer); }
+    void copy_to_host(float* host, const float* device, std::size_t count) override {
+        copy(host, device, count);
+    }
+    void copy_from_host(float* device, const float* host, std::size_t count) override {
+        copy(device, host, count);
+    }
+    void zero(float* x, std::size_t count) override {
+        if (count > 0) std::memset(x, 0, count * sizeof(float));
+    }
+    void copy(float* out, const float* in, std::size_t count) override {
+        if (count > 0 && out != in) std::memcpy(out, in, count * sizeof(float));
+    }
+
+    void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
+                           int B, int T, int C) override {
+        cpu::embedding_forward(out, tokens, wte, wpe, B, T, C);
+    }
+    void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
+                            int B, int T, int C) override {
+        cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
+    }
+
+    void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
+                           const float* weight, const float* bias, int N, int C) override {
+        cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
+    }
+    void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                            const float* inp, const float* weight, const float* mean,
+                            const float* rstd, int N, int C) override {
+        cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    }
+
+    void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
+                        int N, int C, int OC) override {
+        cpu::matmul_forward(out, inp, weight, bias, N, C, OC);
+    }
+    void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
+                         const float* inp, const float* weight, int N, int C, int OC) override {
+        cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
+    }
+
+    void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+                           float drop_prob, uint64_t seed) override {
+        cpu::attention_forward(out, att, qkv, B, T, C, NH, drop_prob, seed);
+    }
+    void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
+                            const float* att, int B, int T, int C, int NH, float drop_prob,
+                            uint64_t seed) override {
+        cpu::attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, drop_prob, seed);
+    }
+
+    void gelu_forward(float* out, const float* inp, std::size_t count) override {
+        cpu::gelu_forward(out, inp, count);
+    }
+    void gelu_backward(float* dinp, const float* inp, const float* dout,
+                       std::size_t count) override {
+        cpu::gelu_backward(dinp, inp, dout, count);
+    }
+    void residual_forward(float* out, const float* a, const float* b,
+                          std::size_t count) override {
+        cpu::residual_forward(out, a, b, count);
+    }
+    void dropout_forward(float* out, const float* inp, std::size_t count, float drop_prob,
+                         uint64_t seed) override {
+        cpu::dropout_forward(out, inp, count, drop_prob, seed);
+    }
+    void dropout_backward(float* dinp, const float* dout, std::size_t count, float drop_prob,
+                          uint64_t seed) override {
+        cpu::dropout_backward(dinp, dout, count, drop_prob, seed);
+    }
+
+    void cross_entropy_forward(float* losses, float* lse, const float* logits,
+                               const int32_t* targets, int N, int V, int Vp) override {
+        cpu::cross_entropy_forward(losses, lse, logits, targets, N, V, Vp);
+    }
+    void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
+                                const int32_t* targets, float dloss, int N, int V,
+                                int Vp) override {
+        cpu::cross_entropy_backward(dlogits, logits, lse, targets, dloss, N, V, Vp);
+    }
+
+    double sum_of_squares(const float* x, std::size_t count) override {
+        return cpu::sum_of_squares(x, count);
+    }
+    void scale(float* x, std::size_t count, float factor) override {
+        cpu::scale(x, count, factor);
+    }
+    void adamw_update(float* params, const float* grads, float* m, float* v, std::size_t count,
+                      float lr, float beta1, float beta2, float eps, float weight_decay,
+                      int step) override {
+        cpu::adamw_update(params, grads, m, v, count, lr, beta1, beta2, eps, weight_decay, step);
+    }
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> make_cpu_ops(int threads) {
+    // Both thread counts are process-wide settings; the OpenMP loops and OpenBLAS take turns
+    // (never nest), so each may use every core.
+    const int count = threads > 0 ? threads : omp_get_num_procs();
+    omp_set_num_threads(count);
+    openblas_set_num_threads(count);
+    return std::make_unique<CpuOps>();
+}
+
+}  // namespace trident::kernels

@@ -1,0 +1,67 @@
+// Elementwise ops: GELU (tanh form), the residual add, and inverted dropout. Each element is
+// independent, so the loops are split over threads and vectorised.
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/cpu_kernels.h"
+#include "kernels/ops.h"
+
+namespace trident::kernels::cpu {
+
+namespace {
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluCubic = 0.044715f;
+}  // namespace
+
+// out = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
+void gelu_forward(float* out, const float* inp, std::size_t count) {
+#pragma omp parallel for simd schedule(static)
+    for (std::size_t i = 0; i < count; i++) {
+        const float x = inp[i];
+        const float u = kSqrt2OverPi * (x + kGeluCubic * x * x * x);
+        out[i] = 0.5f * x * (1.0f + fast_tanh(u));
+    }
+}
+
+// dinp += dout * d/dx gelu(x)
+//       = dout * (0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) sqrt(2/pi) (1 + 3 * 0.044715 x^2))
+void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t count) {
+#pragma omp parallel for simd schedule(static)
+    for (std::size_t i = 0; i < count; i++) {
+        const float x = inp[i];
+        const float u = kSqrt2OverPi * (x + kGeluCubic * x * x * x);
+        const float th = fast_tanh(u);
+        const float du_dx = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
+        const float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du_dx;
+        dinp[i] += dout[i] * grad;
+    }
+}
+
+// out = a + b
+void residual_forward(float* out, const float* a, const float* b, std::size_t count) {
+#pragma omp parallel for simd schedule(static)
+    for (std::size_t i = 0; i < count; i++) out[i] = a[i] + b[i];
+}
+
+// out = inp / (1-p) where dropout_keep(seed, i, p), else 0. A select rather than a multiply
+// by a 0/1 mask, so p = 1 gives zeros instead of 0 * inf.
+void dropout_forward(float* out, const float* inp, std::size_t count, float drop_prob,
+                     uint64_t seed) {
+    const float keep_scale = 1.0f / (1.0f - drop_prob);
+#pragma omp parallel for simd schedule(static)
+    for (std::size_t i = 0; i < count; i++) {
+        out[i] = dropout_keep(seed, i, drop_prob) ? inp[i] * keep_scale : 0.0f;
+    }
+}
+
+// dinp += dout / (1-p) where the forward kept the element; the mask is recomputed.
+void dropout_backward(float* dinp, const float* dout, std::size_t count, float drop_prob,
+                      uint64_t seed) {
+    const float keep_scale = 1.0f / (1.0f - drop_prob);
+#pragma omp parallel for simd schedule(static)
+    for (std::size_t i = 0; i < count; i++) {
+        if (dropout_keep(seed, i, drop_prob)) dinp[i] += dout[i] * keep_scale;
+    }
+}
+
+}  // namespace trident::kernels::cpu

@@ -1,0 +1,185 @@
+// Hugging Face GPT-2 import and export of model/hf_gpt2.h.
+#include "model/hf_gpt2.h"
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "error.h"
+#include "io/safetensors.h"
+
+namespace trident::model {
+
+namespace {
+
+constexpr std::string_view kPrefix = "transformer.";
+
+// HF's Conv1D weights (c_attn, c_proj, c_fc): every matrix inside a block.
+bool is_conv1d_weight(const ParamTensor& t) { return t.name.starts_with("h.") && t.shape.size() == 2; }
+
+// h.<N>.attn.bias and h.<N>.attn.masked_bias: HF's causal-mask buffers, not parameters.
+bool is_mask_buffer(std::string_view name) {
+    if (!name.starts_with("h.")) return false;
+    name.remove_prefix(2);
+    const std::size_t digits = name.find_first_not_of("0123456789");
+    if (digits == 0 || digits == std::string_view::npos) return false;
+    name.remove_prefix(digits);
+    return name == ".attn.bias" || name == ".attn.masked_bias";
+}
+
+// src is (rows, cols) row-major; dst becomes (cols, rows).
+void transpose(const float* src, float* dst, std::size_t rows, std::size_t cols) {
+    for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < cols; ++c) dst[c * rows + r] = src[r * cols + c];
+}
+
+// The HF shape of one of our tensors: Conv1D weights transposed, wte unpadded.
+std::vector<int64_t> hf_shape(const ParamTensor& t, const ParamLayout& layout) {
+    if (t.name == "wte.weight")
+        return {layout.shape().vocab, layout.shape().hidden};
+    if (is_conv1d_weight(t)) return {t.shape[1], t.shape[0]};
+    return t.shape;
+}
+
+// The config sizes a tensor's shape depends on, for messages.
+std::string sizes_of(const ParamTensor& t, const GptShape& s) {
+    const std::string hidden = "hidden=" + std::to_string(s.hidden);
+    if (t.name == "wte.weight") return "vocab_size=" + std::to_string(s.vocab) + ", " + hidden;
+    if (t.name == "wpe.weight") return "seq_len=" + std::to_string(s.max_seq) + ", " + hidden;
+    if (t.name.find(".mlp.c_fc.") != std::string::npos || t.name.find(".mlp.c_proj.weight") != std::string::npos)
+        return hidden + ", ffn_hidden=" + std::to_string(s.ffn);
+    return hidden;
+}
+
+std::string list_names(const std::vector<std::string>& names) {
+    constexpr std::size_t kShown = 6;
+    std::string s;
+    for (std::size_t i = 0; i < std::min(names.size(), kShown); ++i) {
+        if (i) s += ", ";
+        s += names[i];
+    }
+    if (names.size() > kShown) s += " and " + std::to_string(names.size() - kShown) + " more";
+    return s;
+}
+
+void check_float_dtype(const io::SafetensorsFile& file, const io::TensorInfo& info) {
+    if (info.dtype != io::Dtype::F32 && info.dtype != io::Dtype::F16 && info.dtype != io::Dtype::BF16)
+        throw Error(file.path() + ": " + info.name + " has dtype " +
+                    std::string(io::dtype_name(info.dtype)) + ", expected F32, F16 or BF16");
+}
+
+}  // namespace
+
+void load_hf_gpt2(const std::string& path, const ParamLayout& layout, float* params) {
+    const io::SafetensorsFile file = io::SafetensorsFile::open(path);
+    const GptShape& s = layout.shape();
+
+    // The file's tensors by our name (prefix dropped); mask buffers and lm_head set aside.
+    std::map<std::string, const io::TensorInfo*, std::less<>> by_name;
+    const io::TensorInfo* lm_head = nullptr;
+    for (const auto& info : file.tensors()) {
+        std::string_view name = info.name;
+        if (name.starts_with(kPrefix)) name.remove_prefix(kPrefix.size());
+        if (is_mask_buffer(name)) continue;
+        if (name == "lm_head.weight") {
+            lm_head = &info;
+            continue;
+        }
+        const auto [it, inserted] = by_name.emplace(std::string(name), &info);
+        if (!inserted)
+            throw Error(path + ": both " + it->second->name + " and " + info.name +
+                        " are present; a checkpoint has each tensor once");
+    }
+
+    std::vector<std::string> missing, unexpected;
+    for (const auto& t : layout.tensors())
+        if (!by_name.contains(t.name)) missing.push_back(t.name);
+    for (const auto& [name, info] : by_name)
+        if (!layout.find(name)) unexpected.push_back(info->name);
+    if (!missing.empty())
+        throw Error(path + ": missing " + std::to_string(missing.size()) + " tensor(s): " +
+                    list_names(missing) + " (is this a GPT-2 checkpoint with layers=" +
+                    std::to_string(s.layers) + "? check model.layers against the checkpoint)");
+    if (!unexpected.empty())
+        throw Error(path + ": unexpected " + std::to_string(unexpected.size()) + " tensor(s): " +
+                    list_names(unexpected) + " (the model has layers=" + std::to_string(s.layers) +
+                    "; check model.layers against the checkpoint)");
+
+    // Check every shape before reading any data, so a wrong config fails at once.
+    for (const auto& t : layout.tensors()) {
+        const io::TensorInfo& info = *by_name.find(t.name)->second;
+        check_float_dtype(file, info);
+        const std::vector<int64_t> expected = hf_shape(t, layout);
+        const bool is_wpe = t.name == "wpe.weight";
+        // wpe may hold more positions than we train with: we take the first max_seq rows.
+        const bool ok = is_wpe ? info.shape.size() == 2 && info.shape[0] >= expected[0] &&
+                                     info.shape[1] == expected[1]
+                               : info.shape == expected;
+        if (!ok)
+            throw Error(path + ": " + info.name + " has shape " + io::shape_string(info.shape) +
+                        ", expected " + io::shape_string(expected) + (is_wpe ? " or more rows" : "") +
+                        " for " + sizes_of(t, s) + " (check model." +
+                        (is_wpe ? "seq_len" : "hidden/ffn_hidden/vocab_size") +
+                        " against the checkpoint)");
+    }
+
+    std::vector<float> scratch;
+    for (const auto& t : layout.tensors()) {
+        const io::TensorInfo& info = *by_name.find(t.name)->second;
+        float* dst = params + t.offset;
+        if (t.name == "wte.weight") {
+            const std::size_t real = info.numel;  // (V, C); rows V..Vp stay zero
+            file.read_f32(info, std::span<float>(dst, real));
+            std::fill(dst + real, dst + t.numel, 0.0f);
+        } else if (t.name == "wpe.weight" && info.numel != t.numel) {
+            scratch.resize(info.numel);
+            file.read_f32(info, scratch);
+            std::copy_n(scratch.begin(), t.numel, dst);  // the first max_seq rows
+        } else if (is_conv1d_weight(t)) {
+            scratch.resize(info.numel);  // HF (in, out) -> ours (out, in)
+            file.read_f32(info, scratch);
+            transpose(scratch.data(), dst, static_cast<std::size_t>(info.shape[0]),
+                      static_cast<std::size_t>(info.shape[1]));
+        } else {
+            file.read_f32(info, std::span<float>(dst, t.numel));
+        }
+    }
+
+    // A stored lm_head is fine only as a copy of wte: Trident has no separate output matrix.
+    if (lm_head) {
+        check_float_dtype(file, *lm_head);
+        const std::vector<int64_t> expected = {s.vocab, s.hidden};
+        if (lm_head->shape != expected)
+            throw Error(path + ": " + lm_head->name + " has shape " + io::shape_string(lm_head->shape) +
+                        ", expected " + io::shape_string(expected) + " for vocab_size=" +
+                        std::to_string(s.vocab) + ", hidden=" + std::to_string(s.hidden));
+        scratch.resize(lm_head->numel);
+        file.read_f32(*lm_head, scratch);
+        if (std::memcmp(scratch.data(), params + layout.wte(), scratch.size() * sizeof(float)) != 0)
+            throw Error(path + ": " + lm_head->name +
+                        " differs from wte.weight, but Trident ties the LM head to the token "
+                        "embedding; an untied checkpoint cannot be loaded");
+    }
+}
+
+void save_hf_gpt2(const std::string& path, const ParamLayout& layout, const float* params) {
+    std::vector<io::TensorToWrite> tensors;
+    std::vector<std::vector<float>> transposed;  // owns the Conv1D copies until written
+    transposed.reserve(layout.tensors().size());
+    for (const auto& t : layout.tensors()) {
+        io::TensorToWrite out{std::string(kPrefix) + t.name, hf_shape(t, layout), params + t.offset};
+        if (is_conv1d_weight(t)) {  // ours (out, in) -> HF (in, out)
+            auto& copy = transposed.emplace_back(t.numel);
+            transpose(params + t.offset, copy.data(), static_cast<std::size_t>(t.shape[0]),
+                      static_cast<std::size_t>(t.shape[1]));
+            out.data = copy.data();
+        }
+        tensors.push_back(std::move(out));
+    }
+    io::write_safetensors(path, tensors, {{"format", "pt"}});
+}
+
+}  // namespace trident::model

@@ -1,0 +1,29 @@
+// Hugging Face GPT-2 checkpoints (safetensors) to and from our flat parameter buffer.
+//
+// HF's GPT-2 differs from model/param_layout.h in three ways, all undone here:
+//  - its attention and MLP weights are Conv1D, stored [in, out]; ours are [out, in] like
+//    torch.nn.Linear, so those four weights per layer are transposed both ways;
+//  - its wte has `vocab` rows; ours has `padded_vocab` (padded rows are zero on import and
+//    dropped on export);
+//  - its keys may carry a "transformer." prefix and include the causal-mask buffers
+//    h.N.attn.bias / h.N.attn.masked_bias, which are not parameters.
+// Trident ties the LM head to wte, so an lm_head.weight is accepted only if it equals wte.
+#pragma once
+
+#include <string>
+
+#include "model/param_layout.h"
+
+namespace trident::model {
+
+// Fills `params` (a host buffer of layout.total() floats) from a HF GPT-2 safetensors file
+// (F32, F16 or BF16). Every shape is checked against the layout; missing or unexpected tensors
+// are errors. wpe may have more rows than max_seq (the first max_seq are taken), not fewer.
+// Throws trident::Error naming the file and the tensor.
+void load_hf_gpt2(const std::string& path, const ParamLayout& layout, float* params);
+
+// Writes `params` (or a gradient buffer of the same layout) as a HF GPT-2 safetensors file:
+// "transformer."-prefixed keys, HF shapes, F32, no lm_head (tied), metadata {"format": "pt"}.
+void save_hf_gpt2(const std::string& path, const ParamLayout& layout, const float* params);
+
+}  // namespace trident::model

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what Trident needs from Debian's packages (when root; otherwise names what is
+# missing) and builds it into build/. Usage: scripts/setup.sh [--tests]
+#   --tests  also the PyTorch reference's packages (python3-torch, python3-numpy)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+packages=(g++ cmake ninja-build pkg-config libyaml-cpp-dev libcli11-dev catch2 libopenblas-dev
+          libopenmpi-dev openmpi-bin bible-kjv)
+if [[ "${1:-}" == "--tests" ]]; then packages+=(python3-torch python3-numpy); fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "setup: installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q
+    apt-get install -y -q --no-install-recommends "${missing[@]}"
+  else
+    echo "setup: missing Debian packages: ${missing[*]}" >&2
+    echo "setup: install them with: sudo apt-get install ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+
+cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+cmake --build "$root/build" -j "$(nproc)"

@@ -1,0 +1,65 @@
+// `trident bench`: times training steps of the configured model on random tokens (no data
+// file needed) and prints, last, one JSON line with tokens_per_s, tflops and mfu.
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "commands/commands.h"
+#include "commands/session.h"
+#include "error.h"
+#include "io/json_line.h"
+#include "kernels/random.h"
+#include "train/device_peak.h"
+#include "train/trainer.h"
+
+namespace trident::commands {
+
+int bench(const BenchOptions& opts) {
+    if (opts.steps < 1) throw Error("--steps must be at least 1");
+    if (opts.warmup < 0) throw Error("--warmup must not be negative");
+    const config::Config cfg = config::load(opts.config, opts.overrides);
+    auto ops = make_backend(cfg);
+    const double peak = train::measure_gemm_flops(*ops);
+    print_summary(cfg, *ops, peak);
+
+    train::Trainer trainer(cfg, *ops);
+    initialise_weights(cfg, trainer.model());
+    const uint64_t vocab = static_cast<uint64_t>(cfg.model.vocab_size);
+    const uint64_t T = static_cast<uint64_t>(cfg.model.seq_len);
+    const uint64_t seed = cfg.training.seed;
+    const train::SampleFn random_tokens = [&](uint64_t k, std::span<int32_t> in,
+                                              std::span<int32_t> tgt) {
+        for (uint64_t i = 0; i < T; ++i) {
+            in[i] = static_cast<int32_t>(kernels::hash64(seed, k * (T + 1) + i) % vocab);
+            tgt[i] = static_cast<int32_t>(kernels::hash64(seed, k * (T + 1) + i + 1) % vocab);
+        }
+    };
+
+    std::vector<double> seconds;
+    for (int s = 0; s < opts.warmup + opts.steps; ++s) {
+        const train::StepResult r = trainer.step(s, random_tokens);
+        const bool timed = s >= opts.warmup;
+        if (timed) seconds.push_back(r.seconds);
+        std::printf("%s step %d | loss %.4f | %.0f ms | %.0f tok/s\n", timed ? "bench" : "warm-up",
+                    timed ? s - opts.warmup + 1 : s + 1, r.loss, 1e3 * r.seconds,
+                    static_cast<double>(cfg.derived.tokens_per_step) / r.seconds);
+    }
+    // The median step: robust to a stray slow step on a shared machine.
+    std::sort(seconds.begin(), seconds.end());
+    const double step_s = seconds[seconds.size() / 2];
+    const double flops = cfg.derived.flops_per_step / step_s;
+    io::JsonLine line;
+    line.add("tokens_per_s", static_cast<double>(cfg.derived.tokens_per_step) / step_s)
+        .add("tflops", flops / 1e12)
+        .add("mfu", flops / peak)
+        .add("step_ms", 1e3 * step_s)
+        .add("peak_tflops", peak / 1e12)
+        .add("steps", opts.steps)
+        .add("backend", ops->name())
+        .add("threads", cfg.training.threads)
+        .add("parameters", static_cast<int64_t>(cfg.derived.parameters));
+    std::printf("%s\n", line.str().c_str());
+    return 0;
+}
+
+}  // namespace trident::commands

@@ -1,0 +1,22 @@
+// What `train` and `bench` both set up before the first step: the backend, the start-up
+// summary, the model's initial weights and the measured peak.
+#pragma once
+
+#include <memory>
+
+#include "config/config.h"
+#include "kernels/ops.h"
+#include "train/trainer.h"
+
+namespace trident::commands {
+
+// The backend the config asks for; device "auto" falls back to the CPU and says so.
+std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg);
+
+// Prints the model, layout and batch figures of the run.
+void print_summary(const config::Config& cfg, const kernels::Ops& ops, double peak_flops);
+
+// model.init_from if set, else GPT-2 initialisation from training.seed.
+void initialise_weights(const config::Config& cfg, model::Gpt& model);
+
+}  // namespace trident::commands

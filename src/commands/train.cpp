@@ -1,0 +1,109 @@
+// `trident train`: trains the configured model on its dataset, with validation, metrics and
+// a model checkpoint at the end.
+#include <cstdio>
+#include <memory>
+
+#include "commands/commands.h"
+#include "commands/session.h"
+#include "data/sampler.h"
+#include "data/token_shards.h"
+#include "error.h"
+#include "train/device_peak.h"
+#include "train/metrics.h"
+#include "train/model_checkpoint.h"
+#include "train/trainer.h"
+
+namespace trident::commands {
+
+namespace {
+
+// Resuming lands with checkpoints proper; until then a run never overwrites earlier ones.
+void refuse_existing_checkpoints(const config::Config& cfg) {
+    if (!cfg.checkpoint.dir) return;
+    const auto existing = train::list_checkpoints(*cfg.checkpoint.dir);
+    if (!existing.empty())
+        throw Error("checkpoint.dir: '" + *cfg.checkpoint.dir + "' already holds checkpoints (" +
+                    existing.back() + ") and resuming is not supported yet; choose another "
+                    "checkpoint.dir (e.g. --set checkpoint.dir=runs/new) so they are kept");
+}
+
+bool due(int step, int interval, int steps) {
+    return step == steps || (interval > 0 && step % interval == 0);
+}
+
+}  // namespace
+
+int train(const TrainOptions& opts) {
+    const config::Config cfg = config::load(opts.config, opts.overrides);
+    const auto& t = cfg.training;
+
+    // Everything that can be wrong with the input is checked before the first step.
+    data::TokenShards train_tokens(cfg.data.train, cfg.model.vocab_size, "data.train");
+    data::Sampler train_sampler(train_tokens, cfg.model.seq_len, cfg.data.shuffle, t.seed,
+                                "data.train");
+    std::unique_ptr<data::TokenShards> valid_tokens;
+    std::unique_ptr<data::Sampler> valid_sampler;
+    if (cfg.data.valid) {
+        valid_tokens = std::make_unique<data::TokenShards>(*cfg.data.valid, cfg.model.vocab_size,
+                                                           "data.valid");
+        valid_sampler = std::make_unique<data::Sampler>(*valid_tokens, cfg.model.seq_len, false,
+                                                        t.seed, "data.valid");
+    }
+    refuse_existing_checkpoints(cfg);
+
+    auto ops = make_backend(cfg);
+    const double peak = train::measure_gemm_flops(*ops);
+    print_summary(cfg, *ops, peak);
+    std::printf("data: %s tokens in %zu file(s), %zu samples per epoch%s\n",
+                train::human_count(static_cast<double>(train_tokens.size())).c_str(),
+                train_tokens.files().size(), train_sampler.windows(),
+                cfg.data.shuffle ? ", shuffled" : "");
+
+    train::Trainer trainer(cfg, *ops);
+    initialise_weights(cfg, trainer.model());
+    train::MetricsLog log(cfg.logging.metrics, cfg.logging.interval);
+
+    const train::SampleFn train_sample = [&](uint64_t k, std::span<int32_t> in,
+                                             std::span<int32_t> tgt) {
+        train_sampler.fill(k, in, tgt);
+    };
+    const train::SampleFn valid_sample = [&](uint64_t k, std::span<int32_t> in,
+                                             std::span<int32_t> tgt) {
+        valid_sampler->fill(k, in, tgt);
+    };
+
+    double first_val = 0, last_val = 0;
+    for (int s = 0; s < t.steps; ++s) {
+        const train::StepResult r = trainer.step(s, train_sample);
+        train::StepMetrics m;
+        m.step = s + 1;
+        m.steps = t.steps;
+        m.loss = r.loss;
+        m.lr = r.lr;
+        m.grad_norm = r.grad_norm;
+        m.step_ms = 1e3 * r.seconds;
+        m.tokens_per_s = static_cast<double>(cfg.derived.tokens_per_step) / r.seconds;
+        m.tflops = cfg.derived.flops_per_step / r.seconds / 1e12;
+        m.mfu = cfg.derived.flops_per_step / r.seconds / peak;
+        if (valid_sampler && due(m.step, t.eval_interval, t.steps)) {
+            m.val_loss = trainer.evaluate(valid_sample, t.eval_batches);
+            if (first_val == 0) first_val = *m.val_loss;
+            last_val = *m.val_loss;
+        }
+        log.record(m);
+        if (cfg.checkpoint.dir && due(m.step, cfg.checkpoint.interval, t.steps)) {
+            const auto host = trainer.model().params_to_host();
+            const std::string where =
+                train::save_model_checkpoint(cfg, m.step, trainer.model().layout(), host.data());
+            std::printf("checkpoint: %s\n", where.c_str());
+        }
+    }
+    if (valid_sampler)
+        std::printf("done: %d steps | validation loss %.4f (first measured %.4f)\n", t.steps,
+                    last_val, first_val);
+    else
+        std::printf("done: %d steps\n", t.steps);
+    return 0;
+}
+
+}  // namespace trident::commands

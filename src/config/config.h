@@ -1,0 +1,140 @@
+// The one typed configuration of a run: what users write in YAML (DESIGN.md's keys), checked
+// up front, plus the values derived from it, computed once in `derive`.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "error.h"
+
+namespace trident::config {
+
+// A bad config: the message names the file and line (or the --set override) and the key path,
+// e.g. "configs/x.yaml:12: training.lr: expected a number, got "fast"".
+class ConfigError : public trident::Error {
+public:
+    using trident::Error::Error;
+};
+
+enum class Schedule { gpipe, one_f_one_b, interleaved };
+enum class Decay { cosine, linear, constant };
+enum class Precision { fp32, bf16, fp16 };
+enum class Recompute { none, selective, full };
+enum class DeviceKind { auto_, cpu, cuda };
+
+struct ModelConfig {
+    int vocab_size = 50257;
+    int seq_len = 1024;
+    int layers = 12;
+    int hidden = 768;
+    int heads = 12;
+    int ffn_hidden = 3072;
+    double dropout = 0.0;
+    double init_std = 0.02;
+    std::optional<std::string> init_from;  // Hugging Face GPT-2 safetensors
+    bool operator==(const ModelConfig&) const = default;
+};
+
+struct ParallelConfig {
+    int pipeline = 1;  // P
+    int tensor = 1;    // M
+    int data = 1;      // D
+    int virtual_stages = 1;
+    Schedule schedule = Schedule::one_f_one_b;
+    int zero_stage = 1;
+    bool sequence_parallel = false;
+    bool operator==(const ParallelConfig&) const = default;
+};
+
+struct TrainingConfig {
+    int micro_batch = 4;    // sequences per microbatch
+    int global_batch = 32;  // sequences per step
+    int steps = 1000;
+    double lr = 6.0e-4;
+    double min_lr = 6.0e-5;
+    int warmup_steps = 100;
+    Decay decay = Decay::cosine;
+    double weight_decay = 0.1;
+    double beta1 = 0.9;
+    double beta2 = 0.95;
+    double eps = 1.0e-8;
+    double grad_clip = 1.0;  // 0 disables clipping
+    Precision precision = Precision::fp32;
+    Recompute recompute = Recompute::none;
+    uint64_t seed = 1234;
+    int threads = 0;         // CPU threads for ops and OpenBLAS; 0 = all cores
+    int eval_interval = 0;   // steps between validation passes; 0 = only after the last step
+    int eval_batches = 8;    // microbatches of data.valid per validation pass
+    bool operator==(const TrainingConfig&) const = default;
+};
+
+struct DataConfig {
+    std::string train;                 // llm.c token shard: a path or a glob
+    std::optional<std::string> valid;  // a separate file, never carved from train
+    bool shuffle = true;
+    bool operator==(const DataConfig&) const = default;
+};
+
+struct CheckpointConfig {
+    std::optional<std::string> dir;
+    int interval = 0;  // steps; 0 = only at the end
+    int keep = 3;
+    std::string resume = "auto";  // auto | never | PATH
+    bool operator==(const CheckpointConfig&) const = default;
+};
+
+struct LoggingConfig {
+    int interval = 1;
+    std::optional<std::string> metrics;  // JSON-lines path
+    std::optional<std::string> trace;    // Chrome trace path
+    bool operator==(const LoggingConfig&) const = default;
+};
+
+// Values computed once from the rest.
+struct Derived {
+    int padded_vocab = 0;       // vocab_size rounded up to a multiple of 128 * tensor
+    int head_dim = 0;           // hidden / heads
+    int world_size = 0;         // pipeline * tensor * data
+    int grad_accum_steps = 0;   // global_batch / (micro_batch * data)
+    int64_t tokens_per_step = 0;  // global_batch * seq_len
+    int64_t parameters = 0;     // unique parameters of the model, padded vocabulary excluded
+    double flops_per_step = 0;  // Megatron's model FLOPs for one global batch
+    bool operator==(const Derived&) const = default;
+};
+
+struct Config {
+    ModelConfig model;
+    ParallelConfig parallel;
+    TrainingConfig training;
+    DataConfig data;
+    CheckpointConfig checkpoint;
+    LoggingConfig logging;
+    DeviceKind device = DeviceKind::auto_;
+    Derived derived;
+    std::string source;  // the file it came from, for messages
+    bool operator==(const Config&) const = default;
+};
+
+// Loads `path`, applies each "key.path=value" override in order, validates, derives.
+// Throws ConfigError naming the file line (or the override) and the key path.
+Config load(const std::string& path, const std::vector<std::string>& overrides = {});
+
+// The same from YAML text (for tests and embedded defaults); `source` names it in messages.
+Config parse(const std::string& yaml_text, const std::string& source,
+             const std::vector<std::string>& overrides = {});
+
+// Fills cfg.derived from the rest; called by load/parse.
+void derive(Config& cfg);
+
+// The config as YAML, every key written, so a run's exact settings can be saved beside it.
+std::string to_yaml(const Config& cfg);
+
+const char* to_string(Schedule v);
+const char* to_string(Decay v);
+const char* to_string(Precision v);
+const char* to_string(Recompute v);
+const char* to_string(DeviceKind v);
+
+}  // namespace trident::config

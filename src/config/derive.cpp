@@ -1,0 +1,49 @@
+// The values computed once from a config: padded vocabulary, batch split, parameter count and
+// model FLOPs per step (formulas in DESIGN.md and shared/reference/formulas.md).
+#include "config/config.h"
+
+namespace trident::config {
+namespace {
+
+int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+// Unique parameters of the GPT: token and position embeddings, the layers, the final LN.
+// The LM head is tied to the token embedding, so it adds nothing; padded rows are excluded.
+int64_t count_parameters(const ModelConfig& m) {
+    const int64_t V = m.vocab_size, T = m.seq_len, C = m.hidden, F = m.ffn_hidden, L = m.layers;
+    const int64_t per_layer = 2 * C                // ln1 weight and bias
+                              + 3 * C * C + 3 * C  // qkv
+                              + C * C + C          // attention projection
+                              + 2 * C              // ln2
+                              + F * C + F          // fc1
+                              + C * F + C;         // fc2
+    return V * C + T * C + L * per_layer + 2 * C;  // + ln_f
+}
+
+// Megatron's model FLOPs for one global batch (training.py, causal attention counted at
+// half, no recompute): 72·B·s·l·h²·(1 + s/(12h) + V/(12·l·h)).
+double model_flops(const ModelConfig& m, int global_batch) {
+    const double B = global_batch, s = m.seq_len, l = m.layers, h = m.hidden, V = m.vocab_size;
+    return 72.0 * B * s * l * h * h * (1.0 + s / (12.0 * h) + V / (12.0 * l * h));
+}
+
+}  // namespace
+
+void derive(Config& cfg) {
+    const ModelConfig& m = cfg.model;
+    const ParallelConfig& p = cfg.parallel;
+    const TrainingConfig& t = cfg.training;
+    Derived& d = cfg.derived;
+
+    // The vocabulary is split over M, and each shard stays a multiple of 128 for fast GEMMs.
+    d.padded_vocab = static_cast<int>(round_up(m.vocab_size, 128 * int64_t{p.tensor}));
+    d.head_dim = m.heads > 0 ? m.hidden / m.heads : 0;
+    d.world_size = p.pipeline * p.tensor * p.data;
+    const int per_step = t.micro_batch * p.data;
+    d.grad_accum_steps = per_step > 0 ? t.global_batch / per_step : 0;
+    d.tokens_per_step = int64_t{t.global_batch} * m.seq_len;
+    d.parameters = count_parameters(m);
+    d.flops_per_step = model_flops(m, t.global_batch);
+}
+
+}  // namespace trident::config

@@ -1,0 +1,218 @@
+// Loading a config: the YAML file, then each --set override, then validation and derived
+// values. Every value is read through the key table (schema.cpp), so a file and an override
+// get the same checks; errors name the file line or the override, and the key path.
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "config/schema.h"
+
+namespace trident::config {
+namespace {
+
+using detail::Key;
+using detail::Origins;
+
+// File ranks in Origins; overrides rank after it, in the order given.
+constexpr int kFileRank = 1;
+
+[[noreturn]] void fail(const std::string& where, std::string_view path, const std::string& problem) {
+    throw ConfigError(where + ": " + std::string(path) + ": " + problem);
+}
+
+std::string at_line(const std::string& file, const YAML::Mark& mark) {
+    if (mark.is_null()) return file;
+    return file + ":" + std::to_string(mark.line + 1);
+}
+
+// Edit distance counting a swap of neighbours as one edit (optimal string alignment).
+size_t edit_distance(std::string_view a, std::string_view b) {
+    std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+    for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+    for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        for (size_t j = 1; j <= b.size(); ++j) {
+            size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+            d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+                d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+        }
+    }
+    return d[a.size()][b.size()];
+}
+
+// The known name a user most likely meant by `name`: a key of the same name in another
+// section ("training.dropout" -> "model.dropout"), else the nearest by edit distance if it is
+// within a third of the name (at least 2 edits allowed).
+std::optional<std::string> suggestion(std::string_view name, const std::vector<std::string>& known) {
+    for (const Key& key : detail::keys())
+        if (detail::leaf_of(key.path) == detail::leaf_of(name) && key.path != name)
+            return std::string(key.path);
+    std::optional<std::string> best;
+    size_t best_distance = std::max<size_t>(2, detail::leaf_of(name).size() / 3) + 1;
+    for (const std::string& candidate : known) {
+        size_t distance = edit_distance(name, candidate);
+        if (distance < best_distance) {
+            best = candidate;
+            best_distance = distance;
+        }
+    }
+    return best;
+}
+
+std::string unknown(std::string_view what, std::string_view name, const std::vector<std::string>& known) {
+    std::string message = "unknown " + std::string(what);
+    if (auto guess = suggestion(name, known)) message += " (did you mean " + *guess + "?)";
+    return message;
+}
+
+std::vector<std::string> key_paths() {
+    std::vector<std::string> paths;
+    for (const Key& key : detail::keys()) paths.emplace_back(key.path);
+    return paths;
+}
+
+// The names allowed at the top of a file: sections and keys outside any section.
+std::vector<std::string> top_level_names() {
+    std::vector<std::string> names = detail::sections();
+    for (const Key& key : detail::keys())
+        if (detail::section_of(key.path).empty()) names.emplace_back(key.path);
+    return names;
+}
+
+std::string join(const std::vector<std::string>& names) {
+    std::string out;
+    for (const std::string& name : names) out += (out.empty() ? "" : ", ") + name;
+    return out;
+}
+
+void set_key(const Key& key, const YAML::Node& value, const std::string& where, int rank, Config& cfg,
+             Origins& origins) {
+    if (auto problem = key.read(cfg, value)) fail(where, key.path, *problem);
+    origins.set(key.path, where, rank);
+}
+
+// Walks the document: top-level keys, then each section's keys. A name given twice is an
+// error (yaml-cpp keeps both, and silently taking one would hide a mistake).
+void apply_document(const YAML::Node& root, Config& cfg, Origins& origins) {
+    const std::string& file = origins.file();
+    if (root.IsNull()) return;  // an empty file: all defaults
+    const std::vector<std::string> top_level = top_level_names();
+    if (!root.IsMap())
+        throw ConfigError(at_line(file, root.Mark()) + ": expected a map of " + join(top_level) + ", got " +
+                          detail::describe(root));
+
+    std::map<std::string, size_t> first_line;  // name -> line it first appeared on
+    auto check_once = [&](const std::string& name, const YAML::Mark& mark, const std::string& where) {
+        auto [it, fresh] = first_line.emplace(name, mark.line + 1);
+        if (!fresh) fail(where, name, "given twice (first at line " + std::to_string(it->second) + ")");
+    };
+
+    for (const auto& entry : root) {
+        const YAML::Mark mark = entry.first.Mark();
+        const std::string where = at_line(file, mark);
+        if (!entry.first.IsScalar())
+            throw ConfigError(where + ": expected a name (" + join(top_level) + "), got " +
+                              detail::describe(entry.first));
+        const std::string name = entry.first.Scalar();
+        check_once(name, mark, where);
+
+        if (const Key* key = detail::find_key(name)) {
+            if (!detail::section_of(name).empty())
+                fail(where, name, "dotted paths are for --set; in a file, write the key under its section");
+            set_key(*key, entry.second, where, kFileRank, cfg, origins);
+            continue;
+        }
+        if (std::ranges::find(top_level, name) == top_level.end()) {
+            const bool looks_like_section = entry.second.IsMap() || entry.second.IsNull();
+            fail(where, name, unknown(looks_like_section ? "section" : "key", name, top_level));
+        }
+
+        const YAML::Node& section = entry.second;
+        if (section.IsNull()) continue;  // "training:" with nothing under it
+        if (!section.IsMap()) fail(where, name, "expected a map of keys, got " + detail::describe(section));
+        for (const auto& item : section) {
+            const YAML::Mark item_mark = item.first.Mark();
+            const std::string item_where = at_line(file, item_mark);
+            if (!item.first.IsScalar())
+                fail(item_where, name, "expected a key name, got " + detail::describe(item.first));
+            const std::string path = name + "." + item.first.Scalar();
+            const Key* key = detail::find_key(path);
+            if (!key) fail(item_where, path, unknown("key", path, key_paths()));
+            check_once(path, item_mark, item_where);
+            set_key(*key, item.second, item_where, kFileRank, cfg, origins);
+        }
+    }
+}
+
+// "a.b=value": the value is read as a YAML scalar, so 3e-4, true, null and 1f1b mean what
+// they mean in a file. Text that is not valid YAML is taken as a plain string, so a path
+// like "data/[ab].bin" needs no quoting.
+void apply_override(const std::string& text, int rank, Config& cfg, Origins& origins) {
+    const std::string where = "--set " + text;
+    const size_t eq = text.find('=');
+    if (eq == std::string::npos || eq == 0)
+        throw ConfigError(where + ": expected key.path=value, e.g. training.lr=3e-4");
+    const std::string path = text.substr(0, eq);
+    const std::string value_text = text.substr(eq + 1);
+
+    const Key* key = detail::find_key(path);
+    if (!key) {
+        for (const Key& candidate : detail::keys())
+            if (detail::section_of(candidate.path) == path)
+                fail(where, path, "is a section; set one of its keys, e.g. " + std::string(candidate.path));
+        fail(where, path, unknown("key", path, key_paths()));
+    }
+
+    YAML::Node value;
+    try {
+        value = YAML::Load(value_text);
+    } catch (const YAML::Exception&) {
+        value = YAML::Node(value_text);
+    }
+    set_key(*key, value, where, rank, cfg, origins);
+}
+
+std::string read_file(const std::string& path) {
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+    if (!file) throw ConfigError("cannot open config file '" + path + "': " + std::strerror(errno));
+    std::string text;
+    char buf[4096];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, file.get())) > 0) text.append(buf, n);
+    if (std::ferror(file.get()))
+        throw ConfigError("cannot read config file '" + path + "': " + std::strerror(errno));
+    return text;
+}
+
+}  // namespace
+
+Config parse(const std::string& yaml_text, const std::string& source,
+             const std::vector<std::string>& overrides) {
+    Config cfg;
+    cfg.source = source;
+    Origins origins(source);
+
+    YAML::Node root;
+    try {
+        root = YAML::Load(yaml_text);
+    } catch (const YAML::Exception& e) {
+        throw ConfigError(at_line(source, e.mark) + ": invalid YAML: " + e.msg);
+    }
+    apply_document(root, cfg, origins);
+    for (size_t i = 0; i < overrides.size(); ++i)
+        apply_override(overrides[i], kFileRank + 1 + static_cast<int>(i), cfg, origins);
+
+    detail::validate(cfg, origins);
+    derive(cfg);
+    return cfg;
+}
+
+Config load(const std::string& path, const std::vector<std::string>& overrides) {
+    return parse(read_file(path), path, overrides);
+}
+
+}  // namespace trident::config

@@ -1,0 +1,176 @@
+// The table of config keys: every key a user can write, with its range. One row per key;
+// loading, validation and to_yaml walk this table (see schema.h).
+//
+// Limits that involve two keys at once (hidden divisible by heads, the global batch a
+// multiple of micro_batch x data, ...) live in validate.cpp.
+#include "config/schema.h"
+
+#include <algorithm>
+#include <type_traits>
+
+namespace trident::config::detail {
+namespace {
+
+template <typename T>
+using RangeCheck = std::function<Problem(const T&)>;
+
+std::string text(int v) { return std::to_string(v); }
+std::string text(double v) { return format_number(v); }
+
+// A key stored at cfg.*section.*member, e.g. field("model.layers", &Config::model,
+// &ModelConfig::layers, at_least(1)).
+template <typename Section, typename T>
+Key field(std::string_view path, Section Config::*section, T Section::*member,
+          std::type_identity_t<RangeCheck<T>> range = nullptr) {
+    return Key{
+        .path = path,
+        .read = [=](Config& c, const YAML::Node& node) { return read_value(node, (c.*section).*member); },
+        .write = [=](const Config& c) { return yaml_text((c.*section).*member); },
+        .check_range = [=](const Config& c) { return range ? range((c.*section).*member) : Problem{}; },
+    };
+}
+
+// A key outside any section, stored at cfg.*member.
+template <typename T>
+Key field(std::string_view path, T Config::*member, std::type_identity_t<RangeCheck<T>> range = nullptr) {
+    return Key{
+        .path = path,
+        .read = [=](Config& c, const YAML::Node& node) { return read_value(node, c.*member); },
+        .write = [=](const Config& c) { return yaml_text(c.*member); },
+        .check_range = [=](const Config& c) { return range ? range(c.*member) : Problem{}; },
+    };
+}
+
+Key required(Key key) {
+    key.required = true;
+    return key;
+}
+
+// Range checks.
+
+template <typename T>
+RangeCheck<T> at_least(T min) {
+    return [min](const T& v) -> Problem {
+        if (v >= min) return {};
+        return "must be >= " + text(min) + ", got " + text(v);
+    };
+}
+
+RangeCheck<double> above(double min) {
+    return [min](const double& v) -> Problem {
+        if (v > min) return {};
+        return "must be > " + text(min) + ", got " + text(v);
+    };
+}
+
+// [0, 1): dropout probabilities and Adam's betas.
+RangeCheck<double> fraction() {
+    return [](const double& v) -> Problem {
+        if (v >= 0 && v < 1) return {};
+        return "must be in [0, 1), got " + text(v);
+    };
+}
+
+RangeCheck<int> zero_or_one() {
+    return [](const int& v) -> Problem {
+        if (v == 0 || v == 1) return {};
+        return "must be 0 or 1, got " + text(v);
+    };
+}
+
+RangeCheck<std::string> not_empty() {
+    return [](const std::string& v) -> Problem {
+        if (!v.empty()) return {};
+        return "must not be empty";
+    };
+}
+
+const std::vector<Key>& table() {
+    using C = Config;
+    static const std::vector<Key> rows = {
+        field("model.vocab_size", &C::model, &ModelConfig::vocab_size, at_least(2)),
+        field("model.seq_len", &C::model, &ModelConfig::seq_len, at_least(1)),
+        field("model.layers", &C::model, &ModelConfig::layers, at_least(1)),
+        field("model.hidden", &C::model, &ModelConfig::hidden, at_least(1)),
+        field("model.heads", &C::model, &ModelConfig::heads, at_least(1)),
+        field("model.ffn_hidden", &C::model, &ModelConfig::ffn_hidden, at_least(1)),
+        field("model.dropout", &C::model, &ModelConfig::dropout, fraction()),
+        field("model.init_std", &C::model, &ModelConfig::init_std, above(0.0)),
+        field("model.init_from", &C::model, &ModelConfig::init_from),
+
+        field("parallel.pipeline", &C::parallel, &ParallelConfig::pipeline, at_least(1)),
+        field("parallel.tensor", &C::parallel, &ParallelConfig::tensor, at_least(1)),
+        field("parallel.data", &C::parallel, &ParallelConfig::data, at_least(1)),
+        field("parallel.virtual_stages", &C::parallel, &ParallelConfig::virtual_stages, at_least(1)),
+        field("parallel.schedule", &C::parallel, &ParallelConfig::schedule),
+        field("parallel.zero_stage", &C::parallel, &ParallelConfig::zero_stage, zero_or_one()),
+        field("parallel.sequence_parallel", &C::parallel, &ParallelConfig::sequence_parallel),
+
+        field("training.micro_batch", &C::training, &TrainingConfig::micro_batch, at_least(1)),
+        field("training.global_batch", &C::training, &TrainingConfig::global_batch, at_least(1)),
+        field("training.steps", &C::training, &TrainingConfig::steps, at_least(1)),
+        field("training.lr", &C::training, &TrainingConfig::lr, above(0.0)),
+        field("training.min_lr", &C::training, &TrainingConfig::min_lr, at_least(0.0)),
+        field("training.warmup_steps", &C::training, &TrainingConfig::warmup_steps, at_least(0)),
+        field("training.decay", &C::training, &TrainingConfig::decay),
+        field("training.weight_decay", &C::training, &TrainingConfig::weight_decay, at_least(0.0)),
+        field("training.beta1", &C::training, &TrainingConfig::beta1, fraction()),
+        field("training.beta2", &C::training, &TrainingConfig::beta2, fraction()),
+        field("training.eps", &C::training, &TrainingConfig::eps, above(0.0)),
+        field("training.grad_clip", &C::training, &TrainingConfig::grad_clip, at_least(0.0)),
+        field("training.precision", &C::training, &TrainingConfig::precision),
+        field("training.recompute", &C::training, &TrainingConfig::recompute),
+        field("training.seed", &C::training, &TrainingConfig::seed),
+        field("training.threads", &C::training, &TrainingConfig::threads, at_least(0)),
+        field("training.eval_interval", &C::training, &TrainingConfig::eval_interval, at_least(0)),
+        field("training.eval_batches", &C::training, &TrainingConfig::eval_batches, at_least(1)),
+
+        required(field("data.train", &C::data, &DataConfig::train, not_empty())),
+        field("data.valid", &C::data, &DataConfig::valid),
+        field("data.shuffle", &C::data, &DataConfig::shuffle),
+
+        field("checkpoint.dir", &C::checkpoint, &CheckpointConfig::dir),
+        field("checkpoint.interval", &C::checkpoint, &CheckpointConfig::interval, at_least(0)),
+        field("checkpoint.keep", &C::checkpoint, &CheckpointConfig::keep, at_least(1)),
+        field("checkpoint.resume", &C::checkpoint, &CheckpointConfig::resume, not_empty()),
+
+        field("logging.interval", &C::logging, &LoggingConfig::interval, at_least(1)),
+        field("logging.metrics", &C::logging, &LoggingConfig::metrics),
+        field("logging.trace", &C::logging, &LoggingConfig::trace),
+
+        field("device", &C::device),
+    };
+    return rows;
+}
+
+}  // namespace
+
+std::span<const Key> keys() { return table(); }
+
+const Key* find_key(std::string_view path) {
+    for (const Key& key : table())
+        if (key.path == path) return &key;
+    return nullptr;
+}
+
+std::vector<std::string> sections() {
+    std::vector<std::string> names;
+    for (const Key& key : table()) {
+        std::string section(section_of(key.path));
+        if (!section.empty() && std::find(names.begin(), names.end(), section) == names.end())
+            names.push_back(section);
+    }
+    return names;
+}
+
+std::string_view section_of(std::string_view path) {
+    size_t dot = path.find('.');
+    return dot == std::string_view::npos ? std::string_view() : path.substr(0, dot);
+}
+
+std::string_view leaf_of(std::string_view path) {
+    size_t dot = path.find('.');
+    return dot == std::string_view::npos ? path : path.substr(dot + 1);
+}
+
+}  // namespace trident::config::detail

@@ -1,0 +1,74 @@
+// The table of config keys (private to src/config/): one row per key a user can write, saying
+// how to read it from YAML, how to write it back and what range it must lie in. Loading,
+// validation and to_yaml all walk this one table, so adding a key is adding one row.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <functional>
+#include <initializer_list>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.h"
+#include "config/values.h"
+
+namespace trident::config::detail {
+
+struct Key {
+    std::string_view path;  // "training.lr"; a key outside any section has no dot ("device")
+    bool required = false;  // must be given (no usable default)
+    std::function<Problem(Config&, const YAML::Node&)> read;  // parse a YAML value into cfg
+    std::function<std::string(const Config&)> write;          // the value as YAML scalar text
+    std::function<Problem(const Config&)> check_range;        // the value's own limits
+};
+
+// Every key, in the order to_yaml writes them (section by section).
+std::span<const Key> keys();
+
+// The key with this exact path, or null.
+const Key* find_key(std::string_view path);
+
+// The section names ("model", "parallel", ...) in table order.
+std::vector<std::string> sections();
+
+// The section part of a path ("training" for "training.lr"; "" for "device") and the rest.
+std::string_view section_of(std::string_view path);
+std::string_view leaf_of(std::string_view path);
+
+// Where each key's value came from, so that an error can point at the line (or override) that
+// set it. Keys left at their default point at the file as a whole.
+class Origins {
+public:
+    explicit Origins(std::string file) : file_(std::move(file)) {}
+
+    // `rank` orders the sources: 1 for the file, 2, 3, ... for overrides in the order applied.
+    void set(std::string_view path, std::string where, int rank);
+    bool is_set(std::string_view path) const;
+    const std::string& file() const { return file_; }
+
+    // Where to point for a problem with `path`: "configs/x.yaml:12", "--set a.b=1" or the file.
+    std::string where(std::string_view path) const;
+
+    // Where to point for a problem involving several keys: the one set last (an override
+    // beats the file); among keys set by the file, the first listed (the one at fault).
+    std::string blame(std::initializer_list<std::string_view> paths) const;
+
+private:
+    struct Origin {
+        std::string where;
+        int rank = 0;
+    };
+    std::string file_;
+    std::map<std::string, Origin, std::less<>> by_path_;
+};
+
+// Checks each key's range, then the keys against each other, then refuses what this build
+// cannot run yet. Throws ConfigError pointing at the key at fault.
+void validate(const Config& cfg, const Origins& origins);
+
+}  // namespace trident::config::detail

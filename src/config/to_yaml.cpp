@@ -1,0 +1,33 @@
+// A config written back as YAML, every key included, so a run's exact settings can be saved
+// beside its results and loaded again to repeat it.
+#include "config/schema.h"
+
+namespace trident::config {
+
+std::string to_yaml(const Config& cfg) {
+    std::string out = "# Trident config: every key, as resolved";
+    if (!cfg.source.empty()) out += " from " + cfg.source;
+    out += "\n";
+    std::string_view current_section;
+    for (const detail::Key& key : detail::keys()) {
+        std::string_view section = detail::section_of(key.path);
+        if (section.empty()) {
+            out += std::string(key.path) + ": " + key.write(cfg) + "\n";
+            continue;
+        }
+        if (section != current_section) {
+            out += std::string(section) + ":\n";
+            current_section = section;
+        }
+        out += "  " + std::string(detail::leaf_of(key.path)) + ": " + key.write(cfg) + "\n";
+    }
+    return out;
+}
+
+const char* to_string(Schedule v) { return detail::enum_name(v); }
+const char* to_string(Decay v) { return detail::enum_name(v); }
+const char* to_string(Precision v) { return detail::enum_name(v); }
+const char* to_string(Recompute v) { return detail::enum_name(v); }
+const char* to_string(DeviceKind v) { return detail::enum_name(v); }
+
+}  // namespace trident::config

@@ -1,0 +1,144 @@
+// Validation of a loaded config: required keys, each key's range (from the key table), what
+// this build cannot run yet, and the keys against each other. Every error points at the line
+// or --set override that set the value at fault.
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "config/schema.h"
+
+namespace trident::config::detail {
+namespace {
+
+[[noreturn]] void fail(const std::string& where, const std::string& message) {
+    throw ConfigError(where + ": " + message);
+}
+
+// Message text from pieces: cat("layers (", 12, ") ..."). Doubles print as format_number does.
+void append(std::string& out, std::string_view text) { out += text; }
+void append(std::string& out, int v) { out += std::to_string(v); }
+void append(std::string& out, double v) { out += format_number(v); }
+
+template <typename... Parts>
+std::string cat(const Parts&... parts) {
+    std::string out;
+    (append(out, parts), ...);
+    return out;
+}
+
+void check_required(const Origins& origins) {
+    for (const Key& key : keys())
+        if (key.required && !origins.is_set(key.path))
+            fail(origins.file(), cat(key.path, ": required key missing"));
+}
+
+void check_ranges(const Config& cfg, const Origins& origins) {
+    for (const Key& key : keys())
+        if (Problem problem = key.check_range(cfg))
+            fail(origins.where(key.path), cat(key.path, ": ", *problem));
+}
+
+// Only the 1x1x1 layout runs until tensor, pipeline and data parallelism land; delete this
+// function (and its call) then. The keys are read and range-checked already, so configs
+// written for bigger layouts keep working unchanged.
+void refuse_unsupported_layout(const Config& cfg, const Origins& origins) {
+    const ParallelConfig& p = cfg.parallel;
+    const std::string layout = cat(p.pipeline, "x", p.tensor, "x", p.data);
+    const std::pair<const char*, int> axes[] = {
+        {"parallel.pipeline", p.pipeline}, {"parallel.tensor", p.tensor}, {"parallel.data", p.data}};
+    for (const auto& [path, size] : axes)
+        if (size != 1)
+            fail(origins.where(path),
+                 cat(path, ": layouts other than 1x1x1 are not supported yet (got ", layout, ")"));
+    if (p.virtual_stages != 1)
+        fail(origins.where("parallel.virtual_stages"),
+             cat("parallel.virtual_stages: virtual pipeline stages are not supported yet (got ",
+                 p.virtual_stages, ")"));
+    if (p.sequence_parallel)
+        fail(origins.where("parallel.sequence_parallel"),
+             "parallel.sequence_parallel: sequence parallelism is not supported yet");
+}
+
+// Settings this build reads but cannot run yet; delete each check as its feature lands.
+void refuse_unsupported_features(const Config& cfg, const Origins& origins) {
+    const TrainingConfig& t = cfg.training;
+    if (t.precision != Precision::fp32)
+        fail(origins.where("training.precision"),
+             cat("training.precision: ", to_string(t.precision), " is not supported yet (only fp32)"));
+    if (t.recompute != Recompute::none)
+        fail(origins.where("training.recompute"),
+             cat("training.recompute: ", to_string(t.recompute), " is not supported yet (only none)"));
+    if (cfg.device == DeviceKind::cuda)
+        fail(origins.where("device"), "device: this build has no CUDA backend yet (use auto or cpu)");
+}
+
+// Limits that tie keys together. Each message starts with the key it blames first.
+void check_consistency(const Config& cfg, const Origins& origins) {
+    const ModelConfig& m = cfg.model;
+    const ParallelConfig& p = cfg.parallel;
+    const TrainingConfig& t = cfg.training;
+
+    if (m.hidden % m.heads != 0)
+        fail(origins.blame({"model.hidden", "model.heads"}),
+             cat("model.hidden (", m.hidden, ") must be a multiple of model.heads (", m.heads, ")"));
+
+    if (t.min_lr > t.lr)
+        fail(origins.blame({"training.min_lr", "training.lr"}),
+             cat("training.min_lr (", t.min_lr, ") must not exceed training.lr (", t.lr, ")"));
+
+    // Every step splits the global batch into equal microbatches on every DP rank.
+    const int per_step = t.micro_batch * p.data;
+    if (t.global_batch % per_step != 0)
+        fail(origins.blame({"training.global_batch", "training.micro_batch", "parallel.data"}),
+             cat("training.global_batch (", t.global_batch,
+                 ") must be a multiple of micro_batch × parallel.data = ", t.micro_batch, " × ", p.data,
+                 " = ", per_step));
+
+    // Tensor parallelism splits heads and the MLP width evenly over M.
+    if (m.heads % p.tensor != 0)
+        fail(origins.blame({"parallel.tensor", "model.heads"}),
+             cat("parallel.tensor (", p.tensor, ") must divide model.heads (", m.heads, ")"));
+    if (m.ffn_hidden % p.tensor != 0)
+        fail(origins.blame({"parallel.tensor", "model.ffn_hidden"}),
+             cat("parallel.tensor (", p.tensor, ") must divide model.ffn_hidden (", m.ffn_hidden, ")"));
+
+    // Each of the P·v model chunks holds the same number of layers.
+    const int chunks = p.pipeline * p.virtual_stages;
+    if (m.layers % chunks != 0)
+        fail(origins.blame({"model.layers", "parallel.pipeline", "parallel.virtual_stages"}),
+             cat("model.layers (", m.layers, ") must be a multiple of parallel.pipeline × virtual_stages = ",
+                 p.pipeline, " × ", p.virtual_stages, " = ", chunks));
+
+    // Virtual stages only mean something to the interleaved schedule, and it needs them.
+    const bool interleaved = p.schedule == Schedule::interleaved;
+    if (p.virtual_stages > 1 && !interleaved)
+        fail(origins.blame({"parallel.virtual_stages", "parallel.schedule"}),
+             cat("parallel.virtual_stages (", p.virtual_stages,
+                 ") needs parallel.schedule: interleaved (got ", to_string(p.schedule), ")"));
+    if (interleaved && p.virtual_stages < 2)
+        fail(origins.blame({"parallel.schedule", "parallel.virtual_stages"}),
+             cat("parallel.schedule: interleaved needs parallel.virtual_stages >= 2 (got ", p.virtual_stages,
+                 ")"));
+
+    // The interleaved schedule runs microbatches in groups of P (PTD-P §2.2).
+    const int microbatches = t.global_batch / per_step;
+    if (interleaved && microbatches % p.pipeline != 0)
+        fail(
+            origins.blame({"parallel.schedule", "parallel.pipeline", "training.global_batch",
+                           "training.micro_batch", "parallel.data"}),
+            cat("parallel.schedule: interleaved needs the microbatches per step (global_batch / (micro_batch "
+                "× parallel.data) = ",
+                microbatches, ") to be a multiple of parallel.pipeline (", p.pipeline, ")"));
+}
+
+}  // namespace
+
+void validate(const Config& cfg, const Origins& origins) {
+    check_required(origins);
+    check_ranges(cfg, origins);
+    refuse_unsupported_layout(cfg, origins);
+    refuse_unsupported_features(cfg, origins);
+    check_consistency(cfg, origins);
+}
+
+}  // namespace trident::config::detail

@@ -1,0 +1,93 @@
+// One config value between YAML and C++ (private to src/config/): reading a YAML node as an
+// int, a number, a bool, a string or an enum with a message when it is not one, and writing a
+// value back as YAML text that reads back to the same value.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <type_traits>
+
+#include "config/config.h"
+
+namespace trident::config::detail {
+
+// What is wrong with a value, as the tail of a message ("expected a number, got \"fast\""),
+// or nothing when the value is fine.
+using Problem = std::optional<std::string>;
+
+// The YAML spelling of each enumerator: names[i] spells E(i).
+template <typename E>
+struct EnumNames;
+template <>
+struct EnumNames<Schedule> {
+    static constexpr std::array names{"gpipe", "1f1b", "interleaved"};
+};
+template <>
+struct EnumNames<Decay> {
+    static constexpr std::array names{"cosine", "linear", "constant"};
+};
+template <>
+struct EnumNames<Precision> {
+    static constexpr std::array names{"fp32", "bf16", "fp16"};
+};
+template <>
+struct EnumNames<Recompute> {
+    static constexpr std::array names{"none", "selective", "full"};
+};
+template <>
+struct EnumNames<DeviceKind> {
+    static constexpr std::array names{"auto", "cpu", "cuda"};
+};
+
+template <typename E>
+const char* enum_name(E value) {
+    return EnumNames<E>::names.at(static_cast<size_t>(value));
+}
+
+// How a value looked, for "got ..." in messages: `null`, `a list`, `a map`, `3.5`, `"fast"`.
+std::string describe(const YAML::Node& node);
+
+// A number as the shortest text that reads back to the same double ("0.0006", "1e-08").
+std::string format_number(double v);
+
+// Each reader leaves `out` untouched and returns the problem when the node is not a value of
+// that type.
+Problem read_value(const YAML::Node& node, int& out);
+Problem read_value(const YAML::Node& node, uint64_t& out);
+Problem read_value(const YAML::Node& node, double& out);
+Problem read_value(const YAML::Node& node, bool& out);
+Problem read_value(const YAML::Node& node, std::string& out);
+Problem read_value(const YAML::Node& node, std::optional<std::string>& out);
+
+template <typename E>
+requires std::is_enum_v<E> Problem read_value(const YAML::Node& node, E& out) {
+    const auto& names = EnumNames<E>::names;
+    if (node.IsScalar()) {
+        for (size_t i = 0; i < names.size(); ++i) {
+            if (node.Scalar() == names[i]) {
+                out = static_cast<E>(i);
+                return {};
+            }
+        }
+    }
+    std::string allowed;
+    for (const char* name : names) allowed += (allowed.empty() ? "" : ", ") + std::string(name);
+    return "expected one of " + allowed + "; got " + describe(node);
+}
+
+// Writers: YAML scalar text that the readers above turn back into the same value.
+std::string yaml_text(int v);
+std::string yaml_text(uint64_t v);
+std::string yaml_text(double v);
+std::string yaml_text(bool v);
+std::string yaml_text(const std::string& v);
+std::string yaml_text(const std::optional<std::string>& v);
+
+template <typename E>
+requires std::is_enum_v<E> std::string yaml_text(E v) { return enum_name(v); }
+
+}  // namespace trident::config::detail

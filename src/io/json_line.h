@@ -1,0 +1,52 @@
+// One JSON object on one line, built field by field: the metrics file's records.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+
+namespace trident::io {
+
+class JsonLine {
+public:
+    JsonLine& add(std::string_view key, double value) {
+        char buf[32];
+        // %.9g round-trips a float exactly; non-finite numbers have no JSON form.
+        if (std::isfinite(value)) std::snprintf(buf, sizeof buf, "%.9g", value);
+        else std::snprintf(buf, sizeof buf, "null");
+        return raw(key, buf);
+    }
+    JsonLine& add(std::string_view key, int64_t value) { return raw(key, std::to_string(value)); }
+    JsonLine& add(std::string_view key, int value) { return add(key, static_cast<int64_t>(value)); }
+    JsonLine& add(std::string_view key, bool value) { return raw(key, value ? "true" : "false"); }
+    JsonLine& add(std::string_view key, std::string_view value) {
+        std::string quoted = "\"";
+        for (char c : value) {
+            if (c == '"' || c == '\\') quoted += '\\';
+            if (static_cast<unsigned char>(c) < 0x20) {
+                char esc[8];
+                std::snprintf(esc, sizeof esc, "\\u%04x", c);
+                quoted += esc;
+                continue;
+            }
+            quoted += c;
+        }
+        return raw(key, quoted + "\"");
+    }
+    std::string str() const { return "{" + body_ + "}"; }
+
+private:
+    JsonLine& raw(std::string_view key, const std::string& value) {
+        if (!body_.empty()) body_ += ", ";
+        body_ += "\"";
+        body_ += key;
+        body_ += "\": ";
+        body_ += value;
+        return *this;
+    }
+    std::string body_;
+};
+
+}  // namespace trident::io

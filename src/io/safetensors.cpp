@@ -1,0 +1,437 @@
+// The safetensors reader and writer of src/io/safetensors.h.
+#include "io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <utility>
+
+#include "error.h"
+#include "io/json_reader.h"
+
+namespace trident::io {
+
+// Tensor bytes go straight between file and float buffers.
+static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian");
+
+namespace {
+
+// The reference implementation refuses headers above 100 MB; so do we, which also bounds what
+// a corrupt length field can make us allocate.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+
+struct DtypeEntry {
+    Dtype dtype;
+    std::string_view name;
+    std::size_t size;
+};
+
+constexpr DtypeEntry kDtypes[] = {
+    {Dtype::BOOL, "BOOL", 1},       {Dtype::U8, "U8", 1},           {Dtype::I8, "I8", 1},
+    {Dtype::I16, "I16", 2},         {Dtype::U16, "U16", 2},         {Dtype::I32, "I32", 4},
+    {Dtype::U32, "U32", 4},         {Dtype::I64, "I64", 8},         {Dtype::U64, "U64", 8},
+    {Dtype::F8_E4M3, "F8_E4M3", 1}, {Dtype::F8_E5M2, "F8_E5M2", 1}, {Dtype::F16, "F16", 2},
+    {Dtype::BF16, "BF16", 2},       {Dtype::F32, "F32", 4},         {Dtype::F64, "F64", 8},
+};
+
+std::string errno_text() { return std::strerror(errno); }
+
+// Reads exactly `size` bytes at `offset`; false if the file ends first.
+bool pread_all(int fd, void* buffer, std::size_t size, uint64_t offset, std::string* why) {
+    auto* out = static_cast<char*>(buffer);
+    while (size > 0) {
+        const ssize_t got = ::pread(fd, out, size, static_cast<off_t>(offset));
+        if (got < 0) {
+            if (errno == EINTR) continue;
+            *why = errno_text();
+            return false;
+        }
+        if (got == 0) {
+            *why = "unexpected end of file";
+            return false;
+        }
+        out += got;
+        size -= static_cast<std::size_t>(got);
+        offset += static_cast<uint64_t>(got);
+    }
+    return true;
+}
+
+// A non-negative JSON integer, or an error naming `what`.
+uint64_t non_negative(const json::Value& v, const std::string& what) {
+    if (!v.is_integer() || v.integer < 0)
+        throw Error(what + " must be a non-negative integer, got a " +
+                    (v.is_integer() ? std::string("negative integer") : json::kind_name(v.kind)));
+    return static_cast<uint64_t>(v.integer);
+}
+
+// One header entry other than __metadata__, checked on its own (ranges are checked later).
+TensorInfo parse_tensor_entry(const std::string& name, const json::Value& entry) {
+    const std::string where = "tensor " + json::quote(name);
+    if (!entry.is_object())
+        throw Error(where + ": expected an object, got a " + json::kind_name(entry.kind));
+    for (const auto& m : entry.object)
+        if (m.key != "dtype" && m.key != "shape" && m.key != "data_offsets")
+            throw Error(where + ": unknown field " + json::quote(m.key));
+    const json::Value* dtype = entry.find("dtype");
+    const json::Value* shape = entry.find("shape");
+    const json::Value* offsets = entry.find("data_offsets");
+    if (!dtype || !shape || !offsets)
+        throw Error(where + ": missing field \"" +
+                    (!dtype ? "dtype" : !shape ? "shape" : "data_offsets") + "\"");
+
+    TensorInfo t;
+    t.name = name;
+    if (!dtype->is_string()) throw Error(where + ": dtype must be a string");
+    const auto known = std::find_if(std::begin(kDtypes), std::end(kDtypes),
+                                    [&](const DtypeEntry& e) { return e.name == dtype->string; });
+    if (known == std::end(kDtypes)) throw Error(where + ": unknown dtype " + json::quote(dtype->string));
+    t.dtype = known->dtype;
+
+    if (!shape->is_array()) throw Error(where + ": shape must be an array of integers");
+    uint64_t numel = 1;
+    bool overflow = false;
+    for (const auto& d : shape->array) {
+        const uint64_t dim = non_negative(d, where + ": every shape dimension");
+        t.shape.push_back(static_cast<int64_t>(dim));
+        overflow = overflow || __builtin_mul_overflow(numel, dim, &numel);
+    }
+    uint64_t bytes = 0;
+    if (overflow || __builtin_mul_overflow(numel, known->size, &bytes))
+        throw Error(where + ": shape " + shape_string(t.shape) + " is too large");
+
+    if (!offsets->is_array() || offsets->array.size() != 2)
+        throw Error(where + ": data_offsets must be an array of two integers [begin, end]");
+    const uint64_t begin = non_negative(offsets->array[0], where + ": data_offsets begin");
+    const uint64_t end = non_negative(offsets->array[1], where + ": data_offsets end");
+    const std::string range = "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+    if (end < begin) throw Error(where + ": data_offsets " + range + " end before they begin");
+    if (end - begin != bytes)
+        throw Error(where + ": dtype " + std::string(known->name) + " and shape " +
+                    shape_string(t.shape) + " need " + std::to_string(bytes) +
+                    " bytes, but data_offsets " + range + " hold " + std::to_string(end - begin));
+    t.numel = static_cast<std::size_t>(numel);
+    t.data_begin = static_cast<std::size_t>(begin);
+    t.data_end = static_cast<std::size_t>(end);
+    return t;
+}
+
+}  // namespace
+
+std::string shape_string(std::span<const int64_t> shape) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < shape.size(); ++i) {
+        if (i) s += ", ";
+        s += std::to_string(shape[i]);
+    }
+    return s + "]";
+}
+
+std::string_view dtype_name(Dtype dtype) {
+    for (const auto& e : kDtypes)
+        if (e.dtype == dtype) return e.name;
+    return "?";
+}
+
+std::size_t dtype_size(Dtype dtype) {
+    for (const auto& e : kDtypes)
+        if (e.dtype == dtype) return e.size;
+    return 0;
+}
+
+float f16_to_float(uint16_t bits) {
+    const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+    const uint32_t exponent = (bits >> 10) & 0x1Fu;
+    const uint32_t mantissa = bits & 0x3FFu;
+    if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in float
+        const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
+        return sign ? -magnitude : magnitude;
+    }
+    if (exponent == 0x1F)  // infinity or NaN, payload kept
+        return std::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));
+    return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
+}
+
+float bf16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+
+// ---------------------------------------------------------------------------------------------
+// Reader
+
+SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept { *this = std::move(other); }
+
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
+    if (this != &other) {
+        if (fd_ >= 0) ::close(fd_);
+        path_ = std::move(other.path_);
+        fd_ = std::exchange(other.fd_, -1);
+        data_start_ = other.data_start_;
+        tensors_ = std::move(other.tensors_);
+        index_ = std::move(other.index_);
+        metadata_ = std::move(other.metadata_);
+    }
+    return *this;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+    if (fd_ >= 0) ::close(fd_);
+}
+
+SafetensorsFile SafetensorsFile::open(const std::string& path) {
+    SafetensorsFile file;
+    file.path_ = path;
+    const auto fail = [&](const std::string& what) -> Error { return Error(path + ": " + what); };
+
+    file.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (file.fd_ < 0) throw fail("cannot open: " + errno_text());
+    struct stat st {};
+    if (::fstat(file.fd_, &st) != 0) throw fail("cannot stat: " + errno_text());
+    if (!S_ISREG(st.st_mode)) throw fail("not a regular file");
+    const auto file_size = static_cast<uint64_t>(st.st_size);
+    if (file_size < 8)
+        throw fail("file is " + std::to_string(file_size) +
+                   " bytes, too short for a safetensors header (is this a safetensors file?)");
+
+    std::string why;
+    unsigned char length_bytes[8];
+    if (!pread_all(file.fd_, length_bytes, 8, 0, &why)) throw fail("cannot read: " + why);
+    uint64_t header_size = 0;
+    for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | length_bytes[i];
+    if (header_size > file_size - 8)
+        throw fail("header length " + std::to_string(header_size) + " runs past the end of the " +
+                   std::to_string(file_size) +
+                   "-byte file (truncated, or not a safetensors file?)");
+    if (header_size > kMaxHeaderBytes)
+        throw fail("header length " + std::to_string(header_size) + " exceeds the limit of " +
+                   std::to_string(kMaxHeaderBytes) + " bytes");
+    std::string header(static_cast<std::size_t>(header_size), '\0');
+    if (!pread_all(file.fd_, header.data(), header.size(), 8, &why)) throw fail("cannot read: " + why);
+    file.data_start_ = 8 + static_cast<std::size_t>(header_size);
+    const uint64_t buffer_size = file_size - 8 - header_size;
+
+    json::Value root;
+    try {
+        root = json::parse(header);
+    } catch (const Error& e) {
+        throw fail(std::string("header is not valid JSON: ") + e.what());
+    }
+    if (!root.is_object())
+        throw fail(std::string("header must be a JSON object, got a ") + json::kind_name(root.kind));
+
+    for (const auto& member : root.object) {
+        if (member.key == "__metadata__") {
+            if (!member.value.is_object()) throw fail("__metadata__ must be an object of strings");
+            for (const auto& m : member.value.object) {
+                if (!m.value.is_string())
+                    throw fail("__metadata__ value of " + json::quote(m.key) + " must be a string");
+                file.metadata_[m.key] = m.value.string;
+            }
+            continue;
+        }
+        TensorInfo t;
+        try {
+            t = parse_tensor_entry(member.key, member.value);
+        } catch (const Error& e) {
+            throw fail(e.what());
+        }
+        if (t.data_end > buffer_size)
+            throw fail("tensor " + json::quote(t.name) + ": data_offsets [" +
+                       std::to_string(t.data_begin) + ", " + std::to_string(t.data_end) +
+                       "] run past the end of the " + std::to_string(buffer_size) +
+                       "-byte data buffer (file truncated?)");
+        file.tensors_.push_back(std::move(t));
+    }
+
+    // The ranges must tile the data buffer: no overlap (two tensors sharing bytes), no holes
+    // (bytes no tensor claims), nothing left over at the end.
+    std::sort(file.tensors_.begin(), file.tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
+        return a.data_begin != b.data_begin ? a.data_begin < b.data_begin : a.data_end < b.data_end;
+    });
+    std::size_t covered = 0;
+    const TensorInfo* previous = nullptr;
+    for (const auto& t : file.tensors_) {
+        if (t.data_begin < covered)
+            throw fail("tensors " + json::quote(previous->name) + " and " + json::quote(t.name) +
+                       " overlap in the data buffer (bytes " + std::to_string(t.data_begin) + " to " +
+                       std::to_string(covered) + ")");
+        if (t.data_begin > covered)
+            throw fail("bytes " + std::to_string(covered) + " to " + std::to_string(t.data_begin) +
+                       " of the data buffer belong to no tensor");
+        covered = t.data_end;
+        previous = &t;
+    }
+    if (covered != buffer_size)
+        throw fail("the data buffer holds " + std::to_string(buffer_size) +
+                   " bytes but the tensors cover only " + std::to_string(covered) +
+                   " (trailing bytes after the last tensor)");
+
+    for (std::size_t i = 0; i < file.tensors_.size(); ++i) file.index_[file.tensors_[i].name] = i;
+    return file;
+}
+
+std::vector<std::string> SafetensorsFile::names() const {
+    std::vector<std::string> out;
+    out.reserve(tensors_.size());
+    for (const auto& t : tensors_) out.push_back(t.name);
+    return out;
+}
+
+const TensorInfo* SafetensorsFile::find(std::string_view name) const {
+    const auto it = index_.find(name);
+    return it == index_.end() ? nullptr : &tensors_[it->second];
+}
+
+std::vector<float> SafetensorsFile::read_f32(std::string_view name) const {
+    const TensorInfo* t = find(name);
+    if (!t) throw Error(path_ + ": no tensor named " + json::quote(name));
+    std::vector<float> out(t->numel);
+    read_f32(*t, out);
+    return out;
+}
+
+void SafetensorsFile::read_f32(const TensorInfo& tensor, std::span<float> out) const {
+    const std::string where = path_ + ": tensor " + json::quote(tensor.name);
+    if (out.size() != tensor.numel)
+        throw Error(where + " has " + std::to_string(tensor.numel) + " elements, the buffer " +
+                    std::to_string(out.size()));
+    std::string why;
+    const uint64_t offset = data_start_ + tensor.data_begin;
+    if (tensor.dtype == Dtype::F32) {
+        if (!pread_all(fd_, out.data(), out.size_bytes(), offset, &why))
+            throw Error(where + ": cannot read: " + why);
+        return;
+    }
+    if (tensor.dtype != Dtype::F16 && tensor.dtype != Dtype::BF16)
+        throw Error(where + " has dtype " + std::string(dtype_name(tensor.dtype)) +
+                    "; only F32, F16 and BF16 can be read as float");
+    // 16-bit values: read a chunk, widen it, repeat.
+    constexpr std::size_t kChunk = 1 << 16;
+    std::vector<uint16_t> raw(std::min(kChunk, out.size()));
+    for (std::size_t done = 0; done < out.size();) {
+        const std::size_t n = std::min(kChunk, out.size() - done);
+        if (!pread_all(fd_, raw.data(), n * 2, offset + done * 2, &why))
+            throw Error(where + ": cannot read: " + why);
+        for (std::size_t i = 0; i < n; ++i)
+            out[done + i] = tensor.dtype == Dtype::F16 ? f16_to_float(raw[i]) : bf16_to_float(raw[i]);
+        done += n;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Writer
+
+namespace {
+
+// The temporary file being written: closed, and removed unless committed, on every exit path.
+class TempFile {
+public:
+    TempFile(const std::string& target)
+        : target_(target), path_(target + ".tmp." + std::to_string(::getpid())) {
+        fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd_ < 0) throw Error(target_ + ": cannot create " + path_ + ": " + errno_text());
+    }
+    TempFile(const TempFile&) = delete;
+    TempFile& operator=(const TempFile&) = delete;
+    ~TempFile() {
+        if (fd_ >= 0) ::close(fd_);
+        if (!committed_) ::unlink(path_.c_str());
+    }
+
+    void write(const void* data, std::size_t size) {
+        const auto* p = static_cast<const char*>(data);
+        while (size > 0) {
+            const ssize_t put = ::write(fd_, p, size);
+            if (put < 0) {
+                if (errno == EINTR) continue;
+                throw Error(target_ + ": cannot write: " + errno_text());
+            }
+            p += put;
+            size -= static_cast<std::size_t>(put);
+        }
+    }
+
+    // Flushes to disk and renames over the target, so readers see the old file or the new one.
+    void commit() {
+        if (::fsync(fd_) != 0) throw Error(target_ + ": cannot sync: " + errno_text());
+        const int rc = ::close(fd_);
+        fd_ = -1;
+        if (rc != 0) throw Error(target_ + ": cannot close: " + errno_text());
+        if (::rename(path_.c_str(), target_.c_str()) != 0)
+            throw Error(target_ + ": cannot rename " + path_ + " into place: " + errno_text());
+        committed_ = true;
+    }
+
+private:
+    std::string target_, path_;
+    int fd_ = -1;
+    bool committed_ = false;
+};
+
+}  // namespace
+
+void write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors,
+                       const std::map<std::string, std::string>& metadata) {
+    std::vector<std::size_t> order(tensors.size());
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::sort(order.begin(), order.end(),
+              [&](std::size_t a, std::size_t b) { return tensors[a].name < tensors[b].name; });
+
+    std::string header = "{";
+    if (!metadata.empty()) {
+        header += "\"__metadata__\":{";
+        bool first = true;
+        for (const auto& [key, value] : metadata) {
+            if (!first) header += ',';
+            header += json::quote(key) + ":" + json::quote(value);
+            first = false;
+        }
+        header += "}";
+    }
+    std::vector<std::size_t> numels(tensors.size());
+    std::size_t offset = 0;
+    for (std::size_t k = 0; k < order.size(); ++k) {
+        const TensorToWrite& t = tensors[order[k]];
+        const std::string where = path + ": tensor " + json::quote(t.name);
+        if (t.name.empty() || t.name == "__metadata__") throw Error(where + ": invalid tensor name");
+        if (k > 0 && tensors[order[k - 1]].name == t.name) throw Error(where + " appears twice");
+        std::size_t numel = 1;
+        std::string shape = "[";
+        for (std::size_t i = 0; i < t.shape.size(); ++i) {
+            if (t.shape[i] < 0) throw Error(where + ": negative dimension");
+            numel *= static_cast<std::size_t>(t.shape[i]);
+            if (i) shape += ',';
+            shape += std::to_string(t.shape[i]);
+        }
+        shape += "]";
+        if (numel > 0 && !t.data) throw Error(where + ": no data");
+        numels[order[k]] = numel;
+        const std::size_t end = offset + numel * sizeof(float);
+        if (header.size() > 1) header += ',';
+        header += json::quote(t.name) +
+                  ":{\"dtype\":\"F32\",\"shape\":" + shape + ",\"data_offsets\":[" +
+                  std::to_string(offset) + "," + std::to_string(end) + "]}";
+        offset = end;
+    }
+    header += "}";
+    header.append((8 - header.size() % 8) % 8, ' ');  // aligns the data buffer to 8 bytes
+
+    TempFile out(path);
+    unsigned char length_bytes[8];
+    uint64_t n = header.size();
+    for (auto& b : length_bytes) {
+        b = static_cast<unsigned char>(n & 0xFF);
+        n >>= 8;
+    }
+    out.write(length_bytes, 8);
+    out.write(header.data(), header.size());
+    for (const std::size_t i : order) out.write(tensors[i].data, numels[i] * sizeof(float));
+    out.commit();
+}
+
+}  // namespace trident::io

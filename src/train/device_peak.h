@@ -1,0 +1,15 @@
+// The peak FLOP rate that MFU is measured against.
+//
+// For the CPU there is no datasheet figure worth trusting (clocks, SIMD width and cores
+// vary), so the peak is the fp32 GEMM rate this machine actually reaches, measured at
+// start-up with the backend's own matmul on square 1024 matrices.
+#pragma once
+
+#include "kernels/ops.h"
+
+namespace trident::train {
+
+// FLOP/s of the backend's matmul at its best of a few repetitions.
+double measure_gemm_flops(kernels::Ops& ops);
+
+}  // namespace trident::train

@@ -1,0 +1,54 @@
+// Metrics to stdout and JSON lines (see metrics.h).
+#include "train/metrics.h"
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "error.h"
+#include "io/json_line.h"
+
+namespace trident::train {
+
+MetricsLog::MetricsLog(const std::optional<std::string>& path, int interval) : interval_(interval) {
+    if (!path) return;
+    const std::filesystem::path p(*path);
+    if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+    file_ = std::fopen(path->c_str(), "w");
+    if (!file_) throw Error("logging.metrics: cannot write '" + *path + "': " + std::strerror(errno));
+}
+
+MetricsLog::~MetricsLog() {
+    if (file_) std::fclose(file_);
+}
+
+void MetricsLog::record(const StepMetrics& m) {
+    if (m.step % interval_ == 0 || m.step == m.steps || m.val_loss) {
+        std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | %.3f TFLOP/s | "
+                    "MFU %.1f%% | %.0f ms",
+                    m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.tflops,
+                    100.0 * m.mfu, m.step_ms);
+        if (m.val_loss) std::printf(" | val_loss %.4f", *m.val_loss);
+        std::printf("\n");
+        std::fflush(stdout);
+    }
+    if (!file_) return;
+    io::JsonLine line;
+    line.add("step", m.step).add("loss", m.loss).add("lr", m.lr).add("grad_norm", m.grad_norm)
+        .add("tokens_per_s", m.tokens_per_s).add("tflops_per_gpu", m.tflops).add("mfu", m.mfu)
+        .add("step_ms", m.step_ms).add("skipped", m.skipped);
+    if (m.val_loss) line.add("val_loss", *m.val_loss);
+    std::fprintf(file_, "%s\n", line.str().c_str());
+    std::fflush(file_);
+}
+
+std::string human_count(double n) {
+    char buf[32];
+    if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.2f B", n / 1e9);
+    else if (n >= 1e6) std::snprintf(buf, sizeof buf, "%.2f M", n / 1e6);
+    else if (n >= 1e3) std::snprintf(buf, sizeof buf, "%.1f K", n / 1e3);
+    else std::snprintf(buf, sizeof buf, "%.0f", n);
+    return buf;
+}
+
+}  // namespace trident::train

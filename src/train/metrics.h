@@ -1,0 +1,39 @@
+// Per-step metrics: one line on stdout every logging.interval steps, and one JSON object per
+// step in the JSON-lines file of logging.metrics (DESIGN.md's keys).
+#pragma once
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+
+namespace trident::train {
+
+struct StepMetrics {
+    int step = 0;  // 1-based: the number of updates done after this step
+    int steps = 0;
+    double loss = 0, lr = 0, grad_norm = 0;
+    double tokens_per_s = 0, tflops = 0, mfu = 0, step_ms = 0;
+    bool skipped = false;
+    std::optional<double> val_loss;
+};
+
+class MetricsLog {
+public:
+    // path: the JSON-lines file (its directory is created), or none.
+    MetricsLog(const std::optional<std::string>& path, int interval);
+    ~MetricsLog();
+    MetricsLog(const MetricsLog&) = delete;
+    MetricsLog& operator=(const MetricsLog&) = delete;
+
+    void record(const StepMetrics& m);
+
+private:
+    std::FILE* file_ = nullptr;
+    int interval_;
+};
+
+// "12.3 M" style counts for the start-up summary.
+std::string human_count(double n);
+
+}  // namespace trident::train

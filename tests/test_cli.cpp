@@ -1,0 +1,252 @@
+// Command-line tests of the built `trident` binary: every kind of bad input gets one clear
+// message and a non-zero exit; good runs are reproducible; export writes loadable weights.
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "data/token_shards.h"
+#include "kernels/random.h"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct RunResult {
+    int exit_code;
+    std::string output;  // stdout and stderr together
+};
+
+RunResult run(const std::string& args) {
+    const std::string cmd = std::string(TRIDENT_BINARY) + " " + args + " 2>&1";
+    FILE* pipe = popen(cmd.c_str(), "r");
+    REQUIRE(pipe != nullptr);
+    std::string output;
+    std::array<char, 4096> buf{};
+    while (std::fgets(buf.data(), buf.size(), pipe)) output += buf.data();
+    const int status = pclose(pipe);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+// A scratch directory with a tiny model's config and data, removed afterwards.
+struct Workspace {
+    fs::path dir;
+
+    Workspace() {
+        dir = fs::temp_directory_path() /
+              ("trident_cli_" + std::to_string(::getpid()) + "_" + std::to_string(unique_id()));
+        fs::create_directories(dir);
+        std::vector<uint16_t> tokens(2000);
+        for (std::size_t i = 0; i < tokens.size(); ++i)
+            tokens[i] = static_cast<uint16_t>(trident::kernels::hash64(7, i) % 64);
+        trident::data::write_token_shard((dir / "train.bin").string(), tokens);
+        write("tiny.yaml", tiny_config());
+    }
+    ~Workspace() { fs::remove_all(dir); }
+
+    static int unique_id() {
+        static int n = 0;
+        return ++n;
+    }
+
+    std::string tiny_config() const {
+        return "model: {vocab_size: 64, seq_len: 16, layers: 2, hidden: 32, heads: 4, "
+               "ffn_hidden: 64}\n"
+               "training: {micro_batch: 2, global_batch: 4, steps: 3, warmup_steps: 1, "
+               "threads: 1}\n"
+               "data: {train: " + (dir / "train.bin").string() + "}\n";
+    }
+
+    std::string path(const std::string& name) const { return (dir / name).string(); }
+
+    std::string write(const std::string& name, const std::string& text) const {
+        std::ofstream(dir / name) << text;
+        return path(name);
+    }
+
+    std::string write_bytes(const std::string& name, const std::vector<char>& bytes) const {
+        std::ofstream out(dir / name, std::ios::binary);
+        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        return path(name);
+    }
+
+    std::vector<char> read_bytes(const std::string& name) const {
+        std::ifstream in(dir / name, std::ios::binary);
+        return {std::istreambuf_iterator<char>(in), {}};
+    }
+
+    std::string train(const std::string& extra = "") const {
+        return "train --config " + path("tiny.yaml") + " " + extra;
+    }
+};
+
+// Checks a failed run: exit 1 and one "trident: error:" line that contains `expected`.
+void require_clear_error(const RunResult& r, const std::string& expected) {
+    INFO(r.output);
+    REQUIRE(r.exit_code == 1);
+    REQUIRE(r.output.find("trident: error: ") != std::string::npos);
+    REQUIRE(r.output.find(expected) != std::string::npos);
+}
+
+std::vector<std::string> losses_of(const std::string& metrics_path) {
+    std::ifstream in(metrics_path);
+    std::vector<std::string> losses;
+    for (std::string line; std::getline(in, line);) {
+        const auto at = line.find("\"loss\": ");
+        REQUIRE(at != std::string::npos);
+        losses.push_back(line.substr(at, line.find(',', at) - at));
+    }
+    return losses;
+}
+
+}  // namespace
+
+TEST_CASE("cli: help explains every subcommand", "[cli]") {
+    for (const char* cmd : {"train", "bench", "export", "tokenize"}) {
+        const RunResult r = run(std::string(cmd) + " --help");
+        INFO(r.output);
+        REQUIRE(r.exit_code == 0);
+        REQUIRE(r.output.find("--") != std::string::npos);
+    }
+    REQUIRE(run("train --help").output.find("--set") != std::string::npos);
+    REQUIRE(run("").exit_code != 0);
+}
+
+TEST_CASE("cli: a tiny run trains and writes metrics", "[cli]") {
+    Workspace ws;
+    const RunResult r = run(ws.train("--set logging.metrics=" + ws.path("m.jsonl")));
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE(r.output.find("step     3/3") != std::string::npos);
+    std::ifstream in(ws.path("m.jsonl"));
+    std::string line;
+    int lines = 0;
+    while (std::getline(in, line)) {
+        ++lines;
+        for (const char* key : {"\"step\"", "\"loss\"", "\"lr\"", "\"grad_norm\"", "\"tokens_per_s\"",
+                                "\"tflops_per_gpu\"", "\"mfu\"", "\"skipped\""})
+            REQUIRE(line.find(key) != std::string::npos);
+    }
+    REQUIRE(lines == 3);
+}
+
+TEST_CASE("cli: two runs of one config give bitwise-identical losses", "[cli]") {
+    Workspace ws;
+    for (const char* shuffle : {"true", "false"}) {
+        const std::string common = std::string("--set data.shuffle=") + shuffle +
+                                   " --set model.dropout=0.1 --set training.threads=2";
+        REQUIRE(run(ws.train(common + " --set logging.metrics=" + ws.path("a.jsonl"))).exit_code == 0);
+        REQUIRE(run(ws.train(common + " --set logging.metrics=" + ws.path("b.jsonl"))).exit_code == 0);
+        const auto a = losses_of(ws.path("a.jsonl"));
+        REQUIRE(a.size() == 3);
+        REQUIRE(a == losses_of(ws.path("b.jsonl")));
+    }
+}
+
+TEST_CASE("cli: bad configs are named by file, line and key", "[cli][bad-input]") {
+    Workspace ws;
+    SECTION("malformed YAML") {
+        const auto p = ws.write("bad.yaml", "model:\n  layers: [1, 2\n");
+        require_clear_error(run("train --config " + p), "bad.yaml:");
+    }
+    SECTION("unknown key") {
+        const auto p = ws.write("bad.yaml", ws.tiny_config() + "logging: {intervall: 3}\n");
+        require_clear_error(run("train --config " + p), "logging.intervall");
+    }
+    SECTION("wrong type in an override") {
+        require_clear_error(run(ws.train("--set training.lr=fast")), "training.lr");
+    }
+    SECTION("inconsistent batch") {
+        require_clear_error(run(ws.train("--set training.global_batch=5")), "training.global_batch");
+    }
+    SECTION("impossible grid") {
+        require_clear_error(run(ws.train("--set parallel.tensor=2")), "parallel");
+    }
+    SECTION("missing config file") {
+        require_clear_error(run("train --config " + ws.path("nope.yaml")), "nope.yaml");
+    }
+}
+
+TEST_CASE("cli: bad data files are reported with their name", "[cli][bad-input]") {
+    Workspace ws;
+    auto shard = ws.read_bytes("train.bin");
+    SECTION("no file matches") {
+        require_clear_error(run(ws.train("--set data.train=" + ws.path("none*.bin"))), "data.train");
+    }
+    SECTION("truncated") {
+        shard.resize(shard.size() - 7);
+        const auto p = ws.write_bytes("cut.bin", shard);
+        require_clear_error(run(ws.train("--set data.train=" + p)), "truncated");
+    }
+    SECTION("shorter than the header") {
+        shard.resize(100);
+        const auto p = ws.write_bytes("cut.bin", shard);
+        require_clear_error(run(ws.train("--set data.train=" + p)), "cut.bin");
+    }
+    SECTION("wrong magic") {
+        shard[0] = 1;
+        const auto p = ws.write_bytes("magic.bin", shard);
+        require_clear_error(run(ws.train("--set data.train=" + p)), "not an llm.c token shard");
+    }
+    SECTION("token outside the vocabulary") {
+        shard[1024 + 10] = 100;  // token 5 becomes 100 >= vocab 64
+        const auto p = ws.write_bytes("vocab.bin", shard);
+        require_clear_error(run(ws.train("--set data.train=" + p)), "outside the vocabulary");
+    }
+    SECTION("too few tokens for one sample") {
+        trident::data::write_token_shard(ws.path("short.bin"), std::vector<uint16_t>(10, 1));
+        require_clear_error(run(ws.train("--set data.train=" + ws.path("short.bin"))), "too few");
+    }
+}
+
+TEST_CASE("cli: bad weights files are reported with their name", "[cli][bad-input]") {
+    Workspace ws;
+    SECTION("not a safetensors file") {
+        const auto p = ws.write("w.safetensors", "this is not a safetensors file at all");
+        require_clear_error(run(ws.train("--set model.init_from=" + p)), "w.safetensors");
+    }
+    SECTION("a model of another shape") {
+        REQUIRE(run(ws.train("--set checkpoint.dir=" + ws.path("ck"))).exit_code == 0);
+        REQUIRE(run("export --checkpoint " + ws.path("ck") + " --output " + ws.path("w.safetensors"))
+                    .exit_code == 0);
+        require_clear_error(
+            run(ws.train("--set model.init_from=" + ws.path("w.safetensors") + " --set model.hidden=64")),
+            "w.safetensors");
+    }
+    SECTION("missing checkpoint for export") {
+        require_clear_error(run("export --checkpoint " + ws.path("none") + " --output x.safetensors"),
+                            "no checkpoint");
+    }
+}
+
+TEST_CASE("cli: a run never overwrites earlier checkpoints", "[cli][bad-input]") {
+    Workspace ws;
+    const std::string ck = "--set checkpoint.dir=" + ws.path("ck");
+    REQUIRE(run(ws.train(ck)).exit_code == 0);
+    const fs::path saved = fs::path(ws.path("ck")) / "step_000003" / "model.safetensors";
+    REQUIRE(fs::exists(saved));
+    const auto before = fs::last_write_time(saved);
+    require_clear_error(run(ws.train(ck)), "already holds checkpoints");
+    REQUIRE(fs::last_write_time(saved) == before);
+}
+
+TEST_CASE("cli: exported weights load back with model.init_from", "[cli]") {
+    Workspace ws;
+    REQUIRE(run(ws.train("--set checkpoint.dir=" + ws.path("ck"))).exit_code == 0);
+    const RunResult e =
+        run("export --checkpoint " + ws.path("ck") + " --output " + ws.path("w.safetensors"));
+    INFO(e.output);
+    REQUIRE(e.exit_code == 0);
+    const RunResult r = run(ws.train("--set model.init_from=" + ws.path("w.safetensors")));
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE(r.output.find("weights: " + ws.path("w.safetensors")) != std::string::npos);
+}

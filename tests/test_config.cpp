@@ -1,0 +1,362 @@
+// Tests of the config system: defaults, every kind of error with its message, overrides,
+// derived values, the YAML round trip, refusals of what is not supported yet, and configs/.
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+
+using namespace trident::config;
+
+namespace {
+
+// The smallest valid file: data.train is the one required key.
+const std::string kMinimal = "data:\n  train: data/train.bin\n";
+
+// The message of the ConfigError that parsing throws; fails the test if nothing is thrown.
+std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+    try {
+        parse(yaml, "x.yaml", overrides);
+    } catch (const ConfigError& e) {
+        return e.what();
+    }
+    FAIL("expected a ConfigError for:\n" << yaml);
+    return "";
+}
+
+bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+
+}  // namespace
+
+TEST_CASE("config: every key has its documented default", "[config]") {
+    const Config cfg = parse(kMinimal, "x.yaml");
+    const Config defaults;
+    CHECK(cfg.model == defaults.model);
+    CHECK(cfg.parallel == defaults.parallel);
+    CHECK(cfg.training == defaults.training);
+    CHECK(cfg.checkpoint == defaults.checkpoint);
+    CHECK(cfg.logging == defaults.logging);
+    CHECK(cfg.device == DeviceKind::auto_);
+    CHECK(cfg.data.train == "data/train.bin");
+    CHECK_FALSE(cfg.data.valid.has_value());
+    CHECK(cfg.data.shuffle);
+    CHECK(cfg.source == "x.yaml");
+
+    // A few spelled out, so a changed default in config.h is a visible decision.
+    CHECK(cfg.model.vocab_size == 50257);
+    CHECK(cfg.parallel.schedule == Schedule::one_f_one_b);
+    CHECK(cfg.training.lr == 6.0e-4);
+    CHECK(cfg.training.decay == Decay::cosine);
+    CHECK(cfg.checkpoint.resume == "auto");
+}
+
+TEST_CASE("config: values of every type are read", "[config]") {
+    const Config cfg = parse(R"(
+model: {vocab_size: 256, seq_len: 64, layers: 2, hidden: 64, heads: 4, ffn_hidden: 256,
+        dropout: 0.1, init_std: 0.01, init_from: gpt2/model.safetensors}
+parallel: {schedule: gpipe, zero_stage: 0}
+training:
+  micro_batch: 2
+  global_batch: 8
+  steps: 1e3          # integers may be written like this
+  lr: 3e-4
+  min_lr: 0
+  decay: linear
+  seed: 18446744073709551615
+data: {train: "a b.bin", valid: ~, shuffle: False}
+checkpoint: {dir: runs/x, interval: 100, keep: 1, resume: never}
+logging: {interval: 10, metrics: null, trace: trace.json}
+device: cpu
+)",
+                             "x.yaml");
+    CHECK(cfg.model.vocab_size == 256);
+    CHECK(cfg.model.dropout == 0.1);
+    CHECK(cfg.model.init_from == "gpt2/model.safetensors");
+    CHECK(cfg.parallel.schedule == Schedule::gpipe);
+    CHECK(cfg.parallel.zero_stage == 0);
+    CHECK(cfg.training.steps == 1000);
+    CHECK(cfg.training.lr == 3e-4);
+    CHECK(cfg.training.min_lr == 0.0);
+    CHECK(cfg.training.decay == Decay::linear);
+    CHECK(cfg.training.seed == 18446744073709551615ull);
+    CHECK(cfg.data.train == "a b.bin");
+    CHECK_FALSE(cfg.data.valid);
+    CHECK_FALSE(cfg.data.shuffle);
+    CHECK(cfg.checkpoint.dir == "runs/x");
+    CHECK(cfg.checkpoint.resume == "never");
+    CHECK_FALSE(cfg.logging.metrics);
+    CHECK(cfg.logging.trace == "trace.json");
+    CHECK(cfg.device == DeviceKind::cpu);
+}
+
+TEST_CASE("config: empty sections and an omitted section are fine", "[config]") {
+    const Config cfg = parse("training:\nmodel: {}\n" + kMinimal, "x.yaml");
+    CHECK(cfg.training == TrainingConfig{});
+}
+
+TEST_CASE("config: malformed YAML names the file and line", "[config]") {
+    const std::string msg = error_of("data:\n  train: a\ntraining:\n  lr: [1, 2\n  steps: 3\n");
+    INFO(msg);
+    CHECK(starts_with(msg, "x.yaml:"));
+    CHECK(msg.find(": invalid YAML: ") != std::string::npos);
+    CHECK(msg.find("end of sequence flow not found") != std::string::npos);
+}
+
+TEST_CASE("config: unknown keys and sections are refused with a suggestion", "[config]") {
+    CHECK(error_of(kMinimal + "training:\n  lrr: 0.1\n") ==
+          "x.yaml:4: training.lrr: unknown key (did you mean training.lr?)");
+    CHECK(error_of(kMinimal + "training:\n  warmup_stpes: 5\n") ==
+          "x.yaml:4: training.warmup_stpes: unknown key (did you mean training.warmup_steps?)");
+    // The same name in another section is the likely meaning.
+    CHECK(error_of(kMinimal + "training:\n  dropout: 0.1\n") ==
+          "x.yaml:4: training.dropout: unknown key (did you mean model.dropout?)");
+    CHECK(error_of(kMinimal + "training:\n  flux_capacitor: 1\n") ==
+          "x.yaml:4: training.flux_capacitor: unknown key");
+    CHECK(error_of("traning:\n  lr: 0.1\n" + kMinimal) ==
+          "x.yaml:1: traning: unknown section (did you mean training?)");
+    CHECK(error_of(kMinimal + "optimizer:\n  kind: adamw\n") == "x.yaml:3: optimizer: unknown section");
+    CHECK(error_of(kMinimal + "lr: 0.1\n") == "x.yaml:3: lr: unknown key (did you mean training.lr?)");
+}
+
+TEST_CASE("config: values of the wrong type are refused", "[config]") {
+    CHECK(error_of(kMinimal + "training:\n  lr: fast\n") ==
+          "x.yaml:4: training.lr: expected a number, got \"fast\"");
+    CHECK(error_of(kMinimal + "model:\n  layers: 3.5\n") ==
+          "x.yaml:4: model.layers: expected an integer, got 3.5");
+    CHECK(error_of(kMinimal + "model:\n  layers: x\n") ==
+          "x.yaml:4: model.layers: expected an integer, got \"x\"");
+    CHECK(error_of(kMinimal + "model:\n  layers: 1e10\n") ==
+          "x.yaml:4: model.layers: expected an integer that fits in 32 bits, got 1e10");
+    CHECK(error_of(kMinimal + "model:\n  layers: [1, 2]\n") ==
+          "x.yaml:4: model.layers: expected an integer, got a list");
+    CHECK(error_of(kMinimal + "training:\n  seed: -1\n") ==
+          "x.yaml:4: training.seed: expected a non-negative integer, got -1");
+    CHECK(error_of(kMinimal + "training:\n  lr: .inf\n") ==
+          "x.yaml:4: training.lr: expected a number, got \".inf\"");
+    CHECK(error_of("data:\n  train: a\n  shuffle: maybe\n") ==
+          "x.yaml:3: data.shuffle: expected true or false, got \"maybe\"");
+    CHECK(error_of(kMinimal + "parallel:\n  schedule: 2f2b\n") ==
+          "x.yaml:4: parallel.schedule: expected one of gpipe, 1f1b, interleaved; got \"2f2b\"");
+    CHECK(error_of(kMinimal + "training:\n  precision: tf32\n") ==
+          "x.yaml:4: training.precision: expected one of fp32, bf16, fp16; got \"tf32\"");
+    CHECK(error_of(kMinimal + "device: gpu\n") ==
+          "x.yaml:3: device: expected one of auto, cpu, cuda; got \"gpu\"");
+    CHECK(error_of(kMinimal + "training: 5\n") == "x.yaml:3: training: expected a map of keys, got 5");
+    CHECK(error_of(kMinimal + "logging: [a]\n") == "x.yaml:3: logging: expected a map of keys, got a list");
+    CHECK(error_of("data:\n  train: null\n") == "x.yaml:2: data.train: expected a string, got null");
+    CHECK(error_of("- 1\n- 2\n").find("x.yaml:1: expected a map of model, parallel") == 0);
+}
+
+TEST_CASE("config: a key given twice is refused", "[config]") {
+    CHECK(error_of(kMinimal + "training:\n  lr: 0.1\n  lr: 0.2\n") ==
+          "x.yaml:5: training.lr: given twice (first at line 4)");
+    CHECK(error_of(kMinimal + "training:\n  lr: 0.1\ntraining:\n  steps: 2\n") ==
+          "x.yaml:5: training: given twice (first at line 3)");
+}
+
+TEST_CASE("config: data.train is required", "[config]") {
+    CHECK(error_of("") == "x.yaml: data.train: required key missing");
+    CHECK(error_of("model:\n  layers: 2\n") == "x.yaml: data.train: required key missing");
+    CHECK(error_of("data:\n  train: ''\n") == "x.yaml:2: data.train: must not be empty");
+    // An override can supply it.
+    CHECK(parse("", "x.yaml", {"data.train=t.bin"}).data.train == "t.bin");
+}
+
+TEST_CASE("config: out-of-range values name their line and key", "[config]") {
+    struct Case {
+        std::string yaml;
+        std::string message;
+    };
+    const std::vector<Case> cases = {
+        {"model:\n  layers: 0\n", "x.yaml:4: model.layers: must be >= 1, got 0"},
+        {"model:\n  vocab_size: 1\n", "x.yaml:4: model.vocab_size: must be >= 2, got 1"},
+        {"model:\n  seq_len: 0\n", "x.yaml:4: model.seq_len: must be >= 1, got 0"},
+        {"model:\n  dropout: 1.0\n", "x.yaml:4: model.dropout: must be in [0, 1), got 1"},
+        {"model:\n  dropout: -0.1\n", "x.yaml:4: model.dropout: must be in [0, 1), got -0.1"},
+        {"training:\n  lr: 0\n", "x.yaml:4: training.lr: must be > 0, got 0"},
+        {"training:\n  min_lr: -1e-5\n", "x.yaml:4: training.min_lr: must be >= 0, got -1e-05"},
+        {"training:\n  beta2: 1\n", "x.yaml:4: training.beta2: must be in [0, 1), got 1"},
+        {"training:\n  eps: 0\n", "x.yaml:4: training.eps: must be > 0, got 0"},
+        {"training:\n  weight_decay: -0.1\n", "x.yaml:4: training.weight_decay: must be >= 0, got -0.1"},
+        {"training:\n  grad_clip: -1\n", "x.yaml:4: training.grad_clip: must be >= 0, got -1"},
+        {"training:\n  micro_batch: 0\n", "x.yaml:4: training.micro_batch: must be >= 1, got 0"},
+        {"training:\n  steps: 0\n", "x.yaml:4: training.steps: must be >= 1, got 0"},
+        {"training:\n  warmup_steps: -1\n", "x.yaml:4: training.warmup_steps: must be >= 0, got -1"},
+        {"training:\n  threads: -2\n", "x.yaml:4: training.threads: must be >= 0, got -2"},
+        {"parallel:\n  zero_stage: 2\n", "x.yaml:4: parallel.zero_stage: must be 0 or 1, got 2"},
+        {"parallel:\n  tensor: 0\n", "x.yaml:4: parallel.tensor: must be >= 1, got 0"},
+        {"checkpoint:\n  keep: 0\n", "x.yaml:4: checkpoint.keep: must be >= 1, got 0"},
+        {"checkpoint:\n  interval: -5\n", "x.yaml:4: checkpoint.interval: must be >= 0, got -5"},
+        {"logging:\n  interval: 0\n", "x.yaml:4: logging.interval: must be >= 1, got 0"},
+    };
+    for (const Case& c : cases) {
+        INFO(c.yaml);
+        CHECK(error_of(kMinimal + c.yaml) == c.message);
+    }
+}
+
+TEST_CASE("config: inconsistent values name the line of the key at fault", "[config]") {
+    CHECK(
+        error_of(kMinimal + "training:\n  micro_batch: 4\n  global_batch: 30\n") ==
+        "x.yaml:5: training.global_batch (30) must be a multiple of micro_batch × parallel.data = 4 × 1 = 4");
+    // With global_batch left at its default (32), the line that broke it is micro_batch's.
+    CHECK(
+        error_of(kMinimal + "training:\n  micro_batch: 5\n") ==
+        "x.yaml:4: training.global_batch (32) must be a multiple of micro_batch × parallel.data = 5 × 1 = 5");
+    CHECK(error_of(kMinimal + "model:\n  hidden: 770\n") ==
+          "x.yaml:4: model.hidden (770) must be a multiple of model.heads (12)");
+    CHECK(error_of(kMinimal + "training:\n  lr: 1e-4\n  min_lr: 1e-3\n") ==
+          "x.yaml:5: training.min_lr (0.001) must not exceed training.lr (1e-04)");
+}
+
+TEST_CASE("config: overrides are applied after the file with the same checks", "[config]") {
+    SECTION("valid values of each kind") {
+        const Config cfg = parse(kMinimal + "training:\n  lr: 1e-3\n", "x.yaml",
+                                 {"training.lr=3e-4", "data.shuffle=false", "data.valid=null",
+                                  "parallel.schedule=gpipe", "model.init_from=hf/gpt2.safetensors",
+                                  "checkpoint.dir=runs/a b", "data.train=data/[ab].bin", "device=cpu"});
+        CHECK(cfg.training.lr == 3e-4);
+        CHECK_FALSE(cfg.data.shuffle);
+        CHECK_FALSE(cfg.data.valid);
+        CHECK(cfg.parallel.schedule == Schedule::gpipe);
+        CHECK(cfg.model.init_from == "hf/gpt2.safetensors");
+        CHECK(cfg.checkpoint.dir == "runs/a b");
+        CHECK(cfg.data.train == "data/[ab].bin");  // not valid YAML: taken as the plain string
+        CHECK(cfg.device == DeviceKind::cpu);
+    }
+    SECTION("a section absent from the file is created") {
+        const Config cfg =
+            parse(kMinimal, "x.yaml", {"logging.metrics=runs/m.jsonl", "parallel.schedule=1f1b"});
+        CHECK(cfg.logging.metrics == "runs/m.jsonl");
+        CHECK(cfg.parallel.schedule == Schedule::one_f_one_b);
+    }
+    SECTION("later overrides win") {
+        CHECK(parse(kMinimal, "x.yaml", {"training.steps=5", "training.steps=7"}).training.steps == 7);
+    }
+    SECTION("errors name the override") {
+        CHECK(error_of(kMinimal, {"training.lr=fast"}) ==
+              "--set training.lr=fast: training.lr: expected a number, got \"fast\"");
+        CHECK(error_of(kMinimal, {"training.lrr=0.1"}) ==
+              "--set training.lrr=0.1: training.lrr: unknown key (did you mean training.lr?)");
+        CHECK(error_of(kMinimal, {"training.steps=0"}) ==
+              "--set training.steps=0: training.steps: must be >= 1, got 0");
+        CHECK(error_of(kMinimal, {"training.lr"}) ==
+              "--set training.lr: expected key.path=value, e.g. training.lr=3e-4");
+        CHECK(error_of(kMinimal, {"training=1"}) ==
+              "--set training=1: training: is a section; set one of its keys, e.g. training.micro_batch");
+        CHECK(error_of(kMinimal, {"model.layers=[1"}) ==
+              "--set model.layers=[1: model.layers: expected an integer, got \"[1\"");
+    }
+    SECTION("an override that breaks consistency is blamed over the file") {
+        const std::string file = kMinimal + "training:\n  micro_batch: 4\n  global_batch: 32\n";
+        CHECK(error_of(file, {"training.global_batch=30"}) ==
+              "--set training.global_batch=30: training.global_batch (30) must be a multiple of "
+              "micro_batch × parallel.data = 4 × 1 = 4");
+        CHECK(error_of(file, {"training.micro_batch=5"}) ==
+              "--set training.micro_batch=5: training.global_batch (32) must be a multiple of "
+              "micro_batch × parallel.data = 5 × 1 = 5");
+        // An override can also repair the file.
+        CHECK(parse(kMinimal + "training:\n  lr: 0\n", "x.yaml", {"training.lr=1e-3"}).training.lr == 1e-3);
+    }
+}
+
+TEST_CASE("config: layouts other than 1x1x1 are refused for now", "[config]") {
+    CHECK(error_of(kMinimal + "parallel:\n  pipeline: 1\n  tensor: 2\n") ==
+          "x.yaml:5: parallel.tensor: layouts other than 1x1x1 are not supported yet (got 1x2x1)");
+    CHECK(error_of(kMinimal, {"parallel.data=4"}) ==
+          "--set parallel.data=4: parallel.data: layouts other than 1x1x1 are not supported yet (got 1x1x4)");
+    CHECK(error_of(kMinimal + "parallel:\n  sequence_parallel: true\n") ==
+          "x.yaml:4: parallel.sequence_parallel: sequence parallelism is not supported yet");
+    CHECK(error_of(kMinimal + "training:\n  precision: bf16\n") ==
+          "x.yaml:4: training.precision: bf16 is not supported yet (only fp32)");
+    CHECK(error_of(kMinimal + "training:\n  recompute: full\n") ==
+          "x.yaml:4: training.recompute: full is not supported yet (only none)");
+    CHECK(error_of(kMinimal + "device: cuda\n") ==
+          "x.yaml:3: device: this build has no CUDA backend yet (use auto or cpu)");
+}
+
+TEST_CASE("config: derived values", "[config]") {
+    SECTION("GPT-2 small") {
+        const Config cfg = parse(kMinimal + "training: {micro_batch: 4, global_batch: 8}\n", "x.yaml");
+        const Derived& d = cfg.derived;
+        CHECK(d.padded_vocab == 50304);
+        CHECK(d.head_dim == 64);
+        CHECK(d.world_size == 1);
+        CHECK(d.grad_accum_steps == 2);
+        CHECK(d.tokens_per_step == 8 * 1024);
+        CHECK(d.parameters == 124'439'808);  // GPT-2 124M
+        // 72·B·s·l·h²·(1 + s/(12h) + V/(12·l·h)) with B=8, s=1024, l=12, h=768, V=50257.
+        CHECK(d.flops_per_step == Approx(6535702904832.0).epsilon(1e-12));
+    }
+    SECTION("vocabulary padding") {
+        Config cfg;
+        cfg.model.vocab_size = 100;
+        derive(cfg);
+        CHECK(cfg.derived.padded_vocab == 128);
+        cfg.model.vocab_size = 128;
+        derive(cfg);
+        CHECK(cfg.derived.padded_vocab == 128);
+        // Split over M = 2, each shard stays a multiple of 128.
+        cfg.model.vocab_size = 50257;
+        cfg.parallel.tensor = 2;
+        derive(cfg);
+        CHECK(cfg.derived.padded_vocab == 50432);
+    }
+}
+
+TEST_CASE("config: to_yaml writes every key and reads back to the same config", "[config]") {
+    const Config original =
+        parse(kMinimal, "x.yaml",
+              {"model.vocab_size=256", "model.dropout=0.1", "model.init_std=0.015",
+               "model.init_from='w:\"gpt2\" #1.bin'", "parallel.schedule=gpipe", "parallel.zero_stage=0",
+               "training.lr=3e-4", "training.min_lr=1e-05", "training.seed=18446744073709551615",
+               "training.eps=1e-8", "training.decay=linear", "data.valid='null'", "data.shuffle=false",
+               "checkpoint.dir=runs/#1", "checkpoint.resume=never", "logging.trace=t.json", "device=cpu"});
+    CHECK(original.model.init_from == "w:\"gpt2\" #1.bin");
+    CHECK(original.data.valid == "null");  // quoted: the string, not null
+
+    const std::string yaml = to_yaml(original);
+    INFO(yaml);
+    for (const char* key : {"vocab_size:", "init_from:", "sequence_parallel:", "eval_batches:", "shuffle:",
+                            "keep:", "trace:", "device:"})
+        CHECK(yaml.find(key) != std::string::npos);
+
+    Config again = parse(yaml, "saved.yaml");
+    CHECK(again.source == "saved.yaml");
+    again.source = original.source;
+    CHECK(again == original);
+    CHECK(to_yaml(again) == yaml);
+}
+
+TEST_CASE("config: to_string spells enums as YAML does", "[config]") {
+    CHECK(std::string(to_string(Schedule::one_f_one_b)) == "1f1b");
+    CHECK(std::string(to_string(Decay::constant)) == "constant");
+    CHECK(std::string(to_string(Precision::bf16)) == "bf16");
+    CHECK(std::string(to_string(Recompute::selective)) == "selective");
+    CHECK(std::string(to_string(DeviceKind::auto_)) == "auto");
+}
+
+TEST_CASE("config: load reads a file and reports one it cannot open", "[config]") {
+    CHECK_THROWS_WITH(load("no/such/x.yaml"),
+                      "cannot open config file 'no/such/x.yaml': No such file or directory");
+    const Config cfg = load(TRIDENT_SOURCE_DIR "/configs/default.yaml", {"training.steps=3"});
+    CHECK(cfg.source == TRIDENT_SOURCE_DIR "/configs/default.yaml");
+    CHECK(cfg.training.steps == 3);
+    CHECK(cfg.model.vocab_size == 256);
+}
+
+TEST_CASE("config: every file in configs/ loads", "[config]") {
+    int files = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(TRIDENT_SOURCE_DIR "/configs")) {
+        if (entry.path().extension() != ".yaml") continue;
+        INFO(entry.path().string());
+        CHECK_NOTHROW(load(entry.path().string()));
+        ++files;
+    }
+    CHECK(files >= 3);
+
+    const Config gpt2 = load(TRIDENT_SOURCE_DIR "/configs/gpt2-124m.yaml");
+    CHECK(gpt2.derived.parameters == 124'439'808);
+}
