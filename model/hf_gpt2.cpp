@@ -6,6 +6,7 @@
 #include <map>
 #include <span>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "error.h"
@@ -18,7 +19,9 @@ namespace {
 constexpr std::string_view kPrefix = "transformer.";
 
 // HF's Conv1D weights (c_attn, c_proj, c_fc): every matrix inside a block.
-bool is_conv1d_weight(const ParamTensor& t) { return t.name.starts_with("h.") && t.shape.size() == 2; }
+bool is_conv1d_weight(const ParamTensor& t) {
+    return t.name.starts_with("h.") && t.shape.size() == 2;
+}
 
 // h.<N>.attn.bias and h.<N>.attn.masked_bias: HF's causal-mask buffers, not parameters.
 bool is_mask_buffer(std::string_view name) {
@@ -38,20 +41,32 @@ void transpose(const float* src, float* dst, std::size_t rows, std::size_t cols)
 
 // The HF shape of one of our tensors: Conv1D weights transposed, wte unpadded.
 std::vector<int64_t> hf_shape(const ParamTensor& t, const ParamLayout& layout) {
-    if (t.name == "wte.weight")
-        return {layout.shape().vocab, layout.shape().hidden};
+    if (t.name == "wte.weight") return {layout.shape().vocab, layout.shape().hidden};
     if (is_conv1d_weight(t)) return {t.shape[1], t.shape[0]};
     return t.shape;
 }
 
-// The config sizes a tensor's shape depends on, for messages.
-std::string sizes_of(const ParamTensor& t, const GptShape& s) {
-    const std::string hidden = "hidden=" + std::to_string(s.hidden);
-    if (t.name == "wte.weight") return "vocab_size=" + std::to_string(s.vocab) + ", " + hidden;
-    if (t.name == "wpe.weight") return "seq_len=" + std::to_string(s.max_seq) + ", " + hidden;
-    if (t.name.find(".mlp.c_fc.") != std::string::npos || t.name.find(".mlp.c_proj.weight") != std::string::npos)
-        return hidden + ", ffn_hidden=" + std::to_string(s.ffn);
-    return hidden;
+// The config keys a tensor's shape depends on, with their values, for messages.
+std::vector<std::pair<std::string, int>> sizes_of(const ParamTensor& t, const GptShape& s) {
+    if (t.name == "wte.weight") return {{"vocab_size", s.vocab}, {"hidden", s.hidden}};
+    if (t.name == "wpe.weight") return {{"seq_len", s.max_seq}, {"hidden", s.hidden}};
+    if (t.name.find(".mlp.c_fc.") != std::string::npos || t.name.ends_with(".mlp.c_proj.weight"))
+        return {{"hidden", s.hidden}, {"ffn_hidden", s.ffn}};
+    return {{"hidden", s.hidden}};
+}
+
+// "for hidden=384, ffn_hidden=1536 (check model.hidden/ffn_hidden against the checkpoint)"
+std::string config_hint(const ParamTensor& t, const GptShape& s) {
+    std::string values, keys;
+    for (const auto& [key, value] : sizes_of(t, s)) {
+        if (!values.empty()) {
+            values += ", ";
+            keys += '/';
+        }
+        values += key + "=" + std::to_string(value);
+        keys += key;
+    }
+    return "for " + values + " (check model." + keys + " against the checkpoint)";
 }
 
 std::string list_names(const std::vector<std::string>& names) {
@@ -66,7 +81,8 @@ std::string list_names(const std::vector<std::string>& names) {
 }
 
 void check_float_dtype(const io::SafetensorsFile& file, const io::TensorInfo& info) {
-    if (info.dtype != io::Dtype::F32 && info.dtype != io::Dtype::F16 && info.dtype != io::Dtype::BF16)
+    if (info.dtype != io::Dtype::F32 && info.dtype != io::Dtype::F16 &&
+        info.dtype != io::Dtype::BF16)
         throw Error(file.path() + ": " + info.name + " has dtype " +
                     std::string(io::dtype_name(info.dtype)) + ", expected F32, F16 or BF16");
 }
@@ -100,13 +116,15 @@ void load_hf_gpt2(const std::string& path, const ParamLayout& layout, float* par
     for (const auto& [name, info] : by_name)
         if (!layout.find(name)) unexpected.push_back(info->name);
     if (!missing.empty())
-        throw Error(path + ": missing " + std::to_string(missing.size()) + " tensor(s): " +
-                    list_names(missing) + " (is this a GPT-2 checkpoint with layers=" +
-                    std::to_string(s.layers) + "? check model.layers against the checkpoint)");
+        throw Error(path + ": missing " + std::to_string(missing.size()) +
+                    " tensor(s): " + list_names(missing) +
+                    " (is this a GPT-2 checkpoint with layers=" + std::to_string(s.layers) +
+                    "? check model.layers against the checkpoint)");
     if (!unexpected.empty())
-        throw Error(path + ": unexpected " + std::to_string(unexpected.size()) + " tensor(s): " +
-                    list_names(unexpected) + " (the model has layers=" + std::to_string(s.layers) +
-                    "; check model.layers against the checkpoint)");
+        throw Error(
+            path + ": unexpected " + std::to_string(unexpected.size()) + " tensor(s): " +
+            list_names(unexpected) + " (the model has layers=" + std::to_string(s.layers) +
+            "; check model.layers against the checkpoint, or is it not a GPT-2 checkpoint?)");
 
     // Check every shape before reading any data, so a wrong config fails at once.
     for (const auto& t : layout.tensors()) {
@@ -120,10 +138,8 @@ void load_hf_gpt2(const std::string& path, const ParamLayout& layout, float* par
                                : info.shape == expected;
         if (!ok)
             throw Error(path + ": " + info.name + " has shape " + io::shape_string(info.shape) +
-                        ", expected " + io::shape_string(expected) + (is_wpe ? " or more rows" : "") +
-                        " for " + sizes_of(t, s) + " (check model." +
-                        (is_wpe ? "seq_len" : "hidden/ffn_hidden/vocab_size") +
-                        " against the checkpoint)");
+                        ", expected " + io::shape_string(expected) +
+                        (is_wpe ? " or more rows " : " ") + config_hint(t, s));
     }
 
     std::vector<float> scratch;
@@ -153,9 +169,10 @@ void load_hf_gpt2(const std::string& path, const ParamLayout& layout, float* par
         check_float_dtype(file, *lm_head);
         const std::vector<int64_t> expected = {s.vocab, s.hidden};
         if (lm_head->shape != expected)
-            throw Error(path + ": " + lm_head->name + " has shape " + io::shape_string(lm_head->shape) +
-                        ", expected " + io::shape_string(expected) + " for vocab_size=" +
-                        std::to_string(s.vocab) + ", hidden=" + std::to_string(s.hidden));
+            throw Error(path + ": " + lm_head->name + " has shape " +
+                        io::shape_string(lm_head->shape) + ", expected " +
+                        io::shape_string(expected) + " for vocab_size=" + std::to_string(s.vocab) +
+                        ", hidden=" + std::to_string(s.hidden));
         scratch.resize(lm_head->numel);
         file.read_f32(*lm_head, scratch);
         if (std::memcmp(scratch.data(), params + layout.wte(), scratch.size() * sizeof(float)) != 0)
@@ -170,7 +187,8 @@ void save_hf_gpt2(const std::string& path, const ParamLayout& layout, const floa
     std::vector<std::vector<float>> transposed;  // owns the Conv1D copies until written
     transposed.reserve(layout.tensors().size());
     for (const auto& t : layout.tensors()) {
-        io::TensorToWrite out{std::string(kPrefix) + t.name, hf_shape(t, layout), params + t.offset};
+        io::TensorToWrite out{std::string(kPrefix) + t.name, hf_shape(t, layout),
+                              params + t.offset};
         if (is_conv1d_weight(t)) {  // ours (out, in) -> HF (in, out)
             auto& copy = transposed.emplace_back(t.numel);
             transpose(params + t.offset, copy.data(), static_cast<std::size_t>(t.shape[0]),

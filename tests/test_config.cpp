@@ -109,6 +109,8 @@ TEST_CASE("config: unknown keys and sections are refused with a suggestion", "[c
           "x.yaml:4: training.lrr: unknown key (did you mean training.lr?)");
     CHECK(error_of(kMinimal + "training:\n  warmup_stpes: 5\n") ==
           "x.yaml:4: training.warmup_stpes: unknown key (did you mean training.warmup_steps?)");
+    CHECK(error_of(kMinimal + "training:\n  warmup: 5\n") ==
+          "x.yaml:4: training.warmup: unknown key (did you mean training.warmup_steps?)");
     // The same name in another section is the likely meaning.
     CHECK(error_of(kMinimal + "training:\n  dropout: 0.1\n") ==
           "x.yaml:4: training.dropout: unknown key (did you mean model.dropout?)");
@@ -273,6 +275,8 @@ TEST_CASE("config: layouts other than 1x1x1 are refused for now", "[config]") {
           "x.yaml:4: training.precision: bf16 is not supported yet (only fp32)");
     CHECK(error_of(kMinimal + "training:\n  recompute: full\n") ==
           "x.yaml:4: training.recompute: full is not supported yet (only none)");
+    CHECK(error_of(kMinimal + "parallel:\n  schedule: interleaved\n") ==
+          "x.yaml:4: parallel.schedule: interleaved needs parallel.virtual_stages >= 2 (got 1)");
     CHECK(error_of(kMinimal + "device: cuda\n") ==
           "x.yaml:3: device: this build has no CUDA backend yet (use auto or cpu)");
 }

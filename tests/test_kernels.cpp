@@ -5,10 +5,10 @@
 // differences of that double reference, on the objective L = sum(dout * forward(x)) for a
 // random dout, so the gradients are tested against the forward's definition rather than
 // against a second hand-derived formula. The rest covers the "+=" convention, dropout's
-// statistics, AdamW against a hand-computed double loop, and bitwise determinism.
-#include <catch2/catch.hpp>
-
+// statistics, AdamW against a hand-computed double loop, bitwise determinism, and the CPU
+// backend's own exp approximation.
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -18,13 +18,13 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/cpu_kernels.h"
 #include "kernels/ops.h"
 
 namespace {
 
 using trident::kernels::dropout_keep;
 using trident::kernels::make_cpu_ops;
-using trident::kernels::Ops;
 
 // ---- helpers ------------------------------------------------------------------------------
 
@@ -45,7 +45,9 @@ std::vector<int32_t> random_ints(std::size_t count, uint32_t seed, int32_t bound
     return x;
 }
 
-std::vector<double> to_double(const std::vector<float>& x) { return {x.begin(), x.end()}; }
+std::vector<double> to_double(const std::vector<float>& x) {
+    return {x.begin(), x.end()};
+}
 
 // Passes when max |actual - expected| <= tolerance * max |expected|: an error measured
 // against the tensor's scale, so near-zero elements do not demand impossible precision.
@@ -142,8 +144,8 @@ void matmul_reference(std::vector<T>& out, const std::vector<T>& inp, const std:
 
 // att (B,NH,Tn,Tn) and out (B,Tn,C), attention dropout by the flat index into att.
 template <typename T>
-void attention_reference(std::vector<T>& out, std::vector<T>& att, const std::vector<T>& qkv,
-                         int B, int Tn, int C, int NH, float drop_prob, uint64_t seed) {
+void attention_reference(std::vector<T>& out, std::vector<T>& att, const std::vector<T>& qkv, int B,
+                         int Tn, int C, int NH, float drop_prob, uint64_t seed) {
     const int hs = C / NH;
     const T scale = T(1) / std::sqrt(T(hs));
     const T keep_scale = T(1) / (T(1) - T(drop_prob));
@@ -204,6 +206,30 @@ void cross_entropy_reference(std::vector<T>& losses, const std::vector<T>& logit
     }
 }
 
+// ---- the CPU backend's vectorisable exp and tanh -----------------------------------------
+
+TEST_CASE("fast_exp and fast_tanh are accurate", "[kernels]") {
+    using trident::kernels::cpu::fast_exp;
+    using trident::kernels::cpu::fast_tanh;
+    double exp_error = 0.0;  // relative
+    for (double x = -87.0; x <= 88.0; x += 1e-3) {
+        const float xf = static_cast<float>(x);
+        const double exact = std::exp(static_cast<double>(xf));
+        exp_error = std::max(exp_error, std::abs(fast_exp(xf) - exact) / exact);
+    }
+    CHECK(exp_error < 5e-7);
+    CHECK(fast_exp(0.0f) == 1.0f);
+    CHECK(fast_exp(-100.0f) == 0.0f);
+    CHECK(fast_exp(-std::numeric_limits<float>::infinity()) == 0.0f);
+
+    double tanh_error = 0.0;  // absolute
+    for (double x = -20.0; x <= 20.0; x += 1e-3) {
+        const float xf = static_cast<float>(x);
+        tanh_error = std::max(tanh_error, std::abs(fast_tanh(xf) - std::tanh(double(xf))));
+    }
+    CHECK(tanh_error < 5e-7);
+}
+
 // ---- memory -------------------------------------------------------------------------------
 
 TEST_CASE("cpu ops: allocate is zeroed and aligned, copies round-trip", "[kernels]") {
@@ -233,7 +259,8 @@ TEST_CASE("cpu ops: allocate is zeroed and aligned, copies round-trip", "[kernel
 
 TEST_CASE("embedding forward and backward", "[kernels]") {
     auto ops = make_cpu_ops(2);
-    const int B = 2, Tn = 5, C = 8, Vp = 16;
+    const int B = 2, Tn = 5, Vp = 16;
+    const int C = GENERATE(8, 80);  // 80: more than one of the backward's channel blocks
     // Repeated tokens, within and across sequences, make the backward a true reduction.
     const std::vector<int32_t> tokens = {3, 7, 3, 0, 15, 7, 7, 2, 3, 9};
     const auto wte = random_floats(Vp * C, 11);
@@ -271,7 +298,8 @@ TEST_CASE("embedding forward and backward", "[kernels]") {
 
 TEST_CASE("layernorm forward and backward", "[kernels]") {
     auto ops = make_cpu_ops(2);
-    const int N = 10, C = 8;
+    const int N = 10;
+    const int C = GENERATE(8, 80);  // 80: more than one of the backward's column blocks
     // An offset mean, so the variance is not computed from a near-zero-mean row only.
     const auto inp = random_floats(N * C, 21, 2.0f, 4.0f);
     const auto weight = random_floats(C, 22, 0.5f, 1.5f);
@@ -314,7 +342,15 @@ TEST_CASE("layernorm forward and backward", "[kernels]") {
 
 TEST_CASE("matmul forward and backward", "[kernels]") {
     auto ops = make_cpu_ops(2);
-    const int N = 10, C = 8, OC = 12;
+    // Shapes chosen so that, on two threads, the GEMMs of the forward and of both gradients
+    // are each split by rows and by columns somewhere, and dbias spans two column blocks.
+    const auto [N, C, OC] = GENERATE(table<int, int, int>({
+        {10, 8, 12},
+        {40, 24, 36},
+        {40, 24, 72},
+        {20, 40, 36},
+    }));
+    CAPTURE(N, C, OC);
     const auto inp = random_floats(N * C, 31);
     const auto weight = random_floats(OC * C, 32);
     const auto bias = random_floats(OC, 33);
@@ -383,8 +419,8 @@ void check_attention(float drop_prob) {
     const auto dout = random_floats(B * Tn * C, 42);
     const auto dout_d = to_double(dout);
     std::vector<float> dqkv(B * Tn * 3 * C, 0.0f), scratch(B * NH * Tn * Tn);
-    ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B,
-                            Tn, C, NH, drop_prob, seed);
+    ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, Tn,
+                            C, NH, drop_prob, seed);
     auto objective = [&] {
         std::vector<double> y, a;
         attention_reference(y, a, qkv_d, B, Tn, C, NH, drop_prob, seed);
@@ -394,14 +430,18 @@ void check_attention(float drop_prob) {
     check_close("dqkv", dqkv, dqkv_expected, kGradientTolerance);
 
     // "+=": a second call on top of the first doubles the gradient.
-    ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B,
-                            Tn, C, NH, drop_prob, seed);
+    ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, Tn,
+                            C, NH, drop_prob, seed);
     check_close("dqkv", dqkv, doubled(dqkv_expected), kGradientTolerance);
 }
 
-TEST_CASE("attention forward and backward", "[kernels]") { check_attention(0.0f); }
+TEST_CASE("attention forward and backward", "[kernels]") {
+    check_attention(0.0f);
+}
 
-TEST_CASE("attention forward and backward with dropout", "[kernels]") { check_attention(0.3f); }
+TEST_CASE("attention forward and backward with dropout", "[kernels]") {
+    check_attention(0.3f);
+}
 
 // ---- pointwise ----------------------------------------------------------------------------
 
@@ -516,8 +556,8 @@ TEST_CASE("cross entropy forward and backward over padded logits", "[kernels]") 
     check_close("losses", losses, expected, kForwardTolerance);
 
     std::vector<float> dlogits(N * Vp, 1.0f);  // overwritten, not accumulated into
-    ops->cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), dloss,
-                                N, V, Vp);
+    ops->cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), dloss, N,
+                                V, Vp);
     auto objective = [&] {
         std::vector<double> l;
         cross_entropy_reference(l, logits_d, targets, N, V, Vp);
@@ -534,8 +574,8 @@ TEST_CASE("cross entropy forward and backward over padded logits", "[kernels]") 
         for (int n = 0; n < N; n++)
             for (int c = V; c < Vp; c++) padded[n * Vp + c] = (c % 2 ? 1e30f : -1e30f);
         std::vector<float> losses2(N), lse2(N), dlogits2(N * Vp);
-        ops->cross_entropy_forward(losses2.data(), lse2.data(), padded.data(), targets.data(), N,
-                                   V, Vp);
+        ops->cross_entropy_forward(losses2.data(), lse2.data(), padded.data(), targets.data(), N, V,
+                                   Vp);
         ops->cross_entropy_backward(dlogits2.data(), padded.data(), lse2.data(), targets.data(),
                                     dloss, N, V, Vp);
         CHECK(bitwise_equal(losses2, losses));
@@ -579,8 +619,8 @@ TEST_CASE("adamw update matches torch's formula over three steps", "[kernels]") 
 
     for (int step = 1; step <= 3; step++) {
         const auto grads = random_floats(count, 102 + step);
-        ops->adamw_update(params.data(), grads.data(), m.data(), v.data(), count, lr, beta1,
-                          beta2, eps, weight_decay, step);
+        ops->adamw_update(params.data(), grads.data(), m.data(), v.data(), count, lr, beta1, beta2,
+                          eps, weight_decay, step);
         const double bias_correction1 = 1.0 - std::pow(double(beta1), step);
         const double bias_correction2 = 1.0 - std::pow(double(beta2), step);
         for (std::size_t i = 0; i < count; i++) {
@@ -617,15 +657,15 @@ TEST_CASE("ops repeat bit for bit", "[kernels]") {
         std::vector<std::vector<float>> results;
         std::vector<float> out(N * OC), dinp(N * C, 0.0f), dweight(OC * C, 0.0f), dbias(OC, 0.0f);
         ops->matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
-        ops->matmul_backward(dinp.data(), dweight.data(), dbias.data(), dout_oc.data(),
-                             inp.data(), weight.data(), N, C, OC);
+        ops->matmul_backward(dinp.data(), dweight.data(), dbias.data(), dout_oc.data(), inp.data(),
+                             weight.data(), N, C, OC);
         results.insert(results.end(), {out, dinp, dweight, dbias});
 
         std::vector<float> att_out(N * C), att(B * NH * Tn * Tn), scratch(att.size());
         std::vector<float> dqkv(N * 3 * C, 0.0f);
         ops->attention_forward(att_out.data(), att.data(), qkv.data(), B, Tn, C, NH, 0.1f, 5);
-        ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(),
-                                B, Tn, C, NH, 0.1f, 5);
+        ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B,
+                                Tn, C, NH, 0.1f, 5);
         results.insert(results.end(), {att_out, att, dqkv});
 
         std::vector<float> ln_out(N * C), mean(N), rstd(N), ln_dinp(N * C, 0.0f), dw(C, 0.0f),
@@ -639,8 +679,8 @@ TEST_CASE("ops repeat bit for bit", "[kernels]") {
         std::vector<float> losses(N), lse(N), dlogits(N * Vp);
         ops->cross_entropy_forward(losses.data(), lse.data(), logits.data(), targets.data(), N, V,
                                    Vp);
-        ops->cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(),
-                                    0.5f, N, V, Vp);
+        ops->cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), 0.5f,
+                                    N, V, Vp);
         results.insert(results.end(), {losses, lse, dlogits});
 
         std::vector<float> dwte(50 * C, 0.0f), dwpe(Tn * C, 0.0f);

@@ -1,11 +1,10 @@
 // Tests of the safetensors reader/writer (src/io/safetensors.h) and the Hugging Face GPT-2
 // import/export (model/hf_gpt2.h): round trips, dtype conversion from hand-made bit patterns,
 // a file whose bytes are written out literally, and every kind of corrupt file we refuse.
-#include <catch2/catch.hpp>
-
 #include <unistd.h>
 
 #include <bit>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -21,10 +20,10 @@
 #include "model/param_layout.h"
 
 namespace fs = std::filesystem;
+using Catch::Contains;
 using trident::io::Dtype;
 using trident::io::SafetensorsFile;
 using trident::io::TensorToWrite;
-using Catch::Contains;
 
 namespace {
 
@@ -146,7 +145,8 @@ TEST_CASE("safetensors: write then read gives back names, shapes, values and met
     CHECK(f.read_f32("a.vector") == b);
     CHECK(f.read_f32("m.scalar") == std::vector<float>{42.0f});
     CHECK(f.read_f32("e.empty").empty());
-    CHECK_THAT(error_of([&] { f.read_f32("nope"); }), Contains(path) && Contains("no tensor named"));
+    CHECK_THAT(error_of([&] { f.read_f32("nope"); }),
+               Contains(path) && Contains("no tensor named"));
 
     // Overwriting an existing file replaces it.
     const std::vector<TensorToWrite> one = {{"only", {1}, &scalar}};
@@ -237,15 +237,17 @@ TEST_CASE("safetensors: every kind of corrupt file is refused with a message nam
     SECTION("missing file") {
         CHECK_THAT(open_error(dir.file("absent.safetensors")), Contains("cannot open"));
     }
-    SECTION("too short for the length field") { CHECK_THAT(refused("abc"), Contains("too short")); }
+    SECTION("too short for the length field") {
+        CHECK_THAT(refused("abc"), Contains("too short"));
+    }
     SECTION("header length past the end of the file") {
         CHECK_THAT(refused(u64_le(1000) + "{}"), Contains("header length 1000 runs past the end"));
         CHECK_THAT(refused(u64_le(~0ull) + "{}"), Contains("runs past the end"));
     }
     SECTION("header is not JSON") {
-        CHECK_THAT(refused(st_bytes("{\"a\": garbage}", "")), Contains("not valid JSON"));
-        CHECK_THAT(refused(st_bytes("{\"a\": {", "")), Contains("not valid JSON"));
-        CHECK_THAT(refused(st_bytes("", "")), Contains("not valid JSON"));
+        CHECK_THAT(refused(st_bytes("{\"a\": garbage}", "")), Contains("invalid header JSON"));
+        CHECK_THAT(refused(st_bytes("{\"a\": {", "")), Contains("invalid header JSON"));
+        CHECK_THAT(refused(st_bytes("", "")), Contains("invalid header JSON"));
         CHECK_THAT(refused(st_bytes("{} x", "")), Contains("after the JSON value"));
         CHECK_THAT(refused(st_bytes("{\"a\\q\":1}", "")), Contains("unknown escape"));
         CHECK_THAT(refused(st_bytes("{\"\\ud800\":1}", "")), Contains("surrogate"));
@@ -253,7 +255,8 @@ TEST_CASE("safetensors: every kind of corrupt file is refused with a message nam
         CHECK_THAT(refused(st_bytes(std::string(1000, '[') + std::string(1000, ']'), "")),
                    Contains("nesting"));
         CHECK_THAT(refused(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[99999999999999999999],"
-                                    "\"data_offsets\":[0,0]}}", "")),
+                                    "\"data_offsets\":[0,0]}}",
+                                    "")),
                    Contains("64-bit range"));
         CHECK_THAT(refused(st_bytes("[1, 2]", "")), Contains("must be a JSON object"));
     }
@@ -262,58 +265,68 @@ TEST_CASE("safetensors: every kind of corrupt file is refused with a message nam
                    Contains("duplicate key \"a\""));
     }
     SECTION("unknown dtype") {
-        CHECK_THAT(refused(st_bytes("{\"a\":{\"dtype\":\"F24\",\"shape\":[2],\"data_offsets\":[0,8]}}",
-                                    data8)),
+        CHECK_THAT(refused(st_bytes(
+                       "{\"a\":{\"dtype\":\"F24\",\"shape\":[2],\"data_offsets\":[0,8]}}", data8)),
                    Contains("tensor \"a\": unknown dtype \"F24\""));
     }
     SECTION("shape and dtype do not match the offsets") {
-        CHECK_THAT(refused(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}",
-                                    data8)),
+        CHECK_THAT(refused(st_bytes(
+                       "{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", data8)),
                    Contains("need 12 bytes, but data_offsets [0, 8] hold 8"));
-        CHECK_THAT(refused(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}",
-                                    data8)),
+        CHECK_THAT(refused(st_bytes(
+                       "{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", data8)),
                    Contains("non-negative"));
-        CHECK_THAT(refused(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}",
-                                    data8)),
-                   Contains("non-negative integer"));
-        CHECK_THAT(refused(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],"
-                                    "\"data_offsets\":[0,8]}}", data8)),
-                   Contains("too large"));
-        CHECK_THAT(refused(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}",
-                                    data8)),
+        CHECK_THAT(
+            refused(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.0],\"data_offsets\":[0,8]}}",
+                             data8)),
+            Contains("non-negative integer"));
+        CHECK_THAT(
+            refused(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[4294967296,4294967296,16],"
+                             "\"data_offsets\":[0,8]}}",
+                             data8)),
+            Contains("too large"));
+        CHECK_THAT(refused(st_bytes(
+                       "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", data8)),
                    Contains("end before they begin"));
     }
     SECTION("malformed entries") {
         CHECK_THAT(refused(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", data8)),
                    Contains("missing field \"data_offsets\""));
-        CHECK_THAT(refused(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],"
-                                    "\"extra\":1}}", data8)),
-                   Contains("unknown field \"extra\""));
-        CHECK_THAT(refused(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}",
-                                    data8)),
+        CHECK_THAT(
+            refused(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8],"
+                             "\"extra\":1}}",
+                             data8)),
+            Contains("unknown field \"extra\""));
+        CHECK_THAT(refused(st_bytes(
+                       "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0]}}", data8)),
                    Contains("two integers"));
         CHECK_THAT(refused(st_bytes("{\"a\":[1]}", data8)), Contains("expected an object"));
-        CHECK_THAT(refused(st_bytes("{\"__metadata__\":{\"k\":1}}", "")), Contains("must be a string"));
+        CHECK_THAT(refused(st_bytes("{\"__metadata__\":{\"k\":1}}", "")),
+                   Contains("must be a string"));
     }
     SECTION("offsets beyond the data buffer, or data truncated") {
-        CHECK_THAT(refused(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[100,108]}}",
-                                    data8)),
-                   Contains("run past the end of the 8-byte data buffer"));
+        CHECK_THAT(
+            refused(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[100,108]}}",
+                             data8)),
+            Contains("run past the end of the 8-byte data buffer"));
         // The header promises 4 floats, the file stops after 2.
-        CHECK_THAT(refused(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}",
-                                    data8)),
+        CHECK_THAT(refused(st_bytes(
+                       "{\"a\":{\"dtype\":\"F32\",\"shape\":[4],\"data_offsets\":[0,16]}}", data8)),
                    Contains("file truncated"));
     }
     SECTION("overlapping data, holes, trailing bytes") {
         const std::string data16 = data8 + data8;
-        CHECK_THAT(refused(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]},"
-                                    "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
-                                    data16)),
-                   Contains("\"a\" and \"b\" overlap"));
-        CHECK_THAT(refused(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
-                                    data16)),
-                   Contains("bytes 0 to 8 of the data buffer belong to no tensor"));
-        CHECK_THAT(refused(st_bytes("{\"a\":" + ok_entry + "}", data16)), Contains("trailing bytes"));
+        CHECK_THAT(
+            refused(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,12]},"
+                             "\"b\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+                             data16)),
+            Contains("\"a\" and \"b\" overlap"));
+        CHECK_THAT(
+            refused(st_bytes("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
+                             data16)),
+            Contains("bytes 0 to 8 of the data buffer belong to no tensor"));
+        CHECK_THAT(refused(st_bytes("{\"a\":" + ok_entry + "}", data16)),
+                   Contains("trailing bytes"));
     }
 }
 
@@ -323,7 +336,8 @@ TEST_CASE("safetensors: damaged copies of a valid file never crash the reader", 
     TempDir dir;
     const std::string good = dir.file("good.safetensors");
     const std::vector<float> a(24, 1.5f), b(8, -2.0f);
-    const std::vector<TensorToWrite> tensors = {{"alpha", {4, 6}, a.data()}, {"beta", {8}, b.data()}};
+    const std::vector<TensorToWrite> tensors = {{"alpha", {4, 6}, a.data()},
+                                                {"beta", {8}, b.data()}};
     trident::io::write_safetensors(good, tensors, {{"format", "pt"}});
     std::ifstream in(good, std::ios::binary);
     const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -360,7 +374,7 @@ using trident::model::GptShape;
 using trident::model::ParamLayout;
 
 const GptShape kTiny = {/*vocab=*/100, /*padded_vocab=*/128, /*max_seq=*/16, /*layers=*/2,
-                        /*hidden=*/32, /*heads=*/4, /*ffn=*/128};
+                        /*hidden=*/32, /*heads=*/4,          /*ffn=*/128};
 
 // Distinct values everywhere except wte's padded rows, which are zero as in a real model.
 std::vector<float> tiny_params(const ParamLayout& layout) {
@@ -430,14 +444,16 @@ TEST_CASE("hf_gpt2: export then import reproduces the parameter buffer", "[safet
     const auto hf_fc = f.read_f32("transformer.h.1.mlp.c_fc.weight");
     const float* ours = params.data() + layout.layer(1).fc1_w;  // (F=128, C=32)
     for (int o = 0; o < 128; ++o)
-        for (int i = 0; i < 32; ++i) REQUIRE(hf_fc[static_cast<std::size_t>(i * 128 + o)] == ours[o * 32 + i]);
+        for (int i = 0; i < 32; ++i)
+            REQUIRE(hf_fc[static_cast<std::size_t>(i * 128 + o)] == ours[o * 32 + i]);
 
     std::vector<float> back(layout.total(), std::nanf(""));
     trident::model::load_hf_gpt2(path, layout, back.data());
     CHECK(std::memcmp(back.data(), params.data(), params.size() * sizeof(float)) == 0);
 }
 
-TEST_CASE("hf_gpt2: import without the transformer. prefix, mask buffers ignored", "[safetensors]") {
+TEST_CASE("hf_gpt2: import without the transformer. prefix, mask buffers ignored",
+          "[safetensors]") {
     TempDir dir;
     const ParamLayout layout(kTiny);
     const std::vector<float> params = tiny_params(layout);
@@ -481,15 +497,18 @@ TEST_CASE("hf_gpt2: wpe may have more positions than seq_len, not fewer", "[safe
     const float* wpe = params.data() + long_layout.wpe();
     CHECK(std::equal(wpe, wpe + 16 * 32, back.data() + layout.wpe()));
     const auto h0 = layout.find("h.0.attn.c_attn.weight");
-    CHECK(std::equal(back.begin() + static_cast<std::ptrdiff_t>(h0->offset), back.end(),
-                     params.begin() + static_cast<std::ptrdiff_t>(long_layout.find(h0->name)->offset)));
+    CHECK(std::equal(
+        back.begin() + static_cast<std::ptrdiff_t>(h0->offset), back.end(),
+        params.begin() + static_cast<std::ptrdiff_t>(long_layout.find(h0->name)->offset)));
 
     // A 16-position checkpoint cannot serve seq_len 64.
     const std::string short_path = dir.file("short.safetensors");
     trident::model::save_hf_gpt2(short_path, layout, back.data());
-    CHECK_THAT(load_error(short_path, long_layout),
-               Contains(short_path) && Contains("transformer.wpe.weight has shape [16, 32], expected [64, 32] or more rows") &&
-                   Contains("seq_len=64"));
+    CHECK_THAT(
+        load_error(short_path, long_layout),
+        Contains(short_path) &&
+            Contains("transformer.wpe.weight has shape [16, 32], expected [64, 32] or more rows") &&
+            Contains("seq_len=64"));
 }
 
 TEST_CASE("hf_gpt2: wrong shapes, missing and unexpected tensors are named", "[safetensors]") {
@@ -505,24 +524,29 @@ TEST_CASE("hf_gpt2: wrong shapes, missing and unexpected tensors are named", "[s
         GptShape wide = kTiny;
         wide.hidden = 48;
         wide.ffn = 192;
-        CHECK_THAT(load_error(path, ParamLayout(wide)),
-                   Contains(path) &&
-                       Contains("transformer.wte.weight has shape [100, 32], expected [100, 48] for "
-                                "vocab_size=100, hidden=48"));
+        CHECK_THAT(
+            load_error(path, ParamLayout(wide)),
+            Contains(path) &&
+                Contains("transformer.wte.weight has shape [100, 32], expected [100, 48] for "
+                         "vocab_size=100, hidden=48"));
     }
     SECTION("one block tensor of the wrong shape") {
         OwnedTensor* t = find(tensors, "transformer.h.0.attn.c_attn.weight");
         t->shape = {96, 32};  // stored as [out, in] by mistake
         write_all(edited, tensors);
-        CHECK_THAT(load_error(edited, layout),
-                   Contains(edited) &&
-                       Contains("transformer.h.0.attn.c_attn.weight has shape [96, 32], expected [32, 96] "
-                                "for hidden=32 (check model."));
+        CHECK_THAT(
+            load_error(edited, layout),
+            Contains(edited) &&
+                Contains("transformer.h.0.attn.c_attn.weight has shape [96, 32], expected [32, 96] "
+                         "for hidden=32 (check model."));
     }
     SECTION("a missing tensor") {
-        std::erase_if(tensors, [](const OwnedTensor& t) { return t.name == "transformer.h.1.mlp.c_fc.bias"; });
+        std::erase_if(tensors, [](const OwnedTensor& t) {
+            return t.name == "transformer.h.1.mlp.c_fc.bias";
+        });
         write_all(edited, tensors);
-        CHECK_THAT(load_error(edited, layout), Contains(edited) && Contains("missing 1 tensor(s): h.1.mlp.c_fc.bias"));
+        CHECK_THAT(load_error(edited, layout),
+                   Contains(edited) && Contains("missing 1 tensor(s): h.1.mlp.c_fc.bias"));
     }
     SECTION("more layers than the model") {
         GptShape shallow = kTiny;
@@ -541,7 +565,8 @@ TEST_CASE("hf_gpt2: wrong shapes, missing and unexpected tensors are named", "[s
         bytes[at + key.size() - 4] = 'I';
         write_bytes(edited, bytes);
         CHECK_THAT(load_error(edited, layout),
-                   Contains(edited) && Contains("transformer.ln_f.bias has dtype I32, expected F32, F16 or BF16"));
+                   Contains(edited) &&
+                       Contains("transformer.ln_f.bias has dtype I32, expected F32, F16 or BF16"));
     }
 }
 

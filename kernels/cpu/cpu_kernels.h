@@ -41,26 +41,28 @@ inline float fast_exp(float x) {
 
 // tanh through fast_exp; the absolute error (~2e-7) is what GELU needs, not relative error
 // near 0.
-inline float fast_tanh(float x) { return 1.0f - 2.0f / (fast_exp(2.0f * x) + 1.0f); }
+inline float fast_tanh(float x) {
+    return 1.0f - 2.0f / (fast_exp(2.0f * x) + 1.0f);
+}
 
 // ---- embedding (embedding.cpp) ----------------------------------------------------------
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                       int B, int T, int C);
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                        int B, int T, int C);
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C);
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                        int T, int C);
 
 // ---- layer norm (layernorm.cpp) ---------------------------------------------------------
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int N, int C);
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int N, int C);
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C);
 
 // ---- linear (matmul.cpp) ----------------------------------------------------------------
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int C, int OC);
-void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                     const float* inp, const float* weight, int N, int C, int OC);
+void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
+                     const float* weight, int N, int C, int OC);
 
 // ---- causal self-attention (attention.cpp) ----------------------------------------------
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
@@ -79,8 +81,8 @@ void dropout_backward(float* dinp, const float* dout, std::size_t count, float d
                       uint64_t seed);
 
 // ---- loss (cross_entropy.cpp) -----------------------------------------------------------
-void cross_entropy_forward(float* losses, float* lse, const float* logits,
-                           const int32_t* targets, int N, int V, int Vp);
+void cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                           int N, int V, int Vp);
 void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
                             const int32_t* targets, float dloss, int N, int V, int Vp);
 

@@ -24,9 +24,8 @@ public:
 
     float* allocate(std::size_t count) override {
         // aligned_alloc wants a size that is a multiple of the alignment (and not 0).
-        const std::size_t bytes =
-            std::max<std::size_t>(kAlignment, (count * sizeof(float) + kAlignment - 1) /
-                                                  kAlignment * kAlignment);
+        const std::size_t bytes = std::max<std::size_t>(
+            kAlignment, (count * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment);
         auto* buffer = static_cast<float*>(std::aligned_alloc(kAlignment, bytes));
         if (buffer == nullptr) {
             throw Error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +
@@ -69,8 +68,8 @@ public:
         cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
     }
 
-    void matmul_forward(float* out, const float* inp, const float* weight, const float* bias,
-                        int N, int C, int OC) override {
+    void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
+                        int C, int OC) override {
         cpu::matmul_forward(out, inp, weight, bias, N, C, OC);
     }
     void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
@@ -95,8 +94,7 @@ public:
                        std::size_t count) override {
         cpu::gelu_backward(dinp, inp, dout, count);
     }
-    void residual_forward(float* out, const float* a, const float* b,
-                          std::size_t count) override {
+    void residual_forward(float* out, const float* a, const float* b, std::size_t count) override {
         cpu::residual_forward(out, a, b, count);
     }
     void dropout_forward(float* out, const float* inp, std::size_t count, float drop_prob,
@@ -121,9 +119,7 @@ public:
     double sum_of_squares(const float* x, std::size_t count) override {
         return cpu::sum_of_squares(x, count);
     }
-    void scale(float* x, std::size_t count, float factor) override {
-        cpu::scale(x, count, factor);
-    }
+    void scale(float* x, std::size_t count, float factor) override { cpu::scale(x, count, factor); }
     void adamw_update(float* params, const float* grads, float* m, float* v, std::size_t count,
                       float lr, float beta1, float beta2, float eps, float weight_decay,
                       int step) override {
@@ -134,11 +130,15 @@ public:
 }  // namespace
 
 std::unique_ptr<Ops> make_cpu_ops(int threads) {
-    // Both thread counts are process-wide settings; the OpenMP loops and OpenBLAS take turns
-    // (never nest), so each may use every core.
+    // One pool of threads, OpenMP's, for everything: OpenBLAS runs single-threaded inside
+    // our parallel loops, which split each GEMM (matmul.cpp) or run one head per thread
+    // (attention.cpp). Two pools taking turns fight for the cores, as each spins for a while
+    // after its work: a matmul/GELU/layernorm sequence ran ~30% slower on 2 cores that way.
+    // Both settings are process-wide. OpenBLAS goes first, because its OpenMP build's setter
+    // also sets OpenMP's thread count.
     const int count = threads > 0 ? threads : omp_get_num_procs();
+    openblas_set_num_threads(1);
     omp_set_num_threads(count);
-    openblas_set_num_threads(count);
     return std::make_unique<CpuOps>();
 }
 

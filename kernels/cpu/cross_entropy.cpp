@@ -15,8 +15,8 @@ namespace trident::kernels::cpu {
 // float lanes over blocks of kSumBlock columns (a reduction `omp simd` vectorises; a double
 // one it does not) and the block sums are added in double, so the rounding error stays at a
 // few float ulps however wide the row.
-void cross_entropy_forward(float* losses, float* lse, const float* logits,
-                           const int32_t* targets, int N, int V, int Vp) {
+void cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
+                           int N, int V, int Vp) {
     constexpr int kSumBlock = 1024;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {

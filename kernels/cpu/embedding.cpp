@@ -6,8 +6,8 @@
 namespace trident::kernels::cpu {
 
 // out (B,T,C) = wte[tokens[b,t]] + wpe[t]
-void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                       int B, int T, int C) {
+void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
+                       int T, int C) {
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
         const int t = bt % T;
@@ -22,8 +22,8 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
 // Repeated tokens make the scatter a reduction, so threads split the channels, not the
 // positions: every gradient element is summed by one thread in (b,t) order, deterministic
 // and independent of the thread count.
-void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                        int B, int T, int C) {
+void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
+                        int T, int C) {
     constexpr int kBlock = 64;  // channels per task: whole cache lines, room to vectorise
     const int blocks = (C + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)

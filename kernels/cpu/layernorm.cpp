@@ -14,8 +14,8 @@ constexpr float kEps = 1e-5f;
 // out (N,C) = (inp - mean) * rstd * weight + bias; mean, rstd (N) kept for backward.
 // The variance is taken as the mean of (x - mean)^2, a second pass over the (cached) row,
 // rather than E[x^2] - mean^2, which cancels badly when |mean| >> std.
-void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                       const float* weight, const float* bias, int N, int C) {
+void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
+                       const float* bias, int N, int C) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* x = inp + static_cast<std::size_t>(n) * C;
@@ -40,8 +40,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
 // The row part runs parallel over rows; the column sums run parallel over column blocks
 // (recomputing norm), so no two threads ever add into the same element.
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                        const float* inp, const float* weight, const float* mean,
-                        const float* rstd, int N, int C) {
+                        const float* inp, const float* weight, const float* mean, const float* rstd,
+                        int N, int C) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float* x = inp + static_cast<std::size_t>(n) * C;

@@ -45,14 +45,19 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 }
 
 // The known name a user most likely meant by `name`: a key of the same name in another
-// section ("training.dropout" -> "model.dropout"), else the nearest by edit distance if it is
-// within a third of the name (at least 2 edits allowed).
+// section ("training.dropout" -> "model.dropout"), a key of the same section that starts with
+// it ("training.warmup" -> "training.warmup_steps"), else the nearest by edit distance if it
+// is within a third of the name (at least 2 edits allowed).
 std::optional<std::string> suggestion(std::string_view name, const std::vector<std::string>& known) {
+    const std::string_view leaf = detail::leaf_of(name);
     for (const Key& key : detail::keys())
-        if (detail::leaf_of(key.path) == detail::leaf_of(name) && key.path != name)
+        if (detail::leaf_of(key.path) == leaf && key.path != name) return std::string(key.path);
+    for (const Key& key : detail::keys())
+        if (leaf.size() >= 3 && detail::section_of(key.path) == detail::section_of(name) &&
+            detail::leaf_of(key.path).starts_with(leaf))
             return std::string(key.path);
     std::optional<std::string> best;
-    size_t best_distance = std::max<size_t>(2, detail::leaf_of(name).size() / 3) + 1;
+    size_t best_distance = std::max<size_t>(2, leaf.size() / 3) + 1;
     for (const std::string& candidate : known) {
         size_t distance = edit_distance(name, candidate);
         if (distance < best_distance) {

@@ -182,10 +182,14 @@ private:
         for (int i = 0; i < 4; ++i) {
             const char c = text_[pos_++];
             code <<= 4;
-            if (c >= '0' && c <= '9') code |= static_cast<unsigned>(c - '0');
-            else if (c >= 'a' && c <= 'f') code |= static_cast<unsigned>(c - 'a' + 10);
-            else if (c >= 'A' && c <= 'F') code |= static_cast<unsigned>(c - 'A' + 10);
-            else fail("bad hex digit in \\u escape");
+            if (c >= '0' && c <= '9')
+                code |= static_cast<unsigned>(c - '0');
+            else if (c >= 'a' && c <= 'f')
+                code |= static_cast<unsigned>(c - 'a' + 10);
+            else if (c >= 'A' && c <= 'F')
+                code |= static_cast<unsigned>(c - 'A' + 10);
+            else
+                fail("bad hex digit in \\u escape");
         }
         return code;
     }
@@ -215,10 +219,14 @@ private:
         const unsigned lead = byte(pos_);
         int extra = 0;
         unsigned code = 0, min = 0;
-        if ((lead & 0xE0) == 0xC0) extra = 1, code = lead & 0x1F, min = 0x80;
-        else if ((lead & 0xF0) == 0xE0) extra = 2, code = lead & 0x0F, min = 0x800;
-        else if ((lead & 0xF8) == 0xF0) extra = 3, code = lead & 0x07, min = 0x10000;
-        else fail("invalid UTF-8");
+        if ((lead & 0xE0) == 0xC0)
+            extra = 1, code = lead & 0x1F, min = 0x80;
+        else if ((lead & 0xF0) == 0xE0)
+            extra = 2, code = lead & 0x0F, min = 0x800;
+        else if ((lead & 0xF8) == 0xF0)
+            extra = 3, code = lead & 0x07, min = 0x10000;
+        else
+            fail("invalid UTF-8");
         if (pos_ + static_cast<std::size_t>(extra) >= text_.size()) fail("truncated UTF-8");
         for (int i = 1; i <= extra; ++i) {
             const unsigned b = byte(pos_ + static_cast<std::size_t>(i));
@@ -254,27 +262,46 @@ private:
             if (at_end()) fail("unterminated string");
             const char e = text_[pos_++];
             switch (e) {
-                case '"': out += '"'; break;
-                case '\\': out += '\\'; break;
-                case '/': out += '/'; break;
-                case 'b': out += '\b'; break;
-                case 'f': out += '\f'; break;
-                case 'n': out += '\n'; break;
-                case 'r': out += '\r'; break;
-                case 't': out += '\t'; break;
+                case '"':
+                    out += '"';
+                    break;
+                case '\\':
+                    out += '\\';
+                    break;
+                case '/':
+                    out += '/';
+                    break;
+                case 'b':
+                    out += '\b';
+                    break;
+                case 'f':
+                    out += '\f';
+                    break;
+                case 'n':
+                    out += '\n';
+                    break;
+                case 'r':
+                    out += '\r';
+                    break;
+                case 't':
+                    out += '\t';
+                    break;
                 case 'u': {
                     unsigned code = hex4();
                     if (code >= 0xDC00 && code <= 0xDFFF) fail("lone low surrogate in \\u escape");
                     if (code >= 0xD800 && code <= 0xDBFF) {
                         if (!literal("\\u")) fail("high surrogate without its low half");
                         const unsigned low = hex4();
-                        if (low < 0xDC00 || low > 0xDFFF) fail("high surrogate without its low half");
+                        if (low < 0xDC00 || low > 0xDFFF)
+                            fail("high surrogate without its low half");
                         code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
                     }
                     append_utf8(out, code);
                     break;
                 }
-                default: --pos_; fail("unknown escape");
+                default:
+                    --pos_;
+                    fail("unknown escape");
             }
         }
     }
@@ -291,18 +318,25 @@ const Value* Value::find(std::string_view key) const {
     return nullptr;
 }
 
-Value parse(std::string_view text) { return Parser(text).document(); }
+Value parse(std::string_view text) {
+    return Parser(text).document();
+}
 
 std::string quote(std::string_view text) {
     static const char* hex = "0123456789abcdef";
     std::string out = "\"";
     for (const char ch : text) {
         const auto c = static_cast<unsigned char>(ch);
-        if (c == '"') out += "\\\"";
-        else if (c == '\\') out += "\\\\";
-        else if (c == '\n') out += "\\n";
-        else if (c == '\t') out += "\\t";
-        else if (c == '\r') out += "\\r";
+        if (c == '"')
+            out += "\\\"";
+        else if (c == '\\')
+            out += "\\\\";
+        else if (c == '\n')
+            out += "\\n";
+        else if (c == '\t')
+            out += "\\t";
+        else if (c == '\r')
+            out += "\\r";
         else if (c < 0x20) {
             out += "\\u00";
             out += hex[c >> 4];
@@ -317,13 +351,20 @@ std::string quote(std::string_view text) {
 
 const char* kind_name(Value::Kind kind) {
     switch (kind) {
-        case Value::Kind::null: return "null";
-        case Value::Kind::boolean: return "boolean";
-        case Value::Kind::integer: return "integer";
-        case Value::Kind::real: return "number";
-        case Value::Kind::string: return "string";
-        case Value::Kind::array: return "array";
-        case Value::Kind::object: return "object";
+        case Value::Kind::null:
+            return "null";
+        case Value::Kind::boolean:
+            return "boolean";
+        case Value::Kind::integer:
+            return "integer";
+        case Value::Kind::real:
+            return "number";
+        case Value::Kind::string:
+            return "string";
+        case Value::Kind::array:
+            return "array";
+        case Value::Kind::object:
+            return "object";
     }
     return "value";
 }

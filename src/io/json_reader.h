@@ -17,11 +17,11 @@ struct Value {
 
     Kind kind = Kind::null;
     bool boolean = false;
-    int64_t integer = 0;          // Kind::integer: a number without fraction or exponent
-    double real = 0.0;            // Kind::real: any other number
-    std::string string;           // Kind::string, UTF-8
-    std::vector<Value> array;     // Kind::array
-    std::vector<Member> object;   // Kind::object, in document order, keys unique
+    int64_t integer = 0;         // Kind::integer: a number without fraction or exponent
+    double real = 0.0;           // Kind::real: any other number
+    std::string string;          // Kind::string, UTF-8
+    std::vector<Value> array;    // Kind::array
+    std::vector<Member> object;  // Kind::object, in document order, keys unique
 
     bool is_object() const { return kind == Kind::object; }
     bool is_array() const { return kind == Kind::array; }

@@ -41,7 +41,9 @@ constexpr DtypeEntry kDtypes[] = {
     {Dtype::BF16, "BF16", 2},       {Dtype::F32, "F32", 4},         {Dtype::F64, "F64", 8},
 };
 
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+    return std::strerror(errno);
+}
 
 // Reads exactly `size` bytes at `offset`; false if the file ends first.
 bool pread_all(int fd, void* buffer, std::size_t size, uint64_t offset, std::string* why) {
@@ -85,14 +87,18 @@ TensorInfo parse_tensor_entry(const std::string& name, const json::Value& entry)
     const json::Value* offsets = entry.find("data_offsets");
     if (!dtype || !shape || !offsets)
         throw Error(where + ": missing field \"" +
-                    (!dtype ? "dtype" : !shape ? "shape" : "data_offsets") + "\"");
+                    (!dtype   ? "dtype"
+                     : !shape ? "shape"
+                              : "data_offsets") +
+                    "\"");
 
     TensorInfo t;
     t.name = name;
     if (!dtype->is_string()) throw Error(where + ": dtype must be a string");
     const auto known = std::find_if(std::begin(kDtypes), std::end(kDtypes),
                                     [&](const DtypeEntry& e) { return e.name == dtype->string; });
-    if (known == std::end(kDtypes)) throw Error(where + ": unknown dtype " + json::quote(dtype->string));
+    if (known == std::end(kDtypes))
+        throw Error(where + ": unknown dtype " + json::quote(dtype->string));
     t.dtype = known->dtype;
 
     if (!shape->is_array()) throw Error(where + ": shape must be an array of integers");
@@ -159,12 +165,16 @@ float f16_to_float(uint16_t bits) {
     return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
 }
 
-float bf16_to_float(uint16_t bits) { return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16); }
+float bf16_to_float(uint16_t bits) {
+    return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+}
 
 // ---------------------------------------------------------------------------------------------
 // Reader
 
-SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept { *this = std::move(other); }
+SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept {
+    *this = std::move(other);
+}
 
 SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
     if (this != &other) {
@@ -211,7 +221,8 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
         throw fail("header length " + std::to_string(header_size) + " exceeds the limit of " +
                    std::to_string(kMaxHeaderBytes) + " bytes");
     std::string header(static_cast<std::size_t>(header_size), '\0');
-    if (!pread_all(file.fd_, header.data(), header.size(), 8, &why)) throw fail("cannot read: " + why);
+    if (!pread_all(file.fd_, header.data(), header.size(), 8, &why))
+        throw fail("cannot read: " + why);
     file.data_start_ = 8 + static_cast<std::size_t>(header_size);
     const uint64_t buffer_size = file_size - 8 - header_size;
 
@@ -219,10 +230,11 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     try {
         root = json::parse(header);
     } catch (const Error& e) {
-        throw fail(std::string("header is not valid JSON: ") + e.what());
+        throw fail(std::string("invalid header JSON: ") + e.what());
     }
     if (!root.is_object())
-        throw fail(std::string("header must be a JSON object, got a ") + json::kind_name(root.kind));
+        throw fail(std::string("header must be a JSON object, got a ") +
+                   json::kind_name(root.kind));
 
     for (const auto& member : root.object) {
         if (member.key == "__metadata__") {
@@ -250,16 +262,18 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
 
     // The ranges must tile the data buffer: no overlap (two tensors sharing bytes), no holes
     // (bytes no tensor claims), nothing left over at the end.
-    std::sort(file.tensors_.begin(), file.tensors_.end(), [](const TensorInfo& a, const TensorInfo& b) {
-        return a.data_begin != b.data_begin ? a.data_begin < b.data_begin : a.data_end < b.data_end;
-    });
+    std::sort(file.tensors_.begin(), file.tensors_.end(),
+              [](const TensorInfo& a, const TensorInfo& b) {
+                  return a.data_begin != b.data_begin ? a.data_begin < b.data_begin
+                                                      : a.data_end < b.data_end;
+              });
     std::size_t covered = 0;
     const TensorInfo* previous = nullptr;
     for (const auto& t : file.tensors_) {
         if (t.data_begin < covered)
             throw fail("tensors " + json::quote(previous->name) + " and " + json::quote(t.name) +
-                       " overlap in the data buffer (bytes " + std::to_string(t.data_begin) + " to " +
-                       std::to_string(covered) + ")");
+                       " overlap in the data buffer (bytes " + std::to_string(t.data_begin) +
+                       " to " + std::to_string(covered) + ")");
         if (t.data_begin > covered)
             throw fail("bytes " + std::to_string(covered) + " to " + std::to_string(t.data_begin) +
                        " of the data buffer belong to no tensor");
@@ -318,7 +332,8 @@ void SafetensorsFile::read_f32(const TensorInfo& tensor, std::span<float> out) c
         if (!pread_all(fd_, raw.data(), n * 2, offset + done * 2, &why))
             throw Error(where + ": cannot read: " + why);
         for (std::size_t i = 0; i < n; ++i)
-            out[done + i] = tensor.dtype == Dtype::F16 ? f16_to_float(raw[i]) : bf16_to_float(raw[i]);
+            out[done + i] =
+                tensor.dtype == Dtype::F16 ? f16_to_float(raw[i]) : bf16_to_float(raw[i]);
         done += n;
     }
 }
@@ -398,7 +413,8 @@ void write_safetensors(const std::string& path, std::span<const TensorToWrite> t
     for (std::size_t k = 0; k < order.size(); ++k) {
         const TensorToWrite& t = tensors[order[k]];
         const std::string where = path + ": tensor " + json::quote(t.name);
-        if (t.name.empty() || t.name == "__metadata__") throw Error(where + ": invalid tensor name");
+        if (t.name.empty() || t.name == "__metadata__")
+            throw Error(where + ": invalid tensor name");
         if (k > 0 && tensors[order[k - 1]].name == t.name) throw Error(where + " appears twice");
         std::size_t numel = 1;
         std::string shape = "[";
@@ -413,9 +429,8 @@ void write_safetensors(const std::string& path, std::span<const TensorToWrite> t
         numels[order[k]] = numel;
         const std::size_t end = offset + numel * sizeof(float);
         if (header.size() > 1) header += ',';
-        header += json::quote(t.name) +
-                  ":{\"dtype\":\"F32\",\"shape\":" + shape + ",\"data_offsets\":[" +
-                  std::to_string(offset) + "," + std::to_string(end) + "]}";
+        header += json::quote(t.name) + ":{\"dtype\":\"F32\",\"shape\":" + shape +
+                  ",\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(end) + "]}";
         offset = end;
     }
     header += "}";

@@ -19,10 +19,26 @@
 
 namespace trident::io {
 
-enum class Dtype { BOOL, U8, I8, I16, U16, I32, U32, I64, U64, F8_E4M3, F8_E5M2, F16, BF16, F32, F64 };
+enum class Dtype {
+    BOOL,
+    U8,
+    I8,
+    I16,
+    U16,
+    I32,
+    U32,
+    I64,
+    U64,
+    F8_E4M3,
+    F8_E5M2,
+    F16,
+    BF16,
+    F32,
+    F64
+};
 
-std::string_view dtype_name(Dtype dtype);  // "F32", ...
-std::size_t dtype_size(Dtype dtype);       // bytes per element
+std::string_view dtype_name(Dtype dtype);                  // "F32", ...
+std::size_t dtype_size(Dtype dtype);                       // bytes per element
 std::string shape_string(std::span<const int64_t> shape);  // "[768, 2304]"
 
 struct TensorInfo {
@@ -47,8 +63,8 @@ public:
 
     const std::string& path() const { return path_; }
     const std::vector<TensorInfo>& tensors() const { return tensors_; }  // in data order
-    std::vector<std::string> names() const;                             // in data order
-    const TensorInfo* find(std::string_view name) const;                // nullptr if absent
+    std::vector<std::string> names() const;                              // in data order
+    const TensorInfo* find(std::string_view name) const;                 // nullptr if absent
     const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
     // The tensor's values as float, converted from F32, F16 or BF16; other dtypes are an error.
