@@ -200,6 +200,13 @@ float Gpt::forward(const int32_t* inputs, const int32_t* targets, bool training,
     return static_cast<float>(sum / N);
 }
 
+const float* Gpt::through_dropout(const float* dout, std::size_t count, float drop, uint64_t seed) {
+    if (drop == 0) return dout;
+    ops_.zero(dc_b_.data(), count);
+    ops_.dropout_backward(dc_b_.data(), dout, count, drop, seed);
+    return dc_b_.data();
+}
+
 void Gpt::backward(float dloss) {
     const GptShape& s = layout_.shape();
     const int B = B_, T = T_, C = s.hidden, F = s.ffn, NH = s.heads;
@@ -229,12 +236,7 @@ void Gpt::backward(float dloss) {
         const float* residual = l == 0 ? encoded_.data() : acts_[static_cast<std::size_t>(l - 1)].resid3.data();
 
         // MLP branch: resid3 = resid2 + dropout(fc2(gelu(fc1(ln2(resid2)))))
-        const float* dfcproj = dresidual_.data();
-        if (drop > 0) {
-            ops_.zero(dc_b_.data(), NC);
-            ops_.dropout_backward(dc_b_.data(), dresidual_.data(), NC, drop, site_seed(l, 2));
-            dfcproj = dc_b_.data();
-        }
+        const float* dfcproj = through_dropout(dresidual_.data(), NC, drop, site_seed(l, 2));
         ops_.zero(df_a_.data(), NF);
         ops_.matmul_backward(df_a_.data(), g + p.fc2_w, g + p.fc2_b, dfcproj, a.fch_gelu.data(),
                              w + p.fc2_w, N, F, C);
@@ -248,12 +250,7 @@ void Gpt::backward(float dloss) {
                                 N, C);
 
         // Attention branch: resid2 = resid + dropout(proj(attention(qkv(ln1(resid)))))
-        const float* dattproj = dresidual_.data();
-        if (drop > 0) {
-            ops_.zero(dc_b_.data(), NC);
-            ops_.dropout_backward(dc_b_.data(), dresidual_.data(), NC, drop, site_seed(l, 1));
-            dattproj = dc_b_.data();
-        }
+        const float* dattproj = through_dropout(dresidual_.data(), NC, drop, site_seed(l, 1));
         ops_.zero(dc_a_.data(), NC);
         ops_.matmul_backward(dc_a_.data(), g + p.proj_w, g + p.proj_b, dattproj, a.atty.data(),
                              w + p.proj_w, N, C, C);
@@ -267,12 +264,7 @@ void Gpt::backward(float dloss) {
                                 w + p.ln1_w, a.ln1_mean.data(), a.ln1_rstd.data(), N, C);
     }
 
-    const float* dencoded = dresidual_.data();
-    if (drop > 0) {
-        ops_.zero(dc_b_.data(), NC);
-        ops_.dropout_backward(dc_b_.data(), dresidual_.data(), NC, drop, site_seed(-1, 0));
-        dencoded = dc_b_.data();
-    }
+    const float* dencoded = through_dropout(dresidual_.data(), NC, drop, site_seed(-1, 0));
     ops_.embedding_backward(g + layout_.wte(), g + layout_.wpe(), dencoded, as_tokens(inputs_), B,
                             T, C);
 }

@@ -79,6 +79,9 @@ private:
     };
 
     uint64_t site_seed(int layer, int site) const;
+    // The gradient before a dropout site given the one after it: dout itself without
+    // dropout, else dout through the site's mask, written to dc_b_.
+    const float* through_dropout(const float* dout, std::size_t count, float drop, uint64_t seed);
 
     kernels::Ops& ops_;
     ParamLayout layout_;

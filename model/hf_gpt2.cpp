@@ -182,22 +182,26 @@ void load_hf_gpt2(const std::string& path, const ParamLayout& layout, float* par
     }
 }
 
-void save_hf_gpt2(const std::string& path, const ParamLayout& layout, const float* params) {
-    std::vector<io::TensorToWrite> tensors;
-    std::vector<std::vector<float>> transposed;  // owns the Conv1D copies until written
-    transposed.reserve(layout.tensors().size());
+HfTensors to_hf_tensors(const ParamLayout& layout, const float* params) {
+    HfTensors hf;
+    hf.transposed.reserve(layout.tensors().size());
     for (const auto& t : layout.tensors()) {
         io::TensorToWrite out{std::string(kPrefix) + t.name, hf_shape(t, layout),
                               params + t.offset};
         if (is_conv1d_weight(t)) {  // ours (out, in) -> HF (in, out)
-            auto& copy = transposed.emplace_back(t.numel);
+            auto& copy = hf.transposed.emplace_back(t.numel);
             transpose(params + t.offset, copy.data(), static_cast<std::size_t>(t.shape[0]),
                       static_cast<std::size_t>(t.shape[1]));
             out.data = copy.data();
         }
-        tensors.push_back(std::move(out));
+        hf.tensors.push_back(std::move(out));
     }
-    io::write_safetensors(path, tensors, {{"format", "pt"}});
+    return hf;
+}
+
+void save_hf_gpt2(const std::string& path, const ParamLayout& layout, const float* params) {
+    const HfTensors hf = to_hf_tensors(layout, params);
+    io::write_safetensors(path, hf.tensors, {{"format", "pt"}});
 }
 
 }  // namespace trident::model

@@ -11,7 +11,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
+#include "io/safetensors.h"
 #include "model/param_layout.h"
 
 namespace trident::model {
@@ -21,6 +23,14 @@ namespace trident::model {
 // are errors. wpe may have more rows than max_seq (the first max_seq are taken), not fewer.
 // Throws trident::Error naming the file and the tensor.
 void load_hf_gpt2(const std::string& path, const ParamLayout& layout, float* params);
+
+// `params` (or gradients) as HF GPT-2 tensors, ready for io::write_safetensors; `tensors`
+// point into `params` or into `transposed`, so both must outlive their use.
+struct HfTensors {
+    std::vector<io::TensorToWrite> tensors;
+    std::vector<std::vector<float>> transposed;  // the Conv1D weights in HF's (in, out) layout
+};
+HfTensors to_hf_tensors(const ParamLayout& layout, const float* params);
 
 // Writes `params` (or a gradient buffer of the same layout) as a HF GPT-2 safetensors file:
 // "transformer."-prefixed keys, HF shapes, F32, no lm_head (tied), metadata {"format": "pt"}.

@@ -46,13 +46,18 @@ class Gpt(nn.Module):
         self.wpe = nn.Embedding(seq, hidden)
         self.blocks = nn.ModuleList(Block(hidden, heads, ffn) for _ in range(layers))
         self.ln_f = nn.LayerNorm(hidden)
+        for name, p in self.named_parameters():  # GPT-2 initialisation
+            if p.dim() == 2:
+                nn.init.normal_(p, std=0.02)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
 
     def forward(self, idx, targets):
         x = self.wte(idx) + self.wpe(torch.arange(idx.shape[1]))
         for block in self.blocks:
             x = block(x)
         logits = self.ln_f(x) @ self.wte.weight.t()
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.view(-1))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def main():

@@ -21,6 +21,10 @@ public:
     JsonLine& add(std::string_view key, int64_t value) { return raw(key, std::to_string(value)); }
     JsonLine& add(std::string_view key, int value) { return add(key, static_cast<int64_t>(value)); }
     JsonLine& add(std::string_view key, bool value) { return raw(key, value ? "true" : "false"); }
+    // Without this overload a string literal would convert to bool, not string_view.
+    JsonLine& add(std::string_view key, const char* value) {
+        return add(key, std::string_view(value));
+    }
     JsonLine& add(std::string_view key, std::string_view value) {
         std::string quoted = "\"";
         for (char c : value) {

@@ -2,7 +2,7 @@
 //
 // For the CPU there is no datasheet figure worth trusting (clocks, SIMD width and cores
 // vary), so the peak is the fp32 GEMM rate this machine actually reaches, measured at
-// start-up with the backend's own matmul on square 1024 matrices.
+// start-up with the backend's own matmul on square 2048 matrices.
 #pragma once
 
 #include "kernels/ops.h"

@@ -8,7 +8,6 @@
 
 #include <cstdio>
 #include <exception>
-#include <filesystem>
 
 #include "config/config.h"
 #include "data/sampler.h"
@@ -49,20 +48,11 @@ static int dump(const std::string& config_path, const std::vector<std::string>& 
     }
     loss /= cfg.derived.grad_accum_steps;
 
-    // Gradients in HF layout first, then the loss appended as one more tensor.
-    const std::string grads_path = output + ".grads";
     const auto grads = gpt.grads_to_host();
-    model::save_hf_gpt2(grads_path, gpt.layout(), grads.data());
-    const auto file = io::SafetensorsFile::open(grads_path);
-    std::vector<std::vector<float>> values;
-    std::vector<io::TensorToWrite> out;
-    for (const auto& t : file.tensors()) values.push_back(file.read_f32(t.name));
-    for (std::size_t i = 0; i < file.tensors().size(); ++i)
-        out.push_back({file.tensors()[i].name, file.tensors()[i].shape, values[i].data()});
+    model::HfTensors out = model::to_hf_tensors(gpt.layout(), grads.data());
     const float loss_f = static_cast<float>(loss);
-    out.push_back({"loss", {1}, &loss_f});
-    io::write_safetensors(output, out);
-    std::filesystem::remove(grads_path);
+    out.tensors.push_back({"loss", {1}, &loss_f});
+    io::write_safetensors(output, out.tensors);
     std::printf("loss %.9g\n", loss);
     return 0;
 }
