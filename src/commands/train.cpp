@@ -73,6 +73,10 @@ int train(const TrainOptions& opts) {
     };
 
     double first_val = 0, last_val = 0;
+    if (valid_sampler) {
+        first_val = last_val = trainer.evaluate(valid_sample, t.eval_batches);
+        std::printf("step %5d/%d | val_loss %.4f (before training)\n", 0, t.steps, first_val);
+    }
     for (int s = 0; s < t.steps; ++s) {
         const train::StepResult r = trainer.step(s, train_sample);
         train::StepMetrics m;
@@ -87,7 +91,6 @@ int train(const TrainOptions& opts) {
         m.mfu = cfg.derived.flops_per_step / r.seconds / peak;
         if (valid_sampler && due(m.step, t.eval_interval, t.steps)) {
             m.val_loss = trainer.evaluate(valid_sample, t.eval_batches);
-            if (first_val == 0) first_val = *m.val_loss;
             last_val = *m.val_loss;
         }
         log.record(m);
@@ -99,7 +102,7 @@ int train(const TrainOptions& opts) {
         }
     }
     if (valid_sampler)
-        std::printf("done: %d steps | validation loss %.4f (first measured %.4f)\n", t.steps,
+        std::printf("done: %d steps | validation loss %.4f (%.4f before training)\n", t.steps,
                     last_val, first_val);
     else
         std::printf("done: %d steps\n", t.steps);
