@@ -9,7 +9,7 @@
 
 namespace trident::data {
 
-Sampler::Sampler(const TokenShards& tokens, int seq_len, bool shuffle, uint64_t seed,
+Sampler::Sampler(const TokenStream& tokens, int seq_len, bool shuffle, uint64_t seed,
                  const std::string& what)
     : tokens_(tokens), T_(seq_len), shuffle_(shuffle), seed_(seed),
       windows_(tokens.size() > 0 ? (tokens.size() - 1) / static_cast<std::size_t>(seq_len) : 0),

@@ -13,13 +13,13 @@
 #include <string>
 #include <vector>
 
-#include "data/token_shards.h"
+#include "data/token_stream.h"
 
 namespace trident::data {
 
 class Sampler {
 public:
-    Sampler(const TokenShards& tokens, int seq_len, bool shuffle, uint64_t seed,
+    Sampler(const TokenStream& tokens, int seq_len, bool shuffle, uint64_t seed,
             const std::string& what);
 
     std::size_t windows() const { return windows_; }
@@ -29,7 +29,7 @@ public:
     void fill(uint64_t sample, std::span<int32_t> inputs, std::span<int32_t> targets);
 
 private:
-    const TokenShards& tokens_;
+    const TokenStream& tokens_;
     int T_;
     bool shuffle_;
     uint64_t seed_;

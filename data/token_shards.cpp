@@ -1,11 +1,7 @@
 // Reading and writing llm.c token shards (see token_shards.h).
 #include "data/token_shards.h"
 
-#include <fcntl.h>
 #include <glob.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -37,22 +33,13 @@ std::vector<std::string> expand(const std::string& pattern, const std::string& w
 TokenShards::TokenShards(const std::string& pattern, int vocab_size, const std::string& what)
     : paths_(expand(pattern, what)) {
     for (const std::string& path : paths_) {
-        const int fd = ::open(path.c_str(), O_RDONLY);
-        if (fd < 0) throw Error(what + ": cannot open '" + path + "': " + std::strerror(errno));
-        struct stat st{};
-        ::fstat(fd, &st);
-        const std::size_t bytes = static_cast<std::size_t>(st.st_size);
+        MappedFile file(path, what);
+        const std::size_t bytes = file.bytes();
         const std::size_t header_bytes = kShardHeaderInts * sizeof(int32_t);
-        if (bytes < header_bytes) {
-            ::close(fd);
+        if (bytes < header_bytes)
             throw Error(path + ": " + std::to_string(bytes) + " bytes is shorter than the " +
                         std::to_string(header_bytes) + "-byte llm.c shard header (truncated?)");
-        }
-        void* base = ::mmap(nullptr, bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-        ::close(fd);
-        if (base == MAP_FAILED) throw Error(path + ": cannot map: " + std::strerror(errno));
-        Mapped m{nullptr, 0, total_, base, bytes};
-        files_.push_back(m);  // owned from here on: the destructor unmaps it
+        const unsigned char* base = file.data();
 
         int32_t header[kShardHeaderInts];
         std::memcpy(header, base, header_bytes);
@@ -69,26 +56,21 @@ TokenShards::TokenShards(const std::string& pattern, int vocab_size, const std::
             throw Error(path + ": header says " + std::to_string(count) + " tokens (" +
                         std::to_string(expected) + " bytes) but the file has " +
                         std::to_string(bytes) + " bytes: truncated or corrupt");
-        const auto* tokens = reinterpret_cast<const uint16_t*>(static_cast<const char*>(base) + header_bytes);
+        const auto* tokens = reinterpret_cast<const uint16_t*>(base + header_bytes);
         for (std::size_t i = 0; i < count; ++i)
             if (tokens[i] >= vocab_size)
                 throw Error(path + ": token id " + std::to_string(tokens[i]) + " at position " +
                             std::to_string(i) + " is outside the vocabulary (model.vocab_size = " +
                             std::to_string(vocab_size) + ")");
-        files_.back().tokens = tokens;
-        files_.back().count = count;
+        files_.push_back(Shard{std::move(file), tokens, count, total_});
         total_ += count;
     }
-}
-
-TokenShards::~TokenShards() {
-    for (const Mapped& m : files_) ::munmap(m.base, m.bytes);
 }
 
 void TokenShards::read(std::size_t start, std::span<int32_t> out) const {
     // The file holding `start`: the last whose first token is at or before it.
     auto it = std::upper_bound(files_.begin(), files_.end(), start,
-                               [](std::size_t s, const Mapped& m) { return s < m.first; });
+                               [](std::size_t s, const Shard& m) { return s < m.first; });
     std::size_t file = static_cast<std::size_t>(it - files_.begin()) - 1;
     std::size_t pos = start - files_[file].first;
     for (int32_t& t : out) {
@@ -98,6 +80,12 @@ void TokenShards::read(std::size_t start, std::span<int32_t> out) const {
         }
         t = files_[file].tokens[pos++];
     }
+}
+
+std::string TokenShards::describe() const {
+    if (paths_.size() == 1) return "llm.c shard " + paths_[0];
+    return std::to_string(paths_.size()) + " llm.c shards " + paths_.front() + " ... " +
+           paths_.back();
 }
 
 void write_token_shard(const std::string& path, std::span<const uint16_t> tokens) {

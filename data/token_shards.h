@@ -12,38 +12,40 @@
 #include <string>
 #include <vector>
 
+#include "data/mapped_file.h"
+#include "data/token_stream.h"
+
 namespace trident::data {
 
 inline constexpr int32_t kShardMagic = 20240520;
 inline constexpr int32_t kShardVersion = 1;
 inline constexpr std::size_t kShardHeaderInts = 256;
 
-class TokenShards {
+class TokenShards : public TokenStream {
 public:
     // `pattern` is a path or a glob (files taken in name order); `what` names the config key
     // in messages (e.g. "data.train"). Throws trident::Error on any problem.
     TokenShards(const std::string& pattern, int vocab_size, const std::string& what);
-    ~TokenShards();
     TokenShards(const TokenShards&) = delete;
     TokenShards& operator=(const TokenShards&) = delete;
 
-    std::size_t size() const { return total_; }  // tokens in all files together
+    std::size_t size() const override { return total_; }  // tokens in all files together
     const std::vector<std::string>& files() const { return paths_; }
 
     // Copies tokens [start, start + out.size()) of the stream into out, crossing files.
-    void read(std::size_t start, std::span<int32_t> out) const;
+    void read(std::size_t start, std::span<int32_t> out) const override;
+    std::string describe() const override;
 
 private:
-    struct Mapped {
+    struct Shard {
+        MappedFile file;
         const uint16_t* tokens = nullptr;
         std::size_t count = 0;
         std::size_t first = 0;  // index of its first token in the stream
-        void* base = nullptr;
-        std::size_t bytes = 0;
     };
 
     std::vector<std::string> paths_;
-    std::vector<Mapped> files_;
+    std::vector<Shard> files_;
     std::size_t total_ = 0;
 };
 

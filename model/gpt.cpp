@@ -147,6 +147,30 @@ uint64_t Gpt::site_seed(int layer, int site) const {
 float Gpt::forward(const int32_t* inputs, const int32_t* targets, bool training,
                    uint64_t dropout_seed) {
     const GptShape& s = layout_.shape();
+    const int N = B_ * T_;
+    forward_logits(inputs, training, dropout_seed);
+    upload_tokens(ops_, targets_, targets, static_cast<std::size_t>(N));
+    ops_.cross_entropy_forward(losses_.data(), lse_.data(), logits_.data(), as_tokens(targets_), N,
+                               s.vocab, s.padded_vocab);
+
+    std::vector<float> losses(static_cast<std::size_t>(N));
+    ops_.copy_to_host(losses.data(), losses_.data(), losses.size());
+    double sum = 0.0;  // in order, in double: the same on every run
+    for (float x : losses) sum += x;
+    return static_cast<float>(sum / N);
+}
+
+std::vector<float> Gpt::logits_at(const int32_t* inputs, int position) {
+    const GptShape& s = layout_.shape();
+    forward_logits(inputs, false, 0);
+    std::vector<float> row(static_cast<std::size_t>(s.vocab));  // padded columns dropped
+    ops_.copy_to_host(row.data(), logits_.data() + static_cast<std::size_t>(position) * s.padded_vocab,
+                      row.size());
+    return row;
+}
+
+void Gpt::forward_logits(const int32_t* inputs, bool training, uint64_t dropout_seed) {
+    const GptShape& s = layout_.shape();
     const int B = B_, T = T_, C = s.hidden, F = s.ffn, NH = s.heads;
     const int N = B * T;
     const std::size_t NC = static_cast<std::size_t>(N) * C;
@@ -156,7 +180,6 @@ float Gpt::forward(const int32_t* inputs, const int32_t* targets, bool training,
     float* w = params_.data();
 
     upload_tokens(ops_, inputs_, inputs, static_cast<std::size_t>(N));
-    upload_tokens(ops_, targets_, targets, static_cast<std::size_t>(N));
 
     ops_.embedding_forward(encoded_.data(), as_tokens(inputs_), w + layout_.wte(),
                            w + layout_.wpe(), B, T, C);
@@ -190,14 +213,6 @@ float Gpt::forward(const int32_t* inputs, const int32_t* targets, bool training,
     // LM head tied to the token embedding: logits (B,T,Vp) = lnf @ wte^T.
     ops_.matmul_forward(logits_.data(), lnf_.data(), w + layout_.wte(), nullptr, N, C,
                         s.padded_vocab);
-    ops_.cross_entropy_forward(losses_.data(), lse_.data(), logits_.data(), as_tokens(targets_), N,
-                               s.vocab, s.padded_vocab);
-
-    std::vector<float> losses(static_cast<std::size_t>(N));
-    ops_.copy_to_host(losses.data(), losses_.data(), losses.size());
-    double sum = 0.0;  // in order, in double: the same on every run
-    for (float x : losses) sum += x;
-    return static_cast<float>(sum / N);
 }
 
 const float* Gpt::through_dropout(const float* dout, std::size_t count, float drop, uint64_t seed) {

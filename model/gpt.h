@@ -59,6 +59,9 @@ public:
     // dropout_seed (one seed per microbatch; each site derives its own from it).
     float forward(const int32_t* inputs, const int32_t* targets, bool training,
                   uint64_t dropout_seed);
+    // The next-token logits (V) at `position` of the first sequence of `inputs` (B, T), for
+    // generation: no loss, no dropout.
+    std::vector<float> logits_at(const int32_t* inputs, int position);
     // Backward of the last forward; every token's loss is weighted by dloss, so the
     // gradients of a global batch of K tokens accumulate with dloss = 1/K.
     void backward(float dloss);
@@ -78,6 +81,8 @@ private:
         DeviceBuffer resid3;                   // (B,T,C), the next layer's input
     };
 
+    // Embedding, blocks, final LayerNorm and LM head into logits_.
+    void forward_logits(const int32_t* inputs, bool training, uint64_t dropout_seed);
     uint64_t site_seed(int layer, int site) const;
     // The gradient before a dropout site given the one after it: dout itself without
     // dropout, else dout through the site's mask, written to dc_b_.

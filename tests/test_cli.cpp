@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "data/megatron_dataset.h"
 #include "data/token_shards.h"
 #include "kernels/random.h"
 
@@ -39,12 +40,13 @@ RunResult run(const std::string& args) {
 // A scratch directory with a tiny model's config and data, removed afterwards.
 struct Workspace {
     fs::path dir;
+    std::vector<uint16_t> tokens;  // of train.bin
 
     Workspace() {
         dir = fs::temp_directory_path() /
               ("trident_cli_" + std::to_string(::getpid()) + "_" + std::to_string(unique_id()));
         fs::create_directories(dir);
-        std::vector<uint16_t> tokens(2000);
+        tokens.resize(2000);
         for (std::size_t i = 0; i < tokens.size(); ++i)
             tokens[i] = static_cast<uint16_t>(trident::kernels::hash64(7, i) % 64);
         trident::data::write_token_shard((dir / "train.bin").string(), tokens);
@@ -66,6 +68,15 @@ struct Workspace {
     }
 
     std::string path(const std::string& name) const { return (dir / name).string(); }
+
+    // train.bin's tokens as a Megatron dataset PREFIX, in documents of 1 to 300 tokens.
+    std::string write_megatron(const std::string& prefix) const {
+        trident::data::MegatronWriter writer(path(prefix));
+        for (std::size_t at = 0, n = 1; at < tokens.size(); at += n, n = n * 7 % 300 + 1)
+            writer.add_document(std::span(tokens).subspan(at, std::min(n, tokens.size() - at)));
+        writer.finish();
+        return path(prefix);
+    }
 
     std::string write(const std::string& name, const std::string& text) const {
         std::ofstream(dir / name) << text;
@@ -205,6 +216,70 @@ TEST_CASE("cli: bad data files are reported with their name", "[cli][bad-input]"
         trident::data::write_token_shard(ws.path("short.bin"), std::vector<uint16_t>(10, 1));
         require_clear_error(run(ws.train("--set data.train=" + ws.path("short.bin"))), "too few");
     }
+}
+
+TEST_CASE("cli: bad Megatron datasets and blends are reported", "[cli][bad-input][megatron]") {
+    Workspace ws;
+    const std::string prefix = ws.write_megatron("meg");
+    SECTION("corrupt index") {
+        auto idx = ws.read_bytes("meg.idx");
+        idx[0] = 'X';
+        ws.write_bytes("meg.idx", idx);
+        require_clear_error(run(ws.train("--set data.train=" + prefix)),
+                            prefix + ".idx: not a Megatron index");
+    }
+    SECTION("truncated index") {
+        auto idx = ws.read_bytes("meg.idx");
+        idx.resize(idx.size() - 3);
+        ws.write_bytes("meg.idx", idx);
+        require_clear_error(run(ws.train("--set data.train=" + prefix + ".bin")),
+                            prefix + ".idx: header says");
+    }
+    SECTION("a bad blend item") {
+        require_clear_error(
+            run(ws.train("--set 'data.train=[{path: " + prefix + ", weight: 1}, {path: x}]'")),
+            "data.train: item 2: missing weight");
+    }
+    SECTION("a missing dataset in a blend") {
+        require_clear_error(run(ws.train("--set 'data.train=[{path: " + prefix +
+                                         ", weight: 1}, {path: " + ws.path("none") +
+                                         ", weight: 1}]'")),
+                            "data.train[2]: no file matches");
+    }
+}
+
+TEST_CASE("cli: a Megatron dataset trains exactly as a shard of the same tokens", "[cli][megatron]") {
+    Workspace ws;
+    const std::string prefix = ws.write_megatron("meg");
+    const RunResult shard = run(ws.train("--set logging.metrics=" + ws.path("a.jsonl")));
+    const RunResult megatron = run(ws.train("--set data.train=" + prefix +
+                                            " --set data.valid=" + prefix + ".idx" +
+                                            " --set logging.metrics=" + ws.path("b.jsonl")));
+    INFO(shard.output);
+    INFO(megatron.output);
+    REQUIRE(shard.exit_code == 0);
+    REQUIRE(megatron.exit_code == 0);
+    REQUIRE(megatron.output.find("data: Megatron dataset " + prefix) != std::string::npos);
+    REQUIRE(megatron.output.find("val_loss") != std::string::npos);
+    // The sampling contract sees one token stream either way: the same batches, the same losses.
+    const auto losses = losses_of(ws.path("a.jsonl"));
+    REQUIRE(losses.size() == 3);
+    REQUIRE(losses == losses_of(ws.path("b.jsonl")));
+}
+
+TEST_CASE("cli: a weighted blend of an llm.c shard and a Megatron dataset trains",
+          "[cli][megatron]") {
+    Workspace ws;
+    const std::string prefix = ws.write_megatron("meg");
+    const std::string blend = "--set 'data.train=[{path: " + ws.path("train.bin") +
+                              ", weight: 0.7}, {path: " + prefix + ", weight: 0.3}]'";
+    const RunResult r = run(ws.train(blend + " --set logging.metrics=" + ws.path("a.jsonl")));
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    REQUIRE(r.output.find("data: blend of 2: 70.0% llm.c shard") != std::string::npos);
+    REQUIRE(r.output.find("; 30.0% Megatron dataset") != std::string::npos);
+    REQUIRE(run(ws.train(blend + " --set logging.metrics=" + ws.path("b.jsonl"))).exit_code == 0);
+    REQUIRE(losses_of(ws.path("a.jsonl")) == losses_of(ws.path("b.jsonl")));
 }
 
 TEST_CASE("cli: bad weights files are reported with their name", "[cli][bad-input]") {

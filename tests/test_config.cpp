@@ -28,6 +28,9 @@ std::string error_of(const std::string& yaml, const std::vector<std::string>& ov
 
 bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
 
+// A dataset key holding one path, as a plain string in YAML gives.
+std::vector<DataSource> one(const std::string& path) { return {DataSource{path, 1.0}}; }
+
 }  // namespace
 
 TEST_CASE("config: every key has its documented default", "[config]") {
@@ -39,8 +42,9 @@ TEST_CASE("config: every key has its documented default", "[config]") {
     CHECK(cfg.checkpoint == defaults.checkpoint);
     CHECK(cfg.logging == defaults.logging);
     CHECK(cfg.device == DeviceKind::auto_);
-    CHECK(cfg.data.train == "data/train.bin");
-    CHECK_FALSE(cfg.data.valid.has_value());
+    CHECK(cfg.data.train == one("data/train.bin"));
+    CHECK(cfg.data.valid.empty());
+    CHECK(cfg.data.format == DataFormat::auto_);
     CHECK(cfg.data.shuffle);
     CHECK(cfg.source == "x.yaml");
 
@@ -81,8 +85,8 @@ device: cpu
     CHECK(cfg.training.min_lr == 0.0);
     CHECK(cfg.training.decay == Decay::linear);
     CHECK(cfg.training.seed == 18446744073709551615ull);
-    CHECK(cfg.data.train == "a b.bin");
-    CHECK_FALSE(cfg.data.valid);
+    CHECK(cfg.data.train == one("a b.bin"));
+    CHECK(cfg.data.valid.empty());
     CHECK_FALSE(cfg.data.shuffle);
     CHECK(cfg.checkpoint.dir == "runs/x");
     CHECK(cfg.checkpoint.resume == "never");
@@ -147,7 +151,8 @@ TEST_CASE("config: values of the wrong type are refused", "[config]") {
           "x.yaml:3: device: expected one of auto, cpu, cuda; got \"gpu\"");
     CHECK(error_of(kMinimal + "training: 5\n") == "x.yaml:3: training: expected a map of keys, got 5");
     CHECK(error_of(kMinimal + "logging: [a]\n") == "x.yaml:3: logging: expected a map of keys, got a list");
-    CHECK(error_of("data:\n  train: null\n") == "x.yaml:2: data.train: expected a string, got null");
+    CHECK(error_of("data:\n  train: null\n") ==
+          "x.yaml:2: data.train: expected a path or a list of {path, weight}, got null");
     CHECK(error_of("- 1\n- 2\n").find("x.yaml:1: expected a map of model, parallel") == 0);
 }
 
@@ -163,7 +168,7 @@ TEST_CASE("config: data.train is required", "[config]") {
     CHECK(error_of("model:\n  layers: 2\n") == "x.yaml: data.train: required key missing");
     CHECK(error_of("data:\n  train: ''\n") == "x.yaml:2: data.train: must not be empty");
     // An override can supply it.
-    CHECK(parse("", "x.yaml", {"data.train=t.bin"}).data.train == "t.bin");
+    CHECK(parse("", "x.yaml", {"data.train=t.bin"}).data.train == one("t.bin"));
 }
 
 TEST_CASE("config: out-of-range values name their line and key", "[config]") {
@@ -221,11 +226,11 @@ TEST_CASE("config: overrides are applied after the file with the same checks", "
                                   "checkpoint.dir=runs/a b", "data.train=data/[ab].bin", "device=cpu"});
         CHECK(cfg.training.lr == 3e-4);
         CHECK_FALSE(cfg.data.shuffle);
-        CHECK_FALSE(cfg.data.valid);
+        CHECK(cfg.data.valid.empty());
         CHECK(cfg.parallel.schedule == Schedule::gpipe);
         CHECK(cfg.model.init_from == "hf/gpt2.safetensors");
         CHECK(cfg.checkpoint.dir == "runs/a b");
-        CHECK(cfg.data.train == "data/[ab].bin");  // not valid YAML: taken as the plain string
+        CHECK(cfg.data.train == one("data/[ab].bin"));  // not valid YAML: taken as the plain string
         CHECK(cfg.device == DeviceKind::cpu);
     }
     SECTION("a section absent from the file is created") {
@@ -319,7 +324,7 @@ TEST_CASE("config: to_yaml writes every key and reads back to the same config", 
                "training.eps=1e-8", "training.decay=linear", "data.valid='null'", "data.shuffle=false",
                "checkpoint.dir=runs/#1", "checkpoint.resume=never", "logging.trace=t.json", "device=cpu"});
     CHECK(original.model.init_from == "w:\"gpt2\" #1.bin");
-    CHECK(original.data.valid == "null");  // quoted: the string, not null
+    CHECK(original.data.valid == one("null"));  // quoted: the string, not null
 
     const std::string yaml = to_yaml(original);
     INFO(yaml);
@@ -340,6 +345,7 @@ TEST_CASE("config: to_string spells enums as YAML does", "[config]") {
     CHECK(std::string(to_string(Precision::bf16)) == "bf16");
     CHECK(std::string(to_string(Recompute::selective)) == "selective");
     CHECK(std::string(to_string(DeviceKind::auto_)) == "auto");
+    CHECK(std::string(to_string(DataFormat::megatron)) == "megatron");
 }
 
 TEST_CASE("config: load reads a file and reports one it cannot open", "[config]") {
@@ -363,4 +369,74 @@ TEST_CASE("config: every file in configs/ loads", "[config]") {
 
     const Config gpt2 = load(TRIDENT_SOURCE_DIR "/configs/gpt2-124m.yaml");
     CHECK(gpt2.derived.parameters == 124'439'808);
+}
+
+TEST_CASE("config: data.train and data.valid take a weighted blend", "[config]") {
+    const Config cfg = parse(R"(
+data:
+  train:
+    - {path: a, weight: 0.7}
+    - path: corpus/b.bin
+      weight: 3
+  valid: [{path: v, weight: 1}]
+  format: megatron
+)",
+                             "x.yaml");
+    CHECK(cfg.data.train == std::vector<DataSource>{{"a", 0.7}, {"corpus/b.bin", 3.0}});
+    CHECK(cfg.data.valid == one("v"));
+    CHECK(cfg.data.format == DataFormat::megatron);
+
+    const Config set = parse(kMinimal, "x.yaml",
+                             {"data.train=[{path: a, weight: 1}, {path: b, weight: 2}]",
+                              "data.valid=[{path: v, weight: 0.5}]", "data.format=llmc"});
+    CHECK(set.data.train == std::vector<DataSource>{{"a", 1.0}, {"b", 2.0}});
+    CHECK(set.data.valid == std::vector<DataSource>{{"v", 0.5}});
+    CHECK(set.data.format == DataFormat::llmc);
+
+    // Written back as a flow list (one dataset of weight 1 as its plain path), read back equal.
+    const std::string yaml = to_yaml(set);
+    INFO(yaml);
+    CHECK(yaml.find("  train: [{path: \"a\", weight: 1.0}, {path: \"b\", weight: 2.0}]\n") !=
+          std::string::npos);
+    CHECK(yaml.find("  valid: [{path: \"v\", weight: 0.5}]\n") != std::string::npos);
+    CHECK(yaml.find("  format: llmc\n") != std::string::npos);
+    Config again = parse(yaml, "x.yaml");
+    CHECK(again == set);
+    CHECK(to_yaml(parse(kMinimal, "x.yaml")).find("  train: \"data/train.bin\"\n  valid: null\n") !=
+          std::string::npos);
+}
+
+TEST_CASE("config: bad blend items are named by their line", "[config]") {
+    const std::string head = "data:\n  train:\n    - {path: a, weight: 1}\n";
+    CHECK(error_of(head + "    - {weight: 2}\n") == "x.yaml:4: data.train: item 2: missing path");
+    CHECK(error_of(head + "    - {path: b}\n") == "x.yaml:4: data.train: item 2: missing weight");
+    CHECK(error_of(head + "    - {path: b, weight: 0}\n") ==
+          "x.yaml:4: data.train: item 2: weight: must be > 0, got 0");
+    CHECK(error_of(head + "    - {path: b, weight: -0.5}\n") ==
+          "x.yaml:4: data.train: item 2: weight: must be > 0, got -0.5");
+    CHECK(error_of(head + "    - {path: b, weight: heavy}\n") ==
+          "x.yaml:4: data.train: item 2: weight: expected a number, got \"heavy\"");
+    CHECK(error_of(head + "    - {path: '', weight: 1}\n") ==
+          "x.yaml:4: data.train: item 2: path: must not be empty");
+    CHECK(error_of(head + "    - {path: [b], weight: 1}\n") ==
+          "x.yaml:4: data.train: item 2: path: expected a string, got a list");
+    // In a block-style item, the line of the key at fault.
+    CHECK(error_of(head + "    - path: b\n      wieght: 2\n") ==
+          "x.yaml:5: data.train: item 2: unknown key \"wieght\" (an item has path and weight)");
+    CHECK(error_of(head + "    - path: b\n      weight: 1\n      weight: 2\n") ==
+          "x.yaml:6: data.train: item 2: weight given twice");
+    CHECK(error_of(head + "    - b.bin\n") ==
+          "x.yaml:4: data.train: item 2: expected {path: ..., weight: ...}, got \"b.bin\" (each "
+          "dataset of a blend has a weight; for one stream of several llm.c files, write a glob)");
+    CHECK(error_of("data:\n  train: []\n") ==
+          "x.yaml:2: data.train: expected a path or a list of {path, weight}, got an empty list");
+    CHECK(error_of("data:\n  train: {path: a, weight: 1}\n") ==
+          "x.yaml:2: data.train: expected a path or a list of {path, weight}, got a map");
+    CHECK(error_of(kMinimal + "  valid:\n    - {path: v, weight: 1}\n    - {path: w}\n") ==
+          "x.yaml:5: data.valid: item 2: missing weight");
+    CHECK(error_of(kMinimal + "  format: hdf5\n") ==
+          "x.yaml:3: data.format: expected one of auto, llmc, megatron; got \"hdf5\"");
+    // An override's items are named by the override.
+    CHECK(error_of(kMinimal, {"data.train=[{path: a, weight: 0}]"}) ==
+          "--set data.train=[{path: a, weight: 0}]: data.train: item 1: weight: must be > 0, got 0");
 }

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "train/generator.h"
+
 namespace trident::commands {
 
 struct TrainOptions {
@@ -29,10 +31,25 @@ struct ExportOptions {
 int export_model(const ExportOptions& opts);
 
 struct TokenizeOptions {
-    std::vector<std::string> inputs;  // text files, concatenated
-    std::string output;               // llm.c token shard
-    std::string tokenizer = "bytes";
+    std::vector<std::string> inputs;  // text files
+    std::string output;               // llm.c shard path, or Megatron prefix
+    std::string tokenizer = "gpt2";   // gpt2 | bytes
+    std::string format = "llmc";      // llmc | megatron
+    std::string split_on;             // record separator within files; empty = a file is a document
+    std::size_t shard_tokens = 0;     // split the output every N tokens; 0 = one output
+    int threads = 0;                  // 0 = all cores
+    bool progress = true;
 };
 int tokenize(const TokenizeOptions& opts);
+
+struct GenerateOptions {
+    std::string weights;     // Hugging Face GPT-2 safetensors, or
+    std::string checkpoint;  // a checkpoint directory (or a checkpoint.dir)
+    std::string prompt;
+    train::SamplingOptions sampling;
+    int head_dim = 64;       // heads = hidden / head_dim for --weights (shapes do not tell)
+    int threads = 0;
+};
+int generate(const GenerateOptions& opts);
 
 }  // namespace trident::commands

@@ -45,4 +45,14 @@ void initialise_weights(const config::Config& cfg, model::Gpt& model) {
     }
 }
 
+std::string generate_text(model::Gpt& model, const data::Tokenizer& tokenizer,
+                          const std::string& prompt, const train::SamplingOptions& opts) {
+    std::vector<int32_t> ids;
+    tokenizer.encode(prompt, ids);
+    if (ids.empty()) tokenizer.encode("\n", ids);
+    if (prompt.empty() && tokenizer.end_of_text()) ids.assign(1, *tokenizer.end_of_text());
+    const std::vector<int32_t> continuation = train::generate(model, ids, opts);
+    return prompt + tokenizer.decode(continuation);
+}
+
 }  // namespace trident::commands

@@ -5,7 +5,9 @@
 #include <memory>
 
 #include "config/config.h"
+#include "data/tokenizer.h"
 #include "kernels/ops.h"
+#include "train/generator.h"
 #include "train/trainer.h"
 
 namespace trident::commands {
@@ -18,5 +20,10 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, double pe
 
 // model.init_from if set, else GPT-2 initialisation from training.seed.
 void initialise_weights(const config::Config& cfg, model::Gpt& model);
+
+// The prompt and its continuation as text. An empty prompt starts a new document (the
+// end-of-text token, or a newline for the byte tokenizer).
+std::string generate_text(model::Gpt& model, const data::Tokenizer& tokenizer,
+                          const std::string& prompt, const train::SamplingOptions& opts);
 
 }  // namespace trident::commands

@@ -1,32 +1,233 @@
-// `trident tokenize`: turns text files into an llm.c token shard.
+// `trident tokenize`: turns text files into training data, an llm.c token shard or a Megatron
+// .bin/.idx pair, on every core.
 //
-// The byte-level tokenizer maps each byte of the text to its own id (vocabulary 256); files
-// are concatenated in the order given.
+// Documents are the input files, or the records of each file split on --split-on; each ends
+// with <|endoftext|> (GPT-2 tokenizer). Large documents are cut into chunks at points where
+// GPT-2's pre-tokenizer always splits anyway (after a newline, before a printable ASCII
+// character: no pattern of the regex reaches across that), so encoding chunks in parallel
+// gives exactly the ids of encoding the whole text at once.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <memory>
+#include <thread>
 #include <vector>
 
 #include "commands/commands.h"
+#include "data/megatron_dataset.h"
 #include "data/token_shards.h"
+#include "data/tokenizer.h"
 #include "error.h"
 
 namespace trident::commands {
 
-int tokenize(const TokenizeOptions& opts) {
-    if (opts.tokenizer != "bytes")
-        throw Error("--tokenizer: unknown tokenizer '" + opts.tokenizer + "' (available: bytes)");
-    std::vector<uint16_t> tokens;
-    for (const std::string& path : opts.inputs) {
-        std::ifstream in(path, std::ios::binary);
-        if (!in) throw Error("cannot open '" + path + "'");
-        const std::vector<char> bytes{std::istreambuf_iterator<char>(in), {}};
-        for (char c : bytes) tokens.push_back(static_cast<unsigned char>(c));
+namespace {
+
+// "\n", "\t", "\r" and "\\" in --split-on, as users type them in a shell.
+std::string unescape(const std::string& s) {
+    std::string out;
+    for (std::size_t i = 0; i < s.size(); ++i) {
+        if (s[i] != '\\' || i + 1 == s.size()) {
+            out += s[i];
+            continue;
+        }
+        const char c = s[++i];
+        out += c == 'n' ? '\n' : c == 't' ? '\t' : c == 'r' ? '\r' : c;
     }
-    if (tokens.size() > static_cast<std::size_t>(INT32_MAX))
-        throw Error("more than 2^31 tokens: an llm.c shard's header cannot count them");
-    data::write_token_shard(opts.output, tokens);
-    std::printf("wrote %zu tokens to %s\n", tokens.size(), opts.output.c_str());
+    return out;
+}
+
+std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error("cannot open '" + path + "'");
+    return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// A piece of one document, encoded by one thread.
+struct Chunk {
+    std::size_t document;
+    std::string_view text;
+    std::vector<int32_t> ids;
+};
+
+// Cuts a document into chunks of about `target` bytes at safe points (see the file comment).
+void cut(std::size_t document, std::string_view text, std::size_t target, std::vector<Chunk>& out) {
+    while (text.size() > target) {
+        std::size_t p = target;
+        while (p < text.size() && !(text[p - 1] == '\n' && text[p] > ' ' && text[p] < 0x7f)) ++p;
+        out.push_back({document, text.substr(0, p), {}});
+        text.remove_prefix(p);
+    }
+    out.push_back({document, text, {}});
+}
+
+// Receives documents in order and writes them as one file or as shards of --shard-tokens.
+class Output {
+public:
+    Output(const TokenizeOptions& opts) : opts_(opts) {}
+
+    void add_document(std::span<const int32_t> ids) {
+        std::vector<uint16_t> doc(ids.begin(), ids.end());
+        tokens_ += doc.size();
+        if (opts_.format == "megatron") {
+            if (megatron_ && opts_.shard_tokens > 0 && shard_fill_ > 0 &&
+                shard_fill_ + doc.size() > opts_.shard_tokens)
+                close_megatron();
+            if (!megatron_) megatron_ = std::make_unique<data::MegatronWriter>(shard_name(""));
+            megatron_->add_document(doc);
+            shard_fill_ += doc.size();
+            return;
+        }
+        pending_.insert(pending_.end(), doc.begin(), doc.end());
+        while (opts_.shard_tokens > 0 && pending_.size() >= opts_.shard_tokens) {
+            write_llmc(std::span(pending_).first(opts_.shard_tokens));
+            pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(opts_.shard_tokens));
+        }
+    }
+
+    void finish() {
+        if (opts_.format == "megatron") {
+            if (megatron_) close_megatron();
+        } else if (!pending_.empty() || files_.empty()) {
+            write_llmc(pending_);
+        }
+    }
+
+    const std::vector<std::string>& files() const { return files_; }
+    std::size_t tokens() const { return tokens_; }
+
+private:
+    // OUT, or OUT_000000 ... with shards; for Megatron a prefix (a .bin/.idx suffix dropped).
+    std::string shard_name(const std::string& ext) const {
+        std::string stem = opts_.output;
+        std::string suffix = ext;
+        for (const char* e : {".bin", ".idx"}) {
+            const std::string s(e);
+            if (stem.size() > s.size() && stem.compare(stem.size() - s.size(), s.size(), s) == 0) {
+                stem.resize(stem.size() - s.size());
+                if (opts_.format != "megatron") suffix = s;
+            }
+        }
+        if (opts_.shard_tokens == 0) return stem + suffix;
+        char index[16];
+        std::snprintf(index, sizeof index, "_%06zu", files_.size());
+        return stem + index + suffix;
+    }
+
+    void write_llmc(std::span<const uint16_t> tokens) {
+        const std::string name = shard_name(".bin");
+        data::write_token_shard(name, tokens);
+        files_.push_back(name);
+    }
+
+    void close_megatron() {
+        const std::string prefix = shard_name("");
+        megatron_->finish();
+        megatron_.reset();
+        files_.push_back(prefix + ".bin/.idx");
+        shard_fill_ = 0;
+    }
+
+    const TokenizeOptions& opts_;
+    std::vector<uint16_t> pending_;  // llm.c: tokens not yet in a shard
+    std::unique_ptr<data::MegatronWriter> megatron_;
+    std::size_t shard_fill_ = 0;
+    std::size_t tokens_ = 0;
+    std::vector<std::string> files_;
+};
+
+void draw_progress(std::size_t done, std::size_t total, double seconds) {
+    constexpr int kWidth = 30;
+    const double f = total ? static_cast<double>(done) / total : 1.0;
+    const int filled = static_cast<int>(f * kWidth);
+    std::fprintf(stderr, "\rtokenizing [%s%s] %5.1f%% %.1f/%.1f MB %.1f MB/s", 
+                 std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
+                 100 * f, done / 1e6, total / 1e6, seconds > 0 ? done / 1e6 / seconds : 0.0);
+}
+
+}  // namespace
+
+int tokenize(const TokenizeOptions& opts) {
+    if (opts.format != "llmc" && opts.format != "megatron")
+        throw Error("--format: expected llmc or megatron, got '" + opts.format + "'");
+    const auto tokenizer = data::make_tokenizer(opts.tokenizer);
+    if (tokenizer->vocab_size() > 65536)
+        throw Error("the vocabulary does not fit the uint16 ids of the output formats");
+    const auto t0 = std::chrono::steady_clock::now();
+
+    // Documents: whole files, or their records.
+    std::vector<std::string> files;
+    std::vector<std::string_view> documents;
+    const std::string separator = unescape(opts.split_on);
+    for (const std::string& path : opts.inputs) files.push_back(read_file(path));
+    std::size_t total_bytes = 0;
+    for (const std::string& text : files) {
+        total_bytes += text.size();
+        std::string_view rest = text;
+        while (!separator.empty() && !rest.empty()) {
+            const std::size_t at = rest.find(separator);
+            if (at == std::string_view::npos) break;
+            if (at > 0) documents.push_back(rest.substr(0, at));
+            rest.remove_prefix(at + separator.size());
+        }
+        if (!rest.empty() || separator.empty()) documents.push_back(rest);
+    }
+
+    const int threads = opts.threads > 0 ? opts.threads
+                                         : std::max(1u, std::thread::hardware_concurrency());
+    // Chunks small enough to share among threads and show progress, large enough to be cheap.
+    const std::size_t target = std::clamp<std::size_t>(total_bytes / (16 * threads), 1 << 16, 1 << 22);
+    std::vector<Chunk> chunks;
+    for (std::size_t d = 0; d < documents.size(); ++d) cut(d, documents[d], target, chunks);
+
+    std::atomic<std::size_t> next{0}, bytes_done{0};
+    std::vector<std::thread> pool;
+    std::exception_ptr failure;
+    std::atomic<bool> failed{false};
+    for (int t = 0; t < threads; ++t) {
+        pool.emplace_back([&] {
+            try {
+                for (std::size_t i; !failed && (i = next++) < chunks.size();) {
+                    tokenizer->encode(chunks[i].text, chunks[i].ids);
+                    bytes_done += chunks[i].text.size();
+                }
+            } catch (...) {
+                if (!failed.exchange(true)) failure = std::current_exception();
+            }
+        });
+    }
+    const bool show_progress = opts.progress;
+    while (show_progress && bytes_done < total_bytes && !failed) {
+        draw_progress(bytes_done, total_bytes,
+                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    for (auto& th : pool) th.join();
+    if (failure) std::rethrow_exception(failure);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (show_progress) {
+        draw_progress(total_bytes, total_bytes, seconds);
+        std::fprintf(stderr, "\n");
+    }
+
+    Output output(opts);
+    std::vector<int32_t> document;
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+        document.insert(document.end(), chunks[i].ids.begin(), chunks[i].ids.end());
+        if (i + 1 < chunks.size() && chunks[i + 1].document == chunks[i].document) continue;
+        if (tokenizer->end_of_text()) document.push_back(*tokenizer->end_of_text());
+        output.add_document(document);
+        document.clear();
+    }
+    output.finish();
+    std::printf("tokenized %.2f MB (%zu documents) into %zu tokens in %.2f s: %.2f MB/s on %d "
+                "thread(s)\n",
+                total_bytes / 1e6, documents.size(), output.tokens(), seconds,
+                total_bytes / 1e6 / seconds, threads);
+    for (const std::string& f : output.files()) std::printf("wrote %s\n", f.c_str());
     return 0;
 }
 

@@ -5,8 +5,7 @@
 
 #include "commands/commands.h"
 #include "commands/session.h"
-#include "data/sampler.h"
-#include "data/token_shards.h"
+#include "data/dataset.h"
 #include "error.h"
 #include "train/device_peak.h"
 #include "train/metrics.h"
@@ -27,6 +26,21 @@ void refuse_existing_checkpoints(const config::Config& cfg) {
                     "checkpoint.dir (e.g. --set checkpoint.dir=runs/new) so they are kept");
 }
 
+// A sample of text from the trained model, as the config asks, on a copy of it with micro
+// batch 1 (generation needs one sequence, not the training batch).
+void print_sample(const config::Config& cfg, const model::Gpt& trained, kernels::Ops& ops) {
+    model::Gpt gpt(ops, trained.shape(), 1, 0.0f);
+    gpt.load_params(trained.params_to_host());
+    const auto tokenizer = data::tokenizer_for_vocab(cfg.model.vocab_size);
+    train::SamplingOptions opts;
+    opts.tokens = cfg.logging.sample_tokens;
+    opts.temperature = 0.8;
+    opts.top_k = 40;
+    opts.seed = cfg.training.seed;
+    std::printf("sample (temperature %.1f, top-k %d):\n%s\n", opts.temperature, opts.top_k,
+                generate_text(gpt, *tokenizer, cfg.logging.sample_prompt, opts).c_str());
+}
+
 bool due(int step, int interval, int steps) {
     return step == steps || (interval > 0 && step % interval == 0);
 }
@@ -38,26 +52,15 @@ int train(const TrainOptions& opts) {
     const auto& t = cfg.training;
 
     // Everything that can be wrong with the input is checked before the first step.
-    data::TokenShards train_tokens(cfg.data.train, cfg.model.vocab_size, "data.train");
-    data::Sampler train_sampler(train_tokens, cfg.model.seq_len, cfg.data.shuffle, t.seed,
-                                "data.train");
-    std::unique_ptr<data::TokenShards> valid_tokens;
-    std::unique_ptr<data::Sampler> valid_sampler;
-    if (cfg.data.valid) {
-        valid_tokens = std::make_unique<data::TokenShards>(*cfg.data.valid, cfg.model.vocab_size,
-                                                           "data.valid");
-        valid_sampler = std::make_unique<data::Sampler>(*valid_tokens, cfg.model.seq_len, false,
-                                                        t.seed, "data.valid");
-    }
+    data::Dataset train_data = data::open_train_data(cfg);
+    const std::unique_ptr<data::Dataset> valid_data = data::open_valid_data(cfg);
     refuse_existing_checkpoints(cfg);
 
     auto ops = make_backend(cfg);
     const double peak = train::measure_gemm_flops(*ops);
     print_summary(cfg, *ops, peak);
-    std::printf("data: %s tokens in %zu file(s), %zu samples per epoch%s\n",
-                train::human_count(static_cast<double>(train_tokens.size())).c_str(),
-                train_tokens.files().size(), train_sampler.windows(),
-                cfg.data.shuffle ? ", shuffled" : "");
+    std::printf("data: %s\n", train_data.summary().c_str());
+    if (valid_data) std::printf("valid: %s\n", valid_data->summary().c_str());
 
     train::Trainer trainer(cfg, *ops);
     initialise_weights(cfg, trainer.model());
@@ -65,15 +68,15 @@ int train(const TrainOptions& opts) {
 
     const train::SampleFn train_sample = [&](uint64_t k, std::span<int32_t> in,
                                              std::span<int32_t> tgt) {
-        train_sampler.fill(k, in, tgt);
+        train_data.fill(k, in, tgt);
     };
     const train::SampleFn valid_sample = [&](uint64_t k, std::span<int32_t> in,
                                              std::span<int32_t> tgt) {
-        valid_sampler->fill(k, in, tgt);
+        valid_data->fill(k, in, tgt);
     };
 
     double first_val = 0, last_val = 0;
-    if (valid_sampler) {
+    if (valid_data) {
         first_val = last_val = trainer.evaluate(valid_sample, t.eval_batches);
         std::printf("step %5d/%d | val_loss %.4f (before training)\n", 0, t.steps, first_val);
     }
@@ -89,7 +92,7 @@ int train(const TrainOptions& opts) {
         m.tokens_per_s = static_cast<double>(cfg.derived.tokens_per_step) / r.seconds;
         m.tflops = cfg.derived.flops_per_step / r.seconds / 1e12;
         m.mfu = cfg.derived.flops_per_step / r.seconds / peak;
-        if (valid_sampler && due(m.step, t.eval_interval, t.steps)) {
+        if (valid_data && due(m.step, t.eval_interval, t.steps)) {
             m.val_loss = trainer.evaluate(valid_sample, t.eval_batches);
             last_val = *m.val_loss;
         }
@@ -101,7 +104,8 @@ int train(const TrainOptions& opts) {
             std::printf("checkpoint: %s\n", where.c_str());
         }
     }
-    if (valid_sampler)
+    if (cfg.logging.sample_tokens > 0) print_sample(cfg, trainer.model(), *ops);
+    if (valid_data)
         std::printf("done: %d steps | validation loss %.4f (%.4f before training)\n", t.steps,
                     last_val, first_val);
     else

@@ -23,6 +23,7 @@ enum class Decay { cosine, linear, constant };
 enum class Precision { fp32, bf16, fp16 };
 enum class Recompute { none, selective, full };
 enum class DeviceKind { auto_, cpu, cuda };
+enum class DataFormat { auto_, llmc, megatron };  // auto: decided per path (data/dataset.h)
 
 struct ModelConfig {
     int vocab_size = 50257;
@@ -70,9 +71,19 @@ struct TrainingConfig {
     bool operator==(const TrainingConfig&) const = default;
 };
 
+// One dataset of data.train or data.valid: llm.c shards (a path or a glob) or a Megatron
+// indexed dataset (PREFIX, PREFIX.bin or PREFIX.idx), and its weight in the blend as written
+// (> 0; the blend normalises the weights to sum to 1).
+struct DataSource {
+    std::string path;
+    double weight = 1.0;
+    bool operator==(const DataSource&) const = default;
+};
+
 struct DataConfig {
-    std::string train;                 // llm.c token shard: a path or a glob
-    std::optional<std::string> valid;  // a separate file, never carved from train
+    std::vector<DataSource> train;  // one dataset (a plain path in YAML), or a weighted blend
+    std::vector<DataSource> valid;  // empty: none; separate data, never carved from train
+    DataFormat format = DataFormat::auto_;
     bool shuffle = true;
     bool operator==(const DataConfig&) const = default;
 };
@@ -89,6 +100,8 @@ struct LoggingConfig {
     int interval = 1;
     std::optional<std::string> metrics;  // JSON-lines path
     std::optional<std::string> trace;    // Chrome trace path
+    int sample_tokens = 0;               // tokens of text generated after training; 0 = none
+    std::string sample_prompt;           // the sample's prompt; empty = start of a document
     bool operator==(const LoggingConfig&) const = default;
 };
 
@@ -136,5 +149,6 @@ const char* to_string(Decay v);
 const char* to_string(Precision v);
 const char* to_string(Recompute v);
 const char* to_string(DeviceKind v);
+const char* to_string(DataFormat v);
 
 }  // namespace trident::config

@@ -96,7 +96,12 @@ std::string join(const std::vector<std::string>& names) {
 
 void set_key(const Key& key, const YAML::Node& value, const std::string& where, int rank, Config& cfg,
              Origins& origins) {
-    if (auto problem = key.read(cfg, value)) fail(where, key.path, *problem);
+    YAML::Mark at = YAML::Mark::null_mark();
+    if (auto problem = key.read(cfg, value, at)) {
+        // Inside a file, a problem within the value (an item of a list) points at its own line.
+        const bool from_file = rank == kFileRank;
+        fail(from_file && !at.is_null() ? at_line(origins.file(), at) : where, key.path, *problem);
+    }
     origins.set(key.path, where, rank);
 }
 

@@ -24,7 +24,9 @@ Key field(std::string_view path, Section Config::*section, T Section::*member,
           std::type_identity_t<RangeCheck<T>> range = nullptr) {
     return Key{
         .path = path,
-        .read = [=](Config& c, const YAML::Node& node) { return read_value(node, (c.*section).*member); },
+        .read = [=](Config& c, const YAML::Node& node, YAML::Mark&) {
+            return read_value(node, (c.*section).*member);
+        },
         .write = [=](const Config& c) { return yaml_text((c.*section).*member); },
         .check_range = [=](const Config& c) { return range ? range((c.*section).*member) : Problem{}; },
     };
@@ -35,9 +37,22 @@ template <typename T>
 Key field(std::string_view path, T Config::*member, std::type_identity_t<RangeCheck<T>> range = nullptr) {
     return Key{
         .path = path,
-        .read = [=](Config& c, const YAML::Node& node) { return read_value(node, c.*member); },
+        .read = [=](Config& c, const YAML::Node& node, YAML::Mark&) { return read_value(node, c.*member); },
         .write = [=](const Config& c) { return yaml_text(c.*member); },
         .check_range = [=](const Config& c) { return range ? range(c.*member) : Problem{}; },
+    };
+}
+
+// A dataset key of the data section: a path, or a list of {path, weight} (values.h);
+// `nullable` keys also take null for none. Items are checked as they are read.
+Key sources(std::string_view path, std::vector<DataSource> DataConfig::*member, bool nullable) {
+    return Key{
+        .path = path,
+        .read = [=](Config& c, const YAML::Node& node, YAML::Mark& at) {
+            return read_sources(node, c.data.*member, nullable, at);
+        },
+        .write = [=](const Config& c) { return yaml_text(c.data.*member); },
+        .check_range = [](const Config&) { return Problem{}; },
     };
 }
 
@@ -125,8 +140,9 @@ const std::vector<Key>& table() {
         field("training.eval_interval", &C::training, &TrainingConfig::eval_interval, at_least(0)),
         field("training.eval_batches", &C::training, &TrainingConfig::eval_batches, at_least(1)),
 
-        required(field("data.train", &C::data, &DataConfig::train, not_empty())),
-        field("data.valid", &C::data, &DataConfig::valid),
+        required(sources("data.train", &DataConfig::train, false)),
+        sources("data.valid", &DataConfig::valid, true),
+        field("data.format", &C::data, &DataConfig::format),
         field("data.shuffle", &C::data, &DataConfig::shuffle),
 
         field("checkpoint.dir", &C::checkpoint, &CheckpointConfig::dir),
@@ -137,6 +153,8 @@ const std::vector<Key>& table() {
         field("logging.interval", &C::logging, &LoggingConfig::interval, at_least(1)),
         field("logging.metrics", &C::logging, &LoggingConfig::metrics),
         field("logging.trace", &C::logging, &LoggingConfig::trace),
+        field("logging.sample_tokens", &C::logging, &LoggingConfig::sample_tokens, at_least(0)),
+        field("logging.sample_prompt", &C::logging, &LoggingConfig::sample_prompt),
 
         field("device", &C::device),
     };

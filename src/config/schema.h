@@ -22,8 +22,10 @@ namespace trident::config::detail {
 struct Key {
     std::string_view path;  // "training.lr"; a key outside any section has no dot ("device")
     bool required = false;  // must be given (no usable default)
-    std::function<Problem(Config&, const YAML::Node&)> read;  // parse a YAML value into cfg
-    std::function<std::string(const Config&)> write;          // the value as YAML scalar text
+    // Parses a YAML value into cfg. A problem inside a value of several parts (an item of a
+    // list) may set `at` to that part's place, so that the message points at its line.
+    std::function<Problem(Config&, const YAML::Node&, YAML::Mark& at)> read;
+    std::function<std::string(const Config&)> write;  // the value as YAML text (one line)
     std::function<Problem(const Config&)> check_range;        // the value's own limits
 };
 

@@ -9,6 +9,7 @@
 #include <limits>
 #include <string_view>
 #include <system_error>
+#include <utility>
 
 namespace trident::config::detail {
 namespace {
@@ -175,6 +176,67 @@ Problem read_value(const YAML::Node& node, std::optional<std::string>& out) {
     return {};
 }
 
+Problem read_sources(const YAML::Node& node, std::vector<DataSource>& out, bool nullable,
+                     YAML::Mark& at) {
+    const std::string expected = "expected a path or a list of {path, weight}";
+    if (node.IsNull()) {
+        if (!nullable) return expected + ", got null";
+        out.clear();
+        return {};
+    }
+    if (node.IsScalar()) {
+        if (node.Scalar().empty()) return "must not be empty";
+        out = {DataSource{node.Scalar(), 1.0}};
+        return {};
+    }
+    if (!node.IsSequence()) return expected + ", got " + describe(node);
+    if (node.size() == 0) return expected + ", got an empty list";
+
+    std::vector<DataSource> sources;
+    for (std::size_t i = 0; i < node.size(); ++i) {
+        const YAML::Node item = node[i];
+        const std::string name = "item " + std::to_string(i + 1);
+        at = item.Mark();
+        if (!item.IsMap()) {
+            std::string problem = name + ": expected {path: ..., weight: ...}, got " + describe(item);
+            if (item.IsScalar())
+                problem += " (each dataset of a blend has a weight; for one stream of several "
+                           "llm.c files, write a glob)";
+            return problem;
+        }
+        DataSource source;
+        bool has_path = false, has_weight = false;
+        for (const auto& entry : item) {
+            at = entry.first.Mark();
+            const std::string key = entry.first.IsScalar() ? entry.first.Scalar() : "";
+            if (key == "path" || key == "weight") {
+                bool& seen = key == "path" ? has_path : has_weight;
+                if (seen) return name + ": " + key + " given twice";
+                seen = true;
+            }
+            if (key == "path") {
+                if (Problem p = read_value(entry.second, source.path)) return name + ": path: " + *p;
+                if (source.path.empty()) return name + ": path: must not be empty";
+            } else if (key == "weight") {
+                if (Problem p = read_value(entry.second, source.weight))
+                    return name + ": weight: " + *p;
+                if (!(source.weight > 0))
+                    return name + ": weight: must be > 0, got " + format_number(source.weight);
+            } else {
+                return name + ": unknown key " + describe(entry.first) +
+                       " (an item has path and weight)";
+            }
+        }
+        at = item.Mark();
+        if (!has_path) return name + ": missing path";
+        if (!has_weight) return name + ": missing weight";
+        sources.push_back(std::move(source));
+    }
+    out = std::move(sources);
+    at = YAML::Mark::null_mark();
+    return {};
+}
+
 std::string yaml_text(int v) { return std::to_string(v); }
 
 std::string yaml_text(uint64_t v) { return std::to_string(v); }
@@ -195,5 +257,15 @@ std::string yaml_text(bool v) { return v ? "true" : "false"; }
 std::string yaml_text(const std::string& v) { return quoted(v); }
 
 std::string yaml_text(const std::optional<std::string>& v) { return v ? quoted(*v) : "null"; }
+
+std::string yaml_text(const std::vector<DataSource>& v) {
+    if (v.empty()) return "null";
+    if (v.size() == 1 && v[0].weight == 1.0) return quoted(v[0].path);
+    std::string out = "[";
+    for (const DataSource& s : v)
+        out += (out.size() > 1 ? ", " : "") + std::string("{path: ") + quoted(s.path) +
+               ", weight: " + yaml_text(s.weight) + "}";
+    return out + "]";
+}
 
 }  // namespace trident::config::detail

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "config/config.h"
 
@@ -43,6 +44,11 @@ struct EnumNames<DeviceKind> {
     static constexpr std::array names{"auto", "cpu", "cuda"};
 };
 
+template <>
+struct EnumNames<DataFormat> {
+    static constexpr std::array names{"auto", "llmc", "megatron"};
+};
+
 template <typename E>
 const char* enum_name(E value) {
     return EnumNames<E>::names.at(static_cast<size_t>(value));
@@ -62,6 +68,12 @@ Problem read_value(const YAML::Node& node, double& out);
 Problem read_value(const YAML::Node& node, bool& out);
 Problem read_value(const YAML::Node& node, std::string& out);
 Problem read_value(const YAML::Node& node, std::optional<std::string>& out);
+
+// A dataset key: a path (one dataset of weight 1) or a list of {path, weight} items; null
+// gives no datasets where `nullable`. A problem inside an item sets `at` to the place of the
+// item (or of its key at fault), so the message can point at that line.
+Problem read_sources(const YAML::Node& node, std::vector<DataSource>& out, bool nullable,
+                     YAML::Mark& at);
 
 template <typename E>
 requires std::is_enum_v<E> Problem read_value(const YAML::Node& node, E& out) {
@@ -86,6 +98,8 @@ std::string yaml_text(double v);
 std::string yaml_text(bool v);
 std::string yaml_text(const std::string& v);
 std::string yaml_text(const std::optional<std::string>& v);
+// No datasets: null; one of weight 1: its path; else a flow list of {path, weight}.
+std::string yaml_text(const std::vector<DataSource>& v);
 
 template <typename E>
 requires std::is_enum_v<E> std::string yaml_text(E v) { return enum_name(v); }

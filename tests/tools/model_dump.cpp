@@ -10,8 +10,7 @@
 #include <exception>
 
 #include "config/config.h"
-#include "data/sampler.h"
-#include "data/token_shards.h"
+#include "data/dataset.h"
 #include "error.h"
 #include "io/safetensors.h"
 #include "kernels/ops.h"
@@ -31,9 +30,7 @@ static int dump(const std::string& config_path, const std::vector<std::string>& 
     model::load_hf_gpt2(*cfg.model.init_from, gpt.layout(), host.data());
     gpt.load_params(host);
 
-    data::TokenShards tokens(cfg.data.train, cfg.model.vocab_size, "data.train");
-    data::Sampler sampler(tokens, cfg.model.seq_len, cfg.data.shuffle, cfg.training.seed,
-                          "data.train");
+    data::Dataset train_data = data::open_train_data(cfg);
     const std::size_t T = static_cast<std::size_t>(cfg.model.seq_len);
     const int mb = cfg.training.micro_batch;
     std::vector<int32_t> inputs(mb * T), targets(mb * T);
@@ -41,8 +38,9 @@ static int dump(const std::string& config_path, const std::vector<std::string>& 
     double loss = 0;
     for (int j = 0; j < cfg.derived.grad_accum_steps; ++j) {
         for (int i = 0; i < mb; ++i)
-            sampler.fill(static_cast<uint64_t>(j * mb + i), std::span(inputs).subspan(i * T, T),
-                         std::span(targets).subspan(i * T, T));
+            train_data.fill(static_cast<uint64_t>(j * mb + i),
+                            std::span(inputs).subspan(i * T, T),
+                            std::span(targets).subspan(i * T, T));
         loss += gpt.forward(inputs.data(), targets.data(), false, 0);
         gpt.backward(1.0f / static_cast<float>(cfg.derived.tokens_per_step));
     }

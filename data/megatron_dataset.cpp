@@ -1,0 +1,316 @@
+// Reading and writing Megatron-LM indexed datasets (see megatron_dataset.h for the layout).
+#include "data/megatron_dataset.h"
+
+#include <sys/stat.h>
+
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <utility>
+
+#include "error.h"
+
+namespace trident::data {
+
+// The format is little-endian, and we read its integers with memcpy.
+static_assert(std::endian::native == std::endian::little, "Megatron datasets are little-endian");
+
+namespace {
+
+// A little-endian integer at any byte offset (the index's arrays start at byte 34, so they
+// are not aligned for their type).
+template <typename T>
+T load(const unsigned char* at) {
+    T v;
+    std::memcpy(&v, at, sizeof v);
+    return v;
+}
+
+const char* dtype_name(uint8_t code) {
+    switch (code) {
+        case 1:
+            return "uint8";
+        case 2:
+            return "int8";
+        case 3:
+            return "int16";
+        case 4:
+            return "int32";
+        case 5:
+            return "int64";
+        case 6:
+            return "float64";
+        case 7:
+            return "float32";
+        case 8:
+            return "uint16";
+        default:
+            return nullptr;
+    }
+}
+
+// Bytes per token of an integer dtype; 0 for the float types, which hold no token ids.
+std::size_t token_bytes(MegatronDtype dtype) {
+    switch (dtype) {
+        case MegatronDtype::uint8:
+        case MegatronDtype::int8:
+            return 1;
+        case MegatronDtype::int16:
+        case MegatronDtype::uint16:
+            return 2;
+        case MegatronDtype::int32:
+            return 4;
+        case MegatronDtype::int64:
+            return 8;
+        default:
+            return 0;
+    }
+}
+
+// Calls f(const T*) with the tokens typed as the dataset's dtype.
+template <typename F>
+void with_tokens(MegatronDtype dtype, const void* tokens, F&& f) {
+    switch (dtype) {
+        case MegatronDtype::uint8:
+            f(static_cast<const uint8_t*>(tokens));
+            break;
+        case MegatronDtype::int8:
+            f(static_cast<const int8_t*>(tokens));
+            break;
+        case MegatronDtype::int16:
+            f(static_cast<const int16_t*>(tokens));
+            break;
+        case MegatronDtype::uint16:
+            f(static_cast<const uint16_t*>(tokens));
+            break;
+        case MegatronDtype::int32:
+            f(static_cast<const int32_t*>(tokens));
+            break;
+        case MegatronDtype::int64:
+            f(static_cast<const int64_t*>(tokens));
+            break;
+        default:
+            throw Error("internal: Megatron dtype without tokens");
+    }
+}
+
+bool is_file(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string str(std::size_t v) {
+    return std::to_string(v);
+}
+
+}  // namespace
+
+MegatronDataset::MegatronDataset(const std::string& prefix, int vocab_size, const std::string& what)
+    : prefix_(prefix) {
+    const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
+    const MappedFile index(idx_path, what);
+    MappedFile bin(bin_path, what);
+
+    // Header.
+    const unsigned char* idx = index.data();
+    const std::size_t idx_bytes = index.bytes();
+    if (idx_bytes < kMegatronHeaderBytes)
+        throw Error(idx_path + ": " + str(idx_bytes) + " bytes is shorter than the " +
+                    str(kMegatronHeaderBytes) + "-byte Megatron index header (truncated?)");
+    if (std::memcmp(idx, kMegatronMagic, sizeof kMegatronMagic) != 0)
+        throw Error(idx_path + ": not a Megatron index (it does not start with \"MMIDIDX\\0\\0\")");
+    const uint64_t version = load<uint64_t>(idx + 9);
+    if (version != kMegatronVersion)
+        throw Error(idx_path + ": unsupported Megatron index version " + std::to_string(version) +
+                    " (expected 1)");
+    const uint8_t code = idx[17];
+    const char* name = dtype_name(code);
+    if (!name)
+        throw Error(idx_path + ": unknown dtype code " + std::to_string(code) +
+                    " (Megatron's codes are 1 to 8)");
+    dtype_ = static_cast<MegatronDtype>(code);
+    const std::size_t size = token_bytes(dtype_);
+    if (size == 0)
+        throw Error(idx_path + ": dtype " + name + " holds no token ids (supported: uint8, int8, " +
+                    "int16, uint16, int32, int64)");
+    const uint64_t n = load<uint64_t>(idx + 18);
+    const uint64_t d = load<uint64_t>(idx + 26);
+
+    // The index's length follows from n and d; guard the products against overflow first.
+    const bool fits = n <= idx_bytes / 12 && d <= idx_bytes / 8;
+    const std::size_t expected = fits ? kMegatronHeaderBytes + 12 * n + 8 * d : 0;
+    if (!fits || expected != idx_bytes) {
+        const std::string header = idx_path + ": header says " + std::to_string(n) +
+                                   " sequences and " + std::to_string(d) +
+                                   " document-index entries";
+        if (fits && expected + n == idx_bytes)
+            throw Error(header + " and the file has one mode byte per sequence after them: a " +
+                        "multimodal dataset, which holds more than tokens (not supported)");
+        throw Error(header + " (" + (fits ? str(expected) + " bytes" : "more bytes than that") +
+                    ") but the file has " + str(idx_bytes) + " bytes: truncated or corrupt");
+    }
+    const unsigned char* lengths = idx + kMegatronHeaderBytes;  // int32[n]
+    const unsigned char* pointers = lengths + 4 * n;            // int64[n]
+    const unsigned char* docs = pointers + 8 * n;               // int64[d]
+
+    // Sequences: non-negative lengths, stored back to back from byte 0 of the .bin.
+    const std::size_t bin_bytes = bin.bytes();
+    std::size_t end = 0;  // where the sequences so far end in the .bin
+    for (std::size_t i = 0; i < n; ++i) {
+        const int32_t length = load<int32_t>(lengths + 4 * i);
+        const int64_t pointer = load<int64_t>(pointers + 8 * i);
+        if (length < 0)
+            throw Error(idx_path + ": sequence " + str(i) + " has a negative length (" +
+                        std::to_string(length) + ")");
+        if (pointer < 0 || static_cast<uint64_t>(pointer) > bin_bytes)
+            throw Error(idx_path + ": sequence " + str(i) + " starts at byte " +
+                        std::to_string(pointer) + ", outside " + bin_path + " (" + str(bin_bytes) +
+                        " bytes)");
+        if (static_cast<uint64_t>(pointer) != end)
+            throw Error(idx_path + ": sequence " + str(i) + " starts at byte " +
+                        std::to_string(pointer) + " but the sequences before it end at byte " +
+                        str(end) + " (sequences must be stored back to back, as Megatron " +
+                        "writes them)");
+        end += static_cast<std::size_t>(length) * size;
+        if (end > bin_bytes)
+            throw Error(bin_path + ": " + str(bin_bytes) + " bytes, but " + idx_path +
+                        " places sequence " + str(i) + " up to byte " + str(end) +
+                        ": truncated or corrupt");
+    }
+    if (end != bin_bytes)
+        throw Error(bin_path + ": " + str(bin_bytes) + " bytes, but " + idx_path + " describes " +
+                    str(end / size) + " " + name + " tokens (" + str(end) +
+                    " bytes): extra data, or an index from another dataset");
+
+    // Document index: from 0 to n, never decreasing.
+    if (d == 0) throw Error(idx_path + ": the document index is empty (it holds at least 0)");
+    int64_t previous = load<int64_t>(docs);
+    if (previous != 0)
+        throw Error(idx_path + ": the document index starts at " + std::to_string(previous) +
+                    ", not 0");
+    for (std::size_t j = 1; j < d; ++j) {
+        const int64_t entry = load<int64_t>(docs + 8 * j);
+        if (entry < previous)
+            throw Error(idx_path + ": the document index decreases at entry " + str(j) + " (" +
+                        std::to_string(entry) + " after " + std::to_string(previous) + ")");
+        previous = entry;
+    }
+    if (static_cast<uint64_t>(previous) != n)
+        throw Error(idx_path + ": the document index ends at " + std::to_string(previous) +
+                    ", not at the number of sequences (" + std::to_string(n) + ")");
+
+    // Every token id inside the vocabulary, checked now rather than midway through a run.
+    tokens_ = bin_bytes / size;
+    if (tokens_ > 0)
+        with_tokens(dtype_, bin.data(), [&](const auto* tokens) {
+            using T = std::remove_cv_t<std::remove_pointer_t<decltype(tokens)>>;
+            for (std::size_t i = 0; i < tokens_; ++i) {
+                bool outside = static_cast<int64_t>(tokens[i]) >= vocab_size;
+                if constexpr (std::is_signed_v<T>) outside = outside || tokens[i] < 0;
+                if (outside)
+                    throw Error(bin_path + ": token id " + std::to_string(tokens[i]) +
+                                " at position " + str(i) +
+                                " is outside the vocabulary (model.vocab_size = " +
+                                std::to_string(vocab_size) + ")");
+            }
+        });
+
+    sequences_ = n;
+    documents_ = d - 1;
+    bin_ = std::move(bin);
+}
+
+void MegatronDataset::read(std::size_t start, std::span<int32_t> out) const {
+    with_tokens(dtype_, bin_.data(), [&](const auto* tokens) {
+        std::transform(tokens + start, tokens + start + out.size(), out.begin(),
+                       [](auto t) { return static_cast<int32_t>(t); });
+    });
+}
+
+std::string MegatronDataset::describe() const {
+    return "Megatron dataset " + prefix_ + " (" + str(documents_) + " documents, " +
+           dtype_name(static_cast<uint8_t>(dtype_)) + ")";
+}
+
+MegatronWriter::MegatronWriter(const std::string& prefix)
+    : prefix_(prefix), bin_(prefix + ".bin.tmp", std::ios::binary) {
+    if (!bin_) throw Error("cannot write '" + prefix + ".bin.tmp': " + std::strerror(errno));
+}
+
+MegatronWriter::~MegatronWriter() {
+    if (finished_) return;
+    bin_.close();
+    std::remove((prefix_ + ".bin.tmp").c_str());
+    std::remove((prefix_ + ".idx.tmp").c_str());
+}
+
+void MegatronWriter::add_document(std::span<const uint16_t> tokens) {
+    if (finished_) throw Error(prefix_ + ": add_document after finish");
+    if (tokens.size() > static_cast<std::size_t>(std::numeric_limits<int32_t>::max()))
+        throw Error(prefix_ + ": a document of " + str(tokens.size()) +
+                    " tokens is longer than a Megatron sequence length (int32) can say");
+    bin_.write(reinterpret_cast<const char*>(tokens.data()),
+               static_cast<std::streamsize>(tokens.size_bytes()));
+    if (!bin_) throw Error("write to '" + prefix_ + ".bin.tmp' failed");
+    lengths_.push_back(static_cast<int32_t>(tokens.size()));
+}
+
+void MegatronWriter::finish() {
+    if (finished_) return;
+    bin_.close();
+    if (!bin_) throw Error("write to '" + prefix_ + ".bin.tmp' failed");
+
+    const uint64_t n = lengths_.size();
+    std::vector<int64_t> pointers(n), docs(n + 1);
+    int64_t at = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        pointers[i] = at;
+        at += int64_t{lengths_[i]} * static_cast<int64_t>(sizeof(uint16_t));
+    }
+    for (std::size_t j = 0; j <= n; ++j) docs[j] = static_cast<int64_t>(j);  // one per document
+
+    const std::string idx_tmp = prefix_ + ".idx.tmp";
+    std::ofstream idx(idx_tmp, std::ios::binary);
+    if (!idx) throw Error("cannot write '" + idx_tmp + "': " + std::strerror(errno));
+    const uint8_t code = static_cast<uint8_t>(MegatronDtype::uint16);
+    const uint64_t d = n + 1;
+    auto put = [&](const void* p, std::size_t bytes) {
+        idx.write(static_cast<const char*>(p), static_cast<std::streamsize>(bytes));
+    };
+    put(kMegatronMagic, sizeof kMegatronMagic);
+    put(&kMegatronVersion, 8);
+    put(&code, 1);
+    put(&n, 8);
+    put(&d, 8);
+    put(lengths_.data(), 4 * n);
+    put(pointers.data(), 8 * n);
+    put(docs.data(), 8 * d);
+    idx.close();
+    if (!idx) throw Error("write to '" + idx_tmp + "' failed");
+
+    for (const char* ext : {".bin", ".idx"}) {
+        const std::string from = prefix_ + ext + ".tmp", to = prefix_ + ext;
+        if (std::rename(from.c_str(), to.c_str()) != 0)
+            throw Error("cannot rename '" + from + "' to '" + to + "': " + std::strerror(errno));
+    }
+    finished_ = true;
+}
+
+std::string megatron_prefix(const std::string& path) {
+    if (path.ends_with(".bin") || path.ends_with(".idx")) return path.substr(0, path.size() - 4);
+    return path;
+}
+
+LocatedStream detect_format(const std::string& path) {
+    const std::string prefix = megatron_prefix(path);
+    if (is_file(prefix + ".bin") && is_file(prefix + ".idx"))
+        return {StreamFormat::megatron, prefix};
+    return {StreamFormat::llmc, path};
+}
+
+}  // namespace trident::data

@@ -1,0 +1,42 @@
+// `trident generate`: prints a continuation of a prompt from trained weights (a Hugging Face
+// GPT-2 safetensors file or a checkpoint).
+#include <cstdio>
+
+#include "commands/commands.h"
+#include "commands/session.h"
+#include "data/tokenizer.h"
+#include "error.h"
+#include "kernels/ops.h"
+#include "model/gpt.h"
+#include "model/hf_gpt2.h"
+#include "train/model_checkpoint.h"
+#include "train/model_shape.h"
+
+namespace trident::commands {
+
+int generate(const GenerateOptions& opts) {
+    if (opts.weights.empty() == opts.checkpoint.empty())
+        throw Error("give exactly one of --weights F.safetensors and --checkpoint DIR");
+    if (opts.sampling.tokens < 1) throw Error("--tokens must be at least 1");
+    if (opts.sampling.top_k < 0) throw Error("--top-k must not be negative");
+    auto ops = kernels::make_cpu_ops(opts.threads);
+
+    model::GptShape shape;
+    std::vector<float> params;
+    if (!opts.checkpoint.empty()) {
+        train::LoadedModel loaded = train::load_model_checkpoint(opts.checkpoint);
+        shape = train::gpt_shape(loaded.cfg);
+        params = std::move(loaded.params);
+    } else {
+        shape = model::infer_hf_gpt2_shape(opts.weights, opts.head_dim);
+        params.assign(model::ParamLayout(shape).total(), 0.0f);
+        model::load_hf_gpt2(opts.weights, model::ParamLayout(shape), params.data());
+    }
+    model::Gpt gpt(*ops, shape, 1, 0.0f);
+    gpt.load_params(params);
+    const auto tokenizer = data::tokenizer_for_vocab(shape.vocab);
+    std::printf("%s\n", generate_text(gpt, *tokenizer, opts.prompt, opts.sampling).c_str());
+    return 0;
+}
+
+}  // namespace trident::commands

@@ -1,0 +1,30 @@
+// Text generation: continues a sequence of token ids with the model, one token at a time.
+//
+// No KV cache: every new token reruns the model over the context (at most seq_len tokens,
+// the last ones kept), which is simple and cheap enough for samples and tests on the CPU.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/gpt.h"
+
+namespace trident::train {
+
+struct SamplingOptions {
+    int tokens = 64;           // how many to generate
+    double temperature = 1.0;  // 0 = greedy (the most likely token, lowest id on ties)
+    int top_k = 0;             // sample among the k most likely; 0 = all
+    uint64_t seed = 0;
+};
+
+// Returns the generated ids (not the prompt). `model` runs with micro batch 1 or more (only
+// the first sequence is used); `prompt` must not be empty.
+std::vector<int32_t> generate(model::Gpt& model, const std::vector<int32_t>& prompt,
+                              const SamplingOptions& opts);
+
+// The choice of one next token from its logits (V) under opts; `draw` numbers the choice so
+// each is an independent pure function of (seed, draw).
+int32_t sample_token(std::vector<float> logits, const SamplingOptions& opts, uint64_t draw);
+
+}  // namespace trident::train
