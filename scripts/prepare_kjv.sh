@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Prepares the default corpus: the King James Bible from Debian's bible-kjv, byte-level
-# tokenized into llm.c shards. Genesis to Jude is the training set, Revelation the
-# validation set. Usage: scripts/prepare_kjv.sh [OUT_DIR] (default data/kjv).
+# Prepares the default corpus: the King James Bible from Debian's bible-kjv, tokenized with
+# GPT-2's BPE into llm.c shards. Genesis to Jude is the training set, Revelation the
+# validation set. Usage: scripts/prepare_kjv.sh [OUT_DIR] (default data/kjv/gpt2).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-out=${1:-$root/data/kjv}
+out=${1:-$root/data/kjv/gpt2}
 trident=${TRIDENT:-$root/build/trident}
 mkdir -p "$out"
 tmp=$(mktemp -d)
@@ -12,5 +12,5 @@ trap 'rm -rf "$tmp"' EXIT
 # Each verse comes as "Ge1:1 In the beginning..."; the reference is dropped.
 bible -f "Genesis 1:1-Jude 1:25" | sed -E 's/^[^ ]+ //' > "$tmp/train.txt"
 bible -f "Revelation 1:1-Revelation 22:21" | sed -E 's/^[^ ]+ //' > "$tmp/valid.txt"
-"$trident" tokenize --tokenizer bytes --output "$out/train.bin" "$tmp/train.txt"
-"$trident" tokenize --tokenizer bytes --output "$out/valid.bin" "$tmp/valid.txt"
+"$trident" tokenize --no-progress --output "$out/train.bin" "$tmp/train.txt"
+"$trident" tokenize --no-progress --output "$out/valid.bin" "$tmp/valid.txt"

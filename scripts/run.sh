@@ -5,5 +5,5 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 scripts/setup.sh
-[[ -f data/kjv/train.bin && -f data/kjv/valid.bin ]] || scripts/prepare_kjv.sh
+[[ -f data/kjv/gpt2/train.bin && -f data/kjv/gpt2/valid.bin ]] || scripts/prepare_kjv.sh
 exec build/trident train --config configs/default.yaml "$@"

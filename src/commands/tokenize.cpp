@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <filesystem>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -67,7 +68,10 @@ void cut(std::size_t document, std::string_view text, std::size_t target, std::v
 // Receives documents in order and writes them as one file or as shards of --shard-tokens.
 class Output {
 public:
-    Output(const TokenizeOptions& opts) : opts_(opts) {}
+    explicit Output(const TokenizeOptions& opts) : opts_(opts) {
+        const std::filesystem::path parent = std::filesystem::path(opts.output).parent_path();
+        if (!parent.empty()) std::filesystem::create_directories(parent);
+    }
 
     void add_document(std::span<const int32_t> ids) {
         std::vector<uint16_t> doc(ids.begin(), ids.end());

@@ -1,0 +1,115 @@
+// What the command-line tests share: running the built `trident` binary, and a scratch
+// workspace holding a tiny model's config and data.
+#pragma once
+
+#include <catch2/catch.hpp>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "data/megatron_dataset.h"
+#include "data/token_shards.h"
+#include "kernels/random.h"
+
+namespace cli {
+
+namespace fs = std::filesystem;
+
+
+struct RunResult {
+    int exit_code;
+    std::string output;  // stdout and stderr together
+};
+
+inline RunResult run(const std::string& args) {
+    // The GPT-2 files as setup fetched them into the source tree, wherever the build is.
+    const std::string cmd =
+        "TRIDENT_TOKENIZER_DIR=${TRIDENT_TOKENIZER_DIR:-" TRIDENT_SOURCE_DIR "/data/gpt2} " +
+        std::string(TRIDENT_BINARY) + " " + args + " 2>&1";
+    FILE* pipe = popen(cmd.c_str(), "r");
+    REQUIRE(pipe != nullptr);
+    std::string output;
+    std::array<char, 4096> buf{};
+    while (std::fgets(buf.data(), buf.size(), pipe)) output += buf.data();
+    const int status = pclose(pipe);
+    return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+// A scratch directory with a tiny model's config and data, removed afterwards.
+struct Workspace {
+    fs::path dir;
+    std::vector<uint16_t> tokens;  // of train.bin
+
+    Workspace() {
+        dir = fs::temp_directory_path() /
+              ("trident_cli_" + std::to_string(::getpid()) + "_" + std::to_string(unique_id()));
+        fs::create_directories(dir);
+        tokens.resize(2000);
+        for (std::size_t i = 0; i < tokens.size(); ++i)
+            tokens[i] = static_cast<uint16_t>(trident::kernels::hash64(7, i) % 64);
+        trident::data::write_token_shard((dir / "train.bin").string(), tokens);
+        write("tiny.yaml", tiny_config());
+    }
+    ~Workspace() { fs::remove_all(dir); }
+
+    static int unique_id() {
+        static int n = 0;
+        return ++n;
+    }
+
+    std::string tiny_config() const {
+        return "model: {vocab_size: 64, seq_len: 16, layers: 2, hidden: 32, heads: 4, "
+               "ffn_hidden: 64}\n"
+               "training: {micro_batch: 2, global_batch: 4, steps: 3, warmup_steps: 1, "
+               "threads: 1}\n"
+               "data: {train: " + (dir / "train.bin").string() + "}\n";
+    }
+
+    std::string path(const std::string& name) const { return (dir / name).string(); }
+
+    // train.bin's tokens as a Megatron dataset PREFIX, in documents of 1 to 300 tokens.
+    std::string write_megatron(const std::string& prefix) const {
+        trident::data::MegatronWriter writer(path(prefix));
+        for (std::size_t at = 0, n = 1; at < tokens.size(); at += n, n = n * 7 % 300 + 1)
+            writer.add_document(std::span(tokens).subspan(at, std::min(n, tokens.size() - at)));
+        writer.finish();
+        return path(prefix);
+    }
+
+    std::string write(const std::string& name, const std::string& text) const {
+        std::ofstream(dir / name) << text;
+        return path(name);
+    }
+
+    std::string write_bytes(const std::string& name, const std::vector<char>& bytes) const {
+        std::ofstream out(dir / name, std::ios::binary);
+        out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        return path(name);
+    }
+
+    std::vector<char> read_bytes(const std::string& name) const {
+        std::ifstream in(dir / name, std::ios::binary);
+        return {std::istreambuf_iterator<char>(in), {}};
+    }
+
+    std::string train(const std::string& extra = "") const {
+        return "train --config " + path("tiny.yaml") + " " + extra;
+    }
+};
+
+// Checks a failed run: exit 1 and one "trident: error:" line that contains `expected`.
+inline void require_clear_error(const RunResult& r, const std::string& expected) {
+    INFO(r.output);
+    REQUIRE(r.exit_code == 1);
+    REQUIRE(r.output.find("trident: error: ") != std::string::npos);
+    REQUIRE(r.output.find(expected) != std::string::npos);
+}
+
+}  // namespace cli

@@ -1,0 +1,158 @@
+// Command-line tests of the text commands: `trident tokenize` writes what the dataset readers
+// read back (llm.c shards and Megatron pairs, documents, shards, any thread count), and
+// `trident generate` continues a prompt from a checkpoint or from exported weights.
+#include <catch2/catch.hpp>
+
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "cli_support.h"
+#include "data/gpt2_tokenizer.h"
+#include "data/megatron_dataset.h"
+#include "data/token_shards.h"
+
+using namespace cli;
+
+namespace {
+
+std::vector<int32_t> read_all(const trident::data::TokenStream& stream) {
+    std::vector<int32_t> ids(stream.size());
+    stream.read(0, ids);
+    return ids;
+}
+
+std::vector<int32_t> bytes_of(const std::string& text) {
+    return std::vector<int32_t>(text.begin(), text.end());
+}
+
+// A text of many lines, long enough to be cut into several chunks.
+std::string long_text() {
+    std::string text;
+    for (int i = 0; text.size() < 300000; ++i)
+        text += "Line " + std::to_string(i) + ": and the  evening\tand the morning were day " +
+                std::to_string(i * 7 % 13) + ".\n" + (i % 5 == 0 ? "\n\n" : "");
+    return text;
+}
+
+}  // namespace
+
+TEST_CASE("tokenize: bytes into one llm.c shard, files are documents", "[cli][tokenize]") {
+    Workspace ws;
+    const auto a = ws.write("a.txt", "hello\n"), b = ws.write("b.txt", "world");
+    const RunResult r = run("tokenize --tokenizer bytes --no-progress --output " + ws.path("o.bin") +
+                            " " + a + " " + b);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    const trident::data::TokenShards shard(ws.path("o.bin"), 256, "test");
+    REQUIRE(read_all(shard) == bytes_of("hello\nworld"));  // no end-of-text in 256 ids
+}
+
+TEST_CASE("tokenize: GPT-2 ids with <|endoftext|> after each document", "[cli][tokenize]") {
+    Workspace ws;
+    const std::string text = "In the beginning God created the heaven and the earth.";
+    const auto a = ws.write("a.txt", text), b = ws.write("b.txt", " Amen.");
+    const RunResult r =
+        run("tokenize --no-progress --output " + ws.path("o.bin") + " " + a + " " + b);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    const trident::data::Gpt2Tokenizer bpe(TRIDENT_SOURCE_DIR "/data/gpt2");
+    std::vector<int32_t> expected;
+    bpe.encode(text, expected);
+    expected.push_back(50256);
+    bpe.encode(" Amen.", expected);
+    expected.push_back(50256);
+    REQUIRE(read_all(trident::data::TokenShards(ws.path("o.bin"), 50257, "test")) == expected);
+}
+
+TEST_CASE("tokenize: the ids do not depend on the thread count", "[cli][tokenize]") {
+    Workspace ws;
+    const auto in = ws.write("long.txt", long_text());
+    for (const char* threads : {"1", "4"})
+        REQUIRE(run(std::string("tokenize --no-progress --threads ") + threads + " --output " +
+                    ws.path(std::string("t") + threads + ".bin") + " " + in)
+                    .exit_code == 0);
+    const auto one = read_all(trident::data::TokenShards(ws.path("t1.bin"), 50257, "test"));
+    const auto four = read_all(trident::data::TokenShards(ws.path("t4.bin"), 50257, "test"));
+    REQUIRE(one.size() > 50000);
+    REQUIRE(one == four);
+}
+
+TEST_CASE("tokenize: Megatron output with records and shards reads back", "[cli][tokenize]") {
+    Workspace ws;
+    const auto in = ws.write("r.txt", "one\n\ntwo two\n\n\n\nthree three three\n\nfour");
+    SECTION("one pair, a document per record") {
+        const RunResult r = run("tokenize --tokenizer bytes --no-progress --format megatron "
+                                "--split-on '\\n\\n' --output " + ws.path("m") + " " + in);
+        INFO(r.output);
+        REQUIRE(r.exit_code == 0);
+        const trident::data::MegatronDataset meg(ws.path("m"), 256, "test");
+        REQUIRE(meg.documents() == 4);  // the empty record between two separators is dropped
+        REQUIRE(read_all(meg) == bytes_of("onetwo twothree three threefour"));
+    }
+    SECTION("shards of whole documents") {
+        const RunResult r = run("tokenize --tokenizer bytes --no-progress --format megatron "
+                                "--split-on '\\n\\n' --shard-tokens 12 --output " + ws.path("m") +
+                                " " + in);
+        INFO(r.output);
+        REQUIRE(r.exit_code == 0);
+        // one(3) + two two(7) = 10 <= 12; three three three (17) alone; four (4).
+        const trident::data::MegatronDataset s0(ws.path("m_000000"), 256, "test");
+        const trident::data::MegatronDataset s1(ws.path("m_000001"), 256, "test");
+        const trident::data::MegatronDataset s2(ws.path("m_000002"), 256, "test");
+        REQUIRE(read_all(s0) == bytes_of("onetwo two"));
+        REQUIRE(read_all(s1) == bytes_of("three three three"));
+        REQUIRE(read_all(s2) == bytes_of("four"));
+    }
+    SECTION("llm.c shards of exactly N tokens, read back as one glob") {
+        const RunResult r = run("tokenize --tokenizer bytes --no-progress --shard-tokens 5 "
+                                "--output " + ws.path("s.bin") + " " + in);
+        INFO(r.output);
+        REQUIRE(r.exit_code == 0);
+        const trident::data::TokenShards first(ws.path("s_000000.bin"), 256, "test");
+        REQUIRE(first.size() == 5);
+        const trident::data::TokenShards all(ws.path("s_*.bin"), 256, "test");
+        REQUIRE(read_all(all) == bytes_of("one\n\ntwo two\n\n\n\nthree three three\n\nfour"));
+    }
+}
+
+TEST_CASE("tokenize: bad arguments are reported", "[cli][tokenize][bad-input]") {
+    Workspace ws;
+    const auto in = ws.write("a.txt", "x");
+    require_clear_error(run("tokenize --no-progress --output " + ws.path("o.bin") + " " +
+                            ws.path("missing.txt")),
+                        "missing.txt");
+    require_clear_error(run("tokenize --no-progress --format parquet --output " + ws.path("o") + " " + in),
+                        "--format");
+    require_clear_error(run("tokenize --no-progress --tokenizer sentencepiece --output " +
+                            ws.path("o") + " " + in),
+                        "sentencepiece");
+}
+
+TEST_CASE("generate: continues a prompt from a checkpoint and from exported weights",
+          "[cli][generate]") {
+    Workspace ws;
+    // A byte-level model: its text needs no tokenizer files.
+    const std::string byte_model = "--set model.vocab_size=256 --set data.train=" + ws.path("b.bin");
+    trident::data::write_token_shard(ws.path("b.bin"), std::vector<uint16_t>(500, 'a'));
+    REQUIRE(run(ws.train(byte_model + " --set training.steps=30 --set training.lr=1e-2 "
+                                      "--set checkpoint.dir=" + ws.path("ck")))
+                .exit_code == 0);
+    const std::string greedy = " --prompt aaa --tokens 10 --temperature 0";
+    const RunResult from_checkpoint = run("generate --checkpoint " + ws.path("ck") + greedy);
+    INFO(from_checkpoint.output);
+    REQUIRE(from_checkpoint.exit_code == 0);
+    REQUIRE(from_checkpoint.output == std::string(13, 'a') + "\n");  // it learnt only 'a'
+
+    REQUIRE(run("export --checkpoint " + ws.path("ck") + " --output " + ws.path("w.safetensors"))
+                .exit_code == 0);
+    // The tiny model's heads are 8 wide (hidden 32 / 4 heads).
+    const RunResult from_weights =
+        run("generate --weights " + ws.path("w.safetensors") + " --head-dim 8" + greedy);
+    INFO(from_weights.output);
+    REQUIRE(from_weights.output == from_checkpoint.output);
+
+    require_clear_error(run("generate --prompt x"), "--weights");
+    require_clear_error(run("generate --weights " + ws.path("none.safetensors") + " --prompt x"),
+                        "none.safetensors");
+}
