@@ -75,7 +75,7 @@ logging: {interval: 10, metrics: null, trace: trace.json}
 device: cpu
 )",
                              "x.yaml");
-    CHECK(cfg.model.vocab_size == 256);
+    CHECK(cfg.model.vocab_size == 50257);
     CHECK(cfg.model.dropout == 0.1);
     CHECK(cfg.model.init_from == "gpt2/model.safetensors");
     CHECK(cfg.parallel.schedule == Schedule::gpipe);
@@ -354,7 +354,7 @@ TEST_CASE("config: load reads a file and reports one it cannot open", "[config]"
     const Config cfg = load(TRIDENT_SOURCE_DIR "/configs/default.yaml", {"training.steps=3"});
     CHECK(cfg.source == TRIDENT_SOURCE_DIR "/configs/default.yaml");
     CHECK(cfg.training.steps == 3);
-    CHECK(cfg.model.vocab_size == 256);
+    CHECK(cfg.model.vocab_size == 50257);
 }
 
 TEST_CASE("config: every file in configs/ loads", "[config]") {
