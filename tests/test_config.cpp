@@ -75,7 +75,7 @@ logging: {interval: 10, metrics: null, trace: trace.json}
 device: cpu
 )",
                              "x.yaml");
-    CHECK(cfg.model.vocab_size == 50257);
+    CHECK(cfg.model.vocab_size == 256);
     CHECK(cfg.model.dropout == 0.1);
     CHECK(cfg.model.init_from == "gpt2/model.safetensors");
     CHECK(cfg.parallel.schedule == Schedule::gpipe);
