@@ -15,18 +15,12 @@
 #include "data/sampler.h"
 #include "data/token_shards.h"
 #include "error.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace trident;
 
 namespace {
-
-struct TempDir {
-    fs::path dir = fs::temp_directory_path() / ("trident_blend_" + std::to_string(::getpid()));
-    TempDir() { fs::create_directories(dir); }
-    ~TempDir() { fs::remove_all(dir); }
-    std::string operator/(const std::string& name) const { return (dir / name).string(); }
-};
 
 // The rule written as plainly as possible: every sample scans all datasets.
 std::vector<data::BlendPick> reference_blend(std::vector<double> w, uint64_t samples) {
@@ -92,7 +86,7 @@ TEST_CASE("blend: realised counts track the weights", "[data]") {
 }
 
 TEST_CASE("dataset: a blend fills each sample from its dataset's own sampler", "[data]") {
-    TempDir tmp;
+    TempDir tmp("blend");
     // Dataset 0 (llm.c) holds ids 0..99, dataset 1 (Megatron) ids 100..199: a sample's tokens
     // say where it came from.
     data::write_token_shard(tmp / "a.bin", tokens_in(3001, 0, 100));
@@ -140,7 +134,7 @@ TEST_CASE("dataset: a blend fills each sample from its dataset's own sampler", "
 }
 
 TEST_CASE("dataset: one source samples exactly as its sampler with the run's seed", "[data]") {
-    TempDir tmp;
+    TempDir tmp("blend");
     data::write_token_shard(tmp / "s.bin", tokens_in(1001, 0, 300));
     const std::vector<config::DataSource> one = {{tmp / "s.bin", 1.0}};
     data::Dataset ds(one, config::DataFormat::auto_, 300, 10, true, 42, "data.train");
@@ -158,7 +152,7 @@ TEST_CASE("dataset: one source samples exactly as its sampler with the run's see
 }
 
 TEST_CASE("dataset: errors name the blend item", "[data][bad-input]") {
-    TempDir tmp;
+    TempDir tmp("blend");
     data::write_token_shard(tmp / "a.bin", tokens_in(100, 0, 10));
     const std::vector<config::DataSource> sources = {{tmp / "a.bin", 1}, {tmp / "x*.bin", 1}};
     REQUIRE_THROWS_WITH(

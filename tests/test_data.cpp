@@ -11,18 +11,12 @@
 #include "data/sampler.h"
 #include "data/token_shards.h"
 #include "error.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace trident;
 
 namespace {
-
-struct TempDir {
-    fs::path dir = fs::temp_directory_path() / ("trident_data_" + std::to_string(::getpid()));
-    TempDir() { fs::create_directories(dir); }
-    ~TempDir() { fs::remove_all(dir); }
-    std::string operator/(const std::string& name) const { return (dir / name).string(); }
-};
 
 std::vector<uint16_t> iota_tokens(std::size_t n, uint16_t first, uint16_t modulo) {
     std::vector<uint16_t> t(n);
@@ -33,7 +27,7 @@ std::vector<uint16_t> iota_tokens(std::size_t n, uint16_t first, uint16_t modulo
 }  // namespace
 
 TEST_CASE("data: a glob of shards reads as one stream in name order", "[data]") {
-    TempDir tmp;
+    TempDir tmp("data");
     const auto a = iota_tokens(100, 0, 1000), b = iota_tokens(50, 100, 1000);
     data::write_token_shard(tmp / "part_1.bin", b);  // written first, named second
     data::write_token_shard(tmp / "part_0.bin", a);
@@ -46,7 +40,7 @@ TEST_CASE("data: a glob of shards reads as one stream in name order", "[data]") 
 }
 
 TEST_CASE("data: sampling without shuffle follows the contract", "[data]") {
-    TempDir tmp;
+    TempDir tmp("data");
     const std::size_t N = 103;
     const int T = 10;
     data::write_token_shard(tmp / "d.bin", iota_tokens(N, 0, 1000));
@@ -66,7 +60,7 @@ TEST_CASE("data: sampling without shuffle follows the contract", "[data]") {
 }
 
 TEST_CASE("data: shuffled sampling is a per-epoch permutation fixed by the seed", "[data]") {
-    TempDir tmp;
+    TempDir tmp("data");
     data::write_token_shard(tmp / "d.bin", iota_tokens(1001, 0, 2000));
     const data::TokenShards shards(tmp / "d.bin", 2000, "data.train");
     data::Sampler a(shards, 10, true, 42, "data.train"), b(shards, 10, true, 42, "data.train");
@@ -93,7 +87,7 @@ TEST_CASE("data: shuffled sampling is a per-epoch permutation fixed by the seed"
 }
 
 TEST_CASE("data: corrupt shards are rejected with the file's name", "[data][bad-input]") {
-    TempDir tmp;
+    TempDir tmp("data");
     REQUIRE_THROWS_WITH(data::TokenShards(tmp / "missing*.bin", 10, "data.train"),
                         Catch::Contains("data.train: no file matches"));
     data::write_token_shard(tmp / "big.bin", iota_tokens(10, 0, 100));

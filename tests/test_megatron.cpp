@@ -17,18 +17,12 @@
 #include "data/sampler.h"
 #include "data/token_shards.h"
 #include "error.h"
+#include "temp_dir.h"
 
 namespace fs = std::filesystem;
 using namespace trident;
 
 namespace {
-
-struct TempDir {
-    fs::path dir = fs::temp_directory_path() / ("trident_megatron_" + std::to_string(::getpid()));
-    TempDir() { fs::create_directories(dir); }
-    ~TempDir() { fs::remove_all(dir); }
-    std::string operator/(const std::string& name) const { return (dir / name).string(); }
-};
 
 std::vector<unsigned char> read_bytes(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -91,7 +85,7 @@ std::vector<int32_t> whole_stream(const data::TokenStream& s) {
 }  // namespace
 
 TEST_CASE("megatron: the writer lays out the bytes the format describes", "[data][megatron]") {
-    TempDir tmp;
+    TempDir tmp("megatron");
     write_megatron(tmp / "d", {{1, 2, 3}, {4, 5}, {}, {65535}});
     // uint16 (code 8); 4 sequences; document index 0..4; sequences back to back from byte 0.
     const auto idx = hand_index(8, {3, 2, 0, 1}, {0, 6, 10, 10}, {0, 1, 2, 3, 4});
@@ -105,7 +99,7 @@ TEST_CASE("megatron: the writer lays out the bytes the format describes", "[data
 }
 
 TEST_CASE("megatron: the stream is every sequence in order", "[data][megatron]") {
-    TempDir tmp;
+    TempDir tmp("megatron");
     const auto docs = make_documents({7, 1, 0, 250, 3, 64}, 10, 1000);
     write_megatron(tmp / "d", docs);
     const data::MegatronDataset ds(tmp / "d", 1000, "data.train");
@@ -124,7 +118,7 @@ TEST_CASE("megatron: the stream is every sequence in order", "[data][megatron]")
 
 TEST_CASE("megatron: int32 tokens and documents of several sequences, laid out by hand",
           "[data][megatron]") {
-    TempDir tmp;
+    TempDir tmp("megatron");
     // Two documents: sequences {0, 1} and {2}; tokens 70000.. need more than 16 bits.
     write_bytes(tmp / "h.idx", hand_index(4, {2, 3, 1}, {0, 8, 20}, {0, 2, 3}));
     std::vector<unsigned char> bin;
@@ -145,7 +139,7 @@ TEST_CASE("megatron: int32 tokens and documents of several sequences, laid out b
 }
 
 TEST_CASE("megatron: corrupt datasets are refused naming the file", "[data][megatron][bad-input]") {
-    TempDir tmp;
+    TempDir tmp("megatron");
     const std::string p = tmp / "c";
     write_megatron(p, make_documents({5, 3, 8}, 0, 50));
     const auto idx = read_bytes(p + ".idx");
@@ -233,7 +227,7 @@ TEST_CASE("megatron: corrupt datasets are refused naming the file", "[data][mega
 }
 
 TEST_CASE("megatron: format detection", "[data][megatron]") {
-    TempDir tmp;
+    TempDir tmp("megatron");
     write_megatron(tmp / "m", make_documents({40}, 0, 100));
     data::write_token_shard(tmp / "s.bin", make_documents({40}, 0, 100)[0]);
     data::write_token_shard(tmp / "part_0.bin", make_documents({40}, 0, 100)[0]);
@@ -267,7 +261,7 @@ TEST_CASE("megatron: format detection", "[data][megatron]") {
 
 TEST_CASE("megatron: the sampling contract holds as for a shard of the same tokens",
           "[data][megatron]") {
-    TempDir tmp;
+    TempDir tmp("megatron");
     const auto docs = make_documents({100, 37, 1, 0, 250, 19}, 3, 500);
     std::vector<uint16_t> all;
     for (const auto& d : docs) all.insert(all.end(), d.begin(), d.end());

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "data/gpt2_tokenizer.h"
+#include "io/utf8.h"
 #include "data/pretokenize.h"
 #include "error.h"
 
@@ -91,24 +92,6 @@ std::string ids_text(const std::vector<int32_t>& ids) {
     return s.str();
 }
 
-void append_utf8(std::string& out, char32_t code) {
-    if (code < 0x80) {
-        out += static_cast<char>(code);
-    } else if (code < 0x800) {
-        out += static_cast<char>(0xC0 | (code >> 6));
-        out += static_cast<char>(0x80 | (code & 0x3F));
-    } else if (code < 0x10000) {
-        out += static_cast<char>(0xE0 | (code >> 12));
-        out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (code & 0x3F));
-    } else {
-        out += static_cast<char>(0xF0 | (code >> 18));
-        out += static_cast<char>(0x80 | ((code >> 12) & 0x3F));
-        out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
-        out += static_cast<char>(0x80 | (code & 0x3F));
-    }
-}
-
 // Random valid UTF-8 mixing what the pre-tokenizer tells apart: ASCII words, digits,
 // punctuation and apostrophes, runs of spaces, tabs and newlines, Unicode whitespace,
 // accented and non-Latin letters, combining marks, emoji (4-byte), and any code point at all.
@@ -140,12 +123,12 @@ std::string random_utf8(std::mt19937& rng) {
                     out += ' ';
                     break;
                 case 5:
-                    append_utf8(out, kPalette[rng() % std::size(kPalette)]);
+                    trident::io::append_utf8(out, kPalette[rng() % std::size(kPalette)]);
                     break;
                 case 6: {  // any scalar value: no surrogates
                     char32_t c = std::uniform_int_distribution<char32_t>(0, 0x10FFFF)(rng);
                     if (c >= 0xD800 && c <= 0xDFFF) c -= 0x800;
-                    append_utf8(out, c);
+                    trident::io::append_utf8(out, c);
                     break;
                 }
                 default:

@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "error.h"
+#include "io/utf8.h"
 
 namespace trident::io::json {
 
@@ -194,24 +195,6 @@ private:
         return code;
     }
 
-    static void append_utf8(std::string& out, unsigned code) {
-        if (code < 0x80) {
-            out += static_cast<char>(code);
-        } else if (code < 0x800) {
-            out += static_cast<char>(0xC0 | (code >> 6));
-            out += static_cast<char>(0x80 | (code & 0x3F));
-        } else if (code < 0x10000) {
-            out += static_cast<char>(0xE0 | (code >> 12));
-            out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
-            out += static_cast<char>(0x80 | (code & 0x3F));
-        } else {
-            out += static_cast<char>(0xF0 | (code >> 18));
-            out += static_cast<char>(0x80 | ((code >> 12) & 0x3F));
-            out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
-            out += static_cast<char>(0x80 | (code & 0x3F));
-        }
-    }
-
     // One raw UTF-8 sequence starting at pos_ (its lead byte >= 0x80), checked and copied:
     // no overlong forms, no surrogates, nothing past U+10FFFF.
     void copy_utf8_sequence(std::string& out) {
@@ -296,7 +279,7 @@ private:
                             fail("high surrogate without its low half");
                         code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
                     }
-                    append_utf8(out, code);
+                    io::append_utf8(out, static_cast<char32_t>(code));
                     break;
                 }
                 default:
