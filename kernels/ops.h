@@ -39,12 +39,18 @@ public:
     virtual void copy(float* out, const float* in, std::size_t count) = 0;
 
     // ---- embedding ----------------------------------------------------------------------
-    // out (B,T,C) = wte[tokens[b,t]] + wpe[t]; tokens (B,T); wte (Vp,C); wpe (>=T,C)
+    // Vocab-parallel: wte holds rows [vocab_begin, vocab_begin + vocab_local) of the padded
+    // vocabulary. out (B,T,C) = wte[tokens[b,t] - vocab_begin] (zero for a token outside the
+    // slice: its row lives on another tensor-parallel rank) + wpe[t]; tokens (B,T);
+    // wte (vocab_local, C); wpe (>=T, C) or null (not added).
     virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
-                                   const float* wpe, int B, int T, int C) = 0;
-    // dwte (Vp,C) += scatter of dout by token; dwpe (T,C) += sum over batch of dout
+                                   const float* wpe, int B, int T, int C, int vocab_begin,
+                                   int vocab_local) = 0;
+    // dwte (vocab_local, C) += scatter of dout by in-slice token; dwpe (T,C) += sum over the
+    // batch of dout, unless dwpe is null.
     virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
-                                    const int32_t* tokens, int B, int T, int C) = 0;
+                                    const int32_t* tokens, int B, int T, int C, int vocab_begin,
+                                    int vocab_local) = 0;
 
     // ---- layer norm (eps 1e-5) ----------------------------------------------------------
     // out (N,C); mean, rstd (N) saved for backward; weight, bias (C)
@@ -62,19 +68,26 @@ public:
     // dinp and dbias may be null (not needed).
     virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                                  const float* inp, const float* weight, int N, int C, int OC) = 0;
+    // out (N,OC) += bias (OC): the bias of a row-parallel linear, added once after the
+    // partial outputs are reduced.
+    virtual void add_bias(float* out, const float* bias, int N, int OC) = 0;
 
     // ---- causal self-attention ----------------------------------------------------------
-    // qkv (B,T,3C) holds q, k, v side by side, each (B,T,NH,hs) with hs = C/NH.
-    // att (B,NH,T,T) receives the softmax probabilities (before dropout; the upper triangle
-    // is zero); out (B,T,C) = dropout(att) @ v, heads concatenated. Scale 1/sqrt(hs).
-    // Dropout on the probabilities uses drop_prob and seed (see dropout_forward); pass
-    // drop_prob 0 for none.
+    // qkv (B,T,3C) holds q, k, v side by side, each (B,T,NH,hs) with hs = C/NH; under tensor
+    // parallelism C and NH are this rank's share, heads head_begin .. head_begin+NH-1 of
+    // heads_total. att (B,NH,T,T) receives the softmax probabilities (before dropout; the
+    // upper triangle is zero); out (B,T,C) = dropout(att) @ v, heads concatenated. Scale
+    // 1/sqrt(hs). Dropout on the probabilities (drop_prob 0: none) draws element
+    // (b, head_begin + h, i, j) at index ((b*heads_total + head_begin + h)*T + i)*T + j, so
+    // the mask does not depend on how heads are split over ranks.
     virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
-                                   int NH, float drop_prob, uint64_t seed) = 0;
+                                   int NH, float drop_prob, uint64_t seed, int head_begin,
+                                   int heads_total) = 0;
     // dqkv (B,T,3C) += gradient; scratch (B,NH,T,T) is workspace, overwritten.
     virtual void attention_backward(float* dqkv, float* scratch, const float* dout,
                                     const float* qkv, const float* att, int B, int T, int C,
-                                    int NH, float drop_prob, uint64_t seed) = 0;
+                                    int NH, float drop_prob, uint64_t seed, int head_begin,
+                                    int heads_total) = 0;
 
     // ---- pointwise ----------------------------------------------------------------------
     // GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
@@ -84,25 +97,43 @@ public:
     // out = a + b
     virtual void residual_forward(float* out, const float* a, const float* b,
                                   std::size_t count) = 0;
-    // Inverted dropout: element i is kept when dropout_keep(seed, i, drop_prob) (below) and
-    // scaled by 1/(1-p). The mask is a pure function of (seed, i): backward recomputes it, so
-    // nothing is stored and every backend draws the same mask.
+    // Inverted dropout: element i is kept when dropout_keep(seed, index_begin + i, drop_prob)
+    // (below) and scaled by 1/(1-p). The mask is a pure function of (seed, index): backward
+    // recomputes it, so nothing is stored and every backend, and every split of the rows
+    // over ranks (index_begin = the first row's global element index), draws the same mask.
     virtual void dropout_forward(float* out, const float* inp, std::size_t count, float drop_prob,
-                                 uint64_t seed) = 0;
+                                 uint64_t seed, uint64_t index_begin) = 0;
     virtual void dropout_backward(float* dinp, const float* dout, std::size_t count,
-                                  float drop_prob, uint64_t seed) = 0;
+                                  float drop_prob, uint64_t seed, uint64_t index_begin) = 0;
 
-    // ---- loss ---------------------------------------------------------------------------
-    // logits (N,Vp); only columns < V take part in the softmax. losses (N) = logsumexp - logit
-    // of the target; lse (N) saved for backward. targets (N) in [0, V).
-    virtual void cross_entropy_forward(float* losses, float* lse, const float* logits,
-                                       const int32_t* targets, int N, int V, int Vp) = 0;
-    // dlogits (N,Vp) = (softmax - onehot(target)) * dloss for columns < V, 0 for padded
-    // columns. Overwrites (not +=): it is the start of the backward pass. dlogits may alias
-    // logits.
+    // ---- loss: vocab-parallel softmax cross-entropy --------------------------------------
+    // logits (N,Vp_local) are the columns [vocab_begin, vocab_begin + Vp_local) of the padded
+    // vocabulary; columns at or past V (the real vocabulary) are padding and never take part.
+    // The full logits are never gathered: each rank reduces its slice to three numbers per
+    // row, which are combined over the tensor-parallel ranks (Megatron's vocab-parallel
+    // cross-entropy):
+    //   1. partials: row_max (N) = max of the slice's real columns (-inf if it has none),
+    //      row_sumexp (N) = sum of exp(logit - row_max) over them (0 if none),
+    //      target_logit (N) = the target's logit if the target is in the slice, else 0.
+    //   2. (caller: global_max = all-reduce max of row_max)
+    //      rescale: row_sumexp *= exp(row_max - global_max)
+    //   3. (caller: all-reduce sum of row_sumexp and of target_logit)
+    //      losses: lse (N) = global_max + log(row_sumexp); losses (N) = lse - target_logit.
+    // targets (N) are global ids in [0, V).
+    virtual void cross_entropy_partials(float* row_max, float* row_sumexp, float* target_logit,
+                                        const float* logits, const int32_t* targets, int N,
+                                        int vocab_begin, int V, int Vp_local) = 0;
+    virtual void cross_entropy_rescale(float* row_sumexp, const float* row_max,
+                                       const float* global_max, int N) = 0;
+    virtual void cross_entropy_losses(float* losses, float* lse, const float* global_max,
+                                      const float* row_sumexp, const float* target_logit,
+                                      int N) = 0;
+    // dlogits (N,Vp_local) = (exp(logit - lse) - [vocab_begin + column == target]) * dloss
+    // for real columns, 0 for padding. Overwrites (not +=): it starts the backward pass.
+    // dlogits may alias logits.
     virtual void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
-                                        const int32_t* targets, float dloss, int N, int V,
-                                        int Vp) = 0;
+                                        const int32_t* targets, float dloss, int N,
+                                        int vocab_begin, int V, int Vp_local) = 0;
 
     // ---- optimizer ----------------------------------------------------------------------
     // Sum of squares in double, for the global gradient norm.

@@ -1,37 +1,100 @@
-// Builds the flat-buffer layout of model/param_layout.h.
+// Builds the flat-buffer layout of model/param_layout.h and maps slices to whole tensors.
 #include "model/param_layout.h"
+
+#include <algorithm>
+
+#include "error.h"
 
 namespace trident::model {
 
-ParamLayout::ParamLayout(const GptShape& shape) : shape_(shape) {
+namespace {
+
+void require_divisible(const char* what, int value, int tensor_size) {
+    if (value % tensor_size != 0)
+        throw Error(std::string(what) + " (" + std::to_string(value) +
+                    ") must be divisible by parallel.tensor (" + std::to_string(tensor_size) + ")");
+}
+
+// The local shape of a tensor of `full` shape under `split`.
+std::vector<int64_t> local_shape(std::vector<int64_t> full, Split split, int tensor_size) {
+    switch (split) {
+        case Split::replicated: break;
+        case Split::rows:
+        case Split::qkv_rows: full[0] /= tensor_size; break;
+        case Split::columns: full[1] /= tensor_size; break;
+    }
+    return full;
+}
+
+// Calls copy(local_offset, full_offset, count) for every contiguous run of the rank's slice.
+template <typename Copy>
+void for_each_run(const ParamTensor& local, const ParamTensor& full, int rank, Copy copy) {
+    const std::size_t cols = full.full_shape.size() > 1 ? static_cast<std::size_t>(full.full_shape[1]) : 1;
+    switch (local.split) {
+        case Split::replicated:
+            copy(local.offset, full.offset, local.numel);
+            break;
+        case Split::rows: {
+            const std::size_t n = local.numel;
+            copy(local.offset, full.offset + static_cast<std::size_t>(rank) * n, n);
+            break;
+        }
+        case Split::qkv_rows: {  // three blocks: q, k, v
+            const std::size_t block = local.numel / 3, full_block = full.numel / 3;
+            for (std::size_t j = 0; j < 3; ++j)
+                copy(local.offset + j * block,
+                     full.offset + j * full_block + static_cast<std::size_t>(rank) * block, block);
+            break;
+        }
+        case Split::columns: {
+            const std::size_t rows = static_cast<std::size_t>(full.full_shape[0]);
+            const std::size_t width = static_cast<std::size_t>(local.shape[1]);
+            for (std::size_t r = 0; r < rows; ++r)
+                copy(local.offset + r * width,
+                     full.offset + r * cols + static_cast<std::size_t>(rank) * width, width);
+            break;
+        }
+    }
+}
+
+}  // namespace
+
+ParamLayout::ParamLayout(const GptShape& shape, int tensor_rank, int tensor_size)
+    : shape_(shape), tensor_rank_(tensor_rank), tensor_size_(tensor_size) {
+    require_divisible("model.heads", shape.heads, tensor_size);
+    require_divisible("model.ffn_hidden", shape.ffn, tensor_size);
+    require_divisible("the padded vocabulary", shape.padded_vocab, tensor_size);
     const int64_t C = shape.hidden, F = shape.ffn;
-    wte_ = add("wte.weight", {shape.padded_vocab, C}, true);
-    wpe_ = add("wpe.weight", {shape.max_seq, C}, true);
+    wte_ = add("wte.weight", {shape.padded_vocab, C}, true, Split::rows);
+    wpe_ = add("wpe.weight", {shape.max_seq, C}, true, Split::replicated);
     for (int l = 0; l < shape.layers; ++l) {
         const std::string p = "h." + std::to_string(l) + ".";
         LayerParams lp{};
-        lp.ln1_w = add(p + "ln_1.weight", {C}, false);
-        lp.ln1_b = add(p + "ln_1.bias", {C}, false);
-        lp.qkv_w = add(p + "attn.c_attn.weight", {3 * C, C}, true);
-        lp.qkv_b = add(p + "attn.c_attn.bias", {3 * C}, false);
-        lp.proj_w = add(p + "attn.c_proj.weight", {C, C}, true);
-        lp.proj_b = add(p + "attn.c_proj.bias", {C}, false);
-        lp.ln2_w = add(p + "ln_2.weight", {C}, false);
-        lp.ln2_b = add(p + "ln_2.bias", {C}, false);
-        lp.fc1_w = add(p + "mlp.c_fc.weight", {F, C}, true);
-        lp.fc1_b = add(p + "mlp.c_fc.bias", {F}, false);
-        lp.fc2_w = add(p + "mlp.c_proj.weight", {C, F}, true);
-        lp.fc2_b = add(p + "mlp.c_proj.bias", {C}, false);
+        lp.ln1_w = add(p + "ln_1.weight", {C}, false, Split::replicated);
+        lp.ln1_b = add(p + "ln_1.bias", {C}, false, Split::replicated);
+        lp.qkv_w = add(p + "attn.c_attn.weight", {3 * C, C}, true, Split::qkv_rows);
+        lp.qkv_b = add(p + "attn.c_attn.bias", {3 * C}, false, Split::qkv_rows);
+        lp.proj_w = add(p + "attn.c_proj.weight", {C, C}, true, Split::columns);
+        lp.proj_b = add(p + "attn.c_proj.bias", {C}, false, Split::replicated);
+        lp.ln2_w = add(p + "ln_2.weight", {C}, false, Split::replicated);
+        lp.ln2_b = add(p + "ln_2.bias", {C}, false, Split::replicated);
+        lp.fc1_w = add(p + "mlp.c_fc.weight", {F, C}, true, Split::rows);
+        lp.fc1_b = add(p + "mlp.c_fc.bias", {F}, false, Split::rows);
+        lp.fc2_w = add(p + "mlp.c_proj.weight", {C, F}, true, Split::columns);
+        lp.fc2_b = add(p + "mlp.c_proj.bias", {C}, false, Split::replicated);
         layers_.push_back(lp);
     }
-    lnf_w_ = add("ln_f.weight", {C}, false);
-    lnf_b_ = add("ln_f.bias", {C}, false);
+    lnf_w_ = add("ln_f.weight", {C}, false, Split::replicated);
+    lnf_b_ = add("ln_f.bias", {C}, false, Split::replicated);
 }
 
-std::size_t ParamLayout::add(const std::string& name, std::vector<int64_t> shape, bool decay) {
+std::size_t ParamLayout::add(const std::string& name, std::vector<int64_t> full_shape, bool decay,
+                             Split split) {
+    std::vector<int64_t> shape = local_shape(full_shape, split, tensor_size_);
     std::size_t numel = 1;
     for (int64_t d : shape) numel *= static_cast<std::size_t>(d);
-    tensors_.push_back(ParamTensor{name, std::move(shape), total_, numel, decay});
+    tensors_.push_back(ParamTensor{name, std::move(shape), std::move(full_shape), total_, numel,
+                                   decay, split});
     total_ += numel;
     return tensors_.back().offset;
 }
@@ -40,6 +103,28 @@ const ParamTensor* ParamLayout::find(const std::string& name) const {
     for (const auto& t : tensors_)
         if (t.name == name) return &t;
     return nullptr;
+}
+
+void shard_params(const ParamLayout& full_layout, const float* full, const ParamLayout& local_layout,
+                  float* local) {
+    const auto& lt = local_layout.tensors();
+    const auto& ft = full_layout.tensors();
+    for (std::size_t i = 0; i < lt.size(); ++i)
+        for_each_run(lt[i], ft[i], local_layout.tensor_rank(),
+                     [&](std::size_t lo, std::size_t fo, std::size_t n) {
+                         std::copy_n(full + fo, n, local + lo);
+                     });
+}
+
+void unshard_params(const ParamLayout& local_layout, const float* local,
+                    const ParamLayout& full_layout, float* full) {
+    const auto& lt = local_layout.tensors();
+    const auto& ft = full_layout.tensors();
+    for (std::size_t i = 0; i < lt.size(); ++i)
+        for_each_run(lt[i], ft[i], local_layout.tensor_rank(),
+                     [&](std::size_t lo, std::size_t fo, std::size_t n) {
+                         std::copy_n(local + lo, n, full + fo);
+                     });
 }
 
 }  // namespace trident::model

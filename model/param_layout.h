@@ -1,10 +1,19 @@
-// Where every GPT parameter lives in the flat parameter buffer.
+// Where every GPT parameter lives in the flat parameter buffer of one tensor-parallel rank.
 //
 // All parameters of the model sit in one contiguous fp32 buffer (and their gradients in
 // another of the same layout), so the optimizer, the gradient norm and later the ZeRO-1
 // sharding see one range. Tensors are named as in Hugging Face's GPT-2 (without the
 // "transformer." prefix), but linear weights keep our [out, in] layout, and wte keeps the
 // padded vocabulary rows (always zero).
+//
+// Under M-way tensor parallelism (Megatron's split) each rank holds a slice of some tensors:
+//   wte            rows r*Vp/M ..            (vocab-parallel embedding and LM head)
+//   c_attn w, b    rows of q, of k and of v for heads r*NH/M .. (column-parallel, by head)
+//   attn.c_proj w  columns r*C/M ..          (row-parallel; its bias is whole)
+//   mlp.c_fc w, b  rows r*F/M ..             (column-parallel)
+//   mlp.c_proj w   columns r*F/M ..          (row-parallel; its bias is whole)
+// and every other tensor whole (replicated: wpe, LayerNorms, row-parallel biases). A layout
+// with tensor_size 1 is the whole model; shard_params/unshard_params map between the two.
 //
 // Order: wte, wpe, then layer by layer (so a pipeline stage owns a contiguous run), ln_f.
 #pragma once
@@ -19,7 +28,7 @@ namespace trident::model {
 // The sizes that fix a GPT's parameters.
 struct GptShape {
     int vocab = 0;         // V, real vocabulary
-    int padded_vocab = 0;  // Vp >= V, multiple of 128
+    int padded_vocab = 0;  // Vp >= V, multiple of 128 * tensor-parallel size
     int max_seq = 0;       // T, rows of wpe
     int layers = 0;        // L
     int hidden = 0;        // C
@@ -27,34 +36,56 @@ struct GptShape {
     int ffn = 0;           // F, MLP width
 };
 
-struct ParamTensor {
-    std::string name;             // e.g. "h.3.attn.c_attn.weight"
-    std::vector<int64_t> shape;   // e.g. {3C, C}
-    std::size_t offset = 0;       // in floats, into the flat buffer
-    std::size_t numel = 0;
-    bool decay = false;           // weight decay applies (matrices and embeddings)
+// How a tensor is divided over the tensor-parallel ranks.
+enum class Split {
+    replicated,  // whole on every rank
+    rows,        // rank r holds rows r*R/M .. of R
+    columns,     // rank r holds columns r*K/M .. of K
+    qkv_rows,    // rank r holds its rows of each of the three (q, k, v) blocks of rows
 };
 
-// Offsets of one transformer block's tensors in the flat buffer.
+struct ParamTensor {
+    std::string name;                 // e.g. "h.3.attn.c_attn.weight"
+    std::vector<int64_t> shape;       // this rank's, e.g. {3C/M, C}
+    std::vector<int64_t> full_shape;  // the whole tensor's, e.g. {3C, C}
+    std::size_t offset = 0;           // in floats, into the flat buffer
+    std::size_t numel = 0;
+    bool decay = false;               // weight decay applies (matrices and embeddings)
+    Split split = Split::replicated;
+};
+
+// Offsets of one transformer block's tensors in the flat buffer (local shapes).
 struct LayerParams {
     std::size_t ln1_w, ln1_b;    // (C), (C)
-    std::size_t qkv_w, qkv_b;    // (3C, C), (3C)
-    std::size_t proj_w, proj_b;  // (C, C), (C)
+    std::size_t qkv_w, qkv_b;    // (3C/M, C), (3C/M)
+    std::size_t proj_w, proj_b;  // (C, C/M), (C)
     std::size_t ln2_w, ln2_b;    // (C), (C)
-    std::size_t fc1_w, fc1_b;    // (F, C), (F)
-    std::size_t fc2_w, fc2_b;    // (C, F), (C)
+    std::size_t fc1_w, fc1_b;    // (F/M, C), (F/M)
+    std::size_t fc2_w, fc2_b;    // (C, F/M), (C)
 };
 
 class ParamLayout {
 public:
-    explicit ParamLayout(const GptShape& shape);
+    // The layout of tensor-parallel rank `tensor_rank` of `tensor_size`. Throws
+    // trident::Error when heads, ffn or padded_vocab do not divide by tensor_size.
+    explicit ParamLayout(const GptShape& shape, int tensor_rank = 0, int tensor_size = 1);
 
     const GptShape& shape() const { return shape_; }
     const std::vector<ParamTensor>& tensors() const { return tensors_; }
     std::size_t total() const { return total_; }  // floats in the flat buffer
+    int tensor_rank() const { return tensor_rank_; }
+    int tensor_size() const { return tensor_size_; }
 
-    std::size_t wte() const { return wte_; }    // (Vp, C)
-    std::size_t wpe() const { return wpe_; }    // (T, C)
+    // This rank's share of the split dimensions.
+    int vocab_begin() const { return tensor_rank_ * vocab_local(); }
+    int vocab_local() const { return shape_.padded_vocab / tensor_size_; }
+    int heads_begin() const { return tensor_rank_ * heads_local(); }
+    int heads_local() const { return shape_.heads / tensor_size_; }
+    int hidden_local() const { return shape_.hidden / tensor_size_; }  // attention width
+    int ffn_local() const { return shape_.ffn / tensor_size_; }
+
+    std::size_t wte() const { return wte_; }      // (Vp/M, C)
+    std::size_t wpe() const { return wpe_; }      // (T, C)
     std::size_t lnf_w() const { return lnf_w_; }  // (C)
     std::size_t lnf_b() const { return lnf_b_; }  // (C)
     const LayerParams& layer(int l) const { return layers_[static_cast<std::size_t>(l)]; }
@@ -63,13 +94,23 @@ public:
     const ParamTensor* find(const std::string& name) const;
 
 private:
-    std::size_t add(const std::string& name, std::vector<int64_t> shape, bool decay);
+    std::size_t add(const std::string& name, std::vector<int64_t> full_shape, bool decay,
+                    Split split);
 
     GptShape shape_;
+    int tensor_rank_, tensor_size_;
     std::vector<ParamTensor> tensors_;
     std::vector<LayerParams> layers_;
     std::size_t total_ = 0;
     std::size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
 };
+
+// Copies this rank's slice of every tensor of `full` (a tensor_size-1 layout's buffer) into
+// `local` (the buffer of `local_layout`).
+void shard_params(const ParamLayout& full_layout, const float* full, const ParamLayout& local_layout,
+                  float* local);
+// The reverse: writes this rank's slice back into its place in `full`.
+void unshard_params(const ParamLayout& local_layout, const float* local,
+                    const ParamLayout& full_layout, float* full);
 
 }  // namespace trident::model

@@ -1,5 +1,6 @@
 // The `trident` binary: parses the command line and runs one subcommand. Every error a user
-// can cause arrives here as an exception and leaves as one line on stderr and exit code 1.
+// can cause arrives here as an exception and leaves as one line on stderr and exit code 1
+// (train and bench, which run under mpirun, agree across ranks on that themselves).
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
@@ -84,8 +85,10 @@ int main(int argc, char** argv) {
 
     CLI11_PARSE(app, argc, argv);
     try {
-        if (*train_cmd) return commands::train(train);
-        if (*bench_cmd) return commands::bench(bench);
+        if (*train_cmd || *bench_cmd) {  // the commands that run on a grid of processes
+            parallel::World world(argc, argv);
+            return *train_cmd ? commands::train(train, world) : commands::bench(bench, world);
+        }
         if (*export_cmd) return commands::export_model(exp);
         if (*tokenize_cmd) return commands::tokenize(tok);
         if (*generate_cmd) return commands::generate(gen);

@@ -87,7 +87,9 @@ TEST_CASE("cli: bad configs are named by file, line and key", "[cli][bad-input]"
         require_clear_error(run(ws.train("--set training.global_batch=5")), "training.global_batch");
     }
     SECTION("impossible grid") {
-        require_clear_error(run(ws.train("--set parallel.tensor=2")), "parallel");
+        require_clear_error(run(ws.train("--set parallel.tensor=2")),
+                            "1 process was started");
+        require_clear_error(run(ws.train("--set parallel.data=2")), "parallel.data");
     }
     SECTION("missing config file") {
         require_clear_error(run("train --config " + ws.path("nope.yaml")), "nope.yaml");

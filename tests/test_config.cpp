@@ -269,13 +269,15 @@ TEST_CASE("config: overrides are applied after the file with the same checks", "
     }
 }
 
-TEST_CASE("config: layouts other than 1x1x1 are refused for now", "[config]") {
-    CHECK(error_of(kMinimal + "parallel:\n  pipeline: 1\n  tensor: 2\n") ==
-          "x.yaml:5: parallel.tensor: layouts other than 1x1x1 are not supported yet (got 1x2x1)");
+TEST_CASE("config: layouts other than 1xMx1 are refused for now", "[config]") {
+    CHECK(error_of(kMinimal + "parallel:\n  tensor: 1\n  pipeline: 2\n") ==
+          "x.yaml:5: parallel.pipeline: only tensor parallelism is supported so far: layouts 1xMx1 (got 2x1x1)");
     CHECK(error_of(kMinimal, {"parallel.data=4"}) ==
-          "--set parallel.data=4: parallel.data: layouts other than 1x1x1 are not supported yet (got 1x1x4)");
-    CHECK(error_of(kMinimal + "parallel:\n  sequence_parallel: true\n") ==
-          "x.yaml:4: parallel.sequence_parallel: sequence parallelism is not supported yet");
+          "--set parallel.data=4: parallel.data: only tensor parallelism is supported so far: layouts 1xMx1 (got 1x1x4)");
+    CHECK(parse(kMinimal + "parallel:\n  sequence_parallel: true\n  tensor: 2\n", "x.yaml")
+              .parallel.sequence_parallel);
+    CHECK(error_of(kMinimal + "parallel:\n  tensor: 5\n") ==
+          "x.yaml:4: parallel.tensor (5) must divide model.heads (12)");
     CHECK(error_of(kMinimal + "training:\n  precision: bf16\n") ==
           "x.yaml:4: training.precision: bf16 is not supported yet (only fp32)");
     CHECK(error_of(kMinimal + "training:\n  recompute: full\n") ==

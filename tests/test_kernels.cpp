@@ -4,9 +4,12 @@
 // scalar type and run in double. Every backward op is checked against central finite
 // differences of that double reference, on the objective L = sum(dout * forward(x)) for a
 // random dout, so the gradients are tested against the forward's definition rather than
-// against a second hand-derived formula. The rest covers the "+=" convention, dropout's
-// statistics, AdamW against a hand-computed double loop, bitwise determinism, and the CPU
-// backend's own exp approximation.
+// against a second hand-derived formula. The tensor-parallel arguments are checked by
+// splitting: a vocabulary, a set of heads, a run of elements or the logit columns cut into
+// slices, each computed as one rank would, then combined as the callers do and compared with
+// the op on the whole. The rest covers the "+=" convention, dropout's statistics, AdamW
+// against a hand-computed double loop, bitwise determinism, and the CPU backend's own exp
+// approximation.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -16,6 +19,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/cpu_kernels.h"
@@ -102,15 +106,21 @@ constexpr double kGradientTolerance = 1e-4;
 
 // ---- plain-loop references --------------------------------------------------------------
 
+// wte holds the vocabulary rows [vocab_begin, vocab_begin + vocab_local); wpe may be null.
 template <typename T>
 void embedding_reference(std::vector<T>& out, const std::vector<int32_t>& tokens,
-                         const std::vector<T>& wte, const std::vector<T>& wpe, int B, int Tn,
-                         int C) {
+                         const std::vector<T>& wte, const std::vector<T>* wpe, int B, int Tn, int C,
+                         int vocab_begin, int vocab_local) {
     out.assign(static_cast<std::size_t>(B) * Tn * C, T(0));
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < Tn; t++)
-            for (int c = 0; c < C; c++)
-                out[(b * Tn + t) * C + c] = wte[tokens[b * Tn + t] * C + c] + wpe[t * C + c];
+        for (int t = 0; t < Tn; t++) {
+            const int row = tokens[b * Tn + t] - vocab_begin;
+            for (int c = 0; c < C; c++) {
+                T sum = row >= 0 && row < vocab_local ? wte[row * C + c] : T(0);
+                if (wpe != nullptr) sum += (*wpe)[t * C + c];
+                out[(b * Tn + t) * C + c] = sum;
+            }
+        }
 }
 
 template <typename T>
@@ -142,10 +152,12 @@ void matmul_reference(std::vector<T>& out, const std::vector<T>& inp, const std:
         }
 }
 
-// att (B,NH,Tn,Tn) and out (B,Tn,C), attention dropout by the flat index into att.
+// att (B,NH,Tn,Tn) and out (B,Tn,C) for heads head_begin.. of heads_total; attention dropout
+// by the flat index into the whole model's (B,heads_total,Tn,Tn).
 template <typename T>
 void attention_reference(std::vector<T>& out, std::vector<T>& att, const std::vector<T>& qkv, int B,
-                         int Tn, int C, int NH, float drop_prob, uint64_t seed) {
+                         int Tn, int C, int NH, float drop_prob, uint64_t seed, int head_begin,
+                         int heads_total) {
     const int hs = C / NH;
     const T scale = T(1) / std::sqrt(T(hs));
     const T keep_scale = T(1) / (T(1) - T(drop_prob));
@@ -171,7 +183,8 @@ void attention_reference(std::vector<T>& out, std::vector<T>& att, const std::ve
                 }
                 for (int j = 0; j <= t; j++) row[j] /= sum;
                 for (int j = 0; j <= t; j++) {
-                    const std::size_t index = ((b * NH + h) * Tn + t) * Tn + j;
+                    const std::size_t head = b * heads_total + head_begin + h;  // global
+                    const std::size_t index = (head * Tn + t) * Tn + j;
                     const T p = dropout_keep(seed, index, drop_prob) ? row[j] * keep_scale : T(0);
                     const T* v = &qkv[(b * Tn + j) * 3 * C + 2 * C + h * hs];
                     for (int i = 0; i < hs; i++) out[(b * Tn + t) * C + h * hs + i] += p * v[i];
@@ -187,22 +200,56 @@ T gelu_reference(T x) {
 
 template <typename T>
 void dropout_reference(std::vector<T>& out, const std::vector<T>& inp, float drop_prob,
-                       uint64_t seed) {
+                       uint64_t seed, uint64_t index_begin) {
     out.resize(inp.size());
     for (std::size_t i = 0; i < inp.size(); i++)
-        out[i] = dropout_keep(seed, i, drop_prob) ? inp[i] / (T(1) - T(drop_prob)) : T(0);
+        out[i] =
+            dropout_keep(seed, index_begin + i, drop_prob) ? inp[i] / (T(1) - T(drop_prob)) : T(0);
 }
 
+// The whole softmax cross-entropy over the real columns of logits (N,Vp); lse (N) beside.
 template <typename T>
-void cross_entropy_reference(std::vector<T>& losses, const std::vector<T>& logits,
-                             const std::vector<int32_t>& targets, int N, int V, int Vp) {
+void cross_entropy_reference(std::vector<T>& losses, std::vector<T>& lse,
+                             const std::vector<T>& logits, const std::vector<int32_t>& targets,
+                             int N, int V, int Vp) {
     losses.assign(N, T(0));
+    lse.assign(N, T(0));
     for (int n = 0; n < N; n++) {
         T max = logits[n * Vp];
         for (int c = 0; c < V; c++) max = std::max(max, logits[n * Vp + c]);
         T sum = 0;
         for (int c = 0; c < V; c++) sum += std::exp(logits[n * Vp + c] - max);
-        losses[n] = max + std::log(sum) - logits[n * Vp + targets[n]];
+        lse[n] = max + std::log(sum);
+        losses[n] = lse[n] - logits[n * Vp + targets[n]];
+    }
+}
+
+// The vocab-parallel pipeline of kernels/ops.h on the whole logits (N,Vp), cut into `slices`
+// slices of Vp/slices columns: each slice's partials, then their combination (max, rescale,
+// sum) and the losses. Written out in T so that finite differences can go through it.
+template <typename T>
+void split_cross_entropy_reference(std::vector<T>& losses, const std::vector<T>& logits,
+                                   const std::vector<int32_t>& targets, int N, int V, int Vp,
+                                   int slices) {
+    const int local = Vp / slices;
+    losses.assign(N, T(0));
+    for (int n = 0; n < N; n++) {
+        std::vector<T> row_max(slices, -std::numeric_limits<T>::infinity());
+        std::vector<T> row_sumexp(slices, T(0));
+        T target_logit = 0;
+        for (int s = 0; s < slices; s++) {
+            const int begin = s * local, end = std::min(V, begin + local);
+            for (int c = begin; c < end; c++) row_max[s] = std::max(row_max[s], logits[n * Vp + c]);
+            for (int c = begin; c < end; c++)
+                row_sumexp[s] += std::exp(logits[n * Vp + c] - row_max[s]);
+            if (targets[n] >= begin && targets[n] < end)
+                target_logit += logits[n * Vp + targets[n]];
+        }
+        const T global_max = *std::max_element(row_max.begin(), row_max.end());
+        T sumexp = 0;
+        for (int s = 0; s < slices; s++)
+            if (row_sumexp[s] > T(0)) sumexp += row_sumexp[s] * std::exp(row_max[s] - global_max);
+        losses[n] = global_max + std::log(sumexp) - target_logit;
     }
 }
 
@@ -267,20 +314,21 @@ TEST_CASE("embedding forward and backward", "[kernels]") {
     const auto wpe = random_floats(Tn * C, 12);
 
     std::vector<float> out(B * Tn * C);
-    ops->embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C);
+    ops->embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C, 0, Vp);
     std::vector<double> expected;
-    embedding_reference(expected, tokens, to_double(wte), to_double(wpe), B, Tn, C);
+    const auto wpe_expected = to_double(wpe);
+    embedding_reference(expected, tokens, to_double(wte), &wpe_expected, B, Tn, C, 0, Vp);
     check_close("out", out, expected, kForwardTolerance);
 
     const auto dout = random_floats(B * Tn * C, 13);
     std::vector<float> dwte(Vp * C, 0.0f), dwpe(Tn * C, 0.0f);
-    ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C);
+    ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C, 0, Vp);
 
     auto wte_d = to_double(wte), wpe_d = to_double(wpe);
     const auto dout_d = to_double(dout);
     auto objective = [&] {
         std::vector<double> y;
-        embedding_reference(y, tokens, wte_d, wpe_d, B, Tn, C);
+        embedding_reference(y, tokens, wte_d, &wpe_d, B, Tn, C, 0, Vp);
         return dot(y, dout_d);
     };
     const auto dwte_expected = numeric_gradient(objective, wte_d);
@@ -289,9 +337,58 @@ TEST_CASE("embedding forward and backward", "[kernels]") {
     check_close("dwpe", dwpe, dwpe_expected, kGradientTolerance);
 
     // "+=": a second call on top of the first doubles the gradients.
-    ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C);
+    ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C, 0, Vp);
     check_close("dwte", dwte, doubled(dwte_expected), kGradientTolerance);
     check_close("dwpe", dwpe, doubled(dwpe_expected), kGradientTolerance);
+}
+
+// Vocab-parallel: each rank holds a slice of wte's rows and only the first adds wpe; the sum
+// of the ranks' outputs is the whole embedding, and each rank's dwte is its rows of the whole
+// dwte. Both bitwise: every element is the same one or two terms, in the same order.
+TEST_CASE("embedding over vocabulary slices adds up to the whole", "[kernels]") {
+    auto ops = make_cpu_ops(2);
+    const int B = 2, Tn = 5, Vp = 16;
+    const int C = GENERATE(8, 80);
+    const std::vector<int32_t> tokens = {3, 7, 3, 0, 15, 7, 7, 2, 3, 9};
+    const auto wte = random_floats(Vp * C, 14);
+    const auto wpe = random_floats(Tn * C, 15);
+    const auto dout = random_floats(B * Tn * C, 16);
+
+    std::vector<float> whole(B * Tn * C), dwte_whole(Vp * C, 0.0f), dwpe_whole(Tn * C, 0.0f);
+    ops->embedding_forward(whole.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C, 0, Vp);
+    ops->embedding_backward(dwte_whole.data(), dwpe_whole.data(), dout.data(), tokens.data(), B, Tn,
+                            C, 0, Vp);
+
+    // Uneven slices; the last, [12, 16), is used by one token only, and [10, 12) by none.
+    const std::vector<int> bounds = {0, 5, 10, 12, Vp};
+    std::vector<float> sum(B * Tn * C, 0.0f), dwpe(Tn * C, 0.0f);
+    for (std::size_t s = 0; s + 1 < bounds.size(); s++) {
+        const int begin = bounds[s], local = bounds[s + 1] - bounds[s];
+        CAPTURE(begin, local);
+        const std::vector<float> wte_slice(wte.begin() + begin * C,
+                                           wte.begin() + (begin + local) * C);
+        const float* rank_wpe = s == 0 ? wpe.data() : nullptr;
+        float* rank_dwpe = s == 0 ? dwpe.data() : nullptr;
+
+        std::vector<float> part(B * Tn * C);
+        ops->embedding_forward(part.data(), tokens.data(), wte_slice.data(), rank_wpe, B, Tn, C,
+                               begin, local);
+        std::vector<double> expected;
+        const auto wpe_d = to_double(wpe);
+        embedding_reference(expected, tokens, to_double(wte_slice), s == 0 ? &wpe_d : nullptr, B,
+                            Tn, C, begin, local);
+        check_close("part", part, expected, kForwardTolerance);
+        for (std::size_t i = 0; i < sum.size(); i++) sum[i] += part[i];
+
+        std::vector<float> dwte_slice(local * C, 0.0f);
+        ops->embedding_backward(dwte_slice.data(), rank_dwpe, dout.data(), tokens.data(), B, Tn, C,
+                                begin, local);
+        const std::vector<float> rows(dwte_whole.begin() + begin * C,
+                                      dwte_whole.begin() + (begin + local) * C);
+        CHECK(bitwise_equal(dwte_slice, rows));
+    }
+    CHECK(bitwise_equal(sum, whole));
+    CHECK(bitwise_equal(dwpe, dwpe_whole));
 }
 
 // ---- layer norm ---------------------------------------------------------------------------
@@ -397,6 +494,19 @@ TEST_CASE("matmul forward and backward", "[kernels]") {
     }
 }
 
+TEST_CASE("add_bias adds the bias to every row", "[kernels]") {
+    auto ops = make_cpu_ops(2);
+    const int N = 37, OC = 70;  // odd sizes: ragged thread split and vector tails
+    const auto before = random_floats(N * OC, 35);
+    const auto bias = random_floats(OC, 36);
+    auto out = before;
+    ops->add_bias(out.data(), bias.data(), N, OC);
+    std::size_t wrong = 0;
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) wrong += out[n * OC + o] != before[n * OC + o] + bias[o];
+    CHECK(wrong == 0);
+}
+
 // ---- attention ----------------------------------------------------------------------------
 
 void check_attention(float drop_prob) {
@@ -407,9 +517,10 @@ void check_attention(float drop_prob) {
     auto qkv_d = to_double(qkv);
 
     std::vector<float> out(B * Tn * C), att(B * NH * Tn * Tn);
-    ops->attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH, drop_prob, seed);
+    ops->attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH, drop_prob, seed, 0,
+                           NH);
     std::vector<double> out_expected, att_expected;
-    attention_reference(out_expected, att_expected, qkv_d, B, Tn, C, NH, drop_prob, seed);
+    attention_reference(out_expected, att_expected, qkv_d, B, Tn, C, NH, drop_prob, seed, 0, NH);
     check_close("out", out, out_expected, kForwardTolerance);
     check_close("att", att, att_expected, kForwardTolerance);
     for (int bh = 0; bh < B * NH; bh++)
@@ -420,10 +531,10 @@ void check_attention(float drop_prob) {
     const auto dout_d = to_double(dout);
     std::vector<float> dqkv(B * Tn * 3 * C, 0.0f), scratch(B * NH * Tn * Tn);
     ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, Tn,
-                            C, NH, drop_prob, seed);
+                            C, NH, drop_prob, seed, 0, NH);
     auto objective = [&] {
         std::vector<double> y, a;
-        attention_reference(y, a, qkv_d, B, Tn, C, NH, drop_prob, seed);
+        attention_reference(y, a, qkv_d, B, Tn, C, NH, drop_prob, seed, 0, NH);
         return dot(y, dout_d);
     };
     const auto dqkv_expected = numeric_gradient(objective, qkv_d);
@@ -431,7 +542,7 @@ void check_attention(float drop_prob) {
 
     // "+=": a second call on top of the first doubles the gradient.
     ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, Tn,
-                            C, NH, drop_prob, seed);
+                            C, NH, drop_prob, seed, 0, NH);
     check_close("dqkv", dqkv, doubled(dqkv_expected), kGradientTolerance);
 }
 
@@ -441,6 +552,69 @@ TEST_CASE("attention forward and backward", "[kernels]") {
 
 TEST_CASE("attention forward and backward with dropout", "[kernels]") {
     check_attention(0.3f);
+}
+
+// Tensor parallelism splits the heads: each half computes its heads from its share of q, k
+// and v, and must draw the dropout mask the whole model draws for those heads.
+TEST_CASE("attention over half the heads matches those heads of the whole", "[kernels]") {
+    auto ops = make_cpu_ops(2);
+    const int B = 2, Tn = 6, NH = 4, hs = 4, C = NH * hs;
+    const int half_heads = NH / 2, half_C = half_heads * hs;
+    const float drop_prob = 0.3f;
+    const uint64_t seed = 4321;
+    const auto qkv = random_floats(B * Tn * 3 * C, 43, -2.0f, 2.0f);
+    const auto dout = random_floats(B * Tn * C, 44);
+
+    std::vector<float> out(B * Tn * C), att(B * NH * Tn * Tn), scratch(att.size());
+    std::vector<float> dqkv(B * Tn * 3 * C, 0.0f);
+    ops->attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH, drop_prob, seed, 0,
+                           NH);
+    ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, Tn,
+                            C, NH, drop_prob, seed, 0, NH);
+
+    // Columns [first, first + width) of every row of x (rows, row_width), as a rank holds them.
+    auto columns = [](const std::vector<float>& x, int row_width, int first, int width) {
+        const std::size_t rows = x.size() / row_width;
+        std::vector<float> part(rows * width);
+        for (std::size_t r = 0; r < rows; r++)
+            std::copy_n(x.begin() + r * row_width + first, width, part.begin() + r * width);
+        return part;
+    };
+    // A rank's share of a (B,Tn,3C) tensor: its heads' columns of q, of k and of v.
+    auto qkv_share = [&](const std::vector<float>& x, int head_begin) {
+        std::vector<float> share(B * Tn * 3 * half_C);
+        for (int bt = 0; bt < B * Tn; bt++)
+            for (int part = 0; part < 3; part++)
+                std::copy_n(x.begin() + (bt * 3 + part) * C + head_begin * hs, half_C,
+                            share.begin() + (bt * 3 + part) * half_C);
+        return share;
+    };
+
+    for (int head_begin : {0, half_heads}) {
+        CAPTURE(head_begin);
+        const auto qkv_half = qkv_share(qkv, head_begin);
+        const auto dout_half = columns(dout, C, head_begin * hs, half_C);
+        std::vector<float> out_half(B * Tn * half_C), att_half(B * half_heads * Tn * Tn);
+        std::vector<float> scratch_half(att_half.size()), dqkv_half(qkv_half.size(), 0.0f);
+        ops->attention_forward(out_half.data(), att_half.data(), qkv_half.data(), B, Tn, half_C,
+                               half_heads, drop_prob, seed, head_begin, NH);
+        ops->attention_backward(dqkv_half.data(), scratch_half.data(), dout_half.data(),
+                                qkv_half.data(), att_half.data(), B, Tn, half_C, half_heads,
+                                drop_prob, seed, head_begin, NH);
+
+        // att (B,NH,Tn,Tn) viewed as B rows of NH*Tn*Tn: the half's heads are a column range.
+        const auto att_expected =
+            columns(att, NH * Tn * Tn, head_begin * Tn * Tn, half_heads * Tn * Tn);
+        check_close("att", att_half, to_double(att_expected), 1e-6);
+        // A mask drawn at the wrong index would change out and dqkv by O(1), not by rounding.
+        check_close("out", out_half, to_double(columns(out, C, head_begin * hs, half_C)), 1e-6);
+        check_close("dqkv", dqkv_half, to_double(qkv_share(dqkv, head_begin)), 1e-6);
+
+        std::vector<double> out_reference, att_reference;
+        attention_reference(out_reference, att_reference, to_double(qkv_half), B, Tn, half_C,
+                            half_heads, drop_prob, seed, head_begin, NH);
+        check_close("out against the reference", out_half, out_reference, kForwardTolerance);
+    }
 }
 
 // ---- pointwise ----------------------------------------------------------------------------
@@ -491,33 +665,58 @@ TEST_CASE("dropout forward and backward", "[kernels]") {
         const float p = 0.4f;
         const auto inp = random_floats(count, 71);
         std::vector<float> out(count);
-        ops->dropout_forward(out.data(), inp.data(), count, p, seed);
+        ops->dropout_forward(out.data(), inp.data(), count, p, seed, 0);
         std::vector<double> expected;
-        dropout_reference(expected, to_double(inp), p, seed);
+        dropout_reference(expected, to_double(inp), p, seed, 0);
         check_close("out", out, expected, kForwardTolerance);
 
         const auto dout = random_floats(count, 72);
         std::vector<float> dinp(count, 0.0f);
-        ops->dropout_backward(dinp.data(), dout.data(), count, p, seed);
+        ops->dropout_backward(dinp.data(), dout.data(), count, p, seed, 0);
         auto inp_d = to_double(inp);
         const auto dout_d = to_double(dout);
         auto objective = [&] {
             std::vector<double> y;
-            dropout_reference(y, inp_d, p, seed);
+            dropout_reference(y, inp_d, p, seed, 0);
             return dot(y, dout_d);
         };
         const auto dinp_expected = numeric_gradient(objective, inp_d);
         check_close("dinp", dinp, dinp_expected, kGradientTolerance);
 
-        ops->dropout_backward(dinp.data(), dout.data(), count, p, seed);
+        ops->dropout_backward(dinp.data(), dout.data(), count, p, seed, 0);
         check_close("dinp", dinp, doubled(dinp_expected), kGradientTolerance);
+    }
+    SECTION("two ranks' halves, each from its index_begin, make the whole") {
+        // An odd split, so the halves' vector loops start and end at different lanes.
+        const std::size_t count = 1001, split = 403;
+        const uint64_t base = 5000;  // the whole's own first global index
+        const float p = 0.4f;
+        const auto inp = random_floats(count, 74);
+        const auto dout = random_floats(count, 75);
+        std::vector<float> out(count), dinp(count, 0.0f);
+        ops->dropout_forward(out.data(), inp.data(), count, p, seed, base);
+        ops->dropout_backward(dinp.data(), dout.data(), count, p, seed, base);
+        std::vector<double> expected;
+        dropout_reference(expected, to_double(inp), p, seed, base);
+        check_close("out", out, expected, kForwardTolerance);
+
+        std::vector<float> out_halves(count), dinp_halves(count, 0.0f);
+        for (const auto& [begin, end] :
+             {std::pair{std::size_t{0}, split}, std::pair{split, count}}) {
+            ops->dropout_forward(out_halves.data() + begin, inp.data() + begin, end - begin, p,
+                                 seed, base + begin);
+            ops->dropout_backward(dinp_halves.data() + begin, dout.data() + begin, end - begin, p,
+                                  seed, base + begin);
+        }
+        CHECK(bitwise_equal(out_halves, out));
+        CHECK(bitwise_equal(dinp_halves, dinp));
     }
     SECTION("keeps 1-p of the elements, scaled by 1/(1-p)") {
         const std::size_t count = 200000;
         const float p = 0.25f;
         const std::vector<float> ones(count, 1.0f);
         std::vector<float> out(count);
-        ops->dropout_forward(out.data(), ones.data(), count, p, seed);
+        ops->dropout_forward(out.data(), ones.data(), count, p, seed, 0);
         std::size_t kept = 0, wrong = 0;
         for (float x : out) {
             kept += x != 0.0f;
@@ -531,15 +730,68 @@ TEST_CASE("dropout forward and backward", "[kernels]") {
         const std::size_t count = 1000;
         const auto inp = random_floats(count, 73);
         std::vector<float> out(count);
-        ops->dropout_forward(out.data(), inp.data(), count, 0.0f, seed);
+        ops->dropout_forward(out.data(), inp.data(), count, 0.0f, seed, 0);
         CHECK(bitwise_equal(out, inp));
         std::vector<float> dinp(count, 0.0f);
-        ops->dropout_backward(dinp.data(), inp.data(), count, 0.0f, seed);
+        ops->dropout_backward(dinp.data(), inp.data(), count, 0.0f, seed, 0);
         CHECK(bitwise_equal(dinp, inp));
     }
 }
 
 // ---- loss ---------------------------------------------------------------------------------
+
+// The vocab-parallel cross-entropy as the callers run it, on one process: the logits (N,Vp)
+// cut into `slices` ranks' slices of Vp/slices columns; each slice's partials; the
+// all-reduce max, the rescale of each slice and the all-reduce sums, done here in slice order;
+// the losses; then each slice's backward with the combined lse.
+struct SplitCrossEntropy {
+    std::vector<float> losses, lse;  // (N)
+    // Per slice: its partials (N) before any combination, and its dlogits (N, Vp/slices).
+    std::vector<std::vector<float>> row_max, row_sumexp, target_logit, dlogits;
+};
+
+SplitCrossEntropy split_cross_entropy(trident::kernels::Ops& ops, const std::vector<float>& logits,
+                                      const std::vector<int32_t>& targets, float dloss, int N,
+                                      int V, int Vp, int slices) {
+    const int local = Vp / slices;
+    SplitCrossEntropy result;
+    std::vector<std::vector<float>> slice_logits(slices);
+    for (int s = 0; s < slices; s++) {
+        auto& x = slice_logits[s];
+        x.resize(static_cast<std::size_t>(N) * local);
+        for (int n = 0; n < N; n++)
+            std::copy_n(logits.begin() + n * Vp + s * local, local, x.begin() + n * local);
+        result.row_max.emplace_back(N);
+        result.row_sumexp.emplace_back(N);
+        result.target_logit.emplace_back(N);
+        ops.cross_entropy_partials(result.row_max[s].data(), result.row_sumexp[s].data(),
+                                   result.target_logit[s].data(), x.data(), targets.data(), N,
+                                   s * local, V, local);
+    }
+    std::vector<float> global_max(N, -std::numeric_limits<float>::infinity());
+    for (int s = 0; s < slices; s++)
+        for (int n = 0; n < N; n++) global_max[n] = std::max(global_max[n], result.row_max[s][n]);
+    std::vector<float> sumexp(N, 0.0f), target_logit(N, 0.0f);
+    for (int s = 0; s < slices; s++) {
+        auto rescaled = result.row_sumexp[s];
+        ops.cross_entropy_rescale(rescaled.data(), result.row_max[s].data(), global_max.data(), N);
+        for (int n = 0; n < N; n++) {
+            sumexp[n] += rescaled[n];
+            target_logit[n] += result.target_logit[s][n];
+        }
+    }
+    result.losses.resize(N);
+    result.lse.resize(N);
+    ops.cross_entropy_losses(result.losses.data(), result.lse.data(), global_max.data(),
+                             sumexp.data(), target_logit.data(), N);
+    for (int s = 0; s < slices; s++) {
+        result.dlogits.emplace_back(static_cast<std::size_t>(N) * local, 1.0f);  // overwritten
+        ops.cross_entropy_backward(result.dlogits[s].data(), slice_logits[s].data(),
+                                   result.lse.data(), targets.data(), dloss, N, s * local, V,
+                                   local);
+    }
+    return result;
+}
 
 TEST_CASE("cross entropy forward and backward over padded logits", "[kernels]") {
     auto ops = make_cpu_ops(2);
@@ -548,19 +800,18 @@ TEST_CASE("cross entropy forward and backward over padded logits", "[kernels]") 
     auto logits = random_floats(N * Vp, 81, -4.0f, 4.0f);
     const auto targets = random_ints(N, 82, V);
 
-    std::vector<float> losses(N), lse(N);
-    ops->cross_entropy_forward(losses.data(), lse.data(), logits.data(), targets.data(), N, V, Vp);
+    // One rank holding every column: the pipeline of kernels/ops.h with nothing to combine.
+    const auto whole = split_cross_entropy(*ops, logits, targets, dloss, N, V, Vp, 1);
     auto logits_d = to_double(logits);
-    std::vector<double> expected;
-    cross_entropy_reference(expected, logits_d, targets, N, V, Vp);
-    check_close("losses", losses, expected, kForwardTolerance);
+    std::vector<double> losses_expected, lse_expected;
+    cross_entropy_reference(losses_expected, lse_expected, logits_d, targets, N, V, Vp);
+    check_close("losses", whole.losses, losses_expected, kForwardTolerance);
+    check_close("lse", whole.lse, lse_expected, kForwardTolerance);
 
-    std::vector<float> dlogits(N * Vp, 1.0f);  // overwritten, not accumulated into
-    ops->cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), dloss, N,
-                                V, Vp);
+    const auto& dlogits = whole.dlogits[0];
     auto objective = [&] {
-        std::vector<double> l;
-        cross_entropy_reference(l, logits_d, targets, N, V, Vp);
+        std::vector<double> l, lse;
+        cross_entropy_reference(l, lse, logits_d, targets, N, V, Vp);
         double sum = 0.0;
         for (double x : l) sum += dloss * x;
         return sum;
@@ -573,20 +824,92 @@ TEST_CASE("cross entropy forward and backward over padded logits", "[kernels]") 
         auto padded = logits;
         for (int n = 0; n < N; n++)
             for (int c = V; c < Vp; c++) padded[n * Vp + c] = (c % 2 ? 1e30f : -1e30f);
-        std::vector<float> losses2(N), lse2(N), dlogits2(N * Vp);
-        ops->cross_entropy_forward(losses2.data(), lse2.data(), padded.data(), targets.data(), N, V,
-                                   Vp);
-        ops->cross_entropy_backward(dlogits2.data(), padded.data(), lse2.data(), targets.data(),
-                                    dloss, N, V, Vp);
-        CHECK(bitwise_equal(losses2, losses));
-        CHECK(bitwise_equal(lse2, lse));
-        CHECK(bitwise_equal(dlogits2, dlogits));
+        const auto other = split_cross_entropy(*ops, padded, targets, dloss, N, V, Vp, 1);
+        CHECK(bitwise_equal(other.losses, whole.losses));
+        CHECK(bitwise_equal(other.lse, whole.lse));
+        CHECK(bitwise_equal(other.dlogits[0], dlogits));
     }
     SECTION("dlogits may alias logits") {
         auto in_place = logits;
-        ops->cross_entropy_backward(in_place.data(), in_place.data(), lse.data(), targets.data(),
-                                    dloss, N, V, Vp);
+        ops->cross_entropy_backward(in_place.data(), in_place.data(), whole.lse.data(),
+                                    targets.data(), dloss, N, 0, V, Vp);
         CHECK(bitwise_equal(in_place, dlogits));
+    }
+}
+
+// The columns cut over 2 and 4 ranks (and 1), with slices that hold real tokens only, real
+// tokens then padding, and (V = 13, Vp = 32) padding only. The combined losses must be the
+// whole softmax cross-entropy, and each slice's dlogits its columns of the whole backward.
+TEST_CASE("vocab-parallel cross entropy over column slices matches the whole", "[kernels]") {
+    auto ops = make_cpu_ops(2);
+    // The wide case gives slices of more than one of the partials' 1024-column sum blocks.
+    const auto [N, V, Vp] = GENERATE(table<int, int, int>({{10, 13, 32}, {3, 2100, 2304}}));
+    const int slices = GENERATE(1, 2, 4);
+    const int local = Vp / slices;
+    CAPTURE(N, V, Vp, slices);
+    const float dloss = 1.0f / N;
+    const auto logits = random_floats(N * Vp, 83, -4.0f, 4.0f);
+    auto targets = random_ints(N, 84, V);
+    targets[0] = 0;      // the first real column
+    targets[1] = V - 1;  // the last, beside the padding
+
+    const auto split = split_cross_entropy(*ops, logits, targets, dloss, N, V, Vp, slices);
+    std::vector<double> losses_expected, lse_expected;
+    cross_entropy_reference(losses_expected, lse_expected, to_double(logits), targets, N, V, Vp);
+    check_close("losses", split.losses, losses_expected, kForwardTolerance);
+    check_close("lse", split.lse, lse_expected, kForwardTolerance);
+
+    // Each slice's partials, by their definition.
+    for (int s = 0; s < slices; s++) {
+        CAPTURE(s);
+        const int begin = s * local, end = std::min(V, begin + local);
+        for (int n = 0; n < N; n++) {
+            float max = -std::numeric_limits<float>::infinity();
+            double sumexp = 0.0;
+            for (int c = begin; c < end; c++) max = std::max(max, logits[n * Vp + c]);
+            for (int c = begin; c < end; c++) sumexp += std::exp(double(logits[n * Vp + c]) - max);
+            const bool has_target = targets[n] >= begin && targets[n] < end;
+            CHECK(split.row_max[s][n] == max);  // -inf for a slice of padding only
+            CHECK(split.row_sumexp[s][n] == Approx(sumexp).epsilon(1e-5).margin(0.0));
+            CHECK(split.target_logit[s][n] == (has_target ? logits[n * Vp + targets[n]] : 0.0f));
+        }
+    }
+    // A slice of padding only: rescaled, its sum must stay 0 (not NaN) whatever the max.
+    if (V <= (slices - 1) * local) {
+        const auto& row_max = split.row_max[slices - 1];
+        auto sumexp = split.row_sumexp[slices - 1];
+        const std::vector<float> finite_max(N, 3.0f);
+        const std::vector<float> infinite_max(N, -std::numeric_limits<float>::infinity());
+        for (const auto* global_max : {&finite_max, &infinite_max}) {
+            ops->cross_entropy_rescale(sumexp.data(), row_max.data(), global_max->data(), N);
+            CHECK(std::all_of(sumexp.begin(), sumexp.end(), [](float x) { return x == 0.0f; }));
+        }
+    }
+
+    // The backward: each slice is its columns of the whole, computed with the same lse.
+    std::vector<float> whole(N * Vp);
+    ops->cross_entropy_backward(whole.data(), logits.data(), split.lse.data(), targets.data(),
+                                dloss, N, 0, V, Vp);
+    std::vector<float> joined(N * Vp);  // the slices' dlogits side by side, as (N,Vp)
+    for (int s = 0; s < slices; s++)
+        for (int n = 0; n < N; n++)
+            std::copy_n(split.dlogits[s].begin() + n * local, local,
+                        joined.begin() + n * Vp + s * local);
+    check_close("dlogits against the whole", joined, to_double(whole), 1e-6);
+    for (int n = 0; n < N; n++)
+        for (int c = V; c < Vp; c++) CHECK(joined[n * Vp + c] == 0.0f);
+
+    // Finite differences through the split pipeline, written out in double.
+    if (Vp <= 32) {
+        auto logits_d = to_double(logits);
+        auto objective = [&] {
+            std::vector<double> l;
+            split_cross_entropy_reference(l, logits_d, targets, N, V, Vp, slices);
+            double sum = 0.0;
+            for (double x : l) sum += dloss * x;
+            return sum;
+        };
+        check_close("dlogits", joined, numeric_gradient(objective, logits_d), kGradientTolerance);
     }
 }
 
@@ -663,9 +986,10 @@ TEST_CASE("ops repeat bit for bit", "[kernels]") {
 
         std::vector<float> att_out(N * C), att(B * NH * Tn * Tn), scratch(att.size());
         std::vector<float> dqkv(N * 3 * C, 0.0f);
-        ops->attention_forward(att_out.data(), att.data(), qkv.data(), B, Tn, C, NH, 0.1f, 5);
+        // Heads 2..5 of 8: a rank's share under tensor parallelism.
+        ops->attention_forward(att_out.data(), att.data(), qkv.data(), B, Tn, C, NH, 0.1f, 5, 2, 8);
         ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B,
-                                Tn, C, NH, 0.1f, 5);
+                                Tn, C, NH, 0.1f, 5, 2, 8);
         results.insert(results.end(), {att_out, att, dqkv});
 
         std::vector<float> ln_out(N * C), mean(N), rstd(N), ln_dinp(N * C, 0.0f), dw(C, 0.0f),
@@ -676,16 +1000,32 @@ TEST_CASE("ops repeat bit for bit", "[kernels]") {
                                 weight.data(), mean.data(), rstd.data(), N, C);
         results.insert(results.end(), {ln_out, ln_dinp, dw, db});
 
-        std::vector<float> losses(N), lse(N), dlogits(N * Vp);
-        ops->cross_entropy_forward(losses.data(), lse.data(), logits.data(), targets.data(), N, V,
-                                   Vp);
+        // The slice [512, 1024) of the vocabulary: real columns then padding.
+        const int begin = Vp / 2, local = Vp / 2;
+        std::vector<float> row_max(N), row_sumexp(N), target_logit(N), losses(N), lse(N);
+        std::vector<float> dlogits(N * local);
+        ops->cross_entropy_partials(row_max.data(), row_sumexp.data(), target_logit.data(),
+                                    logits.data(), targets.data(), N, begin, V, local);
+        results.insert(results.end(), {row_max, row_sumexp, target_logit});
+        std::vector<float> global_max(N);
+        for (int n = 0; n < N; n++) global_max[n] = row_max[n] + 0.25f;  // another rank's
+        ops->cross_entropy_rescale(row_sumexp.data(), row_max.data(), global_max.data(), N);
+        ops->cross_entropy_losses(losses.data(), lse.data(), global_max.data(), row_sumexp.data(),
+                                  target_logit.data(), N);
         ops->cross_entropy_backward(dlogits.data(), logits.data(), lse.data(), targets.data(), 0.5f,
-                                    N, V, Vp);
-        results.insert(results.end(), {losses, lse, dlogits});
+                                    N, begin, V, local);
+        results.insert(results.end(), {row_sumexp, losses, lse, dlogits});
 
-        std::vector<float> dwte(50 * C, 0.0f), dwpe(Tn * C, 0.0f);
-        ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C);
-        results.insert(results.end(), {dwte, dwpe});
+        std::vector<float> biased = out;
+        ops->add_bias(biased.data(), bias.data(), N, OC);
+        results.push_back(biased);
+
+        std::vector<float> embedded(N * C), dwte(20 * C, 0.0f), dwpe(Tn * C, 0.0f);
+        ops->embedding_forward(embedded.data(), tokens.data(), weight.data(), inp.data(), B, Tn, C,
+                               20, 20);  // rows 20..39 of the vocabulary, weight as wte
+        ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C, 20,
+                                20);
+        results.insert(results.end(), {embedded, dwte, dwpe});
         const double norm = ops->sum_of_squares(dout_oc.data(), dout_oc.size());
         results.push_back({static_cast<float>(norm), static_cast<float>(norm - float(norm))});
         return results;

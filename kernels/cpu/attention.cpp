@@ -7,8 +7,11 @@
 // The T x T GEMMs also fill the upper triangle, which the row loops ignore and zero; skipping
 // it would save half of a small share of the model's FLOPs at the cost of blocked GEMMs.
 //
-// Attention dropout acts on the probabilities: element (b,h,t,j) of att is kept when
-// dropout_keep(seed, its flat index in att (B,NH,T,T), p), the index every backend uses.
+// Under tensor parallelism a rank holds NH of the model's heads_total heads, starting at
+// head_begin, with C = NH * hs its share of the channels; nothing here depends on that
+// except the dropout mask. Attention dropout acts on the probabilities: element (b,h,t,j) is
+// kept when dropout_keep(seed, its flat index in the whole model's (B,heads_total,T,T), p),
+// the index every backend and every split of the heads uses.
 #include <cblas.h>
 
 #include <cmath>
@@ -28,13 +31,16 @@ struct Head {
     std::size_t qkv_offset;  // q of this head in qkv (and dq in dqkv); k at +C, v at +2C
     std::size_t out_offset;  // this head's columns in out (B,T,C)
     std::size_t att_offset;  // this head's (T,T) block in att
+    uint64_t mask_offset;    // dropout index of its (0,0) in the model's (B,heads_total,T,T)
 };
 
-Head head_at(int bh, int T, int C, int NH) {
+Head head_at(int bh, int T, int C, int NH, int head_begin, int heads_total) {
     const std::size_t b = bh / NH;
     const std::size_t h = bh % NH;
     const std::size_t hs = C / NH;
-    return {b * T * 3 * C + h * hs, b * T * C + h * hs, static_cast<std::size_t>(bh) * T * T};
+    const uint64_t global_head = b * heads_total + head_begin + h;
+    return {b * T * 3 * C + h * hs, b * T * C + h * hs, static_cast<std::size_t>(bh) * T * T,
+            global_head * T * T};
 }
 
 // In place on one row of scores (T): softmax over the causal part [0, t], zeros after.
@@ -54,15 +60,15 @@ void causal_softmax_row(float* row, int t, int T) {
     for (int j = t + 1; j < T; j++) row[j] = 0.0f;
 }
 
-// probs (T,T) = dropout(att) for one head's block; att_offset fixes the mask. The upper
+// probs (T,T) = dropout(att) for one head's block; mask_offset fixes the mask. The upper
 // triangle stays zero, as in att.
-void apply_dropout(float* probs, const float* att, std::size_t att_offset, int T, float drop_prob,
+void apply_dropout(float* probs, const float* att, uint64_t mask_offset, int T, float drop_prob,
                    uint64_t seed) {
     const float keep_scale = 1.0f / (1.0f - drop_prob);
     for (int t = 0; t < T; t++) {
         const std::size_t row = static_cast<std::size_t>(t) * T;
         for (int j = 0; j <= t; j++) {
-            const bool keep = dropout_keep(seed, att_offset + row + j, drop_prob);
+            const bool keep = dropout_keep(seed, mask_offset + row + j, drop_prob);
             probs[row + j] = keep ? att[row + j] * keep_scale : 0.0f;
         }
         for (int j = t + 1; j < T; j++) probs[row + j] = 0.0f;
@@ -73,7 +79,7 @@ void apply_dropout(float* probs, const float* att, std::size_t att_offset, int T
 
 // att (B,NH,T,T) = causal softmax(q k^T / sqrt(hs)); out (B,T,C) = dropout(att) @ v
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                       float drop_prob, uint64_t seed) {
+                       float drop_prob, uint64_t seed, int head_begin, int heads_total) {
     const int hs = C / NH;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel
@@ -82,7 +88,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
         std::vector<float> probs(drop_prob > 0.0f ? static_cast<std::size_t>(T) * T : 0);
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * NH; bh++) {
-            const Head head = head_at(bh, T, C, NH);
+            const Head head = head_at(bh, T, C, NH, head_begin, heads_total);
             const float* q = qkv + head.qkv_offset;  // (T,hs), row stride 3C
             const float* k = q + C;
             const float* v = q + 2 * C;
@@ -94,7 +100,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
             }
             const float* weights = att_bh;
             if (drop_prob > 0.0f) {
-                apply_dropout(probs.data(), att_bh, head.att_offset, T, drop_prob, seed);
+                apply_dropout(probs.data(), att_bh, head.mask_offset, T, drop_prob, seed);
                 weights = probs.data();
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, weights, T, v,
@@ -109,13 +115,13 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 // scratch (B,NH,T,T) holds first P, then dP turning into dpre, for each head.
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int NH, float drop_prob,
-                        uint64_t seed) {
+                        uint64_t seed, int head_begin, int heads_total) {
     const int hs = C / NH;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
     const float keep_scale = 1.0f / (1.0f - drop_prob);
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
-        const Head head = head_at(bh, T, C, NH);
+        const Head head = head_at(bh, T, C, NH, head_begin, heads_total);
         const float* q = qkv + head.qkv_offset;  // (T,hs), row stride 3C, as are k, v, dq...
         const float* k = q + C;
         const float* v = q + 2 * C;
@@ -128,7 +134,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
 
         const float* weights = att_bh;
         if (drop_prob > 0.0f) {
-            apply_dropout(d, att_bh, head.att_offset, T, drop_prob, seed);
+            apply_dropout(d, att_bh, head.mask_offset, T, drop_prob, seed);
             weights = d;
         }
         cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, weights, T, dout_bh, C,
@@ -142,7 +148,7 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             float* drow = d + row;
             if (drop_prob > 0.0f) {
                 for (int j = 0; j <= t; j++) {
-                    const bool keep = dropout_keep(seed, head.att_offset + row + j, drop_prob);
+                    const bool keep = dropout_keep(seed, head.mask_offset + row + j, drop_prob);
                     drow[j] = keep ? drow[j] * keep_scale : 0.0f;
                 }
             }

@@ -47,9 +47,9 @@ inline float fast_tanh(float x) {
 
 // ---- embedding (embedding.cpp) ----------------------------------------------------------
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                       int T, int C);
+                       int T, int C, int vocab_begin, int vocab_local);
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                        int T, int C);
+                        int T, int C, int vocab_begin, int vocab_local);
 
 // ---- layer norm (layernorm.cpp) ---------------------------------------------------------
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -63,28 +63,34 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
                     int C, int OC);
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
                      const float* weight, int N, int C, int OC);
+void add_bias(float* out, const float* bias, int N, int OC);
 
 // ---- causal self-attention (attention.cpp) ----------------------------------------------
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                       float drop_prob, uint64_t seed);
+                       float drop_prob, uint64_t seed, int head_begin, int heads_total);
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int NH, float drop_prob,
-                        uint64_t seed);
+                        uint64_t seed, int head_begin, int heads_total);
 
 // ---- pointwise (pointwise.cpp) ----------------------------------------------------------
 void gelu_forward(float* out, const float* inp, std::size_t count);
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t count);
 void residual_forward(float* out, const float* a, const float* b, std::size_t count);
 void dropout_forward(float* out, const float* inp, std::size_t count, float drop_prob,
-                     uint64_t seed);
+                     uint64_t seed, uint64_t index_begin);
 void dropout_backward(float* dinp, const float* dout, std::size_t count, float drop_prob,
-                      uint64_t seed);
+                      uint64_t seed, uint64_t index_begin);
 
-// ---- loss (cross_entropy.cpp) -----------------------------------------------------------
-void cross_entropy_forward(float* losses, float* lse, const float* logits, const int32_t* targets,
-                           int N, int V, int Vp);
+// ---- loss, vocab-parallel (cross_entropy.cpp) -------------------------------------------
+void cross_entropy_partials(float* row_max, float* row_sumexp, float* target_logit,
+                            const float* logits, const int32_t* targets, int N, int vocab_begin,
+                            int V, int Vp_local);
+void cross_entropy_rescale(float* row_sumexp, const float* row_max, const float* global_max, int N);
+void cross_entropy_losses(float* losses, float* lse, const float* global_max,
+                          const float* row_sumexp, const float* target_logit, int N);
 void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
-                            const int32_t* targets, float dloss, int N, int V, int Vp);
+                            const int32_t* targets, float dloss, int N, int vocab_begin, int V,
+                            int Vp_local);
 
 // ---- optimizer (optimizer.cpp) ----------------------------------------------------------
 double sum_of_squares(const float* x, std::size_t count);

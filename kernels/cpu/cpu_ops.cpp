@@ -50,12 +50,12 @@ public:
     }
 
     void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                           int B, int T, int C) override {
-        cpu::embedding_forward(out, tokens, wte, wpe, B, T, C);
+                           int B, int T, int C, int vocab_begin, int vocab_local) override {
+        cpu::embedding_forward(out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_local);
     }
     void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                            int B, int T, int C) override {
-        cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C);
+                            int B, int T, int C, int vocab_begin, int vocab_local) override {
+        cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_local);
     }
 
     void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
@@ -76,15 +76,21 @@ public:
                          const float* inp, const float* weight, int N, int C, int OC) override {
         cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
     }
+    void add_bias(float* out, const float* bias, int N, int OC) override {
+        cpu::add_bias(out, bias, N, OC);
+    }
 
     void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
-                           float drop_prob, uint64_t seed) override {
-        cpu::attention_forward(out, att, qkv, B, T, C, NH, drop_prob, seed);
+                           float drop_prob, uint64_t seed, int head_begin,
+                           int heads_total) override {
+        cpu::attention_forward(out, att, qkv, B, T, C, NH, drop_prob, seed, head_begin,
+                               heads_total);
     }
     void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                             const float* att, int B, int T, int C, int NH, float drop_prob,
-                            uint64_t seed) override {
-        cpu::attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, drop_prob, seed);
+                            uint64_t seed, int head_begin, int heads_total) override {
+        cpu::attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, drop_prob, seed,
+                                head_begin, heads_total);
     }
 
     void gelu_forward(float* out, const float* inp, std::size_t count) override {
@@ -98,22 +104,33 @@ public:
         cpu::residual_forward(out, a, b, count);
     }
     void dropout_forward(float* out, const float* inp, std::size_t count, float drop_prob,
-                         uint64_t seed) override {
-        cpu::dropout_forward(out, inp, count, drop_prob, seed);
+                         uint64_t seed, uint64_t index_begin) override {
+        cpu::dropout_forward(out, inp, count, drop_prob, seed, index_begin);
     }
     void dropout_backward(float* dinp, const float* dout, std::size_t count, float drop_prob,
-                          uint64_t seed) override {
-        cpu::dropout_backward(dinp, dout, count, drop_prob, seed);
+                          uint64_t seed, uint64_t index_begin) override {
+        cpu::dropout_backward(dinp, dout, count, drop_prob, seed, index_begin);
     }
 
-    void cross_entropy_forward(float* losses, float* lse, const float* logits,
-                               const int32_t* targets, int N, int V, int Vp) override {
-        cpu::cross_entropy_forward(losses, lse, logits, targets, N, V, Vp);
+    void cross_entropy_partials(float* row_max, float* row_sumexp, float* target_logit,
+                                const float* logits, const int32_t* targets, int N, int vocab_begin,
+                                int V, int Vp_local) override {
+        cpu::cross_entropy_partials(row_max, row_sumexp, target_logit, logits, targets, N,
+                                    vocab_begin, V, Vp_local);
+    }
+    void cross_entropy_rescale(float* row_sumexp, const float* row_max, const float* global_max,
+                               int N) override {
+        cpu::cross_entropy_rescale(row_sumexp, row_max, global_max, N);
+    }
+    void cross_entropy_losses(float* losses, float* lse, const float* global_max,
+                              const float* row_sumexp, const float* target_logit, int N) override {
+        cpu::cross_entropy_losses(losses, lse, global_max, row_sumexp, target_logit, N);
     }
     void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
-                                const int32_t* targets, float dloss, int N, int V,
-                                int Vp) override {
-        cpu::cross_entropy_backward(dlogits, logits, lse, targets, dloss, N, V, Vp);
+                                const int32_t* targets, float dloss, int N, int vocab_begin, int V,
+                                int Vp_local) override {
+        cpu::cross_entropy_backward(dlogits, logits, lse, targets, dloss, N, vocab_begin, V,
+                                    Vp_local);
     }
 
     double sum_of_squares(const float* x, std::size_t count) override {

@@ -1,29 +1,51 @@
-// Token + position embedding, forward and backward.
+// Token + position embedding, forward and backward, on one rank's slice of the vocabulary.
+//
+// Under tensor parallelism wte is split by rows: this rank holds rows
+// [vocab_begin, vocab_begin + vocab_local). A token outside the slice contributes nothing
+// here (its row lives on another rank, and the callers sum the ranks' outputs), and wpe may
+// be null so that only one rank adds the positions.
 #include <cstddef>
 
 #include "kernels/cpu/cpu_kernels.h"
 
 namespace trident::kernels::cpu {
 
-// out (B,T,C) = wte[tokens[b,t]] + wpe[t]
+namespace {
+
+// The token's row in this slice of wte, or -1 when another rank holds it.
+inline int local_row(int32_t token, int vocab_begin, int vocab_local) {
+    const int row = token - vocab_begin;
+    return row >= 0 && row < vocab_local ? row : -1;
+}
+
+}  // namespace
+
+// out (B,T,C) = wte[tokens[b,t] - vocab_begin] (0 outside the slice) + wpe[t] (if any)
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                       int T, int C) {
+                       int T, int C, int vocab_begin, int vocab_local) {
 #pragma omp parallel for schedule(static)
     for (int bt = 0; bt < B * T; bt++) {
-        const int t = bt % T;
-        const float* wte_row = wte + static_cast<std::size_t>(tokens[bt]) * C;
-        const float* wpe_row = wpe + static_cast<std::size_t>(t) * C;
+        const int row = local_row(tokens[bt], vocab_begin, vocab_local);
         float* out_row = out + static_cast<std::size_t>(bt) * C;
-        for (int c = 0; c < C; c++) out_row[c] = wte_row[c] + wpe_row[c];
+        if (row >= 0) {
+            const float* wte_row = wte + static_cast<std::size_t>(row) * C;
+            for (int c = 0; c < C; c++) out_row[c] = wte_row[c];
+        } else {
+            for (int c = 0; c < C; c++) out_row[c] = 0.0f;
+        }
+        if (wpe != nullptr) {
+            const float* wpe_row = wpe + static_cast<std::size_t>(bt % T) * C;
+            for (int c = 0; c < C; c++) out_row[c] += wpe_row[c];
+        }
     }
 }
 
-// dwte (Vp,C) += dout scattered by token; dwpe (T,C) += dout summed over the batch.
-// Repeated tokens make the scatter a reduction, so threads split the channels, not the
-// positions: every gradient element is summed by one thread in (b,t) order, deterministic
-// and independent of the thread count.
+// dwte (vocab_local,C) += dout scattered by in-slice token; dwpe (T,C) += dout summed over the
+// batch, unless null. Repeated tokens make the scatter a reduction, so threads split the
+// channels, not the positions: every gradient element is summed by one thread in (b,t) order,
+// deterministic, independent of the thread count, and the same whatever the vocabulary split.
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                        int T, int C) {
+                        int T, int C, int vocab_begin, int vocab_local) {
     constexpr int kBlock = 64;  // channels per task: whole cache lines, room to vectorise
     const int blocks = (C + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)
@@ -31,13 +53,15 @@ void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32
         const int c0 = block * kBlock;
         const int c1 = c0 + kBlock < C ? c0 + kBlock : C;
         for (int bt = 0; bt < B * T; bt++) {
-            const int t = bt % T;
             const float* dout_row = dout + static_cast<std::size_t>(bt) * C;
-            float* dwte_row = dwte + static_cast<std::size_t>(tokens[bt]) * C;
-            float* dwpe_row = dwpe + static_cast<std::size_t>(t) * C;
-            for (int c = c0; c < c1; c++) {
-                dwte_row[c] += dout_row[c];
-                dwpe_row[c] += dout_row[c];
+            const int row = local_row(tokens[bt], vocab_begin, vocab_local);
+            if (row >= 0) {
+                float* dwte_row = dwte + static_cast<std::size_t>(row) * C;
+                for (int c = c0; c < c1; c++) dwte_row[c] += dout_row[c];
+            }
+            if (dwpe != nullptr) {
+                float* dwpe_row = dwpe + static_cast<std::size_t>(bt % T) * C;
+                for (int c = c0; c < c1; c++) dwpe_row[c] += dout_row[c];
             }
         }
     }

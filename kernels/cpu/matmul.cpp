@@ -1,5 +1,6 @@
 // Linear layer y = x W^T + b with W in the [out, in] layout: the GEMMs go to OpenBLAS, split
-// over our threads; the bias loops are ours.
+// over our threads; the bias loops are ours, add_bias (a row-parallel linear's bias, added
+// after the reduction) included.
 #include <cblas.h>
 #include <omp.h>
 
@@ -86,6 +87,15 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
             }
             for (int o = 0; o < width; o++) dbias[o0 + o] += sum[o];
         }
+    }
+}
+
+// out (N,OC) += bias (OC), row by row.
+void add_bias(float* out, const float* bias, int N, int OC) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float* row = out + static_cast<std::size_t>(n) * OC;
+        for (int o = 0; o < OC; o++) row[o] += bias[o];
     }
 }
 

@@ -43,24 +43,25 @@ void residual_forward(float* out, const float* a, const float* b, std::size_t co
     for (std::size_t i = 0; i < count; i++) out[i] = a[i] + b[i];
 }
 
-// out = inp / (1-p) where dropout_keep(seed, i, p), else 0. A select rather than a multiply
-// by a 0/1 mask, so p = 1 gives zeros instead of 0 * inf.
+// out = inp / (1-p) where dropout_keep(seed, index_begin + i, p), else 0. A select rather
+// than a multiply by a 0/1 mask, so p = 1 gives zeros instead of 0 * inf. index_begin is the
+// global index of element 0, so a rank holding a share of the rows draws their mask.
 void dropout_forward(float* out, const float* inp, std::size_t count, float drop_prob,
-                     uint64_t seed) {
+                     uint64_t seed, uint64_t index_begin) {
     const float keep_scale = 1.0f / (1.0f - drop_prob);
 #pragma omp parallel for simd schedule(static)
     for (std::size_t i = 0; i < count; i++) {
-        out[i] = dropout_keep(seed, i, drop_prob) ? inp[i] * keep_scale : 0.0f;
+        out[i] = dropout_keep(seed, index_begin + i, drop_prob) ? inp[i] * keep_scale : 0.0f;
     }
 }
 
 // dinp += dout / (1-p) where the forward kept the element; the mask is recomputed.
 void dropout_backward(float* dinp, const float* dout, std::size_t count, float drop_prob,
-                      uint64_t seed) {
+                      uint64_t seed, uint64_t index_begin) {
     const float keep_scale = 1.0f / (1.0f - drop_prob);
 #pragma omp parallel for simd schedule(static)
     for (std::size_t i = 0; i < count; i++) {
-        if (dropout_keep(seed, i, drop_prob)) dinp[i] += dout[i] * keep_scale;
+        if (dropout_keep(seed, index_begin + i, drop_prob)) dinp[i] += dout[i] * keep_scale;
     }
 }
 

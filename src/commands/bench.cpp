@@ -2,6 +2,7 @@
 // file needed) and prints, last, one JSON line with tokens_per_s, tflops and mfu.
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 #include <vector>
 
 #include "commands/commands.h"
@@ -9,20 +10,22 @@
 #include "error.h"
 #include "io/json_line.h"
 #include "kernels/random.h"
+#include "parallel/grid.h"
+#include "parallel/world.h"
 #include "train/device_peak.h"
 #include "train/trainer.h"
 
 namespace trident::commands {
 
-int bench(const BenchOptions& opts) {
-    if (opts.steps < 1) throw Error("--steps must be at least 1");
-    if (opts.warmup < 0) throw Error("--warmup must not be negative");
-    const config::Config cfg = config::load(opts.config, opts.overrides);
-    auto ops = make_backend(cfg);
-    const double peak = train::measure_gemm_flops(*ops);
-    print_summary(cfg, *ops, peak);
+namespace {
 
-    train::Trainer trainer(cfg, *ops);
+void run(const BenchOptions& opts, const config::Config& cfg, parallel::Grid& grid) {
+    const bool leader = grid.rank() == 0;
+    auto ops = make_backend(cfg, leader);
+    const double peak = train::measure_gemm_flops(*ops);
+    if (leader) print_summary(cfg, *ops, peak);
+
+    train::Trainer trainer(cfg, *ops, &grid.tensor());
     initialise_weights(cfg, trainer.model());
     const uint64_t vocab = static_cast<uint64_t>(cfg.model.vocab_size);
     const uint64_t T = static_cast<uint64_t>(cfg.model.seq_len);
@@ -40,14 +43,15 @@ int bench(const BenchOptions& opts) {
         const train::StepResult r = trainer.step(s, random_tokens);
         const bool timed = s >= opts.warmup;
         if (timed) seconds.push_back(r.seconds);
-        std::printf("%s step %d | loss %.4f | %.0f ms | %.0f tok/s\n", timed ? "bench" : "warm-up",
+        if (leader)
+            std::printf("%s step %d | loss %.4f | %.0f ms | %.0f tok/s\n", timed ? "bench" : "warm-up",
                     timed ? s - opts.warmup + 1 : s + 1, r.loss, 1e3 * r.seconds,
                     static_cast<double>(cfg.derived.tokens_per_step) / r.seconds);
     }
     // The median step: robust to a stray slow step on a shared machine.
     std::sort(seconds.begin(), seconds.end());
     const double step_s = seconds[seconds.size() / 2];
-    const double flops = cfg.derived.flops_per_step / step_s;
+    const double flops = cfg.derived.flops_per_step / step_s / cfg.derived.world_size;  // per process
     io::JsonLine line;
     line.add("tokens_per_s", static_cast<double>(cfg.derived.tokens_per_step) / step_s)
         .add("tflops", flops / 1e12)
@@ -57,8 +61,33 @@ int bench(const BenchOptions& opts) {
         .add("steps", opts.steps)
         .add("backend", ops->name())
         .add("threads", cfg.training.threads)
-        .add("parameters", static_cast<int64_t>(cfg.derived.parameters));
-    std::printf("%s\n", line.str().c_str());
+        .add("parameters", static_cast<int64_t>(cfg.derived.parameters))
+        .add("processes", cfg.derived.world_size);
+    if (leader) std::printf("%s\n", line.str().c_str());
+}
+
+}  // namespace
+
+int bench(const BenchOptions& opts, parallel::World& world) {
+    if (opts.steps < 1) throw Error("--steps must be at least 1");
+    if (opts.warmup < 0) throw Error("--warmup must not be negative");
+    config::Config cfg;
+    std::unique_ptr<parallel::Grid> grid;
+    std::string error;
+    try {
+        cfg = config::load(opts.config, opts.overrides);
+        grid = std::make_unique<parallel::Grid>(
+            world, parallel::GridShape{cfg.parallel.pipeline, cfg.parallel.tensor, cfg.parallel.data});
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    if (parallel::any_rank_failed(world, !error.empty()))
+        return parallel::report_failure(world, error, parallel::FailureKind::agreed);
+    try {
+        run(opts, cfg, *grid);
+    } catch (const std::exception& e) {
+        return parallel::report_failure(world, e.what(), parallel::FailureKind::this_rank);
+    }
     return 0;
 }
 

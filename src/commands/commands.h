@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "parallel/world.h"
 #include "train/generator.h"
 
 namespace trident::commands {
@@ -14,7 +15,7 @@ struct TrainOptions {
     std::string config;
     std::vector<std::string> overrides;  // "key.path=value"
 };
-int train(const TrainOptions& opts);
+int train(const TrainOptions& opts, parallel::World& world);
 
 struct BenchOptions {
     std::string config;
@@ -22,7 +23,7 @@ struct BenchOptions {
     int steps = 10;
     int warmup = 2;
 };
-int bench(const BenchOptions& opts);
+int bench(const BenchOptions& opts, parallel::World& world);
 
 struct ExportOptions {
     std::string checkpoint;  // a checkpoint directory, or a checkpoint.dir (newest is taken)

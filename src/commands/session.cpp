@@ -8,8 +8,8 @@
 
 namespace trident::commands {
 
-std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg) {
-    if (cfg.device == config::DeviceKind::auto_)
+std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, bool announce) {
+    if (announce && cfg.device == config::DeviceKind::auto_)
         std::printf("device: cpu (auto: this build has no GPU backend)\n");
     return kernels::make_cpu_ops(cfg.training.threads);
 }
@@ -36,10 +36,11 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, double pe
 
 void initialise_weights(const config::Config& cfg, model::Gpt& model) {
     if (cfg.model.init_from) {
-        std::vector<float> host(model.layout().total(), 0.0f);
-        model::load_hf_gpt2(*cfg.model.init_from, model.layout(), host.data());
-        model.load_params(host);
-        std::printf("weights: %s\n", cfg.model.init_from->c_str());
+        // The whole model from the file; each tensor-parallel rank keeps its slice.
+        const model::ParamLayout full_layout(model.shape());
+        std::vector<float> full(full_layout.total(), 0.0f);
+        model::load_hf_gpt2(*cfg.model.init_from, full_layout, full.data());
+        model.load_full_params(full);
     } else {
         model.init_random(cfg.training.seed, static_cast<float>(cfg.model.init_std));
     }

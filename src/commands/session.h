@@ -12,8 +12,9 @@
 
 namespace trident::commands {
 
-// The backend the config asks for; device "auto" falls back to the CPU and says so.
-std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg);
+// The backend the config asks for; device "auto" falls back to the CPU and says so (when
+// `announce`: one rank speaks for all).
+std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, bool announce);
 
 // Prints the model, layout and batch figures of the run.
 void print_summary(const config::Config& cfg, const kernels::Ops& ops, double peak_flops);

@@ -1,12 +1,15 @@
 // `trident train`: trains the configured model on its dataset, with validation, metrics and
-// a model checkpoint at the end.
+// a model checkpoint at the end, on every rank of the grid (rank 0 speaks for all).
 #include <cstdio>
 #include <memory>
+#include <optional>
 
 #include "commands/commands.h"
 #include "commands/session.h"
 #include "data/dataset.h"
 #include "error.h"
+#include "parallel/grid.h"
+#include "parallel/world.h"
 #include "train/device_peak.h"
 #include "train/metrics.h"
 #include "train/model_checkpoint.h"
@@ -26,11 +29,13 @@ void refuse_existing_checkpoints(const config::Config& cfg) {
                     "checkpoint.dir (e.g. --set checkpoint.dir=runs/new) so they are kept");
 }
 
-// A sample of text from the trained model, as the config asks, on a copy of it with micro
-// batch 1 (generation needs one sequence, not the training batch).
-void print_sample(const config::Config& cfg, const model::Gpt& trained, kernels::Ops& ops) {
+// A sample of text from the trained model, as the config asks, on rank 0 with a whole copy
+// of it with micro batch 1 (generation needs one sequence, not the training batch).
+void print_sample(const config::Config& cfg, model::Gpt& trained, kernels::Ops& ops, bool leader) {
+    const std::vector<float> full = trained.full_params_to_host();  // collective
+    if (!leader) return;
     model::Gpt gpt(ops, trained.shape(), 1, 0.0f);
-    gpt.load_params(trained.params_to_host());
+    gpt.load_full_params(full);
     const auto tokenizer = data::tokenizer_for_vocab(cfg.model.vocab_size);
     train::SamplingOptions opts;
     opts.tokens = cfg.logging.sample_tokens;
@@ -45,40 +50,46 @@ bool due(int step, int interval, int steps) {
     return step == steps || (interval > 0 && step % interval == 0);
 }
 
-}  // namespace
 
-int train(const TrainOptions& opts) {
-    const config::Config cfg = config::load(opts.config, opts.overrides);
+// Everything a run needs that involves no communication beyond the grid's own set-up.
+struct Setup {
+    config::Config cfg;
+    std::unique_ptr<parallel::Grid> grid;
+    std::unique_ptr<data::Dataset> train_data, valid_data;
+};
+
+void run(const Setup& setup, parallel::Grid& grid) {
+    const config::Config& cfg = setup.cfg;
     const auto& t = cfg.training;
+    const bool leader = grid.rank() == 0;
 
-    // Everything that can be wrong with the input is checked before the first step.
-    data::Dataset train_data = data::open_train_data(cfg);
-    const std::unique_ptr<data::Dataset> valid_data = data::open_valid_data(cfg);
-    refuse_existing_checkpoints(cfg);
-
-    auto ops = make_backend(cfg);
+    auto ops = make_backend(cfg, leader);
     const double peak = train::measure_gemm_flops(*ops);
-    print_summary(cfg, *ops, peak);
-    std::printf("data: %s\n", train_data.summary().c_str());
-    if (valid_data) std::printf("valid: %s\n", valid_data->summary().c_str());
+    if (leader) {
+        print_summary(cfg, *ops, peak);
+        std::printf("data: %s\n", setup.train_data->summary().c_str());
+        if (setup.valid_data) std::printf("valid: %s\n", setup.valid_data->summary().c_str());
+    }
 
-    train::Trainer trainer(cfg, *ops);
+    train::Trainer trainer(cfg, *ops, &grid.tensor());
     initialise_weights(cfg, trainer.model());
-    train::MetricsLog log(cfg.logging.metrics, cfg.logging.interval);
+    if (leader && cfg.model.init_from) std::printf("weights: %s\n", cfg.model.init_from->c_str());
+    std::optional<train::MetricsLog> log;
+    if (leader) log.emplace(cfg.logging.metrics, cfg.logging.interval);
 
     const train::SampleFn train_sample = [&](uint64_t k, std::span<int32_t> in,
                                              std::span<int32_t> tgt) {
-        train_data.fill(k, in, tgt);
+        setup.train_data->fill(k, in, tgt);
     };
     const train::SampleFn valid_sample = [&](uint64_t k, std::span<int32_t> in,
                                              std::span<int32_t> tgt) {
-        valid_data->fill(k, in, tgt);
+        setup.valid_data->fill(k, in, tgt);
     };
 
     double first_val = 0, last_val = 0;
-    if (valid_data) {
+    if (setup.valid_data) {
         first_val = last_val = trainer.evaluate(valid_sample, t.eval_batches);
-        std::printf("step %5d/%d | val_loss %.4f (before training)\n", 0, t.steps, first_val);
+        if (leader) std::printf("step %5d/%d | val_loss %.4f (before training)\n", 0, t.steps, first_val);
     }
     for (int s = 0; s < t.steps; ++s) {
         const train::StepResult r = trainer.step(s, train_sample);
@@ -88,28 +99,62 @@ int train(const TrainOptions& opts) {
         m.loss = r.loss;
         m.lr = r.lr;
         m.grad_norm = r.grad_norm;
+        m.tensor_comm = r.tensor_comm;
         m.step_ms = 1e3 * r.seconds;
         m.tokens_per_s = static_cast<double>(cfg.derived.tokens_per_step) / r.seconds;
-        m.tflops = cfg.derived.flops_per_step / r.seconds / 1e12;
-        m.mfu = cfg.derived.flops_per_step / r.seconds / peak;
-        if (valid_data && due(m.step, t.eval_interval, t.steps)) {
+        // FLOP/s per process, as the papers count per GPU.
+        const double flops = cfg.derived.flops_per_step / r.seconds / cfg.derived.world_size;
+        m.tflops = flops / 1e12;
+        m.mfu = flops / peak;
+        if (setup.valid_data && due(m.step, t.eval_interval, t.steps)) {
             m.val_loss = trainer.evaluate(valid_sample, t.eval_batches);
             last_val = *m.val_loss;
         }
-        log.record(m);
+        if (log) log->record(m);
         if (cfg.checkpoint.dir && due(m.step, cfg.checkpoint.interval, t.steps)) {
-            const auto host = trainer.model().params_to_host();
-            const std::string where =
-                train::save_model_checkpoint(cfg, m.step, trainer.model().layout(), host.data());
-            std::printf("checkpoint: %s\n", where.c_str());
+            const auto full = trainer.model().full_params_to_host();  // collective
+            if (leader) {
+                const model::ParamLayout full_layout(trainer.model().shape());
+                const std::string where =
+                    train::save_model_checkpoint(cfg, m.step, full_layout, full.data());
+                std::printf("checkpoint: %s\n", where.c_str());
+            }
         }
     }
-    if (cfg.logging.sample_tokens > 0) print_sample(cfg, trainer.model(), *ops);
-    if (valid_data)
+    if (cfg.logging.sample_tokens > 0) print_sample(cfg, trainer.model(), *ops, leader);
+    if (!leader) return;
+    if (setup.valid_data)
         std::printf("done: %d steps | validation loss %.4f (%.4f before training)\n", t.steps,
                     last_val, first_val);
     else
         std::printf("done: %d steps\n", t.steps);
+}
+
+}  // namespace
+
+int train(const TrainOptions& opts, parallel::World& world) {
+    // Set-up: every rank reads the same config and data; a problem any rank sees stops all
+    // of them, agreed before the first collective of training, so none is left waiting.
+    Setup setup;
+    std::string error;
+    try {
+        setup.cfg = config::load(opts.config, opts.overrides);
+        const auto& p = setup.cfg.parallel;
+        setup.grid = std::make_unique<parallel::Grid>(
+            world, parallel::GridShape{p.pipeline, p.tensor, p.data});
+        setup.train_data = std::make_unique<data::Dataset>(data::open_train_data(setup.cfg));
+        setup.valid_data = data::open_valid_data(setup.cfg);
+        refuse_existing_checkpoints(setup.cfg);
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    if (parallel::any_rank_failed(world, !error.empty()))
+        return parallel::report_failure(world, error, parallel::FailureKind::agreed);
+    try {
+        run(setup, *setup.grid);
+    } catch (const std::exception& e) {
+        return parallel::report_failure(world, e.what(), parallel::FailureKind::this_rank);
+    }
     return 0;
 }
 

@@ -44,19 +44,17 @@ void check_ranges(const Config& cfg, const Origins& origins) {
 void refuse_unsupported_layout(const Config& cfg, const Origins& origins) {
     const ParallelConfig& p = cfg.parallel;
     const std::string layout = cat(p.pipeline, "x", p.tensor, "x", p.data);
-    const std::pair<const char*, int> axes[] = {
-        {"parallel.pipeline", p.pipeline}, {"parallel.tensor", p.tensor}, {"parallel.data", p.data}};
+    const std::pair<const char*, int> axes[] = {{"parallel.pipeline", p.pipeline},
+                                                {"parallel.data", p.data}};
     for (const auto& [path, size] : axes)
         if (size != 1)
             fail(origins.where(path),
-                 cat(path, ": layouts other than 1x1x1 are not supported yet (got ", layout, ")"));
+                 cat(path, ": only tensor parallelism is supported so far: layouts 1xMx1 (got ",
+                     layout, ")"));
     if (p.virtual_stages != 1)
         fail(origins.where("parallel.virtual_stages"),
              cat("parallel.virtual_stages: virtual pipeline stages are not supported yet (got ",
                  p.virtual_stages, ")"));
-    if (p.sequence_parallel)
-        fail(origins.where("parallel.sequence_parallel"),
-             "parallel.sequence_parallel: sequence parallelism is not supported yet");
 }
 
 // Settings this build reads but cannot run yet; delete each check as its feature lands.
@@ -101,6 +99,13 @@ void check_consistency(const Config& cfg, const Origins& origins) {
     if (m.ffn_hidden % p.tensor != 0)
         fail(origins.blame({"parallel.tensor", "model.ffn_hidden"}),
              cat("parallel.tensor (", p.tensor, ") must divide model.ffn_hidden (", m.ffn_hidden, ")"));
+
+    // Sequence parallelism splits each microbatch's B·T rows of the residual stream over M.
+    if (p.sequence_parallel && (t.micro_batch * m.seq_len) % p.tensor != 0)
+        fail(origins.blame({"parallel.sequence_parallel", "training.micro_batch", "model.seq_len",
+                            "parallel.tensor"}),
+             cat("parallel.sequence_parallel: micro_batch × seq_len = ", t.micro_batch, " × ",
+                 m.seq_len, " rows must divide by parallel.tensor (", p.tensor, ")"));
 
     // Each of the P·v model chunks holds the same number of layers.
     const int chunks = p.pipeline * p.virtual_stages;

@@ -5,20 +5,31 @@
 
 namespace trident::optim {
 
-AdamW::AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::TrainingConfig& cfg)
-    : ops_(ops), cfg_(cfg), total_(layout.total()), m_(ops, layout.total()), v_(ops, layout.total()) {
+AdamW::AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::TrainingConfig& cfg,
+             parallel::Comm* tensor)
+    : ops_(ops), cfg_(cfg), total_(layout.total()), tensor_(tensor ? *tensor : solo_),
+      m_(ops, layout.total()), v_(ops, layout.total()) {
     for (const auto& t : layout.tensors()) {
-        if (!ranges_.empty() && ranges_.back().decay == t.decay &&
-            ranges_.back().offset + ranges_.back().count == t.offset) {
-            ranges_.back().count += t.numel;
+        const bool replicated = t.split == model::Split::replicated;
+        Range* last = ranges_.empty() ? nullptr : &ranges_.back();
+        if (last && last->decay == t.decay && last->replicated == replicated &&
+            last->offset + last->count == t.offset) {
+            last->count += t.numel;
         } else {
-            ranges_.push_back(Range{t.offset, t.numel, t.decay});
+            ranges_.push_back(Range{t.offset, t.numel, t.decay, replicated});
         }
     }
 }
 
 double AdamW::grad_norm(const float* grads) const {
-    return std::sqrt(ops_.sum_of_squares(grads, total_));
+    double sum = 0;
+    for (const Range& r : ranges_)
+        if (!r.replicated || tensor_.rank() == 0) sum += ops_.sum_of_squares(grads + r.offset, r.count);
+    // Reduced as a float pair (high part, remainder) so the sum keeps double precision.
+    float parts[2] = {static_cast<float>(sum), 0.0f};
+    parts[1] = static_cast<float>(sum - static_cast<double>(parts[0]));
+    tensor_.all_reduce(parts, 2);
+    return std::sqrt(static_cast<double>(parts[0]) + static_cast<double>(parts[1]));
 }
 
 float AdamW::clip(float* grads, double norm) const {

@@ -3,6 +3,8 @@
 // Numerics follow torch.optim.AdamW (bias-corrected moments, decoupled weight decay) and
 // torch.nn.utils.clip_grad_norm_ (scale by max/(norm + 1e-6) when the norm exceeds max).
 // Decay applies to weight matrices and embeddings only; the layout says which ranges.
+// Under tensor parallelism each rank updates its slice; the gradient norm is global over the
+// tensor group, with replicated tensors (LayerNorms, row-parallel biases, wpe) counted once.
 #pragma once
 
 #include <vector>
@@ -11,14 +13,17 @@
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "model/param_layout.h"
+#include "parallel/comm.h"
+#include "parallel/solo_comm.h"
 
 namespace trident::optim {
 
 class AdamW {
 public:
-    AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::TrainingConfig& cfg);
+    AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::TrainingConfig& cfg,
+          parallel::Comm* tensor = nullptr);
 
-    // Global L2 norm of the gradients (before clipping).
+    // Global L2 norm of the gradients (before clipping); collective over the tensor group.
     double grad_norm(const float* grads) const;
     // Clips `grads` in place to the configured norm, given their norm; returns the factor
     // applied (1 when not clipped).
@@ -32,12 +37,15 @@ private:
     struct Range {
         std::size_t offset, count;
         bool decay;
+        bool replicated;  // the same on every tensor-parallel rank
     };
 
     kernels::Ops& ops_;
     config::TrainingConfig cfg_;
     std::size_t total_;
-    std::vector<Range> ranges_;  // maximal runs of tensors with the same decay flag
+    parallel::SoloComm solo_;
+    parallel::Comm& tensor_;
+    std::vector<Range> ranges_;  // maximal runs of tensors alike in decay and replication
     model::DeviceBuffer m_, v_;  // Adam's first and second moments, fp32
     int step_ = 0;
 };

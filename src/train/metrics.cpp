@@ -38,6 +38,11 @@ void MetricsLog::record(const StepMetrics& m) {
         .add("tokens_per_s", m.tokens_per_s).add("tflops_per_gpu", m.tflops).add("mfu", m.mfu)
         .add("step_ms", m.step_ms).add("skipped", m.skipped);
     if (m.val_loss) line.add("val_loss", *m.val_loss);
+    using parallel::CommKind;
+    for (const auto& [key, kind] : {std::pair{"tp_all_reduce_bytes", CommKind::all_reduce},
+                                    std::pair{"tp_all_gather_bytes", CommKind::all_gather},
+                                    std::pair{"tp_reduce_scatter_bytes", CommKind::reduce_scatter}})
+        line.add(key, static_cast<int64_t>(m.tensor_comm.bytes_of(kind)));
     std::fprintf(file_, "%s\n", line.str().c_str());
     std::fflush(file_);
 }

@@ -7,6 +7,8 @@
 #include <optional>
 #include <string>
 
+#include "parallel/comm.h"
+
 namespace trident::train {
 
 struct StepMetrics {
@@ -16,6 +18,7 @@ struct StepMetrics {
     double tokens_per_s = 0, tflops = 0, mfu = 0, step_ms = 0;
     bool skipped = false;
     std::optional<double> val_loss;
+    parallel::CommStats tensor_comm;  // the tensor-parallel group's traffic in the step
 };
 
 class MetricsLog {

@@ -19,10 +19,12 @@ constexpr uint64_t kDropoutStream = 0x64726F706F7574ull;  // "dropout"
 
 }  // namespace
 
-Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops)
+Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Comm* tensor)
     : cfg_(cfg),
-      model_(ops, gpt_shape(cfg), cfg.training.micro_batch, static_cast<float>(cfg.model.dropout)),
-      optimizer_(ops, model_.layout(), cfg.training) {
+      tensor_(tensor),
+      model_(ops, gpt_shape(cfg), cfg.training.micro_batch, static_cast<float>(cfg.model.dropout),
+             tensor, cfg.parallel.sequence_parallel),
+      optimizer_(ops, model_.layout(), cfg.training, tensor) {
     const std::size_t n = static_cast<std::size_t>(cfg.training.micro_batch) * cfg.model.seq_len;
     inputs_.resize(n);
     targets_.resize(n);
@@ -37,8 +39,7 @@ void Trainer::load_microbatch(const SampleFn& sample, uint64_t first) {
     }
 }
 
-StepResult Trainer::step(int step, const SampleFn& sample) {
-    const auto t0 = std::chrono::steady_clock::now();
+double Trainer::accumulate_gradients(int step, const SampleFn& sample) {
     const auto& t = cfg_.training;
     const uint64_t first_sample = static_cast<uint64_t>(step) * t.global_batch;
     const int accum = cfg_.derived.grad_accum_steps;
@@ -53,17 +54,24 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
         loss_sum += model_.forward(inputs_.data(), targets_.data(), true, dropout_seed);
         model_.backward(dloss);
     }
+    model_.finish_gradients();
+    return loss_sum / accum;
+}
 
+StepResult Trainer::step(int step, const SampleFn& sample) {
+    const auto t0 = std::chrono::steady_clock::now();
+    if (tensor_) tensor_->reset_stats();
     StepResult r;
-    r.loss = loss_sum / accum;
+    r.loss = accumulate_gradients(step, sample);
     r.grad_norm = optimizer_.grad_norm(model_.grads());
     if (!std::isfinite(r.grad_norm) || !std::isfinite(r.loss))
         throw Error("step " + std::to_string(step + 1) + ": the loss or gradients are not finite (loss " +
                     std::to_string(r.loss) + ", gradient norm " + std::to_string(r.grad_norm) +
                     "); try a lower training.lr or a smaller training.grad_clip");
     optimizer_.clip(model_.grads(), r.grad_norm);
-    r.lr = optim::learning_rate(t, step);
+    r.lr = optim::learning_rate(cfg_.training, step);
     optimizer_.step(model_.params(), model_.grads(), r.lr);
+    if (tensor_) r.tensor_comm = tensor_->stats();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
 }

@@ -4,11 +4,14 @@
 // Loads the model from model.init_from, takes step 0's global batch from data.train, runs
 // forward and backward over all its microbatches, and writes the gradients in Hugging Face
 // GPT-2 layout and names, plus a tensor "loss" of shape [1] (the mean loss), as safetensors.
+// Under mpirun with parallel.tensor = M, the gradients are gathered from the M slices: the
+// tensor-parallel test compares them with those of one process.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <exception>
 
+#include "commands/session.h"
 #include "config/config.h"
 #include "data/dataset.h"
 #include "error.h"
@@ -16,43 +19,30 @@
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
-#include "train/model_shape.h"
+#include "parallel/grid.h"
+#include "parallel/world.h"
+#include "train/trainer.h"
 
 using namespace trident;
 
-static int dump(const std::string& config_path, const std::vector<std::string>& overrides,
-                const std::string& output) {
-    const config::Config cfg = config::load(config_path, overrides);
+// Every rank computes its slice of the gradients; rank 0 gathers and writes them.
+static void dump(const config::Config& cfg, parallel::Grid& grid, const std::string& output) {
     if (!cfg.model.init_from) throw Error("model.init_from must name the weights to load");
     auto ops = kernels::make_cpu_ops(cfg.training.threads);
-    model::Gpt gpt(*ops, train::gpt_shape(cfg), cfg.training.micro_batch, 0.0f);
-    std::vector<float> host(gpt.layout().total(), 0.0f);
-    model::load_hf_gpt2(*cfg.model.init_from, gpt.layout(), host.data());
-    gpt.load_params(host);
-
+    train::Trainer trainer(cfg, *ops, &grid.tensor());
+    commands::initialise_weights(cfg, trainer.model());
     data::Dataset train_data = data::open_train_data(cfg);
-    const std::size_t T = static_cast<std::size_t>(cfg.model.seq_len);
-    const int mb = cfg.training.micro_batch;
-    std::vector<int32_t> inputs(mb * T), targets(mb * T);
-    gpt.zero_grads();
-    double loss = 0;
-    for (int j = 0; j < cfg.derived.grad_accum_steps; ++j) {
-        for (int i = 0; i < mb; ++i)
-            train_data.fill(static_cast<uint64_t>(j * mb + i),
-                            std::span(inputs).subspan(i * T, T),
-                            std::span(targets).subspan(i * T, T));
-        loss += gpt.forward(inputs.data(), targets.data(), false, 0);
-        gpt.backward(1.0f / static_cast<float>(cfg.derived.tokens_per_step));
-    }
-    loss /= cfg.derived.grad_accum_steps;
+    const double loss = trainer.accumulate_gradients(
+        0, [&](uint64_t k, std::span<int32_t> in, std::span<int32_t> tgt) { train_data.fill(k, in, tgt); });
 
-    const auto grads = gpt.grads_to_host();
-    model::HfTensors out = model::to_hf_tensors(gpt.layout(), grads.data());
+    const std::vector<float> grads = trainer.model().full_grads_to_host();  // collective
+    if (grid.rank() != 0) return;
+    const model::ParamLayout full_layout(trainer.model().shape());
+    model::HfTensors out = model::to_hf_tensors(full_layout, grads.data());
     const float loss_f = static_cast<float>(loss);
     out.tensors.push_back({"loss", {1}, &loss_f});
     io::write_safetensors(output, out.tensors);
     std::printf("loss %.9g\n", loss);
-    return 0;
 }
 
 int main(int argc, char** argv) {
@@ -63,10 +53,14 @@ int main(int argc, char** argv) {
     app.add_option("--set", overrides, "Config overrides")->take_all();
     app.add_option("--output", output, "Output .safetensors")->required();
     CLI11_PARSE(app, argc, argv);
+    parallel::World world(argc, argv);
     try {
-        return dump(config_path, overrides, output);
+        const config::Config cfg = config::load(config_path, overrides);
+        const auto& p = cfg.parallel;
+        parallel::Grid grid(world, parallel::GridShape{p.pipeline, p.tensor, p.data});
+        dump(cfg, grid, output);
     } catch (const std::exception& e) {
-        std::fprintf(stderr, "trident_model_dump: error: %s\n", e.what());
-        return 1;
+        return parallel::report_failure(world, e.what(), parallel::FailureKind::this_rank);
     }
+    return 0;
 }

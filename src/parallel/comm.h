@@ -1,0 +1,70 @@
+// Comm: the one interface through which ranks exchange data (DESIGN.md). Model, optimizer
+// and pipeline code call these; an implementation moves the bytes (MPI for CPU buffers now;
+// NCCL for GPU buffers later). Every call is collective over the group unless it is a
+// point-to-point send/recv.
+//
+// Each implementation counts what its calls move, per kind of call, so tests can hold the
+// traffic of a step against the papers' formulas.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace trident::parallel {
+
+enum class ReduceOp { sum, max };
+
+enum class CommKind { all_reduce, reduce_scatter, all_gather, broadcast, send, recv, count_ };
+
+// Per kind of call: how many calls, and how many elements of payload this rank handed in
+// (all_reduce/broadcast/send/recv: `count`; reduce_scatter: the full input, size*count;
+// all_gather: its own contribution, count).
+struct CommStats {
+    uint64_t calls[static_cast<int>(CommKind::count_)] = {};
+    uint64_t elements[static_cast<int>(CommKind::count_)] = {};
+
+    uint64_t calls_of(CommKind k) const { return calls[static_cast<int>(k)]; }
+    uint64_t elements_of(CommKind k) const { return elements[static_cast<int>(k)]; }
+    uint64_t bytes_of(CommKind k) const { return 4 * elements_of(k); }  // fp32 payloads
+};
+
+class Comm {
+public:
+    virtual ~Comm() = default;
+
+    virtual int rank() const = 0;  // within this group
+    virtual int size() const = 0;
+
+    // In place over `count` floats. A group of one returns at once (and counts nothing).
+    // The result is bitwise the same on every rank of the group. max does not reliably
+    // propagate NaN (sum does): reduce a 0/1 flag to agree on an overflow.
+    virtual void all_reduce(float* data, std::size_t count, ReduceOp op = ReduceOp::sum) = 0;
+    // in (size*count) summed over the group; rank r receives block r into out (count).
+    // out may be this rank's own block of in (in + rank*count), as ZeRO-1 uses it; the
+    // other blocks of in are left as they were.
+    virtual void reduce_scatter(const float* in, float* out, std::size_t count) = 0;
+    // in (count) from every rank, concatenated in rank order into out (size*count).
+    // in may be this rank's own block of out (out + rank*count).
+    virtual void all_gather(const float* in, float* out, std::size_t count) = 0;
+    virtual void broadcast(float* data, std::size_t count, int root) = 0;
+    // Point to point, peer another rank of the group, tag >= 0 (MPI guarantees up to 32767).
+    // send may block until the peer's matching recv begins, at any size: a pipeline must
+    // order each pair of neighbours' sends and recvs so that neither waits on the other.
+    virtual void send(const float* data, std::size_t count, int peer, int tag) = 0;
+    virtual void recv(float* data, std::size_t count, int peer, int tag) = 0;
+    virtual void barrier() = 0;
+
+    const CommStats& stats() const { return stats_; }
+    void reset_stats() { stats_ = CommStats{}; }
+
+protected:
+    void count(CommKind kind, std::size_t elements) {
+        ++stats_.calls[static_cast<int>(kind)];
+        stats_.elements[static_cast<int>(kind)] += elements;
+    }
+
+private:
+    CommStats stats_;
+};
+
+}  // namespace trident::parallel

@@ -1,0 +1,70 @@
+// Grid: the order rank = tp + M*(dp + D*pp), and the groups made by splitting the world.
+#include "parallel/grid.h"
+
+#include <mpi.h>
+
+#include <string>
+
+#include "error.h"
+#include "parallel/mpi_comm.h"
+#include "parallel/world.h"
+
+namespace trident::parallel {
+
+int rank_of(const GridShape& g, const Coordinates& c) {
+    return c.tp + g.tensor * (c.dp + g.data * c.pp);
+}
+
+Coordinates coordinates_of(const GridShape& g, int rank) {
+    Coordinates c;
+    c.tp = rank % g.tensor;
+    c.dp = (rank / g.tensor) % g.data;
+    c.pp = rank / (g.tensor * g.data);
+    return c;
+}
+
+namespace {
+
+// The group of ranks with the same `colour`, ordered (and numbered) by `key`.
+std::unique_ptr<Comm> split(MpiComm& world, int colour, int key) {
+    MPI_Comm group;
+    MPI_Comm_split(world.handle(), colour, key, &group);
+    return std::make_unique<MpiComm>(group);
+}
+
+void check_shape(const GridShape& s, int world_size) {
+    const std::string product = std::to_string(s.pipeline) + " × " + std::to_string(s.tensor) +
+                                " × " + std::to_string(s.data);
+    if (s.pipeline < 1 || s.tensor < 1 || s.data < 1)
+        throw Error("parallel: pipeline × tensor × data = " + product +
+                    ", but each must be at least 1");
+    const long long processes = 1LL * s.pipeline * s.tensor * s.data;
+    if (processes != world_size)
+        throw Error("parallel: pipeline × tensor × data = " + product + " = " +
+                    std::to_string(processes) + ", but " + std::to_string(world_size) +
+                    (world_size == 1 ? " process was" : " processes were") +
+                    " started (mpirun -np " + std::to_string(processes) + ")");
+}
+
+}  // namespace
+
+Grid::Grid(World& world, const GridShape& shape) : shape_(shape), rank_(world.rank()) {
+    check_shape(shape, world.size());
+    coords_ = coordinates_of(shape, rank_);
+    const int M = shape.tensor, D = shape.data;
+    const auto [pp, dp, tp] = coords_;
+    MpiComm& all = world.mpi_comm();
+    // Colour by the other two coordinates, key by the group's own, so that the rank within
+    // a group is the coordinate along it. Every rank takes part in every split.
+    tensor_ = split(all, dp + D * pp, tp);
+    data_ = split(all, tp + M * pp, dp);
+    pipeline_ = split(all, tp + M * dp, pp);
+    // Middle stages get a colour of their own each (beyond every (dp, tp) colour): a group
+    // of one.
+    const int embedding_colour = in_embedding_group() ? tp + M * dp : M * D + rank_;
+    embedding_ = split(all, embedding_colour, pp);
+}
+
+Grid::~Grid() = default;
+
+}  // namespace trident::parallel

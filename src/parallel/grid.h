@@ -1,0 +1,59 @@
+// The P x M x D grid: which (pipeline, data, tensor) coordinates a rank has and the process
+// groups it belongs to (Megatron's parallel_state).
+//
+// Order (DESIGN.md, Megatron's default): rank = tp + M * (dp + D * pp). Tensor-parallel
+// ranks are neighbours (one node), pipeline is the slowest axis.
+#pragma once
+
+#include <memory>
+
+#include "parallel/comm.h"
+
+namespace trident::parallel {
+
+struct GridShape {
+    int pipeline = 1;  // P
+    int tensor = 1;    // M
+    int data = 1;      // D
+};
+
+struct Coordinates {
+    int pp = 0, dp = 0, tp = 0;
+};
+
+// Pure arithmetic of the grid order, usable without MPI.
+int rank_of(const GridShape& g, const Coordinates& c);
+Coordinates coordinates_of(const GridShape& g, int rank);
+
+class World;
+
+class Grid {
+public:
+    // Splits the world into its groups (collective over the world). Throws trident::Error,
+    // on every rank alike, when P*M*D != world size. A Grid must be gone before its World.
+    Grid(World& world, const GridShape& shape);
+    ~Grid();
+
+    const GridShape& shape() const { return shape_; }
+    const Coordinates& coordinates() const { return coords_; }
+    int rank() const { return rank_; }
+    bool first_stage() const { return coords_.pp == 0; }
+    bool last_stage() const { return coords_.pp == shape_.pipeline - 1; }
+
+    Comm& tensor() { return *tensor_; }        // same pp, dp: the M tensor-parallel ranks
+    Comm& data() { return *data_; }            // same pp, tp: the D data-parallel replicas
+    Comm& pipeline() { return *pipeline_; }    // same dp, tp: the P stages, in order
+    // The first and last stage with this (dp, tp), which share the tied embedding: group
+    // rank 0 is the first stage, 1 the last. With P == 1 it is this rank alone; on a middle
+    // stage (not in_embedding_group) it is also this rank alone, so its calls do nothing.
+    Comm& embedding() { return *embedding_; }
+    bool in_embedding_group() const { return first_stage() || last_stage(); }
+
+private:
+    GridShape shape_;
+    Coordinates coords_;
+    int rank_ = 0;
+    std::unique_ptr<Comm> tensor_, data_, pipeline_, embedding_;
+};
+
+}  // namespace trident::parallel

@@ -1,0 +1,71 @@
+// MpiComm: Comm over an MPI communicator, for float buffers in host memory.
+//
+// Determinism. Every call gives bitwise the same output for the same inputs on the same
+// layout: MPI picks its algorithm from the group size and the message size only, and each
+// algorithm adds in a fixed order. all_reduce also gives bitwise the same output on every
+// rank of the group, which the model needs (tensor-parallel replicas of LayerNorm must not
+// drift apart). MPI does not promise this, but the algorithms of Open MPI and MPICH keep it:
+// ring and reduce-scatter + all-gather reduce each element on one rank and then copy it;
+// recursive doubling adds two partial sums on both sides in rank order (and a + b == b + a
+// holds bitwise in IEEE arithmetic); reduce + broadcast copies. tests/mpi checks it.
+//
+// Sizes. MPI counts are ints; calls on more than `max_chunk` elements are split into pieces
+// of at most that many (results are unchanged: every reduction is element by element). The
+// traffic counters count each call once, with its whole size.
+//
+// In place. As NCCL allows: reduce_scatter's out may be this rank's own block of in
+// (in + rank*count), and all_gather's in may be this rank's own block of out
+// (out + rank*count). Other overlaps work through a scratch copy (except in a reduce_scatter
+// split into pieces, which throws).
+#pragma once
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstddef>
+#include <vector>
+
+#include "parallel/comm.h"
+
+namespace trident::parallel {
+
+class MpiComm final : public Comm {
+public:
+    // The largest piece one MPI call moves: the largest int count, rounded down to 4 KiB.
+    static constexpr std::size_t kMaxChunk = std::size_t{INT_MAX} & ~std::size_t{1023};
+
+    // Takes ownership of `comm` (MPI_Comm_free in the destructor, unless it is
+    // MPI_COMM_WORLD). A smaller max_chunk is for tests of the splitting.
+    explicit MpiComm(MPI_Comm comm, std::size_t max_chunk = kMaxChunk);
+    ~MpiComm() override;
+    MpiComm(const MpiComm&) = delete;
+    MpiComm& operator=(const MpiComm&) = delete;
+
+    int rank() const override { return rank_; }
+    int size() const override { return size_; }
+    MPI_Comm handle() const { return comm_; }
+
+    void all_reduce(float* data, std::size_t count, ReduceOp op = ReduceOp::sum) override;
+    void reduce_scatter(const float* in, float* out, std::size_t count) override;
+    void all_gather(const float* in, float* out, std::size_t count) override;
+    void broadcast(float* data, std::size_t count, int root) override;
+    // send is synchronous (MPI_Ssend): it returns once the peer's recv has begun, whatever
+    // the size. A schedule that orders sends and recvs wrongly thus deadlocks in a small
+    // test, not only when messages grow past MPI's eager limit.
+    void send(const float* data, std::size_t count, int peer, int tag) override;
+    void recv(float* data, std::size_t count, int peer, int tag) override;
+    void barrier() override;
+
+private:
+    void check_peer(int peer, const char* call) const;
+    void check_tag(int tag, const char* call) const;
+    void check_root(int root) const;
+
+    MPI_Comm comm_;
+    int rank_ = 0, size_ = 1;
+    int tag_upper_bound_ = 32767;  // MPI_TAG_UB; MPI guarantees at least this
+    std::size_t max_chunk_;
+    std::vector<float> scratch_;  // for overlapping buffers and split reduce-scatters
+};
+
+}  // namespace trident::parallel

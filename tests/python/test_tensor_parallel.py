@@ -1,0 +1,181 @@
+#!/usr/bin/python3
+"""Tensor parallelism under mpirun: every split trains the same model as one process.
+
+For M = 2 and 4, with and without sequence parallelism, on a vocabulary that 128·M does not
+divide: the loss and every gathered gradient of one global batch (tests/tools/model_dump)
+match M = 1 within 1e-5 relative, and so do the losses of 10 training steps, with dropout
+too (its masks do not depend on the split). The traffic the Comm layer counts per step
+equals Megatron's formula, and bad grids give one clear message and a non-zero exit.
+
+Needs only the standard library and mpirun; exit 77 (skipped) without mpirun.
+"""
+import argparse
+import array
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def mpirun_env():
+    env = dict(os.environ)
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    return env
+
+
+def run(cmd, ranks=None, expect_ok=True):
+    if ranks is not None:
+        cmd = [shutil.which("mpirun"), "--oversubscribe", "-np", str(ranks)] + cmd
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env=mpirun_env(), timeout=600)
+    if expect_ok and p.returncode != 0:
+        print(p.stdout)
+        raise SystemExit(f"command failed ({p.returncode}): {' '.join(cmd)}")
+    return p
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        assert info["dtype"] == "F32", info
+        b, e = info["data_offsets"]
+        tensors[name] = array.array("f", data[b:e])
+    return tensors
+
+
+def rel_diff(a, b):
+    scale = max(abs(x) for x in b) or 1.0
+    return max(abs(x - y) for x, y in zip(a, b)) / scale
+
+
+def losses(metrics_path):
+    with open(metrics_path) as f:
+        return [json.loads(line) for line in f]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--trident", required=True)
+    p.add_argument("--tools-dir", required=True)
+    a = p.parse_args()
+    if shutil.which("mpirun") is None:
+        print("SKIP: mpirun not found (Debian's openmpi-bin)")
+        return 77
+    trident = a.trident
+    dump = os.path.join(a.tools_dir, "trident_model_dump")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = lambda name: os.path.join(tmp, name)  # noqa: E731
+        # 3000 tokens of a vocabulary of 300: padded to 384 for M = 1, 512 for M = 2 and 4.
+        tokens = [(i * 7919 + (i * i) % 101) % 300 for i in range(3000)]
+        with open(path("train.bin"), "wb") as f:
+            f.write(struct.pack("<256i", 20240520, 1, len(tokens), *([0] * 253)))
+            f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+        with open(path("c.yaml"), "w") as f:
+            f.write("model: {vocab_size: 300, seq_len: 16, layers: 2, hidden: 32, heads: 4,"
+                    " ffn_hidden: 128}\n"
+                    "training: {micro_batch: 2, global_batch: 4, steps: 10, warmup_steps: 2,"
+                    " lr: 3.0e-3, grad_clip: 0.5, threads: 1}\n"
+                    f"data: {{train: {path('train.bin')}, shuffle: false}}\n")
+        base = ["--config", path("c.yaml")]
+
+        # Non-trivial weights (every bias and LayerNorm moved): one step, exported.
+        run([trident, "train"] + base + ["--set", "training.steps=1", "--set",
+                                         f"checkpoint.dir={path('ck')}"])
+        run([trident, "export", "--checkpoint", path("ck"), "--output", path("w.safetensors")])
+        init = ["--set", f"model.init_from={path('w.safetensors')}"]
+
+        layouts = [(2, False), (4, False), (2, True), (4, True)]
+
+        # 1. Loss and every gradient of one global batch.
+        run([dump] + base + init + ["--output", path("g1.safetensors")], ranks=1)
+        ref = read_safetensors(path("g1.safetensors"))
+        for m, sp in layouts:
+            name = f"M={m}{' +SP' if sp else ''}"
+            out = path(f"g{m}{sp}.safetensors")
+            run([dump] + base + init + ["--set", f"parallel.tensor={m}", "--set",
+                                        f"parallel.sequence_parallel={'true' if sp else 'false'}",
+                                        "--output", out], ranks=m)
+            got = read_safetensors(out)
+            check(sorted(got) == sorted(ref), f"{name}: the same {len(ref)} tensors")
+            worst = max((rel_diff(got[k], ref[k]), k) for k in ref)
+            check(worst[0] <= 1e-5, f"{name}: loss and gradients within 1e-5 (worst {worst[0]:.2e}, {worst[1]})")
+
+        # 2. Ten steps of training, with and without dropout.
+        for dropout in ("0.0", "0.1"):
+            common = base + init + ["--set", f"model.dropout={dropout}"]
+            run([trident, "train"] + common + ["--set", f"logging.metrics={path('m1.jsonl')}"], ranks=1)
+            ref_curve = [r["loss"] for r in losses(path("m1.jsonl"))]
+            for m, sp in layouts:
+                if dropout != "0.0" and m == 4 and not sp:
+                    continue
+                name = f"M={m}{' +SP' if sp else ''} dropout {dropout}"
+                metrics = path(f"m{m}{sp}.jsonl")
+                run([trident, "train"] + common + [
+                    "--set", f"parallel.tensor={m}",
+                    "--set", f"parallel.sequence_parallel={'true' if sp else 'false'}",
+                    "--set", f"logging.metrics={metrics}"], ranks=m)
+                rows = losses(metrics)
+                curve = [r["loss"] for r in rows]
+                worst = max(abs(x - y) / abs(y) for x, y in zip(curve, ref_curve))
+                check(len(curve) == 10 and worst <= 1e-5,
+                      f"{name}: 10-step losses within 1e-5 of M=1 (worst {worst:.2e})")
+
+                # 3. Traffic per step: Megatron's 4 all-reduces of (b·s·h) per layer per
+                # microbatch, plus the embedding's and the LM head's, plus the loss's 3 numbers
+                # per token; with sequence parallelism all-gathers and reduce-scatters instead.
+                if dropout != "0.0":
+                    continue
+                N, C, L, accum = 2 * 16, 32, 2, 2
+                R = N // m
+                if not sp:
+                    elements = {"all_reduce": accum * ((4 * L + 2) * N * C + 3 * N) + 2,
+                                "all_gather": 0, "reduce_scatter": 0}
+                else:
+                    elements = {"all_reduce": accum * 3 * N + 2 + (4 * L + 2) * C,
+                                "all_gather": accum * (4 * L + 2) * R * C,
+                                "reduce_scatter": accum * (4 * L + 2) * N * C}
+                expect = {f"tp_{kind}_bytes": 4 * n for kind, n in elements.items()}
+                for key, value in expect.items():
+                    seen = {r.get(key) for r in rows}
+                    check(seen == {value}, f"{name}: {key} per step = {value} (seen {sorted(seen)})")
+
+        # 4. Bad grids: one message, every rank exits non-zero, no hang.
+        p = run([trident, "train"] + base + ["--set", "parallel.tensor=3"], ranks=3, expect_ok=False)
+        check(p.returncode != 0 and p.stdout.count("trident: error") == 1
+              and "must divide model.heads" in p.stdout,
+              f"heads not divisible by M: one message, exit {p.returncode}")
+        p = run([trident, "train"] + base + ["--set", "parallel.tensor=4"], ranks=2, expect_ok=False)
+        check(p.returncode != 0 and p.stdout.count("trident: error") == 1
+              and "2 processes were started" in p.stdout,
+              f"world size != P·M·D: one message, exit {p.returncode}")
+        p = run([trident, "train"] + base + ["--set", "parallel.tensor=2", "--set",
+                                             f"data.train={path('missing.bin')}"],
+                ranks=2, expect_ok=False)
+        check(p.returncode != 0 and p.stdout.count("trident: error") == 1 and "missing.bin" in p.stdout,
+              f"a missing data file: one message, exit {p.returncode}")
+
+    print(f"{len(failures)} failed" if failures else "all passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,59 @@
+// Tests of the grid order's arithmetic (no MPI): rank = tp + M*(dp + D*pp). The groups
+// themselves are tested under mpirun in tests/mpi/.
+#include <catch2/catch.hpp>
+
+#include <set>
+#include <tuple>
+#include <vector>
+
+#include "parallel/grid.h"
+
+using namespace trident::parallel;
+
+TEST_CASE("grid: the order is tp fastest, then dp, then pp", "[grid]") {
+    const GridShape shape{2, 2, 2};  // P, M, D
+    // (pp, dp, tp) of ranks 0..7
+    const std::vector<std::tuple<int, int, int>> expected = {
+        {0, 0, 0}, {0, 0, 1}, {0, 1, 0}, {0, 1, 1}, {1, 0, 0}, {1, 0, 1}, {1, 1, 0}, {1, 1, 1}};
+    for (int rank = 0; rank < 8; ++rank) {
+        const Coordinates c = coordinates_of(shape, rank);
+        CHECK(std::tuple(c.pp, c.dp, c.tp) == expected[rank]);
+    }
+    // 4 stages, M = 2, D = 2: rank 13 = 1 + 2*(0 + 2*3) is stage 3, replica 0, shard 1.
+    const Coordinates c = coordinates_of({4, 2, 2}, 13);
+    CHECK(std::tuple(c.pp, c.dp, c.tp) == std::tuple(3, 0, 1));
+    CHECK(rank_of({4, 2, 2}, {3, 0, 1}) == 13);
+    CHECK(rank_of({1, 1, 1}, {0, 0, 0}) == 0);
+}
+
+TEST_CASE("grid: rank_of and coordinates_of are inverse for many shapes", "[grid]") {
+    const std::vector<GridShape> shapes = {{1, 1, 1}, {1, 1, 8}, {1, 8, 1}, {8, 1, 1}, {2, 2, 2},
+                                           {3, 2, 5}, {4, 1, 3}, {2, 8, 4}, {5, 3, 1}, {1, 6, 7}};
+    for (const GridShape& g : shapes) {
+        INFO("P " << g.pipeline << ", M " << g.tensor << ", D " << g.data);
+        const int size = g.pipeline * g.tensor * g.data;
+        std::set<int> seen;
+        for (int pp = 0; pp < g.pipeline; ++pp)
+            for (int dp = 0; dp < g.data; ++dp)
+                for (int tp = 0; tp < g.tensor; ++tp) {
+                    const int rank = rank_of(g, {pp, dp, tp});
+                    CHECK(rank == tp + g.tensor * (dp + g.data * pp));
+                    CHECK(rank >= 0);
+                    CHECK(rank < size);
+                    seen.insert(rank);
+                    const Coordinates c = coordinates_of(g, rank);
+                    CHECK(std::tuple(c.pp, c.dp, c.tp) == std::tuple(pp, dp, tp));
+                }
+        CHECK(static_cast<int>(seen.size()) == size);  // a bijection onto 0..size-1
+    }
+}
+
+TEST_CASE("grid: tensor-parallel ranks are neighbours, stages the slowest axis", "[grid]") {
+    const GridShape g{2, 4, 2};
+    // The M ranks of one tensor group are consecutive (one node, fast links).
+    for (int t = 0; t < 4; ++t) CHECK(rank_of(g, {1, 1, t}) == rank_of(g, {1, 1, 0}) + t);
+    // One stage's ranks come before the next stage's.
+    CHECK(rank_of(g, {0, 1, 3}) < rank_of(g, {1, 0, 0}));
+    // Data-parallel replicas are M apart.
+    CHECK(rank_of(g, {0, 1, 2}) - rank_of(g, {0, 0, 2}) == 4);
+}
