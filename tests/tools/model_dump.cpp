@@ -8,6 +8,7 @@
 // tensor-parallel test compares them with those of one process.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 
@@ -25,6 +26,22 @@
 
 using namespace trident;
 
+// Tensors every tensor-parallel rank holds whole (LayerNorms, row-parallel biases, wpe) must
+// have bitwise the same gradient on every rank, or the replicas would drift apart.
+static void check_replicated_gradients(model::Gpt& gpt, parallel::Comm& tensor) {
+    const std::vector<float> local = gpt.grads_to_host();
+    std::vector<float> all(local.size() * static_cast<std::size_t>(tensor.size()));
+    tensor.all_gather(local.data(), all.data(), local.size());
+    for (const model::ParamTensor& t : gpt.layout().tensors()) {
+        if (t.split != model::Split::replicated) continue;
+        for (int r = 1; r < tensor.size(); ++r)
+            if (!std::equal(all.begin() + t.offset, all.begin() + t.offset + t.numel,
+                            all.begin() + r * local.size() + t.offset))
+                throw Error("the gradient of replicated " + t.name + " differs between tensor ranks 0 and " +
+                            std::to_string(r));
+    }
+}
+
 // Every rank computes its slice of the gradients; rank 0 gathers and writes them.
 static void dump(const config::Config& cfg, parallel::Grid& grid, const std::string& output) {
     if (!cfg.model.init_from) throw Error("model.init_from must name the weights to load");
@@ -35,6 +52,7 @@ static void dump(const config::Config& cfg, parallel::Grid& grid, const std::str
     const double loss = trainer.accumulate_gradients(
         0, [&](uint64_t k, std::span<int32_t> in, std::span<int32_t> tgt) { train_data.fill(k, in, tgt); });
 
+    check_replicated_gradients(trainer.model(), grid.tensor());
     const std::vector<float> grads = trainer.model().full_grads_to_host();  // collective
     if (grid.rank() != 0) return;
     const model::ParamLayout full_layout(trainer.model().shape());
