@@ -73,22 +73,15 @@ int bench(const BenchOptions& opts, parallel::World& world) {
     if (opts.warmup < 0) throw Error("--warmup must not be negative");
     config::Config cfg;
     std::unique_ptr<parallel::Grid> grid;
-    std::string error;
-    try {
-        cfg = config::load(opts.config, opts.overrides);
-        grid = std::make_unique<parallel::Grid>(
-            world, parallel::GridShape{cfg.parallel.pipeline, cfg.parallel.tensor, cfg.parallel.data});
-    } catch (const std::exception& e) {
-        error = e.what();
-    }
-    if (parallel::any_rank_failed(world, !error.empty()))
-        return parallel::report_failure(world, error, parallel::FailureKind::agreed);
-    try {
-        run(opts, cfg, *grid);
-    } catch (const std::exception& e) {
-        return parallel::report_failure(world, e.what(), parallel::FailureKind::this_rank);
-    }
-    return 0;
+    return run_on_every_rank(
+        world,
+        [&] {
+            cfg = config::load(opts.config, opts.overrides);
+            const auto& p = cfg.parallel;
+            grid = std::make_unique<parallel::Grid>(
+                world, parallel::GridShape{p.pipeline, p.tensor, p.data});
+        },
+        [&] { run(opts, cfg, *grid); });
 }
 
 }  // namespace trident::commands

@@ -8,6 +8,24 @@
 
 namespace trident::commands {
 
+int run_on_every_rank(parallel::World& world, const std::function<void()>& set_up,
+                      const std::function<void()>& run) {
+    std::string error;
+    try {
+        set_up();
+    } catch (const std::exception& e) {
+        error = e.what();
+    }
+    if (parallel::any_rank_failed(world, !error.empty()))
+        return parallel::report_failure(world, error, parallel::FailureKind::agreed);
+    try {
+        run();
+    } catch (const std::exception& e) {
+        return parallel::report_failure(world, e.what(), parallel::FailureKind::this_rank);
+    }
+    return 0;
+}
+
 std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, bool announce) {
     if (announce && cfg.device == config::DeviceKind::auto_)
         std::printf("device: cpu (auto: this build has no GPU backend)\n");

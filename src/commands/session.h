@@ -2,15 +2,24 @@
 // summary, the model's initial weights and the measured peak.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "config/config.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
+#include "parallel/world.h"
 #include "train/generator.h"
 #include "train/trainer.h"
 
 namespace trident::commands {
+
+// Runs a command on every rank of `world` without leaving any rank waiting: `set_up` (reading
+// the config and data, building the grid: nothing that communicates beyond the grid's own
+// set-up) runs everywhere and the ranks agree whether all succeeded, rank 0 reporting the
+// problem; then `run`, where an error on any rank aborts the job. Returns the exit code.
+int run_on_every_rank(parallel::World& world, const std::function<void()>& set_up,
+                      const std::function<void()>& run);
 
 // The backend the config asks for; device "auto" falls back to the CPU and says so (when
 // `announce`: one rank speaks for all).

@@ -133,29 +133,20 @@ void run(const Setup& setup, parallel::Grid& grid) {
 }  // namespace
 
 int train(const TrainOptions& opts, parallel::World& world) {
-    // Set-up: every rank reads the same config and data; a problem any rank sees stops all
-    // of them, agreed before the first collective of training, so none is left waiting.
+    // Every rank reads the same config and data; a problem any rank sees stops all of them.
     Setup setup;
-    std::string error;
-    try {
-        setup.cfg = config::load(opts.config, opts.overrides);
-        const auto& p = setup.cfg.parallel;
-        setup.grid = std::make_unique<parallel::Grid>(
-            world, parallel::GridShape{p.pipeline, p.tensor, p.data});
-        setup.train_data = std::make_unique<data::Dataset>(data::open_train_data(setup.cfg));
-        setup.valid_data = data::open_valid_data(setup.cfg);
-        refuse_existing_checkpoints(setup.cfg);
-    } catch (const std::exception& e) {
-        error = e.what();
-    }
-    if (parallel::any_rank_failed(world, !error.empty()))
-        return parallel::report_failure(world, error, parallel::FailureKind::agreed);
-    try {
-        run(setup, *setup.grid);
-    } catch (const std::exception& e) {
-        return parallel::report_failure(world, e.what(), parallel::FailureKind::this_rank);
-    }
-    return 0;
+    return run_on_every_rank(
+        world,
+        [&] {
+            setup.cfg = config::load(opts.config, opts.overrides);
+            const auto& p = setup.cfg.parallel;
+            setup.grid = std::make_unique<parallel::Grid>(
+                world, parallel::GridShape{p.pipeline, p.tensor, p.data});
+            setup.train_data = std::make_unique<data::Dataset>(data::open_train_data(setup.cfg));
+            setup.valid_data = data::open_valid_data(setup.cfg);
+            refuse_existing_checkpoints(setup.cfg);
+        },
+        [&] { run(setup, *setup.grid); });
 }
 
 }  // namespace trident::commands
