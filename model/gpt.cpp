@@ -1,4 +1,5 @@
-// GPT-2 forward and backward for one microbatch, tensor-parallel (see model/gpt.h).
+// GPT-2 forward and backward per (microbatch, chunk), tensor- and pipeline-parallel
+// (see model/gpt.h).
 #include "model/gpt.h"
 
 #include <cmath>
@@ -47,12 +48,42 @@ void upload_tokens(kernels::Ops& ops, DeviceBuffer& dst, const int32_t* host, st
 
 }  // namespace
 
+// ---- activations of one (microbatch, chunk) -----------------------------------------------
+
+struct Gpt::LayerActivations {
+    DeviceBuffer ln1, ln1_mean, ln1_rstd;  // (R,C), (R), (R): R = this rank's rows
+    DeviceBuffer ln1_all;                  // (N,C) all rows of ln1 (sequence parallel)
+    DeviceBuffer qkv;                      // (N,3C/M)
+    DeviceBuffer att;                      // (B,NH/M,T,T)
+    DeviceBuffer atty;                     // (N,C/M)
+    DeviceBuffer resid2;                   // (R,C)
+    DeviceBuffer ln2, ln2_mean, ln2_rstd;  // (R,C), (R), (R)
+    DeviceBuffer ln2_all;                  // (N,C) (sequence parallel)
+    DeviceBuffer fch, fch_gelu;            // (N,F/M), (N,F/M)
+    DeviceBuffer resid3;                   // (R,C), the next layer's input
+};
+
+struct Gpt::Activations {
+    bool training = false;
+    uint64_t dropout_seed = 0;
+    DeviceBuffer inputs, targets;  // (B,T) token ids as int32 in float-sized slots
+    DeviceBuffer embedded;         // (N,C) partial sums of the lookup (sequence parallel)
+    DeviceBuffer input;            // (R,C) the chunk's input: embedding or received
+    std::vector<LayerActivations> layers;
+    // The head (last global chunk).
+    DeviceBuffer lnf, lnf_mean, lnf_rstd;  // (R,C), (R), (R)
+    DeviceBuffer lnf_all;                  // (N,C) (sequence parallel)
+    DeviceBuffer logits;                   // (N,Vp/M), turned into dlogits by backward
+    DeviceBuffer loss_stats;  // (4,N): row max | global max | sum of exps | target logit
+    DeviceBuffer lse, losses;              // (N), (N)
+};
+
 Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropout,
-         parallel::Comm* tensor, bool sequence_parallel)
+         parallel::Comm* tensor, bool sequence_parallel, const StagePlan& plan)
     : ops_(ops),
       tensor_(tensor ? *tensor : solo_),
       sequence_parallel_(sequence_parallel && tensor_.size() > 1),
-      layout_(shape, tensor_.rank(), tensor_.size()),
+      layout_(shape, tensor_.rank(), tensor_.size(), plan),
       B_(micro_batch),
       T_(shape.max_seq),
       rows_(micro_batch * shape.max_seq),
@@ -60,63 +91,110 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
       first_element_(sequence_parallel_
                          ? static_cast<uint64_t>(tensor_.rank()) * rows_mine_ * shape.hidden
                          : 0),
-      dropout_(dropout) {
+      dropout_(dropout),
+      pool_(static_cast<std::size_t>(plan.chunks)) {
     if (sequence_parallel_ && rows_ % tensor_.size() != 0)
         throw Error("sequence parallelism splits the micro batch's B*T = " + std::to_string(rows_) +
                     " rows over parallel.tensor = " + std::to_string(tensor_.size()) +
                     " ranks: they must divide");
     const std::size_t N = static_cast<std::size_t>(rows_), R = static_cast<std::size_t>(rows_mine_);
     const std::size_t C = shape.hidden, Cm = layout_.hidden_local(), Fm = layout_.ffn_local();
-    const std::size_t Vm = layout_.vocab_local();
     const std::size_t att = static_cast<std::size_t>(B_) * layout_.heads_local() * T_ * T_;
-    const auto all_rows_buffer = [&] { return DeviceBuffer(ops, sequence_parallel_ ? N * C : 0); };
 
     params_ = DeviceBuffer(ops, layout_.total());
     grads_ = DeviceBuffer(ops, layout_.total());
-
-    inputs_ = DeviceBuffer(ops, N);
-    targets_ = DeviceBuffer(ops, N);
-    embedded_ = DeviceBuffer(ops, sequence_parallel_ ? N * C : 0);
-    encoded_ = DeviceBuffer(ops, R * C);
-    acts_.resize(static_cast<std::size_t>(shape.layers));
-    for (auto& a : acts_) {
-        a.ln1 = DeviceBuffer(ops, R * C);
-        a.ln1_mean = DeviceBuffer(ops, R);
-        a.ln1_rstd = DeviceBuffer(ops, R);
-        a.ln1_all = all_rows_buffer();
-        a.qkv = DeviceBuffer(ops, N * 3 * Cm);
-        a.att = DeviceBuffer(ops, att);
-        a.atty = DeviceBuffer(ops, N * Cm);
-        a.resid2 = DeviceBuffer(ops, R * C);
-        a.ln2 = DeviceBuffer(ops, R * C);
-        a.ln2_mean = DeviceBuffer(ops, R);
-        a.ln2_rstd = DeviceBuffer(ops, R);
-        a.ln2_all = all_rows_buffer();
-        a.fch = DeviceBuffer(ops, N * Fm);
-        a.fch_gelu = DeviceBuffer(ops, N * Fm);
-        a.resid3 = DeviceBuffer(ops, R * C);
-    }
-    lnf_ = DeviceBuffer(ops, R * C);
-    lnf_mean_ = DeviceBuffer(ops, R);
-    lnf_rstd_ = DeviceBuffer(ops, R);
-    lnf_all_ = all_rows_buffer();
-    logits_ = DeviceBuffer(ops, N * Vm);
-    loss_stats_ = DeviceBuffer(ops, 4 * N);
-    lse_ = DeviceBuffer(ops, N);
-    losses_ = DeviceBuffer(ops, N);
     proj_partial_ = DeviceBuffer(ops, N * C);
     proj_reduced_ = DeviceBuffer(ops, sequence_parallel_ ? R * C : 0);
-
     dresidual_ = DeviceBuffer(ops, R * C);
     dc_a_ = DeviceBuffer(ops, N * C);
     dc_b_ = DeviceBuffer(ops, N * C);
     dc_mine_ = DeviceBuffer(ops, R * C);
-    dc_all_ = all_rows_buffer();
+    dc_all_ = DeviceBuffer(ops, sequence_parallel_ ? N * C : 0);
     df_a_ = DeviceBuffer(ops, N * Fm);
     df_b_ = DeviceBuffer(ops, N * Fm);
     dqkv_ = DeviceBuffer(ops, N * 3 * Cm);
     datt_ = DeviceBuffer(ops, att);
 }
+
+Gpt::~Gpt() = default;
+
+std::unique_ptr<Gpt::Activations> Gpt::new_activations(int c) {
+    const GptShape& s = layout_.shape();
+    const StagePlan& plan = layout_.plan();
+    const int g = plan.global_chunk(c);
+    const bool embeds = g == 0, head = g == plan.stages * plan.chunks - 1;
+    const std::size_t N = static_cast<std::size_t>(rows_), R = static_cast<std::size_t>(rows_mine_);
+    const std::size_t C = s.hidden, Cm = layout_.hidden_local(), Fm = layout_.ffn_local();
+    const std::size_t att = static_cast<std::size_t>(B_) * layout_.heads_local() * T_ * T_;
+    const std::size_t all_rows = sequence_parallel_ ? N * C : 0;
+    kernels::Ops& ops = ops_;
+
+    auto a = std::make_unique<Activations>();
+    a->inputs = DeviceBuffer(ops, embeds ? N : 0);
+    a->targets = DeviceBuffer(ops, head ? N : 0);
+    a->embedded = DeviceBuffer(ops, embeds ? all_rows : 0);
+    a->input = DeviceBuffer(ops, R * C);
+    a->layers.resize(static_cast<std::size_t>(layout_.layers_per_chunk()));
+    for (auto& l : a->layers) {
+        l.ln1 = DeviceBuffer(ops, R * C);
+        l.ln1_mean = DeviceBuffer(ops, R);
+        l.ln1_rstd = DeviceBuffer(ops, R);
+        l.ln1_all = DeviceBuffer(ops, all_rows);
+        l.qkv = DeviceBuffer(ops, N * 3 * Cm);
+        l.att = DeviceBuffer(ops, att);
+        l.atty = DeviceBuffer(ops, N * Cm);
+        l.resid2 = DeviceBuffer(ops, R * C);
+        l.ln2 = DeviceBuffer(ops, R * C);
+        l.ln2_mean = DeviceBuffer(ops, R);
+        l.ln2_rstd = DeviceBuffer(ops, R);
+        l.ln2_all = DeviceBuffer(ops, all_rows);
+        l.fch = DeviceBuffer(ops, N * Fm);
+        l.fch_gelu = DeviceBuffer(ops, N * Fm);
+        l.resid3 = DeviceBuffer(ops, R * C);
+    }
+    if (head) {
+        a->lnf = DeviceBuffer(ops, R * C);
+        a->lnf_mean = DeviceBuffer(ops, R);
+        a->lnf_rstd = DeviceBuffer(ops, R);
+        a->lnf_all = DeviceBuffer(ops, all_rows);
+        a->logits = DeviceBuffer(ops, N * layout_.vocab_local());
+        a->loss_stats = DeviceBuffer(ops, 4 * N);
+        a->lse = DeviceBuffer(ops, N);
+        a->losses = DeviceBuffer(ops, N);
+    }
+    return a;
+}
+
+Gpt::Activations& Gpt::start(int mb, int c) {
+    auto& pool = pool_[static_cast<std::size_t>(c)];
+    std::unique_ptr<Activations> a;
+    if (pool.empty()) {
+        a = new_activations(c);
+    } else {
+        a = std::move(pool.back());
+        pool.pop_back();
+    }
+    auto [it, fresh] = live_.emplace(std::pair{mb, c}, std::move(a));
+    if (!fresh) throw Error("internal: microbatch " + std::to_string(mb) + " of chunk " +
+                            std::to_string(c) + " is already in flight");
+    return *it->second;
+}
+
+Gpt::Activations& Gpt::live(int mb, int c) {
+    const auto it = live_.find({mb, c});
+    if (it == live_.end())
+        throw Error("internal: no forward of microbatch " + std::to_string(mb) + " on chunk " +
+                    std::to_string(c) + " to run backward on");
+    return *it->second;
+}
+
+void Gpt::release(int mb, int c) {
+    const auto it = live_.find({mb, c});
+    pool_[static_cast<std::size_t>(c)].push_back(std::move(it->second));
+    live_.erase(it);
+}
+
+// ---- parameters ------------------------------------------------------------------------------
 
 void Gpt::init_random(uint64_t seed, float init_std) {
     const ParamLayout full_layout(layout_.shape());
@@ -171,36 +249,27 @@ std::vector<float> Gpt::grads_to_host() const {
     return host;
 }
 
-namespace {
-
-// Every tensor-parallel rank's slice of a flat buffer, put back together.
-std::vector<float> gather_full(parallel::Comm& tensor, const ParamLayout& layout,
-                               const std::vector<float>& local) {
-    const std::size_t n = local.size();
-    std::vector<float> slices(n * static_cast<std::size_t>(tensor.size()));
-    tensor.all_gather(local.data(), slices.data(), n);
-    const ParamLayout full_layout(layout.shape());
-    std::vector<float> full(full_layout.total());
-    for (int r = 0; r < tensor.size(); ++r)
-        unshard_params(ParamLayout(layout.shape(), r, tensor.size()),
-                       slices.data() + static_cast<std::size_t>(r) * n, full_layout, full.data());
+std::vector<float> Gpt::share_of_full(const std::vector<float>& local) const {
+    // Keep only what this rank writes: replicated tensors on tensor rank 0, and wte (held
+    // by the first and the last stage) on the first.
+    std::vector<float> mine(local);
+    for (const ParamTensor& t : layout_.tensors()) {
+        const bool replica = t.split == Split::replicated && layout_.tensor_rank() != 0;
+        const bool second_wte = t.name == "wte.weight" && !layout_.plan().first();
+        if (replica || second_wte) std::fill_n(mine.begin() + static_cast<std::ptrdiff_t>(t.offset), t.numel, 0.0f);
+    }
+    const ParamLayout full_layout(layout_.shape());
+    std::vector<float> full(full_layout.total(), 0.0f);
+    unshard_params(layout_, mine.data(), full_layout, full.data());
     return full;
-}
-
-}  // namespace
-
-std::vector<float> Gpt::full_params_to_host() {
-    return gather_full(tensor_, layout_, params_to_host());
-}
-
-std::vector<float> Gpt::full_grads_to_host() {
-    return gather_full(tensor_, layout_, grads_to_host());
 }
 
 void Gpt::zero_grads() { ops_.zero(grads_.data(), grads_.size()); }
 
-uint64_t Gpt::site_seed(int layer, int site) const {
-    return kernels::hash64(dropout_seed_, static_cast<uint64_t>(layer + 1) * 4 + site);
+// ---- collectives of the tensor group ---------------------------------------------------------
+
+uint64_t Gpt::site_seed(const Activations& a, int layer, int site) const {
+    return kernels::hash64(a.dropout_seed, static_cast<uint64_t>(layer + 1) * 4 + site);
 }
 
 const float* Gpt::all_rows(const float* mine, float* all) {
@@ -219,107 +288,140 @@ float* Gpt::reduce_rows(float* partial, float* mine) {
     return mine;
 }
 
-float Gpt::forward(const int32_t* inputs, const int32_t* targets, bool training,
-                   uint64_t dropout_seed) {
+// ---- forward ---------------------------------------------------------------------------------
+
+float Gpt::forward_chunk(int mb, int c, const int32_t* inputs, const int32_t* targets,
+                         const float* input, float* output, bool training, uint64_t dropout_seed) {
+    const StagePlan& plan = layout_.plan();
+    const bool head = plan.global_chunk(c) == plan.stages * plan.chunks - 1;
+    Activations& a = start(mb, c);
+    a.training = training;
+    a.dropout_seed = dropout_seed;
+    run_forward(c, a, inputs, input);
+    float mean_loss = 0;
+    if (head) {
+        mean_loss = loss(a, targets);
+    } else {
+        const float* last = a.layers.empty() ? a.input.data() : a.layers.back().resid3.data();
+        ops_.copy(output, last, boundary_size());
+    }
+    if (!training) release(mb, c);
+    return mean_loss;
+}
+
+void Gpt::run_forward(int c, Activations& a, const int32_t* inputs, const float* input) {
+    const GptShape& s = layout_.shape();
+    const int B = B_, T = T_, C = s.hidden, R = rows_mine_, N = rows_;
+    const int Cm = layout_.hidden_local(), Fm = layout_.ffn_local(), NHm = layout_.heads_local();
+    const std::size_t RC = static_cast<std::size_t>(R) * C;
+    const float drop = a.training ? dropout_ : 0.0f;
+    const StagePlan& plan = layout_.plan();
+    const int g = plan.global_chunk(c);
+    float* w = params_.data();
+
+    if (g == 0) {
+        // Vocab-parallel embedding: each rank looks up the tokens of its vocabulary slice
+        // (zero rows for the rest) and the sum over the group is the embedding; wpe is added
+        // once, by tensor rank 0, so the sum is exact.
+        upload_tokens(ops_, a.inputs, inputs, static_cast<std::size_t>(N));
+        float* embedded = sequence_parallel_ ? a.embedded.data() : a.input.data();
+        ops_.embedding_forward(embedded, as_tokens(a.inputs), w + layout_.wte(),
+                               tensor_.rank() == 0 ? w + layout_.wpe() : nullptr, B, T, C,
+                               layout_.vocab_begin(), layout_.vocab_local());
+        float* encoded = reduce_rows(embedded, a.input.data());
+        if (drop > 0)
+            ops_.dropout_forward(encoded, encoded, RC, drop, site_seed(a, -1, 0), first_element_);
+    } else {
+        ops_.copy(a.input.data(), input, RC);
+    }
+
+    const float* residual = a.input.data();  // (R,C)
+    const int first = layout_.first_layer(c);
+    for (std::size_t i = 0; i < a.layers.size(); ++i) {
+        const int l = first + static_cast<int>(i);
+        const LayerParams& p = layout_.layer(l);
+        LayerActivations& la = a.layers[i];
+        // Attention: LN -> f -> column-parallel qkv -> this rank's heads -> row-parallel
+        // proj -> g -> bias -> dropout -> residual.
+        ops_.layernorm_forward(la.ln1.data(), la.ln1_mean.data(), la.ln1_rstd.data(), residual,
+                               w + p.ln1_w, w + p.ln1_b, R, C);
+        const float* ln1 = all_rows(la.ln1.data(), la.ln1_all.data());
+        ops_.matmul_forward(la.qkv.data(), ln1, w + p.qkv_w, w + p.qkv_b, N, C, 3 * Cm);
+        ops_.attention_forward(la.atty.data(), la.att.data(), la.qkv.data(), B, T, Cm, NHm, drop,
+                               site_seed(a, l, 0), layout_.heads_begin(), s.heads);
+        ops_.matmul_forward(proj_partial_.data(), la.atty.data(), w + p.proj_w, nullptr, N, Cm, C);
+        float* attproj = reduce_rows(proj_partial_.data(), proj_reduced_.data());
+        ops_.add_bias(attproj, w + p.proj_b, R, C);
+        if (drop > 0)
+            ops_.dropout_forward(attproj, attproj, RC, drop, site_seed(a, l, 1), first_element_);
+        ops_.residual_forward(la.resid2.data(), residual, attproj, RC);
+
+        // MLP: LN -> f -> column-parallel fc1 -> GELU -> row-parallel fc2 -> g -> bias ->
+        // dropout -> residual.
+        ops_.layernorm_forward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(),
+                               la.resid2.data(), w + p.ln2_w, w + p.ln2_b, R, C);
+        const float* ln2 = all_rows(la.ln2.data(), la.ln2_all.data());
+        ops_.matmul_forward(la.fch.data(), ln2, w + p.fc1_w, w + p.fc1_b, N, C, Fm);
+        ops_.gelu_forward(la.fch_gelu.data(), la.fch.data(), static_cast<std::size_t>(N) * Fm);
+        ops_.matmul_forward(proj_partial_.data(), la.fch_gelu.data(), w + p.fc2_w, nullptr, N, Fm, C);
+        float* fcproj = reduce_rows(proj_partial_.data(), proj_reduced_.data());
+        ops_.add_bias(fcproj, w + p.fc2_b, R, C);
+        if (drop > 0)
+            ops_.dropout_forward(fcproj, fcproj, RC, drop, site_seed(a, l, 2), first_element_);
+        ops_.residual_forward(la.resid3.data(), la.resid2.data(), fcproj, RC);
+        residual = la.resid3.data();
+    }
+
+    if (g != plan.stages * plan.chunks - 1) return;
+    ops_.layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), residual,
+                           w + layout_.lnf_w(), w + layout_.lnf_b(), R, C);
+    // LM head tied to this rank's slice of the token embedding: logits (N,Vp/M).
+    const float* lnf = all_rows(a.lnf.data(), a.lnf_all.data());
+    ops_.matmul_forward(a.logits.data(), lnf, w + layout_.wte(), nullptr, N, C,
+                        layout_.vocab_local());
+}
+
+float Gpt::loss(Activations& a, const int32_t* targets) {
     const GptShape& s = layout_.shape();
     const int N = rows_;
-    forward_logits(inputs, training, dropout_seed);
-    upload_tokens(ops_, targets_, targets, static_cast<std::size_t>(N));
-
+    upload_tokens(ops_, a.targets, targets, static_cast<std::size_t>(N));
     // Vocab-parallel cross-entropy: three numbers per row cross the tensor group, never the
-    // logits. loss_stats_ = row max | global max | sum of exps | target logit, each (N).
-    float* row_max = loss_stats_.data();
+    // logits. loss_stats = row max | global max | sum of exps | target logit, each (N).
+    float* row_max = a.loss_stats.data();
     float* global_max = row_max + N;
     float* sums = global_max + N;  // sum of exps and target logit, reduced in one call
     float* target_logit = sums + N;
-    ops_.cross_entropy_partials(row_max, sums, target_logit, logits_.data(), as_tokens(targets_), N,
-                                layout_.vocab_begin(), s.vocab, layout_.vocab_local());
+    ops_.cross_entropy_partials(row_max, sums, target_logit, a.logits.data(), as_tokens(a.targets),
+                                N, layout_.vocab_begin(), s.vocab, layout_.vocab_local());
     ops_.copy(global_max, row_max, static_cast<std::size_t>(N));
     tensor_.all_reduce(global_max, static_cast<std::size_t>(N), parallel::ReduceOp::max);
     ops_.cross_entropy_rescale(sums, row_max, global_max, N);
     tensor_.all_reduce(sums, 2 * static_cast<std::size_t>(N));
-    ops_.cross_entropy_losses(losses_.data(), lse_.data(), global_max, sums, target_logit, N);
+    ops_.cross_entropy_losses(a.losses.data(), a.lse.data(), global_max, sums, target_logit, N);
 
     std::vector<float> losses(static_cast<std::size_t>(N));
-    ops_.copy_to_host(losses.data(), losses_.data(), losses.size());
+    ops_.copy_to_host(losses.data(), a.losses.data(), losses.size());
     double sum = 0.0;  // in order, in double: the same on every run
     for (float x : losses) sum += x;
     return static_cast<float>(sum / N);
 }
 
 std::vector<float> Gpt::logits_at(const int32_t* inputs, int position) {
-    if (layout_.tensor_size() != 1)
-        throw Error("generation runs on one process (parallel.tensor = 1)");
+    const StagePlan& plan = layout_.plan();
+    if (layout_.tensor_size() != 1 || plan.stages != 1 || plan.chunks != 1)
+        throw Error("generation runs on one process (parallel.tensor = pipeline = 1)");
     const GptShape& s = layout_.shape();
-    forward_logits(inputs, false, 0);
+    Activations& a = start(0, 0);
+    a.training = false;
+    run_forward(0, a, inputs, nullptr);
     std::vector<float> row(static_cast<std::size_t>(s.vocab));  // padded columns dropped
-    ops_.copy_to_host(row.data(), logits_.data() + static_cast<std::size_t>(position) * s.padded_vocab,
+    ops_.copy_to_host(row.data(), a.logits.data() + static_cast<std::size_t>(position) * s.padded_vocab,
                       row.size());
+    release(0, 0);
     return row;
 }
 
-void Gpt::forward_logits(const int32_t* inputs, bool training, uint64_t dropout_seed) {
-    const GptShape& s = layout_.shape();
-    const int B = B_, T = T_, C = s.hidden, R = rows_mine_, N = rows_;
-    const int Cm = layout_.hidden_local(), Fm = layout_.ffn_local(), NHm = layout_.heads_local();
-    const std::size_t RC = static_cast<std::size_t>(R) * C;
-    const float drop = training ? dropout_ : 0.0f;
-    training_ = training;
-    dropout_seed_ = dropout_seed;
-    float* w = params_.data();
-
-    upload_tokens(ops_, inputs_, inputs, static_cast<std::size_t>(N));
-
-    // Vocab-parallel embedding: each rank looks up the tokens of its vocabulary slice (zero
-    // rows for the rest) and the sum over the group is the embedding; wpe is added once, by
-    // tensor rank 0, so the sum is exact.
-    float* embedded = sequence_parallel_ ? embedded_.data() : encoded_.data();
-    ops_.embedding_forward(embedded, as_tokens(inputs_), w + layout_.wte(),
-                           tensor_.rank() == 0 ? w + layout_.wpe() : nullptr, B, T, C,
-                           layout_.vocab_begin(), layout_.vocab_local());
-    float* encoded = reduce_rows(embedded, encoded_.data());
-    if (drop > 0) ops_.dropout_forward(encoded, encoded, RC, drop, site_seed(-1, 0), first_element_);
-
-    const float* residual = encoded;  // (R,C)
-    for (int l = 0; l < s.layers; ++l) {
-        const LayerParams& p = layout_.layer(l);
-        LayerActivations& a = acts_[static_cast<std::size_t>(l)];
-        // Attention: LN -> f -> column-parallel qkv -> this rank's heads -> row-parallel
-        // proj -> g -> bias -> dropout -> residual.
-        ops_.layernorm_forward(a.ln1.data(), a.ln1_mean.data(), a.ln1_rstd.data(), residual,
-                               w + p.ln1_w, w + p.ln1_b, R, C);
-        const float* ln1 = all_rows(a.ln1.data(), a.ln1_all.data());
-        ops_.matmul_forward(a.qkv.data(), ln1, w + p.qkv_w, w + p.qkv_b, N, C, 3 * Cm);
-        ops_.attention_forward(a.atty.data(), a.att.data(), a.qkv.data(), B, T, Cm, NHm, drop,
-                               site_seed(l, 0), layout_.heads_begin(), s.heads);
-        ops_.matmul_forward(proj_partial_.data(), a.atty.data(), w + p.proj_w, nullptr, N, Cm, C);
-        float* attproj = reduce_rows(proj_partial_.data(), proj_reduced_.data());
-        ops_.add_bias(attproj, w + p.proj_b, R, C);
-        if (drop > 0) ops_.dropout_forward(attproj, attproj, RC, drop, site_seed(l, 1), first_element_);
-        ops_.residual_forward(a.resid2.data(), residual, attproj, RC);
-
-        // MLP: LN -> f -> column-parallel fc1 -> GELU -> row-parallel fc2 -> g -> bias ->
-        // dropout -> residual.
-        ops_.layernorm_forward(a.ln2.data(), a.ln2_mean.data(), a.ln2_rstd.data(), a.resid2.data(),
-                               w + p.ln2_w, w + p.ln2_b, R, C);
-        const float* ln2 = all_rows(a.ln2.data(), a.ln2_all.data());
-        ops_.matmul_forward(a.fch.data(), ln2, w + p.fc1_w, w + p.fc1_b, N, C, Fm);
-        ops_.gelu_forward(a.fch_gelu.data(), a.fch.data(), static_cast<std::size_t>(N) * Fm);
-        ops_.matmul_forward(proj_partial_.data(), a.fch_gelu.data(), w + p.fc2_w, nullptr, N, Fm, C);
-        float* fcproj = reduce_rows(proj_partial_.data(), proj_reduced_.data());
-        ops_.add_bias(fcproj, w + p.fc2_b, R, C);
-        if (drop > 0) ops_.dropout_forward(fcproj, fcproj, RC, drop, site_seed(l, 2), first_element_);
-        ops_.residual_forward(a.resid3.data(), a.resid2.data(), fcproj, RC);
-        residual = a.resid3.data();
-    }
-
-    ops_.layernorm_forward(lnf_.data(), lnf_mean_.data(), lnf_rstd_.data(), residual,
-                           w + layout_.lnf_w(), w + layout_.lnf_b(), R, C);
-    // LM head tied to this rank's slice of the token embedding: logits (N,Vp/M).
-    const float* lnf = all_rows(lnf_.data(), lnf_all_.data());
-    ops_.matmul_forward(logits_.data(), lnf, w + layout_.wte(), nullptr, N, C,
-                        layout_.vocab_local());
-}
+// ---- backward --------------------------------------------------------------------------------
 
 const float* Gpt::through_dropout(const float* dout, std::size_t count, float drop, uint64_t seed) {
     if (drop == 0) return dout;
@@ -328,79 +430,96 @@ const float* Gpt::through_dropout(const float* dout, std::size_t count, float dr
     return dc_mine_.data();
 }
 
-void Gpt::backward(float dloss) {
+void Gpt::backward_chunk(int mb, int c, float dloss, const float* output_grad, float* input_grad) {
     const GptShape& s = layout_.shape();
     const int B = B_, T = T_, C = s.hidden, R = rows_mine_, N = rows_;
     const int Cm = layout_.hidden_local(), Fm = layout_.ffn_local(), NHm = layout_.heads_local();
     const std::size_t NC = static_cast<std::size_t>(N) * C;
     const std::size_t RC = static_cast<std::size_t>(R) * C;
     const std::size_t NFm = static_cast<std::size_t>(N) * Fm;
-    const float drop = training_ ? dropout_ : 0.0f;
+    const StagePlan& plan = layout_.plan();
+    const int g = plan.global_chunk(c);
+    Activations& a = live(mb, c);
+    const float drop = a.training ? dropout_ : 0.0f;
     const float* w = params_.data();
-    float* g = grads_.data();
+    float* grad = grads_.data();
 
-    // Loss and LM head. dlogits overwrite the logits; the gradient into the head's input is
-    // this rank's vocabulary share (f: all-reduce, or reduce-scatter to this rank's rows).
-    ops_.cross_entropy_backward(logits_.data(), logits_.data(), lse_.data(), as_tokens(targets_),
-                                dloss, N, layout_.vocab_begin(), s.vocab, layout_.vocab_local());
-    ops_.zero(dc_a_.data(), NC);
-    const float* lnf = sequence_parallel_ ? lnf_all_.data() : lnf_.data();
-    ops_.matmul_backward(dc_a_.data(), g + layout_.wte(), nullptr, logits_.data(), lnf,
-                         w + layout_.wte(), N, C, layout_.vocab_local());
-    const float* dlnf = reduce_rows(dc_a_.data(), dc_mine_.data());
-    const float* last = s.layers > 0 ? acts_.back().resid3.data() : encoded_.data();
     ops_.zero(dresidual_.data(), RC);
-    ops_.layernorm_backward(dresidual_.data(), g + layout_.lnf_w(), g + layout_.lnf_b(), dlnf,
-                            last, w + layout_.lnf_w(), lnf_mean_.data(), lnf_rstd_.data(), R, C);
+    if (g == plan.stages * plan.chunks - 1) {
+        // Loss and LM head. dlogits overwrite the logits; the gradient into the head's input
+        // is this rank's vocabulary share (f: all-reduce, or reduce-scatter to its rows).
+        ops_.cross_entropy_backward(a.logits.data(), a.logits.data(), a.lse.data(),
+                                    as_tokens(a.targets), dloss, N, layout_.vocab_begin(), s.vocab,
+                                    layout_.vocab_local());
+        ops_.zero(dc_a_.data(), NC);
+        const float* lnf = sequence_parallel_ ? a.lnf_all.data() : a.lnf.data();
+        ops_.matmul_backward(dc_a_.data(), grad + layout_.wte(), nullptr, a.logits.data(), lnf,
+                             w + layout_.wte(), N, C, layout_.vocab_local());
+        const float* dlnf = reduce_rows(dc_a_.data(), dc_mine_.data());
+        const float* last = a.layers.empty() ? a.input.data() : a.layers.back().resid3.data();
+        ops_.layernorm_backward(dresidual_.data(), grad + layout_.lnf_w(), grad + layout_.lnf_b(),
+                                dlnf, last, w + layout_.lnf_w(), a.lnf_mean.data(),
+                                a.lnf_rstd.data(), R, C);
+    } else {
+        ops_.copy(dresidual_.data(), output_grad, RC);
+    }
 
     // dresidual holds the gradient of this rank's rows of the residual stream; each branch
     // adds into it.
-    for (int l = s.layers - 1; l >= 0; --l) {
+    const int first = layout_.first_layer(c);
+    for (int i = static_cast<int>(a.layers.size()) - 1; i >= 0; --i) {
+        const int l = first + i;
         const LayerParams& p = layout_.layer(l);
-        LayerActivations& a = acts_[static_cast<std::size_t>(l)];
-        const float* residual = l == 0 ? encoded_.data() : acts_[static_cast<std::size_t>(l - 1)].resid3.data();
-        const float* ln1 = sequence_parallel_ ? a.ln1_all.data() : a.ln1.data();
-        const float* ln2 = sequence_parallel_ ? a.ln2_all.data() : a.ln2.data();
+        LayerActivations& la = a.layers[static_cast<std::size_t>(i)];
+        const float* residual = i == 0 ? a.input.data() : a.layers[static_cast<std::size_t>(i - 1)].resid3.data();
+        const float* ln1 = sequence_parallel_ ? la.ln1_all.data() : la.ln1.data();
+        const float* ln2 = sequence_parallel_ ? la.ln2_all.data() : la.ln2.data();
 
         // MLP branch. g backward: the gradient of fc2's output is the residual's (all rows).
-        const float* dfcproj =
-            all_rows(through_dropout(dresidual_.data(), RC, drop, site_seed(l, 2)), dc_all_.data());
+        const float* dfcproj = all_rows(
+            through_dropout(dresidual_.data(), RC, drop, site_seed(a, l, 2)), dc_all_.data());
         ops_.zero(df_a_.data(), NFm);
-        ops_.matmul_backward(df_a_.data(), g + p.fc2_w, g + p.fc2_b, dfcproj, a.fch_gelu.data(),
-                             w + p.fc2_w, N, Fm, C);
+        ops_.matmul_backward(df_a_.data(), grad + p.fc2_w, grad + p.fc2_b, dfcproj,
+                             la.fch_gelu.data(), w + p.fc2_w, N, Fm, C);
         ops_.zero(df_b_.data(), NFm);
-        ops_.gelu_backward(df_b_.data(), a.fch.data(), df_a_.data(), NFm);
+        ops_.gelu_backward(df_b_.data(), la.fch.data(), df_a_.data(), NFm);
         ops_.zero(dc_a_.data(), NC);
-        ops_.matmul_backward(dc_a_.data(), g + p.fc1_w, g + p.fc1_b, df_b_.data(), ln2,
+        ops_.matmul_backward(dc_a_.data(), grad + p.fc1_w, grad + p.fc1_b, df_b_.data(), ln2,
                              w + p.fc1_w, N, C, Fm);
         const float* dln2 = reduce_rows(dc_a_.data(), dc_mine_.data());  // f backward
-        ops_.layernorm_backward(dresidual_.data(), g + p.ln2_w, g + p.ln2_b, dln2,
-                                a.resid2.data(), w + p.ln2_w, a.ln2_mean.data(), a.ln2_rstd.data(),
-                                R, C);
+        ops_.layernorm_backward(dresidual_.data(), grad + p.ln2_w, grad + p.ln2_b, dln2,
+                                la.resid2.data(), w + p.ln2_w, la.ln2_mean.data(),
+                                la.ln2_rstd.data(), R, C);
 
         // Attention branch.
-        const float* dattproj =
-            all_rows(through_dropout(dresidual_.data(), RC, drop, site_seed(l, 1)), dc_all_.data());
+        const float* dattproj = all_rows(
+            through_dropout(dresidual_.data(), RC, drop, site_seed(a, l, 1)), dc_all_.data());
         ops_.zero(dc_b_.data(), static_cast<std::size_t>(N) * Cm);
-        ops_.matmul_backward(dc_b_.data(), g + p.proj_w, g + p.proj_b, dattproj, a.atty.data(),
-                             w + p.proj_w, N, Cm, C);
+        ops_.matmul_backward(dc_b_.data(), grad + p.proj_w, grad + p.proj_b, dattproj,
+                             la.atty.data(), w + p.proj_w, N, Cm, C);
         ops_.zero(dqkv_.data(), static_cast<std::size_t>(N) * 3 * Cm);
-        ops_.attention_backward(dqkv_.data(), datt_.data(), dc_b_.data(), a.qkv.data(),
-                                a.att.data(), B, T, Cm, NHm, drop, site_seed(l, 0),
+        ops_.attention_backward(dqkv_.data(), datt_.data(), dc_b_.data(), la.qkv.data(),
+                                la.att.data(), B, T, Cm, NHm, drop, site_seed(a, l, 0),
                                 layout_.heads_begin(), s.heads);
         ops_.zero(dc_a_.data(), NC);
-        ops_.matmul_backward(dc_a_.data(), g + p.qkv_w, g + p.qkv_b, dqkv_.data(), ln1,
+        ops_.matmul_backward(dc_a_.data(), grad + p.qkv_w, grad + p.qkv_b, dqkv_.data(), ln1,
                              w + p.qkv_w, N, C, 3 * Cm);
         const float* dln1 = reduce_rows(dc_a_.data(), dc_mine_.data());  // f backward
-        ops_.layernorm_backward(dresidual_.data(), g + p.ln1_w, g + p.ln1_b, dln1, residual,
-                                w + p.ln1_w, a.ln1_mean.data(), a.ln1_rstd.data(), R, C);
+        ops_.layernorm_backward(dresidual_.data(), grad + p.ln1_w, grad + p.ln1_b, dln1, residual,
+                                w + p.ln1_w, la.ln1_mean.data(), la.ln1_rstd.data(), R, C);
     }
 
-    // The embedding's reduction backward: every rank scatters all rows into its slice.
-    const float* dencoded =
-        all_rows(through_dropout(dresidual_.data(), RC, drop, site_seed(-1, 0)), dc_all_.data());
-    ops_.embedding_backward(g + layout_.wte(), g + layout_.wpe(), dencoded, as_tokens(inputs_), B,
-                            T, C, layout_.vocab_begin(), layout_.vocab_local());
+    if (g == 0) {
+        // The embedding's reduction backward: every rank scatters all rows into its slice.
+        const float* dencoded = all_rows(
+            through_dropout(dresidual_.data(), RC, drop, site_seed(a, -1, 0)), dc_all_.data());
+        ops_.embedding_backward(grad + layout_.wte(), grad + layout_.wpe(), dencoded,
+                                as_tokens(a.inputs), B, T, C, layout_.vocab_begin(),
+                                layout_.vocab_local());
+    } else {
+        ops_.copy(input_grad, dresidual_.data(), RC);
+    }
+    release(mb, c);
 }
 
 void Gpt::finish_gradients() {
@@ -409,12 +528,16 @@ void Gpt::finish_gradients() {
     const auto reduce = [&](std::size_t offset) {
         tensor_.all_reduce(grads_.data() + offset, static_cast<std::size_t>(layout_.shape().hidden));
     };
-    for (int l = 0; l < layout_.shape().layers; ++l) {
-        const LayerParams& p = layout_.layer(l);
-        for (std::size_t offset : {p.ln1_w, p.ln1_b, p.ln2_w, p.ln2_b}) reduce(offset);
+    const StagePlan& plan = layout_.plan();
+    for (int c = 0; c < plan.chunks; ++c)
+        for (int l = layout_.first_layer(c); l < layout_.first_layer(c) + layout_.layers_per_chunk(); ++l) {
+            const LayerParams& p = layout_.layer(l);
+            for (std::size_t offset : {p.ln1_w, p.ln1_b, p.ln2_w, p.ln2_b}) reduce(offset);
+        }
+    if (plan.last()) {
+        reduce(layout_.lnf_w());
+        reduce(layout_.lnf_b());
     }
-    reduce(layout_.lnf_w());
-    reduce(layout_.lnf_b());
 }
 
 }  // namespace trident::model

@@ -13,9 +13,17 @@
 // sequence_parallel the residual stream (LayerNorm, dropout, residual adds) is split by rows
 // of (B*T): all-gather before a column-parallel layer, reduce-scatter after a row-parallel
 // one. With M = 1 the same code runs and every collective returns at once.
+//
+// Pipeline parallelism: a Gpt holds one stage (StagePlan): v chunks of contiguous layers,
+// the embedding on the first stage and the LM head and loss on the last. The executor runs
+// forward_chunk/backward_chunk per (microbatch, chunk) in a schedule's order; each in-flight
+// pair keeps its own activations, returned to a pool by its backward.
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <utility>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -48,14 +56,17 @@ private:
 class Gpt {
 public:
     // micro_batch x seq_len is the shape of every microbatch this model will run. `tensor` is
-    // the tensor-parallel group (null: not split).
+    // the tensor-parallel group (null: not split); `plan` the pipeline stage held.
     Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropout,
-        parallel::Comm* tensor = nullptr, bool sequence_parallel = false);
+        parallel::Comm* tensor = nullptr, bool sequence_parallel = false,
+        const StagePlan& plan = {});
+    ~Gpt();
 
-    const ParamLayout& layout() const { return layout_; }  // this rank's slice
+    const ParamLayout& layout() const { return layout_; }  // this rank's part
     const GptShape& shape() const { return layout_.shape(); }
     int micro_batch() const { return B_; }
-    bool sequence_parallel() const { return sequence_parallel_; }
+    // Floats of the activation a chunk passes on: its rows of the residual stream (R, C).
+    std::size_t boundary_size() const { return static_cast<std::size_t>(rows_mine_) * layout_.shape().hidden; }
     float* params() { return params_.data(); }
     float* grads() { return grads_.data(); }
     const float* params() const { return params_.data(); }
@@ -65,51 +76,61 @@ public:
     // init_std/sqrt(2*layers) for the residual output projections, zero biases, unit
     // LayerNorm gains; padded vocabulary rows zero.
     void init_random(uint64_t seed, float init_std);
-    // This rank's slice, as laid out by layout().
+    // This rank's part, as laid out by layout().
     void load_params(const std::vector<float>& local);
     std::vector<float> params_to_host() const;
     std::vector<float> grads_to_host() const;
-    // The whole model (a tensor-size-1 layout's buffer): take this rank's slice of it, or
-    // gather every rank's slice into it (collective over the tensor group).
+    // The whole model (a buffer of ParamLayout(shape())): load this rank's part of it.
     void load_full_params(const std::vector<float>& full);
-    std::vector<float> full_params_to_host();
-    std::vector<float> full_grads_to_host();
+    // This rank's share of the whole model: its parts in their places, zero elsewhere, and
+    // each element written by exactly one rank of the stage and tensor groups (replicated
+    // tensors by tensor rank 0, wte by the first stage), so summing the shares of all ranks
+    // gives the whole model.
+    std::vector<float> share_of_full(const std::vector<float>& local) const;
 
-    // Runs the model on one microbatch: inputs and targets (B, T) token ids on the host.
-    // Returns the mean loss over its B*T tokens. `training` enables dropout, drawn from
-    // dropout_seed (one seed per microbatch; each site derives its own from it).
+    // ---- the pipeline's unit of work: local chunk c on microbatch mb -----------------------
+    // Forward. The chunk's input is the embedding of `inputs` (B, T) if it is the first
+    // global chunk, else `input` (R, C) as the previous chunk sent it (copied). The last
+    // global chunk computes the loss against `targets` (B, T) and returns its mean over the
+    // B*T tokens; other chunks write their output (R, C) to `output` and return 0. Token ids
+    // are on the host. Without `training` (no dropout) the activations are released at once.
+    float forward_chunk(int mb, int c, const int32_t* inputs, const int32_t* targets,
+                        const float* input, float* output, bool training, uint64_t dropout_seed);
+    // Backward of that forward. The last global chunk starts from its loss, each token
+    // weighted by dloss; other chunks from `output_grad` (R, C). Writes the gradient of the
+    // chunk's input to `input_grad` (R, C) unless the chunk starts with the embedding.
+    void backward_chunk(int mb, int c, float dloss, const float* output_grad, float* input_grad);
+
+    // ---- one microbatch through a whole one-stage model ------------------------------------
     float forward(const int32_t* inputs, const int32_t* targets, bool training,
-                  uint64_t dropout_seed);
+                  uint64_t dropout_seed) {
+        return forward_chunk(0, 0, inputs, targets, nullptr, nullptr, training, dropout_seed);
+    }
+    void backward(float dloss) { backward_chunk(0, 0, dloss, nullptr, nullptr); }
     // The next-token logits (V) at `position` of the first sequence of `inputs` (B, T), for
-    // generation: no loss, no dropout. Needs the whole vocabulary on this rank (M = 1).
+    // generation: no loss, no dropout. Needs the whole model in this process.
     std::vector<float> logits_at(const int32_t* inputs, int position);
-    // Backward of the last forward; every token's loss is weighted by dloss, so the
-    // gradients of a global batch of K tokens accumulate with dloss = 1/K.
-    void backward(float dloss);
+
     // Completes the gradients of a step after its last backward: with sequence parallelism
     // the LayerNorm gradients are partial sums over each rank's rows and are summed here.
     void finish_gradients();
     void zero_grads();
 
 private:
-    struct LayerActivations {
-        DeviceBuffer ln1, ln1_mean, ln1_rstd;  // (R,C), (R), (R): R = this rank's rows
-        DeviceBuffer ln1_all;                  // (N,C) all rows of ln1 (sequence parallel)
-        DeviceBuffer qkv;                      // (N,3C/M)
-        DeviceBuffer att;                      // (B,NH/M,T,T)
-        DeviceBuffer atty;                     // (N,C/M)
-        DeviceBuffer resid2;                   // (R,C)
-        DeviceBuffer ln2, ln2_mean, ln2_rstd;  // (R,C), (R), (R)
-        DeviceBuffer ln2_all;                  // (N,C) (sequence parallel)
-        DeviceBuffer fch, fch_gelu;            // (N,F/M), (N,F/M)
-        DeviceBuffer resid3;                   // (R,C), the next layer's input
-    };
+    struct LayerActivations;
+    struct Activations;  // one (microbatch, chunk) in flight
 
-    // Embedding, blocks, final LayerNorm and LM head into logits_.
-    void forward_logits(const int32_t* inputs, bool training, uint64_t dropout_seed);
-    uint64_t site_seed(int layer, int site) const;
+    std::unique_ptr<Activations> new_activations(int c);
+    Activations& start(int mb, int c);
+    Activations& live(int mb, int c);
+    void release(int mb, int c);
+    // The chunk's layers, embedding and head (forward), given its activations.
+    void run_forward(int c, Activations& a, const int32_t* inputs, const float* input);
+    // The loss of the last chunk's logits: fills a.losses and a.lse; returns the mean.
+    float loss(Activations& a, const int32_t* targets);
+    uint64_t site_seed(const Activations& a, int layer, int site) const;
     // The gradient before a dropout site given the one after it (rows of this rank): dout
-    // itself without dropout, else dout through the site's mask, written to dc_b_.
+    // itself without dropout, else dout through the site's mask, written to dc_mine_.
     const float* through_dropout(const float* dout, std::size_t count, float drop, uint64_t seed);
     // All rows from this rank's rows: all-gather into `all` with sequence parallelism, else
     // they already are all rows.
@@ -117,6 +138,7 @@ private:
     // This rank's rows of the sum over the tensor group of `partial` (N,C): reduce-scatter
     // into `mine` with sequence parallelism, else all-reduce in place (and `mine` is it).
     float* reduce_rows(float* partial, float* mine);
+
     kernels::Ops& ops_;
     parallel::SoloComm solo_;
     parallel::Comm& tensor_;
@@ -130,21 +152,14 @@ private:
 
     DeviceBuffer params_, grads_;
 
-    // Activations of the last forward.
-    DeviceBuffer inputs_, targets_;  // (B,T) token ids, stored as int32 in float-sized slots
-    DeviceBuffer embedded_;          // (N,C) partial sums of the vocab-parallel lookup
-    DeviceBuffer encoded_;           // (R,C)
-    std::vector<LayerActivations> acts_;
-    DeviceBuffer lnf_, lnf_mean_, lnf_rstd_;  // (R,C), (R), (R)
-    DeviceBuffer lnf_all_;                    // (N,C) (sequence parallel)
-    DeviceBuffer logits_;                     // (N,Vp/M), turned into dlogits by backward
-    DeviceBuffer loss_stats_;  // (4,N): row max | global max | sum of exps | target logit
-    DeviceBuffer lse_, losses_;               // (N), (N)
+    // Activations of the (microbatch, chunk) pairs in flight, and a pool per chunk of sets
+    // freed by their backward, for the next forward to reuse.
+    std::map<std::pair<int, int>, std::unique_ptr<Activations>> live_;
+    std::vector<std::vector<std::unique_ptr<Activations>>> pool_;
+
     // Forward scratch: a row-parallel layer's partial output (N,C), and its reduced rows
     // (R,C) with sequence parallelism (without, the reduction is in place).
     DeviceBuffer proj_partial_, proj_reduced_;
-    bool training_ = false;
-    uint64_t dropout_seed_ = 0;
 
     // Gradient scratch for backward, reused layer by layer.
     DeviceBuffer dresidual_;       // (R,C) gradient of the residual stream

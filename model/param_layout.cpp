@@ -59,15 +59,21 @@ void for_each_run(const ParamTensor& local, const ParamTensor& full, int rank, C
 
 }  // namespace
 
-ParamLayout::ParamLayout(const GptShape& shape, int tensor_rank, int tensor_size)
-    : shape_(shape), tensor_rank_(tensor_rank), tensor_size_(tensor_size) {
+ParamLayout::ParamLayout(const GptShape& shape, int tensor_rank, int tensor_size,
+                         const StagePlan& plan)
+    : shape_(shape), tensor_rank_(tensor_rank), tensor_size_(tensor_size), plan_(plan) {
     require_divisible("model.heads", shape.heads, tensor_size);
     require_divisible("model.ffn_hidden", shape.ffn, tensor_size);
     require_divisible("the padded vocabulary", shape.padded_vocab, tensor_size);
+    if (shape.layers % (plan.stages * plan.chunks) != 0)
+        throw Error("model.layers (" + std::to_string(shape.layers) +
+                    ") must be a multiple of parallel.pipeline × virtual_stages = " +
+                    std::to_string(plan.stages) + " × " + std::to_string(plan.chunks));
     const int64_t C = shape.hidden, F = shape.ffn;
-    wte_ = add("wte.weight", {shape.padded_vocab, C}, true, Split::rows);
-    wpe_ = add("wpe.weight", {shape.max_seq, C}, true, Split::replicated);
-    for (int l = 0; l < shape.layers; ++l) {
+    if (plan.first() || plan.last()) wte_ = add("wte.weight", {shape.padded_vocab, C}, true, Split::rows);
+    if (plan.first()) wpe_ = add("wpe.weight", {shape.max_seq, C}, true, Split::replicated);
+    for (int c = 0; c < plan.chunks; ++c)
+        for (int l = first_layer(c); l < first_layer(c) + layers_per_chunk(); ++l) {
         const std::string p = "h." + std::to_string(l) + ".";
         LayerParams lp{};
         lp.ln1_w = add(p + "ln_1.weight", {C}, false, Split::replicated);
@@ -82,10 +88,20 @@ ParamLayout::ParamLayout(const GptShape& shape, int tensor_rank, int tensor_size
         lp.fc1_b = add(p + "mlp.c_fc.bias", {F}, false, Split::rows);
         lp.fc2_w = add(p + "mlp.c_proj.weight", {C, F}, true, Split::columns);
         lp.fc2_b = add(p + "mlp.c_proj.bias", {C}, false, Split::replicated);
+        layer_ids_.push_back(l);
         layers_.push_back(lp);
     }
-    lnf_w_ = add("ln_f.weight", {C}, false, Split::replicated);
-    lnf_b_ = add("ln_f.bias", {C}, false, Split::replicated);
+    if (plan.last()) {
+        lnf_w_ = add("ln_f.weight", {C}, false, Split::replicated);
+        lnf_b_ = add("ln_f.bias", {C}, false, Split::replicated);
+    }
+}
+
+const LayerParams& ParamLayout::layer(int l) const {
+    const auto it = std::lower_bound(layer_ids_.begin(), layer_ids_.end(), l);
+    if (it == layer_ids_.end() || *it != l)
+        throw Error("internal: layer " + std::to_string(l) + " is not on this pipeline stage");
+    return layers_[static_cast<std::size_t>(it - layer_ids_.begin())];
 }
 
 std::size_t ParamLayout::add(const std::string& name, std::vector<int64_t> full_shape, bool decay,
@@ -107,10 +123,8 @@ const ParamTensor* ParamLayout::find(const std::string& name) const {
 
 void shard_params(const ParamLayout& full_layout, const float* full, const ParamLayout& local_layout,
                   float* local) {
-    const auto& lt = local_layout.tensors();
-    const auto& ft = full_layout.tensors();
-    for (std::size_t i = 0; i < lt.size(); ++i)
-        for_each_run(lt[i], ft[i], local_layout.tensor_rank(),
+    for (const ParamTensor& t : local_layout.tensors())
+        for_each_run(t, *full_layout.find(t.name), local_layout.tensor_rank(),
                      [&](std::size_t lo, std::size_t fo, std::size_t n) {
                          std::copy_n(full + fo, n, local + lo);
                      });
@@ -118,10 +132,8 @@ void shard_params(const ParamLayout& full_layout, const float* full, const Param
 
 void unshard_params(const ParamLayout& local_layout, const float* local,
                     const ParamLayout& full_layout, float* full) {
-    const auto& lt = local_layout.tensors();
-    const auto& ft = full_layout.tensors();
-    for (std::size_t i = 0; i < lt.size(); ++i)
-        for_each_run(lt[i], ft[i], local_layout.tensor_rank(),
+    for (const ParamTensor& t : local_layout.tensors())
+        for_each_run(t, *full_layout.find(t.name), local_layout.tensor_rank(),
                      [&](std::size_t lo, std::size_t fo, std::size_t n) {
                          std::copy_n(local + lo, n, full + fo);
                      });

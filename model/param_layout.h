@@ -15,7 +15,12 @@
 // and every other tensor whole (replicated: wpe, LayerNorms, row-parallel biases). A layout
 // with tensor_size 1 is the whole model; shard_params/unshard_params map between the two.
 //
-// Order: wte, wpe, then layer by layer (so a pipeline stage owns a contiguous run), ln_f.
+// Under P-stage pipeline parallelism with v chunks per stage (StagePlan), a stage holds the
+// layers of its chunks (global chunk g = c·P + stage holds layers g·L/(P·v) ..), wte and wpe
+// on the first stage (the embedding), ln_f and wte on the last (the LM head, tied to wte: the
+// two copies get the same gradient, summed over the embedding group).
+//
+// Order: wte, wpe, then layer by layer (so a stage's chunks are contiguous runs), ln_f.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +39,17 @@ struct GptShape {
     int hidden = 0;        // C
     int heads = 0;         // NH
     int ffn = 0;           // F, MLP width
+};
+
+// Which part of the model a pipeline stage holds (P = v = 1: all of it).
+struct StagePlan {
+    int stages = 1;  // P
+    int stage = 0;   // this stage, 0 .. P-1
+    int chunks = 1;  // v, model chunks per stage (interleaved schedule)
+
+    int global_chunk(int c) const { return c * stages + stage; }
+    bool first() const { return stage == 0; }
+    bool last() const { return stage == stages - 1; }
 };
 
 // How a tensor is divided over the tensor-parallel ranks.
@@ -66,15 +82,21 @@ struct LayerParams {
 
 class ParamLayout {
 public:
-    // The layout of tensor-parallel rank `tensor_rank` of `tensor_size`. Throws
-    // trident::Error when heads, ffn or padded_vocab do not divide by tensor_size.
-    explicit ParamLayout(const GptShape& shape, int tensor_rank = 0, int tensor_size = 1);
+    // The layout of tensor-parallel rank `tensor_rank` of `tensor_size` on the stage `plan`.
+    // Throws trident::Error when heads, ffn or padded_vocab do not divide by tensor_size, or
+    // the layers by P·v.
+    explicit ParamLayout(const GptShape& shape, int tensor_rank = 0, int tensor_size = 1,
+                         const StagePlan& plan = {});
 
     const GptShape& shape() const { return shape_; }
     const std::vector<ParamTensor>& tensors() const { return tensors_; }
     std::size_t total() const { return total_; }  // floats in the flat buffer
     int tensor_rank() const { return tensor_rank_; }
     int tensor_size() const { return tensor_size_; }
+    const StagePlan& plan() const { return plan_; }
+    int layers_per_chunk() const { return shape_.layers / (plan_.stages * plan_.chunks); }
+    // Global index of the first layer of local chunk c.
+    int first_layer(int c) const { return plan_.global_chunk(c) * layers_per_chunk(); }
 
     // This rank's share of the split dimensions.
     int vocab_begin() const { return tensor_rank_ * vocab_local(); }
@@ -84,11 +106,12 @@ public:
     int hidden_local() const { return shape_.hidden / tensor_size_; }  // attention width
     int ffn_local() const { return shape_.ffn / tensor_size_; }
 
-    std::size_t wte() const { return wte_; }      // (Vp/M, C)
-    std::size_t wpe() const { return wpe_; }      // (T, C)
-    std::size_t lnf_w() const { return lnf_w_; }  // (C)
-    std::size_t lnf_b() const { return lnf_b_; }  // (C)
-    const LayerParams& layer(int l) const { return layers_[static_cast<std::size_t>(l)]; }
+    std::size_t wte() const { return wte_; }      // (Vp/M, C), first and last stage
+    std::size_t wpe() const { return wpe_; }      // (T, C), first stage
+    std::size_t lnf_w() const { return lnf_w_; }  // (C), last stage
+    std::size_t lnf_b() const { return lnf_b_; }  // (C), last stage
+    // The tensors of global layer l, which must be one of this stage's.
+    const LayerParams& layer(int l) const;
 
     // The tensor of that name, or nullptr.
     const ParamTensor* find(const std::string& name) const;
@@ -99,17 +122,19 @@ private:
 
     GptShape shape_;
     int tensor_rank_, tensor_size_;
+    StagePlan plan_;
     std::vector<ParamTensor> tensors_;
-    std::vector<LayerParams> layers_;
+    std::vector<int> layer_ids_;        // global index of each layer held, ascending
+    std::vector<LayerParams> layers_;   // their tensors
     std::size_t total_ = 0;
     std::size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
 };
 
-// Copies this rank's slice of every tensor of `full` (a tensor_size-1 layout's buffer) into
-// `local` (the buffer of `local_layout`).
+// Copies this rank's slice of every tensor it holds from `full` (the buffer of a layout of
+// the whole model: tensor_size 1, one stage) into `local` (the buffer of `local_layout`).
 void shard_params(const ParamLayout& full_layout, const float* full, const ParamLayout& local_layout,
                   float* local);
-// The reverse: writes this rank's slice back into its place in `full`.
+// The reverse: writes this rank's slices back into their places in `full`.
 void unshard_params(const ParamLayout& local_layout, const float* local,
                     const ParamLayout& full_layout, float* full);
 

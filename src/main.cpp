@@ -83,6 +83,28 @@ int main(int argc, char** argv) {
     generate_cmd->add_option("--threads", gen.threads, "CPU threads; 0 = all cores")
         ->capture_default_str();
 
+    commands::ScheduleOptions sched;
+    auto* schedule_cmd = app.add_subcommand(
+        "schedule", "Simulate a pipeline schedule: text timeline, bubble, in-flight, SVG");
+    schedule_cmd->add_option("--kind", sched.kind, "gpipe, 1f1b or interleaved")
+        ->capture_default_str();
+    schedule_cmd->add_option("--pipeline", sched.pipeline, "Pipeline stages P")
+        ->capture_default_str();
+    schedule_cmd->add_option("--microbatches", sched.microbatches, "Microbatches per step m")
+        ->capture_default_str();
+    schedule_cmd->add_option("--virtual", sched.virtual_stages,
+                             "Chunks per stage v; 0 = 2 for interleaved, else 1")
+        ->capture_default_str();
+    schedule_cmd->add_option("--svg", sched.svg, "SVG file to write (\"\" for none)")
+        ->capture_default_str();
+    schedule_cmd->add_option("--forward-cost", sched.forward_cost, "Time of one chunk's forward")
+        ->capture_default_str();
+    schedule_cmd->add_option("--backward-cost", sched.backward_cost,
+                             "Time of one chunk's backward")
+        ->capture_default_str();
+    schedule_cmd->add_option("--latency", sched.latency, "Time from a send to its receive")
+        ->capture_default_str();
+
     CLI11_PARSE(app, argc, argv);
     try {
         if (*train_cmd || *bench_cmd) {  // the commands that run on a grid of processes
@@ -92,6 +114,7 @@ int main(int argc, char** argv) {
         if (*export_cmd) return commands::export_model(exp);
         if (*tokenize_cmd) return commands::tokenize(tok);
         if (*generate_cmd) return commands::generate(gen);
+        if (*schedule_cmd) return commands::schedule(sched);
     } catch (const std::exception& e) {
         std::fflush(stdout);
         std::fprintf(stderr, "trident: error: %s\n", e.what());

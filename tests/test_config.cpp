@@ -269,11 +269,12 @@ TEST_CASE("config: overrides are applied after the file with the same checks", "
     }
 }
 
-TEST_CASE("config: layouts other than 1xMx1 are refused for now", "[config]") {
-    CHECK(error_of(kMinimal + "parallel:\n  tensor: 1\n  pipeline: 2\n") ==
-          "x.yaml:5: parallel.pipeline: only tensor parallelism is supported so far: layouts 1xMx1 (got 2x1x1)");
+TEST_CASE("config: data parallelism is refused for now", "[config]") {
     CHECK(error_of(kMinimal, {"parallel.data=4"}) ==
-          "--set parallel.data=4: parallel.data: only tensor parallelism is supported so far: layouts 1xMx1 (got 1x1x4)");
+          "--set parallel.data=4: parallel.data: data parallelism is not supported yet: layouts PxMx1 (got 1x1x4)");
+    CHECK(parse(kMinimal + "parallel:\n  pipeline: 2\n  tensor: 2\n", "x.yaml").parallel.pipeline == 2);
+    CHECK(error_of(kMinimal + "parallel:\n  pipeline: 5\n") ==
+          "x.yaml:4: model.layers (12) must be a multiple of parallel.pipeline × virtual_stages = 5 × 1 = 5");
     CHECK(parse(kMinimal + "parallel:\n  sequence_parallel: true\n  tensor: 2\n", "x.yaml")
               .parallel.sequence_parallel);
     CHECK(error_of(kMinimal + "parallel:\n  tensor: 5\n") ==
@@ -283,6 +284,8 @@ TEST_CASE("config: layouts other than 1xMx1 are refused for now", "[config]") {
     CHECK(error_of(kMinimal + "training:\n  recompute: full\n") ==
           "x.yaml:4: training.recompute: full is not supported yet (only none)");
     CHECK(error_of(kMinimal + "parallel:\n  schedule: interleaved\n") ==
+          "x.yaml:4: parallel.schedule: interleaved needs parallel.pipeline >= 2 (got 1)");
+    CHECK(error_of(kMinimal + "parallel:\n  schedule: interleaved\n  pipeline: 2\n") ==
           "x.yaml:4: parallel.schedule: interleaved needs parallel.virtual_stages >= 2 (got 1)");
     CHECK(error_of(kMinimal + "device: cuda\n") ==
           "x.yaml:3: device: this build has no CUDA backend yet (use auto or cpu)");

@@ -25,7 +25,7 @@ void run(const BenchOptions& opts, const config::Config& cfg, parallel::Grid& gr
     const double peak = train::measure_gemm_flops(*ops);
     if (leader) print_summary(cfg, *ops, peak);
 
-    train::Trainer trainer(cfg, *ops, &grid.tensor());
+    train::Trainer trainer(cfg, *ops, &grid);
     initialise_weights(cfg, trainer.model());
     const uint64_t vocab = static_cast<uint64_t>(cfg.model.vocab_size);
     const uint64_t T = static_cast<uint64_t>(cfg.model.seq_len);

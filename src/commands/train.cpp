@@ -31,10 +31,10 @@ void refuse_existing_checkpoints(const config::Config& cfg) {
 
 // A sample of text from the trained model, as the config asks, on rank 0 with a whole copy
 // of it with micro batch 1 (generation needs one sequence, not the training batch).
-void print_sample(const config::Config& cfg, model::Gpt& trained, kernels::Ops& ops, bool leader) {
-    const std::vector<float> full = trained.full_params_to_host();  // collective
+void print_sample(const config::Config& cfg, train::Trainer& trained, kernels::Ops& ops, bool leader) {
+    const std::vector<float> full = trained.full_params();  // collective
     if (!leader) return;
-    model::Gpt gpt(ops, trained.shape(), 1, 0.0f);
+    model::Gpt gpt(ops, trained.model().shape(), 1, 0.0f);
     gpt.load_full_params(full);
     const auto tokenizer = data::tokenizer_for_vocab(cfg.model.vocab_size);
     train::SamplingOptions opts;
@@ -71,7 +71,7 @@ void run(const Setup& setup, parallel::Grid& grid) {
         if (setup.valid_data) std::printf("valid: %s\n", setup.valid_data->summary().c_str());
     }
 
-    train::Trainer trainer(cfg, *ops, &grid.tensor());
+    train::Trainer trainer(cfg, *ops, &grid);
     initialise_weights(cfg, trainer.model());
     if (leader && cfg.model.init_from) std::printf("weights: %s\n", cfg.model.init_from->c_str());
     std::optional<train::MetricsLog> log;
@@ -112,7 +112,7 @@ void run(const Setup& setup, parallel::Grid& grid) {
         }
         if (log) log->record(m);
         if (cfg.checkpoint.dir && due(m.step, cfg.checkpoint.interval, t.steps)) {
-            const auto full = trainer.model().full_params_to_host();  // collective
+            const auto full = trainer.full_params();  // collective
             if (leader) {
                 const model::ParamLayout full_layout(trainer.model().shape());
                 const std::string where =
@@ -121,7 +121,7 @@ void run(const Setup& setup, parallel::Grid& grid) {
             }
         }
     }
-    if (cfg.logging.sample_tokens > 0) print_sample(cfg, trainer.model(), *ops, leader);
+    if (cfg.logging.sample_tokens > 0) print_sample(cfg, trainer, *ops, leader);
     if (!leader) return;
     if (setup.valid_data)
         std::printf("done: %d steps | validation loss %.4f (%.4f before training)\n", t.steps,

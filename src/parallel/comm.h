@@ -52,6 +52,11 @@ public:
     // order each pair of neighbours' sends and recvs so that neither waits on the other.
     virtual void send(const float* data, std::size_t count, int peer, int tag) = 0;
     virtual void recv(float* data, std::size_t count, int peer, int tag) = 0;
+    // A send that returns at once (as MPI_Isend): `data` must stay untouched until
+    // wait_sends() returns, which waits for every send_async of this group so far. Pipelines
+    // use it so a stage never waits for its neighbour to reach the matching recv.
+    virtual void send_async(const float* data, std::size_t count, int peer, int tag) = 0;
+    virtual void wait_sends() = 0;
     virtual void barrier() = 0;
 
     const CommStats& stats() const { return stats_; }

@@ -166,6 +166,29 @@ void MpiComm::send(const float* data, std::size_t count, int peer, int tag) {
     } while (offset < count);
 }
 
+void MpiComm::send_async(const float* data, std::size_t count, int peer, int tag) {
+    check_peer(peer, "send_async");
+    check_tag(tag, "send_async");
+    Comm::count(CommKind::send, count);
+    std::size_t offset = 0;
+    do {
+        const std::size_t n = std::min(max_chunk_, count - offset);
+        MPI_Request request;
+        check(MPI_Isend(data + offset, static_cast<int>(n), MPI_FLOAT, peer, tag, comm_, &request),
+              "MPI_Isend");
+        pending_sends_.push_back(request);
+        offset += n;
+    } while (offset < count);
+}
+
+void MpiComm::wait_sends() {
+    if (pending_sends_.empty()) return;
+    check(MPI_Waitall(static_cast<int>(pending_sends_.size()), pending_sends_.data(),
+                      MPI_STATUSES_IGNORE),
+          "MPI_Waitall");
+    pending_sends_.clear();
+}
+
 void MpiComm::recv(float* data, std::size_t count, int peer, int tag) {
     check_peer(peer, "recv");
     check_tag(tag, "recv");

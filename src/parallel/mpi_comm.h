@@ -55,6 +55,8 @@ public:
     void send(const float* data, std::size_t count, int peer, int tag) override;
     void recv(float* data, std::size_t count, int peer, int tag) override;
     void barrier() override;
+    void send_async(const float* data, std::size_t count, int peer, int tag) override;
+    void wait_sends() override;
 
 private:
     void check_peer(int peer, const char* call) const;
@@ -66,6 +68,7 @@ private:
     int tag_upper_bound_ = 32767;  // MPI_TAG_UB; MPI guarantees at least this
     std::size_t max_chunk_;
     std::vector<float> scratch_;  // for overlapping buffers and split reduce-scatters
+    std::vector<MPI_Request> pending_sends_;  // of send_async, until wait_sends
 };
 
 }  // namespace trident::parallel

@@ -19,6 +19,10 @@ void SoloComm::send(const float*, std::size_t, int, int) {
     throw Error("internal: send in a group of one process");
 }
 
+void SoloComm::send_async(const float*, std::size_t, int, int) {
+    throw Error("internal: send in a group of one process");
+}
+
 void SoloComm::recv(float*, std::size_t, int, int) {
     throw Error("internal: recv in a group of one process");
 }

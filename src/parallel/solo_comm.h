@@ -17,6 +17,8 @@ public:
     void send(const float*, std::size_t, int, int) override;
     void recv(float*, std::size_t, int, int) override;
     void barrier() override {}
+    void send_async(const float*, std::size_t, int, int) override;
+    void wait_sends() override {}
 };
 
 }  // namespace trident::parallel

@@ -8,6 +8,7 @@
 #include "error.h"
 #include "kernels/random.h"
 #include "optim/lr_schedule.h"
+#include "pipeline/schedule.h"
 #include "train/model_shape.h"
 
 namespace trident::train {
@@ -17,50 +18,72 @@ namespace {
 // Dropout seeds are a separate stream from initialisation's.
 constexpr uint64_t kDropoutStream = 0x64726F706F7574ull;  // "dropout"
 
-}  // namespace
-
-Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Comm* tensor)
-    : cfg_(cfg),
-      tensor_(tensor),
-      model_(ops, gpt_shape(cfg), cfg.training.micro_batch, static_cast<float>(cfg.model.dropout),
-             tensor, cfg.parallel.sequence_parallel),
-      optimizer_(ops, model_.layout(), cfg.training, tensor) {
-    const std::size_t n = static_cast<std::size_t>(cfg.training.micro_batch) * cfg.model.seq_len;
-    inputs_.resize(n);
-    targets_.resize(n);
+model::StagePlan stage_plan(const config::Config& cfg, parallel::Grid* grid) {
+    return model::StagePlan{cfg.parallel.pipeline, grid ? grid->coordinates().pp : 0,
+                            cfg.parallel.virtual_stages};
 }
 
-void Trainer::load_microbatch(const SampleFn& sample, uint64_t first) {
-    const std::size_t T = static_cast<std::size_t>(cfg_.model.seq_len);
-    for (int i = 0; i < cfg_.training.micro_batch; ++i) {
-        const std::size_t at = static_cast<std::size_t>(i) * T;
-        sample(first + static_cast<uint64_t>(i), std::span(inputs_).subspan(at, T),
-               std::span(targets_).subspan(at, T));
+pipeline::Kind schedule_kind(config::Schedule s) {
+    switch (s) {
+        case config::Schedule::gpipe: return pipeline::Kind::gpipe;
+        case config::Schedule::interleaved: return pipeline::Kind::interleaved;
+        case config::Schedule::one_f_one_b: break;
     }
+    return pipeline::Kind::one_f_one_b;
+}
+
+}  // namespace
+
+Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* grid)
+    : cfg_(cfg),
+      tensor_(grid ? grid->tensor() : solo_),
+      pipeline_(grid ? grid->pipeline() : solo_),
+      embedding_(grid ? grid->embedding() : solo_),
+      model_(ops, gpt_shape(cfg), cfg.training.micro_batch, static_cast<float>(cfg.model.dropout),
+             &tensor_, cfg.parallel.sequence_parallel, stage_plan(cfg, grid)),
+      optimizer_(ops, model_.layout(), cfg.training, &tensor_, &pipeline_),
+      executor_(ops, model_, &pipeline_) {}
+
+double Trainer::from_last_stage(double loss) {
+    // A float pair (high part, remainder) carries the double exactly enough.
+    float parts[2] = {static_cast<float>(loss), 0.0f};
+    parts[1] = static_cast<float>(loss - static_cast<double>(parts[0]));
+    pipeline_.broadcast(parts, 2, pipeline_.size() - 1);
+    return static_cast<double>(parts[0]) + static_cast<double>(parts[1]);
 }
 
 double Trainer::accumulate_gradients(int step, const SampleFn& sample) {
     const auto& t = cfg_.training;
+    const model::StagePlan& plan = model_.layout().plan();
     const uint64_t first_sample = static_cast<uint64_t>(step) * t.global_batch;
-    const int accum = cfg_.derived.grad_accum_steps;
+    const int microbatches = cfg_.derived.grad_accum_steps;
     const float dloss = 1.0f / static_cast<float>(cfg_.derived.tokens_per_step);
+    const std::size_t T = static_cast<std::size_t>(cfg_.model.seq_len);
+    const auto first_of = [&](int mb) { return first_sample + static_cast<uint64_t>(mb) * t.micro_batch; };
 
     model_.zero_grads();
-    double loss_sum = 0;
-    for (int mb = 0; mb < accum; ++mb) {
-        const uint64_t first = first_sample + static_cast<uint64_t>(mb) * t.micro_batch;
-        load_microbatch(sample, first);
-        const uint64_t dropout_seed = kernels::hash64(t.seed ^ kDropoutStream, first);
-        loss_sum += model_.forward(inputs_.data(), targets_.data(), true, dropout_seed);
-        model_.backward(dloss);
-    }
+    const double loss_sum = executor_.run(
+        pipeline::schedule(schedule_kind(cfg_.parallel.schedule), plan.stages, plan.chunks,
+                           microbatches, plan.stage),
+        [&](int mb, std::span<int32_t> in, std::span<int32_t> tgt) {
+            for (int i = 0; i < t.micro_batch; ++i)
+                sample(first_of(mb) + static_cast<uint64_t>(i), in.subspan(i * T, T),
+                       tgt.subspan(i * T, T));
+        },
+        dloss, true, [&](int mb) { return kernels::hash64(t.seed ^ kDropoutStream, first_of(mb)); });
     model_.finish_gradients();
-    return loss_sum / accum;
+    // The LM head's copy of wte on the last stage and the embedding's on the first: the
+    // tied weight's gradient is the sum of both.
+    if (plan.stages > 1 && (plan.first() || plan.last())) {
+        const model::ParamTensor* wte = model_.layout().find("wte.weight");
+        embedding_.all_reduce(model_.grads() + wte->offset, wte->numel);
+    }
+    return from_last_stage(loss_sum / microbatches);
 }
 
 StepResult Trainer::step(int step, const SampleFn& sample) {
     const auto t0 = std::chrono::steady_clock::now();
-    if (tensor_) tensor_->reset_stats();
+    tensor_.reset_stats();
     StepResult r;
     r.loss = accumulate_gradients(step, sample);
     r.grad_norm = optimizer_.grad_norm(model_.grads());
@@ -71,18 +94,34 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     optimizer_.clip(model_.grads(), r.grad_norm);
     r.lr = optim::learning_rate(cfg_.training, step);
     optimizer_.step(model_.params(), model_.grads(), r.lr);
-    if (tensor_) r.tensor_comm = tensor_->stats();
+    r.tensor_comm = tensor_.stats();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
 }
 
 double Trainer::evaluate(const SampleFn& sample, int microbatches) {
-    double sum = 0;
-    for (int mb = 0; mb < microbatches; ++mb) {
-        load_microbatch(sample, static_cast<uint64_t>(mb) * cfg_.training.micro_batch);
-        sum += model_.forward(inputs_.data(), targets_.data(), false, 0);
-    }
-    return sum / microbatches;
+    const auto& t = cfg_.training;
+    const std::size_t T = static_cast<std::size_t>(cfg_.model.seq_len);
+    const double loss_sum = executor_.run(
+        pipeline::forward_only(model_.layout().plan(), microbatches),
+        [&](int mb, std::span<int32_t> in, std::span<int32_t> tgt) {
+            for (int i = 0; i < t.micro_batch; ++i)
+                sample(static_cast<uint64_t>(mb) * t.micro_batch + static_cast<uint64_t>(i),
+                       in.subspan(i * T, T), tgt.subspan(i * T, T));
+        },
+        0.0f, false, [](int) { return uint64_t{0}; });
+    return from_last_stage(loss_sum / microbatches);
 }
+
+std::vector<float> Trainer::gather_full(const std::vector<float>& local) {
+    std::vector<float> full = model_.share_of_full(local);
+    tensor_.all_reduce(full.data(), full.size());
+    pipeline_.all_reduce(full.data(), full.size());
+    return full;
+}
+
+std::vector<float> Trainer::full_params() { return gather_full(model_.params_to_host()); }
+
+std::vector<float> Trainer::full_grads() { return gather_full(model_.grads_to_host()); }
 
 }  // namespace trident::train

@@ -1,5 +1,6 @@
 // One training step and one validation pass over the model, independent of where the tokens
-// come from: the `train` command feeds it the dataset, the `bench` command random tokens.
+// come from (the `train` command feeds it the dataset, the `bench` command random tokens)
+// and of the grid: a rank runs its pipeline stage's schedule on its tensor-parallel slice.
 #pragma once
 
 #include <cstdint>
@@ -11,6 +12,8 @@
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
+#include "parallel/grid.h"
+#include "pipeline/executor.h"
 
 namespace trident::train {
 
@@ -28,13 +31,14 @@ struct StepResult {
 
 class Trainer {
 public:
-    // `tensor`: this rank's tensor-parallel group (null: one process).
-    Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Comm* tensor = nullptr);
+    // `grid`: this rank's place in the grid (null: one process).
+    Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* grid = nullptr);
 
     model::Gpt& model() { return model_; }
 
     // Step `step` (0-based): forward and backward over every microbatch of the global batch
-    // (samples step*B ... step*B + B - 1), clipping, AdamW.
+    // (samples step*B ... step*B + B - 1) in the configured pipeline schedule, clipping,
+    // AdamW. Every rank returns the same figures.
     StepResult step(int step, const SampleFn& sample);
     // The first half of a step: the gradients of its global batch, in model().grads().
     // Returns the mean loss over every token of the batch.
@@ -42,15 +46,24 @@ public:
     // Mean loss over `microbatches` microbatches of samples 0, 1, ...: no dropout, no update.
     double evaluate(const SampleFn& sample, int microbatches);
 
+    // The whole model's parameters or gradients (a buffer of ParamLayout(shape)), put
+    // together from every stage's and tensor rank's part; collective, same on every rank.
+    std::vector<float> full_params();
+    std::vector<float> full_grads();
+
 private:
-    // Loads microbatch samples first .. first + micro_batch - 1 into inputs_/targets_.
-    void load_microbatch(const SampleFn& sample, uint64_t first);
+    std::vector<float> gather_full(const std::vector<float>& local);
+    // The last stage's loss, given to every stage (in double, as a pair of floats).
+    double from_last_stage(double loss);
 
     const config::Config& cfg_;
-    parallel::Comm* tensor_;
+    parallel::SoloComm solo_;
+    parallel::Comm& tensor_;
+    parallel::Comm& pipeline_;
+    parallel::Comm& embedding_;
     model::Gpt model_;
     optim::AdamW optimizer_;
-    std::vector<int32_t> inputs_, targets_;  // (micro_batch, T)
+    pipeline::Executor executor_;
 };
 
 }  // namespace trident::train

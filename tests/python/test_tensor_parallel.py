@@ -10,66 +10,14 @@ equals Megatron's formula, and bad grids give one clear message and a non-zero e
 Needs only the standard library and mpirun; exit 77 (skipped) without mpirun.
 """
 import argparse
-import array
-import json
 import os
 import shutil
-import struct
-import subprocess
 import sys
 import tempfile
 
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
-
-
-def mpirun_env():
-    env = dict(os.environ)
-    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-               OMPI_MCA_rmaps_base_oversubscribe="1")
-    return env
-
-
-def run(cmd, ranks=None, expect_ok=True):
-    if ranks is not None:
-        cmd = [shutil.which("mpirun"), "--oversubscribe", "-np", str(ranks)] + cmd
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       env=mpirun_env(), timeout=600)
-    if expect_ok and p.returncode != 0:
-        print(p.stdout)
-        raise SystemExit(f"command failed ({p.returncode}): {' '.join(cmd)}")
-    return p
-
-
-def read_safetensors(path):
-    with open(path, "rb") as f:
-        n = struct.unpack("<Q", f.read(8))[0]
-        header = json.loads(f.read(n))
-        data = f.read()
-    tensors = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        assert info["dtype"] == "F32", info
-        b, e = info["data_offsets"]
-        tensors[name] = array.array("f", data[b:e])
-    return tensors
-
-
-def rel_diff(a, b):
-    scale = max(abs(x) for x in b) or 1.0
-    return max(abs(x - y) for x, y in zip(a, b)) / scale
-
-
-def losses(metrics_path):
-    with open(metrics_path) as f:
-        return [json.loads(line) for line in f]
-
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mpi_harness import (check, failures, losses, read_safetensors, run,  # noqa: E402
+                         worst_tensor_diff, write_shard)
 
 def main():
     p = argparse.ArgumentParser()
@@ -86,9 +34,7 @@ def main():
         path = lambda name: os.path.join(tmp, name)  # noqa: E731
         # 3000 tokens of a vocabulary of 300: padded to 384 for M = 1, 512 for M = 2 and 4.
         tokens = [(i * 7919 + (i * i) % 101) % 300 for i in range(3000)]
-        with open(path("train.bin"), "wb") as f:
-            f.write(struct.pack("<256i", 20240520, 1, len(tokens), *([0] * 253)))
-            f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+        write_shard(path("train.bin"), tokens)
         with open(path("c.yaml"), "w") as f:
             f.write("model: {vocab_size: 300, seq_len: 16, layers: 2, hidden: 32, heads: 4,"
                     " ffn_hidden: 128}\n"
@@ -116,7 +62,7 @@ def main():
                                         "--output", out], ranks=m)
             got = read_safetensors(out)
             check(sorted(got) == sorted(ref), f"{name}: the same {len(ref)} tensors")
-            worst = max((rel_diff(got[k], ref[k]), k) for k in ref)
+            worst = worst_tensor_diff(got, ref)
             check(worst[0] <= 1e-5, f"{name}: loss and gradients within 1e-5 (worst {worst[0]:.2e}, {worst[1]})")
 
         # 2. Ten steps of training, with and without dropout.
@@ -174,7 +120,7 @@ def main():
             exported[(m, sp)] = read_safetensors(ck + ".safetensors")
         ref_weights = exported[(1, False)]
         for key, got in exported.items():
-            worst = max((rel_diff(got[k], ref_weights[k]), k) for k in ref_weights)
+            worst = worst_tensor_diff(got, ref_weights)
             check(worst[0] <= 1e-5, f"M={key[0]}{' +SP' if key[1] else ''}: exported weights after"
                                     f" 10 steps within 1e-5 of M=1 (worst {worst[0]:.2e}, {worst[1]})")
 

@@ -46,14 +46,14 @@ static void check_replicated_gradients(model::Gpt& gpt, parallel::Comm& tensor) 
 static void dump(const config::Config& cfg, parallel::Grid& grid, const std::string& output) {
     if (!cfg.model.init_from) throw Error("model.init_from must name the weights to load");
     auto ops = kernels::make_cpu_ops(cfg.training.threads);
-    train::Trainer trainer(cfg, *ops, &grid.tensor());
+    train::Trainer trainer(cfg, *ops, &grid);
     commands::initialise_weights(cfg, trainer.model());
     data::Dataset train_data = data::open_train_data(cfg);
     const double loss = trainer.accumulate_gradients(
         0, [&](uint64_t k, std::span<int32_t> in, std::span<int32_t> tgt) { train_data.fill(k, in, tgt); });
 
     check_replicated_gradients(trainer.model(), grid.tensor());
-    const std::vector<float> grads = trainer.model().full_grads_to_host();  // collective
+    const std::vector<float> grads = trainer.full_grads();  // collective
     if (grid.rank() != 0) return;
     const model::ParamLayout full_layout(trainer.model().shape());
     model::HfTensors out = model::to_hf_tensors(full_layout, grads.data());

@@ -1,0 +1,108 @@
+// The pipeline executor (see executor.h).
+#include "pipeline/executor.h"
+
+#include <limits>
+#include <string>
+
+#include "error.h"
+
+namespace trident::pipeline {
+
+namespace {
+
+// What a stage holds between receiving, computing and sending, keyed with the microbatch and
+// the local chunk.
+enum Message { act_in, act_out, grad_in, grad_out };
+
+}  // namespace
+
+Executor::Executor(kernels::Ops& ops, model::Gpt& model, parallel::Comm* pipeline)
+    : ops_(ops), model_(model), pipeline_(pipeline ? *pipeline : solo_) {
+    const std::size_t n = static_cast<std::size_t>(model.micro_batch()) * model.shape().max_seq;
+    inputs_.resize(n);
+    targets_.resize(n);
+}
+
+float* Executor::buffer(int kind, int mb, int c) {
+    auto [it, fresh] = messages_.try_emplace(Key{kind, mb, c});
+    if (fresh) it->second = model::DeviceBuffer(ops_, model_.boundary_size());
+    return it->second.data();
+}
+
+void Executor::drop(int kind, int mb, int c) { messages_.erase(Key{kind, mb, c}); }
+
+// Messages between two stages are told apart by what they carry: the boundary they cross
+// (from global chunk b to b + 1) and the microbatch; activations even, gradients odd.
+int Executor::tag(int kind, int mb, int boundary) const {
+    const model::StagePlan& plan = model_.layout().plan();
+    const long long t =
+        2LL * (static_cast<long long>(mb) * plan.stages * plan.chunks + boundary) + kind;
+    if (t > std::numeric_limits<int>::max())
+        throw Error("pipeline: too many microbatches per step for message tags");
+    return static_cast<int>(t);
+}
+
+double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& microbatch,
+                     float dloss, bool training, const SeedFn& dropout_seed) {
+    const model::StagePlan& plan = model_.layout().plan();
+    const int P = plan.stages;
+    const int last_chunk = P * plan.chunks - 1;
+    const int next = (plan.stage + 1) % P, previous = (plan.stage + P - 1) % P;
+    const std::size_t n = model_.boundary_size();
+    constexpr int kAct = 0, kGrad = 1;
+    double loss_sum = 0;
+
+    for (const Instr& in : stream) {
+        const int mb = in.microbatch, c = in.chunk, g = plan.global_chunk(c);
+        switch (in.op) {
+            case Op::recv_act:
+                pipeline_.recv(buffer(act_in, mb, c), n, previous, tag(kAct, mb, g - 1));
+                break;
+            case Op::forward: {
+                const bool embeds = g == 0, head = g == last_chunk;
+                if (embeds || head) microbatch(mb, inputs_, targets_);
+                const float loss = model_.forward_chunk(
+                    mb, c, inputs_.data(), targets_.data(), embeds ? nullptr : buffer(act_in, mb, c),
+                    head ? nullptr : buffer(act_out, mb, c), training, dropout_seed(mb));
+                if (head) loss_sum += loss;
+                drop(act_in, mb, c);  // the model keeps its own copy
+                break;
+            }
+            case Op::send_act:
+                pipeline_.send_async(buffer(act_out, mb, c), n, next, tag(kAct, mb, g));
+                break;
+            case Op::recv_grad:
+                pipeline_.recv(buffer(grad_in, mb, c), n, next, tag(kGrad, mb, g));
+                break;
+            case Op::backward:
+                model_.backward_chunk(mb, c, dloss, g == last_chunk ? nullptr : buffer(grad_in, mb, c),
+                                      g == 0 ? nullptr : buffer(grad_out, mb, c));
+                drop(grad_in, mb, c);
+                break;
+            case Op::send_grad:
+                pipeline_.send_async(buffer(grad_out, mb, c), n, previous, tag(kGrad, mb, g - 1));
+                break;
+        }
+    }
+    // Every send has been received once the step is over; their buffers can go.
+    pipeline_.wait_sends();
+    messages_.clear();
+    return loss_sum;
+}
+
+std::vector<Instr> forward_only(const model::StagePlan& plan, int m) {
+    // Microbatch by microbatch through the chunks in order: a receive always waits on a send
+    // issued earlier in some stage's stream, so no stage can wait forever.
+    std::vector<Instr> stream;
+    const int last = plan.stages * plan.chunks - 1;
+    for (int mb = 0; mb < m; ++mb)
+        for (int c = 0; c < plan.chunks; ++c) {
+            const int g = plan.global_chunk(c);
+            if (g > 0) stream.push_back({Op::recv_act, mb, c});
+            stream.push_back({Op::forward, mb, c});
+            if (g < last) stream.push_back({Op::send_act, mb, c});
+        }
+    return stream;
+}
+
+}  // namespace trident::pipeline

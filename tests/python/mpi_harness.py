@@ -1,0 +1,75 @@
+"""What the multi-rank layout tests share: running trident under mpirun, reading the
+gradient dumps (safetensors, F32) and metrics files, comparing, and writing tiny data.
+
+Standard library only.
+"""
+import array
+import json
+import os
+import shutil
+import struct
+import subprocess
+
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what, flush=True)
+    if not ok:
+        failures.append(what)
+
+
+def mpirun_env():
+    env = dict(os.environ)
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_rmaps_base_oversubscribe="1")
+    return env
+
+
+def run(cmd, ranks=None, expect_ok=True):
+    if ranks is not None:
+        cmd = [shutil.which("mpirun"), "--oversubscribe", "-np", str(ranks)] + cmd
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env=mpirun_env(), timeout=600)
+    if expect_ok and p.returncode != 0:
+        print(p.stdout)
+        raise SystemExit(f"command failed ({p.returncode}): {' '.join(cmd)}")
+    return p
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    tensors = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        assert info["dtype"] == "F32", info
+        b, e = info["data_offsets"]
+        tensors[name] = array.array("f", data[b:e])
+    return tensors
+
+
+def rel_diff(a, b):
+    scale = max(abs(x) for x in b) or 1.0
+    return max(abs(x - y) for x, y in zip(a, b)) / scale
+
+
+def losses(metrics_path):
+    with open(metrics_path) as f:
+        return [json.loads(line) for line in f]
+
+
+
+def write_shard(path, tokens):
+    """An llm.c token shard: 256 int32 header (magic, version 1, count), then uint16 ids."""
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, len(tokens), *([0] * 253)))
+        f.write(struct.pack(f"<{len(tokens)}H", *tokens))
+
+
+def worst_tensor_diff(got, ref):
+    """The largest relative difference over the tensors of `ref`, and its tensor's name."""
+    return max((rel_diff(got[k], ref[k]), k) for k in ref)

@@ -1,0 +1,106 @@
+#!/usr/bin/python3
+"""Pipeline parallelism under mpirun: every schedule trains the same model as one process.
+
+P = 2 and 4 with 1F1B and GPipe, P = 2 with the interleaved schedule (v = 2), and P = 2
+combined with M = 2 (and sequence parallelism): the loss and every gathered gradient of one
+global batch (tests/tools/model_dump) and the losses of 10 training steps (with validation)
+match P = 1 within 1e-5 relative. Layers not divisible by P·v and microbatches not a multiple
+of P for the interleaved schedule are refused with one clear message.
+
+Needs only the standard library and mpirun; exit 77 (skipped) without mpirun.
+"""
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mpi_harness import (check, failures, losses, read_safetensors, run,  # noqa: E402
+                         worst_tensor_diff, write_shard)
+
+# (P, M, schedule, v, sequence parallel)
+LAYOUTS = [(2, 1, "1f1b", 1, False), (4, 1, "1f1b", 1, False), (2, 1, "gpipe", 1, False),
+           (4, 1, "gpipe", 1, False), (2, 1, "interleaved", 2, False),
+           (2, 2, "1f1b", 1, False), (2, 2, "interleaved", 2, True)]
+
+
+def layout_args(p, m, schedule, v, sp):
+    return ["--set", f"parallel.pipeline={p}", "--set", f"parallel.tensor={m}",
+            "--set", f"parallel.schedule={schedule}", "--set", f"parallel.virtual_stages={v}",
+            "--set", f"parallel.sequence_parallel={'true' if sp else 'false'}"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trident", required=True)
+    ap.add_argument("--tools-dir", required=True)
+    a = ap.parse_args()
+    if shutil.which("mpirun") is None:
+        print("SKIP: mpirun not found (Debian's openmpi-bin)")
+        return 77
+    trident = a.trident
+    dump = os.path.join(a.tools_dir, "trident_model_dump")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = lambda name: os.path.join(tmp, name)  # noqa: E731
+        write_shard(path("train.bin"), [(i * 7919 + (i * i) % 101) % 300 for i in range(3000)])
+        with open(path("c.yaml"), "w") as f:
+            # 4 layers (P·v up to 4), 4 microbatches per step (a multiple of P = 2 and 4).
+            f.write("model: {vocab_size: 300, seq_len: 16, layers: 4, hidden: 32, heads: 4,"
+                    " ffn_hidden: 128, dropout: 0.1}\n"
+                    "training: {micro_batch: 2, global_batch: 8, steps: 10, warmup_steps: 2,"
+                    " lr: 3.0e-3, grad_clip: 0.5, threads: 1, eval_interval: 5, eval_batches: 2}\n"
+                    f"data: {{train: {path('train.bin')}, valid: {path('train.bin')},"
+                    " shuffle: false}\n")
+        base = ["--config", path("c.yaml")]
+        run([trident, "train"] + base + ["--set", "training.steps=1", "--set",
+                                         f"checkpoint.dir={path('ck')}"])
+        run([trident, "export", "--checkpoint", path("ck"), "--output", path("w.safetensors")])
+        init = ["--set", f"model.init_from={path('w.safetensors')}"]
+
+        run([dump] + base + init + ["--output", path("g1.safetensors")], ranks=1)
+        ref_grads = read_safetensors(path("g1.safetensors"))
+        run([trident, "train"] + base + init + ["--set", f"logging.metrics={path('m1.jsonl')}"],
+            ranks=1)
+        ref_rows = losses(path("m1.jsonl"))
+
+        for p, m, schedule, v, sp in LAYOUTS:
+            name = f"P={p} M={m} {schedule}{f' v={v}' if v > 1 else ''}{' +SP' if sp else ''}"
+            args = layout_args(p, m, schedule, v, sp)
+            out = path("g.safetensors")
+            run([dump] + base + init + args + ["--output", out], ranks=p * m)
+            got = read_safetensors(out)
+            worst = worst_tensor_diff(got, ref_grads)
+            check(sorted(got) == sorted(ref_grads) and worst[0] <= 1e-5,
+                  f"{name}: loss and gradients within 1e-5 of P=1 (worst {worst[0]:.2e}, {worst[1]})")
+
+            metrics = path("m.jsonl")
+            run([trident, "train"] + base + init + args + ["--set", f"logging.metrics={metrics}"],
+                ranks=p * m)
+            rows = losses(metrics)
+            worst = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(rows, ref_rows))
+            val = [(x["val_loss"], y["val_loss"]) for x, y in zip(rows, ref_rows) if "val_loss" in y]
+            worst_val = max(abs(x - y) / abs(y) for x, y in val)
+            check(len(rows) == 10 and worst <= 1e-5 and len(val) == 2 and worst_val <= 1e-5,
+                  f"{name}: 10-step losses (dropout 0.1) and validation within 1e-5 of P=1 "
+                  f"(worst {worst:.2e}, validation {worst_val:.2e})")
+
+        p = run([trident, "train"] + base + ["--set", "parallel.pipeline=3"], ranks=3,
+                expect_ok=False)
+        check(p.returncode != 0 and p.stdout.count("trident: error") == 1
+              and "model.layers (4) must be a multiple of parallel.pipeline" in p.stdout,
+              f"layers not divisible by P·v: one message, exit {p.returncode}")
+        p = run([trident, "train"] + base + layout_args(4, 1, "interleaved", 2, False)
+                + ["--set", "model.layers=8", "--set", "training.global_batch=12"],
+                ranks=4, expect_ok=False)
+        check(p.returncode != 0 and p.stdout.count("trident: error") == 1
+              and "multiple of parallel.pipeline (4)" in p.stdout,
+              f"interleaved with microbatches not a multiple of P: one message, exit {p.returncode}")
+
+    print(f"{len(failures)} failed" if failures else "all passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
