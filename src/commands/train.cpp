@@ -91,8 +91,12 @@ void run(const Setup& setup, parallel::Grid& grid) {
         first_val = last_val = trainer.evaluate(valid_sample, t.eval_batches);
         if (leader) std::printf("step %5d/%d | val_loss %.4f (before training)\n", 0, t.steps, first_val);
     }
+    const auto& lg = cfg.logging;
     for (int s = 0; s < t.steps; ++s) {
+        trainer.trace().set_recording(lg.trace && s + 1 >= lg.trace_from &&
+                                      s + 1 < lg.trace_from + lg.trace_steps);
         const train::StepResult r = trainer.step(s, train_sample);
+        trainer.trace().set_recording(false);
         train::StepMetrics m;
         m.step = s + 1;
         m.steps = t.steps;
@@ -120,6 +124,10 @@ void run(const Setup& setup, parallel::Grid& grid) {
                 std::printf("checkpoint: %s\n", where.c_str());
             }
         }
+    }
+    if (lg.trace) {
+        trainer.write_trace(*lg.trace);  // collective
+        if (leader) std::printf("trace: %s\n", lg.trace->c_str());
     }
     if (cfg.logging.sample_tokens > 0) print_sample(cfg, trainer, *ops, leader);
     if (!leader) return;

@@ -100,6 +100,8 @@ struct LoggingConfig {
     int interval = 1;
     std::optional<std::string> metrics;  // JSON-lines path
     std::optional<std::string> trace;    // Chrome trace path
+    int trace_from = 2;                  // first traced step (1-based; the first warms up)
+    int trace_steps = 1;                 // how many steps the trace covers
     int sample_tokens = 0;               // tokens of text generated after training; 0 = none
     std::string sample_prompt;           // the sample's prompt; empty = start of a document
     bool operator==(const LoggingConfig&) const = default;

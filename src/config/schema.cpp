@@ -153,6 +153,8 @@ const std::vector<Key>& table() {
         field("logging.interval", &C::logging, &LoggingConfig::interval, at_least(1)),
         field("logging.metrics", &C::logging, &LoggingConfig::metrics),
         field("logging.trace", &C::logging, &LoggingConfig::trace),
+        field("logging.trace_from", &C::logging, &LoggingConfig::trace_from, at_least(1)),
+        field("logging.trace_steps", &C::logging, &LoggingConfig::trace_steps, at_least(1)),
         field("logging.sample_tokens", &C::logging, &LoggingConfig::sample_tokens, at_least(0)),
         field("logging.sample_prompt", &C::logging, &LoggingConfig::sample_prompt),
 

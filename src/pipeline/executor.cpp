@@ -14,6 +14,18 @@ namespace {
 // the local chunk.
 enum Message { act_in, act_out, grad_in, grad_out };
 
+io::SpanKind span_of(Op op) {
+    switch (op) {
+        case Op::forward: return io::SpanKind::forward;
+        case Op::backward: return io::SpanKind::backward;
+        case Op::send_act:
+        case Op::send_grad: return io::SpanKind::send;
+        case Op::recv_act:
+        case Op::recv_grad: break;
+    }
+    return io::SpanKind::recv;
+}
+
 }  // namespace
 
 Executor::Executor(kernels::Ops& ops, model::Gpt& model, parallel::Comm* pipeline)
@@ -54,6 +66,7 @@ double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& micro
 
     for (const Instr& in : stream) {
         const int mb = in.microbatch, c = in.chunk, g = plan.global_chunk(c);
+        const io::ScopedSpan span(trace_, span_of(in.op), mb, c);
         switch (in.op) {
             case Op::recv_act:
                 pipeline_.recv(buffer(act_in, mb, c), n, previous, tag(kAct, mb, g - 1));

@@ -10,6 +10,7 @@
 #include <tuple>
 #include <vector>
 
+#include "io/chrome_trace.h"
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "parallel/comm.h"
@@ -33,6 +34,8 @@ public:
     // forwards of its last chunk), 0 on other stages.
     double run(const std::vector<Instr>& stream, const MicrobatchFn& microbatch, float dloss,
                bool training, const SeedFn& dropout_seed);
+    // Records a span per instruction into `trace` while it records (null: none).
+    void set_trace(io::TraceRecorder* trace) { trace_ = trace; }
 
 private:
     using Key = std::tuple<int, int, int>;  // (what, microbatch, local chunk)
@@ -48,6 +51,7 @@ private:
     std::vector<int32_t> inputs_, targets_;  // (B, T) of the microbatch at hand
     // Activations and gradients between receive/compute/send, by (kind, mb, chunk).
     std::map<Key, model::DeviceBuffer> messages_;
+    io::TraceRecorder* trace_ = nullptr;
 };
 
 // The stream of a forward-only pass (validation) over m microbatches.

@@ -42,7 +42,9 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* g
       model_(ops, gpt_shape(cfg), cfg.training.micro_batch, static_cast<float>(cfg.model.dropout),
              &tensor_, cfg.parallel.sequence_parallel, stage_plan(cfg, grid)),
       optimizer_(ops, model_.layout(), cfg.training, &tensor_, &pipeline_),
-      executor_(ops, model_, &pipeline_) {}
+      executor_(ops, model_, &pipeline_) {
+    executor_.set_trace(&trace_);
+}
 
 double Trainer::from_last_stage(double loss) {
     // A float pair (high part, remainder) carries the double exactly enough.
@@ -91,9 +93,12 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
         throw Error("step " + std::to_string(step + 1) + ": the loss or gradients are not finite (loss " +
                     std::to_string(r.loss) + ", gradient norm " + std::to_string(r.grad_norm) +
                     "); try a lower training.lr or a smaller training.grad_clip");
-    optimizer_.clip(model_.grads(), r.grad_norm);
     r.lr = optim::learning_rate(cfg_.training, step);
-    optimizer_.step(model_.params(), model_.grads(), r.lr);
+    {
+        const io::ScopedSpan span(&trace_, io::SpanKind::optimizer, -1, -1);
+        optimizer_.clip(model_.grads(), r.grad_norm);
+        optimizer_.step(model_.params(), model_.grads(), r.lr);
+    }
     r.tensor_comm = tensor_.stats();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
@@ -123,5 +128,14 @@ std::vector<float> Trainer::gather_full(const std::vector<float>& local) {
 std::vector<float> Trainer::full_params() { return gather_full(model_.params_to_host()); }
 
 std::vector<float> Trainer::full_grads() { return gather_full(model_.grads_to_host()); }
+
+void Trainer::write_trace(const std::string& path) {
+    std::vector<std::string> names;
+    for (int pp = 0; pp < pipeline_.size(); ++pp)
+        for (int tp = 0; tp < tensor_.size(); ++tp)
+            names.push_back("rank " + std::to_string(tp + tensor_.size() * pp) + ": stage " +
+                            std::to_string(pp) + ", tensor " + std::to_string(tp));
+    trace_.write(path, tensor_, pipeline_, names);
+}
 
 }  // namespace trident::train

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "config/config.h"
@@ -51,6 +52,11 @@ public:
     std::vector<float> full_params();
     std::vector<float> full_grads();
 
+    // The Chrome trace of the steps run while it records (see io/chrome_trace.h).
+    io::TraceRecorder& trace() { return trace_; }
+    // Writes it (collective); tracks named by grid coordinates.
+    void write_trace(const std::string& path);
+
 private:
     std::vector<float> gather_full(const std::vector<float>& local);
     // The last stage's loss, given to every stage (in double, as a pair of floats).
@@ -64,6 +70,7 @@ private:
     model::Gpt model_;
     optim::AdamW optimizer_;
     pipeline::Executor executor_;
+    io::TraceRecorder trace_;
 };
 
 }  // namespace trident::train

@@ -4,12 +4,15 @@
 P = 2 and 4 with 1F1B and GPipe, P = 2 with the interleaved schedule (v = 2), and P = 2
 combined with M = 2 (and sequence parallelism): the loss and every gathered gradient of one
 global batch (tests/tools/model_dump) and the losses of 10 training steps (with validation)
-match P = 1 within 1e-5 relative. Layers not divisible by P·v and microbatches not a multiple
-of P for the interleaved schedule are refused with one clear message.
+match P = 1 within 1e-5 relative. logging.trace writes a Chrome trace with every rank's spans.
+Layers not divisible by P·v and microbatches not a multiple of P for the interleaved schedule
+are refused with one clear message.
 
 Needs only the standard library and mpirun; exit 77 (skipped) without mpirun.
 """
 import argparse
+import collections
+import json
 import os
 import shutil
 import sys
@@ -85,6 +88,22 @@ def main():
             check(len(rows) == 10 and worst <= 1e-5 and len(val) == 2 and worst_val <= 1e-5,
                   f"{name}: 10-step losses (dropout 0.1) and validation within 1e-5 of P=1 "
                   f"(worst {worst:.2e}, validation {worst_val:.2e})")
+
+        # The Chrome trace of steps 2 and 3 on a 2 x 2 grid: one track per rank, each with a
+        # forward and a backward per microbatch and the matching sends and receives.
+        trace = path("trace.json")
+        run([trident, "train"] + base + layout_args(2, 2, "1f1b", 1, False)
+            + ["--set", f"logging.trace={trace}", "--set", "logging.trace_steps=2"], ranks=4)
+        with open(trace) as f:
+            events = json.load(f)["traceEvents"]
+        tracks = {e["pid"] for e in events if e["ph"] == "M"}
+        count = collections.Counter((e["pid"], e["name"]) for e in events if e["ph"] == "X")
+        # Per step: 4 microbatches; stage 0 sends activations and receives gradients, stage 1
+        # the reverse, one each per microbatch.
+        expected = {(r, n): 8 for r in range(4) for n in ("forward", "backward", "send", "recv")}
+        expected.update({(r, "optimizer"): 2 for r in range(4)})
+        check(tracks == {0, 1, 2, 3} and dict(count) == expected,
+              f"Chrome trace: 4 tracks with every rank's spans ({sum(count.values())} spans)")
 
         p = run([trident, "train"] + base + ["--set", "parallel.pipeline=3"], ranks=3,
                 expect_ok=False)

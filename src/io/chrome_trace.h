@@ -1,0 +1,61 @@
+// A Chrome trace (chrome://tracing, Perfetto) of chosen training steps: every rank's
+// forward, backward, send, receive and optimizer spans, gathered to rank 0 and written as
+// one JSON file, one track per rank.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "parallel/comm.h"
+
+namespace trident::io {
+
+enum class SpanKind { forward, backward, send, recv, optimizer, count_ };
+
+class TraceRecorder {
+public:
+    // Spans are kept only while recording() is on.
+    void set_recording(bool on) { recording_ = on; }
+    bool recording() const { return recording_; }
+
+    // Now, in microseconds of the steady clock (shared by the processes of one machine).
+    static double now_us();
+    void add(SpanKind kind, int microbatch, int chunk, double start_us, double end_us);
+
+    // Gathers every rank's spans over the tensor then the pipeline group (collective) and,
+    // on the rank that is 0 in both, writes them to `path`; track_names[r] names the track
+    // of r = tensor rank + tensor size * pipeline rank.
+    void write(const std::string& path, parallel::Comm& tensor, parallel::Comm& pipeline,
+               const std::vector<std::string>& track_names) const;
+
+private:
+    struct Span {
+        SpanKind kind;
+        int microbatch, chunk;
+        double start_us, end_us;
+    };
+    bool recording_ = false;
+    std::vector<Span> spans_;
+};
+
+// Records the span of one scope (e.g. an executor instruction) when tracing.
+class ScopedSpan {
+public:
+    ScopedSpan(TraceRecorder* trace, SpanKind kind, int microbatch, int chunk)
+        : trace_(trace && trace->recording() ? trace : nullptr), kind_(kind), mb_(microbatch),
+          chunk_(chunk), start_(trace_ ? TraceRecorder::now_us() : 0) {}
+    ~ScopedSpan() {
+        if (trace_) trace_->add(kind_, mb_, chunk_, start_, TraceRecorder::now_us());
+    }
+    ScopedSpan(const ScopedSpan&) = delete;
+    ScopedSpan& operator=(const ScopedSpan&) = delete;
+
+private:
+    TraceRecorder* trace_;
+    SpanKind kind_;
+    int mb_, chunk_;
+    double start_;
+};
+
+}  // namespace trident::io
