@@ -188,6 +188,12 @@ Gpt::Activations& Gpt::live(int mb, int c) {
     return *it->second;
 }
 
+std::size_t Gpt::activation_sets() const {
+    std::size_t n = live_.size();
+    for (const auto& pool : pool_) n += pool.size();
+    return n;
+}
+
 void Gpt::release(int mb, int c) {
     const auto it = live_.find({mb, c});
     pool_[static_cast<std::size_t>(c)].push_back(std::move(it->second));

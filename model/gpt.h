@@ -115,6 +115,8 @@ public:
     // the LayerNorm gradients are partial sums over each rank's rows and are summed here.
     void finish_gradients();
     void zero_grads();
+    // Activation sets allocated so far: the most (microbatch, chunk) pairs ever in flight.
+    std::size_t activation_sets() const;
 
 private:
     struct LayerActivations;

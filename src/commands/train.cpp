@@ -104,6 +104,7 @@ void run(const Setup& setup, parallel::Grid& grid) {
         m.lr = r.lr;
         m.grad_norm = r.grad_norm;
         m.tensor_comm = r.tensor_comm;
+        m.activation_sets = static_cast<int64_t>(r.activation_sets);
         m.step_ms = 1e3 * r.seconds;
         m.tokens_per_s = static_cast<double>(cfg.derived.tokens_per_step) / r.seconds;
         // FLOP/s per process, as the papers count per GPU.

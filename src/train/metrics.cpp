@@ -38,6 +38,7 @@ void MetricsLog::record(const StepMetrics& m) {
         .add("tokens_per_s", m.tokens_per_s).add("tflops_per_gpu", m.tflops).add("mfu", m.mfu)
         .add("step_ms", m.step_ms).add("skipped", m.skipped);
     if (m.val_loss) line.add("val_loss", *m.val_loss);
+    line.add("activation_sets", m.activation_sets);
     using parallel::CommKind;
     for (const auto& [key, kind] : {std::pair{"tp_all_reduce_bytes", CommKind::all_reduce},
                                     std::pair{"tp_all_gather_bytes", CommKind::all_gather},

@@ -2,6 +2,7 @@
 // step in the JSON-lines file of logging.metrics (DESIGN.md's keys).
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -19,6 +20,7 @@ struct StepMetrics {
     bool skipped = false;
     std::optional<double> val_loss;
     parallel::CommStats tensor_comm;  // the tensor-parallel group's traffic in the step
+    int64_t activation_sets = 0;      // peak (microbatch, chunk) activations held
 };
 
 class MetricsLog {

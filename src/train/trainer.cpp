@@ -100,6 +100,7 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
         optimizer_.step(model_.params(), model_.grads(), r.lr);
     }
     r.tensor_comm = tensor_.stats();
+    r.activation_sets = model_.activation_sets();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
 }

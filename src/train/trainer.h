@@ -28,6 +28,7 @@ struct StepResult {
     double lr = 0;
     double seconds = 0;    // wall time of the whole step
     parallel::CommStats tensor_comm;  // what the tensor-parallel group moved in the step
+    std::size_t activation_sets = 0;  // most microbatches' activations held at once so far
 };
 
 class Trainer {

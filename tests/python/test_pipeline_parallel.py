@@ -89,6 +89,17 @@ def main():
                   f"{name}: 10-step losses (dropout 0.1) and validation within 1e-5 of P=1 "
                   f"(worst {worst:.2e}, validation {worst_val:.2e})")
 
+        # Activations are held per microbatch in flight: rank 0 (stage 0) of P = 2 with 4
+        # microbatches holds 2 under 1F1B (p - stage) and all 4 under GPipe; validation
+        # passes release theirs at once.
+        for schedule, expect in (("1f1b", 2), ("gpipe", 4)):
+            metrics = path("a.jsonl")
+            run([trident, "train"] + base + layout_args(2, 1, schedule, 1, False)
+                + ["--set", f"logging.metrics={metrics}"], ranks=2)
+            held = {r["activation_sets"] for r in losses(metrics)}
+            check(held == {expect}, f"{schedule}, P=2, m=4: stage 0 holds {expect} microbatches' "
+                                    f"activations (seen {sorted(held)})")
+
         # The Chrome trace of steps 2 and 3 on a 2 x 2 grid: one track per rank, each with a
         # forward and a backward per microbatch and the matching sends and receives.
         trace = path("trace.json")
