@@ -3,12 +3,14 @@ gradient dumps (safetensors, F32) and metrics files, comparing, and writing tiny
 
 Standard library only.
 """
+import argparse
 import array
 import json
 import os
 import shutil
 import struct
 import subprocess
+import sys
 
 failures = []
 
@@ -73,3 +75,16 @@ def write_shard(path, tokens):
 def worst_tensor_diff(got, ref):
     """The largest relative difference over the tensors of `ref`, and its tensor's name."""
     return max((rel_diff(got[k], ref[k]), k) for k in ref)
+
+
+def binaries_or_skip():
+    """The paths of trident and the gradient dump from ctest's --trident and --tools-dir;
+    exits 77 (skipped, visibly) where mpirun is missing."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--trident", required=True)
+    p.add_argument("--tools-dir", required=True)
+    a = p.parse_args()
+    if shutil.which("mpirun") is None:
+        print("SKIP: mpirun not found (Debian's openmpi-bin)")
+        sys.exit(77)
+    return a.trident, os.path.join(a.tools_dir, "trident_model_dump")

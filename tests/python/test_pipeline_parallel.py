@@ -10,16 +10,14 @@ are refused with one clear message.
 
 Needs only the standard library and mpirun; exit 77 (skipped) without mpirun.
 """
-import argparse
 import collections
 import json
 import os
-import shutil
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mpi_harness import (check, failures, losses, read_safetensors, run,  # noqa: E402
+from mpi_harness import (binaries_or_skip, check, failures, losses, read_safetensors, run,  # noqa: E402
                          worst_tensor_diff, write_shard)
 
 # (P, M, schedule, v, sequence parallel)
@@ -35,15 +33,7 @@ def layout_args(p, m, schedule, v, sp):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--trident", required=True)
-    ap.add_argument("--tools-dir", required=True)
-    a = ap.parse_args()
-    if shutil.which("mpirun") is None:
-        print("SKIP: mpirun not found (Debian's openmpi-bin)")
-        return 77
-    trident = a.trident
-    dump = os.path.join(a.tools_dir, "trident_model_dump")
+    trident, dump = binaries_or_skip()
 
     with tempfile.TemporaryDirectory() as tmp:
         path = lambda name: os.path.join(tmp, name)  # noqa: E731
