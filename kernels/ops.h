@@ -33,6 +33,9 @@ public:
     // ---- memory -------------------------------------------------------------------------
     virtual float* allocate(std::size_t count) = 0;           // zero-filled
     virtual void release(float* buffer) = 0;
+    // Bytes allocated now and at most so far, as the allocator counts them.
+    virtual std::size_t allocated_bytes() const = 0;
+    virtual std::size_t peak_allocated_bytes() const = 0;
     virtual void copy_to_host(float* host, const float* device, std::size_t count) = 0;
     virtual void copy_from_host(float* device, const float* host, std::size_t count) = 0;
     virtual void zero(float* x, std::size_t count) = 0;

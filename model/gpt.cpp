@@ -79,7 +79,8 @@ struct Gpt::Activations {
 };
 
 Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropout,
-         parallel::Comm* tensor, bool sequence_parallel, const StagePlan& plan)
+         parallel::Comm* tensor, bool sequence_parallel, const StagePlan& plan,
+         std::size_t buffer_multiple)
     : ops_(ops),
       tensor_(tensor ? *tensor : solo_),
       sequence_parallel_(sequence_parallel && tensor_.size() > 1),
@@ -101,8 +102,9 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
     const std::size_t C = shape.hidden, Cm = layout_.hidden_local(), Fm = layout_.ffn_local();
     const std::size_t att = static_cast<std::size_t>(B_) * layout_.heads_local() * T_ * T_;
 
-    params_ = DeviceBuffer(ops, layout_.total());
-    grads_ = DeviceBuffer(ops, layout_.total());
+    const std::size_t padded = (layout_.total() + buffer_multiple - 1) / buffer_multiple * buffer_multiple;
+    params_ = DeviceBuffer(ops, padded);
+    grads_ = DeviceBuffer(ops, padded);
     proj_partial_ = DeviceBuffer(ops, N * C);
     proj_reduced_ = DeviceBuffer(ops, sequence_parallel_ ? R * C : 0);
     dresidual_ = DeviceBuffer(ops, R * C);
@@ -128,6 +130,7 @@ std::unique_ptr<Gpt::Activations> Gpt::new_activations(int c) {
     const std::size_t att = static_cast<std::size_t>(B_) * layout_.heads_local() * T_ * T_;
     const std::size_t all_rows = sequence_parallel_ ? N * C : 0;
     kernels::Ops& ops = ops_;
+    const std::size_t allocated_before = ops.allocated_bytes();
 
     auto a = std::make_unique<Activations>();
     a->inputs = DeviceBuffer(ops, embeds ? N : 0);
@@ -162,6 +165,7 @@ std::unique_ptr<Gpt::Activations> Gpt::new_activations(int c) {
         a->lse = DeviceBuffer(ops, N);
         a->losses = DeviceBuffer(ops, N);
     }
+    activation_bytes_ += ops.allocated_bytes() - allocated_before;
     return a;
 }
 

@@ -57,9 +57,11 @@ class Gpt {
 public:
     // micro_batch x seq_len is the shape of every microbatch this model will run. `tensor` is
     // the tensor-parallel group (null: not split); `plan` the pipeline stage held.
+    // The parameter and gradient buffers are padded to a multiple of `buffer_multiple` (the
+    // data-parallel size, so ZeRO-1 shards them evenly); the padding stays zero.
     Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropout,
         parallel::Comm* tensor = nullptr, bool sequence_parallel = false,
-        const StagePlan& plan = {});
+        const StagePlan& plan = {}, std::size_t buffer_multiple = 1);
     ~Gpt();
 
     const ParamLayout& layout() const { return layout_; }  // this rank's part
@@ -69,6 +71,7 @@ public:
     std::size_t boundary_size() const { return static_cast<std::size_t>(rows_mine_) * layout_.shape().hidden; }
     float* params() { return params_.data(); }
     float* grads() { return grads_.data(); }
+    std::size_t buffer_size() const { return params_.size(); }  // layout total, padded
     const float* params() const { return params_.data(); }
 
     // GPT-2 initialisation of the whole model, a pure function of (seed, tensor, element) so
@@ -115,8 +118,10 @@ public:
     // the LayerNorm gradients are partial sums over each rank's rows and are summed here.
     void finish_gradients();
     void zero_grads();
-    // Activation sets allocated so far: the most (microbatch, chunk) pairs ever in flight.
+    // Activation sets allocated so far: the most (microbatch, chunk) pairs ever in flight,
+    // and their bytes.
     std::size_t activation_sets() const;
+    std::size_t activation_bytes() const { return activation_bytes_; }  // as allocated
 
 private:
     struct LayerActivations;
@@ -158,6 +163,7 @@ private:
     // freed by their backward, for the next forward to reuse.
     std::map<std::pair<int, int>, std::unique_ptr<Activations>> live_;
     std::vector<std::vector<std::unique_ptr<Activations>>> pool_;
+    std::size_t activation_bytes_ = 0;
 
     // Forward scratch: a row-parallel layer's partial output (N,C), and its reduced rows
     // (R,C) with sequence parallelism (without, the reduction is in place).

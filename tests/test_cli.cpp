@@ -89,7 +89,7 @@ TEST_CASE("cli: bad configs are named by file, line and key", "[cli][bad-input]"
     SECTION("impossible grid") {
         require_clear_error(run(ws.train("--set parallel.tensor=2")),
                             "1 process was started");
-        require_clear_error(run(ws.train("--set parallel.data=2")), "parallel.data");
+        require_clear_error(run(ws.train("--set parallel.data=2")), "1 × 1 × 2 = 2");
     }
     SECTION("missing config file") {
         require_clear_error(run("train --config " + ws.path("nope.yaml")), "nope.yaml");

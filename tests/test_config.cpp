@@ -269,9 +269,10 @@ TEST_CASE("config: overrides are applied after the file with the same checks", "
     }
 }
 
-TEST_CASE("config: data parallelism is refused for now", "[config]") {
-    CHECK(error_of(kMinimal, {"parallel.data=4"}) ==
-          "--set parallel.data=4: parallel.data: data parallelism is not supported yet: layouts PxMx1 (got 1x1x4)");
+TEST_CASE("config: parallel layouts and what is not supported yet", "[config]") {
+    CHECK(parse(kMinimal, "x.yaml", {"parallel.data=4", "training.global_batch=32"}).parallel.data == 4);
+    CHECK(error_of(kMinimal, {"parallel.data=3"}) ==
+          "--set parallel.data=3: training.global_batch (32) must be a multiple of micro_batch × parallel.data = 4 × 3 = 12");
     CHECK(parse(kMinimal + "parallel:\n  pipeline: 2\n  tensor: 2\n", "x.yaml").parallel.pipeline == 2);
     CHECK(error_of(kMinimal + "parallel:\n  pipeline: 5\n") ==
           "x.yaml:4: model.layers (12) must be a multiple of parallel.pipeline × virtual_stages = 5 × 1 = 5");

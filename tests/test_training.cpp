@@ -61,7 +61,7 @@ TEST_CASE("clipping scales by max/(norm + 1e-6) only above the threshold", "[tra
     const config::Config cfg = tiny_config({"training.grad_clip=0.5"});
     auto ops = kernels::make_cpu_ops(1);
     const model::ParamLayout layout(model::GptShape{50, 128, 8, 1, 4, 2, 8});
-    optim::AdamW adamw(*ops, layout, cfg.training);
+    optim::AdamW adamw(*ops, layout, cfg.training, {}, 0, layout.total());
     std::vector<float> g(layout.total(), 0.0f);
     g[0] = 3.0f;
     g[1] = 4.0f;

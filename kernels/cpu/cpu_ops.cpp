@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <unordered_map>
 
 #include "error.h"
 #include "kernels/cpu/cpu_kernels.h"
@@ -33,9 +34,19 @@ public:
                         " bytes; try a smaller batch or model");
         }
         zero(buffer, count);
+        sizes_[buffer] = bytes;
+        allocated_ += bytes;
+        peak_ = std::max(peak_, allocated_);
         return buffer;
     }
-    void release(float* buffer) override { std::free(buffer); }
+    void release(float* buffer) override {
+        const auto it = sizes_.find(buffer);
+        allocated_ -= it->second;
+        sizes_.erase(it);
+        std::free(buffer);
+    }
+    std::size_t allocated_bytes() const override { return allocated_; }
+    std::size_t peak_allocated_bytes() const override { return peak_; }
     void copy_to_host(float* host, const float* device, std::size_t count) override {
         copy(host, device, count);
     }
@@ -142,6 +153,10 @@ public:
                       int step) override {
         cpu::adamw_update(params, grads, m, v, count, lr, beta1, beta2, eps, weight_decay, step);
     }
+
+private:
+    std::unordered_map<const float*, std::size_t> sizes_;  // live buffers and their bytes
+    std::size_t allocated_ = 0, peak_ = 0;
 };
 
 }  // namespace

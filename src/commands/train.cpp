@@ -74,6 +74,15 @@ void run(const Setup& setup, parallel::Grid& grid) {
     train::Trainer trainer(cfg, *ops, &grid);
     initialise_weights(cfg, trainer.model());
     if (leader && cfg.model.init_from) std::printf("weights: %s\n", cfg.model.init_from->c_str());
+    if (leader) {
+        const train::MemoryUse mem = trainer.memory();
+        std::printf("memory (rank 0): parameters %s | gradients %s | optimizer state %s "
+                    "(ZeRO stage %d over %d replicas)\n",
+                    train::human_bytes(static_cast<double>(mem.parameters)).c_str(),
+                    train::human_bytes(static_cast<double>(mem.gradients)).c_str(),
+                    train::human_bytes(static_cast<double>(mem.optimizer)).c_str(),
+                    cfg.parallel.zero_stage, cfg.parallel.data);
+    }
     std::optional<train::MetricsLog> log;
     if (leader) log.emplace(cfg.logging.metrics, cfg.logging.interval);
 
@@ -105,6 +114,12 @@ void run(const Setup& setup, parallel::Grid& grid) {
         m.grad_norm = r.grad_norm;
         m.tensor_comm = r.tensor_comm;
         m.activation_sets = static_cast<int64_t>(r.activation_sets);
+        m.data_comm = r.data_comm;
+        m.mem_params = static_cast<int64_t>(r.memory.parameters);
+        m.mem_grads = static_cast<int64_t>(r.memory.gradients);
+        m.mem_optimizer = static_cast<int64_t>(r.memory.optimizer);
+        m.mem_activations = static_cast<int64_t>(r.memory.activations);
+        m.mem_peak = static_cast<int64_t>(r.memory.peak);
         m.step_ms = 1e3 * r.seconds;
         m.tokens_per_s = static_cast<double>(cfg.derived.tokens_per_step) / r.seconds;
         // FLOP/s per process, as the papers count per GPU.

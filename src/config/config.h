@@ -45,6 +45,7 @@ struct ParallelConfig {
     int virtual_stages = 1;
     Schedule schedule = Schedule::one_f_one_b;
     int zero_stage = 1;
+    int bucket_size = 16777216;  // parameters per gradient bucket of the data-parallel reduction
     bool sequence_parallel = false;
     bool operator==(const ParallelConfig&) const = default;
 };

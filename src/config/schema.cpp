@@ -119,6 +119,7 @@ const std::vector<Key>& table() {
         field("parallel.virtual_stages", &C::parallel, &ParallelConfig::virtual_stages, at_least(1)),
         field("parallel.schedule", &C::parallel, &ParallelConfig::schedule),
         field("parallel.zero_stage", &C::parallel, &ParallelConfig::zero_stage, zero_or_one()),
+        field("parallel.bucket_size", &C::parallel, &ParallelConfig::bucket_size, at_least(1)),
         field("parallel.sequence_parallel", &C::parallel, &ParallelConfig::sequence_parallel),
 
         field("training.micro_batch", &C::training, &TrainingConfig::micro_batch, at_least(1)),

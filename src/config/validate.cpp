@@ -41,14 +41,6 @@ void check_ranges(const Config& cfg, const Origins& origins) {
 // Only the 1x1x1 layout runs until tensor, pipeline and data parallelism land; delete this
 // function (and its call) then. The keys are read and range-checked already, so configs
 // written for bigger layouts keep working unchanged.
-void refuse_unsupported_layout(const Config& cfg, const Origins& origins) {
-    const ParallelConfig& p = cfg.parallel;
-    if (p.data != 1)
-        fail(origins.where("parallel.data"),
-             cat("parallel.data: data parallelism is not supported yet: layouts PxMx1 (got ",
-                 p.pipeline, "x", p.tensor, "x", p.data, ")"));
-}
-
 // Settings this build reads but cannot run yet; delete each check as its feature lands.
 void refuse_unsupported_features(const Config& cfg, const Origins& origins) {
     const TrainingConfig& t = cfg.training;
@@ -136,7 +128,6 @@ void check_consistency(const Config& cfg, const Origins& origins) {
 void validate(const Config& cfg, const Origins& origins) {
     check_required(origins);
     check_ranges(cfg, origins);
-    refuse_unsupported_layout(cfg, origins);
     refuse_unsupported_features(cfg, origins);
     check_consistency(cfg, origins);
 }

@@ -1,55 +1,117 @@
-// AdamW and clipping (see adamw.h).
+// AdamW, clipping and ZeRO-1 sharding (see adamw.h).
 #include "optim/adamw.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace trident::optim {
 
+namespace {
+
+// Sums a double over a group as a float pair (high part, remainder): float payloads, double
+// precision.
+double sum_over(parallel::Comm& group, double value) {
+    float parts[2] = {static_cast<float>(value), 0.0f};
+    parts[1] = static_cast<float>(value - static_cast<double>(parts[0]));
+    group.all_reduce(parts, 2);
+    return static_cast<double>(parts[0]) + static_cast<double>(parts[1]);
+}
+
+}  // namespace
+
 AdamW::AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::TrainingConfig& cfg,
-             parallel::Comm* tensor, parallel::Comm* pipeline)
-    : ops_(ops), cfg_(cfg), total_(layout.total()), tensor_(tensor ? *tensor : solo_),
-      pipeline_(pipeline ? *pipeline : solo_), m_(ops, layout.total()), v_(ops, layout.total()) {
+             const OptimizerGroups& groups, int zero_stage, std::size_t buffer_size,
+             std::size_t bucket_size)
+    : ops_(ops), cfg_(cfg),
+      tensor_(groups.tensor ? *groups.tensor : solo_),
+      pipeline_(groups.pipeline ? *groups.pipeline : solo_),
+      data_(groups.data ? *groups.data : solo_),
+      zero_stage_(zero_stage), size_(buffer_size) {
+    const std::size_t D = static_cast<std::size_t>(data_.size());
+    const std::size_t r = static_cast<std::size_t>(data_.rank());
+    // Buckets of a multiple of D floats (the buffer is one), counted from the end.
+    const std::size_t bucket = zero_stage_ == 1 ? std::max(D, bucket_size / D * D) : size_;
+    for (std::size_t end = size_; end > 0;) {
+        const std::size_t begin = end > bucket ? end - bucket : 0;
+        buckets_.insert(buckets_.begin(), Bucket{begin, end - begin, 0, 0});
+        end = begin;
+    }
+    for (Bucket& b : buckets_) {
+        const std::size_t part = zero_stage_ == 1 ? b.size / D : b.size;
+        b.mine = zero_stage_ == 1 ? b.begin + r * part : b.begin;
+        b.state = owned_;
+        owned_ += part;
+    }
+    master_ = model::DeviceBuffer(ops, owned_);
+    m_ = model::DeviceBuffer(ops, owned_);
+    v_ = model::DeviceBuffer(ops, owned_);
+
     for (const auto& t : layout.tensors()) {
         const bool replica = t.split == model::Split::replicated && layout.tensor_rank() != 0;
         const bool second_wte = t.name == "wte.weight" && !layout.plan().first();
         const bool counted = !replica && !second_wte;
-        Range* last = ranges_.empty() ? nullptr : &ranges_.back();
-        if (last && last->decay == t.decay && last->counted == counted &&
-            last->offset + last->count == t.offset) {
-            last->count += t.numel;
-        } else {
-            ranges_.push_back(Range{t.offset, t.numel, t.decay, counted});
+        for (const Bucket& b : buckets_) {
+            const std::size_t part = owned_part(b);
+            // The part of the tensor that this rank owns in this bucket.
+            const std::size_t lo = std::max(t.offset, b.mine);
+            const std::size_t hi = std::min(t.offset + t.numel, b.mine + part);
+            if (lo >= hi) continue;
+            const std::size_t state = b.state + (lo - b.mine);
+            Range* last = ranges_.empty() ? nullptr : &ranges_.back();
+            if (last && last->decay == t.decay && last->counted == counted &&
+                last->offset + last->count == lo && last->state + last->count == state)
+                last->count += hi - lo;
+            else
+                ranges_.push_back(Range{lo, hi - lo, state, t.decay, counted});
         }
     }
+}
+
+std::size_t AdamW::owned_part(const Bucket& b) const {
+    return zero_stage_ == 1 ? b.size / static_cast<std::size_t>(data_.size()) : b.size;
+}
+
+void AdamW::reduce_gradients(float* grads) {
+    if (zero_stage_ == 0) {
+        data_.all_reduce(grads, size_);
+        return;
+    }
+    // Backward order; in place: this rank's part of each bucket's sum lands where it is.
+    for (auto b = buckets_.rbegin(); b != buckets_.rend(); ++b)
+        data_.reduce_scatter(grads + b->begin, grads + b->mine, owned_part(*b));
 }
 
 double AdamW::grad_norm(const float* grads) const {
     double sum = 0;
     for (const Range& r : ranges_)
         if (r.counted) sum += ops_.sum_of_squares(grads + r.offset, r.count);
-    // Reduced as a float pair (high part, remainder) so the sum keeps double precision.
-    float parts[2] = {static_cast<float>(sum), 0.0f};
-    parts[1] = static_cast<float>(sum - static_cast<double>(parts[0]));
-    tensor_.all_reduce(parts, 2);
-    pipeline_.all_reduce(parts, 2);
-    return std::sqrt(static_cast<double>(parts[0]) + static_cast<double>(parts[1]));
+    sum = sum_over(tensor_, sum);
+    sum = sum_over(pipeline_, sum);
+    if (zero_stage_ == 1) sum = sum_over(data_, sum);  // each replica holds a D-th of the sum
+    return std::sqrt(sum);
 }
 
 float AdamW::clip(float* grads, double norm) const {
     if (cfg_.grad_clip <= 0 || norm <= cfg_.grad_clip) return 1.0f;
     const float factor = static_cast<float>(cfg_.grad_clip / (norm + 1e-6));
-    ops_.scale(grads, total_, factor);
+    for (const Bucket& b : buckets_) ops_.scale(grads + b.mine, owned_part(b), factor);
     return factor;
 }
 
 void AdamW::step(float* params, const float* grads, double lr) {
+    if (step_ == 0)
+        for (const Bucket& b : buckets_) ops_.copy(master_.data() + b.state, params + b.mine, owned_part(b));
     ++step_;
-    for (const Range& r : ranges_) {
-        ops_.adamw_update(params + r.offset, grads + r.offset, m_.data() + r.offset,
-                          v_.data() + r.offset, r.count, static_cast<float>(lr),
+    for (const Range& r : ranges_)
+        ops_.adamw_update(master_.data() + r.state, grads + r.offset, m_.data() + r.state,
+                          v_.data() + r.state, r.count, static_cast<float>(lr),
                           static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2),
                           static_cast<float>(cfg_.eps),
                           r.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f, step_);
+    for (const Bucket& b : buckets_) {
+        ops_.copy(params + b.mine, master_.data() + b.state, owned_part(b));
+        // In place: every replica's updated part into every replica.
+        if (zero_stage_ == 1) data_.all_gather(params + b.mine, params + b.begin, owned_part(b));
     }
 }
 

@@ -1,14 +1,27 @@
-// AdamW with global-norm gradient clipping over the model's flat parameter buffer.
+// AdamW with global-norm gradient clipping over the model's flat buffers, sharded over the
+// data-parallel group (ZeRO stage 1).
 //
 // Numerics follow torch.optim.AdamW (bias-corrected moments, decoupled weight decay) and
 // torch.nn.utils.clip_grad_norm_ (scale by max/(norm + 1e-6) when the norm exceeds max).
 // Decay applies to weight matrices and embeddings only; the layout says which ranges.
+//
+// Data parallelism: the gradient buffer (padded so it splits evenly over the D replicas) is
+// summed over the data group: all-reduced (zero_stage 0: every replica then updates the whole
+// stage), or reduce-scattered (zero_stage 1). ZeRO-1 works in buckets of bucket_size
+// parameters, taken from the end of the buffer back (backward order: the last layers'
+// gradients are complete first, so a GPU backend can overlap their reduction with the rest
+// of the backward pass); replica r owns the r-th contiguous D-th of every bucket, holds the
+// fp32 master weights and Adam's moments of what it owns only (12 bytes per parameter / D),
+// updates it, and the buckets are all-gathered back into every replica's parameters. With one
+// bucket the shard is one contiguous range. Communication is the same either way:
+// reduce-scatter + all-gather moves what an all-reduce moves.
+//
 // Under tensor and pipeline parallelism each rank updates its part; the gradient norm is
-// global over the tensor and pipeline groups, with tensors held more than once counted once:
-// replicated ones (LayerNorms, row-parallel biases, wpe) on tensor rank 0, the tied wte on
-// the first stage.
+// global over the whole grid, with tensors held more than once counted once: replicated ones
+// (LayerNorms, row-parallel biases, wpe) on tensor rank 0, the tied wte on the first stage.
 #pragma once
 
+#include <cstdint>
 #include <vector>
 
 #include "config/config.h"
@@ -20,38 +33,68 @@
 
 namespace trident::optim {
 
+// The process groups the optimizer reduces over (null: not split along that axis).
+struct OptimizerGroups {
+    parallel::Comm* tensor = nullptr;
+    parallel::Comm* pipeline = nullptr;
+    parallel::Comm* data = nullptr;
+};
+
 class AdamW {
 public:
+    // `buffer_size`: floats in the parameter and gradient buffers (the layout's total, padded
+    // to a multiple of the data-parallel size). The master weights start as the parameters
+    // at the first step, so the model may be initialised or loaded until then.
     AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::TrainingConfig& cfg,
-          parallel::Comm* tensor = nullptr, parallel::Comm* pipeline = nullptr);
+          const OptimizerGroups& groups, int zero_stage, std::size_t buffer_size,
+          std::size_t bucket_size = SIZE_MAX);
 
-    // Global L2 norm of the gradients (before clipping); collective over the tensor and
-    // pipeline groups.
+    // Sums the gradients over the data group: all of them (stage 0) or this rank's shard
+    // (stage 1, into its place in `grads`).
+    void reduce_gradients(float* grads);
+    // Global L2 norm of the reduced gradients (before clipping); collective over the grid.
     double grad_norm(const float* grads) const;
-    // Clips `grads` in place to the configured norm, given their norm; returns the factor
-    // applied (1 when not clipped).
+    // Clips this rank's reduced gradients to the configured norm, given their norm; returns
+    // the factor applied (1 when not clipped).
     float clip(float* grads, double norm) const;
-    // One update of every parameter with learning rate lr; advances the step count.
+    // One update with learning rate lr: the shard's master weights, then `params` made whole
+    // again on every replica. Advances the step count.
     void step(float* params, const float* grads, double lr);
-
     int steps_taken() const { return step_; }
+    // Floats of the buffer this rank updates, and the bytes of optimizer state it holds for
+    // them: fp32 master weights, m and v.
+    std::size_t owned_size() const { return owned_; }
+    std::size_t state_bytes() const { return 3 * sizeof(float) * owned_; }
 
 private:
+    // A bucket of the buffer and this rank's part of it.
+    struct Bucket {
+        std::size_t begin, size;  // in the buffer
+        std::size_t mine;         // offset of this rank's part (size / D floats, or all)
+        std::size_t state;        // where that part's master weights and moments start
+    };
     struct Range {
         std::size_t offset, count;
+        std::size_t state;  // offset in the master weights and moments
         bool decay;
         bool counted;  // in the norm on this rank (held once here, not a copy)
     };
 
+    std::size_t owned_part(const Bucket& b) const;  // floats of the bucket this rank updates
+
     kernels::Ops& ops_;
     config::TrainingConfig cfg_;
-    std::size_t total_;
     parallel::SoloComm solo_;
     parallel::Comm& tensor_;
     parallel::Comm& pipeline_;
-    std::vector<Range> ranges_;  // maximal runs of tensors alike in decay and counting
-    model::DeviceBuffer m_, v_;  // Adam's first and second moments, fp32
-    int step_ = 0;
+    parallel::Comm& data_;
+    int zero_stage_;
+    std::size_t size_;             // floats in the buffers
+    std::vector<Bucket> buckets_;  // in buffer order
+    std::size_t owned_ = 0;        // floats this rank updates
+    std::vector<Range> ranges_;    // maximal runs of tensors alike, cut to what this rank owns
+    model::DeviceBuffer master_, m_, v_;  // fp32 master weights and Adam's moments (owned)
+    int step_ = 0;  // the master weights are taken from the parameters before step 1
 };
 
 }  // namespace trident::optim

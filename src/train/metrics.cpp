@@ -40,10 +40,15 @@ void MetricsLog::record(const StepMetrics& m) {
     if (m.val_loss) line.add("val_loss", *m.val_loss);
     line.add("activation_sets", m.activation_sets);
     using parallel::CommKind;
-    for (const auto& [key, kind] : {std::pair{"tp_all_reduce_bytes", CommKind::all_reduce},
-                                    std::pair{"tp_all_gather_bytes", CommKind::all_gather},
-                                    std::pair{"tp_reduce_scatter_bytes", CommKind::reduce_scatter}})
-        line.add(key, static_cast<int64_t>(m.tensor_comm.bytes_of(kind)));
+    for (const auto& [group, stats] : {std::pair{"tp", &m.tensor_comm}, std::pair{"dp", &m.data_comm}})
+        for (const auto& [name, kind] : {std::pair{"all_reduce", CommKind::all_reduce},
+                                         std::pair{"all_gather", CommKind::all_gather},
+                                         std::pair{"reduce_scatter", CommKind::reduce_scatter}})
+            line.add(std::string(group) + "_" + name + "_bytes",
+                     static_cast<int64_t>(stats->bytes_of(kind)));
+    line.add("mem_params_bytes", m.mem_params).add("mem_grads_bytes", m.mem_grads)
+        .add("mem_optimizer_bytes", m.mem_optimizer).add("mem_activations_bytes", m.mem_activations)
+        .add("mem_peak_bytes", m.mem_peak);
     std::fprintf(file_, "%s\n", line.str().c_str());
     std::fflush(file_);
 }
@@ -54,6 +59,14 @@ std::string human_count(double n) {
     else if (n >= 1e6) std::snprintf(buf, sizeof buf, "%.2f M", n / 1e6);
     else if (n >= 1e3) std::snprintf(buf, sizeof buf, "%.1f K", n / 1e3);
     else std::snprintf(buf, sizeof buf, "%.0f", n);
+    return buf;
+}
+
+std::string human_bytes(double bytes) {
+    char buf[32];
+    if (bytes >= 1e9) std::snprintf(buf, sizeof buf, "%.2f GB", bytes / 1e9);
+    else if (bytes >= 1e6) std::snprintf(buf, sizeof buf, "%.1f MB", bytes / 1e6);
+    else std::snprintf(buf, sizeof buf, "%.1f KB", bytes / 1e3);
     return buf;
 }
 

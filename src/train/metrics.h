@@ -21,6 +21,9 @@ struct StepMetrics {
     std::optional<double> val_loss;
     parallel::CommStats tensor_comm;  // the tensor-parallel group's traffic in the step
     int64_t activation_sets = 0;      // peak (microbatch, chunk) activations held
+    parallel::CommStats data_comm;    // the data-parallel group's traffic in the step
+    // Bytes held by this rank: parameters, gradients, optimizer state, activations, peak.
+    int64_t mem_params = 0, mem_grads = 0, mem_optimizer = 0, mem_activations = 0, mem_peak = 0;
 };
 
 class MetricsLog {
@@ -38,7 +41,8 @@ private:
     int interval_;
 };
 
-// "12.3 M" style counts for the start-up summary.
+// "12.3 M" style counts and "45.6 MB" style sizes for the start-up summary.
 std::string human_count(double n);
+std::string human_bytes(double bytes);
 
 }  // namespace trident::train

@@ -36,14 +36,29 @@ pipeline::Kind schedule_kind(config::Schedule s) {
 
 Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* grid)
     : cfg_(cfg),
+      ops_(ops),
       tensor_(grid ? grid->tensor() : solo_),
       pipeline_(grid ? grid->pipeline() : solo_),
       embedding_(grid ? grid->embedding() : solo_),
+      data_(grid ? grid->data() : solo_),
       model_(ops, gpt_shape(cfg), cfg.training.micro_batch, static_cast<float>(cfg.model.dropout),
-             &tensor_, cfg.parallel.sequence_parallel, stage_plan(cfg, grid)),
-      optimizer_(ops, model_.layout(), cfg.training, &tensor_, &pipeline_),
+             &tensor_, cfg.parallel.sequence_parallel, stage_plan(cfg, grid),
+             static_cast<std::size_t>(data_.size())),
+      optimizer_(ops, model_.layout(), cfg.training,
+                 optim::OptimizerGroups{&tensor_, &pipeline_, &data_}, cfg.parallel.zero_stage,
+                 model_.buffer_size(), static_cast<std::size_t>(cfg.parallel.bucket_size)),
       executor_(ops, model_, &pipeline_) {
     executor_.set_trace(&trace_);
+}
+
+MemoryUse Trainer::memory() const {
+    MemoryUse m;
+    m.parameters = model_.buffer_size() * sizeof(float);
+    m.gradients = model_.buffer_size() * sizeof(float);
+    m.optimizer = optimizer_.state_bytes();
+    m.activations = model_.activation_bytes();
+    m.peak = ops_.peak_allocated_bytes();
+    return m;
 }
 
 double Trainer::from_last_stage(double loss) {
@@ -57,7 +72,9 @@ double Trainer::from_last_stage(double loss) {
 double Trainer::accumulate_gradients(int step, const SampleFn& sample) {
     const auto& t = cfg_.training;
     const model::StagePlan& plan = model_.layout().plan();
-    const uint64_t first_sample = static_cast<uint64_t>(step) * t.global_batch;
+    // This data-parallel replica's slice of the global batch, in order (DESIGN.md sampling).
+    const uint64_t first_sample = static_cast<uint64_t>(step) * t.global_batch +
+                                  static_cast<uint64_t>(data_.rank()) * (t.global_batch / data_.size());
     const int microbatches = cfg_.derived.grad_accum_steps;
     const float dloss = 1.0f / static_cast<float>(cfg_.derived.tokens_per_step);
     const std::size_t T = static_cast<std::size_t>(cfg_.model.seq_len);
@@ -80,14 +97,24 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample) {
         const model::ParamTensor* wte = model_.layout().find("wte.weight");
         embedding_.all_reduce(model_.grads() + wte->offset, wte->numel);
     }
-    return from_last_stage(loss_sum / microbatches);
+    // The step's loss: the mean of the replicas' means (equal token counts).
+    return sum_over_replicas(from_last_stage(loss_sum / microbatches)) / data_.size();
+}
+
+double Trainer::sum_over_replicas(double value) {
+    float parts[2] = {static_cast<float>(value), 0.0f};
+    parts[1] = static_cast<float>(value - static_cast<double>(parts[0]));
+    data_.all_reduce(parts, 2);
+    return static_cast<double>(parts[0]) + static_cast<double>(parts[1]);
 }
 
 StepResult Trainer::step(int step, const SampleFn& sample) {
     const auto t0 = std::chrono::steady_clock::now();
     tensor_.reset_stats();
+    data_.reset_stats();
     StepResult r;
     r.loss = accumulate_gradients(step, sample);
+    optimizer_.reduce_gradients(model_.grads());
     r.grad_norm = optimizer_.grad_norm(model_.grads());
     if (!std::isfinite(r.grad_norm) || !std::isfinite(r.loss))
         throw Error("step " + std::to_string(step + 1) + ": the loss or gradients are not finite (loss " +
@@ -100,6 +127,8 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
         optimizer_.step(model_.params(), model_.grads(), r.lr);
     }
     r.tensor_comm = tensor_.stats();
+    r.data_comm = data_.stats();
+    r.memory = memory();
     r.activation_sets = model_.activation_sets();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return r;
@@ -136,7 +165,8 @@ void Trainer::write_trace(const std::string& path) {
         for (int tp = 0; tp < tensor_.size(); ++tp)
             names.push_back("rank " + std::to_string(tp + tensor_.size() * pp) + ": stage " +
                             std::to_string(pp) + ", tensor " + std::to_string(tp));
-    trace_.write(path, tensor_, pipeline_, names);
+    // Data-parallel replicas run the same schedule: the first one's trace stands for all.
+    if (data_.rank() == 0) trace_.write(path, tensor_, pipeline_, names);
 }
 
 }  // namespace trident::train

@@ -22,6 +22,14 @@ namespace trident::train {
 using SampleFn = std::function<void(uint64_t sample, std::span<int32_t> inputs,
                                     std::span<int32_t> targets)>;
 
+// Bytes this rank holds, as the allocator counts them.
+struct MemoryUse {
+    std::size_t parameters = 0, gradients = 0;  // the stage's flat buffers (padded)
+    std::size_t optimizer = 0;    // fp32 master weights, Adam's m and v: 12 bytes / param / D
+    std::size_t activations = 0;  // the activation sets of the microbatches in flight, at most
+    std::size_t peak = 0;         // everything allocated, at most
+};
+
 struct StepResult {
     double loss = 0;       // mean over every token of the global batch, before the update
     double grad_norm = 0;  // before clipping
@@ -29,6 +37,8 @@ struct StepResult {
     double seconds = 0;    // wall time of the whole step
     parallel::CommStats tensor_comm;  // what the tensor-parallel group moved in the step
     std::size_t activation_sets = 0;  // most microbatches' activations held at once so far
+    parallel::CommStats data_comm;    // what the data-parallel group moved in the step
+    MemoryUse memory;
 };
 
 class Trainer {
@@ -53,6 +63,8 @@ public:
     std::vector<float> full_params();
     std::vector<float> full_grads();
 
+    MemoryUse memory() const;
+
     // The Chrome trace of the steps run while it records (see io/chrome_trace.h).
     io::TraceRecorder& trace() { return trace_; }
     // Writes it (collective); tracks named by grid coordinates.
@@ -62,12 +74,15 @@ private:
     std::vector<float> gather_full(const std::vector<float>& local);
     // The last stage's loss, given to every stage (in double, as a pair of floats).
     double from_last_stage(double loss);
+    double sum_over_replicas(double value);
 
     const config::Config& cfg_;
+    kernels::Ops& ops_;
     parallel::SoloComm solo_;
     parallel::Comm& tensor_;
     parallel::Comm& pipeline_;
     parallel::Comm& embedding_;
+    parallel::Comm& data_;
     model::Gpt model_;
     optim::AdamW optimizer_;
     pipeline::Executor executor_;
