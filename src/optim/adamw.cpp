@@ -42,9 +42,11 @@ AdamW::AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::
         b.state = owned_;
         owned_ += part;
     }
+    const std::size_t allocated_before = ops.allocated_bytes();
     master_ = model::DeviceBuffer(ops, owned_);
     m_ = model::DeviceBuffer(ops, owned_);
     v_ = model::DeviceBuffer(ops, owned_);
+    state_bytes_ = ops.allocated_bytes() - allocated_before;
 
     for (const auto& t : layout.tensors()) {
         const bool replica = t.split == model::Split::replicated && layout.tensor_rank() != 0;

@@ -62,9 +62,9 @@ public:
     void step(float* params, const float* grads, double lr);
     int steps_taken() const { return step_; }
     // Floats of the buffer this rank updates, and the bytes of optimizer state it holds for
-    // them: fp32 master weights, m and v.
+    // them (fp32 master weights, m and v) as the allocator counted them.
     std::size_t owned_size() const { return owned_; }
-    std::size_t state_bytes() const { return 3 * sizeof(float) * owned_; }
+    std::size_t state_bytes() const { return state_bytes_; }
 
 private:
     // A bucket of the buffer and this rank's part of it.
@@ -94,6 +94,7 @@ private:
     std::size_t owned_ = 0;        // floats this rank updates
     std::vector<Range> ranges_;    // maximal runs of tensors alike, cut to what this rank owns
     model::DeviceBuffer master_, m_, v_;  // fp32 master weights and Adam's moments (owned)
+    std::size_t state_bytes_ = 0;
     int step_ = 0;  // the master weights are taken from the parameters before step 1
 };
 

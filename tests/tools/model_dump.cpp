@@ -45,6 +45,8 @@ static void check_replicated_gradients(model::Gpt& gpt, parallel::Comm& tensor) 
 // Every rank computes its slice of the gradients; rank 0 gathers and writes them.
 static void dump(const config::Config& cfg, parallel::Grid& grid, const std::string& output) {
     if (!cfg.model.init_from) throw Error("model.init_from must name the weights to load");
+    if (cfg.parallel.data != 1)
+        throw Error("the gradient dump is of one replica's batch: run it with parallel.data = 1");
     auto ops = kernels::make_cpu_ops(cfg.training.threads);
     train::Trainer trainer(cfg, *ops, &grid);
     commands::initialise_weights(cfg, trainer.model());
