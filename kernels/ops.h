@@ -91,6 +91,10 @@ public:
                                     const float* qkv, const float* att, int B, int T, int C,
                                     int NH, float drop_prob, uint64_t seed, int head_begin,
                                     int heads_total) = 0;
+    // att (B,NH,T,T) alone, bit for bit as attention_forward writes it: selective recompute
+    // rebuilds the probabilities for backward instead of keeping them (they need no dropout
+    // mask, so no head_begin either).
+    virtual void attention_probs(float* att, const float* qkv, int B, int T, int C, int NH) = 0;
 
     // ---- pointwise ----------------------------------------------------------------------
     // GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))

@@ -13,8 +13,10 @@ namespace trident::model {
 
 // ---- DeviceBuffer ----------------------------------------------------------------------------
 
+// A buffer of nothing holds no memory (the allocator would round it up to its alignment),
+// so the bytes counted are those of buffers in use.
 DeviceBuffer::DeviceBuffer(kernels::Ops& ops, std::size_t count)
-    : ops_(&ops), data_(ops.allocate(count)), count_(count) {}
+    : ops_(&ops), data_(count ? ops.allocate(count) : nullptr), count_(count) {}
 
 DeviceBuffer::~DeviceBuffer() {
     if (data_) ops_->release(data_);
@@ -50,6 +52,7 @@ void upload_tokens(kernels::Ops& ops, DeviceBuffer& dst, const int32_t* host, st
 
 // ---- activations of one (microbatch, chunk) -----------------------------------------------
 
+// Under recompute a set allocates only what it keeps; the rest stay empty buffers.
 struct Gpt::LayerActivations {
     DeviceBuffer ln1, ln1_mean, ln1_rstd;  // (R,C), (R), (R): R = this rank's rows
     DeviceBuffer ln1_all;                  // (N,C) all rows of ln1 (sequence parallel)
@@ -80,7 +83,7 @@ struct Gpt::Activations {
 
 Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropout,
          parallel::Comm* tensor, bool sequence_parallel, const StagePlan& plan,
-         std::size_t buffer_multiple)
+         std::size_t buffer_multiple, Recompute recompute)
     : ops_(ops),
       tensor_(tensor ? *tensor : solo_),
       sequence_parallel_(sequence_parallel && tensor_.size() > 1),
@@ -93,6 +96,7 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
                          ? static_cast<uint64_t>(tensor_.rank()) * rows_mine_ * shape.hidden
                          : 0),
       dropout_(dropout),
+      recompute_(recompute),
       pool_(static_cast<std::size_t>(plan.chunks)) {
     if (sequence_parallel_ && rows_ % tensor_.size() != 0)
         throw Error("sequence parallelism splits the micro batch's B*T = " + std::to_string(rows_) +
@@ -116,9 +120,39 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
     df_b_ = DeviceBuffer(ops, N * Fm);
     dqkv_ = DeviceBuffer(ops, N * 3 * Cm);
     datt_ = DeviceBuffer(ops, att);
+    if (recompute_ != Recompute::none) {
+        recompute_scratch_ = std::make_unique<LayerActivations>();
+        allocate_layer(*recompute_scratch_, recompute_ == Recompute::full, true, false);
+    }
 }
 
 Gpt::~Gpt() = default;
+
+void Gpt::allocate_layer(LayerActivations& l, bool work, bool att, bool output) {
+    const std::size_t N = static_cast<std::size_t>(rows_), R = static_cast<std::size_t>(rows_mine_);
+    const std::size_t C = layout_.shape().hidden, Cm = layout_.hidden_local(),
+                      Fm = layout_.ffn_local();
+    const std::size_t all_rows = sequence_parallel_ ? N * C : 0;
+    kernels::Ops& ops = ops_;
+    if (work) {
+        l.ln1 = DeviceBuffer(ops, R * C);
+        l.ln1_mean = DeviceBuffer(ops, R);
+        l.ln1_rstd = DeviceBuffer(ops, R);
+        l.ln1_all = DeviceBuffer(ops, all_rows);
+        l.qkv = DeviceBuffer(ops, N * 3 * Cm);
+        l.atty = DeviceBuffer(ops, N * Cm);
+        l.resid2 = DeviceBuffer(ops, R * C);
+        l.ln2 = DeviceBuffer(ops, R * C);
+        l.ln2_mean = DeviceBuffer(ops, R);
+        l.ln2_rstd = DeviceBuffer(ops, R);
+        l.ln2_all = DeviceBuffer(ops, all_rows);
+        l.fch = DeviceBuffer(ops, N * Fm);
+        l.fch_gelu = DeviceBuffer(ops, N * Fm);
+    }
+    if (att)
+        l.att = DeviceBuffer(ops, static_cast<std::size_t>(B_) * layout_.heads_local() * T_ * T_);
+    if (output) l.resid3 = DeviceBuffer(ops, R * C);
+}
 
 std::unique_ptr<Gpt::Activations> Gpt::new_activations(int c) {
     const GptShape& s = layout_.shape();
@@ -126,8 +160,7 @@ std::unique_ptr<Gpt::Activations> Gpt::new_activations(int c) {
     const int g = plan.global_chunk(c);
     const bool embeds = g == 0, head = g == plan.stages * plan.chunks - 1;
     const std::size_t N = static_cast<std::size_t>(rows_), R = static_cast<std::size_t>(rows_mine_);
-    const std::size_t C = s.hidden, Cm = layout_.hidden_local(), Fm = layout_.ffn_local();
-    const std::size_t att = static_cast<std::size_t>(B_) * layout_.heads_local() * T_ * T_;
+    const std::size_t C = s.hidden;
     const std::size_t all_rows = sequence_parallel_ ? N * C : 0;
     kernels::Ops& ops = ops_;
     const std::size_t allocated_before = ops.allocated_bytes();
@@ -138,23 +171,10 @@ std::unique_ptr<Gpt::Activations> Gpt::new_activations(int c) {
     a->embedded = DeviceBuffer(ops, embeds ? all_rows : 0);
     a->input = DeviceBuffer(ops, R * C);
     a->layers.resize(static_cast<std::size_t>(layout_.layers_per_chunk()));
-    for (auto& l : a->layers) {
-        l.ln1 = DeviceBuffer(ops, R * C);
-        l.ln1_mean = DeviceBuffer(ops, R);
-        l.ln1_rstd = DeviceBuffer(ops, R);
-        l.ln1_all = DeviceBuffer(ops, all_rows);
-        l.qkv = DeviceBuffer(ops, N * 3 * Cm);
-        l.att = DeviceBuffer(ops, att);
-        l.atty = DeviceBuffer(ops, N * Cm);
-        l.resid2 = DeviceBuffer(ops, R * C);
-        l.ln2 = DeviceBuffer(ops, R * C);
-        l.ln2_mean = DeviceBuffer(ops, R);
-        l.ln2_rstd = DeviceBuffer(ops, R);
-        l.ln2_all = DeviceBuffer(ops, all_rows);
-        l.fch = DeviceBuffer(ops, N * Fm);
-        l.fch_gelu = DeviceBuffer(ops, N * Fm);
-        l.resid3 = DeviceBuffer(ops, R * C);
-    }
+    // Each layer keeps its output (the next one's input) and, unless recomputed, what its
+    // backward reads.
+    for (auto& l : a->layers)
+        allocate_layer(l, recompute_ != Recompute::full, recompute_ == Recompute::none, true);
     if (head) {
         a->lnf = DeviceBuffer(ops, R * C);
         a->lnf_mean = DeviceBuffer(ops, R);
@@ -322,7 +342,6 @@ float Gpt::forward_chunk(int mb, int c, const int32_t* inputs, const int32_t* ta
 void Gpt::run_forward(int c, Activations& a, const int32_t* inputs, const float* input) {
     const GptShape& s = layout_.shape();
     const int B = B_, T = T_, C = s.hidden, R = rows_mine_, N = rows_;
-    const int Cm = layout_.hidden_local(), Fm = layout_.ffn_local(), NHm = layout_.heads_local();
     const std::size_t RC = static_cast<std::size_t>(R) * C;
     const float drop = a.training ? dropout_ : 0.0f;
     const StagePlan& plan = layout_.plan();
@@ -348,38 +367,14 @@ void Gpt::run_forward(int c, Activations& a, const int32_t* inputs, const float*
     const float* residual = a.input.data();  // (R,C)
     const int first = layout_.first_layer(c);
     for (std::size_t i = 0; i < a.layers.size(); ++i) {
-        const int l = first + static_cast<int>(i);
-        const LayerParams& p = layout_.layer(l);
-        LayerActivations& la = a.layers[i];
-        // Attention: LN -> f -> column-parallel qkv -> this rank's heads -> row-parallel
-        // proj -> g -> bias -> dropout -> residual.
-        ops_.layernorm_forward(la.ln1.data(), la.ln1_mean.data(), la.ln1_rstd.data(), residual,
-                               w + p.ln1_w, w + p.ln1_b, R, C);
-        const float* ln1 = all_rows(la.ln1.data(), la.ln1_all.data());
-        ops_.matmul_forward(la.qkv.data(), ln1, w + p.qkv_w, w + p.qkv_b, N, C, 3 * Cm);
-        ops_.attention_forward(la.atty.data(), la.att.data(), la.qkv.data(), B, T, Cm, NHm, drop,
-                               site_seed(a, l, 0), layout_.heads_begin(), s.heads);
-        ops_.matmul_forward(proj_partial_.data(), la.atty.data(), w + p.proj_w, nullptr, N, Cm, C);
-        float* attproj = reduce_rows(proj_partial_.data(), proj_reduced_.data());
-        ops_.add_bias(attproj, w + p.proj_b, R, C);
-        if (drop > 0)
-            ops_.dropout_forward(attproj, attproj, RC, drop, site_seed(a, l, 1), first_element_);
-        ops_.residual_forward(la.resid2.data(), residual, attproj, RC);
-
-        // MLP: LN -> f -> column-parallel fc1 -> GELU -> row-parallel fc2 -> g -> bias ->
-        // dropout -> residual.
-        ops_.layernorm_forward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(),
-                               la.resid2.data(), w + p.ln2_w, w + p.ln2_b, R, C);
-        const float* ln2 = all_rows(la.ln2.data(), la.ln2_all.data());
-        ops_.matmul_forward(la.fch.data(), ln2, w + p.fc1_w, w + p.fc1_b, N, C, Fm);
-        ops_.gelu_forward(la.fch_gelu.data(), la.fch.data(), static_cast<std::size_t>(N) * Fm);
-        ops_.matmul_forward(proj_partial_.data(), la.fch_gelu.data(), w + p.fc2_w, nullptr, N, Fm, C);
-        float* fcproj = reduce_rows(proj_partial_.data(), proj_reduced_.data());
-        ops_.add_bias(fcproj, w + p.fc2_b, R, C);
-        if (drop > 0)
-            ops_.dropout_forward(fcproj, fcproj, RC, drop, site_seed(a, l, 2), first_element_);
-        ops_.residual_forward(la.resid3.data(), la.resid2.data(), fcproj, RC);
-        residual = la.resid3.data();
+        LayerActivations& kept = a.layers[i];
+        // Under full recompute the intermediates go to the scratch (backward rebuilds them);
+        // under either recompute att does.
+        LayerActivations& la = recompute_ == Recompute::full ? *recompute_scratch_ : kept;
+        float* att =
+            recompute_ == Recompute::none ? kept.att.data() : recompute_scratch_->att.data();
+        forward_layer(a, first + static_cast<int>(i), la, att, residual, kept.resid3.data());
+        residual = kept.resid3.data();
     }
 
     if (g != plan.stages * plan.chunks - 1) return;
@@ -389,6 +384,47 @@ void Gpt::run_forward(int c, Activations& a, const int32_t* inputs, const float*
     const float* lnf = all_rows(a.lnf.data(), a.lnf_all.data());
     ops_.matmul_forward(a.logits.data(), lnf, w + layout_.wte(), nullptr, N, C,
                         layout_.vocab_local());
+}
+
+void Gpt::forward_layer(const Activations& a, int l, LayerActivations& la, float* att,
+                        const float* residual, float* output) {
+    const GptShape& s = layout_.shape();
+    const int B = B_, T = T_, C = s.hidden, R = rows_mine_, N = rows_;
+    const int Cm = layout_.hidden_local(), Fm = layout_.ffn_local(), NHm = layout_.heads_local();
+    const std::size_t RC = static_cast<std::size_t>(R) * C;
+    const float drop = a.training ? dropout_ : 0.0f;
+    const float* w = params_.data();
+    const LayerParams& p = layout_.layer(l);
+
+    // Attention: LN -> f -> column-parallel qkv -> this rank's heads -> row-parallel
+    // proj -> g -> bias -> dropout -> residual.
+    ops_.layernorm_forward(la.ln1.data(), la.ln1_mean.data(), la.ln1_rstd.data(), residual,
+                           w + p.ln1_w, w + p.ln1_b, R, C);
+    const float* ln1 = all_rows(la.ln1.data(), la.ln1_all.data());
+    ops_.matmul_forward(la.qkv.data(), ln1, w + p.qkv_w, w + p.qkv_b, N, C, 3 * Cm);
+    ops_.attention_forward(la.atty.data(), att, la.qkv.data(), B, T, Cm, NHm, drop,
+                           site_seed(a, l, 0), layout_.heads_begin(), s.heads);
+    ops_.matmul_forward(proj_partial_.data(), la.atty.data(), w + p.proj_w, nullptr, N, Cm, C);
+    float* attproj = reduce_rows(proj_partial_.data(), proj_reduced_.data());
+    ops_.add_bias(attproj, w + p.proj_b, R, C);
+    if (drop > 0)
+        ops_.dropout_forward(attproj, attproj, RC, drop, site_seed(a, l, 1), first_element_);
+    ops_.residual_forward(la.resid2.data(), residual, attproj, RC);
+
+    // MLP: LN -> f -> column-parallel fc1 -> GELU -> row-parallel fc2 -> g -> bias ->
+    // dropout -> residual.
+    ops_.layernorm_forward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(), la.resid2.data(),
+                           w + p.ln2_w, w + p.ln2_b, R, C);
+    const float* ln2 = all_rows(la.ln2.data(), la.ln2_all.data());
+    ops_.matmul_forward(la.fch.data(), ln2, w + p.fc1_w, w + p.fc1_b, N, C, Fm);
+    ops_.gelu_forward(la.fch_gelu.data(), la.fch.data(), static_cast<std::size_t>(N) * Fm);
+    if (!output) return;  // recompute: fc2's output is the kept one, not needed again
+    ops_.matmul_forward(proj_partial_.data(), la.fch_gelu.data(), w + p.fc2_w, nullptr, N, Fm, C);
+    float* fcproj = reduce_rows(proj_partial_.data(), proj_reduced_.data());
+    ops_.add_bias(fcproj, w + p.fc2_b, R, C);
+    if (drop > 0)
+        ops_.dropout_forward(fcproj, fcproj, RC, drop, site_seed(a, l, 2), first_element_);
+    ops_.residual_forward(output, la.resid2.data(), fcproj, RC);
 }
 
 float Gpt::loss(Activations& a, const int32_t* targets) {
@@ -480,8 +516,15 @@ void Gpt::backward_chunk(int mb, int c, float dloss, const float* output_grad, f
     for (int i = static_cast<int>(a.layers.size()) - 1; i >= 0; --i) {
         const int l = first + i;
         const LayerParams& p = layout_.layer(l);
-        LayerActivations& la = a.layers[static_cast<std::size_t>(i)];
         const float* residual = i == 0 ? a.input.data() : a.layers[static_cast<std::size_t>(i - 1)].resid3.data();
+        LayerActivations& la = recompute_ == Recompute::full
+                                   ? *recompute_scratch_
+                                   : a.layers[static_cast<std::size_t>(i)];
+        // Full recompute: rerun the layer's forward from its kept input (its collectives
+        // too, in the same order on every tensor rank), just before its backward.
+        if (recompute_ == Recompute::full)
+            forward_layer(a, l, la, la.att.data(), residual, nullptr);
+        float* att = recompute_ == Recompute::none ? la.att.data() : recompute_scratch_->att.data();
         const float* ln1 = sequence_parallel_ ? la.ln1_all.data() : la.ln1.data();
         const float* ln2 = sequence_parallel_ ? la.ln2_all.data() : la.ln2.data();
 
@@ -508,9 +551,10 @@ void Gpt::backward_chunk(int mb, int c, float dloss, const float* output_grad, f
         ops_.matmul_backward(dc_b_.data(), grad + p.proj_w, grad + p.proj_b, dattproj,
                              la.atty.data(), w + p.proj_w, N, Cm, C);
         ops_.zero(dqkv_.data(), static_cast<std::size_t>(N) * 3 * Cm);
-        ops_.attention_backward(dqkv_.data(), datt_.data(), dc_b_.data(), la.qkv.data(),
-                                la.att.data(), B, T, Cm, NHm, drop, site_seed(a, l, 0),
-                                layout_.heads_begin(), s.heads);
+        if (recompute_ == Recompute::selective)  // the probabilities, rebuilt from qkv
+            ops_.attention_probs(att, la.qkv.data(), B, T, Cm, NHm);
+        ops_.attention_backward(dqkv_.data(), datt_.data(), dc_b_.data(), la.qkv.data(), att, B, T,
+                                Cm, NHm, drop, site_seed(a, l, 0), layout_.heads_begin(), s.heads);
         ops_.zero(dc_a_.data(), NC);
         ops_.matmul_backward(dc_a_.data(), grad + p.qkv_w, grad + p.qkv_b, dqkv_.data(), ln1,
                              w + p.qkv_w, N, C, 3 * Cm);

@@ -18,6 +18,14 @@
 // the embedding on the first stage and the LM head and loss on the last. The executor runs
 // forward_chunk/backward_chunk per (microbatch, chunk) in a schedule's order; each in-flight
 // pair keeps its own activations, returned to a pool by its backward.
+//
+// Activation recompute (Korthikanti et al., "Reducing Activation Recomputation in Large
+// Transformer Models") trades FLOPs for the memory of the sets in flight. selective keeps all
+// but the attention probabilities (B,NH/M,T,T), the 5·a·s/h term, and rebuilds them from qkv
+// before attention's backward. full keeps only each layer's output (R,C) (so every layer's
+// input) and reruns each layer's forward, collectives included, just before its backward.
+// Both rebuild into one scratch set shared by every (microbatch, chunk), and the kernels and
+// dropout masks are deterministic, so the gradients are bitwise those without recompute.
 #pragma once
 
 #include <cstdint>
@@ -53,6 +61,8 @@ private:
     std::size_t count_ = 0;
 };
 
+enum class Recompute { none, selective, full };
+
 class Gpt {
 public:
     // micro_batch x seq_len is the shape of every microbatch this model will run. `tensor` is
@@ -61,7 +71,8 @@ public:
     // data-parallel size, so ZeRO-1 shards them evenly); the padding stays zero.
     Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropout,
         parallel::Comm* tensor = nullptr, bool sequence_parallel = false,
-        const StagePlan& plan = {}, std::size_t buffer_multiple = 1);
+        const StagePlan& plan = {}, std::size_t buffer_multiple = 1,
+        Recompute recompute = Recompute::none);
     ~Gpt();
 
     const ParamLayout& layout() const { return layout_; }  // this rank's part
@@ -119,20 +130,30 @@ public:
     void finish_gradients();
     void zero_grads();
     // Activation sets allocated so far: the most (microbatch, chunk) pairs ever in flight,
-    // and their bytes.
+    // and their bytes (what recompute keeps; its one shared scratch set is not counted here,
+    // only in the allocator's peak).
     std::size_t activation_sets() const;
     std::size_t activation_bytes() const { return activation_bytes_; }  // as allocated
+    Recompute recompute() const { return recompute_; }
 
 private:
     struct LayerActivations;
     struct Activations;  // one (microbatch, chunk) in flight
 
     std::unique_ptr<Activations> new_activations(int c);
+    // Allocates the buffers of one layer's set: `work` the intermediates backward reads (all
+    // but att and the output), `att` the attention probabilities, `output` resid3.
+    void allocate_layer(LayerActivations& la, bool work, bool att, bool output);
     Activations& start(int mb, int c);
     Activations& live(int mb, int c);
     void release(int mb, int c);
     // The chunk's layers, embedding and head (forward), given its activations.
     void run_forward(int c, Activations& a, const int32_t* inputs, const float* input);
+    // Layer l on this rank's rows `residual` (R,C): intermediates into `la`, the attention
+    // probabilities into `att`, the layer's output into `output` (R,C). A null output stops
+    // after the MLP's GELU, which is all backward reads (full recompute).
+    void forward_layer(const Activations& a, int l, LayerActivations& la, float* att,
+                       const float* residual, float* output);
     // The loss of the last chunk's logits: fills a.losses and a.lse; returns the mean.
     float loss(Activations& a, const int32_t* targets);
     uint64_t site_seed(const Activations& a, int layer, int site) const;
@@ -156,6 +177,7 @@ private:
     int rows_mine_;            // rows of the residual stream on this rank: N/M or N
     uint64_t first_element_;   // global index of this rank's first residual element (dropout)
     float dropout_;
+    Recompute recompute_;
 
     DeviceBuffer params_, grads_;
 
@@ -164,6 +186,9 @@ private:
     std::map<std::pair<int, int>, std::unique_ptr<Activations>> live_;
     std::vector<std::vector<std::unique_ptr<Activations>>> pool_;
     std::size_t activation_bytes_ = 0;
+    // What recompute rebuilds, one layer at a time: att alone (selective) or a whole layer
+    // but its output (full); null without recompute.
+    std::unique_ptr<LayerActivations> recompute_scratch_;
 
     // Forward scratch: a row-parallel layer's partial output (N,C), and its reduced rows
     // (R,C) with sequence parallelism (without, the reduction is in place).

@@ -282,8 +282,8 @@ TEST_CASE("config: parallel layouts and what is not supported yet", "[config]") 
           "x.yaml:4: parallel.tensor (5) must divide model.heads (12)");
     CHECK(error_of(kMinimal + "training:\n  precision: bf16\n") ==
           "x.yaml:4: training.precision: bf16 is not supported yet (only fp32)");
-    CHECK(error_of(kMinimal + "training:\n  recompute: full\n") ==
-          "x.yaml:4: training.recompute: full is not supported yet (only none)");
+    CHECK(parse(kMinimal + "training:\n  recompute: full\n", "x.yaml").training.recompute ==
+          Recompute::full);
     CHECK(error_of(kMinimal + "parallel:\n  schedule: interleaved\n") ==
           "x.yaml:4: parallel.schedule: interleaved needs parallel.pipeline >= 2 (got 1)");
     CHECK(error_of(kMinimal + "parallel:\n  schedule: interleaved\n  pipeline: 2\n") ==

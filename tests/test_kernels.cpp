@@ -554,6 +554,22 @@ TEST_CASE("attention forward and backward with dropout", "[kernels]") {
     check_attention(0.3f);
 }
 
+// Selective recompute rebuilds att for backward: it must be the forward's, bit for bit, with
+// or without dropout (which acts after att) and for any head offset.
+TEST_CASE("attention_probs gives attention_forward's att exactly", "[kernels][recompute]") {
+    auto ops = make_cpu_ops(2);
+    const int B = 2, Tn = 7, C = 12, NH = 3;
+    const auto qkv = random_floats(B * Tn * 3 * C, 43, -2.0f, 2.0f);
+    for (float drop_prob : {0.0f, 0.3f}) {
+        std::vector<float> out(B * Tn * C), att(B * NH * Tn * Tn);
+        ops->attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH, drop_prob, 99, 3,
+                               2 * NH);
+        std::vector<float> rebuilt(att.size(), -1.0f);
+        ops->attention_probs(rebuilt.data(), qkv.data(), B, Tn, C, NH);
+        CHECK(rebuilt == att);
+    }
+}
+
 // Tensor parallelism splits the heads: each half computes its heads from its share of q, k
 // and v, and must draw the dropout mask the whole model draws for those heads.
 TEST_CASE("attention over half the heads matches those heads of the whole", "[kernels]") {

@@ -75,6 +75,14 @@ void apply_dropout(float* probs, const float* att, uint64_t mask_offset, int T, 
     }
 }
 
+// att_bh (T,T) = causal softmax(q k^T * scale) for one head: the probabilities forward keeps
+// and selective recompute rebuilds, by the same code so they agree bit for bit.
+void head_probs(float* att_bh, const float* q, const float* k, int T, int C, int hs, float scale) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, 3 * C, k, 3 * C, 0.0f,
+                att_bh, T);
+    for (int t = 0; t < T; t++) causal_softmax_row(att_bh + static_cast<std::size_t>(t) * T, t, T);
+}
+
 }  // namespace
 
 // att (B,NH,T,T) = causal softmax(q k^T / sqrt(hs)); out (B,T,C) = dropout(att) @ v
@@ -93,11 +101,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
             const float* k = q + C;
             const float* v = q + 2 * C;
             float* att_bh = att + head.att_offset;  // (T,T)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, 3 * C, k,
-                        3 * C, 0.0f, att_bh, T);
-            for (int t = 0; t < T; t++) {
-                causal_softmax_row(att_bh + static_cast<std::size_t>(t) * T, t, T);
-            }
+            head_probs(att_bh, q, k, T, C, hs, scale);
             const float* weights = att_bh;
             if (drop_prob > 0.0f) {
                 apply_dropout(probs.data(), att_bh, head.mask_offset, T, drop_prob, seed);
@@ -106,6 +110,17 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, weights, T, v,
                         3 * C, 0.0f, out + head.out_offset, C);
         }
+    }
+}
+
+void attention_probs(float* att, const float* qkv, int B, int T, int C, int NH) {
+    const int hs = C / NH;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
+#pragma omp parallel for schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        const Head head = head_at(bh, T, C, NH, 0, NH);
+        const float* q = qkv + head.qkv_offset;
+        head_probs(att + head.att_offset, q, q + C, T, C, hs, scale);
     }
 }
 

@@ -71,6 +71,7 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int B, int T, int C, int NH, float drop_prob,
                         uint64_t seed, int head_begin, int heads_total);
+void attention_probs(float* att, const float* qkv, int B, int T, int C, int NH);
 
 // ---- pointwise (pointwise.cpp) ----------------------------------------------------------
 void gelu_forward(float* out, const float* inp, std::size_t count);

@@ -103,6 +103,9 @@ public:
         cpu::attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, drop_prob, seed,
                                 head_begin, heads_total);
     }
+    void attention_probs(float* att, const float* qkv, int B, int T, int C, int NH) override {
+        cpu::attention_probs(att, qkv, B, T, C, NH);
+    }
 
     void gelu_forward(float* out, const float* inp, std::size_t count) override {
         cpu::gelu_forward(out, inp, count);

@@ -47,9 +47,6 @@ void refuse_unsupported_features(const Config& cfg, const Origins& origins) {
     if (t.precision != Precision::fp32)
         fail(origins.where("training.precision"),
              cat("training.precision: ", to_string(t.precision), " is not supported yet (only fp32)"));
-    if (t.recompute != Recompute::none)
-        fail(origins.where("training.recompute"),
-             cat("training.recompute: ", to_string(t.recompute), " is not supported yet (only none)"));
     if (cfg.device == DeviceKind::cuda)
         fail(origins.where("device"), "device: this build has no CUDA backend yet (use auto or cpu)");
 }

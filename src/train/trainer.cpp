@@ -32,6 +32,15 @@ pipeline::Kind schedule_kind(config::Schedule s) {
     return pipeline::Kind::one_f_one_b;
 }
 
+model::Recompute recompute_mode(config::Recompute r) {
+    switch (r) {
+        case config::Recompute::selective: return model::Recompute::selective;
+        case config::Recompute::full: return model::Recompute::full;
+        case config::Recompute::none: break;
+    }
+    return model::Recompute::none;
+}
+
 }  // namespace
 
 Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* grid)
@@ -43,7 +52,7 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* g
       data_(grid ? grid->data() : solo_),
       model_(ops, gpt_shape(cfg), cfg.training.micro_batch, static_cast<float>(cfg.model.dropout),
              &tensor_, cfg.parallel.sequence_parallel, stage_plan(cfg, grid),
-             static_cast<std::size_t>(data_.size())),
+             static_cast<std::size_t>(data_.size()), recompute_mode(cfg.training.recompute)),
       optimizer_(ops, model_.layout(), cfg.training,
                  optim::OptimizerGroups{&tensor_, &pipeline_, &data_}, cfg.parallel.zero_stage,
                  model_.buffer_size(), static_cast<std::size_t>(cfg.parallel.bucket_size)),
