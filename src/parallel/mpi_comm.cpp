@@ -153,32 +153,38 @@ void MpiComm::broadcast(float* data, std::size_t count, int root) {
     }
 }
 
+// Point-to-point transfers go as messages of at most max_chunk_ floats (an MPI count is an
+// int); a transfer of no elements is still one message, which the peer's recv waits for.
+template <typename Fn>
+void MpiComm::for_each_message(std::size_t count, Fn fn) const {
+    std::size_t offset = 0;
+    do {
+        const std::size_t n = std::min(max_chunk_, count - offset);
+        fn(offset, n);
+        offset += n;
+    } while (offset < count);
+}
+
 void MpiComm::send(const float* data, std::size_t count, int peer, int tag) {
     check_peer(peer, "send");
     check_tag(tag, "send");
     Comm::count(CommKind::send, count);
-    std::size_t offset = 0;
-    do {  // a message of no elements is still one message: the peer's recv waits for it
-        const std::size_t n = std::min(max_chunk_, count - offset);
+    for_each_message(count, [&](std::size_t offset, std::size_t n) {
         check(MPI_Ssend(data + offset, static_cast<int>(n), MPI_FLOAT, peer, tag, comm_),
               "MPI_Ssend");
-        offset += n;
-    } while (offset < count);
+    });
 }
 
 void MpiComm::send_async(const float* data, std::size_t count, int peer, int tag) {
     check_peer(peer, "send_async");
     check_tag(tag, "send_async");
     Comm::count(CommKind::send, count);
-    std::size_t offset = 0;
-    do {
-        const std::size_t n = std::min(max_chunk_, count - offset);
+    for_each_message(count, [&](std::size_t offset, std::size_t n) {
         MPI_Request request;
         check(MPI_Isend(data + offset, static_cast<int>(n), MPI_FLOAT, peer, tag, comm_, &request),
               "MPI_Isend");
         pending_sends_.push_back(request);
-        offset += n;
-    } while (offset < count);
+    });
 }
 
 void MpiComm::wait_sends() {
@@ -193,9 +199,7 @@ void MpiComm::recv(float* data, std::size_t count, int peer, int tag) {
     check_peer(peer, "recv");
     check_tag(tag, "recv");
     Comm::count(CommKind::recv, count);
-    std::size_t offset = 0;
-    do {
-        const std::size_t n = std::min(max_chunk_, count - offset);
+    for_each_message(count, [&](std::size_t offset, std::size_t n) {
         MPI_Status status;
         check(MPI_Recv(data + offset, static_cast<int>(n), MPI_FLOAT, peer, tag, comm_, &status),
               "MPI_Recv");
@@ -205,8 +209,7 @@ void MpiComm::recv(float* data, std::size_t count, int peer, int tag) {
             throw Error("parallel: recv of " + std::to_string(count) + " floats from rank " +
                         std::to_string(peer) + " (tag " + std::to_string(tag) +
                         ") got a shorter message; the sender's count differs");
-        offset += n;
-    } while (offset < count);
+    });
 }
 
 void MpiComm::barrier() {

@@ -59,6 +59,8 @@ public:
     void wait_sends() override;
 
 private:
+    template <typename Fn>
+    void for_each_message(std::size_t count, Fn fn) const;  // fn(offset, n) per message
     void check_peer(int peer, const char* call) const;
     void check_tag(int tag, const char* call) const;
     void check_root(int root) const;
