@@ -88,3 +88,23 @@ def binaries_or_skip():
         print("SKIP: mpirun not found (Debian's openmpi-bin)")
         sys.exit(77)
     return a.trident, os.path.join(a.tools_dir, "trident_model_dump")
+
+
+def tiny_run(directory, overrides=()):
+    """Writes the layout tests' data (3000 tokens of a vocabulary of 300, which 128·M does not
+    divide) and config (2 layers of hidden 32, 4 heads, sequence 16, global batch 4 in
+    microbatches of 2, 10 steps, data in order) into `directory`, and returns the arguments
+    that train on them, with the `--set` overrides given."""
+    data = os.path.join(directory, "train.bin")
+    write_shard(data, [(i * 7919 + (i * i) % 101) % 300 for i in range(3000)])
+    config = os.path.join(directory, "c.yaml")
+    with open(config, "w") as f:
+        f.write("model: {vocab_size: 300, seq_len: 16, layers: 2, hidden: 32, heads: 4,"
+                " ffn_hidden: 128}\n"
+                "training: {micro_batch: 2, global_batch: 4, steps: 10, warmup_steps: 2,"
+                " lr: 3.0e-3, grad_clip: 0.5, threads: 1}\n"
+                f"data: {{train: {data}, shuffle: false}}\n")
+    args = ["--config", config]
+    for o in overrides:
+        args += ["--set", o]
+    return args

@@ -13,7 +13,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mpi_harness import binaries_or_skip, check, failures, losses, run, write_shard  # noqa: E402
+from mpi_harness import binaries_or_skip, check, failures, losses, run, tiny_run  # noqa: E402
 
 # (P, M, D, zero stage, schedule, v, sequence parallel, bucket size in parameters)
 ONE_BUCKET = 1 << 24
@@ -27,15 +27,9 @@ def main():
     trident, _ = binaries_or_skip()
     with tempfile.TemporaryDirectory() as tmp:
         path = lambda name: os.path.join(tmp, name)  # noqa: E731
-        write_shard(path("train.bin"), [(i * 7919 + (i * i) % 101) % 300 for i in range(3000)])
-        with open(path("c.yaml"), "w") as f:
-            # Global batch 16 in microbatches of 2: 8, 4 or 2 per replica for D = 1, 2, 4.
-            f.write("model: {vocab_size: 300, seq_len: 16, layers: 4, hidden: 32, heads: 4,"
-                    " ffn_hidden: 128, dropout: 0.1}\n"
-                    "training: {micro_batch: 2, global_batch: 16, steps: 10, warmup_steps: 2,"
-                    " lr: 3.0e-3, grad_clip: 0.5, threads: 1}\n"
-                    f"data: {{train: {path('train.bin')}, shuffle: true}}\n")
-        base = ["--config", path("c.yaml")]
+        # Global batch 16 in microbatches of 2: 8, 4 or 2 per replica for D = 1, 2, 4.
+        base = tiny_run(tmp, ["model.layers=4", "model.dropout=0.1", "training.global_batch=16",
+                              "data.shuffle=true"])
         run([trident, "train"] + base + ["--set", f"logging.metrics={path('m1.jsonl')}"])
         ref = losses(path("m1.jsonl"))
 

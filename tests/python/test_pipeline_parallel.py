@@ -18,7 +18,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mpi_harness import (binaries_or_skip, check, failures, losses, read_safetensors, run,  # noqa: E402
-                         worst_tensor_diff, write_shard)
+                         tiny_run, worst_tensor_diff)
 
 # (P, M, schedule, v, sequence parallel)
 LAYOUTS = [(2, 1, "1f1b", 1, False), (4, 1, "1f1b", 1, False), (2, 1, "gpipe", 1, False),
@@ -37,16 +37,10 @@ def main():
 
     with tempfile.TemporaryDirectory() as tmp:
         path = lambda name: os.path.join(tmp, name)  # noqa: E731
-        write_shard(path("train.bin"), [(i * 7919 + (i * i) % 101) % 300 for i in range(3000)])
-        with open(path("c.yaml"), "w") as f:
-            # 4 layers (P·v up to 4), 4 microbatches per step (a multiple of P = 2 and 4).
-            f.write("model: {vocab_size: 300, seq_len: 16, layers: 4, hidden: 32, heads: 4,"
-                    " ffn_hidden: 128, dropout: 0.1}\n"
-                    "training: {micro_batch: 2, global_batch: 8, steps: 10, warmup_steps: 2,"
-                    " lr: 3.0e-3, grad_clip: 0.5, threads: 1, eval_interval: 5, eval_batches: 2}\n"
-                    f"data: {{train: {path('train.bin')}, valid: {path('train.bin')},"
-                    " shuffle: false}\n")
-        base = ["--config", path("c.yaml")]
+        # 4 layers (P·v up to 4), 4 microbatches per step (a multiple of P = 2 and 4).
+        base = tiny_run(tmp, ["model.layers=4", "model.dropout=0.1", "training.global_batch=8",
+                              "training.eval_interval=5", "training.eval_batches=2",
+                              f"data.valid={path('train.bin')}"])
         run([trident, "train"] + base + ["--set", "training.steps=1", "--set",
                                          f"checkpoint.dir={path('ck')}"])
         run([trident, "export", "--checkpoint", path("ck"), "--output", path("w.safetensors")])

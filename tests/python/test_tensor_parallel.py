@@ -15,23 +15,15 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mpi_harness import (binaries_or_skip, check, failures, losses, read_safetensors, run,  # noqa: E402
-                         worst_tensor_diff, write_shard)
+                         tiny_run, worst_tensor_diff)
 
 def main():
     trident, dump = binaries_or_skip()
 
     with tempfile.TemporaryDirectory() as tmp:
         path = lambda name: os.path.join(tmp, name)  # noqa: E731
-        # 3000 tokens of a vocabulary of 300: padded to 384 for M = 1, 512 for M = 2 and 4.
-        tokens = [(i * 7919 + (i * i) % 101) % 300 for i in range(3000)]
-        write_shard(path("train.bin"), tokens)
-        with open(path("c.yaml"), "w") as f:
-            f.write("model: {vocab_size: 300, seq_len: 16, layers: 2, hidden: 32, heads: 4,"
-                    " ffn_hidden: 128}\n"
-                    "training: {micro_batch: 2, global_batch: 4, steps: 10, warmup_steps: 2,"
-                    " lr: 3.0e-3, grad_clip: 0.5, threads: 1}\n"
-                    f"data: {{train: {path('train.bin')}, shuffle: false}}\n")
-        base = ["--config", path("c.yaml")]
+        # The vocabulary of 300 pads to 384 for M = 1, 512 for M = 2 and 4.
+        base = tiny_run(tmp)
 
         # Non-trivial weights (every bias and LayerNorm moved): one step, exported.
         run([trident, "train"] + base + ["--set", "training.steps=1", "--set",
