@@ -36,6 +36,8 @@ public:
     // Bytes allocated now and at most so far, as the allocator counts them.
     virtual std::size_t allocated_bytes() const = 0;
     virtual std::size_t peak_allocated_bytes() const = 0;
+    // Starts the peak again from what is allocated now.
+    virtual void reset_peak_allocated_bytes() = 0;
     virtual void copy_to_host(float* host, const float* device, std::size_t count) = 0;
     virtual void copy_from_host(float* device, const float* host, std::size_t count) = 0;
     virtual void zero(float* x, std::size_t count) = 0;

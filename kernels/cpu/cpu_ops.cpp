@@ -47,6 +47,7 @@ public:
     }
     std::size_t allocated_bytes() const override { return allocated_; }
     std::size_t peak_allocated_bytes() const override { return peak_; }
+    void reset_peak_allocated_bytes() override { peak_ = allocated_; }
     void copy_to_host(float* host, const float* device, std::size_t count) override {
         copy(host, device, count);
     }
