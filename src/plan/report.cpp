@@ -95,17 +95,17 @@ std::string render_text(const Plan& plan) {
         train::human_count(static_cast<double>(d.parameters)).c_str(), m.layers, m.hidden, m.heads,
         m.ffn_hidden, m.seq_len, m.vocab_size, d.padded_vocab);
     out += format(
-        "layout: %d x %d x %d (pipeline x tensor x data) = %d ranks, rank = tp + %d*(dp + "
+        "layout: %d x %d x %d (pipeline x tensor x data) = %d rank%s, rank = tp + %d*(dp + "
         "%d*pp) | schedule %s",
-        p.pipeline, p.tensor, p.data, d.world_size, p.tensor, p.data,
+        p.pipeline, p.tensor, p.data, d.world_size, d.world_size == 1 ? "" : "s", p.tensor, p.data,
         config::to_string(p.schedule));
     if (p.virtual_stages > 1) out += format(", %d chunks per stage", p.virtual_stages);
     out += format(" | sequence parallel %s\n", p.sequence_parallel ? "on" : "off");
     out += format(
-        "step: %d sequences (%lld tokens) | micro batch %d | %d microbatches per "
-        "replica | recompute %s\n",
+        "step: %d sequences (%lld tokens) | micro batch %d | %d microbatch%s per replica | "
+        "recompute %s\n",
         t.global_batch, static_cast<long long>(d.tokens_per_step), t.micro_batch,
-        d.grad_accum_steps, config::to_string(t.recompute));
+        d.grad_accum_steps, d.grad_accum_steps == 1 ? "" : "es", config::to_string(t.recompute));
     out += format(
         "bytes: precision %s | per parameter: weights %d, gradients %d, optimizer %d "
         "(ZeRO stage %d over %d replicas) | per activation %d\n\n",
