@@ -13,12 +13,14 @@ namespace {
 
 std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string format(const char* fmt, ...) {
-    char buf[512];
-    va_list args;
+    va_list args, again;
     va_start(args, fmt);
-    std::vsnprintf(buf, sizeof buf, fmt, args);
+    va_copy(again, args);
+    std::string out(static_cast<std::size_t>(std::vsnprintf(nullptr, 0, fmt, args)), '\0');
+    std::vsnprintf(out.data(), out.size() + 1, fmt, again);
+    va_end(again);
     va_end(args);
-    return buf;
+    return out;
 }
 
 // Memory in binary units, as device memory is quoted: "12.34 GiB", "5.6 MiB".
