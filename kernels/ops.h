@@ -41,6 +41,8 @@ public:
     // Bytes allocated now and at most so far, as the allocator counts them.
     virtual std::size_t allocated_bytes() const = 0;
     virtual std::size_t peak_allocated_bytes() const = 0;
+    // Starts the peak again from what is allocated now.
+    virtual void reset_peak_allocated_bytes() = 0;
     // Raw bytes between host and device.
     virtual void upload(void* device, const void* host, std::size_t bytes) = 0;
     virtual void download(void* host, const void* device, std::size_t bytes) = 0;

@@ -368,10 +368,11 @@ TEST_CASE("config: load reads a file and reports one it cannot open", "[config]"
 
 TEST_CASE("config: every file in configs/ loads", "[config]") {
     int files = 0;
+    // Checked as a plan checks them: some describe GPU runs this build cannot start.
     for (const auto& entry : std::filesystem::directory_iterator(TRIDENT_SOURCE_DIR "/configs")) {
         if (entry.path().extension() != ".yaml") continue;
         INFO(entry.path().string());
-        CHECK_NOTHROW(load(entry.path().string()));
+        CHECK_NOTHROW(load(entry.path().string(), {}, Purpose::plan));
         ++files;
     }
     CHECK(files >= 3);

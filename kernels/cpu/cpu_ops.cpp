@@ -49,6 +49,7 @@ public:
     }
     std::size_t allocated_bytes() const override { return allocated_; }
     std::size_t peak_allocated_bytes() const override { return peak_; }
+    void reset_peak_allocated_bytes() override { peak_ = allocated_; }
     void upload(void* device, const void* host, std::size_t bytes) override {
         if (bytes > 0 && device != host) std::memcpy(device, host, bytes);
     }

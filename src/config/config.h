@@ -142,13 +142,19 @@ struct Config {
     bool operator==(const Config&) const = default;
 };
 
+// What a config is loaded for. `run` (train, bench) also refuses the settings this build
+// cannot run yet (e.g. a GPU device on a CPU-only build); `plan` (memory and time estimates
+// for any hardware) accepts them, checking everything else alike.
+enum class Purpose { run, plan };
+
 // Loads `path`, applies each "key.path=value" override in order, validates, derives.
 // Throws ConfigError naming the file line (or the override) and the key path.
-Config load(const std::string& path, const std::vector<std::string>& overrides = {});
+Config load(const std::string& path, const std::vector<std::string>& overrides = {},
+            Purpose purpose = Purpose::run);
 
 // The same from YAML text (for tests and embedded defaults); `source` names it in messages.
 Config parse(const std::string& yaml_text, const std::string& source,
-             const std::vector<std::string>& overrides = {});
+             const std::vector<std::string>& overrides = {}, Purpose purpose = Purpose::run);
 
 // Fills cfg.derived from the rest; called by load/parse.
 void derive(Config& cfg);

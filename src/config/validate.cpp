@@ -122,10 +122,10 @@ void check_consistency(const Config& cfg, const Origins& origins) {
 
 }  // namespace
 
-void validate(const Config& cfg, const Origins& origins) {
+void validate(const Config& cfg, const Origins& origins, Purpose purpose) {
     check_required(origins);
     check_ranges(cfg, origins);
-    refuse_unsupported_features(cfg, origins);
+    if (purpose == Purpose::run) refuse_unsupported_features(cfg, origins);
     check_consistency(cfg, origins);
 }
 

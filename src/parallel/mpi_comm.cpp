@@ -71,7 +71,6 @@ MPI_Datatype mpi_type(kernels::DType dtype) {
     return dtype == kernels::DType::f32 ? MPI_FLOAT : MPI_UINT16_T;
 }
 
-char* bytes(kernels::Ptr p) { return static_cast<char*>(p.data); }
 const char* bytes(kernels::ConstPtr p) { return static_cast<const char*>(p.data); }
 
 void check_same_type(kernels::ConstPtr in, kernels::Ptr out, const char* call) {
