@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # What the batch scripts of scripts/slurm/ share, sourced by them inside the allocation:
 # the per-job run directory, the trainer's command line, and a launcher that passes the
 # preemption signal on to every rank.
