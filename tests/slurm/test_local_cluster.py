@@ -2,7 +2,8 @@
 """The Slurm batch scripts on a real one-node Slurm cluster (scripts/slurm/local_cluster.sh).
 
 Starts the cluster in a temporary directory and submits, with sbatch:
-  - scripts/slurm/train_one_node.sbatch (srun --mpi=pmix), 2 ranks, parallel.data=2, and
+  - scripts/slurm/train_one_node.sbatch (srun --mpi=pmix), 2 ranks, parallel.data=2,
+  - scripts/slurm/train_multi_node.sbatch (srun --mpi=pmix) on 1 node, parallel.pipeline=2, and
   - scripts/slurm/train_mpirun.sbatch (mpirun inside the allocation), 2 ranks, parallel.tensor=2,
 each 10 steps of a tiny model on the CPU. Each job must complete with exit code 0, write its
 log %x-%j.out and its run directory's metrics.jsonl with 10 step lines of finite losses, equal
@@ -168,12 +169,14 @@ def run_jobs(trident, scripts, tmp, env):
     reference = losses(reference_metrics)
     config_path = config[1]
 
-    jobs = [("srun-pmix", "train_one_node.sbatch", "parallel.data=2"),
-            ("mpirun", "train_mpirun.sbatch", "parallel.tensor=2")]
+    # The multi-node script on the one node there is (--nodes=1 over its default of 2).
+    jobs = [("srun-pmix", "train_one_node.sbatch", [], "parallel.data=2"),
+            ("multi-node", "train_multi_node.sbatch", ["--nodes=1"], "parallel.pipeline=2"),
+            ("mpirun", "train_mpirun.sbatch", [], "parallel.tensor=2")]
     submitted = []
-    for name, script, layout in jobs:
-        job_id = sbatch([f"--job-name={name}", "--ntasks-per-node=2", "--time=10",
-                         os.path.join(scripts, script), config_path, "--set", layout], env, tmp)
+    for name, script, options, layout in jobs:
+        job_id = sbatch([f"--job-name={name}", "--ntasks-per-node=2", "--time=10"] + options +
+                        [os.path.join(scripts, script), config_path, "--set", layout], env, tmp)
         submitted.append((name, job_id))
     for name, job_id in submitted:
         t0 = time.monotonic()
