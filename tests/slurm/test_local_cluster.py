@@ -184,6 +184,15 @@ def run_jobs(trident, scripts, tmp, env):
         print(f"{name}: job {job_id} ended after {time.monotonic() - t0:.0f} s more", flush=True)
         check_training_job(name, job_id, fields, tmp, reference)
 
+    # A job without a config fails at once, saying how to submit.
+    job_id = sbatch(["--job-name=no-config", "--ntasks-per-node=2",
+                     os.path.join(scripts, "train_one_node.sbatch")], env, tmp)
+    fields = wait_for_job(job_id, env, timeout_s=60)
+    log = os.path.join(tmp, f"no-config-{job_id}.out")
+    text = open(log).read() if os.path.exists(log) else ""
+    check(fields.get("JobState") == "FAILED" and "usage: sbatch" in text,
+          f"no config: job {fields.get('JobState')}, the log says: {text.strip()}")
+
     # The preemption signal through each launcher, to a stand-in that records it.
     stub = os.path.join(tmp, "stub.sh")
     with open(stub, "w") as f:
