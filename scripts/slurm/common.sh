@@ -21,7 +21,7 @@ trap 'trident_slurm_pending+=(USR1)' USR1
 trap 'trident_slurm_pending+=(TERM)' TERM
 
 # Checks the allocation and arguments and sets: trident, run_dir, train_args (an array: the
-# trainer's arguments). $1 is the config, the rest go to `trident train` after the run
+# trainer's arguments), srun_gpu_options (an array, for srun). $1 is the config, the rest go to `trident train` after the run
 # directory's settings, so a --set given there overrides them.
 trident_slurm_prepare() {
   if [[ $# -lt 1 || $1 == -* ]]; then
@@ -46,6 +46,11 @@ trident_slurm_prepare() {
          "--ntasks-per-node=G --gpus-per-node=G, one rank per GPU" >&2
     return 1
   fi
+
+  # srun's options for the GPUs: no binding, whatever a site's defaults ask for.
+  # shellcheck disable=SC2034  # read by the batch scripts
+  srun_gpu_options=()
+  if [[ -n $gpus_per_node ]]; then srun_gpu_options+=(--gpu-bind=none); fi
 
   run_dir=${TRIDENT_RUNS:-$SLURM_SUBMIT_DIR/runs}/$SLURM_JOB_NAME-$SLURM_JOB_ID
   mkdir -p "$run_dir"

@@ -114,6 +114,7 @@ SlurmctldLogFile=$dir/log/slurmctld.log
 SlurmdLogFile=$dir/log/slurmd.log
 # Finished jobs stay visible to scontrol for 10 minutes (there is no accounting database).
 MinJobAge=600
+MailProg=/bin/true
 KillWait=10
 $node NodeAddr=127.0.0.1 State=UNKNOWN
 PartitionName=local Nodes=$host Default=YES MaxTime=INFINITE State=UP
