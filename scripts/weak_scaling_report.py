@@ -5,7 +5,9 @@ Markdown table, and draws a PNG: weak-scaling efficiency against the ideal (100%
 paper's, and the aggregate TFLOP/s against linear scaling.
 
 Efficiency at M = per-rank TFLOP/s at M / per-rank TFLOP/s at the smallest M run, as in the
-paper's Figure 5 (where the baseline is one V100's 39 TFLOP/s).
+paper's Figure 5 (where the baseline is one V100's 39 TFLOP/s). Beside it: the GEMM rate each
+rank measured at start-up and the MFU against it, which show how much of the cores the ranks
+had (on a shared or oversubscribed machine, less than all).
 
 Usage: scripts/weak_scaling_report.py RESULTS.jsonl --csv OUT.csv [--png OUT.png]
 """
@@ -15,7 +17,8 @@ import json
 import sys
 
 COLUMNS = ["ranks", "tensor", "data", "hidden", "heads", "layers", "parameters",
-           "params_per_rank", "tokens_per_s", "tflops_per_rank", "mfu", "step_ms",
+           "params_per_rank", "tokens_per_s", "tflops_per_rank", "gemm_peak_tflops_per_rank", "mfu",
+           "step_ms",
            "efficiency_pct", "paper_hidden", "paper_layers", "paper_params_billion",
            "paper_efficiency_pct", "family", "cores"]
 
@@ -38,6 +41,7 @@ def main():
             "hidden": p["hidden"], "heads": p["heads"], "layers": p["layers"],
             "parameters": p["parameters"], "params_per_rank": p["parameters"] // p["tensor"],
             "tokens_per_s": round(p["tokens_per_s"], 1), "tflops_per_rank": round(p["tflops"], 5),
+            "gemm_peak_tflops_per_rank": round(p["peak_tflops"], 5),
             "mfu": round(p["mfu"], 4), "step_ms": round(p["step_ms"], 1),
             "efficiency_pct": round(100.0 * p["tflops"] / base, 1),
             "paper_hidden": p["paper_hidden"], "paper_layers": p["paper_layers"],
@@ -51,13 +55,13 @@ def main():
     print(f"weak_scaling_report: wrote {a.csv}")
 
     print("| M | ranks | hidden | heads | layers | parameters per rank | tokens/s "
-          "| TFLOP/s per rank | efficiency | paper's efficiency |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| TFLOP/s per rank | GEMM TFLOP/s per rank | MFU | efficiency | paper's efficiency |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         print(f"| {r['tensor']} | {r['ranks']} | {r['hidden']} | {r['heads']} | {r['layers']} "
               f"| {r['params_per_rank'] / 1e6:.2f} M | {r['tokens_per_s']:.0f} "
-              f"| {r['tflops_per_rank']:.4f} | {r['efficiency_pct']:.1f}% "
-              f"| {r['paper_efficiency_pct']}% |")
+              f"| {r['tflops_per_rank']:.4f} | {r['gemm_peak_tflops_per_rank']:.4f} "
+              f"| {100 * r['mfu']:.1f}% | {r['efficiency_pct']:.1f}% | {r['paper_efficiency_pct']}% |")
 
     if a.png:
         try:
