@@ -4,7 +4,6 @@
 // into the very same model. Multi-rank resume, resharding and preemption are in
 // tests/python/test_checkpoint_parallel.py.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -57,7 +56,8 @@ void flip_byte(const fs::path& path) {
     f.put(static_cast<char>(c ^ 0x10));
 }
 
-const train::SampleFn kRandomTokens = [](uint64_t k, std::span<int32_t> in, std::span<int32_t> tgt) {
+const train::SampleFn kRandomTokens = [](uint64_t k, std::span<int32_t> in,
+                                         std::span<int32_t> tgt) {
     for (std::size_t i = 0; i < in.size(); ++i) {
         in[i] = static_cast<int32_t>(kernels::hash64(k, i) % 64);
         tgt[i] = static_cast<int32_t>(kernels::hash64(k, i + 1) % 64);
@@ -67,7 +67,8 @@ const train::SampleFn kRandomTokens = [](uint64_t k, std::span<int32_t> in, std:
 }  // namespace
 
 TEST_CASE("sha256: the FIPS 180 test vectors", "[checkpoint]") {
-    CHECK(io::sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    CHECK(io::sha256_hex("abc") ==
+          "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     CHECK(io::sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
     CHECK(io::sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
           "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
@@ -121,9 +122,10 @@ TEST_CASE("checkpoint: the manifest reads back as written", "[checkpoint]") {
     CHECK(back.files[1].sha256 == std::string(64, 'b'));
 
     std::ofstream(fs::path(ws.path("step")) / train::kManifestName) << "{\"format\": \"other\"}";
-    REQUIRE_THROWS_WITH(train::read_manifest(ws.path("step")),
-                        Catch::Contains("manifest.json") && Catch::Contains("missing \"version\"") ||
-                            Catch::Contains("not a Trident checkpoint"));
+    REQUIRE_THROWS_WITH(
+        train::read_manifest(ws.path("step")),
+        Catch::Contains("manifest.json") && Catch::Contains("missing \"version\"") ||
+            Catch::Contains("not a Trident checkpoint"));
 }
 
 TEST_CASE("checkpoint: full_element places every slice element where unshard_params does",
@@ -148,15 +150,17 @@ TEST_CASE("checkpoint: resuming gives the uninterrupted run's losses bitwise", "
     Workspace ws;
     // The whole run keeps a checkpoint every 3 steps; a new process resumes from the first.
     const std::string common = "--set training.precision=" + precision + " --set training.steps=6";
-    checked(ws.train(common + " --set checkpoint.dir=" + ws.path("ck") +
-                     " --set checkpoint.interval=3 --set logging.metrics=" + ws.path("full.jsonl")));
+    checked(
+        ws.train(common + " --set checkpoint.dir=" + ws.path("ck") +
+                 " --set checkpoint.interval=3 --set logging.metrics=" + ws.path("full.jsonl")));
     const std::string half = ws.path("ck") + "/step_000003";
-    const RunResult resumed =
-        checked(ws.train(common + " --set checkpoint.resume=" + half + " --set checkpoint.dir=" +
-                         ws.path("ck2") + " --set logging.metrics=" + ws.path("b.jsonl")));
+    const RunResult resumed = checked(ws.train(common + " --set checkpoint.resume=" + half +
+                                               " --set checkpoint.dir=" + ws.path("ck2") +
+                                               " --set logging.metrics=" + ws.path("b.jsonl")));
     REQUIRE(resumed.output.find("resumed: " + half + " at step 3") != std::string::npos);
     const auto full = losses_of(ws.path("full.jsonl"));
-    REQUIRE(losses_of(ws.path("b.jsonl")) == std::vector<std::string>(full.begin() + 3, full.end()));
+    REQUIRE(losses_of(ws.path("b.jsonl")) ==
+            std::vector<std::string>(full.begin() + 3, full.end()));
 
     const RunResult info = checked("checkpoint info " + ws.path("ck"));
     CHECK(info.output.find("step_000006") != std::string::npos);
@@ -183,17 +187,20 @@ TEST_CASE("checkpoint: a corrupt or incomplete checkpoint is reported and passed
     const RunResult info = run("checkpoint info " + (dir / "step_000008").string());
     require_clear_error(info, "fail their check");
     CHECK(info.output.find("CORRUPT") != std::string::npos);
-    require_clear_error(run(ws.train(ck + " --set checkpoint.resume=" + (dir / "step_000008").string())),
-                        "step_000008/pp0_tp0_dp0.safetensors: SHA-256 does not match");
+    require_clear_error(
+        run(ws.train(ck + " --set checkpoint.resume=" + (dir / "step_000008").string())),
+        "step_000008/pp0_tp0_dp0.safetensors: SHA-256 does not match");
 
     // resume: auto names each bad one and goes back to step 4, then matches the whole run.
     const RunResult r = checked(ws.train(ck + " --set logging.metrics=" + ws.path("b.jsonl")));
     CHECK(r.output.find("step_000008 is unusable") != std::string::npos);
-    CHECK(r.output.find("step_000008/pp0_tp0_dp0.safetensors: SHA-256 does not match") != std::string::npos);
+    CHECK(r.output.find("step_000008/pp0_tp0_dp0.safetensors: SHA-256 does not match") !=
+          std::string::npos);
     CHECK(r.output.find("step_000006/pp0_tp0_dp0.safetensors: missing") != std::string::npos);
     CHECK(r.output.find("resumed: " + (dir / "step_000004").string()) != std::string::npos);
     const auto full = losses_of(ws.path("full.jsonl"));
-    REQUIRE(losses_of(ws.path("b.jsonl")) == std::vector<std::string>(full.begin() + 4, full.end()));
+    REQUIRE(losses_of(ws.path("b.jsonl")) ==
+            std::vector<std::string>(full.begin() + 4, full.end()));
     // The new saves replaced the bad ones and cleared the interrupted save.
     CHECK(!fs::exists(dir / ".tmp_step_000010"));
     checked("checkpoint info " + (dir / "step_000006").string());
@@ -205,13 +212,15 @@ TEST_CASE("checkpoint: a corrupt or incomplete checkpoint is reported and passed
     require_clear_error(run(ws.train(ck + " --set training.steps=10")), "is usable");
 }
 
-TEST_CASE("checkpoint: export writes the model that loads back with the same loss", "[checkpoint]") {
+TEST_CASE("checkpoint: export writes the model that loads back with the same loss",
+          "[checkpoint]") {
     Workspace ws;
     checked(ws.train("--set training.precision=bf16 --set checkpoint.dir=" + ws.path("ck")));
     checked("export --checkpoint " + ws.path("ck") + " --output " + ws.path("w.safetensors"));
 
     const train::FullCheckpoint ck = train::read_newest_checkpoint(ws.path("ck"));
-    config::Config cfg = config::load(ws.path("ck") + "/step_000003/config.yaml", {"training.precision=fp32"});
+    config::Config cfg =
+        config::load(ws.path("ck") + "/step_000003/config.yaml", {"training.precision=fp32"});
     auto ops = kernels::make_cpu_ops(1);
     train::Trainer restored(cfg, *ops);
     train::restore_checkpoint(ck, restored);

@@ -38,9 +38,12 @@ bool written_elsewhere(const model::ParamTensor& t, const model::ParamLayout& la
 
 io::Dtype io_dtype(kernels::DType t) {
     switch (t) {
-        case kernels::DType::bf16: return io::Dtype::BF16;
-        case kernels::DType::f16: return io::Dtype::F16;
-        case kernels::DType::f32: break;
+        case kernels::DType::bf16:
+            return io::Dtype::BF16;
+        case kernels::DType::f16:
+            return io::Dtype::F16;
+        case kernels::DType::f32:
+            break;
     }
     return io::Dtype::F32;
 }
@@ -55,6 +58,16 @@ void sync_path(const fs::path& path) {
     ::close(fd);
 }
 
+// Removes a checkpoint directory without ever leaving a partial step_* behind: renamed out of
+// the way first (atomic), so a crash mid-removal leaves a .tmp_ directory the next save clears.
+void discard(const fs::path& dir) {
+    const fs::path doomed =
+        dir.parent_path() / (kTempPrefix + std::string("discarded_") + dir.filename().string());
+    fs::remove_all(doomed);
+    fs::rename(dir, doomed);
+    fs::remove_all(doomed);
+}
+
 // This rank's shard (see checkpoint.h).
 void write_shard(const std::string& path, Trainer& trainer, const parallel::Coordinates& c,
                  int zero_stage) {
@@ -67,7 +80,8 @@ void write_shard(const std::string& path, Trainer& trainer, const parallel::Coor
     // 16-bit parameters as their bit patterns (the floats hold them exactly).
     std::vector<uint16_t> half(dtype == kernels::DType::f32 ? 0 : params.size());
     for (std::size_t i = 0; i < half.size(); ++i)
-        half[i] = dtype == kernels::DType::bf16 ? kernels::to_bf16(params[i]) : kernels::to_f16(params[i]);
+        half[i] = dtype == kernels::DType::bf16 ? kernels::to_bf16(params[i])
+                                                : kernels::to_f16(params[i]);
     const std::vector<float>* moments[3] = {&state.master, &state.m, &state.v};
 
     std::vector<io::TensorToWrite> tensors;
@@ -84,8 +98,10 @@ void write_shard(const std::string& path, Trainer& trainer, const parallel::Coor
             const std::size_t hi = std::min(t.offset + t.numel, offset + count);
             if (lo >= hi) continue;
             for (int k = 0; k < 3; ++k)
-                tensors.push_back({std::string(kKinds[k]) + "/" + t.name + "/" + std::to_string(lo - t.offset),
-                                   {static_cast<int64_t>(hi - lo)}, moments[k]->data() + lo});
+                tensors.push_back(
+                    {std::string(kKinds[k]) + "/" + t.name + "/" + std::to_string(lo - t.offset),
+                     {static_cast<int64_t>(hi - lo)},
+                     moments[k]->data() + lo});
         }
     }
     io::write_safetensors(path, tensors, {{"format", "trident-shard"}});
@@ -98,8 +114,10 @@ constexpr std::size_t kReportSize = 1 + 32 + 4;
 void pack_report(bool failed, const std::string& hex, uint64_t bytes, float* out) {
     out[0] = failed ? 1.0f : 0.0f;
     for (std::size_t i = 0; i < 32; ++i)
-        out[1 + i] = failed ? 0.0f : static_cast<float>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
-    for (std::size_t i = 0; i < 4; ++i) out[33 + i] = static_cast<float>((bytes >> (16 * i)) & 0xFFFF);
+        out[1 + i] =
+            failed ? 0.0f : static_cast<float>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+    for (std::size_t i = 0; i < 4; ++i)
+        out[33 + i] = static_cast<float>((bytes >> (16 * i)) & 0xFFFF);
 }
 
 void unpack_report(const float* in, ManifestFile& f) {
@@ -118,7 +136,8 @@ void unpack_report(const float* in, ManifestFile& f) {
 void agree(parallel::Comm& world, const std::string& error, const std::string& what) {
     float failed = error.empty() ? 0.0f : 1.0f;
     world.all_reduce(&failed, 1, parallel::ReduceOp::max);
-    if (failed != 0.0f) throw Error(error.empty() ? what + ": another rank failed" : what + ": " + error);
+    if (failed != 0.0f)
+        throw Error(error.empty() ? what + ": another rank failed" : what + ": " + error);
 }
 
 // `full` (a buffer of `from`) in the layout `to` of the same model: tensor by tensor, wte's
@@ -128,7 +147,8 @@ std::vector<float> relayout(const model::ParamLayout& from, const std::vector<fl
     std::vector<float> out(to.total(), 0.0f);
     for (const model::ParamTensor& t : to.tensors()) {
         const model::ParamTensor* s = from.find(t.name);
-        std::copy_n(full.begin() + static_cast<std::ptrdiff_t>(s->offset), std::min(s->numel, t.numel),
+        std::copy_n(full.begin() + static_cast<std::ptrdiff_t>(s->offset),
+                    std::min(s->numel, t.numel),
                     out.begin() + static_cast<std::ptrdiff_t>(t.offset));
     }
     return out;
@@ -161,7 +181,8 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
         try {
             fs::create_directories(root);
             for (const auto& entry : fs::directory_iterator(root))
-                if (entry.path().filename().string().rfind(kTempPrefix, 0) == 0) fs::remove_all(entry.path());
+                if (entry.path().filename().string().rfind(kTempPrefix, 0) == 0)
+                    fs::remove_all(entry.path());
             fs::create_directories(tmp);
         } catch (const std::exception& e) {
             error = e.what();
@@ -186,8 +207,11 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
     std::vector<float> reports(kReportSize * static_cast<std::size_t>(world.size()));
     world.all_gather(report, reports.data(), kReportSize);
     bool any_failed = false;
-    for (int r = 0; r < world.size(); ++r) any_failed |= reports[kReportSize * static_cast<std::size_t>(r)] != 0.0f;
-    if (any_failed) throw Error(error.empty() ? what + ": another rank failed to write its shard" : what + ": " + error);
+    for (int r = 0; r < world.size(); ++r)
+        any_failed |= reports[kReportSize * static_cast<std::size_t>(r)] != 0.0f;
+    if (any_failed)
+        throw Error(error.empty() ? what + ": another rank failed to write its shard"
+                                  : what + ": " + error);
 
     if (leader) {
         try {
@@ -201,8 +225,9 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
             m.skipped_total = skipped_total;
             m.shape = trainer.model().shape();
             const auto& p = cfg.parallel;
-            m.layout = CheckpointLayout{p.pipeline, p.tensor, p.data, p.virtual_stages,
-                                        config::to_string(p.schedule), p.zero_stage, p.bucket_size};
+            m.layout = CheckpointLayout{
+                p.pipeline,   p.tensor,     p.data, p.virtual_stages, config::to_string(p.schedule),
+                p.zero_stage, p.bucket_size};
             m.precision = config::to_string(cfg.training.precision);
             {
                 std::ofstream out(tmp / "config.yaml");
@@ -226,16 +251,18 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
             sync_path(tmp / kManifestName);
             sync_path(tmp);
             // A step_ directory of this step (an unusable one the run resumed before) gives way.
-            fs::remove_all(final_dir);
+            if (fs::exists(final_dir)) discard(final_dir);
             fs::rename(tmp, final_dir);
             sync_path(root);
             const auto all = list_checkpoints(root.string());
             std::vector<std::string> kept;
             for (const std::string& dir : all)
-                if (fs::path(dir).filename().string() > name) fs::remove_all(dir);  // abandoned
-                else kept.push_back(dir);
+                if (fs::path(dir).filename().string() > name)
+                    discard(dir);  // abandoned
+                else
+                    kept.push_back(dir);
             const std::size_t keep = static_cast<std::size_t>(cfg.checkpoint.keep);
-            for (std::size_t i = 0; i + keep < kept.size(); ++i) fs::remove_all(kept[i]);
+            for (std::size_t i = 0; i + keep < kept.size(); ++i) discard(kept[i]);
         } catch (const std::exception& e) {
             error = e.what();
         }
@@ -263,14 +290,18 @@ FullCheckpoint read_checkpoint(const std::string& dir, bool moments) {
         const std::string path = (fs::path(dir) / f.name).string();
         if (f.pp >= m.layout.pipeline || f.tp >= m.layout.tensor || f.dp >= m.layout.data)
             throw Error(path + ": grid coordinates outside the manifest's layout");
-        const model::ParamLayout writer(m.shape, f.tp, m.layout.tensor,
-                                        model::StagePlan{m.layout.pipeline, f.pp, m.layout.virtual_stages});
+        const model::ParamLayout writer(
+            m.shape, f.tp, m.layout.tensor,
+            model::StagePlan{m.layout.pipeline, f.pp, m.layout.virtual_stages});
         const io::SafetensorsFile file = io::SafetensorsFile::open(path);
         for (const io::TensorInfo& info : file.tensors()) {
             const std::size_t slash = info.name.find('/'), last = info.name.rfind('/');
             const std::string kind = info.name.substr(0, slash);
             if (kind == "param") continue;
-            const int k = kind == kKinds[0] ? 0 : kind == kKinds[1] ? 1 : kind == kKinds[2] ? 2 : -1;
+            const int k = kind == kKinds[0]   ? 0
+                          : kind == kKinds[1] ? 1
+                          : kind == kKinds[2] ? 2
+                                              : -1;
             const model::ParamTensor* t =
                 last > slash ? writer.find(info.name.substr(slash + 1, last - slash - 1)) : nullptr;
             std::size_t lo = 0;
@@ -280,7 +311,8 @@ FullCheckpoint read_checkpoint(const std::string& dir, bool moments) {
                 t = nullptr;
             }
             if (k < 0 || !t || lo + info.numel > t->numel)
-                throw Error(path + ": tensor \"" + info.name + "\" is not part of this rank's layout");
+                throw Error(path + ": tensor \"" + info.name +
+                            "\" is not part of this rank's layout");
             if (k > 0 && !moments) continue;
             const std::vector<float> values = file.read_f32(info.name);
             const std::size_t base = full.find(t->name)->offset;
@@ -304,8 +336,9 @@ FullCheckpoint read_newest_checkpoint(const std::string& path, bool moments) {
     if (fs::exists(fs::path(path) / kManifestName)) return read_checkpoint(path, moments);
     const auto all = list_checkpoints(path);
     if (all.empty())
-        throw Error(path + ": no checkpoint here (expected manifest.json, or step_* directories "
-                           "holding one)");
+        throw Error(path +
+                    ": no checkpoint here (expected manifest.json, or step_* directories "
+                    "holding one)");
     for (auto it = all.rbegin(); it != all.rend(); ++it) {
         try {
             return read_checkpoint(*it, moments);

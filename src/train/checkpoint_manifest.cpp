@@ -49,7 +49,8 @@ public:
     double number(const io::json::Value& object, const char* key) const {
         const io::json::Value& v = member(object, key);
         if (v.is_integer()) return static_cast<double>(v.integer);
-        if (v.kind != io::json::Value::Kind::real) fail(std::string("\"") + key + "\" is not a number");
+        if (v.kind != io::json::Value::Kind::real)
+            fail(std::string("\"") + key + "\" is not a number");
         return v.real;
     }
     const std::string& string(const io::json::Value& object, const char* key) const {

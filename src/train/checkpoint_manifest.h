@@ -21,10 +21,10 @@
 namespace trident::train {
 
 struct ManifestFile {
-    std::string name;        // relative to the checkpoint directory
+    std::string name;               // relative to the checkpoint directory
     int pp = -1, tp = -1, dp = -1;  // the rank that wrote it; -1: not a rank's shard
     uint64_t bytes = 0;
-    std::string sha256;      // 64 hex digits
+    std::string sha256;  // 64 hex digits
 };
 
 struct CheckpointLayout {

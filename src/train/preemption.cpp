@@ -24,6 +24,8 @@ void install_preemption_handlers() {
     sigaction(SIGUSR1, &action, nullptr);
 }
 
-int preemption_signal() { return received; }
+int preemption_signal() {
+    return received;
+}
 
 }  // namespace trident::train
