@@ -11,7 +11,8 @@ to one process's losses within 1e-5 relative (so the ranks formed one world), an
 Then the preemption signal, with a stand-in for the binary that records the signals each rank
 gets: Slurm's own `--signal=B:USR1@100` timer on a 2-minute job (srun script), and SIGUSR1 sent
 to the batch shell with scancel (mpirun script); every rank must get SIGUSR1 exactly once.
-Finally the cluster is stopped and its daemons must be gone.
+Then the trainer itself signalled in a long 2-rank job: it must checkpoint after the step it is
+in, say it was preempted and end the job with exit code 0, its checkpoint verifying. Finally the cluster is stopped and its daemons must be gone.
 
 Exit 77 (skipped, with the reason) where Slurm or munge is not installed, the test does not
 run as root, or the cluster cannot start here.
@@ -227,6 +228,36 @@ def run_jobs(trident, scripts, tmp, env):
                   f"{fields.get('JobState')}")
         if not ok:
             show(os.path.join(tmp, f"{name}-{job_id}.out"))
+
+    # Preemption for real: the trainer itself, signalled through the batch shell, checkpoints
+    # after the step it is in, says so and ends the job cleanly; the checkpoint verifies.
+    name = "preempted"
+    job_id = sbatch([f"--job-name={name}", "--ntasks-per-node=2", "--time=10",
+                     os.path.join(scripts, "train_mpirun.sbatch"), config_path,
+                     "--set", "parallel.data=2", "--set", "training.steps=100000"], env, tmp)
+    run_dir = os.path.join(tmp, "runs", f"{name}-{job_id}")
+    metrics = os.path.join(run_dir, "metrics.jsonl")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (
+            os.path.exists(metrics) and len(open(metrics).readlines()) >= 3):
+        time.sleep(0.5)
+    subprocess.run(["scancel", "--batch", "--signal=USR1", str(job_id)], env=env, check=True,
+                   timeout=30)
+    fields = wait_for_job(job_id, env, timeout_s=150)
+    log = os.path.join(tmp, f"{name}-{job_id}.out")
+    text = open(log).read() if os.path.exists(log) else ""
+    rows = losses(metrics) if os.path.exists(metrics) else []
+    last = rows[-1]["step"] if rows else 0
+    checkpoint = os.path.join(run_dir, "checkpoints", f"step_{last:06d}")
+    check(fields.get("JobState") == "COMPLETED" and fields.get("ExitCode") == "0:0" and
+          "preempted" in text and 3 <= last < 100000 and os.path.isdir(checkpoint),
+          f"{name}: SIGUSR1 at step {last}: job {fields.get('JobState')} "
+          f"{fields.get('ExitCode')}, checkpoint step_{last:06d} written")
+    info = subprocess.run([trident, "checkpoint", "info", checkpoint], text=True,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    check(info.returncode == 0, f"{name}: `trident checkpoint info` verifies it")
+    if fields.get("JobState") != "COMPLETED":
+        show(log)
 
 
 if __name__ == "__main__":
