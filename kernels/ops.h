@@ -6,7 +6,11 @@
 // between model and device: it costs nothing next to an op's work.
 //
 // Conventions shared by every op:
-// - Tensors are dense, row-major fp32 buffers owned by the caller, on the backend's device.
+// - Tensors are dense, row-major buffers owned by the caller, on the backend's device.
+//   Parameters, activations and gradients are typed pointers (Ptr, ConstPtr: fp32, bf16 or
+//   fp16, each argument its own type); an op reads 16-bit inputs widened to fp32, computes
+//   in fp32 and rounds what it writes to its output's type (dtype.h). Statistics (LayerNorm
+//   mean/rstd, the loss's per-row numbers) and the optimizer's state are always fp32: float*.
 // - Shapes use B (batch), T (sequence), C (channels), OC (output channels), NH (heads),
 //   N (rows = B*T), Vp (padded vocabulary), V (real vocabulary, V <= Vp).
 // - Forward ops overwrite their outputs.
@@ -20,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "kernels/dtype.h"
 #include "kernels/random.h"
 
 namespace trident::kernels {
@@ -31,49 +36,56 @@ public:
     virtual const char* name() const = 0;
 
     // ---- memory -------------------------------------------------------------------------
-    virtual float* allocate(std::size_t count) = 0;           // zero-filled
-    virtual void release(float* buffer) = 0;
+    virtual Ptr allocate(std::size_t count, DType dtype) = 0;  // zero-filled
+    virtual void release(void* buffer) = 0;
     // Bytes allocated now and at most so far, as the allocator counts them.
     virtual std::size_t allocated_bytes() const = 0;
     virtual std::size_t peak_allocated_bytes() const = 0;
-    virtual void copy_to_host(float* host, const float* device, std::size_t count) = 0;
-    virtual void copy_from_host(float* device, const float* host, std::size_t count) = 0;
-    virtual void zero(float* x, std::size_t count) = 0;
-    virtual void copy(float* out, const float* in, std::size_t count) = 0;
+    // Starts the peak again from what is allocated now.
+    virtual void reset_peak_allocated_bytes() = 0;
+    // Raw bytes between host and device.
+    virtual void upload(void* device, const void* host, std::size_t bytes) = 0;
+    virtual void download(void* host, const void* device, std::size_t bytes) = 0;
+    // As fp32 on the host: widened from, or rounded into, the device buffer's type.
+    void copy_to_host(float* host, ConstPtr device, std::size_t count);
+    void copy_from_host(Ptr device, const float* host, std::size_t count);
+    virtual void zero(Ptr x, std::size_t count) = 0;
+    // out = in, both of one type.
+    virtual void copy(Ptr out, ConstPtr in, std::size_t count) = 0;
+    // out = in rounded to out's type (or widened).
+    virtual void convert(Ptr out, ConstPtr in, std::size_t count) = 0;
 
     // ---- embedding ----------------------------------------------------------------------
     // Vocab-parallel: wte holds rows [vocab_begin, vocab_begin + vocab_local) of the padded
     // vocabulary. out (B,T,C) = wte[tokens[b,t] - vocab_begin] (zero for a token outside the
     // slice: its row lives on another tensor-parallel rank) + wpe[t]; tokens (B,T);
     // wte (vocab_local, C); wpe (>=T, C) or null (not added).
-    virtual void embedding_forward(float* out, const int32_t* tokens, const float* wte,
-                                   const float* wpe, int B, int T, int C, int vocab_begin,
-                                   int vocab_local) = 0;
+    virtual void embedding_forward(Ptr out, const int32_t* tokens, ConstPtr wte, ConstPtr wpe,
+                                   int B, int T, int C, int vocab_begin, int vocab_local) = 0;
     // dwte (vocab_local, C) += scatter of dout by in-slice token; dwpe (T,C) += sum over the
     // batch of dout, unless dwpe is null.
-    virtual void embedding_backward(float* dwte, float* dwpe, const float* dout,
-                                    const int32_t* tokens, int B, int T, int C, int vocab_begin,
-                                    int vocab_local) = 0;
+    virtual void embedding_backward(Ptr dwte, Ptr dwpe, ConstPtr dout, const int32_t* tokens,
+                                    int B, int T, int C, int vocab_begin, int vocab_local) = 0;
 
     // ---- layer norm (eps 1e-5) ----------------------------------------------------------
     // out (N,C); mean, rstd (N) saved for backward; weight, bias (C)
-    virtual void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                                   const float* weight, const float* bias, int N, int C) = 0;
-    virtual void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                    const float* inp, const float* weight, const float* mean,
+    virtual void layernorm_forward(Ptr out, float* mean, float* rstd, ConstPtr inp,
+                                   ConstPtr weight, ConstPtr bias, int N, int C) = 0;
+    virtual void layernorm_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout,
+                                    ConstPtr inp, ConstPtr weight, const float* mean,
                                     const float* rstd, int N, int C) = 0;
 
     // ---- linear -------------------------------------------------------------------------
     // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be null
-    virtual void matmul_forward(float* out, const float* inp, const float* weight,
-                                const float* bias, int N, int C, int OC) = 0;
+    virtual void matmul_forward(Ptr out, ConstPtr inp, ConstPtr weight, ConstPtr bias, int N,
+                                int C, int OC) = 0;
     // dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += column sums.
     // dinp and dbias may be null (not needed).
-    virtual void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                                 const float* inp, const float* weight, int N, int C, int OC) = 0;
+    virtual void matmul_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
+                                 ConstPtr weight, int N, int C, int OC) = 0;
     // out (N,OC) += bias (OC): the bias of a row-parallel linear, added once after the
     // partial outputs are reduced.
-    virtual void add_bias(float* out, const float* bias, int N, int OC) = 0;
+    virtual void add_bias(Ptr out, ConstPtr bias, int N, int OC) = 0;
 
     // ---- causal self-attention ----------------------------------------------------------
     // qkv (B,T,3C) holds q, k, v side by side, each (B,T,NH,hs) with hs = C/NH; under tensor
@@ -83,35 +95,32 @@ public:
     // 1/sqrt(hs). Dropout on the probabilities (drop_prob 0: none) draws element
     // (b, head_begin + h, i, j) at index ((b*heads_total + head_begin + h)*T + i)*T + j, so
     // the mask does not depend on how heads are split over ranks.
-    virtual void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C,
-                                   int NH, float drop_prob, uint64_t seed, int head_begin,
+    virtual void attention_forward(Ptr out, Ptr att, ConstPtr qkv, int B, int T, int C, int NH,
+                                   float drop_prob, uint64_t seed, int head_begin,
                                    int heads_total) = 0;
     // dqkv (B,T,3C) += gradient; scratch (B,NH,T,T) is workspace, overwritten.
-    virtual void attention_backward(float* dqkv, float* scratch, const float* dout,
-                                    const float* qkv, const float* att, int B, int T, int C,
-                                    int NH, float drop_prob, uint64_t seed, int head_begin,
-                                    int heads_total) = 0;
+    virtual void attention_backward(Ptr dqkv, Ptr scratch, ConstPtr dout, ConstPtr qkv,
+                                    ConstPtr att, int B, int T, int C, int NH, float drop_prob,
+                                    uint64_t seed, int head_begin, int heads_total) = 0;
     // att (B,NH,T,T) alone, bit for bit as attention_forward writes it: selective recompute
     // rebuilds the probabilities for backward instead of keeping them (they need no dropout
     // mask, so no head_begin either).
-    virtual void attention_probs(float* att, const float* qkv, int B, int T, int C, int NH) = 0;
+    virtual void attention_probs(Ptr att, ConstPtr qkv, int B, int T, int C, int NH) = 0;
 
     // ---- pointwise ----------------------------------------------------------------------
     // GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))
-    virtual void gelu_forward(float* out, const float* inp, std::size_t count) = 0;
-    virtual void gelu_backward(float* dinp, const float* inp, const float* dout,
-                               std::size_t count) = 0;
+    virtual void gelu_forward(Ptr out, ConstPtr inp, std::size_t count) = 0;
+    virtual void gelu_backward(Ptr dinp, ConstPtr inp, ConstPtr dout, std::size_t count) = 0;
     // out = a + b
-    virtual void residual_forward(float* out, const float* a, const float* b,
-                                  std::size_t count) = 0;
+    virtual void residual_forward(Ptr out, ConstPtr a, ConstPtr b, std::size_t count) = 0;
     // Inverted dropout: element i is kept when dropout_keep(seed, index_begin + i, drop_prob)
     // (below) and scaled by 1/(1-p). The mask is a pure function of (seed, index): backward
     // recomputes it, so nothing is stored and every backend, and every split of the rows
     // over ranks (index_begin = the first row's global element index), draws the same mask.
-    virtual void dropout_forward(float* out, const float* inp, std::size_t count, float drop_prob,
+    virtual void dropout_forward(Ptr out, ConstPtr inp, std::size_t count, float drop_prob,
                                  uint64_t seed, uint64_t index_begin) = 0;
-    virtual void dropout_backward(float* dinp, const float* dout, std::size_t count,
-                                  float drop_prob, uint64_t seed, uint64_t index_begin) = 0;
+    virtual void dropout_backward(Ptr dinp, ConstPtr dout, std::size_t count, float drop_prob,
+                                  uint64_t seed, uint64_t index_begin) = 0;
 
     // ---- loss: vocab-parallel softmax cross-entropy --------------------------------------
     // logits (N,Vp_local) are the columns [vocab_begin, vocab_begin + Vp_local) of the padded
@@ -126,9 +135,9 @@ public:
     //      rescale: row_sumexp *= exp(row_max - global_max)
     //   3. (caller: all-reduce sum of row_sumexp and of target_logit)
     //      losses: lse (N) = global_max + log(row_sumexp); losses (N) = lse - target_logit.
-    // targets (N) are global ids in [0, V).
+    // targets (N) are global ids in [0, V). Everything but the logits is fp32.
     virtual void cross_entropy_partials(float* row_max, float* row_sumexp, float* target_logit,
-                                        const float* logits, const int32_t* targets, int N,
+                                        ConstPtr logits, const int32_t* targets, int N,
                                         int vocab_begin, int V, int Vp_local) = 0;
     virtual void cross_entropy_rescale(float* row_sumexp, const float* row_max,
                                        const float* global_max, int N) = 0;
@@ -138,19 +147,22 @@ public:
     // dlogits (N,Vp_local) = (exp(logit - lse) - [vocab_begin + column == target]) * dloss
     // for real columns, 0 for padding. Overwrites (not +=): it starts the backward pass.
     // dlogits may alias logits.
-    virtual void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
+    virtual void cross_entropy_backward(Ptr dlogits, ConstPtr logits, const float* lse,
                                         const int32_t* targets, float dloss, int N,
                                         int vocab_begin, int V, int Vp_local) = 0;
 
     // ---- optimizer ----------------------------------------------------------------------
-    // Sum of squares in double, for the global gradient norm.
-    virtual double sum_of_squares(const float* x, std::size_t count) = 0;
-    virtual void scale(float* x, std::size_t count, float factor) = 0;
-    // torch.optim.AdamW on one contiguous range: decoupled decay param -= lr*wd*param, then
-    // the bias-corrected Adam step. step is 1-based.
-    virtual void adamw_update(float* params, const float* grads, float* m, float* v,
+    // Sum of squares in double, for the global gradient norm: inf or NaN if any element is.
+    virtual double sum_of_squares(ConstPtr x, std::size_t count) = 0;
+    virtual void scale(Ptr x, std::size_t count, float factor) = 0;
+    // torch.optim.AdamW on one contiguous range of fp32 master weights, with the gradient
+    // g = grads * grad_scale (unscaling and clipping folded into one factor): decoupled decay
+    // master -= lr*wd*master, then the bias-corrected Adam step. step is 1-based. The
+    // updated master weights are also written, rounded, to `params` (the model's working
+    // copy, any type) in the same pass, unless it is null.
+    virtual void adamw_update(float* master, ConstPtr grads, float* m, float* v,
                               std::size_t count, float lr, float beta1, float beta2, float eps,
-                              float weight_decay, int step) = 0;
+                              float weight_decay, int step, float grad_scale, Ptr params) = 0;
 };
 
 // The CPU backend, using `threads` threads for its loops and for OpenBLAS (0: all cores).

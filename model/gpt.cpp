@@ -11,26 +11,29 @@
 
 namespace trident::model {
 
+using kernels::ConstPtr;
+using kernels::Ptr;
+
 // ---- DeviceBuffer ----------------------------------------------------------------------------
 
 // A buffer of nothing holds no memory (the allocator would round it up to its alignment),
 // so the bytes counted are those of buffers in use.
-DeviceBuffer::DeviceBuffer(kernels::Ops& ops, std::size_t count)
-    : ops_(&ops), data_(count ? ops.allocate(count) : nullptr), count_(count) {}
+DeviceBuffer::DeviceBuffer(kernels::Ops& ops, std::size_t count, kernels::DType dtype)
+    : ops_(&ops), data_(count ? ops.allocate(count, dtype) : Ptr(nullptr, dtype)), count_(count) {}
 
 DeviceBuffer::~DeviceBuffer() {
-    if (data_) ops_->release(data_);
+    if (data_) ops_->release(data_.data);
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : ops_(other.ops_), data_(std::exchange(other.data_, nullptr)),
+    : ops_(other.ops_), data_(std::exchange(other.data_, Ptr())),
       count_(std::exchange(other.count_, 0)) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     if (this != &other) {
-        if (data_) ops_->release(data_);
+        if (data_) ops_->release(data_.data);
         ops_ = other.ops_;
-        data_ = std::exchange(other.data_, nullptr);
+        data_ = std::exchange(other.data_, Ptr());
         count_ = std::exchange(other.count_, 0);
     }
     return *this;
@@ -40,12 +43,12 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 
 namespace {
 
-// Token ids are int32 stored in float-sized device slots: one allocator serves both.
-const int32_t* as_tokens(const DeviceBuffer& b) { return reinterpret_cast<const int32_t*>(b.data()); }
+// Token ids are int32 stored in fp32-sized device slots: one allocator serves both.
+const int32_t* as_tokens(const DeviceBuffer& b) { return reinterpret_cast<const int32_t*>(b.f32()); }
 
 void upload_tokens(kernels::Ops& ops, DeviceBuffer& dst, const int32_t* host, std::size_t n) {
     static_assert(sizeof(int32_t) == sizeof(float));
-    ops.copy_from_host(dst.data(), reinterpret_cast<const float*>(host), n);
+    ops.upload(dst.f32(), host, n * sizeof(int32_t));
 }
 
 }  // namespace
@@ -83,7 +86,7 @@ struct Gpt::Activations {
 
 Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropout,
          parallel::Comm* tensor, bool sequence_parallel, const StagePlan& plan,
-         std::size_t buffer_multiple, Recompute recompute)
+         std::size_t buffer_multiple, Recompute recompute, const Precision& precision)
     : ops_(ops),
       tensor_(tensor ? *tensor : solo_),
       sequence_parallel_(sequence_parallel && tensor_.size() > 1),
@@ -97,6 +100,7 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
                          : 0),
       dropout_(dropout),
       recompute_(recompute),
+      precision_(precision),
       pool_(static_cast<std::size_t>(plan.chunks)) {
     if (sequence_parallel_ && rows_ % tensor_.size() != 0)
         throw Error("sequence parallelism splits the micro batch's B*T = " + std::to_string(rows_) +
@@ -107,19 +111,20 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
     const std::size_t att = static_cast<std::size_t>(B_) * layout_.heads_local() * T_ * T_;
 
     const std::size_t padded = (layout_.total() + buffer_multiple - 1) / buffer_multiple * buffer_multiple;
-    params_ = DeviceBuffer(ops, padded);
-    grads_ = DeviceBuffer(ops, padded);
-    proj_partial_ = DeviceBuffer(ops, N * C);
-    proj_reduced_ = DeviceBuffer(ops, sequence_parallel_ ? R * C : 0);
-    dresidual_ = DeviceBuffer(ops, R * C);
-    dc_a_ = DeviceBuffer(ops, N * C);
-    dc_b_ = DeviceBuffer(ops, N * C);
-    dc_mine_ = DeviceBuffer(ops, R * C);
-    dc_all_ = DeviceBuffer(ops, sequence_parallel_ ? N * C : 0);
-    df_a_ = DeviceBuffer(ops, N * Fm);
-    df_b_ = DeviceBuffer(ops, N * Fm);
-    dqkv_ = DeviceBuffer(ops, N * 3 * Cm);
-    datt_ = DeviceBuffer(ops, att);
+    const kernels::DType act = precision.activations;
+    params_ = DeviceBuffer(ops, padded, precision.params);
+    grads_ = DeviceBuffer(ops, padded, precision.grads);
+    proj_partial_ = DeviceBuffer(ops, N * C, act);
+    proj_reduced_ = DeviceBuffer(ops, sequence_parallel_ ? R * C : 0, act);
+    dresidual_ = DeviceBuffer(ops, R * C, act);
+    dc_a_ = DeviceBuffer(ops, N * C, act);
+    dc_b_ = DeviceBuffer(ops, N * C, act);
+    dc_mine_ = DeviceBuffer(ops, R * C, act);
+    dc_all_ = DeviceBuffer(ops, sequence_parallel_ ? N * C : 0, act);
+    df_a_ = DeviceBuffer(ops, N * Fm, act);
+    df_b_ = DeviceBuffer(ops, N * Fm, act);
+    dqkv_ = DeviceBuffer(ops, N * 3 * Cm, act);
+    datt_ = DeviceBuffer(ops, att, act);
     if (recompute_ != Recompute::none) {
         recompute_scratch_ = std::make_unique<LayerActivations>();
         allocate_layer(*recompute_scratch_, recompute_ == Recompute::full, true, false);
@@ -134,24 +139,25 @@ void Gpt::allocate_layer(LayerActivations& l, bool work, bool att, bool output) 
                       Fm = layout_.ffn_local();
     const std::size_t all_rows = sequence_parallel_ ? N * C : 0;
     kernels::Ops& ops = ops_;
+    const kernels::DType act = precision_.activations;
     if (work) {
-        l.ln1 = DeviceBuffer(ops, R * C);
+        l.ln1 = DeviceBuffer(ops, R * C, act);
         l.ln1_mean = DeviceBuffer(ops, R);
         l.ln1_rstd = DeviceBuffer(ops, R);
-        l.ln1_all = DeviceBuffer(ops, all_rows);
-        l.qkv = DeviceBuffer(ops, N * 3 * Cm);
-        l.atty = DeviceBuffer(ops, N * Cm);
-        l.resid2 = DeviceBuffer(ops, R * C);
-        l.ln2 = DeviceBuffer(ops, R * C);
+        l.ln1_all = DeviceBuffer(ops, all_rows, act);
+        l.qkv = DeviceBuffer(ops, N * 3 * Cm, act);
+        l.atty = DeviceBuffer(ops, N * Cm, act);
+        l.resid2 = DeviceBuffer(ops, R * C, act);
+        l.ln2 = DeviceBuffer(ops, R * C, act);
         l.ln2_mean = DeviceBuffer(ops, R);
         l.ln2_rstd = DeviceBuffer(ops, R);
-        l.ln2_all = DeviceBuffer(ops, all_rows);
-        l.fch = DeviceBuffer(ops, N * Fm);
-        l.fch_gelu = DeviceBuffer(ops, N * Fm);
+        l.ln2_all = DeviceBuffer(ops, all_rows, act);
+        l.fch = DeviceBuffer(ops, N * Fm, act);
+        l.fch_gelu = DeviceBuffer(ops, N * Fm, act);
     }
     if (att)
-        l.att = DeviceBuffer(ops, static_cast<std::size_t>(B_) * layout_.heads_local() * T_ * T_);
-    if (output) l.resid3 = DeviceBuffer(ops, R * C);
+        l.att = DeviceBuffer(ops, static_cast<std::size_t>(B_) * layout_.heads_local() * T_ * T_, act);
+    if (output) l.resid3 = DeviceBuffer(ops, R * C, act);
 }
 
 std::unique_ptr<Gpt::Activations> Gpt::new_activations(int c) {
@@ -163,24 +169,25 @@ std::unique_ptr<Gpt::Activations> Gpt::new_activations(int c) {
     const std::size_t C = s.hidden;
     const std::size_t all_rows = sequence_parallel_ ? N * C : 0;
     kernels::Ops& ops = ops_;
+    const kernels::DType act = precision_.activations;
     const std::size_t allocated_before = ops.allocated_bytes();
 
     auto a = std::make_unique<Activations>();
     a->inputs = DeviceBuffer(ops, embeds ? N : 0);
     a->targets = DeviceBuffer(ops, head ? N : 0);
-    a->embedded = DeviceBuffer(ops, embeds ? all_rows : 0);
-    a->input = DeviceBuffer(ops, R * C);
+    a->embedded = DeviceBuffer(ops, embeds ? all_rows : 0, act);
+    a->input = DeviceBuffer(ops, R * C, act);
     a->layers.resize(static_cast<std::size_t>(layout_.layers_per_chunk()));
     // Each layer keeps its output (the next one's input) and, unless recomputed, what its
     // backward reads.
     for (auto& l : a->layers)
         allocate_layer(l, recompute_ != Recompute::full, recompute_ == Recompute::none, true);
     if (head) {
-        a->lnf = DeviceBuffer(ops, R * C);
+        a->lnf = DeviceBuffer(ops, R * C, act);
         a->lnf_mean = DeviceBuffer(ops, R);
         a->lnf_rstd = DeviceBuffer(ops, R);
-        a->lnf_all = DeviceBuffer(ops, all_rows);
-        a->logits = DeviceBuffer(ops, N * layout_.vocab_local());
+        a->lnf_all = DeviceBuffer(ops, all_rows, act);
+        a->logits = DeviceBuffer(ops, N * layout_.vocab_local(), act);
         a->loss_stats = DeviceBuffer(ops, 4 * N);
         a->lse = DeviceBuffer(ops, N);
         a->losses = DeviceBuffer(ops, N);
@@ -302,13 +309,13 @@ uint64_t Gpt::site_seed(const Activations& a, int layer, int site) const {
     return kernels::hash64(a.dropout_seed, static_cast<uint64_t>(layer + 1) * 4 + site);
 }
 
-const float* Gpt::all_rows(const float* mine, float* all) {
+ConstPtr Gpt::all_rows(ConstPtr mine, Ptr all) {
     if (!sequence_parallel_) return mine;
     tensor_.all_gather(mine, all, static_cast<std::size_t>(rows_mine_) * layout_.shape().hidden);
     return all;
 }
 
-float* Gpt::reduce_rows(float* partial, float* mine) {
+Ptr Gpt::reduce_rows(Ptr partial, Ptr mine) {
     const std::size_t C = layout_.shape().hidden;
     if (!sequence_parallel_) {
         tensor_.all_reduce(partial, static_cast<std::size_t>(rows_) * C);
@@ -321,7 +328,7 @@ float* Gpt::reduce_rows(float* partial, float* mine) {
 // ---- forward ---------------------------------------------------------------------------------
 
 float Gpt::forward_chunk(int mb, int c, const int32_t* inputs, const int32_t* targets,
-                         const float* input, float* output, bool training, uint64_t dropout_seed) {
+                         ConstPtr input, Ptr output, bool training, uint64_t dropout_seed) {
     const StagePlan& plan = layout_.plan();
     const bool head = plan.global_chunk(c) == plan.stages * plan.chunks - 1;
     Activations& a = start(mb, c);
@@ -332,80 +339,80 @@ float Gpt::forward_chunk(int mb, int c, const int32_t* inputs, const int32_t* ta
     if (head) {
         mean_loss = loss(a, targets);
     } else {
-        const float* last = a.layers.empty() ? a.input.data() : a.layers.back().resid3.data();
+        const ConstPtr last = a.layers.empty() ? a.input.data() : a.layers.back().resid3.data();
         ops_.copy(output, last, boundary_size());
     }
     if (!training) release(mb, c);
     return mean_loss;
 }
 
-void Gpt::run_forward(int c, Activations& a, const int32_t* inputs, const float* input) {
+void Gpt::run_forward(int c, Activations& a, const int32_t* inputs, ConstPtr input) {
     const GptShape& s = layout_.shape();
     const int B = B_, T = T_, C = s.hidden, R = rows_mine_, N = rows_;
     const std::size_t RC = static_cast<std::size_t>(R) * C;
     const float drop = a.training ? dropout_ : 0.0f;
     const StagePlan& plan = layout_.plan();
     const int g = plan.global_chunk(c);
-    float* w = params_.data();
+    const Ptr w = params_.data();
 
     if (g == 0) {
         // Vocab-parallel embedding: each rank looks up the tokens of its vocabulary slice
         // (zero rows for the rest) and the sum over the group is the embedding; wpe is added
         // once, by tensor rank 0, so the sum is exact.
         upload_tokens(ops_, a.inputs, inputs, static_cast<std::size_t>(N));
-        float* embedded = sequence_parallel_ ? a.embedded.data() : a.input.data();
+        const Ptr embedded = sequence_parallel_ ? a.embedded.data() : a.input.data();
         ops_.embedding_forward(embedded, as_tokens(a.inputs), w + layout_.wte(),
                                tensor_.rank() == 0 ? w + layout_.wpe() : nullptr, B, T, C,
                                layout_.vocab_begin(), layout_.vocab_local());
-        float* encoded = reduce_rows(embedded, a.input.data());
+        const Ptr encoded = reduce_rows(embedded, a.input.data());
         if (drop > 0)
             ops_.dropout_forward(encoded, encoded, RC, drop, site_seed(a, -1, 0), first_element_);
     } else {
         ops_.copy(a.input.data(), input, RC);
     }
 
-    const float* residual = a.input.data();  // (R,C)
+    ConstPtr residual = a.input.data();  // (R,C)
     const int first = layout_.first_layer(c);
     for (std::size_t i = 0; i < a.layers.size(); ++i) {
         LayerActivations& kept = a.layers[i];
         // Under full recompute the intermediates go to the scratch (backward rebuilds them);
         // under either recompute att does.
         LayerActivations& la = recompute_ == Recompute::full ? *recompute_scratch_ : kept;
-        float* att =
+        const Ptr att =
             recompute_ == Recompute::none ? kept.att.data() : recompute_scratch_->att.data();
         forward_layer(a, first + static_cast<int>(i), la, att, residual, kept.resid3.data());
         residual = kept.resid3.data();
     }
 
     if (g != plan.stages * plan.chunks - 1) return;
-    ops_.layernorm_forward(a.lnf.data(), a.lnf_mean.data(), a.lnf_rstd.data(), residual,
+    ops_.layernorm_forward(a.lnf.data(), a.lnf_mean.f32(), a.lnf_rstd.f32(), residual,
                            w + layout_.lnf_w(), w + layout_.lnf_b(), R, C);
     // LM head tied to this rank's slice of the token embedding: logits (N,Vp/M).
-    const float* lnf = all_rows(a.lnf.data(), a.lnf_all.data());
+    const ConstPtr lnf = all_rows(a.lnf.data(), a.lnf_all.data());
     ops_.matmul_forward(a.logits.data(), lnf, w + layout_.wte(), nullptr, N, C,
                         layout_.vocab_local());
 }
 
-void Gpt::forward_layer(const Activations& a, int l, LayerActivations& la, float* att,
-                        const float* residual, float* output) {
+void Gpt::forward_layer(const Activations& a, int l, LayerActivations& la, Ptr att,
+                        ConstPtr residual, Ptr output) {
     const GptShape& s = layout_.shape();
     const int B = B_, T = T_, C = s.hidden, R = rows_mine_, N = rows_;
     const int Cm = layout_.hidden_local(), Fm = layout_.ffn_local(), NHm = layout_.heads_local();
     const std::size_t RC = static_cast<std::size_t>(R) * C;
     const float drop = a.training ? dropout_ : 0.0f;
-    const float* w = params_.data();
+    const ConstPtr w = params_.data();
     const LayerParams& p = layout_.layer(l);
 
     // Attention: LN -> f -> column-parallel qkv -> this rank's heads -> row-parallel
     // proj -> g -> bias -> dropout -> residual.
-    ops_.layernorm_forward(la.ln1.data(), la.ln1_mean.data(), la.ln1_rstd.data(), residual,
+    ops_.layernorm_forward(la.ln1.data(), la.ln1_mean.f32(), la.ln1_rstd.f32(), residual,
                            w + p.ln1_w, w + p.ln1_b, R, C);
-    const float* ln1 = all_rows(la.ln1.data(), la.ln1_all.data());
+    const ConstPtr ln1 = all_rows(la.ln1.data(), la.ln1_all.data());
     ops_.matmul_forward(la.qkv.data(), ln1, w + p.qkv_w, w + p.qkv_b, N, C, 3 * Cm);
     ops_.attention_forward(la.atty.data(), att, la.qkv.data(), B, T, Cm, NHm, drop,
                            site_seed(a, l, 0), layout_.heads_begin(), s.heads);
     ops_.matmul_forward(proj_partial_.data(), la.atty.data(), w + p.proj_w, nullptr, N, Cm, C);
-    float* attproj = reduce_rows(proj_partial_.data(), proj_reduced_.data());
+    const Ptr attproj = reduce_rows(proj_partial_.data(), proj_reduced_.data());
     ops_.add_bias(attproj, w + p.proj_b, R, C);
     if (drop > 0)
         ops_.dropout_forward(attproj, attproj, RC, drop, site_seed(a, l, 1), first_element_);
@@ -413,14 +420,14 @@ void Gpt::forward_layer(const Activations& a, int l, LayerActivations& la, float
 
     // MLP: LN -> f -> column-parallel fc1 -> GELU -> row-parallel fc2 -> g -> bias ->
     // dropout -> residual.
-    ops_.layernorm_forward(la.ln2.data(), la.ln2_mean.data(), la.ln2_rstd.data(), la.resid2.data(),
+    ops_.layernorm_forward(la.ln2.data(), la.ln2_mean.f32(), la.ln2_rstd.f32(), la.resid2.data(),
                            w + p.ln2_w, w + p.ln2_b, R, C);
-    const float* ln2 = all_rows(la.ln2.data(), la.ln2_all.data());
+    const ConstPtr ln2 = all_rows(la.ln2.data(), la.ln2_all.data());
     ops_.matmul_forward(la.fch.data(), ln2, w + p.fc1_w, w + p.fc1_b, N, C, Fm);
     ops_.gelu_forward(la.fch_gelu.data(), la.fch.data(), static_cast<std::size_t>(N) * Fm);
     if (!output) return;  // recompute: fc2's output is the kept one, not needed again
     ops_.matmul_forward(proj_partial_.data(), la.fch_gelu.data(), w + p.fc2_w, nullptr, N, Fm, C);
-    float* fcproj = reduce_rows(proj_partial_.data(), proj_reduced_.data());
+    const Ptr fcproj = reduce_rows(proj_partial_.data(), proj_reduced_.data());
     ops_.add_bias(fcproj, w + p.fc2_b, R, C);
     if (drop > 0)
         ops_.dropout_forward(fcproj, fcproj, RC, drop, site_seed(a, l, 2), first_element_);
@@ -433,7 +440,7 @@ float Gpt::loss(Activations& a, const int32_t* targets) {
     upload_tokens(ops_, a.targets, targets, static_cast<std::size_t>(N));
     // Vocab-parallel cross-entropy: three numbers per row cross the tensor group, never the
     // logits. loss_stats = row max | global max | sum of exps | target logit, each (N).
-    float* row_max = a.loss_stats.data();
+    float* row_max = a.loss_stats.f32();
     float* global_max = row_max + N;
     float* sums = global_max + N;  // sum of exps and target logit, reduced in one call
     float* target_logit = sums + N;
@@ -443,10 +450,10 @@ float Gpt::loss(Activations& a, const int32_t* targets) {
     tensor_.all_reduce(global_max, static_cast<std::size_t>(N), parallel::ReduceOp::max);
     ops_.cross_entropy_rescale(sums, row_max, global_max, N);
     tensor_.all_reduce(sums, 2 * static_cast<std::size_t>(N));
-    ops_.cross_entropy_losses(a.losses.data(), a.lse.data(), global_max, sums, target_logit, N);
+    ops_.cross_entropy_losses(a.losses.f32(), a.lse.f32(), global_max, sums, target_logit, N);
 
     std::vector<float> losses(static_cast<std::size_t>(N));
-    ops_.copy_to_host(losses.data(), a.losses.data(), losses.size());
+    ops_.copy_to_host(losses.data(), a.losses.f32(), losses.size());
     double sum = 0.0;  // in order, in double: the same on every run
     for (float x : losses) sum += x;
     return static_cast<float>(sum / N);
@@ -469,14 +476,14 @@ std::vector<float> Gpt::logits_at(const int32_t* inputs, int position) {
 
 // ---- backward --------------------------------------------------------------------------------
 
-const float* Gpt::through_dropout(const float* dout, std::size_t count, float drop, uint64_t seed) {
+ConstPtr Gpt::through_dropout(ConstPtr dout, std::size_t count, float drop, uint64_t seed) {
     if (drop == 0) return dout;
     ops_.zero(dc_mine_.data(), count);
     ops_.dropout_backward(dc_mine_.data(), dout, count, drop, seed, first_element_);
     return dc_mine_.data();
 }
 
-void Gpt::backward_chunk(int mb, int c, float dloss, const float* output_grad, float* input_grad) {
+void Gpt::backward_chunk(int mb, int c, float dloss, ConstPtr output_grad, Ptr input_grad) {
     const GptShape& s = layout_.shape();
     const int B = B_, T = T_, C = s.hidden, R = rows_mine_, N = rows_;
     const int Cm = layout_.hidden_local(), Fm = layout_.ffn_local(), NHm = layout_.heads_local();
@@ -487,25 +494,25 @@ void Gpt::backward_chunk(int mb, int c, float dloss, const float* output_grad, f
     const int g = plan.global_chunk(c);
     Activations& a = live(mb, c);
     const float drop = a.training ? dropout_ : 0.0f;
-    const float* w = params_.data();
-    float* grad = grads_.data();
+    const ConstPtr w = params_.data();
+    const Ptr grad = grads_.data();
 
     ops_.zero(dresidual_.data(), RC);
     if (g == plan.stages * plan.chunks - 1) {
         // Loss and LM head. dlogits overwrite the logits; the gradient into the head's input
         // is this rank's vocabulary share (f: all-reduce, or reduce-scatter to its rows).
-        ops_.cross_entropy_backward(a.logits.data(), a.logits.data(), a.lse.data(),
+        ops_.cross_entropy_backward(a.logits.data(), a.logits.data(), a.lse.f32(),
                                     as_tokens(a.targets), dloss, N, layout_.vocab_begin(), s.vocab,
                                     layout_.vocab_local());
         ops_.zero(dc_a_.data(), NC);
-        const float* lnf = sequence_parallel_ ? a.lnf_all.data() : a.lnf.data();
+        const ConstPtr lnf = sequence_parallel_ ? a.lnf_all.data() : a.lnf.data();
         ops_.matmul_backward(dc_a_.data(), grad + layout_.wte(), nullptr, a.logits.data(), lnf,
                              w + layout_.wte(), N, C, layout_.vocab_local());
-        const float* dlnf = reduce_rows(dc_a_.data(), dc_mine_.data());
-        const float* last = a.layers.empty() ? a.input.data() : a.layers.back().resid3.data();
+        const ConstPtr dlnf = reduce_rows(dc_a_.data(), dc_mine_.data());
+        const ConstPtr last = a.layers.empty() ? a.input.data() : a.layers.back().resid3.data();
         ops_.layernorm_backward(dresidual_.data(), grad + layout_.lnf_w(), grad + layout_.lnf_b(),
-                                dlnf, last, w + layout_.lnf_w(), a.lnf_mean.data(),
-                                a.lnf_rstd.data(), R, C);
+                                dlnf, last, w + layout_.lnf_w(), a.lnf_mean.f32(),
+                                a.lnf_rstd.f32(), R, C);
     } else {
         ops_.copy(dresidual_.data(), output_grad, RC);
     }
@@ -516,7 +523,7 @@ void Gpt::backward_chunk(int mb, int c, float dloss, const float* output_grad, f
     for (int i = static_cast<int>(a.layers.size()) - 1; i >= 0; --i) {
         const int l = first + i;
         const LayerParams& p = layout_.layer(l);
-        const float* residual = i == 0 ? a.input.data() : a.layers[static_cast<std::size_t>(i - 1)].resid3.data();
+        const ConstPtr residual = i == 0 ? a.input.data() : a.layers[static_cast<std::size_t>(i - 1)].resid3.data();
         LayerActivations& la = recompute_ == Recompute::full
                                    ? *recompute_scratch_
                                    : a.layers[static_cast<std::size_t>(i)];
@@ -524,12 +531,12 @@ void Gpt::backward_chunk(int mb, int c, float dloss, const float* output_grad, f
         // too, in the same order on every tensor rank), just before its backward.
         if (recompute_ == Recompute::full)
             forward_layer(a, l, la, la.att.data(), residual, nullptr);
-        float* att = recompute_ == Recompute::none ? la.att.data() : recompute_scratch_->att.data();
-        const float* ln1 = sequence_parallel_ ? la.ln1_all.data() : la.ln1.data();
-        const float* ln2 = sequence_parallel_ ? la.ln2_all.data() : la.ln2.data();
+        const Ptr att = recompute_ == Recompute::none ? la.att.data() : recompute_scratch_->att.data();
+        const ConstPtr ln1 = sequence_parallel_ ? la.ln1_all.data() : la.ln1.data();
+        const ConstPtr ln2 = sequence_parallel_ ? la.ln2_all.data() : la.ln2.data();
 
         // MLP branch. g backward: the gradient of fc2's output is the residual's (all rows).
-        const float* dfcproj = all_rows(
+        const ConstPtr dfcproj = all_rows(
             through_dropout(dresidual_.data(), RC, drop, site_seed(a, l, 2)), dc_all_.data());
         ops_.zero(df_a_.data(), NFm);
         ops_.matmul_backward(df_a_.data(), grad + p.fc2_w, grad + p.fc2_b, dfcproj,
@@ -539,13 +546,13 @@ void Gpt::backward_chunk(int mb, int c, float dloss, const float* output_grad, f
         ops_.zero(dc_a_.data(), NC);
         ops_.matmul_backward(dc_a_.data(), grad + p.fc1_w, grad + p.fc1_b, df_b_.data(), ln2,
                              w + p.fc1_w, N, C, Fm);
-        const float* dln2 = reduce_rows(dc_a_.data(), dc_mine_.data());  // f backward
+        const ConstPtr dln2 = reduce_rows(dc_a_.data(), dc_mine_.data());  // f backward
         ops_.layernorm_backward(dresidual_.data(), grad + p.ln2_w, grad + p.ln2_b, dln2,
-                                la.resid2.data(), w + p.ln2_w, la.ln2_mean.data(),
-                                la.ln2_rstd.data(), R, C);
+                                la.resid2.data(), w + p.ln2_w, la.ln2_mean.f32(),
+                                la.ln2_rstd.f32(), R, C);
 
         // Attention branch.
-        const float* dattproj = all_rows(
+        const ConstPtr dattproj = all_rows(
             through_dropout(dresidual_.data(), RC, drop, site_seed(a, l, 1)), dc_all_.data());
         ops_.zero(dc_b_.data(), static_cast<std::size_t>(N) * Cm);
         ops_.matmul_backward(dc_b_.data(), grad + p.proj_w, grad + p.proj_b, dattproj,
@@ -558,14 +565,14 @@ void Gpt::backward_chunk(int mb, int c, float dloss, const float* output_grad, f
         ops_.zero(dc_a_.data(), NC);
         ops_.matmul_backward(dc_a_.data(), grad + p.qkv_w, grad + p.qkv_b, dqkv_.data(), ln1,
                              w + p.qkv_w, N, C, 3 * Cm);
-        const float* dln1 = reduce_rows(dc_a_.data(), dc_mine_.data());  // f backward
+        const ConstPtr dln1 = reduce_rows(dc_a_.data(), dc_mine_.data());  // f backward
         ops_.layernorm_backward(dresidual_.data(), grad + p.ln1_w, grad + p.ln1_b, dln1, residual,
-                                w + p.ln1_w, la.ln1_mean.data(), la.ln1_rstd.data(), R, C);
+                                w + p.ln1_w, la.ln1_mean.f32(), la.ln1_rstd.f32(), R, C);
     }
 
     if (g == 0) {
         // The embedding's reduction backward: every rank scatters all rows into its slice.
-        const float* dencoded = all_rows(
+        const ConstPtr dencoded = all_rows(
             through_dropout(dresidual_.data(), RC, drop, site_seed(a, -1, 0)), dc_all_.data());
         ops_.embedding_backward(grad + layout_.wte(), grad + layout_.wpe(), dencoded,
                                 as_tokens(a.inputs), B, T, C, layout_.vocab_begin(),

@@ -41,27 +41,38 @@
 
 namespace trident::model {
 
-// A device buffer of floats that releases itself.
+// A device buffer of `count` elements of one type that releases itself.
 class DeviceBuffer {
 public:
     DeviceBuffer() = default;
-    DeviceBuffer(kernels::Ops& ops, std::size_t count);
+    DeviceBuffer(kernels::Ops& ops, std::size_t count, kernels::DType dtype = kernels::DType::f32);
     ~DeviceBuffer();
     DeviceBuffer(DeviceBuffer&& other) noexcept;
     DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
     DeviceBuffer(const DeviceBuffer&) = delete;
     DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
-    float* data() const { return data_; }
+    kernels::Ptr data() const { return data_; }
+    float* f32() const { return data_.f32(); }  // an fp32 buffer's floats
     std::size_t size() const { return count_; }
+    std::size_t bytes() const { return count_ * kernels::size_of(data_.dtype); }
 
 private:
     kernels::Ops* ops_ = nullptr;
-    float* data_ = nullptr;
+    kernels::Ptr data_;
     std::size_t count_ = 0;
 };
 
 enum class Recompute { none, selective, full };
+
+// Element types of the model's buffers: fp32 throughout, or mixed precision (16-bit
+// parameters and activations; gradients 16-bit too, or fp32 to accumulate and reduce them
+// in fp32). LayerNorm statistics and the loss are fp32 either way.
+struct Precision {
+    kernels::DType params = kernels::DType::f32;
+    kernels::DType grads = kernels::DType::f32;
+    kernels::DType activations = kernels::DType::f32;
+};
 
 class Gpt {
 public:
@@ -72,18 +83,21 @@ public:
     Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropout,
         parallel::Comm* tensor = nullptr, bool sequence_parallel = false,
         const StagePlan& plan = {}, std::size_t buffer_multiple = 1,
-        Recompute recompute = Recompute::none);
+        Recompute recompute = Recompute::none, const Precision& precision = {});
     ~Gpt();
 
     const ParamLayout& layout() const { return layout_; }  // this rank's part
     const GptShape& shape() const { return layout_.shape(); }
     int micro_batch() const { return B_; }
-    // Floats of the activation a chunk passes on: its rows of the residual stream (R, C).
+    // Elements of the activation a chunk passes on: its rows of the residual stream (R, C),
+    // of precision().activations.
     std::size_t boundary_size() const { return static_cast<std::size_t>(rows_mine_) * layout_.shape().hidden; }
-    float* params() { return params_.data(); }
-    float* grads() { return grads_.data(); }
+    const Precision& precision() const { return precision_; }
+    kernels::Ptr params() { return params_.data(); }
+    kernels::Ptr grads() { return grads_.data(); }
     std::size_t buffer_size() const { return params_.size(); }  // layout total, padded
-    const float* params() const { return params_.data(); }
+    std::size_t params_bytes() const { return params_.bytes(); }
+    std::size_t grads_bytes() const { return grads_.bytes(); }
 
     // GPT-2 initialisation of the whole model, a pure function of (seed, tensor, element) so
     // every split gets the same model: normal(0, init_std) for matrices and embeddings,
@@ -109,18 +123,20 @@ public:
     // B*T tokens; other chunks write their output (R, C) to `output` and return 0. Token ids
     // are on the host. Without `training` (no dropout) the activations are released at once.
     float forward_chunk(int mb, int c, const int32_t* inputs, const int32_t* targets,
-                        const float* input, float* output, bool training, uint64_t dropout_seed);
+                        kernels::ConstPtr input, kernels::Ptr output, bool training,
+                        uint64_t dropout_seed);
     // Backward of that forward. The last global chunk starts from its loss, each token
     // weighted by dloss; other chunks from `output_grad` (R, C). Writes the gradient of the
     // chunk's input to `input_grad` (R, C) unless the chunk starts with the embedding.
-    void backward_chunk(int mb, int c, float dloss, const float* output_grad, float* input_grad);
+    void backward_chunk(int mb, int c, float dloss, kernels::ConstPtr output_grad,
+                        kernels::Ptr input_grad);
 
     // ---- one microbatch through a whole one-stage model ------------------------------------
     float forward(const int32_t* inputs, const int32_t* targets, bool training,
                   uint64_t dropout_seed) {
-        return forward_chunk(0, 0, inputs, targets, nullptr, nullptr, training, dropout_seed);
+        return forward_chunk(0, 0, inputs, targets, {}, {}, training, dropout_seed);
     }
-    void backward(float dloss) { backward_chunk(0, 0, dloss, nullptr, nullptr); }
+    void backward(float dloss) { backward_chunk(0, 0, dloss, {}, {}); }
     // The next-token logits (V) at `position` of the first sequence of `inputs` (B, T), for
     // generation: no loss, no dropout. Needs the whole model in this process.
     std::vector<float> logits_at(const int32_t* inputs, int position);
@@ -148,24 +164,25 @@ private:
     Activations& live(int mb, int c);
     void release(int mb, int c);
     // The chunk's layers, embedding and head (forward), given its activations.
-    void run_forward(int c, Activations& a, const int32_t* inputs, const float* input);
+    void run_forward(int c, Activations& a, const int32_t* inputs, kernels::ConstPtr input);
     // Layer l on this rank's rows `residual` (R,C): intermediates into `la`, the attention
     // probabilities into `att`, the layer's output into `output` (R,C). A null output stops
     // after the MLP's GELU, which is all backward reads (full recompute).
-    void forward_layer(const Activations& a, int l, LayerActivations& la, float* att,
-                       const float* residual, float* output);
+    void forward_layer(const Activations& a, int l, LayerActivations& la, kernels::Ptr att,
+                       kernels::ConstPtr residual, kernels::Ptr output);
     // The loss of the last chunk's logits: fills a.losses and a.lse; returns the mean.
     float loss(Activations& a, const int32_t* targets);
     uint64_t site_seed(const Activations& a, int layer, int site) const;
     // The gradient before a dropout site given the one after it (rows of this rank): dout
     // itself without dropout, else dout through the site's mask, written to dc_mine_.
-    const float* through_dropout(const float* dout, std::size_t count, float drop, uint64_t seed);
+    kernels::ConstPtr through_dropout(kernels::ConstPtr dout, std::size_t count, float drop,
+                                      uint64_t seed);
     // All rows from this rank's rows: all-gather into `all` with sequence parallelism, else
     // they already are all rows.
-    const float* all_rows(const float* mine, float* all);
+    kernels::ConstPtr all_rows(kernels::ConstPtr mine, kernels::Ptr all);
     // This rank's rows of the sum over the tensor group of `partial` (N,C): reduce-scatter
     // into `mine` with sequence parallelism, else all-reduce in place (and `mine` is it).
-    float* reduce_rows(float* partial, float* mine);
+    kernels::Ptr reduce_rows(kernels::Ptr partial, kernels::Ptr mine);
 
     kernels::Ops& ops_;
     parallel::SoloComm solo_;
@@ -178,6 +195,7 @@ private:
     uint64_t first_element_;   // global index of this rank's first residual element (dropout)
     float dropout_;
     Recompute recompute_;
+    Precision precision_;
 
     DeviceBuffer params_, grads_;
 

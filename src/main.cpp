@@ -105,6 +105,29 @@ int main(int argc, char** argv) {
     schedule_cmd->add_option("--latency", sched.latency, "Time from a send to its receive")
         ->capture_default_str();
 
+    commands::PlanOptions plan;
+    auto* plan_cmd = app.add_subcommand(
+        "plan", "Memory per rank, FLOPs, communication and step time of a config (no run)");
+    plan_cmd->add_option("--config,-c", plan.config, "YAML config file (see configs/)")->required();
+    plan_cmd->add_option("--set", plan.overrides, "Override a config key (repeatable)")->take_all();
+    plan_cmd->add_flag("--json", plan.json, "Print one JSON object instead of text");
+    plan_cmd->add_option("--device-memory", plan.device_memory,
+                         "Memory per GPU to check every rank against, e.g. 80GiB or 40GB");
+    plan_cmd->add_option("--zero-stage", plan.zero_stage,
+                         "ZeRO stage 0-3 to plan instead of parallel.zero_stage");
+    plan_cmd->add_option("--hardware", plan.hardware,
+                         "Hardware preset for the step time: dgx2h-v100, dgx-a100 or dgx-h100");
+    plan_cmd->add_option("--gemm-tflops", plan.gemm_tflops, "Achieved GEMM rate, TFLOP/s");
+    plan_cmd->add_option("--mem-bw", plan.mem_bw, "Achieved memory bandwidth, GB/s");
+    plan_cmd->add_option("--intra-bw", plan.intra_bw,
+                         "Intra-node (NVLink) bandwidth per GPU, one direction, GB/s");
+    plan_cmd->add_option("--inter-bw", plan.inter_bw,
+                         "Inter-node bandwidth per GPU (the node's adapters / its GPUs), GB/s");
+    plan_cmd->add_option("--gpus-per-node", plan.gpus_per_node, "GPUs per node");
+    plan_cmd->add_option("--latency-us", plan.latency_us, "Latency per collective call, us");
+    plan_cmd->add_flag("--dp-overlap", plan.dp_overlap,
+                       "The data-parallel reduction overlaps the last backward");
+
     CLI11_PARSE(app, argc, argv);
     try {
         if (*train_cmd || *bench_cmd) {  // the commands that run on a grid of processes
@@ -115,6 +138,7 @@ int main(int argc, char** argv) {
         if (*tokenize_cmd) return commands::tokenize(tok);
         if (*generate_cmd) return commands::generate(gen);
         if (*schedule_cmd) return commands::schedule(sched);
+        if (*plan_cmd) return commands::plan(plan);
     } catch (const std::exception& e) {
         std::fflush(stdout);
         std::fprintf(stderr, "trident: error: %s\n", e.what());

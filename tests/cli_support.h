@@ -28,11 +28,9 @@ struct RunResult {
     std::string output;  // stdout and stderr together
 };
 
-inline RunResult run(const std::string& args) {
-    // The GPT-2 files as setup fetched them into the source tree, wherever the build is.
-    const std::string cmd =
-        "TRIDENT_TOKENIZER_DIR=${TRIDENT_TOKENIZER_DIR:-" TRIDENT_SOURCE_DIR "/data/gpt2} " +
-        std::string(TRIDENT_BINARY) + " " + args + " 2>&1";
+// Runs a shell command line (e.g. the binary under mpirun).
+inline RunResult run_shell(const std::string& command) {
+    const std::string cmd = command + " 2>&1";
     FILE* pipe = popen(cmd.c_str(), "r");
     REQUIRE(pipe != nullptr);
     std::string output;
@@ -40,6 +38,12 @@ inline RunResult run(const std::string& args) {
     while (std::fgets(buf.data(), buf.size(), pipe)) output += buf.data();
     const int status = pclose(pipe);
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+inline RunResult run(const std::string& args) {
+    // The GPT-2 files as setup fetched them into the source tree, wherever the build is.
+    return run_shell("TRIDENT_TOKENIZER_DIR=${TRIDENT_TOKENIZER_DIR:-" TRIDENT_SOURCE_DIR
+                     "/data/gpt2} " + std::string(TRIDENT_BINARY) + " " + args);
 }
 
 // A scratch directory with a tiny model's config and data, removed afterwards.

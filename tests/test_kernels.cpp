@@ -27,6 +27,9 @@
 
 namespace {
 
+using trident::kernels::DType;
+using trident::kernels::Ptr;
+using trident::kernels::to_bf16;
 using trident::kernels::dropout_keep;
 using trident::kernels::make_cpu_ops;
 
@@ -282,14 +285,14 @@ TEST_CASE("fast_exp and fast_tanh are accurate", "[kernels]") {
 TEST_CASE("cpu ops: allocate is zeroed and aligned, copies round-trip", "[kernels]") {
     auto ops = make_cpu_ops(2);
     const std::size_t count = 1000;
-    float* buffer = ops->allocate(count);
+    float* buffer = ops->allocate(count, DType::f32).f32();
     REQUIRE(buffer != nullptr);
     CHECK(reinterpret_cast<std::uintptr_t>(buffer) % 64 == 0);
     CHECK(std::all_of(buffer, buffer + count, [](float x) { return x == 0.0f; }));
 
     const auto host = random_floats(count, 1);
     ops->copy_from_host(buffer, host.data(), count);
-    float* other = ops->allocate(count);
+    float* other = ops->allocate(count, DType::f32).f32();
     ops->copy(other, buffer, count);
     std::vector<float> back(count);
     ops->copy_to_host(back.data(), other, count);
@@ -951,19 +954,22 @@ TEST_CASE("adamw update matches torch's formula over three steps", "[kernels]") 
     auto ops = make_cpu_ops(2);
     const std::size_t count = 100;
     const float lr = 1e-2f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f, weight_decay = 0.1f;
+    const float grad_scale = 0.25f;  // unscaling and clipping, folded in
     auto params = random_floats(count, 101);
     std::vector<float> m(count, 0.0f), v(count, 0.0f);
+    std::vector<uint16_t> params_bf16(count);  // the working copy, written in the same pass
     auto params_d = to_double(params);
     std::vector<double> m_d(count, 0.0), v_d(count, 0.0);
 
     for (int step = 1; step <= 3; step++) {
         const auto grads = random_floats(count, 102 + step);
         ops->adamw_update(params.data(), grads.data(), m.data(), v.data(), count, lr, beta1, beta2,
-                          eps, weight_decay, step);
+                          eps, weight_decay, step, grad_scale, Ptr(params_bf16.data(), DType::bf16));
+        for (std::size_t i = 0; i < count; i++) REQUIRE(params_bf16[i] == to_bf16(params[i]));
         const double bias_correction1 = 1.0 - std::pow(double(beta1), step);
         const double bias_correction2 = 1.0 - std::pow(double(beta2), step);
         for (std::size_t i = 0; i < count; i++) {
-            const double g = grads[i];
+            const double g = double(grads[i]) * grad_scale;
             params_d[i] *= 1.0 - double(lr) * weight_decay;
             m_d[i] = beta1 * m_d[i] + (1.0 - beta1) * g;
             v_d[i] = beta2 * v_d[i] + (1.0 - beta2) * g * g;
@@ -1052,6 +1058,103 @@ TEST_CASE("ops repeat bit for bit", "[kernels]") {
     for (std::size_t i = 0; i < first.size(); i++) {
         INFO("result " << i);
         CHECK(bitwise_equal(first[i], second[i]));
+    }
+}
+
+// ---- 16-bit buffers -------------------------------------------------------------------------
+
+// A 16-bit buffer on the host, and its values widened.
+struct Half {
+    DType dtype;
+    std::vector<uint16_t> bits;
+    Half(DType t, const std::vector<float>& values) : dtype(t), bits(values.size()) {
+        trident::kernels::narrow(Ptr(bits.data(), t), values.data(), values.size());
+    }
+    Ptr ptr() { return Ptr(bits.data(), dtype); }
+    std::vector<float> floats() const {
+        std::vector<float> out(bits.size());
+        trident::kernels::widen(out.data(), trident::kernels::ConstPtr(bits.data(), dtype), out.size());
+        return out;
+    }
+};
+
+// What a 16-bit op must give: the fp32 op on the widened inputs, rounded once.
+std::vector<float> rounded(DType t, std::vector<float> v) {
+    for (float& x : v) x = trident::kernels::round_to(t, x);
+    return v;
+}
+
+TEST_CASE("16-bit ops compute in fp32 on widened inputs and round their outputs once",
+          "[kernels]") {
+    auto ops = make_cpu_ops(2);
+    for (DType t : {DType::bf16, DType::f16}) {
+        INFO("type " << trident::kernels::name_of(t));
+        const int B = 2, T = 8, C = 16, NH = 2, N = B * T, OC = 24;
+        Half inp(t, random_floats(N * C, 1)), weight(t, random_floats(OC * C, 2)),
+            bias(t, random_floats(OC, 3)), dout(t, random_floats(N * OC, 4));
+        Half dinp(t, random_floats(N * C, 5)), dweight(t, random_floats(OC * C, 6)),
+            dbias(t, random_floats(OC, 7));
+        // The fp32 reference on the same (widened) values.
+        auto r_out = std::vector<float>(N * OC);
+        auto r_dinp = dinp.floats(), r_dweight = dweight.floats(), r_dbias = dbias.floats();
+        ops->matmul_forward(r_out.data(), inp.floats().data(), weight.floats().data(),
+                            bias.floats().data(), N, C, OC);
+        ops->matmul_backward(r_dinp.data(), r_dweight.data(), r_dbias.data(), dout.floats().data(),
+                             inp.floats().data(), weight.floats().data(), N, C, OC);
+        Half out(t, std::vector<float>(N * OC));
+        ops->matmul_forward(out.ptr(), inp.ptr(), weight.ptr(), bias.ptr(), N, C, OC);
+        ops->matmul_backward(dinp.ptr(), dweight.ptr(), dbias.ptr(), dout.ptr(), inp.ptr(),
+                             weight.ptr(), N, C, OC);
+        CHECK(bitwise_equal(out.floats(), rounded(t, r_out)));
+        CHECK(bitwise_equal(dinp.floats(), rounded(t, r_dinp)));  // += : rounded after adding
+        CHECK(bitwise_equal(dweight.floats(), rounded(t, r_dweight)));
+        CHECK(bitwise_equal(dbias.floats(), rounded(t, r_dbias)));
+
+        // LayerNorm: 16-bit output, fp32 statistics.
+        std::vector<float> mean(N), rstd(N), r_mean(N), r_rstd(N), r_ln(N * C);
+        Half ln(t, std::vector<float>(N * C));
+        Half gain(t, random_floats(C, 8, 0.5f, 1.5f)), shift(t, random_floats(C, 9));
+        ops->layernorm_forward(ln.ptr(), mean.data(), rstd.data(), inp.ptr(), gain.ptr(),
+                               shift.ptr(), N, C);
+        ops->layernorm_forward(r_ln.data(), r_mean.data(), r_rstd.data(), inp.floats().data(),
+                               gain.floats().data(), shift.floats().data(), N, C);
+        CHECK(bitwise_equal(ln.floats(), rounded(t, r_ln)));
+        CHECK(bitwise_equal(mean, r_mean));
+        CHECK(bitwise_equal(rstd, r_rstd));
+
+        // Attention: two outputs, dropout on.
+        Half qkv(t, random_floats(N * 3 * C, 10)), att(t, std::vector<float>(B * NH * T * T)),
+            atty(t, std::vector<float>(N * C));
+        std::vector<float> r_att(B * NH * T * T), r_atty(N * C);
+        ops->attention_forward(atty.ptr(), att.ptr(), qkv.ptr(), B, T, C, NH, 0.1f, 5, 0, NH);
+        ops->attention_forward(r_atty.data(), r_att.data(), qkv.floats().data(), B, T, C, NH, 0.1f,
+                               5, 0, NH);
+        CHECK(bitwise_equal(att.floats(), rounded(t, r_att)));
+        CHECK(bitwise_equal(atty.floats(), rounded(t, r_atty)));
+
+        // In place: dropout over its own input, dlogits over the logits.
+        Half x(t, random_floats(N * C, 11));
+        const auto r_x0 = x.floats();
+        std::vector<float> r_x(N * C);
+        ops->dropout_forward(x.ptr(), x.ptr(), N * C, 0.3f, 9, 0);
+        ops->dropout_forward(r_x.data(), r_x0.data(), N * C, 0.3f, 9, 0);
+        CHECK(bitwise_equal(x.floats(), rounded(t, r_x)));
+        const int V = 20, Vp = 32;
+        Half logits(t, random_floats(N * Vp, 12, -3.0f, 3.0f));
+        std::vector<int32_t> targets(N);
+        for (int i = 0; i < N; ++i) targets[i] = (i * 7) % V;
+        std::vector<float> lse(N, 1.5f), r_dlogits(N * Vp);
+        ops->cross_entropy_backward(r_dlogits.data(), logits.floats().data(), lse.data(),
+                                    targets.data(), 0.25f, N, 0, V, Vp);
+        ops->cross_entropy_backward(logits.ptr(), logits.ptr(), lse.data(), targets.data(), 0.25f,
+                                    N, 0, V, Vp);
+        CHECK(bitwise_equal(logits.floats(), rounded(t, r_dlogits)));
+
+        // Norms read 16-bit gradients exactly; an inf anywhere makes the sum inf.
+        const auto g = dout.floats();
+        CHECK(ops->sum_of_squares(dout.ptr(), g.size()) == ops->sum_of_squares(g.data(), g.size()));
+        Half overflowed(DType::f16, {1.0f, 70000.0f, 2.0f});
+        CHECK(std::isinf(ops->sum_of_squares(overflowed.ptr(), 3)));
     }
 }
 

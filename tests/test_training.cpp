@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 
 #include "commands/commands.h"
@@ -13,6 +14,7 @@
 #include "kernels/random.h"
 #include "model/hf_gpt2.h"
 #include "optim/adamw.h"
+#include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "train/model_checkpoint.h"
 #include "train/trainer.h"
@@ -66,9 +68,8 @@ TEST_CASE("clipping scales by max/(norm + 1e-6) only above the threshold", "[tra
     g[0] = 3.0f;
     g[1] = 4.0f;
     REQUIRE(adamw.grad_norm(g.data()) == Approx(5.0));
-    REQUIRE(adamw.clip(g.data(), 5.0) == Approx(0.5 / (5.0 + 1e-6)));
-    REQUIRE(adamw.grad_norm(g.data()) == Approx(0.5).epsilon(1e-6));
-    REQUIRE(adamw.clip(g.data(), 0.4) == 1.0f);  // below the threshold: untouched
+    REQUIRE(adamw.clip_factor(5.0) == Approx(0.5 / (5.0 + 1e-6)));
+    REQUIRE(adamw.clip_factor(0.4) == 1.0f);  // below the threshold: untouched
 }
 
 TEST_CASE("whole steps are bitwise reproducible, with dropout", "[training]") {
@@ -136,4 +137,86 @@ TEST_CASE("a model checkpoint exports and loads back exactly", "[training]") {
     trainer.model().load_params(reloaded);
     REQUIRE(trainer.evaluate(kRandomTokens, 2) == before);
     fs::remove_all(dir);
+}
+
+TEST_CASE("loss scaler: backoff on overflow, growth after a clean window, a floor", "[training]") {
+    const config::Config fp16 = tiny_config({"training.precision=fp16", "training.loss_scale=1024",
+                                             "training.loss_scale_window=3",
+                                             "training.min_loss_scale=256"});
+    optim::LossScaler scaler(fp16.training);
+    REQUIRE(scaler.dynamic());
+    REQUIRE(scaler.scale() == 1024);
+    CHECK_FALSE(scaler.update(false, 1));  // overflow: skip, halve
+    CHECK(scaler.scale() == 512);
+    CHECK(scaler.update(true, 2));
+    CHECK(scaler.update(true, 3));
+    CHECK(scaler.scale() == 512);
+    CHECK(scaler.update(true, 4));  // the third clean step in a row: double
+    CHECK(scaler.scale() == 1024);
+    CHECK(scaler.good_steps() == 0);
+    CHECK_FALSE(scaler.update(false, 5));
+    CHECK_FALSE(scaler.update(false, 6));
+    CHECK(scaler.scale() == 256);  // at the floor
+    CHECK_THROWS_WITH(scaler.update(false, 7),
+                      Catch::StartsWith("step 7: the gradients overflow at the smallest loss scale"));
+
+    const config::Config bf16 = tiny_config({"training.precision=bf16"});
+    optim::LossScaler unscaled(bf16.training);
+    CHECK_FALSE(unscaled.dynamic());
+    CHECK(unscaled.scale() == 1);
+    CHECK(unscaled.update(true, 1));
+    CHECK_THROWS_WITH(unscaled.update(false, 2), Catch::StartsWith("step 2: the loss or gradients are not finite"));
+}
+
+TEST_CASE("bf16: non-finite gradients stop training, or skip the step, as configured",
+          "[training]") {
+    for (const char* policy : {"stop", "skip"}) {
+        INFO("training.nonfinite: " << policy);
+        const config::Config cfg =
+            tiny_config({"training.precision=bf16", std::string("training.nonfinite=") + policy});
+        auto ops = kernels::make_cpu_ops(1);
+        train::Trainer trainer(cfg, *ops);
+        trainer.model().init_random(cfg.training.seed, 0.02f);
+        REQUIRE(trainer.step(0, kRandomTokens).skipped == false);
+        // A NaN in one weight poisons the loss and every gradient.
+        std::vector<float> params = trainer.full_params();
+        const model::ParamLayout layout(trainer.model().shape());
+        params[layout.find("ln_f.bias")->offset] = std::nanf("");
+        trainer.model().load_full_params(params);
+        if (std::string(policy) == "stop") {
+            CHECK_THROWS_WITH(trainer.step(1, kRandomTokens),
+                              Catch::StartsWith("step 2: the loss or gradients are not finite"));
+        } else {
+            const std::vector<float> before = trainer.full_params();
+            const train::StepResult r = trainer.step(1, kRandomTokens);
+            CHECK(r.skipped);
+            const std::vector<float> after = trainer.full_params();  // no update: the same bits
+            CHECK(std::memcmp(after.data(), before.data(), after.size() * sizeof(float)) == 0);
+        }
+    }
+}
+
+TEST_CASE("mixed precision: 16-bit parameters and gradients, fp32 master weights", "[training]") {
+    for (const char* precision : {"bf16", "fp16"}) {
+        for (const char* accumulate : {"false", "true"}) {
+            INFO(precision << ", fp32_grad_accumulation " << accumulate);
+            const config::Config cfg = tiny_config({std::string("training.precision=") + precision,
+                                                    std::string("training.fp32_grad_accumulation=") + accumulate});
+            auto ops = kernels::make_cpu_ops(1);
+            train::Trainer trainer(cfg, *ops);
+            const kernels::DType half = std::string(precision) == "bf16" ? kernels::DType::bf16 : kernels::DType::f16;
+            CHECK(trainer.model().params().dtype == half);
+            CHECK(trainer.model().grads().dtype ==
+                  (std::string(accumulate) == "true" ? kernels::DType::f32 : half));
+            trainer.model().init_random(cfg.training.seed, 0.02f);
+            const train::StepResult r = trainer.step(0, kRandomTokens);
+            const std::size_t n = trainer.model().buffer_size();
+            CHECK(r.memory.parameters == (n * 2 + 63) / 64 * 64);
+            CHECK(r.memory.gradients == (n * (std::string(accumulate) == "true" ? 4 : 2) + 63) / 64 * 64);
+            CHECK(r.memory.optimizer == 3 * ((n * 4 + 63) / 64 * 64));  // master, m, v in fp32
+            // Every parameter is a 16-bit value: the rounded master weight.
+            for (float p : trainer.model().params_to_host())
+                REQUIRE(p == kernels::round_to(half, p));
+        }
+    }
 }

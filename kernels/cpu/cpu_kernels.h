@@ -97,6 +97,7 @@ void cross_entropy_backward(float* dlogits, const float* logits, const float* ls
 double sum_of_squares(const float* x, std::size_t count);
 void scale(float* x, std::size_t count, float factor);
 void adamw_update(float* params, const float* grads, float* m, float* v, std::size_t count,
-                  float lr, float beta1, float beta2, float eps, float weight_decay, int step);
+                  float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                  float grad_scale, float* params_out);
 
 }  // namespace trident::kernels::cpu

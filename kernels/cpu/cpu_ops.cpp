@@ -8,9 +8,11 @@
 #include <cstring>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "error.h"
 #include "kernels/cpu/cpu_kernels.h"
+#include "kernels/cpu/fp32_views.h"
 #include "kernels/ops.h"
 
 namespace trident::kernels {
@@ -23,23 +25,23 @@ class CpuOps final : public Ops {
 public:
     const char* name() const override { return "cpu"; }
 
-    float* allocate(std::size_t count) override {
+    Ptr allocate(std::size_t count, DType dtype) override {
         // aligned_alloc wants a size that is a multiple of the alignment (and not 0).
         const std::size_t bytes = std::max<std::size_t>(
-            kAlignment, (count * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment);
-        auto* buffer = static_cast<float*>(std::aligned_alloc(kAlignment, bytes));
+            kAlignment, (count * size_of(dtype) + kAlignment - 1) / kAlignment * kAlignment);
+        void* buffer = std::aligned_alloc(kAlignment, bytes);
         if (buffer == nullptr) {
             throw Error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +
                         ": out of host memory allocating " + std::to_string(bytes) +
                         " bytes; try a smaller batch or model");
         }
-        zero(buffer, count);
+        std::memset(buffer, 0, bytes);
         sizes_[buffer] = bytes;
         allocated_ += bytes;
         peak_ = std::max(peak_, allocated_);
-        return buffer;
+        return Ptr(buffer, dtype);
     }
-    void release(float* buffer) override {
+    void release(void* buffer) override {
         const auto it = sizes_.find(buffer);
         allocated_ -= it->second;
         sizes_.erase(it);
@@ -47,89 +49,135 @@ public:
     }
     std::size_t allocated_bytes() const override { return allocated_; }
     std::size_t peak_allocated_bytes() const override { return peak_; }
-    void copy_to_host(float* host, const float* device, std::size_t count) override {
-        copy(host, device, count);
+    void reset_peak_allocated_bytes() override { peak_ = allocated_; }
+    void upload(void* device, const void* host, std::size_t bytes) override {
+        if (bytes > 0 && device != host) std::memcpy(device, host, bytes);
     }
-    void copy_from_host(float* device, const float* host, std::size_t count) override {
-        copy(device, host, count);
+    void download(void* host, const void* device, std::size_t bytes) override {
+        if (bytes > 0 && device != host) std::memcpy(host, device, bytes);
     }
-    void zero(float* x, std::size_t count) override {
-        if (count > 0) std::memset(x, 0, count * sizeof(float));
+    void zero(Ptr x, std::size_t count) override {
+        if (count > 0) std::memset(x.data, 0, count * size_of(x.dtype));  // +0 in every type
     }
-    void copy(float* out, const float* in, std::size_t count) override {
-        if (count > 0 && out != in) std::memcpy(out, in, count * sizeof(float));
+    void copy(Ptr out, ConstPtr in, std::size_t count) override {
+        if (out.dtype != in.dtype)
+            throw Error(std::string("internal: copy from ") + name_of(in.dtype) + " to " +
+                        name_of(out.dtype) + "; convert changes types");
+        if (count > 0 && out.data != in.data) std::memcpy(out.data, in.data, count * size_of(out.dtype));
     }
-
-    void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe,
-                           int B, int T, int C, int vocab_begin, int vocab_local) override {
-        cpu::embedding_forward(out, tokens, wte, wpe, B, T, C, vocab_begin, vocab_local);
-    }
-    void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens,
-                            int B, int T, int C, int vocab_begin, int vocab_local) override {
-        cpu::embedding_backward(dwte, dwpe, dout, tokens, B, T, C, vocab_begin, vocab_local);
-    }
-
-    void layernorm_forward(float* out, float* mean, float* rstd, const float* inp,
-                           const float* weight, const float* bias, int N, int C) override {
-        cpu::layernorm_forward(out, mean, rstd, inp, weight, bias, N, C);
-    }
-    void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                            const float* inp, const float* weight, const float* mean,
-                            const float* rstd, int N, int C) override {
-        cpu::layernorm_backward(dinp, dweight, dbias, dout, inp, weight, mean, rstd, N, C);
+    void convert(Ptr out, ConstPtr in, std::size_t count) override {
+        cpu::Fp32Views v(scratch_);
+        const float* from = v.in(in, count);
+        float* to = v.out(out, count);
+        if (count > 0 && to != from) std::memcpy(to, from, count * sizeof(float));
     }
 
-    void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                        int C, int OC) override {
-        cpu::matmul_forward(out, inp, weight, bias, N, C, OC);
+    void embedding_forward(Ptr out, const int32_t* tokens, ConstPtr wte, ConstPtr wpe, int B,
+                           int T, int C, int vocab_begin, int vocab_local) override {
+        cpu::Fp32Views v(scratch_);
+        const std::size_t NC = static_cast<std::size_t>(B) * T * C;
+        cpu::embedding_forward(v.out(out, NC), tokens, v.in(wte, std::size_t(vocab_local) * C),
+                               v.in(wpe, std::size_t(T) * C), B, T, C, vocab_begin, vocab_local);
     }
-    void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout,
-                         const float* inp, const float* weight, int N, int C, int OC) override {
-        cpu::matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, C, OC);
-    }
-    void add_bias(float* out, const float* bias, int N, int OC) override {
-        cpu::add_bias(out, bias, N, OC);
+    void embedding_backward(Ptr dwte, Ptr dwpe, ConstPtr dout, const int32_t* tokens, int B,
+                            int T, int C, int vocab_begin, int vocab_local) override {
+        cpu::Fp32Views v(scratch_);
+        const std::size_t NC = static_cast<std::size_t>(B) * T * C;
+        cpu::embedding_backward(v.inout(dwte, std::size_t(vocab_local) * C),
+                                v.inout(dwpe, std::size_t(T) * C), v.in(dout, NC), tokens, B, T,
+                                C, vocab_begin, vocab_local);
     }
 
-    void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+    void layernorm_forward(Ptr out, float* mean, float* rstd, ConstPtr inp, ConstPtr weight,
+                           ConstPtr bias, int N, int C) override {
+        cpu::Fp32Views v(scratch_);
+        const std::size_t NC = static_cast<std::size_t>(N) * C;
+        cpu::layernorm_forward(v.out(out, NC), mean, rstd, v.in(inp, NC), v.in(weight, C),
+                               v.in(bias, C), N, C);
+    }
+    void layernorm_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
+                            ConstPtr weight, const float* mean, const float* rstd, int N,
+                            int C) override {
+        cpu::Fp32Views v(scratch_);
+        const std::size_t NC = static_cast<std::size_t>(N) * C;
+        cpu::layernorm_backward(v.inout(dinp, NC), v.inout(dweight, C), v.inout(dbias, C),
+                                v.in(dout, NC), v.in(inp, NC), v.in(weight, C), mean, rstd, N, C);
+    }
+
+    void matmul_forward(Ptr out, ConstPtr inp, ConstPtr weight, ConstPtr bias, int N, int C,
+                        int OC) override {
+        cpu::Fp32Views v(scratch_);
+        cpu::matmul_forward(v.out(out, std::size_t(N) * OC), v.in(inp, std::size_t(N) * C),
+                            v.in(weight, std::size_t(OC) * C), v.in(bias, OC), N, C, OC);
+    }
+    void matmul_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
+                         ConstPtr weight, int N, int C, int OC) override {
+        cpu::Fp32Views v(scratch_);
+        cpu::matmul_backward(v.inout(dinp, std::size_t(N) * C), v.inout(dweight, std::size_t(OC) * C),
+                             v.inout(dbias, OC), v.in(dout, std::size_t(N) * OC),
+                             v.in(inp, std::size_t(N) * C), v.in(weight, std::size_t(OC) * C), N,
+                             C, OC);
+    }
+    void add_bias(Ptr out, ConstPtr bias, int N, int OC) override {
+        cpu::Fp32Views v(scratch_);
+        cpu::add_bias(v.inout(out, std::size_t(N) * OC), v.in(bias, OC), N, OC);
+    }
+
+    void attention_forward(Ptr out, Ptr att, ConstPtr qkv, int B, int T, int C, int NH,
                            float drop_prob, uint64_t seed, int head_begin,
                            int heads_total) override {
-        cpu::attention_forward(out, att, qkv, B, T, C, NH, drop_prob, seed, head_begin,
+        cpu::Fp32Views v(scratch_);
+        const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
+        cpu::attention_forward(v.out(out, BTC), v.out(att, probs_size(B, NH, T)),
+                               v.in(qkv, 3 * BTC), B, T, C, NH, drop_prob, seed, head_begin,
                                heads_total);
     }
-    void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                            const float* att, int B, int T, int C, int NH, float drop_prob,
-                            uint64_t seed, int head_begin, int heads_total) override {
-        cpu::attention_backward(dqkv, scratch, dout, qkv, att, B, T, C, NH, drop_prob, seed,
-                                head_begin, heads_total);
+    void attention_backward(Ptr dqkv, Ptr scratch, ConstPtr dout, ConstPtr qkv, ConstPtr att,
+                            int B, int T, int C, int NH, float drop_prob, uint64_t seed,
+                            int head_begin, int heads_total) override {
+        cpu::Fp32Views v(scratch_);
+        const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
+        cpu::attention_backward(v.inout(dqkv, 3 * BTC), v.out(scratch, probs_size(B, NH, T)),
+                                v.in(dout, BTC), v.in(qkv, 3 * BTC), v.in(att, probs_size(B, NH, T)),
+                                B, T, C, NH, drop_prob, seed, head_begin, heads_total);
     }
-    void attention_probs(float* att, const float* qkv, int B, int T, int C, int NH) override {
-        cpu::attention_probs(att, qkv, B, T, C, NH);
+    void attention_probs(Ptr att, ConstPtr qkv, int B, int T, int C, int NH) override {
+        cpu::Fp32Views v(scratch_);
+        cpu::attention_probs(v.out(att, probs_size(B, NH, T)),
+                             v.in(qkv, 3 * static_cast<std::size_t>(B) * T * C), B, T, C, NH);
     }
 
-    void gelu_forward(float* out, const float* inp, std::size_t count) override {
-        cpu::gelu_forward(out, inp, count);
+    void gelu_forward(Ptr out, ConstPtr inp, std::size_t count) override {
+        cpu::Fp32Views v(scratch_);
+        cpu::gelu_forward(v.out(out, count), v.in(inp, count), count);
     }
-    void gelu_backward(float* dinp, const float* inp, const float* dout,
-                       std::size_t count) override {
-        cpu::gelu_backward(dinp, inp, dout, count);
+    void gelu_backward(Ptr dinp, ConstPtr inp, ConstPtr dout, std::size_t count) override {
+        cpu::Fp32Views v(scratch_);
+        cpu::gelu_backward(v.inout(dinp, count), v.in(inp, count), v.in(dout, count), count);
     }
-    void residual_forward(float* out, const float* a, const float* b, std::size_t count) override {
-        cpu::residual_forward(out, a, b, count);
+    void residual_forward(Ptr out, ConstPtr a, ConstPtr b, std::size_t count) override {
+        cpu::Fp32Views v(scratch_);
+        cpu::residual_forward(v.out(out, count), v.in(a, count), v.in(b, count), count);
     }
-    void dropout_forward(float* out, const float* inp, std::size_t count, float drop_prob,
-                         uint64_t seed, uint64_t index_begin) override {
-        cpu::dropout_forward(out, inp, count, drop_prob, seed, index_begin);
+    void dropout_forward(Ptr out, ConstPtr inp, std::size_t count, float drop_prob, uint64_t seed,
+                         uint64_t index_begin) override {
+        cpu::Fp32Views v(scratch_);
+        cpu::dropout_forward(v.out(out, count), v.in(inp, count), count, drop_prob, seed,
+                             index_begin);
     }
-    void dropout_backward(float* dinp, const float* dout, std::size_t count, float drop_prob,
+    void dropout_backward(Ptr dinp, ConstPtr dout, std::size_t count, float drop_prob,
                           uint64_t seed, uint64_t index_begin) override {
-        cpu::dropout_backward(dinp, dout, count, drop_prob, seed, index_begin);
+        cpu::Fp32Views v(scratch_);
+        cpu::dropout_backward(v.inout(dinp, count), v.in(dout, count), count, drop_prob, seed,
+                              index_begin);
     }
 
     void cross_entropy_partials(float* row_max, float* row_sumexp, float* target_logit,
-                                const float* logits, const int32_t* targets, int N, int vocab_begin,
+                                ConstPtr logits, const int32_t* targets, int N, int vocab_begin,
                                 int V, int Vp_local) override {
-        cpu::cross_entropy_partials(row_max, row_sumexp, target_logit, logits, targets, N,
+        cpu::Fp32Views v(scratch_);
+        cpu::cross_entropy_partials(row_max, row_sumexp, target_logit,
+                                    v.in(logits, std::size_t(N) * Vp_local), targets, N,
                                     vocab_begin, V, Vp_local);
     }
     void cross_entropy_rescale(float* row_sumexp, const float* row_max, const float* global_max,
@@ -140,26 +188,40 @@ public:
                               const float* row_sumexp, const float* target_logit, int N) override {
         cpu::cross_entropy_losses(losses, lse, global_max, row_sumexp, target_logit, N);
     }
-    void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
+    void cross_entropy_backward(Ptr dlogits, ConstPtr logits, const float* lse,
                                 const int32_t* targets, float dloss, int N, int vocab_begin, int V,
                                 int Vp_local) override {
-        cpu::cross_entropy_backward(dlogits, logits, lse, targets, dloss, N, vocab_begin, V,
-                                    Vp_local);
+        cpu::Fp32Views v(scratch_);
+        const std::size_t count = static_cast<std::size_t>(N) * Vp_local;
+        const float* in = v.in(logits, count);
+        cpu::cross_entropy_backward(v.out(dlogits, count), in, lse, targets, dloss, N,
+                                    vocab_begin, V, Vp_local);
     }
 
-    double sum_of_squares(const float* x, std::size_t count) override {
-        return cpu::sum_of_squares(x, count);
+    double sum_of_squares(ConstPtr x, std::size_t count) override {
+        cpu::Fp32Views v(scratch_);
+        return cpu::sum_of_squares(v.in(x, count), count);
     }
-    void scale(float* x, std::size_t count, float factor) override { cpu::scale(x, count, factor); }
-    void adamw_update(float* params, const float* grads, float* m, float* v, std::size_t count,
-                      float lr, float beta1, float beta2, float eps, float weight_decay,
-                      int step) override {
-        cpu::adamw_update(params, grads, m, v, count, lr, beta1, beta2, eps, weight_decay, step);
+    void scale(Ptr x, std::size_t count, float factor) override {
+        cpu::Fp32Views v(scratch_);
+        cpu::scale(v.inout(x, count), count, factor);
+    }
+    void adamw_update(float* master, ConstPtr grads, float* m, float* v, std::size_t count,
+                      float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                      float grad_scale, Ptr params) override {
+        cpu::Fp32Views views(scratch_);
+        cpu::adamw_update(master, views.in(grads, count), m, v, count, lr, beta1, beta2, eps,
+                          weight_decay, step, grad_scale, views.out(params, count));
     }
 
 private:
-    std::unordered_map<const float*, std::size_t> sizes_;  // live buffers and their bytes
+    static std::size_t probs_size(int B, int NH, int T) {
+        return static_cast<std::size_t>(B) * NH * T * T;
+    }
+
+    std::unordered_map<const void*, std::size_t> sizes_;  // live buffers and their bytes
     std::size_t allocated_ = 0, peak_ = 0;
+    std::vector<std::vector<float>> scratch_;  // fp32 views of 16-bit arguments (Fp32Views)
 };
 
 }  // namespace

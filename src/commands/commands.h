@@ -65,4 +65,22 @@ struct ScheduleOptions {
 };
 int schedule(const ScheduleOptions& opts);
 
+struct PlanOptions {
+    std::string config;
+    std::vector<std::string> overrides;
+    bool json = false;
+    std::string device_memory;  // e.g. "80GiB"; empty: no check
+    int zero_stage = -1;        // 0 .. 3 instead of parallel.zero_stage; -1: the config's
+    // Hardware for the step time: a preset, and figures that replace its own (0: the preset's).
+    std::string hardware;
+    double gemm_tflops = 0;
+    double mem_bw = 0;    // GB/s
+    double intra_bw = 0;  // GB/s per GPU, one direction
+    double inter_bw = 0;  // GB/s per GPU, one direction
+    int gpus_per_node = 0;
+    double latency_us = -1;  // per collective call; < 0: the preset's (or 20)
+    bool dp_overlap = false;
+};
+int plan(const PlanOptions& opts);
+
 }  // namespace trident::commands

@@ -101,6 +101,8 @@ void run(const Setup& setup, parallel::Grid& grid) {
         if (leader) std::printf("step %5d/%d | val_loss %.4f (before training)\n", 0, t.steps, first_val);
     }
     const auto& lg = cfg.logging;
+    double seconds_so_far = 0;
+    int skipped_so_far = 0;
     for (int s = 0; s < t.steps; ++s) {
         trainer.trace().set_recording(lg.trace && s + 1 >= lg.trace_from &&
                                       s + 1 < lg.trace_from + lg.trace_steps);
@@ -112,6 +114,12 @@ void run(const Setup& setup, parallel::Grid& grid) {
         m.loss = r.loss;
         m.lr = r.lr;
         m.grad_norm = r.grad_norm;
+        m.loss_scale = r.loss_scale;
+        m.skipped = r.skipped;
+        skipped_so_far += r.skipped;
+        m.skipped_total = skipped_so_far;
+        seconds_so_far += r.seconds;
+        m.eta_s = seconds_so_far / m.step * (t.steps - m.step);  // at the mean step time so far
         m.tensor_comm = r.tensor_comm;
         m.activation_sets = static_cast<int64_t>(r.activation_sets);
         m.data_comm = r.data_comm;

@@ -22,6 +22,7 @@ enum class Schedule { gpipe, one_f_one_b, interleaved };
 enum class Decay { cosine, linear, constant };
 enum class Precision { fp32, bf16, fp16 };
 enum class Recompute { none, selective, full };
+enum class NonFinite { stop, skip };  // what a bf16 or fp32 step with inf/NaN gradients does
 enum class DeviceKind { auto_, cpu, cuda };
 enum class DataFormat { auto_, llmc, megatron };  // auto: decided per path (data/dataset.h)
 
@@ -64,6 +65,14 @@ struct TrainingConfig {
     double eps = 1.0e-8;
     double grad_clip = 1.0;  // 0 disables clipping
     Precision precision = Precision::fp32;
+    // 16-bit precisions: accumulate gradients over microbatches and reduce them over the
+    // data-parallel group in fp32 (4 bytes per parameter instead of 2).
+    bool fp32_grad_accumulation = false;
+    // fp16's dynamic loss scale: the start, the clean steps before it doubles, its floor.
+    double loss_scale = 65536.0;
+    int loss_scale_window = 1000;
+    double min_loss_scale = 1.0;
+    NonFinite nonfinite = NonFinite::stop;  // fp16 always skips (and halves the scale)
     Recompute recompute = Recompute::none;
     uint64_t seed = 1234;
     int threads = 0;         // CPU threads for ops and OpenBLAS; 0 = all cores
@@ -133,13 +142,19 @@ struct Config {
     bool operator==(const Config&) const = default;
 };
 
+// What a config is loaded for. `run` (train, bench) also refuses the settings this build
+// cannot run yet (e.g. a GPU device on a CPU-only build); `plan` (memory and time estimates
+// for any hardware) accepts them, checking everything else alike.
+enum class Purpose { run, plan };
+
 // Loads `path`, applies each "key.path=value" override in order, validates, derives.
 // Throws ConfigError naming the file line (or the override) and the key path.
-Config load(const std::string& path, const std::vector<std::string>& overrides = {});
+Config load(const std::string& path, const std::vector<std::string>& overrides = {},
+            Purpose purpose = Purpose::run);
 
 // The same from YAML text (for tests and embedded defaults); `source` names it in messages.
 Config parse(const std::string& yaml_text, const std::string& source,
-             const std::vector<std::string>& overrides = {});
+             const std::vector<std::string>& overrides = {}, Purpose purpose = Purpose::run);
 
 // Fills cfg.derived from the rest; called by load/parse.
 void derive(Config& cfg);
@@ -151,6 +166,7 @@ const char* to_string(Schedule v);
 const char* to_string(Decay v);
 const char* to_string(Precision v);
 const char* to_string(Recompute v);
+const char* to_string(NonFinite v);
 const char* to_string(DeviceKind v);
 const char* to_string(DataFormat v);
 

@@ -201,7 +201,7 @@ std::string read_file(const std::string& path) {
 }  // namespace
 
 Config parse(const std::string& yaml_text, const std::string& source,
-             const std::vector<std::string>& overrides) {
+             const std::vector<std::string>& overrides, Purpose purpose) {
     Config cfg;
     cfg.source = source;
     Origins origins(source);
@@ -216,13 +216,13 @@ Config parse(const std::string& yaml_text, const std::string& source,
     for (size_t i = 0; i < overrides.size(); ++i)
         apply_override(overrides[i], kFileRank + 1 + static_cast<int>(i), cfg, origins);
 
-    detail::validate(cfg, origins);
+    detail::validate(cfg, origins, purpose);
     derive(cfg);
     return cfg;
 }
 
-Config load(const std::string& path, const std::vector<std::string>& overrides) {
-    return parse(read_file(path), path, overrides);
+Config load(const std::string& path, const std::vector<std::string>& overrides, Purpose purpose) {
+    return parse(read_file(path), path, overrides, purpose);
 }
 
 }  // namespace trident::config

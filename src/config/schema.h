@@ -69,8 +69,8 @@ private:
     std::map<std::string, Origin, std::less<>> by_path_;
 };
 
-// Checks each key's range, then the keys against each other, then refuses what this build
-// cannot run yet. Throws ConfigError pointing at the key at fault.
-void validate(const Config& cfg, const Origins& origins);
+// Checks each key's range, then the keys against each other, then (for Purpose::run)
+// refuses what this build cannot run yet. Throws ConfigError pointing at the key at fault.
+void validate(const Config& cfg, const Origins& origins, Purpose purpose);
 
 }  // namespace trident::config::detail

@@ -28,6 +28,7 @@ const char* to_string(Schedule v) { return detail::enum_name(v); }
 const char* to_string(Decay v) { return detail::enum_name(v); }
 const char* to_string(Precision v) { return detail::enum_name(v); }
 const char* to_string(Recompute v) { return detail::enum_name(v); }
+const char* to_string(NonFinite v) { return detail::enum_name(v); }
 const char* to_string(DeviceKind v) { return detail::enum_name(v); }
 const char* to_string(DataFormat v) { return detail::enum_name(v); }
 

@@ -40,6 +40,10 @@ struct EnumNames<Recompute> {
     static constexpr std::array names{"none", "selective", "full"};
 };
 template <>
+struct EnumNames<NonFinite> {
+    static constexpr std::array names{"stop", "skip"};
+};
+template <>
 struct EnumNames<DeviceKind> {
     static constexpr std::array names{"auto", "cpu", "cuda"};
 };

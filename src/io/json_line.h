@@ -1,9 +1,11 @@
-// One JSON object on one line, built field by field: the metrics file's records.
+// One JSON object on one line, built field by field: the metrics file's records, and the
+// plan's one object (with nested objects and arrays).
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -38,6 +40,18 @@ public:
             quoted += c;
         }
         return raw(key, quoted + "\"");
+    }
+    // A nested object, an array of objects, an array of integers.
+    JsonLine& add(std::string_view key, const JsonLine& object) { return raw(key, object.str()); }
+    JsonLine& add(std::string_view key, std::span<const JsonLine> objects) {
+        std::string items;
+        for (const JsonLine& o : objects) items += (items.empty() ? "" : ", ") + o.str();
+        return raw(key, "[" + items + "]");
+    }
+    JsonLine& add(std::string_view key, std::span<const int64_t> values) {
+        std::string items;
+        for (int64_t v : values) items += (items.empty() ? "" : ", ") + std::to_string(v);
+        return raw(key, "[" + items + "]");
     }
     std::string str() const { return "{" + body_ + "}"; }
 

@@ -73,7 +73,7 @@ std::size_t AdamW::owned_part(const Bucket& b) const {
     return zero_stage_ == 1 ? b.size / static_cast<std::size_t>(data_.size()) : b.size;
 }
 
-void AdamW::reduce_gradients(float* grads) {
+void AdamW::reduce_gradients(kernels::Ptr grads) {
     if (zero_stage_ == 0) {
         data_.all_reduce(grads, size_);
         return;
@@ -83,7 +83,7 @@ void AdamW::reduce_gradients(float* grads) {
         data_.reduce_scatter(grads + b->begin, grads + b->mine, owned_part(*b));
 }
 
-double AdamW::grad_norm(const float* grads) const {
+double AdamW::grad_norm(kernels::ConstPtr grads) const {
     double sum = 0;
     for (const Range& r : ranges_)
         if (r.counted) sum += ops_.sum_of_squares(grads + r.offset, r.count);
@@ -93,28 +93,28 @@ double AdamW::grad_norm(const float* grads) const {
     return std::sqrt(sum);
 }
 
-float AdamW::clip(float* grads, double norm) const {
+float AdamW::clip_factor(double norm) const {
     if (cfg_.grad_clip <= 0 || norm <= cfg_.grad_clip) return 1.0f;
-    const float factor = static_cast<float>(cfg_.grad_clip / (norm + 1e-6));
-    for (const Bucket& b : buckets_) ops_.scale(grads + b.mine, owned_part(b), factor);
-    return factor;
+    return static_cast<float>(cfg_.grad_clip / (norm + 1e-6));
 }
 
-void AdamW::step(float* params, const float* grads, double lr) {
+void AdamW::step(kernels::Ptr params, kernels::ConstPtr grads, double lr, float grad_scale) {
     if (step_ == 0)
-        for (const Bucket& b : buckets_) ops_.copy(master_.data() + b.state, params + b.mine, owned_part(b));
+        for (const Bucket& b : buckets_)
+            ops_.convert(master_.f32() + b.state, params + b.mine, owned_part(b));
     ++step_;
+    // Each range's update also rounds its master weights into the parameters.
     for (const Range& r : ranges_)
-        ops_.adamw_update(master_.data() + r.state, grads + r.offset, m_.data() + r.state,
-                          v_.data() + r.state, r.count, static_cast<float>(lr),
+        ops_.adamw_update(master_.f32() + r.state, grads + r.offset, m_.f32() + r.state,
+                          v_.f32() + r.state, r.count, static_cast<float>(lr),
                           static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2),
                           static_cast<float>(cfg_.eps),
-                          r.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f, step_);
-    for (const Bucket& b : buckets_) {
-        ops_.copy(params + b.mine, master_.data() + b.state, owned_part(b));
-        // In place: every replica's updated part into every replica.
-        if (zero_stage_ == 1) data_.all_gather(params + b.mine, params + b.begin, owned_part(b));
-    }
+                          r.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f, step_,
+                          grad_scale, params + r.offset);
+    // In place: every replica's updated part into every replica.
+    if (zero_stage_ == 1)
+        for (const Bucket& b : buckets_)
+            data_.all_gather(params + b.mine, params + b.begin, owned_part(b));
 }
 
 }  // namespace trident::optim

@@ -16,6 +16,10 @@
 // bucket the shard is one contiguous range. Communication is the same either way:
 // reduce-scatter + all-gather moves what an all-reduce moves.
 //
+// Mixed precision: the parameters and gradients may be 16-bit; the master weights and the
+// moments are fp32 always, and each update writes the master weights, rounded, back into
+// the parameters in the same pass.
+//
 // Under tensor and pipeline parallelism each rank updates its part; the gradient norm is
 // global over the whole grid, with tensors held more than once counted once: replicated ones
 // (LayerNorms, row-parallel biases, wpe) on tensor rank 0, the tied wte on the first stage.
@@ -42,8 +46,8 @@ struct OptimizerGroups {
 
 class AdamW {
 public:
-    // `buffer_size`: floats in the parameter and gradient buffers (the layout's total, padded
-    // to a multiple of the data-parallel size). The master weights start as the parameters
+    // `buffer_size`: elements in the parameter and gradient buffers (the layout's total,
+    // padded to a multiple of the data-parallel size). The master weights start as the parameters
     // at the first step, so the model may be initialised or loaded until then.
     AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::TrainingConfig& cfg,
           const OptimizerGroups& groups, int zero_stage, std::size_t buffer_size,
@@ -51,18 +55,19 @@ public:
 
     // Sums the gradients over the data group: all of them (stage 0) or this rank's shard
     // (stage 1, into its place in `grads`).
-    void reduce_gradients(float* grads);
-    // Global L2 norm of the reduced gradients (before clipping); collective over the grid.
-    double grad_norm(const float* grads) const;
-    // Clips this rank's reduced gradients to the configured norm, given their norm; returns
-    // the factor applied (1 when not clipped).
-    float clip(float* grads, double norm) const;
-    // One update with learning rate lr: the shard's master weights, then `params` made whole
-    // again on every replica. Advances the step count.
-    void step(float* params, const float* grads, double lr);
+    void reduce_gradients(kernels::Ptr grads);
+    // Global L2 norm of the reduced gradients; collective over the grid, the same on every
+    // rank, and inf or NaN on every rank if any gradient anywhere is.
+    double grad_norm(kernels::ConstPtr grads) const;
+    // The factor that clips gradients of this norm to the configured one (1: not clipped).
+    float clip_factor(double norm) const;
+    // One update with learning rate lr on the gradients times grad_scale (unscaling and
+    // clipping): the shard's master weights, then `params` made whole again on every
+    // replica. Advances the step count.
+    void step(kernels::Ptr params, kernels::ConstPtr grads, double lr, float grad_scale);
     int steps_taken() const { return step_; }
-    // Floats of the buffer this rank updates, and the bytes of optimizer state it holds for
-    // them (fp32 master weights, m and v) as the allocator counted them.
+    // Elements of the buffer this rank updates, and the bytes of optimizer state it holds
+    // for them (fp32 master weights, m and v) as the allocator counted them.
     std::size_t owned_size() const { return owned_; }
     std::size_t state_bytes() const { return state_bytes_; }
 

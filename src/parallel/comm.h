@@ -1,7 +1,8 @@
 // Comm: the one interface through which ranks exchange data (DESIGN.md). Model, optimizer
-// and pipeline code call these; an implementation moves the bytes (MPI for CPU buffers now;
-// NCCL for GPU buffers later). Every call is collective over the group unless it is a
-// point-to-point send/recv.
+// and pipeline code call these; an implementation moves the bytes (MPI for host buffers,
+// NCCL for GPU buffers). Every call is collective over the group unless it is a
+// point-to-point send/recv. Buffers are typed (fp32, bf16, fp16); 16-bit sums add in fp32
+// and round each partial sum to the buffer's type, as NCCL does.
 //
 // Each implementation counts what its calls move, per kind of call, so tests can hold the
 // traffic of a step against the papers' formulas.
@@ -10,22 +11,25 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/dtype.h"
+
 namespace trident::parallel {
 
 enum class ReduceOp { sum, max };
 
 enum class CommKind { all_reduce, reduce_scatter, all_gather, broadcast, send, recv, count_ };
 
-// Per kind of call: how many calls, and how many elements of payload this rank handed in
-// (all_reduce/broadcast/send/recv: `count`; reduce_scatter: the full input, size*count;
-// all_gather: its own contribution, count).
+// Per kind of call: how many calls, and how many elements (and bytes) of payload this rank
+// handed in (all_reduce/broadcast/send/recv: `count`; reduce_scatter: the full input,
+// size*count; all_gather: its own contribution, count).
 struct CommStats {
     uint64_t calls[static_cast<int>(CommKind::count_)] = {};
     uint64_t elements[static_cast<int>(CommKind::count_)] = {};
+    uint64_t bytes[static_cast<int>(CommKind::count_)] = {};
 
     uint64_t calls_of(CommKind k) const { return calls[static_cast<int>(k)]; }
     uint64_t elements_of(CommKind k) const { return elements[static_cast<int>(k)]; }
-    uint64_t bytes_of(CommKind k) const { return 4 * elements_of(k); }  // fp32 payloads
+    uint64_t bytes_of(CommKind k) const { return bytes[static_cast<int>(k)]; }
 };
 
 class Comm {
@@ -35,27 +39,27 @@ public:
     virtual int rank() const = 0;  // within this group
     virtual int size() const = 0;
 
-    // In place over `count` floats. A group of one returns at once (and counts nothing).
+    // In place over `count` elements. A group of one returns at once (and counts nothing).
     // The result is bitwise the same on every rank of the group. max does not reliably
     // propagate NaN (sum does): reduce a 0/1 flag to agree on an overflow.
-    virtual void all_reduce(float* data, std::size_t count, ReduceOp op = ReduceOp::sum) = 0;
+    virtual void all_reduce(kernels::Ptr data, std::size_t count, ReduceOp op = ReduceOp::sum) = 0;
     // in (size*count) summed over the group; rank r receives block r into out (count).
     // out may be this rank's own block of in (in + rank*count), as ZeRO-1 uses it; the
-    // other blocks of in are left as they were.
-    virtual void reduce_scatter(const float* in, float* out, std::size_t count) = 0;
+    // other blocks of in are left as they were. in and out are of one type.
+    virtual void reduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) = 0;
     // in (count) from every rank, concatenated in rank order into out (size*count).
     // in may be this rank's own block of out (out + rank*count).
-    virtual void all_gather(const float* in, float* out, std::size_t count) = 0;
-    virtual void broadcast(float* data, std::size_t count, int root) = 0;
+    virtual void all_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) = 0;
+    virtual void broadcast(kernels::Ptr data, std::size_t count, int root) = 0;
     // Point to point, peer another rank of the group, tag >= 0 (MPI guarantees up to 32767).
     // send may block until the peer's matching recv begins, at any size: a pipeline must
     // order each pair of neighbours' sends and recvs so that neither waits on the other.
-    virtual void send(const float* data, std::size_t count, int peer, int tag) = 0;
-    virtual void recv(float* data, std::size_t count, int peer, int tag) = 0;
+    virtual void send(kernels::ConstPtr data, std::size_t count, int peer, int tag) = 0;
+    virtual void recv(kernels::Ptr data, std::size_t count, int peer, int tag) = 0;
     // A send that returns at once (as MPI_Isend): `data` must stay untouched until
     // wait_sends() returns, which waits for every send_async of this group so far. Pipelines
     // use it so a stage never waits for its neighbour to reach the matching recv.
-    virtual void send_async(const float* data, std::size_t count, int peer, int tag) = 0;
+    virtual void send_async(kernels::ConstPtr data, std::size_t count, int peer, int tag) = 0;
     virtual void wait_sends() = 0;
     virtual void barrier() = 0;
 
@@ -63,9 +67,10 @@ public:
     void reset_stats() { stats_ = CommStats{}; }
 
 protected:
-    void count(CommKind kind, std::size_t elements) {
+    void count(CommKind kind, std::size_t elements, kernels::DType dtype) {
         ++stats_.calls[static_cast<int>(kind)];
         stats_.elements[static_cast<int>(kind)] += elements;
+        stats_.bytes[static_cast<int>(kind)] += elements * kernels::size_of(dtype);
     }
 
 private:

@@ -7,13 +7,14 @@
 #include <string>
 
 #include "error.h"
+#include "kernels/dtype.h"
 
 namespace trident::parallel {
 
 namespace {
 
-// A split reduce-scatter packs this many elements (over all ranks' blocks) at a time.
-constexpr std::size_t kStagingElements = std::size_t{1} << 26;  // 256 MiB of floats
+// A split reduce-scatter packs this many bytes (over all ranks' blocks) at a time.
+constexpr std::size_t kStagingBytes = std::size_t{1} << 28;  // 256 MiB
 
 // MPI's own error handler aborts by default; this only matters where a caller has set
 // MPI_ERRORS_RETURN, and then the failure still arrives as an error with the call's name.
@@ -25,15 +26,58 @@ void check(int code, const char* call) {
     throw Error(std::string("parallel: ") + call + " failed: " + std::string(text, length));
 }
 
-// Whether [a, a+a_count) and [b, b+b_count) share an element (compared as addresses, since
-// the buffers may be unrelated arrays).
-bool overlaps(const float* a, std::size_t a_count, const float* b, std::size_t b_count) {
+// Whether [a, a+a_bytes) and [b, b+b_bytes) share a byte (compared as addresses, since the
+// buffers may be unrelated arrays).
+bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
     const auto a0 = reinterpret_cast<std::uintptr_t>(a), b0 = reinterpret_cast<std::uintptr_t>(b);
-    return a_count > 0 && b_count > 0 && a0 < b0 + b_count * sizeof(float) &&
-           b0 < a0 + a_count * sizeof(float);
+    return a_bytes > 0 && b_bytes > 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
 }
 
-MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::max ? MPI_MAX : MPI_SUM; }
+// ---- 16-bit reductions: widen, combine in fp32, round back -------------------------------
+
+template <kernels::DType T, bool Max>
+void combine16(void* in, void* inout, int* len, MPI_Datatype*) {
+    const auto* a = static_cast<const uint16_t*>(in);
+    auto* b = static_cast<uint16_t*>(inout);
+    const auto widen = [](uint16_t h) {
+        return T == kernels::DType::bf16 ? kernels::from_bf16(h) : kernels::from_f16(h);
+    };
+    const auto narrow = [](float x) {
+        return T == kernels::DType::bf16 ? kernels::to_bf16(x) : kernels::to_f16(x);
+    };
+    for (int i = 0; i < *len; ++i) {
+        const float x = widen(a[i]), y = widen(b[i]);
+        b[i] = narrow(Max ? std::max(x, y) : x + y);
+    }
+}
+
+// The MPI operations of a type, created once MPI runs (and kept until it ends).
+MPI_Op reduce_op(kernels::DType dtype, ReduceOp op) {
+    if (dtype == kernels::DType::f32) return op == ReduceOp::max ? MPI_MAX : MPI_SUM;
+    static const struct Ops16 {
+        MPI_Op bf16_sum, bf16_max, f16_sum, f16_max;
+        Ops16() {
+            check(MPI_Op_create(&combine16<kernels::DType::bf16, false>, 1, &bf16_sum), "MPI_Op_create");
+            check(MPI_Op_create(&combine16<kernels::DType::bf16, true>, 1, &bf16_max), "MPI_Op_create");
+            check(MPI_Op_create(&combine16<kernels::DType::f16, false>, 1, &f16_sum), "MPI_Op_create");
+            check(MPI_Op_create(&combine16<kernels::DType::f16, true>, 1, &f16_max), "MPI_Op_create");
+        }
+    } ops;
+    if (dtype == kernels::DType::bf16) return op == ReduceOp::max ? ops.bf16_max : ops.bf16_sum;
+    return op == ReduceOp::max ? ops.f16_max : ops.f16_sum;
+}
+
+MPI_Datatype mpi_type(kernels::DType dtype) {
+    return dtype == kernels::DType::f32 ? MPI_FLOAT : MPI_UINT16_T;
+}
+
+const char* bytes(kernels::ConstPtr p) { return static_cast<const char*>(p.data); }
+
+void check_same_type(kernels::ConstPtr in, kernels::Ptr out, const char* call) {
+    if (in.dtype != out.dtype)
+        throw Error(std::string("internal: ") + call + " from " + kernels::name_of(in.dtype) +
+                    " to " + kernels::name_of(out.dtype));
+}
 
 }  // namespace
 
@@ -55,73 +99,80 @@ MpiComm::~MpiComm() {
     if (!finalized && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF) MPI_Comm_free(&comm_);
 }
 
-void MpiComm::all_reduce(float* data, std::size_t count, ReduceOp op) {
+void MpiComm::all_reduce(kernels::Ptr data, std::size_t count, ReduceOp op) {
     if (size_ == 1) return;
-    Comm::count(CommKind::all_reduce, count);
+    Comm::count(CommKind::all_reduce, count, data.dtype);
     for (std::size_t offset = 0; offset < count; offset += max_chunk_) {
         const std::size_t n = std::min(max_chunk_, count - offset);
-        check(MPI_Allreduce(MPI_IN_PLACE, data + offset, static_cast<int>(n), MPI_FLOAT, mpi_op(op),
-                            comm_),
+        check(MPI_Allreduce(MPI_IN_PLACE, (data + offset).data, static_cast<int>(n),
+                            mpi_type(data.dtype), reduce_op(data.dtype, op), comm_),
               "MPI_Allreduce");
     }
 }
 
-void MpiComm::reduce_scatter(const float* in, float* out, std::size_t count) {
+void MpiComm::reduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) {
+    check_same_type(in, out, "reduce_scatter");
+    const std::size_t width = kernels::size_of(out.dtype);
     const std::size_t total = count * static_cast<std::size_t>(size_);
     if (size_ == 1) {
-        if (in != out) std::memmove(out, in, count * sizeof(float));
+        if (in.data != out.data) std::memmove(out.data, in.data, count * width);
         return;
     }
-    Comm::count(CommKind::reduce_scatter, total);
+    Comm::count(CommKind::reduce_scatter, total, out.dtype);
+    const MPI_Datatype type = mpi_type(out.dtype);
+    const MPI_Op sum = reduce_op(out.dtype, ReduceOp::sum);
     if (count <= max_chunk_) {
         // MPI forbids the output inside the input; reduce into scratch and copy then.
-        const bool overlap = overlaps(in, total, out, count);
-        float* target = out;
+        const bool overlap = overlaps(in.data, total * width, out.data, count * width);
+        void* target = out.data;
         if (overlap) {
-            scratch_.resize(count);
+            scratch_.resize(count * width);
             target = scratch_.data();
         }
-        check(MPI_Reduce_scatter_block(in, target, static_cast<int>(count), MPI_FLOAT, MPI_SUM,
-                                       comm_),
+        check(MPI_Reduce_scatter_block(in.data, target, static_cast<int>(count), type, sum, comm_),
               "MPI_Reduce_scatter_block");
-        if (overlap) std::memcpy(out, target, count * sizeof(float));
+        if (overlap) std::memcpy(out.data, target, count * width);
         return;
     }
     // Too large for one call: piece by piece, each piece's blocks packed side by side. In
     // place, the output written so far is this rank's own block up to `offset`, which later
     // pieces no longer read; any other overlap would overwrite input not yet packed.
-    if (overlaps(in, total, out, count) && out != in + static_cast<std::size_t>(rank_) * count)
+    if (overlaps(in.data, total * width, out.data, count * width) &&
+        out.data != (in + static_cast<std::size_t>(rank_) * count).data)
         throw Error("parallel: reduce_scatter of " + std::to_string(count) +
-                    " floats per rank: the output overlaps the input other than at this "
+                    " elements per rank: the output overlaps the input other than at this "
                     "rank's own block");
     const std::size_t piece =
-        std::min(max_chunk_, std::max<std::size_t>(1, kStagingElements / size_));
+        std::min(max_chunk_, std::max<std::size_t>(1, kStagingBytes / width / size_));
     for (std::size_t offset = 0; offset < count; offset += piece) {
         const std::size_t n = std::min(piece, count - offset);
-        scratch_.resize(n * size_);
+        scratch_.resize(n * size_ * width);
         for (int r = 0; r < size_; ++r)
-            std::memcpy(scratch_.data() + r * n, in + r * count + offset, n * sizeof(float));
-        check(MPI_Reduce_scatter_block(scratch_.data(), out + offset, static_cast<int>(n),
-                                       MPI_FLOAT, MPI_SUM, comm_),
+            std::memcpy(scratch_.data() + r * n * width, bytes(in + (r * count + offset)), n * width);
+        check(MPI_Reduce_scatter_block(scratch_.data(), (out + offset).data, static_cast<int>(n),
+                                       type, sum, comm_),
               "MPI_Reduce_scatter_block");
     }
 }
 
-void MpiComm::all_gather(const float* in, float* out, std::size_t count) {
+void MpiComm::all_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) {
+    check_same_type(in, out, "all_gather");
+    const std::size_t width = kernels::size_of(out.dtype);
     if (size_ == 1) {
-        if (in != out) std::memmove(out, in, count * sizeof(float));
+        if (in.data != out.data) std::memmove(out.data, in.data, count * width);
         return;
     }
-    Comm::count(CommKind::all_gather, count);
-    const bool in_place = in == out + static_cast<std::size_t>(rank_) * count;
-    const float* source = in;
-    if (!in_place && overlaps(in, count, out, count * size_)) {
-        scratch_.assign(in, in + count);
+    Comm::count(CommKind::all_gather, count, out.dtype);
+    const MPI_Datatype type = mpi_type(out.dtype);
+    const bool in_place = in.data == (out + static_cast<std::size_t>(rank_) * count).data;
+    const char* source = bytes(in);
+    if (!in_place && overlaps(in.data, count * width, out.data, count * size_ * width)) {
+        scratch_.assign(source, source + count * width);
         source = scratch_.data();
     }
     if (count <= max_chunk_) {
-        check(MPI_Allgather(in_place ? MPI_IN_PLACE : source, static_cast<int>(count), MPI_FLOAT,
-                            out, static_cast<int>(count), MPI_FLOAT, comm_),
+        check(MPI_Allgather(in_place ? MPI_IN_PLACE : source, static_cast<int>(count), type,
+                            out.data, static_cast<int>(count), type, comm_),
               "MPI_Allgather");
         return;
     }
@@ -130,30 +181,31 @@ void MpiComm::all_gather(const float* in, float* out, std::size_t count) {
     for (std::size_t offset = 0; offset < count; offset += max_chunk_) {
         const std::size_t n = std::min(max_chunk_, count - offset);
         MPI_Datatype run, block;
-        check(MPI_Type_contiguous(static_cast<int>(n), MPI_FLOAT, &run), "MPI_Type_contiguous");
-        check(MPI_Type_create_resized(run, 0, static_cast<MPI_Aint>(count * sizeof(float)), &block),
+        check(MPI_Type_contiguous(static_cast<int>(n), type, &run), "MPI_Type_contiguous");
+        check(MPI_Type_create_resized(run, 0, static_cast<MPI_Aint>(count * width), &block),
               "MPI_Type_create_resized");
         check(MPI_Type_commit(&block), "MPI_Type_commit");
-        const int code =
-            MPI_Allgather(in_place ? MPI_IN_PLACE : source + offset, static_cast<int>(n), MPI_FLOAT,
-                          out + offset, 1, block, comm_);
+        const int code = MPI_Allgather(in_place ? MPI_IN_PLACE : source + offset * width,
+                                       static_cast<int>(n), type, (out + offset).data, 1, block,
+                                       comm_);
         MPI_Type_free(&block);
         MPI_Type_free(&run);
         check(code, "MPI_Allgather");
     }
 }
 
-void MpiComm::broadcast(float* data, std::size_t count, int root) {
+void MpiComm::broadcast(kernels::Ptr data, std::size_t count, int root) {
     check_root(root);
     if (size_ == 1) return;
-    Comm::count(CommKind::broadcast, count);
+    Comm::count(CommKind::broadcast, count, data.dtype);
     for (std::size_t offset = 0; offset < count; offset += max_chunk_) {
         const std::size_t n = std::min(max_chunk_, count - offset);
-        check(MPI_Bcast(data + offset, static_cast<int>(n), MPI_FLOAT, root, comm_), "MPI_Bcast");
+        check(MPI_Bcast((data + offset).data, static_cast<int>(n), mpi_type(data.dtype), root, comm_),
+              "MPI_Bcast");
     }
 }
 
-// Point-to-point transfers go as messages of at most max_chunk_ floats (an MPI count is an
+// Point-to-point transfers go as messages of at most max_chunk_ elements (an MPI count is an
 // int); a transfer of no elements is still one message, which the peer's recv waits for.
 template <typename Fn>
 void MpiComm::for_each_message(std::size_t count, Fn fn) const {
@@ -165,23 +217,25 @@ void MpiComm::for_each_message(std::size_t count, Fn fn) const {
     } while (offset < count);
 }
 
-void MpiComm::send(const float* data, std::size_t count, int peer, int tag) {
+void MpiComm::send(kernels::ConstPtr data, std::size_t count, int peer, int tag) {
     check_peer(peer, "send");
     check_tag(tag, "send");
-    Comm::count(CommKind::send, count);
+    Comm::count(CommKind::send, count, data.dtype);
     for_each_message(count, [&](std::size_t offset, std::size_t n) {
-        check(MPI_Ssend(data + offset, static_cast<int>(n), MPI_FLOAT, peer, tag, comm_),
+        check(MPI_Ssend((data + offset).data, static_cast<int>(n), mpi_type(data.dtype), peer, tag,
+                        comm_),
               "MPI_Ssend");
     });
 }
 
-void MpiComm::send_async(const float* data, std::size_t count, int peer, int tag) {
+void MpiComm::send_async(kernels::ConstPtr data, std::size_t count, int peer, int tag) {
     check_peer(peer, "send_async");
     check_tag(tag, "send_async");
-    Comm::count(CommKind::send, count);
+    Comm::count(CommKind::send, count, data.dtype);
     for_each_message(count, [&](std::size_t offset, std::size_t n) {
         MPI_Request request;
-        check(MPI_Isend(data + offset, static_cast<int>(n), MPI_FLOAT, peer, tag, comm_, &request),
+        check(MPI_Isend((data + offset).data, static_cast<int>(n), mpi_type(data.dtype), peer, tag,
+                        comm_, &request),
               "MPI_Isend");
         pending_sends_.push_back(request);
     });
@@ -195,18 +249,19 @@ void MpiComm::wait_sends() {
     pending_sends_.clear();
 }
 
-void MpiComm::recv(float* data, std::size_t count, int peer, int tag) {
+void MpiComm::recv(kernels::Ptr data, std::size_t count, int peer, int tag) {
     check_peer(peer, "recv");
     check_tag(tag, "recv");
-    Comm::count(CommKind::recv, count);
+    Comm::count(CommKind::recv, count, data.dtype);
+    const MPI_Datatype type = mpi_type(data.dtype);
     for_each_message(count, [&](std::size_t offset, std::size_t n) {
         MPI_Status status;
-        check(MPI_Recv(data + offset, static_cast<int>(n), MPI_FLOAT, peer, tag, comm_, &status),
+        check(MPI_Recv((data + offset).data, static_cast<int>(n), type, peer, tag, comm_, &status),
               "MPI_Recv");
         int received = 0;
-        MPI_Get_count(&status, MPI_FLOAT, &received);
+        MPI_Get_count(&status, type, &received);
         if (static_cast<std::size_t>(received) != n)
-            throw Error("parallel: recv of " + std::to_string(count) + " floats from rank " +
+            throw Error("parallel: recv of " + std::to_string(count) + " elements from rank " +
                         std::to_string(peer) + " (tag " + std::to_string(tag) +
                         ") got a shorter message; the sender's count differs");
     });

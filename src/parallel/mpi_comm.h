@@ -1,4 +1,6 @@
-// MpiComm: Comm over an MPI communicator, for float buffers in host memory.
+// MpiComm: Comm over an MPI communicator, for buffers in host memory. fp32 travels as
+// MPI_FLOAT; bf16 and fp16 as 16-bit words, summed by MPI operations of our own that add in
+// fp32 and round each partial sum to the type (to nearest even).
 //
 // Determinism. Every call gives bitwise the same output for the same inputs on the same
 // layout: MPI picks its algorithm from the group size and the message size only, and each
@@ -45,17 +47,17 @@ public:
     int size() const override { return size_; }
     MPI_Comm handle() const { return comm_; }
 
-    void all_reduce(float* data, std::size_t count, ReduceOp op = ReduceOp::sum) override;
-    void reduce_scatter(const float* in, float* out, std::size_t count) override;
-    void all_gather(const float* in, float* out, std::size_t count) override;
-    void broadcast(float* data, std::size_t count, int root) override;
+    void all_reduce(kernels::Ptr data, std::size_t count, ReduceOp op = ReduceOp::sum) override;
+    void reduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
+    void all_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
+    void broadcast(kernels::Ptr data, std::size_t count, int root) override;
     // send is synchronous (MPI_Ssend): it returns once the peer's recv has begun, whatever
     // the size. A schedule that orders sends and recvs wrongly thus deadlocks in a small
     // test, not only when messages grow past MPI's eager limit.
-    void send(const float* data, std::size_t count, int peer, int tag) override;
-    void recv(float* data, std::size_t count, int peer, int tag) override;
+    void send(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
+    void recv(kernels::Ptr data, std::size_t count, int peer, int tag) override;
     void barrier() override;
-    void send_async(const float* data, std::size_t count, int peer, int tag) override;
+    void send_async(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
     void wait_sends() override;
 
 private:
@@ -69,7 +71,7 @@ private:
     int rank_ = 0, size_ = 1;
     int tag_upper_bound_ = 32767;  // MPI_TAG_UB; MPI guarantees at least this
     std::size_t max_chunk_;
-    std::vector<float> scratch_;  // for overlapping buffers and split reduce-scatters
+    std::vector<char> scratch_;  // for overlapping buffers and split reduce-scatters
     std::vector<MPI_Request> pending_sends_;  // of send_async, until wait_sends
 };
 

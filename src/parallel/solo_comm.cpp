@@ -1,29 +1,29 @@
 // The group of one process (see solo_comm.h).
 #include "parallel/solo_comm.h"
 
-#include <algorithm>
+#include <cstring>
 
 #include "error.h"
 
 namespace trident::parallel {
 
-void SoloComm::reduce_scatter(const float* in, float* out, std::size_t count) {
-    if (in != out) std::copy_n(in, count, out);
+void SoloComm::reduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) {
+    if (in.data != out.data) std::memmove(out.data, in.data, count * kernels::size_of(out.dtype));
 }
 
-void SoloComm::all_gather(const float* in, float* out, std::size_t count) {
-    if (in != out) std::copy_n(in, count, out);
+void SoloComm::all_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) {
+    if (in.data != out.data) std::memmove(out.data, in.data, count * kernels::size_of(out.dtype));
 }
 
-void SoloComm::send(const float*, std::size_t, int, int) {
+void SoloComm::send(kernels::ConstPtr, std::size_t, int, int) {
     throw Error("internal: send in a group of one process");
 }
 
-void SoloComm::send_async(const float*, std::size_t, int, int) {
+void SoloComm::send_async(kernels::ConstPtr, std::size_t, int, int) {
     throw Error("internal: send in a group of one process");
 }
 
-void SoloComm::recv(float*, std::size_t, int, int) {
+void SoloComm::recv(kernels::Ptr, std::size_t, int, int) {
     throw Error("internal: recv in a group of one process");
 }
 

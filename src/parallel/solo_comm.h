@@ -10,14 +10,15 @@ class SoloComm final : public Comm {
 public:
     int rank() const override { return 0; }
     int size() const override { return 1; }
-    void all_reduce(float*, std::size_t, ReduceOp) override {}
-    void reduce_scatter(const float* in, float* out, std::size_t count) override;
-    void all_gather(const float* in, float* out, std::size_t count) override;
-    void broadcast(float*, std::size_t, int) override {}
-    void send(const float*, std::size_t, int, int) override;
-    void recv(float*, std::size_t, int, int) override;
+    void all_reduce(kernels::Ptr, std::size_t, ReduceOp) override {}
+    // Host buffers only, where in and out differ (a model or optimizer passes them in place).
+    void reduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
+    void all_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
+    void broadcast(kernels::Ptr, std::size_t, int) override {}
+    void send(kernels::ConstPtr, std::size_t, int, int) override;
+    void recv(kernels::Ptr, std::size_t, int, int) override;
     void barrier() override {}
-    void send_async(const float*, std::size_t, int, int) override;
+    void send_async(kernels::ConstPtr, std::size_t, int, int) override;
     void wait_sends() override {}
 };
 

@@ -35,9 +35,10 @@ Executor::Executor(kernels::Ops& ops, model::Gpt& model, parallel::Comm* pipelin
     targets_.resize(n);
 }
 
-float* Executor::buffer(int kind, int mb, int c) {
+kernels::Ptr Executor::buffer(int kind, int mb, int c) {
     auto [it, fresh] = messages_.try_emplace(Key{kind, mb, c});
-    if (fresh) it->second = model::DeviceBuffer(ops_, model_.boundary_size());
+    if (fresh)
+        it->second = model::DeviceBuffer(ops_, model_.boundary_size(), model_.precision().activations);
     return it->second.data();
 }
 
@@ -75,8 +76,9 @@ double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& micro
                 const bool embeds = g == 0, head = g == last_chunk;
                 if (embeds || head) microbatch(mb, inputs_, targets_);
                 const float loss = model_.forward_chunk(
-                    mb, c, inputs_.data(), targets_.data(), embeds ? nullptr : buffer(act_in, mb, c),
-                    head ? nullptr : buffer(act_out, mb, c), training, dropout_seed(mb));
+                    mb, c, inputs_.data(), targets_.data(),
+                    embeds ? kernels::ConstPtr() : buffer(act_in, mb, c),
+                    head ? kernels::Ptr() : buffer(act_out, mb, c), training, dropout_seed(mb));
                 if (head) loss_sum += loss;
                 drop(act_in, mb, c);  // the model keeps its own copy
                 break;
@@ -88,8 +90,9 @@ double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& micro
                 pipeline_.recv(buffer(grad_in, mb, c), n, next, tag(kGrad, mb, g));
                 break;
             case Op::backward:
-                model_.backward_chunk(mb, c, dloss, g == last_chunk ? nullptr : buffer(grad_in, mb, c),
-                                      g == 0 ? nullptr : buffer(grad_out, mb, c));
+                model_.backward_chunk(mb, c, dloss,
+                                      g == last_chunk ? kernels::ConstPtr() : buffer(grad_in, mb, c),
+                                      g == 0 ? kernels::Ptr() : buffer(grad_out, mb, c));
                 drop(grad_in, mb, c);
                 break;
             case Op::send_grad:

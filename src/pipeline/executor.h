@@ -40,7 +40,7 @@ public:
 private:
     using Key = std::tuple<int, int, int>;  // (what, microbatch, local chunk)
 
-    float* buffer(int kind, int mb, int c);
+    kernels::Ptr buffer(int kind, int mb, int c);
     void drop(int kind, int mb, int c);
     int tag(int kind, int mb, int boundary) const;
 

@@ -9,7 +9,9 @@
 
 namespace trident::train {
 
-// FLOP/s of the backend's matmul at its best of a few repetitions.
+// FLOP/s of the backend's matmul at its best of a few repetitions. Its matrices are released
+// and the allocator's peak restarted before it returns, so the peak memory a run reports is
+// the run's own, not this probe's.
 double measure_gemm_flops(kernels::Ops& ops);
 
 }  // namespace trident::train

@@ -1,7 +1,9 @@
 // Metrics to stdout and JSON lines (see metrics.h).
 #include "train/metrics.h"
 
+#include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 
@@ -25,9 +27,12 @@ MetricsLog::~MetricsLog() {
 void MetricsLog::record(const StepMetrics& m) {
     if (m.step % interval_ == 0 || m.step == m.steps || m.val_loss) {
         std::printf("step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | %.3f TFLOP/s | "
-                    "MFU %.1f%% | %.0f ms",
+                    "MFU %.1f%% | %.0f ms | ETA %s",
                     m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.tflops,
-                    100.0 * m.mfu, m.step_ms);
+                    100.0 * m.mfu, m.step_ms, human_duration(m.eta_s).c_str());
+        if (m.loss_scale != 1) std::printf(" | scale %g", m.loss_scale);
+        if (m.skipped_total > 0)
+            std::printf(" | %s (%d so far)", m.skipped ? "skipped" : "applied", m.skipped_total);
         if (m.val_loss) std::printf(" | val_loss %.4f", *m.val_loss);
         std::printf("\n");
         std::fflush(stdout);
@@ -36,7 +41,8 @@ void MetricsLog::record(const StepMetrics& m) {
     io::JsonLine line;
     line.add("step", m.step).add("loss", m.loss).add("lr", m.lr).add("grad_norm", m.grad_norm)
         .add("tokens_per_s", m.tokens_per_s).add("tflops_per_gpu", m.tflops).add("mfu", m.mfu)
-        .add("step_ms", m.step_ms).add("skipped", m.skipped);
+        .add("step_ms", m.step_ms).add("eta_s", m.eta_s).add("loss_scale", m.loss_scale)
+        .add("skipped", m.skipped).add("skipped_total", m.skipped_total);
     if (m.val_loss) line.add("val_loss", *m.val_loss);
     line.add("activation_sets", m.activation_sets);
     using parallel::CommKind;
@@ -59,6 +65,15 @@ std::string human_count(double n) {
     else if (n >= 1e6) std::snprintf(buf, sizeof buf, "%.2f M", n / 1e6);
     else if (n >= 1e3) std::snprintf(buf, sizeof buf, "%.1f K", n / 1e3);
     else std::snprintf(buf, sizeof buf, "%.0f", n);
+    return buf;
+}
+
+std::string human_duration(double seconds) {
+    const long long s = std::llround(std::max(0.0, seconds));
+    char buf[32];
+    if (s >= 3600) std::snprintf(buf, sizeof buf, "%lldh%02lldm", s / 3600, s / 60 % 60);
+    else if (s >= 60) std::snprintf(buf, sizeof buf, "%lldm%02llds", s / 60, s % 60);
+    else std::snprintf(buf, sizeof buf, "%llds", s);
     return buf;
 }
 

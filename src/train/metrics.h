@@ -17,7 +17,10 @@ struct StepMetrics {
     int steps = 0;
     double loss = 0, lr = 0, grad_norm = 0;
     double tokens_per_s = 0, tflops = 0, mfu = 0, step_ms = 0;
-    bool skipped = false;
+    double loss_scale = 1;  // fp16's dynamic loss scale in this step (1 otherwise)
+    bool skipped = false;   // no update: non-finite gradients
+    int skipped_total = 0;  // steps skipped so far
+    double eta_s = 0;       // the remaining steps at the mean step time so far
     std::optional<double> val_loss;
     parallel::CommStats tensor_comm;  // the tensor-parallel group's traffic in the step
     int64_t activation_sets = 0;      // peak (microbatch, chunk) activations held
@@ -44,5 +47,7 @@ private:
 // "12.3 M" style counts and "45.6 MB" style sizes for the start-up summary.
 std::string human_count(double n);
 std::string human_bytes(double bytes);
+// "45s", "3m07s", "2h05m" for the ETA.
+std::string human_duration(double seconds);
 
 }  // namespace trident::train

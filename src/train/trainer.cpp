@@ -32,6 +32,15 @@ pipeline::Kind schedule_kind(config::Schedule s) {
     return pipeline::Kind::one_f_one_b;
 }
 
+// 16-bit parameters, activations and (unless fp32_grad_accumulation) gradients.
+model::Precision precision_of(const config::TrainingConfig& t) {
+    using kernels::DType;
+    const DType half = t.precision == config::Precision::bf16   ? DType::bf16
+                       : t.precision == config::Precision::fp16 ? DType::f16
+                                                                : DType::f32;
+    return model::Precision{half, t.fp32_grad_accumulation ? DType::f32 : half, half};
+}
+
 model::Recompute recompute_mode(config::Recompute r) {
     switch (r) {
         case config::Recompute::selective: return model::Recompute::selective;
@@ -52,18 +61,20 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* g
       data_(grid ? grid->data() : solo_),
       model_(ops, gpt_shape(cfg), cfg.training.micro_batch, static_cast<float>(cfg.model.dropout),
              &tensor_, cfg.parallel.sequence_parallel, stage_plan(cfg, grid),
-             static_cast<std::size_t>(data_.size()), recompute_mode(cfg.training.recompute)),
+             static_cast<std::size_t>(data_.size()), recompute_mode(cfg.training.recompute),
+             precision_of(cfg.training)),
       optimizer_(ops, model_.layout(), cfg.training,
                  optim::OptimizerGroups{&tensor_, &pipeline_, &data_}, cfg.parallel.zero_stage,
                  model_.buffer_size(), static_cast<std::size_t>(cfg.parallel.bucket_size)),
+      scaler_(cfg.training),
       executor_(ops, model_, &pipeline_) {
     executor_.set_trace(&trace_);
 }
 
 MemoryUse Trainer::memory() const {
     MemoryUse m;
-    m.parameters = model_.buffer_size() * sizeof(float);
-    m.gradients = model_.buffer_size() * sizeof(float);
+    m.parameters = model_.params_bytes();
+    m.gradients = model_.grads_bytes();
     m.optimizer = optimizer_.state_bytes();
     m.activations = model_.activation_bytes();
     m.peak = ops_.peak_allocated_bytes();
@@ -78,14 +89,16 @@ double Trainer::from_last_stage(double loss) {
     return static_cast<double>(parts[0]) + static_cast<double>(parts[1]);
 }
 
-double Trainer::accumulate_gradients(int step, const SampleFn& sample) {
+double Trainer::accumulate_gradients(int step, const SampleFn& sample, double loss_scale) {
     const auto& t = cfg_.training;
     const model::StagePlan& plan = model_.layout().plan();
     // This data-parallel replica's slice of the global batch, in order (DESIGN.md sampling).
     const uint64_t first_sample = static_cast<uint64_t>(step) * t.global_batch +
                                   static_cast<uint64_t>(data_.rank()) * (t.global_batch / data_.size());
     const int microbatches = cfg_.derived.grad_accum_steps;
-    const float dloss = 1.0f / static_cast<float>(cfg_.derived.tokens_per_step);
+    // Each token's share of the mean loss, times the loss scale (fp16; 1 otherwise).
+    const float dloss =
+        static_cast<float>(loss_scale / static_cast<double>(cfg_.derived.tokens_per_step));
     const std::size_t T = static_cast<std::size_t>(cfg_.model.seq_len);
     const auto first_of = [&](int mb) { return first_sample + static_cast<uint64_t>(mb) * t.micro_batch; };
 
@@ -122,18 +135,19 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     tensor_.reset_stats();
     data_.reset_stats();
     StepResult r;
-    r.loss = accumulate_gradients(step, sample);
+    r.loss_scale = scaler_.scale();
+    r.loss = accumulate_gradients(step, sample, r.loss_scale);
     optimizer_.reduce_gradients(model_.grads());
-    r.grad_norm = optimizer_.grad_norm(model_.grads());
-    if (!std::isfinite(r.grad_norm) || !std::isfinite(r.loss))
-        throw Error("step " + std::to_string(step + 1) + ": the loss or gradients are not finite (loss " +
-                    std::to_string(r.loss) + ", gradient norm " + std::to_string(r.grad_norm) +
-                    "); try a lower training.lr or a smaller training.grad_clip");
+    // The norm of the scaled gradients, the same on every rank: inf or NaN everywhere if
+    // any gradient overflowed anywhere, so every rank takes the same decision.
+    const double scaled_norm = optimizer_.grad_norm(model_.grads());
+    r.grad_norm = scaled_norm / r.loss_scale;
     r.lr = optim::learning_rate(cfg_.training, step);
-    {
+    r.skipped = !scaler_.update(std::isfinite(scaled_norm) && std::isfinite(r.loss), step + 1);
+    if (!r.skipped) {
         const io::ScopedSpan span(&trace_, io::SpanKind::optimizer, -1, -1);
-        optimizer_.clip(model_.grads(), r.grad_norm);
-        optimizer_.step(model_.params(), model_.grads(), r.lr);
+        const double factor = optimizer_.clip_factor(r.grad_norm) / r.loss_scale;
+        optimizer_.step(model_.params(), model_.grads(), r.lr, static_cast<float>(factor));
     }
     r.tensor_comm = tensor_.stats();
     r.data_comm = data_.stats();

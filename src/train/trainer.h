@@ -13,6 +13,7 @@
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
+#include "optim/loss_scaler.h"
 #include "parallel/grid.h"
 #include "pipeline/executor.h"
 
@@ -32,7 +33,9 @@ struct MemoryUse {
 
 struct StepResult {
     double loss = 0;       // mean over every token of the global batch, before the update
-    double grad_norm = 0;  // before clipping
+    double grad_norm = 0;  // before clipping, unscaled
+    double loss_scale = 1;  // the loss was multiplied by this before backward (fp16)
+    bool skipped = false;   // not applied: non-finite gradients
     double lr = 0;
     double seconds = 0;    // wall time of the whole step
     parallel::CommStats tensor_comm;  // what the tensor-parallel group moved in the step
@@ -50,11 +53,12 @@ public:
 
     // Step `step` (0-based): forward and backward over every microbatch of the global batch
     // (samples step*B ... step*B + B - 1) in the configured pipeline schedule, clipping,
-    // AdamW. Every rank returns the same figures.
+    // AdamW; or, where the gradients are not finite, no update (fp16: the loss scale
+    // halves; bf16/fp32: as training.nonfinite says). Every rank returns the same figures.
     StepResult step(int step, const SampleFn& sample);
-    // The first half of a step: the gradients of its global batch, in model().grads().
-    // Returns the mean loss over every token of the batch.
-    double accumulate_gradients(int step, const SampleFn& sample);
+    // The first half of a step: the gradients of its global batch times loss_scale, in
+    // model().grads(). Returns the mean loss over every token of the batch.
+    double accumulate_gradients(int step, const SampleFn& sample, double loss_scale = 1.0);
     // Mean loss over `microbatches` microbatches of samples 0, 1, ...: no dropout, no update.
     double evaluate(const SampleFn& sample, int microbatches);
 
@@ -85,6 +89,7 @@ private:
     parallel::Comm& data_;
     model::Gpt model_;
     optim::AdamW optimizer_;
+    optim::LossScaler scaler_;
     pipeline::Executor executor_;
     io::TraceRecorder trace_;
 };

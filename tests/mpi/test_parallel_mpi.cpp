@@ -1,6 +1,7 @@
 // Multi-rank tests of the parallel runtime, run under mpirun with 1, 2, 4 and 8 ranks: the
 // world, the groups of every grid that factorises the world size, every Comm call's result
-// and traffic counters, bitwise-identical all-reduces, and errors thrown on every rank.
+// and traffic counters (fp32 and 16-bit), bitwise-identical all-reduces, errors thrown on
+// every rank, and fp16 overflow decisions that a whole grid takes together.
 //
 // Every rank runs every test case in the same order, so the collectives inside them match.
 // Checks use CHECK, never REQUIRE, after a test's first collective: a rank that left a test
@@ -15,10 +16,16 @@
 #include <cstring>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
+#include "config/config.h"
 #include "error.h"
+#include "kernels/dtype.h"
+#include "kernels/ops.h"
+#include "kernels/random.h"
+#include "train/trainer.h"
 #include "parallel/grid.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/world.h"
@@ -383,6 +390,105 @@ TEST_CASE("grid: P*M*D other than the world size throws on every rank", "[mpi][g
     world().comm().barrier();
     Grid whole(world(), GridShape{1, 1, n});  // and the world is still usable
     CHECK(whole.data().size() == n);
+}
+
+TEST_CASE("comm: bf16 and fp16 sums add in fp32 and round, the same bits on every rank",
+          "[mpi][comm]") {
+    using trident::kernels::DType;
+    using trident::kernels::Ptr;
+    Comm& comm = world().comm();
+    const int n = comm.size(), r = comm.rank();
+    const std::size_t count = 6;
+    for (DType t : {DType::bf16, DType::f16}) {
+        INFO("type " << trident::kernels::name_of(t));
+        // Small integers are exact in both types: every sum must be exact.
+        std::vector<float> mine(count * n);
+        for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<float>((r + 1) * (i % 5));
+        std::vector<uint16_t> buffer(mine.size());
+        trident::kernels::narrow(Ptr(buffer.data(), t), mine.data(), mine.size());
+        comm.reset_stats();
+        comm.all_reduce(Ptr(buffer.data(), t), buffer.size());
+        std::vector<float> sum(buffer.size());
+        trident::kernels::widen(sum.data(), Ptr(buffer.data(), t), sum.size());
+        for (std::size_t i = 0; i < sum.size(); ++i)
+            CHECK(sum[i] == static_cast<float>(n * (n + 1) / 2 * (i % 5)));
+        if (n > 1) CHECK(comm.stats().bytes_of(CommKind::all_reduce) == 2 * buffer.size());
+
+        // Values that round: every rank must still get the same bits, close to the true sum.
+        std::vector<float> noisy(count);
+        for (std::size_t i = 0; i < count; ++i) noisy[i] = 1.0f + 0.001f * static_cast<float>(r * 7 + i);
+        std::vector<uint16_t> h(count);
+        trident::kernels::narrow(Ptr(h.data(), t), noisy.data(), count);
+        comm.all_reduce(Ptr(h.data(), t), count);
+        std::vector<uint16_t> gathered(count * n);
+        std::vector<float> as_float(count), all(count * n);
+        for (std::size_t i = 0; i < count; ++i) as_float[i] = static_cast<float>(h[i]);
+        comm.all_gather(as_float.data(), all.data(), count);
+        for (int q = 0; q < n; ++q)
+            for (std::size_t i = 0; i < count; ++i) CHECK(all[q * count + i] == as_float[i]);
+
+        // reduce_scatter and max.
+        std::vector<uint16_t> blocks(count * n), out(count);
+        trident::kernels::narrow(Ptr(blocks.data(), t), mine.data(), mine.size());
+        comm.reduce_scatter(Ptr(blocks.data(), t), Ptr(out.data(), t), count);
+        std::vector<float> scattered(count);
+        trident::kernels::widen(scattered.data(), Ptr(out.data(), t), count);
+        for (std::size_t i = 0; i < count; ++i)
+            CHECK(scattered[i] == static_cast<float>(n * (n + 1) / 2 * ((r * count + i) % 5)));
+        std::vector<uint16_t> top(1);
+        const float me = static_cast<float>(r);
+        trident::kernels::narrow(Ptr(top.data(), t), &me, 1);
+        comm.all_reduce(Ptr(top.data(), t), 1, ReduceOp::max);
+        float biggest = 0;
+        trident::kernels::widen(&biggest, Ptr(top.data(), t), 1);
+        CHECK(biggest == static_cast<float>(n - 1));
+    }
+}
+
+TEST_CASE("fp16 overflow: every rank of the grid skips the same steps and halves the scale",
+          "[mpi][training]") {
+    const int n = world().size();
+    const GridShape shape = n == 8 ? GridShape{2, 2, 2} : n == 4 ? GridShape{1, 2, 2} : GridShape{1, 1, n};
+    Grid grid(world(), shape);
+    // A loss scale far too large for fp16: the first backward passes overflow.
+    const trident::config::Config cfg = trident::config::parse(
+        "model: {vocab_size: 64, seq_len: 8, layers: 2, hidden: 16, heads: 4, ffn_hidden: 32}\n"
+        "parallel: {pipeline: " + std::to_string(shape.pipeline) + ", tensor: " +
+            std::to_string(shape.tensor) + ", data: " + std::to_string(shape.data) + "}\n"
+            "training: {micro_batch: 1, global_batch: " + std::to_string(2 * shape.data) +
+            ", steps: 16, warmup_steps: 1, threads: 1, precision: fp16, loss_scale: 16777216}\n"
+            "data: {train: unused.bin}\n",
+        "overflow.yaml");
+    auto ops = trident::kernels::make_cpu_ops(1);
+    trident::train::Trainer trainer(cfg, *ops, &grid);
+    trainer.model().init_random(cfg.training.seed, 0.02f);
+    const trident::train::SampleFn tokens = [](uint64_t k, std::span<int32_t> in, std::span<int32_t> tgt) {
+        for (std::size_t i = 0; i < in.size(); ++i) {
+            in[i] = static_cast<int32_t>(trident::kernels::hash64(k, i) % 64);
+            tgt[i] = static_cast<int32_t>(trident::kernels::hash64(k, i + 1) % 64);
+        }
+    };
+    std::vector<float> skipped, scales;
+    double scale = 16777216;
+    int applied = 0;
+    for (int s = 0; s < 16; ++s) {
+        const trident::train::StepResult r = trainer.step(s, tokens);
+        CHECK(r.loss_scale == scale);
+        scale = r.skipped ? scale / 2 : scale;
+        applied += !r.skipped;
+        CHECK(std::isfinite(r.loss));
+        skipped.push_back(r.skipped ? 1.0f : 0.0f);
+        scales.push_back(static_cast<float>(r.loss_scale));
+    }
+    CHECK(skipped[0] == 1.0f);  // the first step overflowed
+    CHECK(applied > 0);         // and training went on once the scale fit
+    CHECK(scale < 16777216);
+    if (world().rank() == 0) WARN(applied << " of 16 steps applied, loss scale now " << scale);
+    // Every rank took the same decisions.
+    std::vector<float> all(skipped.size() * n);
+    world().comm().all_gather(skipped.data(), all.data(), skipped.size());
+    for (int q = 0; q < n; ++q)
+        for (std::size_t i = 0; i < skipped.size(); ++i) CHECK(all[q * skipped.size() + i] == skipped[i]);
 }
 
 TEST_CASE("failure: any_rank_failed agrees on every rank", "[mpi]") {

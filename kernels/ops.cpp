@@ -1,0 +1,28 @@
+// The op set's host transfers with conversion, shared by every backend (see ops.h).
+#include "kernels/ops.h"
+
+#include <vector>
+
+namespace trident::kernels {
+
+void Ops::copy_to_host(float* host, ConstPtr device, std::size_t count) {
+    if (device.dtype == DType::f32) {
+        download(host, device.data, count * sizeof(float));
+        return;
+    }
+    std::vector<uint16_t> staged(count);
+    download(staged.data(), device.data, count * sizeof(uint16_t));
+    widen(host, ConstPtr(staged.data(), device.dtype), count);
+}
+
+void Ops::copy_from_host(Ptr device, const float* host, std::size_t count) {
+    if (device.dtype == DType::f32) {
+        upload(device.data, host, count * sizeof(float));
+        return;
+    }
+    std::vector<uint16_t> staged(count);
+    narrow(Ptr(staged.data(), device.dtype), host, count);
+    upload(device.data, staged.data(), count * sizeof(uint16_t));
+}
+
+}  // namespace trident::kernels

@@ -1,0 +1,86 @@
+// `trident plan`: what a config will need before it runs — memory per rank, FLOPs and
+// communication per step, and on given hardware the step time — computed from the config
+// alone (src/plan/). The config is checked as `train` checks it, except for what only this
+// build's runtime lacks (a GPU, 16-bit precision): plans are for any hardware.
+#include <cctype>
+#include <cstdio>
+#include <optional>
+#include <string>
+
+#include "commands/commands.h"
+#include "config/config.h"
+#include "error.h"
+#include "plan/report.h"
+
+namespace trident::commands {
+
+namespace {
+
+// "80GiB", "80 GiB", "40GB", "1.5TiB" or a number of bytes.
+double parse_size(const std::string& text) {
+    std::size_t end = 0;
+    double value = 0;
+    try {
+        value = std::stod(text, &end);
+    } catch (const std::exception&) {
+        end = 0;
+    }
+    std::string unit = text.substr(end);
+    while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front())))
+        unit.erase(0, 1);
+    const std::pair<const char*, double> units[] = {
+        {"", 1},      {"B", 1},        {"KB", 1e3},     {"MB", 1e6},     {"GB", 1e9},
+        {"TB", 1e12}, {"KiB", 0x1p10}, {"MiB", 0x1p20}, {"GiB", 0x1p30}, {"TiB", 0x1p40}};
+    if (end > 0 && value > 0)
+        for (const auto& [name, scale] : units)
+            if (unit == name) return value * scale;
+    throw Error("--device-memory: expected a size such as 80GiB or 40GB, got '" + text + "'");
+}
+
+// The hardware the options describe: a preset with any figure replaced, or every figure
+// given; none when neither is.
+std::optional<plan::Hardware> hardware(const PlanOptions& o) {
+    const bool any_figure = o.gemm_tflops > 0 || o.mem_bw > 0 || o.intra_bw > 0 || o.inter_bw > 0;
+    if (o.hardware.empty() && !any_figure) return std::nullopt;
+    plan::Hardware hw;
+    if (!o.hardware.empty()) {
+        hw = plan::hardware_preset(o.hardware);
+    } else {
+        if (o.gemm_tflops <= 0 || o.mem_bw <= 0 || o.intra_bw <= 0 || o.inter_bw <= 0)
+            throw Error(
+                "without --hardware, give all of --gemm-tflops, --mem-bw, --intra-bw and "
+                "--inter-bw (positive)");
+        hw.name = "custom";
+        hw.latency = 20e-6;
+    }
+    if (o.gemm_tflops > 0) hw.gemm_flops = o.gemm_tflops * 1e12;
+    if (o.mem_bw > 0) hw.memory_bandwidth = o.mem_bw * 1e9;
+    if (o.intra_bw > 0) hw.intra_bandwidth = o.intra_bw * 1e9;
+    if (o.inter_bw > 0) hw.inter_bandwidth = o.inter_bw * 1e9;
+    if (o.gpus_per_node > 0) hw.gpus_per_node = o.gpus_per_node;
+    if (o.latency_us >= 0) hw.latency = o.latency_us * 1e-6;
+    if (o.dp_overlap) hw.dp_overlap = true;
+    return hw;
+}
+
+}  // namespace
+
+int plan(const PlanOptions& opts) {
+    const config::Config cfg = config::load(opts.config, opts.overrides, config::Purpose::plan);
+    plan::PlanInputs inputs =
+        plan::plan_inputs(cfg, plan::gradient_bytes(cfg.training.precision, cfg.training.fp32_grad_accumulation));
+    if (opts.zero_stage != -1) {
+        if (opts.zero_stage < 0 || opts.zero_stage > 3)
+            throw Error("--zero-stage: expected 0, 1, 2 or 3, got " +
+                        std::to_string(opts.zero_stage));
+        inputs.zero_stage = opts.zero_stage;
+    }
+    std::optional<double> device_memory;
+    if (!opts.device_memory.empty()) device_memory = parse_size(opts.device_memory);
+    const plan::Plan p = plan::make_plan(inputs, hardware(opts), device_memory);
+    const std::string text = opts.json ? plan::render_json(p) : plan::render_text(p);
+    std::fputs(text.c_str(), stdout);
+    return 0;
+}
+
+}  // namespace trident::commands

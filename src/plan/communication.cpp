@@ -1,0 +1,160 @@
+// Per-group traffic of one step (see communication.h).
+#include "plan/communication.h"
+
+#include <algorithm>
+
+#include "plan/stage_shape.h"
+
+namespace trident::plan {
+
+namespace {
+
+using parallel::CommKind;
+
+// A step's scalars (a loss, a gradient norm) travel as a float pair.
+constexpr double kScalar = 2;
+
+void add(GroupTraffic& g, CommKind kind, int64_t calls, double elements, int element_bytes,
+         bool per_microbatch) {
+    if (g.size > 1 && calls > 0)
+        g.calls.push_back({kind, calls, elements, element_bytes, per_microbatch});
+}
+
+// The tensor group: the model's f and g operators, the vocab-parallel embedding and loss.
+void tensor_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks, bool last_stage,
+                    GroupTraffic& g) {
+    const config::Config& cfg = in.cfg;
+    const RankDims d = rank_dims(cfg);
+    const int act = in.activation_bytes;
+    const int64_t m = cfg.derived.grad_accum_steps;
+    const bool full = cfg.training.recompute == config::Recompute::full;
+    int64_t layers = 0, embeds = 0, heads = 0;
+    for (const ChunkShape& c : chunks) {
+        layers += c.layers;
+        embeds += c.embeds;
+        heads += c.head;
+    }
+    // A row-parallel output summed (all-reduce, or reduce-scatter to this rank's rows) and,
+    // with sequence parallelism, a column-parallel input gathered: per layer 2 of each
+    // forward, 2 backward, and under full recompute 1 reduction and 2 gathers more.
+    const int64_t reductions = layers * (4 + (full ? 1 : 0)) + embeds + heads;
+    const int64_t gathers = layers * (4 + (full ? 2 : 0)) + embeds + heads;
+    const double NC = static_cast<double>(d.N * d.C), RC = static_cast<double>(d.R * d.C);
+    if (d.sequence_parallel) {
+        add(g, CommKind::reduce_scatter, m * reductions, NC, act, true);
+        add(g, CommKind::all_gather, m * gathers, RC, act, true);
+        // LayerNorm weight and bias gradients, summed over the rows of every rank (per step).
+        add(g, CommKind::all_reduce, 4 * layers + (last_stage ? 2 : 0), static_cast<double>(d.C),
+            in.grad_bytes, false);
+    } else {
+        add(g, CommKind::all_reduce, m * reductions, NC, act, true);
+    }
+    // The loss: each row's maximum, then its sum of exponentials and target logit, in fp32.
+    add(g, CommKind::all_reduce, m * heads, static_cast<double>(d.N), 4, true);
+    add(g, CommKind::all_reduce, m * heads, 2.0 * static_cast<double>(d.N), 4, true);
+    add(g, CommKind::all_reduce, 1, kScalar, 4, false);  // the gradient norm
+}
+
+// The data group: the optimizer's reduction of the stage's flat buffers (optim/adamw.cpp).
+void data_traffic(const PlanInputs& in, int64_t buffer, GroupTraffic& g) {
+    const int64_t D = in.cfg.parallel.data;
+    if (in.zero_stage == 0) {
+        add(g, CommKind::all_reduce, 1, static_cast<double>(buffer), in.grad_bytes, false);
+    } else {
+        // Buckets of a multiple of D parameters, the last one what is left.
+        const int64_t bucket = std::max(D, in.cfg.parallel.bucket_size / D * D);
+        const int64_t full = buffer / bucket, rest = buffer % bucket;
+        for (const auto& [count, size] :
+             {std::pair{full, bucket}, std::pair{int64_t{rest > 0}, rest}}) {
+            add(g, CommKind::reduce_scatter, count, static_cast<double>(size), in.grad_bytes,
+                false);
+            add(g, CommKind::all_gather, count, static_cast<double>(size / D), in.weight_bytes,
+                false);
+        }
+        // ZeRO 3 holds a D-th of the weights: gathered for the forward and again the backward.
+        if (in.zero_stage == 3)
+            add(g, CommKind::all_gather, 2 * in.cfg.derived.grad_accum_steps,
+                static_cast<double>(buffer / D), in.weight_bytes, true);
+        add(g, CommKind::all_reduce, 1, kScalar, 4, false);  // the gradient norm's share
+    }
+    add(g, CommKind::all_reduce, 1, kScalar, 4, false);  // the loss, averaged over replicas
+}
+
+}  // namespace
+
+double sent_per_call(CommKind kind, double payload, int n) {
+    switch (kind) {
+        case CommKind::all_reduce:
+            return 2.0 * (n - 1) / n * payload;
+        case CommKind::reduce_scatter:
+            return static_cast<double>(n - 1) / n * payload;
+        case CommKind::all_gather:
+            return static_cast<double>(n - 1) * payload;
+        case CommKind::broadcast:
+        case CommKind::send:
+        case CommKind::recv:
+        case CommKind::count_:
+            break;
+    }
+    return payload;
+}
+
+int64_t GroupTraffic::call_count() const {
+    int64_t n = 0;
+    for (const Calls& c : calls) n += c.calls;
+    return n;
+}
+
+double GroupTraffic::payload_bytes() const {
+    double bytes = 0;
+    for (const Calls& c : calls)
+        bytes += static_cast<double>(c.calls) * c.elements * c.element_bytes;
+    return bytes;
+}
+
+double GroupTraffic::sent_bytes() const {
+    double bytes = 0;
+    for (const Calls& c : calls)
+        bytes += static_cast<double>(c.calls) *
+                 sent_per_call(c.kind, c.elements * c.element_bytes, size);
+    return bytes;
+}
+
+std::vector<StageTraffic> plan_traffic(const PlanInputs& in) {
+    const config::Config& cfg = in.cfg;
+    const auto& p = cfg.parallel;
+    const RankDims d = rank_dims(cfg);
+    const int64_t m = cfg.derived.grad_accum_steps;
+    const std::vector<StageMemory> memory = plan_memory(in);
+    std::vector<StageTraffic> stages;
+    for (int stage = 0; stage < p.pipeline; ++stage) {
+        const bool first = stage == 0, last = stage == p.pipeline - 1;
+        const std::vector<ChunkShape> chunks = stage_chunks(cfg, stage);
+        StageTraffic t;
+        t.tensor.size = p.tensor;
+        t.pipeline.size = p.pipeline;
+        t.embedding.size = p.pipeline > 1 && (first || last) ? 2 : 1;
+        t.data.size = p.data;
+
+        tensor_traffic(in, chunks, last, t.tensor);
+
+        // Every chunk but the last global one sends its output on; every one but the first
+        // sends its input's gradient back.
+        int64_t sends = 0;
+        for (const ChunkShape& c : chunks) sends += !c.head + !c.embeds;
+        add(t.pipeline, CommKind::send, m * sends, static_cast<double>(d.R * d.C),
+            in.activation_bytes, true);
+        add(t.pipeline, CommKind::broadcast, 1, kScalar, 4, false);   // the loss, from the last
+        add(t.pipeline, CommKind::all_reduce, 1, kScalar, 4, false);  // the gradient norm
+
+        add(t.embedding, CommKind::all_reduce, 1,
+            static_cast<double>(cfg.derived.padded_vocab / p.tensor) * cfg.model.hidden,
+            in.grad_bytes, false);
+
+        data_traffic(in, memory[static_cast<std::size_t>(stage)].parameters, t.data);
+        stages.push_back(t);
+    }
+    return stages;
+}
+
+}  // namespace trident::plan

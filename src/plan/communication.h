@@ -1,0 +1,61 @@
+// The traffic of one training step for one rank of each pipeline stage, per process group,
+// call by call as Trident makes them (model/gpt.cpp, optim/adamw.cpp, train/trainer.cpp,
+// pipeline/executor.cpp):
+//   tensor     per layer and microbatch 2 all-reduces of (N, C) forward and 2 backward (one
+//              more forward under full recompute, which reruns a layer up to its GELU), plus
+//              the embedding's and the LM head's; with sequence parallelism each becomes a
+//              reduce-scatter, and the column-parallel GEMMs' inputs are all-gathered.
+//   pipeline   each microbatch's activation (R, C) sent to the next stage and its gradient
+//              to the previous one, per chunk.
+//   embedding  the tied word embedding's gradient, summed between the first and last stage.
+//   data       the gradient buffer all-reduced (ZeRO 0), or reduce-scattered in buckets and
+//              the updated weights all-gathered (ZeRO 1 and 2: the same bytes), plus for
+//              ZeRO 3 the weights all-gathered again before the forward and the backward.
+// Each group also carries a few scalars a step (loss, gradient norm), counted too.
+//
+// Bytes are counted two ways: the payload handed to the calls, as Comm's statistics count
+// it (the metrics' tp_*_bytes and dp_*_bytes for fp32 runs), and the bytes each rank sends
+// on the links under ring algorithms: all-reduce 2(n−1)/n of its buffer, reduce-scatter
+// (n−1)/n of its input, all-gather (n−1)·its contribution.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "parallel/comm.h"
+#include "plan/memory_model.h"
+
+namespace trident::plan {
+
+// `calls` calls of one kind, each with `elements` elements of `element_bytes` as Comm counts
+// them (all-reduce and send: the buffer; reduce-scatter: the whole input; all-gather: this
+// rank's part).
+struct Calls {
+    parallel::CommKind kind = parallel::CommKind::all_reduce;
+    int64_t calls = 0;
+    double elements = 0;
+    int element_bytes = 4;
+    // Whether they happen once per microbatch (on the pipeline's critical path) or once per
+    // step (after the last backward).
+    bool per_microbatch = false;
+};
+
+struct GroupTraffic {
+    int size = 1;              // ranks in the group; a group of one moves nothing
+    std::vector<Calls> calls;  // per step
+
+    int64_t call_count() const;
+    double payload_bytes() const;
+    double sent_bytes() const;  // by this rank, ring algorithms
+};
+
+// The bytes a rank sends on the links for one call of `payload` bytes over n ranks.
+double sent_per_call(parallel::CommKind kind, double payload, int n);
+
+struct StageTraffic {
+    GroupTraffic tensor, pipeline, embedding, data;
+};
+
+std::vector<StageTraffic> plan_traffic(const PlanInputs& in);
+
+}  // namespace trident::plan

@@ -1,0 +1,89 @@
+// What each rank of the grid holds in memory during training, computed from the config alone:
+// the buffers Trident allocates, counted the way it allocates them (model/gpt.cpp,
+// optim/adamw.cpp, pipeline/executor.cpp), so a CPU run's measured figures (the metrics'
+// mem_*_bytes) can be held against the plan. Ranks of one pipeline stage hold the same
+// figures (tensor-parallel slices and data-parallel replicas are equal in size), so the plan
+// is per stage.
+//
+// Model states (ZeRO, arXiv 1910.02054, §5): the stage's flat parameter buffer (its layout's
+// total, padded to a multiple of D) of weights and of gradients, and 12 bytes per parameter
+// of optimizer state (fp32 master weights, Adam's m and v). ZeRO stage 1 shards the optimizer
+// state over the D replicas, stage 2 also the gradients, stage 3 also the weights.
+//
+// Activations, in Korthikanti et al.'s terms (arXiv 2205.05198; s sequence, b micro batch,
+// h hidden, a heads, t tensor-parallel size, 16-bit elements). Per layer Trident keeps the
+// ln1 output, qkv, the attention probabilities, the attention output, resid2, the ln2
+// output, fc1's output, the GELU output and the layer's output (and LayerNorm's mean and
+// rstd, fp32): 32·s·b·h + 2·a·s²·b bytes without parallelism. That is Korthikanti's
+// 34·s·b·h + 5·a·s²·b less the dropout masks and the post-dropout copies, which Trident
+// regenerates from a counter-based hash instead of storing. Tensor parallelism splits qkv,
+// the probabilities, the attention output, fc1 and GELU: s·b·h·(8 + 24/t) + 2·a·s²·b/t.
+// Sequence parallelism splits the rest by rows but keeps the all-gathered LayerNorm outputs
+// that the column-parallel GEMMs read: s·b·h·(4 + 32/t) + 2·a·s²·b/t. Selective recompute
+// drops the probabilities (the a·s² term); full recompute keeps only each layer's output,
+// 2·s·b·h (2·s·b·h/t with sequence parallelism), and both rebuild into one scratch layer
+// shared by all microbatches (a temporary buffer here). A chunk's set adds its input, the
+// token ids (int32) on the first stage, and the final LayerNorm, logits (padded vocabulary
+// over t) and fp32 loss statistics on the last. A stage holds as many sets per chunk as its
+// schedule has that chunk's microbatches in flight at most (1F1B: min(m, P − stage), GPipe:
+// m, interleaved: counted from the schedule's own instruction stream).
+//
+// Temporary buffers: the backward scratch the model allocates once (gradients of the
+// residual stream, of the MLP and of attention, the (b, a/t, s, s) attention gradient), the
+// recompute scratch, and the pipeline executor's message buffers (activations and gradients
+// sent to a neighbour stage are kept until the step ends).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "config/config.h"
+
+namespace trident::plan {
+
+// Bytes per element of each kind of state, by training.precision.
+int weight_bytes(config::Precision precision);
+int gradient_bytes(config::Precision precision, bool fp32_grad_accumulation);
+int activation_bytes(config::Precision precision);
+// fp32 master weights, Adam's m and v: per parameter, before ZeRO sharding.
+constexpr int kOptimizerBytes = 12;
+
+// What a plan is computed from: the config, and what it does not say itself.
+struct PlanInputs {
+    config::Config cfg;
+    int weight_bytes = 4;      // per parameter
+    int grad_bytes = 4;        // per parameter
+    int activation_bytes = 4;  // per activation element (fp32 statistics and token ids: 4)
+    int zero_stage = 1;        // 0 .. 3
+};
+
+// The inputs for `cfg` as it stands: its precision's element sizes and its ZeRO stage.
+PlanInputs plan_inputs(const config::Config& cfg, int grad_bytes);
+
+// Bytes of model state held by one of D data-parallel replicas of `parameters` parameters.
+struct ModelStates {
+    double weights = 0, gradients = 0, optimizer = 0;
+    double total() const { return weights + gradients + optimizer; }
+};
+ModelStates model_states(double parameters, int data_parallel, int zero_stage, int weight_bytes,
+                         int grad_bytes);
+
+// The figures of every rank of one pipeline stage, in bytes.
+struct StageMemory {
+    int stage = 0;
+    int64_t parameters = 0;  // held: the flat buffer's elements, padding included
+    ModelStates states;
+    double activations = 0;   // the activation sets the schedule keeps in flight at most
+    int activation_sets = 0;  // how many: (microbatch, chunk) pairs
+    double korthikanti = 0;   // the same sets by Korthikanti et al.'s per-layer formula
+    double temporary = 0;     // backward and recompute scratch, pipeline messages
+    double total() const { return states.total() + activations + temporary; }
+};
+
+std::vector<StageMemory> plan_memory(const PlanInputs& in);
+
+// Korthikanti et al.'s activation bytes per layer and microbatch (16-bit elements, dropout
+// masks included), for this config's parallelism and recompute.
+double korthikanti_layer_bytes(const config::Config& cfg);
+
+}  // namespace trident::plan

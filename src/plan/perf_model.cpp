@@ -1,0 +1,221 @@
+// The step-time model (see perf_model.h).
+#include "plan/perf_model.h"
+
+#include <algorithm>
+
+#include "error.h"
+#include "plan/stage_shape.h"
+
+namespace trident::plan {
+
+namespace {
+
+using parallel::CommKind;
+
+// Seconds of one microbatch through a stage's chunks: forward and backward apart (the
+// backward, recompute included, is what a data-parallel reduction can hide under).
+struct ChunkSeconds {
+    double forward = 0, backward = 0;
+    double flops = 0;  // executed
+};
+
+ChunkSeconds chunk_seconds(const PlanInputs& in, const ChunkShape& chunk, const Hardware& hw) {
+    using config::Recompute;
+    const config::Config& cfg = in.cfg;
+    const RankDims d = rank_dims(cfg);
+    const double N = d.N, C = d.C, Cm = d.Cm, Fm = d.Fm, T = d.T, B = d.B;
+    const double RC = static_cast<double>(d.R * d.C), NC = N * C, NCm = N * Cm, NFm = N * Fm;
+    const double S = static_cast<double>(d.attention());
+    const double drop = cfg.model.dropout > 0 ? 1 : 0;
+    const Recompute recompute = cfg.training.recompute;
+
+    // GEMM FLOPs of one layer's forward: qkv, projection, fc1, fc2, and the two attention
+    // products (causal: half of 4·B·T²·C/M).
+    const double fc2 = 2 * N * Fm * C;
+    const double scores = B * T * T * Cm;  // Q·Kᵀ, causal half
+    const double layer_forward =
+        2 * N * C * 3 * Cm + 2 * N * Cm * C + 2 * N * C * Fm + fc2 + 2 * scores;
+    // Memory-bound elements of one layer: LayerNorms, bias adds, dropout, residual adds (on
+    // the rank's rows), softmax (read scores, write and reread the probabilities), GELU, and
+    // backward's reads of what forward kept, its writes of gradients and zeroed scratch.
+    const double mem_forward = RC * (14 + 4 * drop) + 4 * S + 4 * NCm + 2 * NFm;
+    const double mem_backward = RC * (10 + 6 * drop) + 2 * NC + 6 * NFm + 14 * NCm + 4 * S;
+    // Full recompute reruns the forward up to the GELU; selective, the scores and softmax.
+    double rerun_flops = 0, rerun_mem = 0;
+    if (recompute == Recompute::full) {
+        rerun_flops = layer_forward - fc2;
+        rerun_mem = RC * (9 + 2 * drop) + 4 * S + 4 * NCm + 2 * NFm;
+    } else if (recompute == Recompute::selective) {
+        rerun_flops = scores;
+        rerun_mem = 3 * S + 2 * NCm;
+    }
+
+    double forward_flops = chunk.layers * layer_forward;
+    double backward_flops = chunk.layers * (2 * layer_forward + rerun_flops);
+    double forward_mem = chunk.layers * mem_forward;
+    double backward_mem = chunk.layers * (mem_backward + rerun_mem);
+    if (chunk.embeds) {  // look up rows of wte and wpe; scatter their gradients back
+        forward_mem += 3 * NC;
+        backward_mem += 3 * NC;
+    }
+    if (chunk.head) {  // final LayerNorm, logits (N, Vp/M), cross-entropy in place
+        const double logits = N * static_cast<double>(d.vocab);
+        forward_flops += 2 * N * C * static_cast<double>(d.vocab);
+        backward_flops += 4 * N * C * static_cast<double>(d.vocab);
+        forward_mem += 2 * RC + logits;
+        backward_mem += 4 * RC + NC + 2 * logits;
+    }
+    const double bytes = in.activation_bytes;
+    ChunkSeconds s;
+    s.forward = forward_flops / hw.gemm_flops + forward_mem * bytes / hw.memory_bandwidth;
+    s.backward = backward_flops / hw.gemm_flops + backward_mem * bytes / hw.memory_bandwidth;
+    s.flops = forward_flops + backward_flops;
+    return s;
+}
+
+double fraction_sent(CommKind kind, int ranks) {
+    const double n = ranks;
+    return kind == CommKind::all_reduce ? 2 * (n - 1) / n : (n - 1) / n;
+}
+
+// Seconds of one collective of `payload` bytes (as Comm counts it) over n ranks, `per_node`
+// of them in each node: hierarchical, inside the nodes then across them.
+double collective_seconds(CommKind kind, double payload, int n, int per_node, const Hardware& hw) {
+    if (n <= 1) return 0;
+    const double vector = kind == CommKind::all_gather ? payload * n : payload;
+    const int k = std::clamp(per_node, 1, n);
+    const int nodes = n / k;
+    double t = hw.latency;
+    if (k > 1) t += fraction_sent(kind, k) * vector / hw.intra_bandwidth;
+    // Across nodes each member carries a k-th of the vector through its own adapter share.
+    if (nodes > 1) t += fraction_sent(kind, nodes) * vector / k / hw.inter_bandwidth;
+    return t;
+}
+
+// Seconds of a group's calls: those made per microbatch (divided by m) or once per step.
+double group_seconds(const GroupTraffic& g, bool per_microbatch, int64_t m, int per_node,
+                     bool link_inside_node, const Hardware& hw) {
+    double t = 0;
+    for (const Calls& c : g.calls) {
+        if (c.per_microbatch != per_microbatch) continue;
+        const double payload = c.elements * c.element_bytes;
+        const double one = c.kind == CommKind::send
+                               ? hw.latency + payload / (link_inside_node ? hw.intra_bandwidth
+                                                                          : hw.inter_bandwidth)
+                               : collective_seconds(c.kind, payload, g.size, per_node, hw);
+        t += static_cast<double>(c.calls) * one;
+    }
+    return per_microbatch ? t / static_cast<double>(m) : t;
+}
+
+// Figures per GPU. GEMM rates are what cuBLAS reaches on large 16-bit GEMMs (for the V100 an
+// assumption: 77% of peak), memory bandwidths 90% of the HBM's; NVLink one direction;
+// inter-node bandwidth the node's InfiniBand adapters shared by its GPUs.
+const std::vector<Hardware>& presets() {
+    static const std::vector<Hardware> all = {
+        // DGX-2H (Megatron-LM 2019): 16 V100 SXM3, 130 TFLOP/s fp16 peak (the paper's 39
+        // TFLOP/s is 30% of it), 900 GB/s HBM2; NVSwitch 300 GB/s per GPU both ways;
+        // 8×100 Gb/s EDR.
+        {"dgx2h-v100", 100e12, 810e9, 150e9, 100e9 / 16, 16, 20e-6, false},
+        // DGX A100: 8 A100-80GB, 312 TFLOP/s bf16, 2039 GB/s; NVLink 3 600 GB/s; 8×200 Gb/s HDR.
+        {"dgx-a100", 280e12, 1830e9, 300e9, 200e9 / 8, 8, 20e-6, false},
+        // DGX H100: 8 H100 SXM, 989 TFLOP/s bf16 (cuBLAS 8192³: about 798), 3350 GB/s;
+        // NVLink 4 900 GB/s; 8×400 Gb/s NDR.
+        {"dgx-h100", 798e12, 3000e9, 450e9, 400e9 / 8, 8, 20e-6, false},
+    };
+    return all;
+}
+
+}  // namespace
+
+std::vector<std::string> hardware_presets() {
+    std::vector<std::string> names;
+    for (const Hardware& hw : presets()) names.push_back(hw.name);
+    return names;
+}
+
+Hardware hardware_preset(std::string_view name) {
+    std::string known;
+    for (const Hardware& hw : presets()) {
+        if (name == hw.name) return hw;
+        known += (known.empty() ? "" : ", ") + hw.name;
+    }
+    throw Error("unknown hardware '" + std::string(name) + "' (presets: " + known + ")");
+}
+
+StepTime predict_step(const PlanInputs& in, const Hardware& hw) {
+    const config::Config& cfg = in.cfg;
+    const auto& p = cfg.parallel;
+    const int64_t m = cfg.derived.grad_accum_steps;
+    const int g = hw.gpus_per_node;
+    const std::vector<StageTraffic> traffic = plan_traffic(in);
+    const std::vector<StageMemory> memory = plan_memory(in);
+    // Grid order rank = tp + M·(dp + D·pp): tensor ranks are neighbours, data-parallel
+    // replicas M apart, stages M·D apart.
+    const int tensor_per_node = std::min(p.tensor, g);
+    const int data_per_node = p.tensor >= g ? 1 : std::min(p.data, g / p.tensor);
+    const bool grid_in_one_node = p.pipeline * p.tensor * p.data <= g;
+
+    struct Stage {
+        double compute = 0, tensor = 0, pipeline = 0, data_gathers = 0;  // per microbatch
+        double backward = 0, flops = 0;                                  // of one microbatch
+        double tensor_step = 0, embedding = 0, data = 0, optimizer = 0;  // per step
+        double microbatch() const { return compute + tensor + pipeline + data_gathers; }
+        double after_flush() const { return tensor_step + embedding + data + optimizer; }
+    };
+    std::vector<Stage> stages;
+    for (int s = 0; s < p.pipeline; ++s) {
+        const StageTraffic& t = traffic[static_cast<std::size_t>(s)];
+        Stage st;
+        for (const ChunkShape& chunk : stage_chunks(cfg, s)) {
+            const ChunkSeconds c = chunk_seconds(in, chunk, hw);
+            st.compute += c.forward + c.backward;
+            st.backward += c.backward;
+            st.flops += c.flops;
+        }
+        st.tensor = group_seconds(t.tensor, true, m, tensor_per_node, true, hw);
+        st.pipeline = group_seconds(t.pipeline, true, m, 1, grid_in_one_node, hw);
+        // ZeRO 3's gathers of the weights come before each microbatch's forward and backward.
+        st.data_gathers = group_seconds(t.data, true, m, data_per_node, true, hw);
+        st.tensor_step = group_seconds(t.tensor, false, m, tensor_per_node, true, hw);
+        st.embedding = group_seconds(t.embedding, false, m, grid_in_one_node ? 2 : 1, true, hw);
+
+        const double reduce = group_seconds(t.data, false, m, data_per_node, true, hw);
+        const double params = static_cast<double>(memory[static_cast<std::size_t>(s)].parameters);
+        if (hw.dp_overlap && p.data > 1) {
+            // Buckets of parallel.bucket_size are reduced as the last backward completes them;
+            // the last one waits for its end.
+            const double last = reduce * std::min(1.0, static_cast<double>(p.bucket_size) / params);
+            st.data = std::max(reduce - st.backward, last);
+        } else {
+            st.data = reduce;
+        }
+        const double owned = in.zero_stage >= 1 ? params / p.data : params;
+        // Master weights and moments read and written; gradients read three times; weights
+        // written.
+        st.optimizer = owned * (2 * kOptimizerBytes + 3 * in.grad_bytes + in.weight_bytes) /
+                       hw.memory_bandwidth;
+        stages.push_back(st);
+    }
+
+    const auto slowest = std::max_element(
+        stages.begin(), stages.end(),
+        [](const Stage& a, const Stage& b) { return a.microbatch() < b.microbatch(); });
+    const auto last_done = std::max_element(
+        stages.begin(), stages.end(),
+        [](const Stage& a, const Stage& b) { return a.after_flush() < b.after_flush(); });
+    const double mb = static_cast<double>(m);
+    StepTime r;
+    r.slowest_stage = static_cast<int>(slowest - stages.begin());
+    r.compute = mb * slowest->compute;
+    r.tensor_comm = mb * slowest->tensor + last_done->tensor_step;
+    r.pipeline_comm = mb * slowest->pipeline + last_done->embedding;
+    r.bubble = static_cast<double>(p.pipeline - 1) / p.virtual_stages * slowest->microbatch();
+    r.data_comm = mb * slowest->data_gathers + last_done->data;
+    r.optimizer = last_done->optimizer;
+    r.step = r.compute + r.tensor_comm + r.pipeline_comm + r.bubble + r.data_comm + r.optimizer;
+    r.executed_flops = mb * slowest->flops;
+    return r;
+}
+
+}  // namespace trident::plan

@@ -1,0 +1,72 @@
+// A step-time model of a training run on given hardware: compute from the GEMM FLOPs and the
+// memory traffic of everything else, plus the communication on the critical path, the
+// pipeline bubble and the optimizer. What it assumes:
+// - GEMMs run at the achieved GEMM rate. FLOPs are those executed: Megatron's count per layer
+//   (causal attention at half, as kernels that skip the masked blocks do), backward twice the
+//   forward, plus what recompute reruns (full: a layer's forward up to its GELU; selective:
+//   the attention scores).
+// - Every other op (LayerNorm, softmax, GELU, bias, dropout, residual adds, the loss, the
+//   zeroing of gradient scratch) reads its inputs and writes its outputs once at the
+//   achieved memory bandwidth: Trident's fused ops, with dropout masks regenerated, not read.
+// - Collectives use ring algorithms: an all-reduce sends 2(n−1)/n of its buffer, a
+//   reduce-scatter or all-gather (n−1)/n of the whole vector, at the bandwidth of the slowest
+//   link, plus a fixed latency per call. A group that spans nodes reduces hierarchically:
+//   inside each node over NVLink, then across nodes, where each GPU has its share of the
+//   node's network adapters (the per-GPU inter-node bandwidth) and a group with k members in
+//   a node uses k such shares. Payloads are the activation or gradient precision (16-bit
+//   for bf16/fp16).
+// - Tensor-parallel collectives are on the critical path: none overlaps compute.
+// - Pipeline sends are on the critical path too, once per chunk per microbatch each way; the
+//   bubble is PTD-P's, (P − 1)/(v·m) of the ideal time, taken on the slowest stage.
+// - The data-parallel reduction follows the last backward (as Trident's trainer does), or,
+//   with dp_overlap, runs in buckets of parallel.bucket_size under that last backward (as
+//   PyTorch's DDP does) and only what it does not cover, at least its last bucket, is
+//   exposed; the overlap is taken to cost the compute nothing.
+// - The optimizer reads and writes the fp32 master weights and Adam's moments, reads the
+//   gradients three times (norm, clipping, update) and writes the weights, at the memory
+//   bandwidth, for the parameters the rank owns.
+// Ranks are placed in Megatron's grid order (tensor fastest, then data, then pipeline) on
+// nodes of gpus_per_node GPUs.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "plan/communication.h"
+#include "plan/memory_model.h"
+
+namespace trident::plan {
+
+struct Hardware {
+    std::string name;             // a preset's name, or "custom"
+    double gemm_flops = 0;        // FLOP/s the GEMMs achieve
+    double memory_bandwidth = 0;  // bytes/s achieved by memory-bound ops
+    double intra_bandwidth = 0;   // bytes/s per GPU, one direction, inside a node
+    double inter_bandwidth = 0;   // bytes/s per GPU, one direction, between nodes
+    int gpus_per_node = 8;
+    double latency = 0;       // s per collective call or message
+    bool dp_overlap = false;  // the data-parallel reduction overlaps the last backward
+};
+
+// dgx2h-v100, dgx-a100, dgx-h100 (their figures and sources in perf_model.cpp). Throws
+// trident::Error naming the presets for any other name.
+Hardware hardware_preset(std::string_view name);
+std::vector<std::string> hardware_presets();
+
+// Seconds of one step, and what they are spent on (on the slowest stage).
+struct StepTime {
+    double step = 0;
+    double compute = 0;        // GEMMs and memory-bound ops of every microbatch
+    double tensor_comm = 0;    // tensor-parallel collectives
+    double pipeline_comm = 0;  // sends between stages
+    double bubble = 0;         // pipeline fill and drain
+    double data_comm = 0;      // the data-parallel reduction, as far as it is exposed
+    double optimizer = 0;
+    int slowest_stage = 0;
+    double executed_flops = 0;  // per step on that stage's ranks, recompute included
+};
+
+StepTime predict_step(const PlanInputs& in, const Hardware& hw);
+
+}  // namespace trident::plan

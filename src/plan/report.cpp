@@ -1,0 +1,306 @@
+// The plan as text and as JSON (see report.h).
+#include "plan/report.h"
+
+#include <cstdarg>
+#include <cstdio>
+
+#include "io/json_line.h"
+#include "train/metrics.h"
+
+namespace trident::plan {
+
+namespace {
+
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+std::string format(const char* fmt, ...) {
+    va_list args, again;
+    va_start(args, fmt);
+    va_copy(again, args);
+    std::string out(static_cast<std::size_t>(std::vsnprintf(nullptr, 0, fmt, args)), '\0');
+    std::vsnprintf(out.data(), out.size() + 1, fmt, again);
+    va_end(again);
+    va_end(args);
+    return out;
+}
+
+// Memory in binary units, as device memory is quoted: "12.34 GiB", "5.6 MiB".
+std::string memory_text(double bytes) {
+    const double magnitude = bytes < 0 ? -bytes : bytes;
+    if (magnitude >= 0x1p30) return format("%.2f GiB", bytes / 0x1p30);
+    if (magnitude >= 0x1p20) return format("%.1f MiB", bytes / 0x1p20);
+    if (magnitude >= 0x1p10) return format("%.1f KiB", bytes / 0x1p10);
+    return format("%.0f B", bytes);
+}
+
+// "12.3 GB"-style sizes for traffic, which is counted in decimal units like bandwidth.
+std::string bytes_text(double bytes) {
+    return bytes > 0 ? train::human_bytes(bytes) : "0";
+}
+
+std::string range(int64_t first, int64_t last) {
+    return first == last ? std::to_string(first)
+                         : std::to_string(first) + "-" + std::to_string(last);
+}
+
+// The ranks of stage s: rank = tp + M·(dp + D·pp), so one contiguous run.
+int64_t first_rank(const config::Config& cfg, int stage) {
+    return int64_t{stage} * cfg.parallel.tensor * cfg.parallel.data;
+}
+int64_t last_rank(const config::Config& cfg, int stage) {
+    return first_rank(cfg, stage + 1) - 1;
+}
+
+double headroom(const Plan& plan, const StageMemory& s) {
+    return *plan.device_memory - s.total();
+}
+
+struct NamedGroup {
+    const char* name;
+    const GroupTraffic* traffic;
+};
+std::vector<NamedGroup> groups(const StageTraffic& t) {
+    return {{"tensor", &t.tensor},
+            {"pipeline", &t.pipeline},
+            {"embedding", &t.embedding},
+            {"data", &t.data}};
+}
+
+double percent(double part, double whole) {
+    return whole > 0 ? 100.0 * part / whole : 0.0;
+}
+
+}  // namespace
+
+Plan make_plan(const PlanInputs& inputs, const std::optional<Hardware>& hardware,
+               const std::optional<double>& device_memory) {
+    Plan plan;
+    plan.inputs = inputs;
+    plan.memory = plan_memory(inputs);
+    plan.traffic = plan_traffic(inputs);
+    plan.hardware = hardware;
+    if (hardware) plan.time = predict_step(inputs, *hardware);
+    plan.device_memory = device_memory;
+    return plan;
+}
+
+std::string render_text(const Plan& plan) {
+    const PlanInputs& in = plan.inputs;
+    const config::Config& cfg = in.cfg;
+    const auto& m = cfg.model;
+    const auto& p = cfg.parallel;
+    const auto& t = cfg.training;
+    const auto& d = cfg.derived;
+    std::string out = format("plan: %s\n", cfg.source.c_str());
+    out += format(
+        "model: %s parameters | layers %d | hidden %d | heads %d | ffn %d | seq %d | "
+        "vocab %d (padded %d)\n",
+        train::human_count(static_cast<double>(d.parameters)).c_str(), m.layers, m.hidden, m.heads,
+        m.ffn_hidden, m.seq_len, m.vocab_size, d.padded_vocab);
+    out += format(
+        "layout: %d x %d x %d (pipeline x tensor x data) = %d rank%s, rank = tp + %d*(dp + "
+        "%d*pp) | schedule %s",
+        p.pipeline, p.tensor, p.data, d.world_size, d.world_size == 1 ? "" : "s", p.tensor, p.data,
+        config::to_string(p.schedule));
+    if (p.virtual_stages > 1) out += format(", %d chunks per stage", p.virtual_stages);
+    out += format(" | sequence parallel %s\n", p.sequence_parallel ? "on" : "off");
+    out += format(
+        "step: %d sequences (%lld tokens) | micro batch %d | %d microbatch%s per replica | "
+        "recompute %s\n",
+        t.global_batch, static_cast<long long>(d.tokens_per_step), t.micro_batch,
+        d.grad_accum_steps, d.grad_accum_steps == 1 ? "" : "es", config::to_string(t.recompute));
+    out += format(
+        "bytes: precision %s | per parameter: weights %d, gradients %d, optimizer %d "
+        "(ZeRO stage %d over %d replicas) | per activation %d\n\n",
+        config::to_string(t.precision), in.weight_bytes, in.grad_bytes, kOptimizerBytes,
+        in.zero_stage, p.data, in.activation_bytes);
+
+    out += "memory per rank (the ranks of a stage hold the same):\n";
+    out += format("%-5s %-11s %-3s %-7s %-7s %13s %10s %10s %10s %11s %4s %10s %10s", "stage",
+                  "ranks", "pp", "tp", "dp", "parameters", "weights", "gradients", "optimizer",
+                  "activations", "sets", "temporary", "total");
+    if (plan.device_memory)
+        out += format("  fits in %s (headroom)", memory_text(*plan.device_memory).c_str());
+    out += "\n";
+    for (const StageMemory& s : plan.memory) {
+        out +=
+            format("%-5d %-11s %-3d %-7s %-7s %13lld %10s %10s %10s %11s %4d %10s %10s", s.stage,
+                   range(first_rank(cfg, s.stage), last_rank(cfg, s.stage)).c_str(), s.stage,
+                   range(0, p.tensor - 1).c_str(), range(0, p.data - 1).c_str(),
+                   static_cast<long long>(s.parameters), memory_text(s.states.weights).c_str(),
+                   memory_text(s.states.gradients).c_str(), memory_text(s.states.optimizer).c_str(),
+                   memory_text(s.activations).c_str(), s.activation_sets,
+                   memory_text(s.temporary).c_str(), memory_text(s.total()).c_str());
+        if (plan.device_memory) {
+            const double room = headroom(plan, s);
+            out += format("  %s (%s%s)", room >= 0 ? "yes" : "NO", room >= 0 ? "" : "short by ",
+                          memory_text(room >= 0 ? room : -room).c_str());
+        }
+        out += "\n";
+    }
+    out +=
+        "activations by Korthikanti et al.'s per-layer formula (masks and dropout copies "
+        "kept):";
+    for (const StageMemory& s : plan.memory)
+        out += format(" stage %d %s;", s.stage, memory_text(s.korthikanti).c_str());
+    out.back() = '\n';
+
+    out += format(
+        "\nFLOPs per step (Megatron's model FLOPs, 72*B*s*l*h^2*(1 + s/(12h) + "
+        "V/(12*l*h))): %.4g, %.4g per GPU\n",
+        d.flops_per_step, d.flops_per_step / d.world_size);
+
+    out +=
+        "\ncommunication per step of one rank (payload as Comm counts it; sent: ring "
+        "algorithms):\n";
+    out += format("%-6s %-10s %6s %8s %12s %12s\n", "stage", "group", "ranks", "calls", "payload",
+                  "sent");
+    bool any = false;
+    for (std::size_t s = 0; s < plan.traffic.size(); ++s)
+        for (const NamedGroup& g : groups(plan.traffic[s])) {
+            any = any || !g.traffic->calls.empty();
+            if (g.traffic->calls.empty()) continue;
+            out += format("%-6zu %-10s %6d %8lld %12s %12s\n", s, g.name, g.traffic->size,
+                          static_cast<long long>(g.traffic->call_count()),
+                          bytes_text(g.traffic->payload_bytes()).c_str(),
+                          bytes_text(g.traffic->sent_bytes()).c_str());
+        }
+    if (!any) out += "none: every group is one rank\n";
+
+    if (!plan.time) {
+        out += "\nstep time: give --hardware (";
+        for (const std::string& name : hardware_presets()) out += name + "|";
+        out.back() = ')';
+        out += " or --gemm-tflops, --mem-bw, --intra-bw and --inter-bw to predict it\n";
+        return out;
+    }
+    const Hardware& hw = *plan.hardware;
+    const StepTime& st = *plan.time;
+    out += format(
+        "\nstep time on %s (GEMM %.0f TFLOP/s, memory %.0f GB/s, intra-node %.0f GB/s "
+        "and inter-node %.2f GB/s per GPU, %d GPUs per node, %.0f us per call, "
+        "data-parallel reduction %s):\n",
+        hw.name.c_str(), hw.gemm_flops / 1e12, hw.memory_bandwidth / 1e9, hw.intra_bandwidth / 1e9,
+        hw.inter_bandwidth / 1e9, hw.gpus_per_node, hw.latency * 1e6,
+        hw.dp_overlap ? "overlapped" : "after the backward");
+    out += format(
+        "  %.4g s per step | %.0f tokens/s | %.1f TFLOP/s per GPU (model FLOPs) | "
+        "slowest stage %d\n",
+        st.step, static_cast<double>(d.tokens_per_step) / st.step,
+        d.flops_per_step / st.step / d.world_size / 1e12, st.slowest_stage);
+    out += format(
+        "  compute %.1f%% | tensor comm %.1f%% | pipeline comm %.1f%% | bubble %.1f%% "
+        "(formula %.4g of ideal) | data comm %.1f%% | optimizer %.1f%%\n",
+        percent(st.compute, st.step), percent(st.tensor_comm, st.step),
+        percent(st.pipeline_comm, st.step), percent(st.bubble, st.step),
+        static_cast<double>(p.pipeline - 1) / (p.virtual_stages * d.grad_accum_steps),
+        percent(st.data_comm, st.step), percent(st.optimizer, st.step));
+    return out;
+}
+
+std::string render_json(const Plan& plan) {
+    const PlanInputs& in = plan.inputs;
+    const config::Config& cfg = in.cfg;
+    const auto& p = cfg.parallel;
+    const auto& d = cfg.derived;
+    io::JsonLine root;
+    root.add("config", std::string_view(cfg.source));
+    io::JsonLine model;
+    model.add("parameters", d.parameters)
+        .add("layers", cfg.model.layers)
+        .add("hidden", cfg.model.hidden)
+        .add("heads", cfg.model.heads)
+        .add("ffn_hidden", cfg.model.ffn_hidden)
+        .add("seq_len", cfg.model.seq_len)
+        .add("vocab_size", cfg.model.vocab_size)
+        .add("padded_vocab", d.padded_vocab);
+    root.add("model", model);
+    io::JsonLine layout;
+    layout.add("pipeline", p.pipeline)
+        .add("tensor", p.tensor)
+        .add("data", p.data)
+        .add("virtual_stages", p.virtual_stages)
+        .add("schedule", config::to_string(p.schedule))
+        .add("sequence_parallel", p.sequence_parallel)
+        .add("zero_stage", in.zero_stage)
+        .add("micro_batch", cfg.training.micro_batch)
+        .add("global_batch", cfg.training.global_batch)
+        .add("microbatches", d.grad_accum_steps)
+        .add("recompute", config::to_string(cfg.training.recompute))
+        .add("precision", config::to_string(cfg.training.precision));
+    root.add("layout", layout);
+    io::JsonLine bytes;
+    bytes.add("weight", in.weight_bytes)
+        .add("gradient", in.grad_bytes)
+        .add("optimizer", kOptimizerBytes)
+        .add("activation", in.activation_bytes);
+    root.add("bytes_per_element", bytes);
+
+    std::vector<io::JsonLine> stages;
+    for (const StageMemory& s : plan.memory) {
+        std::vector<int64_t> ranks;
+        for (int64_t r = first_rank(cfg, s.stage); r <= last_rank(cfg, s.stage); ++r)
+            ranks.push_back(r);
+        io::JsonLine st;
+        st.add("pp", s.stage).add("ranks", ranks).add("tp_size", p.tensor).add("dp_size", p.data);
+        io::JsonLine mem;
+        mem.add("parameters", s.parameters)
+            .add("weights", s.states.weights)
+            .add("gradients", s.states.gradients)
+            .add("optimizer", s.states.optimizer)
+            .add("activations", s.activations)
+            .add("activation_sets", s.activation_sets)
+            .add("korthikanti_activations", s.korthikanti)
+            .add("temporary", s.temporary)
+            .add("total", s.total());
+        if (plan.device_memory)
+            mem.add("fits", headroom(plan, s) >= 0).add("headroom", headroom(plan, s));
+        st.add("memory_bytes", mem);
+        io::JsonLine comm;
+        for (const NamedGroup& g : groups(plan.traffic[static_cast<std::size_t>(s.stage)])) {
+            io::JsonLine group;
+            group.add("ranks", g.traffic->size)
+                .add("calls", g.traffic->call_count())
+                .add("payload_bytes", g.traffic->payload_bytes())
+                .add("sent_bytes", g.traffic->sent_bytes());
+            comm.add(g.name, group);
+        }
+        st.add("communication", comm);
+        stages.push_back(st);
+    }
+    root.add("stages", stages);
+    io::JsonLine flops;
+    flops.add("model_flops_per_step", d.flops_per_step)
+        .add("model_flops_per_gpu", d.flops_per_step / d.world_size);
+    root.add("flops", flops);
+    if (plan.device_memory) root.add("device_memory_bytes", *plan.device_memory);
+    if (plan.time) {
+        const Hardware& hw = *plan.hardware;
+        const StepTime& st = *plan.time;
+        io::JsonLine h;
+        h.add("name", std::string_view(hw.name))
+            .add("gemm_flops", hw.gemm_flops)
+            .add("memory_bandwidth", hw.memory_bandwidth)
+            .add("intra_bandwidth", hw.intra_bandwidth)
+            .add("inter_bandwidth", hw.inter_bandwidth)
+            .add("gpus_per_node", hw.gpus_per_node)
+            .add("latency", hw.latency)
+            .add("dp_overlap", hw.dp_overlap);
+        io::JsonLine time;
+        time.add("hardware", h)
+            .add("step_s", st.step)
+            .add("tokens_per_s", static_cast<double>(d.tokens_per_step) / st.step)
+            .add("model_flops_per_gpu_per_s", d.flops_per_step / st.step / d.world_size)
+            .add("executed_flops_slowest_stage", st.executed_flops)
+            .add("slowest_stage", st.slowest_stage)
+            .add("compute_s", st.compute)
+            .add("tensor_comm_s", st.tensor_comm)
+            .add("pipeline_comm_s", st.pipeline_comm)
+            .add("bubble_s", st.bubble)
+            .add("data_comm_s", st.data_comm)
+            .add("optimizer_s", st.optimizer);
+        root.add("step_time", time);
+    }
+    return root.str() + "\n";
+}
+
+}  // namespace trident::plan

@@ -1,0 +1,86 @@
+// Rank sizes, stage chunks and the in-flight walk of a schedule (see stage_shape.h).
+#include "plan/stage_shape.h"
+
+#include <algorithm>
+#include <set>
+#include <tuple>
+
+namespace trident::plan {
+
+RankDims rank_dims(const config::Config& cfg) {
+    const auto& m = cfg.model;
+    const int64_t M = cfg.parallel.tensor;
+    RankDims d;
+    d.B = cfg.training.micro_batch;
+    d.T = m.seq_len;
+    d.N = d.B * d.T;
+    // The model ignores sequence parallelism on one tensor rank (model/gpt.cpp).
+    d.sequence_parallel = cfg.parallel.sequence_parallel && M > 1;
+    d.R = d.sequence_parallel ? d.N / M : d.N;
+    d.C = m.hidden;
+    d.Cm = m.hidden / M;
+    d.Fm = m.ffn_hidden / M;
+    d.heads = m.heads / M;
+    d.vocab = cfg.derived.padded_vocab / M;
+    return d;
+}
+
+std::vector<ChunkShape> stage_chunks(const config::Config& cfg, int stage) {
+    const int P = cfg.parallel.pipeline, v = cfg.parallel.virtual_stages;
+    std::vector<ChunkShape> chunks;
+    for (int c = 0; c < v; ++c) {
+        const int g = pipeline::global_chunk(P, stage, c);
+        chunks.push_back({cfg.model.layers / (P * v), g == 0, g == P * v - 1});
+    }
+    return chunks;
+}
+
+pipeline::Kind schedule_kind(const config::Config& cfg) {
+    return pipeline::parse_kind(config::to_string(cfg.parallel.schedule));
+}
+
+InFlight in_flight(const config::Config& cfg, int stage) {
+    using pipeline::Op;
+    const int P = cfg.parallel.pipeline, v = cfg.parallel.virtual_stages;
+    const int m = cfg.derived.grad_accum_steps;
+    const std::vector<ChunkShape> chunks = stage_chunks(cfg, stage);
+    InFlight f;
+    f.sets.assign(static_cast<std::size_t>(v), 0);
+    std::vector<int> live(static_cast<std::size_t>(v), 0);
+    // The executor's buffers, by (what, microbatch, chunk): created by a receive or by the
+    // compute that fills them, a received one dropped after its compute, a sent one kept
+    // until the step ends (pipeline/executor.cpp).
+    enum { act_in, act_out, grad_in, grad_out };
+    std::set<std::tuple<int, int, int>> messages;
+    const auto hold = [&](int what, int mb, int c) {
+        messages.insert({what, mb, c});
+        f.messages = std::max(f.messages, static_cast<int>(messages.size()));
+    };
+    for (const pipeline::Instr& in : pipeline::schedule(schedule_kind(cfg), P, v, m, stage)) {
+        const std::size_t c = static_cast<std::size_t>(in.chunk);
+        switch (in.op) {
+            case Op::recv_act:
+                hold(act_in, in.microbatch, in.chunk);
+                break;
+            case Op::recv_grad:
+                hold(grad_in, in.microbatch, in.chunk);
+                break;
+            case Op::forward:
+                f.sets[c] = std::max(f.sets[c], ++live[c]);
+                if (!chunks[c].head) hold(act_out, in.microbatch, in.chunk);
+                messages.erase({act_in, in.microbatch, in.chunk});
+                break;
+            case Op::backward:
+                --live[c];
+                if (!chunks[c].embeds) hold(grad_out, in.microbatch, in.chunk);
+                messages.erase({grad_in, in.microbatch, in.chunk});
+                break;
+            case Op::send_act:
+            case Op::send_grad:
+                break;
+        }
+    }
+    return f;
+}
+
+}  // namespace trident::plan

@@ -1,0 +1,368 @@
+// The planner (src/plan/, `trident plan`) against published figures and against Trident's
+// own runs: the parameter counts of Megatron-LM's 2019 series, ZeRO's Table 1, the memory
+// that real CPU runs measure, Megatron-LM's Figure 5 weak scaling, and bad input.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli_support.h"
+#include "config/config.h"
+#include "io/json_reader.h"
+#include "pipeline/simulator.h"
+#include "plan/communication.h"
+#include "plan/memory_model.h"
+#include "plan/perf_model.h"
+#include "plan/stage_shape.h"
+
+namespace {
+
+using namespace trident;
+
+// The Megatron-LM 2019 series as the repository's configs describe it.
+config::Config megatron(const std::string& size, const std::vector<std::string>& overrides = {}) {
+    return config::load(TRIDENT_SOURCE_DIR "/configs/megatron-" + size + ".yaml", overrides,
+                        config::Purpose::plan);
+}
+
+plan::PlanInputs inputs(const config::Config& cfg) {
+    return plan::plan_inputs(cfg, plan::gradient_bytes(cfg.training.precision, false));
+}
+
+// A model of 4 layers on the workspace's data (a vocabulary of 64), 2 steps.
+std::string small_config(const cli::Workspace& ws) {
+    return ws.write("plan.yaml",
+                    "model: {vocab_size: 64, seq_len: 16, layers: 4, hidden: 32, heads: 4, "
+                    "ffn_hidden: 128, dropout: 0.1}\n"
+                    "training: {micro_batch: 2, global_batch: 8, steps: 2, warmup_steps: 1, "
+                    "threads: 1}\n"
+                    "logging: {metrics: " +
+                        ws.path("metrics.jsonl") +
+                        "}\n"
+                        "data: {train: " +
+                        ws.path("train.bin") + "}\n");
+}
+
+std::string set_flags(const std::vector<std::string>& overrides) {
+    std::string flags;
+    for (const std::string& o : overrides) flags += " --set " + o;
+    return flags;
+}
+
+// The last record of a metrics file.
+io::json::Value last_metrics(const std::string& path) {
+    std::ifstream in(path);
+    std::string line, last;
+    while (std::getline(in, line))
+        if (!line.empty()) last = line;
+    REQUIRE(!last.empty());
+    return io::json::parse(last);
+}
+
+double number(const io::json::Value& record, const char* key) {
+    const io::json::Value* v = record.find(key);
+    REQUIRE(v != nullptr);
+    return v->is_integer() ? static_cast<double>(v->integer) : v->real;
+}
+
+// Trains `overrides` of the small config (under mpirun when `ranks` > 1) and holds rank 0's
+// measured memory (the metrics are written by rank 0, which holds stage 0) against the plan's
+// stage 0: each figure within 10%.
+void check_measured_memory(const std::vector<std::string>& overrides, int ranks) {
+    cli::Workspace ws;
+    const std::string config = small_config(ws);
+    const std::string launch =
+        ranks > 1 ? "OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 " +
+                        std::string(TRIDENT_MPIEXEC) + " -n " + std::to_string(ranks) + " "
+                  : "";
+    const auto run = cli::run_shell(launch + std::string(TRIDENT_BINARY) + " train --config " +
+                                    config + set_flags(overrides));
+    INFO(run.output);
+    REQUIRE(run.exit_code == 0);
+    const io::json::Value measured = last_metrics(ws.path("metrics.jsonl"));
+
+    const plan::PlanInputs in = inputs(config::load(config, overrides, config::Purpose::plan));
+    const plan::StageMemory planned = plan::plan_memory(in).front();
+    const std::pair<const char*, double> figures[] = {
+        {"mem_params_bytes", planned.states.weights},
+        {"mem_grads_bytes", planned.states.gradients},
+        {"mem_optimizer_bytes", planned.states.optimizer},
+        {"mem_activations_bytes", planned.activations},
+        {"mem_peak_bytes", planned.total()},
+    };
+    CHECK(number(measured, "activation_sets") == planned.activation_sets);
+    for (const auto& [key, plan_bytes] : figures) {
+        const double got = number(measured, key);
+        INFO(key << ": measured " << got << ", planned " << plan_bytes);
+        CHECK(std::abs(got - plan_bytes) <= 0.10 * got);
+    }
+
+    // The traffic the metrics count for rank 0's tensor and data groups, call for call.
+    const plan::StageTraffic traffic = plan::plan_traffic(in).front();
+    using parallel::CommKind;
+    const auto payload = [](const plan::GroupTraffic& g, CommKind kind) {
+        double bytes = 0;
+        for (const plan::Calls& c : g.calls)
+            if (c.kind == kind)
+                bytes += static_cast<double>(c.calls) * c.elements * c.element_bytes;
+        return bytes;
+    };
+    for (const auto& [group, traffic_of] :
+         {std::pair{"tp", &traffic.tensor}, std::pair{"dp", &traffic.data}})
+        for (const auto& [name, kind] : {std::pair{"all_reduce", CommKind::all_reduce},
+                                         std::pair{"all_gather", CommKind::all_gather},
+                                         std::pair{"reduce_scatter", CommKind::reduce_scatter}}) {
+            const std::string key = std::string(group) + "_" + name + "_bytes";
+            INFO(key);
+            CHECK(number(measured, key.c_str()) == payload(*traffic_of, kind));
+        }
+}
+
+}  // namespace
+
+TEST_CASE("plan: parameters of the Megatron-LM 2019 series", "[plan]") {
+    // Shoeybi et al., arXiv 1909.08053, Table 1: vocabulary 51200, sequence 1024.
+    struct Row {
+        const char* config;
+        int hidden, heads, layers;
+        double billions;  // as the paper states them
+    };
+    const Row rows[] = {{"1.2b", 1536, 16, 40, 1.2},
+                        {"2.5b", 1920, 20, 54, 2.5},
+                        {"4.2b", 2304, 24, 64, 4.2},
+                        {"8.3b", 3072, 32, 72, 8.3}};
+    for (const Row& r : rows) {
+        INFO(r.config);
+        const double l = r.layers, h = r.hidden, V = 51200, s = 1024;
+        // The count Megatron states: embeddings and layers (its final LayerNorm, 2h, is left out).
+        const double formula = 12 * l * h * h * (1 + 13 / (12 * h) + (V + s) / (12 * l * h));
+        CHECK(std::round(formula / 1e8) / 10 == Approx(r.billions));
+        const double exact = 12 * l * h * h + 13 * l * h + (V + s) * h;  // the same, expanded
+        CHECK(formula == Approx(exact));
+        const config::Config cfg = megatron(r.config);
+        CHECK(cfg.model.hidden == r.hidden);
+        CHECK(cfg.model.heads == r.heads);
+        CHECK(cfg.model.layers == r.layers);
+        CHECK(static_cast<double>(cfg.derived.parameters) == exact + 2 * h);
+        // The tensor-parallel ranks hold it all between them, the replicated LayerNorms and
+        // row-parallel biases once each (there is no vocabulary padding at 51200).
+        const plan::StageMemory stage = plan::plan_memory(inputs(cfg)).front();
+        const double replicated = (l * 6 + 2) * h;
+        CHECK(static_cast<double>(stage.parameters) * cfg.parallel.tensor -
+                  (cfg.parallel.tensor - 1) * (replicated + s * h) ==
+              exact + 2 * h);
+    }
+}
+
+TEST_CASE("plan: model-state memory of ZeRO's Table 1", "[plan]") {
+    // Rajbhandari et al., arXiv 1910.02054, Table 1: GB (1e9 bytes) per device of
+    // mixed-precision Adam's model states, 2 + 2 + K bytes per parameter with K = 12, for
+    // P_os (stage 1), P_os+g (2) and P_os+g+p (3). The paper cuts its larger figures to the
+    // digits printed (4187.5 is printed 4187) and rounds the smaller ones (41.25 is 41.3).
+    struct Row {
+        double params;
+        int dp;
+        const char* os;
+        const char* os_g;
+        const char* os_g_p;
+    };
+    const Row rows[] = {
+        {7.5e9, 1, "120", "120", "120"},      {7.5e9, 4, "52.5", "41.3", "30"},
+        {7.5e9, 16, "35.6", "21.6", "7.5"},   {7.5e9, 64, "31.4", "16.6", "1.88"},
+        {7.5e9, 256, "30.4", "15.4", "0.47"}, {7.5e9, 1024, "30.1", "15.1", "0.12"},
+        {128e9, 1, "2048", "2048", "2048"},   {128e9, 4, "896", "704", "512"},
+        {128e9, 16, "608", "368", "128"},     {128e9, 64, "536", "284", "32"},
+        {128e9, 256, "518", "263", "8"},      {128e9, 1024, "513", "257", "2"},
+        {1e12, 1, "16000", "16000", "16000"}, {1e12, 4, "7000", "5500", "4000"},
+        {1e12, 16, "4750", "2875", "1000"},   {1e12, 64, "4187", "2218", "250"},
+        {1e12, 256, "4046", "2054", "62.5"},  {1e12, 1024, "4011", "2013", "15.6"},
+    };
+    const int fp16 = plan::weight_bytes(config::Precision::fp16);
+    const int fp16_grads = plan::gradient_bytes(config::Precision::fp16, false);
+    for (const Row& r : rows)
+        for (const auto& [stage, printed] :
+             {std::pair{1, r.os}, std::pair{2, r.os_g}, std::pair{3, r.os_g_p}}) {
+            const double gb =
+                plan::model_states(r.params, r.dp, stage, fp16, fp16_grads).total() / 1e9;
+            // One unit of the last digit printed.
+            const std::string text = printed;
+            const std::size_t dot = text.find('.');
+            const double unit =
+                std::pow(10.0, -(dot == std::string::npos ? 0.0 : double(text.size() - dot - 1)));
+            const double value = std::stod(text);
+            INFO(r.params << " parameters, D = " << r.dp << ", stage " << stage << ": " << gb
+                          << " GB, printed " << printed);
+            CHECK(gb >= value - unit / 2);
+            CHECK(gb < value + unit);
+        }
+    // Plain data parallelism (stage 0) holds all 16 bytes per parameter.
+    CHECK(plan::model_states(7.5e9, 64, 0, fp16, fp16_grads).total() == 120e9);
+}
+
+TEST_CASE("plan: bytes per element by precision", "[plan]") {
+    using config::Precision;
+    CHECK(plan::weight_bytes(Precision::fp32) == 4);
+    CHECK(plan::weight_bytes(Precision::bf16) == 2);
+    CHECK(plan::gradient_bytes(Precision::fp32, false) == 4);
+    CHECK(plan::gradient_bytes(Precision::fp16, false) == 2);
+    CHECK(plan::gradient_bytes(Precision::bf16, true) == 4);
+    CHECK(plan::activation_bytes(Precision::fp16) == 2);
+    CHECK(plan::activation_bytes(Precision::fp32) == 4);
+}
+
+TEST_CASE("plan: activations per layer in Korthikanti et al.'s terms", "[plan]") {
+    // One stage, one microbatch: the difference between recompute modes is the layers' part.
+    const double s = 1024, b = 8, h = 1536, a = 16, l = 40;
+    const auto activations = [&](const char* recompute,
+                                 const std::vector<std::string>& extra = {}) {
+        std::vector<std::string> overrides = {std::string("training.recompute=") + recompute};
+        overrides.insert(overrides.end(), extra.begin(), extra.end());
+        return plan::plan_memory(inputs(megatron("1.2b", overrides))).front().activations;
+    };
+    // The attention probabilities: 2·a·s²·b bytes a layer in 16-bit.
+    CHECK(activations("none") - activations("selective") == l * 2 * a * s * s * b);
+    // The rest of what a layer keeps, less its output: 30·s·b·h in 16-bit (of the 32·s·b·h
+    // with the output), and LayerNorm's mean and rstd twice, fp32: 16·s·b.
+    CHECK(activations("selective") - activations("full") == l * (30 * s * b * h + 16 * s * b));
+    // Tensor parallelism over t = 4 without sequence parallelism: s·b·h·(8 + 24/t) + 2·a·s²·b/t.
+    const double t = 4;
+    const std::vector<std::string> tp = {"parallel.tensor=4"};
+    CHECK(activations("none", tp) - activations("full", tp) ==
+          l * ((6 + 24 / t) * s * b * h + 2 * a * s * s * b / t + 16 * s * b));
+}
+
+TEST_CASE("plan: activation sets in flight follow the schedule", "[plan]") {
+    cli::Workspace ws;
+    const std::string config = small_config(ws);
+    const auto sets = [&](const std::vector<std::string>& overrides) {
+        std::vector<int> per_stage;
+        for (const plan::StageMemory& s :
+             plan::plan_memory(inputs(config::load(config, overrides, config::Purpose::plan))))
+            per_stage.push_back(s.activation_sets);
+        return per_stage;
+    };
+    // 4 microbatches on 2 stages: 1F1B holds min(m, P − stage), GPipe all m.
+    CHECK(sets({"parallel.pipeline=2"}) == std::vector<int>{2, 1});
+    CHECK(sets({"parallel.pipeline=2", "parallel.schedule=gpipe"}) == std::vector<int>{4, 4});
+    CHECK(sets({"parallel.pipeline=4", "training.global_batch=16"}) ==
+          std::vector<int>{4, 3, 2, 1});
+    // Interleaved: the model pools sets per chunk, so a stage allocates each chunk's own peak
+    // in flight, which together can exceed the simulator's peak of (microbatch, chunk) pairs.
+    const auto sim = pipeline::simulate(pipeline::Kind::interleaved, 2, 2, 4);
+    const std::vector<int> interleaved =
+        sets({"parallel.pipeline=2", "parallel.schedule=interleaved", "parallel.virtual_stages=2"});
+    CHECK(interleaved == std::vector<int>{6, 4});
+    CHECK(interleaved[0] >= sim.stages[0].peak_in_flight);
+    CHECK(interleaved[1] >= sim.stages[1].peak_in_flight);
+}
+
+TEST_CASE("plan: measured memory of one-process runs is within 10% of the plan", "[plan]") {
+    for (const char* recompute : {"none", "selective", "full"}) {
+        INFO("recompute " << recompute);
+        check_measured_memory({std::string("training.recompute=") + recompute}, 1);
+    }
+}
+
+// Under mpirun (8 and 4 processes): hidden from the default test list, run by ctest as
+// mpi.plan.memory with the other multi-rank tests' lock.
+TEST_CASE("plan: measured memory of multi-rank runs is within 10% of the plan", "[.][plan][mpi]") {
+    SECTION("2 x 2 x 2, 1F1B, sequence parallel, ZeRO-1") {
+        check_measured_memory({"parallel.pipeline=2", "parallel.tensor=2", "parallel.data=2",
+                               "parallel.sequence_parallel=true"},
+                              8);
+    }
+    SECTION("2 x 1 x 2, interleaved, full recompute, ZeRO-0") {
+        check_measured_memory(
+            {"parallel.pipeline=2", "parallel.data=2", "parallel.schedule=interleaved",
+             "parallel.virtual_stages=2", "parallel.zero_stage=0", "training.recompute=full"},
+            4);
+    }
+}
+
+TEST_CASE("plan: Megatron-LM 2019 weak scaling (Figure 5) on DGX-2H", "[plan]") {
+    // Shoeybi et al., arXiv 1909.08053, Figure 5: weak-scaling efficiency against 1.2B on one
+    // V100 (39 TFLOP/s), model parallel with batch 8, and model + data parallel (64 replicas,
+    // global batch 512). The data-parallel reduction is overlapped with the backward: after it,
+    // the 512-GPU run would spend 0.34 s of a 1.2 s step reducing 2 GB of gradients per GPU over
+    // 100 GB/s of network per node, and could not reach the 74% the paper reports.
+    struct Row {
+        const char* config;
+        int gpus_model, gpus_model_data;
+        double model_parallel, model_data_parallel;  // % as the paper reports them
+        double tolerance_model_data;                 // points
+    };
+    // The 2-way and 4-way model + data parallel runs lose 12 and 3 points to their model
+    // parallel ones in the paper, the 8-way run 3 with 1.7x the 4-way's gradient bytes per
+    // node: nothing in the physics modelled here (bandwidth, latency, overlap) makes the
+    // smaller run lose 4x more, so the model, which loses under a point, is not held to 5
+    // points there (docs/PERF.md).
+    const Row rows[] = {{"1.2b", 1, 64, 100, 96, 5},
+                        {"2.5b", 2, 128, 95, 83, 12.5},
+                        {"4.2b", 4, 256, 82, 79, 7.5},
+                        {"8.3b", 8, 512, 77, 74, 5}};
+    plan::Hardware hw = plan::hardware_preset("dgx2h-v100");
+    hw.dp_overlap = true;
+    const auto throughput = [&](const config::Config& cfg) {
+        const plan::StepTime t = plan::predict_step(inputs(cfg), hw);
+        return cfg.derived.flops_per_step / t.step / cfg.derived.world_size;
+    };
+    const double baseline = throughput(megatron("1.2b"));
+    for (const Row& r : rows) {
+        const config::Config mp = megatron(r.config);
+        const config::Config mp_dp =
+            megatron(r.config, {"parallel.data=64", "training.global_batch=512"});
+        REQUIRE(mp.derived.world_size == r.gpus_model);
+        REQUIRE(mp_dp.derived.world_size == r.gpus_model_data);
+        const double model = 100 * throughput(mp) / baseline;
+        const double model_data = 100 * throughput(mp_dp) / baseline;
+        INFO(r.config << ": model parallel " << model << "% (paper " << r.model_parallel
+                      << "%), model + data parallel " << model_data << "% (paper "
+                      << r.model_data_parallel << "%)");
+        CHECK(std::abs(model - r.model_parallel) <= 5);
+        CHECK(std::abs(model_data - r.model_data_parallel) <= r.tolerance_model_data);
+    }
+}
+
+TEST_CASE("plan: the command's text and JSON", "[plan]") {
+    const std::string config = TRIDENT_SOURCE_DIR "/configs/megatron-8.3b.yaml";
+    const auto text =
+        cli::run("plan --config " + config + " --hardware dgx2h-v100 --device-memory 32GiB");
+    INFO(text.output);
+    REQUIRE(text.exit_code == 0);
+    CHECK(text.output.find("0-7") != std::string::npos);  // stage 0's ranks
+    CHECK(text.output.find("yes (") != std::string::npos);
+    CHECK(text.output.find("per step") != std::string::npos);
+
+    const auto small = cli::run("plan --config " + config + " --device-memory 8GiB --json");
+    INFO(small.output);
+    REQUIRE(small.exit_code == 0);
+    const io::json::Value plan = io::json::parse(small.output);
+    const io::json::Value* stages = plan.find("stages");
+    REQUIRE(stages != nullptr);
+    REQUIRE(stages->array.size() == 1);
+    const io::json::Value& stage = stages->array[0];
+    CHECK(stage.find("ranks")->array.size() == 8);
+    const io::json::Value* memory = stage.find("memory_bytes");
+    CHECK(memory->find("fits")->boolean == false);
+    CHECK(memory->find("headroom")->real < 0);
+    CHECK(plan.find("step_time") == nullptr);  // no hardware given
+}
+
+TEST_CASE("plan: bad input is named", "[plan][bad-input]") {
+    cli::Workspace ws;
+    const std::string plan = "plan --config " + ws.path("tiny.yaml");
+    cli::require_clear_error(cli::run(plan + " --set parallel.tensor=3"),
+                             "parallel.tensor (3) must divide model.heads (4)");
+    cli::require_clear_error(cli::run(plan + " --set parallel.pipeline=3"),
+                             "model.layers (2) must be a multiple of parallel.pipeline");
+    cli::require_clear_error(cli::run(plan + " --set model.hiden=64"), "unknown key");
+    cli::require_clear_error(cli::run(plan + " --device-memory 80bananas"), "--device-memory");
+    cli::require_clear_error(cli::run(plan + " --hardware dgx-1"), "unknown hardware 'dgx-1'");
+    cli::require_clear_error(cli::run(plan + " --gemm-tflops 100"), "--inter-bw");
+    cli::require_clear_error(cli::run(plan + " --zero-stage 4"), "--zero-stage");
+    // What only this build's runtime lacks is planned, not refused.
+    const auto gpu = cli::run(plan + " --set device=cuda --set training.precision=bf16");
+    INFO(gpu.output);
+    CHECK(gpu.exit_code == 0);
+}
