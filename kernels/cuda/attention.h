@@ -62,9 +62,8 @@ public:
     void forward(void* out, float* lse, const void* qkv, cudaDataType_t type, int B, int T, int C,
                  int NH, cudaStream_t stream);
     // dqkv (B,T,3C) = the gradient (overwritten, not added) given the forward's out and lse.
-    void backward(void* dqkv, const void* dout, const void* qkv, const void* out,
-                  const float* lse, cudaDataType_t type, int B, int T, int C, int NH,
-                  cudaStream_t stream);
+    void backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                  cudaDataType_t type, int B, int T, int C, int NH, cudaStream_t stream);
 
 private:
     struct Case;

@@ -37,7 +37,7 @@ struct Shapes {
     Dims packed_strides() const { return {t * 3 * C, hs, 3 * C, 1}; }      // q, k, v in qkv
     Dims transposed_strides() const { return {t * 3 * C, hs, 1, 3 * C}; }  // k^T, v^T in qkv
     Dims transposed() const { return {b, n, hs, t}; }
-    Dims out_strides() const { return {t * C, hs, C, 1}; }                 // out, dout (B,T,C)
+    Dims out_strides() const { return {t * C, hs, C, 1}; }  // out, dout (B,T,C)
     Dims scores() const { return {b, n, t, t}; }
     Dims score_strides() const { return {n * t * t, t * t, t, 1}; }
     Dims scores_transposed_strides() const { return {n * t * t, t * t, 1, t}; }
@@ -97,7 +97,8 @@ CudnnAttention::Case& CudnnAttention::case_for(cudaDataType_t type, int B, int T
     const cudnnDataType_t io = cudnn_type(type);
     const float scale = 1.0f / std::sqrt(static_cast<float>(s.hs));
     if ((type != CUDA_R_16BF && type != CUDA_R_16F) || s.hs % 8 != 0 || C % 8 != 0) {
-        c.why = "cuDNN's fused attention takes bf16/fp16 with head size and channels multiples of 8";
+        c.why =
+            "cuDNN's fused attention takes bf16/fp16 with head size and channels multiples of 8";
         return c;
     }
 
@@ -146,8 +147,8 @@ CudnnAttention::Case& CudnnAttention::case_for(cudaDataType_t type, int B, int T
     c.b_dv = g.tensor(s.heads(), s.packed_strides(), io);
     {
         // sum (B,NH,T,1) = rowsum(dO * O), kept in the workspace.
-        const int64_t products =
-            g.virtual_tensor(s.heads(), {s.n * s.t * s.hs, s.t * s.hs, s.n * s.hs, 1}, CUDNN_DATA_FLOAT);
+        const int64_t products = g.virtual_tensor(
+            s.heads(), {s.n * s.t * s.hs, s.t * s.hs, s.n * s.hs, 1}, CUDNN_DATA_FLOAT);
         g.pointwise(CUDNN_POINTWISE_MUL, products, c.b_do, c.b_o);
         const int64_t row_sums = g.virtual_tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
         g.reduction(CUDNN_REDUCE_TENSOR_ADD, row_sums, products);
@@ -188,7 +189,8 @@ CudnnAttention::Case& CudnnAttention::case_for(cudaDataType_t type, int B, int T
         // dQ = dS K, accumulated in fp32 in the workspace, then rounded.
         const int64_t keys = g.virtual_tensor(s.heads(), s.packed_strides(), io);
         g.reshape(keys, c.b_k);
-        const int64_t dq_accum = g.workspace_tensor(s.heads(), {s.n * s.t * s.hs, s.t * s.hs, s.hs, 1});
+        const int64_t dq_accum =
+            g.workspace_tensor(s.heads(), {s.n * s.t * s.hs, s.t * s.hs, s.hs, 1});
         g.matmul(dq_accum, dscores, keys);
         g.pointwise(CUDNN_POINTWISE_IDENTITY, c.b_dq, dq_accum);
     }
@@ -231,7 +233,11 @@ void CudnnAttention::forward(void* out, float* lse, const void* qkv, cudaDataTyp
     char* base = static_cast<char*>(const_cast<void*>(qkv));
     const std::size_t plane = static_cast<std::size_t>(C) * 2;  // bytes of C 16-bit elements
     run(*c.forward,
-        {{c.f_q, base}, {c.f_k, base + plane}, {c.f_v, base + 2 * plane}, {c.f_o, out}, {c.f_stats, lse}},
+        {{c.f_q, base},
+         {c.f_k, base + plane},
+         {c.f_v, base + 2 * plane},
+         {c.f_o, out},
+         {c.f_stats, lse}},
         stream);
 }
 

@@ -69,7 +69,8 @@ struct Geometry {
 template <int Split>
 __device__ __forceinline__ float group_sum(float x) {
 #pragma unroll
-    for (int offset = Split / 2; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
+    for (int offset = Split / 2; offset > 0; offset /= 2)
+        x += __shfl_xor_sync(0xffffffffu, x, offset);
     return x;
 }
 
@@ -80,7 +81,8 @@ __device__ void load_tile(float* tile, const void* src, const Geometry& g, std::
                           std::size_t stride, int row0) {
     for (int idx = threadIdx.x; idx < kTile * D; idx += blockDim.x) {
         const int r = idx / D, d = idx % D, row = row0 + r;
-        tile[idx] = row < g.T && d < g.hs ? load_as_float(src, g.type, base + row * stride + d) : 0.0f;
+        tile[idx] =
+            row < g.T && d < g.hs ? load_as_float(src, g.type, base + row * stride + d) : 0.0f;
     }
 }
 
@@ -111,7 +113,7 @@ __device__ void add_row(void* dst, const float (&x)[kDimsPerThread], const Geome
 
 // out (B,T,C) (null: statistics only) and lse (B,NH,T). Grid (T/64, NH, B).
 template <int Split>
-__global__ void __launch_bounds__(kQueryRows * Split)
+__global__ void __launch_bounds__(kQueryRows* Split)
     forward_kernel(void* out, float* lse, const void* qkv, Geometry g) {
     constexpr int D = kDimsPerThread * Split;
     __shared__ float keys[kTile * D], values[kTile * D];
@@ -140,7 +142,7 @@ __global__ void __launch_bounds__(kQueryRows * Split)
             tile_max = fmaxf(tile_max, score[j]);
         }
         const float m_new = fmaxf(m, tile_max);
-        if (m_new == -INFINITY) continue;  // no key yet for this row (a row past T)
+        if (m_new == -INFINITY) continue;     // no key yet for this row (a row past T)
         const float alpha = expf(m - m_new);  // 0 on the first tile (m = -inf)
         l *= alpha;
 #pragma unroll
@@ -152,7 +154,8 @@ __global__ void __launch_bounds__(kQueryRows * Split)
             if (out) {
                 const float weight = p * g.dropout_factor(mask_row + j0 + j);
 #pragma unroll
-                for (int k = 0; k < kDimsPerThread; ++k) o[k] += weight * values[j * D + k * Split + s];
+                for (int k = 0; k < kDimsPerThread; ++k)
+                    o[k] += weight * values[j * D + k * Split + s];
             }
         }
         m = m_new;
@@ -163,7 +166,10 @@ __global__ void __launch_bounds__(kQueryRows * Split)
 #pragma unroll
         for (int k = 0; k < kDimsPerThread; ++k) {
             const int d = k * Split + s;
-            if (d < g.hs) store_from_float(out, g.type, g.out_base(b, h) + static_cast<std::size_t>(i) * g.C + d, o[k] * inv);
+            if (d < g.hs)
+                store_from_float(out, g.type,
+                                 g.out_base(b, h) + static_cast<std::size_t>(i) * g.C + d,
+                                 o[k] * inv);
         }
     }
     if (s == 0) lse[g.stat(b, h, i)] = m + logf(l);
@@ -171,7 +177,8 @@ __global__ void __launch_bounds__(kQueryRows * Split)
 
 // row_dot (B,NH,T) = dout . out per row and head: one warp per row.
 __global__ void row_dot_kernel(float* row_dot, const void* dout, const void* out, Geometry g) {
-    const std::size_t row = static_cast<std::size_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    const std::size_t row =
+        static_cast<std::size_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= static_cast<std::size_t>(g.B) * g.NH * g.T) return;
     const int i = static_cast<int>(row % g.T);
@@ -188,7 +195,7 @@ __global__ void row_dot_kernel(float* row_dot, const void* dout, const void* out
 // dk, dv of a block of 64 keys: the query tiles from the key block's diagonal on stream
 // through shared memory. Grid (T/64, NH, B).
 template <int Split>
-__global__ void __launch_bounds__(kKeyRows * Split)
+__global__ void __launch_bounds__(kKeyRows* Split)
     backward_kv_kernel(void* dqkv, const void* dout, const void* qkv, const float* lse,
                        const float* row_dot, Geometry g) {
     constexpr int D = kDimsPerThread * Split;
@@ -240,7 +247,7 @@ __global__ void __launch_bounds__(kKeyRows * Split)
 // dq of a block of 64 queries: the key tiles up to the diagonal stream through shared
 // memory. Grid (T/64, NH, B).
 template <int Split>
-__global__ void __launch_bounds__(kQueryRows * Split)
+__global__ void __launch_bounds__(kQueryRows* Split)
     backward_q_kernel(void* dqkv, const void* dout, const void* qkv, const float* lse,
                       const float* row_dot, Geometry g) {
     constexpr int D = kDimsPerThread * Split;
@@ -274,7 +281,8 @@ __global__ void __launch_bounds__(kQueryRows * Split)
             const float p = expf(qk * g.scale - row_lse);
             const float ds = p * (gv * g.dropout_factor(mask_row + key) - dot_i);
 #pragma unroll
-            for (int k = 0; k < kDimsPerThread; ++k) dq[k] += g.scale * ds * keys[j * D + k * Split + s];
+            for (int k = 0; k < kDimsPerThread; ++k)
+                dq[k] += g.scale * ds * keys[j * D + k * Split + s];
         }
     }
     if (i < g.T) add_row<Split>(dqkv, dq, g, q_base, stride, i, s);
@@ -284,12 +292,17 @@ template <typename E>
 Geometry geometry(int B, int T, int C, int NH, float drop_prob, uint64_t seed, int head_begin,
                   int heads_total) {
     const int hs = C / NH;
-    return Geometry{B, T, C, NH, hs, heads_total, head_begin,
-                    1.0f / std::sqrt(static_cast<float>(hs)), drop_prob,
-                    1.0f / (1.0f - drop_prob), seed, element_type_of<E>()};
+    return Geometry{B,          T,
+                    C,          NH,
+                    hs,         heads_total,
+                    head_begin, 1.0f / std::sqrt(static_cast<float>(hs)),
+                    drop_prob,  1.0f / (1.0f - drop_prob),
+                    seed,       element_type_of<E>()};
 }
 
-int split_of(int hs) { return hs <= 32 ? 1 : hs <= 64 ? 2 : 4; }
+int split_of(int hs) {
+    return hs <= 32 ? 1 : hs <= 64 ? 2 : 4;
+}
 
 dim3 blocks(const Geometry& g, int rows) {
     return dim3(static_cast<unsigned>((g.T + rows - 1) / rows), static_cast<unsigned>(g.NH),
@@ -298,7 +311,9 @@ dim3 blocks(const Geometry& g, int rows) {
 
 }  // namespace
 
-bool flash_attention_supports(int head_size) { return head_size >= 1 && head_size <= kFlashMaxHeadSize; }
+bool flash_attention_supports(int head_size) {
+    return head_size >= 1 && head_size <= kFlashMaxHeadSize;
+}
 
 template <typename E>
 void flash_attention_forward(E* out, float* lse, const E* qkv, int B, int T, int C, int NH,
@@ -307,9 +322,16 @@ void flash_attention_forward(E* out, float* lse, const E* qkv, int B, int T, int
     if (B * T == 0) return;
     const Geometry g = geometry<E>(B, T, C, NH, drop_prob, seed, head_begin, heads_total);
     switch (split_of(g.hs)) {
-        case 1: forward_kernel<1><<<blocks(g, kQueryRows), kQueryRows, 0, stream>>>(out, lse, qkv, g); break;
-        case 2: forward_kernel<2><<<blocks(g, kQueryRows), kQueryRows * 2, 0, stream>>>(out, lse, qkv, g); break;
-        default: forward_kernel<4><<<blocks(g, kQueryRows), kQueryRows * 4, 0, stream>>>(out, lse, qkv, g);
+        case 1:
+            forward_kernel<1><<<blocks(g, kQueryRows), kQueryRows, 0, stream>>>(out, lse, qkv, g);
+            break;
+        case 2:
+            forward_kernel<2>
+                <<<blocks(g, kQueryRows), kQueryRows * 2, 0, stream>>>(out, lse, qkv, g);
+            break;
+        default:
+            forward_kernel<4>
+                <<<blocks(g, kQueryRows), kQueryRows * 4, 0, stream>>>(out, lse, qkv, g);
     }
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
@@ -321,20 +343,27 @@ void flash_attention_backward(E* dqkv, float* row_dot, const E* dout, const E* q
     if (B * T == 0) return;
     const Geometry g = geometry<E>(B, T, C, NH, drop_prob, seed, head_begin, heads_total);
     const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
-    row_dot_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(row_dot, dout, out, g);
+    row_dot_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(row_dot, dout, out,
+                                                                              g);
     TRIDENT_CUDA_CHECK_LAUNCH();
     switch (split_of(g.hs)) {
         case 1:
-            backward_kv_kernel<1><<<blocks(g, kKeyRows), kKeyRows, 0, stream>>>(dqkv, dout, qkv, lse, row_dot, g);
-            backward_q_kernel<1><<<blocks(g, kQueryRows), kQueryRows, 0, stream>>>(dqkv, dout, qkv, lse, row_dot, g);
+            backward_kv_kernel<1>
+                <<<blocks(g, kKeyRows), kKeyRows, 0, stream>>>(dqkv, dout, qkv, lse, row_dot, g);
+            backward_q_kernel<1><<<blocks(g, kQueryRows), kQueryRows, 0, stream>>>(dqkv, dout, qkv,
+                                                                                   lse, row_dot, g);
             break;
         case 2:
-            backward_kv_kernel<2><<<blocks(g, kKeyRows), kKeyRows * 2, 0, stream>>>(dqkv, dout, qkv, lse, row_dot, g);
-            backward_q_kernel<2><<<blocks(g, kQueryRows), kQueryRows * 2, 0, stream>>>(dqkv, dout, qkv, lse, row_dot, g);
+            backward_kv_kernel<2><<<blocks(g, kKeyRows), kKeyRows * 2, 0, stream>>>(
+                dqkv, dout, qkv, lse, row_dot, g);
+            backward_q_kernel<2><<<blocks(g, kQueryRows), kQueryRows * 2, 0, stream>>>(
+                dqkv, dout, qkv, lse, row_dot, g);
             break;
         default:
-            backward_kv_kernel<4><<<blocks(g, kKeyRows), kKeyRows * 4, 0, stream>>>(dqkv, dout, qkv, lse, row_dot, g);
-            backward_q_kernel<4><<<blocks(g, kQueryRows), kQueryRows * 4, 0, stream>>>(dqkv, dout, qkv, lse, row_dot, g);
+            backward_kv_kernel<4><<<blocks(g, kKeyRows), kKeyRows * 4, 0, stream>>>(
+                dqkv, dout, qkv, lse, row_dot, g);
+            backward_q_kernel<4><<<blocks(g, kQueryRows), kQueryRows * 4, 0, stream>>>(
+                dqkv, dout, qkv, lse, row_dot, g);
     }
     TRIDENT_CUDA_CHECK_LAUNCH();
 }

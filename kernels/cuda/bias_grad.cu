@@ -19,29 +19,34 @@ __global__ void bias_partials_kernel(float* partial, const E* dout, int N, int O
     if (c >= OC) return;
     const int end = min(N, (chunk + 1) * chunk_rows);
     float sum = 0.0f;
-    for (int n = chunk * chunk_rows; n < end; ++n) sum += to_float(dout[static_cast<std::size_t>(n) * OC + c]);
+    for (int n = chunk * chunk_rows; n < end; ++n)
+        sum += to_float(dout[static_cast<std::size_t>(n) * OC + c]);
     partial[static_cast<std::size_t>(chunk) * OC + c] = sum;
 }
 
 }  // namespace
 
-std::size_t bias_grad_scratch(int N, int OC) { return static_cast<std::size_t>(row_chunks(N)) * OC; }
+std::size_t bias_grad_scratch(int N, int OC) {
+    return static_cast<std::size_t>(row_chunks(N)) * OC;
+}
 
 template <typename E>
-void bias_grad(E* dbias, float* scratch, const E* dout, int N, int OC, cudaStream_t stream) {
+void bias_grad(AnyPtr dbias, float* scratch, const E* dout, int N, int OC, cudaStream_t stream) {
     if (N == 0) return;
-    const unsigned column_blocks = static_cast<unsigned>((OC + kColumnThreads - 1) / kColumnThreads);
+    const unsigned column_blocks =
+        static_cast<unsigned>((OC + kColumnThreads - 1) / kColumnThreads);
     const dim3 grid(column_blocks, static_cast<unsigned>(row_chunks(N)));
-    bias_partials_kernel<<<grid, kColumnThreads, 0, stream>>>(scratch, dout, N, OC, rows_per_chunk(N));
+    bias_partials_kernel<<<grid, kColumnThreads, 0, stream>>>(scratch, dout, N, OC,
+                                                              rows_per_chunk(N));
     TRIDENT_CUDA_CHECK_LAUNCH();
-    add_column_partials_kernel<E, 1><<<column_blocks, kColumnThreads, 0, stream>>>(
-        {{dbias}}, scratch, row_chunks(N), OC);
+    add_column_partials_kernel<1>
+        <<<column_blocks, kColumnThreads, 0, stream>>>({{dbias}}, scratch, row_chunks(N), OC);
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
-template void bias_grad<float>(float*, float*, const float*, int, int, cudaStream_t);
-template void bias_grad<__nv_bfloat16>(__nv_bfloat16*, float*, const __nv_bfloat16*, int, int,
+template void bias_grad<float>(AnyPtr, float*, const float*, int, int, cudaStream_t);
+template void bias_grad<__nv_bfloat16>(AnyPtr, float*, const __nv_bfloat16*, int, int,
                                        cudaStream_t);
-template void bias_grad<__half>(__half*, float*, const __half*, int, int, cudaStream_t);
+template void bias_grad<__half>(AnyPtr, float*, const __half*, int, int, cudaStream_t);
 
 }  // namespace trident::kernels::cuda

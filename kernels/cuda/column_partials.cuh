@@ -18,29 +18,34 @@ constexpr int kColumnThreads = 256;
 
 // Chunks of rows for N rows: enough blocks to fill a GPU for N in the thousands, each chunk at
 // least 32 rows so a thread does real work.
-inline int row_chunks(int N) { return std::max(1, std::min(128, (N + 31) / 32)); }
-inline int rows_per_chunk(int N) { return (N + row_chunks(N) - 1) / row_chunks(N); }
+inline int row_chunks(int N) {
+    return std::max(1, std::min(128, (N + 31) / 32));
+}
+inline int rows_per_chunk(int N) {
+    return (N + row_chunks(N) - 1) / row_chunks(N);
+}
 
 // Pass 2: gradient[q][c] += sum over chunks of partial[chunk][q][c], q < Q, in chunk order.
-// `partial` is (chunks, Q, C); gradient[q] may be null (not wanted).
-template <typename E, int Q>
+// `partial` is (chunks, Q, C); gradient[q] may be null (not wanted). Gradients have their own
+// element type (fp32 under fp32 gradient accumulation).
+template <int Q>
 struct ColumnGradients {
-    E* gradient[Q];
+    AnyPtr gradient[Q];
 };
 
-template <typename E, int Q>
-__global__ void add_column_partials_kernel(ColumnGradients<E, Q> out, const float* partial,
-                                           int chunks, int C) {
+template <int Q>
+__global__ void add_column_partials_kernel(ColumnGradients<Q> out, const float* partial, int chunks,
+                                           int C) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
 #pragma unroll
     for (int q = 0; q < Q; ++q) {
-        if (out.gradient[q] == nullptr) continue;
+        const AnyPtr g = out.gradient[q];
+        if (g.data == nullptr) continue;
         float sum = 0.0f;
         for (int chunk = 0; chunk < chunks; ++chunk)
             sum += partial[(static_cast<std::size_t>(chunk) * Q + q) * C + c];
-        E* g = out.gradient[q] + c;
-        *g = from_float<E>(to_float(*g) + sum);
+        store_from_float(g.data, g.type, c, load_as_float(g.data, g.type, c) + sum);
     }
 }
 

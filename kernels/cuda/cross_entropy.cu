@@ -111,18 +111,20 @@ __global__ void backward_kernel(E* dlogits, const E* logits, const float* lse,
     }
 }
 
-unsigned small_blocks(int N) { return static_cast<unsigned>((N + 255) / 256); }
+unsigned small_blocks(int N) {
+    return static_cast<unsigned>((N + 255) / 256);
+}
 
 }  // namespace
 
 template <typename E>
-void cross_entropy_partials(float* row_max, float* row_sumexp, float* target_logit,
-                            const E* logits, const int32_t* targets, int N, int vocab_begin, int V,
-                            int Vp_local, cudaStream_t stream) {
+void cross_entropy_partials(float* row_max, float* row_sumexp, float* target_logit, const E* logits,
+                            const int32_t* targets, int N, int vocab_begin, int V, int Vp_local,
+                            cudaStream_t stream) {
     if (N == 0) return;
     partials_kernel<<<N, kThreads, 0, stream>>>(row_max, row_sumexp, target_logit, logits, targets,
-                                                real_columns(vocab_begin, V, Vp_local),
-                                                vocab_begin, Vp_local);
+                                                real_columns(vocab_begin, V, Vp_local), vocab_begin,
+                                                Vp_local);
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
@@ -138,7 +140,7 @@ void cross_entropy_losses(float* losses, float* lse, const float* global_max,
                           cudaStream_t stream) {
     if (N == 0) return;
     losses_kernel<<<small_blocks(N), 256, 0, stream>>>(losses, lse, global_max, row_sumexp,
-                                                      target_logit, N);
+                                                       target_logit, N);
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
@@ -148,15 +150,15 @@ void cross_entropy_backward(E* dlogits, const E* logits, const float* lse, const
                             cudaStream_t stream) {
     if (N == 0) return;
     backward_kernel<<<N, kThreads, 0, stream>>>(dlogits, logits, lse, targets, dloss,
-                                                real_columns(vocab_begin, V, Vp_local),
-                                                vocab_begin, Vp_local);
+                                                real_columns(vocab_begin, V, Vp_local), vocab_begin,
+                                                Vp_local);
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
-#define TRIDENT_INSTANTIATE(E)                                                                  \
-    template void cross_entropy_partials<E>(float*, float*, float*, const E*, const int32_t*,  \
-                                            int, int, int, int, cudaStream_t);                  \
-    template void cross_entropy_backward<E>(E*, const E*, const float*, const int32_t*, float, \
+#define TRIDENT_INSTANTIATE(E)                                                                     \
+    template void cross_entropy_partials<E>(float*, float*, float*, const E*, const int32_t*, int, \
+                                            int, int, int, cudaStream_t);                          \
+    template void cross_entropy_backward<E>(E*, const E*, const float*, const int32_t*, float,     \
                                             int, int, int, int, cudaStream_t);
 TRIDENT_INSTANTIATE(float)
 TRIDENT_INSTANTIATE(__nv_bfloat16)

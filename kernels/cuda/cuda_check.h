@@ -16,7 +16,8 @@ namespace trident::kernels::cuda {
                                       const char* call, const char* file, int line);
 
 inline void check_cuda(cudaError_t status, const char* call, const char* file, int line) {
-    if (status != cudaSuccess) throw_library_error("CUDA", cudaGetErrorString(status), call, file, line);
+    if (status != cudaSuccess)
+        throw_library_error("CUDA", cudaGetErrorString(status), call, file, line);
 }
 
 }  // namespace trident::kernels::cuda

@@ -16,6 +16,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/element_type.h"
+
 namespace trident::kernels::cuda {
 
 // ---- pointwise (pointwise.cu) -----------------------------------------------------------
@@ -48,17 +50,19 @@ template <typename E>
 void residual_layernorm_forward(E* residual, E* out, float* mean, float* rstd, const E* a,
                                 const E* b, const E* weight, const E* bias, int N, int C,
                                 cudaStream_t stream);
-// dinp (N,C) +=, dweight, dbias (C) +=; `scratch` holds layernorm_backward_scratch(N, C) floats.
+// dinp (N,C) +=, dweight, dbias (C) += (of any type: parameter gradients may be fp32);
+// `scratch` holds layernorm_backward_scratch(N, C) floats.
 template <typename E>
-void layernorm_backward(E* dinp, E* dweight, E* dbias, float* scratch, const E* dout,
+void layernorm_backward(E* dinp, AnyPtr dweight, AnyPtr dbias, float* scratch, const E* dout,
                         const E* inp, const E* weight, const float* mean, const float* rstd, int N,
                         int C, cudaStream_t stream);
 std::size_t layernorm_backward_scratch(int N, int C);
 
 // ---- linear: the bias gradient (bias_grad.cu); the GEMMs are cuBLASLt's (gemm.h) ----------
-// dbias (OC) += column sums of dout (N,OC); `scratch` holds bias_grad_scratch(N, OC) floats.
+// dbias (OC, any type) += column sums of dout (N,OC); `scratch` holds bias_grad_scratch(N, OC)
+// floats.
 template <typename E>
-void bias_grad(E* dbias, float* scratch, const E* dout, int N, int OC, cudaStream_t stream);
+void bias_grad(AnyPtr dbias, float* scratch, const E* dout, int N, int OC, cudaStream_t stream);
 std::size_t bias_grad_scratch(int N, int OC);
 
 // ---- embedding (embedding.cu) --------------------------------------------------------------
@@ -67,16 +71,16 @@ void embedding_forward(E* out, const int32_t* tokens, const E* wte, const E* wpe
                        int C, int vocab_begin, int vocab_local, cudaStream_t stream);
 // The scatter into dwte is a reduction wherever a token repeats. One warp per token (the
 // warp of its first position) sums that token's rows in position order and adds the sum once:
-// no atomics, so the result does not depend on scheduling.
+// no atomics, so the result does not depend on scheduling. dwte, dwpe of any type.
 template <typename E>
-void embedding_backward(E* dwte, E* dwpe, const E* dout, const int32_t* tokens, int B, int T,
-                        int C, int vocab_begin, int vocab_local, cudaStream_t stream);
+void embedding_backward(AnyPtr dwte, AnyPtr dwpe, const E* dout, const int32_t* tokens, int B,
+                        int T, int C, int vocab_begin, int vocab_local, cudaStream_t stream);
 
 // ---- vocab-parallel cross-entropy (cross_entropy.cu) ---------------------------------------
 template <typename E>
-void cross_entropy_partials(float* row_max, float* row_sumexp, float* target_logit,
-                            const E* logits, const int32_t* targets, int N, int vocab_begin, int V,
-                            int Vp_local, cudaStream_t stream);
+void cross_entropy_partials(float* row_max, float* row_sumexp, float* target_logit, const E* logits,
+                            const int32_t* targets, int N, int vocab_begin, int V, int Vp_local,
+                            cudaStream_t stream);
 void cross_entropy_rescale(float* row_sumexp, const float* row_max, const float* global_max, int N,
                            cudaStream_t stream);
 void cross_entropy_losses(float* losses, float* lse, const float* global_max,

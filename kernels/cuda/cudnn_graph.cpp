@@ -75,8 +75,9 @@ int64_t CudnnGraph::workspace_tensor(const Dims& dims, const Dims& strides) {
     int64_t elements = 1;
     for (int i = 0; i < 4; ++i) elements += (dims[i] - 1) * strides[i];
     t.workspace_offset = intermediates_bytes_;
-    intermediates_bytes_ += (static_cast<std::size_t>(elements) * sizeof(float) + kWorkspaceAlignment - 1) /
-                            kWorkspaceAlignment * kWorkspaceAlignment;
+    intermediates_bytes_ +=
+        (static_cast<std::size_t>(elements) * sizeof(float) + kWorkspaceAlignment - 1) /
+        kWorkspaceAlignment * kWorkspaceAlignment;
     return add(t);
 }
 
@@ -131,57 +132,85 @@ bool CudnnGraph::finalize_descriptors(std::string& why) {
         switch (op.kind) {
             case OpKind::pointwise: {
                 const auto mode = static_cast<cudnnPointwiseMode_t>(op.mode);
-                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &inner), "pointwise");
+                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &inner),
+                     "pointwise");
                 owned_.push_back(inner);
-                step(set(inner, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode), "pointwise mode");
-                step(set_type(inner, CUDNN_ATTR_POINTWISE_MATH_PREC, op.math), "pointwise precision");
+                step(set(inner, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode),
+                     "pointwise mode");
+                step(set_type(inner, CUDNN_ATTR_POINTWISE_MATH_PREC, op.math),
+                     "pointwise precision");
                 if (op.axis >= 0)
-                    step(set(inner, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &op.axis), "pointwise axis");
+                    step(set(inner, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &op.axis),
+                         "pointwise axis");
                 step(cudnnBackendFinalize(inner), "pointwise finalize");
-                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, &operation),
+                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
+                                                  &operation),
                      "pointwise operation");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, inner), "pointwise op");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, desc(op.x)), "pointwise x");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, inner),
+                     "pointwise op");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, desc(op.x)),
+                     "pointwise x");
                 if (op.b >= 0)
-                    step(set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, desc(op.b)), "pointwise b");
+                    step(
+                        set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, desc(op.b)),
+                        "pointwise b");
                 if (op.t >= 0)
-                    step(set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, desc(op.t)), "pointwise t");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, desc(op.y)), "pointwise y");
+                    step(
+                        set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, desc(op.t)),
+                        "pointwise t");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, desc(op.y)),
+                     "pointwise y");
                 break;
             }
             case OpKind::reduction: {
                 const auto mode = static_cast<cudnnReduceTensorOp_t>(op.mode);
-                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, &inner), "reduction");
+                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, &inner),
+                     "reduction");
                 owned_.push_back(inner);
-                step(set(inner, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode),
+                step(set(inner, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE,
+                         1, &mode),
                      "reduction operator");
-                step(set_type(inner, CUDNN_ATTR_REDUCTION_COMP_TYPE, op.math), "reduction precision");
+                step(set_type(inner, CUDNN_ATTR_REDUCTION_COMP_TYPE, op.math),
+                     "reduction precision");
                 step(cudnnBackendFinalize(inner), "reduction finalize");
-                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, &operation),
+                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR,
+                                                  &operation),
                      "reduction operation");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_REDUCTION_DESC, inner), "reduction op");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, desc(op.x)), "reduction x");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, desc(op.y)), "reduction y");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_REDUCTION_DESC, inner),
+                     "reduction op");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, desc(op.x)),
+                     "reduction x");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, desc(op.y)),
+                     "reduction y");
                 break;
             }
             case OpKind::matmul: {
-                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_MATMUL_DESCRIPTOR, &inner), "matmul");
+                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_MATMUL_DESCRIPTOR, &inner),
+                     "matmul");
                 owned_.push_back(inner);
                 step(set_type(inner, CUDNN_ATTR_MATMUL_COMP_TYPE, op.math), "matmul precision");
                 step(cudnnBackendFinalize(inner), "matmul finalize");
-                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, &operation),
+                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR,
+                                                  &operation),
                      "matmul operation");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_DESC, inner), "matmul op");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_ADESC, desc(op.x)), "matmul a");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_BDESC, desc(op.b)), "matmul b");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_CDESC, desc(op.y)), "matmul c");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_DESC, inner),
+                     "matmul op");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_ADESC, desc(op.x)),
+                     "matmul a");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_BDESC, desc(op.b)),
+                     "matmul b");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_CDESC, desc(op.y)),
+                     "matmul c");
                 break;
             }
             case OpKind::reshape: {
-                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, &operation),
+                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR,
+                                                  &operation),
                      "reshape operation");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, desc(op.x)), "reshape x");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, desc(op.y)), "reshape y");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, desc(op.x)),
+                     "reshape x");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, desc(op.y)),
+                     "reshape y");
                 break;
             }
         }
@@ -205,12 +234,15 @@ bool CudnnGraph::finalize_descriptors(std::string& why) {
     // Engine configurations, best first by cuDNN's heuristic; the first whose plan finalises
     // is kept.
     cudnnBackendDescriptor_t heuristics = nullptr;
-    step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heuristics), "heuristics");
+    step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heuristics),
+         "heuristics");
     if (!step.ok) return false;
     owned_.push_back(heuristics);
     const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-    step(set_descriptor(heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph), "heuristics graph");
-    step(set(heuristics, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode), "heuristics mode");
+    step(set_descriptor(heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph),
+         "heuristics graph");
+    step(set(heuristics, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode),
+         "heuristics mode");
     if (!step(cudnnBackendFinalize(heuristics), "heuristics finalize")) return false;
     int64_t available = 0;
     if (!step(cudnnBackendGetAttribute(heuristics, CUDNN_ATTR_ENGINEHEUR_RESULTS,
@@ -223,7 +255,8 @@ bool CudnnGraph::finalize_descriptors(std::string& why) {
     }
     std::vector<cudnnBackendDescriptor_t> configs(static_cast<std::size_t>(available));
     for (auto& config : configs) {
-        step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &config), "engine config");
+        step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &config),
+             "engine config");
         owned_.push_back(config);
     }
     int64_t returned = 0;
@@ -294,11 +327,14 @@ void CudnnGraph::run(const std::unordered_map<int64_t, void*>& pointers, void* w
         if (status != CUDNN_STATUS_SUCCESS)
             throw_library_error("cuDNN", cudnnGetErrorString(status), call, __FILE__, __LINE__);
     };
-    check(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack), "variant pack");
+    check(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack),
+          "variant pack");
     const int64_t count = static_cast<int64_t>(ids.size());
-    cudnnStatus_t status = set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, ids.data());
+    cudnnStatus_t status =
+        set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, ids.data());
     if (status == CUDNN_STATUS_SUCCESS)
-        status = set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, data.data());
+        status = set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count,
+                     data.data());
     if (status == CUDNN_STATUS_SUCCESS)
         status = set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
     if (status == CUDNN_STATUS_SUCCESS) status = cudnnBackendFinalize(pack);

@@ -16,8 +16,8 @@
 // workspace after cuDNN's own part.
 #pragma once
 
-#include <cudnn.h>
 #include <cuda_runtime.h>
+#include <cudnn.h>
 
 #include <array>
 #include <cstdint>

@@ -32,8 +32,8 @@ const Gpu& chosen() {
 
 void throw_library_error(const char* library, const std::string& message, const char* call,
                          const char* file, int line) {
-    std::string text = std::string(file) + ":" + std::to_string(line) + ": " + library + " error: " +
-                       message + " (in " + call + ")";
+    std::string text = std::string(file) + ":" + std::to_string(line) + ": " + library +
+                       " error: " + message + " (in " + call + ")";
     if (message.find("out of memory") != std::string::npos)
         text += "; try a smaller training.micro_batch, activation recompute, or more ranks";
     throw Error(text);
@@ -63,9 +63,15 @@ void use_gpu(int device) {
     g.device = device;
 }
 
-int current_gpu() { return chosen().device; }
-cudaStream_t compute_stream() { return chosen().stream; }
-const cudaDeviceProp& gpu_properties() { return chosen().properties; }
+int current_gpu() {
+    return chosen().device;
+}
+cudaStream_t compute_stream() {
+    return chosen().stream;
+}
+const cudaDeviceProp& gpu_properties() {
+    return chosen().properties;
+}
 
 std::string describe_gpu() {
     const Gpu& g = chosen();
@@ -95,6 +101,8 @@ unsigned blocks_for(std::size_t work, unsigned threads) {
     return static_cast<unsigned>(std::max<std::size_t>(1, std::min(needed, most)));
 }
 
-void synchronize() { TRIDENT_CUDA_CHECK(cudaStreamSynchronize(compute_stream())); }
+void synchronize() {
+    TRIDENT_CUDA_CHECK(cudaStreamSynchronize(compute_stream()));
+}
 
 }  // namespace trident::kernels::cuda

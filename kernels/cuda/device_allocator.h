@@ -34,6 +34,8 @@ public:
     std::size_t allocated_bytes() const { return allocated_; }
     std::size_t peak_allocated_bytes() const { return peak_; }
     std::size_t reserved_bytes() const { return reserved_; }
+    // Starts the peak again from what is allocated now.
+    void reset_peak() { peak_ = allocated_; }
 
     // The class a request of `bytes` is served from: 512-byte steps up to 1 MiB, then steps
     // of 1/8 of the power of two below (at most 12.5% unused).
@@ -42,7 +44,7 @@ public:
 private:
     void free_cached();
 
-    std::unordered_map<void*, std::size_t> in_use_;  // block -> class size
+    std::unordered_map<void*, std::size_t> in_use_;     // block -> class size
     std::map<std::size_t, std::vector<void*>> cached_;  // class size -> free blocks
     std::size_t allocated_ = 0, peak_ = 0, reserved_ = 0;
 };

@@ -13,11 +13,19 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/cuda/element_type.h"
+
 namespace trident::kernels::cuda {
 
-__device__ __forceinline__ float to_float(float x) { return x; }
-__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float to_float(__half x) { return __half2float(x); }
+__device__ __forceinline__ float to_float(float x) {
+    return x;
+}
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) {
+    return __bfloat162float(x);
+}
+__device__ __forceinline__ float to_float(__half x) {
+    return __half2float(x);
+}
 
 template <typename T>
 __device__ __forceinline__ T from_float(float x);
@@ -51,36 +59,46 @@ __device__ __forceinline__ void store_pack(T* p, const Pack<T>& x) {
     *reinterpret_cast<Pack<T>*>(p) = x;
 }
 
-// An element type known only at run time, for kernels whose inner loops work on float copies
-// in shared memory or registers: they convert on the way in and out only, so one instantiation
-// serves every type and a switch per load costs nothing measurable.
-enum class ElementType : int { f32, bf16, f16 };
-
+// Loads and stores through an element type known at run time (element_type.h): a switch per
+// access, which costs nothing measurable where the inner loops work on float copies.
 template <typename E>
 constexpr ElementType element_type_of() {
-    if constexpr (sizeof(E) == 4) return ElementType::f32;
-    else if constexpr (std::is_same_v<E, __nv_bfloat16>) return ElementType::bf16;
-    else return ElementType::f16;
+    if constexpr (sizeof(E) == 4)
+        return ElementType::f32;
+    else if constexpr (std::is_same_v<E, __nv_bfloat16>)
+        return ElementType::bf16;
+    else
+        return ElementType::f16;
 }
 
 __device__ __forceinline__ float load_as_float(const void* p, ElementType t, std::size_t i) {
     switch (t) {
-        case ElementType::bf16: return to_float(static_cast<const __nv_bfloat16*>(p)[i]);
-        case ElementType::f16: return to_float(static_cast<const __half*>(p)[i]);
-        default: return static_cast<const float*>(p)[i];
+        case ElementType::bf16:
+            return to_float(static_cast<const __nv_bfloat16*>(p)[i]);
+        case ElementType::f16:
+            return to_float(static_cast<const __half*>(p)[i]);
+        default:
+            return static_cast<const float*>(p)[i];
     }
 }
 
 __device__ __forceinline__ void store_from_float(void* p, ElementType t, std::size_t i, float x) {
     switch (t) {
-        case ElementType::bf16: static_cast<__nv_bfloat16*>(p)[i] = from_float<__nv_bfloat16>(x); break;
-        case ElementType::f16: static_cast<__half*>(p)[i] = from_float<__half>(x); break;
-        default: static_cast<float*>(p)[i] = x;
+        case ElementType::bf16:
+            static_cast<__nv_bfloat16*>(p)[i] = from_float<__nv_bfloat16>(x);
+            break;
+        case ElementType::f16:
+            static_cast<__half*>(p)[i] = from_float<__half>(x);
+            break;
+        default:
+            static_cast<float*>(p)[i] = x;
     }
 }
 
 // Whether a pointer may be read and written in whole packs.
-inline bool pack_aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+inline bool pack_aligned(const void* p) {
+    return reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
 
 // Warp and block reductions in a fixed order (a butterfly), so results repeat bit for bit.
 template <typename V>
@@ -89,7 +107,8 @@ __device__ __forceinline__ V warp_sum(V x) {
     return x;
 }
 __device__ __forceinline__ float warp_max(float x) {
-    for (int offset = 16; offset > 0; offset /= 2) x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
+    for (int offset = 16; offset > 0; offset /= 2)
+        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
     return x;
 }
 

@@ -43,8 +43,8 @@ __global__ void embedding_forward_kernel(E* out, const int32_t* tokens, const E*
 
 // dwte (vocab_local, C) += dout rows summed per token, one warp per position.
 template <typename E>
-__global__ void embedding_backward_wte_kernel(E* dwte, const E* dout, const int32_t* tokens, int N,
-                                              int C, int vocab_begin, int vocab_local) {
+__global__ void embedding_backward_wte_kernel(AnyPtr dwte, const E* dout, const int32_t* tokens,
+                                              int N, int C, int vocab_begin, int vocab_local) {
     const int i = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (i >= N) return;
@@ -56,7 +56,7 @@ __global__ void embedding_backward_wte_kernel(E* dwte, const E* dout, const int3
         const int j = base + lane;
         if (__any_sync(0xffffffffu, j < i && tokens[j] == token)) return;
     }
-    E* dwte_row = dwte + static_cast<std::size_t>(row) * C;
+    const std::size_t row_begin = static_cast<std::size_t>(row) * C;
     for (int c0 = 0; c0 < C; c0 += 32 * kChannelsPerLane) {
         float sum[kChannelsPerLane] = {};
         for (int base = i; base < N; base += 32) {
@@ -76,21 +76,25 @@ __global__ void embedding_backward_wte_kernel(E* dwte, const E* dout, const int3
 #pragma unroll
         for (int r = 0; r < kChannelsPerLane; ++r) {
             const int c = c0 + r * 32 + lane;
-            if (c < C) dwte_row[c] = from_float<E>(to_float(dwte_row[c]) + sum[r]);
+            if (c < C) {
+                const std::size_t i = row_begin + c;
+                store_from_float(dwte.data, dwte.type, i,
+                                 load_as_float(dwte.data, dwte.type, i) + sum[r]);
+            }
         }
     }
 }
 
 // dwpe (T, C) += dout summed over the batch, in batch order: one thread per element.
 template <typename E>
-__global__ void embedding_backward_wpe_kernel(E* dwpe, const E* dout, int B, int T, int C) {
+__global__ void embedding_backward_wpe_kernel(AnyPtr dwpe, const E* dout, int B, int T, int C) {
     const std::size_t TC = static_cast<std::size_t>(T) * C;
     const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
     for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < TC;
          i += stride) {
         float sum = 0.0f;
         for (int b = 0; b < B; ++b) sum += to_float(dout[b * TC + i]);
-        dwpe[i] = from_float<E>(to_float(dwpe[i]) + sum);
+        store_from_float(dwpe.data, dwpe.type, i, load_as_float(dwpe.data, dwpe.type, i) + sum);
     }
 }
 
@@ -106,25 +110,25 @@ void embedding_forward(E* out, const int32_t* tokens, const E* wte, const E* wpe
 }
 
 template <typename E>
-void embedding_backward(E* dwte, E* dwpe, const E* dout, const int32_t* tokens, int B, int T,
-                        int C, int vocab_begin, int vocab_local, cudaStream_t stream) {
+void embedding_backward(AnyPtr dwte, AnyPtr dwpe, const E* dout, const int32_t* tokens, int B,
+                        int T, int C, int vocab_begin, int vocab_local, cudaStream_t stream) {
     const int N = B * T;
     if (N == 0) return;
-    embedding_backward_wte_kernel<<<(N + kWarpsPerBlock - 1) / kWarpsPerBlock, kThreads, 0, stream>>>(
-        dwte, dout, tokens, N, C, vocab_begin, vocab_local);
+    embedding_backward_wte_kernel<<<(N + kWarpsPerBlock - 1) / kWarpsPerBlock, kThreads, 0,
+                                    stream>>>(dwte, dout, tokens, N, C, vocab_begin, vocab_local);
     TRIDENT_CUDA_CHECK_LAUNCH();
-    if (dwpe != nullptr) {
+    if (dwpe.data != nullptr) {
         embedding_backward_wpe_kernel<<<blocks_for(static_cast<std::size_t>(T) * C, kThreads),
                                         kThreads, 0, stream>>>(dwpe, dout, B, T, C);
         TRIDENT_CUDA_CHECK_LAUNCH();
     }
 }
 
-#define TRIDENT_INSTANTIATE(E)                                                                 \
-    template void embedding_forward<E>(E*, const int32_t*, const E*, const E*, int, int, int,  \
-                                       int, int, cudaStream_t);                                \
-    template void embedding_backward<E>(E*, E*, const E*, const int32_t*, int, int, int, int,  \
-                                        int, cudaStream_t);
+#define TRIDENT_INSTANTIATE(E)                                                                     \
+    template void embedding_forward<E>(E*, const int32_t*, const E*, const E*, int, int, int, int, \
+                                       int, cudaStream_t);                                         \
+    template void embedding_backward<E>(AnyPtr, AnyPtr, const E*, const int32_t*, int, int, int,   \
+                                        int, int, cudaStream_t);
 TRIDENT_INSTANTIATE(float)
 TRIDENT_INSTANTIATE(__nv_bfloat16)
 TRIDENT_INSTANTIATE(__half)

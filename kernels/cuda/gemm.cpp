@@ -36,10 +36,14 @@ int alignment_of(const void* p) {
 
 cublasLtEpilogue_t epilogue_of(Epilogue e) {
     switch (e) {
-        case Epilogue::bias: return CUBLASLT_EPILOGUE_BIAS;
-        case Epilogue::gelu_bias: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-        case Epilogue::dgelu: return CUBLASLT_EPILOGUE_DGELU;
-        case Epilogue::none: break;
+        case Epilogue::bias:
+            return CUBLASLT_EPILOGUE_BIAS;
+        case Epilogue::gelu_bias:
+            return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+        case Epilogue::dgelu:
+            return CUBLASLT_EPILOGUE_DGELU;
+        case Epilogue::none:
+            break;
     }
     return CUBLASLT_EPILOGUE_DEFAULT;
 }
@@ -72,20 +76,30 @@ Gemm::~Gemm() {
 
 bool Gemm::supports(cudaDataType_t ab_type, cudaDataType_t d_type) {
     switch (ab_type) {
-        case CUDA_R_32F: return d_type == CUDA_R_32F;
+        case CUDA_R_32F:
+            return d_type == CUDA_R_32F;
         case CUDA_R_16BF:
-        case CUDA_R_16F: return d_type == ab_type || d_type == CUDA_R_32F;
-        default: return false;
+        case CUDA_R_16F:
+            return d_type == ab_type || d_type == CUDA_R_32F;
+        default:
+            return false;
     }
 }
 
 Gemm::Plan& Gemm::plan_for(const GemmCall& c) {
-    const int alignment = std::min({alignment_of(c.a), alignment_of(c.b), alignment_of(c.d),
-                                    c.bias ? alignment_of(c.bias) : 256,
-                                    c.aux ? alignment_of(c.aux) : 256});
-    const Key key{c.rows, c.cols, c.inner, c.trans_a, c.trans_b, c.beta != 0.0f,
-                  static_cast<int>(c.ab_type), static_cast<int>(c.d_type),
-                  static_cast<int>(c.epilogue), alignment};
+    const int alignment =
+        std::min({alignment_of(c.a), alignment_of(c.b), alignment_of(c.d),
+                  c.bias ? alignment_of(c.bias) : 256, c.aux ? alignment_of(c.aux) : 256});
+    const Key key{c.rows,
+                  c.cols,
+                  c.inner,
+                  c.trans_a,
+                  c.trans_b,
+                  c.beta != 0.0f,
+                  static_cast<int>(c.ab_type),
+                  static_cast<int>(c.d_type),
+                  static_cast<int>(c.epilogue),
+                  alignment};
     auto& slot = plans_[key];
     if (slot) return *slot;
 
@@ -95,11 +109,12 @@ Gemm::Plan& Gemm::plan_for(const GemmCall& c) {
     const cublasOperation_t op_b = c.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const uint64_t m = static_cast<uint64_t>(c.cols), n = static_cast<uint64_t>(c.rows),
                    k = static_cast<uint64_t>(c.inner);
-    TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSA,
-                                                        &op_a, sizeof(op_a)));
-    TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(plan->operation, CUBLASLT_MATMUL_DESC_TRANSB,
-                                                        &op_b, sizeof(op_b)));
+    TRIDENT_CUBLAS_CHECK(
+        cublasLtMatmulDescCreate(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
     const cublasLtEpilogue_t epilogue = epilogue_of(c.epilogue);
     TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
@@ -117,12 +132,12 @@ Gemm::Plan& Gemm::plan_for(const GemmCall& c) {
             sizeof(c.d_type)));
     }
     // Stored shapes, column-major: (rows, cols, leading dimension).
-    TRIDENT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, c.ab_type, op_a == CUBLAS_OP_N ? m : k,
-                                                    op_a == CUBLAS_OP_N ? k : m,
-                                                    op_a == CUBLAS_OP_N ? m : k));
-    TRIDENT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, c.ab_type, op_b == CUBLAS_OP_N ? k : n,
-                                                    op_b == CUBLAS_OP_N ? n : k,
-                                                    op_b == CUBLAS_OP_N ? k : n));
+    TRIDENT_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&plan->a, c.ab_type, op_a == CUBLAS_OP_N ? m : k,
+                                   op_a == CUBLAS_OP_N ? k : m, op_a == CUBLAS_OP_N ? m : k));
+    TRIDENT_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&plan->b, c.ab_type, op_b == CUBLAS_OP_N ? k : n,
+                                   op_b == CUBLAS_OP_N ? n : k, op_b == CUBLAS_OP_N ? k : n));
     TRIDENT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, c.d_type, m, n, m));
 
     cublasLtMatmulPreference_t preference = nullptr;
@@ -131,15 +146,15 @@ Gemm::Plan& Gemm::plan_for(const GemmCall& c) {
     const uint32_t aligned = static_cast<uint32_t>(alignment);
     cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
                                          &workspace, sizeof(workspace));
-    for (auto attribute : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
-                           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    for (auto attribute :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
         cublasLtMatmulPreferenceSetAttribute(preference, attribute, &aligned, sizeof(aligned));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
-        handle_, plan->operation, plan->a, plan->b, plan->d, plan->d, preference, 1, &result, &found);
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(handle_, plan->operation, plan->a, plan->b, plan->d, plan->d,
+                                       preference, 1, &result, &found);
     cublasLtMatmulPreferenceDestroy(preference);
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
         throw Error("cuBLASLt has no kernel for a " + std::to_string(c.rows) + "x" +

@@ -35,9 +35,8 @@ __device__ void row_statistics(const E* x, int C, int lane, float& mean, float& 
 // out (N,C) = (x - mean) * rstd * weight + bias with x = inp, or with x = residual = a + b
 // (written, rounded) when `a` is given.
 template <typename E>
-__global__ void layernorm_forward_kernel(E* out, float* mean, float* rstd, E* residual,
-                                         const E* a, const E* b, const E* weight, const E* bias,
-                                         int N, int C) {
+__global__ void layernorm_forward_kernel(E* out, float* mean, float* rstd, E* residual, const E* a,
+                                         const E* b, const E* weight, const E* bias, int N, int C) {
     const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= N) return;
@@ -93,8 +92,8 @@ __global__ void layernorm_backward_input_kernel(E* dinp, const E* dout, const E*
 // sums of dout * norm (dweight) and of dout (dbias).
 template <typename E>
 __global__ void layernorm_param_partials_kernel(float* partial, const E* dout, const E* inp,
-                                                const float* mean, const float* rstd, int N,
-                                                int C, int chunk_rows) {
+                                                const float* mean, const float* rstd, int N, int C,
+                                                int chunk_rows) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int chunk = blockIdx.y;
     if (c >= C) return;
@@ -110,7 +109,9 @@ __global__ void layernorm_param_partials_kernel(float* partial, const E* dout, c
     partial[(static_cast<std::size_t>(chunk) * 2 + 1) * C + c] = db;
 }
 
-unsigned row_blocks(int N) { return static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock); }
+unsigned row_blocks(int N) {
+    return static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock);
+}
 
 }  // namespace
 
@@ -129,8 +130,8 @@ void residual_layernorm_forward(E* residual, E* out, float* mean, float* rstd, c
                                 const E* b, const E* weight, const E* bias, int N, int C,
                                 cudaStream_t stream) {
     if (N == 0) return;
-    layernorm_forward_kernel<<<row_blocks(N), kRowThreads, 0, stream>>>(
-        out, mean, rstd, residual, a, b, weight, bias, N, C);
+    layernorm_forward_kernel<<<row_blocks(N), kRowThreads, 0, stream>>>(out, mean, rstd, residual,
+                                                                        a, b, weight, bias, N, C);
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
@@ -139,7 +140,7 @@ std::size_t layernorm_backward_scratch(int N, int C) {
 }
 
 template <typename E>
-void layernorm_backward(E* dinp, E* dweight, E* dbias, float* scratch, const E* dout,
+void layernorm_backward(E* dinp, AnyPtr dweight, AnyPtr dbias, float* scratch, const E* dout,
                         const E* inp, const E* weight, const float* mean, const float* rstd, int N,
                         int C, cudaStream_t stream) {
     if (N == 0) return;
@@ -151,17 +152,17 @@ void layernorm_backward(E* dinp, E* dweight, E* dbias, float* scratch, const E* 
     layernorm_param_partials_kernel<<<grid, kColumnThreads, 0, stream>>>(
         scratch, dout, inp, mean, rstd, N, C, rows_per_chunk(N));
     TRIDENT_CUDA_CHECK_LAUNCH();
-    add_column_partials_kernel<E, 2><<<column_blocks, kColumnThreads, 0, stream>>>(
+    add_column_partials_kernel<2><<<column_blocks, kColumnThreads, 0, stream>>>(
         {{dweight, dbias}}, scratch, row_chunks(N), C);
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
-#define TRIDENT_INSTANTIATE(E)                                                                  \
-    template void layernorm_forward<E>(E*, float*, float*, const E*, const E*, const E*, int,   \
-                                       int, cudaStream_t);                                      \
-    template void residual_layernorm_forward<E>(E*, E*, float*, float*, const E*, const E*,     \
-                                                const E*, const E*, int, int, cudaStream_t);    \
-    template void layernorm_backward<E>(E*, E*, E*, float*, const E*, const E*, const E*,       \
+#define TRIDENT_INSTANTIATE(E)                                                                     \
+    template void layernorm_forward<E>(E*, float*, float*, const E*, const E*, const E*, int, int, \
+                                       cudaStream_t);                                              \
+    template void residual_layernorm_forward<E>(E*, E*, float*, float*, const E*, const E*,        \
+                                                const E*, const E*, int, int, cudaStream_t);       \
+    template void layernorm_backward<E>(E*, AnyPtr, AnyPtr, float*, const E*, const E*, const E*,  \
                                         const float*, const float*, int, int, cudaStream_t);
 TRIDENT_INSTANTIATE(float)
 TRIDENT_INSTANTIATE(__nv_bfloat16)

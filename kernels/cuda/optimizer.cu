@@ -67,7 +67,9 @@ __global__ void adamw_kernel(float* master, const G* grads, float* m, float* v, 
 
 }  // namespace
 
-std::size_t sum_of_squares_scratch() { return kPartials; }
+std::size_t sum_of_squares_scratch() {
+    return kPartials;
+}
 
 template <typename E>
 void sum_of_squares(double* result, double* scratch, const E* x, std::size_t count,
@@ -99,13 +101,13 @@ void adamw_update(float* master, const G* grads, float* m, float* v, std::size_t
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
-#define TRIDENT_INSTANTIATE_ADAMW(G, P)                                                       \
-    template void adamw_update<G, P>(float*, const G*, float*, float*, std::size_t, float,   \
-                                     float, float, float, float, int, float, P*, cudaStream_t);
-#define TRIDENT_INSTANTIATE(E)                                                                \
-    template void sum_of_squares<E>(double*, double*, const E*, std::size_t, cudaStream_t);   \
-    TRIDENT_INSTANTIATE_ADAMW(E, float)                                                       \
-    TRIDENT_INSTANTIATE_ADAMW(E, __nv_bfloat16)                                               \
+#define TRIDENT_INSTANTIATE_ADAMW(G, P)                                                           \
+    template void adamw_update<G, P>(float*, const G*, float*, float*, std::size_t, float, float, \
+                                     float, float, float, int, float, P*, cudaStream_t);
+#define TRIDENT_INSTANTIATE(E)                                                              \
+    template void sum_of_squares<E>(double*, double*, const E*, std::size_t, cudaStream_t); \
+    TRIDENT_INSTANTIATE_ADAMW(E, float)                                                     \
+    TRIDENT_INSTANTIATE_ADAMW(E, __nv_bfloat16)                                             \
     TRIDENT_INSTANTIATE_ADAMW(E, __half)
 TRIDENT_INSTANTIATE(float)
 TRIDENT_INSTANTIATE(__nv_bfloat16)

@@ -63,7 +63,8 @@ void map(E* out, Operands<E, Inputs> operands, std::size_t count, Op op, cudaStr
     bool packed = pack_aligned(out);
     for (const E* p : operands.in) packed = packed && pack_aligned(p);
     const std::size_t work = packed ? (count + kPack<E> - 1) / kPack<E> : count;
-    map_kernel<<<blocks_for(work, kThreads), kThreads, 0, stream>>>(out, operands, count, packed, op);
+    map_kernel<<<blocks_for(work, kThreads), kThreads, 0, stream>>>(out, operands, count, packed,
+                                                                    op);
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
@@ -180,17 +181,17 @@ void convert(TOut* out, const TIn* in, std::size_t count, cudaStream_t stream) {
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
-#define TRIDENT_INSTANTIATE(E)                                                                   \
-    template void gelu_forward<E>(E*, const E*, std::size_t, cudaStream_t);                      \
-    template void gelu_backward<E>(E*, const E*, const E*, std::size_t, cudaStream_t);           \
-    template void residual_forward<E>(E*, const E*, const E*, std::size_t, cudaStream_t);        \
-    template void dropout_forward<E>(E*, const E*, std::size_t, float, uint64_t, uint64_t,       \
-                                     cudaStream_t);                                              \
-    template void dropout_backward<E>(E*, const E*, std::size_t, float, uint64_t, uint64_t,      \
-                                      cudaStream_t);                                             \
-    template void add_bias<E>(E*, const E*, int, int, cudaStream_t);                             \
-    template void scale<E>(E*, std::size_t, float, cudaStream_t);                                \
-    template void convert<E, float>(E*, const float*, std::size_t, cudaStream_t);                \
+#define TRIDENT_INSTANTIATE(E)                                                                    \
+    template void gelu_forward<E>(E*, const E*, std::size_t, cudaStream_t);                       \
+    template void gelu_backward<E>(E*, const E*, const E*, std::size_t, cudaStream_t);            \
+    template void residual_forward<E>(E*, const E*, const E*, std::size_t, cudaStream_t);         \
+    template void dropout_forward<E>(E*, const E*, std::size_t, float, uint64_t, uint64_t,        \
+                                     cudaStream_t);                                               \
+    template void dropout_backward<E>(E*, const E*, std::size_t, float, uint64_t, uint64_t,       \
+                                      cudaStream_t);                                              \
+    template void add_bias<E>(E*, const E*, int, int, cudaStream_t);                              \
+    template void scale<E>(E*, std::size_t, float, cudaStream_t);                                 \
+    template void convert<E, float>(E*, const float*, std::size_t, cudaStream_t);                 \
     template void convert<E, __nv_bfloat16>(E*, const __nv_bfloat16*, std::size_t, cudaStream_t); \
     template void convert<E, __half>(E*, const __half*, std::size_t, cudaStream_t);
 TRIDENT_INSTANTIATE(float)

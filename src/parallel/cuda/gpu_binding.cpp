@@ -34,7 +34,8 @@ std::vector<std::string> all_gather_text(const std::string& mine, int ranks) {
     std::vector<char> all(static_cast<std::size_t>(kWidth) * ranks);
     MPI_Allgather(padded.data(), kWidth, MPI_CHAR, all.data(), kWidth, MPI_CHAR, MPI_COMM_WORLD);
     std::vector<std::string> texts;
-    for (int r = 0; r < ranks; ++r) texts.emplace_back(all.data() + static_cast<std::size_t>(r) * kWidth);
+    for (int r = 0; r < ranks; ++r)
+        texts.emplace_back(all.data() + static_cast<std::size_t>(r) * kWidth);
     return texts;
 }
 
@@ -48,7 +49,8 @@ bool every_rank_has_gpu(World& world, std::vector<std::string>& missing) {
     missing.clear();
     for (int r = 0; r < world.size(); ++r)
         if (!reasons[static_cast<std::size_t>(r)].empty())
-            missing.push_back("rank " + std::to_string(r) + ": " + reasons[static_cast<std::size_t>(r)]);
+            missing.push_back("rank " + std::to_string(r) + ": " +
+                              reasons[static_cast<std::size_t>(r)]);
     return missing.empty();
 }
 

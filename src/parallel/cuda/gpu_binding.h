@@ -15,9 +15,9 @@ namespace trident::parallel {
 class World;
 
 struct GpuBinding {
-    int device = -1;        // CUDA device index on this rank's node
-    bool shared = false;    // some GPU of the job serves more than one rank
-    std::string gpu;        // e.g. "NVIDIA H100 80GB HBM3 (GPU 0, 132 SMs, 79.1 GiB)"
+    int device = -1;      // CUDA device index on this rank's node
+    bool shared = false;  // some GPU of the job serves more than one rank
+    std::string gpu;      // e.g. "NVIDIA H100 80GB HBM3 (GPU 0, 132 SMs, 79.1 GiB)"
 };
 
 // Whether every rank of the world sees at least one GPU; `missing` receives, on every rank,
