@@ -130,6 +130,26 @@ void shard_params(const ParamLayout& full_layout, const float* full, const Param
                      });
 }
 
+std::size_t full_element(const ParamTensor& t, int tensor_rank, std::size_t i) {
+    const std::size_t rank = static_cast<std::size_t>(tensor_rank);
+    switch (t.split) {
+        case Split::replicated: break;
+        case Split::rows: return rank * t.numel + i;
+        case Split::qkv_rows: {  // three blocks: q, k, v
+            std::size_t full_numel = 1;
+            for (int64_t d : t.full_shape) full_numel *= static_cast<std::size_t>(d);
+            const std::size_t block = t.numel / 3;
+            return i / block * (full_numel / 3) + rank * block + i % block;
+        }
+        case Split::columns: {
+            const std::size_t width = static_cast<std::size_t>(t.shape[1]);
+            const std::size_t cols = static_cast<std::size_t>(t.full_shape[1]);
+            return i / width * cols + rank * width + i % width;
+        }
+    }
+    return i;
+}
+
 void unshard_params(const ParamLayout& local_layout, const float* local,
                     const ParamLayout& full_layout, float* full) {
     for (const ParamTensor& t : local_layout.tensors())

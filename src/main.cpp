@@ -42,6 +42,15 @@ int main(int argc, char** argv) {
         ->required();
     export_cmd->add_option("--output,-o", exp.output, "The .safetensors file to write")->required();
 
+    commands::CheckpointInfoOptions info;
+    auto* checkpoint_cmd = app.add_subcommand("checkpoint", "Inspect training checkpoints");
+    checkpoint_cmd->require_subcommand(1);
+    auto* info_cmd = checkpoint_cmd->add_subcommand(
+        "info", "Print a checkpoint's manifest and verify its files' checksums");
+    info_cmd->add_option("dir", info.path,
+                         "A checkpoint directory, or a checkpoint.dir (its newest is shown)")
+        ->required();
+
     commands::TokenizeOptions tok;
     auto* tokenize_cmd = app.add_subcommand("tokenize", "Turn text files into training data");
     tokenize_cmd->add_option("inputs", tok.inputs, "Text files; each is a document")->required();
@@ -135,6 +144,7 @@ int main(int argc, char** argv) {
             return *train_cmd ? commands::train(train, world) : commands::bench(bench, world);
         }
         if (*export_cmd) return commands::export_model(exp);
+        if (*info_cmd) return commands::checkpoint_info(info);
         if (*tokenize_cmd) return commands::tokenize(tok);
         if (*generate_cmd) return commands::generate(gen);
         if (*schedule_cmd) return commands::schedule(sched);

@@ -212,14 +212,16 @@ TEST_CASE("cli: bad weights files are reported with their name", "[cli][bad-inpu
     }
 }
 
-TEST_CASE("cli: a run never overwrites earlier checkpoints", "[cli][bad-input]") {
+TEST_CASE("cli: checkpoint.resume never refuses to overwrite earlier checkpoints", "[cli][bad-input]") {
     Workspace ws;
     const std::string ck = "--set checkpoint.dir=" + ws.path("ck");
     REQUIRE(run(ws.train(ck)).exit_code == 0);
-    const fs::path saved = fs::path(ws.path("ck")) / "step_000003" / "model.safetensors";
+    const fs::path saved = fs::path(ws.path("ck")) / "step_000003" / "manifest.json";
     REQUIRE(fs::exists(saved));
     const auto before = fs::last_write_time(saved);
-    require_clear_error(run(ws.train(ck)), "already holds checkpoints");
+    require_clear_error(run(ws.train(ck + " --set checkpoint.resume=never")), "already holds checkpoints");
+    require_clear_error(run(ws.train(ck + " --set checkpoint.resume=" + ws.path("nowhere"))),
+                        "is not a checkpoint directory");
     REQUIRE(fs::last_write_time(saved) == before);
 }
 

@@ -27,7 +27,8 @@ config::Config megatron(const std::string& size, const std::vector<std::string>&
 }
 
 plan::PlanInputs inputs(const config::Config& cfg) {
-    return plan::plan_inputs(cfg, plan::gradient_bytes(cfg.training.precision, false));
+    return plan::plan_inputs(
+        cfg, plan::gradient_bytes(cfg.training.precision, cfg.training.fp32_grad_accumulation));
 }
 
 // A model of 4 layers on the workspace's data (a vocabulary of 64), 2 steps.
@@ -261,6 +262,13 @@ TEST_CASE("plan: measured memory of one-process runs is within 10% of the plan",
     for (const char* recompute : {"none", "selective", "full"}) {
         INFO("recompute " << recompute);
         check_measured_memory({std::string("training.recompute=") + recompute}, 1);
+    }
+    SECTION("bf16") { check_measured_memory({"training.precision=bf16"}, 1); }
+    SECTION("fp16, full recompute") {
+        check_measured_memory({"training.precision=fp16", "training.recompute=full"}, 1);
+    }
+    SECTION("bf16, fp32 gradients") {
+        check_measured_memory({"training.precision=bf16", "training.fp32_grad_accumulation=true"}, 1);
     }
 }
 

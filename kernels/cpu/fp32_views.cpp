@@ -9,28 +9,19 @@ namespace trident::kernels::cpu {
 
 namespace {
 
-// Conversions are a pass over memory; large ones are split over the threads.
+// Conversions are a pass over memory; large ones are split over the threads. fn(begin, end)
+// converts elements [begin, end).
 constexpr std::size_t kParallelFrom = std::size_t{1} << 16;
 
-void widen_parallel(float* out, ConstPtr in, std::size_t count) {
+template <typename Fn>
+void in_pieces(std::size_t count, Fn fn) {
     const std::size_t threads =
         count < kParallelFrom ? 1 : static_cast<std::size_t>(omp_get_max_threads());
     const std::size_t piece = (count + threads - 1) / threads;
 #pragma omp parallel for if (threads > 1)
     for (std::size_t t = 0; t < threads; ++t) {
-        const std::size_t begin = std::min(count, t * piece), end = std::min(count, begin + piece);
-        widen(out + begin, in + begin, end - begin);
-    }
-}
-
-void narrow_parallel(Ptr out, const float* in, std::size_t count) {
-    const std::size_t threads =
-        count < kParallelFrom ? 1 : static_cast<std::size_t>(omp_get_max_threads());
-    const std::size_t piece = (count + threads - 1) / threads;
-#pragma omp parallel for if (threads > 1)
-    for (std::size_t t = 0; t < threads; ++t) {
-        const std::size_t begin = std::min(count, t * piece), end = std::min(count, begin + piece);
-        narrow(out + begin, in + begin, end - begin);
+        const std::size_t begin = std::min(count, t * piece);
+        fn(begin, std::min(count, begin + piece));
     }
 }
 
@@ -50,7 +41,9 @@ float* Fp32Views::view(const void* data, DType dtype, std::size_t count, bool re
     std::vector<float>& scratch = pool_[it->slot];
     if (scratch.size() < count) scratch.resize(count);
     if (read && (!it->widened || it->count < count)) {
-        widen_parallel(scratch.data(), ConstPtr(data, dtype), count);
+        const ConstPtr source(data, dtype);
+        float* target = scratch.data();
+        in_pieces(count, [&](std::size_t b, std::size_t e) { widen(target + b, source + b, e - b); });
         it->widened = true;
     }
     it->count = std::max(it->count, count);
@@ -71,9 +64,12 @@ float* Fp32Views::inout(Ptr p, std::size_t count) {
 }
 
 Fp32Views::~Fp32Views() {
-    for (const View& v : views_)
-        if (v.written)
-            narrow_parallel(Ptr(const_cast<void*>(v.data), v.dtype), pool_[v.slot].data(), v.count);
+    for (const View& v : views_) {
+        if (!v.written) continue;
+        const Ptr target(const_cast<void*>(v.data), v.dtype);
+        const float* source = pool_[v.slot].data();
+        in_pieces(v.count, [&](std::size_t b, std::size_t e) { narrow(target + b, source + b, e - b); });
+    }
 }
 
 }  // namespace trident::kernels::cpu

@@ -31,6 +31,12 @@ struct ExportOptions {
 };
 int export_model(const ExportOptions& opts);
 
+struct CheckpointInfoOptions {
+    std::string path;  // a checkpoint directory, or a checkpoint.dir (its newest is shown)
+};
+// Prints the manifest and checks every file; exit code 1 if any is missing or corrupt.
+int checkpoint_info(const CheckpointInfoOptions& opts);
+
 struct TokenizeOptions {
     std::vector<std::string> inputs;  // text files
     std::string output;               // llm.c shard path, or Megatron prefix

@@ -3,7 +3,7 @@
 
 #include "commands/commands.h"
 #include "model/hf_gpt2.h"
-#include "train/model_checkpoint.h"
+#include "train/checkpoint.h"
 #include "train/model_shape.h"
 
 namespace trident::commands {

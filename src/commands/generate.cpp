@@ -9,7 +9,7 @@
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
-#include "train/model_checkpoint.h"
+#include "train/checkpoint.h"
 #include "train/model_shape.h"
 
 namespace trident::commands {

@@ -31,6 +31,8 @@ int run_on_every_rank(parallel::World& world, const std::function<void()>& set_u
         return parallel::report_failure(world, error, parallel::FailureKind::agreed);
     try {
         run();
+    } catch (const EveryRankError& e) {
+        return parallel::report_failure(world, e.what(), parallel::FailureKind::every_rank);
     } catch (const std::exception& e) {
         return parallel::report_failure(world, e.what(), parallel::FailureKind::this_rank);
     }

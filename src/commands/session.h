@@ -7,6 +7,7 @@
 #include <string>
 
 #include "config/config.h"
+#include "error.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
 #include "parallel/grid.h"
@@ -15,6 +16,13 @@
 #include "train/trainer.h"
 
 namespace trident::commands {
+
+// An error every rank raises alike at the same point of `run` (after agreeing on it), so it
+// is reported once, by rank 0, without aborting the job.
+class EveryRankError : public Error {
+public:
+    using Error::Error;
+};
 
 // Runs a command on every rank of `world` without leaving any rank waiting: `set_up` (reading
 // the config and data, building the grid: nothing that communicates beyond the grid's own

@@ -1,6 +1,9 @@
-// `trident train`: trains the configured model on its dataset, with validation, metrics and
-// a model checkpoint at the end, on every rank of the grid (rank 0 speaks for all).
+// `trident train`: trains the configured model on its dataset, with validation, metrics,
+// checkpoints, resuming and preemption, on every rank of the grid (rank 0 speaks for all).
+#include <algorithm>
+#include <csignal>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <optional>
 
@@ -11,21 +14,71 @@
 #include "parallel/grid.h"
 #include "parallel/world.h"
 #include "train/metrics.h"
-#include "train/model_checkpoint.h"
+#include "train/preemption.h"
+#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace trident::commands {
 
 namespace {
 
-// Resuming lands with checkpoints proper; until then a run never overwrites earlier ones.
-void refuse_existing_checkpoints(const config::Config& cfg) {
-    if (!cfg.checkpoint.dir) return;
-    const auto existing = train::list_checkpoints(*cfg.checkpoint.dir);
-    if (!existing.empty())
-        throw Error("checkpoint.dir: '" + *cfg.checkpoint.dir + "' already holds checkpoints (" +
-                    existing.back() + ") and resuming is not supported yet; choose another "
-                    "checkpoint.dir (e.g. --set checkpoint.dir=runs/new) so they are kept");
+// checkpoint.resume, checked before anything runs: `never` starts afresh and so refuses a
+// checkpoint.dir that holds checkpoints (they are kept); a PATH must be a checkpoint.
+void check_resume_setting(const config::Config& cfg) {
+    const auto& ck = cfg.checkpoint;
+    if (ck.resume == "never" && ck.dir) {
+        const auto existing = train::list_checkpoints(*ck.dir);
+        if (!existing.empty())
+            throw Error("checkpoint.dir: '" + *ck.dir + "' already holds checkpoints (" +
+                        existing.back() + ") and checkpoint.resume is never; resume them "
+                        "(checkpoint.resume: auto) or choose another checkpoint.dir so they are kept");
+    }
+    if (ck.resume != "never" && ck.resume != "auto" &&
+        !std::filesystem::exists(std::filesystem::path(ck.resume) / train::kManifestName))
+        throw Error("checkpoint.resume: '" + ck.resume + "' is not a checkpoint directory (no " +
+                    train::kManifestName + "); give a step_* directory, auto or never");
+}
+
+// The checkpoint to resume from, agreed by every rank: checkpoint.resume's PATH, or with
+// `auto` the newest in checkpoint.dir that reads without fault (an unusable one is reported
+// and the one before it tried); none to start afresh.
+std::optional<train::FullCheckpoint> resume_point(const config::Config& cfg,
+                                                  parallel::World& world, bool leader) {
+    const std::string& resume = cfg.checkpoint.resume;
+    if (resume == "never" || (resume == "auto" && !cfg.checkpoint.dir)) return std::nullopt;
+    std::vector<std::string> candidates;
+    if (resume == "auto") {
+        candidates = train::list_checkpoints(*cfg.checkpoint.dir);
+        std::reverse(candidates.begin(), candidates.end());
+    } else {
+        candidates.push_back(resume);
+    }
+    for (const std::string& dir : candidates) {
+        std::optional<train::FullCheckpoint> ck;
+        std::string error;
+        try {
+            ck = train::read_checkpoint(dir);
+        } catch (const std::exception& e) {
+            error = e.what();
+        }
+        if (!parallel::any_rank_failed(world, !error.empty())) return ck;
+        if (error.empty()) error = dir + ": unreadable on another rank";
+        if (resume != "auto") throw EveryRankError("checkpoint.resume: " + error);
+        if (leader) {
+            std::fflush(stdout);
+            std::fprintf(stderr, "checkpoint: %s is unusable, trying the one before it: %s\n",
+                         dir.c_str(), error.c_str());
+        }
+    }
+    if (candidates.empty()) return std::nullopt;
+    throw EveryRankError("checkpoint.dir: none of the " + std::to_string(candidates.size()) +
+                         " checkpoints in '" + *cfg.checkpoint.dir +
+                         "' is usable (see above); move them away to start afresh, or name "
+                         "one with checkpoint.resume: PATH");
+}
+
+const char* signal_name(int signal) {
+    return signal == SIGTERM ? "SIGTERM" : signal == SIGUSR1 ? "SIGUSR1" : "a signal";
 }
 
 // A sample of text from the trained model, as the config asks, on rank 0 with a whole copy
@@ -58,7 +111,7 @@ struct Setup {
     Device device;
 };
 
-void run(const Setup& setup, parallel::Grid& grid) {
+void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     const config::Config& cfg = setup.cfg;
     const auto& t = cfg.training;
     const bool leader = grid.rank() == 0;
@@ -74,6 +127,26 @@ void run(const Setup& setup, parallel::Grid& grid) {
     train::Trainer trainer(cfg, *ops, &grid);
     initialise_weights(cfg, trainer.model());
     if (leader && cfg.model.init_from) std::printf("weights: %s\n", cfg.model.init_from->c_str());
+    int start = 0, skipped_so_far = 0;
+    if (const auto ck = resume_point(cfg, world, leader)) {
+        try {
+            train::restore_checkpoint(*ck, trainer);
+        } catch (const Error& e) {  // the same checkpoint and config on every rank
+            throw EveryRankError(e.what());
+        }
+        start = ck->manifest.step;
+        skipped_so_far = ck->manifest.skipped_total;
+        const auto& l = ck->manifest.layout;
+        if (leader)
+            std::printf("resumed: %s at step %d (written by %d x %d x %d, %s, ZeRO stage %d, %s)\n",
+                        ck->path.c_str(), start, l.pipeline, l.tensor, l.data, l.schedule.c_str(),
+                        l.zero_stage, ck->manifest.precision.c_str());
+    }
+    if (start >= t.steps) {
+        if (leader) std::printf("done: the checkpoint is at step %d, training.steps is %d\n", start, t.steps);
+        return;
+    }
+    train::install_preemption_handlers();
     if (leader) {
         const train::MemoryUse mem = trainer.memory();
         std::printf("memory (rank 0): parameters %s | gradients %s | optimizer state %s "
@@ -84,7 +157,7 @@ void run(const Setup& setup, parallel::Grid& grid) {
                     cfg.parallel.zero_stage, cfg.parallel.data);
     }
     std::optional<train::MetricsLog> log;
-    if (leader) log.emplace(cfg.logging.metrics, cfg.logging.interval);
+    if (leader) log.emplace(cfg.logging.metrics, cfg.logging.interval, start > 0);
 
     const train::SampleFn train_sample = [&](uint64_t k, std::span<int32_t> in,
                                              std::span<int32_t> tgt) {
@@ -98,12 +171,13 @@ void run(const Setup& setup, parallel::Grid& grid) {
     double first_val = 0, last_val = 0;
     if (setup.valid_data) {
         first_val = last_val = trainer.evaluate(valid_sample, t.eval_batches);
-        if (leader) std::printf("step %5d/%d | val_loss %.4f (before training)\n", 0, t.steps, first_val);
+        if (leader)
+            std::printf("step %5d/%d | val_loss %.4f (%s)\n", start, t.steps, first_val,
+                        start > 0 ? "at resume" : "before training");
     }
     const auto& lg = cfg.logging;
     double seconds_so_far = 0;
-    int skipped_so_far = 0;
-    for (int s = 0; s < t.steps; ++s) {
+    for (int s = start; s < t.steps; ++s) {
         trainer.trace().set_recording(lg.trace && s + 1 >= lg.trace_from &&
                                       s + 1 < lg.trace_from + lg.trace_steps);
         const train::StepResult r = trainer.step(s, train_sample);
@@ -119,7 +193,7 @@ void run(const Setup& setup, parallel::Grid& grid) {
         skipped_so_far += r.skipped;
         m.skipped_total = skipped_so_far;
         seconds_so_far += r.seconds;
-        m.eta_s = seconds_so_far / m.step * (t.steps - m.step);  // at the mean step time so far
+        m.eta_s = seconds_so_far / (m.step - start) * (t.steps - m.step);  // at the mean so far
         m.tensor_comm = r.tensor_comm;
         m.activation_sets = static_cast<int64_t>(r.activation_sets);
         m.data_comm = r.data_comm;
@@ -139,14 +213,26 @@ void run(const Setup& setup, parallel::Grid& grid) {
             last_val = *m.val_loss;
         }
         if (log) log->record(m);
+        std::string saved;
         if (cfg.checkpoint.dir && due(m.step, cfg.checkpoint.interval, t.steps)) {
-            const auto full = trainer.full_params();  // collective
+            saved = train::save_checkpoint(cfg, trainer, grid, world.comm(), m.step, skipped_so_far);
+            if (leader) std::printf("checkpoint: %s\n", saved.c_str());
+        }
+        // A signal on any rank stops every rank here, after the same step.
+        float signal = static_cast<float>(train::preemption_signal());
+        world.comm().all_reduce(&signal, 1, parallel::ReduceOp::max);
+        if (signal != 0.0f) {
+            const int number = static_cast<int>(signal);
+            if (cfg.checkpoint.dir && saved.empty())
+                saved = train::save_checkpoint(cfg, trainer, grid, world.comm(), m.step, skipped_so_far);
             if (leader) {
-                const model::ParamLayout full_layout(trainer.model().shape());
-                const std::string where =
-                    train::save_model_checkpoint(cfg, m.step, full_layout, full.data());
-                std::printf("checkpoint: %s\n", where.c_str());
+                std::printf("trident: preempted by %s (%d) after step %d of %d; %s\n",
+                            signal_name(number), number, m.step, t.steps,
+                            saved.empty() ? "no checkpoint written (checkpoint.dir is not set)"
+                                          : ("checkpoint written to " + saved).c_str());
+                std::fflush(stdout);
             }
+            return;
         }
     }
     if (lg.trace) {
@@ -177,9 +263,9 @@ int train(const TrainOptions& opts, parallel::World& world) {
             setup.device = choose_device(setup.cfg, world, world.rank() == 0);
             setup.train_data = std::make_unique<data::Dataset>(data::open_train_data(setup.cfg));
             setup.valid_data = data::open_valid_data(setup.cfg);
-            refuse_existing_checkpoints(setup.cfg);
+            check_resume_setting(setup.cfg);
         },
-        [&] { run(setup, *setup.grid); });
+        [&] { run(setup, *setup.grid, world); });
 }
 
 }  // namespace trident::commands

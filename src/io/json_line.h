@@ -20,6 +20,12 @@ public:
         else std::snprintf(buf, sizeof buf, "null");
         return raw(key, buf);
     }
+    // %.17g: a double that must come back bitwise (a checkpoint's loss scale).
+    JsonLine& add_exact(std::string_view key, double value) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.17g", value);
+        return raw(key, buf);
+    }
     JsonLine& add(std::string_view key, int64_t value) { return raw(key, std::to_string(value)); }
     JsonLine& add(std::string_view key, int value) { return add(key, static_cast<int64_t>(value)); }
     JsonLine& add(std::string_view key, bool value) { return raw(key, value ? "true" : "false"); }

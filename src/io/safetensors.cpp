@@ -408,7 +408,7 @@ void write_safetensors(const std::string& path, std::span<const TensorToWrite> t
         }
         header += "}";
     }
-    std::vector<std::size_t> numels(tensors.size());
+    std::vector<std::size_t> sizes(tensors.size());  // bytes of each tensor
     std::size_t offset = 0;
     for (std::size_t k = 0; k < order.size(); ++k) {
         const TensorToWrite& t = tensors[order[k]];
@@ -426,10 +426,13 @@ void write_safetensors(const std::string& path, std::span<const TensorToWrite> t
         }
         shape += "]";
         if (numel > 0 && !t.data) throw Error(where + ": no data");
-        numels[order[k]] = numel;
-        const std::size_t end = offset + numel * sizeof(float);
+        if (t.dtype != Dtype::F32 && t.dtype != Dtype::F16 && t.dtype != Dtype::BF16)
+            throw Error(where + ": cannot write dtype " + std::string(dtype_name(t.dtype)));
+        sizes[order[k]] = numel * dtype_size(t.dtype);
+        const std::size_t end = offset + sizes[order[k]];
         if (header.size() > 1) header += ',';
-        header += json::quote(t.name) + ":{\"dtype\":\"F32\",\"shape\":" + shape +
+        header += json::quote(t.name) + ":{\"dtype\":\"" + std::string(dtype_name(t.dtype)) +
+                  "\",\"shape\":" + shape +
                   ",\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(end) + "]}";
         offset = end;
     }
@@ -445,7 +448,7 @@ void write_safetensors(const std::string& path, std::span<const TensorToWrite> t
     }
     out.write(length_bytes, 8);
     out.write(header.data(), header.size());
-    for (const std::size_t i : order) out.write(tensors[i].data, numels[i] * sizeof(float));
+    for (const std::size_t i : order) out.write(tensors[i].data, sizes[i]);  // bytes
     out.commit();
 }
 

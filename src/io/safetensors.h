@@ -5,8 +5,9 @@
 // file at all, so open() checks the whole header (valid JSON and UTF-8, known dtypes, sizes
 // that match shapes, ranges that tile the data buffer exactly) and throws trident::Error
 // naming the file. Tensor data is read on demand with pread, so opening a large checkpoint
-// costs only its header. The writer writes F32 only (what Trident keeps), to a temporary file
-// renamed into place, so a crash never leaves a half-written checkpoint under the real name.
+// costs only its header. The writer writes F32, F16 or BF16 (what Trident keeps), to a
+// temporary file renamed into place, so a crash never leaves a half-written file under the
+// real name.
 #pragma once
 
 #include <cstddef>
@@ -83,14 +84,16 @@ private:
     std::map<std::string, std::string> metadata_;
 };
 
-// One F32 tensor to write; `data` holds product(shape) floats and must outlive the call.
+// One tensor to write; `data` holds product(shape) elements of `dtype` (F32: floats; F16,
+// BF16: uint16_t bit patterns) and must outlive the call.
 struct TensorToWrite {
     std::string name;
     std::vector<int64_t> shape;
-    const float* data = nullptr;
+    const void* data = nullptr;
+    Dtype dtype = Dtype::F32;
 };
 
-// Writes an F32 safetensors file: header keys sorted by name (data in the same order),
+// Writes a safetensors file (F32, F16 or BF16 tensors): header keys sorted by name (data in the same order),
 // padded with spaces to a multiple of 8 bytes. Written to `path`.tmp.<pid> and renamed over
 // `path` once complete. Throws trident::Error on duplicate names or any I/O failure.
 void write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors,

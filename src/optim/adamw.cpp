@@ -117,4 +117,36 @@ void AdamW::step(kernels::Ptr params, kernels::ConstPtr grads, double lr, float 
             data_.all_gather(params + b.mine, params + b.begin, owned_part(b));
 }
 
+AdamW::State AdamW::state(kernels::ConstPtr params) const {
+    State s;
+    s.step = step_;
+    s.master.assign(size_, 0.0f);
+    s.m.assign(size_, 0.0f);
+    s.v.assign(size_, 0.0f);
+    for (const Bucket& b : buckets_) {
+        const std::size_t part = owned_part(b);
+        if (step_ == 0) ops_.copy_to_host(s.master.data() + b.mine, params + b.mine, part);
+        else ops_.copy_to_host(s.master.data() + b.mine, master_.data() + b.state, part);
+        ops_.copy_to_host(s.m.data() + b.mine, m_.data() + b.state, part);
+        ops_.copy_to_host(s.v.data() + b.mine, v_.data() + b.state, part);
+    }
+    return s;
+}
+
+void AdamW::restore(const State& s) {
+    for (const Bucket& b : buckets_) {
+        const std::size_t part = owned_part(b);
+        ops_.copy_from_host(master_.data() + b.state, s.master.data() + b.mine, part);
+        ops_.copy_from_host(m_.data() + b.state, s.m.data() + b.mine, part);
+        ops_.copy_from_host(v_.data() + b.state, s.v.data() + b.mine, part);
+    }
+    step_ = s.step;
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> AdamW::owned_ranges() const {
+    std::vector<std::pair<std::size_t, std::size_t>> owned;
+    for (const Bucket& b : buckets_) owned.emplace_back(b.mine, owned_part(b));
+    return owned;
+}
+
 }  // namespace trident::optim

@@ -26,6 +26,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
@@ -66,6 +67,21 @@ public:
     // replica. Advances the step count.
     void step(kernels::Ptr params, kernels::ConstPtr grads, double lr, float grad_scale);
     int steps_taken() const { return step_; }
+
+    // What a checkpoint keeps, in buffer coordinates: host vectors of the buffer's size
+    // holding this rank's fp32 master weights and moments where it owns elements (zero
+    // elsewhere), and Adam's step count.
+    struct State {
+        std::vector<float> master, m, v;
+        int step = 0;
+    };
+    // Before the first update the master weights are the parameters, as step 1 takes them.
+    State state(kernels::ConstPtr params) const;
+    // The reverse, from a State of this buffer layout (only the owned elements are read);
+    // the next update continues from it instead of taking the parameters.
+    void restore(const State& state);
+    // The parts of the buffer this rank owns: (offset, count) in buffer order.
+    std::vector<std::pair<std::size_t, std::size_t>> owned_ranges() const;
     // Elements of the buffer this rank updates, and the bytes of optimizer state it holds
     // for them (fp32 master weights, m and v) as the allocator counted them.
     std::size_t owned_size() const { return owned_; }

@@ -12,11 +12,12 @@
 
 namespace trident::train {
 
-MetricsLog::MetricsLog(const std::optional<std::string>& path, int interval) : interval_(interval) {
+MetricsLog::MetricsLog(const std::optional<std::string>& path, int interval, bool append)
+    : interval_(interval) {
     if (!path) return;
     const std::filesystem::path p(*path);
     if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-    file_ = std::fopen(path->c_str(), "w");
+    file_ = std::fopen(path->c_str(), append ? "a" : "w");
     if (!file_) throw Error("logging.metrics: cannot write '" + *path + "': " + std::strerror(errno));
 }
 

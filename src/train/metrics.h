@@ -31,8 +31,9 @@ struct StepMetrics {
 
 class MetricsLog {
 public:
-    // path: the JSON-lines file (its directory is created), or none.
-    MetricsLog(const std::optional<std::string>& path, int interval);
+    // path: the JSON-lines file (its directory is created), or none; `append` (a resumed run)
+    // adds to it instead of starting it afresh.
+    MetricsLog(const std::optional<std::string>& path, int interval, bool append = false);
     ~MetricsLog();
     MetricsLog(const MetricsLog&) = delete;
     MetricsLog& operator=(const MetricsLog&) = delete;

@@ -50,6 +50,8 @@ public:
     Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* grid = nullptr);
 
     model::Gpt& model() { return model_; }
+    optim::AdamW& optimizer() { return optimizer_; }
+    optim::LossScaler& scaler() { return scaler_; }
 
     // Step `step` (0-based): forward and backward over every microbatch of the global batch
     // (samples step*B ... step*B + B - 1) in the configured pipeline schedule, clipping,

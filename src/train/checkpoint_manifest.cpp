@@ -1,0 +1,208 @@
+// The checkpoint manifest: JSON out and in, and the files' checks (see checkpoint_manifest.h).
+#include "train/checkpoint_manifest.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "error.h"
+#include "io/json_line.h"
+#include "io/json_reader.h"
+#include "io/sha256.h"
+
+namespace trident::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "trident-checkpoint";
+constexpr int kVersion = 1;
+
+bool is_checkpoint_name(const std::string& name) {
+    return name.size() == 11 && name.rfind("step_", 0) == 0 &&
+           std::all_of(name.begin() + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// Typed access to the members of a parsed manifest, each fault naming the file and the key.
+class Reader {
+public:
+    explicit Reader(std::string path) : path_(std::move(path)) {}
+
+    const io::json::Value& member(const io::json::Value& object, const char* key) const {
+        const io::json::Value* v = object.is_object() ? object.find(key) : nullptr;
+        if (!v) fail(std::string("missing \"") + key + "\"");
+        return *v;
+    }
+    int64_t integer(const io::json::Value& object, const char* key) const {
+        const io::json::Value& v = member(object, key);
+        if (!v.is_integer()) fail(std::string("\"") + key + "\" is not an integer");
+        return v.integer;
+    }
+    int small(const io::json::Value& object, const char* key) const {
+        const int64_t v = integer(object, key);
+        if (v < -1 || v > INT32_MAX) fail(std::string("\"") + key + "\" is out of range");
+        return static_cast<int>(v);
+    }
+    double number(const io::json::Value& object, const char* key) const {
+        const io::json::Value& v = member(object, key);
+        if (v.is_integer()) return static_cast<double>(v.integer);
+        if (v.kind != io::json::Value::Kind::real)
+            fail(std::string("\"") + key + "\" is not a number");
+        return v.real;
+    }
+    const std::string& string(const io::json::Value& object, const char* key) const {
+        const io::json::Value& v = member(object, key);
+        if (!v.is_string()) fail(std::string("\"") + key + "\" is not a string");
+        return v.string;
+    }
+    [[noreturn]] void fail(const std::string& why) const { throw Error(path_ + ": " + why); }
+
+private:
+    std::string path_;
+};
+
+}  // namespace
+
+std::string checkpoint_name(int step) {
+    char name[32];
+    std::snprintf(name, sizeof name, "step_%06d", step);
+    return name;
+}
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+    std::vector<std::string> found;
+    std::error_code ec;
+    for (const auto& entry : fs::directory_iterator(dir, ec))
+        if (entry.is_directory() && is_checkpoint_name(entry.path().filename().string()))
+            found.push_back(entry.path().string());
+    std::sort(found.begin(), found.end());  // zero-padded step numbers sort in step order
+    return found;
+}
+
+std::string manifest_json(const Manifest& m) {
+    io::JsonLine model, layout;
+    model.add("vocab_size", m.shape.vocab)
+        .add("padded_vocab", m.shape.padded_vocab)
+        .add("seq_len", m.shape.max_seq)
+        .add("layers", m.shape.layers)
+        .add("hidden", m.shape.hidden)
+        .add("heads", m.shape.heads)
+        .add("ffn_hidden", m.shape.ffn);
+    layout.add("pipeline", m.layout.pipeline)
+        .add("tensor", m.layout.tensor)
+        .add("data", m.layout.data)
+        .add("virtual_stages", m.layout.virtual_stages)
+        .add("schedule", m.layout.schedule)
+        .add("zero_stage", m.layout.zero_stage)
+        .add("bucket_size", m.layout.bucket_size);
+    std::vector<io::JsonLine> files;
+    for (const ManifestFile& f : m.files) {
+        io::JsonLine j;
+        j.add("name", f.name);
+        if (f.pp >= 0) j.add("pp", f.pp).add("tp", f.tp).add("dp", f.dp);
+        j.add("bytes", static_cast<int64_t>(f.bytes)).add("sha256", f.sha256);
+        files.push_back(j);
+    }
+    io::JsonLine j;
+    j.add("format", kFormat)
+        .add("version", kVersion)
+        .add("step", m.step)
+        .add("samples_consumed", m.samples_consumed)
+        .add("seed", std::to_string(m.seed))  // a string: JSON integers stop at int64
+        .add("adam_step", m.adam_step)
+        .add_exact("loss_scale", m.loss_scale)
+        .add("good_steps", m.good_steps)
+        .add("skipped_total", m.skipped_total)
+        .add("model", model)
+        .add("layout", layout)
+        .add("precision", m.precision)
+        .add("files", files);
+    return j.str() + "\n";
+}
+
+Manifest read_manifest(const std::string& dir) {
+    const std::string path = (fs::path(dir) / kManifestName).string();
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw Error(path + ": missing (an incomplete checkpoint, or not a checkpoint)");
+    std::stringstream text;
+    text << in.rdbuf();
+    io::json::Value root;
+    try {
+        root = io::json::parse(text.str());
+    } catch (const Error& e) {
+        throw Error(path + ": not valid JSON: " + e.what());
+    }
+    const Reader r(path);
+    if (r.string(root, "format") != kFormat) r.fail("not a Trident checkpoint manifest");
+    if (r.integer(root, "version") != kVersion)
+        r.fail("format version " + std::to_string(r.integer(root, "version")) +
+               " (this build reads version " + std::to_string(kVersion) + ")");
+    Manifest m;
+    m.step = r.small(root, "step");
+    m.samples_consumed = r.integer(root, "samples_consumed");
+    try {
+        m.seed = std::stoull(r.string(root, "seed"));
+    } catch (const std::logic_error&) {
+        r.fail("\"seed\" is not a number");
+    }
+    m.adam_step = r.small(root, "adam_step");
+    m.loss_scale = r.number(root, "loss_scale");
+    m.good_steps = r.small(root, "good_steps");
+    m.skipped_total = r.small(root, "skipped_total");
+    const io::json::Value& model = r.member(root, "model");
+    m.shape.vocab = r.small(model, "vocab_size");
+    m.shape.padded_vocab = r.small(model, "padded_vocab");
+    m.shape.max_seq = r.small(model, "seq_len");
+    m.shape.layers = r.small(model, "layers");
+    m.shape.hidden = r.small(model, "hidden");
+    m.shape.heads = r.small(model, "heads");
+    m.shape.ffn = r.small(model, "ffn_hidden");
+    const io::json::Value& layout = r.member(root, "layout");
+    m.layout.pipeline = r.small(layout, "pipeline");
+    m.layout.tensor = r.small(layout, "tensor");
+    m.layout.data = r.small(layout, "data");
+    m.layout.virtual_stages = r.small(layout, "virtual_stages");
+    m.layout.schedule = r.string(layout, "schedule");
+    m.layout.zero_stage = r.small(layout, "zero_stage");
+    m.layout.bucket_size = r.integer(layout, "bucket_size");
+    m.precision = r.string(root, "precision");
+    const io::json::Value& files = r.member(root, "files");
+    if (!files.is_array()) r.fail("\"files\" is not an array");
+    for (const io::json::Value& f : files.array) {
+        ManifestFile mf;
+        mf.name = r.string(f, "name");
+        if (mf.name.empty() || mf.name.find('/') != std::string::npos || mf.name[0] == '.')
+            r.fail("bad file name \"" + mf.name + "\"");
+        if (f.find("pp")) {
+            mf.pp = r.small(f, "pp");
+            mf.tp = r.small(f, "tp");
+            mf.dp = r.small(f, "dp");
+        }
+        mf.bytes = static_cast<uint64_t>(r.integer(f, "bytes"));
+        mf.sha256 = r.string(f, "sha256");
+        m.files.push_back(std::move(mf));
+    }
+    if (m.step < 1 || m.layout.pipeline < 1 || m.layout.tensor < 1 || m.layout.data < 1 ||
+        m.layout.virtual_stages < 1)
+        r.fail("impossible step or layout");
+    return m;
+}
+
+void verify_files(const std::string& dir, const Manifest& m) {
+    for (const ManifestFile& f : m.files) {
+        const std::string path = (fs::path(dir) / f.name).string();
+        std::error_code ec;
+        const auto size = fs::file_size(path, ec);
+        if (ec) throw Error(path + ": missing (the checkpoint is incomplete)");
+        if (size != f.bytes)
+            throw Error(path + ": " + std::to_string(size) + " bytes, the manifest says " +
+                        std::to_string(f.bytes) + " (truncated or overwritten)");
+        if (io::sha256_file(path) != f.sha256)
+            throw Error(path + ": SHA-256 does not match the manifest (the file is corrupt)");
+    }
+}
+
+}  // namespace trident::train

@@ -1,0 +1,65 @@
+// A training checkpoint's manifest: what it holds and how to check it (see checkpoint.h for
+// the directory's layout).
+//
+// manifest.json is one JSON object: the format and version; the progress (`step`: updates
+// done, so training continues with 0-based step `step`; `samples_consumed` = step·B, the data
+// position, since the sampler is a pure function of (seed, sample index); `seed`, which with
+// the sample index fixes every dropout mask, so it and the step are the whole RNG state;
+// Adam's step count; the loss scaler's scale and clean-step count; the skipped steps so far);
+// the model's shape; the layout that wrote it (P, M, D, v, schedule, ZeRO stage, bucket size);
+// the parameters' precision; and every file with its grid coordinates (none for config.yaml),
+// size and SHA-256. It is written last, so a directory whose manifest parses and whose files
+// match it is complete.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/param_layout.h"
+
+namespace trident::train {
+
+struct ManifestFile {
+    std::string name;               // relative to the checkpoint directory
+    int pp = -1, tp = -1, dp = -1;  // the rank that wrote it; -1: not a rank's shard
+    uint64_t bytes = 0;
+    std::string sha256;  // 64 hex digits
+};
+
+struct CheckpointLayout {
+    int pipeline = 1, tensor = 1, data = 1, virtual_stages = 1;
+    std::string schedule;  // as the config spells it
+    int zero_stage = 1;
+    int64_t bucket_size = 0;
+};
+
+struct Manifest {
+    int step = 0;
+    int64_t samples_consumed = 0;
+    uint64_t seed = 0;
+    int adam_step = 0;
+    double loss_scale = 1;
+    int good_steps = 0;
+    int skipped_total = 0;
+    model::GptShape shape;  // padded_vocab as the writer's layout padded it
+    CheckpointLayout layout;
+    std::string precision;  // fp32 | bf16 | fp16
+    std::vector<ManifestFile> files;
+};
+
+inline constexpr const char* kManifestName = "manifest.json";
+
+std::string manifest_json(const Manifest& m);
+// Reads dir/manifest.json; throws trident::Error naming the file and what is wrong.
+Manifest read_manifest(const std::string& dir);
+// Checks every file the manifest lists: present, of its size, of its SHA-256. Throws
+// trident::Error naming the first bad file and why.
+void verify_files(const std::string& dir, const Manifest& m);
+
+// The step_NNNNNN directories in `dir`, oldest first (complete or not: check them).
+std::vector<std::string> list_checkpoints(const std::string& dir);
+// "step_000400".
+std::string checkpoint_name(int step);
+
+}  // namespace trident::train

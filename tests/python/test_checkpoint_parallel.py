@@ -1,0 +1,191 @@
+"""Checkpoints across layouts, under mpirun: resume is bitwise on 2x2x2; a checkpoint written
+by one layout resumes in another (2x2x2 -> 1x1x1 -> the interleaved schedule, which needs
+P >= 2, on 2x1x2 with v = 2, and 1F1B on 1x2x2; a ZeRO-0 checkpoint of 2x1x2 -> 1x1x1) with
+the uninterrupted one-process run's losses to 1e-5; export from 2x2x2 gives one process the
+model, to its loss; SIGTERM to one rank (as Slurm sends it) or SIGUSR1 to mpirun (which passes
+it on) stops every rank after the same step with a checkpoint and exit code 0; a job killed
+at a random moment (perhaps mid-save) leaves only complete checkpoints.
+
+All in fp32 on a model of 4 layers (interleaving needs P*v to divide them) with micro batch 1
+(interleaving needs the microbatches of a step to be a multiple of P).
+"""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import mpi_harness as h
+
+TOL = 1e-5
+
+
+def loss_list(path):
+    return [r["loss"] for r in h.losses(path)]
+
+
+def close(a, b):
+    return len(a) == len(b) and all(abs(x - y) <= TOL * abs(y) for x, y in zip(a, b))
+
+
+def layout(p, m, d, *extra):
+    return [f"parallel.pipeline={p}", f"parallel.tensor={m}", f"parallel.data={d}", *extra]
+
+
+def rank_pids(config):
+    """The trident processes started with this config (ours alone: the path is unique)."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+        except OSError:
+            continue
+        if args and args[0].endswith(b"trident") and config.encode() in args:
+            pids.append(int(pid))
+    return pids
+
+
+def start_job(trident, base, ranks, overrides):
+    cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), trident, "train"] + base
+    for o in overrides:
+        cmd += ["--set", o]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=h.mpirun_env())
+
+
+def wait_for_steps(metrics, n, job):
+    while job.poll() is None:
+        if os.path.exists(metrics) and len(open(metrics).readlines()) >= n:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def main():
+    trident, _ = h.binaries_or_skip()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = lambda name: os.path.join(tmp, name)
+        base = h.tiny_run(tmp, ["model.layers=4", "training.micro_batch=1", "training.steps=8"])
+        config = base[1]
+
+        def train(ranks, overrides):
+            args = [trident, "train"] + base
+            for o in overrides:
+                args += ["--set", o]
+            return h.run(args, ranks=None if ranks == 1 else ranks)
+
+        # The uninterrupted references: one process, and 2x2x2 with a checkpoint every 4 steps.
+        train(1, [f"checkpoint.dir={path('ref')}", "checkpoint.interval=4",
+                  f"logging.metrics={path('ref.jsonl')}"])
+        ref = loss_list(path("ref.jsonl"))
+        valid = f"data.valid={path('train.bin')}"
+        train(8, layout(2, 2, 2) + [f"checkpoint.dir={path('ck8')}", "checkpoint.interval=4",
+                                    valid, f"logging.metrics={path('full8.jsonl')}"])
+        full8 = loss_list(path("full8.jsonl"))
+        h.check(close(full8, ref), "2x2x2 trains as one process does")
+
+        # Resume on 2x2x2 from its step 4: bitwise.
+        p = train(8, layout(2, 2, 2) + [f"checkpoint.resume={path('ck8/step_000004')}",
+                                        f"checkpoint.dir={path('ck8b')}",
+                                        f"logging.metrics={path('b8.jsonl')}"])
+        h.check("resumed: " + path("ck8/step_000004") + " at step 4" in p.stdout,
+                "2x2x2 says where it resumed")
+        h.check(loss_list(path("b8.jsonl")) == full8[4:], "2x2x2 resumed: the same losses, bitwise")
+
+        # 2x2x2 -> 1x1x1 (steps 5, 6; a checkpoint at 6) -> 2x1x2 interleaved and 1x2x2 1F1B.
+        train(1, [f"checkpoint.resume={path('ck8/step_000004')}", f"checkpoint.dir={path('ck1')}",
+                  "checkpoint.interval=2", "training.steps=8",
+                  f"logging.metrics={path('r1.jsonl')}"])
+        r1 = loss_list(path("r1.jsonl"))
+        h.check(close(r1, ref[4:]), f"2x2x2 -> 1x1x1: the uninterrupted losses ({r1} vs {ref[4:]})")
+        for name, ranks, lay in [
+                ("2x1x2 interleaved v=2", 4,
+                 layout(2, 1, 2, "parallel.schedule=interleaved", "parallel.virtual_stages=2")),
+                ("1x2x2 1F1B", 4, layout(1, 2, 2)),
+        ]:
+            metrics = path(name.replace(" ", "_") + ".jsonl")
+            train(ranks, lay + [f"checkpoint.resume={path('ck1/step_000006')}",
+                                f"checkpoint.dir={path('ck_' + name.replace(' ', '_'))}",
+                                f"logging.metrics={metrics}"])
+            got = loss_list(metrics)
+            h.check(close(got, ref[6:]), f"1x1x1 -> {name}: the uninterrupted losses ({got} vs {ref[6:]})")
+
+        # A ZeRO-0 checkpoint (every replica holds the whole optimizer state; replica 0 writes it).
+        train(4, layout(2, 1, 2, "parallel.zero_stage=0") +
+              [f"checkpoint.resume={path('ck8/step_000004')}", f"checkpoint.dir={path('ckz')}",
+               "checkpoint.interval=1"])
+        train(1, [f"checkpoint.resume={path('ckz/step_000007')}", f"checkpoint.dir={path('ckz1')}",
+                  f"logging.metrics={path('z1.jsonl')}"])
+        h.check(close(loss_list(path("z1.jsonl")), ref[7:]), "ZeRO-0 2x1x2 -> 1x1x1: the uninterrupted loss")
+
+        info = h.run([trident, "checkpoint", "info", path("ck8")])
+        h.check("layout: 2 x 2 x 2" in info.stdout and "all 9 files match" in info.stdout,
+                "checkpoint info prints the layout and checks 8 shards and the config")
+
+        # Export from 2x2x2, loaded by one process: the same model (its validation loss after a
+        # step with learning rate 1e-30, which changes no weight).
+        h.run([trident, "export", "--checkpoint", path("ck8"), "--output", path("w8.safetensors")])
+        train(1, [f"model.init_from={path('w8.safetensors')}", "training.steps=1", "training.lr=1e-30",
+                  "training.min_lr=0", valid, f"logging.metrics={path('w8.jsonl')}"])
+        got, want = h.losses(path("w8.jsonl"))[0]["val_loss"], h.losses(path("full8.jsonl"))[-1]["val_loss"]
+        h.check(abs(got - want) <= TOL * want,
+                f"export from 2x2x2 -> model.init_from: the model's loss ({got} vs {want})")
+
+        # SIGTERM to one rank of two, or SIGUSR1 to mpirun: both ranks stop after the same
+        # step, checkpointed, exit code 0.
+        for sig, to_mpirun in [(signal.SIGTERM, False), (signal.SIGUSR1, True)]:
+            name = signal.Signals(sig).name
+            metrics, ck = path(name + ".jsonl"), path("ck_" + name)
+            job = start_job(trident, base, 2, layout(2, 1, 1) + [
+                "training.steps=100000", f"checkpoint.dir={ck}", f"logging.metrics={metrics}"])
+            if wait_for_steps(metrics, 3, job):
+                os.kill(job.pid if to_mpirun else rank_pids(config)[-1], sig)
+            out, _ = job.communicate(timeout=300)
+            done = len(h.losses(metrics))
+            h.check(job.returncode == 0, f"{name}: exit code 0 (got {job.returncode})")
+            h.check(f"preempted by {name} ({int(sig)}) after step {done}" in out and
+                    f"checkpoint written to {ck}/step_{done:06d}" in out,
+                    f"{name}: the message names the step and the checkpoint")
+            h.check(h.run([trident, "checkpoint", "info", ck], expect_ok=False).returncode == 0,
+                    f"{name}: the checkpoint is complete")
+            if job.returncode != 0:
+                print(out)
+
+        # kill -9 at a random moment of a run that saves every step: whatever step_* directories
+        # are left are complete, and resume: auto carries on from the newest.
+        metrics = path("kill.jsonl")
+        job = start_job(trident, base, 2, layout(1, 1, 2) + [
+            "training.steps=100000", f"checkpoint.dir={path('ckk')}", "checkpoint.interval=1",
+            f"logging.metrics={metrics}"])
+        wait_for_steps(metrics, 5, job)
+        time.sleep(0.013)
+        for pid in rank_pids(config):
+            os.kill(pid, signal.SIGKILL)
+        job.communicate(timeout=300)
+        steps = sorted(d for d in os.listdir(path("ckk")) if d.startswith("step_"))
+        infos = [h.run([trident, "checkpoint", "info", path("ckk/" + d)], expect_ok=False)
+                 for d in steps]
+        complete = all(p.returncode == 0 for p in infos)
+        if not complete:
+            print("".join(p.stdout for p in infos))
+        h.check(bool(steps) and complete, f"killed job: every step_ directory is complete ({steps})")
+        newest = int(steps[-1][5:])
+        p = train(2, layout(1, 1, 2) + [f"checkpoint.dir={path('ckk')}",
+                                        f"training.steps={newest + 1}"])
+        h.check(f"resumed: {path('ckk')}/{steps[-1]} at step {newest}" in p.stdout,
+                "killed job: resume: auto takes the newest complete checkpoint")
+        h.check(not any(d.startswith(".tmp_") for d in os.listdir(path("ckk"))),
+                "killed job: the next save clears an interrupted one")
+
+    if h.failures:
+        print(f"{len(h.failures)} check(s) failed")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+// Training checkpoints: SHA-256 against FIPS 180's vectors, the manifest, exact resume through
+// the binary (2N steps against N + N resumed, bitwise, in fp32, bf16 and fp16), corrupt and
+// incomplete checkpoints found and passed over, and export of a checkpoint that loads back
+// into the very same model. Multi-rank resume, resharding and preemption are in
+// tests/python/test_checkpoint_parallel.py.
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli_support.h"
+#include "config/config.h"
+#include "io/sha256.h"
+#include "kernels/ops.h"
+#include "kernels/random.h"
+#include "model/hf_gpt2.h"
+#include "model/param_layout.h"
+#include "train/checkpoint.h"
+#include "train/checkpoint_manifest.h"
+#include "train/model_shape.h"
+#include "train/trainer.h"
+
+using namespace cli;
+using namespace trident;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::vector<std::string> losses_of(const std::string& metrics_path) {
+    std::ifstream in(metrics_path);
+    std::vector<std::string> losses;
+    for (std::string line; std::getline(in, line);) {
+        const auto at = line.find("\"loss\": ");
+        REQUIRE(at != std::string::npos);
+        losses.push_back(line.substr(at, line.find(',', at) - at));
+    }
+    return losses;
+}
+
+RunResult checked(const std::string& args) {
+    const RunResult r = run(args);
+    INFO(args << "\n" << r.output);
+    REQUIRE(r.exit_code == 0);
+    return r;
+}
+
+// Flips one bit in the middle of a file.
+void flip_byte(const fs::path& path) {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    const auto middle = static_cast<std::streamoff>(fs::file_size(path) / 2);
+    f.seekg(middle);
+    char c = 0;
+    f.get(c);
+    f.seekp(middle);
+    f.put(static_cast<char>(c ^ 0x10));
+}
+
+const train::SampleFn kRandomTokens = [](uint64_t k, std::span<int32_t> in,
+                                         std::span<int32_t> tgt) {
+    for (std::size_t i = 0; i < in.size(); ++i) {
+        in[i] = static_cast<int32_t>(kernels::hash64(k, i) % 64);
+        tgt[i] = static_cast<int32_t>(kernels::hash64(k, i + 1) % 64);
+    }
+};
+
+}  // namespace
+
+TEST_CASE("sha256: the FIPS 180 test vectors", "[checkpoint]") {
+    CHECK(io::sha256_hex("abc") ==
+          "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    CHECK(io::sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+    CHECK(io::sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+          "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+    // A million 'a's fed in uneven pieces: the block boundary falls everywhere.
+    io::Sha256 sha;
+    const std::string piece(997, 'a');
+    std::size_t left = 1000000;
+    while (left > 0) {
+        const std::size_t n = std::min(left, piece.size());
+        sha.update(piece.data(), n);
+        left -= n;
+    }
+    CHECK(sha.hex_digest() == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+
+TEST_CASE("checkpoint: the manifest reads back as written", "[checkpoint]") {
+    Workspace ws;
+    train::Manifest m;
+    m.step = 400;
+    m.samples_consumed = 400 * 32;
+    m.seed = 18446744073709551557ull;  // beyond int64
+    m.adam_step = 398;
+    m.loss_scale = 0.000030517578125;  // 2^-15, exactly
+    m.good_steps = 17;
+    m.skipped_total = 2;
+    m.shape = model::GptShape{300, 384, 16, 2, 32, 4, 128};
+    m.layout = train::CheckpointLayout{2, 2, 2, 2, "interleaved", 0, 4096};
+    m.precision = "fp16";
+    m.files = {{"config.yaml", -1, -1, -1, 1234, std::string(64, 'a')},
+               {"pp1_tp0_dp1.safetensors", 1, 0, 1, 99, std::string(64, 'b')}};
+    fs::create_directories(ws.path("step"));
+    std::ofstream(fs::path(ws.path("step")) / train::kManifestName) << train::manifest_json(m);
+    const train::Manifest back = train::read_manifest(ws.path("step"));
+    CHECK(back.step == m.step);
+    CHECK(back.samples_consumed == m.samples_consumed);
+    CHECK(back.seed == m.seed);
+    CHECK(back.adam_step == m.adam_step);
+    CHECK(back.loss_scale == m.loss_scale);
+    CHECK(back.good_steps == m.good_steps);
+    CHECK(back.skipped_total == m.skipped_total);
+    CHECK(back.shape.padded_vocab == 384);
+    CHECK(back.shape.ffn == 128);
+    CHECK(back.layout.schedule == "interleaved");
+    CHECK(back.layout.bucket_size == 4096);
+    CHECK(back.layout.zero_stage == 0);
+    CHECK(back.precision == "fp16");
+    REQUIRE(back.files.size() == 2);
+    CHECK(back.files[0].pp == -1);
+    CHECK(back.files[1].name == "pp1_tp0_dp1.safetensors");
+    CHECK(back.files[1].dp == 1);
+    CHECK(back.files[1].sha256 == std::string(64, 'b'));
+
+    std::ofstream(fs::path(ws.path("step")) / train::kManifestName) << "{\"format\": \"other\"}";
+    REQUIRE_THROWS_WITH(
+        train::read_manifest(ws.path("step")),
+        Catch::Contains("manifest.json") && Catch::Contains("missing \"version\"") ||
+            Catch::Contains("not a Trident checkpoint"));
+}
+
+TEST_CASE("checkpoint: full_element places every slice element where unshard_params does",
+          "[checkpoint]") {
+    const model::GptShape shape{300, 384, 16, 2, 32, 4, 128};
+    const model::ParamLayout full(shape);
+    for (int tp = 0; tp < 2; ++tp) {
+        const model::ParamLayout local(shape, tp, 2, model::StagePlan{2, 1, 1});
+        std::vector<float> values(local.total());
+        for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i + 1);
+        std::vector<float> whole(full.total(), 0.0f);
+        model::unshard_params(local, values.data(), full, whole.data());
+        for (const model::ParamTensor& t : local.tensors())
+            for (std::size_t i = 0; i < t.numel; ++i)
+                REQUIRE(whole[full.find(t.name)->offset + model::full_element(t, tp, i)] ==
+                        values[t.offset + i]);
+    }
+}
+
+TEST_CASE("checkpoint: resuming gives the uninterrupted run's losses bitwise", "[checkpoint]") {
+    const std::string precision = GENERATE("fp32", "bf16", "fp16");
+    Workspace ws;
+    // The whole run keeps a checkpoint every 3 steps; a new process resumes from the first.
+    const std::string common = "--set training.precision=" + precision + " --set training.steps=6";
+    checked(
+        ws.train(common + " --set checkpoint.dir=" + ws.path("ck") +
+                 " --set checkpoint.interval=3 --set logging.metrics=" + ws.path("full.jsonl")));
+    const std::string half = ws.path("ck") + "/step_000003";
+    const RunResult resumed = checked(ws.train(common + " --set checkpoint.resume=" + half +
+                                               " --set checkpoint.dir=" + ws.path("ck2") +
+                                               " --set logging.metrics=" + ws.path("b.jsonl")));
+    REQUIRE(resumed.output.find("resumed: " + half + " at step 3") != std::string::npos);
+    const auto full = losses_of(ws.path("full.jsonl"));
+    REQUIRE(losses_of(ws.path("b.jsonl")) ==
+            std::vector<std::string>(full.begin() + 3, full.end()));
+
+    const RunResult info = checked("checkpoint info " + ws.path("ck"));
+    CHECK(info.output.find("step_000006") != std::string::npos);
+    CHECK(info.output.find("precision: " + precision) != std::string::npos);
+    CHECK(info.output.find("all 2 files match their checksums") != std::string::npos);
+}
+
+TEST_CASE("checkpoint: a corrupt or incomplete checkpoint is reported and passed over",
+          "[checkpoint]") {
+    Workspace ws;
+    const std::string ck = " --set checkpoint.dir=" + ws.path("ck") +
+                           " --set checkpoint.interval=2 --set training.steps=8";
+    checked(ws.train(ck + " --set logging.metrics=" + ws.path("full.jsonl")));
+    const fs::path dir(ws.path("ck"));
+    REQUIRE(train::list_checkpoints(dir.string()).size() == 3);  // 4, 6, 8 (keep: 3)
+
+    // A save killed midway left its temporary directory; a flipped byte in the newest
+    // checkpoint, a missing shard in the one before.
+    fs::create_directories(dir / ".tmp_step_000010");
+    std::ofstream(dir / ".tmp_step_000010" / "pp0_tp0_dp0.safetensors") << "half a shard";
+    flip_byte(dir / "step_000008" / "pp0_tp0_dp0.safetensors");
+    fs::remove(dir / "step_000006" / "pp0_tp0_dp0.safetensors");
+
+    const RunResult info = run("checkpoint info " + (dir / "step_000008").string());
+    require_clear_error(info, "fail their check");
+    CHECK(info.output.find("CORRUPT") != std::string::npos);
+    require_clear_error(
+        run(ws.train(ck + " --set checkpoint.resume=" + (dir / "step_000008").string())),
+        "step_000008/pp0_tp0_dp0.safetensors: SHA-256 does not match");
+
+    // resume: auto names each bad one and goes back to step 4, then matches the whole run.
+    const RunResult r = checked(ws.train(ck + " --set logging.metrics=" + ws.path("b.jsonl")));
+    CHECK(r.output.find("step_000008 is unusable") != std::string::npos);
+    CHECK(r.output.find("step_000008/pp0_tp0_dp0.safetensors: SHA-256 does not match") !=
+          std::string::npos);
+    CHECK(r.output.find("step_000006/pp0_tp0_dp0.safetensors: missing") != std::string::npos);
+    CHECK(r.output.find("resumed: " + (dir / "step_000004").string()) != std::string::npos);
+    const auto full = losses_of(ws.path("full.jsonl"));
+    REQUIRE(losses_of(ws.path("b.jsonl")) ==
+            std::vector<std::string>(full.begin() + 4, full.end()));
+    // The new saves replaced the bad ones and cleared the interrupted save.
+    CHECK(!fs::exists(dir / ".tmp_step_000010"));
+    checked("checkpoint info " + (dir / "step_000006").string());
+    checked("checkpoint info " + (dir / "step_000008").string());
+
+    // With every checkpoint unusable there is nothing to resume: a clear error, not a fresh start.
+    for (const std::string& step : train::list_checkpoints(dir.string()))
+        flip_byte(fs::path(step) / "pp0_tp0_dp0.safetensors");
+    require_clear_error(run(ws.train(ck + " --set training.steps=10")), "is usable");
+}
+
+TEST_CASE("checkpoint: export writes the model that loads back with the same loss",
+          "[checkpoint]") {
+    Workspace ws;
+    checked(ws.train("--set training.precision=bf16 --set checkpoint.dir=" + ws.path("ck")));
+    checked("export --checkpoint " + ws.path("ck") + " --output " + ws.path("w.safetensors"));
+
+    const train::FullCheckpoint ck = train::read_newest_checkpoint(ws.path("ck"));
+    config::Config cfg =
+        config::load(ws.path("ck") + "/step_000003/config.yaml", {"training.precision=fp32"});
+    auto ops = kernels::make_cpu_ops(1);
+    train::Trainer restored(cfg, *ops);
+    train::restore_checkpoint(ck, restored);
+    train::Trainer imported(cfg, *ops);
+    const model::ParamLayout whole(train::gpt_shape(cfg));
+    std::vector<float> weights(whole.total());
+    model::load_hf_gpt2(ws.path("w.safetensors"), whole, weights.data());
+    REQUIRE(weights == ck.master);  // the fp32 master weights, exactly
+    imported.model().load_full_params(weights);
+    REQUIRE(imported.evaluate(kRandomTokens, 2) == restored.evaluate(kRandomTokens, 2));
+
+    // And through the binary: model.init_from takes it.
+    checked(ws.train("--set model.init_from=" + ws.path("w.safetensors")));
+}
