@@ -8,10 +8,18 @@
 #include <cmath>
 #include <cstdint>
 
+// The uniform draws are also compiled for CUDA kernels (kernels/cuda/), so the GPU backend
+// draws dropout masks bit for bit as the CPU does.
+#if defined(__CUDACC__)
+#define TRIDENT_HOST_DEVICE __host__ __device__
+#else
+#define TRIDENT_HOST_DEVICE
+#endif
+
 namespace trident::kernels {
 
 // splitmix64's finaliser over seed and index: well mixed 64 bits.
-inline uint64_t hash64(uint64_t seed, uint64_t index) {
+TRIDENT_HOST_DEVICE inline uint64_t hash64(uint64_t seed, uint64_t index) {
     uint64_t z = seed + 0x9E3779B97F4A7C15ull * (index + 1);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
     z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
@@ -19,12 +27,12 @@ inline uint64_t hash64(uint64_t seed, uint64_t index) {
 }
 
 // Uniform in [0, 1) with 24 random bits, exact in float.
-inline float uniform_float(uint64_t seed, uint64_t index) {
+TRIDENT_HOST_DEVICE inline float uniform_float(uint64_t seed, uint64_t index) {
     return static_cast<float>(hash64(seed, index) >> 40) * (1.0f / 16777216.0f);
 }
 
 // Uniform in (0, 1) with 53 random bits.
-inline double uniform_open(uint64_t seed, uint64_t index) {
+TRIDENT_HOST_DEVICE inline double uniform_open(uint64_t seed, uint64_t index) {
     return (static_cast<double>(hash64(seed, index) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
 }
 

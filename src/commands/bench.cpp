@@ -12,17 +12,17 @@
 #include "kernels/random.h"
 #include "parallel/grid.h"
 #include "parallel/world.h"
-#include "train/device_peak.h"
 #include "train/trainer.h"
 
 namespace trident::commands {
 
 namespace {
 
-void run(const BenchOptions& opts, const config::Config& cfg, parallel::Grid& grid) {
+void run(const BenchOptions& opts, const config::Config& cfg, const Device& device,
+         parallel::Grid& grid) {
     const bool leader = grid.rank() == 0;
-    auto ops = make_backend(cfg, leader);
-    const double peak = train::measure_gemm_flops(*ops);
+    auto ops = make_backend(cfg, device, grid, leader);
+    const Peak peak = peak_flops(device, *ops);
     if (leader) print_summary(cfg, *ops, peak);
 
     train::Trainer trainer(cfg, *ops, &grid);
@@ -55,9 +55,9 @@ void run(const BenchOptions& opts, const config::Config& cfg, parallel::Grid& gr
     io::JsonLine line;
     line.add("tokens_per_s", static_cast<double>(cfg.derived.tokens_per_step) / step_s)
         .add("tflops", flops / 1e12)
-        .add("mfu", flops / peak)
+        .add("mfu", flops / peak.flops)
         .add("step_ms", 1e3 * step_s)
-        .add("peak_tflops", peak / 1e12)
+        .add("peak_tflops", peak.flops / 1e12)
         .add("steps", opts.steps)
         .add("backend", ops->name())
         .add("threads", cfg.training.threads)
@@ -73,6 +73,7 @@ int bench(const BenchOptions& opts, parallel::World& world) {
     if (opts.warmup < 0) throw Error("--warmup must not be negative");
     config::Config cfg;
     std::unique_ptr<parallel::Grid> grid;
+    Device device;
     return run_on_every_rank(
         world,
         [&] {
@@ -80,8 +81,9 @@ int bench(const BenchOptions& opts, parallel::World& world) {
             const auto& p = cfg.parallel;
             grid = std::make_unique<parallel::Grid>(
                 world, parallel::GridShape{p.pipeline, p.tensor, p.data});
+            device = choose_device(cfg, world, world.rank() == 0);
         },
-        [&] { run(opts, cfg, *grid); });
+        [&] { run(opts, cfg, device, *grid); });
 }
 
 }  // namespace trident::commands

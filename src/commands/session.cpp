@@ -2,9 +2,20 @@
 #include "commands/session.h"
 
 #include <cstdio>
+#include <string>
+#include <vector>
 
+#include "error.h"
 #include "model/hf_gpt2.h"
+#include "train/device_peak.h"
 #include "train/metrics.h"
+#if TRIDENT_HAVE_CUDA
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/device.h"
+#include "parallel/cuda/gpu_binding.h"
+#include "parallel/cuda/nccl_comm.h"
+#include "parallel/cuda/staged_comm.h"
+#endif
 
 namespace trident::commands {
 
@@ -28,13 +39,78 @@ int run_on_every_rank(parallel::World& world, const std::function<void()>& set_u
     return 0;
 }
 
-std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, bool announce) {
-    if (announce && cfg.device == config::DeviceKind::auto_)
-        std::printf("device: cpu (auto: this build has no GPU backend)\n");
-    return kernels::make_cpu_ops(cfg.training.threads);
+Device choose_device(const config::Config& cfg, parallel::World& world, bool announce) {
+    Device device{false, false, "cpu"};
+    if (cfg.device == config::DeviceKind::cpu) return device;
+#if TRIDENT_HAVE_CUDA
+    std::vector<std::string> missing;
+    if (!parallel::every_rank_has_gpu(world, missing)) {
+        // Alone, the rank need not be named: "rank 0: why" becomes "why".
+        std::string where;
+        if (world.size() == 1) {
+            const std::string& why = missing.front();
+            where = "no GPU is visible (" + why.substr(why.find(": ") + 2) + ")";
+        } else {
+            for (const std::string& m : missing)
+                where += (where.empty() ? "no GPU for " : "; ") + m;
+        }
+        if (cfg.device == config::DeviceKind::cuda)
+            throw Error("device: cuda, but " + where +
+                        "; check CUDA_VISIBLE_DEVICES and the driver, or use device: auto or cpu");
+        if (announce) std::printf("device: cpu (auto: %s)\n", where.c_str());
+        return device;
+    }
+    const parallel::GpuBinding binding = parallel::bind_gpu(world);
+    device = Device{true, binding.shared, binding.gpu};
+    if (announce)
+        std::printf("device: cuda (%s%s)\n",
+                    cfg.device == config::DeviceKind::auto_ ? "auto: " : "", binding.gpu.c_str());
+#else
+    (void)world;
+    if (announce) std::printf("device: cpu (auto: this build has no GPU backend)\n");
+#endif
+    return device;
 }
 
-void print_summary(const config::Config& cfg, const kernels::Ops& ops, double peak_flops) {
+std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Device& device,
+                                           parallel::Grid& grid, bool announce) {
+    if (!device.gpu) return kernels::make_cpu_ops(cfg.training.threads);
+#if TRIDENT_HAVE_CUDA
+    auto ops = kernels::make_cuda_ops();
+    const cudaStream_t stream = kernels::cuda::compute_stream();
+    if (device.shared_gpu) {
+        // NCCL refuses two ranks of a communicator on one GPU.
+        if (announce)
+            std::printf(
+                "communication: MPI through host memory (ranks share a GPU; NCCL needs "
+                "one GPU per rank)\n");
+        grid.wrap_comms(
+            [&](std::unique_ptr<parallel::Comm> group) -> std::unique_ptr<parallel::Comm> {
+                return std::make_unique<parallel::StagedComm>(std::move(group), stream);
+            });
+    } else {
+        grid.wrap_comms(
+            [&](std::unique_ptr<parallel::Comm> group) -> std::unique_ptr<parallel::Comm> {
+                return std::make_unique<parallel::NcclComm>(std::move(group), stream);
+            });
+    }
+    return ops;
+#else
+    (void)grid;
+    (void)announce;
+    throw Error("internal: a GPU device in a build without the GPU backend");
+#endif
+}
+
+Peak peak_flops(const Device& device, kernels::Ops& ops) {
+    if (device.gpu) {
+        const double datasheet = train::datasheet_peak_flops(device.name);
+        if (datasheet > 0) return {datasheet, "dense bf16, datasheet; MFU is against this"};
+    }
+    return {train::measure_gemm_flops(ops), "fp32 GEMM measured at start-up; MFU is against this"};
+}
+
+void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Peak& peak) {
     const auto& m = cfg.model;
     const auto& t = cfg.training;
     const auto& d = cfg.derived;
@@ -49,8 +125,7 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, double pe
                 "steps | %s FLOP per step\n",
                 t.global_batch, static_cast<long long>(d.tokens_per_step), t.micro_batch,
                 d.grad_accum_steps, train::human_count(d.flops_per_step).c_str());
-    std::printf("peak: %.1f GFLOP/s (fp32 GEMM measured at start-up; MFU is against this)\n",
-                peak_flops / 1e9);
+    std::printf("peak: %.1f GFLOP/s (%s)\n", peak.flops / 1e9, peak.source.c_str());
     std::fflush(stdout);
 }
 

@@ -4,11 +4,13 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "config/config.h"
 #include "error.h"
 #include "data/tokenizer.h"
 #include "kernels/ops.h"
+#include "parallel/grid.h"
 #include "parallel/world.h"
 #include "train/generator.h"
 #include "train/trainer.h"
@@ -29,12 +31,36 @@ public:
 int run_on_every_rank(parallel::World& world, const std::function<void()>& set_up,
                       const std::function<void()>& run);
 
-// The backend the config asks for; device "auto" falls back to the CPU and says so (when
-// `announce`: one rank speaks for all).
-std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, bool announce);
+// The device a run computes on, as every rank agreed.
+struct Device {
+    bool gpu = false;         // else the CPU
+    bool shared_gpu = false;  // ranks share GPUs: collectives through MPI with host staging
+    std::string name;         // "cpu", or the GPU as CUDA describes it
+};
+
+// The device the config asks for, chosen alike on every rank (collective over the world, a
+// set-up step): device "auto" takes a GPU per rank when every rank sees one, else the CPU,
+// and says which (when `announce`: one rank speaks for all); "cuda" binds each rank to its
+// GPU and fails, with the same message on every rank, naming the ranks that see none.
+Device choose_device(const config::Config& cfg, parallel::World& world, bool announce);
+
+// The backend of `device`. For a GPU, the grid's communicators are wrapped to carry device
+// buffers: NCCL, or MPI through host memory where ranks share a GPU (said when `announce`).
+// Collective over the world.
+std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Device& device,
+                                           parallel::Grid& grid, bool announce);
+
+// The peak FLOP/s MFU is against, and where it comes from.
+struct Peak {
+    double flops = 0;
+    std::string source;
+};
+// A GPU's dense bf16 datasheet rate when it is listed, else the backend's fp32 GEMM rate
+// measured now (train/device_peak.h).
+Peak peak_flops(const Device& device, kernels::Ops& ops);
 
 // Prints the model, layout and batch figures of the run.
-void print_summary(const config::Config& cfg, const kernels::Ops& ops, double peak_flops);
+void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Peak& peak);
 
 // model.init_from if set, else GPT-2 initialisation from training.seed.
 void initialise_weights(const config::Config& cfg, model::Gpt& model);

@@ -13,7 +13,6 @@
 #include "error.h"
 #include "parallel/grid.h"
 #include "parallel/world.h"
-#include "train/device_peak.h"
 #include "train/metrics.h"
 #include "train/preemption.h"
 #include "train/checkpoint.h"
@@ -109,6 +108,7 @@ struct Setup {
     config::Config cfg;
     std::unique_ptr<parallel::Grid> grid;
     std::unique_ptr<data::Dataset> train_data, valid_data;
+    Device device;
 };
 
 void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
@@ -116,8 +116,8 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     const auto& t = cfg.training;
     const bool leader = grid.rank() == 0;
 
-    auto ops = make_backend(cfg, leader);
-    const double peak = train::measure_gemm_flops(*ops);
+    auto ops = make_backend(cfg, setup.device, grid, leader);
+    const Peak peak = peak_flops(setup.device, *ops);
     if (leader) {
         print_summary(cfg, *ops, peak);
         std::printf("data: %s\n", setup.train_data->summary().c_str());
@@ -207,7 +207,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         // FLOP/s per process, as the papers count per GPU.
         const double flops = cfg.derived.flops_per_step / r.seconds / cfg.derived.world_size;
         m.tflops = flops / 1e12;
-        m.mfu = flops / peak;
+        m.mfu = flops / peak.flops;
         if (setup.valid_data && due(m.step, t.eval_interval, t.steps)) {
             m.val_loss = trainer.evaluate(valid_sample, t.eval_batches);
             last_val = *m.val_loss;
@@ -260,6 +260,7 @@ int train(const TrainOptions& opts, parallel::World& world) {
             const auto& p = setup.cfg.parallel;
             setup.grid = std::make_unique<parallel::Grid>(
                 world, parallel::GridShape{p.pipeline, p.tensor, p.data});
+            setup.device = choose_device(setup.cfg, world, world.rank() == 0);
             setup.train_data = std::make_unique<data::Dataset>(data::open_train_data(setup.cfg));
             setup.valid_data = data::open_valid_data(setup.cfg);
             check_resume_setting(setup.cfg);

@@ -4,6 +4,7 @@
 #include <mpi.h>
 
 #include <string>
+#include <utility>
 
 #include "error.h"
 #include "parallel/mpi_comm.h"
@@ -66,5 +67,10 @@ Grid::Grid(World& world, const GridShape& shape) : shape_(shape), rank_(world.ra
 }
 
 Grid::~Grid() = default;
+
+void Grid::wrap_comms(const CommWrapper& wrap) {
+    for (std::unique_ptr<Comm>* group : {&tensor_, &data_, &pipeline_, &embedding_})
+        *group = wrap(std::move(*group));
+}
 
 }  // namespace trident::parallel

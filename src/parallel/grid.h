@@ -5,6 +5,7 @@
 // ranks are neighbours (one node), pipeline is the slowest axis.
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "parallel/comm.h"
@@ -48,6 +49,12 @@ public:
     // stage (not in_embedding_group) it is also this rank alone, so its calls do nothing.
     Comm& embedding() { return *embedding_; }
     bool in_embedding_group() const { return first_stage() || last_stage(); }
+
+    // Hands each group's communicator to `wrap` and keeps what it returns, in one order on
+    // every rank (tensor, data, pipeline, embedding): how a GPU backend puts communicators
+    // for device buffers over the same ranks (parallel/cuda). Collective over the world.
+    using CommWrapper = std::function<std::unique_ptr<Comm>(std::unique_ptr<Comm>)>;
+    void wrap_comms(const CommWrapper& wrap);
 
 private:
     GridShape shape_;

@@ -1,9 +1,12 @@
 // The peak FLOP rate that MFU is measured against.
 //
-// For the CPU there is no datasheet figure worth trusting (clocks, SIMD width and cores
-// vary), so the peak is the fp32 GEMM rate this machine actually reaches, measured at
-// start-up with the backend's own matmul on square 2048 matrices.
+// For a GPU it is the datasheet's dense bf16 rate, as the papers report MFU (DESIGN.md). For
+// the CPU there is no datasheet figure worth trusting (clocks, SIMD width and cores vary), so
+// the peak is the fp32 GEMM rate this machine actually reaches, measured at start-up with the
+// backend's own matmul on square 2048 matrices (also the fallback for a GPU not listed).
 #pragma once
+
+#include <string>
 
 #include "kernels/ops.h"
 
@@ -13,5 +16,8 @@ namespace trident::train {
 // and the allocator's peak restarted before it returns, so the peak memory a run reports is
 // the run's own, not this probe's.
 double measure_gemm_flops(kernels::Ops& ops);
+
+// The dense bf16 FLOP/s of a GPU by its name (as CUDA reports it), or 0 when not listed.
+double datasheet_peak_flops(const std::string& gpu_name);
 
 }  // namespace trident::train

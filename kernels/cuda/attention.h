@@ -1,0 +1,79 @@
+// Causal self-attention on the GPU without the T x T matrix: the built-in flash-attention
+// kernels (attention_flash.cu) and cuDNN's fused attention (attention_cudnn.cpp), which share
+// one contract. qkv (B,T,3C) holds q, k, v side by side, each (B,T,NH,hs), hs = C/NH (this
+// rank's heads under tensor parallelism); out (B,T,C); scale 1/sqrt(hs). What a forward keeps
+// for backward is lse (B,NH,T), fp32: each row's log-sum-exp of its scaled scores.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+
+namespace trident::kernels::cuda {
+
+// ---- built-in flash attention (attention_flash.cu) -----------------------------------------
+// Head sizes up to this; every element type, attention dropout with the model's mask.
+inline constexpr int kFlashMaxHeadSize = 128;
+bool flash_attention_supports(int head_size);
+
+// out (B,T,C) = dropout(softmax(q k^T scale, causal)) v; lse (B,NH,T). out may be null: the
+// statistics alone, bit for bit as a full forward writes them (selective recompute). The
+// dropout mask is element (b, head_begin + h, i, j) of (B, heads_total, T, T).
+template <typename E>
+void flash_attention_forward(E* out, float* lse, const E* qkv, int B, int T, int C, int NH,
+                             float drop_prob, uint64_t seed, int head_begin, int heads_total,
+                             cudaStream_t stream);
+// dqkv (B,T,3C) += the gradient, given the forward's out and lse; row_dot (B,NH,T) is scratch.
+template <typename E>
+void flash_attention_backward(E* dqkv, float* row_dot, const E* dout, const E* qkv, const E* out,
+                              const float* lse, int B, int T, int C, int NH, float drop_prob,
+                              uint64_t seed, int head_begin, int heads_total, cudaStream_t stream);
+
+// ---- cuDNN fused attention (attention_cudnn.cpp) ---------------------------------------------
+class DeviceAllocator;
+class CudnnGraph;
+
+// cuDNN 9's fused flash attention for bf16 and fp16 without dropout (cuDNN's dropout draws
+// its own mask, not the model's), as operation graphs of the backend API (cudnn_graph.h): one
+// forward and one backward graph per (type, B, T, C, NH), built on first use. Its lse is the
+// flash kernels' (cuDNN calls it the softmax stats), so either backward runs after either
+// forward. Its backward adds dq into an fp32 buffer with atomics: results may differ in the
+// last bits from run to run (the flash kernels' do not).
+class CudnnAttention {
+public:
+    explicit CudnnAttention(DeviceAllocator& allocator);
+    ~CudnnAttention();
+    CudnnAttention(const CudnnAttention&) = delete;
+    CudnnAttention& operator=(const CudnnAttention&) = delete;
+
+    // Whether cuDNN runs forward and backward for this case, building both graphs on the first
+    // ask. A refusal is kept (with cuDNN's reason in `why`, when given), and asked only once.
+    bool supports(cudaDataType_t type, int B, int T, int C, int NH, std::string* why = nullptr);
+
+    // out (B,T,C), lse (B,NH,T) from qkv (B,T,3C), all of `type`; after supports() said yes.
+    void forward(void* out, float* lse, const void* qkv, cudaDataType_t type, int B, int T, int C,
+                 int NH, cudaStream_t stream);
+    // dqkv (B,T,3C) = the gradient (overwritten, not added) given the forward's out and lse.
+    void backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
+                  cudaDataType_t type, int B, int T, int C, int NH, cudaStream_t stream);
+
+private:
+    struct Case;
+    Case& case_for(cudaDataType_t type, int B, int T, int C, int NH);
+    void run(CudnnGraph& graph, const std::unordered_map<int64_t, void*>& pointers,
+             cudaStream_t stream);
+
+    DeviceAllocator& allocator_;
+    cudnnHandle_t handle_ = nullptr;
+    std::map<std::tuple<int, int, int, int, int>, std::unique_ptr<Case>> cases_;
+};
+
+}  // namespace trident::kernels::cuda

@@ -1,0 +1,265 @@
+// cuDNN's fused causal attention as backend-API graphs (see attention.h and cudnn_graph.h).
+//
+// The graphs are the pattern cuDNN's fused-attention engines recognise (the one the cuDNN
+// frontend emits for scaled_dot_product_flash_attention):
+//   forward:  S = Q K^T; S *= scale; causal mask (row >= column, else -inf); M = max_row S;
+//             E = exp(S - M); Z = sum_row E; stats = M + log Z; P = E / Z; O = P V
+//   backward: sum = rowsum(dO * O); P = exp(S * scale - stats) causally masked;
+//             dV = P^T dO; dS = P * (dO V^T - sum) * scale; dK = dS^T Q; dQ = dS K
+// Q, K and V are read in place from the packed qkv (B,T,3C) through strides: head h of row t is
+// at t*3C + h*hs (+C for K, +2C for V); K and V enter transposed by swapping their last two
+// strides. Intermediates are fp32, the matrix inputs bf16/fp16.
+#include <cudnn.h>
+
+#include <cmath>
+#include <limits>
+
+#include "error.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cudnn_graph.h"
+#include "kernels/cuda/device_allocator.h"
+
+namespace trident::kernels::cuda {
+
+namespace {
+
+void check_cudnn(cudnnStatus_t status, const char* call, const char* file, int line) {
+    if (status != CUDNN_STATUS_SUCCESS)
+        throw_library_error("cuDNN", cudnnGetErrorString(status), call, file, line);
+}
+#define TRIDENT_CUDNN_CHECK(call) check_cudnn((call), #call, __FILE__, __LINE__)
+
+// The shapes of one case, as cuDNN's (batch, heads, rows, columns) dimensions and strides.
+struct Shapes {
+    int64_t b, n, t, hs, C;
+    Dims heads() const { return {b, n, t, hs}; }
+    Dims packed_strides() const { return {t * 3 * C, hs, 3 * C, 1}; }      // q, k, v in qkv
+    Dims transposed_strides() const { return {t * 3 * C, hs, 1, 3 * C}; }  // k^T, v^T in qkv
+    Dims transposed() const { return {b, n, hs, t}; }
+    Dims out_strides() const { return {t * C, hs, C, 1}; }  // out, dout (B,T,C)
+    Dims scores() const { return {b, n, t, t}; }
+    Dims score_strides() const { return {n * t * t, t * t, t, 1}; }
+    Dims scores_transposed_strides() const { return {n * t * t, t * t, 1, t}; }
+    Dims rows() const { return {b, n, t, 1}; }
+    Dims row_strides() const { return {n * t, t, 1, 1}; }
+};
+
+// cuDNN before 9.10 wants the lowest float rather than -inf for masked scores.
+float masked_score() {
+    return cudnnGetVersion() < 91000 ? std::numeric_limits<float>::lowest()
+                                     : -std::numeric_limits<float>::infinity();
+}
+
+// scores where row >= column, masked_score() elsewhere.
+int64_t causal_mask(CudnnGraph& g, const Shapes& s, int64_t scores) {
+    const int64_t row = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_INT32);
+    const int64_t column = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_INT32);
+    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, row, scores, -1, -1, CUDNN_DATA_FLOAT, 2);
+    g.pointwise(CUDNN_POINTWISE_GEN_INDEX, column, scores, -1, -1, CUDNN_DATA_FLOAT, 3);
+    const int64_t keep = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_BOOLEAN);
+    g.pointwise(CUDNN_POINTWISE_CMP_GE, keep, row, column, -1, CUDNN_DATA_BOOLEAN);
+    const int64_t masked = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+    g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, masked, scores, g.scalar(masked_score()), keep);
+    return masked;
+}
+
+cudnnDataType_t cudnn_type(cudaDataType_t type) {
+    return type == CUDA_R_16BF ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
+}
+
+}  // namespace
+
+// The two graphs of one (type, B, T, C, NH) and the ids of their memory-bound tensors.
+struct CudnnAttention::Case {
+    bool supported = false;
+    std::string why;
+    std::unique_ptr<CudnnGraph> forward, backward;
+    int64_t f_q, f_k, f_v, f_o, f_stats;
+    int64_t b_q, b_k, b_v, b_o, b_do, b_stats, b_dq, b_dk, b_dv;
+};
+
+CudnnAttention::CudnnAttention(DeviceAllocator& allocator) : allocator_(allocator) {
+    TRIDENT_CUDNN_CHECK(cudnnCreate(&handle_));
+}
+
+CudnnAttention::~CudnnAttention() {
+    cases_.clear();
+    if (handle_) cudnnDestroy(handle_);
+}
+
+CudnnAttention::Case& CudnnAttention::case_for(cudaDataType_t type, int B, int T, int C, int NH) {
+    auto& slot = cases_[{static_cast<int>(type), B, T, C, NH}];
+    if (slot) return *slot;
+    slot = std::make_unique<Case>();
+    Case& c = *slot;
+    const Shapes s{B, NH, T, C / NH, C};
+    const cudnnDataType_t io = cudnn_type(type);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.hs));
+    if ((type != CUDA_R_16BF && type != CUDA_R_16F) || s.hs % 8 != 0 || C % 8 != 0) {
+        c.why =
+            "cuDNN's fused attention takes bf16/fp16 with head size and channels multiples of 8";
+        return c;
+    }
+
+    // Forward.
+    c.forward = std::make_unique<CudnnGraph>(handle_);
+    CudnnGraph& f = *c.forward;
+    c.f_q = f.tensor(s.heads(), s.packed_strides(), io);
+    c.f_k = f.tensor(s.transposed(), s.transposed_strides(), io);
+    c.f_v = f.tensor(s.heads(), s.packed_strides(), io);
+    c.f_o = f.tensor(s.heads(), s.out_strides(), io);
+    c.f_stats = f.tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
+    {
+        const int64_t raw = f.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+        f.matmul(raw, c.f_q, c.f_k);
+        const int64_t scaled = f.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+        f.pointwise(CUDNN_POINTWISE_MUL, scaled, raw, f.scalar(scale));
+        const int64_t masked = causal_mask(f, s, scaled);
+        const int64_t max = f.virtual_tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
+        f.reduction(CUDNN_REDUCE_TENSOR_MAX, max, masked);
+        const int64_t shifted = f.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+        f.pointwise(CUDNN_POINTWISE_SUB, shifted, masked, max);
+        const int64_t exps = f.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+        f.pointwise(CUDNN_POINTWISE_EXP, exps, shifted);
+        const int64_t sum = f.virtual_tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
+        f.reduction(CUDNN_REDUCE_TENSOR_ADD, sum, exps);
+        const int64_t log_sum = f.virtual_tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
+        f.pointwise(CUDNN_POINTWISE_LOG, log_sum, sum);
+        f.pointwise(CUDNN_POINTWISE_ADD, c.f_stats, max, log_sum);
+        // The second product takes the probabilities in the inputs' type.
+        const int64_t probs = f.virtual_tensor(s.scores(), s.score_strides(), io);
+        f.pointwise(CUDNN_POINTWISE_DIV, probs, exps, sum);
+        f.matmul(c.f_o, probs, c.f_v);
+    }
+
+    // Backward.
+    c.backward = std::make_unique<CudnnGraph>(handle_);
+    CudnnGraph& g = *c.backward;
+    c.b_q = g.tensor(s.heads(), s.packed_strides(), io);
+    c.b_k = g.tensor(s.transposed(), s.transposed_strides(), io);
+    c.b_v = g.tensor(s.transposed(), s.transposed_strides(), io);
+    c.b_o = g.tensor(s.heads(), s.out_strides(), io);
+    c.b_do = g.tensor(s.heads(), s.out_strides(), io);
+    c.b_stats = g.tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
+    c.b_dq = g.tensor(s.heads(), s.packed_strides(), io);
+    c.b_dk = g.tensor(s.heads(), s.packed_strides(), io);
+    c.b_dv = g.tensor(s.heads(), s.packed_strides(), io);
+    {
+        // sum (B,NH,T,1) = rowsum(dO * O), kept in the workspace.
+        const int64_t products = g.virtual_tensor(
+            s.heads(), {s.n * s.t * s.hs, s.t * s.hs, s.n * s.hs, 1}, CUDNN_DATA_FLOAT);
+        g.pointwise(CUDNN_POINTWISE_MUL, products, c.b_do, c.b_o);
+        const int64_t row_sums = g.virtual_tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
+        g.reduction(CUDNN_REDUCE_TENSOR_ADD, row_sums, products);
+        const int64_t softmax_sum = g.workspace_tensor(s.rows(), s.row_strides());
+        g.pointwise(CUDNN_POINTWISE_MUL, softmax_sum, row_sums, g.scalar(1.0f));
+
+        // P = exp(S * scale - stats), masked.
+        const int64_t raw = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+        g.matmul(raw, c.b_q, c.b_k);
+        const int64_t scaled = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+        g.pointwise(CUDNN_POINTWISE_MUL, scaled, raw, g.scalar(scale));
+        const int64_t shifted = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+        g.pointwise(CUDNN_POINTWISE_SUB, shifted, scaled, c.b_stats);
+        const int64_t masked = causal_mask(g, s, shifted);
+        const int64_t probs = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+        g.pointwise(CUDNN_POINTWISE_EXP, probs, masked);
+
+        // dV = P^T dO.
+        const int64_t probs_t = g.virtual_tensor(s.scores(), s.scores_transposed_strides(), io);
+        g.reshape(probs_t, probs);
+        g.matmul(c.b_dv, probs_t, c.b_do);
+
+        // dS = P * (dO V^T - sum) * scale.
+        const int64_t dprobs = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+        g.matmul(dprobs, c.b_do, c.b_v);
+        const int64_t centred = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+        g.pointwise(CUDNN_POINTWISE_SUB, centred, dprobs, softmax_sum);
+        const int64_t weighted = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+        g.pointwise(CUDNN_POINTWISE_MUL, weighted, centred, probs);
+        const int64_t dscores = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+        g.pointwise(CUDNN_POINTWISE_MUL, dscores, weighted, g.scalar(scale));
+
+        // dK = dS^T Q.
+        const int64_t dscores_t = g.virtual_tensor(s.scores(), s.scores_transposed_strides(), io);
+        g.reshape(dscores_t, dscores);
+        g.matmul(c.b_dk, dscores_t, c.b_q);
+
+        // dQ = dS K, accumulated in fp32 in the workspace, then rounded.
+        const int64_t keys = g.virtual_tensor(s.heads(), s.packed_strides(), io);
+        g.reshape(keys, c.b_k);
+        const int64_t dq_accum =
+            g.workspace_tensor(s.heads(), {s.n * s.t * s.hs, s.t * s.hs, s.hs, 1});
+        g.matmul(dq_accum, dscores, keys);
+        g.pointwise(CUDNN_POINTWISE_IDENTITY, c.b_dq, dq_accum);
+    }
+
+    std::string why;
+    if (!f.build(why)) {
+        c.why = "forward graph: " + why;
+    } else if (!g.build(why)) {
+        c.why = "backward graph: " + why;
+    } else {
+        c.supported = true;
+    }
+    return c;
+}
+
+bool CudnnAttention::supports(cudaDataType_t type, int B, int T, int C, int NH, std::string* why) {
+    Case& c = case_for(type, B, T, C, NH);
+    if (!c.supported && why) *why = c.why;
+    return c.supported;
+}
+
+void CudnnAttention::run(CudnnGraph& graph, const std::unordered_map<int64_t, void*>& pointers,
+                         cudaStream_t stream) {
+    // The workspace comes from the caching allocator: after the first step, no cudaMalloc. It
+    // is released once the graph is queued (the next user is queued after it on this stream).
+    void* workspace = allocator_.allocate(graph.workspace_bytes());
+    try {
+        graph.run(pointers, workspace, stream);
+    } catch (...) {
+        allocator_.release(workspace);
+        throw;
+    }
+    allocator_.release(workspace);
+}
+
+void CudnnAttention::forward(void* out, float* lse, const void* qkv, cudaDataType_t type, int B,
+                             int T, int C, int NH, cudaStream_t stream) {
+    Case& c = case_for(type, B, T, C, NH);
+    if (!c.supported) throw Error("internal: cuDNN attention used where it is not supported");
+    char* base = static_cast<char*>(const_cast<void*>(qkv));
+    const std::size_t plane = static_cast<std::size_t>(C) * 2;  // bytes of C 16-bit elements
+    run(*c.forward,
+        {{c.f_q, base},
+         {c.f_k, base + plane},
+         {c.f_v, base + 2 * plane},
+         {c.f_o, out},
+         {c.f_stats, lse}},
+        stream);
+}
+
+void CudnnAttention::backward(void* dqkv, const void* dout, const void* qkv, const void* out,
+                              const float* lse, cudaDataType_t type, int B, int T, int C, int NH,
+                              cudaStream_t stream) {
+    Case& c = case_for(type, B, T, C, NH);
+    if (!c.supported) throw Error("internal: cuDNN attention used where it is not supported");
+    char* base = static_cast<char*>(const_cast<void*>(qkv));
+    char* grad = static_cast<char*>(dqkv);
+    const std::size_t plane = static_cast<std::size_t>(C) * 2;
+    run(*c.backward,
+        {{c.b_q, base},
+         {c.b_k, base + plane},
+         {c.b_v, base + 2 * plane},
+         {c.b_o, const_cast<void*>(out)},
+         {c.b_do, const_cast<void*>(dout)},
+         {c.b_stats, const_cast<float*>(lse)},
+         {c.b_dq, grad},
+         {c.b_dk, grad + plane},
+         {c.b_dv, grad + 2 * plane}},
+        stream);
+}
+
+}  // namespace trident::kernels::cuda

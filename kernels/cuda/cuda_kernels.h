@@ -1,0 +1,108 @@
+// The GPU backend's kernels as host functions that queue them on a stream, one family per .cu
+// file. Each is a template over the element type of its tensors, E = float, __nv_bfloat16 or
+// __half, instantiated for those three in its .cu file: inputs are read widened to float, the
+// arithmetic is float, outputs are rounded to E (elements.cuh). Statistics (LayerNorm
+// mean/rstd, the loss's row numbers) and optimizer state are float whatever E is.
+//
+// Shapes and the "+=" convention are those of kernels/ops.h; CudaOps (cuda_ops.cpp) maps the
+// Ops interface onto these. Nothing here adds into a buffer with atomics: every reduction has
+// a fixed order, so a run repeats bit for bit.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/element_type.h"
+
+namespace trident::kernels::cuda {
+
+// ---- pointwise (pointwise.cu) -----------------------------------------------------------
+template <typename E>
+void gelu_forward(E* out, const E* inp, std::size_t count, cudaStream_t stream);
+template <typename E>  // dinp += dout * gelu'(inp)
+void gelu_backward(E* dinp, const E* inp, const E* dout, std::size_t count, cudaStream_t stream);
+template <typename E>
+void residual_forward(E* out, const E* a, const E* b, std::size_t count, cudaStream_t stream);
+template <typename E>  // out may be inp
+void dropout_forward(E* out, const E* inp, std::size_t count, float drop_prob, uint64_t seed,
+                     uint64_t index_begin, cudaStream_t stream);
+template <typename E>
+void dropout_backward(E* dinp, const E* dout, std::size_t count, float drop_prob, uint64_t seed,
+                      uint64_t index_begin, cudaStream_t stream);
+template <typename E>  // out (N,OC) += bias (OC)
+void add_bias(E* out, const E* bias, int N, int OC, cudaStream_t stream);
+template <typename E>
+void scale(E* x, std::size_t count, float factor, cudaStream_t stream);
+template <typename TOut, typename TIn>  // out = in, rounded to TOut
+void convert(TOut* out, const TIn* in, std::size_t count, cudaStream_t stream);
+
+// ---- layer norm, eps 1e-5 (layernorm.cu) --------------------------------------------------
+template <typename E>
+void layernorm_forward(E* out, float* mean, float* rstd, const E* inp, const E* weight,
+                       const E* bias, int N, int C, cudaStream_t stream);
+// The residual add before a LayerNorm in one pass: residual (N,C) = a + b (rounded to E), out =
+// LayerNorm(residual); bit for bit residual_forward then layernorm_forward.
+template <typename E>
+void residual_layernorm_forward(E* residual, E* out, float* mean, float* rstd, const E* a,
+                                const E* b, const E* weight, const E* bias, int N, int C,
+                                cudaStream_t stream);
+// dinp (N,C) +=, dweight, dbias (C) += (of any type: parameter gradients may be fp32);
+// `scratch` holds layernorm_backward_scratch(N, C) floats.
+template <typename E>
+void layernorm_backward(E* dinp, AnyPtr dweight, AnyPtr dbias, float* scratch, const E* dout,
+                        const E* inp, const E* weight, const float* mean, const float* rstd, int N,
+                        int C, cudaStream_t stream);
+std::size_t layernorm_backward_scratch(int N, int C);
+
+// ---- linear: the bias gradient (bias_grad.cu); the GEMMs are cuBLASLt's (gemm.h) ----------
+// dbias (OC, any type) += column sums of dout (N,OC); `scratch` holds bias_grad_scratch(N, OC)
+// floats.
+template <typename E>
+void bias_grad(AnyPtr dbias, float* scratch, const E* dout, int N, int OC, cudaStream_t stream);
+std::size_t bias_grad_scratch(int N, int OC);
+
+// ---- embedding (embedding.cu) --------------------------------------------------------------
+template <typename E>
+void embedding_forward(E* out, const int32_t* tokens, const E* wte, const E* wpe, int B, int T,
+                       int C, int vocab_begin, int vocab_local, cudaStream_t stream);
+// The scatter into dwte is a reduction wherever a token repeats. One warp per token (the
+// warp of its first position) sums that token's rows in position order and adds the sum once:
+// no atomics, so the result does not depend on scheduling. dwte, dwpe of any type.
+template <typename E>
+void embedding_backward(AnyPtr dwte, AnyPtr dwpe, const E* dout, const int32_t* tokens, int B,
+                        int T, int C, int vocab_begin, int vocab_local, cudaStream_t stream);
+
+// ---- vocab-parallel cross-entropy (cross_entropy.cu) ---------------------------------------
+template <typename E>
+void cross_entropy_partials(float* row_max, float* row_sumexp, float* target_logit, const E* logits,
+                            const int32_t* targets, int N, int vocab_begin, int V, int Vp_local,
+                            cudaStream_t stream);
+void cross_entropy_rescale(float* row_sumexp, const float* row_max, const float* global_max, int N,
+                           cudaStream_t stream);
+void cross_entropy_losses(float* losses, float* lse, const float* global_max,
+                          const float* row_sumexp, const float* target_logit, int N,
+                          cudaStream_t stream);
+template <typename E>  // dlogits may be logits
+void cross_entropy_backward(E* dlogits, const E* logits, const float* lse, const int32_t* targets,
+                            float dloss, int N, int vocab_begin, int V, int Vp_local,
+                            cudaStream_t stream);
+
+// ---- optimizer (optimizer.cu) ----------------------------------------------------------------
+// Sum of squares in double into *result (device), in a fixed order: per-block partials over
+// fixed ranges, then one block adds them. `scratch` holds sum_of_squares_scratch() doubles.
+template <typename E>
+void sum_of_squares(double* result, double* scratch, const E* x, std::size_t count,
+                    cudaStream_t stream);
+std::size_t sum_of_squares_scratch();
+// AdamW on fp32 master weights (kernels/ops.h); params (any type, may be null) receive the
+// updated master weights rounded.
+template <typename G, typename P>
+void adamw_update(float* master, const G* grads, float* m, float* v, std::size_t count, float lr,
+                  float beta1, float beta2, float eps, float weight_decay, int step,
+                  float grad_scale, P* params, cudaStream_t stream);
+
+}  // namespace trident::kernels::cuda

@@ -1,0 +1,568 @@
+// CudaOps: the Ops interface (kernels/ops.h) on the GPU. Each op picks its kernel by the
+// element types of its arguments: one type throughout (fp32, bf16 or fp16; parameter
+// gradients may be fp32 besides) runs the templated kernels of cuda_kernels.h directly; any
+// other mix goes through fp32 views (fp32_staging.h). Linear layers are cuBLASLt products
+// (gemm.h); attention is cuDNN's fused kernel where it has one, else the built-in flash
+// attention (attention.h).
+//
+// Attention keeps no probabilities: the `att` argument, (B,NH,T,T) in ops.h, holds the
+// per-row log-sum-exp (B,NH,T) in fp32 at its start, all that backward needs besides the
+// output. Backward also needs the forward's output, which ops.h does not pass: the backend
+// remembers, per qkv buffer, the output buffer its forward wrote (the model keeps both for
+// backward, under every recompute setting: full recompute reruns the forward first).
+#include "kernels/cuda/cuda_ops.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <initializer_list>
+#include <set>
+#include <string>
+#include <unordered_map>
+
+#include "error.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/device_allocator.h"
+#include "kernels/cuda/fp32_staging.h"
+#include "kernels/cuda/gemm.h"
+
+namespace trident::kernels {
+namespace {
+
+using cuda::AnyPtr;
+using cuda::ElementType;
+
+ElementType element_type(DType t) {
+    switch (t) {
+        case DType::bf16:
+            return ElementType::bf16;
+        case DType::f16:
+            return ElementType::f16;
+        case DType::f32:
+            break;
+    }
+    return ElementType::f32;
+}
+
+AnyPtr any(Ptr p) {
+    return {p.data, element_type(p.dtype)};
+}
+
+cudaDataType_t cuda_type(DType t) {
+    switch (t) {
+        case DType::bf16:
+            return CUDA_R_16BF;
+        case DType::f16:
+            return CUDA_R_16F;
+        case DType::f32:
+            break;
+    }
+    return CUDA_R_32F;
+}
+
+// Calls f with a value of the C++ element type of `t`.
+template <typename F>
+void dispatch(DType t, F&& f) {
+    switch (t) {
+        case DType::f32:
+            f(float{});
+            return;
+        case DType::bf16:
+            f(__nv_bfloat16{});
+            return;
+        case DType::f16:
+            f(__half{});
+            return;
+    }
+}
+
+template <typename E>
+E* as(Ptr p) {
+    return static_cast<E*>(p.data);
+}
+template <typename E>
+const E* as(ConstPtr p) {
+    return static_cast<const E*>(p.data);
+}
+
+// Whether every given (non-null) argument is of type t.
+bool all_of_type(DType t, std::initializer_list<ConstPtr> arguments) {
+    for (ConstPtr p : arguments)
+        if (p.data != nullptr && p.dtype != t) return false;
+    return true;
+}
+
+class CudaOps final : public Ops {
+public:
+    CudaOps() : stream_(cuda::compute_stream()), gemm_(allocator_), cudnn_(allocator_) {}
+    // Queued work may still use the memory the members give back.
+    ~CudaOps() override { cudaStreamSynchronize(stream_); }
+
+    const char* name() const override { return "cuda"; }
+
+    // ---- memory ---------------------------------------------------------------------------
+    Ptr allocate(std::size_t count, DType dtype) override {
+        const std::size_t bytes = count * size_of(dtype);
+        void* buffer = allocator_.allocate(bytes);
+        if (bytes) TRIDENT_CUDA_CHECK(cudaMemsetAsync(buffer, 0, bytes, stream_));
+        return Ptr(buffer, dtype);
+    }
+    void release(void* buffer) override {
+        saved_outputs_.erase(buffer);
+        allocator_.release(buffer);
+    }
+    std::size_t allocated_bytes() const override { return allocator_.allocated_bytes(); }
+    std::size_t peak_allocated_bytes() const override { return allocator_.peak_allocated_bytes(); }
+    void reset_peak_allocated_bytes() override { allocator_.reset_peak(); }
+    void upload(void* device, const void* host, std::size_t bytes) override {
+        // From pageable memory the copy has read `host` when the call returns.
+        if (bytes)
+            TRIDENT_CUDA_CHECK(
+                cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_));
+    }
+    void download(void* host, const void* device, std::size_t bytes) override {
+        if (!bytes) return;
+        TRIDENT_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_));
+        TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    }
+    void zero(Ptr x, std::size_t count) override {
+        if (count)
+            TRIDENT_CUDA_CHECK(cudaMemsetAsync(x.data, 0, count * size_of(x.dtype), stream_));
+    }
+    void copy(Ptr out, ConstPtr in, std::size_t count) override {
+        if (out.dtype != in.dtype)
+            throw Error(std::string("internal: copy from ") + name_of(in.dtype) + " to " +
+                        name_of(out.dtype) + "; convert changes types");
+        if (count && out.data != in.data)
+            TRIDENT_CUDA_CHECK(cudaMemcpyAsync(out.data, in.data, count * size_of(out.dtype),
+                                               cudaMemcpyDeviceToDevice, stream_));
+    }
+    void convert(Ptr out, ConstPtr in, std::size_t count) override {
+        if (out.dtype == in.dtype) return copy(out, in, count);
+        dispatch(out.dtype, [&](auto to) {
+            dispatch(in.dtype, [&](auto from) {
+                using TOut = decltype(to);
+                using TIn = decltype(from);
+                cuda::convert(as<TOut>(out), as<TIn>(in), count, stream_);
+            });
+        });
+    }
+
+    // ---- embedding ------------------------------------------------------------------------
+    void embedding_forward(Ptr out, const int32_t* tokens, ConstPtr wte, ConstPtr wpe, int B, int T,
+                           int C, int vocab_begin, int vocab_local) override {
+        if (all_of_type(out.dtype, {wte, wpe})) {
+            dispatch(out.dtype, [&](auto e) {
+                using E = decltype(e);
+                cuda::embedding_forward(as<E>(out), tokens, as<E>(wte), as<E>(wpe), B, T, C,
+                                        vocab_begin, vocab_local, stream_);
+            });
+            return;
+        }
+        cuda::Fp32Staging v(allocator_, stream_);
+        const std::size_t NC = static_cast<std::size_t>(B) * T * C;
+        cuda::embedding_forward(v.out(out, NC), tokens, v.in(wte, std::size_t(vocab_local) * C),
+                                v.in(wpe, std::size_t(T) * C), B, T, C, vocab_begin, vocab_local,
+                                stream_);
+        v.commit();
+    }
+    void embedding_backward(Ptr dwte, Ptr dwpe, ConstPtr dout, const int32_t* tokens, int B, int T,
+                            int C, int vocab_begin, int vocab_local) override {
+        // The gradients may be of any type; the kernel converts as it adds.
+        dispatch(dout.dtype, [&](auto e) {
+            using E = decltype(e);
+            cuda::embedding_backward(any(dwte), any(dwpe), as<E>(dout), tokens, B, T, C,
+                                     vocab_begin, vocab_local, stream_);
+        });
+    }
+
+    // ---- layer norm ---------------------------------------------------------------------------
+    void layernorm_forward(Ptr out, float* mean, float* rstd, ConstPtr inp, ConstPtr weight,
+                           ConstPtr bias, int N, int C) override {
+        if (all_of_type(inp.dtype, {out, weight, bias})) {
+            dispatch(inp.dtype, [&](auto e) {
+                using E = decltype(e);
+                cuda::layernorm_forward(as<E>(out), mean, rstd, as<E>(inp), as<E>(weight),
+                                        as<E>(bias), N, C, stream_);
+            });
+            return;
+        }
+        cuda::Fp32Staging v(allocator_, stream_);
+        const std::size_t NC = static_cast<std::size_t>(N) * C;
+        cuda::layernorm_forward(v.out(out, NC), mean, rstd, v.in(inp, NC), v.in(weight, C),
+                                v.in(bias, C), N, C, stream_);
+        v.commit();
+    }
+    void layernorm_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
+                            ConstPtr weight, const float* mean, const float* rstd, int N,
+                            int C) override {
+        Scratch scratch(allocator_, cuda::layernorm_backward_scratch(N, C) * sizeof(float));
+        if (all_of_type(inp.dtype, {dinp, dout, weight})) {
+            dispatch(inp.dtype, [&](auto e) {
+                using E = decltype(e);
+                cuda::layernorm_backward(as<E>(dinp), any(dweight), any(dbias), scratch.floats(),
+                                         as<E>(dout), as<E>(inp), as<E>(weight), mean, rstd, N, C,
+                                         stream_);
+            });
+            return;
+        }
+        cuda::Fp32Staging v(allocator_, stream_);
+        const std::size_t NC = static_cast<std::size_t>(N) * C;
+        cuda::layernorm_backward(v.inout(dinp, NC), AnyPtr{v.inout(dweight, C), ElementType::f32},
+                                 AnyPtr{v.inout(dbias, C), ElementType::f32}, scratch.floats(),
+                                 v.in(dout, NC), v.in(inp, NC), v.in(weight, C), mean, rstd, N, C,
+                                 stream_);
+        v.commit();
+    }
+
+    // ---- linear ---------------------------------------------------------------------------------
+    void matmul_forward(Ptr out, ConstPtr inp, ConstPtr weight, ConstPtr bias, int N, int C,
+                        int OC) override {
+        // out (N,OC) = inp (N,C) @ weight^T, weight stored (OC,C), plus the bias in the epilogue.
+        if (inp.dtype == weight.dtype &&
+            cuda::Gemm::supports(cuda_type(inp.dtype), cuda_type(out.dtype)) &&
+            all_of_type(out.dtype, {bias})) {
+            product(out, inp, false, weight, true, N, OC, C, 0.0f, bias);
+            return;
+        }
+        cuda::Fp32Staging v(allocator_, stream_);
+        product(v.out(out, std::size_t(N) * OC), v.in(inp, std::size_t(N) * C), false,
+                v.in(weight, std::size_t(OC) * C), true, N, OC, C, 0.0f, v.in(bias, OC));
+        v.commit();
+    }
+    void matmul_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
+                         ConstPtr weight, int N, int C, int OC) override {
+        const cudaDataType_t ab = cuda_type(dout.dtype);
+        const bool direct = inp.dtype == dout.dtype && weight.dtype == dout.dtype &&
+                            cuda::Gemm::supports(ab, cuda_type(dweight.dtype)) &&
+                            (!dinp || cuda::Gemm::supports(ab, cuda_type(dinp.dtype)));
+        cuda::Fp32Staging v(allocator_, stream_);
+        const Ptr dinp_ = direct ? dinp : Ptr(v.inout(dinp, std::size_t(N) * C));
+        const Ptr dweight_ = direct ? dweight : Ptr(v.inout(dweight, std::size_t(OC) * C));
+        const ConstPtr dout_ = direct ? dout : ConstPtr(v.in(dout, std::size_t(N) * OC));
+        const ConstPtr inp_ = direct ? inp : ConstPtr(v.in(inp, std::size_t(N) * C));
+        const ConstPtr weight_ = direct ? weight : ConstPtr(v.in(weight, std::size_t(OC) * C));
+        // dinp (N,C) += dout (N,OC) @ weight (OC,C); dweight (OC,C) += dout^T @ inp (N,C).
+        if (dinp_) product(dinp_, dout_, false, weight_, false, N, C, OC, 1.0f, ConstPtr());
+        product(dweight_, dout_, true, inp_, false, OC, C, N, 1.0f, ConstPtr());
+        if (dbias) {
+            Scratch scratch(allocator_, cuda::bias_grad_scratch(N, OC) * sizeof(float));
+            dispatch(dout.dtype, [&](auto e) {
+                using E = decltype(e);
+                cuda::bias_grad(any(dbias), scratch.floats(), as<E>(dout), N, OC, stream_);
+            });
+        }
+        v.commit();
+    }
+    void add_bias(Ptr out, ConstPtr bias, int N, int OC) override {
+        if (all_of_type(out.dtype, {bias})) {
+            dispatch(out.dtype, [&](auto e) {
+                using E = decltype(e);
+                cuda::add_bias(as<E>(out), as<E>(bias), N, OC, stream_);
+            });
+            return;
+        }
+        cuda::Fp32Staging v(allocator_, stream_);
+        cuda::add_bias(v.inout(out, std::size_t(N) * OC), v.in(bias, OC), N, OC, stream_);
+        v.commit();
+    }
+
+    // ---- attention
+    // -------------------------------------------------------------------------------
+    void attention_forward(Ptr out, Ptr att, ConstPtr qkv, int B, int T, int C, int NH,
+                           float drop_prob, uint64_t seed, int head_begin,
+                           int heads_total) override {
+        float* lse = statistics(att, B, NH, T);
+        saved_outputs_[qkv.data] = out;
+        if (out.dtype != qkv.dtype) {
+            cuda::Fp32Staging v(allocator_, stream_);
+            cuda::flash_attention_forward(v.out(out, std::size_t(B) * T * C), lse,
+                                          v.in(qkv, std::size_t(B) * T * 3 * C), B, T, C, NH,
+                                          drop_prob, seed, head_begin, heads_total, stream_);
+            v.commit();
+            return;
+        }
+        if (use_cudnn(qkv.dtype, drop_prob, B, T, C, NH)) {
+            cudnn_.forward(out.data, lse, qkv.data, cuda_type(qkv.dtype), B, T, C, NH, stream_);
+            return;
+        }
+        dispatch(qkv.dtype, [&](auto e) {
+            using E = decltype(e);
+            cuda::flash_attention_forward(as<E>(out), lse, as<E>(qkv), B, T, C, NH, drop_prob, seed,
+                                          head_begin, heads_total, stream_);
+        });
+    }
+    void attention_backward(Ptr dqkv, Ptr, ConstPtr dout, ConstPtr qkv, ConstPtr att, int B, int T,
+                            int C, int NH, float drop_prob, uint64_t seed, int head_begin,
+                            int heads_total) override {
+        const float* lse = statistics(att, B, NH, T);
+        const auto saved = saved_outputs_.find(qkv.data);
+        if (saved == saved_outputs_.end())
+            throw Error("internal: attention_backward on the GPU without its forward's output");
+        const ConstPtr out = saved->second;
+        const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
+        Scratch row_dot(allocator_, static_cast<std::size_t>(B) * NH * T * sizeof(float));
+        if (!all_of_type(qkv.dtype, {dqkv, dout, out})) {
+            cuda::Fp32Staging v(allocator_, stream_);
+            cuda::flash_attention_backward(v.inout(dqkv, 3 * BTC), row_dot.floats(),
+                                           v.in(dout, BTC), v.in(qkv, 3 * BTC), v.in(out, BTC), lse,
+                                           B, T, C, NH, drop_prob, seed, head_begin, heads_total,
+                                           stream_);
+            v.commit();
+            return;
+        }
+        if (use_cudnn(qkv.dtype, drop_prob, B, T, C, NH)) {
+            // cuDNN overwrites its gradient: into scratch, then added (ops.h's +=).
+            Scratch grad(allocator_, 3 * BTC * size_of(qkv.dtype));
+            cudnn_.backward(grad.data, dout.data, qkv.data, out.data, lse, cuda_type(qkv.dtype), B,
+                            T, C, NH, stream_);
+            residual_forward(dqkv, dqkv, Ptr(grad.data, qkv.dtype), 3 * BTC);
+            return;
+        }
+        dispatch(qkv.dtype, [&](auto e) {
+            using E = decltype(e);
+            cuda::flash_attention_backward(as<E>(dqkv), row_dot.floats(), as<E>(dout), as<E>(qkv),
+                                           as<E>(out), lse, B, T, C, NH, drop_prob, seed,
+                                           head_begin, heads_total, stream_);
+        });
+    }
+    void attention_probs(Ptr att, ConstPtr qkv, int B, int T, int C, int NH) override {
+        // What backward needs again: the statistics, by the same kernel as the forward's (its
+        // output goes to scratch for cuDNN's, which has no statistics-only form).
+        float* lse = statistics(att, B, NH, T);
+        if (use_cudnn(qkv.dtype, 0.0f, B, T, C, NH)) {
+            Scratch out(allocator_, static_cast<std::size_t>(B) * T * C * size_of(qkv.dtype));
+            cudnn_.forward(out.data, lse, qkv.data, cuda_type(qkv.dtype), B, T, C, NH, stream_);
+            return;
+        }
+        dispatch(qkv.dtype, [&](auto e) {
+            using E = decltype(e);
+            cuda::flash_attention_forward(static_cast<E*>(nullptr), lse, as<E>(qkv), B, T, C, NH,
+                                          0.0f, 0, 0, NH, stream_);
+        });
+    }
+
+    // ---- pointwise ---------------------------------------------------------------------------
+    void gelu_forward(Ptr out, ConstPtr inp, std::size_t count) override {
+        if (all_of_type(out.dtype, {inp})) {
+            dispatch(out.dtype, [&](auto e) {
+                using E = decltype(e);
+                cuda::gelu_forward(as<E>(out), as<E>(inp), count, stream_);
+            });
+            return;
+        }
+        cuda::Fp32Staging v(allocator_, stream_);
+        cuda::gelu_forward(v.out(out, count), v.in(inp, count), count, stream_);
+        v.commit();
+    }
+    void gelu_backward(Ptr dinp, ConstPtr inp, ConstPtr dout, std::size_t count) override {
+        if (all_of_type(dinp.dtype, {inp, dout})) {
+            dispatch(dinp.dtype, [&](auto e) {
+                using E = decltype(e);
+                cuda::gelu_backward(as<E>(dinp), as<E>(inp), as<E>(dout), count, stream_);
+            });
+            return;
+        }
+        cuda::Fp32Staging v(allocator_, stream_);
+        cuda::gelu_backward(v.inout(dinp, count), v.in(inp, count), v.in(dout, count), count,
+                            stream_);
+        v.commit();
+    }
+    void residual_forward(Ptr out, ConstPtr a, ConstPtr b, std::size_t count) override {
+        if (all_of_type(out.dtype, {a, b})) {
+            dispatch(out.dtype, [&](auto e) {
+                using E = decltype(e);
+                cuda::residual_forward(as<E>(out), as<E>(a), as<E>(b), count, stream_);
+            });
+            return;
+        }
+        cuda::Fp32Staging v(allocator_, stream_);
+        const float* x = v.in(a, count);
+        const float* y = v.in(b, count);
+        cuda::residual_forward(v.out(out, count), x, y, count, stream_);
+        v.commit();
+    }
+    void dropout_forward(Ptr out, ConstPtr inp, std::size_t count, float drop_prob, uint64_t seed,
+                         uint64_t index_begin) override {
+        if (all_of_type(out.dtype, {inp})) {
+            dispatch(out.dtype, [&](auto e) {
+                using E = decltype(e);
+                cuda::dropout_forward(as<E>(out), as<E>(inp), count, drop_prob, seed, index_begin,
+                                      stream_);
+            });
+            return;
+        }
+        cuda::Fp32Staging v(allocator_, stream_);
+        const float* x = v.in(inp, count);
+        cuda::dropout_forward(v.out(out, count), x, count, drop_prob, seed, index_begin, stream_);
+        v.commit();
+    }
+    void dropout_backward(Ptr dinp, ConstPtr dout, std::size_t count, float drop_prob,
+                          uint64_t seed, uint64_t index_begin) override {
+        if (all_of_type(dinp.dtype, {dout})) {
+            dispatch(dinp.dtype, [&](auto e) {
+                using E = decltype(e);
+                cuda::dropout_backward(as<E>(dinp), as<E>(dout), count, drop_prob, seed,
+                                       index_begin, stream_);
+            });
+            return;
+        }
+        cuda::Fp32Staging v(allocator_, stream_);
+        cuda::dropout_backward(v.inout(dinp, count), v.in(dout, count), count, drop_prob, seed,
+                               index_begin, stream_);
+        v.commit();
+    }
+
+    // ---- loss
+    // --------------------------------------------------------------------------------------
+    void cross_entropy_partials(float* row_max, float* row_sumexp, float* target_logit,
+                                ConstPtr logits, const int32_t* targets, int N, int vocab_begin,
+                                int V, int Vp_local) override {
+        dispatch(logits.dtype, [&](auto e) {
+            using E = decltype(e);
+            cuda::cross_entropy_partials(row_max, row_sumexp, target_logit, as<E>(logits), targets,
+                                         N, vocab_begin, V, Vp_local, stream_);
+        });
+    }
+    void cross_entropy_rescale(float* row_sumexp, const float* row_max, const float* global_max,
+                               int N) override {
+        cuda::cross_entropy_rescale(row_sumexp, row_max, global_max, N, stream_);
+    }
+    void cross_entropy_losses(float* losses, float* lse, const float* global_max,
+                              const float* row_sumexp, const float* target_logit, int N) override {
+        cuda::cross_entropy_losses(losses, lse, global_max, row_sumexp, target_logit, N, stream_);
+    }
+    void cross_entropy_backward(Ptr dlogits, ConstPtr logits, const float* lse,
+                                const int32_t* targets, float dloss, int N, int vocab_begin, int V,
+                                int Vp_local) override {
+        if (all_of_type(dlogits.dtype, {logits})) {
+            dispatch(dlogits.dtype, [&](auto e) {
+                using E = decltype(e);
+                cuda::cross_entropy_backward(as<E>(dlogits), as<E>(logits), lse, targets, dloss, N,
+                                             vocab_begin, V, Vp_local, stream_);
+            });
+            return;
+        }
+        cuda::Fp32Staging v(allocator_, stream_);
+        const std::size_t count = static_cast<std::size_t>(N) * Vp_local;
+        const float* in = v.in(logits, count);
+        cuda::cross_entropy_backward(v.out(dlogits, count), in, lse, targets, dloss, N, vocab_begin,
+                                     V, Vp_local, stream_);
+        v.commit();
+    }
+
+    // ---- optimizer
+    // ---------------------------------------------------------------------------------
+    double sum_of_squares(ConstPtr x, std::size_t count) override {
+        Scratch scratch(allocator_, (cuda::sum_of_squares_scratch() + 1) * sizeof(double));
+        double* result = static_cast<double*>(scratch.data);
+        dispatch(x.dtype, [&](auto e) {
+            using E = decltype(e);
+            cuda::sum_of_squares(result, result + 1, as<E>(x), count, stream_);
+        });
+        double total = 0.0;
+        download(&total, result, sizeof(total));
+        return total;
+    }
+    void scale(Ptr x, std::size_t count, float factor) override {
+        dispatch(x.dtype, [&](auto e) {
+            using E = decltype(e);
+            cuda::scale(as<E>(x), count, factor, stream_);
+        });
+    }
+    void adamw_update(float* master, ConstPtr grads, float* m, float* v, std::size_t count,
+                      float lr, float beta1, float beta2, float eps, float weight_decay, int step,
+                      float grad_scale, Ptr params) override {
+        dispatch(grads.dtype, [&](auto g) {
+            using G = decltype(g);
+            dispatch(params.dtype, [&](auto p) {
+                using P = decltype(p);
+                cuda::adamw_update(master, as<G>(grads), m, v, count, lr, beta1, beta2, eps,
+                                   weight_decay, step, grad_scale, as<P>(params), stream_);
+            });
+        });
+    }
+
+private:
+    // Device scratch for one op, back to the cache when the op is queued.
+    struct Scratch {
+        cuda::DeviceAllocator& allocator;
+        void* data;
+        Scratch(cuda::DeviceAllocator& a, std::size_t bytes)
+            : allocator(a), data(a.allocate(bytes)) {}
+        ~Scratch() { allocator.release(data); }
+        Scratch(const Scratch&) = delete;
+        Scratch& operator=(const Scratch&) = delete;
+        float* floats() const { return static_cast<float*>(data); }
+    };
+
+    // out (rows, cols) = a' @ b' + beta * out (+ bias): a' is a or a^T (trans_a), b' likewise.
+    void product(Ptr out, ConstPtr a, bool trans_a, ConstPtr b, bool trans_b, int rows, int cols,
+                 int inner, float beta, ConstPtr bias) {
+        cuda::GemmCall call;
+        call.rows = rows;
+        call.cols = cols;
+        call.inner = inner;
+        call.a = a.data;
+        call.trans_a = trans_a;
+        call.b = b.data;
+        call.trans_b = trans_b;
+        call.d = out.data;
+        call.beta = beta;
+        call.ab_type = cuda_type(a.dtype);
+        call.d_type = cuda_type(out.dtype);
+        if (bias) {
+            call.epilogue = cuda::Epilogue::bias;
+            call.bias = bias.data;
+        }
+        gemm_.run(call, stream_);
+    }
+
+    // The fp32 statistics (B,NH,T) kept at the start of the (B,NH,T,T) att buffer.
+    static float* statistics(ConstPtr att, int B, int NH, int T) {
+        const std::size_t need = static_cast<std::size_t>(B) * NH * T * sizeof(float);
+        const std::size_t have = static_cast<std::size_t>(B) * NH * T * T * size_of(att.dtype);
+        if (have < need)
+            throw Error(
+                "attention on the GPU keeps one fp32 number per row in the attention "
+                "buffer, which a 16-bit (B,NH,1,1) buffer cannot hold: use model.seq_len >= 2");
+        return static_cast<float*>(const_cast<void*>(att.data));
+    }
+
+    // cuDNN's fused attention: bf16/fp16, no attention dropout (its mask is not the model's),
+    // and a case cuDNN has an engine for (asked once per shape).
+    bool use_cudnn(DType type, float drop_prob, int B, int T, int C, int NH) {
+        if (type == DType::f32 || drop_prob > 0.0f) return false;
+        std::string why;
+        if (cudnn_.supports(cuda_type(type), B, T, C, NH, &why)) return true;
+        // Said once per shape (supports() keeps its answer): the run goes on, more slowly.
+        const std::string shape = std::to_string(B) + "," + std::to_string(T) + "," +
+                                  std::to_string(C) + "," + std::to_string(NH) + name_of(type);
+        if (refusals_.insert(shape).second)
+            std::fprintf(stderr,
+                         "trident: cuDNN attention unavailable for B=%d T=%d C=%d NH=%d %s "
+                         "(%s); using the built-in flash attention\n",
+                         B, T, C, NH, name_of(type), why.c_str());
+        return false;
+    }
+
+    cudaStream_t stream_;
+    cuda::DeviceAllocator allocator_;  // first in, last out: the others release into it
+    cuda::Gemm gemm_;
+    cuda::CudnnAttention cudnn_;
+    std::unordered_map<const void*, ConstPtr> saved_outputs_;  // qkv buffer -> forward's output
+    std::set<std::string> refusals_;  // shapes whose cuDNN attention refusal was reported
+};
+
+}  // namespace
+
+std::unique_ptr<Ops> make_cuda_ops() {
+    return std::make_unique<CudaOps>();
+}
+
+}  // namespace trident::kernels

@@ -1,0 +1,347 @@
+// The cuDNN backend-API graph (see cudnn_graph.h).
+#include "kernels/cuda/cudnn_graph.h"
+
+#include <string>
+
+#include "error.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace trident::kernels::cuda {
+
+namespace {
+
+// Descriptor attributes are set through one untyped call; these wrap the common shapes.
+cudnnStatus_t set(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+                  cudnnBackendAttributeType_t type, int64_t count, const void* values) {
+    return cudnnBackendSetAttribute(d, name, type, count, values);
+}
+cudnnStatus_t set_descriptor(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+                             cudnnBackendDescriptor_t value) {
+    return set(d, name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &value);
+}
+cudnnStatus_t set_type(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+                       cudnnDataType_t value) {
+    return set(d, name, CUDNN_TYPE_DATA_TYPE, 1, &value);
+}
+
+// The handle attributes of the graph and the plan are marked deprecated in cuDNN 9 (a device
+// property descriptor can replace them from 9.8), but every 9.x release accepts them.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations"
+constexpr cudnnBackendAttributeName_t kGraphHandle = CUDNN_ATTR_OPERATIONGRAPH_HANDLE;
+constexpr cudnnBackendAttributeName_t kPlanHandle = CUDNN_ATTR_EXECUTION_PLAN_HANDLE;
+#pragma GCC diagnostic pop
+
+// Accumulates the first failure of a sequence of calls, naming the step.
+struct Steps {
+    std::string& why;
+    bool ok = true;
+    bool operator()(cudnnStatus_t status, const char* step) {
+        if (ok && status != CUDNN_STATUS_SUCCESS) {
+            why = std::string(step) + ": " + cudnnGetErrorString(status);
+            ok = false;
+        }
+        return ok;
+    }
+};
+
+constexpr std::size_t kWorkspaceAlignment = 256;
+
+}  // namespace
+
+CudnnGraph::~CudnnGraph() {
+    for (auto it = owned_.rbegin(); it != owned_.rend(); ++it) cudnnBackendDestroyDescriptor(*it);
+    for (auto& [id, t] : tensors_)
+        if (t.descriptor) cudnnBackendDestroyDescriptor(t.descriptor);
+}
+
+int64_t CudnnGraph::add(Tensor t) {
+    const int64_t id = next_id_++;
+    tensors_.emplace(id, t);
+    order_.push_back(id);
+    return id;
+}
+
+int64_t CudnnGraph::tensor(const Dims& dims, const Dims& strides, cudnnDataType_t type) {
+    return add({dims, strides, type, false, false, false, 0.0f});
+}
+
+int64_t CudnnGraph::virtual_tensor(const Dims& dims, const Dims& strides, cudnnDataType_t type) {
+    return add({dims, strides, type, true, false, false, 0.0f});
+}
+
+int64_t CudnnGraph::workspace_tensor(const Dims& dims, const Dims& strides) {
+    Tensor t{dims, strides, CUDNN_DATA_FLOAT, false, false, true, 0.0f};
+    int64_t elements = 1;
+    for (int i = 0; i < 4; ++i) elements += (dims[i] - 1) * strides[i];
+    t.workspace_offset = intermediates_bytes_;
+    intermediates_bytes_ +=
+        (static_cast<std::size_t>(elements) * sizeof(float) + kWorkspaceAlignment - 1) /
+        kWorkspaceAlignment * kWorkspaceAlignment;
+    return add(t);
+}
+
+int64_t CudnnGraph::scalar(float value) {
+    return add({{1, 1, 1, 1}, {1, 1, 1, 1}, CUDNN_DATA_FLOAT, false, true, false, value});
+}
+
+void CudnnGraph::pointwise(cudnnPointwiseMode_t mode, int64_t y, int64_t x, int64_t b, int64_t t,
+                           cudnnDataType_t math, int64_t axis) {
+    ops_.push_back({OpKind::pointwise, static_cast<int>(mode), y, x, b, t, math, axis});
+}
+
+void CudnnGraph::reduction(cudnnReduceTensorOp_t op, int64_t y, int64_t x) {
+    ops_.push_back({OpKind::reduction, static_cast<int>(op), y, x, -1, -1, CUDNN_DATA_FLOAT, -1});
+}
+
+void CudnnGraph::matmul(int64_t c, int64_t a, int64_t b) {
+    ops_.push_back({OpKind::matmul, 0, c, a, b, -1, CUDNN_DATA_FLOAT, -1});
+}
+
+void CudnnGraph::reshape(int64_t y, int64_t x) {
+    ops_.push_back({OpKind::reshape, 0, y, x, -1, -1, CUDNN_DATA_FLOAT, -1});
+}
+
+bool CudnnGraph::finalize_descriptors(std::string& why) {
+    Steps step{why};
+    for (int64_t id : order_) {
+        Tensor& t = tensors_.at(id);
+        if (!step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &t.descriptor),
+                  "tensor descriptor"))
+            return false;
+        const int64_t alignment = 16;
+        const bool is_virtual = t.is_virtual, by_value = t.by_value;
+        step(set_type(t.descriptor, CUDNN_ATTR_TENSOR_DATA_TYPE, t.type), "tensor type");
+        step(set(t.descriptor, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, t.dims.data()),
+             "tensor dimensions");
+        step(set(t.descriptor, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, t.strides.data()),
+             "tensor strides");
+        step(set(t.descriptor, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id), "tensor id");
+        step(set(t.descriptor, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment),
+             "tensor alignment");
+        step(set(t.descriptor, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual),
+             "tensor virtual");
+        step(set(t.descriptor, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value),
+             "tensor by value");
+        if (!step(cudnnBackendFinalize(t.descriptor), "tensor finalize")) return false;
+    }
+    const auto desc = [&](int64_t id) { return tensors_.at(id).descriptor; };
+    std::vector<cudnnBackendDescriptor_t> operations;
+    for (const Op& op : ops_) {
+        cudnnBackendDescriptor_t operation = nullptr, inner = nullptr;
+        switch (op.kind) {
+            case OpKind::pointwise: {
+                const auto mode = static_cast<cudnnPointwiseMode_t>(op.mode);
+                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &inner),
+                     "pointwise");
+                owned_.push_back(inner);
+                step(set(inner, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode),
+                     "pointwise mode");
+                step(set_type(inner, CUDNN_ATTR_POINTWISE_MATH_PREC, op.math),
+                     "pointwise precision");
+                if (op.axis >= 0)
+                    step(set(inner, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &op.axis),
+                         "pointwise axis");
+                step(cudnnBackendFinalize(inner), "pointwise finalize");
+                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
+                                                  &operation),
+                     "pointwise operation");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, inner),
+                     "pointwise op");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, desc(op.x)),
+                     "pointwise x");
+                if (op.b >= 0)
+                    step(
+                        set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, desc(op.b)),
+                        "pointwise b");
+                if (op.t >= 0)
+                    step(
+                        set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, desc(op.t)),
+                        "pointwise t");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, desc(op.y)),
+                     "pointwise y");
+                break;
+            }
+            case OpKind::reduction: {
+                const auto mode = static_cast<cudnnReduceTensorOp_t>(op.mode);
+                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, &inner),
+                     "reduction");
+                owned_.push_back(inner);
+                step(set(inner, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE,
+                         1, &mode),
+                     "reduction operator");
+                step(set_type(inner, CUDNN_ATTR_REDUCTION_COMP_TYPE, op.math),
+                     "reduction precision");
+                step(cudnnBackendFinalize(inner), "reduction finalize");
+                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR,
+                                                  &operation),
+                     "reduction operation");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_REDUCTION_DESC, inner),
+                     "reduction op");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, desc(op.x)),
+                     "reduction x");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, desc(op.y)),
+                     "reduction y");
+                break;
+            }
+            case OpKind::matmul: {
+                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_MATMUL_DESCRIPTOR, &inner),
+                     "matmul");
+                owned_.push_back(inner);
+                step(set_type(inner, CUDNN_ATTR_MATMUL_COMP_TYPE, op.math), "matmul precision");
+                step(cudnnBackendFinalize(inner), "matmul finalize");
+                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR,
+                                                  &operation),
+                     "matmul operation");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_DESC, inner),
+                     "matmul op");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_ADESC, desc(op.x)),
+                     "matmul a");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_BDESC, desc(op.b)),
+                     "matmul b");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_CDESC, desc(op.y)),
+                     "matmul c");
+                break;
+            }
+            case OpKind::reshape: {
+                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR,
+                                                  &operation),
+                     "reshape operation");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, desc(op.x)),
+                     "reshape x");
+                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, desc(op.y)),
+                     "reshape y");
+                break;
+            }
+        }
+        if (operation) owned_.push_back(operation);
+        if (!step(operation ? cudnnBackendFinalize(operation) : CUDNN_STATUS_BAD_PARAM,
+                  "operation finalize"))
+            return false;
+        operations.push_back(operation);
+    }
+
+    cudnnBackendDescriptor_t graph = nullptr;
+    step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &graph), "graph");
+    if (!step.ok) return false;
+    owned_.push_back(graph);
+    step(set(graph, kGraphHandle, CUDNN_TYPE_HANDLE, 1, &handle_), "graph handle");
+    step(set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+             static_cast<int64_t>(operations.size()), operations.data()),
+         "graph operations");
+    if (!step(cudnnBackendFinalize(graph), "graph finalize")) return false;
+
+    // Engine configurations, best first by cuDNN's heuristic; the first whose plan finalises
+    // is kept.
+    cudnnBackendDescriptor_t heuristics = nullptr;
+    step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heuristics),
+         "heuristics");
+    if (!step.ok) return false;
+    owned_.push_back(heuristics);
+    const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+    step(set_descriptor(heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph),
+         "heuristics graph");
+    step(set(heuristics, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode),
+         "heuristics mode");
+    if (!step(cudnnBackendFinalize(heuristics), "heuristics finalize")) return false;
+    int64_t available = 0;
+    if (!step(cudnnBackendGetAttribute(heuristics, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &available, nullptr),
+              "heuristics count"))
+        return false;
+    if (available == 0) {
+        why = "no engine supports this graph";
+        return false;
+    }
+    std::vector<cudnnBackendDescriptor_t> configs(static_cast<std::size_t>(available));
+    for (auto& config : configs) {
+        step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &config),
+             "engine config");
+        owned_.push_back(config);
+    }
+    int64_t returned = 0;
+    if (!step(cudnnBackendGetAttribute(heuristics, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, available, &returned,
+                                       configs.data()),
+              "heuristics results"))
+        return false;
+    std::string last_failure = "no engine configuration finalised";
+    for (int64_t i = 0; i < returned; ++i) {
+        cudnnBackendDescriptor_t plan = nullptr;
+        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) !=
+            CUDNN_STATUS_SUCCESS)
+            continue;
+        cudnnStatus_t status = set(plan, kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle_);
+        if (status == CUDNN_STATUS_SUCCESS)
+            status = set_descriptor(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[i]);
+        if (status == CUDNN_STATUS_SUCCESS) status = cudnnBackendFinalize(plan);
+        if (status != CUDNN_STATUS_SUCCESS) {
+            last_failure = std::string("plan finalize: ") + cudnnGetErrorString(status);
+            cudnnBackendDestroyDescriptor(plan);
+            continue;
+        }
+        int64_t workspace = 0;
+        cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
+                                 1, nullptr, &workspace);
+        plan_ = plan;
+        owned_.push_back(plan);
+        plan_workspace_ = (static_cast<std::size_t>(workspace) + kWorkspaceAlignment - 1) /
+                          kWorkspaceAlignment * kWorkspaceAlignment;
+        return true;
+    }
+    why = last_failure;
+    return false;
+}
+
+bool CudnnGraph::build(std::string& why) {
+    if (plan_) return true;
+    return finalize_descriptors(why);
+}
+
+void CudnnGraph::run(const std::unordered_map<int64_t, void*>& pointers, void* workspace,
+                     cudaStream_t stream) {
+    if (!plan_) throw Error("internal: running a cuDNN graph that was not built");
+    std::vector<int64_t> ids;
+    std::vector<void*> data;
+    for (auto& [id, t] : tensors_) {
+        if (t.is_virtual) continue;
+        ids.push_back(id);
+        if (t.by_value) {
+            data.push_back(&t.value);
+        } else if (t.in_workspace) {
+            data.push_back(static_cast<char*>(workspace) + plan_workspace_ + t.workspace_offset);
+        } else {
+            const auto it = pointers.find(id);
+            if (it == pointers.end()) throw Error("internal: a cuDNN graph tensor without memory");
+            data.push_back(it->second);
+        }
+    }
+    if (intermediates_bytes_ > 0) {
+        // Intermediates that the engines accumulate into start from zero (cuDNN before 9.6
+        // assumed the caller cleared them; later ones do it themselves). A small memset.
+        TRIDENT_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(workspace) + plan_workspace_, 0,
+                                           intermediates_bytes_, stream));
+    }
+    cudnnBackendDescriptor_t pack = nullptr;
+    const auto check = [](cudnnStatus_t status, const char* call) {
+        if (status != CUDNN_STATUS_SUCCESS)
+            throw_library_error("cuDNN", cudnnGetErrorString(status), call, __FILE__, __LINE__);
+    };
+    check(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack),
+          "variant pack");
+    const int64_t count = static_cast<int64_t>(ids.size());
+    cudnnStatus_t status =
+        set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, ids.data());
+    if (status == CUDNN_STATUS_SUCCESS)
+        status = set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count,
+                     data.data());
+    if (status == CUDNN_STATUS_SUCCESS)
+        status = set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
+    if (status == CUDNN_STATUS_SUCCESS) status = cudnnBackendFinalize(pack);
+    if (status == CUDNN_STATUS_SUCCESS) status = cudnnSetStream(handle_, stream);
+    if (status == CUDNN_STATUS_SUCCESS) status = cudnnBackendExecute(handle_, plan_, pack);
+    cudnnBackendDestroyDescriptor(pack);
+    check(status, "cudnnBackendExecute");
+}
+
+}  // namespace trident::kernels::cuda

@@ -1,0 +1,108 @@
+// The process's GPU and compute stream (see device.h), and the library error messages.
+#include "kernels/cuda/device.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "error.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace trident::kernels::cuda {
+
+namespace {
+
+struct Gpu {
+    int device = -1;
+    cudaStream_t stream = nullptr;
+    cudaDeviceProp properties{};
+};
+
+Gpu& gpu() {
+    static Gpu g;
+    return g;
+}
+
+const Gpu& chosen() {
+    const Gpu& g = gpu();
+    if (g.device < 0) throw Error("internal: a CUDA call before use_gpu() chose the GPU");
+    return g;
+}
+
+}  // namespace
+
+void throw_library_error(const char* library, const std::string& message, const char* call,
+                         const char* file, int line) {
+    std::string text = std::string(file) + ":" + std::to_string(line) + ": " + library +
+                       " error: " + message + " (in " + call + ")";
+    if (message.find("out of memory") != std::string::npos)
+        text += "; try a smaller training.micro_batch, activation recompute, or more ranks";
+    throw Error(text);
+}
+
+int visible_gpu_count(std::string* why) {
+    int count = 0;
+    const cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) {
+        if (why) *why = cudaGetErrorString(status);
+        cudaGetLastError();  // clear it: the CPU backend goes on without the GPU
+        return 0;
+    }
+    if (count == 0 && why) *why = "the CUDA runtime sees no GPU";
+    return count;
+}
+
+void use_gpu(int device) {
+    Gpu& g = gpu();
+    if (g.device == device) return;
+    if (g.device >= 0)
+        throw Error("internal: this process already computes on GPU " + std::to_string(g.device));
+    TRIDENT_CUDA_CHECK(cudaSetDevice(device));
+    TRIDENT_CUDA_CHECK(cudaGetDeviceProperties(&g.properties, device));
+    // Non-blocking: it never waits for the legacy default stream that libraries may use.
+    TRIDENT_CUDA_CHECK(cudaStreamCreateWithFlags(&g.stream, cudaStreamNonBlocking));
+    g.device = device;
+}
+
+int current_gpu() {
+    return chosen().device;
+}
+cudaStream_t compute_stream() {
+    return chosen().stream;
+}
+const cudaDeviceProp& gpu_properties() {
+    return chosen().properties;
+}
+
+std::string describe_gpu() {
+    const Gpu& g = chosen();
+    char memory[32];
+    std::snprintf(memory, sizeof(memory), "%.1f GiB",
+                  static_cast<double>(g.properties.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
+    return std::string(g.properties.name) + " (GPU " + std::to_string(g.device) + ", " +
+           std::to_string(g.properties.multiProcessorCount) + " SMs, " + memory + ")";
+}
+
+std::string gpu_uuid(int device) {
+    cudaDeviceProp p{};
+    TRIDENT_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+    std::string hex;
+    char digits[3];
+    for (char byte : p.uuid.bytes) {
+        std::snprintf(digits, sizeof(digits), "%02x", static_cast<unsigned char>(byte));
+        hex += digits;
+    }
+    return hex;
+}
+
+unsigned blocks_for(std::size_t work, unsigned threads) {
+    const std::size_t needed = (work + threads - 1) / threads;
+    // Enough blocks for every multiprocessor to hold several; grid-stride loops do the rest.
+    const std::size_t most = static_cast<std::size_t>(gpu_properties().multiProcessorCount) * 16;
+    return static_cast<unsigned>(std::max<std::size_t>(1, std::min(needed, most)));
+}
+
+void synchronize() {
+    TRIDENT_CUDA_CHECK(cudaStreamSynchronize(compute_stream()));
+}
+
+}  // namespace trident::kernels::cuda

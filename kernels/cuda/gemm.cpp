@@ -1,0 +1,191 @@
+// cuBLASLt matrix products with cached plans (see gemm.h).
+//
+// Row-major to cuBLASLt's column-major: a row-major (r, c) matrix is a column-major (c, r) one,
+// so D = A'B' is computed as D^T = B'^T A'^T, cuBLASLt's "A" being our B and its "B" our A,
+// with m = cols, n = rows, k = inner. A bias per column of our D is then a bias per row of
+// cuBLASLt's, which is what its BIAS epilogue adds.
+#include "kernels/cuda/gemm.h"
+
+#include <algorithm>
+#include <string>
+
+#include "error.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_allocator.h"
+
+namespace trident::kernels::cuda {
+
+namespace {
+
+constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
+
+void check_cublas(cublasStatus_t status, const char* call, const char* file, int line) {
+    if (status != CUBLAS_STATUS_SUCCESS)
+        throw_library_error("cuBLASLt", cublasLtGetStatusString(status), call, file, line);
+}
+#define TRIDENT_CUBLAS_CHECK(call) check_cublas((call), #call, __FILE__, __LINE__)
+
+// The largest power of two (up to 256) dividing the address: cuBLASLt's kernels read with
+// vectors as wide as the alignment its heuristic was promised.
+int alignment_of(const void* p) {
+    const auto address = reinterpret_cast<uintptr_t>(p);
+    int alignment = 256;
+    while (alignment > 1 && address % alignment != 0) alignment /= 2;
+    return alignment;
+}
+
+cublasLtEpilogue_t epilogue_of(Epilogue e) {
+    switch (e) {
+        case Epilogue::bias:
+            return CUBLASLT_EPILOGUE_BIAS;
+        case Epilogue::gelu_bias:
+            return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+        case Epilogue::dgelu:
+            return CUBLASLT_EPILOGUE_DGELU;
+        case Epilogue::none:
+            break;
+    }
+    return CUBLASLT_EPILOGUE_DEFAULT;
+}
+
+}  // namespace
+
+struct Gemm::Plan {
+    cublasLtMatmulDesc_t operation = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    cublasLtMatmulAlgo_t algo{};
+
+    ~Plan() {
+        if (d) cublasLtMatrixLayoutDestroy(d);
+        if (b) cublasLtMatrixLayoutDestroy(b);
+        if (a) cublasLtMatrixLayoutDestroy(a);
+        if (operation) cublasLtMatmulDescDestroy(operation);
+    }
+};
+
+Gemm::Gemm(DeviceAllocator& allocator) : allocator_(allocator) {
+    TRIDENT_CUBLAS_CHECK(cublasLtCreate(&handle_));
+    workspace_ = allocator_.allocate(kWorkspaceBytes);
+}
+
+Gemm::~Gemm() {
+    plans_.clear();
+    allocator_.release(workspace_);
+    if (handle_) cublasLtDestroy(handle_);
+}
+
+bool Gemm::supports(cudaDataType_t ab_type, cudaDataType_t d_type) {
+    switch (ab_type) {
+        case CUDA_R_32F:
+            return d_type == CUDA_R_32F;
+        case CUDA_R_16BF:
+        case CUDA_R_16F:
+            return d_type == ab_type || d_type == CUDA_R_32F;
+        default:
+            return false;
+    }
+}
+
+Gemm::Plan& Gemm::plan_for(const GemmCall& c) {
+    const int alignment =
+        std::min({alignment_of(c.a), alignment_of(c.b), alignment_of(c.d),
+                  c.bias ? alignment_of(c.bias) : 256, c.aux ? alignment_of(c.aux) : 256});
+    const Key key{c.rows,
+                  c.cols,
+                  c.inner,
+                  c.trans_a,
+                  c.trans_b,
+                  c.beta != 0.0f,
+                  static_cast<int>(c.ab_type),
+                  static_cast<int>(c.d_type),
+                  static_cast<int>(c.epilogue),
+                  alignment};
+    auto& slot = plans_[key];
+    if (slot) return *slot;
+
+    auto plan = std::make_unique<Plan>();
+    // cuBLASLt's A is our B, its B our A (see the top of this file).
+    const cublasOperation_t op_a = c.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const cublasOperation_t op_b = c.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+    const uint64_t m = static_cast<uint64_t>(c.cols), n = static_cast<uint64_t>(c.rows),
+                   k = static_cast<uint64_t>(c.inner);
+    TRIDENT_CUBLAS_CHECK(
+        cublasLtMatmulDescCreate(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
+    TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
+    const cublasLtEpilogue_t epilogue = epilogue_of(c.epilogue);
+    TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+        plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (c.epilogue == Epilogue::bias || c.epilogue == Epilogue::gelu_bias) {
+        // The bias and the pre-activation have D's type; the pointers are set per call.
+        TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            plan->operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &c.d_type, sizeof(c.d_type)));
+    }
+    if (c.epilogue == Epilogue::gelu_bias || c.epilogue == Epilogue::dgelu) {
+        const int64_t aux_ld = c.cols;
+        TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+        TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &c.d_type,
+            sizeof(c.d_type)));
+    }
+    // Stored shapes, column-major: (rows, cols, leading dimension).
+    TRIDENT_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&plan->a, c.ab_type, op_a == CUBLAS_OP_N ? m : k,
+                                   op_a == CUBLAS_OP_N ? k : m, op_a == CUBLAS_OP_N ? m : k));
+    TRIDENT_CUBLAS_CHECK(
+        cublasLtMatrixLayoutCreate(&plan->b, c.ab_type, op_b == CUBLAS_OP_N ? k : n,
+                                   op_b == CUBLAS_OP_N ? n : k, op_b == CUBLAS_OP_N ? k : n));
+    TRIDENT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, c.d_type, m, n, m));
+
+    cublasLtMatmulPreference_t preference = nullptr;
+    TRIDENT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+    const uint64_t workspace = kWorkspaceBytes;
+    const uint32_t aligned = static_cast<uint32_t>(alignment);
+    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                         &workspace, sizeof(workspace));
+    for (auto attribute :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+        cublasLtMatmulPreferenceSetAttribute(preference, attribute, &aligned, sizeof(aligned));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t status =
+        cublasLtMatmulAlgoGetHeuristic(handle_, plan->operation, plan->a, plan->b, plan->d, plan->d,
+                                       preference, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(preference);
+    if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+        throw Error("cuBLASLt has no kernel for a " + std::to_string(c.rows) + "x" +
+                    std::to_string(c.inner) + " by " + std::to_string(c.inner) + "x" +
+                    std::to_string(c.cols) + " product (types " + std::to_string(c.ab_type) +
+                    " -> " + std::to_string(c.d_type) + ", epilogue " +
+                    std::to_string(static_cast<int>(c.epilogue)) + ", alignment " +
+                    std::to_string(alignment) + " bytes): " + cublasLtGetStatusString(status));
+    }
+    plan->algo = result.algo;
+    slot = std::move(plan);
+    return *slot;
+}
+
+void Gemm::run(const GemmCall& c, cudaStream_t stream) {
+    if (c.rows == 0 || c.cols == 0) return;
+    if (!supports(c.ab_type, c.d_type))
+        throw Error("internal: no cuBLASLt product for these element types");
+    Plan& plan = plan_for(c);
+    if (c.epilogue == Epilogue::bias || c.epilogue == Epilogue::gelu_bias) {
+        TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(c.bias)));
+    }
+    if (c.epilogue == Epilogue::gelu_bias || c.epilogue == Epilogue::dgelu) {
+        TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c.aux, sizeof(c.aux)));
+    }
+    const float alpha = 1.0f;
+    TRIDENT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.operation, &alpha, c.b, plan.a, c.a, plan.b,
+                                        &c.beta, c.d, plan.d, c.d, plan.d, &plan.algo, workspace_,
+                                        kWorkspaceBytes, stream));
+}
+
+}  // namespace trident::kernels::cuda

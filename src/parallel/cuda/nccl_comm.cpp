@@ -1,0 +1,142 @@
+// Collectives on device buffers through NCCL (see nccl_comm.h).
+#include "parallel/cuda/nccl_comm.h"
+
+#include <cstring>
+#include <utility>
+
+#include "error.h"
+#include "kernels/cuda/cuda_check.h"
+#include "parallel/cuda/device_memory.h"
+
+namespace trident::parallel {
+
+using kernels::ConstPtr;
+using kernels::DType;
+using kernels::Ptr;
+
+namespace {
+
+void check_nccl(ncclResult_t status, const char* call, const char* file, int line) {
+    if (status != ncclSuccess)
+        kernels::cuda::throw_library_error("NCCL", ncclGetErrorString(status), call, file, line);
+}
+#define TRIDENT_NCCL_CHECK(call) check_nccl((call), #call, __FILE__, __LINE__)
+
+ncclDataType_t nccl_type(DType t) {
+    switch (t) {
+        case DType::bf16:
+            return ncclBfloat16;
+        case DType::f16:
+            return ncclFloat16;
+        case DType::f32:
+            break;
+    }
+    return ncclFloat32;
+}
+
+}  // namespace
+
+NcclComm::NcclComm(std::unique_ptr<Comm> host, cudaStream_t compute)
+    : staged_(std::move(host), compute), compute_(compute) {
+    if (size() == 1) return;  // nothing to exchange: every call returns at once
+    // Rank 0's NCCL id reaches the others as 32 floats through the host communicator: a
+    // broadcast copies bits, whatever they mean as floats.
+    ncclUniqueId id{};
+    static_assert(sizeof(id) % sizeof(float) == 0);
+    float words[sizeof(id) / sizeof(float)] = {};
+    if (rank() == 0) {
+        TRIDENT_NCCL_CHECK(ncclGetUniqueId(&id));
+        std::memcpy(words, &id, sizeof(id));
+    }
+    staged_.broadcast(Ptr(words), sizeof(id) / sizeof(float), 0);
+    std::memcpy(&id, words, sizeof(id));
+    TRIDENT_NCCL_CHECK(ncclCommInitRank(&comm_, size(), id, rank()));
+    TRIDENT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
+    TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&communication_done_, cudaEventDisableTiming));
+}
+
+NcclComm::~NcclComm() {
+    if (stream_) cudaStreamSynchronize(stream_);
+    if (comm_) ncclCommDestroy(comm_);
+    if (communication_done_) cudaEventDestroy(communication_done_);
+    if (compute_done_) cudaEventDestroy(compute_done_);
+    if (stream_) cudaStreamDestroy(stream_);
+}
+
+template <typename Fn>
+void NcclComm::ordered(Fn collective) {
+    TRIDENT_CUDA_CHECK(cudaEventRecord(compute_done_, compute_));
+    TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_done_, 0));
+    collective();
+    TRIDENT_CUDA_CHECK(cudaEventRecord(communication_done_, stream_));
+    TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(compute_, communication_done_, 0));
+}
+
+void NcclComm::all_reduce(Ptr data, std::size_t count, ReduceOp op) {
+    if (size() == 1) return;
+    Comm::count(CommKind::all_reduce, count, data.dtype);
+    if (!on_device(data.data)) return staged_.all_reduce(data, count, op);
+    ordered([&] {
+        TRIDENT_NCCL_CHECK(ncclAllReduce(data.data, data.data, count, nccl_type(data.dtype),
+                                         op == ReduceOp::max ? ncclMax : ncclSum, comm_, stream_));
+    });
+}
+
+void NcclComm::reduce_scatter(ConstPtr in, Ptr out, std::size_t count) {
+    if (size() == 1) return staged_.reduce_scatter(in, out, count);  // a copy, if any
+    Comm::count(CommKind::reduce_scatter, count * size(), out.dtype);
+    if (!on_device(out.data)) return staged_.reduce_scatter(in, out, count);
+    // NCCL takes the output at this rank's block of the input (in place) as ZeRO-1 passes it.
+    ordered([&] {
+        TRIDENT_NCCL_CHECK(ncclReduceScatter(in.data, out.data, count, nccl_type(out.dtype),
+                                             ncclSum, comm_, stream_));
+    });
+}
+
+void NcclComm::all_gather(ConstPtr in, Ptr out, std::size_t count) {
+    if (size() == 1) return staged_.all_gather(in, out, count);  // a copy, if any
+    Comm::count(CommKind::all_gather, count, out.dtype);
+    if (!on_device(out.data)) return staged_.all_gather(in, out, count);
+    ordered([&] {
+        TRIDENT_NCCL_CHECK(
+            ncclAllGather(in.data, out.data, count, nccl_type(out.dtype), comm_, stream_));
+    });
+}
+
+void NcclComm::broadcast(Ptr data, std::size_t count, int root) {
+    if (size() == 1) return staged_.broadcast(data, count, root);  // checks the root
+    Comm::count(CommKind::broadcast, count, data.dtype);
+    if (!on_device(data.data)) return staged_.broadcast(data, count, root);
+    ordered([&] {
+        TRIDENT_NCCL_CHECK(ncclBroadcast(data.data, data.data, count, nccl_type(data.dtype), root,
+                                         comm_, stream_));
+    });
+}
+
+// Messages: through the host communicator with staging (see nccl_comm.h). Every call is
+// counted here, as the trainer reads this communicator's statistics.
+void NcclComm::send(ConstPtr data, std::size_t count, int peer, int tag) {
+    Comm::count(CommKind::send, count, data.dtype);
+    staged_.send(data, count, peer, tag);
+}
+
+void NcclComm::recv(Ptr data, std::size_t count, int peer, int tag) {
+    Comm::count(CommKind::recv, count, data.dtype);
+    staged_.recv(data, count, peer, tag);
+}
+
+void NcclComm::send_async(ConstPtr data, std::size_t count, int peer, int tag) {
+    Comm::count(CommKind::send, count, data.dtype);
+    staged_.send_async(data, count, peer, tag);
+}
+
+void NcclComm::wait_sends() {
+    staged_.wait_sends();
+}
+
+void NcclComm::barrier() {
+    staged_.barrier();
+}
+
+}  // namespace trident::parallel

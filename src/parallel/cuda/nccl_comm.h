@@ -1,0 +1,62 @@
+// NcclComm: a Comm for device buffers through NCCL, over the ranks of a host communicator.
+//
+// Collectives run on a stream of the communicator's own, ordered against the compute stream
+// with events: the communication waits for the compute queued before the call, and compute
+// queued after waits for the communication. The host returns at once (as kernels do); a
+// copy to the host or a synchronisation sees the result. The separate stream is what lets a
+// caller overlap communication with independent compute (e.g. a ZeRO-1 reduce-scatter with
+// the rest of backward) once it asks for the result later than it starts it.
+//
+// Point-to-point messages go through the host communicator with host staging (StagedComm):
+// NCCL matches sends to receives by their order between two ranks, not by tag, and the
+// pipeline's schedules (interleaved ones with two stages above all, whose activations and
+// gradients travel between the same two ranks) receive in an order of their own. Host
+// buffers (the trainer's scalars, gathered checkpoints) go through the host communicator.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <memory>
+
+#include "parallel/comm.h"
+#include "parallel/cuda/staged_comm.h"
+
+namespace trident::parallel {
+
+class NcclComm final : public Comm {
+public:
+    // Collective over the ranks of `host`, which it keeps for host buffers and messages. The
+    // GPU must be chosen (gpu_binding.h) and not shared by two ranks of the group.
+    NcclComm(std::unique_ptr<Comm> host, cudaStream_t compute);
+    ~NcclComm() override;
+    NcclComm(const NcclComm&) = delete;
+    NcclComm& operator=(const NcclComm&) = delete;
+
+    int rank() const override { return staged_.rank(); }
+    int size() const override { return staged_.size(); }
+
+    void all_reduce(kernels::Ptr data, std::size_t count, ReduceOp op = ReduceOp::sum) override;
+    void reduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
+    void all_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
+    void broadcast(kernels::Ptr data, std::size_t count, int root) override;
+    void send(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
+    void recv(kernels::Ptr data, std::size_t count, int peer, int tag) override;
+    void send_async(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
+    void wait_sends() override;
+    void barrier() override;
+
+private:
+    // Runs `collective` on the communication stream, between the events that order it
+    // against the compute stream.
+    template <typename Fn>
+    void ordered(Fn collective);
+
+    StagedComm staged_;
+    cudaStream_t compute_;
+    cudaStream_t stream_ = nullptr;
+    cudaEvent_t compute_done_ = nullptr, communication_done_ = nullptr;
+    ncclComm_t comm_ = nullptr;
+};
+
+}  // namespace trident::parallel

@@ -1,0 +1,150 @@
+// Device buffers over a host communicator through pinned memory (see staged_comm.h).
+#include "parallel/cuda/staged_comm.h"
+
+#include <cstring>
+#include <utility>
+
+#include "kernels/cuda/cuda_check.h"
+#include "parallel/cuda/device_memory.h"
+
+namespace trident::parallel {
+
+using kernels::ConstPtr;
+using kernels::Ptr;
+
+StagedComm::Pinned::~Pinned() {
+    if (data_) cudaFreeHost(data_);
+}
+
+StagedComm::Pinned::Pinned(Pinned&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+void* StagedComm::Pinned::reserve(std::size_t bytes) {
+    if (bytes > bytes_ || data_ == nullptr) {
+        if (data_) TRIDENT_CUDA_CHECK(cudaFreeHost(data_));
+        data_ = nullptr;
+        bytes_ = std::max<std::size_t>(bytes, 1);
+        TRIDENT_CUDA_CHECK(cudaHostAlloc(&data_, bytes_, cudaHostAllocDefault));
+    }
+    return data_;
+}
+
+StagedComm::StagedComm(std::unique_ptr<Comm> host, cudaStream_t stream)
+    : host_(std::move(host)), stream_(stream) {}
+
+StagedComm::~StagedComm() = default;
+
+void StagedComm::to_host(void* host, const void* device, std::size_t bytes) {
+    if (bytes)
+        TRIDENT_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_));
+    TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
+
+void StagedComm::to_device(void* device, const void* host, std::size_t bytes) {
+    // The next call's copy to the host is queued after this one on the same stream and waited
+    // for before the staging memory is touched again.
+    if (bytes)
+        TRIDENT_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_));
+}
+
+void StagedComm::copy(void* out, const void* in, std::size_t bytes) {
+    if (out == in || bytes == 0) return;
+    if (on_device(out)) {
+        TRIDENT_CUDA_CHECK(cudaMemcpyAsync(out, in, bytes, cudaMemcpyDeviceToDevice, stream_));
+    } else {
+        std::memmove(out, in, bytes);
+    }
+}
+
+// Every call is counted here, host buffers too: the trainer reads this communicator's
+// statistics, not the host communicator's.
+void StagedComm::all_reduce(Ptr data, std::size_t count, ReduceOp op) {
+    if (size() == 1) return;
+    Comm::count(CommKind::all_reduce, count, data.dtype);
+    if (!on_device(data.data)) return host_->all_reduce(data, count, op);
+    const std::size_t bytes = count * kernels::size_of(data.dtype);
+    void* host = staging_.reserve(bytes);
+    to_host(host, data.data, bytes);
+    host_->all_reduce(Ptr(host, data.dtype), count, op);
+    to_device(data.data, host, bytes);
+}
+
+void StagedComm::reduce_scatter(ConstPtr in, Ptr out, std::size_t count) {
+    const std::size_t width = kernels::size_of(out.dtype);
+    const std::size_t mine = static_cast<std::size_t>(rank()) * count;
+    if (size() == 1) return copy(out.data, in.data, count * width);
+    Comm::count(CommKind::reduce_scatter, count * size(), out.dtype);
+    if (!on_device(out.data)) return host_->reduce_scatter(in, out, count);
+    const Ptr host(staging_.reserve(count * size() * width), out.dtype);
+    to_host(host.data, in.data, count * size() * width);
+    host_->reduce_scatter(host, host + mine, count);  // in place, at this rank's block
+    to_device(out.data, (host + mine).data, count * width);
+}
+
+void StagedComm::all_gather(ConstPtr in, Ptr out, std::size_t count) {
+    const std::size_t width = kernels::size_of(out.dtype);
+    const std::size_t mine = static_cast<std::size_t>(rank()) * count;
+    if (size() == 1) return copy(out.data, in.data, count * width);
+    Comm::count(CommKind::all_gather, count, out.dtype);
+    if (!on_device(out.data)) return host_->all_gather(in, out, count);
+    const Ptr host(staging_.reserve(count * size() * width), out.dtype);
+    to_host((host + mine).data, in.data, count * width);
+    host_->all_gather(host + mine, host, count);  // in place, from this rank's block
+    to_device(out.data, host.data, count * size() * width);
+}
+
+void StagedComm::broadcast(Ptr data, std::size_t count, int root) {
+    if (size() == 1) return host_->broadcast(data, count, root);  // checks the root
+    Comm::count(CommKind::broadcast, count, data.dtype);
+    if (!on_device(data.data)) return host_->broadcast(data, count, root);
+    const std::size_t bytes = count * kernels::size_of(data.dtype);
+    void* host = staging_.reserve(bytes);
+    to_host(host, data.data, bytes);
+    host_->broadcast(Ptr(host, data.dtype), count, root);
+    to_device(data.data, host, bytes);
+}
+
+void StagedComm::send(ConstPtr data, std::size_t count, int peer, int tag) {
+    Comm::count(CommKind::send, count, data.dtype);
+    if (!on_device(data.data)) return host_->send(data, count, peer, tag);
+    const std::size_t bytes = count * kernels::size_of(data.dtype);
+    void* host = staging_.reserve(bytes);
+    to_host(host, data.data, bytes);
+    host_->send(ConstPtr(host, data.dtype), count, peer, tag);
+}
+
+void StagedComm::recv(Ptr data, std::size_t count, int peer, int tag) {
+    Comm::count(CommKind::recv, count, data.dtype);
+    if (!on_device(data.data)) return host_->recv(data, count, peer, tag);
+    const std::size_t bytes = count * kernels::size_of(data.dtype);
+    void* host = staging_.reserve(bytes);
+    // Nothing queued may still read the staging memory (to_device's copies): wait first.
+    TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    host_->recv(Ptr(host, data.dtype), count, peer, tag);
+    to_device(data.data, host, bytes);
+}
+
+void StagedComm::send_async(ConstPtr data, std::size_t count, int peer, int tag) {
+    Comm::count(CommKind::send, count, data.dtype);
+    if (!on_device(data.data)) return host_->send_async(data, count, peer, tag);
+    const std::size_t bytes = count * kernels::size_of(data.dtype);
+    // Each message in flight keeps its own pinned buffer until wait_sends.
+    if (spare_.empty()) spare_.emplace_back();
+    in_flight_.push_back(std::move(spare_.back()));
+    spare_.pop_back();
+    void* host = in_flight_.back().reserve(bytes);
+    to_host(host, data.data, bytes);
+    host_->send_async(ConstPtr(host, data.dtype), count, peer, tag);
+}
+
+void StagedComm::wait_sends() {
+    host_->wait_sends();
+    for (Pinned& buffer : in_flight_) spare_.push_back(std::move(buffer));
+    in_flight_.clear();
+}
+
+void StagedComm::barrier() {
+    host_->barrier();
+}
+
+}  // namespace trident::parallel
