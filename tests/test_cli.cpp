@@ -15,17 +15,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::vector<std::string> losses_of(const std::string& metrics_path) {
-    std::ifstream in(metrics_path);
-    std::vector<std::string> losses;
-    for (std::string line; std::getline(in, line);) {
-        const auto at = line.find("\"loss\": ");
-        REQUIRE(at != std::string::npos);
-        losses.push_back(line.substr(at, line.find(',', at) - at));
-    }
-    return losses;
-}
-
 }  // namespace
 
 TEST_CASE("cli: help explains every subcommand", "[cli]") {
