@@ -303,7 +303,7 @@ TEST_CASE("plan: Megatron-LM 2019 weak scaling (Figure 5) on DGX-2H", "[plan]") 
     // Held: every model-parallel figure (77% at 8-way among them) and the model + data
     // parallel figures at 64 and 512 GPUs (74% at 512). Reported, not held: the 2-way and
     // 4-way model + data parallel runs, which lose 12 and 3 points to their model-parallel
-    // runs in the paper while the 8-way run loses 3 with 3.7x the 2-way run's gradient bytes
+    // runs in the paper while the 8-way run loses 3 with 3.3x the 2-way run's gradient bytes
     // per node: no bandwidth, latency or overlap assumption gives both, and the model is
     // 11.6 and 6.2 points off there (docs/PERF.md).
     const Row rows[] = {{"1.2b", 1, 64, 100, 96, true},
