@@ -90,22 +90,31 @@ public:
     // ---- causal self-attention ----------------------------------------------------------
     // qkv (B,T,3C) holds q, k, v side by side, each (B,T,NH,hs) with hs = C/NH; under tensor
     // parallelism C and NH are this rank's share, heads head_begin .. head_begin+NH-1 of
-    // heads_total. att (B,NH,T,T) receives the softmax probabilities (before dropout; the
-    // upper triangle is zero); out (B,T,C) = dropout(att) @ v, heads concatenated. Scale
-    // 1/sqrt(hs). Dropout on the probabilities (drop_prob 0: none) draws element
+    // heads_total. out (B,T,C) = dropout(softmax(q k^T / sqrt(hs), causal)) @ v, heads
+    // concatenated. Dropout on the probabilities (drop_prob 0: none) draws element
     // (b, head_begin + h, i, j) at index ((b*heads_total + head_begin + h)*T + i)*T + j, so
     // the mask does not depend on how heads are split over ranks.
-    virtual void attention_forward(Ptr out, Ptr att, ConstPtr qkv, int B, int T, int C, int NH,
+    //
+    // What forward keeps for backward, `saved`, is the backend's choice, as attention_saved
+    // says for a problem of (B, NH, T) in activations of a given type: the CPU keeps the
+    // probabilities before dropout (B,NH,T,T) in that type; flash attention on a GPU keeps
+    // one fp32 log-sum-exp per row (B,NH,T) and never writes the T x T scores.
+    struct AttentionSaved {
+        std::size_t count;
+        DType dtype;
+    };
+    virtual AttentionSaved attention_saved(int B, int NH, int T, DType activations) const = 0;
+    virtual void attention_forward(Ptr out, Ptr saved, ConstPtr qkv, int B, int T, int C, int NH,
                                    float drop_prob, uint64_t seed, int head_begin,
                                    int heads_total) = 0;
-    // dqkv (B,T,3C) += gradient; scratch (B,NH,T,T) is workspace, overwritten.
-    virtual void attention_backward(Ptr dqkv, Ptr scratch, ConstPtr dout, ConstPtr qkv,
-                                    ConstPtr att, int B, int T, int C, int NH, float drop_prob,
+    // dqkv (B,T,3C) += gradient, given the forward's out and saved (any workspace is the
+    // backend's own).
+    virtual void attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out,
+                                    ConstPtr saved, int B, int T, int C, int NH, float drop_prob,
                                     uint64_t seed, int head_begin, int heads_total) = 0;
-    // att (B,NH,T,T) alone, bit for bit as attention_forward writes it: selective recompute
-    // rebuilds the probabilities for backward instead of keeping them (they need no dropout
-    // mask, so no head_begin either).
-    virtual void attention_probs(Ptr att, ConstPtr qkv, int B, int T, int C, int NH) = 0;
+    // saved alone, bit for bit as attention_forward writes it: selective recompute rebuilds
+    // it for backward instead of keeping it (it needs no dropout mask, so no head_begin).
+    virtual void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int C, int NH) = 0;
 
     // ---- pointwise ----------------------------------------------------------------------
     // GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))

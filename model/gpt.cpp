@@ -60,7 +60,7 @@ struct Gpt::LayerActivations {
     DeviceBuffer ln1, ln1_mean, ln1_rstd;  // (R,C), (R), (R): R = this rank's rows
     DeviceBuffer ln1_all;                  // (N,C) all rows of ln1 (sequence parallel)
     DeviceBuffer qkv;                      // (N,3C/M)
-    DeviceBuffer att;                      // (B,NH/M,T,T)
+    DeviceBuffer att;                      // what attention keeps: (B,NH/M,T,T) on the CPU
     DeviceBuffer atty;                     // (N,C/M)
     DeviceBuffer resid2;                   // (R,C)
     DeviceBuffer ln2, ln2_mean, ln2_rstd;  // (R,C), (R), (R)
@@ -108,7 +108,6 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
                     " ranks: they must divide");
     const std::size_t N = static_cast<std::size_t>(rows_), R = static_cast<std::size_t>(rows_mine_);
     const std::size_t C = shape.hidden, Cm = layout_.hidden_local(), Fm = layout_.ffn_local();
-    const std::size_t att = static_cast<std::size_t>(B_) * layout_.heads_local() * T_ * T_;
 
     const std::size_t padded = (layout_.total() + buffer_multiple - 1) / buffer_multiple * buffer_multiple;
     const kernels::DType act = precision.activations;
@@ -124,7 +123,6 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
     df_a_ = DeviceBuffer(ops, N * Fm, act);
     df_b_ = DeviceBuffer(ops, N * Fm, act);
     dqkv_ = DeviceBuffer(ops, N * 3 * Cm, act);
-    datt_ = DeviceBuffer(ops, att, act);
     if (recompute_ != Recompute::none) {
         recompute_scratch_ = std::make_unique<LayerActivations>();
         allocate_layer(*recompute_scratch_, recompute_ == Recompute::full, true, false);
@@ -155,8 +153,10 @@ void Gpt::allocate_layer(LayerActivations& l, bool work, bool att, bool output) 
         l.fch = DeviceBuffer(ops, N * Fm, act);
         l.fch_gelu = DeviceBuffer(ops, N * Fm, act);
     }
-    if (att)
-        l.att = DeviceBuffer(ops, static_cast<std::size_t>(B_) * layout_.heads_local() * T_ * T_, act);
+    if (att) {
+        const kernels::Ops::AttentionSaved saved = ops.attention_saved(B_, layout_.heads_local(), T_, act);
+        l.att = DeviceBuffer(ops, saved.count, saved.dtype);
+    }
     if (output) l.resid3 = DeviceBuffer(ops, R * C, act);
 }
 
@@ -558,10 +558,11 @@ void Gpt::backward_chunk(int mb, int c, float dloss, ConstPtr output_grad, Ptr i
         ops_.matmul_backward(dc_b_.data(), grad + p.proj_w, grad + p.proj_b, dattproj,
                              la.atty.data(), w + p.proj_w, N, Cm, C);
         ops_.zero(dqkv_.data(), static_cast<std::size_t>(N) * 3 * Cm);
-        if (recompute_ == Recompute::selective)  // the probabilities, rebuilt from qkv
-            ops_.attention_probs(att, la.qkv.data(), B, T, Cm, NHm);
-        ops_.attention_backward(dqkv_.data(), datt_.data(), dc_b_.data(), la.qkv.data(), att, B, T,
-                                Cm, NHm, drop, site_seed(a, l, 0), layout_.heads_begin(), s.heads);
+        if (recompute_ == Recompute::selective)  // what attention keeps, rebuilt from qkv
+            ops_.attention_rebuild(att, la.qkv.data(), B, T, Cm, NHm);
+        ops_.attention_backward(dqkv_.data(), dc_b_.data(), la.qkv.data(), la.atty.data(), att, B,
+                                T, Cm, NHm, drop, site_seed(a, l, 0), layout_.heads_begin(),
+                                s.heads);
         ops_.zero(dc_a_.data(), NC);
         ops_.matmul_backward(dc_a_.data(), grad + p.qkv_w, grad + p.qkv_b, dqkv_.data(), ln1,
                              w + p.qkv_w, N, C, 3 * Cm);

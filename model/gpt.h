@@ -21,7 +21,8 @@
 //
 // Activation recompute (Korthikanti et al., "Reducing Activation Recomputation in Large
 // Transformer Models") trades FLOPs for the memory of the sets in flight. selective keeps all
-// but the attention probabilities (B,NH/M,T,T), the 5·a·s/h term, and rebuilds them from qkv
+// but what attention keeps for its backward (on the CPU the probabilities (B,NH/M,T,T), the
+// 5·a·s/h term; a backend chooses, see Ops::attention_saved), and rebuilds it from qkv
 // before attention's backward. full keeps only each layer's output (R,C) (so every layer's
 // input) and reruns each layer's forward, collectives included, just before its backward.
 // Both rebuild into one scratch set shared by every (microbatch, chunk), and the kernels and
@@ -158,7 +159,7 @@ private:
 
     std::unique_ptr<Activations> new_activations(int c);
     // Allocates the buffers of one layer's set: `work` the intermediates backward reads (all
-    // but att and the output), `att` the attention probabilities, `output` resid3.
+    // but att and the output), `att` what attention keeps for backward, `output` resid3.
     void allocate_layer(LayerActivations& la, bool work, bool att, bool output);
     Activations& start(int mb, int c);
     Activations& live(int mb, int c);
@@ -219,7 +220,6 @@ private:
     DeviceBuffer dc_all_;          // (N,C)
     DeviceBuffer df_a_, df_b_;     // (N,F/M)
     DeviceBuffer dqkv_;            // (N,3C/M)
-    DeviceBuffer datt_;            // (B,NH/M,T,T)
 };
 
 }  // namespace trident::model

@@ -532,9 +532,9 @@ void check_attention(float drop_prob) {
 
     const auto dout = random_floats(B * Tn * C, 42);
     const auto dout_d = to_double(dout);
-    std::vector<float> dqkv(B * Tn * 3 * C, 0.0f), scratch(B * NH * Tn * Tn);
-    ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, Tn,
-                            C, NH, drop_prob, seed, 0, NH);
+    std::vector<float> dqkv(B * Tn * 3 * C, 0.0f);
+    ops->attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), att.data(), B, Tn, C,
+                            NH, drop_prob, seed, 0, NH);
     auto objective = [&] {
         std::vector<double> y, a;
         attention_reference(y, a, qkv_d, B, Tn, C, NH, drop_prob, seed, 0, NH);
@@ -544,8 +544,8 @@ void check_attention(float drop_prob) {
     check_close("dqkv", dqkv, dqkv_expected, kGradientTolerance);
 
     // "+=": a second call on top of the first doubles the gradient.
-    ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, Tn,
-                            C, NH, drop_prob, seed, 0, NH);
+    ops->attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), att.data(), B, Tn, C,
+                            NH, drop_prob, seed, 0, NH);
     check_close("dqkv", dqkv, doubled(dqkv_expected), kGradientTolerance);
 }
 
@@ -557,9 +557,11 @@ TEST_CASE("attention forward and backward with dropout", "[kernels]") {
     check_attention(0.3f);
 }
 
-// Selective recompute rebuilds att for backward: it must be the forward's, bit for bit, with
-// or without dropout (which acts after att) and for any head offset.
-TEST_CASE("attention_probs gives attention_forward's att exactly", "[kernels][recompute]") {
+// Selective recompute rebuilds what attention keeps (on the CPU the probabilities) for
+// backward: it must be the forward's, bit for bit, with or without dropout (which acts after
+// them) and for any head offset.
+TEST_CASE("attention_rebuild gives attention_forward's saved probabilities exactly",
+          "[kernels][recompute]") {
     auto ops = make_cpu_ops(2);
     const int B = 2, Tn = 7, C = 12, NH = 3;
     const auto qkv = random_floats(B * Tn * 3 * C, 43, -2.0f, 2.0f);
@@ -568,7 +570,7 @@ TEST_CASE("attention_probs gives attention_forward's att exactly", "[kernels][re
         ops->attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH, drop_prob, 99, 3,
                                2 * NH);
         std::vector<float> rebuilt(att.size(), -1.0f);
-        ops->attention_probs(rebuilt.data(), qkv.data(), B, Tn, C, NH);
+        ops->attention_rebuild(rebuilt.data(), qkv.data(), B, Tn, C, NH);
         CHECK(rebuilt == att);
     }
 }
@@ -584,12 +586,12 @@ TEST_CASE("attention over half the heads matches those heads of the whole", "[ke
     const auto qkv = random_floats(B * Tn * 3 * C, 43, -2.0f, 2.0f);
     const auto dout = random_floats(B * Tn * C, 44);
 
-    std::vector<float> out(B * Tn * C), att(B * NH * Tn * Tn), scratch(att.size());
+    std::vector<float> out(B * Tn * C), att(B * NH * Tn * Tn);
     std::vector<float> dqkv(B * Tn * 3 * C, 0.0f);
     ops->attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH, drop_prob, seed, 0,
                            NH);
-    ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B, Tn,
-                            C, NH, drop_prob, seed, 0, NH);
+    ops->attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), att.data(), B, Tn, C,
+                            NH, drop_prob, seed, 0, NH);
 
     // Columns [first, first + width) of every row of x (rows, row_width), as a rank holds them.
     auto columns = [](const std::vector<float>& x, int row_width, int first, int width) {
@@ -614,11 +616,11 @@ TEST_CASE("attention over half the heads matches those heads of the whole", "[ke
         const auto qkv_half = qkv_share(qkv, head_begin);
         const auto dout_half = columns(dout, C, head_begin * hs, half_C);
         std::vector<float> out_half(B * Tn * half_C), att_half(B * half_heads * Tn * Tn);
-        std::vector<float> scratch_half(att_half.size()), dqkv_half(qkv_half.size(), 0.0f);
+        std::vector<float> dqkv_half(qkv_half.size(), 0.0f);
         ops->attention_forward(out_half.data(), att_half.data(), qkv_half.data(), B, Tn, half_C,
                                half_heads, drop_prob, seed, head_begin, NH);
-        ops->attention_backward(dqkv_half.data(), scratch_half.data(), dout_half.data(),
-                                qkv_half.data(), att_half.data(), B, Tn, half_C, half_heads,
+        ops->attention_backward(dqkv_half.data(), dout_half.data(), qkv_half.data(),
+                                out_half.data(), att_half.data(), B, Tn, half_C, half_heads,
                                 drop_prob, seed, head_begin, NH);
 
         // att (B,NH,Tn,Tn) viewed as B rows of NH*Tn*Tn: the half's heads are a column range.
@@ -1006,11 +1008,11 @@ TEST_CASE("ops repeat bit for bit", "[kernels]") {
                              weight.data(), N, C, OC);
         results.insert(results.end(), {out, dinp, dweight, dbias});
 
-        std::vector<float> att_out(N * C), att(B * NH * Tn * Tn), scratch(att.size());
+        std::vector<float> att_out(N * C), att(B * NH * Tn * Tn);
         std::vector<float> dqkv(N * 3 * C, 0.0f);
         // Heads 2..5 of 8: a rank's share under tensor parallelism.
         ops->attention_forward(att_out.data(), att.data(), qkv.data(), B, Tn, C, NH, 0.1f, 5, 2, 8);
-        ops->attention_backward(dqkv.data(), scratch.data(), dout.data(), qkv.data(), att.data(), B,
+        ops->attention_backward(dqkv.data(), dout.data(), qkv.data(), att_out.data(), att.data(), B,
                                 Tn, C, NH, 0.1f, 5, 2, 8);
         results.insert(results.end(), {att_out, att, dqkv});
 

@@ -23,6 +23,9 @@ constexpr std::size_t kAlignment = 64;
 
 class CpuOps final : public Ops {
 public:
+    ~CpuOps() override {
+        if (workspace_) release(workspace_.data);
+    }
     const char* name() const override { return "cpu"; }
 
     Ptr allocate(std::size_t count, DType dtype) override {
@@ -123,27 +126,38 @@ public:
         cpu::add_bias(v.inout(out, std::size_t(N) * OC), v.in(bias, OC), N, OC);
     }
 
-    void attention_forward(Ptr out, Ptr att, ConstPtr qkv, int B, int T, int C, int NH,
+    AttentionSaved attention_saved(int B, int NH, int T, DType activations) const override {
+        return {probs_size(B, NH, T), activations};  // the probabilities
+    }
+    void attention_forward(Ptr out, Ptr saved, ConstPtr qkv, int B, int T, int C, int NH,
                            float drop_prob, uint64_t seed, int head_begin,
                            int heads_total) override {
         cpu::Fp32Views v(scratch_);
         const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
-        cpu::attention_forward(v.out(out, BTC), v.out(att, probs_size(B, NH, T)),
+        cpu::attention_forward(v.out(out, BTC), v.out(saved, probs_size(B, NH, T)),
                                v.in(qkv, 3 * BTC), B, T, C, NH, drop_prob, seed, head_begin,
                                heads_total);
     }
-    void attention_backward(Ptr dqkv, Ptr scratch, ConstPtr dout, ConstPtr qkv, ConstPtr att,
+    void attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr, ConstPtr saved,
                             int B, int T, int C, int NH, float drop_prob, uint64_t seed,
                             int head_begin, int heads_total) override {
+        const std::size_t probs = probs_size(B, NH, T);
+        // The gradient of the probabilities, a (B,NH,T,T) workspace of dqkv's type, kept and
+        // grown as needed: it counts in the allocator's figures as the model's buffers do.
+        if (workspace_count_ < probs || workspace_.dtype != dqkv.dtype) {
+            if (workspace_) release(workspace_.data);
+            workspace_ = allocate(probs, dqkv.dtype);
+            workspace_count_ = probs;
+        }
         cpu::Fp32Views v(scratch_);
         const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
-        cpu::attention_backward(v.inout(dqkv, 3 * BTC), v.out(scratch, probs_size(B, NH, T)),
-                                v.in(dout, BTC), v.in(qkv, 3 * BTC), v.in(att, probs_size(B, NH, T)),
-                                B, T, C, NH, drop_prob, seed, head_begin, heads_total);
+        cpu::attention_backward(v.inout(dqkv, 3 * BTC), v.out(workspace_, probs),
+                                v.in(dout, BTC), v.in(qkv, 3 * BTC), v.in(saved, probs), B, T, C,
+                                NH, drop_prob, seed, head_begin, heads_total);
     }
-    void attention_probs(Ptr att, ConstPtr qkv, int B, int T, int C, int NH) override {
+    void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int C, int NH) override {
         cpu::Fp32Views v(scratch_);
-        cpu::attention_probs(v.out(att, probs_size(B, NH, T)),
+        cpu::attention_probs(v.out(saved, probs_size(B, NH, T)),
                              v.in(qkv, 3 * static_cast<std::size_t>(B) * T * C), B, T, C, NH);
     }
 
@@ -222,6 +236,8 @@ private:
     std::unordered_map<const void*, std::size_t> sizes_;  // live buffers and their bytes
     std::size_t allocated_ = 0, peak_ = 0;
     std::vector<std::vector<float>> scratch_;  // fp32 views of 16-bit arguments (Fp32Views)
+    Ptr workspace_;                            // attention_backward's, from allocate()
+    std::size_t workspace_count_ = 0;
 };
 
 }  // namespace

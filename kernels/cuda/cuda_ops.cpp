@@ -5,11 +5,9 @@
 // (gemm.h); attention is cuDNN's fused kernel where it has one, else the built-in flash
 // attention (attention.h).
 //
-// Attention keeps no probabilities: the `att` argument, (B,NH,T,T) in ops.h, holds the
-// per-row log-sum-exp (B,NH,T) in fp32 at its start, all that backward needs besides the
-// output. Backward also needs the forward's output, which ops.h does not pass: the backend
-// remembers, per qkv buffer, the output buffer its forward wrote (the model keeps both for
-// backward, under every recompute setting: full recompute reruns the forward first).
+// Attention keeps no probabilities: what it saves for backward (attention_saved) is the
+// per-row log-sum-exp (B,NH,T) in fp32, all that backward needs besides q, k, v and the
+// forward's output.
 #include "kernels/cuda/cuda_ops.h"
 
 #include <cuda_bf16.h>
@@ -20,7 +18,6 @@
 #include <initializer_list>
 #include <set>
 #include <string>
-#include <unordered_map>
 
 #include "error.h"
 #include "kernels/cuda/attention.h"
@@ -112,10 +109,7 @@ public:
         if (bytes) TRIDENT_CUDA_CHECK(cudaMemsetAsync(buffer, 0, bytes, stream_));
         return Ptr(buffer, dtype);
     }
-    void release(void* buffer) override {
-        saved_outputs_.erase(buffer);
-        allocator_.release(buffer);
-    }
+    void release(void* buffer) override { allocator_.release(buffer); }
     std::size_t allocated_bytes() const override { return allocator_.allocated_bytes(); }
     std::size_t peak_allocated_bytes() const override { return allocator_.peak_allocated_bytes(); }
     void reset_peak_allocated_bytes() override { allocator_.reset_peak(); }
@@ -274,11 +268,14 @@ public:
 
     // ---- attention
     // -------------------------------------------------------------------------------
-    void attention_forward(Ptr out, Ptr att, ConstPtr qkv, int B, int T, int C, int NH,
+    // Flash attention and cuDNN keep the fp32 log-sum-exp of each row (B,NH,T).
+    AttentionSaved attention_saved(int B, int NH, int T, DType) const override {
+        return {static_cast<std::size_t>(B) * NH * T, DType::f32};
+    }
+    void attention_forward(Ptr out, Ptr saved, ConstPtr qkv, int B, int T, int C, int NH,
                            float drop_prob, uint64_t seed, int head_begin,
                            int heads_total) override {
-        float* lse = statistics(att, B, NH, T);
-        saved_outputs_[qkv.data] = out;
+        float* lse = saved.f32();
         if (out.dtype != qkv.dtype) {
             cuda::Fp32Staging v(allocator_, stream_);
             cuda::flash_attention_forward(v.out(out, std::size_t(B) * T * C), lse,
@@ -297,14 +294,10 @@ public:
                                           head_begin, heads_total, stream_);
         });
     }
-    void attention_backward(Ptr dqkv, Ptr, ConstPtr dout, ConstPtr qkv, ConstPtr att, int B, int T,
-                            int C, int NH, float drop_prob, uint64_t seed, int head_begin,
-                            int heads_total) override {
-        const float* lse = statistics(att, B, NH, T);
-        const auto saved = saved_outputs_.find(qkv.data);
-        if (saved == saved_outputs_.end())
-            throw Error("internal: attention_backward on the GPU without its forward's output");
-        const ConstPtr out = saved->second;
+    void attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out, ConstPtr saved,
+                            int B, int T, int C, int NH, float drop_prob, uint64_t seed,
+                            int head_begin, int heads_total) override {
+        const float* lse = saved.f32();
         const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
         Scratch row_dot(allocator_, static_cast<std::size_t>(B) * NH * T * sizeof(float));
         if (!all_of_type(qkv.dtype, {dqkv, dout, out})) {
@@ -331,10 +324,10 @@ public:
                                            head_begin, heads_total, stream_);
         });
     }
-    void attention_probs(Ptr att, ConstPtr qkv, int B, int T, int C, int NH) override {
-        // What backward needs again: the statistics, by the same kernel as the forward's (its
-        // output goes to scratch for cuDNN's, which has no statistics-only form).
-        float* lse = statistics(att, B, NH, T);
+    void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int C, int NH) override {
+        // The statistics again, by the same kernel as the forward's (its output goes to
+        // scratch for cuDNN's, which has no statistics-only form).
+        float* lse = saved.f32();
         if (use_cudnn(qkv.dtype, 0.0f, B, T, C, NH)) {
             Scratch out(allocator_, static_cast<std::size_t>(B) * T * C * size_of(qkv.dtype));
             cudnn_.forward(out.data, lse, qkv.data, cuda_type(qkv.dtype), B, T, C, NH, stream_);
@@ -523,17 +516,6 @@ private:
         gemm_.run(call, stream_);
     }
 
-    // The fp32 statistics (B,NH,T) kept at the start of the (B,NH,T,T) att buffer.
-    static float* statistics(ConstPtr att, int B, int NH, int T) {
-        const std::size_t need = static_cast<std::size_t>(B) * NH * T * sizeof(float);
-        const std::size_t have = static_cast<std::size_t>(B) * NH * T * T * size_of(att.dtype);
-        if (have < need)
-            throw Error(
-                "attention on the GPU keeps one fp32 number per row in the attention "
-                "buffer, which a 16-bit (B,NH,1,1) buffer cannot hold: use model.seq_len >= 2");
-        return static_cast<float*>(const_cast<void*>(att.data));
-    }
-
     // cuDNN's fused attention: bf16/fp16, no attention dropout (its mask is not the model's),
     // and a case cuDNN has an engine for (asked once per shape).
     bool use_cudnn(DType type, float drop_prob, int B, int T, int C, int NH) {
@@ -555,7 +537,6 @@ private:
     cuda::DeviceAllocator allocator_;  // first in, last out: the others release into it
     cuda::Gemm gemm_;
     cuda::CudnnAttention cudnn_;
-    std::unordered_map<const void*, ConstPtr> saved_outputs_;  // qkv buffer -> forward's output
     std::set<std::string> refusals_;  // shapes whose cuDNN attention refusal was reported
 };
 

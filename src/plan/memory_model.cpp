@@ -12,7 +12,8 @@ namespace {
 constexpr int64_t kFp32 = 4;  // LayerNorm statistics, loss statistics, token ids (int32)
 
 // Bytes of one layer's buffers in a set (model/gpt.cpp, Gpt::allocate_layer): `work` the
-// intermediates backward reads, `att` the attention probabilities, `output` the layer's output.
+// intermediates backward reads, `att` what attention keeps (the CPU: the probabilities),
+// `output` the layer's output.
 int64_t layer_bytes(const RankDims& d, bool work, bool att, bool output, int64_t act) {
     int64_t bytes = 0;
     if (work) {
@@ -44,7 +45,8 @@ int64_t set_bytes(const RankDims& d, const ChunkShape& chunk, config::Recompute 
     return bytes;
 }
 
-// The scratch the model allocates once (Gpt::Gpt), and the recompute scratch.
+// The scratch the model allocates once (Gpt::Gpt), the CPU backend's attention workspace,
+// and the recompute scratch.
 int64_t scratch_bytes(const RankDims& d, config::Recompute recompute, int64_t act) {
     using config::Recompute;
     const int64_t own_rows = d.sequence_parallel ? d.R * d.C : 0;
@@ -54,7 +56,7 @@ int64_t scratch_bytes(const RankDims& d, config::Recompute recompute, int64_t ac
                              + d.all_rows()    // a gradient gathered to all rows
                              + 2 * d.N * d.Fm  // MLP gradients
                              + 3 * d.N * d.Cm  // qkv gradient
-                             + d.attention();  // attention probabilities' gradient
+                             + d.attention();  // attention probabilities' gradient (CpuOps)
     int64_t bytes = elements * act;
     if (recompute != Recompute::none)
         bytes += layer_bytes(d, recompute == Recompute::full, true, false, act);

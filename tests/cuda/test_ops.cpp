@@ -215,34 +215,37 @@ TEST_CASE("cuda: causal attention (flash kernels and cuDNN) against the CPU", "[
             INFO("B " << k.B << " T " << k.T << " C " << k.C << " NH " << k.NH << " drop "
                       << k.drop);
             const std::size_t BTC = std::size_t(k.B) * k.T * k.C;
-            const std::size_t probs = std::size_t(k.B) * k.NH * k.T * k.T;
-            Pair qkv(b, 3 * BTC, t), out(b, BTC, t), att(b, probs, t), scratch(b, probs, t);
+            // What each backend keeps differs (CPU: probabilities; GPU: log-sum-exp per row).
+            const auto cpu_saved = b.cpu->attention_saved(k.B, k.NH, k.T, t);
+            const auto gpu_saved = b.gpu->attention_saved(k.B, k.NH, k.T, t);
+            Pair qkv(b, 3 * BTC, t), out(b, BTC, t), saved_cpu(b, cpu_saved.count, cpu_saved.dtype),
+                saved_gpu(b, gpu_saved.count, gpu_saved.dtype);
             qkv.fill(1);
             const uint64_t seed = 99;
             // Heads 1.. of 2*NH: the mask index depends on the global head, as under tensor
             // parallelism.
-            b.cpu->attention_forward(out.cpu, att.cpu, qkv.cpu, k.B, k.T, k.C, k.NH, k.drop, seed,
+            b.cpu->attention_forward(out.cpu, saved_cpu.cpu, qkv.cpu, k.B, k.T, k.C, k.NH, k.drop, seed,
                                      1, 2 * k.NH);
-            b.gpu->attention_forward(out.gpu, att.gpu, qkv.gpu, k.B, k.T, k.C, k.NH, k.drop, seed,
+            b.gpu->attention_forward(out.gpu, saved_gpu.gpu, qkv.gpu, k.B, k.T, k.C, k.NH, k.drop, seed,
                                      1, 2 * k.NH);
             require_close(out, t, "attention_forward");
             Pair dout(b, BTC, t), dqkv(b, 3 * BTC, t);
             dout.fill(2);
             dqkv.fill(3, 0.1f);
-            b.cpu->attention_backward(dqkv.cpu, scratch.cpu, dout.cpu, qkv.cpu, att.cpu, k.B, k.T,
+            b.cpu->attention_backward(dqkv.cpu, dout.cpu, qkv.cpu, out.cpu, saved_cpu.cpu, k.B, k.T,
                                       k.C, k.NH, k.drop, seed, 1, 2 * k.NH);
-            b.gpu->attention_backward(dqkv.gpu, scratch.gpu, dout.gpu, qkv.gpu, att.gpu, k.B, k.T,
+            b.gpu->attention_backward(dqkv.gpu, dout.gpu, qkv.gpu, out.gpu, saved_gpu.gpu, k.B, k.T,
                                       k.C, k.NH, k.drop, seed, 1, 2 * k.NH);
             require_close(dqkv, t, "attention_backward");
             // Selective recompute: the rebuilt statistics give the same gradient.
             Pair first(b, 3 * BTC, t), again(b, 3 * BTC, t);  // zero-filled
-            b.gpu->attention_backward(first.gpu, scratch.gpu, dout.gpu, qkv.gpu, att.gpu, k.B, k.T,
+            b.gpu->attention_backward(first.gpu, dout.gpu, qkv.gpu, out.gpu, saved_gpu.gpu, k.B, k.T,
                                       k.C, k.NH, k.drop, seed, 1, 2 * k.NH);
-            b.gpu->attention_probs(att.gpu, qkv.gpu, k.B, k.T, k.C, k.NH);
-            b.gpu->attention_backward(again.gpu, scratch.gpu, dout.gpu, qkv.gpu, att.gpu, k.B, k.T,
+            b.gpu->attention_rebuild(saved_gpu.gpu, qkv.gpu, k.B, k.T, k.C, k.NH);
+            b.gpu->attention_backward(again.gpu, dout.gpu, qkv.gpu, out.gpu, saved_gpu.gpu, k.B, k.T,
                                       k.C, k.NH, k.drop, seed, 1, 2 * k.NH);
             require_close(again.on_gpu(), first.on_gpu(), t,
-                          "attention_backward after attention_probs");
+                          "attention_backward after attention_rebuild");
         }
     }
 }
