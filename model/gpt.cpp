@@ -291,9 +291,7 @@ std::vector<float> Gpt::share_of_full(const std::vector<float>& local) const {
     // by the first and the last stage) on the first.
     std::vector<float> mine(local);
     for (const ParamTensor& t : layout_.tensors()) {
-        const bool replica = t.split == Split::replicated && layout_.tensor_rank() != 0;
-        const bool second_wte = t.name == "wte.weight" && !layout_.plan().first();
-        if (replica || second_wte) std::fill_n(mine.begin() + static_cast<std::ptrdiff_t>(t.offset), t.numel, 0.0f);
+        if (layout_.held_elsewhere(t)) std::fill_n(mine.begin() + static_cast<std::ptrdiff_t>(t.offset), t.numel, 0.0f);
     }
     const ParamLayout full_layout(layout_.shape());
     std::vector<float> full(full_layout.total(), 0.0f);

@@ -121,6 +121,11 @@ const ParamTensor* ParamLayout::find(const std::string& name) const {
     return nullptr;
 }
 
+bool ParamLayout::held_elsewhere(const ParamTensor& t) const {
+    return (t.split == Split::replicated && tensor_rank_ != 0) ||
+           (t.name == "wte.weight" && !plan_.first());
+}
+
 void shard_params(const ParamLayout& full_layout, const float* full, const ParamLayout& local_layout,
                   float* local) {
     for (const ParamTensor& t : local_layout.tensors())

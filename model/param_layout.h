@@ -115,6 +115,10 @@ public:
 
     // The tensor of that name, or nullptr.
     const ParamTensor* find(const std::string& name) const;
+    // Whether this rank's copy of t is another rank's too and that rank speaks for it: a
+    // replicated tensor off tensor rank 0, or the tied wte off the first stage. Norms count,
+    // and checkpoints and the whole model take, every element once.
+    bool held_elsewhere(const ParamTensor& t) const;
 
 private:
     std::size_t add(const std::string& name, std::vector<int64_t> full_shape, bool decay,

@@ -6,19 +6,6 @@
 
 namespace trident::optim {
 
-namespace {
-
-// Sums a double over a group as a float pair (high part, remainder): float payloads, double
-// precision.
-double sum_over(parallel::Comm& group, double value) {
-    float parts[2] = {static_cast<float>(value), 0.0f};
-    parts[1] = static_cast<float>(value - static_cast<double>(parts[0]));
-    group.all_reduce(parts, 2);
-    return static_cast<double>(parts[0]) + static_cast<double>(parts[1]);
-}
-
-}  // namespace
-
 AdamW::AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::TrainingConfig& cfg,
              const OptimizerGroups& groups, int zero_stage, std::size_t buffer_size,
              std::size_t bucket_size)
@@ -49,9 +36,7 @@ AdamW::AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::
     state_bytes_ = ops.allocated_bytes() - allocated_before;
 
     for (const auto& t : layout.tensors()) {
-        const bool replica = t.split == model::Split::replicated && layout.tensor_rank() != 0;
-        const bool second_wte = t.name == "wte.weight" && !layout.plan().first();
-        const bool counted = !replica && !second_wte;
+        const bool counted = !layout.held_elsewhere(t);
         for (const Bucket& b : buckets_) {
             const std::size_t part = owned_part(b);
             // The part of the tensor that this rank owns in this bucket.
@@ -87,9 +72,9 @@ double AdamW::grad_norm(kernels::ConstPtr grads) const {
     double sum = 0;
     for (const Range& r : ranges_)
         if (r.counted) sum += ops_.sum_of_squares(grads + r.offset, r.count);
-    sum = sum_over(tensor_, sum);
-    sum = sum_over(pipeline_, sum);
-    if (zero_stage_ == 1) sum = sum_over(data_, sum);  // each replica holds a D-th of the sum
+    sum = parallel::sum_double(tensor_, sum);
+    sum = parallel::sum_double(pipeline_, sum);
+    if (zero_stage_ == 1) sum = parallel::sum_double(data_, sum);  // each replica holds a D-th of the sum
     return std::sqrt(sum);
 }
 

@@ -77,4 +77,19 @@ private:
     CommStats stats_;
 };
 
+// A double over a group, carried as a float pair (its float and the remainder): float
+// payloads, double precision. Summed over the group, or rank root's given to every rank.
+inline double sum_double(Comm& group, double value) {
+    float parts[2] = {static_cast<float>(value), 0.0f};
+    parts[1] = static_cast<float>(value - static_cast<double>(parts[0]));
+    group.all_reduce(parts, 2);
+    return static_cast<double>(parts[0]) + static_cast<double>(parts[1]);
+}
+inline double broadcast_double(Comm& group, double value, int root) {
+    float parts[2] = {static_cast<float>(value), 0.0f};
+    parts[1] = static_cast<float>(value - static_cast<double>(parts[0]));
+    group.broadcast(parts, 2, root);
+    return static_cast<double>(parts[0]) + static_cast<double>(parts[1]);
+}
+
 }  // namespace trident::parallel

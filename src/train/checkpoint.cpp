@@ -29,13 +29,6 @@ std::string shard_name(const parallel::Coordinates& c) {
            std::to_string(c.dp) + ".safetensors";
 }
 
-// Whether another rank writes this tensor (see checkpoint.h): replicas of tensor rank 0's, and
-// the last stage's copy of the tied wte.
-bool written_elsewhere(const model::ParamTensor& t, const model::ParamLayout& layout) {
-    return (t.split == model::Split::replicated && layout.tensor_rank() != 0) ||
-           (t.name == "wte.weight" && !layout.plan().first());
-}
-
 io::Dtype io_dtype(kernels::DType t) {
     switch (t) {
         case kernels::DType::bf16:
@@ -86,7 +79,7 @@ void write_shard(const std::string& path, Trainer& trainer, const parallel::Coor
 
     std::vector<io::TensorToWrite> tensors;
     for (const model::ParamTensor& t : layout.tensors()) {
-        if (written_elsewhere(t, layout)) continue;
+        if (layout.held_elsewhere(t)) continue;  // another rank writes it
         if (c.dp == 0)
             tensors.push_back({"param/" + t.name, t.shape,
                                half.empty() ? static_cast<const void*>(params.data() + t.offset)

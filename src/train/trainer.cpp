@@ -82,11 +82,7 @@ MemoryUse Trainer::memory() const {
 }
 
 double Trainer::from_last_stage(double loss) {
-    // A float pair (high part, remainder) carries the double exactly enough.
-    float parts[2] = {static_cast<float>(loss), 0.0f};
-    parts[1] = static_cast<float>(loss - static_cast<double>(parts[0]));
-    pipeline_.broadcast(parts, 2, pipeline_.size() - 1);
-    return static_cast<double>(parts[0]) + static_cast<double>(parts[1]);
+    return parallel::broadcast_double(pipeline_, loss, pipeline_.size() - 1);
 }
 
 double Trainer::accumulate_gradients(int step, const SampleFn& sample, double loss_scale) {
@@ -120,15 +116,9 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
         embedding_.all_reduce(model_.grads() + wte->offset, wte->numel);
     }
     // The step's loss: the mean of the replicas' means (equal token counts).
-    return sum_over_replicas(from_last_stage(loss_sum / microbatches)) / data_.size();
+    return parallel::sum_double(data_, from_last_stage(loss_sum / microbatches)) / data_.size();
 }
 
-double Trainer::sum_over_replicas(double value) {
-    float parts[2] = {static_cast<float>(value), 0.0f};
-    parts[1] = static_cast<float>(value - static_cast<double>(parts[0]));
-    data_.all_reduce(parts, 2);
-    return static_cast<double>(parts[0]) + static_cast<double>(parts[1]);
-}
 
 StepResult Trainer::step(int step, const SampleFn& sample) {
     const auto t0 = std::chrono::steady_clock::now();

@@ -80,7 +80,6 @@ private:
     std::vector<float> gather_full(const std::vector<float>& local);
     // The last stage's loss, given to every stage (in double, as a pair of floats).
     double from_last_stage(double loss);
-    double sum_over_replicas(double value);
 
     const config::Config& cfg_;
     kernels::Ops& ops_;
