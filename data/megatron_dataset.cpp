@@ -31,71 +31,43 @@ T load(const unsigned char* at) {
     return v;
 }
 
-const char* dtype_name(uint8_t code) {
-    switch (code) {
-        case 1:
-            return "uint8";
-        case 2:
-            return "int8";
-        case 3:
-            return "int16";
-        case 4:
-            return "int32";
-        case 5:
-            return "int64";
-        case 6:
-            return "float64";
-        case 7:
-            return "float32";
-        case 8:
-            return "uint16";
-        default:
-            return nullptr;
-    }
+// The index's dtype codes (Megatron-LM's indexed_dataset.py, class DType) as element
+// types, with the names Megatron gives them.
+struct DtypeCode {
+    uint8_t code;
+    kernels::DType dtype;
+    const char* name;
+};
+constexpr DtypeCode kDtypeCodes[] = {
+    {1, kernels::DType::u8, "uint8"},    {2, kernels::DType::i8, "int8"},
+    {3, kernels::DType::i16, "int16"},   {4, kernels::DType::i32, "int32"},
+    {5, kernels::DType::i64, "int64"},   {6, kernels::DType::f64, "float64"},
+    {7, kernels::DType::f32, "float32"}, {8, kernels::DType::u16, "uint16"},
+};
+
+const DtypeCode* find_code(uint8_t code) {
+    for (const DtypeCode& c : kDtypeCodes)
+        if (c.code == code) return &c;
+    return nullptr;
+}
+const DtypeCode& code_of(kernels::DType dtype) {
+    for (const DtypeCode& c : kDtypeCodes)
+        if (c.dtype == dtype) return c;
+    throw Error(std::string("internal: no Megatron dtype code for ") + kernels::name_of(dtype));
 }
 
-// Bytes per token of an integer dtype; 0 for the float types, which hold no token ids.
-std::size_t token_bytes(MegatronDtype dtype) {
-    switch (dtype) {
-        case MegatronDtype::uint8:
-        case MegatronDtype::int8:
-            return 1;
-        case MegatronDtype::int16:
-        case MegatronDtype::uint16:
-            return 2;
-        case MegatronDtype::int32:
-            return 4;
-        case MegatronDtype::int64:
-            return 8;
-        default:
-            return 0;
-    }
-}
-
-// Calls f(const T*) with the tokens typed as the dataset's dtype.
+// Calls f(const T*) with the tokens typed as the dataset's integer dtype.
 template <typename F>
-void with_tokens(MegatronDtype dtype, const void* tokens, F&& f) {
+void with_tokens(kernels::DType dtype, const void* tokens, F&& f) {
+    using kernels::DType;
     switch (dtype) {
-        case MegatronDtype::uint8:
-            f(static_cast<const uint8_t*>(tokens));
-            break;
-        case MegatronDtype::int8:
-            f(static_cast<const int8_t*>(tokens));
-            break;
-        case MegatronDtype::int16:
-            f(static_cast<const int16_t*>(tokens));
-            break;
-        case MegatronDtype::uint16:
-            f(static_cast<const uint16_t*>(tokens));
-            break;
-        case MegatronDtype::int32:
-            f(static_cast<const int32_t*>(tokens));
-            break;
-        case MegatronDtype::int64:
-            f(static_cast<const int64_t*>(tokens));
-            break;
-        default:
-            throw Error("internal: Megatron dtype without tokens");
+        case DType::u8: return f(static_cast<const uint8_t*>(tokens));
+        case DType::i8: return f(static_cast<const int8_t*>(tokens));
+        case DType::i16: return f(static_cast<const int16_t*>(tokens));
+        case DType::u16: return f(static_cast<const uint16_t*>(tokens));
+        case DType::i32: return f(static_cast<const int32_t*>(tokens));
+        case DType::i64: return f(static_cast<const int64_t*>(tokens));
+        default: throw Error("internal: Megatron dtype without tokens");
     }
 }
 
@@ -129,15 +101,15 @@ MegatronDataset::MegatronDataset(const std::string& prefix, int vocab_size, cons
         throw Error(idx_path + ": unsupported Megatron index version " + std::to_string(version) +
                     " (expected 1)");
     const uint8_t code = idx[17];
-    const char* name = dtype_name(code);
-    if (!name)
+    const DtypeCode* known = find_code(code);
+    if (!known)
         throw Error(idx_path + ": unknown dtype code " + std::to_string(code) +
                     " (Megatron's codes are 1 to 8)");
-    dtype_ = static_cast<MegatronDtype>(code);
-    const std::size_t size = token_bytes(dtype_);
-    if (size == 0)
-        throw Error(idx_path + ": dtype " + name + " holds no token ids (supported: uint8, int8, " +
-                    "int16, uint16, int32, int64)");
+    dtype_ = known->dtype;
+    if (dtype_ == kernels::DType::f32 || dtype_ == kernels::DType::f64)
+        throw Error(idx_path + ": dtype " + known->name +
+                    " holds no token ids (supported: uint8, int8, int16, uint16, int32, int64)");
+    const std::size_t size = kernels::size_of(dtype_);
     const uint64_t n = load<uint64_t>(idx + 18);
     const uint64_t d = load<uint64_t>(idx + 26);
 
@@ -184,7 +156,7 @@ MegatronDataset::MegatronDataset(const std::string& prefix, int vocab_size, cons
     }
     if (end != bin_bytes)
         throw Error(bin_path + ": " + str(bin_bytes) + " bytes, but " + idx_path + " describes " +
-                    str(end / size) + " " + name + " tokens (" + str(end) +
+                    str(end / size) + " " + known->name + " tokens (" + str(end) +
                     " bytes): extra data, or an index from another dataset");
 
     // Document index: from 0 to n, never decreasing.
@@ -234,7 +206,7 @@ void MegatronDataset::read(std::size_t start, std::span<int32_t> out) const {
 
 std::string MegatronDataset::describe() const {
     return "Megatron dataset " + prefix_ + " (" + str(documents_) + " documents, " +
-           dtype_name(static_cast<uint8_t>(dtype_)) + ")";
+           code_of(dtype_).name + ")";
 }
 
 MegatronWriter::MegatronWriter(const std::string& prefix)
@@ -277,7 +249,7 @@ void MegatronWriter::finish() {
     const std::string idx_tmp = prefix_ + ".idx.tmp";
     std::ofstream idx(idx_tmp, std::ios::binary);
     if (!idx) throw Error("cannot write '" + idx_tmp + "': " + std::strerror(errno));
-    const uint8_t code = static_cast<uint8_t>(MegatronDtype::uint16);
+    const uint8_t code = code_of(kernels::DType::u16).code;
     const uint64_t d = n + 1;
     auto put = [&](const void* p, std::size_t bytes) {
         idx.write(static_cast<const char*>(p), static_cast<std::streamsize>(bytes));

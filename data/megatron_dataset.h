@@ -29,6 +29,7 @@
 
 #include "data/mapped_file.h"
 #include "data/token_stream.h"
+#include "kernels/dtype.h"
 
 namespace trident::data {
 
@@ -36,17 +37,6 @@ inline constexpr char kMegatronMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\
 inline constexpr uint64_t kMegatronVersion = 1;
 inline constexpr std::size_t kMegatronHeaderBytes = 9 + 8 + 1 + 8 + 8;  // 34
 
-// Megatron's dtype codes (indexed_dataset.py, class DType).
-enum class MegatronDtype : uint8_t {
-    uint8 = 1,
-    int8 = 2,
-    int16 = 3,
-    int32 = 4,
-    int64 = 5,
-    float64 = 6,
-    float32 = 7,
-    uint16 = 8,
-};
 
 class MegatronDataset : public TokenStream {
 public:
@@ -62,13 +52,13 @@ public:
     std::string describe() const override;
 
     const std::string& prefix() const { return prefix_; }
-    MegatronDtype dtype() const { return dtype_; }
+    kernels::DType dtype() const { return dtype_; }  // of the token ids
     std::size_t sequences() const { return sequences_; }
     std::size_t documents() const { return documents_; }
 
 private:
     std::string prefix_;
-    MegatronDtype dtype_ = MegatronDtype::uint16;
+    kernels::DType dtype_ = kernels::DType::u16;
     std::size_t sequences_ = 0;
     std::size_t documents_ = 0;
     std::size_t tokens_ = 0;

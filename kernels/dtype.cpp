@@ -9,15 +9,33 @@ namespace trident::kernels {
 
 const char* name_of(DType t) {
     switch (t) {
-        case DType::bf16:
-            return "bf16";
-        case DType::f16:
-            return "fp16";
-        case DType::f32:
-            break;
+        case DType::f32: return "fp32";
+        case DType::bf16: return "bf16";
+        case DType::f16: return "fp16";
+        case DType::f64: return "fp64";
+        case DType::i64: return "i64";
+        case DType::i32: return "i32";
+        case DType::i16: return "i16";
+        case DType::i8: return "i8";
+        case DType::u64: return "u64";
+        case DType::u32: return "u32";
+        case DType::u16: return "u16";
+        case DType::u8: return "u8";
+        case DType::boolean: return "bool";
+        case DType::f8_e4m3: return "f8_e4m3";
+        case DType::f8_e5m2: return "f8_e5m2";
     }
-    return "fp32";
+    return "?";
 }
+
+namespace {
+
+[[noreturn]] void not_a_compute_type(DType t, const char* what) {
+    throw Error(std::string("internal: ") + what + " of " + name_of(t) +
+                " elements; only fp32, bf16 and fp16 convert");
+}
+
+}  // namespace
 
 float* Ptr::f32() const {
     if (dtype != DType::f32)
@@ -74,6 +92,8 @@ void widen(float* out, ConstPtr in, std::size_t count) {
         case DType::f16:
             for (std::size_t i = 0; i < count; ++i) out[i] = from_f16(h[i]);
             return;
+        default:
+            not_a_compute_type(in.dtype, "widening");
     }
 }
 
@@ -89,6 +109,8 @@ void narrow(Ptr out, const float* in, std::size_t count) {
         case DType::f16:
             for (std::size_t i = 0; i < count; ++i) h[i] = to_f16(in[i]);
             return;
+        default:
+            not_a_compute_type(out.dtype, "narrowing");
     }
 }
 

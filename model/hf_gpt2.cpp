@@ -82,10 +82,9 @@ std::string list_names(const std::vector<std::string>& names) {
 }
 
 void check_float_dtype(const io::SafetensorsFile& file, const io::TensorInfo& info) {
-    if (info.dtype != io::Dtype::F32 && info.dtype != io::Dtype::F16 &&
-        info.dtype != io::Dtype::BF16)
+    if (!kernels::is_compute_type(info.dtype))
         throw Error(file.path() + ": " + info.name + " has dtype " +
-                    std::string(io::dtype_name(info.dtype)) + ", expected F32, F16 or BF16");
+                    std::string(io::safetensors_name(info.dtype)) + ", expected F32, F16 or BF16");
 }
 
 }  // namespace

@@ -108,7 +108,7 @@ TEST_CASE("megatron: the stream is every sequence in order", "[data][megatron]")
     CHECK(ds.size() == expected.size());
     CHECK(ds.sequences() == 6);
     CHECK(ds.documents() == 6);
-    CHECK(ds.dtype() == data::MegatronDtype::uint16);
+    CHECK(ds.dtype() == kernels::DType::u16);
     CHECK(whole_stream(ds) == expected);
     std::vector<int32_t> part(12);
     ds.read(2, part);  // crosses from the first document into the fourth

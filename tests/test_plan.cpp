@@ -179,8 +179,8 @@ TEST_CASE("plan: model-state memory of ZeRO's Table 1", "[plan]") {
         {1e12, 16, "4750", "2875", "1000"},   {1e12, 64, "4187", "2218", "250"},
         {1e12, 256, "4046", "2054", "62.5"},  {1e12, 1024, "4011", "2013", "15.6"},
     };
-    const int fp16 = plan::weight_bytes(config::Precision::fp16);
-    const int fp16_grads = plan::gradient_bytes(config::Precision::fp16, false);
+    const int fp16 = plan::weight_bytes(kernels::DType::f16);
+    const int fp16_grads = plan::gradient_bytes(kernels::DType::f16, false);
     for (const Row& r : rows)
         for (const auto& [stage, printed] :
              {std::pair{1, r.os}, std::pair{2, r.os_g}, std::pair{3, r.os_g_p}}) {
@@ -202,14 +202,14 @@ TEST_CASE("plan: model-state memory of ZeRO's Table 1", "[plan]") {
 }
 
 TEST_CASE("plan: bytes per element by precision", "[plan]") {
-    using config::Precision;
-    CHECK(plan::weight_bytes(Precision::fp32) == 4);
-    CHECK(plan::weight_bytes(Precision::bf16) == 2);
-    CHECK(plan::gradient_bytes(Precision::fp32, false) == 4);
-    CHECK(plan::gradient_bytes(Precision::fp16, false) == 2);
-    CHECK(plan::gradient_bytes(Precision::bf16, true) == 4);
-    CHECK(plan::activation_bytes(Precision::fp16) == 2);
-    CHECK(plan::activation_bytes(Precision::fp32) == 4);
+    using kernels::DType;
+    CHECK(plan::weight_bytes(DType::f32) == 4);
+    CHECK(plan::weight_bytes(DType::bf16) == 2);
+    CHECK(plan::gradient_bytes(DType::f32, false) == 4);
+    CHECK(plan::gradient_bytes(DType::f16, false) == 2);
+    CHECK(plan::gradient_bytes(DType::bf16, true) == 4);
+    CHECK(plan::activation_bytes(DType::f16) == 2);
+    CHECK(plan::activation_bytes(DType::f32) == 4);
 }
 
 TEST_CASE("plan: activations per layer in Korthikanti et al.'s terms", "[plan]") {

@@ -21,7 +21,7 @@
 
 namespace fs = std::filesystem;
 using Catch::Contains;
-using trident::io::Dtype;
+using trident::kernels::DType;
 using trident::io::SafetensorsFile;
 using trident::io::TensorToWrite;
 
@@ -133,7 +133,7 @@ TEST_CASE("safetensors: write then read gives back names, shapes, values and met
     CHECK(f.metadata().at("note") == "quo\"te\\ é\n");
     REQUIRE(f.find("z.matrix") != nullptr);
     CHECK(f.find("z.matrix")->shape == std::vector<int64_t>{2, 3});
-    CHECK(f.find("z.matrix")->dtype == Dtype::F32);
+    CHECK(f.find("z.matrix")->dtype == DType::f32);
     CHECK(f.find("m.scalar")->shape.empty());
     CHECK(f.find("m.scalar")->numel == 1);
     CHECK(f.find("e.empty")->numel == 0);
@@ -185,21 +185,21 @@ TEST_CASE("safetensors: reads a file whose bytes are written out by hand", "[saf
 }
 
 TEST_CASE("safetensors: F16 and BF16 convert exactly to float", "[safetensors]") {
-    CHECK(trident::io::f16_to_float(0x3C00) == 1.0f);
-    CHECK(trident::io::f16_to_float(0xC000) == -2.0f);
-    CHECK(trident::io::f16_to_float(0x7BFF) == 65504.0f);               // largest half
-    CHECK(trident::io::f16_to_float(0x0400) == std::ldexp(1.0f, -14));  // smallest normal
-    CHECK(trident::io::f16_to_float(0x0001) == std::ldexp(1.0f, -24));  // smallest subnormal
-    CHECK(trident::io::f16_to_float(0x03FF) == std::ldexp(1023.0f, -24));
-    CHECK(trident::io::f16_to_float(0x3555) == 0.333251953125f);
-    CHECK(std::signbit(trident::io::f16_to_float(0x8000)));
-    CHECK(trident::io::f16_to_float(0xFC00) == -std::numeric_limits<float>::infinity());
-    CHECK(std::isnan(trident::io::f16_to_float(0x7E00)));
-    CHECK(trident::io::bf16_to_float(0x3F80) == 1.0f);
-    CHECK(trident::io::bf16_to_float(0xC040) == -3.0f);
-    CHECK(trident::io::bf16_to_float(0x3EAB) == 0.333984375f);
-    CHECK(trident::io::bf16_to_float(0x7F80) == std::numeric_limits<float>::infinity());
-    CHECK(trident::io::bf16_to_float(0x0001) == std::bit_cast<float>(0x00010000u));
+    CHECK(trident::kernels::from_f16(0x3C00) == 1.0f);
+    CHECK(trident::kernels::from_f16(0xC000) == -2.0f);
+    CHECK(trident::kernels::from_f16(0x7BFF) == 65504.0f);               // largest half
+    CHECK(trident::kernels::from_f16(0x0400) == std::ldexp(1.0f, -14));  // smallest normal
+    CHECK(trident::kernels::from_f16(0x0001) == std::ldexp(1.0f, -24));  // smallest subnormal
+    CHECK(trident::kernels::from_f16(0x03FF) == std::ldexp(1023.0f, -24));
+    CHECK(trident::kernels::from_f16(0x3555) == 0.333251953125f);
+    CHECK(std::signbit(trident::kernels::from_f16(0x8000)));
+    CHECK(trident::kernels::from_f16(0xFC00) == -std::numeric_limits<float>::infinity());
+    CHECK(std::isnan(trident::kernels::from_f16(0x7E00)));
+    CHECK(trident::kernels::from_bf16(0x3F80) == 1.0f);
+    CHECK(trident::kernels::from_bf16(0xC040) == -3.0f);
+    CHECK(trident::kernels::from_bf16(0x3EAB) == 0.333984375f);
+    CHECK(trident::kernels::from_bf16(0x7F80) == std::numeric_limits<float>::infinity());
+    CHECK(trident::kernels::from_bf16(0x0001) == std::bit_cast<float>(0x00010000u));
 
     TempDir dir;
     const std::string path = dir.file("half.safetensors");
@@ -211,8 +211,8 @@ TEST_CASE("safetensors: F16 and BF16 convert exactly to float", "[safetensors]")
                                            u16_bytes({0x3F80, 0xC040, 0x3EAB}) +
                                            std::string("\1\0\0\0", 4)));
     const SafetensorsFile f = SafetensorsFile::open(path);
-    CHECK(f.find("h")->dtype == Dtype::F16);
-    CHECK(f.find("b")->dtype == Dtype::BF16);
+    CHECK(f.find("h")->dtype == DType::f16);
+    CHECK(f.find("b")->dtype == DType::bf16);
     CHECK(f.read_f32("h") == std::vector<float>{1.0f, -2.0f, std::ldexp(1.0f, -24), 65504.0f});
     CHECK(f.read_f32("b") == std::vector<float>{1.0f, -3.0f, 0.333984375f});
     CHECK_THAT(error_of([&] { f.read_f32("i"); }),
@@ -348,7 +348,7 @@ TEST_CASE("safetensors: damaged copies of a valid file never crash the reader", 
         try {
             const SafetensorsFile f = SafetensorsFile::open(path);
             for (const auto& t : f.tensors())
-                if (t.dtype == Dtype::F32 || t.dtype == Dtype::F16 || t.dtype == Dtype::BF16)
+                if (t.dtype == DType::f32 || t.dtype == DType::f16 || t.dtype == DType::bf16)
                     (void)f.read_f32(t.name);
         } catch (const trident::Error&) {
         }

@@ -120,7 +120,7 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Pea
                 m.heads, m.ffn_hidden, m.seq_len, m.vocab_size, d.padded_vocab);
     std::printf("layout: %d x %d x %d (pipeline x tensor x data) | backend %s | precision %s\n",
                 cfg.parallel.pipeline, cfg.parallel.tensor, cfg.parallel.data, ops.name(),
-                config::to_string(t.precision));
+                kernels::name_of(t.precision));
     std::printf("batch: %d sequences = %lld tokens per step | micro batch %d | %d accumulation "
                 "steps | %s FLOP per step\n",
                 t.global_batch, static_cast<long long>(d.tokens_per_step), t.micro_batch,

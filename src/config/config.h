@@ -1,5 +1,6 @@
-// The one typed configuration of a run: what users write in YAML (DESIGN.md's keys), checked
-// up front, plus the values derived from it, computed once in `derive`.
+// The one typed configuration of a run: what users write in YAML (the README's config
+// section lists every key), checked up front, plus the values derived from it, computed once
+// in `derive`.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "error.h"
+#include "kernels/dtype.h"
 
 namespace trident::config {
 
@@ -20,7 +22,6 @@ public:
 
 enum class Schedule { gpipe, one_f_one_b, interleaved };
 enum class Decay { cosine, linear, constant };
-enum class Precision { fp32, bf16, fp16 };
 enum class Recompute { none, selective, full };
 enum class NonFinite { stop, skip };  // what a bf16 or fp32 step with inf/NaN gradients does
 enum class DeviceKind { auto_, cpu, cuda };
@@ -64,7 +65,7 @@ struct TrainingConfig {
     double beta2 = 0.95;
     double eps = 1.0e-8;
     double grad_clip = 1.0;  // 0 disables clipping
-    Precision precision = Precision::fp32;
+    kernels::DType precision = kernels::DType::f32;  // a compute type: fp32, bf16 or fp16
     // 16-bit precisions: accumulate gradients over microbatches and reduce them over the
     // data-parallel group in fp32 (4 bytes per parameter instead of 2).
     bool fp32_grad_accumulation = false;
@@ -164,7 +165,6 @@ std::string to_yaml(const Config& cfg);
 
 const char* to_string(Schedule v);
 const char* to_string(Decay v);
-const char* to_string(Precision v);
 const char* to_string(Recompute v);
 const char* to_string(NonFinite v);
 const char* to_string(DeviceKind v);

@@ -1,5 +1,5 @@
 // The values computed once from a config: padded vocabulary, batch split, parameter count and
-// model FLOPs per step (formulas in DESIGN.md and shared/reference/formulas.md).
+// model FLOPs per step (docs/FORMULAS.md, "Parameters" and "FLOPs per step").
 #include "config/config.h"
 
 namespace trident::config {

@@ -32,7 +32,7 @@ struct EnumNames<Decay> {
     static constexpr std::array names{"cosine", "linear", "constant"};
 };
 template <>
-struct EnumNames<Precision> {
+struct EnumNames<kernels::DType> {  // the compute types only, spelled as kernels::name_of does
     static constexpr std::array names{"fp32", "bf16", "fp16"};
 };
 template <>

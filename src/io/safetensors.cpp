@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
-#include <cmath>
 #include <cstring>
 #include <numeric>
 #include <utility>
@@ -27,18 +26,19 @@ namespace {
 // a corrupt length field can make us allocate.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 
-struct DtypeEntry {
-    Dtype dtype;
+// Every dtype the format defines, with its spelling in headers.
+struct DtypeName {
+    DType dtype;
     std::string_view name;
-    std::size_t size;
 };
 
-constexpr DtypeEntry kDtypes[] = {
-    {Dtype::BOOL, "BOOL", 1},       {Dtype::U8, "U8", 1},           {Dtype::I8, "I8", 1},
-    {Dtype::I16, "I16", 2},         {Dtype::U16, "U16", 2},         {Dtype::I32, "I32", 4},
-    {Dtype::U32, "U32", 4},         {Dtype::I64, "I64", 8},         {Dtype::U64, "U64", 8},
-    {Dtype::F8_E4M3, "F8_E4M3", 1}, {Dtype::F8_E5M2, "F8_E5M2", 1}, {Dtype::F16, "F16", 2},
-    {Dtype::BF16, "BF16", 2},       {Dtype::F32, "F32", 4},         {Dtype::F64, "F64", 8},
+constexpr DtypeName kDtypes[] = {
+    {DType::boolean, "BOOL"},       {DType::u8, "U8"},   {DType::i8, "I8"},
+    {DType::i16, "I16"},            {DType::u16, "U16"}, {DType::i32, "I32"},
+    {DType::u32, "U32"},            {DType::i64, "I64"}, {DType::u64, "U64"},
+    {DType::f8_e4m3, "F8_E4M3"},    {DType::f8_e5m2, "F8_E5M2"},
+    {DType::f16, "F16"},            {DType::bf16, "BF16"},
+    {DType::f32, "F32"},            {DType::f64, "F64"},
 };
 
 std::string errno_text() {
@@ -96,7 +96,7 @@ TensorInfo parse_tensor_entry(const std::string& name, const json::Value& entry)
     t.name = name;
     if (!dtype->is_string()) throw Error(where + ": dtype must be a string");
     const auto known = std::find_if(std::begin(kDtypes), std::end(kDtypes),
-                                    [&](const DtypeEntry& e) { return e.name == dtype->string; });
+                                    [&](const DtypeName& e) { return e.name == dtype->string; });
     if (known == std::end(kDtypes))
         throw Error(where + ": unknown dtype " + json::quote(dtype->string));
     t.dtype = known->dtype;
@@ -110,7 +110,7 @@ TensorInfo parse_tensor_entry(const std::string& name, const json::Value& entry)
         overflow = overflow || __builtin_mul_overflow(numel, dim, &numel);
     }
     uint64_t bytes = 0;
-    if (overflow || __builtin_mul_overflow(numel, known->size, &bytes))
+    if (overflow || __builtin_mul_overflow(numel, kernels::size_of(known->dtype), &bytes))
         throw Error(where + ": shape " + shape_string(t.shape) + " is too large");
 
     if (!offsets->is_array() || offsets->array.size() != 2)
@@ -140,33 +140,10 @@ std::string shape_string(std::span<const int64_t> shape) {
     return s + "]";
 }
 
-std::string_view dtype_name(Dtype dtype) {
+std::string_view safetensors_name(DType dtype) {
     for (const auto& e : kDtypes)
         if (e.dtype == dtype) return e.name;
     return "?";
-}
-
-std::size_t dtype_size(Dtype dtype) {
-    for (const auto& e : kDtypes)
-        if (e.dtype == dtype) return e.size;
-    return 0;
-}
-
-float f16_to_float(uint16_t bits) {
-    const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
-    const uint32_t exponent = (bits >> 10) & 0x1Fu;
-    const uint32_t mantissa = bits & 0x3FFu;
-    if (exponent == 0) {  // zero or subnormal: mantissa * 2^-24, exact in float
-        const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-        return sign ? -magnitude : magnitude;
-    }
-    if (exponent == 0x1F)  // infinity or NaN, payload kept
-        return std::bit_cast<float>(sign | 0x7F800000u | (mantissa << 13));
-    return std::bit_cast<float>(sign | ((exponent + 112) << 23) | (mantissa << 13));
-}
-
-float bf16_to_float(uint16_t bits) {
-    return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -316,13 +293,13 @@ void SafetensorsFile::read_f32(const TensorInfo& tensor, std::span<float> out) c
                     std::to_string(out.size()));
     std::string why;
     const uint64_t offset = data_start_ + tensor.data_begin;
-    if (tensor.dtype == Dtype::F32) {
+    if (tensor.dtype == DType::f32) {
         if (!pread_all(fd_, out.data(), out.size_bytes(), offset, &why))
             throw Error(where + ": cannot read: " + why);
         return;
     }
-    if (tensor.dtype != Dtype::F16 && tensor.dtype != Dtype::BF16)
-        throw Error(where + " has dtype " + std::string(dtype_name(tensor.dtype)) +
+    if (tensor.dtype != DType::f16 && tensor.dtype != DType::bf16)
+        throw Error(where + " has dtype " + std::string(safetensors_name(tensor.dtype)) +
                     "; only F32, F16 and BF16 can be read as float");
     // 16-bit values: read a chunk, widen it, repeat.
     constexpr std::size_t kChunk = 1 << 16;
@@ -331,9 +308,7 @@ void SafetensorsFile::read_f32(const TensorInfo& tensor, std::span<float> out) c
         const std::size_t n = std::min(kChunk, out.size() - done);
         if (!pread_all(fd_, raw.data(), n * 2, offset + done * 2, &why))
             throw Error(where + ": cannot read: " + why);
-        for (std::size_t i = 0; i < n; ++i)
-            out[done + i] =
-                tensor.dtype == Dtype::F16 ? f16_to_float(raw[i]) : bf16_to_float(raw[i]);
+        kernels::widen(out.data() + done, kernels::ConstPtr(raw.data(), tensor.dtype), n);
         done += n;
     }
 }
@@ -426,12 +401,12 @@ void write_safetensors(const std::string& path, std::span<const TensorToWrite> t
         }
         shape += "]";
         if (numel > 0 && !t.data) throw Error(where + ": no data");
-        if (t.dtype != Dtype::F32 && t.dtype != Dtype::F16 && t.dtype != Dtype::BF16)
-            throw Error(where + ": cannot write dtype " + std::string(dtype_name(t.dtype)));
-        sizes[order[k]] = numel * dtype_size(t.dtype);
+        if (!kernels::is_compute_type(t.dtype))
+            throw Error(where + ": cannot write dtype " + std::string(safetensors_name(t.dtype)));
+        sizes[order[k]] = numel * kernels::size_of(t.dtype);
         const std::size_t end = offset + sizes[order[k]];
         if (header.size() > 1) header += ',';
-        header += json::quote(t.name) + ":{\"dtype\":\"" + std::string(dtype_name(t.dtype)) +
+        header += json::quote(t.name) + ":{\"dtype\":\"" + std::string(safetensors_name(t.dtype)) +
                   "\",\"shape\":" + shape +
                   ",\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(end) + "]}";
         offset = end;

@@ -18,33 +18,19 @@
 #include <string_view>
 #include <vector>
 
+#include "kernels/dtype.h"
+
 namespace trident::io {
 
-enum class Dtype {
-    BOOL,
-    U8,
-    I8,
-    I16,
-    U16,
-    I32,
-    U32,
-    I64,
-    U64,
-    F8_E4M3,
-    F8_E5M2,
-    F16,
-    BF16,
-    F32,
-    F64
-};
+using kernels::DType;
 
-std::string_view dtype_name(Dtype dtype);                  // "F32", ...
-std::size_t dtype_size(Dtype dtype);                       // bytes per element
+// The format's spelling of an element type: "F32", "BF16", "I64", "BOOL", "F8_E4M3", ...
+std::string_view safetensors_name(DType dtype);
 std::string shape_string(std::span<const int64_t> shape);  // "[768, 2304]"
 
 struct TensorInfo {
     std::string name;
-    Dtype dtype = Dtype::F32;
+    DType dtype = DType::f32;
     std::vector<int64_t> shape;
     std::size_t numel = 0;       // product of shape (1 for a scalar)
     std::size_t data_begin = 0;  // byte range relative to the start of the data buffer
@@ -90,7 +76,7 @@ struct TensorToWrite {
     std::string name;
     std::vector<int64_t> shape;
     const void* data = nullptr;
-    Dtype dtype = Dtype::F32;
+    DType dtype = DType::f32;
 };
 
 // Writes a safetensors file (F32, F16 or BF16 tensors): header keys sorted by name (data in the same order),
@@ -98,9 +84,5 @@ struct TensorToWrite {
 // `path` once complete. Throws trident::Error on duplicate names or any I/O failure.
 void write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors,
                        const std::map<std::string, std::string>& metadata = {});
-
-// IEEE half and bfloat16 bit patterns to float (exact; subnormals, infinities, NaN kept).
-float f16_to_float(uint16_t bits);
-float bf16_to_float(uint16_t bits);
 
 }  // namespace trident::io

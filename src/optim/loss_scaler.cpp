@@ -9,7 +9,7 @@
 namespace trident::optim {
 
 LossScaler::LossScaler(const config::TrainingConfig& cfg)
-    : dynamic_(cfg.precision == config::Precision::fp16),
+    : dynamic_(cfg.precision == kernels::DType::f16),
       nonfinite_(cfg.nonfinite),
       window_(cfg.loss_scale_window),
       min_scale_(cfg.min_loss_scale),

@@ -65,16 +65,16 @@ int64_t scratch_bytes(const RankDims& d, config::Recompute recompute, int64_t ac
 
 }  // namespace
 
-int weight_bytes(config::Precision precision) {
-    return precision == config::Precision::fp32 ? 4 : 2;
+int weight_bytes(kernels::DType precision) {
+    return precision == kernels::DType::f32 ? 4 : 2;
 }
 
-int gradient_bytes(config::Precision precision, bool fp32_grad_accumulation) {
-    return precision == config::Precision::fp32 || fp32_grad_accumulation ? 4 : 2;
+int gradient_bytes(kernels::DType precision, bool fp32_grad_accumulation) {
+    return precision == kernels::DType::f32 || fp32_grad_accumulation ? 4 : 2;
 }
 
-int activation_bytes(config::Precision precision) {
-    return precision == config::Precision::fp32 ? 4 : 2;
+int activation_bytes(kernels::DType precision) {
+    return precision == kernels::DType::f32 ? 4 : 2;
 }
 
 PlanInputs plan_inputs(const config::Config& cfg, int grad_bytes) {

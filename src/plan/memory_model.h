@@ -42,9 +42,9 @@
 namespace trident::plan {
 
 // Bytes per element of each kind of state, by training.precision.
-int weight_bytes(config::Precision precision);
-int gradient_bytes(config::Precision precision, bool fp32_grad_accumulation);
-int activation_bytes(config::Precision precision);
+int weight_bytes(kernels::DType precision);
+int gradient_bytes(kernels::DType precision, bool fp32_grad_accumulation);
+int activation_bytes(kernels::DType precision);
 // fp32 master weights, Adam's m and v: per parameter, before ZeRO sharding.
 constexpr int kOptimizerBytes = 12;
 

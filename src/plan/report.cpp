@@ -111,7 +111,7 @@ std::string render_text(const Plan& plan) {
     out += format(
         "bytes: precision %s | per parameter: weights %d, gradients %d, optimizer %d "
         "(ZeRO stage %d over %d replicas) | per activation %d\n\n",
-        config::to_string(t.precision), in.weight_bytes, in.grad_bytes, kOptimizerBytes,
+        kernels::name_of(t.precision), in.weight_bytes, in.grad_bytes, kOptimizerBytes,
         in.zero_stage, p.data, in.activation_bytes);
 
     out += "memory per rank (the ranks of a stage hold the same):\n";
@@ -226,7 +226,7 @@ std::string render_json(const Plan& plan) {
         .add("global_batch", cfg.training.global_batch)
         .add("microbatches", d.grad_accum_steps)
         .add("recompute", config::to_string(cfg.training.recompute))
-        .add("precision", config::to_string(cfg.training.precision));
+        .add("precision", kernels::name_of(cfg.training.precision));
     root.add("layout", layout);
     io::JsonLine bytes;
     bytes.add("weight", in.weight_bytes)
