@@ -219,15 +219,14 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
             if (leader) std::printf("checkpoint: %s\n", saved.c_str());
         }
         // A signal on any rank stops every rank here, after the same step.
-        float signal = static_cast<float>(train::preemption_signal());
+        int32_t signal = train::preemption_signal();
         world.comm().all_reduce(&signal, 1, parallel::ReduceOp::max);
-        if (signal != 0.0f) {
-            const int number = static_cast<int>(signal);
+        if (signal != 0) {
             if (cfg.checkpoint.dir && saved.empty())
                 saved = train::save_checkpoint(cfg, trainer, grid, world.comm(), m.step, skipped_so_far);
             if (leader) {
                 std::printf("trident: preempted by %s (%d) after step %d of %d; %s\n",
-                            signal_name(number), number, m.step, t.steps,
+                            signal_name(signal), signal, m.step, t.steps,
                             saved.empty() ? "no checkpoint written (checkpoint.dir is not set)"
                                           : ("checkpoint written to " + saved).c_str());
                 std::fflush(stdout);

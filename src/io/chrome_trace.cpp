@@ -25,17 +25,16 @@ const char* name_of(SpanKind kind) {
     return "?";
 }
 
-// A span travels as floats: kind, microbatch, chunk, start (as a high part and a remainder,
-// so microseconds since boot survive float), duration.
-constexpr std::size_t kFloatsPerSpan = 6;
+// A span travels as doubles: kind, microbatch, chunk, start and duration in microseconds.
+constexpr std::size_t kValuesPerSpan = 5;
 
-// Every rank's floats, concatenated in rank order: the group's longest list sets the size.
-std::vector<float> gather(parallel::Comm& group, const std::vector<float>& mine) {
-    float longest = static_cast<float>(mine.size());
+// Every rank's values, concatenated in rank order: the group's longest list sets the size.
+std::vector<double> gather(parallel::Comm& group, const std::vector<double>& mine) {
+    int64_t longest = static_cast<int64_t>(mine.size());
     group.all_reduce(&longest, 1, parallel::ReduceOp::max);
-    std::vector<float> padded(mine);
-    padded.resize(static_cast<std::size_t>(longest) + 1, -1.0f);  // -1 ends a rank's list
-    std::vector<float> all(padded.size() * static_cast<std::size_t>(group.size()));
+    std::vector<double> padded(mine);
+    padded.resize(static_cast<std::size_t>(longest) + 1, -1.0);  // -1 ends a rank's list
+    std::vector<double> all(padded.size() * static_cast<std::size_t>(group.size()));
     group.all_gather(padded.data(), all.data(), padded.size());
     return all;
 }
@@ -54,17 +53,13 @@ void TraceRecorder::add(SpanKind kind, int microbatch, int chunk, double start_u
 
 void TraceRecorder::write(const std::string& path, parallel::Comm& tensor, parallel::Comm& pipeline,
                           const std::vector<std::string>& track_names) const {
-    std::vector<float> mine;
-    for (const Span& s : spans_) {
-        const float high = static_cast<float>(s.start_us);
-        mine.insert(mine.end(), {static_cast<float>(s.kind), static_cast<float>(s.microbatch),
-                                 static_cast<float>(s.chunk), high,
-                                 static_cast<float>(s.start_us - static_cast<double>(high)),
-                                 static_cast<float>(s.end_us - s.start_us)});
-    }
+    std::vector<double> mine;
+    for (const Span& s : spans_)
+        mine.insert(mine.end(), {static_cast<double>(s.kind), static_cast<double>(s.microbatch),
+                                 static_cast<double>(s.chunk), s.start_us, s.end_us - s.start_us});
     // Two rounds (tensor, then pipeline): every rank's list, tagged by its place.
-    const std::vector<float> by_tensor = gather(tensor, mine);
-    const std::vector<float> everyone = gather(pipeline, by_tensor);
+    const std::vector<double> by_tensor = gather(tensor, mine);
+    const std::vector<double> everyone = gather(pipeline, by_tensor);
     if (tensor.rank() != 0 || pipeline.rank() != 0) return;
 
     struct Event {
@@ -78,12 +73,13 @@ void TraceRecorder::write(const std::string& path, parallel::Comm& tensor, paral
     const std::size_t per_stage = everyone.size() / static_cast<std::size_t>(pipeline.size());
     for (int pp = 0; pp < pipeline.size(); ++pp)
         for (int tp = 0; tp < tensor.size(); ++tp) {
-            const float* list = everyone.data() + static_cast<std::size_t>(pp) * per_stage +
-                                static_cast<std::size_t>(tp) * per_tensor;
-            for (std::size_t i = 0; i + kFloatsPerSpan <= per_tensor && list[i] >= 0; i += kFloatsPerSpan)
+            const double* list = everyone.data() + static_cast<std::size_t>(pp) * per_stage +
+                                 static_cast<std::size_t>(tp) * per_tensor;
+            for (std::size_t i = 0; i + kValuesPerSpan <= per_tensor && list[i] >= 0;
+                 i += kValuesPerSpan)
                 events.push_back(Event{tp + tensor.size() * pp, static_cast<SpanKind>(list[i]),
                                        static_cast<int>(list[i + 1]), static_cast<int>(list[i + 2]),
-                                       static_cast<double>(list[i + 3]) + list[i + 4], list[i + 5]});
+                                       list[i + 3], list[i + 4]});
         }
     double origin = events.empty() ? 0 : events.front().start;
     for (const Event& e : events) origin = std::min(origin, e.start);

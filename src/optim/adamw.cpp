@@ -72,9 +72,9 @@ double AdamW::grad_norm(kernels::ConstPtr grads) const {
     double sum = 0;
     for (const Range& r : ranges_)
         if (r.counted) sum += ops_.sum_of_squares(grads + r.offset, r.count);
-    sum = parallel::sum_double(tensor_, sum);
-    sum = parallel::sum_double(pipeline_, sum);
-    if (zero_stage_ == 1) sum = parallel::sum_double(data_, sum);  // each replica holds a D-th of the sum
+    tensor_.all_reduce(&sum, 1);
+    pipeline_.all_reduce(&sum, 1);
+    if (zero_stage_ == 1) data_.all_reduce(&sum, 1);  // each replica holds a D-th of the sum
     return std::sqrt(sum);
 }
 

@@ -1,8 +1,11 @@
-// Comm: the one interface through which ranks exchange data (DESIGN.md). Model, optimizer
-// and pipeline code call these; an implementation moves the bytes (MPI for host buffers,
-// NCCL for GPU buffers). Every call is collective over the group unless it is a
-// point-to-point send/recv. Buffers are typed (fp32, bf16, fp16); 16-bit sums add in fp32
-// and round each partial sum to the buffer's type, as NCCL does.
+// Comm: the one interface through which ranks exchange data (docs/ARCHITECTURE.md). Model,
+// optimizer and pipeline code call these; an implementation moves the bytes (MPI for host
+// buffers, NCCL for GPU buffers). Every call is collective over the group unless it is a
+// point-to-point send/recv. Buffers are typed (kernels::DType): the model's tensors (fp32,
+// bf16, fp16; 16-bit sums add in fp32 and round each partial sum to the buffer's type, as
+// NCCL does) and control data — doubles (a loss, a norm), integers (flags, sizes, signals)
+// and bytes (digests) — each moved as what it is. Reductions take the numeric types (sum
+// and max); bool and fp8 buffers only move.
 //
 // Each implementation counts what its calls move, per kind of call, so tests can hold the
 // traffic of a step against the papers' formulas.
@@ -76,20 +79,5 @@ protected:
 private:
     CommStats stats_;
 };
-
-// A double over a group, carried as a float pair (its float and the remainder): float
-// payloads, double precision. Summed over the group, or rank root's given to every rank.
-inline double sum_double(Comm& group, double value) {
-    float parts[2] = {static_cast<float>(value), 0.0f};
-    parts[1] = static_cast<float>(value - static_cast<double>(parts[0]));
-    group.all_reduce(parts, 2);
-    return static_cast<double>(parts[0]) + static_cast<double>(parts[1]);
-}
-inline double broadcast_double(Comm& group, double value, int root) {
-    float parts[2] = {static_cast<float>(value), 0.0f};
-    parts[1] = static_cast<float>(value - static_cast<double>(parts[0]));
-    group.broadcast(parts, 2, root);
-    return static_cast<double>(parts[0]) + static_cast<double>(parts[1]);
-}
 
 }  // namespace trident::parallel

@@ -1,7 +1,7 @@
 // The P x M x D grid: which (pipeline, data, tensor) coordinates a rank has and the process
 // groups it belongs to (Megatron's parallel_state).
 //
-// Order (DESIGN.md, Megatron's default): rank = tp + M * (dp + D * pp). Tensor-parallel
+// Order (docs/ARCHITECTURE.md, "Grid order"; Megatron's default): rank = tp + M * (dp + D * pp). Tensor-parallel
 // ranks are neighbours (one node), pipeline is the slowest axis.
 #pragma once
 

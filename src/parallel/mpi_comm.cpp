@@ -51,9 +51,18 @@ void combine16(void* in, void* inout, int* len, MPI_Datatype*) {
     }
 }
 
+// bool and fp8 elements move but do not add.
+void check_reducible(kernels::DType dtype) {
+    using kernels::DType;
+    if (dtype == DType::boolean || dtype == DType::f8_e4m3 || dtype == DType::f8_e5m2)
+        throw Error(std::string("internal: a reduction over ") + kernels::name_of(dtype) +
+                    " elements");
+}
+
 // The MPI operations of a type, created once MPI runs (and kept until it ends).
 MPI_Op reduce_op(kernels::DType dtype, ReduceOp op) {
-    if (dtype == kernels::DType::f32) return op == ReduceOp::max ? MPI_MAX : MPI_SUM;
+    using kernels::DType;
+    if (dtype != DType::bf16 && dtype != DType::f16) return op == ReduceOp::max ? MPI_MAX : MPI_SUM;
     static const struct Ops16 {
         MPI_Op bf16_sum, bf16_max, f16_sum, f16_max;
         Ops16() {
@@ -67,8 +76,27 @@ MPI_Op reduce_op(kernels::DType dtype, ReduceOp op) {
     return op == ReduceOp::max ? ops.f16_max : ops.f16_sum;
 }
 
+// 16-bit floats travel as 16-bit words (their sums are ours, above); bool and fp8 as bytes.
 MPI_Datatype mpi_type(kernels::DType dtype) {
-    return dtype == kernels::DType::f32 ? MPI_FLOAT : MPI_UINT16_T;
+    using kernels::DType;
+    switch (dtype) {
+        case DType::f32: return MPI_FLOAT;
+        case DType::f64: return MPI_DOUBLE;
+        case DType::bf16:
+        case DType::f16:
+        case DType::u16: return MPI_UINT16_T;
+        case DType::i64: return MPI_INT64_T;
+        case DType::i32: return MPI_INT32_T;
+        case DType::i16: return MPI_INT16_T;
+        case DType::i8: return MPI_INT8_T;
+        case DType::u64: return MPI_UINT64_T;
+        case DType::u32: return MPI_UINT32_T;
+        case DType::u8:
+        case DType::boolean:
+        case DType::f8_e4m3:
+        case DType::f8_e5m2: return MPI_UINT8_T;
+    }
+    return MPI_BYTE;
 }
 
 const char* bytes(kernels::ConstPtr p) { return static_cast<const char*>(p.data); }
@@ -100,6 +128,7 @@ MpiComm::~MpiComm() {
 }
 
 void MpiComm::all_reduce(kernels::Ptr data, std::size_t count, ReduceOp op) {
+    check_reducible(data.dtype);
     if (size_ == 1) return;
     Comm::count(CommKind::all_reduce, count, data.dtype);
     for (std::size_t offset = 0; offset < count; offset += max_chunk_) {
@@ -112,6 +141,7 @@ void MpiComm::all_reduce(kernels::Ptr data, std::size_t count, ReduceOp op) {
 
 void MpiComm::reduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) {
     check_same_type(in, out, "reduce_scatter");
+    check_reducible(out.dtype);
     const std::size_t width = kernels::size_of(out.dtype);
     const std::size_t total = count * static_cast<std::size_t>(size_);
     if (size_ == 1) {

@@ -1,6 +1,7 @@
-// MpiComm: Comm over an MPI communicator, for buffers in host memory. fp32 travels as
-// MPI_FLOAT; bf16 and fp16 as 16-bit words, summed by MPI operations of our own that add in
-// fp32 and round each partial sum to the type (to nearest even).
+// MpiComm: Comm over an MPI communicator, for buffers in host memory. Each element type
+// travels as its MPI type (fp32 as MPI_FLOAT, doubles as MPI_DOUBLE, integers as the
+// fixed-width integer types); bf16 and fp16 as 16-bit words, summed by MPI operations of our
+// own that add in fp32 and round each partial sum to the type (to nearest even).
 //
 // Determinism. Every call gives bitwise the same output for the same inputs on the same
 // layout: MPI picks its algorithm from the group size and the message size only, and each

@@ -11,8 +11,9 @@ namespace {
 
 using parallel::CommKind;
 
-// A step's scalars (a loss, a gradient norm) travel as a float pair.
-constexpr double kScalar = 2;
+// A step's scalars (a loss, a gradient norm's sum of squares) travel as one double.
+constexpr double kScalar = 1;
+constexpr int kScalarBytes = 8;
 
 void add(GroupTraffic& g, CommKind kind, int64_t calls, double elements, int element_bytes,
          bool per_microbatch) {
@@ -52,7 +53,7 @@ void tensor_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks,
     // The loss: each row's maximum, then its sum of exponentials and target logit, in fp32.
     add(g, CommKind::all_reduce, m * heads, static_cast<double>(d.N), 4, true);
     add(g, CommKind::all_reduce, m * heads, 2.0 * static_cast<double>(d.N), 4, true);
-    add(g, CommKind::all_reduce, 1, kScalar, 4, false);  // the gradient norm
+    add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the gradient norm
 }
 
 // The data group: the optimizer's reduction of the stage's flat buffers (optim/adamw.cpp).
@@ -75,9 +76,9 @@ void data_traffic(const PlanInputs& in, int64_t buffer, GroupTraffic& g) {
         if (in.zero_stage == 3)
             add(g, CommKind::all_gather, 2 * in.cfg.derived.grad_accum_steps,
                 static_cast<double>(buffer / D), in.weight_bytes, true);
-        add(g, CommKind::all_reduce, 1, kScalar, 4, false);  // the gradient norm's share
+        add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the gradient norm's share
     }
-    add(g, CommKind::all_reduce, 1, kScalar, 4, false);  // the loss, averaged over replicas
+    add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the loss, averaged over replicas
 }
 
 }  // namespace
@@ -144,8 +145,8 @@ std::vector<StageTraffic> plan_traffic(const PlanInputs& in) {
         for (const ChunkShape& c : chunks) sends += !c.head + !c.embeds;
         add(t.pipeline, CommKind::send, m * sends, static_cast<double>(d.R * d.C),
             in.activation_bytes, true);
-        add(t.pipeline, CommKind::broadcast, 1, kScalar, 4, false);   // the loss, from the last
-        add(t.pipeline, CommKind::all_reduce, 1, kScalar, 4, false);  // the gradient norm
+        add(t.pipeline, CommKind::broadcast, 1, kScalar, kScalarBytes, false);   // the loss, from the last
+        add(t.pipeline, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the gradient norm
 
         add(t.embedding, CommKind::all_reduce, 1,
             static_cast<double>(cfg.derived.padded_vocab / p.tensor) * cfg.model.hidden,

@@ -29,18 +29,6 @@ std::string shard_name(const parallel::Coordinates& c) {
            std::to_string(c.dp) + ".safetensors";
 }
 
-io::Dtype io_dtype(kernels::DType t) {
-    switch (t) {
-        case kernels::DType::bf16:
-            return io::Dtype::BF16;
-        case kernels::DType::f16:
-            return io::Dtype::F16;
-        case kernels::DType::f32:
-            break;
-    }
-    return io::Dtype::F32;
-}
-
 // Flushes a file (or directory) that is already written to the disk.
 void sync_path(const fs::path& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -84,7 +72,7 @@ void write_shard(const std::string& path, Trainer& trainer, const parallel::Coor
             tensors.push_back({"param/" + t.name, t.shape,
                                half.empty() ? static_cast<const void*>(params.data() + t.offset)
                                             : static_cast<const void*>(half.data() + t.offset),
-                               io_dtype(dtype)});
+                               dtype});
         if (zero_stage == 0 && c.dp != 0) continue;  // replica 0 writes the optimizer state
         for (const auto& [offset, count] : owned) {
             const std::size_t lo = std::max(t.offset, offset);
@@ -100,36 +88,19 @@ void write_shard(const std::string& path, Trainer& trainer, const parallel::Coor
     io::write_safetensors(path, tensors, {{"format", "trident-shard"}});
 }
 
-// A digest and a size as floats that travel exactly (bytes, and the size in 16-bit pieces),
-// behind a failure flag: what each rank reports to rank 0 after writing its shard.
-constexpr std::size_t kReportSize = 1 + 32 + 4;
-
-void pack_report(bool failed, const std::string& hex, uint64_t bytes, float* out) {
-    out[0] = failed ? 1.0f : 0.0f;
-    for (std::size_t i = 0; i < 32; ++i)
-        out[1 + i] =
-            failed ? 0.0f : static_cast<float>(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
-    for (std::size_t i = 0; i < 4; ++i)
-        out[33 + i] = static_cast<float>((bytes >> (16 * i)) & 0xFFFF);
-}
-
-void unpack_report(const float* in, ManifestFile& f) {
-    static const char* digits = "0123456789abcdef";
-    f.sha256.clear();
-    for (std::size_t i = 0; i < 32; ++i) {
-        const int byte = static_cast<int>(in[1 + i]);
-        f.sha256 += digits[byte >> 4];
-        f.sha256 += digits[byte & 15];
-    }
-    f.bytes = 0;
-    for (std::size_t i = 0; i < 4; ++i) f.bytes |= static_cast<uint64_t>(in[33 + i]) << (16 * i);
-}
+// What each rank tells every other after writing its shard, gathered as bytes (every rank
+// runs the same binary, so the layout is one).
+struct ShardReport {
+    uint64_t bytes = 0;  // the shard's size
+    uint8_t failed = 0;
+    char sha256[64] = {};  // the shard's digest in hex
+};
 
 // Any rank's failure becomes an error on every rank (this rank's own message where it has one).
 void agree(parallel::Comm& world, const std::string& error, const std::string& what) {
-    float failed = error.empty() ? 0.0f : 1.0f;
+    int32_t failed = error.empty() ? 0 : 1;
     world.all_reduce(&failed, 1, parallel::ReduceOp::max);
-    if (failed != 0.0f)
+    if (failed != 0)
         throw Error(error.empty() ? what + ": another rank failed" : what + ": " + error);
 }
 
@@ -186,22 +157,21 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
     // Every rank its shard, then its digest and size to everyone (rank 0 writes them down).
     const parallel::Coordinates& c = grid.coordinates();
     const fs::path shard = tmp / shard_name(c);
-    std::string hex;
-    uint64_t bytes = 0;
+    ShardReport report;
     try {
         write_shard(shard.string(), trainer, c, cfg.parallel.zero_stage);
-        hex = io::sha256_file(shard.string());
-        bytes = fs::file_size(shard);
+        const std::string hex = io::sha256_file(shard.string());
+        std::copy(hex.begin(), hex.end(), report.sha256);
+        report.bytes = fs::file_size(shard);
     } catch (const std::exception& e) {
         error = e.what();
+        report.failed = 1;
     }
-    float report[kReportSize];
-    pack_report(!error.empty(), hex, bytes, report);
-    std::vector<float> reports(kReportSize * static_cast<std::size_t>(world.size()));
-    world.all_gather(report, reports.data(), kReportSize);
+    std::vector<ShardReport> reports(static_cast<std::size_t>(world.size()));
+    world.all_gather(kernels::ConstPtr(&report, kernels::DType::u8),
+                     kernels::Ptr(reports.data(), kernels::DType::u8), sizeof(ShardReport));
     bool any_failed = false;
-    for (int r = 0; r < world.size(); ++r)
-        any_failed |= reports[kReportSize * static_cast<std::size_t>(r)] != 0.0f;
+    for (const ShardReport& r : reports) any_failed |= r.failed != 0;
     if (any_failed)
         throw Error(error.empty() ? what + ": another rank failed to write its shard"
                                   : what + ": " + error);
@@ -221,7 +191,7 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
             m.layout = CheckpointLayout{
                 p.pipeline,   p.tensor,     p.data, p.virtual_stages, config::to_string(p.schedule),
                 p.zero_stage, p.bucket_size};
-            m.precision = config::to_string(cfg.training.precision);
+            m.precision = kernels::name_of(cfg.training.precision);
             {
                 std::ofstream out(tmp / "config.yaml");
                 out << config::to_yaml(cfg);
@@ -232,9 +202,9 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
                                io::sha256_file((tmp / "config.yaml").string())});
             for (int r = 0; r < world.size(); ++r) {
                 const parallel::Coordinates rc = parallel::coordinates_of(grid.shape(), r);
-                ManifestFile f{shard_name(rc), rc.pp, rc.tp, rc.dp, 0, ""};
-                unpack_report(reports.data() + kReportSize * static_cast<std::size_t>(r), f);
-                m.files.push_back(f);
+                const ShardReport& written = reports[static_cast<std::size_t>(r)];
+                m.files.push_back({shard_name(rc), rc.pp, rc.tp, rc.dp, written.bytes,
+                                   std::string(written.sha256, sizeof(written.sha256))});
             }
             {
                 std::ofstream out(tmp / kManifestName);
@@ -362,7 +332,7 @@ void restore_checkpoint(const FullCheckpoint& ck, Trainer& trainer) {
         model::shard_params(whole, full.data(), gpt.layout(), parts[k]->data());
     }
     trainer.optimizer().restore(state);
-    if (trainer.scaler().dynamic() && m.precision == config::to_string(config::Precision::fp16))
+    if (trainer.scaler().dynamic() && m.precision == kernels::name_of(kernels::DType::f16))
         trainer.scaler().restore(m.loss_scale, m.good_steps);
 }
 

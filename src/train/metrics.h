@@ -1,5 +1,5 @@
 // Per-step metrics: one line on stdout every logging.interval steps, and one JSON object per
-// step in the JSON-lines file of logging.metrics (DESIGN.md's keys).
+// step in the JSON-lines file of logging.metrics (docs/ARCHITECTURE.md, "Metrics").
 #pragma once
 
 #include <cstdint>

@@ -34,11 +34,8 @@ pipeline::Kind schedule_kind(config::Schedule s) {
 
 // 16-bit parameters, activations and (unless fp32_grad_accumulation) gradients.
 model::Precision precision_of(const config::TrainingConfig& t) {
-    using kernels::DType;
-    const DType half = t.precision == config::Precision::bf16   ? DType::bf16
-                       : t.precision == config::Precision::fp16 ? DType::f16
-                                                                : DType::f32;
-    return model::Precision{half, t.fp32_grad_accumulation ? DType::f32 : half, half};
+    const kernels::DType p = t.precision;
+    return model::Precision{p, t.fp32_grad_accumulation ? kernels::DType::f32 : p, p};
 }
 
 model::Recompute recompute_mode(config::Recompute r) {
@@ -82,13 +79,15 @@ MemoryUse Trainer::memory() const {
 }
 
 double Trainer::from_last_stage(double loss) {
-    return parallel::broadcast_double(pipeline_, loss, pipeline_.size() - 1);
+    pipeline_.broadcast(&loss, 1, pipeline_.size() - 1);
+    return loss;
 }
 
 double Trainer::accumulate_gradients(int step, const SampleFn& sample, double loss_scale) {
     const auto& t = cfg_.training;
     const model::StagePlan& plan = model_.layout().plan();
-    // This data-parallel replica's slice of the global batch, in order (DESIGN.md sampling).
+    // This data-parallel replica's slice of the global batch, in order (docs/ARCHITECTURE.md,
+    // "Sampling").
     const uint64_t first_sample = static_cast<uint64_t>(step) * t.global_batch +
                                   static_cast<uint64_t>(data_.rank()) * (t.global_batch / data_.size());
     const int microbatches = cfg_.derived.grad_accum_steps;
@@ -116,7 +115,9 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
         embedding_.all_reduce(model_.grads() + wte->offset, wte->numel);
     }
     // The step's loss: the mean of the replicas' means (equal token counts).
-    return parallel::sum_double(data_, from_last_stage(loss_sum / microbatches)) / data_.size();
+    double loss = from_last_stage(loss_sum / microbatches);
+    data_.all_reduce(&loss, 1);
+    return loss / data_.size();
 }
 
 

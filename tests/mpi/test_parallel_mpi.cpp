@@ -421,11 +421,9 @@ TEST_CASE("comm: bf16 and fp16 sums add in fp32 and round, the same bits on ever
         trident::kernels::narrow(Ptr(h.data(), t), noisy.data(), count);
         comm.all_reduce(Ptr(h.data(), t), count);
         std::vector<uint16_t> gathered(count * n);
-        std::vector<float> as_float(count), all(count * n);
-        for (std::size_t i = 0; i < count; ++i) as_float[i] = static_cast<float>(h[i]);
-        comm.all_gather(as_float.data(), all.data(), count);
+        comm.all_gather(Ptr(h.data(), DType::u16), Ptr(gathered.data(), DType::u16), count);
         for (int q = 0; q < n; ++q)
-            for (std::size_t i = 0; i < count; ++i) CHECK(all[q * count + i] == as_float[i]);
+            for (std::size_t i = 0; i < count; ++i) CHECK(gathered[q * count + i] == h[i]);
 
         // reduce_scatter and max.
         std::vector<uint16_t> blocks(count * n), out(count);
@@ -443,6 +441,61 @@ TEST_CASE("comm: bf16 and fp16 sums add in fp32 and round, the same bits on ever
         trident::kernels::widen(&biggest, Ptr(top.data(), t), 1);
         CHECK(biggest == static_cast<float>(n - 1));
     }
+}
+
+TEST_CASE("comm: doubles, integers and bytes travel as what they are, exactly", "[mpi][comm]") {
+    using trident::kernels::DType;
+    using trident::kernels::Ptr;
+    Comm& comm = world().comm();
+    const int n = comm.size(), r = comm.rank();
+    const uint64_t counted = n > 1 ? 1 : 0;
+    comm.reset_stats();
+
+    // A double's low bits survive a sum: 1 + r * 2^-40 is not a float.
+    double norm = 1.0 + std::ldexp(static_cast<double>(r), -40);
+    comm.all_reduce(&norm, 1);
+    CHECK(norm == static_cast<double>(n) + std::ldexp(n * (n - 1) / 2.0, -40));
+    double loss = r == n - 1 ? 1.0 / 3.0 : 0.0;
+    comm.broadcast(&loss, 1, n - 1);
+    CHECK(loss == 1.0 / 3.0);
+
+    // 64-bit integers past 2^53 (not exact in a double), summed and maximised.
+    int64_t sizes[2] = {(int64_t{1} << 55) + r, (int64_t{1} << 60) + 3 * r};
+    comm.all_reduce(sizes, 2, ReduceOp::max);
+    CHECK(sizes[0] == (int64_t{1} << 55) + n - 1);
+    CHECK(sizes[1] == (int64_t{1} << 60) + 3 * (n - 1));
+    int64_t total = (int64_t{1} << 55) + r;
+    comm.all_reduce(&total, 1);
+    CHECK(total == n * (int64_t{1} << 55) + n * (n - 1) / 2);
+    int32_t flag = r == n / 2 ? 7 : 0;
+    comm.all_reduce(&flag, 1, ReduceOp::max);
+    CHECK(flag == 7);
+    uint64_t bits = uint64_t{1} << (63 - r);
+    comm.all_reduce(&bits, 1);
+    CHECK(bits == (~uint64_t{0} << (64 - n)));
+
+    // Bytes: every value 0..255, gathered and broadcast unchanged.
+    std::vector<uint8_t> digest(256), digests(256 * n);
+    for (std::size_t i = 0; i < digest.size(); ++i) digest[i] = static_cast<uint8_t>(i + r);
+    comm.all_gather(digest.data(), digests.data(), digest.size());
+    int wrong = 0;
+    for (int q = 0; q < n; ++q)
+        for (std::size_t i = 0; i < 256; ++i)
+            wrong += digests[256 * q + i] != static_cast<uint8_t>(i + q);
+    CHECK(wrong == 0);
+    comm.broadcast(Ptr(digest.data(), DType::u8), digest.size(), 0);
+    for (std::size_t i = 0; i < digest.size(); ++i) wrong += digest[i] != static_cast<uint8_t>(i);
+    CHECK(wrong == 0);
+
+    // Counted in their own sizes: 8 + 8 * 2 + 8 + 4 + 8 bytes reduced, 256 bytes gathered.
+    CHECK(comm.stats().bytes_of(CommKind::all_reduce) == counted * (8 + 16 + 8 + 4 + 8));
+    CHECK(comm.stats().bytes_of(CommKind::all_gather) == counted * 256);
+    CHECK(comm.stats().bytes_of(CommKind::broadcast) == counted * (8 + 256));
+
+    // A type that cannot be added is refused before any communication.
+    uint8_t yes = 1;
+    CHECK_THROWS_AS(comm.all_reduce(Ptr(&yes, DType::boolean), 1), trident::Error);
+    comm.barrier();
 }
 
 TEST_CASE("fp16 overflow: every rank of the grid skips the same steps and halves the scale",

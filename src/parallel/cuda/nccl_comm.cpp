@@ -1,7 +1,7 @@
 // Collectives on device buffers through NCCL (see nccl_comm.h).
 #include "parallel/cuda/nccl_comm.h"
 
-#include <cstring>
+#include <string>
 #include <utility>
 
 #include "error.h"
@@ -22,16 +22,36 @@ void check_nccl(ncclResult_t status, const char* call, const char* file, int lin
 }
 #define TRIDENT_NCCL_CHECK(call) check_nccl((call), #call, __FILE__, __LINE__)
 
+// NCCL has no 16-bit integers: they move (never reduce) as fp16 words, as bool and fp8 move
+// as bytes.
 ncclDataType_t nccl_type(DType t) {
     switch (t) {
-        case DType::bf16:
-            return ncclBfloat16;
+        case DType::f32: return ncclFloat32;
+        case DType::bf16: return ncclBfloat16;
         case DType::f16:
-            return ncclFloat16;
-        case DType::f32:
-            break;
+        case DType::i16:
+        case DType::u16: return ncclFloat16;
+        case DType::f64: return ncclFloat64;
+        case DType::i64: return ncclInt64;
+        case DType::i32: return ncclInt32;
+        case DType::u64: return ncclUint64;
+        case DType::u32: return ncclUint32;
+        case DType::i8: return ncclInt8;
+        case DType::u8:
+        case DType::boolean:
+        case DType::f8_e4m3:
+        case DType::f8_e5m2: return ncclUint8;
     }
-    return ncclFloat32;
+    return ncclUint8;
+}
+
+// The types above that NCCL moves under another type's name cannot be reduced.
+ncclDataType_t nccl_reduction_type(DType t) {
+    if (t == DType::i16 || t == DType::u16 || t == DType::boolean || t == DType::f8_e4m3 ||
+        t == DType::f8_e5m2)
+        throw Error(std::string("internal: an NCCL reduction over ") + kernels::name_of(t) +
+                    " elements");
+    return nccl_type(t);
 }
 
 }  // namespace
@@ -39,17 +59,10 @@ ncclDataType_t nccl_type(DType t) {
 NcclComm::NcclComm(std::unique_ptr<Comm> host, cudaStream_t compute)
     : staged_(std::move(host), compute), compute_(compute) {
     if (size() == 1) return;  // nothing to exchange: every call returns at once
-    // Rank 0's NCCL id reaches the others as 32 floats through the host communicator: a
-    // broadcast copies bits, whatever they mean as floats.
+    // Rank 0's NCCL id reaches the others as bytes through the host communicator.
     ncclUniqueId id{};
-    static_assert(sizeof(id) % sizeof(float) == 0);
-    float words[sizeof(id) / sizeof(float)] = {};
-    if (rank() == 0) {
-        TRIDENT_NCCL_CHECK(ncclGetUniqueId(&id));
-        std::memcpy(words, &id, sizeof(id));
-    }
-    staged_.broadcast(Ptr(words), sizeof(id) / sizeof(float), 0);
-    std::memcpy(&id, words, sizeof(id));
+    if (rank() == 0) TRIDENT_NCCL_CHECK(ncclGetUniqueId(&id));
+    staged_.broadcast(Ptr(&id, DType::u8), sizeof(id), 0);
     TRIDENT_NCCL_CHECK(ncclCommInitRank(&comm_, size(), id, rank()));
     TRIDENT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
@@ -78,7 +91,7 @@ void NcclComm::all_reduce(Ptr data, std::size_t count, ReduceOp op) {
     Comm::count(CommKind::all_reduce, count, data.dtype);
     if (!on_device(data.data)) return staged_.all_reduce(data, count, op);
     ordered([&] {
-        TRIDENT_NCCL_CHECK(ncclAllReduce(data.data, data.data, count, nccl_type(data.dtype),
+        TRIDENT_NCCL_CHECK(ncclAllReduce(data.data, data.data, count, nccl_reduction_type(data.dtype),
                                          op == ReduceOp::max ? ncclMax : ncclSum, comm_, stream_));
     });
 }
@@ -89,7 +102,7 @@ void NcclComm::reduce_scatter(ConstPtr in, Ptr out, std::size_t count) {
     if (!on_device(out.data)) return staged_.reduce_scatter(in, out, count);
     // NCCL takes the output at this rank's block of the input (in place) as ZeRO-1 passes it.
     ordered([&] {
-        TRIDENT_NCCL_CHECK(ncclReduceScatter(in.data, out.data, count, nccl_type(out.dtype),
+        TRIDENT_NCCL_CHECK(ncclReduceScatter(in.data, out.data, count, nccl_reduction_type(out.dtype),
                                              ncclSum, comm_, stream_));
     });
 }
