@@ -1,6 +1,6 @@
 // The deterministic sampler: which window of the token stream is global sample k.
 //
-// DESIGN.md's contract: with W = floor((N - 1) / T) windows of T tokens (plus one for the
+// The contract (docs/ARCHITECTURE.md, "Sampling"): with W = floor((N - 1) / T) windows of T tokens (plus one for the
 // shifted targets), sample k without shuffling is window k mod W, starting at token
 // (k mod W) * T. With shuffling, epoch e = k / W visits the windows in a permutation that
 // depends only on (seed, e). The order depends only on k, never on the layout, so every

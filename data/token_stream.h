@@ -1,6 +1,6 @@
 // A dataset is one token stream: whatever its files look like on disk (llm.c shards, a
 // Megatron indexed dataset), the sampler sees N token ids in a fixed order and cuts windows
-// from them (DESIGN.md, sampling contract). This is the seam between the two.
+// from them (docs/ARCHITECTURE.md, "Sampling"). This is the seam between the two.
 #pragma once
 
 #include <cstddef>

@@ -1,8 +1,8 @@
 // Where every GPT parameter lives in the flat parameter buffer of one tensor-parallel rank.
 //
-// All parameters of the model sit in one contiguous fp32 buffer (and their gradients in
-// another of the same layout), so the optimizer, the gradient norm and later the ZeRO-1
-// sharding see one range. Tensors are named as in Hugging Face's GPT-2 (without the
+// All parameters a rank holds sit in one contiguous buffer of the run's precision (and their
+// gradients in another of the same layout), so the optimizer, the gradient norm and the ZeRO-1
+// sharding see one range; offsets count elements, whatever their type. Tensors are named as in Hugging Face's GPT-2 (without the
 // "transformer." prefix), but linear weights keep our [out, in] layout, and wte keeps the
 // padded vocabulary rows (always zero).
 //
@@ -64,7 +64,7 @@ struct ParamTensor {
     std::string name;                 // e.g. "h.3.attn.c_attn.weight"
     std::vector<int64_t> shape;       // this rank's, e.g. {3C/M, C}
     std::vector<int64_t> full_shape;  // the whole tensor's, e.g. {3C, C}
-    std::size_t offset = 0;           // in floats, into the flat buffer
+    std::size_t offset = 0;           // in elements, into the flat buffer
     std::size_t numel = 0;
     bool decay = false;               // weight decay applies (matrices and embeddings)
     Split split = Split::replicated;
@@ -90,7 +90,7 @@ public:
 
     const GptShape& shape() const { return shape_; }
     const std::vector<ParamTensor>& tensors() const { return tensors_; }
-    std::size_t total() const { return total_; }  // floats in the flat buffer
+    std::size_t total() const { return total_; }  // elements in the flat buffer
     int tensor_rank() const { return tensor_rank_; }
     int tensor_size() const { return tensor_size_; }
     const StagePlan& plan() const { return plan_; }

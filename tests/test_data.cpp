@@ -1,4 +1,5 @@
-// llm.c token shards and the deterministic sampler against DESIGN.md's sampling contract.
+// llm.c token shards and the deterministic sampler against the sampling contract
+// (docs/ARCHITECTURE.md, "Sampling").
 #include <catch2/catch.hpp>
 
 #include <unistd.h>

@@ -1,5 +1,6 @@
 // Pipeline schedules as data: for one stage, the ordered list of instructions it executes in
-// one training step (DESIGN.md; DeepSpeed's pipeline engine has the same idea). The executor
+// one training step (docs/ARCHITECTURE.md, "Schedules"; DeepSpeed's pipeline engine has the
+// same idea). The executor
 // only walks the list; the simulator replays every stage's list together.
 //
 // Layers are cut into P·v chunks of equal size; chunk g (global) lives on stage g mod P as
@@ -55,9 +56,6 @@ Kind parse_kind(std::string_view name);
 // Where chunks live: global chunk g is local chunk g / P of stage g mod P.
 inline int global_chunk(int P, int stage, int chunk) {
     return chunk * P + stage;
-}
-inline int stage_of_global_chunk(int P, int g) {
-    return g % P;
 }
 
 // Forwards a stage runs before its first backward (1F1B's and interleaved's warm-up; GPipe: m).

@@ -1,8 +1,8 @@
 # The independent PyTorch reference for Trident's GPT-2, and the file formats and contracts the
 # reference tests need to drive Trident from outside.
 #
-# Everything here is written from the contracts in DESIGN.md, not from Trident's code, so a test
-# that agrees with both proves the two implementations agree:
+# Everything here is written from the contracts in docs/ARCHITECTURE.md, not from Trident's
+# code, so a test that agrees with both proves the two implementations agree:
 #   - GPT2Reference: GPT-2 (pre-LayerNorm, tied LM head, GELU tanh form) in float64, its
 #     parameters named exactly as Hugging Face's GPT-2 with Conv1D layout ([in, out]).
 #   - safetensors reading and writing with json + struct (no safetensors package needed).
@@ -294,7 +294,7 @@ class GPT2Reference(nn.Module):
 
 
 def is_decayed(name):
-    """Weight decay on matrices and embeddings only, as DESIGN.md's AdamW contract says."""
+    """Weight decay on matrices and embeddings only, as the optimizer contract says (docs/ARCHITECTURE.md)."""
     return name.endswith(".weight") and (name.startswith(("wte.", "wpe."))
                                          or ".attn." in name or ".mlp." in name)
 
