@@ -43,12 +43,11 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
 
 namespace {
 
-// Token ids are int32 stored in fp32-sized device slots: one allocator serves both.
-const int32_t* as_tokens(const DeviceBuffer& b) { return reinterpret_cast<const int32_t*>(b.f32()); }
+// Token ids live in i32 device buffers.
+const int32_t* as_tokens(const DeviceBuffer& b) { return static_cast<const int32_t*>(b.data().data); }
 
 void upload_tokens(kernels::Ops& ops, DeviceBuffer& dst, const int32_t* host, std::size_t n) {
-    static_assert(sizeof(int32_t) == sizeof(float));
-    ops.upload(dst.f32(), host, n * sizeof(int32_t));
+    ops.upload(dst.data().data, host, n * sizeof(int32_t));
 }
 
 }  // namespace
@@ -72,7 +71,7 @@ struct Gpt::LayerActivations {
 struct Gpt::Activations {
     bool training = false;
     uint64_t dropout_seed = 0;
-    DeviceBuffer inputs, targets;  // (B,T) token ids as int32 in float-sized slots
+    DeviceBuffer inputs, targets;  // (B,T) token ids, i32
     DeviceBuffer embedded;         // (N,C) partial sums of the lookup (sequence parallel)
     DeviceBuffer input;            // (R,C) the chunk's input: embedding or received
     std::vector<LayerActivations> layers;
@@ -173,8 +172,8 @@ std::unique_ptr<Gpt::Activations> Gpt::new_activations(int c) {
     const std::size_t allocated_before = ops.allocated_bytes();
 
     auto a = std::make_unique<Activations>();
-    a->inputs = DeviceBuffer(ops, embeds ? N : 0);
-    a->targets = DeviceBuffer(ops, head ? N : 0);
+    a->inputs = DeviceBuffer(ops, embeds ? N : 0, kernels::DType::i32);
+    a->targets = DeviceBuffer(ops, head ? N : 0, kernels::DType::i32);
     a->embedded = DeviceBuffer(ops, embeds ? all_rows : 0, act);
     a->input = DeviceBuffer(ops, R * C, act);
     a->layers.resize(static_cast<std::size_t>(layout_.layers_per_chunk()));
@@ -482,104 +481,118 @@ ConstPtr Gpt::through_dropout(ConstPtr dout, std::size_t count, float drop, uint
 }
 
 void Gpt::backward_chunk(int mb, int c, float dloss, ConstPtr output_grad, Ptr input_grad) {
+    const StagePlan& plan = layout_.plan();
+    const int g = plan.global_chunk(c);
+    const std::size_t RC = static_cast<std::size_t>(rows_mine_) * layout_.shape().hidden;
+    Activations& a = live(mb, c);
+
+    // dresidual holds the gradient of this rank's rows of the residual stream (R,C); each
+    // layer's branches add into it, from the last layer back.
+    if (g == plan.stages * plan.chunks - 1)
+        head_backward(a, dloss);
+    else
+        ops_.copy(dresidual_.data(), output_grad, RC);
+    const int first = layout_.first_layer(c);
+    for (int i = static_cast<int>(a.layers.size()) - 1; i >= 0; --i) {
+        const ConstPtr residual =
+            i == 0 ? a.input.data() : a.layers[static_cast<std::size_t>(i - 1)].resid3.data();
+        backward_layer(a, first + i, a.layers[static_cast<std::size_t>(i)], residual);
+    }
+    if (g == 0)
+        embedding_backward(a);
+    else
+        ops_.copy(input_grad, dresidual_.data(), RC);
+    release(mb, c);
+}
+
+void Gpt::head_backward(Activations& a, float dloss) {
+    const GptShape& s = layout_.shape();
+    const int C = s.hidden, R = rows_mine_, N = rows_;
+    const ConstPtr w = params_.data();
+    const Ptr grad = grads_.data();
+    // Loss and LM head. dlogits overwrite the logits; the gradient into the head's input is
+    // this rank's vocabulary share (f: all-reduce, or reduce-scatter to its rows).
+    ops_.cross_entropy_backward(a.logits.data(), a.logits.data(), a.lse.f32(),
+                                as_tokens(a.targets), dloss, N, layout_.vocab_begin(), s.vocab,
+                                layout_.vocab_local());
+    ops_.zero(dc_a_.data(), static_cast<std::size_t>(N) * C);
+    const ConstPtr lnf = sequence_parallel_ ? a.lnf_all.data() : a.lnf.data();
+    ops_.matmul_backward(dc_a_.data(), grad + layout_.wte(), nullptr, a.logits.data(), lnf,
+                         w + layout_.wte(), N, C, layout_.vocab_local());
+    const ConstPtr dlnf = reduce_rows(dc_a_.data(), dc_mine_.data());
+    const ConstPtr last = a.layers.empty() ? a.input.data() : a.layers.back().resid3.data();
+    ops_.zero(dresidual_.data(), static_cast<std::size_t>(R) * C);
+    ops_.layernorm_backward(dresidual_.data(), grad + layout_.lnf_w(), grad + layout_.lnf_b(),
+                            dlnf, last, w + layout_.lnf_w(), a.lnf_mean.f32(), a.lnf_rstd.f32(),
+                            R, C);
+}
+
+void Gpt::backward_layer(const Activations& a, int l, LayerActivations& kept,
+                         ConstPtr residual) {
     const GptShape& s = layout_.shape();
     const int B = B_, T = T_, C = s.hidden, R = rows_mine_, N = rows_;
     const int Cm = layout_.hidden_local(), Fm = layout_.ffn_local(), NHm = layout_.heads_local();
     const std::size_t NC = static_cast<std::size_t>(N) * C;
     const std::size_t RC = static_cast<std::size_t>(R) * C;
     const std::size_t NFm = static_cast<std::size_t>(N) * Fm;
-    const StagePlan& plan = layout_.plan();
-    const int g = plan.global_chunk(c);
-    Activations& a = live(mb, c);
     const float drop = a.training ? dropout_ : 0.0f;
     const ConstPtr w = params_.data();
     const Ptr grad = grads_.data();
+    const LayerParams& p = layout_.layer(l);
 
-    ops_.zero(dresidual_.data(), RC);
-    if (g == plan.stages * plan.chunks - 1) {
-        // Loss and LM head. dlogits overwrite the logits; the gradient into the head's input
-        // is this rank's vocabulary share (f: all-reduce, or reduce-scatter to its rows).
-        ops_.cross_entropy_backward(a.logits.data(), a.logits.data(), a.lse.f32(),
-                                    as_tokens(a.targets), dloss, N, layout_.vocab_begin(), s.vocab,
-                                    layout_.vocab_local());
-        ops_.zero(dc_a_.data(), NC);
-        const ConstPtr lnf = sequence_parallel_ ? a.lnf_all.data() : a.lnf.data();
-        ops_.matmul_backward(dc_a_.data(), grad + layout_.wte(), nullptr, a.logits.data(), lnf,
-                             w + layout_.wte(), N, C, layout_.vocab_local());
-        const ConstPtr dlnf = reduce_rows(dc_a_.data(), dc_mine_.data());
-        const ConstPtr last = a.layers.empty() ? a.input.data() : a.layers.back().resid3.data();
-        ops_.layernorm_backward(dresidual_.data(), grad + layout_.lnf_w(), grad + layout_.lnf_b(),
-                                dlnf, last, w + layout_.lnf_w(), a.lnf_mean.f32(),
-                                a.lnf_rstd.f32(), R, C);
-    } else {
-        ops_.copy(dresidual_.data(), output_grad, RC);
-    }
+    LayerActivations& la = recompute_ == Recompute::full ? *recompute_scratch_ : kept;
+    // Full recompute: rerun the layer's forward from its kept input (its collectives too, in
+    // the same order on every tensor rank), just before its backward.
+    if (recompute_ == Recompute::full) forward_layer(a, l, la, la.att.data(), residual, nullptr);
+    const Ptr att = recompute_ == Recompute::none ? la.att.data() : recompute_scratch_->att.data();
+    const ConstPtr ln1 = sequence_parallel_ ? la.ln1_all.data() : la.ln1.data();
+    const ConstPtr ln2 = sequence_parallel_ ? la.ln2_all.data() : la.ln2.data();
 
-    // dresidual holds the gradient of this rank's rows of the residual stream; each branch
-    // adds into it.
-    const int first = layout_.first_layer(c);
-    for (int i = static_cast<int>(a.layers.size()) - 1; i >= 0; --i) {
-        const int l = first + i;
-        const LayerParams& p = layout_.layer(l);
-        const ConstPtr residual = i == 0 ? a.input.data() : a.layers[static_cast<std::size_t>(i - 1)].resid3.data();
-        LayerActivations& la = recompute_ == Recompute::full
-                                   ? *recompute_scratch_
-                                   : a.layers[static_cast<std::size_t>(i)];
-        // Full recompute: rerun the layer's forward from its kept input (its collectives
-        // too, in the same order on every tensor rank), just before its backward.
-        if (recompute_ == Recompute::full)
-            forward_layer(a, l, la, la.att.data(), residual, nullptr);
-        const Ptr att = recompute_ == Recompute::none ? la.att.data() : recompute_scratch_->att.data();
-        const ConstPtr ln1 = sequence_parallel_ ? la.ln1_all.data() : la.ln1.data();
-        const ConstPtr ln2 = sequence_parallel_ ? la.ln2_all.data() : la.ln2.data();
+    // MLP branch. g backward: the gradient of fc2's output is the residual's (all rows).
+    const ConstPtr dfcproj = all_rows(
+        through_dropout(dresidual_.data(), RC, drop, site_seed(a, l, 2)), dc_all_.data());
+    ops_.zero(df_a_.data(), NFm);
+    ops_.matmul_backward(df_a_.data(), grad + p.fc2_w, grad + p.fc2_b, dfcproj,
+                         la.fch_gelu.data(), w + p.fc2_w, N, Fm, C);
+    ops_.zero(df_b_.data(), NFm);
+    ops_.gelu_backward(df_b_.data(), la.fch.data(), df_a_.data(), NFm);
+    ops_.zero(dc_a_.data(), NC);
+    ops_.matmul_backward(dc_a_.data(), grad + p.fc1_w, grad + p.fc1_b, df_b_.data(), ln2,
+                         w + p.fc1_w, N, C, Fm);
+    const ConstPtr dln2 = reduce_rows(dc_a_.data(), dc_mine_.data());  // f backward
+    ops_.layernorm_backward(dresidual_.data(), grad + p.ln2_w, grad + p.ln2_b, dln2,
+                            la.resid2.data(), w + p.ln2_w, la.ln2_mean.f32(), la.ln2_rstd.f32(),
+                            R, C);
 
-        // MLP branch. g backward: the gradient of fc2's output is the residual's (all rows).
-        const ConstPtr dfcproj = all_rows(
-            through_dropout(dresidual_.data(), RC, drop, site_seed(a, l, 2)), dc_all_.data());
-        ops_.zero(df_a_.data(), NFm);
-        ops_.matmul_backward(df_a_.data(), grad + p.fc2_w, grad + p.fc2_b, dfcproj,
-                             la.fch_gelu.data(), w + p.fc2_w, N, Fm, C);
-        ops_.zero(df_b_.data(), NFm);
-        ops_.gelu_backward(df_b_.data(), la.fch.data(), df_a_.data(), NFm);
-        ops_.zero(dc_a_.data(), NC);
-        ops_.matmul_backward(dc_a_.data(), grad + p.fc1_w, grad + p.fc1_b, df_b_.data(), ln2,
-                             w + p.fc1_w, N, C, Fm);
-        const ConstPtr dln2 = reduce_rows(dc_a_.data(), dc_mine_.data());  // f backward
-        ops_.layernorm_backward(dresidual_.data(), grad + p.ln2_w, grad + p.ln2_b, dln2,
-                                la.resid2.data(), w + p.ln2_w, la.ln2_mean.f32(),
-                                la.ln2_rstd.f32(), R, C);
+    // Attention branch.
+    const ConstPtr dattproj = all_rows(
+        through_dropout(dresidual_.data(), RC, drop, site_seed(a, l, 1)), dc_all_.data());
+    ops_.zero(dc_b_.data(), static_cast<std::size_t>(N) * Cm);
+    ops_.matmul_backward(dc_b_.data(), grad + p.proj_w, grad + p.proj_b, dattproj,
+                         la.atty.data(), w + p.proj_w, N, Cm, C);
+    ops_.zero(dqkv_.data(), static_cast<std::size_t>(N) * 3 * Cm);
+    if (recompute_ == Recompute::selective)  // what attention keeps, rebuilt from qkv
+        ops_.attention_rebuild(att, la.qkv.data(), B, T, Cm, NHm);
+    ops_.attention_backward(dqkv_.data(), dc_b_.data(), la.qkv.data(), la.atty.data(), att, B, T,
+                            Cm, NHm, drop, site_seed(a, l, 0), layout_.heads_begin(), s.heads);
+    ops_.zero(dc_a_.data(), NC);
+    ops_.matmul_backward(dc_a_.data(), grad + p.qkv_w, grad + p.qkv_b, dqkv_.data(), ln1,
+                         w + p.qkv_w, N, C, 3 * Cm);
+    const ConstPtr dln1 = reduce_rows(dc_a_.data(), dc_mine_.data());  // f backward
+    ops_.layernorm_backward(dresidual_.data(), grad + p.ln1_w, grad + p.ln1_b, dln1, residual,
+                            w + p.ln1_w, la.ln1_mean.f32(), la.ln1_rstd.f32(), R, C);
+}
 
-        // Attention branch.
-        const ConstPtr dattproj = all_rows(
-            through_dropout(dresidual_.data(), RC, drop, site_seed(a, l, 1)), dc_all_.data());
-        ops_.zero(dc_b_.data(), static_cast<std::size_t>(N) * Cm);
-        ops_.matmul_backward(dc_b_.data(), grad + p.proj_w, grad + p.proj_b, dattproj,
-                             la.atty.data(), w + p.proj_w, N, Cm, C);
-        ops_.zero(dqkv_.data(), static_cast<std::size_t>(N) * 3 * Cm);
-        if (recompute_ == Recompute::selective)  // what attention keeps, rebuilt from qkv
-            ops_.attention_rebuild(att, la.qkv.data(), B, T, Cm, NHm);
-        ops_.attention_backward(dqkv_.data(), dc_b_.data(), la.qkv.data(), la.atty.data(), att, B,
-                                T, Cm, NHm, drop, site_seed(a, l, 0), layout_.heads_begin(),
-                                s.heads);
-        ops_.zero(dc_a_.data(), NC);
-        ops_.matmul_backward(dc_a_.data(), grad + p.qkv_w, grad + p.qkv_b, dqkv_.data(), ln1,
-                             w + p.qkv_w, N, C, 3 * Cm);
-        const ConstPtr dln1 = reduce_rows(dc_a_.data(), dc_mine_.data());  // f backward
-        ops_.layernorm_backward(dresidual_.data(), grad + p.ln1_w, grad + p.ln1_b, dln1, residual,
-                                w + p.ln1_w, la.ln1_mean.f32(), la.ln1_rstd.f32(), R, C);
-    }
-
-    if (g == 0) {
-        // The embedding's reduction backward: every rank scatters all rows into its slice.
-        const ConstPtr dencoded = all_rows(
-            through_dropout(dresidual_.data(), RC, drop, site_seed(a, -1, 0)), dc_all_.data());
-        ops_.embedding_backward(grad + layout_.wte(), grad + layout_.wpe(), dencoded,
-                                as_tokens(a.inputs), B, T, C, layout_.vocab_begin(),
-                                layout_.vocab_local());
-    } else {
-        ops_.copy(input_grad, dresidual_.data(), RC);
-    }
-    release(mb, c);
+void Gpt::embedding_backward(const Activations& a) {
+    const int C = layout_.shape().hidden;
+    const std::size_t RC = static_cast<std::size_t>(rows_mine_) * C;
+    const float drop = a.training ? dropout_ : 0.0f;
+    // The embedding's reduction backward: every rank scatters all rows into its slice.
+    const ConstPtr dencoded = all_rows(
+        through_dropout(dresidual_.data(), RC, drop, site_seed(a, -1, 0)), dc_all_.data());
+    ops_.embedding_backward(grads_.data() + layout_.wte(), grads_.data() + layout_.wpe(),
+                            dencoded, as_tokens(a.inputs), B_, T_, C, layout_.vocab_begin(),
+                            layout_.vocab_local());
 }
 
 void Gpt::finish_gradients() {

@@ -173,6 +173,15 @@ private:
                        kernels::ConstPtr residual, kernels::Ptr output);
     // The loss of the last chunk's logits: fills a.losses and a.lse; returns the mean.
     float loss(Activations& a, const int32_t* targets);
+    // Backward, piece by piece, each adding into dresidual_ (R,C), the gradient of this
+    // rank's rows of the residual stream. The loss, the LM head and ln_f: sets dresidual_.
+    void head_backward(Activations& a, float dloss);
+    // Layer l, the mirror of forward_layer: `kept` its activations, `residual` its input
+    // (R,C). Its parameters' gradients are added into the gradient buffer.
+    void backward_layer(const Activations& a, int l, LayerActivations& kept,
+                        kernels::ConstPtr residual);
+    // The embedding (first global chunk): dresidual_ into wte's and wpe's gradients.
+    void embedding_backward(const Activations& a);
     uint64_t site_seed(const Activations& a, int layer, int site) const;
     // The gradient before a dropout site given the one after it (rows of this rank): dout
     // itself without dropout, else dout through the site's mask, written to dc_mine_.

@@ -13,10 +13,6 @@
 using namespace cli;
 namespace fs = std::filesystem;
 
-namespace {
-
-}  // namespace
-
 TEST_CASE("cli: help explains every subcommand", "[cli]") {
     for (const char* cmd : {"train", "bench", "export", "tokenize"}) {
         const RunResult r = run(std::string(cmd) + " --help");

@@ -84,7 +84,6 @@ public:
     std::vector<std::pair<std::size_t, std::size_t>> owned_ranges() const;
     // Elements of the buffer this rank updates, and the bytes of optimizer state it holds
     // for them (fp32 master weights, m and v) as the allocator counted them.
-    std::size_t owned_size() const { return owned_; }
     std::size_t state_bytes() const { return state_bytes_; }
 
 private:
