@@ -176,7 +176,7 @@ std::unique_ptr<Gpt::Activations> Gpt::new_activations(int c) {
     a->targets = DeviceBuffer(ops, head ? N : 0, kernels::DType::i32);
     a->embedded = DeviceBuffer(ops, embeds ? all_rows : 0, act);
     a->input = DeviceBuffer(ops, R * C, act);
-    a->layers.resize(static_cast<std::size_t>(layout_.layers_per_chunk()));
+    a->layers.resize(static_cast<std::size_t>(layout_.chunk_layers(c)));
     // Each layer keeps its output (the next one's input) and, unless recomputed, what its
     // backward reads.
     for (auto& l : a->layers)
@@ -603,7 +603,7 @@ void Gpt::finish_gradients() {
     };
     const StagePlan& plan = layout_.plan();
     for (int c = 0; c < plan.chunks; ++c)
-        for (int l = layout_.first_layer(c); l < layout_.first_layer(c) + layout_.layers_per_chunk(); ++l) {
+        for (int l = layout_.first_layer(c); l < layout_.first_layer(c) + layout_.chunk_layers(c); ++l) {
             const LayerParams& p = layout_.layer(l);
             for (std::size_t offset : {p.ln1_w, p.ln1_b, p.ln2_w, p.ln2_b}) reduce(offset);
         }

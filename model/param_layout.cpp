@@ -65,15 +65,25 @@ ParamLayout::ParamLayout(const GptShape& shape, int tensor_rank, int tensor_size
     require_divisible("model.heads", shape.heads, tensor_size);
     require_divisible("model.ffn_hidden", shape.ffn, tensor_size);
     require_divisible("the padded vocabulary", shape.padded_vocab, tensor_size);
-    if (shape.layers % (plan.stages * plan.chunks) != 0)
+    const int chunks = plan.stages * plan.chunks;
+    if (plan.chunk_layers.empty() && shape.layers % chunks != 0)
         throw Error("model.layers (" + std::to_string(shape.layers) +
                     ") must be a multiple of parallel.pipeline × virtual_stages = " +
                     std::to_string(plan.stages) + " × " + std::to_string(plan.chunks));
+    if (!plan.chunk_layers.empty()) {
+        int total = 0;
+        for (int n : plan.chunk_layers) total += n;
+        if (static_cast<int>(plan.chunk_layers.size()) != chunks || total != shape.layers)
+            throw Error("internal: " + std::to_string(plan.chunk_layers.size()) +
+                        " chunk layer counts adding up to " + std::to_string(total) + " for " +
+                        std::to_string(chunks) + " chunks of " + std::to_string(shape.layers) +
+                        " layers");
+    }
     const int64_t C = shape.hidden, F = shape.ffn;
     if (plan.first() || plan.last()) wte_ = add("wte.weight", {shape.padded_vocab, C}, true, Split::rows);
     if (plan.first()) wpe_ = add("wpe.weight", {shape.max_seq, C}, true, Split::replicated);
     for (int c = 0; c < plan.chunks; ++c)
-        for (int l = first_layer(c); l < first_layer(c) + layers_per_chunk(); ++l) {
+        for (int l = first_layer(c); l < first_layer(c) + chunk_layers(c); ++l) {
         const std::string p = "h." + std::to_string(l) + ".";
         LayerParams lp{};
         lp.ln1_w = add(p + "ln_1.weight", {C}, false, Split::replicated);
@@ -95,6 +105,20 @@ ParamLayout::ParamLayout(const GptShape& shape, int tensor_rank, int tensor_size
         lnf_w_ = add("ln_f.weight", {C}, false, Split::replicated);
         lnf_b_ = add("ln_f.bias", {C}, false, Split::replicated);
     }
+}
+
+int ParamLayout::chunk_layers(int c) const {
+    const int g = plan_.global_chunk(c);
+    if (plan_.chunk_layers.empty()) return shape_.layers / (plan_.stages * plan_.chunks);
+    return plan_.chunk_layers[static_cast<std::size_t>(g)];
+}
+
+int ParamLayout::first_layer(int c) const {
+    const int g = plan_.global_chunk(c);
+    if (plan_.chunk_layers.empty()) return g * (shape_.layers / (plan_.stages * plan_.chunks));
+    int first = 0;
+    for (int k = 0; k < g; ++k) first += plan_.chunk_layers[static_cast<std::size_t>(k)];
+    return first;
 }
 
 const LayerParams& ParamLayout::layer(int l) const {

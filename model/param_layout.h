@@ -16,7 +16,8 @@
 // with tensor_size 1 is the whole model; shard_params/unshard_params map between the two.
 //
 // Under P-stage pipeline parallelism with v chunks per stage (StagePlan), a stage holds the
-// layers of its chunks (global chunk g = c·P + stage holds layers g·L/(P·v) ..), wte and wpe
+// layers of its chunks (global chunk g = c·P + stage holds the run of layers after those of
+// chunks 0 .. g-1, StagePlan::chunk_layers[g] of them), wte and wpe
 // on the first stage (the embedding), ln_f and wte on the last (the LM head, tied to wte: the
 // two copies get the same gradient, summed over the embedding group).
 //
@@ -46,6 +47,9 @@ struct StagePlan {
     int stages = 1;  // P
     int stage = 0;   // this stage, 0 .. P-1
     int chunks = 1;  // v, model chunks per stage (interleaved schedule)
+    // Layers of each global chunk, in order (P·v counts adding up to the model's layers; a
+    // chunk may hold none). Empty: every chunk holds an equal share.
+    std::vector<int> chunk_layers;
 
     int global_chunk(int c) const { return c * stages + stage; }
     bool first() const { return stage == 0; }
@@ -84,7 +88,7 @@ class ParamLayout {
 public:
     // The layout of tensor-parallel rank `tensor_rank` of `tensor_size` on the stage `plan`.
     // Throws trident::Error when heads, ffn or padded_vocab do not divide by tensor_size, or
-    // the layers by P·v.
+    // the chunks' layers do not make the model's (without counts: do not divide by P·v).
     explicit ParamLayout(const GptShape& shape, int tensor_rank = 0, int tensor_size = 1,
                          const StagePlan& plan = {});
 
@@ -94,9 +98,9 @@ public:
     int tensor_rank() const { return tensor_rank_; }
     int tensor_size() const { return tensor_size_; }
     const StagePlan& plan() const { return plan_; }
-    int layers_per_chunk() const { return shape_.layers / (plan_.stages * plan_.chunks); }
-    // Global index of the first layer of local chunk c.
-    int first_layer(int c) const { return plan_.global_chunk(c) * layers_per_chunk(); }
+    // Layers of local chunk c, and the global index of its first.
+    int chunk_layers(int c) const;
+    int first_layer(int c) const;
 
     // This rank's share of the split dimensions.
     int vocab_begin() const { return tensor_rank_ * vocab_local(); }

@@ -84,7 +84,7 @@ TEST_CASE("checkpoint: the manifest reads back as written", "[checkpoint]") {
     m.good_steps = 17;
     m.skipped_total = 2;
     m.shape = model::GptShape{300, 384, 16, 2, 32, 4, 128};
-    m.layout = train::CheckpointLayout{2, 2, 2, 2, "interleaved", 0, 4096};
+    m.layout = train::CheckpointLayout{2, 2, 2, 2, "interleaved", 0, 4096, {1, 0, 0, 1}};
     m.precision = "fp16";
     m.files = {{"config.yaml", -1, -1, -1, 1234, std::string(64, 'a')},
                {"pp1_tp0_dp1.safetensors", 1, 0, 1, 99, std::string(64, 'b')}};
@@ -103,6 +103,7 @@ TEST_CASE("checkpoint: the manifest reads back as written", "[checkpoint]") {
     CHECK(back.layout.schedule == "interleaved");
     CHECK(back.layout.bucket_size == 4096);
     CHECK(back.layout.zero_stage == 0);
+    CHECK(back.layout.chunk_layers == std::vector<int>{1, 0, 0, 1});
     CHECK(back.precision == "fp16");
     REQUIRE(back.files.size() == 2);
     CHECK(back.files[0].pp == -1);
@@ -122,7 +123,7 @@ TEST_CASE("checkpoint: full_element places every slice element where unshard_par
     const model::GptShape shape{300, 384, 16, 2, 32, 4, 128};
     const model::ParamLayout full(shape);
     for (int tp = 0; tp < 2; ++tp) {
-        const model::ParamLayout local(shape, tp, 2, model::StagePlan{2, 1, 1});
+        const model::ParamLayout local(shape, tp, 2, model::StagePlan{2, 1, 1, {}});
         std::vector<float> values(local.total());
         for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i + 1);
         std::vector<float> whole(full.total(), 0.0f);

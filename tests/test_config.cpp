@@ -274,8 +274,9 @@ TEST_CASE("config: parallel layouts and what is not supported yet", "[config]") 
     CHECK(error_of(kMinimal, {"parallel.data=3"}) ==
           "--set parallel.data=3: training.global_batch (32) must be a multiple of micro_batch × parallel.data = 4 × 3 = 12");
     CHECK(parse(kMinimal + "parallel:\n  pipeline: 2\n  tensor: 2\n", "x.yaml").parallel.pipeline == 2);
-    CHECK(error_of(kMinimal + "parallel:\n  pipeline: 5\n") ==
-          "x.yaml:4: model.layers (12) must be a multiple of parallel.pipeline × virtual_stages = 5 × 1 = 5");
+    CHECK(error_of(kMinimal + "parallel:\n  pipeline: 5\n  stage_layers: uniform\n") ==
+          "x.yaml:4: model.layers (12) must be a multiple of parallel.pipeline × virtual_stages = 5 × 1 = 5"
+          " for parallel.stage_layers: uniform (auto or a list of counts cuts unequally)");
     CHECK(parse(kMinimal + "parallel:\n  sequence_parallel: true\n  tensor: 2\n", "x.yaml")
               .parallel.sequence_parallel);
     CHECK(error_of(kMinimal + "parallel:\n  tensor: 5\n") ==

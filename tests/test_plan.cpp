@@ -367,8 +367,11 @@ TEST_CASE("plan: bad input is named", "[plan][bad-input]") {
     const std::string plan = "plan --config " + ws.path("tiny.yaml");
     cli::require_clear_error(cli::run(plan + " --set parallel.tensor=3"),
                              "parallel.tensor (3) must divide model.heads (4)");
-    cli::require_clear_error(cli::run(plan + " --set parallel.pipeline=3"),
-                             "model.layers (2) must be a multiple of parallel.pipeline");
+    cli::require_clear_error(
+        cli::run(plan + " --set parallel.pipeline=3 --set parallel.stage_layers=uniform"),
+        "model.layers (2) must be a multiple of parallel.pipeline");
+    cli::require_clear_error(cli::run(plan + " --set parallel.pipeline=2 --set parallel.stage_layers=[1,2]"),
+                             "parallel.stage_layers: the counts add up to 3, but model.layers is 2");
     cli::require_clear_error(cli::run(plan + " --set model.hiden=64"), "unknown key");
     cli::require_clear_error(cli::run(plan + " --device-memory 80bananas"), "--device-memory");
     cli::require_clear_error(cli::run(plan + " --hardware dgx-1"), "unknown hardware 'dgx-1'");

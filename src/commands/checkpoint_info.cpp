@@ -37,6 +37,11 @@ int checkpoint_info(const CheckpointInfoOptions& opts) {
         "| ZeRO stage %d, buckets of %lld\n",
         l.pipeline, l.tensor, l.data, l.schedule.c_str(), l.virtual_stages, l.zero_stage,
         static_cast<long long>(l.bucket_size));
+    if (l.chunk_layers.size() > 1) {
+        std::string cuts;
+        for (int n : l.chunk_layers) cuts += (cuts.empty() ? "" : ", ") + std::to_string(n);
+        std::printf("pipeline: layers per chunk %s\n", cuts.c_str());
+    }
     std::printf("precision: %s | loss scale %g (%d clean steps)\n", m.precision.c_str(),
                 m.loss_scale, m.good_steps);
     std::printf("files:\n");

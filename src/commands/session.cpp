@@ -121,6 +121,12 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Pea
     std::printf("layout: %d x %d x %d (pipeline x tensor x data) | backend %s | precision %s\n",
                 cfg.parallel.pipeline, cfg.parallel.tensor, cfg.parallel.data, ops.name(),
                 kernels::name_of(t.precision));
+    if (d.chunk_layers.size() > 1) {
+        std::string cuts;
+        for (int n : d.chunk_layers) cuts += (cuts.empty() ? "" : ", ") + std::to_string(n);
+        std::printf("pipeline: layers per chunk %s (parallel.stage_layers: %s)\n", cuts.c_str(),
+                    config::to_string(cfg.parallel.stage_layers).c_str());
+    }
     std::printf("batch: %d sequences = %lld tokens per step | micro batch %d | %d accumulation "
                 "steps | %s FLOP per step\n",
                 t.global_batch, static_cast<long long>(d.tokens_per_step), t.micro_batch,

@@ -27,6 +27,16 @@ enum class NonFinite { stop, skip };  // what a bf16 or fp32 step with inf/NaN g
 enum class DeviceKind { auto_, cpu, cuda };
 enum class DataFormat { auto_, llmc, megatron };  // auto: decided per path (data/dataset.h)
 
+// How the layers are cut into the P·v pipeline chunks: equal counts, counts that balance the
+// chunks' FLOPs (the LM head and the loss weigh on the last chunk; src/plan/stage_cuts.h), or
+// the counts given, one per global chunk in order.
+enum class StageCut { uniform, auto_, given };
+struct StageLayers {
+    StageCut cut = StageCut::auto_;
+    std::vector<int> layers;  // given: layers of each global chunk
+    bool operator==(const StageLayers&) const = default;
+};
+
 struct ModelConfig {
     int vocab_size = 50257;
     int seq_len = 1024;
@@ -49,6 +59,7 @@ struct ParallelConfig {
     int zero_stage = 1;
     int bucket_size = 16777216;  // parameters per gradient bucket of the data-parallel reduction
     bool sequence_parallel = false;
+    StageLayers stage_layers;
     bool operator==(const ParallelConfig&) const = default;
 };
 
@@ -127,6 +138,7 @@ struct Derived {
     int64_t tokens_per_step = 0;  // global_batch * seq_len
     int64_t parameters = 0;     // unique parameters of the model, padded vocabulary excluded
     double flops_per_step = 0;  // Megatron's model FLOPs for one global batch
+    std::vector<int> chunk_layers;  // layers of each global pipeline chunk (P·v), in order
     bool operator==(const Derived&) const = default;
 };
 
@@ -169,5 +181,6 @@ const char* to_string(Recompute v);
 const char* to_string(NonFinite v);
 const char* to_string(DeviceKind v);
 const char* to_string(DataFormat v);
+std::string to_string(const StageLayers& v);  // as YAML: uniform, auto or [n0, n1, ...]
 
 }  // namespace trident::config

@@ -1,6 +1,8 @@
 // The values computed once from a config: padded vocabulary, batch split, parameter count and
-// model FLOPs per step (docs/FORMULAS.md, "Parameters" and "FLOPs per step").
+// model FLOPs per step (docs/FORMULAS.md, "Parameters" and "FLOPs per step"), the layers of
+// each pipeline chunk (plan/stage_cuts.h).
 #include "config/config.h"
+#include "plan/stage_cuts.h"
 
 namespace trident::config {
 namespace {
@@ -44,6 +46,7 @@ void derive(Config& cfg) {
     d.tokens_per_step = int64_t{t.global_batch} * m.seq_len;
     d.parameters = count_parameters(m);
     d.flops_per_step = model_flops(m, t.global_batch);
+    d.chunk_layers = plan::chunk_layers(cfg);  // reads padded_vocab, set above
 }
 
 }  // namespace trident::config

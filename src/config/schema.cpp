@@ -121,6 +121,7 @@ const std::vector<Key>& table() {
         field("parallel.zero_stage", &C::parallel, &ParallelConfig::zero_stage, zero_or_one()),
         field("parallel.bucket_size", &C::parallel, &ParallelConfig::bucket_size, at_least(1)),
         field("parallel.sequence_parallel", &C::parallel, &ParallelConfig::sequence_parallel),
+        field("parallel.stage_layers", &C::parallel, &ParallelConfig::stage_layers),
 
         field("training.micro_batch", &C::training, &TrainingConfig::micro_batch, at_least(1)),
         field("training.global_batch", &C::training, &TrainingConfig::global_batch, at_least(1)),

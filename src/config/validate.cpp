@@ -93,12 +93,27 @@ void check_consistency(const Config& cfg, const Origins& origins) {
              cat("parallel.sequence_parallel: micro_batch × seq_len = ", t.micro_batch, " × ",
                  m.seq_len, " rows must divide by parallel.tensor (", p.tensor, ")"));
 
-    // Each of the P·v model chunks holds the same number of layers.
+    // The layers are cut into P·v model chunks: equal ones, or the counts given.
     const int chunks = p.pipeline * p.virtual_stages;
-    if (m.layers % chunks != 0)
-        fail(origins.blame({"model.layers", "parallel.pipeline", "parallel.virtual_stages"}),
+    const StageLayers& cut = p.stage_layers;
+    if (cut.cut == StageCut::uniform && m.layers % chunks != 0)
+        fail(origins.blame({"model.layers", "parallel.pipeline", "parallel.virtual_stages",
+                            "parallel.stage_layers"}),
              cat("model.layers (", m.layers, ") must be a multiple of parallel.pipeline × virtual_stages = ",
-                 p.pipeline, " × ", p.virtual_stages, " = ", chunks));
+                 p.pipeline, " × ", p.virtual_stages, " = ", chunks,
+                 " for parallel.stage_layers: uniform (auto or a list of counts cuts unequally)"));
+    if (cut.cut == StageCut::given) {
+        int total = 0;
+        for (int n : cut.layers) total += n;
+        if (static_cast<int>(cut.layers.size()) != chunks)
+            fail(origins.blame({"parallel.stage_layers", "parallel.pipeline", "parallel.virtual_stages"}),
+                 cat("parallel.stage_layers: ", static_cast<int>(cut.layers.size()), " counts given, but the model has ",
+                     "parallel.pipeline × virtual_stages = ", chunks, " chunks (one count per chunk)"));
+        else if (total != m.layers)
+            fail(origins.blame({"parallel.stage_layers", "model.layers"}),
+                 cat("parallel.stage_layers: the counts add up to ", total, ", but model.layers is ",
+                     m.layers));
+    }
 
     // Virtual stages only mean something to the interleaved schedule, and it needs them.
     const bool interleaved = p.schedule == Schedule::interleaved;

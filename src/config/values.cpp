@@ -258,6 +258,33 @@ std::string yaml_text(const std::string& v) { return quoted(v); }
 
 std::string yaml_text(const std::optional<std::string>& v) { return v ? quoted(*v) : "null"; }
 
+Problem read_value(const YAML::Node& node, StageLayers& out) {
+    const std::string expected = "expected uniform, auto or a list of layer counts";
+    if (node.IsScalar() && (node.Scalar() == "uniform" || node.Scalar() == "auto")) {
+        out = StageLayers{node.Scalar() == "auto" ? StageCut::auto_ : StageCut::uniform, {}};
+        return {};
+    }
+    if (!node.IsSequence() || node.size() == 0) return expected + ", got " + describe(node);
+    StageLayers given{StageCut::given, {}};
+    for (std::size_t i = 0; i < node.size(); ++i) {
+        int count = 0;
+        if (read_value(node[i], count) || count < 0)
+            return "item " + std::to_string(i + 1) + ": expected a layer count >= 0, got " +
+                   describe(node[i]);
+        given.layers.push_back(count);
+    }
+    out = given;
+    return {};
+}
+
+std::string yaml_text(const StageLayers& v) {
+    if (v.cut != StageCut::given) return v.cut == StageCut::auto_ ? "auto" : "uniform";
+    std::string out = "[";
+    for (std::size_t i = 0; i < v.layers.size(); ++i)
+        out += (i ? ", " : "") + std::to_string(v.layers[i]);
+    return out + "]";
+}
+
 std::string yaml_text(const std::vector<DataSource>& v) {
     if (v.empty()) return "null";
     if (v.size() == 1 && v[0].weight == 1.0) return quoted(v[0].path);

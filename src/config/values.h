@@ -78,6 +78,8 @@ Problem read_value(const YAML::Node& node, std::optional<std::string>& out);
 // item (or of its key at fault), so the message can point at that line.
 Problem read_sources(const YAML::Node& node, std::vector<DataSource>& out, bool nullable,
                      YAML::Mark& at);
+// parallel.stage_layers: uniform, auto, or a list of layer counts (each >= 0).
+Problem read_value(const YAML::Node& node, StageLayers& out);
 
 template <typename E>
 requires std::is_enum_v<E> Problem read_value(const YAML::Node& node, E& out) {
@@ -104,6 +106,7 @@ std::string yaml_text(const std::string& v);
 std::string yaml_text(const std::optional<std::string>& v);
 // No datasets: null; one of weight 1: its path; else a flow list of {path, weight}.
 std::string yaml_text(const std::vector<DataSource>& v);
+std::string yaml_text(const StageLayers& v);  // uniform, auto, or a flow list of counts
 
 template <typename E>
 requires std::is_enum_v<E> std::string yaml_text(E v) { return enum_name(v); }

@@ -126,7 +126,7 @@ std::vector<StageMemory> plan_memory(const PlanInputs& in) {
         StageMemory s;
         s.stage = stage;
         const model::ParamLayout layout(train::gpt_shape(cfg), 0, p.tensor,
-                                        model::StagePlan{p.pipeline, stage, p.virtual_stages});
+                                        train::stage_plan(cfg, stage));
         // Padded so that ZeRO splits it evenly over the replicas (Gpt's buffer_multiple).
         const int64_t D = p.data;
         s.parameters = (static_cast<int64_t>(layout.total()) + D - 1) / D * D;

@@ -23,35 +23,27 @@ ChunkSeconds chunk_seconds(const PlanInputs& in, const ChunkShape& chunk, const 
     using config::Recompute;
     const config::Config& cfg = in.cfg;
     const RankDims d = rank_dims(cfg);
-    const double N = d.N, C = d.C, Cm = d.Cm, Fm = d.Fm, T = d.T, B = d.B;
+    const double N = d.N, C = d.C, Cm = d.Cm, Fm = d.Fm;
     const double RC = static_cast<double>(d.R * d.C), NC = N * C, NCm = N * Cm, NFm = N * Fm;
     const double S = static_cast<double>(d.attention());
     const double drop = cfg.model.dropout > 0 ? 1 : 0;
     const Recompute recompute = cfg.training.recompute;
 
-    // GEMM FLOPs of one layer's forward: qkv, projection, fc1, fc2, and the two attention
-    // products (causal: half of 4·B·T²·C/M).
-    const double fc2 = 2 * N * Fm * C;
-    const double scores = B * T * T * Cm;  // Q·Kᵀ, causal half
-    const double layer_forward =
-        2 * N * C * 3 * Cm + 2 * N * Cm * C + 2 * N * C * Fm + fc2 + 2 * scores;
+    const GemmFlops flops = gemm_flops(cfg);
     // Memory-bound elements of one layer: LayerNorms, bias adds, dropout, residual adds (on
     // the rank's rows), softmax (read scores, write and reread the probabilities), GELU, and
     // backward's reads of what forward kept, its writes of gradients and zeroed scratch.
     const double mem_forward = RC * (14 + 4 * drop) + 4 * S + 4 * NCm + 2 * NFm;
     const double mem_backward = RC * (10 + 6 * drop) + 2 * NC + 6 * NFm + 14 * NCm + 4 * S;
     // Full recompute reruns the forward up to the GELU; selective, the scores and softmax.
-    double rerun_flops = 0, rerun_mem = 0;
-    if (recompute == Recompute::full) {
-        rerun_flops = layer_forward - fc2;
+    double rerun_mem = 0;
+    if (recompute == Recompute::full)
         rerun_mem = RC * (9 + 2 * drop) + 4 * S + 4 * NCm + 2 * NFm;
-    } else if (recompute == Recompute::selective) {
-        rerun_flops = scores;
+    else if (recompute == Recompute::selective)
         rerun_mem = 3 * S + 2 * NCm;
-    }
 
-    double forward_flops = chunk.layers * layer_forward;
-    double backward_flops = chunk.layers * (2 * layer_forward + rerun_flops);
+    double forward_flops = chunk.layers * flops.layer_forward;
+    double backward_flops = chunk.layers * flops.layer_backward;
     double forward_mem = chunk.layers * mem_forward;
     double backward_mem = chunk.layers * (mem_backward + rerun_mem);
     if (chunk.embeds) {  // look up rows of wte and wpe; scatter their gradients back
@@ -60,8 +52,8 @@ ChunkSeconds chunk_seconds(const PlanInputs& in, const ChunkShape& chunk, const 
     }
     if (chunk.head) {  // final LayerNorm, logits (N, Vp/M), cross-entropy in place
         const double logits = N * static_cast<double>(d.vocab);
-        forward_flops += 2 * N * C * static_cast<double>(d.vocab);
-        backward_flops += 4 * N * C * static_cast<double>(d.vocab);
+        forward_flops += flops.head_forward;
+        backward_flops += flops.head_backward;
         forward_mem += 2 * RC + logits;
         backward_mem += 4 * RC + NC + 2 * logits;
     }

@@ -1,10 +1,12 @@
 // The plan as text and as JSON (see report.h).
 #include "plan/report.h"
 
+#include <cmath>
 #include <cstdarg>
 #include <cstdio>
 
 #include "io/json_line.h"
+#include "plan/stage_shape.h"
 #include "train/metrics.h"
 
 namespace trident::plan {
@@ -43,6 +45,13 @@ std::string range(int64_t first, int64_t last) {
 }
 
 // The ranks of stage s: rank = tp + M·(dp + D·pp), so one contiguous run.
+// The layers a stage holds, over its chunks.
+int stage_layers(const config::Config& cfg, int stage) {
+    int layers = 0;
+    for (const ChunkShape& c : stage_chunks(cfg, stage)) layers += c.layers;
+    return layers;
+}
+
 int64_t first_rank(const config::Config& cfg, int stage) {
     return int64_t{stage} * cfg.parallel.tensor * cfg.parallel.data;
 }
@@ -115,18 +124,18 @@ std::string render_text(const Plan& plan) {
         in.zero_stage, p.data, in.activation_bytes);
 
     out += "memory per rank (the ranks of a stage hold the same):\n";
-    out += format("%-5s %-11s %-3s %-7s %-7s %13s %10s %10s %10s %11s %4s %10s %10s", "stage",
-                  "ranks", "pp", "tp", "dp", "parameters", "weights", "gradients", "optimizer",
-                  "activations", "sets", "temporary", "total");
+    out += format("%-5s %-11s %-3s %-7s %-7s %6s %13s %10s %10s %10s %11s %4s %10s %10s", "stage",
+                  "ranks", "pp", "tp", "dp", "layers", "parameters", "weights", "gradients",
+                  "optimizer", "activations", "sets", "temporary", "total");
     if (plan.device_memory)
         out += format("  fits in %s (headroom)", memory_text(*plan.device_memory).c_str());
     out += "\n";
     for (const StageMemory& s : plan.memory) {
         out +=
-            format("%-5d %-11s %-3d %-7s %-7s %13lld %10s %10s %10s %11s %4d %10s %10s", s.stage,
-                   range(first_rank(cfg, s.stage), last_rank(cfg, s.stage)).c_str(), s.stage,
-                   range(0, p.tensor - 1).c_str(), range(0, p.data - 1).c_str(),
-                   static_cast<long long>(s.parameters), memory_text(s.states.weights).c_str(),
+            format("%-5d %-11s %-3d %-7s %-7s %6d %13lld %10s %10s %10s %11s %4d %10s %10s",
+                   s.stage, range(first_rank(cfg, s.stage), last_rank(cfg, s.stage)).c_str(),
+                   s.stage, range(0, p.tensor - 1).c_str(), range(0, p.data - 1).c_str(),
+                   stage_layers(cfg, s.stage), static_cast<long long>(s.parameters), memory_text(s.states.weights).c_str(),
                    memory_text(s.states.gradients).c_str(), memory_text(s.states.optimizer).c_str(),
                    memory_text(s.activations).c_str(), s.activation_sets,
                    memory_text(s.temporary).c_str(), memory_text(s.total()).c_str());
@@ -197,6 +206,9 @@ std::string render_text(const Plan& plan) {
     return out;
 }
 
+// A byte count as a JSON integer: exact, where %.9g would round a large one.
+int64_t byte_count(double b) { return std::llround(b); }
+
 std::string render_json(const Plan& plan) {
     const PlanInputs& in = plan.inputs;
     const config::Config& cfg = in.cfg;
@@ -241,27 +253,31 @@ std::string render_json(const Plan& plan) {
         for (int64_t r = first_rank(cfg, s.stage); r <= last_rank(cfg, s.stage); ++r)
             ranks.push_back(r);
         io::JsonLine st;
-        st.add("pp", s.stage).add("ranks", ranks).add("tp_size", p.tensor).add("dp_size", p.data);
+        st.add("pp", s.stage)
+            .add("ranks", ranks)
+            .add("tp_size", p.tensor)
+            .add("dp_size", p.data)
+            .add("layers", stage_layers(cfg, s.stage));
         io::JsonLine mem;
         mem.add("parameters", s.parameters)
-            .add("weights", s.states.weights)
-            .add("gradients", s.states.gradients)
-            .add("optimizer", s.states.optimizer)
-            .add("activations", s.activations)
+            .add("weights", byte_count(s.states.weights))
+            .add("gradients", byte_count(s.states.gradients))
+            .add("optimizer", byte_count(s.states.optimizer))
+            .add("activations", byte_count(s.activations))
             .add("activation_sets", s.activation_sets)
-            .add("korthikanti_activations", s.korthikanti)
-            .add("temporary", s.temporary)
-            .add("total", s.total());
+            .add("korthikanti_activations", byte_count(s.korthikanti))
+            .add("temporary", byte_count(s.temporary))
+            .add("total", byte_count(s.total()));
         if (plan.device_memory)
-            mem.add("fits", headroom(plan, s) >= 0).add("headroom", headroom(plan, s));
+            mem.add("fits", headroom(plan, s) >= 0).add("headroom", byte_count(headroom(plan, s)));
         st.add("memory_bytes", mem);
         io::JsonLine comm;
         for (const NamedGroup& g : groups(plan.traffic[static_cast<std::size_t>(s.stage)])) {
             io::JsonLine group;
             group.add("ranks", g.traffic->size)
                 .add("calls", g.traffic->call_count())
-                .add("payload_bytes", g.traffic->payload_bytes())
-                .add("sent_bytes", g.traffic->sent_bytes());
+                .add("payload_bytes", byte_count(g.traffic->payload_bytes()))
+                .add("sent_bytes", byte_count(g.traffic->sent_bytes()));
             comm.add(g.name, group);
         }
         st.add("communication", comm);
@@ -272,7 +288,7 @@ std::string render_json(const Plan& plan) {
     flops.add("model_flops_per_step", d.flops_per_step)
         .add("model_flops_per_gpu", d.flops_per_step / d.world_size);
     root.add("flops", flops);
-    if (plan.device_memory) root.add("device_memory_bytes", *plan.device_memory);
+    if (plan.device_memory) root.add("device_memory_bytes", byte_count(*plan.device_memory));
     if (plan.time) {
         const Hardware& hw = *plan.hardware;
         const StepTime& st = *plan.time;

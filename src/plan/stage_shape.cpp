@@ -30,9 +30,28 @@ std::vector<ChunkShape> stage_chunks(const config::Config& cfg, int stage) {
     std::vector<ChunkShape> chunks;
     for (int c = 0; c < v; ++c) {
         const int g = pipeline::global_chunk(P, stage, c);
-        chunks.push_back({cfg.model.layers / (P * v), g == 0, g == P * v - 1});
+        chunks.push_back({cfg.derived.chunk_layers[static_cast<std::size_t>(g)], g == 0, g == P * v - 1});
     }
     return chunks;
+}
+
+GemmFlops gemm_flops(const config::Config& cfg) {
+    using config::Recompute;
+    const RankDims d = rank_dims(cfg);
+    const double N = d.N, C = d.C, Cm = d.Cm, Fm = d.Fm, T = d.T, B = d.B;
+    const double V = static_cast<double>(d.vocab);
+    // qkv, projection, fc1, fc2, and the two attention products (causal: half of 4·B·T²·C/M).
+    const double fc2 = 2 * N * Fm * C;
+    const double scores = B * T * T * Cm;  // Q·Kᵀ, causal half
+    GemmFlops f;
+    f.layer_forward = 2 * N * C * 3 * Cm + 2 * N * Cm * C + 2 * N * C * Fm + fc2 + 2 * scores;
+    double rerun = 0;
+    if (cfg.training.recompute == Recompute::full) rerun = f.layer_forward - fc2;
+    if (cfg.training.recompute == Recompute::selective) rerun = scores;
+    f.layer_backward = 2 * f.layer_forward + rerun;
+    f.head_forward = 2 * N * C * V;
+    f.head_backward = 4 * N * C * V;
+    return f;
 }
 
 pipeline::Kind schedule_kind(const config::Config& cfg) {

@@ -38,6 +38,16 @@ struct ChunkShape {
 };
 std::vector<ChunkShape> stage_chunks(const config::Config& cfg, int stage);
 
+// GEMM FLOPs one rank executes for one microbatch: a layer's forward and backward (what
+// recompute reruns included: full reruns the forward up to the GELU, selective the
+// attention scores), and the LM head's (logits (N, Vp/M) and their gradients). Causal
+// attention counts at half, as kernels that skip the masked blocks run it.
+struct GemmFlops {
+    double layer_forward = 0, layer_backward = 0;
+    double head_forward = 0, head_backward = 0;
+};
+GemmFlops gemm_flops(const config::Config& cfg);
+
 pipeline::Kind schedule_kind(const config::Config& cfg);
 
 // What a stage's instruction stream for one step keeps at once, at most.

@@ -190,7 +190,7 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
             const auto& p = cfg.parallel;
             m.layout = CheckpointLayout{
                 p.pipeline,   p.tensor,     p.data, p.virtual_stages, config::to_string(p.schedule),
-                p.zero_stage, p.bucket_size};
+                p.zero_stage, p.bucket_size, cfg.derived.chunk_layers};
             m.precision = kernels::name_of(cfg.training.precision);
             {
                 std::ofstream out(tmp / "config.yaml");
@@ -255,7 +255,7 @@ FullCheckpoint read_checkpoint(const std::string& dir, bool moments) {
             throw Error(path + ": grid coordinates outside the manifest's layout");
         const model::ParamLayout writer(
             m.shape, f.tp, m.layout.tensor,
-            model::StagePlan{m.layout.pipeline, f.pp, m.layout.virtual_stages});
+            model::StagePlan{m.layout.pipeline, f.pp, m.layout.virtual_stages, m.layout.chunk_layers});
         const io::SafetensorsFile file = io::SafetensorsFile::open(path);
         for (const io::TensorInfo& info : file.tensors()) {
             const std::size_t slash = info.name.find('/'), last = info.name.rfind('/');

@@ -98,6 +98,8 @@ std::string manifest_json(const Manifest& m) {
         .add("schedule", m.layout.schedule)
         .add("zero_stage", m.layout.zero_stage)
         .add("bucket_size", m.layout.bucket_size);
+    const std::vector<int64_t> cuts(m.layout.chunk_layers.begin(), m.layout.chunk_layers.end());
+    layout.add("chunk_layers", std::span<const int64_t>(cuts));
     std::vector<io::JsonLine> files;
     for (const ManifestFile& f : m.files) {
         io::JsonLine j;
@@ -168,6 +170,21 @@ Manifest read_manifest(const std::string& dir) {
     m.layout.schedule = r.string(layout, "schedule");
     m.layout.zero_stage = r.small(layout, "zero_stage");
     m.layout.bucket_size = r.integer(layout, "bucket_size");
+    // Written since cuts could be unequal; without it the chunks are equal.
+    if (layout.find("chunk_layers")) {
+        const io::json::Value& cuts = r.member(layout, "chunk_layers");
+        if (!cuts.is_array()) r.fail("\"chunk_layers\" is not an array");
+        int total = 0;
+        for (const io::json::Value& n : cuts.array) {
+            if (!n.is_integer() || n.integer < 0 || n.integer > m.shape.layers)
+                r.fail("\"chunk_layers\" holds something other than a layer count");
+            m.layout.chunk_layers.push_back(static_cast<int>(n.integer));
+            total += static_cast<int>(n.integer);
+        }
+        if (total != m.shape.layers ||
+            static_cast<int>(cuts.array.size()) != m.layout.pipeline * m.layout.virtual_stages)
+            r.fail("\"chunk_layers\" does not cut the model's layers into its chunks");
+    }
     m.precision = r.string(root, "precision");
     const io::json::Value& files = r.member(root, "files");
     if (!files.is_array()) r.fail("\"files\" is not an array");

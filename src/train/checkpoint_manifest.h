@@ -32,6 +32,7 @@ struct CheckpointLayout {
     std::string schedule;  // as the config spells it
     int zero_stage = 1;
     int64_t bucket_size = 0;
+    std::vector<int> chunk_layers;  // layers of each global pipeline chunk (P·v)
 };
 
 struct Manifest {

@@ -1,4 +1,4 @@
-// The model's shape as the config describes it.
+// The model's shape, and a pipeline stage's part of it, as the config describes them.
 #pragma once
 
 #include "config/config.h"
@@ -16,6 +16,11 @@ inline model::GptShape gpt_shape(const config::Config& cfg) {
     s.heads = cfg.model.heads;
     s.ffn = cfg.model.ffn_hidden;
     return s;
+}
+
+inline model::StagePlan stage_plan(const config::Config& cfg, int stage) {
+    return model::StagePlan{cfg.parallel.pipeline, stage, cfg.parallel.virtual_stages,
+                            cfg.derived.chunk_layers};
 }
 
 }  // namespace trident::train

@@ -18,10 +18,6 @@ namespace {
 // Dropout seeds are a separate stream from initialisation's.
 constexpr uint64_t kDropoutStream = 0x64726F706F7574ull;  // "dropout"
 
-model::StagePlan stage_plan(const config::Config& cfg, parallel::Grid* grid) {
-    return model::StagePlan{cfg.parallel.pipeline, grid ? grid->coordinates().pp : 0,
-                            cfg.parallel.virtual_stages};
-}
 
 pipeline::Kind schedule_kind(config::Schedule s) {
     switch (s) {
@@ -57,7 +53,7 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* g
       embedding_(grid ? grid->embedding() : solo_),
       data_(grid ? grid->data() : solo_),
       model_(ops, gpt_shape(cfg), cfg.training.micro_batch, static_cast<float>(cfg.model.dropout),
-             &tensor_, cfg.parallel.sequence_parallel, stage_plan(cfg, grid),
+             &tensor_, cfg.parallel.sequence_parallel, stage_plan(cfg, grid ? grid->coordinates().pp : 0),
              static_cast<std::size_t>(data_.size()), recompute_mode(cfg.training.recompute),
              precision_of(cfg.training)),
       optimizer_(ops, model_.layout(), cfg.training,

@@ -2,11 +2,13 @@
 """Pipeline parallelism under mpirun: every schedule trains the same model as one process.
 
 P = 2 and 4 with 1F1B and GPipe, P = 2 with the interleaved schedule (v = 2), and P = 2
-combined with M = 2 (and sequence parallelism): the loss and every gathered gradient of one
+combined with M = 2 (and sequence parallelism), with the layers cut uniformly, by cost (auto)
+or as given (chunks without layers included): the loss and every gathered gradient of one
 global batch (tests/tools/model_dump) and the losses of 10 training steps (with validation)
 match P = 1 within 1e-5 relative. logging.trace writes a Chrome trace with every rank's spans.
-Layers not divisible by P·v and microbatches not a multiple of P for the interleaved schedule
-are refused with one clear message.
+Uniform cuts of layers not divisible by P·v, counts that do not add up to the layers, and
+microbatches not a multiple of P for the interleaved schedule are refused with one clear
+message.
 
 Needs only the standard library and mpirun; exit 77 (skipped) without mpirun.
 """
@@ -20,16 +22,19 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mpi_harness import (binaries_or_skip, check, failures, losses, read_safetensors, run,  # noqa: E402
                          tiny_run, worst_tensor_diff)
 
-# (P, M, schedule, v, sequence parallel)
-LAYOUTS = [(2, 1, "1f1b", 1, False), (4, 1, "1f1b", 1, False), (2, 1, "gpipe", 1, False),
-           (4, 1, "gpipe", 1, False), (2, 1, "interleaved", 2, False),
-           (2, 2, "1f1b", 1, False), (2, 2, "interleaved", 2, True)]
+# (P, M, schedule, v, sequence parallel, parallel.stage_layers)
+LAYOUTS = [(2, 1, "1f1b", 1, False, "uniform"), (4, 1, "1f1b", 1, False, "uniform"),
+           (2, 1, "gpipe", 1, False, "uniform"), (4, 1, "gpipe", 1, False, "auto"),
+           (2, 1, "interleaved", 2, False, "uniform"), (2, 2, "1f1b", 1, False, "auto"),
+           (2, 2, "interleaved", 2, True, "uniform"), (2, 1, "1f1b", 1, False, "[3,1]"),
+           (2, 1, "1f1b", 1, False, "[4,0]"), (2, 1, "interleaved", 2, False, "[0,2,1,1]")]
 
 
-def layout_args(p, m, schedule, v, sp):
+def layout_args(p, m, schedule, v, sp, cut="auto"):
     return ["--set", f"parallel.pipeline={p}", "--set", f"parallel.tensor={m}",
             "--set", f"parallel.schedule={schedule}", "--set", f"parallel.virtual_stages={v}",
-            "--set", f"parallel.sequence_parallel={'true' if sp else 'false'}"]
+            "--set", f"parallel.sequence_parallel={'true' if sp else 'false'}",
+            "--set", f"parallel.stage_layers={cut}"]
 
 
 def main():
@@ -52,9 +57,10 @@ def main():
             ranks=1)
         ref_rows = losses(path("m1.jsonl"))
 
-        for p, m, schedule, v, sp in LAYOUTS:
-            name = f"P={p} M={m} {schedule}{f' v={v}' if v > 1 else ''}{' +SP' if sp else ''}"
-            args = layout_args(p, m, schedule, v, sp)
+        for p, m, schedule, v, sp, cut in LAYOUTS:
+            name = (f"P={p} M={m} {schedule}{f' v={v}' if v > 1 else ''}{' +SP' if sp else ''}"
+                    f" layers {cut}")
+            args = layout_args(p, m, schedule, v, sp, cut)
             out = path("g.safetensors")
             run([dump] + base + init + args + ["--output", out], ranks=p * m)
             got = read_safetensors(out)
@@ -78,7 +84,7 @@ def main():
         # passes release theirs at once.
         for schedule, expect in (("1f1b", 2), ("gpipe", 4)):
             metrics = path("a.jsonl")
-            run([trident, "train"] + base + layout_args(2, 1, schedule, 1, False)
+            run([trident, "train"] + base + layout_args(2, 1, schedule, 1, False, "uniform")
                 + ["--set", f"logging.metrics={metrics}"], ranks=2)
             held = {r["activation_sets"] for r in losses(metrics)}
             check(held == {expect}, f"{schedule}, P=2, m=4: stage 0 holds {expect} microbatches' "
@@ -100,11 +106,18 @@ def main():
         check(tracks == {0, 1, 2, 3} and dict(count) == expected,
               f"Chrome trace: 4 tracks with every rank's spans ({sum(count.values())} spans)")
 
-        p = run([trident, "train"] + base + ["--set", "parallel.pipeline=3"], ranks=3,
-                expect_ok=False)
+        p = run([trident, "train"] + base + ["--set", "parallel.pipeline=3",
+                                             "--set", "parallel.stage_layers=uniform"],
+                ranks=3, expect_ok=False)
         check(p.returncode != 0 and p.stdout.count("trident: error") == 1
               and "model.layers (4) must be a multiple of parallel.pipeline" in p.stdout,
-              f"layers not divisible by P·v: one message, exit {p.returncode}")
+              f"uniform cuts of layers not divisible by P·v: one message, exit {p.returncode}")
+        p = run([trident, "train"] + base + ["--set", "parallel.pipeline=2",
+                                             "--set", "parallel.stage_layers=[2,1]"],
+                ranks=2, expect_ok=False)
+        check(p.returncode != 0 and p.stdout.count("trident: error") == 1
+              and "the counts add up to 3, but model.layers is 4" in p.stdout,
+              f"stage_layers not adding up to the layers: one message, exit {p.returncode}")
         p = run([trident, "train"] + base + layout_args(4, 1, "interleaved", 2, False)
                 + ["--set", "model.layers=8", "--set", "training.global_batch=12"],
                 ranks=4, expect_ok=False)

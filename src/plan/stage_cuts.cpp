@@ -1,0 +1,40 @@
+// Layers per pipeline chunk (see stage_cuts.h).
+#include "plan/stage_cuts.h"
+
+#include "plan/stage_shape.h"
+
+namespace trident::plan {
+
+std::vector<int> balanced_layers(int layers, int chunks, double layer_cost, double first_extra,
+                                 double last_extra) {
+    std::vector<int> counts(static_cast<std::size_t>(chunks), 0);
+    std::vector<double> load(static_cast<std::size_t>(chunks), 0.0);
+    load.front() += first_extra;
+    load.back() += last_extra;
+    for (int l = 0; l < layers; ++l) {
+        std::size_t best = load.size() - 1;
+        for (std::size_t g = load.size() - 1; g-- > 0;)
+            if (load[g] < load[best]) best = g;
+        load[best] += layer_cost;
+        ++counts[best];
+    }
+    return counts;
+}
+
+std::vector<int> chunk_layers(const config::Config& cfg) {
+    const config::StageLayers& cut = cfg.parallel.stage_layers;
+    const int chunks = cfg.parallel.pipeline * cfg.parallel.virtual_stages;
+    switch (cut.cut) {
+        case config::StageCut::given:
+            return cut.layers;
+        case config::StageCut::uniform:
+            return std::vector<int>(static_cast<std::size_t>(chunks), cfg.model.layers / chunks);
+        case config::StageCut::auto_:
+            break;
+    }
+    const GemmFlops f = gemm_flops(cfg);
+    return balanced_layers(cfg.model.layers, chunks, f.layer_forward + f.layer_backward, 0.0,
+                           f.head_forward + f.head_backward);
+}
+
+}  // namespace trident::plan
