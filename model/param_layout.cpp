@@ -2,6 +2,7 @@
 #include "model/param_layout.h"
 
 #include <algorithm>
+#include <functional>
 
 #include "error.h"
 
@@ -26,35 +27,13 @@ std::vector<int64_t> local_shape(std::vector<int64_t> full, Split split, int ten
     return full;
 }
 
-// Calls copy(local_offset, full_offset, count) for every contiguous run of the rank's slice.
+// Calls copy(local_offset, full_offset, count) for every contiguous run of the rank's slice,
+// offsets into the two layouts' buffers.
 template <typename Copy>
 void for_each_run(const ParamTensor& local, const ParamTensor& full, int rank, Copy copy) {
-    const std::size_t cols = full.full_shape.size() > 1 ? static_cast<std::size_t>(full.full_shape[1]) : 1;
-    switch (local.split) {
-        case Split::replicated:
-            copy(local.offset, full.offset, local.numel);
-            break;
-        case Split::rows: {
-            const std::size_t n = local.numel;
-            copy(local.offset, full.offset + static_cast<std::size_t>(rank) * n, n);
-            break;
-        }
-        case Split::qkv_rows: {  // three blocks: q, k, v
-            const std::size_t block = local.numel / 3, full_block = full.numel / 3;
-            for (std::size_t j = 0; j < 3; ++j)
-                copy(local.offset + j * block,
-                     full.offset + j * full_block + static_cast<std::size_t>(rank) * block, block);
-            break;
-        }
-        case Split::columns: {
-            const std::size_t rows = static_cast<std::size_t>(full.full_shape[0]);
-            const std::size_t width = static_cast<std::size_t>(local.shape[1]);
-            for (std::size_t r = 0; r < rows; ++r)
-                copy(local.offset + r * width,
-                     full.offset + r * cols + static_cast<std::size_t>(rank) * width, width);
-            break;
-        }
-    }
+    for_each_slice_run(local, rank, [&](std::size_t l, std::size_t f, std::size_t n) {
+        copy(local.offset + l, full.offset + f, n);
+    });
 }
 
 }  // namespace
@@ -159,24 +138,32 @@ void shard_params(const ParamLayout& full_layout, const float* full, const Param
                      });
 }
 
-std::size_t full_element(const ParamTensor& t, int tensor_rank, std::size_t i) {
+void for_each_slice_run(const ParamTensor& t, int tensor_rank,
+                        const std::function<void(std::size_t, std::size_t, std::size_t)>& fn) {
     const std::size_t rank = static_cast<std::size_t>(tensor_rank);
     switch (t.split) {
-        case Split::replicated: break;
-        case Split::rows: return rank * t.numel + i;
+        case Split::replicated:
+            fn(0, 0, t.numel);
+            break;
+        case Split::rows:
+            fn(0, rank * t.numel, t.numel);
+            break;
         case Split::qkv_rows: {  // three blocks: q, k, v
             std::size_t full_numel = 1;
             for (int64_t d : t.full_shape) full_numel *= static_cast<std::size_t>(d);
             const std::size_t block = t.numel / 3;
-            return i / block * (full_numel / 3) + rank * block + i % block;
+            for (std::size_t j = 0; j < 3; ++j)
+                fn(j * block, j * (full_numel / 3) + rank * block, block);
+            break;
         }
         case Split::columns: {
-            const std::size_t width = static_cast<std::size_t>(t.shape[1]);
+            const std::size_t rows = static_cast<std::size_t>(t.full_shape[0]);
             const std::size_t cols = static_cast<std::size_t>(t.full_shape[1]);
-            return i / width * cols + rank * width + i % width;
+            const std::size_t width = static_cast<std::size_t>(t.shape[1]);
+            for (std::size_t r = 0; r < rows; ++r) fn(r * width, r * cols + rank * width, width);
+            break;
         }
     }
-    return i;
 }
 
 void unshard_params(const ParamLayout& local_layout, const float* local,

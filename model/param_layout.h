@@ -26,6 +26,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -142,9 +143,11 @@ private:
 // the whole model: tensor_size 1, one stage) into `local` (the buffer of `local_layout`).
 void shard_params(const ParamLayout& full_layout, const float* full, const ParamLayout& local_layout,
                   float* local);
-// Where element i of tensor rank `tensor_rank`'s slice `t` lies within the whole tensor
-// (an index into its full_shape, row-major).
-std::size_t full_element(const ParamTensor& t, int tensor_rank, std::size_t i);
+// Where tensor rank `tensor_rank`'s slice `t` lies within the whole tensor: calls
+// fn(local, full, count) for each contiguous run of it, `local` an element index into the
+// slice and `full` into the whole tensor (row-major over full_shape), both increasing.
+void for_each_slice_run(const ParamTensor& t, int tensor_rank,
+                        const std::function<void(std::size_t, std::size_t, std::size_t)>& fn);
 // The reverse: writes this rank's slices back into their places in `full`.
 void unshard_params(const ParamLayout& local_layout, const float* local,
                     const ParamLayout& full_layout, float* full);

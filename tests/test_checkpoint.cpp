@@ -86,8 +86,8 @@ TEST_CASE("checkpoint: the manifest reads back as written", "[checkpoint]") {
     m.shape = model::GptShape{300, 384, 16, 2, 32, 4, 128};
     m.layout = train::CheckpointLayout{2, 2, 2, 2, "interleaved", 0, 4096, {1, 0, 0, 1}};
     m.precision = "fp16";
-    m.files = {{"config.yaml", -1, -1, -1, 1234, std::string(64, 'a')},
-               {"pp1_tp0_dp1.safetensors", 1, 0, 1, 99, std::string(64, 'b')}};
+    m.files = {{"config.yaml", -1, -1, -1, 1234, std::string(64, 'a'), ""},
+               {"pp1_tp0_dp1.safetensors", 1, 0, 1, 99, std::string(64, 'b'), std::string(64, 'c')}};
     fs::create_directories(ws.path("step"));
     std::ofstream(fs::path(ws.path("step")) / train::kManifestName) << train::manifest_json(m);
     const train::Manifest back = train::read_manifest(ws.path("step"));
@@ -109,6 +109,8 @@ TEST_CASE("checkpoint: the manifest reads back as written", "[checkpoint]") {
     CHECK(back.files[0].pp == -1);
     CHECK(back.files[1].name == "pp1_tp0_dp1.safetensors");
     CHECK(back.files[1].dp == 1);
+    CHECK(back.files[0].header_sha256.empty());
+    CHECK(back.files[1].header_sha256 == std::string(64, 'c'));
     CHECK(back.files[1].sha256 == std::string(64, 'b'));
 
     std::ofstream(fs::path(ws.path("step")) / train::kManifestName) << "{\"format\": \"other\"}";
@@ -118,7 +120,7 @@ TEST_CASE("checkpoint: the manifest reads back as written", "[checkpoint]") {
             Catch::Contains("not a Trident checkpoint"));
 }
 
-TEST_CASE("checkpoint: full_element places every slice element where unshard_params does",
+TEST_CASE("checkpoint: for_each_slice_run places every slice element where unshard_params does",
           "[checkpoint]") {
     const model::GptShape shape{300, 384, 16, 2, 32, 4, 128};
     const model::ParamLayout full(shape);
@@ -128,10 +130,15 @@ TEST_CASE("checkpoint: full_element places every slice element where unshard_par
         for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i + 1);
         std::vector<float> whole(full.total(), 0.0f);
         model::unshard_params(local, values.data(), full, whole.data());
-        for (const model::ParamTensor& t : local.tensors())
-            for (std::size_t i = 0; i < t.numel; ++i)
-                REQUIRE(whole[full.find(t.name)->offset + model::full_element(t, tp, i)] ==
-                        values[t.offset + i]);
+        for (const model::ParamTensor& t : local.tensors()) {
+            std::size_t covered = 0;
+            model::for_each_slice_run(t, tp, [&](std::size_t l, std::size_t f, std::size_t n) {
+                for (std::size_t i = 0; i < n; ++i)
+                    REQUIRE(whole[full.find(t.name)->offset + f + i] == values[t.offset + l + i]);
+                covered += n;
+            });
+            REQUIRE(covered == t.numel);
+        }
     }
 }
 
@@ -208,17 +215,19 @@ TEST_CASE("checkpoint: export writes the model that loads back with the same los
     checked(ws.train("--set training.precision=bf16 --set checkpoint.dir=" + ws.path("ck")));
     checked("export --checkpoint " + ws.path("ck") + " --output " + ws.path("w.safetensors"));
 
-    const train::FullCheckpoint ck = train::read_newest_checkpoint(ws.path("ck"));
+    const train::LoadedModel loaded = train::load_model_checkpoint(ws.path("ck"));
     config::Config cfg =
         config::load(ws.path("ck") + "/step_000003/config.yaml", {"training.precision=fp32"});
     auto ops = kernels::make_cpu_ops(1);
     train::Trainer restored(cfg, *ops);
-    train::restore_checkpoint(ck, restored);
+    train::restore_checkpoint(train::read_share(loaded.path, restored.model().layout(),
+                                                restored.optimizer().owned_ranges()),
+                              restored);
     train::Trainer imported(cfg, *ops);
     const model::ParamLayout whole(train::gpt_shape(cfg));
     std::vector<float> weights(whole.total());
     model::load_hf_gpt2(ws.path("w.safetensors"), whole, weights.data());
-    REQUIRE(weights == ck.master);  // the fp32 master weights, exactly
+    REQUIRE(weights == loaded.params);  // the fp32 master weights, exactly
     imported.model().load_full_params(weights);
     REQUIRE(imported.evaluate(kRandomTokens, 2) == restored.evaluate(kRandomTokens, 2));
 

@@ -11,6 +11,7 @@
 #include "commands/session.h"
 #include "data/dataset.h"
 #include "error.h"
+#include "parallel/agreement.h"
 #include "parallel/grid.h"
 #include "parallel/world.h"
 #include "train/metrics.h"
@@ -39,11 +40,13 @@ void check_resume_setting(const config::Config& cfg) {
                     train::kManifestName + "); give a step_* directory, auto or never");
 }
 
-// The checkpoint to resume from, agreed by every rank: checkpoint.resume's PATH, or with
-// `auto` the newest in checkpoint.dir that reads without fault (an unusable one is reported
-// and the one before it tried); none to start afresh.
-std::optional<train::FullCheckpoint> resume_point(const config::Config& cfg,
-                                                  parallel::World& world, bool leader) {
+// This rank's share of the checkpoint to resume from, agreed by every rank:
+// checkpoint.resume's PATH, or with `auto` the newest in checkpoint.dir that every rank reads
+// without fault (an unusable one is reported, with the first failing rank's reason, and the
+// one before it tried); none to start afresh.
+std::optional<train::CheckpointShare> resume_point(const config::Config& cfg,
+                                                   parallel::World& world, train::Trainer& trainer,
+                                                   bool leader) {
     const std::string& resume = cfg.checkpoint.resume;
     if (resume == "never" || (resume == "auto" && !cfg.checkpoint.dir)) return std::nullopt;
     std::vector<std::string> candidates;
@@ -54,15 +57,16 @@ std::optional<train::FullCheckpoint> resume_point(const config::Config& cfg,
         candidates.push_back(resume);
     }
     for (const std::string& dir : candidates) {
-        std::optional<train::FullCheckpoint> ck;
+        std::optional<train::CheckpointShare> share;
         std::string error;
         try {
-            ck = train::read_checkpoint(dir);
+            share = train::read_share(dir, trainer.model().layout(),
+                                      trainer.optimizer().owned_ranges());
         } catch (const std::exception& e) {
             error = e.what();
         }
-        if (!parallel::any_rank_failed(world, !error.empty())) return ck;
-        if (error.empty()) error = dir + ": unreadable on another rank";
+        error = parallel::first_failure(world.comm(), error);
+        if (error.empty()) return share;
         if (resume != "auto") throw EveryRankError("checkpoint.resume: " + error);
         if (leader) {
             std::fflush(stdout);
@@ -128,19 +132,26 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     initialise_weights(cfg, trainer.model());
     if (leader && cfg.model.init_from) std::printf("weights: %s\n", cfg.model.init_from->c_str());
     int start = 0, skipped_so_far = 0;
-    if (const auto ck = resume_point(cfg, world, leader)) {
-        try {
-            train::restore_checkpoint(*ck, trainer);
-        } catch (const Error& e) {  // the same checkpoint and config on every rank
-            throw EveryRankError(e.what());
-        }
+    if (const auto ck = resume_point(cfg, world, trainer, leader)) {
+        train::restore_checkpoint(*ck, trainer);  // collective
         start = ck->manifest.step;
         skipped_so_far = ck->manifest.skipped_total;
         const auto& l = ck->manifest.layout;
-        if (leader)
+        // What the ranks read: the most any one read, against the whole checkpoint.
+        int64_t read[2] = {static_cast<int64_t>(ck->tensor_bytes),
+                           static_cast<int64_t>(ck->header_bytes)};
+        world.comm().all_reduce(read, 2, parallel::ReduceOp::max);
+        uint64_t total = 0;
+        for (const train::ManifestFile& f : ck->manifest.files) total += f.bytes;
+        if (leader) {
             std::printf("resumed: %s at step %d (written by %d x %d x %d, %s, ZeRO stage %d, %s)\n",
                         ck->path.c_str(), start, l.pipeline, l.tensor, l.data, l.schedule.c_str(),
                         l.zero_stage, ck->manifest.precision.c_str());
+            std::printf("checkpoint read: at most %lld bytes of tensors and %lld of headers on "
+                        "a rank, of the checkpoint's %llu\n",
+                        static_cast<long long>(read[0]), static_cast<long long>(read[1]),
+                        static_cast<unsigned long long>(total));
+        }
     }
     if (start >= t.steps) {
         if (leader) std::printf("done: the checkpoint is at step %d, training.steps is %d\n", start, t.steps);

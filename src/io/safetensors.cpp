@@ -14,6 +14,7 @@
 
 #include "error.h"
 #include "io/json_reader.h"
+#include "io/sha256.h"
 
 namespace trident::io {
 
@@ -162,6 +163,8 @@ SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
         tensors_ = std::move(other.tensors_);
         index_ = std::move(other.index_);
         metadata_ = std::move(other.metadata_);
+        header_sha256_ = std::move(other.header_sha256_);
+        bytes_read_ = other.bytes_read_;
     }
     return *this;
 }
@@ -201,6 +204,11 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     if (!pread_all(file.fd_, header.data(), header.size(), 8, &why))
         throw fail("cannot read: " + why);
     file.data_start_ = 8 + static_cast<std::size_t>(header_size);
+    file.bytes_read_ = file.data_start_;
+    Sha256 header_hash;
+    header_hash.update(length_bytes, 8);
+    header_hash.update(header.data(), header.size());
+    file.header_sha256_ = header_hash.hex_digest();
     const uint64_t buffer_size = file_size - 8 - header_size;
 
     json::Value root;
@@ -296,6 +304,7 @@ void SafetensorsFile::read_f32(const TensorInfo& tensor, std::span<float> out) c
     if (tensor.dtype == DType::f32) {
         if (!pread_all(fd_, out.data(), out.size_bytes(), offset, &why))
             throw Error(where + ": cannot read: " + why);
+        bytes_read_ += out.size_bytes();
         return;
     }
     if (tensor.dtype != DType::f16 && tensor.dtype != DType::bf16)
@@ -309,8 +318,20 @@ void SafetensorsFile::read_f32(const TensorInfo& tensor, std::span<float> out) c
         if (!pread_all(fd_, raw.data(), n * 2, offset + done * 2, &why))
             throw Error(where + ": cannot read: " + why);
         kernels::widen(out.data() + done, kernels::ConstPtr(raw.data(), tensor.dtype), n);
+        bytes_read_ += n * 2;
         done += n;
     }
+}
+
+void SafetensorsFile::read_raw(const TensorInfo& tensor, std::span<char> out) const {
+    const std::string where = path_ + ": tensor " + json::quote(tensor.name);
+    if (out.size() != tensor.data_end - tensor.data_begin)
+        throw Error(where + " has " + std::to_string(tensor.data_end - tensor.data_begin) +
+                    " bytes, the buffer " + std::to_string(out.size()));
+    std::string why;
+    if (!pread_all(fd_, out.data(), out.size(), data_start_ + tensor.data_begin, &why))
+        throw Error(where + ": cannot read: " + why);
+    bytes_read_ += out.size();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -333,7 +354,15 @@ public:
         if (!committed_) ::unlink(path_.c_str());
     }
 
+    // Writes and hashes; the first `header_bytes` also go into the header's hash.
     void write(const void* data, std::size_t size) {
+        hash_.update(data, size);
+        if (header_left_ > 0) {
+            const std::size_t n = std::min(header_left_, size);
+            header_hash_.update(data, n);
+            header_left_ -= n;
+        }
+        bytes_ += size;
         const auto* p = static_cast<const char*>(data);
         while (size > 0) {
             const ssize_t put = ::write(fd_, p, size);
@@ -344,6 +373,11 @@ public:
             p += put;
             size -= static_cast<std::size_t>(put);
         }
+    }
+
+    void hash_header(std::size_t bytes) { header_left_ = bytes; }
+    WrittenFile written() {
+        return WrittenFile{bytes_, hash_.hex_digest(), header_hash_.hex_digest()};
     }
 
     // Flushes to disk and renames over the target, so readers see the old file or the new one.
@@ -361,12 +395,15 @@ private:
     std::string target_, path_;
     int fd_ = -1;
     bool committed_ = false;
+    Sha256 hash_, header_hash_;
+    std::size_t header_left_ = 0;
+    uint64_t bytes_ = 0;
 };
 
 }  // namespace
 
-void write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors,
-                       const std::map<std::string, std::string>& metadata) {
+WrittenFile write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors,
+                              const std::map<std::string, std::string>& metadata) {
     std::vector<std::size_t> order(tensors.size());
     std::iota(order.begin(), order.end(), std::size_t{0});
     std::sort(order.begin(), order.end(),
@@ -415,6 +452,7 @@ void write_safetensors(const std::string& path, std::span<const TensorToWrite> t
     header.append((8 - header.size() % 8) % 8, ' ');  // aligns the data buffer to 8 bytes
 
     TempFile out(path);
+    out.hash_header(8 + header.size());
     unsigned char length_bytes[8];
     uint64_t n = header.size();
     for (auto& b : length_bytes) {
@@ -424,7 +462,9 @@ void write_safetensors(const std::string& path, std::span<const TensorToWrite> t
     out.write(length_bytes, 8);
     out.write(header.data(), header.size());
     for (const std::size_t i : order) out.write(tensors[i].data, sizes[i]);  // bytes
+    WrittenFile written = out.written();
     out.commit();
+    return written;
 }
 
 }  // namespace trident::io

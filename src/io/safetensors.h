@@ -53,11 +53,18 @@ public:
     std::vector<std::string> names() const;                              // in data order
     const TensorInfo* find(std::string_view name) const;                 // nullptr if absent
     const std::map<std::string, std::string>& metadata() const { return metadata_; }
+    // The SHA-256 of the file's first 8 + N bytes (the length and the header), which open()
+    // read whole.
+    const std::string& header_sha256() const { return header_sha256_; }
+    // Bytes read from the file so far: the header, then every tensor read.
+    uint64_t bytes_read() const { return bytes_read_; }
 
     // The tensor's values as float, converted from F32, F16 or BF16; other dtypes are an error.
     std::vector<float> read_f32(std::string_view name) const;
     // Same, into `out` of exactly tensor.numel floats (no allocation).
     void read_f32(const TensorInfo& tensor, std::span<float> out) const;
+    // The tensor's bytes as stored, into `out` of exactly data_end - data_begin bytes.
+    void read_raw(const TensorInfo& tensor, std::span<char> out) const;
 
 private:
     SafetensorsFile() = default;
@@ -68,6 +75,8 @@ private:
     std::vector<TensorInfo> tensors_;
     std::map<std::string, std::size_t, std::less<>> index_;  // name -> position in tensors_
     std::map<std::string, std::string> metadata_;
+    std::string header_sha256_;
+    mutable uint64_t bytes_read_ = 0;
 };
 
 // One tensor to write; `data` holds product(shape) elements of `dtype` (F32: floats; F16,
@@ -79,10 +88,18 @@ struct TensorToWrite {
     DType dtype = DType::f32;
 };
 
-// Writes a safetensors file (F32, F16 or BF16 tensors): header keys sorted by name (data in the same order),
-// padded with spaces to a multiple of 8 bytes. Written to `path`.tmp.<pid> and renamed over
-// `path` once complete. Throws trident::Error on duplicate names or any I/O failure.
-void write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors,
-                       const std::map<std::string, std::string>& metadata = {});
+// What a write put on the disk, hashed as it was written.
+struct WrittenFile {
+    uint64_t bytes = 0;
+    std::string sha256;         // of the whole file
+    std::string header_sha256;  // of its first 8 + N bytes, as SafetensorsFile::header_sha256
+};
+
+// Writes a safetensors file (F32, F16 or BF16 tensors): header keys sorted by name (data in
+// the same order), padded with spaces to a multiple of 8 bytes. Written to `path`.tmp.<pid>
+// and renamed over `path` once complete. Throws trident::Error on duplicate names or any I/O
+// failure.
+WrittenFile write_safetensors(const std::string& path, std::span<const TensorToWrite> tensors,
+                              const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace trident::io

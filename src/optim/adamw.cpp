@@ -96,10 +96,18 @@ void AdamW::step(kernels::Ptr params, kernels::ConstPtr grads, double lr, float 
                           static_cast<float>(cfg_.eps),
                           r.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f, step_,
                           grad_scale, params + r.offset);
-    // In place: every replica's updated part into every replica.
-    if (zero_stage_ == 1)
-        for (const Bucket& b : buckets_)
-            data_.all_gather(params + b.mine, params + b.begin, owned_part(b));
+    gather_params(params);
+}
+
+void AdamW::gather_params(kernels::Ptr params) {
+    if (zero_stage_ != 1) return;
+    for (const Bucket& b : buckets_) data_.all_gather(params + b.mine, params + b.begin, owned_part(b));
+}
+
+void AdamW::params_from_master(kernels::Ptr params) {
+    for (const Bucket& b : buckets_)
+        ops_.convert(params + b.mine, master_.f32() + b.state, owned_part(b));
+    gather_params(params);
 }
 
 AdamW::State AdamW::state(kernels::ConstPtr params) const {

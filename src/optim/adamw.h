@@ -80,6 +80,9 @@ public:
     // The reverse, from a State of this buffer layout (only the owned elements are read);
     // the next update continues from it instead of taking the parameters.
     void restore(const State& state);
+    // `params` as an update leaves them: the master weights of what this rank owns, rounded
+    // to the parameters' type, made whole on every replica. Collective over the data group.
+    void params_from_master(kernels::Ptr params);
     // The parts of the buffer this rank owns: (offset, count) in buffer order.
     std::vector<std::pair<std::size_t, std::size_t>> owned_ranges() const;
     // Elements of the buffer this rank updates, and the bytes of optimizer state it holds
@@ -101,6 +104,8 @@ private:
     };
 
     std::size_t owned_part(const Bucket& b) const;  // floats of the bucket this rank updates
+    // Every replica's updated part into every replica (zero_stage 1; in place).
+    void gather_params(kernels::Ptr params);
 
     kernels::Ops& ops_;
     config::TrainingConfig cfg_;

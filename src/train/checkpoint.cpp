@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "error.h"
 #include "io/safetensors.h"
 #include "io/sha256.h"
+#include "parallel/agreement.h"
 #include "kernels/dtype.h"
 #include "train/model_shape.h"
 
@@ -49,9 +51,9 @@ void discard(const fs::path& dir) {
     fs::remove_all(doomed);
 }
 
-// This rank's shard (see checkpoint.h).
-void write_shard(const std::string& path, Trainer& trainer, const parallel::Coordinates& c,
-                 int zero_stage) {
+// This rank's shard (see checkpoint.h), each tensor's SHA-256 in its header.
+io::WrittenFile write_shard(const std::string& path, Trainer& trainer,
+                            const parallel::Coordinates& c, int zero_stage) {
     model::Gpt& gpt = trainer.model();
     const model::ParamLayout& layout = gpt.layout();
     const optim::AdamW::State state = trainer.optimizer().state(gpt.params());
@@ -85,37 +87,28 @@ void write_shard(const std::string& path, Trainer& trainer, const parallel::Coor
                      moments[k]->data() + lo});
         }
     }
-    io::write_safetensors(path, tensors, {{"format", "trident-shard"}});
+    std::map<std::string, std::string> metadata{{"format", "trident-shard"}};
+    for (const io::TensorToWrite& t : tensors) {
+        std::size_t bytes = kernels::size_of(t.dtype);
+        for (int64_t d : t.shape) bytes *= static_cast<std::size_t>(d);
+        metadata["sha256/" + t.name] =
+            io::sha256_hex(std::string_view(static_cast<const char*>(t.data), bytes));
+    }
+    return io::write_safetensors(path, tensors, metadata);
 }
 
 // What each rank tells every other after writing its shard, gathered as bytes (every rank
 // runs the same binary, so the layout is one).
 struct ShardReport {
-    uint64_t bytes = 0;  // the shard's size
-    uint8_t failed = 0;
-    char sha256[64] = {};  // the shard's digest in hex
+    uint64_t bytes = 0;           // the shard's size
+    char sha256[64] = {};         // the shard's digest in hex
+    char header_sha256[64] = {};  // its header's
 };
 
-// Any rank's failure becomes an error on every rank (this rank's own message where it has one).
+// Any rank's failure becomes an error on every rank, with the first failing rank's message.
 void agree(parallel::Comm& world, const std::string& error, const std::string& what) {
-    int32_t failed = error.empty() ? 0 : 1;
-    world.all_reduce(&failed, 1, parallel::ReduceOp::max);
-    if (failed != 0)
-        throw Error(error.empty() ? what + ": another rank failed" : what + ": " + error);
-}
-
-// `full` (a buffer of `from`) in the layout `to` of the same model: tensor by tensor, wte's
-// rows up to the smaller padded vocabulary (the padding rows are zero in both).
-std::vector<float> relayout(const model::ParamLayout& from, const std::vector<float>& full,
-                            const model::ParamLayout& to) {
-    std::vector<float> out(to.total(), 0.0f);
-    for (const model::ParamTensor& t : to.tensors()) {
-        const model::ParamTensor* s = from.find(t.name);
-        std::copy_n(full.begin() + static_cast<std::ptrdiff_t>(s->offset),
-                    std::min(s->numel, t.numel),
-                    out.begin() + static_cast<std::ptrdiff_t>(t.offset));
-    }
-    return out;
+    const std::string failure = parallel::first_failure(world, error);
+    if (!failure.empty()) throw Error(what + ": " + failure);
 }
 
 bool same_model(const model::GptShape& a, const model::GptShape& b) {
@@ -159,22 +152,17 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
     const fs::path shard = tmp / shard_name(c);
     ShardReport report;
     try {
-        write_shard(shard.string(), trainer, c, cfg.parallel.zero_stage);
-        const std::string hex = io::sha256_file(shard.string());
-        std::copy(hex.begin(), hex.end(), report.sha256);
-        report.bytes = fs::file_size(shard);
+        const io::WrittenFile written = write_shard(shard.string(), trainer, c, cfg.parallel.zero_stage);
+        std::copy(written.sha256.begin(), written.sha256.end(), report.sha256);
+        std::copy(written.header_sha256.begin(), written.header_sha256.end(), report.header_sha256);
+        report.bytes = written.bytes;
     } catch (const std::exception& e) {
         error = e.what();
-        report.failed = 1;
     }
+    agree(world, error, what);
     std::vector<ShardReport> reports(static_cast<std::size_t>(world.size()));
     world.all_gather(kernels::ConstPtr(&report, kernels::DType::u8),
                      kernels::Ptr(reports.data(), kernels::DType::u8), sizeof(ShardReport));
-    bool any_failed = false;
-    for (const ShardReport& r : reports) any_failed |= r.failed != 0;
-    if (any_failed)
-        throw Error(error.empty() ? what + ": another rank failed to write its shard"
-                                  : what + ": " + error);
 
     if (leader) {
         try {
@@ -199,12 +187,13 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
             }
             sync_path(tmp / "config.yaml");
             m.files.push_back({"config.yaml", -1, -1, -1, fs::file_size(tmp / "config.yaml"),
-                               io::sha256_file((tmp / "config.yaml").string())});
+                               io::sha256_file((tmp / "config.yaml").string()), ""});
             for (int r = 0; r < world.size(); ++r) {
                 const parallel::Coordinates rc = parallel::coordinates_of(grid.shape(), r);
                 const ShardReport& written = reports[static_cast<std::size_t>(r)];
                 m.files.push_back({shard_name(rc), rc.pp, rc.tp, rc.dp, written.bytes,
-                                   std::string(written.sha256, sizeof(written.sha256))});
+                                   std::string(written.sha256, sizeof(written.sha256)),
+                                   std::string(written.header_sha256, sizeof(written.header_sha256))});
             }
             {
                 std::ofstream out(tmp / kManifestName);
@@ -234,20 +223,105 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
     return final_dir.string();
 }
 
-FullCheckpoint read_checkpoint(const std::string& dir, bool moments) {
-    FullCheckpoint ck;
-    ck.path = dir;
-    ck.manifest = read_manifest(dir);
-    verify_files(dir, ck.manifest);
-    const Manifest& m = ck.manifest;
-    const model::ParamLayout full(m.shape);
-    ck.master.assign(full.total(), 0.0f);
-    if (moments) {
-        ck.exp_avg.assign(full.total(), 0.0f);
-        ck.exp_avg_sq.assign(full.total(), 0.0f);
+namespace {
+
+// Where a rank needs values: a run of elements of one tensor, from `full` in whole-tensor
+// coordinates, to `local` in the reader's flat buffer.
+struct Need {
+    std::size_t full, count, local;
+};
+
+// The runs of the reader's owned elements, tensor by tensor, sorted by `full`.
+std::map<std::string, std::vector<Need>> needs_of(
+    const model::ParamLayout& layout, const std::vector<std::pair<std::size_t, std::size_t>>& owned) {
+    std::map<std::string, std::vector<Need>> needs;
+    for (const model::ParamTensor& t : layout.tensors())
+        for (const auto& [offset, count] : owned) {
+            const std::size_t lo = std::max(t.offset, offset) - t.offset;
+            const std::size_t hi = std::min(t.offset + t.numel, offset + count);
+            if (t.offset + lo >= hi) continue;
+            const std::size_t end = hi - t.offset;
+            model::for_each_slice_run(t, layout.tensor_rank(),
+                                      [&](std::size_t l, std::size_t f, std::size_t n) {
+                                          const std::size_t a = std::max(l, lo), b = std::min(l + n, end);
+                                          if (a < b) needs[t.name].push_back({f + a - l, b - a, t.offset + a});
+                                      });
+        }
+    for (auto& [name, runs] : needs)
+        std::sort(runs.begin(), runs.end(), [](const Need& x, const Need& y) { return x.full < y.full; });
+    return needs;
+}
+
+// Calls take(piece_offset, count, local) for each overlap of a piece (elements lo .. lo+n of
+// the writer's slice `t` of tensor rank `tp`) with the sorted runs `needs`.
+template <typename Take>
+void overlaps(const model::ParamTensor& t, int tp, std::size_t lo, std::size_t n,
+              const std::vector<Need>& needs, Take take) {
+    model::for_each_slice_run(t, tp, [&](std::size_t l, std::size_t f, std::size_t count) {
+        const std::size_t a = std::max(l, lo), b = std::min(l + count, lo + n);
+        if (a >= b) return;
+        const std::size_t full = f + a - l, full_end = f + b - l;
+        // The first run that ends after `full`.
+        auto it = std::upper_bound(needs.begin(), needs.end(), full,
+                                   [](std::size_t x, const Need& r) { return x < r.full + r.count; });
+        for (; it != needs.end() && it->full < full_end; ++it) {
+            const std::size_t from = std::max(full, it->full);
+            const std::size_t to = std::min(full_end, it->full + it->count);
+            take(a - lo + (from - full), to - from, it->local + (from - it->full));
+        }
+    });
+}
+
+// A piece's name: KIND/TENSOR/LO (checkpoint.h).
+struct PieceName {
+    int kind = -1;  // into kKinds; -1: not an optimizer piece (param/..., or malformed)
+    std::string tensor;
+    std::size_t lo = 0;
+};
+PieceName parse_piece(const std::string& name) {
+    PieceName p;
+    const std::size_t slash = name.find('/'), last = name.rfind('/');
+    if (slash == std::string::npos || last <= slash) return p;
+    const std::string kind = name.substr(0, slash);
+    for (int k = 0; k < 3; ++k)
+        if (kind == kKinds[k]) p.kind = k;
+    p.tensor = name.substr(slash + 1, last - slash - 1);
+    try {
+        p.lo = std::stoull(name.substr(last + 1));
+    } catch (const std::logic_error&) {
+        p.kind = -1;
     }
-    std::vector<float>* targets[3] = {&ck.master, &ck.exp_avg, &ck.exp_avg_sq};
-    std::vector<uint8_t> seen(full.total(), 0);
+    return p;
+}
+
+}  // namespace
+
+CheckpointShare read_share(const std::string& dir, const model::ParamLayout& layout,
+                           const std::vector<std::pair<std::size_t, std::size_t>>& owned,
+                           bool moments) {
+    CheckpointShare share;
+    share.path = dir;
+    share.manifest = read_manifest(dir);
+    const Manifest& m = share.manifest;
+    if (!same_model(m.shape, layout.shape()))
+        throw Error(dir + ": holds another model (" + describe(m.shape) +
+                    ") than the config asks for (" + describe(layout.shape()) + ")");
+    for (const ManifestFile& f : m.files) {  // sizes: no reading
+        const std::string path = (fs::path(dir) / f.name).string();
+        std::error_code ec;
+        const auto size = fs::file_size(path, ec);
+        if (ec) throw Error(path + ": missing (the checkpoint is incomplete)");
+        if (size != f.bytes)
+            throw Error(path + ": " + std::to_string(size) + " bytes, the manifest says " +
+                        std::to_string(f.bytes) + " (truncated or overwritten)");
+    }
+
+    const std::map<std::string, std::vector<Need>> needs = needs_of(layout, owned);
+    std::vector<float>* targets[3] = {&share.master, &share.exp_avg, &share.exp_avg_sq};
+    for (int k = 0; k < (moments ? 3 : 1); ++k) targets[k]->assign(layout.total(), 0.0f);
+    std::vector<uint8_t> seen(layout.total() * 3, 0);  // per kind, per element of the buffer
+    const model::ParamLayout whole(m.shape);  // the writer's whole tensors (its padded vocab)
+
     for (const ManifestFile& f : m.files) {
         if (f.pp < 0) continue;
         const std::string path = (fs::path(dir) / f.name).string();
@@ -256,96 +330,120 @@ FullCheckpoint read_checkpoint(const std::string& dir, bool moments) {
         const model::ParamLayout writer(
             m.shape, f.tp, m.layout.tensor,
             model::StagePlan{m.layout.pipeline, f.pp, m.layout.virtual_stages, m.layout.chunk_layers});
+        // Opened only if the writer's slices hold anything this rank needs.
+        bool wanted = false;
+        for (const model::ParamTensor& t : writer.tensors()) {
+            const auto it = needs.find(t.name);
+            if (it != needs.end() && !writer.held_elsewhere(t))
+                overlaps(t, f.tp, 0, t.numel, it->second,
+                         [&](std::size_t, std::size_t, std::size_t) { wanted = true; });
+        }
+        if (!wanted) continue;
+
         const io::SafetensorsFile file = io::SafetensorsFile::open(path);
+        // The pieces' digests are in the header, and the header's in the manifest; a
+        // checkpoint written without them is checked whole.
+        const bool pieces_checked = !f.header_sha256.empty();
+        if (pieces_checked && file.header_sha256() != f.header_sha256)
+            throw Error(path + ": SHA-256 of the header does not match the manifest (the file "
+                               "is corrupt)");
+        if (!pieces_checked) {
+            if (io::sha256_file(path) != f.sha256)
+                throw Error(path + ": SHA-256 does not match the manifest (the file is corrupt)");
+            share.tensor_bytes += f.bytes;
+        }
+        uint64_t pieces_read = 0;
+        std::vector<char> raw;
         for (const io::TensorInfo& info : file.tensors()) {
-            const std::size_t slash = info.name.find('/'), last = info.name.rfind('/');
-            const std::string kind = info.name.substr(0, slash);
-            if (kind == "param") continue;
-            const int k = kind == kKinds[0]   ? 0
-                          : kind == kKinds[1] ? 1
-                          : kind == kKinds[2] ? 2
-                                              : -1;
-            const model::ParamTensor* t =
-                last > slash ? writer.find(info.name.substr(slash + 1, last - slash - 1)) : nullptr;
-            std::size_t lo = 0;
-            try {
-                lo = std::stoull(info.name.substr(last + 1));
-            } catch (const std::logic_error&) {
-                t = nullptr;
+            const PieceName piece = parse_piece(info.name);
+            if (info.name.rfind("param/", 0) == 0) continue;
+            const model::ParamTensor* t = piece.kind >= 0 ? writer.find(piece.tensor) : nullptr;
+            if (!t || piece.lo + info.numel > t->numel || info.dtype != kernels::DType::f32)
+                throw Error(path + ": tensor \"" + info.name + "\" is not part of this rank's layout");
+            if (piece.kind > 0 && !moments) continue;
+            const auto need = needs.find(t->name);
+            if (need == needs.end()) continue;
+            std::vector<std::array<std::size_t, 3>> takes;  // piece offset, count, local
+            overlaps(*t, f.tp, piece.lo, info.numel, need->second,
+                     [&](std::size_t at, std::size_t n, std::size_t local) { takes.push_back({at, n, local}); });
+            if (takes.empty()) continue;
+            raw.resize(info.data_end - info.data_begin);
+            file.read_raw(info, raw);
+            pieces_read += raw.size();
+            if (pieces_checked) {
+                const auto digest = file.metadata().find("sha256/" + info.name);
+                if (digest == file.metadata().end())
+                    throw Error(path + ": tensor \"" + info.name + "\" has no SHA-256 in the header");
+                if (io::sha256_hex(std::string_view(raw.data(), raw.size())) != digest->second)
+                    throw Error(path + ": SHA-256 does not match for tensor \"" + info.name +
+                                "\" (the file is corrupt)");
             }
-            if (k < 0 || !t || lo + info.numel > t->numel)
-                throw Error(path + ": tensor \"" + info.name +
-                            "\" is not part of this rank's layout");
-            if (k > 0 && !moments) continue;
-            const std::vector<float> values = file.read_f32(info.name);
-            const std::size_t base = full.find(t->name)->offset;
-            std::vector<float>& target = *targets[k];
-            for (std::size_t i = 0; i < values.size(); ++i) {
-                const std::size_t at = base + model::full_element(*t, f.tp, lo + i);
-                target[at] = values[i];
-                if (k == 0 && seen[at]++)
-                    throw Error(path + ": tensor \"" + info.name + "\" overlaps another shard");
-            }
+            const float* values = reinterpret_cast<const float*>(raw.data());
+            std::vector<float>& target = *targets[piece.kind];
+            for (const auto& [at, n, local] : takes)
+                for (std::size_t i = 0; i < n; ++i) {
+                    target[local + i] = values[at + i];
+                    if (seen[3 * (local + i) + static_cast<std::size_t>(piece.kind)]++)
+                        throw Error(path + ": tensor \"" + info.name + "\" overlaps another shard");
+                }
         }
+        share.header_bytes += file.bytes_read() - pieces_read;
+        share.tensor_bytes += pieces_read;
     }
-    const auto missing = std::count(seen.begin(), seen.end(), uint8_t{0});
-    if (missing > 0)
-        throw Error(dir + ": incomplete: the shards lack " + std::to_string(missing) + " of the " +
-                    std::to_string(seen.size()) + " master weights");
-    return ck;
+
+    // Every element owned must have come from some shard, but for padded vocabulary rows
+    // past the writer's (zero in every layout).
+    for (const auto& [name, runs] : needs) {
+        const std::size_t written = whole.find(name)->numel;
+        for (const Need& r : runs)
+            for (std::size_t i = 0; i < r.count && r.full + i < written; ++i)
+                for (int k = 0; k < (moments ? 3 : 1); ++k)
+                    if (!seen[3 * (r.local + i) + static_cast<std::size_t>(k)])
+                        throw Error(dir + ": incomplete: no shard holds " + kKinds[k] + " of \"" +
+                                    name + "\" element " + std::to_string(r.full + i));
+    }
+    return share;
 }
 
-FullCheckpoint read_newest_checkpoint(const std::string& path, bool moments) {
-    if (fs::exists(fs::path(path) / kManifestName)) return read_checkpoint(path, moments);
-    const auto all = list_checkpoints(path);
-    if (all.empty())
-        throw Error(path +
-                    ": no checkpoint here (expected manifest.json, or step_* directories "
-                    "holding one)");
-    for (auto it = all.rbegin(); it != all.rend(); ++it) {
-        try {
-            return read_checkpoint(*it, moments);
-        } catch (const Error& e) {
-            std::fprintf(stderr, "checkpoint: skipping %s: %s\n", it->c_str(), e.what());
-        }
-    }
-    throw Error(path + ": none of its " + std::to_string(all.size()) + " checkpoints is usable");
-}
-
-void restore_checkpoint(const FullCheckpoint& ck, Trainer& trainer) {
-    const Manifest& m = ck.manifest;
-    model::Gpt& gpt = trainer.model();
-    if (!same_model(m.shape, gpt.shape()))
-        throw Error(ck.path + ": holds another model (" + describe(m.shape) +
-                    ") than the config asks for (" + describe(gpt.shape()) + ")");
-    const model::ParamLayout from(m.shape), whole(gpt.shape());
-    const std::vector<float> master = relayout(from, ck.master, whole);
-    gpt.load_full_params(master);  // the parameters: the master weights, rounded
-
+void restore_checkpoint(const CheckpointShare& share, Trainer& trainer) {
+    const Manifest& m = share.manifest;
     optim::AdamW::State state;
     state.step = m.adam_step;
-    const std::vector<float>* sources[3] = {&master, &ck.exp_avg, &ck.exp_avg_sq};
-    std::vector<float>* parts[3] = {&state.master, &state.m, &state.v};
-    for (int k = 0; k < 3; ++k) {
-        const std::vector<float> full = k == 0 ? master : relayout(from, *sources[k], whole);
-        parts[k]->assign(gpt.buffer_size(), 0.0f);
-        model::shard_params(whole, full.data(), gpt.layout(), parts[k]->data());
-    }
+    state.master = share.master;
+    state.m = share.exp_avg;
+    state.v = share.exp_avg_sq;
     trainer.optimizer().restore(state);
+    trainer.optimizer().params_from_master(trainer.model().params());  // collective
     if (trainer.scaler().dynamic() && m.precision == kernels::name_of(kernels::DType::f16))
         trainer.scaler().restore(m.loss_scale, m.good_steps);
 }
 
 LoadedModel load_model_checkpoint(const std::string& path) {
-    const FullCheckpoint ck = read_newest_checkpoint(path, false);
-    LoadedModel loaded;
-    loaded.path = ck.path;
-    loaded.cfg = config::load((fs::path(ck.path) / "config.yaml").string());
-    const model::ParamLayout whole(gpt_shape(loaded.cfg));
-    if (!same_model(ck.manifest.shape, whole.shape()))
-        throw Error(ck.path + ": config.yaml and manifest.json describe different models");
-    loaded.params = relayout(model::ParamLayout(ck.manifest.shape), ck.master, whole);
-    return loaded;
+    std::vector<std::string> candidates;
+    if (fs::exists(fs::path(path) / kManifestName)) {
+        candidates.push_back(path);
+    } else {
+        candidates = list_checkpoints(path);
+        std::reverse(candidates.begin(), candidates.end());
+        if (candidates.empty())
+            throw Error(path + ": no checkpoint here (expected manifest.json, or step_* "
+                               "directories holding one)");
+    }
+    for (const std::string& dir : candidates) {
+        try {
+            LoadedModel loaded;
+            loaded.path = dir;
+            loaded.cfg = config::load((fs::path(dir) / "config.yaml").string());
+            const model::ParamLayout whole(gpt_shape(loaded.cfg));
+            loaded.params = read_share(dir, whole, {{0, whole.total()}}, false).master;
+            return loaded;
+        } catch (const Error& e) {
+            if (candidates.size() == 1) throw;
+            std::fprintf(stderr, "checkpoint: skipping %s: %s\n", dir.c_str(), e.what());
+        }
+    }
+    throw Error(path + ": none of its " + std::to_string(candidates.size()) +
+                " checkpoints is usable");
 }
 
 }  // namespace trident::train

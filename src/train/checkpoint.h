@@ -27,11 +27,16 @@
 // all succeeded; rank 0 then writes config.yaml and the manifest and renames the directory to
 // step_NNNNNN. A crash at any point leaves the previous checkpoints as they were.
 //
-// Loading (any layout, any precision): the manifest and every file's checksum are checked,
-// the whole model's master weights and moments are put together from all shards, and each
-// rank takes its part for its own layout and ZeRO ownership. The parameters are the master
-// weights rounded to the run's precision, which is bitwise what the uninterrupted run holds:
-// each update rounds the master weights into the parameters the same way.
+// Every shard's header records the SHA-256 of each of its tensors (metadata key
+// "sha256/NAME"), and the manifest the SHA-256 of each shard's header, so a reader can check
+// the pieces it reads without reading the rest.
+//
+// Loading (any layout, any precision): each rank reads, for its own layout and ZeRO
+// ownership, the master weights and moments of what it owns, from the pieces of whichever
+// shards hold them (read_share); the parameters are those master weights rounded to the
+// run's precision and all-gathered over the data-parallel group, which is bitwise what the
+// uninterrupted run holds: each update rounds the master weights into the parameters the
+// same way.
 #pragma once
 
 #include <string>
@@ -52,30 +57,38 @@ namespace trident::train {
 std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, parallel::Grid& grid,
                             parallel::Comm& world, int step, int skipped_total);
 
-// A checkpoint read whole: the manifest and the whole model's fp32 master weights and moments
-// (buffers of model::ParamLayout(manifest.shape)).
-struct FullCheckpoint {
+// What one rank reads of a checkpoint: the fp32 master weights and (with `moments`) Adam's
+// moments of the ranges of its own flat buffer that it owns, never the whole model.
+struct CheckpointShare {
     std::string path;
     Manifest manifest;
+    // Buffers of the reader's layout, filled on the owned ranges (zero elsewhere); the
+    // moments are empty without `moments`.
     std::vector<float> master, exp_avg, exp_avg_sq;
+    uint64_t header_bytes = 0;  // read: the headers of the shards that hold any of it
+    uint64_t tensor_bytes = 0;  // read: the tensor pieces that hold any of it
 };
 
-// Reads a checkpoint directory after checking its manifest and every file's size and
-// SHA-256; without `moments`, the master weights only. Throws trident::Error naming the
-// file at fault.
-FullCheckpoint read_checkpoint(const std::string& dir, bool moments = true);
+// Reads the part of the checkpoint in `dir` that a rank with `layout` owns: `owned` are
+// (offset, count) ranges of its flat buffer (the optimizer's ZeRO ownership). Only shards
+// that hold some of it are opened, and of them only the header and the pieces overlapping
+// it are read: a rank of a same-layout resume reads about 1/ranks of the checkpoint. What it
+// reads is checked first (file sizes and header digests against the manifest, each piece's
+// SHA-256 against its shard's header; a checkpoint written without them is checked whole).
+// Throws trident::Error naming the file at fault; the model must be the layout's.
+CheckpointShare read_share(const std::string& dir, const model::ParamLayout& layout,
+                           const std::vector<std::pair<std::size_t, std::size_t>>& owned,
+                           bool moments = true);
 
-// `path` itself if it is a checkpoint directory (holds a manifest.json), else the newest
-// step_* in it that reads without fault, each unusable newer one reported on stderr.
-FullCheckpoint read_newest_checkpoint(const std::string& path, bool moments = true);
+// Puts a share into the trainer of this rank: the optimizer's state of what it owns, the
+// parameters as those master weights rounded and gathered over the data-parallel group (as
+// after an update: bitwise what the uninterrupted run holds), and (fp16 to fp16) the loss
+// scaler. Collective over the data group; layout and precision may differ from the writer's.
+void restore_checkpoint(const CheckpointShare& share, Trainer& trainer);
 
-// Puts a checkpoint into the trainer of this rank: parameters, optimizer state and (fp16 to
-// fp16) the loss scaler. The model's shape must be the config's; layout and precision may
-// differ from the writer's.
-void restore_checkpoint(const FullCheckpoint& ck, Trainer& trainer);
-
-// The model of a checkpoint (or of the newest usable one in a checkpoint.dir) with its config:
-// the fp32 master weights in the layout of the config's model.
+// The model of a checkpoint (or of the newest usable one in a checkpoint.dir, each unusable
+// newer one reported on stderr) with its config: the fp32 master weights in the layout of
+// the config's model.
 struct LoadedModel {
     config::Config cfg;
     std::vector<float> params;  // host, model::ParamLayout(gpt_shape(cfg))

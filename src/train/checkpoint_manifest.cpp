@@ -106,6 +106,7 @@ std::string manifest_json(const Manifest& m) {
         j.add("name", f.name);
         if (f.pp >= 0) j.add("pp", f.pp).add("tp", f.tp).add("dp", f.dp);
         j.add("bytes", static_cast<int64_t>(f.bytes)).add("sha256", f.sha256);
+        if (!f.header_sha256.empty()) j.add("header_sha256", f.header_sha256);
         files.push_back(j);
     }
     io::JsonLine j;
@@ -200,6 +201,7 @@ Manifest read_manifest(const std::string& dir) {
         }
         mf.bytes = static_cast<uint64_t>(r.integer(f, "bytes"));
         mf.sha256 = r.string(f, "sha256");
+        if (f.find("header_sha256")) mf.header_sha256 = r.string(f, "header_sha256");
         m.files.push_back(std::move(mf));
     }
     if (m.step < 1 || m.layout.pipeline < 1 || m.layout.tensor < 1 || m.layout.data < 1 ||

@@ -4,12 +4,14 @@ P >= 2, on 2x1x2 with v = 2, and 1F1B on 1x2x2; a ZeRO-0 checkpoint of 2x1x2 -> 
 the uninterrupted one-process run's losses to 1e-5; export from 2x2x2 gives one process the
 model, to its loss; SIGTERM to one rank (as Slurm sends it) or SIGUSR1 to mpirun (which passes
 it on) stops every rank after the same step with a checkpoint and exit code 0; a job killed
-at a random moment (perhaps mid-save) leaves only complete checkpoints.
+at a random moment (perhaps mid-save) leaves only complete checkpoints. A 2x2x2 resume reads
+by share: at most an eighth of the checkpoint's bytes per rank, plus headers.
 
 All in fp32 on a model of 4 layers (interleaving needs P*v to divide them) with micro batch 1
 (interleaving needs the microbatches of a step to be a multiple of P).
 """
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -69,7 +71,10 @@ def main():
     trident, _ = h.binaries_or_skip()
     with tempfile.TemporaryDirectory() as tmp:
         path = lambda name: os.path.join(tmp, name)
-        base = h.tiny_run(tmp, ["model.layers=4", "training.micro_batch=1", "training.steps=8"])
+        # Uniform cuts: each stage then holds about half the model (the tied embedding on
+        # both), so each rank's share of the state is about an eighth of it on 2x2x2.
+        base = h.tiny_run(tmp, ["model.layers=4", "training.micro_batch=1", "training.steps=8",
+                                "parallel.stage_layers=uniform"])
         config = base[1]
 
         def train(ranks, overrides):
@@ -95,6 +100,16 @@ def main():
         h.check("resumed: " + path("ck8/step_000004") + " at step 4" in p.stdout,
                 "2x2x2 says where it resumed")
         h.check(loss_list(path("b8.jsonl")) == full8[4:], "2x2x2 resumed: the same losses, bitwise")
+        # Each rank read its eighth: at most 1/8 of the checkpoint's bytes of tensors, plus
+        # the headers of the shards it drew from (fewer bytes than one shard).
+        read = re.search(r"checkpoint read: at most (\d+) bytes of tensors and (\d+) of headers "
+                         r"on a rank, of the checkpoint's (\d+)", p.stdout)
+        tensors, headers, whole = (int(x) for x in read.groups()) if read else (-1, -1, 0)
+        shards = [f for f in os.listdir(path("ck8/step_000004")) if f.endswith(".safetensors")]
+        biggest = max(os.path.getsize(os.path.join(path("ck8/step_000004"), f)) for f in shards)
+        h.check(read and 0 < tensors <= whole / 8 and 0 < headers < biggest,
+                f"2x2x2 resume reads by share: {tensors} bytes of tensors per rank at most, "
+                f"{whole / 8:.0f} allowed (1/8 of {whole}), headers {headers}")
 
         # 2x2x2 -> 1x1x1 (steps 5, 6; a checkpoint at 6) -> 2x1x2 interleaved and 1x2x2 1F1B.
         train(1, [f"checkpoint.resume={path('ck8/step_000004')}", f"checkpoint.dir={path('ck1')}",
