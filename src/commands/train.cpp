@@ -65,7 +65,6 @@ std::optional<train::FullCheckpoint> resume_point(const config::Config& cfg,
         if (error.empty()) error = dir + ": unreadable on another rank";
         if (resume != "auto") throw EveryRankError("checkpoint.resume: " + error);
         if (leader) {
-            std::fflush(stdout);
             std::fprintf(stderr, "checkpoint: %s is unusable, trying the one before it: %s\n",
                          dir.c_str(), error.c_str());
         }
@@ -230,7 +229,6 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
                             signal_name(number), number, m.step, t.steps,
                             saved.empty() ? "no checkpoint written (checkpoint.dir is not set)"
                                           : ("checkpoint written to " + saved).c_str());
-                std::fflush(stdout);
             }
             return;
         }
