@@ -163,12 +163,15 @@ TEST_CASE("config: a key given twice is refused", "[config]") {
           "x.yaml:5: training: given twice (first at line 3)");
 }
 
-TEST_CASE("config: data.train is required", "[config]") {
+TEST_CASE("config: data.train is required to train", "[config]") {
     CHECK(error_of("") == "x.yaml: data.train: required key missing");
     CHECK(error_of("model:\n  layers: 2\n") == "x.yaml: data.train: required key missing");
     CHECK(error_of("data:\n  train: ''\n") == "x.yaml:2: data.train: must not be empty");
     // An override can supply it.
     CHECK(parse("", "x.yaml", {"data.train=t.bin"}).data.train == one("t.bin"));
+    // bench trains on random tokens and plan runs nothing: neither reads data.
+    CHECK(parse("", "x.yaml", {}, Purpose::bench).data.train.empty());
+    CHECK(parse("", "x.yaml", {}, Purpose::plan).data.train.empty());
 }
 
 TEST_CASE("config: out-of-range values name their line and key", "[config]") {

@@ -142,19 +142,21 @@ struct Config {
     bool operator==(const Config&) const = default;
 };
 
-// What a config is loaded for. `run` (train, bench) also refuses the settings this build
-// cannot run yet (e.g. a GPU device on a CPU-only build); `plan` (memory and time estimates
-// for any hardware) accepts them, checking everything else alike.
-enum class Purpose { run, plan };
+// What a config is loaded for. `train` checks everything and refuses the settings this build
+// cannot run yet (e.g. a GPU device on a CPU-only build). `bench` (steps timed on random
+// tokens) reads no dataset, so it needs no data.train; otherwise it checks as train does.
+// `plan` (memory and time estimates for any hardware) needs no data.train either and accepts
+// what this build cannot run, checking everything else alike.
+enum class Purpose { train, bench, plan };
 
 // Loads `path`, applies each "key.path=value" override in order, validates, derives.
 // Throws ConfigError naming the file line (or the override) and the key path.
 Config load(const std::string& path, const std::vector<std::string>& overrides = {},
-            Purpose purpose = Purpose::run);
+            Purpose purpose = Purpose::train);
 
 // The same from YAML text (for tests and embedded defaults); `source` names it in messages.
 Config parse(const std::string& yaml_text, const std::string& source,
-             const std::vector<std::string>& overrides = {}, Purpose purpose = Purpose::run);
+             const std::vector<std::string>& overrides = {}, Purpose purpose = Purpose::train);
 
 // Fills cfg.derived from the rest; called by load/parse.
 void derive(Config& cfg);
