@@ -56,6 +56,21 @@ TEST_CASE("config: every key has its documented default", "[config]") {
     CHECK(cfg.checkpoint.resume == "auto");
 }
 
+TEST_CASE("config: defaults that follow other keys, as Megatron-LM and GPT-2 derive them",
+          "[config]") {
+    // model.ffn_hidden: 4 x hidden, whatever hidden is, from the file or an override.
+    CHECK(parse(kMinimal + "model: {hidden: 64, heads: 4}\n", "x.yaml").model.ffn_hidden == 256);
+    CHECK(parse(kMinimal, "x.yaml", {"model.hidden=96"}).model.ffn_hidden == 384);
+    // An explicit value still wins, in the file or from an override.
+    CHECK(parse(kMinimal + "model: {hidden: 64, heads: 4, ffn_hidden: 100}\n", "x.yaml")
+              .model.ffn_hidden == 100);
+    CHECK(parse(kMinimal + "model: {hidden: 64, heads: 4}\n", "x.yaml", {"model.ffn_hidden=128"})
+              .model.ffn_hidden == 128);
+    // GPT-2 medium, written as its Hugging Face config.json gives it (no n_inner): 354.8 M.
+    CHECK(parse(kMinimal + "model: {layers: 24, hidden: 1024, heads: 16}\n", "x.yaml")
+              .derived.parameters == 354'823'168);
+}
+
 TEST_CASE("config: values of every type are read", "[config]") {
     const Config cfg = parse(R"(
 model: {vocab_size: 256, seq_len: 64, layers: 2, hidden: 64, heads: 4, ffn_hidden: 256,

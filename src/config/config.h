@@ -1,5 +1,5 @@
-// The one typed configuration of a run: what users write in YAML (DESIGN.md's keys), checked
-// up front, plus the values derived from it, computed once in `derive`.
+// The one typed configuration of a run: what users write in YAML (the keys README lists with
+// their defaults), checked up front, plus the values derived from it, computed once in `derive`.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +32,7 @@ struct ModelConfig {
     int layers = 12;
     int hidden = 768;
     int heads = 12;
-    int ffn_hidden = 3072;
+    int ffn_hidden = 3072;  // when not given: 4 x hidden (load.cpp), 3072 for the default 768
     double dropout = 0.0;
     double init_std = 0.02;
     std::optional<std::string> init_from;  // Hugging Face GPT-2 safetensors
