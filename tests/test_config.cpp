@@ -69,6 +69,18 @@ TEST_CASE("config: defaults that follow other keys, as Megatron-LM and GPT-2 der
     // GPT-2 medium, written as its Hugging Face config.json gives it (no n_inner): 354.8 M.
     CHECK(parse(kMinimal + "model: {layers: 24, hidden: 1024, heads: 16}\n", "x.yaml")
               .derived.parameters == 354'823'168);
+
+    // training.fp32_grad_accumulation: on under bf16 (8 bits of mantissa lose small
+    // gradients when summed), off under fp16 and fp32 unless set.
+    CHECK(parse(kMinimal + "training: {precision: bf16}\n", "x.yaml")
+              .training.fp32_grad_accumulation);
+    CHECK_FALSE(parse(kMinimal + "training: {precision: fp16}\n", "x.yaml")
+                    .training.fp32_grad_accumulation);
+    CHECK_FALSE(parse(kMinimal, "x.yaml").training.fp32_grad_accumulation);
+    CHECK_FALSE(parse(kMinimal + "training: {precision: bf16, fp32_grad_accumulation: false}\n",
+                      "x.yaml")
+                    .training.fp32_grad_accumulation);
+    CHECK(parse(kMinimal, "x.yaml", {"training.precision=bf16"}).training.fp32_grad_accumulation);
 }
 
 TEST_CASE("config: values of every type are read", "[config]") {

@@ -66,7 +66,8 @@ struct TrainingConfig {
     double grad_clip = 1.0;  // 0 disables clipping
     Precision precision = Precision::fp32;
     // 16-bit precisions: accumulate gradients over microbatches and reduce them over the
-    // data-parallel group in fp32 (4 bytes per parameter instead of 2).
+    // data-parallel group in fp32 (4 bytes per parameter instead of 2). When not given: true
+    // under bf16, false otherwise (load.cpp).
     bool fp32_grad_accumulation = false;
     // fp16's dynamic loss scale: the start, the clean steps before it doubles, its floor.
     double loss_scale = 65536.0;

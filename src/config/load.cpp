@@ -191,6 +191,10 @@ void apply_override(const std::string& text, int rank, Config& cfg, Origins& ori
 void fill_dependent_defaults(Config& cfg, const Origins& origins) {
     // Megatron-LM's ffn_hidden_size and GPT-2's n_inner: 4 x hidden unless given.
     if (!origins.is_set("model.ffn_hidden")) cfg.model.ffn_hidden = 4 * cfg.model.hidden;
+    // Megatron-LM accumulates and reduces bf16 gradients in fp32: bf16's 8-bit mantissa drops
+    // a small microbatch gradient added to a large sum. fp16 keeps 11 bits (and a loss scale).
+    if (!origins.is_set("training.fp32_grad_accumulation"))
+        cfg.training.fp32_grad_accumulation = cfg.training.precision == Precision::bf16;
 }
 
 std::string read_file(const std::string& path) {
