@@ -1,8 +1,12 @@
 // Tests of the config system: defaults, every kind of error with its message, overrides,
-// derived values, the YAML round trip, refusals of what is not supported yet, and configs/.
+// derived values, the YAML round trip, refusals of what is not supported yet, configs/, and
+// README's table of every key's default.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -398,6 +402,30 @@ TEST_CASE("config: load reads a file and reports one it cannot open", "[config]"
     CHECK(cfg.source == TRIDENT_SOURCE_DIR "/configs/default.yaml");
     CHECK(cfg.training.steps == 3);
     CHECK(cfg.model.vocab_size == 50257);
+}
+
+TEST_CASE("config: README's table gives every key's default", "[config]") {
+    std::ifstream in(TRIDENT_SOURCE_DIR "/README.md");
+    const std::string readme{std::istreambuf_iterator<char>(in), {}};
+    REQUIRE(!readme.empty());
+    // The keys as to_yaml writes them: "section:" lines, then "  key: value" under them.
+    std::istringstream yaml(to_yaml(parse(kMinimal, "x.yaml")));
+    std::string section;
+    int keys = 0;
+    for (std::string line; std::getline(yaml, line);) {
+        if (line.empty() || line[0] == '#') continue;
+        const std::string name = line.substr(0, line.find(':'));
+        if (line.back() == ':') {
+            section = name;
+            continue;
+        }
+        const bool nested = line.starts_with("  ");
+        const std::string path = nested ? section + "." + name.substr(2) : name;
+        INFO(path);
+        CHECK(readme.find("\n| `" + path + "` | ") != std::string::npos);
+        ++keys;
+    }
+    CHECK(keys >= 50);
 }
 
 TEST_CASE("config: every file in configs/ loads", "[config]") {
