@@ -101,7 +101,6 @@ model: {vocab_size: $vocab, seq_len: $seq, layers: $layers, hidden: $hidden, hea
         ffn_hidden: $((4 * hidden))}
 parallel: {tensor: $m, data: $data}
 training: {micro_batch: $micro_batch, global_batch: $((micro_batch * data)), threads: $threads}
-data: {train: unused.bin}   # bench trains on random tokens
 device: $device
 CONF
   world=$((m * data))

@@ -10,6 +10,10 @@
 
 int main(int argc, char** argv) {
     using namespace trident;
+    // A batch job's log takes stdout and stderr into one file, where stdout would otherwise be
+    // fully buffered: its lines would land after an error printed later. Line by line, the log
+    // keeps the order in which things happened.
+    std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
     CLI::App app{"Trident: trains GPT language models on a pipeline x tensor x data grid."};
     app.require_subcommand(1);
     app.set_help_all_flag("--help-all", "Help for every subcommand");
@@ -150,7 +154,6 @@ int main(int argc, char** argv) {
         if (*schedule_cmd) return commands::schedule(sched);
         if (*plan_cmd) return commands::plan(plan);
     } catch (const std::exception& e) {
-        std::fflush(stdout);
         std::fprintf(stderr, "trident: error: %s\n", e.what());
         return 1;
     }

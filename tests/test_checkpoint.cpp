@@ -1,8 +1,8 @@
 // Training checkpoints: SHA-256 against FIPS 180's vectors, the manifest, exact resume through
 // the binary (2N steps against N + N resumed, bitwise, in fp32, bf16 and fp16), corrupt and
-// incomplete checkpoints found and passed over, and export of a checkpoint that loads back
-// into the very same model. Multi-rank resume, resharding and preemption are in
-// tests/python/test_checkpoint_parallel.py.
+// incomplete checkpoints found and passed over, a process killed mid-save, and export of a
+// checkpoint that loads back into the very same model. Multi-rank resume, resharding and preemption
+// are in tests/python/test_checkpoint_parallel.py.
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -207,6 +207,39 @@ TEST_CASE("checkpoint: a corrupt or incomplete checkpoint is reported and passed
     for (const std::string& step : train::list_checkpoints(dir.string()))
         flip_byte(fs::path(step) / "pp0_tp0_dp0.safetensors");
     require_clear_error(run(ws.train(ck + " --set training.steps=10")), "is usable");
+}
+
+TEST_CASE("checkpoint: a process killed mid-save leaves the checkpoint before it to resume",
+          "[checkpoint]") {
+    Workspace ws;
+    const std::string ck =
+        " --set checkpoint.dir=" + ws.path("ck") + " --set checkpoint.interval=1";
+    checked(ws.train("--set logging.metrics=" + ws.path("full.jsonl")));
+    // The test fault: in the save of step 2 the process halves its shard and dies by SIGKILL.
+    const RunResult killed = run_shell("TRIDENT_TEST_CRASH_IN_SAVE=2:0 " +
+                                       std::string(TRIDENT_BINARY) + " " + ws.train(ck));
+    INFO(killed.output);
+    REQUIRE(killed.exit_code == 128 + 9);  // the shell's report of a SIGKILL
+    const fs::path dir = ws.path("ck");
+    const fs::path torn = dir / ".tmp_step_000002" / "pp0_tp0_dp0.safetensors";
+    REQUIRE(fs::exists(torn));
+    CHECK(fs::file_size(torn) ==
+          fs::file_size(dir / "step_000001" / "pp0_tp0_dp0.safetensors") / 2);
+    CHECK_FALSE(fs::exists(dir / ".tmp_step_000002" / "manifest.json"));
+    CHECK_FALSE(fs::exists(dir / "step_000002"));
+    checked("checkpoint info " + (dir / "step_000001").string());
+
+    const RunResult resumed =
+        checked(ws.train(ck + " --set logging.metrics=" + ws.path("r.jsonl")));
+    CHECK(resumed.output.find("resumed: " + (dir / "step_000001").string() + " at step 1") !=
+          std::string::npos);
+    const auto full = losses_of(ws.path("full.jsonl"));
+    CHECK(losses_of(ws.path("r.jsonl")) == std::vector<std::string>(full.begin() + 1, full.end()));
+    CHECK_FALSE(fs::exists(dir / ".tmp_step_000002"));  // the next save cleared it
+
+    require_clear_error(run_shell("TRIDENT_TEST_CRASH_IN_SAVE=2 " + std::string(TRIDENT_BINARY) +
+                                  " " + ws.train(" --set checkpoint.dir=" + ws.path("ck3"))),
+                        "TRIDENT_TEST_CRASH_IN_SAVE: expected STEP:RANK (e.g. 6:1), got '2'");
 }
 
 TEST_CASE("checkpoint: export writes the model that loads back with the same loss",

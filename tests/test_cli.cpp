@@ -42,6 +42,37 @@ TEST_CASE("cli: a tiny run trains and writes metrics", "[cli]") {
     REQUIRE(lines == 3);
 }
 
+TEST_CASE("cli: bench runs on random tokens, with no data.train", "[cli]") {
+    Workspace ws;
+    const std::string no_data = ws.write(
+        "bench.yaml",
+        "model: {vocab_size: 64, seq_len: 16, layers: 2, hidden: 32, heads: 4}\n"
+        "training: {micro_batch: 2, global_batch: 4, threads: 1}\n");
+    const RunResult r = run("bench --config " + no_data + " --steps 2 --warmup 1");
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.output.find("bench step 2 |") != std::string::npos);
+    CHECK(r.output.find("{\"tokens_per_s\": ") != std::string::npos);
+    // Training reads data, so the same config is refused there.
+    require_clear_error(run("train --config " + no_data), "data.train: required key missing");
+}
+
+TEST_CASE("cli: an error comes after the lines printed before it in one log", "[cli]") {
+    // stdout and stderr in one pipe, as in a batch job's log: stdout is not a terminal there,
+    // so without line buffering its lines would arrive after the error that ended the run.
+    Workspace ws;
+    const RunResult r = run("bench --config " + ws.path("tiny.yaml") +
+                            " --steps 3 --set training.lr=1e30 --set training.warmup_steps=0"
+                            " --set training.grad_clip=0");
+    INFO(r.output);
+    REQUIRE(r.exit_code == 1);
+    const std::size_t step = r.output.find("warm-up step 1 |");
+    const std::size_t error = r.output.find("trident: error: step 2: ");
+    REQUIRE(step != std::string::npos);
+    REQUIRE(error != std::string::npos);
+    CHECK(step < error);
+}
+
 TEST_CASE("cli: two runs of one config give bitwise-identical losses", "[cli]") {
     Workspace ws;
     for (const char* shuffle : {"true", "false"}) {

@@ -116,6 +116,22 @@ TEST_CASE("tokenize: Megatron output with records and shards reads back", "[cli]
     }
 }
 
+TEST_CASE("tokenize: the progress bar ends when --split-on drops separators", "[cli][tokenize]") {
+    // The separators are not encoded, so the bar must count the bytes that are; a bar that
+    // waits for every byte of the input never ends (the timeout turns that hang into exit 124).
+    Workspace ws;
+    const auto in = ws.write("r.txt", "one\n\ntwo two\n\n\n\nthree three three\n\nfour");
+    const RunResult r = run_shell("timeout 20 " + std::string(TRIDENT_BINARY) +
+                                  " tokenize --tokenizer bytes --format megatron --split-on "
+                                  "'\\n\\n' --output " +
+                                  ws.path("m") + " " + in);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CHECK(r.output.find("100.0%") != std::string::npos);
+    const trident::data::MegatronDataset meg(ws.path("m"), 256, "test");
+    CHECK(meg.documents() == 4);
+}
+
 TEST_CASE("tokenize: bad arguments are reported", "[cli][tokenize][bad-input]") {
     Workspace ws;
     const auto in = ws.write("a.txt", "x");

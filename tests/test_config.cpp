@@ -1,8 +1,12 @@
 // Tests of the config system: defaults, every kind of error with its message, overrides,
-// derived values, the YAML round trip, refusals of what is not supported yet, and configs/.
+// derived values, the YAML round trip, refusals of what is not supported yet, configs/, and
+// README's table of every key's default.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -54,6 +58,33 @@ TEST_CASE("config: every key has its documented default", "[config]") {
     CHECK(cfg.training.lr == 6.0e-4);
     CHECK(cfg.training.decay == Decay::cosine);
     CHECK(cfg.checkpoint.resume == "auto");
+}
+
+TEST_CASE("config: defaults that follow other keys, as Megatron-LM and GPT-2 derive them",
+          "[config]") {
+    // model.ffn_hidden: 4 x hidden, whatever hidden is, from the file or an override.
+    CHECK(parse(kMinimal + "model: {hidden: 64, heads: 4}\n", "x.yaml").model.ffn_hidden == 256);
+    CHECK(parse(kMinimal, "x.yaml", {"model.hidden=96"}).model.ffn_hidden == 384);
+    // An explicit value still wins, in the file or from an override.
+    CHECK(parse(kMinimal + "model: {hidden: 64, heads: 4, ffn_hidden: 100}\n", "x.yaml")
+              .model.ffn_hidden == 100);
+    CHECK(parse(kMinimal + "model: {hidden: 64, heads: 4}\n", "x.yaml", {"model.ffn_hidden=128"})
+              .model.ffn_hidden == 128);
+    // GPT-2 medium, written as its Hugging Face config.json gives it (no n_inner): 354.8 M.
+    CHECK(parse(kMinimal + "model: {layers: 24, hidden: 1024, heads: 16}\n", "x.yaml")
+              .derived.parameters == 354'823'168);
+
+    // training.fp32_grad_accumulation: on under bf16 (8 bits of mantissa lose small
+    // gradients when summed), off under fp16 and fp32 unless set.
+    CHECK(parse(kMinimal + "training: {precision: bf16}\n", "x.yaml")
+              .training.fp32_grad_accumulation);
+    CHECK_FALSE(parse(kMinimal + "training: {precision: fp16}\n", "x.yaml")
+                    .training.fp32_grad_accumulation);
+    CHECK_FALSE(parse(kMinimal, "x.yaml").training.fp32_grad_accumulation);
+    CHECK_FALSE(parse(kMinimal + "training: {precision: bf16, fp32_grad_accumulation: false}\n",
+                      "x.yaml")
+                    .training.fp32_grad_accumulation);
+    CHECK(parse(kMinimal, "x.yaml", {"training.precision=bf16"}).training.fp32_grad_accumulation);
 }
 
 TEST_CASE("config: values of every type are read", "[config]") {
@@ -163,12 +194,15 @@ TEST_CASE("config: a key given twice is refused", "[config]") {
           "x.yaml:5: training: given twice (first at line 3)");
 }
 
-TEST_CASE("config: data.train is required", "[config]") {
+TEST_CASE("config: data.train is required to train", "[config]") {
     CHECK(error_of("") == "x.yaml: data.train: required key missing");
     CHECK(error_of("model:\n  layers: 2\n") == "x.yaml: data.train: required key missing");
     CHECK(error_of("data:\n  train: ''\n") == "x.yaml:2: data.train: must not be empty");
     // An override can supply it.
     CHECK(parse("", "x.yaml", {"data.train=t.bin"}).data.train == one("t.bin"));
+    // bench trains on random tokens and plan runs nothing: neither reads data.
+    CHECK(parse("", "x.yaml", {}, Purpose::bench).data.train.empty());
+    CHECK(parse("", "x.yaml", {}, Purpose::plan).data.train.empty());
 }
 
 TEST_CASE("config: out-of-range values name their line and key", "[config]") {
@@ -369,6 +403,30 @@ TEST_CASE("config: load reads a file and reports one it cannot open", "[config]"
     CHECK(cfg.source == TRIDENT_SOURCE_DIR "/configs/default.yaml");
     CHECK(cfg.training.steps == 3);
     CHECK(cfg.model.vocab_size == 50257);
+}
+
+TEST_CASE("config: README's table gives every key's default", "[config]") {
+    std::ifstream in(TRIDENT_SOURCE_DIR "/README.md");
+    const std::string readme{std::istreambuf_iterator<char>(in), {}};
+    REQUIRE(!readme.empty());
+    // The keys as to_yaml writes them: "section:" lines, then "  key: value" under them.
+    std::istringstream yaml(to_yaml(parse(kMinimal, "x.yaml")));
+    std::string section;
+    int keys = 0;
+    for (std::string line; std::getline(yaml, line);) {
+        if (line.empty() || line[0] == '#') continue;
+        const std::string name = line.substr(0, line.find(':'));
+        if (line.back() == ':') {
+            section = name;
+            continue;
+        }
+        const bool nested = line.starts_with("  ");
+        const std::string path = nested ? section + "." + name.substr(2) : name;
+        INFO(path);
+        CHECK(readme.find("\n| `" + path + "` | ") != std::string::npos);
+        ++keys;
+    }
+    CHECK(keys >= 50);
 }
 
 TEST_CASE("config: every file in configs/ loads", "[config]") {

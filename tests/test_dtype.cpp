@@ -78,7 +78,7 @@ TEST_CASE("fp16: the same bits as the compiler's _Float16 on random floats", "[d
 }
 #endif
 
-TEST_CASE("typed pointers: offsets count elements; host conversion rounds", "[dtype]") {
+TEST_CASE("typed pointers: offsets count elements and host conversion rounds", "[dtype]") {
     std::vector<uint16_t> storage(8);
     const Ptr p(storage.data(), DType::bf16);
     CHECK((p + 3).data == storage.data() + 3);

@@ -77,7 +77,7 @@ int bench(const BenchOptions& opts, parallel::World& world) {
     return run_on_every_rank(
         world,
         [&] {
-            cfg = config::load(opts.config, opts.overrides);
+            cfg = config::load(opts.config, opts.overrides, config::Purpose::bench);
             const auto& p = cfg.parallel;
             grid = std::make_unique<parallel::Grid>(
                 world, parallel::GridShape{p.pipeline, p.tensor, p.data});

@@ -132,7 +132,6 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Pea
                 t.global_batch, static_cast<long long>(d.tokens_per_step), t.micro_batch,
                 d.grad_accum_steps, train::human_count(d.flops_per_step).c_str());
     std::printf("peak: %.1f GFLOP/s (%s)\n", peak.flops / 1e9, peak.source.c_str());
-    std::fflush(stdout);
 }
 
 void initialise_weights(const config::Config& cfg, model::Gpt& model) {

@@ -186,8 +186,11 @@ int tokenize(const TokenizeOptions& opts) {
     const std::size_t target = std::clamp<std::size_t>(total_bytes / (16 * threads), 1 << 16, 1 << 22);
     std::vector<Chunk> chunks;
     for (std::size_t d = 0; d < documents.size(); ++d) cut(d, documents[d], target, chunks);
+    // The progress counts the bytes encoded: the documents, not the separators between them.
+    std::size_t document_bytes = 0;
+    for (const Chunk& chunk : chunks) document_bytes += chunk.text.size();
 
-    std::atomic<std::size_t> next{0}, bytes_done{0};
+    std::atomic<std::size_t> next{0}, bytes_done{0}, chunks_done{0};
     std::vector<std::thread> pool;
     std::exception_ptr failure;
     std::atomic<bool> failed{false};
@@ -197,6 +200,7 @@ int tokenize(const TokenizeOptions& opts) {
                 for (std::size_t i; !failed && (i = next++) < chunks.size();) {
                     tokenizer->encode(chunks[i].text, chunks[i].ids);
                     bytes_done += chunks[i].text.size();
+                    ++chunks_done;
                 }
             } catch (...) {
                 if (!failed.exchange(true)) failure = std::current_exception();
@@ -204,8 +208,8 @@ int tokenize(const TokenizeOptions& opts) {
         });
     }
     const bool show_progress = opts.progress;
-    while (show_progress && bytes_done < total_bytes && !failed) {
-        draw_progress(bytes_done, total_bytes,
+    while (show_progress && chunks_done < chunks.size() && !failed) {
+        draw_progress(bytes_done, document_bytes,
                       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -213,7 +217,7 @@ int tokenize(const TokenizeOptions& opts) {
     if (failure) std::rethrow_exception(failure);
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (show_progress) {
-        draw_progress(total_bytes, total_bytes, seconds);
+        draw_progress(document_bytes, document_bytes, seconds);
         std::fprintf(stderr, "\n");
     }
 

@@ -69,7 +69,6 @@ std::optional<train::CheckpointShare> resume_point(const config::Config& cfg,
         if (error.empty()) return share;
         if (resume != "auto") throw EveryRankError("checkpoint.resume: " + error);
         if (leader) {
-            std::fflush(stdout);
             std::fprintf(stderr, "checkpoint: %s is unusable, trying the one before it: %s\n",
                          dir.c_str(), error.c_str());
         }
@@ -240,7 +239,6 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
                             signal_name(signal), signal, m.step, t.steps,
                             saved.empty() ? "no checkpoint written (checkpoint.dir is not set)"
                                           : ("checkpoint written to " + saved).c_str());
-                std::fflush(stdout);
             }
             return;
         }

@@ -1,6 +1,5 @@
-// The one typed configuration of a run: what users write in YAML (the README's config
-// section lists every key), checked up front, plus the values derived from it, computed once
-// in `derive`.
+// The one typed configuration of a run: what users write in YAML (the keys README lists with
+// their defaults), checked up front, plus the values derived from it, computed once in `derive`.
 #pragma once
 
 #include <cstdint>
@@ -43,7 +42,7 @@ struct ModelConfig {
     int layers = 12;
     int hidden = 768;
     int heads = 12;
-    int ffn_hidden = 3072;
+    int ffn_hidden = 3072;  // when not given: 4 x hidden (load.cpp), 3072 for the default 768
     double dropout = 0.0;
     double init_std = 0.02;
     std::optional<std::string> init_from;  // Hugging Face GPT-2 safetensors
@@ -78,7 +77,8 @@ struct TrainingConfig {
     double grad_clip = 1.0;  // 0 disables clipping
     kernels::DType precision = kernels::DType::f32;  // a compute type: fp32, bf16 or fp16
     // 16-bit precisions: accumulate gradients over microbatches and reduce them over the
-    // data-parallel group in fp32 (4 bytes per parameter instead of 2).
+    // data-parallel group in fp32 (4 bytes per parameter instead of 2). When not given: true
+    // under bf16, false otherwise (load.cpp).
     bool fp32_grad_accumulation = false;
     // fp16's dynamic loss scale: the start, the clean steps before it doubles, its floor.
     double loss_scale = 65536.0;
@@ -155,19 +155,21 @@ struct Config {
     bool operator==(const Config&) const = default;
 };
 
-// What a config is loaded for. `run` (train, bench) also refuses the settings this build
-// cannot run yet (e.g. a GPU device on a CPU-only build); `plan` (memory and time estimates
-// for any hardware) accepts them, checking everything else alike.
-enum class Purpose { run, plan };
+// What a config is loaded for. `train` checks everything and refuses the settings this build
+// cannot run yet (e.g. a GPU device on a CPU-only build). `bench` (steps timed on random
+// tokens) reads no dataset, so it needs no data.train; otherwise it checks as train does.
+// `plan` (memory and time estimates for any hardware) needs no data.train either and accepts
+// what this build cannot run, checking everything else alike.
+enum class Purpose { train, bench, plan };
 
 // Loads `path`, applies each "key.path=value" override in order, validates, derives.
 // Throws ConfigError naming the file line (or the override) and the key path.
 Config load(const std::string& path, const std::vector<std::string>& overrides = {},
-            Purpose purpose = Purpose::run);
+            Purpose purpose = Purpose::train);
 
 // The same from YAML text (for tests and embedded defaults); `source` names it in messages.
 Config parse(const std::string& yaml_text, const std::string& source,
-             const std::vector<std::string>& overrides = {}, Purpose purpose = Purpose::run);
+             const std::vector<std::string>& overrides = {}, Purpose purpose = Purpose::train);
 
 // Fills cfg.derived from the rest; called by load/parse.
 void derive(Config& cfg);

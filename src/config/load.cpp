@@ -186,6 +186,17 @@ void apply_override(const std::string& text, int rank, Config& cfg, Origins& ori
     set_key(*key, value, where, rank, cfg, origins);
 }
 
+// Defaults that follow other keys, filled in after the file and every override so that they
+// follow the final values; a key given anywhere keeps its value.
+void fill_dependent_defaults(Config& cfg, const Origins& origins) {
+    // Megatron-LM's ffn_hidden_size and GPT-2's n_inner: 4 x hidden unless given.
+    if (!origins.is_set("model.ffn_hidden")) cfg.model.ffn_hidden = 4 * cfg.model.hidden;
+    // Megatron-LM accumulates and reduces bf16 gradients in fp32: bf16's 8-bit mantissa drops
+    // a small microbatch gradient added to a large sum. fp16 keeps 11 bits (and a loss scale).
+    if (!origins.is_set("training.fp32_grad_accumulation"))
+        cfg.training.fp32_grad_accumulation = cfg.training.precision == Precision::bf16;
+}
+
 std::string read_file(const std::string& path) {
     std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
     if (!file) throw ConfigError("cannot open config file '" + path + "': " + std::strerror(errno));
@@ -215,6 +226,7 @@ Config parse(const std::string& yaml_text, const std::string& source,
     apply_document(root, cfg, origins);
     for (size_t i = 0; i < overrides.size(); ++i)
         apply_override(overrides[i], kFileRank + 1 + static_cast<int>(i), cfg, origins);
+    fill_dependent_defaults(cfg, origins);
 
     detail::validate(cfg, origins, purpose);
     derive(cfg);

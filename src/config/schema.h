@@ -69,7 +69,8 @@ private:
     std::map<std::string, Origin, std::less<>> by_path_;
 };
 
-// Checks each key's range, then the keys against each other, then (for Purpose::run)
+// Checks the required keys (those of the data section only for Purpose::train, the one that
+// reads data), each key's range, then the keys against each other, and (but for Purpose::plan)
 // refuses what this build cannot run yet. Throws ConfigError pointing at the key at fault.
 void validate(const Config& cfg, const Origins& origins, Purpose purpose);
 

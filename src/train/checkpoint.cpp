@@ -5,10 +5,14 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <thread>
 
 #include "error.h"
 #include "io/safetensors.h"
@@ -97,6 +101,40 @@ io::WrittenFile write_shard(const std::string& path, Trainer& trainer,
     return io::write_safetensors(path, tensors, metadata);
 }
 
+// A fault for the tests of interrupted saves: TRIDENT_TEST_CRASH_IN_SAVE=STEP:RANK makes world
+// rank RANK, in the save of step STEP, cut its written shard to half its size and die by
+// SIGKILL, as a rank lost in the middle of writing would. Read once; unset, as in every real
+// run, it does nothing.
+struct CrashInSave {
+    int step = -1;
+    int rank = -1;
+};
+
+const CrashInSave& crash_in_save() {
+    static const CrashInSave crash = [] {
+        const char* text = std::getenv("TRIDENT_TEST_CRASH_IN_SAVE");
+        CrashInSave c;
+        char end = 0;
+        if (text &&
+            (std::sscanf(text, "%d:%d%c", &c.step, &c.rank, &end) != 2 || c.step < 1 || c.rank < 0))
+            throw Error("TRIDENT_TEST_CRASH_IN_SAVE: expected STEP:RANK (e.g. 6:1), got '" +
+                        std::string(text) + "'");
+        return c;
+    }();
+    return crash;
+}
+
+[[noreturn]] void die_mid_write(const fs::path& shard, int step, int rank) {
+    fs::resize_file(shard, fs::file_size(shard) / 2);
+    std::fprintf(stderr,
+                 "checkpoint: TRIDENT_TEST_CRASH_IN_SAVE: rank %d killed mid-save of step %d\n",
+                 rank, step);
+    // Time for the launcher to forward the line before the process is gone.
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    std::raise(SIGKILL);
+    std::abort();  // not reached: SIGKILL cannot be caught
+}
+
 // What each rank tells every other after writing its shard, gathered as bytes (every rank
 // runs the same binary, so the layout is one).
 struct ShardReport {
@@ -152,7 +190,10 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
     const fs::path shard = tmp / shard_name(c);
     ShardReport report;
     try {
+        const CrashInSave& crash = crash_in_save();
         const io::WrittenFile written = write_shard(shard.string(), trainer, c, cfg.parallel.zero_stage);
+        if (crash.step == step && crash.rank == world.rank())
+            die_mid_write(shard, step, world.rank());
         std::copy(written.sha256.begin(), written.sha256.end(), report.sha256);
         std::copy(written.header_sha256.begin(), written.header_sha256.end(), report.header_sha256);
         report.bytes = written.bytes;

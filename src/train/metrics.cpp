@@ -36,7 +36,6 @@ void MetricsLog::record(const StepMetrics& m) {
             std::printf(" | %s (%d so far)", m.skipped ? "skipped" : "applied", m.skipped_total);
         if (m.val_loss) std::printf(" | val_loss %.4f", *m.val_loss);
         std::printf("\n");
-        std::fflush(stdout);
     }
     if (!file_) return;
     io::JsonLine line;

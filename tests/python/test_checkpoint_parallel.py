@@ -3,9 +3,11 @@ by one layout resumes in another (2x2x2 -> 1x1x1 -> the interleaved schedule, wh
 P >= 2, on 2x1x2 with v = 2, and 1F1B on 1x2x2; a ZeRO-0 checkpoint of 2x1x2 -> 1x1x1) with
 the uninterrupted one-process run's losses to 1e-5; export from 2x2x2 gives one process the
 model, to its loss; SIGTERM to one rank (as Slurm sends it) or SIGUSR1 to mpirun (which passes
-it on) stops every rank after the same step with a checkpoint and exit code 0; a job killed
-at a random moment (perhaps mid-save) leaves only complete checkpoints. A 2x2x2 resume reads
-by share: at most an eighth of the checkpoint's bytes per rank, plus headers.
+it on) stops every rank after the same step with a checkpoint and exit code 0; a rank killed
+in the middle of writing its shard (the test fault TRIDENT_TEST_CRASH_IN_SAVE) leaves the save
+in its temporary directory and the previous checkpoint usable, and the job resumes from it. A
+2x2x2 resume reads by share: at most an eighth of the checkpoint's bytes per rank, plus
+headers.
 
 All in fp32 on a model of 4 layers (interleaving needs P*v to divide them) with micro batch 1
 (interleaving needs the microbatches of a step to be a multiple of P).
@@ -51,12 +53,12 @@ def rank_pids(config):
     return pids
 
 
-def start_job(trident, base, ranks, overrides):
+def start_job(trident, base, ranks, overrides, env=None):
     cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), trident, "train"] + base
     for o in overrides:
         cmd += ["--set", o]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=h.mpirun_env())
+                            env={**h.mpirun_env(), **(env or {})})
 
 
 def wait_for_steps(metrics, n, job):
@@ -170,31 +172,37 @@ def main():
             if job.returncode != 0:
                 print(out)
 
-        # kill -9 at a random moment of a run that saves every step: whatever step_* directories
-        # are left are complete, and resume: auto carries on from the newest.
-        metrics = path("kill.jsonl")
+        # Rank 1 of 2 dies by SIGKILL in the save of step 6, its shard half written: the save
+        # stays in .tmp_step_000006, the checkpoints before it verify, and resume: auto goes on
+        # from step 5 with the uninterrupted run's losses, its own save clearing the wreck.
+        ckk = path("ckk")
         job = start_job(trident, base, 2, layout(1, 1, 2) + [
-            "training.steps=100000", f"checkpoint.dir={path('ckk')}", "checkpoint.interval=1",
-            f"logging.metrics={metrics}"])
-        wait_for_steps(metrics, 5, job)
-        time.sleep(0.013)
-        for pid in rank_pids(config):
-            os.kill(pid, signal.SIGKILL)
-        job.communicate(timeout=300)
-        steps = sorted(d for d in os.listdir(path("ckk")) if d.startswith("step_"))
-        infos = [h.run([trident, "checkpoint", "info", path("ckk/" + d)], expect_ok=False)
-                 for d in steps]
-        complete = all(p.returncode == 0 for p in infos)
-        if not complete:
-            print("".join(p.stdout for p in infos))
-        h.check(bool(steps) and complete, f"killed job: every step_ directory is complete ({steps})")
-        newest = int(steps[-1][5:])
-        p = train(2, layout(1, 1, 2) + [f"checkpoint.dir={path('ckk')}",
-                                        f"training.steps={newest + 1}"])
-        h.check(f"resumed: {path('ckk')}/{steps[-1]} at step {newest}" in p.stdout,
-                "killed job: resume: auto takes the newest complete checkpoint")
-        h.check(not any(d.startswith(".tmp_") for d in os.listdir(path("ckk"))),
-                "killed job: the next save clears an interrupted one")
+            f"checkpoint.dir={ckk}", "checkpoint.interval=1"],
+            env={"TRIDENT_TEST_CRASH_IN_SAVE": "6:1"})
+        out, _ = job.communicate(timeout=300)
+        entries = sorted(os.listdir(ckk))
+        h.check(job.returncode != 0 and entries == [".tmp_step_000006", "step_000003",
+                                                    "step_000004", "step_000005"],
+                f"killed mid-save: the job failed ({job.returncode}) and left {entries}")
+        if job.returncode == 0:
+            print(out)
+        torn = os.path.join(ckk, ".tmp_step_000006", "pp0_tp0_dp1.safetensors")
+        whole = os.path.join(ckk, "step_000005", "pp0_tp0_dp1.safetensors")
+        h.check(os.path.exists(torn) and os.path.getsize(torn) == os.path.getsize(whole) // 2 and
+                not os.path.exists(os.path.join(ckk, ".tmp_step_000006", "manifest.json")),
+                "killed mid-save: rank 1's shard half written, no manifest")
+        infos = [h.run([trident, "checkpoint", "info", os.path.join(ckk, d)], expect_ok=False)
+                 for d in entries if d.startswith("step_")]
+        h.check(all(p.returncode == 0 for p in infos),
+                "killed mid-save: every step_ directory verifies")
+        p = train(2, layout(1, 1, 2) + [f"checkpoint.dir={ckk}",
+                                        f"logging.metrics={path('resumed.jsonl')}"])
+        h.check(f"resumed: {ckk}/step_000005 at step 5" in p.stdout,
+                "killed mid-save: resume: auto takes step 5, the newest complete checkpoint")
+        got = loss_list(path("resumed.jsonl"))
+        h.check(close(got, ref[5:]), f"killed mid-save: the uninterrupted losses ({got} vs {ref[5:]})")
+        h.check(not any(d.startswith(".tmp_") for d in os.listdir(ckk)),
+                "killed mid-save: the next save clears the interrupted one")
 
     if h.failures:
         print(f"{len(h.failures)} check(s) failed")
