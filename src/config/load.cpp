@@ -194,7 +194,7 @@ void fill_dependent_defaults(Config& cfg, const Origins& origins) {
     // Megatron-LM accumulates and reduces bf16 gradients in fp32: bf16's 8-bit mantissa drops
     // a small microbatch gradient added to a large sum. fp16 keeps 11 bits (and a loss scale).
     if (!origins.is_set("training.fp32_grad_accumulation"))
-        cfg.training.fp32_grad_accumulation = cfg.training.precision == Precision::bf16;
+        cfg.training.fp32_grad_accumulation = cfg.training.precision == kernels::DType::bf16;
 }
 
 std::string read_file(const std::string& path) {
