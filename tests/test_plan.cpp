@@ -418,7 +418,13 @@ TEST_CASE("plan: the command's text and JSON", "[plan]") {
     CHECK(stage.find("ranks")->array.size() == 8);
     const io::json::Value* memory = stage.find("memory_bytes");
     CHECK(memory->find("fits")->boolean == false);
-    CHECK(memory->find("headroom")->real < 0);
+    CHECK(memory->find("headroom")->integer < 0);
+    // Byte counts are exact integers: 2 bytes of each of the stage's parameters.
+    REQUIRE(memory->find("weights")->is_integer());
+    CHECK(memory->find("weights")->integer == 2 * memory->find("parameters")->integer);
+    for (const char* key : {"gradients", "optimizer", "activations", "temporary", "total"})
+        CHECK(memory->find(key)->is_integer());
+    CHECK(stage.find("layers")->integer == 72);
     CHECK(plan.find("step_time") == nullptr);  // no hardware given
 }
 

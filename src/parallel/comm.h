@@ -7,12 +7,21 @@
 // and bytes (digests) — each moved as what it is. Reductions take the numeric types (sum
 // and max); bool and fp8 buffers only move.
 //
+// Some calls also come non-blocking (isend, ireduce_scatter, iall_gather): they return a
+// Request at once and the communication goes on while the caller computes, until wait() (a
+// pipeline's sends; the data-parallel reduction under the backward pass, the parameters'
+// gather under the next forward). A non-blocking call gives bitwise the result of its
+// blocking form, and calls of one group complete in the order they were made.
+//
 // Each implementation counts what its calls move, per kind of call, so tests can hold the
 // traffic of a step against the papers' formulas.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <exception>
+#include <memory>
+#include <utility>
 
 #include "kernels/dtype.h"
 
@@ -33,6 +42,55 @@ struct CommStats {
     uint64_t calls_of(CommKind k) const { return calls[static_cast<int>(k)]; }
     uint64_t elements_of(CommKind k) const { return elements[static_cast<int>(k)]; }
     uint64_t bytes_of(CommKind k) const { return bytes[static_cast<int>(k)]; }
+};
+
+// A non-blocking call under way. Until it has completed (wait() returned, or test() returned
+// true) the call's buffers must stay untouched. A default Request has nothing under way; one
+// destroyed while under way waits first (unless an exception is unwinding: the job is ending).
+class Request {
+public:
+    // What an implementation waits on.
+    struct Pending {
+        virtual ~Pending() = default;
+        virtual bool test() = 0;  // whether it has completed, without waiting
+        virtual void wait() = 0;  // until it has; throws trident::Error if it failed
+    };
+
+    Request() = default;
+    explicit Request(std::unique_ptr<Pending> pending) : pending_(std::move(pending)) {}
+    Request(Request&&) noexcept = default;
+    Request& operator=(Request&& other) noexcept {
+        if (this != &other) {
+            finish();
+            pending_ = std::move(other.pending_);
+        }
+        return *this;
+    }
+    ~Request() { finish(); }
+
+    bool done() const { return !pending_; }
+    bool test() {
+        if (pending_ && pending_->test()) pending_.reset();
+        return !pending_;
+    }
+    void wait() {
+        if (!pending_) return;
+        pending_->wait();
+        pending_.reset();
+    }
+
+private:
+    void finish() noexcept {
+        if (pending_ && std::uncaught_exceptions() == 0) {
+            try {
+                pending_->wait();
+            } catch (...) {  // a failed transfer ends the job elsewhere; nothing to free here
+            }
+        }
+        pending_.reset();
+    }
+
+    std::unique_ptr<Pending> pending_;
 };
 
 class Comm {
@@ -59,12 +117,13 @@ public:
     // order each pair of neighbours' sends and recvs so that neither waits on the other.
     virtual void send(kernels::ConstPtr data, std::size_t count, int peer, int tag) = 0;
     virtual void recv(kernels::Ptr data, std::size_t count, int peer, int tag) = 0;
-    // A send that returns at once (as MPI_Isend): `data` must stay untouched until
-    // wait_sends() returns, which waits for every send_async of this group so far. Pipelines
-    // use it so a stage never waits for its neighbour to reach the matching recv.
-    virtual void send_async(kernels::ConstPtr data, std::size_t count, int peer, int tag) = 0;
-    virtual void wait_sends() = 0;
     virtual void barrier() = 0;
+
+    // Non-blocking forms (see the top of this file). isend lets a pipeline stage go on
+    // without waiting for its neighbour to reach the matching recv.
+    virtual Request isend(kernels::ConstPtr data, std::size_t count, int peer, int tag) = 0;
+    virtual Request ireduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) = 0;
+    virtual Request iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) = 0;
 
     const CommStats& stats() const { return stats_; }
     void reset_stats() { stats_ = CommStats{}; }

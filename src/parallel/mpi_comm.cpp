@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <chrono>
+#include <future>
+#include <memory>
 #include <string>
 
 #include "error.h"
@@ -122,9 +125,19 @@ MpiComm::MpiComm(MPI_Comm comm, std::size_t max_chunk)
 }
 
 MpiComm::~MpiComm() {
+    if (worker_.joinable()) {
+        {
+            std::lock_guard lock(mutex_);
+            stopping_ = true;
+        }
+        wake_.notify_one();
+        worker_.join();
+    }
     int finalized = 0;
     MPI_Finalized(&finalized);
-    if (!finalized && comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF) MPI_Comm_free(&comm_);
+    if (finalized) return;
+    if (worker_comm_ != MPI_COMM_NULL) MPI_Comm_free(&worker_comm_);
+    if (comm_ != MPI_COMM_WORLD && comm_ != MPI_COMM_SELF) MPI_Comm_free(&comm_);
 }
 
 void MpiComm::all_reduce(kernels::Ptr data, std::size_t count, ReduceOp op) {
@@ -142,13 +155,29 @@ void MpiComm::all_reduce(kernels::Ptr data, std::size_t count, ReduceOp op) {
 void MpiComm::reduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) {
     check_same_type(in, out, "reduce_scatter");
     check_reducible(out.dtype);
-    const std::size_t width = kernels::size_of(out.dtype);
-    const std::size_t total = count * static_cast<std::size_t>(size_);
     if (size_ == 1) {
-        if (in.data != out.data) std::memmove(out.data, in.data, count * width);
+        if (in.data != out.data) std::memmove(out.data, in.data, count * kernels::size_of(out.dtype));
         return;
     }
-    Comm::count(CommKind::reduce_scatter, total, out.dtype);
+    Comm::count(CommKind::reduce_scatter, count * static_cast<std::size_t>(size_), out.dtype);
+    reduce_scatter_on(comm_, scratch_, in, out, count);
+}
+
+Request MpiComm::ireduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) {
+    check_same_type(in, out, "reduce_scatter");
+    check_reducible(out.dtype);
+    if (size_ == 1) {
+        reduce_scatter(in, out, count);
+        return {};
+    }
+    Comm::count(CommKind::reduce_scatter, count * static_cast<std::size_t>(size_), out.dtype);
+    return start([=, this] { reduce_scatter_on(worker_comm_, worker_scratch_, in, out, count); });
+}
+
+void MpiComm::reduce_scatter_on(MPI_Comm comm, std::vector<char>& scratch, kernels::ConstPtr in,
+                                kernels::Ptr out, std::size_t count) const {
+    const std::size_t width = kernels::size_of(out.dtype);
+    const std::size_t total = count * static_cast<std::size_t>(size_);
     const MPI_Datatype type = mpi_type(out.dtype);
     const MPI_Op sum = reduce_op(out.dtype, ReduceOp::sum);
     if (count <= max_chunk_) {
@@ -156,10 +185,10 @@ void MpiComm::reduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t
         const bool overlap = overlaps(in.data, total * width, out.data, count * width);
         void* target = out.data;
         if (overlap) {
-            scratch_.resize(count * width);
-            target = scratch_.data();
+            scratch.resize(count * width);
+            target = scratch.data();
         }
-        check(MPI_Reduce_scatter_block(in.data, target, static_cast<int>(count), type, sum, comm_),
+        check(MPI_Reduce_scatter_block(in.data, target, static_cast<int>(count), type, sum, comm),
               "MPI_Reduce_scatter_block");
         if (overlap) std::memcpy(out.data, target, count * width);
         return;
@@ -176,33 +205,48 @@ void MpiComm::reduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t
         std::min(max_chunk_, std::max<std::size_t>(1, kStagingBytes / width / size_));
     for (std::size_t offset = 0; offset < count; offset += piece) {
         const std::size_t n = std::min(piece, count - offset);
-        scratch_.resize(n * size_ * width);
+        scratch.resize(n * size_ * width);
         for (int r = 0; r < size_; ++r)
-            std::memcpy(scratch_.data() + r * n * width, bytes(in + (r * count + offset)), n * width);
-        check(MPI_Reduce_scatter_block(scratch_.data(), (out + offset).data, static_cast<int>(n),
-                                       type, sum, comm_),
+            std::memcpy(scratch.data() + r * n * width, bytes(in + (r * count + offset)), n * width);
+        check(MPI_Reduce_scatter_block(scratch.data(), (out + offset).data, static_cast<int>(n),
+                                       type, sum, comm),
               "MPI_Reduce_scatter_block");
     }
 }
 
 void MpiComm::all_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) {
     check_same_type(in, out, "all_gather");
-    const std::size_t width = kernels::size_of(out.dtype);
     if (size_ == 1) {
-        if (in.data != out.data) std::memmove(out.data, in.data, count * width);
+        if (in.data != out.data) std::memmove(out.data, in.data, count * kernels::size_of(out.dtype));
         return;
     }
     Comm::count(CommKind::all_gather, count, out.dtype);
+    all_gather_on(comm_, scratch_, in, out, count);
+}
+
+Request MpiComm::iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) {
+    check_same_type(in, out, "all_gather");
+    if (size_ == 1) {
+        all_gather(in, out, count);
+        return {};
+    }
+    Comm::count(CommKind::all_gather, count, out.dtype);
+    return start([=, this] { all_gather_on(worker_comm_, worker_scratch_, in, out, count); });
+}
+
+void MpiComm::all_gather_on(MPI_Comm comm, std::vector<char>& scratch, kernels::ConstPtr in,
+                            kernels::Ptr out, std::size_t count) const {
+    const std::size_t width = kernels::size_of(out.dtype);
     const MPI_Datatype type = mpi_type(out.dtype);
     const bool in_place = in.data == (out + static_cast<std::size_t>(rank_) * count).data;
     const char* source = bytes(in);
     if (!in_place && overlaps(in.data, count * width, out.data, count * size_ * width)) {
-        scratch_.assign(source, source + count * width);
-        source = scratch_.data();
+        scratch.assign(source, source + count * width);
+        source = scratch.data();
     }
     if (count <= max_chunk_) {
         check(MPI_Allgather(in_place ? MPI_IN_PLACE : source, static_cast<int>(count), type,
-                            out.data, static_cast<int>(count), type, comm_),
+                            out.data, static_cast<int>(count), type, comm),
               "MPI_Allgather");
         return;
     }
@@ -217,7 +261,7 @@ void MpiComm::all_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t cou
         check(MPI_Type_commit(&block), "MPI_Type_commit");
         const int code = MPI_Allgather(in_place ? MPI_IN_PLACE : source + offset * width,
                                        static_cast<int>(n), type, (out + offset).data, 1, block,
-                                       comm_);
+                                       comm);
         MPI_Type_free(&block);
         MPI_Type_free(&run);
         check(code, "MPI_Allgather");
@@ -258,25 +302,91 @@ void MpiComm::send(kernels::ConstPtr data, std::size_t count, int peer, int tag)
     });
 }
 
-void MpiComm::send_async(kernels::ConstPtr data, std::size_t count, int peer, int tag) {
-    check_peer(peer, "send_async");
-    check_tag(tag, "send_async");
+namespace {
+
+// The MPI requests of one non-blocking send (one per message).
+class MpiPending final : public Request::Pending {
+public:
+    explicit MpiPending(std::vector<MPI_Request> requests) : requests_(std::move(requests)) {}
+    bool test() override {
+        int done = 0;
+        check(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
+                          MPI_STATUSES_IGNORE),
+              "MPI_Testall");
+        return done != 0;
+    }
+    void wait() override {
+        check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE),
+              "MPI_Waitall");
+    }
+
+private:
+    std::vector<MPI_Request> requests_;
+};
+
+// A call run by the worker: done when its future is ready.
+class WorkerPending final : public Request::Pending {
+public:
+    explicit WorkerPending(std::future<void> done) : done_(std::move(done)) {}
+    bool test() override {
+        return done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+    }
+    void wait() override { done_.get(); }
+
+private:
+    std::future<void> done_;
+};
+
+}  // namespace
+
+Request MpiComm::isend(kernels::ConstPtr data, std::size_t count, int peer, int tag) {
+    check_peer(peer, "isend");
+    check_tag(tag, "isend");
     Comm::count(CommKind::send, count, data.dtype);
+    std::vector<MPI_Request> requests;
     for_each_message(count, [&](std::size_t offset, std::size_t n) {
         MPI_Request request;
         check(MPI_Isend((data + offset).data, static_cast<int>(n), mpi_type(data.dtype), peer, tag,
                         comm_, &request),
               "MPI_Isend");
-        pending_sends_.push_back(request);
+        requests.push_back(request);
     });
+    return Request(std::make_unique<MpiPending>(std::move(requests)));
 }
 
-void MpiComm::wait_sends() {
-    if (pending_sends_.empty()) return;
-    check(MPI_Waitall(static_cast<int>(pending_sends_.size()), pending_sends_.data(),
-                      MPI_STATUSES_IGNORE),
-          "MPI_Waitall");
-    pending_sends_.clear();
+Request MpiComm::start(std::function<void()> call) {
+    int threads = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&threads);
+    if (threads < MPI_THREAD_MULTIPLE) {
+        call();
+        return {};
+    }
+    if (!worker_.joinable()) {  // the first non-blocking collective of every rank alike
+        check(MPI_Comm_dup(comm_, &worker_comm_), "MPI_Comm_dup");
+        worker_ = std::thread([this] { worker_loop(); });
+    }
+    auto task = std::make_shared<std::packaged_task<void()>>(std::move(call));
+    std::future<void> done = task->get_future();
+    {
+        std::lock_guard lock(mutex_);
+        calls_.push_back([task] { (*task)(); });
+    }
+    wake_.notify_one();
+    return Request(std::make_unique<WorkerPending>(std::move(done)));
+}
+
+void MpiComm::worker_loop() {
+    for (;;) {
+        std::function<void()> call;
+        {
+            std::unique_lock lock(mutex_);
+            wake_.wait(lock, [&] { return stopping_ || !calls_.empty(); });
+            if (calls_.empty()) return;  // stopping, nothing left
+            call = std::move(calls_.front());
+            calls_.pop_front();
+        }
+        call();  // a packaged task: an exception goes to its future
+    }
 }
 
 void MpiComm::recv(kernels::Ptr data, std::size_t count, int peer, int tag) {

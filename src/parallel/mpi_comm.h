@@ -20,12 +20,24 @@
 // (in + rank*count), and all_gather's in may be this rank's own block of out
 // (out + rank*count). Other overlaps work through a scratch copy (except in a reduce_scatter
 // split into pieces, which throws).
+//
+// Non-blocking collectives. MPI's own (MPI_Ireduce_scatter_block, ...) add in another order
+// than the blocking calls, so a reduction would change in its last bits with the overlap.
+// Instead a worker thread of this communicator runs the blocking call on a duplicate of the
+// group, one call after another in the order they were started; the caller computes
+// meanwhile. This needs MPI_THREAD_MULTIPLE (World asks for it); where MPI offers less, the
+// call runs at once and returns done. isend is MPI_Isend.
 #pragma once
 
 #include <mpi.h>
 
 #include <climits>
+#include <condition_variable>
 #include <cstddef>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "parallel/comm.h"
@@ -58,10 +70,20 @@ public:
     void send(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
     void recv(kernels::Ptr data, std::size_t count, int peer, int tag) override;
     void barrier() override;
-    void send_async(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
-    void wait_sends() override;
+    Request isend(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
+    Request ireduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
+    Request iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
 
 private:
+    // The collectives themselves, on `comm` with `scratch` (the caller's or the worker's).
+    void reduce_scatter_on(MPI_Comm comm, std::vector<char>& scratch, kernels::ConstPtr in,
+                           kernels::Ptr out, std::size_t count) const;
+    void all_gather_on(MPI_Comm comm, std::vector<char>& scratch, kernels::ConstPtr in,
+                       kernels::Ptr out, std::size_t count) const;
+    // Runs `call` on the worker (or at once without MPI_THREAD_MULTIPLE); done when it is.
+    Request start(std::function<void()> call);
+    void worker_loop();
+
     template <typename Fn>
     void for_each_message(std::size_t count, Fn fn) const;  // fn(offset, n) per message
     void check_peer(int peer, const char* call) const;
@@ -73,7 +95,15 @@ private:
     int tag_upper_bound_ = 32767;  // MPI_TAG_UB; MPI guarantees at least this
     std::size_t max_chunk_;
     std::vector<char> scratch_;  // for overlapping buffers and split reduce-scatters
-    std::vector<MPI_Request> pending_sends_;  // of send_async, until wait_sends
+
+    // The worker of the non-blocking collectives, started with the first one.
+    MPI_Comm worker_comm_ = MPI_COMM_NULL;  // the duplicate of comm_ it calls MPI on
+    std::vector<char> worker_scratch_;
+    std::thread worker_;
+    std::mutex mutex_;
+    std::condition_variable wake_;
+    std::deque<std::function<void()>> calls_;  // started, not yet run
+    bool stopping_ = false;
 };
 
 }  // namespace trident::parallel

@@ -19,7 +19,7 @@ void SoloComm::send(kernels::ConstPtr, std::size_t, int, int) {
     throw Error("internal: send in a group of one process");
 }
 
-void SoloComm::send_async(kernels::ConstPtr, std::size_t, int, int) {
+Request SoloComm::isend(kernels::ConstPtr, std::size_t, int, int) {
     throw Error("internal: send in a group of one process");
 }
 

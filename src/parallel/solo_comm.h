@@ -18,8 +18,16 @@ public:
     void send(kernels::ConstPtr, std::size_t, int, int) override;
     void recv(kernels::Ptr, std::size_t, int, int) override;
     void barrier() override {}
-    void send_async(kernels::ConstPtr, std::size_t, int, int) override;
-    void wait_sends() override {}
+    Request isend(kernels::ConstPtr, std::size_t, int, int) override;
+    // Done at once: a copy, if any.
+    Request ireduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override {
+        reduce_scatter(in, out, count);
+        return {};
+    }
+    Request iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override {
+        all_gather(in, out, count);
+        return {};
+    }
 };
 
 }  // namespace trident::parallel

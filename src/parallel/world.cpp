@@ -20,10 +20,11 @@ World::World(int& argc, char**& argv) {
     MPI_Initialized(&initialized);
     if (initialized)
         throw Error("parallel: MPI is already initialised; construct one World a process");
-    // FUNNELED: OpenMP threads compute, only the main thread calls MPI. An MPI that offers
-    // less (MPI_THREAD_SINGLE) still runs this pattern in practice, so it is not refused.
+    // MULTIPLE: the main thread and the communicators' workers (non-blocking collectives,
+    // mpi_comm.h) call MPI at once; OpenMP threads only compute. An MPI that offers less
+    // still runs, with those collectives done at once (no overlap), so it is not refused.
     int provided = 0;
-    MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
 

@@ -48,8 +48,8 @@ class MpiComm;
 
 class World {
 public:
-    // MPI_Init_thread(MPI_THREAD_FUNNELED): OpenMP threads compute, only the main thread
-    // communicates. Throws trident::Error if MPI is already initialised (one World a process).
+    // MPI_Init_thread(MPI_THREAD_MULTIPLE): the main thread and communicators' workers call
+    // MPI. Throws trident::Error if MPI is already initialised (one World a process).
     World(int& argc, char**& argv);
     ~World();  // MPI_Finalize
     World(const World&) = delete;

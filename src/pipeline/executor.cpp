@@ -1,7 +1,9 @@
 // The pipeline executor (see executor.h).
 #include "pipeline/executor.h"
 
+#include <algorithm>
 #include <limits>
+#include <thread>
 #include <string>
 
 #include "error.h"
@@ -35,14 +37,55 @@ Executor::Executor(kernels::Ops& ops, model::Gpt& model, parallel::Comm* pipelin
     targets_.resize(n);
 }
 
-kernels::Ptr Executor::buffer(int kind, int mb, int c) {
-    auto [it, fresh] = messages_.try_emplace(Key{kind, mb, c});
+kernels::Ptr Executor::received(int kind, int mb, int c) {
+    auto [it, fresh] = received_.try_emplace(Key{kind, mb, c});
     if (fresh)
         it->second = model::DeviceBuffer(ops_, model_.boundary_size(), model_.precision().activations);
     return it->second.data();
 }
 
-void Executor::drop(int kind, int mb, int c) { messages_.erase(Key{kind, mb, c}); }
+kernels::Ptr Executor::take_send_buffer(int kind, int mb, int c) {
+    const auto first_free = [&] {
+        return std::find_if(send_slots_.begin(), send_slots_.end(),
+                            [](const SendSlot& s) { return !s.taken; });
+    };
+    auto free = first_free();
+    if (free == send_slots_.end() && static_cast<int>(send_slots_.size()) < kSendBuffers) {
+        send_slots_.push_back(SendSlot{
+            model::DeviceBuffer(ops_, model_.boundary_size(), model_.precision().activations), {},
+            false});
+        free = send_slots_.end() - 1;
+    }
+    // All taken: the first send to complete, whichever it is, frees its slot (the simulator's
+    // rule: waiting on one in particular could wait on a receive that needs this stage first).
+    while (free == send_slots_.end()) {
+        if (sending_.empty())
+            throw Error("internal: every pipeline send buffer is computed into and none is sent");
+        for (auto it = sending_.begin(); it != sending_.end();) {
+            SendSlot& slot = send_slots_[static_cast<std::size_t>(*it)];
+            if (slot.sent.test()) {
+                slot.taken = false;
+                it = sending_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        free = first_free();
+        if (free == send_slots_.end()) std::this_thread::yield();
+    }
+    free->taken = true;
+    outgoing_[Key{kind, mb, c}] = static_cast<int>(free - send_slots_.begin());
+    return free->buffer.data();
+}
+
+void Executor::send(int kind, int mb, int c, int peer, int tag) {
+    const auto it = outgoing_.find(Key{kind, mb, c});
+    if (it == outgoing_.end()) throw Error("internal: a pipeline send of nothing computed");
+    SendSlot& slot = send_slots_[static_cast<std::size_t>(it->second)];
+    slot.sent = pipeline_.isend(slot.buffer.data(), model_.boundary_size(), peer, tag);
+    sending_.push_back(it->second);
+    outgoing_.erase(it);
+}
 
 // Messages between two stages are told apart by what they carry: the boundary they cross
 // (from global chunk b to b + 1) and the microbatch; activations even, gradients odd.
@@ -70,39 +113,42 @@ double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& micro
         const io::ScopedSpan span(trace_, span_of(in.op), mb, c);
         switch (in.op) {
             case Op::recv_act:
-                pipeline_.recv(buffer(act_in, mb, c), n, previous, tag(kAct, mb, g - 1));
+                pipeline_.recv(received(act_in, mb, c), n, previous, tag(kAct, mb, g - 1));
                 break;
             case Op::forward: {
                 const bool embeds = g == 0, head = g == last_chunk;
                 if (embeds || head) microbatch(mb, inputs_, targets_);
                 const float loss = model_.forward_chunk(
                     mb, c, inputs_.data(), targets_.data(),
-                    embeds ? kernels::ConstPtr() : buffer(act_in, mb, c),
-                    head ? kernels::Ptr() : buffer(act_out, mb, c), training, dropout_seed(mb));
+                    embeds ? kernels::ConstPtr() : received(act_in, mb, c),
+                    head ? kernels::Ptr() : take_send_buffer(act_out, mb, c), training,
+                    dropout_seed(mb));
                 if (head) loss_sum += loss;
-                drop(act_in, mb, c);  // the model keeps its own copy
+                received_.erase(Key{act_in, mb, c});  // the model keeps its own copy
                 break;
             }
             case Op::send_act:
-                pipeline_.send_async(buffer(act_out, mb, c), n, next, tag(kAct, mb, g));
+                send(act_out, mb, c, next, tag(kAct, mb, g));
                 break;
             case Op::recv_grad:
-                pipeline_.recv(buffer(grad_in, mb, c), n, next, tag(kGrad, mb, g));
+                pipeline_.recv(received(grad_in, mb, c), n, next, tag(kGrad, mb, g));
                 break;
             case Op::backward:
-                model_.backward_chunk(mb, c, dloss,
-                                      g == last_chunk ? kernels::ConstPtr() : buffer(grad_in, mb, c),
-                                      g == 0 ? kernels::Ptr() : buffer(grad_out, mb, c));
-                drop(grad_in, mb, c);
+                model_.backward_chunk(
+                    mb, c, dloss, g == last_chunk ? kernels::ConstPtr() : received(grad_in, mb, c),
+                    g == 0 ? kernels::Ptr() : take_send_buffer(grad_out, mb, c));
+                received_.erase(Key{grad_in, mb, c});
                 break;
             case Op::send_grad:
-                pipeline_.send_async(buffer(grad_out, mb, c), n, previous, tag(kGrad, mb, g - 1));
+                send(grad_out, mb, c, previous, tag(kGrad, mb, g - 1));
                 break;
         }
     }
-    // Every send has been received once the step is over; their buffers can go.
-    pipeline_.wait_sends();
-    messages_.clear();
+    // Every send has completed once the step is over; the buffers stay for the next.
+    for (const int slot : sending_) send_slots_[static_cast<std::size_t>(slot)].sent.wait();
+    for (SendSlot& slot : send_slots_) slot.taken = false;
+    sending_.clear();
+    received_.clear();
     return loss_sum;
 }
 

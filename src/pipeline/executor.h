@@ -1,10 +1,18 @@
 // The pipeline executor: walks one stage's instruction stream (schedule.h) for a step,
 // running the model's chunks and moving activations and gradients between stages over the
 // pipeline group. It knows nothing about schedules: any valid stream runs.
+//
+// Memory is bounded whatever the number of microbatches: a received message is freed by the
+// compute that reads it, and outgoing messages are computed into a pool of kSendBuffers
+// buffers, each free again once its send has completed; a compute that finds them all taken
+// waits for the first of its sends to complete. The simulator (simulator.h, send_buffers)
+// proves every schedule deadlock-free with this pool; it costs nothing while a message's
+// latency is small next to a chunk's compute.
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <deque>
 #include <map>
 #include <span>
 #include <tuple>
@@ -37,11 +45,24 @@ public:
     // Records a span per instruction into `trace` while it records (null: none).
     void set_trace(io::TraceRecorder* trace) { trace_ = trace; }
 
+    // Outgoing buffers of a stage: what the interleaved schedule needs at least (1F1B and
+    // GPipe need 1), and the planner counts.
+    static constexpr int kSendBuffers = 2;
+
 private:
     using Key = std::tuple<int, int, int>;  // (what, microbatch, local chunk)
 
-    kernels::Ptr buffer(int kind, int mb, int c);
-    void drop(int kind, int mb, int c);
+    // One outgoing buffer: taken from the compute that fills it until its send completes.
+    struct SendSlot {
+        model::DeviceBuffer buffer;
+        parallel::Request sent;
+        bool taken = false;
+    };
+
+    kernels::Ptr received(int kind, int mb, int c);  // a received message's buffer
+    // A free outgoing buffer for the output of (kind, mb, c), waiting for a send if none is.
+    kernels::Ptr take_send_buffer(int kind, int mb, int c);
+    void send(int kind, int mb, int c, int peer, int tag);
     int tag(int kind, int mb, int boundary) const;
 
     kernels::Ops& ops_;
@@ -49,8 +70,11 @@ private:
     parallel::SoloComm solo_;
     parallel::Comm& pipeline_;
     std::vector<int32_t> inputs_, targets_;  // (B, T) of the microbatch at hand
-    // Activations and gradients between receive/compute/send, by (kind, mb, chunk).
-    std::map<Key, model::DeviceBuffer> messages_;
+    // Received activations and gradients until their compute, by (kind, mb, chunk).
+    std::map<Key, model::DeviceBuffer> received_;
+    std::vector<SendSlot> send_slots_;  // allocated with the first, kept for later steps
+    std::map<Key, int> outgoing_;       // computed, not yet sent: the slot it is in
+    std::deque<int> sending_;           // slots with a send under way, oldest first
     io::TraceRecorder* trace_ = nullptr;
 };
 

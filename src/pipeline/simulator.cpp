@@ -199,7 +199,16 @@ struct Replay {
     double clock = 0.0;
     std::set<std::pair<int, int>> held;  // (microbatch, chunk) forwarded, not backwarded
     std::map<int, int> held_per_microbatch;
+    int filled = 0;                   // send buffers computed into, not yet sent
+    std::vector<Message> unreceived;  // sent from a send buffer, not yet received
+    bool waits_for_buffer = false;    // blocked at a compute: every send buffer taken
 };
+
+// Whether a compute instruction's output leaves the stage (and so takes a send buffer).
+bool output_is_sent(const Instr& in, int P, int v, int stage) {
+    const int g = global_chunk(P, stage, in.chunk);
+    return in.op == Op::forward ? g < P * v - 1 : g > 0;
+}
 
 }  // namespace
 
@@ -218,7 +227,7 @@ std::vector<std::string> check_streams(const std::vector<std::vector<Instr>>& st
 
 Simulation simulate(const std::vector<std::vector<Instr>>& streams, int v, int m,
                     const Costs& costs) {
-    if (costs.forward < 0 || costs.backward < 0 || costs.latency < 0 ||
+    if (costs.forward < 0 || costs.backward < 0 || costs.latency < 0 || costs.send_buffers < 0 ||
         costs.forward + costs.backward <= 0)
         throw Error("pipeline: the simulator needs costs >= 0 and forward + backward > 0");
     Simulation sim;
@@ -231,7 +240,23 @@ Simulation simulate(const std::vector<std::vector<Instr>>& streams, int v, int m
 
     const int P = sim.P;
     std::map<Message, std::deque<double>> mailbox;  // when each sent message can be received
+    std::map<Message, double> received;             // when each received message was
     std::vector<Replay> replay(P);
+    // Frees the stage's send buffer whose message was received first, if any was: the
+    // buffer is free from then on. False when none of its messages has been received yet.
+    const auto free_a_buffer = [&](Replay& r) {
+        auto first = r.unreceived.end();
+        for (auto it = r.unreceived.begin(); it != r.unreceived.end(); ++it) {
+            const auto at = received.find(*it);
+            if (at != received.end() &&
+                (first == r.unreceived.end() || at->second < received.at(*first)))
+                first = it;
+        }
+        if (first == r.unreceived.end()) return false;
+        r.clock = std::max(r.clock, received.at(*first));
+        r.unreceived.erase(first);
+        return true;
+    };
     for (bool progress = true; progress;) {
         progress = false;
         for (int s = 0; s < P; ++s) {
@@ -242,12 +267,30 @@ Simulation simulate(const std::vector<std::vector<Instr>>& streams, int v, int m
                 const Instr& in = stream[r.next];
                 if (is_send(in.op)) {
                     mailbox[message_of(in, P, s)].push_back(r.clock + costs.latency);
+                    if (r.filled > 0) {
+                        --r.filled;
+                        r.unreceived.push_back(message_of(in, P, s));
+                    }
                 } else if (is_receive(in.op)) {
                     const auto it = mailbox.find(message_of(in, P, s));
                     if (it == mailbox.end() || it->second.empty()) break;  // not sent yet
                     r.clock = std::max(r.clock, it->second.front());
                     it->second.pop_front();
+                    received[message_of(in, P, s)] = r.clock;
                 } else {
+                    r.waits_for_buffer = false;
+                    if (output_is_sent(in, P, v, s)) {
+                        const int taken = r.filled + static_cast<int>(r.unreceived.size());
+                        if (costs.send_buffers > 0 && taken >= costs.send_buffers &&
+                            !free_a_buffer(r)) {
+                            r.waits_for_buffer = true;
+                            break;
+                        }
+                        ++r.filled;
+                        trace.peak_send_buffers =
+                            std::max(trace.peak_send_buffers,
+                                     r.filled + static_cast<int>(r.unreceived.size()));
+                    }
                     const bool forward = in.op == Op::forward;
                     const double cost = forward ? costs.forward : costs.backward;
                     trace.spans.push_back(
@@ -279,10 +322,16 @@ Simulation simulate(const std::vector<std::vector<Instr>>& streams, int v, int m
         sim.makespan = std::max(sim.makespan, trace.finish);
         if (trace.done) continue;
         const Instr& in = streams[s][replay[s].next];
-        const Message msg = message_of(in, P, s);
-        const auto [from, send] = counterpart(msg, P, false);
         if (sim.deadlock) waits << "; ";
         sim.deadlock = true;
+        if (replay[s].waits_for_buffer) {
+            waits << "stage " << s << " waits at instruction " << replay[s].next << " "
+                  << describe(in) << " for one of its " << costs.send_buffers
+                  << " send buffers (none of their messages received)";
+            continue;
+        }
+        const Message msg = message_of(in, P, s);
+        const auto [from, send] = counterpart(msg, P, false);
         waits << "stage " << s << " waits at instruction " << replay[s].next << " " << describe(in)
               << " for " << describe(send) << " from stage " << from;
         if (from >= 0 && from < P && sim.stages[from].done) waits << " (which has finished)";

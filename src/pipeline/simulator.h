@@ -9,6 +9,12 @@
 // microbatch and global chunk, from the stage that holds the neighbouring chunk). Receiving and
 // sending take no time of their own. Timings depend only on the streams, never on the order in
 // which the replay visits the stages.
+//
+// Send buffers, as the executor holds them: a compute whose output goes to another stage
+// writes it into one of the stage's `send_buffers`, which stays taken until the message has
+// been received. With all taken, the compute waits for the first of its messages to be
+// received (a send's buffer is free no sooner than that). A schedule that deadlocks so needs
+// more buffers; 0 buffers means as many as the schedule wants.
 #pragma once
 
 #include <optional>
@@ -23,6 +29,7 @@ struct Costs {
     double forward = 1.0;   // one chunk's forward on one microbatch
     double backward = 2.0;  // its backward (about twice the forward's FLOPs)
     double latency = 0.0;   // from a send to when its receive can complete
+    int send_buffers = 0;   // a stage's buffers for outgoing messages; 0: unbounded
 };
 
 // One compute instruction as it ran.
@@ -43,6 +50,7 @@ struct StageTrace {
     // their most; and the distinct microbatches among them (the same for v = 1).
     int peak_in_flight = 0;
     int peak_in_flight_microbatches = 0;
+    int peak_send_buffers = 0;  // outgoing messages held at once: filled, sent, not received
 };
 
 struct Simulation {

@@ -30,8 +30,9 @@
 //
 // Temporary buffers: the backward scratch the model allocates once (gradients of the
 // residual stream, of the MLP and of attention, the (b, a/t, s, s) attention gradient), the
-// recompute scratch, and the pipeline executor's message buffers (activations and gradients
-// sent to a neighbour stage are kept until the step ends).
+// recompute scratch, and the pipeline executor's message buffers (those received and not
+// yet computed on, as the schedule walks, and its fixed pool of outgoing ones: a bound that
+// does not grow with the microbatches).
 #pragma once
 
 #include <cstdint>

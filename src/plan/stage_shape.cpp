@@ -1,6 +1,8 @@
 // Rank sizes, stage chunks and the in-flight walk of a schedule (see stage_shape.h).
 #include "plan/stage_shape.h"
 
+#include "pipeline/executor.h"
+
 #include <algorithm>
 #include <set>
 #include <tuple>
@@ -66,14 +68,16 @@ InFlight in_flight(const config::Config& cfg, int stage) {
     InFlight f;
     f.sets.assign(static_cast<std::size_t>(v), 0);
     std::vector<int> live(static_cast<std::size_t>(v), 0);
-    // The executor's buffers, by (what, microbatch, chunk): created by a receive or by the
-    // compute that fills them, a received one dropped after its compute, a sent one kept
-    // until the step ends (pipeline/executor.cpp).
-    enum { act_in, act_out, grad_in, grad_out };
+    // The executor's buffers (pipeline/executor.h): a received one, by (what, microbatch,
+    // chunk), from its receive until its compute; the outgoing ones a pool of a fixed size,
+    // allocated once a stage sends anything.
+    enum { act_in, grad_in };
     std::set<std::tuple<int, int, int>> messages;
+    int most_received = 0;
+    bool sends = false;
     const auto hold = [&](int what, int mb, int c) {
         messages.insert({what, mb, c});
-        f.messages = std::max(f.messages, static_cast<int>(messages.size()));
+        most_received = std::max(most_received, static_cast<int>(messages.size()));
     };
     for (const pipeline::Instr& in : pipeline::schedule(schedule_kind(cfg), P, v, m, stage)) {
         const std::size_t c = static_cast<std::size_t>(in.chunk);
@@ -86,19 +90,19 @@ InFlight in_flight(const config::Config& cfg, int stage) {
                 break;
             case Op::forward:
                 f.sets[c] = std::max(f.sets[c], ++live[c]);
-                if (!chunks[c].head) hold(act_out, in.microbatch, in.chunk);
                 messages.erase({act_in, in.microbatch, in.chunk});
                 break;
             case Op::backward:
                 --live[c];
-                if (!chunks[c].embeds) hold(grad_out, in.microbatch, in.chunk);
                 messages.erase({grad_in, in.microbatch, in.chunk});
                 break;
             case Op::send_act:
             case Op::send_grad:
+                sends = true;
                 break;
         }
     }
+    f.messages = most_received + (sends ? pipeline::Executor::kSendBuffers : 0);
     return f;
 }
 

@@ -54,7 +54,7 @@ pipeline::Kind schedule_kind(const config::Config& cfg);
 struct InFlight {
     std::vector<int>
         sets;          // per local chunk: activation sets held (the model pools them per chunk)
-    int messages = 0;  // the executor's boundary buffers, (R, C) each
+    int messages = 0;  // the executor's boundary buffers, (R, C) each: received, and its pool
 };
 InFlight in_flight(const config::Config& cfg, int stage);
 
