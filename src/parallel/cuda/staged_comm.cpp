@@ -13,15 +13,21 @@ using kernels::ConstPtr;
 using kernels::Ptr;
 
 StagedComm::Pinned::~Pinned() {
-    if (data_) cudaFreeHost(data_);
+    // Nothing may throw here; a failure (the driver shutting down) leaves the memory to exit.
+    if (data_ && cudaStreamSynchronize(stream_) == cudaSuccess) cudaFreeHost(data_);
 }
 
 StagedComm::Pinned::Pinned(Pinned&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+    : stream_(other.stream_),
+      data_(std::exchange(other.data_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)) {}
 
 void* StagedComm::Pinned::reserve(std::size_t bytes) {
     if (bytes > bytes_ || data_ == nullptr) {
-        if (data_) TRIDENT_CUDA_CHECK(cudaFreeHost(data_));
+        if (data_) {
+            TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // to_device's copies
+            TRIDENT_CUDA_CHECK(cudaFreeHost(data_));
+        }
         data_ = nullptr;
         bytes_ = std::max<std::size_t>(bytes, 1);
         TRIDENT_CUDA_CHECK(cudaHostAlloc(&data_, bytes_, cudaHostAllocDefault));
@@ -30,7 +36,7 @@ void* StagedComm::Pinned::reserve(std::size_t bytes) {
 }
 
 StagedComm::StagedComm(std::unique_ptr<Comm> host, cudaStream_t stream)
-    : host_(std::move(host)), stream_(stream) {}
+    : host_(std::move(host)), stream_(stream), staging_(stream) {}
 
 StagedComm::~StagedComm() = default;
 
@@ -129,7 +135,7 @@ void StagedComm::send_async(ConstPtr data, std::size_t count, int peer, int tag)
     if (!on_device(data.data)) return host_->send_async(data, count, peer, tag);
     const std::size_t bytes = count * kernels::size_of(data.dtype);
     // Each message in flight keeps its own pinned buffer until wait_sends.
-    if (spare_.empty()) spare_.emplace_back();
+    if (spare_.empty()) spare_.emplace_back(stream_);
     in_flight_.push_back(std::move(spare_.back()));
     spare_.pop_back();
     void* host = in_flight_.back().reserve(bytes);

@@ -40,15 +40,18 @@ public:
     void barrier() override;
 
 private:
-    // Page-locked host memory (cudaHostAlloc), so copies run at full speed.
+    // Page-locked host memory (cudaHostAlloc), so copies run at full speed. A copy to the
+    // device queued on `stream` may still read it when the call that queued it returns, so it
+    // is freed (grown, destroyed) only once that stream's work is done.
     class Pinned {
     public:
-        Pinned() = default;
+        explicit Pinned(cudaStream_t stream) : stream_(stream) {}
         ~Pinned();
         Pinned(Pinned&& other) noexcept;
         Pinned& operator=(Pinned&&) = delete;
         void* reserve(std::size_t bytes);  // at least `bytes`, contents not kept
     private:
+        cudaStream_t stream_;
         void* data_ = nullptr;
         std::size_t bytes_ = 0;
     };
