@@ -113,8 +113,12 @@ public:
                                     ConstPtr saved, int B, int T, int C, int NH, float drop_prob,
                                     uint64_t seed, int head_begin, int heads_total) = 0;
     // saved alone, bit for bit as attention_forward writes it: selective recompute rebuilds
-    // it for backward instead of keeping it (it needs no dropout mask, so no head_begin).
-    virtual void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int C, int NH) = 0;
+    // it for backward instead of keeping it. It needs no dropout mask (so no seed or
+    // head_begin), but drop_prob is the forward's: a backend whose choice of kernel depends
+    // on it (the GPU's: cuDNN without dropout, its own kernels with) rebuilds with the kernel
+    // the forward ran.
+    virtual void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int C, int NH,
+                                   float drop_prob) = 0;
 
     // ---- pointwise ----------------------------------------------------------------------
     // GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))

@@ -572,7 +572,7 @@ void Gpt::backward_layer(const Activations& a, int l, LayerActivations& kept,
                          la.atty.data(), w + p.proj_w, N, Cm, C);
     ops_.zero(dqkv_.data(), static_cast<std::size_t>(N) * 3 * Cm);
     if (recompute_ == Recompute::selective)  // what attention keeps, rebuilt from qkv
-        ops_.attention_rebuild(att, la.qkv.data(), B, T, Cm, NHm);
+        ops_.attention_rebuild(att, la.qkv.data(), B, T, Cm, NHm, drop);
     ops_.attention_backward(dqkv_.data(), dc_b_.data(), la.qkv.data(), la.atty.data(), att, B, T,
                             Cm, NHm, drop, site_seed(a, l, 0), layout_.heads_begin(), s.heads);
     ops_.zero(dc_a_.data(), NC);

@@ -9,6 +9,16 @@
 # packages' declared dependencies, which would drag in compilers; libraries every Linux system
 # provides (the C and C++ runtimes and a few more) are left out, since a second copy from
 # another distribution would shadow the GPU machine's own.
+#
+# The CUDA libraries are not among them. They come with the GPU machine's toolkit (or the
+# Python wheels beside its PyTorch): cuDNN, NCCL, and NVRTC, which cuDNN's runtime-compiled
+# engines load to build fused attention. libnvrtc.so.13 alone is 109 MB, past the 64 MiB that
+# travels to the device machine with the tree, and Debian 12 has no CUDA 13 build of it (its
+# non-free libnvrtc11.2 is CUDA 11's); scripts/gpu_check.sh finds it there and puts it on
+# LD_LIBRARY_PATH, or stops saying it is missing.
+#
+# About 39 MiB of .debs; with the tree and the default job's data (data/kjv, data/gpt2) what
+# travels stays under 64 MiB, which the end of this script checks.
 # Usage: scripts/gpu_fetch_debs.sh [DIR]     (default: .gpu-debs, ignored by git)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -61,3 +71,13 @@ rm -f "$out"/*.deb
 count=$(ls "$out"/*.deb | wc -l)
 echo "gpu_fetch_debs: $count packages, $(du -sh "$out" | cut -f1) in $out"
 ((count == ${#packages[@]})) || { echo "gpu_fetch_debs: expected ${#packages[@]} packages" >&2; exit 1; }
+
+# What the device machine receives: the tracked tree, this folder and the data folders.
+tree=$(cd "$root" && git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
+carried=0
+for dir in "$out" "$root/data/kjv" "$root/data/gpt2"; do
+  [[ -d $dir ]] && carried=$((carried + $(du -sb "$dir" | cut -f1)))
+done
+total=$(((tree + carried) / 1048576))
+echo "gpu_fetch_debs: tree, .debs and data together: $total MiB (the device machine takes 64)"
+((total < 64)) || { echo "gpu_fetch_debs: too large to travel" >&2; exit 1; }

@@ -570,7 +570,7 @@ TEST_CASE("attention_rebuild gives attention_forward's saved probabilities exact
         ops->attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH, drop_prob, 99, 3,
                                2 * NH);
         std::vector<float> rebuilt(att.size(), -1.0f);
-        ops->attention_rebuild(rebuilt.data(), qkv.data(), B, Tn, C, NH);
+        ops->attention_rebuild(rebuilt.data(), qkv.data(), B, Tn, C, NH, drop_prob);
         CHECK(rebuilt == att);
     }
 }

@@ -73,6 +73,7 @@ public:
         const float* from = v.in(in, count);
         float* to = v.out(out, count);
         if (count > 0 && to != from) std::memcpy(to, from, count * sizeof(float));
+        v.commit();
     }
 
     void embedding_forward(Ptr out, const int32_t* tokens, ConstPtr wte, ConstPtr wpe, int B,
@@ -81,6 +82,7 @@ public:
         const std::size_t NC = static_cast<std::size_t>(B) * T * C;
         cpu::embedding_forward(v.out(out, NC), tokens, v.in(wte, std::size_t(vocab_local) * C),
                                v.in(wpe, std::size_t(T) * C), B, T, C, vocab_begin, vocab_local);
+        v.commit();
     }
     void embedding_backward(Ptr dwte, Ptr dwpe, ConstPtr dout, const int32_t* tokens, int B,
                             int T, int C, int vocab_begin, int vocab_local) override {
@@ -89,6 +91,7 @@ public:
         cpu::embedding_backward(v.inout(dwte, std::size_t(vocab_local) * C),
                                 v.inout(dwpe, std::size_t(T) * C), v.in(dout, NC), tokens, B, T,
                                 C, vocab_begin, vocab_local);
+        v.commit();
     }
 
     void layernorm_forward(Ptr out, float* mean, float* rstd, ConstPtr inp, ConstPtr weight,
@@ -97,6 +100,7 @@ public:
         const std::size_t NC = static_cast<std::size_t>(N) * C;
         cpu::layernorm_forward(v.out(out, NC), mean, rstd, v.in(inp, NC), v.in(weight, C),
                                v.in(bias, C), N, C);
+        v.commit();
     }
     void layernorm_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
                             ConstPtr weight, const float* mean, const float* rstd, int N,
@@ -105,6 +109,7 @@ public:
         const std::size_t NC = static_cast<std::size_t>(N) * C;
         cpu::layernorm_backward(v.inout(dinp, NC), v.inout(dweight, C), v.inout(dbias, C),
                                 v.in(dout, NC), v.in(inp, NC), v.in(weight, C), mean, rstd, N, C);
+        v.commit();
     }
 
     void matmul_forward(Ptr out, ConstPtr inp, ConstPtr weight, ConstPtr bias, int N, int C,
@@ -112,6 +117,7 @@ public:
         cpu::Fp32Views v(scratch_);
         cpu::matmul_forward(v.out(out, std::size_t(N) * OC), v.in(inp, std::size_t(N) * C),
                             v.in(weight, std::size_t(OC) * C), v.in(bias, OC), N, C, OC);
+        v.commit();
     }
     void matmul_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
                          ConstPtr weight, int N, int C, int OC) override {
@@ -120,10 +126,12 @@ public:
                              v.inout(dbias, OC), v.in(dout, std::size_t(N) * OC),
                              v.in(inp, std::size_t(N) * C), v.in(weight, std::size_t(OC) * C), N,
                              C, OC);
+        v.commit();
     }
     void add_bias(Ptr out, ConstPtr bias, int N, int OC) override {
         cpu::Fp32Views v(scratch_);
         cpu::add_bias(v.inout(out, std::size_t(N) * OC), v.in(bias, OC), N, OC);
+        v.commit();
     }
 
     AttentionSaved attention_saved(int B, int NH, int T, DType activations) const override {
@@ -137,6 +145,7 @@ public:
         cpu::attention_forward(v.out(out, BTC), v.out(saved, probs_size(B, NH, T)),
                                v.in(qkv, 3 * BTC), B, T, C, NH, drop_prob, seed, head_begin,
                                heads_total);
+        v.commit();
     }
     void attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr, ConstPtr saved,
                             int B, int T, int C, int NH, float drop_prob, uint64_t seed,
@@ -154,36 +163,44 @@ public:
         cpu::attention_backward(v.inout(dqkv, 3 * BTC), v.out(workspace_, probs),
                                 v.in(dout, BTC), v.in(qkv, 3 * BTC), v.in(saved, probs), B, T, C,
                                 NH, drop_prob, seed, head_begin, heads_total);
+        v.commit();
     }
-    void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int C, int NH) override {
+    // The probabilities come before dropout, whatever drop_prob is.
+    void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int C, int NH, float) override {
         cpu::Fp32Views v(scratch_);
         cpu::attention_probs(v.out(saved, probs_size(B, NH, T)),
                              v.in(qkv, 3 * static_cast<std::size_t>(B) * T * C), B, T, C, NH);
+        v.commit();
     }
 
     void gelu_forward(Ptr out, ConstPtr inp, std::size_t count) override {
         cpu::Fp32Views v(scratch_);
         cpu::gelu_forward(v.out(out, count), v.in(inp, count), count);
+        v.commit();
     }
     void gelu_backward(Ptr dinp, ConstPtr inp, ConstPtr dout, std::size_t count) override {
         cpu::Fp32Views v(scratch_);
         cpu::gelu_backward(v.inout(dinp, count), v.in(inp, count), v.in(dout, count), count);
+        v.commit();
     }
     void residual_forward(Ptr out, ConstPtr a, ConstPtr b, std::size_t count) override {
         cpu::Fp32Views v(scratch_);
         cpu::residual_forward(v.out(out, count), v.in(a, count), v.in(b, count), count);
+        v.commit();
     }
     void dropout_forward(Ptr out, ConstPtr inp, std::size_t count, float drop_prob, uint64_t seed,
                          uint64_t index_begin) override {
         cpu::Fp32Views v(scratch_);
         cpu::dropout_forward(v.out(out, count), v.in(inp, count), count, drop_prob, seed,
                              index_begin);
+        v.commit();
     }
     void dropout_backward(Ptr dinp, ConstPtr dout, std::size_t count, float drop_prob,
                           uint64_t seed, uint64_t index_begin) override {
         cpu::Fp32Views v(scratch_);
         cpu::dropout_backward(v.inout(dinp, count), v.in(dout, count), count, drop_prob, seed,
                               index_begin);
+        v.commit();
     }
 
     void cross_entropy_partials(float* row_max, float* row_sumexp, float* target_logit,
@@ -193,6 +210,7 @@ public:
         cpu::cross_entropy_partials(row_max, row_sumexp, target_logit,
                                     v.in(logits, std::size_t(N) * Vp_local), targets, N,
                                     vocab_begin, V, Vp_local);
+        v.commit();
     }
     void cross_entropy_rescale(float* row_sumexp, const float* row_max, const float* global_max,
                                int N) override {
@@ -210,6 +228,7 @@ public:
         const float* in = v.in(logits, count);
         cpu::cross_entropy_backward(v.out(dlogits, count), in, lse, targets, dloss, N,
                                     vocab_begin, V, Vp_local);
+        v.commit();
     }
 
     double sum_of_squares(ConstPtr x, std::size_t count) override {
@@ -219,6 +238,7 @@ public:
     void scale(Ptr x, std::size_t count, float factor) override {
         cpu::Fp32Views v(scratch_);
         cpu::scale(v.inout(x, count), count, factor);
+        v.commit();
     }
     void adamw_update(float* master, ConstPtr grads, float* m, float* v, std::size_t count,
                       float lr, float beta1, float beta2, float eps, float weight_decay, int step,
@@ -226,6 +246,7 @@ public:
         cpu::Fp32Views views(scratch_);
         cpu::adamw_update(master, views.in(grads, count), m, v, count, lr, beta1, beta2, eps,
                           weight_decay, step, grad_scale, views.out(params, count));
+        views.commit();
     }
 
 private:

@@ -1,4 +1,4 @@
-// Fp32 views of typed buffers for the CPU kernels (see fp32_views.h).
+// Host scratch for the CPU backend's fp32 views (see fp32_views.h).
 #include "kernels/cpu/fp32_views.h"
 
 #include <omp.h>
@@ -27,49 +27,21 @@ void in_pieces(std::size_t count, Fn fn) {
 
 }  // namespace
 
-float* Fp32Views::view(const void* data, DType dtype, std::size_t count, bool read, bool write) {
-    if (data == nullptr) return nullptr;
-    if (dtype == DType::f32) return static_cast<float*>(const_cast<void*>(data));
-    auto it =
-        std::find_if(views_.begin(), views_.end(), [&](const View& v) { return v.data == data; });
-    if (it == views_.end()) {
-        const std::size_t slot = views_.size();
-        if (pool_.size() <= slot) pool_.resize(slot + 1);
-        views_.push_back(View{data, dtype, 0, slot, false, false});
-        it = views_.end() - 1;
-    }
-    std::vector<float>& scratch = pool_[it->slot];
+float* HostScratch::acquire(std::size_t index, std::size_t count) {
+    if (pool_->size() <= index) pool_->resize(index + 1);
+    std::vector<float>& scratch = (*pool_)[index];
     if (scratch.size() < count) scratch.resize(count);
-    if (read && (!it->widened || it->count < count)) {
-        const ConstPtr source(data, dtype);
-        float* target = scratch.data();
-        in_pieces(count, [&](std::size_t b, std::size_t e) { widen(target + b, source + b, e - b); });
-        it->widened = true;
-    }
-    it->count = std::max(it->count, count);
-    it->written = it->written || write;
     return scratch.data();
 }
 
-const float* Fp32Views::in(ConstPtr p, std::size_t count) {
-    return view(p.data, p.dtype, count, true, false);
+void HostScratch::widen(float* scratch, ConstPtr from, std::size_t count) {
+    in_pieces(count,
+              [&](std::size_t b, std::size_t e) { kernels::widen(scratch + b, from + b, e - b); });
 }
 
-float* Fp32Views::out(Ptr p, std::size_t count) {
-    return view(p.data, p.dtype, count, false, true);
-}
-
-float* Fp32Views::inout(Ptr p, std::size_t count) {
-    return view(p.data, p.dtype, count, true, true);
-}
-
-Fp32Views::~Fp32Views() {
-    for (const View& v : views_) {
-        if (!v.written) continue;
-        const Ptr target(const_cast<void*>(v.data), v.dtype);
-        const float* source = pool_[v.slot].data();
-        in_pieces(v.count, [&](std::size_t b, std::size_t e) { narrow(target + b, source + b, e - b); });
-    }
+void HostScratch::narrow(Ptr to, const float* scratch, std::size_t count) {
+    in_pieces(count,
+              [&](std::size_t b, std::size_t e) { kernels::narrow(to + b, scratch + b, e - b); });
 }
 
 }  // namespace trident::kernels::cpu

@@ -1,50 +1,31 @@
-// Fp32Views: how the CPU backend runs its fp32 kernels on typed (fp32, bf16, fp16) buffers.
-//
-// For the length of one op, each argument is seen as an fp32 array: an fp32 buffer is used
-// directly; a 16-bit one is widened into a scratch array (exactly), and the scratch of every
-// output is rounded back into its buffer, to nearest even, when the views go out of scope.
-// So a 16-bit op reads 16-bit values, computes in fp32 and stores 16-bit values, as a GPU
-// kernel with fp32 accumulation does, and the fp32 kernels serve every type.
-//
-// Arguments that alias (dropout in place, dlogits over logits) share one scratch array,
-// whatever the order in which they are asked for.
+// The CPU backend's fp32 views of typed buffers (kernels/fp32_views.h has what they do):
+// scratch arrays on the host, kept by the backend between ops so that a step allocates none
+// once the first has run, and conversions split over the threads when they are large.
 #pragma once
 
 #include <cstddef>
 #include <vector>
 
 #include "kernels/dtype.h"
+#include "kernels/fp32_views.h"
 
 namespace trident::kernels::cpu {
 
-class Fp32Views {
+// The Storage of kernels::Fp32Views on the host: view i of an op uses array i of `pool`.
+class HostScratch {
 public:
-    // Scratch arrays come from `pool` (kept by the backend between ops, to reuse memory).
-    explicit Fp32Views(std::vector<std::vector<float>>& pool) : pool_(pool) {}
-    ~Fp32Views();  // rounds the outputs back
-    Fp32Views(const Fp32Views&) = delete;
-    Fp32Views& operator=(const Fp32Views&) = delete;
+    HostScratch(std::vector<std::vector<float>>& pool) : pool_(&pool) {}  // NOLINT: implicit
 
-    // An input of `count` elements (null stays null).
-    const float* in(ConstPtr p, std::size_t count);
-    // An output the op overwrites entirely.
-    float* out(Ptr p, std::size_t count);
-    // An output the op reads and adds into (+=).
-    float* inout(Ptr p, std::size_t count);
+    float* acquire(std::size_t index, std::size_t count);
+    void release(std::size_t, float*) {}
+    void widen(float* scratch, ConstPtr from, std::size_t count);
+    void narrow(Ptr to, const float* scratch, std::size_t count);
 
 private:
-    struct View {
-        const void* data;
-        DType dtype;
-        std::size_t count;
-        std::size_t slot;  // in pool_
-        bool widened;      // holds the buffer's values
-        bool written;      // to be rounded back
-    };
-    float* view(const void* data, DType dtype, std::size_t count, bool read, bool write);
-
-    std::vector<std::vector<float>>& pool_;
-    std::vector<View> views_;
+    std::vector<std::vector<float>>* pool_;
 };
+
+// Constructed from the backend's pool: cpu::Fp32Views v(pool).
+using Fp32Views = kernels::Fp32Views<HostScratch>;
 
 }  // namespace trident::kernels::cpu

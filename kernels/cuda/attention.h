@@ -17,6 +17,8 @@
 #include <tuple>
 #include <unordered_map>
 
+#include "kernels/dtype.h"
+
 namespace trident::kernels::cuda {
 
 // ---- built-in flash attention (attention_flash.cu) -----------------------------------------
@@ -41,12 +43,30 @@ void flash_attention_backward(E* dqkv, float* row_dot, const E* dout, const E* q
 class DeviceAllocator;
 class CudnnGraph;
 
+// The loaded cuDNN's version as cudnnGetVersion() gives it (9.19.0: 91900), and as text with
+// whether the NVRTC library its runtime-compiled engines (fused attention among them) load
+// is there: "cuDNN 9.19.0 (NVRTC 13.0: /usr/local/cuda/lib64/libnvrtc.so.13)".
+int cudnn_version();
+std::string describe_cudnn();
+
+// Why cuDNN's fused attention must not run causal attention over T rows with heads of
+// `head_size` elements of `type` on this cuDNN (`version`) and GPU (compute capability
+// `sm_major`.x), or "" when nothing known stands against it. Besides its shape limits (bf16
+// or fp16; head sizes multiples of 8, up to 256 on Hopper and 128 elsewhere): cuDNN 9.10.0
+// and 9.10.1 compute fused attention wrongly, and before 9.16 its backward is wrong for T not
+// a multiple of 128 unless the graph carries a padding mask, which these graphs do not.
+std::string cudnn_attention_refusal(int version, int sm_major, DType type, int T, int head_size);
+
 // cuDNN 9's fused flash attention for bf16 and fp16 without dropout (cuDNN's dropout draws
 // its own mask, not the model's), as operation graphs of the backend API (cudnn_graph.h): one
 // forward and one backward graph per (type, B, T, C, NH), built on first use. Its lse is the
 // flash kernels' (cuDNN calls it the softmax stats), so either backward runs after either
 // forward. Its backward adds dq into an fp32 buffer with atomics: results may differ in the
 // last bits from run to run (the flash kernels' do not).
+//
+// cuDNN failing to start (no handle: a library missing, an unsupported GPU) or to build a
+// graph is not an error: supports() says no, with the reason, and the caller uses the flash
+// kernels.
 class CudnnAttention {
 public:
     explicit CudnnAttention(DeviceAllocator& allocator);
@@ -55,24 +75,28 @@ public:
     CudnnAttention& operator=(const CudnnAttention&) = delete;
 
     // Whether cuDNN runs forward and backward for this case, building both graphs on the first
-    // ask. A refusal is kept (with cuDNN's reason in `why`, when given), and asked only once.
-    bool supports(cudaDataType_t type, int B, int T, int C, int NH, std::string* why = nullptr);
+    // ask. A refusal is kept (with its reason in `why`, when given), and asked only once.
+    bool supports(DType type, int B, int T, int C, int NH, std::string* why = nullptr);
 
-    // out (B,T,C), lse (B,NH,T) from qkv (B,T,3C), all of `type`; after supports() said yes.
-    void forward(void* out, float* lse, const void* qkv, cudaDataType_t type, int B, int T, int C,
-                 int NH, cudaStream_t stream);
-    // dqkv (B,T,3C) = the gradient (overwritten, not added) given the forward's out and lse.
-    void backward(void* dqkv, const void* dout, const void* qkv, const void* out, const float* lse,
-                  cudaDataType_t type, int B, int T, int C, int NH, cudaStream_t stream);
+    // out (B,T,C), lse (B,NH,T) from qkv (B,T,3C), out and qkv of one type; after supports()
+    // said yes.
+    void forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int C, int NH,
+                 cudaStream_t stream);
+    // dqkv (B,T,3C) = the gradient (overwritten, not added) given the forward's out and lse,
+    // every tensor but lse of qkv's type.
+    void backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out, const float* lse, int B,
+                  int T, int C, int NH, cudaStream_t stream);
 
 private:
     struct Case;
-    Case& case_for(cudaDataType_t type, int B, int T, int C, int NH);
+    Case& case_for(DType type, int B, int T, int C, int NH);
+    Case& supported_case(DType type, int B, int T, int C, int NH);
     void run(CudnnGraph& graph, const std::unordered_map<int64_t, void*>& pointers,
              cudaStream_t stream);
 
     DeviceAllocator& allocator_;
     cudnnHandle_t handle_ = nullptr;
+    std::string unavailable_;  // why there is no handle
     std::map<std::tuple<int, int, int, int, int>, std::unique_ptr<Case>> cases_;
 };
 

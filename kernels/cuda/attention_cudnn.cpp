@@ -10,6 +10,7 @@
 // at t*3C + h*hs (+C for K, +2C for V); K and V enter transposed by swapping their last two
 // strides. Intermediates are fp32, the matrix inputs bf16/fp16.
 #include <cudnn.h>
+#include <dlfcn.h>
 
 #include <cmath>
 #include <limits>
@@ -18,17 +19,12 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cudnn_graph.h"
+#include "kernels/cuda/device.h"
 #include "kernels/cuda/device_allocator.h"
 
 namespace trident::kernels::cuda {
 
 namespace {
-
-void check_cudnn(cudnnStatus_t status, const char* call, const char* file, int line) {
-    if (status != CUDNN_STATUS_SUCCESS)
-        throw_library_error("cuDNN", cudnnGetErrorString(status), call, file, line);
-}
-#define TRIDENT_CUDNN_CHECK(call) check_cudnn((call), #call, __FILE__, __LINE__)
 
 // The shapes of one case, as cuDNN's (batch, heads, rows, columns) dimensions and strides.
 struct Shapes {
@@ -64,11 +60,80 @@ int64_t causal_mask(CudnnGraph& g, const Shapes& s, int64_t scores) {
     return masked;
 }
 
-cudnnDataType_t cudnn_type(cudaDataType_t type) {
-    return type == CUDA_R_16BF ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_HALF;
+// The 16-bit types the fused-attention engines take; cudnn_attention_refusal turns others away
+// before a graph is described.
+cudnnDataType_t cudnn_type(DType type) {
+    switch (type) {
+        case DType::bf16:
+            return CUDNN_DATA_BFLOAT16;
+        case DType::f16:
+            return CUDNN_DATA_HALF;
+        default:
+            throw Error(std::string("internal: cuDNN attention on ") + name_of(type) + " tensors");
+    }
+}
+
+std::string version_text(int version) {
+    return std::to_string(version / 10000) + "." + std::to_string(version % 10000 / 100) + "." +
+           std::to_string(version % 100);
+}
+
+// NVRTC as cuDNN looks for it: libnvrtc.so.<CUDA major> (cuDNN's runtime-compiled engines
+// compile their kernels with it at graph build time), else the unversioned name.
+std::string describe_nvrtc() {
+    int runtime = 0;
+    cudaRuntimeGetVersion(&runtime);
+    const std::string versioned = "libnvrtc.so." + std::to_string(runtime / 1000);
+    void* library = dlopen(versioned.c_str(), RTLD_LAZY | RTLD_LOCAL);
+    if (!library) library = dlopen("libnvrtc.so", RTLD_LAZY | RTLD_LOCAL);
+    if (!library)
+        return "NVRTC not found (" + versioned +
+               "): cuDNN's runtime-compiled engines, fused attention among them, cannot build";
+    std::string text = "NVRTC";
+    using VersionFn = int (*)(int*, int*);
+    int major = 0, minor = 0;
+    if (auto version = reinterpret_cast<VersionFn>(dlsym(library, "nvrtcVersion"))) {
+        if (version(&major, &minor) == 0)
+            text.append(" ")
+                .append(std::to_string(major))
+                .append(".")
+                .append(std::to_string(minor));
+        Dl_info where{};
+        if (dladdr(reinterpret_cast<void*>(version), &where) && where.dli_fname)
+            text.append(": ").append(where.dli_fname);
+    }
+    dlclose(library);
+    return text;
 }
 
 }  // namespace
+
+int cudnn_version() {
+    return static_cast<int>(cudnnGetVersion());
+}
+
+std::string describe_cudnn() {
+    return "cuDNN " + version_text(cudnn_version()) + " (" + describe_nvrtc() + ")";
+}
+
+std::string cudnn_attention_refusal(int version, int sm_major, DType type, int T, int head_size) {
+    if (type != DType::bf16 && type != DType::f16)
+        return std::string("cuDNN's fused attention takes bf16 or fp16, not ") + name_of(type);
+    if (version == 91000 || version == 91001)
+        return "cuDNN " + version_text(version) +
+               " computes fused attention wrongly (fixed in 9.10.2)";
+    const int largest = sm_major == 9 ? 256 : 128;
+    if (head_size % 8 != 0 || head_size > largest)
+        return "cuDNN's fused attention takes head sizes that are multiples of 8 up to " +
+               std::to_string(largest) + " on this GPU, not " + std::to_string(head_size);
+    if (T < 2) return "cuDNN's fused attention has no engine for a single row";
+    if (T % 128 != 0 && version < 91600)
+        return "cuDNN " + version_text(version) +
+               " computes the backward wrongly for sequence lengths not a multiple of 128 "
+               "(T = " +
+               std::to_string(T) + ") without a padding mask (fixed in 9.16)";
+    return "";
+}
 
 // The two graphs of one (type, B, T, C, NH) and the ids of their memory-bound tensors.
 struct CudnnAttention::Case {
@@ -80,7 +145,12 @@ struct CudnnAttention::Case {
 };
 
 CudnnAttention::CudnnAttention(DeviceAllocator& allocator) : allocator_(allocator) {
-    TRIDENT_CUDNN_CHECK(cudnnCreate(&handle_));
+    const cudnnStatus_t status = cudnnCreate(&handle_);
+    if (status != CUDNN_STATUS_SUCCESS) {
+        handle_ = nullptr;
+        unavailable_ =
+            std::string("cuDNN did not start (cudnnCreate: ") + cudnnGetErrorString(status) + ")";
+    }
 }
 
 CudnnAttention::~CudnnAttention() {
@@ -88,19 +158,21 @@ CudnnAttention::~CudnnAttention() {
     if (handle_) cudnnDestroy(handle_);
 }
 
-CudnnAttention::Case& CudnnAttention::case_for(cudaDataType_t type, int B, int T, int C, int NH) {
+CudnnAttention::Case& CudnnAttention::case_for(DType type, int B, int T, int C, int NH) {
     auto& slot = cases_[{static_cast<int>(type), B, T, C, NH}];
     if (slot) return *slot;
     slot = std::make_unique<Case>();
     Case& c = *slot;
     const Shapes s{B, NH, T, C / NH, C};
-    const cudnnDataType_t io = cudnn_type(type);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(s.hs));
-    if ((type != CUDA_R_16BF && type != CUDA_R_16F) || s.hs % 8 != 0 || C % 8 != 0) {
-        c.why =
-            "cuDNN's fused attention takes bf16/fp16 with head size and channels multiples of 8";
+    if (!handle_) {
+        c.why = unavailable_;
         return c;
     }
+    c.why = cudnn_attention_refusal(cudnn_version(), gpu_properties().major, type, T,
+                                    static_cast<int>(s.hs));
+    if (!c.why.empty()) return c;
+    const cudnnDataType_t io = cudnn_type(type);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.hs));
 
     // Forward.
     c.forward = std::make_unique<CudnnGraph>(handle_);
@@ -197,19 +269,25 @@ CudnnAttention::Case& CudnnAttention::case_for(cudaDataType_t type, int B, int T
 
     std::string why;
     if (!f.build(why)) {
-        c.why = "forward graph: " + why;
+        c.why = "cuDNN could not build the forward graph (" + why + ")";
     } else if (!g.build(why)) {
-        c.why = "backward graph: " + why;
+        c.why = "cuDNN could not build the backward graph (" + why + ")";
     } else {
         c.supported = true;
     }
     return c;
 }
 
-bool CudnnAttention::supports(cudaDataType_t type, int B, int T, int C, int NH, std::string* why) {
+bool CudnnAttention::supports(DType type, int B, int T, int C, int NH, std::string* why) {
     Case& c = case_for(type, B, T, C, NH);
     if (!c.supported && why) *why = c.why;
     return c.supported;
+}
+
+CudnnAttention::Case& CudnnAttention::supported_case(DType type, int B, int T, int C, int NH) {
+    Case& c = case_for(type, B, T, C, NH);
+    if (!c.supported) throw Error("internal: cuDNN attention used where it is not supported");
+    return c;
 }
 
 void CudnnAttention::run(CudnnGraph& graph, const std::unordered_map<int64_t, void*>& pointers,
@@ -226,35 +304,36 @@ void CudnnAttention::run(CudnnGraph& graph, const std::unordered_map<int64_t, vo
     allocator_.release(workspace);
 }
 
-void CudnnAttention::forward(void* out, float* lse, const void* qkv, cudaDataType_t type, int B,
-                             int T, int C, int NH, cudaStream_t stream) {
-    Case& c = case_for(type, B, T, C, NH);
-    if (!c.supported) throw Error("internal: cuDNN attention used where it is not supported");
-    char* base = static_cast<char*>(const_cast<void*>(qkv));
-    const std::size_t plane = static_cast<std::size_t>(C) * 2;  // bytes of C 16-bit elements
+void CudnnAttention::forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int C, int NH,
+                             cudaStream_t stream) {
+    if (out.dtype != qkv.dtype)
+        throw Error("internal: cuDNN attention with out and qkv of different types");
+    Case& c = supported_case(qkv.dtype, B, T, C, NH);
+    char* base = static_cast<char*>(const_cast<void*>(qkv.data));
+    const std::size_t plane = static_cast<std::size_t>(C) * size_of(qkv.dtype);  // q to k bytes
     run(*c.forward,
         {{c.f_q, base},
          {c.f_k, base + plane},
          {c.f_v, base + 2 * plane},
-         {c.f_o, out},
+         {c.f_o, out.data},
          {c.f_stats, lse}},
         stream);
 }
 
-void CudnnAttention::backward(void* dqkv, const void* dout, const void* qkv, const void* out,
-                              const float* lse, cudaDataType_t type, int B, int T, int C, int NH,
-                              cudaStream_t stream) {
-    Case& c = case_for(type, B, T, C, NH);
-    if (!c.supported) throw Error("internal: cuDNN attention used where it is not supported");
-    char* base = static_cast<char*>(const_cast<void*>(qkv));
-    char* grad = static_cast<char*>(dqkv);
-    const std::size_t plane = static_cast<std::size_t>(C) * 2;
+void CudnnAttention::backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out, const float* lse,
+                              int B, int T, int C, int NH, cudaStream_t stream) {
+    if (dqkv.dtype != qkv.dtype || dout.dtype != qkv.dtype || out.dtype != qkv.dtype)
+        throw Error("internal: cuDNN attention backward with tensors of different types");
+    Case& c = supported_case(qkv.dtype, B, T, C, NH);
+    char* base = static_cast<char*>(const_cast<void*>(qkv.data));
+    char* grad = static_cast<char*>(dqkv.data);
+    const std::size_t plane = static_cast<std::size_t>(C) * size_of(qkv.dtype);
     run(*c.backward,
         {{c.b_q, base},
          {c.b_k, base + plane},
          {c.b_v, base + 2 * plane},
-         {c.b_o, const_cast<void*>(out)},
-         {c.b_do, const_cast<void*>(dout)},
+         {c.b_o, const_cast<void*>(out.data)},
+         {c.b_do, const_cast<void*>(dout.data)},
          {c.b_stats, const_cast<float*>(lse)},
          {c.b_dq, grad},
          {c.b_dk, grad + plane},

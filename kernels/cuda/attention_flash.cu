@@ -42,7 +42,7 @@ struct Geometry {
     int B, T, C, NH, hs, heads_total, head_begin;
     float scale, drop_prob, keep_scale;
     uint64_t seed;
-    ElementType type;
+    DType type;
 
     // Element offsets: q of head h of batch b at row 0 in qkv (B,T,3C); k is C further, v 2C.
     __device__ std::size_t q_base(int b, int h) const {
@@ -292,12 +292,18 @@ template <typename E>
 Geometry geometry(int B, int T, int C, int NH, float drop_prob, uint64_t seed, int head_begin,
                   int heads_total) {
     const int hs = C / NH;
+    // A thread holds kDimsPerThread dims of a row and at most 4 threads share it: larger heads
+    // would lose their last dims. Start-up refuses such a model (cuda_ops.h); this guards the
+    // kernels themselves.
+    if (!flash_attention_supports(hs))
+        throw Error("the flash-attention kernels take head sizes 1 to " +
+                    std::to_string(kFlashMaxHeadSize) + ", not " + std::to_string(hs));
     return Geometry{B,          T,
                     C,          NH,
                     hs,         heads_total,
                     head_begin, 1.0f / std::sqrt(static_cast<float>(hs)),
                     drop_prob,  1.0f / (1.0f - drop_prob),
-                    seed,       element_type_of<E>()};
+                    seed,       dtype_of<E>()};
 }
 
 int split_of(int hs) {

@@ -31,8 +31,9 @@ std::size_t bias_grad_scratch(int N, int OC) {
 }
 
 template <typename E>
-void bias_grad(AnyPtr dbias, float* scratch, const E* dout, int N, int OC, cudaStream_t stream) {
+void bias_grad(Ptr dbias, float* scratch, const E* dout, int N, int OC, cudaStream_t stream) {
     if (N == 0) return;
+    require_float_elements(dbias.dtype, "a bias gradient");
     const unsigned column_blocks =
         static_cast<unsigned>((OC + kColumnThreads - 1) / kColumnThreads);
     const dim3 grid(column_blocks, static_cast<unsigned>(row_chunks(N)));
@@ -44,9 +45,8 @@ void bias_grad(AnyPtr dbias, float* scratch, const E* dout, int N, int OC, cudaS
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
-template void bias_grad<float>(AnyPtr, float*, const float*, int, int, cudaStream_t);
-template void bias_grad<__nv_bfloat16>(AnyPtr, float*, const __nv_bfloat16*, int, int,
-                                       cudaStream_t);
-template void bias_grad<__half>(AnyPtr, float*, const __half*, int, int, cudaStream_t);
+template void bias_grad<float>(Ptr, float*, const float*, int, int, cudaStream_t);
+template void bias_grad<__nv_bfloat16>(Ptr, float*, const __nv_bfloat16*, int, int, cudaStream_t);
+template void bias_grad<__half>(Ptr, float*, const __half*, int, int, cudaStream_t);
 
 }  // namespace trident::kernels::cuda

@@ -16,7 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cuda/element_type.h"
+#include "kernels/dtype.h"
 
 namespace trident::kernels::cuda {
 
@@ -53,7 +53,7 @@ void residual_layernorm_forward(E* residual, E* out, float* mean, float* rstd, c
 // dinp (N,C) +=, dweight, dbias (C) += (of any type: parameter gradients may be fp32);
 // `scratch` holds layernorm_backward_scratch(N, C) floats.
 template <typename E>
-void layernorm_backward(E* dinp, AnyPtr dweight, AnyPtr dbias, float* scratch, const E* dout,
+void layernorm_backward(E* dinp, Ptr dweight, Ptr dbias, float* scratch, const E* dout,
                         const E* inp, const E* weight, const float* mean, const float* rstd, int N,
                         int C, cudaStream_t stream);
 std::size_t layernorm_backward_scratch(int N, int C);
@@ -62,7 +62,7 @@ std::size_t layernorm_backward_scratch(int N, int C);
 // dbias (OC, any type) += column sums of dout (N,OC); `scratch` holds bias_grad_scratch(N, OC)
 // floats.
 template <typename E>
-void bias_grad(AnyPtr dbias, float* scratch, const E* dout, int N, int OC, cudaStream_t stream);
+void bias_grad(Ptr dbias, float* scratch, const E* dout, int N, int OC, cudaStream_t stream);
 std::size_t bias_grad_scratch(int N, int OC);
 
 // ---- embedding (embedding.cu) --------------------------------------------------------------
@@ -73,8 +73,8 @@ void embedding_forward(E* out, const int32_t* tokens, const E* wte, const E* wpe
 // warp of its first position) sums that token's rows in position order and adds the sum once:
 // no atomics, so the result does not depend on scheduling. dwte, dwpe of any type.
 template <typename E>
-void embedding_backward(AnyPtr dwte, AnyPtr dwpe, const E* dout, const int32_t* tokens, int B,
-                        int T, int C, int vocab_begin, int vocab_local, cudaStream_t stream);
+void embedding_backward(Ptr dwte, Ptr dwpe, const E* dout, const int32_t* tokens, int B, int T,
+                        int C, int vocab_begin, int vocab_local, cudaStream_t stream);
 
 // ---- vocab-parallel cross-entropy (cross_entropy.cu) ---------------------------------------
 template <typename E>

@@ -1,9 +1,9 @@
 // CudaOps: the Ops interface (kernels/ops.h) on the GPU. Each op picks its kernel by the
 // element types of its arguments: one type throughout (fp32, bf16 or fp16; parameter
 // gradients may be fp32 besides) runs the templated kernels of cuda_kernels.h directly; any
-// other mix goes through fp32 views (fp32_staging.h). Linear layers are cuBLASLt products
-// (gemm.h); attention is cuDNN's fused kernel where it has one, else the built-in flash
-// attention (attention.h).
+// other mix goes through fp32 views (fp32_views.h). Linear layers are cuBLASLt products
+// (gemm.h); attention is cuDNN's fused kernel where it is safe, else the built-in flash
+// attention (attention.h), one choice per shape kept for the run (attention_path).
 //
 // Attention keeps no probabilities: what it saves for backward (attention_saved) is the
 // per-row log-sum-exp (B,NH,T) in fp32, all that backward needs besides q, k, v and the
@@ -16,8 +16,9 @@
 
 #include <cstdio>
 #include <initializer_list>
-#include <set>
+#include <map>
 #include <string>
+#include <tuple>
 
 #include "error.h"
 #include "kernels/cuda/attention.h"
@@ -25,42 +26,11 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/device_allocator.h"
-#include "kernels/cuda/fp32_staging.h"
+#include "kernels/cuda/fp32_views.h"
 #include "kernels/cuda/gemm.h"
 
 namespace trident::kernels {
 namespace {
-
-using cuda::AnyPtr;
-using cuda::ElementType;
-
-ElementType element_type(DType t) {
-    switch (t) {
-        case DType::bf16:
-            return ElementType::bf16;
-        case DType::f16:
-            return ElementType::f16;
-        case DType::f32:
-            break;
-    }
-    return ElementType::f32;
-}
-
-AnyPtr any(Ptr p) {
-    return {p.data, element_type(p.dtype)};
-}
-
-cudaDataType_t cuda_type(DType t) {
-    switch (t) {
-        case DType::bf16:
-            return CUDA_R_16BF;
-        case DType::f16:
-            return CUDA_R_16F;
-        case DType::f32:
-            break;
-    }
-    return CUDA_R_32F;
-}
 
 // Calls f with a value of the C++ element type of `t`.
 template <typename F>
@@ -75,7 +45,39 @@ void dispatch(DType t, F&& f) {
         case DType::f16:
             f(__half{});
             return;
+        default:
+            throw Error(std::string("internal: a GPU op on ") + name_of(t) + " elements");
     }
+}
+
+// How a shape's attention is computed: the kernels (or none, when no kernel can) and, for
+// the log, why not cuDNN.
+enum class AttentionPath { cudnn, flash, none };
+struct AttentionChoice {
+    AttentionPath path;
+    std::string why;  // why not cuDNN (empty when cuDNN runs it)
+};
+
+std::string describe(const AttentionShape& s) {
+    char text[160];
+    std::snprintf(text, sizeof(text), "B %d, T %d, %d heads of %d, %s, %s", s.B, s.T, s.NH,
+                  s.NH > 0 ? s.C / s.NH : 0, name_of(s.type),
+                  s.drop_prob > 0 ? "with attention dropout" : "without dropout");
+    return text;
+}
+
+std::string describe(const AttentionShape& s, const AttentionChoice& c) {
+    const std::string where = describe(s);
+    switch (c.path) {
+        case AttentionPath::cudnn:
+            return "attention (" + where + "): cuDNN fused attention";
+        case AttentionPath::flash:
+            return "attention (" + where + "): the flash-attention kernels, as " + c.why;
+        case AttentionPath::none:
+            break;
+    }
+    return "attention (" + where + "): no kernel: the flash-attention kernels take heads of 1 to " +
+           std::to_string(cuda::kFlashMaxHeadSize) + " elements and " + c.why;
 }
 
 template <typename E>
@@ -114,10 +116,12 @@ public:
     std::size_t peak_allocated_bytes() const override { return allocator_.peak_allocated_bytes(); }
     void reset_peak_allocated_bytes() override { allocator_.reset_peak(); }
     void upload(void* device, const void* host, std::size_t bytes) override {
-        // From pageable memory the copy has read `host` when the call returns.
-        if (bytes)
-            TRIDENT_CUDA_CHECK(
-                cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_));
+        // Ops lets the caller reuse `host` on return. CUDA promises a copy has read pageable
+        // memory at return only for synchronous copies (and never for pinned memory), so this
+        // waits for it: a few uploads a step (the token ids), after the compute queued before.
+        if (!bytes) return;
+        TRIDENT_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_));
+        TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
     void download(void* host, const void* device, std::size_t bytes) override {
         if (!bytes) return;
@@ -158,7 +162,7 @@ public:
             });
             return;
         }
-        cuda::Fp32Staging v(allocator_, stream_);
+        auto v = views();
         const std::size_t NC = static_cast<std::size_t>(B) * T * C;
         cuda::embedding_forward(v.out(out, NC), tokens, v.in(wte, std::size_t(vocab_local) * C),
                                 v.in(wpe, std::size_t(T) * C), B, T, C, vocab_begin, vocab_local,
@@ -170,8 +174,8 @@ public:
         // The gradients may be of any type; the kernel converts as it adds.
         dispatch(dout.dtype, [&](auto e) {
             using E = decltype(e);
-            cuda::embedding_backward(any(dwte), any(dwpe), as<E>(dout), tokens, B, T, C,
-                                     vocab_begin, vocab_local, stream_);
+            cuda::embedding_backward(dwte, dwpe, as<E>(dout), tokens, B, T, C, vocab_begin,
+                                     vocab_local, stream_);
         });
     }
 
@@ -186,7 +190,7 @@ public:
             });
             return;
         }
-        cuda::Fp32Staging v(allocator_, stream_);
+        auto v = views();
         const std::size_t NC = static_cast<std::size_t>(N) * C;
         cuda::layernorm_forward(v.out(out, NC), mean, rstd, v.in(inp, NC), v.in(weight, C),
                                 v.in(bias, C), N, C, stream_);
@@ -199,18 +203,16 @@ public:
         if (all_of_type(inp.dtype, {dinp, dout, weight})) {
             dispatch(inp.dtype, [&](auto e) {
                 using E = decltype(e);
-                cuda::layernorm_backward(as<E>(dinp), any(dweight), any(dbias), scratch.floats(),
-                                         as<E>(dout), as<E>(inp), as<E>(weight), mean, rstd, N, C,
-                                         stream_);
+                cuda::layernorm_backward(as<E>(dinp), dweight, dbias, scratch.floats(), as<E>(dout),
+                                         as<E>(inp), as<E>(weight), mean, rstd, N, C, stream_);
             });
             return;
         }
-        cuda::Fp32Staging v(allocator_, stream_);
+        auto v = views();
         const std::size_t NC = static_cast<std::size_t>(N) * C;
-        cuda::layernorm_backward(v.inout(dinp, NC), AnyPtr{v.inout(dweight, C), ElementType::f32},
-                                 AnyPtr{v.inout(dbias, C), ElementType::f32}, scratch.floats(),
-                                 v.in(dout, NC), v.in(inp, NC), v.in(weight, C), mean, rstd, N, C,
-                                 stream_);
+        cuda::layernorm_backward(v.inout(dinp, NC), v.inout(dweight, C), v.inout(dbias, C),
+                                 scratch.floats(), v.in(dout, NC), v.in(inp, NC), v.in(weight, C),
+                                 mean, rstd, N, C, stream_);
         v.commit();
     }
 
@@ -218,24 +220,23 @@ public:
     void matmul_forward(Ptr out, ConstPtr inp, ConstPtr weight, ConstPtr bias, int N, int C,
                         int OC) override {
         // out (N,OC) = inp (N,C) @ weight^T, weight stored (OC,C), plus the bias in the epilogue.
-        if (inp.dtype == weight.dtype &&
-            cuda::Gemm::supports(cuda_type(inp.dtype), cuda_type(out.dtype)) &&
+        if (inp.dtype == weight.dtype && cuda::Gemm::supports(inp.dtype, out.dtype) &&
             all_of_type(out.dtype, {bias})) {
             product(out, inp, false, weight, true, N, OC, C, 0.0f, bias);
             return;
         }
-        cuda::Fp32Staging v(allocator_, stream_);
+        auto v = views();
         product(v.out(out, std::size_t(N) * OC), v.in(inp, std::size_t(N) * C), false,
                 v.in(weight, std::size_t(OC) * C), true, N, OC, C, 0.0f, v.in(bias, OC));
         v.commit();
     }
     void matmul_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
                          ConstPtr weight, int N, int C, int OC) override {
-        const cudaDataType_t ab = cuda_type(dout.dtype);
+        const DType ab = dout.dtype;
         const bool direct = inp.dtype == dout.dtype && weight.dtype == dout.dtype &&
-                            cuda::Gemm::supports(ab, cuda_type(dweight.dtype)) &&
-                            (!dinp || cuda::Gemm::supports(ab, cuda_type(dinp.dtype)));
-        cuda::Fp32Staging v(allocator_, stream_);
+                            cuda::Gemm::supports(ab, dweight.dtype) &&
+                            (!dinp || cuda::Gemm::supports(ab, dinp.dtype));
+        auto v = views();
         const Ptr dinp_ = direct ? dinp : Ptr(v.inout(dinp, std::size_t(N) * C));
         const Ptr dweight_ = direct ? dweight : Ptr(v.inout(dweight, std::size_t(OC) * C));
         const ConstPtr dout_ = direct ? dout : ConstPtr(v.in(dout, std::size_t(N) * OC));
@@ -248,7 +249,7 @@ public:
             Scratch scratch(allocator_, cuda::bias_grad_scratch(N, OC) * sizeof(float));
             dispatch(dout.dtype, [&](auto e) {
                 using E = decltype(e);
-                cuda::bias_grad(any(dbias), scratch.floats(), as<E>(dout), N, OC, stream_);
+                cuda::bias_grad(dbias, scratch.floats(), as<E>(dout), N, OC, stream_);
             });
         }
         v.commit();
@@ -261,7 +262,7 @@ public:
             });
             return;
         }
-        cuda::Fp32Staging v(allocator_, stream_);
+        auto v = views();
         cuda::add_bias(v.inout(out, std::size_t(N) * OC), v.in(bias, OC), N, OC, stream_);
         v.commit();
     }
@@ -276,16 +277,23 @@ public:
                            float drop_prob, uint64_t seed, int head_begin,
                            int heads_total) override {
         float* lse = saved.f32();
-        if (out.dtype != qkv.dtype) {
-            cuda::Fp32Staging v(allocator_, stream_);
-            cuda::flash_attention_forward(v.out(out, std::size_t(B) * T * C), lse,
-                                          v.in(qkv, std::size_t(B) * T * 3 * C), B, T, C, NH,
-                                          drop_prob, seed, head_begin, heads_total, stream_);
-            v.commit();
+        const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
+        if (attention_path({B, T, C, NH, qkv.dtype, drop_prob}) == AttentionPath::cudnn) {
+            if (out.dtype == qkv.dtype) {
+                cudnn_.forward(out, lse, qkv, B, T, C, NH, stream_);
+                return;
+            }
+            // cuDNN writes qkv's type; the output is rounded into out's from there.
+            Scratch o(allocator_, BTC * size_of(qkv.dtype));
+            cudnn_.forward(Ptr(o.data, qkv.dtype), lse, qkv, B, T, C, NH, stream_);
+            convert(out, Ptr(o.data, qkv.dtype), BTC);
             return;
         }
-        if (use_cudnn(qkv.dtype, drop_prob, B, T, C, NH)) {
-            cudnn_.forward(out.data, lse, qkv.data, cuda_type(qkv.dtype), B, T, C, NH, stream_);
+        if (out.dtype != qkv.dtype) {
+            auto v = views();
+            cuda::flash_attention_forward(v.out(out, BTC), lse, v.in(qkv, 3 * BTC), B, T, C, NH,
+                                          drop_prob, seed, head_begin, heads_total, stream_);
+            v.commit();
             return;
         }
         dispatch(qkv.dtype, [&](auto e) {
@@ -294,27 +302,30 @@ public:
                                           head_begin, heads_total, stream_);
         });
     }
+    // The forward's kernels where the types allow; with mixed types the flash kernels, whose
+    // backward takes cuDNN's statistics as well (attention.h).
     void attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out, ConstPtr saved,
                             int B, int T, int C, int NH, float drop_prob, uint64_t seed,
                             int head_begin, int heads_total) override {
         const float* lse = saved.f32();
         const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
+        const bool one_type = all_of_type(qkv.dtype, {dqkv, dout, out});
+        if (one_type &&
+            attention_path({B, T, C, NH, qkv.dtype, drop_prob}) == AttentionPath::cudnn) {
+            // cuDNN overwrites its gradient: into scratch, then added (ops.h's +=).
+            Scratch grad(allocator_, 3 * BTC * size_of(qkv.dtype));
+            cudnn_.backward(Ptr(grad.data, qkv.dtype), dout, qkv, out, lse, B, T, C, NH, stream_);
+            residual_forward(dqkv, dqkv, Ptr(grad.data, qkv.dtype), 3 * BTC);
+            return;
+        }
         Scratch row_dot(allocator_, static_cast<std::size_t>(B) * NH * T * sizeof(float));
-        if (!all_of_type(qkv.dtype, {dqkv, dout, out})) {
-            cuda::Fp32Staging v(allocator_, stream_);
+        if (!one_type) {
+            auto v = views();
             cuda::flash_attention_backward(v.inout(dqkv, 3 * BTC), row_dot.floats(),
                                            v.in(dout, BTC), v.in(qkv, 3 * BTC), v.in(out, BTC), lse,
                                            B, T, C, NH, drop_prob, seed, head_begin, heads_total,
                                            stream_);
             v.commit();
-            return;
-        }
-        if (use_cudnn(qkv.dtype, drop_prob, B, T, C, NH)) {
-            // cuDNN overwrites its gradient: into scratch, then added (ops.h's +=).
-            Scratch grad(allocator_, 3 * BTC * size_of(qkv.dtype));
-            cudnn_.backward(grad.data, dout.data, qkv.data, out.data, lse, cuda_type(qkv.dtype), B,
-                            T, C, NH, stream_);
-            residual_forward(dqkv, dqkv, Ptr(grad.data, qkv.dtype), 3 * BTC);
             return;
         }
         dispatch(qkv.dtype, [&](auto e) {
@@ -324,13 +335,16 @@ public:
                                            head_begin, heads_total, stream_);
         });
     }
-    void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int C, int NH) override {
-        // The statistics again, by the same kernel as the forward's (its output goes to
-        // scratch for cuDNN's, which has no statistics-only form).
+    // The statistics again, by the kernels of the forward (the same shape and drop_prob give
+    // the same path): cuDNN's has no statistics-only form, so its output goes to scratch. The
+    // flash kernels' statistics do not depend on the element type they read (all arithmetic is
+    // fp32 on exactly widened values), so a forward through fp32 views rebuilds alike.
+    void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int C, int NH,
+                           float drop_prob) override {
         float* lse = saved.f32();
-        if (use_cudnn(qkv.dtype, 0.0f, B, T, C, NH)) {
+        if (attention_path({B, T, C, NH, qkv.dtype, drop_prob}) == AttentionPath::cudnn) {
             Scratch out(allocator_, static_cast<std::size_t>(B) * T * C * size_of(qkv.dtype));
-            cudnn_.forward(out.data, lse, qkv.data, cuda_type(qkv.dtype), B, T, C, NH, stream_);
+            cudnn_.forward(Ptr(out.data, qkv.dtype), lse, qkv, B, T, C, NH, stream_);
             return;
         }
         dispatch(qkv.dtype, [&](auto e) {
@@ -338,6 +352,35 @@ public:
             cuda::flash_attention_forward(static_cast<E*>(nullptr), lse, as<E>(qkv), B, T, C, NH,
                                           0.0f, 0, 0, NH, stream_);
         });
+    }
+
+    // The kernels for a shape, chosen on its first use (or by prepare_attention) and kept, so
+    // that a rebuild runs the forward's kernels; said on stderr when first chosen here.
+    AttentionPath attention_path(const AttentionShape& shape) {
+        const AttentionChoice& choice = choose_attention(shape, true);
+        if (choice.path == AttentionPath::none) throw Error(describe(shape, choice));
+        return choice.path;
+    }
+
+    // Chooses (once) the kernels of a shape: cuDNN without dropout where it is safe and
+    // builds, else the flash kernels where the head size allows, else none.
+    const AttentionChoice& choose_attention(const AttentionShape& shape, bool announce) {
+        const auto key = std::make_tuple(static_cast<int>(shape.type), shape.drop_prob > 0.0f,
+                                         shape.B, shape.T, shape.C, shape.NH);
+        const auto known = attention_paths_.find(key);
+        if (known != attention_paths_.end()) return known->second;
+        AttentionChoice choice{AttentionPath::cudnn, ""};
+        if (shape.drop_prob > 0.0f)
+            choice = {AttentionPath::flash, "cuDNN's dropout mask is not the model's"};
+        else if (!cudnn_.supports(shape.type, shape.B, shape.T, shape.C, shape.NH, &choice.why))
+            choice.path = AttentionPath::flash;
+        if (choice.path == AttentionPath::flash &&
+            !cuda::flash_attention_supports(shape.C / shape.NH))
+            choice.path = AttentionPath::none;
+        const AttentionChoice& kept = attention_paths_.emplace(key, choice).first->second;
+        if (announce && kept.path != AttentionPath::none)
+            std::fprintf(stderr, "trident: %s\n", describe(shape, kept).c_str());
+        return kept;
     }
 
     // ---- pointwise ---------------------------------------------------------------------------
@@ -349,7 +392,7 @@ public:
             });
             return;
         }
-        cuda::Fp32Staging v(allocator_, stream_);
+        auto v = views();
         cuda::gelu_forward(v.out(out, count), v.in(inp, count), count, stream_);
         v.commit();
     }
@@ -361,7 +404,7 @@ public:
             });
             return;
         }
-        cuda::Fp32Staging v(allocator_, stream_);
+        auto v = views();
         cuda::gelu_backward(v.inout(dinp, count), v.in(inp, count), v.in(dout, count), count,
                             stream_);
         v.commit();
@@ -374,7 +417,7 @@ public:
             });
             return;
         }
-        cuda::Fp32Staging v(allocator_, stream_);
+        auto v = views();
         const float* x = v.in(a, count);
         const float* y = v.in(b, count);
         cuda::residual_forward(v.out(out, count), x, y, count, stream_);
@@ -390,7 +433,7 @@ public:
             });
             return;
         }
-        cuda::Fp32Staging v(allocator_, stream_);
+        auto v = views();
         const float* x = v.in(inp, count);
         cuda::dropout_forward(v.out(out, count), x, count, drop_prob, seed, index_begin, stream_);
         v.commit();
@@ -405,7 +448,7 @@ public:
             });
             return;
         }
-        cuda::Fp32Staging v(allocator_, stream_);
+        auto v = views();
         cuda::dropout_backward(v.inout(dinp, count), v.in(dout, count), count, drop_prob, seed,
                                index_begin, stream_);
         v.commit();
@@ -441,7 +484,7 @@ public:
             });
             return;
         }
-        cuda::Fp32Staging v(allocator_, stream_);
+        auto v = views();
         const std::size_t count = static_cast<std::size_t>(N) * Vp_local;
         const float* in = v.in(logits, count);
         cuda::cross_entropy_backward(v.out(dlogits, count), in, lse, targets, dloss, N, vocab_begin,
@@ -501,49 +544,50 @@ private:
         call.rows = rows;
         call.cols = cols;
         call.inner = inner;
-        call.a = a.data;
+        call.a = a;
         call.trans_a = trans_a;
-        call.b = b.data;
+        call.b = b;
         call.trans_b = trans_b;
-        call.d = out.data;
+        call.d = out;
         call.beta = beta;
-        call.ab_type = cuda_type(a.dtype);
-        call.d_type = cuda_type(out.dtype);
         if (bias) {
             call.epilogue = cuda::Epilogue::bias;
-            call.bias = bias.data;
+            call.bias = bias;
         }
         gemm_.run(call, stream_);
     }
 
-    // cuDNN's fused attention: bf16/fp16, no attention dropout (its mask is not the model's),
-    // and a case cuDNN has an engine for (asked once per shape).
-    bool use_cudnn(DType type, float drop_prob, int B, int T, int C, int NH) {
-        if (type == DType::f32 || drop_prob > 0.0f) return false;
-        std::string why;
-        if (cudnn_.supports(cuda_type(type), B, T, C, NH, &why)) return true;
-        // Said once per shape (supports() keeps its answer): the run goes on, more slowly.
-        const std::string shape = std::to_string(B) + "," + std::to_string(T) + "," +
-                                  std::to_string(C) + "," + std::to_string(NH) + name_of(type);
-        if (refusals_.insert(shape).second)
-            std::fprintf(stderr,
-                         "trident: cuDNN attention unavailable for B=%d T=%d C=%d NH=%d %s "
-                         "(%s); using the built-in flash attention\n",
-                         B, T, C, NH, name_of(type), why.c_str());
-        return false;
-    }
+    cuda::Fp32Views views() { return cuda::Fp32Views(cuda::DeviceScratch(allocator_, stream_)); }
 
     cudaStream_t stream_;
     cuda::DeviceAllocator allocator_;  // first in, last out: the others release into it
     cuda::Gemm gemm_;
     cuda::CudnnAttention cudnn_;
-    std::set<std::string> refusals_;  // shapes whose cuDNN attention refusal was reported
+    // Chosen attention kernels by (type, dropout or not, B, T, C, NH).
+    std::map<std::tuple<int, bool, int, int, int, int>, AttentionChoice> attention_paths_;
 };
 
 }  // namespace
 
 std::unique_ptr<Ops> make_cuda_ops() {
     return std::make_unique<CudaOps>();
+}
+
+std::string prepare_attention(Ops& ops, const AttentionShape& shape) {
+    auto* gpu = dynamic_cast<CudaOps*>(&ops);
+    if (!gpu)
+        throw Error("internal: prepare_attention on the " + std::string(ops.name()) + " backend");
+    std::string said;
+    // Training draws the dropout mask; evaluation and generation run the same shape without.
+    for (const float drop_prob : {shape.drop_prob, 0.0f}) {
+        AttentionShape s = shape;
+        s.drop_prob = drop_prob;
+        const AttentionChoice& choice = gpu->choose_attention(s, false);
+        if (choice.path == AttentionPath::none) throw Error(describe(s, choice));
+        said += describe(s, choice) + "\n";
+        if (drop_prob == 0.0f) break;
+    }
+    return said;
 }
 
 }  // namespace trident::kernels

@@ -4,12 +4,31 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
+#include "kernels/dtype.h"
 #include "kernels/ops.h"
 
 namespace trident::kernels {
 
-// Call after cuda::use_gpu. Creates the cuBLASLt and cuDNN handles and the GEMM workspace.
+// Call after cuda::use_gpu. Creates the cuBLASLt and cuDNN handles and the GEMM workspace;
+// cuDNN failing to start leaves attention to the built-in flash kernels (said once per shape).
 std::unique_ptr<Ops> make_cuda_ops();
+
+// The attention a model computes: B sequences of T rows, NH heads of C/NH elements each (this
+// rank's share under tensor parallelism), activations of `type`, attention dropout drop_prob.
+struct AttentionShape {
+    int B, T, C, NH;
+    DType type;
+    float drop_prob;
+};
+
+// Chooses, before the first step, the kernels of the model's attention on `ops` (a backend
+// from make_cuda_ops): in training (with drop_prob) and in evaluation and generation
+// (without), cuDNN's fused attention where it is safe for this cuDNN and shape, else the
+// built-in flash kernels. Returns the choices, a line each, for the log. Throws
+// trident::Error naming the cause when neither can run the shape (heads over 128 elements
+// that cuDNN refuses): an error at start-up rather than in the first step.
+std::string prepare_attention(Ops& ops, const AttentionShape& shape);
 
 }  // namespace trident::kernels

@@ -1,10 +1,16 @@
 // The process's GPU and compute stream (see device.h), and the library error messages.
 #include "kernels/cuda/device.h"
 
+#include <cublasLt.h>
+#include <nccl.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <regex>
 
 #include "error.h"
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace trident::kernels::cuda {
@@ -80,6 +86,41 @@ std::string describe_gpu() {
                   static_cast<double>(g.properties.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
     return std::string(g.properties.name) + " (GPU " + std::to_string(g.device) + ", " +
            std::to_string(g.properties.multiProcessorCount) + " SMs, " + memory + ")";
+}
+
+namespace {
+
+// CUDA's versions are major * 1000 + minor * 10.
+std::string cuda_version_text(int version) {
+    return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
+
+// The kernel driver's release ("580.95.05"), which the CUDA API does not give; empty when
+// /proc does not say.
+std::string driver_release() {
+    std::ifstream in("/proc/driver/nvidia/version");
+    std::string line;
+    std::getline(in, line);
+    std::smatch found;
+    static const std::regex release(R"(Module[^0-9]*([0-9]+\.[0-9]+(\.[0-9]+)?))");
+    return std::regex_search(line, found, release) ? found[1].str() : "";
+}
+
+}  // namespace
+
+std::string describe_libraries() {
+    int driver = 0, runtime = 0, nccl = 0;
+    cudaDriverGetVersion(&driver);
+    cudaRuntimeGetVersion(&runtime);
+    ncclGetVersion(&nccl);
+    const std::string release = driver_release();
+    const std::size_t lt = cublasLtGetVersion();  // major * 10000 + minor * 100 + patch
+    return "driver " + (release.empty() ? "" : release + " ") + "(CUDA " +
+           cuda_version_text(driver) + "), runtime " + cuda_version_text(runtime) + ", cuBLASLt " +
+           std::to_string(lt / 10000) + "." + std::to_string(lt % 10000 / 100) + "." +
+           std::to_string(lt % 100) + ", " + describe_cudnn() + ", NCCL " +
+           std::to_string(nccl / 10000) + "." + std::to_string(nccl % 10000 / 100) + "." +
+           std::to_string(nccl % 100);
 }
 
 std::string gpu_uuid(int device) {

@@ -30,6 +30,11 @@ const cudaDeviceProp& gpu_properties();
 // "NVIDIA H100 80GB HBM3 (GPU 0, 132 SMs, 79.1 GiB)"
 std::string describe_gpu();
 
+// The versions of the CUDA driver and libraries this process runs with, for the log:
+// "driver 580.95.05 (CUDA 13.0), runtime 13.0, cuBLASLt 13.1.0, cuDNN 9.19.0 (NVRTC 13.0:
+// /usr/local/cuda/lib64/libnvrtc.so.13), NCCL 2.28.9". Needs no GPU chosen.
+std::string describe_libraries();
+
 // A GPU's identity across processes: its UUID as 32 hex digits.
 std::string gpu_uuid(int device);
 

@@ -4,6 +4,10 @@
 //
 // Pack<T> is 16 bytes of elements (4 floats or 8 halves): the widest load a thread issues in
 // one instruction, which memory-bound kernels use when their pointers allow.
+//
+// Where an element type is known only at run time (a parameter gradient in fp32 beside 16-bit
+// activations, training.fp32_grad_accumulation), kernels take kernels::DType by value and a
+// Ptr (kernels/dtype.h), and convert per access.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -11,9 +15,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
-#include "kernels/cuda/element_type.h"
+#include "error.h"
+#include "kernels/dtype.h"
 
 namespace trident::kernels::cuda {
 
@@ -59,39 +65,59 @@ __device__ __forceinline__ void store_pack(T* p, const Pack<T>& x) {
     *reinterpret_cast<Pack<T>*>(p) = x;
 }
 
-// Loads and stores through an element type known at run time (element_type.h): a switch per
-// access, which costs nothing measurable where the inner loops work on float copies.
+// Loads and stores through an element type known at run time: a switch per access, which
+// costs nothing measurable where the inner loops work on float copies.
 template <typename E>
-constexpr ElementType element_type_of() {
-    if constexpr (sizeof(E) == 4)
-        return ElementType::f32;
+constexpr DType dtype_of() {
+    if constexpr (std::is_same_v<E, float>)
+        return DType::f32;
     else if constexpr (std::is_same_v<E, __nv_bfloat16>)
-        return ElementType::bf16;
+        return DType::bf16;
     else
-        return ElementType::f16;
+        return DType::f16;
 }
 
-__device__ __forceinline__ float load_as_float(const void* p, ElementType t, std::size_t i) {
+// The host's check before a launch that passes a run-time type: the kernels here compute on
+// the float types alone, and the device switches below stop the kernel on any other.
+inline void require_float_elements(DType t, const char* what) {
     switch (t) {
-        case ElementType::bf16:
-            return to_float(static_cast<const __nv_bfloat16*>(p)[i]);
-        case ElementType::f16:
-            return to_float(static_cast<const __half*>(p)[i]);
+        case DType::f32:
+        case DType::bf16:
+        case DType::f16:
+            return;
         default:
-            return static_cast<const float*>(p)[i];
+            throw Error(std::string("internal: ") + what + " of element type " +
+                        std::to_string(static_cast<int>(t)) + ", not a float type");
     }
 }
 
-__device__ __forceinline__ void store_from_float(void* p, ElementType t, std::size_t i, float x) {
+__device__ __forceinline__ float load_as_float(const void* p, DType t, std::size_t i) {
     switch (t) {
-        case ElementType::bf16:
+        case DType::f32:
+            return static_cast<const float*>(p)[i];
+        case DType::bf16:
+            return to_float(static_cast<const __nv_bfloat16*>(p)[i]);
+        case DType::f16:
+            return to_float(static_cast<const __half*>(p)[i]);
+        default:
+            __trap();  // refused on the host (require_float_elements)
+    }
+    return 0.0f;
+}
+
+__device__ __forceinline__ void store_from_float(void* p, DType t, std::size_t i, float x) {
+    switch (t) {
+        case DType::f32:
+            static_cast<float*>(p)[i] = x;
+            break;
+        case DType::bf16:
             static_cast<__nv_bfloat16*>(p)[i] = from_float<__nv_bfloat16>(x);
             break;
-        case ElementType::f16:
+        case DType::f16:
             static_cast<__half*>(p)[i] = from_float<__half>(x);
             break;
         default:
-            static_cast<float*>(p)[i] = x;
+            __trap();  // refused on the host (require_float_elements)
     }
 }
 

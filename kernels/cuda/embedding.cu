@@ -43,8 +43,8 @@ __global__ void embedding_forward_kernel(E* out, const int32_t* tokens, const E*
 
 // dwte (vocab_local, C) += dout rows summed per token, one warp per position.
 template <typename E>
-__global__ void embedding_backward_wte_kernel(AnyPtr dwte, const E* dout, const int32_t* tokens,
-                                              int N, int C, int vocab_begin, int vocab_local) {
+__global__ void embedding_backward_wte_kernel(Ptr dwte, const E* dout, const int32_t* tokens, int N,
+                                              int C, int vocab_begin, int vocab_local) {
     const int i = blockIdx.x * kWarpsPerBlock + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (i >= N) return;
@@ -78,8 +78,8 @@ __global__ void embedding_backward_wte_kernel(AnyPtr dwte, const E* dout, const 
             const int c = c0 + r * 32 + lane;
             if (c < C) {
                 const std::size_t i = row_begin + c;
-                store_from_float(dwte.data, dwte.type, i,
-                                 load_as_float(dwte.data, dwte.type, i) + sum[r]);
+                store_from_float(dwte.data, dwte.dtype, i,
+                                 load_as_float(dwte.data, dwte.dtype, i) + sum[r]);
             }
         }
     }
@@ -87,14 +87,14 @@ __global__ void embedding_backward_wte_kernel(AnyPtr dwte, const E* dout, const 
 
 // dwpe (T, C) += dout summed over the batch, in batch order: one thread per element.
 template <typename E>
-__global__ void embedding_backward_wpe_kernel(AnyPtr dwpe, const E* dout, int B, int T, int C) {
+__global__ void embedding_backward_wpe_kernel(Ptr dwpe, const E* dout, int B, int T, int C) {
     const std::size_t TC = static_cast<std::size_t>(T) * C;
     const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
     for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < TC;
          i += stride) {
         float sum = 0.0f;
         for (int b = 0; b < B; ++b) sum += to_float(dout[b * TC + i]);
-        store_from_float(dwpe.data, dwpe.type, i, load_as_float(dwpe.data, dwpe.type, i) + sum);
+        store_from_float(dwpe.data, dwpe.dtype, i, load_as_float(dwpe.data, dwpe.dtype, i) + sum);
     }
 }
 
@@ -110,10 +110,12 @@ void embedding_forward(E* out, const int32_t* tokens, const E* wte, const E* wpe
 }
 
 template <typename E>
-void embedding_backward(AnyPtr dwte, AnyPtr dwpe, const E* dout, const int32_t* tokens, int B,
-                        int T, int C, int vocab_begin, int vocab_local, cudaStream_t stream) {
+void embedding_backward(Ptr dwte, Ptr dwpe, const E* dout, const int32_t* tokens, int B, int T,
+                        int C, int vocab_begin, int vocab_local, cudaStream_t stream) {
     const int N = B * T;
     if (N == 0) return;
+    require_float_elements(dwte.dtype, "a token embedding gradient");
+    if (dwpe) require_float_elements(dwpe.dtype, "a position embedding gradient");
     embedding_backward_wte_kernel<<<(N + kWarpsPerBlock - 1) / kWarpsPerBlock, kThreads, 0,
                                     stream>>>(dwte, dout, tokens, N, C, vocab_begin, vocab_local);
     TRIDENT_CUDA_CHECK_LAUNCH();
@@ -127,8 +129,8 @@ void embedding_backward(AnyPtr dwte, AnyPtr dwpe, const E* dout, const int32_t* 
 #define TRIDENT_INSTANTIATE(E)                                                                     \
     template void embedding_forward<E>(E*, const int32_t*, const E*, const E*, int, int, int, int, \
                                        int, cudaStream_t);                                         \
-    template void embedding_backward<E>(AnyPtr, AnyPtr, const E*, const int32_t*, int, int, int,   \
-                                        int, int, cudaStream_t);
+    template void embedding_backward<E>(Ptr, Ptr, const E*, const int32_t*, int, int, int, int,    \
+                                        int, cudaStream_t);
 TRIDENT_INSTANTIATE(float)
 TRIDENT_INSTANTIATE(__nv_bfloat16)
 TRIDENT_INSTANTIATE(__half)

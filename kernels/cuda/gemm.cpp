@@ -34,6 +34,19 @@ int alignment_of(const void* p) {
     return alignment;
 }
 
+cudaDataType_t cuda_type(DType t) {
+    switch (t) {
+        case DType::f32:
+            return CUDA_R_32F;
+        case DType::bf16:
+            return CUDA_R_16BF;
+        case DType::f16:
+            return CUDA_R_16F;
+        default:
+            throw Error(std::string("internal: a matrix product of ") + name_of(t) + " elements");
+    }
+}
+
 cublasLtEpilogue_t epilogue_of(Epilogue e) {
     switch (e) {
         case Epilogue::bias:
@@ -74,30 +87,31 @@ Gemm::~Gemm() {
     if (handle_) cublasLtDestroy(handle_);
 }
 
-bool Gemm::supports(cudaDataType_t ab_type, cudaDataType_t d_type) {
+bool Gemm::supports(DType ab_type, DType d_type) {
     switch (ab_type) {
-        case CUDA_R_32F:
-            return d_type == CUDA_R_32F;
-        case CUDA_R_16BF:
-        case CUDA_R_16F:
-            return d_type == ab_type || d_type == CUDA_R_32F;
+        case DType::f32:
+            return d_type == DType::f32;
+        case DType::bf16:
+        case DType::f16:
+            return d_type == ab_type || d_type == DType::f32;
         default:
             return false;
     }
 }
 
 Gemm::Plan& Gemm::plan_for(const GemmCall& c) {
-    const int alignment =
-        std::min({alignment_of(c.a), alignment_of(c.b), alignment_of(c.d),
-                  c.bias ? alignment_of(c.bias) : 256, c.aux ? alignment_of(c.aux) : 256});
+    const int alignment = std::min(
+        {alignment_of(c.a.data), alignment_of(c.b.data), alignment_of(c.d.data),
+         c.bias ? alignment_of(c.bias.data) : 256, c.aux ? alignment_of(c.aux.data) : 256});
+    const cudaDataType_t ab_type = cuda_type(c.a.dtype), d_type = cuda_type(c.d.dtype);
     const Key key{c.rows,
                   c.cols,
                   c.inner,
                   c.trans_a,
                   c.trans_b,
                   c.beta != 0.0f,
-                  static_cast<int>(c.ab_type),
-                  static_cast<int>(c.d_type),
+                  static_cast<int>(ab_type),
+                  static_cast<int>(d_type),
                   static_cast<int>(c.epilogue),
                   alignment};
     auto& slot = plans_[key];
@@ -119,26 +133,25 @@ Gemm::Plan& Gemm::plan_for(const GemmCall& c) {
     TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
     if (c.epilogue == Epilogue::bias || c.epilogue == Epilogue::gelu_bias) {
-        // The bias and the pre-activation have D's type; the pointers are set per call.
+        // The bias has D's type; the pointers are set per call.
         TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            plan->operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &c.d_type, sizeof(c.d_type)));
+            plan->operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &d_type, sizeof(d_type)));
     }
     if (c.epilogue == Epilogue::gelu_bias || c.epilogue == Epilogue::dgelu) {
+        // The pre-activation's type is left unset: it is then D's, and cuBLASLt documents
+        // setting it only for fp8 products.
         const int64_t aux_ld = c.cols;
         TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
             plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
-        TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &c.d_type,
-            sizeof(c.d_type)));
     }
     // Stored shapes, column-major: (rows, cols, leading dimension).
-    TRIDENT_CUBLAS_CHECK(
-        cublasLtMatrixLayoutCreate(&plan->a, c.ab_type, op_a == CUBLAS_OP_N ? m : k,
-                                   op_a == CUBLAS_OP_N ? k : m, op_a == CUBLAS_OP_N ? m : k));
-    TRIDENT_CUBLAS_CHECK(
-        cublasLtMatrixLayoutCreate(&plan->b, c.ab_type, op_b == CUBLAS_OP_N ? k : n,
-                                   op_b == CUBLAS_OP_N ? n : k, op_b == CUBLAS_OP_N ? k : n));
-    TRIDENT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, c.d_type, m, n, m));
+    TRIDENT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, ab_type, op_a == CUBLAS_OP_N ? m : k,
+                                                    op_a == CUBLAS_OP_N ? k : m,
+                                                    op_a == CUBLAS_OP_N ? m : k));
+    TRIDENT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->b, ab_type, op_b == CUBLAS_OP_N ? k : n,
+                                                    op_b == CUBLAS_OP_N ? n : k,
+                                                    op_b == CUBLAS_OP_N ? k : n));
+    TRIDENT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, d_type, m, n, m));
 
     cublasLtMatmulPreference_t preference = nullptr;
     TRIDENT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
@@ -159,8 +172,8 @@ Gemm::Plan& Gemm::plan_for(const GemmCall& c) {
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
         throw Error("cuBLASLt has no kernel for a " + std::to_string(c.rows) + "x" +
                     std::to_string(c.inner) + " by " + std::to_string(c.inner) + "x" +
-                    std::to_string(c.cols) + " product (types " + std::to_string(c.ab_type) +
-                    " -> " + std::to_string(c.d_type) + ", epilogue " +
+                    std::to_string(c.cols) + " product (" + name_of(c.a.dtype) + " -> " +
+                    name_of(c.d.dtype) + ", epilogue " +
                     std::to_string(static_cast<int>(c.epilogue)) + ", alignment " +
                     std::to_string(alignment) + " bytes): " + cublasLtGetStatusString(status));
     }
@@ -171,21 +184,23 @@ Gemm::Plan& Gemm::plan_for(const GemmCall& c) {
 
 void Gemm::run(const GemmCall& c, cudaStream_t stream) {
     if (c.rows == 0 || c.cols == 0) return;
-    if (!supports(c.ab_type, c.d_type))
+    if (c.b.dtype != c.a.dtype || !supports(c.a.dtype, c.d.dtype) ||
+        (c.bias && c.bias.dtype != c.d.dtype) || (c.aux && c.aux.dtype != c.d.dtype))
         throw Error("internal: no cuBLASLt product for these element types");
     Plan& plan = plan_for(c);
     if (c.epilogue == Epilogue::bias || c.epilogue == Epilogue::gelu_bias) {
         TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias, sizeof(c.bias)));
+            plan.operation, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &c.bias.data, sizeof(c.bias.data)));
     }
     if (c.epilogue == Epilogue::gelu_bias || c.epilogue == Epilogue::dgelu) {
         TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c.aux, sizeof(c.aux)));
+            plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c.aux.data,
+            sizeof(c.aux.data)));
     }
     const float alpha = 1.0f;
-    TRIDENT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.operation, &alpha, c.b, plan.a, c.a, plan.b,
-                                        &c.beta, c.d, plan.d, c.d, plan.d, &plan.algo, workspace_,
-                                        kWorkspaceBytes, stream));
+    TRIDENT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.operation, &alpha, c.b.data, plan.a, c.a.data,
+                                        plan.b, &c.beta, c.d.data, plan.d, c.d.data, plan.d,
+                                        &plan.algo, workspace_, kWorkspaceBytes, stream));
 }
 
 }  // namespace trident::kernels::cuda

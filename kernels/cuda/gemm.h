@@ -19,6 +19,8 @@
 #include <memory>
 #include <tuple>
 
+#include "kernels/dtype.h"
+
 namespace trident::kernels::cuda {
 
 class DeviceAllocator;
@@ -35,17 +37,15 @@ enum class Epilogue : uint8_t {
 // type or fp32 (and aux, bias the type of D).
 struct GemmCall {
     int rows = 0, cols = 0, inner = 0;
-    const void* a = nullptr;
+    ConstPtr a;
     bool trans_a = false;
-    const void* b = nullptr;
+    ConstPtr b;
     bool trans_b = false;
-    void* d = nullptr;
+    Ptr d;
     float beta = 0.0f;  // 1: D += A'B' (the backward's accumulation)
-    cudaDataType_t ab_type = CUDA_R_32F;
-    cudaDataType_t d_type = CUDA_R_32F;
     Epilogue epilogue = Epilogue::none;
-    const void* bias = nullptr;
-    void* aux = nullptr;
+    ConstPtr bias;
+    Ptr aux;
 };
 
 class Gemm {
@@ -56,7 +56,7 @@ public:
     Gemm& operator=(const Gemm&) = delete;
 
     // Whether cuBLASLt multiplies these types (A and B alike; D theirs or fp32).
-    static bool supports(cudaDataType_t ab_type, cudaDataType_t d_type);
+    static bool supports(DType ab_type, DType d_type);
 
     void run(const GemmCall& call, cudaStream_t stream);
 

@@ -140,10 +140,12 @@ std::size_t layernorm_backward_scratch(int N, int C) {
 }
 
 template <typename E>
-void layernorm_backward(E* dinp, AnyPtr dweight, AnyPtr dbias, float* scratch, const E* dout,
+void layernorm_backward(E* dinp, Ptr dweight, Ptr dbias, float* scratch, const E* dout,
                         const E* inp, const E* weight, const float* mean, const float* rstd, int N,
                         int C, cudaStream_t stream) {
     if (N == 0) return;
+    require_float_elements(dweight.dtype, "a LayerNorm weight gradient");
+    require_float_elements(dbias.dtype, "a LayerNorm bias gradient");
     layernorm_backward_input_kernel<<<row_blocks(N), kRowThreads, 0, stream>>>(
         dinp, dout, inp, weight, mean, rstd, N, C);
     TRIDENT_CUDA_CHECK_LAUNCH();
@@ -162,7 +164,7 @@ void layernorm_backward(E* dinp, AnyPtr dweight, AnyPtr dbias, float* scratch, c
                                        cudaStream_t);                                              \
     template void residual_layernorm_forward<E>(E*, E*, float*, float*, const E*, const E*,        \
                                                 const E*, const E*, int, int, cudaStream_t);       \
-    template void layernorm_backward<E>(E*, AnyPtr, AnyPtr, float*, const E*, const E*, const E*,  \
+    template void layernorm_backward<E>(E*, Ptr, Ptr, float*, const E*, const E*, const E*,        \
                                         const float*, const float*, int, int, cudaStream_t);
 TRIDENT_INSTANTIATE(float)
 TRIDENT_INSTANTIATE(__nv_bfloat16)

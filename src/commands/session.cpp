@@ -62,9 +62,11 @@ Device choose_device(const config::Config& cfg, parallel::World& world, bool ann
     }
     const parallel::GpuBinding binding = parallel::bind_gpu(world);
     device = Device{true, binding.shared, binding.gpu};
-    if (announce)
+    if (announce) {
         std::printf("device: cuda (%s%s)\n",
                     cfg.device == config::DeviceKind::auto_ ? "auto: " : "", binding.gpu.c_str());
+        std::printf("GPU libraries: %s\n", kernels::cuda::describe_libraries().c_str());
+    }
 #else
     (void)world;
     if (announce) std::printf("device: cpu (auto: this build has no GPU backend)\n");
@@ -77,6 +79,22 @@ std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Devi
     if (!device.gpu) return kernels::make_cpu_ops(cfg.training.threads);
 #if TRIDENT_HAVE_CUDA
     auto ops = kernels::make_cuda_ops();
+    // Attention's kernels are chosen now, so that a model no kernel can run stops here.
+    const config::ModelConfig& m = cfg.model;
+    const int tensor = cfg.parallel.tensor;
+    const kernels::AttentionShape attention{cfg.training.micro_batch,
+                                            m.seq_len,
+                                            m.hidden / tensor,
+                                            m.heads / tensor,
+                                            cfg.training.precision,
+                                            static_cast<float>(m.dropout)};
+    std::string choices;
+    try {
+        choices = kernels::prepare_attention(*ops, attention);
+    } catch (const Error& e) {
+        throw Error(std::string("model.hidden / model.heads: ") + e.what());
+    }
+    if (announce) std::printf("%s", choices.c_str());
     const cudaStream_t stream = kernels::cuda::compute_stream();
     if (device.shared_gpu) {
         // NCCL refuses two ranks of a communicator on one GPU.

@@ -1,5 +1,6 @@
 // The GPU tests' runner: without a GPU it says so and exits 77, which ctest reports as
-// skipped (SKIP_RETURN_CODE); with one it runs the Catch2 tests on GPU 0.
+// skipped (SKIP_RETURN_CODE); with one it names the GPU and the versions of the driver and
+// libraries (scripts/gpu_check.sh records them) and runs the Catch2 tests on GPU 0.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 #include <cstdio>
@@ -15,5 +16,6 @@ int main(int argc, char** argv) {
     }
     trident::kernels::cuda::use_gpu(0);
     std::printf("GPU: %s\n", trident::kernels::cuda::describe_gpu().c_str());
+    std::printf("GPU libraries: %s\n", trident::kernels::cuda::describe_libraries().c_str());
     return Catch::Session().run(argc, argv);
 }

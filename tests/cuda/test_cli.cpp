@@ -1,9 +1,12 @@
-// The trident binary on the GPU: `device: cuda` trains as `device: cpu` does (the same losses
-// to rounding), and two ranks sharing the one GPU (tensor parallel, then data parallel) take
-// the MPI path with host staging, say so, and train as one rank does.
+// The trident binary on the GPU: `device: cuda` trains as `device: cpu` does; two ranks sharing
+// the one GPU take the MPI path with host staging, say so, and train as one rank does in every
+// kind of parallelism (P, M and D of 2); a checkpoint written on the GPU resumes on the CPU and
+// the reverse; the default job (configs/default.yaml, which needs the corpus that
+// scripts/prepare_kjv.sh makes) and the GPT-2 124M benchmark run on the GPU.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -35,35 +38,105 @@ void require_close(const std::vector<double>& a, const std::vector<double>& b, d
     }
 }
 
+cli::RunResult checked(const std::string& args) {
+    const cli::RunResult r = run(args);
+    INFO(args << "\n" << r.output);
+    REQUIRE(r.exit_code == 0);
+    return r;
+}
+
+// A GPU run in fp32 differs from the CPU's, and from another layout's, in the order of its
+// additions only: 1e-4 of the loss over a few steps.
+constexpr double kFp32 = 1e-4;
+
 }  // namespace
 
 TEST_CASE("cuda: trident train on the GPU, alone and as two ranks sharing it", "[cli]") {
     cli::Workspace ws;
     const std::string common = "--set model.dropout=0.1 --set logging.metrics=";
-    const cli::RunResult cpu = run(ws.train("--set device=cpu " + common + ws.path("cpu.jsonl")));
-    INFO(cpu.output);
-    REQUIRE(cpu.exit_code == 0);
-    const cli::RunResult gpu = run(ws.train("--set device=cuda " + common + ws.path("gpu.jsonl")));
-    INFO(gpu.output);
-    REQUIRE(gpu.exit_code == 0);
+    checked(ws.train("--set device=cpu " + common + ws.path("cpu.jsonl")));
+    const cli::RunResult gpu =
+        checked(ws.train("--set device=cuda " + common + ws.path("gpu.jsonl")));
     REQUIRE(gpu.output.find("device: cuda") != std::string::npos);
-    require_close(losses_of(ws.path("gpu.jsonl")), losses_of(ws.path("cpu.jsonl")), 1e-3);
+    REQUIRE(gpu.output.find("GPU libraries: driver") != std::string::npos);
+    REQUIRE(gpu.output.find("attention (") != std::string::npos);
+    require_close(losses_of(ws.path("gpu.jsonl")), losses_of(ws.path("cpu.jsonl")), kFp32);
 
     // auto takes the GPU when there is one.
     const cli::RunResult automatic = run(ws.train("--set device=auto"));
     REQUIRE(automatic.output.find("device: cuda (auto: ") != std::string::npos);
 
-    for (const char* layout : {"parallel.tensor=2", "parallel.data=2"}) {
-        INFO(layout);
-        const std::string metrics =
-            ws.path(std::string(layout).find("tensor") != std::string::npos ? "tensor.jsonl"
-                                                                            : "data.jsonl");
-        const cli::RunResult two = run_shell(
-            std::string(TRIDENT_MPIEXEC) + " -n 2 " + TRIDENT_BINARY + " " +
-            ws.train("--set device=cuda --set " + std::string(layout) + " " + common + metrics));
+    for (const char* layout : {"pipeline", "tensor", "data"}) {
+        INFO(layout << " parallelism over two ranks sharing the GPU");
+        const std::string metrics = ws.path(std::string(layout) + ".jsonl");
+        const cli::RunResult two =
+            run_shell(std::string(TRIDENT_MPIEXEC) + " -n 2 " + TRIDENT_BINARY + " " +
+                      ws.train("--set device=cuda --set parallel." + std::string(layout) + "=2 " +
+                               common + metrics));
         INFO(two.output);
         REQUIRE(two.exit_code == 0);
         REQUIRE(two.output.find("communication: MPI through host memory") != std::string::npos);
-        require_close(losses_of(metrics), losses_of(ws.path("gpu.jsonl")), 1e-3);
+        require_close(losses_of(metrics), losses_of(ws.path("gpu.jsonl")), kFp32);
     }
+}
+
+TEST_CASE("cuda: a checkpoint written on the GPU resumes on the CPU, and the reverse",
+          "[checkpoint]") {
+    for (const char* precision : {"fp32", "bf16"}) {
+        const double tolerance = std::string(precision) == "fp32" ? kFp32 : 2e-2;
+        for (const char* writer : {"cuda", "cpu"}) {
+            const std::string reader = std::string(writer) == "cuda" ? "cpu" : "cuda";
+            INFO(precision << ": written by " << writer << ", resumed on " << reader);
+            cli::Workspace ws;
+            // The whole run keeps a checkpoint every 3 steps; the other device resumes from the
+            // first and must give the whole run's last 3 losses.
+            const std::string common = "--set training.precision=" + std::string(precision) +
+                                       " --set training.steps=6 --set model.dropout=0.1";
+            checked(ws.train(common + " --set device=" + writer + " --set checkpoint.dir=" +
+                             ws.path("ck") + " --set checkpoint.interval=3" +
+                             " --set logging.metrics=" + ws.path("whole.jsonl")));
+            const std::string half = ws.path("ck") + "/step_000003";
+            const cli::RunResult resumed = checked(
+                ws.train(common + " --set device=" + reader + " --set checkpoint.resume=" + half +
+                         " --set checkpoint.dir=" + ws.path("ck2") +
+                         " --set logging.metrics=" + ws.path("resumed.jsonl")));
+            REQUIRE(resumed.output.find("resumed: " + half + " at step 3") != std::string::npos);
+            const std::vector<double> whole = losses_of(ws.path("whole.jsonl"));
+            REQUIRE(whole.size() == 6);
+            require_close(losses_of(ws.path("resumed.jsonl")),
+                          std::vector<double>(whole.begin() + 3, whole.end()), tolerance);
+        }
+    }
+}
+
+TEST_CASE("cuda: the default job trains on the GPU", "[default-job]") {
+    const std::string corpus = TRIDENT_SOURCE_DIR "/data/kjv/gpt2";
+    INFO("the default job reads " << corpus << "/{train,valid}.bin: make them with "
+                                  << "scripts/prepare_kjv.sh, or bring that folder along");
+    REQUIRE(std::filesystem::exists(corpus + "/train.bin"));
+    REQUIRE(std::filesystem::exists(corpus + "/valid.bin"));
+    cli::Workspace ws;
+    // As scripts/run.sh runs it, from the repository root, but keeping its metrics here.
+    const cli::RunResult job = run_shell(
+        "cd " TRIDENT_SOURCE_DIR " && TRIDENT_TOKENIZER_DIR=" TRIDENT_SOURCE_DIR "/data/gpt2 " +
+        std::string(TRIDENT_BINARY) +
+        " train --config configs/default.yaml --set logging.metrics=" + ws.path("default.jsonl"));
+    INFO(job.output);
+    REQUIRE(job.exit_code == 0);
+    REQUIRE(job.output.find("device: cuda (auto: ") != std::string::npos);
+    const std::vector<double> losses = losses_of(ws.path("default.jsonl"));
+    REQUIRE(losses.size() == 300);
+    REQUIRE(losses.back() <
+            losses.front() - 2.0);  // it learned (10.9 to 4.5 on a CPU, docs/PERF.md)
+}
+
+TEST_CASE("cuda: the GPT-2 124M benchmark runs on the GPU", "[bench]") {
+    const cli::RunResult bench = checked("bench --config " TRIDENT_SOURCE_DIR
+                                         "/configs/gpt2-124m.yaml --steps 3 --warmup 1");
+    INFO(bench.output);
+    REQUIRE(bench.output.find("device: cuda (auto: ") != std::string::npos);
+    REQUIRE(bench.output.find("\"backend\": \"cuda\"") != std::string::npos);
+    const auto at = bench.output.find("\"tokens_per_s\": ");
+    REQUIRE(at != std::string::npos);
+    REQUIRE(std::strtod(bench.output.c_str() + at + 16, nullptr) > 0.0);
 }

@@ -1,8 +1,9 @@
 // The communicators for device buffers under mpirun (two ranks): StagedComm always, NcclComm
 // when the ranks have GPUs of their own, against what the plain MPI communicator gives for the
 // same host buffers, for each element type: every collective, in place where ZeRO-1 uses it,
-// point-to-point messages (out of tag order), host buffers passed to the same communicator,
-// and the traffic counters. Exits 77 on every rank when some rank sees no GPU.
+// point-to-point messages (out of tag order), staging memory that grows between calls, host
+// buffers passed to the same communicator, and the traffic counters. Exits 77 on every rank when
+// some rank sees no GPU.
 #include <mpi.h>
 
 #include <algorithm>
@@ -37,7 +38,9 @@ void check(bool ok, const std::string& what, int rank) {
     std::printf("rank %d: FAILED: %s\n", rank, what.c_str());
 }
 
-// A device buffer holding `values` rounded to `t`.
+// A device buffer holding `values` rounded to `t`. Its copies go through the compute stream,
+// which the communicators order their work after (and NcclComm's stream before); the legacy
+// default stream of a plain cudaMemcpy is not ordered with that non-blocking stream.
 struct DeviceArray {
     DType type;
     std::size_t count;
@@ -47,14 +50,22 @@ struct DeviceArray {
             cudaMalloc(&data, std::max<std::size_t>(1, count * kernels::size_of(t))));
         std::vector<char> bytes(count * kernels::size_of(t));
         kernels::narrow(Ptr(bytes.data(), t), values.data(), count);
-        TRIDENT_CUDA_CHECK(cudaMemcpy(data, bytes.data(), bytes.size(), cudaMemcpyHostToDevice));
+        TRIDENT_CUDA_CHECK(cudaMemcpyAsync(data, bytes.data(), bytes.size(), cudaMemcpyHostToDevice,
+                                           kernels::cuda::compute_stream()));
+        kernels::cuda::synchronize();  // before `bytes` goes
     }
-    ~DeviceArray() { cudaFree(data); }
+    ~DeviceArray() {
+        kernels::cuda::synchronize();  // a collective may still use it
+        cudaFree(data);
+    }
+    DeviceArray(const DeviceArray&) = delete;
+    DeviceArray& operator=(const DeviceArray&) = delete;
     Ptr ptr() const { return Ptr(data, type); }
     std::vector<float> values() const {
-        kernels::cuda::synchronize();
         std::vector<char> bytes(count * kernels::size_of(type));
-        TRIDENT_CUDA_CHECK(cudaMemcpy(bytes.data(), data, bytes.size(), cudaMemcpyDeviceToHost));
+        TRIDENT_CUDA_CHECK(cudaMemcpyAsync(bytes.data(), data, bytes.size(), cudaMemcpyDeviceToHost,
+                                           kernels::cuda::compute_stream()));
+        kernels::cuda::synchronize();
         std::vector<float> out(count);
         kernels::widen(out.data(), ConstPtr(bytes.data(), type), count);
         return out;
@@ -84,13 +95,15 @@ std::vector<float> random_values(std::size_t n, uint64_t seed) {
 }
 
 // Every operation on `device_comm` with device buffers gives what `host_comm` gives for host
-// copies of them, bit for bit for MPI staging and to rounding for NCCL.
+// copies of them, bit for bit for MPI staging and to rounding for NCCL. A reference of zeros
+// would compare equal to a buffer nothing wrote, so none is.
 void exercise(parallel::Comm& device_comm, parallel::Comm& host_comm, const std::string& name,
               bool exact) {
     const int rank = device_comm.rank(), size = device_comm.size();
     const auto same = [&](const std::vector<float>& a, const std::vector<float>& b, DType t,
                           const std::string& what) {
-        bool ok = a.size() == b.size();
+        bool ok = a.size() == b.size() &&
+                  std::any_of(b.begin(), b.end(), [](float x) { return x != 0.0f; });
         double tolerance = exact ? 0.0 : (t == DType::f32 ? 1e-6 : 1e-2);
         for (std::size_t i = 0; ok && i < a.size(); ++i)
             ok = std::abs(a[i] - b[i]) <= tolerance * (1.0 + std::abs(b[i]));
@@ -122,6 +135,15 @@ void exercise(parallel::Comm& device_comm, parallel::Comm& host_comm, const std:
             device_comm.all_gather(d.ptr() + block, d.ptr(), count);  // in place
             host_comm.all_gather(h.ptr() + block, h.ptr(), count);
             same(d.values(), h.values(), t, "all_gather");
+            // The non-blocking forms give the blocking forms' bits.
+            DeviceArray d2(t, mine);
+            HostArray h2(t, mine);
+            device_comm.ireduce_scatter(d2.ptr(), d2.ptr() + block, count).wait();
+            host_comm.ireduce_scatter(h2.ptr(), h2.ptr() + block, count).wait();
+            device_comm.iall_gather(d2.ptr() + block, d2.ptr(), count).wait();
+            host_comm.iall_gather(h2.ptr() + block, h2.ptr(), count).wait();
+            same(d2.values(), h2.values(), t, "ireduce_scatter + iall_gather");
+            same(d2.values(), d.values(), t, "non-blocking = blocking");
             device_comm.broadcast(d.ptr(), count, 1);
             host_comm.broadcast(h.ptr(), count, 1);
             same(d.values(), h.values(), t, "broadcast");
@@ -133,24 +155,45 @@ void exercise(parallel::Comm& device_comm, parallel::Comm& host_comm, const std:
                 second(t, random_values(count, 9 + rank));
             DeviceArray got_first(t, std::vector<float>(count)),
                 got_second(t, std::vector<float>(count));
-            device_comm.send_async(first.ptr(), count, peer, 1);
-            device_comm.send_async(second.ptr(), count, peer, 2);
+            parallel::Request sent_first = device_comm.isend(first.ptr(), count, peer, 1);
+            parallel::Request sent_second = device_comm.isend(second.ptr(), count, peer, 2);
             device_comm.recv(got_second.ptr(), count, peer, 2);
             device_comm.recv(got_first.ptr(), count, peer, 1);
-            device_comm.wait_sends();
+            sent_first.wait();
+            sent_second.wait();
             same(got_first.values(), HostArray(t, random_values(count, 7 + peer)).values(), t,
                  "send/recv by tag");
             same(got_second.values(), HostArray(t, random_values(count, 9 + peer)).values(), t,
                  "send/recv by tag (2)");
         }
     }
+    // A small reduction, then one that grows the staging memory while the small one's copy
+    // back to the device may still be queued.
+    {
+        const std::size_t large = std::size_t{1} << 22;
+        const std::vector<float> a = random_values(7, 300 + rank), b = random_values(large, 400);
+        DeviceArray da(DType::f32, a), db(DType::f32, b);
+        HostArray ha(DType::f32, a), hb(DType::f32, b);
+        device_comm.all_reduce(da.ptr(), a.size());
+        device_comm.all_reduce(db.ptr(), large);
+        host_comm.all_reduce(ha.ptr(), a.size());
+        host_comm.all_reduce(hb.ptr(), large);
+        same(da.values(), ha.values(), DType::f32, "all_reduce before the staging grows");
+        same(db.values(), hb.values(), DType::f32, "all_reduce that grows the staging");
+    }
     // Host buffers through the same communicator, as the trainer passes its scalars.
     float parts[2] = {1.0f + rank, 0.5f};
     device_comm.all_reduce(Ptr(parts), 2);
     check(parts[0] == 3.0f && parts[1] == 1.0f, name + " all_reduce of host buffers", rank);
+    // Control data as the trainer passes it: a double (a norm), an integer (a flag).
+    double norm = 1.0 + std::ldexp(static_cast<double>(rank), -40);
+    int32_t flag = rank;
+    device_comm.all_reduce(&norm, 1);
+    device_comm.all_reduce(&flag, 1, parallel::ReduceOp::max);
+    check(norm == 2.0 + std::ldexp(1.0, -40) && flag == 1, name + " doubles and integers", rank);
     // The counters: calls of every kind were counted.
     const parallel::CommStats& stats = device_comm.stats();
-    check(stats.calls_of(parallel::CommKind::all_reduce) == 7, name + " all_reduce count", rank);
+    check(stats.calls_of(parallel::CommKind::all_reduce) == 11, name + " all_reduce count", rank);
     check(stats.calls_of(parallel::CommKind::send) == 6, name + " send count", rank);
 }
 

@@ -1,6 +1,11 @@
 // Fusions the GPU backend has that the op set does not use yet (kernels/ops.h would need an
 // op for each): the residual add fused into LayerNorm, and cuBLASLt's GELU epilogue keeping
 // the pre-activation. Each against the unfused ops on the CPU.
+//
+// cuBLASLt documents neither the form of its GELU nor its accuracy, and its epilogues may use
+// the GPU's fast tanh (relative error near 2^-11) where the CPU calls tanhf: its fp32 output is
+// held to 1e-3 rather than fp32's 1e-5, the pre-activation (plain fp32 arithmetic) to 1e-5.
+#include <algorithm>
 #include <catch2/catch.hpp>
 
 #include "kernels/cuda/cuda_kernels.h"
@@ -55,17 +60,18 @@ TEST_CASE("cuda: matmul with bias and GELU in the cuBLASLt epilogue", "[ops]") {
         call.rows = N;
         call.cols = OC;
         call.inner = C;
-        call.a = inp.gpu.data;
-        call.b = w.gpu.data;
+        call.a = inp.gpu;
+        call.b = w.gpu;
         call.trans_b = true;
-        call.d = act.gpu.data;
-        call.ab_type = call.d_type = t == DType::f32 ? CUDA_R_32F : CUDA_R_16BF;
+        call.d = act.gpu;
         call.epilogue = cuda::Epilogue::gelu_bias;
-        call.bias = bias.gpu.data;
-        call.aux = pre.gpu.data;
+        call.bias = bias.gpu;
+        call.aux = pre.gpu;
         gemm.run(call, cuda::compute_stream());
         require_close(pre, t, "epilogue pre-activation");
-        require_close(act, t, "epilogue GELU");
+        const double error = relative_error(act.on_gpu(), act.on_cpu());
+        INFO("epilogue GELU (" << name(t) << "): relative error " << error);
+        REQUIRE(error <= std::max(tolerance(t), 1e-3));
         cuda::synchronize();
     }
 }

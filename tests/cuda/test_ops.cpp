@@ -1,5 +1,6 @@
 // Every CUDA op against the CPU backend on random inputs, in fp32 (relative error <= 1e-5),
-// bf16 and fp16 (<= 1e-2), and with mixed element types (the fp32 staging path).
+// bf16 and fp16 (a few units of the type's rounding, backends.h), and with mixed element
+// types (the fp32 views).
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
@@ -55,6 +56,16 @@ TEST_CASE("cuda: memory, copies and conversions", "[ops]") {
     b.gpu->release(p.data);
     REQUIRE(b.gpu->allocated_bytes() == before);
     REQUIRE(b.gpu->peak_allocated_bytes() >= before + (4u << 20));
+    b.gpu->reset_peak_allocated_bytes();
+    REQUIRE(b.gpu->peak_allocated_bytes() == before);
+    // Raw bytes both ways.
+    const std::vector<int32_t> ids = random_tokens(777, 50000, 4);
+    Ptr raw = b.gpu->allocate(ids.size(), DType::f32);
+    b.gpu->upload(raw.data, ids.data(), ids.size() * sizeof(int32_t));
+    std::vector<int32_t> back(ids.size(), -1);
+    b.gpu->download(back.data(), raw.data, back.size() * sizeof(int32_t));
+    REQUIRE(back == ids);
+    b.gpu->release(raw.data);
 }
 
 TEST_CASE("cuda: embedding forward and backward, vocab-parallel, deterministic", "[ops]") {
@@ -210,7 +221,8 @@ TEST_CASE("cuda: causal attention (flash kernels and cuDNN) against the CPU", "[
     };
     for (const Case& k :
          {Case{2, 37, 64, 4, 0.0f}, Case{1, 70, 96, 3, 0.0f}, Case{2, 64, 256, 4, 0.0f},
-          Case{2, 33, 48, 2, 0.2f}, Case{1, 40, 200, 2, 0.1f}}) {
+          Case{2, 128, 256, 2, 0.0f}, Case{2, 33, 48, 2, 0.2f}, Case{1, 40, 200, 2, 0.1f},
+          Case{1, 128, 256, 4, 0.1f}}) {
         for (DType t : kTypes) {
             INFO("B " << k.B << " T " << k.T << " C " << k.C << " NH " << k.NH << " drop "
                       << k.drop);
@@ -239,11 +251,11 @@ TEST_CASE("cuda: causal attention (flash kernels and cuDNN) against the CPU", "[
             require_close(dqkv, t, "attention_backward");
             // Selective recompute: the rebuilt statistics give the same gradient.
             Pair first(b, 3 * BTC, t), again(b, 3 * BTC, t);  // zero-filled
-            b.gpu->attention_backward(first.gpu, dout.gpu, qkv.gpu, out.gpu, saved_gpu.gpu, k.B, k.T,
-                                      k.C, k.NH, k.drop, seed, 1, 2 * k.NH);
-            b.gpu->attention_rebuild(saved_gpu.gpu, qkv.gpu, k.B, k.T, k.C, k.NH);
-            b.gpu->attention_backward(again.gpu, dout.gpu, qkv.gpu, out.gpu, saved_gpu.gpu, k.B, k.T,
-                                      k.C, k.NH, k.drop, seed, 1, 2 * k.NH);
+            b.gpu->attention_backward(first.gpu, dout.gpu, qkv.gpu, out.gpu, saved_gpu.gpu, k.B,
+                                      k.T, k.C, k.NH, k.drop, seed, 1, 2 * k.NH);
+            b.gpu->attention_rebuild(saved_gpu.gpu, qkv.gpu, k.B, k.T, k.C, k.NH, k.drop);
+            b.gpu->attention_backward(again.gpu, dout.gpu, qkv.gpu, out.gpu, saved_gpu.gpu, k.B,
+                                      k.T, k.C, k.NH, k.drop, seed, 1, 2 * k.NH);
             require_close(again.on_gpu(), first.on_gpu(), t,
                           "attention_backward after attention_rebuild");
         }

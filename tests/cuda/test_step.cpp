@@ -1,6 +1,7 @@
 // Whole training steps on the GPU against the CPU backend: the same model, data and dropout
-// masks give the same losses, gradient norms and (in fp32) parameters, in fp32 and in bf16
-// with fp32 master weights, with and without activation recompute.
+// masks give the same losses over 20 steps (fp32 within 1e-4, bf16 within 2%), gradient norms
+// and (in fp32) parameters, in fp32 and in bf16 with fp32 master weights, with and without
+// activation recompute.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
@@ -16,12 +17,14 @@ using namespace trident;
 
 namespace {
 
+constexpr int kSteps = 20;
+
 config::Config small_config(const std::vector<std::string>& overrides) {
     // Head size 32 and sizes cuDNN takes in 16-bit; vocabulary padded to 128.
     return config::parse(
         "model: {vocab_size: 100, seq_len: 64, layers: 2, hidden: 128, heads: 4, ffn_hidden: 512, "
         "dropout: 0.1}\n"
-        "training: {micro_batch: 2, global_batch: 4, steps: 3, warmup_steps: 1, threads: 1}\n"
+        "training: {micro_batch: 2, global_batch: 4, steps: 20, warmup_steps: 2, threads: 1}\n"
         "data: {train: unused.bin}\n",
         "small.yaml", overrides);
 }
@@ -57,7 +60,8 @@ Run train_steps(kernels::Ops& ops, const config::Config& cfg, int steps) {
 TEST_CASE("cuda: whole training steps match the CPU backend", "[step]") {
     for (const char* precision : {"fp32", "bf16"}) {
         for (const char* recompute : {"none", "selective", "full"}) {
-            // Without dropout, 16-bit attention runs on cuDNN; with it, on the flash kernels.
+            // Without dropout, 16-bit attention runs on cuDNN where this cuDNN may; with it, on
+            // the flash kernels.
             for (const char* dropout : {"0.1", "0"}) {
                 INFO("precision " << precision << ", recompute " << recompute << ", dropout "
                                   << dropout);
@@ -68,18 +72,20 @@ TEST_CASE("cuda: whole training steps match the CPU backend", "[step]") {
                                   "training.fp32_grad_accumulation=true"});
                 auto cpu = kernels::make_cpu_ops(1);
                 auto gpu = kernels::make_cuda_ops();
-                const Run on_cpu = train_steps(*cpu, cfg, 3), on_gpu = train_steps(*gpu, cfg, 3);
+                const Run on_cpu = train_steps(*cpu, cfg, kSteps),
+                          on_gpu = train_steps(*gpu, cfg, kSteps);
                 const bool fp32 = std::string(precision) == "fp32";
-                // The first step's loss and gradient norm come before any update.
-                CHECK(std::abs(on_gpu.losses[0] - on_cpu.losses[0]) <=
-                      (fp32 ? 1e-5 : 1e-2) * on_cpu.losses[0]);
-                CHECK(std::abs(on_gpu.norms[0] - on_cpu.norms[0]) <=
-                      (fp32 ? 1e-4 : 2e-2) * on_cpu.norms[0]);
-                // Later steps follow updates; Adam normalises tiny gradients, so rounding noise in
-                // one can move a weight by up to lr: the losses still agree closely.
-                for (std::size_t s = 1; s < on_cpu.losses.size(); ++s)
+                const double tolerance = fp32 ? 1e-4 : 2e-2;
+                // The first step's gradient norm comes before any update.
+                CHECK(std::abs(on_gpu.norms[0] - on_cpu.norms[0]) <= tolerance * on_cpu.norms[0]);
+                for (std::size_t s = 0; s < on_cpu.losses.size(); ++s) {
+                    INFO("step " << s + 1 << ": " << on_gpu.losses[s] << " on the GPU, "
+                                 << on_cpu.losses[s] << " on the CPU");
                     CHECK(std::abs(on_gpu.losses[s] - on_cpu.losses[s]) <=
-                          (fp32 ? 1e-3 : 2e-2) * on_cpu.losses[s]);
+                          tolerance * on_cpu.losses[s]);
+                }
+                // Adam normalises tiny gradients, so rounding noise in one can move a weight by
+                // up to lr a step: the parameters agree less closely than the losses.
                 if (fp32) CHECK(gpu_test::relative_error(on_gpu.params, on_cpu.params) <= 1e-3);
             }
         }

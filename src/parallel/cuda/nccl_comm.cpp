@@ -139,13 +139,60 @@ void NcclComm::recv(Ptr data, std::size_t count, int peer, int tag) {
     staged_.recv(data, count, peer, tag);
 }
 
-void NcclComm::send_async(ConstPtr data, std::size_t count, int peer, int tag) {
+Request NcclComm::isend(ConstPtr data, std::size_t count, int peer, int tag) {
     Comm::count(CommKind::send, count, data.dtype);
-    staged_.send_async(data, count, peer, tag);
+    return staged_.isend(data, count, peer, tag);
 }
 
-void NcclComm::wait_sends() {
-    staged_.wait_sends();
+// A collective queued on the communication stream: complete when its event has happened;
+// waiting makes the compute stream wait for that event.
+class NcclComm::Pending final : public Request::Pending {
+public:
+    Pending(cudaEvent_t done, cudaStream_t compute) : done_(done), compute_(compute) {}
+    ~Pending() override { cudaEventDestroy(done_); }
+    bool test() override {
+        const cudaError_t status = cudaEventQuery(done_);
+        if (status == cudaErrorNotReady) return false;
+        TRIDENT_CUDA_CHECK(status);
+        return true;
+    }
+    void wait() override { TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0)); }
+
+private:
+    cudaEvent_t done_;
+    cudaStream_t compute_;
+};
+
+template <typename Fn>
+Request NcclComm::started(Fn collective) {
+    TRIDENT_CUDA_CHECK(cudaEventRecord(compute_done_, compute_));
+    TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_done_, 0));
+    collective();
+    cudaEvent_t done = nullptr;
+    TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
+    TRIDENT_CUDA_CHECK(cudaEventRecord(done, stream_));
+    return Request(std::make_unique<Pending>(done, compute_));
+}
+
+Request NcclComm::ireduce_scatter(ConstPtr in, Ptr out, std::size_t count) {
+    if (size() == 1) return staged_.ireduce_scatter(in, out, count);  // a copy, if any
+    Comm::count(CommKind::reduce_scatter, count * size(), out.dtype);
+    if (!on_device(out.data)) return staged_.ireduce_scatter(in, out, count);
+    return started([&] {
+        TRIDENT_NCCL_CHECK(ncclReduceScatter(in.data, out.data, count,
+                                             nccl_reduction_type(out.dtype), ncclSum, comm_,
+                                             stream_));
+    });
+}
+
+Request NcclComm::iall_gather(ConstPtr in, Ptr out, std::size_t count) {
+    if (size() == 1) return staged_.iall_gather(in, out, count);  // a copy, if any
+    Comm::count(CommKind::all_gather, count, out.dtype);
+    if (!on_device(out.data)) return staged_.iall_gather(in, out, count);
+    return started([&] {
+        TRIDENT_NCCL_CHECK(
+            ncclAllGather(in.data, out.data, count, nccl_type(out.dtype), comm_, stream_));
+    });
 }
 
 void NcclComm::barrier() {

@@ -42,15 +42,25 @@ public:
     void broadcast(kernels::Ptr data, std::size_t count, int root) override;
     void send(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
     void recv(kernels::Ptr data, std::size_t count, int peer, int tag) override;
-    void send_async(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
-    void wait_sends() override;
     void barrier() override;
+    // Non-blocking: the collective is queued on the communication stream after the compute
+    // queued so far, and waiting for it makes the compute stream wait for it (the host does
+    // not). isend goes through StagedComm.
+    Request isend(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
+    Request ireduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
+    Request iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
 
 private:
+    class Pending;
+
     // Runs `collective` on the communication stream, between the events that order it
     // against the compute stream.
     template <typename Fn>
     void ordered(Fn collective);
+    // Runs `collective` on the communication stream after the compute queued so far; the
+    // request completes when it has.
+    template <typename Fn>
+    Request started(Fn collective);
 
     StagedComm staged_;
     cudaStream_t compute_;

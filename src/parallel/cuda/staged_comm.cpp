@@ -13,15 +13,21 @@ using kernels::ConstPtr;
 using kernels::Ptr;
 
 StagedComm::Pinned::~Pinned() {
-    if (data_) cudaFreeHost(data_);
+    // Nothing may throw here; a failure (the driver shutting down) leaves the memory to exit.
+    if (data_ && cudaStreamSynchronize(stream_) == cudaSuccess) cudaFreeHost(data_);
 }
 
 StagedComm::Pinned::Pinned(Pinned&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+    : stream_(other.stream_),
+      data_(std::exchange(other.data_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)) {}
 
 void* StagedComm::Pinned::reserve(std::size_t bytes) {
     if (bytes > bytes_ || data_ == nullptr) {
-        if (data_) TRIDENT_CUDA_CHECK(cudaFreeHost(data_));
+        if (data_) {
+            TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // to_device's copies
+            TRIDENT_CUDA_CHECK(cudaFreeHost(data_));
+        }
         data_ = nullptr;
         bytes_ = std::max<std::size_t>(bytes, 1);
         TRIDENT_CUDA_CHECK(cudaHostAlloc(&data_, bytes_, cudaHostAllocDefault));
@@ -30,7 +36,7 @@ void* StagedComm::Pinned::reserve(std::size_t bytes) {
 }
 
 StagedComm::StagedComm(std::unique_ptr<Comm> host, cudaStream_t stream)
-    : host_(std::move(host)), stream_(stream) {}
+    : host_(std::move(host)), stream_(stream), staging_(stream) {}
 
 StagedComm::~StagedComm() = default;
 
@@ -124,23 +130,89 @@ void StagedComm::recv(Ptr data, std::size_t count, int peer, int tag) {
     to_device(data.data, host, bytes);
 }
 
-void StagedComm::send_async(ConstPtr data, std::size_t count, int peer, int tag) {
-    Comm::count(CommKind::send, count, data.dtype);
-    if (!on_device(data.data)) return host_->send_async(data, count, peer, tag);
-    const std::size_t bytes = count * kernels::size_of(data.dtype);
-    // Each message in flight keeps its own pinned buffer until wait_sends.
-    if (spare_.empty()) spare_.emplace_back();
-    in_flight_.push_back(std::move(spare_.back()));
+// A host request on a pinned buffer of its own and, for a collective, the copy of its result
+// to the device once it has completed. The buffer goes back to the communicator's spares.
+class StagedComm::Pending final : public Request::Pending {
+public:
+    Pending(StagedComm& owner, Pinned buffer, Request host, void* device = nullptr,
+            const void* result = nullptr, std::size_t bytes = 0)
+        : owner_(owner), buffer_(std::move(buffer)), host_(std::move(host)), device_(device),
+          result_(result), bytes_(bytes) {}
+    ~Pending() override { owner_.spare_.push_back(std::move(buffer_)); }
+    bool test() override {
+        if (!host_.test()) return false;
+        finish();
+        return true;
+    }
+    void wait() override {
+        host_.wait();
+        finish();
+    }
+
+private:
+    void finish() {
+        if (device_) owner_.to_device(device_, result_, bytes_);
+        device_ = nullptr;
+    }
+
+    StagedComm& owner_;
+    Pinned buffer_;
+    Request host_;
+    void* device_;
+    const void* result_;
+    std::size_t bytes_;
+};
+
+StagedComm::Pinned StagedComm::spare() {
+    if (spare_.empty()) return Pinned(stream_);
+    Pinned buffer = std::move(spare_.back());
     spare_.pop_back();
-    void* host = in_flight_.back().reserve(bytes);
-    to_host(host, data.data, bytes);
-    host_->send_async(ConstPtr(host, data.dtype), count, peer, tag);
+    return buffer;
 }
 
-void StagedComm::wait_sends() {
-    host_->wait_sends();
-    for (Pinned& buffer : in_flight_) spare_.push_back(std::move(buffer));
-    in_flight_.clear();
+Request StagedComm::isend(ConstPtr data, std::size_t count, int peer, int tag) {
+    Comm::count(CommKind::send, count, data.dtype);
+    if (!on_device(data.data)) return host_->isend(data, count, peer, tag);
+    const std::size_t bytes = count * kernels::size_of(data.dtype);
+    Pinned buffer = spare();
+    void* host = buffer.reserve(bytes);
+    to_host(host, data.data, bytes);
+    Request sent = host_->isend(ConstPtr(host, data.dtype), count, peer, tag);
+    return Request(std::make_unique<Pending>(*this, std::move(buffer), std::move(sent)));
+}
+
+Request StagedComm::ireduce_scatter(ConstPtr in, Ptr out, std::size_t count) {
+    const std::size_t width = kernels::size_of(out.dtype);
+    const std::size_t mine = static_cast<std::size_t>(rank()) * count;
+    if (size() == 1) {
+        copy(out.data, in.data, count * width);
+        return {};
+    }
+    Comm::count(CommKind::reduce_scatter, count * size(), out.dtype);
+    if (!on_device(out.data)) return host_->ireduce_scatter(in, out, count);
+    Pinned buffer = spare();
+    const Ptr host(buffer.reserve(count * size() * width), out.dtype);
+    to_host(host.data, in.data, count * size() * width);
+    Request reduced = host_->ireduce_scatter(host, host + mine, count);  // at this rank's block
+    return Request(std::make_unique<Pending>(*this, std::move(buffer), std::move(reduced),
+                                             out.data, (host + mine).data, count * width));
+}
+
+Request StagedComm::iall_gather(ConstPtr in, Ptr out, std::size_t count) {
+    const std::size_t width = kernels::size_of(out.dtype);
+    const std::size_t mine = static_cast<std::size_t>(rank()) * count;
+    if (size() == 1) {
+        copy(out.data, in.data, count * width);
+        return {};
+    }
+    Comm::count(CommKind::all_gather, count, out.dtype);
+    if (!on_device(out.data)) return host_->iall_gather(in, out, count);
+    Pinned buffer = spare();
+    const Ptr host(buffer.reserve(count * size() * width), out.dtype);
+    to_host((host + mine).data, in.data, count * width);
+    Request gathered = host_->iall_gather(host + mine, host, count);  // from this rank's block
+    return Request(std::make_unique<Pending>(*this, std::move(buffer), std::move(gathered),
+                                             out.data, host.data, count * size() * width));
 }
 
 void StagedComm::barrier() {

@@ -35,32 +35,42 @@ public:
     void broadcast(kernels::Ptr data, std::size_t count, int root) override;
     void send(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
     void recv(kernels::Ptr data, std::size_t count, int peer, int tag) override;
-    void send_async(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
-    void wait_sends() override;
     void barrier() override;
+    // Each keeps a pinned buffer of its own until it completes; the result of a collective
+    // is copied to the device (queued on the stream) when the host call has completed. Every
+    // request must complete before the communicator goes.
+    Request isend(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
+    Request ireduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
+    Request iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
 
 private:
-    // Page-locked host memory (cudaHostAlloc), so copies run at full speed.
+    // Page-locked host memory (cudaHostAlloc), so copies run at full speed. A copy to the
+    // device queued on `stream` may still read it when the call that queued it returns, so it
+    // is freed (grown, destroyed) only once that stream's work is done.
     class Pinned {
     public:
-        Pinned() = default;
+        explicit Pinned(cudaStream_t stream) : stream_(stream) {}
         ~Pinned();
         Pinned(Pinned&& other) noexcept;
         Pinned& operator=(Pinned&&) = delete;
         void* reserve(std::size_t bytes);  // at least `bytes`, contents not kept
     private:
+        cudaStream_t stream_;
         void* data_ = nullptr;
         std::size_t bytes_ = 0;
     };
 
+    class Pending;
+
     void to_host(void* host, const void* device, std::size_t bytes);    // waits for the copy
     void to_device(void* device, const void* host, std::size_t bytes);  // queued
     void copy(void* out, const void* in, std::size_t bytes);  // a group of one's "collective"
+    Pinned spare();  // a pinned buffer for a request, from those earlier ones gave back
 
     std::unique_ptr<Comm> host_;
     cudaStream_t stream_;
     Pinned staging_;
-    std::vector<Pinned> in_flight_, spare_;  // send_async buffers until wait_sends
+    std::vector<Pinned> spare_;  // given back by completed requests
 };
 
 }  // namespace trident::parallel
