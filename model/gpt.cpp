@@ -352,7 +352,9 @@ void Gpt::run_forward(int c, Activations& a, const int32_t* inputs, ConstPtr inp
     const int g = plan.global_chunk(c);
     const Ptr w = params_.data();
 
+    const std::size_t wte_end = layout_.wte() + static_cast<std::size_t>(layout_.vocab_local()) * C;
     if (g == 0) {
+        params_needed(layout_.wte(), layout_.wpe() + static_cast<std::size_t>(s.max_seq) * C);
         // Vocab-parallel embedding: each rank looks up the tokens of its vocabulary slice
         // (zero rows for the rest) and the sum over the group is the embedding; wpe is added
         // once, by tensor rank 0, so the sum is exact.
@@ -377,11 +379,15 @@ void Gpt::run_forward(int c, Activations& a, const int32_t* inputs, ConstPtr inp
         LayerActivations& la = recompute_ == Recompute::full ? *recompute_scratch_ : kept;
         const Ptr att =
             recompute_ == Recompute::none ? kept.att.data() : recompute_scratch_->att.data();
+        const auto [begin, end] = layout_.layer_range(first + static_cast<int>(i));
+        params_needed(begin, end);
         forward_layer(a, first + static_cast<int>(i), la, att, residual, kept.resid3.data());
         residual = kept.resid3.data();
     }
 
     if (g != plan.stages * plan.chunks - 1) return;
+    params_needed(layout_.lnf_w(), layout_.lnf_b() + static_cast<std::size_t>(C));
+    params_needed(layout_.wte(), wte_end);
     ops_.layernorm_forward(a.lnf.data(), a.lnf_mean.f32(), a.lnf_rstd.f32(), residual,
                            w + layout_.lnf_w(), w + layout_.lnf_b(), R, C);
     // LM head tied to this rank's slice of the token embedding: logits (N,Vp/M).
@@ -480,28 +486,44 @@ ConstPtr Gpt::through_dropout(ConstPtr dout, std::size_t count, float drop, uint
     return dc_mine_.data();
 }
 
-void Gpt::backward_chunk(int mb, int c, float dloss, ConstPtr output_grad, Ptr input_grad) {
+void Gpt::backward_chunk(int mb, int c, float dloss, ConstPtr output_grad, Ptr input_grad,
+                         bool last) {
     const StagePlan& plan = layout_.plan();
     const int g = plan.global_chunk(c);
-    const std::size_t RC = static_cast<std::size_t>(rows_mine_) * layout_.shape().hidden;
+    const std::size_t C = layout_.shape().hidden;
+    const std::size_t RC = static_cast<std::size_t>(rows_mine_) * C;
     Activations& a = live(mb, c);
 
     // dresidual holds the gradient of this rank's rows of the residual stream (R,C); each
     // layer's branches add into it, from the last layer back.
-    if (g == plan.stages * plan.chunks - 1)
+    if (g == plan.stages * plan.chunks - 1) {
         head_backward(a, dloss);
-    else
+        if (last) gradients_final(layout_.lnf_w(), layout_.lnf_b() + C, {layout_.lnf_w(), layout_.lnf_b()});
+    } else {
         ops_.copy(dresidual_.data(), output_grad, RC);
+    }
     const int first = layout_.first_layer(c);
     for (int i = static_cast<int>(a.layers.size()) - 1; i >= 0; --i) {
         const ConstPtr residual =
             i == 0 ? a.input.data() : a.layers[static_cast<std::size_t>(i - 1)].resid3.data();
         backward_layer(a, first + i, a.layers[static_cast<std::size_t>(i)], residual);
+        if (last) {
+            const LayerParams& p = layout_.layer(first + i);
+            const auto [begin, end] = layout_.layer_range(first + i);
+            gradients_final(begin, end, {p.ln1_w, p.ln1_b, p.ln2_w, p.ln2_b});
+        }
     }
-    if (g == 0)
+    if (g == 0) {
         embedding_backward(a);
-    else
+        if (last) {
+            // wte's other copy, on the last stage, is added by the trainer (StepHooks).
+            const std::size_t wpe = layout_.wpe();
+            gradients_final(plan.stages == 1 ? layout_.wte() : wpe,
+                            wpe + static_cast<std::size_t>(layout_.shape().max_seq) * C, {});
+        }
+    } else {
         ops_.copy(input_grad, dresidual_.data(), RC);
+    }
     release(mb, c);
 }
 
@@ -595,22 +617,13 @@ void Gpt::embedding_backward(const Activations& a) {
                             layout_.vocab_local());
 }
 
-void Gpt::finish_gradients() {
-    if (!sequence_parallel_) return;
-    // LayerNorm parameters saw only this rank's rows: sum their gradients over the group.
-    const auto reduce = [&](std::size_t offset) {
-        tensor_.all_reduce(grads_.data() + offset, static_cast<std::size_t>(layout_.shape().hidden));
-    };
-    const StagePlan& plan = layout_.plan();
-    for (int c = 0; c < plan.chunks; ++c)
-        for (int l = layout_.first_layer(c); l < layout_.first_layer(c) + layout_.chunk_layers(c); ++l) {
-            const LayerParams& p = layout_.layer(l);
-            for (std::size_t offset : {p.ln1_w, p.ln1_b, p.ln2_w, p.ln2_b}) reduce(offset);
-        }
-    if (plan.last()) {
-        reduce(layout_.lnf_w());
-        reduce(layout_.lnf_b());
-    }
+void Gpt::gradients_final(std::size_t begin, std::size_t end,
+                          std::initializer_list<std::size_t> layernorm_offsets) {
+    if (sequence_parallel_)
+        for (const std::size_t offset : layernorm_offsets)
+            tensor_.all_reduce(grads_.data() + offset,
+                               static_cast<std::size_t>(layout_.shape().hidden));
+    if (hooks_.grads_final) hooks_.grads_final(begin, end);
 }
 
 }  // namespace trident::model

@@ -30,6 +30,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
 #include <utility>
@@ -129,23 +131,27 @@ public:
     // Backward of that forward. The last global chunk starts from its loss, each token
     // weighted by dloss; other chunks from `output_grad` (R, C). Writes the gradient of the
     // chunk's input to `input_grad` (R, C) unless the chunk starts with the embedding.
+    // `last`: the chunk's last backward of the step. Its gradients are then complete, layer
+    // by layer: with sequence parallelism the LayerNorm gradients (partial sums over each
+    // rank's rows) are summed over the tensor group, and each range is announced
+    // (StepHooks::grads_final).
     void backward_chunk(int mb, int c, float dloss, kernels::ConstPtr output_grad,
-                        kernels::Ptr input_grad);
-
-    // ---- one microbatch through a whole one-stage model ------------------------------------
-    float forward(const int32_t* inputs, const int32_t* targets, bool training,
-                  uint64_t dropout_seed) {
-        return forward_chunk(0, 0, inputs, targets, {}, {}, training, dropout_seed);
-    }
-    void backward(float dloss) { backward_chunk(0, 0, dloss, {}, {}); }
+                        kernels::Ptr input_grad, bool last);
     // The next-token logits (V) at `position` of the first sequence of `inputs` (B, T), for
     // generation: no loss, no dropout. Needs the whole model in this process.
     std::vector<float> logits_at(const int32_t* inputs, int position);
-
-    // Completes the gradients of a step after its last backward: with sequence parallelism
-    // the LayerNorm gradients are partial sums over each rank's rows and are summed here.
-    void finish_gradients();
     void zero_grads();
+
+    // What the optimizer learns during a step, as ranges [begin, end) of the flat buffers:
+    // the gradients of a range are final (nothing more will be added: the data-parallel
+    // reduction of a bucket may start), or the parameters of a range are about to be read
+    // (the parameters' gather of a bucket must have completed). The tied wte of a model cut
+    // into stages is final only once the trainer has summed its two copies; it says so.
+    struct StepHooks {
+        std::function<void(std::size_t begin, std::size_t end)> grads_final;
+        std::function<void(std::size_t begin, std::size_t end)> params_needed;
+    };
+    void set_hooks(const StepHooks& hooks) { hooks_ = hooks; }
     // Activation sets allocated so far: the most (microbatch, chunk) pairs ever in flight,
     // and their bytes (what recompute keeps; its one shared scratch set is not counted here,
     // only in the allocator's peak).
@@ -182,6 +188,14 @@ private:
                         kernels::ConstPtr residual);
     // The embedding (first global chunk): dresidual_ into wte's and wpe's gradients.
     void embedding_backward(const Activations& a);
+    // After a chunk's last backward of a step: sums the LayerNorm gradients of [begin, end)
+    // over the tensor group (sequence parallelism: each rank saw its rows only), then
+    // announces the range final.
+    void gradients_final(std::size_t begin, std::size_t end,
+                         std::initializer_list<std::size_t> layernorm_offsets);
+    void params_needed(std::size_t begin, std::size_t end) const {
+        if (hooks_.params_needed) hooks_.params_needed(begin, end);
+    }
     uint64_t site_seed(const Activations& a, int layer, int site) const;
     // The gradient before a dropout site given the one after it (rows of this rank): dout
     // itself without dropout, else dout through the site's mask, written to dc_mine_.
@@ -206,6 +220,7 @@ private:
     float dropout_;
     Recompute recompute_;
     Precision precision_;
+    StepHooks hooks_;
 
     DeviceBuffer params_, grads_;
 

@@ -100,6 +100,11 @@ int ParamLayout::first_layer(int c) const {
     return first;
 }
 
+std::pair<std::size_t, std::size_t> ParamLayout::layer_range(int l) const {
+    const LayerParams& p = layer(l);
+    return {p.ln1_w, p.fc2_b + static_cast<std::size_t>(shape_.hidden)};  // fc2's bias is last
+}
+
 const LayerParams& ParamLayout::layer(int l) const {
     const auto it = std::lower_bound(layer_ids_.begin(), layer_ids_.end(), l);
     if (it == layer_ids_.end() || *it != l)

@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace trident::model {
@@ -115,8 +116,10 @@ public:
     std::size_t wpe() const { return wpe_; }      // (T, C), first stage
     std::size_t lnf_w() const { return lnf_w_; }  // (C), last stage
     std::size_t lnf_b() const { return lnf_b_; }  // (C), last stage
-    // The tensors of global layer l, which must be one of this stage's.
+    // The tensors of global layer l, which must be one of this stage's, and the range
+    // [begin, end) of the flat buffer they fill (a layer's tensors are contiguous).
     const LayerParams& layer(int l) const;
+    std::pair<std::size_t, std::size_t> layer_range(int l) const;
 
     // The tensor of that name, or nullptr.
     const ParamTensor* find(const std::string& name) const;

@@ -138,8 +138,6 @@ int main(int argc, char** argv) {
                          "Inter-node bandwidth per GPU (the node's adapters / its GPUs), GB/s");
     plan_cmd->add_option("--gpus-per-node", plan.gpus_per_node, "GPUs per node");
     plan_cmd->add_option("--latency-us", plan.latency_us, "Latency per collective call, us");
-    plan_cmd->add_flag("--dp-overlap", plan.dp_overlap,
-                       "The data-parallel reduction overlaps the last backward");
 
     CLI11_PARSE(app, argc, argv);
     try {

@@ -43,7 +43,7 @@ using Views = Fp32Views<CountingStorage>;
 
 }  // namespace
 
-TEST_CASE("fp32 views: fp32 passes through; 16-bit is widened, then rounded back on commit",
+TEST_CASE("fp32 views: fp32 passes through, 16-bit is widened, then rounded back on commit",
           "[fp32-views]") {
     Log log;
     std::vector<float> plain = {1.0f, 2.0f, 3.0f};
@@ -70,7 +70,7 @@ TEST_CASE("fp32 views: fp32 passes through; 16-bit is widened, then rounded back
     REQUIRE(back == std::vector<float>{1.5f, 2.5f, 3.5f});
 }
 
-TEST_CASE("fp32 views: an output is not widened; aliases share one scratch array", "[fp32-views]") {
+TEST_CASE("fp32 views: an output is not widened, aliases share one scratch array", "[fp32-views]") {
     Log log;
     std::vector<uint16_t> buffer(4, 0x3F80);  // bf16 ones
     {

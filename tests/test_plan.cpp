@@ -351,9 +351,10 @@ TEST_CASE("plan: buffers the allocator rounds up exceed the plan by under 64 byt
 TEST_CASE("plan: Megatron-LM 2019 weak scaling (Figure 5) on DGX-2H", "[plan]") {
     // Shoeybi et al., arXiv 1909.08053, Figure 5: weak-scaling efficiency against 1.2B on one
     // V100 (39 TFLOP/s), model parallel with batch 8, and model + data parallel (64 replicas,
-    // global batch 512). The data-parallel reduction is overlapped with the backward: after it,
-    // the 512-GPU run would spend 0.34 s of a 1.2 s step reducing 2 GB of gradients per GPU over
-    // 100 GB/s of network per node, and could not reach the 74% the paper reports.
+    // global batch 512). The paper's data-parallel all-reduce was overlapped with the
+    // backward, as Trident's is (parallel.overlap_grad_reduce): after it, the 512-GPU run
+    // would spend 0.34 s of a 1.2 s step reducing 2 GB of gradients per GPU over 100 GB/s of
+    // network per node, and could not reach the 74% the paper reports.
     struct Row {
         const char* config;
         int gpus_model, gpus_model_data;
@@ -370,8 +371,7 @@ TEST_CASE("plan: Megatron-LM 2019 weak scaling (Figure 5) on DGX-2H", "[plan]") 
                         {"2.5b", 2, 128, 95, 83, false},
                         {"4.2b", 4, 256, 82, 79, false},
                         {"8.3b", 8, 512, 77, 74, true}};
-    plan::Hardware hw = plan::hardware_preset("dgx2h-v100");
-    hw.dp_overlap = true;
+    const plan::Hardware hw = plan::hardware_preset("dgx2h-v100");
     const auto throughput = [&](const config::Config& cfg) {
         const plan::StepTime t = plan::predict_step(inputs(cfg), hw);
         return cfg.derived.flops_per_step / t.step / cfg.derived.world_size;

@@ -85,7 +85,6 @@ struct PlanOptions {
     double inter_bw = 0;  // GB/s per GPU, one direction
     int gpus_per_node = 0;
     double latency_us = -1;  // per collective call; < 0: the preset's (or 20)
-    bool dp_overlap = false;
 };
 int plan(const PlanOptions& opts);
 

@@ -59,7 +59,6 @@ std::optional<plan::Hardware> hardware(const PlanOptions& o) {
     if (o.inter_bw > 0) hw.inter_bandwidth = o.inter_bw * 1e9;
     if (o.gpus_per_node > 0) hw.gpus_per_node = o.gpus_per_node;
     if (o.latency_us >= 0) hw.latency = o.latency_us * 1e-6;
-    if (o.dp_overlap) hw.dp_overlap = true;
     return hw;
 }
 

@@ -59,6 +59,10 @@ struct ParallelConfig {
     int bucket_size = 16777216;  // parameters per gradient bucket of the data-parallel reduction
     bool sequence_parallel = false;
     StageLayers stage_layers;
+    // zero_stage 1: the reduce-scatters under the backward pass, the all-gathers under the
+    // next forward (optim/adamw.h).
+    bool overlap_grad_reduce = true;
+    bool overlap_param_gather = true;
     bool operator==(const ParallelConfig&) const = default;
 };
 

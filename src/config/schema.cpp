@@ -122,6 +122,8 @@ const std::vector<Key>& table() {
         field("parallel.bucket_size", &C::parallel, &ParallelConfig::bucket_size, at_least(1)),
         field("parallel.sequence_parallel", &C::parallel, &ParallelConfig::sequence_parallel),
         field("parallel.stage_layers", &C::parallel, &ParallelConfig::stage_layers),
+        field("parallel.overlap_grad_reduce", &C::parallel, &ParallelConfig::overlap_grad_reduce),
+        field("parallel.overlap_param_gather", &C::parallel, &ParallelConfig::overlap_param_gather),
 
         field("training.micro_batch", &C::training, &TrainingConfig::micro_batch, at_least(1)),
         field("training.global_batch", &C::training, &TrainingConfig::global_batch, at_least(1)),

@@ -20,9 +20,21 @@ const char* name_of(SpanKind kind) {
         case SpanKind::send: return "send";
         case SpanKind::recv: return "recv";
         case SpanKind::optimizer: return "optimizer";
+        case SpanKind::reduce_scatter: return "reduce_scatter";
+        case SpanKind::all_gather: return "all_gather";
         case SpanKind::count_: break;
     }
     return "?";
+}
+
+// Data-parallel collectives go on a row (thread) of their own under the rank's compute.
+bool data_parallel(SpanKind kind) {
+    return kind == SpanKind::reduce_scatter || kind == SpanKind::all_gather;
+}
+
+const char* category_of(SpanKind kind) {
+    if (data_parallel(kind)) return "data-parallel";
+    return kind == SpanKind::send || kind == SpanKind::recv ? "p2p" : "compute";
 }
 
 // A span travels as doubles: kind, microbatch, chunk, start and duration in microseconds.
@@ -94,15 +106,17 @@ void TraceRecorder::write(const std::string& path, parallel::Comm& tensor, paral
         std::fprintf(f, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %zu, \"args\": "
                         "{\"name\": \"%s\"}}",
                      first ? "" : ",\n", r, track_names[r].c_str());
+        std::fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %zu, \"tid\": 1, "
+                        "\"args\": {\"name\": \"data-parallel\"}}",
+                     r);
         first = false;
     }
     for (const Event& e : events)
         std::fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, "
-                        "\"tid\": 0, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"microbatch\": %d, "
+                        "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"microbatch\": %d, "
                         "\"chunk\": %d}}",
-                     name_of(e.kind),
-                     e.kind == SpanKind::send || e.kind == SpanKind::recv ? "p2p" : "compute",
-                     e.track, e.start - origin, e.duration, e.mb, e.chunk);
+                     name_of(e.kind), category_of(e.kind), e.track, data_parallel(e.kind) ? 1 : 0,
+                     e.start - origin, e.duration, e.mb, e.chunk);
     std::fprintf(f, "\n]}\n");
     if (std::fclose(f) != 0) throw Error("logging.trace: write to '" + path + "' failed");
 }

@@ -1,6 +1,8 @@
 // A Chrome trace (chrome://tracing, Perfetto) of chosen training steps: every rank's
-// forward, backward, send, receive and optimizer spans, gathered to rank 0 and written as
-// one JSON file, one track per rank.
+// forward, backward, send, receive and optimizer spans, and on a second row of its track
+// its data-parallel reduce-scatters and all-gathers (from their start to when they were seen
+// complete; `chunk` is the bucket), gathered to rank 0 and written as one JSON file, one
+// track per rank.
 #pragma once
 
 #include <chrono>
@@ -11,7 +13,7 @@
 
 namespace trident::io {
 
-enum class SpanKind { forward, backward, send, recv, optimizer, count_ };
+enum class SpanKind { forward, backward, send, recv, optimizer, reduce_scatter, all_gather, count_ };
 
 class TraceRecorder {
 public:

@@ -8,16 +8,16 @@ namespace trident::optim {
 
 AdamW::AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::TrainingConfig& cfg,
              const OptimizerGroups& groups, int zero_stage, std::size_t buffer_size,
-             std::size_t bucket_size)
+             std::size_t bucket_size, Overlap overlap)
     : ops_(ops), cfg_(cfg),
       tensor_(groups.tensor ? *groups.tensor : solo_),
       pipeline_(groups.pipeline ? *groups.pipeline : solo_),
       data_(groups.data ? *groups.data : solo_),
-      zero_stage_(zero_stage), size_(buffer_size) {
+      zero_stage_(zero_stage), size_(buffer_size), layout_total_(layout.total()) {
     const std::size_t D = static_cast<std::size_t>(data_.size());
     const std::size_t r = static_cast<std::size_t>(data_.rank());
     // Buckets of a multiple of D floats (the buffer is one), counted from the end.
-    const std::size_t bucket = zero_stage_ == 1 ? std::max(D, bucket_size / D * D) : size_;
+    const std::size_t bucket = std::max(D, bucket_size / D * D);
     for (std::size_t end = size_; end > 0;) {
         const std::size_t begin = end > bucket ? end - bucket : 0;
         buckets_.insert(buckets_.begin(), Bucket{begin, end - begin, 0, 0});
@@ -29,6 +29,8 @@ AdamW::AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::
         b.state = owned_;
         owned_ += part;
     }
+    if (D > 1) overlap_ = Overlap{overlap.grad_reduce, overlap.param_gather && zero_stage_ == 1};
+    flight_.resize(buckets_.size());
     const std::size_t allocated_before = ops.allocated_bytes();
     master_ = model::DeviceBuffer(ops, owned_);
     m_ = model::DeviceBuffer(ops, owned_);
@@ -58,14 +60,104 @@ std::size_t AdamW::owned_part(const Bucket& b) const {
     return zero_stage_ == 1 ? b.size / static_cast<std::size_t>(data_.size()) : b.size;
 }
 
+void AdamW::start_step(kernels::Ptr grads) {
+    if (!overlap_.grad_reduce) return;
+    grads_ = grads;
+    for (InFlight& f : flight_) {  // the gathers of the last update may still be under way
+        f.final = 0;
+        f.reducing = false;
+    }
+    // The padding past the layout's tensors gets no gradient: it is final from the start.
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+        const Bucket& bucket = buckets_[b];
+        if (bucket.begin + bucket.size > layout_total_)
+            grads_final(std::max(bucket.begin, layout_total_), bucket.begin + bucket.size);
+    }
+}
+
+void AdamW::grads_final(std::size_t begin, std::size_t end) {
+    if (!grads_) return;
+    poll();
+    // Backward order, as the buckets complete: the same order on every replica.
+    for (std::size_t b = buckets_.size(); b-- > 0;) {
+        const Bucket& bucket = buckets_[b];
+        const std::size_t lo = std::max(begin, bucket.begin);
+        const std::size_t hi = std::min(end, bucket.begin + bucket.size);
+        if (lo >= hi) continue;
+        flight_[b].final += hi - lo;
+        if (flight_[b].final == bucket.size) start_reduction(b);
+    }
+}
+
+void AdamW::start_reduction(std::size_t b) {
+    const Bucket& bucket = buckets_[b];
+    InFlight& f = flight_[b];
+    f.reducing = true;
+    f.reduction_start = io::TraceRecorder::now_us();
+    f.reduction = zero_stage_ == 0
+                      ? data_.iall_reduce(grads_ + bucket.begin, bucket.size)
+                      : data_.ireduce_scatter(grads_ + bucket.begin, grads_ + bucket.mine,
+                                              owned_part(bucket));
+}
+
+void AdamW::finish_reduction(std::size_t b) {
+    InFlight& f = flight_[b];
+    const bool under_way = !f.reduction.done();
+    f.reduction.wait();
+    if (under_way && trace_ && trace_->recording())
+        trace_->add(io::SpanKind::reduce_scatter, -1, static_cast<int>(b), f.reduction_start,
+                    io::TraceRecorder::now_us());
+    f.reduction_start = 0;
+}
+
+void AdamW::finish_gather(std::size_t b) {
+    InFlight& f = flight_[b];
+    const bool under_way = !f.gather.done();
+    f.gather.wait();
+    if (under_way && trace_ && trace_->recording())
+        trace_->add(io::SpanKind::all_gather, -1, static_cast<int>(b), f.gather_start,
+                    io::TraceRecorder::now_us());
+}
+
+void AdamW::poll() {
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+        InFlight& f = flight_[b];
+        if (!f.reduction.done() && f.reduction.test() && trace_ && trace_->recording())
+            trace_->add(io::SpanKind::reduce_scatter, -1, static_cast<int>(b), f.reduction_start,
+                        io::TraceRecorder::now_us());
+        if (!f.gather.done() && f.gather.test() && trace_ && trace_->recording())
+            trace_->add(io::SpanKind::all_gather, -1, static_cast<int>(b), f.gather_start,
+                        io::TraceRecorder::now_us());
+    }
+}
+
 void AdamW::reduce_gradients(kernels::Ptr grads) {
-    if (zero_stage_ == 0) {
-        data_.all_reduce(grads, size_);
+    if (!grads_) {  // not overlapped: one call after another, in backward order
+        for (auto b = buckets_.rbegin(); b != buckets_.rend(); ++b) {
+            if (zero_stage_ == 0)
+                data_.all_reduce(grads + b->begin, b->size);
+            else  // in place: this rank's part of the bucket's sum lands where it is
+                data_.reduce_scatter(grads + b->begin, grads + b->mine, owned_part(*b));
+        }
         return;
     }
-    // Backward order; in place: this rank's part of each bucket's sum lands where it is.
-    for (auto b = buckets_.rbegin(); b != buckets_.rend(); ++b)
-        data_.reduce_scatter(grads + b->begin, grads + b->mine, owned_part(*b));
+    for (std::size_t b = buckets_.size(); b-- > 0;)
+        if (!flight_[b].reducing) start_reduction(b);
+    for (std::size_t b = buckets_.size(); b-- > 0;) finish_reduction(b);
+    grads_ = {};
+}
+
+void AdamW::params_needed(std::size_t begin, std::size_t end) {
+    poll();
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+        const Bucket& bucket = buckets_[b];
+        if (begin < bucket.begin + bucket.size && bucket.begin < end && !flight_[b].gather.done())
+            finish_gather(b);
+    }
+}
+
+void AdamW::finish_param_gather() {
+    for (std::size_t b = 0; b < buckets_.size(); ++b) finish_gather(b);
 }
 
 double AdamW::grad_norm(kernels::ConstPtr grads) const {
@@ -84,6 +176,7 @@ float AdamW::clip_factor(double norm) const {
 }
 
 void AdamW::step(kernels::Ptr params, kernels::ConstPtr grads, double lr, float grad_scale) {
+    finish_param_gather();  // the previous update's, if the forward left any
     if (step_ == 0)
         for (const Bucket& b : buckets_)
             ops_.convert(master_.f32() + b.state, params + b.mine, owned_part(b));
@@ -96,7 +189,17 @@ void AdamW::step(kernels::Ptr params, kernels::ConstPtr grads, double lr, float 
                           static_cast<float>(cfg_.eps),
                           r.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f, step_,
                           grad_scale, params + r.offset);
-    gather_params(params);
+    if (!overlap_.param_gather) {
+        gather_params(params);
+        return;
+    }
+    // In buffer order, as the next forward reads them; it waits for each (params_needed).
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+        const Bucket& bucket = buckets_[b];
+        flight_[b].gather_start = io::TraceRecorder::now_us();
+        flight_[b].gather =
+            data_.iall_gather(params + bucket.mine, params + bucket.begin, owned_part(bucket));
+    }
 }
 
 void AdamW::gather_params(kernels::Ptr params) {

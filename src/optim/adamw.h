@@ -6,15 +6,25 @@
 // Decay applies to weight matrices and embeddings only; the layout says which ranges.
 //
 // Data parallelism: the gradient buffer (padded so it splits evenly over the D replicas) is
-// summed over the data group: all-reduced (zero_stage 0: every replica then updates the whole
-// stage), or reduce-scattered (zero_stage 1). ZeRO-1 works in buckets of bucket_size
-// parameters, taken from the end of the buffer back (backward order: the last layers'
-// gradients are complete first, so a GPU backend can overlap their reduction with the rest
-// of the backward pass); replica r owns the r-th contiguous D-th of every bucket, holds the
-// fp32 master weights and Adam's moments of what it owns only (12 bytes per parameter / D),
-// updates it, and the buckets are all-gathered back into every replica's parameters. With one
+// summed over the data group in buckets of bucket_size parameters, taken from the end of the
+// buffer back (backward order: the last layers' gradients are complete first, so their
+// reduction can overlap the rest of the backward pass): all-reduced (zero_stage 0: every
+// replica then updates the whole stage), or reduce-scattered (zero_stage 1). Under ZeRO-1
+// replica r owns the r-th contiguous D-th of every bucket, holds the fp32 master weights and
+// Adam's moments of what it owns only (12 bytes per parameter / D), updates it, and the
+// buckets are all-gathered back into every replica's parameters. With one
 // bucket the shard is one contiguous range. Communication is the same either way:
 // reduce-scatter + all-gather moves what an all-reduce moves.
+//
+// Overlap (Megatron's overlap_grad_reduce and overlap_param_gather). Between
+// start_step and reduce_gradients the model announces the ranges of the gradient buffer that
+// are final (grads_final), and a bucket all of whose gradients are final starts its
+// reduction (all-reduce or reduce-scatter) at once, under the rest of the backward pass; reduce_gradients starts any
+// bucket not started and waits for all. After the update each bucket's all-gather starts
+// and step() returns; the next forward waits for a bucket just before it reads parameters
+// of it (params_needed), and anything else that reads or writes the parameters first calls
+// finish_param_gather (zero_stage 1; stage 0 has no gather). The calls are the blocking
+// ones' (Comm's non-blocking forms), so the results are bitwise those without overlap.
 //
 // Mixed precision: the parameters and gradients may be 16-bit; the master weights and the
 // moments are fp32 always, and each update writes the master weights, rounded, back into
@@ -30,6 +40,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "io/chrome_trace.h"
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "model/param_layout.h"
@@ -45,6 +56,12 @@ struct OptimizerGroups {
     parallel::Comm* data = nullptr;
 };
 
+// What the data-parallel communication overlaps (see the top of this file).
+struct Overlap {
+    bool grad_reduce = false;   // the reductions with the backward pass
+    bool param_gather = false;  // zero_stage 1's all-gathers with the next forward pass
+};
+
 class AdamW {
 public:
     // `buffer_size`: elements in the parameter and gradient buffers (the layout's total,
@@ -52,11 +69,21 @@ public:
     // at the first step, so the model may be initialised or loaded until then.
     AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::TrainingConfig& cfg,
           const OptimizerGroups& groups, int zero_stage, std::size_t buffer_size,
-          std::size_t bucket_size = SIZE_MAX);
+          std::size_t bucket_size = SIZE_MAX, Overlap overlap = {});
 
+    // A step's gradients into `grads` begin: from now until reduce_gradients, grads_final
+    // starts the reduction of each bucket it completes.
+    void start_step(kernels::Ptr grads);
+    void grads_final(std::size_t begin, std::size_t end);
     // Sums the gradients over the data group: all of them (stage 0) or this rank's shard
     // (stage 1, into its place in `grads`).
     void reduce_gradients(kernels::Ptr grads);
+    // Before the parameters of [begin, end) are read: their buckets' gathers have completed.
+    void params_needed(std::size_t begin, std::size_t end);
+    // Every gather under way completed: the parameters may be read or written anywhere.
+    void finish_param_gather();
+    // Records the data-parallel calls' spans (launch to observed completion) while it does.
+    void set_trace(io::TraceRecorder* trace) { trace_ = trace; }
     // Global L2 norm of the reduced gradients; collective over the grid, the same on every
     // rank, and inf or NaN on every rank if any gradient anywhere is.
     double grad_norm(kernels::ConstPtr grads) const;
@@ -76,6 +103,7 @@ public:
         int step = 0;
     };
     // Before the first update the master weights are the parameters, as step 1 takes them.
+    // The parameters' gather must have finished (finish_param_gather).
     State state(kernels::ConstPtr params) const;
     // The reverse, from a State of this buffer layout (only the owned elements are read);
     // the next update continues from it instead of taking the parameters.
@@ -103,9 +131,22 @@ private:
         bool counted;  // in the norm on this rank (held once here, not a copy)
     };
 
+    // A bucket's data-parallel calls under way in this step.
+    struct InFlight {
+        std::size_t final = 0;  // gradients of the bucket announced final
+        bool reducing = false;  // its reduce-scatter started
+        parallel::Request reduction, gather;
+        double reduction_start = 0, gather_start = 0;  // for the trace, in microseconds
+    };
+
     std::size_t owned_part(const Bucket& b) const;  // floats of the bucket this rank updates
-    // Every replica's updated part into every replica (zero_stage 1; in place).
+    // Every replica's updated part into every replica (zero_stage 1; in place), all at once.
     void gather_params(kernels::Ptr params);
+    void start_reduction(std::size_t bucket);
+    // Notes which calls under way have completed (their spans end now).
+    void poll();
+    void finish_reduction(std::size_t bucket);
+    void finish_gather(std::size_t bucket);
 
     kernels::Ops& ops_;
     config::TrainingConfig cfg_;
@@ -115,12 +156,18 @@ private:
     parallel::Comm& data_;
     int zero_stage_;
     std::size_t size_;             // floats in the buffers
+    std::size_t layout_total_;     // of them, the tensors' (the rest is padding)
     std::vector<Bucket> buckets_;  // in buffer order
     std::size_t owned_ = 0;        // floats this rank updates
     std::vector<Range> ranges_;    // maximal runs of tensors alike, cut to what this rank owns
     model::DeviceBuffer master_, m_, v_;  // fp32 master weights and Adam's moments (owned)
     std::size_t state_bytes_ = 0;
     int step_ = 0;  // the master weights are taken from the parameters before step 1
+
+    Overlap overlap_;                // as asked, where it applies (zero_stage 1, D > 1)
+    std::vector<InFlight> flight_;   // per bucket
+    kernels::Ptr grads_;             // this step's, from start_step (null: no step under way)
+    io::TraceRecorder* trace_ = nullptr;
 };
 
 }  // namespace trident::optim

@@ -144,10 +144,22 @@ void MpiComm::all_reduce(kernels::Ptr data, std::size_t count, ReduceOp op) {
     check_reducible(data.dtype);
     if (size_ == 1) return;
     Comm::count(CommKind::all_reduce, count, data.dtype);
+    all_reduce_on(comm_, data, count, op);
+}
+
+Request MpiComm::iall_reduce(kernels::Ptr data, std::size_t count, ReduceOp op) {
+    check_reducible(data.dtype);
+    if (size_ == 1) return {};
+    Comm::count(CommKind::all_reduce, count, data.dtype);
+    return start([=, this] { all_reduce_on(worker_comm_, data, count, op); });
+}
+
+void MpiComm::all_reduce_on(MPI_Comm comm, kernels::Ptr data, std::size_t count,
+                            ReduceOp op) const {
     for (std::size_t offset = 0; offset < count; offset += max_chunk_) {
         const std::size_t n = std::min(max_chunk_, count - offset);
         check(MPI_Allreduce(MPI_IN_PLACE, (data + offset).data, static_cast<int>(n),
-                            mpi_type(data.dtype), reduce_op(data.dtype, op), comm_),
+                            mpi_type(data.dtype), reduce_op(data.dtype, op), comm),
               "MPI_Allreduce");
     }
 }

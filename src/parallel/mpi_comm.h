@@ -71,11 +71,13 @@ public:
     void recv(kernels::Ptr data, std::size_t count, int peer, int tag) override;
     void barrier() override;
     Request isend(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
+    Request iall_reduce(kernels::Ptr data, std::size_t count, ReduceOp op = ReduceOp::sum) override;
     Request ireduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     Request iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
 
 private:
     // The collectives themselves, on `comm` with `scratch` (the caller's or the worker's).
+    void all_reduce_on(MPI_Comm comm, kernels::Ptr data, std::size_t count, ReduceOp op) const;
     void reduce_scatter_on(MPI_Comm comm, std::vector<char>& scratch, kernels::ConstPtr in,
                            kernels::Ptr out, std::size_t count) const;
     void all_gather_on(MPI_Comm comm, std::vector<char>& scratch, kernels::ConstPtr in,

@@ -107,8 +107,13 @@ double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& micro
     const std::size_t n = model_.boundary_size();
     constexpr int kAct = 0, kGrad = 1;
     double loss_sum = 0;
+    // Each chunk's last backward of the step completes its gradients (Gpt::backward_chunk).
+    std::vector<std::size_t> last_backward(static_cast<std::size_t>(plan.chunks), stream.size());
+    for (std::size_t i = 0; i < stream.size(); ++i)
+        if (stream[i].op == Op::backward) last_backward[static_cast<std::size_t>(stream[i].chunk)] = i;
 
-    for (const Instr& in : stream) {
+    for (std::size_t i = 0; i < stream.size(); ++i) {
+        const Instr& in = stream[i];
         const int mb = in.microbatch, c = in.chunk, g = plan.global_chunk(c);
         const io::ScopedSpan span(trace_, span_of(in.op), mb, c);
         switch (in.op) {
@@ -136,7 +141,8 @@ double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& micro
             case Op::backward:
                 model_.backward_chunk(
                     mb, c, dloss, g == last_chunk ? kernels::ConstPtr() : received(grad_in, mb, c),
-                    g == 0 ? kernels::Ptr() : take_send_buffer(grad_out, mb, c));
+                    g == 0 ? kernels::Ptr() : take_send_buffer(grad_out, mb, c),
+                    i == last_backward[static_cast<std::size_t>(c)]);
                 received_.erase(Key{grad_in, mb, c});
                 break;
             case Op::send_grad:

@@ -59,14 +59,15 @@ void tensor_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks,
 // The data group: the optimizer's reduction of the stage's flat buffers (optim/adamw.cpp).
 void data_traffic(const PlanInputs& in, int64_t buffer, GroupTraffic& g) {
     const int64_t D = in.cfg.parallel.data;
+    // Buckets of a multiple of D parameters, the last one what is left.
+    const int64_t bucket = std::max(D, in.cfg.parallel.bucket_size / D * D);
+    const int64_t full = buffer / bucket, rest = buffer % bucket;
+    const std::pair<int64_t, int64_t> buckets[] = {{full, bucket}, {int64_t{rest > 0}, rest}};
     if (in.zero_stage == 0) {
-        add(g, CommKind::all_reduce, 1, static_cast<double>(buffer), in.grad_bytes, false);
+        for (const auto& [count, size] : buckets)
+            add(g, CommKind::all_reduce, count, static_cast<double>(size), in.grad_bytes, false);
     } else {
-        // Buckets of a multiple of D parameters, the last one what is left.
-        const int64_t bucket = std::max(D, in.cfg.parallel.bucket_size / D * D);
-        const int64_t full = buffer / bucket, rest = buffer % bucket;
-        for (const auto& [count, size] :
-             {std::pair{full, bucket}, std::pair{int64_t{rest > 0}, rest}}) {
+        for (const auto& [count, size] : buckets) {
             add(g, CommKind::reduce_scatter, count, static_cast<double>(size), in.grad_bytes,
                 false);
             add(g, CommKind::all_gather, count, static_cast<double>(size / D), in.weight_bytes,

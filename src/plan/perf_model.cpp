@@ -2,6 +2,7 @@
 #include "plan/perf_model.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "error.h"
 #include "plan/stage_shape.h"
@@ -84,12 +85,14 @@ double collective_seconds(CommKind kind, double payload, int n, int per_node, co
     return t;
 }
 
-// Seconds of a group's calls: those made per microbatch (divided by m) or once per step.
+// Seconds of a group's calls: those made per microbatch (divided by m) or once per step;
+// with `only`, just the calls of that kind.
 double group_seconds(const GroupTraffic& g, bool per_microbatch, int64_t m, int per_node,
-                     bool link_inside_node, const Hardware& hw) {
+                     bool link_inside_node, const Hardware& hw,
+                     std::optional<CommKind> only = std::nullopt) {
     double t = 0;
     for (const Calls& c : g.calls) {
-        if (c.per_microbatch != per_microbatch) continue;
+        if (c.per_microbatch != per_microbatch || (only && c.kind != *only)) continue;
         const double payload = c.elements * c.element_bytes;
         const double one = c.kind == CommKind::send
                                ? hw.latency + payload / (link_inside_node ? hw.intra_bandwidth
@@ -108,12 +111,12 @@ const std::vector<Hardware>& presets() {
         // DGX-2H (Megatron-LM 2019): 16 V100 SXM3, 130 TFLOP/s fp16 peak (the paper's 39
         // TFLOP/s is 30% of it), 900 GB/s HBM2; NVSwitch 300 GB/s per GPU both ways;
         // 8×100 Gb/s EDR.
-        {"dgx2h-v100", 100e12, 810e9, 150e9, 100e9 / 16, 16, 20e-6, false},
+        {"dgx2h-v100", 100e12, 810e9, 150e9, 100e9 / 16, 16, 20e-6},
         // DGX A100: 8 A100-80GB, 312 TFLOP/s bf16, 2039 GB/s; NVLink 3 600 GB/s; 8×200 Gb/s HDR.
-        {"dgx-a100", 280e12, 1830e9, 300e9, 200e9 / 8, 8, 20e-6, false},
+        {"dgx-a100", 280e12, 1830e9, 300e9, 200e9 / 8, 8, 20e-6},
         // DGX H100: 8 H100 SXM, 989 TFLOP/s bf16 (cuBLAS 8192³: about 798), 3350 GB/s;
         // NVLink 4 900 GB/s; 8×400 Gb/s NDR.
-        {"dgx-h100", 798e12, 3000e9, 450e9, 400e9 / 8, 8, 20e-6, false},
+        {"dgx-h100", 798e12, 3000e9, 450e9, 400e9 / 8, 8, 20e-6},
     };
     return all;
 }
@@ -150,7 +153,7 @@ StepTime predict_step(const PlanInputs& in, const Hardware& hw) {
 
     struct Stage {
         double compute = 0, tensor = 0, pipeline = 0, data_gathers = 0;  // per microbatch
-        double backward = 0, flops = 0;                                  // of one microbatch
+        double forward = 0, backward = 0, flops = 0;                     // of one microbatch
         double tensor_step = 0, embedding = 0, data = 0, optimizer = 0;  // per step
         double microbatch() const { return compute + tensor + pipeline + data_gathers; }
         double after_flush() const { return tensor_step + embedding + data + optimizer; }
@@ -162,6 +165,7 @@ StepTime predict_step(const PlanInputs& in, const Hardware& hw) {
         for (const ChunkShape& chunk : stage_chunks(cfg, s)) {
             const ChunkSeconds c = chunk_seconds(in, chunk, hw);
             st.compute += c.forward + c.backward;
+            st.forward += c.forward;
             st.backward += c.backward;
             st.flops += c.flops;
         }
@@ -172,15 +176,24 @@ StepTime predict_step(const PlanInputs& in, const Hardware& hw) {
         st.tensor_step = group_seconds(t.tensor, false, m, tensor_per_node, true, hw);
         st.embedding = group_seconds(t.embedding, false, m, grid_in_one_node ? 2 : 1, true, hw);
 
-        const double reduce = group_seconds(t.data, false, m, data_per_node, true, hw);
         const double params = static_cast<double>(memory[static_cast<std::size_t>(s)].parameters);
-        if (hw.dp_overlap && p.data > 1) {
-            // Buckets of parallel.bucket_size are reduced as the last backward completes them;
-            // the last one waits for its end.
-            const double last = reduce * std::min(1.0, static_cast<double>(p.bucket_size) / params);
-            st.data = std::max(reduce - st.backward, last);
-        } else {
-            st.data = reduce;
+        const auto data_seconds = [&](std::optional<CommKind> only) {
+            return group_seconds(t.data, false, m, data_per_node, true, hw, only);
+        };
+        st.data = data_seconds(std::nullopt);
+        if (in.zero_stage <= 1 && p.data > 1) {
+            // Each bucket of parallel.bucket_size is one call of its share of the time.
+            const double bucket = std::min(1.0, static_cast<double>(p.bucket_size) / params);
+            // (Stage 0's all-reduces include the step's loss, one scalar: no matter.)
+            const double reduce = data_seconds(in.zero_stage == 0 ? CommKind::all_reduce
+                                                                  : CommKind::reduce_scatter);
+            const double gather = in.zero_stage == 1 ? data_seconds(CommKind::all_gather) : 0.0;
+            // Reduced as the last backward completes the buckets: the last one waits for
+            // its end. Gathered under the next forward: the first one is waited for at once.
+            if (p.overlap_grad_reduce)
+                st.data -= reduce - std::max(reduce - st.backward, reduce * bucket);
+            if (p.overlap_param_gather)
+                st.data -= gather - std::max(gather - st.forward, gather * bucket);
         }
         const double owned = in.zero_stage >= 1 ? params / p.data : params;
         // Master weights and moments read and written; gradients read three times; weights

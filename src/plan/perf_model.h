@@ -18,10 +18,13 @@
 // - Tensor-parallel collectives are on the critical path: none overlaps compute.
 // - Pipeline sends are on the critical path too, once per chunk per microbatch each way; the
 //   bubble is PTD-P's, (P − 1)/(v·m) of the ideal time, taken on the slowest stage.
-// - The data-parallel reduction follows the last backward (as Trident's trainer does), or,
-//   with dp_overlap, runs in buckets of parallel.bucket_size under that last backward (as
-//   PyTorch's DDP does) and only what it does not cover, at least its last bucket, is
-//   exposed; the overlap is taken to cost the compute nothing.
+// - The data-parallel communication does what the runtime does (optim/adamw.h): the
+//   reduction (zero_stage 0's all-reduce, 1's reduce-scatter) runs in buckets of
+//   parallel.bucket_size under the last microbatch's backward (parallel.overlap_grad_reduce)
+//   and only what that does not cover, at least its last bucket, is exposed; zero_stage 1's
+//   all-gather of the updated parameters runs under the next step's first forward
+//   (parallel.overlap_param_gather), exposing at least its first bucket; without them it
+//   follows the last backward. The overlap is taken to cost the compute nothing.
 // - The optimizer reads and writes the fp32 master weights and Adam's moments, reads the
 //   gradients three times (norm, clipping, update) and writes the weights, at the memory
 //   bandwidth, for the parameters the rank owns.
@@ -45,8 +48,7 @@ struct Hardware {
     double intra_bandwidth = 0;   // bytes/s per GPU, one direction, inside a node
     double inter_bandwidth = 0;   // bytes/s per GPU, one direction, between nodes
     int gpus_per_node = 8;
-    double latency = 0;       // s per collective call or message
-    bool dp_overlap = false;  // the data-parallel reduction overlaps the last backward
+    double latency = 0;  // s per collective call or message
 };
 
 // dgx2h-v100, dgx-a100, dgx-h100 (their figures and sources in perf_model.cpp). Throws

@@ -184,13 +184,18 @@ std::string render_text(const Plan& plan) {
     }
     const Hardware& hw = *plan.hardware;
     const StepTime& st = *plan.time;
+    const bool zero1 = in.zero_stage == 1;
+    const std::string overlap =
+        zero1 && p.overlap_grad_reduce && p.overlap_param_gather ? "reduce-scatter under the backward, all-gather under the next forward"
+        : zero1 && p.overlap_grad_reduce                         ? "reduce-scatter under the backward"
+        : zero1 && p.overlap_param_gather                        ? "all-gather under the next forward"
+                                                                 : "after the backward";
     out += format(
         "\nstep time on %s (GEMM %.0f TFLOP/s, memory %.0f GB/s, intra-node %.0f GB/s "
         "and inter-node %.2f GB/s per GPU, %d GPUs per node, %.0f us per call, "
-        "data-parallel reduction %s):\n",
+        "data-parallel communication %s):\n",
         hw.name.c_str(), hw.gemm_flops / 1e12, hw.memory_bandwidth / 1e9, hw.intra_bandwidth / 1e9,
-        hw.inter_bandwidth / 1e9, hw.gpus_per_node, hw.latency * 1e6,
-        hw.dp_overlap ? "overlapped" : "after the backward");
+        hw.inter_bandwidth / 1e9, hw.gpus_per_node, hw.latency * 1e6, overlap.c_str());
     out += format(
         "  %.4g s per step | %.0f tokens/s | %.1f TFLOP/s per GPU (model FLOPs) | "
         "slowest stage %d\n",
@@ -299,8 +304,7 @@ std::string render_json(const Plan& plan) {
             .add("intra_bandwidth", hw.intra_bandwidth)
             .add("inter_bandwidth", hw.inter_bandwidth)
             .add("gpus_per_node", hw.gpus_per_node)
-            .add("latency", hw.latency)
-            .add("dp_overlap", hw.dp_overlap);
+            .add("latency", hw.latency);
         io::JsonLine time;
         time.add("hardware", h)
             .add("step_s", st.step)

@@ -60,6 +60,7 @@ io::WrittenFile write_shard(const std::string& path, Trainer& trainer,
                             const parallel::Coordinates& c, int zero_stage) {
     model::Gpt& gpt = trainer.model();
     const model::ParamLayout& layout = gpt.layout();
+    trainer.optimizer().finish_param_gather();
     const optim::AdamW::State state = trainer.optimizer().state(gpt.params());
     const auto owned = trainer.optimizer().owned_ranges();
     const std::vector<float> params = gpt.params_to_host();

@@ -58,10 +58,14 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* g
              precision_of(cfg.training)),
       optimizer_(ops, model_.layout(), cfg.training,
                  optim::OptimizerGroups{&tensor_, &pipeline_, &data_}, cfg.parallel.zero_stage,
-                 model_.buffer_size(), static_cast<std::size_t>(cfg.parallel.bucket_size)),
+                 model_.buffer_size(), static_cast<std::size_t>(cfg.parallel.bucket_size),
+                 optim::Overlap{cfg.parallel.overlap_grad_reduce, cfg.parallel.overlap_param_gather}),
       scaler_(cfg.training),
       executor_(ops, model_, &pipeline_) {
     executor_.set_trace(&trace_);
+    optimizer_.set_trace(&trace_);
+    model_.set_hooks({[this](std::size_t b, std::size_t e) { optimizer_.grads_final(b, e); },
+                      [this](std::size_t b, std::size_t e) { optimizer_.params_needed(b, e); }});
 }
 
 MemoryUse Trainer::memory() const {
@@ -103,12 +107,12 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
                        tgt.subspan(i * T, T));
         },
         dloss, true, [&](int mb) { return kernels::hash64(t.seed ^ kDropoutStream, first_of(mb)); });
-    model_.finish_gradients();
     // The LM head's copy of wte on the last stage and the embedding's on the first: the
-    // tied weight's gradient is the sum of both.
+    // tied weight's gradient is the sum of both, and final then.
     if (plan.stages > 1 && (plan.first() || plan.last())) {
         const model::ParamTensor* wte = model_.layout().find("wte.weight");
         embedding_.all_reduce(model_.grads() + wte->offset, wte->numel);
+        optimizer_.grads_final(wte->offset, wte->offset + wte->numel);
     }
     // The step's loss: the mean of the replicas' means (equal token counts).
     double loss = from_last_stage(loss_sum / microbatches);
@@ -123,6 +127,7 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     data_.reset_stats();
     StepResult r;
     r.loss_scale = scaler_.scale();
+    optimizer_.start_step(model_.grads());  // buckets reduce as the backward completes them
     r.loss = accumulate_gradients(step, sample, r.loss_scale);
     optimizer_.reduce_gradients(model_.grads());
     // The norm of the scaled gradients, the same on every rank: inf or NaN everywhere if
@@ -158,16 +163,18 @@ double Trainer::evaluate(const SampleFn& sample, int microbatches) {
     return from_last_stage(loss_sum / microbatches);
 }
 
-std::vector<float> Trainer::gather_full(const std::vector<float>& local) {
+std::vector<float> Trainer::gather_full(std::vector<float> (model::Gpt::*to_host)() const) {
+    optimizer_.finish_param_gather();
+    const std::vector<float> local = (model_.*to_host)();
     std::vector<float> full = model_.share_of_full(local);
     tensor_.all_reduce(full.data(), full.size());
     pipeline_.all_reduce(full.data(), full.size());
     return full;
 }
 
-std::vector<float> Trainer::full_params() { return gather_full(model_.params_to_host()); }
+std::vector<float> Trainer::full_params() { return gather_full(&model::Gpt::params_to_host); }
 
-std::vector<float> Trainer::full_grads() { return gather_full(model_.grads_to_host()); }
+std::vector<float> Trainer::full_grads() { return gather_full(&model::Gpt::grads_to_host); }
 
 void Trainer::write_trace(const std::string& path) {
     std::vector<std::string> names;

@@ -77,8 +77,10 @@ public:
     void write_trace(const std::string& path);
 
 private:
-    std::vector<float> gather_full(const std::vector<float>& local);
-    // The last stage's loss, given to every stage (in double, as a pair of floats).
+    // This rank's parameters or gradients (once the parameters' gather has finished), put
+    // together with every other rank's.
+    std::vector<float> gather_full(std::vector<float> (model::Gpt::*to_host)() const);
+    // The last stage's loss, given to every stage.
     double from_last_stage(double loss);
 
     const config::Config& cfg_;

@@ -174,6 +174,17 @@ Request NcclComm::started(Fn collective) {
     return Request(std::make_unique<Pending>(done, compute_));
 }
 
+Request NcclComm::iall_reduce(Ptr data, std::size_t count, ReduceOp op) {
+    if (size() == 1) return {};
+    Comm::count(CommKind::all_reduce, count, data.dtype);
+    if (!on_device(data.data)) return staged_.iall_reduce(data, count, op);
+    return started([&] {
+        TRIDENT_NCCL_CHECK(ncclAllReduce(data.data, data.data, count,
+                                         nccl_reduction_type(data.dtype),
+                                         op == ReduceOp::max ? ncclMax : ncclSum, comm_, stream_));
+    });
+}
+
 Request NcclComm::ireduce_scatter(ConstPtr in, Ptr out, std::size_t count) {
     if (size() == 1) return staged_.ireduce_scatter(in, out, count);  // a copy, if any
     Comm::count(CommKind::reduce_scatter, count * size(), out.dtype);

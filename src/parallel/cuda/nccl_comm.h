@@ -47,6 +47,7 @@ public:
     // queued so far, and waiting for it makes the compute stream wait for it (the host does
     // not). isend goes through StagedComm.
     Request isend(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
+    Request iall_reduce(kernels::Ptr data, std::size_t count, ReduceOp op = ReduceOp::sum) override;
     Request ireduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     Request iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
 

@@ -181,6 +181,19 @@ Request StagedComm::isend(ConstPtr data, std::size_t count, int peer, int tag) {
     return Request(std::make_unique<Pending>(*this, std::move(buffer), std::move(sent)));
 }
 
+Request StagedComm::iall_reduce(Ptr data, std::size_t count, ReduceOp op) {
+    if (size() == 1) return {};
+    Comm::count(CommKind::all_reduce, count, data.dtype);
+    if (!on_device(data.data)) return host_->iall_reduce(data, count, op);
+    const std::size_t bytes = count * kernels::size_of(data.dtype);
+    Pinned buffer = spare();
+    const Ptr host(buffer.reserve(bytes), data.dtype);
+    to_host(host.data, data.data, bytes);
+    Request reduced = host_->iall_reduce(host, count, op);
+    return Request(std::make_unique<Pending>(*this, std::move(buffer), std::move(reduced),
+                                             data.data, host.data, bytes));
+}
+
 Request StagedComm::ireduce_scatter(ConstPtr in, Ptr out, std::size_t count) {
     const std::size_t width = kernels::size_of(out.dtype);
     const std::size_t mine = static_cast<std::size_t>(rank()) * count;

@@ -40,6 +40,7 @@ public:
     // is copied to the device (queued on the stream) when the host call has completed. Every
     // request must complete before the communicator goes.
     Request isend(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
+    Request iall_reduce(kernels::Ptr data, std::size_t count, ReduceOp op = ReduceOp::sum) override;
     Request ireduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     Request iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
 
