@@ -9,6 +9,7 @@
 
 #include "cli_support.h"
 #include "error.h"
+#include "pipeline/executor.h"
 #include "pipeline/schedule.h"
 #include "pipeline/simulator.h"
 #include "pipeline/timeline.h"
@@ -203,8 +204,10 @@ TEST_CASE("schedule: activations in flight", "[schedule]") {
 }
 
 TEST_CASE("schedule: every valid (p, v, m) runs to the end, consistently", "[schedule]") {
-    // Validity does not depend on the costs, but run a lopsided set too.
-    for (const Costs costs : {Costs{}, Costs{1, 3, 0.7}})
+    // Validity does not depend on the costs, but run a lopsided set too; and with the
+    // executor's pool of send buffers (a compute waits for a free one).
+    constexpr int K = Executor::kSendBuffers;
+    for (const Costs costs : {Costs{}, Costs{1, 3, 0.7}, Costs{1, 2, 0, K}, Costs{1, 3, 0.7, K}})
         for (int P = 1; P <= 8; ++P) {
             for (Kind kind : {Kind::gpipe, Kind::one_f_one_b})
                 for (int m = 1; m <= 4 * P; ++m) {
@@ -212,8 +215,9 @@ TEST_CASE("schedule: every valid (p, v, m) runs to the end, consistently", "[sch
                     INFO(to_string(kind) << " P " << P << " m " << m << "\n"
                                          << sim.describe_problems());
                     CHECK(sim.valid());
-                    CHECK(std::all_of(sim.stages.begin(), sim.stages.end(),
-                                      [](const StageTrace& t) { return t.done; }));
+                    CHECK(std::all_of(sim.stages.begin(), sim.stages.end(), [&](const StageTrace& t) {
+                        return t.done && (costs.send_buffers == 0 || t.peak_send_buffers <= K);
+                    }));
                 }
             for (int v = 2; v <= 4; ++v)
                 for (int m = P; m <= 4 * P; m += P) {
@@ -223,12 +227,27 @@ TEST_CASE("schedule: every valid (p, v, m) runs to the end, consistently", "[sch
                     CHECK(sim.valid());
                     for (const StageTrace& t : sim.stages) {
                         CHECK(t.done);
+                        if (costs.send_buffers > 0) CHECK(t.peak_send_buffers <= K);
                         CHECK(t.spans.size() == std::size_t(2 * m * v));
                         CHECK(t.busy == Approx(m * v * (costs.forward + costs.backward)));
                     }
                 }
         }
     CHECK_NOTHROW(require_valid(simulate(Kind::interleaved, 8, 4, 32)));
+}
+
+TEST_CASE("schedule: too few send buffers deadlock, and the simulator says where", "[schedule]") {
+    // Interleaved with v = 2 sends two messages before either is received: one buffer is not
+    // enough, two are (the executor's pool).
+    Costs one;
+    one.send_buffers = 1;
+    const Simulation sim = simulate(Kind::interleaved, 2, 2, 4, one);
+    CHECK(sim.deadlock);
+    CHECK_THAT(sim.deadlock_detail, Catch::Contains("for one of its 1 send buffers"));
+    one.send_buffers = Executor::kSendBuffers;
+    CHECK(simulate(Kind::interleaved, 2, 2, 4, one).valid());
+    // Without a bound the messages a stage holds grow with the microbatches.
+    CHECK(simulate(Kind::gpipe, 2, 1, 16).stages[0].peak_send_buffers == 16);
 }
 
 TEST_CASE("schedule: broken streams are caught", "[schedule]") {

@@ -184,16 +184,15 @@ std::string render_text(const Plan& plan) {
     }
     const Hardware& hw = *plan.hardware;
     const StepTime& st = *plan.time;
-    const bool zero1 = in.zero_stage == 1;
-    const std::string overlap =
-        zero1 && p.overlap_grad_reduce && p.overlap_param_gather ? "reduce-scatter under the backward, all-gather under the next forward"
-        : zero1 && p.overlap_grad_reduce                         ? "reduce-scatter under the backward"
-        : zero1 && p.overlap_param_gather                        ? "all-gather under the next forward"
-                                                                 : "after the backward";
+    // As the runtime overlaps it (optim/adamw.h).
+    const bool reduce_overlapped = in.zero_stage <= 1 && p.overlap_grad_reduce;
+    const bool gather_overlapped = in.zero_stage == 1 && p.overlap_param_gather;
+    std::string overlap = reduce_overlapped ? "reduction under the backward" : "reduction after the backward";
+    if (gather_overlapped) overlap += ", all-gather under the next forward";
     out += format(
         "\nstep time on %s (GEMM %.0f TFLOP/s, memory %.0f GB/s, intra-node %.0f GB/s "
         "and inter-node %.2f GB/s per GPU, %d GPUs per node, %.0f us per call, "
-        "data-parallel communication %s):\n",
+        "data-parallel %s):\n",
         hw.name.c_str(), hw.gemm_flops / 1e12, hw.memory_bandwidth / 1e9, hw.intra_bandwidth / 1e9,
         hw.inter_bandwidth / 1e9, hw.gpus_per_node, hw.latency * 1e6, overlap.c_str());
     out += format(

@@ -90,6 +90,19 @@ def main():
             check(held == {expect}, f"{schedule}, P=2, m=4: stage 0 holds {expect} microbatches' "
                                     f"activations (seen {sorted(held)})")
 
+        # Memory does not grow with the microbatches: under 1F1B stage 0 holds 2 activation
+        # sets for 4 microbatches and for 16, and the pipeline's message buffers (received,
+        # and the pool of outgoing ones) are bounded too, so its peak is the same.
+        peaks = []
+        for batch in (8, 32):
+            metrics = path(f"peak{batch}.jsonl")
+            run([trident, "train"] + base + layout_args(2, 1, "1f1b", 1, False, "uniform")
+                + ["--set", f"training.global_batch={batch}", "--set", "training.steps=2",
+                   "--set", f"logging.metrics={metrics}"], ranks=2)
+            peaks.append(losses(metrics)[-1]["mem_peak_bytes"])
+        check(peaks[0] == peaks[1], f"1F1B, P=2: stage 0's peak memory {peaks[0]} bytes with 4 "
+                                    f"microbatches, {peaks[1]} with 16")
+
         # The Chrome trace of steps 2 and 3 on a 2 x 2 grid: one track per rank, each with a
         # forward and a backward per microbatch and the matching sends and receives.
         trace = path("trace.json")
