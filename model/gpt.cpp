@@ -94,11 +94,13 @@ struct Gpt::Activations {
 
 Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropout,
          parallel::Comm* tensor, bool sequence_parallel, const StagePlan& plan,
-         std::size_t buffer_multiple, Recompute recompute, const Precision& precision)
+         std::size_t buffer_multiple, Recompute recompute, const Precision& precision,
+         const Sharding& sharding)
     : ops_(ops),
       tensor_(tensor ? *tensor : solo_),
       sequence_parallel_(sequence_parallel && tensor_.size() > 1),
-      layout_(shape, tensor_.rank(), tensor_.size(), plan),
+      layout_(shape, tensor_.rank(), tensor_.size(), plan,
+              sharding.grads ? static_cast<int>(buffer_multiple) : 1),
       B_(micro_batch),
       T_(shape.max_seq),
       rows_(micro_batch * shape.max_seq),
@@ -109,6 +111,7 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
       dropout_(dropout),
       recompute_(recompute),
       precision_(precision),
+      sharding_(sharding),
       pool_(static_cast<std::size_t>(plan.chunks)) {
     if (sequence_parallel_ && rows_ % tensor_.size() != 0)
         throw Error("sequence parallelism splits the micro batch's B*T = " + std::to_string(rows_) +
@@ -119,8 +122,11 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
 
     const std::size_t padded = (layout_.total() + buffer_multiple - 1) / buffer_multiple * buffer_multiple;
     const kernels::DType act = precision.activations;
-    params_ = DeviceBuffer(ops, padded, precision.params);
-    grads_ = DeviceBuffer(ops, padded, precision.grads);
+    const int replicas = static_cast<int>(buffer_multiple);
+    params_ = sharding.params ? FlatBuffer(ops, layout_.units(), replicas, sharding.replica, precision.params)
+                              : FlatBuffer(ops, padded, precision.params);
+    grads_ = sharding.grads ? FlatBuffer(ops, layout_.units(), replicas, sharding.replica, precision.grads)
+                            : FlatBuffer(ops, padded, precision.grads);
     proj_partial_ = DeviceBuffer(ops, N * C, act);
     proj_reduced_ = DeviceBuffer(ops, sequence_parallel_ ? R * C : 0, act);
     dresidual_ = DeviceBuffer(ops, R * C, act);
@@ -286,9 +292,7 @@ void Gpt::init_random(uint64_t seed, float init_std) {
     load_full_params(full);
 }
 
-void Gpt::load_params(const std::vector<float>& local) {
-    ops_.copy_from_host(params_.data(), local.data(), layout_.total());
-}
+void Gpt::load_params(const std::vector<float>& local) { params_.from_host(local); }
 
 void Gpt::load_full_params(const std::vector<float>& full) {
     std::vector<float> local(layout_.total());
@@ -297,14 +301,14 @@ void Gpt::load_full_params(const std::vector<float>& full) {
 }
 
 std::vector<float> Gpt::params_to_host() const {
-    std::vector<float> host(layout_.total());
-    ops_.copy_to_host(host.data(), params_.data(), host.size());
+    std::vector<float> host = params_.to_host();
+    host.resize(layout_.total());
     return host;
 }
 
 std::vector<float> Gpt::grads_to_host() const {
-    std::vector<float> host(layout_.total());
-    ops_.copy_to_host(host.data(), grads_.data(), host.size());
+    std::vector<float> host = grads_.to_host();
+    host.resize(layout_.total());
     return host;
 }
 
@@ -321,7 +325,33 @@ std::vector<float> Gpt::share_of_full(const std::vector<float>& local) const {
     return full;
 }
 
-void Gpt::zero_grads() { ops_.zero(grads_.data(), grads_.size()); }
+void Gpt::zero_grads() { grads_.zero(); }
+
+std::pair<std::size_t, std::size_t> Gpt::embedding_range() const {
+    return {layout_.wte(),
+            layout_.wpe() + static_cast<std::size_t>(layout_.shape().max_seq) * layout_.shape().hidden};
+}
+
+std::pair<std::size_t, std::size_t> Gpt::lnf_range() const {
+    return {layout_.lnf_w(), layout_.lnf_b() + static_cast<std::size_t>(layout_.shape().hidden)};
+}
+
+std::pair<std::size_t, std::size_t> Gpt::wte_range() const {
+    return {layout_.wte(),
+            layout_.wte() + static_cast<std::size_t>(layout_.vocab_local()) * layout_.shape().hidden};
+}
+
+std::pair<std::size_t, std::size_t> Gpt::next_in_forward(int c, int i) const {
+    const StagePlan& plan = layout_.plan();
+    if (i + 1 < layout_.chunk_layers(c)) return layout_.layer_range(layout_.first_layer(c) + i + 1);
+    if (plan.global_chunk(c) == plan.stages * plan.chunks - 1) return lnf_range();
+    return {0, 0};
+}
+
+std::pair<std::size_t, std::size_t> Gpt::next_in_backward(int c, int i) const {
+    if (i > 0) return layout_.layer_range(layout_.first_layer(c) + i - 1);
+    return {0, 0};  // the embedding's backward reads no parameters
+}
 
 // ---- collectives of the tensor group ---------------------------------------------------------
 
@@ -373,11 +403,14 @@ void Gpt::run_forward(int c, Activations& a, const int32_t* inputs, ConstPtr inp
     const float drop = a.training ? dropout_ : 0.0f;
     const StagePlan& plan = layout_.plan();
     const int g = plan.global_chunk(c);
-    const Ptr w = params_.data();
+    const bool head = g == plan.stages * plan.chunks - 1;
+    const FlatBuffer::Base w = params_.base();
 
-    const std::size_t wte_end = layout_.wte() + static_cast<std::size_t>(layout_.vocab_local()) * C;
     if (g == 0) {
-        params_needed(layout_.wte(), layout_.wpe() + static_cast<std::size_t>(s.max_seq) * C);
+        const auto [embedding_begin, embedding_end] = embedding_range();
+        params_needed(embedding_begin, embedding_end);
+        const auto [next_begin, next_end] = next_in_forward(c, -1);
+        params_prefetch(next_begin, next_end);
         // Vocab-parallel embedding: each rank looks up the tokens of its vocabulary slice
         // (zero rows for the rest) and the sum over the group is the embedding; wpe is added
         // once, by tensor rank 0, so the sum is exact.
@@ -389,6 +422,7 @@ void Gpt::run_forward(int c, Activations& a, const int32_t* inputs, ConstPtr inp
         const Ptr encoded = reduce_rows(embedded, a.input.data());
         if (drop > 0)
             ops_.dropout_forward(encoded, encoded, RC, drop, site_seed(a, -1, 0), first_element_);
+        if (!head) params_done(embedding_begin, embedding_end);  // else wte is the head's too
     } else {
         ops_.copy(a.input.data(), input, RC);
     }
@@ -404,19 +438,26 @@ void Gpt::run_forward(int c, Activations& a, const int32_t* inputs, ConstPtr inp
             recompute_ == Recompute::none ? kept.att.data() : recompute_scratch_->att.data();
         const auto [begin, end] = layout_.layer_range(first + static_cast<int>(i));
         params_needed(begin, end);
+        const auto [next_begin, next_end] = next_in_forward(c, static_cast<int>(i));
+        params_prefetch(next_begin, next_end);
         forward_layer(a, first + static_cast<int>(i), la, att, residual, kept.resid3.data());
+        params_done(begin, end);
         residual = kept.resid3.data();
     }
 
-    if (g != plan.stages * plan.chunks - 1) return;
-    params_needed(layout_.lnf_w(), layout_.lnf_b() + static_cast<std::size_t>(C));
-    params_needed(layout_.wte(), wte_end);
+    if (!head) return;
+    const auto [lnf_begin, lnf_end] = lnf_range();
+    const auto [wte_begin, wte_end] = wte_range();
+    params_needed(lnf_begin, lnf_end);
+    params_needed(wte_begin, wte_end);
     ops_.layernorm_forward(a.lnf.data(), a.lnf_mean.f32(), a.lnf_rstd.f32(), residual,
                            w + layout_.lnf_w(), w + layout_.lnf_b(), R, C);
     // LM head tied to this rank's slice of the token embedding: logits (N,Vp/M).
     const ConstPtr lnf = all_rows(a.lnf.data(), a.lnf_all.data());
     ops_.matmul_forward(a.logits.data(), lnf, w + layout_.wte(), nullptr, N, C,
                         layout_.vocab_local());
+    params_done(lnf_begin, lnf_end);
+    params_done(wte_begin, wte_end);
 }
 
 void Gpt::forward_layer(const Activations& a, int l, LayerActivations& la, Ptr att,
@@ -426,7 +467,7 @@ void Gpt::forward_layer(const Activations& a, int l, LayerActivations& la, Ptr a
     const int Cm = layout_.hidden_local(), Fm = layout_.ffn_local(), NHm = layout_.heads_local();
     const std::size_t RC = static_cast<std::size_t>(R) * C;
     const float drop = a.training ? dropout_ : 0.0f;
-    const ConstPtr w = params_.data();
+    const FlatBuffer::Base w = params_.base();
     const LayerParams& p = layout_.layer(l);
 
     // Attention: LN -> f -> column-parallel qkv -> this rank's heads -> row-parallel
@@ -535,36 +576,62 @@ void Gpt::backward_part(int mb, int c, float dloss, ConstPtr output_grad, Ptr in
     const std::size_t C = layout_.shape().hidden;
     const std::size_t RC = static_cast<std::size_t>(rows_mine_) * C;
     const bool weights = part != Part::input;
+    // The gradients this backward adds are reduced now: after the chunk's last backward of
+    // the step, or after every one when sharded gradients are reduced per microbatch.
+    const bool reduce = weights && (last || (sharding_.grads && sharding_.every_microbatch));
     Activations& a = live(mb, c);
+    const int layers = static_cast<int>(a.layers.size());
 
     // dresidual holds the gradient of this rank's rows of the residual stream (R,C); each
     // layer's branches add into it, from the last layer back.
     if (g == plan.stages * plan.chunks - 1) {
+        const auto [lnf_begin, lnf_end] = lnf_range();
+        const auto [wte_begin, wte_end] = wte_range();
+        params_needed(lnf_begin, lnf_end);
+        params_needed(wte_begin, wte_end);
+        const auto [next_begin, next_end] = next_in_backward(c, layers);
+        params_prefetch(next_begin, next_end);
+        if (weights) {
+            grads_needed(lnf_begin, lnf_end);
+            grads_needed(wte_begin, wte_end);
+        }
         head_backward(a, dloss, part);
-        if (weights && last)
-            gradients_final(layout_.lnf_w(), layout_.lnf_b() + C, {layout_.lnf_w(), layout_.lnf_b()});
+        params_done(lnf_begin, lnf_end);
+        params_done(wte_begin, wte_end);
+        if (reduce) {
+            gradients_final(lnf_begin, lnf_end, {layout_.lnf_w(), layout_.lnf_b()});
+            // Sharded, the tied copies are summed on the shards after the reduction; a
+            // chunk that also embeds announces wte with the embedding.
+            if (sharding_.grads && g != 0) gradients_final(wte_begin, wte_end, {});
+        }
     } else if (part != Part::weight) {
         ops_.copy(dresidual_.data(), output_grad, RC);
     }
     const int first = layout_.first_layer(c);
-    for (int i = static_cast<int>(a.layers.size()) - 1; i >= 0; --i) {
+    for (int i = layers - 1; i >= 0; --i) {
         const ConstPtr residual =
             i == 0 ? a.input.data() : a.layers[static_cast<std::size_t>(i - 1)].resid3.data();
+        const auto [begin, end] = layout_.layer_range(first + i);
+        params_needed(begin, end);
+        const auto [next_begin, next_end] = next_in_backward(c, i);
+        params_prefetch(next_begin, next_end);
+        if (weights) grads_needed(begin, end);
         backward_layer(a, first + i, a.layers[static_cast<std::size_t>(i)], residual, part);
-        if (weights && last) {
+        params_done(begin, end);
+        if (reduce) {
             const LayerParams& p = layout_.layer(first + i);
-            const auto [begin, end] = layout_.layer_range(first + i);
             gradients_final(begin, end, {p.ln1_w, p.ln1_b, p.ln2_w, p.ln2_b});
         }
     }
     if (g == 0) {
+        const auto [embedding_begin, embedding_end] = embedding_range();
+        if (weights) grads_needed(embedding_begin, embedding_end);
         embedding_backward(a, part);
-        if (weights && last) {
-            // wte's other copy, on the last stage, is added by the trainer (StepHooks).
-            const std::size_t wpe = layout_.wpe();
-            gradients_final(plan.stages == 1 ? layout_.wte() : wpe,
-                            wpe + static_cast<std::size_t>(layout_.shape().max_seq) * C, {});
-        }
+        // Unsharded, wte's other copy (on the last stage of a pipeline) is added by the
+        // trainer, which announces it (StepHooks).
+        if (reduce)
+            gradients_final(plan.stages == 1 || sharding_.grads ? embedding_begin : layout_.wpe(),
+                            embedding_end, {});
     } else if (part != Part::weight) {
         ops_.copy(input_grad, dresidual_.data(), RC);
     }
@@ -574,8 +641,8 @@ void Gpt::backward_part(int mb, int c, float dloss, ConstPtr output_grad, Ptr in
 void Gpt::head_backward(Activations& a, float dloss, Part part) {
     const GptShape& s = layout_.shape();
     const int C = s.hidden, R = rows_mine_, N = rows_;
-    const ConstPtr w = params_.data();
-    const Ptr grad = grads_.data();
+    const FlatBuffer::Base w = params_.base();
+    const FlatBuffer::Base grad = grads_.base();
     const bool inputs = part != Part::weight, weights = part != Part::input;
     const ConstPtr lnf = sequence_parallel_ ? a.lnf_all.data() : a.lnf.data();
     const ConstPtr last = a.layers.empty() ? a.input.data() : a.layers.back().resid3.data();
@@ -614,11 +681,11 @@ void Gpt::backward_layer(const Activations& a, int l, LayerActivations& kept, Co
     const std::size_t NFm = static_cast<std::size_t>(N) * Fm;
     const std::size_t NCm = static_cast<std::size_t>(N) * Cm;
     const float drop = a.training ? dropout_ : 0.0f;
-    const ConstPtr w = params_.data();
+    const FlatBuffer::Base w = params_.base();
     const LayerParams& p = layout_.layer(l);
     const bool inputs = part != Part::weight, weights = part != Part::input;
     // The parameters' gradients, where this part computes them.
-    const auto grad = [&](std::size_t offset) { return weights ? grads_.data() + offset : Ptr(); };
+    const auto grad = [&](std::size_t offset) { return weights ? grads_.at(offset) : Ptr(); };
 
     LayerActivations& la = recompute_ == Recompute::full ? *recompute_scratch_ : kept;
     // Full recompute: rerun the layer's forward from its kept input (its collectives too, in
@@ -702,7 +769,7 @@ void Gpt::embedding_backward(Activations& a, Part part) {
     // The embedding's reduction backward: every rank scatters all rows into its slice.
     const ConstPtr dencoded =
         all_rows(through_dropout(dresidual, RC, drop, site_seed(a, -1, 0)), dc_all_.data());
-    ops_.embedding_backward(grads_.data() + layout_.wte(), grads_.data() + layout_.wpe(),
+    ops_.embedding_backward(grads_.at(layout_.wte()), grads_.at(layout_.wpe()),
                             dencoded, as_tokens(a.inputs), B_, T_, C, layout_.vocab_begin(),
                             layout_.vocab_local());
 }
@@ -711,7 +778,7 @@ void Gpt::gradients_final(std::size_t begin, std::size_t end,
                           std::initializer_list<std::size_t> layernorm_offsets) {
     if (sequence_parallel_)
         for (const std::size_t offset : layernorm_offsets)
-            tensor_.all_reduce(grads_.data() + offset,
+            tensor_.all_reduce(grads_.at(offset),
                                static_cast<std::size_t>(layout_.shape().hidden));
     if (hooks_.grads_final) hooks_.grads_final(begin, end);
 }

@@ -27,6 +27,13 @@
 // input) and reruns each layer's forward, collectives included, just before its backward.
 // Both rebuild into one scratch set shared by every (microbatch, chunk), and the kernels and
 // dropout masks are deterministic, so the gradients are bitwise those without recompute.
+//
+// ZeRO-2 and ZeRO-3 (Sharding): the gradient buffer, and at ZeRO-3 the parameter buffer too,
+// is sharded over the data-parallel replicas (model/flat_buffer.h); a unit of it (the
+// embedding, a layer, ln_f) is resident only between the hooks that ask for it and those that
+// let it go: the forward asks for each unit's parameters before it reads them and prefetches
+// the next unit's, the backward the same in reverse order and asks for each unit's gradients
+// before it adds into them, and each piece announces when it is done with them.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +45,7 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "model/flat_buffer.h"
 #include "model/param_layout.h"
 #include "parallel/comm.h"
 #include "parallel/solo_comm.h"
@@ -77,16 +85,30 @@ struct Precision {
     kernels::DType activations = kernels::DType::f32;
 };
 
+// Which of the model's buffers are sharded over the data-parallel replicas (ZeRO-2: the
+// gradients; ZeRO-3: the parameters too), and when the gradients of a unit are reduced.
+struct Sharding {
+    int replica = 0;      // this rank's place in the data-parallel group
+    bool grads = false;   // ZeRO-2 and 3
+    bool params = false;  // ZeRO-3
+    // Gradients reduced into the shard after every microbatch's backward (and the unit
+    // released), or kept whole until the step's last microbatch.
+    bool every_microbatch = true;
+};
+
 class Gpt {
 public:
     // micro_batch x seq_len is the shape of every microbatch this model will run. `tensor` is
     // the tensor-parallel group (null: not split); `plan` the pipeline stage held.
     // The parameter and gradient buffers are padded to a multiple of `buffer_multiple` (the
-    // data-parallel size, so ZeRO-1 shards them evenly); the padding stays zero.
+    // data-parallel size, so ZeRO shards them evenly); the padding stays zero. With
+    // `sharding` they are sharded over that many replicas, each unit of the layout padded to
+    // a multiple of it.
     Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropout,
         parallel::Comm* tensor = nullptr, bool sequence_parallel = false,
         const StagePlan& plan = {}, std::size_t buffer_multiple = 1,
-        Recompute recompute = Recompute::none, const Precision& precision = {});
+        Recompute recompute = Recompute::none, const Precision& precision = {},
+        const Sharding& sharding = {});
     ~Gpt();
 
     const ParamLayout& layout() const { return layout_; }  // this rank's part
@@ -96,9 +118,13 @@ public:
     // of precision().activations.
     std::size_t boundary_size() const { return static_cast<std::size_t>(rows_mine_) * layout_.shape().hidden; }
     const Precision& precision() const { return precision_; }
-    kernels::Ptr params() { return params_.data(); }
-    kernels::Ptr grads() { return grads_.data(); }
+    const Sharding& sharding() const { return sharding_; }
+    FlatBuffer& params() { return params_; }
+    FlatBuffer& grads() { return grads_; }
+    const FlatBuffer& params() const { return params_; }
+    const FlatBuffer& grads() const { return grads_; }
     std::size_t buffer_size() const { return params_.size(); }  // layout total, padded
+    // Held always: the whole buffers, or the shards.
     std::size_t params_bytes() const { return params_.bytes(); }
     std::size_t grads_bytes() const { return grads_.bytes(); }
 
@@ -107,7 +133,9 @@ public:
     // init_std/sqrt(2*layers) for the residual output projections, zero biases, unit
     // LayerNorm gains; padded vocabulary rows zero.
     void init_random(uint64_t seed, float init_std);
-    // This rank's part, as laid out by layout().
+    // This rank's part, as laid out by layout(). Sharded, what this replica holds: loaded
+    // from its parts of `local`, and returned in their places with zeros elsewhere (the
+    // gradients: the shard the optimizer's reduction filled).
     void load_params(const std::vector<float>& local);
     std::vector<float> params_to_host() const;
     std::vector<float> grads_to_host() const;
@@ -154,13 +182,20 @@ public:
     void zero_grads();
 
     // What the optimizer learns during a step, as ranges [begin, end) of the flat buffers:
-    // the gradients of a range are final (nothing more will be added: the data-parallel
-    // reduction of a bucket may start), or the parameters of a range are about to be read
-    // (the parameters' gather of a bucket must have completed). The tied wte of a model cut
-    // into stages is final only once the trainer has summed its two copies; it says so.
+    // the gradients of a range are final (nothing more will be added until they are reduced:
+    // the data-parallel reduction of a bucket may start), or the parameters of a range are
+    // about to be read (the parameters' gather of a bucket must have completed). The tied
+    // wte of a model cut into stages is final only once the trainer has summed its two
+    // copies; it says so (with sharded gradients the copies are summed on the shards after
+    // the reduction, and the model announces wte as any other unit). Sharded buffers also
+    // learn which parameters will be read next (prefetch), which are no longer needed
+    // (done), and which gradients are about to be added into (needed).
     struct StepHooks {
         std::function<void(std::size_t begin, std::size_t end)> grads_final;
         std::function<void(std::size_t begin, std::size_t end)> params_needed;
+        std::function<void(std::size_t begin, std::size_t end)> params_prefetch;
+        std::function<void(std::size_t begin, std::size_t end)> params_done;
+        std::function<void(std::size_t begin, std::size_t end)> grads_needed;
     };
     void set_hooks(const StepHooks& hooks) { hooks_ = hooks; }
     // Activation sets allocated so far: the most (microbatch, chunk) pairs ever in flight,
@@ -212,6 +247,23 @@ private:
     void params_needed(std::size_t begin, std::size_t end) const {
         if (hooks_.params_needed) hooks_.params_needed(begin, end);
     }
+    void params_prefetch(std::size_t begin, std::size_t end) const {
+        if (hooks_.params_prefetch && begin < end) hooks_.params_prefetch(begin, end);
+    }
+    void params_done(std::size_t begin, std::size_t end) const {
+        if (hooks_.params_done) hooks_.params_done(begin, end);
+    }
+    void grads_needed(std::size_t begin, std::size_t end) const {
+        if (hooks_.grads_needed) hooks_.grads_needed(begin, end);
+    }
+    // The parameters read after layer i of local chunk c's forward (the next layer's, or the
+    // head's ln_f) and before it in its backward (the previous layer's); empty if none.
+    std::pair<std::size_t, std::size_t> next_in_forward(int c, int i) const;
+    std::pair<std::size_t, std::size_t> next_in_backward(int c, int i) const;
+    // The ranges of the embedding's tensors, of the head's ln_f and of wte.
+    std::pair<std::size_t, std::size_t> embedding_range() const;
+    std::pair<std::size_t, std::size_t> lnf_range() const;
+    std::pair<std::size_t, std::size_t> wte_range() const;
     uint64_t site_seed(const Activations& a, int layer, int site) const;
     // The gradient before a dropout site given the one after it (rows of this rank): dout
     // itself without dropout, else dout through the site's mask, written to dc_mine_.
@@ -236,10 +288,11 @@ private:
     float dropout_;
     Recompute recompute_;
     Precision precision_;
+    Sharding sharding_;
     StepHooks hooks_;
     bool split_backward_ = false;
 
-    DeviceBuffer params_, grads_;
+    FlatBuffer params_, grads_;
 
     // Activations of the (microbatch, chunk) pairs in flight, and a pool per chunk of sets
     // freed by their backward, for the next forward to reuse.

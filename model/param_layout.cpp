@@ -39,7 +39,7 @@ void for_each_run(const ParamTensor& local, const ParamTensor& full, int rank, C
 }  // namespace
 
 ParamLayout::ParamLayout(const GptShape& shape, int tensor_rank, int tensor_size,
-                         const StagePlan& plan)
+                         const StagePlan& plan, int unit_align)
     : shape_(shape), tensor_rank_(tensor_rank), tensor_size_(tensor_size), plan_(plan) {
     require_divisible("model.heads", shape.heads, tensor_size);
     require_divisible("model.ffn_hidden", shape.ffn, tensor_size);
@@ -59,10 +59,24 @@ ParamLayout::ParamLayout(const GptShape& shape, int tensor_rank, int tensor_size
                         " layers");
     }
     const int64_t C = shape.hidden, F = shape.ffn;
-    if (plan.first() || plan.last()) wte_ = add("wte.weight", {shape.padded_vocab, C}, true, Split::rows);
-    if (plan.first()) wpe_ = add("wpe.weight", {shape.max_seq, C}, true, Split::replicated);
+    // A unit starts at the next multiple of the alignment (and the last one ends at one).
+    const std::size_t align = static_cast<std::size_t>(std::max(unit_align, 1));
+    std::vector<std::size_t> begins;
+    const auto start_unit = [&] {
+        total_ = (total_ + align - 1) / align * align;
+        begins.push_back(total_);
+    };
+    if (plan.first() || plan.last()) {
+        start_unit();
+        wte_ = add("wte.weight", {shape.padded_vocab, C}, true, Split::rows);
+    }
+    if (plan.first()) {
+        if (plan.stages > 1) start_unit();  // else one unit with wte: the embedding
+        wpe_ = add("wpe.weight", {shape.max_seq, C}, true, Split::replicated);
+    }
     for (int c = 0; c < plan.chunks; ++c)
         for (int l = first_layer(c); l < first_layer(c) + chunk_layers(c); ++l) {
+        start_unit();
         const std::string p = "h." + std::to_string(l) + ".";
         LayerParams lp{};
         lp.ln1_w = add(p + "ln_1.weight", {C}, false, Split::replicated);
@@ -81,9 +95,13 @@ ParamLayout::ParamLayout(const GptShape& shape, int tensor_rank, int tensor_size
         layers_.push_back(lp);
     }
     if (plan.last()) {
+        start_unit();
         lnf_w_ = add("ln_f.weight", {C}, false, Split::replicated);
         lnf_b_ = add("ln_f.bias", {C}, false, Split::replicated);
     }
+    total_ = (total_ + align - 1) / align * align;
+    for (std::size_t u = 0; u < begins.size(); ++u)
+        units_.emplace_back(begins[u], u + 1 < begins.size() ? begins[u + 1] : total_);
 }
 
 int ParamLayout::chunk_layers(int c) const {

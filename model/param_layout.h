@@ -22,6 +22,13 @@
 // two copies get the same gradient, summed over the embedding group).
 //
 // Order: wte, wpe, then layer by layer (so a stage's chunks are contiguous runs), ln_f.
+//
+// Units: the runs of tensors that ZeRO-2 reduces and ZeRO-3 gathers as one (optim/zero_units.h):
+// the embedding (wte and wpe on a single stage; on a pipeline wte and wpe each alone, so that
+// the first and the last stage hold the same unit of the tied wte), each layer, and ln_f. With
+// a unit alignment A > 1 each unit starts at a multiple of A and the buffer's total is one too
+// (the padding between units is zero and belongs to no tensor), so every unit splits evenly
+// over A data-parallel ranks.
 #pragma once
 
 #include <cstddef>
@@ -88,15 +95,18 @@ struct LayerParams {
 
 class ParamLayout {
 public:
-    // The layout of tensor-parallel rank `tensor_rank` of `tensor_size` on the stage `plan`.
+    // The layout of tensor-parallel rank `tensor_rank` of `tensor_size` on the stage `plan`,
+    // its units aligned to `unit_align` elements (see the top of this file).
     // Throws trident::Error when heads, ffn or padded_vocab do not divide by tensor_size, or
     // the chunks' layers do not make the model's (without counts: do not divide by P·v).
     explicit ParamLayout(const GptShape& shape, int tensor_rank = 0, int tensor_size = 1,
-                         const StagePlan& plan = {});
+                         const StagePlan& plan = {}, int unit_align = 1);
 
     const GptShape& shape() const { return shape_; }
     const std::vector<ParamTensor>& tensors() const { return tensors_; }
     std::size_t total() const { return total_; }  // elements in the flat buffer
+    // The units, [begin, end) in buffer order, covering the buffer (padding included).
+    const std::vector<std::pair<std::size_t, std::size_t>>& units() const { return units_; }
     int tensor_rank() const { return tensor_rank_; }
     int tensor_size() const { return tensor_size_; }
     const StagePlan& plan() const { return plan_; }
@@ -138,6 +148,7 @@ private:
     std::vector<ParamTensor> tensors_;
     std::vector<int> layer_ids_;        // global index of each layer held, ascending
     std::vector<LayerParams> layers_;   // their tensors
+    std::vector<std::pair<std::size_t, std::size_t>> units_;
     std::size_t total_ = 0;
     std::size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
 };

@@ -55,14 +55,17 @@ struct ParallelConfig {
     int data = 1;      // D
     int virtual_stages = 1;
     Schedule schedule = Schedule::one_f_one_b;
-    int zero_stage = 1;
+    int zero_stage = 1;          // 0 .. 3 (optim/adamw.h)
     int bucket_size = 16777216;  // parameters per gradient bucket of the data-parallel reduction
     bool sequence_parallel = false;
     StageLayers stage_layers;
-    // zero_stage 1: the reduce-scatters under the backward pass, the all-gathers under the
-    // next forward (optim/adamw.h).
+    // The reductions under the backward pass, the all-gathers under the next forward
+    // (zero_stage 3: each unit's gather under the previous unit's compute; optim/adamw.h).
     bool overlap_grad_reduce = true;
     bool overlap_param_gather = true;
+    // zero_stage 2 and 3 with several microbatches: reduce-scatter every microbatch's
+    // gradients into the shard (true), or keep them whole until the step's last (false).
+    bool sharded_accumulation = true;
     bool operator==(const ParallelConfig&) const = default;
 };
 

@@ -86,10 +86,12 @@ RangeCheck<double> fraction() {
     };
 }
 
-RangeCheck<int> zero_or_one() {
+// A ZeRO stage (Rajbhandari et al.): 0 plain data parallelism, 1 optimizer state sharded,
+// 2 gradients too, 3 parameters too.
+RangeCheck<int> zero_stage() {
     return [](const int& v) -> Problem {
-        if (v == 0 || v == 1) return {};
-        return "must be 0 or 1, got " + text(v);
+        if (v >= 0 && v <= 3) return {};
+        return "must be 0, 1, 2 or 3, got " + text(v);
     };
 }
 
@@ -118,12 +120,13 @@ const std::vector<Key>& table() {
         field("parallel.data", &C::parallel, &ParallelConfig::data, at_least(1)),
         field("parallel.virtual_stages", &C::parallel, &ParallelConfig::virtual_stages, at_least(1)),
         field("parallel.schedule", &C::parallel, &ParallelConfig::schedule),
-        field("parallel.zero_stage", &C::parallel, &ParallelConfig::zero_stage, zero_or_one()),
+        field("parallel.zero_stage", &C::parallel, &ParallelConfig::zero_stage, zero_stage()),
         field("parallel.bucket_size", &C::parallel, &ParallelConfig::bucket_size, at_least(1)),
         field("parallel.sequence_parallel", &C::parallel, &ParallelConfig::sequence_parallel),
         field("parallel.stage_layers", &C::parallel, &ParallelConfig::stage_layers),
         field("parallel.overlap_grad_reduce", &C::parallel, &ParallelConfig::overlap_grad_reduce),
         field("parallel.overlap_param_gather", &C::parallel, &ParallelConfig::overlap_param_gather),
+        field("parallel.sharded_accumulation", &C::parallel, &ParallelConfig::sharded_accumulation),
 
         field("training.micro_batch", &C::training, &TrainingConfig::micro_batch, at_least(1)),
         field("training.global_batch", &C::training, &TrainingConfig::global_batch, at_least(1)),

@@ -132,6 +132,21 @@ void check_consistency(const Config& cfg, const Origins& origins) {
              cat("parallel.schedule: interleaved needs parallel.virtual_stages >= 2 (got ", p.virtual_stages,
                  ")"));
 
+    // ZeRO-3 gathers a unit's parameters for every microbatch's forward and backward. On a
+    // pipeline each stage runs many microbatches (m >> P keeps its bubble small), so it would
+    // gather its weights 2m times a step where stage 2 keeps them whole (DeepSpeed refuses
+    // ZeRO-3 with its pipeline engine too); a zero-bubble schedule's W would gather each
+    // layer once more.
+    if (p.zero_stage == 3 && p.pipeline > 1)
+        fail(origins.blame({"parallel.zero_stage", "parallel.pipeline"}),
+             cat("parallel.zero_stage: 3 runs without pipeline parallelism (parallel.pipeline is ",
+                 p.pipeline, "): each stage would gather its parameters for the forward and the "
+                 "backward of every microbatch; use zero_stage 2 with a pipeline"));
+    if (p.zero_stage == 3 && (p.schedule == Schedule::zb_h1 || p.schedule == Schedule::zb_h2))
+        fail(origins.blame({"parallel.zero_stage", "parallel.schedule"}),
+             cat("parallel.zero_stage: 3 runs with parallel.schedule 1f1b or gpipe (got ",
+                 to_string(p.schedule), ", whose split backward would gather each layer a third time)"));
+
     // The interleaved schedule runs microbatches in groups of P (PTD-P §2.2).
     const int microbatches = t.global_batch / per_step;
     if (interleaved && microbatches % p.pipeline != 0)

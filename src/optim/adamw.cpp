@@ -1,4 +1,4 @@
-// AdamW, clipping and ZeRO-1 sharding (see adamw.h).
+// AdamW, clipping and ZeRO sharding (see adamw.h).
 #include "optim/adamw.h"
 
 #include <algorithm>
@@ -7,29 +7,35 @@
 namespace trident::optim {
 
 AdamW::AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::TrainingConfig& cfg,
-             const OptimizerGroups& groups, int zero_stage, std::size_t buffer_size,
-             std::size_t bucket_size, Overlap overlap)
-    : ops_(ops), cfg_(cfg),
+             const OptimizerGroups& groups, int zero_stage, model::FlatBuffer& params,
+             model::FlatBuffer& grads, std::size_t bucket_size, Overlap overlap)
+    : ops_(ops), cfg_(cfg), params_(params), grads_(grads),
       tensor_(groups.tensor ? *groups.tensor : solo_),
       pipeline_(groups.pipeline ? *groups.pipeline : solo_),
       data_(groups.data ? *groups.data : solo_),
-      zero_stage_(zero_stage), size_(buffer_size), layout_total_(layout.total()) {
+      zero_stage_(zero_stage), size_(grads.size()), layout_total_(layout.total()) {
     const std::size_t D = static_cast<std::size_t>(data_.size());
     const std::size_t r = static_cast<std::size_t>(data_.rank());
-    // Buckets of a multiple of D floats (the buffer is one), counted from the end.
-    const std::size_t bucket = std::max(D, bucket_size / D * D);
-    for (std::size_t end = size_; end > 0;) {
-        const std::size_t begin = end > bucket ? end - bucket : 0;
-        buckets_.insert(buckets_.begin(), Bucket{begin, end - begin, 0, 0});
-        end = begin;
+    if (zero_stage_ >= 2) {  // the units, each a multiple of D
+        for (const auto& [begin, end] : layout.units()) buckets_.push_back(Bucket{begin, end - begin, 0, 0});
+    } else {  // buckets of a multiple of D floats (the buffer is one), counted from the end
+        const std::size_t bucket = std::max(D, bucket_size / D * D);
+        for (std::size_t end = size_; end > 0;) {
+            const std::size_t begin = end > bucket ? end - bucket : 0;
+            buckets_.insert(buckets_.begin(), Bucket{begin, end - begin, 0, 0});
+            end = begin;
+        }
     }
     for (Bucket& b : buckets_) {
-        const std::size_t part = zero_stage_ == 1 ? b.size / D : b.size;
-        b.mine = zero_stage_ == 1 ? b.begin + r * part : b.begin;
+        const std::size_t part = owned_part(b);
+        b.mine = zero_stage_ >= 1 ? b.begin + r * part : b.begin;
         b.state = owned_;
         owned_ += part;
     }
-    if (D > 1) overlap_ = Overlap{overlap.grad_reduce, overlap.param_gather && zero_stage_ == 1};
+    if (D > 1) overlap_ = Overlap{overlap.grad_reduce, overlap.param_gather && zero_stage_ >= 1};
+    if (zero_stage_ >= 2)
+        units_ = std::make_unique<ZeroUnits>(ops, params_, grads_, data_, overlap_.grad_reduce,
+                                             overlap_.param_gather);
     flight_.resize(buckets_.size());
     const std::size_t allocated_before = ops.allocated_bytes();
     master_ = model::DeviceBuffer(ops, owned_);
@@ -57,12 +63,17 @@ AdamW::AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::
 }
 
 std::size_t AdamW::owned_part(const Bucket& b) const {
-    return zero_stage_ == 1 ? b.size / static_cast<std::size_t>(data_.size()) : b.size;
+    return zero_stage_ >= 1 ? b.size / static_cast<std::size_t>(data_.size()) : b.size;
 }
 
-void AdamW::start_step(kernels::Ptr grads) {
-    if (!overlap_.grad_reduce) return;
-    grads_ = grads;
+void AdamW::set_trace(io::TraceRecorder* trace) {
+    trace_ = trace;
+    if (units_) units_->set_trace(trace);
+}
+
+void AdamW::start_step() {
+    if (!overlap_.grad_reduce || units_) return;
+    in_step_ = true;
     for (InFlight& f : flight_) {  // the gathers of the last update may still be under way
         f.final = 0;
         f.reducing = false;
@@ -75,8 +86,16 @@ void AdamW::start_step(kernels::Ptr grads) {
     }
 }
 
+void AdamW::grads_needed(std::size_t begin, std::size_t end) {
+    if (units_) units_->grads_needed(begin, end);
+}
+
 void AdamW::grads_final(std::size_t begin, std::size_t end) {
-    if (!grads_) return;
+    if (units_) {
+        units_->grads_final(begin, end);
+        return;
+    }
+    if (!in_step_) return;
     poll();
     // Backward order, as the buckets complete: the same order on every replica.
     for (std::size_t b = buckets_.size(); b-- > 0;) {
@@ -95,8 +114,8 @@ void AdamW::start_reduction(std::size_t b) {
     f.reducing = true;
     f.reduction_start = io::TraceRecorder::now_us();
     f.reduction = zero_stage_ == 0
-                      ? data_.iall_reduce(grads_ + bucket.begin, bucket.size)
-                      : data_.ireduce_scatter(grads_ + bucket.begin, grads_ + bucket.mine,
+                      ? data_.iall_reduce(grads_.at(bucket.begin), bucket.size)
+                      : data_.ireduce_scatter(grads_.at(bucket.begin), grads_.at(bucket.mine),
                                               owned_part(bucket));
 }
 
@@ -131,23 +150,31 @@ void AdamW::poll() {
     }
 }
 
-void AdamW::reduce_gradients(kernels::Ptr grads) {
-    if (!grads_) {  // not overlapped: one call after another, in backward order
+void AdamW::reduce_gradients() {
+    if (units_) {
+        units_->finish_reductions();
+        return;
+    }
+    if (!in_step_) {  // not overlapped: one call after another, in backward order
         for (auto b = buckets_.rbegin(); b != buckets_.rend(); ++b) {
             if (zero_stage_ == 0)
-                data_.all_reduce(grads + b->begin, b->size);
+                data_.all_reduce(grads_.at(b->begin), b->size);
             else  // in place: this rank's part of the bucket's sum lands where it is
-                data_.reduce_scatter(grads + b->begin, grads + b->mine, owned_part(*b));
+                data_.reduce_scatter(grads_.at(b->begin), grads_.at(b->mine), owned_part(*b));
         }
         return;
     }
     for (std::size_t b = buckets_.size(); b-- > 0;)
         if (!flight_[b].reducing) start_reduction(b);
     for (std::size_t b = buckets_.size(); b-- > 0;) finish_reduction(b);
-    grads_ = {};
+    in_step_ = false;
 }
 
 void AdamW::params_needed(std::size_t begin, std::size_t end) {
+    if (zero_stage_ == 3) {
+        units_->params_needed(begin, end);
+        return;
+    }
     poll();
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
         const Bucket& bucket = buckets_[b];
@@ -156,17 +183,25 @@ void AdamW::params_needed(std::size_t begin, std::size_t end) {
     }
 }
 
+void AdamW::params_prefetch(std::size_t begin, std::size_t end) {
+    if (zero_stage_ == 3) units_->params_prefetch(begin, end);
+}
+
+void AdamW::params_done(std::size_t begin, std::size_t end) {
+    if (zero_stage_ == 3) units_->params_done(begin, end);
+}
+
 void AdamW::finish_param_gather() {
     for (std::size_t b = 0; b < buckets_.size(); ++b) finish_gather(b);
 }
 
-double AdamW::grad_norm(kernels::ConstPtr grads) const {
+double AdamW::grad_norm() const {
     double sum = 0;
     for (const Range& r : ranges_)
-        if (r.counted) sum += ops_.sum_of_squares(grads + r.offset, r.count);
+        if (r.counted) sum += ops_.sum_of_squares(grads_.owned(r.offset), r.count);
     tensor_.all_reduce(&sum, 1);
     pipeline_.all_reduce(&sum, 1);
-    if (zero_stage_ == 1) data_.all_reduce(&sum, 1);  // each replica holds a D-th of the sum
+    if (zero_stage_ >= 1) data_.all_reduce(&sum, 1);  // each replica holds a D-th of the sum
     return std::sqrt(sum);
 }
 
@@ -175,45 +210,47 @@ float AdamW::clip_factor(double norm) const {
     return static_cast<float>(cfg_.grad_clip / (norm + 1e-6));
 }
 
-void AdamW::step(kernels::Ptr params, kernels::ConstPtr grads, double lr, float grad_scale) {
+void AdamW::step(double lr, float grad_scale) {
     finish_param_gather();  // the previous update's, if the forward left any
     if (step_ == 0)
         for (const Bucket& b : buckets_)
-            ops_.convert(master_.f32() + b.state, params + b.mine, owned_part(b));
+            ops_.convert(master_.f32() + b.state, params_.owned(b.mine), owned_part(b));
     ++step_;
     // Each range's update also rounds its master weights into the parameters.
     for (const Range& r : ranges_)
-        ops_.adamw_update(master_.f32() + r.state, grads + r.offset, m_.f32() + r.state,
+        ops_.adamw_update(master_.f32() + r.state, grads_.owned(r.offset), m_.f32() + r.state,
                           v_.f32() + r.state, r.count, static_cast<float>(lr),
                           static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2),
                           static_cast<float>(cfg_.eps),
                           r.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f, step_,
-                          grad_scale, params + r.offset);
+                          grad_scale, params_.owned(r.offset));
+    if (!gathers_after_update()) return;  // stage 3 gathers each unit as it is needed
     if (!overlap_.param_gather) {
-        gather_params(params);
+        gather_params();
         return;
     }
     // In buffer order, as the next forward reads them; it waits for each (params_needed).
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
         const Bucket& bucket = buckets_[b];
         flight_[b].gather_start = io::TraceRecorder::now_us();
-        flight_[b].gather =
-            data_.iall_gather(params + bucket.mine, params + bucket.begin, owned_part(bucket));
+        flight_[b].gather = data_.iall_gather(params_.at(bucket.mine), params_.at(bucket.begin),
+                                              owned_part(bucket));
     }
 }
 
-void AdamW::gather_params(kernels::Ptr params) {
-    if (zero_stage_ != 1) return;
-    for (const Bucket& b : buckets_) data_.all_gather(params + b.mine, params + b.begin, owned_part(b));
-}
-
-void AdamW::params_from_master(kernels::Ptr params) {
+void AdamW::gather_params() {
+    if (!gathers_after_update()) return;
     for (const Bucket& b : buckets_)
-        ops_.convert(params + b.mine, master_.f32() + b.state, owned_part(b));
-    gather_params(params);
+        data_.all_gather(params_.at(b.mine), params_.at(b.begin), owned_part(b));
 }
 
-AdamW::State AdamW::state(kernels::ConstPtr params) const {
+void AdamW::params_from_master() {
+    for (const Bucket& b : buckets_)
+        ops_.convert(params_.owned(b.mine), master_.f32() + b.state, owned_part(b));
+    gather_params();
+}
+
+AdamW::State AdamW::state() const {
     State s;
     s.step = step_;
     s.master.assign(size_, 0.0f);
@@ -221,7 +258,7 @@ AdamW::State AdamW::state(kernels::ConstPtr params) const {
     s.v.assign(size_, 0.0f);
     for (const Bucket& b : buckets_) {
         const std::size_t part = owned_part(b);
-        if (step_ == 0) ops_.copy_to_host(s.master.data() + b.mine, params + b.mine, part);
+        if (step_ == 0) ops_.copy_to_host(s.master.data() + b.mine, params_.owned(b.mine), part);
         else ops_.copy_to_host(s.master.data() + b.mine, master_.data() + b.state, part);
         ops_.copy_to_host(s.m.data() + b.mine, m_.data() + b.state, part);
         ops_.copy_to_host(s.v.data() + b.mine, v_.data() + b.state, part);

@@ -1,5 +1,5 @@
 // AdamW with global-norm gradient clipping over the model's flat buffers, sharded over the
-// data-parallel group (ZeRO stage 1).
+// data-parallel group (ZeRO stages 1, 2 and 3).
 //
 // Numerics follow torch.optim.AdamW (bias-corrected moments, decoupled weight decay) and
 // torch.nn.utils.clip_grad_norm_ (scale by max/(norm + 1e-6) when the norm exceeds max).
@@ -15,6 +15,15 @@
 // buckets are all-gathered back into every replica's parameters. With one
 // bucket the shard is one contiguous range. Communication is the same either way:
 // reduce-scatter + all-gather moves what an all-reduce moves.
+//
+// ZeRO-2 and 3: the buckets are the layout's units (the embedding, each layer, ln_f, each
+// padded to a multiple of D) and replica r owns the r-th D-th of each, as above; but the
+// gradients, and at stage 3 the parameters, live sharded (model/flat_buffer.h): the
+// backward's gradients are reduce-scattered unit by unit into the shard, and at stage 3 the
+// parameters are gathered unit by unit for the forward and the backward, by ZeroUnits
+// (optim/zero_units.h), to which the hooks below go. The update reads the gradient shard
+// and writes the parameters' (stage 3) or the whole parameters, which stage 2 all-gathers
+// back as stage 1 does.
 //
 // Overlap (Megatron's overlap_grad_reduce and overlap_param_gather). Between
 // start_step and reduce_gradients the model announces the ranges of the gradient buffer that
@@ -42,8 +51,12 @@
 #include "config/config.h"
 #include "io/chrome_trace.h"
 #include "kernels/ops.h"
+#include <memory>
+
+#include "model/flat_buffer.h"
 #include "model/gpt.h"
 #include "model/param_layout.h"
+#include "optim/zero_units.h"
 #include "parallel/comm.h"
 #include "parallel/solo_comm.h"
 
@@ -59,40 +72,46 @@ struct OptimizerGroups {
 // What the data-parallel communication overlaps (see the top of this file).
 struct Overlap {
     bool grad_reduce = false;   // the reductions with the backward pass
-    bool param_gather = false;  // zero_stage 1's all-gathers with the next forward pass
+    bool param_gather = false;  // the all-gathers with the next forward pass (ZeRO-3: prefetch)
 };
 
 class AdamW {
 public:
-    // `buffer_size`: elements in the parameter and gradient buffers (the layout's total,
-    // padded to a multiple of the data-parallel size). The master weights start as the parameters
-    // at the first step, so the model may be initialised or loaded until then.
+    // `params` and `grads`: the model's buffers (whole, or sharded by units at stages 2 and
+    // 3), of the layout's total padded to a multiple of the data-parallel size. The master
+    // weights start as the parameters at the first step, so the model may be initialised or
+    // loaded until then.
     AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::TrainingConfig& cfg,
-          const OptimizerGroups& groups, int zero_stage, std::size_t buffer_size,
-          std::size_t bucket_size = SIZE_MAX, Overlap overlap = {});
+          const OptimizerGroups& groups, int zero_stage, model::FlatBuffer& params,
+          model::FlatBuffer& grads, std::size_t bucket_size = SIZE_MAX, Overlap overlap = {});
 
-    // A step's gradients into `grads` begin: from now until reduce_gradients, grads_final
-    // starts the reduction of each bucket it completes.
-    void start_step(kernels::Ptr grads);
+    // A step's gradients begin: from now until reduce_gradients, grads_final starts the
+    // reduction of each bucket (stages 2, 3: unit) it completes.
+    void start_step();
+    // The model's hooks (model::Gpt::StepHooks).
+    void grads_needed(std::size_t begin, std::size_t end);
     void grads_final(std::size_t begin, std::size_t end);
     // Sums the gradients over the data group: all of them (stage 0) or this rank's shard
-    // (stage 1, into its place in `grads`).
-    void reduce_gradients(kernels::Ptr grads);
-    // Before the parameters of [begin, end) are read: their buckets' gathers have completed.
+    // (stage 1, into its place in the gradients; stages 2, 3: the gradient shard).
+    void reduce_gradients();
+    // Before the parameters of [begin, end) are read: their buckets' gathers have completed
+    // (stage 3: their units are gathered).
     void params_needed(std::size_t begin, std::size_t end);
+    void params_prefetch(std::size_t begin, std::size_t end);
+    void params_done(std::size_t begin, std::size_t end);
     // Every gather under way completed: the parameters may be read or written anywhere.
     void finish_param_gather();
     // Records the data-parallel calls' spans (launch to observed completion) while it does.
-    void set_trace(io::TraceRecorder* trace) { trace_ = trace; }
+    void set_trace(io::TraceRecorder* trace);
     // Global L2 norm of the reduced gradients; collective over the grid, the same on every
     // rank, and inf or NaN on every rank if any gradient anywhere is.
-    double grad_norm(kernels::ConstPtr grads) const;
+    double grad_norm() const;
     // The factor that clips gradients of this norm to the configured one (1: not clipped).
     float clip_factor(double norm) const;
     // One update with learning rate lr on the gradients times grad_scale (unscaling and
-    // clipping): the shard's master weights, then `params` made whole again on every
-    // replica. Advances the step count.
-    void step(kernels::Ptr params, kernels::ConstPtr grads, double lr, float grad_scale);
+    // clipping): the shard's master weights, then the parameters made whole again on every
+    // replica (stage 3: the parameters' shard). Advances the step count.
+    void step(double lr, float grad_scale);
     int steps_taken() const { return step_; }
 
     // What a checkpoint keeps, in buffer coordinates: host vectors of the buffer's size
@@ -104,13 +123,14 @@ public:
     };
     // Before the first update the master weights are the parameters, as step 1 takes them.
     // The parameters' gather must have finished (finish_param_gather).
-    State state(kernels::ConstPtr params) const;
+    State state() const;
     // The reverse, from a State of this buffer layout (only the owned elements are read);
     // the next update continues from it instead of taking the parameters.
     void restore(const State& state);
-    // `params` as an update leaves them: the master weights of what this rank owns, rounded
-    // to the parameters' type, made whole on every replica. Collective over the data group.
-    void params_from_master(kernels::Ptr params);
+    // The parameters as an update leaves them: the master weights of what this rank owns,
+    // rounded to the parameters' type, made whole on every replica (stage 3: in the shard).
+    // Collective over the data group.
+    void params_from_master();
     // The parts of the buffer this rank owns: (offset, count) in buffer order.
     std::vector<std::pair<std::size_t, std::size_t>> owned_ranges() const;
     // Elements of the buffer this rank updates, and the bytes of optimizer state it holds
@@ -140,8 +160,9 @@ private:
     };
 
     std::size_t owned_part(const Bucket& b) const;  // floats of the bucket this rank updates
-    // Every replica's updated part into every replica (zero_stage 1; in place), all at once.
-    void gather_params(kernels::Ptr params);
+    // Every replica's updated part into every replica (zero_stages 1, 2; in place), all at once.
+    void gather_params();
+    bool gathers_after_update() const { return zero_stage_ == 1 || zero_stage_ == 2; }
     void start_reduction(std::size_t bucket);
     // Notes which calls under way have completed (their spans end now).
     void poll();
@@ -150,6 +171,8 @@ private:
 
     kernels::Ops& ops_;
     config::TrainingConfig cfg_;
+    model::FlatBuffer& params_;
+    model::FlatBuffer& grads_;
     parallel::SoloComm solo_;
     parallel::Comm& tensor_;
     parallel::Comm& pipeline_;
@@ -164,9 +187,10 @@ private:
     std::size_t state_bytes_ = 0;
     int step_ = 0;  // the master weights are taken from the parameters before step 1
 
-    Overlap overlap_;                // as asked, where it applies (zero_stage 1, D > 1)
+    Overlap overlap_;                // as asked, where it applies (D > 1)
     std::vector<InFlight> flight_;   // per bucket
-    kernels::Ptr grads_;             // this step's, from start_step (null: no step under way)
+    bool in_step_ = false;           // between start_step and reduce_gradients (overlapped)
+    std::unique_ptr<ZeroUnits> units_;  // stages 2, 3
     io::TraceRecorder* trace_ = nullptr;
 };
 

@@ -55,15 +55,15 @@ void discard(const fs::path& dir) {
     fs::remove_all(doomed);
 }
 
-// This rank's shard (see checkpoint.h), each tensor's SHA-256 in its header.
+// This rank's shard (see checkpoint.h), each tensor's SHA-256 in its header; `params` are
+// the rank's parameters as its layout lays them out (Trainer::local_params).
 io::WrittenFile write_shard(const std::string& path, Trainer& trainer,
-                            const parallel::Coordinates& c, int zero_stage) {
+                            const std::vector<float>& params, const parallel::Coordinates& c,
+                            int zero_stage) {
     model::Gpt& gpt = trainer.model();
     const model::ParamLayout& layout = gpt.layout();
-    trainer.optimizer().finish_param_gather();
-    const optim::AdamW::State state = trainer.optimizer().state(gpt.params());
+    const optim::AdamW::State state = trainer.optimizer().state();
     const auto owned = trainer.optimizer().owned_ranges();
-    const std::vector<float> params = gpt.params_to_host();
     const kernels::DType dtype = gpt.precision().params;
     // 16-bit parameters as their bit patterns (the floats hold them exactly).
     std::vector<uint16_t> half(dtype == kernels::DType::f32 ? 0 : params.size());
@@ -190,9 +190,12 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
     const parallel::Coordinates& c = grid.coordinates();
     const fs::path shard = tmp / shard_name(c);
     ShardReport report;
+    // Collective over the data group (ZeRO-3 puts them together from the replicas' shards).
+    const std::vector<float> params = trainer.local_params();
     try {
         const CrashInSave& crash = crash_in_save();
-        const io::WrittenFile written = write_shard(shard.string(), trainer, c, cfg.parallel.zero_stage);
+        const io::WrittenFile written =
+            write_shard(shard.string(), trainer, params, c, cfg.parallel.zero_stage);
         if (crash.step == step && crash.rank == world.rank())
             die_mid_write(shard, step, world.rank());
         std::copy(written.sha256.begin(), written.sha256.end(), report.sha256);
@@ -455,7 +458,7 @@ void restore_checkpoint(const CheckpointShare& share, Trainer& trainer) {
     state.m = share.exp_avg;
     state.v = share.exp_avg_sq;
     trainer.optimizer().restore(state);
-    trainer.optimizer().params_from_master(trainer.model().params());  // collective
+    trainer.optimizer().params_from_master();  // collective
     if (trainer.scaler().dynamic() && m.precision == kernels::name_of(kernels::DType::f16))
         trainer.scaler().restore(m.loss_scale, m.good_steps);
 }

@@ -30,6 +30,11 @@ model::Precision precision_of(const config::TrainingConfig& t) {
     return model::Precision{p, t.fp32_grad_accumulation ? kernels::DType::f32 : p, p};
 }
 
+// ZeRO-2 shards the gradients, ZeRO-3 the parameters too (model/gpt.h).
+model::Sharding sharding_of(const config::ParallelConfig& p, int replica) {
+    return model::Sharding{replica, p.zero_stage >= 2, p.zero_stage >= 3, p.sharded_accumulation};
+}
+
 model::Recompute recompute_mode(config::Recompute r) {
     switch (r) {
         case config::Recompute::selective: return model::Recompute::selective;
@@ -51,10 +56,10 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* g
       model_(ops, gpt_shape(cfg), cfg.training.micro_batch, static_cast<float>(cfg.model.dropout),
              &tensor_, cfg.parallel.sequence_parallel, stage_plan(cfg, grid ? grid->coordinates().pp : 0),
              static_cast<std::size_t>(data_.size()), recompute_mode(cfg.training.recompute),
-             precision_of(cfg.training)),
+             precision_of(cfg.training), sharding_of(cfg.parallel, data_.rank())),
       optimizer_(ops, model_.layout(), cfg.training,
                  optim::OptimizerGroups{&tensor_, &pipeline_, &data_}, cfg.parallel.zero_stage,
-                 model_.buffer_size(), static_cast<std::size_t>(cfg.parallel.bucket_size),
+                 model_.params(), model_.grads(), static_cast<std::size_t>(cfg.parallel.bucket_size),
                  optim::Overlap{cfg.parallel.overlap_grad_reduce, cfg.parallel.overlap_param_gather}),
       scaler_(cfg.training),
       executor_(ops, model_, &pipeline_) {
@@ -62,7 +67,10 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* g
     executor_.set_trace(&trace_);
     optimizer_.set_trace(&trace_);
     model_.set_hooks({[this](std::size_t b, std::size_t e) { optimizer_.grads_final(b, e); },
-                      [this](std::size_t b, std::size_t e) { optimizer_.params_needed(b, e); }});
+                      [this](std::size_t b, std::size_t e) { optimizer_.params_needed(b, e); },
+                      [this](std::size_t b, std::size_t e) { optimizer_.params_prefetch(b, e); },
+                      [this](std::size_t b, std::size_t e) { optimizer_.params_done(b, e); },
+                      [this](std::size_t b, std::size_t e) { optimizer_.grads_needed(b, e); }});
 }
 
 MemoryUse Trainer::memory() const {
@@ -73,6 +81,15 @@ MemoryUse Trainer::memory() const {
     m.activations = model_.activation_bytes();
     m.peak = ops_.peak_allocated_bytes();
     return m;
+}
+
+void Trainer::tie_sharded_embedding() {
+    const model::StagePlan& plan = model_.layout().plan();
+    model::FlatBuffer& grads = model_.grads();
+    if (plan.stages == 1 || !(plan.first() || plan.last()) || !grads.sharded()) return;
+    // The first and the last stage hold the same wte unit, split alike over their replicas.
+    const std::size_t u = grads.units_of(model_.layout().wte(), model_.layout().wte() + 1).first;
+    embedding_.all_reduce(grads.shard_part(u), grads.part_size(u));
 }
 
 double Trainer::from_last_stage(double loss) {
@@ -105,10 +122,11 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
         },
         dloss, true, [&](int mb) { return kernels::hash64(t.seed ^ kDropoutStream, first_of(mb)); });
     // The LM head's copy of wte on the last stage and the embedding's on the first: the
-    // tied weight's gradient is the sum of both, and final then.
-    if (plan.stages > 1 && (plan.first() || plan.last())) {
+    // tied weight's gradient is the sum of both, and final then (sharded gradients: summed
+    // on the shards once reduced, tie_sharded_embedding).
+    if (plan.stages > 1 && (plan.first() || plan.last()) && !model_.grads().sharded()) {
         const model::ParamTensor* wte = model_.layout().find("wte.weight");
-        embedding_.all_reduce(model_.grads() + wte->offset, wte->numel);
+        embedding_.all_reduce(model_.grads().at(wte->offset), wte->numel);
         optimizer_.grads_final(wte->offset, wte->offset + wte->numel);
     }
     // The step's loss: the mean of the replicas' means (equal token counts).
@@ -124,19 +142,20 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     data_.reset_stats();
     StepResult r;
     r.loss_scale = scaler_.scale();
-    optimizer_.start_step(model_.grads());  // buckets reduce as the backward completes them
+    optimizer_.start_step();  // buckets reduce as the backward completes them
     r.loss = accumulate_gradients(step, sample, r.loss_scale);
-    optimizer_.reduce_gradients(model_.grads());
+    optimizer_.reduce_gradients();
+    tie_sharded_embedding();
     // The norm of the scaled gradients, the same on every rank: inf or NaN everywhere if
     // any gradient overflowed anywhere, so every rank takes the same decision.
-    const double scaled_norm = optimizer_.grad_norm(model_.grads());
+    const double scaled_norm = optimizer_.grad_norm();
     r.grad_norm = scaled_norm / r.loss_scale;
     r.lr = optim::learning_rate(cfg_.training, step);
     r.skipped = !scaler_.update(std::isfinite(scaled_norm) && std::isfinite(r.loss), step + 1);
     if (!r.skipped) {
         const io::ScopedSpan span(&trace_, io::SpanKind::optimizer, -1, -1);
         const double factor = optimizer_.clip_factor(r.grad_norm) / r.loss_scale;
-        optimizer_.step(model_.params(), model_.grads(), r.lr, static_cast<float>(factor));
+        optimizer_.step(r.lr, static_cast<float>(factor));
     }
     r.tensor_comm = tensor_.stats();
     r.data_comm = data_.stats();
@@ -160,18 +179,33 @@ double Trainer::evaluate(const SampleFn& sample, int microbatches) {
     return from_last_stage(loss_sum / microbatches);
 }
 
-std::vector<float> Trainer::gather_full(std::vector<float> (model::Gpt::*to_host)() const) {
+std::vector<float> Trainer::local(std::vector<float> (model::Gpt::*to_host)() const,
+                                  const model::FlatBuffer& buffer) {
     optimizer_.finish_param_gather();
-    const std::vector<float> local = (model_.*to_host)();
-    std::vector<float> full = model_.share_of_full(local);
+    std::vector<float> host = (model_.*to_host)();
+    // Sharded, each element is on one replica and zero on the others.
+    if (buffer.sharded()) data_.all_reduce(host.data(), host.size());
+    return host;
+}
+
+std::vector<float> Trainer::local_params() { return local(&model::Gpt::params_to_host, model_.params()); }
+
+std::vector<float> Trainer::gather_full(std::vector<float> (model::Gpt::*to_host)() const,
+                                        const model::FlatBuffer& buffer) {
+    const std::vector<float> local_part = local(to_host, buffer);
+    std::vector<float> full = model_.share_of_full(local_part);
     tensor_.all_reduce(full.data(), full.size());
     pipeline_.all_reduce(full.data(), full.size());
     return full;
 }
 
-std::vector<float> Trainer::full_params() { return gather_full(&model::Gpt::params_to_host); }
+std::vector<float> Trainer::full_params() {
+    return gather_full(&model::Gpt::params_to_host, model_.params());
+}
 
-std::vector<float> Trainer::full_grads() { return gather_full(&model::Gpt::grads_to_host); }
+std::vector<float> Trainer::full_grads() {
+    return gather_full(&model::Gpt::grads_to_host, model_.grads());
+}
 
 void Trainer::write_trace(const std::string& path) {
     std::vector<std::string> names;

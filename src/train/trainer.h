@@ -66,8 +66,12 @@ public:
 
     // The whole model's parameters or gradients (a buffer of ParamLayout(shape)), put
     // together from every stage's and tensor rank's part; collective, same on every rank.
+    // Sharded gradients are those reduced into the shards (after a step's reduction).
     std::vector<float> full_params();
     std::vector<float> full_grads();
+    // This rank's parameters as its layout lays them out, whole (ZeRO-3: put together from
+    // the data-parallel replicas' shards); collective over the data group.
+    std::vector<float> local_params();
 
     MemoryUse memory() const;
 
@@ -77,9 +81,16 @@ public:
     void write_trace(const std::string& path);
 
 private:
-    // This rank's parameters or gradients (once the parameters' gather has finished), put
-    // together with every other rank's.
-    std::vector<float> gather_full(std::vector<float> (model::Gpt::*to_host)() const);
+    // This rank's parameters or gradients (once the parameters' gather has finished), whole
+    // (summed over the data group when `buffer` is sharded), and put together with every
+    // other rank's.
+    std::vector<float> local(std::vector<float> (model::Gpt::*to_host)() const,
+                             const model::FlatBuffer& buffer);
+    std::vector<float> gather_full(std::vector<float> (model::Gpt::*to_host)() const,
+                                   const model::FlatBuffer& buffer);
+    // Sharded gradients on a pipeline: the tied wte's two copies summed, over the embedding
+    // group, on each replica's part of it (once the reduction has filled the shards).
+    void tie_sharded_embedding();
     // The last stage's loss, given to every stage.
     double from_last_stage(double loss);
 

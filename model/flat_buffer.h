@@ -1,0 +1,95 @@
+// The model's flat parameter or gradient buffer (model/param_layout.h) in device memory: whole,
+// in one allocation, or sharded over the data-parallel group (ZeRO-2's gradients, ZeRO-3's
+// parameters).
+//
+// Sharded, the buffer is cut into the layout's units (ParamLayout::units), each a multiple of
+// the group's size D; replica r keeps the r-th D-th of every unit, and these parts, in unit
+// order, make its shard (held always: the buffer's elements / D). A unit's whole exists only
+// while it is resident: allocated (zero-filled) when the data-parallel exchange gathers it for
+// use or the backward starts adding gradients into it, released after (optim/zero_units.h
+// decides when). Element `offset` of the buffer is then reached through the resident unit
+// holding it.
+//
+// Buffer coordinates are the same either way, so the optimizer's ranges, the checkpoint's
+// pieces and the model's offsets do not depend on how the buffer is held.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+#include <vector>
+
+#include "kernels/ops.h"
+
+namespace trident::model {
+
+class FlatBuffer {
+public:
+    using Range = std::pair<std::size_t, std::size_t>;  // [begin, end) in the buffer
+
+    FlatBuffer() = default;
+    // Whole: `count` elements in one allocation, resident always.
+    FlatBuffer(kernels::Ops& ops, std::size_t count, kernels::DType dtype);
+    // Sharded over `replicas` ranks, this rank `replica`: `units` cover the buffer in order,
+    // each a multiple of `replicas` long.
+    FlatBuffer(kernels::Ops& ops, std::vector<Range> units, int replicas, int replica,
+               kernels::DType dtype);
+    ~FlatBuffer();
+    FlatBuffer(FlatBuffer&& other) noexcept;
+    FlatBuffer& operator=(FlatBuffer&& other) noexcept;
+    FlatBuffer(const FlatBuffer&) = delete;
+    FlatBuffer& operator=(const FlatBuffer&) = delete;
+
+    bool sharded() const { return !units_.empty(); }
+    std::size_t size() const { return size_; }  // elements of the whole buffer
+    kernels::DType dtype() const { return dtype_; }
+    // Bytes held always: the whole buffer, or the shard.
+    std::size_t bytes() const { return held_ * kernels::size_of(dtype_); }
+
+    // Element `offset`: in the one allocation, or in the resident unit holding it (throws
+    // when that unit is not resident).
+    kernels::Ptr at(std::size_t offset) const;
+    // What offsets add to: `base() + offset` is at(offset), so model code writes `w + p.qkv_w`.
+    struct Base {
+        const FlatBuffer* buffer;
+        kernels::Ptr operator+(std::size_t offset) const { return buffer->at(offset); }
+    };
+    Base base() const { return Base{this}; }
+    // This rank's own copy of element `offset` of a part it owns: at(offset) when whole, its
+    // place in the shard when sharded (the element must lie in this replica's part of its unit).
+    kernels::Ptr owned(std::size_t offset) const;
+
+    // ---- units (sharded) ----------------------------------------------------------------
+    const std::vector<Range>& units() const { return units_; }
+    // The units overlapping [begin, end), as indices [first, last).
+    std::pair<std::size_t, std::size_t> units_of(std::size_t begin, std::size_t end) const;
+    std::size_t part_size(std::size_t u) const;  // elements of each replica's part of unit u
+    bool resident(std::size_t u) const { return static_cast<bool>(whole_[u]); }
+    kernels::Ptr unit(std::size_t u) const;      // the whole of a resident unit
+    kernels::Ptr shard_part(std::size_t u) const;  // this replica's part of unit u, in the shard
+    void acquire(std::size_t u);  // allocates unit u's whole, zero-filled
+    void release(std::size_t u);
+
+    // ---- the host ------------------------------------------------------------------------
+    // What this rank holds, as fp32 in buffer order: every element when whole; when sharded,
+    // its parts in their places and zero elsewhere.
+    std::vector<float> to_host() const;
+    // The reverse, from a host buffer of the whole: every element, or this rank's parts.
+    void from_host(const std::vector<float>& host);
+    // Zero what is held (the whole, or the shard).
+    void zero();
+
+private:
+    std::size_t unit_containing(std::size_t offset) const;
+    void free_all();
+
+    kernels::Ops* ops_ = nullptr;
+    kernels::DType dtype_ = kernels::DType::f32;
+    std::size_t size_ = 0, held_ = 0;
+    kernels::Ptr data_;  // the whole buffer, or the shard
+    std::vector<Range> units_;
+    std::vector<std::size_t> shard_offsets_;  // where each unit's part starts in the shard
+    std::vector<kernels::Ptr> whole_;        // each unit's whole while resident
+    int replicas_ = 1, replica_ = 0;
+};
+
+}  // namespace trident::model

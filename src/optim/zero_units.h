@@ -1,0 +1,87 @@
+// ZeRO-2 and ZeRO-3's data-parallel exchange, unit by unit (Rajbhandari et al., arXiv
+// 1910.02054, §5; PyTorch FSDP's pattern), on the model's sharded buffers
+// (model/flat_buffer.h; the units are the layout's: the embedding, each layer, ln_f).
+//
+// Gradients (ZeRO-2 and 3). Before the backward adds into a unit's gradients it asks for them
+// (grads_needed): the unit's whole is allocated, zeroed. Once the unit's gradients are final
+// for now (grads_final: after every microbatch's backward, or only after the step's last when
+// whole gradients are kept until then), its reduce-scatter starts, in place: replica r's part
+// of the sum lands in the r-th part of the unit; finishing it adds that part into the shard
+// (which the step starts at zero) and releases the unit. With overlap_grad_reduce the
+// reduce-scatter runs under the rest of the backward and is finished at fixed points: at most
+// two run at once (starting a third finishes the oldest), a unit's reduction is finished
+// before its gradients are allocated again, and before any unit's are allocated every
+// reduction but the newest is finished. So which units are resident at each point of a step
+// does not depend on timing, and the planner counts the most (plan/memory_model.h). Without
+// overlap each reduction is finished where it starts.
+//
+// Parameters (ZeRO-3). The shard holds this replica's parts; a unit's whole is gathered
+// (all-gather of every replica's part, into a freshly allocated unit) when the model asks
+// for it (params_needed, which waits for it) or, with overlap_param_gather, when the model
+// says it comes next (params_prefetch: the gather runs under the current unit's compute), and
+// released when the model is done with it (params_done). The working copy of the whole model
+// never exists at once: at most the units the model holds between needed and done, and the
+// one prefetched.
+//
+// The calls are Comm's non-blocking ones, issued in the same order on every replica, so the
+// sums are those of the blocking calls.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <vector>
+
+#include "io/chrome_trace.h"
+#include "kernels/ops.h"
+#include "model/flat_buffer.h"
+#include "parallel/comm.h"
+
+namespace trident::optim {
+
+class ZeroUnits {
+public:
+    // `params` may be whole (ZeRO-2: the parameter hooks are then not called here); `grads`
+    // is sharded. `data` is the data-parallel group they are sharded over.
+    ZeroUnits(kernels::Ops& ops, model::FlatBuffer& params, model::FlatBuffer& grads,
+              parallel::Comm& data, bool overlap_reduce, bool overlap_gather);
+
+    void grads_needed(std::size_t begin, std::size_t end);
+    void grads_final(std::size_t begin, std::size_t end);
+    // Every reduction under way finished: the shard holds the step's sums, no unit of
+    // gradients is resident.
+    void finish_reductions();
+
+    void params_needed(std::size_t begin, std::size_t end);
+    void params_prefetch(std::size_t begin, std::size_t end);
+    void params_done(std::size_t begin, std::size_t end);
+
+    void set_trace(io::TraceRecorder* trace) { trace_ = trace; }
+
+    // At most this many reductions under way at once.
+    static constexpr std::size_t kReductionsInFlight = 2;
+
+private:
+    struct Pending {
+        std::size_t unit;
+        parallel::Request request;
+        double start = 0;  // for the trace, in microseconds
+    };
+    void start_reduction(std::size_t u);
+    void finish_reduction(std::size_t u);  // one that is under way
+    bool reducing(std::size_t u) const;
+    void start_gather(std::size_t u);
+    void finish_gather(std::size_t u);
+    void end_span(io::SpanKind kind, std::size_t u, double start) const;
+
+    kernels::Ops& ops_;
+    model::FlatBuffer& params_;
+    model::FlatBuffer& grads_;
+    parallel::Comm& data_;
+    bool overlap_reduce_, overlap_gather_;
+    std::deque<Pending> reductions_;  // oldest first
+    std::vector<parallel::Request> gathers_;  // per unit of the parameters
+    std::vector<double> gather_start_;
+    io::TraceRecorder* trace_ = nullptr;
+};
+
+}  // namespace trident::optim
