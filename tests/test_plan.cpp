@@ -141,6 +141,20 @@ void check_measured_memory(const std::vector<std::string>& overrides, int ranks)
     CHECK(c.measured.peak == c.planned.peak);
 }
 
+// ZeRO-2 and 3: the shards and the optimizer state to the byte (ZeRO's Table 1 terms, of the
+// unit-padded buffer), the traffic call for call; the units resident for a while (gradients
+// being added into or reduced, parameters gathered) come on top of the plan's peak.
+void check_measured_shards(const std::vector<std::string>& overrides, int ranks) {
+    cli::Workspace ws;
+    const MemoryCompared c =
+        measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, ranks);
+    CHECK(c.measured.params == c.planned.params);
+    CHECK(c.measured.grads == c.planned.grads);
+    CHECK(c.measured.optimizer == c.planned.optimizer);
+    CHECK(c.measured.activations == c.planned.activations);
+    CHECK(c.measured.peak > c.planned.peak);
+}
+
 }  // namespace
 
 TEST_CASE("plan: parameters of the Megatron-LM 2019 series", "[plan]") {
@@ -320,6 +334,18 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
     }
     SECTION("2 x 1 x 1, ZB-H2") {
         check_measured_memory({"parallel.pipeline=2", "parallel.schedule=zb-h2"}, 2);
+    }
+    SECTION("1 x 1 x 2, ZeRO-2, gradients reduced every microbatch") {
+        check_measured_shards({"parallel.data=2", "parallel.zero_stage=2"}, 2);
+    }
+    SECTION("1 x 1 x 2, ZeRO-3, whole gradients until the last microbatch") {
+        check_measured_shards({"parallel.data=2", "parallel.zero_stage=3",
+                               "parallel.sharded_accumulation=false"},
+                              2);
+    }
+    SECTION("2 x 1 x 2, ZeRO-2") {
+        check_measured_shards({"parallel.pipeline=2", "parallel.data=2", "parallel.zero_stage=2"},
+                              4);
     }
 }
 

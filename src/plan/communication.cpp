@@ -3,7 +3,9 @@
 
 #include <algorithm>
 
+#include "model/param_layout.h"
 #include "plan/stage_shape.h"
+#include "train/model_shape.h"
 
 namespace trident::plan {
 
@@ -56,6 +58,29 @@ void tensor_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks,
     add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the gradient norm
 }
 
+// ZeRO-2 and 3 (optim/zero_units.h): each unit of the layout reduce-scattered after every
+// microbatch's backward (sharded accumulation) or after the step's last; stage 2 all-gathers
+// the updated units as stage 1 its buckets, stage 3 gathers each unit for every microbatch's
+// forward and again for its backward (the embedding, kept from the embedding to the LM head,
+// once each) and nothing after the update.
+void sharded_data_traffic(const PlanInputs& in, int stage, GroupTraffic& g) {
+    const auto& p = in.cfg.parallel;
+    const int64_t m = in.cfg.derived.grad_accum_steps;
+    const model::ParamLayout layout(train::gpt_shape(in.cfg), 0, p.tensor,
+                                    train::stage_plan(in.cfg, stage), p.data);
+    const int64_t reductions = p.sharded_accumulation ? m : 1;
+    for (const auto& [begin, end] : layout.units()) {
+        const double size = static_cast<double>(end - begin);
+        add(g, CommKind::reduce_scatter, reductions, size, in.grad_bytes, p.sharded_accumulation);
+        if (in.zero_stage == 2)
+            add(g, CommKind::all_gather, 1, size / p.data, in.weight_bytes, false);
+        else
+            add(g, CommKind::all_gather, 2 * m, size / p.data, in.weight_bytes, true);
+    }
+    add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the gradient norm's share
+    add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the loss, averaged over replicas
+}
+
 // The data group: the optimizer's reduction of the stage's flat buffers (optim/adamw.cpp).
 void data_traffic(const PlanInputs& in, int64_t buffer, GroupTraffic& g) {
     const int64_t D = in.cfg.parallel.data;
@@ -73,10 +98,6 @@ void data_traffic(const PlanInputs& in, int64_t buffer, GroupTraffic& g) {
             add(g, CommKind::all_gather, count, static_cast<double>(size / D), in.weight_bytes,
                 false);
         }
-        // ZeRO 3 holds a D-th of the weights: gathered for the forward and again the backward.
-        if (in.zero_stage == 3)
-            add(g, CommKind::all_gather, 2 * in.cfg.derived.grad_accum_steps,
-                static_cast<double>(buffer / D), in.weight_bytes, true);
         add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the gradient norm's share
     }
     add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the loss, averaged over replicas
@@ -149,11 +170,16 @@ std::vector<StageTraffic> plan_traffic(const PlanInputs& in) {
         add(t.pipeline, CommKind::broadcast, 1, kScalar, kScalarBytes, false);   // the loss, from the last
         add(t.pipeline, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the gradient norm
 
+        // ZeRO-2 sums the tied copies on the shards: each replica its part of wte's unit.
+        const int64_t wte = cfg.derived.padded_vocab / p.tensor * cfg.model.hidden;
         add(t.embedding, CommKind::all_reduce, 1,
-            static_cast<double>(cfg.derived.padded_vocab / p.tensor) * cfg.model.hidden,
+            in.zero_stage >= 2 ? static_cast<double>((wte + p.data - 1) / p.data) : static_cast<double>(wte),
             in.grad_bytes, false);
 
-        data_traffic(in, memory[static_cast<std::size_t>(stage)].parameters, t.data);
+        if (in.zero_stage >= 2)
+            sharded_data_traffic(in, stage, t.data);
+        else
+            data_traffic(in, memory[static_cast<std::size_t>(stage)].parameters, t.data);
         stages.push_back(t);
     }
     return stages;

@@ -7,10 +7,14 @@
 //              reduce-scatter, and the column-parallel GEMMs' inputs are all-gathered.
 //   pipeline   each microbatch's activation (R, C) sent to the next stage and its gradient
 //              to the previous one, per chunk.
-//   embedding  the tied word embedding's gradient, summed between the first and last stage.
+//   embedding  the tied word embedding's gradient, summed between the first and last stage
+//              (ZeRO 2: each replica's part of it, once reduced).
 //   data       the gradient buffer all-reduced (ZeRO 0), or reduce-scattered in buckets and
-//              the updated weights all-gathered (ZeRO 1 and 2: the same bytes), plus for
-//              ZeRO 3 the weights all-gathered again before the forward and the backward.
+//              the updated weights all-gathered (ZeRO 1); ZeRO 2 the same by units of the
+//              layout, their reduce-scatter once per microbatch with sharded accumulation;
+//              ZeRO 3 no gather after the update but each unit's weights gathered before the
+//              forward and again before the backward of every microbatch (per rank, with
+//              m = 1: 3Ψ(D−1)/D sent, against 2Ψ(D−1)/D for stages 0 to 2).
 // Each group also carries a few scalars a step (loss, gradient norm), counted too.
 //
 // Bytes are counted two ways: the payload handed to the calls, as Comm's statistics count

@@ -133,10 +133,12 @@ std::vector<StageMemory> plan_memory(const PlanInputs& in) {
     for (int stage = 0; stage < p.pipeline; ++stage) {
         StageMemory s;
         s.stage = stage;
-        const model::ParamLayout layout(train::gpt_shape(cfg), 0, p.tensor,
-                                        train::stage_plan(cfg, stage));
-        // Padded so that ZeRO splits it evenly over the replicas (Gpt's buffer_multiple).
+        // Padded so that ZeRO splits it evenly over the replicas (Gpt's buffer_multiple); at
+        // stages 2 and 3 each unit of the layout is (model/param_layout.h).
         const int64_t D = p.data;
+        const model::ParamLayout layout(train::gpt_shape(cfg), 0, p.tensor,
+                                        train::stage_plan(cfg, stage),
+                                        in.zero_stage >= 2 ? p.data : 1);
         s.parameters = (static_cast<int64_t>(layout.total()) + D - 1) / D * D;
         s.states = model_states(static_cast<double>(s.parameters), p.data, in.zero_stage,
                                 in.weight_bytes, in.grad_bytes);

@@ -1,0 +1,140 @@
+#!/usr/bin/python3
+"""ZeRO stages 2 and 3 under mpirun, beside stages 0 and 1.
+
+Losses and gradient norms of 10 steps (dropout 0.1) within 1e-5 of one process at D = 2 and
+4, on 1x2x2 with sequence parallelism, and (stage 2) on 2x1x2, with the gradients reduced every
+microbatch or kept whole until the last; overlapped and not, the same bits. Memory per rank as
+the allocator measures it: gradients Psi*4/D (stages 2, 3), weights Psi*4/D (stage 3), where
+Psi is the stage's flat buffer. Traffic per step and rank under ring algorithms, with one
+microbatch per replica: 2*Psi*(D-1)/D for stage 2, 3*Psi*(D-1)/D for stage 3 (in 4-byte
+elements); with m microbatches, the reduce-scatter m times when accumulation is sharded.
+Checkpoints reshard across stages: a stage-3 run resumes at stage 1, that one at stage 3 on
+D = 4, and stage 3 at stage 2 on a pipeline. Stage 3 with a pipeline is refused, naming why.
+
+Needs only the standard library and mpirun; exit 77 (skipped) without mpirun.
+"""
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mpi_harness import binaries_or_skip, check, failures, losses, run, tiny_run  # noqa: E402
+
+TOL = 1e-5
+
+
+def worst(rows, ref, key):
+    return max(abs(x[key] - y[key]) / abs(y[key]) for x, y in zip(rows, ref))
+
+
+def main():
+    trident, _ = binaries_or_skip()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = lambda name: os.path.join(tmp, name)  # noqa: E731
+        base = tiny_run(tmp, ["model.layers=4", "model.dropout=0.1", "training.global_batch=16",
+                              "data.shuffle=true"])
+
+        def train(ranks, name, overrides, expect_ok=True):
+            args = [trident, "train"] + base
+            for o in overrides + [f"logging.metrics={path(name + '.jsonl')}"]:
+                args += ["--set", o]
+            p = run(args, ranks=None if ranks == 1 else ranks, expect_ok=expect_ok)
+            return p if not expect_ok else losses(path(name + ".jsonl"))
+
+        ref = train(1, "ref", ["checkpoint.dir=" + path("ck_ref"), "checkpoint.interval=4"])
+
+        # (P, M, D, stage, extra overrides)
+        layouts = [(1, 1, 2, 2, []), (1, 1, 2, 3, []), (1, 1, 4, 2, []), (1, 1, 4, 3, []),
+                   (1, 2, 2, 2, ["parallel.sequence_parallel=true"]),
+                   (1, 2, 2, 3, ["parallel.sequence_parallel=true"]),
+                   (2, 1, 2, 2, []),
+                   (1, 1, 2, 2, ["parallel.sharded_accumulation=false"]),
+                   (1, 1, 2, 3, ["parallel.sharded_accumulation=false"])]
+        stage0 = {}
+        for d in (2, 4):
+            stage0[d] = train(d, f"z0d{d}", [f"parallel.data={d}", "parallel.zero_stage=0"])[-1]
+        for p, m, d, zero, extra in layouts:
+            name = f"{p}x{m}x{d} zero {zero}{' ' + ' '.join(extra) if extra else ''}"
+            rows = train(p * m * d, "run", [f"parallel.pipeline={p}", f"parallel.tensor={m}",
+                                            f"parallel.data={d}", f"parallel.zero_stage={zero}"] + extra)
+            check(len(rows) == 10 and worst(rows, ref, "loss") <= TOL
+                  and worst(rows, ref, "grad_norm") <= TOL,
+                  f"{name}: losses and gradient norms within 1e-5 of 1x1x1 "
+                  f"(worst {worst(rows, ref, 'loss'):.2e})")
+            if (p, m) != (1, 1):
+                continue
+            # Memory of rank 0: the shards, against the whole buffers of stage 0.
+            r, r0 = rows[-1], stage0[d]
+            psi = r["mem_grads_bytes"] * d // 4  # elements of the unit-padded flat buffer
+            whole = r0["mem_params_bytes"] // 4
+            weights = psi * 4 // d if zero == 3 else psi * 4
+            check(whole <= psi < whole + 6 * d and r["mem_params_bytes"] == weights
+                  and 0 <= r["mem_optimizer_bytes"] - 12 * psi // d < 3 * 64,
+                  f"{name}: gradients {r['mem_grads_bytes']} bytes = 4 x {psi} / {d}, weights "
+                  f"{r['mem_params_bytes']} = 4 x {psi}{' / ' + str(d) if zero == 3 else ''}, "
+                  f"optimizer {r['mem_optimizer_bytes']} = 12 x {psi} / {d} (+ rounding)")
+            check(r["mem_peak_bytes"] < r0["mem_peak_bytes"],
+                  f"{name}: peak {r['mem_peak_bytes']} bytes below stage 0's {r0['mem_peak_bytes']}")
+            # Traffic: 4 microbatches per replica at D = 2, 2 at D = 4.
+            mb = 16 // (2 * d)
+            sharded = "parallel.sharded_accumulation=false" not in extra
+            rs, ag = r["dp_reduce_scatter_bytes"], r["dp_all_gather_bytes"]
+            expect_rs = 4 * psi * (mb if sharded else 1)
+            expect_ag = 4 * psi // d * (2 * mb if zero == 3 else 1)
+            check(rs == expect_rs and ag == expect_ag,
+                  f"{name}: reduce-scatter {rs} bytes = 4 x {psi} x {mb if sharded else 1}, "
+                  f"all-gather {ag} = 4 x {psi} / {d} x {2 * mb if zero == 3 else 1}")
+
+        # One microbatch per replica: the paper's traffic per rank, ring algorithms.
+        for d in (2, 4):
+            for zero, factor in ((2, 2), (3, 3)):
+                r = train(d, "one", [f"parallel.data={d}", f"parallel.zero_stage={zero}",
+                                     f"training.global_batch={2 * d}"])[-1]
+                psi = r["mem_grads_bytes"] * d // 4
+                ring = (d - 1) / d * r["dp_reduce_scatter_bytes"] + (d - 1) * r["dp_all_gather_bytes"]
+                check(abs(ring - factor * psi * (d - 1) / d * 4) < 1e-6,
+                      f"D={d} zero {zero}, one microbatch: {ring:.0f} bytes sent per rank = "
+                      f"{factor} x {psi} x ({d}-1)/{d} x 4")
+
+        # Overlapped and not: the same bits.
+        for zero in (2, 3):
+            runs = []
+            for overlap in ("true", "false"):
+                rows = train(2, f"o{overlap}", ["parallel.data=2", f"parallel.zero_stage={zero}",
+                                                f"parallel.overlap_grad_reduce={overlap}",
+                                                f"parallel.overlap_param_gather={overlap}"])
+                runs.append([(x["loss"], x["grad_norm"]) for x in rows])
+            check(len(runs[0]) == 10 and runs[0] == runs[1],
+                  f"D=2 zero {zero}: overlapped and not, the same losses and norms bitwise")
+
+        # Checkpoints across stages: 3 -> 1, 1 -> 3 (D = 4), 3 -> 2 on a pipeline, 0 -> 3.
+        train(2, "c3", ["parallel.data=2", "parallel.zero_stage=3", f"checkpoint.dir={path('ck3')}",
+                        "checkpoint.interval=4"])
+        for name, ranks, overrides, resume, start in [
+                ("stage 3 -> stage 1", 2, ["parallel.data=2", "parallel.zero_stage=1",
+                                           f"checkpoint.dir={path('ck1')}", "checkpoint.interval=4"],
+                 path("ck3/step_000004"), 4),
+                ("stage 1 -> stage 3 on D=4", 4, ["parallel.data=4", "parallel.zero_stage=3"],
+                 path("ck1/step_000008"), 8),
+                ("stage 3 -> stage 2 on 2x1x2", 4, ["parallel.pipeline=2", "parallel.data=2",
+                                                    "parallel.zero_stage=2"],
+                 path("ck3/step_000004"), 4),
+                ("stage 0 (1x1x1) -> stage 3 on D=2", 2, ["parallel.data=2", "parallel.zero_stage=3"],
+                 path("ck_ref/step_000004"), 4)]:
+            rows = train(ranks, f"resumed{start}_{ranks}_{len(overrides)}", overrides + [f"checkpoint.resume={resume}"])
+            check(len(rows) == 10 - start and worst(rows, ref[start:], "loss") <= TOL,
+                  f"{name}: the uninterrupted losses from step {start}")
+
+        # Stage 3 with a pipeline: refused, with the reason.
+        p = train(4, "refused", ["parallel.pipeline=2", "parallel.data=2", "parallel.zero_stage=3"],
+                  expect_ok=False)
+        check(p.returncode != 0 and "parallel.zero_stage: 3" in p.stdout
+              and "use zero_stage 2 with a pipeline" in p.stdout,
+              "stage 3 with P=2: refused with one clear message")
+
+    print(f"{len(failures)} failed" if failures else "all passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
