@@ -226,7 +226,7 @@ TEST_CASE("config: out-of-range values name their line and key", "[config]") {
         {"training:\n  steps: 0\n", "x.yaml:4: training.steps: must be >= 1, got 0"},
         {"training:\n  warmup_steps: -1\n", "x.yaml:4: training.warmup_steps: must be >= 0, got -1"},
         {"training:\n  threads: -2\n", "x.yaml:4: training.threads: must be >= 0, got -2"},
-        {"parallel:\n  zero_stage: 2\n", "x.yaml:4: parallel.zero_stage: must be 0 or 1, got 2"},
+        {"parallel:\n  zero_stage: 4\n", "x.yaml:4: parallel.zero_stage: must be 0, 1, 2 or 3, got 4"},
         {"parallel:\n  tensor: 0\n", "x.yaml:4: parallel.tensor: must be >= 1, got 0"},
         {"checkpoint:\n  keep: 0\n", "x.yaml:4: checkpoint.keep: must be >= 1, got 0"},
         {"checkpoint:\n  interval: -5\n", "x.yaml:4: checkpoint.interval: must be >= 0, got -5"},

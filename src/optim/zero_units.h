@@ -12,7 +12,7 @@
 // two run at once (starting a third finishes the oldest), a unit's reduction is finished
 // before its gradients are allocated again, and before any unit's are allocated every
 // reduction but the newest is finished. So which units are resident at each point of a step
-// does not depend on timing, and the planner counts the most (plan/memory_model.h). Without
+// does not depend on timing (the planner counts the shards, not these units). Without
 // overlap each reduction is finished where it starts.
 //
 // Parameters (ZeRO-3). The shard holds this replica's parts; a unit's whole is gathered
