@@ -396,10 +396,9 @@ void Gpt::run_forward(int c, Activations& a, const int32_t* inputs, ConstPtr inp
     for (std::size_t i = 0; i < a.layers.size(); ++i) {
         LayerActivations& kept = a.layers[i];
         // Under full recompute the intermediates go to the scratch (backward rebuilds them);
-        // under either recompute att does.
+        // att too, unless the layer keeps it (keeps_attention).
         LayerActivations& la = recompute_ == Recompute::full ? *recompute_scratch_ : kept;
-        const Ptr att =
-            recompute_ == Recompute::none ? kept.att.data() : recompute_scratch_->att.data();
+        const Ptr att = keeps_attention() ? kept.att.data() : recompute_scratch_->att.data();
         const auto [begin, end] = layout_.layer_range(first + static_cast<int>(i));
         params_needed(begin, end);
         forward_layer(a, first + static_cast<int>(i), la, att, residual, kept.resid3.data());
@@ -638,7 +637,7 @@ void Gpt::backward_layer(const Activations& a, int l, LayerActivations& kept, Co
     // Full recompute: rerun the layer's forward from its kept input (its collectives too, in
     // the same order on every tensor rank), just before its backward (before its W too).
     if (recompute_ == Recompute::full) forward_layer(a, l, la, la.att.data(), residual, nullptr);
-    const Ptr att = recompute_ == Recompute::none ? la.att.data() : recompute_scratch_->att.data();
+    const Ptr att = keeps_attention() ? kept.att.data() : recompute_scratch_->att.data();
     const ConstPtr ln1 = sequence_parallel_ ? la.ln1_all.data() : la.ln1.data();
     const ConstPtr ln2 = sequence_parallel_ ? la.ln2_all.data() : la.ln2.data();
 
