@@ -8,7 +8,11 @@
 //   pipeline   each microbatch's activation (R, C) sent to the next stage and its gradient
 //              to the previous one, per chunk.
 //   embedding  the tied word embedding's gradient, summed between the first and last stage.
-//   data       the gradient buffer all-reduced (ZeRO 0), or reduce-scattered in buckets and
+//   context    ring attention's keys and values sent around the C ranks, forward and
+//              backward, and their fp32 gradients backward; or Ulysses' all-to-alls of q, k,
+//              v and the output and of their gradients (docs/FORMULAS.md).
+//   data       over the D·C ranks holding the same weights (the data-context group): the
+//              gradient buffer all-reduced (ZeRO 0), or reduce-scattered in buckets and
 //              the updated weights all-gathered (ZeRO 1 and 2: the same bytes), plus for
 //              ZeRO 3 the weights all-gathered again before the forward and the backward.
 // Each group also carries a few scalars a step (loss, gradient norm), counted too.
@@ -53,7 +57,7 @@ struct GroupTraffic {
 double sent_per_call(parallel::CommKind kind, double payload, int n);
 
 struct StageTraffic {
-    GroupTraffic tensor, pipeline, embedding, data;
+    GroupTraffic tensor, context, pipeline, embedding, data;
 };
 
 std::vector<StageTraffic> plan_traffic(const PlanInputs& in);

@@ -53,14 +53,14 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         path = lambda name: os.path.join(tmp, name)  # noqa: E731
         # 2 layers of hidden 32, 4 heads, sequence 16, global batch 4 in microbatches of 2.
-        base = tiny_run(tmp)
+        plain = tiny_run(tmp)
         # A cycle of 23 tokens: each token fixes the next, so the loss falls fast.
         write_shard(path("train.bin"), [(i % 23) * 13 % 300 for i in range(3000)])
 
         # Non-trivial weights (every bias and LayerNorm moved): one step, exported.
-        run([trident, "train"] + base + sets(["training.steps=1", f"checkpoint.dir={path('ck')}"]))
+        run([trident, "train"] + plain + sets(["training.steps=1", f"checkpoint.dir={path('ck')}"]))
         run([trident, "export", "--checkpoint", path("ck"), "--output", path("w.safetensors")])
-        base += sets([f"model.init_from={path('w.safetensors')}"])
+        base = plain + sets([f"model.init_from={path('w.safetensors')}"])
 
         # 1. Loss and every gradient of one global batch.
         run([dump] + base + ["--output", path("g1.safetensors")], ranks=1)
@@ -141,7 +141,7 @@ def main():
         # C-th of the heads over the whole sequence, a C-th of them; ring keeps only each
         # row's log-sum-exp, so it is held against one process under selective recompute
         # (which drops the probabilities): both then keep a C-th of every other activation.
-        long = base + sets(["model.seq_len=64", "training.steps=1"])
+        long = plain + sets(["model.seq_len=64", "training.steps=1"])
 
         def activations(ranks, overrides):
             metrics = path("a.jsonl")
@@ -171,12 +171,13 @@ def main():
         info = run([trident, "checkpoint", "info", path("ckc/step_000004")])
         check("layout: 1 x 1 x 2 x 1" in info.stdout and "context ring" in info.stdout,
               "checkpoint info prints the context split")
-        for name, ranks, lay in [("C=2 -> 1 process", 1, layout(1, 1, 1, 1)),
-                                 ("C=2 -> M=2 x C=2 ulysses", 4, layout(1, 2, 2, 1, "ulysses")),
-                                 ("C=2 -> C=4 x D=2", 8, layout(1, 1, 4, 2, "ring"))]:
-            metrics = path("res.jsonl")
+        for i, (name, ranks, lay) in enumerate([
+                ("C=2 -> 1 process", 1, layout(1, 1, 1, 1)),
+                ("C=2 -> M=2 x C=2 ulysses", 4, layout(1, 2, 2, 1, "ulysses")),
+                ("C=2 -> C=4 x D=2", 8, layout(1, 1, 4, 2, "ring"))]):
+            metrics = path(f"res{i}.jsonl")
             run([trident, "train"] + base + sets(lay + [
-                f"checkpoint.resume={path('ckc/step_000004')}", f"checkpoint.dir={path('ckr')}",
+                f"checkpoint.resume={path('ckc/step_000004')}", f"checkpoint.dir={path(f'ckr{i}')}",
                 f"logging.metrics={metrics}"]), ranks=ranks)
             curve = [r["loss"] for r in losses(metrics)]
             check(len(curve) == 6 and worst_rel(curve, ref_curve[4:]) <= TOL,
