@@ -127,14 +127,16 @@ double korthikanti_layer_bytes(const config::Config& cfg) {
     const double sbh = s * b * h;
     switch (cfg.training.recompute) {
         case Recompute::full:
-            return sp ? 2 * sbh / t : 2 * sbh;
+            return (sp ? 2 * sbh / t : 2 * sbh) / cfg.parallel.context;
         case Recompute::selective:
-            return sp ? 34 * sbh / t : sbh * (10 + 24 / t);
+            return (sp ? 34 * sbh / t : sbh * (10 + 24 / t)) / cfg.parallel.context;
         case Recompute::none:
             break;
     }
     const double attention = 5 * a * s / (h * t);
-    return sp ? sbh * (34 / t + attention) : sbh * (10 + 24 / t + attention);
+    // Context parallelism holds a C-th of every term (s/C tokens, their scores against all s).
+    const double C = cfg.parallel.context;
+    return (sp ? sbh * (34 / t + attention) : sbh * (10 + 24 / t + attention)) / C;
 }
 
 std::vector<StageMemory> plan_memory(const PlanInputs& in) {
