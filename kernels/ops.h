@@ -29,6 +29,20 @@
 
 namespace trident::kernels {
 
+// One block of ring attention (Ops::attention_block_forward): B sequences, this rank's C
+// channels and NH heads; query rows [q_begin, q_begin + q_count) of q_rows, the first at
+// sequence position q_position; key rows [k_begin, k_begin + k_count) of kv_rows, the first
+// at k_position; attention dropout over the whole sequence of seq_len tokens.
+struct AttentionBlock {
+    int B = 0, C = 0, NH = 0;
+    int q_rows = 0, q_begin = 0, q_count = 0, q_position = 0;
+    int kv_rows = 0, k_begin = 0, k_count = 0, k_position = 0;
+    int seq_len = 0;
+    float drop_prob = 0.0f;
+    uint64_t seed = 0;
+    int head_begin = 0, heads_total = 0;
+};
+
 class Ops {
 public:
     virtual ~Ops() = default;
@@ -55,17 +69,28 @@ public:
     // out = in rounded to out's type (or widened).
     virtual void convert(Ptr out, ConstPtr in, std::size_t count) = 0;
 
+    // out (rows, cols), each row `out_stride` elements after the previous = in (rows, cols)
+    // with rows `in_stride` apart, rounded to out's type (or widened): a block of columns
+    // moved between row-major tensors (context parallelism's packing for its exchanges).
+    // out and in must not overlap.
+    virtual void copy_2d(Ptr out, std::size_t out_stride, ConstPtr in, std::size_t in_stride,
+                         std::size_t rows, std::size_t cols) = 0;
+
     // ---- embedding ----------------------------------------------------------------------
     // Vocab-parallel: wte holds rows [vocab_begin, vocab_begin + vocab_local) of the padded
     // vocabulary. out (B,T,C) = wte[tokens[b,t] - vocab_begin] (zero for a token outside the
-    // slice: its row lives on another tensor-parallel rank) + wpe[t]; tokens (B,T);
-    // wte (vocab_local, C); wpe (>=T, C) or null (not added).
+    // slice: its row lives on another tensor-parallel rank) + wpe[positions[t]]; tokens
+    // (B,T); wte (vocab_local, C); wpe (wpe_rows, C) or null (not added). positions (T), on
+    // the device, are the sequence positions of the T rows (distinct, each < wpe_rows: a
+    // context-parallel rank's tokens), or null for 0 .. T-1.
     virtual void embedding_forward(Ptr out, const int32_t* tokens, ConstPtr wte, ConstPtr wpe,
-                                   int B, int T, int C, int vocab_begin, int vocab_local) = 0;
-    // dwte (vocab_local, C) += scatter of dout by in-slice token; dwpe (T,C) += sum over the
-    // batch of dout, unless dwpe is null.
+                                   int B, int T, int C, int vocab_begin, int vocab_local,
+                                   const int32_t* positions, int wpe_rows) = 0;
+    // dwte (vocab_local, C) += scatter of dout by in-slice token; dwpe (wpe_rows, C) at the
+    // rows' positions += sum over the batch of dout, unless dwpe is null.
     virtual void embedding_backward(Ptr dwte, Ptr dwpe, ConstPtr dout, const int32_t* tokens,
-                                    int B, int T, int C, int vocab_begin, int vocab_local) = 0;
+                                    int B, int T, int C, int vocab_begin, int vocab_local,
+                                    const int32_t* positions, int wpe_rows) = 0;
 
     // ---- layer norm (eps 1e-5) ----------------------------------------------------------
     // out (N,C); mean, rstd (N) saved for backward; weight, bias (C)
@@ -123,6 +148,37 @@ public:
     // the forward ran.
     virtual void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int C, int NH,
                                    float drop_prob) = 0;
+
+    // ---- ring attention (context parallelism) -------------------------------------------
+    // Causal attention between a block of query rows and a block of key rows of the same
+    // sequences, as ring attention computes it piece by piece (Liu et al. 2023): the
+    // queries of this rank's tokens against the keys and values of some rank's tokens
+    // (AttentionBlock above). qkv (B, q_rows, 3C) holds this rank's q, k, v as
+    // attention_forward reads them; kv (B, kv_rows, 2C) the k and v, side by side, of the
+    // tokens held. Key j is visible to query i when k_position + j <= q_position + i.
+    // Attention dropout draws element (b, head_begin + h, position of i, position of j) of
+    // the whole sequence's (B, heads_total, seq_len, seq_len): the index attention_forward
+    // draws, so the masks do not depend on the split.
+    //
+    // On the block's query rows of out (B, q_rows, C) and lse (B, NH, q_rows), both fp32
+    // (overwritten): dropout(softmax over the block's visible keys) @ v, and each row's
+    // log-sum-exp of its scaled visible scores (-inf, and out 0, where no key is visible).
+    virtual void attention_block_forward(float* out, float* lse, ConstPtr qkv, ConstPtr kv,
+                                         const AttentionBlock& block) = 0;
+    // Merges a block's result into the running one on rows [row_begin, row_begin + row_count)
+    // of out (B, rows, C) and lse (B, NH, rows): lse' = log(e^lse + e^block_lse), out' =
+    // out e^(lse - lse') + block_out e^(block_lse - lse'), both fp32; a row where either lse
+    // is -inf takes the other side as it is (the online softmax, by whole blocks).
+    virtual void attention_merge(float* out, float* lse, const float* block_out,
+                                 const float* block_lse, int B, int rows, int C, int NH,
+                                 int row_begin, int row_count) = 0;
+    // The block's backward, given the whole attention's output out (B, q_rows, C) and its
+    // lse (B, NH, q_rows) (over all key blocks) and the output's gradient dout: dq
+    // (B, q_rows, C) and dkv (B, kv_rows, 2C) += the gradients of the block's q and k, v,
+    // both fp32 (dk, dv travel back around the ring in fp32).
+    virtual void attention_block_backward(float* dq, float* dkv, ConstPtr dout, ConstPtr qkv,
+                                          ConstPtr kv, ConstPtr out, const float* lse,
+                                          const AttentionBlock& block) = 0;
 
     // ---- pointwise ----------------------------------------------------------------------
     // GELU, tanh form: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))

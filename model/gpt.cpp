@@ -8,36 +8,12 @@
 
 #include "error.h"
 #include "kernels/random.h"
+#include "model/context_split.h"
 
 namespace trident::model {
 
 using kernels::ConstPtr;
 using kernels::Ptr;
-
-// ---- DeviceBuffer ----------------------------------------------------------------------------
-
-// A buffer of nothing holds no memory (the allocator would round it up to its alignment),
-// so the bytes counted are those of buffers in use.
-DeviceBuffer::DeviceBuffer(kernels::Ops& ops, std::size_t count, kernels::DType dtype)
-    : ops_(&ops), data_(count ? ops.allocate(count, dtype) : Ptr(nullptr, dtype)), count_(count) {}
-
-DeviceBuffer::~DeviceBuffer() {
-    if (data_) ops_->release(data_.data);
-}
-
-DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : ops_(other.ops_), data_(std::exchange(other.data_, Ptr())),
-      count_(std::exchange(other.count_, 0)) {}
-
-DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
-    if (this != &other) {
-        if (data_) ops_->release(data_.data);
-        ops_ = other.ops_;
-        data_ = std::exchange(other.data_, Ptr());
-        count_ = std::exchange(other.count_, 0);
-    }
-    return *this;
-}
 
 // ---- Gpt -------------------------------------------------------------------------------------
 
@@ -61,6 +37,7 @@ struct Gpt::LayerActivations {
     DeviceBuffer qkv;                      // (N,3C/M)
     DeviceBuffer att;                      // what attention keeps: (B,NH/M,T,T) on the CPU
     DeviceBuffer atty;                     // (N,C/M)
+    DeviceBuffer atty_heads;               // (N,C/M) the head-split output (Ulysses)
     DeviceBuffer resid2;                   // (R,C)
     DeviceBuffer ln2, ln2_mean, ln2_rstd;  // (R,C), (R), (R)
     DeviceBuffer ln2_all;                  // (N,C) (sequence parallel)
@@ -95,19 +72,16 @@ struct Gpt::Activations {
 Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropout,
          parallel::Comm* tensor, bool sequence_parallel, const StagePlan& plan,
          std::size_t buffer_multiple, Recompute recompute, const Precision& precision,
-         const Sharding& sharding)
+         const Sharding& sharding, const ContextSplit& context)
     : ops_(ops),
       tensor_(tensor ? *tensor : solo_),
       sequence_parallel_(sequence_parallel && tensor_.size() > 1),
       layout_(shape, tensor_.rank(), tensor_.size(), plan,
               sharding.grads ? static_cast<int>(buffer_multiple) : 1),
       B_(micro_batch),
-      T_(shape.max_seq),
-      rows_(micro_batch * shape.max_seq),
+      T_(shape.max_seq / (context.group ? context.group->size() : 1)),
+      rows_(micro_batch * T_),
       rows_mine_(sequence_parallel_ ? rows_ / tensor_.size() : rows_),
-      first_element_(sequence_parallel_
-                         ? static_cast<uint64_t>(tensor_.rank()) * rows_mine_ * shape.hidden
-                         : 0),
       dropout_(dropout),
       recompute_(recompute),
       precision_(precision),
@@ -119,9 +93,31 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
                     " ranks: they must divide");
     const std::size_t N = static_cast<std::size_t>(rows_), R = static_cast<std::size_t>(rows_mine_);
     const std::size_t C = shape.hidden, Cm = layout_.hidden_local(), Fm = layout_.ffn_local();
+    const kernels::DType act = precision.activations;
+
+    // This rank's residual rows in the whole microbatch: its tokens' positions, and under
+    // sequence parallelism its share [tp·R, (tp+1)·R) of the local rows.
+    const int ranks = context.group ? context.group->size() : 1;
+    const int rank = context.group ? context.group->rank() : 0;
+    const std::vector<int32_t> positions = context_positions(shape.max_seq, ranks, rank);
+    const std::size_t first = sequence_parallel_ ? static_cast<std::size_t>(tensor_.rank()) * R : 0;
+    for (std::size_t row = first; row < first + R; ++row) {
+        const std::size_t whole = row / static_cast<std::size_t>(T_) * static_cast<std::size_t>(shape.max_seq) +
+                                  static_cast<std::size_t>(positions[row % static_cast<std::size_t>(T_)]);
+        if (!residual_runs_.empty() && residual_runs_.back().whole + residual_runs_.back().rows == whole)
+            ++residual_runs_.back().rows;
+        else
+            residual_runs_.push_back({row - first, whole, 1});
+    }
+    if (ranks > 1) {
+        const ContextShape attention{B_, shape.max_seq, layout_.hidden_local(), layout_.heads_local(),
+                                     layout_.heads_begin(), shape.heads};
+        context_ = std::make_unique<ContextAttention>(ops, *context.group, context.mode, attention, act);
+        positions_ = DeviceBuffer(ops, static_cast<std::size_t>(T_), kernels::DType::i32);
+        ops.upload(positions_.data().data, positions.data(), positions.size() * sizeof(int32_t));
+    }
 
     const std::size_t padded = (layout_.total() + buffer_multiple - 1) / buffer_multiple * buffer_multiple;
-    const kernels::DType act = precision.activations;
     const int replicas = static_cast<int>(buffer_multiple);
     params_ = sharding.params ? FlatBuffer(ops, layout_.units(), replicas, sharding.replica, precision.params)
                               : FlatBuffer(ops, padded, precision.params);
@@ -139,7 +135,7 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
     dqkv_ = DeviceBuffer(ops, N * 3 * Cm, act);
     if (recompute_ != Recompute::none) {
         recompute_scratch_ = std::make_unique<LayerActivations>();
-        allocate_layer(*recompute_scratch_, recompute_ == Recompute::full, true, false);
+        allocate_layer(*recompute_scratch_, recompute_ == Recompute::full, !keeps_attention(), false);
     }
 }
 
@@ -167,8 +163,11 @@ void Gpt::allocate_layer(LayerActivations& l, bool work, bool att, bool output) 
         l.fch = DeviceBuffer(ops, N * Fm, act);
         l.fch_gelu = DeviceBuffer(ops, N * Fm, act);
     }
+    if (work && context_ && context_->keeps_out_heads()) l.atty_heads = DeviceBuffer(ops, N * Cm, act);
     if (att) {
-        const kernels::Ops::AttentionSaved saved = ops.attention_saved(B_, layout_.heads_local(), T_, act);
+        const kernels::Ops::AttentionSaved saved =
+            context_ ? kernels::Ops::AttentionSaved{context_->saved_count(), context_->saved_type()}
+                     : ops.attention_saved(B_, layout_.heads_local(), T_, act);
         l.att = DeviceBuffer(ops, saved.count, saved.dtype);
     }
     if (output) l.resid3 = DeviceBuffer(ops, R * C, act);
@@ -195,7 +194,7 @@ std::unique_ptr<Gpt::Activations> Gpt::new_activations(int c) {
     // Each layer keeps its output (the next one's input) and, unless recomputed, what its
     // backward reads.
     for (auto& l : a->layers) {
-        allocate_layer(l, recompute_ != Recompute::full, recompute_ == Recompute::none, true);
+        allocate_layer(l, recompute_ != Recompute::full, keeps_attention(), true);
         if (split_backward_) {
             const std::size_t Fm = layout_.ffn_local(), Cm = layout_.hidden_local();
             l.d_fc2 = DeviceBuffer(ops, N * C, act);
@@ -399,7 +398,6 @@ float Gpt::forward_chunk(int mb, int c, const int32_t* inputs, const int32_t* ta
 void Gpt::run_forward(int c, Activations& a, const int32_t* inputs, ConstPtr input) {
     const GptShape& s = layout_.shape();
     const int B = B_, T = T_, C = s.hidden, R = rows_mine_, N = rows_;
-    const std::size_t RC = static_cast<std::size_t>(R) * C;
     const float drop = a.training ? dropout_ : 0.0f;
     const StagePlan& plan = layout_.plan();
     const int g = plan.global_chunk(c);
@@ -418,13 +416,12 @@ void Gpt::run_forward(int c, Activations& a, const int32_t* inputs, ConstPtr inp
         const Ptr embedded = sequence_parallel_ ? a.embedded.data() : a.input.data();
         ops_.embedding_forward(embedded, as_tokens(a.inputs), w + layout_.wte(),
                                tensor_.rank() == 0 ? w + layout_.wpe() : nullptr, B, T, C,
-                               layout_.vocab_begin(), layout_.vocab_local());
+                               layout_.vocab_begin(), layout_.vocab_local(), positions(), s.max_seq);
         const Ptr encoded = reduce_rows(embedded, a.input.data());
-        if (drop > 0)
-            ops_.dropout_forward(encoded, encoded, RC, drop, site_seed(a, -1, 0), first_element_);
+        dropout_rows(encoded, drop, site_seed(a, -1, 0));
         if (!head) params_done(embedding_begin, embedding_end);  // else wte is the head's too
     } else {
-        ops_.copy(a.input.data(), input, RC);
+        ops_.copy(a.input.data(), input, static_cast<std::size_t>(R) * C);
     }
 
     ConstPtr residual = a.input.data();  // (R,C)
@@ -432,10 +429,9 @@ void Gpt::run_forward(int c, Activations& a, const int32_t* inputs, ConstPtr inp
     for (std::size_t i = 0; i < a.layers.size(); ++i) {
         LayerActivations& kept = a.layers[i];
         // Under full recompute the intermediates go to the scratch (backward rebuilds them);
-        // under either recompute att does.
+        // att too, unless the layer keeps it (keeps_attention).
         LayerActivations& la = recompute_ == Recompute::full ? *recompute_scratch_ : kept;
-        const Ptr att =
-            recompute_ == Recompute::none ? kept.att.data() : recompute_scratch_->att.data();
+        const Ptr att = keeps_attention() ? kept.att.data() : recompute_scratch_->att.data();
         const auto [begin, end] = layout_.layer_range(first + static_cast<int>(i));
         params_needed(begin, end);
         const auto [next_begin, next_end] = next_in_forward(c, static_cast<int>(i));
@@ -475,14 +471,20 @@ void Gpt::forward_layer(const Activations& a, int l, LayerActivations& la, Ptr a
     ops_.layernorm_forward(la.ln1.data(), la.ln1_mean.f32(), la.ln1_rstd.f32(), residual,
                            w + p.ln1_w, w + p.ln1_b, R, C);
     const ConstPtr ln1 = all_rows(la.ln1.data(), la.ln1_all.data());
-    ops_.matmul_forward(la.qkv.data(), ln1, w + p.qkv_w, w + p.qkv_b, N, C, 3 * Cm);
-    ops_.attention_forward(la.atty.data(), att, la.qkv.data(), B, T, Cm, NHm, drop,
-                           site_seed(a, l, 0), layout_.heads_begin(), s.heads);
+    if (context_) {  // attention over the whole sequence, split over the context group
+        ops_.matmul_forward(context_->qkv_input(la.qkv.data()), ln1, w + p.qkv_w, w + p.qkv_b, N,
+                            C, 3 * Cm);
+        context_->forward(la.atty.data(), la.qkv.data(), la.atty_heads.data(), att, drop,
+                          site_seed(a, l, 0));
+    } else {
+        ops_.matmul_forward(la.qkv.data(), ln1, w + p.qkv_w, w + p.qkv_b, N, C, 3 * Cm);
+        ops_.attention_forward(la.atty.data(), att, la.qkv.data(), B, T, Cm, NHm, drop,
+                               site_seed(a, l, 0), layout_.heads_begin(), s.heads);
+    }
     ops_.matmul_forward(proj_partial_.data(), la.atty.data(), w + p.proj_w, nullptr, N, Cm, C);
     const Ptr attproj = reduce_rows(proj_partial_.data(), proj_reduced_.data());
     ops_.add_bias(attproj, w + p.proj_b, R, C);
-    if (drop > 0)
-        ops_.dropout_forward(attproj, attproj, RC, drop, site_seed(a, l, 1), first_element_);
+    dropout_rows(attproj, drop, site_seed(a, l, 1));
     ops_.residual_forward(la.resid2.data(), residual, attproj, RC);
 
     // MLP: LN -> f -> column-parallel fc1 -> GELU -> row-parallel fc2 -> g -> bias ->
@@ -496,8 +498,7 @@ void Gpt::forward_layer(const Activations& a, int l, LayerActivations& la, Ptr a
     ops_.matmul_forward(proj_partial_.data(), la.fch_gelu.data(), w + p.fc2_w, nullptr, N, Fm, C);
     const Ptr fcproj = reduce_rows(proj_partial_.data(), proj_reduced_.data());
     ops_.add_bias(fcproj, w + p.fc2_b, R, C);
-    if (drop > 0)
-        ops_.dropout_forward(fcproj, fcproj, RC, drop, site_seed(a, l, 2), first_element_);
+    dropout_rows(fcproj, drop, site_seed(a, l, 2));
     ops_.residual_forward(output, la.resid2.data(), fcproj, RC);
 }
 
@@ -528,8 +529,8 @@ float Gpt::loss(Activations& a, const int32_t* targets) {
 
 std::vector<float> Gpt::logits_at(const int32_t* inputs, int position) {
     const StagePlan& plan = layout_.plan();
-    if (layout_.tensor_size() != 1 || plan.stages != 1 || plan.chunks != 1)
-        throw Error("generation runs on one process (parallel.tensor = pipeline = 1)");
+    if (layout_.tensor_size() != 1 || plan.stages != 1 || plan.chunks != 1 || context_)
+        throw Error("generation runs on one process (parallel.tensor = pipeline = context = 1)");
     const GptShape& s = layout_.shape();
     Activations& a = start(0, 0);
     a.training = false;
@@ -543,10 +544,21 @@ std::vector<float> Gpt::logits_at(const int32_t* inputs, int position) {
 
 // ---- backward --------------------------------------------------------------------------------
 
+void Gpt::dropout_rows(Ptr x, float drop, uint64_t seed) {
+    if (drop == 0) return;
+    const std::size_t C = static_cast<std::size_t>(layout_.shape().hidden);
+    for (const RowRun& run : residual_runs_)
+        ops_.dropout_forward(x + run.local * C, x + run.local * C, run.rows * C, drop, seed,
+                             run.whole * C);
+}
+
 ConstPtr Gpt::through_dropout(ConstPtr dout, std::size_t count, float drop, uint64_t seed) {
     if (drop == 0) return dout;
+    const std::size_t C = static_cast<std::size_t>(layout_.shape().hidden);
     ops_.zero(dc_mine_.data(), count);
-    ops_.dropout_backward(dc_mine_.data(), dout, count, drop, seed, first_element_);
+    for (const RowRun& run : residual_runs_)
+        ops_.dropout_backward(dc_mine_.data() + run.local * C, dout + run.local * C, run.rows * C,
+                              drop, seed, run.whole * C);
     return dc_mine_.data();
 }
 
@@ -691,7 +703,7 @@ void Gpt::backward_layer(const Activations& a, int l, LayerActivations& kept, Co
     // Full recompute: rerun the layer's forward from its kept input (its collectives too, in
     // the same order on every tensor rank), just before its backward (before its W too).
     if (recompute_ == Recompute::full) forward_layer(a, l, la, la.att.data(), residual, nullptr);
-    const Ptr att = recompute_ == Recompute::none ? la.att.data() : recompute_scratch_->att.data();
+    const Ptr att = keeps_attention() ? kept.att.data() : recompute_scratch_->att.data();
     const ConstPtr ln1 = sequence_parallel_ ? la.ln1_all.data() : la.ln1.data();
     const ConstPtr ln2 = sequence_parallel_ ? la.ln2_all.data() : la.ln2.data();
 
@@ -743,10 +755,17 @@ void Gpt::backward_layer(const Activations& a, int l, LayerActivations& kept, Co
     ops_.matmul_backward(dc_b_.data(), grad(p.proj_w), grad(p.proj_b), dattproj, la.atty.data(),
                          w + p.proj_w, N, Cm, C);
     ops_.zero(dqkv_.data(), 3 * NCm);
-    if (recompute_ == Recompute::selective)  // what attention keeps, rebuilt from qkv
-        ops_.attention_rebuild(att, la.qkv.data(), B, T, Cm, NHm, drop);
-    ops_.attention_backward(dqkv_.data(), dc_b_.data(), la.qkv.data(), la.atty.data(), att, B, T,
-                            Cm, NHm, drop, site_seed(a, l, 0), layout_.heads_begin(), s.heads);
+    if (context_) {
+        if (recompute_ == Recompute::selective) context_->rebuild(att, la.qkv.data(), drop);
+        context_->backward(dqkv_.data(), dc_b_.data(), la.qkv.data(), la.atty.data(),
+                           la.atty_heads.data(), att, drop, site_seed(a, l, 0));
+    } else {
+        if (recompute_ == Recompute::selective)  // what attention keeps, rebuilt from qkv
+            ops_.attention_rebuild(att, la.qkv.data(), B, T, Cm, NHm, drop);
+        ops_.attention_backward(dqkv_.data(), dc_b_.data(), la.qkv.data(), la.atty.data(), att,
+                                B, T, Cm, NHm, drop, site_seed(a, l, 0), layout_.heads_begin(),
+                                s.heads);
+    }
     keep(kept.d_qkv, dqkv_.data(), 3 * NCm);
     ops_.zero(dc_a_.data(), NC);
     ops_.matmul_backward(dc_a_.data(), grad(p.qkv_w), grad(p.qkv_b), dqkv_.data(), ln1,
@@ -771,7 +790,7 @@ void Gpt::embedding_backward(Activations& a, Part part) {
         all_rows(through_dropout(dresidual, RC, drop, site_seed(a, -1, 0)), dc_all_.data());
     ops_.embedding_backward(grads_.at(layout_.wte()), grads_.at(layout_.wpe()),
                             dencoded, as_tokens(a.inputs), B_, T_, C, layout_.vocab_begin(),
-                            layout_.vocab_local());
+                            layout_.vocab_local(), positions(), layout_.shape().max_seq);
 }
 
 void Gpt::gradients_final(std::size_t begin, std::size_t end,

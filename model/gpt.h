@@ -19,6 +19,12 @@
 // forward_chunk/backward_chunk per (microbatch, chunk) in a schedule's order; each in-flight
 // pair keeps its own activations, returned to a pool by its backward.
 //
+// Context parallelism: over the `context` group of C ranks, each rank holds T/C tokens of
+// every sequence (two chunks, model/context_split.h) through the whole stage: LayerNorms,
+// the MLP, the embedding (at the tokens' positions) and the loss work on the local tokens;
+// attention sees the whole sequence by ring attention or Ulysses (model/context_attention.h).
+// The gradients are this rank's part: the trainer sums them over the data-context group.
+//
 // Activation recompute (Korthikanti et al., "Reducing Activation Recomputation in Large
 // Transformer Models") trades FLOPs for the memory of the sets in flight. selective keeps all
 // but what attention keeps for its backward (on the CPU the probabilities (B,NH/M,T,T), the
@@ -45,6 +51,8 @@
 #include <vector>
 
 #include "kernels/ops.h"
+#include "model/context_attention.h"
+#include "model/device_buffer.h"
 #include "model/flat_buffer.h"
 #include "model/param_layout.h"
 #include "parallel/comm.h"
@@ -52,29 +60,14 @@
 
 namespace trident::model {
 
-// A device buffer of `count` elements of one type that releases itself.
-class DeviceBuffer {
-public:
-    DeviceBuffer() = default;
-    DeviceBuffer(kernels::Ops& ops, std::size_t count, kernels::DType dtype = kernels::DType::f32);
-    ~DeviceBuffer();
-    DeviceBuffer(DeviceBuffer&& other) noexcept;
-    DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
-    DeviceBuffer(const DeviceBuffer&) = delete;
-    DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-    kernels::Ptr data() const { return data_; }
-    float* f32() const { return data_.f32(); }  // an fp32 buffer's floats
-    std::size_t size() const { return count_; }
-    std::size_t bytes() const { return count_ * kernels::size_of(data_.dtype); }
-
-private:
-    kernels::Ops* ops_ = nullptr;
-    kernels::Ptr data_;
-    std::size_t count_ = 0;
-};
-
 enum class Recompute { none, selective, full };
+
+// The context-parallel group of ranks that split each sequence (null: not split), and how
+// attention sees the whole sequence.
+struct ContextSplit {
+    parallel::Comm* group = nullptr;
+    ContextMode mode = ContextMode::ring;
+};
 
 // Element types of the model's buffers: fp32 throughout, or mixed precision (16-bit
 // parameters and activations; gradients 16-bit too, or fp32 to accumulate and reduce them
@@ -98,8 +91,9 @@ struct Sharding {
 
 class Gpt {
 public:
-    // micro_batch x seq_len is the shape of every microbatch this model will run. `tensor` is
-    // the tensor-parallel group (null: not split); `plan` the pipeline stage held.
+    // micro_batch x seq_len / C is the shape of every microbatch this model will run (C the
+    // context group's size). `tensor` is the tensor-parallel group (null: not split); `plan`
+    // the pipeline stage held.
     // The parameter and gradient buffers are padded to a multiple of `buffer_multiple` (the
     // data-parallel size, so ZeRO shards them evenly); the padding stays zero. With
     // `sharding` they are sharded over that many replicas, each unit of the layout padded to
@@ -108,12 +102,14 @@ public:
         parallel::Comm* tensor = nullptr, bool sequence_parallel = false,
         const StagePlan& plan = {}, std::size_t buffer_multiple = 1,
         Recompute recompute = Recompute::none, const Precision& precision = {},
-        const Sharding& sharding = {});
+        const Sharding& sharding = {}, const ContextSplit& context = {});
     ~Gpt();
 
     const ParamLayout& layout() const { return layout_; }  // this rank's part
     const GptShape& shape() const { return layout_.shape(); }
     int micro_batch() const { return B_; }
+    // Tokens of each sequence on this rank: seq_len / C.
+    int local_tokens() const { return T_; }
     // Elements of the activation a chunk passes on: its rows of the residual stream (R, C),
     // of precision().activations.
     std::size_t boundary_size() const { return static_cast<std::size_t>(rows_mine_) * layout_.shape().hidden; }
@@ -152,7 +148,7 @@ public:
     // global chunk, else `input` (R, C) as the previous chunk sent it (copied). The last
     // global chunk computes the loss against `targets` (B, T) and returns its mean over the
     // B*T tokens; other chunks write their output (R, C) to `output` and return 0. Token ids
-    // are on the host. Without `training` (no dropout) the activations are released at once.
+    // are on the host; T is local_tokens(), this rank's tokens of each sequence. Without `training` (no dropout) the activations are released at once.
     float forward_chunk(int mb, int c, const int32_t* inputs, const int32_t* targets,
                         kernels::ConstPtr input, kernels::Ptr output, bool training,
                         uint64_t dropout_seed);
@@ -210,6 +206,13 @@ private:
     struct Activations;  // one (microbatch, chunk) in flight
 
     std::unique_ptr<Activations> new_activations(int c);
+    // Whether each layer's set keeps what attention keeps for backward: without recompute,
+    // and under selective recompute with ring attention, whose log-sum-exp is as small as
+    // anything recompute would keep instead (full recompute keeps nothing of a layer).
+    bool keeps_attention() const {
+        return recompute_ == Recompute::none ||
+               (recompute_ == Recompute::selective && context_ && context_->mode() == ContextMode::ring);
+    }
     // Allocates the buffers of one layer's set: `work` the intermediates backward reads (all
     // but att and the output), `att` what attention keeps for backward, `output` resid3.
     void allocate_layer(LayerActivations& la, bool work, bool att, bool output);
@@ -265,6 +268,13 @@ private:
     std::pair<std::size_t, std::size_t> lnf_range() const;
     std::pair<std::size_t, std::size_t> wte_range() const;
     uint64_t site_seed(const Activations& a, int layer, int site) const;
+    // The positions of this rank's tokens (device, i32), or null when it holds them all.
+    const int32_t* positions() const {
+        return context_ ? static_cast<const int32_t*>(positions_.data().data) : nullptr;
+    }
+    // Dropout on this rank's rows (R,C) of the residual stream, in place, drawing each
+    // element's mask at its index in the whole microbatch (B, T, C) (residual_runs_).
+    void dropout_rows(kernels::Ptr x, float drop, uint64_t seed);
     // The gradient before a dropout site given the one after it (rows of this rank): dout
     // itself without dropout, else dout through the site's mask, written to dc_mine_.
     kernels::ConstPtr through_dropout(kernels::ConstPtr dout, std::size_t count, float drop,
@@ -281,16 +291,26 @@ private:
     parallel::Comm& tensor_;
     bool sequence_parallel_;
     ParamLayout layout_;
-    int B_, T_;
+    int B_, T_;                // T: this rank's tokens of a sequence, seq_len / C
     int rows_;                 // N = B*T rows of a microbatch
     int rows_mine_;            // rows of the residual stream on this rank: N/M or N
-    uint64_t first_element_;   // global index of this rank's first residual element (dropout)
+    // This rank's residual rows as runs of consecutive rows of the whole microbatch (B,
+    // seq_len): (first local row, its row in the whole, rows). One run without context
+    // parallelism; dropout draws each run's mask from its place in the whole.
+    struct RowRun {
+        std::size_t local, whole, rows;
+    };
+    std::vector<RowRun> residual_runs_;
     float dropout_;
     Recompute recompute_;
     Precision precision_;
     Sharding sharding_;
     StepHooks hooks_;
     bool split_backward_ = false;
+    // Context parallelism (null without): the attention over the whole sequence, and the
+    // positions of this rank's tokens (T, i32) for the embedding.
+    std::unique_ptr<ContextAttention> context_;
+    DeviceBuffer positions_;
 
     FlatBuffer params_, grads_;
 

@@ -57,3 +57,32 @@ TEST_CASE("grid: tensor-parallel ranks are neighbours, stages the slowest axis",
     // Data-parallel replicas are M apart.
     CHECK(rank_of(g, {0, 1, 2}) - rank_of(g, {0, 0, 2}) == 4);
 }
+
+TEST_CASE("grid: context-parallel ranks sit between tensor and data, as Megatron's tp-cp-dp-pp",
+          "[grid]") {
+    // GridShape is {P, M, D, C}.
+    const std::vector<GridShape> shapes = {{2, 2, 1, 2}, {1, 2, 2, 2}, {2, 1, 4, 3}, {1, 1, 8, 1},
+                                           {3, 2, 2, 2}, {1, 1, 1, 4}};
+    for (const GridShape& g : shapes) {
+        INFO("P " << g.pipeline << ", M " << g.tensor << ", C " << g.context << ", D " << g.data);
+        const int size = g.pipeline * g.tensor * g.context * g.data;
+        std::set<int> seen;
+        for (int pp = 0; pp < g.pipeline; ++pp)
+            for (int dp = 0; dp < g.data; ++dp)
+                for (int cp = 0; cp < g.context; ++cp)
+                    for (int tp = 0; tp < g.tensor; ++tp) {
+                        Coordinates want;
+                        want.pp = pp;
+                        want.dp = dp;
+                        want.tp = tp;
+                        want.cp = cp;
+                        const int rank = rank_of(g, want);
+                        CHECK(rank == tp + g.tensor * (cp + g.context * (dp + g.data * pp)));
+                        seen.insert(rank);
+                        const Coordinates c = coordinates_of(g, rank);
+                        CHECK(std::tuple(c.pp, c.dp, c.cp, c.tp) == std::tuple(pp, dp, cp, tp));
+                    }
+        CHECK(static_cast<int>(seen.size()) == size);
+        CHECK(*seen.rbegin() == size - 1);
+    }
+}

@@ -317,7 +317,7 @@ TEST_CASE("embedding forward and backward", "[kernels]") {
     const auto wpe = random_floats(Tn * C, 12);
 
     std::vector<float> out(B * Tn * C);
-    ops->embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C, 0, Vp);
+    ops->embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C, 0, Vp, nullptr, Tn);
     std::vector<double> expected;
     const auto wpe_expected = to_double(wpe);
     embedding_reference(expected, tokens, to_double(wte), &wpe_expected, B, Tn, C, 0, Vp);
@@ -325,7 +325,7 @@ TEST_CASE("embedding forward and backward", "[kernels]") {
 
     const auto dout = random_floats(B * Tn * C, 13);
     std::vector<float> dwte(Vp * C, 0.0f), dwpe(Tn * C, 0.0f);
-    ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C, 0, Vp);
+    ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C, 0, Vp, nullptr, Tn);
 
     auto wte_d = to_double(wte), wpe_d = to_double(wpe);
     const auto dout_d = to_double(dout);
@@ -340,7 +340,7 @@ TEST_CASE("embedding forward and backward", "[kernels]") {
     check_close("dwpe", dwpe, dwpe_expected, kGradientTolerance);
 
     // "+=": a second call on top of the first doubles the gradients.
-    ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C, 0, Vp);
+    ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C, 0, Vp, nullptr, Tn);
     check_close("dwte", dwte, doubled(dwte_expected), kGradientTolerance);
     check_close("dwpe", dwpe, doubled(dwpe_expected), kGradientTolerance);
 }
@@ -358,9 +358,9 @@ TEST_CASE("embedding over vocabulary slices adds up to the whole", "[kernels]") 
     const auto dout = random_floats(B * Tn * C, 16);
 
     std::vector<float> whole(B * Tn * C), dwte_whole(Vp * C, 0.0f), dwpe_whole(Tn * C, 0.0f);
-    ops->embedding_forward(whole.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C, 0, Vp);
+    ops->embedding_forward(whole.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C, 0, Vp, nullptr, Tn);
     ops->embedding_backward(dwte_whole.data(), dwpe_whole.data(), dout.data(), tokens.data(), B, Tn,
-                            C, 0, Vp);
+                            C, 0, Vp, nullptr, Tn);
 
     // Uneven slices; the last, [12, 16), is used by one token only, and [10, 12) by none.
     const std::vector<int> bounds = {0, 5, 10, 12, Vp};
@@ -375,7 +375,7 @@ TEST_CASE("embedding over vocabulary slices adds up to the whole", "[kernels]") 
 
         std::vector<float> part(B * Tn * C);
         ops->embedding_forward(part.data(), tokens.data(), wte_slice.data(), rank_wpe, B, Tn, C,
-                               begin, local);
+                               begin, local, nullptr, Tn);
         std::vector<double> expected;
         const auto wpe_d = to_double(wpe);
         embedding_reference(expected, tokens, to_double(wte_slice), s == 0 ? &wpe_d : nullptr, B,
@@ -385,7 +385,7 @@ TEST_CASE("embedding over vocabulary slices adds up to the whole", "[kernels]") 
 
         std::vector<float> dwte_slice(local * C, 0.0f);
         ops->embedding_backward(dwte_slice.data(), rank_dwpe, dout.data(), tokens.data(), B, Tn, C,
-                                begin, local);
+                                begin, local, nullptr, Tn);
         const std::vector<float> rows(dwte_whole.begin() + begin * C,
                                       dwte_whole.begin() + (begin + local) * C);
         CHECK(bitwise_equal(dwte_slice, rows));
@@ -1046,9 +1046,9 @@ TEST_CASE("ops repeat bit for bit", "[kernels]") {
 
         std::vector<float> embedded(N * C), dwte(20 * C, 0.0f), dwpe(Tn * C, 0.0f);
         ops->embedding_forward(embedded.data(), tokens.data(), weight.data(), inp.data(), B, Tn, C,
-                               20, 20);  // rows 20..39 of the vocabulary, weight as wte
+                               20, 20, nullptr, Tn);  // rows 20..39 of the vocabulary, weight as wte
         ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C, 20,
-                                20);
+                                20, nullptr, Tn);
         results.insert(results.end(), {embedded, dwte, dwpe});
         const double norm = ops->sum_of_squares(dout_oc.data(), dout_oc.size());
         results.push_back({static_cast<float>(norm), static_cast<float>(norm - float(norm))});

@@ -345,6 +345,21 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
     }
     SECTION("2 x 1 x 2, ZeRO-2") {
         check_measured_shards({"parallel.pipeline=2", "parallel.data=2", "parallel.zero_stage=2"},
+                              2);
+    }
+    // Sequences of 32 and 64: each rank's token positions (T/C, int32) fill 64 bytes.
+    SECTION("1 x 1 x 2 x 2 (P x M x C x D), ring attention, selective recompute, ZeRO-1") {
+        check_measured_memory({"model.seq_len=32", "parallel.context=2", "parallel.data=2",
+                               "training.recompute=selective"},
+                              4);
+    }
+    SECTION("1 x 2 x 2 x 1, Ulysses, sequence parallel") {
+        check_measured_memory({"model.seq_len=32", "parallel.tensor=2", "parallel.context=2",
+                               "parallel.context_mode=ulysses", "parallel.sequence_parallel=true"},
+                              4);
+    }
+    SECTION("1 x 1 x 4 x 1, ring attention, full recompute") {
+        check_measured_memory({"model.seq_len=64", "parallel.context=4", "training.recompute=full"},
                               4);
     }
 }

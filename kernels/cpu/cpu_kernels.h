@@ -11,6 +11,10 @@
 #include <cstddef>
 #include <cstdint>
 
+namespace trident::kernels {
+struct AttentionBlock;  // kernels/ops.h
+}
+
 namespace trident::kernels::cpu {
 
 // exp(x) written so GCC vectorises the loops that call it: std::exp is a libm call that blocks
@@ -47,9 +51,9 @@ inline float fast_tanh(float x) {
 
 // ---- embedding (embedding.cpp) ----------------------------------------------------------
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                       int T, int C, int vocab_begin, int vocab_local);
+                       int T, int C, int vocab_begin, int vocab_local, const int32_t* positions);
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                        int T, int C, int vocab_begin, int vocab_local);
+                        int T, int C, int vocab_begin, int vocab_local, const int32_t* positions);
 
 // ---- layer norm (layernorm.cpp) ---------------------------------------------------------
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
@@ -72,6 +76,15 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
                         const float* att, int B, int T, int C, int NH, float drop_prob,
                         uint64_t seed, int head_begin, int heads_total);
 void attention_probs(float* att, const float* qkv, int B, int T, int C, int NH);
+
+// ---- ring attention's blocks (attention_block.cpp) --------------------------------------
+void attention_block_forward(float* out, float* lse, const float* qkv, const float* kv,
+                             const AttentionBlock& block);
+void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse, int B,
+                     int rows, int C, int NH, int row_begin, int row_count);
+void attention_block_backward(float* dq, float* dkv, const float* dout, const float* qkv,
+                              const float* kv, const float* out, const float* lse,
+                              const AttentionBlock& block);
 
 // ---- pointwise (pointwise.cpp) ----------------------------------------------------------
 void gelu_forward(float* out, const float* inp, std::size_t count);

@@ -76,21 +76,40 @@ public:
         v.commit();
     }
 
+    void copy_2d(Ptr out, std::size_t out_stride, ConstPtr in, std::size_t in_stride,
+                 std::size_t rows, std::size_t cols) override {
+        const std::size_t width = size_of(out.dtype);
+        for (std::size_t r = 0; r < rows; ++r) {
+            const Ptr to = out + r * out_stride;
+            const ConstPtr from = in + r * in_stride;
+            if (out.dtype == in.dtype) {
+                if (cols > 0) std::memcpy(to.data, from.data, cols * width);
+                continue;
+            }
+            row_.resize(cols);
+            widen(row_.data(), from, cols);
+            narrow(to, row_.data(), cols);
+        }
+    }
+
     void embedding_forward(Ptr out, const int32_t* tokens, ConstPtr wte, ConstPtr wpe, int B,
-                           int T, int C, int vocab_begin, int vocab_local) override {
+                           int T, int C, int vocab_begin, int vocab_local,
+                           const int32_t* positions, int wpe_rows) override {
         cpu::Fp32Views v(scratch_);
         const std::size_t NC = static_cast<std::size_t>(B) * T * C;
         cpu::embedding_forward(v.out(out, NC), tokens, v.in(wte, std::size_t(vocab_local) * C),
-                               v.in(wpe, std::size_t(T) * C), B, T, C, vocab_begin, vocab_local);
+                               v.in(wpe, std::size_t(wpe_rows) * C), B, T, C, vocab_begin,
+                               vocab_local, positions);
         v.commit();
     }
     void embedding_backward(Ptr dwte, Ptr dwpe, ConstPtr dout, const int32_t* tokens, int B,
-                            int T, int C, int vocab_begin, int vocab_local) override {
+                            int T, int C, int vocab_begin, int vocab_local,
+                            const int32_t* positions, int wpe_rows) override {
         cpu::Fp32Views v(scratch_);
         const std::size_t NC = static_cast<std::size_t>(B) * T * C;
         cpu::embedding_backward(v.inout(dwte, std::size_t(vocab_local) * C),
-                                v.inout(dwpe, std::size_t(T) * C), v.in(dout, NC), tokens, B, T,
-                                C, vocab_begin, vocab_local);
+                                v.inout(dwpe, std::size_t(wpe_rows) * C), v.in(dout, NC), tokens,
+                                B, T, C, vocab_begin, vocab_local, positions);
         v.commit();
     }
 
@@ -171,6 +190,27 @@ public:
         cpu::attention_probs(v.out(saved, probs_size(B, NH, T)),
                              v.in(qkv, 3 * static_cast<std::size_t>(B) * T * C), B, T, C, NH);
         v.commit();
+    }
+
+    void attention_block_forward(float* out, float* lse, ConstPtr qkv, ConstPtr kv,
+                                 const AttentionBlock& k) override {
+        cpu::Fp32Views v(scratch_);
+        const float* q = v.in(qkv, 3 * static_cast<std::size_t>(k.B) * k.q_rows * k.C);
+        cpu::attention_block_forward(out, lse, q,
+                                     v.in(kv, 2 * static_cast<std::size_t>(k.B) * k.kv_rows * k.C), k);
+    }
+    void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse,
+                         int B, int rows, int C, int NH, int row_begin, int row_count) override {
+        cpu::attention_merge(out, lse, block_out, block_lse, B, rows, C, NH, row_begin, row_count);
+    }
+    void attention_block_backward(float* dq, float* dkv, ConstPtr dout, ConstPtr qkv, ConstPtr kv,
+                                  ConstPtr out, const float* lse, const AttentionBlock& k) override {
+        cpu::Fp32Views v(scratch_);
+        const std::size_t rows_c = static_cast<std::size_t>(k.B) * k.q_rows * k.C;
+        const float* d = v.in(dout, rows_c);
+        const float* q = v.in(qkv, 3 * rows_c);
+        const float* kvs = v.in(kv, 2 * static_cast<std::size_t>(k.B) * k.kv_rows * k.C);
+        cpu::attention_block_backward(dq, dkv, d, q, kvs, v.in(out, rows_c), lse, k);
     }
 
     void gelu_forward(Ptr out, ConstPtr inp, std::size_t count) override {
@@ -257,6 +297,7 @@ private:
     std::unordered_map<const void*, std::size_t> sizes_;  // live buffers and their bytes
     std::size_t allocated_ = 0, peak_ = 0;
     std::vector<std::vector<float>> scratch_;  // fp32 views of 16-bit arguments (Fp32Views)
+    std::vector<float> row_;                   // copy_2d's row between two types
     Ptr workspace_;                            // attention_backward's, from allocate()
     std::size_t workspace_count_ = 0;
 };

@@ -19,6 +19,10 @@
 
 #include "kernels/dtype.h"
 
+namespace trident::kernels {
+struct AttentionBlock;  // kernels/ops.h
+}
+
 namespace trident::kernels::cuda {
 
 // ---- built-in flash attention (attention_flash.cu) -----------------------------------------
@@ -38,6 +42,19 @@ template <typename E>
 void flash_attention_backward(E* dqkv, float* row_dot, const E* dout, const E* qkv, const E* out,
                               const float* lse, int B, int T, int C, int NH, float drop_prob,
                               uint64_t seed, int head_begin, int heads_total, cudaStream_t stream);
+
+// ---- ring attention's blocks (attention_block.cu) --------------------------------------------
+// kernels/ops.h, "ring attention": head sizes up to kFlashMaxHeadSize; qkv, kv, dout and out
+// of one element type E; row_dot (B, NH, q_rows) is scratch.
+template <typename E>
+void attention_block_forward(float* out, float* lse, const E* qkv, const E* kv,
+                             const AttentionBlock& block, cudaStream_t stream);
+void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse, int B,
+                     int rows, int C, int NH, int row_begin, int row_count, cudaStream_t stream);
+template <typename E>
+void attention_block_backward(float* dq, float* dkv, float* row_dot, const E* dout, const E* qkv,
+                              const E* kv, const E* out, const float* lse,
+                              const AttentionBlock& block, cudaStream_t stream);
 
 // ---- cuDNN fused attention (attention_cudnn.cpp) ---------------------------------------------
 class DeviceAllocator;

@@ -39,6 +39,11 @@ template <typename E>
 void scale(E* x, std::size_t count, float factor, cudaStream_t stream);
 template <typename TOut, typename TIn>  // out = in, rounded to TOut
 void convert(TOut* out, const TIn* in, std::size_t count, cudaStream_t stream);
+// out (rows, cols) with row stride out_stride = in (rows, cols) with row stride in_stride,
+// rounded to TOut (kernels/ops.h, copy_2d, between two types).
+template <typename TOut, typename TIn>
+void convert_2d(TOut* out, std::size_t out_stride, const TIn* in, std::size_t in_stride,
+                std::size_t rows, std::size_t cols, cudaStream_t stream);
 
 // ---- layer norm, eps 1e-5 (layernorm.cu) --------------------------------------------------
 template <typename E>
@@ -68,13 +73,15 @@ std::size_t bias_grad_scratch(int N, int OC);
 // ---- embedding (embedding.cu) --------------------------------------------------------------
 template <typename E>
 void embedding_forward(E* out, const int32_t* tokens, const E* wte, const E* wpe, int B, int T,
-                       int C, int vocab_begin, int vocab_local, cudaStream_t stream);
+                       int C, int vocab_begin, int vocab_local, const int32_t* positions,
+                       cudaStream_t stream);
 // The scatter into dwte is a reduction wherever a token repeats. One warp per token (the
 // warp of its first position) sums that token's rows in position order and adds the sum once:
 // no atomics, so the result does not depend on scheduling. dwte, dwpe of any type.
 template <typename E>
 void embedding_backward(Ptr dwte, Ptr dwpe, const E* dout, const int32_t* tokens, int B, int T,
-                        int C, int vocab_begin, int vocab_local, cudaStream_t stream);
+                        int C, int vocab_begin, int vocab_local, const int32_t* positions,
+                        cudaStream_t stream);
 
 // ---- vocab-parallel cross-entropy (cross_entropy.cu) ---------------------------------------
 template <typename E>

@@ -151,31 +151,53 @@ public:
         });
     }
 
+    void copy_2d(Ptr out, std::size_t out_stride, ConstPtr in, std::size_t in_stride,
+                 std::size_t rows, std::size_t cols) override {
+        if (out.dtype == in.dtype) {
+            const std::size_t width = size_of(out.dtype);
+            if (rows * cols)
+                TRIDENT_CUDA_CHECK(cudaMemcpy2DAsync(out.data, out_stride * width, in.data,
+                                                     in_stride * width, cols * width, rows,
+                                                     cudaMemcpyDeviceToDevice, stream_));
+            return;
+        }
+        dispatch(out.dtype, [&](auto to) {
+            dispatch(in.dtype, [&](auto from) {
+                using TOut = decltype(to);
+                using TIn = decltype(from);
+                cuda::convert_2d(as<TOut>(out), out_stride, as<TIn>(in), in_stride, rows, cols,
+                                 stream_);
+            });
+        });
+    }
+
     // ---- embedding ------------------------------------------------------------------------
     void embedding_forward(Ptr out, const int32_t* tokens, ConstPtr wte, ConstPtr wpe, int B, int T,
-                           int C, int vocab_begin, int vocab_local) override {
+                           int C, int vocab_begin, int vocab_local, const int32_t* positions,
+                           int wpe_rows) override {
         if (all_of_type(out.dtype, {wte, wpe})) {
             dispatch(out.dtype, [&](auto e) {
                 using E = decltype(e);
                 cuda::embedding_forward(as<E>(out), tokens, as<E>(wte), as<E>(wpe), B, T, C,
-                                        vocab_begin, vocab_local, stream_);
+                                        vocab_begin, vocab_local, positions, stream_);
             });
             return;
         }
         auto v = views();
         const std::size_t NC = static_cast<std::size_t>(B) * T * C;
         cuda::embedding_forward(v.out(out, NC), tokens, v.in(wte, std::size_t(vocab_local) * C),
-                                v.in(wpe, std::size_t(T) * C), B, T, C, vocab_begin, vocab_local,
-                                stream_);
+                                v.in(wpe, std::size_t(wpe_rows) * C), B, T, C, vocab_begin,
+                                vocab_local, positions, stream_);
         v.commit();
     }
     void embedding_backward(Ptr dwte, Ptr dwpe, ConstPtr dout, const int32_t* tokens, int B, int T,
-                            int C, int vocab_begin, int vocab_local) override {
+                            int C, int vocab_begin, int vocab_local, const int32_t* positions,
+                            int) override {
         // The gradients may be of any type; the kernel converts as it adds.
         dispatch(dout.dtype, [&](auto e) {
             using E = decltype(e);
             cuda::embedding_backward(dwte, dwpe, as<E>(dout), tokens, B, T, C, vocab_begin,
-                                     vocab_local, stream_);
+                                     vocab_local, positions, stream_);
         });
     }
 
@@ -381,6 +403,47 @@ public:
         if (announce && kept.path != AttentionPath::none)
             std::fprintf(stderr, "trident: %s\n", describe(shape, kept).c_str());
         return kept;
+    }
+
+    // ---- ring attention ------------------------------------------------------------------
+    void attention_block_forward(float* out, float* lse, ConstPtr qkv, ConstPtr kv,
+                                 const AttentionBlock& k) override {
+        if (all_of_type(qkv.dtype, {kv})) {
+            dispatch(qkv.dtype, [&](auto e) {
+                using E = decltype(e);
+                cuda::attention_block_forward(out, lse, as<E>(qkv), as<E>(kv), k, stream_);
+            });
+            return;
+        }
+        auto v = views();
+        const std::size_t q_elements = 3 * static_cast<std::size_t>(k.B) * k.q_rows * k.C;
+        const float* q = v.in(qkv, q_elements);
+        cuda::attention_block_forward(
+            out, lse, q, v.in(kv, 2 * static_cast<std::size_t>(k.B) * k.kv_rows * k.C), k, stream_);
+    }
+    void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse,
+                         int B, int rows, int C, int NH, int row_begin, int row_count) override {
+        cuda::attention_merge(out, lse, block_out, block_lse, B, rows, C, NH, row_begin, row_count,
+                              stream_);
+    }
+    void attention_block_backward(float* dq, float* dkv, ConstPtr dout, ConstPtr qkv, ConstPtr kv,
+                                  ConstPtr out, const float* lse, const AttentionBlock& k) override {
+        Scratch row_dot(allocator_, static_cast<std::size_t>(k.B) * k.NH * k.q_rows * sizeof(float));
+        if (all_of_type(qkv.dtype, {kv, dout, out})) {
+            dispatch(qkv.dtype, [&](auto e) {
+                using E = decltype(e);
+                cuda::attention_block_backward(dq, dkv, row_dot.floats(), as<E>(dout), as<E>(qkv),
+                                               as<E>(kv), as<E>(out), lse, k, stream_);
+            });
+            return;
+        }
+        auto v = views();
+        const std::size_t rows_c = static_cast<std::size_t>(k.B) * k.q_rows * k.C;
+        const float* d = v.in(dout, rows_c);
+        const float* q = v.in(qkv, 3 * rows_c);
+        const float* kvs = v.in(kv, 2 * static_cast<std::size_t>(k.B) * k.kv_rows * k.C);
+        cuda::attention_block_backward(dq, dkv, row_dot.floats(), d, q, kvs, v.in(out, rows_c), lse,
+                                       k, stream_);
     }
 
     // ---- pointwise ---------------------------------------------------------------------------

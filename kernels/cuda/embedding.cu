@@ -1,6 +1,7 @@
 // Token + position embedding on one rank's slice of the vocabulary, forward and backward
 // (shapes in kernels/ops.h: a token outside [vocab_begin, vocab_begin + vocab_local) looks up
-// a zero row here, its row lives on another tensor-parallel rank).
+// a zero row here, its row lives on another tensor-parallel rank; row t of a sequence is at
+// position positions[t], or t without positions).
 //
 // Backward without atomics: the warp of position i works only if i is the first position of
 // its token; it then walks the later positions in order (32 token ids per step, a ballot
@@ -26,13 +27,20 @@ __device__ __forceinline__ int local_row(int32_t token, int vocab_begin, int voc
 }
 
 // out (B*T, C): one block per row.
+__device__ __forceinline__ int position_of(const int32_t* positions, int t) {
+    return positions ? positions[t] : t;
+}
+
 template <typename E>
 __global__ void embedding_forward_kernel(E* out, const int32_t* tokens, const E* wte, const E* wpe,
-                                         int T, int C, int vocab_begin, int vocab_local) {
+                                         int T, int C, int vocab_begin, int vocab_local,
+                                         const int32_t* positions) {
     const int bt = blockIdx.x;
     const int row = local_row(tokens[bt], vocab_begin, vocab_local);
     const E* wte_row = row >= 0 ? wte + static_cast<std::size_t>(row) * C : nullptr;
-    const E* wpe_row = wpe != nullptr ? wpe + static_cast<std::size_t>(bt % T) * C : nullptr;
+    const E* wpe_row =
+        wpe != nullptr ? wpe + static_cast<std::size_t>(position_of(positions, bt % T)) * C
+                       : nullptr;
     E* out_row = out + static_cast<std::size_t>(bt) * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float x = wte_row ? to_float(wte_row[c]) : 0.0f;
@@ -85,16 +93,20 @@ __global__ void embedding_backward_wte_kernel(Ptr dwte, const E* dout, const int
     }
 }
 
-// dwpe (T, C) += dout summed over the batch, in batch order: one thread per element.
+// dwpe at the T rows' positions += dout summed over the batch, in batch order: one thread per
+// element (the positions are distinct).
 template <typename E>
-__global__ void embedding_backward_wpe_kernel(Ptr dwpe, const E* dout, int B, int T, int C) {
+__global__ void embedding_backward_wpe_kernel(Ptr dwpe, const E* dout, int B, int T, int C,
+                                              const int32_t* positions) {
     const std::size_t TC = static_cast<std::size_t>(T) * C;
     const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
     for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < TC;
          i += stride) {
         float sum = 0.0f;
         for (int b = 0; b < B; ++b) sum += to_float(dout[b * TC + i]);
-        store_from_float(dwpe.data, dwpe.dtype, i, load_as_float(dwpe.data, dwpe.dtype, i) + sum);
+        const int t = static_cast<int>(i / C);
+        const std::size_t at = static_cast<std::size_t>(position_of(positions, t)) * C + i % C;
+        store_from_float(dwpe.data, dwpe.dtype, at, load_as_float(dwpe.data, dwpe.dtype, at) + sum);
     }
 }
 
@@ -102,16 +114,18 @@ __global__ void embedding_backward_wpe_kernel(Ptr dwpe, const E* dout, int B, in
 
 template <typename E>
 void embedding_forward(E* out, const int32_t* tokens, const E* wte, const E* wpe, int B, int T,
-                       int C, int vocab_begin, int vocab_local, cudaStream_t stream) {
+                       int C, int vocab_begin, int vocab_local, const int32_t* positions,
+                       cudaStream_t stream) {
     if (B * T == 0) return;
     embedding_forward_kernel<<<B * T, kThreads, 0, stream>>>(out, tokens, wte, wpe, T, C,
-                                                             vocab_begin, vocab_local);
+                                                             vocab_begin, vocab_local, positions);
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
 template <typename E>
 void embedding_backward(Ptr dwte, Ptr dwpe, const E* dout, const int32_t* tokens, int B, int T,
-                        int C, int vocab_begin, int vocab_local, cudaStream_t stream) {
+                        int C, int vocab_begin, int vocab_local, const int32_t* positions,
+                        cudaStream_t stream) {
     const int N = B * T;
     if (N == 0) return;
     require_float_elements(dwte.dtype, "a token embedding gradient");
@@ -121,16 +135,16 @@ void embedding_backward(Ptr dwte, Ptr dwpe, const E* dout, const int32_t* tokens
     TRIDENT_CUDA_CHECK_LAUNCH();
     if (dwpe.data != nullptr) {
         embedding_backward_wpe_kernel<<<blocks_for(static_cast<std::size_t>(T) * C, kThreads),
-                                        kThreads, 0, stream>>>(dwpe, dout, B, T, C);
+                                        kThreads, 0, stream>>>(dwpe, dout, B, T, C, positions);
         TRIDENT_CUDA_CHECK_LAUNCH();
     }
 }
 
 #define TRIDENT_INSTANTIATE(E)                                                                     \
     template void embedding_forward<E>(E*, const int32_t*, const E*, const E*, int, int, int, int, \
-                                       int, cudaStream_t);                                         \
+                                       int, const int32_t*, cudaStream_t);                         \
     template void embedding_backward<E>(Ptr, Ptr, const E*, const int32_t*, int, int, int, int,    \
-                                        int, cudaStream_t);
+                                        int, const int32_t*, cudaStream_t);
 TRIDENT_INSTANTIATE(float)
 TRIDENT_INSTANTIATE(__nv_bfloat16)
 TRIDENT_INSTANTIATE(__half)

@@ -132,6 +132,19 @@ __global__ void convert_kernel(TOut* out, const TIn* in, std::size_t count) {
         out[i] = from_float<TOut>(to_float(in[i]));
 }
 
+// out (rows, cols) strided = in (rows, cols) strided, one thread per element.
+template <typename TOut, typename TIn>
+__global__ void convert_2d_kernel(TOut* out, std::size_t out_stride, const TIn* in,
+                                  std::size_t in_stride, std::size_t rows, std::size_t cols) {
+    const std::size_t count = rows * cols;
+    const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
+    for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+         i += stride) {
+        const std::size_t r = i / cols, c = i % cols;
+        out[r * out_stride + c] = from_float<TOut>(to_float(in[r * in_stride + c]));
+    }
+}
+
 }  // namespace
 
 template <typename E>
@@ -181,6 +194,15 @@ void convert(TOut* out, const TIn* in, std::size_t count, cudaStream_t stream) {
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
+template <typename TOut, typename TIn>
+void convert_2d(TOut* out, std::size_t out_stride, const TIn* in, std::size_t in_stride,
+                std::size_t rows, std::size_t cols, cudaStream_t stream) {
+    if (rows * cols == 0) return;
+    convert_2d_kernel<<<blocks_for(rows * cols, kThreads), kThreads, 0, stream>>>(
+        out, out_stride, in, in_stride, rows, cols);
+    TRIDENT_CUDA_CHECK_LAUNCH();
+}
+
 #define TRIDENT_INSTANTIATE(E)                                                                    \
     template void gelu_forward<E>(E*, const E*, std::size_t, cudaStream_t);                       \
     template void gelu_backward<E>(E*, const E*, const E*, std::size_t, cudaStream_t);            \
@@ -193,7 +215,14 @@ void convert(TOut* out, const TIn* in, std::size_t count, cudaStream_t stream) {
     template void scale<E>(E*, std::size_t, float, cudaStream_t);                                 \
     template void convert<E, float>(E*, const float*, std::size_t, cudaStream_t);                 \
     template void convert<E, __nv_bfloat16>(E*, const __nv_bfloat16*, std::size_t, cudaStream_t); \
-    template void convert<E, __half>(E*, const __half*, std::size_t, cudaStream_t);
+    template void convert<E, __half>(E*, const __half*, std::size_t, cudaStream_t);           \
+    template void convert_2d<E, float>(E*, std::size_t, const float*, std::size_t, std::size_t, \
+                                       std::size_t, cudaStream_t);                            \
+    template void convert_2d<E, __nv_bfloat16>(E*, std::size_t, const __nv_bfloat16*,         \
+                                               std::size_t, std::size_t, std::size_t,         \
+                                               cudaStream_t);                                 \
+    template void convert_2d<E, __half>(E*, std::size_t, const __half*, std::size_t,          \
+                                        std::size_t, std::size_t, cudaStream_t);
 TRIDENT_INSTANTIATE(float)
 TRIDENT_INSTANTIATE(__nv_bfloat16)
 TRIDENT_INSTANTIATE(__half)

@@ -91,7 +91,7 @@ int bench(const BenchOptions& opts, parallel::World& world) {
             cfg = config::load(opts.config, opts.overrides, config::Purpose::bench);
             const auto& p = cfg.parallel;
             grid = std::make_unique<parallel::Grid>(
-                world, parallel::GridShape{p.pipeline, p.tensor, p.data});
+                world, parallel::GridShape{p.pipeline, p.tensor, p.data, p.context});
             device = choose_device(cfg, world, world.rank() == 0);
         },
         [&] { run(opts, cfg, device, *grid, world); });

@@ -33,10 +33,10 @@ int checkpoint_info(const CheckpointInfoOptions& opts) {
         "model: layers %d | hidden %d | heads %d | ffn %d | seq %d | vocab %d (padded %d)\n",
         s.layers, s.hidden, s.heads, s.ffn, s.max_seq, s.vocab, s.padded_vocab);
     std::printf(
-        "layout: %d x %d x %d (pipeline x tensor x data) | schedule %s, virtual stages %d "
-        "| ZeRO stage %d, buckets of %lld\n",
-        l.pipeline, l.tensor, l.data, l.schedule.c_str(), l.virtual_stages, l.zero_stage,
-        static_cast<long long>(l.bucket_size));
+        "layout: %d x %d x %d x %d (pipeline x tensor x context x data) | context %s | schedule "
+        "%s, virtual stages %d | ZeRO stage %d, buckets of %lld\n",
+        l.pipeline, l.tensor, l.context, l.data, l.context_mode.c_str(), l.schedule.c_str(),
+        l.virtual_stages, l.zero_stage, static_cast<long long>(l.bucket_size));
     if (l.chunk_layers.size() > 1) {
         std::string cuts;
         for (int n : l.chunk_layers) cuts += (cuts.empty() ? "" : ", ") + std::to_string(n);

@@ -10,6 +10,7 @@
 #include "train/device_peak.h"
 #include "train/metrics.h"
 #if TRIDENT_HAVE_CUDA
+#include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device.h"
 #include "parallel/cuda/gpu_binding.h"
@@ -79,22 +80,31 @@ std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Devi
     if (!device.gpu) return kernels::make_cpu_ops(cfg.training.threads);
 #if TRIDENT_HAVE_CUDA
     auto ops = kernels::make_cuda_ops();
-    // Attention's kernels are chosen now, so that a model no kernel can run stops here.
+    // Attention's kernels are chosen now, so that a model no kernel can run stops here. Ring
+    // attention runs its own block kernels; Ulysses runs attention on a C-th of the heads.
     const config::ModelConfig& m = cfg.model;
-    const int tensor = cfg.parallel.tensor;
-    const kernels::AttentionShape attention{cfg.training.micro_batch,
-                                            m.seq_len,
-                                            m.hidden / tensor,
-                                            m.heads / tensor,
-                                            cfg.training.precision,
-                                            static_cast<float>(m.dropout)};
-    std::string choices;
-    try {
-        choices = kernels::prepare_attention(*ops, attention);
-    } catch (const Error& e) {
-        throw Error(std::string("model.hidden / model.heads: ") + e.what());
+    const auto& p = cfg.parallel;
+    const int head_split = p.tensor * (p.context_mode == config::ContextMode::ulysses ? p.context : 1);
+    if (p.context > 1 && p.context_mode == config::ContextMode::ring) {
+        if (!kernels::cuda::flash_attention_supports(m.hidden / m.heads))
+            throw Error("model.hidden / model.heads: ring attention's GPU kernels take heads of 1 to " +
+                        std::to_string(kernels::cuda::kFlashMaxHeadSize) + " elements");
+        if (announce) std::printf("attention: ring attention's block kernels over %d ranks\n", p.context);
+    } else {
+        const kernels::AttentionShape attention{cfg.training.micro_batch,
+                                                m.seq_len,
+                                                m.hidden / head_split,
+                                                m.heads / head_split,
+                                                cfg.training.precision,
+                                                static_cast<float>(m.dropout)};
+        std::string choices;
+        try {
+            choices = kernels::prepare_attention(*ops, attention);
+        } catch (const Error& e) {
+            throw Error(std::string("model.hidden / model.heads: ") + e.what());
+        }
+        if (announce) std::printf("%s", choices.c_str());
     }
-    if (announce) std::printf("%s", choices.c_str());
     const cudaStream_t stream = kernels::cuda::compute_stream();
     if (device.shared_gpu) {
         // NCCL refuses two ranks of a communicator on one GPU.
@@ -136,9 +146,15 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Pea
                 "vocab %d (padded %d)\n",
                 train::human_count(static_cast<double>(d.parameters)).c_str(), m.layers, m.hidden,
                 m.heads, m.ffn_hidden, m.seq_len, m.vocab_size, d.padded_vocab);
-    std::printf("layout: %d x %d x %d (pipeline x tensor x data) | backend %s | precision %s\n",
-                cfg.parallel.pipeline, cfg.parallel.tensor, cfg.parallel.data, ops.name(),
-                kernels::name_of(t.precision));
+    std::printf("layout: %d x %d x %d x %d (pipeline x tensor x context x data) | backend %s | "
+                "precision %s\n",
+                cfg.parallel.pipeline, cfg.parallel.tensor, cfg.parallel.context,
+                cfg.parallel.data, ops.name(), kernels::name_of(t.precision));
+    if (cfg.parallel.context > 1)
+        std::printf("context: %d tokens of each sequence per rank (chunks i and %d - i of %d), "
+                    "attention by %s\n",
+                    cfg.model.seq_len / cfg.parallel.context, 2 * cfg.parallel.context - 1,
+                    2 * cfg.parallel.context, config::to_string(cfg.parallel.context_mode));
     if (d.chunk_layers.size() > 1) {
         std::string cuts;
         for (int n : d.chunk_layers) cuts += (cuts.empty() ? "" : ", ") + std::to_string(n);

@@ -207,6 +207,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         m.tensor_comm = r.tensor_comm;
         m.activation_sets = static_cast<int64_t>(r.activation_sets);
         m.data_comm = r.data_comm;
+        m.context_comm = r.context_comm;
         m.mem_params = static_cast<int64_t>(r.memory.parameters);
         m.mem_grads = static_cast<int64_t>(r.memory.gradients);
         m.mem_optimizer = static_cast<int64_t>(r.memory.optimizer);
@@ -267,7 +268,7 @@ int train(const TrainOptions& opts, parallel::World& world) {
             setup.cfg = config::load(opts.config, opts.overrides);
             const auto& p = setup.cfg.parallel;
             setup.grid = std::make_unique<parallel::Grid>(
-                world, parallel::GridShape{p.pipeline, p.tensor, p.data});
+                world, parallel::GridShape{p.pipeline, p.tensor, p.data, p.context});
             setup.device = choose_device(setup.cfg, world, world.rank() == 0);
             setup.train_data = std::make_unique<data::Dataset>(data::open_train_data(setup.cfg));
             setup.valid_data = data::open_valid_data(setup.cfg);

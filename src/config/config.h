@@ -20,6 +20,9 @@ public:
 };
 
 enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1, zb_h2 };
+// How attention sees the whole sequence when it is split over C ranks: K/V blocks passed
+// around a ring (ring attention), or all-to-alls to a head split and back (DeepSpeed-Ulysses).
+enum class ContextMode { ring, ulysses };
 enum class Decay { cosine, linear, constant };
 enum class Recompute { none, selective, full };
 enum class NonFinite { stop, skip };  // what a bf16 or fp32 step with inf/NaN gradients does
@@ -53,6 +56,8 @@ struct ParallelConfig {
     int pipeline = 1;  // P
     int tensor = 1;    // M
     int data = 1;      // D
+    int context = 1;   // C: each sequence's tokens split over C ranks
+    ContextMode context_mode = ContextMode::ring;
     int virtual_stages = 1;
     Schedule schedule = Schedule::one_f_one_b;
     int zero_stage = 1;          // 0 .. 3 (optim/adamw.h)
@@ -140,7 +145,7 @@ struct LoggingConfig {
 struct Derived {
     int padded_vocab = 0;       // vocab_size rounded up to a multiple of 128 * tensor
     int head_dim = 0;           // hidden / heads
-    int world_size = 0;         // pipeline * tensor * data
+    int world_size = 0;         // pipeline * tensor * context * data
     int grad_accum_steps = 0;   // global_batch / (micro_batch * data)
     int64_t tokens_per_step = 0;  // global_batch * seq_len
     int64_t parameters = 0;     // unique parameters of the model, padded vocabulary excluded
@@ -185,6 +190,7 @@ void derive(Config& cfg);
 std::string to_yaml(const Config& cfg);
 
 const char* to_string(Schedule v);
+const char* to_string(ContextMode v);
 const char* to_string(Decay v);
 const char* to_string(Recompute v);
 const char* to_string(NonFinite v);

@@ -40,7 +40,7 @@ void derive(Config& cfg) {
     // The vocabulary is split over M, and each shard stays a multiple of 128 for fast GEMMs.
     d.padded_vocab = static_cast<int>(round_up(m.vocab_size, 128 * int64_t{p.tensor}));
     d.head_dim = m.heads > 0 ? m.hidden / m.heads : 0;
-    d.world_size = p.pipeline * p.tensor * p.data;
+    d.world_size = p.pipeline * p.tensor * p.context * p.data;
     const int per_step = t.micro_batch * p.data;
     d.grad_accum_steps = per_step > 0 ? t.global_batch / per_step : 0;
     d.tokens_per_step = int64_t{t.global_batch} * m.seq_len;

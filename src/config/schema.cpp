@@ -118,6 +118,8 @@ const std::vector<Key>& table() {
         field("parallel.pipeline", &C::parallel, &ParallelConfig::pipeline, at_least(1)),
         field("parallel.tensor", &C::parallel, &ParallelConfig::tensor, at_least(1)),
         field("parallel.data", &C::parallel, &ParallelConfig::data, at_least(1)),
+        field("parallel.context", &C::parallel, &ParallelConfig::context, at_least(1)),
+        field("parallel.context_mode", &C::parallel, &ParallelConfig::context_mode),
         field("parallel.virtual_stages", &C::parallel, &ParallelConfig::virtual_stages, at_least(1)),
         field("parallel.schedule", &C::parallel, &ParallelConfig::schedule),
         field("parallel.zero_stage", &C::parallel, &ParallelConfig::zero_stage, zero_stage()),

@@ -25,6 +25,7 @@ std::string to_yaml(const Config& cfg) {
 }
 
 const char* to_string(Schedule v) { return detail::enum_name(v); }
+const char* to_string(ContextMode v) { return detail::enum_name(v); }
 const char* to_string(Decay v) { return detail::enum_name(v); }
 const char* to_string(Recompute v) { return detail::enum_name(v); }
 const char* to_string(NonFinite v) { return detail::enum_name(v); }

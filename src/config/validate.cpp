@@ -89,12 +89,32 @@ void check_consistency(const Config& cfg, const Origins& origins) {
         fail(origins.blame({"parallel.tensor", "model.ffn_hidden"}),
              cat("parallel.tensor (", p.tensor, ") must divide model.ffn_hidden (", m.ffn_hidden, ")"));
 
-    // Sequence parallelism splits each microbatch's B·T rows of the residual stream over M.
-    if (p.sequence_parallel && (t.micro_batch * m.seq_len) % p.tensor != 0)
+    // Context parallelism cuts every sequence into 2·C equal chunks and gives rank i chunks i
+    // and 2C − 1 − i, so that causal attention's work is the same on every rank.
+    if (p.context > 1 && m.seq_len % (2 * p.context) != 0)
+        fail(origins.blame({"model.seq_len", "parallel.context"}),
+             cat("model.seq_len (", m.seq_len, ") must be a multiple of 2 × parallel.context = 2 × ",
+                 p.context, " = ", 2 * p.context,
+                 " (each context rank takes two of 2·C equal chunks of every sequence, for causal "
+                 "load balancing)"));
+    // Ulysses gives each of the M·C ranks of a layer whole heads.
+    if (p.context > 1 && p.context_mode == ContextMode::ulysses && m.heads % (p.tensor * p.context) != 0)
+        fail(origins.blame({"parallel.context_mode", "parallel.context", "parallel.tensor", "model.heads"}),
+             cat("parallel.context_mode: ulysses splits the heads over parallel.tensor × context = ",
+                 p.tensor, " × ", p.context, " = ", p.tensor * p.context,
+                 " ranks, which must divide model.heads (", m.heads, ")"));
+
+    // Sequence parallelism splits each microbatch's B·T/C rows of the residual stream over M.
+    const int rows = t.micro_batch * (m.seq_len / p.context);
+    if (p.sequence_parallel && rows % p.tensor != 0)
         fail(origins.blame({"parallel.sequence_parallel", "training.micro_batch", "model.seq_len",
-                            "parallel.tensor"}),
-             cat("parallel.sequence_parallel: micro_batch × seq_len = ", t.micro_batch, " × ",
-                 m.seq_len, " rows must divide by parallel.tensor (", p.tensor, ")"));
+                            "parallel.context", "parallel.tensor"}),
+             p.context == 1
+                 ? cat("parallel.sequence_parallel: micro_batch × seq_len = ", t.micro_batch, " × ",
+                       m.seq_len, " rows must divide by parallel.tensor (", p.tensor, ")")
+                 : cat("parallel.sequence_parallel: micro_batch × seq_len / context = ",
+                       t.micro_batch, " × ", m.seq_len, " / ", p.context, " = ", rows,
+                       " rows must divide by parallel.tensor (", p.tensor, ")"));
 
     // The layers are cut into P·v model chunks: equal ones, or the counts given.
     const int chunks = p.pipeline * p.virtual_stages;
@@ -146,6 +166,13 @@ void check_consistency(const Config& cfg, const Origins& origins) {
         fail(origins.blame({"parallel.zero_stage", "parallel.schedule"}),
              cat("parallel.zero_stage: 3 runs with parallel.schedule 1f1b or gpipe (got ",
                  to_string(p.schedule), ", whose split backward would gather each layer a third time)"));
+
+    // ZeRO 2 and 3 shard by the layout's units over the data group only; their sharding over
+    // the data-context group (D·C ranks) is not built yet.
+    if (p.zero_stage >= 2 && p.context > 1)
+        fail(origins.blame({"parallel.zero_stage", "parallel.context"}),
+             cat("parallel.zero_stage: ", p.zero_stage, " runs without context parallelism "
+                 "(parallel.context is ", p.context, "); use zero_stage 0 or 1 with context > 1"));
 
     // The interleaved schedule runs microbatches in groups of P (PTD-P §2.2).
     const int microbatches = t.global_batch / per_step;

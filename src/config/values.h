@@ -28,6 +28,10 @@ struct EnumNames<Schedule> {
     static constexpr std::array names{"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"};
 };
 template <>
+struct EnumNames<ContextMode> {
+    static constexpr std::array names{"ring", "ulysses"};
+};
+template <>
 struct EnumNames<Decay> {
     static constexpr std::array names{"cosine", "linear", "constant"};
 };

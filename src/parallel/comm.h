@@ -29,11 +29,20 @@ namespace trident::parallel {
 
 enum class ReduceOp { sum, max };
 
-enum class CommKind { all_reduce, reduce_scatter, all_gather, broadcast, send, recv, count_ };
+enum class CommKind {
+    all_reduce,
+    reduce_scatter,
+    all_gather,
+    broadcast,
+    send,
+    recv,
+    all_to_all,
+    count_
+};
 
 // Per kind of call: how many calls, and how many elements (and bytes) of payload this rank
-// handed in (all_reduce/broadcast/send/recv: `count`; reduce_scatter: the full input,
-// size*count; all_gather: its own contribution, count).
+// handed in (all_reduce/broadcast/send/recv: `count`; reduce_scatter and all_to_all: the
+// full input, size*count; all_gather: its own contribution, count).
 struct CommStats {
     uint64_t calls[static_cast<int>(CommKind::count_)] = {};
     uint64_t elements[static_cast<int>(CommKind::count_)] = {};
@@ -112,6 +121,10 @@ public:
     // in may be this rank's own block of out (out + rank*count).
     virtual void all_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) = 0;
     virtual void broadcast(kernels::Ptr data, std::size_t count, int root) = 0;
+    // in (size*count): block q goes to rank q; out (size*count): block q comes from rank q
+    // (MPI_Alltoall; Ulysses' change from a sequence split to a head split). in and out are
+    // of one type and must not overlap.
+    virtual void all_to_all(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) = 0;
     // Point to point, peer another rank of the group, tag >= 0 (MPI guarantees up to 32767).
     // send may block until the peer's matching recv begins, at any size: a pipeline must
     // order each pair of neighbours' sends and recvs so that neither waits on the other.

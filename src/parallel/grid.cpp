@@ -1,4 +1,5 @@
-// Grid: the order rank = tp + M*(dp + D*pp), and the groups made by splitting the world.
+// Grid: the order rank = tp + M*(cp + C*(dp + D*pp)), and the groups made by splitting the
+// world.
 #include "parallel/grid.h"
 
 #include <mpi.h>
@@ -13,14 +14,15 @@
 namespace trident::parallel {
 
 int rank_of(const GridShape& g, const Coordinates& c) {
-    return c.tp + g.tensor * (c.dp + g.data * c.pp);
+    return c.tp + g.tensor * (c.cp + g.context * (c.dp + g.data * c.pp));
 }
 
 Coordinates coordinates_of(const GridShape& g, int rank) {
     Coordinates c;
     c.tp = rank % g.tensor;
-    c.dp = (rank / g.tensor) % g.data;
-    c.pp = rank / (g.tensor * g.data);
+    c.cp = (rank / g.tensor) % g.context;
+    c.dp = (rank / (g.tensor * g.context)) % g.data;
+    c.pp = rank / (g.tensor * g.context * g.data);
     return c;
 }
 
@@ -35,13 +37,14 @@ std::unique_ptr<Comm> split(MpiComm& world, int colour, int key) {
 
 void check_shape(const GridShape& s, int world_size) {
     const std::string product = std::to_string(s.pipeline) + " × " + std::to_string(s.tensor) +
-                                " × " + std::to_string(s.data);
-    if (s.pipeline < 1 || s.tensor < 1 || s.data < 1)
-        throw Error("parallel: pipeline × tensor × data = " + product +
+                                " × " + std::to_string(s.context) + " × " +
+                                std::to_string(s.data);
+    if (s.pipeline < 1 || s.tensor < 1 || s.context < 1 || s.data < 1)
+        throw Error("parallel: pipeline × tensor × context × data = " + product +
                     ", but each must be at least 1");
-    const long long processes = 1LL * s.pipeline * s.tensor * s.data;
+    const long long processes = 1LL * s.pipeline * s.tensor * s.context * s.data;
     if (processes != world_size)
-        throw Error("parallel: pipeline × tensor × data = " + product + " = " +
+        throw Error("parallel: pipeline × tensor × context × data = " + product + " = " +
                     std::to_string(processes) + ", but " + std::to_string(world_size) +
                     (world_size == 1 ? " process was" : " processes were") +
                     " started (mpirun -np " + std::to_string(processes) + ")");
@@ -52,24 +55,28 @@ void check_shape(const GridShape& s, int world_size) {
 Grid::Grid(World& world, const GridShape& shape) : shape_(shape), rank_(world.rank()) {
     check_shape(shape, world.size());
     coords_ = coordinates_of(shape, rank_);
-    const int M = shape.tensor, D = shape.data;
-    const auto [pp, dp, tp] = coords_;
+    const int M = shape.tensor, C = shape.context, D = shape.data;
+    const auto [pp, dp, tp, cp] = coords_;
     MpiComm& all = world.mpi_comm();
-    // Colour by the other two coordinates, key by the group's own, so that the rank within
-    // a group is the coordinate along it. Every rank takes part in every split.
-    tensor_ = split(all, dp + D * pp, tp);
-    data_ = split(all, tp + M * pp, dp);
-    pipeline_ = split(all, tp + M * dp, pp);
-    // Middle stages get a colour of their own each (beyond every (dp, tp) colour): a group
-    // of one.
-    const int embedding_colour = in_embedding_group() ? tp + M * dp : M * D + rank_;
+    // Colour by the other coordinates, key by the group's own, so that the rank within a
+    // group is the coordinate along it. Every rank takes part in every split.
+    tensor_ = split(all, cp + C * (dp + D * pp), tp);
+    context_ = split(all, tp + M * (dp + D * pp), cp);
+    data_ = split(all, tp + M * (cp + C * pp), dp);
+    data_context_ = split(all, tp + M * pp, cp + C * dp);
+    pipeline_ = split(all, tp + M * (cp + C * dp), pp);
+    // Middle stages get a colour of their own each (beyond every (dp, cp, tp) colour): a
+    // group of one.
+    const int embedding_colour =
+        in_embedding_group() ? tp + M * (cp + C * dp) : M * C * D + rank_;
     embedding_ = split(all, embedding_colour, pp);
 }
 
 Grid::~Grid() = default;
 
 void Grid::wrap_comms(const CommWrapper& wrap) {
-    for (std::unique_ptr<Comm>* group : {&tensor_, &data_, &pipeline_, &embedding_})
+    for (std::unique_ptr<Comm>* group :
+         {&tensor_, &context_, &data_, &data_context_, &pipeline_, &embedding_})
         *group = wrap(std::move(*group));
 }
 

@@ -1,8 +1,9 @@
-// The P x M x D grid: which (pipeline, data, tensor) coordinates a rank has and the process
-// groups it belongs to (Megatron's parallel_state).
+// The P x M x C x D grid: which (pipeline, data, context, tensor) coordinates a rank has and
+// the process groups it belongs to (Megatron's parallel_state).
 //
-// Order (docs/ARCHITECTURE.md, "Grid order"; Megatron's default): rank = tp + M * (dp + D * pp). Tensor-parallel
-// ranks are neighbours (one node), pipeline is the slowest axis.
+// Order (docs/ARCHITECTURE.md, "Grid order"; Megatron's default tp-cp-dp-pp):
+// rank = tp + M * (cp + C * (dp + D * pp)). Tensor-parallel ranks are neighbours (one node),
+// context-parallel ranks next, pipeline is the slowest axis.
 #pragma once
 
 #include <functional>
@@ -16,10 +17,11 @@ struct GridShape {
     int pipeline = 1;  // P
     int tensor = 1;    // M
     int data = 1;      // D
+    int context = 1;   // C: the sequence split over C ranks
 };
 
 struct Coordinates {
-    int pp = 0, dp = 0, tp = 0;
+    int pp = 0, dp = 0, tp = 0, cp = 0;
 };
 
 // Pure arithmetic of the grid order, usable without MPI.
@@ -31,7 +33,7 @@ class World;
 class Grid {
 public:
     // Splits the world into its groups (collective over the world). Throws trident::Error,
-    // on every rank alike, when P*M*D != world size. A Grid must be gone before its World.
+    // on every rank alike, when P*M*C*D != world size. A Grid must be gone before its World.
     Grid(World& world, const GridShape& shape);
     ~Grid();
 
@@ -41,18 +43,23 @@ public:
     bool first_stage() const { return coords_.pp == 0; }
     bool last_stage() const { return coords_.pp == shape_.pipeline - 1; }
 
-    Comm& tensor() { return *tensor_; }        // same pp, dp: the M tensor-parallel ranks
-    Comm& data() { return *data_; }            // same pp, tp: the D data-parallel replicas
-    Comm& pipeline() { return *pipeline_; }    // same dp, tp: the P stages, in order
-    // The first and last stage with this (dp, tp), which share the tied embedding: group
+    Comm& tensor() { return *tensor_; }      // same pp, dp, cp: the M tensor-parallel ranks
+    Comm& context() { return *context_; }    // same pp, dp, tp: the C ranks of one sequence
+    Comm& data() { return *data_; }          // same pp, tp, cp: the D data-parallel replicas
+    // Same pp, tp: the D·C ranks that hold the same weights (rank cp + C·dp), over which
+    // their gradients are summed and the optimizer shards (Megatron's data-context group).
+    Comm& data_context() { return *data_context_; }
+    Comm& pipeline() { return *pipeline_; }  // same dp, tp, cp: the P stages, in order
+    // The first and last stage with this (dp, tp, cp), which share the tied embedding: group
     // rank 0 is the first stage, 1 the last. With P == 1 it is this rank alone; on a middle
     // stage (not in_embedding_group) it is also this rank alone, so its calls do nothing.
     Comm& embedding() { return *embedding_; }
     bool in_embedding_group() const { return first_stage() || last_stage(); }
 
     // Hands each group's communicator to `wrap` and keeps what it returns, in one order on
-    // every rank (tensor, data, pipeline, embedding): how a GPU backend puts communicators
-    // for device buffers over the same ranks (parallel/cuda). Collective over the world.
+    // every rank (tensor, context, data, data-context, pipeline, embedding): how a GPU
+    // backend puts communicators for device buffers over the same ranks (parallel/cuda).
+    // Collective over the world.
     using CommWrapper = std::function<std::unique_ptr<Comm>(std::unique_ptr<Comm>)>;
     void wrap_comms(const CommWrapper& wrap);
 
@@ -60,7 +67,7 @@ private:
     GridShape shape_;
     Coordinates coords_;
     int rank_ = 0;
-    std::unique_ptr<Comm> tensor_, data_, pipeline_, embedding_;
+    std::unique_ptr<Comm> tensor_, context_, data_, data_context_, pipeline_, embedding_;
 };
 
 }  // namespace trident::parallel

@@ -291,6 +291,41 @@ void MpiComm::broadcast(kernels::Ptr data, std::size_t count, int root) {
     }
 }
 
+void MpiComm::all_to_all(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) {
+    check_same_type(in, out, "all_to_all");
+    const std::size_t width = kernels::size_of(out.dtype);
+    const std::size_t total = count * static_cast<std::size_t>(size_);
+    if (overlaps(in.data, total * width, out.data, total * width))
+        throw Error("internal: all_to_all with its output overlapping its input");
+    if (size_ == 1) {
+        if (count) std::memcpy(out.data, in.data, count * width);
+        return;
+    }
+    Comm::count(CommKind::all_to_all, total, out.dtype);
+    const MPI_Datatype type = mpi_type(out.dtype);
+    if (count <= max_chunk_) {
+        check(MPI_Alltoall(in.data, static_cast<int>(count), type, out.data,
+                           static_cast<int>(count), type, comm_),
+              "MPI_Alltoall");
+        return;
+    }
+    // Too large for one call: piece by piece, each rank's piece `count` elements after the
+    // previous rank's (one block type with that extent, as all_gather does).
+    for (std::size_t offset = 0; offset < count; offset += max_chunk_) {
+        const std::size_t n = std::min(max_chunk_, count - offset);
+        MPI_Datatype run, block;
+        check(MPI_Type_contiguous(static_cast<int>(n), type, &run), "MPI_Type_contiguous");
+        check(MPI_Type_create_resized(run, 0, static_cast<MPI_Aint>(count * width), &block),
+              "MPI_Type_create_resized");
+        check(MPI_Type_commit(&block), "MPI_Type_commit");
+        const int code =
+            MPI_Alltoall((in + offset).data, 1, block, (out + offset).data, 1, block, comm_);
+        MPI_Type_free(&block);
+        MPI_Type_free(&run);
+        check(code, "MPI_Alltoall");
+    }
+}
+
 // Point-to-point transfers go as messages of at most max_chunk_ elements (an MPI count is an
 // int); a transfer of no elements is still one message, which the peer's recv waits for.
 template <typename Fn>

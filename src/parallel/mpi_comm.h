@@ -64,6 +64,7 @@ public:
     void reduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     void all_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     void broadcast(kernels::Ptr data, std::size_t count, int root) override;
+    void all_to_all(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     // send is synchronous (MPI_Ssend): it returns once the peer's recv has begun, whatever
     // the size. A schedule that orders sends and recvs wrongly thus deadlocks in a small
     // test, not only when messages grow past MPI's eager limit.

@@ -14,6 +14,7 @@ public:
     // Host buffers only, where in and out differ (a model or optimizer passes them in place).
     void reduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     void all_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
+    void all_to_all(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     void broadcast(kernels::Ptr, std::size_t, int) override {}
     void send(kernels::ConstPtr, std::size_t, int, int) override;
     void recv(kernels::Ptr, std::size_t, int, int) override;

@@ -34,7 +34,7 @@ io::SpanKind span_of(Op op) {
 
 Executor::Executor(kernels::Ops& ops, model::Gpt& model, parallel::Comm* pipeline)
     : ops_(ops), model_(model), pipeline_(pipeline ? *pipeline : solo_) {
-    const std::size_t n = static_cast<std::size_t>(model.micro_batch()) * model.shape().max_seq;
+    const std::size_t n = static_cast<std::size_t>(model.micro_batch()) * model.local_tokens();
     inputs_.resize(n);
     targets_.resize(n);
 }

@@ -29,7 +29,8 @@ namespace trident::pipeline {
 
 class Executor {
 public:
-    // Fills the token ids of microbatch mb: inputs and targets (B, T), on the host.
+    // Fills the token ids of microbatch mb: inputs and targets (B, T), on the host; T is the
+    // model's local_tokens() (this context-parallel rank's tokens of each sequence).
     using MicrobatchFn =
         std::function<void(int mb, std::span<int32_t> inputs, std::span<int32_t> targets)>;
     using SeedFn = std::function<uint64_t(int mb)>;

@@ -81,9 +81,32 @@ void sharded_data_traffic(const PlanInputs& in, int stage, GroupTraffic& g) {
     add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the loss, averaged over replicas
 }
 
+// The context group (model/context_attention.cpp), per layer and microbatch: ring attention
+// sends C − 1 blocks of keys and values (N, 2C/M) in the forward, as many again in the
+// backward with C blocks of their fp32 gradients; Ulysses all-to-alls q, k, v (N, 3C/M) and
+// the output (N, C/M) forward and their gradients backward. Full recompute reruns the forward.
+void context_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks,
+                     GroupTraffic& g) {
+    const config::Config& cfg = in.cfg;
+    const RankDims d = rank_dims(cfg);
+    const int64_t m = cfg.derived.grad_accum_steps, C = d.context;
+    int64_t layers = 0;
+    for (const ChunkShape& c : chunks) layers += c.layers;
+    const int64_t forwards = cfg.training.recompute == config::Recompute::full ? 2 : 1;
+    const double NCm = static_cast<double>(d.N * d.Cm);
+    if (d.ring) {
+        add(g, CommKind::send, m * layers * (forwards + 1) * (C - 1), 2 * NCm, in.activation_bytes,
+            true);
+        add(g, CommKind::send, m * layers * C, 2 * NCm, 4, true);
+    } else {
+        add(g, CommKind::all_to_all, m * layers * 2 * (forwards + 1), 2 * NCm,
+            in.activation_bytes, true);
+    }
+}
+
 // The data group: the optimizer's reduction of the stage's flat buffers (optim/adamw.cpp).
 void data_traffic(const PlanInputs& in, int64_t buffer, GroupTraffic& g) {
-    const int64_t D = in.cfg.parallel.data;
+    const int64_t D = int64_t{in.cfg.parallel.data} * in.cfg.parallel.context;
     // Buckets of a multiple of D parameters, the last one what is left.
     const int64_t bucket = std::max(D, in.cfg.parallel.bucket_size / D * D);
     const int64_t full = buffer / bucket, rest = buffer % bucket;
@@ -113,6 +136,8 @@ double sent_per_call(CommKind kind, double payload, int n) {
             return static_cast<double>(n - 1) / n * payload;
         case CommKind::all_gather:
             return static_cast<double>(n - 1) * payload;
+        case CommKind::all_to_all:  // all but this rank's own block leaves it
+            return static_cast<double>(n - 1) / n * payload;
         case CommKind::broadcast:
         case CommKind::send:
         case CommKind::recv:
@@ -157,9 +182,11 @@ std::vector<StageTraffic> plan_traffic(const PlanInputs& in) {
         t.tensor.size = p.tensor;
         t.pipeline.size = p.pipeline;
         t.embedding.size = p.pipeline > 1 && (first || last) ? 2 : 1;
-        t.data.size = p.data;
+        t.context.size = p.context;
+        t.data.size = p.data * p.context;
 
         tensor_traffic(in, chunks, last, t.tensor);
+        context_traffic(in, chunks, t.context);
 
         // Every chunk but the last global one sends its output on; every one but the first
         // sends its input's gradient back.

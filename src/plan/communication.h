@@ -9,8 +9,12 @@
 //              to the previous one, per chunk.
 //   embedding  the tied word embedding's gradient, summed between the first and last stage
 //              (ZeRO 2: each replica's part of it, once reduced).
-//   data       the gradient buffer all-reduced (ZeRO 0), or reduce-scattered in buckets and
-//              the updated weights all-gathered (ZeRO 1); ZeRO 2 the same by units of the
+//   context    ring attention's keys and values sent around the C ranks, forward and
+//              backward, and their fp32 gradients backward; or Ulysses' all-to-alls of q, k,
+//              v and the output and of their gradients (docs/FORMULAS.md).
+//   data       over the D·C ranks holding the same weights (the data-context group): the
+//              gradient buffer all-reduced (ZeRO 0), or reduce-scattered in buckets and the
+//              updated weights all-gathered (ZeRO 1); ZeRO 2 the same by units of the
 //              layout, their reduce-scatter once per microbatch with sharded accumulation;
 //              ZeRO 3 no gather after the update but each unit's weights gathered before the
 //              forward and again before the backward of every microbatch (per rank, with
@@ -57,7 +61,7 @@ struct GroupTraffic {
 double sent_per_call(parallel::CommKind kind, double payload, int n);
 
 struct StageTraffic {
-    GroupTraffic tensor, pipeline, embedding, data;
+    GroupTraffic tensor, context, pipeline, embedding, data;
 };
 
 std::vector<StageTraffic> plan_traffic(const PlanInputs& in);

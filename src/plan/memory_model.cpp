@@ -23,8 +23,9 @@ int64_t layer_bytes(const RankDims& d, bool work, bool att, bool output, int64_t
                                  + d.N * d.Cm        // attention output
                                  + 2 * d.N * d.Fm;   // fc1, GELU
         bytes += elements * act + 4 * d.R * kFp32;   // + LayerNorm mean and rstd, twice
+        if (d.context > 1 && !d.ring) bytes += d.N * d.Cm * act;  // Ulysses' head-split output
     }
-    if (att) bytes += d.attention() * act;
+    if (att) bytes += d.attention_bytes(act);
     if (output) bytes += d.R * d.C * act;
     return bytes;
 }
@@ -38,7 +39,7 @@ int64_t set_bytes(const RankDims& d, const ChunkShape& chunk, config::Recompute 
     using config::Recompute;
     int64_t bytes = d.R * d.C * act;  // the chunk's input
     bytes += chunk.layers *
-             layer_bytes(d, recompute != Recompute::full, recompute == Recompute::none, true, act);
+             layer_bytes(d, recompute != Recompute::full, d.keeps_attention(recompute), true, act);
     if (split_backward) {
         bytes += chunk.layers * (2 * d.N * d.C + d.N * d.Fm + 3 * d.N * d.Cm + 2 * d.R * d.C) * act;
         if (chunk.head) bytes += d.R * d.C * act;
@@ -53,6 +54,17 @@ int64_t set_bytes(const RankDims& d, const ChunkShape& chunk, config::Recompute 
     return bytes;
 }
 
+// Context parallelism's buffers (model/context_attention.h): ring, the keys and values held
+// and arriving (N, 2C/M) each, their fp32 gradients likewise, the running output and a block's
+// (N, C/M) fp32, a block's log-sum-exp (B, NH/M, T) fp32; Ulysses, the exchange's buffers and
+// the token-split q, k, v (N, 3C/M) each and the head-split output gradient (N, C/M).
+int64_t context_bytes(const RankDims& d, int64_t act) {
+    if (d.ring)
+        return 2 * d.N * 2 * d.Cm * act + 2 * d.N * 2 * d.Cm * kFp32 + 2 * d.N * d.Cm * kFp32 +
+               d.B * d.heads * d.T * kFp32;
+    return 3 * d.N * 3 * d.Cm * act + d.N * d.Cm * act;
+}
+
 // The scratch the model allocates once (Gpt::Gpt), the CPU backend's attention workspace,
 // and the recompute scratch.
 int64_t scratch_bytes(const RankDims& d, config::Recompute recompute, int64_t act) {
@@ -63,11 +75,13 @@ int64_t scratch_bytes(const RankDims& d, config::Recompute recompute, int64_t ac
                              + 2 * d.R * d.C   // gradients of the residual stream's rows
                              + d.all_rows()    // a gradient gathered to all rows
                              + 2 * d.N * d.Fm  // MLP gradients
-                             + 3 * d.N * d.Cm  // qkv gradient
-                             + d.attention();  // attention probabilities' gradient (CpuOps)
-    int64_t bytes = elements * act;
+                             + 3 * d.N * d.Cm;  // qkv gradient
+    // + attention probabilities' gradient (CpuOps)
+    int64_t bytes = elements * act + d.attention_workspace_bytes(act);
     if (recompute != Recompute::none)
-        bytes += layer_bytes(d, recompute == Recompute::full, true, false, act);
+        bytes += layer_bytes(d, recompute == Recompute::full, !d.keeps_attention(recompute), false,
+                             act);
+    if (d.context > 1) bytes += d.T * kFp32 + context_bytes(d, act);  // + the tokens' positions
     return bytes;
 }
 
@@ -113,14 +127,16 @@ double korthikanti_layer_bytes(const config::Config& cfg) {
     const double sbh = s * b * h;
     switch (cfg.training.recompute) {
         case Recompute::full:
-            return sp ? 2 * sbh / t : 2 * sbh;
+            return (sp ? 2 * sbh / t : 2 * sbh) / cfg.parallel.context;
         case Recompute::selective:
-            return sp ? 34 * sbh / t : sbh * (10 + 24 / t);
+            return (sp ? 34 * sbh / t : sbh * (10 + 24 / t)) / cfg.parallel.context;
         case Recompute::none:
             break;
     }
     const double attention = 5 * a * s / (h * t);
-    return sp ? sbh * (34 / t + attention) : sbh * (10 + 24 / t + attention);
+    // Context parallelism holds a C-th of every term (s/C tokens, their scores against all s).
+    const double C = cfg.parallel.context;
+    return (sp ? sbh * (34 / t + attention) : sbh * (10 + 24 / t + attention)) / C;
 }
 
 std::vector<StageMemory> plan_memory(const PlanInputs& in) {
@@ -133,15 +149,16 @@ std::vector<StageMemory> plan_memory(const PlanInputs& in) {
     for (int stage = 0; stage < p.pipeline; ++stage) {
         StageMemory s;
         s.stage = stage;
-        // Padded so that ZeRO splits it evenly over the replicas (Gpt's buffer_multiple); at
-        // stages 2 and 3 each unit of the layout is (model/param_layout.h).
-        const int64_t D = p.data;
+        // Padded so that ZeRO splits it evenly over the replicas (Gpt's buffer_multiple): the
+        // D·C ranks of the data-context group; at stages 2 and 3 each unit of the layout is
+        // (model/param_layout.h; ZeRO 2 and 3 run with C = 1).
+        const int64_t D = int64_t{p.data} * p.context;
         const model::ParamLayout layout(train::gpt_shape(cfg), 0, p.tensor,
                                         train::stage_plan(cfg, stage),
                                         in.zero_stage >= 2 ? p.data : 1);
         s.parameters = (static_cast<int64_t>(layout.total()) + D - 1) / D * D;
-        s.states = model_states(static_cast<double>(s.parameters), p.data, in.zero_stage,
-                                in.weight_bytes, in.grad_bytes);
+        s.states = model_states(static_cast<double>(s.parameters), static_cast<int>(D),
+                                in.zero_stage, in.weight_bytes, in.grad_bytes);
 
         const std::vector<ChunkShape> chunks = stage_chunks(cfg, stage);
         const InFlight flight = in_flight(cfg, stage);

@@ -30,6 +30,12 @@
 // split backward's set held until its W), and a split backward's sets also hold the
 // gradients B keeps for W.
 //
+// Context parallelism over C ranks: every microbatch buffer holds T/C tokens of each sequence;
+// what attention keeps is Ulysses' (B, a/(t·C), s, s) or ring attention's fp32 log-sum-exp
+// (B, a/t, s/C), which selective recompute keeps too; the model states are padded and ZeRO
+// sharded over the D·C ranks holding the same weights; the temporary buffers add the ring's
+// or the all-to-alls' exchange buffers and the tokens' positions.
+//
 // Temporary buffers: the backward scratch the model allocates once (gradients of the
 // residual stream, of the MLP and of attention, the (b, a/t, s, s) attention gradient), the
 // recompute scratch, and the pipeline executor's message buffers (those received and not

@@ -28,7 +28,7 @@ ChunkSeconds chunk_seconds(const PlanInputs& in, const ChunkShape& chunk, const 
     const RankDims d = rank_dims(cfg);
     const double N = d.N, C = d.C, Cm = d.Cm, Fm = d.Fm;
     const double RC = static_cast<double>(d.R * d.C), NC = N * C, NCm = N * Cm, NFm = N * Fm;
-    const double S = static_cast<double>(d.attention());
+    const double S = static_cast<double>(d.scores());
     const double drop = cfg.model.dropout > 0 ? 1 : 0;
     const Recompute recompute = cfg.training.recompute;
 

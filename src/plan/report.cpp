@@ -53,7 +53,7 @@ int stage_layers(const config::Config& cfg, int stage) {
 }
 
 int64_t first_rank(const config::Config& cfg, int stage) {
-    return int64_t{stage} * cfg.parallel.tensor * cfg.parallel.data;
+    return int64_t{stage} * cfg.parallel.tensor * cfg.parallel.context * cfg.parallel.data;
 }
 int64_t last_rank(const config::Config& cfg, int stage) {
     return first_rank(cfg, stage + 1) - 1;
@@ -69,6 +69,7 @@ struct NamedGroup {
 };
 std::vector<NamedGroup> groups(const StageTraffic& t) {
     return {{"tensor", &t.tensor},
+            {"context", &t.context},
             {"pipeline", &t.pipeline},
             {"embedding", &t.embedding},
             {"data", &t.data}};
@@ -105,11 +106,19 @@ std::string render_text(const Plan& plan) {
         "vocab %d (padded %d)\n",
         train::human_count(static_cast<double>(d.parameters)).c_str(), m.layers, m.hidden, m.heads,
         m.ffn_hidden, m.seq_len, m.vocab_size, d.padded_vocab);
-    out += format(
-        "layout: %d x %d x %d (pipeline x tensor x data) = %d rank%s, rank = tp + %d*(dp + "
-        "%d*pp) | schedule %s",
-        p.pipeline, p.tensor, p.data, d.world_size, d.world_size == 1 ? "" : "s", p.tensor, p.data,
-        config::to_string(p.schedule));
+    if (p.context == 1)
+        out += format(
+            "layout: %d x %d x %d (pipeline x tensor x data) = %d rank%s, rank = tp + %d*(dp + "
+            "%d*pp) | schedule %s",
+            p.pipeline, p.tensor, p.data, d.world_size, d.world_size == 1 ? "" : "s", p.tensor,
+            p.data, config::to_string(p.schedule));
+    else
+        out += format(
+            "layout: %d x %d x %d x %d (pipeline x tensor x context x data) = %d ranks, rank = "
+            "tp + %d*(cp + %d*(dp + %d*pp)) | context %s, %d tokens per rank | schedule %s",
+            p.pipeline, p.tensor, p.context, p.data, d.world_size, p.tensor, p.context, p.data,
+            config::to_string(p.context_mode), m.seq_len / p.context,
+            config::to_string(p.schedule));
     if (p.virtual_stages > 1) out += format(", %d chunks per stage", p.virtual_stages);
     out += format(" | sequence parallel %s\n", p.sequence_parallel ? "on" : "off");
     out += format(
@@ -121,7 +130,7 @@ std::string render_text(const Plan& plan) {
         "bytes: precision %s | per parameter: weights %d, gradients %d, optimizer %d "
         "(ZeRO stage %d over %d replicas) | per activation %d\n\n",
         kernels::name_of(t.precision), in.weight_bytes, in.grad_bytes, kOptimizerBytes,
-        in.zero_stage, p.data, in.activation_bytes);
+        in.zero_stage, p.data * p.context, in.activation_bytes);
 
     out += "memory per rank (the ranks of a stage hold the same):\n";
     out += format("%-5s %-11s %-3s %-7s %-7s %6s %13s %10s %10s %10s %11s %4s %10s %10s", "stage",

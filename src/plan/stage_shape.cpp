@@ -14,7 +14,9 @@ RankDims rank_dims(const config::Config& cfg) {
     const int64_t M = cfg.parallel.tensor;
     RankDims d;
     d.B = cfg.training.micro_batch;
-    d.T = m.seq_len;
+    d.context = cfg.parallel.context;
+    d.ring = d.context > 1 && cfg.parallel.context_mode == config::ContextMode::ring;
+    d.T = m.seq_len / d.context;
     d.N = d.B * d.T;
     // The model ignores sequence parallelism on one tensor rank (model/gpt.cpp).
     d.sequence_parallel = cfg.parallel.sequence_parallel && M > 1;
@@ -44,7 +46,7 @@ GemmFlops gemm_flops(const config::Config& cfg) {
     const double V = static_cast<double>(d.vocab);
     // qkv, projection, fc1, fc2, and the two attention products (causal: half of 4·B·T²·C/M).
     const double fc2 = 2 * N * Fm * C;
-    const double scores = B * T * T * Cm;  // Q·Kᵀ, causal half
+    const double scores = B * T * T * d.context * Cm;  // Q·Kᵀ, causal half (whole-sequence keys)
     GemmFlops f;
     f.layer_forward = 2 * N * C * 3 * Cm + 2 * N * Cm * C + 2 * N * C * Fm + fc2 + 2 * scores;
     double rerun = 0;

@@ -13,7 +13,7 @@ namespace trident::plan {
 
 // One rank's share of one microbatch, in elements.
 struct RankDims {
-    int64_t B = 0, T = 0;  // micro batch, sequence
+    int64_t B = 0, T = 0;  // micro batch, this rank's tokens of a sequence (seq_len / C)
     int64_t N = 0;         // rows of a microbatch, B·T
     int64_t R =
         0;  // rows of the residual stream on this rank: N/M with sequence parallelism, else N
@@ -23,8 +23,26 @@ struct RankDims {
     int64_t heads = 0;  // heads on this rank, NH/M
     int64_t vocab = 0;  // padded vocabulary on this rank, Vp/M
     bool sequence_parallel = false;
+    int64_t context = 1;  // C: the ranks sharing each sequence
+    bool ring = false;    // context parallel by ring attention (else Ulysses, or C = 1)
 
-    int64_t attention() const { return B * heads * T * T; }             // (B, NH/M, T, T)
+    // Attention scores of a microbatch on this rank: its queries against the whole
+    // sequence's keys, (B, NH/M, T, seq_len).
+    int64_t scores() const { return B * heads * T * T * context; }
+    // What attention keeps for backward, in bytes (the CPU backend): the probabilities
+    // (B, NH/M, T, T); Ulysses' (B, NH/(M·C), seq_len, seq_len); ring attention's fp32
+    // log-sum-exp (B, NH/M, T).
+    int64_t attention_bytes(int64_t act) const {
+        if (ring) return B * heads * T * 4;
+        return B * (heads / context) * (T * context) * (T * context) * act;
+    }
+    // The CPU backend's attention-gradient workspace (none for ring attention's blocks).
+    int64_t attention_workspace_bytes(int64_t act) const { return ring ? 0 : attention_bytes(act); }
+    // Whether a layer's set keeps what attention keeps under selective recompute: ring
+    // attention's log-sum-exp is kept (model/gpt.h, keeps_attention).
+    bool keeps_attention(config::Recompute r) const {
+        return r == config::Recompute::none || (r == config::Recompute::selective && ring);
+    }
     int64_t all_rows() const { return sequence_parallel ? N * C : 0; }  // all-gathered copies
 };
 RankDims rank_dims(const config::Config& cfg);

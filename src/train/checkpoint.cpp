@@ -30,8 +30,10 @@ namespace {
 constexpr const char* kTempPrefix = ".tmp_";
 constexpr const char* kKinds[3] = {"master", "exp_avg", "exp_avg_sq"};
 
-std::string shard_name(const parallel::Coordinates& c) {
-    return "pp" + std::to_string(c.pp) + "_tp" + std::to_string(c.tp) + "_dp" +
+// ppP_tpT_dpD, with _cpK after the tensor coordinate when the sequence is split.
+std::string shard_name(const parallel::Coordinates& c, int context) {
+    return "pp" + std::to_string(c.pp) + "_tp" + std::to_string(c.tp) +
+           (context > 1 ? "_cp" + std::to_string(c.cp) : std::string()) + "_dp" +
            std::to_string(c.dp) + ".safetensors";
 }
 
@@ -73,14 +75,17 @@ io::WrittenFile write_shard(const std::string& path, Trainer& trainer,
     const std::vector<float>* moments[3] = {&state.master, &state.m, &state.v};
 
     std::vector<io::TensorToWrite> tensors;
+    // The replicas of the weights are the data-context group's D·C ranks: the first writes
+    // them, and (zero_stage 0) the optimizer state.
+    const bool first_replica = c.dp == 0 && c.cp == 0;
     for (const model::ParamTensor& t : layout.tensors()) {
         if (layout.held_elsewhere(t)) continue;  // another rank writes it
-        if (c.dp == 0)
+        if (first_replica)
             tensors.push_back({"param/" + t.name, t.shape,
                                half.empty() ? static_cast<const void*>(params.data() + t.offset)
                                             : static_cast<const void*>(half.data() + t.offset),
                                dtype});
-        if (zero_stage == 0 && c.dp != 0) continue;  // replica 0 writes the optimizer state
+        if (zero_stage == 0 && !first_replica) continue;  // replica 0 writes the optimizer state
         for (const auto& [offset, count] : owned) {
             const std::size_t lo = std::max(t.offset, offset);
             const std::size_t hi = std::min(t.offset + t.numel, offset + count);
@@ -188,7 +193,7 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
 
     // Every rank its shard, then its digest and size to everyone (rank 0 writes them down).
     const parallel::Coordinates& c = grid.coordinates();
-    const fs::path shard = tmp / shard_name(c);
+    const fs::path shard = tmp / shard_name(c, grid.shape().context);
     ShardReport report;
     // Collective over the data group (ZeRO-3 puts them together from the replicas' shards).
     const std::vector<float> params = trainer.local_params();
@@ -223,7 +228,8 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
             const auto& p = cfg.parallel;
             m.layout = CheckpointLayout{
                 p.pipeline,   p.tensor,     p.data, p.virtual_stages, config::to_string(p.schedule),
-                p.zero_stage, p.bucket_size, cfg.derived.chunk_layers};
+                p.zero_stage, p.bucket_size, cfg.derived.chunk_layers,
+                p.context,    config::to_string(p.context_mode)};
             m.precision = kernels::name_of(cfg.training.precision);
             {
                 std::ofstream out(tmp / "config.yaml");
@@ -236,9 +242,11 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
             for (int r = 0; r < world.size(); ++r) {
                 const parallel::Coordinates rc = parallel::coordinates_of(grid.shape(), r);
                 const ShardReport& written = reports[static_cast<std::size_t>(r)];
-                m.files.push_back({shard_name(rc), rc.pp, rc.tp, rc.dp, written.bytes,
+                m.files.push_back({shard_name(rc, grid.shape().context), rc.pp, rc.tp, rc.dp,
+                                   written.bytes,
                                    std::string(written.sha256, sizeof(written.sha256)),
-                                   std::string(written.header_sha256, sizeof(written.header_sha256))});
+                                   std::string(written.header_sha256, sizeof(written.header_sha256)),
+                                   rc.cp});
             }
             {
                 std::ofstream out(tmp / kManifestName);
@@ -370,7 +378,8 @@ CheckpointShare read_share(const std::string& dir, const model::ParamLayout& lay
     for (const ManifestFile& f : m.files) {
         if (f.pp < 0) continue;
         const std::string path = (fs::path(dir) / f.name).string();
-        if (f.pp >= m.layout.pipeline || f.tp >= m.layout.tensor || f.dp >= m.layout.data)
+        if (f.pp >= m.layout.pipeline || f.tp >= m.layout.tensor || f.dp >= m.layout.data ||
+            f.cp >= m.layout.context)
             throw Error(path + ": grid coordinates outside the manifest's layout");
         const model::ParamLayout writer(
             m.shape, f.tp, m.layout.tensor,

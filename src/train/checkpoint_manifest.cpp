@@ -94,6 +94,8 @@ std::string manifest_json(const Manifest& m) {
     layout.add("pipeline", m.layout.pipeline)
         .add("tensor", m.layout.tensor)
         .add("data", m.layout.data)
+        .add("context", m.layout.context)
+        .add("context_mode", m.layout.context_mode)
         .add("virtual_stages", m.layout.virtual_stages)
         .add("schedule", m.layout.schedule)
         .add("zero_stage", m.layout.zero_stage)
@@ -104,7 +106,7 @@ std::string manifest_json(const Manifest& m) {
     for (const ManifestFile& f : m.files) {
         io::JsonLine j;
         j.add("name", f.name);
-        if (f.pp >= 0) j.add("pp", f.pp).add("tp", f.tp).add("dp", f.dp);
+        if (f.pp >= 0) j.add("pp", f.pp).add("tp", f.tp).add("cp", f.cp).add("dp", f.dp);
         j.add("bytes", static_cast<int64_t>(f.bytes)).add("sha256", f.sha256);
         if (!f.header_sha256.empty()) j.add("header_sha256", f.header_sha256);
         files.push_back(j);
@@ -167,6 +169,11 @@ Manifest read_manifest(const std::string& dir) {
     m.layout.pipeline = r.small(layout, "pipeline");
     m.layout.tensor = r.small(layout, "tensor");
     m.layout.data = r.small(layout, "data");
+    // Written since context parallelism; without it the sequence was not split.
+    if (layout.find("context")) {
+        m.layout.context = r.small(layout, "context");
+        m.layout.context_mode = r.string(layout, "context_mode");
+    }
     m.layout.virtual_stages = r.small(layout, "virtual_stages");
     m.layout.schedule = r.string(layout, "schedule");
     m.layout.zero_stage = r.small(layout, "zero_stage");
@@ -197,6 +204,7 @@ Manifest read_manifest(const std::string& dir) {
         if (f.find("pp")) {
             mf.pp = r.small(f, "pp");
             mf.tp = r.small(f, "tp");
+            if (f.find("cp")) mf.cp = r.small(f, "cp");
             mf.dp = r.small(f, "dp");
         }
         mf.bytes = static_cast<uint64_t>(r.integer(f, "bytes"));
@@ -205,7 +213,7 @@ Manifest read_manifest(const std::string& dir) {
         m.files.push_back(std::move(mf));
     }
     if (m.step < 1 || m.layout.pipeline < 1 || m.layout.tensor < 1 || m.layout.data < 1 ||
-        m.layout.virtual_stages < 1)
+        m.layout.context < 1 || m.layout.virtual_stages < 1)
         r.fail("impossible step or layout");
     return m;
 }

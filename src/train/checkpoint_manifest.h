@@ -6,7 +6,8 @@
 // position, since the sampler is a pure function of (seed, sample index); `seed`, which with
 // the sample index fixes every dropout mask, so it and the step are the whole RNG state;
 // Adam's step count; the loss scaler's scale and clean-step count; the skipped steps so far);
-// the model's shape; the layout that wrote it (P, M, D, v, schedule, ZeRO stage, bucket size);
+// the model's shape; the layout that wrote it (P, M, C, D, v, schedule, ZeRO stage, bucket
+// size, context mode);
 // the parameters' precision; and every file with its grid coordinates (none for config.yaml),
 // size and SHA-256. It is written last, so a directory whose manifest parses and whose files
 // match it is complete.
@@ -26,6 +27,7 @@ struct ManifestFile {
     uint64_t bytes = 0;
     std::string sha256;  // 64 hex digits
     std::string header_sha256;  // a shard's first 8 + N bytes; empty: not recorded
+    int cp = 0;                 // the writer's context-parallel coordinate
 };
 
 struct CheckpointLayout {
@@ -34,6 +36,8 @@ struct CheckpointLayout {
     int zero_stage = 1;
     int64_t bucket_size = 0;
     std::vector<int> chunk_layers;  // layers of each global pipeline chunk (P·v)
+    int context = 1;
+    std::string context_mode = "ring";  // as the config spells it
 };
 
 struct Manifest {

@@ -52,6 +52,12 @@ void MetricsLog::record(const StepMetrics& m) {
                                          std::pair{"reduce_scatter", CommKind::reduce_scatter}})
             line.add(std::string(group) + "_" + name + "_bytes",
                      static_cast<int64_t>(stats->bytes_of(kind)));
+    // The context group: ring attention's keys, values and their gradients, Ulysses'
+    // all-to-alls.
+    for (const auto& [name, kind] : {std::pair{"send", CommKind::send},
+                                     std::pair{"all_to_all", CommKind::all_to_all}})
+        line.add(std::string("cp_") + name + "_bytes",
+                 static_cast<int64_t>(m.context_comm.bytes_of(kind)));
     line.add("mem_params_bytes", m.mem_params).add("mem_grads_bytes", m.mem_grads)
         .add("mem_optimizer_bytes", m.mem_optimizer).add("mem_activations_bytes", m.mem_activations)
         .add("mem_peak_bytes", m.mem_peak);

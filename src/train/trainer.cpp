@@ -7,6 +7,7 @@
 
 #include "error.h"
 #include "kernels/random.h"
+#include "model/context_split.h"
 #include "optim/lr_schedule.h"
 #include "pipeline/schedule.h"
 #include "train/model_shape.h"
@@ -35,6 +36,10 @@ model::Sharding sharding_of(const config::ParallelConfig& p, int replica) {
     return model::Sharding{replica, p.zero_stage >= 2, p.zero_stage >= 3, p.sharded_accumulation};
 }
 
+model::ContextMode context_mode(config::ContextMode m) {
+    return m == config::ContextMode::ulysses ? model::ContextMode::ulysses : model::ContextMode::ring;
+}
+
 model::Recompute recompute_mode(config::Recompute r) {
     switch (r) {
         case config::Recompute::selective: return model::Recompute::selective;
@@ -53,12 +58,17 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* g
       pipeline_(grid ? grid->pipeline() : solo_),
       embedding_(grid ? grid->embedding() : solo_),
       data_(grid ? grid->data() : solo_),
+      context_(grid ? grid->context() : solo_),
+      data_context_(grid ? grid->data_context() : solo_),
       model_(ops, gpt_shape(cfg), cfg.training.micro_batch, static_cast<float>(cfg.model.dropout),
              &tensor_, cfg.parallel.sequence_parallel, stage_plan(cfg, grid ? grid->coordinates().pp : 0),
-             static_cast<std::size_t>(data_.size()), recompute_mode(cfg.training.recompute),
-             precision_of(cfg.training), sharding_of(cfg.parallel, data_.rank())),
+             static_cast<std::size_t>(data_context_.size()), recompute_mode(cfg.training.recompute),
+             precision_of(cfg.training), sharding_of(cfg.parallel, data_context_.rank()),
+             model::ContextSplit{&context_, context_mode(cfg.parallel.context_mode)}),
+      // The replicas of the weights are the D·C ranks of the data-context group: the optimizer
+      // sums the gradients and shards its state over all of them, as Megatron-Core does.
       optimizer_(ops, model_.layout(), cfg.training,
-                 optim::OptimizerGroups{&tensor_, &pipeline_, &data_}, cfg.parallel.zero_stage,
+                 optim::OptimizerGroups{&tensor_, &pipeline_, &data_context_}, cfg.parallel.zero_stage,
                  model_.params(), model_.grads(), static_cast<std::size_t>(cfg.parallel.bucket_size),
                  optim::Overlap{cfg.parallel.overlap_grad_reduce, cfg.parallel.overlap_param_gather}),
       scaler_(cfg.training),
@@ -97,6 +107,29 @@ double Trainer::from_last_stage(double loss) {
     return loss;
 }
 
+void Trainer::fill_microbatch(const SampleFn& sample, uint64_t first, std::span<int32_t> inputs,
+                              std::span<int32_t> targets) {
+    const int T = cfg_.model.seq_len, T_local = model_.local_tokens();
+    for (int i = 0; i < cfg_.training.micro_batch; ++i) {
+        const std::size_t at = static_cast<std::size_t>(i) * static_cast<std::size_t>(T_local);
+        const uint64_t k = first + static_cast<uint64_t>(i);
+        if (context_.size() == 1) {
+            sample(k, inputs.subspan(at, static_cast<std::size_t>(T)),
+                   targets.subspan(at, static_cast<std::size_t>(T)));
+            continue;
+        }
+        // The whole sample, then this context rank's tokens of it (and their targets).
+        whole_inputs_.resize(static_cast<std::size_t>(T));
+        whole_targets_.resize(static_cast<std::size_t>(T));
+        sample(k, whole_inputs_, whole_targets_);
+        const std::size_t n = static_cast<std::size_t>(T_local);
+        model::take_context_tokens(whole_inputs_, inputs.subspan(at, n), 1, T, context_.size(),
+                                   context_.rank());
+        model::take_context_tokens(whole_targets_, targets.subspan(at, n), 1, T, context_.size(),
+                                   context_.rank());
+    }
+}
+
 double Trainer::accumulate_gradients(int step, const SampleFn& sample, double loss_scale) {
     const auto& t = cfg_.training;
     const model::StagePlan& plan = model_.layout().plan();
@@ -108,7 +141,6 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
     // Each token's share of the mean loss, times the loss scale (fp16; 1 otherwise).
     const float dloss =
         static_cast<float>(loss_scale / static_cast<double>(cfg_.derived.tokens_per_step));
-    const std::size_t T = static_cast<std::size_t>(cfg_.model.seq_len);
     const auto first_of = [&](int mb) { return first_sample + static_cast<uint64_t>(mb) * t.micro_batch; };
 
     model_.zero_grads();
@@ -116,9 +148,7 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
         pipeline::schedule(schedule_kind(cfg_.parallel.schedule), plan.stages, plan.chunks,
                            microbatches, plan.stage),
         [&](int mb, std::span<int32_t> in, std::span<int32_t> tgt) {
-            for (int i = 0; i < t.micro_batch; ++i)
-                sample(first_of(mb) + static_cast<uint64_t>(i), in.subspan(i * T, T),
-                       tgt.subspan(i * T, T));
+            fill_microbatch(sample, first_of(mb), in, tgt);
         },
         dloss, true, [&](int mb) { return kernels::hash64(t.seed ^ kDropoutStream, first_of(mb)); });
     // The LM head's copy of wte on the last stage and the embedding's on the first: the
@@ -129,17 +159,19 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
         embedding_.all_reduce(model_.grads().at(wte->offset), wte->numel);
         optimizer_.grads_final(wte->offset, wte->offset + wte->numel);
     }
-    // The step's loss: the mean of the replicas' means (equal token counts).
+    // The step's loss: the mean of the means of the replicas and context ranks (equal token
+    // counts).
     double loss = from_last_stage(loss_sum / microbatches);
-    data_.all_reduce(&loss, 1);
-    return loss / data_.size();
+    data_context_.all_reduce(&loss, 1);
+    return loss / data_context_.size();
 }
 
 
 StepResult Trainer::step(int step, const SampleFn& sample) {
     const auto t0 = std::chrono::steady_clock::now();
     tensor_.reset_stats();
-    data_.reset_stats();
+    context_.reset_stats();
+    data_context_.reset_stats();
     StepResult r;
     r.loss_scale = scaler_.scale();
     optimizer_.start_step();  // buckets reduce as the backward completes them
@@ -158,7 +190,8 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
         optimizer_.step(r.lr, static_cast<float>(factor));
     }
     r.tensor_comm = tensor_.stats();
-    r.data_comm = data_.stats();
+    r.context_comm = context_.stats();
+    r.data_comm = data_context_.stats();
     r.memory = memory();
     r.activation_sets = model_.activation_sets();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -167,16 +200,16 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
 
 double Trainer::evaluate(const SampleFn& sample, int microbatches) {
     const auto& t = cfg_.training;
-    const std::size_t T = static_cast<std::size_t>(cfg_.model.seq_len);
     const double loss_sum = executor_.run(
         pipeline::forward_only(model_.layout().plan(), microbatches),
         [&](int mb, std::span<int32_t> in, std::span<int32_t> tgt) {
-            for (int i = 0; i < t.micro_batch; ++i)
-                sample(static_cast<uint64_t>(mb) * t.micro_batch + static_cast<uint64_t>(i),
-                       in.subspan(i * T, T), tgt.subspan(i * T, T));
+            fill_microbatch(sample, static_cast<uint64_t>(mb) * t.micro_batch, in, tgt);
         },
         0.0f, false, [](int) { return uint64_t{0}; });
-    return from_last_stage(loss_sum / microbatches);
+    // The mean over the context ranks' tokens (equal counts).
+    double loss = from_last_stage(loss_sum / microbatches);
+    context_.all_reduce(&loss, 1);
+    return loss / context_.size();
 }
 
 std::vector<float> Trainer::local(std::vector<float> (model::Gpt::*to_host)() const,
@@ -184,7 +217,7 @@ std::vector<float> Trainer::local(std::vector<float> (model::Gpt::*to_host)() co
     optimizer_.finish_param_gather();
     std::vector<float> host = (model_.*to_host)();
     // Sharded, each element is on one replica and zero on the others.
-    if (buffer.sharded()) data_.all_reduce(host.data(), host.size());
+    if (buffer.sharded()) data_context_.all_reduce(host.data(), host.size());
     return host;
 }
 
@@ -213,8 +246,9 @@ void Trainer::write_trace(const std::string& path) {
         for (int tp = 0; tp < tensor_.size(); ++tp)
             names.push_back("rank " + std::to_string(tp + tensor_.size() * pp) + ": stage " +
                             std::to_string(pp) + ", tensor " + std::to_string(tp));
-    // Data-parallel replicas run the same schedule: the first one's trace stands for all.
-    if (data_.rank() == 0) trace_.write(path, tensor_, pipeline_, names);
+    // Data-parallel replicas and context ranks run the same schedule: the first one's trace
+    // stands for all.
+    if (data_.rank() == 0 && context_.rank() == 0) trace_.write(path, tensor_, pipeline_, names);
 }
 
 }  // namespace trident::train

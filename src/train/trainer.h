@@ -40,7 +40,9 @@ struct StepResult {
     double seconds = 0;    // wall time of the whole step
     parallel::CommStats tensor_comm;  // what the tensor-parallel group moved in the step
     std::size_t activation_sets = 0;  // most microbatches' activations held at once so far
-    parallel::CommStats data_comm;    // what the data-parallel group moved in the step
+    // What the data-context group (the D·C ranks holding the same weights) moved in the step.
+    parallel::CommStats data_comm;
+    parallel::CommStats context_comm;  // what the context-parallel group moved in the step
     MemoryUse memory;
 };
 
@@ -93,6 +95,10 @@ private:
     void tie_sharded_embedding();
     // The last stage's loss, given to every stage.
     double from_last_stage(double loss);
+    // The tokens of a microbatch of samples first, first + 1, ...: this context rank's
+    // (model().local_tokens() of each sample, at the positions it holds) inputs and targets.
+    void fill_microbatch(const SampleFn& sample, uint64_t first, std::span<int32_t> inputs,
+                         std::span<int32_t> targets);
 
     const config::Config& cfg_;
     kernels::Ops& ops_;
@@ -101,11 +107,14 @@ private:
     parallel::Comm& pipeline_;
     parallel::Comm& embedding_;
     parallel::Comm& data_;
+    parallel::Comm& context_;
+    parallel::Comm& data_context_;
     model::Gpt model_;
     optim::AdamW optimizer_;
     optim::LossScaler scaler_;
     pipeline::Executor executor_;
     io::TraceRecorder trace_;
+    std::vector<int32_t> whole_inputs_, whole_targets_;  // one whole sample (context parallel)
 };
 
 }  // namespace trident::train

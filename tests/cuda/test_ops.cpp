@@ -82,10 +82,10 @@ TEST_CASE("cuda: embedding forward and backward, vocab-parallel, deterministic",
             for (bool with_wpe : {true, false}) {
                 b.cpu->embedding_forward(out.cpu, tokens.on_cpu(), wte.cpu,
                                          with_wpe ? wpe.cpu : Ptr(), B, T, C, vocab_begin,
-                                         vocab_local);
+                                         vocab_local, nullptr, T);
                 b.gpu->embedding_forward(out.gpu, tokens.on_gpu(), wte.gpu,
                                          with_wpe ? wpe.gpu : Ptr(), B, T, C, vocab_begin,
-                                         vocab_local);
+                                         vocab_local, nullptr, T);
                 require_close(out, t, "embedding_forward");
             }
             // Backward adds into gradients that already hold values; gradients in the
@@ -97,18 +97,18 @@ TEST_CASE("cuda: embedding forward and backward, vocab-parallel, deterministic",
                 dwte.fill(7, 0.1f);
                 dwpe.fill(8, 0.1f);
                 b.cpu->embedding_backward(dwte.cpu, dwpe.cpu, dout.cpu, tokens.on_cpu(), B, T, C,
-                                          vocab_begin, vocab_local);
+                                          vocab_begin, vocab_local, nullptr, T);
                 b.gpu->embedding_backward(dwte.gpu, dwpe.gpu, dout.gpu, tokens.on_gpu(), B, T, C,
-                                          vocab_begin, vocab_local);
+                                          vocab_begin, vocab_local, nullptr, T);
                 require_close(dwte, g, "embedding_backward dwte");
                 require_close(dwpe, g, "embedding_backward dwpe");
                 b.gpu->zero(dwte.gpu, dwte.count);
                 b.gpu->embedding_backward(dwte.gpu, Ptr(), dout.gpu, tokens.on_gpu(), B, T, C,
-                                          vocab_begin, vocab_local);
+                                          vocab_begin, vocab_local, nullptr, T);
                 const std::vector<float> again = dwte.on_gpu();
                 b.gpu->zero(dwte.gpu, dwte.count);
                 b.gpu->embedding_backward(dwte.gpu, Ptr(), dout.gpu, tokens.on_gpu(), B, T, C,
-                                          vocab_begin, vocab_local);
+                                          vocab_begin, vocab_local, nullptr, T);
                 REQUIRE(dwte.on_gpu() == again);  // bit for bit, run to run
             }
         }

@@ -373,17 +373,21 @@ TEST_CASE("comm: bad arguments throw on the calling rank before any communicatio
     comm.barrier();  // and no rank is left behind
 }
 
-TEST_CASE("grid: P*M*D other than the world size throws on every rank", "[mpi][grid]") {
+TEST_CASE("grid: P*M*C*D other than the world size throws on every rank", "[mpi][grid]") {
     const int n = world().size();
     const std::string started = std::to_string(n) + (n == 1 ? " process was" : " processes were");
     CHECK_THROWS_WITH(Grid(world(), GridShape{1, 1, n + 1}),
-                      "parallel: pipeline × tensor × data = 1 × 1 × " + std::to_string(n + 1) +
-                          " = " + std::to_string(n + 1) + ", but " + started +
-                          " started (mpirun -np " + std::to_string(n + 1) + ")");
+                      "parallel: pipeline × tensor × context × data = 1 × 1 × 1 × " +
+                          std::to_string(n + 1) + " = " + std::to_string(n + 1) + ", but " +
+                          started + " started (mpirun -np " + std::to_string(n + 1) + ")");
     CHECK_THROWS_WITH(Grid(world(), GridShape{2, 2, 2 * n}),
-                      "parallel: pipeline × tensor × data = 2 × 2 × " + std::to_string(2 * n) +
-                          " = " + std::to_string(8 * n) + ", but " + started +
-                          " started (mpirun -np " + std::to_string(8 * n) + ")");
+                      "parallel: pipeline × tensor × context × data = 2 × 2 × 1 × " +
+                          std::to_string(2 * n) + " = " + std::to_string(8 * n) + ", but " +
+                          started + " started (mpirun -np " + std::to_string(8 * n) + ")");
+    CHECK_THROWS_WITH(Grid(world(), GridShape{1, 2, n, 2}),  // {P, M, D, C}
+                      "parallel: pipeline × tensor × context × data = 1 × 2 × 2 × " +
+                          std::to_string(n) + " = " + std::to_string(4 * n) + ", but " + started +
+                          " started (mpirun -np " + std::to_string(4 * n) + ")");
     CHECK_THROWS_WITH(Grid(world(), GridShape{0, 1, n}),
                       Catch::Contains("each must be at least 1"));
     // Every rank threw before communicating, so all arrive here.

@@ -140,7 +140,7 @@ def main():
         h.check(close(loss_list(path("z1.jsonl")), ref[7:]), "ZeRO-0 2x1x2 -> 1x1x1: the uninterrupted loss")
 
         info = h.run([trident, "checkpoint", "info", path("ck8")])
-        h.check("layout: 2 x 2 x 2" in info.stdout and "all 9 files match" in info.stdout,
+        h.check("layout: 2 x 2 x 1 x 2" in info.stdout and "all 9 files match" in info.stdout,
                 "checkpoint info prints the layout and checks 8 shards and the config")
 
         # Export from 2x2x2, loaded by one process: the same model (its validation loss after a

@@ -4,8 +4,8 @@
 // Loads the model from model.init_from, takes step 0's global batch from data.train, runs
 // forward and backward over all its microbatches, and writes the gradients in Hugging Face
 // GPT-2 layout and names, plus a tensor "loss" of shape [1] (the mean loss), as safetensors.
-// Under mpirun with parallel.tensor = M, the gradients are gathered from the M slices: the
-// tensor-parallel test compares them with those of one process.
+// Under mpirun with parallel.tensor = M, the gradients are gathered from the M slices (and
+// summed over the C context ranks): the layout tests compare them with those of one process.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -54,6 +54,9 @@ static void dump(const config::Config& cfg, parallel::Grid& grid, const std::str
     const double loss = trainer.accumulate_gradients(
         0, [&](uint64_t k, std::span<int32_t> in, std::span<int32_t> tgt) { train_data.fill(k, in, tgt); });
 
+    // Each context rank holds its tokens' part of the gradients: training sums them over the
+    // data-context group, here (one replica) over the context group.
+    grid.context().all_reduce(trainer.model().grads(), trainer.model().buffer_size());
     check_replicated_gradients(trainer.model(), grid.tensor());
     const std::vector<float> grads = trainer.full_grads();  // collective
     if (grid.rank() != 0) return;
@@ -77,7 +80,7 @@ int main(int argc, char** argv) {
     try {
         const config::Config cfg = config::load(config_path, overrides);
         const auto& p = cfg.parallel;
-        parallel::Grid grid(world, parallel::GridShape{p.pipeline, p.tensor, p.data});
+        parallel::Grid grid(world, parallel::GridShape{p.pipeline, p.tensor, p.data, p.context});
         dump(cfg, grid, output);
     } catch (const std::exception& e) {
         return parallel::report_failure(world, e.what(), parallel::FailureKind::this_rank);

@@ -127,6 +127,22 @@ void NcclComm::broadcast(Ptr data, std::size_t count, int root) {
     });
 }
 
+void NcclComm::all_to_all(ConstPtr in, Ptr out, std::size_t count) {
+    if (size() == 1) return staged_.all_to_all(in, out, count);  // a copy
+    Comm::count(CommKind::all_to_all, count * size(), out.dtype);
+    if (!on_device(out.data)) return staged_.all_to_all(in, out, count);
+    const ncclDataType_t type = nccl_type(out.dtype);
+    ordered([&] {
+        TRIDENT_NCCL_CHECK(ncclGroupStart());
+        for (int peer = 0; peer < size(); ++peer) {
+            const std::size_t block = static_cast<std::size_t>(peer) * count;
+            TRIDENT_NCCL_CHECK(ncclSend((in + block).data, count, type, peer, comm_, stream_));
+            TRIDENT_NCCL_CHECK(ncclRecv((out + block).data, count, type, peer, comm_, stream_));
+        }
+        TRIDENT_NCCL_CHECK(ncclGroupEnd());
+    });
+}
+
 // Messages: through the host communicator with staging (see nccl_comm.h). Every call is
 // counted here, as the trainer reads this communicator's statistics.
 void NcclComm::send(ConstPtr data, std::size_t count, int peer, int tag) {

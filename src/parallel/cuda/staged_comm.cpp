@@ -110,6 +110,19 @@ void StagedComm::broadcast(Ptr data, std::size_t count, int root) {
     to_device(data.data, host, bytes);
 }
 
+void StagedComm::all_to_all(ConstPtr in, Ptr out, std::size_t count) {
+    const std::size_t bytes = count * size() * kernels::size_of(out.dtype);
+    if (size() == 1) return copy(out.data, in.data, bytes);
+    Comm::count(CommKind::all_to_all, count * size(), out.dtype);
+    if (!on_device(out.data)) return host_->all_to_all(in, out, count);
+    // Input and output side by side in the staging memory (they must not overlap).
+    const Ptr host(staging_.reserve(2 * bytes), out.dtype);
+    const Ptr received = host + count * size();
+    to_host(host.data, in.data, bytes);
+    host_->all_to_all(host, received, count);
+    to_device(out.data, received.data, bytes);
+}
+
 void StagedComm::send(ConstPtr data, std::size_t count, int peer, int tag) {
     Comm::count(CommKind::send, count, data.dtype);
     if (!on_device(data.data)) return host_->send(data, count, peer, tag);

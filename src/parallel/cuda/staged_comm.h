@@ -33,6 +33,7 @@ public:
     void reduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     void all_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     void broadcast(kernels::Ptr data, std::size_t count, int root) override;
+    void all_to_all(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     void send(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
     void recv(kernels::Ptr data, std::size_t count, int peer, int tag) override;
     void barrier() override;
