@@ -27,6 +27,8 @@
 
 namespace trident::parallel {
 
+struct GroupLabel;  // parallel/watchdog.h
+
 enum class ReduceOp { sum, max };
 
 enum class CommKind { all_reduce, reduce_scatter, all_gather, broadcast, send, recv, count_ };
@@ -129,6 +131,11 @@ public:
     const CommStats& stats() const { return stats_; }
     void reset_stats() { stats_ = CommStats{}; }
 
+    // The group's name and members as the stall watchdog reports them (null: unnamed). A
+    // communicator over another takes the label of the one it wraps.
+    const GroupLabel* label() const { return label_; }
+    void set_label(const GroupLabel* label) { label_ = label; }
+
 protected:
     void count(CommKind kind, std::size_t elements, kernels::DType dtype) {
         ++stats_.calls[static_cast<int>(kind)];
@@ -138,6 +145,7 @@ protected:
 
 private:
     CommStats stats_;
+    const GroupLabel* label_ = nullptr;
 };
 
 }  // namespace trident::parallel

@@ -26,11 +26,14 @@ Coordinates coordinates_of(const GridShape& g, int rank) {
 
 namespace {
 
-// The group of ranks with the same `colour`, ordered (and numbered) by `key`.
-std::unique_ptr<Comm> split(MpiComm& world, int colour, int key) {
+// The group of ranks with the same `colour`, ordered (and numbered) by `key`, named `name` in
+// the watchdog's messages.
+std::unique_ptr<Comm> split(MpiComm& world, int colour, int key, const char* name) {
     MPI_Comm group;
     MPI_Comm_split(world.handle(), colour, key, &group);
-    return std::make_unique<MpiComm>(group);
+    auto comm = std::make_unique<MpiComm>(group);
+    comm->set_name(name);
+    return comm;
 }
 
 void check_shape(const GridShape& s, int world_size) {
@@ -57,20 +60,23 @@ Grid::Grid(World& world, const GridShape& shape) : shape_(shape), rank_(world.ra
     MpiComm& all = world.mpi_comm();
     // Colour by the other two coordinates, key by the group's own, so that the rank within
     // a group is the coordinate along it. Every rank takes part in every split.
-    tensor_ = split(all, dp + D * pp, tp);
-    data_ = split(all, tp + M * pp, dp);
-    pipeline_ = split(all, tp + M * dp, pp);
+    tensor_ = split(all, dp + D * pp, tp, "tensor");
+    data_ = split(all, tp + M * pp, dp, "data");
+    pipeline_ = split(all, tp + M * dp, pp, "pipeline");
     // Middle stages get a colour of their own each (beyond every (dp, tp) colour): a group
     // of one.
     const int embedding_colour = in_embedding_group() ? tp + M * dp : M * D + rank_;
-    embedding_ = split(all, embedding_colour, pp);
+    embedding_ = split(all, embedding_colour, pp, "embedding");
 }
 
 Grid::~Grid() = default;
 
 void Grid::wrap_comms(const CommWrapper& wrap) {
-    for (std::unique_ptr<Comm>* group : {&tensor_, &data_, &pipeline_, &embedding_})
+    for (std::unique_ptr<Comm>* group : {&tensor_, &data_, &pipeline_, &embedding_}) {
+        const GroupLabel* label = (*group)->label();
         *group = wrap(std::move(*group));
+        (*group)->set_label(label);
+    }
 }
 
 }  // namespace trident::parallel

@@ -8,6 +8,7 @@
 #include "error.h"
 #include "kernels/random.h"
 #include "optim/lr_schedule.h"
+#include "parallel/watchdog.h"
 #include "pipeline/schedule.h"
 #include "train/model_shape.h"
 
@@ -123,6 +124,8 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
 
 StepResult Trainer::step(int step, const SampleFn& sample) {
     const auto t0 = std::chrono::steady_clock::now();
+    parallel::set_step(step + 1);
+    const parallel::ScopedPhase phase(parallel::Phase::training);
     tensor_.reset_stats();
     data_.reset_stats();
     StepResult r;
@@ -146,10 +149,12 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     r.memory = memory();
     r.activation_sets = model_.activation_sets();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    parallel::first_step_done();
     return r;
 }
 
 double Trainer::evaluate(const SampleFn& sample, int microbatches) {
+    const parallel::ScopedPhase phase(parallel::Phase::validation);
     const auto& t = cfg_.training;
     const std::size_t T = static_cast<std::size_t>(cfg_.model.seq_len);
     const double loss_sum = executor_.run(
