@@ -71,6 +71,9 @@ public:
     // out (N,C); mean, rstd (N) saved for backward; weight, bias (C)
     virtual void layernorm_forward(Ptr out, float* mean, float* rstd, ConstPtr inp,
                                    ConstPtr weight, ConstPtr bias, int N, int C) = 0;
+    // dinp (N,C) += the input's gradient, unless dinp is null; dweight, dbias (C) += the
+    // parameters', unless they are null (both or neither). A backward split into an input
+    // step and a weight step calls it once for each, with the results of one call.
     virtual void layernorm_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout,
                                     ConstPtr inp, ConstPtr weight, const float* mean,
                                     const float* rstd, int N, int C) = 0;
@@ -80,7 +83,8 @@ public:
     virtual void matmul_forward(Ptr out, ConstPtr inp, ConstPtr weight, ConstPtr bias, int N,
                                 int C, int OC) = 0;
     // dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += column sums.
-    // dinp and dbias may be null (not needed).
+    // Each of dinp, dweight and dbias may be null (not needed): a backward split into an
+    // input step and a weight step calls it once for each, with the results of one call.
     virtual void matmul_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
                                  ConstPtr weight, int N, int C, int OC) = 0;
     // out (N,OC) += bias (OC): the bias of a row-parallel linear, added once after the

@@ -66,6 +66,12 @@ struct Gpt::LayerActivations {
     DeviceBuffer ln2_all;                  // (N,C) (sequence parallel)
     DeviceBuffer fch, fch_gelu;            // (N,F/M), (N,F/M)
     DeviceBuffer resid3;                   // (R,C), the next layer's input
+    // A split backward's B keeps for its W the gradients of the outputs of the layer's four
+    // linears and two LayerNorms (allocated only when the backward is split).
+    DeviceBuffer d_fc2, d_fc1;             // (N,C), (N,F/M)
+    DeviceBuffer d_ln2;                    // (R,C)
+    DeviceBuffer d_proj, d_qkv;            // (N,C), (N,3C/M)
+    DeviceBuffer d_ln1;                    // (R,C)
 };
 
 struct Gpt::Activations {
@@ -81,6 +87,9 @@ struct Gpt::Activations {
     DeviceBuffer logits;                   // (N,Vp/M), turned into dlogits by backward
     DeviceBuffer loss_stats;  // (4,N): row max | global max | sum of exps | target logit
     DeviceBuffer lse, losses;              // (N), (N)
+    // A split backward's B keeps for its W: the final LayerNorm's output gradient (the
+    // dlogits stay in `logits`) and the embedding's (R,C) each.
+    DeviceBuffer d_lnf, d_embed;
 };
 
 Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropout,
@@ -179,8 +188,22 @@ std::unique_ptr<Gpt::Activations> Gpt::new_activations(int c) {
     a->layers.resize(static_cast<std::size_t>(layout_.chunk_layers(c)));
     // Each layer keeps its output (the next one's input) and, unless recomputed, what its
     // backward reads.
-    for (auto& l : a->layers)
+    for (auto& l : a->layers) {
         allocate_layer(l, recompute_ != Recompute::full, recompute_ == Recompute::none, true);
+        if (split_backward_) {
+            const std::size_t Fm = layout_.ffn_local(), Cm = layout_.hidden_local();
+            l.d_fc2 = DeviceBuffer(ops, N * C, act);
+            l.d_fc1 = DeviceBuffer(ops, N * Fm, act);
+            l.d_ln2 = DeviceBuffer(ops, R * C, act);
+            l.d_proj = DeviceBuffer(ops, N * C, act);
+            l.d_qkv = DeviceBuffer(ops, N * 3 * Cm, act);
+            l.d_ln1 = DeviceBuffer(ops, R * C, act);
+        }
+    }
+    if (split_backward_) {
+        a->d_lnf = DeviceBuffer(ops, head ? R * C : 0, act);
+        a->d_embed = DeviceBuffer(ops, embeds ? R * C : 0, act);
+    }
     if (head) {
         a->lnf = DeviceBuffer(ops, R * C, act);
         a->lnf_mean = DeviceBuffer(ops, R);
@@ -488,130 +511,197 @@ ConstPtr Gpt::through_dropout(ConstPtr dout, std::size_t count, float drop, uint
 
 void Gpt::backward_chunk(int mb, int c, float dloss, ConstPtr output_grad, Ptr input_grad,
                          bool last) {
+    backward_part(mb, c, dloss, output_grad, input_grad, Part::both, last);
+}
+
+void Gpt::backward_input(int mb, int c, float dloss, ConstPtr output_grad, Ptr input_grad) {
+    if (!split_backward_) throw Error("internal: a split backward on a model not set up for it");
+    backward_part(mb, c, dloss, output_grad, input_grad, Part::input, false);
+}
+
+void Gpt::backward_weight(int mb, int c, bool last) {
+    backward_part(mb, c, 0.0f, {}, {}, Part::weight, last);
+}
+
+void Gpt::set_split_backward(bool on) {
+    if (activation_sets() > 0) throw Error("internal: the backward split after a forward");
+    split_backward_ = on;
+}
+
+void Gpt::backward_part(int mb, int c, float dloss, ConstPtr output_grad, Ptr input_grad,
+                        Part part, bool last) {
     const StagePlan& plan = layout_.plan();
     const int g = plan.global_chunk(c);
     const std::size_t C = layout_.shape().hidden;
     const std::size_t RC = static_cast<std::size_t>(rows_mine_) * C;
+    const bool weights = part != Part::input;
     Activations& a = live(mb, c);
 
     // dresidual holds the gradient of this rank's rows of the residual stream (R,C); each
     // layer's branches add into it, from the last layer back.
     if (g == plan.stages * plan.chunks - 1) {
-        head_backward(a, dloss);
-        if (last) gradients_final(layout_.lnf_w(), layout_.lnf_b() + C, {layout_.lnf_w(), layout_.lnf_b()});
-    } else {
+        head_backward(a, dloss, part);
+        if (weights && last)
+            gradients_final(layout_.lnf_w(), layout_.lnf_b() + C, {layout_.lnf_w(), layout_.lnf_b()});
+    } else if (part != Part::weight) {
         ops_.copy(dresidual_.data(), output_grad, RC);
     }
     const int first = layout_.first_layer(c);
     for (int i = static_cast<int>(a.layers.size()) - 1; i >= 0; --i) {
         const ConstPtr residual =
             i == 0 ? a.input.data() : a.layers[static_cast<std::size_t>(i - 1)].resid3.data();
-        backward_layer(a, first + i, a.layers[static_cast<std::size_t>(i)], residual);
-        if (last) {
+        backward_layer(a, first + i, a.layers[static_cast<std::size_t>(i)], residual, part);
+        if (weights && last) {
             const LayerParams& p = layout_.layer(first + i);
             const auto [begin, end] = layout_.layer_range(first + i);
             gradients_final(begin, end, {p.ln1_w, p.ln1_b, p.ln2_w, p.ln2_b});
         }
     }
     if (g == 0) {
-        embedding_backward(a);
-        if (last) {
+        embedding_backward(a, part);
+        if (weights && last) {
             // wte's other copy, on the last stage, is added by the trainer (StepHooks).
             const std::size_t wpe = layout_.wpe();
             gradients_final(plan.stages == 1 ? layout_.wte() : wpe,
                             wpe + static_cast<std::size_t>(layout_.shape().max_seq) * C, {});
         }
-    } else {
+    } else if (part != Part::weight) {
         ops_.copy(input_grad, dresidual_.data(), RC);
     }
-    release(mb, c);
+    if (weights) release(mb, c);
 }
 
-void Gpt::head_backward(Activations& a, float dloss) {
+void Gpt::head_backward(Activations& a, float dloss, Part part) {
     const GptShape& s = layout_.shape();
     const int C = s.hidden, R = rows_mine_, N = rows_;
     const ConstPtr w = params_.data();
     const Ptr grad = grads_.data();
+    const bool inputs = part != Part::weight, weights = part != Part::input;
+    const ConstPtr lnf = sequence_parallel_ ? a.lnf_all.data() : a.lnf.data();
+    const ConstPtr last = a.layers.empty() ? a.input.data() : a.layers.back().resid3.data();
+    const Ptr dwte = weights ? grad + layout_.wte() : Ptr();
+    const Ptr dlnf_w = weights ? grad + layout_.lnf_w() : Ptr();
+    const Ptr dlnf_b = weights ? grad + layout_.lnf_b() : Ptr();
+    if (!inputs) {  // W: from the dlogits (kept in logits) and the stashed dlnf
+        ops_.matmul_backward(nullptr, dwte, nullptr, a.logits.data(), lnf, w + layout_.wte(), N, C,
+                             layout_.vocab_local());
+        ops_.layernorm_backward(nullptr, dlnf_w, dlnf_b, a.d_lnf.data(), last, w + layout_.lnf_w(),
+                                a.lnf_mean.f32(), a.lnf_rstd.f32(), R, C);
+        return;
+    }
     // Loss and LM head. dlogits overwrite the logits; the gradient into the head's input is
     // this rank's vocabulary share (f: all-reduce, or reduce-scatter to its rows).
     ops_.cross_entropy_backward(a.logits.data(), a.logits.data(), a.lse.f32(),
                                 as_tokens(a.targets), dloss, N, layout_.vocab_begin(), s.vocab,
                                 layout_.vocab_local());
     ops_.zero(dc_a_.data(), static_cast<std::size_t>(N) * C);
-    const ConstPtr lnf = sequence_parallel_ ? a.lnf_all.data() : a.lnf.data();
-    ops_.matmul_backward(dc_a_.data(), grad + layout_.wte(), nullptr, a.logits.data(), lnf,
-                         w + layout_.wte(), N, C, layout_.vocab_local());
+    ops_.matmul_backward(dc_a_.data(), dwte, nullptr, a.logits.data(), lnf, w + layout_.wte(), N,
+                         C, layout_.vocab_local());
     const ConstPtr dlnf = reduce_rows(dc_a_.data(), dc_mine_.data());
-    const ConstPtr last = a.layers.empty() ? a.input.data() : a.layers.back().resid3.data();
+    if (!weights) ops_.copy(a.d_lnf.data(), dlnf, static_cast<std::size_t>(R) * C);
     ops_.zero(dresidual_.data(), static_cast<std::size_t>(R) * C);
-    ops_.layernorm_backward(dresidual_.data(), grad + layout_.lnf_w(), grad + layout_.lnf_b(),
-                            dlnf, last, w + layout_.lnf_w(), a.lnf_mean.f32(), a.lnf_rstd.f32(),
-                            R, C);
+    ops_.layernorm_backward(dresidual_.data(), dlnf_w, dlnf_b, dlnf, last, w + layout_.lnf_w(),
+                            a.lnf_mean.f32(), a.lnf_rstd.f32(), R, C);
 }
 
-void Gpt::backward_layer(const Activations& a, int l, LayerActivations& kept,
-                         ConstPtr residual) {
+void Gpt::backward_layer(const Activations& a, int l, LayerActivations& kept, ConstPtr residual,
+                         Part part) {
     const GptShape& s = layout_.shape();
     const int B = B_, T = T_, C = s.hidden, R = rows_mine_, N = rows_;
     const int Cm = layout_.hidden_local(), Fm = layout_.ffn_local(), NHm = layout_.heads_local();
     const std::size_t NC = static_cast<std::size_t>(N) * C;
     const std::size_t RC = static_cast<std::size_t>(R) * C;
     const std::size_t NFm = static_cast<std::size_t>(N) * Fm;
+    const std::size_t NCm = static_cast<std::size_t>(N) * Cm;
     const float drop = a.training ? dropout_ : 0.0f;
     const ConstPtr w = params_.data();
-    const Ptr grad = grads_.data();
     const LayerParams& p = layout_.layer(l);
+    const bool inputs = part != Part::weight, weights = part != Part::input;
+    // The parameters' gradients, where this part computes them.
+    const auto grad = [&](std::size_t offset) { return weights ? grads_.data() + offset : Ptr(); };
 
     LayerActivations& la = recompute_ == Recompute::full ? *recompute_scratch_ : kept;
     // Full recompute: rerun the layer's forward from its kept input (its collectives too, in
-    // the same order on every tensor rank), just before its backward.
+    // the same order on every tensor rank), just before its backward (before its W too).
     if (recompute_ == Recompute::full) forward_layer(a, l, la, la.att.data(), residual, nullptr);
     const Ptr att = recompute_ == Recompute::none ? la.att.data() : recompute_scratch_->att.data();
     const ConstPtr ln1 = sequence_parallel_ ? la.ln1_all.data() : la.ln1.data();
     const ConstPtr ln2 = sequence_parallel_ ? la.ln2_all.data() : la.ln2.data();
 
+    if (!inputs) {  // W: every parameter gradient from the output gradients B kept
+        ops_.matmul_backward(nullptr, grad(p.fc2_w), grad(p.fc2_b), kept.d_fc2.data(),
+                             la.fch_gelu.data(), w + p.fc2_w, N, Fm, C);
+        ops_.matmul_backward(nullptr, grad(p.fc1_w), grad(p.fc1_b), kept.d_fc1.data(), ln2,
+                             w + p.fc1_w, N, C, Fm);
+        ops_.layernorm_backward(nullptr, grad(p.ln2_w), grad(p.ln2_b), kept.d_ln2.data(),
+                                la.resid2.data(), w + p.ln2_w, la.ln2_mean.f32(),
+                                la.ln2_rstd.f32(), R, C);
+        ops_.matmul_backward(nullptr, grad(p.proj_w), grad(p.proj_b), kept.d_proj.data(),
+                             la.atty.data(), w + p.proj_w, N, Cm, C);
+        ops_.matmul_backward(nullptr, grad(p.qkv_w), grad(p.qkv_b), kept.d_qkv.data(), ln1,
+                             w + p.qkv_w, N, C, 3 * Cm);
+        ops_.layernorm_backward(nullptr, grad(p.ln1_w), grad(p.ln1_b), kept.d_ln1.data(),
+                                residual, w + p.ln1_w, la.ln1_mean.f32(), la.ln1_rstd.f32(), R, C);
+        return;
+    }
+    // B alone keeps each output gradient for its W.
+    const auto keep = [&](DeviceBuffer& stash, ConstPtr value, std::size_t count) {
+        if (!weights) ops_.copy(stash.data(), value, count);
+    };
+
     // MLP branch. g backward: the gradient of fc2's output is the residual's (all rows).
     const ConstPtr dfcproj = all_rows(
         through_dropout(dresidual_.data(), RC, drop, site_seed(a, l, 2)), dc_all_.data());
+    keep(kept.d_fc2, dfcproj, NC);
     ops_.zero(df_a_.data(), NFm);
-    ops_.matmul_backward(df_a_.data(), grad + p.fc2_w, grad + p.fc2_b, dfcproj,
-                         la.fch_gelu.data(), w + p.fc2_w, N, Fm, C);
+    ops_.matmul_backward(df_a_.data(), grad(p.fc2_w), grad(p.fc2_b), dfcproj, la.fch_gelu.data(),
+                         w + p.fc2_w, N, Fm, C);
     ops_.zero(df_b_.data(), NFm);
     ops_.gelu_backward(df_b_.data(), la.fch.data(), df_a_.data(), NFm);
+    keep(kept.d_fc1, df_b_.data(), NFm);
     ops_.zero(dc_a_.data(), NC);
-    ops_.matmul_backward(dc_a_.data(), grad + p.fc1_w, grad + p.fc1_b, df_b_.data(), ln2,
+    ops_.matmul_backward(dc_a_.data(), grad(p.fc1_w), grad(p.fc1_b), df_b_.data(), ln2,
                          w + p.fc1_w, N, C, Fm);
     const ConstPtr dln2 = reduce_rows(dc_a_.data(), dc_mine_.data());  // f backward
-    ops_.layernorm_backward(dresidual_.data(), grad + p.ln2_w, grad + p.ln2_b, dln2,
+    keep(kept.d_ln2, dln2, RC);
+    ops_.layernorm_backward(dresidual_.data(), grad(p.ln2_w), grad(p.ln2_b), dln2,
                             la.resid2.data(), w + p.ln2_w, la.ln2_mean.f32(), la.ln2_rstd.f32(),
                             R, C);
 
     // Attention branch.
     const ConstPtr dattproj = all_rows(
         through_dropout(dresidual_.data(), RC, drop, site_seed(a, l, 1)), dc_all_.data());
-    ops_.zero(dc_b_.data(), static_cast<std::size_t>(N) * Cm);
-    ops_.matmul_backward(dc_b_.data(), grad + p.proj_w, grad + p.proj_b, dattproj,
-                         la.atty.data(), w + p.proj_w, N, Cm, C);
-    ops_.zero(dqkv_.data(), static_cast<std::size_t>(N) * 3 * Cm);
+    keep(kept.d_proj, dattproj, NC);
+    ops_.zero(dc_b_.data(), NCm);
+    ops_.matmul_backward(dc_b_.data(), grad(p.proj_w), grad(p.proj_b), dattproj, la.atty.data(),
+                         w + p.proj_w, N, Cm, C);
+    ops_.zero(dqkv_.data(), 3 * NCm);
     if (recompute_ == Recompute::selective)  // what attention keeps, rebuilt from qkv
         ops_.attention_rebuild(att, la.qkv.data(), B, T, Cm, NHm, drop);
     ops_.attention_backward(dqkv_.data(), dc_b_.data(), la.qkv.data(), la.atty.data(), att, B, T,
                             Cm, NHm, drop, site_seed(a, l, 0), layout_.heads_begin(), s.heads);
+    keep(kept.d_qkv, dqkv_.data(), 3 * NCm);
     ops_.zero(dc_a_.data(), NC);
-    ops_.matmul_backward(dc_a_.data(), grad + p.qkv_w, grad + p.qkv_b, dqkv_.data(), ln1,
+    ops_.matmul_backward(dc_a_.data(), grad(p.qkv_w), grad(p.qkv_b), dqkv_.data(), ln1,
                          w + p.qkv_w, N, C, 3 * Cm);
     const ConstPtr dln1 = reduce_rows(dc_a_.data(), dc_mine_.data());  // f backward
-    ops_.layernorm_backward(dresidual_.data(), grad + p.ln1_w, grad + p.ln1_b, dln1, residual,
+    keep(kept.d_ln1, dln1, RC);
+    ops_.layernorm_backward(dresidual_.data(), grad(p.ln1_w), grad(p.ln1_b), dln1, residual,
                             w + p.ln1_w, la.ln1_mean.f32(), la.ln1_rstd.f32(), R, C);
 }
 
-void Gpt::embedding_backward(const Activations& a) {
+void Gpt::embedding_backward(Activations& a, Part part) {
     const int C = layout_.shape().hidden;
     const std::size_t RC = static_cast<std::size_t>(rows_mine_) * C;
+    if (part == Part::input) {  // no input gradient here: W takes it from the stash
+        ops_.copy(a.d_embed.data(), dresidual_.data(), RC);
+        return;
+    }
     const float drop = a.training ? dropout_ : 0.0f;
+    const ConstPtr dresidual = part == Part::weight ? a.d_embed.data() : dresidual_.data();
     // The embedding's reduction backward: every rank scatters all rows into its slice.
-    const ConstPtr dencoded = all_rows(
-        through_dropout(dresidual_.data(), RC, drop, site_seed(a, -1, 0)), dc_all_.data());
+    const ConstPtr dencoded =
+        all_rows(through_dropout(dresidual, RC, drop, site_seed(a, -1, 0)), dc_all_.data());
     ops_.embedding_backward(grads_.data() + layout_.wte(), grads_.data() + layout_.wpe(),
                             dencoded, as_tokens(a.inputs), B_, T_, C, layout_.vocab_begin(),
                             layout_.vocab_local());

@@ -137,6 +137,17 @@ public:
     // (StepHooks::grads_final).
     void backward_chunk(int mb, int c, float dloss, kernels::ConstPtr output_grad,
                         kernels::Ptr input_grad, bool last);
+    // The same backward in two parts (zero-bubble schedules, pipeline/schedule.h): B, the
+    // gradient of the chunk's input (and everything up to it), keeping the gradients of the
+    // outputs of every parameterised op; then W, the parameters' gradients from those, which
+    // frees the activations. B then W adds into the gradient buffer exactly what
+    // backward_chunk adds. Needs set_split_backward(true) before the first forward (each
+    // activation set then holds what B keeps for W).
+    void backward_input(int mb, int c, float dloss, kernels::ConstPtr output_grad,
+                        kernels::Ptr input_grad);
+    void backward_weight(int mb, int c, bool last);
+    void set_split_backward(bool on);
+    bool split_backward() const { return split_backward_; }
     // The next-token logits (V) at `position` of the first sequence of `inputs` (B, T), for
     // generation: no loss, no dropout. Needs the whole model in this process.
     std::vector<float> logits_at(const int32_t* inputs, int position);
@@ -179,15 +190,20 @@ private:
                        kernels::ConstPtr residual, kernels::Ptr output);
     // The loss of the last chunk's logits: fills a.losses and a.lse; returns the mean.
     float loss(Activations& a, const int32_t* targets);
+    // Which gradients a backward computes: all, the inputs' (B) or the parameters' (W).
+    enum class Part { both, input, weight };
+    void backward_part(int mb, int c, float dloss, kernels::ConstPtr output_grad,
+                       kernels::Ptr input_grad, Part part, bool last);
     // Backward, piece by piece, each adding into dresidual_ (R,C), the gradient of this
-    // rank's rows of the residual stream. The loss, the LM head and ln_f: sets dresidual_.
-    void head_backward(Activations& a, float dloss);
+    // rank's rows of the residual stream (B), and into the gradient buffer (W). The loss,
+    // the LM head and ln_f: sets dresidual_.
+    void head_backward(Activations& a, float dloss, Part part);
     // Layer l, the mirror of forward_layer: `kept` its activations, `residual` its input
-    // (R,C). Its parameters' gradients are added into the gradient buffer.
+    // (R,C).
     void backward_layer(const Activations& a, int l, LayerActivations& kept,
-                        kernels::ConstPtr residual);
+                        kernels::ConstPtr residual, Part part);
     // The embedding (first global chunk): dresidual_ into wte's and wpe's gradients.
-    void embedding_backward(const Activations& a);
+    void embedding_backward(Activations& a, Part part);
     // After a chunk's last backward of a step: sums the LayerNorm gradients of [begin, end)
     // over the tensor group (sequence parallelism: each rank saw its rows only), then
     // announces the range final.
@@ -221,6 +237,7 @@ private:
     Recompute recompute_;
     Precision precision_;
     StepHooks hooks_;
+    bool split_backward_ = false;
 
     DeviceBuffer params_, grads_;
 

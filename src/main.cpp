@@ -109,7 +109,7 @@ int main(int argc, char** argv) {
     commands::ScheduleOptions sched;
     auto* schedule_cmd = app.add_subcommand(
         "schedule", "Simulate a pipeline schedule: text timeline, bubble, in-flight, SVG");
-    schedule_cmd->add_option("--kind", sched.kind, "gpipe, 1f1b or interleaved")
+    schedule_cmd->add_option("--kind", sched.kind, "gpipe, 1f1b, interleaved, zb-h1 or zb-h2")
         ->capture_default_str();
     schedule_cmd->add_option("--pipeline", sched.pipeline, "Pipeline stages P")
         ->capture_default_str();
@@ -125,7 +125,13 @@ int main(int argc, char** argv) {
     schedule_cmd->add_option("--backward-cost", sched.backward_cost,
                              "Time of one chunk's backward")
         ->capture_default_str();
+    schedule_cmd->add_option("--weight-cost", sched.weight_cost,
+                             "Of the backward, the time of its W (zero-bubble schedules)")
+        ->capture_default_str();
     schedule_cmd->add_option("--latency", sched.latency, "Time from a send to its receive")
+        ->capture_default_str();
+    schedule_cmd->add_option("--send-buffers", sched.send_buffers,
+                             "A stage's buffers for outgoing messages (0: unbounded)")
         ->capture_default_str();
 
     commands::PlanOptions plan;

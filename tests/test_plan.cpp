@@ -280,6 +280,9 @@ TEST_CASE("plan: activation sets in flight follow the schedule", "[plan]") {
 }
 
 TEST_CASE("plan: measured memory of one-process runs is the plan, to the byte", "[plan]") {
+    SECTION("ZB-H1, full recompute") {
+        check_measured_memory({"parallel.schedule=zb-h1", "training.recompute=full"}, 1);
+    }
     for (const char* recompute : {"none", "selective", "full"}) {
         INFO("recompute " << recompute);
         check_measured_memory({std::string("training.recompute=") + recompute}, 1);
@@ -309,6 +312,14 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
             {"parallel.pipeline=2", "parallel.data=2", "parallel.schedule=interleaved",
              "parallel.virtual_stages=2", "parallel.zero_stage=0", "training.recompute=full"},
             4);
+    }
+    SECTION("2 x 2 x 1, ZB-H1 (what B keeps for W), sequence parallel") {
+        check_measured_memory({"parallel.pipeline=2", "parallel.tensor=2",
+                               "parallel.schedule=zb-h1", "parallel.sequence_parallel=true"},
+                              4);
+    }
+    SECTION("2 x 1 x 1, ZB-H2") {
+        check_measured_memory({"parallel.pipeline=2", "parallel.schedule=zb-h2"}, 2);
     }
 }
 

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -209,7 +210,7 @@ TEST_CASE("schedule: every valid (p, v, m) runs to the end, consistently", "[sch
     constexpr int K = Executor::kSendBuffers;
     for (const Costs costs : {Costs{}, Costs{1, 3, 0.7}, Costs{1, 2, 0, K}, Costs{1, 3, 0.7, K}})
         for (int P = 1; P <= 8; ++P) {
-            for (Kind kind : {Kind::gpipe, Kind::one_f_one_b})
+            for (Kind kind : {Kind::gpipe, Kind::one_f_one_b, Kind::zb_h1, Kind::zb_h2})
                 for (int m = 1; m <= 4 * P; ++m) {
                     const Simulation sim = simulate(kind, P, 1, m, costs);
                     INFO(to_string(kind) << " P " << P << " m " << m << "\n"
@@ -248,6 +249,72 @@ TEST_CASE("schedule: too few send buffers deadlock, and the simulator says where
     CHECK(simulate(Kind::interleaved, 2, 2, 4, one).valid());
     // Without a bound the messages a stage holds grow with the microbatches.
     CHECK(simulate(Kind::gpipe, 2, 1, 16).stages[0].peak_send_buffers == 16);
+}
+
+TEST_CASE("schedule: zero-bubble ZB-H1's bubble is Qi et al.'s (p-1)(F+B-W)/(m(F+B+W))",
+          "[schedule][zero-bubble]") {
+    for (int P = 2; P <= 8; ++P)
+        for (int m = P; m <= 4 * P; ++m) {
+            // F = B = W: a third of 1F1B's (p-1)/m.
+            const Simulation equal = simulate(Kind::zb_h1, P, 1, m, Costs{1, 2, 0, 0, 1});
+            INFO("P " << P << " m " << m << "\n" << equal.describe_problems());
+            REQUIRE(equal.valid());
+            CHECK(equal.bubble_fraction == Approx(bubble_formula(Kind::zb_h1, P, 1, m)));
+            CHECK(bubble_formula(Kind::zb_h1, P, 1, m) ==
+                  Approx(bubble_formula(Kind::one_f_one_b, P, 1, m) / 3));
+            // Costs as a transformer's measure them (B above F, W below it).
+            for (const auto& [f, b, w] : {std::tuple{1.0, 1.2, 0.8}, std::tuple{1.0, 1.1, 0.9}}) {
+                const Simulation sim = simulate(Kind::zb_h1, P, 1, m, Costs{f, b + w, 0, 0, w});
+                CHECK(sim.bubble_fraction == Approx((P - 1) * (f + b - w) / (m * (f + b + w))));
+            }
+        }
+}
+
+TEST_CASE("schedule: ZB-H1 holds 1F1B's peak of activations, ZB-H2 at most 2p-1",
+          "[schedule][zero-bubble]") {
+    for (int P = 1; P <= 8; ++P)
+        for (int m = 1; m <= 3 * P; ++m) {
+            const auto peak = [](const Simulation& sim) {
+                int most = 0;
+                for (const StageTrace& t : sim.stages) most = std::max(most, t.peak_in_flight);
+                return most;
+            };
+            const Simulation one = simulate(Kind::one_f_one_b, P, 1, m);
+            const Simulation h1 = simulate(Kind::zb_h1, P, 1, m);
+            const Simulation h2 = simulate(Kind::zb_h2, P, 1, m);
+            INFO("P " << P << " m " << m);
+            REQUIRE(h1.valid());
+            REQUIRE(h2.valid());
+            CHECK(peak(h1) == peak(one));
+            CHECK(peak(h2) <= 2 * P - 1);
+            CHECK(h2.makespan <= h1.makespan);
+            CHECK(h1.makespan <= one.makespan);
+        }
+    // With latency, ZB-H2's earlier forwards keep the pipeline fuller.
+    const Costs slow{1, 2, 0.5, 0, 1};
+    CHECK(simulate(Kind::zb_h2, 4, 1, 8, slow).bubble_fraction <
+          simulate(Kind::zb_h1, 4, 1, 8, slow).bubble_fraction);
+}
+
+TEST_CASE("schedule: zero-bubble streams split every backward into B then W", "[schedule][zero-bubble]") {
+    // One stage: forward, B, W for each microbatch in turn.
+    const std::vector<Instr> one = schedule(Kind::zb_h1, 1, 1, 3, 0);
+    const std::vector<Instr> expected = {
+        {Op::forward, 0, 0}, {Op::backward_input, 0, 0}, {Op::backward_weight, 0, 0},
+        {Op::forward, 1, 0}, {Op::backward_input, 1, 0}, {Op::backward_weight, 1, 0},
+        {Op::forward, 2, 0}, {Op::backward_input, 2, 0}, {Op::backward_weight, 2, 0}};
+    CHECK(one == expected);
+    // W's of a stage come in microbatch order (so each gradient adds them as 1F1B does).
+    for (Kind kind : {Kind::zb_h1, Kind::zb_h2})
+        for (int s = 0; s < 4; ++s) {
+            int next = 0;
+            for (const Instr& in : schedule(kind, 4, 1, 12, s))
+                if (in.op == Op::backward_weight) CHECK(in.microbatch == next++);
+            CHECK(next == 12);
+        }
+    CHECK_THROWS_WITH(schedule(Kind::zb_h1, 2, 2, 4, 0),
+                      Catch::Contains("parallel.virtual_stages must be 1"));
+    CHECK(parse_kind("zb-h2") == Kind::zb_h2);
 }
 
 TEST_CASE("schedule: broken streams are caught", "[schedule]") {
@@ -353,8 +420,8 @@ TEST_CASE("schedule: invalid arguments are named", "[schedule][bad-input]") {
     CHECK(message([] { simulate(Kind::interleaved, 3, 2, 4); }) ==
           "pipeline: the interleaved schedule needs the microbatches per step (4) to be a "
           "multiple of parallel.pipeline (3)");
-    CHECK(message([] { parse_kind("zb-h1"); }) ==
-          "pipeline: unknown schedule 'zb-h1' (expected gpipe, 1f1b or interleaved)");
+    CHECK(message([] { parse_kind("zb-v"); }) ==
+          "pipeline: unknown schedule 'zb-v' (expected gpipe, 1f1b, interleaved, zb-h1 or zb-h2)");
     CHECK(message([] {
               simulate(Kind::gpipe, 2, 1, 2, Costs{0, 0, 0});
           }).find("costs") != std::string::npos);

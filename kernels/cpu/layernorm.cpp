@@ -42,8 +42,8 @@ void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, c
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int N, int C) {
-#pragma omp parallel for schedule(static)
-    for (int n = 0; n < N; n++) {
+#pragma omp parallel for schedule(static) if (dinp != nullptr)
+    for (int n = 0; n < (dinp ? N : 0); n++) {
         const float* x = inp + static_cast<std::size_t>(n) * C;
         const float* dy = dout + static_cast<std::size_t>(n) * C;
         float* dx = dinp + static_cast<std::size_t>(n) * C;
@@ -65,6 +65,7 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
         }
     }
 
+    if (dweight == nullptr) return;
     constexpr int kBlock = 64;
     const int blocks = (C + kBlock - 1) / kBlock;
 #pragma omp parallel for schedule(static)

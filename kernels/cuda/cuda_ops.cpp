@@ -239,7 +239,7 @@ public:
                          ConstPtr weight, int N, int C, int OC) override {
         const DType ab = dout.dtype;
         const bool direct = inp.dtype == dout.dtype && weight.dtype == dout.dtype &&
-                            cuda::Gemm::supports(ab, dweight.dtype) &&
+                            (!dweight || cuda::Gemm::supports(ab, dweight.dtype)) &&
                             (!dinp || cuda::Gemm::supports(ab, dinp.dtype));
         auto v = views();
         const Ptr dinp_ = direct ? dinp : Ptr(v.inout(dinp, std::size_t(N) * C));
@@ -249,7 +249,7 @@ public:
         const ConstPtr weight_ = direct ? weight : ConstPtr(v.in(weight, std::size_t(OC) * C));
         // dinp (N,C) += dout (N,OC) @ weight (OC,C); dweight (OC,C) += dout^T @ inp (N,C).
         if (dinp_) product(dinp_, dout_, false, weight_, false, N, C, OC, 1.0f, ConstPtr());
-        product(dweight_, dout_, true, inp_, false, OC, C, N, 1.0f, ConstPtr());
+        if (dweight_) product(dweight_, dout_, true, inp_, false, OC, C, N, 1.0f, ConstPtr());
         if (dbias) {
             Scratch scratch(allocator_, cuda::bias_grad_scratch(N, OC) * sizeof(float));
             dispatch(dout.dtype, [&](auto e) {

@@ -60,7 +60,6 @@ void* DeviceAllocator::allocate(std::size_t bytes) {
                         mebibytes(total) + "); try a smaller training.micro_batch, " +
                         "training.recompute, or more pipeline/tensor ranks");
         }
-        reserved_ += size;
     }
     in_use_[block] = size;
     allocated_ += size;
@@ -80,10 +79,7 @@ void DeviceAllocator::release(void* block) {
 void DeviceAllocator::free_cached() {
     // cudaFree waits for the device, so no queued kernel still uses a block freed here.
     for (auto& [size, blocks] : cached_) {
-        for (void* block : blocks) {
-            TRIDENT_CUDA_CHECK(cudaFree(block));
-            reserved_ -= size;
-        }
+        for (void* block : blocks) TRIDENT_CUDA_CHECK(cudaFree(block));
         blocks.clear();
     }
 }

@@ -33,7 +33,6 @@ public:
 
     std::size_t allocated_bytes() const { return allocated_; }
     std::size_t peak_allocated_bytes() const { return peak_; }
-    std::size_t reserved_bytes() const { return reserved_; }
     // Starts the peak again from what is allocated now.
     void reset_peak() { peak_ = allocated_; }
 
@@ -46,7 +45,7 @@ private:
 
     std::unordered_map<void*, std::size_t> in_use_;     // block -> class size
     std::map<std::size_t, std::vector<void*>> cached_;  // class size -> free blocks
-    std::size_t allocated_ = 0, peak_ = 0, reserved_ = 0;
+    std::size_t allocated_ = 0, peak_ = 0;
 };
 
 }  // namespace trident::kernels::cuda

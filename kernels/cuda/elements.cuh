@@ -132,11 +132,6 @@ __device__ __forceinline__ V warp_sum(V x) {
     for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
     return x;
 }
-__device__ __forceinline__ float warp_max(float x) {
-    for (int offset = 16; offset > 0; offset /= 2)
-        x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, offset));
-    return x;
-}
 
 // Sum over a block of at most 1024 threads (blockDim.x a multiple of 32); every thread gets
 // the total. `shared` holds 32 values.

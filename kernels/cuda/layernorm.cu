@@ -144,11 +144,14 @@ void layernorm_backward(E* dinp, Ptr dweight, Ptr dbias, float* scratch, const E
                         const E* inp, const E* weight, const float* mean, const float* rstd, int N,
                         int C, cudaStream_t stream) {
     if (N == 0) return;
+    if (dinp) {
+        layernorm_backward_input_kernel<<<row_blocks(N), kRowThreads, 0, stream>>>(
+            dinp, dout, inp, weight, mean, rstd, N, C);
+        TRIDENT_CUDA_CHECK_LAUNCH();
+    }
+    if (!dweight) return;
     require_float_elements(dweight.dtype, "a LayerNorm weight gradient");
     require_float_elements(dbias.dtype, "a LayerNorm bias gradient");
-    layernorm_backward_input_kernel<<<row_blocks(N), kRowThreads, 0, stream>>>(
-        dinp, dout, inp, weight, mean, rstd, N, C);
-    TRIDENT_CUDA_CHECK_LAUNCH();
     const unsigned column_blocks = static_cast<unsigned>((C + kColumnThreads - 1) / kColumnThreads);
     const dim3 grid(column_blocks, static_cast<unsigned>(row_chunks(N)));
     layernorm_param_partials_kernel<<<grid, kColumnThreads, 0, stream>>>(

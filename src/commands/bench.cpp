@@ -1,5 +1,6 @@
 // `trident bench`: times training steps of the configured model on random tokens (no data
-// file needed) and prints, last, one JSON line with tokens_per_s, tflops and mfu.
+// file needed) and prints, last, one JSON line with tokens_per_s, tflops and mfu, and the
+// most memory any rank held. With logging.trace it records the timed steps' Chrome trace.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -19,7 +20,7 @@ namespace trident::commands {
 namespace {
 
 void run(const BenchOptions& opts, const config::Config& cfg, const Device& device,
-         parallel::Grid& grid) {
+         parallel::Grid& grid, parallel::World& world) {
     const bool leader = grid.rank() == 0;
     const auto watchdog = start_watchdog(cfg, grid);
     auto ops = make_backend(cfg, device, grid, leader);
@@ -40,14 +41,23 @@ void run(const BenchOptions& opts, const config::Config& cfg, const Device& devi
     };
 
     std::vector<double> seconds;
+    int64_t peak_bytes = 0;
     for (int s = 0; s < opts.warmup + opts.steps; ++s) {
-        const train::StepResult r = trainer.step(s, random_tokens);
         const bool timed = s >= opts.warmup;
+        trainer.trace().set_recording(timed && cfg.logging.trace.has_value());
+        const train::StepResult r = trainer.step(s, random_tokens);
+        trainer.trace().set_recording(false);
+        peak_bytes = std::max(peak_bytes, static_cast<int64_t>(r.memory.peak));
         if (timed) seconds.push_back(r.seconds);
         if (leader)
             std::printf("%s step %d | loss %.4f | %.0f ms | %.0f tok/s\n", timed ? "bench" : "warm-up",
                     timed ? s - opts.warmup + 1 : s + 1, r.loss, 1e3 * r.seconds,
                     static_cast<double>(cfg.derived.tokens_per_step) / r.seconds);
+    }
+    world.comm().all_reduce(&peak_bytes, 1, parallel::ReduceOp::max);
+    if (cfg.logging.trace) {
+        trainer.write_trace(*cfg.logging.trace);  // collective
+        if (leader) std::printf("trace: %s\n", cfg.logging.trace->c_str());
     }
     // The median step: robust to a stray slow step on a shared machine.
     std::sort(seconds.begin(), seconds.end());
@@ -63,7 +73,8 @@ void run(const BenchOptions& opts, const config::Config& cfg, const Device& devi
         .add("backend", ops->name())
         .add("threads", cfg.training.threads)
         .add("parameters", static_cast<int64_t>(cfg.derived.parameters))
-        .add("processes", cfg.derived.world_size);
+        .add("processes", cfg.derived.world_size)
+        .add("peak_memory_bytes", peak_bytes);
     if (leader) std::printf("%s\n", line.str().c_str());
 }
 
@@ -84,7 +95,7 @@ int bench(const BenchOptions& opts, parallel::World& world) {
                 world, parallel::GridShape{p.pipeline, p.tensor, p.data});
             device = choose_device(cfg, world, world.rank() == 0);
         },
-        [&] { run(opts, cfg, device, *grid); });
+        [&] { run(opts, cfg, device, *grid, world); });
 }
 
 }  // namespace trident::commands

@@ -60,14 +60,16 @@ struct GenerateOptions {
 int generate(const GenerateOptions& opts);
 
 struct ScheduleOptions {
-    std::string kind = "1f1b";         // gpipe | 1f1b | interleaved
+    std::string kind = "1f1b";         // gpipe | 1f1b | interleaved | zb-h1 | zb-h2
     int pipeline = 4;                  // P
     int microbatches = 8;              // m
     int virtual_stages = 0;            // v; 0 = 2 for interleaved, else 1
     std::string svg = "schedule.svg";  // empty: no SVG
     double forward_cost = 1.0;         // per chunk and microbatch
     double backward_cost = 2.0;
-    double latency = 0.0;  // per point-to-point message
+    double weight_cost = 1.0;  // of the backward, the W part (zero-bubble schedules)
+    double latency = 0.0;      // per point-to-point message
+    int send_buffers = 0;      // a stage's outgoing buffers; 0: unbounded
 };
 int schedule(const ScheduleOptions& opts);
 

@@ -1,6 +1,6 @@
 // `trident schedule`: simulates one pipeline schedule without a model and shows it: the
-// timeline as text, the bubble fraction against PTD-P's formula, the activations each stage
-// holds at most, and an SVG figure. The same streams are what the executor walks.
+// timeline as text, the bubble fraction against the papers' formula, the activations each
+// stage holds at most, and an SVG figure. The same streams are what the executor walks.
 #include "pipeline/schedule.h"
 
 #include <cstdio>
@@ -17,19 +17,24 @@ int schedule(const ScheduleOptions& opts) {
     using namespace pipeline;
     const Kind kind = parse_kind(opts.kind);
     const int v = opts.virtual_stages > 0 ? opts.virtual_stages : kind == Kind::interleaved ? 2 : 1;
-    const Costs costs{opts.forward_cost, opts.backward_cost, opts.latency};
+    const Costs costs{opts.forward_cost, opts.backward_cost, opts.latency, opts.send_buffers,
+                      opts.weight_cost};
     const Simulation sim = simulate(kind, opts.pipeline, v, opts.microbatches, costs);
     require_valid(sim);  // the schedules are proven here; a failure is a bug in schedule.cpp
 
     const int columns = text_columns_per_unit(costs);
     std::printf("%s schedule: P = %d stages, v = %d chunk%s per stage, m = %d microbatches\n",
                 display_name(sim).c_str(), sim.P, v, v == 1 ? "" : "s", sim.m);
-    std::printf(
-        "costs per chunk: forward %g, backward %g, latency %g; %d column%s per time unit\n\n",
-        costs.forward, costs.backward, costs.latency, columns, columns == 1 ? "" : "s");
+    std::printf("costs per chunk: forward %g, backward %g", costs.forward, costs.backward);
+    if (splits_backward(kind))
+        std::printf(" (B %g, W %g)", costs.backward - costs.weight, costs.weight);
+    std::printf(", latency %g; %d column%s per time unit\n\n", costs.latency, columns,
+                columns == 1 ? "" : "s");
     std::printf("%s%s\n\n", render_text(sim, columns).c_str(), text_legend().c_str());
 
-    const char* formula = kind == Kind::interleaved ? "(p-1)/(v*m)" : "(p-1)/m";
+    const char* formula = kind == Kind::interleaved ? "(p-1)/(v*m)"
+                          : splits_backward(kind)   ? "(p-1)/(3m), with F = B = W"
+                                                    : "(p-1)/m";
     std::printf("time %g, ideal %g per stage\n", sim.makespan, sim.ideal);
     std::printf("bubble fraction: %.6f measured, %.6f formula %s\n", sim.bubble_fraction,
                 bubble_formula(kind, sim.P, v, sim.m), formula);
@@ -37,6 +42,11 @@ int schedule(const ScheduleOptions& opts) {
     for (int s = 0; s < sim.P; ++s)
         std::printf("  stage %d: %d / %d\n", s, sim.stages[s].peak_in_flight,
                     sim.stages[s].peak_in_flight_microbatches);
+    if (costs.send_buffers > 0) {
+        std::printf("outgoing messages held at most per stage (of %d buffers):", costs.send_buffers);
+        for (const StageTrace& stage : sim.stages) std::printf(" %d", stage.peak_send_buffers);
+        std::printf("\n");
+    }
 
     if (!opts.svg.empty()) {
         std::ofstream out(opts.svg, std::ios::binary);

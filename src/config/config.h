@@ -19,7 +19,7 @@ public:
     using trident::Error::Error;
 };
 
-enum class Schedule { gpipe, one_f_one_b, interleaved };
+enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1, zb_h2 };
 enum class Decay { cosine, linear, constant };
 enum class Recompute { none, selective, full };
 enum class NonFinite { stop, skip };  // what a bf16 or fp32 step with inf/NaN gradients does

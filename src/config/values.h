@@ -25,7 +25,7 @@ template <typename E>
 struct EnumNames;
 template <>
 struct EnumNames<Schedule> {
-    static constexpr std::array names{"gpipe", "1f1b", "interleaved"};
+    static constexpr std::array names{"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"};
 };
 template <>
 struct EnumNames<Decay> {

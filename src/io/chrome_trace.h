@@ -13,7 +13,18 @@
 
 namespace trident::io {
 
-enum class SpanKind { forward, backward, send, recv, optimizer, reduce_scatter, all_gather, count_ };
+enum class SpanKind {
+    forward,
+    backward,
+    backward_input,
+    backward_weight,
+    send,
+    recv,
+    optimizer,
+    reduce_scatter,
+    all_gather,
+    count_
+};
 
 class TraceRecorder {
 public:

@@ -22,6 +22,8 @@ io::SpanKind span_of(Op op) {
     switch (op) {
         case Op::forward: return io::SpanKind::forward;
         case Op::backward: return io::SpanKind::backward;
+        case Op::backward_input: return io::SpanKind::backward_input;
+        case Op::backward_weight: return io::SpanKind::backward_weight;
         case Op::send_act:
         case Op::send_grad: return io::SpanKind::send;
         case Op::recv_act:
@@ -115,10 +117,11 @@ double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& micro
     const std::size_t n = model_.boundary_size();
     constexpr int kAct = 0, kGrad = 1;
     double loss_sum = 0;
-    // Each chunk's last backward of the step completes its gradients (Gpt::backward_chunk).
+    // Each chunk's last backward (or W) of the step completes its gradients.
     std::vector<std::size_t> last_backward(static_cast<std::size_t>(plan.chunks), stream.size());
     for (std::size_t i = 0; i < stream.size(); ++i)
-        if (stream[i].op == Op::backward) last_backward[static_cast<std::size_t>(stream[i].chunk)] = i;
+        if (stream[i].op == Op::backward || stream[i].op == Op::backward_weight)
+            last_backward[static_cast<std::size_t>(stream[i].chunk)] = i;
 
     for (std::size_t i = 0; i < stream.size(); ++i) {
         const Instr& in = stream[i];
@@ -153,6 +156,15 @@ double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& micro
                     g == 0 ? kernels::Ptr() : take_send_buffer(grad_out, mb, c),
                     i == last_backward[static_cast<std::size_t>(c)]);
                 received_.erase(Key{grad_in, mb, c});
+                break;
+            case Op::backward_input:
+                model_.backward_input(
+                    mb, c, dloss, g == last_chunk ? kernels::ConstPtr() : received(grad_in, mb, c),
+                    g == 0 ? kernels::Ptr() : take_send_buffer(grad_out, mb, c));
+                received_.erase(Key{grad_in, mb, c});
+                break;
+            case Op::backward_weight:
+                model_.backward_weight(mb, c, i == last_backward[static_cast<std::size_t>(c)]);
                 break;
             case Op::send_grad:
                 send(grad_out, mb, c, previous, tag(kGrad, mb, g - 1));

@@ -1,6 +1,7 @@
-// The three schedules as instruction streams (schedule.h). Each is built in two passes: first
-// the order of compute (forward/backward of (microbatch, chunk)), which is all that tells the
-// schedules apart, then the communication around it, which follows from where chunks live:
+// The schedules as instruction streams (schedule.h). Each is built in two passes: first the
+// order of compute (forward, backward or its B and W parts, of (microbatch, chunk)), which is
+// all that tells the schedules apart, then the communication around it, which follows from
+// where chunks live:
 // a receive right before the compute that needs it, a send right after the compute that
 // produces it. Sends are buffered, so sending early never blocks; receiving late (just in
 // time) never holds up work the stage could have done.
@@ -43,7 +44,7 @@ void validate(Kind kind, int P, int v, int m, int stage) {
 }
 
 struct Work {
-    bool forward;
+    Op op;  // forward, backward, backward_input or backward_weight
     int microbatch;
     int chunk;
 };
@@ -55,23 +56,115 @@ struct Work {
 Work virtual_work(bool forward, int k, int P, int v) {
     const int group = k / (P * v);
     const int chunk_in_order = (k / P) % v;
-    return {forward, group * P + k % P, forward ? chunk_in_order : v - 1 - chunk_in_order};
+    return {forward ? Op::forward : Op::backward, group * P + k % P,
+            forward ? chunk_in_order : v - 1 - chunk_in_order};
+}
+
+// The zero-bubble orders of every stage, by replaying the pipeline with unit costs: each
+// stage, when free, runs a B or an F that is ready (alternating when both are; an F only
+// while it holds fewer than `limit` microbatches' activations, which W frees), else its
+// oldest pending W, else waits for the next message. The stage that can start earliest goes
+// first, so the replay follows time.
+std::vector<std::vector<Work>> zero_bubble_orders(int P, int m, int limit) {
+    constexpr double kNever = 1e300;
+    struct Stage {
+        int forwards = 0, inputs = 0, weights = 0;  // F, B and W done
+        int held = 0;                               // forwarded, W not yet done
+        double clock = 0;
+        bool last_was_forward = false;
+        std::vector<double> act_ready, grad_ready;  // when F_k's input, B_k's gradient arrive
+        std::vector<Work> order;
+    };
+    std::vector<Stage> stages(static_cast<std::size_t>(P));
+    for (Stage& s : stages) {
+        s.act_ready.assign(static_cast<std::size_t>(m), kNever);
+        s.grad_ready.assign(static_cast<std::size_t>(m), kNever);
+    }
+    stages.front().act_ready.assign(static_cast<std::size_t>(m), 0.0);
+
+    // When stage i could start its next op, and which (kNever: it waits for what no stage
+    // has computed yet, or it is done).
+    const auto next = [&](int i, Op& op) {
+        const Stage& s = stages[static_cast<std::size_t>(i)];
+        const double f = s.forwards < m && s.held < limit
+                             ? s.act_ready[static_cast<std::size_t>(s.forwards)]
+                             : kNever;
+        const double b =
+            s.inputs < s.forwards ? s.grad_ready[static_cast<std::size_t>(s.inputs)] : kNever;
+        const bool f_now = f <= s.clock, b_now = b <= s.clock;
+        if (f_now && b_now) {
+            op = s.last_was_forward ? Op::backward_input : Op::forward;
+            return s.clock;
+        }
+        if (f_now || b_now) {
+            op = f_now ? Op::forward : Op::backward_input;
+            return s.clock;
+        }
+        if (s.weights < s.inputs) {
+            op = Op::backward_weight;
+            return s.clock;
+        }
+        op = f < b ? Op::forward : Op::backward_input;
+        return std::min(f, b);
+    };
+    for (;;) {
+        int chosen = -1;
+        Op op = Op::forward;
+        double start = kNever;
+        for (int i = 0; i < P; ++i) {
+            Op candidate = Op::forward;
+            const double at = next(i, candidate);
+            if (at < start) {
+                start = at;
+                chosen = i;
+                op = candidate;
+            }
+        }
+        if (chosen < 0) break;
+        Stage& s = stages[static_cast<std::size_t>(chosen)];
+        s.clock = start + 1.0;
+        if (op == Op::forward) {
+            const std::size_t k = static_cast<std::size_t>(s.forwards++);
+            ++s.held;
+            s.last_was_forward = true;
+            s.order.push_back({op, static_cast<int>(k), 0});
+            if (chosen + 1 < P)
+                stages[static_cast<std::size_t>(chosen + 1)].act_ready[k] = s.clock;
+            else
+                s.grad_ready[k] = s.clock;  // the last stage's loss: its B may follow
+        } else if (op == Op::backward_input) {
+            const std::size_t k = static_cast<std::size_t>(s.inputs++);
+            s.last_was_forward = false;
+            s.order.push_back({op, static_cast<int>(k), 0});
+            if (chosen > 0) stages[static_cast<std::size_t>(chosen - 1)].grad_ready[k] = s.clock;
+        } else {
+            --s.held;
+            s.order.push_back({op, s.weights++, 0});
+        }
+    }
+    std::vector<std::vector<Work>> orders;
+    for (Stage& s : stages) orders.push_back(std::move(s.order));
+    return orders;
 }
 
 std::vector<Work> compute_order(Kind kind, int P, int v, int m, int stage) {
     std::vector<Work> order;
     if (kind == Kind::gpipe) {
-        for (int mb = 0; mb < m; ++mb) order.push_back({true, mb, 0});
-        for (int mb = 0; mb < m; ++mb) order.push_back({false, mb, 0});
+        for (int mb = 0; mb < m; ++mb) order.push_back({Op::forward, mb, 0});
+        for (int mb = 0; mb < m; ++mb) order.push_back({Op::backward, mb, 0});
         return order;
     }
+    if (splits_backward(kind))
+        return zero_bubble_orders(P, m, kind == Kind::zb_h1 ? P : 2 * P - 1)
+            [static_cast<std::size_t>(stage)];
     // 1F1B and interleaved share one shape over "units" (microbatches, or virtual
     // microbatches): warm-up forwards, then forward one / backward one, then the cool-down
     // backwards. Units are forwarded and backwarded in the same order.
     const int units = kind == Kind::interleaved ? m * v : m;
     const int warmup = warmup_forwards(kind, P, v, m, stage);
     auto unit = [&](bool forward, int k) {
-        return kind == Kind::interleaved ? virtual_work(forward, k, P, v) : Work{forward, k, 0};
+        return kind == Kind::interleaved ? virtual_work(forward, k, P, v)
+                                         : Work{forward ? Op::forward : Op::backward, k, 0};
     };
     for (int k = 0; k < warmup; ++k) order.push_back(unit(true, k));
     for (int k = 0; k < units - warmup; ++k) {
@@ -88,6 +181,14 @@ int warmup_forwards(Kind kind, int P, int v, int m, int stage) {
     switch (kind) {
         case Kind::gpipe:
             return m;
+        case Kind::zb_h1:
+        case Kind::zb_h2: {
+            const std::vector<Work> order = compute_order(kind, P, v, m, stage);
+            return static_cast<int>(
+                std::find_if(order.begin(), order.end(),
+                             [](const Work& w) { return w.op == Op::backward_input; }) -
+                order.begin());
+        }
         case Kind::one_f_one_b:
             // The last stage starts backwards at once; each stage before it has one more
             // microbatch in the pipe ahead of it (Megatron's count).
@@ -107,13 +208,15 @@ std::vector<Instr> schedule(Kind kind, int P, int v, int m, int stage) {
     for (const Work& w : compute_order(kind, P, v, m, stage)) {
         const int g = global_chunk(P, stage, w.chunk);
         const int mb = w.microbatch, c = w.chunk;
-        if (w.forward) {
+        if (w.op == Op::forward) {
             if (g > 0) stream.push_back({Op::recv_act, mb, c});
             stream.push_back({Op::forward, mb, c});
             if (g < last) stream.push_back({Op::send_act, mb, c});
-        } else {
+        } else if (w.op == Op::backward_weight) {
+            stream.push_back({Op::backward_weight, mb, c});
+        } else {  // backward, or its B: the gradient comes in and goes on
             if (g < last) stream.push_back({Op::recv_grad, mb, c});
-            stream.push_back({Op::backward, mb, c});
+            stream.push_back({w.op, mb, c});
             if (g > 0) stream.push_back({Op::send_grad, mb, c});
         }
     }
@@ -121,8 +224,13 @@ std::vector<Instr> schedule(Kind kind, int P, int v, int m, int stage) {
 }
 
 double bubble_formula(Kind kind, int P, int v, int m) {
+    if (splits_backward(kind)) return (P - 1) / (3.0 * m);  // (P-1)(F+B-W) / m(F+B+W)
     const double chunks = kind == Kind::interleaved ? v : 1;
     return (P - 1) / (chunks * m);
+}
+
+bool splits_backward(Kind kind) {
+    return kind == Kind::zb_h1 || kind == Kind::zb_h2;
 }
 
 const char* to_string(Op op) {
@@ -131,6 +239,10 @@ const char* to_string(Op op) {
             return "forward";
         case Op::backward:
             return "backward";
+        case Op::backward_input:
+            return "backward_input";
+        case Op::backward_weight:
+            return "backward_weight";
         case Op::send_act:
             return "send_act";
         case Op::recv_act:
@@ -151,14 +263,18 @@ const char* to_string(Kind kind) {
             return "1f1b";
         case Kind::interleaved:
             return "interleaved";
+        case Kind::zb_h1:
+            return "zb-h1";
+        case Kind::zb_h2:
+            return "zb-h2";
     }
     return "?";
 }
 
 Kind parse_kind(std::string_view name) {
-    for (Kind kind : {Kind::gpipe, Kind::one_f_one_b, Kind::interleaved})
+    for (Kind kind : {Kind::gpipe, Kind::one_f_one_b, Kind::interleaved, Kind::zb_h1, Kind::zb_h2})
         if (name == to_string(kind)) return kind;
-    fail("unknown schedule '", name, "' (expected gpipe, 1f1b or interleaved)");
+    fail("unknown schedule '", name, "' (expected gpipe, 1f1b, interleaved, zb-h1 or zb-h2)");
 }
 
 }  // namespace trident::pipeline

@@ -3,15 +3,20 @@
 // same idea). The executor
 // only walks the list; the simulator replays every stage's list together.
 //
-// Layers are cut into P·v chunks of equal size; chunk g (global) lives on stage g mod P as
-// its local chunk g / P (v = 1 except for the interleaved schedule). Global chunk 0 starts
-// with the embedding, global chunk P·v - 1 ends with the LM head and the loss.
+// Layers are cut into P·v chunks; chunk g (global) lives on stage g mod P as its local chunk
+// g / P (v = 1 except for the interleaved schedule). Global chunk 0 starts with the
+// embedding, global chunk P·v - 1 ends with the LM head and the loss.
 //
 // Semantics the executor and the simulator share:
 //   forward(mb, c)    run local chunk c forward on microbatch mb; its input is the
 //                     embedding (global chunk 0) or the activation received by recv_act
 //   backward(mb, c)   run chunk c backward; its output gradient comes from the loss (last
 //                     global chunk) or from recv_grad; frees mb's activations of chunk c
+//   backward_input(mb, c)   the part of backward that computes the gradient of the
+//                     chunk's input (B: on the pipeline's critical path); keeps what the
+//                     weight gradients need
+//   backward_weight(mb, c)  the rest: the gradients of the chunk's parameters (W: they can
+//                     wait); frees mb's activations of chunk c. B then W is backward.
 //   send_act(mb, c)   send chunk c's output activation to the stage holding global chunk
 //                     g + 1 (the next stage; from the last stage, stage 0)
 //   recv_act(mb, c)   receive chunk c's input activation from the stage holding g - 1
@@ -27,9 +32,18 @@
 
 namespace trident::pipeline {
 
-enum class Kind { gpipe, one_f_one_b, interleaved };
+enum class Kind { gpipe, one_f_one_b, interleaved, zb_h1, zb_h2 };
 
-enum class Op { forward, backward, send_act, recv_act, send_grad, recv_grad };
+enum class Op {
+    forward,
+    backward,
+    backward_input,
+    backward_weight,
+    send_act,
+    recv_act,
+    send_grad,
+    recv_grad
+};
 
 struct Instr {
     Op op;
@@ -43,12 +57,19 @@ struct Instr {
 // per stage. GPipe: every forward, then every backward. 1F1B (PipeDream-Flush): P - stage - 1
 // warm-up forwards, then one forward / one backward, then the cool-down backwards.
 // Interleaved 1F1B: Megatron's order over v chunks; m must be a multiple of P.
-// Throws trident::Error for invalid arguments (P, m < 1; v != 1 for gpipe and 1f1b; v < 2 or
-// m not a multiple of P for interleaved).
+// Zero-bubble (Qi et al., "Zero Bubble Pipeline Parallelism", ICLR 2024): the backward split
+// into B and W, the W's placed to fill what would be idle time. ZB-H1 keeps at most P
+// microbatches' activations on any stage (1F1B's peak, held by its first stage) and leaves
+// a bubble of about a third of 1F1B's; ZB-H2 allows 2P - 1 and runs more forwards early.
+// Both orders come from replaying the pipeline with unit costs (F = B = W) and a
+// rule, on each stage: a B or an F whichever is ready (alternating when both are; an F only
+// under the stage's limit of activations), else the oldest pending W.
+// Throws trident::Error for invalid arguments (P, m < 1; v != 1 for all but interleaved;
+// v < 2 or m not a multiple of P for interleaved).
 std::vector<Instr> schedule(Kind kind, int P, int v, int m, int stage);
 
 const char* to_string(Op op);
-const char* to_string(Kind kind);  // the config's names: gpipe, 1f1b, interleaved
+const char* to_string(Kind kind);  // the config's names: gpipe, 1f1b, interleaved, zb-h1, zb-h2
 
 // The inverse of to_string(Kind); throws trident::Error naming the accepted names.
 Kind parse_kind(std::string_view name);
@@ -62,8 +83,14 @@ inline int global_chunk(int P, int stage, int chunk) {
 // Interleaved counts virtual microbatches (one chunk of one microbatch each).
 int warmup_forwards(Kind kind, int P, int v, int m, int stage);
 
-// PTD-P's bubble fraction, idle time over ideal compute time: (P - 1)/m for GPipe and 1F1B,
-// (P - 1)/(v·m) for interleaved.
+// The bubble fraction, idle time over ideal compute time, with a forward, a B and a W of
+// equal cost: PTD-P's (P - 1)/m for GPipe and 1F1B and (P - 1)/(v·m) for interleaved;
+// Qi et al.'s (P - 1)(F + B - W) over m(F + B + W) for the zero-bubble schedules, (P - 1)/(3m)
+// (ZB-H2's further gain needs consecutive steps to overlap, which a step that ends with the
+// global gradient norm's synchronisation rules out: within one step the last stage's
+// (P - 1)·F start bounds them both).
 double bubble_formula(Kind kind, int P, int v, int m);
+// Whether a schedule splits the backward into B and W.
+bool splits_backward(Kind kind);
 
 }  // namespace trident::pipeline

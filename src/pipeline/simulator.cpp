@@ -81,9 +81,10 @@ std::pair<int, Instr> counterpart(const Message& msg, int P, bool is_sender_side
     return {stage, Instr{op, msg.microbatch, g >= 0 ? g / P : -1}};
 }
 
-// What one stage has done to one (microbatch, chunk) so far.
+// What one stage has done to one (microbatch, chunk) so far. A backward split into B and W
+// is backwarded (its gradient flows on) at B and finished (its activations freed) at W.
 struct ChunkState {
-    bool forwarded = false, backwarded = false;
+    bool forwarded = false, backwarded = false, weights_pending = false;
     bool act_received = false, act_sent = false;
     bool grad_received = false, grad_sent = false;
 };
@@ -114,11 +115,18 @@ void check_stage(const std::vector<Instr>& stream, int P, int v, int m, int stag
                 st.forwarded = true;
                 break;
             case Op::backward:
+            case Op::backward_input:
                 if (!st.forwarded) problem(i, "backward before its forward");
                 if (st.backwarded) problem(i, "backwarded twice");
                 if (g < last && !st.grad_received)
                     problem(i, "no recv_grad before it for its output's gradient");
                 st.backwarded = true;
+                st.weights_pending = in.op == Op::backward_input;
+                break;
+            case Op::backward_weight:
+                if (!st.backwarded || !st.weights_pending)
+                    problem(i, "weight gradients without a backward_input before them");
+                st.weights_pending = false;
                 break;
             case Op::recv_act:
                 if (g == 0) problem(i, "global chunk 0 takes the embedding, not a received input");
@@ -156,6 +164,8 @@ void check_stage(const std::vector<Instr>& stream, int P, int v, int m, int stag
             const std::string prefix = what.str();
             if (!st.forwarded) problems.push_back(prefix + "is never forwarded");
             if (!st.backwarded) problems.push_back(prefix + "is never backwarded");
+            if (st.weights_pending)
+                problems.push_back(prefix + "never gets its weight gradients (no backward_weight)");
             if (st.forwarded && g < last && !st.act_sent)
                 problems.push_back(prefix + "never sends its output on (no send_act)");
             if (st.backwarded && g > 0 && !st.grad_sent)
@@ -207,7 +217,17 @@ struct Replay {
 // Whether a compute instruction's output leaves the stage (and so takes a send buffer).
 bool output_is_sent(const Instr& in, int P, int v, int stage) {
     const int g = global_chunk(P, stage, in.chunk);
+    if (in.op == Op::backward_weight) return false;
     return in.op == Op::forward ? g < P * v - 1 : g > 0;
+}
+
+double cost_of(Op op, const Costs& costs) {
+    switch (op) {
+        case Op::forward: return costs.forward;
+        case Op::backward_input: return costs.backward - costs.weight;
+        case Op::backward_weight: return costs.weight;
+        default: return costs.backward;
+    }
 }
 
 }  // namespace
@@ -228,8 +248,9 @@ std::vector<std::string> check_streams(const std::vector<std::vector<Instr>>& st
 Simulation simulate(const std::vector<std::vector<Instr>>& streams, int v, int m,
                     const Costs& costs) {
     if (costs.forward < 0 || costs.backward < 0 || costs.latency < 0 || costs.send_buffers < 0 ||
-        costs.forward + costs.backward <= 0)
-        throw Error("pipeline: the simulator needs costs >= 0 and forward + backward > 0");
+        costs.weight < 0 || costs.weight > costs.backward || costs.forward + costs.backward <= 0)
+        throw Error("pipeline: the simulator needs costs >= 0, weight <= backward and forward + "
+                    "backward > 0");
     Simulation sim;
     sim.P = static_cast<int>(streams.size());
     sim.v = v;
@@ -292,15 +313,16 @@ Simulation simulate(const std::vector<std::vector<Instr>>& streams, int v, int m
                                      r.filled + static_cast<int>(r.unreceived.size()));
                     }
                     const bool forward = in.op == Op::forward;
-                    const double cost = forward ? costs.forward : costs.backward;
+                    const double cost = cost_of(in.op, costs);
                     trace.spans.push_back(
                         {in.op, in.microbatch, in.chunk, r.clock, r.clock + cost});
                     r.clock += cost;
                     trace.busy += cost;
                     const std::pair key{in.microbatch, in.chunk};
+                    // Activations stay until the backward, or its W, is done.
                     if (forward && r.held.insert(key).second) {
                         ++r.held_per_microbatch[in.microbatch];
-                    } else if (!forward && r.held.erase(key) == 1) {
+                    } else if (in.op != Op::backward_input && !forward && r.held.erase(key) == 1) {
                         if (--r.held_per_microbatch[in.microbatch] == 0)
                             r.held_per_microbatch.erase(in.microbatch);
                     }

@@ -30,11 +30,12 @@ struct Costs {
     double backward = 2.0;  // its backward (about twice the forward's FLOPs)
     double latency = 0.0;   // from a send to when its receive can complete
     int send_buffers = 0;   // a stage's buffers for outgoing messages; 0: unbounded
+    double weight = 1.0;    // of the backward, the W part (B costs backward - weight)
 };
 
 // One compute instruction as it ran.
 struct Span {
-    Op op;  // forward or backward
+    Op op;  // forward, backward, backward_input or backward_weight
     int microbatch;
     int chunk;  // local chunk
     double start;

@@ -42,7 +42,22 @@ std::string css(Rgb c) {
 }
 
 constexpr Rgb forward_colour{78, 121, 167};  // blue
-constexpr Rgb backward_colour{89, 161, 79};  // green
+constexpr Rgb backward_colour{89, 161, 79};  // green: a backward, or its B
+constexpr Rgb weight_colour{242, 142, 43};   // orange: the W of a split backward
+
+Rgb base_colour(Op op) {
+    return op == Op::forward ? forward_colour
+           : op == Op::backward_weight ? weight_colour
+                                       : backward_colour;
+}
+
+// Whether the streams split backwards into B and W.
+bool split(const Simulation& sim) {
+    for (const StageTrace& stage : sim.stages)
+        for (const Span& span : stage.spans)
+            if (span.op == Op::backward_weight) return true;
+    return false;
+}
 
 // A step between axis ticks from 1, 2, 5, 10, 20, 50, ... giving at most 20 ticks.
 double tick_step(double span) {
@@ -62,6 +77,10 @@ std::string display_name(const Simulation& sim) {
             return "1F1B";
         case Kind::interleaved:
             return "Interleaved 1F1B";
+        case Kind::zb_h1:
+            return "ZB-H1";
+        case Kind::zb_h2:
+            return "ZB-H2";
     }
     return "Schedule";
 }
@@ -69,7 +88,7 @@ std::string display_name(const Simulation& sim) {
 int text_columns_per_unit(const Costs& costs) {
     for (int k : {1, 2, 4, 5, 10}) {
         bool whole = true;
-        for (double c : {costs.forward, costs.backward, costs.latency})
+        for (double c : {costs.forward, costs.backward, costs.latency, costs.weight})
             whole = whole && std::abs(c * k - std::round(c * k)) < 1e-9;
         if (whole) return k;
     }
@@ -86,7 +105,9 @@ std::string render_text(const Simulation& sim, int columns_per_unit) {
         std::string row(static_cast<std::size_t>(width), '.');
         for (const Span& span : sim.stages[s].spans) {
             const char letter =
-                static_cast<char>((span.op == Op::forward ? 'a' : 'A') + span.microbatch % 26);
+                span.op == Op::backward_weight
+                    ? static_cast<char>('0' + span.microbatch % 10)
+                    : static_cast<char>((span.op == Op::forward ? 'a' : 'A') + span.microbatch % 26);
             for (long c = column(span.start); c < column(span.end) && c < width; ++c)
                 row[static_cast<std::size_t>(c)] = letter;
         }
@@ -98,8 +119,8 @@ std::string render_text(const Simulation& sim, int columns_per_unit) {
 }
 
 std::string text_legend() {
-    return "a b c ...: forward of microbatch 0 1 2 ... (mod 26); A B C ...: its backward; "
-           ".: idle";
+    return "a b c ...: forward of microbatch 0 1 2 ... (mod 26); A B C ...: its backward (or its "
+           "B); 0 1 2 ...: its W (mod 10); .: idle";
 }
 
 std::string render_svg(const Simulation& sim) {
@@ -109,12 +130,17 @@ std::string render_svg(const Simulation& sim) {
     const double chart_width = makespan * unit;
     const double axis_y = top + sim.P * row_height + 6;
     const double legend_y = axis_y + 40;
+    const bool with_weights = split(sim);
+    const std::vector<Rgb> legend_colours =
+        with_weights ? std::vector<Rgb>{forward_colour, backward_colour, weight_colour}
+                     : std::vector<Rgb>{forward_colour, backward_colour};
+    const double swatches = 16.0 * static_cast<double>(legend_colours.size());
     auto legend_label = [&](int chunk) {
-        return sim.v > 1 ? "forward, backward of chunk " + std::to_string(chunk)
-                         : std::string("forward, backward");
+        const std::string kinds = with_weights ? "forward, B, W" : "forward, backward";
+        return sim.v > 1 ? kinds + " of chunk " + std::to_string(chunk) : kinds;
     };
-    auto legend_item_width = [&](int chunk) {  // two swatches, a gap, about 7 px a character
-        return 32 + 4 + 7.0 * static_cast<double>(legend_label(chunk).size()) + 18;
+    auto legend_item_width = [&](int chunk) {  // the swatches, a gap, about 7 px a character
+        return swatches + 4 + 7.0 * static_cast<double>(legend_label(chunk).size()) + 18;
     };
     double legend_width = 0;
     for (int c = 0; c < sim.v; ++c) legend_width += legend_item_width(c);
@@ -132,6 +158,8 @@ std::string render_svg(const Simulation& sim) {
     auto label_font = [&](double cost) { return std::min(12.0, 0.9 * cost * unit / digits); };
     const double forward_font = label_font(sim.costs.forward);
     const double backward_font = label_font(sim.costs.backward);
+    const double input_font = label_font(sim.costs.backward - sim.costs.weight);
+    const double weight_font = label_font(sim.costs.weight);
 
     std::string svg;
     svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(width) + "\" height=\"" +
@@ -150,18 +178,20 @@ std::string render_svg(const Simulation& sim) {
         svg += "<rect x=\"" + num(left) + "\" y=\"" + num(y) + "\" width=\"" + num(chart_width) +
                "\" height=\"" + num(box_height) + "\" fill=\"#f2f2f2\"/>\n";  // idle
         for (const Span& span : sim.stages[s].spans) {
-            const bool forward = span.op == Op::forward;
-            const Rgb colour = shade(forward ? forward_colour : backward_colour, span.chunk, sim.v);
+            const Rgb colour = shade(base_colour(span.op), span.chunk, sim.v);
             const double x = left + span.start * unit;
             const double w = (span.end - span.start) * unit;
             const std::string mb = std::to_string(span.microbatch);
-            svg += "<rect class=\"" + std::string(forward ? "forward" : "backward") + "\" x=\"" +
+            svg += "<rect class=\"" + std::string(to_string(span.op)) + "\" x=\"" +
                    num(x) + "\" y=\"" + num(y) + "\" width=\"" + num(w) + "\" height=\"" +
                    num(box_height) + "\" fill=\"" + css(colour) +
                    "\" stroke=\"white\" stroke-width=\"1\"><title>" + to_string(span.op) +
                    " microbatch " + mb + ", chunk " + std::to_string(span.chunk) +
                    "</title></rect>\n";
-            const double font = forward ? forward_font : backward_font;
+            const double font = span.op == Op::forward           ? forward_font
+                                : span.op == Op::backward_input  ? input_font
+                                : span.op == Op::backward_weight ? weight_font
+                                                                 : backward_font;
             if (font >= 6)  // smaller is unreadable
                 svg += "<text x=\"" + num(x + w / 2) + "\" y=\"" +
                        num(y + box_height / 2 + font / 3) + "\" font-size=\"" + num(font) +
@@ -188,17 +218,17 @@ std::string render_svg(const Simulation& sim) {
     svg += "<text x=\"" + num(left - 10) + "\" y=\"" + num(axis_y + 18) +
            "\" font-size=\"11\" text-anchor=\"end\">time</text>\n";
 
-    // The legend: one pair of swatches (forward, backward) per chunk.
+    // The legend: swatches (forward, backward, or forward, B, W) per chunk.
     double x = left;
     for (int c = 0; c < sim.v; ++c) {
-        for (const Rgb base : {forward_colour, backward_colour}) {
+        for (const Rgb base : legend_colours) {
             svg += "<rect x=\"" + num(x) + "\" y=\"" + num(legend_y - 11) +
                    "\" width=\"14\" height=\"14\" fill=\"" + css(shade(base, c, sim.v)) + "\"/>\n";
             x += 16;
         }
         svg += "<text x=\"" + num(x + 4) + "\" y=\"" + num(legend_y) + "\" font-size=\"12\">" +
                legend_label(c) + "</text>\n";
-        x += legend_item_width(c) - 32;
+        x += legend_item_width(c) - swatches;
     }
     svg += "</svg>\n";
     return svg;

@@ -29,13 +29,21 @@ int64_t layer_bytes(const RankDims& d, bool work, bool att, bool output, int64_t
     return bytes;
 }
 
-// One (microbatch, chunk) set (Gpt::new_activations).
+// One (microbatch, chunk) set (Gpt::new_activations). With a split backward it also holds
+// what B keeps for W: per layer the gradients of the outputs of the four linears (N,C),
+// (N,F/M), (N,C), (N,3C/M) and of the two LayerNorms (R,C) each; the final LayerNorm's and
+// the embedding's (R,C).
 int64_t set_bytes(const RankDims& d, const ChunkShape& chunk, config::Recompute recompute,
-                  int64_t act) {
+                  bool split_backward, int64_t act) {
     using config::Recompute;
     int64_t bytes = d.R * d.C * act;  // the chunk's input
     bytes += chunk.layers *
              layer_bytes(d, recompute != Recompute::full, recompute == Recompute::none, true, act);
+    if (split_backward) {
+        bytes += chunk.layers * (2 * d.N * d.C + d.N * d.Fm + 3 * d.N * d.Cm + 2 * d.R * d.C) * act;
+        if (chunk.head) bytes += d.R * d.C * act;
+        if (chunk.embeds) bytes += d.R * d.C * act;
+    }
     if (chunk.embeds) bytes += d.N * kFp32 + d.all_rows() * act;  // token ids, partial sums
     if (chunk.head)
         bytes += d.N * kFp32                                           // targets
@@ -138,8 +146,9 @@ std::vector<StageMemory> plan_memory(const PlanInputs& in) {
         for (std::size_t c = 0; c < chunks.size(); ++c) {
             const int sets = flight.sets[c];
             s.activation_sets += sets;
-            s.activations +=
-                static_cast<double>(sets) * set_bytes(d, chunks[c], cfg.training.recompute, act);
+            s.activations += static_cast<double>(sets) *
+                             set_bytes(d, chunks[c], cfg.training.recompute,
+                                       pipeline::splits_backward(schedule_kind(cfg)), act);
             s.korthikanti += sets * chunks[c].layers * korthikanti_layer;
         }
         s.temporary = static_cast<double>(scratch_bytes(d, cfg.training.recompute, act) +

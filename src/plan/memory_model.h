@@ -26,7 +26,9 @@
 // token ids (int32) on the first stage, and the final LayerNorm, logits (padded vocabulary
 // over t) and fp32 loss statistics on the last. A stage holds as many sets per chunk as its
 // schedule has that chunk's microbatches in flight at most (1F1B: min(m, P − stage), GPipe:
-// m, interleaved: counted from the schedule's own instruction stream).
+// m, interleaved and zero-bubble: counted from the schedule's own instruction stream, a
+// split backward's set held until its W), and a split backward's sets also hold the
+// gradients B keeps for W.
 //
 // Temporary buffers: the backward scratch the model allocates once (gradients of the
 // residual stream, of the MLP and of attention, the (b, a/t, s, s) attention gradient), the

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "error.h"
+#include "pipeline/simulator.h"
 #include "plan/stage_shape.h"
 
 namespace trident::plan {
@@ -17,7 +18,8 @@ using parallel::CommKind;
 // backward, recompute included, is what a data-parallel reduction can hide under).
 struct ChunkSeconds {
     double forward = 0, backward = 0;
-    double flops = 0;  // executed
+    double weight = 0;  // of the backward, the weight gradients' GEMMs (a split backward's W)
+    double flops = 0;   // executed
 };
 
 ChunkSeconds chunk_seconds(const PlanInputs& in, const ChunkShape& chunk, const Hardware& hw) {
@@ -45,6 +47,7 @@ ChunkSeconds chunk_seconds(const PlanInputs& in, const ChunkShape& chunk, const 
 
     double forward_flops = chunk.layers * flops.layer_forward;
     double backward_flops = chunk.layers * flops.layer_backward;
+    double weight_flops = chunk.layers * flops.layer_weight;
     double forward_mem = chunk.layers * mem_forward;
     double backward_mem = chunk.layers * (mem_backward + rerun_mem);
     if (chunk.embeds) {  // look up rows of wte and wpe; scatter their gradients back
@@ -55,6 +58,7 @@ ChunkSeconds chunk_seconds(const PlanInputs& in, const ChunkShape& chunk, const 
         const double logits = N * static_cast<double>(d.vocab);
         forward_flops += flops.head_forward;
         backward_flops += flops.head_backward;
+        weight_flops += flops.head_weight;
         forward_mem += 2 * RC + logits;
         backward_mem += 4 * RC + NC + 2 * logits;
     }
@@ -62,6 +66,7 @@ ChunkSeconds chunk_seconds(const PlanInputs& in, const ChunkShape& chunk, const 
     ChunkSeconds s;
     s.forward = forward_flops / hw.gemm_flops + forward_mem * bytes / hw.memory_bandwidth;
     s.backward = backward_flops / hw.gemm_flops + backward_mem * bytes / hw.memory_bandwidth;
+    s.weight = weight_flops / hw.gemm_flops;
     s.flops = forward_flops + backward_flops;
     return s;
 }
@@ -153,7 +158,7 @@ StepTime predict_step(const PlanInputs& in, const Hardware& hw) {
 
     struct Stage {
         double compute = 0, tensor = 0, pipeline = 0, data_gathers = 0;  // per microbatch
-        double forward = 0, backward = 0, flops = 0;                     // of one microbatch
+        double forward = 0, backward = 0, weight = 0, flops = 0;         // of one microbatch
         double tensor_step = 0, embedding = 0, data = 0, optimizer = 0;  // per step
         double microbatch() const { return compute + tensor + pipeline + data_gathers; }
         double after_flush() const { return tensor_step + embedding + data + optimizer; }
@@ -167,6 +172,7 @@ StepTime predict_step(const PlanInputs& in, const Hardware& hw) {
             st.compute += c.forward + c.backward;
             st.forward += c.forward;
             st.backward += c.backward;
+            st.weight += c.weight;
             st.flops += c.flops;
         }
         st.tensor = group_seconds(t.tensor, true, m, tensor_per_node, true, hw);
@@ -215,7 +221,19 @@ StepTime predict_step(const PlanInputs& in, const Hardware& hw) {
     r.compute = mb * slowest->compute;
     r.tensor_comm = mb * slowest->tensor + last_done->tensor_step;
     r.pipeline_comm = mb * slowest->pipeline + last_done->embedding;
-    r.bubble = static_cast<double>(p.pipeline - 1) / p.virtual_stages * slowest->microbatch();
+    const pipeline::Kind kind = schedule_kind(cfg);
+    if (pipeline::splits_backward(kind) && p.pipeline > 1) {
+        // The zero-bubble schedules' idle time depends on how the backward splits: replay
+        // them with the slowest stage's forward, backward and W, in proportion to its time.
+        pipeline::Costs costs;
+        costs.forward = slowest->forward;
+        costs.backward = slowest->backward;
+        costs.weight = slowest->weight;
+        const pipeline::Simulation sim = pipeline::simulate(kind, p.pipeline, 1, static_cast<int>(m), costs);
+        r.bubble = sim.bubble_fraction * mb * slowest->microbatch();
+    } else {
+        r.bubble = static_cast<double>(p.pipeline - 1) / p.virtual_stages * slowest->microbatch();
+    }
     r.data_comm = mb * slowest->data_gathers + last_done->data;
     r.optimizer = last_done->optimizer;
     r.step = r.compute + r.tensor_comm + r.pipeline_comm + r.bubble + r.data_comm + r.optimizer;

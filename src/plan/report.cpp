@@ -205,7 +205,8 @@ std::string render_text(const Plan& plan) {
         "(formula %.4g of ideal) | data comm %.1f%% | optimizer %.1f%%\n",
         percent(st.compute, st.step), percent(st.tensor_comm, st.step),
         percent(st.pipeline_comm, st.step), percent(st.bubble, st.step),
-        static_cast<double>(p.pipeline - 1) / (p.virtual_stages * d.grad_accum_steps),
+        pipeline::bubble_formula(schedule_kind(cfg), p.pipeline, p.virtual_stages,
+                                 static_cast<int>(d.grad_accum_steps)),
         percent(st.data_comm, st.step), percent(st.optimizer, st.step));
     return out;
 }

@@ -51,8 +51,10 @@ GemmFlops gemm_flops(const config::Config& cfg) {
     if (cfg.training.recompute == Recompute::full) rerun = f.layer_forward - fc2;
     if (cfg.training.recompute == Recompute::selective) rerun = scores;
     f.layer_backward = 2 * f.layer_forward + rerun;
+    f.layer_weight = f.layer_forward - 2 * scores;  // one GEMM per linear, none for attention
     f.head_forward = 2 * N * C * V;
     f.head_backward = 4 * N * C * V;
+    f.head_weight = 2 * N * C * V;
     return f;
 }
 
@@ -93,7 +95,11 @@ InFlight in_flight(const config::Config& cfg, int stage) {
                 messages.erase({act_in, in.microbatch, in.chunk});
                 break;
             case Op::backward:
+            case Op::backward_weight:  // a split backward frees the activations at its W
                 --live[c];
+                messages.erase({grad_in, in.microbatch, in.chunk});
+                break;
+            case Op::backward_input:
                 messages.erase({grad_in, in.microbatch, in.chunk});
                 break;
             case Op::send_act:

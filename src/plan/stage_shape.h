@@ -45,6 +45,8 @@ std::vector<ChunkShape> stage_chunks(const config::Config& cfg, int stage);
 struct GemmFlops {
     double layer_forward = 0, layer_backward = 0;
     double head_forward = 0, head_backward = 0;
+    // Of the backwards, the weight gradients' GEMMs (a split backward's W).
+    double layer_weight = 0, head_weight = 0;
 };
 GemmFlops gemm_flops(const config::Config& cfg);
 

@@ -20,13 +20,9 @@ namespace {
 constexpr uint64_t kDropoutStream = 0x64726F706F7574ull;  // "dropout"
 
 
+// The config spells the schedules as the pipeline names them.
 pipeline::Kind schedule_kind(config::Schedule s) {
-    switch (s) {
-        case config::Schedule::gpipe: return pipeline::Kind::gpipe;
-        case config::Schedule::interleaved: return pipeline::Kind::interleaved;
-        case config::Schedule::one_f_one_b: break;
-    }
-    return pipeline::Kind::one_f_one_b;
+    return pipeline::parse_kind(config::to_string(s));
 }
 
 // 16-bit parameters, activations and (unless fp32_grad_accumulation) gradients.
@@ -63,6 +59,7 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* g
                  optim::Overlap{cfg.parallel.overlap_grad_reduce, cfg.parallel.overlap_param_gather}),
       scaler_(cfg.training),
       executor_(ops, model_, &pipeline_) {
+    model_.set_split_backward(pipeline::splits_backward(schedule_kind(cfg.parallel.schedule)));
     executor_.set_trace(&trace_);
     optimizer_.set_trace(&trace_);
     model_.set_hooks({[this](std::size_t b, std::size_t e) { optimizer_.grads_final(b, e); },

@@ -1,11 +1,14 @@
 #!/usr/bin/python3
 """Pipeline parallelism under mpirun: every schedule trains the same model as one process.
 
-P = 2 and 4 with 1F1B and GPipe, P = 2 with the interleaved schedule (v = 2), and P = 2
-combined with M = 2 (and sequence parallelism), with the layers cut uniformly, by cost (auto)
-or as given (chunks without layers included): the loss and every gathered gradient of one
+P = 2 and 4 with 1F1B, GPipe and the zero-bubble ZB-H1 and ZB-H2, P = 2 with the interleaved
+schedule (v = 2), and P = 2 combined with M = 2 (and sequence parallelism), with the layers cut
+uniformly, by cost (auto) or as given (chunks without layers included): the loss and every
+gathered gradient of one
 global batch (tests/tools/model_dump) and the losses of 10 training steps (with validation)
-match P = 1 within 1e-5 relative. logging.trace writes a Chrome trace with every rank's spans.
+match P = 1 within 1e-5 relative. The zero-bubble schedules give 1F1B's losses bitwise, with
+M, sequence parallelism, D with ZeRO-1, recompute and bf16. logging.trace writes a Chrome
+trace with every rank's spans.
 Uniform cuts of layers not divisible by P·v, counts that do not add up to the layers, and
 microbatches not a multiple of P for the interleaved schedule are refused with one clear
 message.
@@ -27,7 +30,9 @@ LAYOUTS = [(2, 1, "1f1b", 1, False, "uniform"), (4, 1, "1f1b", 1, False, "unifor
            (2, 1, "gpipe", 1, False, "uniform"), (4, 1, "gpipe", 1, False, "auto"),
            (2, 1, "interleaved", 2, False, "uniform"), (2, 2, "1f1b", 1, False, "auto"),
            (2, 2, "interleaved", 2, True, "uniform"), (2, 1, "1f1b", 1, False, "[3,1]"),
-           (2, 1, "1f1b", 1, False, "[4,0]"), (2, 1, "interleaved", 2, False, "[0,2,1,1]")]
+           (2, 1, "1f1b", 1, False, "[4,0]"), (2, 1, "interleaved", 2, False, "[0,2,1,1]"),
+           (2, 1, "zb-h1", 1, False, "uniform"), (4, 1, "zb-h2", 1, False, "auto"),
+           (2, 2, "zb-h1", 1, True, "auto")]
 
 
 def layout_args(p, m, schedule, v, sp, cut="auto"):
@@ -78,6 +83,25 @@ def main():
             check(len(rows) == 10 and worst <= 1e-5 and len(val) == 2 and worst_val <= 1e-5,
                   f"{name}: 10-step losses (dropout 0.1) and validation within 1e-5 of P=1 "
                   f"(worst {worst:.2e}, validation {worst_val:.2e})")
+
+        # Zero-bubble: 1F1B's losses and gradient norms bitwise (the W's add into each
+        # gradient in 1F1B's order), on grids with tensor, sequence and data parallelism,
+        # ZeRO-1, recompute and bf16.
+        for p, m, d, extra in [(2, 1, 1, ["training.recompute=full"]),
+                               (2, 2, 1, ["parallel.sequence_parallel=true",
+                                          "training.recompute=selective"]),
+                               (2, 1, 2, ["parallel.zero_stage=1", "training.precision=bf16"])]:
+            runs = {}
+            for schedule in ("1f1b", "zb-h1", "zb-h2"):
+                metrics = path(f"zb_{schedule}.jsonl")
+                args = layout_args(p, m, schedule, 1, False, "uniform")
+                args += ["--set", f"parallel.data={d}"] + sum((["--set", e] for e in extra), [])
+                run([trident, "train"] + base + init + args
+                    + ["--set", f"logging.metrics={metrics}"], ranks=p * m * d)
+                runs[schedule] = [(r["loss"], r["grad_norm"]) for r in losses(metrics)]
+            name = f"{p}x{m}x{d} {' '.join(extra)}"
+            check(len(runs["1f1b"]) == 10 and runs["zb-h1"] == runs["1f1b"] == runs["zb-h2"],
+                  f"{name}: ZB-H1 and ZB-H2 train as 1F1B, bitwise")
 
         # Activations are held per microbatch in flight: rank 0 (stage 0) of P = 2 with 4
         # microbatches holds 2 under 1F1B (p - stage) and all 4 under GPipe; validation
