@@ -4,7 +4,7 @@
 // with checkpoint.on_error: continue saves again at the next interval), the metrics file and
 // the trace on a failing disk, data that changed between a checkpoint and its resume, an
 // allocation that fails, and the test faults' own settings. Multi-rank stalls, dead ranks
-// and full disks under mpirun are in tests/python/test_faults_parallel.py, under Slurm in
+// and full disks under mpirun are in tests/mpi/test_faults.py, under Slurm in
 // tests/slurm/test_local_cluster.py.
 #include <catch2/catch.hpp>
 #include <chrono>
