@@ -61,6 +61,7 @@ Dataset::Dataset(std::span<const config::DataSource> sources, config::DataFormat
         const std::string name =
             sources.size() == 1 ? what : what + "[" + std::to_string(i + 1) + "]";
         streams_.push_back(open_stream(sources[i].path, format, vocab_size, name));
+        keys_.push_back(name);
         samplers_.emplace_back(*streams_.back(), seq_len, shuffle, seed_of(seed, i), name);
     }
 }
@@ -72,6 +73,13 @@ uint64_t Dataset::seed_of(uint64_t seed, std::size_t dataset) {
 void Dataset::fill(uint64_t sample, std::span<int32_t> inputs, std::span<int32_t> targets) {
     const BlendPick p = blend_.pick(sample);
     samplers_[p.dataset].fill(p.sample, inputs, targets);
+}
+
+std::vector<Dataset::File> Dataset::files() const {
+    std::vector<File> all;
+    for (std::size_t i = 0; i < streams_.size(); ++i)
+        for (std::string& path : streams_[i]->files()) all.push_back({keys_[i], std::move(path)});
+    return all;
 }
 
 std::size_t Dataset::tokens() const {

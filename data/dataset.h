@@ -47,12 +47,20 @@ public:
     // One line for the start-up summary: what was opened, its size, the blend.
     std::string summary() const;
 
+    // Each file read, with the config key that names its dataset ("data.train", or in a
+    // blend "data.train[2]"), in order.
+    struct File {
+        std::string key, path;
+    };
+    std::vector<File> files() const;
+
     // Dataset 0 keeps the run's seed, so a single dataset shuffles as it always has; the
     // others get seeds mixed from (seed, i), so no two datasets share a shuffle.
     static uint64_t seed_of(uint64_t seed, std::size_t dataset);
 
 private:
     std::vector<std::unique_ptr<TokenStream>> streams_;  // heap: samplers point at them
+    std::vector<std::string> keys_;                      // the config key of each
     std::vector<Sampler> samplers_;
     Blend blend_;
     bool shuffle_;

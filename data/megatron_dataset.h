@@ -50,6 +50,7 @@ public:
     std::size_t size() const override { return tokens_; }
     void read(std::size_t start, std::span<int32_t> out) const override;
     std::string describe() const override;
+    std::vector<std::string> files() const override { return {prefix_ + ".idx", prefix_ + ".bin"}; }
 
     const std::string& prefix() const { return prefix_; }
     kernels::DType dtype() const { return dtype_; }  // of the token ids

@@ -30,7 +30,7 @@ public:
     TokenShards& operator=(const TokenShards&) = delete;
 
     std::size_t size() const override { return total_; }  // tokens in all files together
-    const std::vector<std::string>& files() const { return paths_; }
+    std::vector<std::string> files() const override { return paths_; }
 
     // Copies tokens [start, start + out.size()) of the stream into out, crossing files.
     void read(std::size_t start, std::span<int32_t> out) const override;

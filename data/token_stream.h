@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
 namespace trident::data {
 
@@ -22,6 +23,9 @@ public:
 
     // What was opened, for the start-up summary: "2 llm.c shards", "Megatron dataset P ...".
     virtual std::string describe() const = 0;
+
+    // The files it reads, in a fixed order (a checkpoint records their fingerprints).
+    virtual std::vector<std::string> files() const = 0;
 };
 
 }  // namespace trident::data

@@ -28,6 +28,9 @@
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/fp32_views.h"
 #include "kernels/cuda/gemm.h"
+// The one part of src/ the kernels use: the host's waits for the device are marked for the
+// stall watchdog, since NCCL's collectives complete in them.
+#include "parallel/watchdog.h"
 
 namespace trident::kernels {
 namespace {
@@ -121,11 +124,13 @@ public:
         // waits for it: a few uploads a step (the token ids), after the compute queued before.
         if (!bytes) return;
         TRIDENT_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_));
+        const parallel::Blocked blocked(parallel::kDeviceWait, nullptr);
         TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
     void download(void* host, const void* device, std::size_t bytes) override {
         if (!bytes) return;
         TRIDENT_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_));
+        const parallel::Blocked blocked(parallel::kDeviceWait, nullptr);
         TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
     void zero(Ptr x, std::size_t count) override {

@@ -12,6 +12,7 @@
 #include "error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
+#include "parallel/watchdog.h"  // the host's wait for the device, marked as in cuda_ops.cpp
 
 namespace trident::kernels::cuda {
 
@@ -143,6 +144,7 @@ unsigned blocks_for(std::size_t work, unsigned threads) {
 }
 
 void synchronize() {
+    const parallel::Blocked blocked(parallel::kDeviceWait, nullptr);
     TRIDENT_CUDA_CHECK(cudaStreamSynchronize(compute_stream()));
 }
 

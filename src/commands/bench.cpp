@@ -22,6 +22,7 @@ namespace {
 void run(const BenchOptions& opts, const config::Config& cfg, const Device& device,
          parallel::Grid& grid, parallel::World& world) {
     const bool leader = grid.rank() == 0;
+    const auto watchdog = start_watchdog(cfg, grid);
     auto ops = make_backend(cfg, device, grid, leader);
     const Peak peak = peak_flops(device, *ops);
     if (leader) print_summary(cfg, *ops, peak);

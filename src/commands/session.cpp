@@ -2,6 +2,7 @@
 #include "commands/session.h"
 
 #include <cstdio>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -34,10 +35,29 @@ int run_on_every_rank(parallel::World& world, const std::function<void()>& set_u
         run();
     } catch (const EveryRankError& e) {
         return parallel::report_failure(world, e.what(), parallel::FailureKind::every_rank);
+    } catch (const std::bad_alloc&) {
+        return parallel::report_failure(world,
+                                        "out of memory: an allocation failed (std::bad_alloc) " +
+                                            parallel::describe_failure_site(),
+                                        parallel::FailureKind::this_rank);
     } catch (const std::exception& e) {
         return parallel::report_failure(world, e.what(), parallel::FailureKind::this_rank);
     }
     return 0;
+}
+
+std::unique_ptr<parallel::Watchdog> start_watchdog(const config::Config& cfg,
+                                                   const parallel::Grid& grid) {
+    const auto& shape = grid.shape();
+    if (shape.pipeline * shape.tensor * shape.data == 1) return nullptr;
+    const auto& t = cfg.training;
+    parallel::WatchdogSettings settings;
+    settings.timeout_s = t.collective_timeout;
+    settings.first_step_s = t.collective_timeout_first_step;
+    settings.checkpoint_s = t.collective_timeout_checkpoint;
+    settings.grid = shape;
+    settings.world_rank = grid.rank();
+    return std::make_unique<parallel::Watchdog>(std::move(settings));
 }
 
 Device choose_device(const config::Config& cfg, parallel::World& world, bool announce) {

@@ -7,10 +7,11 @@
 #include <string>
 
 #include "config/config.h"
-#include "error.h"
 #include "data/tokenizer.h"
+#include "error.h"
 #include "kernels/ops.h"
 #include "parallel/grid.h"
+#include "parallel/watchdog.h"
 #include "parallel/world.h"
 #include "train/generator.h"
 #include "train/trainer.h"
@@ -27,9 +28,15 @@ public:
 // Runs a command on every rank of `world` without leaving any rank waiting: `set_up` (reading
 // the config and data, building the grid: nothing that communicates beyond the grid's own
 // set-up) runs everywhere and the ranks agree whether all succeeded, rank 0 reporting the
-// problem; then `run`, where an error on any rank aborts the job. Returns the exit code.
+// problem; then `run`, where an error on any rank aborts the job (an allocation that failed
+// as "out of memory", with where the rank was). Returns the exit code.
 int run_on_every_rank(parallel::World& world, const std::function<void()>& set_up,
                       const std::function<void()>& run);
+
+// The stall watchdog of this rank (parallel/watchdog.h) as training.collective_timeout*
+// set it, watching the calling thread; none in a world of one, where no call can wait.
+std::unique_ptr<parallel::Watchdog> start_watchdog(const config::Config& cfg,
+                                                   const parallel::Grid& grid);
 
 // The device a run computes on, as every rank agreed.
 struct Device {

@@ -11,12 +11,14 @@
 #include "commands/session.h"
 #include "data/dataset.h"
 #include "error.h"
+#include "io/fault_injection.h"
+#include "io/fingerprint.h"
 #include "parallel/agreement.h"
 #include "parallel/grid.h"
 #include "parallel/world.h"
+#include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/preemption.h"
-#include "train/checkpoint.h"
 #include "train/trainer.h"
 
 namespace trident::commands {
@@ -105,6 +107,55 @@ bool due(int step, int interval, int steps) {
     return step == steps || (interval > 0 && step % interval == 0);
 }
 
+// "step_000004 is the newest checkpoint" or "no checkpoint has been written".
+std::string newest_checkpoint(const config::Config& cfg) {
+    const auto all = train::list_checkpoints(*cfg.checkpoint.dir);
+    return all.empty() ? "no checkpoint has been written to " + *cfg.checkpoint.dir
+                       : all.back() + " is the newest checkpoint, as it was";
+}
+
+// Saves the checkpoint of `step`; "" where the save failed and checkpoint.on_error lets
+// training go on (said by rank 0), which only a save with a later one to come may: the
+// last step's, or a preemption's (`last`), ends the run with the error like `stop`.
+std::string save_or_report(const config::Config& cfg, train::Trainer& trainer, parallel::Grid& grid,
+                           parallel::World& world, int step, int skipped,
+                           const std::vector<train::DataFileRecord>& data, bool last, bool leader) {
+    try {
+        return train::save_checkpoint(cfg, trainer, grid, world.comm(), step, skipped, data);
+    } catch (const train::CheckpointError& e) {
+        const bool go_on = cfg.checkpoint.on_error == config::OnError::continue_ && !last;
+        const std::string text = std::string(e.what()) + "; " + newest_checkpoint(cfg);
+        if (!go_on) throw EveryRankError(text + (last ? "" : " (checkpoint.on_error: stop)"));
+        if (leader) {
+            std::fprintf(stderr,
+                         "trident: warning: %s; training goes on and saves again at step %d "
+                         "(checkpoint.on_error: continue)\n",
+                         text.c_str(),
+                         std::min(step + cfg.checkpoint.interval, cfg.training.steps));
+            std::fflush(stderr);
+        }
+        return "";
+    }
+}
+
+// Rank 0's record of one step in the metrics file; a failed write ends the run after this
+// step (logging.on_error: stop, the message kept for then) or is reported and passed over.
+void record_metrics(train::MetricsLog& log, const train::StepMetrics& m, const config::Config& cfg,
+                    std::string& failure) {
+    try {
+        log.record(m);
+    } catch (const Error& e) {
+        if (cfg.logging.on_error == config::OnError::stop) {
+            failure = std::string("logging.metrics: ") + e.what() + " (logging.on_error: stop)";
+            return;
+        }
+        std::fprintf(stderr,
+                     "trident: warning: logging.metrics: %s; step %d is not in it, training goes "
+                     "on (logging.on_error: continue)\n",
+                     e.what(), m.step);
+        std::fflush(stderr);
+    }
+}
 
 // Everything a run needs that involves no communication beyond the grid's own set-up.
 struct Setup {
@@ -112,12 +163,53 @@ struct Setup {
     std::unique_ptr<parallel::Grid> grid;
     std::unique_ptr<data::Dataset> train_data, valid_data;
     Device device;
+    // The data files as this node sees them, on one rank per node (the others: none), which is
+    // enough to notice a change and reads a node's files once.
+    std::vector<train::DataFileRecord> data_files;
 };
+
+std::vector<train::DataFileRecord> fingerprint_data(const data::Dataset* train_data,
+                                                    const data::Dataset* valid_data) {
+    std::vector<train::DataFileRecord> records;
+    for (const data::Dataset* d : {train_data, valid_data}) {
+        if (!d) continue;
+        for (const data::Dataset::File& f : d->files()) {
+            const io::Fingerprint print = io::fingerprint_file(f.path);
+            records.push_back({f.key, f.path, print.bytes, print.sampled_sha256});
+        }
+    }
+    return records;
+}
+
+// The data a checkpoint recorded against what the run reads now, on every rank that
+// fingerprinted it: a change stops the resume, or with checkpoint.allow_data_change is said
+// and let be. Collective.
+void check_data(const Setup& setup, const train::CheckpointShare& ck, parallel::World& world,
+                bool leader) {
+    std::string change;
+    if (ck.manifest.data_recorded && world.local_rank() == 0)
+        change = train::describe_data_changes(ck.manifest.data, setup.data_files);
+    change = parallel::first_failure(world.comm(), change);
+    if (change.empty()) return;
+    const std::string text = "the data changed since " + ck.path + " was written: " + change;
+    if (!setup.cfg.checkpoint.allow_data_change)
+        throw EveryRankError("checkpoint.resume: " + text +
+                             "; resuming would not continue the run on the samples it planned. "
+                             "Restore the files, or set checkpoint.allow_data_change: true if "
+                             "the change is intended");
+    if (leader) {
+        std::fprintf(stderr,
+                     "trident: warning: %s; going on (checkpoint.allow_data_change: true)\n",
+                     text.c_str());
+        std::fflush(stderr);
+    }
+}
 
 void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     const config::Config& cfg = setup.cfg;
     const auto& t = cfg.training;
     const bool leader = grid.rank() == 0;
+    const auto watchdog = start_watchdog(cfg, grid);
 
     auto ops = make_backend(cfg, setup.device, grid, leader);
     const Peak peak = peak_flops(setup.device, *ops);
@@ -131,7 +223,9 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     initialise_weights(cfg, trainer.model());
     if (leader && cfg.model.init_from) std::printf("weights: %s\n", cfg.model.init_from->c_str());
     int start = 0, skipped_so_far = 0;
+    std::optional<parallel::ScopedPhase> resuming(parallel::Phase::checkpoint);
     if (const auto ck = resume_point(cfg, world, trainer, leader)) {
+        check_data(setup, *ck, world, leader);
         train::restore_checkpoint(*ck, trainer);  // collective
         start = ck->manifest.step;
         skipped_so_far = ck->manifest.skipped_total;
@@ -152,6 +246,8 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
                         static_cast<unsigned long long>(total));
         }
     }
+    resuming.reset();
+    parallel::set_step(start);
     if (start >= t.steps) {
         if (leader) std::printf("done: the checkpoint is at step %d, training.steps is %d\n", start, t.steps);
         return;
@@ -166,8 +262,16 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
                     train::human_bytes(static_cast<double>(mem.optimizer)).c_str(),
                     cfg.parallel.zero_stage, cfg.parallel.data);
     }
+    // The metrics file, opened by rank 0 alone: every rank learns whether it could be.
     std::optional<train::MetricsLog> log;
-    if (leader) log.emplace(cfg.logging.metrics, cfg.logging.interval, start > 0);
+    std::string log_error;
+    try {
+        if (leader) log.emplace(cfg.logging.metrics, cfg.logging.interval, start > 0);
+    } catch (const Error& e) {
+        log_error = e.what();
+    }
+    if (const std::string e = parallel::first_failure(world.comm(), log_error); !e.empty())
+        throw EveryRankError(e);
 
     const train::SampleFn train_sample = [&](uint64_t k, std::span<int32_t> in,
                                              std::span<int32_t> tgt) {
@@ -188,6 +292,11 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     const auto& lg = cfg.logging;
     double seconds_so_far = 0;
     for (int s = start; s < t.steps; ++s) {
+        {
+            parallel::set_step(s + 1);
+            const parallel::ScopedPhase phase(parallel::Phase::training);
+            io::fault::at_step(s + 1, world.rank());
+        }
         trainer.trace().set_recording(lg.trace && s + 1 >= lg.trace_from &&
                                       s + 1 < lg.trace_from + lg.trace_steps);
         const train::StepResult r = trainer.step(s, train_sample);
@@ -223,18 +332,28 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
             m.val_loss = trainer.evaluate(valid_sample, t.eval_batches);
             last_val = *m.val_loss;
         }
-        if (log) log->record(m);
+        std::string metrics_failure;
+        if (log) record_metrics(*log, m, cfg, metrics_failure);
         std::string saved;
         if (cfg.checkpoint.dir && due(m.step, cfg.checkpoint.interval, t.steps)) {
-            saved = train::save_checkpoint(cfg, trainer, grid, world.comm(), m.step, skipped_so_far);
-            if (leader) std::printf("checkpoint: %s\n", saved.c_str());
+            saved = save_or_report(cfg, trainer, grid, world, m.step, skipped_so_far,
+                                   setup.data_files, m.step == t.steps, leader);
+            if (leader && !saved.empty()) std::printf("checkpoint: %s\n", saved.c_str());
         }
-        // A signal on any rank stops every rank here, after the same step.
-        int32_t signal = train::preemption_signal();
-        world.comm().all_reduce(&signal, 1, parallel::ReduceOp::max);
+        // A signal on any rank, or a failed write of rank 0's metrics, stops every rank here,
+        // after the same step.
+        int32_t stop[2] = {train::preemption_signal(), metrics_failure.empty() ? 0 : 1};
+        world.comm().all_reduce(stop, 2, parallel::ReduceOp::max);
+        if (stop[1] != 0)
+            throw EveryRankError(leader ? metrics_failure + "; " +
+                                              (cfg.checkpoint.dir ? newest_checkpoint(cfg)
+                                                                  : "checkpoint.dir is not set")
+                                        : "the metrics file could not be written");
+        const int32_t signal = stop[0];
         if (signal != 0) {
             if (cfg.checkpoint.dir && saved.empty())
-                saved = train::save_checkpoint(cfg, trainer, grid, world.comm(), m.step, skipped_so_far);
+                saved = save_or_report(cfg, trainer, grid, world, m.step, skipped_so_far,
+                                       setup.data_files, true, leader);
             if (leader) {
                 std::printf("trident: preempted by %s (%d) after step %d of %d; %s\n",
                             signal_name(signal), signal, m.step, t.steps,
@@ -245,8 +364,22 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         }
     }
     if (lg.trace) {
-        trainer.write_trace(*lg.trace);  // collective
-        if (leader) std::printf("trace: %s\n", lg.trace->c_str());
+        // Written by rank 0 from what every rank gathered to it; every rank learns how it went.
+        std::string error;
+        try {
+            trainer.write_trace(*lg.trace);  // collective
+        } catch (const Error& e) {
+            error = std::string("logging.trace: ") + e.what();
+        }
+        error = parallel::first_failure(world.comm(), error);
+        if (!error.empty() && cfg.logging.on_error == config::OnError::stop)
+            throw EveryRankError(error + " (logging.on_error: stop; training itself is done" +
+                                 (cfg.checkpoint.dir ? ", " + newest_checkpoint(cfg) : "") + ")");
+        if (leader && !error.empty())
+            std::fprintf(stderr, "trident: warning: %s; no trace (logging.on_error: continue)\n",
+                         error.c_str());
+        else if (leader)
+            std::printf("trace: %s\n", lg.trace->c_str());
     }
     if (cfg.logging.sample_tokens > 0) print_sample(cfg, trainer, *ops, leader);
     if (!leader) return;
@@ -265,6 +398,7 @@ int train(const TrainOptions& opts, parallel::World& world) {
     return run_on_every_rank(
         world,
         [&] {
+            io::fault::check_settings();
             setup.cfg = config::load(opts.config, opts.overrides);
             const auto& p = setup.cfg.parallel;
             setup.grid = std::make_unique<parallel::Grid>(
@@ -272,6 +406,8 @@ int train(const TrainOptions& opts, parallel::World& world) {
             setup.device = choose_device(setup.cfg, world, world.rank() == 0);
             setup.train_data = std::make_unique<data::Dataset>(data::open_train_data(setup.cfg));
             setup.valid_data = data::open_valid_data(setup.cfg);
+            if (world.local_rank() == 0)
+                setup.data_files = fingerprint_data(setup.train_data.get(), setup.valid_data.get());
             check_resume_setting(setup.cfg);
         },
         [&] { run(setup, *setup.grid, world); });

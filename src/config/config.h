@@ -28,6 +28,9 @@ enum class Recompute { none, selective, full };
 enum class NonFinite { stop, skip };  // what a bf16 or fp32 step with inf/NaN gradients does
 enum class DeviceKind { auto_, cpu, cuda };
 enum class DataFormat { auto_, llmc, megatron };  // auto: decided per path (data/dataset.h)
+// What a failed write of a checkpoint, the metrics or the trace does: end the run cleanly (every
+// rank, exit code 1) or report it and go on (a checkpoint is tried again at the next interval).
+enum class OnError { stop, continue_ };
 
 // How the layers are cut into the P·v pipeline chunks: equal counts, counts that balance the
 // chunks' FLOPs (the LM head and the loss weigh on the last chunk; src/plan/stage_cuts.h), or
@@ -102,6 +105,12 @@ struct TrainingConfig {
     int threads = 0;         // CPU threads for ops and OpenBLAS; 0 = all cores
     int eval_interval = 0;   // steps between validation passes; 0 = only after the last step
     int eval_batches = 8;    // microbatches of data.valid per validation pass
+    // The stall watchdog (parallel/watchdog.h): seconds a rank may wait in one communication
+    // call before the job is aborted (0: no watchdog), and the longer allowances until the
+    // first step has completed and during a checkpoint's save or load.
+    double collective_timeout = 600;
+    double collective_timeout_first_step = 1800;
+    double collective_timeout_checkpoint = 1800;
     bool operator==(const TrainingConfig&) const = default;
 };
 
@@ -127,6 +136,10 @@ struct CheckpointConfig {
     int interval = 0;  // steps; 0 = only at the end
     int keep = 3;
     std::string resume = "auto";  // auto | never | PATH
+    OnError on_error = OnError::stop;
+    // Resume even though a training or validation file differs from what the checkpoint
+    // recorded (its size or sampled SHA-256): a warning instead of an error.
+    bool allow_data_change = false;
     bool operator==(const CheckpointConfig&) const = default;
 };
 
@@ -138,6 +151,7 @@ struct LoggingConfig {
     int trace_steps = 1;                 // how many steps the trace covers
     int sample_tokens = 0;               // tokens of text generated after training; 0 = none
     std::string sample_prompt;           // the sample's prompt; empty = start of a document
+    OnError on_error = OnError::stop;    // a failed write of the metrics file or the trace
     bool operator==(const LoggingConfig&) const = default;
 };
 
@@ -196,6 +210,7 @@ const char* to_string(Recompute v);
 const char* to_string(NonFinite v);
 const char* to_string(DeviceKind v);
 const char* to_string(DataFormat v);
+const char* to_string(OnError v);
 std::string to_string(const StageLayers& v);  // as YAML: uniform, auto or [n0, n1, ...]
 
 }  // namespace trident::config

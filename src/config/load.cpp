@@ -94,6 +94,28 @@ std::string join(const std::vector<std::string>& names) {
     return out;
 }
 
+// No key has a control character in its name; one that does (a newline inside a quoted key)
+// is shown escaped, so that the message stays one line.
+bool plain_name(std::string_view name) {
+    return std::none_of(name.begin(), name.end(),
+                        [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7F; });
+}
+
+// yaml-cpp's message with any control character it quotes from the input escaped (\x0a).
+std::string one_line(const std::string& text) {
+    std::string out;
+    for (char c : text) {
+        if (static_cast<unsigned char>(c) >= 0x20 && c != 0x7F) {
+            out += c;
+            continue;
+        }
+        char escaped[8];
+        std::snprintf(escaped, sizeof escaped, "\\x%02x", static_cast<unsigned char>(c));
+        out += escaped;
+    }
+    return out;
+}
+
 void set_key(const Key& key, const YAML::Node& value, const std::string& where, int rank, Config& cfg,
              Origins& origins) {
     YAML::Mark at = YAML::Mark::null_mark();
@@ -124,7 +146,7 @@ void apply_document(const YAML::Node& root, Config& cfg, Origins& origins) {
     for (const auto& entry : root) {
         const YAML::Mark mark = entry.first.Mark();
         const std::string where = at_line(file, mark);
-        if (!entry.first.IsScalar())
+        if (!entry.first.IsScalar() || !plain_name(entry.first.Scalar()))
             throw ConfigError(where + ": expected a name (" + join(top_level) + "), got " +
                               detail::describe(entry.first));
         const std::string name = entry.first.Scalar();
@@ -147,7 +169,7 @@ void apply_document(const YAML::Node& root, Config& cfg, Origins& origins) {
         for (const auto& item : section) {
             const YAML::Mark item_mark = item.first.Mark();
             const std::string item_where = at_line(file, item_mark);
-            if (!item.first.IsScalar())
+            if (!item.first.IsScalar() || !plain_name(item.first.Scalar()))
                 fail(item_where, name, "expected a key name, got " + detail::describe(item.first));
             const std::string path = name + "." + item.first.Scalar();
             const Key* key = detail::find_key(path);
@@ -221,7 +243,7 @@ Config parse(const std::string& yaml_text, const std::string& source,
     try {
         root = YAML::Load(yaml_text);
     } catch (const YAML::Exception& e) {
-        throw ConfigError(at_line(source, e.mark) + ": invalid YAML: " + e.msg);
+        throw ConfigError(at_line(source, e.mark) + ": invalid YAML: " + one_line(e.msg));
     }
     apply_document(root, cfg, origins);
     for (size_t i = 0; i < overrides.size(); ++i)

@@ -143,9 +143,11 @@ const std::vector<Key>& table() {
         field("training.eps", &C::training, &TrainingConfig::eps, above(0.0)),
         field("training.grad_clip", &C::training, &TrainingConfig::grad_clip, at_least(0.0)),
         field("training.precision", &C::training, &TrainingConfig::precision),
-        field("training.fp32_grad_accumulation", &C::training, &TrainingConfig::fp32_grad_accumulation),
+        field("training.fp32_grad_accumulation", &C::training,
+              &TrainingConfig::fp32_grad_accumulation),
         field("training.loss_scale", &C::training, &TrainingConfig::loss_scale, above(0.0)),
-        field("training.loss_scale_window", &C::training, &TrainingConfig::loss_scale_window, at_least(1)),
+        field("training.loss_scale_window", &C::training, &TrainingConfig::loss_scale_window,
+              at_least(1)),
         field("training.min_loss_scale", &C::training, &TrainingConfig::min_loss_scale, above(0.0)),
         field("training.nonfinite", &C::training, &TrainingConfig::nonfinite),
         field("training.recompute", &C::training, &TrainingConfig::recompute),
@@ -153,6 +155,12 @@ const std::vector<Key>& table() {
         field("training.threads", &C::training, &TrainingConfig::threads, at_least(0)),
         field("training.eval_interval", &C::training, &TrainingConfig::eval_interval, at_least(0)),
         field("training.eval_batches", &C::training, &TrainingConfig::eval_batches, at_least(1)),
+        field("training.collective_timeout", &C::training, &TrainingConfig::collective_timeout,
+              at_least(0.0)),
+        field("training.collective_timeout_first_step", &C::training,
+              &TrainingConfig::collective_timeout_first_step, at_least(0.0)),
+        field("training.collective_timeout_checkpoint", &C::training,
+              &TrainingConfig::collective_timeout_checkpoint, at_least(0.0)),
 
         required(sources("data.train", &DataConfig::train, false)),
         sources("data.valid", &DataConfig::valid, true),
@@ -163,6 +171,8 @@ const std::vector<Key>& table() {
         field("checkpoint.interval", &C::checkpoint, &CheckpointConfig::interval, at_least(0)),
         field("checkpoint.keep", &C::checkpoint, &CheckpointConfig::keep, at_least(1)),
         field("checkpoint.resume", &C::checkpoint, &CheckpointConfig::resume, not_empty()),
+        field("checkpoint.on_error", &C::checkpoint, &CheckpointConfig::on_error),
+        field("checkpoint.allow_data_change", &C::checkpoint, &CheckpointConfig::allow_data_change),
 
         field("logging.interval", &C::logging, &LoggingConfig::interval, at_least(1)),
         field("logging.metrics", &C::logging, &LoggingConfig::metrics),
@@ -171,6 +181,7 @@ const std::vector<Key>& table() {
         field("logging.trace_steps", &C::logging, &LoggingConfig::trace_steps, at_least(1)),
         field("logging.sample_tokens", &C::logging, &LoggingConfig::sample_tokens, at_least(0)),
         field("logging.sample_prompt", &C::logging, &LoggingConfig::sample_prompt),
+        field("logging.on_error", &C::logging, &LoggingConfig::on_error),
 
         field("device", &C::device),
     };

@@ -31,6 +31,9 @@ const char* to_string(Recompute v) { return detail::enum_name(v); }
 const char* to_string(NonFinite v) { return detail::enum_name(v); }
 const char* to_string(DeviceKind v) { return detail::enum_name(v); }
 const char* to_string(DataFormat v) { return detail::enum_name(v); }
+const char* to_string(OnError v) {
+    return detail::enum_name(v);
+}
 std::string to_string(const StageLayers& v) { return detail::yaml_text(v); }
 
 }  // namespace trident::config

@@ -56,6 +56,10 @@ template <>
 struct EnumNames<DataFormat> {
     static constexpr std::array names{"auto", "llmc", "megatron"};
 };
+template <>
+struct EnumNames<OnError> {
+    static constexpr std::array names{"stop", "continue"};
+};
 
 template <typename E>
 const char* enum_name(E value) {

@@ -2,12 +2,9 @@
 #include "io/chrome_trace.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
 
-#include "error.h"
+#include "io/output_file.h"
 
 namespace trident::io {
 
@@ -98,29 +95,32 @@ void TraceRecorder::write(const std::string& path, parallel::Comm& tensor, paral
     double origin = events.empty() ? 0 : events.front().start;
     for (const Event& e : events) origin = std::min(origin, e.start);
 
-    const std::filesystem::path p(path);
-    if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-    std::FILE* f = std::fopen(path.c_str(), "w");
-    if (!f) throw Error("logging.trace: cannot write '" + path + "': " + std::strerror(errno));
-    std::fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+    // Put together in memory, then written whole or not at all (output_file.h).
+    std::string text = "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n";
+    char line[512];
     bool first = true;
     for (std::size_t r = 0; r < track_names.size(); ++r) {
-        std::fprintf(f, "%s{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": %zu, \"args\": "
-                        "{\"name\": \"%s\"}}",
-                     first ? "" : ",\n", r, track_names[r].c_str());
-        std::fprintf(f, ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %zu, \"tid\": 1, "
-                        "\"args\": {\"name\": \"data-parallel\"}}",
-                     r);
+        text += std::string(first ? "" : ",\n") +
+                "{\"name\": \"process_name\", \"ph\": \"M\", \"pid\": " + std::to_string(r) +
+                ", \"args\": {\"name\": \"" + track_names[r] + "\"}}";
+        std::snprintf(line, sizeof line,
+                      ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %zu, \"tid\": 1, "
+                      "\"args\": {\"name\": \"data-parallel\"}}",
+                      r);
+        text += line;
         first = false;
     }
-    for (const Event& e : events)
-        std::fprintf(f, ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, "
-                        "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"microbatch\": %d, "
-                        "\"chunk\": %d}}",
-                     name_of(e.kind), category_of(e.kind), e.track, data_parallel(e.kind) ? 1 : 0,
-                     e.start - origin, e.duration, e.mb, e.chunk);
-    std::fprintf(f, "\n]}\n");
-    if (std::fclose(f) != 0) throw Error("logging.trace: write to '" + path + "' failed");
+    for (const Event& e : events) {
+        std::snprintf(line, sizeof line,
+                      ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, "
+                      "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"microbatch\": %d, "
+                      "\"chunk\": %d}}",
+                      name_of(e.kind), category_of(e.kind), e.track, data_parallel(e.kind) ? 1 : 0,
+                      e.start - origin, e.duration, e.mb, e.chunk);
+        text += line;
+    }
+    text += "\n]}\n";
+    write_file_atomically(path, text);
 }
 
 }  // namespace trident::io

@@ -38,7 +38,8 @@ public:
 
     // Gathers every rank's spans over the tensor then the pipeline group (collective) and,
     // on the rank that is 0 in both, writes them to `path`; track_names[r] names the track
-    // of r = tensor rank + tensor size * pipeline rank.
+    // of r = tensor rank + tensor size * pipeline rank. The file appears whole or not at all;
+    // a failure throws trident::Error naming it and the errno (on the writing rank alone).
     void write(const std::string& path, parallel::Comm& tensor, parallel::Comm& pipeline,
                const std::vector<std::string>& track_names) const;
 

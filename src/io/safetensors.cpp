@@ -14,6 +14,7 @@
 
 #include "error.h"
 #include "io/json_reader.h"
+#include "io/output_file.h"
 #include "io/sha256.h"
 
 namespace trident::io {
@@ -42,10 +43,6 @@ constexpr DtypeName kDtypes[] = {
     {DType::f32, "F32"},            {DType::f64, "F64"},
 };
 
-std::string errno_text() {
-    return std::strerror(errno);
-}
-
 // Reads exactly `size` bytes at `offset`; false if the file ends first.
 bool pread_all(int fd, void* buffer, std::size_t size, uint64_t offset, std::string* why) {
     auto* out = static_cast<char*>(buffer);
@@ -53,7 +50,7 @@ bool pread_all(int fd, void* buffer, std::size_t size, uint64_t offset, std::str
         const ssize_t got = ::pread(fd, out, size, static_cast<off_t>(offset));
         if (got < 0) {
             if (errno == EINTR) continue;
-            *why = errno_text();
+            *why = errno_text(errno);
             return false;
         }
         if (got == 0) {
@@ -179,9 +176,9 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     const auto fail = [&](const std::string& what) -> Error { return Error(path + ": " + what); };
 
     file.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (file.fd_ < 0) throw fail("cannot open: " + errno_text());
+    if (file.fd_ < 0) throw fail("cannot open: " + errno_text(errno));
     struct stat st {};
-    if (::fstat(file.fd_, &st) != 0) throw fail("cannot stat: " + errno_text());
+    if (::fstat(file.fd_, &st) != 0) throw fail("cannot stat: " + errno_text(errno));
     if (!S_ISREG(st.st_mode)) throw fail("not a regular file");
     const auto file_size = static_cast<uint64_t>(st.st_size);
     if (file_size < 8)
@@ -340,17 +337,16 @@ void SafetensorsFile::read_raw(const TensorInfo& tensor, std::span<char> out) co
 namespace {
 
 // The temporary file being written: closed, and removed unless committed, on every exit path.
+// Errors name the target, the file a user knows.
 class TempFile {
 public:
-    TempFile(const std::string& target)
-        : target_(target), path_(target + ".tmp." + std::to_string(::getpid())) {
-        fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd_ < 0) throw Error(target_ + ": cannot create " + path_ + ": " + errno_text());
-    }
+    explicit TempFile(const std::string& target)
+        : target_(target),
+          path_(target + ".tmp." + std::to_string(::getpid())),
+          file_(path_, OutputFile::Mode::create, target) {}
     TempFile(const TempFile&) = delete;
     TempFile& operator=(const TempFile&) = delete;
     ~TempFile() {
-        if (fd_ >= 0) ::close(fd_);
         if (!committed_) ::unlink(path_.c_str());
     }
 
@@ -362,42 +358,29 @@ public:
             header_hash_.update(data, n);
             header_left_ -= n;
         }
-        bytes_ += size;
-        const auto* p = static_cast<const char*>(data);
-        while (size > 0) {
-            const ssize_t put = ::write(fd_, p, size);
-            if (put < 0) {
-                if (errno == EINTR) continue;
-                throw Error(target_ + ": cannot write: " + errno_text());
-            }
-            p += put;
-            size -= static_cast<std::size_t>(put);
-        }
+        file_.write(data, size);
     }
 
     void hash_header(std::size_t bytes) { header_left_ = bytes; }
     WrittenFile written() {
-        return WrittenFile{bytes_, hash_.hex_digest(), header_hash_.hex_digest()};
+        return WrittenFile{file_.size(), hash_.hex_digest(), header_hash_.hex_digest()};
     }
 
     // Flushes to disk and renames over the target, so readers see the old file or the new one.
     void commit() {
-        if (::fsync(fd_) != 0) throw Error(target_ + ": cannot sync: " + errno_text());
-        const int rc = ::close(fd_);
-        fd_ = -1;
-        if (rc != 0) throw Error(target_ + ": cannot close: " + errno_text());
+        file_.sync();
+        file_.close();
         if (::rename(path_.c_str(), target_.c_str()) != 0)
-            throw Error(target_ + ": cannot rename " + path_ + " into place: " + errno_text());
+            throw Error(target_ + ": cannot rename " + path_ + " into place: " + errno_text(errno));
         committed_ = true;
     }
 
 private:
     std::string target_, path_;
-    int fd_ = -1;
+    OutputFile file_;
     bool committed_ = false;
     Sha256 hash_, header_hash_;
     std::size_t header_left_ = 0;
-    uint64_t bytes_ = 0;
 };
 
 }  // namespace

@@ -27,6 +27,8 @@
 
 namespace trident::parallel {
 
+struct GroupLabel;  // parallel/watchdog.h
+
 enum class ReduceOp { sum, max };
 
 enum class CommKind {
@@ -142,6 +144,11 @@ public:
     const CommStats& stats() const { return stats_; }
     void reset_stats() { stats_ = CommStats{}; }
 
+    // The group's name and members as the stall watchdog reports them (null: unnamed). A
+    // communicator over another takes the label of the one it wraps.
+    const GroupLabel* label() const { return label_; }
+    void set_label(const GroupLabel* label) { label_ = label; }
+
 protected:
     void count(CommKind kind, std::size_t elements, kernels::DType dtype) {
         ++stats_.calls[static_cast<int>(kind)];
@@ -151,6 +158,7 @@ protected:
 
 private:
     CommStats stats_;
+    const GroupLabel* label_ = nullptr;
 };
 
 }  // namespace trident::parallel

@@ -28,11 +28,14 @@ Coordinates coordinates_of(const GridShape& g, int rank) {
 
 namespace {
 
-// The group of ranks with the same `colour`, ordered (and numbered) by `key`.
-std::unique_ptr<Comm> split(MpiComm& world, int colour, int key) {
+// The group of ranks with the same `colour`, ordered (and numbered) by `key`, named `name` in
+// the watchdog's messages.
+std::unique_ptr<Comm> split(MpiComm& world, int colour, int key, const char* name) {
     MPI_Comm group;
     MPI_Comm_split(world.handle(), colour, key, &group);
-    return std::make_unique<MpiComm>(group);
+    auto comm = std::make_unique<MpiComm>(group);
+    comm->set_name(name);
+    return comm;
 }
 
 void check_shape(const GridShape& s, int world_size) {
@@ -60,24 +63,27 @@ Grid::Grid(World& world, const GridShape& shape) : shape_(shape), rank_(world.ra
     MpiComm& all = world.mpi_comm();
     // Colour by the other coordinates, key by the group's own, so that the rank within a
     // group is the coordinate along it. Every rank takes part in every split.
-    tensor_ = split(all, cp + C * (dp + D * pp), tp);
-    context_ = split(all, tp + M * (dp + D * pp), cp);
-    data_ = split(all, tp + M * (cp + C * pp), dp);
-    data_context_ = split(all, tp + M * pp, cp + C * dp);
-    pipeline_ = split(all, tp + M * (cp + C * dp), pp);
+    tensor_ = split(all, cp + C * (dp + D * pp), tp, "tensor");
+    context_ = split(all, tp + M * (dp + D * pp), cp, "context");
+    data_ = split(all, tp + M * (cp + C * pp), dp, "data");
+    data_context_ = split(all, tp + M * pp, cp + C * dp, "data-context");
+    pipeline_ = split(all, tp + M * (cp + C * dp), pp, "pipeline");
     // Middle stages get a colour of their own each (beyond every (dp, cp, tp) colour): a
     // group of one.
     const int embedding_colour =
         in_embedding_group() ? tp + M * (cp + C * dp) : M * C * D + rank_;
-    embedding_ = split(all, embedding_colour, pp);
+    embedding_ = split(all, embedding_colour, pp, "embedding");
 }
 
 Grid::~Grid() = default;
 
 void Grid::wrap_comms(const CommWrapper& wrap) {
     for (std::unique_ptr<Comm>* group :
-         {&tensor_, &context_, &data_, &data_context_, &pipeline_, &embedding_})
+         {&tensor_, &context_, &data_, &data_context_, &pipeline_, &embedding_}) {
+        const GroupLabel* label = (*group)->label();
         *group = wrap(std::move(*group));
+        (*group)->set_label(label);
+    }
 }
 
 }  // namespace trident::parallel

@@ -2,15 +2,16 @@
 #include "parallel/mpi_comm.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
-#include <chrono>
 #include <future>
 #include <memory>
 #include <string>
 
 #include "error.h"
 #include "kernels/dtype.h"
+#include "parallel/watchdog.h"
 
 namespace trident::parallel {
 
@@ -122,6 +123,20 @@ MpiComm::MpiComm(MPI_Comm comm, std::size_t max_chunk)
     // MPI caches the bound on MPI_COMM_WORLD only (and it holds for every communicator).
     check(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &upper_bound, &found), "MPI_Comm_get_attr");
     if (found && upper_bound) tag_upper_bound_ = *upper_bound;
+    if (comm_ == MPI_COMM_WORLD) set_name("world");
+}
+
+void MpiComm::set_name(std::string name) {
+    MPI_Group group, world;
+    check(MPI_Comm_group(comm_, &group), "MPI_Comm_group");
+    check(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group");
+    std::vector<int> ranks(static_cast<std::size_t>(size_)), world_ranks(ranks.size());
+    for (int r = 0; r < size_; ++r) ranks[static_cast<std::size_t>(r)] = r;
+    check(MPI_Group_translate_ranks(group, size_, ranks.data(), world, world_ranks.data()),
+          "MPI_Group_translate_ranks");
+    MPI_Group_free(&group);
+    MPI_Group_free(&world);
+    set_label(make_group_label(std::move(name), std::move(world_ranks)));
 }
 
 MpiComm::~MpiComm() {
@@ -144,6 +159,7 @@ void MpiComm::all_reduce(kernels::Ptr data, std::size_t count, ReduceOp op) {
     check_reducible(data.dtype);
     if (size_ == 1) return;
     Comm::count(CommKind::all_reduce, count, data.dtype);
+    const Blocked blocked("all_reduce", label());
     all_reduce_on(comm_, data, count, op);
 }
 
@@ -151,7 +167,8 @@ Request MpiComm::iall_reduce(kernels::Ptr data, std::size_t count, ReduceOp op) 
     check_reducible(data.dtype);
     if (size_ == 1) return {};
     Comm::count(CommKind::all_reduce, count, data.dtype);
-    return start([=, this] { all_reduce_on(worker_comm_, data, count, op); });
+    return start("all_reduce (non-blocking)",
+                 [=, this] { all_reduce_on(worker_comm_, data, count, op); });
 }
 
 void MpiComm::all_reduce_on(MPI_Comm comm, kernels::Ptr data, std::size_t count,
@@ -172,6 +189,7 @@ void MpiComm::reduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t
         return;
     }
     Comm::count(CommKind::reduce_scatter, count * static_cast<std::size_t>(size_), out.dtype);
+    const Blocked blocked("reduce_scatter", label());
     reduce_scatter_on(comm_, scratch_, in, out, count);
 }
 
@@ -183,7 +201,8 @@ Request MpiComm::ireduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::si
         return {};
     }
     Comm::count(CommKind::reduce_scatter, count * static_cast<std::size_t>(size_), out.dtype);
-    return start([=, this] { reduce_scatter_on(worker_comm_, worker_scratch_, in, out, count); });
+    return start("reduce_scatter (non-blocking)",
+                 [=, this] { reduce_scatter_on(worker_comm_, worker_scratch_, in, out, count); });
 }
 
 void MpiComm::reduce_scatter_on(MPI_Comm comm, std::vector<char>& scratch, kernels::ConstPtr in,
@@ -233,6 +252,7 @@ void MpiComm::all_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t cou
         return;
     }
     Comm::count(CommKind::all_gather, count, out.dtype);
+    const Blocked blocked("all_gather", label());
     all_gather_on(comm_, scratch_, in, out, count);
 }
 
@@ -243,7 +263,8 @@ Request MpiComm::iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t
         return {};
     }
     Comm::count(CommKind::all_gather, count, out.dtype);
-    return start([=, this] { all_gather_on(worker_comm_, worker_scratch_, in, out, count); });
+    return start("all_gather (non-blocking)",
+                 [=, this] { all_gather_on(worker_comm_, worker_scratch_, in, out, count); });
 }
 
 void MpiComm::all_gather_on(MPI_Comm comm, std::vector<char>& scratch, kernels::ConstPtr in,
@@ -284,6 +305,7 @@ void MpiComm::broadcast(kernels::Ptr data, std::size_t count, int root) {
     check_root(root);
     if (size_ == 1) return;
     Comm::count(CommKind::broadcast, count, data.dtype);
+    const Blocked blocked("broadcast", label(), root == rank_ ? -1 : root);
     for (std::size_t offset = 0; offset < count; offset += max_chunk_) {
         const std::size_t n = std::min(max_chunk_, count - offset);
         check(MPI_Bcast((data + offset).data, static_cast<int>(n), mpi_type(data.dtype), root, comm_),
@@ -342,6 +364,7 @@ void MpiComm::send(kernels::ConstPtr data, std::size_t count, int peer, int tag)
     check_peer(peer, "send");
     check_tag(tag, "send");
     Comm::count(CommKind::send, count, data.dtype);
+    const Blocked blocked("send", label(), peer);
     for_each_message(count, [&](std::size_t offset, std::size_t n) {
         check(MPI_Ssend((data + offset).data, static_cast<int>(n), mpi_type(data.dtype), peer, tag,
                         comm_),
@@ -351,10 +374,11 @@ void MpiComm::send(kernels::ConstPtr data, std::size_t count, int peer, int tag)
 
 namespace {
 
-// The MPI requests of one non-blocking send (one per message).
+// The MPI requests of one non-blocking send (one per message), to group rank `peer`.
 class MpiPending final : public Request::Pending {
 public:
-    explicit MpiPending(std::vector<MPI_Request> requests) : requests_(std::move(requests)) {}
+    MpiPending(std::vector<MPI_Request> requests, const GroupLabel* group, int peer)
+        : requests_(std::move(requests)), group_(group), peer_(peer) {}
     bool test() override {
         int done = 0;
         check(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
@@ -363,25 +387,35 @@ public:
         return done != 0;
     }
     void wait() override {
+        const Blocked blocked("send (non-blocking)", group_, peer_);
         check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE),
               "MPI_Waitall");
     }
 
 private:
     std::vector<MPI_Request> requests_;
+    const GroupLabel* group_;
+    int peer_;
 };
 
-// A call run by the worker: done when its future is ready.
+// A call run by the worker: done when its future is ready. `operation` names it while the
+// caller waits.
 class WorkerPending final : public Request::Pending {
 public:
-    explicit WorkerPending(std::future<void> done) : done_(std::move(done)) {}
+    WorkerPending(std::future<void> done, const char* operation, const GroupLabel* group)
+        : done_(std::move(done)), operation_(operation), group_(group) {}
     bool test() override {
         return done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
     }
-    void wait() override { done_.get(); }
+    void wait() override {
+        const Blocked blocked(operation_, group_);
+        done_.get();
+    }
 
 private:
     std::future<void> done_;
+    const char* operation_;
+    const GroupLabel* group_;
 };
 
 }  // namespace
@@ -398,10 +432,10 @@ Request MpiComm::isend(kernels::ConstPtr data, std::size_t count, int peer, int 
               "MPI_Isend");
         requests.push_back(request);
     });
-    return Request(std::make_unique<MpiPending>(std::move(requests)));
+    return Request(std::make_unique<MpiPending>(std::move(requests), label(), peer));
 }
 
-Request MpiComm::start(std::function<void()> call) {
+Request MpiComm::start(const char* operation, std::function<void()> call) {
     int threads = MPI_THREAD_SINGLE;
     MPI_Query_thread(&threads);
     if (threads < MPI_THREAD_MULTIPLE) {
@@ -419,7 +453,7 @@ Request MpiComm::start(std::function<void()> call) {
         calls_.push_back([task] { (*task)(); });
     }
     wake_.notify_one();
-    return Request(std::make_unique<WorkerPending>(std::move(done)));
+    return Request(std::make_unique<WorkerPending>(std::move(done), operation, label()));
 }
 
 void MpiComm::worker_loop() {
@@ -440,6 +474,7 @@ void MpiComm::recv(kernels::Ptr data, std::size_t count, int peer, int tag) {
     check_peer(peer, "recv");
     check_tag(tag, "recv");
     Comm::count(CommKind::recv, count, data.dtype);
+    const Blocked blocked("recv", label(), peer);
     const MPI_Datatype type = mpi_type(data.dtype);
     for_each_message(count, [&](std::size_t offset, std::size_t n) {
         MPI_Status status;
@@ -456,6 +491,7 @@ void MpiComm::recv(kernels::Ptr data, std::size_t count, int peer, int tag) {
 
 void MpiComm::barrier() {
     if (size_ == 1) return;
+    const Blocked blocked("barrier", label());
     check(MPI_Barrier(comm_), "MPI_Barrier");
 }
 

@@ -27,6 +27,10 @@
 // group, one call after another in the order they were started; the caller computes
 // meanwhile. This needs MPI_THREAD_MULTIPLE (World asks for it); where MPI offers less, the
 // call runs at once and returns done. isend is MPI_Isend.
+//
+// Stalls. Every blocking call, and every wait for a request, marks the rank as waiting for
+// the stall watchdog (watchdog.h), under the group's label: "world" for MPI_COMM_WORLD, or
+// the name set_name gives it.
 #pragma once
 
 #include <mpi.h>
@@ -37,6 +41,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -59,6 +64,8 @@ public:
     int rank() const override { return rank_; }
     int size() const override { return size_; }
     MPI_Comm handle() const { return comm_; }
+    // Labels the group for the watchdog's messages: `name` and its members' world ranks.
+    void set_name(std::string name);
 
     void all_reduce(kernels::Ptr data, std::size_t count, ReduceOp op = ReduceOp::sum) override;
     void reduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
@@ -84,7 +91,8 @@ private:
     void all_gather_on(MPI_Comm comm, std::vector<char>& scratch, kernels::ConstPtr in,
                        kernels::Ptr out, std::size_t count) const;
     // Runs `call` on the worker (or at once without MPI_THREAD_MULTIPLE); done when it is.
-    Request start(std::function<void()> call);
+    // `operation` names it while the caller waits for it.
+    Request start(const char* operation, std::function<void()> call);
     void worker_loop();
 
     template <typename Fn>

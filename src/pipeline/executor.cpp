@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <limits>
-#include <thread>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "error.h"
+#include "parallel/watchdog.h"
 
 namespace trident::pipeline {
 
@@ -60,6 +62,11 @@ kernels::Ptr Executor::take_send_buffer(int kind, int mb, int c) {
     }
     // All taken: the first send to complete, whichever it is, frees its slot (the simulator's
     // rule: waiting on one in particular could wait on a receive that needs this stage first).
+    // The watchdog sees a wait for the oldest send's peer.
+    std::optional<parallel::Blocked> blocked;
+    if (free == send_slots_.end() && !sending_.empty())
+        blocked.emplace("send (waiting for a free send buffer)", pipeline_.label(),
+                        send_slots_[static_cast<std::size_t>(sending_.front())].peer);
     while (free == send_slots_.end()) {
         if (sending_.empty())
             throw Error("internal: every pipeline send buffer is computed into and none is sent");
@@ -85,6 +92,7 @@ void Executor::send(int kind, int mb, int c, int peer, int tag) {
     if (it == outgoing_.end()) throw Error("internal: a pipeline send of nothing computed");
     SendSlot& slot = send_slots_[static_cast<std::size_t>(it->second)];
     slot.sent = pipeline_.isend(slot.buffer.data(), model_.boundary_size(), peer, tag);
+    slot.peer = peer;
     sending_.push_back(it->second);
     outgoing_.erase(it);
 }
@@ -119,6 +127,7 @@ double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& micro
         const Instr& in = stream[i];
         const int mb = in.microbatch, c = in.chunk, g = plan.global_chunk(c);
         const io::ScopedSpan span(trace_, span_of(in.op), mb, c);
+        parallel::set_microbatch(mb);
         switch (in.op) {
             case Op::recv_act:
                 pipeline_.recv(received(act_in, mb, c), n, previous, tag(kAct, mb, g - 1));
@@ -162,6 +171,7 @@ double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& micro
                 break;
         }
     }
+    parallel::set_microbatch(-1);
     // Every send has completed once the step is over; the buffers stay for the next.
     for (const int slot : sending_) send_slots_[static_cast<std::size_t>(slot)].sent.wait();
     for (SendSlot& slot : send_slots_) slot.taken = false;

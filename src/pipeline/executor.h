@@ -58,6 +58,7 @@ private:
         model::DeviceBuffer buffer;
         parallel::Request sent;
         bool taken = false;
+        int peer = -1;  // of the send under way
     };
 
     kernels::Ptr received(int kind, int mb, int c);  // a received message's buffer

@@ -15,10 +15,13 @@
 #include <thread>
 
 #include "error.h"
+#include "io/fault_injection.h"
+#include "io/output_file.h"
 #include "io/safetensors.h"
 #include "io/sha256.h"
-#include "parallel/agreement.h"
 #include "kernels/dtype.h"
+#include "parallel/agreement.h"
+#include "parallel/watchdog.h"
 #include "train/model_shape.h"
 
 namespace trident::train {
@@ -35,16 +38,6 @@ std::string shard_name(const parallel::Coordinates& c, int context) {
     return "pp" + std::to_string(c.pp) + "_tp" + std::to_string(c.tp) +
            (context > 1 ? "_cp" + std::to_string(c.cp) : std::string()) + "_dp" +
            std::to_string(c.dp) + ".safetensors";
-}
-
-// Flushes a file (or directory) that is already written to the disk.
-void sync_path(const fs::path& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0 || ::fsync(fd) != 0) {
-        if (fd >= 0) ::close(fd);
-        throw Error(path.string() + ": cannot sync to disk");
-    }
-    ::close(fd);
 }
 
 // Removes a checkpoint directory without ever leaving a partial step_* behind: renamed out of
@@ -107,29 +100,8 @@ io::WrittenFile write_shard(const std::string& path, Trainer& trainer,
     return io::write_safetensors(path, tensors, metadata);
 }
 
-// A fault for the tests of interrupted saves: TRIDENT_TEST_CRASH_IN_SAVE=STEP:RANK makes world
-// rank RANK, in the save of step STEP, cut its written shard to half its size and die by
-// SIGKILL, as a rank lost in the middle of writing would. Read once; unset, as in every real
-// run, it does nothing.
-struct CrashInSave {
-    int step = -1;
-    int rank = -1;
-};
-
-const CrashInSave& crash_in_save() {
-    static const CrashInSave crash = [] {
-        const char* text = std::getenv("TRIDENT_TEST_CRASH_IN_SAVE");
-        CrashInSave c;
-        char end = 0;
-        if (text &&
-            (std::sscanf(text, "%d:%d%c", &c.step, &c.rank, &end) != 2 || c.step < 1 || c.rank < 0))
-            throw Error("TRIDENT_TEST_CRASH_IN_SAVE: expected STEP:RANK (e.g. 6:1), got '" +
-                        std::string(text) + "'");
-        return c;
-    }();
-    return crash;
-}
-
+// The test fault TRIDENT_TEST_CRASH_IN_SAVE (io/fault_injection.h): the shard cut to half its
+// size, the rank gone, as a rank lost in the middle of writing would leave them.
 [[noreturn]] void die_mid_write(const fs::path& shard, int step, int rank) {
     fs::resize_file(shard, fs::file_size(shard) / 2);
     std::fprintf(stderr,
@@ -149,10 +121,26 @@ struct ShardReport {
     char header_sha256[64] = {};  // its header's
 };
 
-// Any rank's failure becomes an error on every rank, with the first failing rank's message.
-void agree(parallel::Comm& world, const std::string& error, const std::string& what) {
+// A file written whole and synced to the disk (it is renamed into place with its directory).
+void write_synced(const std::string& path, const std::string& text) {
+    io::OutputFile out(path);
+    out.write(text);
+    out.sync();
+    out.close();
+}
+
+// Any rank's failure becomes a CheckpointError on every rank, with the first failing rank's
+// message. The save's temporary directory is removed then (by rank 0, once every rank has
+// stopped writing), giving back what a full disk let it write.
+void agree(parallel::Comm& world, const std::string& error, const std::string& what,
+           const fs::path& tmp) {
     const std::string failure = parallel::first_failure(world, error);
-    if (!failure.empty()) throw Error(what + ": " + failure);
+    if (failure.empty()) return;
+    if (world.rank() == 0) {
+        std::error_code ignored;
+        fs::remove_all(tmp, ignored);
+    }
+    throw CheckpointError(what + " not saved: " + failure);
 }
 
 bool same_model(const model::GptShape& a, const model::GptShape& b) {
@@ -169,12 +157,15 @@ std::string describe(const model::GptShape& s) {
 }  // namespace
 
 std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, parallel::Grid& grid,
-                            parallel::Comm& world, int step, int skipped_total) {
+                            parallel::Comm& world, int step, int skipped_total,
+                            const std::vector<DataFileRecord>& data) {
     const fs::path root(*cfg.checkpoint.dir);
     const std::string name = checkpoint_name(step);
     const fs::path tmp = root / (kTempPrefix + name), final_dir = root / name;
     const std::string what = "checkpoint " + final_dir.string();
     const bool leader = world.rank() == 0;
+    parallel::set_step(step);
+    const parallel::ScopedPhase phase(parallel::Phase::checkpoint);
 
     // Rank 0 clears what interrupted saves left and makes the temporary directory.
     std::string error;
@@ -189,7 +180,7 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
             error = e.what();
         }
     }
-    agree(world, error, what);
+    agree(world, error, what, tmp);
 
     // Every rank its shard, then its digest and size to everyone (rank 0 writes them down).
     const parallel::Coordinates& c = grid.coordinates();
@@ -198,18 +189,16 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
     // Collective over the data group (ZeRO-3 puts them together from the replicas' shards).
     const std::vector<float> params = trainer.local_params();
     try {
-        const CrashInSave& crash = crash_in_save();
         const io::WrittenFile written =
             write_shard(shard.string(), trainer, params, c, cfg.parallel.zero_stage);
-        if (crash.step == step && crash.rank == world.rank())
-            die_mid_write(shard, step, world.rank());
+        if (io::fault::crash_in_save(step, world.rank())) die_mid_write(shard, step, world.rank());
         std::copy(written.sha256.begin(), written.sha256.end(), report.sha256);
         std::copy(written.header_sha256.begin(), written.header_sha256.end(), report.header_sha256);
         report.bytes = written.bytes;
     } catch (const std::exception& e) {
         error = e.what();
     }
-    agree(world, error, what);
+    agree(world, error, what, tmp);
     std::vector<ShardReport> reports(static_cast<std::size_t>(world.size()));
     world.all_gather(kernels::ConstPtr(&report, kernels::DType::u8),
                      kernels::Ptr(reports.data(), kernels::DType::u8), sizeof(ShardReport));
@@ -231,12 +220,9 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
                 p.zero_stage, p.bucket_size, cfg.derived.chunk_layers,
                 p.context,    config::to_string(p.context_mode)};
             m.precision = kernels::name_of(cfg.training.precision);
-            {
-                std::ofstream out(tmp / "config.yaml");
-                out << config::to_yaml(cfg);
-                if (!out.flush()) throw Error((tmp / "config.yaml").string() + ": cannot write");
-            }
-            sync_path(tmp / "config.yaml");
+            m.data = data;
+            m.data_recorded = true;
+            write_synced((tmp / "config.yaml").string(), config::to_yaml(cfg));
             m.files.push_back({"config.yaml", -1, -1, -1, fs::file_size(tmp / "config.yaml"),
                                io::sha256_file((tmp / "config.yaml").string()), ""});
             for (int r = 0; r < world.size(); ++r) {
@@ -248,17 +234,12 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
                                    std::string(written.header_sha256, sizeof(written.header_sha256)),
                                    rc.cp});
             }
-            {
-                std::ofstream out(tmp / kManifestName);
-                out << manifest_json(m);
-                if (!out.flush()) throw Error((tmp / kManifestName).string() + ": cannot write");
-            }
-            sync_path(tmp / kManifestName);
-            sync_path(tmp);
+            write_synced((tmp / kManifestName).string(), manifest_json(m));
+            io::sync_path(tmp.string());
             // A step_ directory of this step (an unusable one the run resumed before) gives way.
             if (fs::exists(final_dir)) discard(final_dir);
             fs::rename(tmp, final_dir);
-            sync_path(root);
+            io::sync_path(root.string());
             const auto all = list_checkpoints(root.string());
             std::vector<std::string> kept;
             for (const std::string& dir : all)
@@ -272,7 +253,7 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
             error = e.what();
         }
     }
-    agree(world, error, what);
+    agree(world, error, what, tmp);
     return final_dir.string();
 }
 

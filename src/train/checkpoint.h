@@ -25,7 +25,9 @@
 //
 // Saving: every rank writes its shard into the temporary directory and the ranks agree that
 // all succeeded; rank 0 then writes config.yaml and the manifest and renames the directory to
-// step_NNNNNN. A crash at any point leaves the previous checkpoints as they were.
+// step_NNNNNN. A crash at any point leaves the previous checkpoints as they were; a write that
+// fails (a full disk) fails the save on every rank together (CheckpointError) and the
+// temporary directory is removed.
 //
 // Every shard's header records the SHA-256 of each of its tensors (metadata key
 // "sha256/NAME"), and the manifest the SHA-256 of each shard's header, so a reader can check
@@ -50,12 +52,22 @@
 
 namespace trident::train {
 
+// A save that failed on some rank, thrown on every rank alike with the first failing rank's
+// message (the file and the errno): what was written of it is gone, the checkpoints before it
+// are as they were.
+class CheckpointError : public Error {
+public:
+    using Error::Error;
+};
+
 // Writes the checkpoint of `step` (updates done) into cfg.checkpoint.dir, removes step_*
 // directories newer than it (left from a run this one resumed before, so never to be resumed)
-// and the oldest beyond checkpoint.keep. Collective over `world`, the whole grid. Returns the
-// directory. Throws trident::Error on every rank if any rank failed to write.
+// and the oldest beyond checkpoint.keep. Collective over `world`, the whole grid; rank 0's
+// `data` (the run's data files) goes into the manifest. Returns the directory. Throws
+// CheckpointError on every rank if any rank failed to write.
 std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, parallel::Grid& grid,
-                            parallel::Comm& world, int step, int skipped_total);
+                            parallel::Comm& world, int step, int skipped_total,
+                            const std::vector<DataFileRecord>& data = {});
 
 // What one rank reads of a checkpoint: the fp32 master weights and (with `moments`) Adam's
 // moments of the ranges of its own flat buffer that it owns, never the whole model.

@@ -72,6 +72,46 @@ std::string checkpoint_name(int step) {
     return name;
 }
 
+std::string describe_data_changes(const std::vector<DataFileRecord>& then,
+                                  const std::vector<DataFileRecord>& now) {
+    const auto of_key = [](const std::vector<DataFileRecord>& all, const std::string& key) {
+        std::vector<const DataFileRecord*> files;
+        for (const DataFileRecord& d : all)
+            if (d.key == key) files.push_back(&d);
+        return files;
+    };
+    std::vector<std::string> keys;
+    for (const DataFileRecord& d : then)
+        if (std::find(keys.begin(), keys.end(), d.key) == keys.end()) keys.push_back(d.key);
+    std::string changes;
+    const auto add = [&](const std::string& text) {
+        changes += (changes.empty() ? "" : "; ") + text;
+    };
+    for (const std::string& key : keys) {
+        const auto before = of_key(then, key), after = of_key(now, key);
+        if (after.empty()) continue;  // the dataset is no longer read
+        if (before.size() != after.size()) {
+            add(key + ": " + std::to_string(after.size()) + " files now, " +
+                std::to_string(before.size()) + " then");
+            continue;
+        }
+        for (std::size_t i = 0; i < before.size(); ++i) {
+            const DataFileRecord &b = *before[i], &a = *after[i];
+            const std::string name =
+                key + ": " + a.path + (a.path == b.path ? "" : " (then " + b.path + ")");
+            if (a.bytes != b.bytes)
+                add(name + ": " + std::to_string(a.bytes) + " bytes now, " +
+                    std::to_string(b.bytes) + " then (" +
+                    (a.bytes < b.bytes ? "truncated or replaced" : "grown or replaced") + ")");
+            else if (a.sampled_sha256 != b.sampled_sha256)
+                add(name +
+                    ": the same size, other contents (its sampled SHA-256 differs: "
+                    "replaced or edited)");
+        }
+    }
+    return changes;
+}
+
 std::vector<std::string> list_checkpoints(const std::string& dir) {
     std::vector<std::string> found;
     std::error_code ec;
@@ -102,6 +142,15 @@ std::string manifest_json(const Manifest& m) {
         .add("bucket_size", m.layout.bucket_size);
     const std::vector<int64_t> cuts(m.layout.chunk_layers.begin(), m.layout.chunk_layers.end());
     layout.add("chunk_layers", std::span<const int64_t>(cuts));
+    std::vector<io::JsonLine> data;
+    for (const DataFileRecord& d : m.data) {
+        io::JsonLine j;
+        j.add("key", d.key)
+            .add("path", d.path)
+            .add("bytes", static_cast<int64_t>(d.bytes))
+            .add("sampled_sha256", d.sampled_sha256);
+        data.push_back(j);
+    }
     std::vector<io::JsonLine> files;
     for (const ManifestFile& f : m.files) {
         io::JsonLine j;
@@ -124,7 +173,8 @@ std::string manifest_json(const Manifest& m) {
         .add("model", model)
         .add("layout", layout)
         .add("precision", m.precision)
-        .add("files", files);
+        .add("files", files)
+        .add("data", data);
     return j.str() + "\n";
 }
 
@@ -211,6 +261,21 @@ Manifest read_manifest(const std::string& dir) {
         mf.sha256 = r.string(f, "sha256");
         if (f.find("header_sha256")) mf.header_sha256 = r.string(f, "header_sha256");
         m.files.push_back(std::move(mf));
+    }
+    // Recorded since resumes check their data; without it there is nothing to compare.
+    if (const io::json::Value* data = root.find("data")) {
+        if (!data->is_array()) r.fail("\"data\" is not an array");
+        for (const io::json::Value& d : data->array) {
+            DataFileRecord record;
+            record.key = r.string(d, "key");
+            record.path = r.string(d, "path");
+            const int64_t bytes = r.integer(d, "bytes");
+            if (bytes < 0) r.fail("\"bytes\" of a data file is negative");
+            record.bytes = static_cast<uint64_t>(bytes);
+            record.sampled_sha256 = r.string(d, "sampled_sha256");
+            m.data.push_back(std::move(record));
+        }
+        m.data_recorded = true;
     }
     if (m.step < 1 || m.layout.pipeline < 1 || m.layout.tensor < 1 || m.layout.data < 1 ||
         m.layout.context < 1 || m.layout.virtual_stages < 1)

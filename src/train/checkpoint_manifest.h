@@ -7,10 +7,11 @@
 // the sample index fixes every dropout mask, so it and the step are the whole RNG state;
 // Adam's step count; the loss scaler's scale and clean-step count; the skipped steps so far);
 // the model's shape; the layout that wrote it (P, M, C, D, v, schedule, ZeRO stage, bucket
-// size, context mode);
-// the parameters' precision; and every file with its grid coordinates (none for config.yaml),
-// size and SHA-256. It is written last, so a directory whose manifest parses and whose files
-// match it is complete.
+// size, context mode); the parameters' precision; every file with its grid coordinates (none
+// for config.yaml), size and SHA-256; and the training and validation files the run read, each
+// with its size and sampled SHA-256 (io/fingerprint.h), so a resume notices data that changed
+// since. It is written last, so a directory whose manifest parses and whose files match it is
+// complete.
 #pragma once
 
 #include <cstdint>
@@ -28,6 +29,14 @@ struct ManifestFile {
     std::string sha256;  // 64 hex digits
     std::string header_sha256;  // a shard's first 8 + N bytes; empty: not recorded
     int cp = 0;                 // the writer's context-parallel coordinate
+};
+
+// A training or validation file as it was when the checkpoint was written.
+struct DataFileRecord {
+    std::string key;  // its dataset's config key: data.train, data.valid, data.train[2], ...
+    std::string path;
+    uint64_t bytes = 0;
+    std::string sampled_sha256;  // io::fingerprint_file
 };
 
 struct CheckpointLayout {
@@ -52,6 +61,8 @@ struct Manifest {
     CheckpointLayout layout;
     std::string precision;  // fp32 | bf16 | fp16
     std::vector<ManifestFile> files;
+    std::vector<DataFileRecord> data;  // in the order the run reads them
+    bool data_recorded = false;        // false: written before data was recorded
 };
 
 inline constexpr const char* kManifestName = "manifest.json";
@@ -62,6 +73,12 @@ Manifest read_manifest(const std::string& dir);
 // Checks every file the manifest lists: present, of its size, of its SHA-256. Throws
 // trident::Error naming the first bad file and why.
 void verify_files(const std::string& dir, const Manifest& m);
+
+// What changed between the data files a checkpoint recorded (`then`) and those a run reads
+// now, dataset by dataset (by config key; a dataset only one side has is not compared), as one
+// message naming each changed file and how; "" when nothing did.
+std::string describe_data_changes(const std::vector<DataFileRecord>& then,
+                                  const std::vector<DataFileRecord>& now);
 
 // The step_NNNNNN directories in `dir`, oldest first (complete or not: check them).
 std::vector<std::string> list_checkpoints(const std::string& dir);

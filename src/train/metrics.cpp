@@ -2,9 +2,7 @@
 #include "train/metrics.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
-#include <cstring>
 #include <filesystem>
 
 #include "error.h"
@@ -16,13 +14,13 @@ MetricsLog::MetricsLog(const std::optional<std::string>& path, int interval, boo
     : interval_(interval) {
     if (!path) return;
     const std::filesystem::path p(*path);
-    if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-    file_ = std::fopen(path->c_str(), append ? "a" : "w");
-    if (!file_) throw Error("logging.metrics: cannot write '" + *path + "': " + std::strerror(errno));
-}
-
-MetricsLog::~MetricsLog() {
-    if (file_) std::fclose(file_);
+    try {
+        if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
+        file_ = std::make_unique<io::OutputFile>(
+            *path, append ? io::OutputFile::Mode::append : io::OutputFile::Mode::create);
+    } catch (const std::exception& e) {
+        throw Error(std::string("logging.metrics: ") + e.what());
+    }
 }
 
 void MetricsLog::record(const StepMetrics& m) {
@@ -61,8 +59,16 @@ void MetricsLog::record(const StepMetrics& m) {
     line.add("mem_params_bytes", m.mem_params).add("mem_grads_bytes", m.mem_grads)
         .add("mem_optimizer_bytes", m.mem_optimizer).add("mem_activations_bytes", m.mem_activations)
         .add("mem_peak_bytes", m.mem_peak);
-    std::fprintf(file_, "%s\n", line.str().c_str());
-    std::fflush(file_);
+    const uint64_t whole = file_->size();
+    try {
+        file_->write(line.str() + "\n");  // one write: the line is whole or cut back below
+    } catch (const Error&) {
+        try {
+            file_->truncate(whole);
+        } catch (const Error&) {  // the first failure is the one to report
+        }
+        throw;
+    }
 }
 
 std::string human_count(double n) {

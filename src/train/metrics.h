@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "io/output_file.h"
 #include "parallel/comm.h"
 
 namespace trident::train {
@@ -33,16 +34,17 @@ struct StepMetrics {
 class MetricsLog {
 public:
     // path: the JSON-lines file (its directory is created), or none; `append` (a resumed run)
-    // adds to it instead of starting it afresh.
+    // adds to it instead of starting it afresh. Throws trident::Error naming the file.
     MetricsLog(const std::optional<std::string>& path, int interval, bool append = false);
-    ~MetricsLog();
-    MetricsLog(const MetricsLog&) = delete;
-    MetricsLog& operator=(const MetricsLog&) = delete;
 
+    // Prints the step's line (every logging.interval steps) and appends its JSON object. A
+    // write that fails throws trident::Error naming the file and the errno, having cut the
+    // file back to its last whole line, so that a reader never meets half a record and a
+    // later record can still follow.
     void record(const StepMetrics& m);
 
 private:
-    std::FILE* file_ = nullptr;
+    std::unique_ptr<io::OutputFile> file_;
     int interval_;
 };
 

@@ -9,6 +9,7 @@
 #include "kernels/random.h"
 #include "model/context_split.h"
 #include "optim/lr_schedule.h"
+#include "parallel/watchdog.h"
 #include "pipeline/schedule.h"
 #include "train/model_shape.h"
 
@@ -169,6 +170,8 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
 
 StepResult Trainer::step(int step, const SampleFn& sample) {
     const auto t0 = std::chrono::steady_clock::now();
+    parallel::set_step(step + 1);
+    const parallel::ScopedPhase phase(parallel::Phase::training);
     tensor_.reset_stats();
     context_.reset_stats();
     data_context_.reset_stats();
@@ -195,10 +198,12 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     r.memory = memory();
     r.activation_sets = model_.activation_sets();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    parallel::first_step_done();
     return r;
 }
 
 double Trainer::evaluate(const SampleFn& sample, int microbatches) {
+    const parallel::ScopedPhase phase(parallel::Phase::validation);
     const auto& t = cfg_.training;
     const double loss_sum = executor_.run(
         pipeline::forward_only(model_.layout().plan(), microbatches),

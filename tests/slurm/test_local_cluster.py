@@ -12,7 +12,11 @@ Then the preemption signal, with a stand-in for the binary that records the sign
 gets: Slurm's own `--signal=B:USR1@100` timer on a 2-minute job (srun script), and SIGUSR1 sent
 to the batch shell with scancel (mpirun script); every rank must get SIGUSR1 exactly once.
 Then the trainer itself signalled in a long 2-rank job: it must checkpoint after the step it is
-in, say it was preempted and end the job with exit code 0, its checkpoint verifying. Finally the cluster is stopped and its daemons must be gone.
+in, say it was preempted and end the job with exit code 0, its checkpoint verifying. Then a
+rank that dies (SIGKILL, through the test fault TRIDENT_TEST_FAIL_AT_STEP) in a job of each
+launcher, srun --kill-on-bad-exit and mpirun: the job must fail within seconds of the death,
+its log naming the dead rank (the time is printed). Finally the cluster is stopped and its
+daemons must be gone.
 
 Exit 77 (skipped, with the reason) where Slurm or munge is not installed, the test does not
 run as root, or the cluster cannot start here.
@@ -258,6 +262,32 @@ def run_jobs(trident, scripts, tmp, env):
     check(info.returncode == 0, f"{name}: `trident checkpoint info` verifies it")
     if fields.get("JobState") != "COMPLETED":
         show(log)
+
+    # A rank that dies, as the kernel's out-of-memory killer or a node's failure kills it:
+    # the launcher ends the job and says which rank it lost.
+    for name, script, names_it in [
+            ("dead-srun", "train_one_node.sbatch", "task 1: Killed"),
+            ("dead-mpirun", "train_mpirun.sbatch", "process rank 1 with PID")]:
+        job_env = dict(env, TRIDENT_TEST_FAIL_AT_STEP="5:1:kill")
+        job_id = sbatch([f"--job-name={name}", "--ntasks-per-node=2", "--time=10",
+                         os.path.join(scripts, script), config_path, "--set", "parallel.data=2",
+                         "--set", "training.steps=100000"], job_env, tmp)
+        log = os.path.join(tmp, f"{name}-{job_id}.out")
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (
+                os.path.exists(log) and "rank 1 fails at step 5" in open(log).read()):
+            time.sleep(0.1)
+        t0 = time.monotonic()
+        fields = wait_for_job(job_id, env, timeout_s=120)
+        seconds = time.monotonic() - t0
+        text = open(log).read() if os.path.exists(log) else ""
+        check(fields.get("JobState") == "FAILED" and seconds <= 15 and names_it in text,
+              f"{name}: rank 1 killed at step 5: job {fields.get('JobState')} after "
+              f"{seconds:.1f} s, the log says '{names_it}'")
+        print(f"figure: dead rank (SIGKILL, {script}): {seconds:.1f} s from the death to the "
+              f"end of the job (polled each second)", flush=True)
+        if names_it not in text:
+            show(log)
 
 
 if __name__ == "__main__":

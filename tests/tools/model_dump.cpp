@@ -56,7 +56,7 @@ static void dump(const config::Config& cfg, parallel::Grid& grid, const std::str
 
     // Each context rank holds its tokens' part of the gradients: training sums them over the
     // data-context group, here (one replica) over the context group.
-    grid.context().all_reduce(trainer.model().grads(), trainer.model().buffer_size());
+    grid.context().all_reduce(trainer.model().grads().at(0), trainer.model().buffer_size());
     check_replicated_gradients(trainer.model(), grid.tensor());
     const std::vector<float> grads = trainer.full_grads();  // collective
     if (grid.rank() != 0) return;

@@ -7,6 +7,7 @@
 #include "error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "parallel/cuda/device_memory.h"
+#include "parallel/watchdog.h"
 
 namespace trident::parallel {
 
@@ -67,9 +68,11 @@ NcclComm::NcclComm(std::unique_ptr<Comm> host, cudaStream_t compute)
     TRIDENT_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
     TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&communication_done_, cudaEventDisableTiming));
+    abort_hook_ = add_abort_hook([comm = comm_] { ncclCommAbort(comm); });
 }
 
 NcclComm::~NcclComm() {
+    if (abort_hook_ >= 0) remove_abort_hook(abort_hook_);
     if (stream_) cudaStreamSynchronize(stream_);
     if (comm_) ncclCommDestroy(comm_);
     if (communication_done_) cudaEventDestroy(communication_done_);
@@ -78,7 +81,8 @@ NcclComm::~NcclComm() {
 }
 
 template <typename Fn>
-void NcclComm::ordered(Fn collective) {
+void NcclComm::ordered(const char* operation, Fn collective) {
+    note_device_collective(operation, label());
     TRIDENT_CUDA_CHECK(cudaEventRecord(compute_done_, compute_));
     TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_done_, 0));
     collective();
@@ -90,7 +94,7 @@ void NcclComm::all_reduce(Ptr data, std::size_t count, ReduceOp op) {
     if (size() == 1) return;
     Comm::count(CommKind::all_reduce, count, data.dtype);
     if (!on_device(data.data)) return staged_.all_reduce(data, count, op);
-    ordered([&] {
+    ordered("all_reduce", [&] {
         TRIDENT_NCCL_CHECK(ncclAllReduce(data.data, data.data, count, nccl_reduction_type(data.dtype),
                                          op == ReduceOp::max ? ncclMax : ncclSum, comm_, stream_));
     });
@@ -101,7 +105,7 @@ void NcclComm::reduce_scatter(ConstPtr in, Ptr out, std::size_t count) {
     Comm::count(CommKind::reduce_scatter, count * size(), out.dtype);
     if (!on_device(out.data)) return staged_.reduce_scatter(in, out, count);
     // NCCL takes the output at this rank's block of the input (in place) as ZeRO-1 passes it.
-    ordered([&] {
+    ordered("reduce_scatter", [&] {
         TRIDENT_NCCL_CHECK(ncclReduceScatter(in.data, out.data, count, nccl_reduction_type(out.dtype),
                                              ncclSum, comm_, stream_));
     });
@@ -111,7 +115,7 @@ void NcclComm::all_gather(ConstPtr in, Ptr out, std::size_t count) {
     if (size() == 1) return staged_.all_gather(in, out, count);  // a copy, if any
     Comm::count(CommKind::all_gather, count, out.dtype);
     if (!on_device(out.data)) return staged_.all_gather(in, out, count);
-    ordered([&] {
+    ordered("all_gather", [&] {
         TRIDENT_NCCL_CHECK(
             ncclAllGather(in.data, out.data, count, nccl_type(out.dtype), comm_, stream_));
     });
@@ -121,7 +125,7 @@ void NcclComm::broadcast(Ptr data, std::size_t count, int root) {
     if (size() == 1) return staged_.broadcast(data, count, root);  // checks the root
     Comm::count(CommKind::broadcast, count, data.dtype);
     if (!on_device(data.data)) return staged_.broadcast(data, count, root);
-    ordered([&] {
+    ordered("broadcast", [&] {
         TRIDENT_NCCL_CHECK(ncclBroadcast(data.data, data.data, count, nccl_type(data.dtype), root,
                                          comm_, stream_));
     });
@@ -180,7 +184,8 @@ private:
 };
 
 template <typename Fn>
-Request NcclComm::started(Fn collective) {
+Request NcclComm::started(const char* operation, Fn collective) {
+    note_device_collective(operation, label());
     TRIDENT_CUDA_CHECK(cudaEventRecord(compute_done_, compute_));
     TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_done_, 0));
     collective();
@@ -194,7 +199,7 @@ Request NcclComm::iall_reduce(Ptr data, std::size_t count, ReduceOp op) {
     if (size() == 1) return {};
     Comm::count(CommKind::all_reduce, count, data.dtype);
     if (!on_device(data.data)) return staged_.iall_reduce(data, count, op);
-    return started([&] {
+    return started("all_reduce", [&] {
         TRIDENT_NCCL_CHECK(ncclAllReduce(data.data, data.data, count,
                                          nccl_reduction_type(data.dtype),
                                          op == ReduceOp::max ? ncclMax : ncclSum, comm_, stream_));
@@ -205,7 +210,7 @@ Request NcclComm::ireduce_scatter(ConstPtr in, Ptr out, std::size_t count) {
     if (size() == 1) return staged_.ireduce_scatter(in, out, count);  // a copy, if any
     Comm::count(CommKind::reduce_scatter, count * size(), out.dtype);
     if (!on_device(out.data)) return staged_.ireduce_scatter(in, out, count);
-    return started([&] {
+    return started("reduce_scatter", [&] {
         TRIDENT_NCCL_CHECK(ncclReduceScatter(in.data, out.data, count,
                                              nccl_reduction_type(out.dtype), ncclSum, comm_,
                                              stream_));
@@ -216,7 +221,7 @@ Request NcclComm::iall_gather(ConstPtr in, Ptr out, std::size_t count) {
     if (size() == 1) return staged_.iall_gather(in, out, count);  // a copy, if any
     Comm::count(CommKind::all_gather, count, out.dtype);
     if (!on_device(out.data)) return staged_.iall_gather(in, out, count);
-    return started([&] {
+    return started("all_gather", [&] {
         TRIDENT_NCCL_CHECK(
             ncclAllGather(in.data, out.data, count, nccl_type(out.dtype), comm_, stream_));
     });

@@ -12,6 +12,10 @@
 // pipeline's schedules (interleaved ones with two stages above all, whose activations and
 // gradients travel between the same two ranks) receive in an order of their own. Host
 // buffers (the trainer's scalars, gathered checkpoints) go through the host communicator.
+//
+// Stalls. Each collective queued is noted for the stall watchdog, which names it when the host
+// then waits too long for the device (parallel/watchdog.h); before the watchdog aborts the job
+// it aborts every NCCL communicator (ncclCommAbort), freeing kernels that wait on a lost peer.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -58,18 +62,20 @@ private:
 
     // Runs `collective` on the communication stream, between the events that order it
     // against the compute stream.
+    // `operation` names it for the watchdog.
     template <typename Fn>
-    void ordered(Fn collective);
+    void ordered(const char* operation, Fn collective);
     // Runs `collective` on the communication stream after the compute queued so far; the
     // request completes when it has.
     template <typename Fn>
-    Request started(Fn collective);
+    Request started(const char* operation, Fn collective);
 
     StagedComm staged_;
     cudaStream_t compute_;
     cudaStream_t stream_ = nullptr;
     cudaEvent_t compute_done_ = nullptr, communication_done_ = nullptr;
     ncclComm_t comm_ = nullptr;
+    int abort_hook_ = -1;  // parallel::add_abort_hook's id
 };
 
 }  // namespace trident::parallel

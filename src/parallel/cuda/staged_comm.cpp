@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "parallel/cuda/device_memory.h"
+#include "parallel/watchdog.h"
 
 namespace trident::parallel {
 
@@ -43,6 +44,7 @@ StagedComm::~StagedComm() = default;
 void StagedComm::to_host(void* host, const void* device, std::size_t bytes) {
     if (bytes)
         TRIDENT_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_));
+    const Blocked blocked(kDeviceWait, nullptr);
     TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_));
 }
 

@@ -1,0 +1,172 @@
+// Test-only faults (see fault_injection.h): each variable parsed once, on first use.
+#include "io/fault_injection.h"
+
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <thread>
+
+#include "error.h"
+
+namespace trident::io::fault {
+
+namespace {
+
+[[noreturn]] void malformed(const char* variable, const char* form, const char* value) {
+    throw Error(std::string(variable) + ": expected " + form + ", got '" + value + "'");
+}
+
+// An errno by its name (ENOSPC) or number (28); 0 if neither.
+int parse_errno(const std::string& text) {
+    char* end = nullptr;
+    const long number = std::strtol(text.c_str(), &end, 10);
+    if (!text.empty() && *end == '\0')
+        return number > 0 && number < 4096 ? static_cast<int>(number) : 0;
+    for (int e = 1; e < 200; ++e) {
+        const char* name = strerrorname_np(e);
+        if (name && text == name) return e;
+    }
+    return 0;
+}
+
+struct WriteErrorSpec {
+    std::string text;  // empty: no fault
+    int error = 0;
+    long count = -1;  // writes to fail; -1: every one
+};
+
+WriteErrorSpec parse_write_error() {
+    constexpr const char* kName = "TRIDENT_TEST_WRITE_ERROR";
+    constexpr const char* kForm = "TEXT:ERRNO[:COUNT] (e.g. pp0_tp0_dp1:ENOSPC:1)";
+    WriteErrorSpec w;
+    const char* value = std::getenv(kName);
+    if (!value) return w;
+    const std::string s(value);
+    const std::size_t first = s.find(':');
+    if (first == std::string::npos || first == 0) malformed(kName, kForm, value);
+    const std::size_t second = s.find(':', first + 1);
+    w.text = s.substr(0, first);
+    w.error = parse_errno(
+        s.substr(first + 1, second == std::string::npos ? std::string::npos : second - first - 1));
+    if (w.error == 0) malformed(kName, kForm, value);
+    if (second != std::string::npos) {
+        char* end = nullptr;
+        w.count = std::strtol(s.c_str() + second + 1, &end, 10);
+        if (*end != '\0' || end == s.c_str() + second + 1 || w.count < 1)
+            malformed(kName, kForm, value);
+    }
+    return w;
+}
+
+struct WriteError {
+    explicit WriteError(WriteErrorSpec s) : spec(std::move(s)), left(spec.count) {}
+    WriteErrorSpec spec;
+    std::atomic<long> left;  // writes still to fail; -1: every one
+};
+
+WriteError& write_error_setting() {
+    static WriteError fault(parse_write_error());
+    return fault;
+}
+
+struct StepRank {
+    int step = -1, rank = -1;
+};
+
+const StepRank& crash_in_save_setting() {
+    static const StepRank crash = [] {
+        const char* value = std::getenv("TRIDENT_TEST_CRASH_IN_SAVE");
+        StepRank c;
+        char end = 0;
+        if (value && (std::sscanf(value, "%d:%d%c", &c.step, &c.rank, &end) != 2 || c.step < 1 ||
+                      c.rank < 0))
+            malformed("TRIDENT_TEST_CRASH_IN_SAVE", "STEP:RANK (e.g. 6:1)", value);
+        return c;
+    }();
+    return crash;
+}
+
+enum class Kind { none, error, oom, kill };
+
+struct StepFailure {
+    StepRank at;
+    Kind kind = Kind::none;
+};
+
+const StepFailure& step_failure_setting() {
+    static const StepFailure failure = [] {
+        constexpr const char* kName = "TRIDENT_TEST_FAIL_AT_STEP";
+        constexpr const char* kForm = "STEP:RANK:error|oom|kill (e.g. 3:1:oom)";
+        const char* value = std::getenv(kName);
+        StepFailure f;
+        if (!value) return f;
+        char kind[16] = {};
+        char end = 0;
+        if (std::sscanf(value, "%d:%d:%15[a-z]%c", &f.at.step, &f.at.rank, kind, &end) != 3 ||
+            f.at.step < 1 || f.at.rank < 0)
+            malformed(kName, kForm, value);
+        const std::string k(kind);
+        f.kind = k == "error"  ? Kind::error
+                 : k == "oom"  ? Kind::oom
+                 : k == "kill" ? Kind::kill
+                               : Kind::none;
+        if (f.kind == Kind::none) malformed(kName, kForm, value);
+        return f;
+    }();
+    return failure;
+}
+
+// Time for the launcher to forward a line before the process is gone.
+void let_output_drain() {
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+}
+
+}  // namespace
+
+int write_error(const std::string& path) {
+    WriteError& w = write_error_setting();
+    if (w.spec.text.empty() || path.find(w.spec.text) == std::string::npos) return 0;
+    long left = w.left.load();
+    while (left != -1) {
+        if (left == 0) return 0;
+        if (w.left.compare_exchange_weak(left, left - 1)) break;
+    }
+    return w.spec.error;
+}
+
+bool crash_in_save(int step, int rank) {
+    const StepRank& c = crash_in_save_setting();
+    return c.step == step && c.rank == rank;
+}
+
+void at_step(int step, int rank) {
+    const StepFailure& f = step_failure_setting();
+    if (f.kind == Kind::none || f.at.step != step || f.at.rank != rank) return;
+    std::fprintf(stderr, "trident: TRIDENT_TEST_FAIL_AT_STEP: rank %d fails at step %d\n", rank,
+                 step);
+    switch (f.kind) {
+        case Kind::error:
+            throw Error("TRIDENT_TEST_FAIL_AT_STEP: a failure of this rank alone");
+        case Kind::oom:
+            throw std::bad_alloc();
+        case Kind::kill:
+            let_output_drain();
+            std::raise(SIGKILL);
+            std::abort();  // not reached: SIGKILL cannot be caught
+        case Kind::none:
+            break;
+    }
+}
+
+void check_settings() {
+    write_error_setting();
+    crash_in_save_setting();
+    step_failure_setting();
+}
+
+}  // namespace trident::io::fault

@@ -1,0 +1,37 @@
+// Test-only faults: the failures the reliability tests need on demand (a disk that fills, a
+// rank killed mid-save, a rank that throws or runs out of memory at a chosen step), each set by
+// an environment variable. Each variable is read once; unset, as in every real run, a fault
+// does nothing and costs one comparison. A malformed value is a trident::Error naming the
+// variable and the form it takes, so a test never runs without the fault it asked for.
+//
+//   TRIDENT_TEST_WRITE_ERROR=TEXT:ERRNO[:COUNT]
+//       a write to a file whose path contains TEXT writes half of its bytes and then fails
+//       with ERRNO (a name such as ENOSPC, EIO, EDQUOT, or a number), as a filling disk does;
+//       COUNT: only the first COUNT such writes of this process fail (default: every one).
+//       Every file Trident writes goes through io::OutputFile, which asks write_error().
+//   TRIDENT_TEST_CRASH_IN_SAVE=STEP:RANK
+//       world rank RANK, in the checkpoint save of step STEP, cuts its written shard to half
+//       its size and dies by SIGKILL, as a rank lost in the middle of writing would.
+//   TRIDENT_TEST_FAIL_AT_STEP=STEP:RANK:KIND
+//       world rank RANK, as step STEP (1-based) begins, fails: KIND error throws a
+//       trident::Error, oom throws std::bad_alloc, kill dies by SIGKILL.
+#pragma once
+
+#include <string>
+
+namespace trident::io::fault {
+
+// The errno a write of this process to `path` must fail with now (counting it), or 0.
+int write_error(const std::string& path);
+
+// Whether world rank `rank` is to die in the save of `step` (TRIDENT_TEST_CRASH_IN_SAVE).
+bool crash_in_save(int step, int rank);
+
+// Fails as TRIDENT_TEST_FAIL_AT_STEP asks when (step, rank) is its own; else returns.
+void at_step(int step, int rank);
+
+// Checks every variable now, so a malformed one stops a run before it starts. Throws
+// trident::Error naming the variable.
+void check_settings();
+
+}  // namespace trident::io::fault

@@ -1,0 +1,105 @@
+// Written files with every failure named (see output_file.h).
+#include "io/output_file.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "error.h"
+#include "io/fault_injection.h"
+
+namespace trident::io {
+
+std::string errno_text(int error) {
+    const char* name = strerrorname_np(error);
+    return std::string(std::strerror(error)) + " (" +
+           (name ? std::string(name) : "errno " + std::to_string(error)) + ")";
+}
+
+OutputFile::OutputFile(std::string path, Mode mode, std::string name)
+    : path_(std::move(path)), name_(name.empty() ? path_ : std::move(name)) {
+    const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (mode == Mode::append ? O_APPEND : O_TRUNC);
+    fd_ = ::open(path_.c_str(), flags, 0644);
+    if (fd_ < 0) throw Error(name_ + ": cannot create: " + errno_text(errno));
+    struct stat st {};
+    if (mode == Mode::append && ::fstat(fd_, &st) == 0) size_ = static_cast<uint64_t>(st.st_size);
+}
+
+OutputFile::~OutputFile() {
+    if (fd_ >= 0) ::close(fd_);
+}
+
+void OutputFile::write(const void* data, std::size_t size) {
+    const auto* p = static_cast<const char*>(data);
+    // A test fault: half of the bytes land, then the disk is "full".
+    if (const int fault = fault::write_error(path_)) {
+        const std::size_t half = size / 2;
+        if (half > 0 && ::write(fd_, p, half) > 0) size_ += half;
+        throw Error(name_ + ": cannot write: " + errno_text(fault));
+    }
+    while (size > 0) {
+        const ssize_t put = ::write(fd_, p, size);
+        if (put < 0) {
+            if (errno == EINTR) continue;
+            throw Error(name_ + ": cannot write: " + errno_text(errno));
+        }
+        p += put;
+        size -= static_cast<std::size_t>(put);
+        size_ += static_cast<uint64_t>(put);
+    }
+}
+
+void OutputFile::sync() {
+    if (::fsync(fd_) != 0) throw Error(name_ + ": cannot sync to disk: " + errno_text(errno));
+}
+
+void OutputFile::close() {
+    const int rc = ::close(fd_);
+    fd_ = -1;
+    if (rc != 0) throw Error(name_ + ": cannot close: " + errno_text(errno));
+}
+
+void OutputFile::truncate(uint64_t bytes) {
+    // The next write goes where the file now ends (without O_APPEND the offset stays put).
+    if (::ftruncate(fd_, static_cast<off_t>(bytes)) != 0 ||
+        ::lseek(fd_, static_cast<off_t>(bytes), SEEK_SET) < 0)
+        throw Error(name_ + ": cannot cut back to " + std::to_string(bytes) +
+                    " bytes: " + errno_text(errno));
+    size_ = std::min(size_, bytes);
+}
+
+void write_file_atomically(const std::string& path, std::string_view bytes) {
+    const std::filesystem::path target(path);
+    if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
+    const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+    try {
+        OutputFile out(temporary, OutputFile::Mode::create, path);
+        out.write(bytes);
+        out.sync();
+        out.close();
+        if (::rename(temporary.c_str(), path.c_str()) != 0)
+            throw Error(path + ": cannot rename " + temporary +
+                        " into place: " + errno_text(errno));
+    } catch (...) {
+        ::unlink(temporary.c_str());
+        throw;
+    }
+}
+
+void sync_path(const std::string& path) {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw Error(path + ": cannot open to sync: " + errno_text(errno));
+    if (::fsync(fd) != 0) {
+        const int error = errno;
+        ::close(fd);
+        throw Error(path + ": cannot sync to disk: " + errno_text(error));
+    }
+    ::close(fd);
+}
+
+}  // namespace trident::io

@@ -1,0 +1,56 @@
+// The files Trident writes (checkpoint shards, manifests and configs, the metrics file, traces,
+// exported weights, token shards): every failure is a trident::Error naming the file, what
+// failed and the errno ("runs/x/metrics.jsonl: cannot write: No space left on device
+// (ENOSPC)"), so a full disk or a failing mount is told apart from a bug. Every write goes
+// through here, which is also where the test-only write fault strikes (fault_injection.h).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace trident::io {
+
+// "No space left on device (ENOSPC)": errno's text and its name.
+std::string errno_text(int error);
+
+class OutputFile {
+public:
+    enum class Mode { create, append };  // create truncates what was there
+
+    // `name`: what messages call the file (default `path`), e.g. the file a temporary one
+    // will become.
+    OutputFile(std::string path, Mode mode = Mode::create, std::string name = "");
+    ~OutputFile();  // closes; a failure then goes unreported: call close() to see it
+    OutputFile(const OutputFile&) = delete;
+    OutputFile& operator=(const OutputFile&) = delete;
+
+    // All of `size` bytes, or a trident::Error (some of them may have reached the file).
+    void write(const void* data, std::size_t size);
+    void write(std::string_view text) { write(text.data(), text.size()); }
+    void sync();   // to the disk (fsync)
+    void close();  // reports what closing finds (deferred write errors of some filesystems)
+
+    // Bytes in the file: what it held when opened for append, plus every byte written since.
+    uint64_t size() const { return size_; }
+    // Cuts the file back to `bytes`: after a failed write, so that a reader never sees part
+    // of a record.
+    void truncate(uint64_t bytes);
+    const std::string& path() const { return path_; }
+
+private:
+    std::string path_, name_;
+    int fd_ = -1;
+    uint64_t size_ = 0;
+};
+
+// Writes `bytes` to `path` whole or not at all: into a temporary file beside it, synced, then
+// renamed over `path`. Its parent directory is created if missing.
+void write_file_atomically(const std::string& path, std::string_view bytes);
+
+// Flushes a file or directory that is already written to the disk (a directory: the names
+// created or renamed in it).
+void sync_path(const std::string& path);
+
+}  // namespace trident::io

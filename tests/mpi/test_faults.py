@@ -1,0 +1,289 @@
+"""Faults of multi-rank runs under mpirun, and how promptly and clearly each ends the job; one
+fault per run (--fault NAME, each its own ctest entry mpi.faults.NAME):
+
+- a stalled rank (SIGSTOP) on 2x1x1, 1x2x1 and 1x1x2 with training.collective_timeout 5 s:
+  every process gone within 5 s + slack, non-zero exit, and a waiting rank's line naming the
+  call, its group and the stopped rank with its coordinates (the stopped rank blames nobody);
+- a dead rank: SIGKILL from outside, and one rank alone throwing an error or running out of
+  memory (the test fault TRIDENT_TEST_FAIL_AT_STEP): ended promptly, the dead rank named;
+- a full disk in a checkpoint save of rank 1's shard (TRIDENT_TEST_WRITE_ERROR): one line from
+  rank 0 naming the file and the errno, exit 1, no MPI_Abort, only complete checkpoints left,
+  and the job resumes from the previous one with the uninterrupted run's losses; with
+  checkpoint.on_error: continue it saves again at the next interval and finishes;
+- the metrics file on a full disk (/dev/full) and a trace that cannot be written: one clear
+  line and exit 1, on every rank together;
+- a training file truncated between a checkpoint and its resume: named, and the resume stops.
+
+Each figure (seconds from the fault to the end of the job) is printed for docs/RELIABILITY.md.
+Exit 77 (skipped, with the reason) where mpirun is not installed.
+"""
+import argparse
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import mpi_harness as h  # noqa: E402
+
+TIMEOUT_S = 5
+SLACK_S = 5
+
+
+def trident_pids(config):
+    """The trident processes of this config, by world rank."""
+    ranks = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+        except OSError:
+            continue
+        if args and args[0].endswith(b"trident") and config.encode() in args:
+            rank = env.get(b"OMPI_COMM_WORLD_RANK")
+            if rank is not None:
+                ranks[int(rank)] = int(pid)
+    return ranks
+
+
+def start(trident, base, ranks, overrides, env=None):
+    cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), trident, "train"] + base
+    for o in overrides:
+        cmd += ["--set", o]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**h.mpirun_env(), **(env or {})})
+
+
+def wait_for_lines(path, n, job, limit_s=120):
+    deadline = time.monotonic() + limit_s
+    while job.poll() is None and time.monotonic() < deadline:
+        if os.path.exists(path) and len(open(path).readlines()) >= n:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def finish(job, config, limit_s):
+    """The job's output and exit code once it ends, or after limit_s; what is left of it is
+    killed then (a hang), and the code is None."""
+    try:
+        out, _ = job.communicate(timeout=limit_s)
+        return out, job.returncode
+    except subprocess.TimeoutExpired:
+        for pid in trident_pids(config).values():
+            os.kill(pid, signal.SIGKILL)
+        job.kill()
+        out, _ = job.communicate()
+        return out, None
+
+
+def coordinates(p, m, d, rank):
+    tp, dp, pp = rank % m, (rank // m) % d, rank // (m * d)
+    return f"rank {rank} (pp {pp}, tp {tp}, dp {dp})"
+
+
+def error_lines(out):
+    return [line for line in out.splitlines() if line.startswith("trident: error:")]
+
+
+def layout(p, m, d):
+    return [f"parallel.pipeline={p}", f"parallel.tensor={m}", f"parallel.data={d}"]
+
+
+def stalled_rank(trident, base, config, tmp, p, m, d):
+    name = f"{p}x{m}x{d}"
+    metrics = os.path.join(tmp, f"stall_{name}.jsonl")
+    job = start(trident, base, p * m * d, layout(p, m, d) + [
+        "training.steps=1000000", f"training.collective_timeout={TIMEOUT_S}",
+        "logging.interval=100000", f"logging.metrics={metrics}"])
+    if not wait_for_lines(metrics, 3, job):
+        out, _ = finish(job, config, 30)
+        h.check(False, f"stall {name}: the job did not start training\n{out}")
+        return
+    pids = trident_pids(config)
+    stopped = max(pids)
+    os.kill(pids[stopped], signal.SIGSTOP)
+    t0 = time.monotonic()
+    out, code = finish(job, config, TIMEOUT_S + 30)
+    seconds = time.monotonic() - t0
+    left = trident_pids(config)
+    for pid in left.values():
+        os.kill(pid, signal.SIGKILL)
+    lines = error_lines(out)
+    victim = coordinates(p, m, d, stopped)
+    # The groups the stopped rank shares with a waiting one, and what that one may wait in.
+    groups = {"2x1x1": "pipeline|embedding|world", "1x2x1": "tensor|world",
+              "1x1x2": "data|world"}[name]
+    pattern = (r"trident: error: rank \d+ \(pp \d+, tp \d+, dp \d+\): stalled \d+\.\d s in "
+               r"(all_reduce|reduce_scatter|all_gather|broadcast|send|recv|barrier)[a-z ()-]* "
+               rf"on the ({groups}) group \(ranks .*\) .*waiting on {re.escape(victim)}; "
+               rf"training.collective_timeout is {TIMEOUT_S}.0 s: aborting the job")
+    named = [line for line in lines if re.fullmatch(pattern, line)]
+    h.check(code not in (None, 0) and not left and seconds <= TIMEOUT_S + SLACK_S,
+            f"stall {name}: rank {stopped} stopped, every process gone after {seconds:.1f} s "
+            f"(limit {TIMEOUT_S} + {SLACK_S}), exit code {code}")
+    h.check(bool(named) and not any(line.startswith(f"trident: error: {victim}")
+                                    for line in lines),
+            f"stall {name}: a waiting rank names the call, its group and {victim}: {lines}")
+    print(f"figure: stall {name}: {seconds:.1f} s from SIGSTOP to the end of the job", flush=True)
+    if not named:
+        print(out[-3000:])
+
+
+def dead_rank(trident, base, config, tmp, how):
+    metrics = os.path.join(tmp, f"dead_{how}.jsonl")
+    env = {} if how == "sigkill" else {"TRIDENT_TEST_FAIL_AT_STEP": f"4:1:{how}"}
+    job = start(trident, base, 2, layout(1, 1, 2) + [
+        "training.steps=1000000", "logging.interval=100000", f"logging.metrics={metrics}"], env)
+    if how == "sigkill":
+        if wait_for_lines(metrics, 3, job):
+            os.kill(trident_pids(config)[1], signal.SIGKILL)
+    else:
+        wait_for_lines(metrics, 3, job)
+    t0 = time.monotonic()
+    out, code = finish(job, config, 60)
+    seconds = time.monotonic() - t0
+    expected = {
+        "sigkill": "mpirun noticed that process rank 1 with PID",
+        "error": "trident: error: rank 1: TRIDENT_TEST_FAIL_AT_STEP: a failure of this rank alone",
+        "oom": "trident: error: rank 1: out of memory: an allocation failed (std::bad_alloc) at "
+               "step 4",
+    }[how]
+    h.check(code not in (None, 0) and not trident_pids(config) and expected in out,
+            f"dead rank ({how}): the job ended (exit code {code}) and says '{expected}'")
+    if expected not in out:
+        print(out[-3000:])
+    h.check(seconds <= 10, f"dead rank ({how}): ended {seconds:.1f} s after the "
+            + ("kill" if how == "sigkill" else "third step"))
+    print(f"figure: dead rank ({how}, mpirun): {seconds:.1f} s from the "
+          + ("kill" if how == "sigkill" else "end of step 3 (the fault is in step 4)")
+          + " to the end of the job", flush=True)
+
+
+def full_disk(trident, base, tmp, ref):
+    ck = os.path.join(tmp, "ck_full")
+    args = ["mpirun", "--oversubscribe", "-np", "2", trident, "train"] + base
+    for o in layout(1, 1, 2) + ["training.steps=8", "checkpoint.interval=2",
+                                f"checkpoint.dir={ck}"]:
+        args += ["--set", o]
+    env = {**h.mpirun_env(), "TRIDENT_TEST_WRITE_ERROR": "step_000004/pp0_tp0_dp1:ENOSPC"}
+    t0 = time.monotonic()
+    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env=env, timeout=300)
+    lines = error_lines(p.stdout)
+    expected = (f"trident: error: checkpoint {ck}/step_000004 not saved: {ck}/.tmp_step_000004/"
+                f"pp0_tp0_dp1.safetensors: cannot write: No space left on device (ENOSPC); "
+                f"{ck}/step_000002 is the newest checkpoint, as it was (checkpoint.on_error: stop)")
+    h.check(p.returncode == 1 and lines == [expected] and "MPI_ABORT" not in p.stdout,
+            f"full disk: one line from rank 0 and exit code 1 (got {p.returncode}): {lines}")
+    h.check(sorted(os.listdir(ck)) == ["step_000002"],
+            f"full disk: only the complete checkpoint is left ({sorted(os.listdir(ck))})")
+    print(f"figure: full disk, stop: the job ended {time.monotonic() - t0:.1f} s after it "
+          f"started (the save of step 4 failed)", flush=True)
+    metrics = os.path.join(tmp, "full_resumed.jsonl")
+    r = h.run(args + ["--set", f"logging.metrics={metrics}"], ranks=None)
+    h.check(f"resumed: {ck}/step_000002 at step 2" in r.stdout,
+            "full disk: the job resumes from the checkpoint before the failed save")
+    got = [x["loss"] for x in h.losses(metrics)]
+    h.check(len(got) == 6 and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(got, ref[2:])),
+            f"full disk: the resumed job gives the uninterrupted losses ({got} vs {ref[2:]})")
+
+    ck2 = os.path.join(tmp, "ck_continue")
+    args2 = [a.replace(ck, ck2) for a in args] + ["--set", "checkpoint.on_error=continue"]
+    p = subprocess.run(args2, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env=env, timeout=300)
+    warnings = [line for line in p.stdout.splitlines() if line.startswith("trident: warning:")]
+    h.check(p.returncode == 0 and len(warnings) == 1 and "saves again at step 6" in warnings[0]
+            and sorted(os.listdir(ck2)) == ["step_000002", "step_000006", "step_000008"],
+            f"full disk, continue: one warning, the job finishes (exit code {p.returncode}) and "
+            f"saves at steps 6 and 8 ({sorted(os.listdir(ck2))})")
+    h.check(h.run([trident, "checkpoint", "info", ck2], expect_ok=False).returncode == 0,
+            "full disk, continue: the newest checkpoint verifies")
+
+
+def logging_failures(trident, base, tmp):
+    for what, overrides, env, expected in [
+            ("metrics", ["logging.metrics=/dev/full"], {},
+             "trident: error: logging.metrics: /dev/full: cannot write: No space left on device "
+             "(ENOSPC) (logging.on_error: stop); checkpoint.dir is not set"),
+            ("trace", [f"logging.trace={tmp}/trace.json"],
+             {"TRIDENT_TEST_WRITE_ERROR": "trace.json:EIO"},
+             f"trident: error: logging.trace: {tmp}/trace.json: cannot write: Input/output error "
+             f"(EIO) (logging.on_error: stop; training itself is done)")]:
+        args = ["mpirun", "--oversubscribe", "-np", "2", trident, "train"] + base
+        for o in layout(2, 1, 1) + ["training.steps=3"] + overrides:
+            args += ["--set", o]
+        p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env={**h.mpirun_env(), **env}, timeout=300)
+        lines = error_lines(p.stdout)
+        h.check(p.returncode == 1 and lines == [expected] and "MPI_ABORT" not in p.stdout,
+                f"{what} on a failing disk: one line, exit code 1 (got {p.returncode}): {lines}")
+
+
+def changed_data(trident, base, tmp):
+    ck = os.path.join(tmp, "ck_data")
+    common = layout(1, 1, 2) + [f"checkpoint.dir={ck}", "checkpoint.interval=2"]
+    args = [trident, "train"] + base
+    for o in common + ["training.steps=2"]:
+        args += ["--set", o]
+    h.run(args, ranks=2)
+    data = os.path.join(tmp, "train.bin")
+    with open(data, "r+b") as f:
+        f.truncate(os.path.getsize(data) - 200)
+        f.seek(8)
+        f.write((2900).to_bytes(4, "little"))  # the header's token count, to match
+    p = h.run(args[:-1] + ["training.steps=4"], ranks=2, expect_ok=False)
+    lines = error_lines(p.stdout)
+    h.check(p.returncode == 1 and len(lines) == 1 and f"data.train: {data}: 6824 bytes now, "
+            "7024 then (truncated or replaced)" in lines[0],
+            f"changed data: the resume stops, naming the file ({lines})")
+
+
+def reference_losses(trident, base, tmp):
+    """The uninterrupted run's losses, for the resumed run after a failed save."""
+    metrics = os.path.join(tmp, "ref.jsonl")
+    h.run([trident, "train"] + base + ["--set", "training.steps=8", "--set",
+                                        f"logging.metrics={metrics}"])
+    return [x["loss"] for x in h.losses(metrics)]
+
+
+FAULTS = {
+    "stall_2x1x1": lambda t, base, tmp: stalled_rank(t, base, base[1], tmp, 2, 1, 1),
+    "stall_1x2x1": lambda t, base, tmp: stalled_rank(t, base, base[1], tmp, 1, 2, 1),
+    "stall_1x1x2": lambda t, base, tmp: stalled_rank(t, base, base[1], tmp, 1, 1, 2),
+    "dead_sigkill": lambda t, base, tmp: dead_rank(t, base, base[1], tmp, "sigkill"),
+    "dead_error": lambda t, base, tmp: dead_rank(t, base, base[1], tmp, "error"),
+    "dead_oom": lambda t, base, tmp: dead_rank(t, base, base[1], tmp, "oom"),
+    "full_disk": lambda t, base, tmp: full_disk(t, base, tmp, reference_losses(t, base, tmp)),
+    "logging": lambda t, base, tmp: logging_failures(t, base, tmp),
+    "changed_data": lambda t, base, tmp: changed_data(t, base, tmp),
+}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--trident", required=True)
+    p.add_argument("--fault", required=True, choices=sorted(FAULTS))
+    a = p.parse_args()
+    if shutil.which("mpirun") is None:
+        print("SKIP: mpirun not found (Debian's openmpi-bin)")
+        return 77
+    with tempfile.TemporaryDirectory() as tmp:
+        base = h.tiny_run(tmp)
+        FAULTS[a.fault](a.trident, base, tmp)
+    if h.failures:
+        print(f"{len(h.failures)} check(s) failed")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
