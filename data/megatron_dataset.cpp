@@ -3,7 +3,6 @@
 
 #include <sys/stat.h>
 
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -61,13 +60,20 @@ template <typename F>
 void with_tokens(kernels::DType dtype, const void* tokens, F&& f) {
     using kernels::DType;
     switch (dtype) {
-        case DType::u8: return f(static_cast<const uint8_t*>(tokens));
-        case DType::i8: return f(static_cast<const int8_t*>(tokens));
-        case DType::i16: return f(static_cast<const int16_t*>(tokens));
-        case DType::u16: return f(static_cast<const uint16_t*>(tokens));
-        case DType::i32: return f(static_cast<const int32_t*>(tokens));
-        case DType::i64: return f(static_cast<const int64_t*>(tokens));
-        default: throw Error("internal: Megatron dtype without tokens");
+        case DType::u8:
+            return f(static_cast<const uint8_t*>(tokens));
+        case DType::i8:
+            return f(static_cast<const int8_t*>(tokens));
+        case DType::i16:
+            return f(static_cast<const int16_t*>(tokens));
+        case DType::u16:
+            return f(static_cast<const uint16_t*>(tokens));
+        case DType::i32:
+            return f(static_cast<const int32_t*>(tokens));
+        case DType::i64:
+            return f(static_cast<const int64_t*>(tokens));
+        default:
+            throw Error("internal: Megatron dtype without tokens");
     }
 }
 

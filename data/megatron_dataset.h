@@ -37,7 +37,6 @@ inline constexpr char kMegatronMagic[9] = {'M', 'M', 'I', 'D', 'I', 'D', 'X', '\
 inline constexpr uint64_t kMegatronVersion = 1;
 inline constexpr std::size_t kMegatronHeaderBytes = 9 + 8 + 1 + 8 + 8;  // 34
 
-
 class MegatronDataset : public TokenStream {
 public:
     // Opens PREFIX.idx and PREFIX.bin and checks them in full (header, sizes, pointers,

@@ -11,7 +11,10 @@ namespace trident::data {
 
 Sampler::Sampler(const TokenStream& tokens, int seq_len, bool shuffle, uint64_t seed,
                  const std::string& what)
-    : tokens_(tokens), T_(seq_len), shuffle_(shuffle), seed_(seed),
+    : tokens_(tokens),
+      T_(seq_len),
+      shuffle_(shuffle),
+      seed_(seed),
       windows_(tokens.size() > 0 ? (tokens.size() - 1) / static_cast<std::size_t>(seq_len) : 0),
       scratch_(static_cast<std::size_t>(seq_len) + 1) {
     if (windows_ == 0)

@@ -1,8 +1,8 @@
 // The deterministic sampler: which window of the token stream is global sample k.
 //
-// The contract (docs/ARCHITECTURE.md, "Sampling"): with W = floor((N - 1) / T) windows of T tokens (plus one for the
-// shifted targets), sample k without shuffling is window k mod W, starting at token
-// (k mod W) * T. With shuffling, epoch e = k / W visits the windows in a permutation that
+// The contract (docs/ARCHITECTURE.md, "Sampling"): with W = floor((N - 1) / T) windows of T tokens
+// (plus one for the shifted targets), sample k without shuffling is window k mod W, starting at
+// token (k mod W) * T. With shuffling, epoch e = k / W visits the windows in a permutation that
 // depends only on (seed, e). The order depends only on k, never on the layout, so every
 // P x M x D layout sees the same global batch.
 #pragma once
@@ -34,9 +34,9 @@ private:
     bool shuffle_;
     uint64_t seed_;
     std::size_t windows_;
-    uint64_t epoch_ = UINT64_MAX;          // the epoch `order_` belongs to
-    std::vector<uint32_t> order_;          // window order of that epoch
-    std::vector<int32_t> scratch_;         // T + 1 tokens
+    uint64_t epoch_ = UINT64_MAX;   // the epoch `order_` belongs to
+    std::vector<uint32_t> order_;   // window order of that epoch
+    std::vector<int32_t> scratch_;  // T + 1 tokens
 };
 
 }  // namespace trident::data

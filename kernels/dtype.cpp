@@ -9,21 +9,36 @@ namespace trident::kernels {
 
 const char* name_of(DType t) {
     switch (t) {
-        case DType::f32: return "fp32";
-        case DType::bf16: return "bf16";
-        case DType::f16: return "fp16";
-        case DType::f64: return "fp64";
-        case DType::i64: return "i64";
-        case DType::i32: return "i32";
-        case DType::i16: return "i16";
-        case DType::i8: return "i8";
-        case DType::u64: return "u64";
-        case DType::u32: return "u32";
-        case DType::u16: return "u16";
-        case DType::u8: return "u8";
-        case DType::boolean: return "bool";
-        case DType::f8_e4m3: return "f8_e4m3";
-        case DType::f8_e5m2: return "f8_e5m2";
+        case DType::f32:
+            return "fp32";
+        case DType::bf16:
+            return "bf16";
+        case DType::f16:
+            return "fp16";
+        case DType::f64:
+            return "fp64";
+        case DType::i64:
+            return "i64";
+        case DType::i32:
+            return "i32";
+        case DType::i16:
+            return "i16";
+        case DType::i8:
+            return "i8";
+        case DType::u64:
+            return "u64";
+        case DType::u32:
+            return "u32";
+        case DType::u16:
+            return "u16";
+        case DType::u8:
+            return "u8";
+        case DType::boolean:
+            return "bool";
+        case DType::f8_e4m3:
+            return "f8_e4m3";
+        case DType::f8_e5m2:
+            return "f8_e5m2";
     }
     return "?";
 }

@@ -68,15 +68,38 @@ constexpr bool is_compute_type(DType t) {
 // bf16 and fp16 alike, so a pointer to one must say which (Ptr(p, DType::bf16)).
 template <typename T>
 struct ElementOf;
-template <> struct ElementOf<float> { static constexpr DType dtype = DType::f32; };
-template <> struct ElementOf<double> { static constexpr DType dtype = DType::f64; };
-template <> struct ElementOf<int64_t> { static constexpr DType dtype = DType::i64; };
-template <> struct ElementOf<int32_t> { static constexpr DType dtype = DType::i32; };
-template <> struct ElementOf<uint64_t> { static constexpr DType dtype = DType::u64; };
-template <> struct ElementOf<uint32_t> { static constexpr DType dtype = DType::u32; };
-template <> struct ElementOf<uint8_t> { static constexpr DType dtype = DType::u8; };
+template <>
+struct ElementOf<float> {
+    static constexpr DType dtype = DType::f32;
+};
+template <>
+struct ElementOf<double> {
+    static constexpr DType dtype = DType::f64;
+};
+template <>
+struct ElementOf<int64_t> {
+    static constexpr DType dtype = DType::i64;
+};
+template <>
+struct ElementOf<int32_t> {
+    static constexpr DType dtype = DType::i32;
+};
+template <>
+struct ElementOf<uint64_t> {
+    static constexpr DType dtype = DType::u64;
+};
+template <>
+struct ElementOf<uint32_t> {
+    static constexpr DType dtype = DType::u32;
+};
+template <>
+struct ElementOf<uint8_t> {
+    static constexpr DType dtype = DType::u8;
+};
 template <typename T>
-concept Element = requires { ElementOf<T>::dtype; };
+concept Element = requires {
+    ElementOf<T>::dtype;
+};
 
 // A pointer into a buffer with the type of its elements; offsets count elements. A pointer to
 // a C++ element type converts implicitly (a float* is an fp32 buffer, an int64_t* an i64 one).
@@ -106,7 +129,7 @@ struct ConstPtr {
     ConstPtr(std::nullptr_t) {}  // NOLINT: implicit on purpose
     template <Element T>
     ConstPtr(const T* p) : data(p), dtype(ElementOf<T>::dtype) {}  // NOLINT: implicit on purpose
-    ConstPtr(Ptr p) : data(p.data), dtype(p.dtype) {}            // NOLINT
+    ConstPtr(Ptr p) : data(p.data), dtype(p.dtype) {}              // NOLINT
     ConstPtr(const void* p, DType t) : data(p), dtype(t) {}
     ConstPtr operator+(std::size_t elements) const {
         return {static_cast<const char*>(data) + elements * size_of(dtype), dtype};

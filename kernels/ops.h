@@ -88,25 +88,25 @@ public:
                                    const int32_t* positions, int wpe_rows) = 0;
     // dwte (vocab_local, C) += scatter of dout by in-slice token; dwpe (wpe_rows, C) at the
     // rows' positions += sum over the batch of dout, unless dwpe is null.
-    virtual void embedding_backward(Ptr dwte, Ptr dwpe, ConstPtr dout, const int32_t* tokens,
-                                    int B, int T, int C, int vocab_begin, int vocab_local,
+    virtual void embedding_backward(Ptr dwte, Ptr dwpe, ConstPtr dout, const int32_t* tokens, int B,
+                                    int T, int C, int vocab_begin, int vocab_local,
                                     const int32_t* positions, int wpe_rows) = 0;
 
     // ---- layer norm (eps 1e-5) ----------------------------------------------------------
     // out (N,C); mean, rstd (N) saved for backward; weight, bias (C)
-    virtual void layernorm_forward(Ptr out, float* mean, float* rstd, ConstPtr inp,
-                                   ConstPtr weight, ConstPtr bias, int N, int C) = 0;
+    virtual void layernorm_forward(Ptr out, float* mean, float* rstd, ConstPtr inp, ConstPtr weight,
+                                   ConstPtr bias, int N, int C) = 0;
     // dinp (N,C) += the input's gradient, unless dinp is null; dweight, dbias (C) += the
     // parameters', unless they are null (both or neither). A backward split into an input
     // step and a weight step calls it once for each, with the results of one call.
-    virtual void layernorm_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout,
-                                    ConstPtr inp, ConstPtr weight, const float* mean,
-                                    const float* rstd, int N, int C) = 0;
+    virtual void layernorm_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
+                                    ConstPtr weight, const float* mean, const float* rstd, int N,
+                                    int C) = 0;
 
     // ---- linear -------------------------------------------------------------------------
     // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be null
-    virtual void matmul_forward(Ptr out, ConstPtr inp, ConstPtr weight, ConstPtr bias, int N,
-                                int C, int OC) = 0;
+    virtual void matmul_forward(Ptr out, ConstPtr inp, ConstPtr weight, ConstPtr bias, int N, int C,
+                                int OC) = 0;
     // dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += column sums.
     // Each of dinp, dweight and dbias may be null (not needed): a backward split into an
     // input step and a weight step calls it once for each, with the results of one call.
@@ -221,8 +221,8 @@ public:
     // for real columns, 0 for padding. Overwrites (not +=): it starts the backward pass.
     // dlogits may alias logits.
     virtual void cross_entropy_backward(Ptr dlogits, ConstPtr logits, const float* lse,
-                                        const int32_t* targets, float dloss, int N,
-                                        int vocab_begin, int V, int Vp_local) = 0;
+                                        const int32_t* targets, float dloss, int N, int vocab_begin,
+                                        int V, int Vp_local) = 0;
 
     // ---- optimizer ----------------------------------------------------------------------
     // Sum of squares in double, for the global gradient norm: inf or NaN if any element is.
@@ -233,9 +233,9 @@ public:
     // master -= lr*wd*master, then the bias-corrected Adam step. step is 1-based. The
     // updated master weights are also written, rounded, to `params` (the model's working
     // copy, any type) in the same pass, unless it is null.
-    virtual void adamw_update(float* master, ConstPtr grads, float* m, float* v,
-                              std::size_t count, float lr, float beta1, float beta2, float eps,
-                              float weight_decay, int step, float grad_scale, Ptr params) = 0;
+    virtual void adamw_update(float* master, ConstPtr grads, float* m, float* v, std::size_t count,
+                              float lr, float beta1, float beta2, float eps, float weight_decay,
+                              int step, float grad_scale, Ptr params) = 0;
 };
 
 // The CPU backend, using `threads` threads for its loops and for OpenBLAS (0: all cores).

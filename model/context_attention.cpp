@@ -21,9 +21,16 @@ constexpr int kGradients = 1;
 
 ContextAttention::ContextAttention(kernels::Ops& ops, parallel::Comm& group, ContextMode mode,
                                    const ContextShape& shape, DType activations)
-    : ops_(ops), group_(group), mode_(mode), s_(shape), ranks_(group.size()),
-      rank_(group.rank()), T_local_(shape.T / group.size()), S_(shape.T / (2 * group.size())),
-      rows_(static_cast<std::size_t>(shape.B) * (shape.T / group.size())), act_(activations),
+    : ops_(ops),
+      group_(group),
+      mode_(mode),
+      s_(shape),
+      ranks_(group.size()),
+      rank_(group.rank()),
+      T_local_(shape.T / group.size()),
+      S_(shape.T / (2 * group.size())),
+      rows_(static_cast<std::size_t>(shape.B) * (shape.T / group.size())),
+      act_(activations),
       saved_{0, DType::f32} {
     if (ranks_ < 2 || shape.T % (2 * ranks_) != 0)
         throw Error("internal: context parallelism over " + std::to_string(ranks_) +
@@ -60,8 +67,8 @@ void ContextAttention::forward(Ptr out, Ptr qkv, Ptr out_heads, Ptr saved, float
     // Ulysses: this rank's heads over the whole sequence, as one process would run them.
     const int heads = s_.NH / ranks_;
     to_heads(qkv_tokens_.data(), qkv, 3);
-    ops_.attention_forward(out_heads, saved, qkv, s_.B, s_.T, s_.C / ranks_, heads, drop_prob,
-                           seed, s_.head_begin + rank_ * heads, s_.heads_total);
+    ops_.attention_forward(out_heads, saved, qkv, s_.B, s_.T, s_.C / ranks_, heads, drop_prob, seed,
+                           s_.head_begin + rank_ * heads, s_.heads_total);
     to_tokens(out_heads, out, 1);
 }
 
@@ -178,7 +185,8 @@ void ContextAttention::ring_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, Cons
                     ops_.attention_block_backward(dq, dkv, dout, qkv, kv, out, lse,
                                                   block(source, qa, kb, drop_prob, seed));
         if (step + 1 < ranks_) {
-            ring_exchange(kv, kv_[static_cast<std::size_t>(1 - held)].data(), kv_count, kKeysValues);
+            ring_exchange(kv, kv_[static_cast<std::size_t>(1 - held)].data(), kv_count,
+                          kKeysValues);
             held = 1 - held;
         }
         ring_exchange(dkv_[static_cast<std::size_t>(grads)].data(),
@@ -186,7 +194,8 @@ void ContextAttention::ring_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, Cons
         grads = 1 - grads;
     }
     ops_.copy_2d(dqkv, 3 * C, rows_f32_.data(), C, rows_, C);
-    ops_.copy_2d(dqkv + C, 3 * C, dkv_[static_cast<std::size_t>(grads)].data(), 2 * C, rows_, 2 * C);
+    ops_.copy_2d(dqkv + C, 3 * C, dkv_[static_cast<std::size_t>(grads)].data(), 2 * C, rows_,
+                 2 * C);
 }
 
 // ---- Ulysses ---------------------------------------------------------------------------------

@@ -24,7 +24,8 @@ void take_context_tokens(std::span<const int32_t> all, std::span<int32_t> local,
     const std::size_t L = positions.size();
     for (std::size_t b = 0; b < static_cast<std::size_t>(B); ++b)
         for (std::size_t t = 0; t < L; ++t)
-            local[b * L + t] = all[b * static_cast<std::size_t>(T) + static_cast<std::size_t>(positions[t])];
+            local[b * L + t] =
+                all[b * static_cast<std::size_t>(T) + static_cast<std::size_t>(positions[t])];
 }
 
 }  // namespace trident::model

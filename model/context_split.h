@@ -12,7 +12,9 @@
 namespace trident::model {
 
 // The chunk (of 2C) that rank `rank` holds as its half 0 or 1.
-inline int context_chunk(int rank, int half, int C) { return half == 0 ? rank : 2 * C - 1 - rank; }
+inline int context_chunk(int rank, int half, int C) {
+    return half == 0 ? rank : 2 * C - 1 - rank;
+}
 
 // The sequence positions of the T/C tokens rank `rank` holds, in the order it holds them.
 std::vector<int32_t> context_positions(int T, int C, int rank);

@@ -17,7 +17,8 @@ DeviceBuffer::~DeviceBuffer() {
 }
 
 DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
-    : ops_(other.ops_), data_(std::exchange(other.data_, Ptr())),
+    : ops_(other.ops_),
+      data_(std::exchange(other.data_, Ptr())),
       count_(std::exchange(other.count_, 0)) {}
 
 DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {

@@ -36,7 +36,9 @@ FlatBuffer::FlatBuffer(kernels::Ops& ops, std::vector<Range> units, int replicas
     data_ = allocate(ops, held_, dtype);
 }
 
-FlatBuffer::~FlatBuffer() { free_all(); }
+FlatBuffer::~FlatBuffer() {
+    free_all();
+}
 
 void FlatBuffer::free_all() {
     if (!ops_) return;
@@ -45,7 +47,9 @@ void FlatBuffer::free_all() {
     if (data_) ops_->release(data_.data);
 }
 
-FlatBuffer::FlatBuffer(FlatBuffer&& other) noexcept { *this = std::move(other); }
+FlatBuffer::FlatBuffer(FlatBuffer&& other) noexcept {
+    *this = std::move(other);
+}
 
 FlatBuffer& FlatBuffer::operator=(FlatBuffer&& other) noexcept {
     if (this == &other) return *this;
@@ -105,7 +109,9 @@ kernels::Ptr FlatBuffer::unit(std::size_t u) const {
     return whole_[u];
 }
 
-kernels::Ptr FlatBuffer::shard_part(std::size_t u) const { return data_ + shard_offsets_[u]; }
+kernels::Ptr FlatBuffer::shard_part(std::size_t u) const {
+    return data_ + shard_offsets_[u];
+}
 
 void FlatBuffer::acquire(std::size_t u) {
     if (whole_[u]) throw Error("internal: unit " + std::to_string(u) + " is already resident");
@@ -125,8 +131,9 @@ std::vector<float> FlatBuffer::to_host() const {
     }
     for (std::size_t u = 0; u < units_.size(); ++u) {
         const std::size_t part = part_size(u);
-        ops_->copy_to_host(host.data() + units_[u].first + static_cast<std::size_t>(replica_) * part,
-                           shard_part(u), part);
+        ops_->copy_to_host(
+            host.data() + units_[u].first + static_cast<std::size_t>(replica_) * part,
+            shard_part(u), part);
     }
     return host;
 }
@@ -141,9 +148,9 @@ void FlatBuffer::from_host(const std::vector<float>& host) {
     }
     for (std::size_t u = 0; u < units_.size(); ++u) {
         const std::size_t part = part_size(u);
-        ops_->copy_from_host(shard_part(u),
-                             host.data() + units_[u].first + static_cast<std::size_t>(replica_) * part,
-                             part);
+        ops_->copy_from_host(
+            shard_part(u),
+            host.data() + units_[u].first + static_cast<std::size_t>(replica_) * part, part);
     }
 }
 

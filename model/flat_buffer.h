@@ -64,9 +64,9 @@ public:
     std::pair<std::size_t, std::size_t> units_of(std::size_t begin, std::size_t end) const;
     std::size_t part_size(std::size_t u) const;  // elements of each replica's part of unit u
     bool resident(std::size_t u) const { return static_cast<bool>(whole_[u]); }
-    kernels::Ptr unit(std::size_t u) const;      // the whole of a resident unit
+    kernels::Ptr unit(std::size_t u) const;        // the whole of a resident unit
     kernels::Ptr shard_part(std::size_t u) const;  // this replica's part of unit u, in the shard
-    void acquire(std::size_t u);  // allocates unit u's whole, zero-filled
+    void acquire(std::size_t u);                   // allocates unit u's whole, zero-filled
     void release(std::size_t u);
 
     // ---- the host ------------------------------------------------------------------------
@@ -88,7 +88,7 @@ private:
     kernels::Ptr data_;  // the whole buffer, or the shard
     std::vector<Range> units_;
     std::vector<std::size_t> shard_offsets_;  // where each unit's part starts in the shard
-    std::vector<kernels::Ptr> whole_;        // each unit's whole while resident
+    std::vector<kernels::Ptr> whole_;         // each unit's whole while resident
     int replicas_ = 1, replica_ = 0;
 };
 

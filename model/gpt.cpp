@@ -20,7 +20,9 @@ using kernels::Ptr;
 namespace {
 
 // Token ids live in i32 device buffers.
-const int32_t* as_tokens(const DeviceBuffer& b) { return static_cast<const int32_t*>(b.data().data); }
+const int32_t* as_tokens(const DeviceBuffer& b) {
+    return static_cast<const int32_t*>(b.data().data);
+}
 
 void upload_tokens(kernels::Ops& ops, DeviceBuffer& dst, const int32_t* host, std::size_t n) {
     ops.upload(dst.data().data, host, n * sizeof(int32_t));
@@ -45,10 +47,10 @@ struct Gpt::LayerActivations {
     DeviceBuffer resid3;                   // (R,C), the next layer's input
     // A split backward's B keeps for its W the gradients of the outputs of the layer's four
     // linears and two LayerNorms (allocated only when the backward is split).
-    DeviceBuffer d_fc2, d_fc1;             // (N,C), (N,F/M)
-    DeviceBuffer d_ln2;                    // (R,C)
-    DeviceBuffer d_proj, d_qkv;            // (N,C), (N,3C/M)
-    DeviceBuffer d_ln1;                    // (R,C)
+    DeviceBuffer d_fc2, d_fc1;   // (N,C), (N,F/M)
+    DeviceBuffer d_ln2;          // (R,C)
+    DeviceBuffer d_proj, d_qkv;  // (N,C), (N,3C/M)
+    DeviceBuffer d_ln1;          // (R,C)
 };
 
 struct Gpt::Activations {
@@ -62,8 +64,8 @@ struct Gpt::Activations {
     DeviceBuffer lnf, lnf_mean, lnf_rstd;  // (R,C), (R), (R)
     DeviceBuffer lnf_all;                  // (N,C) (sequence parallel)
     DeviceBuffer logits;                   // (N,Vp/M), turned into dlogits by backward
-    DeviceBuffer loss_stats;  // (4,N): row max | global max | sum of exps | target logit
-    DeviceBuffer lse, losses;              // (N), (N)
+    DeviceBuffer loss_stats;   // (4,N): row max | global max | sum of exps | target logit
+    DeviceBuffer lse, losses;  // (N), (N)
     // A split backward's B keeps for its W: the final LayerNorm's output gradient (the
     // dlogits stay in `logits`) and the embedding's (R,C) each.
     DeviceBuffer d_lnf, d_embed;
@@ -102,27 +104,37 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
     const std::vector<int32_t> positions = context_positions(shape.max_seq, ranks, rank);
     const std::size_t first = sequence_parallel_ ? static_cast<std::size_t>(tensor_.rank()) * R : 0;
     for (std::size_t row = first; row < first + R; ++row) {
-        const std::size_t whole = row / static_cast<std::size_t>(T_) * static_cast<std::size_t>(shape.max_seq) +
-                                  static_cast<std::size_t>(positions[row % static_cast<std::size_t>(T_)]);
-        if (!residual_runs_.empty() && residual_runs_.back().whole + residual_runs_.back().rows == whole)
+        const std::size_t whole =
+            row / static_cast<std::size_t>(T_) * static_cast<std::size_t>(shape.max_seq) +
+            static_cast<std::size_t>(positions[row % static_cast<std::size_t>(T_)]);
+        if (!residual_runs_.empty() &&
+            residual_runs_.back().whole + residual_runs_.back().rows == whole)
             ++residual_runs_.back().rows;
         else
             residual_runs_.push_back({row - first, whole, 1});
     }
     if (ranks > 1) {
-        const ContextShape attention{B_, shape.max_seq, layout_.hidden_local(), layout_.heads_local(),
-                                     layout_.heads_begin(), shape.heads};
-        context_ = std::make_unique<ContextAttention>(ops, *context.group, context.mode, attention, act);
+        const ContextShape attention{B_,
+                                     shape.max_seq,
+                                     layout_.hidden_local(),
+                                     layout_.heads_local(),
+                                     layout_.heads_begin(),
+                                     shape.heads};
+        context_ =
+            std::make_unique<ContextAttention>(ops, *context.group, context.mode, attention, act);
         positions_ = DeviceBuffer(ops, static_cast<std::size_t>(T_), kernels::DType::i32);
         ops.upload(positions_.data().data, positions.data(), positions.size() * sizeof(int32_t));
     }
 
-    const std::size_t padded = (layout_.total() + buffer_multiple - 1) / buffer_multiple * buffer_multiple;
+    const std::size_t padded =
+        (layout_.total() + buffer_multiple - 1) / buffer_multiple * buffer_multiple;
     const int replicas = static_cast<int>(buffer_multiple);
-    params_ = sharding.params ? FlatBuffer(ops, layout_.units(), replicas, sharding.replica, precision.params)
-                              : FlatBuffer(ops, padded, precision.params);
-    grads_ = sharding.grads ? FlatBuffer(ops, layout_.units(), replicas, sharding.replica, precision.grads)
-                            : FlatBuffer(ops, padded, precision.grads);
+    params_ = sharding.params
+                  ? FlatBuffer(ops, layout_.units(), replicas, sharding.replica, precision.params)
+                  : FlatBuffer(ops, padded, precision.params);
+    grads_ = sharding.grads
+                 ? FlatBuffer(ops, layout_.units(), replicas, sharding.replica, precision.grads)
+                 : FlatBuffer(ops, padded, precision.grads);
     proj_partial_ = DeviceBuffer(ops, N * C, act);
     proj_reduced_ = DeviceBuffer(ops, sequence_parallel_ ? R * C : 0, act);
     dresidual_ = DeviceBuffer(ops, R * C, act);
@@ -135,7 +147,8 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
     dqkv_ = DeviceBuffer(ops, N * 3 * Cm, act);
     if (recompute_ != Recompute::none) {
         recompute_scratch_ = std::make_unique<LayerActivations>();
-        allocate_layer(*recompute_scratch_, recompute_ == Recompute::full, !keeps_attention(), false);
+        allocate_layer(*recompute_scratch_, recompute_ == Recompute::full, !keeps_attention(),
+                       false);
     }
 }
 
@@ -163,7 +176,8 @@ void Gpt::allocate_layer(LayerActivations& l, bool work, bool att, bool output) 
         l.fch = DeviceBuffer(ops, N * Fm, act);
         l.fch_gelu = DeviceBuffer(ops, N * Fm, act);
     }
-    if (work && context_ && context_->keeps_out_heads()) l.atty_heads = DeviceBuffer(ops, N * Cm, act);
+    if (work && context_ && context_->keeps_out_heads())
+        l.atty_heads = DeviceBuffer(ops, N * Cm, act);
     if (att) {
         const kernels::Ops::AttentionSaved saved =
             context_ ? kernels::Ops::AttentionSaved{context_->saved_count(), context_->saved_type()}
@@ -233,8 +247,9 @@ Gpt::Activations& Gpt::start(int mb, int c) {
         pool.pop_back();
     }
     auto [it, fresh] = live_.emplace(std::pair{mb, c}, std::move(a));
-    if (!fresh) throw Error("internal: microbatch " + std::to_string(mb) + " of chunk " +
-                            std::to_string(c) + " is already in flight");
+    if (!fresh)
+        throw Error("internal: microbatch " + std::to_string(mb) + " of chunk " +
+                    std::to_string(c) + " is already in flight");
     return *it->second;
 }
 
@@ -274,8 +289,8 @@ void Gpt::init_random(uint64_t seed, float init_std) {
             return t.name.size() >= n && t.name.compare(t.name.size() - n, n, suffix) == 0;
         };
         if (t.shape.size() == 1) {  // biases 0, LayerNorm gains 1
-            const bool gain = ends_with("ln_1.weight") || ends_with("ln_2.weight") ||
-                              t.name == "ln_f.weight";
+            const bool gain =
+                ends_with("ln_1.weight") || ends_with("ln_2.weight") || t.name == "ln_f.weight";
             for (std::size_t i = 0; i < t.numel; ++i) p[i] = gain ? 1.0f : 0.0f;
             continue;
         }
@@ -291,7 +306,9 @@ void Gpt::init_random(uint64_t seed, float init_std) {
     load_full_params(full);
 }
 
-void Gpt::load_params(const std::vector<float>& local) { params_.from_host(local); }
+void Gpt::load_params(const std::vector<float>& local) {
+    params_.from_host(local);
+}
 
 void Gpt::load_full_params(const std::vector<float>& full) {
     std::vector<float> local(layout_.total());
@@ -316,7 +333,8 @@ std::vector<float> Gpt::share_of_full(const std::vector<float>& local) const {
     // by the first and the last stage) on the first.
     std::vector<float> mine(local);
     for (const ParamTensor& t : layout_.tensors()) {
-        if (layout_.held_elsewhere(t)) std::fill_n(mine.begin() + static_cast<std::ptrdiff_t>(t.offset), t.numel, 0.0f);
+        if (layout_.held_elsewhere(t))
+            std::fill_n(mine.begin() + static_cast<std::ptrdiff_t>(t.offset), t.numel, 0.0f);
     }
     const ParamLayout full_layout(layout_.shape());
     std::vector<float> full(full_layout.total(), 0.0f);
@@ -324,11 +342,13 @@ std::vector<float> Gpt::share_of_full(const std::vector<float>& local) const {
     return full;
 }
 
-void Gpt::zero_grads() { grads_.zero(); }
+void Gpt::zero_grads() {
+    grads_.zero();
+}
 
 std::pair<std::size_t, std::size_t> Gpt::embedding_range() const {
-    return {layout_.wte(),
-            layout_.wpe() + static_cast<std::size_t>(layout_.shape().max_seq) * layout_.shape().hidden};
+    return {layout_.wte(), layout_.wpe() + static_cast<std::size_t>(layout_.shape().max_seq) *
+                                               layout_.shape().hidden};
 }
 
 std::pair<std::size_t, std::size_t> Gpt::lnf_range() const {
@@ -336,8 +356,8 @@ std::pair<std::size_t, std::size_t> Gpt::lnf_range() const {
 }
 
 std::pair<std::size_t, std::size_t> Gpt::wte_range() const {
-    return {layout_.wte(),
-            layout_.wte() + static_cast<std::size_t>(layout_.vocab_local()) * layout_.shape().hidden};
+    return {layout_.wte(), layout_.wte() + static_cast<std::size_t>(layout_.vocab_local()) *
+                                               layout_.shape().hidden};
 }
 
 std::pair<std::size_t, std::size_t> Gpt::next_in_forward(int c, int i) const {
@@ -416,7 +436,8 @@ void Gpt::run_forward(int c, Activations& a, const int32_t* inputs, ConstPtr inp
         const Ptr embedded = sequence_parallel_ ? a.embedded.data() : a.input.data();
         ops_.embedding_forward(embedded, as_tokens(a.inputs), w + layout_.wte(),
                                tensor_.rank() == 0 ? w + layout_.wpe() : nullptr, B, T, C,
-                               layout_.vocab_begin(), layout_.vocab_local(), positions(), s.max_seq);
+                               layout_.vocab_begin(), layout_.vocab_local(), positions(),
+                               s.max_seq);
         const Ptr encoded = reduce_rows(embedded, a.input.data());
         dropout_rows(encoded, drop, site_seed(a, -1, 0));
         if (!head) params_done(embedding_begin, embedding_end);  // else wte is the head's too
@@ -472,8 +493,8 @@ void Gpt::forward_layer(const Activations& a, int l, LayerActivations& la, Ptr a
                            w + p.ln1_w, w + p.ln1_b, R, C);
     const ConstPtr ln1 = all_rows(la.ln1.data(), la.ln1_all.data());
     if (context_) {  // attention over the whole sequence, split over the context group
-        ops_.matmul_forward(context_->qkv_input(la.qkv.data()), ln1, w + p.qkv_w, w + p.qkv_b, N,
-                            C, 3 * Cm);
+        ops_.matmul_forward(context_->qkv_input(la.qkv.data()), ln1, w + p.qkv_w, w + p.qkv_b, N, C,
+                            3 * Cm);
         context_->forward(la.atty.data(), la.qkv.data(), la.atty_heads.data(), att, drop,
                           site_seed(a, l, 0));
     } else {
@@ -536,7 +557,8 @@ std::vector<float> Gpt::logits_at(const int32_t* inputs, int position) {
     a.training = false;
     run_forward(0, a, inputs, nullptr);
     std::vector<float> row(static_cast<std::size_t>(s.vocab));  // padded columns dropped
-    ops_.copy_to_host(row.data(), a.logits.data() + static_cast<std::size_t>(position) * s.padded_vocab,
+    ops_.copy_to_host(row.data(),
+                      a.logits.data() + static_cast<std::size_t>(position) * s.padded_vocab,
                       row.size());
     release(0, 0);
     return row;
@@ -581,8 +603,8 @@ void Gpt::set_split_backward(bool on) {
     split_backward_ = on;
 }
 
-void Gpt::backward_part(int mb, int c, float dloss, ConstPtr output_grad, Ptr input_grad,
-                        Part part, bool last) {
+void Gpt::backward_part(int mb, int c, float dloss, ConstPtr output_grad, Ptr input_grad, Part part,
+                        bool last) {
     const StagePlan& plan = layout_.plan();
     const int g = plan.global_chunk(c);
     const std::size_t C = layout_.shape().hidden;
@@ -670,12 +692,11 @@ void Gpt::head_backward(Activations& a, float dloss, Part part) {
     }
     // Loss and LM head. dlogits overwrite the logits; the gradient into the head's input is
     // this rank's vocabulary share (f: all-reduce, or reduce-scatter to its rows).
-    ops_.cross_entropy_backward(a.logits.data(), a.logits.data(), a.lse.f32(),
-                                as_tokens(a.targets), dloss, N, layout_.vocab_begin(), s.vocab,
-                                layout_.vocab_local());
+    ops_.cross_entropy_backward(a.logits.data(), a.logits.data(), a.lse.f32(), as_tokens(a.targets),
+                                dloss, N, layout_.vocab_begin(), s.vocab, layout_.vocab_local());
     ops_.zero(dc_a_.data(), static_cast<std::size_t>(N) * C);
-    ops_.matmul_backward(dc_a_.data(), dwte, nullptr, a.logits.data(), lnf, w + layout_.wte(), N,
-                         C, layout_.vocab_local());
+    ops_.matmul_backward(dc_a_.data(), dwte, nullptr, a.logits.data(), lnf, w + layout_.wte(), N, C,
+                         layout_.vocab_local());
     const ConstPtr dlnf = reduce_rows(dc_a_.data(), dc_mine_.data());
     if (!weights) ops_.copy(a.d_lnf.data(), dlnf, static_cast<std::size_t>(R) * C);
     ops_.zero(dresidual_.data(), static_cast<std::size_t>(R) * C);
@@ -713,14 +734,14 @@ void Gpt::backward_layer(const Activations& a, int l, LayerActivations& kept, Co
         ops_.matmul_backward(nullptr, grad(p.fc1_w), grad(p.fc1_b), kept.d_fc1.data(), ln2,
                              w + p.fc1_w, N, C, Fm);
         ops_.layernorm_backward(nullptr, grad(p.ln2_w), grad(p.ln2_b), kept.d_ln2.data(),
-                                la.resid2.data(), w + p.ln2_w, la.ln2_mean.f32(),
-                                la.ln2_rstd.f32(), R, C);
+                                la.resid2.data(), w + p.ln2_w, la.ln2_mean.f32(), la.ln2_rstd.f32(),
+                                R, C);
         ops_.matmul_backward(nullptr, grad(p.proj_w), grad(p.proj_b), kept.d_proj.data(),
                              la.atty.data(), w + p.proj_w, N, Cm, C);
         ops_.matmul_backward(nullptr, grad(p.qkv_w), grad(p.qkv_b), kept.d_qkv.data(), ln1,
                              w + p.qkv_w, N, C, 3 * Cm);
-        ops_.layernorm_backward(nullptr, grad(p.ln1_w), grad(p.ln1_b), kept.d_ln1.data(),
-                                residual, w + p.ln1_w, la.ln1_mean.f32(), la.ln1_rstd.f32(), R, C);
+        ops_.layernorm_backward(nullptr, grad(p.ln1_w), grad(p.ln1_b), kept.d_ln1.data(), residual,
+                                w + p.ln1_w, la.ln1_mean.f32(), la.ln1_rstd.f32(), R, C);
         return;
     }
     // B alone keeps each output gradient for its W.
@@ -729,8 +750,8 @@ void Gpt::backward_layer(const Activations& a, int l, LayerActivations& kept, Co
     };
 
     // MLP branch. g backward: the gradient of fc2's output is the residual's (all rows).
-    const ConstPtr dfcproj = all_rows(
-        through_dropout(dresidual_.data(), RC, drop, site_seed(a, l, 2)), dc_all_.data());
+    const ConstPtr dfcproj =
+        all_rows(through_dropout(dresidual_.data(), RC, drop, site_seed(a, l, 2)), dc_all_.data());
     keep(kept.d_fc2, dfcproj, NC);
     ops_.zero(df_a_.data(), NFm);
     ops_.matmul_backward(df_a_.data(), grad(p.fc2_w), grad(p.fc2_b), dfcproj, la.fch_gelu.data(),
@@ -739,17 +760,16 @@ void Gpt::backward_layer(const Activations& a, int l, LayerActivations& kept, Co
     ops_.gelu_backward(df_b_.data(), la.fch.data(), df_a_.data(), NFm);
     keep(kept.d_fc1, df_b_.data(), NFm);
     ops_.zero(dc_a_.data(), NC);
-    ops_.matmul_backward(dc_a_.data(), grad(p.fc1_w), grad(p.fc1_b), df_b_.data(), ln2,
-                         w + p.fc1_w, N, C, Fm);
+    ops_.matmul_backward(dc_a_.data(), grad(p.fc1_w), grad(p.fc1_b), df_b_.data(), ln2, w + p.fc1_w,
+                         N, C, Fm);
     const ConstPtr dln2 = reduce_rows(dc_a_.data(), dc_mine_.data());  // f backward
     keep(kept.d_ln2, dln2, RC);
-    ops_.layernorm_backward(dresidual_.data(), grad(p.ln2_w), grad(p.ln2_b), dln2,
-                            la.resid2.data(), w + p.ln2_w, la.ln2_mean.f32(), la.ln2_rstd.f32(),
-                            R, C);
+    ops_.layernorm_backward(dresidual_.data(), grad(p.ln2_w), grad(p.ln2_b), dln2, la.resid2.data(),
+                            w + p.ln2_w, la.ln2_mean.f32(), la.ln2_rstd.f32(), R, C);
 
     // Attention branch.
-    const ConstPtr dattproj = all_rows(
-        through_dropout(dresidual_.data(), RC, drop, site_seed(a, l, 1)), dc_all_.data());
+    const ConstPtr dattproj =
+        all_rows(through_dropout(dresidual_.data(), RC, drop, site_seed(a, l, 1)), dc_all_.data());
     keep(kept.d_proj, dattproj, NC);
     ops_.zero(dc_b_.data(), NCm);
     ops_.matmul_backward(dc_b_.data(), grad(p.proj_w), grad(p.proj_b), dattproj, la.atty.data(),
@@ -762,14 +782,14 @@ void Gpt::backward_layer(const Activations& a, int l, LayerActivations& kept, Co
     } else {
         if (recompute_ == Recompute::selective)  // what attention keeps, rebuilt from qkv
             ops_.attention_rebuild(att, la.qkv.data(), B, T, Cm, NHm, drop);
-        ops_.attention_backward(dqkv_.data(), dc_b_.data(), la.qkv.data(), la.atty.data(), att,
-                                B, T, Cm, NHm, drop, site_seed(a, l, 0), layout_.heads_begin(),
+        ops_.attention_backward(dqkv_.data(), dc_b_.data(), la.qkv.data(), la.atty.data(), att, B,
+                                T, Cm, NHm, drop, site_seed(a, l, 0), layout_.heads_begin(),
                                 s.heads);
     }
     keep(kept.d_qkv, dqkv_.data(), 3 * NCm);
     ops_.zero(dc_a_.data(), NC);
-    ops_.matmul_backward(dc_a_.data(), grad(p.qkv_w), grad(p.qkv_b), dqkv_.data(), ln1,
-                         w + p.qkv_w, N, C, 3 * Cm);
+    ops_.matmul_backward(dc_a_.data(), grad(p.qkv_w), grad(p.qkv_b), dqkv_.data(), ln1, w + p.qkv_w,
+                         N, C, 3 * Cm);
     const ConstPtr dln1 = reduce_rows(dc_a_.data(), dc_mine_.data());  // f backward
     keep(kept.d_ln1, dln1, RC);
     ops_.layernorm_backward(dresidual_.data(), grad(p.ln1_w), grad(p.ln1_b), dln1, residual,
@@ -788,8 +808,8 @@ void Gpt::embedding_backward(Activations& a, Part part) {
     // The embedding's reduction backward: every rank scatters all rows into its slice.
     const ConstPtr dencoded =
         all_rows(through_dropout(dresidual, RC, drop, site_seed(a, -1, 0)), dc_all_.data());
-    ops_.embedding_backward(grads_.at(layout_.wte()), grads_.at(layout_.wpe()),
-                            dencoded, as_tokens(a.inputs), B_, T_, C, layout_.vocab_begin(),
+    ops_.embedding_backward(grads_.at(layout_.wte()), grads_.at(layout_.wpe()), dencoded,
+                            as_tokens(a.inputs), B_, T_, C, layout_.vocab_begin(),
                             layout_.vocab_local(), positions(), layout_.shape().max_seq);
 }
 
@@ -797,8 +817,7 @@ void Gpt::gradients_final(std::size_t begin, std::size_t end,
                           std::initializer_list<std::size_t> layernorm_offsets) {
     if (sequence_parallel_)
         for (const std::size_t offset : layernorm_offsets)
-            tensor_.all_reduce(grads_.at(offset),
-                               static_cast<std::size_t>(layout_.shape().hidden));
+            tensor_.all_reduce(grads_.at(offset), static_cast<std::size_t>(layout_.shape().hidden));
     if (hooks_.grads_final) hooks_.grads_final(begin, end);
 }
 

@@ -112,7 +112,9 @@ public:
     int local_tokens() const { return T_; }
     // Elements of the activation a chunk passes on: its rows of the residual stream (R, C),
     // of precision().activations.
-    std::size_t boundary_size() const { return static_cast<std::size_t>(rows_mine_) * layout_.shape().hidden; }
+    std::size_t boundary_size() const {
+        return static_cast<std::size_t>(rows_mine_) * layout_.shape().hidden;
+    }
     const Precision& precision() const { return precision_; }
     const Sharding& sharding() const { return sharding_; }
     FlatBuffer& params() { return params_; }
@@ -148,7 +150,8 @@ public:
     // global chunk, else `input` (R, C) as the previous chunk sent it (copied). The last
     // global chunk computes the loss against `targets` (B, T) and returns its mean over the
     // B*T tokens; other chunks write their output (R, C) to `output` and return 0. Token ids
-    // are on the host; T is local_tokens(), this rank's tokens of each sequence. Without `training` (no dropout) the activations are released at once.
+    // are on the host; T is local_tokens(), this rank's tokens of each sequence. Without `training`
+    // (no dropout) the activations are released at once.
     float forward_chunk(int mb, int c, const int32_t* inputs, const int32_t* targets,
                         kernels::ConstPtr input, kernels::Ptr output, bool training,
                         uint64_t dropout_seed);
@@ -210,8 +213,8 @@ private:
     // and under selective recompute with ring attention, whose log-sum-exp is as small as
     // anything recompute would keep instead (full recompute keeps nothing of a layer).
     bool keeps_attention() const {
-        return recompute_ == Recompute::none ||
-               (recompute_ == Recompute::selective && context_ && context_->mode() == ContextMode::ring);
+        return recompute_ == Recompute::none || (recompute_ == Recompute::selective && context_ &&
+                                                 context_->mode() == ContextMode::ring);
     }
     // Allocates the buffers of one layer's set: `work` the intermediates backward reads (all
     // but att and the output), `att` what attention keeps for backward, `output` resid3.
@@ -291,9 +294,9 @@ private:
     parallel::Comm& tensor_;
     bool sequence_parallel_;
     ParamLayout layout_;
-    int B_, T_;                // T: this rank's tokens of a sequence, seq_len / C
-    int rows_;                 // N = B*T rows of a microbatch
-    int rows_mine_;            // rows of the residual stream on this rank: N/M or N
+    int B_, T_;      // T: this rank's tokens of a sequence, seq_len / C
+    int rows_;       // N = B*T rows of a microbatch
+    int rows_mine_;  // rows of the residual stream on this rank: N/M or N
     // This rank's residual rows as runs of consecutive rows of the whole microbatch (B,
     // seq_len): (first local row, its row in the whole, rows). One run without context
     // parallelism; dropout draws each run's mask from its place in the whole.
@@ -328,12 +331,12 @@ private:
     DeviceBuffer proj_partial_, proj_reduced_;
 
     // Gradient scratch for backward, reused layer by layer.
-    DeviceBuffer dresidual_;       // (R,C) gradient of the residual stream
-    DeviceBuffer dc_a_, dc_b_;     // (N,C)
-    DeviceBuffer dc_mine_;         // (R,C)
-    DeviceBuffer dc_all_;          // (N,C)
-    DeviceBuffer df_a_, df_b_;     // (N,F/M)
-    DeviceBuffer dqkv_;            // (N,3C/M)
+    DeviceBuffer dresidual_;    // (R,C) gradient of the residual stream
+    DeviceBuffer dc_a_, dc_b_;  // (N,C)
+    DeviceBuffer dc_mine_;      // (R,C)
+    DeviceBuffer dc_all_;       // (N,C)
+    DeviceBuffer df_a_, df_b_;  // (N,F/M)
+    DeviceBuffer dqkv_;         // (N,3C/M)
 };
 
 }  // namespace trident::model

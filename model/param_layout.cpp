@@ -19,10 +19,15 @@ void require_divisible(const char* what, int value, int tensor_size) {
 // The local shape of a tensor of `full` shape under `split`.
 std::vector<int64_t> local_shape(std::vector<int64_t> full, Split split, int tensor_size) {
     switch (split) {
-        case Split::replicated: break;
+        case Split::replicated:
+            break;
         case Split::rows:
-        case Split::qkv_rows: full[0] /= tensor_size; break;
-        case Split::columns: full[1] /= tensor_size; break;
+        case Split::qkv_rows:
+            full[0] /= tensor_size;
+            break;
+        case Split::columns:
+            full[1] /= tensor_size;
+            break;
     }
     return full;
 }
@@ -76,24 +81,24 @@ ParamLayout::ParamLayout(const GptShape& shape, int tensor_rank, int tensor_size
     }
     for (int c = 0; c < plan.chunks; ++c)
         for (int l = first_layer(c); l < first_layer(c) + chunk_layers(c); ++l) {
-        start_unit();
-        const std::string p = "h." + std::to_string(l) + ".";
-        LayerParams lp{};
-        lp.ln1_w = add(p + "ln_1.weight", {C}, false, Split::replicated);
-        lp.ln1_b = add(p + "ln_1.bias", {C}, false, Split::replicated);
-        lp.qkv_w = add(p + "attn.c_attn.weight", {3 * C, C}, true, Split::qkv_rows);
-        lp.qkv_b = add(p + "attn.c_attn.bias", {3 * C}, false, Split::qkv_rows);
-        lp.proj_w = add(p + "attn.c_proj.weight", {C, C}, true, Split::columns);
-        lp.proj_b = add(p + "attn.c_proj.bias", {C}, false, Split::replicated);
-        lp.ln2_w = add(p + "ln_2.weight", {C}, false, Split::replicated);
-        lp.ln2_b = add(p + "ln_2.bias", {C}, false, Split::replicated);
-        lp.fc1_w = add(p + "mlp.c_fc.weight", {F, C}, true, Split::rows);
-        lp.fc1_b = add(p + "mlp.c_fc.bias", {F}, false, Split::rows);
-        lp.fc2_w = add(p + "mlp.c_proj.weight", {C, F}, true, Split::columns);
-        lp.fc2_b = add(p + "mlp.c_proj.bias", {C}, false, Split::replicated);
-        layer_ids_.push_back(l);
-        layers_.push_back(lp);
-    }
+            start_unit();
+            const std::string p = "h." + std::to_string(l) + ".";
+            LayerParams lp{};
+            lp.ln1_w = add(p + "ln_1.weight", {C}, false, Split::replicated);
+            lp.ln1_b = add(p + "ln_1.bias", {C}, false, Split::replicated);
+            lp.qkv_w = add(p + "attn.c_attn.weight", {3 * C, C}, true, Split::qkv_rows);
+            lp.qkv_b = add(p + "attn.c_attn.bias", {3 * C}, false, Split::qkv_rows);
+            lp.proj_w = add(p + "attn.c_proj.weight", {C, C}, true, Split::columns);
+            lp.proj_b = add(p + "attn.c_proj.bias", {C}, false, Split::replicated);
+            lp.ln2_w = add(p + "ln_2.weight", {C}, false, Split::replicated);
+            lp.ln2_b = add(p + "ln_2.bias", {C}, false, Split::replicated);
+            lp.fc1_w = add(p + "mlp.c_fc.weight", {F, C}, true, Split::rows);
+            lp.fc1_b = add(p + "mlp.c_fc.bias", {F}, false, Split::rows);
+            lp.fc2_w = add(p + "mlp.c_proj.weight", {C, F}, true, Split::columns);
+            lp.fc2_b = add(p + "mlp.c_proj.bias", {C}, false, Split::replicated);
+            layer_ids_.push_back(l);
+            layers_.push_back(lp);
+        }
     if (plan.last()) {
         start_unit();
         lnf_w_ = add("ln_f.weight", {C}, false, Split::replicated);
@@ -135,8 +140,8 @@ std::size_t ParamLayout::add(const std::string& name, std::vector<int64_t> full_
     std::vector<int64_t> shape = local_shape(full_shape, split, tensor_size_);
     std::size_t numel = 1;
     for (int64_t d : shape) numel *= static_cast<std::size_t>(d);
-    tensors_.push_back(ParamTensor{name, std::move(shape), std::move(full_shape), total_, numel,
-                                   decay, split});
+    tensors_.push_back(
+        ParamTensor{name, std::move(shape), std::move(full_shape), total_, numel, decay, split});
     total_ += numel;
     return tensors_.back().offset;
 }
@@ -152,8 +157,8 @@ bool ParamLayout::held_elsewhere(const ParamTensor& t) const {
            (t.name == "wte.weight" && !plan_.first());
 }
 
-void shard_params(const ParamLayout& full_layout, const float* full, const ParamLayout& local_layout,
-                  float* local) {
+void shard_params(const ParamLayout& full_layout, const float* full,
+                  const ParamLayout& local_layout, float* local) {
     for (const ParamTensor& t : local_layout.tensors())
         for_each_run(t, *full_layout.find(t.name), local_layout.tensor_rank(),
                      [&](std::size_t lo, std::size_t fo, std::size_t n) {

@@ -2,9 +2,9 @@
 //
 // All parameters a rank holds sit in one contiguous buffer of the run's precision (and their
 // gradients in another of the same layout), so the optimizer, the gradient norm and the ZeRO-1
-// sharding see one range; offsets count elements, whatever their type. Tensors are named as in Hugging Face's GPT-2 (without the
-// "transformer." prefix), but linear weights keep our [out, in] layout, and wte keeps the
-// padded vocabulary rows (always zero).
+// sharding see one range; offsets count elements, whatever their type. Tensors are named as in
+// Hugging Face's GPT-2 (without the "transformer." prefix), but linear weights keep our [out, in]
+// layout, and wte keeps the padded vocabulary rows (always zero).
 //
 // Under M-way tensor parallelism (Megatron's split) each rank holds a slice of some tensors:
 //   wte            rows r*Vp/M ..            (vocab-parallel embedding and LM head)
@@ -79,7 +79,7 @@ struct ParamTensor {
     std::vector<int64_t> full_shape;  // the whole tensor's, e.g. {3C, C}
     std::size_t offset = 0;           // in elements, into the flat buffer
     std::size_t numel = 0;
-    bool decay = false;               // weight decay applies (matrices and embeddings)
+    bool decay = false;  // weight decay applies (matrices and embeddings)
     Split split = Split::replicated;
 };
 
@@ -146,8 +146,8 @@ private:
     int tensor_rank_, tensor_size_;
     StagePlan plan_;
     std::vector<ParamTensor> tensors_;
-    std::vector<int> layer_ids_;        // global index of each layer held, ascending
-    std::vector<LayerParams> layers_;   // their tensors
+    std::vector<int> layer_ids_;       // global index of each layer held, ascending
+    std::vector<LayerParams> layers_;  // their tensors
     std::vector<std::pair<std::size_t, std::size_t>> units_;
     std::size_t total_ = 0;
     std::size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
@@ -155,8 +155,8 @@ private:
 
 // Copies this rank's slice of every tensor it holds from `full` (the buffer of a layout of
 // the whole model: tensor_size 1, one stage) into `local` (the buffer of `local_layout`).
-void shard_params(const ParamLayout& full_layout, const float* full, const ParamLayout& local_layout,
-                  float* local);
+void shard_params(const ParamLayout& full_layout, const float* full,
+                  const ParamLayout& local_layout, float* local);
 // Where tensor rank `tensor_rank`'s slice `t` lies within the whole tensor: calls
 // fn(local, full, count) for each contiguous run of it, `local` an element index into the
 // slice and `full` into the whole tensor (row-major over full_shape), both increasing.

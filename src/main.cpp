@@ -2,7 +2,6 @@
 // can cause arrives here as an exception and leaves as one line on stderr and exit code 1
 // (train and bench, which run under mpirun, agree across ranks on that themselves).
 #include <CLI/CLI.hpp>
-
 #include <cstdio>
 #include <exception>
 
@@ -32,8 +31,9 @@ int main(int argc, char** argv) {
     auto* train_cmd = app.add_subcommand("train", "Train the configured model on its dataset");
     train_cmd->add_option("--config,-c", train.config, "YAML config file (see configs/)")
         ->required();
-    train_cmd->add_option("--set", train.overrides,
-                          "Override a config key, e.g. --set training.lr=3e-4 (repeatable)")
+    train_cmd
+        ->add_option("--set", train.overrides,
+                     "Override a config key, e.g. --set training.lr=3e-4 (repeatable)")
         ->take_all();
 
     commands::BenchOptions bench;
@@ -51,8 +51,9 @@ int main(int argc, char** argv) {
     commands::ExportOptions exp;
     auto* export_cmd = app.add_subcommand(
         "export", "Write a checkpoint's model as Hugging Face GPT-2 safetensors");
-    export_cmd->add_option("--checkpoint", exp.checkpoint,
-                           "A checkpoint directory, or a checkpoint.dir (its newest is taken)")
+    export_cmd
+        ->add_option("--checkpoint", exp.checkpoint,
+                     "A checkpoint directory, or a checkpoint.dir (its newest is taken)")
         ->required();
     export_cmd->add_option("--output,-o", exp.output, "The .safetensors file to write")->required();
 
@@ -61,47 +62,54 @@ int main(int argc, char** argv) {
     checkpoint_cmd->require_subcommand(1);
     auto* info_cmd = checkpoint_cmd->add_subcommand(
         "info", "Print a checkpoint's manifest and verify its files' checksums");
-    info_cmd->add_option("dir", info.path,
-                         "A checkpoint directory, or a checkpoint.dir (its newest is shown)")
+    info_cmd
+        ->add_option("dir", info.path,
+                     "A checkpoint directory, or a checkpoint.dir (its newest is shown)")
         ->required();
 
     commands::TokenizeOptions tok;
     auto* tokenize_cmd = app.add_subcommand("tokenize", "Turn text files into training data");
     tokenize_cmd->add_option("inputs", tok.inputs, "Text files; each is a document")->required();
-    tokenize_cmd->add_option("--output,-o", tok.output,
-                             "llm.c shard to write (OUT.bin), or Megatron prefix (OUT -> OUT.bin, OUT.idx)")
+    tokenize_cmd
+        ->add_option("--output,-o", tok.output,
+                     "llm.c shard to write (OUT.bin), or Megatron prefix (OUT -> OUT.bin, OUT.idx)")
         ->required();
-    tokenize_cmd->add_option("--tokenizer", tok.tokenizer,
-                             "gpt2 (GPT-2 BPE, vocab 50257) or bytes (one id per byte, vocab 256)")
+    tokenize_cmd
+        ->add_option("--tokenizer", tok.tokenizer,
+                     "gpt2 (GPT-2 BPE, vocab 50257) or bytes (one id per byte, vocab 256)")
         ->capture_default_str();
     tokenize_cmd->add_option("--format", tok.format, "llmc (token shard) or megatron (.bin/.idx)")
         ->capture_default_str();
     tokenize_cmd->add_option("--split-on", tok.split_on,
                              "Split files into documents at this separator (escapes: \\n \\t)");
-    tokenize_cmd->add_option("--shard-tokens", tok.shard_tokens,
-                             "Write shards of at most N tokens (OUT_000000.bin, ...); 0 = one output")
+    tokenize_cmd
+        ->add_option("--shard-tokens", tok.shard_tokens,
+                     "Write shards of at most N tokens (OUT_000000.bin, ...); 0 = one output")
         ->capture_default_str();
-    tokenize_cmd->add_option("--threads", tok.threads, "Threads; 0 = all cores")->capture_default_str();
+    tokenize_cmd->add_option("--threads", tok.threads, "Threads; 0 = all cores")
+        ->capture_default_str();
     tokenize_cmd->add_flag("!--no-progress", tok.progress, "Do not draw the progress bar");
 
     commands::GenerateOptions gen;
     auto* generate_cmd = app.add_subcommand("generate", "Continue a prompt with trained weights");
     auto* weights_opt = generate_cmd->add_option("--weights", gen.weights,
                                                  "Hugging Face GPT-2 .safetensors to load");
-    generate_cmd->add_option("--checkpoint", gen.checkpoint,
-                             "A checkpoint directory, or a checkpoint.dir (its newest is taken)")
+    generate_cmd
+        ->add_option("--checkpoint", gen.checkpoint,
+                     "A checkpoint directory, or a checkpoint.dir (its newest is taken)")
         ->excludes(weights_opt);
     generate_cmd->add_option("--prompt,-p", gen.prompt, "Text to continue (empty: a new document)");
     generate_cmd->add_option("--tokens,-n", gen.sampling.tokens, "Tokens to generate")
         ->capture_default_str();
-    generate_cmd->add_option("--temperature", gen.sampling.temperature,
-                             "Softmax temperature; 0 = greedy")
+    generate_cmd
+        ->add_option("--temperature", gen.sampling.temperature, "Softmax temperature; 0 = greedy")
         ->capture_default_str();
     generate_cmd->add_option("--top-k", gen.sampling.top_k, "Sample among the k likeliest; 0 = all")
         ->capture_default_str();
     generate_cmd->add_option("--seed", gen.sampling.seed, "Sampling seed")->capture_default_str();
-    generate_cmd->add_option("--head-dim", gen.head_dim,
-                             "With --weights: hidden / heads (64 for every GPT-2 size)")
+    generate_cmd
+        ->add_option("--head-dim", gen.head_dim,
+                     "With --weights: hidden / heads (64 for every GPT-2 size)")
         ->capture_default_str();
     generate_cmd->add_option("--threads", gen.threads, "CPU threads; 0 = all cores")
         ->capture_default_str();
@@ -115,23 +123,25 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     schedule_cmd->add_option("--microbatches", sched.microbatches, "Microbatches per step m")
         ->capture_default_str();
-    schedule_cmd->add_option("--virtual", sched.virtual_stages,
-                             "Chunks per stage v; 0 = 2 for interleaved, else 1")
+    schedule_cmd
+        ->add_option("--virtual", sched.virtual_stages,
+                     "Chunks per stage v; 0 = 2 for interleaved, else 1")
         ->capture_default_str();
     schedule_cmd->add_option("--svg", sched.svg, "SVG file to write (\"\" for none)")
         ->capture_default_str();
     schedule_cmd->add_option("--forward-cost", sched.forward_cost, "Time of one chunk's forward")
         ->capture_default_str();
-    schedule_cmd->add_option("--backward-cost", sched.backward_cost,
-                             "Time of one chunk's backward")
+    schedule_cmd->add_option("--backward-cost", sched.backward_cost, "Time of one chunk's backward")
         ->capture_default_str();
-    schedule_cmd->add_option("--weight-cost", sched.weight_cost,
-                             "Of the backward, the time of its W (zero-bubble schedules)")
+    schedule_cmd
+        ->add_option("--weight-cost", sched.weight_cost,
+                     "Of the backward, the time of its W (zero-bubble schedules)")
         ->capture_default_str();
     schedule_cmd->add_option("--latency", sched.latency, "Time from a send to its receive")
         ->capture_default_str();
-    schedule_cmd->add_option("--send-buffers", sched.send_buffers,
-                             "A stage's buffers for outgoing messages (0: unbounded)")
+    schedule_cmd
+        ->add_option("--send-buffers", sched.send_buffers,
+                     "A stage's buffers for outgoing messages (0: unbounded)")
         ->capture_default_str();
 
     commands::PlanOptions plan;

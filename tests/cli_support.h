@@ -2,12 +2,11 @@
 // workspace holding a tiny model's config and data.
 #pragma once
 
-#include <catch2/catch.hpp>
-
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -21,7 +20,6 @@
 namespace cli {
 
 namespace fs = std::filesystem;
-
 
 struct RunResult {
     int exit_code;
@@ -43,7 +41,8 @@ inline RunResult run_shell(const std::string& command) {
 inline RunResult run(const std::string& args) {
     // The GPT-2 files as setup fetched them into the source tree, wherever the build is.
     return run_shell("TRIDENT_TOKENIZER_DIR=${TRIDENT_TOKENIZER_DIR:-" TRIDENT_SOURCE_DIR
-                     "/data/gpt2} " + std::string(TRIDENT_BINARY) + " " + args);
+                     "/data/gpt2} " +
+                     std::string(TRIDENT_BINARY) + " " + args);
 }
 
 // A scratch directory with a tiny model's config and data, removed afterwards.
@@ -73,7 +72,8 @@ struct Workspace {
                "ffn_hidden: 64}\n"
                "training: {micro_batch: 2, global_batch: 4, steps: 3, warmup_steps: 1, "
                "threads: 1}\n"
-               "data: {train: " + (dir / "train.bin").string() + "}\n";
+               "data: {train: " +
+               (dir / "train.bin").string() + "}\n";
     }
 
     std::string path(const std::string& name) const { return (dir / name).string(); }

@@ -86,8 +86,9 @@ TEST_CASE("checkpoint: the manifest reads back as written", "[checkpoint]") {
     m.shape = model::GptShape{300, 384, 16, 2, 32, 4, 128};
     m.layout = train::CheckpointLayout{2, 2, 2, 2, "interleaved", 0, 4096, {1, 0, 0, 1}};
     m.precision = "fp16";
-    m.files = {{"config.yaml", -1, -1, -1, 1234, std::string(64, 'a'), ""},
-               {"pp1_tp0_dp1.safetensors", 1, 0, 1, 99, std::string(64, 'b'), std::string(64, 'c')}};
+    m.files = {
+        {"config.yaml", -1, -1, -1, 1234, std::string(64, 'a'), ""},
+        {"pp1_tp0_dp1.safetensors", 1, 0, 1, 99, std::string(64, 'b'), std::string(64, 'c')}};
     fs::create_directories(ws.path("step"));
     std::ofstream(fs::path(ws.path("step")) / train::kManifestName) << train::manifest_json(m);
     const train::Manifest back = train::read_manifest(ws.path("step"));

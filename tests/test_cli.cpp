@@ -1,7 +1,6 @@
 // Command-line tests of the built `trident` binary: every kind of bad input gets one clear
 // message and a non-zero exit; good runs are reproducible; export writes loadable weights.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -35,8 +34,8 @@ TEST_CASE("cli: a tiny run trains and writes metrics", "[cli]") {
     int lines = 0;
     while (std::getline(in, line)) {
         ++lines;
-        for (const char* key : {"\"step\"", "\"loss\"", "\"lr\"", "\"grad_norm\"", "\"tokens_per_s\"",
-                                "\"tflops_per_gpu\"", "\"mfu\"", "\"skipped\""})
+        for (const char* key : {"\"step\"", "\"loss\"", "\"lr\"", "\"grad_norm\"",
+                                "\"tokens_per_s\"", "\"tflops_per_gpu\"", "\"mfu\"", "\"skipped\""})
             REQUIRE(line.find(key) != std::string::npos);
     }
     REQUIRE(lines == 3);
@@ -44,10 +43,10 @@ TEST_CASE("cli: a tiny run trains and writes metrics", "[cli]") {
 
 TEST_CASE("cli: bench runs on random tokens, with no data.train", "[cli]") {
     Workspace ws;
-    const std::string no_data = ws.write(
-        "bench.yaml",
-        "model: {vocab_size: 64, seq_len: 16, layers: 2, hidden: 32, heads: 4}\n"
-        "training: {micro_batch: 2, global_batch: 4, threads: 1}\n");
+    const std::string no_data =
+        ws.write("bench.yaml",
+                 "model: {vocab_size: 64, seq_len: 16, layers: 2, hidden: 32, heads: 4}\n"
+                 "training: {micro_batch: 2, global_batch: 4, threads: 1}\n");
     const RunResult r = run("bench --config " + no_data + " --steps 2 --warmup 1");
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
@@ -78,8 +77,10 @@ TEST_CASE("cli: two runs of one config give bitwise-identical losses", "[cli]") 
     for (const char* shuffle : {"true", "false"}) {
         const std::string common = std::string("--set data.shuffle=") + shuffle +
                                    " --set model.dropout=0.1 --set training.threads=2";
-        REQUIRE(run(ws.train(common + " --set logging.metrics=" + ws.path("a.jsonl"))).exit_code == 0);
-        REQUIRE(run(ws.train(common + " --set logging.metrics=" + ws.path("b.jsonl"))).exit_code == 0);
+        REQUIRE(run(ws.train(common + " --set logging.metrics=" + ws.path("a.jsonl"))).exit_code ==
+                0);
+        REQUIRE(run(ws.train(common + " --set logging.metrics=" + ws.path("b.jsonl"))).exit_code ==
+                0);
         const auto a = losses_of(ws.path("a.jsonl"));
         REQUIRE(a.size() == 3);
         REQUIRE(a == losses_of(ws.path("b.jsonl")));
@@ -100,11 +101,11 @@ TEST_CASE("cli: bad configs are named by file, line and key", "[cli][bad-input]"
         require_clear_error(run(ws.train("--set training.lr=fast")), "training.lr");
     }
     SECTION("inconsistent batch") {
-        require_clear_error(run(ws.train("--set training.global_batch=5")), "training.global_batch");
+        require_clear_error(run(ws.train("--set training.global_batch=5")),
+                            "training.global_batch");
     }
     SECTION("impossible grid") {
-        require_clear_error(run(ws.train("--set parallel.tensor=2")),
-                            "1 process was started");
+        require_clear_error(run(ws.train("--set parallel.tensor=2")), "1 process was started");
         require_clear_error(run(ws.train("--set parallel.data=2")), "1 × 1 × 2 = 2");
     }
     SECTION("missing config file") {
@@ -116,7 +117,8 @@ TEST_CASE("cli: bad data files are reported with their name", "[cli][bad-input]"
     Workspace ws;
     auto shard = ws.read_bytes("train.bin");
     SECTION("no file matches") {
-        require_clear_error(run(ws.train("--set data.train=" + ws.path("none*.bin"))), "data.train");
+        require_clear_error(run(ws.train("--set data.train=" + ws.path("none*.bin"))),
+                            "data.train");
     }
     SECTION("truncated") {
         shard.resize(shard.size() - 7);
@@ -167,20 +169,21 @@ TEST_CASE("cli: bad Megatron datasets and blends are reported", "[cli][bad-input
             "data.train: item 2: missing weight");
     }
     SECTION("a missing dataset in a blend") {
-        require_clear_error(run(ws.train("--set 'data.train=[{path: " + prefix +
-                                         ", weight: 1}, {path: " + ws.path("none") +
-                                         ", weight: 1}]'")),
-                            "data.train[2]: no file matches");
+        require_clear_error(
+            run(ws.train("--set 'data.train=[{path: " + prefix +
+                         ", weight: 1}, {path: " + ws.path("none") + ", weight: 1}]'")),
+            "data.train[2]: no file matches");
     }
 }
 
-TEST_CASE("cli: a Megatron dataset trains exactly as a shard of the same tokens", "[cli][megatron]") {
+TEST_CASE("cli: a Megatron dataset trains exactly as a shard of the same tokens",
+          "[cli][megatron]") {
     Workspace ws;
     const std::string prefix = ws.write_megatron("meg");
     const RunResult shard = run(ws.train("--set logging.metrics=" + ws.path("a.jsonl")));
-    const RunResult megatron = run(ws.train("--set data.train=" + prefix +
-                                            " --set data.valid=" + prefix + ".idx" +
-                                            " --set logging.metrics=" + ws.path("b.jsonl")));
+    const RunResult megatron =
+        run(ws.train("--set data.train=" + prefix + " --set data.valid=" + prefix + ".idx" +
+                     " --set logging.metrics=" + ws.path("b.jsonl")));
     INFO(shard.output);
     INFO(megatron.output);
     REQUIRE(shard.exit_code == 0);
@@ -216,26 +219,30 @@ TEST_CASE("cli: bad weights files are reported with their name", "[cli][bad-inpu
     }
     SECTION("a model of another shape") {
         REQUIRE(run(ws.train("--set checkpoint.dir=" + ws.path("ck"))).exit_code == 0);
-        REQUIRE(run("export --checkpoint " + ws.path("ck") + " --output " + ws.path("w.safetensors"))
-                    .exit_code == 0);
-        require_clear_error(
-            run(ws.train("--set model.init_from=" + ws.path("w.safetensors") + " --set model.hidden=64")),
-            "w.safetensors");
+        REQUIRE(
+            run("export --checkpoint " + ws.path("ck") + " --output " + ws.path("w.safetensors"))
+                .exit_code == 0);
+        require_clear_error(run(ws.train("--set model.init_from=" + ws.path("w.safetensors") +
+                                         " --set model.hidden=64")),
+                            "w.safetensors");
     }
     SECTION("missing checkpoint for export") {
-        require_clear_error(run("export --checkpoint " + ws.path("none") + " --output x.safetensors"),
-                            "no checkpoint");
+        require_clear_error(
+            run("export --checkpoint " + ws.path("none") + " --output x.safetensors"),
+            "no checkpoint");
     }
 }
 
-TEST_CASE("cli: checkpoint.resume never refuses to overwrite earlier checkpoints", "[cli][bad-input]") {
+TEST_CASE("cli: checkpoint.resume never refuses to overwrite earlier checkpoints",
+          "[cli][bad-input]") {
     Workspace ws;
     const std::string ck = "--set checkpoint.dir=" + ws.path("ck");
     REQUIRE(run(ws.train(ck)).exit_code == 0);
     const fs::path saved = fs::path(ws.path("ck")) / "step_000003" / "manifest.json";
     REQUIRE(fs::exists(saved));
     const auto before = fs::last_write_time(saved);
-    require_clear_error(run(ws.train(ck + " --set checkpoint.resume=never")), "already holds checkpoints");
+    require_clear_error(run(ws.train(ck + " --set checkpoint.resume=never")),
+                        "already holds checkpoints");
     require_clear_error(run(ws.train(ck + " --set checkpoint.resume=" + ws.path("nowhere"))),
                         "is not a checkpoint directory");
     REQUIRE(fs::last_write_time(saved) == before);

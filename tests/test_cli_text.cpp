@@ -2,7 +2,6 @@
 // read back (llm.c shards and Megatron pairs, documents, shards, any thread count), and
 // `trident generate` continues a prompt from a checkpoint or from exported weights.
 #include <catch2/catch.hpp>
-
 #include <numeric>
 #include <string>
 #include <vector>
@@ -40,8 +39,8 @@ std::string long_text() {
 TEST_CASE("tokenize: bytes into one llm.c shard, files are documents", "[cli][tokenize]") {
     Workspace ws;
     const auto a = ws.write("a.txt", "hello\n"), b = ws.write("b.txt", "world");
-    const RunResult r = run("tokenize --tokenizer bytes --no-progress --output " + ws.path("o.bin") +
-                            " " + a + " " + b);
+    const RunResult r = run("tokenize --tokenizer bytes --no-progress --output " +
+                            ws.path("o.bin") + " " + a + " " + b);
     INFO(r.output);
     REQUIRE(r.exit_code == 0);
     const trident::data::TokenShards shard(ws.path("o.bin"), 256, "test");
@@ -82,8 +81,10 @@ TEST_CASE("tokenize: Megatron output with records and shards reads back", "[cli]
     Workspace ws;
     const auto in = ws.write("r.txt", "one\n\ntwo two\n\n\n\nthree three three\n\nfour");
     SECTION("one pair, a document per record") {
-        const RunResult r = run("tokenize --tokenizer bytes --no-progress --format megatron "
-                                "--split-on '\\n\\n' --output " + ws.path("m") + " " + in);
+        const RunResult r =
+            run("tokenize --tokenizer bytes --no-progress --format megatron "
+                "--split-on '\\n\\n' --output " +
+                ws.path("m") + " " + in);
         INFO(r.output);
         REQUIRE(r.exit_code == 0);
         const trident::data::MegatronDataset meg(ws.path("m"), 256, "test");
@@ -91,9 +92,10 @@ TEST_CASE("tokenize: Megatron output with records and shards reads back", "[cli]
         REQUIRE(read_all(meg) == bytes_of("onetwo twothree three threefour"));
     }
     SECTION("shards of whole documents") {
-        const RunResult r = run("tokenize --tokenizer bytes --no-progress --format megatron "
-                                "--split-on '\\n\\n' --shard-tokens 12 --output " + ws.path("m") +
-                                " " + in);
+        const RunResult r =
+            run("tokenize --tokenizer bytes --no-progress --format megatron "
+                "--split-on '\\n\\n' --shard-tokens 12 --output " +
+                ws.path("m") + " " + in);
         INFO(r.output);
         REQUIRE(r.exit_code == 0);
         // one(3) + two two(7) = 10 <= 12; three three three (17) alone; four (4).
@@ -105,8 +107,10 @@ TEST_CASE("tokenize: Megatron output with records and shards reads back", "[cli]
         REQUIRE(read_all(s2) == bytes_of("four"));
     }
     SECTION("llm.c shards of exactly N tokens, read back as one glob") {
-        const RunResult r = run("tokenize --tokenizer bytes --no-progress --shard-tokens 5 "
-                                "--output " + ws.path("s.bin") + " " + in);
+        const RunResult r =
+            run("tokenize --tokenizer bytes --no-progress --shard-tokens 5 "
+                "--output " +
+                ws.path("s.bin") + " " + in);
         INFO(r.output);
         REQUIRE(r.exit_code == 0);
         const trident::data::TokenShards first(ws.path("s_000000.bin"), 256, "test");
@@ -135,24 +139,28 @@ TEST_CASE("tokenize: the progress bar ends when --split-on drops separators", "[
 TEST_CASE("tokenize: bad arguments are reported", "[cli][tokenize][bad-input]") {
     Workspace ws;
     const auto in = ws.write("a.txt", "x");
-    require_clear_error(run("tokenize --no-progress --output " + ws.path("o.bin") + " " +
-                            ws.path("missing.txt")),
-                        "missing.txt");
-    require_clear_error(run("tokenize --no-progress --format parquet --output " + ws.path("o") + " " + in),
-                        "--format");
-    require_clear_error(run("tokenize --no-progress --tokenizer sentencepiece --output " +
-                            ws.path("o") + " " + in),
-                        "sentencepiece");
+    require_clear_error(
+        run("tokenize --no-progress --output " + ws.path("o.bin") + " " + ws.path("missing.txt")),
+        "missing.txt");
+    require_clear_error(
+        run("tokenize --no-progress --format parquet --output " + ws.path("o") + " " + in),
+        "--format");
+    require_clear_error(
+        run("tokenize --no-progress --tokenizer sentencepiece --output " + ws.path("o") + " " + in),
+        "sentencepiece");
 }
 
 TEST_CASE("generate: continues a prompt from a checkpoint and from exported weights",
           "[cli][generate]") {
     Workspace ws;
     // A byte-level model: its text needs no tokenizer files.
-    const std::string byte_model = "--set model.vocab_size=256 --set data.train=" + ws.path("b.bin");
+    const std::string byte_model =
+        "--set model.vocab_size=256 --set data.train=" + ws.path("b.bin");
     trident::data::write_token_shard(ws.path("b.bin"), std::vector<uint16_t>(500, 'a'));
-    REQUIRE(run(ws.train(byte_model + " --set training.steps=30 --set training.lr=1e-2 "
-                                      "--set checkpoint.dir=" + ws.path("ck")))
+    REQUIRE(run(ws.train(byte_model +
+                         " --set training.steps=30 --set training.lr=1e-2 "
+                         "--set checkpoint.dir=" +
+                         ws.path("ck")))
                 .exit_code == 0);
     const std::string greedy = " --prompt aaa --tokens 10 --temperature 0";
     const RunResult from_checkpoint = run("generate --checkpoint " + ws.path("ck") + greedy);

@@ -2,7 +2,6 @@
 // derived values, the YAML round trip, refusals of what is not supported yet, configs/, and
 // README's table of every key's default.
 #include <catch2/catch.hpp>
-
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -30,10 +29,14 @@ std::string error_of(const std::string& yaml, const std::vector<std::string>& ov
     return "";
 }
 
-bool starts_with(const std::string& s, const std::string& prefix) { return s.rfind(prefix, 0) == 0; }
+bool starts_with(const std::string& s, const std::string& prefix) {
+    return s.rfind(prefix, 0) == 0;
+}
 
 // A dataset key holding one path, as a plain string in YAML gives.
-std::vector<DataSource> one(const std::string& path) { return {DataSource{path, 1.0}}; }
+std::vector<DataSource> one(const std::string& path) {
+    return {DataSource{path, 1.0}};
+}
 
 }  // namespace
 
@@ -81,9 +84,9 @@ TEST_CASE("config: defaults that follow other keys, as Megatron-LM and GPT-2 der
     CHECK_FALSE(parse(kMinimal + "training: {precision: fp16}\n", "x.yaml")
                     .training.fp32_grad_accumulation);
     CHECK_FALSE(parse(kMinimal, "x.yaml").training.fp32_grad_accumulation);
-    CHECK_FALSE(parse(kMinimal + "training: {precision: bf16, fp32_grad_accumulation: false}\n",
-                      "x.yaml")
-                    .training.fp32_grad_accumulation);
+    CHECK_FALSE(
+        parse(kMinimal + "training: {precision: bf16, fp32_grad_accumulation: false}\n", "x.yaml")
+            .training.fp32_grad_accumulation);
     CHECK(parse(kMinimal, "x.yaml", {"training.precision=bf16"}).training.fp32_grad_accumulation);
 }
 
@@ -153,8 +156,10 @@ TEST_CASE("config: unknown keys and sections are refused with a suggestion", "[c
           "x.yaml:4: training.flux_capacitor: unknown key");
     CHECK(error_of("traning:\n  lr: 0.1\n" + kMinimal) ==
           "x.yaml:1: traning: unknown section (did you mean training?)");
-    CHECK(error_of(kMinimal + "optimizer:\n  kind: adamw\n") == "x.yaml:3: optimizer: unknown section");
-    CHECK(error_of(kMinimal + "lr: 0.1\n") == "x.yaml:3: lr: unknown key (did you mean training.lr?)");
+    CHECK(error_of(kMinimal + "optimizer:\n  kind: adamw\n") ==
+          "x.yaml:3: optimizer: unknown section");
+    CHECK(error_of(kMinimal + "lr: 0.1\n") ==
+          "x.yaml:3: lr: unknown key (did you mean training.lr?)");
 }
 
 TEST_CASE("config: values of the wrong type are refused", "[config]") {
@@ -175,13 +180,16 @@ TEST_CASE("config: values of the wrong type are refused", "[config]") {
     CHECK(error_of("data:\n  train: a\n  shuffle: maybe\n") ==
           "x.yaml:3: data.shuffle: expected true or false, got \"maybe\"");
     CHECK(error_of(kMinimal + "parallel:\n  schedule: 2f2b\n") ==
-          "x.yaml:4: parallel.schedule: expected one of gpipe, 1f1b, interleaved, zb-h1, zb-h2; got \"2f2b\"");
+          "x.yaml:4: parallel.schedule: expected one of gpipe, 1f1b, interleaved, zb-h1, zb-h2; "
+          "got \"2f2b\"");
     CHECK(error_of(kMinimal + "training:\n  precision: tf32\n") ==
           "x.yaml:4: training.precision: expected one of fp32, bf16, fp16; got \"tf32\"");
     CHECK(error_of(kMinimal + "device: gpu\n") ==
           "x.yaml:3: device: expected one of auto, cpu, cuda; got \"gpu\"");
-    CHECK(error_of(kMinimal + "training: 5\n") == "x.yaml:3: training: expected a map of keys, got 5");
-    CHECK(error_of(kMinimal + "logging: [a]\n") == "x.yaml:3: logging: expected a map of keys, got a list");
+    CHECK(error_of(kMinimal + "training: 5\n") ==
+          "x.yaml:3: training: expected a map of keys, got 5");
+    CHECK(error_of(kMinimal + "logging: [a]\n") ==
+          "x.yaml:3: logging: expected a map of keys, got a list");
     CHECK(error_of("data:\n  train: null\n") ==
           "x.yaml:2: data.train: expected a path or a list of {path, weight}, got null");
     CHECK(error_of("- 1\n- 2\n").find("x.yaml:1: expected a map of model, parallel") == 0);
@@ -220,13 +228,16 @@ TEST_CASE("config: out-of-range values name their line and key", "[config]") {
         {"training:\n  min_lr: -1e-5\n", "x.yaml:4: training.min_lr: must be >= 0, got -1e-05"},
         {"training:\n  beta2: 1\n", "x.yaml:4: training.beta2: must be in [0, 1), got 1"},
         {"training:\n  eps: 0\n", "x.yaml:4: training.eps: must be > 0, got 0"},
-        {"training:\n  weight_decay: -0.1\n", "x.yaml:4: training.weight_decay: must be >= 0, got -0.1"},
+        {"training:\n  weight_decay: -0.1\n",
+         "x.yaml:4: training.weight_decay: must be >= 0, got -0.1"},
         {"training:\n  grad_clip: -1\n", "x.yaml:4: training.grad_clip: must be >= 0, got -1"},
         {"training:\n  micro_batch: 0\n", "x.yaml:4: training.micro_batch: must be >= 1, got 0"},
         {"training:\n  steps: 0\n", "x.yaml:4: training.steps: must be >= 1, got 0"},
-        {"training:\n  warmup_steps: -1\n", "x.yaml:4: training.warmup_steps: must be >= 0, got -1"},
+        {"training:\n  warmup_steps: -1\n",
+         "x.yaml:4: training.warmup_steps: must be >= 0, got -1"},
         {"training:\n  threads: -2\n", "x.yaml:4: training.threads: must be >= 0, got -2"},
-        {"parallel:\n  zero_stage: 4\n", "x.yaml:4: parallel.zero_stage: must be 0, 1, 2 or 3, got 4"},
+        {"parallel:\n  zero_stage: 4\n",
+         "x.yaml:4: parallel.zero_stage: must be 0, 1, 2 or 3, got 4"},
         {"parallel:\n  tensor: 0\n", "x.yaml:4: parallel.tensor: must be >= 1, got 0"},
         {"checkpoint:\n  keep: 0\n", "x.yaml:4: checkpoint.keep: must be >= 1, got 0"},
         {"checkpoint:\n  interval: -5\n", "x.yaml:4: checkpoint.interval: must be >= 0, got -5"},
@@ -239,13 +250,13 @@ TEST_CASE("config: out-of-range values name their line and key", "[config]") {
 }
 
 TEST_CASE("config: inconsistent values name the line of the key at fault", "[config]") {
-    CHECK(
-        error_of(kMinimal + "training:\n  micro_batch: 4\n  global_batch: 30\n") ==
-        "x.yaml:5: training.global_batch (30) must be a multiple of micro_batch × parallel.data = 4 × 1 = 4");
+    CHECK(error_of(kMinimal + "training:\n  micro_batch: 4\n  global_batch: 30\n") ==
+          "x.yaml:5: training.global_batch (30) must be a multiple of micro_batch × parallel.data "
+          "= 4 × 1 = 4");
     // With global_batch left at its default (32), the line that broke it is micro_batch's.
-    CHECK(
-        error_of(kMinimal + "training:\n  micro_batch: 5\n") ==
-        "x.yaml:4: training.global_batch (32) must be a multiple of micro_batch × parallel.data = 5 × 1 = 5");
+    CHECK(error_of(kMinimal + "training:\n  micro_batch: 5\n") ==
+          "x.yaml:4: training.global_batch (32) must be a multiple of micro_batch × parallel.data "
+          "= 5 × 1 = 5");
     CHECK(error_of(kMinimal + "model:\n  hidden: 770\n") ==
           "x.yaml:4: model.hidden (770) must be a multiple of model.heads (12)");
     CHECK(error_of(kMinimal + "training:\n  lr: 1e-4\n  min_lr: 1e-3\n") ==
@@ -254,10 +265,11 @@ TEST_CASE("config: inconsistent values name the line of the key at fault", "[con
 
 TEST_CASE("config: overrides are applied after the file with the same checks", "[config]") {
     SECTION("valid values of each kind") {
-        const Config cfg = parse(kMinimal + "training:\n  lr: 1e-3\n", "x.yaml",
-                                 {"training.lr=3e-4", "data.shuffle=false", "data.valid=null",
-                                  "parallel.schedule=gpipe", "model.init_from=hf/gpt2.safetensors",
-                                  "checkpoint.dir=runs/a b", "data.train=data/[ab].bin", "device=cpu"});
+        const Config cfg =
+            parse(kMinimal + "training:\n  lr: 1e-3\n", "x.yaml",
+                  {"training.lr=3e-4", "data.shuffle=false", "data.valid=null",
+                   "parallel.schedule=gpipe", "model.init_from=hf/gpt2.safetensors",
+                   "checkpoint.dir=runs/a b", "data.train=data/[ab].bin", "device=cpu"});
         CHECK(cfg.training.lr == 3e-4);
         CHECK_FALSE(cfg.data.shuffle);
         CHECK(cfg.data.valid.empty());
@@ -274,7 +286,8 @@ TEST_CASE("config: overrides are applied after the file with the same checks", "
         CHECK(cfg.parallel.schedule == Schedule::one_f_one_b);
     }
     SECTION("later overrides win") {
-        CHECK(parse(kMinimal, "x.yaml", {"training.steps=5", "training.steps=7"}).training.steps == 7);
+        CHECK(parse(kMinimal, "x.yaml", {"training.steps=5", "training.steps=7"}).training.steps ==
+              7);
     }
     SECTION("errors name the override") {
         CHECK(error_of(kMinimal, {"training.lr=fast"}) ==
@@ -286,7 +299,8 @@ TEST_CASE("config: overrides are applied after the file with the same checks", "
         CHECK(error_of(kMinimal, {"training.lr"}) ==
               "--set training.lr: expected key.path=value, e.g. training.lr=3e-4");
         CHECK(error_of(kMinimal, {"training=1"}) ==
-              "--set training=1: training: is a section; set one of its keys, e.g. training.micro_batch");
+              "--set training=1: training: is a section; set one of its keys, e.g. "
+              "training.micro_batch");
         CHECK(error_of(kMinimal, {"model.layers=[1"}) ==
               "--set model.layers=[1: model.layers: expected an integer, got \"[1\"");
     }
@@ -299,17 +313,24 @@ TEST_CASE("config: overrides are applied after the file with the same checks", "
               "--set training.micro_batch=5: training.global_batch (32) must be a multiple of "
               "micro_batch × parallel.data = 5 × 1 = 5");
         // An override can also repair the file.
-        CHECK(parse(kMinimal + "training:\n  lr: 0\n", "x.yaml", {"training.lr=1e-3"}).training.lr == 1e-3);
+        CHECK(
+            parse(kMinimal + "training:\n  lr: 0\n", "x.yaml", {"training.lr=1e-3"}).training.lr ==
+            1e-3);
     }
 }
 
 TEST_CASE("config: parallel layouts and what is not supported yet", "[config]") {
-    CHECK(parse(kMinimal, "x.yaml", {"parallel.data=4", "training.global_batch=32"}).parallel.data == 4);
+    CHECK(
+        parse(kMinimal, "x.yaml", {"parallel.data=4", "training.global_batch=32"}).parallel.data ==
+        4);
     CHECK(error_of(kMinimal, {"parallel.data=3"}) ==
-          "--set parallel.data=3: training.global_batch (32) must be a multiple of micro_batch × parallel.data = 4 × 3 = 12");
-    CHECK(parse(kMinimal + "parallel:\n  pipeline: 2\n  tensor: 2\n", "x.yaml").parallel.pipeline == 2);
+          "--set parallel.data=3: training.global_batch (32) must be a multiple of micro_batch × "
+          "parallel.data = 4 × 3 = 12");
+    CHECK(parse(kMinimal + "parallel:\n  pipeline: 2\n  tensor: 2\n", "x.yaml").parallel.pipeline ==
+          2);
     CHECK(error_of(kMinimal + "parallel:\n  pipeline: 5\n  stage_layers: uniform\n") ==
-          "x.yaml:4: model.layers (12) must be a multiple of parallel.pipeline × virtual_stages = 5 × 1 = 5"
+          "x.yaml:4: model.layers (12) must be a multiple of parallel.pipeline × virtual_stages = "
+          "5 × 1 = 5"
           " for parallel.stage_layers: uniform (auto or a list of counts cuts unequally)");
     CHECK(parse(kMinimal + "parallel:\n  sequence_parallel: true\n  tensor: 2\n", "x.yaml")
               .parallel.sequence_parallel);
@@ -317,9 +338,11 @@ TEST_CASE("config: parallel layouts and what is not supported yet", "[config]") 
           "x.yaml:4: parallel.tensor (5) must divide model.heads (12)");
     CHECK(parse(kMinimal + "training:\n  precision: bf16\n  nonfinite: skip\n", "x.yaml")
               .training.nonfinite == NonFinite::skip);
-    CHECK(error_of(kMinimal + "training:\n  precision: fp16\n  loss_scale: 8\n  min_loss_scale: 16\n") ==
+    CHECK(error_of(kMinimal +
+                   "training:\n  precision: fp16\n  loss_scale: 8\n  min_loss_scale: 16\n") ==
           "x.yaml:6: training.min_loss_scale (16) must not exceed training.loss_scale (8)");
-    CHECK(error_of(kMinimal, {"training.nonfinite=ignore"}).find("training.nonfinite") != std::string::npos);
+    CHECK(error_of(kMinimal, {"training.nonfinite=ignore"}).find("training.nonfinite") !=
+          std::string::npos);
     CHECK(parse(kMinimal + "training:\n  recompute: full\n", "x.yaml").training.recompute ==
           Recompute::full);
     CHECK(error_of(kMinimal + "parallel:\n  schedule: interleaved\n") ==
@@ -336,7 +359,8 @@ TEST_CASE("config: parallel layouts and what is not supported yet", "[config]") 
 
 TEST_CASE("config: derived values", "[config]") {
     SECTION("GPT-2 small") {
-        const Config cfg = parse(kMinimal + "training: {micro_batch: 4, global_batch: 8}\n", "x.yaml");
+        const Config cfg =
+            parse(kMinimal + "training: {micro_batch: 4, global_batch: 8}\n", "x.yaml");
         const Derived& d = cfg.derived;
         CHECK(d.padded_vocab == 50304);
         CHECK(d.head_dim == 64);
@@ -367,17 +391,18 @@ TEST_CASE("config: to_yaml writes every key and reads back to the same config", 
     const Config original =
         parse(kMinimal, "x.yaml",
               {"model.vocab_size=256", "model.dropout=0.1", "model.init_std=0.015",
-               "model.init_from='w:\"gpt2\" #1.bin'", "parallel.schedule=gpipe", "parallel.zero_stage=0",
-               "training.lr=3e-4", "training.min_lr=1e-05", "training.seed=18446744073709551615",
-               "training.eps=1e-8", "training.decay=linear", "data.valid='null'", "data.shuffle=false",
-               "checkpoint.dir=runs/#1", "checkpoint.resume=never", "logging.trace=t.json", "device=cpu"});
+               "model.init_from='w:\"gpt2\" #1.bin'", "parallel.schedule=gpipe",
+               "parallel.zero_stage=0", "training.lr=3e-4", "training.min_lr=1e-05",
+               "training.seed=18446744073709551615", "training.eps=1e-8", "training.decay=linear",
+               "data.valid='null'", "data.shuffle=false", "checkpoint.dir=runs/#1",
+               "checkpoint.resume=never", "logging.trace=t.json", "device=cpu"});
     CHECK(original.model.init_from == "w:\"gpt2\" #1.bin");
     CHECK(original.data.valid == one("null"));  // quoted: the string, not null
 
     const std::string yaml = to_yaml(original);
     INFO(yaml);
-    for (const char* key : {"vocab_size:", "init_from:", "sequence_parallel:", "eval_batches:", "shuffle:",
-                            "keep:", "trace:", "device:"})
+    for (const char* key : {"vocab_size:", "init_from:", "sequence_parallel:", "eval_batches:",
+                            "shuffle:", "keep:", "trace:", "device:"})
         CHECK(yaml.find(key) != std::string::npos);
 
     Config again = parse(yaml, "saved.yaml");
@@ -510,6 +535,7 @@ TEST_CASE("config: bad blend items are named by their line", "[config]") {
     CHECK(error_of(kMinimal + "  format: hdf5\n") ==
           "x.yaml:3: data.format: expected one of auto, llmc, megatron; got \"hdf5\"");
     // An override's items are named by the override.
-    CHECK(error_of(kMinimal, {"data.train=[{path: a, weight: 0}]"}) ==
-          "--set data.train=[{path: a, weight: 0}]: data.train: item 1: weight: must be > 0, got 0");
+    CHECK(
+        error_of(kMinimal, {"data.train=[{path: a, weight: 0}]"}) ==
+        "--set data.train=[{path: a, weight: 0}]: data.train: item 1: weight: must be > 0, got 0");
 }

@@ -1,9 +1,8 @@
 // llm.c token shards and the deterministic sampler against the sampling contract
 // (docs/ARCHITECTURE.md, "Sampling").
-#include <catch2/catch.hpp>
-
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <filesystem>
 #include <numeric>
 #include <set>
@@ -92,8 +91,9 @@ TEST_CASE("data: corrupt shards are rejected with the file's name", "[data][bad-
     REQUIRE_THROWS_WITH(data::TokenShards(tmp / "missing*.bin", 10, "data.train"),
                         Catch::Contains("data.train: no file matches"));
     data::write_token_shard(tmp / "big.bin", iota_tokens(10, 0, 100));
-    REQUIRE_THROWS_WITH(data::TokenShards(tmp / "big.bin", 5, "data.train"),
-                        Catch::Contains("big.bin: token id 5 at position 5 is outside the vocabulary"));
+    REQUIRE_THROWS_WITH(
+        data::TokenShards(tmp / "big.bin", 5, "data.train"),
+        Catch::Contains("big.bin: token id 5 at position 5 is outside the vocabulary"));
     fs::resize_file(tmp / "big.bin", 1024 + 2 * 10 + 2);
     REQUIRE_THROWS_WITH(data::TokenShards(tmp / "big.bin", 100, "data.train"),
                         Catch::Contains("truncated or corrupt"));

@@ -1,7 +1,6 @@
 // Generation: a model that has memorised a short text reproduces it greedily, and sampling
 // follows temperature and top-k.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <map>
 #include <string>
@@ -68,6 +67,7 @@ TEST_CASE("sampling follows temperature and top-k", "[generate]") {
     double z = 0;
     for (float l : logits) z += std::exp(l);
     for (int32_t i = 0; i < 5; ++i)
-        REQUIRE(counts[i] / 20000.0 == Approx(std::exp(logits[static_cast<std::size_t>(i)]) / z).margin(0.01));
+        REQUIRE(counts[i] / 20000.0 ==
+                Approx(std::exp(logits[static_cast<std::size_t>(i)]) / z).margin(0.01));
     REQUIRE(train::sample_token(logits, opts, 7) == train::sample_token(logits, opts, 7));
 }

@@ -1,7 +1,6 @@
 // Tests of the grid order's arithmetic (no MPI): rank = tp + M*(dp + D*pp). The groups
 // themselves are tested under mpirun in tests/mpi/.
 #include <catch2/catch.hpp>
-
 #include <set>
 #include <tuple>
 #include <vector>
@@ -61,8 +60,8 @@ TEST_CASE("grid: tensor-parallel ranks are neighbours, stages the slowest axis",
 TEST_CASE("grid: context-parallel ranks sit between tensor and data, as Megatron's tp-cp-dp-pp",
           "[grid]") {
     // GridShape is {P, M, D, C}.
-    const std::vector<GridShape> shapes = {{2, 2, 1, 2}, {1, 2, 2, 2}, {2, 1, 4, 3}, {1, 1, 8, 1},
-                                           {3, 2, 2, 2}, {1, 1, 1, 4}};
+    const std::vector<GridShape> shapes = {{2, 2, 1, 2}, {1, 2, 2, 2}, {2, 1, 4, 3},
+                                           {1, 1, 8, 1}, {3, 2, 2, 2}, {1, 1, 1, 4}};
     for (const GridShape& g : shapes) {
         INFO("P " << g.pipeline << ", M " << g.tensor << ", C " << g.context << ", D " << g.data);
         const int size = g.pipeline * g.tensor * g.context * g.data;

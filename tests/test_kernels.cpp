@@ -27,11 +27,11 @@
 
 namespace {
 
+using trident::kernels::dropout_keep;
 using trident::kernels::DType;
+using trident::kernels::make_cpu_ops;
 using trident::kernels::Ptr;
 using trident::kernels::to_bf16;
-using trident::kernels::dropout_keep;
-using trident::kernels::make_cpu_ops;
 
 // ---- helpers ------------------------------------------------------------------------------
 
@@ -317,7 +317,8 @@ TEST_CASE("embedding forward and backward", "[kernels]") {
     const auto wpe = random_floats(Tn * C, 12);
 
     std::vector<float> out(B * Tn * C);
-    ops->embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C, 0, Vp, nullptr, Tn);
+    ops->embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C, 0, Vp,
+                           nullptr, Tn);
     std::vector<double> expected;
     const auto wpe_expected = to_double(wpe);
     embedding_reference(expected, tokens, to_double(wte), &wpe_expected, B, Tn, C, 0, Vp);
@@ -325,7 +326,8 @@ TEST_CASE("embedding forward and backward", "[kernels]") {
 
     const auto dout = random_floats(B * Tn * C, 13);
     std::vector<float> dwte(Vp * C, 0.0f), dwpe(Tn * C, 0.0f);
-    ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C, 0, Vp, nullptr, Tn);
+    ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C, 0, Vp,
+                            nullptr, Tn);
 
     auto wte_d = to_double(wte), wpe_d = to_double(wpe);
     const auto dout_d = to_double(dout);
@@ -340,7 +342,8 @@ TEST_CASE("embedding forward and backward", "[kernels]") {
     check_close("dwpe", dwpe, dwpe_expected, kGradientTolerance);
 
     // "+=": a second call on top of the first doubles the gradients.
-    ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C, 0, Vp, nullptr, Tn);
+    ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C, 0, Vp,
+                            nullptr, Tn);
     check_close("dwte", dwte, doubled(dwte_expected), kGradientTolerance);
     check_close("dwpe", dwpe, doubled(dwpe_expected), kGradientTolerance);
 }
@@ -358,7 +361,8 @@ TEST_CASE("embedding over vocabulary slices adds up to the whole", "[kernels]") 
     const auto dout = random_floats(B * Tn * C, 16);
 
     std::vector<float> whole(B * Tn * C), dwte_whole(Vp * C, 0.0f), dwpe_whole(Tn * C, 0.0f);
-    ops->embedding_forward(whole.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C, 0, Vp, nullptr, Tn);
+    ops->embedding_forward(whole.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C, 0, Vp,
+                           nullptr, Tn);
     ops->embedding_backward(dwte_whole.data(), dwpe_whole.data(), dout.data(), tokens.data(), B, Tn,
                             C, 0, Vp, nullptr, Tn);
 
@@ -966,7 +970,8 @@ TEST_CASE("adamw update matches torch's formula over three steps", "[kernels]") 
     for (int step = 1; step <= 3; step++) {
         const auto grads = random_floats(count, 102 + step);
         ops->adamw_update(params.data(), grads.data(), m.data(), v.data(), count, lr, beta1, beta2,
-                          eps, weight_decay, step, grad_scale, Ptr(params_bf16.data(), DType::bf16));
+                          eps, weight_decay, step, grad_scale,
+                          Ptr(params_bf16.data(), DType::bf16));
         for (std::size_t i = 0; i < count; i++) REQUIRE(params_bf16[i] == to_bf16(params[i]));
         const double bias_correction1 = 1.0 - std::pow(double(beta1), step);
         const double bias_correction2 = 1.0 - std::pow(double(beta2), step);
@@ -1046,7 +1051,8 @@ TEST_CASE("ops repeat bit for bit", "[kernels]") {
 
         std::vector<float> embedded(N * C), dwte(20 * C, 0.0f), dwpe(Tn * C, 0.0f);
         ops->embedding_forward(embedded.data(), tokens.data(), weight.data(), inp.data(), B, Tn, C,
-                               20, 20, nullptr, Tn);  // rows 20..39 of the vocabulary, weight as wte
+                               20, 20, nullptr,
+                               Tn);  // rows 20..39 of the vocabulary, weight as wte
         ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C, 20,
                                 20, nullptr, Tn);
         results.insert(results.end(), {embedded, dwte, dwpe});
@@ -1075,7 +1081,8 @@ struct Half {
     Ptr ptr() { return Ptr(bits.data(), dtype); }
     std::vector<float> floats() const {
         std::vector<float> out(bits.size());
-        trident::kernels::widen(out.data(), trident::kernels::ConstPtr(bits.data(), dtype), out.size());
+        trident::kernels::widen(out.data(), trident::kernels::ConstPtr(bits.data(), dtype),
+                                out.size());
         return out;
     }
 };

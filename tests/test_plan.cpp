@@ -339,9 +339,8 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
         check_measured_shards({"parallel.data=2", "parallel.zero_stage=2"}, 2);
     }
     SECTION("1 x 1 x 2, ZeRO-3, whole gradients until the last microbatch") {
-        check_measured_shards({"parallel.data=2", "parallel.zero_stage=3",
-                               "parallel.sharded_accumulation=false"},
-                              2);
+        check_measured_shards(
+            {"parallel.data=2", "parallel.zero_stage=3", "parallel.sharded_accumulation=false"}, 2);
     }
     SECTION("2 x 1 x 2, ZeRO-2") {
         check_measured_shards({"parallel.pipeline=2", "parallel.data=2", "parallel.zero_stage=2"},
@@ -488,8 +487,9 @@ TEST_CASE("plan: bad input is named", "[plan][bad-input]") {
     cli::require_clear_error(
         cli::run(plan + " --set parallel.pipeline=3 --set parallel.stage_layers=uniform"),
         "model.layers (2) must be a multiple of parallel.pipeline");
-    cli::require_clear_error(cli::run(plan + " --set parallel.pipeline=2 --set parallel.stage_layers=[1,2]"),
-                             "parallel.stage_layers: the counts add up to 3, but model.layers is 2");
+    cli::require_clear_error(
+        cli::run(plan + " --set parallel.pipeline=2 --set parallel.stage_layers=[1,2]"),
+        "parallel.stage_layers: the counts add up to 3, but model.layers is 2");
     cli::require_clear_error(cli::run(plan + " --set model.hiden=64"), "unknown key");
     cli::require_clear_error(cli::run(plan + " --device-memory 80bananas"), "--device-memory");
     cli::require_clear_error(cli::run(plan + " --hardware dgx-1"), "unknown hardware 'dgx-1'");

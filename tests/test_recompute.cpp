@@ -136,7 +136,8 @@ TEST_CASE("recompute in 16-bit: the bytes per layer Korthikanti et al. predict",
     for (const char* precision : {"bf16", "fp16"}) {
         INFO("precision " << precision);
         const auto per_layer = [&](const char* mode) {
-            return double(bytes_per_set(mode, 4, precision) - bytes_per_set(mode, 2, precision)) / 2;
+            return double(bytes_per_set(mode, 4, precision) - bytes_per_set(mode, 2, precision)) /
+                   2;
         };
         const double full = per_layer("full"), selective = per_layer("selective"),
                      none = per_layer("none");
@@ -145,9 +146,9 @@ TEST_CASE("recompute in 16-bit: the bytes per layer Korthikanti et al. predict",
         CHECK(none == selective + softmax);
         // Against the paper's own figures: the masks are all that differs.
         CHECK(std::abs(selective / (34 * sbh) - 1) < 0.1);
-        WARN(precision << " bytes per layer: full " << full << " (paper " << 2 * sbh << "), selective "
-                       << selective << " (paper " << 34 * sbh << "), none " << none << " (paper "
-                       << sbh * (34 + 5.0 * kHeads * kT / kC) << ")");
+        WARN(precision << " bytes per layer: full " << full << " (paper " << 2 * sbh
+                       << "), selective " << selective << " (paper " << 34 * sbh << "), none "
+                       << none << " (paper " << sbh * (34 + 5.0 * kHeads * kT / kC) << ")");
         // And every kept set is half the fp32 one, but for fp32 statistics and token ids.
         CHECK(bytes_per_set("full", 2, precision) < bytes_per_set("full", 2) * 0.6);
     }

@@ -21,9 +21,9 @@
 
 namespace fs = std::filesystem;
 using Catch::Contains;
-using trident::kernels::DType;
 using trident::io::SafetensorsFile;
 using trident::io::TensorToWrite;
+using trident::kernels::DType;
 
 namespace {
 

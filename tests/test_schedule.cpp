@@ -216,9 +216,10 @@ TEST_CASE("schedule: every valid (p, v, m) runs to the end, consistently", "[sch
                     INFO(to_string(kind) << " P " << P << " m " << m << "\n"
                                          << sim.describe_problems());
                     CHECK(sim.valid());
-                    CHECK(std::all_of(sim.stages.begin(), sim.stages.end(), [&](const StageTrace& t) {
-                        return t.done && (costs.send_buffers == 0 || t.peak_send_buffers <= K);
-                    }));
+                    CHECK(
+                        std::all_of(sim.stages.begin(), sim.stages.end(), [&](const StageTrace& t) {
+                            return t.done && (costs.send_buffers == 0 || t.peak_send_buffers <= K);
+                        }));
                 }
             for (int v = 2; v <= 4; ++v)
                 for (int m = P; m <= 4 * P; m += P) {
@@ -296,7 +297,8 @@ TEST_CASE("schedule: ZB-H1 holds 1F1B's peak of activations, ZB-H2 at most 2p-1"
           simulate(Kind::zb_h1, 4, 1, 8, slow).bubble_fraction);
 }
 
-TEST_CASE("schedule: zero-bubble streams split every backward into B then W", "[schedule][zero-bubble]") {
+TEST_CASE("schedule: zero-bubble streams split every backward into B then W",
+          "[schedule][zero-bubble]") {
     // One stage: forward, B, W for each microbatch in turn.
     const std::vector<Instr> one = schedule(Kind::zb_h1, 1, 1, 3, 0);
     const std::vector<Instr> expected = {

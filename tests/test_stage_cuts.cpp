@@ -1,8 +1,7 @@
 // Where the pipeline cuts the layers (src/plan/stage_cuts.h): the balanced cut against every
 // possible cut, the configs' cuts, and what they do to the largest chunk's cost.
-#include <catch2/catch.hpp>
-
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <functional>
 #include <string>
 #include <vector>
@@ -93,12 +92,14 @@ TEST_CASE("stage cuts: the configs' cuts", "[plan][stage-cuts]") {
     CHECK(total == 6);
     CHECK(four.derived.chunk_layers.back() == 0);
     // Interleaved: one count per global chunk.
-    CHECK(bench({"parallel.pipeline=2", "parallel.virtual_stages=2", "parallel.schedule=interleaved",
-                 "parallel.stage_layers=uniform", "model.layers=8", "training.global_batch=16"})
-              .derived.chunk_layers == std::vector<int>{2, 2, 2, 2});
+    CHECK(
+        bench({"parallel.pipeline=2", "parallel.virtual_stages=2", "parallel.schedule=interleaved",
+               "parallel.stage_layers=uniform", "model.layers=8", "training.global_batch=16"})
+            .derived.chunk_layers == std::vector<int>{2, 2, 2, 2});
 }
 
-TEST_CASE("stage cuts: auto lowers the largest chunk's cost below uniform's", "[plan][stage-cuts]") {
+TEST_CASE("stage cuts: auto lowers the largest chunk's cost below uniform's",
+          "[plan][stage-cuts]") {
     for (const char* P : {"parallel.pipeline=2", "parallel.pipeline=3"}) {
         INFO(P);
         const double uniform = largest_chunk_flops(bench({P, "parallel.stage_layers=uniform"}));

@@ -5,10 +5,9 @@
 //
 // The GPT-2 files come from scripts/fetch_gpt2_tokenizer.sh, which scripts/setup.sh runs
 // before any test; they are looked for in $TRIDENT_TOKENIZER_DIR, else <repo>/data/gpt2.
-#include <catch2/catch.hpp>
-
 #include <unistd.h>
 
+#include <catch2/catch.hpp>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -20,9 +19,9 @@
 #include <vector>
 
 #include "data/gpt2_tokenizer.h"
-#include "io/utf8.h"
 #include "data/pretokenize.h"
 #include "error.h"
+#include "io/utf8.h"
 
 namespace fs = std::filesystem;
 using namespace trident;

@@ -1,6 +1,5 @@
 // The training machinery in process: LR schedule, clipping and determinism of whole steps.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <cstring>
 
@@ -24,7 +23,8 @@ config::Config tiny_config(const std::vector<std::string>& overrides = {}) {
         "tiny.yaml", overrides);
 }
 
-const train::SampleFn kRandomTokens = [](uint64_t k, std::span<int32_t> in, std::span<int32_t> tgt) {
+const train::SampleFn kRandomTokens = [](uint64_t k, std::span<int32_t> in,
+                                         std::span<int32_t> tgt) {
     for (std::size_t i = 0; i < in.size(); ++i) {
         in[i] = static_cast<int32_t>(kernels::hash64(k, i) % 50);
         tgt[i] = static_cast<int32_t>(kernels::hash64(k, i + 1) % 50);
@@ -41,8 +41,8 @@ TEST_CASE("lr schedule: warm-up then cosine, linear or constant", "[training]") 
     t.steps = 14;
     REQUIRE(optim::learning_rate(t, 0) == Approx(0.25));
     REQUIRE(optim::learning_rate(t, 3) == Approx(1.0));
-    REQUIRE(optim::learning_rate(t, 4) == Approx(1.0));               // decay starts at peak
-    REQUIRE(optim::learning_rate(t, 9) == Approx(0.55));              // half way: the mean
+    REQUIRE(optim::learning_rate(t, 4) == Approx(1.0));   // decay starts at peak
+    REQUIRE(optim::learning_rate(t, 9) == Approx(0.55));  // half way: the mean
     REQUIRE(optim::learning_rate(t, 13) == Approx(0.1 + 0.45 * (1 + std::cos(M_PI * 0.9))));
     t.decay = config::Decay::linear;
     REQUIRE(optim::learning_rate(t, 9) == Approx(0.55));
@@ -100,9 +100,9 @@ TEST_CASE("padded vocabulary rows stay zero and never get a gradient", "[trainin
 }
 
 TEST_CASE("loss scaler: backoff on overflow, growth after a clean window, a floor", "[training]") {
-    const config::Config fp16 = tiny_config({"training.precision=fp16", "training.loss_scale=1024",
-                                             "training.loss_scale_window=3",
-                                             "training.min_loss_scale=256"});
+    const config::Config fp16 =
+        tiny_config({"training.precision=fp16", "training.loss_scale=1024",
+                     "training.loss_scale_window=3", "training.min_loss_scale=256"});
     optim::LossScaler scaler(fp16.training);
     REQUIRE(scaler.dynamic());
     REQUIRE(scaler.scale() == 1024);
@@ -117,15 +117,17 @@ TEST_CASE("loss scaler: backoff on overflow, growth after a clean window, a floo
     CHECK_FALSE(scaler.update(false, 5));
     CHECK_FALSE(scaler.update(false, 6));
     CHECK(scaler.scale() == 256);  // at the floor
-    CHECK_THROWS_WITH(scaler.update(false, 7),
-                      Catch::StartsWith("step 7: the gradients overflow at the smallest loss scale"));
+    CHECK_THROWS_WITH(
+        scaler.update(false, 7),
+        Catch::StartsWith("step 7: the gradients overflow at the smallest loss scale"));
 
     const config::Config bf16 = tiny_config({"training.precision=bf16"});
     optim::LossScaler unscaled(bf16.training);
     CHECK_FALSE(unscaled.dynamic());
     CHECK(unscaled.scale() == 1);
     CHECK(unscaled.update(true, 1));
-    CHECK_THROWS_WITH(unscaled.update(false, 2), Catch::StartsWith("step 2: the loss or gradients are not finite"));
+    CHECK_THROWS_WITH(unscaled.update(false, 2),
+                      Catch::StartsWith("step 2: the loss or gradients are not finite"));
 }
 
 TEST_CASE("bf16: non-finite gradients stop training, or skip the step, as configured",
@@ -160,11 +162,13 @@ TEST_CASE("mixed precision: 16-bit parameters and gradients, fp32 master weights
     for (const char* precision : {"bf16", "fp16"}) {
         for (const char* accumulate : {"false", "true"}) {
             INFO(precision << ", fp32_grad_accumulation " << accumulate);
-            const config::Config cfg = tiny_config({std::string("training.precision=") + precision,
-                                                    std::string("training.fp32_grad_accumulation=") + accumulate});
+            const config::Config cfg =
+                tiny_config({std::string("training.precision=") + precision,
+                             std::string("training.fp32_grad_accumulation=") + accumulate});
             auto ops = kernels::make_cpu_ops(1);
             train::Trainer trainer(cfg, *ops);
-            const kernels::DType half = std::string(precision) == "bf16" ? kernels::DType::bf16 : kernels::DType::f16;
+            const kernels::DType half =
+                std::string(precision) == "bf16" ? kernels::DType::bf16 : kernels::DType::f16;
             CHECK(trainer.model().params().dtype() == half);
             CHECK(trainer.model().grads().dtype() ==
                   (std::string(accumulate) == "true" ? kernels::DType::f32 : half));
@@ -172,7 +176,8 @@ TEST_CASE("mixed precision: 16-bit parameters and gradients, fp32 master weights
             const train::StepResult r = trainer.step(0, kRandomTokens);
             const std::size_t n = trainer.model().buffer_size();
             CHECK(r.memory.parameters == (n * 2 + 63) / 64 * 64);
-            CHECK(r.memory.gradients == (n * (std::string(accumulate) == "true" ? 4 : 2) + 63) / 64 * 64);
+            CHECK(r.memory.gradients ==
+                  (n * (std::string(accumulate) == "true" ? 4 : 2) + 63) / 64 * 64);
             CHECK(r.memory.optimizer == 3 * ((n * 4 + 63) / 64 * 64));  // master, m, v in fp32
             // Every parameter is a 16-bit value: the rounded master weight.
             for (float p : trainer.model().params_to_host())

@@ -19,9 +19,12 @@ config::Config small_config(const std::string& schedule, const std::string& reco
     return config::parse(
         "model: {vocab_size: 100, seq_len: 16, layers: 3, hidden: 32, heads: 4, "
         "ffn_hidden: 128, dropout: 0.1}\n"
-        "parallel: {schedule: " + schedule + "}\n"
-        "training: {micro_batch: 2, global_batch: 8, steps: 3, warmup_steps: 1, threads: 2,\n"
-        "           recompute: " + recompute + ", precision: " + precision + "}\n",
+        "parallel: {schedule: " +
+            schedule +
+            "}\n"
+            "training: {micro_batch: 2, global_batch: 8, steps: 3, warmup_steps: 1, threads: 2,\n"
+            "           recompute: " +
+            recompute + ", precision: " + precision + "}\n",
         "small.yaml", {}, config::Purpose::bench);
 }
 

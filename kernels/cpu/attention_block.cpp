@@ -37,7 +37,8 @@ struct BlockHead {
 };
 
 BlockHead block_head(const AttentionBlock& k, int bh) {
-    const std::size_t b = static_cast<std::size_t>(bh / k.NH), h = static_cast<std::size_t>(bh % k.NH);
+    const std::size_t b = static_cast<std::size_t>(bh / k.NH),
+                      h = static_cast<std::size_t>(bh % k.NH);
     const std::size_t hs = static_cast<std::size_t>(k.C / k.NH), C = static_cast<std::size_t>(k.C);
     const std::size_t q_row = b * k.q_rows + k.q_begin, k_row = b * k.kv_rows + k.k_begin;
     const uint64_t T = static_cast<uint64_t>(k.seq_len);
@@ -55,9 +56,9 @@ int visible_keys(const AttentionBlock& k, int i) {
 // Dropout's factor for query row i, key j of the block: 0 or 1/(1 - p); 1 without dropout.
 float dropout_factor(const AttentionBlock& k, const BlockHead& head, int i, int j) {
     if (k.drop_prob == 0.0f) return 1.0f;
-    const uint64_t index = head.mask +
-                           static_cast<uint64_t>(k.q_position + i) * static_cast<uint64_t>(k.seq_len) +
-                           static_cast<uint64_t>(k.k_position + j);
+    const uint64_t index =
+        head.mask + static_cast<uint64_t>(k.q_position + i) * static_cast<uint64_t>(k.seq_len) +
+        static_cast<uint64_t>(k.k_position + j);
     return dropout_keep(k.seed, index, k.drop_prob) ? 1.0f / (1.0f - k.drop_prob) : 0.0f;
 }
 
@@ -105,8 +106,8 @@ void attention_block_forward(float* out, float* lse, const float* qkv, const flo
                 for (int j = visible; j < k.k_count; j++) row[j] = 0.0f;
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, k.q_count, hs, k.k_count, 1.0f,
-                        scores.data(), k.k_count, kv + head.kv + k.C, 2 * k.C, 0.0f,
-                        out + head.out, k.C);
+                        scores.data(), k.k_count, kv + head.kv + k.C, 2 * k.C, 0.0f, out + head.out,
+                        k.C);
         }
     }
 }
@@ -116,7 +117,8 @@ void attention_merge(float* out, float* lse, const float* block_out, const float
     const int hs = C / NH;
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
-        const std::size_t b = static_cast<std::size_t>(bh / NH), h = static_cast<std::size_t>(bh % NH);
+        const std::size_t b = static_cast<std::size_t>(bh / NH),
+                          h = static_cast<std::size_t>(bh % NH);
         for (int r = row_begin; r < row_begin + row_count; r++) {
             const std::size_t stat = (b * NH + h) * rows + r;
             const float a = lse[stat], c = block_lse[stat];
@@ -128,7 +130,8 @@ void attention_merge(float* out, float* lse, const float* block_out, const float
                 for (int d = 0; d < hs; d++) o[d] = ob[d];
                 continue;
             }
-            const float merged = a > c ? a + std::log1p(std::exp(c - a)) : c + std::log1p(std::exp(a - c));
+            const float merged =
+                a > c ? a + std::log1p(std::exp(c - a)) : c + std::log1p(std::exp(a - c));
             const float wa = std::exp(a - merged), wc = std::exp(c - merged);
             for (int d = 0; d < hs; d++) o[d] = o[d] * wa + ob[d] * wc;
             lse[stat] = merged;

@@ -66,7 +66,8 @@ public:
         if (out.dtype != in.dtype)
             throw Error(std::string("internal: copy from ") + name_of(in.dtype) + " to " +
                         name_of(out.dtype) + "; convert changes types");
-        if (count > 0 && out.data != in.data) std::memcpy(out.data, in.data, count * size_of(out.dtype));
+        if (count > 0 && out.data != in.data)
+            std::memcpy(out.data, in.data, count * size_of(out.dtype));
     }
     void convert(Ptr out, ConstPtr in, std::size_t count) override {
         cpu::Fp32Views v(scratch_);
@@ -92,9 +93,9 @@ public:
         }
     }
 
-    void embedding_forward(Ptr out, const int32_t* tokens, ConstPtr wte, ConstPtr wpe, int B,
-                           int T, int C, int vocab_begin, int vocab_local,
-                           const int32_t* positions, int wpe_rows) override {
+    void embedding_forward(Ptr out, const int32_t* tokens, ConstPtr wte, ConstPtr wpe, int B, int T,
+                           int C, int vocab_begin, int vocab_local, const int32_t* positions,
+                           int wpe_rows) override {
         cpu::Fp32Views v(scratch_);
         const std::size_t NC = static_cast<std::size_t>(B) * T * C;
         cpu::embedding_forward(v.out(out, NC), tokens, v.in(wte, std::size_t(vocab_local) * C),
@@ -102,14 +103,14 @@ public:
                                vocab_local, positions);
         v.commit();
     }
-    void embedding_backward(Ptr dwte, Ptr dwpe, ConstPtr dout, const int32_t* tokens, int B,
-                            int T, int C, int vocab_begin, int vocab_local,
-                            const int32_t* positions, int wpe_rows) override {
+    void embedding_backward(Ptr dwte, Ptr dwpe, ConstPtr dout, const int32_t* tokens, int B, int T,
+                            int C, int vocab_begin, int vocab_local, const int32_t* positions,
+                            int wpe_rows) override {
         cpu::Fp32Views v(scratch_);
         const std::size_t NC = static_cast<std::size_t>(B) * T * C;
         cpu::embedding_backward(v.inout(dwte, std::size_t(vocab_local) * C),
-                                v.inout(dwpe, std::size_t(wpe_rows) * C), v.in(dout, NC), tokens,
-                                B, T, C, vocab_begin, vocab_local, positions);
+                                v.inout(dwpe, std::size_t(wpe_rows) * C), v.in(dout, NC), tokens, B,
+                                T, C, vocab_begin, vocab_local, positions);
         v.commit();
     }
 
@@ -141,10 +142,10 @@ public:
     void matmul_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
                          ConstPtr weight, int N, int C, int OC) override {
         cpu::Fp32Views v(scratch_);
-        cpu::matmul_backward(v.inout(dinp, std::size_t(N) * C), v.inout(dweight, std::size_t(OC) * C),
-                             v.inout(dbias, OC), v.in(dout, std::size_t(N) * OC),
-                             v.in(inp, std::size_t(N) * C), v.in(weight, std::size_t(OC) * C), N,
-                             C, OC);
+        cpu::matmul_backward(v.inout(dinp, std::size_t(N) * C),
+                             v.inout(dweight, std::size_t(OC) * C), v.inout(dbias, OC),
+                             v.in(dout, std::size_t(N) * OC), v.in(inp, std::size_t(N) * C),
+                             v.in(weight, std::size_t(OC) * C), N, C, OC);
         v.commit();
     }
     void add_bias(Ptr out, ConstPtr bias, int N, int OC) override {
@@ -166,9 +167,9 @@ public:
                                heads_total);
         v.commit();
     }
-    void attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr, ConstPtr saved,
-                            int B, int T, int C, int NH, float drop_prob, uint64_t seed,
-                            int head_begin, int heads_total) override {
+    void attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr, ConstPtr saved, int B,
+                            int T, int C, int NH, float drop_prob, uint64_t seed, int head_begin,
+                            int heads_total) override {
         const std::size_t probs = probs_size(B, NH, T);
         // The gradient of the probabilities, a (B,NH,T,T) workspace of dqkv's type, kept and
         // grown as needed: it counts in the allocator's figures as the model's buffers do.
@@ -179,9 +180,9 @@ public:
         }
         cpu::Fp32Views v(scratch_);
         const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
-        cpu::attention_backward(v.inout(dqkv, 3 * BTC), v.out(workspace_, probs),
-                                v.in(dout, BTC), v.in(qkv, 3 * BTC), v.in(saved, probs), B, T, C,
-                                NH, drop_prob, seed, head_begin, heads_total);
+        cpu::attention_backward(v.inout(dqkv, 3 * BTC), v.out(workspace_, probs), v.in(dout, BTC),
+                                v.in(qkv, 3 * BTC), v.in(saved, probs), B, T, C, NH, drop_prob,
+                                seed, head_begin, heads_total);
         v.commit();
     }
     // The probabilities come before dropout, whatever drop_prob is.
@@ -196,15 +197,16 @@ public:
                                  const AttentionBlock& k) override {
         cpu::Fp32Views v(scratch_);
         const float* q = v.in(qkv, 3 * static_cast<std::size_t>(k.B) * k.q_rows * k.C);
-        cpu::attention_block_forward(out, lse, q,
-                                     v.in(kv, 2 * static_cast<std::size_t>(k.B) * k.kv_rows * k.C), k);
+        cpu::attention_block_forward(
+            out, lse, q, v.in(kv, 2 * static_cast<std::size_t>(k.B) * k.kv_rows * k.C), k);
     }
     void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse,
                          int B, int rows, int C, int NH, int row_begin, int row_count) override {
         cpu::attention_merge(out, lse, block_out, block_lse, B, rows, C, NH, row_begin, row_count);
     }
     void attention_block_backward(float* dq, float* dkv, ConstPtr dout, ConstPtr qkv, ConstPtr kv,
-                                  ConstPtr out, const float* lse, const AttentionBlock& k) override {
+                                  ConstPtr out, const float* lse,
+                                  const AttentionBlock& k) override {
         cpu::Fp32Views v(scratch_);
         const std::size_t rows_c = static_cast<std::size_t>(k.B) * k.q_rows * k.C;
         const float* d = v.in(dout, rows_c);
@@ -266,8 +268,8 @@ public:
         cpu::Fp32Views v(scratch_);
         const std::size_t count = static_cast<std::size_t>(N) * Vp_local;
         const float* in = v.in(logits, count);
-        cpu::cross_entropy_backward(v.out(dlogits, count), in, lse, targets, dloss, N,
-                                    vocab_begin, V, Vp_local);
+        cpu::cross_entropy_backward(v.out(dlogits, count), in, lse, targets, dloss, N, vocab_begin,
+                                    V, Vp_local);
         v.commit();
     }
 

@@ -44,9 +44,10 @@ void embedding_forward(float* out, const int32_t* tokens, const float* wte, cons
 }
 
 // dwte (vocab_local,C) += dout scattered by in-slice token; dwpe at the rows' positions += dout
-// summed over the batch, unless null. Repeated tokens make the scatter a reduction, so threads split the
-// channels, not the positions: every gradient element is summed by one thread in (b,t) order,
-// deterministic, independent of the thread count, and the same whatever the vocabulary split.
+// summed over the batch, unless null. Repeated tokens make the scatter a reduction, so threads
+// split the channels, not the positions: every gradient element is summed by one thread in (b,t)
+// order, deterministic, independent of the thread count, and the same whatever the vocabulary
+// split.
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
                         int T, int C, int vocab_begin, int vocab_local, const int32_t* positions) {
     constexpr int kBlock = 64;  // channels per task: whole cache lines, room to vectorise

@@ -72,7 +72,8 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                        C);
     }
     if (dweight != nullptr)
-        parallel_sgemm(CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
+        parallel_sgemm(CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight,
+                       C);
     if (dbias != nullptr) {
         // Parallel over column blocks: each thread sums its columns over all rows in order.
         constexpr int kBlock = 64;

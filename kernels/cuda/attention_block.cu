@@ -78,7 +78,8 @@ __device__ float dot(const float* x, const E* y, int n) {
 
 // Grid (q_count / 64, NH, B): one thread per query row.
 template <typename E>
-__global__ void block_forward_kernel(float* out, float* lse, const E* qkv, const E* kv, Geometry g) {
+__global__ void block_forward_kernel(float* out, float* lse, const E* qkv, const E* kv,
+                                     Geometry g) {
     const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * kRowsPerBlock + threadIdx.x;
     if (i >= g.k.q_count) return;
     const int C = g.k.C, hs = g.hs;
@@ -119,7 +120,8 @@ __global__ void merge_kernel(float* out, float* lse, const float* block_out, con
     const int b = static_cast<int>(t / row_count / NH);
     const int hs = C / NH;
     const std::size_t stat = (static_cast<std::size_t>(b) * NH + h) * rows + r;
-    const std::size_t at = (static_cast<std::size_t>(b) * rows + r) * C + static_cast<std::size_t>(h) * hs;
+    const std::size_t at =
+        (static_cast<std::size_t>(b) * rows + r) * C + static_cast<std::size_t>(h) * hs;
     const float a = lse[stat], c = block_lse[stat];
     if (c == -INFINITY) return;  // the block saw nothing here
     if (a == -INFINITY) {        // nothing seen before it
@@ -219,8 +221,8 @@ void attention_block_forward(float* out, float* lse, const E* qkv, const E* kv,
                              const AttentionBlock& block, cudaStream_t stream) {
     if (block.B * block.q_count == 0) return;
     const Geometry g = geometry(block);
-    block_forward_kernel<E><<<grid_of(block.q_count, block), kRowsPerBlock, 0, stream>>>(
-        out, lse, qkv, kv, g);
+    block_forward_kernel<E>
+        <<<grid_of(block.q_count, block), kRowsPerBlock, 0, stream>>>(out, lse, qkv, kv, g);
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
@@ -228,8 +230,8 @@ void attention_merge(float* out, float* lse, const float* block_out, const float
                      int rows, int C, int NH, int row_begin, int row_count, cudaStream_t stream) {
     const std::size_t n = static_cast<std::size_t>(B) * NH * row_count;
     if (n == 0) return;
-    merge_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(out, lse, block_out, block_lse, B, rows,
-                                                          C, NH, row_begin, row_count);
+    merge_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(out, lse, block_out, block_lse, B, rows, C,
+                                                         NH, row_begin, row_count);
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
@@ -239,8 +241,8 @@ void attention_block_backward(float* dq, float* dkv, float* row_dot, const E* do
                               const AttentionBlock& block, cudaStream_t stream) {
     if (block.B * block.q_count * block.k_count == 0) return;
     const Geometry g = geometry(block);
-    row_dot_kernel<E><<<grid_of(block.q_count, block), kRowsPerBlock, 0, stream>>>(row_dot, dout,
-                                                                                   out, g);
+    row_dot_kernel<E>
+        <<<grid_of(block.q_count, block), kRowsPerBlock, 0, stream>>>(row_dot, dout, out, g);
     TRIDENT_CUDA_CHECK_LAUNCH();
     block_backward_q_kernel<E><<<grid_of(block.q_count, block), kRowsPerBlock, 0, stream>>>(
         dq, row_dot, dout, qkv, kv, lse, g);
@@ -250,11 +252,11 @@ void attention_block_backward(float* dq, float* dkv, float* row_dot, const E* do
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
-#define TRIDENT_INSTANTIATE(E)                                                                  \
-    template void attention_block_forward<E>(float*, float*, const E*, const E*,                \
-                                             const AttentionBlock&, cudaStream_t);              \
-    template void attention_block_backward<E>(float*, float*, float*, const E*, const E*,       \
-                                              const E*, const E*, const float*,                 \
+#define TRIDENT_INSTANTIATE(E)                                                            \
+    template void attention_block_forward<E>(float*, float*, const E*, const E*,          \
+                                             const AttentionBlock&, cudaStream_t);        \
+    template void attention_block_backward<E>(float*, float*, float*, const E*, const E*, \
+                                              const E*, const E*, const float*,           \
                                               const AttentionBlock&, cudaStream_t);
 TRIDENT_INSTANTIATE(float)
 TRIDENT_INSTANTIATE(__nv_bfloat16)

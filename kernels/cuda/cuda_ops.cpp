@@ -432,8 +432,10 @@ public:
                               stream_);
     }
     void attention_block_backward(float* dq, float* dkv, ConstPtr dout, ConstPtr qkv, ConstPtr kv,
-                                  ConstPtr out, const float* lse, const AttentionBlock& k) override {
-        Scratch row_dot(allocator_, static_cast<std::size_t>(k.B) * k.NH * k.q_rows * sizeof(float));
+                                  ConstPtr out, const float* lse,
+                                  const AttentionBlock& k) override {
+        Scratch row_dot(allocator_,
+                        static_cast<std::size_t>(k.B) * k.NH * k.q_rows * sizeof(float));
         if (all_of_type(qkv.dtype, {kv, dout, out})) {
             dispatch(qkv.dtype, [&](auto e) {
                 using E = decltype(e);

@@ -38,9 +38,9 @@ __global__ void embedding_forward_kernel(E* out, const int32_t* tokens, const E*
     const int bt = blockIdx.x;
     const int row = local_row(tokens[bt], vocab_begin, vocab_local);
     const E* wte_row = row >= 0 ? wte + static_cast<std::size_t>(row) * C : nullptr;
-    const E* wpe_row =
-        wpe != nullptr ? wpe + static_cast<std::size_t>(position_of(positions, bt % T)) * C
-                       : nullptr;
+    const E* wpe_row = wpe != nullptr
+                           ? wpe + static_cast<std::size_t>(position_of(positions, bt % T)) * C
+                           : nullptr;
     E* out_row = out + static_cast<std::size_t>(bt) * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float x = wte_row ? to_float(wte_row[c]) : 0.0f;

@@ -203,26 +203,25 @@ void convert_2d(TOut* out, std::size_t out_stride, const TIn* in, std::size_t in
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
-#define TRIDENT_INSTANTIATE(E)                                                                    \
-    template void gelu_forward<E>(E*, const E*, std::size_t, cudaStream_t);                       \
-    template void gelu_backward<E>(E*, const E*, const E*, std::size_t, cudaStream_t);            \
-    template void residual_forward<E>(E*, const E*, const E*, std::size_t, cudaStream_t);         \
-    template void dropout_forward<E>(E*, const E*, std::size_t, float, uint64_t, uint64_t,        \
-                                     cudaStream_t);                                               \
-    template void dropout_backward<E>(E*, const E*, std::size_t, float, uint64_t, uint64_t,       \
-                                      cudaStream_t);                                              \
-    template void add_bias<E>(E*, const E*, int, int, cudaStream_t);                              \
-    template void scale<E>(E*, std::size_t, float, cudaStream_t);                                 \
-    template void convert<E, float>(E*, const float*, std::size_t, cudaStream_t);                 \
-    template void convert<E, __nv_bfloat16>(E*, const __nv_bfloat16*, std::size_t, cudaStream_t); \
-    template void convert<E, __half>(E*, const __half*, std::size_t, cudaStream_t);           \
-    template void convert_2d<E, float>(E*, std::size_t, const float*, std::size_t, std::size_t, \
-                                       std::size_t, cudaStream_t);                            \
-    template void convert_2d<E, __nv_bfloat16>(E*, std::size_t, const __nv_bfloat16*,         \
-                                               std::size_t, std::size_t, std::size_t,         \
-                                               cudaStream_t);                                 \
-    template void convert_2d<E, __half>(E*, std::size_t, const __half*, std::size_t,          \
-                                        std::size_t, std::size_t, cudaStream_t);
+#define TRIDENT_INSTANTIATE(E)                                                                     \
+    template void gelu_forward<E>(E*, const E*, std::size_t, cudaStream_t);                        \
+    template void gelu_backward<E>(E*, const E*, const E*, std::size_t, cudaStream_t);             \
+    template void residual_forward<E>(E*, const E*, const E*, std::size_t, cudaStream_t);          \
+    template void dropout_forward<E>(E*, const E*, std::size_t, float, uint64_t, uint64_t,         \
+                                     cudaStream_t);                                                \
+    template void dropout_backward<E>(E*, const E*, std::size_t, float, uint64_t, uint64_t,        \
+                                      cudaStream_t);                                               \
+    template void add_bias<E>(E*, const E*, int, int, cudaStream_t);                               \
+    template void scale<E>(E*, std::size_t, float, cudaStream_t);                                  \
+    template void convert<E, float>(E*, const float*, std::size_t, cudaStream_t);                  \
+    template void convert<E, __nv_bfloat16>(E*, const __nv_bfloat16*, std::size_t, cudaStream_t);  \
+    template void convert<E, __half>(E*, const __half*, std::size_t, cudaStream_t);                \
+    template void convert_2d<E, float>(E*, std::size_t, const float*, std::size_t, std::size_t,    \
+                                       std::size_t, cudaStream_t);                                 \
+    template void convert_2d<E, __nv_bfloat16>(E*, std::size_t, const __nv_bfloat16*, std::size_t, \
+                                               std::size_t, std::size_t, cudaStream_t);            \
+    template void convert_2d<E, __half>(E*, std::size_t, const __half*, std::size_t, std::size_t,  \
+                                        std::size_t, cudaStream_t);
 TRIDENT_INSTANTIATE(float)
 TRIDENT_INSTANTIATE(__nv_bfloat16)
 TRIDENT_INSTANTIATE(__half)

@@ -50,9 +50,10 @@ void run(const BenchOptions& opts, const config::Config& cfg, const Device& devi
         peak_bytes = std::max(peak_bytes, static_cast<int64_t>(r.memory.peak));
         if (timed) seconds.push_back(r.seconds);
         if (leader)
-            std::printf("%s step %d | loss %.4f | %.0f ms | %.0f tok/s\n", timed ? "bench" : "warm-up",
-                    timed ? s - opts.warmup + 1 : s + 1, r.loss, 1e3 * r.seconds,
-                    static_cast<double>(cfg.derived.tokens_per_step) / r.seconds);
+            std::printf("%s step %d | loss %.4f | %.0f ms | %.0f tok/s\n",
+                        timed ? "bench" : "warm-up", timed ? s - opts.warmup + 1 : s + 1, r.loss,
+                        1e3 * r.seconds,
+                        static_cast<double>(cfg.derived.tokens_per_step) / r.seconds);
     }
     world.comm().all_reduce(&peak_bytes, 1, parallel::ReduceOp::max);
     if (cfg.logging.trace) {
@@ -62,7 +63,8 @@ void run(const BenchOptions& opts, const config::Config& cfg, const Device& devi
     // The median step: robust to a stray slow step on a shared machine.
     std::sort(seconds.begin(), seconds.end());
     const double step_s = seconds[seconds.size() / 2];
-    const double flops = cfg.derived.flops_per_step / step_s / cfg.derived.world_size;  // per process
+    const double flops =
+        cfg.derived.flops_per_step / step_s / cfg.derived.world_size;  // per process
     io::JsonLine line;
     line.add("tokens_per_s", static_cast<double>(cfg.derived.tokens_per_step) / step_s)
         .add("tflops", flops / 1e12)

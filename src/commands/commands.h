@@ -54,7 +54,7 @@ struct GenerateOptions {
     std::string checkpoint;  // a checkpoint directory (or a checkpoint.dir)
     std::string prompt;
     train::SamplingOptions sampling;
-    int head_dim = 64;       // heads = hidden / head_dim for --weights (shapes do not tell)
+    int head_dim = 64;  // heads = hidden / head_dim for --weights (shapes do not tell)
     int threads = 0;
 };
 int generate(const GenerateOptions& opts);

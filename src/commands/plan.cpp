@@ -66,8 +66,8 @@ std::optional<plan::Hardware> hardware(const PlanOptions& o) {
 
 int plan(const PlanOptions& opts) {
     const config::Config cfg = config::load(opts.config, opts.overrides, config::Purpose::plan);
-    plan::PlanInputs inputs =
-        plan::plan_inputs(cfg, plan::gradient_bytes(cfg.training.precision, cfg.training.fp32_grad_accumulation));
+    plan::PlanInputs inputs = plan::plan_inputs(
+        cfg, plan::gradient_bytes(cfg.training.precision, cfg.training.fp32_grad_accumulation));
     if (opts.zero_stage != -1) {
         if (opts.zero_stage < 0 || opts.zero_stage > 3)
             throw Error("--zero-stage: expected 0, 1, 2 or 3, got " +

@@ -104,19 +104,20 @@ std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Devi
     // attention runs its own block kernels; Ulysses runs attention on a C-th of the heads.
     const config::ModelConfig& m = cfg.model;
     const auto& p = cfg.parallel;
-    const int head_split = p.tensor * (p.context_mode == config::ContextMode::ulysses ? p.context : 1);
+    const int head_split =
+        p.tensor * (p.context_mode == config::ContextMode::ulysses ? p.context : 1);
     if (p.context > 1 && p.context_mode == config::ContextMode::ring) {
         if (!kernels::cuda::flash_attention_supports(m.hidden / m.heads))
-            throw Error("model.hidden / model.heads: ring attention's GPU kernels take heads of 1 to " +
-                        std::to_string(kernels::cuda::kFlashMaxHeadSize) + " elements");
-        if (announce) std::printf("attention: ring attention's block kernels over %d ranks\n", p.context);
+            throw Error(
+                "model.hidden / model.heads: ring attention's GPU kernels take heads of 1 to " +
+                std::to_string(kernels::cuda::kFlashMaxHeadSize) + " elements");
+        if (announce)
+            std::printf("attention: ring attention's block kernels over %d ranks\n", p.context);
     } else {
-        const kernels::AttentionShape attention{cfg.training.micro_batch,
-                                                m.seq_len,
-                                                m.hidden / head_split,
-                                                m.heads / head_split,
-                                                cfg.training.precision,
-                                                static_cast<float>(m.dropout)};
+        const kernels::AttentionShape attention{
+            cfg.training.micro_batch, m.seq_len,
+            m.hidden / head_split,    m.heads / head_split,
+            cfg.training.precision,   static_cast<float>(m.dropout)};
         std::string choices;
         try {
             choices = kernels::prepare_attention(*ops, attention);
@@ -162,29 +163,33 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Pea
     const auto& m = cfg.model;
     const auto& t = cfg.training;
     const auto& d = cfg.derived;
-    std::printf("model: %s parameters | layers %d | hidden %d | heads %d | ffn %d | seq %d | "
-                "vocab %d (padded %d)\n",
-                train::human_count(static_cast<double>(d.parameters)).c_str(), m.layers, m.hidden,
-                m.heads, m.ffn_hidden, m.seq_len, m.vocab_size, d.padded_vocab);
-    std::printf("layout: %d x %d x %d x %d (pipeline x tensor x context x data) | backend %s | "
-                "precision %s\n",
-                cfg.parallel.pipeline, cfg.parallel.tensor, cfg.parallel.context,
-                cfg.parallel.data, ops.name(), kernels::name_of(t.precision));
+    std::printf(
+        "model: %s parameters | layers %d | hidden %d | heads %d | ffn %d | seq %d | "
+        "vocab %d (padded %d)\n",
+        train::human_count(static_cast<double>(d.parameters)).c_str(), m.layers, m.hidden, m.heads,
+        m.ffn_hidden, m.seq_len, m.vocab_size, d.padded_vocab);
+    std::printf(
+        "layout: %d x %d x %d x %d (pipeline x tensor x context x data) | backend %s | "
+        "precision %s\n",
+        cfg.parallel.pipeline, cfg.parallel.tensor, cfg.parallel.context, cfg.parallel.data,
+        ops.name(), kernels::name_of(t.precision));
     if (cfg.parallel.context > 1)
-        std::printf("context: %d tokens of each sequence per rank (chunks i and %d - i of %d), "
-                    "attention by %s\n",
-                    cfg.model.seq_len / cfg.parallel.context, 2 * cfg.parallel.context - 1,
-                    2 * cfg.parallel.context, config::to_string(cfg.parallel.context_mode));
+        std::printf(
+            "context: %d tokens of each sequence per rank (chunks i and %d - i of %d), "
+            "attention by %s\n",
+            cfg.model.seq_len / cfg.parallel.context, 2 * cfg.parallel.context - 1,
+            2 * cfg.parallel.context, config::to_string(cfg.parallel.context_mode));
     if (d.chunk_layers.size() > 1) {
         std::string cuts;
         for (int n : d.chunk_layers) cuts += (cuts.empty() ? "" : ", ") + std::to_string(n);
         std::printf("pipeline: layers per chunk %s (parallel.stage_layers: %s)\n", cuts.c_str(),
                     config::to_string(cfg.parallel.stage_layers).c_str());
     }
-    std::printf("batch: %d sequences = %lld tokens per step | micro batch %d | %d accumulation "
-                "steps | %s FLOP per step\n",
-                t.global_batch, static_cast<long long>(d.tokens_per_step), t.micro_batch,
-                d.grad_accum_steps, train::human_count(d.flops_per_step).c_str());
+    std::printf(
+        "batch: %d sequences = %lld tokens per step | micro batch %d | %d accumulation "
+        "steps | %s FLOP per step\n",
+        t.global_batch, static_cast<long long>(d.tokens_per_step), t.micro_batch,
+        d.grad_accum_steps, train::human_count(d.flops_per_step).c_str());
     std::printf("peak: %.1f GFLOP/s (%s)\n", peak.flops / 1e9, peak.source.c_str());
 }
 

@@ -9,8 +9,8 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <filesystem>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -88,7 +88,8 @@ public:
         pending_.insert(pending_.end(), doc.begin(), doc.end());
         while (opts_.shard_tokens > 0 && pending_.size() >= opts_.shard_tokens) {
             write_llmc(std::span(pending_).first(opts_.shard_tokens));
-            pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(opts_.shard_tokens));
+            pending_.erase(pending_.begin(),
+                           pending_.begin() + static_cast<std::ptrdiff_t>(opts_.shard_tokens));
         }
     }
 
@@ -147,7 +148,7 @@ void draw_progress(std::size_t done, std::size_t total, double seconds) {
     constexpr int kWidth = 30;
     const double f = total ? static_cast<double>(done) / total : 1.0;
     const int filled = static_cast<int>(f * kWidth);
-    std::fprintf(stderr, "\rtokenizing [%s%s] %5.1f%% %.1f/%.1f MB %.1f MB/s", 
+    std::fprintf(stderr, "\rtokenizing [%s%s] %5.1f%% %.1f/%.1f MB %.1f MB/s",
                  std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
                  100 * f, done / 1e6, total / 1e6, seconds > 0 ? done / 1e6 / seconds : 0.0);
 }
@@ -180,10 +181,11 @@ int tokenize(const TokenizeOptions& opts) {
         if (!rest.empty() || separator.empty()) documents.push_back(rest);
     }
 
-    const int threads = opts.threads > 0 ? opts.threads
-                                         : std::max(1u, std::thread::hardware_concurrency());
+    const int threads =
+        opts.threads > 0 ? opts.threads : std::max(1u, std::thread::hardware_concurrency());
     // Chunks small enough to share among threads and show progress, large enough to be cheap.
-    const std::size_t target = std::clamp<std::size_t>(total_bytes / (16 * threads), 1 << 16, 1 << 22);
+    const std::size_t target =
+        std::clamp<std::size_t>(total_bytes / (16 * threads), 1 << 16, 1 << 22);
     std::vector<Chunk> chunks;
     for (std::size_t d = 0; d < documents.size(); ++d) cut(d, documents[d], target, chunks);
     // The progress counts the bytes encoded: the documents, not the separators between them.
@@ -215,7 +217,8 @@ int tokenize(const TokenizeOptions& opts) {
     }
     for (auto& th : pool) th.join();
     if (failure) std::rethrow_exception(failure);
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (show_progress) {
         draw_progress(document_bytes, document_bytes, seconds);
         std::fprintf(stderr, "\n");
@@ -231,10 +234,11 @@ int tokenize(const TokenizeOptions& opts) {
         document.clear();
     }
     output.finish();
-    std::printf("tokenized %.2f MB (%zu documents) into %zu tokens in %.2f s: %.2f MB/s on %d "
-                "thread(s)\n",
-                total_bytes / 1e6, documents.size(), output.tokens(), seconds,
-                total_bytes / 1e6 / seconds, threads);
+    std::printf(
+        "tokenized %.2f MB (%zu documents) into %zu tokens in %.2f s: %.2f MB/s on %d "
+        "thread(s)\n",
+        total_bytes / 1e6, documents.size(), output.tokens(), seconds, total_bytes / 1e6 / seconds,
+        threads);
     for (const std::string& f : output.files()) std::printf("wrote %s\n", f.c_str());
     return 0;
 }

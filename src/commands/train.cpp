@@ -32,9 +32,10 @@ void check_resume_setting(const config::Config& cfg) {
     if (ck.resume == "never" && ck.dir) {
         const auto existing = train::list_checkpoints(*ck.dir);
         if (!existing.empty())
-            throw Error("checkpoint.dir: '" + *ck.dir + "' already holds checkpoints (" +
-                        existing.back() + ") and checkpoint.resume is never; resume them "
-                        "(checkpoint.resume: auto) or choose another checkpoint.dir so they are kept");
+            throw Error(
+                "checkpoint.dir: '" + *ck.dir + "' already holds checkpoints (" + existing.back() +
+                ") and checkpoint.resume is never; resume them "
+                "(checkpoint.resume: auto) or choose another checkpoint.dir so they are kept");
     }
     if (ck.resume != "never" && ck.resume != "auto" &&
         !std::filesystem::exists(std::filesystem::path(ck.resume) / train::kManifestName))
@@ -88,7 +89,8 @@ const char* signal_name(int signal) {
 
 // A sample of text from the trained model, as the config asks, on rank 0 with a whole copy
 // of it with micro batch 1 (generation needs one sequence, not the training batch).
-void print_sample(const config::Config& cfg, train::Trainer& trained, kernels::Ops& ops, bool leader) {
+void print_sample(const config::Config& cfg, train::Trainer& trained, kernels::Ops& ops,
+                  bool leader) {
     const std::vector<float> full = trained.full_params();  // collective
     if (!leader) return;
     model::Gpt gpt(ops, trained.model().shape(), 1, 0.0f);
@@ -240,27 +242,31 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
             std::printf("resumed: %s at step %d (written by %d x %d x %d, %s, ZeRO stage %d, %s)\n",
                         ck->path.c_str(), start, l.pipeline, l.tensor, l.data, l.schedule.c_str(),
                         l.zero_stage, ck->manifest.precision.c_str());
-            std::printf("checkpoint read: at most %lld bytes of tensors and %lld of headers on "
-                        "a rank, of the checkpoint's %llu\n",
-                        static_cast<long long>(read[0]), static_cast<long long>(read[1]),
-                        static_cast<unsigned long long>(total));
+            std::printf(
+                "checkpoint read: at most %lld bytes of tensors and %lld of headers on "
+                "a rank, of the checkpoint's %llu\n",
+                static_cast<long long>(read[0]), static_cast<long long>(read[1]),
+                static_cast<unsigned long long>(total));
         }
     }
     resuming.reset();
     parallel::set_step(start);
     if (start >= t.steps) {
-        if (leader) std::printf("done: the checkpoint is at step %d, training.steps is %d\n", start, t.steps);
+        if (leader)
+            std::printf("done: the checkpoint is at step %d, training.steps is %d\n", start,
+                        t.steps);
         return;
     }
     train::install_preemption_handlers();
     if (leader) {
         const train::MemoryUse mem = trainer.memory();
-        std::printf("memory (rank 0): parameters %s | gradients %s | optimizer state %s "
-                    "(ZeRO stage %d over %d replicas)\n",
-                    train::human_bytes(static_cast<double>(mem.parameters)).c_str(),
-                    train::human_bytes(static_cast<double>(mem.gradients)).c_str(),
-                    train::human_bytes(static_cast<double>(mem.optimizer)).c_str(),
-                    cfg.parallel.zero_stage, cfg.parallel.data);
+        std::printf(
+            "memory (rank 0): parameters %s | gradients %s | optimizer state %s "
+            "(ZeRO stage %d over %d replicas)\n",
+            train::human_bytes(static_cast<double>(mem.parameters)).c_str(),
+            train::human_bytes(static_cast<double>(mem.gradients)).c_str(),
+            train::human_bytes(static_cast<double>(mem.optimizer)).c_str(), cfg.parallel.zero_stage,
+            cfg.parallel.data);
     }
     // The metrics file, opened by rank 0 alone: every rank learns whether it could be.
     std::optional<train::MetricsLog> log;

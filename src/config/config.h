@@ -89,7 +89,7 @@ struct TrainingConfig {
     double beta1 = 0.9;
     double beta2 = 0.95;
     double eps = 1.0e-8;
-    double grad_clip = 1.0;  // 0 disables clipping
+    double grad_clip = 1.0;                          // 0 disables clipping
     kernels::DType precision = kernels::DType::f32;  // a compute type: fp32, bf16 or fp16
     // 16-bit precisions: accumulate gradients over microbatches and reduce them over the
     // data-parallel group in fp32 (4 bytes per parameter instead of 2). When not given: true
@@ -102,9 +102,9 @@ struct TrainingConfig {
     NonFinite nonfinite = NonFinite::stop;  // fp16 always skips (and halves the scale)
     Recompute recompute = Recompute::none;
     uint64_t seed = 1234;
-    int threads = 0;         // CPU threads for ops and OpenBLAS; 0 = all cores
-    int eval_interval = 0;   // steps between validation passes; 0 = only after the last step
-    int eval_batches = 8;    // microbatches of data.valid per validation pass
+    int threads = 0;        // CPU threads for ops and OpenBLAS; 0 = all cores
+    int eval_interval = 0;  // steps between validation passes; 0 = only after the last step
+    int eval_batches = 8;   // microbatches of data.valid per validation pass
     // The stall watchdog (parallel/watchdog.h): seconds a rank may wait in one communication
     // call before the job is aborted (0: no watchdog), and the longer allowances until the
     // first step has completed and during a checkpoint's save or load.
@@ -157,13 +157,13 @@ struct LoggingConfig {
 
 // Values computed once from the rest.
 struct Derived {
-    int padded_vocab = 0;       // vocab_size rounded up to a multiple of 128 * tensor
-    int head_dim = 0;           // hidden / heads
-    int world_size = 0;         // pipeline * tensor * context * data
-    int grad_accum_steps = 0;   // global_batch / (micro_batch * data)
-    int64_t tokens_per_step = 0;  // global_batch * seq_len
-    int64_t parameters = 0;     // unique parameters of the model, padded vocabulary excluded
-    double flops_per_step = 0;  // Megatron's model FLOPs for one global batch
+    int padded_vocab = 0;           // vocab_size rounded up to a multiple of 128 * tensor
+    int head_dim = 0;               // hidden / heads
+    int world_size = 0;             // pipeline * tensor * context * data
+    int grad_accum_steps = 0;       // global_batch / (micro_batch * data)
+    int64_t tokens_per_step = 0;    // global_batch * seq_len
+    int64_t parameters = 0;         // unique parameters of the model, padded vocabulary excluded
+    double flops_per_step = 0;      // Megatron's model FLOPs for one global batch
     std::vector<int> chunk_layers;  // layers of each global pipeline chunk (P·v), in order
     bool operator==(const Derived&) const = default;
 };

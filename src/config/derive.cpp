@@ -7,7 +7,9 @@
 namespace trident::config {
 namespace {
 
-int64_t round_up(int64_t value, int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+int64_t round_up(int64_t value, int64_t multiple) {
+    return (value + multiple - 1) / multiple * multiple;
+}
 
 // Unique parameters of the GPT: token and position embeddings, the layers, the final LN.
 // The LM head is tied to the token embedding, so it adds nothing; padded rows are excluded.

@@ -19,7 +19,8 @@ using detail::Origins;
 // File ranks in Origins; overrides rank after it, in the order given.
 constexpr int kFileRank = 1;
 
-[[noreturn]] void fail(const std::string& where, std::string_view path, const std::string& problem) {
+[[noreturn]] void fail(const std::string& where, std::string_view path,
+                       const std::string& problem) {
     throw ConfigError(where + ": " + std::string(path) + ": " + problem);
 }
 
@@ -48,7 +49,8 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 // section ("training.dropout" -> "model.dropout"), a key of the same section that starts with
 // it ("training.warmup" -> "training.warmup_steps"), else the nearest by edit distance if it
 // is within a third of the name (at least 2 edits allowed).
-std::optional<std::string> suggestion(std::string_view name, const std::vector<std::string>& known) {
+std::optional<std::string> suggestion(std::string_view name,
+                                      const std::vector<std::string>& known) {
     const std::string_view leaf = detail::leaf_of(name);
     for (const Key& key : detail::keys())
         if (detail::leaf_of(key.path) == leaf && key.path != name) return std::string(key.path);
@@ -68,7 +70,8 @@ std::optional<std::string> suggestion(std::string_view name, const std::vector<s
     return best;
 }
 
-std::string unknown(std::string_view what, std::string_view name, const std::vector<std::string>& known) {
+std::string unknown(std::string_view what, std::string_view name,
+                    const std::vector<std::string>& known) {
     std::string message = "unknown " + std::string(what);
     if (auto guess = suggestion(name, known)) message += " (did you mean " + *guess + "?)";
     return message;
@@ -116,8 +119,8 @@ std::string one_line(const std::string& text) {
     return out;
 }
 
-void set_key(const Key& key, const YAML::Node& value, const std::string& where, int rank, Config& cfg,
-             Origins& origins) {
+void set_key(const Key& key, const YAML::Node& value, const std::string& where, int rank,
+             Config& cfg, Origins& origins) {
     YAML::Mark at = YAML::Mark::null_mark();
     if (auto problem = key.read(cfg, value, at)) {
         // Inside a file, a problem within the value (an item of a list) points at its own line.
@@ -134,13 +137,15 @@ void apply_document(const YAML::Node& root, Config& cfg, Origins& origins) {
     if (root.IsNull()) return;  // an empty file: all defaults
     const std::vector<std::string> top_level = top_level_names();
     if (!root.IsMap())
-        throw ConfigError(at_line(file, root.Mark()) + ": expected a map of " + join(top_level) + ", got " +
-                          detail::describe(root));
+        throw ConfigError(at_line(file, root.Mark()) + ": expected a map of " + join(top_level) +
+                          ", got " + detail::describe(root));
 
     std::map<std::string, size_t> first_line;  // name -> line it first appeared on
-    auto check_once = [&](const std::string& name, const YAML::Mark& mark, const std::string& where) {
+    auto check_once = [&](const std::string& name, const YAML::Mark& mark,
+                          const std::string& where) {
         auto [it, fresh] = first_line.emplace(name, mark.line + 1);
-        if (!fresh) fail(where, name, "given twice (first at line " + std::to_string(it->second) + ")");
+        if (!fresh)
+            fail(where, name, "given twice (first at line " + std::to_string(it->second) + ")");
     };
 
     for (const auto& entry : root) {
@@ -154,7 +159,8 @@ void apply_document(const YAML::Node& root, Config& cfg, Origins& origins) {
 
         if (const Key* key = detail::find_key(name)) {
             if (!detail::section_of(name).empty())
-                fail(where, name, "dotted paths are for --set; in a file, write the key under its section");
+                fail(where, name,
+                     "dotted paths are for --set; in a file, write the key under its section");
             set_key(*key, entry.second, where, kFileRank, cfg, origins);
             continue;
         }
@@ -165,7 +171,8 @@ void apply_document(const YAML::Node& root, Config& cfg, Origins& origins) {
 
         const YAML::Node& section = entry.second;
         if (section.IsNull()) continue;  // "training:" with nothing under it
-        if (!section.IsMap()) fail(where, name, "expected a map of keys, got " + detail::describe(section));
+        if (!section.IsMap())
+            fail(where, name, "expected a map of keys, got " + detail::describe(section));
         for (const auto& item : section) {
             const YAML::Mark item_mark = item.first.Mark();
             const std::string item_where = at_line(file, item_mark);
@@ -195,7 +202,8 @@ void apply_override(const std::string& text, int rank, Config& cfg, Origins& ori
     if (!key) {
         for (const Key& candidate : detail::keys())
             if (detail::section_of(candidate.path) == path)
-                fail(where, path, "is a section; set one of its keys, e.g. " + std::string(candidate.path));
+                fail(where, path,
+                     "is a section; set one of its keys, e.g. " + std::string(candidate.path));
         fail(where, path, unknown("key", path, key_paths()));
     }
 
@@ -220,7 +228,8 @@ void fill_dependent_defaults(Config& cfg, const Origins& origins) {
 }
 
 std::string read_file(const std::string& path) {
-    std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"), &std::fclose);
+    std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
+                                                         &std::fclose);
     if (!file) throw ConfigError("cannot open config file '" + path + "': " + std::strerror(errno));
     std::string text;
     char buf[4096];

@@ -8,7 +8,9 @@ void Origins::set(std::string_view path, std::string where, int rank) {
     by_path_.insert_or_assign(std::string(path), Origin{std::move(where), rank});
 }
 
-bool Origins::is_set(std::string_view path) const { return by_path_.find(path) != by_path_.end(); }
+bool Origins::is_set(std::string_view path) const {
+    return by_path_.find(path) != by_path_.end();
+}
 
 std::string Origins::where(std::string_view path) const {
     auto it = by_path_.find(path);
@@ -19,7 +21,8 @@ std::string Origins::blame(std::initializer_list<std::string_view> paths) const 
     const Origin* latest = nullptr;
     for (std::string_view path : paths) {
         auto it = by_path_.find(path);
-        if (it != by_path_.end() && (!latest || it->second.rank > latest->rank)) latest = &it->second;
+        if (it != by_path_.end() && (!latest || it->second.rank > latest->rank))
+            latest = &it->second;
     }
     return latest ? latest->where : file_;
 }

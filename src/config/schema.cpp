@@ -14,8 +14,12 @@ namespace {
 template <typename T>
 using RangeCheck = std::function<Problem(const T&)>;
 
-std::string text(int v) { return std::to_string(v); }
-std::string text(double v) { return format_number(v); }
+std::string text(int v) {
+    return std::to_string(v);
+}
+std::string text(double v) {
+    return format_number(v);
+}
 
 // A key stored at cfg.*section.*member, e.g. field("model.layers", &Config::model,
 // &ModelConfig::layers, at_least(1)).
@@ -24,20 +28,22 @@ Key field(std::string_view path, Section Config::*section, T Section::*member,
           std::type_identity_t<RangeCheck<T>> range = nullptr) {
     return Key{
         .path = path,
-        .read = [=](Config& c, const YAML::Node& node, YAML::Mark&) {
-            return read_value(node, (c.*section).*member);
-        },
+        .read = [=](Config& c, const YAML::Node& node,
+                    YAML::Mark&) { return read_value(node, (c.*section).*member); },
         .write = [=](const Config& c) { return yaml_text((c.*section).*member); },
-        .check_range = [=](const Config& c) { return range ? range((c.*section).*member) : Problem{}; },
+        .check_range =
+            [=](const Config& c) { return range ? range((c.*section).*member) : Problem{}; },
     };
 }
 
 // A key outside any section, stored at cfg.*member.
 template <typename T>
-Key field(std::string_view path, T Config::*member, std::type_identity_t<RangeCheck<T>> range = nullptr) {
+Key field(std::string_view path, T Config::*member,
+          std::type_identity_t<RangeCheck<T>> range = nullptr) {
     return Key{
         .path = path,
-        .read = [=](Config& c, const YAML::Node& node, YAML::Mark&) { return read_value(node, c.*member); },
+        .read = [=](Config& c, const YAML::Node& node,
+                    YAML::Mark&) { return read_value(node, c.*member); },
         .write = [=](const Config& c) { return yaml_text(c.*member); },
         .check_range = [=](const Config& c) { return range ? range(c.*member) : Problem{}; },
     };
@@ -48,9 +54,8 @@ Key field(std::string_view path, T Config::*member, std::type_identity_t<RangeCh
 Key sources(std::string_view path, std::vector<DataSource> DataConfig::*member, bool nullable) {
     return Key{
         .path = path,
-        .read = [=](Config& c, const YAML::Node& node, YAML::Mark& at) {
-            return read_sources(node, c.data.*member, nullable, at);
-        },
+        .read = [=](Config& c, const YAML::Node& node,
+                    YAML::Mark& at) { return read_sources(node, c.data.*member, nullable, at); },
         .write = [=](const Config& c) { return yaml_text(c.data.*member); },
         .check_range = [](const Config&) { return Problem{}; },
     };
@@ -120,7 +125,8 @@ const std::vector<Key>& table() {
         field("parallel.data", &C::parallel, &ParallelConfig::data, at_least(1)),
         field("parallel.context", &C::parallel, &ParallelConfig::context, at_least(1)),
         field("parallel.context_mode", &C::parallel, &ParallelConfig::context_mode),
-        field("parallel.virtual_stages", &C::parallel, &ParallelConfig::virtual_stages, at_least(1)),
+        field("parallel.virtual_stages", &C::parallel, &ParallelConfig::virtual_stages,
+              at_least(1)),
         field("parallel.schedule", &C::parallel, &ParallelConfig::schedule),
         field("parallel.zero_stage", &C::parallel, &ParallelConfig::zero_stage, zero_stage()),
         field("parallel.bucket_size", &C::parallel, &ParallelConfig::bucket_size, at_least(1)),
@@ -190,7 +196,9 @@ const std::vector<Key>& table() {
 
 }  // namespace
 
-std::span<const Key> keys() { return table(); }
+std::span<const Key> keys() {
+    return table();
+}
 
 const Key* find_key(std::string_view path) {
     for (const Key& key : table())

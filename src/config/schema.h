@@ -25,8 +25,8 @@ struct Key {
     // Parses a YAML value into cfg. A problem inside a value of several parts (an item of a
     // list) may set `at` to that part's place, so that the message points at its line.
     std::function<Problem(Config&, const YAML::Node&, YAML::Mark& at)> read;
-    std::function<std::string(const Config&)> write;  // the value as YAML text (one line)
-    std::function<Problem(const Config&)> check_range;        // the value's own limits
+    std::function<std::string(const Config&)> write;    // the value as YAML text (one line)
+    std::function<Problem(const Config&)> check_range;  // the value's own limits
 };
 
 // Every key, in the order to_yaml writes them (section by section).

@@ -24,16 +24,32 @@ std::string to_yaml(const Config& cfg) {
     return out;
 }
 
-const char* to_string(Schedule v) { return detail::enum_name(v); }
-const char* to_string(ContextMode v) { return detail::enum_name(v); }
-const char* to_string(Decay v) { return detail::enum_name(v); }
-const char* to_string(Recompute v) { return detail::enum_name(v); }
-const char* to_string(NonFinite v) { return detail::enum_name(v); }
-const char* to_string(DeviceKind v) { return detail::enum_name(v); }
-const char* to_string(DataFormat v) { return detail::enum_name(v); }
+const char* to_string(Schedule v) {
+    return detail::enum_name(v);
+}
+const char* to_string(ContextMode v) {
+    return detail::enum_name(v);
+}
+const char* to_string(Decay v) {
+    return detail::enum_name(v);
+}
+const char* to_string(Recompute v) {
+    return detail::enum_name(v);
+}
+const char* to_string(NonFinite v) {
+    return detail::enum_name(v);
+}
+const char* to_string(DeviceKind v) {
+    return detail::enum_name(v);
+}
+const char* to_string(DataFormat v) {
+    return detail::enum_name(v);
+}
 const char* to_string(OnError v) {
     return detail::enum_name(v);
 }
-std::string to_string(const StageLayers& v) { return detail::yaml_text(v); }
+std::string to_string(const StageLayers& v) {
+    return detail::yaml_text(v);
+}
 
 }  // namespace trident::config

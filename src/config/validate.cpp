@@ -15,9 +15,15 @@ namespace {
 }
 
 // Message text from pieces: cat("layers (", 12, ") ..."). Doubles print as format_number does.
-void append(std::string& out, std::string_view text) { out += text; }
-void append(std::string& out, int v) { out += std::to_string(v); }
-void append(std::string& out, double v) { out += format_number(v); }
+void append(std::string& out, std::string_view text) {
+    out += text;
+}
+void append(std::string& out, int v) {
+    out += std::to_string(v);
+}
+void append(std::string& out, double v) {
+    out += format_number(v);
+}
 
 template <typename... Parts>
 std::string cat(const Parts&... parts) {
@@ -51,7 +57,8 @@ void refuse_unsupported_features([[maybe_unused]] const Config& cfg,
     // With the GPU backend built in, whether each rank has a GPU is found at start-up
     // (commands/session.h), not here: a config names a device, the machine may lack it.
     if (cfg.device == DeviceKind::cuda)
-        fail(origins.where("device"), "device: this build has no CUDA backend yet (use auto or cpu)");
+        fail(origins.where("device"),
+             "device: this build has no CUDA backend yet (use auto or cpu)");
 #endif
 }
 
@@ -62,13 +69,14 @@ void check_consistency(const Config& cfg, const Origins& origins) {
     const TrainingConfig& t = cfg.training;
 
     if (m.hidden % m.heads != 0)
-        fail(origins.blame({"model.hidden", "model.heads"}),
-             cat("model.hidden (", m.hidden, ") must be a multiple of model.heads (", m.heads, ")"));
+        fail(
+            origins.blame({"model.hidden", "model.heads"}),
+            cat("model.hidden (", m.hidden, ") must be a multiple of model.heads (", m.heads, ")"));
 
     if (t.min_loss_scale > t.loss_scale)
         fail(origins.blame({"training.min_loss_scale", "training.loss_scale"}),
-             cat("training.min_loss_scale (", t.min_loss_scale, ") must not exceed training.loss_scale (",
-                 t.loss_scale, ")"));
+             cat("training.min_loss_scale (", t.min_loss_scale,
+                 ") must not exceed training.loss_scale (", t.loss_scale, ")"));
     if (t.min_lr > t.lr)
         fail(origins.blame({"training.min_lr", "training.lr"}),
              cat("training.min_lr (", t.min_lr, ") must not exceed training.lr (", t.lr, ")"));
@@ -78,8 +86,8 @@ void check_consistency(const Config& cfg, const Origins& origins) {
     if (t.global_batch % per_step != 0)
         fail(origins.blame({"training.global_batch", "training.micro_batch", "parallel.data"}),
              cat("training.global_batch (", t.global_batch,
-                 ") must be a multiple of micro_batch × parallel.data = ", t.micro_batch, " × ", p.data,
-                 " = ", per_step));
+                 ") must be a multiple of micro_batch × parallel.data = ", t.micro_batch, " × ",
+                 p.data, " = ", per_step));
 
     // Tensor parallelism splits heads and the MLP width evenly over M.
     if (m.heads % p.tensor != 0)
@@ -87,22 +95,27 @@ void check_consistency(const Config& cfg, const Origins& origins) {
              cat("parallel.tensor (", p.tensor, ") must divide model.heads (", m.heads, ")"));
     if (m.ffn_hidden % p.tensor != 0)
         fail(origins.blame({"parallel.tensor", "model.ffn_hidden"}),
-             cat("parallel.tensor (", p.tensor, ") must divide model.ffn_hidden (", m.ffn_hidden, ")"));
+             cat("parallel.tensor (", p.tensor, ") must divide model.ffn_hidden (", m.ffn_hidden,
+                 ")"));
 
     // Context parallelism cuts every sequence into 2·C equal chunks and gives rank i chunks i
     // and 2C − 1 − i, so that causal attention's work is the same on every rank.
     if (p.context > 1 && m.seq_len % (2 * p.context) != 0)
-        fail(origins.blame({"model.seq_len", "parallel.context"}),
-             cat("model.seq_len (", m.seq_len, ") must be a multiple of 2 × parallel.context = 2 × ",
-                 p.context, " = ", 2 * p.context,
-                 " (each context rank takes two of 2·C equal chunks of every sequence, for causal "
-                 "load balancing)"));
+        fail(
+            origins.blame({"model.seq_len", "parallel.context"}),
+            cat("model.seq_len (", m.seq_len, ") must be a multiple of 2 × parallel.context = 2 × ",
+                p.context, " = ", 2 * p.context,
+                " (each context rank takes two of 2·C equal chunks of every sequence, for causal "
+                "load balancing)"));
     // Ulysses gives each of the M·C ranks of a layer whole heads.
-    if (p.context > 1 && p.context_mode == ContextMode::ulysses && m.heads % (p.tensor * p.context) != 0)
-        fail(origins.blame({"parallel.context_mode", "parallel.context", "parallel.tensor", "model.heads"}),
-             cat("parallel.context_mode: ulysses splits the heads over parallel.tensor × context = ",
-                 p.tensor, " × ", p.context, " = ", p.tensor * p.context,
-                 " ranks, which must divide model.heads (", m.heads, ")"));
+    if (p.context > 1 && p.context_mode == ContextMode::ulysses &&
+        m.heads % (p.tensor * p.context) != 0)
+        fail(
+            origins.blame(
+                {"parallel.context_mode", "parallel.context", "parallel.tensor", "model.heads"}),
+            cat("parallel.context_mode: ulysses splits the heads over parallel.tensor × context = ",
+                p.tensor, " × ", p.context, " = ", p.tensor * p.context,
+                " ranks, which must divide model.heads (", m.heads, ")"));
 
     // Sequence parallelism splits each microbatch's B·T/C rows of the residual stream over M.
     const int rows = t.micro_batch * (m.seq_len / p.context);
@@ -122,20 +135,23 @@ void check_consistency(const Config& cfg, const Origins& origins) {
     if (cut.cut == StageCut::uniform && m.layers % chunks != 0)
         fail(origins.blame({"model.layers", "parallel.pipeline", "parallel.virtual_stages",
                             "parallel.stage_layers"}),
-             cat("model.layers (", m.layers, ") must be a multiple of parallel.pipeline × virtual_stages = ",
-                 p.pipeline, " × ", p.virtual_stages, " = ", chunks,
+             cat("model.layers (", m.layers,
+                 ") must be a multiple of parallel.pipeline × virtual_stages = ", p.pipeline, " × ",
+                 p.virtual_stages, " = ", chunks,
                  " for parallel.stage_layers: uniform (auto or a list of counts cuts unequally)"));
     if (cut.cut == StageCut::given) {
         int total = 0;
         for (int n : cut.layers) total += n;
         if (static_cast<int>(cut.layers.size()) != chunks)
-            fail(origins.blame({"parallel.stage_layers", "parallel.pipeline", "parallel.virtual_stages"}),
-                 cat("parallel.stage_layers: ", static_cast<int>(cut.layers.size()), " counts given, but the model has ",
-                     "parallel.pipeline × virtual_stages = ", chunks, " chunks (one count per chunk)"));
+            fail(origins.blame(
+                     {"parallel.stage_layers", "parallel.pipeline", "parallel.virtual_stages"}),
+                 cat("parallel.stage_layers: ", static_cast<int>(cut.layers.size()),
+                     " counts given, but the model has ", "parallel.pipeline × virtual_stages = ",
+                     chunks, " chunks (one count per chunk)"));
         else if (total != m.layers)
             fail(origins.blame({"parallel.stage_layers", "model.layers"}),
-                 cat("parallel.stage_layers: the counts add up to ", total, ", but model.layers is ",
-                     m.layers));
+                 cat("parallel.stage_layers: the counts add up to ", total,
+                     ", but model.layers is ", m.layers));
     }
 
     // Virtual stages only mean something to the interleaved schedule, and it needs them.
@@ -146,11 +162,12 @@ void check_consistency(const Config& cfg, const Origins& origins) {
                  ") needs parallel.schedule: interleaved (got ", to_string(p.schedule), ")"));
     if (interleaved && p.pipeline < 2)
         fail(origins.blame({"parallel.schedule", "parallel.pipeline"}),
-             cat("parallel.schedule: interleaved needs parallel.pipeline >= 2 (got ", p.pipeline, ")"));
+             cat("parallel.schedule: interleaved needs parallel.pipeline >= 2 (got ", p.pipeline,
+                 ")"));
     if (interleaved && p.virtual_stages < 2)
         fail(origins.blame({"parallel.schedule", "parallel.virtual_stages"}),
-             cat("parallel.schedule: interleaved needs parallel.virtual_stages >= 2 (got ", p.virtual_stages,
-                 ")"));
+             cat("parallel.schedule: interleaved needs parallel.virtual_stages >= 2 (got ",
+                 p.virtual_stages, ")"));
 
     // ZeRO-3 gathers a unit's parameters for every microbatch's forward and backward. On a
     // pipeline each stage runs many microbatches (m >> P keeps its bubble small), so it would
@@ -160,29 +177,33 @@ void check_consistency(const Config& cfg, const Origins& origins) {
     if (p.zero_stage == 3 && p.pipeline > 1)
         fail(origins.blame({"parallel.zero_stage", "parallel.pipeline"}),
              cat("parallel.zero_stage: 3 runs without pipeline parallelism (parallel.pipeline is ",
-                 p.pipeline, "): each stage would gather its parameters for the forward and the "
+                 p.pipeline,
+                 "): each stage would gather its parameters for the forward and the "
                  "backward of every microbatch; use zero_stage 2 with a pipeline"));
     if (p.zero_stage == 3 && (p.schedule == Schedule::zb_h1 || p.schedule == Schedule::zb_h2))
         fail(origins.blame({"parallel.zero_stage", "parallel.schedule"}),
              cat("parallel.zero_stage: 3 runs with parallel.schedule 1f1b or gpipe (got ",
-                 to_string(p.schedule), ", whose split backward would gather each layer a third time)"));
+                 to_string(p.schedule),
+                 ", whose split backward would gather each layer a third time)"));
 
     // ZeRO 2 and 3 shard by the layout's units over the data group only; their sharding over
     // the data-context group (D·C ranks) is not built yet.
     if (p.zero_stage >= 2 && p.context > 1)
         fail(origins.blame({"parallel.zero_stage", "parallel.context"}),
-             cat("parallel.zero_stage: ", p.zero_stage, " runs without context parallelism "
-                 "(parallel.context is ", p.context, "); use zero_stage 0 or 1 with context > 1"));
+             cat("parallel.zero_stage: ", p.zero_stage,
+                 " runs without context parallelism "
+                 "(parallel.context is ",
+                 p.context, "); use zero_stage 0 or 1 with context > 1"));
 
     // The interleaved schedule runs microbatches in groups of P (PTD-P §2.2).
     const int microbatches = t.global_batch / per_step;
     if (interleaved && microbatches % p.pipeline != 0)
-        fail(
-            origins.blame({"parallel.schedule", "parallel.pipeline", "training.global_batch",
-                           "training.micro_batch", "parallel.data"}),
-            cat("parallel.schedule: interleaved needs the microbatches per step (global_batch / (micro_batch "
-                "× parallel.data) = ",
-                microbatches, ") to be a multiple of parallel.pipeline (", p.pipeline, ")"));
+        fail(origins.blame({"parallel.schedule", "parallel.pipeline", "training.global_batch",
+                            "training.micro_batch", "parallel.data"}),
+             cat("parallel.schedule: interleaved needs the microbatches per step (global_batch / "
+                 "(micro_batch "
+                 "× parallel.data) = ",
+                 microbatches, ") to be a multiple of parallel.pipeline (", p.pipeline, ")"));
 }
 
 }  // namespace

@@ -198,10 +198,12 @@ Problem read_sources(const YAML::Node& node, std::vector<DataSource>& out, bool 
         const std::string name = "item " + std::to_string(i + 1);
         at = item.Mark();
         if (!item.IsMap()) {
-            std::string problem = name + ": expected {path: ..., weight: ...}, got " + describe(item);
+            std::string problem =
+                name + ": expected {path: ..., weight: ...}, got " + describe(item);
             if (item.IsScalar())
-                problem += " (each dataset of a blend has a weight; for one stream of several "
-                           "llm.c files, write a glob)";
+                problem +=
+                    " (each dataset of a blend has a weight; for one stream of several "
+                    "llm.c files, write a glob)";
             return problem;
         }
         DataSource source;
@@ -215,7 +217,8 @@ Problem read_sources(const YAML::Node& node, std::vector<DataSource>& out, bool 
                 seen = true;
             }
             if (key == "path") {
-                if (Problem p = read_value(entry.second, source.path)) return name + ": path: " + *p;
+                if (Problem p = read_value(entry.second, source.path))
+                    return name + ": path: " + *p;
                 if (source.path.empty()) return name + ": path: must not be empty";
             } else if (key == "weight") {
                 if (Problem p = read_value(entry.second, source.weight))
@@ -237,9 +240,13 @@ Problem read_sources(const YAML::Node& node, std::vector<DataSource>& out, bool 
     return {};
 }
 
-std::string yaml_text(int v) { return std::to_string(v); }
+std::string yaml_text(int v) {
+    return std::to_string(v);
+}
 
-std::string yaml_text(uint64_t v) { return std::to_string(v); }
+std::string yaml_text(uint64_t v) {
+    return std::to_string(v);
+}
 
 // Written with a decimal point ("1.0", "6.0e-04") so that YAML tools other than ours read a
 // float too; the digits are the shortest that give back the same double.
@@ -251,12 +258,18 @@ std::string yaml_text(double v) {
     return text.insert(exponent, ".0");
 }
 
-std::string yaml_text(bool v) { return v ? "true" : "false"; }
+std::string yaml_text(bool v) {
+    return v ? "true" : "false";
+}
 
 // Strings are always quoted: then "null", "123" or "a: b" read back as the same string.
-std::string yaml_text(const std::string& v) { return quoted(v); }
+std::string yaml_text(const std::string& v) {
+    return quoted(v);
+}
 
-std::string yaml_text(const std::optional<std::string>& v) { return v ? quoted(*v) : "null"; }
+std::string yaml_text(const std::optional<std::string>& v) {
+    return v ? quoted(*v) : "null";
+}
 
 Problem read_value(const YAML::Node& node, StageLayers& out) {
     const std::string expected = "expected uniform, auto or a list of layer counts";

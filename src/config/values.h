@@ -117,6 +117,8 @@ std::string yaml_text(const std::vector<DataSource>& v);
 std::string yaml_text(const StageLayers& v);  // uniform, auto, or a flow list of counts
 
 template <typename E>
-requires std::is_enum_v<E> std::string yaml_text(E v) { return enum_name(v); }
+requires std::is_enum_v<E> std::string yaml_text(E v) {
+    return enum_name(v);
+}
 
 }  // namespace trident::config::detail

@@ -12,16 +12,26 @@ namespace {
 
 const char* name_of(SpanKind kind) {
     switch (kind) {
-        case SpanKind::forward: return "forward";
-        case SpanKind::backward: return "backward";
-        case SpanKind::backward_input: return "backward_input";
-        case SpanKind::backward_weight: return "backward_weight";
-        case SpanKind::send: return "send";
-        case SpanKind::recv: return "recv";
-        case SpanKind::optimizer: return "optimizer";
-        case SpanKind::reduce_scatter: return "reduce_scatter";
-        case SpanKind::all_gather: return "all_gather";
-        case SpanKind::count_: break;
+        case SpanKind::forward:
+            return "forward";
+        case SpanKind::backward:
+            return "backward";
+        case SpanKind::backward_input:
+            return "backward_input";
+        case SpanKind::backward_weight:
+            return "backward_weight";
+        case SpanKind::send:
+            return "send";
+        case SpanKind::recv:
+            return "recv";
+        case SpanKind::optimizer:
+            return "optimizer";
+        case SpanKind::reduce_scatter:
+            return "reduce_scatter";
+        case SpanKind::all_gather:
+            return "all_gather";
+        case SpanKind::count_:
+            break;
     }
     return "?";
 }

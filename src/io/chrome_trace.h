@@ -57,8 +57,11 @@ private:
 class ScopedSpan {
 public:
     ScopedSpan(TraceRecorder* trace, SpanKind kind, int microbatch, int chunk)
-        : trace_(trace && trace->recording() ? trace : nullptr), kind_(kind), mb_(microbatch),
-          chunk_(chunk), start_(trace_ ? TraceRecorder::now_us() : 0) {}
+        : trace_(trace && trace->recording() ? trace : nullptr),
+          kind_(kind),
+          mb_(microbatch),
+          chunk_(chunk),
+          start_(trace_ ? TraceRecorder::now_us() : 0) {}
     ~ScopedSpan() {
         if (trace_) trace_->add(kind_, mb_, chunk_, start_, TraceRecorder::now_us());
     }

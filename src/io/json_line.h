@@ -16,8 +16,10 @@ public:
     JsonLine& add(std::string_view key, double value) {
         char buf[32];
         // %.9g round-trips a float exactly; non-finite numbers have no JSON form.
-        if (std::isfinite(value)) std::snprintf(buf, sizeof buf, "%.9g", value);
-        else std::snprintf(buf, sizeof buf, "null");
+        if (std::isfinite(value))
+            std::snprintf(buf, sizeof buf, "%.9g", value);
+        else
+            std::snprintf(buf, sizeof buf, "null");
         return raw(key, buf);
     }
     // %.17g: a double that must come back bitwise (a checkpoint's loss scale).

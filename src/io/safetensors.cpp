@@ -35,12 +35,11 @@ struct DtypeName {
 };
 
 constexpr DtypeName kDtypes[] = {
-    {DType::boolean, "BOOL"},       {DType::u8, "U8"},   {DType::i8, "I8"},
-    {DType::i16, "I16"},            {DType::u16, "U16"}, {DType::i32, "I32"},
-    {DType::u32, "U32"},            {DType::i64, "I64"}, {DType::u64, "U64"},
-    {DType::f8_e4m3, "F8_E4M3"},    {DType::f8_e5m2, "F8_E5M2"},
-    {DType::f16, "F16"},            {DType::bf16, "BF16"},
-    {DType::f32, "F32"},            {DType::f64, "F64"},
+    {DType::boolean, "BOOL"},    {DType::u8, "U8"},           {DType::i8, "I8"},
+    {DType::i16, "I16"},         {DType::u16, "U16"},         {DType::i32, "I32"},
+    {DType::u32, "U32"},         {DType::i64, "I64"},         {DType::u64, "U64"},
+    {DType::f8_e4m3, "F8_E4M3"}, {DType::f8_e5m2, "F8_E5M2"}, {DType::f16, "F16"},
+    {DType::bf16, "BF16"},       {DType::f32, "F32"},         {DType::f64, "F64"},
 };
 
 // Reads exactly `size` bytes at `offset`; false if the file ends first.
@@ -427,8 +426,8 @@ WrittenFile write_safetensors(const std::string& path, std::span<const TensorToW
         const std::size_t end = offset + sizes[order[k]];
         if (header.size() > 1) header += ',';
         header += json::quote(t.name) + ":{\"dtype\":\"" + std::string(safetensors_name(t.dtype)) +
-                  "\",\"shape\":" + shape +
-                  ",\"data_offsets\":[" + std::to_string(offset) + "," + std::to_string(end) + "]}";
+                  "\",\"shape\":" + shape + ",\"data_offsets\":[" + std::to_string(offset) + "," +
+                  std::to_string(end) + "]}";
         offset = end;
     }
     header += "}";

@@ -9,15 +9,21 @@ namespace trident::optim {
 AdamW::AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::TrainingConfig& cfg,
              const OptimizerGroups& groups, int zero_stage, model::FlatBuffer& params,
              model::FlatBuffer& grads, std::size_t bucket_size, Overlap overlap)
-    : ops_(ops), cfg_(cfg), params_(params), grads_(grads),
+    : ops_(ops),
+      cfg_(cfg),
+      params_(params),
+      grads_(grads),
       tensor_(groups.tensor ? *groups.tensor : solo_),
       pipeline_(groups.pipeline ? *groups.pipeline : solo_),
       data_(groups.data ? *groups.data : solo_),
-      zero_stage_(zero_stage), size_(grads.size()), layout_total_(layout.total()) {
+      zero_stage_(zero_stage),
+      size_(grads.size()),
+      layout_total_(layout.total()) {
     const std::size_t D = static_cast<std::size_t>(data_.size());
     const std::size_t r = static_cast<std::size_t>(data_.rank());
     if (zero_stage_ >= 2) {  // the units, each a multiple of D
-        for (const auto& [begin, end] : layout.units()) buckets_.push_back(Bucket{begin, end - begin, 0, 0});
+        for (const auto& [begin, end] : layout.units())
+            buckets_.push_back(Bucket{begin, end - begin, 0, 0});
     } else {  // buckets of a multiple of D floats (the buffer is one), counted from the end
         const std::size_t bucket = std::max(D, bucket_size / D * D);
         for (std::size_t end = size_; end > 0;) {
@@ -222,8 +228,8 @@ void AdamW::step(double lr, float grad_scale) {
                           v_.f32() + r.state, r.count, static_cast<float>(lr),
                           static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2),
                           static_cast<float>(cfg_.eps),
-                          r.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f, step_,
-                          grad_scale, params_.owned(r.offset));
+                          r.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f, step_, grad_scale,
+                          params_.owned(r.offset));
     if (!gathers_after_update()) return;  // stage 3 gathers each unit as it is needed
     if (!overlap_.param_gather) {
         gather_params();
@@ -258,8 +264,10 @@ AdamW::State AdamW::state() const {
     s.v.assign(size_, 0.0f);
     for (const Bucket& b : buckets_) {
         const std::size_t part = owned_part(b);
-        if (step_ == 0) ops_.copy_to_host(s.master.data() + b.mine, params_.owned(b.mine), part);
-        else ops_.copy_to_host(s.master.data() + b.mine, master_.data() + b.state, part);
+        if (step_ == 0)
+            ops_.copy_to_host(s.master.data() + b.mine, params_.owned(b.mine), part);
+        else
+            ops_.copy_to_host(s.master.data() + b.mine, master_.data() + b.state, part);
         ops_.copy_to_host(s.m.data() + b.mine, m_.data() + b.state, part);
         ops_.copy_to_host(s.v.data() + b.mine, v_.data() + b.state, part);
     }

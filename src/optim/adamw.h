@@ -28,12 +28,12 @@
 // Overlap (Megatron's overlap_grad_reduce and overlap_param_gather). Between
 // start_step and reduce_gradients the model announces the ranges of the gradient buffer that
 // are final (grads_final), and a bucket all of whose gradients are final starts its
-// reduction (all-reduce or reduce-scatter) at once, under the rest of the backward pass; reduce_gradients starts any
-// bucket not started and waits for all. After the update each bucket's all-gather starts
-// and step() returns; the next forward waits for a bucket just before it reads parameters
-// of it (params_needed), and anything else that reads or writes the parameters first calls
-// finish_param_gather (zero_stage 1; stage 0 has no gather). The calls are the blocking
-// ones' (Comm's non-blocking forms), so the results are bitwise those without overlap.
+// reduction (all-reduce or reduce-scatter) at once, under the rest of the backward pass;
+// reduce_gradients starts any bucket not started and waits for all. After the update each bucket's
+// all-gather starts and step() returns; the next forward waits for a bucket just before it reads
+// parameters of it (params_needed), and anything else that reads or writes the parameters first
+// calls finish_param_gather (zero_stage 1; stage 0 has no gather). The calls are the blocking ones'
+// (Comm's non-blocking forms), so the results are bitwise those without overlap.
 //
 // Mixed precision: the parameters and gradients may be 16-bit; the master weights and the
 // moments are fp32 always, and each update writes the master weights, rounded, back into
@@ -45,14 +45,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "config/config.h"
 #include "io/chrome_trace.h"
 #include "kernels/ops.h"
-#include <memory>
-
 #include "model/flat_buffer.h"
 #include "model/gpt.h"
 #include "model/param_layout.h"
@@ -187,9 +186,9 @@ private:
     std::size_t state_bytes_ = 0;
     int step_ = 0;  // the master weights are taken from the parameters before step 1
 
-    Overlap overlap_;                // as asked, where it applies (D > 1)
-    std::vector<InFlight> flight_;   // per bucket
-    bool in_step_ = false;           // between start_step and reduce_gradients (overlapped)
+    Overlap overlap_;                   // as asked, where it applies (D > 1)
+    std::vector<InFlight> flight_;      // per bucket
+    bool in_step_ = false;              // between start_step and reduce_gradients (overlapped)
     std::unique_ptr<ZeroUnits> units_;  // stages 2, 3
     io::TraceRecorder* trace_ = nullptr;
 };

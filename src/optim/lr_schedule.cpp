@@ -13,7 +13,8 @@ double learning_rate(const config::TrainingConfig& t, int step) {
         static_cast<double>(step - t.warmup_steps) / std::max(1, t.steps - t.warmup_steps);
     switch (t.decay) {
         case config::Decay::cosine:
-            return t.min_lr + (t.lr - t.min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
+            return t.min_lr +
+                   (t.lr - t.min_lr) * 0.5 * (1.0 + std::cos(std::numbers::pi * progress));
         case config::Decay::linear:
             return t.lr - (t.lr - t.min_lr) * progress;
         case config::Decay::constant:

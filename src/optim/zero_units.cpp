@@ -9,7 +9,11 @@ namespace trident::optim {
 
 ZeroUnits::ZeroUnits(kernels::Ops& ops, model::FlatBuffer& params, model::FlatBuffer& grads,
                      parallel::Comm& data, bool overlap_reduce, bool overlap_gather)
-    : ops_(ops), params_(params), grads_(grads), data_(data), overlap_reduce_(overlap_reduce),
+    : ops_(ops),
+      params_(params),
+      grads_(grads),
+      data_(data),
+      overlap_reduce_(overlap_reduce),
       overlap_gather_(overlap_gather) {
     gathers_.resize(params_.units().size());
     gather_start_.resize(params_.units().size(), 0.0);

@@ -78,7 +78,7 @@ private:
     model::FlatBuffer& grads_;
     parallel::Comm& data_;
     bool overlap_reduce_, overlap_gather_;
-    std::deque<Pending> reductions_;  // oldest first
+    std::deque<Pending> reductions_;          // oldest first
     std::vector<parallel::Request> gathers_;  // per unit of the parameters
     std::vector<double> gather_start_;
     io::TraceRecorder* trace_ = nullptr;

@@ -7,8 +7,8 @@
 // and bytes (digests) — each moved as what it is. Reductions take the numeric types (sum
 // and max); bool and fp8 buffers only move.
 //
-// Some calls also come non-blocking (isend, iall_reduce, ireduce_scatter, iall_gather): they return a
-// Request at once and the communication goes on while the caller computes, until wait() (a
+// Some calls also come non-blocking (isend, iall_reduce, ireduce_scatter, iall_gather): they return
+// a Request at once and the communication goes on while the caller computes, until wait() (a
 // pipeline's sends; the data-parallel reduction under the backward pass, the parameters'
 // gather under the next forward). A non-blocking call gives bitwise the result of its
 // blocking form, and calls of one group complete in the order they were made.
@@ -137,7 +137,8 @@ public:
     // Non-blocking forms (see the top of this file). isend lets a pipeline stage go on
     // without waiting for its neighbour to reach the matching recv.
     virtual Request isend(kernels::ConstPtr data, std::size_t count, int peer, int tag) = 0;
-    virtual Request iall_reduce(kernels::Ptr data, std::size_t count, ReduceOp op = ReduceOp::sum) = 0;
+    virtual Request iall_reduce(kernels::Ptr data, std::size_t count,
+                                ReduceOp op = ReduceOp::sum) = 0;
     virtual Request ireduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) = 0;
     virtual Request iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) = 0;
 

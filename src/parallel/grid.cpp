@@ -40,8 +40,7 @@ std::unique_ptr<Comm> split(MpiComm& world, int colour, int key, const char* nam
 
 void check_shape(const GridShape& s, int world_size) {
     const std::string product = std::to_string(s.pipeline) + " × " + std::to_string(s.tensor) +
-                                " × " + std::to_string(s.context) + " × " +
-                                std::to_string(s.data);
+                                " × " + std::to_string(s.context) + " × " + std::to_string(s.data);
     if (s.pipeline < 1 || s.tensor < 1 || s.context < 1 || s.data < 1)
         throw Error("parallel: pipeline × tensor × context × data = " + product +
                     ", but each must be at least 1");
@@ -70,8 +69,7 @@ Grid::Grid(World& world, const GridShape& shape) : shape_(shape), rank_(world.ra
     pipeline_ = split(all, tp + M * (cp + C * dp), pp, "pipeline");
     // Middle stages get a colour of their own each (beyond every (dp, cp, tp) colour): a
     // group of one.
-    const int embedding_colour =
-        in_embedding_group() ? tp + M * (cp + C * dp) : M * C * D + rank_;
+    const int embedding_colour = in_embedding_group() ? tp + M * (cp + C * dp) : M * C * D + rank_;
     embedding_ = split(all, embedding_colour, pp, "embedding");
 }
 

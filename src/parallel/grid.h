@@ -43,9 +43,9 @@ public:
     bool first_stage() const { return coords_.pp == 0; }
     bool last_stage() const { return coords_.pp == shape_.pipeline - 1; }
 
-    Comm& tensor() { return *tensor_; }      // same pp, dp, cp: the M tensor-parallel ranks
-    Comm& context() { return *context_; }    // same pp, dp, tp: the C ranks of one sequence
-    Comm& data() { return *data_; }          // same pp, tp, cp: the D data-parallel replicas
+    Comm& tensor() { return *tensor_; }    // same pp, dp, cp: the M tensor-parallel ranks
+    Comm& context() { return *context_; }  // same pp, dp, tp: the C ranks of one sequence
+    Comm& data() { return *data_; }        // same pp, tp, cp: the D data-parallel replicas
     // Same pp, tp: the D·C ranks that hold the same weights (rank cp + C·dp), over which
     // their gradients are summed and the optimizer shards (Megatron's data-context group).
     Comm& data_context() { return *data_context_; }

@@ -70,10 +70,14 @@ MPI_Op reduce_op(kernels::DType dtype, ReduceOp op) {
     static const struct Ops16 {
         MPI_Op bf16_sum, bf16_max, f16_sum, f16_max;
         Ops16() {
-            check(MPI_Op_create(&combine16<kernels::DType::bf16, false>, 1, &bf16_sum), "MPI_Op_create");
-            check(MPI_Op_create(&combine16<kernels::DType::bf16, true>, 1, &bf16_max), "MPI_Op_create");
-            check(MPI_Op_create(&combine16<kernels::DType::f16, false>, 1, &f16_sum), "MPI_Op_create");
-            check(MPI_Op_create(&combine16<kernels::DType::f16, true>, 1, &f16_max), "MPI_Op_create");
+            check(MPI_Op_create(&combine16<kernels::DType::bf16, false>, 1, &bf16_sum),
+                  "MPI_Op_create");
+            check(MPI_Op_create(&combine16<kernels::DType::bf16, true>, 1, &bf16_max),
+                  "MPI_Op_create");
+            check(MPI_Op_create(&combine16<kernels::DType::f16, false>, 1, &f16_sum),
+                  "MPI_Op_create");
+            check(MPI_Op_create(&combine16<kernels::DType::f16, true>, 1, &f16_max),
+                  "MPI_Op_create");
         }
     } ops;
     if (dtype == kernels::DType::bf16) return op == ReduceOp::max ? ops.bf16_max : ops.bf16_sum;
@@ -84,26 +88,38 @@ MPI_Op reduce_op(kernels::DType dtype, ReduceOp op) {
 MPI_Datatype mpi_type(kernels::DType dtype) {
     using kernels::DType;
     switch (dtype) {
-        case DType::f32: return MPI_FLOAT;
-        case DType::f64: return MPI_DOUBLE;
+        case DType::f32:
+            return MPI_FLOAT;
+        case DType::f64:
+            return MPI_DOUBLE;
         case DType::bf16:
         case DType::f16:
-        case DType::u16: return MPI_UINT16_T;
-        case DType::i64: return MPI_INT64_T;
-        case DType::i32: return MPI_INT32_T;
-        case DType::i16: return MPI_INT16_T;
-        case DType::i8: return MPI_INT8_T;
-        case DType::u64: return MPI_UINT64_T;
-        case DType::u32: return MPI_UINT32_T;
+        case DType::u16:
+            return MPI_UINT16_T;
+        case DType::i64:
+            return MPI_INT64_T;
+        case DType::i32:
+            return MPI_INT32_T;
+        case DType::i16:
+            return MPI_INT16_T;
+        case DType::i8:
+            return MPI_INT8_T;
+        case DType::u64:
+            return MPI_UINT64_T;
+        case DType::u32:
+            return MPI_UINT32_T;
         case DType::u8:
         case DType::boolean:
         case DType::f8_e4m3:
-        case DType::f8_e5m2: return MPI_UINT8_T;
+        case DType::f8_e5m2:
+            return MPI_UINT8_T;
     }
     return MPI_BYTE;
 }
 
-const char* bytes(kernels::ConstPtr p) { return static_cast<const char*>(p.data); }
+const char* bytes(kernels::ConstPtr p) {
+    return static_cast<const char*>(p.data);
+}
 
 void check_same_type(kernels::ConstPtr in, kernels::Ptr out, const char* call) {
     if (in.dtype != out.dtype)
@@ -185,7 +201,8 @@ void MpiComm::reduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t
     check_same_type(in, out, "reduce_scatter");
     check_reducible(out.dtype);
     if (size_ == 1) {
-        if (in.data != out.data) std::memmove(out.data, in.data, count * kernels::size_of(out.dtype));
+        if (in.data != out.data)
+            std::memmove(out.data, in.data, count * kernels::size_of(out.dtype));
         return;
     }
     Comm::count(CommKind::reduce_scatter, count * static_cast<std::size_t>(size_), out.dtype);
@@ -238,7 +255,8 @@ void MpiComm::reduce_scatter_on(MPI_Comm comm, std::vector<char>& scratch, kerne
         const std::size_t n = std::min(piece, count - offset);
         scratch.resize(n * size_ * width);
         for (int r = 0; r < size_; ++r)
-            std::memcpy(scratch.data() + r * n * width, bytes(in + (r * count + offset)), n * width);
+            std::memcpy(scratch.data() + r * n * width, bytes(in + (r * count + offset)),
+                        n * width);
         check(MPI_Reduce_scatter_block(scratch.data(), (out + offset).data, static_cast<int>(n),
                                        type, sum, comm),
               "MPI_Reduce_scatter_block");
@@ -248,7 +266,8 @@ void MpiComm::reduce_scatter_on(MPI_Comm comm, std::vector<char>& scratch, kerne
 void MpiComm::all_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) {
     check_same_type(in, out, "all_gather");
     if (size_ == 1) {
-        if (in.data != out.data) std::memmove(out.data, in.data, count * kernels::size_of(out.dtype));
+        if (in.data != out.data)
+            std::memmove(out.data, in.data, count * kernels::size_of(out.dtype));
         return;
     }
     Comm::count(CommKind::all_gather, count, out.dtype);
@@ -292,9 +311,9 @@ void MpiComm::all_gather_on(MPI_Comm comm, std::vector<char>& scratch, kernels::
         check(MPI_Type_create_resized(run, 0, static_cast<MPI_Aint>(count * width), &block),
               "MPI_Type_create_resized");
         check(MPI_Type_commit(&block), "MPI_Type_commit");
-        const int code = MPI_Allgather(in_place ? MPI_IN_PLACE : source + offset * width,
-                                       static_cast<int>(n), type, (out + offset).data, 1, block,
-                                       comm);
+        const int code =
+            MPI_Allgather(in_place ? MPI_IN_PLACE : source + offset * width, static_cast<int>(n),
+                          type, (out + offset).data, 1, block, comm);
         MPI_Type_free(&block);
         MPI_Type_free(&run);
         check(code, "MPI_Allgather");
@@ -308,8 +327,9 @@ void MpiComm::broadcast(kernels::Ptr data, std::size_t count, int root) {
     const Blocked blocked("broadcast", label(), root == rank_ ? -1 : root);
     for (std::size_t offset = 0; offset < count; offset += max_chunk_) {
         const std::size_t n = std::min(max_chunk_, count - offset);
-        check(MPI_Bcast((data + offset).data, static_cast<int>(n), mpi_type(data.dtype), root, comm_),
-              "MPI_Bcast");
+        check(
+            MPI_Bcast((data + offset).data, static_cast<int>(n), mpi_type(data.dtype), root, comm_),
+            "MPI_Bcast");
     }
 }
 
@@ -388,8 +408,9 @@ public:
     }
     void wait() override {
         const Blocked blocked("send (non-blocking)", group_, peer_);
-        check(MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE),
-              "MPI_Waitall");
+        check(
+            MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE),
+            "MPI_Waitall");
     }
 
 private:

@@ -42,8 +42,12 @@ World::~World() {
     MPI_Finalize();
 }
 
-Comm& World::comm() { return *comm_; }
-MpiComm& World::mpi_comm() { return *comm_; }
+Comm& World::comm() {
+    return *comm_;
+}
+MpiComm& World::mpi_comm() {
+    return *comm_;
+}
 
 namespace {
 

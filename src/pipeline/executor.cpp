@@ -20,14 +20,20 @@ enum Message { act_in, act_out, grad_in, grad_out };
 
 io::SpanKind span_of(Op op) {
     switch (op) {
-        case Op::forward: return io::SpanKind::forward;
-        case Op::backward: return io::SpanKind::backward;
-        case Op::backward_input: return io::SpanKind::backward_input;
-        case Op::backward_weight: return io::SpanKind::backward_weight;
+        case Op::forward:
+            return io::SpanKind::forward;
+        case Op::backward:
+            return io::SpanKind::backward;
+        case Op::backward_input:
+            return io::SpanKind::backward_input;
+        case Op::backward_weight:
+            return io::SpanKind::backward_weight;
         case Op::send_act:
-        case Op::send_grad: return io::SpanKind::send;
+        case Op::send_grad:
+            return io::SpanKind::send;
         case Op::recv_act:
-        case Op::recv_grad: break;
+        case Op::recv_grad:
+            break;
     }
     return io::SpanKind::recv;
 }
@@ -44,7 +50,8 @@ Executor::Executor(kernels::Ops& ops, model::Gpt& model, parallel::Comm* pipelin
 kernels::Ptr Executor::received(int kind, int mb, int c) {
     auto [it, fresh] = received_.try_emplace(Key{kind, mb, c});
     if (fresh)
-        it->second = model::DeviceBuffer(ops_, model_.boundary_size(), model_.precision().activations);
+        it->second =
+            model::DeviceBuffer(ops_, model_.boundary_size(), model_.precision().activations);
     return it->second.data();
 }
 
@@ -56,7 +63,8 @@ kernels::Ptr Executor::take_send_buffer(int kind, int mb, int c) {
     auto free = first_free();
     if (free == send_slots_.end() && static_cast<int>(send_slots_.size()) < kSendBuffers) {
         send_slots_.push_back(SendSlot{
-            model::DeviceBuffer(ops_, model_.boundary_size(), model_.precision().activations), {},
+            model::DeviceBuffer(ops_, model_.boundary_size(), model_.precision().activations),
+            {},
             false});
         free = send_slots_.end() - 1;
     }
@@ -108,8 +116,8 @@ int Executor::tag(int kind, int mb, int boundary) const {
     return static_cast<int>(t);
 }
 
-double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& microbatch,
-                     float dloss, bool training, const SeedFn& dropout_seed) {
+double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& microbatch, float dloss,
+                     bool training, const SeedFn& dropout_seed) {
     const model::StagePlan& plan = model_.layout().plan();
     const int P = plan.stages;
     const int last_chunk = P * plan.chunks - 1;
@@ -135,11 +143,11 @@ double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& micro
             case Op::forward: {
                 const bool embeds = g == 0, head = g == last_chunk;
                 if (embeds || head) microbatch(mb, inputs_, targets_);
-                const float loss = model_.forward_chunk(
-                    mb, c, inputs_.data(), targets_.data(),
-                    embeds ? kernels::ConstPtr() : received(act_in, mb, c),
-                    head ? kernels::Ptr() : take_send_buffer(act_out, mb, c), training,
-                    dropout_seed(mb));
+                const float loss =
+                    model_.forward_chunk(mb, c, inputs_.data(), targets_.data(),
+                                         embeds ? kernels::ConstPtr() : received(act_in, mb, c),
+                                         head ? kernels::Ptr() : take_send_buffer(act_out, mb, c),
+                                         training, dropout_seed(mb));
                 if (head) loss_sum += loss;
                 received_.erase(Key{act_in, mb, c});  // the model keeps its own copy
                 break;

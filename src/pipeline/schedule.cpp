@@ -155,8 +155,8 @@ std::vector<Work> compute_order(Kind kind, int P, int v, int m, int stage) {
         return order;
     }
     if (splits_backward(kind))
-        return zero_bubble_orders(P, m, kind == Kind::zb_h1 ? P : 2 * P - 1)
-            [static_cast<std::size_t>(stage)];
+        return zero_bubble_orders(
+            P, m, kind == Kind::zb_h1 ? P : 2 * P - 1)[static_cast<std::size_t>(stage)];
     // 1F1B and interleaved share one shape over "units" (microbatches, or virtual
     // microbatches): warm-up forwards, then forward one / backward one, then the cool-down
     // backwards. Units are forwarded and backwarded in the same order.

@@ -223,10 +223,14 @@ bool output_is_sent(const Instr& in, int P, int v, int stage) {
 
 double cost_of(Op op, const Costs& costs) {
     switch (op) {
-        case Op::forward: return costs.forward;
-        case Op::backward_input: return costs.backward - costs.weight;
-        case Op::backward_weight: return costs.weight;
-        default: return costs.backward;
+        case Op::forward:
+            return costs.forward;
+        case Op::backward_input:
+            return costs.backward - costs.weight;
+        case Op::backward_weight:
+            return costs.weight;
+        default:
+            return costs.backward;
     }
 }
 
@@ -249,8 +253,9 @@ Simulation simulate(const std::vector<std::vector<Instr>>& streams, int v, int m
                     const Costs& costs) {
     if (costs.forward < 0 || costs.backward < 0 || costs.latency < 0 || costs.send_buffers < 0 ||
         costs.weight < 0 || costs.weight > costs.backward || costs.forward + costs.backward <= 0)
-        throw Error("pipeline: the simulator needs costs >= 0, weight <= backward and forward + "
-                    "backward > 0");
+        throw Error(
+            "pipeline: the simulator needs costs >= 0, weight <= backward and forward + "
+            "backward > 0");
     Simulation sim;
     sim.P = static_cast<int>(streams.size());
     sim.v = v;

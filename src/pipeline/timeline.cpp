@@ -46,7 +46,7 @@ constexpr Rgb backward_colour{89, 161, 79};  // green: a backward, or its B
 constexpr Rgb weight_colour{242, 142, 43};   // orange: the W of a split backward
 
 Rgb base_colour(Op op) {
-    return op == Op::forward ? forward_colour
+    return op == Op::forward           ? forward_colour
            : op == Op::backward_weight ? weight_colour
                                        : backward_colour;
 }
@@ -104,10 +104,10 @@ std::string render_text(const Simulation& sim, int columns_per_unit) {
     for (int s = 0; s < sim.P; ++s) {
         std::string row(static_cast<std::size_t>(width), '.');
         for (const Span& span : sim.stages[s].spans) {
-            const char letter =
-                span.op == Op::backward_weight
-                    ? static_cast<char>('0' + span.microbatch % 10)
-                    : static_cast<char>((span.op == Op::forward ? 'a' : 'A') + span.microbatch % 26);
+            const char letter = span.op == Op::backward_weight
+                                    ? static_cast<char>('0' + span.microbatch % 10)
+                                    : static_cast<char>((span.op == Op::forward ? 'a' : 'A') +
+                                                        span.microbatch % 26);
             for (long c = column(span.start); c < column(span.end) && c < width; ++c)
                 row[static_cast<std::size_t>(c)] = letter;
         }
@@ -182,12 +182,11 @@ std::string render_svg(const Simulation& sim) {
             const double x = left + span.start * unit;
             const double w = (span.end - span.start) * unit;
             const std::string mb = std::to_string(span.microbatch);
-            svg += "<rect class=\"" + std::string(to_string(span.op)) + "\" x=\"" +
-                   num(x) + "\" y=\"" + num(y) + "\" width=\"" + num(w) + "\" height=\"" +
-                   num(box_height) + "\" fill=\"" + css(colour) +
-                   "\" stroke=\"white\" stroke-width=\"1\"><title>" + to_string(span.op) +
-                   " microbatch " + mb + ", chunk " + std::to_string(span.chunk) +
-                   "</title></rect>\n";
+            svg += "<rect class=\"" + std::string(to_string(span.op)) + "\" x=\"" + num(x) +
+                   "\" y=\"" + num(y) + "\" width=\"" + num(w) + "\" height=\"" + num(box_height) +
+                   "\" fill=\"" + css(colour) + "\" stroke=\"white\" stroke-width=\"1\"><title>" +
+                   to_string(span.op) + " microbatch " + mb + ", chunk " +
+                   std::to_string(span.chunk) + "</title></rect>\n";
             const double font = span.op == Op::forward           ? forward_font
                                 : span.op == Op::backward_input  ? input_font
                                 : span.op == Op::backward_weight ? weight_font

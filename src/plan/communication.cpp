@@ -78,15 +78,15 @@ void sharded_data_traffic(const PlanInputs& in, int stage, GroupTraffic& g) {
             add(g, CommKind::all_gather, 2 * m, size / p.data, in.weight_bytes, true);
     }
     add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the gradient norm's share
-    add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the loss, averaged over replicas
+    add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes,
+        false);  // the loss, averaged over replicas
 }
 
 // The context group (model/context_attention.cpp), per layer and microbatch: ring attention
 // sends C − 1 blocks of keys and values (N, 2C/M) in the forward, as many again in the
 // backward with C blocks of their fp32 gradients; Ulysses all-to-alls q, k, v (N, 3C/M) and
 // the output (N, C/M) forward and their gradients backward. Full recompute reruns the forward.
-void context_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks,
-                     GroupTraffic& g) {
+void context_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks, GroupTraffic& g) {
     const config::Config& cfg = in.cfg;
     const RankDims d = rank_dims(cfg);
     const int64_t m = cfg.derived.grad_accum_steps, C = d.context;
@@ -99,8 +99,8 @@ void context_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks
             true);
         add(g, CommKind::send, m * layers * C, 2 * NCm, 4, true);
     } else {
-        add(g, CommKind::all_to_all, m * layers * 2 * (forwards + 1), 2 * NCm,
-            in.activation_bytes, true);
+        add(g, CommKind::all_to_all, m * layers * 2 * (forwards + 1), 2 * NCm, in.activation_bytes,
+            true);
     }
 }
 
@@ -123,7 +123,8 @@ void data_traffic(const PlanInputs& in, int64_t buffer, GroupTraffic& g) {
         }
         add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the gradient norm's share
     }
-    add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the loss, averaged over replicas
+    add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes,
+        false);  // the loss, averaged over replicas
 }
 
 }  // namespace
@@ -194,13 +195,16 @@ std::vector<StageTraffic> plan_traffic(const PlanInputs& in) {
         for (const ChunkShape& c : chunks) sends += !c.head + !c.embeds;
         add(t.pipeline, CommKind::send, m * sends, static_cast<double>(d.R * d.C),
             in.activation_bytes, true);
-        add(t.pipeline, CommKind::broadcast, 1, kScalar, kScalarBytes, false);   // the loss, from the last
-        add(t.pipeline, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the gradient norm
+        add(t.pipeline, CommKind::broadcast, 1, kScalar, kScalarBytes,
+            false);  // the loss, from the last
+        add(t.pipeline, CommKind::all_reduce, 1, kScalar, kScalarBytes,
+            false);  // the gradient norm
 
         // ZeRO-2 sums the tied copies on the shards: each replica its part of wte's unit.
         const int64_t wte = cfg.derived.padded_vocab / p.tensor * cfg.model.hidden;
         add(t.embedding, CommKind::all_reduce, 1,
-            in.zero_stage >= 2 ? static_cast<double>((wte + p.data - 1) / p.data) : static_cast<double>(wte),
+            in.zero_stage >= 2 ? static_cast<double>((wte + p.data - 1) / p.data)
+                               : static_cast<double>(wte),
             in.grad_bytes, false);
 
         if (in.zero_stage >= 2)

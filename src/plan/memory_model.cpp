@@ -70,17 +70,17 @@ int64_t context_bytes(const RankDims& d, int64_t act) {
 int64_t scratch_bytes(const RankDims& d, config::Recompute recompute, int64_t act) {
     using config::Recompute;
     const int64_t own_rows = d.sequence_parallel ? d.R * d.C : 0;
-    const int64_t elements = 3 * d.N * d.C     // a row-parallel output; two gradients (N, C)
-                             + own_rows        // its reduced rows
-                             + 2 * d.R * d.C   // gradients of the residual stream's rows
-                             + d.all_rows()    // a gradient gathered to all rows
-                             + 2 * d.N * d.Fm  // MLP gradients
+    const int64_t elements = 3 * d.N * d.C      // a row-parallel output; two gradients (N, C)
+                             + own_rows         // its reduced rows
+                             + 2 * d.R * d.C    // gradients of the residual stream's rows
+                             + d.all_rows()     // a gradient gathered to all rows
+                             + 2 * d.N * d.Fm   // MLP gradients
                              + 3 * d.N * d.Cm;  // qkv gradient
     // + attention probabilities' gradient (CpuOps)
     int64_t bytes = elements * act + d.attention_workspace_bytes(act);
     if (recompute != Recompute::none)
-        bytes += layer_bytes(d, recompute == Recompute::full, !d.keeps_attention(recompute), false,
-                             act);
+        bytes +=
+            layer_bytes(d, recompute == Recompute::full, !d.keeps_attention(recompute), false, act);
     if (d.context > 1) bytes += d.T * kFp32 + context_bytes(d, act);  // + the tokens' positions
     return bytes;
 }

@@ -191,8 +191,8 @@ StepTime predict_step(const PlanInputs& in, const Hardware& hw) {
             // Each bucket of parallel.bucket_size is one call of its share of the time.
             const double bucket = std::min(1.0, static_cast<double>(p.bucket_size) / params);
             // (Stage 0's all-reduces include the step's loss, one scalar: no matter.)
-            const double reduce = data_seconds(in.zero_stage == 0 ? CommKind::all_reduce
-                                                                  : CommKind::reduce_scatter);
+            const double reduce =
+                data_seconds(in.zero_stage == 0 ? CommKind::all_reduce : CommKind::reduce_scatter);
             const double gather = in.zero_stage == 1 ? data_seconds(CommKind::all_gather) : 0.0;
             // Reduced as the last backward completes the buckets: the last one waits for
             // its end. Gathered under the next forward: the first one is waited for at once.
@@ -229,7 +229,8 @@ StepTime predict_step(const PlanInputs& in, const Hardware& hw) {
         costs.forward = slowest->forward;
         costs.backward = slowest->backward;
         costs.weight = slowest->weight;
-        const pipeline::Simulation sim = pipeline::simulate(kind, p.pipeline, 1, static_cast<int>(m), costs);
+        const pipeline::Simulation sim =
+            pipeline::simulate(kind, p.pipeline, 1, static_cast<int>(m), costs);
         r.bubble = sim.bubble_fraction * mb * slowest->microbatch();
     } else {
         r.bubble = static_cast<double>(p.pipeline - 1) / p.virtual_stages * slowest->microbatch();

@@ -140,14 +140,14 @@ std::string render_text(const Plan& plan) {
         out += format("  fits in %s (headroom)", memory_text(*plan.device_memory).c_str());
     out += "\n";
     for (const StageMemory& s : plan.memory) {
-        out +=
-            format("%-5d %-11s %-3d %-7s %-7s %6d %13lld %10s %10s %10s %11s %4d %10s %10s",
-                   s.stage, range(first_rank(cfg, s.stage), last_rank(cfg, s.stage)).c_str(),
-                   s.stage, range(0, p.tensor - 1).c_str(), range(0, p.data - 1).c_str(),
-                   stage_layers(cfg, s.stage), static_cast<long long>(s.parameters), memory_text(s.states.weights).c_str(),
-                   memory_text(s.states.gradients).c_str(), memory_text(s.states.optimizer).c_str(),
-                   memory_text(s.activations).c_str(), s.activation_sets,
-                   memory_text(s.temporary).c_str(), memory_text(s.total()).c_str());
+        out += format(
+            "%-5d %-11s %-3d %-7s %-7s %6d %13lld %10s %10s %10s %11s %4d %10s %10s", s.stage,
+            range(first_rank(cfg, s.stage), last_rank(cfg, s.stage)).c_str(), s.stage,
+            range(0, p.tensor - 1).c_str(), range(0, p.data - 1).c_str(),
+            stage_layers(cfg, s.stage), static_cast<long long>(s.parameters),
+            memory_text(s.states.weights).c_str(), memory_text(s.states.gradients).c_str(),
+            memory_text(s.states.optimizer).c_str(), memory_text(s.activations).c_str(),
+            s.activation_sets, memory_text(s.temporary).c_str(), memory_text(s.total()).c_str());
         if (plan.device_memory) {
             const double room = headroom(plan, s);
             out += format("  %s (%s%s)", room >= 0 ? "yes" : "NO", room >= 0 ? "" : "short by ",
@@ -196,7 +196,8 @@ std::string render_text(const Plan& plan) {
     // As the runtime overlaps it (optim/adamw.h).
     const bool reduce_overlapped = in.zero_stage <= 1 && p.overlap_grad_reduce;
     const bool gather_overlapped = in.zero_stage == 1 && p.overlap_param_gather;
-    std::string overlap = reduce_overlapped ? "reduction under the backward" : "reduction after the backward";
+    std::string overlap =
+        reduce_overlapped ? "reduction under the backward" : "reduction after the backward";
     if (gather_overlapped) overlap += ", all-gather under the next forward";
     out += format(
         "\nstep time on %s (GEMM %.0f TFLOP/s, memory %.0f GB/s, intra-node %.0f GB/s "
@@ -221,7 +222,9 @@ std::string render_text(const Plan& plan) {
 }
 
 // A byte count as a JSON integer: exact, where %.9g would round a large one.
-int64_t byte_count(double b) { return std::llround(b); }
+int64_t byte_count(double b) {
+    return std::llround(b);
+}
 
 std::string render_json(const Plan& plan) {
     const PlanInputs& in = plan.inputs;

@@ -1,11 +1,11 @@
 // Rank sizes, stage chunks and the in-flight walk of a schedule (see stage_shape.h).
 #include "plan/stage_shape.h"
 
-#include "pipeline/executor.h"
-
 #include <algorithm>
 #include <set>
 #include <tuple>
+
+#include "pipeline/executor.h"
 
 namespace trident::plan {
 
@@ -34,7 +34,8 @@ std::vector<ChunkShape> stage_chunks(const config::Config& cfg, int stage) {
     std::vector<ChunkShape> chunks;
     for (int c = 0; c < v; ++c) {
         const int g = pipeline::global_chunk(P, stage, c);
-        chunks.push_back({cfg.derived.chunk_layers[static_cast<std::size_t>(g)], g == 0, g == P * v - 1});
+        chunks.push_back(
+            {cfg.derived.chunk_layers[static_cast<std::size_t>(g)], g == 0, g == P * v - 1});
     }
     return chunks;
 }

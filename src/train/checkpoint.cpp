@@ -215,10 +215,16 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
             m.skipped_total = skipped_total;
             m.shape = trainer.model().shape();
             const auto& p = cfg.parallel;
-            m.layout = CheckpointLayout{
-                p.pipeline,   p.tensor,     p.data, p.virtual_stages, config::to_string(p.schedule),
-                p.zero_stage, p.bucket_size, cfg.derived.chunk_layers,
-                p.context,    config::to_string(p.context_mode)};
+            m.layout = CheckpointLayout{p.pipeline,
+                                        p.tensor,
+                                        p.data,
+                                        p.virtual_stages,
+                                        config::to_string(p.schedule),
+                                        p.zero_stage,
+                                        p.bucket_size,
+                                        cfg.derived.chunk_layers,
+                                        p.context,
+                                        config::to_string(p.context_mode)};
             m.precision = kernels::name_of(cfg.training.precision);
             m.data = data;
             m.data_recorded = true;
@@ -228,11 +234,10 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
             for (int r = 0; r < world.size(); ++r) {
                 const parallel::Coordinates rc = parallel::coordinates_of(grid.shape(), r);
                 const ShardReport& written = reports[static_cast<std::size_t>(r)];
-                m.files.push_back({shard_name(rc, grid.shape().context), rc.pp, rc.tp, rc.dp,
-                                   written.bytes,
-                                   std::string(written.sha256, sizeof(written.sha256)),
-                                   std::string(written.header_sha256, sizeof(written.header_sha256)),
-                                   rc.cp});
+                m.files.push_back(
+                    {shard_name(rc, grid.shape().context), rc.pp, rc.tp, rc.dp, written.bytes,
+                     std::string(written.sha256, sizeof(written.sha256)),
+                     std::string(written.header_sha256, sizeof(written.header_sha256)), rc.cp});
             }
             write_synced((tmp / kManifestName).string(), manifest_json(m));
             io::sync_path(tmp.string());
@@ -267,7 +272,8 @@ struct Need {
 
 // The runs of the reader's owned elements, tensor by tensor, sorted by `full`.
 std::map<std::string, std::vector<Need>> needs_of(
-    const model::ParamLayout& layout, const std::vector<std::pair<std::size_t, std::size_t>>& owned) {
+    const model::ParamLayout& layout,
+    const std::vector<std::pair<std::size_t, std::size_t>>& owned) {
     std::map<std::string, std::vector<Need>> needs;
     for (const model::ParamTensor& t : layout.tensors())
         for (const auto& [offset, count] : owned) {
@@ -275,14 +281,15 @@ std::map<std::string, std::vector<Need>> needs_of(
             const std::size_t hi = std::min(t.offset + t.numel, offset + count);
             if (t.offset + lo >= hi) continue;
             const std::size_t end = hi - t.offset;
-            model::for_each_slice_run(t, layout.tensor_rank(),
-                                      [&](std::size_t l, std::size_t f, std::size_t n) {
-                                          const std::size_t a = std::max(l, lo), b = std::min(l + n, end);
-                                          if (a < b) needs[t.name].push_back({f + a - l, b - a, t.offset + a});
-                                      });
+            model::for_each_slice_run(
+                t, layout.tensor_rank(), [&](std::size_t l, std::size_t f, std::size_t n) {
+                    const std::size_t a = std::max(l, lo), b = std::min(l + n, end);
+                    if (a < b) needs[t.name].push_back({f + a - l, b - a, t.offset + a});
+                });
         }
     for (auto& [name, runs] : needs)
-        std::sort(runs.begin(), runs.end(), [](const Need& x, const Need& y) { return x.full < y.full; });
+        std::sort(runs.begin(), runs.end(),
+                  [](const Need& x, const Need& y) { return x.full < y.full; });
     return needs;
 }
 
@@ -296,8 +303,9 @@ void overlaps(const model::ParamTensor& t, int tp, std::size_t lo, std::size_t n
         if (a >= b) return;
         const std::size_t full = f + a - l, full_end = f + b - l;
         // The first run that ends after `full`.
-        auto it = std::upper_bound(needs.begin(), needs.end(), full,
-                                   [](std::size_t x, const Need& r) { return x < r.full + r.count; });
+        auto it =
+            std::upper_bound(needs.begin(), needs.end(), full,
+                             [](std::size_t x, const Need& r) { return x < r.full + r.count; });
         for (; it != needs.end() && it->full < full_end; ++it) {
             const std::size_t from = std::max(full, it->full);
             const std::size_t to = std::min(full_end, it->full + it->count);
@@ -364,7 +372,8 @@ CheckpointShare read_share(const std::string& dir, const model::ParamLayout& lay
             throw Error(path + ": grid coordinates outside the manifest's layout");
         const model::ParamLayout writer(
             m.shape, f.tp, m.layout.tensor,
-            model::StagePlan{m.layout.pipeline, f.pp, m.layout.virtual_stages, m.layout.chunk_layers});
+            model::StagePlan{m.layout.pipeline, f.pp, m.layout.virtual_stages,
+                             m.layout.chunk_layers});
         // Opened only if the writer's slices hold anything this rank needs.
         bool wanted = false;
         for (const model::ParamTensor& t : writer.tensors()) {
@@ -380,8 +389,9 @@ CheckpointShare read_share(const std::string& dir, const model::ParamLayout& lay
         // checkpoint written without them is checked whole.
         const bool pieces_checked = !f.header_sha256.empty();
         if (pieces_checked && file.header_sha256() != f.header_sha256)
-            throw Error(path + ": SHA-256 of the header does not match the manifest (the file "
-                               "is corrupt)");
+            throw Error(path +
+                        ": SHA-256 of the header does not match the manifest (the file "
+                        "is corrupt)");
         if (!pieces_checked) {
             if (io::sha256_file(path) != f.sha256)
                 throw Error(path + ": SHA-256 does not match the manifest (the file is corrupt)");
@@ -394,13 +404,16 @@ CheckpointShare read_share(const std::string& dir, const model::ParamLayout& lay
             if (info.name.rfind("param/", 0) == 0) continue;
             const model::ParamTensor* t = piece.kind >= 0 ? writer.find(piece.tensor) : nullptr;
             if (!t || piece.lo + info.numel > t->numel || info.dtype != kernels::DType::f32)
-                throw Error(path + ": tensor \"" + info.name + "\" is not part of this rank's layout");
+                throw Error(path + ": tensor \"" + info.name +
+                            "\" is not part of this rank's layout");
             if (piece.kind > 0 && !moments) continue;
             const auto need = needs.find(t->name);
             if (need == needs.end()) continue;
             std::vector<std::array<std::size_t, 3>> takes;  // piece offset, count, local
             overlaps(*t, f.tp, piece.lo, info.numel, need->second,
-                     [&](std::size_t at, std::size_t n, std::size_t local) { takes.push_back({at, n, local}); });
+                     [&](std::size_t at, std::size_t n, std::size_t local) {
+                         takes.push_back({at, n, local});
+                     });
             if (takes.empty()) continue;
             raw.resize(info.data_end - info.data_begin);
             file.read_raw(info, raw);
@@ -408,7 +421,8 @@ CheckpointShare read_share(const std::string& dir, const model::ParamLayout& lay
             if (pieces_checked) {
                 const auto digest = file.metadata().find("sha256/" + info.name);
                 if (digest == file.metadata().end())
-                    throw Error(path + ": tensor \"" + info.name + "\" has no SHA-256 in the header");
+                    throw Error(path + ": tensor \"" + info.name +
+                                "\" has no SHA-256 in the header");
                 if (io::sha256_hex(std::string_view(raw.data(), raw.size())) != digest->second)
                     throw Error(path + ": SHA-256 does not match for tensor \"" + info.name +
                                 "\" (the file is corrupt)");
@@ -461,8 +475,9 @@ LoadedModel load_model_checkpoint(const std::string& path) {
         candidates = list_checkpoints(path);
         std::reverse(candidates.begin(), candidates.end());
         if (candidates.empty())
-            throw Error(path + ": no checkpoint here (expected manifest.json, or step_* "
-                               "directories holding one)");
+            throw Error(path +
+                        ": no checkpoint here (expected manifest.json, or step_* "
+                        "directories holding one)");
     }
     for (const std::string& dir : candidates) {
         try {

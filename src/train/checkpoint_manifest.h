@@ -26,7 +26,7 @@ struct ManifestFile {
     std::string name;               // relative to the checkpoint directory
     int pp = -1, tp = -1, dp = -1;  // the rank that wrote it; -1: not a rank's shard
     uint64_t bytes = 0;
-    std::string sha256;  // 64 hex digits
+    std::string sha256;         // 64 hex digits
     std::string header_sha256;  // a shard's first 8 + N bytes; empty: not recorded
     int cp = 0;                 // the writer's context-parallel coordinate
 };

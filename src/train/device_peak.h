@@ -1,9 +1,9 @@
 // The peak FLOP rate that MFU is measured against.
 //
-// For a GPU it is the datasheet's dense bf16 rate, as the papers report MFU (docs/FORMULAS.md, "Peaks"). For
-// the CPU there is no datasheet figure worth trusting (clocks, SIMD width and cores vary), so
-// the peak is the fp32 GEMM rate this machine actually reaches, measured at start-up with the
-// backend's own matmul on square 2048 matrices (also the fallback for a GPU not listed).
+// For a GPU it is the datasheet's dense bf16 rate, as the papers report MFU (docs/FORMULAS.md,
+// "Peaks"). For the CPU there is no datasheet figure worth trusting (clocks, SIMD width and cores
+// vary), so the peak is the fp32 GEMM rate this machine actually reaches, measured at start-up with
+// the backend's own matmul on square 2048 matrices (also the fallback for a GPU not listed).
 #pragma once
 
 #include <string>

@@ -20,7 +20,6 @@ namespace {
 // Dropout seeds are a separate stream from initialisation's.
 constexpr uint64_t kDropoutStream = 0x64726F706F7574ull;  // "dropout"
 
-
 // The config spells the schedules as the pipeline names them.
 pipeline::Kind schedule_kind(config::Schedule s) {
     return pipeline::parse_kind(config::to_string(s));
@@ -38,14 +37,18 @@ model::Sharding sharding_of(const config::ParallelConfig& p, int replica) {
 }
 
 model::ContextMode context_mode(config::ContextMode m) {
-    return m == config::ContextMode::ulysses ? model::ContextMode::ulysses : model::ContextMode::ring;
+    return m == config::ContextMode::ulysses ? model::ContextMode::ulysses
+                                             : model::ContextMode::ring;
 }
 
 model::Recompute recompute_mode(config::Recompute r) {
     switch (r) {
-        case config::Recompute::selective: return model::Recompute::selective;
-        case config::Recompute::full: return model::Recompute::full;
-        case config::Recompute::none: break;
+        case config::Recompute::selective:
+            return model::Recompute::selective;
+        case config::Recompute::full:
+            return model::Recompute::full;
+        case config::Recompute::none:
+            break;
     }
     return model::Recompute::none;
 }
@@ -62,16 +65,18 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* g
       context_(grid ? grid->context() : solo_),
       data_context_(grid ? grid->data_context() : solo_),
       model_(ops, gpt_shape(cfg), cfg.training.micro_batch, static_cast<float>(cfg.model.dropout),
-             &tensor_, cfg.parallel.sequence_parallel, stage_plan(cfg, grid ? grid->coordinates().pp : 0),
+             &tensor_, cfg.parallel.sequence_parallel,
+             stage_plan(cfg, grid ? grid->coordinates().pp : 0),
              static_cast<std::size_t>(data_context_.size()), recompute_mode(cfg.training.recompute),
              precision_of(cfg.training), sharding_of(cfg.parallel, data_context_.rank()),
              model::ContextSplit{&context_, context_mode(cfg.parallel.context_mode)}),
       // The replicas of the weights are the D·C ranks of the data-context group: the optimizer
       // sums the gradients and shards its state over all of them, as Megatron-Core does.
-      optimizer_(ops, model_.layout(), cfg.training,
-                 optim::OptimizerGroups{&tensor_, &pipeline_, &data_context_}, cfg.parallel.zero_stage,
-                 model_.params(), model_.grads(), static_cast<std::size_t>(cfg.parallel.bucket_size),
-                 optim::Overlap{cfg.parallel.overlap_grad_reduce, cfg.parallel.overlap_param_gather}),
+      optimizer_(
+          ops, model_.layout(), cfg.training,
+          optim::OptimizerGroups{&tensor_, &pipeline_, &data_context_}, cfg.parallel.zero_stage,
+          model_.params(), model_.grads(), static_cast<std::size_t>(cfg.parallel.bucket_size),
+          optim::Overlap{cfg.parallel.overlap_grad_reduce, cfg.parallel.overlap_param_gather}),
       scaler_(cfg.training),
       executor_(ops, model_, &pipeline_) {
     model_.set_split_backward(pipeline::splits_backward(schedule_kind(cfg.parallel.schedule)));
@@ -136,13 +141,16 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
     const model::StagePlan& plan = model_.layout().plan();
     // This data-parallel replica's slice of the global batch, in order (docs/ARCHITECTURE.md,
     // "Sampling").
-    const uint64_t first_sample = static_cast<uint64_t>(step) * t.global_batch +
-                                  static_cast<uint64_t>(data_.rank()) * (t.global_batch / data_.size());
+    const uint64_t first_sample =
+        static_cast<uint64_t>(step) * t.global_batch +
+        static_cast<uint64_t>(data_.rank()) * (t.global_batch / data_.size());
     const int microbatches = cfg_.derived.grad_accum_steps;
     // Each token's share of the mean loss, times the loss scale (fp16; 1 otherwise).
     const float dloss =
         static_cast<float>(loss_scale / static_cast<double>(cfg_.derived.tokens_per_step));
-    const auto first_of = [&](int mb) { return first_sample + static_cast<uint64_t>(mb) * t.micro_batch; };
+    const auto first_of = [&](int mb) {
+        return first_sample + static_cast<uint64_t>(mb) * t.micro_batch;
+    };
 
     model_.zero_grads();
     const double loss_sum = executor_.run(
@@ -151,7 +159,8 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
         [&](int mb, std::span<int32_t> in, std::span<int32_t> tgt) {
             fill_microbatch(sample, first_of(mb), in, tgt);
         },
-        dloss, true, [&](int mb) { return kernels::hash64(t.seed ^ kDropoutStream, first_of(mb)); });
+        dloss, true,
+        [&](int mb) { return kernels::hash64(t.seed ^ kDropoutStream, first_of(mb)); });
     // The LM head's copy of wte on the last stage and the embedding's on the first: the
     // tied weight's gradient is the sum of both, and final then (sharded gradients: summed
     // on the shards once reduced, tie_sharded_embedding).
@@ -166,7 +175,6 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
     data_context_.all_reduce(&loss, 1);
     return loss / data_context_.size();
 }
-
 
 StepResult Trainer::step(int step, const SampleFn& sample) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -226,7 +234,9 @@ std::vector<float> Trainer::local(std::vector<float> (model::Gpt::*to_host)() co
     return host;
 }
 
-std::vector<float> Trainer::local_params() { return local(&model::Gpt::params_to_host, model_.params()); }
+std::vector<float> Trainer::local_params() {
+    return local(&model::Gpt::params_to_host, model_.params());
+}
 
 std::vector<float> Trainer::gather_full(std::vector<float> (model::Gpt::*to_host)() const,
                                         const model::FlatBuffer& buffer) {

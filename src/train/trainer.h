@@ -20,8 +20,8 @@
 namespace trident::train {
 
 // Fills the inputs and targets (T tokens each) of global sample k.
-using SampleFn = std::function<void(uint64_t sample, std::span<int32_t> inputs,
-                                    std::span<int32_t> targets)>;
+using SampleFn =
+    std::function<void(uint64_t sample, std::span<int32_t> inputs, std::span<int32_t> targets)>;
 
 // Bytes this rank holds, as the allocator counts them.
 struct MemoryUse {
@@ -32,12 +32,12 @@ struct MemoryUse {
 };
 
 struct StepResult {
-    double loss = 0;       // mean over every token of the global batch, before the update
-    double grad_norm = 0;  // before clipping, unscaled
+    double loss = 0;        // mean over every token of the global batch, before the update
+    double grad_norm = 0;   // before clipping, unscaled
     double loss_scale = 1;  // the loss was multiplied by this before backward (fp16)
     bool skipped = false;   // not applied: non-finite gradients
     double lr = 0;
-    double seconds = 0;    // wall time of the whole step
+    double seconds = 0;               // wall time of the whole step
     parallel::CommStats tensor_comm;  // what the tensor-parallel group moved in the step
     std::size_t activation_sets = 0;  // most microbatches' activations held at once so far
     // What the data-context group (the D·C ranks holding the same weights) moved in the step.

@@ -236,10 +236,10 @@ TEST_CASE("cuda: causal attention (flash kernels and cuDNN) against the CPU", "[
             const uint64_t seed = 99;
             // Heads 1.. of 2*NH: the mask index depends on the global head, as under tensor
             // parallelism.
-            b.cpu->attention_forward(out.cpu, saved_cpu.cpu, qkv.cpu, k.B, k.T, k.C, k.NH, k.drop, seed,
-                                     1, 2 * k.NH);
-            b.gpu->attention_forward(out.gpu, saved_gpu.gpu, qkv.gpu, k.B, k.T, k.C, k.NH, k.drop, seed,
-                                     1, 2 * k.NH);
+            b.cpu->attention_forward(out.cpu, saved_cpu.cpu, qkv.cpu, k.B, k.T, k.C, k.NH, k.drop,
+                                     seed, 1, 2 * k.NH);
+            b.gpu->attention_forward(out.gpu, saved_gpu.gpu, qkv.gpu, k.B, k.T, k.C, k.NH, k.drop,
+                                     seed, 1, 2 * k.NH);
             require_close(out, t, "attention_forward");
             Pair dout(b, BTC, t), dqkv(b, 3 * BTC, t);
             dout.fill(2);

@@ -7,10 +7,10 @@
 // Checks use CHECK, never REQUIRE, after a test's first collective: a rank that left a test
 // early would leave its peers waiting. The exit code is non-zero when any rank failed.
 #define CATCH_CONFIG_RUNNER
-#include <catch2/catch.hpp>
 #include <mpi.h>
 
 #include <algorithm>
+#include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -25,17 +25,19 @@
 #include "kernels/dtype.h"
 #include "kernels/ops.h"
 #include "kernels/random.h"
-#include "train/trainer.h"
 #include "parallel/grid.h"
 #include "parallel/mpi_comm.h"
 #include "parallel/world.h"
+#include "train/trainer.h"
 
 using namespace trident::parallel;
 
 namespace {
 
 World* the_world = nullptr;
-World& world() { return *the_world; }
+World& world() {
+    return *the_world;
+}
 
 // Every (P, M, D) with P*M*D == n.
 std::vector<GridShape> factorisations(int n) {
@@ -407,7 +409,8 @@ TEST_CASE("comm: bf16 and fp16 sums add in fp32 and round, the same bits on ever
         INFO("type " << trident::kernels::name_of(t));
         // Small integers are exact in both types: every sum must be exact.
         std::vector<float> mine(count * n);
-        for (std::size_t i = 0; i < mine.size(); ++i) mine[i] = static_cast<float>((r + 1) * (i % 5));
+        for (std::size_t i = 0; i < mine.size(); ++i)
+            mine[i] = static_cast<float>((r + 1) * (i % 5));
         std::vector<uint16_t> buffer(mine.size());
         trident::kernels::narrow(Ptr(buffer.data(), t), mine.data(), mine.size());
         comm.reset_stats();
@@ -420,7 +423,8 @@ TEST_CASE("comm: bf16 and fp16 sums add in fp32 and round, the same bits on ever
 
         // Values that round: every rank must still get the same bits, close to the true sum.
         std::vector<float> noisy(count);
-        for (std::size_t i = 0; i < count; ++i) noisy[i] = 1.0f + 0.001f * static_cast<float>(r * 7 + i);
+        for (std::size_t i = 0; i < count; ++i)
+            noisy[i] = 1.0f + 0.001f * static_cast<float>(r * 7 + i);
         std::vector<uint16_t> h(count);
         trident::kernels::narrow(Ptr(h.data(), t), noisy.data(), count);
         comm.all_reduce(Ptr(h.data(), t), count);
@@ -505,21 +509,27 @@ TEST_CASE("comm: doubles, integers and bytes travel as what they are, exactly", 
 TEST_CASE("fp16 overflow: every rank of the grid skips the same steps and halves the scale",
           "[mpi][training]") {
     const int n = world().size();
-    const GridShape shape = n == 8 ? GridShape{2, 2, 2} : n == 4 ? GridShape{1, 2, 2} : GridShape{1, 1, n};
+    const GridShape shape = n == 8   ? GridShape{2, 2, 2}
+                            : n == 4 ? GridShape{1, 2, 2}
+                                     : GridShape{1, 1, n};
     Grid grid(world(), shape);
     // A loss scale far too large for fp16: the first backward passes overflow.
     const trident::config::Config cfg = trident::config::parse(
         "model: {vocab_size: 64, seq_len: 8, layers: 2, hidden: 16, heads: 4, ffn_hidden: 32}\n"
-        "parallel: {pipeline: " + std::to_string(shape.pipeline) + ", tensor: " +
-            std::to_string(shape.tensor) + ", data: " + std::to_string(shape.data) + "}\n"
-            "training: {micro_batch: 1, global_batch: " + std::to_string(2 * shape.data) +
+        "parallel: {pipeline: " +
+            std::to_string(shape.pipeline) + ", tensor: " + std::to_string(shape.tensor) +
+            ", data: " + std::to_string(shape.data) +
+            "}\n"
+            "training: {micro_batch: 1, global_batch: " +
+            std::to_string(2 * shape.data) +
             ", steps: 16, warmup_steps: 1, threads: 1, precision: fp16, loss_scale: 16777216}\n"
             "data: {train: unused.bin}\n",
         "overflow.yaml");
     auto ops = trident::kernels::make_cpu_ops(1);
     trident::train::Trainer trainer(cfg, *ops, &grid);
     trainer.model().init_random(cfg.training.seed, 0.02f);
-    const trident::train::SampleFn tokens = [](uint64_t k, std::span<int32_t> in, std::span<int32_t> tgt) {
+    const trident::train::SampleFn tokens = [](uint64_t k, std::span<int32_t> in,
+                                               std::span<int32_t> tgt) {
         for (std::size_t i = 0; i < in.size(); ++i) {
             in[i] = static_cast<int32_t>(trident::kernels::hash64(k, i) % 64);
             tgt[i] = static_cast<int32_t>(trident::kernels::hash64(k, i + 1) % 64);
@@ -545,7 +555,8 @@ TEST_CASE("fp16 overflow: every rank of the grid skips the same steps and halves
     std::vector<float> all(skipped.size() * n);
     world().comm().all_gather(skipped.data(), all.data(), skipped.size());
     for (int q = 0; q < n; ++q)
-        for (std::size_t i = 0; i < skipped.size(); ++i) CHECK(all[q * skipped.size() + i] == skipped[i]);
+        for (std::size_t i = 0; i < skipped.size(); ++i)
+            CHECK(all[q * skipped.size() + i] == skipped[i]);
 }
 
 TEST_CASE("failure: any_rank_failed agrees on every rank", "[mpi]") {

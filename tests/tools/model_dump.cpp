@@ -7,7 +7,6 @@
 // Under mpirun with parallel.tensor = M, the gradients are gathered from the M slices (and
 // summed over the C context ranks): the layout tests compare them with those of one process.
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cstdio>
 #include <exception>
@@ -37,8 +36,8 @@ static void check_replicated_gradients(model::Gpt& gpt, parallel::Comm& tensor) 
         for (int r = 1; r < tensor.size(); ++r)
             if (!std::equal(all.begin() + t.offset, all.begin() + t.offset + t.numel,
                             all.begin() + r * local.size() + t.offset))
-                throw Error("the gradient of replicated " + t.name + " differs between tensor ranks 0 and " +
-                            std::to_string(r));
+                throw Error("the gradient of replicated " + t.name +
+                            " differs between tensor ranks 0 and " + std::to_string(r));
     }
 }
 
@@ -52,7 +51,9 @@ static void dump(const config::Config& cfg, parallel::Grid& grid, const std::str
     commands::initialise_weights(cfg, trainer.model());
     data::Dataset train_data = data::open_train_data(cfg);
     const double loss = trainer.accumulate_gradients(
-        0, [&](uint64_t k, std::span<int32_t> in, std::span<int32_t> tgt) { train_data.fill(k, in, tgt); });
+        0, [&](uint64_t k, std::span<int32_t> in, std::span<int32_t> tgt) {
+            train_data.fill(k, in, tgt);
+        });
 
     // Each context rank holds its tokens' part of the gradients: training sums them over the
     // data-context group, here (one replica) over the context group.

@@ -27,21 +27,31 @@ void check_nccl(ncclResult_t status, const char* call, const char* file, int lin
 // as bytes.
 ncclDataType_t nccl_type(DType t) {
     switch (t) {
-        case DType::f32: return ncclFloat32;
-        case DType::bf16: return ncclBfloat16;
+        case DType::f32:
+            return ncclFloat32;
+        case DType::bf16:
+            return ncclBfloat16;
         case DType::f16:
         case DType::i16:
-        case DType::u16: return ncclFloat16;
-        case DType::f64: return ncclFloat64;
-        case DType::i64: return ncclInt64;
-        case DType::i32: return ncclInt32;
-        case DType::u64: return ncclUint64;
-        case DType::u32: return ncclUint32;
-        case DType::i8: return ncclInt8;
+        case DType::u16:
+            return ncclFloat16;
+        case DType::f64:
+            return ncclFloat64;
+        case DType::i64:
+            return ncclInt64;
+        case DType::i32:
+            return ncclInt32;
+        case DType::u64:
+            return ncclUint64;
+        case DType::u32:
+            return ncclUint32;
+        case DType::i8:
+            return ncclInt8;
         case DType::u8:
         case DType::boolean:
         case DType::f8_e4m3:
-        case DType::f8_e5m2: return ncclUint8;
+        case DType::f8_e5m2:
+            return ncclUint8;
     }
     return ncclUint8;
 }
@@ -95,7 +105,8 @@ void NcclComm::all_reduce(Ptr data, std::size_t count, ReduceOp op) {
     Comm::count(CommKind::all_reduce, count, data.dtype);
     if (!on_device(data.data)) return staged_.all_reduce(data, count, op);
     ordered("all_reduce", [&] {
-        TRIDENT_NCCL_CHECK(ncclAllReduce(data.data, data.data, count, nccl_reduction_type(data.dtype),
+        TRIDENT_NCCL_CHECK(ncclAllReduce(data.data, data.data, count,
+                                         nccl_reduction_type(data.dtype),
                                          op == ReduceOp::max ? ncclMax : ncclSum, comm_, stream_));
     });
 }
@@ -106,8 +117,8 @@ void NcclComm::reduce_scatter(ConstPtr in, Ptr out, std::size_t count) {
     if (!on_device(out.data)) return staged_.reduce_scatter(in, out, count);
     // NCCL takes the output at this rank's block of the input (in place) as ZeRO-1 passes it.
     ordered("reduce_scatter", [&] {
-        TRIDENT_NCCL_CHECK(ncclReduceScatter(in.data, out.data, count, nccl_reduction_type(out.dtype),
-                                             ncclSum, comm_, stream_));
+        TRIDENT_NCCL_CHECK(ncclReduceScatter(
+            in.data, out.data, count, nccl_reduction_type(out.dtype), ncclSum, comm_, stream_));
     });
 }
 
@@ -211,9 +222,8 @@ Request NcclComm::ireduce_scatter(ConstPtr in, Ptr out, std::size_t count) {
     Comm::count(CommKind::reduce_scatter, count * size(), out.dtype);
     if (!on_device(out.data)) return staged_.ireduce_scatter(in, out, count);
     return started("reduce_scatter", [&] {
-        TRIDENT_NCCL_CHECK(ncclReduceScatter(in.data, out.data, count,
-                                             nccl_reduction_type(out.dtype), ncclSum, comm_,
-                                             stream_));
+        TRIDENT_NCCL_CHECK(ncclReduceScatter(
+            in.data, out.data, count, nccl_reduction_type(out.dtype), ncclSum, comm_, stream_));
     });
 }
 

@@ -151,8 +151,12 @@ class StagedComm::Pending final : public Request::Pending {
 public:
     Pending(StagedComm& owner, Pinned buffer, Request host, void* device = nullptr,
             const void* result = nullptr, std::size_t bytes = 0)
-        : owner_(owner), buffer_(std::move(buffer)), host_(std::move(host)), device_(device),
-          result_(result), bytes_(bytes) {}
+        : owner_(owner),
+          buffer_(std::move(buffer)),
+          host_(std::move(host)),
+          device_(device),
+          result_(result),
+          bytes_(bytes) {}
     ~Pending() override { owner_.spare_.push_back(std::move(buffer_)); }
     bool test() override {
         if (!host_.test()) return false;
@@ -222,8 +226,8 @@ Request StagedComm::ireduce_scatter(ConstPtr in, Ptr out, std::size_t count) {
     const Ptr host(buffer.reserve(count * size() * width), out.dtype);
     to_host(host.data, in.data, count * size() * width);
     Request reduced = host_->ireduce_scatter(host, host + mine, count);  // at this rank's block
-    return Request(std::make_unique<Pending>(*this, std::move(buffer), std::move(reduced),
-                                             out.data, (host + mine).data, count * width));
+    return Request(std::make_unique<Pending>(*this, std::move(buffer), std::move(reduced), out.data,
+                                             (host + mine).data, count * width));
 }
 
 Request StagedComm::iall_gather(ConstPtr in, Ptr out, std::size_t count) {
