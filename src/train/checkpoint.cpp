@@ -348,15 +348,7 @@ CheckpointShare read_share(const std::string& dir, const model::ParamLayout& lay
     if (!same_model(m.shape, layout.shape()))
         throw Error(dir + ": holds another model (" + describe(m.shape) +
                     ") than the config asks for (" + describe(layout.shape()) + ")");
-    for (const ManifestFile& f : m.files) {  // sizes: no reading
-        const std::string path = (fs::path(dir) / f.name).string();
-        std::error_code ec;
-        const auto size = fs::file_size(path, ec);
-        if (ec) throw Error(path + ": missing (the checkpoint is incomplete)");
-        if (size != f.bytes)
-            throw Error(path + ": " + std::to_string(size) + " bytes, the manifest says " +
-                        std::to_string(f.bytes) + " (truncated or overwritten)");
-    }
+    verify_sizes(dir, m);  // no reading
 
     const std::map<std::string, std::vector<Need>> needs = needs_of(layout, owned);
     std::vector<float>* targets[3] = {&share.master, &share.exp_avg, &share.exp_avg_sq};

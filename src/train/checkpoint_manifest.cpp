@@ -283,7 +283,7 @@ Manifest read_manifest(const std::string& dir) {
     return m;
 }
 
-void verify_files(const std::string& dir, const Manifest& m) {
+void verify_sizes(const std::string& dir, const Manifest& m) {
     for (const ManifestFile& f : m.files) {
         const std::string path = (fs::path(dir) / f.name).string();
         std::error_code ec;
@@ -292,6 +292,13 @@ void verify_files(const std::string& dir, const Manifest& m) {
         if (size != f.bytes)
             throw Error(path + ": " + std::to_string(size) + " bytes, the manifest says " +
                         std::to_string(f.bytes) + " (truncated or overwritten)");
+    }
+}
+
+void verify_files(const std::string& dir, const Manifest& m) {
+    verify_sizes(dir, m);
+    for (const ManifestFile& f : m.files) {
+        const std::string path = (fs::path(dir) / f.name).string();
         if (io::sha256_file(path) != f.sha256)
             throw Error(path + ": SHA-256 does not match the manifest (the file is corrupt)");
     }

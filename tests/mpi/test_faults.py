@@ -34,34 +34,6 @@ TIMEOUT_S = 5
 SLACK_S = 5
 
 
-def trident_pids(config):
-    """The trident processes of this config, by world rank."""
-    ranks = {}
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                args = f.read().split(b"\0")
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
-        except OSError:
-            continue
-        if args and args[0].endswith(b"trident") and config.encode() in args:
-            rank = env.get(b"OMPI_COMM_WORLD_RANK")
-            if rank is not None:
-                ranks[int(rank)] = int(pid)
-    return ranks
-
-
-def start(trident, base, ranks, overrides, env=None):
-    cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), trident, "train"] + base
-    for o in overrides:
-        cmd += ["--set", o]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**h.mpirun_env(), **(env or {})})
-
-
 def wait_for_lines(path, n, job, limit_s=120):
     deadline = time.monotonic() + limit_s
     while job.poll() is None and time.monotonic() < deadline:
@@ -78,7 +50,7 @@ def finish(job, config, limit_s):
         out, _ = job.communicate(timeout=limit_s)
         return out, job.returncode
     except subprocess.TimeoutExpired:
-        for pid in trident_pids(config).values():
+        for pid in h.trident_pids(config).values():
             os.kill(pid, signal.SIGKILL)
         job.kill()
         out, _ = job.communicate()
@@ -101,20 +73,20 @@ def layout(p, m, d):
 def stalled_rank(trident, base, config, tmp, p, m, d):
     name = f"{p}x{m}x{d}"
     metrics = os.path.join(tmp, f"stall_{name}.jsonl")
-    job = start(trident, base, p * m * d, layout(p, m, d) + [
+    job = h.start_train(trident, base, p * m * d, layout(p, m, d) + [
         "training.steps=1000000", f"training.collective_timeout={TIMEOUT_S}",
         "logging.interval=100000", f"logging.metrics={metrics}"])
     if not wait_for_lines(metrics, 3, job):
         out, _ = finish(job, config, 30)
         h.check(False, f"stall {name}: the job did not start training\n{out}")
         return
-    pids = trident_pids(config)
+    pids = h.trident_pids(config)
     stopped = max(pids)
     os.kill(pids[stopped], signal.SIGSTOP)
     t0 = time.monotonic()
     out, code = finish(job, config, TIMEOUT_S + 30)
     seconds = time.monotonic() - t0
-    left = trident_pids(config)
+    left = h.trident_pids(config)
     for pid in left.values():
         os.kill(pid, signal.SIGKILL)
     lines = error_lines(out)
@@ -141,11 +113,11 @@ def stalled_rank(trident, base, config, tmp, p, m, d):
 def dead_rank(trident, base, config, tmp, how):
     metrics = os.path.join(tmp, f"dead_{how}.jsonl")
     env = {} if how == "sigkill" else {"TRIDENT_TEST_FAIL_AT_STEP": f"4:1:{how}"}
-    job = start(trident, base, 2, layout(1, 1, 2) + [
+    job = h.start_train(trident, base, 2, layout(1, 1, 2) + [
         "training.steps=1000000", "logging.interval=100000", f"logging.metrics={metrics}"], env)
     if how == "sigkill":
         if wait_for_lines(metrics, 3, job):
-            os.kill(trident_pids(config)[1], signal.SIGKILL)
+            os.kill(h.trident_pids(config)[1], signal.SIGKILL)
     else:
         wait_for_lines(metrics, 3, job)
     t0 = time.monotonic()
@@ -157,7 +129,7 @@ def dead_rank(trident, base, config, tmp, how):
         "oom": "trident: error: rank 1: out of memory: an allocation failed (std::bad_alloc) at "
                "step 4",
     }[how]
-    h.check(code not in (None, 0) and not trident_pids(config) and expected in out,
+    h.check(code not in (None, 0) and not h.trident_pids(config) and expected in out,
             f"dead rank ({how}): the job ended (exit code {code}) and says '{expected}'")
     if expected not in out:
         print(out[-3000:])

@@ -108,3 +108,33 @@ def tiny_run(directory, overrides=()):
     for o in overrides:
         args += ["--set", o]
     return args
+
+
+def trident_pids(config):
+    """The trident processes started with this config (ours alone: its path is unique), by
+    world rank."""
+    ranks = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = f.read().split(b"\0")
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+        except OSError:
+            continue
+        if args and args[0].endswith(b"trident") and config.encode() in args:
+            rank = env.get(b"OMPI_COMM_WORLD_RANK")
+            if rank is not None:
+                ranks[int(rank)] = int(pid)
+    return ranks
+
+
+def start_train(trident, base, ranks, overrides, env=None):
+    """`trident train` under mpirun, in the background (its output piped)."""
+    cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), trident, "train"] + base
+    for o in overrides:
+        cmd += ["--set", o]
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**mpirun_env(), **(env or {})})

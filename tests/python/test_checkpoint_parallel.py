@@ -15,7 +15,6 @@ All in fp32 on a model of 4 layers (interleaving needs P*v to divide them) with 
 import os
 import re
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,30 +34,6 @@ def close(a, b):
 
 def layout(p, m, d, *extra):
     return [f"parallel.pipeline={p}", f"parallel.tensor={m}", f"parallel.data={d}", *extra]
-
-
-def rank_pids(config):
-    """The trident processes started with this config (ours alone: the path is unique)."""
-    pids = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                args = f.read().split(b"\0")
-        except OSError:
-            continue
-        if args and args[0].endswith(b"trident") and config.encode() in args:
-            pids.append(int(pid))
-    return pids
-
-
-def start_job(trident, base, ranks, overrides, env=None):
-    cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), trident, "train"] + base
-    for o in overrides:
-        cmd += ["--set", o]
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**h.mpirun_env(), **(env or {})})
 
 
 def wait_for_steps(metrics, n, job):
@@ -157,10 +132,10 @@ def main():
         for sig, to_mpirun in [(signal.SIGTERM, False), (signal.SIGUSR1, True)]:
             name = signal.Signals(sig).name
             metrics, ck = path(name + ".jsonl"), path("ck_" + name)
-            job = start_job(trident, base, 2, layout(2, 1, 1) + [
+            job = h.start_train(trident, base, 2, layout(2, 1, 1) + [
                 "training.steps=100000", f"checkpoint.dir={ck}", f"logging.metrics={metrics}"])
             if wait_for_steps(metrics, 3, job):
-                os.kill(job.pid if to_mpirun else rank_pids(config)[-1], sig)
+                os.kill(job.pid if to_mpirun else max(h.trident_pids(config).items())[1], sig)
             out, _ = job.communicate(timeout=300)
             done = len(h.losses(metrics))
             h.check(job.returncode == 0, f"{name}: exit code 0 (got {job.returncode})")
@@ -176,7 +151,7 @@ def main():
         # stays in .tmp_step_000006, the checkpoints before it verify, and resume: auto goes on
         # from step 5 with the uninterrupted run's losses, its own save clearing the wreck.
         ckk = path("ckk")
-        job = start_job(trident, base, 2, layout(1, 1, 2) + [
+        job = h.start_train(trident, base, 2, layout(1, 1, 2) + [
             f"checkpoint.dir={ckk}", "checkpoint.interval=1"],
             env={"TRIDENT_TEST_CRASH_IN_SAVE": "6:1"})
         out, _ = job.communicate(timeout=300)

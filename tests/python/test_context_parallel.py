@@ -5,10 +5,11 @@ On data the model learns (a cycle of 23 tokens): for C = 2 and 4 in both modes (
 ulysses), and on the 4D grids 2x2x2x1 and 1x2x2x2 (P x M x C x D), the loss and every
 gathered gradient of one global batch (tests/tools/model_dump) match one process within 1e-5
 relative, and so do the losses of 10 training steps (with dropout, ZeRO-1, sequence
-parallelism, selective and full recompute too). The activation memory a rank measures is a
-C-th of one process's; the traffic the Comm layer counts per step on the context group equals
-the formula of docs/FORMULAS.md; a checkpoint written under one C resumes under another with
-the uninterrupted losses; bad configs give one clear message and a non-zero exit.
+parallelism, selective and full recompute too; bf16 and fp16 within their rounding). The
+activation memory a rank measures is a C-th of one process's; the traffic the Comm layer
+counts per step on the context group equals the formula of docs/FORMULAS.md; a checkpoint
+written under one C resumes under another with the uninterrupted losses; bad configs give one
+clear message and a non-zero exit.
 
 Needs only the standard library and mpirun; exit 77 (skipped) without mpirun.
 """
@@ -109,6 +110,25 @@ def main():
                 check(len(curve) == 10 and worst <= TOL,
                       f"{name} dropout {dropout}: 10-step losses within 1e-5 of one process (worst {worst:.2e})")
 
+        # 2b. 16-bit training: C = 2 in both modes against one process in the same precision.
+        # The split changes where the 16-bit roundings fall (the attention blocks merge in
+        # fp32, the activations between are rounded), so the curves agree to the rounding of
+        # the type, not bitwise: within TOL16, far below the 0.5 the loss falls by.
+        TOL16 = 1e-3
+        for precision in ("bf16", "fp16"):
+            common = base + sets([f"training.precision={precision}"])
+            run([trident, "train"] + common + sets([f"logging.metrics={path('p1.jsonl')}"]))
+            ref16 = [r["loss"] for r in losses(path("p1.jsonl"))]
+            check(ref16[-1] < ref16[0] - 0.5, f"{precision}: the data is learnt ({ref16[0]:.3f} -> {ref16[-1]:.3f})")
+            for mode in ("ring", "ulysses"):
+                metrics = path("p.jsonl")
+                run([trident, "train"] + common + sets(layout(1, 1, 2, 1, mode) + [f"logging.metrics={metrics}"]),
+                    ranks=2)
+                curve = [r["loss"] for r in losses(metrics)]
+                worst = worst_rel(curve, ref16)
+                check(len(curve) == 10 and worst <= TOL16,
+                      f"{precision} C=2 {mode}: 10-step losses within {TOL16} of one process (worst {worst:.2e})")
+
         # 3. Traffic per step on the context group (docs/FORMULAS.md, "Context parallelism"):
         # per layer and microbatch, ring sends (C-1) blocks of k, v forward and (C-1) backward
         # (N_l x 2C/M activations each) and C blocks of their gradients (fp32); Ulysses
@@ -191,7 +211,9 @@ def main():
                  "parallel.context_mode: ulysses splits the heads over parallel.tensor × context = 2 × 4 = 8 ranks, which must divide model.heads (4)"),
                 (2, ["parallel.context=2", "parallel.data=2"],
                  "pipeline × tensor × context × data = 1 × 1 × 2 × 2 = 4, but 2 processes were started"),
-                (2, ["parallel.context=2", "parallel.context_mode=spiral"], "parallel.context_mode")]:
+                (2, ["parallel.context=2", "parallel.context_mode=spiral"], "parallel.context_mode"),
+                (4, ["parallel.context=2", "parallel.data=2", "parallel.zero_stage=2"],
+                 "parallel.zero_stage: 2 runs without context parallelism (parallel.context is 2)")]:
             p = run([trident, "train"] + base + sets(overrides), ranks=ranks, expect_ok=False)
             check(p.returncode != 0 and p.stdout.count("trident: error") == 1 and expect in p.stdout,
                   f"{' '.join(overrides)}: one message naming the cause, exit {p.returncode}")

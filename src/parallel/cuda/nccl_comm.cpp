@@ -147,7 +147,7 @@ void NcclComm::all_to_all(ConstPtr in, Ptr out, std::size_t count) {
     Comm::count(CommKind::all_to_all, count * size(), out.dtype);
     if (!on_device(out.data)) return staged_.all_to_all(in, out, count);
     const ncclDataType_t type = nccl_type(out.dtype);
-    ordered([&] {
+    ordered("all_to_all", [&] {
         TRIDENT_NCCL_CHECK(ncclGroupStart());
         for (int peer = 0; peer < size(); ++peer) {
             const std::size_t block = static_cast<std::size_t>(peer) * count;
