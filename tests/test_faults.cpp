@@ -104,7 +104,7 @@ TEST_CASE("watchdog: a wait past the timeout is reported with its call, group, p
                            "the job"));
 }
 
-TEST_CASE("watchdog: a receive names its peer; a long group is listed shortened", "[faults]") {
+TEST_CASE("watchdog: a receive names its peer, and a long group is listed shortened", "[faults]") {
     Watched w(0.1, 0, 0, {1, 16, 1});
     parallel::first_step_done();
     std::vector<int> ranks(16);
