@@ -49,7 +49,7 @@ int run_on_every_rank(parallel::World& world, const std::function<void()>& set_u
 std::unique_ptr<parallel::Watchdog> start_watchdog(const config::Config& cfg,
                                                    const parallel::Grid& grid) {
     const auto& shape = grid.shape();
-    if (shape.pipeline * shape.tensor * shape.data == 1) return nullptr;
+    if (shape.pipeline * shape.tensor * shape.context * shape.data == 1) return nullptr;
     const auto& t = cfg.training;
     parallel::WatchdogSettings settings;
     settings.timeout_s = t.collective_timeout;

@@ -19,7 +19,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <exception>
 #include <memory>
 #include <utility>
 
@@ -57,7 +56,9 @@ struct CommStats {
 
 // A non-blocking call under way. Until it has completed (wait() returned, or test() returned
 // true) the call's buffers must stay untouched. A default Request has nothing under way; one
-// destroyed while under way waits first (unless an exception is unwinding: the job is ending).
+// destroyed while under way waits first, also while an exception unwinds: the buffers it
+// writes are freed next, and the job still has to report the failure (the peers issued the
+// same call, so it completes; a peer that never does is the watchdog's to end).
 class Request {
 public:
     // What an implementation waits on.
@@ -92,7 +93,7 @@ public:
 
 private:
     void finish() noexcept {
-        if (pending_ && std::uncaught_exceptions() == 0) {
+        if (pending_) {
             try {
                 pending_->wait();
             } catch (...) {  // a failed transfer ends the job elsewhere; nothing to free here

@@ -65,7 +65,7 @@ Grid::Grid(World& world, const GridShape& shape) : shape_(shape), rank_(world.ra
     tensor_ = split(all, cp + C * (dp + D * pp), tp, "tensor");
     context_ = split(all, tp + M * (dp + D * pp), cp, "context");
     data_ = split(all, tp + M * (cp + C * pp), dp, "data");
-    data_context_ = split(all, tp + M * pp, cp + C * dp, "data-context");
+    data_context_ = split(all, tp + M * pp, cp + C * dp, C > 1 ? "data-context" : "data");
     pipeline_ = split(all, tp + M * (cp + C * dp), pp, "pipeline");
     // Middle stages get a colour of their own each (beyond every (dp, cp, tp) colour): a
     // group of one.
