@@ -1,4 +1,5 @@
-// The op set's host transfers with conversion, shared by every backend (see ops.h).
+// The op set's host transfers with conversion, and a sum of squares read back at once, shared
+// by every backend (see ops.h).
 #include "kernels/ops.h"
 
 #include <vector>
@@ -23,6 +24,15 @@ void Ops::copy_from_host(Ptr device, const float* host, std::size_t count) {
     std::vector<uint16_t> staged(count);
     narrow(Ptr(staged.data(), device.dtype), host, count);
     upload(device.data, staged.data(), count * sizeof(uint16_t));
+}
+
+double Ops::sum_of_squares(ConstPtr x, std::size_t count) {
+    const Ptr total = allocate(1, DType::f64);  // zero-filled
+    add_sum_of_squares(static_cast<double*>(total.data), x, count);
+    double sum = 0.0;
+    download(&sum, total.data, sizeof(sum));
+    release(total.data);
+    return sum;
 }
 
 }  // namespace trident::kernels

@@ -224,9 +224,18 @@ public:
                                         const int32_t* targets, float dloss, int N, int vocab_begin,
                                         int V, int Vp_local) = 0;
 
+    // The step's loss: total (one double, on the device) += the mean of losses (N), summed
+    // in double in row order and rounded to fp32 (a microbatch's mean loss). The step's
+    // microbatches add into one total that the host reads once, after the last.
+    virtual void add_mean(double* total, const float* losses, int N) = 0;
+
     // ---- optimizer ----------------------------------------------------------------------
-    // Sum of squares in double, for the global gradient norm: inf or NaN if any element is.
-    virtual double sum_of_squares(ConstPtr x, std::size_t count) = 0;
+    // total (one double, on the device) += the sum of squares of x in double, for the global
+    // gradient norm: inf or NaN if any element is. Every buffer's sum lands in one total that
+    // the host reads once (no transfer, and so no wait for the device, per buffer).
+    virtual void add_sum_of_squares(double* total, ConstPtr x, std::size_t count) = 0;
+    // The sum of squares of one buffer, read back at once (ops.cpp).
+    double sum_of_squares(ConstPtr x, std::size_t count);
     virtual void scale(Ptr x, std::size_t count, float factor) = 0;
     // torch.optim.AdamW on one contiguous range of fp32 master weights, with the gradient
     // g = grads * grad_scale (unscaling and clipping folded into one factor): decoupled decay

@@ -136,6 +136,7 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
                  ? FlatBuffer(ops, layout_.units(), replicas, sharding.replica, precision.grads)
                  : FlatBuffer(ops, padded, precision.grads);
     proj_partial_ = DeviceBuffer(ops, N * C, act);
+    loss_sum_ = DeviceBuffer(ops, 1, kernels::DType::f64);
     proj_reduced_ = DeviceBuffer(ops, sequence_parallel_ ? R * C : 0, act);
     dresidual_ = DeviceBuffer(ops, R * C, act);
     dc_a_ = DeviceBuffer(ops, N * C, act);
@@ -396,23 +397,28 @@ Ptr Gpt::reduce_rows(Ptr partial, Ptr mine) {
 
 // ---- forward ---------------------------------------------------------------------------------
 
-float Gpt::forward_chunk(int mb, int c, const int32_t* inputs, const int32_t* targets,
-                         ConstPtr input, Ptr output, bool training, uint64_t dropout_seed) {
+void Gpt::forward_chunk(int mb, int c, const int32_t* inputs, const int32_t* targets,
+                        ConstPtr input, Ptr output, bool training, uint64_t dropout_seed) {
     const StagePlan& plan = layout_.plan();
     const bool head = plan.global_chunk(c) == plan.stages * plan.chunks - 1;
     Activations& a = start(mb, c);
     a.training = training;
     a.dropout_seed = dropout_seed;
     run_forward(c, a, inputs, input);
-    float mean_loss = 0;
     if (head) {
-        mean_loss = loss(a, targets);
+        loss(a, targets);
     } else {
         const ConstPtr last = a.layers.empty() ? a.input.data() : a.layers.back().resid3.data();
         ops_.copy(output, last, boundary_size());
     }
     if (!training) release(mb, c);
-    return mean_loss;
+}
+
+double Gpt::take_loss_sum() {
+    double sum = 0.0;
+    ops_.download(&sum, loss_sum_.data().data, sizeof(sum));
+    ops_.zero(loss_sum_.data(), 1);
+    return sum;
 }
 
 void Gpt::run_forward(int c, Activations& a, const int32_t* inputs, ConstPtr input) {
@@ -523,7 +529,7 @@ void Gpt::forward_layer(const Activations& a, int l, LayerActivations& la, Ptr a
     ops_.residual_forward(output, la.resid2.data(), fcproj, RC);
 }
 
-float Gpt::loss(Activations& a, const int32_t* targets) {
+void Gpt::loss(Activations& a, const int32_t* targets) {
     const GptShape& s = layout_.shape();
     const int N = rows_;
     upload_tokens(ops_, a.targets, targets, static_cast<std::size_t>(N));
@@ -540,12 +546,7 @@ float Gpt::loss(Activations& a, const int32_t* targets) {
     ops_.cross_entropy_rescale(sums, row_max, global_max, N);
     tensor_.all_reduce(sums, 2 * static_cast<std::size_t>(N));
     ops_.cross_entropy_losses(a.losses.f32(), a.lse.f32(), global_max, sums, target_logit, N);
-
-    std::vector<float> losses(static_cast<std::size_t>(N));
-    ops_.copy_to_host(losses.data(), a.losses.f32(), losses.size());
-    double sum = 0.0;  // in order, in double: the same on every run
-    for (float x : losses) sum += x;
-    return static_cast<float>(sum / N);
+    ops_.add_mean(static_cast<double*>(loss_sum_.data().data), a.losses.f32(), N);
 }
 
 std::vector<float> Gpt::logits_at(const int32_t* inputs, int position) {

@@ -148,13 +148,16 @@ public:
     // ---- the pipeline's unit of work: local chunk c on microbatch mb -----------------------
     // Forward. The chunk's input is the embedding of `inputs` (B, T) if it is the first
     // global chunk, else `input` (R, C) as the previous chunk sent it (copied). The last
-    // global chunk computes the loss against `targets` (B, T) and returns its mean over the
-    // B*T tokens; other chunks write their output (R, C) to `output` and return 0. Token ids
-    // are on the host; T is local_tokens(), this rank's tokens of each sequence. Without `training`
-    // (no dropout) the activations are released at once.
-    float forward_chunk(int mb, int c, const int32_t* inputs, const int32_t* targets,
-                        kernels::ConstPtr input, kernels::Ptr output, bool training,
-                        uint64_t dropout_seed);
+    // global chunk computes the loss against `targets` (B, T) and adds its mean over the B*T
+    // tokens to the loss sum on the device (take_loss_sum); other chunks write their output
+    // (R, C) to `output`. Token ids are on the host; T is local_tokens(), this rank's tokens
+    // of each sequence. Without `training` (no dropout) the activations are released at once.
+    void forward_chunk(int mb, int c, const int32_t* inputs, const int32_t* targets,
+                       kernels::ConstPtr input, kernels::Ptr output, bool training,
+                       uint64_t dropout_seed);
+    // The sum of the mean losses the forwards added since the last call, read from the device
+    // once (the one wait for it that the loss costs), and the sum started again at 0.
+    double take_loss_sum();
     // Backward of that forward. The last global chunk starts from its loss, each token
     // weighted by dloss; other chunks from `output_grad` (R, C). Writes the gradient of the
     // chunk's input to `input_grad` (R, C) unless the chunk starts with the embedding.
@@ -229,8 +232,9 @@ private:
     // after the MLP's GELU, which is all backward reads (full recompute).
     void forward_layer(const Activations& a, int l, LayerActivations& la, kernels::Ptr att,
                        kernels::ConstPtr residual, kernels::Ptr output);
-    // The loss of the last chunk's logits: fills a.losses and a.lse; returns the mean.
-    float loss(Activations& a, const int32_t* targets);
+    // The loss of the last chunk's logits: fills a.losses and a.lse; adds the mean to
+    // loss_sum_.
+    void loss(Activations& a, const int32_t* targets);
     // Which gradients a backward computes: all, the inputs' (B) or the parameters' (W).
     enum class Part { both, input, weight };
     void backward_part(int mb, int c, float dloss, kernels::ConstPtr output_grad,
@@ -329,6 +333,8 @@ private:
     // Forward scratch: a row-parallel layer's partial output (N,C), and its reduced rows
     // (R,C) with sequence parallelism (without, the reduction is in place).
     DeviceBuffer proj_partial_, proj_reduced_;
+
+    DeviceBuffer loss_sum_;  // (1) f64: the microbatches' mean losses, until take_loss_sum
 
     // Gradient scratch for backward, reused layer by layer.
     DeviceBuffer dresidual_;    // (R,C) gradient of the residual stream

@@ -88,6 +88,10 @@ TEST_CASE("config: defaults that follow other keys, as Megatron-LM and GPT-2 der
         parse(kMinimal + "training: {precision: bf16, fp32_grad_accumulation: false}\n", "x.yaml")
             .training.fp32_grad_accumulation);
     CHECK(parse(kMinimal, "x.yaml", {"training.precision=bf16"}).training.fp32_grad_accumulation);
+    // training.tf32: on unless turned off, whatever the precision (only fp32 products use it).
+    CHECK(parse(kMinimal, "x.yaml").training.tf32);
+    CHECK_FALSE(parse(kMinimal + "training: {tf32: false}\n", "x.yaml").training.tf32);
+    CHECK_FALSE(parse(kMinimal, "x.yaml", {"training.tf32=false"}).training.tf32);
 }
 
 TEST_CASE("config: values of every type are read", "[config]") {
@@ -184,6 +188,8 @@ TEST_CASE("config: values of the wrong type are refused", "[config]") {
           "got \"2f2b\"");
     CHECK(error_of(kMinimal + "training:\n  precision: tf32\n") ==
           "x.yaml:4: training.precision: expected one of fp32, bf16, fp16; got \"tf32\"");
+    CHECK(error_of(kMinimal + "training:\n  tf32: 1\n") ==
+          "x.yaml:4: training.tf32: expected true or false, got 1");
     CHECK(error_of(kMinimal + "device: gpu\n") ==
           "x.yaml:3: device: expected one of auto, cpu, cuda; got \"gpu\"");
     CHECK(error_of(kMinimal + "training: 5\n") ==
@@ -388,21 +394,21 @@ TEST_CASE("config: derived values", "[config]") {
 }
 
 TEST_CASE("config: to_yaml writes every key and reads back to the same config", "[config]") {
-    const Config original =
-        parse(kMinimal, "x.yaml",
-              {"model.vocab_size=256", "model.dropout=0.1", "model.init_std=0.015",
-               "model.init_from='w:\"gpt2\" #1.bin'", "parallel.schedule=gpipe",
-               "parallel.zero_stage=0", "training.lr=3e-4", "training.min_lr=1e-05",
-               "training.seed=18446744073709551615", "training.eps=1e-8", "training.decay=linear",
-               "data.valid='null'", "data.shuffle=false", "checkpoint.dir=runs/#1",
-               "checkpoint.resume=never", "logging.trace=t.json", "device=cpu"});
+    const Config original = parse(
+        kMinimal, "x.yaml",
+        {"model.vocab_size=256", "model.dropout=0.1", "model.init_std=0.015",
+         "model.init_from='w:\"gpt2\" #1.bin'", "parallel.schedule=gpipe", "parallel.zero_stage=0",
+         "training.lr=3e-4", "training.min_lr=1e-05", "training.seed=18446744073709551615",
+         "training.eps=1e-8", "training.decay=linear", "training.tf32=false", "data.valid='null'",
+         "data.shuffle=false", "checkpoint.dir=runs/#1", "checkpoint.resume=never",
+         "logging.trace=t.json", "device=cpu"});
     CHECK(original.model.init_from == "w:\"gpt2\" #1.bin");
     CHECK(original.data.valid == one("null"));  // quoted: the string, not null
 
     const std::string yaml = to_yaml(original);
     INFO(yaml);
     for (const char* key : {"vocab_size:", "init_from:", "sequence_parallel:", "eval_batches:",
-                            "shuffle:", "keep:", "trace:", "device:"})
+                            "tf32: false", "shuffle:", "keep:", "trace:", "device:"})
         CHECK(yaml.find(key) != std::string::npos);
 
     Config again = parse(yaml, "saved.yaml");

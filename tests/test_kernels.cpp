@@ -956,6 +956,36 @@ TEST_CASE("sum of squares and scale", "[kernels]") {
     CHECK(wrong == 0);
 }
 
+TEST_CASE("the gradient norm and the loss add into one total on the device", "[kernels]") {
+    auto ops = make_cpu_ops(2);
+    // The norm: each buffer's sum of squares is added to what the total holds, so buffers
+    // summed one after another give, bit for bit, their sums added in that order.
+    const auto x = random_floats(200003, 93);
+    const std::size_t split = 70001;
+    double total = 0.5;  // the CPU backend's device memory is the host's
+    ops->add_sum_of_squares(&total, x.data(), split);
+    ops->add_sum_of_squares(&total, x.data() + split, x.size() - split);
+    const double first = ops->sum_of_squares(x.data(), split),
+                 second = ops->sum_of_squares(x.data() + split, x.size() - split);
+    CHECK(total == (0.5 + first) + second);
+    double expected = 0.5;
+    for (float value : x) expected += static_cast<double>(value) * value;
+    CHECK(total == Approx(expected).epsilon(1e-12));
+
+    // The loss: each microbatch's mean, summed in double in row order and rounded to fp32,
+    // is added to the total, as the step's loss sum was formed on the host.
+    const auto losses_a = random_floats(1000, 94), losses_b = random_floats(777, 95);
+    double loss_sum = 0.0;
+    ops->add_mean(&loss_sum, losses_a.data(), static_cast<int>(losses_a.size()));
+    ops->add_mean(&loss_sum, losses_b.data(), static_cast<int>(losses_b.size()));
+    const auto mean_of = [](const std::vector<float>& l) {
+        double sum = 0.0;
+        for (float value : l) sum += value;
+        return static_cast<float>(sum / static_cast<double>(l.size()));
+    };
+    CHECK(loss_sum == static_cast<double>(mean_of(losses_a)) + mean_of(losses_b));
+}
+
 TEST_CASE("adamw update matches torch's formula over three steps", "[kernels]") {
     auto ops = make_cpu_ops(2);
     const std::size_t count = 100;

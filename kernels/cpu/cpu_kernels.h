@@ -102,6 +102,8 @@ void cross_entropy_partials(float* row_max, float* row_sumexp, float* target_log
 void cross_entropy_rescale(float* row_sumexp, const float* row_max, const float* global_max, int N);
 void cross_entropy_losses(float* losses, float* lse, const float* global_max,
                           const float* row_sumexp, const float* target_logit, int N);
+// The mean of losses (N), summed in double in row order, rounded to fp32.
+float mean(const float* losses, int N);
 void cross_entropy_backward(float* dlogits, const float* logits, const float* lse,
                             const int32_t* targets, float dloss, int N, int vocab_begin, int V,
                             int Vp_local);

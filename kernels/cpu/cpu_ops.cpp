@@ -273,9 +273,13 @@ public:
         v.commit();
     }
 
-    double sum_of_squares(ConstPtr x, std::size_t count) override {
+    void add_mean(double* total, const float* losses, int N) override {
+        *total += cpu::mean(losses, N);
+    }
+
+    void add_sum_of_squares(double* total, ConstPtr x, std::size_t count) override {
         cpu::Fp32Views v(scratch_);
-        return cpu::sum_of_squares(v.in(x, count), count);
+        *total += cpu::sum_of_squares(v.in(x, count), count);
     }
     void scale(Ptr x, std::size_t count, float factor) override {
         cpu::Fp32Views v(scratch_);

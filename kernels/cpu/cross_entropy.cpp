@@ -87,6 +87,13 @@ void cross_entropy_losses(float* losses, float* lse, const float* global_max,
     }
 }
 
+// One microbatch's loss: in order and in double, the same on every run and thread count.
+float mean(const float* losses, int N) {
+    double sum = 0.0;
+    for (int n = 0; n < N; n++) sum += losses[n];
+    return static_cast<float>(sum / N);
+}
+
 // dlogits (N,Vp_local) = (softmax - onehot(target)) * dloss on the real columns, 0 on the
 // padding; the softmax of a column is exp(logit - lse) with the global lse, so the slice needs
 // nothing from the other ranks. dlogits may be logits itself: each element is read before it

@@ -111,6 +111,17 @@ __global__ void backward_kernel(E* dlogits, const E* logits, const float* lse,
     }
 }
 
+// *total += the mean of losses (N), by one block: each thread sums a strided share in
+// double, the block adds the shares in a fixed tree, and the mean is rounded to fp32 as the
+// CPU backend rounds it.
+__global__ void add_mean_kernel(double* total, const float* losses, int N) {
+    __shared__ double shared[32];
+    double sum = 0.0;
+    for (int n = threadIdx.x; n < N; n += blockDim.x) sum += losses[n];
+    sum = block_sum(sum, shared);
+    if (threadIdx.x == 0) *total += static_cast<double>(static_cast<float>(sum / N));
+}
+
 unsigned small_blocks(int N) {
     return static_cast<unsigned>((N + 255) / 256);
 }
@@ -141,6 +152,12 @@ void cross_entropy_losses(float* losses, float* lse, const float* global_max,
     if (N == 0) return;
     losses_kernel<<<small_blocks(N), 256, 0, stream>>>(losses, lse, global_max, row_sumexp,
                                                        target_logit, N);
+    TRIDENT_CUDA_CHECK_LAUNCH();
+}
+
+void add_mean(double* total, const float* losses, int N, cudaStream_t stream) {
+    if (N == 0) return;
+    add_mean_kernel<<<1, kThreads, 0, stream>>>(total, losses, N);
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 

@@ -93,17 +93,19 @@ void cross_entropy_rescale(float* row_sumexp, const float* row_max, const float*
 void cross_entropy_losses(float* losses, float* lse, const float* global_max,
                           const float* row_sumexp, const float* target_logit, int N,
                           cudaStream_t stream);
+// *total (device) += the mean of losses (N) in double, rounded to fp32 (Ops::add_mean).
+void add_mean(double* total, const float* losses, int N, cudaStream_t stream);
 template <typename E>  // dlogits may be logits
 void cross_entropy_backward(E* dlogits, const E* logits, const float* lse, const int32_t* targets,
                             float dloss, int N, int vocab_begin, int V, int Vp_local,
                             cudaStream_t stream);
 
 // ---- optimizer (optimizer.cu) ----------------------------------------------------------------
-// Sum of squares in double into *result (device), in a fixed order: per-block partials over
-// fixed ranges, then one block adds them. `scratch` holds sum_of_squares_scratch() doubles.
+// Sum of squares in double added to *total (device), in a fixed order: per-block partials
+// over fixed ranges, then one block adds them. `scratch` holds sum_of_squares_scratch() doubles.
 template <typename E>
-void sum_of_squares(double* result, double* scratch, const E* x, std::size_t count,
-                    cudaStream_t stream);
+void add_sum_of_squares(double* total, double* scratch, const E* x, std::size_t count,
+                        cudaStream_t stream);
 std::size_t sum_of_squares_scratch();
 // AdamW on fp32 master weights (kernels/ops.h); params (any type, may be null) receive the
 // updated master weights rounded.

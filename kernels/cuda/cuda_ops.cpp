@@ -101,7 +101,8 @@ bool all_of_type(DType t, std::initializer_list<ConstPtr> arguments) {
 
 class CudaOps final : public Ops {
 public:
-    CudaOps() : stream_(cuda::compute_stream()), gemm_(allocator_), cudnn_(allocator_) {}
+    explicit CudaOps(bool tf32)
+        : stream_(cuda::compute_stream()), gemm_(allocator_, tf32), cudnn_(allocator_) {}
     // Queued work may still use the memory the members give back.
     ~CudaOps() override { cudaStreamSynchronize(stream_); }
 
@@ -539,6 +540,9 @@ public:
                                int N) override {
         cuda::cross_entropy_rescale(row_sumexp, row_max, global_max, N, stream_);
     }
+    void add_mean(double* total, const float* losses, int N) override {
+        cuda::add_mean(total, losses, N, stream_);
+    }
     void cross_entropy_losses(float* losses, float* lse, const float* global_max,
                               const float* row_sumexp, const float* target_logit, int N) override {
         cuda::cross_entropy_losses(losses, lse, global_max, row_sumexp, target_logit, N, stream_);
@@ -564,16 +568,13 @@ public:
 
     // ---- optimizer
     // ---------------------------------------------------------------------------------
-    double sum_of_squares(ConstPtr x, std::size_t count) override {
-        Scratch scratch(allocator_, (cuda::sum_of_squares_scratch() + 1) * sizeof(double));
-        double* result = static_cast<double*>(scratch.data);
+    void add_sum_of_squares(double* total, ConstPtr x, std::size_t count) override {
+        Scratch scratch(allocator_, cuda::sum_of_squares_scratch() * sizeof(double));
         dispatch(x.dtype, [&](auto e) {
             using E = decltype(e);
-            cuda::sum_of_squares(result, result + 1, as<E>(x), count, stream_);
+            cuda::add_sum_of_squares(total, static_cast<double*>(scratch.data), as<E>(x), count,
+                                     stream_);
         });
-        double total = 0.0;
-        download(&total, result, sizeof(total));
-        return total;
     }
     void scale(Ptr x, std::size_t count, float factor) override {
         dispatch(x.dtype, [&](auto e) {
@@ -639,8 +640,8 @@ private:
 
 }  // namespace
 
-std::unique_ptr<Ops> make_cuda_ops() {
-    return std::make_unique<CudaOps>();
+std::unique_ptr<Ops> make_cuda_ops(bool tf32) {
+    return std::make_unique<CudaOps>(tf32);
 }
 
 std::string prepare_attention(Ops& ops, const AttentionShape& shape) {

@@ -13,7 +13,9 @@ namespace trident::kernels {
 
 // Call after cuda::use_gpu. Creates the cuBLASLt and cuDNN handles and the GEMM workspace;
 // cuDNN failing to start leaves attention to the built-in flash kernels (said once per shape).
-std::unique_ptr<Ops> make_cuda_ops();
+// tf32: fp32 matrix products in TF32 on the tensor cores (training.tf32; cuda/gemm.h); false
+// keeps them in true fp32, as the CPU backend computes them.
+std::unique_ptr<Ops> make_cuda_ops(bool tf32);
 
 // The attention a model computes: B sequences of T rows, NH heads of C/NH elements each (this
 // rank's share under tensor parallelism), activations of `type`, attention dropout drop_prob.

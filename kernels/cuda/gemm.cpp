@@ -76,7 +76,7 @@ struct Gemm::Plan {
     }
 };
 
-Gemm::Gemm(DeviceAllocator& allocator) : allocator_(allocator) {
+Gemm::Gemm(DeviceAllocator& allocator, bool tf32) : allocator_(allocator), tf32_(tf32) {
     TRIDENT_CUBLAS_CHECK(cublasLtCreate(&handle_));
     workspace_ = allocator_.allocate(kWorkspaceBytes);
 }
@@ -123,8 +123,10 @@ Gemm::Plan& Gemm::plan_for(const GemmCall& c) {
     const cublasOperation_t op_b = c.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
     const uint64_t m = static_cast<uint64_t>(c.cols), n = static_cast<uint64_t>(c.rows),
                    k = static_cast<uint64_t>(c.inner);
-    TRIDENT_CUBLAS_CHECK(
-        cublasLtMatmulDescCreate(&plan->operation, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    // fp32 accumulation and scale factors always; TF32 inputs only for fp32 products.
+    const cublasComputeType_t compute =
+        tf32_ && ab_type == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->operation, compute, CUDA_R_32F));
     TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
         plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
     TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(

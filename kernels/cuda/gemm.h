@@ -1,8 +1,10 @@
 // Gemm: the GPU backend's matrix products, row-major, through cuBLASLt.
 //
-// Precision: fp32 inputs multiply in true fp32 (CUBLAS_COMPUTE_32F, no TF32), so fp32 runs
-// match the CPU backend to ~1e-6; bf16 and fp16 inputs run on the tensor cores with fp32
-// accumulation, and the output may be their type or fp32. The epilogue adds a bias (and
+// Precision: fp32 inputs multiply on the tensor cores in TF32 (CUBLAS_COMPUTE_32F_FAST_TF32:
+// inputs rounded to a 10-bit mantissa, fp32 accumulation) when the Gemm is made with tf32,
+// else in true fp32 (CUBLAS_COMPUTE_32F), so fp32 runs match the CPU backend to ~1e-6; bf16
+// and fp16 inputs run on the tensor cores with fp32 accumulation either way, and the output
+// may be their type or fp32. The epilogue adds a bias (and
 // applies GELU, keeping the pre-activation) in the same kernel, before the one rounding.
 //
 // cuBLASLt wants a matrix-layout and operation descriptor per shape and a heuristic query to
@@ -50,7 +52,8 @@ struct GemmCall {
 
 class Gemm {
 public:
-    explicit Gemm(DeviceAllocator& allocator);
+    // tf32: fp32 products in TF32 on the tensor cores (above).
+    Gemm(DeviceAllocator& allocator, bool tf32);
     ~Gemm();
     Gemm(const Gemm&) = delete;
     Gemm& operator=(const Gemm&) = delete;
@@ -67,6 +70,7 @@ private:
     Plan& plan_for(const GemmCall& call);
 
     DeviceAllocator& allocator_;
+    bool tf32_;
     cublasLtHandle_t handle_ = nullptr;
     void* workspace_ = nullptr;
     std::map<Key, std::unique_ptr<Plan>> plans_;

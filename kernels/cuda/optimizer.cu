@@ -32,11 +32,12 @@ __global__ void squares_partials_kernel(double* partial, const E* x, std::size_t
     if (threadIdx.x == 0) partial[blockIdx.x] = sum;
 }
 
-// One block of kPartials threads adds the partials: inf or NaN anywhere stays in the total.
-__global__ void squares_total_kernel(double* result, const double* partial) {
+// One block of kPartials threads adds the partials, then their sum to *total: inf or NaN
+// anywhere stays in the total.
+__global__ void squares_total_kernel(double* total, const double* partial) {
     __shared__ double shared[32];
-    const double total = block_sum(partial[threadIdx.x], shared);
-    if (threadIdx.x == 0) *result = total;
+    const double sum = block_sum(partial[threadIdx.x], shared);
+    if (threadIdx.x == 0) *total += sum;
 }
 
 // torch.optim.AdamW (single-tensor path) on g = grads * grad_scale, as the CPU backend:
@@ -72,11 +73,11 @@ std::size_t sum_of_squares_scratch() {
 }
 
 template <typename E>
-void sum_of_squares(double* result, double* scratch, const E* x, std::size_t count,
-                    cudaStream_t stream) {
+void add_sum_of_squares(double* total, double* scratch, const E* x, std::size_t count,
+                        cudaStream_t stream) {
     squares_partials_kernel<<<kPartials, kThreads, 0, stream>>>(scratch, x, count);
     TRIDENT_CUDA_CHECK_LAUNCH();
-    squares_total_kernel<<<1, kPartials, 0, stream>>>(result, scratch);
+    squares_total_kernel<<<1, kPartials, 0, stream>>>(total, scratch);
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
@@ -104,10 +105,10 @@ void adamw_update(float* master, const G* grads, float* m, float* v, std::size_t
 #define TRIDENT_INSTANTIATE_ADAMW(G, P)                                                           \
     template void adamw_update<G, P>(float*, const G*, float*, float*, std::size_t, float, float, \
                                      float, float, float, int, float, P*, cudaStream_t);
-#define TRIDENT_INSTANTIATE(E)                                                              \
-    template void sum_of_squares<E>(double*, double*, const E*, std::size_t, cudaStream_t); \
-    TRIDENT_INSTANTIATE_ADAMW(E, float)                                                     \
-    TRIDENT_INSTANTIATE_ADAMW(E, __nv_bfloat16)                                             \
+#define TRIDENT_INSTANTIATE(E)                                                                  \
+    template void add_sum_of_squares<E>(double*, double*, const E*, std::size_t, cudaStream_t); \
+    TRIDENT_INSTANTIATE_ADAMW(E, float)                                                         \
+    TRIDENT_INSTANTIATE_ADAMW(E, __nv_bfloat16)                                                 \
     TRIDENT_INSTANTIATE_ADAMW(E, __half)
 TRIDENT_INSTANTIATE(float)
 TRIDENT_INSTANTIATE(__nv_bfloat16)

@@ -99,7 +99,7 @@ std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Devi
                                            parallel::Grid& grid, bool announce) {
     if (!device.gpu) return kernels::make_cpu_ops(cfg.training.threads);
 #if TRIDENT_HAVE_CUDA
-    auto ops = kernels::make_cuda_ops();
+    auto ops = kernels::make_cuda_ops(cfg.training.tf32);
     // Attention's kernels are chosen now, so that a model no kernel can run stops here. Ring
     // attention runs its own block kernels; Ulysses runs attention on a C-th of the heads.
     const config::ModelConfig& m = cfg.model;

@@ -95,6 +95,9 @@ struct TrainingConfig {
     // data-parallel group in fp32 (4 bytes per parameter instead of 2). When not given: true
     // under bf16, false otherwise (load.cpp).
     bool fp32_grad_accumulation = false;
+    // fp32 matrix products on a GPU's tensor cores in TF32 (10-bit mantissa inputs, fp32
+    // accumulation), as PyTorch's allow_tf32; false keeps them in true fp32. The CPU ignores it.
+    bool tf32 = true;
     // fp16's dynamic loss scale: the start, the clean steps before it doubles, its floor.
     double loss_scale = 65536.0;
     int loss_scale_window = 1000;

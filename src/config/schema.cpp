@@ -151,6 +151,7 @@ const std::vector<Key>& table() {
         field("training.precision", &C::training, &TrainingConfig::precision),
         field("training.fp32_grad_accumulation", &C::training,
               &TrainingConfig::fp32_grad_accumulation),
+        field("training.tf32", &C::training, &TrainingConfig::tf32),
         field("training.loss_scale", &C::training, &TrainingConfig::loss_scale, above(0.0)),
         field("training.loss_scale_window", &C::training, &TrainingConfig::loss_scale_window,
               at_least(1)),

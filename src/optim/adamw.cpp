@@ -202,9 +202,13 @@ void AdamW::finish_param_gather() {
 }
 
 double AdamW::grad_norm() const {
-    double sum = 0;
+    // Every range's sum of squares lands in one device total, read once.
+    const model::DeviceBuffer total(ops_, 1, kernels::DType::f64);
+    double* device_sum = static_cast<double*>(total.data().data);
     for (const Range& r : ranges_)
-        if (r.counted) sum += ops_.sum_of_squares(grads_.owned(r.offset), r.count);
+        if (r.counted) ops_.add_sum_of_squares(device_sum, grads_.owned(r.offset), r.count);
+    double sum = 0;
+    ops_.download(&sum, device_sum, sizeof(sum));
     tensor_.all_reduce(&sum, 1);
     pipeline_.all_reduce(&sum, 1);
     if (zero_stage_ >= 1) data_.all_reduce(&sum, 1);  // each replica holds a D-th of the sum

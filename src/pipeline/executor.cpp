@@ -124,7 +124,7 @@ double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& micro
     const int next = (plan.stage + 1) % P, previous = (plan.stage + P - 1) % P;
     const std::size_t n = model_.boundary_size();
     constexpr int kAct = 0, kGrad = 1;
-    double loss_sum = 0;
+    bool has_head = false;  // whether this rank computes the loss
     // Each chunk's last backward (or W) of the step completes its gradients.
     std::vector<std::size_t> last_backward(static_cast<std::size_t>(plan.chunks), stream.size());
     for (std::size_t i = 0; i < stream.size(); ++i)
@@ -143,12 +143,11 @@ double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& micro
             case Op::forward: {
                 const bool embeds = g == 0, head = g == last_chunk;
                 if (embeds || head) microbatch(mb, inputs_, targets_);
-                const float loss =
-                    model_.forward_chunk(mb, c, inputs_.data(), targets_.data(),
-                                         embeds ? kernels::ConstPtr() : received(act_in, mb, c),
-                                         head ? kernels::Ptr() : take_send_buffer(act_out, mb, c),
-                                         training, dropout_seed(mb));
-                if (head) loss_sum += loss;
+                model_.forward_chunk(mb, c, inputs_.data(), targets_.data(),
+                                     embeds ? kernels::ConstPtr() : received(act_in, mb, c),
+                                     head ? kernels::Ptr() : take_send_buffer(act_out, mb, c),
+                                     training, dropout_seed(mb));
+                has_head = has_head || head;
                 received_.erase(Key{act_in, mb, c});  // the model keeps its own copy
                 break;
             }
@@ -185,7 +184,8 @@ double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& micro
     for (SendSlot& slot : send_slots_) slot.taken = false;
     sending_.clear();
     received_.clear();
-    return loss_sum;
+    // The losses stayed on the device: one read for the whole step.
+    return has_head ? model_.take_loss_sum() : 0.0;
 }
 
 std::vector<Instr> forward_only(const model::StagePlan& plan, int m) {

@@ -45,7 +45,8 @@ inline const char* name(DType t) {
 
 struct Backends {
     std::unique_ptr<Ops> cpu = trident::kernels::make_cpu_ops(1);
-    std::unique_ptr<Ops> gpu = trident::kernels::make_cuda_ops();
+    // True fp32 products: the GPU is checked against the CPU's.
+    std::unique_ptr<Ops> gpu = trident::kernels::make_cuda_ops(false);
 };
 
 // One tensor on both backends with the same contents.

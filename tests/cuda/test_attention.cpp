@@ -205,7 +205,7 @@ TEST_CASE("cuda: attention_rebuild writes the forward's statistics exactly", "[a
 
 TEST_CASE("cuda: start-up chooses attention's kernels and refuses a model none can run",
           "[attention]") {
-    auto gpu = make_cuda_ops();
+    auto gpu = make_cuda_ops(false);
     // bf16 with dropout: the flash kernels in training (cuDNN's mask is not the model's),
     // cuDNN in evaluation where it is safe.
     const std::string said = prepare_attention(*gpu, {4, 128, 256, 4, DType::bf16, 0.1f});

@@ -184,6 +184,42 @@ TEST_CASE("cuda: matmul forward and backward, bias, += and null gradients", "[op
     }
 }
 
+TEST_CASE("cuda: fp32 products run in TF32 when asked, in true fp32 otherwise", "[ops]") {
+    Backends b;  // its GPU backend: true fp32
+    const auto tf32 = trident::kernels::make_cuda_ops(true);
+    const int N = 64, C = 256, OC = 128;
+    Pair inp(b, std::size_t(N) * C, DType::f32), w(b, std::size_t(OC) * C, DType::f32),
+        out(b, std::size_t(N) * OC, DType::f32);
+    const Ptr tf32_out = tf32->allocate(out.count, DType::f32);
+    const auto product_error = [&] {
+        b.cpu->matmul_forward(out.cpu, inp.cpu, w.cpu, Ptr(), N, C, OC);
+        b.gpu->matmul_forward(out.gpu, inp.gpu, w.gpu, Ptr(), N, C, OC);
+        require_close(out, DType::f32, "matmul_forward in true fp32");
+        tf32->matmul_forward(tf32_out, inp.gpu, w.gpu, Ptr(), N, C, OC);
+        return relative_error(Pair::host(*tf32, tf32_out, out.count), out.on_cpu());
+    };
+    // Full 24-bit mantissas: TF32 keeps 11 bits of each input, so its products are off by
+    // about 2^-11 of an input, which true fp32 (1e-5 at most) is not.
+    inp.fill(1);
+    w.fill(2, 0.1f);
+    const double rounded = product_error();
+    INFO("TF32 against the CPU, full-mantissa inputs: relative error " << rounded);
+    REQUIRE(rounded > 1e-5);
+    REQUIRE(rounded < 5e-3);
+    // Inputs TF32 holds exactly (multiples of 1/8 below 16): only the inputs are rounded, the
+    // products and their fp32 sums (exact here) are as the CPU's.
+    const auto exact = [](std::size_t count, std::size_t seed) {
+        std::vector<float> values(count);
+        for (std::size_t i = 0; i < count; ++i)
+            values[i] = static_cast<float>(static_cast<int>((i * 37 + seed) % 127) - 63) / 8.0f;
+        return values;
+    };
+    inp.set(exact(inp.count, 1));
+    w.set(exact(w.count, 2));
+    REQUIRE(product_error() == 0.0);
+    tf32->release(tf32_out.data);
+}
+
 TEST_CASE("cuda: mixed element types go through fp32 views", "[ops]") {
     Backends b;
     const int N = 40, C = 24, OC = 56;
@@ -380,6 +416,32 @@ TEST_CASE("cuda: sum of squares, scale and AdamW", "[ops]") {
             require_close(params, p, "adamw params");
         }
     }
+    // Totals on the device: the norm over two buffers and the loss over two microbatches.
+    Pair g(b, n, DType::bf16), losses(b, 4096, DType::f32);
+    g.fill(4, 0.01f);
+    losses.fill(5, 1.0f, 10.0f);
+    std::vector<double> totals;
+    for (Ops* ops : {b.cpu.get(), b.gpu.get()}) {
+        const bool gpu = ops == b.gpu.get();
+        const Ptr norm = ops->allocate(1, DType::f64), loss = ops->allocate(1, DType::f64);
+        for (std::size_t half : {std::size_t{0}, n / 2})
+            ops->add_sum_of_squares(static_cast<double*>(norm.data), (gpu ? g.gpu : g.cpu) + half,
+                                    half ? n - half : n / 2);
+        for (int mb = 0; mb < 2; ++mb)
+            ops->add_mean(static_cast<double*>(loss.data), (gpu ? losses.gpu : losses.cpu).f32(),
+                          4096 - 1000 * mb);
+        for (Ptr total : {norm, loss}) {
+            totals.push_back(0.0);
+            ops->download(&totals.back(), total.data, sizeof(double));
+            ops->release(total.data);
+        }
+    }
+    INFO("norm " << totals[2] << " against " << totals[0] << ", loss " << totals[3] << " against "
+                 << totals[1]);
+    REQUIRE(std::abs(totals[2] - totals[0]) <= 1e-12 * totals[0]);
+    REQUIRE(totals[1] > 19.0);  // two means near 10
+    REQUIRE(std::abs(totals[3] - totals[1]) <= 1e-6 * totals[1]);
+
     // Inf and NaN reach the norm.
     Pair bad(b, 1000, DType::bf16);
     std::vector<float> values(1000, 1.0f);

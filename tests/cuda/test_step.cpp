@@ -71,7 +71,7 @@ TEST_CASE("cuda: whole training steps match the CPU backend", "[step]") {
                                   std::string("model.dropout=") + dropout,
                                   "training.fp32_grad_accumulation=true"});
                 auto cpu = kernels::make_cpu_ops(1);
-                auto gpu = kernels::make_cuda_ops();
+                auto gpu = kernels::make_cuda_ops(false);
                 const Run on_cpu = train_steps(*cpu, cfg, kSteps),
                           on_gpu = train_steps(*gpu, cfg, kSteps);
                 const bool fp32 = std::string(precision) == "fp32";
@@ -94,7 +94,7 @@ TEST_CASE("cuda: whole training steps match the CPU backend", "[step]") {
 
 TEST_CASE("cuda: steps repeat bit for bit in fp32 (flash attention, no atomics)", "[step]") {
     const config::Config cfg = small_config({"training.precision=fp32"});
-    auto gpu = kernels::make_cuda_ops();
+    auto gpu = kernels::make_cuda_ops(false);
     const Run first = train_steps(*gpu, cfg, 2), second = train_steps(*gpu, cfg, 2);
     REQUIRE(first.losses == second.losses);
     REQUIRE(first.params == second.params);
