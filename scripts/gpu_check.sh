@@ -20,7 +20,9 @@
 # Environment: TRIDENT_CUDA_ARCHITECTURES (default native: the GPU present), TRIDENT_GPU_WORK
 # (default /tmp/trident-gpu: the prefix and the build), TRIDENT_GPU_BUDGET (seconds for the
 # whole check, default 570: the device machine allows 600 per command), CUDNN_ROOT,
-# NCCL_ROOT, NVRTC_DIR.
+# NCCL_ROOT, NVRTC_DIR; TRIDENT_GPU_BUILD_ONLY=1 builds the binary alone (no tests, so no
+# data/ needed) and stops there (scripts/bench_gpu.sh). Either way $TRIDENT_GPU_WORK/env.sh
+# holds the environment the binary runs with (its libraries' folders), for `source`.
 #
 # Every phase runs under a time limit taken from what is left of the budget. Logs and
 # summary.json (the versions found, each phase's outcome and time, each test's result) go to
@@ -134,7 +136,10 @@ command -v dpkg > /dev/null || command -v ar > /dev/null || missing+=("dpkg or a
 ((${#missing[@]} == 0)) || { say "missing: ${missing[*]}"; finish 2 "missing tools: ${missing[*]}"; }
 ls "$debs"/*.deb > /dev/null 2>&1 ||
   { say "no .deb files in $debs: run scripts/gpu_fetch_debs.sh and bring that folder"; finish 2 "no .debs"; }
-for f in data/kjv/gpt2/train.bin data/kjv/gpt2/valid.bin data/gpt2/encoder.json data/gpt2/vocab.bpe; do
+build_only=${TRIDENT_GPU_BUILD_ONLY:-0}
+data_needed=(data/kjv/gpt2/train.bin data/kjv/gpt2/valid.bin data/gpt2/encoder.json data/gpt2/vocab.bpe)
+((build_only)) && data_needed=()
+for f in "${data_needed[@]}"; do
   [[ -f $root/$f ]] ||
     { say "$f is missing: the default job's test needs data/kjv (scripts/prepare_kjv.sh) and data/gpt2 (scripts/setup.sh)"; finish 2 "missing $f"; }
 done
@@ -213,6 +218,11 @@ export LD_LIBRARY_PATH=$nvrtc:$LD_LIBRARY_PATH
 facts[cudnn_dir]=$cudnn facts[nccl_dir]=$nccl facts[nvrtc_dir]=$nvrtc
 export cudnn nccl lib
 say "cuDNN from $cudnn, NCCL from $nccl, NVRTC from $nvrtc"
+{
+  printf 'export LD_LIBRARY_PATH=%q PATH=%q OPAL_PREFIX=%q\n' "$LD_LIBRARY_PATH" "$PATH" "$OPAL_PREFIX"
+  printf 'export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none\n'
+  printf 'export TRIDENT_CUDNN_DIR=%q\n' "$cudnn"
+} > "$work/env.sh"
 
 # ---- build: the binary and the GPU tests only -------------------------------------------------
 configure() {
@@ -228,9 +238,11 @@ configure() {
 }
 phase configure 120 "$logs/configure.log" configure ||
   { tail -30 "$logs/configure.log"; finish 1 "configure $last_outcome (configure.log)"; }
-phase build 330 "$logs/build.log" cmake --build "$build" -j "$(nproc)" \
-  --target trident trident_cuda_tests trident_cuda_comm_tests ||
+targets=(trident trident_cuda_tests trident_cuda_comm_tests)
+((build_only)) && targets=(trident)
+phase build 330 "$logs/build.log" cmake --build "$build" -j "$(nproc)" --target "${targets[@]}" ||
   { grep -E "error|FAILED" "$logs/build.log" | head -40; finish 1 "build $last_outcome (build.log)"; }
+((build_only)) && finish 0 "built $build/trident (environment: $work/env.sh)"
 
 # The versions the binary runs with, as the GPU tests' runner prints them.
 phase versions 60 "$work/versions.log" "$build/tests/cuda/trident_cuda_tests" --list-test-names-only
