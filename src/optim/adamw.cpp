@@ -48,6 +48,7 @@ AdamW::AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::
     m_ = model::DeviceBuffer(ops, owned_);
     v_ = model::DeviceBuffer(ops, owned_);
     state_bytes_ = ops.allocated_bytes() - allocated_before;
+    norm_total_ = model::DeviceBuffer(ops, 1, kernels::DType::f64);
 
     for (const auto& t : layout.tensors()) {
         const bool counted = !layout.held_elsewhere(t);
@@ -203,8 +204,8 @@ void AdamW::finish_param_gather() {
 
 double AdamW::grad_norm() const {
     // Every range's sum of squares lands in one device total, read once.
-    const model::DeviceBuffer total(ops_, 1, kernels::DType::f64);
-    double* device_sum = static_cast<double*>(total.data().data);
+    double* device_sum = static_cast<double*>(norm_total_.data().data);
+    ops_.zero(norm_total_.data(), 1);
     for (const Range& r : ranges_)
         if (r.counted) ops_.add_sum_of_squares(device_sum, grads_.owned(r.offset), r.count);
     double sum = 0;

@@ -9,6 +9,10 @@ namespace trident::plan {
 
 namespace {
 
+// The step's two device totals, the loss and the gradient norm's square (model/gpt.h,
+// optim/adamw.h): a double each, in the backend's smallest allocation (64 bytes on the CPU;
+// a GPU's caching allocator rounds them up further, a few hundred bytes in all).
+constexpr int64_t kDeviceTotals = 2 * 64;
 constexpr int64_t kFp32 = 4;  // LayerNorm statistics, loss statistics, token ids (int32)
 
 // Bytes of one layer's buffers in a set (model/gpt.cpp, Gpt::allocate_layer): `work` the
@@ -66,7 +70,7 @@ int64_t context_bytes(const RankDims& d, int64_t act) {
 }
 
 // The scratch the model allocates once (Gpt::Gpt), the CPU backend's attention workspace,
-// and the recompute scratch.
+// the recompute scratch, and the step's device totals.
 int64_t scratch_bytes(const RankDims& d, config::Recompute recompute, int64_t act) {
     using config::Recompute;
     const int64_t own_rows = d.sequence_parallel ? d.R * d.C : 0;
@@ -77,7 +81,7 @@ int64_t scratch_bytes(const RankDims& d, config::Recompute recompute, int64_t ac
                              + 2 * d.N * d.Fm   // MLP gradients
                              + 3 * d.N * d.Cm;  // qkv gradient
     // + attention probabilities' gradient (CpuOps)
-    int64_t bytes = elements * act + d.attention_workspace_bytes(act);
+    int64_t bytes = elements * act + d.attention_workspace_bytes(act) + kDeviceTotals;
     if (recompute != Recompute::none)
         bytes +=
             layer_bytes(d, recompute == Recompute::full, !d.keeps_attention(recompute), false, act);

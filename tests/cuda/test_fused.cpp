@@ -55,7 +55,7 @@ TEST_CASE("cuda: matmul with bias and GELU in the cuBLASLt epilogue", "[ops]") {
         b.cpu->matmul_forward(pre.cpu, inp.cpu, w.cpu, bias.cpu, N, C, OC);
         b.cpu->gelu_forward(act.cpu, pre.cpu, pre.count);
         cuda::DeviceAllocator allocator;
-        cuda::Gemm gemm(allocator);
+        cuda::Gemm gemm(allocator, false);  // true fp32, as the CPU computes
         cuda::GemmCall call;
         call.rows = N;
         call.cols = OC;
