@@ -77,6 +77,25 @@ struct ParallelConfig {
     bool operator==(const ParallelConfig&) const = default;
 };
 
+// The linear layers of a transformer block that LoRA can adapt: attention's qkv and output
+// projection, the MLP's two linears.
+enum class LoraTarget { qkv, attn_proj, fc, fc_proj };
+
+// Low-rank adapters (Hu et al., "LoRA", 2021): each target W of every layer becomes
+// W + (alpha / rank) · B · A with A (rank, in) and B (out, rank) trained and W frozen.
+struct LoraConfig {
+    int rank = 0;  // r; 0: no adapters, every parameter trains
+    double alpha = 16.0;
+    double dropout = 0.0;  // on the adapter's input, before A
+    std::vector<LoraTarget> targets = {LoraTarget::qkv, LoraTarget::attn_proj, LoraTarget::fc,
+                                       LoraTarget::fc_proj};
+    // The adapters' starting values (safetensors, model/lora.h names); none: A
+    // Kaiming-uniform from training.seed, B zero.
+    std::optional<std::string> init_from;
+    bool enabled() const { return rank > 0; }
+    bool operator==(const LoraConfig&) const = default;
+};
+
 struct TrainingConfig {
     int micro_batch = 4;    // sequences per microbatch
     int global_batch = 32;  // sequences per step
@@ -111,6 +130,7 @@ struct TrainingConfig {
     double collective_timeout = 600;
     double collective_timeout_first_step = 1800;
     double collective_timeout_checkpoint = 1800;
+    LoraConfig lora;
     bool operator==(const TrainingConfig&) const = default;
 };
 
