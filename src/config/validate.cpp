@@ -195,6 +195,23 @@ void check_consistency(const Config& cfg, const Origins& origins) {
                  "(parallel.context is ",
                  p.context, "); use zero_stage 0 or 1 with context > 1"));
 
+    // LoRA trains low-rank adapters beside a frozen model (Hu et al. 2021): its rank is at most
+    // the width of the layers it adapts, and starting adapters need adapters to start.
+    const LoraConfig& lora = t.lora;
+    if (lora.init_from && !lora.enabled())
+        fail(origins.blame({"training.lora.init_from", "training.lora.rank"}),
+             "training.lora.init_from needs training.lora.rank > 0");
+    if (lora.rank > m.hidden)
+        fail(origins.blame({"training.lora.rank", "model.hidden"}),
+             cat("training.lora.rank (", lora.rank, ") must not exceed model.hidden (", m.hidden,
+                 ")"));
+    if (lora.enabled() && p.zero_stage >= 2)
+        fail(origins.blame({"training.lora.rank", "parallel.zero_stage"}),
+             cat("training.lora.rank (", lora.rank, ") needs parallel.zero_stage 0 or 1, got ",
+                 p.zero_stage,
+                 " (ZeRO-2 and 3 shard the base model's gradients and parameters, which LoRA "
+                 "freezes)"));
+
     // The interleaved schedule runs microbatches in groups of P (PTD-P §2.2).
     const int microbatches = t.global_batch / per_step;
     if (interleaved && microbatches % p.pipeline != 0)
