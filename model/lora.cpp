@@ -1,6 +1,7 @@
 // Low-rank adapters on the host: initialisation, files, merging (see lora.h).
 #include "model/lora.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <set>
@@ -47,6 +48,41 @@ const char* adapter_target_name(AdapterTarget t) {
             break;
     }
     return "fc_proj";
+}
+
+AdaptersFileInfo read_adapters_info(const std::string& path) {
+    const io::SafetensorsFile file = io::SafetensorsFile::open(path);
+    const auto& meta = file.metadata();
+    const auto value = [&](const char* key) {
+        const auto it = meta.find(key);
+        if (it == meta.end())
+            throw Error(path + ": no \"" + key +
+                        "\" in the metadata (not an adapters file trident wrote)");
+        return it->second;
+    };
+    AdaptersFileInfo info;
+    try {
+        info.lora.rank = std::stoi(value("lora_rank"));
+        info.alpha = std::stod(value("lora_alpha"));
+    } catch (const std::logic_error&) {
+        throw Error(path + ": lora_rank or lora_alpha in the metadata is not a number");
+    }
+    const std::string targets = value("lora_targets");
+    std::size_t begin = 0;
+    while (begin <= targets.size()) {
+        const std::size_t end = std::min(targets.find(',', begin), targets.size());
+        const std::string name = targets.substr(begin, end - begin);
+        bool known = false;
+        for (int i = 0; i < kAdapterTargets; ++i)
+            if (name == adapter_target_name(static_cast<AdapterTarget>(i))) {
+                info.lora.targets[static_cast<std::size_t>(i)] = true;
+                known = true;
+            }
+        if (!known) throw Error(path + ": unknown adapter target \"" + name + "\" in the metadata");
+        begin = end + 1;
+    }
+    if (info.lora.rank < 1) throw Error(path + ": lora_rank in the metadata is not positive");
+    return info;
 }
 
 std::vector<float> initial_adapters(const ParamLayout& whole_adapters, uint64_t seed) {

@@ -33,6 +33,14 @@ void save_adapters_file(const std::string& path, const ParamLayout& whole_adapte
 // The targets of an adapters file, by the names training.lora.targets uses.
 const char* adapter_target_name(AdapterTarget t);
 
+// What an adapters file's metadata says: the rank, targets and alpha it was trained with.
+struct AdaptersFileInfo {
+    LoraShape lora;
+    double alpha = 0;
+};
+// Throws trident::Error naming the file when the metadata lacks them or makes no sense.
+AdaptersFileInfo read_adapters_info(const std::string& path);
+
 // The whole model's weights with each adapter merged in: W += scale·B·A, in place on
 // `params` (a buffer of `whole_model`).
 void merge_adapters(const ParamLayout& whole_model, float* params,

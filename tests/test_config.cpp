@@ -17,6 +17,8 @@ namespace {
 
 // The smallest valid file: data.train is the one required key.
 const std::string kMinimal = "data:\n  train: data/train.bin\n";
+// The same with weights to adapt, which adapters need (training.lora.rank > 0).
+const std::string kLoraBase = kMinimal + "model:\n  init_from: base.safetensors\n";
 
 // The message of the ConfigError that parsing throws; fails the test if nothing is thrown.
 std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
@@ -543,7 +545,7 @@ TEST_CASE("config: bad blend items are named by their line", "[config]") {
 
 TEST_CASE("config: training.lora reads each part and keeps the defaults of the rest", "[config]") {
     const LoraConfig defaults;
-    CHECK(parse(kMinimal, "x.yaml").training.lora == defaults);
+    CHECK(parse(kLoraBase, "x.yaml").training.lora == defaults);
     CHECK(defaults.rank == 0);
     CHECK_FALSE(defaults.enabled());
     CHECK(defaults.alpha == 16.0);
@@ -552,7 +554,7 @@ TEST_CASE("config: training.lora reads each part and keeps the defaults of the r
                                                       LoraTarget::fc, LoraTarget::fc_proj});
     CHECK_FALSE(defaults.init_from);
 
-    const LoraConfig all = parse(kMinimal + R"(training:
+    const LoraConfig all = parse(kLoraBase + R"(training:
   lora:
     rank: 8
     alpha: 32
@@ -573,19 +575,19 @@ TEST_CASE("config: training.lora reads each part and keeps the defaults of the r
     LoraConfig expected;
     expected.rank = 4;
     expected.targets = {LoraTarget::attn_proj, LoraTarget::fc};
-    CHECK(parse(kMinimal + "training:\n  lora:\n    rank: 4\n    targets:\n      - attn_proj\n"
+    CHECK(parse(kLoraBase + "training:\n  lora:\n    rank: 4\n    targets:\n      - attn_proj\n"
                            "      - fc\n",
                 "x.yaml")
               .training.lora == expected);
     expected.targets = defaults.targets;
     expected.init_from = "b.safetensors";
-    CHECK(parse(kMinimal + "training: {lora: {init_from: b.safetensors, rank: 4}}\n", "x.yaml")
+    CHECK(parse(kLoraBase + "training: {lora: {init_from: b.safetensors, rank: 4}}\n", "x.yaml")
               .training.lora == expected);
 
     // null, nothing and an empty map all mean every default.
     for (const char* value : {"null", "", "{}", "{init_from: null}"}) {
         INFO(value);
-        CHECK(parse(kMinimal + "training:\n  lora: " + value + "\n", "x.yaml").training.lora ==
+        CHECK(parse(kLoraBase + "training:\n  lora: " + value + "\n", "x.yaml").training.lora ==
               defaults);
     }
 }
@@ -640,7 +642,7 @@ TEST_CASE("config: bad training.lora parts are named by their path and line", "[
 }
 
 TEST_CASE("config: overrides set one part of training.lora or the whole map", "[config]") {
-    const std::string file = kMinimal + "training:\n  lora: {rank: 4, alpha: 32, dropout: 0.1}\n";
+    const std::string file = kLoraBase + "training:\n  lora: {rank: 4, alpha: 32, dropout: 0.1}\n";
     SECTION("one part: the others keep their values") {
         const LoraConfig lora = parse(file, "x.yaml",
                                       {"training.lora.rank=8", "training.lora.targets=[qkv,fc]",
@@ -653,7 +655,7 @@ TEST_CASE("config: overrides set one part of training.lora or the whole map", "[
         CHECK(lora.init_from == "a.safetensors");
 
         const LoraConfig more =
-            parse(kMinimal, "x.yaml",
+            parse(kLoraBase, "x.yaml",
                   {"training.lora.alpha=8", "training.lora.dropout=0.05",
                    "training.lora.init_from=null", "training.lora.targets=[fc_proj]"})
                 .training.lora;
@@ -673,37 +675,37 @@ TEST_CASE("config: overrides set one part of training.lora or the whole map", "[
         CHECK(parse(file, "x.yaml", {"training.lora={}"}).training.lora == LoraConfig{});
         // A part after the map changes that part of it.
         expected.dropout = 0.2;
-        CHECK(parse(kMinimal, "x.yaml",
+        CHECK(parse(kLoraBase, "x.yaml",
                     {"training.lora={rank: 8, alpha: 32}", "training.lora.dropout=0.2"})
                   .training.lora == expected);
     }
     SECTION("errors name the part") {
-        CHECK(error_of(kMinimal, {"training.lora.rank=-1"}) ==
+        CHECK(error_of(kLoraBase, {"training.lora.rank=-1"}) ==
               "--set training.lora.rank=-1: training.lora.rank: must be >= 0, got -1");
-        CHECK(error_of(kMinimal, {"training.lora.rnak=8"}) ==
+        CHECK(error_of(kLoraBase, {"training.lora.rnak=8"}) ==
               "--set training.lora.rnak=8: training.lora.rnak: unknown key (did you mean "
               "training.lora.rank?)");
-        CHECK(error_of(kMinimal, {"training.lora.targets=[qkv,qkv]"}) ==
+        CHECK(error_of(kLoraBase, {"training.lora.targets=[qkv,qkv]"}) ==
               "--set training.lora.targets=[qkv,qkv]: training.lora.targets: qkv given twice");
-        CHECK(error_of(kMinimal, {"training.lora.dropout=1"}) ==
+        CHECK(error_of(kLoraBase, {"training.lora.dropout=1"}) ==
               "--set training.lora.dropout=1: training.lora.dropout: must be in [0, 1), got 1");
-        CHECK(error_of(kMinimal, {"training.lora={rank: 8, alhpa: 2}"}) ==
+        CHECK(error_of(kLoraBase, {"training.lora={rank: 8, alhpa: 2}"}) ==
               "--set training.lora={rank: 8, alhpa: 2}: training.lora.alhpa: unknown key (did you "
               "mean training.lora.alpha?)");
-        CHECK(error_of(kMinimal, {"training.lora={rank: 8, rank: 4}"}) ==
+        CHECK(error_of(kLoraBase, {"training.lora={rank: 8, rank: 4}"}) ==
               "--set training.lora={rank: 8, rank: 4}: training.lora.rank: given twice");
-        CHECK(error_of(kMinimal, {"training.lora=8"}) ==
+        CHECK(error_of(kLoraBase, {"training.lora=8"}) ==
               "--set training.lora=8: training.lora: expected a map of rank, alpha, dropout, "
               "targets, init_from, got 8");
     }
 }
 
 TEST_CASE("config: training.lora is written as one flow map and read back", "[config]") {
-    CHECK(to_yaml(parse(kMinimal, "x.yaml"))
+    CHECK(to_yaml(parse(kLoraBase, "x.yaml"))
               .find("\n  lora: {rank: 0, alpha: 16.0, dropout: 0.0, targets: [qkv, attn_proj, fc, "
                     "fc_proj], init_from: null}\n") != std::string::npos);
 
-    const Config set = parse(kMinimal, "x.yaml",
+    const Config set = parse(kLoraBase, "x.yaml",
                              {"training.lora.rank=8", "training.lora.alpha=0.5",
                               "training.lora.dropout=0.05", "training.lora.targets=[fc_proj, qkv]",
                               "training.lora.init_from='a: \"b\" #1.safetensors'"});
@@ -730,7 +732,7 @@ TEST_CASE("config: training.lora against the other keys", "[config]") {
               "LoRA freezes)");
         for (const char* stage : {"0", "1"}) {
             INFO(stage);
-            CHECK(parse(kMinimal, "x.yaml",
+            CHECK(parse(kLoraBase, "x.yaml",
                         {std::string("parallel.zero_stage=") + stage, "training.lora.rank=8"})
                       .training.lora.rank == 8);
         }
@@ -738,7 +740,8 @@ TEST_CASE("config: training.lora against the other keys", "[config]") {
         CHECK(parse(kMinimal, "x.yaml", {"parallel.zero_stage=2"}).parallel.zero_stage == 2);
     }
     SECTION("the rank is at most model.hidden") {
-        const std::string model = kMinimal + "model: {hidden: 64, heads: 4}\n";
+        const std::string model =
+            kMinimal + "model: {hidden: 64, heads: 4, init_from: base.safetensors}\n";
         CHECK(parse(model + "training:\n  lora: {rank: 64}\n", "x.yaml").training.lora.rank == 64);
         CHECK(error_of(model + "training:\n  lora: {rank: 65}\n") ==
               "x.yaml:5: training.lora.rank (65) must not exceed model.hidden (64)");
@@ -754,7 +757,19 @@ TEST_CASE("config: training.lora against the other keys", "[config]") {
         CHECK(error_of(kMinimal, {"training.lora={init_from: a.safetensors}"}) ==
               "--set training.lora={init_from: a.safetensors}: training.lora.init_from needs "
               "training.lora.rank > 0");
-        CHECK(parse(kMinimal + "training:\n  lora: {rank: 4, init_from: a.safetensors}\n", "x.yaml")
+        CHECK(parse(kLoraBase + "training:\n  lora: {rank: 4, init_from: a.safetensors}\n",
+                    "x.yaml")
                   .training.lora.init_from == "a.safetensors");
+    }
+    SECTION("training adapters needs the weights they adapt, bench and plan do not") {
+        const std::string message =
+            "training.lora.rank > 0 adapts given weights: set model.init_from (Hugging Face "
+            "GPT-2 safetensors, or a checkpoint to fine-tune)";
+        CHECK(error_of(kMinimal + "training:\n  lora: {rank: 4}\n") == "x.yaml:4: " + message);
+        CHECK(error_of(kLoraBase, {"training.lora.rank=4", "model.init_from=null"}) ==
+              "--set model.init_from=null: " + message);
+        for (const Purpose purpose : {Purpose::bench, Purpose::plan})
+            CHECK(parse(kMinimal, "x.yaml", {"training.lora.rank=4"}, purpose).training.lora.rank ==
+                  4);
     }
 }

@@ -183,7 +183,7 @@ struct Derived {
     int grad_accum_steps = 0;       // global_batch / (micro_batch * data)
     int64_t tokens_per_step = 0;    // global_batch * seq_len
     int64_t parameters = 0;         // unique parameters of the model, padded vocabulary excluded
-    double flops_per_step = 0;      // Megatron's model FLOPs for one global batch
+    double flops_per_step = 0;      // Megatron's model FLOPs for one global batch (LoRA: fewer)
     std::vector<int> chunk_layers;  // layers of each global pipeline chunk (P·v), in order
     bool operator==(const Derived&) const = default;
 };
@@ -231,6 +231,7 @@ const char* to_string(NonFinite v);
 const char* to_string(DeviceKind v);
 const char* to_string(DataFormat v);
 const char* to_string(OnError v);
+const char* to_string(LoraTarget v);
 std::string to_string(const StageLayers& v);  // as YAML: uniform, auto or [n0, n1, ...]
 
 }  // namespace trident::config

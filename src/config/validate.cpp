@@ -230,6 +230,12 @@ void validate(const Config& cfg, const Origins& origins, Purpose purpose) {
     check_ranges(cfg, origins);
     if (purpose != Purpose::plan) refuse_unsupported_features(cfg, origins);
     check_consistency(cfg, origins);
+    // Training adapters adapts given weights (over a random model they would adapt nothing);
+    // bench and plan measure and model the run without them.
+    if (purpose == Purpose::train && cfg.training.lora.enabled() && !cfg.model.init_from)
+        fail(origins.blame({"training.lora.rank", "model.init_from"}),
+             "training.lora.rank > 0 adapts given weights: set model.init_from (Hugging Face "
+             "GPT-2 safetensors, or a checkpoint to fine-tune)");
 }
 
 }  // namespace trident::config::detail

@@ -255,9 +255,10 @@ std::vector<float> Trainer::local_params() {
 std::vector<float> Trainer::gather_full(std::vector<float> (model::Gpt::*to_host)() const,
                                         const model::FlatBuffer& buffer) {
     const std::vector<float> local_part = local(to_host, buffer);
-    std::vector<float> full = &buffer == &model_.adapter_params()
-                                  ? model_.adapter_share_of_full(local_part)
-                                  : model_.share_of_full(local_part);
+    const bool adapters =
+        &buffer == &model_.adapter_params() || &buffer == &model_.adapter_grads();
+    std::vector<float> full = adapters ? model_.adapter_share_of_full(local_part)
+                                       : model_.share_of_full(local_part);
     tensor_.all_reduce(full.data(), full.size());
     pipeline_.all_reduce(full.data(), full.size());
     return full;
@@ -277,6 +278,10 @@ std::vector<float> Trainer::full_params() {
 
 std::vector<float> Trainer::full_adapters() {
     return gather_full(&model::Gpt::adapters_to_host, model_.adapter_params());
+}
+
+std::vector<float> Trainer::full_adapter_grads() {
+    return gather_full(&model::Gpt::adapter_grads_to_host, model_.adapter_grads());
 }
 
 std::vector<float> Trainer::full_grads() {

@@ -72,8 +72,10 @@ public:
     // frozen model's parameters come with its adapters merged in (W + s·B·A).
     std::vector<float> full_params();
     std::vector<float> full_grads();
-    // A frozen model's adapters, whole (a buffer of ParamLayout::adapters); collective.
+    // A frozen model's adapters and their gradients, whole (buffers of
+    // ParamLayout::adapters); collective.
     std::vector<float> full_adapters();
+    std::vector<float> full_adapter_grads();
     // This rank's trainable parameters (the adapters of a frozen model) as their layout lays
     // them out, whole (ZeRO-3: put together from the data-parallel replicas' shards);
     // collective over the data group.
