@@ -2,6 +2,7 @@
 // (see model/gpt.h).
 #include "model/gpt.h"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <utility>
@@ -51,6 +52,8 @@ struct Gpt::LayerActivations {
     DeviceBuffer d_ln2;          // (R,C)
     DeviceBuffer d_proj, d_qkv;  // (N,C), (N,3C/M)
     DeviceBuffer d_ln1;          // (R,C)
+    // Each adapter's h = s·drop(x)·A^T (N,r), by AdapterTarget (adapters only).
+    std::array<DeviceBuffer, kAdapterTargets> adapter_h;
 };
 
 struct Gpt::Activations {
@@ -74,7 +77,7 @@ struct Gpt::Activations {
 Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropout,
          parallel::Comm* tensor, bool sequence_parallel, const StagePlan& plan,
          std::size_t buffer_multiple, Recompute recompute, const Precision& precision,
-         const Sharding& sharding, const ContextSplit& context)
+         const Sharding& sharding, const ContextSplit& context, const Adapters& adapters)
     : ops_(ops),
       tensor_(tensor ? *tensor : solo_),
       sequence_parallel_(sequence_parallel && tensor_.size() > 1),
@@ -88,7 +91,10 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
       recompute_(recompute),
       precision_(precision),
       sharding_(sharding),
-      pool_(static_cast<std::size_t>(plan.chunks)) {
+      pool_(static_cast<std::size_t>(plan.chunks)),
+      adapters_(adapters),
+      adapter_layout_(ParamLayout::adapters(shape, adapters.shape, tensor_.rank(), tensor_.size(),
+                                            plan)) {
     if (sequence_parallel_ && rows_ % tensor_.size() != 0)
         throw Error("sequence parallelism splits the micro batch's B*T = " + std::to_string(rows_) +
                     " rows over parallel.tensor = " + std::to_string(tensor_.size()) +
@@ -98,21 +104,26 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
     const kernels::DType act = precision.activations;
 
     // This rank's residual rows in the whole microbatch: its tokens' positions, and under
-    // sequence parallelism its share [tp·R, (tp+1)·R) of the local rows.
+    // sequence parallelism its share [tp·R, (tp+1)·R) of the local rows; and all its rows.
     const int ranks = context.group ? context.group->size() : 1;
     const int rank = context.group ? context.group->rank() : 0;
     const std::vector<int32_t> positions = context_positions(shape.max_seq, ranks, rank);
-    const std::size_t first = sequence_parallel_ ? static_cast<std::size_t>(tensor_.rank()) * R : 0;
-    for (std::size_t row = first; row < first + R; ++row) {
-        const std::size_t whole =
-            row / static_cast<std::size_t>(T_) * static_cast<std::size_t>(shape.max_seq) +
-            static_cast<std::size_t>(positions[row % static_cast<std::size_t>(T_)]);
-        if (!residual_runs_.empty() &&
-            residual_runs_.back().whole + residual_runs_.back().rows == whole)
-            ++residual_runs_.back().rows;
-        else
-            residual_runs_.push_back({row - first, whole, 1});
-    }
+    const auto runs_of = [&](std::size_t first, std::size_t count) {
+        std::vector<RowRun> runs;
+        for (std::size_t row = first; row < first + count; ++row) {
+            const std::size_t whole =
+                row / static_cast<std::size_t>(T_) * static_cast<std::size_t>(shape.max_seq) +
+                static_cast<std::size_t>(positions[row % static_cast<std::size_t>(T_)]);
+            if (!runs.empty() && runs.back().whole + runs.back().rows == whole)
+                ++runs.back().rows;
+            else
+                runs.push_back({row - first, whole, 1});
+        }
+        return runs;
+    };
+    residual_runs_ =
+        runs_of(sequence_parallel_ ? static_cast<std::size_t>(tensor_.rank()) * R : 0, R);
+    all_runs_ = runs_of(0, N);
     if (ranks > 1) {
         const ContextShape attention{B_,
                                      shape.max_seq,
@@ -132,9 +143,23 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
     params_ = sharding.params
                   ? FlatBuffer(ops, layout_.units(), replicas, sharding.replica, precision.params)
                   : FlatBuffer(ops, padded, precision.params);
-    grads_ = sharding.grads
-                 ? FlatBuffer(ops, layout_.units(), replicas, sharding.replica, precision.grads)
-                 : FlatBuffer(ops, padded, precision.grads);
+    // A frozen model has no gradients: its adapters have (padded like the parameters).
+    grads_ = frozen()         ? FlatBuffer(ops, 0, precision.grads)
+             : sharding.grads ? FlatBuffer(ops, layout_.units(), replicas, sharding.replica,
+                                           precision.grads)
+                              : FlatBuffer(ops, padded, precision.grads);
+    if (frozen()) {
+        if (sharding.grads)
+            throw Error("internal: low-rank adapters with sharded gradients (ZeRO-2 or 3)");
+        const std::size_t adapters_padded =
+            (adapter_layout_.total() + buffer_multiple - 1) / buffer_multiple * buffer_multiple;
+        adapter_params_ = FlatBuffer(ops, adapters_padded, precision.params);
+        adapter_grads_ = FlatBuffer(ops, adapters_padded, precision.grads);
+        const std::size_t r = static_cast<std::size_t>(adapters.shape.rank);
+        adapter_x_ = DeviceBuffer(ops, N * std::max(C, Fm), act);
+        adapter_y_ = DeviceBuffer(ops, N * std::max({3 * Cm, Fm, C}), act);
+        adapter_g_ = DeviceBuffer(ops, N * r, act);
+    }
     proj_partial_ = DeviceBuffer(ops, N * C, act);
     loss_sum_ = DeviceBuffer(ops, 1, kernels::DType::f64);
     proj_reduced_ = DeviceBuffer(ops, sequence_parallel_ ? R * C : 0, act);
@@ -176,6 +201,10 @@ void Gpt::allocate_layer(LayerActivations& l, bool work, bool att, bool output) 
         l.ln2_all = DeviceBuffer(ops, all_rows, act);
         l.fch = DeviceBuffer(ops, N * Fm, act);
         l.fch_gelu = DeviceBuffer(ops, N * Fm, act);
+        for (int t = 0; t < kAdapterTargets; ++t)
+            if (adapters_.shape.targets[static_cast<std::size_t>(t)])
+                l.adapter_h[static_cast<std::size_t>(t)] =
+                    DeviceBuffer(ops, N * static_cast<std::size_t>(adapters_.shape.rank), act);
     }
     if (work && context_ && context_->keeps_out_heads())
         l.atty_heads = DeviceBuffer(ops, N * Cm, act);
@@ -329,22 +358,41 @@ std::vector<float> Gpt::grads_to_host() const {
     return host;
 }
 
+std::vector<float> Gpt::adapters_to_host() const {
+    std::vector<float> host = adapter_params_.to_host();
+    host.resize(adapter_layout_.total());
+    return host;
+}
+
+std::vector<float> Gpt::adapter_grads_to_host() const {
+    std::vector<float> host = adapter_grads_.to_host();
+    host.resize(adapter_layout_.total());
+    return host;
+}
+
+void Gpt::load_adapters(const std::vector<float>& local) {
+    adapter_params_.from_host(local);
+}
+
+void Gpt::load_full_adapters(const std::vector<float>& full) {
+    std::vector<float> local(adapter_layout_.total());
+    shard_params(ParamLayout::adapters(shape(), adapters_.shape), full.data(), adapter_layout_,
+                 local.data());
+    load_adapters(local);
+}
+
 std::vector<float> Gpt::share_of_full(const std::vector<float>& local) const {
-    // Keep only what this rank writes: replicated tensors on tensor rank 0, and wte (held
-    // by the first and the last stage) on the first.
-    std::vector<float> mine(local);
-    for (const ParamTensor& t : layout_.tensors()) {
-        if (layout_.held_elsewhere(t))
-            std::fill_n(mine.begin() + static_cast<std::ptrdiff_t>(t.offset), t.numel, 0.0f);
-    }
-    const ParamLayout full_layout(layout_.shape());
-    std::vector<float> full(full_layout.total(), 0.0f);
-    unshard_params(layout_, mine.data(), full_layout, full.data());
-    return full;
+    return share_of_whole(layout_, local, ParamLayout(layout_.shape()));
+}
+
+std::vector<float> Gpt::adapter_share_of_full(const std::vector<float>& local) const {
+    return share_of_whole(adapter_layout_, local,
+                          ParamLayout::adapters(shape(), adapters_.shape));
 }
 
 void Gpt::zero_grads() {
     grads_.zero();
+    adapter_grads_.zero();
 }
 
 std::pair<std::size_t, std::size_t> Gpt::embedding_range() const {
@@ -377,6 +425,12 @@ std::pair<std::size_t, std::size_t> Gpt::next_in_backward(int c, int i) const {
 
 uint64_t Gpt::site_seed(const Activations& a, int layer, int site) const {
     return kernels::hash64(a.dropout_seed, static_cast<uint64_t>(layer + 1) * 4 + site);
+}
+
+Gpt::AdapterDropout Gpt::adapter_dropout(const Activations& a, int l, AdapterTarget t) const {
+    // Site 3 of a layer is its adapters'.
+    return {a.training ? adapters_.dropout : 0.0f,
+            kernels::hash64(site_seed(a, l, 3), static_cast<uint64_t>(t))};
 }
 
 ConstPtr Gpt::all_rows(ConstPtr mine, Ptr all) {
@@ -492,23 +546,38 @@ void Gpt::forward_layer(const Activations& a, int l, LayerActivations& la, Ptr a
     const float drop = a.training ? dropout_ : 0.0f;
     const FlatBuffer::Base w = params_.base();
     const LayerParams& p = layout_.layer(l);
+    // A linear's adapter, if it has one: h from its input x (down), h·B^T added to its
+    // output y (up).
+    const auto down = [&](AdapterTarget t, ConstPtr x) {
+        if (adapters_.shape.has(t))
+            adapter_down(adapter_dropout(a, l, t), l, t, x,
+                         la.adapter_h[static_cast<std::size_t>(t)].data());
+    };
+    const auto up = [&](AdapterTarget t, Ptr y) {
+        if (adapters_.shape.has(t))
+            adapter_up(l, t, la.adapter_h[static_cast<std::size_t>(t)].data(), y);
+    };
 
     // Attention: LN -> f -> column-parallel qkv -> this rank's heads -> row-parallel
     // proj -> g -> bias -> dropout -> residual.
     ops_.layernorm_forward(la.ln1.data(), la.ln1_mean.f32(), la.ln1_rstd.f32(), residual,
                            w + p.ln1_w, w + p.ln1_b, R, C);
     const ConstPtr ln1 = all_rows(la.ln1.data(), la.ln1_all.data());
-    if (context_) {  // attention over the whole sequence, split over the context group
-        ops_.matmul_forward(context_->qkv_input(la.qkv.data()), ln1, w + p.qkv_w, w + p.qkv_b, N, C,
-                            3 * Cm);
+    // Context parallelism: attention over the whole sequence, split over the context group,
+    // from the q, k, v it takes where it wants them.
+    const Ptr qkv = context_ ? context_->qkv_input(la.qkv.data()) : la.qkv.data();
+    ops_.matmul_forward(qkv, ln1, w + p.qkv_w, w + p.qkv_b, N, C, 3 * Cm);
+    down(AdapterTarget::qkv, ln1);
+    up(AdapterTarget::qkv, qkv);
+    if (context_)
         context_->forward(la.atty.data(), la.qkv.data(), la.atty_heads.data(), att, drop,
                           site_seed(a, l, 0));
-    } else {
-        ops_.matmul_forward(la.qkv.data(), ln1, w + p.qkv_w, w + p.qkv_b, N, C, 3 * Cm);
+    else
         ops_.attention_forward(la.atty.data(), att, la.qkv.data(), B, T, Cm, NHm, drop,
                                site_seed(a, l, 0), layout_.heads_begin(), s.heads);
-    }
     ops_.matmul_forward(proj_partial_.data(), la.atty.data(), w + p.proj_w, nullptr, N, Cm, C);
+    down(AdapterTarget::attn_proj, la.atty.data());
+    up(AdapterTarget::attn_proj, proj_partial_.data());
     const Ptr attproj = reduce_rows(proj_partial_.data(), proj_reduced_.data());
     ops_.add_bias(attproj, w + p.proj_b, R, C);
     dropout_rows(attproj, drop, site_seed(a, l, 1));
@@ -520,9 +589,13 @@ void Gpt::forward_layer(const Activations& a, int l, LayerActivations& la, Ptr a
                            w + p.ln2_w, w + p.ln2_b, R, C);
     const ConstPtr ln2 = all_rows(la.ln2.data(), la.ln2_all.data());
     ops_.matmul_forward(la.fch.data(), ln2, w + p.fc1_w, w + p.fc1_b, N, C, Fm);
+    down(AdapterTarget::fc, ln2);
+    up(AdapterTarget::fc, la.fch.data());
     ops_.gelu_forward(la.fch_gelu.data(), la.fch.data(), static_cast<std::size_t>(N) * Fm);
+    down(AdapterTarget::fc_proj, la.fch_gelu.data());  // backward reads its h, output or not
     if (!output) return;  // recompute: fc2's output is the kept one, not needed again
     ops_.matmul_forward(proj_partial_.data(), la.fch_gelu.data(), w + p.fc2_w, nullptr, N, Fm, C);
+    up(AdapterTarget::fc_proj, proj_partial_.data());
     const Ptr fcproj = reduce_rows(proj_partial_.data(), proj_reduced_.data());
     ops_.add_bias(fcproj, w + p.fc2_b, R, C);
     dropout_rows(fcproj, drop, site_seed(a, l, 2));
@@ -614,6 +687,8 @@ void Gpt::backward_part(int mb, int c, float dloss, ConstPtr output_grad, Ptr in
     // The gradients this backward adds are reduced now: after the chunk's last backward of
     // the step, or after every one when sharded gradients are reduced per microbatch.
     const bool reduce = weights && (last || (sharding_.grads && sharding_.every_microbatch));
+    // The model's own gradients (none when frozen: only its layers' adapters have).
+    const bool model_grads = weights && !frozen();
     Activations& a = live(mb, c);
     const int layers = static_cast<int>(a.layers.size());
 
@@ -626,14 +701,14 @@ void Gpt::backward_part(int mb, int c, float dloss, ConstPtr output_grad, Ptr in
         params_needed(wte_begin, wte_end);
         const auto [next_begin, next_end] = next_in_backward(c, layers);
         params_prefetch(next_begin, next_end);
-        if (weights) {
+        if (model_grads) {
             grads_needed(lnf_begin, lnf_end);
             grads_needed(wte_begin, wte_end);
         }
         head_backward(a, dloss, part);
         params_done(lnf_begin, lnf_end);
         params_done(wte_begin, wte_end);
-        if (reduce) {
+        if (reduce && !frozen()) {
             gradients_final(lnf_begin, lnf_end, {layout_.lnf_w(), layout_.lnf_b()});
             // Sharded, the tied copies are summed on the shards after the reduction; a
             // chunk that also embeds announces wte with the embedding.
@@ -650,21 +725,23 @@ void Gpt::backward_part(int mb, int c, float dloss, ConstPtr output_grad, Ptr in
         params_needed(begin, end);
         const auto [next_begin, next_end] = next_in_backward(c, i);
         params_prefetch(next_begin, next_end);
-        if (weights) grads_needed(begin, end);
+        if (model_grads) grads_needed(begin, end);
         backward_layer(a, first + i, a.layers[static_cast<std::size_t>(i)], residual, part);
         params_done(begin, end);
-        if (reduce) {
+        if (reduce && frozen()) {
+            adapter_gradients_final(first + i);
+        } else if (reduce) {
             const LayerParams& p = layout_.layer(first + i);
             gradients_final(begin, end, {p.ln1_w, p.ln1_b, p.ln2_w, p.ln2_b});
         }
     }
     if (g == 0) {
         const auto [embedding_begin, embedding_end] = embedding_range();
-        if (weights) grads_needed(embedding_begin, embedding_end);
+        if (model_grads) grads_needed(embedding_begin, embedding_end);
         embedding_backward(a, part);
         // Unsharded, wte's other copy (on the last stage of a pipeline) is added by the
         // trainer, which announces it (StepHooks).
-        if (reduce)
+        if (reduce && !frozen())
             gradients_final(plan.stages == 1 || sharding_.grads ? embedding_begin : layout_.wpe(),
                             embedding_end, {});
     } else if (part != Part::weight) {
@@ -678,13 +755,14 @@ void Gpt::head_backward(Activations& a, float dloss, Part part) {
     const int C = s.hidden, R = rows_mine_, N = rows_;
     const FlatBuffer::Base w = params_.base();
     const FlatBuffer::Base grad = grads_.base();
-    const bool inputs = part != Part::weight, weights = part != Part::input;
+    const bool inputs = part != Part::weight, weights = part != Part::input && !frozen();
     const ConstPtr lnf = sequence_parallel_ ? a.lnf_all.data() : a.lnf.data();
     const ConstPtr last = a.layers.empty() ? a.input.data() : a.layers.back().resid3.data();
     const Ptr dwte = weights ? grad + layout_.wte() : Ptr();
     const Ptr dlnf_w = weights ? grad + layout_.lnf_w() : Ptr();
     const Ptr dlnf_b = weights ? grad + layout_.lnf_b() : Ptr();
     if (!inputs) {  // W: from the dlogits (kept in logits) and the stashed dlnf
+        if (frozen()) return;
         ops_.matmul_backward(nullptr, dwte, nullptr, a.logits.data(), lnf, w + layout_.wte(), N, C,
                              layout_.vocab_local());
         ops_.layernorm_backward(nullptr, dlnf_w, dlnf_b, a.d_lnf.data(), last, w + layout_.lnf_w(),
@@ -699,7 +777,7 @@ void Gpt::head_backward(Activations& a, float dloss, Part part) {
     ops_.matmul_backward(dc_a_.data(), dwte, nullptr, a.logits.data(), lnf, w + layout_.wte(), N, C,
                          layout_.vocab_local());
     const ConstPtr dlnf = reduce_rows(dc_a_.data(), dc_mine_.data());
-    if (!weights) ops_.copy(a.d_lnf.data(), dlnf, static_cast<std::size_t>(R) * C);
+    if (part == Part::input) ops_.copy(a.d_lnf.data(), dlnf, static_cast<std::size_t>(R) * C);
     ops_.zero(dresidual_.data(), static_cast<std::size_t>(R) * C);
     ops_.layernorm_backward(dresidual_.data(), dlnf_w, dlnf_b, dlnf, last, w + layout_.lnf_w(),
                             a.lnf_mean.f32(), a.lnf_rstd.f32(), R, C);
@@ -718,8 +796,10 @@ void Gpt::backward_layer(const Activations& a, int l, LayerActivations& kept, Co
     const FlatBuffer::Base w = params_.base();
     const LayerParams& p = layout_.layer(l);
     const bool inputs = part != Part::weight, weights = part != Part::input;
-    // The parameters' gradients, where this part computes them.
-    const auto grad = [&](std::size_t offset) { return weights ? grads_.at(offset) : Ptr(); };
+    // The parameters' gradients, where this part computes them (none when frozen).
+    const auto grad = [&](std::size_t offset) {
+        return weights && !frozen() ? grads_.at(offset) : Ptr();
+    };
 
     LayerActivations& la = recompute_ == Recompute::full ? *recompute_scratch_ : kept;
     // Full recompute: rerun the layer's forward from its kept input (its collectives too, in
@@ -728,8 +808,20 @@ void Gpt::backward_layer(const Activations& a, int l, LayerActivations& kept, Co
     const Ptr att = keeps_attention() ? kept.att.data() : recompute_scratch_->att.data();
     const ConstPtr ln1 = sequence_parallel_ ? la.ln1_all.data() : la.ln1.data();
     const ConstPtr ln2 = sequence_parallel_ ? la.ln2_all.data() : la.ln2.data();
+    // A linear's adapter, if it has one, from the gradient dy of the linear's output and its
+    // input x, adding into dx (this part's share).
+    const auto adapter = [&](AdapterTarget t, ConstPtr x, ConstPtr dy, Ptr dx) {
+        if (adapters_.shape.has(t))
+            adapter_backward(adapter_dropout(a, l, t), l, t, x, dy, dx,
+                             la.adapter_h[static_cast<std::size_t>(t)].data(), part);
+    };
 
     if (!inputs) {  // W: every parameter gradient from the output gradients B kept
+        adapter(AdapterTarget::fc_proj, la.fch_gelu.data(), kept.d_fc2.data(), {});
+        adapter(AdapterTarget::fc, ln2, kept.d_fc1.data(), {});
+        adapter(AdapterTarget::attn_proj, la.atty.data(), kept.d_proj.data(), {});
+        adapter(AdapterTarget::qkv, ln1, kept.d_qkv.data(), {});
+        if (frozen()) return;
         ops_.matmul_backward(nullptr, grad(p.fc2_w), grad(p.fc2_b), kept.d_fc2.data(),
                              la.fch_gelu.data(), w + p.fc2_w, N, Fm, C);
         ops_.matmul_backward(nullptr, grad(p.fc1_w), grad(p.fc1_b), kept.d_fc1.data(), ln2,
@@ -757,12 +849,14 @@ void Gpt::backward_layer(const Activations& a, int l, LayerActivations& kept, Co
     ops_.zero(df_a_.data(), NFm);
     ops_.matmul_backward(df_a_.data(), grad(p.fc2_w), grad(p.fc2_b), dfcproj, la.fch_gelu.data(),
                          w + p.fc2_w, N, Fm, C);
+    adapter(AdapterTarget::fc_proj, la.fch_gelu.data(), dfcproj, df_a_.data());
     ops_.zero(df_b_.data(), NFm);
     ops_.gelu_backward(df_b_.data(), la.fch.data(), df_a_.data(), NFm);
     keep(kept.d_fc1, df_b_.data(), NFm);
     ops_.zero(dc_a_.data(), NC);
     ops_.matmul_backward(dc_a_.data(), grad(p.fc1_w), grad(p.fc1_b), df_b_.data(), ln2, w + p.fc1_w,
                          N, C, Fm);
+    adapter(AdapterTarget::fc, ln2, df_b_.data(), dc_a_.data());
     const ConstPtr dln2 = reduce_rows(dc_a_.data(), dc_mine_.data());  // f backward
     keep(kept.d_ln2, dln2, RC);
     ops_.layernorm_backward(dresidual_.data(), grad(p.ln2_w), grad(p.ln2_b), dln2, la.resid2.data(),
@@ -775,6 +869,7 @@ void Gpt::backward_layer(const Activations& a, int l, LayerActivations& kept, Co
     ops_.zero(dc_b_.data(), NCm);
     ops_.matmul_backward(dc_b_.data(), grad(p.proj_w), grad(p.proj_b), dattproj, la.atty.data(),
                          w + p.proj_w, N, Cm, C);
+    adapter(AdapterTarget::attn_proj, la.atty.data(), dattproj, dc_b_.data());
     ops_.zero(dqkv_.data(), 3 * NCm);
     if (context_) {
         if (recompute_ == Recompute::selective) context_->rebuild(att, la.qkv.data(), drop);
@@ -791,6 +886,7 @@ void Gpt::backward_layer(const Activations& a, int l, LayerActivations& kept, Co
     ops_.zero(dc_a_.data(), NC);
     ops_.matmul_backward(dc_a_.data(), grad(p.qkv_w), grad(p.qkv_b), dqkv_.data(), ln1, w + p.qkv_w,
                          N, C, 3 * Cm);
+    adapter(AdapterTarget::qkv, ln1, dqkv_.data(), dc_a_.data());
     const ConstPtr dln1 = reduce_rows(dc_a_.data(), dc_mine_.data());  // f backward
     keep(kept.d_ln1, dln1, RC);
     ops_.layernorm_backward(dresidual_.data(), grad(p.ln1_w), grad(p.ln1_b), dln1, residual,
@@ -798,6 +894,7 @@ void Gpt::backward_layer(const Activations& a, int l, LayerActivations& kept, Co
 }
 
 void Gpt::embedding_backward(Activations& a, Part part) {
+    if (frozen()) return;  // no gradient to compute, and no input to pass one on to
     const int C = layout_.shape().hidden;
     const std::size_t RC = static_cast<std::size_t>(rows_mine_) * C;
     if (part == Part::input) {  // no input gradient here: W takes it from the stash

@@ -34,6 +34,15 @@
 // Both rebuild into one scratch set shared by every (microbatch, chunk), and the kernels and
 // dropout masks are deterministic, so the gradients are bitwise those without recompute.
 //
+// Low-rank adapters (Adapters; Hu et al., "LoRA: Low-Rank Adaptation of Large Language
+// Models", 2021): the model's own parameters are frozen (no gradient buffer: their backward
+// computes only what flows on to the inputs), and each target linear y = x·W^T of every layer
+// gains s·(drop(x)·A^T)·B^T, s = alpha / r, its factors in a flat buffer of their own laid out
+// by ParamLayout::adapters, which is what the optimizer trains. A follows W's split, so the
+// forward needs no collective beyond the layer's own; the replicated factor's gradient (A of
+// a column-parallel linear, B of a row-parallel one) is then a partial sum on each tensor
+// rank, summed over the tensor group once per step, with the layer's last backward.
+//
 // ZeRO-2 and ZeRO-3 (Sharding): the gradient buffer, and at ZeRO-3 the parameter buffer too,
 // is sharded over the data-parallel replicas (model/flat_buffer.h); a unit of it (the
 // embedding, a layer, ln_f) is resident only between the hooks that ask for it and those that
@@ -89,6 +98,15 @@ struct Sharding {
     bool every_microbatch = true;
 };
 
+// Low-rank adapters (see the top of this file): which linears carry them and their rank
+// (rank 0: none, every parameter trains), the scale alpha / r of B·A, and the dropout on
+// the adapters' input.
+struct Adapters {
+    LoraShape shape;
+    float scale = 0;
+    float dropout = 0;
+};
+
 class Gpt {
 public:
     // micro_batch x seq_len / C is the shape of every microbatch this model will run (C the
@@ -102,7 +120,8 @@ public:
         parallel::Comm* tensor = nullptr, bool sequence_parallel = false,
         const StagePlan& plan = {}, std::size_t buffer_multiple = 1,
         Recompute recompute = Recompute::none, const Precision& precision = {},
-        const Sharding& sharding = {}, const ContextSplit& context = {});
+        const Sharding& sharding = {}, const ContextSplit& context = {},
+        const Adapters& adapters = {});
     ~Gpt();
 
     const ParamLayout& layout() const { return layout_; }  // this rank's part
@@ -126,6 +145,28 @@ public:
     std::size_t params_bytes() const { return params_.bytes(); }
     std::size_t grads_bytes() const { return grads_.bytes(); }
 
+    // ---- low-rank adapters ------------------------------------------------------------------
+    // Whether the model is frozen under adapters, and their layout (this rank's part), scale,
+    // parameters and gradients (empty without adapters).
+    bool frozen() const { return adapters_.shape.rank > 0; }
+    const Adapters& adapters() const { return adapters_; }
+    const ParamLayout& adapter_layout() const { return adapter_layout_; }
+    FlatBuffer& adapter_params() { return adapter_params_; }
+    FlatBuffer& adapter_grads() { return adapter_grads_; }
+    const FlatBuffer& adapter_params() const { return adapter_params_; }
+    const FlatBuffer& adapter_grads() const { return adapter_grads_; }
+    // What trains: the adapters of a frozen model, else the model's parameters.
+    const ParamLayout& trainable_layout() const { return frozen() ? adapter_layout_ : layout_; }
+    FlatBuffer& trainable_params() { return frozen() ? adapter_params_ : params_; }
+    FlatBuffer& trainable_grads() { return frozen() ? adapter_grads_ : grads_; }
+    const FlatBuffer& trainable_params() const { return frozen() ? adapter_params_ : params_; }
+    // The adapters as adapter_layout() lays them out, to and from the host; and from all of
+    // them (a buffer of ParamLayout::adapters(shape(), adapters().shape)).
+    std::vector<float> adapters_to_host() const;
+    std::vector<float> adapter_grads_to_host() const;
+    void load_adapters(const std::vector<float>& local);
+    void load_full_adapters(const std::vector<float>& full);
+
     // GPT-2 initialisation of the whole model, a pure function of (seed, tensor, element) so
     // every split gets the same model: normal(0, init_std) for matrices and embeddings,
     // init_std/sqrt(2*layers) for the residual output projections, zero biases, unit
@@ -144,6 +185,8 @@ public:
     // tensors by tensor rank 0, wte by the first stage), so summing the shares of all ranks
     // gives the whole model.
     std::vector<float> share_of_full(const std::vector<float>& local) const;
+    // The same for the adapters (local: as adapter_layout() lays them out).
+    std::vector<float> adapter_share_of_full(const std::vector<float>& local) const;
 
     // ---- the pipeline's unit of work: local chunk c on microbatch mb -----------------------
     // Forward. The chunk's input is the embedding of `inputs` (B, T) if it is the first
@@ -270,6 +313,40 @@ private:
     // head's ln_f) and before it in its backward (the previous layer's); empty if none.
     std::pair<std::size_t, std::size_t> next_in_forward(int c, int i) const;
     std::pair<std::size_t, std::size_t> next_in_backward(int c, int i) const;
+    // ---- low-rank adapters (model/gpt_adapters.cpp) ----
+    // An adapter's dropout on its input: the probability (0 outside training) and the seed
+    // of its masks.
+    struct AdapterDropout {
+        float drop;
+        uint64_t seed;
+    };
+    AdapterDropout adapter_dropout(const Activations& a, int l, AdapterTarget t) const;
+    // Adapter t of layer l on the linear's input x (N, in) and output y (N, out) (this rank's
+    // widths): down keeps h = s·drop(x)·A^T (N, r) for up and the backward, up adds h·B^T to y.
+    void adapter_down(AdapterDropout d, int l, AdapterTarget t, kernels::ConstPtr x,
+                      kernels::Ptr h);
+    void adapter_up(int l, AdapterTarget t, kernels::ConstPtr h, kernels::Ptr y);
+    // Its backward from the output's gradient dy (N, out): g = s·dy·B (N, r); the weights'
+    // part adds dy^T·h into dB and g^T·drop(x) into dA, the inputs' part g·A, through the
+    // dropout, into dx (N, in).
+    void adapter_backward(AdapterDropout d, int l, AdapterTarget t, kernels::ConstPtr x,
+                          kernels::ConstPtr dy, kernels::Ptr dx, kernels::ConstPtr h, Part part);
+    // The input x (N, in) of adapter t with its dropout, each element's mask drawn at its
+    // index in the whole (B, seq_len, in) input (so every split draws the same), into
+    // adapter_x_; x itself without dropout.
+    kernels::ConstPtr adapter_input(AdapterDropout d, AdapterTarget t, kernels::ConstPtr x);
+    // Calls fn(local, whole, count) for each run of adapter t's input (N, in) that is
+    // contiguous in the whole input (B, seq_len, in): element offsets into each.
+    void for_each_input_run(AdapterTarget t,
+                            const std::function<void(std::size_t, std::size_t, std::size_t)>& fn) const;
+    // Widths of adapter t's linear on this rank, (in, out), and where this rank's columns of
+    // its input start in the whole.
+    std::pair<int, int> adapter_widths(AdapterTarget t) const;
+    int adapter_input_column(AdapterTarget t) const;
+    // After layer l's last backward of a step: its replicated factors' gradients summed over
+    // the tensor group, the layer's adapters announced final.
+    void adapter_gradients_final(int l);
+
     // The ranges of the embedding's tensors, of the head's ln_f and of wte.
     std::pair<std::size_t, std::size_t> embedding_range() const;
     std::pair<std::size_t, std::size_t> lnf_range() const;
@@ -308,6 +385,7 @@ private:
         std::size_t local, whole, rows;
     };
     std::vector<RowRun> residual_runs_;
+    std::vector<RowRun> all_runs_;  // the same for all N rows (an adapter's input)
     float dropout_;
     Recompute recompute_;
     Precision precision_;
@@ -320,6 +398,14 @@ private:
     DeviceBuffer positions_;
 
     FlatBuffer params_, grads_;
+
+    // Low-rank adapters (empty without): their parameters and gradients, and scratch: an
+    // adapter's input after dropout or its input's gradient (N, max in), its output (N, max
+    // out), the gradient of its h (N, r).
+    Adapters adapters_;
+    ParamLayout adapter_layout_;
+    FlatBuffer adapter_params_, adapter_grads_;
+    DeviceBuffer adapter_x_, adapter_y_, adapter_g_;
 
     // Activations of the (microbatch, chunk) pairs in flight, and a pool per chunk of sets
     // freed by their backward, for the next forward to reuse.

@@ -45,7 +45,20 @@ void for_each_run(const ParamTensor& local, const ParamTensor& full, int rank, C
 
 ParamLayout::ParamLayout(const GptShape& shape, int tensor_rank, int tensor_size,
                          const StagePlan& plan, int unit_align)
-    : shape_(shape), tensor_rank_(tensor_rank), tensor_size_(tensor_size), plan_(plan) {
+    : ParamLayout(shape, nullptr, tensor_rank, tensor_size, plan, unit_align) {}
+
+ParamLayout ParamLayout::adapters(const GptShape& shape, const LoraShape& lora, int tensor_rank,
+                                  int tensor_size, const StagePlan& plan) {
+    return ParamLayout(shape, &lora, tensor_rank, tensor_size, plan, 1);
+}
+
+ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tensor_rank,
+                         int tensor_size, const StagePlan& plan, int unit_align)
+    : shape_(shape),
+      tensor_rank_(tensor_rank),
+      tensor_size_(tensor_size),
+      plan_(plan),
+      lora_(lora ? *lora : LoraShape{}) {
     require_divisible("model.heads", shape.heads, tensor_size);
     require_divisible("model.ffn_hidden", shape.ffn, tensor_size);
     require_divisible("the padded vocabulary", shape.padded_vocab, tensor_size);
@@ -71,35 +84,41 @@ ParamLayout::ParamLayout(const GptShape& shape, int tensor_rank, int tensor_size
         total_ = (total_ + align - 1) / align * align;
         begins.push_back(total_);
     };
-    if (plan.first() || plan.last()) {
+    if (!lora && (plan.first() || plan.last())) {
         start_unit();
         wte_ = add("wte.weight", {shape.padded_vocab, C}, true, Split::rows);
     }
-    if (plan.first()) {
+    if (!lora && plan.first()) {
         if (plan.stages > 1) start_unit();  // else one unit with wte: the embedding
         wpe_ = add("wpe.weight", {shape.max_seq, C}, true, Split::replicated);
     }
     for (int c = 0; c < plan.chunks; ++c)
         for (int l = first_layer(c); l < first_layer(c) + chunk_layers(c); ++l) {
             start_unit();
+            const std::size_t begin = total_;
             const std::string p = "h." + std::to_string(l) + ".";
-            LayerParams lp{};
-            lp.ln1_w = add(p + "ln_1.weight", {C}, false, Split::replicated);
-            lp.ln1_b = add(p + "ln_1.bias", {C}, false, Split::replicated);
-            lp.qkv_w = add(p + "attn.c_attn.weight", {3 * C, C}, true, Split::qkv_rows);
-            lp.qkv_b = add(p + "attn.c_attn.bias", {3 * C}, false, Split::qkv_rows);
-            lp.proj_w = add(p + "attn.c_proj.weight", {C, C}, true, Split::columns);
-            lp.proj_b = add(p + "attn.c_proj.bias", {C}, false, Split::replicated);
-            lp.ln2_w = add(p + "ln_2.weight", {C}, false, Split::replicated);
-            lp.ln2_b = add(p + "ln_2.bias", {C}, false, Split::replicated);
-            lp.fc1_w = add(p + "mlp.c_fc.weight", {F, C}, true, Split::rows);
-            lp.fc1_b = add(p + "mlp.c_fc.bias", {F}, false, Split::rows);
-            lp.fc2_w = add(p + "mlp.c_proj.weight", {C, F}, true, Split::columns);
-            lp.fc2_b = add(p + "mlp.c_proj.bias", {C}, false, Split::replicated);
+            if (lora) {
+                add_adapters(p, *lora);
+            } else {
+                LayerParams lp{};
+                lp.ln1_w = add(p + "ln_1.weight", {C}, false, Split::replicated);
+                lp.ln1_b = add(p + "ln_1.bias", {C}, false, Split::replicated);
+                lp.qkv_w = add(p + "attn.c_attn.weight", {3 * C, C}, true, Split::qkv_rows);
+                lp.qkv_b = add(p + "attn.c_attn.bias", {3 * C}, false, Split::qkv_rows);
+                lp.proj_w = add(p + "attn.c_proj.weight", {C, C}, true, Split::columns);
+                lp.proj_b = add(p + "attn.c_proj.bias", {C}, false, Split::replicated);
+                lp.ln2_w = add(p + "ln_2.weight", {C}, false, Split::replicated);
+                lp.ln2_b = add(p + "ln_2.bias", {C}, false, Split::replicated);
+                lp.fc1_w = add(p + "mlp.c_fc.weight", {F, C}, true, Split::rows);
+                lp.fc1_b = add(p + "mlp.c_fc.bias", {F}, false, Split::rows);
+                lp.fc2_w = add(p + "mlp.c_proj.weight", {C, F}, true, Split::columns);
+                lp.fc2_b = add(p + "mlp.c_proj.bias", {C}, false, Split::replicated);
+                layers_.push_back(lp);
+            }
             layer_ids_.push_back(l);
-            layers_.push_back(lp);
+            layer_ranges_.emplace_back(begin, total_);
         }
-    if (plan.last()) {
+    if (!lora && plan.last()) {
         start_unit();
         lnf_w_ = add("ln_f.weight", {C}, false, Split::replicated);
         lnf_b_ = add("ln_f.bias", {C}, false, Split::replicated);
@@ -123,16 +142,49 @@ int ParamLayout::first_layer(int c) const {
     return first;
 }
 
-std::pair<std::size_t, std::size_t> ParamLayout::layer_range(int l) const {
-    const LayerParams& p = layer(l);
-    return {p.ln1_w, p.fc2_b + static_cast<std::size_t>(shape_.hidden)};  // fc2's bias is last
-}
-
-const LayerParams& ParamLayout::layer(int l) const {
+std::size_t ParamLayout::layer_index(int l) const {
     const auto it = std::lower_bound(layer_ids_.begin(), layer_ids_.end(), l);
     if (it == layer_ids_.end() || *it != l)
         throw Error("internal: layer " + std::to_string(l) + " is not on this pipeline stage");
-    return layers_[static_cast<std::size_t>(it - layer_ids_.begin())];
+    return static_cast<std::size_t>(it - layer_ids_.begin());
+}
+
+std::pair<std::size_t, std::size_t> ParamLayout::layer_range(int l) const {
+    return layer_ranges_[layer_index(l)];
+}
+
+const LayerParams& ParamLayout::layer(int l) const {
+    return layers_.at(layer_index(l));
+}
+
+const LayerAdapters& ParamLayout::adapters(int l) const {
+    return adapters_.at(layer_index(l));
+}
+
+void ParamLayout::add_adapters(const std::string& prefix, const LoraShape& lora) {
+    const int64_t C = shape_.hidden, F = shape_.ffn, r = lora.rank;
+    // Per target: the linear's name, its (out, in), and whether it is column-parallel.
+    struct Linear {
+        const char* name;
+        int64_t out, in;
+        Split a, b;
+    };
+    const Linear linears[kAdapterTargets] = {
+        {"attn.c_attn", 3 * C, C, Split::replicated, Split::qkv_rows},
+        {"attn.c_proj", C, C, Split::columns, Split::replicated},
+        {"mlp.c_fc", F, C, Split::replicated, Split::rows},
+        {"mlp.c_proj", C, F, Split::columns, Split::replicated},
+    };
+    LayerAdapters la{};
+    for (std::size_t t = 0; t < kAdapterTargets; ++t) {
+        la.a[t] = la.b[t] = kNoAdapter;
+        if (!lora.targets[t]) continue;
+        const Linear& w = linears[t];
+        const std::string name = prefix + w.name;
+        la.a[t] = add(name + ".lora_A.weight", {r, w.in}, true, w.a);
+        la.b[t] = add(name + ".lora_B.weight", {w.out, r}, true, w.b);
+    }
+    adapters_.push_back(la);
 }
 
 std::size_t ParamLayout::add(const std::string& name, std::vector<int64_t> full_shape, bool decay,
@@ -201,6 +253,20 @@ void unshard_params(const ParamLayout& local_layout, const float* local,
                      [&](std::size_t lo, std::size_t fo, std::size_t n) {
                          std::copy_n(local + lo, n, full + fo);
                      });
+}
+
+std::vector<float> share_of_whole(const ParamLayout& local_layout, const std::vector<float>& local,
+                                  const ParamLayout& whole_layout) {
+    // Keep only what this rank writes: replicated tensors on tensor rank 0, and wte (held
+    // by the first and the last stage) on the first.
+    std::vector<float> mine(local);
+    for (const ParamTensor& t : local_layout.tensors()) {
+        if (local_layout.held_elsewhere(t))
+            std::fill_n(mine.begin() + static_cast<std::ptrdiff_t>(t.offset), t.numel, 0.0f);
+    }
+    std::vector<float> whole(whole_layout.total(), 0.0f);
+    unshard_params(local_layout, mine.data(), whole_layout, whole.data());
+    return whole;
 }
 
 }  // namespace trident::model

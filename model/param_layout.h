@@ -23,6 +23,14 @@
 //
 // Order: wte, wpe, then layer by layer (so a stage's chunks are contiguous runs), ln_f.
 //
+// Low-rank adapters (LoRA) have a layout of their own, built by ParamLayout::adapters: for
+// each layer held and each target linear W (out, in), A (r, in) then B (out, r), named as
+// W's weight with lora_A / lora_B in place of the last part ("h.3.attn.c_attn.lora_A.weight").
+// They follow W's split, so that the adapter needs no collective of its own in the forward:
+//   column-parallel W (qkv, fc)   A replicated, B split like W's rows
+//   row-parallel W (the c_proj's) A split by columns like W, B replicated
+// Each layer's adapters make one unit; the layout has no embedding and no ln_f.
+//
 // Units: the runs of tensors that ZeRO-2 reduces and ZeRO-3 gathers as one (optim/zero_units.h):
 // the embedding (wte and wpe on a single stage; on a pipeline wte and wpe each alone, so that
 // the first and the last stage hold the same unit of the tied wte), each layer, and ln_f. With
@@ -31,6 +39,7 @@
 // over A data-parallel ranks.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -93,6 +102,25 @@ struct LayerParams {
     std::size_t fc2_w, fc2_b;    // (C, F/M), (C)
 };
 
+// The linears of a block that can carry an adapter, indexing LoraShape::targets and
+// LayerAdapters.
+enum class AdapterTarget { qkv, attn_proj, fc, fc_proj };
+inline constexpr int kAdapterTargets = 4;
+
+// Which linears of every layer carry an adapter, and its rank r.
+struct LoraShape {
+    int rank = 0;
+    std::array<bool, kAdapterTargets> targets{};
+    bool has(AdapterTarget t) const { return targets[static_cast<std::size_t>(t)]; }
+};
+
+// Offsets of one layer's adapters in the adapters' flat buffer (local shapes), kNoAdapter
+// where the linear carries none.
+inline constexpr std::size_t kNoAdapter = SIZE_MAX;
+struct LayerAdapters {
+    std::array<std::size_t, kAdapterTargets> a, b;  // A (r, in/M or in), B (out/M or out, r)
+};
+
 class ParamLayout {
 public:
     // The layout of tensor-parallel rank `tensor_rank` of `tensor_size` on the stage `plan`,
@@ -101,6 +129,9 @@ public:
     // the chunks' layers do not make the model's (without counts: do not divide by P·v).
     explicit ParamLayout(const GptShape& shape, int tensor_rank = 0, int tensor_size = 1,
                          const StagePlan& plan = {}, int unit_align = 1);
+    // The layout of the low-rank adapters of that rank's layers (see the top of this file).
+    static ParamLayout adapters(const GptShape& shape, const LoraShape& lora, int tensor_rank = 0,
+                                int tensor_size = 1, const StagePlan& plan = {});
 
     const GptShape& shape() const { return shape_; }
     const std::vector<ParamTensor>& tensors() const { return tensors_; }
@@ -130,6 +161,9 @@ public:
     // [begin, end) of the flat buffer they fill (a layer's tensors are contiguous).
     const LayerParams& layer(int l) const;
     std::pair<std::size_t, std::size_t> layer_range(int l) const;
+    // An adapters' layout: its rank and targets, and the adapters of global layer l.
+    const LoraShape& lora() const { return lora_; }
+    const LayerAdapters& adapters(int l) const;
 
     // The tensor of that name, or nullptr.
     const ParamTensor* find(const std::string& name) const;
@@ -139,15 +173,24 @@ public:
     bool held_elsewhere(const ParamTensor& t) const;
 
 private:
+    ParamLayout(const GptShape& shape, const LoraShape* lora, int tensor_rank, int tensor_size,
+                const StagePlan& plan, int unit_align);
     std::size_t add(const std::string& name, std::vector<int64_t> full_shape, bool decay,
                     Split split);
+    // One layer's adapters, their names starting with `prefix` ("h.3.").
+    void add_adapters(const std::string& prefix, const LoraShape& lora);
+    // Global layer l's index among those held.
+    std::size_t layer_index(int l) const;
 
     GptShape shape_;
     int tensor_rank_, tensor_size_;
     StagePlan plan_;
     std::vector<ParamTensor> tensors_;
     std::vector<int> layer_ids_;       // global index of each layer held, ascending
-    std::vector<LayerParams> layers_;  // their tensors
+    std::vector<LayerParams> layers_;  // their tensors (the model's layout)
+    std::vector<LayerAdapters> adapters_;  // their adapters (an adapters' layout)
+    std::vector<std::pair<std::size_t, std::size_t>> layer_ranges_;
+    LoraShape lora_;
     std::vector<std::pair<std::size_t, std::size_t>> units_;
     std::size_t total_ = 0;
     std::size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
@@ -165,5 +208,12 @@ void for_each_slice_run(const ParamTensor& t, int tensor_rank,
 // The reverse: writes this rank's slices back into their places in `full`.
 void unshard_params(const ParamLayout& local_layout, const float* local,
                     const ParamLayout& full_layout, float* full);
+
+// This rank's share of the whole (a buffer of `whole_layout`, the same tensors for tensor_size
+// 1 and one stage): its parts of `local` in their places, zero elsewhere, each element written
+// by exactly one rank of the stage and tensor groups (held_elsewhere), so that summing the
+// shares of all ranks gives the whole.
+std::vector<float> share_of_whole(const ParamLayout& local_layout, const std::vector<float>& local,
+                                  const ParamLayout& whole_layout);
 
 }  // namespace trident::model

@@ -5,5 +5,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 scripts/setup.sh
-[[ -f data/kjv/gpt2/train.bin && -f data/kjv/gpt2/valid.bin ]] || scripts/prepare_kjv.sh
+for f in train valid revelation_train revelation_valid; do
+    [[ -f data/kjv/gpt2/$f.bin ]] || { scripts/prepare_kjv.sh; break; }
+done
 exec build/trident train --config configs/default.yaml "$@"

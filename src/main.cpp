@@ -56,6 +56,13 @@ int main(int argc, char** argv) {
                      "A checkpoint directory, or a checkpoint.dir (its newest is taken)")
         ->required();
     export_cmd->add_option("--output,-o", exp.output, "The .safetensors file to write")->required();
+    auto* merge_opt = export_cmd->add_flag(
+        "--merge-lora", exp.merge_lora,
+        "Of a checkpoint of low-rank adapters: the model with them merged in");
+    export_cmd
+        ->add_flag("--lora-only", exp.lora_only,
+                   "Of a checkpoint of low-rank adapters: the adapters alone (PEFT names)")
+        ->excludes(merge_opt);
 
     commands::CheckpointInfoOptions info;
     auto* checkpoint_cmd = app.add_subcommand("checkpoint", "Inspect training checkpoints");
@@ -98,6 +105,10 @@ int main(int argc, char** argv) {
         ->add_option("--checkpoint", gen.checkpoint,
                      "A checkpoint directory, or a checkpoint.dir (its newest is taken)")
         ->excludes(weights_opt);
+    generate_cmd
+        ->add_option("--lora", gen.lora,
+                     "With --weights: low-rank adapters (trident export --lora-only) to merge in")
+        ->needs(weights_opt);
     generate_cmd->add_option("--prompt,-p", gen.prompt, "Text to continue (empty: a new document)");
     generate_cmd->add_option("--tokens,-n", gen.sampling.tokens, "Tokens to generate")
         ->capture_default_str();

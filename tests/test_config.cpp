@@ -17,6 +17,8 @@ namespace {
 
 // The smallest valid file: data.train is the one required key.
 const std::string kMinimal = "data:\n  train: data/train.bin\n";
+// The same with weights to adapt, which adapters need (training.lora.rank > 0).
+const std::string kLoraBase = kMinimal + "model:\n  init_from: base.safetensors\n";
 
 // The message of the ConfigError that parsing throws; fails the test if nothing is thrown.
 std::string error_of(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
@@ -394,21 +396,23 @@ TEST_CASE("config: derived values", "[config]") {
 }
 
 TEST_CASE("config: to_yaml writes every key and reads back to the same config", "[config]") {
-    const Config original = parse(
-        kMinimal, "x.yaml",
-        {"model.vocab_size=256", "model.dropout=0.1", "model.init_std=0.015",
-         "model.init_from='w:\"gpt2\" #1.bin'", "parallel.schedule=gpipe", "parallel.zero_stage=0",
-         "training.lr=3e-4", "training.min_lr=1e-05", "training.seed=18446744073709551615",
-         "training.eps=1e-8", "training.decay=linear", "training.tf32=false", "data.valid='null'",
-         "data.shuffle=false", "checkpoint.dir=runs/#1", "checkpoint.resume=never",
-         "logging.trace=t.json", "device=cpu"});
+    const Config original =
+        parse(kMinimal, "x.yaml",
+              {"model.vocab_size=256", "model.dropout=0.1", "model.init_std=0.015",
+               "model.init_from='w:\"gpt2\" #1.bin'", "parallel.schedule=gpipe",
+               "parallel.zero_stage=0", "training.lr=3e-4", "training.min_lr=1e-05",
+               "training.seed=18446744073709551615", "training.eps=1e-8", "training.decay=linear",
+               "training.tf32=false",
+               "training.lora={rank: 4, targets: [qkv], init_from: a.safetensors}",
+               "data.valid='null'", "data.shuffle=false", "checkpoint.dir=runs/#1",
+               "checkpoint.resume=never", "logging.trace=t.json", "device=cpu"});
     CHECK(original.model.init_from == "w:\"gpt2\" #1.bin");
     CHECK(original.data.valid == one("null"));  // quoted: the string, not null
 
     const std::string yaml = to_yaml(original);
     INFO(yaml);
     for (const char* key : {"vocab_size:", "init_from:", "sequence_parallel:", "eval_batches:",
-                            "tf32: false", "shuffle:", "keep:", "trace:", "device:"})
+                            "tf32: false", "lora:", "shuffle:", "keep:", "trace:", "device:"})
         CHECK(yaml.find(key) != std::string::npos);
 
     Config again = parse(yaml, "saved.yaml");
@@ -544,4 +548,235 @@ TEST_CASE("config: bad blend items are named by their line", "[config]") {
     CHECK(
         error_of(kMinimal, {"data.train=[{path: a, weight: 0}]"}) ==
         "--set data.train=[{path: a, weight: 0}]: data.train: item 1: weight: must be > 0, got 0");
+}
+
+TEST_CASE("config: training.lora reads each part and keeps the defaults of the rest", "[config]") {
+    const LoraConfig defaults;
+    CHECK(parse(kLoraBase, "x.yaml").training.lora == defaults);
+    CHECK(defaults.rank == 0);
+    CHECK_FALSE(defaults.enabled());
+    CHECK(defaults.alpha == 16.0);
+    CHECK(defaults.dropout == 0.0);
+    CHECK(defaults.targets == std::vector<LoraTarget>{LoraTarget::qkv, LoraTarget::attn_proj,
+                                                      LoraTarget::fc, LoraTarget::fc_proj});
+    CHECK_FALSE(defaults.init_from);
+
+    const LoraConfig all = parse(kLoraBase + R"(training:
+  lora:
+    rank: 8
+    alpha: 32
+    dropout: 0.05
+    targets: [fc_proj, qkv]
+    init_from: adapters/a.safetensors
+)",
+                                 "x.yaml")
+                               .training.lora;
+    CHECK(all.rank == 8);
+    CHECK(all.enabled());
+    CHECK(all.alpha == 32.0);
+    CHECK(all.dropout == 0.05);
+    CHECK(all.targets == std::vector<LoraTarget>{LoraTarget::fc_proj, LoraTarget::qkv});
+    CHECK(all.init_from == "adapters/a.safetensors");
+
+    // Parts left out keep their defaults; a block list of targets reads as a flow one.
+    LoraConfig expected;
+    expected.rank = 4;
+    expected.targets = {LoraTarget::attn_proj, LoraTarget::fc};
+    CHECK(parse(kLoraBase + "training:\n  lora:\n    rank: 4\n    targets:\n      - attn_proj\n"
+                           "      - fc\n",
+                "x.yaml")
+              .training.lora == expected);
+    expected.targets = defaults.targets;
+    expected.init_from = "b.safetensors";
+    CHECK(parse(kLoraBase + "training: {lora: {init_from: b.safetensors, rank: 4}}\n", "x.yaml")
+              .training.lora == expected);
+
+    // null, nothing and an empty map all mean every default.
+    for (const char* value : {"null", "", "{}", "{init_from: null}"}) {
+        INFO(value);
+        CHECK(parse(kLoraBase + "training:\n  lora: " + value + "\n", "x.yaml").training.lora ==
+              defaults);
+    }
+}
+
+TEST_CASE("config: bad training.lora parts are named by their path and line", "[config]") {
+    const std::string head = kMinimal + "training:\n  lora:\n";
+    CHECK(error_of(head + "    rank: -1\n") ==
+          "x.yaml:5: training.lora.rank: must be >= 0, got -1");
+    CHECK(error_of(head + "    rank: 2.5\n") ==
+          "x.yaml:5: training.lora.rank: expected an integer, got 2.5");
+    CHECK(error_of(head + "    rank: 8\n    alpha: 0\n") ==
+          "x.yaml:6: training.lora.alpha: must be > 0, got 0");
+    CHECK(error_of(head + "    alpha: big\n") ==
+          "x.yaml:5: training.lora.alpha: expected a number, got \"big\"");
+    CHECK(error_of(head + "    dropout: 1\n") ==
+          "x.yaml:5: training.lora.dropout: must be in [0, 1), got 1");
+    CHECK(error_of(head + "    dropout: -0.1\n") ==
+          "x.yaml:5: training.lora.dropout: must be in [0, 1), got -0.1");
+    CHECK(error_of(head + "    rnak: 8\n") ==
+          "x.yaml:5: training.lora.rnak: unknown key (did you mean training.lora.rank?)");
+    CHECK(error_of(head + "    rank: 8\n    target: [qkv]\n") ==
+          "x.yaml:6: training.lora.target: unknown key (did you mean training.lora.targets?)");
+    CHECK(error_of(head + "    scale: 2\n") == "x.yaml:5: training.lora.scale: unknown key");
+    CHECK(error_of(head + "    rank: 8\n    rank: 4\n") ==
+          "x.yaml:6: training.lora.rank: given twice (first at line 5)");
+    CHECK(error_of(head + "    init_from: [a]\n") ==
+          "x.yaml:5: training.lora.init_from: expected a string or null, got a list");
+
+    const std::string list = "expected a non-empty list of qkv, attn_proj, fc, fc_proj, got ";
+    CHECK(error_of(head + "    targets: []\n") ==
+          "x.yaml:5: training.lora.targets: " + list + "an empty list");
+    CHECK(error_of(head + "    targets: qkv\n") ==
+          "x.yaml:5: training.lora.targets: " + list + "\"qkv\"");
+    CHECK(error_of(head + "    targets: [qkv, mlp]\n") ==
+          "x.yaml:5: training.lora.targets: item 2: expected one of qkv, attn_proj, fc, fc_proj; "
+          "got \"mlp\"");
+    CHECK(error_of(head + "    targets: [fc, qkv, fc]\n") ==
+          "x.yaml:5: training.lora.targets: fc given twice");
+    // In a block list, the line of the item at fault.
+    CHECK(error_of(head + "    targets:\n      - qkv\n      - proj\n") ==
+          "x.yaml:7: training.lora.targets: item 2: expected one of qkv, attn_proj, fc, fc_proj; "
+          "got \"proj\"");
+
+    CHECK(error_of(kMinimal + "training:\n  lora: 8\n") ==
+          "x.yaml:4: training.lora: expected a map of rank, alpha, dropout, targets, init_from, "
+          "got 8");
+    CHECK(error_of(kMinimal + "training:\n  lora: [8]\n") ==
+          "x.yaml:4: training.lora: expected a map of rank, alpha, dropout, targets, init_from, "
+          "got a list");
+    CHECK(error_of(kMinimal + "training:\n  lora: {rank: 8}\n  lora: {rank: 4}\n") ==
+          "x.yaml:5: training.lora: given twice (first at line 4)");
+}
+
+TEST_CASE("config: overrides set one part of training.lora or the whole map", "[config]") {
+    const std::string file = kLoraBase + "training:\n  lora: {rank: 4, alpha: 32, dropout: 0.1}\n";
+    SECTION("one part: the others keep their values") {
+        const LoraConfig lora = parse(file, "x.yaml",
+                                      {"training.lora.rank=8", "training.lora.targets=[qkv,fc]",
+                                       "training.lora.init_from=a.safetensors"})
+                                    .training.lora;
+        CHECK(lora.rank == 8);
+        CHECK(lora.alpha == 32.0);
+        CHECK(lora.dropout == 0.1);
+        CHECK(lora.targets == std::vector<LoraTarget>{LoraTarget::qkv, LoraTarget::fc});
+        CHECK(lora.init_from == "a.safetensors");
+
+        const LoraConfig more =
+            parse(kLoraBase, "x.yaml",
+                  {"training.lora.alpha=8", "training.lora.dropout=0.05",
+                   "training.lora.init_from=null", "training.lora.targets=[fc_proj]"})
+                .training.lora;
+        CHECK(more.rank == 0);
+        CHECK(more.alpha == 8.0);
+        CHECK(more.dropout == 0.05);
+        CHECK_FALSE(more.init_from);
+        CHECK(more.targets == std::vector<LoraTarget>{LoraTarget::fc_proj});
+    }
+    SECTION("the whole map: as in a file, parts left out take their defaults") {
+        LoraConfig expected;
+        expected.rank = 8;
+        expected.alpha = 32.0;
+        CHECK(parse(file, "x.yaml", {"training.lora={rank: 8, alpha: 32}"}).training.lora ==
+              expected);
+        CHECK(parse(file, "x.yaml", {"training.lora=null"}).training.lora == LoraConfig{});
+        CHECK(parse(file, "x.yaml", {"training.lora={}"}).training.lora == LoraConfig{});
+        // A part after the map changes that part of it.
+        expected.dropout = 0.2;
+        CHECK(parse(kLoraBase, "x.yaml",
+                    {"training.lora={rank: 8, alpha: 32}", "training.lora.dropout=0.2"})
+                  .training.lora == expected);
+    }
+    SECTION("errors name the part") {
+        CHECK(error_of(kLoraBase, {"training.lora.rank=-1"}) ==
+              "--set training.lora.rank=-1: training.lora.rank: must be >= 0, got -1");
+        CHECK(error_of(kLoraBase, {"training.lora.rnak=8"}) ==
+              "--set training.lora.rnak=8: training.lora.rnak: unknown key (did you mean "
+              "training.lora.rank?)");
+        CHECK(error_of(kLoraBase, {"training.lora.targets=[qkv,qkv]"}) ==
+              "--set training.lora.targets=[qkv,qkv]: training.lora.targets: qkv given twice");
+        CHECK(error_of(kLoraBase, {"training.lora.dropout=1"}) ==
+              "--set training.lora.dropout=1: training.lora.dropout: must be in [0, 1), got 1");
+        CHECK(error_of(kLoraBase, {"training.lora={rank: 8, alhpa: 2}"}) ==
+              "--set training.lora={rank: 8, alhpa: 2}: training.lora.alhpa: unknown key (did you "
+              "mean training.lora.alpha?)");
+        CHECK(error_of(kLoraBase, {"training.lora={rank: 8, rank: 4}"}) ==
+              "--set training.lora={rank: 8, rank: 4}: training.lora.rank: given twice");
+        CHECK(error_of(kLoraBase, {"training.lora=8"}) ==
+              "--set training.lora=8: training.lora: expected a map of rank, alpha, dropout, "
+              "targets, init_from, got 8");
+    }
+}
+
+TEST_CASE("config: training.lora is written as one flow map and read back", "[config]") {
+    CHECK(to_yaml(parse(kLoraBase, "x.yaml"))
+              .find("\n  lora: {rank: 0, alpha: 16.0, dropout: 0.0, targets: [qkv, attn_proj, fc, "
+                    "fc_proj], init_from: null}\n") != std::string::npos);
+
+    const Config set = parse(kLoraBase, "x.yaml",
+                             {"training.lora.rank=8", "training.lora.alpha=0.5",
+                              "training.lora.dropout=0.05", "training.lora.targets=[fc_proj, qkv]",
+                              "training.lora.init_from='a: \"b\" #1.safetensors'"});
+    CHECK(set.training.lora.init_from == "a: \"b\" #1.safetensors");
+    const std::string yaml = to_yaml(set);
+    INFO(yaml);
+    CHECK(yaml.find("\n  lora: {rank: 8, alpha: 0.5, dropout: 0.05, targets: [fc_proj, qkv], "
+                    "init_from: \"a: \\\"b\\\" #1.safetensors\"}\n") != std::string::npos);
+    CHECK(parse(yaml, "x.yaml") == set);
+}
+
+TEST_CASE("config: training.lora against the other keys", "[config]") {
+    SECTION("ZeRO-2 and 3 shard what LoRA freezes") {
+        const std::string message =
+            "training.lora.rank (8) needs parallel.zero_stage 0 or 1, got 2 (ZeRO-2 and 3 shard "
+            "the base model's gradients and parameters, which LoRA freezes)";
+        CHECK(error_of(kMinimal + "parallel:\n  zero_stage: 2\ntraining:\n  lora: {rank: 8}\n") ==
+              "x.yaml:6: " + message);
+        CHECK(error_of(kMinimal + "training:\n  lora: {rank: 8}\n", {"parallel.zero_stage=2"}) ==
+              "--set parallel.zero_stage=2: " + message);
+        CHECK(error_of(kMinimal + "parallel:\n  zero_stage: 3\n", {"training.lora.rank=4"}) ==
+              "--set training.lora.rank=4: training.lora.rank (4) needs parallel.zero_stage 0 or "
+              "1, got 3 (ZeRO-2 and 3 shard the base model's gradients and parameters, which "
+              "LoRA freezes)");
+        for (const char* stage : {"0", "1"}) {
+            INFO(stage);
+            CHECK(parse(kLoraBase, "x.yaml",
+                        {std::string("parallel.zero_stage=") + stage, "training.lora.rank=8"})
+                      .training.lora.rank == 8);
+        }
+        // Without adapters, every stage runs.
+        CHECK(parse(kMinimal, "x.yaml", {"parallel.zero_stage=2"}).parallel.zero_stage == 2);
+    }
+    SECTION("the rank is at most model.hidden") {
+        const std::string model =
+            kMinimal + "model: {hidden: 64, heads: 4, init_from: base.safetensors}\n";
+        CHECK(parse(model + "training:\n  lora: {rank: 64}\n", "x.yaml").training.lora.rank == 64);
+        CHECK(error_of(model + "training:\n  lora: {rank: 65}\n") ==
+              "x.yaml:5: training.lora.rank (65) must not exceed model.hidden (64)");
+        CHECK(error_of(model + "training:\n  lora: {rank: 64}\n", {"model.hidden=32"}) ==
+              "--set model.hidden=32: training.lora.rank (64) must not exceed model.hidden (32)");
+    }
+    SECTION("init_from needs adapters") {
+        CHECK(error_of(kMinimal + "training:\n  lora:\n    init_from: a.safetensors\n") ==
+              "x.yaml:5: training.lora.init_from needs training.lora.rank > 0");
+        CHECK(error_of(kMinimal + "training:\n  lora: {rank: 4, init_from: a.safetensors}\n",
+                       {"training.lora.rank=0"}) ==
+              "--set training.lora.rank=0: training.lora.init_from needs training.lora.rank > 0");
+        CHECK(error_of(kMinimal, {"training.lora={init_from: a.safetensors}"}) ==
+              "--set training.lora={init_from: a.safetensors}: training.lora.init_from needs "
+              "training.lora.rank > 0");
+        CHECK(parse(kLoraBase + "training:\n  lora: {rank: 4, init_from: a.safetensors}\n",
+                    "x.yaml")
+                  .training.lora.init_from == "a.safetensors");
+    }
+    SECTION("training adapters needs the weights they adapt, bench and plan do not") {
+        const std::string message =
+            "training.lora.rank > 0 adapts given weights: set model.init_from (Hugging Face "
+            "GPT-2 safetensors, or a checkpoint to fine-tune)";
+        CHECK(error_of(kMinimal + "training:\n  lora: {rank: 4}\n") == "x.yaml:4: " + message);
+        CHECK(error_of(kLoraBase, {"training.lora.rank=4", "model.init_from=null"}) ==
+              "--set model.init_from=null: " + message);
+        for (const Purpose purpose : {Purpose::bench, Purpose::plan})
+            CHECK(parse(kMinimal, "x.yaml", {"training.lora.rank=4"}, purpose).training.lora.rank ==
+                  4);
+    }
 }

@@ -107,7 +107,8 @@ TEST_CASE("fuzz: the YAML config", "[fuzz]") {
         read_file(TRIDENT_SOURCE_DIR "/configs/default.yaml"),
         "model: {vocab_size: 300, seq_len: 16, layers: 2, hidden: 32, heads: 4}\n"
         "parallel: {pipeline: 2, stage_layers: [1, 1], schedule: gpipe}\n"
-        "training: {precision: bf16, lr: 3.0e-4, collective_timeout: 5}\n"
+        "training: {precision: bf16, lr: 3.0e-4, collective_timeout: 5,\n"
+        "  lora: {rank: 4, alpha: 8, dropout: 0.1, targets: [qkv, fc], init_from: a.st}}\n"
         "data:\n  train:\n    - {path: a.bin, weight: 0.7}\n    - {path: b.bin, weight: 0.3}\n"
         "checkpoint: {dir: ck, on_error: continue, allow_data_change: true}\n"
         "logging: {metrics: m.jsonl, on_error: continue}\ndevice: cpu\n"};

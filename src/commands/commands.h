@@ -28,6 +28,9 @@ int bench(const BenchOptions& opts, parallel::World& world);
 struct ExportOptions {
     std::string checkpoint;  // a checkpoint directory, or a checkpoint.dir (newest is taken)
     std::string output;      // .safetensors
+    // A checkpoint of low-rank adapters needs one: the model with the adapters merged in, or
+    // the adapters alone.
+    bool merge_lora = false, lora_only = false;
 };
 int export_model(const ExportOptions& opts);
 
@@ -52,6 +55,7 @@ int tokenize(const TokenizeOptions& opts);
 struct GenerateOptions {
     std::string weights;     // Hugging Face GPT-2 safetensors, or
     std::string checkpoint;  // a checkpoint directory (or a checkpoint.dir)
+    std::string lora;        // with `weights`: an adapters file to merge into them
     std::string prompt;
     train::SamplingOptions sampling;
     int head_dim = 64;  // heads = hidden / head_dim for --weights (shapes do not tell)

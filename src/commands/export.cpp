@@ -1,8 +1,11 @@
-// `trident export`: writes a checkpoint's model as Hugging Face GPT-2 safetensors.
+// `trident export`: writes a checkpoint's model as Hugging Face GPT-2 safetensors, or the
+// low-rank adapters of a checkpoint that trained them.
 #include <cstdio>
 
 #include "commands/commands.h"
+#include "error.h"
 #include "model/hf_gpt2.h"
+#include "model/lora.h"
 #include "train/checkpoint.h"
 #include "train/model_shape.h"
 
@@ -10,9 +13,27 @@ namespace trident::commands {
 
 int export_model(const ExportOptions& opts) {
     const train::LoadedModel loaded = train::load_model_checkpoint(opts.checkpoint);
-    const model::ParamLayout layout(train::gpt_shape(loaded.cfg));
-    model::save_hf_gpt2(opts.output, layout, loaded.params.data());
-    std::printf("exported %s -> %s\n", loaded.path.c_str(), opts.output.c_str());
+    const model::GptShape shape = train::gpt_shape(loaded.cfg);
+    const bool adapters = !loaded.adapters.empty();
+    if (adapters && !opts.merge_lora && !opts.lora_only)
+        throw Error(loaded.path +
+                    " trained low-rank adapters: export them with --lora-only, or the model "
+                    "with them merged in with --merge-lora");
+    if (!adapters && (opts.merge_lora || opts.lora_only))
+        throw Error(loaded.path + " trained the whole model, not low-rank adapters: export it " +
+                    "without " + (opts.merge_lora ? "--merge-lora" : "--lora-only"));
+    if (opts.lora_only) {
+        const config::LoraConfig& lora = loaded.cfg.training.lora;
+        model::save_adapters_file(
+            opts.output, model::ParamLayout::adapters(shape, train::adapters_of(loaded.cfg).shape),
+            loaded.adapters.data(), lora.alpha);
+        std::printf("exported the adapters of %s -> %s\n", loaded.path.c_str(),
+                    opts.output.c_str());
+        return 0;
+    }
+    model::save_hf_gpt2(opts.output, model::ParamLayout(shape), loaded.params.data());
+    std::printf("exported %s%s -> %s\n", loaded.path.c_str(),
+                adapters ? " (adapters merged in)" : "", opts.output.c_str());
     return 0;
 }
 

@@ -1,5 +1,5 @@
 // `trident generate`: prints a continuation of a prompt from trained weights (a Hugging Face
-// GPT-2 safetensors file or a checkpoint).
+// GPT-2 safetensors file, with low-rank adapters merged in if given, or a checkpoint).
 #include <cstdio>
 
 #include "commands/commands.h"
@@ -9,6 +9,7 @@
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
+#include "model/lora.h"
 #include "train/checkpoint.h"
 #include "train/model_shape.h"
 
@@ -31,6 +32,15 @@ int generate(const GenerateOptions& opts) {
         shape = model::infer_hf_gpt2_shape(opts.weights, opts.head_dim);
         params.assign(model::ParamLayout(shape).total(), 0.0f);
         model::load_hf_gpt2(opts.weights, model::ParamLayout(shape), params.data());
+        if (!opts.lora.empty()) {
+            const model::AdaptersFileInfo info = model::read_adapters_info(opts.lora);
+            const auto whole = model::ParamLayout::adapters(shape, info.lora);
+            std::vector<float> adapters(whole.total(), 0.0f);
+            model::load_adapters_file(opts.lora, whole, adapters.data());
+            model::merge_adapters(model::ParamLayout(shape), params.data(), whole,
+                                  adapters.data(),
+                                  static_cast<float>(info.alpha / info.lora.rank));
+        }
     }
     model::Gpt gpt(*ops, shape, 1, 0.0f);
     gpt.load_params(params);

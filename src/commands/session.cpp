@@ -7,7 +7,8 @@
 #include <vector>
 
 #include "error.h"
-#include "model/hf_gpt2.h"
+#include "model/lora.h"
+#include "train/base_weights.h"
 #include "train/device_peak.h"
 #include "train/metrics.h"
 #if TRIDENT_HAVE_CUDA
@@ -193,16 +194,29 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Pea
     std::printf("peak: %.1f GFLOP/s (%s)\n", peak.flops / 1e9, peak.source.c_str());
 }
 
-void initialise_weights(const config::Config& cfg, model::Gpt& model) {
+std::string initialise_weights(const config::Config& cfg, model::Gpt& model) {
+    std::string read;
     if (cfg.model.init_from) {
         // The whole model from the file; each tensor-parallel rank keeps its slice.
         const model::ParamLayout full_layout(model.shape());
         std::vector<float> full(full_layout.total(), 0.0f);
-        model::load_hf_gpt2(*cfg.model.init_from, full_layout, full.data());
+        read = train::load_base_weights(*cfg.model.init_from, full_layout, full.data());
         model.load_full_params(full);
     } else {
         model.init_random(cfg.training.seed, static_cast<float>(cfg.model.init_std));
     }
+    if (model.frozen()) {
+        const auto whole = model::ParamLayout::adapters(model.shape(), model.adapters().shape);
+        std::vector<float> adapters;
+        if (const auto& from = cfg.training.lora.init_from) {
+            adapters.assign(whole.total(), 0.0f);
+            model::load_adapters_file(*from, whole, adapters.data());
+        } else {
+            adapters = model::initial_adapters(whole, cfg.training.seed);
+        }
+        model.load_full_adapters(adapters);
+    }
+    return read;
 }
 
 std::string generate_text(model::Gpt& model, const data::Tokenizer& tokenizer,

@@ -69,8 +69,11 @@ Peak peak_flops(const Device& device, kernels::Ops& ops);
 // Prints the model, layout and batch figures of the run.
 void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Peak& peak);
 
-// model.init_from if set, else GPT-2 initialisation from training.seed.
-void initialise_weights(const config::Config& cfg, model::Gpt& model);
+// model.init_from if set (a Hugging Face file or a checkpoint, train/base_weights.h), else
+// GPT-2 initialisation from training.seed; and under low-rank adapters, the adapters from
+// training.lora.init_from, else as model/lora.h's initial_adapters draws them from the seed.
+// Returns what model.init_from read ("" without it).
+std::string initialise_weights(const config::Config& cfg, model::Gpt& model);
 
 // The prompt and its continuation as text. An empty prompt starts a new document (the
 // end-of-text token, or a newline for the byte tokenizer).

@@ -16,6 +16,7 @@
 #include "parallel/agreement.h"
 #include "parallel/grid.h"
 #include "parallel/world.h"
+#include "train/base_weights.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/preemption.h"
@@ -63,7 +64,7 @@ std::optional<train::CheckpointShare> resume_point(const config::Config& cfg,
         std::optional<train::CheckpointShare> share;
         std::string error;
         try {
-            share = train::read_share(dir, trainer.model().layout(),
+            share = train::read_share(dir, trainer.model().trainable_layout(),
                                       trainer.optimizer().owned_ranges());
         } catch (const std::exception& e) {
             error = e.what();
@@ -121,9 +122,10 @@ std::string newest_checkpoint(const config::Config& cfg) {
 // last step's, or a preemption's (`last`), ends the run with the error like `stop`.
 std::string save_or_report(const config::Config& cfg, train::Trainer& trainer, parallel::Grid& grid,
                            parallel::World& world, int step, int skipped,
-                           const std::vector<train::DataFileRecord>& data, bool last, bool leader) {
+                           const std::vector<train::DataFileRecord>& data,
+                           const train::LoraRecord& lora, bool last, bool leader) {
     try {
-        return train::save_checkpoint(cfg, trainer, grid, world.comm(), step, skipped, data);
+        return train::save_checkpoint(cfg, trainer, grid, world.comm(), step, skipped, data, lora);
     } catch (const train::CheckpointError& e) {
         const bool go_on = cfg.checkpoint.on_error == config::OnError::continue_ && !last;
         const std::string text = std::string(e.what()) + "; " + newest_checkpoint(cfg);
@@ -207,6 +209,38 @@ void check_data(const Setup& setup, const train::CheckpointShare& ck, parallel::
     }
 }
 
+// What a run of low-rank adapters records in its checkpoints (rank 0: none): the adapters,
+// and (rank 0 alone reads them) the identity of the base weights `base` that
+// initialise_weights read.
+train::LoraRecord lora_record(const config::Config& cfg, const std::string& base, bool leader) {
+    train::LoraRecord record;
+    const config::LoraConfig& lora = cfg.training.lora;
+    if (!lora.enabled()) return record;
+    record.rank = lora.rank;
+    for (const config::LoraTarget t : lora.targets) record.targets.push_back(config::to_string(t));
+    record.alpha = lora.alpha;
+    if (leader) {
+        record.base = std::filesystem::absolute(base).lexically_normal().string();
+        record.base_sha256 = train::base_weights_sha256(base);
+    }
+    return record;
+}
+
+// A resume of adapters over other base weights than those they were trained on would train
+// them on for another model: refused. Collective.
+void check_base(const train::CheckpointShare& ck, const train::LoraRecord& now,
+                parallel::World& world, bool leader) {
+    std::string error;
+    if (leader && ck.manifest.lora.base_sha256 != now.base_sha256)
+        error = "checkpoint.resume: " + ck.path + " trained adapters over " + ck.manifest.lora.base +
+                " (SHA-256 " + ck.manifest.lora.base_sha256.substr(0, 12) +
+                "...), but model.init_from now reads " + now.base + " (SHA-256 " +
+                now.base_sha256.substr(0, 12) +
+                "...): restore those weights, or point model.init_from at them";
+    error = parallel::first_failure(world.comm(), error);
+    if (!error.empty()) throw EveryRankError(error);
+}
+
 void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     const config::Config& cfg = setup.cfg;
     const auto& t = cfg.training;
@@ -222,12 +256,17 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     }
 
     train::Trainer trainer(cfg, *ops, &grid);
-    initialise_weights(cfg, trainer.model());
-    if (leader && cfg.model.init_from) std::printf("weights: %s\n", cfg.model.init_from->c_str());
+    const std::string base = initialise_weights(cfg, trainer.model());
+    if (leader && cfg.model.init_from) std::printf("weights: %s\n", base.c_str());
+    const train::LoraRecord lora = lora_record(cfg, base, leader);
+    if (leader && lora.rank > 0)
+        std::printf("lora: rank %d, alpha %g on %zu targets; the model is frozen\n", lora.rank,
+                    lora.alpha, lora.targets.size());
     int start = 0, skipped_so_far = 0;
     std::optional<parallel::ScopedPhase> resuming(parallel::Phase::checkpoint);
     if (const auto ck = resume_point(cfg, world, trainer, leader)) {
         check_data(setup, *ck, world, leader);
+        check_base(*ck, lora, world, leader);
         train::restore_checkpoint(*ck, trainer);  // collective
         start = ck->manifest.step;
         skipped_so_far = ck->manifest.skipped_total;
@@ -343,7 +382,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         std::string saved;
         if (cfg.checkpoint.dir && due(m.step, cfg.checkpoint.interval, t.steps)) {
             saved = save_or_report(cfg, trainer, grid, world, m.step, skipped_so_far,
-                                   setup.data_files, m.step == t.steps, leader);
+                                   setup.data_files, lora, m.step == t.steps, leader);
             if (leader && !saved.empty()) std::printf("checkpoint: %s\n", saved.c_str());
         }
         // A signal on any rank, or a failed write of rank 0's metrics, stops every rank here,
@@ -359,7 +398,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         if (signal != 0) {
             if (cfg.checkpoint.dir && saved.empty())
                 saved = save_or_report(cfg, trainer, grid, world, m.step, skipped_so_far,
-                                       setup.data_files, true, leader);
+                                       setup.data_files, lora, true, leader);
             if (leader) {
                 std::printf("trident: preempted by %s (%d) after step %d of %d; %s\n",
                             signal_name(signal), signal, m.step, t.steps,

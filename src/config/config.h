@@ -77,6 +77,25 @@ struct ParallelConfig {
     bool operator==(const ParallelConfig&) const = default;
 };
 
+// The linear layers of a transformer block that LoRA can adapt: attention's qkv and output
+// projection, the MLP's two linears.
+enum class LoraTarget { qkv, attn_proj, fc, fc_proj };
+
+// Low-rank adapters (Hu et al., "LoRA", 2021): each target W of every layer becomes
+// W + (alpha / rank) · B · A with A (rank, in) and B (out, rank) trained and W frozen.
+struct LoraConfig {
+    int rank = 0;  // r; 0: no adapters, every parameter trains
+    double alpha = 16.0;
+    double dropout = 0.0;  // on the adapter's input, before A
+    std::vector<LoraTarget> targets = {LoraTarget::qkv, LoraTarget::attn_proj, LoraTarget::fc,
+                                       LoraTarget::fc_proj};
+    // The adapters' starting values (safetensors, model/lora.h names); none: A
+    // Kaiming-uniform from training.seed, B zero.
+    std::optional<std::string> init_from;
+    bool enabled() const { return rank > 0; }
+    bool operator==(const LoraConfig&) const = default;
+};
+
 struct TrainingConfig {
     int micro_batch = 4;    // sequences per microbatch
     int global_batch = 32;  // sequences per step
@@ -114,6 +133,7 @@ struct TrainingConfig {
     double collective_timeout = 600;
     double collective_timeout_first_step = 1800;
     double collective_timeout_checkpoint = 1800;
+    LoraConfig lora;
     bool operator==(const TrainingConfig&) const = default;
 };
 
@@ -166,7 +186,7 @@ struct Derived {
     int grad_accum_steps = 0;       // global_batch / (micro_batch * data)
     int64_t tokens_per_step = 0;    // global_batch * seq_len
     int64_t parameters = 0;         // unique parameters of the model, padded vocabulary excluded
-    double flops_per_step = 0;      // Megatron's model FLOPs for one global batch
+    double flops_per_step = 0;      // Megatron's model FLOPs for one global batch (LoRA: fewer)
     std::vector<int> chunk_layers;  // layers of each global pipeline chunk (P·v), in order
     bool operator==(const Derived&) const = default;
 };
@@ -214,6 +234,7 @@ const char* to_string(NonFinite v);
 const char* to_string(DeviceKind v);
 const char* to_string(DataFormat v);
 const char* to_string(OnError v);
+const char* to_string(LoraTarget v);
 std::string to_string(const StageLayers& v);  // as YAML: uniform, auto or [n0, n1, ...]
 
 }  // namespace trident::config

@@ -25,10 +25,23 @@ int64_t count_parameters(const ModelConfig& m) {
 }
 
 // Megatron's model FLOPs for one global batch (training.py, causal attention counted at
-// half, no recompute): 72·B·s·l·h²·(1 + s/(12h) + V/(12·l·h)).
-double model_flops(const ModelConfig& m, int global_batch) {
-    const double B = global_batch, s = m.seq_len, l = m.layers, h = m.hidden, V = m.vocab_size;
-    return 72.0 * B * s * l * h * h * (1.0 + s / (12.0 * h) + V / (12.0 * l * h));
+// half, no recompute): 72·B·s·l·h²·(1 + s/(12h) + V/(12·l·h)), three times the forward's
+// 24·B·s·l·h²·(1 + V/(12·l·h)) in the weights' GEMMs and 2·B·s²·l·h in attention's. Under
+// low-rank adapters the frozen weights get no weight gradient, so their GEMMs run twice the
+// forward's (forward, input gradient), attention's still three times, and each adapter
+// (A (r, in), B (out, r)) adds three times its forward's 2·B·s·r·(in + out) per layer.
+double model_flops(const ModelConfig& m, const TrainingConfig& t) {
+    const double B = t.global_batch, s = m.seq_len, l = m.layers, h = m.hidden, V = m.vocab_size;
+    const double weights = 24.0 * B * s * l * h * h * (1.0 + V / (12.0 * l * h));
+    const double attention = 2.0 * B * s * s * l * h;
+    if (!t.lora.enabled()) return 3.0 * (weights + attention);
+    double widths = 0;  // Σ (in + out) over the targets
+    for (const LoraTarget target : t.lora.targets)
+        widths += target == LoraTarget::qkv ? 4.0 * h
+                  : target == LoraTarget::attn_proj ? 2.0 * h
+                                                    : h + static_cast<double>(m.ffn_hidden);
+    const double adapters = 2.0 * B * s * l * t.lora.rank * widths;
+    return 2.0 * weights + 3.0 * (attention + adapters);
 }
 
 }  // namespace
@@ -47,7 +60,7 @@ void derive(Config& cfg) {
     d.grad_accum_steps = per_step > 0 ? t.global_batch / per_step : 0;
     d.tokens_per_step = int64_t{t.global_batch} * m.seq_len;
     d.parameters = count_parameters(m);
-    d.flops_per_step = model_flops(m, t.global_batch);
+    d.flops_per_step = model_flops(m, t);
     d.chunk_layers = plan::chunk_layers(cfg);  // reads padded_vocab, set above
 }
 

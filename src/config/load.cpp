@@ -119,8 +119,67 @@ std::string one_line(const std::string& text) {
     return out;
 }
 
+std::string part_path(const Key& key, std::string_view part) {
+    return std::string(key.path) + "." + std::string(part);
+}
+
+std::vector<std::string> part_paths(const Key& key) {
+    std::vector<std::string> paths;
+    for (const detail::Part& part : key.parts) paths.push_back(part_path(key, part.name));
+    return paths;
+}
+
+// Reads one part of a key with parts; that part, and the key as a whole, now come from `where`.
+void set_part(const Key& key, const detail::Part& part, const YAML::Node& value,
+              const std::string& where, int rank, Config& cfg, Origins& origins) {
+    const std::string path = part_path(key, part.name);
+    YAML::Mark at = YAML::Mark::null_mark();
+    if (auto problem = part.read(cfg, value, at)) {
+        const bool from_file = rank == kFileRank;
+        fail(from_file && !at.is_null() ? at_line(origins.file(), at) : where, path, *problem);
+    }
+    origins.set(path, where, rank);
+    origins.set(key.path, where, rank);
+}
+
+// The map of a key with parts: every part back to its default, then each part given, read in
+// turn. In a file each part points at its own line; every part not given points at the map.
+void set_parts(const Key& key, const YAML::Node& value, const std::string& where, int rank,
+               Config& cfg, Origins& origins) {
+    if (!value.IsNull() && !value.IsMap()) {
+        std::string names;
+        for (const detail::Part& part : key.parts)
+            names += (names.empty() ? "" : ", ") + std::string(part.name);
+        fail(where, key.path, "expected a map of " + names + ", got " + detail::describe(value));
+    }
+    key.reset(cfg);
+    origins.set(key.path, where, rank);
+    for (const detail::Part& part : key.parts) origins.set(part_path(key, part.name), where, rank);
+    if (value.IsNull()) return;
+
+    const bool from_file = rank == kFileRank;
+    std::map<std::string, size_t> first_line;  // part -> line it first appeared on
+    for (const auto& entry : value) {
+        const YAML::Mark mark = entry.first.Mark();
+        const std::string part_where = from_file ? at_line(origins.file(), mark) : where;
+        if (!entry.first.IsScalar() || !plain_name(entry.first.Scalar()))
+            fail(part_where, key.path, "expected a key name, got " + detail::describe(entry.first));
+        const std::string name = entry.first.Scalar();
+        const std::string path = part_path(key, name);
+        const detail::Part* part = detail::find_part(key, name);
+        if (!part) fail(part_where, path, unknown("key", path, part_paths(key)));
+        auto [it, fresh] = first_line.emplace(name, mark.line + 1);
+        if (!fresh)
+            fail(part_where, path,
+                 from_file ? "given twice (first at line " + std::to_string(it->second) + ")"
+                           : "given twice");
+        set_part(key, *part, entry.second, part_where, rank, cfg, origins);
+    }
+}
+
 void set_key(const Key& key, const YAML::Node& value, const std::string& where, int rank,
              Config& cfg, Origins& origins) {
+    if (!key.parts.empty()) return set_parts(key, value, where, rank, cfg, origins);
     YAML::Mark at = YAML::Mark::null_mark();
     if (auto problem = key.read(cfg, value, at)) {
         // Inside a file, a problem within the value (an item of a list) points at its own line.
@@ -187,7 +246,7 @@ void apply_document(const YAML::Node& root, Config& cfg, Origins& origins) {
     }
 }
 
-// "a.b=value": the value is read as a YAML scalar, so 3e-4, true, null and 1f1b mean what
+// "a.b=value": the value is read as YAML, so 3e-4, true, null, 1f1b and [qkv, fc] mean what
 // they mean in a file. Text that is not valid YAML is taken as a plain string, so a path
 // like "data/[ab].bin" needs no quoting.
 void apply_override(const std::string& text, int rank, Config& cfg, Origins& origins) {
@@ -198,20 +257,28 @@ void apply_override(const std::string& text, int rank, Config& cfg, Origins& ori
     const std::string path = text.substr(0, eq);
     const std::string value_text = text.substr(eq + 1);
 
-    const Key* key = detail::find_key(path);
-    if (!key) {
-        for (const Key& candidate : detail::keys())
-            if (detail::section_of(candidate.path) == path)
-                fail(where, path,
-                     "is a section; set one of its keys, e.g. " + std::string(candidate.path));
-        fail(where, path, unknown("key", path, key_paths()));
-    }
-
     YAML::Node value;
     try {
         value = YAML::Load(value_text);
     } catch (const YAML::Exception&) {
         value = YAML::Node(value_text);
+    }
+
+    const Key* key = detail::find_key(path);
+    if (!key) {
+        // PATH.PART of a key with parts ("training.lora.rank") sets that part alone.
+        for (const Key& owner : detail::keys()) {
+            if (owner.parts.empty() || !path.starts_with(part_path(owner, ""))) continue;
+            const std::string name = path.substr(owner.path.size() + 1);
+            const detail::Part* part = detail::find_part(owner, name);
+            if (!part) fail(where, path, unknown("key", path, part_paths(owner)));
+            return set_part(owner, *part, value, where, rank, cfg, origins);
+        }
+        for (const Key& candidate : detail::keys())
+            if (detail::section_of(candidate.path) == path)
+                fail(where, path,
+                     "is a section; set one of its keys, e.g. " + std::string(candidate.path));
+        fail(where, path, unknown("key", path, key_paths()));
     }
     set_key(*key, value, where, rank, cfg, origins);
 }

@@ -61,6 +61,42 @@ Key sources(std::string_view path, std::vector<DataSource> DataConfig::*member, 
     };
 }
 
+// A part of training.lora, stored at cfg.training.lora.*member and range-checked as it is read
+// (the parts' limits do not depend on each other).
+template <typename T>
+Part lora_part(std::string_view name, T LoraConfig::*member,
+               std::type_identity_t<RangeCheck<T>> range = nullptr) {
+    return Part{
+        .name = name,
+        .read = [=](Config& c, const YAML::Node& node, YAML::Mark&) -> Problem {
+            T value = c.training.lora.*member;
+            if (Problem p = read_value(node, value)) return p;
+            if (Problem p = range ? range(value) : Problem{}) return p;
+            c.training.lora.*member = value;
+            return {};
+        },
+        .write = [=](const Config& c) { return yaml_text(c.training.lora.*member); },
+    };
+}
+
+// training.lora: a map of the LoRA settings, written back as one flow map.
+Key lora(std::vector<Part> parts) {
+    return Key{
+        .path = "training.lora",
+        .write =
+            [parts](const Config& c) {
+                std::string out = "{";
+                for (const Part& part : parts)
+                    out += (out.size() > 1 ? ", " : "") + std::string(part.name) + ": " +
+                           part.write(c);
+                return out + "}";
+            },
+        .check_range = [](const Config&) { return Problem{}; },
+        .parts = std::move(parts),
+        .reset = [](Config& c) { c.training.lora = LoraConfig{}; },
+    };
+}
+
 Key required(Key key) {
     key.required = true;
     return key;
@@ -168,6 +204,20 @@ const std::vector<Key>& table() {
               &TrainingConfig::collective_timeout_first_step, at_least(0.0)),
         field("training.collective_timeout_checkpoint", &C::training,
               &TrainingConfig::collective_timeout_checkpoint, at_least(0.0)),
+        lora({
+            lora_part("rank", &LoraConfig::rank, at_least(0)),
+            lora_part("alpha", &LoraConfig::alpha, above(0.0)),
+            lora_part("dropout", &LoraConfig::dropout, fraction()),
+            Part{
+                .name = "targets",
+                .read =
+                    [](Config& c, const YAML::Node& node, YAML::Mark& at) {
+                        return read_value(node, c.training.lora.targets, at);
+                    },
+                .write = [](const Config& c) { return yaml_text(c.training.lora.targets); },
+            },
+            lora_part("init_from", &LoraConfig::init_from),
+        }),
 
         required(sources("data.train", &DataConfig::train, false)),
         sources("data.valid", &DataConfig::valid, true),
@@ -204,6 +254,12 @@ std::span<const Key> keys() {
 const Key* find_key(std::string_view path) {
     for (const Key& key : table())
         if (key.path == path) return &key;
+    return nullptr;
+}
+
+const Part* find_part(const Key& key, std::string_view name) {
+    for (const Part& part : key.parts)
+        if (part.name == name) return &part;
     return nullptr;
 }
 

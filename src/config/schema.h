@@ -19,14 +19,30 @@
 
 namespace trident::config::detail {
 
+// One named entry of a key whose value is a map (training.lora's rank, alpha, ...).
+struct Part {
+    std::string_view name;  // "rank"
+    // Parses a YAML value into cfg and checks the part's own range; `at` as in Key::read.
+    std::function<Problem(Config&, const YAML::Node&, YAML::Mark& at)> read;
+    std::function<std::string(const Config&)> write;  // the value as YAML text (one line)
+};
+
 struct Key {
     std::string_view path;  // "training.lr"; a key outside any section has no dot ("device")
     bool required = false;  // must be given (no usable default)
     // Parses a YAML value into cfg. A problem inside a value of several parts (an item of a
     // list) may set `at` to that part's place, so that the message points at its line.
-    std::function<Problem(Config&, const YAML::Node&, YAML::Mark& at)> read;
+    // Null for a key with parts: load.cpp reads its map part by part.
+    std::function<Problem(Config&, const YAML::Node&, YAML::Mark& at)> read = nullptr;
     std::function<std::string(const Config&)> write;    // the value as YAML text (one line)
     std::function<Problem(const Config&)> check_range;  // the value's own limits
+
+    // A key whose value is a map of parts: null or a map in which each part is optional.
+    // Setting the map first resets every part to its default (`reset`), then reads the parts
+    // given; --set PATH.PART=value sets one part alone. Problems name the part's path
+    // ("training.lora.rank").
+    std::vector<Part> parts = {};
+    std::function<void(Config&)> reset = nullptr;
 };
 
 // Every key, in the order to_yaml writes them (section by section).
@@ -34,6 +50,9 @@ std::span<const Key> keys();
 
 // The key with this exact path, or null.
 const Key* find_key(std::string_view path);
+
+// The part of `key` with this name, or null.
+const Part* find_part(const Key& key, std::string_view name);
 
 // The section names ("model", "parallel", ...) in table order.
 std::vector<std::string> sections();

@@ -48,6 +48,9 @@ const char* to_string(DataFormat v) {
 const char* to_string(OnError v) {
     return detail::enum_name(v);
 }
+const char* to_string(LoraTarget v) {
+    return detail::enum_name(v);
+}
 std::string to_string(const StageLayers& v) {
     return detail::yaml_text(v);
 }

@@ -195,6 +195,23 @@ void check_consistency(const Config& cfg, const Origins& origins) {
                  "(parallel.context is ",
                  p.context, "); use zero_stage 0 or 1 with context > 1"));
 
+    // LoRA trains low-rank adapters beside a frozen model (Hu et al. 2021): its rank is at most
+    // the width of the layers it adapts, and starting adapters need adapters to start.
+    const LoraConfig& lora = t.lora;
+    if (lora.init_from && !lora.enabled())
+        fail(origins.blame({"training.lora.init_from", "training.lora.rank"}),
+             "training.lora.init_from needs training.lora.rank > 0");
+    if (lora.rank > m.hidden)
+        fail(origins.blame({"training.lora.rank", "model.hidden"}),
+             cat("training.lora.rank (", lora.rank, ") must not exceed model.hidden (", m.hidden,
+                 ")"));
+    if (lora.enabled() && p.zero_stage >= 2)
+        fail(origins.blame({"training.lora.rank", "parallel.zero_stage"}),
+             cat("training.lora.rank (", lora.rank, ") needs parallel.zero_stage 0 or 1, got ",
+                 p.zero_stage,
+                 " (ZeRO-2 and 3 shard the base model's gradients and parameters, which LoRA "
+                 "freezes)"));
+
     // The interleaved schedule runs microbatches in groups of P (PTD-P §2.2).
     const int microbatches = t.global_batch / per_step;
     if (interleaved && microbatches % p.pipeline != 0)
@@ -213,6 +230,12 @@ void validate(const Config& cfg, const Origins& origins, Purpose purpose) {
     check_ranges(cfg, origins);
     if (purpose != Purpose::plan) refuse_unsupported_features(cfg, origins);
     check_consistency(cfg, origins);
+    // Training adapters adapts given weights (over a random model they would adapt nothing);
+    // bench and plan measure and model the run without them.
+    if (purpose == Purpose::train && cfg.training.lora.enabled() && !cfg.model.init_from)
+        fail(origins.blame({"training.lora.rank", "model.init_from"}),
+             "training.lora.rank > 0 adapts given weights: set model.init_from (Hugging Face "
+             "GPT-2 safetensors, or a checkpoint to fine-tune)");
 }
 
 }  // namespace trident::config::detail

@@ -4,6 +4,7 @@
 // rejection says what was expected and what was found, and integers written as 1e3 are taken.
 #include "config/values.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <limits>
@@ -295,6 +296,36 @@ std::string yaml_text(const StageLayers& v) {
     std::string out = "[";
     for (std::size_t i = 0; i < v.layers.size(); ++i)
         out += (i ? ", " : "") + std::to_string(v.layers[i]);
+    return out + "]";
+}
+
+Problem read_value(const YAML::Node& node, std::vector<LoraTarget>& out, YAML::Mark& at) {
+    std::string names;
+    for (const char* name : EnumNames<LoraTarget>::names)
+        names += (names.empty() ? "" : ", ") + std::string(name);
+    const std::string expected = "expected a non-empty list of " + names;
+    if (!node.IsSequence()) return expected + ", got " + describe(node);
+    if (node.size() == 0) return expected + ", got an empty list";
+    std::vector<LoraTarget> targets;
+    for (std::size_t i = 0; i < node.size(); ++i) {
+        const YAML::Node item = node[i];
+        at = item.Mark();
+        LoraTarget target{};
+        if (Problem p = read_value(item, target))
+            return "item " + std::to_string(i + 1) + ": " + *p;
+        if (std::find(targets.begin(), targets.end(), target) != targets.end())
+            return std::string(enum_name(target)) + " given twice";
+        targets.push_back(target);
+    }
+    out = std::move(targets);
+    at = YAML::Mark::null_mark();
+    return {};
+}
+
+std::string yaml_text(const std::vector<LoraTarget>& v) {
+    std::string out = "[";
+    for (std::size_t i = 0; i < v.size(); ++i)
+        out += (i ? ", " : "") + std::string(enum_name(v[i]));
     return out + "]";
 }
 

@@ -60,6 +60,10 @@ template <>
 struct EnumNames<OnError> {
     static constexpr std::array names{"stop", "continue"};
 };
+template <>
+struct EnumNames<LoraTarget> {
+    static constexpr std::array names{"qkv", "attn_proj", "fc", "fc_proj"};
+};
 
 template <typename E>
 const char* enum_name(E value) {
@@ -88,6 +92,9 @@ Problem read_sources(const YAML::Node& node, std::vector<DataSource>& out, bool 
                      YAML::Mark& at);
 // parallel.stage_layers: uniform, auto, or a list of layer counts (each >= 0).
 Problem read_value(const YAML::Node& node, StageLayers& out);
+// training.lora.targets: a non-empty list of distinct target names, in the order given. A
+// problem with an item sets `at` to its place.
+Problem read_value(const YAML::Node& node, std::vector<LoraTarget>& out, YAML::Mark& at);
 
 template <typename E>
 requires std::is_enum_v<E> Problem read_value(const YAML::Node& node, E& out) {
@@ -115,6 +122,8 @@ std::string yaml_text(const std::optional<std::string>& v);
 // No datasets: null; one of weight 1: its path; else a flow list of {path, weight}.
 std::string yaml_text(const std::vector<DataSource>& v);
 std::string yaml_text(const StageLayers& v);  // uniform, auto, or a flow list of counts
+// A flow list of target names: [qkv, fc].
+std::string yaml_text(const std::vector<LoraTarget>& v);
 
 template <typename E>
 requires std::is_enum_v<E> std::string yaml_text(E v) {

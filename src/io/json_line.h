@@ -35,21 +35,8 @@ public:
     JsonLine& add(std::string_view key, const char* value) {
         return add(key, std::string_view(value));
     }
-    JsonLine& add(std::string_view key, std::string_view value) {
-        std::string quoted = "\"";
-        for (char c : value) {
-            if (c == '"' || c == '\\') quoted += '\\';
-            if (static_cast<unsigned char>(c) < 0x20) {
-                char esc[8];
-                std::snprintf(esc, sizeof esc, "\\u%04x", c);
-                quoted += esc;
-                continue;
-            }
-            quoted += c;
-        }
-        return raw(key, quoted + "\"");
-    }
-    // A nested object, an array of objects, an array of integers.
+    JsonLine& add(std::string_view key, std::string_view value) { return raw(key, quote(value)); }
+    // A nested object, an array of objects, of integers, of strings.
     JsonLine& add(std::string_view key, const JsonLine& object) { return raw(key, object.str()); }
     JsonLine& add(std::string_view key, std::span<const JsonLine> objects) {
         std::string items;
@@ -61,9 +48,28 @@ public:
         for (int64_t v : values) items += (items.empty() ? "" : ", ") + std::to_string(v);
         return raw(key, "[" + items + "]");
     }
+    JsonLine& add(std::string_view key, std::span<const std::string> values) {
+        std::string items;
+        for (const std::string& v : values) items += (items.empty() ? "" : ", ") + quote(v);
+        return raw(key, "[" + items + "]");
+    }
     std::string str() const { return "{" + body_ + "}"; }
 
 private:
+    static std::string quote(std::string_view value) {
+        std::string quoted = "\"";
+        for (char c : value) {
+            if (c == '"' || c == '\\') quoted += '\\';
+            if (static_cast<unsigned char>(c) < 0x20) {
+                char esc[8];
+                std::snprintf(esc, sizeof esc, "\\u%04x", c);
+                quoted += esc;
+                continue;
+            }
+            quoted += c;
+        }
+        return quoted + "\"";
+    }
     JsonLine& raw(std::string_view key, const std::string& value) {
         if (!body_.empty()) body_ += ", ";
         body_ += "\"";

@@ -22,6 +22,8 @@
 #include "kernels/dtype.h"
 #include "parallel/agreement.h"
 #include "parallel/watchdog.h"
+#include "model/lora.h"
+#include "train/base_weights.h"
 #include "train/model_shape.h"
 
 namespace trident::train {
@@ -56,7 +58,7 @@ io::WrittenFile write_shard(const std::string& path, Trainer& trainer,
                             const std::vector<float>& params, const parallel::Coordinates& c,
                             int zero_stage) {
     model::Gpt& gpt = trainer.model();
-    const model::ParamLayout& layout = gpt.layout();
+    const model::ParamLayout& layout = gpt.trainable_layout();
     const optim::AdamW::State state = trainer.optimizer().state();
     const auto owned = trainer.optimizer().owned_ranges();
     const kernels::DType dtype = gpt.precision().params;
@@ -148,6 +150,35 @@ bool same_model(const model::GptShape& a, const model::GptShape& b) {
            a.hidden == b.hidden && a.heads == b.heads && a.ffn == b.ffn;
 }
 
+// The adapters a manifest records (rank 0: none).
+model::LoraShape lora_shape(const LoraRecord& record) {
+    model::LoraShape lora;
+    lora.rank = record.rank;
+    for (const std::string& name : record.targets)
+        for (int i = 0; i < model::kAdapterTargets; ++i)
+            if (name == model::adapter_target_name(static_cast<model::AdapterTarget>(i)))
+                lora.targets[static_cast<std::size_t>(i)] = true;
+    return lora;
+}
+
+std::string describe(const model::LoraShape& lora) {
+    if (lora.rank == 0) return "the whole model";
+    std::string targets;
+    for (int i = 0; i < model::kAdapterTargets; ++i)
+        if (lora.targets[static_cast<std::size_t>(i)])
+            targets += std::string(targets.empty() ? "" : ", ") +
+                       model::adapter_target_name(static_cast<model::AdapterTarget>(i));
+    return "low-rank adapters of rank " + std::to_string(lora.rank) + " on " + targets;
+}
+
+// What tensor rank `tp` of `tensor` on stage `plan` trained: its part of the model or, under
+// low-rank adapters, of the adapters.
+model::ParamLayout trained_layout(const model::GptShape& shape, const model::LoraShape& lora,
+                                  int tp, int tensor, const model::StagePlan& plan) {
+    if (lora.rank > 0) return model::ParamLayout::adapters(shape, lora, tp, tensor, plan);
+    return model::ParamLayout(shape, tp, tensor, plan);
+}
+
 std::string describe(const model::GptShape& s) {
     return "vocab " + std::to_string(s.vocab) + ", seq " + std::to_string(s.max_seq) + ", layers " +
            std::to_string(s.layers) + ", hidden " + std::to_string(s.hidden) + ", heads " +
@@ -158,7 +189,7 @@ std::string describe(const model::GptShape& s) {
 
 std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, parallel::Grid& grid,
                             parallel::Comm& world, int step, int skipped_total,
-                            const std::vector<DataFileRecord>& data) {
+                            const std::vector<DataFileRecord>& data, const LoraRecord& lora) {
     const fs::path root(*cfg.checkpoint.dir);
     const std::string name = checkpoint_name(step);
     const fs::path tmp = root / (kTempPrefix + name), final_dir = root / name;
@@ -228,6 +259,7 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
             m.precision = kernels::name_of(cfg.training.precision);
             m.data = data;
             m.data_recorded = true;
+            m.lora = lora;
             write_synced((tmp / "config.yaml").string(), config::to_yaml(cfg));
             m.files.push_back({"config.yaml", -1, -1, -1, fs::file_size(tmp / "config.yaml"),
                                io::sha256_file((tmp / "config.yaml").string()), ""});
@@ -348,13 +380,18 @@ CheckpointShare read_share(const std::string& dir, const model::ParamLayout& lay
     if (!same_model(m.shape, layout.shape()))
         throw Error(dir + ": holds another model (" + describe(m.shape) +
                     ") than the config asks for (" + describe(layout.shape()) + ")");
+    const model::LoraShape lora = lora_shape(m.lora);
+    if (lora.rank != layout.lora().rank || lora.targets != layout.lora().targets)
+        throw Error(dir + ": trained " + describe(lora) + ", the config trains " +
+                    describe(layout.lora()) + " (training.lora)");
     verify_sizes(dir, m);  // no reading
 
     const std::map<std::string, std::vector<Need>> needs = needs_of(layout, owned);
     std::vector<float>* targets[3] = {&share.master, &share.exp_avg, &share.exp_avg_sq};
     for (int k = 0; k < (moments ? 3 : 1); ++k) targets[k]->assign(layout.total(), 0.0f);
     std::vector<uint8_t> seen(layout.total() * 3, 0);  // per kind, per element of the buffer
-    const model::ParamLayout whole(m.shape);  // the writer's whole tensors (its padded vocab)
+    // The writer's whole tensors (its padded vocab).
+    const model::ParamLayout whole = trained_layout(m.shape, lora, 0, 1, {});
 
     for (const ManifestFile& f : m.files) {
         if (f.pp < 0) continue;
@@ -362,8 +399,8 @@ CheckpointShare read_share(const std::string& dir, const model::ParamLayout& lay
         if (f.pp >= m.layout.pipeline || f.tp >= m.layout.tensor || f.dp >= m.layout.data ||
             f.cp >= m.layout.context)
             throw Error(path + ": grid coordinates outside the manifest's layout");
-        const model::ParamLayout writer(
-            m.shape, f.tp, m.layout.tensor,
+        const model::ParamLayout writer = trained_layout(
+            m.shape, lora, f.tp, m.layout.tensor,
             model::StagePlan{m.layout.pipeline, f.pp, m.layout.virtual_stages,
                              m.layout.chunk_layers});
         // Opened only if the writer's slices hold anything this rank needs.
@@ -477,7 +514,24 @@ LoadedModel load_model_checkpoint(const std::string& path) {
             loaded.path = dir;
             loaded.cfg = config::load((fs::path(dir) / "config.yaml").string());
             const model::ParamLayout whole(gpt_shape(loaded.cfg));
-            loaded.params = read_share(dir, whole, {{0, whole.total()}}, false).master;
+            const model::Adapters adapters = adapters_of(loaded.cfg);
+            if (!adapters.shape.rank) {
+                loaded.params = read_share(dir, whole, {{0, whole.total()}}, false).master;
+                return loaded;
+            }
+            const model::ParamLayout whole_adapters =
+                model::ParamLayout::adapters(whole.shape(), adapters.shape);
+            CheckpointShare share = read_share(dir, whole_adapters, {{0, whole_adapters.total()}}, false);
+            loaded.adapters = std::move(share.master);
+            const LoraRecord& lora = share.manifest.lora;
+            loaded.params.assign(whole.total(), 0.0f);
+            const std::string base = load_base_weights(lora.base, whole, loaded.params.data());
+            if (base_weights_sha256(base) != lora.base_sha256)
+                throw Error(dir + ": the base weights " + base +
+                            " are not those the adapters were trained on (their SHA-256 "
+                            "differs from the manifest's)");
+            model::merge_adapters(whole, loaded.params.data(), whole_adapters,
+                                  loaded.adapters.data(), adapters.scale);
             return loaded;
         } catch (const Error& e) {
             if (candidates.size() == 1) throw;

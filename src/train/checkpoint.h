@@ -63,11 +63,13 @@ public:
 // Writes the checkpoint of `step` (updates done) into cfg.checkpoint.dir, removes step_*
 // directories newer than it (left from a run this one resumed before, so never to be resumed)
 // and the oldest beyond checkpoint.keep. Collective over `world`, the whole grid; rank 0's
-// `data` (the run's data files) goes into the manifest. Returns the directory. Throws
+// `data` (the run's data files) and `lora` (the adapters trained, and the base weights under
+// them; rank 0: none) go into the manifest. Returns the directory. Throws
 // CheckpointError on every rank if any rank failed to write.
 std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, parallel::Grid& grid,
                             parallel::Comm& world, int step, int skipped_total,
-                            const std::vector<DataFileRecord>& data = {});
+                            const std::vector<DataFileRecord>& data = {},
+                            const LoraRecord& lora = {});
 
 // What one rank reads of a checkpoint: the fp32 master weights and (with `moments`) Adam's
 // moments of the ranges of its own flat buffer that it owns, never the whole model.
@@ -100,11 +102,16 @@ void restore_checkpoint(const CheckpointShare& share, Trainer& trainer);
 
 // The model of a checkpoint (or of the newest usable one in a checkpoint.dir, each unusable
 // newer one reported on stderr) with its config: the fp32 master weights in the layout of
-// the config's model.
+// the config's model. A checkpoint of low-rank adapters gives its adapters too, and as the
+// model its base weights (read again from where the manifest says, and checked against their
+// SHA-256) with the adapters merged in.
 struct LoadedModel {
     config::Config cfg;
     std::vector<float> params;  // host, model::ParamLayout(gpt_shape(cfg))
     std::string path;           // the checkpoint directory it came from
+    // Host, model::ParamLayout::adapters(gpt_shape(cfg), adapters_of(cfg).shape); empty
+    // without adapters.
+    std::vector<float> adapters;
 };
 LoadedModel load_model_checkpoint(const std::string& path);
 

@@ -175,6 +175,15 @@ std::string manifest_json(const Manifest& m) {
         .add("precision", m.precision)
         .add("files", files)
         .add("data", data);
+    if (m.lora.rank > 0) {
+        io::JsonLine lora;
+        lora.add("rank", m.lora.rank)
+            .add("targets", std::span<const std::string>(m.lora.targets))
+            .add_exact("alpha", m.lora.alpha)
+            .add("base", m.lora.base)
+            .add("base_sha256", m.lora.base_sha256);
+        j.add("lora", lora);
+    }
     return j.str() + "\n";
 }
 
@@ -276,6 +285,20 @@ Manifest read_manifest(const std::string& dir) {
             m.data.push_back(std::move(record));
         }
         m.data_recorded = true;
+    }
+    // Written by runs that trained low-rank adapters.
+    if (const io::json::Value* lora = root.find("lora")) {
+        m.lora.rank = r.small(*lora, "rank");
+        const io::json::Value& targets = r.member(*lora, "targets");
+        if (!targets.is_array()) r.fail("\"targets\" of \"lora\" is not an array");
+        for (const io::json::Value& t : targets.array) {
+            if (!t.is_string()) r.fail("\"targets\" of \"lora\" holds something other than a name");
+            m.lora.targets.push_back(t.string);
+        }
+        m.lora.alpha = r.number(*lora, "alpha");
+        m.lora.base = r.string(*lora, "base");
+        m.lora.base_sha256 = r.string(*lora, "base_sha256");
+        if (m.lora.rank < 1 || m.lora.targets.empty()) r.fail("\"lora\" has no rank or no targets");
     }
     if (m.step < 1 || m.layout.pipeline < 1 || m.layout.tensor < 1 || m.layout.data < 1 ||
         m.layout.context < 1 || m.layout.virtual_stages < 1)

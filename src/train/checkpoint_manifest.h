@@ -10,7 +10,9 @@
 // size, context mode); the parameters' precision; every file with its grid coordinates (none
 // for config.yaml), size and SHA-256; and the training and validation files the run read, each
 // with its size and sampled SHA-256 (io/fingerprint.h), so a resume notices data that changed
-// since. It is written last, so a directory whose manifest parses and whose files match it is
+// since. A run that trained low-rank adapters records them too (`lora`: rank, targets, alpha)
+// and the base weights they adapt (path and SHA-256), since its shards hold the adapters
+// alone. It is written last, so a directory whose manifest parses and whose files match it is
 // complete.
 #pragma once
 
@@ -49,6 +51,15 @@ struct CheckpointLayout {
     std::string context_mode = "ring";  // as the config spells it
 };
 
+// Low-rank adapters: what trained (rank 0: the whole model) and the frozen weights under them.
+struct LoraRecord {
+    int rank = 0;
+    std::vector<std::string> targets;  // as training.lora.targets spells them
+    double alpha = 0;
+    std::string base;         // the base weights read: a file or a checkpoint directory
+    std::string base_sha256;  // of that file, or of that checkpoint's manifest.json
+};
+
 struct Manifest {
     int step = 0;
     int64_t samples_consumed = 0;
@@ -63,6 +74,7 @@ struct Manifest {
     std::vector<ManifestFile> files;
     std::vector<DataFileRecord> data;  // in the order the run reads them
     bool data_recorded = false;        // false: written before data was recorded
+    LoraRecord lora;
 };
 
 inline constexpr const char* kManifestName = "manifest.json";

@@ -8,6 +8,7 @@
 #include "error.h"
 #include "kernels/random.h"
 #include "model/context_split.h"
+#include "model/lora.h"
 #include "optim/lr_schedule.h"
 #include "parallel/watchdog.h"
 #include "pipeline/schedule.h"
@@ -69,20 +70,31 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* g
              stage_plan(cfg, grid ? grid->coordinates().pp : 0),
              static_cast<std::size_t>(data_context_.size()), recompute_mode(cfg.training.recompute),
              precision_of(cfg.training), sharding_of(cfg.parallel, data_context_.rank()),
-             model::ContextSplit{&context_, context_mode(cfg.parallel.context_mode)}),
+             model::ContextSplit{&context_, context_mode(cfg.parallel.context_mode)},
+             adapters_of(cfg)),
       // The replicas of the weights are the D·C ranks of the data-context group: the optimizer
       // sums the gradients and shards its state over all of them, as Megatron-Core does.
-      optimizer_(
-          ops, model_.layout(), cfg.training,
-          optim::OptimizerGroups{&tensor_, &pipeline_, &data_context_}, cfg.parallel.zero_stage,
-          model_.params(), model_.grads(), static_cast<std::size_t>(cfg.parallel.bucket_size),
-          optim::Overlap{cfg.parallel.overlap_grad_reduce, cfg.parallel.overlap_param_gather}),
+      // What trains: every parameter, or the adapters of a frozen model (whose parameters'
+      // gathers after the update are too small to overlap with anything).
+      optimizer_(ops, model_.trainable_layout(), cfg.training,
+                 optim::OptimizerGroups{&tensor_, &pipeline_, &data_context_},
+                 cfg.parallel.zero_stage, model_.trainable_params(), model_.trainable_grads(),
+                 static_cast<std::size_t>(cfg.parallel.bucket_size),
+                 optim::Overlap{cfg.parallel.overlap_grad_reduce,
+                                cfg.parallel.overlap_param_gather && !model_.frozen()}),
       scaler_(cfg.training),
       executor_(ops, model_, &pipeline_) {
     model_.set_split_backward(pipeline::splits_backward(schedule_kind(cfg.parallel.schedule)));
     executor_.set_trace(&trace_);
     optimizer_.set_trace(&trace_);
-    model_.set_hooks({[this](std::size_t b, std::size_t e) { optimizer_.grads_final(b, e); },
+    const auto grads_final = [this](std::size_t b, std::size_t e) { optimizer_.grads_final(b, e); };
+    // A frozen model announces its adapters' gradients only: the other hooks speak of its own
+    // buffers, which the optimizer does not hold.
+    if (model_.frozen()) {
+        model_.set_hooks({grads_final, {}, {}, {}, {}});
+        return;
+    }
+    model_.set_hooks({grads_final,
                       [this](std::size_t b, std::size_t e) { optimizer_.params_needed(b, e); },
                       [this](std::size_t b, std::size_t e) { optimizer_.params_prefetch(b, e); },
                       [this](std::size_t b, std::size_t e) { optimizer_.params_done(b, e); },
@@ -91,8 +103,8 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* g
 
 MemoryUse Trainer::memory() const {
     MemoryUse m;
-    m.parameters = model_.params_bytes();
-    m.gradients = model_.grads_bytes();
+    m.parameters = model_.params_bytes() + model_.adapter_params().bytes();
+    m.gradients = model_.grads_bytes() + model_.adapter_grads().bytes();
     m.optimizer = optimizer_.state_bytes();
     m.activations = model_.activation_bytes();
     m.peak = ops_.peak_allocated_bytes();
@@ -164,7 +176,8 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
     // The LM head's copy of wte on the last stage and the embedding's on the first: the
     // tied weight's gradient is the sum of both, and final then (sharded gradients: summed
     // on the shards once reduced, tie_sharded_embedding).
-    if (plan.stages > 1 && (plan.first() || plan.last()) && !model_.grads().sharded()) {
+    if (plan.stages > 1 && (plan.first() || plan.last()) && !model_.grads().sharded() &&
+        !model_.frozen()) {
         const model::ParamTensor* wte = model_.layout().find("wte.weight");
         embedding_.all_reduce(model_.grads().at(wte->offset), wte->numel);
         optimizer_.grads_final(wte->offset, wte->offset + wte->numel);
@@ -235,20 +248,40 @@ std::vector<float> Trainer::local(std::vector<float> (model::Gpt::*to_host)() co
 }
 
 std::vector<float> Trainer::local_params() {
+    if (model_.frozen()) return local(&model::Gpt::adapters_to_host, model_.adapter_params());
     return local(&model::Gpt::params_to_host, model_.params());
 }
 
 std::vector<float> Trainer::gather_full(std::vector<float> (model::Gpt::*to_host)() const,
                                         const model::FlatBuffer& buffer) {
     const std::vector<float> local_part = local(to_host, buffer);
-    std::vector<float> full = model_.share_of_full(local_part);
+    const bool adapters =
+        &buffer == &model_.adapter_params() || &buffer == &model_.adapter_grads();
+    std::vector<float> full = adapters ? model_.adapter_share_of_full(local_part)
+                                       : model_.share_of_full(local_part);
     tensor_.all_reduce(full.data(), full.size());
     pipeline_.all_reduce(full.data(), full.size());
     return full;
 }
 
 std::vector<float> Trainer::full_params() {
-    return gather_full(&model::Gpt::params_to_host, model_.params());
+    std::vector<float> full = gather_full(&model::Gpt::params_to_host, model_.params());
+    if (!model_.frozen()) return full;
+    const std::vector<float> adapters =
+        gather_full(&model::Gpt::adapters_to_host, model_.adapter_params());
+    const model::GptShape& shape = model_.shape();
+    model::merge_adapters(model::ParamLayout(shape), full.data(),
+                          model::ParamLayout::adapters(shape, model_.adapters().shape),
+                          adapters.data(), model_.adapters().scale);
+    return full;
+}
+
+std::vector<float> Trainer::full_adapters() {
+    return gather_full(&model::Gpt::adapters_to_host, model_.adapter_params());
+}
+
+std::vector<float> Trainer::full_adapter_grads() {
+    return gather_full(&model::Gpt::adapter_grads_to_host, model_.adapter_grads());
 }
 
 std::vector<float> Trainer::full_grads() {

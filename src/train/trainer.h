@@ -68,11 +68,17 @@ public:
 
     // The whole model's parameters or gradients (a buffer of ParamLayout(shape)), put
     // together from every stage's and tensor rank's part; collective, same on every rank.
-    // Sharded gradients are those reduced into the shards (after a step's reduction).
+    // Sharded gradients are those reduced into the shards (after a step's reduction). A
+    // frozen model's parameters come with its adapters merged in (W + s·B·A).
     std::vector<float> full_params();
     std::vector<float> full_grads();
-    // This rank's parameters as its layout lays them out, whole (ZeRO-3: put together from
-    // the data-parallel replicas' shards); collective over the data group.
+    // A frozen model's adapters and their gradients, whole (buffers of
+    // ParamLayout::adapters); collective.
+    std::vector<float> full_adapters();
+    std::vector<float> full_adapter_grads();
+    // This rank's trainable parameters (the adapters of a frozen model) as their layout lays
+    // them out, whole (ZeRO-3: put together from the data-parallel replicas' shards);
+    // collective over the data group.
     std::vector<float> local_params();
 
     MemoryUse memory() const;

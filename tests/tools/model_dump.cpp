@@ -6,6 +6,8 @@
 // GPT-2 layout and names, plus a tensor "loss" of shape [1] (the mean loss), as safetensors.
 // Under mpirun with parallel.tensor = M, the gradients are gathered from the M slices (and
 // summed over the C context ranks): the layout tests compare them with those of one process.
+// Under low-rank adapters (training.lora) the gradients are the adapters' (the model is
+// frozen), under their names (model/param_layout.h).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -57,12 +59,21 @@ static void dump(const config::Config& cfg, parallel::Grid& grid, const std::str
 
     // Each context rank holds its tokens' part of the gradients: training sums them over the
     // data-context group, here (one replica) over the context group.
-    grid.context().all_reduce(trainer.model().grads().at(0), trainer.model().buffer_size());
-    check_replicated_gradients(trainer.model(), grid.tensor());
-    const std::vector<float> grads = trainer.full_grads();  // collective
+    model::Gpt& gpt = trainer.model();
+    model::FlatBuffer& local = gpt.trainable_grads();
+    grid.context().all_reduce(local.at(0), local.size());
+    if (!gpt.frozen()) check_replicated_gradients(gpt, grid.tensor());
+    const std::vector<float> grads =
+        gpt.frozen() ? trainer.full_adapter_grads() : trainer.full_grads();  // collective
     if (grid.rank() != 0) return;
-    const model::ParamLayout full_layout(trainer.model().shape());
-    model::HfTensors out = model::to_hf_tensors(full_layout, grads.data());
+    model::HfTensors out;
+    const model::ParamLayout whole_adapters =
+        model::ParamLayout::adapters(gpt.shape(), gpt.adapters().shape);
+    if (gpt.frozen())
+        for (const model::ParamTensor& t : whole_adapters.tensors())
+            out.tensors.push_back({t.name, t.full_shape, grads.data() + t.offset});
+    else
+        out = model::to_hf_tensors(model::ParamLayout(gpt.shape()), grads.data());
     const float loss_f = static_cast<float>(loss);
     out.tensors.push_back({"loss", {1}, &loss_f});
     io::write_safetensors(output, out.tensors);

@@ -1,0 +1,48 @@
+// The weights a run starts from and their identity (see base_weights.h).
+#include "train/base_weights.h"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "error.h"
+#include "io/sha256.h"
+#include "model/hf_gpt2.h"
+#include "train/checkpoint.h"
+#include "train/model_shape.h"
+
+namespace trident::train {
+
+namespace fs = std::filesystem;
+
+std::string load_base_weights(const std::string& from, const model::ParamLayout& whole,
+                              float* params) {
+    if (!fs::is_directory(from)) {
+        model::load_hf_gpt2(from, whole, params);
+        return from;
+    }
+    const LoadedModel loaded = load_model_checkpoint(from);
+    const model::GptShape theirs = gpt_shape(loaded.cfg), &ours = whole.shape();
+    if (theirs.vocab != ours.vocab || theirs.max_seq != ours.max_seq ||
+        theirs.layers != ours.layers || theirs.hidden != ours.hidden ||
+        theirs.heads != ours.heads || theirs.ffn != ours.ffn)
+        throw Error(loaded.path + ": the checkpoint's model (vocab " + std::to_string(theirs.vocab) +
+                    ", seq " + std::to_string(theirs.max_seq) + ", layers " +
+                    std::to_string(theirs.layers) + ", hidden " + std::to_string(theirs.hidden) +
+                    ", heads " + std::to_string(theirs.heads) + ") is not the config's");
+    // Tensor by tensor: only the padded vocabulary may differ, in wte's trailing zero rows.
+    const model::ParamLayout their_layout(theirs);
+    for (const model::ParamTensor& t : whole.tensors()) {
+        const model::ParamTensor* src = their_layout.find(t.name);
+        if (!src) throw Error(loaded.path + ": no tensor " + t.name);
+        const std::size_t n = std::min(t.numel, src->numel);
+        std::copy_n(loaded.params.data() + src->offset, n, params + t.offset);
+    }
+    return loaded.path;
+}
+
+std::string base_weights_sha256(const std::string& read) {
+    return io::sha256_file(fs::is_directory(read) ? (fs::path(read) / kManifestName).string()
+                                                  : read);
+}
+
+}  // namespace trident::train
