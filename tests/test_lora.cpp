@@ -67,7 +67,7 @@ void initialise(train::Trainer& trainer, const config::Config& cfg) {
 }  // namespace
 
 TEST_CASE("lora: with B zero the first loss is the model's and the base never changes", "[lora]") {
-    for (const char* precision : {"fp32", "bf16"}) {
+    for (const char* precision : {"fp32", "bf16", "fp16"}) {
         INFO(precision);
         auto ops = kernels::make_cpu_ops(2);
         const config::Config whole_cfg = lora_config(0, "none", precision);

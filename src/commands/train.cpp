@@ -13,6 +13,7 @@
 #include "error.h"
 #include "io/fault_injection.h"
 #include "io/fingerprint.h"
+#include "model/param_layout.h"
 #include "parallel/agreement.h"
 #include "parallel/grid.h"
 #include "parallel/world.h"
@@ -259,9 +260,17 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     const std::string base = initialise_weights(cfg, trainer.model());
     if (leader && cfg.model.init_from) std::printf("weights: %s\n", base.c_str());
     const train::LoraRecord lora = lora_record(cfg, base, leader);
-    if (leader && lora.rank > 0)
-        std::printf("lora: rank %d, alpha %g on %zu targets; the model is frozen\n", lora.rank,
-                    lora.alpha, lora.targets.size());
+    if (leader && lora.rank > 0) {
+        std::string targets;
+        for (const std::string& t : lora.targets) targets += (targets.empty() ? "" : ", ") + t;
+        const double trained = static_cast<double>(
+            model::ParamLayout::adapters(trainer.model().shape(), trainer.model().adapters().shape)
+                .total());
+        std::printf("lora: rank %d, alpha %g on %s: %s parameters train (%.2f%% of the model's), "
+                    "the model is frozen\n",
+                    lora.rank, lora.alpha, targets.c_str(), train::human_count(trained).c_str(),
+                    100.0 * trained / static_cast<double>(cfg.derived.parameters));
+    }
     int start = 0, skipped_so_far = 0;
     std::optional<parallel::ScopedPhase> resuming(parallel::Phase::checkpoint);
     if (const auto ck = resume_point(cfg, world, trainer, leader)) {

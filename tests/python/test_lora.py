@@ -5,7 +5,8 @@
    weights and the same adapters file (B non-zero): the loss and every adapter gradient of one
    global batch within 1e-5, and ten AdamW steps' losses within 1e-5 (grad norm 1e-4).
 2. Every layout trains the same adapters: the losses of M = 2 (with and without sequence
-   parallelism), P = 2 (1F1B and ZB-H1), D = 2, 2 x 2 x 2 with full recompute equal 1 x 1 x 1
+   parallelism), P = 2 (1F1B and ZB-H1), D = 2, C = 2 (ring attention), 2 x 2 x 2 with full
+   recompute equal 1 x 1 x 1
    within 1e-5, and the adapters' gradients of one batch under M = 2 too.
 3. With B = 0 (the default start) the first loss is the base model's, to the printed digit.
 4. Checkpoints hold the adapters and the base's SHA-256: a resume of step 5 on another layout
@@ -194,6 +195,7 @@ def main():
                    ("P=2 1f1b", ["parallel.pipeline=2"], 2),
                    ("P=2 zb-h1", ["parallel.pipeline=2", "parallel.schedule=zb-h1"], 2),
                    ("D=2", ["parallel.data=2"], 2),
+                   ("C=2 ring", ["parallel.context=2"], 2),
                    ("2x2x2 full recompute", ["parallel.pipeline=2", "parallel.tensor=2",
                                              "parallel.data=2", "training.recompute=full"], 8)]
         for i, (name, overrides, ranks) in enumerate(layouts):
