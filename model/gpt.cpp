@@ -91,10 +91,10 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
       recompute_(recompute),
       precision_(precision),
       sharding_(sharding),
-      pool_(static_cast<std::size_t>(plan.chunks)),
       adapters_(adapters),
       adapter_layout_(ParamLayout::adapters(shape, adapters.shape, tensor_.rank(), tensor_.size(),
-                                            plan)) {
+                                            plan)),
+      pool_(static_cast<std::size_t>(plan.chunks)) {
     if (sequence_parallel_ && rows_ % tensor_.size() != 0)
         throw Error("sequence parallelism splits the micro batch's B*T = " + std::to_string(rows_) +
                     " rows over parallel.tensor = " + std::to_string(tensor_.size()) +
