@@ -92,8 +92,8 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
       precision_(precision),
       sharding_(sharding),
       adapters_(adapters),
-      adapter_layout_(ParamLayout::adapters(shape, adapters.shape, tensor_.rank(), tensor_.size(),
-                                            plan)),
+      adapter_layout_(
+          ParamLayout::adapters(shape, adapters.shape, tensor_.rank(), tensor_.size(), plan)),
       pool_(static_cast<std::size_t>(plan.chunks)) {
     if (sequence_parallel_ && rows_ % tensor_.size() != 0)
         throw Error("sequence parallelism splits the micro batch's B*T = " + std::to_string(rows_) +
@@ -144,10 +144,10 @@ Gpt::Gpt(kernels::Ops& ops, const GptShape& shape, int micro_batch, float dropou
                   ? FlatBuffer(ops, layout_.units(), replicas, sharding.replica, precision.params)
                   : FlatBuffer(ops, padded, precision.params);
     // A frozen model has no gradients: its adapters have (padded like the parameters).
-    grads_ = frozen()         ? FlatBuffer(ops, 0, precision.grads)
-             : sharding.grads ? FlatBuffer(ops, layout_.units(), replicas, sharding.replica,
-                                           precision.grads)
-                              : FlatBuffer(ops, padded, precision.grads);
+    grads_ = frozen() ? FlatBuffer(ops, 0, precision.grads)
+             : sharding.grads
+                 ? FlatBuffer(ops, layout_.units(), replicas, sharding.replica, precision.grads)
+                 : FlatBuffer(ops, padded, precision.grads);
     if (frozen()) {
         if (sharding.grads)
             throw Error("internal: low-rank adapters with sharded gradients (ZeRO-2 or 3)");
@@ -386,8 +386,7 @@ std::vector<float> Gpt::share_of_full(const std::vector<float>& local) const {
 }
 
 std::vector<float> Gpt::adapter_share_of_full(const std::vector<float>& local) const {
-    return share_of_whole(adapter_layout_, local,
-                          ParamLayout::adapters(shape(), adapters_.shape));
+    return share_of_whole(adapter_layout_, local, ParamLayout::adapters(shape(), adapters_.shape));
 }
 
 void Gpt::zero_grads() {

@@ -337,8 +337,9 @@ private:
     kernels::ConstPtr adapter_input(AdapterDropout d, AdapterTarget t, kernels::ConstPtr x);
     // Calls fn(local, whole, count) for each run of adapter t's input (N, in) that is
     // contiguous in the whole input (B, seq_len, in): element offsets into each.
-    void for_each_input_run(AdapterTarget t,
-                            const std::function<void(std::size_t, std::size_t, std::size_t)>& fn) const;
+    void for_each_input_run(
+        AdapterTarget t,
+        const std::function<void(std::size_t, std::size_t, std::size_t)>& fn) const;
     // Widths of adapter t's linear on this rank, (in, out), and where this rank's columns of
     // its input start in the whole.
     std::pair<int, int> adapter_widths(AdapterTarget t) const;

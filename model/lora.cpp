@@ -20,7 +20,8 @@ constexpr const char* kPeftPrefix = "base_model.model.transformer.";
 constexpr uint64_t kAdapterStream = 0x6C6F7261ull;  // "lora"
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+    return s.size() >= suffix.size() &&
+           s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // Where a linear's weight is in the whole model: "h.3.attn.c_attn.lora_A.weight" adapts
@@ -95,14 +96,13 @@ std::vector<float> initial_adapters(const ParamLayout& whole_adapters, uint64_t 
         const double bound = 1.0 / std::sqrt(static_cast<double>(t.full_shape[1]));
         const uint64_t tensor_seed = kernels::hash64(seed ^ kAdapterStream, ti);
         for (std::size_t i = 0; i < t.numel; ++i)
-            values[t.offset + i] = static_cast<float>(
-                bound * (2.0 * kernels::uniform_open(tensor_seed, i) - 1.0));
+            values[t.offset + i] =
+                static_cast<float>(bound * (2.0 * kernels::uniform_open(tensor_seed, i) - 1.0));
     }
     return values;
 }
 
-void load_adapters_file(const std::string& path, const ParamLayout& whole_adapters,
-                        float* values) {
+void load_adapters_file(const std::string& path, const ParamLayout& whole_adapters, float* values) {
     const io::SafetensorsFile file = io::SafetensorsFile::open(path);
     std::set<std::string> taken;
     for (const ParamTensor& t : whole_adapters.tensors()) {

@@ -186,8 +186,8 @@ private:
     int tensor_rank_, tensor_size_;
     StagePlan plan_;
     std::vector<ParamTensor> tensors_;
-    std::vector<int> layer_ids_;       // global index of each layer held, ascending
-    std::vector<LayerParams> layers_;  // their tensors (the model's layout)
+    std::vector<int> layer_ids_;           // global index of each layer held, ascending
+    std::vector<LayerParams> layers_;      // their tensors (the model's layout)
     std::vector<LayerAdapters> adapters_;  // their adapters (an adapters' layout)
     std::vector<std::pair<std::size_t, std::size_t>> layer_ranges_;
     LoraShape lora_;

@@ -56,9 +56,9 @@ int main(int argc, char** argv) {
                      "A checkpoint directory, or a checkpoint.dir (its newest is taken)")
         ->required();
     export_cmd->add_option("--output,-o", exp.output, "The .safetensors file to write")->required();
-    auto* merge_opt = export_cmd->add_flag(
-        "--merge-lora", exp.merge_lora,
-        "Of a checkpoint of low-rank adapters: the model with them merged in");
+    auto* merge_opt =
+        export_cmd->add_flag("--merge-lora", exp.merge_lora,
+                             "Of a checkpoint of low-rank adapters: the model with them merged in");
     export_cmd
         ->add_flag("--lora-only", exp.lora_only,
                    "Of a checkpoint of low-rank adapters: the adapters alone (PEFT names)")

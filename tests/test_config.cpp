@@ -396,16 +396,15 @@ TEST_CASE("config: derived values", "[config]") {
 }
 
 TEST_CASE("config: to_yaml writes every key and reads back to the same config", "[config]") {
-    const Config original =
-        parse(kMinimal, "x.yaml",
-              {"model.vocab_size=256", "model.dropout=0.1", "model.init_std=0.015",
-               "model.init_from='w:\"gpt2\" #1.bin'", "parallel.schedule=gpipe",
-               "parallel.zero_stage=0", "training.lr=3e-4", "training.min_lr=1e-05",
-               "training.seed=18446744073709551615", "training.eps=1e-8", "training.decay=linear",
-               "training.tf32=false",
-               "training.lora={rank: 4, targets: [qkv], init_from: a.safetensors}",
-               "data.valid='null'", "data.shuffle=false", "checkpoint.dir=runs/#1",
-               "checkpoint.resume=never", "logging.trace=t.json", "device=cpu"});
+    const Config original = parse(
+        kMinimal, "x.yaml",
+        {"model.vocab_size=256", "model.dropout=0.1", "model.init_std=0.015",
+         "model.init_from='w:\"gpt2\" #1.bin'", "parallel.schedule=gpipe", "parallel.zero_stage=0",
+         "training.lr=3e-4", "training.min_lr=1e-05", "training.seed=18446744073709551615",
+         "training.eps=1e-8", "training.decay=linear", "training.tf32=false",
+         "training.lora={rank: 4, targets: [qkv], init_from: a.safetensors}", "data.valid='null'",
+         "data.shuffle=false", "checkpoint.dir=runs/#1", "checkpoint.resume=never",
+         "logging.trace=t.json", "device=cpu"});
     CHECK(original.model.init_from == "w:\"gpt2\" #1.bin");
     CHECK(original.data.valid == one("null"));  // quoted: the string, not null
 
@@ -583,7 +582,7 @@ TEST_CASE("config: training.lora reads each part and keeps the defaults of the r
     expected.rank = 4;
     expected.targets = {LoraTarget::attn_proj, LoraTarget::fc};
     CHECK(parse(kLoraBase + "training:\n  lora:\n    rank: 4\n    targets:\n      - attn_proj\n"
-                           "      - fc\n",
+                            "      - fc\n",
                 "x.yaml")
               .training.lora == expected);
     expected.targets = defaults.targets;
@@ -764,9 +763,9 @@ TEST_CASE("config: training.lora against the other keys", "[config]") {
         CHECK(error_of(kMinimal, {"training.lora={init_from: a.safetensors}"}) ==
               "--set training.lora={init_from: a.safetensors}: training.lora.init_from needs "
               "training.lora.rank > 0");
-        CHECK(parse(kLoraBase + "training:\n  lora: {rank: 4, init_from: a.safetensors}\n",
-                    "x.yaml")
-                  .training.lora.init_from == "a.safetensors");
+        CHECK(
+            parse(kLoraBase + "training:\n  lora: {rank: 4, init_from: a.safetensors}\n", "x.yaml")
+                .training.lora.init_from == "a.safetensors");
     }
     SECTION("training adapters needs the weights they adapt, bench and plan do not") {
         const std::string message =

@@ -30,8 +30,8 @@ config::Config lora_config(int rank, const std::string& recompute = "none",
         "128, init_from: unused.safetensors}\n"
         "training: {micro_batch: 2, global_batch: 4, steps: 4, warmup_steps: 1, threads: 2,\n"
         "           lr: 1.0e-2, recompute: " +
-            recompute + ", precision: " + precision + ",\n           lora: {rank: " +
-            std::to_string(rank) +
+            recompute + ", precision: " + precision +
+            ",\n           lora: {rank: " + std::to_string(rank) +
             ", alpha: 8, dropout: 0.1}}\n"
             "data: {train: unused.bin}\n",
         "lora.yaml");
@@ -83,7 +83,7 @@ TEST_CASE("lora: with B zero the first loss is the model's and the base never ch
         CHECK(adapted.model().params().dtype() == adapted.model().precision().params);
         std::vector<double> losses;
         for (int s = 0; s < 4; ++s) losses.push_back(adapted.step(s, kTokens).loss);
-        CHECK(losses[0] == base_loss);  // B = 0: exactly the model
+        CHECK(losses[0] == base_loss);        // B = 0: exactly the model
         CHECK(losses[3] < losses[0] - 0.05);  // the adapters learn the three repeated samples
         CHECK(adapted.model().params_to_host() == base);  // bitwise
         CHECK(adapted.model().grads_bytes() == 0);
@@ -152,8 +152,8 @@ TEST_CASE("lora: model FLOPs leave out the frozen weights' gradients", "[lora]")
     const double B = 4, s = 16, l = 2, h = 32, V = 100, F = 128, r = 4;
     const double weights = 24 * B * s * l * h * h + 2 * B * s * h * V;
     const double adapters = 3 * 2 * B * s * l * r * (4 * h + 2 * h + 2 * (h + F));
-    CHECK(whole.derived.flops_per_step == Approx(72 * B * s * l * h * h *
-                                                 (1 + s / (12 * h) + V / (12 * l * h))));
+    CHECK(whole.derived.flops_per_step ==
+          Approx(72 * B * s * l * h * h * (1 + s / (12 * h) + V / (12 * l * h))));
     CHECK(adapted.derived.flops_per_step ==
           Approx(whole.derived.flops_per_step - weights + adapters));
 }

@@ -37,8 +37,7 @@ int generate(const GenerateOptions& opts) {
             const auto whole = model::ParamLayout::adapters(shape, info.lora);
             std::vector<float> adapters(whole.total(), 0.0f);
             model::load_adapters_file(opts.lora, whole, adapters.data());
-            model::merge_adapters(model::ParamLayout(shape), params.data(), whole,
-                                  adapters.data(),
+            model::merge_adapters(model::ParamLayout(shape), params.data(), whole, adapters.data(),
                                   static_cast<float>(info.alpha / info.lora.rank));
         }
     }

@@ -233,8 +233,8 @@ void check_base(const train::CheckpointShare& ck, const train::LoraRecord& now,
                 parallel::World& world, bool leader) {
     std::string error;
     if (leader && ck.manifest.lora.base_sha256 != now.base_sha256)
-        error = "checkpoint.resume: " + ck.path + " trained adapters over " + ck.manifest.lora.base +
-                " (SHA-256 " + ck.manifest.lora.base_sha256.substr(0, 12) +
+        error = "checkpoint.resume: " + ck.path + " trained adapters over " +
+                ck.manifest.lora.base + " (SHA-256 " + ck.manifest.lora.base_sha256.substr(0, 12) +
                 "...), but model.init_from now reads " + now.base + " (SHA-256 " +
                 now.base_sha256.substr(0, 12) +
                 "...): restore those weights, or point model.init_from at them";
@@ -266,10 +266,11 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         const double trained = static_cast<double>(
             model::ParamLayout::adapters(trainer.model().shape(), trainer.model().adapters().shape)
                 .total());
-        std::printf("lora: rank %d, alpha %g on %s: %s parameters train (%.2f%% of the model's), "
-                    "the model is frozen\n",
-                    lora.rank, lora.alpha, targets.c_str(), train::human_count(trained).c_str(),
-                    100.0 * trained / static_cast<double>(cfg.derived.parameters));
+        std::printf(
+            "lora: rank %d, alpha %g on %s: %s parameters train (%.2f%% of the model's), "
+            "the model is frozen\n",
+            lora.rank, lora.alpha, targets.c_str(), train::human_count(trained).c_str(),
+            100.0 * trained / static_cast<double>(cfg.derived.parameters));
     }
     int start = 0, skipped_so_far = 0;
     std::optional<parallel::ScopedPhase> resuming(parallel::Phase::checkpoint);

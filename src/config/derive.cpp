@@ -37,7 +37,7 @@ double model_flops(const ModelConfig& m, const TrainingConfig& t) {
     if (!t.lora.enabled()) return 3.0 * (weights + attention);
     double widths = 0;  // Σ (in + out) over the targets
     for (const LoraTarget target : t.lora.targets)
-        widths += target == LoraTarget::qkv ? 4.0 * h
+        widths += target == LoraTarget::qkv         ? 4.0 * h
                   : target == LoraTarget::attn_proj ? 2.0 * h
                                                     : h + static_cast<double>(m.ffn_hidden);
     const double adapters = 2.0 * B * s * l * t.lora.rank * widths;

@@ -25,10 +25,11 @@ std::string load_base_weights(const std::string& from, const model::ParamLayout&
     if (theirs.vocab != ours.vocab || theirs.max_seq != ours.max_seq ||
         theirs.layers != ours.layers || theirs.hidden != ours.hidden ||
         theirs.heads != ours.heads || theirs.ffn != ours.ffn)
-        throw Error(loaded.path + ": the checkpoint's model (vocab " + std::to_string(theirs.vocab) +
-                    ", seq " + std::to_string(theirs.max_seq) + ", layers " +
-                    std::to_string(theirs.layers) + ", hidden " + std::to_string(theirs.hidden) +
-                    ", heads " + std::to_string(theirs.heads) + ") is not the config's");
+        throw Error(loaded.path + ": the checkpoint's model (vocab " +
+                    std::to_string(theirs.vocab) + ", seq " + std::to_string(theirs.max_seq) +
+                    ", layers " + std::to_string(theirs.layers) + ", hidden " +
+                    std::to_string(theirs.hidden) + ", heads " + std::to_string(theirs.heads) +
+                    ") is not the config's");
     // Tensor by tensor: only the padded vocabulary may differ, in wte's trailing zero rows.
     const model::ParamLayout their_layout(theirs);
     for (const model::ParamTensor& t : whole.tensors()) {

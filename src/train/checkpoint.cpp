@@ -20,9 +20,9 @@
 #include "io/safetensors.h"
 #include "io/sha256.h"
 #include "kernels/dtype.h"
+#include "model/lora.h"
 #include "parallel/agreement.h"
 #include "parallel/watchdog.h"
-#include "model/lora.h"
 #include "train/base_weights.h"
 #include "train/model_shape.h"
 
@@ -399,10 +399,10 @@ CheckpointShare read_share(const std::string& dir, const model::ParamLayout& lay
         if (f.pp >= m.layout.pipeline || f.tp >= m.layout.tensor || f.dp >= m.layout.data ||
             f.cp >= m.layout.context)
             throw Error(path + ": grid coordinates outside the manifest's layout");
-        const model::ParamLayout writer = trained_layout(
-            m.shape, lora, f.tp, m.layout.tensor,
-            model::StagePlan{m.layout.pipeline, f.pp, m.layout.virtual_stages,
-                             m.layout.chunk_layers});
+        const model::ParamLayout writer =
+            trained_layout(m.shape, lora, f.tp, m.layout.tensor,
+                           model::StagePlan{m.layout.pipeline, f.pp, m.layout.virtual_stages,
+                                            m.layout.chunk_layers});
         // Opened only if the writer's slices hold anything this rank needs.
         bool wanted = false;
         for (const model::ParamTensor& t : writer.tensors()) {
@@ -521,7 +521,8 @@ LoadedModel load_model_checkpoint(const std::string& path) {
             }
             const model::ParamLayout whole_adapters =
                 model::ParamLayout::adapters(whole.shape(), adapters.shape);
-            CheckpointShare share = read_share(dir, whole_adapters, {{0, whole_adapters.total()}}, false);
+            CheckpointShare share =
+                read_share(dir, whole_adapters, {{0, whole_adapters.total()}}, false);
             loaded.adapters = std::move(share.master);
             const LoraRecord& lora = share.manifest.lora;
             loaded.params.assign(whole.total(), 0.0f);

@@ -31,7 +31,8 @@ inline model::Adapters adapters_of(const config::Config& cfg) {
     model::Adapters a;
     if (!lora.enabled()) return a;
     a.shape.rank = lora.rank;
-    for (const config::LoraTarget t : lora.targets) a.shape.targets[static_cast<std::size_t>(t)] = true;
+    for (const config::LoraTarget t : lora.targets)
+        a.shape.targets[static_cast<std::size_t>(t)] = true;
     a.scale = static_cast<float>(lora.alpha / lora.rank);
     a.dropout = static_cast<float>(lora.dropout);
     return a;

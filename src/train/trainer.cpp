@@ -255,10 +255,9 @@ std::vector<float> Trainer::local_params() {
 std::vector<float> Trainer::gather_full(std::vector<float> (model::Gpt::*to_host)() const,
                                         const model::FlatBuffer& buffer) {
     const std::vector<float> local_part = local(to_host, buffer);
-    const bool adapters =
-        &buffer == &model_.adapter_params() || &buffer == &model_.adapter_grads();
-    std::vector<float> full = adapters ? model_.adapter_share_of_full(local_part)
-                                       : model_.share_of_full(local_part);
+    const bool adapters = &buffer == &model_.adapter_params() || &buffer == &model_.adapter_grads();
+    std::vector<float> full =
+        adapters ? model_.adapter_share_of_full(local_part) : model_.share_of_full(local_part);
     tensor_.all_reduce(full.data(), full.size());
     pipeline_.all_reduce(full.data(), full.size());
     return full;
