@@ -120,6 +120,9 @@ def worst_rel(got, want):
 def main():
     trident, dump = binaries_or_skip()
     torch.set_num_threads(1)
+    # `generate` decodes with the repository's GPT-2 tokenizer files, wherever the build is.
+    os.environ.setdefault("TRIDENT_TOKENIZER_DIR", os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "gpt2"))
     with tempfile.TemporaryDirectory() as tmp:
         path = lambda name: os.path.join(tmp, name)  # noqa: E731
         rng = np.random.default_rng(5)
