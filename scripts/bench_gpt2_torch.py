@@ -2,10 +2,9 @@
 """PyTorch's GPT-2 training step on a GPU, the reference scripts/bench_gpu.sh sets beside
 Trident and llm.c.
 
-A plain GPT-2 (tied LM head, pre-LayerNorm, GELU tanh, learned positions, no dropout) written
-as PyTorch users write it for speed: bf16 autocast, F.scaled_dot_product_attention (causal;
-Flash or cuDNN attention), torch.compile of the whole model, fused AdamW, clip_grad_norm_,
-and gradient accumulation over micro batches to the same tokens per step as the others.
+The plain GPT-2 of scripts/torch_gpt2.py, run as PyTorch users run it for speed: bf16
+autocast, F.scaled_dot_product_attention (causal; Flash or cuDNN attention), torch.compile of
+the whole model, fused AdamW, clip_grad_norm_, and gradient accumulation over micro batches to the same tokens per step as the others.
 Trains on random tokens and prints, last, one JSON line: tokens_per_s (the median step over
 the timed steps), step_ms, peak_memory_bytes (torch.cuda.max_memory_allocated) and what ran.
 
@@ -16,63 +15,12 @@ softmax instead, said in the JSON line ("attention").
 """
 import argparse
 import json
-import math
 import statistics
 import time
 
 import torch
-import torch.nn as nn
-import torch.nn.functional as F
 
-
-class Block(nn.Module):
-    def __init__(self, hidden, heads):
-        super().__init__()
-        self.heads = heads
-        self.ln_1 = nn.LayerNorm(hidden)
-        self.qkv = nn.Linear(hidden, 3 * hidden)
-        self.proj = nn.Linear(hidden, hidden)
-        self.ln_2 = nn.LayerNorm(hidden)
-        self.fc1 = nn.Linear(hidden, 4 * hidden)
-        self.fc2 = nn.Linear(4 * hidden, hidden)
-
-    def attention(self, q, k, v):  # (B, NH, T, hs) each
-        if hasattr(F, "scaled_dot_product_attention"):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        T = q.shape[2]
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(q.shape[-1])
-        mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
-        return att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
-
-    def forward(self, x):
-        B, T, C = x.shape
-        q, k, v = self.qkv(self.ln_1(x)).split(C, dim=2)
-        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
-        y = self.attention(q, k, v).transpose(1, 2).contiguous().view(B, T, C)
-        x = x + self.proj(y)
-        return x + self.fc2(F.gelu(self.fc1(self.ln_2(x)), approximate="tanh"))
-
-
-class Gpt(nn.Module):
-    def __init__(self, vocab, seq, layers, hidden, heads):
-        super().__init__()
-        self.wte = nn.Embedding(vocab, hidden)
-        self.wpe = nn.Embedding(seq, hidden)
-        self.blocks = nn.ModuleList(Block(hidden, heads) for _ in range(layers))
-        self.ln_f = nn.LayerNorm(hidden)
-        for name, p in self.named_parameters():  # GPT-2 initialisation
-            if p.dim() == 2:
-                nn.init.normal_(p, std=0.02)
-            elif name.endswith("bias"):
-                nn.init.zeros_(p)
-
-    def forward(self, idx, targets):
-        positions = torch.arange(idx.shape[1], device=idx.device)
-        x = self.wte(idx) + self.wpe(positions)
-        for block in self.blocks:
-            x = block(x)
-        logits = self.ln_f(x) @ self.wte.weight.t()
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
+from torch_gpt2 import Gpt, has_fused_attention  # beside this script
 
 
 def main():
@@ -102,7 +50,8 @@ def main():
         torch.backends.cudnn.allow_tf32 = True
 
     torch.manual_seed(0)
-    model = Gpt(a.vocab, a.seq, a.layers, a.hidden, a.heads).to(device)
+    model = Gpt(a.vocab, a.seq, a.layers, a.hidden, a.heads, 4 * a.hidden,
+                fused_attention=True).to(device)
     compiled = not a.no_compile
     if compiled:
         if not hasattr(torch, "compile"):
@@ -141,7 +90,7 @@ def main():
         print(f"step {step + 1} | loss {loss_sum.item():.4f} | norm {norm.item():.3f} | "
               f"{1e3 * dt:.1f} ms", flush=True)
     step_s = statistics.median(times)
-    attention = "sdpa" if hasattr(F, "scaled_dot_product_attention") else "explicit"
+    attention = "sdpa" if has_fused_attention() else "explicit"
     print(json.dumps({
         "trainer": "pytorch", "tokens_per_s": a.global_batch * a.seq / step_s,
         "step_ms": 1e3 * step_s,
