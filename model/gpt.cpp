@@ -29,6 +29,13 @@ void upload_tokens(kernels::Ops& ops, DeviceBuffer& dst, const int32_t* host, st
     ops.upload(dst.data().data, host, n * sizeof(int32_t));
 }
 
+// A flat buffer on the host as its layout lays it out (without the padding).
+std::vector<float> host_copy(const FlatBuffer& buffer, const ParamLayout& layout) {
+    std::vector<float> host = buffer.to_host();
+    host.resize(layout.total());
+    return host;
+}
+
 }  // namespace
 
 // ---- activations of one (microbatch, chunk) -----------------------------------------------
@@ -347,27 +354,19 @@ void Gpt::load_full_params(const std::vector<float>& full) {
 }
 
 std::vector<float> Gpt::params_to_host() const {
-    std::vector<float> host = params_.to_host();
-    host.resize(layout_.total());
-    return host;
+    return host_copy(params_, layout_);
 }
 
 std::vector<float> Gpt::grads_to_host() const {
-    std::vector<float> host = grads_.to_host();
-    host.resize(layout_.total());
-    return host;
+    return host_copy(grads_, layout_);
 }
 
 std::vector<float> Gpt::adapters_to_host() const {
-    std::vector<float> host = adapter_params_.to_host();
-    host.resize(adapter_layout_.total());
-    return host;
+    return host_copy(adapter_params_, adapter_layout_);
 }
 
 std::vector<float> Gpt::adapter_grads_to_host() const {
-    std::vector<float> host = adapter_grads_.to_host();
-    host.resize(adapter_layout_.total());
-    return host;
+    return host_copy(adapter_grads_, adapter_layout_);
 }
 
 void Gpt::load_adapters(const std::vector<float>& local) {
