@@ -161,7 +161,7 @@ public:
                  std::size_t rows, std::size_t cols) override {
         if (out.dtype == in.dtype) {
             const std::size_t width = size_of(out.dtype);
-            if (rows * cols)
+            if (rows > 0 && cols > 0)
                 TRIDENT_CUDA_CHECK(cudaMemcpy2DAsync(out.data, out_stride * width, in.data,
                                                      in_stride * width, cols * width, rows,
                                                      cudaMemcpyDeviceToDevice, stream_));
