@@ -7,7 +7,8 @@
 2. Every layout trains the same adapters: the losses of M = 2 (with and without sequence
    parallelism), P = 2 (1F1B and ZB-H1), D = 2, C = 2 (ring attention), 2 x 2 x 2 with full
    recompute equal 1 x 1 x 1
-   within 1e-5, and the adapters' gradients of one batch under M = 2 too.
+   within 1e-5, and the adapters' gradients of one batch under M = 2 too; under M = 2 the
+   tensor group moves what the model's layers move plus the whole factors' gradients once.
 3. With B = 0 (the default start) the first loss is the base model's, to the printed digit.
 4. Checkpoints hold the adapters and the base's SHA-256: a resume of step 5 on another layout
    gives the uninterrupted run's losses; `export --merge-lora` loads (model.init_from) to the adapted model's loss;
@@ -206,6 +207,19 @@ def main():
             losses = [r["loss"] for r in curve(path(f"l{i}.jsonl"))]
             check(len(losses) == 10 and worst_rel(losses, reference_losses) <= 1e-5,
                   f"{name}: the losses of 1x1x1 within 1e-5 (worst {worst_rel(losses, reference_losses):.2e})")
+
+        # The adapters add no collective to the forward, nor per microbatch: the tensor
+        # group's traffic is the layer's own, plus one all-reduce per step of the whole
+        # factors' gradients (partial sums on each rank: A of qkv and fc, B of the c_proj's),
+        # r·C values each.
+        run([trident, "train", "--config", path("c.yaml"), "--set", "parallel.tensor=2",
+             "--set", f"logging.metrics={path('whole2.jsonl')}"], ranks=2)
+        whole_bytes = {r["tp_all_reduce_bytes"] for r in curve(path("whole2.jsonl"))}
+        lora_bytes = {r["tp_all_reduce_bytes"] for r in curve(path("l0.jsonl"))}
+        extra = 4 * SHAPE.layers * 4 * RANK * SHAPE.hidden
+        check(len(whole_bytes) == 1 and lora_bytes == {b + extra for b in whole_bytes},
+              f"M=2: tensor all-reduce bytes per step {lora_bytes} = the model's {whole_bytes} "
+              f"+ the factors' gradients {extra}")
 
         # 3. B = 0: the base model's loss.
         plain = [trident, "train", "--config", path("c.yaml"), "--set", "training.steps=1"]
