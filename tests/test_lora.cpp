@@ -1,8 +1,10 @@
 // Low-rank adapters (training.lora) in one process: with B = 0 the adapted model is the model,
 // the frozen weights never change, memory holds the weights and the adapters' training state
-// only, and recompute trains the adapters bitwise as without it. The layouts' equality, the
+// only, recompute trains the adapters bitwise as without it, and the gradients through the
+// adapters' dropout are the loss's (finite differences). The layouts' equality, the
 // PyTorch reference and the files are tests/python/test_lora.py's.
 #include <catch2/catch.hpp>
+#include <cmath>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -24,7 +26,7 @@ namespace {
 
 // 2 layers, C = 32, F = 128, V = 100 (Vp = 128), N = 2·16 rows per microbatch.
 config::Config lora_config(int rank, const std::string& recompute = "none",
-                           const std::string& precision = "fp32") {
+                           const std::string& precision = "fp32", double dropout = 0.1) {
     return config::parse(
         "model: {vocab_size: 100, seq_len: 16, layers: 2, hidden: 32, heads: 4, ffn_hidden: "
         "128, init_from: unused.safetensors}\n"
@@ -32,7 +34,8 @@ config::Config lora_config(int rank, const std::string& recompute = "none",
         "           lr: 1.0e-2, recompute: " +
             recompute + ", precision: " + precision +
             ",\n           lora: {rank: " + std::to_string(rank) +
-            ", alpha: 8, dropout: 0.1}}\n"
+            ", alpha: 8, dropout: " + std::to_string(dropout) +
+            "}}\n"
             "data: {train: unused.bin}\n",
         "lora.yaml");
 }
@@ -230,4 +233,44 @@ TEST_CASE("lora: the manifest records the adapters and the base weights", "[lora
     // Without adapters the manifest says nothing of them.
     m.lora = {};
     CHECK(train::manifest_json(m).find("lora") == std::string::npos);
+}
+
+TEST_CASE("lora: adapter gradients through their dropout match finite differences", "[lora]") {
+    auto ops = kernels::make_cpu_ops(2);
+    const config::Config cfg = lora_config(4, "none", "fp32", 0.5);  // no other dropout
+    train::Trainer trainer(cfg, *ops);
+    initialise(trainer, cfg);
+    model::Gpt& gpt = trainer.model();
+    // B of the size of A, so that the adapters' share of the input gradients is not small.
+    std::vector<float> values = gpt.adapters_to_host();
+    for (const model::ParamTensor& t : gpt.adapter_layout().tensors())
+        if (t.name.find("lora_B") != std::string::npos)
+            for (std::size_t i = 0; i < t.numel; ++i)
+                values[t.offset + i] = 0.3f * (kernels::uniform_open(11, t.offset + i) - 0.5f);
+    gpt.load_adapters(values);
+    const double loss = trainer.accumulate_gradients(1, kTokens);
+    const std::vector<float> grads = gpt.adapter_grads_to_host();
+    // Layer 0's gradients come back through layer 1's adapters' input gradients (masked).
+    for (const char* name : {"h.0.attn.c_attn.lora_A.weight", "h.0.attn.c_attn.lora_B.weight",
+                             "h.0.mlp.c_proj.lora_A.weight", "h.1.mlp.c_fc.lora_A.weight"}) {
+        INFO(name);
+        const model::ParamTensor* t = gpt.adapter_layout().find(name);
+        REQUIRE(t);
+        std::size_t at = t->offset;  // the element of largest gradient
+        for (std::size_t i = t->offset; i < t->offset + t->numel; ++i)
+            if (std::abs(grads[i]) > std::abs(grads[at])) at = i;
+        const float original = values[at], eps = 1e-2f;
+        double sides[2];
+        for (int side = 0; side < 2; ++side) {
+            values[at] = original + (side == 0 ? eps : -eps);
+            gpt.load_adapters(values);
+            sides[side] = trainer.accumulate_gradients(1, kTokens);  // the same masks
+        }
+        values[at] = original;
+        gpt.load_adapters(values);
+        const double difference = (sides[0] - sides[1]) / (2.0 * eps);
+        CHECK(std::abs(grads[at]) > 1e-3);
+        CHECK(difference == Approx(grads[at]).epsilon(0.01));
+    }
+    CHECK(trainer.accumulate_gradients(1, kTokens) == loss);
 }
