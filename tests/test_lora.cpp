@@ -32,9 +32,8 @@ config::Config lora_config(int rank, const std::string& recompute = "none",
         "128, init_from: unused.safetensors}\n"
         "training: {micro_batch: 2, global_batch: 4, steps: 4, warmup_steps: 1, threads: 2,\n"
         "           lr: 1.0e-2, recompute: " +
-            recompute + ", precision: " + precision +
-            ",\n           lora: {rank: " + std::to_string(rank) +
-            ", alpha: 8, dropout: " + std::to_string(dropout) +
+            recompute + ", precision: " + precision + ",\n           lora: {rank: " +
+            std::to_string(rank) + ", alpha: 8, dropout: " + std::to_string(dropout) +
             "}}\n"
             "data: {train: unused.bin}\n",
         "lora.yaml");
