@@ -168,6 +168,21 @@ TEST_CASE("config: unknown keys and sections are refused with a suggestion", "[c
           "x.yaml:3: lr: unknown key (did you mean training.lr?)");
 }
 
+TEST_CASE("config: a huge unknown key or value is shown cut, without a suggestion", "[config]") {
+    // A 1 MB name: no edit distance is computed over it, and the message shows its start.
+    const std::string huge(1 << 20, 'k');
+    // (YAML allows a key over 1024 characters only in the explicit form "? KEY".)
+    std::string msg = error_of(kMinimal + "training:\n  ? " + huge + "\n  : 1\n");
+    CHECK(msg == "x.yaml:4: training." + huge.substr(0, 55) + "... (1048585 bytes): unknown key");
+    msg = error_of(kMinimal, {"training." + huge + "=1"});
+    CHECK(msg.size() < 300);
+    CHECK(msg.find("(1048585 bytes): unknown key") != std::string::npos);
+    // A 1 MB value where a number belongs.
+    msg = error_of(kMinimal + "training:\n  lr: " + huge + "\n");
+    CHECK(msg == "x.yaml:4: training.lr: expected a number, got \"" + huge.substr(0, 64) +
+                     "\"... (1048576 bytes)");
+}
+
 TEST_CASE("config: values of the wrong type are refused", "[config]") {
     CHECK(error_of(kMinimal + "training:\n  lr: fast\n") ==
           "x.yaml:4: training.lr: expected a number, got \"fast\"");
