@@ -11,12 +11,17 @@
 #include <utility>
 
 #include "error.h"
+#include "io/input_file.h"
 
 namespace trident::data {
 
 MappedFile::MappedFile(const std::string& path, const std::string& what) {
-    const int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0) throw Error(what + ": cannot open '" + path + "': " + std::strerror(errno));
+    int fd = -1;
+    try {
+        fd = io::open_regular(path);  // a FIFO or a device is no dataset
+    } catch (const Error& e) {
+        throw Error(what + ": " + e.what());
+    }
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
         const int err = errno;

@@ -38,6 +38,15 @@ int run_on_every_rank(parallel::World& world, const std::function<void()>& set_u
 std::unique_ptr<parallel::Watchdog> start_watchdog(const config::Config& cfg,
                                                    const parallel::Grid& grid);
 
+// Refuses, with one line, a CPU run whose model states alone cannot fit this machine's
+// memory: each rank's weights, gradients and optimizer state (plan/memory_model.h's
+// model_states of its 1/(P·M) of the parameters, sharded as its ZeRO stage says; under
+// low-rank adapters the frozen weights alone), times the `ranks_on_node` ranks sharing the
+// machine, against its physical memory. A lower bound of what the run needs (activations
+// come on top), computed from the config in 64-bit arithmetic before anything is built, so a
+// model of absurd size stops here instead of in the kernel's out-of-memory killer.
+void check_fits_memory(const config::Config& cfg, int ranks_on_node);
+
 // The device a run computes on, as every rank agreed.
 struct Device {
     bool gpu = false;         // else the CPU

@@ -459,6 +459,7 @@ int train(const TrainOptions& opts, parallel::World& world) {
             setup.grid = std::make_unique<parallel::Grid>(
                 world, parallel::GridShape{p.pipeline, p.tensor, p.data, p.context});
             setup.device = choose_device(setup.cfg, world, world.rank() == 0);
+            if (!setup.device.gpu) check_fits_memory(setup.cfg, world.local_size());
             setup.train_data = std::make_unique<data::Dataset>(data::open_train_data(setup.cfg));
             setup.valid_data = data::open_valid_data(setup.cfg);
             if (world.local_rank() == 0)

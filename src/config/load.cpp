@@ -9,6 +9,7 @@
 #include <string>
 
 #include "config/schema.h"
+#include "io/input_file.h"
 
 namespace trident::config {
 namespace {
@@ -307,17 +308,15 @@ void fill_dependent_defaults(Config& cfg, const Origins& origins) {
         cfg.training.fp32_grad_accumulation = cfg.training.precision == kernels::DType::bf16;
 }
 
+// A config is a few kilobytes; the cap stops a wrong path (a dataset, a device) early.
+constexpr uint64_t kMaxConfigBytes = 16 << 20;
+
 std::string read_file(const std::string& path) {
-    std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
-                                                         &std::fclose);
-    if (!file) throw ConfigError("cannot open config file '" + path + "': " + std::strerror(errno));
-    std::string text;
-    char buf[4096];
-    size_t n = 0;
-    while ((n = std::fread(buf, 1, sizeof buf, file.get())) > 0) text.append(buf, n);
-    if (std::ferror(file.get()))
-        throw ConfigError("cannot read config file '" + path + "': " + std::strerror(errno));
-    return text;
+    try {
+        return io::read_regular_file(path, kMaxConfigBytes, "a config file");
+    } catch (const Error& e) {
+        throw ConfigError(std::string("config file ") + e.what());
+    }
 }
 
 }  // namespace

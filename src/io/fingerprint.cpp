@@ -9,14 +9,14 @@
 #include <vector>
 
 #include "error.h"
+#include "io/input_file.h"
 #include "io/output_file.h"
 #include "io/sha256.h"
 
 namespace trident::io {
 
 Fingerprint fingerprint_file(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw Error(path + ": cannot open: " + errno_text(errno));
+    const int fd = open_regular(path);
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
         const int error = errno;
