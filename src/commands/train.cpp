@@ -13,14 +13,17 @@
 #include "error.h"
 #include "io/fault_injection.h"
 #include "io/fingerprint.h"
+#include "io/output_file.h"
 #include "model/param_layout.h"
 #include "parallel/agreement.h"
 #include "parallel/grid.h"
 #include "parallel/world.h"
 #include "train/base_weights.h"
 #include "train/checkpoint.h"
+#include "train/directory_lock.h"
 #include "train/metrics.h"
 #include "train/preemption.h"
+#include "train/resume_checks.h"
 #include "train/trainer.h"
 
 namespace trident::commands {
@@ -171,6 +174,8 @@ struct Setup {
     // The data files as this node sees them, on one rank per node (the others: none), which is
     // enough to notice a change and reads a node's files once.
     std::vector<train::DataFileRecord> data_files;
+    // Rank 0's hold on checkpoint.dir for the run's life (none without one, and elsewhere).
+    std::unique_ptr<train::DirectoryLock> dir_lock;
 };
 
 std::vector<train::DataFileRecord> fingerprint_data(const data::Dataset* train_data,
@@ -208,6 +213,57 @@ void check_data(const Setup& setup, const train::CheckpointShare& ck, parallel::
                      text.c_str());
         std::fflush(stderr);
     }
+}
+
+void warn(const std::string& text) {
+    std::fprintf(stderr, "trident: warning: %s\n", text.c_str());
+    std::fflush(stderr);
+}
+
+// What the resume changes of the run it continues (train/resume_checks.h), against the
+// config the checkpoint recorded: another seed or global batch stops it (or with
+// checkpoint.allow_order_change is said), another training.steps and the later checkpoints
+// that the first save will delete are said. Rank 0 judges for all. Collective.
+void check_changes(const Setup& setup, const train::CheckpointShare& ck, parallel::World& world,
+                   bool leader) {
+    const config::Config& now = setup.cfg;
+    const int step = ck.manifest.step;
+    std::string error;
+    if (leader) {
+        try {
+            const config::Config then =
+                config::load((std::filesystem::path(ck.path) / "config.yaml").string());
+            const std::string order = train::order_changes(then, now);
+            if (!order.empty() && !now.checkpoint.allow_order_change)
+                error = "checkpoint.resume: " + ck.path + ": " + order +
+                        "; resuming would draw other samples than the run planned. Restore "
+                        "them, or set checkpoint.allow_order_change: true if the change is "
+                        "intended";
+            else if (!order.empty())
+                warn("checkpoint.resume: " + order +
+                     "; going on (checkpoint.allow_order_change: "
+                     "true)");
+            if (const std::string steps = train::schedule_change(then, now, step); !steps.empty())
+                warn("checkpoint.resume: " + steps);
+        } catch (const Error& e) {
+            error = std::string("checkpoint.resume: ") + e.what();
+        }
+        const int interval = now.checkpoint.interval;
+        const int first_save = interval > 0
+                                   ? std::min(now.training.steps, (step / interval + 1) * interval)
+                                   : now.training.steps;
+        const auto doomed = now.checkpoint.dir && first_save > step
+                                ? train::checkpoints_from(*now.checkpoint.dir, first_save)
+                                : std::vector<std::string>{};
+        if (error.empty() && !doomed.empty())
+            warn("resuming " + ck.path + " at step " + std::to_string(step) + ", but the run's " +
+                 "first save, at step " + std::to_string(first_save) + ", deletes " +
+                 std::to_string(doomed.size()) + " later checkpoint(s) of " + *now.checkpoint.dir +
+                 " (" + doomed.front() + (doomed.size() > 1 ? " to " + doomed.back() : "") +
+                 "); move them away to keep them");
+    }
+    error = parallel::first_failure(world.comm(), error);
+    if (!error.empty()) throw EveryRankError(error);
 }
 
 // What a run of low-rank adapters records in its checkpoints (rank 0: none): the adapters,
@@ -276,6 +332,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     std::optional<parallel::ScopedPhase> resuming(parallel::Phase::checkpoint);
     if (const auto ck = resume_point(cfg, world, trainer, leader)) {
         check_data(setup, *ck, world, leader);
+        check_changes(setup, *ck, world, leader);
         check_base(*ck, lora, world, leader);
         train::restore_checkpoint(*ck, trainer);  // collective
         start = ck->manifest.step;
@@ -465,6 +522,12 @@ int train(const TrainOptions& opts, parallel::World& world) {
             if (world.local_rank() == 0)
                 setup.data_files = fingerprint_data(setup.train_data.get(), setup.valid_data.get());
             check_resume_setting(setup.cfg);
+            // checkpoint.dir is writable and this run's alone, known before step 1, not at
+            // the first save with the whole run's work at stake.
+            if (const auto& dir = setup.cfg.checkpoint.dir; dir && world.rank() == 0) {
+                io::probe_writable_directory(*dir, "checkpoint.dir");
+                setup.dir_lock = std::make_unique<train::DirectoryLock>(*dir);
+            }
         },
         [&] { run(setup, *setup.grid, world); });
 }

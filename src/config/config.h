@@ -178,6 +178,9 @@ struct CheckpointConfig {
     // Resume even though a training or validation file differs from what the checkpoint
     // recorded (its size or sampled SHA-256): a warning instead of an error.
     bool allow_data_change = false;
+    // Resume even though training.seed or training.global_batch differ from the checkpoint's
+    // run (which changes the samples each step draws): a warning instead of an error.
+    bool allow_order_change = false;
     bool operator==(const CheckpointConfig&) const = default;
 };
 

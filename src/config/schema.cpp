@@ -242,6 +242,8 @@ const std::vector<Key>& table() {
         field("checkpoint.resume", &C::checkpoint, &CheckpointConfig::resume, not_empty()),
         field("checkpoint.on_error", &C::checkpoint, &CheckpointConfig::on_error),
         field("checkpoint.allow_data_change", &C::checkpoint, &CheckpointConfig::allow_data_change),
+        field("checkpoint.allow_order_change", &C::checkpoint,
+              &CheckpointConfig::allow_order_change),
 
         field("logging.interval", &C::logging, &LoggingConfig::interval, at_least(1)),
         field("logging.metrics", &C::logging, &LoggingConfig::metrics),

@@ -91,6 +91,30 @@ void write_file_atomically(const std::string& path, std::string_view bytes) {
     }
 }
 
+void probe_writable_directory(const std::string& dir, const std::string& what) {
+    std::error_code error;
+    if (std::filesystem::exists(dir, error) && !std::filesystem::is_directory(dir, error))
+        throw Error(what + ": '" + dir + "' is not a directory");
+    std::filesystem::create_directories(dir, error);
+    if (error)
+        throw Error(what + ": '" + dir +
+                    "' cannot be made a directory: " + errno_text(error.value()));
+    if (!std::filesystem::is_directory(dir))
+        throw Error(what + ": '" + dir + "' is not a directory");
+    const std::string probe =
+        (std::filesystem::path(dir) / (".probe_" + std::to_string(::getpid()))).string();
+    try {
+        OutputFile out(probe);
+        out.write("probe\n");
+        out.sync();
+        out.close();
+    } catch (const Error& e) {
+        ::unlink(probe.c_str());
+        throw Error(what + ": '" + dir + "' is not writable: " + e.what());
+    }
+    ::unlink(probe.c_str());
+}
+
 void sync_path(const std::string& path) {
     const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) throw Error(path + ": cannot open to sync: " + errno_text(errno));

@@ -49,6 +49,12 @@ private:
 // renamed over `path`. Its parent directory is created if missing.
 void write_file_atomically(const std::string& path, std::string_view bytes);
 
+// Makes directory `dir` (and its parents) if missing and writes, syncs and removes a small
+// file in it, so that a directory a run cannot write (a file's path, under /proc, no
+// permission, a read-only or full file system) is found before the run rather than at its
+// first save. Throws trident::Error "WHAT: 'DIR' ...: cannot create: Permission denied (EACCES)".
+void probe_writable_directory(const std::string& dir, const std::string& what);
+
 // Flushes a file or directory that is already written to the disk (a directory: the names
 // created or renamed in it).
 void sync_path(const std::string& path);
