@@ -51,7 +51,9 @@ int checkpoint_info(const CheckpointInfoOptions& opts) {
         std::string status = "ok";
         std::error_code ec;
         const auto size = fs::file_size(path, ec);
-        if (ec)
+        if (fs::exists(fs::symlink_status(path)) && !fs::is_regular_file(path))
+            status = "NOT A REGULAR FILE";
+        else if (ec)
             status = "MISSING";
         else if (size != f.bytes)
             status = "WRONG SIZE (" + std::to_string(size) + " bytes)";

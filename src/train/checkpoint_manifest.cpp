@@ -1,6 +1,8 @@
 // The checkpoint manifest: JSON out and in, and the files' checks (see checkpoint_manifest.h).
 #include "train/checkpoint_manifest.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -346,6 +348,8 @@ void verify_sizes(const std::string& dir, const Manifest& m) {
     for (const ManifestFile& f : m.files) {
         const std::string path = (fs::path(dir) / f.name).string();
         std::error_code ec;
+        if (fs::exists(fs::symlink_status(path)) && !fs::is_regular_file(path))
+            ::close(io::open_regular(path));  // throws, naming what it is
         const auto size = fs::file_size(path, ec);
         if (ec) throw Error(path + ": missing (the checkpoint is incomplete)");
         if (size != f.bytes)
