@@ -10,8 +10,10 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cli_support.h"
 
@@ -164,4 +166,83 @@ TEST_CASE("run guards: a resume that changes the seed or the batch is refused, n
     CHECK(contains(r.output, "the run's first save, at step 2, deletes 2 later checkpoint(s) of " +
                                  ws.path("ck") + " (" + ws.path("ck") + "/step_000002 to " +
                                  ws.path("ck") + "/step_000003)"));
+}
+
+namespace {
+
+// Starts a long run in the background on `data`, writing metrics; returns its pid once it has
+// finished a step.
+pid_t start_long_run(const Workspace& ws, const std::string& data) {
+    const RunResult started =
+        run_shell(std::string(TRIDENT_BINARY) + " " +
+                  ws.train("--set data.train=" + data + " --set training.steps=100000000 " +
+                           "--set logging.metrics=" + ws.path("m.jsonl")) +
+                  " > " + ws.path("run.log") + " 2>&1 & echo $!");
+    for (int i = 0; i < 600 && !fs::exists(ws.path("m.jsonl")); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return std::stoi(started.output);
+}
+
+// Whether process `pid` has ended, waiting at most a minute (it is the shell's child, not
+// ours: its log says how it ended).
+bool ended(pid_t pid) {
+    for (int i = 0; i < 600 && ::kill(pid, 0) == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return ::kill(pid, 0) != 0;
+}
+
+std::string read_text(const std::string& path) {
+    std::ifstream in(path);
+    return {std::istreambuf_iterator<char>(in), {}};
+}
+
+}  // namespace
+
+TEST_CASE("run guards: a data file truncated under a run ends it with one line naming it",
+          "[cli][bad-input]") {
+    Workspace ws;
+    fs::copy_file(ws.path("train.bin"), ws.path("data.bin"));
+    const pid_t pid = start_long_run(ws, ws.path("data.bin"));
+    std::ofstream(ws.path("data.bin"), std::ios::trunc).close();  // rewritten in place
+    REQUIRE(ended(pid));
+    const std::string log = read_text(ws.path("run.log"));
+    INFO(log);
+    CHECK(contains(log, "trident: error: data.train: " + ws.path("data.bin") +
+                            ": the file changed while this run read it (truncated or rewritten "
+                            "in place"));
+    CHECK_FALSE(contains(log, "Bus error"));
+}
+
+TEST_CASE("run guards: tokenize replaces its output whole, never pulling it from under a run",
+          "[cli][tokenize]") {
+    Workspace ws;
+    // Bytes below the tiny model's vocabulary of 64.
+    const std::string text = ws.write("t.txt", std::string(5000, '5'));
+    const std::string out = ws.path("data.bin");
+    const std::string tokenize = "tokenize --tokenizer bytes --no-progress --output " + out + " ";
+    REQUIRE(run_bounded(tokenize + text).exit_code == 0);
+    // A run maps the file; tokenizing into it again gives a new file, the run's stays whole.
+    const pid_t pid = start_long_run(ws, out);
+    struct stat before {};
+    REQUIRE(::stat(out.c_str(), &before) == 0);
+    REQUIRE(run_bounded(tokenize + ws.write("u.txt", std::string(100, '7'))).exit_code == 0);
+    struct stat after {};
+    REQUIRE(::stat(out.c_str(), &after) == 0);
+    CHECK(after.st_ino != before.st_ino);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    CHECK(::kill(pid, 0) == 0);  // still training on the old file
+    ::kill(pid, SIGTERM);
+    REQUIRE(ended(pid));
+    CHECK(contains(read_text(ws.path("run.log")), "trident: preempted by SIGTERM"));
+    // A write that fails (the disk full) names the file and the errno and leaves the old
+    // file as it was, with no temporary file beside it.
+    const RunResult failed = run_shell("TRIDENT_TEST_WRITE_ERROR=data.bin:ENOSPC timeout 60 " +
+                                       std::string(TRIDENT_BINARY) + " " + tokenize + text);
+    require_clear_error(failed, out + ": cannot write: No space left on device (ENOSPC)");
+    CHECK(fs::file_size(out) == 256 * 4 + 100 * 2);
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(ws.dir))
+        if (e.path().filename().string().rfind("data.bin", 0) == 0)
+            names.push_back(e.path().filename().string());
+    CHECK(names == std::vector<std::string>{"data.bin"});
 }
