@@ -113,7 +113,8 @@ int main(int argc, char** argv) {
     generate_cmd->add_option("--tokens,-n", gen.sampling.tokens, "Tokens to generate")
         ->capture_default_str();
     generate_cmd
-        ->add_option("--temperature", gen.sampling.temperature, "Softmax temperature; 0 = greedy")
+        ->add_option("--temperature", gen.sampling.temperature,
+                     "Softmax temperature, > 0; 0 = greedy (the likeliest token)")
         ->capture_default_str();
     generate_cmd->add_option("--top-k", gen.sampling.top_k, "Sample among the k likeliest; 0 = all")
         ->capture_default_str();

@@ -245,14 +245,16 @@ std::string initialise_weights(const config::Config& cfg, model::Gpt& model) {
     return read;
 }
 
-std::string generate_text(model::Gpt& model, const data::Tokenizer& tokenizer,
-                          const std::string& prompt, const train::SamplingOptions& opts) {
+void generate_text(model::Gpt& model, const data::Tokenizer& tokenizer, const std::string& prompt,
+                   const train::SamplingOptions& opts,
+                   const std::function<void(const std::string&)>& emit) {
     std::vector<int32_t> ids;
     tokenizer.encode(prompt, ids);
     if (ids.empty()) tokenizer.encode("\n", ids);
     if (prompt.empty() && tokenizer.end_of_text()) ids.assign(1, *tokenizer.end_of_text());
-    const std::vector<int32_t> continuation = train::generate(model, ids, opts);
-    return prompt + tokenizer.decode(continuation);
+    emit(prompt);
+    train::generate(model, ids, opts,
+                    [&](int32_t id) { emit(tokenizer.decode(std::span<const int32_t>(&id, 1))); });
 }
 
 }  // namespace trident::commands

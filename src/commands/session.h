@@ -84,9 +84,12 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Pea
 // Returns what model.init_from read ("" without it).
 std::string initialise_weights(const config::Config& cfg, model::Gpt& model);
 
-// The prompt and its continuation as text. An empty prompt starts a new document (the
-// end-of-text token, or a newline for the byte tokenizer).
-std::string generate_text(model::Gpt& model, const data::Tokenizer& tokenizer,
-                          const std::string& prompt, const train::SamplingOptions& opts);
+// The prompt and its continuation as text, handed to `emit` piece by piece: the prompt, then
+// each token's text as soon as it is generated (a token's bytes, which concatenated are the
+// whole text's). An empty prompt starts a new document (the end-of-text token, or a newline
+// for the byte tokenizer).
+void generate_text(model::Gpt& model, const data::Tokenizer& tokenizer, const std::string& prompt,
+                   const train::SamplingOptions& opts,
+                   const std::function<void(const std::string&)>& emit);
 
 }  // namespace trident::commands

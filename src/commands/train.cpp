@@ -106,8 +106,11 @@ void print_sample(const config::Config& cfg, train::Trainer& trained, kernels::O
     opts.temperature = 0.8;
     opts.top_k = 40;
     opts.seed = cfg.training.seed;
+    std::string text;
+    generate_text(gpt, *tokenizer, cfg.logging.sample_prompt, opts,
+                  [&](const std::string& piece) { text += piece; });
     std::printf("sample (temperature %.1f, top-k %d):\n%s\n", opts.temperature, opts.top_k,
-                generate_text(gpt, *tokenizer, cfg.logging.sample_prompt, opts).c_str());
+                text.c_str());
 }
 
 bool due(int step, int interval, int steps) {
