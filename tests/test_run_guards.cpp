@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "cli_support.h"
+#include "source_path.h"
 
 using namespace cli;
 namespace fs = std::filesystem;
@@ -245,4 +246,16 @@ TEST_CASE("run guards: tokenize replaces its output whole, never pulling it from
         if (e.path().filename().string().rfind("data.bin", 0) == 0)
             names.push_back(e.path().filename().string());
     CHECK(names == std::vector<std::string>{"data.bin"});
+}
+
+TEST_CASE("run guards: messages cite source files by their path in the repository", "[cli]") {
+    using trident::source_path;
+    CHECK(std::string(source_path("../kernels/cpu/cpu_ops.cpp")) == "kernels/cpu/cpu_ops.cpp");
+    CHECK(std::string(source_path("/work/x/src/parallel/cuda/nccl_comm.cpp")) ==
+          "src/parallel/cuda/nccl_comm.cpp");
+    CHECK(std::string(source_path("/home/data/y/kernels/cuda/gemm.cpp")) ==
+          "kernels/cuda/gemm.cpp");
+    CHECK(std::string(source_path("model/gpt.cpp")) == "model/gpt.cpp");
+    // This file as the build names it: the tests/ directory is none of the four.
+    CHECK(std::string(source_path(__FILE__)) == __FILE__);
 }
