@@ -224,6 +224,117 @@ def changed_data(trident, base, tmp):
             f"changed data: the resume stops, naming the file ({lines})")
 
 
+def rank_pid(config, rank, limit_s=60):
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        pids = h.trident_pids(config)
+        if rank in pids:
+            return pids[rank]
+        time.sleep(0.05)
+    return None
+
+
+def dead_rank_no_abort(trident, base, config, tmp):
+    """SIGKILL to rank 1 of 1x1x2 under a launcher that does not end the job: each rank runs
+    inside a shell that outlives it (as a wrapper script or a launcher without failure
+    detection would), so mpirun sees no rank die. Rank 0 waits in a collective on the dead
+    rank until its watchdog ends the job at training.collective_timeout."""
+    metrics = os.path.join(tmp, "noabort.jsonl")
+    wrapper = 'run() { "$@"; echo "wrapper: trident exited $?" >&2; sleep 300; }; run "$@"'
+    cmd = ["mpirun", "--oversubscribe", "-np", "2", "sh", "-c", wrapper, "sh", trident, "train"]
+    cmd += base
+    for o in layout(1, 1, 2) + ["training.steps=1000000", "logging.interval=100000",
+                                f"logging.metrics={metrics}", "training.collective_timeout=5"]:
+        cmd += ["--set", o]
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=h.mpirun_env())
+    if wait_for_lines(metrics, 3, job):
+        os.kill(rank_pid(config, 1), signal.SIGKILL)
+    t0 = time.monotonic()
+    out, code = finish(job, config, 60)
+    seconds = time.monotonic() - t0
+    lines = error_lines(out)
+    named = [line for line in lines if line.startswith("trident: error: rank 0 (pp 0, tp 0, dp 0): "
+                                                       "stalled ") and
+             "on the data group" in line and "waiting on rank 1 (pp 0, tp 0, dp 1)" in line]
+    h.check(code not in (None, 0) and not h.trident_pids(config) and bool(named),
+            f"dead rank, launcher not aborting: rank 0's watchdog ended the job (exit code {code}), "
+            f"naming rank 1: {lines}")
+    h.check(5 <= seconds <= 15, f"dead rank, launcher not aborting: ended {seconds:.1f} s after "
+                                f"the kill (timeout 5 s)")
+    if not named:
+        print(out[-3000:])
+    print(f"figure: dead rank (SIGKILL, launcher not aborting): {seconds:.1f} s from the kill "
+          f"to the end of the job", flush=True)
+
+
+def real_oom(trident, base, config, tmp):
+    """A real out-of-memory: the job's address space capped with ulimit -v (1.5 GB a
+    process) under a model whose buffers need more (hidden 1024, 8 layers: 0.4 GB of
+    weights alone on each rank). Every allocation is a real one that fails; the job ends with
+    one rank's line naming the allocation, promptly."""
+    overrides = layout(1, 1, 2) + ["model.hidden=1024", "model.layers=8", "model.heads=8",
+                                   "model.ffn_hidden=4096", "training.steps=2"]
+    cmd = ["mpirun", "--oversubscribe", "-np", "2", trident, "train"] + base
+    for o in overrides:
+        cmd += ["--set", o]
+    t0 = time.monotonic()
+    p = subprocess.run(["bash", "-c", 'ulimit -v 1500000 && exec "$@"', "bash"] + cmd,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env=h.mpirun_env(), timeout=120)
+    seconds = time.monotonic() - t0
+    lines = error_lines(p.stdout)
+    # The line cites the allocator by its path in the repository, not the build's.
+    oom = [line for line in lines if re.match(
+        r"trident: error: rank [01]: kernels/cpu/cpu_ops\.cpp:\d+: out of host memory "
+        r"allocating \d+ bytes", line)]
+    h.check(p.returncode not in (None, 0) and not h.trident_pids(config) and bool(oom),
+            f"out of memory (ulimit -v): the job ended (exit code {p.returncode}) with a rank's "
+            f"line naming the allocation: {lines}")
+    if not oom:
+        print(p.stdout[-3000:])
+    print(f"figure: out of memory (ulimit -v 1.5 GB): the job ended {seconds:.1f} s after it "
+          f"started", flush=True)
+
+
+def real_full_disk(trident, base, config, tmp):
+    """A real full disk: checkpoint.dir on a tmpfs of 1 MiB (mounted here: CI runs as root),
+    filled by the run's own checkpoints until a save finds no room."""
+    mount = os.path.join(tmp, "small")
+    os.makedirs(mount)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mount],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    h.check(r.returncode == 0, f"a 1 MiB tmpfs is mounted ({r.stdout.strip()})")
+    if r.returncode != 0:
+        return
+    try:
+        ck = os.path.join(mount, "ck")
+        args = ["mpirun", "--oversubscribe", "-np", "2", trident, "train"] + base
+        for o in layout(1, 1, 2) + ["training.steps=100", "checkpoint.interval=1",
+                                    "checkpoint.keep=100", f"checkpoint.dir={ck}"]:
+            args += ["--set", o]
+        t0 = time.monotonic()
+        p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=h.mpirun_env(), timeout=300)
+        seconds = time.monotonic() - t0
+        lines = error_lines(p.stdout)
+        saved = [d for d in entries_of(ck) if d.startswith("step_")]
+        newest = os.path.join(ck, saved[-1]) if saved else None
+        expected = ("cannot write: No space left on device (ENOSPC); "
+                    f"{newest} is the newest checkpoint, as it was (checkpoint.on_error: stop)")
+        h.check(p.returncode == 1 and len(lines) == 1 and expected in lines[0]
+                and "MPI_ABORT" not in p.stdout,
+                f"real full disk: one line from rank 0 and exit code 1 (got {p.returncode}): {lines}")
+        h.check(entries_of(ck) == saved and
+                h.run([trident, "checkpoint", "info", newest], expect_ok=False).returncode == 0,
+                f"real full disk: only whole checkpoints are left, the newest verifies "
+                f"({entries_of(ck)})")
+        print(f"figure: real full disk (tmpfs of 1 MiB): the job ended {seconds:.1f} s after it "
+              f"started, {len(saved)} checkpoints saved before the disk was full", flush=True)
+    finally:
+        subprocess.run(["umount", mount])
+
+
 def reference_losses(trident, base, tmp):
     """The uninterrupted run's losses, for the resumed run after a failed save."""
     metrics = os.path.join(tmp, "ref.jsonl")
@@ -242,6 +353,9 @@ FAULTS = {
     "full_disk": lambda t, base, tmp: full_disk(t, base, tmp, reference_losses(t, base, tmp)),
     "logging": lambda t, base, tmp: logging_failures(t, base, tmp),
     "changed_data": lambda t, base, tmp: changed_data(t, base, tmp),
+    "dead_no_abort": lambda t, base, tmp: dead_rank_no_abort(t, base, base[1], tmp),
+    "real_oom": lambda t, base, tmp: real_oom(t, base, base[1], tmp),
+    "real_full_disk": lambda t, base, tmp: real_full_disk(t, base, base[1], tmp),
 }
 
 

@@ -17,7 +17,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mpi_harness import binaries_or_skip, check, failures, losses, run, tiny_run  # noqa: E402
+from mpi_harness import (binaries_or_skip, check, checkpoints_differ, failures, losses, run,  # noqa: E402
+                         tiny_run)
 
 # (P, M, D, zero stage, schedule, v, sequence parallel, bucket size in parameters)
 ONE_BUCKET = 1 << 24
@@ -34,10 +35,14 @@ def main():
         # Global batch 16 in microbatches of 2: 8, 4 or 2 per replica for D = 1, 2, 4.
         base = tiny_run(tmp, ["model.layers=4", "model.dropout=0.1", "training.global_batch=16",
                               "data.shuffle=true"])
-        run([trident, "train"] + base + ["--set", f"logging.metrics={path('m1.jsonl')}"])
+        # Checkpoints of every step: step 1's Adam moments are the whole gradient, element by
+        # element ((1 - beta) g and (1 - beta2) g^2).
+        every_step = ["--set", "checkpoint.interval=1", "--set", "checkpoint.keep=10"]
+        run([trident, "train"] + base + every_step + ["--set", f"logging.metrics={path('m1.jsonl')}",
+                                                      "--set", f"checkpoint.dir={path('ck_ref')}"])
         ref = losses(path("m1.jsonl"))
 
-        for p, m, d, zero, schedule, v, sp, bucket in LAYOUTS:
+        for index, (p, m, d, zero, schedule, v, sp, bucket) in enumerate(LAYOUTS):
             name = (f"{p}x{m}x{d} zero {zero}{f' {schedule} v={v}' if v > 1 else ''}"
                     f"{' +SP' if sp else ''}{f' buckets of {bucket}' if bucket != ONE_BUCKET else ''}")
             metrics = path("m.jsonl")
@@ -46,9 +51,13 @@ def main():
                 "--set", f"parallel.data={d}", "--set", f"parallel.zero_stage={zero}",
                 "--set", f"parallel.schedule={schedule}", "--set", f"parallel.virtual_stages={v}",
                 "--set", f"parallel.sequence_parallel={'true' if sp else 'false'}",
-                "--set", f"parallel.bucket_size={bucket}",
-                "--set", f"logging.metrics={metrics}"], ranks=p * m * d)
+                "--set", f"parallel.bucket_size={bucket}", "--set", f"checkpoint.dir={path(f'ck_layout{index}')}",
+                "--set", f"logging.metrics={metrics}"] + every_step, ranks=p * m * d)
             rows = losses(metrics)
+            differ = checkpoints_differ(path(f"ck_layout{index}/step_000001"), path("ck_ref/step_000001"), 1e-5,
+                                        ("exp_avg", "exp_avg_sq"))
+            check(differ is None, f"{name}: step 1's Adam moments, every element, within 1e-5 of "
+                                  f"1x1x1 ({differ or 'all'})")
             worst = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(rows, ref))
             norm = max(abs(x["grad_norm"] - y["grad_norm"]) / abs(y["grad_norm"])
                        for x, y in zip(rows, ref))
@@ -89,11 +98,16 @@ def main():
                     "--set", f"parallel.bucket_size={bucket}",
                     "--set", f"parallel.overlap_grad_reduce={overlap}",
                     "--set", f"parallel.overlap_param_gather={overlap}",
+                    "--set", f"checkpoint.dir={path(f'ov{p}{m}{d}{zero}{overlap}')}",
                     "--set", f"logging.metrics={metrics}"], ranks=p * m * d)
                 runs.append([(r["loss"], r["grad_norm"]) for r in losses(metrics)])
+            name = f"{p}x{m}x{d} zero {zero}, buckets of {bucket}"
             check(len(runs[0]) == 10 and runs[0] == runs[1],
-                  f"{p}x{m}x{d} zero {zero}, buckets of {bucket}: overlapped and not, the same "
-                  f"losses and gradient norms bitwise")
+                  f"{name}: overlapped and not, the same losses and gradient norms")
+            differ = checkpoints_differ(path(f"ov{p}{m}{d}{zero}true/step_000010"),
+                                        path(f"ov{p}{m}{d}{zero}false/step_000010"))
+            check(differ is None, f"{name}: overlapped and not, the same checkpoint bitwise: "
+                                  f"weights, master weights, Adam moments ({differ or 'all'})")
 
         # The trace of steps 2 and 3 on D = 2 (zero 1, buckets of 5000 parameters): each
         # step's reduce-scatters start before its last backward ends, and the all-gathers

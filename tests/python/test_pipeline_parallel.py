@@ -22,8 +22,13 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mpi_harness import (binaries_or_skip, check, failures, losses, read_safetensors, run,  # noqa: E402
-                         tiny_run, worst_tensor_diff)
+from mpi_harness import (binaries_or_skip, check, checkpoints_differ, failures, losses,  # noqa: E402
+                         read_safetensors, run, tiny_run, worst_tensor_diff)
+
+# Checkpoints of every step of a 10-step run: step 1's Adam moments are (1 - beta) g and
+# (1 - beta2) g^2, the whole model's gradient element by element.
+EVERY_STEP = ["--set", "checkpoint.interval=1", "--set", "checkpoint.keep=10"]
+MOMENTS = ("exp_avg", "exp_avg_sq")
 
 # (P, M, schedule, v, sequence parallel, parallel.stage_layers)
 LAYOUTS = [(2, 1, "1f1b", 1, False, "uniform"), (4, 1, "1f1b", 1, False, "uniform"),
@@ -58,11 +63,12 @@ def main():
 
         run([dump] + base + init + ["--output", path("g1.safetensors")], ranks=1)
         ref_grads = read_safetensors(path("g1.safetensors"))
-        run([trident, "train"] + base + init + ["--set", f"logging.metrics={path('m1.jsonl')}"],
+        run([trident, "train"] + base + init + EVERY_STEP +
+            ["--set", f"logging.metrics={path('m1.jsonl')}", "--set", f"checkpoint.dir={path('ck1')}"],
             ranks=1)
         ref_rows = losses(path("m1.jsonl"))
 
-        for p, m, schedule, v, sp, cut in LAYOUTS:
+        for index, (p, m, schedule, v, sp, cut) in enumerate(LAYOUTS):
             name = (f"P={p} M={m} {schedule}{f' v={v}' if v > 1 else ''}{' +SP' if sp else ''}"
                     f" layers {cut}")
             args = layout_args(p, m, schedule, v, sp, cut)
@@ -73,10 +79,13 @@ def main():
             check(sorted(got) == sorted(ref_grads) and worst[0] <= 1e-5,
                   f"{name}: loss and gradients within 1e-5 of P=1 (worst {worst[0]:.2e}, {worst[1]})")
 
-            metrics = path("m.jsonl")
-            run([trident, "train"] + base + init + args + ["--set", f"logging.metrics={metrics}"],
-                ranks=p * m)
+            metrics, ck = path("m.jsonl"), path(f"ck_layout{index}")
+            run([trident, "train"] + base + init + args + EVERY_STEP +
+                ["--set", f"logging.metrics={metrics}", "--set", f"checkpoint.dir={ck}"], ranks=p * m)
             rows = losses(metrics)
+            differ = checkpoints_differ(f"{ck}/step_000001", path("ck1/step_000001"), 1e-5, MOMENTS)
+            check(differ is None, f"{name}: step 1's Adam moments, every element of every tensor, "
+                                  f"within 1e-5 of P=1 ({differ or 'all'})")
             worst = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(rows, ref_rows))
             val = [(x["val_loss"], y["val_loss"]) for x, y in zip(rows, ref_rows) if "val_loss" in y]
             worst_val = max(abs(x - y) / abs(y) for x, y in val)
@@ -92,16 +101,22 @@ def main():
                                           "training.recompute=selective"]),
                                (2, 1, 2, ["parallel.zero_stage=1", "training.precision=bf16"])]:
             runs = {}
+            name = f"{p}x{m}x{d} {' '.join(extra)}"
             for schedule in ("1f1b", "zb-h1", "zb-h2"):
                 metrics = path(f"zb_{schedule}.jsonl")
+                ck = path(f"zb_{name.replace(' ', '_')}_{schedule}")
                 args = layout_args(p, m, schedule, 1, False, "uniform")
                 args += ["--set", f"parallel.data={d}"] + sum((["--set", e] for e in extra), [])
                 run([trident, "train"] + base + init + args
-                    + ["--set", f"logging.metrics={metrics}"], ranks=p * m * d)
+                    + ["--set", f"logging.metrics={metrics}", "--set", f"checkpoint.dir={ck}"],
+                    ranks=p * m * d)
                 runs[schedule] = [(r["loss"], r["grad_norm"]) for r in losses(metrics)]
-            name = f"{p}x{m}x{d} {' '.join(extra)}"
             check(len(runs["1f1b"]) == 10 and runs["zb-h1"] == runs["1f1b"] == runs["zb-h2"],
-                  f"{name}: ZB-H1 and ZB-H2 train as 1F1B, bitwise")
+                  f"{name}: ZB-H1 and ZB-H2 train as 1F1B: losses and gradient norms")
+            ck = lambda s: path(f"zb_{name.replace(' ', '_')}_{s}/step_000010")  # noqa: E731
+            differ = checkpoints_differ(ck("zb-h1"), ck("1f1b")) or checkpoints_differ(ck("zb-h2"), ck("1f1b"))
+            check(differ is None, f"{name}: ZB-H1 and ZB-H2 checkpoints after 10 steps equal 1F1B's "
+                                  f"bitwise: weights, master weights, Adam moments ({differ or 'all'})")
 
         # Activations are held per microbatch in flight: rank 0 (stage 0) of P = 2 with 4
         # microbatches holds 2 under 1F1B (p - stage) and all 4 under GPipe; validation
