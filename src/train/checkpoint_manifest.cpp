@@ -107,7 +107,7 @@ void read_layout(const Reader& r, const io::json::Value& object, const model::Gp
     layout.virtual_stages = r.small(object, "virtual_stages", 1, limits::kVirtualStages);
     layout.schedule = r.string(object, "schedule");
     layout.zero_stage = r.small(object, "zero_stage", 0, 3);
-    layout.bucket_size = r.ranged(object, "bucket_size", 1, INT32_MAX);
+    layout.bucket_size = r.ranged(object, "bucket_size", 0, INT32_MAX);  // (only shown)
     if (shape.heads % layout.tensor != 0 || shape.ffn % layout.tensor != 0 ||
         shape.padded_vocab % layout.tensor != 0)
         r.fail("\"tensor\" (" + std::to_string(layout.tensor) +
