@@ -218,6 +218,27 @@ void check_data(const Setup& setup, const train::CheckpointShare& ck, parallel::
     }
 }
 
+// The memory figures of the first rank (tensor, context and data rank 0) of every pipeline
+// stage, on rank 0 (the others: none), in stage order. Collective over the world.
+std::vector<std::array<int64_t, 5>> memory_of_stages(const train::MemoryUse& mine,
+                                                     const parallel::Grid& grid,
+                                                     parallel::World& world) {
+    const std::array<int64_t, 5> figures = {
+        static_cast<int64_t>(mine.parameters), static_cast<int64_t>(mine.gradients),
+        static_cast<int64_t>(mine.optimizer), static_cast<int64_t>(mine.activations),
+        static_cast<int64_t>(mine.peak)};
+    std::vector<std::array<int64_t, 5>> all(static_cast<std::size_t>(world.size()));
+    world.comm().all_gather(kernels::ConstPtr(figures.data(), kernels::DType::u8),
+                            kernels::Ptr(all.data(), kernels::DType::u8), sizeof figures);
+    std::vector<std::array<int64_t, 5>> stages;
+    if (world.rank() != 0) return stages;
+    for (int r = 0; r < world.size(); ++r) {
+        const parallel::Coordinates c = parallel::coordinates_of(grid.shape(), r);
+        if (c.tp == 0 && c.cp == 0 && c.dp == 0) stages.push_back(all[static_cast<std::size_t>(r)]);
+    }
+    return stages;
+}
+
 void warn(const std::string& text) {
     std::fprintf(stderr, "trident: warning: %s\n", text.c_str());
     std::fflush(stderr);
@@ -437,6 +458,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         m.mem_optimizer = static_cast<int64_t>(r.memory.optimizer);
         m.mem_activations = static_cast<int64_t>(r.memory.activations);
         m.mem_peak = static_cast<int64_t>(r.memory.peak);
+        m.mem_stages = memory_of_stages(r.memory, grid, world);  // collective
         m.step_ms = 1e3 * r.seconds;
         m.tokens_per_s = static_cast<double>(cfg.derived.tokens_per_step) / r.seconds;
         // FLOP/s per process, as the papers count per GPU.
