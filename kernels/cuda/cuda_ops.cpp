@@ -27,6 +27,7 @@
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/fp32_views.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/upload_staging.h"
 // The one part of src/ the kernels use: the host's waits for the device are marked for the
 // stall watchdog, since NCCL's collectives complete in them.
 #include "parallel/watchdog.h"
@@ -58,7 +59,8 @@ public:
     explicit CudaOps(bool tf32)
         : stream_(cuda::compute_stream()),
           gemm_(allocator_, tf32),
-          attention_(allocator_, stream_) {}
+          attention_(allocator_, stream_),
+          uploads_(stream_) {}
     // Queued work may still use the memory the members give back.
     ~CudaOps() override { cudaStreamSynchronize(stream_); }
 
@@ -75,14 +77,9 @@ public:
     std::size_t allocated_bytes() const override { return allocator_.allocated_bytes(); }
     std::size_t peak_allocated_bytes() const override { return allocator_.peak_allocated_bytes(); }
     void reset_peak_allocated_bytes() override { allocator_.reset_peak(); }
+    // Through page-locked slots: returns without waiting for the compute queued before it.
     void upload(void* device, const void* host, std::size_t bytes) override {
-        // Ops lets the caller reuse `host` on return. CUDA promises a copy has read pageable
-        // memory at return only for synchronous copies (and never for pinned memory), so this
-        // waits for it: a few uploads a step (the token ids), after the compute queued before.
-        if (!bytes) return;
-        TRIDENT_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_));
-        const parallel::Blocked blocked(parallel::kDeviceWait, nullptr);
-        TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        uploads_.upload(device, host, bytes);
     }
     void download(void* host, const void* device, std::size_t bytes) override {
         if (!bytes) return;
@@ -486,6 +483,7 @@ private:
     cuda::DeviceAllocator allocator_;  // first in, last out: the others release into it
     cuda::Gemm gemm_;
     cuda::AttentionOps attention_;
+    cuda::UploadStaging uploads_;
 };
 
 }  // namespace
