@@ -153,10 +153,11 @@ public:
                             int C, int vocab_begin, int vocab_local, const int32_t* positions,
                             int) override {
         // The gradients may be of any type; the kernel converts as it adds.
+        const Scratch scratch(allocator_, cuda::embedding_backward_scratch(B * T, vocab_local));
         dispatch(dout.dtype, [&](auto e) {
             using E = decltype(e);
-            cuda::embedding_backward(dwte, dwpe, as<E>(dout), tokens, B, T, C, vocab_begin,
-                                     vocab_local, positions, stream_);
+            cuda::embedding_backward(dwte, dwpe, scratch.data(), as<E>(dout), tokens, B, T, C,
+                                     vocab_begin, vocab_local, positions, stream_);
         });
     }
 
