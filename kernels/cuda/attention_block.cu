@@ -2,22 +2,25 @@
 // against a block of key rows with each row's log-sum-exp, the merge of two blocks' results,
 // and a block's backward from the whole attention's output and log-sum-exp.
 //
-// Written to be simple rather than fast: one thread per row, its q (or k and v) and running
-// sums in per-thread arrays of up to kFlashMaxHeadSize floats, every product a loop over the
-// head's dims, no shared memory. Forward is the online softmax over the visible keys (a
-// running max m, sum l and unnormalised output, rescaled when m grows), ending with
-// out = o / l and lse = m + log l. Backward recomputes p = exp(score - lse) with the whole
-// softmax's lse; with D_i = dout_i . out_i and z the dropout factor:
+// Tiled as the flash kernels are (attention_flash.cu, attention_tiles.cuh): per (batch, head,
+// 64 query rows), Split threads a row holding 32 of its dims in registers, the block's keys and
+// values streaming through shared memory 32 rows at a time, only as far as the block's last
+// row sees. Forward is the online softmax over the visible keys (a running max m, sum l and
+// unnormalised output, rescaled when m grows), ending with out = o / l and lse = m + log l
+// (-inf and 0 for a row that sees no key of the block). Backward recomputes p = exp(score -
+// lse) with the whole softmax's lse; with D_i = dout_i . out_i and z the dropout factor:
 //   dv_j += p z dout_i,   ds = p (z dout_i . v_j - D_i),   dk_j += scale ds q_i,
 //   dq_i += scale ds k_j.
-// dq by one kernel over query rows, dk and dv by another over key rows: each output element is
-// summed by one thread in a fixed order, no atomics, so runs repeat bit for bit. Inputs are
-// read widened to float; everything written is fp32.
+// dq by one kernel over blocks of queries, dk and dv by another over blocks of keys: each
+// output element is summed by one thread in a fixed order, no atomics, so runs repeat bit for
+// bit. Key j is visible to query i when k_position + j <= q_position + i. Inputs are read
+// widened to float; everything written is fp32.
 #include <cmath>
 #include <string>
 
 #include "error.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_tiles.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/dropout.cuh"
@@ -28,85 +31,123 @@ namespace trident::kernels::cuda {
 
 namespace {
 
-constexpr int kRowsPerBlock = 64;
-constexpr int kMaxHead = kFlashMaxHeadSize;
+constexpr int kQueryRows = 64;  // query rows per block (forward, dq)
+constexpr int kKeyRows = 64;    // key rows per block (dk, dv)
 
-// The block's numbers as the kernels use them.
+// The block's numbers as the kernels use them; rows i and j count from the block's first.
 struct Geometry {
     AttentionBlock k;
     int hs;
     float scale;
+    DType type;
 
-    // Row i of the block's queries: q (and dq's row in (B, q_rows, C)) of head h of batch b.
-    __device__ std::size_t q_row(int b, int i) const {
-        return static_cast<std::size_t>(b) * k.q_rows + k.q_begin + i;
+    // Element offsets of row 0 of head h of batch b: q in qkv (B, q_rows, 3C), k in kv
+    // (B, kv_rows, 2C) (v is C further), out, dout and dq in (B, q_rows, C).
+    __device__ std::size_t q_base(int b, int h) const {
+        return (static_cast<std::size_t>(b) * k.q_rows + k.q_begin) * 3 * k.C +
+               static_cast<std::size_t>(h) * hs;
     }
-    __device__ std::size_t kv_row(int b, int j) const {
-        return static_cast<std::size_t>(b) * k.kv_rows + k.k_begin + j;
+    __device__ std::size_t k_base(int b, int h) const {
+        return (static_cast<std::size_t>(b) * k.kv_rows + k.k_begin) * 2 * k.C +
+               static_cast<std::size_t>(h) * hs;
+    }
+    __device__ std::size_t out_base(int b, int h) const {
+        return (static_cast<std::size_t>(b) * k.q_rows + k.q_begin) * k.C +
+               static_cast<std::size_t>(h) * hs;
     }
     // Row i's entry in lse and the row dots (B, NH, q_rows).
     __device__ std::size_t stat(int b, int h, int i) const {
         return (static_cast<std::size_t>(b) * k.NH + h) * k.q_rows + k.q_begin + i;
     }
-    // Keys visible to query i: 0 .. count-1.
-    __device__ int visible(int i) const {
-        const int last = k.q_position + i - k.k_position;
-        return last < 0 ? 0 : min(last + 1, k.k_count);
+    __device__ Rows queries(const void* qkv, int b, int h) const {
+        return Rows{qkv, type, q_base(b, h), 3 * static_cast<std::size_t>(k.C), k.q_count, hs};
     }
-    __device__ float dropout_factor(int b, int h, int i, int j) const {
-        if (k.drop_prob == 0.0f) return 1.0f;
+    // The keys (values: `part` 1) of the block.
+    __device__ Rows keys(const void* kv, int b, int h, int part) const {
+        return Rows{kv,
+                    type,
+                    k_base(b, h) + static_cast<std::size_t>(part) * k.C,
+                    2 * static_cast<std::size_t>(k.C),
+                    k.k_count,
+                    hs};
+    }
+    __device__ Rows outputs(const void* out, int b, int h) const {
+        return Rows{out, type, out_base(b, h), static_cast<std::size_t>(k.C), k.q_count, hs};
+    }
+    __device__ bool visible(int i, int j) const {
+        return i < k.q_count && j < k.k_count && k.k_position + j <= k.q_position + i;
+    }
+    // The keys that query rows below `rows_end` may see: 0 .. the result - 1.
+    __device__ int keys_seen(int rows_end) const {
+        const int end = k.q_position + min(rows_end, k.q_count) - k.k_position;
+        return max(0, min(end, k.k_count));
+    }
+    // Dropout index of (b, h, query i, key 0) in the whole sequence's (B, heads_total, T, T).
+    __device__ uint64_t mask_row(int b, int h, int i) const {
         const uint64_t T = static_cast<uint64_t>(k.seq_len);
-        const uint64_t index =
-            ((static_cast<uint64_t>(b) * k.heads_total + k.head_begin + h) * T + k.q_position + i) *
-                T +
-            k.k_position + j;
+        return ((static_cast<uint64_t>(b) * k.heads_total + k.head_begin + h) * T + k.q_position +
+                i) *
+                   T +
+               k.k_position;
+    }
+    __device__ float dropout_factor(uint64_t index) const {
+        if (k.drop_prob == 0.0f) return 1.0f;
         return dropout_kept(k.seed, index, k.drop_prob) ? 1.0f / (1.0f - k.drop_prob) : 0.0f;
     }
 };
 
-template <typename E>
-__device__ void load(float* x, const E* src, int n) {
-    for (int d = 0; d < n; ++d) x[d] = to_float(src[d]);
-}
-
-template <typename E>
-__device__ float dot(const float* x, const E* y, int n) {
-    float sum = 0.0f;
-    for (int d = 0; d < n; ++d) sum += x[d] * to_float(y[d]);
-    return sum;
-}
-
-// Grid (q_count / 64, NH, B): one thread per query row.
-template <typename E>
-__global__ void block_forward_kernel(float* out, float* lse, const E* qkv, const E* kv,
-                                     Geometry g) {
-    const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * kRowsPerBlock + threadIdx.x;
-    if (i >= g.k.q_count) return;
-    const int C = g.k.C, hs = g.hs;
-    float q[kMaxHead], o[kMaxHead];
-    load(q, qkv + g.q_row(b, i) * 3 * C + static_cast<std::size_t>(h) * hs, hs);
-    for (int d = 0; d < hs; ++d) o[d] = 0.0f;
+// out (B, q_rows, C) and lse (B, NH, q_rows) on the block's rows. Grid (q_count / 64, NH, B).
+template <int Split>
+__global__ void __launch_bounds__(kQueryRows* Split)
+    block_forward_kernel(float* out, float* lse, const void* qkv, const void* kv, Geometry g) {
+    constexpr int D = kDimsPerThread * Split;
+    __shared__ float keys[kTile * D], values[kTile * D];
+    const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * kQueryRows;
+    const int s = threadIdx.x % Split, i = i0 + threadIdx.x / Split;
+    float q[kDimsPerThread], o[kDimsPerThread] = {};
+    load_row<Split>(q, g.queries(qkv, b, h), i, s);
+    const uint64_t mask_row = g.mask_row(b, h, i);
     float m = -INFINITY, l = 0.0f;
-    const int visible = g.visible(i);
-    for (int j = 0; j < visible; ++j) {
-        const E* key = kv + g.kv_row(b, j) * 2 * C + static_cast<std::size_t>(h) * hs;
-        const float score = dot(q, key, hs) * g.scale;
-        if (score > m) {
-            const float alpha = expf(m - score);  // 0 on the first key (m = -inf)
-            l *= alpha;
-            for (int d = 0; d < hs; ++d) o[d] *= alpha;
-            m = score;
+    const int key_end = g.keys_seen(i0 + kQueryRows);
+    for (int j0 = 0; j0 < key_end; j0 += kTile) {
+        __syncthreads();  // the previous tiles are used up
+        load_tile<D>(keys, g.keys(kv, b, h, 0), j0);
+        load_tile<D>(values, g.keys(kv, b, h, 1), j0);
+        __syncthreads();
+        float score[kTile];
+        float tile_max = -INFINITY;
+#pragma unroll
+        for (int j = 0; j < kTile; ++j) {
+            float dot = 0.0f;
+#pragma unroll
+            for (int d = 0; d < kDimsPerThread; ++d) dot += q[d] * keys[j * D + d * Split + s];
+            dot = group_sum<Split>(dot) * g.scale;
+            score[j] = g.visible(i, j0 + j) ? dot : -INFINITY;
+            tile_max = fmaxf(tile_max, score[j]);
         }
-        const float p = expf(score - m);
-        l += p;
-        const float weight = p * g.dropout_factor(b, h, i, j);
-        const E* value = key + C;
-        for (int d = 0; d < hs; ++d) o[d] += weight * to_float(value[d]);
+        const float m_new = fmaxf(m, tile_max);
+        if (m_new == -INFINITY) continue;     // no key seen yet by this row
+        const float alpha = expf(m - m_new);  // 0 on the first tile seen (m = -inf)
+        l *= alpha;
+#pragma unroll
+        for (int d = 0; d < kDimsPerThread; ++d) o[d] *= alpha;
+#pragma unroll
+        for (int j = 0; j < kTile; ++j) {
+            const float p = expf(score[j] - m_new);  // 0 for keys not seen
+            l += p;
+            const float weight = p * g.dropout_factor(mask_row + j0 + j);
+#pragma unroll
+            for (int d = 0; d < kDimsPerThread; ++d) o[d] += weight * values[j * D + d * Split + s];
+        }
+        m = m_new;
     }
-    float* out_row = out + g.q_row(b, i) * C + static_cast<std::size_t>(h) * hs;
-    const float inv = visible > 0 ? 1.0f / l : 0.0f;
-    for (int d = 0; d < hs; ++d) out_row[d] = o[d] * inv;
-    lse[g.stat(b, h, i)] = visible > 0 ? m + logf(l) : -INFINITY;
+    if (i >= g.k.q_count) return;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    float* out_row = out + g.out_base(b, h) + static_cast<std::size_t>(i) * g.k.C;
+#pragma unroll
+    for (int d = 0; d < kDimsPerThread; ++d)
+        if (d * Split + s < g.hs) out_row[d * Split + s] = o[d] * inv;
+    if (s == 0) lse[g.stat(b, h, i)] = l > 0.0f ? m + logf(l) : -INFINITY;
 }
 
 // One thread per (b, h, row of the range).
@@ -135,84 +176,174 @@ __global__ void merge_kernel(float* out, float* lse, const float* block_out, con
     lse[stat] = merged;
 }
 
-// row_dot (B, NH, q_rows) on the block's rows = dout . out per head.
-template <typename E>
-__global__ void row_dot_kernel(float* row_dot, const E* dout, const E* out, Geometry g) {
-    const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * kRowsPerBlock + threadIdx.x;
-    if (i >= g.k.q_count) return;
-    const std::size_t at = g.q_row(b, i) * g.k.C + static_cast<std::size_t>(h) * g.hs;
+// row_dot (B, NH, q_rows) on the block's rows = dout . out per head: one warp per row.
+__global__ void row_dot_kernel(float* row_dot, const void* dout, const void* out, Geometry g) {
+    const std::size_t row =
+        static_cast<std::size_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (row >= static_cast<std::size_t>(g.k.B) * g.k.NH * g.k.q_count) return;
+    const int i = static_cast<int>(row % g.k.q_count);
+    const int h = static_cast<int>(row / g.k.q_count % g.k.NH);
+    const int b = static_cast<int>(row / g.k.q_count / g.k.NH);
+    const Rows grads = g.outputs(dout, b, h), outputs = g.outputs(out, b, h);
     float sum = 0.0f;
-    for (int d = 0; d < g.hs; ++d) sum += to_float(dout[at + d]) * to_float(out[at + d]);
-    row_dot[g.stat(b, h, i)] = sum;
+    for (int d = lane; d < g.hs; d += 32) sum += grads.at(i, d) * outputs.at(i, d);
+    sum = warp_sum(sum);
+    if (lane == 0) row_dot[g.stat(b, h, i)] = sum;
 }
 
-// dq of one query row per thread. Grid (q_count / 64, NH, B).
-template <typename E>
-__global__ void block_backward_q_kernel(float* dq, const float* row_dot, const E* dout,
-                                        const E* qkv, const E* kv, const float* lse, Geometry g) {
-    const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * kRowsPerBlock + threadIdx.x;
-    if (i >= g.k.q_count) return;
-    const int C = g.k.C, hs = g.hs;
-    float q[kMaxHead], grad[kMaxHead], dq_row[kMaxHead];
-    load(q, qkv + g.q_row(b, i) * 3 * C + static_cast<std::size_t>(h) * hs, hs);
-    load(grad, dout + g.q_row(b, i) * C + static_cast<std::size_t>(h) * hs, hs);
-    for (int d = 0; d < hs; ++d) dq_row[d] = 0.0f;
-    const float row_lse = lse[g.stat(b, h, i)], dot_i = row_dot[g.stat(b, h, i)];
-    const int visible = g.visible(i);
-    for (int j = 0; j < visible; ++j) {
-        const E* key = kv + g.kv_row(b, j) * 2 * C + static_cast<std::size_t>(h) * hs;
-        const float p = expf(dot(q, key, hs) * g.scale - row_lse);
-        const float ds = p * (g.dropout_factor(b, h, i, j) * dot(grad, key + C, hs) - dot_i);
-        for (int d = 0; d < hs; ++d) dq_row[d] += g.scale * ds * to_float(key[d]);
-    }
-    float* target = dq + g.q_row(b, i) * C + static_cast<std::size_t>(h) * hs;
-    for (int d = 0; d < hs; ++d) target[d] += dq_row[d];
-}
-
-// dk, dv of one key row per thread. Grid (k_count / 64, NH, B).
-template <typename E>
-__global__ void block_backward_kv_kernel(float* dkv, const float* row_dot, const E* dout,
-                                         const E* qkv, const E* kv, const float* lse, Geometry g) {
-    const int b = blockIdx.z, h = blockIdx.y, j = blockIdx.x * kRowsPerBlock + threadIdx.x;
-    if (j >= g.k.k_count) return;
-    const int C = g.k.C, hs = g.hs;
-    float key[kMaxHead], value[kMaxHead], dk[kMaxHead], dv[kMaxHead];
-    const std::size_t kv_at = g.kv_row(b, j) * 2 * C + static_cast<std::size_t>(h) * hs;
-    load(key, kv + kv_at, hs);
-    load(value, kv + kv_at + C, hs);
-    for (int d = 0; d < hs; ++d) dk[d] = dv[d] = 0.0f;
-    // Queries from the first that sees key j.
-    const int first = max(0, g.k.k_position + j - g.k.q_position);
-    for (int i = first; i < g.k.q_count; ++i) {
-        const E* q = qkv + g.q_row(b, i) * 3 * C + static_cast<std::size_t>(h) * hs;
-        const E* grad = dout + g.q_row(b, i) * C + static_cast<std::size_t>(h) * hs;
-        const float p = expf(dot(key, q, hs) * g.scale - lse[g.stat(b, h, i)]);
-        const float z = g.dropout_factor(b, h, i, j);
-        const float ds = p * (z * dot(value, grad, hs) - row_dot[g.stat(b, h, i)]);
-        for (int d = 0; d < hs; ++d) {
-            dv[d] += p * z * to_float(grad[d]);
-            dk[d] += g.scale * ds * to_float(q[d]);
+// dq of a block of 64 queries: the key tiles they see stream through shared memory.
+// Grid (q_count / 64, NH, B).
+template <int Split>
+__global__ void __launch_bounds__(kQueryRows* Split)
+    block_backward_q_kernel(float* dq, const float* row_dot, const void* dout, const void* qkv,
+                            const void* kv, const float* lse, Geometry g) {
+    constexpr int D = kDimsPerThread * Split;
+    __shared__ float keys[kTile * D], values[kTile * D];
+    const int b = blockIdx.z, h = blockIdx.y, i0 = blockIdx.x * kQueryRows;
+    const int s = threadIdx.x % Split, i = i0 + threadIdx.x / Split;
+    const bool real = i < g.k.q_count;
+    float q[kDimsPerThread], grad[kDimsPerThread], dq_row[kDimsPerThread] = {};
+    load_row<Split>(q, g.queries(qkv, b, h), i, s);
+    load_row<Split>(grad, g.outputs(dout, b, h), i, s);
+    const float row_lse = real ? lse[g.stat(b, h, i)] : 0.0f;
+    const float dot_i = real ? row_dot[g.stat(b, h, i)] : 0.0f;
+    const uint64_t mask_row = g.mask_row(b, h, i);
+    const int key_end = g.keys_seen(i0 + kQueryRows);
+    for (int j0 = 0; j0 < key_end; j0 += kTile) {
+        __syncthreads();
+        load_tile<D>(keys, g.keys(kv, b, h, 0), j0);
+        load_tile<D>(values, g.keys(kv, b, h, 1), j0);
+        __syncthreads();
+        for (int j = 0; j < kTile; ++j) {
+            float qk = 0.0f, gv = 0.0f;
+#pragma unroll
+            for (int d = 0; d < kDimsPerThread; ++d) {
+                qk += q[d] * keys[j * D + d * Split + s];
+                gv += grad[d] * values[j * D + d * Split + s];
+            }
+            qk = group_sum<Split>(qk);
+            gv = group_sum<Split>(gv);
+            if (!g.visible(i, j0 + j)) continue;
+            const float p = expf(qk * g.scale - row_lse);
+            const float ds = p * (gv * g.dropout_factor(mask_row + j0 + j) - dot_i);
+#pragma unroll
+            for (int d = 0; d < kDimsPerThread; ++d)
+                dq_row[d] += g.scale * ds * keys[j * D + d * Split + s];
         }
     }
-    float* target = dkv + kv_at;
-    for (int d = 0; d < hs; ++d) {
-        target[d] += dk[d];
-        target[C + d] += dv[d];
+    if (!real) return;
+    float* target = dq + g.out_base(b, h) + static_cast<std::size_t>(i) * g.k.C;
+#pragma unroll
+    for (int d = 0; d < kDimsPerThread; ++d)
+        if (d * Split + s < g.hs) target[d * Split + s] += dq_row[d];
+}
+
+// dk, dv of a block of 64 keys: the query tiles from the first that sees one of them stream
+// through shared memory. Grid (k_count / 64, NH, B).
+template <int Split>
+__global__ void __launch_bounds__(kKeyRows* Split)
+    block_backward_kv_kernel(float* dkv, const float* row_dot, const void* dout, const void* qkv,
+                             const void* kv, const float* lse, Geometry g) {
+    constexpr int D = kDimsPerThread * Split;
+    __shared__ float queries[kTile * D], grads[kTile * D], tile_lse[kTile], tile_dot[kTile];
+    const int b = blockIdx.z, h = blockIdx.y, j0 = blockIdx.x * kKeyRows;
+    const int s = threadIdx.x % Split, j = j0 + threadIdx.x / Split;
+    float key[kDimsPerThread], value[kDimsPerThread];
+    float dk[kDimsPerThread] = {}, dv[kDimsPerThread] = {};
+    load_row<Split>(key, g.keys(kv, b, h, 0), j, s);
+    load_row<Split>(value, g.keys(kv, b, h, 1), j, s);
+    // The first query that sees key j0: k_position + j0 <= q_position + i.
+    const int first = max(0, g.k.k_position + j0 - g.k.q_position);
+    for (int i0 = first / kTile * kTile; i0 < g.k.q_count; i0 += kTile) {
+        __syncthreads();
+        load_tile<D>(queries, g.queries(qkv, b, h), i0);
+        load_tile<D>(grads, g.outputs(dout, b, h), i0);
+        for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
+            const bool real = i0 + r < g.k.q_count;
+            tile_lse[r] = real ? lse[g.stat(b, h, i0 + r)] : 0.0f;
+            tile_dot[r] = real ? row_dot[g.stat(b, h, i0 + r)] : 0.0f;
+        }
+        __syncthreads();
+        for (int r = 0; r < kTile; ++r) {
+            float qk = 0.0f, gv = 0.0f;
+#pragma unroll
+            for (int d = 0; d < kDimsPerThread; ++d) {
+                qk += queries[r * D + d * Split + s] * key[d];
+                gv += grads[r * D + d * Split + s] * value[d];
+            }
+            qk = group_sum<Split>(qk);
+            gv = group_sum<Split>(gv);
+            const int i = i0 + r;
+            if (!g.visible(i, j)) continue;
+            const float p = expf(qk * g.scale - tile_lse[r]);
+            const float z = g.dropout_factor(g.mask_row(b, h, i) + j);
+            const float ds = p * (gv * z - tile_dot[r]);
+#pragma unroll
+            for (int d = 0; d < kDimsPerThread; ++d) {
+                dv[d] += p * z * grads[r * D + d * Split + s];
+                dk[d] += g.scale * ds * queries[r * D + d * Split + s];
+            }
+        }
+    }
+    if (j >= g.k.k_count) return;
+    float* target = dkv + g.k_base(b, h) + static_cast<std::size_t>(j) * 2 * g.k.C;
+#pragma unroll
+    for (int d = 0; d < kDimsPerThread; ++d) {
+        if (d * Split + s >= g.hs) continue;
+        target[d * Split + s] += dk[d];
+        target[g.k.C + d * Split + s] += dv[d];
     }
 }
 
+template <typename E>
 Geometry geometry(const AttentionBlock& k) {
     const int hs = k.C / k.NH;
-    if (hs < 1 || hs > kMaxHead)
+    if (!flash_attention_supports(hs))
         throw Error("ring attention's GPU kernels take head sizes 1 to " +
-                    std::to_string(kMaxHead) + ", not " + std::to_string(hs));
-    return Geometry{k, hs, 1.0f / std::sqrt(static_cast<float>(hs))};
+                    std::to_string(kFlashMaxHeadSize) + ", not " + std::to_string(hs));
+    return Geometry{k, hs, 1.0f / std::sqrt(static_cast<float>(hs)), dtype_of<E>()};
 }
 
-dim3 grid_of(int rows, const AttentionBlock& k) {
-    return dim3(static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock),
+dim3 grid_of(int rows, int rows_per_block, const AttentionBlock& k) {
+    return dim3(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block),
                 static_cast<unsigned>(k.NH), static_cast<unsigned>(k.B));
 }
+
+// Runs kernel<Split> for the head size, with rows_per_block * Split threads a block.
+template <template <int> class Launch, typename... Args>
+void by_split(int hs, Args&&... args) {
+    switch (split_of(hs)) {
+        case 1:
+            Launch<1>::run(args...);
+            break;
+        case 2:
+            Launch<2>::run(args...);
+            break;
+        default:
+            Launch<4>::run(args...);
+    }
+}
+
+template <int Split>
+struct Forward {
+    static void run(dim3 grid, cudaStream_t stream, float* out, float* lse, const void* qkv,
+                    const void* kv, const Geometry& g) {
+        block_forward_kernel<Split><<<grid, kQueryRows * Split, 0, stream>>>(out, lse, qkv, kv, g);
+    }
+};
+
+template <int Split>
+struct Backward {
+    static void run(dim3 q_grid, dim3 k_grid, cudaStream_t stream, float* dq, float* dkv,
+                    const float* row_dot, const void* dout, const void* qkv, const void* kv,
+                    const float* lse, const Geometry& g) {
+        block_backward_q_kernel<Split>
+            <<<q_grid, kQueryRows * Split, 0, stream>>>(dq, row_dot, dout, qkv, kv, lse, g);
+        block_backward_kv_kernel<Split>
+            <<<k_grid, kKeyRows * Split, 0, stream>>>(dkv, row_dot, dout, qkv, kv, lse, g);
+    }
+};
 
 }  // namespace
 
@@ -220,9 +351,9 @@ template <typename E>
 void attention_block_forward(float* out, float* lse, const E* qkv, const E* kv,
                              const AttentionBlock& block, cudaStream_t stream) {
     if (block.B * block.q_count == 0) return;
-    const Geometry g = geometry(block);
-    block_forward_kernel<E>
-        <<<grid_of(block.q_count, block), kRowsPerBlock, 0, stream>>>(out, lse, qkv, kv, g);
+    const Geometry g = geometry<E>(block);
+    by_split<Forward>(g.hs, grid_of(block.q_count, kQueryRows, block), stream, out, lse,
+                      static_cast<const void*>(qkv), static_cast<const void*>(kv), g);
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
@@ -240,15 +371,15 @@ void attention_block_backward(float* dq, float* dkv, float* row_dot, const E* do
                               const E* kv, const E* out, const float* lse,
                               const AttentionBlock& block, cudaStream_t stream) {
     if (block.B * block.q_count * block.k_count == 0) return;
-    const Geometry g = geometry(block);
-    row_dot_kernel<E>
-        <<<grid_of(block.q_count, block), kRowsPerBlock, 0, stream>>>(row_dot, dout, out, g);
+    const Geometry g = geometry<E>(block);
+    const std::size_t rows = static_cast<std::size_t>(block.B) * block.NH * block.q_count;
+    row_dot_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(row_dot, dout, out,
+                                                                              g);
     TRIDENT_CUDA_CHECK_LAUNCH();
-    block_backward_q_kernel<E><<<grid_of(block.q_count, block), kRowsPerBlock, 0, stream>>>(
-        dq, row_dot, dout, qkv, kv, lse, g);
-    TRIDENT_CUDA_CHECK_LAUNCH();
-    block_backward_kv_kernel<E><<<grid_of(block.k_count, block), kRowsPerBlock, 0, stream>>>(
-        dkv, row_dot, dout, qkv, kv, lse, g);
+    by_split<Backward>(g.hs, grid_of(block.q_count, kQueryRows, block),
+                       grid_of(block.k_count, kKeyRows, block), stream, dq, dkv,
+                       static_cast<const float*>(row_dot), static_cast<const void*>(dout),
+                       static_cast<const void*>(qkv), static_cast<const void*>(kv), lse, g);
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 

@@ -15,16 +15,15 @@
 // dk, dv are summed by one kernel over blocks of keys and dq by another over blocks of
 // queries, each element by one thread in a fixed order: no atomics, so runs repeat bit for bit.
 //
-// Threads and registers: Split = ceil(hs / 32) threads share a row, thread s holding dims
-// s, s + Split, s + 2 Split, ... (32 per thread), so a row's dot product is 32 fused
-// multiply-adds and log2(Split) shuffles, and the Split threads of a row read adjacent shared
-// memory words (no bank conflicts). All arithmetic is fp32 on CUDA cores; element types are
-// converted where tiles are loaded and results stored, so one instantiation per Split serves
-// fp32, bf16 and fp16. The dropout mask is the model's: element (b, head_begin + h, i, j) of
-// (B, heads_total, T, T), as in kernels/ops.h.
+// Threads and registers as attention_tiles.cuh lays them out (Split threads a row, 32 dims a
+// thread). All arithmetic is fp32 on CUDA cores; element types are converted where tiles are
+// loaded and results stored, so one instantiation per Split serves fp32, bf16 and fp16. The
+// dropout mask is the model's: element (b, head_begin + h, i, j) of (B, heads_total, T, T), as
+// in kernels/ops.h.
 #include <cmath>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_tiles.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/dropout.cuh"
 #include "kernels/cuda/elements.cuh"
@@ -35,8 +34,6 @@ namespace {
 
 constexpr int kQueryRows = 64;  // query rows per block (forward, dq)
 constexpr int kKeyRows = 64;    // key rows per block (dk, dv)
-constexpr int kTile = 32;       // rows per shared-memory tile
-constexpr int kDimsPerThread = 32;
 
 struct Geometry {
     int B, T, C, NH, hs, heads_total, head_begin;
@@ -64,38 +61,11 @@ struct Geometry {
         if (drop_prob == 0.0f) return 1.0f;
         return dropout_kept(seed, index, drop_prob) ? keep_scale : 0.0f;
     }
+    // The T rows of a (T, stride) matrix starting at element `base` of src.
+    __device__ Rows rows(const void* src, std::size_t base, std::size_t stride) const {
+        return Rows{src, type, base, stride, T, hs};
+    }
 };
-
-template <int Split>
-__device__ __forceinline__ float group_sum(float x) {
-#pragma unroll
-    for (int offset = Split / 2; offset > 0; offset /= 2)
-        x += __shfl_xor_sync(0xffffffffu, x, offset);
-    return x;
-}
-
-// tile (kTile, D) = rows row0.. of a (T, stride) matrix starting at element `base`, as float;
-// rows past T and dims past hs are zero.
-template <int D>
-__device__ void load_tile(float* tile, const void* src, const Geometry& g, std::size_t base,
-                          std::size_t stride, int row0) {
-    for (int idx = threadIdx.x; idx < kTile * D; idx += blockDim.x) {
-        const int r = idx / D, d = idx % D, row = row0 + r;
-        tile[idx] =
-            row < g.T && d < g.hs ? load_as_float(src, g.type, base + row * stride + d) : 0.0f;
-    }
-}
-
-// A thread's dims of one row of a (T, stride) matrix: dim k * Split + s into x[k].
-template <int Split>
-__device__ void load_row(float (&x)[kDimsPerThread], const void* src, const Geometry& g,
-                         std::size_t base, std::size_t stride, int row, int s) {
-#pragma unroll
-    for (int k = 0; k < kDimsPerThread; ++k) {
-        const int d = k * Split + s;
-        x[k] = row < g.T && d < g.hs ? load_as_float(src, g.type, base + row * stride + d) : 0.0f;
-    }
-}
 
 // dst[row] += x over this thread's dims.
 template <int Split>
@@ -121,14 +91,14 @@ __global__ void __launch_bounds__(kQueryRows* Split)
     const int s = threadIdx.x % Split, i = i0 + threadIdx.x / Split;
     const std::size_t stride = 3 * static_cast<std::size_t>(g.C), q_base = g.q_base(b, h);
     float q[kDimsPerThread], o[kDimsPerThread] = {};
-    load_row<Split>(q, qkv, g, q_base, stride, i, s);
+    load_row<Split>(q, g.rows(qkv, q_base, stride), i, s);
     const uint64_t mask_row = g.mask_row(b, h, i);
     float m = -INFINITY, l = 0.0f;
     const int key_end = min(g.T, i0 + kQueryRows);
     for (int j0 = 0; j0 < key_end; j0 += kTile) {
         __syncthreads();  // the previous tiles are used up
-        load_tile<D>(keys, qkv, g, q_base + g.C, stride, j0);
-        if (out) load_tile<D>(values, qkv, g, q_base + 2 * g.C, stride, j0);
+        load_tile<D>(keys, g.rows(qkv, q_base + g.C, stride), j0);
+        if (out) load_tile<D>(values, g.rows(qkv, q_base + 2 * g.C, stride), j0);
         __syncthreads();
         float score[kTile];
         float tile_max = -INFINITY;
@@ -206,12 +176,12 @@ __global__ void __launch_bounds__(kKeyRows* Split)
     const std::size_t out_base = g.out_base(b, h);
     float key[kDimsPerThread], value[kDimsPerThread];
     float dk[kDimsPerThread] = {}, dv[kDimsPerThread] = {};
-    load_row<Split>(key, qkv, g, q_base + g.C, stride, j, s);
-    load_row<Split>(value, qkv, g, q_base + 2 * g.C, stride, j, s);
+    load_row<Split>(key, g.rows(qkv, q_base + g.C, stride), j, s);
+    load_row<Split>(value, g.rows(qkv, q_base + 2 * g.C, stride), j, s);
     for (int i0 = j0 / kTile * kTile; i0 < g.T; i0 += kTile) {
         __syncthreads();
-        load_tile<D>(queries, qkv, g, q_base, stride, i0);
-        load_tile<D>(grads, dout, g, out_base, g.C, i0);
+        load_tile<D>(queries, g.rows(qkv, q_base, stride), i0);
+        load_tile<D>(grads, g.rows(dout, out_base, g.C), i0);
         for (int r = threadIdx.x; r < kTile; r += blockDim.x) {
             const bool real = i0 + r < g.T;
             tile_lse[r] = real ? lse[g.stat(b, h, i0 + r)] : 0.0f;
@@ -256,16 +226,16 @@ __global__ void __launch_bounds__(kQueryRows* Split)
     const int s = threadIdx.x % Split, i = i0 + threadIdx.x / Split;
     const std::size_t stride = 3 * static_cast<std::size_t>(g.C), q_base = g.q_base(b, h);
     float q[kDimsPerThread], grad[kDimsPerThread], dq[kDimsPerThread] = {};
-    load_row<Split>(q, qkv, g, q_base, stride, i, s);
-    load_row<Split>(grad, dout, g, g.out_base(b, h), g.C, i, s);
+    load_row<Split>(q, g.rows(qkv, q_base, stride), i, s);
+    load_row<Split>(grad, g.rows(dout, g.out_base(b, h), g.C), i, s);
     const float row_lse = i < g.T ? lse[g.stat(b, h, i)] : 0.0f;
     const float dot_i = i < g.T ? row_dot[g.stat(b, h, i)] : 0.0f;
     const uint64_t mask_row = g.mask_row(b, h, i);
     const int key_end = min(g.T, i0 + kQueryRows);
     for (int j0 = 0; j0 < key_end; j0 += kTile) {
         __syncthreads();
-        load_tile<D>(keys, qkv, g, q_base + g.C, stride, j0);
-        load_tile<D>(values, qkv, g, q_base + 2 * g.C, stride, j0);
+        load_tile<D>(keys, g.rows(qkv, q_base + g.C, stride), j0);
+        load_tile<D>(values, g.rows(qkv, q_base + 2 * g.C, stride), j0);
         __syncthreads();
         for (int j = 0; j < kTile; ++j) {
             float qk = 0.0f, gv = 0.0f;
@@ -304,10 +274,6 @@ Geometry geometry(int B, int T, int C, int NH, float drop_prob, uint64_t seed, i
                     head_begin, 1.0f / std::sqrt(static_cast<float>(hs)),
                     drop_prob,  1.0f / (1.0f - drop_prob),
                     seed,       dtype_of<E>()};
-}
-
-int split_of(int hs) {
-    return hs <= 32 ? 1 : hs <= 64 ? 2 : 4;
 }
 
 dim3 blocks(const Geometry& g, int rows) {
