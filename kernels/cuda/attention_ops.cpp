@@ -31,15 +31,6 @@ std::size_t elements(const AttentionShape& s) {
     return static_cast<std::size_t>(s.B) * s.T * s.C;
 }
 
-template <typename E>
-E* as(Ptr p) {
-    return static_cast<E*>(p.data);
-}
-template <typename E>
-const E* as(ConstPtr p) {
-    return static_cast<const E*>(p.data);
-}
-
 // out = in rounded to out's type (or widened), types known at run time.
 void convert_into(Ptr out, ConstPtr in, std::size_t count, cudaStream_t stream) {
     dispatch(out.dtype, [&](auto to) {
