@@ -35,17 +35,9 @@
 namespace trident::kernels {
 namespace {
 
+using cuda::as;
 using cuda::dispatch;
 using cuda::Scratch;
-
-template <typename E>
-E* as(Ptr p) {
-    return static_cast<E*>(p.data);
-}
-template <typename E>
-const E* as(ConstPtr p) {
-    return static_cast<const E*>(p.data);
-}
 
 // Whether every given (non-null) argument is of type t.
 bool all_of_type(DType t, std::initializer_list<ConstPtr> arguments) {
@@ -500,6 +492,12 @@ std::string prepare_attention(Ops& ops, const AttentionShape& shape) {
     return gpu->attention().prepare(shape);
 }
 
+AttentionShape rank_attention(const RunAttention& run) {
+    const int split = run.tensor * (run.context > 1 && !run.ring ? run.context : 1);
+    return {run.micro_batch,   run.seq_len, run.hidden / split,
+            run.heads / split, run.type,    run.drop_prob};
+}
+
 std::string prepare_run_attention(Ops& ops, const RunAttention& run) {
     if (run.context > 1 && run.ring) {
         // Each rank's blocks of queries against blocks of keys: the block kernels alone.
@@ -510,11 +508,7 @@ std::string prepare_run_attention(Ops& ops, const RunAttention& run) {
         return "attention: ring attention's block kernels over " + std::to_string(run.context) +
                " ranks\n";
     }
-    // Tensor parallelism runs a rank's heads; Ulysses a context-th of those, over the whole
-    // sequence.
-    const int split = run.tensor * (run.context > 1 ? run.context : 1);
-    return prepare_attention(ops, {run.micro_batch, run.seq_len, run.hidden / split,
-                                   run.heads / split, run.type, run.drop_prob});
+    return prepare_attention(ops, rank_attention(run));
 }
 
 }  // namespace trident::kernels

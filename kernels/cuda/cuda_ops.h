@@ -44,9 +44,15 @@ struct RunAttention {
     float drop_prob;
 };
 
-// Decides at start-up every attention shape the run computes (prepare_attention for the
-// shape each rank runs; ring attention's block kernels checked against the head size) and
-// returns the log's lines; throws trident::Error naming the cause when a shape has no kernel.
+// The attention each rank of the run computes with attention_forward: tensor parallelism's
+// share of the heads, and under Ulysses a context-th of those over the whole sequence (ring
+// attention runs its block kernels instead).
+AttentionShape rank_attention(const RunAttention& run);
+
+// Decides at start-up every attention shape the run computes (prepare_attention for
+// rank_attention's shape; ring attention's block kernels checked against the head size, which
+// needs no GPU) and returns the log's lines; throws trident::Error naming the cause when a
+// shape has no kernel.
 std::string prepare_run_attention(Ops& ops, const RunAttention& run);
 
 }  // namespace trident::kernels

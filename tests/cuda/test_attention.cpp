@@ -232,3 +232,25 @@ TEST_CASE("cuda: start-up chooses attention's kernels and refuses a model none c
     // ... nor with dropout in bf16.
     REQUIRE_THROWS_AS(prepare_attention(*gpu, {1, 128, 640, 4, DType::bf16, 0.1f}), trident::Error);
 }
+
+// The run's attention as the layout splits it: tensor and Ulysses' context parallelism divide
+// the heads; ring attention runs its block kernels, which take heads of up to 128 elements.
+TEST_CASE("cuda: start-up decides the attention of the run's layout", "[attention]") {
+    auto gpu = make_cuda_ops(false);
+    // 8 heads of 64 over tensor 2 and Ulysses 2: each rank's attention has 2 heads.
+    const std::string ulysses =
+        prepare_run_attention(*gpu, {2, 128, 512, 8, 2, 2, false, DType::bf16, 0.0f});
+    INFO(ulysses);
+    REQUIRE(ulysses.find("B 2, T 128, 2 heads of 64, bf16") != std::string::npos);
+    const std::string ring =
+        prepare_run_attention(*gpu, {2, 128, 512, 8, 1, 2, true, DType::bf16, 0.1f});
+    REQUIRE(ring == "attention: ring attention's block kernels over 2 ranks\n");
+    try {
+        prepare_run_attention(*gpu, {2, 128, 640, 4, 1, 2, true, DType::bf16, 0.0f});
+        FAIL("ring attention with heads of 160 was accepted");
+    } catch (const trident::Error& e) {
+        INFO(e.what());
+        REQUIRE(std::string(e.what()).find("take heads of 1 to 128 elements, not 160") !=
+                std::string::npos);
+    }
+}
