@@ -17,6 +17,7 @@
 #include "parallel/cuda/gpu_binding.h"
 #include "parallel/cuda/nccl_comm.h"
 #include "parallel/cuda/staged_comm.h"
+#include "parallel/watchdog.h"
 #endif
 
 namespace trident::commands {
@@ -132,9 +133,14 @@ std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Devi
                 return std::make_unique<parallel::StagedComm>(std::move(group), stream);
             });
     } else {
+        // The pipeline's and context parallelism's groups pass messages (activations and
+        // gradients; ring attention's keys and values): theirs go through NCCL too.
         grid.wrap_comms(
             [&](std::unique_ptr<parallel::Comm> group) -> std::unique_ptr<parallel::Comm> {
-                return std::make_unique<parallel::NcclComm>(std::move(group), stream);
+                const parallel::GroupLabel* label = group->label();
+                const bool messages =
+                    label && (label->name == "pipeline" || label->name == "context");
+                return std::make_unique<parallel::NcclComm>(std::move(group), stream, messages);
             });
     }
     return ops;

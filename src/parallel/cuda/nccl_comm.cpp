@@ -17,7 +17,7 @@ using kernels::ConstPtr;
 using kernels::DType;
 using kernels::Ptr;
 
-NcclComm::NcclComm(std::unique_ptr<Comm> host, cudaStream_t compute)
+NcclComm::NcclComm(std::unique_ptr<Comm> host, cudaStream_t compute, bool messages)
     : staged_(std::move(host), compute), compute_(compute) {
     if (size() == 1) return;  // nothing to exchange: every call returns at once
     // Rank 0's NCCL id reaches the others as bytes through the host communicator.
@@ -29,7 +29,7 @@ NcclComm::NcclComm(std::unique_ptr<Comm> host, cudaStream_t compute)
     TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
     TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&communication_done_, cudaEventDisableTiming));
     abort_hook_ = add_abort_hook([comm = comm_] { ncclCommAbort(comm); });
-    messages_ = std::make_unique<NcclMessages>(staged_, compute_);
+    if (messages) messages_ = std::make_unique<NcclMessages>(staged_, compute_);
 }
 
 NcclComm::~NcclComm() {

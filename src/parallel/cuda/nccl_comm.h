@@ -32,8 +32,10 @@ namespace trident::parallel {
 class NcclComm final : public Comm {
 public:
     // Collective over the ranks of `host`, which it keeps for host buffers and messages. The
-    // GPU must be chosen (gpu_binding.h) and not shared by two ranks of the group.
-    NcclComm(std::unique_ptr<Comm> host, cudaStream_t compute);
+    // GPU must be chosen (gpu_binding.h) and not shared by two ranks of the group. With
+    // `messages`, messages between ring neighbours travel through NCCL (NcclMessages, whose
+    // communicators a group that sends none need not hold), else through the host.
+    NcclComm(std::unique_ptr<Comm> host, cudaStream_t compute, bool messages);
     ~NcclComm() override;
     NcclComm(const NcclComm&) = delete;
     NcclComm& operator=(const NcclComm&) = delete;
@@ -75,7 +77,7 @@ private:
     Request started(const char* operation, Fn collective);
 
     StagedComm staged_;
-    std::unique_ptr<NcclMessages> messages_;  // with more than one rank
+    std::unique_ptr<NcclMessages> messages_;  // with `messages` and more than one rank
     cudaStream_t compute_;
     cudaStream_t stream_ = nullptr;
     cudaEvent_t compute_done_ = nullptr, communication_done_ = nullptr;
