@@ -73,50 +73,52 @@ NcclMessages::NcclMessages(Comm& host, cudaStream_t compute) : host_(host), comp
         pairs.insert({r, (r + 1) % n});
         pairs.insert({r, (r + n - 1) % n});
     }
-    void* probe = nullptr;  // a one-byte message that makes NCCL connect the pair now
+    // A one-byte message that makes NCCL connect each pair now.
+    void* probe = nullptr;
     TRIDENT_CUDA_CHECK(cudaMalloc(&probe, 1));
+    const std::unique_ptr<void, cudaError_t (*)(void*)> probe_memory(probe, cudaFree);
     for (const auto& [from, to] : pairs) {
         if (from != me && to != me) continue;
-        auto link = std::make_unique<Link>();
-        link->sending = from == me;
-        link->peer = link->sending ? to : from;
+        // Kept at once, so that a failure below still frees what the link holds.
+        Link& link = *links_.emplace_back(std::make_unique<Link>());
+        link.sending = from == me;
+        link.peer = link.sending ? to : from;
         ncclUniqueId id{};
-        if (link->sending) {
+        if (link.sending) {
             TRIDENT_NCCL_CHECK(ncclGetUniqueId(&id));
             host.send(ConstPtr(&id, DType::u8), sizeof(id), to, kTag);
         } else {
             host.recv(Ptr(&id, DType::u8), sizeof(id), from, kTag);
         }
-        TRIDENT_NCCL_CHECK(ncclCommInitRank(&link->comm, 2, id, link->sending ? 0 : 1));
-        link->abort_hook = add_abort_hook([comm = link->comm] { ncclCommAbort(comm); });
-        TRIDENT_CUDA_CHECK(cudaStreamCreateWithFlags(&link->stream, cudaStreamNonBlocking));
-        link->ready = new_event();
-        link->done = new_event();
+        TRIDENT_NCCL_CHECK(ncclCommInitRank(&link.comm, 2, id, link.sending ? 0 : 1));
+        link.abort_hook = add_abort_hook([comm = link.comm] { ncclCommAbort(comm); });
+        TRIDENT_CUDA_CHECK(cudaStreamCreateWithFlags(&link.stream, cudaStreamNonBlocking));
+        link.ready = new_event();
+        link.done = new_event();
         // NCCL connects a pair on its first message, which would otherwise come in the middle
         // of a step, its host waiting for the peer's host there.
-        if (link->sending)
-            TRIDENT_NCCL_CHECK(ncclSend(probe, 1, ncclUint8, 1, link->comm, link->stream));
+        if (link.sending)
+            TRIDENT_NCCL_CHECK(ncclSend(probe, 1, ncclUint8, 1, link.comm, link.stream));
         else
-            TRIDENT_NCCL_CHECK(ncclRecv(probe, 1, ncclUint8, 0, link->comm, link->stream));
-        TRIDENT_CUDA_CHECK(cudaStreamSynchronize(link->stream));
-        links_.push_back(std::move(link));
+            TRIDENT_NCCL_CHECK(ncclRecv(probe, 1, ncclUint8, 0, link.comm, link.stream));
+        TRIDENT_CUDA_CHECK(cudaStreamSynchronize(link.stream));
     }
-    cudaFree(probe);
 }
 
-NcclMessages::~NcclMessages() {
-    for (auto& link : links_) {
-        if (link->abort_hook >= 0) remove_abort_hook(link->abort_hook);
-        if (link->stream) cudaStreamSynchronize(link->stream);
-        for (auto& [tag, stashed] : link->stash) {
-            cudaFree(stashed.data);  // the pool's block, freed at once (its stream is idle)
-            cudaEventDestroy(stashed.arrived);
-        }
-        if (link->comm) ncclCommDestroy(link->comm);
-        if (link->done) cudaEventDestroy(link->done);
-        if (link->ready) cudaEventDestroy(link->ready);
-        if (link->stream) cudaStreamDestroy(link->stream);
+NcclMessages::~NcclMessages() = default;
+
+NcclMessages::Link::~Link() {
+    // Nothing may throw here.
+    if (abort_hook >= 0) remove_abort_hook(abort_hook);
+    if (stream) cudaStreamSynchronize(stream);
+    for (auto& [tag, stashed] : stash) {
+        cudaFree(stashed.data);  // the pool's block, freed at once (its stream is idle)
+        cudaEventDestroy(stashed.arrived);
     }
+    if (comm) ncclCommDestroy(comm);
+    if (done) cudaEventDestroy(done);
+    if (ready) cudaEventDestroy(ready);
+    if (stream) cudaStreamDestroy(stream);
 }
 
 NcclMessages::Link* NcclMessages::find(int peer, bool sending) {

@@ -64,7 +64,12 @@ private:
         cudaEvent_t arrived;
     };
     // One direction with one neighbour: this rank is rank 0 of `comm` when it sends on it.
+    // Its destructor gives back everything it holds.
     struct Link {
+        Link() = default;
+        ~Link();
+        Link(const Link&) = delete;
+        Link& operator=(const Link&) = delete;
         int peer = -1;
         bool sending = false;
         ncclComm_t comm = nullptr;
