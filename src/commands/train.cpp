@@ -151,11 +151,11 @@ void record_metrics(train::MetricsLog& log, const train::StepMetrics& m, const c
         log.record(m);
     } catch (const Error& e) {
         if (cfg.logging.on_error == config::OnError::stop) {
-            failure = std::string("logging.metrics: ") + e.what() + " (logging.on_error: stop)";
+            failure = std::string(e.what()) + " (logging.on_error: stop)";
             return;
         }
         std::fprintf(stderr,
-                     "trident: warning: logging.metrics: %s; step %d is not in it, training goes "
+                     "trident: warning: %s; step %d is not in it, training goes "
                      "on (logging.on_error: continue)\n",
                      e.what(), m.step);
         std::fflush(stderr);
@@ -321,7 +321,9 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     std::optional<train::MetricsLog> log;
     std::string log_error;
     try {
-        if (leader) log.emplace(cfg.logging.metrics, cfg.logging.interval, start > 0);
+        if (leader)
+            log.emplace(cfg.logging.metrics, cfg.logging.interval, start > 0,
+                        cfg.logging.tensorboard);
     } catch (const Error& e) {
         log_error = e.what();
     }
