@@ -162,6 +162,19 @@ void record_metrics(train::MetricsLog& log, const train::StepMetrics& m, const c
     }
 }
 
+// Step `s`; a stop the step guard calls for (the same on every rank) ends the run with its
+// message and the newest checkpoint named.
+train::StepResult step_or_stop(const config::Config& cfg, train::Trainer& trainer, int s,
+                               const train::SampleFn& sample) {
+    try {
+        return trainer.step(s, sample);
+    } catch (const train::TrainingStopped& e) {
+        throw EveryRankError(std::string(e.what()) + "; " +
+                             (cfg.checkpoint.dir ? newest_checkpoint(cfg)
+                                                 : "no checkpoint (checkpoint.dir is not set)"));
+    }
+}
+
 // Everything a run needs that involves no communication beyond the grid's own set-up.
 struct Setup {
     config::Config cfg;
@@ -356,8 +369,12 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         }
         trainer.trace().set_recording(lg.trace && s + 1 >= lg.trace_from &&
                                       s + 1 < lg.trace_from + lg.trace_steps);
-        const train::StepResult r = trainer.step(s, train_sample);
+        const train::StepResult r = step_or_stop(cfg, trainer, s, train_sample);
         trainer.trace().set_recording(false);
+        if (leader && !r.skip_note.empty()) {
+            std::fprintf(stderr, "trident: warning: %s\n", r.skip_note.c_str());
+            std::fflush(stderr);
+        }
         train::StepMetrics m;
         m.step = s + 1;
         m.steps = t.steps;
@@ -366,6 +383,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         m.grad_norm = r.grad_norm;
         m.loss_scale = r.loss_scale;
         m.skipped = r.skipped;
+        m.skip_reason = r.skip_reason;
         skipped_so_far += r.skipped;
         m.skipped_total = skipped_so_far;
         seconds_so_far += r.seconds;

@@ -91,6 +91,26 @@ const StepRank& crash_in_save_setting() {
     return crash;
 }
 
+struct StepsRank {
+    int first = -1, last = -1, rank = -1;
+};
+
+const StepsRank& nan_gradient_setting() {
+    static const StepsRank nan = [] {
+        constexpr const char* kName = "TRIDENT_TEST_NAN_GRADIENT";
+        const char* value = std::getenv(kName);
+        StepsRank n;
+        if (!value) return n;
+        char end = 0;
+        const bool range = std::sscanf(value, "%d-%d:%d%c", &n.first, &n.last, &n.rank, &end) == 3;
+        if (!range && std::sscanf(value, "%d:%d%c", &n.first, &n.rank, &end) == 2) n.last = n.first;
+        if (n.first < 1 || n.last < n.first || n.rank < 0)
+            malformed(kName, "FIRST[-LAST]:RANK (e.g. 3-5:1)", value);
+        return n;
+    }();
+    return nan;
+}
+
 enum class Kind { none, error, oom, kill };
 
 struct StepFailure {
@@ -163,7 +183,13 @@ void at_step(int step, int rank) {
     }
 }
 
+bool nan_gradient(int step, int rank) {
+    const StepsRank& n = nan_gradient_setting();
+    return n.rank == rank && step >= n.first && step <= n.last;
+}
+
 void check_settings() {
+    nan_gradient_setting();
     write_error_setting();
     crash_in_save_setting();
     step_failure_setting();

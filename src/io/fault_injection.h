@@ -15,6 +15,10 @@
 //   TRIDENT_TEST_FAIL_AT_STEP=STEP:RANK:KIND
 //       world rank RANK, as step STEP (1-based) begins, fails: KIND error throws a
 //       trident::Error, oom throws std::bad_alloc, kill dies by SIGKILL.
+//   TRIDENT_TEST_NAN_GRADIENT=FIRST[-LAST]:RANK
+//       world rank RANK, in each of steps FIRST to LAST (1-based; LAST = FIRST if not given),
+//       writes a NaN into its gradients as the backward announces the first of them final,
+//       before any reduction over other ranks.
 #pragma once
 
 #include <string>
@@ -29,6 +33,10 @@ bool crash_in_save(int step, int rank);
 
 // Fails as TRIDENT_TEST_FAIL_AT_STEP asks when (step, rank) is its own; else returns.
 void at_step(int step, int rank);
+
+// Whether world rank `rank` is to plant a NaN in its gradients in `step`
+// (TRIDENT_TEST_NAN_GRADIENT).
+bool nan_gradient(int step, int rank);
 
 // Checks every variable now, so a malformed one stops a run before it starts. Throws
 // trident::Error naming the variable.

@@ -208,12 +208,7 @@ double Watchdog::timeout_now() const {
 std::string Watchdog::describe_stall(double seconds) const {
     Wait w = read_marker();
     const GridShape& g = settings_.grid;
-    const auto rank = [&](int r) {
-        const Coordinates c = coordinates_of(g, r);
-        const std::string cp = g.context > 1 ? ", cp " + std::to_string(c.cp) : "";
-        return std::to_string(r) + " (pp " + std::to_string(c.pp) + ", tp " + std::to_string(c.tp) +
-               cp + ", dp " + std::to_string(c.dp) + ")";
-    };
+    const auto rank = [&](int r) { return describe_rank(g, r); };
     std::string text = "rank " + rank(settings_.world_rank) + ": stalled " + seconds_text(seconds) +
                        " in " + (w.operation ? w.operation : "a communication call");
     // A wait for the GPU is a wait for its queued NCCL collectives, the last one named.

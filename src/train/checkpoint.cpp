@@ -244,6 +244,10 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
             m.loss_scale = trainer.scaler().scale();
             m.good_steps = trainer.scaler().good_steps();
             m.skipped_total = skipped_total;
+            const StepGuard::State guard = trainer.guard().state();
+            m.skipped_in_a_row = guard.skipped_in_a_row;
+            m.recent_losses = guard.losses;
+            m.recent_grad_norms = guard.grad_norms;
             m.shape = trainer.model().shape();
             const auto& p = cfg.parallel;
             m.layout = CheckpointLayout{p.pipeline,
@@ -492,6 +496,7 @@ void restore_checkpoint(const CheckpointShare& share, Trainer& trainer) {
     state.v = share.exp_avg_sq;
     trainer.optimizer().restore(state);
     trainer.optimizer().params_from_master();  // collective
+    trainer.guard().restore({m.skipped_in_a_row, m.recent_losses, m.recent_grad_norms});
     if (trainer.scaler().dynamic() && m.precision == kernels::name_of(kernels::DType::f16))
         trainer.scaler().restore(m.loss_scale, m.good_steps);
 }

@@ -12,7 +12,9 @@ fault per run (--fault NAME, each its own ctest entry mpi.faults.NAME):
   checkpoint.on_error: continue it saves again at the next interval and finishes;
 - the metrics file on a full disk (/dev/full) and a trace that cannot be written: one clear
   line and exit 1, on every rank together;
-- a training file truncated between a checkpoint and its resume: named, and the resume stops.
+- a training file truncated between a checkpoint and its resume: named, and the resume stops;
+- a NaN planted in one rank's gradients: the update skipped on every rank, the rank and its
+  stage named; NaNs in a row: the run stops at training.max_skipped, its checkpoints kept.
 
 Each figure (seconds from the fault to the end of the job) is printed for docs/RELIABILITY.md.
 Exit 77 (skipped, with the reason) where mpirun is not installed.
@@ -219,6 +221,54 @@ def changed_data(trident, base, tmp):
             f"changed data: the resume stops, naming the file ({lines})")
 
 
+def nan_gradient(trident, base, tmp):
+    """A NaN planted in one rank's gradients (TRIDENT_TEST_NAN_GRADIENT) on 2x1x2: the update is
+    skipped on every rank, and the rank and stage that saw it are named; NaNs from step 5 on
+    stop the run at the third skip in a row with the newest checkpoint as it was."""
+    def train(ck, nan, metrics):
+        args = ["mpirun", "--oversubscribe", "-np", "4", trident, "train"] + base
+        for o in layout(2, 1, 2) + ["training.steps=10", "training.nonfinite=skip",
+                                    "training.max_skipped=3", "checkpoint.interval=2",
+                                    f"checkpoint.dir={ck}", f"logging.metrics={metrics}"]:
+            args += ["--set", o]
+        env = {**h.mpirun_env(), "TRIDENT_TEST_NAN_GRADIENT": nan}
+        return subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env=env, timeout=300)
+    seen = ("the loss or gradients are not finite (non-finite gradients on rank 3 (pp 1, tp 0, "
+            "dp 1), pipeline stage 1, the lowest rank to see any, before the data-parallel "
+            "reduction)")
+    metrics = os.path.join(tmp, "nan_once.jsonl")
+    p = train(os.path.join(tmp, "ck_nan_once"), "4:3", metrics)
+    warnings = [x for x in p.stdout.splitlines() if x.startswith("trident: warning:")]
+    h.check(p.returncode == 0 and warnings == [
+        f"trident: warning: step 4: {seen}; the update is skipped on every rank (1 in a row; "
+        "training.max_skipped: 3)"], f"one NaN: one warning naming rank 3, stage 1, exit code "
+        f"{p.returncode}: {warnings}")
+    records = h.losses(metrics)
+    h.check([(r["step"], r.get("skip_reason")) for r in records if r["skipped"]]
+            == [(4, "nonfinite")] and records[-1]["skipped_total"] == 1,
+            "one NaN: the metrics record step 4 alone as skipped, for a non-finite value")
+
+    ck = os.path.join(tmp, "ck_nan")
+    p = train(ck, "5-10:3", os.path.join(tmp, "nan_stop.jsonl"))
+    lines = error_lines(p.stdout)
+    expected = (f"trident: error: step 7: 3 updates skipped in a row (training.max_skipped: 3), "
+                f"the last as {seen}; training stopped; {ck}/step_000006 is the newest "
+                f"checkpoint, as it was")
+    h.check(p.returncode == 1 and lines == [expected] and "MPI_ABORT" not in p.stdout,
+            f"NaNs from step 5: one line, exit code 1 (got {p.returncode}): {lines}")
+    kept = sorted(os.listdir(ck))
+    h.check(kept == ["step_000002", "step_000004", "step_000006"]
+            and h.run([trident, "checkpoint", "info", ck], expect_ok=False).returncode == 0,
+            f"NaNs from step 5: the checkpoints are kept and verify ({kept})")
+    # Steps 5 and 6 were skipped: step 6's checkpoint holds step 4's weights and moments.
+    for shard in ["pp0_tp0_dp0.safetensors", "pp1_tp0_dp1.safetensors"]:
+        a = h.read_safetensors(os.path.join(ck, "step_000004", shard))
+        b = h.read_safetensors(os.path.join(ck, "step_000006", shard))
+        h.check(a.keys() == b.keys() and all(a[k] == b[k] for k in a),
+                f"NaNs from step 5: {shard} of steps 4 and 6 bitwise alike ({len(a)} tensors)")
+
+
 def reference_losses(trident, base, tmp):
     """The uninterrupted run's losses, for the resumed run after a failed save."""
     metrics = os.path.join(tmp, "ref.jsonl")
@@ -237,6 +287,7 @@ FAULTS = {
     "full_disk": lambda t, base, tmp: full_disk(t, base, tmp, reference_losses(t, base, tmp)),
     "logging": lambda t, base, tmp: logging_failures(t, base, tmp),
     "changed_data": lambda t, base, tmp: changed_data(t, base, tmp),
+    "nan_gradient": lambda t, base, tmp: nan_gradient(t, base, tmp),
 }
 
 
