@@ -21,6 +21,7 @@
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/preemption.h"
+#include "train/replica_check.h"
 #include "train/trainer.h"
 
 namespace trident::commands {
@@ -118,6 +119,12 @@ std::string newest_checkpoint(const config::Config& cfg) {
                        : all.back() + " is the newest checkpoint, as it was";
 }
 
+// "; " and the newest checkpoint, or that none is written.
+std::string newest_or_none(const config::Config& cfg) {
+    return "; " + (cfg.checkpoint.dir ? newest_checkpoint(cfg)
+                                      : std::string("no checkpoint (checkpoint.dir is not set)"));
+}
+
 // Saves the checkpoint of `step`; "" where the save failed and checkpoint.on_error lets
 // training go on (said by rank 0), which only a save with a later one to come may: the
 // last step's, or a preemption's (`last`), ends the run with the error like `stop`.
@@ -169,9 +176,7 @@ train::StepResult step_or_stop(const config::Config& cfg, train::Trainer& traine
     try {
         return trainer.step(s, sample);
     } catch (const train::TrainingStopped& e) {
-        throw EveryRankError(std::string(e.what()) + "; " +
-                             (cfg.checkpoint.dir ? newest_checkpoint(cfg)
-                                                 : "no checkpoint (checkpoint.dir is not set)"));
+        throw EveryRankError(std::string(e.what()) + newest_or_none(cfg));
     }
 }
 
@@ -409,6 +414,11 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         }
         std::string metrics_failure;
         if (log) record_metrics(*log, m, cfg, metrics_failure);
+        if (t.check_replicas > 0 && m.step % t.check_replicas == 0)
+            if (const std::string differ =
+                    train::check_replicas(cfg, trainer, grid, world.comm(), m.step);
+                !differ.empty())
+                throw EveryRankError(differ + "; training stopped" + newest_or_none(cfg));
         std::string saved;
         if (cfg.checkpoint.dir && due(m.step, cfg.checkpoint.interval, t.steps)) {
             saved = save_or_report(cfg, trainer, grid, world, m.step, skipped_so_far,

@@ -111,6 +111,27 @@ const StepsRank& nan_gradient_setting() {
     return nan;
 }
 
+struct Corruption {
+    StepRank at;
+    std::string tensor;  // empty: none
+};
+
+const Corruption& corrupt_replica_setting() {
+    static const Corruption corruption = [] {
+        constexpr const char* kName = "TRIDENT_TEST_CORRUPT_REPLICA";
+        const char* value = std::getenv(kName);
+        Corruption c;
+        if (!value) return c;
+        char tensor[128] = {};
+        if (std::sscanf(value, "%d:%d:%127s", &c.at.step, &c.at.rank, tensor) != 3 ||
+            c.at.step < 1 || c.at.rank < 0)
+            malformed(kName, "STEP:RANK:TENSOR (e.g. 4:1:h.0.ln_1.weight)", value);
+        c.tensor = tensor;
+        return c;
+    }();
+    return corruption;
+}
+
 enum class Kind { none, error, oom, kill };
 
 struct StepFailure {
@@ -188,7 +209,13 @@ bool nan_gradient(int step, int rank) {
     return n.rank == rank && step >= n.first && step <= n.last;
 }
 
+std::string corrupt_replica(int step, int rank) {
+    const Corruption& c = corrupt_replica_setting();
+    return c.at.step == step && c.at.rank == rank ? c.tensor : "";
+}
+
 void check_settings() {
+    corrupt_replica_setting();
     nan_gradient_setting();
     write_error_setting();
     crash_in_save_setting();

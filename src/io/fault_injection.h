@@ -19,6 +19,9 @@
 //       world rank RANK, in each of steps FIRST to LAST (1-based; LAST = FIRST if not given),
 //       writes a NaN into its gradients as the backward announces the first of them final,
 //       before any reduction over other ranks.
+//   TRIDENT_TEST_CORRUPT_REPLICA=STEP:RANK:TENSOR
+//       world rank RANK, as the replica check of step STEP begins, flips a bit of the first
+//       element of its parameter TENSOR (e.g. h.0.ln_1.weight), as a bit flip in memory would.
 #pragma once
 
 #include <string>
@@ -37,6 +40,10 @@ void at_step(int step, int rank);
 // Whether world rank `rank` is to plant a NaN in its gradients in `step`
 // (TRIDENT_TEST_NAN_GRADIENT).
 bool nan_gradient(int step, int rank);
+
+// The parameter world rank `rank` is to corrupt at the replica check of `step`
+// (TRIDENT_TEST_CORRUPT_REPLICA), or "".
+std::string corrupt_replica(int step, int rank);
 
 // Checks every variable now, so a malformed one stops a run before it starts. Throws
 // trident::Error naming the variable.

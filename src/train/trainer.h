@@ -56,6 +56,7 @@ public:
     Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* grid = nullptr);
 
     model::Gpt& model() { return model_; }
+    kernels::Ops& ops() { return ops_; }
     optim::AdamW& optimizer() { return optimizer_; }
     optim::LossScaler& scaler() { return scaler_; }
     StepGuard& guard() { return guard_; }

@@ -14,7 +14,8 @@ fault per run (--fault NAME, each its own ctest entry mpi.faults.NAME):
   line and exit 1, on every rank together;
 - a training file truncated between a checkpoint and its resume: named, and the resume stops;
 - a NaN planted in one rank's gradients: the update skipped on every rank, the rank and its
-  stage named; NaNs in a row: the run stops at training.max_skipped, its checkpoints kept.
+  stage named; NaNs in a row: the run stops at training.max_skipped, its checkpoints kept;
+- a bit flipped in one replica's weight: the replica check names the rank and the tensor.
 
 Each figure (seconds from the fault to the end of the job) is printed for docs/RELIABILITY.md.
 Exit 77 (skipped, with the reason) where mpirun is not installed.
@@ -269,6 +270,38 @@ def nan_gradient(trident, base, tmp):
                 f"NaNs from step 5: {shard} of steps 4 and 6 bitwise alike ({len(a)} tensors)")
 
 
+def corrupt_replica(trident, base, tmp):
+    """A bit flipped in one rank's copy of a weight (TRIDENT_TEST_CORRUPT_REPLICA) before the
+    replica check of step 4 (training.check_replicas: 2): the run stops there, naming the rank
+    and the tensor, with the checkpoint of step 2 as it was; the check of step 2 passed."""
+    cases = [
+        # 3 replicas with ZeRO-0: rank 0 is the odd one out, whichever rank tells.
+        ((1, 1, 3), ["parallel.zero_stage=0", "training.global_batch=6"], "0:h.0.attn.c_attn.weight",
+         "the data-parallel replicas disagree: rank 0 (pp 0, tp 0, dp 0) holds another "
+         "h.0.attn.c_attn.weight than rank 1 (pp 0, tp 0, dp 1) and 1 other(s) of its 3 do"),
+        # A LayerNorm every tensor rank holds whole.
+        ((1, 2, 1), [], "1:h.1.ln_2.bias",
+         "the tensor-parallel ranks disagree: rank 1 (pp 0, tp 1, dp 0) holds another "
+         "h.1.ln_2.bias than rank 0 (pp 0, tp 0, dp 0)"),
+    ]
+    for (p_, m, d), extra, fault, said in cases:
+        ck = os.path.join(tmp, f"ck_replica_{p_}{m}{d}")
+        args = ["mpirun", "--oversubscribe", "-np", str(p_ * m * d), trident, "train"] + base
+        for o in layout(p_, m, d) + extra + ["training.steps=6", "training.check_replicas=2",
+                                              "checkpoint.interval=2", f"checkpoint.dir={ck}"]:
+            args += ["--set", o]
+        env = {**h.mpirun_env(), "TRIDENT_TEST_CORRUPT_REPLICA": f"4:{fault}"}
+        p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=env, timeout=300)
+        lines = error_lines(p.stdout)
+        expected = (f"trident: error: training.check_replicas: at step 4 {said}; training "
+                    f"stopped; {ck}/step_000002 is the newest checkpoint, as it was")
+        h.check(p.returncode == 1 and lines == [expected] and "MPI_ABORT" not in p.stdout
+                and sorted(os.listdir(ck)) == ["step_000002"],
+                f"corrupt replica on {p_}x{m}x{d}: one line, exit code 1 (got {p.returncode}), "
+                f"step_000002 kept: {lines}")
+
+
 def reference_losses(trident, base, tmp):
     """The uninterrupted run's losses, for the resumed run after a failed save."""
     metrics = os.path.join(tmp, "ref.jsonl")
@@ -288,6 +321,7 @@ FAULTS = {
     "logging": lambda t, base, tmp: logging_failures(t, base, tmp),
     "changed_data": lambda t, base, tmp: changed_data(t, base, tmp),
     "nan_gradient": lambda t, base, tmp: nan_gradient(t, base, tmp),
+    "corrupt_replica": lambda t, base, tmp: corrupt_replica(t, base, tmp),
 }
 
 
