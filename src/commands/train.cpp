@@ -22,6 +22,7 @@
 #include "train/metrics.h"
 #include "train/preemption.h"
 #include "train/replica_check.h"
+#include "train/stragglers.h"
 #include "train/trainer.h"
 
 namespace trident::commands {
@@ -357,6 +358,9 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         setup.valid_data->fill(k, in, tgt);
     };
 
+    std::optional<train::StragglerReport> stragglers;
+    if (t.straggler_factor > 0) stragglers.emplace(t.straggler_factor, grid.shape(), world.comm());
+
     double first_val = 0, last_val = 0;
     if (setup.valid_data) {
         first_val = last_val = trainer.evaluate(valid_sample, t.eval_batches);
@@ -414,6 +418,10 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         }
         std::string metrics_failure;
         if (log) record_metrics(*log, m, cfg, metrics_failure);
+        if (stragglers && s == start) stragglers->begin_after(m.step);
+        if (stragglers && m.step % lg.interval == 0 && s > start)
+            for (const std::string& line : stragglers->report(m.step))
+                if (leader) std::printf("%s\n", line.c_str());
         if (t.check_replicas > 0 && m.step % t.check_replicas == 0)
             if (const std::string differ =
                     train::check_replicas(cfg, trainer, grid, world.comm(), m.step);

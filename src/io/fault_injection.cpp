@@ -132,6 +132,21 @@ const Corruption& corrupt_replica_setting() {
     return corruption;
 }
 
+// TRIDENT_TEST_SLOW_RANK: the rank and its milliseconds of sleep per step (rank -1: none).
+const StepRank& slow_rank_setting() {
+    static const StepRank slow = [] {
+        constexpr const char* kName = "TRIDENT_TEST_SLOW_RANK";
+        const char* value = std::getenv(kName);
+        StepRank s;  // .rank, and .step holding the milliseconds
+        char end = 0;
+        if (value && (std::sscanf(value, "%d:%d%c", &s.rank, &s.step, &end) != 2 || s.rank < 0 ||
+                      s.step < 1))
+            malformed(kName, "RANK:MS (e.g. 2:30)", value);
+        return s;
+    }();
+    return slow;
+}
+
 enum class Kind { none, error, oom, kill };
 
 struct StepFailure {
@@ -186,6 +201,8 @@ bool crash_in_save(int step, int rank) {
 }
 
 void at_step(int step, int rank) {
+    if (const StepRank& slow = slow_rank_setting(); slow.rank == rank)
+        std::this_thread::sleep_for(std::chrono::milliseconds(slow.step));
     const StepFailure& f = step_failure_setting();
     if (f.kind == Kind::none || f.at.step != step || f.at.rank != rank) return;
     std::fprintf(stderr, "trident: TRIDENT_TEST_FAIL_AT_STEP: rank %d fails at step %d\n", rank,
@@ -216,6 +233,7 @@ std::string corrupt_replica(int step, int rank) {
 
 void check_settings() {
     corrupt_replica_setting();
+    slow_rank_setting();
     nan_gradient_setting();
     write_error_setting();
     crash_in_save_setting();

@@ -15,7 +15,8 @@ fault per run (--fault NAME, each its own ctest entry mpi.faults.NAME):
 - a training file truncated between a checkpoint and its resume: named, and the resume stops;
 - a NaN planted in one rank's gradients: the update skipped on every rank, the rank and its
   stage named; NaNs in a row: the run stops at training.max_skipped, its checkpoints kept;
-- a bit flipped in one replica's weight: the replica check names the rank and the tensor.
+- a bit flipped in one replica's weight: the replica check names the rank and the tensor;
+- a rank slowed in every step (TRIDENT_TEST_SLOW_RANK): named as a straggler with its host.
 
 Each figure (seconds from the fault to the end of the job) is printed for docs/RELIABILITY.md.
 Exit 77 (skipped, with the reason) where mpirun is not installed.
@@ -25,6 +26,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -302,6 +304,28 @@ def corrupt_replica(trident, base, tmp):
                 f"step_000002 kept: {lines}")
 
 
+def straggler(trident, base, tmp):
+    """A rank slowed by 50 ms a step (TRIDENT_TEST_SLOW_RANK) on 1x1x4, with
+    training.straggler_factor 4 and logging.interval 5: each interval's report names it, with
+    its coordinates and host (the run's first step, with its one-time costs, left out), and
+    names no other rank."""
+    args = ["mpirun", "--oversubscribe", "-np", "4", trident, "train"] + base
+    for o in layout(1, 1, 4) + ["training.micro_batch=1", "training.steps=20",
+                                "training.straggler_factor=4", "logging.interval=5"]:
+        args += ["--set", o]
+    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env={**h.mpirun_env(), "TRIDENT_TEST_SLOW_RANK": "2:50"}, timeout=300)
+    lines = [x for x in p.stdout.splitlines() if x.startswith("straggler:")]
+    pattern = (r"straggler: steps (\d+)-(\d+): rank 2 \(pp 0, tp 0, dp 2\) on host "
+               + re.escape(socket.gethostname()) + r" works \d+\.\d{3} s a step outside "
+               r"communication, \d+\.\d times the median rank's \d+\.\d{3} s "
+               r"\(training.straggler_factor: 4\); it waits .* a step")
+    intervals = [re.fullmatch(pattern, x).groups() for x in lines if re.fullmatch(pattern, x)]
+    h.check(p.returncode == 0 and intervals == [("2", "5"), ("6", "10"), ("11", "15"),
+                                                ("16", "20")] and len(lines) == 4,
+            f"straggler: rank 2 alone named in each interval, with its host: {lines}")
+
+
 def reference_losses(trident, base, tmp):
     """The uninterrupted run's losses, for the resumed run after a failed save."""
     metrics = os.path.join(tmp, "ref.jsonl")
@@ -322,6 +346,7 @@ FAULTS = {
     "changed_data": lambda t, base, tmp: changed_data(t, base, tmp),
     "nan_gradient": lambda t, base, tmp: nan_gradient(t, base, tmp),
     "corrupt_replica": lambda t, base, tmp: corrupt_replica(t, base, tmp),
+    "straggler": lambda t, base, tmp: straggler(t, base, tmp),
 }
 
 
