@@ -16,12 +16,15 @@ fault per run (--fault NAME, each its own ctest entry mpi.faults.NAME):
 - a NaN planted in one rank's gradients: the update skipped on every rank, the rank and its
   stage named; NaNs in a row: the run stops at training.max_skipped, its checkpoints kept;
 - a bit flipped in one replica's weight: the replica check names the rank and the tensor;
-- a rank slowed in every step (TRIDENT_TEST_SLOW_RANK): named as a straggler with its host.
+- a rank slowed in every step (TRIDENT_TEST_SLOW_RANK): named as a straggler with its host;
+- asynchronous checkpoints: the same files as synchronous ones; a rank killed while it writes
+  in the background leaves the previous checkpoint, which the job resumes from.
 
 Each figure (seconds from the fault to the end of the job) is printed for docs/RELIABILITY.md.
 Exit 77 (skipped, with the reason) where mpirun is not installed.
 """
 import argparse
+import json
 import os
 import re
 import shutil
@@ -326,6 +329,54 @@ def straggler(trident, base, tmp):
             f"straggler: rank 2 alone named in each interval, with its host: {lines}")
 
 
+def async_checkpoint(trident, base, tmp, ref):
+    """checkpoint.async on 1x1x2: the checkpoints are those a synchronous save writes (every
+    shard's SHA-256 alike); rank 1 killed while its shard of step 6 is written in the background
+    (TRIDENT_TEST_CRASH_IN_SAVE) leaves step_000004 complete and step 6 uncommitted, and the job
+    resumes from step 4 with the uninterrupted losses."""
+    def train(ck, extra, env=None, metrics=None):
+        args = ["mpirun", "--oversubscribe", "-np", "2", trident, "train"] + base
+        for o in layout(1, 1, 2) + ["training.steps=8", "checkpoint.interval=2",
+                                    f"checkpoint.dir={ck}"] + extra:
+            args += ["--set", o]
+        if metrics:
+            args += ["--set", f"logging.metrics={metrics}"]
+        return subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**h.mpirun_env(), **(env or {})}, timeout=300)
+
+    def files(ck, step):
+        with open(os.path.join(ck, f"step_{step:06d}", "manifest.json")) as f:
+            return [(x["name"], x["sha256"]) for x in json.load(f)["files"]
+                    if x["name"] != "config.yaml"]  # the config differs: checkpoint.async
+
+    ck_sync, ck_async = os.path.join(tmp, "ck_sync"), os.path.join(tmp, "ck_async")
+    train(ck_sync, [])
+    p = train(ck_async, ["checkpoint.async=true"])
+    h.check(p.returncode == 0 and f"checkpoint: {ck_async}/step_000002 being written in the "
+            "background" in p.stdout and sorted(os.listdir(ck_async)) == sorted(
+                os.listdir(ck_sync)) == ["step_000004", "step_000006", "step_000008"],
+            f"async: the run ends (exit code {p.returncode}) with the checkpoints a synchronous "
+            f"one keeps ({sorted(os.listdir(ck_async))})")
+    h.check(all(files(ck_async, s) == files(ck_sync, s) for s in (4, 6, 8)),
+            "async: every shard of steps 4, 6 and 8 has the synchronous save's SHA-256")
+
+    ck = os.path.join(tmp, "ck_async_kill")
+    p = train(ck, ["checkpoint.async=true"], {"TRIDENT_TEST_CRASH_IN_SAVE": "6:1"})
+    left = sorted(os.listdir(ck))
+    h.check(p.returncode not in (0, None) and "rank 1 killed mid-save of step 6" in p.stdout
+            and left == [".tmp_step_000006", "step_000002", "step_000004"]
+            and h.run([trident, "checkpoint", "info", ck], expect_ok=False).returncode == 0,
+            f"async, killed mid-save: the job ends (exit code {p.returncode}), step 4 complete "
+            f"and verified, step 6 uncommitted ({left})")
+    metrics = os.path.join(tmp, "async_resumed.jsonl")
+    p = train(ck, ["checkpoint.async=true"], metrics=metrics)
+    got = [x["loss"] for x in h.losses(metrics)]
+    h.check(f"resumed: {ck}/step_000004 at step 4" in p.stdout and len(got) == 4
+            and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(got, ref[4:])),
+            f"async, killed mid-save: the job resumes from step 4 with the uninterrupted losses "
+            f"({got} vs {ref[4:]})")
+
+
 def reference_losses(trident, base, tmp):
     """The uninterrupted run's losses, for the resumed run after a failed save."""
     metrics = os.path.join(tmp, "ref.jsonl")
@@ -347,6 +398,8 @@ FAULTS = {
     "nan_gradient": lambda t, base, tmp: nan_gradient(t, base, tmp),
     "corrupt_replica": lambda t, base, tmp: corrupt_replica(t, base, tmp),
     "straggler": lambda t, base, tmp: straggler(t, base, tmp),
+    "async_checkpoint": lambda t, base, tmp: async_checkpoint(t, base, tmp,
+                                                              reference_losses(t, base, tmp)),
 }
 
 
