@@ -1,6 +1,7 @@
 // `trident train`: trains the configured model on its dataset, with validation, metrics,
 // checkpoints, resuming and preemption, on every rank of the grid (rank 0 speaks for all).
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -171,6 +172,10 @@ std::string save_or_report(const config::Config& cfg, train::Trainer& trainer, p
                            parallel::World& world, train::AsyncCheckpoint& async, int step,
                            int skipped, const std::vector<train::DataFileRecord>& data,
                            const train::LoraRecord& lora, bool last, bool leader) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto held = [&] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
     commit_pending(cfg, async, world, step, last, leader);
     try {
         if (cfg.checkpoint.async && !last) {
@@ -178,12 +183,14 @@ std::string save_or_report(const config::Config& cfg, train::Trainer& trainer, p
                 train::begin_save(cfg, trainer, grid, world.comm(), step, skipped, data, lora));
             const std::string dir = async_dir(cfg, step);
             if (leader)
-                std::printf("checkpoint: %s being written in the background\n", dir.c_str());
+                std::printf(
+                    "checkpoint: %s being written in the background (training held %.2f s)\n",
+                    dir.c_str(), held());
             return dir;
         }
         const std::string dir =
             train::save_checkpoint(cfg, trainer, grid, world.comm(), step, skipped, data, lora);
-        if (leader) std::printf("checkpoint: %s\n", dir.c_str());
+        if (leader) std::printf("checkpoint: %s (training held %.2f s)\n", dir.c_str(), held());
         return dir;
     } catch (const train::CheckpointError& e) {
         return failed_save(cfg, e, step, last, leader);
