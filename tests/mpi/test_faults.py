@@ -227,19 +227,24 @@ def changed_data(trident, base, tmp):
             f"changed data: the resume stops, naming the file ({lines})")
 
 
+def train_run(trident, base, ranks, overrides, env=None):
+    """`trident train` under mpirun to its end: its output (stderr with stdout) and code."""
+    args = ["mpirun", "--oversubscribe", "-np", str(ranks), trident, "train"] + base
+    for o in overrides:
+        args += ["--set", o]
+    return subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**h.mpirun_env(), **(env or {})}, timeout=300)
+
+
 def nan_gradient(trident, base, tmp):
     """A NaN planted in one rank's gradients (TRIDENT_TEST_NAN_GRADIENT) on 2x1x2: the update is
     skipped on every rank, and the rank and stage that saw it are named; NaNs from step 5 on
     stop the run at the third skip in a row with the newest checkpoint as it was."""
     def train(ck, nan, metrics):
-        args = ["mpirun", "--oversubscribe", "-np", "4", trident, "train"] + base
-        for o in layout(2, 1, 2) + ["training.steps=10", "training.nonfinite=skip",
-                                    "training.max_skipped=3", "checkpoint.interval=2",
-                                    f"checkpoint.dir={ck}", f"logging.metrics={metrics}"]:
-            args += ["--set", o]
-        env = {**h.mpirun_env(), "TRIDENT_TEST_NAN_GRADIENT": nan}
-        return subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env=env, timeout=300)
+        return train_run(trident, base, 4, layout(2, 1, 2) + [
+            "training.steps=10", "training.nonfinite=skip", "training.max_skipped=3",
+            "checkpoint.interval=2", f"checkpoint.dir={ck}", f"logging.metrics={metrics}"],
+            {"TRIDENT_TEST_NAN_GRADIENT": nan})
     seen = ("the loss or gradients are not finite (non-finite gradients on rank 3 (pp 1, tp 0, "
             "dp 1), pipeline stage 1, the lowest rank to see any, before the data-parallel "
             "reduction)")
@@ -291,13 +296,9 @@ def corrupt_replica(trident, base, tmp):
     ]
     for (p_, m, d), extra, fault, said in cases:
         ck = os.path.join(tmp, f"ck_replica_{p_}{m}{d}")
-        args = ["mpirun", "--oversubscribe", "-np", str(p_ * m * d), trident, "train"] + base
-        for o in layout(p_, m, d) + extra + ["training.steps=6", "training.check_replicas=2",
-                                              "checkpoint.interval=2", f"checkpoint.dir={ck}"]:
-            args += ["--set", o]
-        env = {**h.mpirun_env(), "TRIDENT_TEST_CORRUPT_REPLICA": f"4:{fault}"}
-        p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           env=env, timeout=300)
+        p = train_run(trident, base, p_ * m * d, layout(p_, m, d) + extra + [
+            "training.steps=6", "training.check_replicas=2", "checkpoint.interval=2",
+            f"checkpoint.dir={ck}"], {"TRIDENT_TEST_CORRUPT_REPLICA": f"4:{fault}"})
         lines = error_lines(p.stdout)
         expected = (f"trident: error: training.check_replicas: at step 4 {said}; training "
                     f"stopped; {ck}/step_000002 is the newest checkpoint, as it was")
@@ -312,12 +313,9 @@ def straggler(trident, base, tmp):
     training.straggler_factor 4 and logging.interval 5: each interval's report names it, with
     its coordinates and host (the run's first step, with its one-time costs, left out), and
     names no other rank."""
-    args = ["mpirun", "--oversubscribe", "-np", "4", trident, "train"] + base
-    for o in layout(1, 1, 4) + ["training.micro_batch=1", "training.steps=20",
-                                "training.straggler_factor=4", "logging.interval=5"]:
-        args += ["--set", o]
-    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       env={**h.mpirun_env(), "TRIDENT_TEST_SLOW_RANK": "2:50"}, timeout=300)
+    p = train_run(trident, base, 4, layout(1, 1, 4) + [
+        "training.micro_batch=1", "training.steps=20", "training.straggler_factor=4",
+        "logging.interval=5"], {"TRIDENT_TEST_SLOW_RANK": "2:50"})
     lines = [x for x in p.stdout.splitlines() if x.startswith("straggler:")]
     pattern = (r"straggler: steps (\d+)-(\d+): rank 2 \(pp 0, tp 0, dp 2\) on host "
                + re.escape(socket.gethostname()) + r" works \d+\.\d{3} s a step outside "
@@ -335,14 +333,9 @@ def async_checkpoint(trident, base, tmp, ref):
     (TRIDENT_TEST_CRASH_IN_SAVE) leaves step_000004 complete and step 6 uncommitted, and the job
     resumes from step 4 with the uninterrupted losses."""
     def train(ck, extra, env=None, metrics=None):
-        args = ["mpirun", "--oversubscribe", "-np", "2", trident, "train"] + base
-        for o in layout(1, 1, 2) + ["training.steps=8", "checkpoint.interval=2",
-                                    f"checkpoint.dir={ck}"] + extra:
-            args += ["--set", o]
-        if metrics:
-            args += ["--set", f"logging.metrics={metrics}"]
-        return subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env={**h.mpirun_env(), **(env or {})}, timeout=300)
+        return train_run(trident, base, 2, layout(1, 1, 2) + [
+            "training.steps=8", "checkpoint.interval=2", f"checkpoint.dir={ck}"] + extra
+            + ([f"logging.metrics={metrics}"] if metrics else []), env)
 
     def files(ck, step):
         with open(os.path.join(ck, f"step_{step:06d}", "manifest.json")) as f:
