@@ -126,8 +126,7 @@ TEST_CASE("loss scaler: backoff on overflow, growth after a clean window, a floo
     CHECK_FALSE(unscaled.dynamic());
     CHECK(unscaled.scale() == 1);
     CHECK(unscaled.update(true, 1));
-    CHECK_THROWS_WITH(unscaled.update(false, 2),
-                      Catch::StartsWith("step 2: the loss or gradients are not finite"));
+    CHECK(unscaled.update(false, 2));  // no overflow to speak of: the trainer's guard judges
 }
 
 TEST_CASE("bf16: non-finite gradients stop training, or skip the step, as configured",
@@ -146,12 +145,19 @@ TEST_CASE("bf16: non-finite gradients stop training, or skip the step, as config
         params[layout.find("ln_f.bias")->offset] = std::nanf("");
         trainer.model().load_full_params(params);
         if (std::string(policy) == "stop") {
+            CHECK_THROWS_AS(trainer.step(1, kRandomTokens), train::TrainingStopped);
             CHECK_THROWS_WITH(trainer.step(1, kRandomTokens),
-                              Catch::StartsWith("step 2: the loss or gradients are not finite"));
+                              "step 2: the loss or gradients are not finite; training stopped "
+                              "(training.nonfinite: skip would skip such steps; a lower "
+                              "training.lr or training.grad_clip may help)");
         } else {
             const std::vector<float> before = trainer.full_params();
             const train::StepResult r = trainer.step(1, kRandomTokens);
             CHECK(r.skipped);
+            CHECK(r.skip_reason == "nonfinite");
+            CHECK(r.skip_note ==
+                  "step 2: the loss or gradients are not finite; the update is skipped on every "
+                  "rank (1 in a row; training.max_skipped: 10)");
             const std::vector<float> after = trainer.full_params();  // no update: the same bits
             CHECK(std::memcmp(after.data(), before.data(), after.size() * sizeof(float)) == 0);
         }

@@ -96,6 +96,15 @@ struct LoraConfig {
     bool operator==(const LoraConfig&) const = default;
 };
 
+// Updates skipped as outliers (llm.c's rule): a step whose loss or gradient norm lies more
+// than `zscore` standard deviations above the mean of the last `window` applied steps'.
+struct SkipSpikes {
+    double zscore = 0;  // 0: off
+    int window = 100;
+    bool enabled() const { return zscore > 0; }
+    bool operator==(const SkipSpikes&) const = default;
+};
+
 struct TrainingConfig {
     int micro_batch = 4;    // sequences per microbatch
     int global_batch = 32;  // sequences per step
@@ -122,6 +131,12 @@ struct TrainingConfig {
     int loss_scale_window = 1000;
     double min_loss_scale = 1.0;
     NonFinite nonfinite = NonFinite::stop;  // fp16 always skips (and halves the scale)
+    SkipSpikes skip_spikes;
+    int max_skipped = 10;    // consecutive skipped updates (not fp16's) that stop the run; 0: any
+    int check_replicas = 0;  // steps between comparisons of the replicas' weights; 0: never
+    // A rank whose time outside communication exceeds the median rank's by this factor is
+    // named every logging.interval steps; 0: not checked.
+    double straggler_factor = 0;
     Recompute recompute = Recompute::none;
     uint64_t seed = 1234;
     int threads = 0;        // CPU threads for ops and OpenBLAS; 0 = all cores
@@ -163,18 +178,22 @@ struct CheckpointConfig {
     // Resume even though a training or validation file differs from what the checkpoint
     // recorded (its size or sampled SHA-256): a warning instead of an error.
     bool allow_data_change = false;
+    // Each rank's share copied to host memory and written by a background thread while
+    // training goes on; committed (the manifest) once every rank has written.
+    bool async = false;
     bool operator==(const CheckpointConfig&) const = default;
 };
 
 struct LoggingConfig {
     int interval = 1;
-    std::optional<std::string> metrics;  // JSON-lines path
-    std::optional<std::string> trace;    // Chrome trace path
-    int trace_from = 2;                  // first traced step (1-based; the first warms up)
-    int trace_steps = 1;                 // how many steps the trace covers
-    int sample_tokens = 0;               // tokens of text generated after training; 0 = none
-    std::string sample_prompt;           // the sample's prompt; empty = start of a document
-    OnError on_error = OnError::stop;    // a failed write of the metrics file or the trace
+    std::optional<std::string> metrics;      // JSON-lines path
+    std::optional<std::string> trace;        // Chrome trace path
+    std::optional<std::string> tensorboard;  // directory of TensorBoard event files
+    int trace_from = 2;                      // first traced step (1-based; the first warms up)
+    int trace_steps = 1;                     // how many steps the trace covers
+    int sample_tokens = 0;                   // tokens of text generated after training; 0 = none
+    std::string sample_prompt;               // the sample's prompt; empty = start of a document
+    OnError on_error = OnError::stop;        // a failed write of the metrics file or the trace
     bool operator==(const LoggingConfig&) const = default;
 };
 

@@ -73,6 +73,19 @@ void OutputFile::truncate(uint64_t bytes) {
     size_ = std::min(size_, bytes);
 }
 
+void OutputFile::write_record(std::string_view record) {
+    const uint64_t whole = size_;
+    try {
+        write(record);
+    } catch (const Error&) {
+        try {
+            truncate(whole);
+        } catch (const Error&) {  // the first failure is the one to report
+        }
+        throw;
+    }
+}
+
 void write_file_atomically(const std::string& path, std::string_view bytes) {
     const std::filesystem::path target(path);
     if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());

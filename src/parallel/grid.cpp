@@ -26,6 +26,13 @@ Coordinates coordinates_of(const GridShape& g, int rank) {
     return c;
 }
 
+std::string describe_rank(const GridShape& g, int rank) {
+    const Coordinates c = coordinates_of(g, rank);
+    const std::string cp = g.context > 1 ? ", cp " + std::to_string(c.cp) : "";
+    return std::to_string(rank) + " (pp " + std::to_string(c.pp) + ", tp " + std::to_string(c.tp) +
+           cp + ", dp " + std::to_string(c.dp) + ")";
+}
+
 namespace {
 
 // The group of ranks with the same `colour`, ordered (and numbered) by `key`, named `name` in

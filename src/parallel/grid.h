@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "parallel/comm.h"
 
@@ -27,6 +28,8 @@ struct Coordinates {
 // Pure arithmetic of the grid order, usable without MPI.
 int rank_of(const GridShape& g, const Coordinates& c);
 Coordinates coordinates_of(const GridShape& g, int rank);
+// A rank as messages name it: "3 (pp 1, tp 0, dp 1)", with ", cp K" under context parallelism.
+std::string describe_rank(const GridShape& g, int rank);
 
 class World;
 

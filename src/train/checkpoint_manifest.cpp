@@ -53,6 +53,20 @@ public:
             fail(std::string("\"") + key + "\" is not a number");
         return v.real;
     }
+    std::vector<double> numbers(const io::json::Value& object, const char* key) const {
+        const io::json::Value& v = member(object, key);
+        if (!v.is_array()) fail(std::string("\"") + key + "\" is not an array");
+        std::vector<double> out;
+        for (const io::json::Value& x : v.array) {
+            if (x.is_integer())
+                out.push_back(static_cast<double>(x.integer));
+            else if (x.kind == io::json::Value::Kind::real)
+                out.push_back(x.real);
+            else
+                fail(std::string("\"") + key + "\" holds something other than numbers");
+        }
+        return out;
+    }
     const std::string& string(const io::json::Value& object, const char* key) const {
         const io::json::Value& v = member(object, key);
         if (!v.is_string()) fail(std::string("\"") + key + "\" is not a string");
@@ -170,6 +184,9 @@ std::string manifest_json(const Manifest& m) {
         .add_exact("loss_scale", m.loss_scale)
         .add("good_steps", m.good_steps)
         .add("skipped_total", m.skipped_total)
+        .add("skipped_in_a_row", m.skipped_in_a_row)
+        .add_exact("recent_losses", std::span<const double>(m.recent_losses))
+        .add_exact("recent_grad_norms", std::span<const double>(m.recent_grad_norms))
         .add("model", model)
         .add("layout", layout)
         .add("precision", m.precision)
@@ -216,6 +233,12 @@ Manifest read_manifest(const std::string& dir) {
     m.loss_scale = r.number(root, "loss_scale");
     m.good_steps = r.small(root, "good_steps");
     m.skipped_total = r.small(root, "skipped_total");
+    // Written since the step guard; without it nothing was skipped in a row or measured.
+    if (root.find("skipped_in_a_row")) {
+        m.skipped_in_a_row = r.small(root, "skipped_in_a_row");
+        m.recent_losses = r.numbers(root, "recent_losses");
+        m.recent_grad_norms = r.numbers(root, "recent_grad_norms");
+    }
     const io::json::Value& model = r.member(root, "model");
     m.shape.vocab = r.small(model, "vocab_size");
     m.shape.padded_vocab = r.small(model, "padded_vocab");

@@ -5,7 +5,8 @@
 // done, so training continues with 0-based step `step`; `samples_consumed` = step·B, the data
 // position, since the sampler is a pure function of (seed, sample index); `seed`, which with
 // the sample index fixes every dropout mask, so it and the step are the whole RNG state;
-// Adam's step count; the loss scaler's scale and clean-step count; the skipped steps so far);
+// Adam's step count; the loss scaler's scale and clean-step count; the skipped steps so far,
+// and the step guard's state);
 // the model's shape; the layout that wrote it (P, M, C, D, v, schedule, ZeRO stage, bucket
 // size, context mode); the parameters' precision; every file with its grid coordinates (none
 // for config.yaml), size and SHA-256; and the training and validation files the run read, each
@@ -68,6 +69,10 @@ struct Manifest {
     double loss_scale = 1;
     int good_steps = 0;
     int skipped_total = 0;
+    // The step guard's state (train/step_guard.h): updates skipped in a row, and the losses and
+    // gradient norms of the last applied steps that training.skip_spikes measures against.
+    int skipped_in_a_row = 0;
+    std::vector<double> recent_losses, recent_grad_norms;
     model::GptShape shape;  // padded_vocab as the writer's layout padded it
     CheckpointLayout layout;
     std::string precision;  // fp32 | bf16 | fp16

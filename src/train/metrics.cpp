@@ -1,4 +1,4 @@
-// Metrics to stdout and JSON lines (see metrics.h).
+// Metrics to stdout, JSON lines and TensorBoard (see metrics.h).
 #include "train/metrics.h"
 
 #include <algorithm>
@@ -10,8 +10,14 @@
 
 namespace trident::train {
 
-MetricsLog::MetricsLog(const std::optional<std::string>& path, int interval, bool append)
+MetricsLog::MetricsLog(const std::optional<std::string>& path, int interval, bool append,
+                       const std::optional<std::string>& tensorboard)
     : interval_(interval) {
+    try {
+        if (tensorboard) events_ = std::make_unique<io::EventWriter>(*tensorboard);
+    } catch (const std::exception& e) {
+        throw Error(std::string("logging.tensorboard: ") + e.what());
+    }
     if (!path) return;
     const std::filesystem::path p(*path);
     try {
@@ -24,19 +30,38 @@ MetricsLog::MetricsLog(const std::optional<std::string>& path, int interval, boo
 }
 
 void MetricsLog::record(const StepMetrics& m) {
-    if (m.step % interval_ == 0 || m.step == m.steps || m.val_loss) {
-        std::printf(
-            "step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | %.3f TFLOP/s | "
-            "MFU %.1f%% | %.0f ms | ETA %s",
-            m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.tflops, 100.0 * m.mfu,
-            m.step_ms, human_duration(m.eta_s).c_str());
-        if (m.loss_scale != 1) std::printf(" | scale %g", m.loss_scale);
-        if (m.skipped_total > 0)
-            std::printf(" | %s (%d so far)", m.skipped ? "skipped" : "applied", m.skipped_total);
-        if (m.val_loss) std::printf(" | val_loss %.4f", *m.val_loss);
-        std::printf("\n");
+    print(m);
+    // Both files are tried; the first failure is the one reported.
+    std::string failure;
+    try {
+        if (file_) write_json(m);
+    } catch (const Error& e) {
+        failure = std::string("logging.metrics: ") + e.what();
     }
-    if (!file_) return;
+    try {
+        if (events_) events_->scalars(m.step, tensorboard_scalars(m));
+    } catch (const Error& e) {
+        if (failure.empty()) failure = std::string("logging.tensorboard: ") + e.what();
+    }
+    if (!failure.empty()) throw Error(failure);
+}
+
+void MetricsLog::print(const StepMetrics& m) const {
+    if (m.step % interval_ != 0 && m.step != m.steps && !m.val_loss) return;
+    std::printf(
+        "step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | %.3f TFLOP/s | "
+        "MFU %.1f%% | %.0f ms | ETA %s",
+        m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.tflops, 100.0 * m.mfu,
+        m.step_ms, human_duration(m.eta_s).c_str());
+    if (m.loss_scale != 1) std::printf(" | scale %g", m.loss_scale);
+    if (m.skipped_total > 0)
+        std::printf(" | %s (%d so far)",
+                    m.skipped ? ("skipped: " + m.skip_reason).c_str() : "applied", m.skipped_total);
+    if (m.val_loss) std::printf(" | val_loss %.4f", *m.val_loss);
+    std::printf("\n");
+}
+
+void MetricsLog::write_json(const StepMetrics& m) {
     io::JsonLine line;
     line.add("step", m.step)
         .add("loss", m.loss)
@@ -50,6 +75,7 @@ void MetricsLog::record(const StepMetrics& m) {
         .add("loss_scale", m.loss_scale)
         .add("skipped", m.skipped)
         .add("skipped_total", m.skipped_total);
+    if (m.skipped) line.add("skip_reason", m.skip_reason);
     if (m.val_loss) line.add("val_loss", *m.val_loss);
     line.add("activation_sets", m.activation_sets);
     using parallel::CommKind;
@@ -71,16 +97,30 @@ void MetricsLog::record(const StepMetrics& m) {
         .add("mem_optimizer_bytes", m.mem_optimizer)
         .add("mem_activations_bytes", m.mem_activations)
         .add("mem_peak_bytes", m.mem_peak);
-    const uint64_t whole = file_->size();
-    try {
-        file_->write(line.str() + "\n");  // one write: the line is whole or cut back below
-    } catch (const Error&) {
-        try {
-            file_->truncate(whole);
-        } catch (const Error&) {  // the first failure is the one to report
-        }
-        throw;
-    }
+    file_->write_record(line.str() + "\n");
+}
+
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const StepMetrics& m) {
+    // Megatron-LM's tags, where it logs the figure.
+    std::vector<std::pair<std::string, double>> s = {
+        {"lm loss", m.loss},
+        {"learning-rate", m.lr},
+        {"grad-norm", m.grad_norm},
+        {"loss-scale", m.loss_scale},
+        {"throughput/tokens_per_s", m.tokens_per_s},
+        {"throughput/tflops_per_gpu", m.tflops},
+        {"throughput/mfu", m.mfu},
+        {"iteration-time", m.step_ms / 1e3},
+        {"memory/peak_bytes", static_cast<double>(m.mem_peak)},
+        {"memory/params_bytes", static_cast<double>(m.mem_params)},
+        {"memory/grads_bytes", static_cast<double>(m.mem_grads)},
+        {"memory/optimizer_bytes", static_cast<double>(m.mem_optimizer)},
+        {"memory/activations_bytes", static_cast<double>(m.mem_activations)},
+        {"skipped-iterations", m.skipped ? 1.0 : 0.0},
+        {"skipped-iterations-total", static_cast<double>(m.skipped_total)},
+    };
+    if (m.val_loss) s.emplace_back("lm loss validation", *m.val_loss);
+    return s;
 }
 
 std::string human_count(double n) {

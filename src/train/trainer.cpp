@@ -83,11 +83,13 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* g
                  optim::Overlap{cfg.parallel.overlap_grad_reduce,
                                 cfg.parallel.overlap_param_gather && !model_.frozen()}),
       scaler_(cfg.training),
+      guard_(cfg.training),
+      sighting_(ops, grid, tensor_, pipeline_, data_context_),
       executor_(ops, model_, &pipeline_) {
     model_.set_split_backward(pipeline::splits_backward(schedule_kind(cfg.parallel.schedule)));
     executor_.set_trace(&trace_);
     optimizer_.set_trace(&trace_);
-    const auto grads_final = [this](std::size_t b, std::size_t e) { optimizer_.grads_final(b, e); };
+    const auto grads_final = [this](std::size_t b, std::size_t e) { this->grads_final(b, e); };
     // A frozen model announces its adapters' gradients only: the other hooks speak of its own
     // buffers, which the optimizer does not hold.
     if (model_.frozen()) {
@@ -109,6 +111,11 @@ MemoryUse Trainer::memory() const {
     m.activations = model_.activation_bytes();
     m.peak = ops_.peak_allocated_bytes();
     return m;
+}
+
+void Trainer::grads_final(std::size_t begin, std::size_t end) {
+    sighting_.grads_final(model_.trainable_grads().at(begin), end - begin);
+    optimizer_.grads_final(begin, end);
 }
 
 void Trainer::tie_sharded_embedding() {
@@ -180,8 +187,9 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
         !model_.frozen()) {
         const model::ParamTensor* wte = model_.layout().find("wte.weight");
         embedding_.all_reduce(model_.grads().at(wte->offset), wte->numel);
-        optimizer_.grads_final(wte->offset, wte->offset + wte->numel);
+        grads_final(wte->offset, wte->offset + wte->numel);
     }
+    sighting_.own_loss(loss_sum);
     // The step's loss: the mean of the means of the replicas and context ranks (equal token
     // counts).
     double loss = from_last_stage(loss_sum / microbatches);
@@ -198,6 +206,7 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     data_context_.reset_stats();
     StepResult r;
     r.loss_scale = scaler_.scale();
+    sighting_.start_step(step + 1);
     optimizer_.start_step();  // buckets reduce as the backward completes them
     r.loss = accumulate_gradients(step, sample, r.loss_scale);
     optimizer_.reduce_gradients();
@@ -207,7 +216,13 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     const double scaled_norm = optimizer_.grad_norm();
     r.grad_norm = scaled_norm / r.loss_scale;
     r.lr = optim::learning_rate(cfg_.training, step);
-    r.skipped = !scaler_.update(std::isfinite(scaled_norm) && std::isfinite(r.loss), step + 1);
+    // fp16's overflows are the loss scaler's; every other verdict the guard's.
+    Verdict verdict{false, "overflow", ""};
+    if (scaler_.update(std::isfinite(scaled_norm) && std::isfinite(r.loss), step + 1))
+        verdict = guard_.judge(step + 1, r.loss, r.grad_norm, [&] { return sighting_.find(); });
+    r.skipped = !verdict.apply;
+    r.skip_reason = verdict.reason;
+    r.skip_note = verdict.note;
     if (!r.skipped) {
         const io::ScopedSpan span(&trace_, io::SpanKind::optimizer, -1, -1);
         const double factor = optimizer_.clip_factor(r.grad_norm) / r.loss_scale;

@@ -16,6 +16,8 @@
 #include "optim/loss_scaler.h"
 #include "parallel/grid.h"
 #include "pipeline/executor.h"
+#include "train/first_sighting.h"
+#include "train/step_guard.h"
 
 namespace trident::train {
 
@@ -32,10 +34,12 @@ struct MemoryUse {
 };
 
 struct StepResult {
-    double loss = 0;        // mean over every token of the global batch, before the update
-    double grad_norm = 0;   // before clipping, unscaled
-    double loss_scale = 1;  // the loss was multiplied by this before backward (fp16)
-    bool skipped = false;   // not applied: non-finite gradients
+    double loss = 0;          // mean over every token of the global batch, before the update
+    double grad_norm = 0;     // before clipping, unscaled
+    double loss_scale = 1;    // the loss was multiplied by this before backward (fp16)
+    bool skipped = false;     // not applied: non-finite, or a spike (train/step_guard.h)
+    std::string skip_reason;  // why, when skipped (Verdict::reason)
+    std::string skip_note;    // what to say of it (empty for fp16's overflows)
     double lr = 0;
     double seconds = 0;               // wall time of the whole step
     parallel::CommStats tensor_comm;  // what the tensor-parallel group moved in the step
@@ -52,13 +56,17 @@ public:
     Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* grid = nullptr);
 
     model::Gpt& model() { return model_; }
+    kernels::Ops& ops() { return ops_; }
     optim::AdamW& optimizer() { return optimizer_; }
     optim::LossScaler& scaler() { return scaler_; }
+    StepGuard& guard() { return guard_; }
 
     // Step `step` (0-based): forward and backward over every microbatch of the global batch
     // (samples step*B ... step*B + B - 1) in the configured pipeline schedule, clipping,
     // AdamW; or, where the gradients are not finite, no update (fp16: the loss scale
-    // halves; bf16/fp32: as training.nonfinite says). Every rank returns the same figures.
+    // halves; bf16/fp32: as training.nonfinite says), nor where the step is a spike
+    // (training.skip_spikes). Every rank returns the same figures. Throws TrainingStopped
+    // (train/step_guard.h) on every rank alike where training is to stop.
     StepResult step(int step, const SampleFn& sample);
     // The first half of a step: the gradients of its global batch times loss_scale, in
     // model().grads(). Returns the mean loss over every token of the batch.
@@ -96,6 +104,9 @@ private:
                              const model::FlatBuffer& buffer);
     std::vector<float> gather_full(std::vector<float> (model::Gpt::*to_host)() const,
                                    const model::FlatBuffer& buffer);
+    // Gradients [begin, end) of the trainable buffer are final: noted, then handed to the
+    // optimizer (StepHooks::grads_final).
+    void grads_final(std::size_t begin, std::size_t end);
     // Sharded gradients on a pipeline: the tied wte's two copies summed, over the embedding
     // group, on each replica's part of it (once the reduction has filled the shards).
     void tie_sharded_embedding();
@@ -118,6 +129,8 @@ private:
     model::Gpt model_;
     optim::AdamW optimizer_;
     optim::LossScaler scaler_;
+    StepGuard guard_;
+    FirstSighting sighting_;
     pipeline::Executor executor_;
     io::TraceRecorder trace_;
     std::vector<int32_t> whole_inputs_, whole_targets_;  // one whole sample (context parallel)
