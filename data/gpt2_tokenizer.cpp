@@ -12,7 +12,7 @@
 #include <unordered_map>
 
 #include "data/pretokenize.h"
-#include "error.h"
+#include "kernels/error.h"
 #include "io/json_reader.h"
 
 namespace trident::data {

@@ -31,7 +31,7 @@
 #include <string>
 #include <vector>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/dtype.h"
 
 namespace trident::kernels {

@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "error.h"
 #include "io/safetensors.h"
+#include "kernels/error.h"
 
 namespace trident::model {
 

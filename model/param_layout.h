@@ -23,7 +23,7 @@
 //
 // Order: wte, wpe, then layer by layer (so a stage's chunks are contiguous runs), ln_f.
 //
-// Low-rank adapters (LoRA) have a layout of their own, built by ParamLayout::adapters: for
+// Low-rank adapters (LoRA) have a layout of their own, built by ParamLayout::for_lora: for
 // each layer held and each target linear W (out, in), A (r, in) then B (out, r), named as
 // W's weight with lora_A / lora_B in place of the last part ("h.3.attn.c_attn.lora_A.weight").
 // They follow W's split, so that the adapter needs no collective of its own in the forward:
@@ -94,31 +94,31 @@ struct ParamTensor {
 
 // Offsets of one transformer block's tensors in the flat buffer (local shapes).
 struct LayerParams {
-    std::size_t ln1_w, ln1_b;    // (C), (C)
-    std::size_t qkv_w, qkv_b;    // (3C/M, C), (3C/M)
-    std::size_t proj_w, proj_b;  // (C, C/M), (C)
-    std::size_t ln2_w, ln2_b;    // (C), (C)
-    std::size_t fc1_w, fc1_b;    // (F/M, C), (F/M)
-    std::size_t fc2_w, fc2_b;    // (C, F/M), (C)
+    std::size_t ln1_w, ln1_b;              // (H), (H)
+    std::size_t qkv_w, qkv_b;              // (3H/M, H), (3H/M)
+    std::size_t attn_proj_w, attn_proj_b;  // (H, H/M), (H)
+    std::size_t ln2_w, ln2_b;              // (H), (H)
+    std::size_t fc_w, fc_b;                // (F/M, H), (F/M)
+    std::size_t fc_proj_w, fc_proj_b;      // (H, F/M), (H)
 };
 
 // The linears of a block that can carry an adapter, indexing LoraShape::targets and
-// LayerAdapters.
-enum class AdapterTarget { qkv, attn_proj, fc, fc_proj };
-inline constexpr int kAdapterTargets = 4;
+// LayerLora.
+enum class LoraTarget { qkv, attn_proj, fc, fc_proj };
+inline constexpr int kLoraTargets = 4;
 
 // Which linears of every layer carry an adapter, and its rank r.
 struct LoraShape {
     int rank = 0;
-    std::array<bool, kAdapterTargets> targets{};
-    bool has(AdapterTarget t) const { return targets[static_cast<std::size_t>(t)]; }
+    std::array<bool, kLoraTargets> targets{};
+    bool has(LoraTarget t) const { return targets[static_cast<std::size_t>(t)]; }
 };
 
-// Offsets of one layer's adapters in the adapters' flat buffer (local shapes), kNoAdapter
+// Offsets of one layer's adapters in the adapters' flat buffer (local shapes), kNoLora
 // where the linear carries none.
-inline constexpr std::size_t kNoAdapter = SIZE_MAX;
-struct LayerAdapters {
-    std::array<std::size_t, kAdapterTargets> a, b;  // A (r, in/M or in), B (out/M or out, r)
+inline constexpr std::size_t kNoLora = SIZE_MAX;
+struct LayerLora {
+    std::array<std::size_t, kLoraTargets> a, b;  // A (r, in/M or in), B (out/M or out, r)
 };
 
 class ParamLayout {
@@ -130,7 +130,7 @@ public:
     explicit ParamLayout(const GptShape& shape, int tensor_rank = 0, int tensor_size = 1,
                          const StagePlan& plan = {}, int unit_align = 1);
     // The layout of the low-rank adapters of that rank's layers (see the top of this file).
-    static ParamLayout adapters(const GptShape& shape, const LoraShape& lora, int tensor_rank = 0,
+    static ParamLayout for_lora(const GptShape& shape, const LoraShape& lora, int tensor_rank = 0,
                                 int tensor_size = 1, const StagePlan& plan = {});
 
     const GptShape& shape() const { return shape_; }
@@ -163,7 +163,7 @@ public:
     std::pair<std::size_t, std::size_t> layer_range(int l) const;
     // An adapters' layout: its rank and targets, and the adapters of global layer l.
     const LoraShape& lora() const { return lora_; }
-    const LayerAdapters& adapters(int l) const;
+    const LayerLora& layer_lora(int l) const;
 
     // The tensor of that name, or nullptr.
     const ParamTensor* find(const std::string& name) const;
@@ -178,7 +178,7 @@ private:
     std::size_t add(const std::string& name, std::vector<int64_t> full_shape, bool decay,
                     Split split);
     // One layer's adapters, their names starting with `prefix` ("h.3.").
-    void add_adapters(const std::string& prefix, const LoraShape& lora);
+    void add_lora(const std::string& prefix, const LoraShape& lora);
     // Global layer l's index among those held.
     std::size_t layer_index(int l) const;
 
@@ -186,9 +186,9 @@ private:
     int tensor_rank_, tensor_size_;
     StagePlan plan_;
     std::vector<ParamTensor> tensors_;
-    std::vector<int> layer_ids_;           // global index of each layer held, ascending
-    std::vector<LayerParams> layers_;      // their tensors (the model's layout)
-    std::vector<LayerAdapters> adapters_;  // their adapters (an adapters' layout)
+    std::vector<int> layer_ids_;          // global index of each layer held, ascending
+    std::vector<LayerParams> layers_;     // their tensors (the model's layout)
+    std::vector<LayerLora> lora_layers_;  // their adapters (an adapters' layout)
     std::vector<std::pair<std::size_t, std::size_t>> layer_ranges_;
     LoraShape lora_;
     std::vector<std::pair<std::size_t, std::size_t>> units_;

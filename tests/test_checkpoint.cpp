@@ -16,6 +16,7 @@
 #include "kernels/random.h"
 #include "model/hf_gpt2.h"
 #include "model/param_layout.h"
+#include "solo_grid.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_manifest.h"
 #include "train/model_shape.h"
@@ -253,11 +254,11 @@ TEST_CASE("checkpoint: export writes the model that loads back with the same los
     config::Config cfg =
         config::load(ws.path("ck") + "/step_000003/config.yaml", {"training.precision=fp32"});
     auto ops = kernels::make_cpu_ops(1);
-    train::Trainer restored(cfg, *ops);
+    train::Trainer restored(cfg, *ops, test::solo_grid());
     train::restore_checkpoint(train::read_share(loaded.path, restored.model().layout(),
                                                 restored.optimizer().owned_ranges()),
                               restored);
-    train::Trainer imported(cfg, *ops);
+    train::Trainer imported(cfg, *ops, test::solo_grid());
     const model::ParamLayout whole(train::gpt_shape(cfg));
     std::vector<float> weights(whole.total());
     model::load_hf_gpt2(ws.path("w.safetensors"), whole, weights.data());

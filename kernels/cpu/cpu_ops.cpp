@@ -10,7 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/fp32_views.h"
 #include "kernels/ops.h"

@@ -16,7 +16,7 @@
 #include <cmath>
 #include <string>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"

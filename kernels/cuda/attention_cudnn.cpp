@@ -15,7 +15,7 @@
 #include <cmath>
 #include <limits>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cudnn_graph.h"

@@ -20,7 +20,7 @@
 #include <string>
 #include <tuple>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"

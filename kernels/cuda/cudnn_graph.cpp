@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace trident::kernels::cuda {

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <regex>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "parallel/watchdog.h"  // the host's wait for the device, marked as in cuda_ops.cpp

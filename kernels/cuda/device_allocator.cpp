@@ -7,7 +7,7 @@
 #include <bit>
 #include <cstdio>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace trident::kernels::cuda {

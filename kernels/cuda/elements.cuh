@@ -18,7 +18,7 @@
 #include <string>
 #include <type_traits>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/dtype.h"
 
 namespace trident::kernels::cuda {

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <string>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device_allocator.h"
 

@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <string>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_allocator.h"
 

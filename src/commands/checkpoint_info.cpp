@@ -3,7 +3,7 @@
 #include <filesystem>
 
 #include "commands/commands.h"
-#include "error.h"
+#include "kernels/error.h"
 #include "io/sha256.h"
 #include "train/checkpoint_manifest.h"
 #include "train/metrics.h"

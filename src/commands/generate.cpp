@@ -5,7 +5,7 @@
 #include "commands/commands.h"
 #include "commands/session.h"
 #include "data/tokenizer.h"
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
@@ -33,18 +33,18 @@ int generate(const GenerateOptions& opts) {
         params.assign(model::ParamLayout(shape).total(), 0.0f);
         model::load_hf_gpt2(opts.weights, model::ParamLayout(shape), params.data());
         if (!opts.lora.empty()) {
-            const model::AdaptersFileInfo info = model::read_adapters_info(opts.lora);
-            const auto whole = model::ParamLayout::adapters(shape, info.lora);
+            const model::LoraFileInfo info = model::read_lora_info(opts.lora);
+            const auto whole = model::ParamLayout::for_lora(shape, info.lora);
             std::vector<float> adapters(whole.total(), 0.0f);
-            model::load_adapters_file(opts.lora, whole, adapters.data());
-            model::merge_adapters(model::ParamLayout(shape), params.data(), whole, adapters.data(),
+            model::load_lora_file(opts.lora, whole, adapters.data());
+            model::merge_lora(model::ParamLayout(shape), params.data(), whole, adapters.data(),
                                   static_cast<float>(info.alpha / info.lora.rank));
         }
     }
-    model::Gpt gpt(*ops, shape, 1, 0.0f);
-    gpt.load_params(params);
+    train::GenerationModel whole(*ops, shape);
+    whole.gpt().load_params(params);
     const auto tokenizer = data::tokenizer_for_vocab(shape.vocab);
-    std::printf("%s\n", generate_text(gpt, *tokenizer, opts.prompt, opts.sampling).c_str());
+    std::printf("%s\n", generate_text(whole.gpt(), *tokenizer, opts.prompt, opts.sampling).c_str());
     return 0;
 }
 

@@ -10,7 +10,7 @@
 #include "commands/commands.h"
 #include "commands/session.h"
 #include "data/dataset.h"
-#include "error.h"
+#include "kernels/error.h"
 #include "io/fault_injection.h"
 #include "io/fingerprint.h"
 #include "model/param_layout.h"
@@ -95,8 +95,8 @@ void print_sample(const config::Config& cfg, train::Trainer& trained, kernels::O
                   bool leader) {
     const std::vector<float> full = trained.full_params();  // collective
     if (!leader) return;
-    model::Gpt gpt(ops, trained.model().shape(), 1, 0.0f);
-    gpt.load_full_params(full);
+    train::GenerationModel whole(ops, trained.model().shape());
+    whole.gpt().load_full_params(full);
     const auto tokenizer = data::tokenizer_for_vocab(cfg.model.vocab_size);
     train::SamplingOptions opts;
     opts.tokens = cfg.logging.sample_tokens;
@@ -104,7 +104,7 @@ void print_sample(const config::Config& cfg, train::Trainer& trained, kernels::O
     opts.top_k = 40;
     opts.seed = cfg.training.seed;
     std::printf("sample (temperature %.1f, top-k %d):\n%s\n", opts.temperature, opts.top_k,
-                generate_text(gpt, *tokenizer, cfg.logging.sample_prompt, opts).c_str());
+                generate_text(whole.gpt(), *tokenizer, cfg.logging.sample_prompt, opts).c_str());
 }
 
 bool due(int step, int interval, int steps) {
@@ -256,7 +256,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         if (setup.valid_data) std::printf("valid: %s\n", setup.valid_data->summary().c_str());
     }
 
-    train::Trainer trainer(cfg, *ops, &grid);
+    train::Trainer trainer(cfg, *ops, grid);
     const std::string base = initialise_weights(cfg, trainer.model());
     if (leader && cfg.model.init_from) std::printf("weights: %s\n", base.c_str());
     const train::LoraRecord lora = lora_record(cfg, base, leader);
@@ -264,7 +264,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         std::string targets;
         for (const std::string& t : lora.targets) targets += (targets.empty() ? "" : ", ") + t;
         const double trained = static_cast<double>(
-            model::ParamLayout::adapters(trainer.model().shape(), trainer.model().adapters().shape)
+            model::ParamLayout::for_lora(trainer.model().shape(), trainer.model().lora().shape)
                 .total());
         std::printf(
             "lora: rank %d, alpha %g on %s: %s parameters train (%.2f%% of the model's), "

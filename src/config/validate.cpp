@@ -155,7 +155,7 @@ void check_consistency(const Config& cfg, const Origins& origins) {
     }
 
     // Virtual stages only mean something to the interleaved schedule, and it needs them.
-    const bool interleaved = p.schedule == Schedule::interleaved;
+    const bool interleaved = p.schedule == pipeline::Kind::interleaved;
     if (p.virtual_stages > 1 && !interleaved)
         fail(origins.blame({"parallel.virtual_stages", "parallel.schedule"}),
              cat("parallel.virtual_stages (", p.virtual_stages,
@@ -180,7 +180,8 @@ void check_consistency(const Config& cfg, const Origins& origins) {
                  p.pipeline,
                  "): each stage would gather its parameters for the forward and the "
                  "backward of every microbatch; use zero_stage 2 with a pipeline"));
-    if (p.zero_stage == 3 && (p.schedule == Schedule::zb_h1 || p.schedule == Schedule::zb_h2))
+    if (p.zero_stage == 3 &&
+        (p.schedule == pipeline::Kind::zb_h1 || p.schedule == pipeline::Kind::zb_h2))
         fail(origins.blame({"parallel.zero_stage", "parallel.schedule"}),
              cat("parallel.zero_stage: 3 runs with parallel.schedule 1f1b or gpipe (got ",
                  to_string(p.schedule),

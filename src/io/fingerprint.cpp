@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <vector>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "io/output_file.h"
 #include "io/sha256.h"
 

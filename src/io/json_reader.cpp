@@ -4,7 +4,7 @@
 #include <charconv>
 #include <unordered_set>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "io/utf8.h"
 
 namespace trident::io::json {

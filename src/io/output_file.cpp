@@ -10,7 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "io/fault_injection.h"
 
 namespace trident::io {

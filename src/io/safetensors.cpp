@@ -12,7 +12,7 @@
 #include <numeric>
 #include <utility>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "io/json_reader.h"
 #include "io/output_file.h"
 #include "io/sha256.h"

@@ -44,11 +44,11 @@ AdamW::AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::
                                              overlap_.param_gather);
     flight_.resize(buckets_.size());
     const std::size_t allocated_before = ops.allocated_bytes();
-    master_ = model::DeviceBuffer(ops, owned_);
-    m_ = model::DeviceBuffer(ops, owned_);
-    v_ = model::DeviceBuffer(ops, owned_);
+    master_ = kernels::DeviceBuffer(ops, owned_);
+    m_ = kernels::DeviceBuffer(ops, owned_);
+    v_ = kernels::DeviceBuffer(ops, owned_);
     state_bytes_ = ops.allocated_bytes() - allocated_before;
-    norm_total_ = model::DeviceBuffer(ops, 1, kernels::DType::f64);
+    norm_total_ = kernels::DeviceBuffer(ops, 1, kernels::DType::f64);
 
     for (const auto& t : layout.tensors()) {
         const bool counted = !layout.held_elsewhere(t);

@@ -182,8 +182,8 @@ private:
     std::vector<Bucket> buckets_;  // in buffer order
     std::size_t owned_ = 0;        // floats this rank updates
     std::vector<Range> ranges_;    // maximal runs of tensors alike, cut to what this rank owns
-    model::DeviceBuffer master_, m_, v_;  // fp32 master weights and Adam's moments (owned)
-    model::DeviceBuffer norm_total_;      // (1) f64: the squared gradient norm, on the device
+    kernels::DeviceBuffer master_, m_, v_;  // fp32 master weights and Adam's moments (owned)
+    kernels::DeviceBuffer norm_total_;      // (1) f64: the squared gradient norm, on the device
     std::size_t state_bytes_ = 0;
     int step_ = 0;  // the master weights are taken from the parameters before step 1
 

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "error.h"
+#include "kernels/error.h"
 
 namespace trident::optim {
 

@@ -9,7 +9,7 @@
 #include <memory>
 #include <string>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/dtype.h"
 #include "parallel/watchdog.h"
 

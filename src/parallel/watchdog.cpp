@@ -12,7 +12,7 @@
 #include <map>
 #include <string_view>
 
-#include "error.h"
+#include "kernels/error.h"
 
 namespace trident::parallel {
 

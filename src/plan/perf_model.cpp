@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <optional>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "pipeline/simulator.h"
 #include "plan/stage_shape.h"
 

@@ -62,7 +62,7 @@ GemmFlops gemm_flops(const config::Config& cfg) {
 }
 
 pipeline::Kind schedule_kind(const config::Config& cfg) {
-    return pipeline::parse_kind(config::to_string(cfg.parallel.schedule));
+    return cfg.parallel.schedule;
 }
 
 InFlight in_flight(const config::Config& cfg, int stage) {

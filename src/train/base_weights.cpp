@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "error.h"
 #include "io/sha256.h"
+#include "kernels/error.h"
 #include "model/hf_gpt2.h"
 #include "train/checkpoint.h"
 #include "train/model_shape.h"

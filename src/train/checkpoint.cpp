@@ -14,12 +14,12 @@
 #include <map>
 #include <thread>
 
-#include "error.h"
 #include "io/fault_injection.h"
 #include "io/output_file.h"
 #include "io/safetensors.h"
 #include "io/sha256.h"
 #include "kernels/dtype.h"
+#include "kernels/error.h"
 #include "model/lora.h"
 #include "parallel/agreement.h"
 #include "parallel/watchdog.h"
@@ -155,8 +155,8 @@ model::LoraShape lora_shape(const LoraRecord& record) {
     model::LoraShape lora;
     lora.rank = record.rank;
     for (const std::string& name : record.targets)
-        for (int i = 0; i < model::kAdapterTargets; ++i)
-            if (name == model::adapter_target_name(static_cast<model::AdapterTarget>(i)))
+        for (int i = 0; i < model::kLoraTargets; ++i)
+            if (name == model::lora_target_name(static_cast<model::LoraTarget>(i)))
                 lora.targets[static_cast<std::size_t>(i)] = true;
     return lora;
 }
@@ -164,10 +164,10 @@ model::LoraShape lora_shape(const LoraRecord& record) {
 std::string describe(const model::LoraShape& lora) {
     if (lora.rank == 0) return "the whole model";
     std::string targets;
-    for (int i = 0; i < model::kAdapterTargets; ++i)
+    for (int i = 0; i < model::kLoraTargets; ++i)
         if (lora.targets[static_cast<std::size_t>(i)])
             targets += std::string(targets.empty() ? "" : ", ") +
-                       model::adapter_target_name(static_cast<model::AdapterTarget>(i));
+                       model::lora_target_name(static_cast<model::LoraTarget>(i));
     return "low-rank adapters of rank " + std::to_string(lora.rank) + " on " + targets;
 }
 
@@ -175,7 +175,7 @@ std::string describe(const model::LoraShape& lora) {
 // low-rank adapters, of the adapters.
 model::ParamLayout trained_layout(const model::GptShape& shape, const model::LoraShape& lora,
                                   int tp, int tensor, const model::StagePlan& plan) {
-    if (lora.rank > 0) return model::ParamLayout::adapters(shape, lora, tp, tensor, plan);
+    if (lora.rank > 0) return model::ParamLayout::for_lora(shape, lora, tp, tensor, plan);
     return model::ParamLayout(shape, tp, tensor, plan);
 }
 
@@ -250,7 +250,7 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
                                         p.tensor,
                                         p.data,
                                         p.virtual_stages,
-                                        config::to_string(p.schedule),
+                                        pipeline::to_string(p.schedule),
                                         p.zero_stage,
                                         p.bucket_size,
                                         cfg.derived.chunk_layers,
@@ -514,15 +514,14 @@ LoadedModel load_model_checkpoint(const std::string& path) {
             loaded.path = dir;
             loaded.cfg = config::load((fs::path(dir) / "config.yaml").string());
             const model::ParamLayout whole(gpt_shape(loaded.cfg));
-            const model::Adapters adapters = adapters_of(loaded.cfg);
+            const model::Lora adapters = lora_of(loaded.cfg);
             if (!adapters.shape.rank) {
                 loaded.params = read_share(dir, whole, {{0, whole.total()}}, false).master;
                 return loaded;
             }
-            const model::ParamLayout whole_adapters =
-                model::ParamLayout::adapters(whole.shape(), adapters.shape);
-            CheckpointShare share =
-                read_share(dir, whole_adapters, {{0, whole_adapters.total()}}, false);
+            const model::ParamLayout whole_lora =
+                model::ParamLayout::for_lora(whole.shape(), adapters.shape);
+            CheckpointShare share = read_share(dir, whole_lora, {{0, whole_lora.total()}}, false);
             loaded.adapters = std::move(share.master);
             const LoraRecord& lora = share.manifest.lora;
             loaded.params.assign(whole.total(), 0.0f);
@@ -531,8 +530,8 @@ LoadedModel load_model_checkpoint(const std::string& path) {
                 throw Error(dir + ": the base weights " + base +
                             " are not those the adapters were trained on (their SHA-256 "
                             "differs from the manifest's)");
-            model::merge_adapters(whole, loaded.params.data(), whole_adapters,
-                                  loaded.adapters.data(), adapters.scale);
+            model::merge_lora(whole, loaded.params.data(), whole_lora, loaded.adapters.data(),
+                              adapters.scale);
             return loaded;
         } catch (const Error& e) {
             if (candidates.size() == 1) throw;

@@ -109,7 +109,7 @@ struct LoadedModel {
     config::Config cfg;
     std::vector<float> params;  // host, model::ParamLayout(gpt_shape(cfg))
     std::string path;           // the checkpoint directory it came from
-    // Host, model::ParamLayout::adapters(gpt_shape(cfg), adapters_of(cfg).shape); empty
+    // Host, model::ParamLayout::for_lora(gpt_shape(cfg), lora_of(cfg).shape); empty
     // without adapters.
     std::vector<float> adapters;
 };

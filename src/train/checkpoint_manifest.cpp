@@ -7,10 +7,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "error.h"
 #include "io/json_line.h"
 #include "io/json_reader.h"
 #include "io/sha256.h"
+#include "kernels/error.h"
 
 namespace trident::train {
 

@@ -26,16 +26,40 @@ inline model::StagePlan stage_plan(const config::Config& cfg, int stage) {
 }
 
 // training.lora: the adapters (rank 0: none), their scale alpha / r and their dropout.
-inline model::Adapters adapters_of(const config::Config& cfg) {
+inline model::Lora lora_of(const config::Config& cfg) {
     const config::LoraConfig& lora = cfg.training.lora;
-    model::Adapters a;
+    model::Lora a;
     if (!lora.enabled()) return a;
     a.shape.rank = lora.rank;
-    for (const config::LoraTarget t : lora.targets)
+    for (const model::LoraTarget t : lora.targets)
         a.shape.targets[static_cast<std::size_t>(t)] = true;
     a.scale = static_cast<float>(lora.alpha / lora.rank);
     a.dropout = static_cast<float>(lora.dropout);
     return a;
+}
+
+// The model of pipeline stage `stage` as the config describes it, its buffers padded and
+// (ZeRO-2/3) sharded over `replicas` ranks holding the same weights, this one `replica`.
+inline model::GptOptions gpt_options(const config::Config& cfg, int stage, int replicas,
+                                     int replica) {
+    const config::TrainingConfig& t = cfg.training;
+    const config::ParallelConfig& p = cfg.parallel;
+    model::GptOptions o;
+    o.shape = gpt_shape(cfg);
+    o.plan = stage_plan(cfg, stage);
+    o.micro_batch = t.micro_batch;
+    o.dropout = static_cast<float>(cfg.model.dropout);
+    o.sequence_parallel = p.sequence_parallel;
+    o.context_mode = p.context_mode;
+    o.recompute = t.recompute;
+    // 16-bit parameters, activations and (unless fp32_grad_accumulation) gradients.
+    o.precision = model::Precision{
+        t.precision, t.fp32_grad_accumulation ? kernels::DType::f32 : t.precision, t.precision};
+    o.buffer_multiple = static_cast<std::size_t>(replicas);
+    o.sharding =
+        model::Sharding{replica, p.zero_stage >= 2, p.zero_stage >= 3, p.sharded_accumulation};
+    o.lora = lora_of(cfg);
+    return o;
 }
 
 }  // namespace trident::train

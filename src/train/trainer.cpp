@@ -5,7 +5,7 @@
 #include <cmath>
 #include <string>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/random.h"
 #include "model/context_split.h"
 #include "model/lora.h"
@@ -21,57 +21,21 @@ namespace {
 // Dropout seeds are a separate stream from initialisation's.
 constexpr uint64_t kDropoutStream = 0x64726F706F7574ull;  // "dropout"
 
-// The config spells the schedules as the pipeline names them.
-pipeline::Kind schedule_kind(config::Schedule s) {
-    return pipeline::parse_kind(config::to_string(s));
-}
-
-// 16-bit parameters, activations and (unless fp32_grad_accumulation) gradients.
-model::Precision precision_of(const config::TrainingConfig& t) {
-    const kernels::DType p = t.precision;
-    return model::Precision{p, t.fp32_grad_accumulation ? kernels::DType::f32 : p, p};
-}
-
-// ZeRO-2 shards the gradients, ZeRO-3 the parameters too (model/gpt.h).
-model::Sharding sharding_of(const config::ParallelConfig& p, int replica) {
-    return model::Sharding{replica, p.zero_stage >= 2, p.zero_stage >= 3, p.sharded_accumulation};
-}
-
-model::ContextMode context_mode(config::ContextMode m) {
-    return m == config::ContextMode::ulysses ? model::ContextMode::ulysses
-                                             : model::ContextMode::ring;
-}
-
-model::Recompute recompute_mode(config::Recompute r) {
-    switch (r) {
-        case config::Recompute::selective:
-            return model::Recompute::selective;
-        case config::Recompute::full:
-            return model::Recompute::full;
-        case config::Recompute::none:
-            break;
-    }
-    return model::Recompute::none;
-}
-
 }  // namespace
 
-Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* grid)
+Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& grid)
     : cfg_(cfg),
       ops_(ops),
-      tensor_(grid ? grid->tensor() : solo_),
-      pipeline_(grid ? grid->pipeline() : solo_),
-      embedding_(grid ? grid->embedding() : solo_),
-      data_(grid ? grid->data() : solo_),
-      context_(grid ? grid->context() : solo_),
-      data_context_(grid ? grid->data_context() : solo_),
-      model_(ops, gpt_shape(cfg), cfg.training.micro_batch, static_cast<float>(cfg.model.dropout),
-             &tensor_, cfg.parallel.sequence_parallel,
-             stage_plan(cfg, grid ? grid->coordinates().pp : 0),
-             static_cast<std::size_t>(data_context_.size()), recompute_mode(cfg.training.recompute),
-             precision_of(cfg.training), sharding_of(cfg.parallel, data_context_.rank()),
-             model::ContextSplit{&context_, context_mode(cfg.parallel.context_mode)},
-             adapters_of(cfg)),
+      grid_(grid),
+      tensor_(grid.tensor()),
+      pipeline_(grid.pipeline()),
+      embedding_(grid.embedding()),
+      data_(grid.data()),
+      context_(grid.context()),
+      data_context_(grid.data_context()),
+      model_(ops,
+             gpt_options(cfg, grid.coordinates().pp, data_context_.size(), data_context_.rank()),
+             model::ModelGroups{tensor_, context_}),
       // The replicas of the weights are the D·C ranks of the data-context group: the optimizer
       // sums the gradients and shards its state over all of them, as Megatron-Core does.
       // What trains: every parameter, or the adapters of a frozen model (whose parameters'
@@ -83,8 +47,8 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* g
                  optim::Overlap{cfg.parallel.overlap_grad_reduce,
                                 cfg.parallel.overlap_param_gather && !model_.frozen()}),
       scaler_(cfg.training),
-      executor_(ops, model_, &pipeline_) {
-    model_.set_split_backward(pipeline::splits_backward(schedule_kind(cfg.parallel.schedule)));
+      executor_(ops, model_, pipeline_) {
+    model_.set_split_backward(pipeline::splits_backward(cfg.parallel.schedule));
     executor_.set_trace(&trace_);
     optimizer_.set_trace(&trace_);
     const auto grads_final = [this](std::size_t b, std::size_t e) { optimizer_.grads_final(b, e); };
@@ -103,8 +67,8 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* g
 
 MemoryUse Trainer::memory() const {
     MemoryUse m;
-    m.parameters = model_.params_bytes() + model_.adapter_params().bytes();
-    m.gradients = model_.grads_bytes() + model_.adapter_grads().bytes();
+    m.parameters = model_.params_bytes() + model_.lora_params().bytes();
+    m.gradients = model_.grads_bytes() + model_.lora_grads().bytes();
     m.optimizer = optimizer_.state_bytes();
     m.activations = model_.activation_bytes();
     m.peak = ops_.peak_allocated_bytes();
@@ -166,8 +130,8 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
 
     model_.zero_grads();
     const double loss_sum = executor_.run(
-        pipeline::schedule(schedule_kind(cfg_.parallel.schedule), plan.stages, plan.chunks,
-                           microbatches, plan.stage),
+        pipeline::schedule(cfg_.parallel.schedule, plan.stages, plan.chunks, microbatches,
+                           plan.stage),
         [&](int mb, std::span<int32_t> in, std::span<int32_t> tgt) {
             fill_microbatch(sample, first_of(mb), in, tgt);
         },
@@ -248,16 +212,16 @@ std::vector<float> Trainer::local(std::vector<float> (model::Gpt::*to_host)() co
 }
 
 std::vector<float> Trainer::local_params() {
-    if (model_.frozen()) return local(&model::Gpt::adapters_to_host, model_.adapter_params());
+    if (model_.frozen()) return local(&model::Gpt::lora_to_host, model_.lora_params());
     return local(&model::Gpt::params_to_host, model_.params());
 }
 
 std::vector<float> Trainer::gather_full(std::vector<float> (model::Gpt::*to_host)() const,
                                         const model::FlatBuffer& buffer) {
     const std::vector<float> local_part = local(to_host, buffer);
-    const bool adapters = &buffer == &model_.adapter_params() || &buffer == &model_.adapter_grads();
+    const bool adapters = &buffer == &model_.lora_params() || &buffer == &model_.lora_grads();
     std::vector<float> full =
-        adapters ? model_.adapter_share_of_full(local_part) : model_.share_of_full(local_part);
+        adapters ? model_.lora_share_of_full(local_part) : model_.share_of_full(local_part);
     tensor_.all_reduce(full.data(), full.size());
     pipeline_.all_reduce(full.data(), full.size());
     return full;
@@ -267,20 +231,16 @@ std::vector<float> Trainer::full_params() {
     std::vector<float> full = gather_full(&model::Gpt::params_to_host, model_.params());
     if (!model_.frozen()) return full;
     const std::vector<float> adapters =
-        gather_full(&model::Gpt::adapters_to_host, model_.adapter_params());
+        gather_full(&model::Gpt::lora_to_host, model_.lora_params());
     const model::GptShape& shape = model_.shape();
-    model::merge_adapters(model::ParamLayout(shape), full.data(),
-                          model::ParamLayout::adapters(shape, model_.adapters().shape),
-                          adapters.data(), model_.adapters().scale);
+    model::merge_lora(model::ParamLayout(shape), full.data(),
+                      model::ParamLayout::for_lora(shape, model_.lora().shape), adapters.data(),
+                      model_.lora().scale);
     return full;
 }
 
-std::vector<float> Trainer::full_adapters() {
-    return gather_full(&model::Gpt::adapters_to_host, model_.adapter_params());
-}
-
-std::vector<float> Trainer::full_adapter_grads() {
-    return gather_full(&model::Gpt::adapter_grads_to_host, model_.adapter_grads());
+std::vector<float> Trainer::full_lora_grads() {
+    return gather_full(&model::Gpt::lora_grads_to_host, model_.lora_grads());
 }
 
 std::vector<float> Trainer::full_grads() {

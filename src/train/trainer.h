@@ -48,8 +48,8 @@ struct StepResult {
 
 class Trainer {
 public:
-    // `grid`: this rank's place in the grid (null: one process).
-    Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* grid = nullptr);
+    // `grid`: this rank's place in the grid (parallel::Grid() for one process).
+    Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& grid);
 
     model::Gpt& model() { return model_; }
     optim::AdamW& optimizer() { return optimizer_; }
@@ -72,10 +72,9 @@ public:
     // frozen model's parameters come with its adapters merged in (W + s·B·A).
     std::vector<float> full_params();
     std::vector<float> full_grads();
-    // A frozen model's adapters and their gradients, whole (buffers of
-    // ParamLayout::adapters); collective.
-    std::vector<float> full_adapters();
-    std::vector<float> full_adapter_grads();
+    // A frozen model's adapters' gradients, whole (a buffer of ParamLayout::for_lora);
+    // collective.
+    std::vector<float> full_lora_grads();
     // This rank's trainable parameters (the adapters of a frozen model) as their layout lays
     // them out, whole (ZeRO-3: put together from the data-parallel replicas' shards);
     // collective over the data group.
@@ -108,7 +107,7 @@ private:
 
     const config::Config& cfg_;
     kernels::Ops& ops_;
-    parallel::SoloComm solo_;
+    parallel::Grid& grid_;
     parallel::Comm& tensor_;
     parallel::Comm& pipeline_;
     parallel::Comm& embedding_;

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "data/gpt2_tokenizer.h"
-#include "error.h"
+#include "kernels/error.h"
 #include "io/json_reader.h"
 
 using namespace trident;

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <set>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/cuda/device.h"
 #include "parallel/world.h"
 

@@ -4,7 +4,7 @@
 #include <string>
 #include <utility>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "parallel/cuda/device_memory.h"
 #include "parallel/watchdog.h"
