@@ -19,7 +19,7 @@
 #include "solo_grid.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_manifest.h"
-#include "train/model_shape.h"
+#include "config/model_shape.h"
 #include "train/trainer.h"
 
 using namespace cli;
@@ -259,7 +259,7 @@ TEST_CASE("checkpoint: export writes the model that loads back with the same los
                                                 restored.optimizer().owned_ranges()),
                               restored);
     train::Trainer imported(cfg, *ops, test::solo_grid());
-    const model::ParamLayout whole(train::gpt_shape(cfg));
+    const model::ParamLayout whole(config::gpt_shape(cfg));
     std::vector<float> weights(whole.total());
     model::load_hf_gpt2(ws.path("w.safetensors"), whole, weights.data());
     REQUIRE(weights == loaded.params);  // the fp32 master weights, exactly

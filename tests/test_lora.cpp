@@ -18,7 +18,7 @@
 #include "solo_grid.h"
 #include "temp_dir.h"
 #include "train/checkpoint_manifest.h"
-#include "train/model_shape.h"
+#include "config/model_shape.h"
 #include "train/trainer.h"
 
 using namespace trident;
@@ -142,8 +142,8 @@ TEST_CASE("lora: recompute trains the adapters bitwise as without it, with dropo
         CHECK(adapters[i] == adapters[0]);
     }
     CHECK(adapters[0] !=
-          model::initial_lora(model::ParamLayout::for_lora(train::gpt_shape(lora_config(4)),
-                                                           train::lora_of(lora_config(4)).shape),
+          model::initial_lora(model::ParamLayout::for_lora(config::gpt_shape(lora_config(4)),
+                                                           config::lora_of(lora_config(4)).shape),
                               lora_config(4).training.seed));
 }
 
@@ -163,7 +163,7 @@ TEST_CASE("lora: model FLOPs leave out the frozen weights' gradients", "[lora]")
 
 TEST_CASE("lora: adapters files round-trip and bad ones are named", "[lora]") {
     const TempDir tmp("lora_files");
-    const model::GptShape shape = train::gpt_shape(lora_config(4));
+    const model::GptShape shape = config::gpt_shape(lora_config(4));
     model::LoraShape lora;
     lora.rank = 2;
     lora.targets = {true, false, false, true};  // qkv and fc_proj
@@ -217,7 +217,7 @@ TEST_CASE("lora: the manifest records the adapters and the base weights", "[lora
     train::Manifest m;
     m.step = 3;
     m.precision = "fp32";
-    m.shape = train::gpt_shape(lora_config(4));
+    m.shape = config::gpt_shape(lora_config(4));
     m.layout.chunk_layers = {2};
     m.lora = {8, {"qkv", "fc"}, 16.0, "/data/base.safetensors", std::string(64, 'a')};
     {

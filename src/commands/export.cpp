@@ -7,13 +7,13 @@
 #include "model/hf_gpt2.h"
 #include "model/lora.h"
 #include "train/checkpoint.h"
-#include "train/model_shape.h"
+#include "config/model_shape.h"
 
 namespace trident::commands {
 
 int export_model(const ExportOptions& opts) {
     const train::LoadedModel loaded = train::load_model_checkpoint(opts.checkpoint);
-    const model::GptShape shape = train::gpt_shape(loaded.cfg);
+    const model::GptShape shape = config::gpt_shape(loaded.cfg);
     const bool adapters = !loaded.adapters.empty();
     if (adapters && !opts.merge_lora && !opts.lora_only)
         throw Error(loaded.path +
@@ -25,7 +25,7 @@ int export_model(const ExportOptions& opts) {
     if (opts.lora_only) {
         const config::LoraConfig& lora = loaded.cfg.training.lora;
         model::save_lora_file(
-            opts.output, model::ParamLayout::for_lora(shape, train::lora_of(loaded.cfg).shape),
+            opts.output, model::ParamLayout::for_lora(shape, config::lora_of(loaded.cfg).shape),
             loaded.adapters.data(), lora.alpha);
         std::printf("exported the adapters of %s -> %s\n", loaded.path.c_str(),
                     opts.output.c_str());

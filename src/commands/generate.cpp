@@ -11,7 +11,7 @@
 #include "model/hf_gpt2.h"
 #include "model/lora.h"
 #include "train/checkpoint.h"
-#include "train/model_shape.h"
+#include "config/model_shape.h"
 
 namespace trident::commands {
 
@@ -26,7 +26,7 @@ int generate(const GenerateOptions& opts) {
     std::vector<float> params;
     if (!opts.checkpoint.empty()) {
         train::LoadedModel loaded = train::load_model_checkpoint(opts.checkpoint);
-        shape = train::gpt_shape(loaded.cfg);
+        shape = config::gpt_shape(loaded.cfg);
         params = std::move(loaded.params);
     } else {
         shape = model::infer_hf_gpt2_shape(opts.weights, opts.head_dim);

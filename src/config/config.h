@@ -39,7 +39,7 @@ enum class DataFormat { auto_, llmc, megatron };  // auto: decided per path (dat
 enum class OnError { stop, continue_ };
 
 // How the layers are cut into the P·v pipeline chunks: equal counts, counts that balance the
-// chunks' FLOPs (the LM head and the loss weigh on the last chunk; src/plan/stage_cuts.h), or
+// chunks' FLOPs (the LM head and the loss weigh on the last chunk; src/config/stage_cuts.h), or
 // the counts given, one per global chunk in order.
 enum class StageCut { uniform, auto_, given };
 struct StageLayers {

@@ -1,8 +1,8 @@
 // The values computed once from a config: padded vocabulary, batch split, parameter count and
 // model FLOPs per step (docs/FORMULAS.md, "Parameters" and "FLOPs per step"), the layers of
-// each pipeline chunk (plan/stage_cuts.h).
+// each pipeline chunk (config/stage_cuts.h).
 #include "config/config.h"
-#include "plan/stage_cuts.h"
+#include "config/stage_cuts.h"
 
 namespace trident::config {
 namespace {
@@ -61,7 +61,7 @@ void derive(Config& cfg) {
     d.tokens_per_step = int64_t{t.global_batch} * m.seq_len;
     d.parameters = count_parameters(m);
     d.flops_per_step = model_flops(m, t);
-    d.chunk_layers = plan::chunk_layers(cfg);  // reads padded_vocab, set above
+    d.chunk_layers = chunk_layers(cfg);  // reads padded_vocab, set above
 }
 
 }  // namespace trident::config

@@ -8,7 +8,7 @@
 #include "kernels/error.h"
 #include "model/hf_gpt2.h"
 #include "train/checkpoint.h"
-#include "train/model_shape.h"
+#include "config/model_shape.h"
 
 namespace trident::train {
 

@@ -24,7 +24,7 @@
 #include "parallel/agreement.h"
 #include "parallel/watchdog.h"
 #include "train/base_weights.h"
-#include "train/model_shape.h"
+#include "config/model_shape.h"
 
 namespace trident::train {
 

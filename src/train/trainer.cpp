@@ -12,7 +12,7 @@
 #include "optim/lr_schedule.h"
 #include "parallel/watchdog.h"
 #include "pipeline/schedule.h"
-#include "train/model_shape.h"
+#include "config/model_shape.h"
 
 namespace trident::train {
 

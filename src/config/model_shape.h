@@ -3,12 +3,13 @@
 #pragma once
 
 #include "config/config.h"
+#include "model/dims.h"
 #include "model/gpt.h"
 #include "model/param_layout.h"
 
-namespace trident::train {
+namespace trident::config {
 
-inline model::GptShape gpt_shape(const config::Config& cfg) {
+inline model::GptShape gpt_shape(const Config& cfg) {
     model::GptShape s;
     s.vocab = cfg.model.vocab_size;
     s.padded_vocab = cfg.derived.padded_vocab;
@@ -20,14 +21,22 @@ inline model::GptShape gpt_shape(const config::Config& cfg) {
     return s;
 }
 
-inline model::StagePlan stage_plan(const config::Config& cfg, int stage) {
+// One rank's sizes of a microbatch (tensor rank 0: every rank's are the same).
+inline model::Dims rank_dims(const Config& cfg) {
+    return model::make_dims(gpt_shape(cfg),
+                            model::DimsInputs{cfg.training.micro_batch, cfg.parallel.tensor, 0,
+                                              cfg.parallel.context, cfg.parallel.sequence_parallel,
+                                              cfg.parallel.context_mode, cfg.training.precision});
+}
+
+inline model::StagePlan stage_plan(const Config& cfg, int stage) {
     return model::StagePlan{cfg.parallel.pipeline, stage, cfg.parallel.virtual_stages,
                             cfg.derived.chunk_layers};
 }
 
 // training.lora: the adapters (rank 0: none), their scale alpha / r and their dropout.
-inline model::Lora lora_of(const config::Config& cfg) {
-    const config::LoraConfig& lora = cfg.training.lora;
+inline model::Lora lora_of(const Config& cfg) {
+    const LoraConfig& lora = cfg.training.lora;
     model::Lora a;
     if (!lora.enabled()) return a;
     a.shape.rank = lora.rank;
@@ -40,10 +49,9 @@ inline model::Lora lora_of(const config::Config& cfg) {
 
 // The model of pipeline stage `stage` as the config describes it, its buffers padded and
 // (ZeRO-2/3) sharded over `replicas` ranks holding the same weights, this one `replica`.
-inline model::GptOptions gpt_options(const config::Config& cfg, int stage, int replicas,
-                                     int replica) {
-    const config::TrainingConfig& t = cfg.training;
-    const config::ParallelConfig& p = cfg.parallel;
+inline model::GptOptions gpt_options(const Config& cfg, int stage, int replicas, int replica) {
+    const TrainingConfig& t = cfg.training;
+    const ParallelConfig& p = cfg.parallel;
     model::GptOptions o;
     o.shape = gpt_shape(cfg);
     o.plan = stage_plan(cfg, stage);
@@ -62,4 +70,4 @@ inline model::GptOptions gpt_options(const config::Config& cfg, int stage, int r
     return o;
 }
 
-}  // namespace trident::train
+}  // namespace trident::config
