@@ -31,7 +31,7 @@
 //   row-parallel W (the c_proj's) A split by columns like W, B replicated
 // Each layer's adapters make one unit; the layout has no embedding and no ln_f.
 //
-// Units: the runs of tensors that ZeRO-2 reduces and ZeRO-3 gathers as one (optim/zero_units.h):
+// Units: the runs of tensors that ZeRO-2 reduces and ZeRO-3 gathers as one (src/data_parallel/zero_units.h):
 // the embedding (wte and wpe on a single stage; on a pipeline wte and wpe each alone, so that
 // the first and the last stage hold the same unit of the tied wte), each layer, and ln_f. With
 // a unit alignment A > 1 each unit starts at a multiple of A and the buffer's total is one too

@@ -256,7 +256,7 @@ TEST_CASE("checkpoint: export writes the model that loads back with the same los
     auto ops = kernels::make_cpu_ops(1);
     train::Trainer restored(cfg, *ops, test::solo_grid());
     train::restore_checkpoint(train::read_share(loaded.path, restored.model().layout(),
-                                                restored.optimizer().owned_ranges()),
+                                                restored.data_parallel().owned_ranges()),
                               restored);
     train::Trainer imported(cfg, *ops, test::solo_grid());
     const model::ParamLayout whole(config::gpt_shape(cfg));

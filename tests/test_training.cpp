@@ -58,7 +58,11 @@ TEST_CASE("clipping scales by max/(norm + 1e-6) only above the threshold", "[tra
     const model::ParamLayout layout(model::GptShape{50, 128, 8, 1, 4, 2, 8});
     model::FlatBuffer params(*ops, layout.total(), kernels::DType::f32);
     model::FlatBuffer grads(*ops, layout.total(), kernels::DType::f32);
-    optim::AdamW adamw(*ops, layout, cfg.training, {}, 0, params, grads);
+    parallel::Grid& solo = test::solo_grid();
+    const data_parallel::DataParallel whole(*ops, layout, params, grads, solo.data_context(), 0,
+                                            SIZE_MAX, {});
+    optim::AdamW adamw(*ops, layout, cfg.training, whole,
+                       optim::NormGroups{solo.tensor(), solo.pipeline()}, params, grads);
     std::vector<float> g(layout.total(), 0.0f);
     g[0] = 3.0f;
     g[1] = 4.0f;

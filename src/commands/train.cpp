@@ -66,7 +66,7 @@ std::optional<train::CheckpointShare> resume_point(const config::Config& cfg,
         std::string error;
         try {
             share = train::read_share(dir, trainer.model().trainable_layout(),
-                                      trainer.optimizer().owned_ranges());
+                                      trainer.data_parallel().owned_ranges());
         } catch (const std::exception& e) {
             error = e.what();
         }

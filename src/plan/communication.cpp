@@ -58,7 +58,7 @@ void tensor_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks,
     add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the gradient norm
 }
 
-// ZeRO-2 and 3 (optim/zero_units.h): each unit of the layout reduce-scattered after every
+// ZeRO-2 and 3 (src/data_parallel/zero_units.h): each unit of the layout reduce-scattered after every
 // microbatch's backward (sharded accumulation) or after the step's last; stage 2 all-gathers
 // the updated units as stage 1 its buckets, stage 3 gathers each unit for every microbatch's
 // forward and again for its backward (the embedding, kept from the embedding to the LM head,

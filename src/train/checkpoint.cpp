@@ -14,6 +14,7 @@
 #include <map>
 #include <thread>
 
+#include "config/model_shape.h"
 #include "io/fault_injection.h"
 #include "io/output_file.h"
 #include "io/safetensors.h"
@@ -24,7 +25,6 @@
 #include "parallel/agreement.h"
 #include "parallel/watchdog.h"
 #include "train/base_weights.h"
-#include "config/model_shape.h"
 
 namespace trident::train {
 
@@ -60,7 +60,7 @@ io::WrittenFile write_shard(const std::string& path, Trainer& trainer,
     model::Gpt& gpt = trainer.model();
     const model::ParamLayout& layout = gpt.trainable_layout();
     const optim::AdamW::State state = trainer.optimizer().state();
-    const auto owned = trainer.optimizer().owned_ranges();
+    const auto owned = trainer.data_parallel().owned_ranges();
     const kernels::DType dtype = gpt.precision().params;
     // 16-bit parameters as their bit patterns (the floats hold them exactly).
     std::vector<uint16_t> half(dtype == kernels::DType::f32 ? 0 : params.size());
@@ -490,8 +490,7 @@ void restore_checkpoint(const CheckpointShare& share, Trainer& trainer) {
     state.master = share.master;
     state.m = share.exp_avg;
     state.v = share.exp_avg_sq;
-    trainer.optimizer().restore(state);
-    trainer.optimizer().params_from_master();  // collective
+    trainer.restore_optimizer(state);  // collective
     if (trainer.scaler().dynamic() && m.precision == kernels::name_of(kernels::DType::f16))
         trainer.scaler().restore(m.loss_scale, m.good_steps);
 }

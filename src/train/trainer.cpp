@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "config/model_shape.h"
 #include "kernels/error.h"
 #include "kernels/random.h"
 #include "model/context_split.h"
@@ -12,7 +13,6 @@
 #include "optim/lr_schedule.h"
 #include "parallel/watchdog.h"
 #include "pipeline/schedule.h"
-#include "config/model_shape.h"
 
 namespace trident::train {
 
@@ -36,33 +36,35 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
       model_(ops,
              gpt_options(cfg, grid.coordinates().pp, data_context_.size(), data_context_.rank()),
              model::ModelGroups{tensor_, context_}),
-      // The replicas of the weights are the D·C ranks of the data-context group: the optimizer
-      // sums the gradients and shards its state over all of them, as Megatron-Core does.
-      // What trains: every parameter, or the adapters of a frozen model (whose parameters'
-      // gathers after the update are too small to overlap with anything).
-      optimizer_(ops, model_.trainable_layout(), cfg.training,
-                 optim::OptimizerGroups{&tensor_, &pipeline_, &data_context_},
-                 cfg.parallel.zero_stage, model_.trainable_params(), model_.trainable_grads(),
-                 static_cast<std::size_t>(cfg.parallel.bucket_size),
-                 optim::Overlap{cfg.parallel.overlap_grad_reduce,
-                                cfg.parallel.overlap_param_gather && !model_.frozen()}),
+      // The replicas of the weights are the D·C ranks of the data-context group: the
+      // gradients are summed and the optimizer state sharded over all of them, as Megatron-Core
+      // does. What trains: every parameter, or the adapters of a frozen model (whose
+      // parameters' gathers after the update are too small to overlap with anything).
+      data_parallel_(ops, model_.trainable_layout(), model_.trainable_params(),
+                     model_.trainable_grads(), data_context_, cfg.parallel.zero_stage,
+                     static_cast<std::size_t>(cfg.parallel.bucket_size),
+                     data_parallel::Overlap{cfg.parallel.overlap_grad_reduce,
+                                            cfg.parallel.overlap_param_gather && !model_.frozen()}),
+      optimizer_(ops, model_.trainable_layout(), cfg.training, data_parallel_,
+                 optim::NormGroups{tensor_, pipeline_}, model_.trainable_params(),
+                 model_.trainable_grads()),
       scaler_(cfg.training),
       executor_(ops, model_, pipeline_) {
     model_.set_split_backward(pipeline::splits_backward(cfg.parallel.schedule));
     executor_.set_trace(&trace_);
-    optimizer_.set_trace(&trace_);
-    const auto grads_final = [this](std::size_t b, std::size_t e) { optimizer_.grads_final(b, e); };
+    data_parallel_.set_trace(&trace_);
+    data_parallel::DataParallel& dp = data_parallel_;
+    const auto grads_final = [&dp](std::size_t b, std::size_t e) { dp.grads_final(b, e); };
     // A frozen model announces its adapters' gradients only: the other hooks speak of its own
-    // buffers, which the optimizer does not hold.
+    // buffers, which the data-parallel part does not hold.
     if (model_.frozen()) {
         model_.set_hooks({grads_final, {}, {}, {}, {}});
         return;
     }
-    model_.set_hooks({grads_final,
-                      [this](std::size_t b, std::size_t e) { optimizer_.params_needed(b, e); },
-                      [this](std::size_t b, std::size_t e) { optimizer_.params_prefetch(b, e); },
-                      [this](std::size_t b, std::size_t e) { optimizer_.params_done(b, e); },
-                      [this](std::size_t b, std::size_t e) { optimizer_.grads_needed(b, e); }});
+    model_.set_hooks({grads_final, [&dp](std::size_t b, std::size_t e) { dp.params_needed(b, e); },
+                      [&dp](std::size_t b, std::size_t e) { dp.params_prefetch(b, e); },
+                      [&dp](std::size_t b, std::size_t e) { dp.params_done(b, e); },
+                      [&dp](std::size_t b, std::size_t e) { dp.grads_needed(b, e); }});
 }
 
 MemoryUse Trainer::memory() const {
@@ -144,7 +146,7 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
         !model_.frozen()) {
         const model::ParamTensor* wte = model_.layout().find("wte.weight");
         embedding_.all_reduce(model_.grads().at(wte->offset), wte->numel);
-        optimizer_.grads_final(wte->offset, wte->offset + wte->numel);
+        data_parallel_.grads_final(wte->offset, wte->offset + wte->numel);
     }
     // The step's loss: the mean of the means of the replicas and context ranks (equal token
     // counts).
@@ -162,9 +164,9 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     data_context_.reset_stats();
     StepResult r;
     r.loss_scale = scaler_.scale();
-    optimizer_.start_step();  // buckets reduce as the backward completes them
+    data_parallel_.start_step();  // buckets reduce as the backward completes them
     r.loss = accumulate_gradients(step, sample, r.loss_scale);
-    optimizer_.reduce_gradients();
+    data_parallel_.reduce_gradients();
     tie_sharded_embedding();
     // The norm of the scaled gradients, the same on every rank: inf or NaN everywhere if
     // any gradient overflowed anywhere, so every rank takes the same decision.
@@ -175,7 +177,9 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     if (!r.skipped) {
         const io::ScopedSpan span(&trace_, io::SpanKind::optimizer, -1, -1);
         const double factor = optimizer_.clip_factor(r.grad_norm) / r.loss_scale;
+        data_parallel_.finish_param_gather();  // the previous update's, if the forward left any
         optimizer_.step(r.lr, static_cast<float>(factor));
+        data_parallel_.gather_updated();
     }
     r.tensor_comm = tensor_.stats();
     r.context_comm = context_.stats();
@@ -204,7 +208,7 @@ double Trainer::evaluate(const SampleFn& sample, int microbatches) {
 
 std::vector<float> Trainer::local(std::vector<float> (model::Gpt::*to_host)() const,
                                   const model::FlatBuffer& buffer) {
-    optimizer_.finish_param_gather();
+    data_parallel_.finish_param_gather();
     std::vector<float> host = (model_.*to_host)();
     // Sharded, each element is on one replica and zero on the others.
     if (buffer.sharded()) data_context_.all_reduce(host.data(), host.size());
@@ -245,6 +249,13 @@ std::vector<float> Trainer::full_lora_grads() {
 
 std::vector<float> Trainer::full_grads() {
     return gather_full(&model::Gpt::grads_to_host, model_.grads());
+}
+
+void Trainer::restore_optimizer(const optim::AdamW::State& state) {
+    data_parallel_.finish_param_gather();
+    optimizer_.restore(state);
+    optimizer_.params_from_master();
+    data_parallel_.gather_params();  // collective
 }
 
 void Trainer::write_trace(const std::string& path) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "data_parallel/data_parallel.h"
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
@@ -53,6 +54,10 @@ public:
 
     model::Gpt& model() { return model_; }
     optim::AdamW& optimizer() { return optimizer_; }
+    data_parallel::DataParallel& data_parallel() { return data_parallel_; }
+    // The optimizer's state from a checkpoint, and the parameters its master weights give,
+    // made whole on every replica; collective over the data group.
+    void restore_optimizer(const optim::AdamW::State& state);
     optim::LossScaler& scaler() { return scaler_; }
 
     // Step `step` (0-based): forward and backward over every microbatch of the global batch
@@ -115,6 +120,7 @@ private:
     parallel::Comm& context_;
     parallel::Comm& data_context_;
     model::Gpt model_;
+    data_parallel::DataParallel data_parallel_;
     optim::AdamW optimizer_;
     optim::LossScaler scaler_;
     pipeline::Executor executor_;
