@@ -20,7 +20,6 @@
 #include <string>
 #include <tuple>
 
-#include "kernels/error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -28,9 +27,10 @@
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/fp32_views.h"
 #include "kernels/cuda/gemm.h"
-// The one part of src/ the kernels use: the host's waits for the device are marked for the
-// stall watchdog, since NCCL's collectives complete in them.
-#include "parallel/watchdog.h"
+#include "kernels/error.h"
+// The host's waits for the device are marked for the stall watchdog, since NCCL's collectives
+// complete in them.
+#include "kernels/host_wait.h"
 
 namespace trident::kernels {
 namespace {
@@ -125,13 +125,13 @@ public:
         // waits for it: a few uploads a step (the token ids), after the compute queued before.
         if (!bytes) return;
         TRIDENT_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_));
-        const parallel::Blocked blocked(parallel::kDeviceWait, nullptr);
+        const HostWait wait;
         TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
     void download(void* host, const void* device, std::size_t bytes) override {
         if (!bytes) return;
         TRIDENT_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_));
-        const parallel::Blocked blocked(parallel::kDeviceWait, nullptr);
+        const HostWait wait;
         TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
     void zero(Ptr x, std::size_t count) override {

@@ -9,10 +9,10 @@
 #include <fstream>
 #include <regex>
 
-#include "kernels/error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
-#include "parallel/watchdog.h"  // the host's wait for the device, marked as in cuda_ops.cpp
+#include "kernels/error.h"
+#include "kernels/host_wait.h"  // the host's wait for the device, marked as in cuda_ops.cpp
 
 namespace trident::kernels::cuda {
 
@@ -144,7 +144,7 @@ unsigned blocks_for(std::size_t work, unsigned threads) {
 }
 
 void synchronize() {
-    const parallel::Blocked blocked(parallel::kDeviceWait, nullptr);
+    const HostWait wait;
     TRIDENT_CUDA_CHECK(cudaStreamSynchronize(compute_stream()));
 }
 
