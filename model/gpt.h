@@ -96,7 +96,7 @@ public:
     const GptShape& shape() const { return layout_.shape(); }
     const GptOptions& options() const { return options_; }
     int micro_batch() const { return d_.B; }
-    // Tokens of each sequence on this rank: seq_len / C.
+    // Tokens of each sequence on this rank: seq_len / C (context parallelism).
     int local_tokens() const { return d_.T; }
     // Elements of the activation a chunk passes on: its rows of the residual stream (R, H), of
     // precision().activations.

@@ -76,7 +76,7 @@ ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tenso
                         std::to_string(chunks) + " chunks of " + std::to_string(shape.layers) +
                         " layers");
     }
-    const int64_t C = shape.hidden, F = shape.ffn;
+    const int64_t H = shape.hidden, F = shape.ffn;
     // A unit starts at the next multiple of the alignment (and the last one ends at one).
     const std::size_t align = static_cast<std::size_t>(std::max(unit_align, 1));
     std::vector<std::size_t> begins;
@@ -86,11 +86,11 @@ ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tenso
     };
     if (!lora && (plan.first() || plan.last())) {
         start_unit();
-        wte_ = add("wte.weight", {shape.padded_vocab, C}, true, Split::rows);
+        wte_ = add("wte.weight", {shape.padded_vocab, H}, true, Split::rows);
     }
     if (!lora && plan.first()) {
         if (plan.stages > 1) start_unit();  // else one unit with wte: the embedding
-        wpe_ = add("wpe.weight", {shape.max_seq, C}, true, Split::replicated);
+        wpe_ = add("wpe.weight", {shape.max_seq, H}, true, Split::replicated);
     }
     for (int c = 0; c < plan.chunks; ++c)
         for (int l = first_layer(c); l < first_layer(c) + chunk_layers(c); ++l) {
@@ -101,18 +101,18 @@ ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tenso
                 add_lora(p, *lora);
             } else {
                 LayerParams lp{};
-                lp.ln1_w = add(p + "ln_1.weight", {C}, false, Split::replicated);
-                lp.ln1_b = add(p + "ln_1.bias", {C}, false, Split::replicated);
-                lp.qkv_w = add(p + "attn.c_attn.weight", {3 * C, C}, true, Split::qkv_rows);
-                lp.qkv_b = add(p + "attn.c_attn.bias", {3 * C}, false, Split::qkv_rows);
-                lp.attn_proj_w = add(p + "attn.c_proj.weight", {C, C}, true, Split::columns);
-                lp.attn_proj_b = add(p + "attn.c_proj.bias", {C}, false, Split::replicated);
-                lp.ln2_w = add(p + "ln_2.weight", {C}, false, Split::replicated);
-                lp.ln2_b = add(p + "ln_2.bias", {C}, false, Split::replicated);
-                lp.fc_w = add(p + "mlp.c_fc.weight", {F, C}, true, Split::rows);
+                lp.ln1_w = add(p + "ln_1.weight", {H}, false, Split::replicated);
+                lp.ln1_b = add(p + "ln_1.bias", {H}, false, Split::replicated);
+                lp.qkv_w = add(p + "attn.c_attn.weight", {3 * H, H}, true, Split::qkv_rows);
+                lp.qkv_b = add(p + "attn.c_attn.bias", {3 * H}, false, Split::qkv_rows);
+                lp.attn_proj_w = add(p + "attn.c_proj.weight", {H, H}, true, Split::columns);
+                lp.attn_proj_b = add(p + "attn.c_proj.bias", {H}, false, Split::replicated);
+                lp.ln2_w = add(p + "ln_2.weight", {H}, false, Split::replicated);
+                lp.ln2_b = add(p + "ln_2.bias", {H}, false, Split::replicated);
+                lp.fc_w = add(p + "mlp.c_fc.weight", {F, H}, true, Split::rows);
                 lp.fc_b = add(p + "mlp.c_fc.bias", {F}, false, Split::rows);
-                lp.fc_proj_w = add(p + "mlp.c_proj.weight", {C, F}, true, Split::columns);
-                lp.fc_proj_b = add(p + "mlp.c_proj.bias", {C}, false, Split::replicated);
+                lp.fc_proj_w = add(p + "mlp.c_proj.weight", {H, F}, true, Split::columns);
+                lp.fc_proj_b = add(p + "mlp.c_proj.bias", {H}, false, Split::replicated);
                 layers_.push_back(lp);
             }
             layer_ids_.push_back(l);
@@ -120,8 +120,8 @@ ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tenso
         }
     if (!lora && plan.last()) {
         start_unit();
-        lnf_w_ = add("ln_f.weight", {C}, false, Split::replicated);
-        lnf_b_ = add("ln_f.bias", {C}, false, Split::replicated);
+        lnf_w_ = add("ln_f.weight", {H}, false, Split::replicated);
+        lnf_b_ = add("ln_f.bias", {H}, false, Split::replicated);
     }
     total_ = (total_ + align - 1) / align * align;
     for (std::size_t u = 0; u < begins.size(); ++u)
@@ -162,7 +162,7 @@ const LayerLora& ParamLayout::layer_lora(int l) const {
 }
 
 void ParamLayout::add_lora(const std::string& prefix, const LoraShape& lora) {
-    const int64_t C = shape_.hidden, F = shape_.ffn, r = lora.rank;
+    const int64_t H = shape_.hidden, F = shape_.ffn, r = lora.rank;
     // Per target: the linear's name, its (out, in), and whether it is column-parallel.
     struct Linear {
         const char* name;
@@ -170,10 +170,10 @@ void ParamLayout::add_lora(const std::string& prefix, const LoraShape& lora) {
         Split a, b;
     };
     const Linear linears[kLoraTargets] = {
-        {"attn.c_attn", 3 * C, C, Split::replicated, Split::qkv_rows},
-        {"attn.c_proj", C, C, Split::columns, Split::replicated},
-        {"mlp.c_fc", F, C, Split::replicated, Split::rows},
-        {"mlp.c_proj", C, F, Split::columns, Split::replicated},
+        {"attn.c_attn", 3 * H, H, Split::replicated, Split::qkv_rows},
+        {"attn.c_proj", H, H, Split::columns, Split::replicated},
+        {"mlp.c_fc", F, H, Split::replicated, Split::rows},
+        {"mlp.c_proj", H, F, Split::columns, Split::replicated},
     };
     LayerLora la{};
     for (std::size_t t = 0; t < kLoraTargets; ++t) {

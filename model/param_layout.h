@@ -9,7 +9,7 @@
 // Under M-way tensor parallelism (Megatron's split) each rank holds a slice of some tensors:
 //   wte            rows r*Vp/M ..            (vocab-parallel embedding and LM head)
 //   c_attn w, b    rows of q, of k and of v for heads r*NH/M .. (column-parallel, by head)
-//   attn.c_proj w  columns r*C/M ..          (row-parallel; its bias is whole)
+//   attn.c_proj w  columns r*H/M ..          (row-parallel; its bias is whole)
 //   mlp.c_fc w, b  rows r*F/M ..             (column-parallel)
 //   mlp.c_proj w   columns r*F/M ..          (row-parallel; its bias is whole)
 // and every other tensor whole (replicated: wpe, LayerNorms, row-parallel biases). A layout
@@ -55,7 +55,7 @@ struct GptShape {
     int padded_vocab = 0;  // Vp >= V, multiple of 128 * tensor-parallel size
     int max_seq = 0;       // T, rows of wpe
     int layers = 0;        // L
-    int hidden = 0;        // C
+    int hidden = 0;        // H
     int heads = 0;         // NH
     int ffn = 0;           // F, MLP width
 };
@@ -84,8 +84,8 @@ enum class Split {
 
 struct ParamTensor {
     std::string name;                 // e.g. "h.3.attn.c_attn.weight"
-    std::vector<int64_t> shape;       // this rank's, e.g. {3C/M, C}
-    std::vector<int64_t> full_shape;  // the whole tensor's, e.g. {3C, C}
+    std::vector<int64_t> shape;       // this rank's, e.g. {3H/M, H}
+    std::vector<int64_t> full_shape;  // the whole tensor's, e.g. {3H, H}
     std::size_t offset = 0;           // in elements, into the flat buffer
     std::size_t numel = 0;
     bool decay = false;  // weight decay applies (matrices and embeddings)
@@ -153,10 +153,10 @@ public:
     int hidden_local() const { return shape_.hidden / tensor_size_; }  // attention width
     int ffn_local() const { return shape_.ffn / tensor_size_; }
 
-    std::size_t wte() const { return wte_; }      // (Vp/M, C), first and last stage
-    std::size_t wpe() const { return wpe_; }      // (T, C), first stage
-    std::size_t lnf_w() const { return lnf_w_; }  // (C), last stage
-    std::size_t lnf_b() const { return lnf_b_; }  // (C), last stage
+    std::size_t wte() const { return wte_; }      // (Vp/M, H), first and last stage
+    std::size_t wpe() const { return wpe_; }      // (T, H), first stage
+    std::size_t lnf_w() const { return lnf_w_; }  // (H), last stage
+    std::size_t lnf_b() const { return lnf_b_; }  // (H), last stage
     // The tensors of global layer l, which must be one of this stage's, and the range
     // [begin, end) of the flat buffer they fill (a layer's tensors are contiguous).
     const LayerParams& layer(int l) const;

@@ -83,9 +83,9 @@ void sharded_data_traffic(const PlanInputs& in, int stage, GroupTraffic& g) {
 }
 
 // The context group (model/context_attention.cpp), per layer and microbatch: ring attention
-// sends C − 1 blocks of keys and values (N, 2C/M) in the forward, as many again in the
-// backward with C blocks of their fp32 gradients; Ulysses all-to-alls q, k, v (N, 3C/M) and
-// the output (N, C/M) forward and their gradients backward. Full recompute reruns the forward.
+// sends C − 1 blocks of keys and values (N, 2H/M) in the forward, as many again in the
+// backward with C blocks of their fp32 gradients; Ulysses all-to-alls q, k, v (N, 3H/M) and
+// the output (N, H/M) forward and their gradients backward. Full recompute reruns the forward.
 void context_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks, GroupTraffic& g) {
     const config::Config& cfg = in.cfg;
     const model::Dims d = config::rank_dims(cfg);

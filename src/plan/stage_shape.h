@@ -25,7 +25,7 @@ std::vector<ChunkShape> stage_chunks(const config::Config& cfg, int stage);
 struct InFlight {
     std::vector<int>
         sets;          // per local chunk: activation sets held (the model pools them per chunk)
-    int messages = 0;  // the executor's boundary buffers, (R, C) each: received, and its pool
+    int messages = 0;  // the executor's boundary buffers, (R, H) each: received, and its pool
 };
 InFlight in_flight(const config::Config& cfg, int stage);
 
