@@ -361,7 +361,8 @@ TEST_CASE("config: parallel layouts and what is not supported yet", "[config]") 
     CHECK(parse(kMinimal + "device: cuda\n", "x.yaml").device == DeviceKind::cuda);
 #else
     CHECK(error_of(kMinimal + "device: cuda\n") ==
-          "x.yaml:3: device: this build has no CUDA backend yet (use auto or cpu)");
+          "x.yaml:3: device: this build has no CUDA backend (built without the CUDA toolkit; use "
+          "auto or cpu)");
 #endif
 }
 

@@ -70,9 +70,6 @@ void use_gpu(int device) {
     g.device = device;
 }
 
-int current_gpu() {
-    return chosen().device;
-}
 cudaStream_t compute_stream() {
     return chosen().stream;
 }

@@ -288,9 +288,11 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         uint64_t total = 0;
         for (const train::ManifestFile& f : ck->manifest.files) total += f.bytes;
         if (leader) {
-            std::printf("resumed: %s at step %d (written by %d x %d x %d, %s, ZeRO stage %d, %s)\n",
-                        ck->path.c_str(), start, l.pipeline, l.tensor, l.data, l.schedule.c_str(),
-                        l.zero_stage, ck->manifest.precision.c_str());
+            std::printf(
+                "resumed: %s at step %d (written by %d x %d x %d x %d (pipeline x tensor x context "
+                "x data), %s, ZeRO stage %d, %s)\n",
+                ck->path.c_str(), start, l.pipeline, l.tensor, l.context, l.data,
+                l.schedule.c_str(), l.zero_stage, ck->manifest.precision.c_str());
             std::printf(
                 "checkpoint read: at most %lld bytes of tensors and %lld of headers on "
                 "a rank, of the checkpoint's %llu\n",

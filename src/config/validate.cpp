@@ -47,10 +47,7 @@ void check_ranges(const Config& cfg, const Origins& origins) {
             fail(origins.where(key.path), cat(key.path, ": ", *problem));
 }
 
-// Only the 1x1x1 layout runs until tensor, pipeline and data parallelism land; delete this
-// function (and its call) then. The keys are read and range-checked already, so configs
-// written for bigger layouts keep working unchanged.
-// Settings this build reads but cannot run yet; delete each check as its feature lands.
+// Settings this build reads but cannot run: a GPU where the build has no GPU backend.
 void refuse_unsupported_features([[maybe_unused]] const Config& cfg,
                                  [[maybe_unused]] const Origins& origins) {
 #if !TRIDENT_HAVE_CUDA
@@ -58,7 +55,7 @@ void refuse_unsupported_features([[maybe_unused]] const Config& cfg,
     // (commands/session.h), not here: a config names a device, the machine may lack it.
     if (cfg.device == DeviceKind::cuda)
         fail(origins.where("device"),
-             "device: this build has no CUDA backend yet (use auto or cpu)");
+             "device: this build has no CUDA backend (built without the CUDA toolkit; use auto or cpu)");
 #endif
 }
 

@@ -1,5 +1,5 @@
 // Training checkpoints: every rank's shard of the model and of the optimizer, written together,
-// checked on load, and loadable into any P×M×D layout of the same model.
+// checked on load, and loadable into any P×M×C×D layout of the same model.
 //
 //   checkpoint.dir/
 //     step_000400/                  a complete checkpoint (400 updates done)

@@ -259,13 +259,14 @@ void Trainer::restore_optimizer(const optim::AdamW::State& state) {
 }
 
 void Trainer::write_trace(const std::string& path) {
+    // Data-parallel replicas and context ranks run the same schedule: the first one's trace
+    // (dp 0, cp 0) stands for all. A track per (stage, tensor rank), named by its world rank.
     std::vector<std::string> names;
     for (int pp = 0; pp < pipeline_.size(); ++pp)
         for (int tp = 0; tp < tensor_.size(); ++tp)
-            names.push_back("rank " + std::to_string(tp + tensor_.size() * pp) + ": stage " +
-                            std::to_string(pp) + ", tensor " + std::to_string(tp));
-    // Data-parallel replicas and context ranks run the same schedule: the first one's trace
-    // stands for all.
+            names.push_back("rank " +
+                            std::to_string(parallel::rank_of(grid_.shape(), {pp, 0, tp, 0})) +
+                            ": stage " + std::to_string(pp) + ", tensor " + std::to_string(tp));
     if (data_.rank() == 0 && context_.rank() == 0) trace_.write(path, tensor_, pipeline_, names);
 }
 
