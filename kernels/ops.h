@@ -252,6 +252,10 @@ public:
 
 // The CPU backend, using `threads` threads for its loops and for OpenBLAS (0: all cores).
 std::unique_ptr<Ops> make_cpu_ops(int threads);
+// What the CPU backend's attention keeps for its backward (Ops::attention_saved): the
+// probabilities (B, NH, T, T) in the activations' type; its backward's workspace, their
+// gradient, is as large. The planner counts a CPU run's memory by this rule.
+Ops::AttentionSaved cpu_attention_saved(int B, int NH, int T, DType activations);
 
 // Dropout's mask, shared by every backend: a pure function of (seed, index), so the mask is
 // reproducible anywhere without storing it. Returns true when the element is kept.

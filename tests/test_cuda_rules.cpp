@@ -7,9 +7,9 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/error.h"
 
 using trident::kernels::DType;
 using trident::kernels::cuda::cudnn_attention_refusal;

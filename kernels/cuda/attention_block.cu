@@ -12,13 +12,13 @@
 #include <cmath>
 #include <string>
 
-#include "error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_kernels.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/dropout.cuh"
 #include "kernels/cuda/elements.cuh"
+#include "kernels/error.h"
 #include "kernels/ops.h"
 
 namespace trident::kernels::cuda {

@@ -20,12 +20,12 @@
 #include <cmath>
 #include <limits>
 
-#include "error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cudnn_graph.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/device_allocator.h"
+#include "kernels/error.h"
 
 namespace trident::kernels::cuda {
 

@@ -7,13 +7,13 @@
 #include <cstdio>
 #include <string>
 
-#include "error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/fp32_views.h"
+#include "kernels/error.h"
 
 namespace trident::kernels::cuda {
 

@@ -17,7 +17,6 @@
 #include <initializer_list>
 #include <string>
 
-#include "error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_ops.h"
 #include "kernels/cuda/cuda_check.h"
@@ -28,9 +27,10 @@
 #include "kernels/cuda/fp32_views.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/upload_staging.h"
-// The one part of src/ the kernels use: the host's waits for the device are marked for the
-// stall watchdog, since NCCL's collectives complete in them.
-#include "parallel/watchdog.h"
+#include "kernels/error.h"
+// The host's waits for the device are marked for the stall watchdog, since NCCL's collectives
+// complete in them.
+#include "kernels/host_wait.h"
 
 namespace trident::kernels {
 namespace {
@@ -76,7 +76,7 @@ public:
     void download(void* host, const void* device, std::size_t bytes) override {
         if (!bytes) return;
         TRIDENT_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_));
-        const parallel::Blocked blocked(parallel::kDeviceWait, nullptr);
+        const HostWait wait;
         TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
     void zero(Ptr x, std::size_t count) override {

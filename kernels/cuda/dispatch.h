@@ -8,8 +8,8 @@
 
 #include <string>
 
-#include "error.h"
 #include "kernels/dtype.h"
+#include "kernels/error.h"
 
 namespace trident::kernels::cuda {
 

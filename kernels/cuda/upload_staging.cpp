@@ -6,7 +6,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 // The host's waits for the device are marked for the stall watchdog, as in cuda_ops.cpp.
-#include "parallel/watchdog.h"
+#include "kernels/host_wait.h"
 
 namespace trident::kernels::cuda {
 
@@ -29,7 +29,7 @@ void UploadStaging::upload(void* device, const void* host, std::size_t bytes) {
             TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&slot.copied, cudaEventDisableTiming));
         } else if (cudaEventQuery(slot.copied) != cudaSuccess) {
             // The slot's last copy is still queued: the host is kSlots uploads ahead.
-            const parallel::Blocked blocked(parallel::kDeviceWait, nullptr);
+            const HostWait wait;
             TRIDENT_CUDA_CHECK(cudaEventSynchronize(slot.copied));
         }
         std::memcpy(slot.host, static_cast<const char*>(host) + done, piece);

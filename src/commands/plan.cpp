@@ -9,7 +9,7 @@
 
 #include "commands/commands.h"
 #include "config/config.h"
-#include "error.h"
+#include "kernels/error.h"
 #include "plan/report.h"
 
 namespace trident::commands {

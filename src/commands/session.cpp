@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "model/lora.h"
 #include "train/base_weights.h"
 #include "train/device_peak.h"
@@ -205,15 +205,15 @@ std::string initialise_weights(const config::Config& cfg, model::Gpt& model) {
         model.init_random(cfg.training.seed, static_cast<float>(cfg.model.init_std));
     }
     if (model.frozen()) {
-        const auto whole = model::ParamLayout::adapters(model.shape(), model.adapters().shape);
+        const auto whole = model::ParamLayout::for_lora(model.shape(), model.lora().shape);
         std::vector<float> adapters;
         if (const auto& from = cfg.training.lora.init_from) {
             adapters.assign(whole.total(), 0.0f);
-            model::load_adapters_file(*from, whole, adapters.data());
+            model::load_lora_file(*from, whole, adapters.data());
         } else {
-            adapters = model::initial_adapters(whole, cfg.training.seed);
+            adapters = model::initial_lora(whole, cfg.training.seed);
         }
-        model.load_full_adapters(adapters);
+        model.load_full_lora(adapters);
     }
     return read;
 }

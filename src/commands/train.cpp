@@ -11,9 +11,9 @@
 #include "commands/commands.h"
 #include "commands/session.h"
 #include "data/dataset.h"
-#include "error.h"
 #include "io/fault_injection.h"
 #include "io/fingerprint.h"
+#include "kernels/error.h"
 #include "model/param_layout.h"
 #include "parallel/agreement.h"
 #include "parallel/grid.h"
@@ -70,7 +70,7 @@ std::optional<train::CheckpointShare> resume_point(const config::Config& cfg,
         std::string error;
         try {
             share = train::read_share(dir, trainer.model().trainable_layout(),
-                                      trainer.optimizer().owned_ranges());
+                                      trainer.data_parallel().owned_ranges());
         } catch (const std::exception& e) {
             error = e.what();
         }
@@ -99,8 +99,8 @@ void print_sample(const config::Config& cfg, train::Trainer& trained, kernels::O
                   bool leader) {
     const std::vector<float> full = trained.full_params();  // collective
     if (!leader) return;
-    model::Gpt gpt(ops, trained.model().shape(), 1, 0.0f);
-    gpt.load_full_params(full);
+    train::GenerationModel whole(ops, trained.model().shape());
+    whole.gpt().load_full_params(full);
     const auto tokenizer = data::tokenizer_for_vocab(cfg.model.vocab_size);
     train::SamplingOptions opts;
     opts.tokens = cfg.logging.sample_tokens;
@@ -108,7 +108,7 @@ void print_sample(const config::Config& cfg, train::Trainer& trained, kernels::O
     opts.top_k = 40;
     opts.seed = cfg.training.seed;
     std::printf("sample (temperature %.1f, top-k %d):\n%s\n", opts.temperature, opts.top_k,
-                generate_text(gpt, *tokenizer, cfg.logging.sample_prompt, opts).c_str());
+                generate_text(whole.gpt(), *tokenizer, cfg.logging.sample_prompt, opts).c_str());
 }
 
 bool due(int step, int interval, int steps) {
@@ -321,7 +321,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         if (setup.valid_data) std::printf("valid: %s\n", setup.valid_data->summary().c_str());
     }
 
-    train::Trainer trainer(cfg, *ops, &grid);
+    train::Trainer trainer(cfg, *ops, grid);
     const std::string base = initialise_weights(cfg, trainer.model());
     if (leader && cfg.model.init_from) std::printf("weights: %s\n", base.c_str());
     const train::LoraRecord lora = lora_record(cfg, base, leader);
@@ -329,7 +329,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         std::string targets;
         for (const std::string& t : lora.targets) targets += (targets.empty() ? "" : ", ") + t;
         const double trained = static_cast<double>(
-            model::ParamLayout::adapters(trainer.model().shape(), trainer.model().adapters().shape)
+            model::ParamLayout::for_lora(trainer.model().shape(), trainer.model().lora().shape)
                 .total());
         std::printf(
             "lora: rank %d, alpha %g on %s: %s parameters train (%.2f%% of the model's), "
@@ -353,9 +353,11 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         uint64_t total = 0;
         for (const train::ManifestFile& f : ck->manifest.files) total += f.bytes;
         if (leader) {
-            std::printf("resumed: %s at step %d (written by %d x %d x %d, %s, ZeRO stage %d, %s)\n",
-                        ck->path.c_str(), start, l.pipeline, l.tensor, l.data, l.schedule.c_str(),
-                        l.zero_stage, ck->manifest.precision.c_str());
+            std::printf(
+                "resumed: %s at step %d (written by %d x %d x %d x %d (pipeline x tensor x context "
+                "x data), %s, ZeRO stage %d, %s)\n",
+                ck->path.c_str(), start, l.pipeline, l.tensor, l.context, l.data,
+                l.schedule.c_str(), l.zero_stage, ck->manifest.precision.c_str());
             std::printf(
                 "checkpoint read: at most %lld bytes of tensors and %lld of headers on "
                 "a rank, of the checkpoint's %llu\n",

@@ -7,8 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "error.h"
 #include "kernels/dtype.h"
+#include "kernels/error.h"
+#include "model/buffer_spec.h"
+#include "model/dims.h"
+#include "model/param_layout.h"
+#include "pipeline/schedule.h"
 
 namespace trident::config {
 
@@ -19,12 +23,14 @@ public:
     using trident::Error::Error;
 };
 
-enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1, zb_h2 };
-// How attention sees the whole sequence when it is split over C ranks: K/V blocks passed
-// around a ring (ring attention), or all-to-alls to a head split and back (DeepSpeed-Ulysses).
-enum class ContextMode { ring, ulysses };
+// The model's and the pipeline's own enums, parsed straight from their YAML names: the
+// schedule (pipeline::Kind), how attention sees the whole sequence when it is split over C
+// ranks (ring attention, or DeepSpeed-Ulysses' all-to-alls), activation recompute, and the
+// linears LoRA can adapt.
+using model::ContextMode;
+using model::LoraTarget;
+using model::Recompute;
 enum class Decay { cosine, linear, constant };
-enum class Recompute { none, selective, full };
 enum class NonFinite { stop, skip };  // what a bf16 or fp32 step with inf/NaN gradients does
 enum class DeviceKind { auto_, cpu, cuda };
 enum class DataFormat { auto_, llmc, megatron };  // auto: decided per path (data/dataset.h)
@@ -33,7 +39,7 @@ enum class DataFormat { auto_, llmc, megatron };  // auto: decided per path (dat
 enum class OnError { stop, continue_ };
 
 // How the layers are cut into the P·v pipeline chunks: equal counts, counts that balance the
-// chunks' FLOPs (the LM head and the loss weigh on the last chunk; src/plan/stage_cuts.h), or
+// chunks' FLOPs (the LM head and the loss weigh on the last chunk; src/config/stage_cuts.h), or
 // the counts given, one per global chunk in order.
 enum class StageCut { uniform, auto_, given };
 struct StageLayers {
@@ -62,7 +68,7 @@ struct ParallelConfig {
     int context = 1;   // C: each sequence's tokens split over C ranks
     ContextMode context_mode = ContextMode::ring;
     int virtual_stages = 1;
-    Schedule schedule = Schedule::one_f_one_b;
+    pipeline::Kind schedule = pipeline::Kind::one_f_one_b;
     int zero_stage = 1;          // 0 .. 3 (optim/adamw.h)
     int bucket_size = 16777216;  // parameters per gradient bucket of the data-parallel reduction
     bool sequence_parallel = false;
@@ -76,10 +82,6 @@ struct ParallelConfig {
     bool sharded_accumulation = true;
     bool operator==(const ParallelConfig&) const = default;
 };
-
-// The linear layers of a transformer block that LoRA can adapt: attention's qkv and output
-// projection, the MLP's two linears.
-enum class LoraTarget { qkv, attn_proj, fc, fc_proj };
 
 // Low-rank adapters (Hu et al., "LoRA", 2021): each target W of every layer becomes
 // W + (alpha / rank) · B · A with A (rank, in) and B (out, rank) trained and W frozen.
@@ -245,7 +247,6 @@ void derive(Config& cfg);
 // The config as YAML, every key written, so a run's exact settings can be saved beside it.
 std::string to_yaml(const Config& cfg);
 
-const char* to_string(Schedule v);
 const char* to_string(ContextMode v);
 const char* to_string(Decay v);
 const char* to_string(Recompute v);

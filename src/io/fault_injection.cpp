@@ -11,7 +11,7 @@
 #include <new>
 #include <thread>
 
-#include "error.h"
+#include "kernels/error.h"
 
 namespace trident::io::fault {
 

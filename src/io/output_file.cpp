@@ -10,8 +10,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "error.h"
 #include "io/fault_injection.h"
+#include "kernels/error.h"
 
 namespace trident::io {
 

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
-#include "error.h"
+#include "kernels/error.h"
 
 namespace trident::io {
 

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <string>
 
-#include "error.h"
+#include "kernels/error.h"
 
 namespace trident::optim {
 

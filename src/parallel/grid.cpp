@@ -7,8 +7,9 @@
 #include <string>
 #include <utility>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "parallel/mpi_comm.h"
+#include "parallel/solo_comm.h"
 #include "parallel/world.h"
 
 namespace trident::parallel {
@@ -60,6 +61,14 @@ void check_shape(const GridShape& s, int world_size) {
 }
 
 }  // namespace
+
+Grid::Grid()
+    : tensor_(std::make_unique<SoloComm>()),
+      context_(std::make_unique<SoloComm>()),
+      data_(std::make_unique<SoloComm>()),
+      data_context_(std::make_unique<SoloComm>()),
+      pipeline_(std::make_unique<SoloComm>()),
+      embedding_(std::make_unique<SoloComm>()) {}
 
 Grid::Grid(World& world, const GridShape& shape) : shape_(shape), rank_(world.rank()) {
     check_shape(shape, world.size());

@@ -35,6 +35,9 @@ class World;
 
 class Grid {
 public:
+    // The grid of one process (1 x 1 x 1 x 1): every group is this process alone. What a run
+    // of one process, a single-process tool or a unit test hands the parts that take groups.
+    Grid();
     // Splits the world into its groups (collective over the world). Throws trident::Error,
     // on every rank alike, when P*M*C*D != world size. A Grid must be gone before its World.
     Grid(World& world, const GridShape& shape);

@@ -10,9 +10,11 @@
 #include <deque>
 #include <exception>
 #include <map>
+#include <new>
 #include <string_view>
 
-#include "error.h"
+#include "kernels/error.h"
+#include "kernels/host_wait.h"
 
 namespace trident::parallel {
 
@@ -119,6 +121,19 @@ const GroupLabel* make_group_label(std::string name, std::vector<int> world_rank
     return &labels.back();
 }
 
+namespace {
+
+// The backend's waits for the device (kernels/host_wait.h), marked as kDeviceWait.
+void* begin_device_wait() {
+    return new (std::nothrow) Blocked(kDeviceWait, nullptr);
+}
+
+void end_device_wait(void* begun) {
+    delete static_cast<Blocked*>(begun);
+}
+
+}  // namespace
+
 Blocked::Blocked(const char* operation, const GroupLabel* group, int peer) noexcept {
     if (!watched && !accounting) return;
     const int64_t now = now_ns();
@@ -217,6 +232,7 @@ Watchdog::Watchdog(WatchdogSettings settings) : settings_(std::move(settings)) {
     write_marker(Wait{});
     first_done.store(false);
     watched = true;
+    kernels::watch_host_waits({begin_device_wait, end_device_wait});
     thread_ = std::thread([this] { loop(); });
 }
 
@@ -228,6 +244,7 @@ Watchdog::~Watchdog() {
     }
     wake_.notify_one();
     thread_.join();
+    kernels::watch_host_waits({});
     watched = false;
 }
 

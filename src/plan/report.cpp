@@ -111,14 +111,14 @@ std::string render_text(const Plan& plan) {
             "layout: %d x %d x %d (pipeline x tensor x data) = %d rank%s, rank = tp + %d*(dp + "
             "%d*pp) | schedule %s",
             p.pipeline, p.tensor, p.data, d.world_size, d.world_size == 1 ? "" : "s", p.tensor,
-            p.data, config::to_string(p.schedule));
+            p.data, pipeline::to_string(p.schedule));
     else
         out += format(
             "layout: %d x %d x %d x %d (pipeline x tensor x context x data) = %d ranks, rank = "
             "tp + %d*(cp + %d*(dp + %d*pp)) | context %s, %d tokens per rank | schedule %s",
             p.pipeline, p.tensor, p.context, p.data, d.world_size, p.tensor, p.context, p.data,
             config::to_string(p.context_mode), m.seq_len / p.context,
-            config::to_string(p.schedule));
+            pipeline::to_string(p.schedule));
     if (p.virtual_stages > 1) out += format(", %d chunks per stage", p.virtual_stages);
     out += format(" | sequence parallel %s\n", p.sequence_parallel ? "on" : "off");
     out += format(
@@ -215,7 +215,7 @@ std::string render_text(const Plan& plan) {
         "(formula %.4g of ideal) | data comm %.1f%% | optimizer %.1f%%\n",
         percent(st.compute, st.step), percent(st.tensor_comm, st.step),
         percent(st.pipeline_comm, st.step), percent(st.bubble, st.step),
-        pipeline::bubble_formula(schedule_kind(cfg), p.pipeline, p.virtual_stages,
+        pipeline::bubble_formula(cfg.parallel.schedule, p.pipeline, p.virtual_stages,
                                  static_cast<int>(d.grad_accum_steps)),
         percent(st.data_comm, st.step), percent(st.optimizer, st.step));
     return out;
@@ -248,7 +248,7 @@ std::string render_json(const Plan& plan) {
         .add("tensor", p.tensor)
         .add("data", p.data)
         .add("virtual_stages", p.virtual_stages)
-        .add("schedule", config::to_string(p.schedule))
+        .add("schedule", pipeline::to_string(p.schedule))
         .add("sequence_parallel", p.sequence_parallel)
         .add("zero_stage", in.zero_stage)
         .add("micro_batch", cfg.training.micro_batch)

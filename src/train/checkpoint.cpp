@@ -14,17 +14,17 @@
 #include <map>
 #include <thread>
 
-#include "error.h"
+#include "config/model_shape.h"
 #include "io/fault_injection.h"
 #include "io/output_file.h"
 #include "io/safetensors.h"
 #include "io/sha256.h"
 #include "kernels/dtype.h"
+#include "kernels/error.h"
 #include "model/lora.h"
 #include "parallel/agreement.h"
 #include "parallel/watchdog.h"
 #include "train/base_weights.h"
-#include "train/model_shape.h"
 
 namespace trident::train {
 
@@ -147,8 +147,8 @@ model::LoraShape lora_shape(const LoraRecord& record) {
     model::LoraShape lora;
     lora.rank = record.rank;
     for (const std::string& name : record.targets)
-        for (int i = 0; i < model::kAdapterTargets; ++i)
-            if (name == model::adapter_target_name(static_cast<model::AdapterTarget>(i)))
+        for (int i = 0; i < model::kLoraTargets; ++i)
+            if (name == model::lora_target_name(static_cast<model::LoraTarget>(i)))
                 lora.targets[static_cast<std::size_t>(i)] = true;
     return lora;
 }
@@ -156,10 +156,10 @@ model::LoraShape lora_shape(const LoraRecord& record) {
 std::string describe(const model::LoraShape& lora) {
     if (lora.rank == 0) return "the whole model";
     std::string targets;
-    for (int i = 0; i < model::kAdapterTargets; ++i)
+    for (int i = 0; i < model::kLoraTargets; ++i)
         if (lora.targets[static_cast<std::size_t>(i)])
             targets += std::string(targets.empty() ? "" : ", ") +
-                       model::adapter_target_name(static_cast<model::AdapterTarget>(i));
+                       model::lora_target_name(static_cast<model::LoraTarget>(i));
     return "low-rank adapters of rank " + std::to_string(lora.rank) + " on " + targets;
 }
 
@@ -167,7 +167,7 @@ std::string describe(const model::LoraShape& lora) {
 // low-rank adapters, of the adapters.
 model::ParamLayout trained_layout(const model::GptShape& shape, const model::LoraShape& lora,
                                   int tp, int tensor, const model::StagePlan& plan) {
-    if (lora.rank > 0) return model::ParamLayout::adapters(shape, lora, tp, tensor, plan);
+    if (lora.rank > 0) return model::ParamLayout::for_lora(shape, lora, tp, tensor, plan);
     return model::ParamLayout(shape, tp, tensor, plan);
 }
 
@@ -198,7 +198,7 @@ Manifest manifest_of(const config::Config& cfg, Trainer& trainer, int step, int 
                                 p.tensor,
                                 p.data,
                                 p.virtual_stages,
-                                config::to_string(p.schedule),
+                                pipeline::to_string(p.schedule),
                                 p.zero_stage,
                                 p.bucket_size,
                                 cfg.derived.chunk_layers,
@@ -280,7 +280,7 @@ PendingSave begin_save(const config::Config& cfg, Trainer& trainer, parallel::Gr
     ShareSnapshot& share = save.share;
     share.params = trainer.local_params();
     share.state = trainer.optimizer().state();
-    share.owned = trainer.optimizer().owned_ranges();
+    share.owned = trainer.data_parallel().owned_ranges();
     share.layout = &trainer.model().trainable_layout();
     share.dtype = trainer.model().precision().params;
     share.coordinates = grid.coordinates();
@@ -534,8 +534,7 @@ void restore_checkpoint(const CheckpointShare& share, Trainer& trainer) {
     state.master = share.master;
     state.m = share.exp_avg;
     state.v = share.exp_avg_sq;
-    trainer.optimizer().restore(state);
-    trainer.optimizer().params_from_master();  // collective
+    trainer.restore_optimizer(state);  // collective
     trainer.guard().restore({m.skipped_in_a_row, m.recent_losses, m.recent_grad_norms});
     if (trainer.scaler().dynamic() && m.precision == kernels::name_of(kernels::DType::f16))
         trainer.scaler().restore(m.loss_scale, m.good_steps);
@@ -559,15 +558,14 @@ LoadedModel load_model_checkpoint(const std::string& path) {
             loaded.path = dir;
             loaded.cfg = config::load((fs::path(dir) / "config.yaml").string());
             const model::ParamLayout whole(gpt_shape(loaded.cfg));
-            const model::Adapters adapters = adapters_of(loaded.cfg);
+            const model::Lora adapters = lora_of(loaded.cfg);
             if (!adapters.shape.rank) {
                 loaded.params = read_share(dir, whole, {{0, whole.total()}}, false).master;
                 return loaded;
             }
-            const model::ParamLayout whole_adapters =
-                model::ParamLayout::adapters(whole.shape(), adapters.shape);
-            CheckpointShare share =
-                read_share(dir, whole_adapters, {{0, whole_adapters.total()}}, false);
+            const model::ParamLayout whole_lora =
+                model::ParamLayout::for_lora(whole.shape(), adapters.shape);
+            CheckpointShare share = read_share(dir, whole_lora, {{0, whole_lora.total()}}, false);
             loaded.adapters = std::move(share.master);
             const LoraRecord& lora = share.manifest.lora;
             loaded.params.assign(whole.total(), 0.0f);
@@ -576,8 +574,8 @@ LoadedModel load_model_checkpoint(const std::string& path) {
                 throw Error(dir + ": the base weights " + base +
                             " are not those the adapters were trained on (their SHA-256 "
                             "differs from the manifest's)");
-            model::merge_adapters(whole, loaded.params.data(), whole_adapters,
-                                  loaded.adapters.data(), adapters.scale);
+            model::merge_lora(whole, loaded.params.data(), whole_lora, loaded.adapters.data(),
+                              adapters.scale);
             return loaded;
         } catch (const Error& e) {
             if (candidates.size() == 1) throw;

@@ -1,5 +1,5 @@
 // Training checkpoints: every rank's shard of the model and of the optimizer, written together,
-// checked on load, and loadable into any P×M×D layout of the same model.
+// checked on load, and loadable into any P×M×C×D layout of the same model.
 //
 //   checkpoint.dir/
 //     step_000400/                  a complete checkpoint (400 updates done)
@@ -83,7 +83,7 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
 struct ShareSnapshot {
     std::vector<float> params;  // as the layout lays them out (Trainer::local_params)
     optim::AdamW::State state;  // fp32 master weights and moments (AdamW::state)
-    std::vector<std::pair<std::size_t, std::size_t>> owned;  // AdamW::owned_ranges
+    std::vector<std::pair<std::size_t, std::size_t>> owned;  // DataParallel::owned_ranges
     const model::ParamLayout* layout = nullptr;              // the trainer's trainable layout
     kernels::DType dtype = kernels::DType::f32;              // the parameters'
     parallel::Coordinates coordinates;
@@ -156,7 +156,7 @@ struct LoadedModel {
     config::Config cfg;
     std::vector<float> params;  // host, model::ParamLayout(gpt_shape(cfg))
     std::string path;           // the checkpoint directory it came from
-    // Host, model::ParamLayout::adapters(gpt_shape(cfg), adapters_of(cfg).shape); empty
+    // Host, model::ParamLayout::for_lora(gpt_shape(cfg), lora_of(cfg).shape); empty
     // without adapters.
     std::vector<float> adapters;
 };

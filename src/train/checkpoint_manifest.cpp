@@ -7,10 +7,10 @@
 #include <fstream>
 #include <sstream>
 
-#include "error.h"
 #include "io/json_line.h"
 #include "io/json_reader.h"
 #include "io/sha256.h"
+#include "kernels/error.h"
 
 namespace trident::train {
 
@@ -341,13 +341,14 @@ void verify_sizes(const std::string& dir, const Manifest& m) {
     }
 }
 
-void verify_files(const std::string& dir, const Manifest& m) {
-    verify_sizes(dir, m);
-    for (const ManifestFile& f : m.files) {
-        const std::string path = (fs::path(dir) / f.name).string();
-        if (io::sha256_file(path) != f.sha256)
-            throw Error(path + ": SHA-256 does not match the manifest (the file is corrupt)");
-    }
+std::string file_problem(const std::string& dir, const ManifestFile& f) {
+    const std::string path = (fs::path(dir) / f.name).string();
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (ec) return "MISSING";
+    if (size != f.bytes) return "WRONG SIZE (" + std::to_string(size) + " bytes)";
+    if (io::sha256_file(path) != f.sha256) return "CORRUPT (checksum differs)";
+    return "";
 }
 
 }  // namespace trident::train

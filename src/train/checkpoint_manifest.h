@@ -87,11 +87,13 @@ inline constexpr const char* kManifestName = "manifest.json";
 std::string manifest_json(const Manifest& m);
 // Reads dir/manifest.json; throws trident::Error naming the file and what is wrong.
 Manifest read_manifest(const std::string& dir);
-// Checks every file the manifest lists: present and of its size (verify_sizes, which reads
-// nothing), and of its SHA-256 (verify_files). Throw trident::Error naming the first bad file
-// and why.
+// Checks every file the manifest lists, present and of its size, reading nothing; throws
+// trident::Error naming the first bad file and why.
 void verify_sizes(const std::string& dir, const Manifest& m);
-void verify_files(const std::string& dir, const Manifest& m);
+// What is wrong with one file of the checkpoint in `dir`, its SHA-256 included: "" when it
+// matches the manifest, else "MISSING", "WRONG SIZE (n bytes)" or "CORRUPT (checksum
+// differs)".
+std::string file_problem(const std::string& dir, const ManifestFile& f);
 
 // What changed between the data files a checkpoint recorded (`then`) and those a run reads
 // now, dataset by dataset (by config key; a dataset only one side has is not compared), as one

@@ -16,7 +16,7 @@ double measure_gemm_flops(kernels::Ops& ops) {
     const std::size_t count = static_cast<std::size_t>(n) * n;
     double best = 1e30;
     {
-        model::DeviceBuffer a(ops, count), b(ops, count), out(ops, count);
+        kernels::DeviceBuffer a(ops, count), b(ops, count), out(ops, count);
         std::vector<float> values(count);
         for (std::size_t i = 0; i < count; ++i) values[i] = 0.001f * static_cast<float>(i % 97);
         ops.copy_from_host(a.data(), values.data(), count);

@@ -9,16 +9,16 @@
 
 namespace trident::train {
 
-FirstSighting::FirstSighting(kernels::Ops& ops, const parallel::Grid* grid, parallel::Comm& tensor,
+FirstSighting::FirstSighting(kernels::Ops& ops, const parallel::Grid& grid, parallel::Comm& tensor,
                              parallel::Comm& pipeline, parallel::Comm& data_context)
     : ops_(ops),
-      shape_(grid ? grid->shape() : parallel::GridShape{}),
-      rank_(grid ? grid->rank() : 0),
+      shape_(grid.shape()),
+      rank_(grid.rank()),
       watching_(tensor.size() * pipeline.size() * data_context.size() > 1),
       tensor_(tensor),
       pipeline_(pipeline),
       data_context_(data_context) {
-    if (watching_) sum_ = model::DeviceBuffer(ops, 1, kernels::DType::f64);
+    if (watching_) sum_ = kernels::DeviceBuffer(ops, 1, kernels::DType::f64);
 }
 
 void FirstSighting::start_step(int step) {

@@ -11,8 +11,8 @@
 
 #include <string>
 
+#include "kernels/device_buffer.h"
 #include "kernels/ops.h"
-#include "model/device_buffer.h"
 #include "parallel/comm.h"
 #include "parallel/grid.h"
 
@@ -20,9 +20,9 @@ namespace trident::train {
 
 class FirstSighting {
 public:
-    // `grid`: this rank's (null: one process, where there is nobody else to name and nothing
-    // is noted). The groups are the trainer's, which together span the grid.
-    FirstSighting(kernels::Ops& ops, const parallel::Grid* grid, parallel::Comm& tensor,
+    // `grid`: this rank's (one process: nobody else to name, and nothing is noted). The groups
+    // are the trainer's, which together span the grid.
+    FirstSighting(kernels::Ops& ops, const parallel::Grid& grid, parallel::Comm& tensor,
                   parallel::Comm& pipeline, parallel::Comm& data_context);
 
     // A step (1-based) begins: nothing seen yet.
@@ -46,7 +46,7 @@ private:
     parallel::Comm& tensor_;
     parallel::Comm& pipeline_;
     parallel::Comm& data_context_;
-    model::DeviceBuffer sum_;  // (1) f64: this rank's gradients' sum of squares in the step
+    kernels::DeviceBuffer sum_;  // (1) f64: this rank's gradients' sum of squares in the step
     int step_ = 0;
     bool planted_ = false;  // the test fault's NaN, in this step
     bool loss_seen_ = false;

@@ -7,9 +7,22 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "model/gpt.h"
+#include "parallel/grid.h"
 
 namespace trident::train {
+
+// The whole model in this process, with micro batch 1 and no dropout: what generation runs.
+class GenerationModel {
+public:
+    GenerationModel(kernels::Ops& ops, const model::GptShape& shape);
+    model::Gpt& gpt() { return gpt_; }
+
+private:
+    parallel::Grid solo_;
+    model::Gpt gpt_;
+};
 
 struct SamplingOptions {
     int tokens = 64;           // how many to generate

@@ -5,8 +5,8 @@
 #include <cmath>
 #include <filesystem>
 
-#include "error.h"
 #include "io/json_line.h"
+#include "kernels/error.h"
 
 namespace trident::train {
 

@@ -5,8 +5,8 @@
 #include <map>
 #include <vector>
 
-#include "error.h"
 #include "io/fault_injection.h"
+#include "kernels/error.h"
 #include "parallel/agreement.h"
 #include "parallel/watchdog.h"
 
@@ -98,7 +98,7 @@ std::string check_replicas(const config::Config& cfg, Trainer& trainer, parallel
     std::string found;
     {
         // The model's parameters, whole where they are sharded (ZeRO-3; collective).
-        trainer.optimizer().finish_param_gather();
+        trainer.data_parallel().finish_param_gather();
         const std::vector<float> params =
             gpt.params().sharded() ? trainer.local_params() : gpt.params_to_host();
         const auto every = [](const model::ParamTensor&) { return true; };

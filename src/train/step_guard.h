@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "config/config.h"
-#include "error.h"
+#include "kernels/error.h"
 
 namespace trident::train {
 

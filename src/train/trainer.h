@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "data_parallel/data_parallel.h"
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
@@ -52,12 +53,16 @@ struct StepResult {
 
 class Trainer {
 public:
-    // `grid`: this rank's place in the grid (null: one process).
-    Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* grid = nullptr);
+    // `grid`: this rank's place in the grid (parallel::Grid() for one process).
+    Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& grid);
 
     model::Gpt& model() { return model_; }
     kernels::Ops& ops() { return ops_; }
     optim::AdamW& optimizer() { return optimizer_; }
+    data_parallel::DataParallel& data_parallel() { return data_parallel_; }
+    // The optimizer's state from a checkpoint, and the parameters its master weights give,
+    // made whole on every replica; collective over the data group.
+    void restore_optimizer(const optim::AdamW::State& state);
     optim::LossScaler& scaler() { return scaler_; }
     StepGuard& guard() { return guard_; }
 
@@ -80,10 +85,9 @@ public:
     // frozen model's parameters come with its adapters merged in (W + s·B·A).
     std::vector<float> full_params();
     std::vector<float> full_grads();
-    // A frozen model's adapters and their gradients, whole (buffers of
-    // ParamLayout::adapters); collective.
-    std::vector<float> full_adapters();
-    std::vector<float> full_adapter_grads();
+    // A frozen model's adapters' gradients, whole (a buffer of ParamLayout::for_lora);
+    // collective.
+    std::vector<float> full_lora_grads();
     // This rank's trainable parameters (the adapters of a frozen model) as their layout lays
     // them out, whole (ZeRO-3: put together from the data-parallel replicas' shards);
     // collective over the data group.
@@ -119,7 +123,7 @@ private:
 
     const config::Config& cfg_;
     kernels::Ops& ops_;
-    parallel::SoloComm solo_;
+    parallel::Grid& grid_;
     parallel::Comm& tensor_;
     parallel::Comm& pipeline_;
     parallel::Comm& embedding_;
@@ -127,6 +131,7 @@ private:
     parallel::Comm& context_;
     parallel::Comm& data_context_;
     model::Gpt model_;
+    data_parallel::DataParallel data_parallel_;
     optim::AdamW optimizer_;
     optim::LossScaler scaler_;
     StepGuard guard_;

@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/dtype.h"
+#include "kernels/error.h"
 #include "kernels/random.h"
 #include "tests/cuda/backends.h"
 

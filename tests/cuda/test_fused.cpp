@@ -11,11 +11,11 @@
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "error.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/error.h"
 #include "tests/cuda/backends.h"
 
 using namespace gpu_test;

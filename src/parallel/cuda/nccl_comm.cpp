@@ -4,8 +4,8 @@
 #include <string>
 #include <utility>
 
-#include "error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/error.h"
 #include "parallel/cuda/device_memory.h"
 #include "parallel/cuda/nccl_messages.h"
 #include "parallel/cuda/nccl_support.h"

@@ -7,8 +7,8 @@
 #include <string>
 #include <utility>
 
-#include "error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/error.h"
 #include "parallel/cuda/nccl_support.h"
 #include "parallel/watchdog.h"
 

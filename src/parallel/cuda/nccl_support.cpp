@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/error.h"
 
 namespace trident::parallel {
 
