@@ -21,7 +21,7 @@
 // biases, wpe) by tensor rank 0, the tied wte by the first stage, and with zero_stage 0 (every
 // replica holds the whole optimizer state) the optimizer state by data-parallel rank 0. So each
 // element of the model is written exactly once, and where it lies in the whole tensor follows
-// from the writer's tensor rank and the tensor's split (model::full_element).
+// from the writer's tensor rank and the tensor's split (model::for_each_slice_run).
 //
 // Saving: every rank writes its shard into the temporary directory and the ranks agree that
 // all succeeded; rank 0 then writes config.yaml and the manifest and renames the directory to
