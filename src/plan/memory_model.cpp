@@ -15,6 +15,10 @@ namespace {
 // CPU; a GPU's caching allocator rounds them up further, a few hundred bytes in all).
 constexpr int64_t kDeviceTotals = 2 * 64;
 
+// Where a non-finite step was first seen (src/train/first_sighting.h): one more double, held
+// on every rank of a grid of more than one.
+constexpr int64_t kFirstSighting = 64;
+
 // The stage's parts as the model builds them (model/stage_parts.h), on a CPU: the buffers
 // they declare are what the model allocates. Low-rank adapters are not modelled (`plan` says so).
 model::StageParts stage_parts(const config::Config& cfg, const model::ParamLayout& layout,
@@ -45,11 +49,11 @@ model::Dims plan_dims(const PlanInputs& in) {
 }
 
 // Everything but the sets: the model's scratch, the recompute scratch, the attention
-// workspace and the step's device totals.
+// workspace and the step's device totals (`ranks`: the grid's size).
 int64_t temporary_bytes(const model::StageParts& parts, const model::KeepPolicy& policy,
-                        const model::Dims& d) {
-    int64_t bytes =
-        static_cast<int64_t>(parts.scratch.bytes()) + attention_workspace_bytes(d) + kDeviceTotals;
+                        const model::Dims& d, int ranks) {
+    int64_t bytes = static_cast<int64_t>(parts.scratch.bytes()) + attention_workspace_bytes(d) +
+                    kDeviceTotals + (ranks > 1 ? kFirstSighting : 0);
     if (policy.recompute != model::Recompute::none && parts.layer_spec())
         bytes += static_cast<int64_t>(model::recompute_scratch_bytes(*parts.layer_spec(), policy));
     return bytes;
@@ -143,8 +147,8 @@ std::vector<StageMemory> plan_memory(const PlanInputs& in) {
             s.korthikanti += sets * chunks[c].layers * korthikanti_layer;
         }
         const int64_t message = static_cast<int64_t>(d.rows_mine()) * d.H * act;
-        s.temporary =
-            static_cast<double>(temporary_bytes(parts, policy, d) + flight.messages * message);
+        s.temporary = static_cast<double>(
+            temporary_bytes(parts, policy, d, cfg.derived.world_size) + flight.messages * message);
         stages.push_back(s);
     }
     return stages;
