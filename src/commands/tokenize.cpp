@@ -22,6 +22,7 @@
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
 #include "error.h"
+#include "train/metrics.h"
 
 namespace trident::commands {
 
@@ -65,6 +66,29 @@ void cut(std::size_t document, std::string_view text, std::size_t target, std::v
     out.push_back({document, text, {}});
 }
 
+// Whether `path` starts as an llm.c shard does: its magic and version.
+bool is_llmc_shard(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    int32_t head[2] = {0, 0};
+    in.read(reinterpret_cast<char*>(head), sizeof head);
+    return in && head[0] == data::kShardMagic && head[1] == data::kShardVersion;
+}
+
+// A file of the other format where this one is about to write (`bin`, the .bin it writes) is
+// someone's data, not an old output of this kind: refused rather than overwritten.
+void refuse_other_format(const std::string& bin, const std::string& format) {
+    const std::string stem = bin.substr(0, bin.size() - 4);
+    if (format == "megatron" && is_llmc_shard(bin))
+        throw Error(bin + " is an llm.c token shard; --format megatron would overwrite it with " +
+                    "the tokens of the Megatron dataset " + stem + " (" + stem + ".bin and " +
+                    stem + ".idx): choose another --output or move it away");
+    if (format == "llmc" && std::filesystem::exists(stem + ".idx") && !is_llmc_shard(bin) &&
+        std::filesystem::exists(bin))
+        throw Error(bin + " holds the tokens of the Megatron dataset " + stem + " (" + stem +
+                    ".idx beside it); an llm.c shard would overwrite it: choose another --output "
+                    "or move them away");
+}
+
 // Receives documents in order and writes them as one file or as shards of --shard-tokens.
 class Output {
 public:
@@ -80,7 +104,10 @@ public:
             if (megatron_ && opts_.shard_tokens > 0 && shard_fill_ > 0 &&
                 shard_fill_ + doc.size() > opts_.shard_tokens)
                 close_megatron();
-            if (!megatron_) megatron_ = std::make_unique<data::MegatronWriter>(shard_name(""));
+            if (!megatron_) {
+                refuse_other_format(shard_name("") + ".bin", opts_.format);
+                megatron_ = std::make_unique<data::MegatronWriter>(shard_name(""));
+            }
             megatron_->add_document(doc);
             shard_fill_ += doc.size();
             return;
@@ -102,6 +129,10 @@ public:
     }
 
     const std::vector<std::string>& files() const { return files_; }
+    // The first output's .bin, checked before anything is encoded: a clash is found at once.
+    std::string first_bin() const {
+        return opts_.format == "megatron" ? shard_name("") + ".bin" : shard_name(".bin");
+    }
     std::size_t tokens() const { return tokens_; }
 
 private:
@@ -118,21 +149,25 @@ private:
         }
         if (opts_.shard_tokens == 0) return stem + suffix;
         char index[16];
-        std::snprintf(index, sizeof index, "_%06zu", files_.size());
+        std::snprintf(index, sizeof index, "_%06zu", shards_);
         return stem + index + suffix;
     }
 
     void write_llmc(std::span<const uint16_t> tokens) {
         const std::string name = shard_name(".bin");
+        refuse_other_format(name, opts_.format);
         data::write_token_shard(name, tokens);
         files_.push_back(name);
+        ++shards_;
     }
 
     void close_megatron() {
         const std::string prefix = shard_name("");
         megatron_->finish();
         megatron_.reset();
-        files_.push_back(prefix + ".bin/.idx");
+        files_.push_back(prefix + ".bin");
+        files_.push_back(prefix + ".idx");
+        ++shards_;
         shard_fill_ = 0;
     }
 
@@ -142,6 +177,7 @@ private:
     std::size_t shard_fill_ = 0;
     std::size_t tokens_ = 0;
     std::vector<std::string> files_;
+    std::size_t shards_ = 0;  // outputs written (a Megatron one is two files)
 };
 
 void draw_progress(std::size_t done, std::size_t total, double seconds) {
@@ -162,6 +198,9 @@ int tokenize(const TokenizeOptions& opts) {
     if (tokenizer->vocab_size() > 65536)
         throw Error("the vocabulary does not fit the uint16 ids of the output formats");
     const auto t0 = std::chrono::steady_clock::now();
+
+    Output output(opts);
+    refuse_other_format(output.first_bin(), opts.format);
 
     // Documents: whole files, or their records.
     std::vector<std::string> files;
@@ -224,7 +263,6 @@ int tokenize(const TokenizeOptions& opts) {
         std::fprintf(stderr, "\n");
     }
 
-    Output output(opts);
     std::vector<int32_t> document;
     for (std::size_t i = 0; i < chunks.size(); ++i) {
         document.insert(document.end(), chunks[i].ids.begin(), chunks[i].ids.end());
@@ -234,11 +272,10 @@ int tokenize(const TokenizeOptions& opts) {
         document.clear();
     }
     output.finish();
-    std::printf(
-        "tokenized %.2f MB (%zu documents) into %zu tokens in %.2f s: %.2f MB/s on %d "
-        "thread(s)\n",
-        total_bytes / 1e6, documents.size(), output.tokens(), seconds, total_bytes / 1e6 / seconds,
-        threads);
+    std::printf("tokenized %.2f MB (%s) into %s in %.2f s: %.2f MB/s on %s\n", total_bytes / 1e6,
+                train::counted(static_cast<int64_t>(documents.size()), "document").c_str(),
+                train::counted(static_cast<int64_t>(output.tokens()), "token").c_str(), seconds,
+                total_bytes / 1e6 / seconds, train::counted(threads, "thread").c_str());
     for (const std::string& f : output.files()) std::printf("wrote %s\n", f.c_str());
     return 0;
 }

@@ -100,11 +100,24 @@ void print_sample(const config::Config& cfg, train::Trainer& trained, kernels::O
     const auto tokenizer = data::tokenizer_for_vocab(cfg.model.vocab_size);
     train::SamplingOptions opts;
     opts.tokens = cfg.logging.sample_tokens;
-    opts.temperature = 0.8;
-    opts.top_k = 40;
     opts.seed = cfg.training.seed;
     std::printf("sample (temperature %.1f, top-k %d):\n%s\n", opts.temperature, opts.top_k,
                 generate_text(gpt, *tokenizer, cfg.logging.sample_prompt, opts).c_str());
+}
+
+// Where the run's output goes, said at start: checkpoints, metrics, trace.
+void print_outputs(const config::Config& cfg) {
+    const auto& ck = cfg.checkpoint;
+    const auto& lg = cfg.logging;
+    std::string checkpoints = "none (checkpoint.dir is not set)";
+    if (ck.dir)
+        checkpoints =
+            *ck.dir +
+            (ck.interval > 0 ? " every " + std::to_string(ck.interval) + " steps and at the end"
+                             : " at the end") +
+            ", newest " + std::to_string(ck.keep) + " kept";
+    std::printf("output: checkpoints %s | metrics %s | trace %s\n", checkpoints.c_str(),
+                lg.metrics ? lg.metrics->c_str() : "none", lg.trace ? lg.trace->c_str() : "none");
 }
 
 bool due(int step, int interval, int steps) {
@@ -158,6 +171,25 @@ void record_metrics(train::MetricsLog& log, const train::StepMetrics& m, const c
                      "trident: warning: logging.metrics: %s; step %d is not in it, training goes "
                      "on (logging.on_error: continue)\n",
                      e.what(), m.step);
+        std::fflush(stderr);
+    }
+}
+
+// The validation before training as step 0 of the metrics file, on rank 0; a failed write
+// as record_metrics handles it.
+void record_validation(train::MetricsLog& log, double val_loss, const config::Config& cfg,
+                       std::string& failure) {
+    try {
+        log.record_validation(0, val_loss);
+    } catch (const Error& e) {
+        if (cfg.logging.on_error == config::OnError::stop) {
+            failure = std::string("logging.metrics: ") + e.what() + " (logging.on_error: stop)";
+            return;
+        }
+        std::fprintf(stderr,
+                     "trident: warning: logging.metrics: %s; the validation before training is "
+                     "not in it, training goes on (logging.on_error: continue)\n",
+                     e.what());
         std::fflush(stderr);
     }
 }
@@ -220,9 +252,19 @@ train::LoraRecord lora_record(const config::Config& cfg, const std::string& base
     record.rank = lora.rank;
     for (const config::LoraTarget t : lora.targets) record.targets.push_back(config::to_string(t));
     record.alpha = lora.alpha;
-    if (leader) {
-        record.base = std::filesystem::absolute(base).lexically_normal().string();
-        record.base_sha256 = train::base_weights_sha256(base);
+    if (!leader) return record;
+    record.base = std::filesystem::absolute(base).lexically_normal().string();
+    record.base_sha256 = train::base_weights_sha256(base);
+    // A checkpoint the adapters' checkpoints need is kept from its own run's rotation.
+    if (cfg.checkpoint.dir && std::filesystem::is_directory(base)) {
+        try {
+            train::pin_base(base, *cfg.checkpoint.dir);
+        } catch (const Error& e) {
+            std::fprintf(stderr,
+                         "trident: warning: cannot pin %s as these adapters' base (%s): its "
+                         "run's checkpoint.keep may remove it\n",
+                         base.c_str(), e.what());
+        }
     }
     return record;
 }
@@ -234,7 +276,8 @@ void check_base(const train::CheckpointShare& ck, const train::LoraRecord& now,
     std::string error;
     if (leader && ck.manifest.lora.base_sha256 != now.base_sha256)
         error = "checkpoint.resume: " + ck.path + " trained adapters over " +
-                ck.manifest.lora.base + " (SHA-256 " + ck.manifest.lora.base_sha256.substr(0, 12) +
+                train::resolve_base(ck.manifest.lora.base, ck.path) + " (SHA-256 " +
+                ck.manifest.lora.base_sha256.substr(0, 12) +
                 "...), but model.init_from now reads " + now.base + " (SHA-256 " +
                 now.base_sha256.substr(0, 12) +
                 "...): restore those weights, or point model.init_from at them";
@@ -249,11 +292,15 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     const auto watchdog = start_watchdog(cfg, grid);
 
     auto ops = make_backend(cfg, setup.device, grid, leader);
-    const Peak peak = peak_flops(setup.device, *ops);
+    const Peak peak = peak_flops(cfg, setup.device, *ops, world.comm());
     if (leader) {
+        print_warnings(cfg);
         print_summary(cfg, *ops, peak);
         std::printf("data: %s\n", setup.train_data->summary().c_str());
-        if (setup.valid_data) std::printf("valid: %s\n", setup.valid_data->summary().c_str());
+        if (setup.valid_data)
+            std::printf("valid: %s | %s per validation\n", setup.valid_data->summary().c_str(),
+                        train::counted(t.eval_sequences, "sequence").c_str());
+        print_outputs(cfg);
     }
 
     train::Trainer trainer(cfg, *ops, &grid);
@@ -288,9 +335,10 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         uint64_t total = 0;
         for (const train::ManifestFile& f : ck->manifest.files) total += f.bytes;
         if (leader) {
-            std::printf("resumed: %s at step %d (written by %d x %d x %d, %s, ZeRO stage %d, %s)\n",
-                        ck->path.c_str(), start, l.pipeline, l.tensor, l.data, l.schedule.c_str(),
-                        l.zero_stage, ck->manifest.precision.c_str());
+            std::printf("resumed: %s at step %d (written by %s, %s, ZeRO stage %d, %s)\n",
+                        ck->path.c_str(), start,
+                        config::layout_text(l.pipeline, l.tensor, l.context, l.data).c_str(),
+                        l.schedule.c_str(), l.zero_stage, ck->manifest.precision.c_str());
             std::printf(
                 "checkpoint read: at most %lld bytes of tensors and %lld of headers on "
                 "a rank, of the checkpoint's %llu\n",
@@ -311,17 +359,20 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         const train::MemoryUse mem = trainer.memory();
         std::printf(
             "memory (rank 0): parameters %s | gradients %s | optimizer state %s "
-            "(ZeRO stage %d over %d replicas)\n",
+            "(ZeRO stage %d over %s)\n",
             train::human_bytes(static_cast<double>(mem.parameters)).c_str(),
             train::human_bytes(static_cast<double>(mem.gradients)).c_str(),
             train::human_bytes(static_cast<double>(mem.optimizer)).c_str(), cfg.parallel.zero_stage,
-            cfg.parallel.data);
+            train::counted(cfg.parallel.data * cfg.parallel.context, "replica").c_str());
     }
     // The metrics file, opened by rank 0 alone: every rank learns whether it could be.
     std::optional<train::MetricsLog> log;
     std::string log_error;
     try {
-        if (leader) log.emplace(cfg.logging.metrics, cfg.logging.interval, start > 0);
+        if (leader)
+            log.emplace(cfg.logging.metrics, cfg.logging.interval,
+                        start > 0 ? std::optional<int>(start) : std::nullopt);
+        if (log && !log->note().empty()) std::printf("%s\n", log->note().c_str());
     } catch (const Error& e) {
         log_error = e.what();
     }
@@ -339,10 +390,15 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
 
     double first_val = 0, last_val = 0;
     if (setup.valid_data) {
-        first_val = last_val = trainer.evaluate(valid_sample, t.eval_batches);
+        first_val = last_val = trainer.evaluate(valid_sample, t.eval_sequences);
         if (leader)
             std::printf("step %5d/%d | val_loss %.4f (%s)\n", start, t.steps, first_val,
                         start > 0 ? "at resume" : "before training");
+        // As step 0 of the metrics file (a resumed run's goes on from its checkpoint's step).
+        std::string failure;
+        if (log && start == 0) record_validation(*log, first_val, cfg, failure);
+        if (const std::string e = parallel::first_failure(world.comm(), failure); !e.empty())
+            throw EveryRankError(e);
     }
     const auto& lg = cfg.logging;
     double seconds_so_far = 0;
@@ -384,7 +440,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         m.tflops = flops / 1e12;
         m.mfu = flops / peak.flops;
         if (setup.valid_data && due(m.step, t.eval_interval, t.steps)) {
-            m.val_loss = trainer.evaluate(valid_sample, t.eval_batches);
+            m.val_loss = trainer.evaluate(valid_sample, t.eval_sequences);
             last_val = *m.val_loss;
         }
         std::string metrics_failure;
@@ -439,10 +495,10 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     if (cfg.logging.sample_tokens > 0) print_sample(cfg, trainer, *ops, leader);
     if (!leader) return;
     if (setup.valid_data)
-        std::printf("done: %d steps | validation loss %.4f (%.4f before training)\n", t.steps,
-                    last_val, first_val);
+        std::printf("done: %s | validation loss %.4f (%.4f before training)\n",
+                    train::counted(t.steps, "step").c_str(), last_val, first_val);
     else
-        std::printf("done: %d steps\n", t.steps);
+        std::printf("done: %s\n", train::counted(t.steps, "step").c_str());
 }
 
 }  // namespace

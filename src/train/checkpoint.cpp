@@ -260,6 +260,7 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
             m.data = data;
             m.data_recorded = true;
             m.lora = lora;
+            if (lora.rank > 0) m.lora.base = base_relative_to(lora.base, final_dir.string());
             write_synced((tmp / "config.yaml").string(), config::to_yaml(cfg));
             m.files.push_back({"config.yaml", -1, -1, -1, fs::file_size(tmp / "config.yaml"),
                                io::sha256_file((tmp / "config.yaml").string()), ""});
@@ -285,7 +286,9 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
                 else
                     kept.push_back(dir);
             const std::size_t keep = static_cast<std::size_t>(cfg.checkpoint.keep);
-            for (std::size_t i = 0; i + keep < kept.size(); ++i) discard(kept[i]);
+            // The base of some run's adapters stays (base_weights.h).
+            for (std::size_t i = 0; i + keep < kept.size(); ++i)
+                if (pinned_by(kept[i]).empty()) discard(kept[i]);
         } catch (const std::exception& e) {
             error = e.what();
         }
@@ -526,7 +529,8 @@ LoadedModel load_model_checkpoint(const std::string& path) {
             loaded.adapters = std::move(share.master);
             const LoraRecord& lora = share.manifest.lora;
             loaded.params.assign(whole.total(), 0.0f);
-            const std::string base = load_base_weights(lora.base, whole, loaded.params.data());
+            const std::string base =
+                load_base_weights(resolve_base(lora.base, dir), whole, loaded.params.data());
             if (base_weights_sha256(base) != lora.base_sha256)
                 throw Error(dir + ": the base weights " + base +
                             " are not those the adapters were trained on (their SHA-256 "
