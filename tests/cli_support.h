@@ -108,6 +108,21 @@ struct Workspace {
     }
 };
 
+// Checks a run that succeeded, and hands it on.
+inline RunResult require_ok(const RunResult& r) {
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    return r;
+}
+
+// How many times `what` occurs in `text`.
+inline int count_of(const std::string& text, const std::string& what) {
+    int n = 0;
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+        ++n;
+    return n;
+}
+
 // Checks a failed run: exit 1 and one "trident: error:" line that contains `expected`.
 inline void require_clear_error(const RunResult& r, const std::string& expected) {
     INFO(r.output);

@@ -58,21 +58,8 @@ RunResult run_env(const std::string& env, const std::string& args) {
     return run_shell(env + " " + std::string(TRIDENT_BINARY) + " " + args);
 }
 
-RunResult require_ok(const RunResult& r) {
-    INFO(r.output);
-    REQUIRE(r.exit_code == 0);
-    return r;
-}
-
 RunResult checked(const std::string& args) {
     return require_ok(run(args));
-}
-
-int count_of(const std::string& text, const std::string& what) {
-    int n = 0;
-    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
-        ++n;
-    return n;
 }
 
 std::vector<std::string> entries(const std::string& dir) {
