@@ -16,6 +16,8 @@
 namespace trident::commands {
 
 int export_model(const ExportOptions& opts) {
+    const std::filesystem::path parent = std::filesystem::path(opts.output).parent_path();
+    if (!parent.empty()) std::filesystem::create_directories(parent);
     const train::LoadedModel loaded = train::load_model_checkpoint(opts.checkpoint);
     const model::GptShape shape = train::gpt_shape(loaded.cfg);
     const bool adapters = !loaded.adapters.empty();
