@@ -4,6 +4,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -156,40 +157,22 @@ std::string save_or_report(const config::Config& cfg, train::Trainer& trainer, p
     }
 }
 
-// Rank 0's record of one step in the metrics file; a failed write ends the run after this
-// step (logging.on_error: stop, the message kept for then) or is reported and passed over.
-void record_metrics(train::MetricsLog& log, const train::StepMetrics& m, const config::Config& cfg,
-                    std::string& failure) {
+// Rank 0's write of a record (`what`: "step 5") to the metrics file; a failed write ends the
+// run after this step (logging.on_error: stop, the message kept for then) or is reported and
+// passed over.
+void record_metrics(const std::function<void()>& write, const std::string& what,
+                    const config::Config& cfg, std::string& failure) {
     try {
-        log.record(m);
+        write();
     } catch (const Error& e) {
         if (cfg.logging.on_error == config::OnError::stop) {
             failure = std::string("logging.metrics: ") + e.what() + " (logging.on_error: stop)";
             return;
         }
         std::fprintf(stderr,
-                     "trident: warning: logging.metrics: %s; step %d is not in it, training goes "
-                     "on (logging.on_error: continue)\n",
-                     e.what(), m.step);
-        std::fflush(stderr);
-    }
-}
-
-// The validation before training as step 0 of the metrics file, on rank 0; a failed write
-// as record_metrics handles it.
-void record_validation(train::MetricsLog& log, double val_loss, const config::Config& cfg,
-                       std::string& failure) {
-    try {
-        log.record_validation(0, val_loss);
-    } catch (const Error& e) {
-        if (cfg.logging.on_error == config::OnError::stop) {
-            failure = std::string("logging.metrics: ") + e.what() + " (logging.on_error: stop)";
-            return;
-        }
-        std::fprintf(stderr,
-                     "trident: warning: logging.metrics: %s; the validation before training is "
-                     "not in it, training goes on (logging.on_error: continue)\n",
-                     e.what());
+                     "trident: warning: logging.metrics: %s; %s is not in it, training goes on "
+                     "(logging.on_error: continue)\n",
+                     e.what(), what.c_str());
         std::fflush(stderr);
     }
 }
@@ -396,7 +379,9 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
                         start > 0 ? "at resume" : "before training");
         // As step 0 of the metrics file (a resumed run's goes on from its checkpoint's step).
         std::string failure;
-        if (log && start == 0) record_validation(*log, first_val, cfg, failure);
+        if (log && start == 0)
+            record_metrics([&] { log->record_validation(0, first_val); },
+                           "the validation before training", cfg, failure);
         if (const std::string e = parallel::first_failure(world.comm(), failure); !e.empty())
             throw EveryRankError(e);
     }
@@ -444,7 +429,9 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
             last_val = *m.val_loss;
         }
         std::string metrics_failure;
-        if (log) record_metrics(*log, m, cfg, metrics_failure);
+        if (log)
+            record_metrics([&] { log->record(m); }, "step " + std::to_string(m.step), cfg,
+                           metrics_failure);
         std::string saved;
         if (cfg.checkpoint.dir && due(m.step, cfg.checkpoint.interval, t.steps)) {
             saved = save_or_report(cfg, trainer, grid, world, m.step, skipped_so_far,
