@@ -10,7 +10,10 @@ command does and only makes it shorter:
   - a command that trains (`trident train`, directly or under mpirun, or scripts/run.sh)
     runs ceil(S / 100) steps, at least 2, where S is its line's training.steps or else its
     config's (the quickstart's 300-step job runs 3, its resume to 400 runs on to 4): an
-    appended --set training.steps; and a sample after training of at most 8 tokens;
+    appended --set training.steps; and at most 16 sequences per validation and 8 tokens in
+    the sample after training;
+  - a checkpoint named by its step, step_000300, is named by the step it has in the walk
+    (step_000003), scaled as the steps are;
   - `generate` generates 8 tokens (--tokens 8);
   - scripts/run.sh runs with TRIDENT_SKIP_SETUP=1: the build is the one under test (set-up
     itself runs in scripts/test.sh).
@@ -35,6 +38,7 @@ import tempfile
 STEPS_AT_LEAST = 2
 STEPS_DIVISOR = 100
 SAMPLE_TOKENS = 8
+EVAL_SEQUENCES = 16
 
 
 def sh_blocks(readme):
@@ -65,8 +69,14 @@ def config_value(root, config, key):
     return int(m.group(1)) if m else None
 
 
+def walked_steps(steps):
+    return max(STEPS_AT_LEAST, math.ceil(steps / STEPS_DIVISOR))
+
+
 def reduce(command, root):
     """The command as the walk runs it (see the module's text)."""
+    command = re.sub(r"step_(\d{6})", lambda m: f"step_{walked_steps(int(m.group(1))):06d}",
+                     command)
     words = shlex.split(command, comments=True)
     if "generate" in words:
         if "--tokens" in words:
@@ -82,9 +92,11 @@ def reduce(command, root):
         return command
     steps = [int(m) for m in re.findall(r"training\.steps=(\d+)", command)]
     total = steps[-1] if steps else config_value(root, config, "steps")
-    extra = [f"training.steps={max(STEPS_AT_LEAST, math.ceil(total / STEPS_DIVISOR))}"]
+    extra = [f"training.steps={walked_steps(total)}"]
     if (config_value(root, config, "sample_tokens") or 0) > SAMPLE_TOKENS:
         extra.append(f"logging.sample_tokens={SAMPLE_TOKENS}")
+    if (config_value(root, config, "eval_sequences") or 0) > EVAL_SEQUENCES:
+        extra.append(f"training.eval_sequences={EVAL_SEQUENCES}")
     # Before a trailing comment, if any.
     code, hash_, comment = command.partition(" #")
     return code.rstrip() + "".join(f" --set {e}" for e in extra) + (f" #{comment}" if hash_ else "")
