@@ -135,3 +135,22 @@ TEST_CASE("cli: the base checkpoint of adapters is recorded relative to them and
     require_clear_error(lost,
                         "the adapters' base weights " + moved + "/base/step_000002 are MISSING");
 }
+
+TEST_CASE("cli: counts of one read in the singular, and --version names the build", "[cli]") {
+    Workspace ws;
+    // One step of one microbatch of 2 sequences on one rank.
+    const RunResult one = require_ok(run(ws.train(
+        "--set training.steps=1 --set training.global_batch=2 --set training.micro_batch=2")));
+    CHECK_THAT(one.output, Contains("= 1 rank | backend cpu"));
+    CHECK_THAT(one.output, Contains("batch: 2 sequences = 32 tokens per step | micro batch 2 | "
+                                    "1 microbatch per replica |"));
+    CHECK_THAT(one.output, Contains("(ZeRO stage 1 over 1 replica)"));
+    CHECK_THAT(one.output, Contains("done: 1 step\n"));
+    const RunResult plan = require_ok(run("plan --config " + ws.path("tiny.yaml") +
+                                          " --set training.global_batch=1 --set "
+                                          "training.micro_batch=1"));
+    CHECK_THAT(plan.output, Contains("step: 1 sequence (16 tokens) | micro batch 1 | 1 "
+                                     "microbatch per replica"));
+    const RunResult version = require_ok(run("--version"));
+    CHECK_THAT(version.output, Contains("trident 0.1.0 (backends: cpu"));
+}

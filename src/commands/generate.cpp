@@ -13,6 +13,7 @@
 #include "model/hf_gpt2.h"
 #include "model/lora.h"
 #include "train/checkpoint.h"
+#include "train/metrics.h"
 #include "train/model_shape.h"
 
 namespace trident::commands {
@@ -66,11 +67,12 @@ int generate(const GenerateOptions& opts) {
     gpt.load_params(params);
     const auto tokenizer = data::tokenizer_for_vocab(shape.vocab);
     const train::SamplingOptions& o = opts.sampling;
+    const std::string tokens = train::counted(o.tokens, "token");
     if (o.temperature == 0)
-        std::fprintf(stderr, "generate: %d tokens, greedy (temperature 0)\n", o.tokens);
+        std::fprintf(stderr, "generate: %s, greedy (temperature 0)\n", tokens.c_str());
     else
-        std::fprintf(stderr, "generate: %d tokens, temperature %g, top-k %d%s, seed %llu\n",
-                     o.tokens, o.temperature, o.top_k, o.top_k == 0 ? " (all)" : "",
+        std::fprintf(stderr, "generate: %s, temperature %g, top-k %d%s, seed %llu\n",
+                     tokens.c_str(), o.temperature, o.top_k, o.top_k == 0 ? " (all)" : "",
                      static_cast<unsigned long long>(o.seed));
     std::printf("%s\n", generate_text(gpt, *tokenizer, opts.prompt, opts.sampling).c_str());
     return 0;

@@ -45,8 +45,8 @@ int schedule(const ScheduleOptions& opts) {
         std::printf("  stage %d: %d / %d\n", s, sim.stages[s].peak_in_flight,
                     sim.stages[s].peak_in_flight_microbatches);
     if (costs.send_buffers > 0) {
-        std::printf("outgoing messages held at most per stage (of %d buffers):",
-                    costs.send_buffers);
+        std::printf("outgoing messages held at most per stage (of %s):",
+                    train::counted(costs.send_buffers, "buffer").c_str());
         for (const StageTrace& stage : sim.stages) std::printf(" %d", stage.peak_send_buffers);
         std::printf("\n");
     }

@@ -207,9 +207,10 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Pea
                     config::to_string(cfg.parallel.stage_layers).c_str());
     }
     std::printf(
-        "batch: %d sequences = %lld tokens per step | micro batch %d | %s per replica | %s "
-        "FLOP per step\n",
-        t.global_batch, static_cast<long long>(d.tokens_per_step), t.micro_batch,
+        "batch: %s = %lld tokens per step | micro batch %d | %s per replica | %s FLOP per "
+        "step\n",
+        train::counted(t.global_batch, "sequence").c_str(),
+        static_cast<long long>(d.tokens_per_step), t.micro_batch,
         train::counted(d.grad_accum_steps, "microbatch").c_str(),
         train::human_count(d.flops_per_step).c_str());
     std::printf("peak: %.1f GFLOP/s (%s)\n", peak.flops / 1e9, peak.source.c_str());

@@ -108,11 +108,11 @@ std::string render_text(const Plan& plan) {
     out += format(" | schedule %s", config::to_string(p.schedule));
     if (p.virtual_stages > 1) out += format(", %d chunks per stage", p.virtual_stages);
     out += format(" | sequence parallel %s\n", p.sequence_parallel ? "on" : "off");
-    out += format(
-        "step: %d sequences (%lld tokens) | micro batch %d | %s per replica | "
-        "recompute %s\n",
-        t.global_batch, static_cast<long long>(d.tokens_per_step), t.micro_batch,
-        train::counted(d.grad_accum_steps, "microbatch").c_str(), config::to_string(t.recompute));
+    out += format("step: %s (%lld tokens) | micro batch %d | %s per replica | recompute %s\n",
+                  train::counted(t.global_batch, "sequence").c_str(),
+                  static_cast<long long>(d.tokens_per_step), t.micro_batch,
+                  train::counted(d.grad_accum_steps, "microbatch").c_str(),
+                  config::to_string(t.recompute));
     out += format(
         "bytes: precision %s | per parameter: weights %d, gradients %d, optimizer %d "
         "(ZeRO stage %d over %s) | per activation %d\n\n",

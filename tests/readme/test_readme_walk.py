@@ -8,13 +8,13 @@ Slurm) and long runs are ```bash in README.md and are not run.
 Reductions, so that the walk takes a minute or two rather than an hour; each keeps what the
 command does and only makes it shorter:
   - a command that trains (`trident train`, directly or under mpirun, or scripts/run.sh)
-    runs ceil(S / 100) steps, at least 2, where S is its line's training.steps or else its
+    runs ceil(S / 100) steps, where S is its line's training.steps or else its
     config's (the quickstart's 300-step job runs 3, its resume to 400 runs on to 4): an
     appended --set training.steps; and at most 16 sequences per validation and 8 tokens in
     the sample after training;
   - a checkpoint named by its step, step_000300, is named by the step it has in the walk
     (step_000003), scaled as the steps are;
-  - `generate` generates 8 tokens (--tokens 8);
+  - `generate` generates 8 tokens (--tokens 8); `bench` times 1 step after no warm-up;
   - scripts/run.sh runs with TRIDENT_SKIP_SETUP=1: the build is the one under test (set-up
     itself runs in scripts/test.sh).
 Then what the walk made is checked: the quickstart's run resumed at its last step (its metrics
@@ -35,7 +35,6 @@ import subprocess
 import sys
 import tempfile
 
-STEPS_AT_LEAST = 2
 STEPS_DIVISOR = 100
 SAMPLE_TOKENS = 8
 EVAL_SEQUENCES = 16
@@ -70,7 +69,7 @@ def config_value(root, config, key):
 
 
 def walked_steps(steps):
-    return max(STEPS_AT_LEAST, math.ceil(steps / STEPS_DIVISOR))
+    return math.ceil(steps / STEPS_DIVISOR)
 
 
 def reduce(command, root):
@@ -82,6 +81,8 @@ def reduce(command, root):
         if "--tokens" in words:
             return re.sub(r"--tokens \d+", f"--tokens {SAMPLE_TOKENS}", command)
         return f"{command} --tokens {SAMPLE_TOKENS}"
+    if "bench" in words:
+        return re.sub(r"--warmup \d+", "--warmup 0", re.sub(r"--steps \d+", "--steps 1", command))
     trains = "train" in words and any(w.endswith("trident") for w in words)
     if words and words[0] == "scripts/run.sh":
         trains, config = True, "configs/default.yaml"
