@@ -12,8 +12,8 @@
 #include <unordered_map>
 
 #include "data/pretokenize.h"
-#include "error.h"
 #include "io/json_reader.h"
+#include "kernels/error.h"
 
 namespace trident::data {
 

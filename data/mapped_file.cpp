@@ -10,7 +10,7 @@
 #include <cstring>
 #include <utility>
 
-#include "error.h"
+#include "kernels/error.h"
 
 namespace trident::data {
 

@@ -8,7 +8,7 @@
 #include <cstring>
 #include <fstream>
 
-#include "error.h"
+#include "kernels/error.h"
 
 namespace trident::data {
 

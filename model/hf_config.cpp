@@ -5,9 +5,9 @@
 #include <fstream>
 #include <iterator>
 
-#include "error.h"
 #include "io/json_line.h"
 #include "io/json_reader.h"
+#include "kernels/error.h"
 
 namespace trident::model {
 

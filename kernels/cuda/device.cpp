@@ -9,10 +9,10 @@
 #include <fstream>
 #include <regex>
 
-#include "error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
-#include "parallel/watchdog.h"  // the host's wait for the device, marked as in cuda_ops.cpp
+#include "kernels/error.h"
+#include "kernels/host_wait.h"  // the host's wait for the device, marked as in cuda_ops.cpp
 
 namespace trident::kernels::cuda {
 
@@ -70,9 +70,6 @@ void use_gpu(int device) {
     g.device = device;
 }
 
-int current_gpu() {
-    return chosen().device;
-}
 cudaStream_t compute_stream() {
     return chosen().stream;
 }
@@ -144,7 +141,7 @@ unsigned blocks_for(std::size_t work, unsigned threads) {
 }
 
 void synchronize() {
-    const parallel::Blocked blocked(parallel::kDeviceWait, nullptr);
+    const HostWait wait;
     TRIDENT_CUDA_CHECK(cudaStreamSynchronize(compute_stream()));
 }
 

@@ -8,8 +8,8 @@
 
 #include "commands/commands.h"
 #include "commands/session.h"
-#include "error.h"
 #include "io/json_line.h"
+#include "kernels/error.h"
 #include "kernels/random.h"
 #include "parallel/grid.h"
 #include "parallel/world.h"
@@ -30,7 +30,7 @@ void run(const BenchOptions& opts, const config::Config& cfg, const Device& devi
         print_summary(cfg, *ops, peak);
     }
 
-    train::Trainer trainer(cfg, *ops, &grid);
+    train::Trainer trainer(cfg, *ops, grid);
     initialise_weights(cfg, trainer.model());
     const uint64_t vocab = static_cast<uint64_t>(cfg.model.vocab_size);
     const uint64_t T = static_cast<uint64_t>(cfg.model.seq_len);

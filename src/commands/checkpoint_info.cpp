@@ -4,8 +4,8 @@
 
 #include "commands/commands.h"
 #include "config/config.h"
-#include "error.h"
 #include "io/sha256.h"
+#include "kernels/error.h"
 #include "train/base_weights.h"
 #include "train/checkpoint_manifest.h"
 #include "train/metrics.h"
@@ -75,17 +75,9 @@ int checkpoint_info(const CheckpointInfoOptions& opts) {
     std::printf("files:\n");
     int bad = 0;
     for (const train::ManifestFile& f : m.files) {
-        const fs::path path = fs::path(dir) / f.name;
-        std::string status = "ok";
-        std::error_code ec;
-        const auto size = fs::file_size(path, ec);
-        if (ec)
-            status = "MISSING";
-        else if (size != f.bytes)
-            status = "WRONG SIZE (" + std::to_string(size) + " bytes)";
-        else if (io::sha256_file(path.string()) != f.sha256)
-            status = "CORRUPT (checksum differs)";
-        bad += status != "ok";
+        const std::string problem = train::file_problem(dir, f);
+        const std::string status = problem.empty() ? "ok" : problem;
+        bad += !problem.empty();
         std::string where = f.pp < 0 ? ""
                                      : "pp " + std::to_string(f.pp) + ", tp " +
                                            std::to_string(f.tp) + ", dp " + std::to_string(f.dp);

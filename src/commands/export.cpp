@@ -5,13 +5,13 @@
 #include <filesystem>
 
 #include "commands/commands.h"
-#include "error.h"
+#include "config/model_shape.h"
 #include "io/output_file.h"
+#include "kernels/error.h"
 #include "model/hf_config.h"
 #include "model/hf_gpt2.h"
 #include "model/lora.h"
 #include "train/checkpoint.h"
-#include "train/model_shape.h"
 
 namespace trident::commands {
 
@@ -19,7 +19,7 @@ int export_model(const ExportOptions& opts) {
     const std::filesystem::path parent = std::filesystem::path(opts.output).parent_path();
     if (!parent.empty()) std::filesystem::create_directories(parent);
     const train::LoadedModel loaded = train::load_model_checkpoint(opts.checkpoint);
-    const model::GptShape shape = train::gpt_shape(loaded.cfg);
+    const model::GptShape shape = config::gpt_shape(loaded.cfg);
     const bool adapters = !loaded.adapters.empty();
     if (adapters && !opts.merge_lora && !opts.lora_only)
         throw Error(loaded.path +
@@ -30,8 +30,8 @@ int export_model(const ExportOptions& opts) {
                     "without " + (opts.merge_lora ? "--merge-lora" : "--lora-only"));
     if (opts.lora_only) {
         const config::LoraConfig& lora = loaded.cfg.training.lora;
-        model::save_adapters_file(
-            opts.output, model::ParamLayout::adapters(shape, train::adapters_of(loaded.cfg).shape),
+        model::save_lora_file(
+            opts.output, model::ParamLayout::for_lora(shape, config::lora_of(loaded.cfg).shape),
             loaded.adapters.data(), lora.alpha);
         std::printf("exported the adapters of %s -> %s\n", loaded.path.c_str(),
                     opts.output.c_str());

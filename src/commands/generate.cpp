@@ -5,8 +5,9 @@
 
 #include "commands/commands.h"
 #include "commands/session.h"
+#include "config/model_shape.h"
 #include "data/tokenizer.h"
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "model/hf_config.h"
@@ -14,7 +15,6 @@
 #include "model/lora.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
-#include "train/model_shape.h"
 
 namespace trident::commands {
 
@@ -48,23 +48,23 @@ int generate(const GenerateOptions& opts) {
     std::vector<float> params;
     if (!opts.checkpoint.empty()) {
         train::LoadedModel loaded = train::load_model_checkpoint(opts.checkpoint);
-        shape = train::gpt_shape(loaded.cfg);
+        shape = config::gpt_shape(loaded.cfg);
         params = std::move(loaded.params);
     } else {
         shape = model::infer_hf_gpt2_shape(opts.weights, head_dim_of(opts));
         params.assign(model::ParamLayout(shape).total(), 0.0f);
         model::load_hf_gpt2(opts.weights, model::ParamLayout(shape), params.data());
         if (!opts.lora.empty()) {
-            const model::AdaptersFileInfo info = model::read_adapters_info(opts.lora);
-            const auto whole = model::ParamLayout::adapters(shape, info.lora);
+            const model::LoraFileInfo info = model::read_lora_info(opts.lora);
+            const auto whole = model::ParamLayout::for_lora(shape, info.lora);
             std::vector<float> adapters(whole.total(), 0.0f);
-            model::load_adapters_file(opts.lora, whole, adapters.data());
-            model::merge_adapters(model::ParamLayout(shape), params.data(), whole, adapters.data(),
-                                  static_cast<float>(info.alpha / info.lora.rank));
+            model::load_lora_file(opts.lora, whole, adapters.data());
+            model::merge_lora(model::ParamLayout(shape), params.data(), whole, adapters.data(),
+                              static_cast<float>(info.alpha / info.lora.rank));
         }
     }
-    model::Gpt gpt(*ops, shape, 1, 0.0f);
-    gpt.load_params(params);
+    train::GenerationModel whole(*ops, shape);
+    whole.gpt().load_params(params);
     const auto tokenizer = data::tokenizer_for_vocab(shape.vocab);
     const train::SamplingOptions& o = opts.sampling;
     const std::string tokens = train::counted(o.tokens, "token");
@@ -74,7 +74,7 @@ int generate(const GenerateOptions& opts) {
         std::fprintf(stderr, "generate: %s, temperature %g, top-k %d%s, seed %llu\n",
                      tokens.c_str(), o.temperature, o.top_k, o.top_k == 0 ? " (all)" : "",
                      static_cast<unsigned long long>(o.seed));
-    std::printf("%s\n", generate_text(gpt, *tokenizer, opts.prompt, opts.sampling).c_str());
+    std::printf("%s\n", generate_text(whole.gpt(), *tokenizer, opts.prompt, opts.sampling).c_str());
     return 0;
 }
 

@@ -10,7 +10,7 @@
 #include "commands/commands.h"
 #include "commands/session.h"
 #include "config/config.h"
-#include "error.h"
+#include "kernels/error.h"
 #include "plan/report.h"
 
 namespace trident::commands {

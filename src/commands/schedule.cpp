@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "commands/commands.h"
-#include "error.h"
+#include "kernels/error.h"
 #include "pipeline/simulator.h"
 #include "pipeline/timeline.h"
 #include "train/metrics.h"

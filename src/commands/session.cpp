@@ -7,18 +7,18 @@
 #include <string>
 #include <vector>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "model/lora.h"
 #include "train/base_weights.h"
 #include "train/device_peak.h"
 #include "train/metrics.h"
 #if TRIDENT_HAVE_CUDA
-#include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device.h"
 #include "parallel/cuda/gpu_binding.h"
 #include "parallel/cuda/nccl_comm.h"
 #include "parallel/cuda/staged_comm.h"
+#include "parallel/watchdog.h"
 #endif
 
 namespace trident::commands {
@@ -107,32 +107,26 @@ std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Devi
     if (!device.gpu) return kernels::make_cpu_ops(cfg.training.threads);
 #if TRIDENT_HAVE_CUDA
     auto ops = kernels::make_cuda_ops(cfg.training.tf32);
-    // Attention's kernels are chosen now, so that a model no kernel can run stops here. Ring
-    // attention runs its own block kernels; Ulysses runs attention on a C-th of the heads.
+    // Attention's kernels are chosen now, for every shape the run computes, so that a model
+    // no kernel can run stops here.
     const config::ModelConfig& m = cfg.model;
     const auto& p = cfg.parallel;
-    const int head_split =
-        p.tensor * (p.context_mode == config::ContextMode::ulysses ? p.context : 1);
-    if (p.context > 1 && p.context_mode == config::ContextMode::ring) {
-        if (!kernels::cuda::flash_attention_supports(m.hidden / m.heads))
-            throw Error(
-                "model.hidden / model.heads: ring attention's GPU kernels take heads of 1 to " +
-                std::to_string(kernels::cuda::kFlashMaxHeadSize) + " elements");
-        if (announce)
-            std::printf("attention: ring attention's block kernels over %d ranks\n", p.context);
-    } else {
-        const kernels::AttentionShape attention{
-            cfg.training.micro_batch, m.seq_len,
-            m.hidden / head_split,    m.heads / head_split,
-            cfg.training.precision,   static_cast<float>(m.dropout)};
-        std::string choices;
-        try {
-            choices = kernels::prepare_attention(*ops, attention);
-        } catch (const Error& e) {
-            throw Error(std::string("model.hidden / model.heads: ") + e.what());
-        }
-        if (announce) std::printf("%s", choices.c_str());
+    const kernels::RunAttention attention{cfg.training.micro_batch,
+                                          m.seq_len,
+                                          m.hidden,
+                                          m.heads,
+                                          p.tensor,
+                                          p.context,
+                                          p.context_mode == config::ContextMode::ring,
+                                          cfg.training.precision,
+                                          static_cast<float>(m.dropout)};
+    std::string choices;
+    try {
+        choices = kernels::prepare_run_attention(*ops, attention);
+    } catch (const Error& e) {
+        throw Error(std::string("model.hidden / model.heads: ") + e.what());
     }
+    if (announce) std::printf("%s", choices.c_str());
     const cudaStream_t stream = kernels::cuda::compute_stream();
     if (device.shared_gpu) {
         // NCCL refuses two ranks of a communicator on one GPU.
@@ -145,9 +139,14 @@ std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Devi
                 return std::make_unique<parallel::StagedComm>(std::move(group), stream);
             });
     } else {
+        // The pipeline's and context parallelism's groups pass messages (activations and
+        // gradients; ring attention's keys and values): theirs go through NCCL too.
         grid.wrap_comms(
             [&](std::unique_ptr<parallel::Comm> group) -> std::unique_ptr<parallel::Comm> {
-                return std::make_unique<parallel::NcclComm>(std::move(group), stream);
+                const parallel::GroupLabel* label = group->label();
+                const bool messages =
+                    label && (label->name == "pipeline" || label->name == "context");
+                return std::make_unique<parallel::NcclComm>(std::move(group), stream, messages);
             });
     }
     return ops;
@@ -228,15 +227,15 @@ std::string initialise_weights(const config::Config& cfg, model::Gpt& model) {
         model.init_random(cfg.training.seed, static_cast<float>(cfg.model.init_std));
     }
     if (model.frozen()) {
-        const auto whole = model::ParamLayout::adapters(model.shape(), model.adapters().shape);
+        const auto whole = model::ParamLayout::for_lora(model.shape(), model.lora().shape);
         std::vector<float> adapters;
         if (const auto& from = cfg.training.lora.init_from) {
             adapters.assign(whole.total(), 0.0f);
-            model::load_adapters_file(*from, whole, adapters.data());
+            model::load_lora_file(*from, whole, adapters.data());
         } else {
-            adapters = model::initial_adapters(whole, cfg.training.seed);
+            adapters = model::initial_lora(whole, cfg.training.seed);
         }
-        model.load_full_adapters(adapters);
+        model.load_full_lora(adapters);
     }
     return read;
 }

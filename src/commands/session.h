@@ -8,7 +8,7 @@
 
 #include "config/config.h"
 #include "data/tokenizer.h"
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/ops.h"
 #include "parallel/grid.h"
 #include "parallel/watchdog.h"
@@ -76,7 +76,7 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Pea
 
 // model.init_from if set (a Hugging Face file or a checkpoint, train/base_weights.h), else
 // GPT-2 initialisation from training.seed; and under low-rank adapters, the adapters from
-// training.lora.init_from, else as model/lora.h's initial_adapters draws them from the seed.
+// training.lora.init_from, else as model/lora.h's initial_lora draws them from the seed.
 // Returns what model.init_from read ("" without it).
 std::string initialise_weights(const config::Config& cfg, model::Gpt& model);
 

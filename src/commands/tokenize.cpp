@@ -21,7 +21,7 @@
 #include "data/megatron_dataset.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
-#include "error.h"
+#include "kernels/error.h"
 #include "train/metrics.h"
 
 namespace trident::commands {

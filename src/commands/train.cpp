@@ -1,6 +1,7 @@
 // `trident train`: trains the configured model on its dataset, with validation, metrics,
 // checkpoints, resuming and preemption, on every rank of the grid (rank 0 speaks for all).
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -11,17 +12,20 @@
 #include "commands/commands.h"
 #include "commands/session.h"
 #include "data/dataset.h"
-#include "error.h"
 #include "io/fault_injection.h"
 #include "io/fingerprint.h"
+#include "kernels/error.h"
 #include "model/param_layout.h"
 #include "parallel/agreement.h"
 #include "parallel/grid.h"
 #include "parallel/world.h"
+#include "train/async_checkpoint.h"
 #include "train/base_weights.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/preemption.h"
+#include "train/replica_check.h"
+#include "train/stragglers.h"
 #include "train/trainer.h"
 
 namespace trident::commands {
@@ -67,7 +71,7 @@ std::optional<train::CheckpointShare> resume_point(const config::Config& cfg,
         std::string error;
         try {
             share = train::read_share(dir, trainer.model().trainable_layout(),
-                                      trainer.optimizer().owned_ranges());
+                                      trainer.data_parallel().owned_ranges());
         } catch (const std::exception& e) {
             error = e.what();
         }
@@ -96,14 +100,14 @@ void print_sample(const config::Config& cfg, train::Trainer& trained, kernels::O
                   bool leader) {
     const std::vector<float> full = trained.full_params();  // collective
     if (!leader) return;
-    model::Gpt gpt(ops, trained.model().shape(), 1, 0.0f);
-    gpt.load_full_params(full);
+    train::GenerationModel whole(ops, trained.model().shape());
+    whole.gpt().load_full_params(full);
     const auto tokenizer = data::tokenizer_for_vocab(cfg.model.vocab_size);
     train::SamplingOptions opts;
     opts.tokens = cfg.logging.sample_tokens;
     opts.seed = cfg.training.seed;
     std::printf("sample (temperature %.1f, top-k %d):\n%s\n", opts.temperature, opts.top_k,
-                generate_text(gpt, *tokenizer, cfg.logging.sample_prompt, opts).c_str());
+                generate_text(whole.gpt(), *tokenizer, cfg.logging.sample_prompt, opts).c_str());
 }
 
 // Where the run's output goes, said at start: checkpoints, metrics, trace.
@@ -132,28 +136,78 @@ std::string newest_checkpoint(const config::Config& cfg) {
                        : all.back() + " is the newest checkpoint, as it was";
 }
 
-// Saves the checkpoint of `step`; "" where the save failed and checkpoint.on_error lets
-// training go on (said by rank 0), which only a save with a later one to come may: the
-// last step's, or a preemption's (`last`), ends the run with the error like `stop`.
-std::string save_or_report(const config::Config& cfg, train::Trainer& trainer, parallel::Grid& grid,
-                           parallel::World& world, int step, int skipped,
-                           const std::vector<train::DataFileRecord>& data,
-                           const train::LoraRecord& lora, bool last, bool leader) {
+// checkpoint.dir/step_NNNNNN.
+std::string async_dir(const config::Config& cfg, int step) {
+    return (std::filesystem::path(*cfg.checkpoint.dir) / train::checkpoint_name(step)).string();
+}
+
+// "; " and the newest checkpoint, or that none is written.
+std::string newest_or_none(const config::Config& cfg) {
+    return "; " + (cfg.checkpoint.dir ? newest_checkpoint(cfg)
+                                      : std::string("no checkpoint (checkpoint.dir is not set)"));
+}
+
+// A failed save (or commit) of `step`, as checkpoint.on_error says: "" where training goes
+// on (said by rank 0), which only a save with a later one to come may; the last step's, or a
+// preemption's (`last`), ends the run with the error like `stop`.
+std::string failed_save(const config::Config& cfg, const train::CheckpointError& e, int step,
+                        bool last, bool leader) {
+    const bool go_on = cfg.checkpoint.on_error == config::OnError::continue_ && !last;
+    const std::string text = std::string(e.what()) + "; " + newest_checkpoint(cfg);
+    if (!go_on) throw EveryRankError(text + (last ? "" : " (checkpoint.on_error: stop)"));
+    if (leader) {
+        std::fprintf(stderr,
+                     "trident: warning: %s; training goes on and saves again at step %d "
+                     "(checkpoint.on_error: continue)\n",
+                     text.c_str(), std::min(step + cfg.checkpoint.interval, cfg.training.steps));
+        std::fflush(stderr);
+    }
+    return "";
+}
+
+// The pending asynchronous save committed (collective), after step `step`: its directory, or
+// "" where there is none or it failed and training goes on.
+std::string commit_pending(const config::Config& cfg, train::AsyncCheckpoint& async,
+                           parallel::World& world, int step, bool last, bool leader) {
+    if (!async.pending()) return "";
     try {
-        return train::save_checkpoint(cfg, trainer, grid, world.comm(), step, skipped, data, lora);
+        const std::string dir = async.finish(world.comm());
+        if (leader) std::printf("checkpoint: %s\n", dir.c_str());
+        return dir;
     } catch (const train::CheckpointError& e) {
-        const bool go_on = cfg.checkpoint.on_error == config::OnError::continue_ && !last;
-        const std::string text = std::string(e.what()) + "; " + newest_checkpoint(cfg);
-        if (!go_on) throw EveryRankError(text + (last ? "" : " (checkpoint.on_error: stop)"));
-        if (leader) {
-            std::fprintf(stderr,
-                         "trident: warning: %s; training goes on and saves again at step %d "
-                         "(checkpoint.on_error: continue)\n",
-                         text.c_str(),
-                         std::min(step + cfg.checkpoint.interval, cfg.training.steps));
-            std::fflush(stderr);
+        return failed_save(cfg, e, step, last, leader);
+    }
+}
+
+// Saves the checkpoint of `step`, or with checkpoint.async begins to (but the last step's or
+// a preemption's, `last`, which is written at once), once the previous one is committed.
+// Returns its directory, or "" where the save failed and training goes on.
+std::string save_or_report(const config::Config& cfg, train::Trainer& trainer, parallel::Grid& grid,
+                           parallel::World& world, train::AsyncCheckpoint& async, int step,
+                           int skipped, const std::vector<train::DataFileRecord>& data,
+                           const train::LoraRecord& lora, bool last, bool leader) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto held = [&] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    commit_pending(cfg, async, world, step, last, leader);
+    try {
+        if (cfg.checkpoint.async && !last) {
+            async.start(
+                train::begin_save(cfg, trainer, grid, world.comm(), step, skipped, data, lora));
+            const std::string dir = async_dir(cfg, step);
+            if (leader)
+                std::printf(
+                    "checkpoint: %s being written in the background (training held %.2f s)\n",
+                    dir.c_str(), held());
+            return dir;
         }
-        return "";
+        const std::string dir =
+            train::save_checkpoint(cfg, trainer, grid, world.comm(), step, skipped, data, lora);
+        if (leader) std::printf("checkpoint: %s (training held %.2f s)\n", dir.c_str(), held());
+        return dir;
+    } catch (const train::CheckpointError& e) {
+        return failed_save(cfg, e, step, last, leader);
     }
 }
 
@@ -166,14 +220,25 @@ void record_metrics(const std::function<void()>& write, const std::string& what,
         write();
     } catch (const Error& e) {
         if (cfg.logging.on_error == config::OnError::stop) {
-            failure = std::string("logging.metrics: ") + e.what() + " (logging.on_error: stop)";
+            failure = std::string(e.what()) + " (logging.on_error: stop)";
             return;
         }
         std::fprintf(stderr,
-                     "trident: warning: logging.metrics: %s; %s is not in it, training goes on "
+                     "trident: warning: %s; %s is not in it, training goes on "
                      "(logging.on_error: continue)\n",
                      e.what(), what.c_str());
         std::fflush(stderr);
+    }
+}
+
+// Step `s`; a stop the step guard calls for (the same on every rank) ends the run with its
+// message and the newest checkpoint named.
+train::StepResult step_or_stop(const config::Config& cfg, train::Trainer& trainer, int s,
+                               const train::SampleFn& sample) {
+    try {
+        return trainer.step(s, sample);
+    } catch (const train::TrainingStopped& e) {
+        throw EveryRankError(std::string(e.what()) + newest_or_none(cfg));
     }
 }
 
@@ -286,7 +351,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         print_outputs(cfg);
     }
 
-    train::Trainer trainer(cfg, *ops, &grid);
+    train::Trainer trainer(cfg, *ops, grid);
     const std::string base = initialise_weights(cfg, trainer.model());
     if (leader && cfg.model.init_from) std::printf("weights: %s\n", base.c_str());
     const train::LoraRecord lora = lora_record(cfg, base, leader);
@@ -294,7 +359,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         std::string targets;
         for (const std::string& t : lora.targets) targets += (targets.empty() ? "" : ", ") + t;
         const double trained = static_cast<double>(
-            model::ParamLayout::adapters(trainer.model().shape(), trainer.model().adapters().shape)
+            model::ParamLayout::for_lora(trainer.model().shape(), trainer.model().lora().shape)
                 .total());
         std::printf(
             "lora: rank %d, alpha %g on %s: %s parameters train (%.2f%% of the model's), "
@@ -354,7 +419,8 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     try {
         if (leader)
             log.emplace(cfg.logging.metrics, cfg.logging.interval,
-                        start > 0 ? std::optional<int>(start) : std::nullopt);
+                        start > 0 ? std::optional<int>(start) : std::nullopt,
+                        cfg.logging.tensorboard);
         if (log && !log->note().empty()) std::printf("%s\n", log->note().c_str());
     } catch (const Error& e) {
         log_error = e.what();
@@ -371,6 +437,10 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         setup.valid_data->fill(k, in, tgt);
     };
 
+    std::optional<train::StragglerReport> stragglers;
+    if (t.straggler_factor > 0) stragglers.emplace(t.straggler_factor, grid.shape(), world.comm());
+
+    train::AsyncCheckpoint async;  // gone before the trainer whose share it may be writing
     double first_val = 0, last_val = 0;
     if (setup.valid_data) {
         first_val = last_val = trainer.evaluate(valid_sample, t.eval_sequences);
@@ -395,8 +465,12 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         }
         trainer.trace().set_recording(lg.trace && s + 1 >= lg.trace_from &&
                                       s + 1 < lg.trace_from + lg.trace_steps);
-        const train::StepResult r = trainer.step(s, train_sample);
+        const train::StepResult r = step_or_stop(cfg, trainer, s, train_sample);
         trainer.trace().set_recording(false);
+        if (leader && !r.skip_note.empty()) {
+            std::fprintf(stderr, "trident: warning: %s\n", r.skip_note.c_str());
+            std::fflush(stderr);
+        }
         train::StepMetrics m;
         m.step = s + 1;
         m.steps = t.steps;
@@ -405,6 +479,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         m.grad_norm = r.grad_norm;
         m.loss_scale = r.loss_scale;
         m.skipped = r.skipped;
+        m.skip_reason = r.skip_reason;
         skipped_so_far += r.skipped;
         m.skipped_total = skipped_so_far;
         seconds_so_far += r.seconds;
@@ -432,26 +507,38 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         if (log)
             record_metrics([&] { log->record(m); }, "step " + std::to_string(m.step), cfg,
                            metrics_failure);
-        std::string saved;
-        if (cfg.checkpoint.dir && due(m.step, cfg.checkpoint.interval, t.steps)) {
-            saved = save_or_report(cfg, trainer, grid, world, m.step, skipped_so_far,
+        if (stragglers && s == start) stragglers->begin_after(m.step);
+        if (stragglers && m.step % lg.interval == 0 && s > start)
+            for (const std::string& line : stragglers->report(m.step))
+                if (leader) std::printf("%s\n", line.c_str());
+        if (t.check_replicas > 0 && m.step % t.check_replicas == 0)
+            if (const std::string differ =
+                    train::check_replicas(cfg, trainer, grid, world.comm(), m.step);
+                !differ.empty())
+                throw EveryRankError(differ + "; training stopped" + newest_or_none(cfg));
+        std::string saved;  // this step's checkpoint, saved or begun
+        if (cfg.checkpoint.dir && due(m.step, cfg.checkpoint.interval, t.steps))
+            saved = save_or_report(cfg, trainer, grid, world, async, m.step, skipped_so_far,
                                    setup.data_files, lora, m.step == t.steps, leader);
-            if (leader && !saved.empty()) std::printf("checkpoint: %s\n", saved.c_str());
-        }
         // A signal on any rank, or a failed write of rank 0's metrics, stops every rank here,
-        // after the same step.
-        int32_t stop[2] = {train::preemption_signal(), metrics_failure.empty() ? 0 : 1};
-        world.comm().all_reduce(stop, 2, parallel::ReduceOp::max);
+        // after the same step; an asynchronous save every rank has written is committed.
+        int32_t stop[3] = {train::preemption_signal(), metrics_failure.empty() ? 0 : 1,
+                           async.writing() ? 1 : 0};
+        world.comm().all_reduce(stop, 3, parallel::ReduceOp::max);
         if (stop[1] != 0)
             throw EveryRankError(leader ? metrics_failure + "; " +
                                               (cfg.checkpoint.dir ? newest_checkpoint(cfg)
                                                                   : "checkpoint.dir is not set")
                                         : "the metrics file could not be written");
+        if (stop[2] == 0 && async.pending())
+            commit_pending(cfg, async, world, m.step, false, leader);
         const int32_t signal = stop[0];
         if (signal != 0) {
             if (cfg.checkpoint.dir && saved.empty())
-                saved = save_or_report(cfg, trainer, grid, world, m.step, skipped_so_far,
+                saved = save_or_report(cfg, trainer, grid, world, async, m.step, skipped_so_far,
                                        setup.data_files, lora, true, leader);
+            else if (async.pending())
+                saved = commit_pending(cfg, async, world, m.step, true, leader);
             if (leader) {
                 std::printf("trident: preempted by %s (%d) after step %d of %d; %s\n",
                             signal_name(signal), signal, m.step, t.steps,

@@ -25,9 +25,6 @@ std::string to_yaml(const Config& cfg) {
     return out;
 }
 
-const char* to_string(Schedule v) {
-    return detail::enum_name(v);
-}
 const char* to_string(ContextMode v) {
     return detail::enum_name(v);
 }

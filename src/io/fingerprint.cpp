@@ -8,9 +8,9 @@
 #include <cerrno>
 #include <vector>
 
-#include "error.h"
 #include "io/output_file.h"
 #include "io/sha256.h"
+#include "kernels/error.h"
 
 namespace trident::io {
 

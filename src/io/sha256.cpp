@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "error.h"
+#include "kernels/error.h"
 
 namespace trident::io {
 

@@ -105,7 +105,7 @@ std::string render_text(const Plan& plan) {
     if (p.context > 1)
         out += format(" | context %s, %d tokens per rank", config::to_string(p.context_mode),
                       m.seq_len / p.context);
-    out += format(" | schedule %s", config::to_string(p.schedule));
+    out += format(" | schedule %s", pipeline::to_string(p.schedule));
     if (p.virtual_stages > 1) out += format(", %d chunks per stage", p.virtual_stages);
     out += format(" | sequence parallel %s\n", p.sequence_parallel ? "on" : "off");
     out += format("step: %s (%lld tokens) | micro batch %d | %s per replica | recompute %s\n",
@@ -204,7 +204,7 @@ std::string render_text(const Plan& plan) {
         "(formula %.4g of ideal) | data comm %.1f%% | optimizer %.1f%%\n",
         percent(st.compute, st.step), percent(st.tensor_comm, st.step),
         percent(st.pipeline_comm, st.step), percent(st.bubble, st.step),
-        pipeline::bubble_formula(schedule_kind(cfg), p.pipeline, p.virtual_stages,
+        pipeline::bubble_formula(cfg.parallel.schedule, p.pipeline, p.virtual_stages,
                                  static_cast<int>(d.grad_accum_steps)),
         percent(st.data_comm, st.step), percent(st.optimizer, st.step));
     return out;
@@ -237,7 +237,7 @@ std::string render_json(const Plan& plan) {
         .add("tensor", p.tensor)
         .add("data", p.data)
         .add("virtual_stages", p.virtual_stages)
-        .add("schedule", config::to_string(p.schedule))
+        .add("schedule", pipeline::to_string(p.schedule))
         .add("sequence_parallel", p.sequence_parallel)
         .add("zero_stage", in.zero_stage)
         .add("micro_batch", cfg.training.micro_batch)

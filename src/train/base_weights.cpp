@@ -5,12 +5,12 @@
 #include <filesystem>
 #include <fstream>
 
-#include "error.h"
+#include "config/model_shape.h"
 #include "io/output_file.h"
 #include "io/sha256.h"
+#include "kernels/error.h"
 #include "model/hf_gpt2.h"
 #include "train/checkpoint.h"
-#include "train/model_shape.h"
 
 namespace trident::train {
 

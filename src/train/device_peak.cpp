@@ -42,7 +42,7 @@ private:
 
     kernels::Ops& ops_;
     int n_;
-    model::DeviceBuffer a_, b_, out_;
+    kernels::DeviceBuffer a_, b_, out_;
 };
 
 }  // namespace

@@ -7,9 +7,22 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "model/gpt.h"
+#include "parallel/grid.h"
 
 namespace trident::train {
+
+// The whole model in this process, with micro batch 1 and no dropout: what generation runs.
+class GenerationModel {
+public:
+    GenerationModel(kernels::Ops& ops, const model::GptShape& shape);
+    model::Gpt& gpt() { return gpt_; }
+
+private:
+    parallel::Grid solo_;
+    model::Gpt gpt_;
+};
 
 // The defaults (temperature 0.8 among the 40 likeliest) give a small model's samples far better
 // text than temperature 1 over every token, whose rare tokens add up to much of the mass.

@@ -1,4 +1,4 @@
-// Metrics to stdout and JSON lines (see metrics.h).
+// Metrics to stdout, JSON lines and TensorBoard (see metrics.h).
 #include "train/metrics.h"
 
 #include <algorithm>
@@ -7,9 +7,9 @@
 #include <fstream>
 #include <iterator>
 
-#include "error.h"
 #include "io/json_line.h"
 #include "io/json_reader.h"
+#include "kernels/error.h"
 
 namespace trident::train {
 
@@ -60,8 +60,13 @@ uint64_t bytes_to_keep(const std::string& path, int step, std::string& note) {
 }  // namespace
 
 MetricsLog::MetricsLog(const std::optional<std::string>& path, int interval,
-                       std::optional<int> resumed_at)
+                       std::optional<int> resumed_at, const std::optional<std::string>& tensorboard)
     : interval_(interval) {
+    try {
+        if (tensorboard) events_ = std::make_unique<io::EventWriter>(*tensorboard);
+    } catch (const std::exception& e) {
+        throw Error(std::string("logging.tensorboard: ") + e.what());
+    }
     if (!path) return;
     const std::filesystem::path p(*path);
     const uint64_t keep = resumed_at ? bytes_to_keep(*path, *resumed_at, note_) : 0;
@@ -79,31 +84,54 @@ void MetricsLog::record_validation(int step, double val_loss) {
     if (!file_) return;
     io::JsonLine line;
     line.add("step", step).add("val_loss", val_loss);
-    write_line(line.str());
+    try {
+        file_->write_record(line.str() + "\n");
+    } catch (const Error& e) {
+        throw Error(std::string("logging.metrics: ") + e.what());
+    }
 }
 
 void MetricsLog::record(const StepMetrics& m) {
-    if (m.step % interval_ == 0 || m.step == m.steps || m.val_loss) {
-        std::printf(
-            "step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | %.3f TFLOP/s | "
-            "MFU %.1f%%%s | %.0f ms | ETA %s",
-            m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.tflops, 100.0 * m.mfu,
-            m.mfu > 1.0 ? " (above 100%: the peak is unreliable)" : "", m.step_ms,
-            human_duration(m.eta_s).c_str());
-        if (m.loss_scale != 1) std::printf(" | scale %g", m.loss_scale);
-        if (m.skipped_total > 0)
-            std::printf(" | %s (%d so far)", m.skipped ? "skipped" : "applied", m.skipped_total);
-        if (m.val_loss) std::printf(" | val_loss %.4f", *m.val_loss);
-        std::printf("\n");
-        if (m.mfu > 1.0 && !warned_mfu_) {
-            warned_mfu_ = true;
-            std::printf(
-                "note: an MFU above 100%% means the peak measured at start-up is below what "
-                "the run reaches (a busy machine); set hardware.peak_flops to this machine's "
-                "peak FLOP/s per process\n");
-        }
+    print(m);
+    // Both files are tried; the first failure is the one reported.
+    std::string failure;
+    try {
+        if (file_) write_json(m);
+    } catch (const Error& e) {
+        failure = std::string("logging.metrics: ") + e.what();
     }
-    if (!file_) return;
+    try {
+        if (events_) events_->scalars(m.step, tensorboard_scalars(m));
+    } catch (const Error& e) {
+        if (failure.empty()) failure = std::string("logging.tensorboard: ") + e.what();
+    }
+    if (!failure.empty()) throw Error(failure);
+}
+
+void MetricsLog::print(const StepMetrics& m) {
+    if (m.step % interval_ != 0 && m.step != m.steps && !m.val_loss) return;
+    std::printf(
+        "step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | %.3f TFLOP/s | "
+        "MFU %.1f%%%s | %.0f ms | ETA %s",
+        m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.tflops, 100.0 * m.mfu,
+        m.mfu > 1.0 ? " (above 100%: the peak is unreliable)" : "", m.step_ms,
+        human_duration(m.eta_s).c_str());
+    if (m.loss_scale != 1) std::printf(" | scale %g", m.loss_scale);
+    if (m.skipped_total > 0)
+        std::printf(" | %s (%d so far)",
+                    m.skipped ? ("skipped: " + m.skip_reason).c_str() : "applied", m.skipped_total);
+    if (m.val_loss) std::printf(" | val_loss %.4f", *m.val_loss);
+    std::printf("\n");
+    if (m.mfu > 1.0 && !warned_mfu_) {
+        warned_mfu_ = true;
+        std::printf(
+            "note: an MFU above 100%% means the peak measured at start-up is below what the run "
+            "reaches (a busy machine); set hardware.peak_flops to this machine's peak FLOP/s per "
+            "process\n");
+    }
+}
+
+void MetricsLog::write_json(const StepMetrics& m) {
     io::JsonLine line;
     line.add("step", m.step)
         .add("loss", m.loss)
@@ -117,6 +145,7 @@ void MetricsLog::record(const StepMetrics& m) {
         .add("loss_scale", m.loss_scale)
         .add("skipped", m.skipped)
         .add("skipped_total", m.skipped_total);
+    if (m.skipped) line.add("skip_reason", m.skip_reason);
     if (m.val_loss) line.add("val_loss", *m.val_loss);
     line.add("activation_sets", m.activation_sets);
     using parallel::CommKind;
@@ -138,20 +167,30 @@ void MetricsLog::record(const StepMetrics& m) {
         .add("mem_optimizer_bytes", m.mem_optimizer)
         .add("mem_activations_bytes", m.mem_activations)
         .add("mem_peak_bytes", m.mem_peak);
-    write_line(line.str());
+    file_->write_record(line.str() + "\n");
 }
 
-void MetricsLog::write_line(const std::string& line) {
-    const uint64_t whole = file_->size();
-    try {
-        file_->write(line + "\n");  // one write: the line is whole or cut back below
-    } catch (const Error&) {
-        try {
-            file_->truncate(whole);
-        } catch (const Error&) {  // the first failure is the one to report
-        }
-        throw;
-    }
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const StepMetrics& m) {
+    // Megatron-LM's tags, where it logs the figure.
+    std::vector<std::pair<std::string, double>> s = {
+        {"lm loss", m.loss},
+        {"learning-rate", m.lr},
+        {"grad-norm", m.grad_norm},
+        {"loss-scale", m.loss_scale},
+        {"throughput/tokens_per_s", m.tokens_per_s},
+        {"throughput/tflops_per_gpu", m.tflops},
+        {"throughput/mfu", m.mfu},
+        {"iteration-time", m.step_ms / 1e3},
+        {"memory/peak_bytes", static_cast<double>(m.mem_peak)},
+        {"memory/params_bytes", static_cast<double>(m.mem_params)},
+        {"memory/grads_bytes", static_cast<double>(m.mem_grads)},
+        {"memory/optimizer_bytes", static_cast<double>(m.mem_optimizer)},
+        {"memory/activations_bytes", static_cast<double>(m.mem_activations)},
+        {"skipped-iterations", m.skipped ? 1.0 : 0.0},
+        {"skipped-iterations-total", static_cast<double>(m.skipped_total)},
+    };
+    if (m.val_loss) s.emplace_back("lm loss validation", *m.val_loss);
+    return s;
 }
 
 std::string human_count(double n) {
@@ -165,11 +204,6 @@ std::string human_count(double n) {
     else
         std::snprintf(buf, sizeof buf, "%.0f", n);
     return buf;
-}
-
-std::string counted(int64_t n, const std::string& noun) {
-    const bool sibilant = noun.ends_with("ch") || noun.ends_with("s") || noun.ends_with("x");
-    return std::to_string(n) + " " + noun + (n == 1 ? "" : sibilant ? "es" : "s");
 }
 
 std::string human_duration(double seconds) {
@@ -196,6 +230,11 @@ std::string human_bytes(double bytes) {
     else
         std::snprintf(buf, sizeof buf, "%.0f B", bytes);
     return buf;
+}
+
+std::string counted(int64_t n, const std::string& noun) {
+    const bool sibilant = noun.ends_with("ch") || noun.ends_with("s") || noun.ends_with("x");
+    return std::to_string(n) + " " + noun + (n == 1 ? "" : sibilant ? "es" : "s");
 }
 
 }  // namespace trident::train
