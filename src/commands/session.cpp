@@ -215,6 +215,20 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Pea
     std::printf("peak: %.1f GFLOP/s (%s)\n", peak.flops / 1e9, peak.source.c_str());
 }
 
+void print_outputs(const config::Config& cfg) {
+    const auto& ck = cfg.checkpoint;
+    const auto& lg = cfg.logging;
+    std::string checkpoints = "none (checkpoint.dir is not set)";
+    if (ck.dir)
+        checkpoints =
+            *ck.dir +
+            (ck.interval > 0 ? " every " + std::to_string(ck.interval) + " steps and at the end"
+                             : " at the end") +
+            ", newest " + std::to_string(ck.keep) + " kept";
+    std::printf("output: checkpoints %s | metrics %s | trace %s\n", checkpoints.c_str(),
+                lg.metrics ? lg.metrics->c_str() : "none", lg.trace ? lg.trace->c_str() : "none");
+}
+
 std::string initialise_weights(const config::Config& cfg, model::Gpt& model) {
     std::string read;
     if (cfg.model.init_from) {

@@ -71,6 +71,9 @@ Peak peak_flops(const config::Config& cfg, const Device& device, kernels::Ops& o
 // What loading the config accepted with a warning (a deprecated key), on stderr.
 void print_warnings(const config::Config& cfg);
 
+// Prints where a training run's output goes: checkpoints, metrics, trace.
+void print_outputs(const config::Config& cfg);
+
 // Prints the model, layout and batch figures of the run.
 void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Peak& peak);
 

@@ -48,6 +48,24 @@ std::string read_file(const std::string& path) {
     return {std::istreambuf_iterator<char>(in), {}};
 }
 
+// The documents of the files: each file whole, or its records between `separator`s (empty
+// records dropped).
+std::vector<std::string_view> split_documents(const std::vector<std::string>& files,
+                                              const std::string& separator) {
+    std::vector<std::string_view> documents;
+    for (const std::string& text : files) {
+        std::string_view rest = text;
+        while (!separator.empty() && !rest.empty()) {
+            const std::size_t at = rest.find(separator);
+            if (at == std::string_view::npos) break;
+            if (at > 0) documents.push_back(rest.substr(0, at));
+            rest.remove_prefix(at + separator.size());
+        }
+        if (!rest.empty() || separator.empty()) documents.push_back(rest);
+    }
+    return documents;
+}
+
 // A piece of one document, encoded by one thread.
 struct Chunk {
     std::size_t document;
@@ -202,23 +220,11 @@ int tokenize(const TokenizeOptions& opts) {
     Output output(opts);
     refuse_other_format(output.first_bin(), opts.format);
 
-    // Documents: whole files, or their records.
     std::vector<std::string> files;
-    std::vector<std::string_view> documents;
-    const std::string separator = unescape(opts.split_on);
     for (const std::string& path : opts.inputs) files.push_back(read_file(path));
     std::size_t total_bytes = 0;
-    for (const std::string& text : files) {
-        total_bytes += text.size();
-        std::string_view rest = text;
-        while (!separator.empty() && !rest.empty()) {
-            const std::size_t at = rest.find(separator);
-            if (at == std::string_view::npos) break;
-            if (at > 0) documents.push_back(rest.substr(0, at));
-            rest.remove_prefix(at + separator.size());
-        }
-        if (!rest.empty() || separator.empty()) documents.push_back(rest);
-    }
+    for (const std::string& text : files) total_bytes += text.size();
+    const std::vector<std::string_view> documents = split_documents(files, unescape(opts.split_on));
 
     const int threads =
         opts.threads > 0 ? opts.threads : std::max(1u, std::thread::hardware_concurrency());

@@ -110,21 +110,6 @@ void print_sample(const config::Config& cfg, train::Trainer& trained, kernels::O
                 generate_text(whole.gpt(), *tokenizer, cfg.logging.sample_prompt, opts).c_str());
 }
 
-// Where the run's output goes, said at start: checkpoints, metrics, trace.
-void print_outputs(const config::Config& cfg) {
-    const auto& ck = cfg.checkpoint;
-    const auto& lg = cfg.logging;
-    std::string checkpoints = "none (checkpoint.dir is not set)";
-    if (ck.dir)
-        checkpoints =
-            *ck.dir +
-            (ck.interval > 0 ? " every " + std::to_string(ck.interval) + " steps and at the end"
-                             : " at the end") +
-            ", newest " + std::to_string(ck.keep) + " kept";
-    std::printf("output: checkpoints %s | metrics %s | trace %s\n", checkpoints.c_str(),
-                lg.metrics ? lg.metrics->c_str() : "none", lg.trace ? lg.trace->c_str() : "none");
-}
-
 bool due(int step, int interval, int steps) {
     return step == steps || (interval > 0 && step % interval == 0);
 }
