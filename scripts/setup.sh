@@ -36,6 +36,17 @@ if ((${#missing[@]})); then
   fi
 fi
 
+# A build/ configured for another path (the clone was moved or copied) makes CMake refuse
+# ("CMakeCache.txt directory ... is different"): its cache is removed and the build
+# configured afresh.
+cache="$root/build/CMakeCache.txt"
+if [[ -f "$cache" ]]; then
+  configured=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$cache")
+  if [[ -n "$configured" && ! "$configured" -ef "$root" ]]; then
+    echo "setup: build/ was configured for $configured, not $root: configuring it afresh"
+    rm -rf "$cache" "$root/build/CMakeFiles"
+  fi
+fi
 cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$root/build" -j "$(nproc)"
 "$root/scripts/fetch_gpt2_tokenizer.sh"

@@ -264,7 +264,9 @@ TEST_CASE("checkpoint: export writes the model that loads back with the same los
     model::load_hf_gpt2(ws.path("w.safetensors"), whole, weights.data());
     REQUIRE(weights == loaded.params);  // the fp32 master weights, exactly
     imported.model().load_full_params(weights);
-    REQUIRE(imported.evaluate(kRandomTokens, 2) == restored.evaluate(kRandomTokens, 2));
+    const int sequences = 2 * cfg.training.micro_batch;
+    REQUIRE(imported.evaluate(kRandomTokens, sequences) ==
+            restored.evaluate(kRandomTokens, sequences));
 
     // And through the binary: model.init_from takes it.
     checked(ws.train("--set model.init_from=" + ws.path("w.safetensors")));

@@ -96,6 +96,57 @@ TEST_CASE("config: defaults that follow other keys, as Megatron-LM and GPT-2 der
     CHECK_FALSE(parse(kMinimal, "x.yaml", {"training.tf32=false"}).training.tf32);
 }
 
+TEST_CASE("config: each run's metrics go beside its checkpoints unless set", "[config]") {
+    CHECK_FALSE(parse(kMinimal, "x.yaml").logging.metrics);  // no checkpoint.dir: none
+    CHECK(parse(kMinimal + "checkpoint: {dir: runs/a}\n", "x.yaml").logging.metrics ==
+          "runs/a/metrics.jsonl");
+    CHECK(parse(kMinimal + "checkpoint: {dir: runs/a}\n", "x.yaml", {"checkpoint.dir=runs/b"})
+              .logging.metrics == "runs/b/metrics.jsonl");
+    // Given, in the file or by an override, it stays: a path, or null for none.
+    CHECK(parse(kMinimal + "checkpoint: {dir: runs/a}\nlogging: {metrics: m.jsonl}\n", "x.yaml")
+              .logging.metrics == "m.jsonl");
+    CHECK_FALSE(parse(kMinimal + "checkpoint: {dir: runs/a}\n", "x.yaml", {"logging.metrics=null"})
+                    .logging.metrics);
+}
+
+TEST_CASE("config: the evaluation set is counted in sequences, whatever the layout", "[config]") {
+    // One global batch unless given; a multiple of micro_batch x data.
+    CHECK(parse(kMinimal + "training: {micro_batch: 2, global_batch: 12}\n", "x.yaml")
+              .training.eval_sequences == 12);
+    CHECK(parse(kMinimal, "x.yaml", {"training.eval_sequences=64"}).training.eval_sequences == 64);
+    const std::string bad = error_of(kMinimal + "training: {micro_batch: 4, eval_sequences: 10}\n");
+    CHECK(starts_with(bad, "x.yaml:"));
+    CHECK(bad.find("training.eval_sequences (10) must be a multiple of micro_batch × "
+                   "parallel.data = 4 × 1 = 4") != std::string::npos);
+    CHECK(bad.find("a multiple of training.global_batch suits every layout") != std::string::npos);
+
+    // The old key counted microbatches of the same samples 0, 1, ...: read as their sequences,
+    // with a warning that names the line and what to write; never written back.
+    const Config old =
+        parse(kMinimal + "training:\n  micro_batch: 16\n  eval_batches: 4\n", "x.yaml");
+    CHECK(old.training.eval_sequences == 64);
+    CHECK(old.training.eval_batches == 0);
+    REQUIRE(old.warnings.size() == 1);
+    CHECK(old.warnings[0] ==
+          "x.yaml:5: training.eval_batches is deprecated (it counted microbatches): read as "
+          "training.eval_sequences = 4 x micro_batch 16 = 64; write that instead");
+    CHECK(to_yaml(old).find("eval_batches") == std::string::npos);
+    CHECK(parse(kMinimal, "x.yaml").warnings.empty());
+    CHECK(error_of(kMinimal + "training: {eval_batches: 2, eval_sequences: 8}\n")
+              .find("training.eval_batches: replaced by training.eval_sequences, which is given "
+                    "too") != std::string::npos);
+    CHECK(error_of(kMinimal, {"training.eval_batches=0"}) ==
+          "--set training.eval_batches=0: training.eval_batches: must be >= 1, got 0");
+}
+
+TEST_CASE("config: hardware.peak_flops sets the peak MFU is against", "[config]") {
+    CHECK(parse(kMinimal, "x.yaml").hardware.peak_flops == 0);  // measured
+    CHECK(parse(kMinimal + "hardware: {peak_flops: 1.5e11}\n", "x.yaml").hardware.peak_flops ==
+          1.5e11);
+    CHECK(error_of(kMinimal, {"hardware.peak_flops=-1"}) ==
+          "--set hardware.peak_flops=-1: hardware.peak_flops: must be >= 0, got -1");
+}
+
 TEST_CASE("config: values of every type are read", "[config]") {
     const Config cfg = parse(R"(
 model: {vocab_size: 256, seq_len: 64, layers: 2, hidden: 64, heads: 4, ffn_hidden: 256,
@@ -411,7 +462,7 @@ TEST_CASE("config: to_yaml writes every key and reads back to the same config", 
 
     const std::string yaml = to_yaml(original);
     INFO(yaml);
-    for (const char* key : {"vocab_size:", "init_from:", "sequence_parallel:", "eval_batches:",
+    for (const char* key : {"vocab_size:", "init_from:", "sequence_parallel:", "eval_sequences:",
                             "tf32: false", "lora:", "shuffle:", "keep:", "trace:", "device:"})
         CHECK(yaml.find(key) != std::string::npos);
 

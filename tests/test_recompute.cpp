@@ -58,7 +58,7 @@ Run train_with(const std::string& recompute, const std::string& precision) {
         run.losses.push_back(trainer.step(s, kRandomTokens).loss);
         run.params.push_back(trainer.model().params_to_host());
     }
-    run.eval_loss = trainer.evaluate(kRandomTokens, 2);
+    run.eval_loss = trainer.evaluate(kRandomTokens, 2 * cfg.training.micro_batch);
     return run;
 }
 

@@ -1,6 +1,7 @@
 // `trident generate`: prints a continuation of a prompt from trained weights (a Hugging Face
 // GPT-2 safetensors file, with low-rank adapters merged in if given, or a checkpoint).
 #include <cstdio>
+#include <filesystem>
 
 #include "commands/commands.h"
 #include "commands/session.h"
@@ -9,11 +10,32 @@
 #include "kernels/error.h"
 #include "kernels/ops.h"
 #include "model/gpt.h"
+#include "model/hf_config.h"
 #include "model/hf_gpt2.h"
 #include "model/lora.h"
 #include "train/checkpoint.h"
+#include "train/metrics.h"
 
 namespace trident::commands {
+
+namespace {
+
+// --head-dim, else n_embd / n_head of the config.json beside --weights, else GPT-2's 64.
+int head_dim_of(const GenerateOptions& opts) {
+    const std::string config = model::hf_config_path(opts.weights);
+    if (!std::filesystem::exists(config)) return opts.head_dim > 0 ? opts.head_dim : 64;
+    const model::HfWidths widths = model::read_hf_gpt2_widths(config);
+    if (widths.hidden % widths.heads != 0)
+        throw Error(config + ": n_embd " + std::to_string(widths.hidden) +
+                    " is not a multiple of n_head " + std::to_string(widths.heads));
+    const int head_dim = widths.hidden / widths.heads;
+    if (opts.head_dim > 0 && opts.head_dim != head_dim)
+        throw Error("--head-dim " + std::to_string(opts.head_dim) + " disagrees with " + config +
+                    " (n_embd / n_head = " + std::to_string(head_dim) + "); leave it out");
+    return head_dim;
+}
+
+}  // namespace
 
 int generate(const GenerateOptions& opts) {
     if (opts.weights.empty() == opts.checkpoint.empty())
@@ -29,7 +51,7 @@ int generate(const GenerateOptions& opts) {
         shape = config::gpt_shape(loaded.cfg);
         params = std::move(loaded.params);
     } else {
-        shape = model::infer_hf_gpt2_shape(opts.weights, opts.head_dim);
+        shape = model::infer_hf_gpt2_shape(opts.weights, head_dim_of(opts));
         params.assign(model::ParamLayout(shape).total(), 0.0f);
         model::load_hf_gpt2(opts.weights, model::ParamLayout(shape), params.data());
         if (!opts.lora.empty()) {
@@ -44,6 +66,14 @@ int generate(const GenerateOptions& opts) {
     train::GenerationModel whole(*ops, shape);
     whole.gpt().load_params(params);
     const auto tokenizer = data::tokenizer_for_vocab(shape.vocab);
+    const train::SamplingOptions& o = opts.sampling;
+    const std::string tokens = train::counted(o.tokens, "token");
+    if (o.temperature == 0)
+        std::fprintf(stderr, "generate: %s, greedy (temperature 0)\n", tokens.c_str());
+    else
+        std::fprintf(stderr, "generate: %s, temperature %g, top-k %d%s, seed %llu\n",
+                     tokens.c_str(), o.temperature, o.top_k, o.top_k == 0 ? " (all)" : "",
+                     static_cast<unsigned long long>(o.seed));
     std::printf("%s\n", generate_text(whole.gpt(), *tokenizer, opts.prompt, opts.sampling).c_str());
     return 0;
 }

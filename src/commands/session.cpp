@@ -2,6 +2,7 @@
 #include "commands/session.h"
 
 #include <cstdio>
+#include <filesystem>
 #include <new>
 #include <string>
 #include <vector>
@@ -79,7 +80,12 @@ Device choose_device(const config::Config& cfg, parallel::World& world, bool ann
         if (cfg.device == config::DeviceKind::cuda)
             throw Error("device: cuda, but " + where +
                         "; check CUDA_VISIBLE_DEVICES and the driver, or use device: auto or cpu");
-        if (announce) std::printf("device: cpu (auto: %s)\n", where.c_str());
+        // Without an NVIDIA driver, CUDA's reason ("driver version is insufficient") is no
+        // fault: the machine simply has no GPU. With one loaded, the reason matters.
+        if (announce && std::filesystem::exists("/proc/driver/nvidia/version"))
+            std::printf("device: cpu (auto: an NVIDIA driver is loaded, but %s)\n", where.c_str());
+        else if (announce)
+            std::printf("device: cpu (no GPU: CPU backend)\n");
         return device;
     }
     const parallel::GpuBinding binding = parallel::bind_gpu(world);
@@ -91,7 +97,7 @@ Device choose_device(const config::Config& cfg, parallel::World& world, bool ann
     }
 #else
     (void)world;
-    if (announce) std::printf("device: cpu (auto: this build has no GPU backend)\n");
+    if (announce) std::printf("device: cpu (this build has no GPU backend: CPU backend)\n");
 #endif
     return device;
 }
@@ -151,12 +157,27 @@ std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Devi
 #endif
 }
 
-Peak peak_flops(const Device& device, kernels::Ops& ops) {
+Peak peak_flops(const config::Config& cfg, const Device& device, kernels::Ops& ops,
+                parallel::Comm& world) {
+    if (cfg.hardware.peak_flops > 0)
+        return {cfg.hardware.peak_flops, "hardware.peak_flops; MFU is against this"};
     if (device.gpu) {
         const double datasheet = train::datasheet_peak_flops(device.name);
         if (datasheet > 0) return {datasheet, "dense bf16, datasheet; MFU is against this"};
     }
-    return {train::measure_gemm_flops(ops), "fp32 GEMM measured at start-up; MFU is against this"};
+    // Ranks that share a machine measure at once: the most any one reached is the closest to
+    // what a rank can do (and every rank takes the same figure).
+    double measured = train::measure_gemm_flops(ops);
+    world.all_reduce(&measured, 1, parallel::ReduceOp::max);
+    return {measured,
+            "fp32 GEMM measured at start-up, best of several; MFU is against this "
+            "(hardware.peak_flops sets it)"};
+}
+
+void print_warnings(const config::Config& cfg) {
+    for (const std::string& w : cfg.warnings)
+        std::fprintf(stderr, "trident: warning: %s\n", w.c_str());
+    std::fflush(stderr);
 }
 
 void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Peak& peak) {
@@ -168,11 +189,10 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Pea
         "vocab %d (padded %d)\n",
         train::human_count(static_cast<double>(d.parameters)).c_str(), m.layers, m.hidden, m.heads,
         m.ffn_hidden, m.seq_len, m.vocab_size, d.padded_vocab);
-    std::printf(
-        "layout: %d x %d x %d x %d (pipeline x tensor x context x data) | backend %s | "
-        "precision %s\n",
-        cfg.parallel.pipeline, cfg.parallel.tensor, cfg.parallel.context, cfg.parallel.data,
-        ops.name(), kernels::name_of(t.precision));
+    const auto& p = cfg.parallel;
+    std::printf("layout: %s | backend %s | precision %s\n",
+                config::layout_text(p.pipeline, p.tensor, p.context, p.data).c_str(), ops.name(),
+                kernels::name_of(t.precision));
     if (cfg.parallel.context > 1)
         std::printf(
             "context: %d tokens of each sequence per rank (chunks i and %d - i of %d), "
@@ -186,11 +206,27 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Pea
                     config::to_string(cfg.parallel.stage_layers).c_str());
     }
     std::printf(
-        "batch: %d sequences = %lld tokens per step | micro batch %d | %d accumulation "
-        "steps | %s FLOP per step\n",
-        t.global_batch, static_cast<long long>(d.tokens_per_step), t.micro_batch,
-        d.grad_accum_steps, train::human_count(d.flops_per_step).c_str());
+        "batch: %s = %lld tokens per step | micro batch %d | %s per replica | %s FLOP per "
+        "step\n",
+        train::counted(t.global_batch, "sequence").c_str(),
+        static_cast<long long>(d.tokens_per_step), t.micro_batch,
+        train::counted(d.grad_accum_steps, "microbatch").c_str(),
+        train::human_count(d.flops_per_step).c_str());
     std::printf("peak: %.1f GFLOP/s (%s)\n", peak.flops / 1e9, peak.source.c_str());
+}
+
+void print_outputs(const config::Config& cfg) {
+    const auto& ck = cfg.checkpoint;
+    const auto& lg = cfg.logging;
+    std::string checkpoints = "none (checkpoint.dir is not set)";
+    if (ck.dir)
+        checkpoints =
+            *ck.dir +
+            (ck.interval > 0 ? " every " + std::to_string(ck.interval) + " steps and at the end"
+                             : " at the end") +
+            ", newest " + std::to_string(ck.keep) + " kept";
+    std::printf("output: checkpoints %s | metrics %s | trace %s\n", checkpoints.c_str(),
+                lg.metrics ? lg.metrics->c_str() : "none", lg.trace ? lg.trace->c_str() : "none");
 }
 
 std::string initialise_weights(const config::Config& cfg, model::Gpt& model) {

@@ -62,9 +62,17 @@ struct Peak {
     double flops = 0;
     std::string source;
 };
-// A GPU's dense bf16 datasheet rate when it is listed, else the backend's fp32 GEMM rate
-// measured now (train/device_peak.h).
-Peak peak_flops(const Device& device, kernels::Ops& ops);
+// hardware.peak_flops when set, else a GPU's dense bf16 datasheet rate when it is listed,
+// else the backend's fp32 GEMM rate measured now (train/device_peak.h), the most any rank of
+// `world` measured. Collective over `world` when measured.
+Peak peak_flops(const config::Config& cfg, const Device& device, kernels::Ops& ops,
+                parallel::Comm& world);
+
+// What loading the config accepted with a warning (a deprecated key), on stderr.
+void print_warnings(const config::Config& cfg);
+
+// Prints where a training run's output goes: checkpoints, metrics, trace.
+void print_outputs(const config::Config& cfg);
 
 // Prints the model, layout and batch figures of the run.
 void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Peak& peak);

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 
@@ -104,8 +105,6 @@ void print_sample(const config::Config& cfg, train::Trainer& trained, kernels::O
     const auto tokenizer = data::tokenizer_for_vocab(cfg.model.vocab_size);
     train::SamplingOptions opts;
     opts.tokens = cfg.logging.sample_tokens;
-    opts.temperature = 0.8;
-    opts.top_k = 40;
     opts.seed = cfg.training.seed;
     std::printf("sample (temperature %.1f, top-k %d):\n%s\n", opts.temperature, opts.top_k,
                 generate_text(whole.gpt(), *tokenizer, cfg.logging.sample_prompt, opts).c_str());
@@ -197,21 +196,22 @@ std::string save_or_report(const config::Config& cfg, train::Trainer& trainer, p
     }
 }
 
-// Rank 0's record of one step in the metrics file; a failed write ends the run after this
-// step (logging.on_error: stop, the message kept for then) or is reported and passed over.
-void record_metrics(train::MetricsLog& log, const train::StepMetrics& m, const config::Config& cfg,
-                    std::string& failure) {
+// Rank 0's write of a record (`what`: "step 5") to the metrics file; a failed write ends the
+// run after this step (logging.on_error: stop, the message kept for then) or is reported and
+// passed over.
+void record_metrics(const std::function<void()>& write, const std::string& what,
+                    const config::Config& cfg, std::string& failure) {
     try {
-        log.record(m);
+        write();
     } catch (const Error& e) {
         if (cfg.logging.on_error == config::OnError::stop) {
             failure = std::string(e.what()) + " (logging.on_error: stop)";
             return;
         }
         std::fprintf(stderr,
-                     "trident: warning: %s; step %d is not in it, training goes "
-                     "on (logging.on_error: continue)\n",
-                     e.what(), m.step);
+                     "trident: warning: %s; %s is not in it, training goes on "
+                     "(logging.on_error: continue)\n",
+                     e.what(), what.c_str());
         std::fflush(stderr);
     }
 }
@@ -285,9 +285,19 @@ train::LoraRecord lora_record(const config::Config& cfg, const std::string& base
     record.rank = lora.rank;
     for (const config::LoraTarget t : lora.targets) record.targets.push_back(config::to_string(t));
     record.alpha = lora.alpha;
-    if (leader) {
-        record.base = std::filesystem::absolute(base).lexically_normal().string();
-        record.base_sha256 = train::base_weights_sha256(base);
+    if (!leader) return record;
+    record.base = std::filesystem::absolute(base).lexically_normal().string();
+    record.base_sha256 = train::base_weights_sha256(base);
+    // A checkpoint the adapters' checkpoints need is kept from its own run's rotation.
+    if (cfg.checkpoint.dir && std::filesystem::is_directory(base)) {
+        try {
+            train::pin_base(base, *cfg.checkpoint.dir);
+        } catch (const Error& e) {
+            std::fprintf(stderr,
+                         "trident: warning: cannot pin %s as these adapters' base (%s): its "
+                         "run's checkpoint.keep may remove it\n",
+                         base.c_str(), e.what());
+        }
     }
     return record;
 }
@@ -299,7 +309,8 @@ void check_base(const train::CheckpointShare& ck, const train::LoraRecord& now,
     std::string error;
     if (leader && ck.manifest.lora.base_sha256 != now.base_sha256)
         error = "checkpoint.resume: " + ck.path + " trained adapters over " +
-                ck.manifest.lora.base + " (SHA-256 " + ck.manifest.lora.base_sha256.substr(0, 12) +
+                train::resolve_base(ck.manifest.lora.base, ck.path) + " (SHA-256 " +
+                ck.manifest.lora.base_sha256.substr(0, 12) +
                 "...), but model.init_from now reads " + now.base + " (SHA-256 " +
                 now.base_sha256.substr(0, 12) +
                 "...): restore those weights, or point model.init_from at them";
@@ -314,11 +325,15 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     const auto watchdog = start_watchdog(cfg, grid);
 
     auto ops = make_backend(cfg, setup.device, grid, leader);
-    const Peak peak = peak_flops(setup.device, *ops);
+    const Peak peak = peak_flops(cfg, setup.device, *ops, world.comm());
     if (leader) {
+        print_warnings(cfg);
         print_summary(cfg, *ops, peak);
         std::printf("data: %s\n", setup.train_data->summary().c_str());
-        if (setup.valid_data) std::printf("valid: %s\n", setup.valid_data->summary().c_str());
+        if (setup.valid_data)
+            std::printf("valid: %s | %s per validation\n", setup.valid_data->summary().c_str(),
+                        train::counted(t.eval_sequences, "sequence").c_str());
+        print_outputs(cfg);
     }
 
     train::Trainer trainer(cfg, *ops, grid);
@@ -353,11 +368,10 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         uint64_t total = 0;
         for (const train::ManifestFile& f : ck->manifest.files) total += f.bytes;
         if (leader) {
-            std::printf(
-                "resumed: %s at step %d (written by %d x %d x %d x %d (pipeline x tensor x context "
-                "x data), %s, ZeRO stage %d, %s)\n",
-                ck->path.c_str(), start, l.pipeline, l.tensor, l.context, l.data,
-                l.schedule.c_str(), l.zero_stage, ck->manifest.precision.c_str());
+            std::printf("resumed: %s at step %d (written by %s, %s, ZeRO stage %d, %s)\n",
+                        ck->path.c_str(), start,
+                        config::layout_text(l.pipeline, l.tensor, l.context, l.data).c_str(),
+                        l.schedule.c_str(), l.zero_stage, ck->manifest.precision.c_str());
             std::printf(
                 "checkpoint read: at most %lld bytes of tensors and %lld of headers on "
                 "a rank, of the checkpoint's %llu\n",
@@ -378,19 +392,21 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         const train::MemoryUse mem = trainer.memory();
         std::printf(
             "memory (rank 0): parameters %s | gradients %s | optimizer state %s "
-            "(ZeRO stage %d over %d replicas)\n",
+            "(ZeRO stage %d over %s)\n",
             train::human_bytes(static_cast<double>(mem.parameters)).c_str(),
             train::human_bytes(static_cast<double>(mem.gradients)).c_str(),
             train::human_bytes(static_cast<double>(mem.optimizer)).c_str(), cfg.parallel.zero_stage,
-            cfg.parallel.data);
+            train::counted(cfg.parallel.data * cfg.parallel.context, "replica").c_str());
     }
     // The metrics file, opened by rank 0 alone: every rank learns whether it could be.
     std::optional<train::MetricsLog> log;
     std::string log_error;
     try {
         if (leader)
-            log.emplace(cfg.logging.metrics, cfg.logging.interval, start > 0,
+            log.emplace(cfg.logging.metrics, cfg.logging.interval,
+                        start > 0 ? std::optional<int>(start) : std::nullopt,
                         cfg.logging.tensorboard);
+        if (log && !log->note().empty()) std::printf("%s\n", log->note().c_str());
     } catch (const Error& e) {
         log_error = e.what();
     }
@@ -412,10 +428,17 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     train::AsyncCheckpoint async;  // gone before the trainer whose share it may be writing
     double first_val = 0, last_val = 0;
     if (setup.valid_data) {
-        first_val = last_val = trainer.evaluate(valid_sample, t.eval_batches);
+        first_val = last_val = trainer.evaluate(valid_sample, t.eval_sequences);
         if (leader)
             std::printf("step %5d/%d | val_loss %.4f (%s)\n", start, t.steps, first_val,
                         start > 0 ? "at resume" : "before training");
+        // As step 0 of the metrics file (a resumed run's goes on from its checkpoint's step).
+        std::string failure;
+        if (log && start == 0)
+            record_metrics([&] { log->record_validation(0, first_val); },
+                           "the validation before training", cfg, failure);
+        if (const std::string e = parallel::first_failure(world.comm(), failure); !e.empty())
+            throw EveryRankError(e);
     }
     const auto& lg = cfg.logging;
     double seconds_so_far = 0;
@@ -462,11 +485,13 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         m.tflops = flops / 1e12;
         m.mfu = flops / peak.flops;
         if (setup.valid_data && due(m.step, t.eval_interval, t.steps)) {
-            m.val_loss = trainer.evaluate(valid_sample, t.eval_batches);
+            m.val_loss = trainer.evaluate(valid_sample, t.eval_sequences);
             last_val = *m.val_loss;
         }
         std::string metrics_failure;
-        if (log) record_metrics(*log, m, cfg, metrics_failure);
+        if (log)
+            record_metrics([&] { log->record(m); }, "step " + std::to_string(m.step), cfg,
+                           metrics_failure);
         if (stragglers && s == start) stragglers->begin_after(m.step);
         if (stragglers && m.step % lg.interval == 0 && s > start)
             for (const std::string& line : stragglers->report(m.step))
@@ -529,10 +554,10 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     if (cfg.logging.sample_tokens > 0) print_sample(cfg, trainer, *ops, leader);
     if (!leader) return;
     if (setup.valid_data)
-        std::printf("done: %d steps | validation loss %.4f (%.4f before training)\n", t.steps,
-                    last_val, first_val);
+        std::printf("done: %s | validation loss %.4f (%.4f before training)\n",
+                    train::counted(t.steps, "step").c_str(), last_val, first_val);
     else
-        std::printf("done: %d steps\n", t.steps);
+        std::printf("done: %s\n", train::counted(t.steps, "step").c_str());
 }
 
 }  // namespace

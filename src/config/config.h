@@ -143,7 +143,13 @@ struct TrainingConfig {
     uint64_t seed = 1234;
     int threads = 0;        // CPU threads for ops and OpenBLAS; 0 = all cores
     int eval_interval = 0;  // steps between validation passes; 0 = only after the last step
-    int eval_batches = 8;   // microbatches of data.valid per validation pass
+    // Sequences of data.valid per validation pass: samples 0 .. eval_sequences - 1, split over
+    // the data-parallel replicas in microbatches, so every layout evaluates the same tokens.
+    // When not given: global_batch (load.cpp).
+    int eval_sequences = 32;
+    // The old spelling, counting microbatches: load.cpp reads it as eval_sequences =
+    // eval_batches × micro_batch (with a warning) and leaves it 0.
+    int eval_batches = 0;
     // The stall watchdog (parallel/watchdog.h): seconds a rank may wait in one communication
     // call before the job is aborted (0: no watchdog), and the longer allowances until the
     // first step has completed and during a checkpoint's save or load.
@@ -188,7 +194,9 @@ struct CheckpointConfig {
 
 struct LoggingConfig {
     int interval = 1;
-    std::optional<std::string> metrics;      // JSON-lines path
+    // JSON-lines path. When not given: <checkpoint.dir>/metrics.jsonl, none without a
+    // checkpoint.dir (load.cpp), so that each run's steps go to its own file.
+    std::optional<std::string> metrics;
     std::optional<std::string> trace;        // Chrome trace path
     std::optional<std::string> tensorboard;  // directory of TensorBoard event files
     int trace_from = 2;                      // first traced step (1-based; the first warms up)
@@ -197,6 +205,14 @@ struct LoggingConfig {
     std::string sample_prompt;               // the sample's prompt; empty = start of a document
     OnError on_error = OnError::stop;        // a failed write of the metrics file or the trace
     bool operator==(const LoggingConfig&) const = default;
+};
+
+// What the machine can do, where the run cannot measure it well.
+struct HardwareConfig {
+    // FLOP/s per process that MFU is against; 0: a GPU's datasheet dense bf16 rate, else the
+    // fp32 GEMM rate measured at start-up (train/device_peak.h).
+    double peak_flops = 0;
+    bool operator==(const HardwareConfig&) const = default;
 };
 
 // Values computed once from the rest.
@@ -219,9 +235,12 @@ struct Config {
     DataConfig data;
     CheckpointConfig checkpoint;
     LoggingConfig logging;
+    HardwareConfig hardware;
     DeviceKind device = DeviceKind::auto_;
     Derived derived;
     std::string source;  // the file it came from, for messages
+    // What loading noticed but accepted (a deprecated key), for the command to print once.
+    std::vector<std::string> warnings;
     bool operator==(const Config&) const = default;
 };
 
@@ -256,5 +275,8 @@ const char* to_string(DataFormat v);
 const char* to_string(OnError v);
 const char* to_string(LoraTarget v);
 std::string to_string(const StageLayers& v);  // as YAML: uniform, auto or [n0, n1, ...]
+// The grid as `train`, `plan` and `checkpoint info` print it: "2 x 4 x 1 x 8 (pipeline x
+// tensor x context x data) = 64 ranks".
+std::string layout_text(int pipeline, int tensor, int context, int data);
 
 }  // namespace trident::config

@@ -104,6 +104,11 @@ Key required(Key key) {
     return key;
 }
 
+Key deprecated(Key key) {
+    key.deprecated = true;
+    return key;
+}
+
 // Range checks.
 
 template <typename T>
@@ -207,7 +212,10 @@ const std::vector<Key>& table() {
         field("training.seed", &C::training, &TrainingConfig::seed),
         field("training.threads", &C::training, &TrainingConfig::threads, at_least(0)),
         field("training.eval_interval", &C::training, &TrainingConfig::eval_interval, at_least(0)),
-        field("training.eval_batches", &C::training, &TrainingConfig::eval_batches, at_least(1)),
+        field("training.eval_sequences", &C::training, &TrainingConfig::eval_sequences,
+              at_least(1)),
+        // Range-checked as load.cpp maps it onto training.eval_sequences.
+        deprecated(field("training.eval_batches", &C::training, &TrainingConfig::eval_batches)),
         field("training.collective_timeout", &C::training, &TrainingConfig::collective_timeout,
               at_least(0.0)),
         field("training.collective_timeout_first_step", &C::training,
@@ -262,6 +270,8 @@ const std::vector<Key>& table() {
         field("logging.sample_tokens", &C::logging, &LoggingConfig::sample_tokens, at_least(0)),
         field("logging.sample_prompt", &C::logging, &LoggingConfig::sample_prompt),
         field("logging.on_error", &C::logging, &LoggingConfig::on_error),
+
+        field("hardware.peak_flops", &C::hardware, &HardwareConfig::peak_flops, at_least(0.0)),
 
         field("device", &C::device),
     };

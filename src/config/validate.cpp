@@ -87,6 +87,15 @@ void check_consistency(const Config& cfg, const Origins& origins) {
                  ") must be a multiple of micro_batch × parallel.data = ", t.micro_batch, " × ",
                  p.data, " = ", per_step));
 
+    // Each replica evaluates its equal share of the evaluation set in whole microbatches.
+    if (t.eval_sequences % per_step != 0)
+        fail(origins.blame({"training.eval_sequences", "training.micro_batch", "parallel.data"}),
+             cat("training.eval_sequences (", t.eval_sequences,
+                 ") must be a multiple of micro_batch × parallel.data = ", t.micro_batch, " × ",
+                 p.data, " = ", per_step,
+                 " (each replica evaluates its share in whole microbatches; a multiple of "
+                 "training.global_batch suits every layout)"));
+
     // Tensor parallelism splits heads and the MLP width evenly over M.
     if (m.heads % p.tensor != 0)
         fail(origins.blame({"parallel.tensor", "model.heads"}),

@@ -63,6 +63,7 @@ public:
         for (const std::string& v : values) items += (items.empty() ? "" : ", ") + quote(v);
         return raw(key, "[" + items + "]");
     }
+    JsonLine& add_null(std::string_view key) { return raw(key, "null"); }
     std::string str() const { return "{" + body_ + "}"; }
 
 private:

@@ -217,6 +217,8 @@ void finish_directory(const PendingSave& save, const std::vector<ShardReport>& r
     const fs::path root(save.root), tmp = root / (kTempPrefix + save.name),
                                     final_dir = root / save.name;
     Manifest m = save.manifest;
+    // The adapters' base, relative to the checkpoint: runs that move together keep finding it.
+    if (m.lora.rank > 0) m.lora.base = base_relative_to(m.lora.base, final_dir.string());
     write_synced((tmp / "config.yaml").string(), save.config_yaml);
     m.files.push_back({"config.yaml", -1, -1, -1, fs::file_size(tmp / "config.yaml"),
                        io::sha256_file((tmp / "config.yaml").string()), ""});
@@ -241,7 +243,9 @@ void finish_directory(const PendingSave& save, const std::vector<ShardReport>& r
         else
             kept.push_back(dir);
     const std::size_t keep = static_cast<std::size_t>(save.keep);
-    for (std::size_t i = 0; i + keep < kept.size(); ++i) discard(kept[i]);
+    // The base of some run's adapters stays (base_weights.h).
+    for (std::size_t i = 0; i + keep < kept.size(); ++i)
+        if (pinned_by(kept[i]).empty()) discard(kept[i]);
 }
 
 }  // namespace
@@ -569,7 +573,8 @@ LoadedModel load_model_checkpoint(const std::string& path) {
             loaded.adapters = std::move(share.master);
             const LoraRecord& lora = share.manifest.lora;
             loaded.params.assign(whole.total(), 0.0f);
-            const std::string base = load_base_weights(lora.base, whole, loaded.params.data());
+            const std::string base =
+                load_base_weights(resolve_base(lora.base, dir), whole, loaded.params.data());
             if (base_weights_sha256(base) != lora.base_sha256)
                 throw Error(dir + ": the base weights " + base +
                             " are not those the adapters were trained on (their SHA-256 "

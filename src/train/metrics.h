@@ -38,33 +38,48 @@ struct StepMetrics {
 
 class MetricsLog {
 public:
-    // path: the JSON-lines file (its directory is created), or none; `append` (a resumed run)
-    // adds to it instead of starting it afresh. `tensorboard`: the directory of the event
-    // file, or none. Throws trident::Error naming the key and the file.
-    MetricsLog(const std::optional<std::string>& path, int interval, bool append = false,
+    // path: the JSON-lines file (its directory is created), or none. A fresh run starts it
+    // afresh; a run resumed at step `resumed_at` adds to it, which it must end at that step
+    // (its steps after it, left by a run that went on past its last checkpoint, are cut off
+    // and run again): a file that ends elsewhere holds another run's steps and is refused. A
+    // missing or empty file is started. `tensorboard`: the directory of the event file, or
+    // none. Throws trident::Error naming the key and the file.
+    MetricsLog(const std::optional<std::string>& path, int interval,
+               std::optional<int> resumed_at = std::nullopt,
                const std::optional<std::string>& tensorboard = std::nullopt);
+
+    // What opening did beyond the expected ("cut back to step 30 ..."), or "".
+    const std::string& note() const { return note_; }
 
     // Prints the step's line (every logging.interval steps), appends its JSON object and its
     // TensorBoard summary. A write that fails throws trident::Error naming the key, the file
     // and the errno, having cut the file back to its last whole record, so that a reader
     // never meets half a record and a later record can still follow.
     void record(const StepMetrics& m);
+    // The validation before the first step: {"step": 0, "val_loss": ...} in the JSON-lines
+    // file, nothing printed.
+    void record_validation(int step, double val_loss);
 
 private:
-    void print(const StepMetrics& m) const;
+    void print(const StepMetrics& m);
     void write_json(const StepMetrics& m);
 
     std::unique_ptr<io::OutputFile> file_;
     std::unique_ptr<io::EventWriter> events_;
     int interval_;
+    std::string note_;
+    bool warned_mfu_ = false;  // the note on an MFU above 100% is printed once
 };
 
 // The scalars of a step as TensorBoard shows them (tag, value): those Megatron-LM logs.
 std::vector<std::pair<std::string, double>> tensorboard_scalars(const StepMetrics& m);
 
-// "12.3 M" style counts and "45.6 MB" style sizes for the start-up summary.
+// "12.3 M" style counts, and sizes of memory and files in binary units as device memory is
+// quoted ("12.34 GiB", "5.6 MiB"), for the start-up summary, `plan` and `checkpoint info`.
 std::string human_count(double n);
 std::string human_bytes(double bytes);
+// "1 replica", "2 replicas", "3 microbatches": a count and its noun, in the plural unless one.
+std::string counted(int64_t n, const std::string& noun);
 // "45s", "3m07s", "2h05m" for the ETA.
 std::string human_duration(double seconds);
 

@@ -206,19 +206,25 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     return r;
 }
 
-double Trainer::evaluate(const SampleFn& sample, int microbatches) {
+double Trainer::evaluate(const SampleFn& sample, int sequences) {
     const parallel::ScopedPhase phase(parallel::Phase::validation);
     const auto& t = cfg_.training;
+    // This replica's equal share of samples 0 .. sequences - 1, in order, as a step splits
+    // its global batch (config validation makes it whole microbatches).
+    const int share = sequences / data_.size();
+    const int microbatches = share / t.micro_batch;
+    const uint64_t first_sample = static_cast<uint64_t>(data_.rank()) * share;
     const double loss_sum = executor_.run(
         pipeline::forward_only(model_.layout().plan(), microbatches),
         [&](int mb, std::span<int32_t> in, std::span<int32_t> tgt) {
-            fill_microbatch(sample, static_cast<uint64_t>(mb) * t.micro_batch, in, tgt);
+            fill_microbatch(sample, first_sample + static_cast<uint64_t>(mb) * t.micro_batch, in,
+                            tgt);
         },
         0.0f, false, [](int) { return uint64_t{0}; });
-    // The mean over the context ranks' tokens (equal counts).
+    // The mean of the replicas' and context ranks' means (equal token counts).
     double loss = from_last_stage(loss_sum / microbatches);
-    context_.all_reduce(&loss, 1);
-    return loss / context_.size();
+    data_context_.all_reduce(&loss, 1);
+    return loss / data_context_.size();
 }
 
 std::vector<float> Trainer::local(std::vector<float> (model::Gpt::*to_host)() const,

@@ -76,8 +76,9 @@ public:
     // The first half of a step: the gradients of its global batch times loss_scale, in
     // model().grads(). Returns the mean loss over every token of the batch.
     double accumulate_gradients(int step, const SampleFn& sample, double loss_scale = 1.0);
-    // Mean loss over `microbatches` microbatches of samples 0, 1, ...: no dropout, no update.
-    double evaluate(const SampleFn& sample, int microbatches);
+    // Mean loss over every token of samples 0 .. sequences - 1 (a multiple of micro_batch ×
+    // D), each replica evaluating its share: no dropout, no update. The same on every layout.
+    double evaluate(const SampleFn& sample, int sequences);
 
     // The whole model's parameters or gradients (a buffer of ParamLayout(shape)), put
     // together from every stage's and tensor rank's part; collective, same on every rank.

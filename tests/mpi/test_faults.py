@@ -164,7 +164,8 @@ def full_disk(trident, base, tmp, ref):
                 f"{ck}/step_000002 is the newest checkpoint, as it was (checkpoint.on_error: stop)")
     h.check(p.returncode == 1 and lines == [expected] and "MPI_ABORT" not in p.stdout,
             f"full disk: one line from rank 0 and exit code 1 (got {p.returncode}): {lines}")
-    h.check(sorted(os.listdir(ck)) == ["step_000002"],
+    # (beside it the metrics, logging.metrics' default)
+    h.check(sorted(os.listdir(ck)) == ["metrics.jsonl", "step_000002"],
             f"full disk: only the complete checkpoint is left ({sorted(os.listdir(ck))})")
     print(f"figure: full disk, stop: the job ended {time.monotonic() - t0:.1f} s after it "
           f"started (the save of step 4 failed)", flush=True)
@@ -182,7 +183,8 @@ def full_disk(trident, base, tmp, ref):
                        env=env, timeout=300)
     warnings = [line for line in p.stdout.splitlines() if line.startswith("trident: warning:")]
     h.check(p.returncode == 0 and len(warnings) == 1 and "saves again at step 6" in warnings[0]
-            and sorted(os.listdir(ck2)) == ["step_000002", "step_000006", "step_000008"],
+            and sorted(os.listdir(ck2)) == ["metrics.jsonl", "step_000002", "step_000006",
+                                             "step_000008"],
             f"full disk, continue: one warning, the job finishes (exit code {p.returncode}) and "
             f"saves at steps 6 and 8 ({sorted(os.listdir(ck2))})")
     h.check(h.run([trident, "checkpoint", "info", ck2], expect_ok=False).returncode == 0,
