@@ -4,7 +4,7 @@
 #include <cmath>
 #include <string>
 
-#include "error.h"
+#include "kernels/error.h"
 
 namespace trident::data {
 

@@ -5,7 +5,7 @@
 
 #include "data/megatron_dataset.h"
 #include "data/token_shards.h"
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/random.h"
 
 namespace trident::data {

@@ -12,9 +12,9 @@
 #include <unordered_map>
 
 #include "data/pretokenize.h"
-#include "error.h"
 #include "io/input_file.h"
 #include "io/json_reader.h"
+#include "kernels/error.h"
 
 namespace trident::data {
 

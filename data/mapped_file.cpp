@@ -14,8 +14,8 @@
 #include <mutex>
 #include <utility>
 
-#include "error.h"
 #include "io/input_file.h"
+#include "kernels/error.h"
 
 namespace trident::data {
 

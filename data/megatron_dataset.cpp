@@ -12,7 +12,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "error.h"
+#include "kernels/error.h"
 
 namespace trident::data {
 

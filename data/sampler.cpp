@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <numeric>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/random.h"
 
 namespace trident::data {

@@ -4,7 +4,7 @@
 // (plus one for the shifted targets), sample k without shuffling is window k mod W, starting at
 // token (k mod W) * T. With shuffling, epoch e = k / W visits the windows in a permutation that
 // depends only on (seed, e). The order depends only on k, never on the layout, so every
-// P x M x D layout sees the same global batch.
+// P x M x C x D layout sees the same global batch.
 #pragma once
 
 #include <cstddef>

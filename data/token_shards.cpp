@@ -8,8 +8,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "error.h"
 #include "io/output_file.h"
+#include "kernels/error.h"
 
 namespace trident::data {
 

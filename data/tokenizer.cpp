@@ -2,7 +2,7 @@
 #include "data/tokenizer.h"
 
 #include "data/gpt2_tokenizer.h"
-#include "error.h"
+#include "kernels/error.h"
 
 namespace trident::data {
 

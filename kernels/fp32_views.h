@@ -31,8 +31,8 @@
 #include <string>
 #include <vector>
 
-#include "error.h"
 #include "kernels/dtype.h"
+#include "kernels/error.h"
 
 namespace trident::kernels {
 

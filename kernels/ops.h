@@ -57,7 +57,10 @@ public:
     virtual std::size_t peak_allocated_bytes() const = 0;
     // Starts the peak again from what is allocated now.
     virtual void reset_peak_allocated_bytes() = 0;
-    // Raw bytes between host and device.
+    // Raw bytes between host and device. upload returns once `host` may be reused; the copy is
+    // ordered after the ops queued before it and before those queued after it, and may not have
+    // happened yet (a GPU backend need not wait for its device). download returns with the
+    // bytes in `host`.
     virtual void upload(void* device, const void* host, std::size_t bytes) = 0;
     virtual void download(void* host, const void* device, std::size_t bytes) = 0;
     // As fp32 on the host: widened from, or rounded into, the device buffer's type.
@@ -249,6 +252,10 @@ public:
 
 // The CPU backend, using `threads` threads for its loops and for OpenBLAS (0: all cores).
 std::unique_ptr<Ops> make_cpu_ops(int threads);
+// What the CPU backend's attention keeps for its backward (Ops::attention_saved): the
+// probabilities (B, NH, T, T) in the activations' type; its backward's workspace, their
+// gradient, is as large. The planner counts a CPU run's memory by this rule.
+Ops::AttentionSaved cpu_attention_saved(int B, int NH, int T, DType activations);
 
 // Dropout's mask, shared by every backend: a pure function of (seed, index), so the mask is
 // reproducible anywhere without storing it. Returns true when the element is kept.

@@ -2,7 +2,9 @@
 // context_attention.h).
 #include "model/context_attention.h"
 
-#include "error.h"
+#include <string>
+
+#include "kernels/error.h"
 #include "model/context_split.h"
 
 namespace trident::model {
@@ -19,226 +21,250 @@ constexpr int kGradients = 1;
 
 }  // namespace
 
-ContextAttention::ContextAttention(kernels::Ops& ops, parallel::Comm& group, ContextMode mode,
-                                   const ContextShape& shape, DType activations)
-    : ops_(ops),
-      group_(group),
-      mode_(mode),
-      s_(shape),
-      ranks_(group.size()),
-      rank_(group.rank()),
-      T_local_(shape.T / group.size()),
-      S_(shape.T / (2 * group.size())),
-      rows_(static_cast<std::size_t>(shape.B) * (shape.T / group.size())),
-      act_(activations),
-      saved_{0, DType::f32} {
-    if (ranks_ < 2 || shape.T % (2 * ranks_) != 0)
+ContextAttention::ContextAttention(const Dims& d, int head_begin, int heads_total,
+                                   const AttentionSavedFn& attention_saved, SetSpec& set,
+                                   ScratchSpec& scratch)
+    : ring_(d.ring()),
+      B_(d.B),
+      seq_len_(d.seq_len),
+      T_(d.T),
+      S_(d.seq_len / (2 * d.context_size)),
+      Hm_(d.Hm),
+      heads_(d.heads),
+      head_begin_(head_begin),
+      heads_total_(heads_total),
+      ranks_(d.context_size),
+      rows_(d.rows()) {
+    if (ranks_ < 2 || seq_len_ % (2 * ranks_) != 0)
         throw Error("internal: context parallelism over " + std::to_string(ranks_) +
-                    " ranks of a sequence of " + std::to_string(shape.T) + " tokens");
-    const std::size_t C = static_cast<std::size_t>(s_.C);
-    if (mode_ == ContextMode::ring) {
-        saved_ = {static_cast<std::size_t>(s_.B) * s_.NH * T_local_, DType::f32};
-        for (int i = 0; i < 2; ++i) {
-            kv_[static_cast<std::size_t>(i)] = DeviceBuffer(ops, rows_ * 2 * C, act_);
-            dkv_[static_cast<std::size_t>(i)] = DeviceBuffer(ops, rows_ * 2 * C);
+                    " ranks of a sequence of " + std::to_string(seq_len_) + " tokens");
+    const std::size_t Hm = static_cast<std::size_t>(Hm_);
+    if (ring_) {
+        const std::size_t lse = static_cast<std::size_t>(B_) * heads_ * T_;
+        saved_ = set.add("attention_lse", lse, DType::f32, Keep::unless_full);
+        for (std::size_t i = 0; i < 2; ++i) {
+            kv_[i] = scratch.add("ring_kv" + std::to_string(i), rows_ * 2 * Hm, d.act);
+            dkv_[i] = scratch.add("ring_dkv" + std::to_string(i), rows_ * 2 * Hm, DType::f32);
         }
-        rows_f32_ = DeviceBuffer(ops, rows_ * C);
-        block_out_ = DeviceBuffer(ops, rows_ * C);
-        block_lse_ = DeviceBuffer(ops, saved_.count);
+        rows_f32_ = scratch.add("ring_out", rows_ * Hm, DType::f32);
+        block_out_ = scratch.add("ring_block_out", rows_ * Hm, DType::f32);
+        block_lse_ = scratch.add("ring_block_lse", lse, DType::f32);
         return;
     }
-    if (s_.NH % ranks_ != 0)
+    if (heads_ % ranks_ != 0)
         throw Error("internal: Ulysses over " + std::to_string(ranks_) + " ranks of " +
-                    std::to_string(s_.NH) + " heads");
-    saved_ = ops.attention_saved(s_.B, s_.NH / ranks_, s_.T, act_);
-    qkv_tokens_ = DeviceBuffer(ops, rows_ * 3 * C, act_);
-    send_ = DeviceBuffer(ops, rows_ * 3 * C, act_);
-    receive_ = DeviceBuffer(ops, rows_ * 3 * C, act_);
-    dout_heads_ = DeviceBuffer(ops, rows_ * C, act_);
+                    std::to_string(heads_) + " heads");
+    const kernels::Ops::AttentionSaved saved =
+        attention_saved(B_, ulysses_heads(), seq_len_, d.act);
+    saved_ = set.add("attention_saved", saved.count, saved.dtype, Keep::unless_recompute);
+    out_heads_ = set.add("attention_out_heads", rows_ * Hm, d.act, Keep::unless_full);
+    qkv_tokens_ = scratch.add("ulysses_qkv", rows_ * 3 * Hm, d.act);
+    send_ = scratch.add("ulysses_send", rows_ * 3 * Hm, d.act);
+    receive_ = scratch.add("ulysses_receive", rows_ * 3 * Hm, d.act);
+    dout_heads_ = scratch.add("ulysses_dout", rows_ * Hm, d.act);
 }
 
-Ptr ContextAttention::qkv_input(Ptr kept_qkv) const {
-    return mode_ == ContextMode::ring ? kept_qkv : qkv_tokens_.data();
+Ptr ContextAttention::qkv_target(PartContext& ctx, Ptr qkv) const {
+    return ring_ ? qkv : ctx.scratch[qkv_tokens_];
 }
 
-void ContextAttention::forward(Ptr out, Ptr qkv, Ptr out_heads, Ptr saved, float drop_prob,
-                               uint64_t seed) {
-    if (mode_ == ContextMode::ring) return ring_forward(out, qkv, saved.f32(), drop_prob, seed);
+void ContextAttention::forward(PartContext& ctx, const Pass& pass, Ptr qkv, Ptr out,
+                               float drop) const {
+    const Ptr saved = pass.buffers[saved_];
+    if (ring_) return ring_forward(ctx, out, qkv, saved.f32(), drop, pass.site(0));
     // Ulysses: this rank's heads over the whole sequence, as one process would run them.
-    const int heads = s_.NH / ranks_;
-    to_heads(qkv_tokens_.data(), qkv, 3);
-    ops_.attention_forward(out_heads, saved, qkv, s_.B, s_.T, s_.C / ranks_, heads, drop_prob, seed,
-                           s_.head_begin + rank_ * heads, s_.heads_total);
-    to_tokens(out_heads, out, 1);
+    const int heads = ulysses_heads();
+    const Ptr out_heads = pass.buffers[out_heads_];
+    to_heads(ctx, ctx.scratch[qkv_tokens_], qkv, 3);
+    ctx.ops.attention_forward(out_heads, saved, qkv, B_, seq_len_, Hm_ / ranks_, heads, drop,
+                              pass.site(0), head_begin_ + ctx.context.rank() * heads, heads_total_);
+    to_tokens(ctx, out_heads, out, 1);
 }
 
-void ContextAttention::rebuild(Ptr saved, ConstPtr qkv, float drop_prob) {
-    if (mode_ == ContextMode::ring) return;
-    ops_.attention_rebuild(saved, qkv, s_.B, s_.T, s_.C / ranks_, s_.NH / ranks_, drop_prob);
+void ContextAttention::rebuild(PartContext& ctx, const Pass& pass, ConstPtr qkv, float drop) const {
+    if (ring_) return;  // the log-sum-exp is kept
+    ctx.ops.attention_rebuild(pass.buffers[saved_], qkv, B_, seq_len_, Hm_ / ranks_,
+                              ulysses_heads(), drop);
 }
 
-void ContextAttention::backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out,
-                                ConstPtr out_heads, ConstPtr saved, float drop_prob,
-                                uint64_t seed) {
-    if (mode_ == ContextMode::ring)
-        return ring_backward(dqkv, dout, qkv, out, saved.f32(), drop_prob, seed);
-    const int heads = s_.NH / ranks_;
-    const std::size_t C = static_cast<std::size_t>(s_.C);
-    to_heads(dout, dout_heads_.data(), 1);
-    const Ptr dqkv_heads = qkv_tokens_.data();  // free once the forward is done
-    ops_.zero(dqkv_heads, rows_ * 3 * C);
-    ops_.attention_backward(dqkv_heads, dout_heads_.data(), qkv, out_heads, saved, s_.B, s_.T,
-                            s_.C / ranks_, heads, drop_prob, seed, s_.head_begin + rank_ * heads,
-                            s_.heads_total);
-    to_tokens(dqkv_heads, dqkv, 3);
+void ContextAttention::backward(PartContext& ctx, const Pass& pass, Ptr dqkv, ConstPtr dout,
+                                ConstPtr qkv, ConstPtr out, float drop) const {
+    const ConstPtr saved = pass.buffers[saved_];
+    if (ring_) return ring_backward(ctx, dqkv, dout, qkv, out, saved.f32(), drop, pass.site(0));
+    const int heads = ulysses_heads();
+    const std::size_t Hm = static_cast<std::size_t>(Hm_);
+    const Ptr dout_heads = ctx.scratch[dout_heads_];
+    to_heads(ctx, dout, dout_heads, 1);
+    const Ptr dqkv_heads = ctx.scratch[qkv_tokens_];  // free once the forward is done
+    ctx.ops.zero(dqkv_heads, rows_ * 3 * Hm);
+    ctx.ops.attention_backward(dqkv_heads, dout_heads, qkv, pass.buffers[out_heads_], saved, B_,
+                               seq_len_, Hm_ / ranks_, heads, drop, pass.site(0),
+                               head_begin_ + ctx.context.rank() * heads, heads_total_);
+    to_tokens(ctx, dqkv_heads, dqkv, 3);
 }
 
 // ---- ring --------------------------------------------------------------------------------------
 
-bool ContextAttention::visible(int source, int qa, int kb) const {
-    return context_chunk(source, kb, ranks_) <= context_chunk(rank_, qa, ranks_);
+bool ContextAttention::visible(const PartContext& ctx, int source, int qa, int kb) const {
+    return context_chunk(source, kb, ranks_) <= context_chunk(ctx.context.rank(), qa, ranks_);
 }
 
-kernels::AttentionBlock ContextAttention::block(int source, int qa, int kb, float drop_prob,
-                                                uint64_t seed) const {
+kernels::AttentionBlock ContextAttention::block(const PartContext& ctx, int source, int qa, int kb,
+                                                float drop, uint64_t seed) const {
     kernels::AttentionBlock b;
-    b.B = s_.B;
-    b.C = s_.C;
-    b.NH = s_.NH;
-    b.q_rows = b.kv_rows = T_local_;
+    b.B = B_;
+    b.C = Hm_;
+    b.NH = heads_;
+    b.q_rows = b.kv_rows = T_;
     b.q_begin = qa * S_;
     b.k_begin = kb * S_;
     b.q_count = b.k_count = S_;
-    b.q_position = context_chunk(rank_, qa, ranks_) * S_;
+    b.q_position = context_chunk(ctx.context.rank(), qa, ranks_) * S_;
     b.k_position = context_chunk(source, kb, ranks_) * S_;
-    b.seq_len = s_.T;
-    b.drop_prob = drop_prob;
+    b.seq_len = seq_len_;
+    b.drop_prob = drop;
     b.seed = seed;
-    b.head_begin = s_.head_begin;
-    b.heads_total = s_.heads_total;
+    b.head_begin = head_begin_;
+    b.heads_total = heads_total_;
     return b;
 }
 
-void ContextAttention::ring_exchange(ConstPtr send, Ptr receive, std::size_t count, int tag) {
-    const int next = (rank_ + 1) % ranks_, previous = (rank_ + ranks_ - 1) % ranks_;
-    parallel::Request sent = group_.isend(send, count, next, tag);
-    group_.recv(receive, count, previous, tag);
+void ContextAttention::ring_exchange(PartContext& ctx, ConstPtr send, Ptr receive,
+                                     std::size_t count, int tag) const {
+    const int rank = ctx.context.rank();
+    const int next = (rank + 1) % ranks_, previous = (rank + ranks_ - 1) % ranks_;
+    parallel::Request sent = ctx.context.isend(send, count, next, tag);
+    ctx.context.recv(receive, count, previous, tag);
     sent.wait();
 }
 
-void ContextAttention::ring_forward(Ptr out, ConstPtr qkv, float* lse, float drop_prob,
-                                    uint64_t seed) {
-    const std::size_t C = static_cast<std::size_t>(s_.C), kv_count = rows_ * 2 * C;
-    float* acc = rows_f32_.f32();
+void ContextAttention::ring_forward(PartContext& ctx, Ptr out, ConstPtr qkv, float* lse, float drop,
+                                    uint64_t seed) const {
+    kernels::Ops& ops = ctx.ops;
+    const int rank = ctx.context.rank();
+    const std::size_t Hm = static_cast<std::size_t>(Hm_), kv_count = rows_ * 2 * Hm;
+    float* acc = ctx.scratch[rows_f32_].f32();
+    float* block_out = ctx.scratch[block_out_].f32();
+    float* block_lse = ctx.scratch[block_lse_].f32();
     int held = 0;
-    ops_.copy_2d(kv_[0].data(), 2 * C, qkv + C, 3 * C, rows_, 2 * C);  // this rank's k, v
+    ops.copy_2d(ctx.scratch[kv_[0]], 2 * Hm, qkv + Hm, 3 * Hm, rows_, 2 * Hm);  // own k, v
     for (int step = 0; step < ranks_; ++step) {
         // Step s holds the keys and values of rank (r − s) mod C; the next ones arrive from
         // the previous rank while this one's are used (a non-blocking send).
-        const int source = (rank_ - step + ranks_) % ranks_;
-        const ConstPtr kv = kv_[static_cast<std::size_t>(held)].data();
+        const int source = (rank - step + ranks_) % ranks_;
+        const ConstPtr kv = ctx.scratch[kv_[static_cast<std::size_t>(held)]];
         parallel::Request sent;
-        if (step + 1 < ranks_) sent = group_.isend(kv, kv_count, (rank_ + 1) % ranks_, kKeysValues);
+        if (step + 1 < ranks_)
+            sent = ctx.context.isend(kv, kv_count, (rank + 1) % ranks_, kKeysValues);
         for (int qa = 0; qa < 2; ++qa)
             // Key half 1 before 0: at step 0 the diagonal block (qa, qa) comes first for both
             // query halves (half 0 sees nothing of this rank's half 1), and writes the running
             // result that later blocks merge into.
             for (int kb = 1; kb >= 0; --kb) {
-                if (!visible(source, qa, kb)) continue;
-                const kernels::AttentionBlock b = block(source, qa, kb, drop_prob, seed);
+                if (!visible(ctx, source, qa, kb)) continue;
+                const kernels::AttentionBlock b = block(ctx, source, qa, kb, drop, seed);
                 if (step == 0 && kb == qa) {
-                    ops_.attention_block_forward(acc, lse, qkv, kv, b);
+                    ops.attention_block_forward(acc, lse, qkv, kv, b);
                     continue;
                 }
-                ops_.attention_block_forward(block_out_.f32(), block_lse_.f32(), qkv, kv, b);
-                ops_.attention_merge(acc, lse, block_out_.f32(), block_lse_.f32(), s_.B, T_local_,
-                                     s_.C, s_.NH, b.q_begin, b.q_count);
+                ops.attention_block_forward(block_out, block_lse, qkv, kv, b);
+                ops.attention_merge(acc, lse, block_out, block_lse, B_, T_, Hm_, heads_, b.q_begin,
+                                    b.q_count);
             }
         if (step + 1 < ranks_) {
-            group_.recv(kv_[static_cast<std::size_t>(1 - held)].data(), kv_count,
-                        (rank_ + ranks_ - 1) % ranks_, kKeysValues);
+            ctx.context.recv(ctx.scratch[kv_[static_cast<std::size_t>(1 - held)]], kv_count,
+                             (rank + ranks_ - 1) % ranks_, kKeysValues);
             sent.wait();
             held = 1 - held;
         }
     }
-    ops_.convert(out, rows_f32_.data(), rows_ * C);
+    ops.convert(out, ctx.scratch[rows_f32_], rows_ * Hm);
 }
 
-void ContextAttention::ring_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out,
-                                     const float* lse, float drop_prob, uint64_t seed) {
-    const std::size_t C = static_cast<std::size_t>(s_.C), kv_count = rows_ * 2 * C;
-    float* dq = rows_f32_.f32();
-    ops_.zero(rows_f32_.data(), rows_ * C);
+void ContextAttention::ring_backward(PartContext& ctx, Ptr dqkv, ConstPtr dout, ConstPtr qkv,
+                                     ConstPtr out, const float* lse, float drop,
+                                     uint64_t seed) const {
+    kernels::Ops& ops = ctx.ops;
+    const int rank = ctx.context.rank();
+    const std::size_t Hm = static_cast<std::size_t>(Hm_), kv_count = rows_ * 2 * Hm;
+    const Ptr dq_rows = ctx.scratch[rows_f32_];
+    ops.zero(dq_rows, rows_ * Hm);
     int held = 0, grads = 0;
-    ops_.copy_2d(kv_[0].data(), 2 * C, qkv + C, 3 * C, rows_, 2 * C);
-    ops_.zero(dkv_[0].data(), kv_count);
+    ops.copy_2d(ctx.scratch[kv_[0]], 2 * Hm, qkv + Hm, 3 * Hm, rows_, 2 * Hm);
+    ops.zero(ctx.scratch[dkv_[0]], kv_count);
     for (int step = 0; step < ranks_; ++step) {
         // As forward; dkv_[grads] gathers the gradient of the keys and values held, and goes
         // on with them to the next rank, which adds its part: after C hops (the last one
         // after the last step) each rank has its own.
-        const int source = (rank_ - step + ranks_) % ranks_;
-        const ConstPtr kv = kv_[static_cast<std::size_t>(held)].data();
-        float* dkv = dkv_[static_cast<std::size_t>(grads)].f32();
+        const int source = (rank - step + ranks_) % ranks_;
+        const ConstPtr kv = ctx.scratch[kv_[static_cast<std::size_t>(held)]];
+        float* dkv = ctx.scratch[dkv_[static_cast<std::size_t>(grads)]].f32();
         for (int qa = 0; qa < 2; ++qa)
             for (int kb = 0; kb < 2; ++kb)
-                if (visible(source, qa, kb))
-                    ops_.attention_block_backward(dq, dkv, dout, qkv, kv, out, lse,
-                                                  block(source, qa, kb, drop_prob, seed));
+                if (visible(ctx, source, qa, kb))
+                    ops.attention_block_backward(dq_rows.f32(), dkv, dout, qkv, kv, out, lse,
+                                                 block(ctx, source, qa, kb, drop, seed));
         if (step + 1 < ranks_) {
-            ring_exchange(kv, kv_[static_cast<std::size_t>(1 - held)].data(), kv_count,
+            ring_exchange(ctx, kv, ctx.scratch[kv_[static_cast<std::size_t>(1 - held)]], kv_count,
                           kKeysValues);
             held = 1 - held;
         }
-        ring_exchange(dkv_[static_cast<std::size_t>(grads)].data(),
-                      dkv_[static_cast<std::size_t>(1 - grads)].data(), kv_count, kGradients);
+        ring_exchange(ctx, ctx.scratch[dkv_[static_cast<std::size_t>(grads)]],
+                      ctx.scratch[dkv_[static_cast<std::size_t>(1 - grads)]], kv_count, kGradients);
         grads = 1 - grads;
     }
-    ops_.copy_2d(dqkv, 3 * C, rows_f32_.data(), C, rows_, C);
-    ops_.copy_2d(dqkv + C, 3 * C, dkv_[static_cast<std::size_t>(grads)].data(), 2 * C, rows_,
-                 2 * C);
+    ops.copy_2d(dqkv, 3 * Hm, dq_rows, Hm, rows_, Hm);
+    ops.copy_2d(dqkv + Hm, 3 * Hm, ctx.scratch[dkv_[static_cast<std::size_t>(grads)]], 2 * Hm,
+                rows_, 2 * Hm);
 }
 
 // ---- Ulysses ---------------------------------------------------------------------------------
 
 // The exchange's block for rank q holds, for each of this rank's tokens, the `parts` slices of
-// q's heads: (B, T_l, parts, Cm/C). Received from rank q: q's tokens (its two chunks) of this
+// q's heads: (B, T, parts, Hm/C). Received from rank q: q's tokens (its two chunks) of this
 // rank's heads, put in their places of the sequence.
-void ContextAttention::to_heads(ConstPtr local, Ptr heads, int parts) {
-    const std::size_t C = static_cast<std::size_t>(s_.C), Ch = C / static_cast<std::size_t>(ranks_);
-    const std::size_t P = static_cast<std::size_t>(parts), width = P * Ch;  // of a head-split row
+void ContextAttention::to_heads(PartContext& ctx, ConstPtr local, Ptr heads, int parts) const {
+    kernels::Ops& ops = ctx.ops;
+    const Ptr send = ctx.scratch[send_], receive = ctx.scratch[receive_];
+    const std::size_t Hm = static_cast<std::size_t>(Hm_);
+    const std::size_t Hh = Hm / static_cast<std::size_t>(ranks_);
+    const std::size_t P = static_cast<std::size_t>(parts), width = P * Hh;  // a head-split row
     const std::size_t block = rows_ * width, S = static_cast<std::size_t>(S_);
-    const std::size_t T = static_cast<std::size_t>(s_.T), T_l = static_cast<std::size_t>(T_local_);
+    const std::size_t L = static_cast<std::size_t>(seq_len_), T = static_cast<std::size_t>(T_);
     for (int q = 0; q < ranks_; ++q)
         for (std::size_t p = 0; p < P; ++p)
-            ops_.copy_2d(send_.data() + q * block + p * Ch, width, local + p * C + q * Ch, P * C,
-                         rows_, Ch);
-    group_.all_to_all(send_.data(), receive_.data(), block);
+            ops.copy_2d(send + q * block + p * Hh, width, local + p * Hm + q * Hh, P * Hm, rows_,
+                        Hh);
+    ctx.context.all_to_all(send, receive, block);
     for (int q = 0; q < ranks_; ++q)
         for (int half = 0; half < 2; ++half) {
             const std::size_t chunk = static_cast<std::size_t>(context_chunk(q, half, ranks_));
-            ops_.copy_2d(heads + chunk * S * width, T * width,
-                         receive_.data() + q * block + static_cast<std::size_t>(half) * S * width,
-                         T_l * width, static_cast<std::size_t>(s_.B), S * width);
+            ops.copy_2d(heads + chunk * S * width, L * width,
+                        receive + q * block + static_cast<std::size_t>(half) * S * width, T * width,
+                        static_cast<std::size_t>(B_), S * width);
         }
 }
 
-void ContextAttention::to_tokens(ConstPtr heads, Ptr local, int parts) {
-    const std::size_t C = static_cast<std::size_t>(s_.C), Ch = C / static_cast<std::size_t>(ranks_);
-    const std::size_t P = static_cast<std::size_t>(parts), width = P * Ch;
+void ContextAttention::to_tokens(PartContext& ctx, ConstPtr heads, Ptr local, int parts) const {
+    kernels::Ops& ops = ctx.ops;
+    const Ptr send = ctx.scratch[send_], receive = ctx.scratch[receive_];
+    const std::size_t Hm = static_cast<std::size_t>(Hm_);
+    const std::size_t Hh = Hm / static_cast<std::size_t>(ranks_);
+    const std::size_t P = static_cast<std::size_t>(parts), width = P * Hh;
     const std::size_t block = rows_ * width, S = static_cast<std::size_t>(S_);
-    const std::size_t T = static_cast<std::size_t>(s_.T), T_l = static_cast<std::size_t>(T_local_);
+    const std::size_t L = static_cast<std::size_t>(seq_len_), T = static_cast<std::size_t>(T_);
     for (int q = 0; q < ranks_; ++q)
         for (int half = 0; half < 2; ++half) {
             const std::size_t chunk = static_cast<std::size_t>(context_chunk(q, half, ranks_));
-            ops_.copy_2d(send_.data() + q * block + static_cast<std::size_t>(half) * S * width,
-                         T_l * width, heads + chunk * S * width, T * width,
-                         static_cast<std::size_t>(s_.B), S * width);
+            ops.copy_2d(send + q * block + static_cast<std::size_t>(half) * S * width, T * width,
+                        heads + chunk * S * width, L * width, static_cast<std::size_t>(B_),
+                        S * width);
         }
-    group_.all_to_all(send_.data(), receive_.data(), block);
+    ctx.context.all_to_all(send, receive, block);
     for (int q = 0; q < ranks_; ++q)
         for (std::size_t p = 0; p < P; ++p)
-            ops_.copy_2d(local + p * C + q * Ch, P * C, receive_.data() + q * block + p * Ch, width,
-                         rows_, Ch);
+            ops.copy_2d(local + p * Hm + q * Hh, P * Hm, receive + q * block + p * Hh, width, rows_,
+                        Hh);
 }
 
 }  // namespace trident::model

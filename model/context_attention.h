@@ -1,6 +1,6 @@
 // Causal attention over a sequence split over the C ranks of a context-parallel group
-// (model/context_split.h: each rank holds T_l = T/C tokens, chunks r and 2C − 1 − r), in one
-// of two ways:
+// (model/context_split.h: each rank holds T = seq_len/C tokens, chunks r and 2C − 1 − r), in
+// one of two ways:
 //
 // - ring (Liu et al., "Ring Attention with Blockwise Transformers", arXiv 2310.01889; as
 //   Megatron-Core runs it): the keys and values of every rank travel around the ring, one
@@ -11,105 +11,75 @@
 //   passes the keys and values around again, and with them each block's dk, dv (fp32), which
 //   arrive back at their owner after C hops.
 // - ulysses (Jacobs et al., "DeepSpeed Ulysses", arXiv 2309.14509): an all-to-all turns q, k, v
-//   from a split by tokens into a split by heads (each rank all T tokens of NH/C of its heads,
-//   in sequence order), Ops::attention_forward runs as without the split, and an all-to-all
-//   turns the output back; backward mirrors it. The heads must divide by M·C.
+//   from a split by tokens into a split by heads (each rank all seq_len tokens of heads/C of
+//   its heads, in sequence order), Ops::attention_forward runs as without the split, and an
+//   all-to-all turns the output back; backward mirrors it. The heads must divide by M·C.
 //
-// Shapes (this rank, M-way tensor parallelism included): B sequences, T_l tokens each,
-// N_l = B·T_l rows; Cm = C/M channels and NHm = NH/M heads. A layer keeps, for its backward,
-// `qkv` (N_l, 3Cm) — ring: the rank's own q, k, v; ulysses: the head-split q, k, v
-// (B, T, 3Cm/C) — the output `out` (N_l, Cm), ulysses also the head-split output `out_heads`
-// (B, T, Cm/C), and `saved` (saved_count() elements of saved_type()): ring the fp32
-// log-sum-exp (B, NHm, T_l), ulysses what Ops::attention_forward keeps for (B, NHm/C, T).
-// Dropout's masks are the unsplit model's (the ops draw by sequence position and global head).
+// Shapes (this rank, M-way tensor parallelism included): B sequences, T tokens each, N = B·T
+// rows; Hm = H/M channels and `heads` = NH/M heads. A layer keeps, for its backward, `qkv`
+// (N, 3Hm) — ring: the rank's own q, k, v; ulysses: the head-split q, k, v (B, seq_len,
+// 3Hm/C) — the output (N, Hm), ulysses also the head-split output (B, seq_len, Hm/C), and what
+// attention keeps: ring the fp32 log-sum-exp (B, heads, T), ulysses what Ops::attention_forward
+// keeps for (B, heads/C, seq_len). Dropout's masks are the unsplit model's (the ops draw by
+// sequence position and global head). The exchange buffers are the model's scratch.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/ops.h"
-#include "model/device_buffer.h"
-#include "parallel/comm.h"
+#include "model/attention_core.h"
 
 namespace trident::model {
 
-enum class ContextMode { ring, ulysses };
-
-// A layer's attention under context parallelism: its shape on this rank.
-struct ContextShape {
-    int B = 0;           // sequences of a microbatch
-    int T = 0;           // tokens of a whole sequence
-    int C = 0;           // this rank's channels (hidden / M)
-    int NH = 0;          // this rank's heads (heads / M)
-    int head_begin = 0;  // the first of them among heads_total (tensor parallelism)
-    int heads_total = 0;
-};
-
-class ContextAttention {
+class ContextAttention final : public AttentionCore {
 public:
-    ContextAttention(kernels::Ops& ops, parallel::Comm& group, ContextMode mode,
-                     const ContextShape& shape, kernels::DType activations);
+    ContextAttention(const Dims& d, int head_begin, int heads_total,
+                     const AttentionSavedFn& attention_saved, SetSpec& set, ScratchSpec& scratch);
 
-    ContextMode mode() const { return mode_; }
-    int local_tokens() const { return T_local_; }
-    // What a layer keeps besides qkv and out (see the top of this file).
-    std::size_t saved_count() const { return saved_.count; }
-    kernels::DType saved_type() const { return saved_.dtype; }
-    bool keeps_out_heads() const { return mode_ == ContextMode::ulysses; }
-    // Where the qkv GEMM writes this rank's q, k, v (N_l, 3Cm): the layer's `qkv` itself
-    // (ring), or scratch that forward turns into the head-split `qkv` (ulysses).
-    kernels::Ptr qkv_input(kernels::Ptr kept_qkv) const;
-
-    // out (N_l, Cm) from qkv_input; fills the layer's qkv (ulysses), out_heads and saved.
-    void forward(kernels::Ptr out, kernels::Ptr qkv, kernels::Ptr out_heads, kernels::Ptr saved,
-                 float drop_prob, uint64_t seed);
-    // saved again from the layer's qkv, bit for bit (selective recompute; ulysses only: the
-    // ring's log-sum-exp is always kept, as small as a flash kernel's).
-    void rebuild(kernels::Ptr saved, kernels::ConstPtr qkv, float drop_prob);
-    // dqkv (N_l, 3Cm) = the gradient of this rank's q, k, v (overwritten), from the gradient
-    // dout (N_l, Cm) of the output and what the layer kept.
-    void backward(kernels::Ptr dqkv, kernels::ConstPtr dout, kernels::ConstPtr qkv,
-                  kernels::ConstPtr out, kernels::ConstPtr out_heads, kernels::ConstPtr saved,
-                  float drop_prob, uint64_t seed);
+    kernels::Ptr qkv_target(PartContext& ctx, kernels::Ptr qkv) const override;
+    void forward(PartContext& ctx, const Pass& pass, kernels::Ptr qkv, kernels::Ptr out,
+                 float drop) const override;
+    void rebuild(PartContext& ctx, const Pass& pass, kernels::ConstPtr qkv,
+                 float drop) const override;
+    void backward(PartContext& ctx, const Pass& pass, kernels::Ptr dqkv, kernels::ConstPtr dout,
+                  kernels::ConstPtr qkv, kernels::ConstPtr out, float drop) const override;
 
 private:
     // Ring: one block of (this rank's query half qa, the held rank's key half kb).
-    kernels::AttentionBlock block(int source, int qa, int kb, float drop_prob, uint64_t seed) const;
-    // Whether query half qa sees any of key half kb of rank `source`, and whether it is the
-    // diagonal (the first block a query half meets, written rather than merged).
-    bool visible(int source, int qa, int kb) const;
-    // Exchange with the ring's neighbours: `send` to the next rank, `receive` from the
-    // previous one.
-    void ring_exchange(kernels::ConstPtr send, kernels::Ptr receive, std::size_t count, int tag);
-    void ring_forward(kernels::Ptr out, kernels::ConstPtr qkv, float* lse, float drop_prob,
-                      uint64_t seed);
-    void ring_backward(kernels::Ptr dqkv, kernels::ConstPtr dout, kernels::ConstPtr qkv,
-                       kernels::ConstPtr out, const float* lse, float drop_prob, uint64_t seed);
-    // Ulysses: `parts` side-by-side tensors of Cm channels each between the token split
-    // (N_l, parts·Cm) and the head split (B, T, parts·Cm/C) in sequence order.
-    void to_heads(kernels::ConstPtr local, kernels::Ptr heads, int parts);
-    void to_tokens(kernels::ConstPtr heads, kernels::Ptr local, int parts);
+    kernels::AttentionBlock block(const PartContext& ctx, int source, int qa, int kb, float drop,
+                                  uint64_t seed) const;
+    // Whether query half qa sees any of key half kb of rank `source`.
+    bool visible(const PartContext& ctx, int source, int qa, int kb) const;
+    // Exchange with the ring's neighbours: `send` to the next rank, `receive` from the previous.
+    void ring_exchange(PartContext& ctx, kernels::ConstPtr send, kernels::Ptr receive,
+                       std::size_t count, int tag) const;
+    void ring_forward(PartContext& ctx, kernels::Ptr out, kernels::ConstPtr qkv, float* lse,
+                      float drop, uint64_t seed) const;
+    void ring_backward(PartContext& ctx, kernels::Ptr dqkv, kernels::ConstPtr dout,
+                       kernels::ConstPtr qkv, kernels::ConstPtr out, const float* lse, float drop,
+                       uint64_t seed) const;
+    // Ulysses: `parts` side-by-side tensors of Hm channels each between the token split
+    // (N, parts·Hm) and the head split (B, seq_len, parts·Hm/C) in sequence order.
+    void to_heads(PartContext& ctx, kernels::ConstPtr local, kernels::Ptr heads, int parts) const;
+    void to_tokens(PartContext& ctx, kernels::ConstPtr heads, kernels::Ptr local, int parts) const;
+    int ulysses_heads() const { return heads_ / ranks_; }
 
-    kernels::Ops& ops_;
-    parallel::Comm& group_;
-    ContextMode mode_;
-    ContextShape s_;
-    int ranks_, rank_;  // C and this rank's place
-    int T_local_, S_;   // tokens per rank (T/C) and per chunk (T/2C)
-    std::size_t rows_;  // N_l = B·T_l
-    kernels::DType act_;
-    kernels::Ops::AttentionSaved saved_;
-
-    // Ring: the keys and values held and those arriving (N_l, 2Cm); the running output (or,
-    // backward, dq) and one block's output (N_l, Cm), its log-sum-exp (B, NHm, T_l), and the
-    // dk, dv held and arriving (N_l, 2Cm), all fp32.
-    std::array<DeviceBuffer, 2> kv_, dkv_;
-    DeviceBuffer rows_f32_, block_out_, block_lse_;
-    // Ulysses: the q, k, v of this rank's tokens (forward), then the head-split gradient of
-    // q, k, v (backward) (N_l, 3Cm); the exchange's buffers (N_l, 3Cm); the head-split
-    // gradient of the output (N_l, Cm).
-    DeviceBuffer qkv_tokens_, send_, receive_, dout_heads_;
+    bool ring_;
+    int B_, seq_len_, T_, S_;  // sequences, tokens of a whole one, this rank's, a chunk's
+    int Hm_, heads_, head_begin_, heads_total_;
+    int ranks_;
+    std::size_t rows_;            // N = B·T
+    int saved_, out_heads_ = -1;  // slots: what attention keeps; Ulysses' head-split output
+    // Ring scratch: the keys and values held and arriving (N, 2Hm); the running output (or,
+    // backward, dq) and one block's output (N, Hm), its log-sum-exp (B, heads, T), and the
+    // dk, dv held and arriving (N, 2Hm), all fp32.
+    std::array<int, 2> kv_{-1, -1}, dkv_{-1, -1};
+    int rows_f32_ = -1, block_out_ = -1, block_lse_ = -1;
+    // Ulysses scratch: this rank's tokens' q, k, v (forward), then the head-split gradient of
+    // q, k, v (backward) (N, 3Hm); the exchange's buffers (N, 3Hm); the head-split gradient of
+    // the output (N, Hm).
+    int qkv_tokens_ = -1, send_ = -1, receive_ = -1, dout_heads_ = -1;
 };
 
 }  // namespace trident::model

@@ -5,7 +5,7 @@
 #include <string>
 #include <utility>
 
-#include "error.h"
+#include "kernels/error.h"
 
 namespace trident::model {
 

@@ -6,9 +6,9 @@
 // the group's size D; replica r keeps the r-th D-th of every unit, and these parts, in unit
 // order, make its shard (held always: the buffer's elements / D). A unit's whole exists only
 // while it is resident: allocated (zero-filled) when the data-parallel exchange gathers it for
-// use or the backward starts adding gradients into it, released after (optim/zero_units.h
-// decides when). Element `offset` of the buffer is then reached through the resident unit
-// holding it.
+// use or the backward starts adding gradients into it, released after
+// (src/data_parallel/zero_units.h decides when). Element `offset` of the buffer is then reached
+// through the resident unit holding it.
 //
 // Buffer coordinates are the same either way, so the optimizer's ranges, the checkpoint's
 // pieces and the model's offsets do not depend on how the buffer is held.

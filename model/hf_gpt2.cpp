@@ -10,8 +10,8 @@
 #include <utility>
 #include <vector>
 
-#include "error.h"
 #include "io/safetensors.h"
+#include "kernels/error.h"
 
 namespace trident::model {
 
@@ -147,7 +147,7 @@ void load_hf_gpt2(const std::string& path, const ParamLayout& layout, float* par
         const io::TensorInfo& info = *by_name.find(t.name)->second;
         float* dst = params + t.offset;
         if (t.name == "wte.weight") {
-            const std::size_t real = info.numel;  // (V, C); rows V..Vp stay zero
+            const std::size_t real = info.numel;  // (V, H); rows V..Vp stay zero
             file.read_f32(info, std::span<float>(dst, real));
             std::fill(dst + real, dst + t.numel, 0.0f);
         } else if (t.name == "wpe.weight" && info.numel != t.numel) {

@@ -7,8 +7,8 @@
 #include <set>
 #include <span>
 
-#include "error.h"
 #include "io/safetensors.h"
+#include "kernels/error.h"
 #include "kernels/random.h"
 
 namespace trident::model {
@@ -17,7 +17,7 @@ namespace {
 
 constexpr const char* kPeftPrefix = "base_model.model.transformer.";
 // Initial adapters draw from a stream of their own, apart from the model's initialisation.
-constexpr uint64_t kAdapterStream = 0x6C6F7261ull;  // "lora"
+constexpr uint64_t kLoraStream = 0x6C6F7261ull;  // "lora"
 
 bool ends_with(const std::string& s, const std::string& suffix) {
     return s.size() >= suffix.size() &&
@@ -37,21 +37,21 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-const char* adapter_target_name(AdapterTarget t) {
+const char* lora_target_name(LoraTarget t) {
     switch (t) {
-        case AdapterTarget::qkv:
+        case LoraTarget::qkv:
             return "qkv";
-        case AdapterTarget::attn_proj:
+        case LoraTarget::attn_proj:
             return "attn_proj";
-        case AdapterTarget::fc:
+        case LoraTarget::fc:
             return "fc";
-        case AdapterTarget::fc_proj:
+        case LoraTarget::fc_proj:
             break;
     }
     return "fc_proj";
 }
 
-AdaptersFileInfo read_adapters_info(const std::string& path) {
+LoraFileInfo read_lora_info(const std::string& path) {
     const io::SafetensorsFile file = io::SafetensorsFile::open(path);
     const auto& meta = file.metadata();
     const auto value = [&](const char* key) {
@@ -61,7 +61,7 @@ AdaptersFileInfo read_adapters_info(const std::string& path) {
                         "\" in the metadata (not an adapters file trident wrote)");
         return it->second;
     };
-    AdaptersFileInfo info;
+    LoraFileInfo info;
     try {
         info.lora.rank = std::stoi(value("lora_rank"));
         info.alpha = std::stod(value("lora_alpha"));
@@ -74,8 +74,8 @@ AdaptersFileInfo read_adapters_info(const std::string& path) {
         const std::size_t end = std::min(targets.find(',', begin), targets.size());
         const std::string name = targets.substr(begin, end - begin);
         bool known = false;
-        for (int i = 0; i < kAdapterTargets; ++i)
-            if (name == adapter_target_name(static_cast<AdapterTarget>(i))) {
+        for (int i = 0; i < kLoraTargets; ++i)
+            if (name == lora_target_name(static_cast<LoraTarget>(i))) {
                 info.lora.targets[static_cast<std::size_t>(i)] = true;
                 known = true;
             }
@@ -86,15 +86,15 @@ AdaptersFileInfo read_adapters_info(const std::string& path) {
     return info;
 }
 
-std::vector<float> initial_adapters(const ParamLayout& whole_adapters, uint64_t seed) {
-    std::vector<float> values(whole_adapters.total(), 0.0f);
-    const auto& tensors = whole_adapters.tensors();
+std::vector<float> initial_lora(const ParamLayout& whole_lora, uint64_t seed) {
+    std::vector<float> values(whole_lora.total(), 0.0f);
+    const auto& tensors = whole_lora.tensors();
     for (std::size_t ti = 0; ti < tensors.size(); ++ti) {
         const ParamTensor& t = tensors[ti];
         if (!ends_with(t.name, ".lora_A.weight")) continue;  // B stays zero
         // torch.nn.init.kaiming_uniform_(a=sqrt(5)): bound = sqrt(6 / ((1 + a²)·fan_in)).
         const double bound = 1.0 / std::sqrt(static_cast<double>(t.full_shape[1]));
-        const uint64_t tensor_seed = kernels::hash64(seed ^ kAdapterStream, ti);
+        const uint64_t tensor_seed = kernels::hash64(seed ^ kLoraStream, ti);
         for (std::size_t i = 0; i < t.numel; ++i)
             values[t.offset + i] =
                 static_cast<float>(bound * (2.0 * kernels::uniform_open(tensor_seed, i) - 1.0));
@@ -102,10 +102,10 @@ std::vector<float> initial_adapters(const ParamLayout& whole_adapters, uint64_t 
     return values;
 }
 
-void load_adapters_file(const std::string& path, const ParamLayout& whole_adapters, float* values) {
+void load_lora_file(const std::string& path, const ParamLayout& whole_lora, float* values) {
     const io::SafetensorsFile file = io::SafetensorsFile::open(path);
     std::set<std::string> taken;
-    for (const ParamTensor& t : whole_adapters.tensors()) {
+    for (const ParamTensor& t : whole_lora.tensors()) {
         const io::TensorInfo* info = file.find(kPeftPrefix + t.name);
         if (!info) info = file.find(t.name);
         if (!info)
@@ -124,29 +124,29 @@ void load_adapters_file(const std::string& path, const ParamLayout& whole_adapte
                         "\" is not an adapter training.lora asks for (targets, layers)");
 }
 
-void save_adapters_file(const std::string& path, const ParamLayout& whole_adapters,
-                        const float* values, double alpha) {
+void save_lora_file(const std::string& path, const ParamLayout& whole_lora, const float* values,
+                    double alpha) {
     std::vector<io::TensorToWrite> tensors;
-    for (const ParamTensor& t : whole_adapters.tensors())
+    for (const ParamTensor& t : whole_lora.tensors())
         tensors.push_back({kPeftPrefix + t.name, t.full_shape, values + t.offset});
     std::string targets;
-    for (int i = 0; i < kAdapterTargets; ++i)
-        if (whole_adapters.lora().targets[static_cast<std::size_t>(i)])
+    for (int i = 0; i < kLoraTargets; ++i)
+        if (whole_lora.lora().targets[static_cast<std::size_t>(i)])
             targets += std::string(targets.empty() ? "" : ",") +
-                       adapter_target_name(static_cast<AdapterTarget>(i));
+                       lora_target_name(static_cast<LoraTarget>(i));
     char alpha_text[32];
     std::snprintf(alpha_text, sizeof(alpha_text), "%.17g", alpha);
     io::write_safetensors(path, tensors,
                           {{"format", "pt"},
-                           {"lora_rank", std::to_string(whole_adapters.lora().rank)},
+                           {"lora_rank", std::to_string(whole_lora.lora().rank)},
                            {"lora_alpha", alpha_text},
                            {"lora_targets", targets}});
 }
 
-void merge_adapters(const ParamLayout& whole_model, float* params,
-                    const ParamLayout& whole_adapters, const float* adapters, float scale) {
-    const std::size_t r = static_cast<std::size_t>(whole_adapters.lora().rank);
-    const auto& tensors = whole_adapters.tensors();
+void merge_lora(const ParamLayout& whole_model, float* params, const ParamLayout& whole_lora,
+                const float* adapters, float scale) {
+    const std::size_t r = static_cast<std::size_t>(whole_lora.lora().rank);
+    const auto& tensors = whole_lora.tensors();
     for (std::size_t i = 0; i + 1 < tensors.size(); i += 2) {  // A then B, per adapter
         const ParamTensor& a = tensors[i];
         const ParamTensor& b = tensors[i + 1];

@@ -16,34 +16,34 @@
 
 namespace trident::model {
 
-// Initial adapters of the whole model (a buffer of ParamLayout::adapters(shape, lora)): as
+// Initial adapters of the whole model (a buffer of ParamLayout::for_lora(shape, lora)): as
 // PEFT starts them, A Kaiming-uniform with a = sqrt(5), i.e. uniform in ±1/sqrt(in), and
 // B zero, so that the adapted model starts as the model. A pure function of (seed, tensor,
 // element): every split draws the same.
-std::vector<float> initial_adapters(const ParamLayout& whole_adapters, uint64_t seed);
+std::vector<float> initial_lora(const ParamLayout& whole_lora, uint64_t seed);
 
-// Fills `values` (whole_adapters.total() floats) from an adapters file; throws trident::Error
+// Fills `values` (whole_lora.total() floats) from an adapters file; throws trident::Error
 // naming the file and the tensor that is missing, of the wrong shape or not asked for.
-void load_adapters_file(const std::string& path, const ParamLayout& whole_adapters, float* values);
+void load_lora_file(const std::string& path, const ParamLayout& whole_lora, float* values);
 
 // Writes the whole model's adapters as an adapters file.
-void save_adapters_file(const std::string& path, const ParamLayout& whole_adapters,
-                        const float* values, double alpha);
+void save_lora_file(const std::string& path, const ParamLayout& whole_lora, const float* values,
+                    double alpha);
 
 // The targets of an adapters file, by the names training.lora.targets uses.
-const char* adapter_target_name(AdapterTarget t);
+const char* lora_target_name(LoraTarget t);
 
 // What an adapters file's metadata says: the rank, targets and alpha it was trained with.
-struct AdaptersFileInfo {
+struct LoraFileInfo {
     LoraShape lora;
     double alpha = 0;
 };
 // Throws trident::Error naming the file when the metadata lacks them or makes no sense.
-AdaptersFileInfo read_adapters_info(const std::string& path);
+LoraFileInfo read_lora_info(const std::string& path);
 
 // The whole model's weights with each adapter merged in: W += scale·B·A, in place on
 // `params` (a buffer of `whole_model`).
-void merge_adapters(const ParamLayout& whole_model, float* params,
-                    const ParamLayout& whole_adapters, const float* adapters, float scale);
+void merge_lora(const ParamLayout& whole_model, float* params, const ParamLayout& whole_lora,
+                const float* adapters, float scale);
 
 }  // namespace trident::model

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <functional>
 
-#include "error.h"
+#include "kernels/error.h"
 
 namespace trident::model {
 
@@ -47,7 +47,7 @@ ParamLayout::ParamLayout(const GptShape& shape, int tensor_rank, int tensor_size
                          const StagePlan& plan, int unit_align)
     : ParamLayout(shape, nullptr, tensor_rank, tensor_size, plan, unit_align) {}
 
-ParamLayout ParamLayout::adapters(const GptShape& shape, const LoraShape& lora, int tensor_rank,
+ParamLayout ParamLayout::for_lora(const GptShape& shape, const LoraShape& lora, int tensor_rank,
                                   int tensor_size, const StagePlan& plan) {
     return ParamLayout(shape, &lora, tensor_rank, tensor_size, plan, 1);
 }
@@ -76,7 +76,7 @@ ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tenso
                         std::to_string(chunks) + " chunks of " + std::to_string(shape.layers) +
                         " layers");
     }
-    const int64_t C = shape.hidden, F = shape.ffn;
+    const int64_t H = shape.hidden, F = shape.ffn;
     // A unit starts at the next multiple of the alignment (and the last one ends at one).
     const std::size_t align = static_cast<std::size_t>(std::max(unit_align, 1));
     std::vector<std::size_t> begins;
@@ -86,11 +86,11 @@ ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tenso
     };
     if (!lora && (plan.first() || plan.last())) {
         start_unit();
-        wte_ = add("wte.weight", {shape.padded_vocab, C}, true, Split::rows);
+        wte_ = add("wte.weight", {shape.padded_vocab, H}, true, Split::rows);
     }
     if (!lora && plan.first()) {
         if (plan.stages > 1) start_unit();  // else one unit with wte: the embedding
-        wpe_ = add("wpe.weight", {shape.max_seq, C}, true, Split::replicated);
+        wpe_ = add("wpe.weight", {shape.max_seq, H}, true, Split::replicated);
     }
     for (int c = 0; c < plan.chunks; ++c)
         for (int l = first_layer(c); l < first_layer(c) + chunk_layers(c); ++l) {
@@ -98,21 +98,21 @@ ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tenso
             const std::size_t begin = total_;
             const std::string p = "h." + std::to_string(l) + ".";
             if (lora) {
-                add_adapters(p, *lora);
+                add_lora(p, *lora);
             } else {
                 LayerParams lp{};
-                lp.ln1_w = add(p + "ln_1.weight", {C}, false, Split::replicated);
-                lp.ln1_b = add(p + "ln_1.bias", {C}, false, Split::replicated);
-                lp.qkv_w = add(p + "attn.c_attn.weight", {3 * C, C}, true, Split::qkv_rows);
-                lp.qkv_b = add(p + "attn.c_attn.bias", {3 * C}, false, Split::qkv_rows);
-                lp.proj_w = add(p + "attn.c_proj.weight", {C, C}, true, Split::columns);
-                lp.proj_b = add(p + "attn.c_proj.bias", {C}, false, Split::replicated);
-                lp.ln2_w = add(p + "ln_2.weight", {C}, false, Split::replicated);
-                lp.ln2_b = add(p + "ln_2.bias", {C}, false, Split::replicated);
-                lp.fc1_w = add(p + "mlp.c_fc.weight", {F, C}, true, Split::rows);
-                lp.fc1_b = add(p + "mlp.c_fc.bias", {F}, false, Split::rows);
-                lp.fc2_w = add(p + "mlp.c_proj.weight", {C, F}, true, Split::columns);
-                lp.fc2_b = add(p + "mlp.c_proj.bias", {C}, false, Split::replicated);
+                lp.ln1_w = add(p + "ln_1.weight", {H}, false, Split::replicated);
+                lp.ln1_b = add(p + "ln_1.bias", {H}, false, Split::replicated);
+                lp.qkv_w = add(p + "attn.c_attn.weight", {3 * H, H}, true, Split::qkv_rows);
+                lp.qkv_b = add(p + "attn.c_attn.bias", {3 * H}, false, Split::qkv_rows);
+                lp.attn_proj_w = add(p + "attn.c_proj.weight", {H, H}, true, Split::columns);
+                lp.attn_proj_b = add(p + "attn.c_proj.bias", {H}, false, Split::replicated);
+                lp.ln2_w = add(p + "ln_2.weight", {H}, false, Split::replicated);
+                lp.ln2_b = add(p + "ln_2.bias", {H}, false, Split::replicated);
+                lp.fc_w = add(p + "mlp.c_fc.weight", {F, H}, true, Split::rows);
+                lp.fc_b = add(p + "mlp.c_fc.bias", {F}, false, Split::rows);
+                lp.fc_proj_w = add(p + "mlp.c_proj.weight", {H, F}, true, Split::columns);
+                lp.fc_proj_b = add(p + "mlp.c_proj.bias", {H}, false, Split::replicated);
                 layers_.push_back(lp);
             }
             layer_ids_.push_back(l);
@@ -120,8 +120,8 @@ ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tenso
         }
     if (!lora && plan.last()) {
         start_unit();
-        lnf_w_ = add("ln_f.weight", {C}, false, Split::replicated);
-        lnf_b_ = add("ln_f.bias", {C}, false, Split::replicated);
+        lnf_w_ = add("ln_f.weight", {H}, false, Split::replicated);
+        lnf_b_ = add("ln_f.bias", {H}, false, Split::replicated);
     }
     total_ = (total_ + align - 1) / align * align;
     for (std::size_t u = 0; u < begins.size(); ++u)
@@ -157,34 +157,34 @@ const LayerParams& ParamLayout::layer(int l) const {
     return layers_.at(layer_index(l));
 }
 
-const LayerAdapters& ParamLayout::adapters(int l) const {
-    return adapters_.at(layer_index(l));
+const LayerLora& ParamLayout::layer_lora(int l) const {
+    return lora_layers_.at(layer_index(l));
 }
 
-void ParamLayout::add_adapters(const std::string& prefix, const LoraShape& lora) {
-    const int64_t C = shape_.hidden, F = shape_.ffn, r = lora.rank;
+void ParamLayout::add_lora(const std::string& prefix, const LoraShape& lora) {
+    const int64_t H = shape_.hidden, F = shape_.ffn, r = lora.rank;
     // Per target: the linear's name, its (out, in), and whether it is column-parallel.
     struct Linear {
         const char* name;
         int64_t out, in;
         Split a, b;
     };
-    const Linear linears[kAdapterTargets] = {
-        {"attn.c_attn", 3 * C, C, Split::replicated, Split::qkv_rows},
-        {"attn.c_proj", C, C, Split::columns, Split::replicated},
-        {"mlp.c_fc", F, C, Split::replicated, Split::rows},
-        {"mlp.c_proj", C, F, Split::columns, Split::replicated},
+    const Linear linears[kLoraTargets] = {
+        {"attn.c_attn", 3 * H, H, Split::replicated, Split::qkv_rows},
+        {"attn.c_proj", H, H, Split::columns, Split::replicated},
+        {"mlp.c_fc", F, H, Split::replicated, Split::rows},
+        {"mlp.c_proj", H, F, Split::columns, Split::replicated},
     };
-    LayerAdapters la{};
-    for (std::size_t t = 0; t < kAdapterTargets; ++t) {
-        la.a[t] = la.b[t] = kNoAdapter;
+    LayerLora la{};
+    for (std::size_t t = 0; t < kLoraTargets; ++t) {
+        la.a[t] = la.b[t] = kNoLora;
         if (!lora.targets[t]) continue;
         const Linear& w = linears[t];
         const std::string name = prefix + w.name;
         la.a[t] = add(name + ".lora_A.weight", {r, w.in}, true, w.a);
         la.b[t] = add(name + ".lora_B.weight", {w.out, r}, true, w.b);
     }
-    adapters_.push_back(la);
+    lora_layers_.push_back(la);
 }
 
 std::size_t ParamLayout::add(const std::string& name, std::vector<int64_t> full_shape, bool decay,

@@ -9,7 +9,7 @@
 // Under M-way tensor parallelism (Megatron's split) each rank holds a slice of some tensors:
 //   wte            rows r*Vp/M ..            (vocab-parallel embedding and LM head)
 //   c_attn w, b    rows of q, of k and of v for heads r*NH/M .. (column-parallel, by head)
-//   attn.c_proj w  columns r*C/M ..          (row-parallel; its bias is whole)
+//   attn.c_proj w  columns r*H/M ..          (row-parallel; its bias is whole)
 //   mlp.c_fc w, b  rows r*F/M ..             (column-parallel)
 //   mlp.c_proj w   columns r*F/M ..          (row-parallel; its bias is whole)
 // and every other tensor whole (replicated: wpe, LayerNorms, row-parallel biases). A layout
@@ -23,7 +23,7 @@
 //
 // Order: wte, wpe, then layer by layer (so a stage's chunks are contiguous runs), ln_f.
 //
-// Low-rank adapters (LoRA) have a layout of their own, built by ParamLayout::adapters: for
+// Low-rank adapters (LoRA) have a layout of their own, built by ParamLayout::for_lora: for
 // each layer held and each target linear W (out, in), A (r, in) then B (out, r), named as
 // W's weight with lora_A / lora_B in place of the last part ("h.3.attn.c_attn.lora_A.weight").
 // They follow W's split, so that the adapter needs no collective of its own in the forward:
@@ -31,12 +31,12 @@
 //   row-parallel W (the c_proj's) A split by columns like W, B replicated
 // Each layer's adapters make one unit; the layout has no embedding and no ln_f.
 //
-// Units: the runs of tensors that ZeRO-2 reduces and ZeRO-3 gathers as one (optim/zero_units.h):
-// the embedding (wte and wpe on a single stage; on a pipeline wte and wpe each alone, so that
-// the first and the last stage hold the same unit of the tied wte), each layer, and ln_f. With
-// a unit alignment A > 1 each unit starts at a multiple of A and the buffer's total is one too
-// (the padding between units is zero and belongs to no tensor), so every unit splits evenly
-// over A data-parallel ranks.
+// Units: the runs of tensors that ZeRO-2 reduces and ZeRO-3 gathers as one
+// (src/data_parallel/zero_units.h): the embedding (wte and wpe on a single stage; on a pipeline wte
+// and wpe each alone, so that the first and the last stage hold the same unit of the tied wte),
+// each layer, and ln_f. With a unit alignment A > 1 each unit starts at a multiple of A and the
+// buffer's total is one too (the padding between units is zero and belongs to no tensor), so every
+// unit splits evenly over A data-parallel ranks.
 #pragma once
 
 #include <array>
@@ -55,7 +55,7 @@ struct GptShape {
     int padded_vocab = 0;  // Vp >= V, multiple of 128 * tensor-parallel size
     int max_seq = 0;       // T, rows of wpe
     int layers = 0;        // L
-    int hidden = 0;        // C
+    int hidden = 0;        // H
     int heads = 0;         // NH
     int ffn = 0;           // F, MLP width
 };
@@ -84,8 +84,8 @@ enum class Split {
 
 struct ParamTensor {
     std::string name;                 // e.g. "h.3.attn.c_attn.weight"
-    std::vector<int64_t> shape;       // this rank's, e.g. {3C/M, C}
-    std::vector<int64_t> full_shape;  // the whole tensor's, e.g. {3C, C}
+    std::vector<int64_t> shape;       // this rank's, e.g. {3H/M, H}
+    std::vector<int64_t> full_shape;  // the whole tensor's, e.g. {3H, H}
     std::size_t offset = 0;           // in elements, into the flat buffer
     std::size_t numel = 0;
     bool decay = false;  // weight decay applies (matrices and embeddings)
@@ -94,31 +94,31 @@ struct ParamTensor {
 
 // Offsets of one transformer block's tensors in the flat buffer (local shapes).
 struct LayerParams {
-    std::size_t ln1_w, ln1_b;    // (C), (C)
-    std::size_t qkv_w, qkv_b;    // (3C/M, C), (3C/M)
-    std::size_t proj_w, proj_b;  // (C, C/M), (C)
-    std::size_t ln2_w, ln2_b;    // (C), (C)
-    std::size_t fc1_w, fc1_b;    // (F/M, C), (F/M)
-    std::size_t fc2_w, fc2_b;    // (C, F/M), (C)
+    std::size_t ln1_w, ln1_b;              // (H), (H)
+    std::size_t qkv_w, qkv_b;              // (3H/M, H), (3H/M)
+    std::size_t attn_proj_w, attn_proj_b;  // (H, H/M), (H)
+    std::size_t ln2_w, ln2_b;              // (H), (H)
+    std::size_t fc_w, fc_b;                // (F/M, H), (F/M)
+    std::size_t fc_proj_w, fc_proj_b;      // (H, F/M), (H)
 };
 
 // The linears of a block that can carry an adapter, indexing LoraShape::targets and
-// LayerAdapters.
-enum class AdapterTarget { qkv, attn_proj, fc, fc_proj };
-inline constexpr int kAdapterTargets = 4;
+// LayerLora.
+enum class LoraTarget { qkv, attn_proj, fc, fc_proj };
+inline constexpr int kLoraTargets = 4;
 
 // Which linears of every layer carry an adapter, and its rank r.
 struct LoraShape {
     int rank = 0;
-    std::array<bool, kAdapterTargets> targets{};
-    bool has(AdapterTarget t) const { return targets[static_cast<std::size_t>(t)]; }
+    std::array<bool, kLoraTargets> targets{};
+    bool has(LoraTarget t) const { return targets[static_cast<std::size_t>(t)]; }
 };
 
-// Offsets of one layer's adapters in the adapters' flat buffer (local shapes), kNoAdapter
+// Offsets of one layer's adapters in the adapters' flat buffer (local shapes), kNoLora
 // where the linear carries none.
-inline constexpr std::size_t kNoAdapter = SIZE_MAX;
-struct LayerAdapters {
-    std::array<std::size_t, kAdapterTargets> a, b;  // A (r, in/M or in), B (out/M or out, r)
+inline constexpr std::size_t kNoLora = SIZE_MAX;
+struct LayerLora {
+    std::array<std::size_t, kLoraTargets> a, b;  // A (r, in/M or in), B (out/M or out, r)
 };
 
 class ParamLayout {
@@ -130,7 +130,7 @@ public:
     explicit ParamLayout(const GptShape& shape, int tensor_rank = 0, int tensor_size = 1,
                          const StagePlan& plan = {}, int unit_align = 1);
     // The layout of the low-rank adapters of that rank's layers (see the top of this file).
-    static ParamLayout adapters(const GptShape& shape, const LoraShape& lora, int tensor_rank = 0,
+    static ParamLayout for_lora(const GptShape& shape, const LoraShape& lora, int tensor_rank = 0,
                                 int tensor_size = 1, const StagePlan& plan = {});
 
     const GptShape& shape() const { return shape_; }
@@ -153,17 +153,17 @@ public:
     int hidden_local() const { return shape_.hidden / tensor_size_; }  // attention width
     int ffn_local() const { return shape_.ffn / tensor_size_; }
 
-    std::size_t wte() const { return wte_; }      // (Vp/M, C), first and last stage
-    std::size_t wpe() const { return wpe_; }      // (T, C), first stage
-    std::size_t lnf_w() const { return lnf_w_; }  // (C), last stage
-    std::size_t lnf_b() const { return lnf_b_; }  // (C), last stage
+    std::size_t wte() const { return wte_; }      // (Vp/M, H), first and last stage
+    std::size_t wpe() const { return wpe_; }      // (T, H), first stage
+    std::size_t lnf_w() const { return lnf_w_; }  // (H), last stage
+    std::size_t lnf_b() const { return lnf_b_; }  // (H), last stage
     // The tensors of global layer l, which must be one of this stage's, and the range
     // [begin, end) of the flat buffer they fill (a layer's tensors are contiguous).
     const LayerParams& layer(int l) const;
     std::pair<std::size_t, std::size_t> layer_range(int l) const;
     // An adapters' layout: its rank and targets, and the adapters of global layer l.
     const LoraShape& lora() const { return lora_; }
-    const LayerAdapters& adapters(int l) const;
+    const LayerLora& layer_lora(int l) const;
 
     // The tensor of that name, or nullptr.
     const ParamTensor* find(const std::string& name) const;
@@ -178,7 +178,7 @@ private:
     std::size_t add(const std::string& name, std::vector<int64_t> full_shape, bool decay,
                     Split split);
     // One layer's adapters, their names starting with `prefix` ("h.3.").
-    void add_adapters(const std::string& prefix, const LoraShape& lora);
+    void add_lora(const std::string& prefix, const LoraShape& lora);
     // Global layer l's index among those held.
     std::size_t layer_index(int l) const;
 
@@ -186,9 +186,9 @@ private:
     int tensor_rank_, tensor_size_;
     StagePlan plan_;
     std::vector<ParamTensor> tensors_;
-    std::vector<int> layer_ids_;           // global index of each layer held, ascending
-    std::vector<LayerParams> layers_;      // their tensors (the model's layout)
-    std::vector<LayerAdapters> adapters_;  // their adapters (an adapters' layout)
+    std::vector<int> layer_ids_;          // global index of each layer held, ascending
+    std::vector<LayerParams> layers_;     // their tensors (the model's layout)
+    std::vector<LayerLora> lora_layers_;  // their adapters (an adapters' layout)
     std::vector<std::pair<std::size_t, std::size_t>> layer_ranges_;
     LoraShape lora_;
     std::vector<std::pair<std::size_t, std::size_t>> units_;

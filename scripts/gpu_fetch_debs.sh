@@ -17,8 +17,9 @@
 # non-free libnvrtc11.2 is CUDA 11's); scripts/gpu_check.sh finds it there and puts it on
 # LD_LIBRARY_PATH, or stops saying it is missing.
 #
-# About 39 MiB of .debs; with the tree and the default job's data (data/kjv, data/gpt2) what
-# travels stays under 64 MiB, which the end of this script checks.
+# About 39 MiB of .debs; with the tree, the default job's data (data/kjv, data/gpt2) and
+# llm.c's sources (.gpu-src, scripts/gpu_fetch_llmc.sh) what travels stays under the device
+# machine's 64 MiB, which the end of this script checks.
 # Usage: scripts/gpu_fetch_debs.sh [DIR]     (default: .gpu-debs, ignored by git)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -72,12 +73,13 @@ count=$(ls "$out"/*.deb | wc -l)
 echo "gpu_fetch_debs: $count packages, $(du -sh "$out" | cut -f1) in $out"
 ((count == ${#packages[@]})) || { echo "gpu_fetch_debs: expected ${#packages[@]} packages" >&2; exit 1; }
 
-# What the device machine receives: the tracked tree, this folder and the data folders.
+# What the device machine receives: the tracked tree, this folder, the data folders and
+# llm.c's sources.
 tree=$(cd "$root" && git ls-files -z | xargs -0 du -cb | tail -1 | cut -f1)
 carried=0
-for dir in "$out" "$root/data/kjv" "$root/data/gpt2"; do
+for dir in "$out" "$root/data/kjv" "$root/data/gpt2" "$root/.gpu-src"; do
   [[ -d $dir ]] && carried=$((carried + $(du -sb "$dir" | cut -f1)))
 done
 total=$(((tree + carried) / 1048576))
-echo "gpu_fetch_debs: tree, .debs and data together: $total MiB (the device machine takes 64)"
+echo "gpu_fetch_debs: tree, .debs, data and .gpu-src together: $total MiB (the device machine takes 64)"
 ((total < 64)) || { echo "gpu_fetch_debs: too large to travel" >&2; exit 1; }

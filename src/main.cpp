@@ -26,6 +26,13 @@ int main(int argc, char** argv) {
     CLI::App app{"Trident: trains GPT language models on a pipeline x tensor x data grid."};
     app.require_subcommand(1);
     app.set_help_all_flag("--help-all", "Help for every subcommand");
+    app.set_version_flag("--version", std::string("trident ") + TRIDENT_VERSION +
+#if TRIDENT_HAVE_CUDA
+                                          " (backends: cpu, cuda)"
+#else
+                                          " (backends: cpu; built without the CUDA toolkit)"
+#endif
+    );
 
     commands::TrainOptions train;
     auto* train_cmd = app.add_subcommand("train", "Train the configured model on its dataset");
@@ -119,10 +126,9 @@ int main(int argc, char** argv) {
     generate_cmd->add_option("--top-k", gen.sampling.top_k, "Sample among the k likeliest; 0 = all")
         ->capture_default_str();
     generate_cmd->add_option("--seed", gen.sampling.seed, "Sampling seed")->capture_default_str();
-    generate_cmd
-        ->add_option("--head-dim", gen.head_dim,
-                     "With --weights: hidden / heads (64 for every GPT-2 size)")
-        ->capture_default_str();
+    generate_cmd->add_option("--head-dim", gen.head_dim,
+                             "With --weights: hidden / heads; default: from the config.json beside "
+                             "them, else 64 (every GPT-2 size)");
     generate_cmd->add_option("--threads", gen.threads, "CPU threads; 0 = all cores")
         ->capture_default_str();
 

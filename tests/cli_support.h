@@ -108,6 +108,21 @@ struct Workspace {
     }
 };
 
+// Checks a run that succeeded, and hands it on.
+inline RunResult require_ok(const RunResult& r) {
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    return r;
+}
+
+// How many times `what` occurs in `text`.
+inline int count_of(const std::string& text, const std::string& what) {
+    int n = 0;
+    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
+        ++n;
+    return n;
+}
+
 // Checks a failed run: exit 1 and one "trident: error:" line that contains `expected`.
 inline void require_clear_error(const RunResult& r, const std::string& expected) {
     INFO(r.output);
@@ -116,11 +131,13 @@ inline void require_clear_error(const RunResult& r, const std::string& expected)
     REQUIRE(r.output.find(expected) != std::string::npos);
 }
 
-// The "loss" field of each line of a metrics file, as written (compared as text: bitwise).
+// The "loss" field of each step's line of a metrics file, as written (compared as text:
+// bitwise). The validation before training, step 0, has none.
 inline std::vector<std::string> losses_of(const std::string& metrics_path) {
     std::ifstream in(metrics_path);
     std::vector<std::string> losses;
     for (std::string line; std::getline(in, line);) {
+        if (line.starts_with("{\"step\": 0, \"val_loss\": ")) continue;
         const auto at = line.find("\"loss\": ");
         REQUIRE(at != std::string::npos);
         losses.push_back(line.substr(at, line.find(',', at) - at));

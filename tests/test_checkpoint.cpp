@@ -12,14 +12,15 @@
 
 #include "cli_support.h"
 #include "config/config.h"
+#include "config/model_shape.h"
 #include "io/sha256.h"
 #include "kernels/ops.h"
 #include "kernels/random.h"
 #include "model/hf_gpt2.h"
 #include "model/param_layout.h"
+#include "solo_grid.h"
 #include "train/checkpoint.h"
 #include "train/checkpoint_manifest.h"
-#include "train/model_shape.h"
 #include "train/trainer.h"
 
 using namespace cli;
@@ -307,17 +308,19 @@ TEST_CASE("checkpoint: export writes the model that loads back with the same los
     config::Config cfg =
         config::load(ws.path("ck") + "/step_000003/config.yaml", {"training.precision=fp32"});
     auto ops = kernels::make_cpu_ops(1);
-    train::Trainer restored(cfg, *ops);
+    train::Trainer restored(cfg, *ops, test::solo_grid());
     train::restore_checkpoint(train::read_share(loaded.path, restored.model().layout(),
-                                                restored.optimizer().owned_ranges()),
+                                                restored.data_parallel().owned_ranges()),
                               restored);
-    train::Trainer imported(cfg, *ops);
-    const model::ParamLayout whole(train::gpt_shape(cfg));
+    train::Trainer imported(cfg, *ops, test::solo_grid());
+    const model::ParamLayout whole(config::gpt_shape(cfg));
     std::vector<float> weights(whole.total());
     model::load_hf_gpt2(ws.path("w.safetensors"), whole, weights.data());
     REQUIRE(weights == loaded.params);  // the fp32 master weights, exactly
     imported.model().load_full_params(weights);
-    REQUIRE(imported.evaluate(kRandomTokens, 2) == restored.evaluate(kRandomTokens, 2));
+    const int sequences = 2 * cfg.training.micro_batch;
+    REQUIRE(imported.evaluate(kRandomTokens, sequences) ==
+            restored.evaluate(kRandomTokens, sequences));
 
     // And through the binary: model.init_from takes it.
     checked(ws.train("--set model.init_from=" + ws.path("w.safetensors")));

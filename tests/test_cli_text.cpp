@@ -17,6 +17,7 @@
 #include "data/token_shards.h"
 
 using namespace cli;
+using Catch::Contains;
 
 namespace {
 
@@ -155,6 +156,36 @@ TEST_CASE("tokenize: bad arguments are reported", "[cli][tokenize][bad-input]") 
         "sentencepiece");
 }
 
+TEST_CASE("tokenize: names the files it wrote and never overwrites the other format's",
+          "[cli][tokenize]") {
+    Workspace ws;
+    const auto in = ws.write("a.txt", "some text");
+    const std::string bytes = "tokenize --tokenizer bytes --no-progress ";
+    const RunResult llmc = run(bytes + "--output " + ws.path("x.bin") + " " + in);
+    REQUIRE(llmc.exit_code == 0);
+    CHECK_THAT(llmc.output, Contains("wrote " + ws.path("x.bin") + "\n"));
+    const auto shard = fs::file_size(ws.path("x.bin"));
+    // A Megatron prefix whose .bin is that shard: refused, the shard untouched.
+    require_clear_error(run(bytes + "--format megatron --output " + ws.path("x") + " " + in),
+                        ws.path("x.bin") +
+                            " is an llm.c token shard; --format megatron would "
+                            "overwrite it");
+    CHECK(fs::file_size(ws.path("x.bin")) == shard);
+    CHECK_FALSE(fs::exists(ws.path("x.idx")));
+
+    const RunResult meg = run(bytes + "--format megatron --output " + ws.path("y") + " " + in);
+    REQUIRE(meg.exit_code == 0);
+    CHECK_THAT(meg.output, Contains("wrote " + ws.path("y.bin") + "\nwrote " + ws.path("y.idx")));
+    const auto tokens = fs::file_size(ws.path("y.bin"));
+    // An llm.c shard over a Megatron dataset's tokens: refused likewise.
+    require_clear_error(run(bytes + "--output " + ws.path("y.bin") + " " + in),
+                        ws.path("y.bin") + " holds the tokens of the Megatron dataset");
+    CHECK(fs::file_size(ws.path("y.bin")) == tokens);
+    // Each format over its own old output is a rewrite, as before.
+    REQUIRE(run(bytes + "--format megatron --output " + ws.path("y") + " " + in).exit_code == 0);
+    REQUIRE(run(bytes + "--output " + ws.path("x.bin") + " " + in).exit_code == 0);
+}
+
 TEST_CASE("generate: continues a prompt from a checkpoint and from exported weights",
           "[cli][generate]") {
     Workspace ws;
@@ -171,15 +202,30 @@ TEST_CASE("generate: continues a prompt from a checkpoint and from exported weig
     const RunResult from_checkpoint = run("generate --checkpoint " + ws.path("ck") + greedy);
     INFO(from_checkpoint.output);
     REQUIRE(from_checkpoint.exit_code == 0);
-    REQUIRE(from_checkpoint.output == std::string(13, 'a') + "\n");  // it learnt only 'a'
+    // The settings on stderr, then the text: it learnt only 'a'.
+    REQUIRE(from_checkpoint.output ==
+            "generate: 10 tokens, greedy (temperature 0)\n" + std::string(13, 'a') + "\n");
+    // Unless told otherwise, it samples as the training sample does, and says so.
+    const RunResult sampled = run("generate --checkpoint " + ws.path("ck") + " --prompt aaa");
+    INFO(sampled.output);
+    REQUIRE(sampled.exit_code == 0);
+    REQUIRE(sampled.output.starts_with("generate: 64 tokens, temperature 0.8, top-k 40, seed 0\n"));
 
+    // The export's config.json tells generate the tiny model's heads (8 wide: hidden 32 / 4
+    // heads), which the weights' shapes do not; without it --head-dim must.
     REQUIRE(run("export --checkpoint " + ws.path("ck") + " --output " + ws.path("w.safetensors"))
                 .exit_code == 0);
-    // The tiny model's heads are 8 wide (hidden 32 / 4 heads).
-    const RunResult from_weights =
-        run("generate --weights " + ws.path("w.safetensors") + " --head-dim 8" + greedy);
+    REQUIRE(fs::exists(ws.path("config.json")));
+    const RunResult from_weights = run("generate --weights " + ws.path("w.safetensors") + greedy);
     INFO(from_weights.output);
     REQUIRE(from_weights.output == from_checkpoint.output);
+    require_clear_error(
+        run("generate --weights " + ws.path("w.safetensors") + " --head-dim 16" + greedy),
+        "--head-dim 16 disagrees with " + ws.path("config.json") + " (n_embd / n_head = 8)");
+    fs::remove(ws.path("config.json"));
+    REQUIRE(
+        run("generate --weights " + ws.path("w.safetensors") + " --head-dim 8" + greedy).output ==
+        from_checkpoint.output);
 
     // Tokens are printed as they come: the first ones arrive while a long generation (100000
     // tokens, a minute at least) still runs; printed at the end, they would come only once

@@ -62,7 +62,7 @@ TEST_CASE("config: every key has its documented default", "[config]") {
 
     // A few spelled out, so a changed default in config.h is a visible decision.
     CHECK(cfg.model.vocab_size == 50257);
-    CHECK(cfg.parallel.schedule == Schedule::one_f_one_b);
+    CHECK(cfg.parallel.schedule == trident::pipeline::Kind::one_f_one_b);
     CHECK(cfg.training.lr == 6.0e-4);
     CHECK(cfg.training.decay == Decay::cosine);
     CHECK(cfg.checkpoint.resume == "auto");
@@ -99,6 +99,57 @@ TEST_CASE("config: defaults that follow other keys, as Megatron-LM and GPT-2 der
     CHECK_FALSE(parse(kMinimal, "x.yaml", {"training.tf32=false"}).training.tf32);
 }
 
+TEST_CASE("config: each run's metrics go beside its checkpoints unless set", "[config]") {
+    CHECK_FALSE(parse(kMinimal, "x.yaml").logging.metrics);  // no checkpoint.dir: none
+    CHECK(parse(kMinimal + "checkpoint: {dir: runs/a}\n", "x.yaml").logging.metrics ==
+          "runs/a/metrics.jsonl");
+    CHECK(parse(kMinimal + "checkpoint: {dir: runs/a}\n", "x.yaml", {"checkpoint.dir=runs/b"})
+              .logging.metrics == "runs/b/metrics.jsonl");
+    // Given, in the file or by an override, it stays: a path, or null for none.
+    CHECK(parse(kMinimal + "checkpoint: {dir: runs/a}\nlogging: {metrics: m.jsonl}\n", "x.yaml")
+              .logging.metrics == "m.jsonl");
+    CHECK_FALSE(parse(kMinimal + "checkpoint: {dir: runs/a}\n", "x.yaml", {"logging.metrics=null"})
+                    .logging.metrics);
+}
+
+TEST_CASE("config: the evaluation set is counted in sequences, whatever the layout", "[config]") {
+    // One global batch unless given; a multiple of micro_batch x data.
+    CHECK(parse(kMinimal + "training: {micro_batch: 2, global_batch: 12}\n", "x.yaml")
+              .training.eval_sequences == 12);
+    CHECK(parse(kMinimal, "x.yaml", {"training.eval_sequences=64"}).training.eval_sequences == 64);
+    const std::string bad = error_of(kMinimal + "training: {micro_batch: 4, eval_sequences: 10}\n");
+    CHECK(starts_with(bad, "x.yaml:"));
+    CHECK(bad.find("training.eval_sequences (10) must be a multiple of micro_batch × "
+                   "parallel.data = 4 × 1 = 4") != std::string::npos);
+    CHECK(bad.find("a multiple of training.global_batch suits every layout") != std::string::npos);
+
+    // The old key counted microbatches of the same samples 0, 1, ...: read as their sequences,
+    // with a warning that names the line and what to write; never written back.
+    const Config old =
+        parse(kMinimal + "training:\n  micro_batch: 16\n  eval_batches: 4\n", "x.yaml");
+    CHECK(old.training.eval_sequences == 64);
+    CHECK(old.training.eval_batches == 0);
+    REQUIRE(old.warnings.size() == 1);
+    CHECK(old.warnings[0] ==
+          "x.yaml:5: training.eval_batches is deprecated (it counted microbatches): read as "
+          "training.eval_sequences = 4 x micro_batch 16 = 64; write that instead");
+    CHECK(to_yaml(old).find("eval_batches") == std::string::npos);
+    CHECK(parse(kMinimal, "x.yaml").warnings.empty());
+    CHECK(error_of(kMinimal + "training: {eval_batches: 2, eval_sequences: 8}\n")
+              .find("training.eval_batches: replaced by training.eval_sequences, which is given "
+                    "too") != std::string::npos);
+    CHECK(error_of(kMinimal, {"training.eval_batches=0"}) ==
+          "--set training.eval_batches=0: training.eval_batches: must be >= 1, got 0");
+}
+
+TEST_CASE("config: hardware.peak_flops sets the peak MFU is against", "[config]") {
+    CHECK(parse(kMinimal, "x.yaml").hardware.peak_flops == 0);  // measured
+    CHECK(parse(kMinimal + "hardware: {peak_flops: 1.5e11}\n", "x.yaml").hardware.peak_flops ==
+          1.5e11);
+    CHECK(error_of(kMinimal, {"hardware.peak_flops=-1"}) ==
+          "--set hardware.peak_flops=-1: hardware.peak_flops: must be >= 0, got -1");
+}
+
 TEST_CASE("config: values of every type are read", "[config]") {
     const Config cfg = parse(R"(
 model: {vocab_size: 256, seq_len: 64, layers: 2, hidden: 64, heads: 4, ffn_hidden: 256,
@@ -121,7 +172,7 @@ device: cpu
     CHECK(cfg.model.vocab_size == 256);
     CHECK(cfg.model.dropout == 0.1);
     CHECK(cfg.model.init_from == "gpt2/model.safetensors");
-    CHECK(cfg.parallel.schedule == Schedule::gpipe);
+    CHECK(cfg.parallel.schedule == trident::pipeline::Kind::gpipe);
     CHECK(cfg.parallel.zero_stage == 0);
     CHECK(cfg.training.steps == 1000);
     CHECK(cfg.training.lr == 3e-4);
@@ -313,7 +364,7 @@ TEST_CASE("config: overrides are applied after the file with the same checks", "
         CHECK(cfg.training.lr == 3e-4);
         CHECK_FALSE(cfg.data.shuffle);
         CHECK(cfg.data.valid.empty());
-        CHECK(cfg.parallel.schedule == Schedule::gpipe);
+        CHECK(cfg.parallel.schedule == trident::pipeline::Kind::gpipe);
         CHECK(cfg.model.init_from == "hf/gpt2.safetensors");
         CHECK(cfg.checkpoint.dir == "runs/a b");
         CHECK(cfg.data.train == one("data/[ab].bin"));  // not valid YAML: taken as the plain string
@@ -323,7 +374,7 @@ TEST_CASE("config: overrides are applied after the file with the same checks", "
         const Config cfg =
             parse(kMinimal, "x.yaml", {"logging.metrics=runs/m.jsonl", "parallel.schedule=1f1b"});
         CHECK(cfg.logging.metrics == "runs/m.jsonl");
-        CHECK(cfg.parallel.schedule == Schedule::one_f_one_b);
+        CHECK(cfg.parallel.schedule == trident::pipeline::Kind::one_f_one_b);
     }
     SECTION("later overrides win") {
         CHECK(parse(kMinimal, "x.yaml", {"training.steps=5", "training.steps=7"}).training.steps ==
@@ -393,7 +444,8 @@ TEST_CASE("config: parallel layouts and what is not supported yet", "[config]") 
     CHECK(parse(kMinimal + "device: cuda\n", "x.yaml").device == DeviceKind::cuda);
 #else
     CHECK(error_of(kMinimal + "device: cuda\n") ==
-          "x.yaml:3: device: this build has no CUDA backend yet (use auto or cpu)");
+          "x.yaml:3: device: this build has no CUDA backend (built without the CUDA toolkit; use "
+          "auto or cpu)");
 #endif
 }
 
@@ -442,7 +494,7 @@ TEST_CASE("config: to_yaml writes every key and reads back to the same config", 
 
     const std::string yaml = to_yaml(original);
     INFO(yaml);
-    for (const char* key : {"vocab_size:", "init_from:", "sequence_parallel:", "eval_batches:",
+    for (const char* key : {"vocab_size:", "init_from:", "sequence_parallel:", "eval_sequences:",
                             "tf32: false", "lora:", "shuffle:", "keep:", "trace:", "device:"})
         CHECK(yaml.find(key) != std::string::npos);
 
@@ -454,7 +506,7 @@ TEST_CASE("config: to_yaml writes every key and reads back to the same config", 
 }
 
 TEST_CASE("config: to_string spells enums as YAML does", "[config]") {
-    CHECK(std::string(to_string(Schedule::one_f_one_b)) == "1f1b");
+    CHECK(std::string(to_string(trident::pipeline::Kind::one_f_one_b)) == "1f1b");
     CHECK(std::string(to_string(Decay::constant)) == "constant");
     CHECK(std::string(trident::kernels::name_of(trident::kernels::DType::bf16)) == "bf16");
     CHECK(std::string(to_string(Recompute::selective)) == "selective");

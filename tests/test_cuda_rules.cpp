@@ -1,12 +1,15 @@
 // The GPU backend's rules that need no GPU to check (in a build with the CUDA backend): which
 // cuDNN versions and attention shapes cuDNN's fused attention must not run
-// (kernels/cuda/attention.h), so that those fall back to the flash kernels.
+// (kernels/cuda/attention.h), so that those fall back to the flash kernels; and the attention a
+// run's layout gives each rank (kernels/cuda/cuda_ops.h), ring attention's head sizes among it.
 #if TRIDENT_HAVE_CUDA
 
 #include <catch2/catch.hpp>
 #include <string>
 
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/error.h"
 
 using trident::kernels::DType;
 using trident::kernels::cuda::cudnn_attention_refusal;
@@ -51,6 +54,42 @@ TEST_CASE("cuDNN attention: its types and head sizes", "[cuda-rules]") {
     CHECK(refused(91900, 8, DType::f16, 128, 160, "up to 128"));
     CHECK(accepted(91900, 8, DType::f16, 128, 128));
     CHECK(refused(91900, 9, DType::bf16, 1, 64, "single row"));
+}
+
+TEST_CASE("GPU start-up: the attention each rank of a layout computes", "[cuda-rules]") {
+    using trident::kernels::rank_attention;
+    using trident::kernels::RunAttention;
+    // 16 heads of 64 (C = 1024), micro batch 4, T = 512.
+    const auto shape = [](int tensor, int context, bool ring) {
+        const RunAttention run{4, 512, 1024, 16, tensor, context, ring, DType::bf16, 0.1f};
+        const trident::kernels::AttentionShape s = rank_attention(run);
+        CHECK(s.B == 4);
+        CHECK(s.T == 512);  // Ulysses: the whole sequence, a C-th of the heads
+        CHECK(s.type == DType::bf16);
+        CHECK(s.drop_prob == 0.1f);
+        CHECK(s.C / s.NH == 64);
+        return s.NH;
+    };
+    CHECK(shape(1, 1, true) == 16);
+    CHECK(shape(2, 1, true) == 8);   // tensor parallelism: its share
+    CHECK(shape(2, 4, false) == 2);  // and Ulysses a context-th of that
+    CHECK(shape(2, 4, true) == 8);   // ring attention keeps the rank's heads
+}
+
+TEST_CASE("GPU start-up: ring attention's block kernels refuse heads over 128", "[cuda-rules]") {
+    // The ring's decision reads only the shape: any backend will do.
+    const auto ops = trident::kernels::make_cpu_ops(1);
+    const trident::kernels::RunAttention fits{2, 128, 512, 4, 1, 2, true, DType::f32, 0.0f};
+    CHECK(prepare_run_attention(*ops, fits) ==
+          "attention: ring attention's block kernels over 2 ranks\n");
+    const trident::kernels::RunAttention wide{2, 128, 640, 4, 1, 2, true, DType::f32, 0.0f};
+    try {
+        prepare_run_attention(*ops, wide);
+        FAIL("ring attention with heads of 160 was accepted");
+    } catch (const trident::Error& e) {
+        CHECK(std::string(e.what()).find("take heads of 1 to 128 elements, not 160") !=
+              std::string::npos);
+    }
 }
 
 #endif  // TRIDENT_HAVE_CUDA

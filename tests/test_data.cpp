@@ -10,7 +10,7 @@
 
 #include "data/sampler.h"
 #include "data/token_shards.h"
-#include "error.h"
+#include "kernels/error.h"
 #include "temp_dir.h"
 
 namespace fs = std::filesystem;

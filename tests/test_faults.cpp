@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "cli_support.h"
-#include "error.h"
 #include "io/fingerprint.h"
 #include "io/output_file.h"
+#include "kernels/error.h"
 #include "parallel/watchdog.h"
 #include "train/checkpoint_manifest.h"
 
@@ -58,21 +58,8 @@ RunResult run_env(const std::string& env, const std::string& args) {
     return run_shell(env + " " + std::string(TRIDENT_BINARY) + " " + args);
 }
 
-RunResult require_ok(const RunResult& r) {
-    INFO(r.output);
-    REQUIRE(r.exit_code == 0);
-    return r;
-}
-
 RunResult checked(const std::string& args) {
     return require_ok(run(args));
-}
-
-int count_of(const std::string& text, const std::string& what) {
-    int n = 0;
-    for (std::size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1))
-        ++n;
-    return n;
 }
 
 // The names in a directory, less a checkpoint.dir's lock file.
@@ -256,8 +243,9 @@ TEST_CASE("cli: a checkpoint save on a full disk stops the run cleanly, the one 
                                "(checkpoint.on_error: stop)");
     CHECK(count_of(r.output, "trident: error:") == 1);
     CHECK(r.output.find("step     2/4") != std::string::npos);
-    CHECK(r.output.find("step     3/4") == std::string::npos);      // stopped after step 2
-    CHECK(entries(ck) == std::vector<std::string>{"step_000001"});  // nothing half written
+    CHECK(r.output.find("step     3/4") == std::string::npos);  // stopped after step 2
+    // Nothing half written; the metrics (logging.metrics' default) beside the checkpoints.
+    CHECK(entries(ck) == std::vector<std::string>{"metrics.jsonl", "step_000001"});
     checked("checkpoint info " + ck + "/step_000001");
     // The run resumes from it and trains as the uninterrupted one.
     checked(ws.train(" --set training.steps=4 --set logging.metrics=" + ws.path("whole.jsonl")));
@@ -276,7 +264,7 @@ TEST_CASE("cli: a checkpoint save on a full disk stops the run cleanly, the one 
     require_clear_error(m,
                         "/.tmp_step_000002/manifest.json: cannot write: Disk quota exceeded "
                         "(EDQUOT)");
-    CHECK(entries(ws2.path("ck")) == std::vector<std::string>{"step_000001"});
+    CHECK(entries(ws2.path("ck")) == std::vector<std::string>{"metrics.jsonl", "step_000001"});
 }
 
 TEST_CASE("cli: with checkpoint.on_error: continue a failed save is retried at the next interval",
@@ -306,7 +294,7 @@ TEST_CASE("cli: with checkpoint.on_error: continue a failed save is retried at t
                           "checkpoint.on_error=continue --set checkpoint.dir=" +
                           ws2.path("ck"))),
         "/step_000004 not saved: ");
-    CHECK(entries(ws2.path("ck")) == std::vector<std::string>{"step_000002"});
+    CHECK(entries(ws2.path("ck")) == std::vector<std::string>{"metrics.jsonl", "step_000002"});
 }
 
 TEST_CASE("cli: a metrics file that cannot be written stops the run, or is passed over",

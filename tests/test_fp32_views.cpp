@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "error.h"
 #include "kernels/dtype.h"
+#include "kernels/error.h"
 #include "kernels/fp32_views.h"
 
 using namespace trident::kernels;

@@ -16,9 +16,9 @@
 #include "config/config.h"
 #include "data/megatron_dataset.h"
 #include "data/token_shards.h"
-#include "error.h"
 #include "fuzz_mutator.h"
 #include "io/safetensors.h"
+#include "kernels/error.h"
 #include "temp_dir.h"
 #include "train/checkpoint_manifest.h"
 

@@ -7,6 +7,7 @@
 
 #include "config/config.h"
 #include "kernels/ops.h"
+#include "solo_grid.h"
 #include "train/generator.h"
 #include "train/trainer.h"
 
@@ -28,7 +29,7 @@ TEST_CASE("greedy generation reproduces a memorised text", "[generate]") {
         }
     };
     auto ops = kernels::make_cpu_ops(2);
-    train::Trainer trainer(cfg, *ops);
+    train::Trainer trainer(cfg, *ops, test::solo_grid());
     trainer.model().init_random(cfg.training.seed, 0.02f);
     double loss = 0;
     for (int s = 0; s < cfg.training.steps; ++s) loss = trainer.step(s, windows).loss;

@@ -10,14 +10,15 @@
 #include <vector>
 
 #include "config/config.h"
-#include "error.h"
+#include "config/model_shape.h"
 #include "io/safetensors.h"
+#include "kernels/error.h"
 #include "kernels/ops.h"
 #include "kernels/random.h"
 #include "model/lora.h"
+#include "solo_grid.h"
 #include "temp_dir.h"
 #include "train/checkpoint_manifest.h"
-#include "train/model_shape.h"
 #include "train/trainer.h"
 
 using namespace trident;
@@ -62,8 +63,8 @@ void initialise(train::Trainer& trainer, const config::Config& cfg) {
     model::Gpt& gpt = trainer.model();
     gpt.init_random(7, 0.02f);
     if (!gpt.frozen()) return;
-    gpt.load_full_adapters(model::initial_adapters(
-        model::ParamLayout::adapters(gpt.shape(), gpt.adapters().shape), cfg.training.seed));
+    gpt.load_full_lora(model::initial_lora(
+        model::ParamLayout::for_lora(gpt.shape(), gpt.lora().shape), cfg.training.seed));
 }
 
 }  // namespace
@@ -73,12 +74,12 @@ TEST_CASE("lora: with B zero the first loss is the model's and the base never ch
         INFO(precision);
         auto ops = kernels::make_cpu_ops(2);
         const config::Config whole_cfg = lora_config(0, "none", precision);
-        train::Trainer whole(whole_cfg, *ops);
+        train::Trainer whole(whole_cfg, *ops, test::solo_grid());
         initialise(whole, whole_cfg);
         const double base_loss = whole.step(0, kTokens).loss;
 
         const config::Config cfg = lora_config(4, "none", precision);
-        train::Trainer adapted(cfg, *ops);
+        train::Trainer adapted(cfg, *ops, test::solo_grid());
         initialise(adapted, cfg);
         const std::vector<float> base = adapted.model().params_to_host();
         // 16-bit weights stay 16-bit.
@@ -95,25 +96,25 @@ TEST_CASE("lora: with B zero the first loss is the model's and the base never ch
 TEST_CASE("lora: memory is the weights and the adapters' training state only", "[lora]") {
     auto whole_ops = kernels::make_cpu_ops(2);
     const config::Config whole_cfg = lora_config(0);
-    train::Trainer whole(whole_cfg, *whole_ops);
+    train::Trainer whole(whole_cfg, *whole_ops, test::solo_grid());
     initialise(whole, whole_cfg);
     whole.step(0, kTokens);
 
     auto ops = kernels::make_cpu_ops(2);
     const config::Config cfg = lora_config(4);
-    train::Trainer adapted(cfg, *ops);
+    train::Trainer adapted(cfg, *ops, test::solo_grid());
     initialise(adapted, cfg);
     adapted.step(0, kTokens);
 
     // Per layer, rank 4: qkv 4·(32 + 96), attn_proj 4·(32 + 32), fc 4·(32 + 128), fc_proj
     // 4·(128 + 32): 2048 adapter values, 4096 over the two layers.
     const model::Gpt& gpt = adapted.model();
-    REQUIRE(gpt.adapter_layout().total() == 4096);
-    const std::size_t adapters = gpt.adapter_params().bytes() / sizeof(float);
+    REQUIRE(gpt.lora_layout().total() == 4096);
+    const std::size_t adapters = gpt.lora_params().bytes() / sizeof(float);
     const train::MemoryUse m = adapted.memory(), w = whole.memory();
-    CHECK(m.parameters == w.parameters + gpt.adapter_params().bytes());
-    CHECK(m.gradients == gpt.adapter_grads().bytes());  // no gradient of the base
-    CHECK(m.optimizer == 12 * adapters);                // master, m and v of the adapters
+    CHECK(m.parameters == w.parameters + gpt.lora_params().bytes());
+    CHECK(m.gradients == gpt.lora_grads().bytes());  // no gradient of the base
+    CHECK(m.optimizer == 12 * adapters);             // master, m and v of the adapters
     // What the allocator saw at its peak: the whole model's gradients and optimizer state
     // are gone; in their place the adapters', their scratch (input, output, input gradient:
     // N·F each) and their activations (N·r per adapter and layer).
@@ -130,20 +131,20 @@ TEST_CASE("lora: recompute trains the adapters bitwise as without it, with dropo
     for (const char* recompute : {"none", "selective", "full"}) {
         auto ops = kernels::make_cpu_ops(2);
         const config::Config cfg = lora_config(4, recompute);
-        train::Trainer trainer(cfg, *ops);
+        train::Trainer trainer(cfg, *ops, test::solo_grid());
         initialise(trainer, cfg);
         losses.emplace_back();
         for (int s = 0; s < 3; ++s) losses.back().push_back(trainer.step(s, kTokens).loss);
-        adapters.push_back(trainer.model().adapters_to_host());
+        adapters.push_back(trainer.model().lora_to_host());
     }
     for (std::size_t i = 1; i < adapters.size(); ++i) {
         CHECK(losses[i] == losses[0]);
         CHECK(adapters[i] == adapters[0]);
     }
-    CHECK(adapters[0] != model::initial_adapters(
-                             model::ParamLayout::adapters(train::gpt_shape(lora_config(4)),
-                                                          train::adapters_of(lora_config(4)).shape),
-                             lora_config(4).training.seed));
+    CHECK(adapters[0] !=
+          model::initial_lora(model::ParamLayout::for_lora(config::gpt_shape(lora_config(4)),
+                                                           config::lora_of(lora_config(4)).shape),
+                              lora_config(4).training.seed));
 }
 
 TEST_CASE("lora: model FLOPs leave out the frozen weights' gradients", "[lora]") {
@@ -162,43 +163,43 @@ TEST_CASE("lora: model FLOPs leave out the frozen weights' gradients", "[lora]")
 
 TEST_CASE("lora: adapters files round-trip and bad ones are named", "[lora]") {
     const TempDir tmp("lora_files");
-    const model::GptShape shape = train::gpt_shape(lora_config(4));
+    const model::GptShape shape = config::gpt_shape(lora_config(4));
     model::LoraShape lora;
     lora.rank = 2;
     lora.targets = {true, false, false, true};  // qkv and fc_proj
-    const model::ParamLayout whole = model::ParamLayout::adapters(shape, lora);
+    const model::ParamLayout whole = model::ParamLayout::for_lora(shape, lora);
     std::vector<float> values(whole.total());
     for (std::size_t i = 0; i < values.size(); ++i) values[i] = 0.001f * static_cast<float>(i);
-    model::save_adapters_file(tmp / "a.safetensors", whole, values.data(), 4.0);
+    model::save_lora_file(tmp / "a.safetensors", whole, values.data(), 4.0);
 
-    const model::AdaptersFileInfo info = model::read_adapters_info(tmp / "a.safetensors");
+    const model::LoraFileInfo info = model::read_lora_info(tmp / "a.safetensors");
     CHECK(info.lora.rank == 2);
     CHECK(info.lora.targets == lora.targets);
     CHECK(info.alpha == 4.0);
     std::vector<float> back(whole.total(), -1.0f);
-    model::load_adapters_file(tmp / "a.safetensors", whole, back.data());
+    model::load_lora_file(tmp / "a.safetensors", whole, back.data());
     CHECK(back == values);
 
     // Other targets or another rank than the file's.
     model::LoraShape more = lora;
     more.targets[1] = true;
     CHECK(error_of([&] {
-              model::load_adapters_file(tmp / "a.safetensors",
-                                        model::ParamLayout::adapters(shape, more), back.data());
+              model::load_lora_file(tmp / "a.safetensors",
+                                    model::ParamLayout::for_lora(shape, more), back.data());
           }) == tmp / "a.safetensors" +
                     ": no adapter \"base_model.model.transformer.h.0.attn.c_proj.lora_A.weight\" "
                     "(training.lora.targets and rank must match the file's)");
     model::LoraShape fewer = lora;
     fewer.targets[3] = false;
     CHECK(error_of([&] {
-              model::load_adapters_file(tmp / "a.safetensors",
-                                        model::ParamLayout::adapters(shape, fewer), back.data());
+              model::load_lora_file(tmp / "a.safetensors",
+                                    model::ParamLayout::for_lora(shape, fewer), back.data());
           }).find("is not an adapter training.lora asks for") != std::string::npos);
     model::LoraShape wider = lora;
     wider.rank = 3;
     CHECK(error_of([&] {
-              model::load_adapters_file(tmp / "a.safetensors",
-                                        model::ParamLayout::adapters(shape, wider), back.data());
+              model::load_lora_file(tmp / "a.safetensors",
+                                    model::ParamLayout::for_lora(shape, wider), back.data());
           }) == tmp / "a.safetensors" +
                     ": adapter \"base_model.model.transformer.h.0.attn.c_attn.lora_A.weight\" is "
                     "[2, 32], the model's is [3, 32] (training.lora.rank must match the file's)");
@@ -206,7 +207,7 @@ TEST_CASE("lora: adapters files round-trip and bad ones are named", "[lora]") {
     const float one = 1.0f;
     io::write_safetensors(tmp / "w.safetensors",
                           std::vector<io::TensorToWrite>{{"wpe.weight", {1}, &one}});
-    CHECK(error_of([&] { model::read_adapters_info(tmp / "w.safetensors"); }) ==
+    CHECK(error_of([&] { model::read_lora_info(tmp / "w.safetensors"); }) ==
           tmp / "w.safetensors" +
               ": no \"lora_rank\" in the metadata (not an adapters file trident wrote)");
 }
@@ -216,7 +217,7 @@ TEST_CASE("lora: the manifest records the adapters and the base weights", "[lora
     train::Manifest m;
     m.step = 3;
     m.precision = "fp32";
-    m.shape = train::gpt_shape(lora_config(4));
+    m.shape = config::gpt_shape(lora_config(4));
     m.layout.chunk_layers = {2};
     m.lora = {8, {"qkv", "fc"}, 16.0, "/data/base.safetensors", std::string(64, 'a')};
     {
@@ -237,23 +238,23 @@ TEST_CASE("lora: the manifest records the adapters and the base weights", "[lora
 TEST_CASE("lora: adapter gradients through their dropout match finite differences", "[lora]") {
     auto ops = kernels::make_cpu_ops(2);
     const config::Config cfg = lora_config(4, "none", "fp32", 0.5);  // no other dropout
-    train::Trainer trainer(cfg, *ops);
+    train::Trainer trainer(cfg, *ops, test::solo_grid());
     initialise(trainer, cfg);
     model::Gpt& gpt = trainer.model();
     // B of the size of A, so that the adapters' share of the input gradients is not small.
-    std::vector<float> values = gpt.adapters_to_host();
-    for (const model::ParamTensor& t : gpt.adapter_layout().tensors())
+    std::vector<float> values = gpt.lora_to_host();
+    for (const model::ParamTensor& t : gpt.lora_layout().tensors())
         if (t.name.find("lora_B") != std::string::npos)
             for (std::size_t i = 0; i < t.numel; ++i)
                 values[t.offset + i] = 0.3f * (kernels::uniform_open(11, t.offset + i) - 0.5f);
-    gpt.load_adapters(values);
+    gpt.load_lora(values);
     const double loss = trainer.accumulate_gradients(1, kTokens);
-    const std::vector<float> grads = gpt.adapter_grads_to_host();
+    const std::vector<float> grads = gpt.lora_grads_to_host();
     // Layer 0's gradients come back through layer 1's adapters' input gradients (masked).
     for (const char* name : {"h.0.attn.c_attn.lora_A.weight", "h.0.attn.c_attn.lora_B.weight",
                              "h.0.mlp.c_proj.lora_A.weight", "h.1.mlp.c_fc.lora_A.weight"}) {
         INFO(name);
-        const model::ParamTensor* t = gpt.adapter_layout().find(name);
+        const model::ParamTensor* t = gpt.lora_layout().find(name);
         REQUIRE(t);
         std::size_t at = t->offset;  // the element of largest gradient
         for (std::size_t i = t->offset; i < t->offset + t->numel; ++i)
@@ -262,11 +263,11 @@ TEST_CASE("lora: adapter gradients through their dropout match finite difference
         double sides[2];
         for (int side = 0; side < 2; ++side) {
             values[at] = original + (side == 0 ? eps : -eps);
-            gpt.load_adapters(values);
+            gpt.load_lora(values);
             sides[side] = trainer.accumulate_gradients(1, kTokens);  // the same masks
         }
         values[at] = original;
-        gpt.load_adapters(values);
+        gpt.load_lora(values);
         const double difference = (sides[0] - sides[1]) / (2.0 * eps);
         CHECK(std::abs(grads[at]) > 1e-3);
         CHECK(difference == Approx(grads[at]).epsilon(0.01));

@@ -16,7 +16,7 @@
 #include "data/megatron_dataset.h"
 #include "data/sampler.h"
 #include "data/token_shards.h"
-#include "error.h"
+#include "kernels/error.h"
 #include "temp_dir.h"
 
 namespace fs = std::filesystem;

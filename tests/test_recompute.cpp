@@ -8,6 +8,7 @@
 #include "config/config.h"
 #include "kernels/ops.h"
 #include "kernels/random.h"
+#include "solo_grid.h"
 #include "train/trainer.h"
 
 using namespace trident;
@@ -48,7 +49,7 @@ struct Run {
 Run train_with(const std::string& recompute, const std::string& precision) {
     const config::Config cfg = small_config(recompute, 3, precision);
     auto ops = kernels::make_cpu_ops(2);
-    train::Trainer trainer(cfg, *ops);
+    train::Trainer trainer(cfg, *ops, test::solo_grid());
     trainer.model().init_random(cfg.training.seed, 0.02f);
     Run run;
     trainer.accumulate_gradients(0, kRandomTokens);
@@ -57,7 +58,7 @@ Run train_with(const std::string& recompute, const std::string& precision) {
         run.losses.push_back(trainer.step(s, kRandomTokens).loss);
         run.params.push_back(trainer.model().params_to_host());
     }
-    run.eval_loss = trainer.evaluate(kRandomTokens, 2);
+    run.eval_loss = trainer.evaluate(kRandomTokens, 2 * cfg.training.micro_batch);
     return run;
 }
 
@@ -66,7 +67,7 @@ std::size_t bytes_per_set(const std::string& recompute, int layers,
                           const std::string& precision = "fp32") {
     const config::Config cfg = small_config(recompute, layers, precision);
     auto ops = kernels::make_cpu_ops(2);
-    train::Trainer trainer(cfg, *ops);
+    train::Trainer trainer(cfg, *ops, test::solo_grid());
     trainer.model().init_random(cfg.training.seed, 0.02f);
     trainer.accumulate_gradients(0, kRandomTokens);
     REQUIRE(trainer.model().activation_sets() >= 1);

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "cli_support.h"
-#include "source_path.h"
+#include "kernels/source_path.h"
 
 using namespace cli;
 namespace fs = std::filesystem;
@@ -82,10 +82,10 @@ TEST_CASE("run guards: a second run on one checkpoint.dir is refused, naming the
 TEST_CASE("run guards: a model that cannot fit this machine's memory is refused in one line",
           "[cli][bad-input]") {
     Workspace ws;
-    // 4096 layers of hidden 16384 (ffn 64): 4.4 T parameters, 88 TB of model states.
+    // 4096 layers of hidden 16384 (ffn 64): 4.4 T parameters, 82 TiB of model states.
     const RunResult r = run_bounded(
         ws.train("--set model.layers=4096 --set model.hidden=16384 --set model.heads=16"));
-    require_clear_error(r, "model: 4407.24 B parameters need at least 88144.84 GB of ");
+    require_clear_error(r, "model: 4407.24 B parameters need at least 82091.28 GiB of ");
     CHECK(contains(r.output, "of weights, gradients and optimizer state per rank"));
     CHECK(contains(r.output, "of memory: use a smaller model, or more ranks and machines"));
     // A count past the limits never gets that far: refused as the config is read.

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cli_support.h"
-#include "error.h"
+#include "kernels/error.h"
 #include "pipeline/executor.h"
 #include "pipeline/schedule.h"
 #include "pipeline/simulator.h"

@@ -1,4 +1,4 @@
-// Where the pipeline cuts the layers (src/plan/stage_cuts.h): the balanced cut against every
+// Where the pipeline cuts the layers (src/config/stage_cuts.h): the balanced cut against every
 // possible cut, the configs' cuts, and what they do to the largest chunk's cost.
 #include <algorithm>
 #include <catch2/catch.hpp>
@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "config/config.h"
-#include "plan/stage_cuts.h"
+#include "config/model_shape.h"
+#include "config/stage_cuts.h"
+#include "model/flops.h"
 #include "plan/stage_shape.h"
 
 namespace {
@@ -52,7 +54,7 @@ config::Config bench(const std::vector<std::string>& overrides) {
 
 // The largest chunk's GEMM FLOPs under the config's cut.
 double largest_chunk_flops(const config::Config& cfg) {
-    const plan::GemmFlops f = plan::gemm_flops(cfg);
+    const model::GemmFlops f = model::gemm_flops(config::rank_dims(cfg), cfg.training.recompute);
     return largest(cfg.derived.chunk_layers, f.layer_forward + f.layer_backward, 0.0,
                    f.head_forward + f.head_backward);
 }
@@ -67,7 +69,7 @@ TEST_CASE("stage cuts: the balanced cut is the best of every cut", "[plan][stage
                     INFO(layers << " layers, " << chunks << " chunks, extras " << first << ", "
                                 << last);
                     const std::vector<int> cut =
-                        plan::balanced_layers(layers, chunks, 1.0, first, last);
+                        config::balanced_layers(layers, chunks, 1.0, first, last);
                     int total = 0;
                     for (int n : cut) total += n;
                     CHECK(static_cast<int>(cut.size()) == chunks);

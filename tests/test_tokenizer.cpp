@@ -20,8 +20,8 @@
 
 #include "data/gpt2_tokenizer.h"
 #include "data/pretokenize.h"
-#include "error.h"
 #include "io/utf8.h"
+#include "kernels/error.h"
 
 namespace fs = std::filesystem;
 using namespace trident;

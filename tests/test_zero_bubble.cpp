@@ -8,6 +8,7 @@
 #include "config/config.h"
 #include "kernels/ops.h"
 #include "kernels/random.h"
+#include "solo_grid.h"
 #include "train/trainer.h"
 
 using namespace trident;
@@ -47,7 +48,7 @@ Run train_with(const std::string& schedule, const std::string& recompute,
                const std::string& precision) {
     const config::Config cfg = small_config(schedule, recompute, precision);
     auto ops = kernels::make_cpu_ops(2);
-    train::Trainer trainer(cfg, *ops);
+    train::Trainer trainer(cfg, *ops, test::solo_grid());
     trainer.model().init_random(cfg.training.seed, 0.02f);
     Run run;
     trainer.accumulate_gradients(0, kRandomTokens);

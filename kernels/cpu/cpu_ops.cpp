@@ -10,11 +10,11 @@
 #include <unordered_map>
 #include <vector>
 
-#include "error.h"
 #include "kernels/cpu/cpu_kernels.h"
 #include "kernels/cpu/fp32_views.h"
+#include "kernels/error.h"
 #include "kernels/ops.h"
-#include "source_path.h"
+#include "kernels/source_path.h"
 
 namespace trident::kernels {
 namespace {
@@ -156,7 +156,7 @@ public:
     }
 
     AttentionSaved attention_saved(int B, int NH, int T, DType activations) const override {
-        return {probs_size(B, NH, T), activations};  // the probabilities
+        return cpu_attention_saved(B, NH, T, activations);
     }
     void attention_forward(Ptr out, Ptr saved, ConstPtr qkv, int B, int T, int C, int NH,
                            float drop_prob, uint64_t seed, int head_begin,
@@ -310,6 +310,12 @@ private:
 };
 
 }  // namespace
+
+Ops::AttentionSaved cpu_attention_saved(int B, int NH, int T, DType activations) {
+    return {static_cast<std::size_t>(B) * static_cast<std::size_t>(NH) *
+                static_cast<std::size_t>(T) * static_cast<std::size_t>(T),
+            activations};
+}
 
 std::unique_ptr<Ops> make_cpu_ops(int threads) {
     // One pool of threads, OpenMP's, for everything: OpenBLAS runs single-threaded inside

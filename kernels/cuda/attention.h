@@ -81,9 +81,10 @@ std::string cudnn_attention_refusal(int version, int sm_major, DType type, int T
 // forward. Its backward adds dq into an fp32 buffer with atomics: results may differ in the
 // last bits from run to run (the flash kernels' do not).
 //
-// cuDNN failing to start (no handle: a library missing, an unsupported GPU) or to build a
-// graph is not an error: supports() says no, with the reason, and the caller uses the flash
-// kernels.
+// cuDNN failing to start (no handle: a library missing, an unsupported GPU), to build a graph
+// or to run one is not an error: supports() says no, with the reason, and the caller uses the
+// flash kernels; forward() and backward() return false when cuDNN failed to run them, and the
+// case is refused from then on.
 class CudnnAttention {
 public:
     explicit CudnnAttention(DeviceAllocator& allocator);
@@ -96,20 +97,20 @@ public:
     bool supports(DType type, int B, int T, int C, int NH, std::string* why = nullptr);
 
     // out (B,T,C), lse (B,NH,T) from qkv (B,T,3C), out and qkv of one type; after supports()
-    // said yes.
-    void forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int C, int NH,
+    // said yes. False when cuDNN failed to run it (nothing written; supports() says why).
+    bool forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int C, int NH,
                  cudaStream_t stream);
     // dqkv (B,T,3C) = the gradient (overwritten, not added) given the forward's out and lse,
-    // every tensor but lse of qkv's type.
-    void backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out, const float* lse, int B,
+    // every tensor but lse of qkv's type. False as forward().
+    bool backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out, const float* lse, int B,
                   int T, int C, int NH, cudaStream_t stream);
 
 private:
     struct Case;
     Case& case_for(DType type, int B, int T, int C, int NH);
     Case& supported_case(DType type, int B, int T, int C, int NH);
-    void run(CudnnGraph& graph, const std::unordered_map<int64_t, void*>& pointers,
-             cudaStream_t stream);
+    bool run(Case& c, CudnnGraph& graph, const char* which,
+             const std::unordered_map<int64_t, void*>& pointers, cudaStream_t stream);
 
     DeviceAllocator& allocator_;
     cudnnHandle_t handle_ = nullptr;

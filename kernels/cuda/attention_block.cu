@@ -2,112 +2,125 @@
 // against a block of key rows with each row's log-sum-exp, the merge of two blocks' results,
 // and a block's backward from the whole attention's output and log-sum-exp.
 //
-// Written to be simple rather than fast: one thread per row, its q (or k and v) and running
-// sums in per-thread arrays of up to kFlashMaxHeadSize floats, every product a loop over the
-// head's dims, no shared memory. Forward is the online softmax over the visible keys (a
-// running max m, sum l and unnormalised output, rescaled when m grows), ending with
-// out = o / l and lse = m + log l. Backward recomputes p = exp(score - lse) with the whole
-// softmax's lse; with D_i = dout_i . out_i and z the dropout factor:
-//   dv_j += p z dout_i,   ds = p (z dout_i . v_j - D_i),   dk_j += scale ds q_i,
-//   dq_i += scale ds k_j.
-// dq by one kernel over query rows, dk and dv by another over key rows: each output element is
-// summed by one thread in a fixed order, no atomics, so runs repeat bit for bit. Inputs are
-// read widened to float; everything written is fp32.
+// The block's forward and backward are attention_kernels.cuh's, as the flash kernels', on this
+// geometry: query row i is row q_begin + i of qkv (B, q_rows, 3C) at sequence position
+// q_position + i; key row j is row k_begin + j of kv (B, kv_rows, 2C) (k, then v) at
+// k_position + j; key j is visible to query i when k_position + j <= q_position + i. A row
+// that sees no key of the block gets lse -inf and out 0. Inputs are read widened to float;
+// everything written is fp32: out (B, q_rows, C), lse (B, NH, q_rows), and the gradients
+// added into dq (B, q_rows, C) and dkv (B, kv_rows, 2C).
 #include <cmath>
 #include <string>
 
-#include "error.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_kernels.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/dropout.cuh"
 #include "kernels/cuda/elements.cuh"
+#include "kernels/error.h"
 #include "kernels/ops.h"
 
 namespace trident::kernels::cuda {
 
 namespace {
 
-constexpr int kRowsPerBlock = 64;
-constexpr int kMaxHead = kFlashMaxHeadSize;
-
-// The block's numbers as the kernels use them.
+// The block's numbers as the kernels use them; rows i and j count from the block's first.
 struct Geometry {
     AttentionBlock k;
     int hs;
     float scale;
+    DType type;
 
-    // Row i of the block's queries: q (and dq's row in (B, q_rows, C)) of head h of batch b.
-    __device__ std::size_t q_row(int b, int i) const {
-        return static_cast<std::size_t>(b) * k.q_rows + k.q_begin + i;
+    __device__ int batches() const { return k.B; }
+    __device__ int heads() const { return k.NH; }
+    __device__ int query_rows() const { return k.q_count; }
+    __device__ int key_rows() const { return k.k_count; }
+    // Element offsets of row 0 of head h of batch b: q in qkv (B, q_rows, 3C), k in kv
+    // (B, kv_rows, 2C) (v is C further), out, dout and dq in (B, q_rows, C).
+    __device__ std::size_t q_base(int b, int h) const {
+        return (static_cast<std::size_t>(b) * k.q_rows + k.q_begin) * 3 * k.C +
+               static_cast<std::size_t>(h) * hs;
     }
-    __device__ std::size_t kv_row(int b, int j) const {
-        return static_cast<std::size_t>(b) * k.kv_rows + k.k_begin + j;
+    __device__ std::size_t k_base(int b, int h) const {
+        return (static_cast<std::size_t>(b) * k.kv_rows + k.k_begin) * 2 * k.C +
+               static_cast<std::size_t>(h) * hs;
+    }
+    __device__ std::size_t out_base(int b, int h) const {
+        return (static_cast<std::size_t>(b) * k.q_rows + k.q_begin) * k.C +
+               static_cast<std::size_t>(h) * hs;
+    }
+    __device__ Rows queries(const void* qkv, int b, int h) const {
+        return Rows{qkv, type, q_base(b, h), 3 * static_cast<std::size_t>(k.C), k.q_count, hs};
+    }
+    __device__ Rows keys(const void* kv, int b, int h, int part) const {
+        return Rows{kv,
+                    type,
+                    k_base(b, h) + static_cast<std::size_t>(part) * k.C,
+                    2 * static_cast<std::size_t>(k.C),
+                    k.k_count,
+                    hs};
+    }
+    __device__ Rows outputs(const void* out, int b, int h) const {
+        return Rows{out, type, out_base(b, h), static_cast<std::size_t>(k.C), k.q_count, hs};
     }
     // Row i's entry in lse and the row dots (B, NH, q_rows).
     __device__ std::size_t stat(int b, int h, int i) const {
         return (static_cast<std::size_t>(b) * k.NH + h) * k.q_rows + k.q_begin + i;
     }
-    // Keys visible to query i: 0 .. count-1.
-    __device__ int visible(int i) const {
-        const int last = k.q_position + i - k.k_position;
-        return last < 0 ? 0 : min(last + 1, k.k_count);
+    __device__ bool visible(int i, int j) const {
+        return i < k.q_count && j < k.k_count && k.k_position + j <= k.q_position + i;
     }
-    __device__ float dropout_factor(int b, int h, int i, int j) const {
-        if (k.drop_prob == 0.0f) return 1.0f;
+    __device__ int keys_seen(int end) const {
+        return max(0, min(k.q_position + min(end, k.q_count) - k.k_position, k.k_count));
+    }
+    __device__ int first_query(int j0) const { return max(0, k.k_position + j0 - k.q_position); }
+    // Dropout index of (b, h, query i, key 0) in the whole sequence's (B, heads_total, T, T).
+    __device__ uint64_t mask_row(int b, int h, int i) const {
         const uint64_t T = static_cast<uint64_t>(k.seq_len);
-        const uint64_t index =
-            ((static_cast<uint64_t>(b) * k.heads_total + k.head_begin + h) * T + k.q_position + i) *
-                T +
-            k.k_position + j;
+        return ((static_cast<uint64_t>(b) * k.heads_total + k.head_begin + h) * T + k.q_position +
+                i) *
+                   T +
+               k.k_position;
+    }
+    __device__ float dropout_factor(uint64_t index) const {
+        if (k.drop_prob == 0.0f) return 1.0f;
         return dropout_kept(k.seed, index, k.drop_prob) ? 1.0f / (1.0f - k.drop_prob) : 0.0f;
     }
-};
 
-template <typename E>
-__device__ void load(float* x, const E* src, int n) {
-    for (int d = 0; d < n; ++d) x[d] = to_float(src[d]);
-}
-
-template <typename E>
-__device__ float dot(const float* x, const E* y, int n) {
-    float sum = 0.0f;
-    for (int d = 0; d < n; ++d) sum += x[d] * to_float(y[d]);
-    return sum;
-}
-
-// Grid (q_count / 64, NH, B): one thread per query row.
-template <typename E>
-__global__ void block_forward_kernel(float* out, float* lse, const E* qkv, const E* kv,
-                                     Geometry g) {
-    const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * kRowsPerBlock + threadIdx.x;
-    if (i >= g.k.q_count) return;
-    const int C = g.k.C, hs = g.hs;
-    float q[kMaxHead], o[kMaxHead];
-    load(q, qkv + g.q_row(b, i) * 3 * C + static_cast<std::size_t>(h) * hs, hs);
-    for (int d = 0; d < hs; ++d) o[d] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
-    const int visible = g.visible(i);
-    for (int j = 0; j < visible; ++j) {
-        const E* key = kv + g.kv_row(b, j) * 2 * C + static_cast<std::size_t>(h) * hs;
-        const float score = dot(q, key, hs) * g.scale;
-        if (score > m) {
-            const float alpha = expf(m - score);  // 0 on the first key (m = -inf)
-            l *= alpha;
-            for (int d = 0; d < hs; ++d) o[d] *= alpha;
-            m = score;
-        }
-        const float p = expf(score - m);
-        l += p;
-        const float weight = p * g.dropout_factor(b, h, i, j);
-        const E* value = key + C;
-        for (int d = 0; d < hs; ++d) o[d] += weight * to_float(value[d]);
+    template <int Split>
+    __device__ void write(void* out, float* lse, int b, int h, int i, int s,
+                          const float (&o)[kDimsPerThread], float m, float l) const {
+        if (i >= k.q_count) return;
+        const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+        float* row = static_cast<float*>(out) + out_base(b, h) + static_cast<std::size_t>(i) * k.C;
+#pragma unroll
+        for (int d = 0; d < kDimsPerThread; ++d)
+            if (d * Split + s < hs) row[d * Split + s] = o[d] * inv;
+        if (s == 0) lse[stat(b, h, i)] = l > 0.0f ? m + logf(l) : -INFINITY;
     }
-    float* out_row = out + g.q_row(b, i) * C + static_cast<std::size_t>(h) * hs;
-    const float inv = visible > 0 ? 1.0f / l : 0.0f;
-    for (int d = 0; d < hs; ++d) out_row[d] = o[d] * inv;
-    lse[g.stat(b, h, i)] = visible > 0 ? m + logf(l) : -INFINITY;
-}
+    template <int Split>
+    __device__ void add_dq(void* dq, int b, int h, int i, int s,
+                           const float (&x)[kDimsPerThread]) const {
+        float* row = static_cast<float*>(dq) + out_base(b, h) + static_cast<std::size_t>(i) * k.C;
+#pragma unroll
+        for (int d = 0; d < kDimsPerThread; ++d)
+            if (d * Split + s < hs) row[d * Split + s] += x[d];
+    }
+    template <int Split>
+    __device__ void add_dkv(void* dkv, int b, int h, int j, int s,
+                            const float (&dk)[kDimsPerThread],
+                            const float (&dv)[kDimsPerThread]) const {
+        float* row =
+            static_cast<float*>(dkv) + k_base(b, h) + static_cast<std::size_t>(j) * 2 * k.C;
+#pragma unroll
+        for (int d = 0; d < kDimsPerThread; ++d) {
+            if (d * Split + s >= hs) continue;
+            row[d * Split + s] += dk[d];
+            row[k.C + d * Split + s] += dv[d];
+        }
+    }
+};
 
 // One thread per (b, h, row of the range).
 __global__ void merge_kernel(float* out, float* lse, const float* block_out, const float* block_lse,
@@ -135,82 +148,17 @@ __global__ void merge_kernel(float* out, float* lse, const float* block_out, con
     lse[stat] = merged;
 }
 
-// row_dot (B, NH, q_rows) on the block's rows = dout . out per head.
 template <typename E>
-__global__ void row_dot_kernel(float* row_dot, const E* dout, const E* out, Geometry g) {
-    const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * kRowsPerBlock + threadIdx.x;
-    if (i >= g.k.q_count) return;
-    const std::size_t at = g.q_row(b, i) * g.k.C + static_cast<std::size_t>(h) * g.hs;
-    float sum = 0.0f;
-    for (int d = 0; d < g.hs; ++d) sum += to_float(dout[at + d]) * to_float(out[at + d]);
-    row_dot[g.stat(b, h, i)] = sum;
-}
-
-// dq of one query row per thread. Grid (q_count / 64, NH, B).
-template <typename E>
-__global__ void block_backward_q_kernel(float* dq, const float* row_dot, const E* dout,
-                                        const E* qkv, const E* kv, const float* lse, Geometry g) {
-    const int b = blockIdx.z, h = blockIdx.y, i = blockIdx.x * kRowsPerBlock + threadIdx.x;
-    if (i >= g.k.q_count) return;
-    const int C = g.k.C, hs = g.hs;
-    float q[kMaxHead], grad[kMaxHead], dq_row[kMaxHead];
-    load(q, qkv + g.q_row(b, i) * 3 * C + static_cast<std::size_t>(h) * hs, hs);
-    load(grad, dout + g.q_row(b, i) * C + static_cast<std::size_t>(h) * hs, hs);
-    for (int d = 0; d < hs; ++d) dq_row[d] = 0.0f;
-    const float row_lse = lse[g.stat(b, h, i)], dot_i = row_dot[g.stat(b, h, i)];
-    const int visible = g.visible(i);
-    for (int j = 0; j < visible; ++j) {
-        const E* key = kv + g.kv_row(b, j) * 2 * C + static_cast<std::size_t>(h) * hs;
-        const float p = expf(dot(q, key, hs) * g.scale - row_lse);
-        const float ds = p * (g.dropout_factor(b, h, i, j) * dot(grad, key + C, hs) - dot_i);
-        for (int d = 0; d < hs; ++d) dq_row[d] += g.scale * ds * to_float(key[d]);
-    }
-    float* target = dq + g.q_row(b, i) * C + static_cast<std::size_t>(h) * hs;
-    for (int d = 0; d < hs; ++d) target[d] += dq_row[d];
-}
-
-// dk, dv of one key row per thread. Grid (k_count / 64, NH, B).
-template <typename E>
-__global__ void block_backward_kv_kernel(float* dkv, const float* row_dot, const E* dout,
-                                         const E* qkv, const E* kv, const float* lse, Geometry g) {
-    const int b = blockIdx.z, h = blockIdx.y, j = blockIdx.x * kRowsPerBlock + threadIdx.x;
-    if (j >= g.k.k_count) return;
-    const int C = g.k.C, hs = g.hs;
-    float key[kMaxHead], value[kMaxHead], dk[kMaxHead], dv[kMaxHead];
-    const std::size_t kv_at = g.kv_row(b, j) * 2 * C + static_cast<std::size_t>(h) * hs;
-    load(key, kv + kv_at, hs);
-    load(value, kv + kv_at + C, hs);
-    for (int d = 0; d < hs; ++d) dk[d] = dv[d] = 0.0f;
-    // Queries from the first that sees key j.
-    const int first = max(0, g.k.k_position + j - g.k.q_position);
-    for (int i = first; i < g.k.q_count; ++i) {
-        const E* q = qkv + g.q_row(b, i) * 3 * C + static_cast<std::size_t>(h) * hs;
-        const E* grad = dout + g.q_row(b, i) * C + static_cast<std::size_t>(h) * hs;
-        const float p = expf(dot(key, q, hs) * g.scale - lse[g.stat(b, h, i)]);
-        const float z = g.dropout_factor(b, h, i, j);
-        const float ds = p * (z * dot(value, grad, hs) - row_dot[g.stat(b, h, i)]);
-        for (int d = 0; d < hs; ++d) {
-            dv[d] += p * z * to_float(grad[d]);
-            dk[d] += g.scale * ds * to_float(q[d]);
-        }
-    }
-    float* target = dkv + kv_at;
-    for (int d = 0; d < hs; ++d) {
-        target[d] += dk[d];
-        target[C + d] += dv[d];
-    }
-}
-
 Geometry geometry(const AttentionBlock& k) {
     const int hs = k.C / k.NH;
-    if (hs < 1 || hs > kMaxHead)
+    if (!flash_attention_supports(hs))
         throw Error("ring attention's GPU kernels take head sizes 1 to " +
-                    std::to_string(kMaxHead) + ", not " + std::to_string(hs));
-    return Geometry{k, hs, 1.0f / std::sqrt(static_cast<float>(hs))};
+                    std::to_string(kFlashMaxHeadSize) + ", not " + std::to_string(hs));
+    return Geometry{k, hs, 1.0f / std::sqrt(static_cast<float>(hs)), dtype_of<E>()};
 }
 
-dim3 grid_of(int rows, const AttentionBlock& k) {
-    return dim3(static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock),
+dim3 grid_of(int rows, int rows_per_block, const AttentionBlock& k) {
+    return dim3(static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block),
                 static_cast<unsigned>(k.NH), static_cast<unsigned>(k.B));
 }
 
@@ -220,9 +168,13 @@ template <typename E>
 void attention_block_forward(float* out, float* lse, const E* qkv, const E* kv,
                              const AttentionBlock& block, cudaStream_t stream) {
     if (block.B * block.q_count == 0) return;
-    const Geometry g = geometry(block);
-    block_forward_kernel<E>
-        <<<grid_of(block.q_count, block), kRowsPerBlock, 0, stream>>>(out, lse, qkv, kv, g);
+    const Geometry g = geometry<E>(block);
+    with_split(g.hs, [&](auto split) {
+        constexpr int Split = decltype(split)::value;
+        attention_forward_kernel<Split>
+            <<<grid_of(block.q_count, kQueryRows, block), kQueryRows * Split, 0, stream>>>(
+                out, lse, qkv, kv, g, true);
+    });
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
@@ -240,15 +192,20 @@ void attention_block_backward(float* dq, float* dkv, float* row_dot, const E* do
                               const E* kv, const E* out, const float* lse,
                               const AttentionBlock& block, cudaStream_t stream) {
     if (block.B * block.q_count * block.k_count == 0) return;
-    const Geometry g = geometry(block);
-    row_dot_kernel<E>
-        <<<grid_of(block.q_count, block), kRowsPerBlock, 0, stream>>>(row_dot, dout, out, g);
+    const Geometry g = geometry<E>(block);
+    const std::size_t rows = static_cast<std::size_t>(block.B) * block.NH * block.q_count;
+    attention_row_dot_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
+        row_dot, dout, out, g);
     TRIDENT_CUDA_CHECK_LAUNCH();
-    block_backward_q_kernel<E><<<grid_of(block.q_count, block), kRowsPerBlock, 0, stream>>>(
-        dq, row_dot, dout, qkv, kv, lse, g);
-    TRIDENT_CUDA_CHECK_LAUNCH();
-    block_backward_kv_kernel<E><<<grid_of(block.k_count, block), kRowsPerBlock, 0, stream>>>(
-        dkv, row_dot, dout, qkv, kv, lse, g);
+    with_split(g.hs, [&](auto split) {
+        constexpr int Split = decltype(split)::value;
+        attention_dq_kernel<Split>
+            <<<grid_of(block.q_count, kQueryRows, block), kQueryRows * Split, 0, stream>>>(
+                dq, row_dot, dout, qkv, kv, lse, g);
+        attention_dkv_kernel<Split>
+            <<<grid_of(block.k_count, kKeyRows, block), kKeyRows * Split, 0, stream>>>(
+                dkv, row_dot, dout, qkv, kv, lse, g);
+    });
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 

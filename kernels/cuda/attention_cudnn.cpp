@@ -1,11 +1,16 @@
 // cuDNN's fused causal attention as backend-API graphs (see attention.h and cudnn_graph.h).
 //
-// The graphs are the pattern cuDNN's fused-attention engines recognise (the one the cuDNN
-// frontend emits for scaled_dot_product_flash_attention):
+// The graphs are the pattern cuDNN's fused-attention engines recognise: the operations, their
+// order and their tensors' types as the cuDNN frontend's SDPA nodes (its releases 1.10 to
+// 1.23) emit them for a causal mask without padding, bias, dropout or ALiBi:
 //   forward:  S = Q K^T; S *= scale; causal mask (row >= column, else -inf); M = max_row S;
 //             E = exp(S - M); Z = sum_row E; stats = M + log Z; P = E / Z; O = P V
 //   backward: sum = rowsum(dO * O); P = exp(S * scale - stats) causally masked;
 //             dV = P^T dO; dS = P * (dO V^T - sum) * scale; dK = dS^T Q; dQ = dS K
+// In the backward the mask comes after the stats are subtracted, where those releases place
+// it (earlier ones masked the scaled scores first, a form the engines also take). The mask's
+// row and column indices are INT32 tensors computed at the graph's compute precision (fp32),
+// as there.
 // Q, K and V are read in place from the packed qkv (B,T,3C) through strides: head h of row t is
 // at t*3C + h*hs (+C for K, +2C for V); K and V enter transposed by swapping their last two
 // strides. Intermediates are fp32, the matrix inputs bf16/fp16.
@@ -15,12 +20,12 @@
 #include <cmath>
 #include <limits>
 
-#include "error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cudnn_graph.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/device_allocator.h"
+#include "kernels/error.h"
 
 namespace trident::kernels::cuda {
 
@@ -290,37 +295,36 @@ CudnnAttention::Case& CudnnAttention::supported_case(DType type, int B, int T, i
     return c;
 }
 
-void CudnnAttention::run(CudnnGraph& graph, const std::unordered_map<int64_t, void*>& pointers,
-                         cudaStream_t stream) {
+bool CudnnAttention::run(Case& c, CudnnGraph& graph, const char* which,
+                         const std::unordered_map<int64_t, void*>& pointers, cudaStream_t stream) {
     // The workspace comes from the caching allocator: after the first step, no cudaMalloc. It
     // is released once the graph is queued (the next user is queued after it on this stream).
-    void* workspace = allocator_.allocate(graph.workspace_bytes());
-    try {
-        graph.run(pointers, workspace, stream);
-    } catch (...) {
-        allocator_.release(workspace);
-        throw;
-    }
-    allocator_.release(workspace);
+    const Scratch workspace(allocator_, graph.workspace_bytes());
+    std::string why;
+    if (graph.run(pointers, workspace.data(), stream, why)) return true;
+    // Refused from now on, with the reason, as a graph that does not build is.
+    c.supported = false;
+    c.why = std::string("cuDNN failed to run the ") + which + " graph (" + why + ")";
+    return false;
 }
 
-void CudnnAttention::forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int C, int NH,
+bool CudnnAttention::forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int C, int NH,
                              cudaStream_t stream) {
     if (out.dtype != qkv.dtype)
         throw Error("internal: cuDNN attention with out and qkv of different types");
     Case& c = supported_case(qkv.dtype, B, T, C, NH);
     char* base = static_cast<char*>(const_cast<void*>(qkv.data));
     const std::size_t plane = static_cast<std::size_t>(C) * size_of(qkv.dtype);  // q to k bytes
-    run(*c.forward,
-        {{c.f_q, base},
-         {c.f_k, base + plane},
-         {c.f_v, base + 2 * plane},
-         {c.f_o, out.data},
-         {c.f_stats, lse}},
-        stream);
+    return run(c, *c.forward, "forward",
+               {{c.f_q, base},
+                {c.f_k, base + plane},
+                {c.f_v, base + 2 * plane},
+                {c.f_o, out.data},
+                {c.f_stats, lse}},
+               stream);
 }
 
-void CudnnAttention::backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out, const float* lse,
+bool CudnnAttention::backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out, const float* lse,
                               int B, int T, int C, int NH, cudaStream_t stream) {
     if (dqkv.dtype != qkv.dtype || dout.dtype != qkv.dtype || out.dtype != qkv.dtype)
         throw Error("internal: cuDNN attention backward with tensors of different types");
@@ -328,17 +332,17 @@ void CudnnAttention::backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr ou
     char* base = static_cast<char*>(const_cast<void*>(qkv.data));
     char* grad = static_cast<char*>(dqkv.data);
     const std::size_t plane = static_cast<std::size_t>(C) * size_of(qkv.dtype);
-    run(*c.backward,
-        {{c.b_q, base},
-         {c.b_k, base + plane},
-         {c.b_v, base + 2 * plane},
-         {c.b_o, const_cast<void*>(out.data)},
-         {c.b_do, const_cast<void*>(dout.data)},
-         {c.b_stats, const_cast<float*>(lse)},
-         {c.b_dq, grad},
-         {c.b_dk, grad + plane},
-         {c.b_dv, grad + 2 * plane}},
-        stream);
+    return run(c, *c.backward, "backward",
+               {{c.b_q, base},
+                {c.b_k, base + plane},
+                {c.b_v, base + 2 * plane},
+                {c.b_o, const_cast<void*>(out.data)},
+                {c.b_do, const_cast<void*>(dout.data)},
+                {c.b_stats, const_cast<float*>(lse)},
+                {c.b_dq, grad},
+                {c.b_dk, grad + plane},
+                {c.b_dv, grad + 2 * plane}},
+               stream);
 }
 
 }  // namespace trident::kernels::cuda

@@ -75,13 +75,15 @@ template <typename E>
 void embedding_forward(E* out, const int32_t* tokens, const E* wte, const E* wpe, int B, int T,
                        int C, int vocab_begin, int vocab_local, const int32_t* positions,
                        cudaStream_t stream);
-// The scatter into dwte is a reduction wherever a token repeats. One warp per token (the
-// warp of its first position) sums that token's rows in position order and adds the sum once:
-// no atomics, so the result does not depend on scheduling. dwte, dwpe of any type.
+// The scatter into dwte is a reduction wherever a token repeats: the positions sorted by
+// token, one block per token sums that token's rows in position order and adds the sum once:
+// no atomics, so the result does not depend on scheduling. dwte, dwpe of any type; `scratch`
+// holds embedding_backward_scratch(B*T, vocab_local) bytes, 256-byte aligned.
 template <typename E>
-void embedding_backward(Ptr dwte, Ptr dwpe, const E* dout, const int32_t* tokens, int B, int T,
-                        int C, int vocab_begin, int vocab_local, const int32_t* positions,
-                        cudaStream_t stream);
+void embedding_backward(Ptr dwte, Ptr dwpe, void* scratch, const E* dout, const int32_t* tokens,
+                        int B, int T, int C, int vocab_begin, int vocab_local,
+                        const int32_t* positions, cudaStream_t stream);
+std::size_t embedding_backward_scratch(int N, int vocab_local);
 
 // ---- vocab-parallel cross-entropy (cross_entropy.cu) ---------------------------------------
 template <typename E>

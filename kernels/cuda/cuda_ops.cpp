@@ -2,8 +2,8 @@
 // element types of its arguments: one type throughout (fp32, bf16 or fp16; parameter
 // gradients may be fp32 besides) runs the templated kernels of cuda_kernels.h directly; any
 // other mix goes through fp32 views (fp32_views.h). Linear layers are cuBLASLt products
-// (gemm.h); attention is cuDNN's fused kernel where it is safe, else the built-in flash
-// attention (attention.h), one choice per shape kept for the run (attention_path).
+// (gemm.h); attention is AttentionOps' (attention_ops.h): cuDNN's fused kernel where it is
+// safe, else the built-in flash attention, one choice per shape kept for the run.
 //
 // Attention keeps no probabilities: what it saves for backward (attention_saved) is the
 // per-row log-sum-exp (B,NH,T) in fp32, all that backward needs besides q, k, v and the
@@ -14,83 +14,30 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <cstdio>
 #include <initializer_list>
-#include <map>
 #include <string>
-#include <tuple>
 
-#include "error.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_ops.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/device_allocator.h"
+#include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/fp32_views.h"
 #include "kernels/cuda/gemm.h"
-// The one part of src/ the kernels use: the host's waits for the device are marked for the
-// stall watchdog, since NCCL's collectives complete in them.
-#include "parallel/watchdog.h"
+#include "kernels/cuda/upload_staging.h"
+#include "kernels/error.h"
+// The host's waits for the device are marked for the stall watchdog, since NCCL's collectives
+// complete in them.
+#include "kernels/host_wait.h"
 
 namespace trident::kernels {
 namespace {
 
-// Calls f with a value of the C++ element type of `t`.
-template <typename F>
-void dispatch(DType t, F&& f) {
-    switch (t) {
-        case DType::f32:
-            f(float{});
-            return;
-        case DType::bf16:
-            f(__nv_bfloat16{});
-            return;
-        case DType::f16:
-            f(__half{});
-            return;
-        default:
-            throw Error(std::string("internal: a GPU op on ") + name_of(t) + " elements");
-    }
-}
-
-// How a shape's attention is computed: the kernels (or none, when no kernel can) and, for
-// the log, why not cuDNN.
-enum class AttentionPath { cudnn, flash, none };
-struct AttentionChoice {
-    AttentionPath path;
-    std::string why;  // why not cuDNN (empty when cuDNN runs it)
-};
-
-std::string describe(const AttentionShape& s) {
-    char text[160];
-    std::snprintf(text, sizeof(text), "B %d, T %d, %d heads of %d, %s, %s", s.B, s.T, s.NH,
-                  s.NH > 0 ? s.C / s.NH : 0, name_of(s.type),
-                  s.drop_prob > 0 ? "with attention dropout" : "without dropout");
-    return text;
-}
-
-std::string describe(const AttentionShape& s, const AttentionChoice& c) {
-    const std::string where = describe(s);
-    switch (c.path) {
-        case AttentionPath::cudnn:
-            return "attention (" + where + "): cuDNN fused attention";
-        case AttentionPath::flash:
-            return "attention (" + where + "): the flash-attention kernels, as " + c.why;
-        case AttentionPath::none:
-            break;
-    }
-    return "attention (" + where + "): no kernel: the flash-attention kernels take heads of 1 to " +
-           std::to_string(cuda::kFlashMaxHeadSize) + " elements and " + c.why;
-}
-
-template <typename E>
-E* as(Ptr p) {
-    return static_cast<E*>(p.data);
-}
-template <typename E>
-const E* as(ConstPtr p) {
-    return static_cast<const E*>(p.data);
-}
+using cuda::as;
+using cuda::dispatch;
+using cuda::Scratch;
 
 // Whether every given (non-null) argument is of type t.
 bool all_of_type(DType t, std::initializer_list<ConstPtr> arguments) {
@@ -102,7 +49,10 @@ bool all_of_type(DType t, std::initializer_list<ConstPtr> arguments) {
 class CudaOps final : public Ops {
 public:
     explicit CudaOps(bool tf32)
-        : stream_(cuda::compute_stream()), gemm_(allocator_, tf32), cudnn_(allocator_) {}
+        : stream_(cuda::compute_stream()),
+          gemm_(allocator_, tf32),
+          attention_(allocator_, stream_),
+          uploads_(stream_) {}
     // Queued work may still use the memory the members give back.
     ~CudaOps() override { cudaStreamSynchronize(stream_); }
 
@@ -119,19 +69,14 @@ public:
     std::size_t allocated_bytes() const override { return allocator_.allocated_bytes(); }
     std::size_t peak_allocated_bytes() const override { return allocator_.peak_allocated_bytes(); }
     void reset_peak_allocated_bytes() override { allocator_.reset_peak(); }
+    // Through page-locked slots: returns without waiting for the compute queued before it.
     void upload(void* device, const void* host, std::size_t bytes) override {
-        // Ops lets the caller reuse `host` on return. CUDA promises a copy has read pageable
-        // memory at return only for synchronous copies (and never for pinned memory), so this
-        // waits for it: a few uploads a step (the token ids), after the compute queued before.
-        if (!bytes) return;
-        TRIDENT_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_));
-        const parallel::Blocked blocked(parallel::kDeviceWait, nullptr);
-        TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+        uploads_.upload(device, host, bytes);
     }
     void download(void* host, const void* device, std::size_t bytes) override {
         if (!bytes) return;
         TRIDENT_CUDA_CHECK(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, stream_));
-        const parallel::Blocked blocked(parallel::kDeviceWait, nullptr);
+        const HostWait wait;
         TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_));
     }
     void zero(Ptr x, std::size_t count) override {
@@ -200,10 +145,11 @@ public:
                             int C, int vocab_begin, int vocab_local, const int32_t* positions,
                             int) override {
         // The gradients may be of any type; the kernel converts as it adds.
+        const Scratch scratch(allocator_, cuda::embedding_backward_scratch(B * T, vocab_local));
         dispatch(dout.dtype, [&](auto e) {
             using E = decltype(e);
-            cuda::embedding_backward(dwte, dwpe, as<E>(dout), tokens, B, T, C, vocab_begin,
-                                     vocab_local, positions, stream_);
+            cuda::embedding_backward(dwte, dwpe, scratch.data(), as<E>(dout), tokens, B, T, C,
+                                     vocab_begin, vocab_local, positions, stream_);
         });
     }
 
@@ -227,7 +173,7 @@ public:
     void layernorm_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
                             ConstPtr weight, const float* mean, const float* rstd, int N,
                             int C) override {
-        Scratch scratch(allocator_, cuda::layernorm_backward_scratch(N, C) * sizeof(float));
+        const Scratch scratch(allocator_, cuda::layernorm_backward_scratch(N, C) * sizeof(float));
         if (all_of_type(inp.dtype, {dinp, dout, weight})) {
             dispatch(inp.dtype, [&](auto e) {
                 using E = decltype(e);
@@ -274,7 +220,7 @@ public:
         if (dinp_) product(dinp_, dout_, false, weight_, false, N, C, OC, 1.0f, ConstPtr());
         if (dweight_) product(dweight_, dout_, true, inp_, false, OC, C, N, 1.0f, ConstPtr());
         if (dbias) {
-            Scratch scratch(allocator_, cuda::bias_grad_scratch(N, OC) * sizeof(float));
+            const Scratch scratch(allocator_, cuda::bias_grad_scratch(N, OC) * sizeof(float));
             dispatch(dout.dtype, [&](auto e) {
                 using E = decltype(e);
                 cuda::bias_grad(dbias, scratch.floats(), as<E>(dout), N, OC, stream_);
@@ -304,112 +250,20 @@ public:
     void attention_forward(Ptr out, Ptr saved, ConstPtr qkv, int B, int T, int C, int NH,
                            float drop_prob, uint64_t seed, int head_begin,
                            int heads_total) override {
-        float* lse = saved.f32();
-        const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
-        if (attention_path({B, T, C, NH, qkv.dtype, drop_prob}) == AttentionPath::cudnn) {
-            if (out.dtype == qkv.dtype) {
-                cudnn_.forward(out, lse, qkv, B, T, C, NH, stream_);
-                return;
-            }
-            // cuDNN writes qkv's type; the output is rounded into out's from there.
-            Scratch o(allocator_, BTC * size_of(qkv.dtype));
-            cudnn_.forward(Ptr(o.data, qkv.dtype), lse, qkv, B, T, C, NH, stream_);
-            convert(out, Ptr(o.data, qkv.dtype), BTC);
-            return;
-        }
-        if (out.dtype != qkv.dtype) {
-            auto v = views();
-            cuda::flash_attention_forward(v.out(out, BTC), lse, v.in(qkv, 3 * BTC), B, T, C, NH,
-                                          drop_prob, seed, head_begin, heads_total, stream_);
-            v.commit();
-            return;
-        }
-        dispatch(qkv.dtype, [&](auto e) {
-            using E = decltype(e);
-            cuda::flash_attention_forward(as<E>(out), lse, as<E>(qkv), B, T, C, NH, drop_prob, seed,
-                                          head_begin, heads_total, stream_);
-        });
+        attention_.forward(out, saved.f32(), qkv, B, T, C, NH, drop_prob, seed, head_begin,
+                           heads_total);
     }
-    // The forward's kernels where the types allow; with mixed types the flash kernels, whose
-    // backward takes cuDNN's statistics as well (attention.h).
     void attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out, ConstPtr saved,
                             int B, int T, int C, int NH, float drop_prob, uint64_t seed,
                             int head_begin, int heads_total) override {
-        const float* lse = saved.f32();
-        const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
-        const bool one_type = all_of_type(qkv.dtype, {dqkv, dout, out});
-        if (one_type &&
-            attention_path({B, T, C, NH, qkv.dtype, drop_prob}) == AttentionPath::cudnn) {
-            // cuDNN overwrites its gradient: into scratch, then added (ops.h's +=).
-            Scratch grad(allocator_, 3 * BTC * size_of(qkv.dtype));
-            cudnn_.backward(Ptr(grad.data, qkv.dtype), dout, qkv, out, lse, B, T, C, NH, stream_);
-            residual_forward(dqkv, dqkv, Ptr(grad.data, qkv.dtype), 3 * BTC);
-            return;
-        }
-        Scratch row_dot(allocator_, static_cast<std::size_t>(B) * NH * T * sizeof(float));
-        if (!one_type) {
-            auto v = views();
-            cuda::flash_attention_backward(v.inout(dqkv, 3 * BTC), row_dot.floats(),
-                                           v.in(dout, BTC), v.in(qkv, 3 * BTC), v.in(out, BTC), lse,
-                                           B, T, C, NH, drop_prob, seed, head_begin, heads_total,
-                                           stream_);
-            v.commit();
-            return;
-        }
-        dispatch(qkv.dtype, [&](auto e) {
-            using E = decltype(e);
-            cuda::flash_attention_backward(as<E>(dqkv), row_dot.floats(), as<E>(dout), as<E>(qkv),
-                                           as<E>(out), lse, B, T, C, NH, drop_prob, seed,
-                                           head_begin, heads_total, stream_);
-        });
+        attention_.backward(dqkv, dout, qkv, out, saved.f32(), B, T, C, NH, drop_prob, seed,
+                            head_begin, heads_total);
     }
-    // The statistics again, by the kernels of the forward (the same shape and drop_prob give
-    // the same path): cuDNN's has no statistics-only form, so its output goes to scratch. The
-    // flash kernels' statistics do not depend on the element type they read (all arithmetic is
-    // fp32 on exactly widened values), so a forward through fp32 views rebuilds alike.
     void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int C, int NH,
                            float drop_prob) override {
-        float* lse = saved.f32();
-        if (attention_path({B, T, C, NH, qkv.dtype, drop_prob}) == AttentionPath::cudnn) {
-            Scratch out(allocator_, static_cast<std::size_t>(B) * T * C * size_of(qkv.dtype));
-            cudnn_.forward(Ptr(out.data, qkv.dtype), lse, qkv, B, T, C, NH, stream_);
-            return;
-        }
-        dispatch(qkv.dtype, [&](auto e) {
-            using E = decltype(e);
-            cuda::flash_attention_forward(static_cast<E*>(nullptr), lse, as<E>(qkv), B, T, C, NH,
-                                          0.0f, 0, 0, NH, stream_);
-        });
+        attention_.rebuild(saved.f32(), qkv, B, T, C, NH, drop_prob);
     }
-
-    // The kernels for a shape, chosen on its first use (or by prepare_attention) and kept, so
-    // that a rebuild runs the forward's kernels; said on stderr when first chosen here.
-    AttentionPath attention_path(const AttentionShape& shape) {
-        const AttentionChoice& choice = choose_attention(shape, true);
-        if (choice.path == AttentionPath::none) throw Error(describe(shape, choice));
-        return choice.path;
-    }
-
-    // Chooses (once) the kernels of a shape: cuDNN without dropout where it is safe and
-    // builds, else the flash kernels where the head size allows, else none.
-    const AttentionChoice& choose_attention(const AttentionShape& shape, bool announce) {
-        const auto key = std::make_tuple(static_cast<int>(shape.type), shape.drop_prob > 0.0f,
-                                         shape.B, shape.T, shape.C, shape.NH);
-        const auto known = attention_paths_.find(key);
-        if (known != attention_paths_.end()) return known->second;
-        AttentionChoice choice{AttentionPath::cudnn, ""};
-        if (shape.drop_prob > 0.0f)
-            choice = {AttentionPath::flash, "cuDNN's dropout mask is not the model's"};
-        else if (!cudnn_.supports(shape.type, shape.B, shape.T, shape.C, shape.NH, &choice.why))
-            choice.path = AttentionPath::flash;
-        if (choice.path == AttentionPath::flash &&
-            !cuda::flash_attention_supports(shape.C / shape.NH))
-            choice.path = AttentionPath::none;
-        const AttentionChoice& kept = attention_paths_.emplace(key, choice).first->second;
-        if (announce && kept.path != AttentionPath::none)
-            std::fprintf(stderr, "trident: %s\n", describe(shape, kept).c_str());
-        return kept;
-    }
+    cuda::AttentionOps& attention() { return attention_; }
 
     // ---- ring attention ------------------------------------------------------------------
     void attention_block_forward(float* out, float* lse, ConstPtr qkv, ConstPtr kv,
@@ -569,10 +423,10 @@ public:
     // ---- optimizer
     // ---------------------------------------------------------------------------------
     void add_sum_of_squares(double* total, ConstPtr x, std::size_t count) override {
-        Scratch scratch(allocator_, cuda::sum_of_squares_scratch() * sizeof(double));
+        const Scratch scratch(allocator_, cuda::sum_of_squares_scratch() * sizeof(double));
         dispatch(x.dtype, [&](auto e) {
             using E = decltype(e);
-            cuda::add_sum_of_squares(total, static_cast<double*>(scratch.data), as<E>(x), count,
+            cuda::add_sum_of_squares(total, static_cast<double*>(scratch.data()), as<E>(x), count,
                                      stream_);
         });
     }
@@ -596,18 +450,6 @@ public:
     }
 
 private:
-    // Device scratch for one op, back to the cache when the op is queued.
-    struct Scratch {
-        cuda::DeviceAllocator& allocator;
-        void* data;
-        Scratch(cuda::DeviceAllocator& a, std::size_t bytes)
-            : allocator(a), data(a.allocate(bytes)) {}
-        ~Scratch() { allocator.release(data); }
-        Scratch(const Scratch&) = delete;
-        Scratch& operator=(const Scratch&) = delete;
-        float* floats() const { return static_cast<float*>(data); }
-    };
-
     // out (rows, cols) = a' @ b' + beta * out (+ bias): a' is a or a^T (trans_a), b' likewise.
     void product(Ptr out, ConstPtr a, bool trans_a, ConstPtr b, bool trans_b, int rows, int cols,
                  int inner, float beta, ConstPtr bias) {
@@ -633,9 +475,8 @@ private:
     cudaStream_t stream_;
     cuda::DeviceAllocator allocator_;  // first in, last out: the others release into it
     cuda::Gemm gemm_;
-    cuda::CudnnAttention cudnn_;
-    // Chosen attention kernels by (type, dropout or not, B, T, C, NH).
-    std::map<std::tuple<int, bool, int, int, int, int>, AttentionChoice> attention_paths_;
+    cuda::AttentionOps attention_;
+    cuda::UploadStaging uploads_;
 };
 
 }  // namespace
@@ -648,17 +489,26 @@ std::string prepare_attention(Ops& ops, const AttentionShape& shape) {
     auto* gpu = dynamic_cast<CudaOps*>(&ops);
     if (!gpu)
         throw Error("internal: prepare_attention on the " + std::string(ops.name()) + " backend");
-    std::string said;
-    // Training draws the dropout mask; evaluation and generation run the same shape without.
-    for (const float drop_prob : {shape.drop_prob, 0.0f}) {
-        AttentionShape s = shape;
-        s.drop_prob = drop_prob;
-        const AttentionChoice& choice = gpu->choose_attention(s, false);
-        if (choice.path == AttentionPath::none) throw Error(describe(s, choice));
-        said += describe(s, choice) + "\n";
-        if (drop_prob == 0.0f) break;
+    return gpu->attention().prepare(shape);
+}
+
+AttentionShape rank_attention(const RunAttention& run) {
+    const int split = run.tensor * (run.context > 1 && !run.ring ? run.context : 1);
+    return {run.micro_batch,   run.seq_len, run.hidden / split,
+            run.heads / split, run.type,    run.drop_prob};
+}
+
+std::string prepare_run_attention(Ops& ops, const RunAttention& run) {
+    if (run.context > 1 && run.ring) {
+        // Each rank's blocks of queries against blocks of keys: the block kernels alone.
+        if (!cuda::flash_attention_supports(run.hidden / run.heads))
+            throw Error("ring attention's GPU kernels take heads of 1 to " +
+                        std::to_string(cuda::kFlashMaxHeadSize) + " elements, not " +
+                        std::to_string(run.hidden / run.heads));
+        return "attention: ring attention's block kernels over " + std::to_string(run.context) +
+               " ranks\n";
     }
-    return said;
+    return prepare_attention(ops, rank_attention(run));
 }
 
 }  // namespace trident::kernels

@@ -27,10 +27,32 @@ struct AttentionShape {
 
 // Chooses, before the first step, the kernels of the model's attention on `ops` (a backend
 // from make_cuda_ops): in training (with drop_prob) and in evaluation and generation
-// (without), cuDNN's fused attention where it is safe for this cuDNN and shape, else the
-// built-in flash kernels. Returns the choices, a line each, for the log. Throws
-// trident::Error naming the cause when neither can run the shape (heads over 128 elements
-// that cuDNN refuses): an error at start-up rather than in the first step.
+// (without), cuDNN's fused attention where it is safe for this cuDNN and shape and runs on
+// it (tried once here), else the built-in flash kernels. Returns the choices, a line each,
+// for the log. Throws trident::Error naming the cause when neither can run the shape (heads
+// over 128 elements that cuDNN refuses): an error at start-up rather than in the first step.
 std::string prepare_attention(Ops& ops, const AttentionShape& shape);
+
+// The attention of a whole run: the model's micro batch, sequence, hidden size and heads, its
+// layout's tensor and context parallelism (`ring`: ring attention, else Ulysses), the
+// activations' type and the attention dropout.
+struct RunAttention {
+    int micro_batch, seq_len, hidden, heads;
+    int tensor, context;
+    bool ring;
+    DType type;
+    float drop_prob;
+};
+
+// The attention each rank of the run computes with attention_forward: tensor parallelism's
+// share of the heads, and under Ulysses a context-th of those over the whole sequence (ring
+// attention runs its block kernels instead).
+AttentionShape rank_attention(const RunAttention& run);
+
+// Decides at start-up every attention shape the run computes (prepare_attention for
+// rank_attention's shape; ring attention's block kernels checked against the head size, which
+// needs no GPU) and returns the log's lines; throws trident::Error naming the cause when a
+// shape has no kernel.
+std::string prepare_run_attention(Ops& ops, const RunAttention& run);
 
 }  // namespace trident::kernels

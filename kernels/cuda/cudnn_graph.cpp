@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/error.h"
 
 namespace trident::kernels::cuda {
 
@@ -298,8 +298,8 @@ bool CudnnGraph::build(std::string& why) {
     return finalize_descriptors(why);
 }
 
-void CudnnGraph::run(const std::unordered_map<int64_t, void*>& pointers, void* workspace,
-                     cudaStream_t stream) {
+bool CudnnGraph::run(const std::unordered_map<int64_t, void*>& pointers, void* workspace,
+                     cudaStream_t stream, std::string& why) {
     if (!plan_) throw Error("internal: running a cuDNN graph that was not built");
     std::vector<int64_t> ids;
     std::vector<void*> data;
@@ -322,26 +322,25 @@ void CudnnGraph::run(const std::unordered_map<int64_t, void*>& pointers, void* w
         TRIDENT_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(workspace) + plan_workspace_, 0,
                                            intermediates_bytes_, stream));
     }
+    Steps step{why};
     cudnnBackendDescriptor_t pack = nullptr;
-    const auto check = [](cudnnStatus_t status, const char* call) {
-        if (status != CUDNN_STATUS_SUCCESS)
-            throw_library_error("cuDNN", cudnnGetErrorString(status), call, __FILE__, __LINE__);
-    };
-    check(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack),
-          "variant pack");
+    if (!step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &pack),
+              "variant pack"))
+        return false;
     const int64_t count = static_cast<int64_t>(ids.size());
-    cudnnStatus_t status =
-        set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, ids.data());
-    if (status == CUDNN_STATUS_SUCCESS)
-        status = set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count,
-                     data.data());
-    if (status == CUDNN_STATUS_SUCCESS)
-        status = set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace);
-    if (status == CUDNN_STATUS_SUCCESS) status = cudnnBackendFinalize(pack);
-    if (status == CUDNN_STATUS_SUCCESS) status = cudnnSetStream(handle_, stream);
-    if (status == CUDNN_STATUS_SUCCESS) status = cudnnBackendExecute(handle_, plan_, pack);
+    step(set(pack, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, count, ids.data()),
+         "variant pack ids");
+    step(set(pack, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, count, data.data()),
+         "variant pack pointers");
+    step(set(pack, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &workspace),
+         "variant pack workspace");
+    step(cudnnBackendFinalize(pack), "variant pack finalize");
+    step(cudnnSetStream(handle_, stream), "cudnnSetStream");
+    if (step.ok) step(cudnnBackendExecute(handle_, plan_, pack), "cudnnBackendExecute");
     cudnnBackendDestroyDescriptor(pack);
-    check(status, "cudnnBackendExecute");
+    // A launch that failed leaves its error to the next CUDA call, which would throw there.
+    if (!step.ok) cudaGetLastError();
+    return step.ok;
 }
 
 }  // namespace trident::kernels::cuda

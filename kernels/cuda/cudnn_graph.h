@@ -7,7 +7,7 @@
 // id, operations by the ids they read and write), then build() creates and finalises the
 // descriptors, asks cuDNN's heuristics for engine configurations and keeps the first whose
 // plan finalises. Failing that, build() returns false with cuDNN's reason, and callers fall
-// back to their own kernels.
+// back to their own kernels; so does run() when cuDNN fails to execute the plan.
 //
 // Tensors are 4-d (cuDNN's fused attention works on (batch, heads, rows, columns)). A
 // virtual tensor is an intermediate that never reaches memory; a scalar is passed by value
@@ -60,8 +60,10 @@ public:
     // Bytes of device workspace run() needs.
     std::size_t workspace_bytes() const { return plan_workspace_ + intermediates_bytes_; }
     // Runs the plan; `pointers` maps the id of every memory-bound tensor to its device address.
-    void run(const std::unordered_map<int64_t, void*>& pointers, void* workspace,
-             cudaStream_t stream);
+    // False, with cuDNN's reason in `why`, when cuDNN fails to run it (an engine that built
+    // but cannot launch on this GPU, say): the caller's own kernels can then take the case.
+    bool run(const std::unordered_map<int64_t, void*>& pointers, void* workspace,
+             cudaStream_t stream, std::string& why);
 
 private:
     struct Tensor {

@@ -9,11 +9,11 @@
 #include <fstream>
 #include <regex>
 
-#include "error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
-#include "parallel/watchdog.h"  // the host's wait for the device, marked as in cuda_ops.cpp
-#include "source_path.h"
+#include "kernels/error.h"
+#include "kernels/host_wait.h"  // the host's wait for the device, marked as in cuda_ops.cpp
+#include "kernels/source_path.h"
 
 namespace trident::kernels::cuda {
 
@@ -71,9 +71,6 @@ void use_gpu(int device) {
     g.device = device;
 }
 
-int current_gpu() {
-    return chosen().device;
-}
 cudaStream_t compute_stream() {
     return chosen().stream;
 }
@@ -145,7 +142,7 @@ unsigned blocks_for(std::size_t work, unsigned threads) {
 }
 
 void synchronize() {
-    const parallel::Blocked blocked(parallel::kDeviceWait, nullptr);
+    const HostWait wait;
     TRIDENT_CUDA_CHECK(cudaStreamSynchronize(compute_stream()));
 }
 

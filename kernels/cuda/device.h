@@ -22,8 +22,7 @@ int visible_gpu_count(std::string* why = nullptr);
 // before any other function here or any kernel launch.
 void use_gpu(int device);
 
-// The GPU chosen by use_gpu (throws if none was).
-int current_gpu();
+// The chosen GPU's compute stream and properties (throw if use_gpu was not called).
 cudaStream_t compute_stream();
 const cudaDeviceProp& gpu_properties();
 

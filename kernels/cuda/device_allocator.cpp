@@ -7,8 +7,8 @@
 #include <bit>
 #include <cstdio>
 
-#include "error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/error.h"
 
 namespace trident::kernels::cuda {
 

@@ -48,4 +48,22 @@ private:
     std::size_t allocated_ = 0, peak_ = 0;
 };
 
+// Device scratch for one op, back to the cache when the op is queued (the next user of the
+// block is queued after it on the one compute stream).
+class Scratch {
+public:
+    Scratch(DeviceAllocator& allocator, std::size_t bytes)
+        : allocator_(allocator), data_(allocator.allocate(bytes)) {}
+    ~Scratch() { allocator_.release(data_); }
+    Scratch(const Scratch&) = delete;
+    Scratch& operator=(const Scratch&) = delete;
+
+    void* data() const { return data_; }
+    float* floats() const { return static_cast<float*>(data_); }
+
+private:
+    DeviceAllocator& allocator_;
+    void* data_;
+};
+
 }  // namespace trident::kernels::cuda

@@ -18,8 +18,8 @@
 #include <string>
 #include <type_traits>
 
-#include "error.h"
 #include "kernels/dtype.h"
+#include "kernels/error.h"
 
 namespace trident::kernels::cuda {
 

@@ -9,9 +9,9 @@
 #include <algorithm>
 #include <string>
 
-#include "error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_allocator.h"
+#include "kernels/error.h"
 
 namespace trident::kernels::cuda {
 

@@ -8,8 +8,8 @@
 
 #include "commands/commands.h"
 #include "commands/session.h"
-#include "error.h"
 #include "io/json_line.h"
+#include "kernels/error.h"
 #include "kernels/random.h"
 #include "parallel/grid.h"
 #include "parallel/world.h"
@@ -24,10 +24,13 @@ void run(const BenchOptions& opts, const config::Config& cfg, const Device& devi
     const bool leader = grid.rank() == 0;
     const auto watchdog = start_watchdog(cfg, grid);
     auto ops = make_backend(cfg, device, grid, leader);
-    const Peak peak = peak_flops(device, *ops);
-    if (leader) print_summary(cfg, *ops, peak);
+    const Peak peak = peak_flops(cfg, device, *ops, world.comm());
+    if (leader) {
+        print_warnings(cfg);
+        print_summary(cfg, *ops, peak);
+    }
 
-    train::Trainer trainer(cfg, *ops, &grid);
+    train::Trainer trainer(cfg, *ops, grid);
     initialise_weights(cfg, trainer.model());
     const uint64_t vocab = static_cast<uint64_t>(cfg.model.vocab_size);
     const uint64_t T = static_cast<uint64_t>(cfg.model.seq_len);
@@ -71,12 +74,18 @@ void run(const BenchOptions& opts, const config::Config& cfg, const Device& devi
         .add("mfu", flops / peak.flops)
         .add("step_ms", 1e3 * step_s)
         .add("peak_tflops", peak.flops / 1e12)
+        .add("peak_reliable", flops <= peak.flops)
         .add("steps", opts.steps)
         .add("backend", ops->name())
         .add("threads", cfg.training.threads)
         .add("parameters", static_cast<int64_t>(cfg.derived.parameters))
         .add("processes", cfg.derived.world_size)
         .add("peak_memory_bytes", peak_bytes);
+    if (leader && flops > peak.flops)
+        std::printf(
+            "note: MFU %.1f%% is above 100%%: the peak measured at start-up is unreliable (a "
+            "busy machine); set hardware.peak_flops to this machine's peak FLOP/s per process\n",
+            100.0 * flops / peak.flops);
     if (leader) std::printf("%s\n", line.str().c_str());
 }
 

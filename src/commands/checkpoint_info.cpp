@@ -3,14 +3,37 @@
 #include <filesystem>
 
 #include "commands/commands.h"
-#include "error.h"
+#include "config/config.h"
 #include "io/sha256.h"
+#include "kernels/error.h"
+#include "train/base_weights.h"
 #include "train/checkpoint_manifest.h"
 #include "train/metrics.h"
 
 namespace trident::commands {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// The low-rank adapters a checkpoint holds, and whether their base weights are still there as
+// they were: "" if so (or without adapters), else what is wrong with them.
+std::string print_lora(const train::LoraRecord& lora, const std::string& dir) {
+    if (lora.rank == 0) return "";
+    std::string targets;
+    for (const std::string& t : lora.targets) targets += (targets.empty() ? "" : ", ") + t;
+    std::printf("lora: rank %d | alpha %g (scale %g) | targets %s\n", lora.rank, lora.alpha,
+                lora.alpha / lora.rank, targets.c_str());
+    const std::string base = train::resolve_base(lora.base, dir);
+    std::string status = "MISSING";
+    if (fs::exists(base))
+        status = train::base_weights_sha256(base) == lora.base_sha256 ? "ok" : "CHANGED (SHA-256)";
+    std::printf("lora base: %s (recorded as %s) | sha256 %.16s…  %s\n", base.c_str(),
+                lora.base.c_str(), lora.base_sha256.c_str(), status.c_str());
+    return status == "ok" ? "" : "the adapters' base weights " + base + " are " + status;
+}
+
+}  // namespace
 
 int checkpoint_info(const CheckpointInfoOptions& opts) {
     std::string dir = opts.path;
@@ -33,10 +56,11 @@ int checkpoint_info(const CheckpointInfoOptions& opts) {
         "model: layers %d | hidden %d | heads %d | ffn %d | seq %d | vocab %d (padded %d)\n",
         s.layers, s.hidden, s.heads, s.ffn, s.max_seq, s.vocab, s.padded_vocab);
     std::printf(
-        "layout: %d x %d x %d x %d (pipeline x tensor x context x data) | context %s | schedule "
-        "%s, virtual stages %d | ZeRO stage %d, buckets of %lld\n",
-        l.pipeline, l.tensor, l.context, l.data, l.context_mode.c_str(), l.schedule.c_str(),
-        l.virtual_stages, l.zero_stage, static_cast<long long>(l.bucket_size));
+        "layout: %s | context %s | schedule %s, virtual stages %d | ZeRO stage %d, buckets of "
+        "%lld\n",
+        config::layout_text(l.pipeline, l.tensor, l.context, l.data).c_str(),
+        l.context_mode.c_str(), l.schedule.c_str(), l.virtual_stages, l.zero_stage,
+        static_cast<long long>(l.bucket_size));
     if (l.chunk_layers.size() > 1) {
         std::string cuts;
         for (int n : l.chunk_layers) cuts += (cuts.empty() ? "" : ", ") + std::to_string(n);
@@ -44,22 +68,16 @@ int checkpoint_info(const CheckpointInfoOptions& opts) {
     }
     std::printf("precision: %s | loss scale %g (%d clean steps)\n", m.precision.c_str(),
                 m.loss_scale, m.good_steps);
+    const std::string base_problem = print_lora(m.lora, dir);
+    for (const std::string& run : train::pinned_by(dir))
+        std::printf("kept as the base of the adapters of %s (checkpoint.keep passes it over)\n",
+                    run.c_str());
     std::printf("files:\n");
     int bad = 0;
     for (const train::ManifestFile& f : m.files) {
-        const fs::path path = fs::path(dir) / f.name;
-        std::string status = "ok";
-        std::error_code ec;
-        const auto size = fs::file_size(path, ec);
-        if (fs::exists(fs::symlink_status(path)) && !fs::is_regular_file(path))
-            status = "NOT A REGULAR FILE";
-        else if (ec)
-            status = "MISSING";
-        else if (size != f.bytes)
-            status = "WRONG SIZE (" + std::to_string(size) + " bytes)";
-        else if (io::sha256_file(path.string()) != f.sha256)
-            status = "CORRUPT (checksum differs)";
-        bad += status != "ok";
+        const std::string problem = train::file_problem(dir, f);
+        const std::string status = problem.empty() ? "ok" : problem;
+        bad += !problem.empty();
         std::string where = f.pp < 0 ? ""
                                      : "pp " + std::to_string(f.pp) + ", tp " +
                                            std::to_string(f.tp) + ", dp " + std::to_string(f.dp);
@@ -70,6 +88,7 @@ int checkpoint_info(const CheckpointInfoOptions& opts) {
     if (bad > 0)
         throw Error(dir + ": " + std::to_string(bad) + " of " + std::to_string(m.files.size()) +
                     " files fail their check (see above)");
+    if (!base_problem.empty()) throw Error(dir + ": " + base_problem);
     std::printf("all %zu files match their checksums\n", m.files.size());
     return 0;
 }

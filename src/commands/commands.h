@@ -58,7 +58,9 @@ struct GenerateOptions {
     std::string lora;        // with `weights`: an adapters file to merge into them
     std::string prompt;
     train::SamplingOptions sampling;
-    int head_dim = 64;  // heads = hidden / head_dim for --weights (shapes do not tell)
+    // heads = hidden / head_dim for --weights (shapes do not tell); 0: from the config.json
+    // beside them (trident export writes it), else 64 (every GPT-2 size).
+    int head_dim = 0;
     int threads = 0;
 };
 int generate(const GenerateOptions& opts);

@@ -8,8 +8,9 @@
 #include <string>
 
 #include "commands/commands.h"
+#include "commands/session.h"
 #include "config/config.h"
-#include "error.h"
+#include "kernels/error.h"
 #include "plan/report.h"
 
 namespace trident::commands {
@@ -66,6 +67,7 @@ std::optional<plan::Hardware> hardware(const PlanOptions& o) {
 
 int plan(const PlanOptions& opts) {
     const config::Config cfg = config::load(opts.config, opts.overrides, config::Purpose::plan);
+    print_warnings(cfg);
     plan::PlanInputs inputs = plan::plan_inputs(
         cfg, plan::gradient_bytes(cfg.training.precision, cfg.training.fp32_grad_accumulation));
     if (opts.zero_stage != -1) {

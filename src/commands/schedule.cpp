@@ -7,9 +7,10 @@
 #include <fstream>
 
 #include "commands/commands.h"
-#include "error.h"
+#include "kernels/error.h"
 #include "pipeline/simulator.h"
 #include "pipeline/timeline.h"
+#include "train/metrics.h"
 
 namespace trident::commands {
 
@@ -23,13 +24,14 @@ int schedule(const ScheduleOptions& opts) {
     require_valid(sim);  // the schedules are proven here; a failure is a bug in schedule.cpp
 
     const int columns = text_columns_per_unit(costs);
-    std::printf("%s schedule: P = %d stages, v = %d chunk%s per stage, m = %d microbatches\n",
-                display_name(sim).c_str(), sim.P, v, v == 1 ? "" : "s", sim.m);
+    std::printf("%s schedule: P = %s, v = %s per stage, m = %s\n", display_name(sim).c_str(),
+                train::counted(sim.P, "stage").c_str(), train::counted(v, "chunk").c_str(),
+                train::counted(sim.m, "microbatch").c_str());
     std::printf("costs per chunk: forward %g, backward %g", costs.forward, costs.backward);
     if (splits_backward(kind))
         std::printf(" (B %g, W %g)", costs.backward - costs.weight, costs.weight);
-    std::printf(", latency %g; %d column%s per time unit\n\n", costs.latency, columns,
-                columns == 1 ? "" : "s");
+    std::printf(", latency %g; %s per time unit\n\n", costs.latency,
+                train::counted(columns, "column").c_str());
     std::printf("%s%s\n\n", render_text(sim, columns).c_str(), text_legend().c_str());
 
     const char* formula = kind == Kind::interleaved ? "(p-1)/(v*m)"
@@ -43,8 +45,8 @@ int schedule(const ScheduleOptions& opts) {
         std::printf("  stage %d: %d / %d\n", s, sim.stages[s].peak_in_flight,
                     sim.stages[s].peak_in_flight_microbatches);
     if (costs.send_buffers > 0) {
-        std::printf("outgoing messages held at most per stage (of %d buffers):",
-                    costs.send_buffers);
+        std::printf("outgoing messages held at most per stage (of %s):",
+                    train::counted(costs.send_buffers, "buffer").c_str());
         for (const StageTrace& stage : sim.stages) std::printf(" %d", stage.peak_send_buffers);
         std::printf("\n");
     }

@@ -4,23 +4,24 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <new>
 #include <string>
 #include <vector>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "model/lora.h"
 #include "plan/memory_model.h"
 #include "train/base_weights.h"
 #include "train/device_peak.h"
 #include "train/metrics.h"
 #if TRIDENT_HAVE_CUDA
-#include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device.h"
 #include "parallel/cuda/gpu_binding.h"
 #include "parallel/cuda/nccl_comm.h"
 #include "parallel/cuda/staged_comm.h"
+#include "parallel/watchdog.h"
 #endif
 
 namespace trident::commands {
@@ -105,7 +106,12 @@ Device choose_device(const config::Config& cfg, parallel::World& world, bool ann
         if (cfg.device == config::DeviceKind::cuda)
             throw Error("device: cuda, but " + where +
                         "; check CUDA_VISIBLE_DEVICES and the driver, or use device: auto or cpu");
-        if (announce) std::printf("device: cpu (auto: %s)\n", where.c_str());
+        // Without an NVIDIA driver, CUDA's reason ("driver version is insufficient") is no
+        // fault: the machine simply has no GPU. With one loaded, the reason matters.
+        if (announce && std::filesystem::exists("/proc/driver/nvidia/version"))
+            std::printf("device: cpu (auto: an NVIDIA driver is loaded, but %s)\n", where.c_str());
+        else if (announce)
+            std::printf("device: cpu (no GPU: CPU backend)\n");
         return device;
     }
     const parallel::GpuBinding binding = parallel::bind_gpu(world);
@@ -117,7 +123,7 @@ Device choose_device(const config::Config& cfg, parallel::World& world, bool ann
     }
 #else
     (void)world;
-    if (announce) std::printf("device: cpu (auto: this build has no GPU backend)\n");
+    if (announce) std::printf("device: cpu (this build has no GPU backend: CPU backend)\n");
 #endif
     return device;
 }
@@ -127,32 +133,26 @@ std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Devi
     if (!device.gpu) return kernels::make_cpu_ops(cfg.training.threads);
 #if TRIDENT_HAVE_CUDA
     auto ops = kernels::make_cuda_ops(cfg.training.tf32);
-    // Attention's kernels are chosen now, so that a model no kernel can run stops here. Ring
-    // attention runs its own block kernels; Ulysses runs attention on a C-th of the heads.
+    // Attention's kernels are chosen now, for every shape the run computes, so that a model
+    // no kernel can run stops here.
     const config::ModelConfig& m = cfg.model;
     const auto& p = cfg.parallel;
-    const int head_split =
-        p.tensor * (p.context_mode == config::ContextMode::ulysses ? p.context : 1);
-    if (p.context > 1 && p.context_mode == config::ContextMode::ring) {
-        if (!kernels::cuda::flash_attention_supports(m.hidden / m.heads))
-            throw Error(
-                "model.hidden / model.heads: ring attention's GPU kernels take heads of 1 to " +
-                std::to_string(kernels::cuda::kFlashMaxHeadSize) + " elements");
-        if (announce)
-            std::printf("attention: ring attention's block kernels over %d ranks\n", p.context);
-    } else {
-        const kernels::AttentionShape attention{
-            cfg.training.micro_batch, m.seq_len,
-            m.hidden / head_split,    m.heads / head_split,
-            cfg.training.precision,   static_cast<float>(m.dropout)};
-        std::string choices;
-        try {
-            choices = kernels::prepare_attention(*ops, attention);
-        } catch (const Error& e) {
-            throw Error(std::string("model.hidden / model.heads: ") + e.what());
-        }
-        if (announce) std::printf("%s", choices.c_str());
+    const kernels::RunAttention attention{cfg.training.micro_batch,
+                                          m.seq_len,
+                                          m.hidden,
+                                          m.heads,
+                                          p.tensor,
+                                          p.context,
+                                          p.context_mode == config::ContextMode::ring,
+                                          cfg.training.precision,
+                                          static_cast<float>(m.dropout)};
+    std::string choices;
+    try {
+        choices = kernels::prepare_run_attention(*ops, attention);
+    } catch (const Error& e) {
+        throw Error(std::string("model.hidden / model.heads: ") + e.what());
     }
+    if (announce) std::printf("%s", choices.c_str());
     const cudaStream_t stream = kernels::cuda::compute_stream();
     if (device.shared_gpu) {
         // NCCL refuses two ranks of a communicator on one GPU.
@@ -165,9 +165,14 @@ std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Devi
                 return std::make_unique<parallel::StagedComm>(std::move(group), stream);
             });
     } else {
+        // The pipeline's and context parallelism's groups pass messages (activations and
+        // gradients; ring attention's keys and values): theirs go through NCCL too.
         grid.wrap_comms(
             [&](std::unique_ptr<parallel::Comm> group) -> std::unique_ptr<parallel::Comm> {
-                return std::make_unique<parallel::NcclComm>(std::move(group), stream);
+                const parallel::GroupLabel* label = group->label();
+                const bool messages =
+                    label && (label->name == "pipeline" || label->name == "context");
+                return std::make_unique<parallel::NcclComm>(std::move(group), stream, messages);
             });
     }
     return ops;
@@ -178,12 +183,27 @@ std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Devi
 #endif
 }
 
-Peak peak_flops(const Device& device, kernels::Ops& ops) {
+Peak peak_flops(const config::Config& cfg, const Device& device, kernels::Ops& ops,
+                parallel::Comm& world) {
+    if (cfg.hardware.peak_flops > 0)
+        return {cfg.hardware.peak_flops, "hardware.peak_flops; MFU is against this"};
     if (device.gpu) {
         const double datasheet = train::datasheet_peak_flops(device.name);
         if (datasheet > 0) return {datasheet, "dense bf16, datasheet; MFU is against this"};
     }
-    return {train::measure_gemm_flops(ops), "fp32 GEMM measured at start-up; MFU is against this"};
+    // Ranks that share a machine measure at once: the most any one reached is the closest to
+    // what a rank can do (and every rank takes the same figure).
+    double measured = train::measure_gemm_flops(ops);
+    world.all_reduce(&measured, 1, parallel::ReduceOp::max);
+    return {measured,
+            "fp32 GEMM measured at start-up, best of several; MFU is against this "
+            "(hardware.peak_flops sets it)"};
+}
+
+void print_warnings(const config::Config& cfg) {
+    for (const std::string& w : cfg.warnings)
+        std::fprintf(stderr, "trident: warning: %s\n", w.c_str());
+    std::fflush(stderr);
 }
 
 void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Peak& peak) {
@@ -195,11 +215,10 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Pea
         "vocab %d (padded %d)\n",
         train::human_count(static_cast<double>(d.parameters)).c_str(), m.layers, m.hidden, m.heads,
         m.ffn_hidden, m.seq_len, m.vocab_size, d.padded_vocab);
-    std::printf(
-        "layout: %d x %d x %d x %d (pipeline x tensor x context x data) | backend %s | "
-        "precision %s\n",
-        cfg.parallel.pipeline, cfg.parallel.tensor, cfg.parallel.context, cfg.parallel.data,
-        ops.name(), kernels::name_of(t.precision));
+    const auto& p = cfg.parallel;
+    std::printf("layout: %s | backend %s | precision %s\n",
+                config::layout_text(p.pipeline, p.tensor, p.context, p.data).c_str(), ops.name(),
+                kernels::name_of(t.precision));
     if (cfg.parallel.context > 1)
         std::printf(
             "context: %d tokens of each sequence per rank (chunks i and %d - i of %d), "
@@ -213,11 +232,27 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Pea
                     config::to_string(cfg.parallel.stage_layers).c_str());
     }
     std::printf(
-        "batch: %d sequences = %lld tokens per step | micro batch %d | %d accumulation "
-        "steps | %s FLOP per step\n",
-        t.global_batch, static_cast<long long>(d.tokens_per_step), t.micro_batch,
-        d.grad_accum_steps, train::human_count(d.flops_per_step).c_str());
+        "batch: %s = %lld tokens per step | micro batch %d | %s per replica | %s FLOP per "
+        "step\n",
+        train::counted(t.global_batch, "sequence").c_str(),
+        static_cast<long long>(d.tokens_per_step), t.micro_batch,
+        train::counted(d.grad_accum_steps, "microbatch").c_str(),
+        train::human_count(d.flops_per_step).c_str());
     std::printf("peak: %.1f GFLOP/s (%s)\n", peak.flops / 1e9, peak.source.c_str());
+}
+
+void print_outputs(const config::Config& cfg) {
+    const auto& ck = cfg.checkpoint;
+    const auto& lg = cfg.logging;
+    std::string checkpoints = "none (checkpoint.dir is not set)";
+    if (ck.dir)
+        checkpoints =
+            *ck.dir +
+            (ck.interval > 0 ? " every " + std::to_string(ck.interval) + " steps and at the end"
+                             : " at the end") +
+            ", newest " + std::to_string(ck.keep) + " kept";
+    std::printf("output: checkpoints %s | metrics %s | trace %s\n", checkpoints.c_str(),
+                lg.metrics ? lg.metrics->c_str() : "none", lg.trace ? lg.trace->c_str() : "none");
 }
 
 std::string initialise_weights(const config::Config& cfg, model::Gpt& model) {
@@ -232,15 +267,15 @@ std::string initialise_weights(const config::Config& cfg, model::Gpt& model) {
         model.init_random(cfg.training.seed, static_cast<float>(cfg.model.init_std));
     }
     if (model.frozen()) {
-        const auto whole = model::ParamLayout::adapters(model.shape(), model.adapters().shape);
+        const auto whole = model::ParamLayout::for_lora(model.shape(), model.lora().shape);
         std::vector<float> adapters;
         if (const auto& from = cfg.training.lora.init_from) {
             adapters.assign(whole.total(), 0.0f);
-            model::load_adapters_file(*from, whole, adapters.data());
+            model::load_lora_file(*from, whole, adapters.data());
         } else {
-            adapters = model::initial_adapters(whole, cfg.training.seed);
+            adapters = model::initial_lora(whole, cfg.training.seed);
         }
-        model.load_full_adapters(adapters);
+        model.load_full_lora(adapters);
     }
     return read;
 }

@@ -8,7 +8,7 @@
 
 #include "config/config.h"
 #include "data/tokenizer.h"
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/ops.h"
 #include "parallel/grid.h"
 #include "parallel/watchdog.h"
@@ -71,16 +71,24 @@ struct Peak {
     double flops = 0;
     std::string source;
 };
-// A GPU's dense bf16 datasheet rate when it is listed, else the backend's fp32 GEMM rate
-// measured now (train/device_peak.h).
-Peak peak_flops(const Device& device, kernels::Ops& ops);
+// hardware.peak_flops when set, else a GPU's dense bf16 datasheet rate when it is listed,
+// else the backend's fp32 GEMM rate measured now (train/device_peak.h), the most any rank of
+// `world` measured. Collective over `world` when measured.
+Peak peak_flops(const config::Config& cfg, const Device& device, kernels::Ops& ops,
+                parallel::Comm& world);
+
+// What loading the config accepted with a warning (a deprecated key), on stderr.
+void print_warnings(const config::Config& cfg);
+
+// Prints where a training run's output goes: checkpoints, metrics, trace.
+void print_outputs(const config::Config& cfg);
 
 // Prints the model, layout and batch figures of the run.
 void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Peak& peak);
 
 // model.init_from if set (a Hugging Face file or a checkpoint, train/base_weights.h), else
 // GPT-2 initialisation from training.seed; and under low-rank adapters, the adapters from
-// training.lora.init_from, else as model/lora.h's initial_adapters draws them from the seed.
+// training.lora.init_from, else as model/lora.h's initial_lora draws them from the seed.
 // Returns what model.init_from read ("" without it).
 std::string initialise_weights(const config::Config& cfg, model::Gpt& model);
 

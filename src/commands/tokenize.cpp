@@ -21,8 +21,9 @@
 #include "data/megatron_dataset.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
-#include "error.h"
 #include "io/input_file.h"
+#include "kernels/error.h"
+#include "train/metrics.h"
 
 namespace trident::commands {
 
@@ -50,6 +51,24 @@ std::string read_file(const std::string& path) {
     return io::read_regular_file(path, kMaxInputBytes, "an input to tokenize");
 }
 
+// The documents of the files: each file whole, or its records between `separator`s (empty
+// records dropped).
+std::vector<std::string_view> split_documents(const std::vector<std::string>& files,
+                                              const std::string& separator) {
+    std::vector<std::string_view> documents;
+    for (const std::string& text : files) {
+        std::string_view rest = text;
+        while (!separator.empty() && !rest.empty()) {
+            const std::size_t at = rest.find(separator);
+            if (at == std::string_view::npos) break;
+            if (at > 0) documents.push_back(rest.substr(0, at));
+            rest.remove_prefix(at + separator.size());
+        }
+        if (!rest.empty() || separator.empty()) documents.push_back(rest);
+    }
+    return documents;
+}
+
 // A piece of one document, encoded by one thread.
 struct Chunk {
     std::size_t document;
@@ -68,6 +87,29 @@ void cut(std::size_t document, std::string_view text, std::size_t target, std::v
     out.push_back({document, text, {}});
 }
 
+// Whether `path` starts as an llm.c shard does: its magic and version.
+bool is_llmc_shard(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    int32_t head[2] = {0, 0};
+    in.read(reinterpret_cast<char*>(head), sizeof head);
+    return in && head[0] == data::kShardMagic && head[1] == data::kShardVersion;
+}
+
+// A file of the other format where this one is about to write (`bin`, the .bin it writes) is
+// someone's data, not an old output of this kind: refused rather than overwritten.
+void refuse_other_format(const std::string& bin, const std::string& format) {
+    const std::string stem = bin.substr(0, bin.size() - 4);
+    if (format == "megatron" && is_llmc_shard(bin))
+        throw Error(bin + " is an llm.c token shard; --format megatron would overwrite it with " +
+                    "the tokens of the Megatron dataset " + stem + " (" + stem + ".bin and " +
+                    stem + ".idx): choose another --output or move it away");
+    if (format == "llmc" && std::filesystem::exists(stem + ".idx") && !is_llmc_shard(bin) &&
+        std::filesystem::exists(bin))
+        throw Error(bin + " holds the tokens of the Megatron dataset " + stem + " (" + stem +
+                    ".idx beside it); an llm.c shard would overwrite it: choose another --output "
+                    "or move them away");
+}
+
 // Receives documents in order and writes them as one file or as shards of --shard-tokens.
 class Output {
 public:
@@ -83,7 +125,10 @@ public:
             if (megatron_ && opts_.shard_tokens > 0 && shard_fill_ > 0 &&
                 shard_fill_ + doc.size() > opts_.shard_tokens)
                 close_megatron();
-            if (!megatron_) megatron_ = std::make_unique<data::MegatronWriter>(shard_name(""));
+            if (!megatron_) {
+                refuse_other_format(shard_name("") + ".bin", opts_.format);
+                megatron_ = std::make_unique<data::MegatronWriter>(shard_name(""));
+            }
             megatron_->add_document(doc);
             shard_fill_ += doc.size();
             return;
@@ -105,6 +150,10 @@ public:
     }
 
     const std::vector<std::string>& files() const { return files_; }
+    // The first output's .bin, checked before anything is encoded: a clash is found at once.
+    std::string first_bin() const {
+        return opts_.format == "megatron" ? shard_name("") + ".bin" : shard_name(".bin");
+    }
     std::size_t tokens() const { return tokens_; }
 
 private:
@@ -121,21 +170,25 @@ private:
         }
         if (opts_.shard_tokens == 0) return stem + suffix;
         char index[16];
-        std::snprintf(index, sizeof index, "_%06zu", files_.size());
+        std::snprintf(index, sizeof index, "_%06zu", shards_);
         return stem + index + suffix;
     }
 
     void write_llmc(std::span<const uint16_t> tokens) {
         const std::string name = shard_name(".bin");
+        refuse_other_format(name, opts_.format);
         data::write_token_shard(name, tokens);
         files_.push_back(name);
+        ++shards_;
     }
 
     void close_megatron() {
         const std::string prefix = shard_name("");
         megatron_->finish();
         megatron_.reset();
-        files_.push_back(prefix + ".bin/.idx");
+        files_.push_back(prefix + ".bin");
+        files_.push_back(prefix + ".idx");
+        ++shards_;
         shard_fill_ = 0;
     }
 
@@ -145,6 +198,7 @@ private:
     std::size_t shard_fill_ = 0;
     std::size_t tokens_ = 0;
     std::vector<std::string> files_;
+    std::size_t shards_ = 0;  // outputs written (a Megatron one is two files)
 };
 
 void draw_progress(std::size_t done, std::size_t total, double seconds) {
@@ -166,23 +220,14 @@ int tokenize(const TokenizeOptions& opts) {
         throw Error("the vocabulary does not fit the uint16 ids of the output formats");
     const auto t0 = std::chrono::steady_clock::now();
 
-    // Documents: whole files, or their records.
+    Output output(opts);
+    refuse_other_format(output.first_bin(), opts.format);
+
     std::vector<std::string> files;
-    std::vector<std::string_view> documents;
-    const std::string separator = unescape(opts.split_on);
     for (const std::string& path : opts.inputs) files.push_back(read_file(path));
     std::size_t total_bytes = 0;
-    for (const std::string& text : files) {
-        total_bytes += text.size();
-        std::string_view rest = text;
-        while (!separator.empty() && !rest.empty()) {
-            const std::size_t at = rest.find(separator);
-            if (at == std::string_view::npos) break;
-            if (at > 0) documents.push_back(rest.substr(0, at));
-            rest.remove_prefix(at + separator.size());
-        }
-        if (!rest.empty() || separator.empty()) documents.push_back(rest);
-    }
+    for (const std::string& text : files) total_bytes += text.size();
+    const std::vector<std::string_view> documents = split_documents(files, unescape(opts.split_on));
 
     const int threads =
         opts.threads > 0 ? opts.threads : std::max(1u, std::thread::hardware_concurrency());
@@ -227,7 +272,6 @@ int tokenize(const TokenizeOptions& opts) {
         std::fprintf(stderr, "\n");
     }
 
-    Output output(opts);
     std::vector<int32_t> document;
     for (std::size_t i = 0; i < chunks.size(); ++i) {
         document.insert(document.end(), chunks[i].ids.begin(), chunks[i].ids.end());
@@ -237,11 +281,10 @@ int tokenize(const TokenizeOptions& opts) {
         document.clear();
     }
     output.finish();
-    std::printf(
-        "tokenized %.2f MB (%zu documents) into %zu tokens in %.2f s: %.2f MB/s on %d "
-        "thread(s)\n",
-        total_bytes / 1e6, documents.size(), output.tokens(), seconds, total_bytes / 1e6 / seconds,
-        threads);
+    std::printf("tokenized %.2f MB (%s) into %s in %.2f s: %.2f MB/s on %s\n", total_bytes / 1e6,
+                train::counted(static_cast<int64_t>(documents.size()), "document").c_str(),
+                train::counted(static_cast<int64_t>(output.tokens()), "token").c_str(), seconds,
+                total_bytes / 1e6 / seconds, train::counted(threads, "thread").c_str());
     for (const std::string& f : output.files()) std::printf("wrote %s\n", f.c_str());
     return 0;
 }

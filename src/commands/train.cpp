@@ -1,29 +1,34 @@
 // `trident train`: trains the configured model on its dataset, with validation, metrics,
 // checkpoints, resuming and preemption, on every rank of the grid (rank 0 speaks for all).
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 
 #include "commands/commands.h"
+#include "commands/resume_changes.h"
 #include "commands/session.h"
+#include "commands/stage_memory.h"
 #include "data/dataset.h"
-#include "error.h"
 #include "io/fault_injection.h"
 #include "io/fingerprint.h"
-#include "io/output_file.h"
+#include "kernels/error.h"
 #include "model/param_layout.h"
 #include "parallel/agreement.h"
 #include "parallel/grid.h"
 #include "parallel/world.h"
+#include "train/async_checkpoint.h"
 #include "train/base_weights.h"
 #include "train/checkpoint.h"
 #include "train/directory_lock.h"
 #include "train/metrics.h"
 #include "train/preemption.h"
-#include "train/resume_checks.h"
+#include "train/replica_check.h"
+#include "train/stragglers.h"
 #include "train/trainer.h"
 
 namespace trident::commands {
@@ -69,7 +74,7 @@ std::optional<train::CheckpointShare> resume_point(const config::Config& cfg,
         std::string error;
         try {
             share = train::read_share(dir, trainer.model().trainable_layout(),
-                                      trainer.optimizer().owned_ranges());
+                                      trainer.data_parallel().owned_ranges());
         } catch (const std::exception& e) {
             error = e.what();
         }
@@ -98,16 +103,14 @@ void print_sample(const config::Config& cfg, train::Trainer& trained, kernels::O
                   bool leader) {
     const std::vector<float> full = trained.full_params();  // collective
     if (!leader) return;
-    model::Gpt gpt(ops, trained.model().shape(), 1, 0.0f);
-    gpt.load_full_params(full);
+    train::GenerationModel whole(ops, trained.model().shape());
+    whole.gpt().load_full_params(full);
     const auto tokenizer = data::tokenizer_for_vocab(cfg.model.vocab_size);
     train::SamplingOptions opts;
     opts.tokens = cfg.logging.sample_tokens;
-    opts.temperature = 0.8;
-    opts.top_k = 40;
     opts.seed = cfg.training.seed;
     std::string text;
-    generate_text(gpt, *tokenizer, cfg.logging.sample_prompt, opts,
+    generate_text(whole.gpt(), *tokenizer, cfg.logging.sample_prompt, opts,
                   [&](const std::string& piece) { text += piece; });
     std::printf("sample (temperature %.1f, top-k %d):\n%s\n", opts.temperature, opts.top_k,
                 text.c_str());
@@ -124,47 +127,109 @@ std::string newest_checkpoint(const config::Config& cfg) {
                        : all.back() + " is the newest checkpoint, as it was";
 }
 
-// Saves the checkpoint of `step`; "" where the save failed and checkpoint.on_error lets
-// training go on (said by rank 0), which only a save with a later one to come may: the
-// last step's, or a preemption's (`last`), ends the run with the error like `stop`.
-std::string save_or_report(const config::Config& cfg, train::Trainer& trainer, parallel::Grid& grid,
-                           parallel::World& world, int step, int skipped,
-                           const std::vector<train::DataFileRecord>& data,
-                           const train::LoraRecord& lora, bool last, bool leader) {
+// checkpoint.dir/step_NNNNNN.
+std::string async_dir(const config::Config& cfg, int step) {
+    return (std::filesystem::path(*cfg.checkpoint.dir) / train::checkpoint_name(step)).string();
+}
+
+// "; " and the newest checkpoint, or that none is written.
+std::string newest_or_none(const config::Config& cfg) {
+    return "; " + (cfg.checkpoint.dir ? newest_checkpoint(cfg)
+                                      : std::string("no checkpoint (checkpoint.dir is not set)"));
+}
+
+// A failed save (or commit) of `step`, as checkpoint.on_error says: "" where training goes
+// on (said by rank 0), which only a save with a later one to come may; the last step's, or a
+// preemption's (`last`), ends the run with the error like `stop`.
+std::string failed_save(const config::Config& cfg, const train::CheckpointError& e, int step,
+                        bool last, bool leader) {
+    const bool go_on = cfg.checkpoint.on_error == config::OnError::continue_ && !last;
+    const std::string text = std::string(e.what()) + "; " + newest_checkpoint(cfg);
+    if (!go_on) throw EveryRankError(text + (last ? "" : " (checkpoint.on_error: stop)"));
+    if (leader) {
+        std::fprintf(stderr,
+                     "trident: warning: %s; training goes on and saves again at step %d "
+                     "(checkpoint.on_error: continue)\n",
+                     text.c_str(), std::min(step + cfg.checkpoint.interval, cfg.training.steps));
+        std::fflush(stderr);
+    }
+    return "";
+}
+
+// The pending asynchronous save committed (collective), after step `step`: its directory, or
+// "" where there is none or it failed and training goes on.
+std::string commit_pending(const config::Config& cfg, train::AsyncCheckpoint& async,
+                           parallel::World& world, int step, bool last, bool leader) {
+    if (!async.pending()) return "";
     try {
-        return train::save_checkpoint(cfg, trainer, grid, world.comm(), step, skipped, data, lora);
+        const std::string dir = async.finish(world.comm());
+        if (leader) std::printf("checkpoint: %s\n", dir.c_str());
+        return dir;
     } catch (const train::CheckpointError& e) {
-        const bool go_on = cfg.checkpoint.on_error == config::OnError::continue_ && !last;
-        const std::string text = std::string(e.what()) + "; " + newest_checkpoint(cfg);
-        if (!go_on) throw EveryRankError(text + (last ? "" : " (checkpoint.on_error: stop)"));
-        if (leader) {
-            std::fprintf(stderr,
-                         "trident: warning: %s; training goes on and saves again at step %d "
-                         "(checkpoint.on_error: continue)\n",
-                         text.c_str(),
-                         std::min(step + cfg.checkpoint.interval, cfg.training.steps));
-            std::fflush(stderr);
-        }
-        return "";
+        return failed_save(cfg, e, step, last, leader);
     }
 }
 
-// Rank 0's record of one step in the metrics file; a failed write ends the run after this
-// step (logging.on_error: stop, the message kept for then) or is reported and passed over.
-void record_metrics(train::MetricsLog& log, const train::StepMetrics& m, const config::Config& cfg,
-                    std::string& failure) {
+// Saves the checkpoint of `step`, or with checkpoint.async begins to (but the last step's or
+// a preemption's, `last`, which is written at once), once the previous one is committed.
+// Returns its directory, or "" where the save failed and training goes on.
+std::string save_or_report(const config::Config& cfg, train::Trainer& trainer, parallel::Grid& grid,
+                           parallel::World& world, train::AsyncCheckpoint& async, int step,
+                           int skipped, const std::vector<train::DataFileRecord>& data,
+                           const train::LoraRecord& lora, bool last, bool leader) {
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto held = [&] {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    };
+    commit_pending(cfg, async, world, step, last, leader);
     try {
-        log.record(m);
+        if (cfg.checkpoint.async && !last) {
+            async.start(
+                train::begin_save(cfg, trainer, grid, world.comm(), step, skipped, data, lora));
+            const std::string dir = async_dir(cfg, step);
+            if (leader)
+                std::printf(
+                    "checkpoint: %s being written in the background (training held %.2f s)\n",
+                    dir.c_str(), held());
+            return dir;
+        }
+        const std::string dir =
+            train::save_checkpoint(cfg, trainer, grid, world.comm(), step, skipped, data, lora);
+        if (leader) std::printf("checkpoint: %s (training held %.2f s)\n", dir.c_str(), held());
+        return dir;
+    } catch (const train::CheckpointError& e) {
+        return failed_save(cfg, e, step, last, leader);
+    }
+}
+
+// Rank 0's write of a record (`what`: "step 5") to the metrics file; a failed write ends the
+// run after this step (logging.on_error: stop, the message kept for then) or is reported and
+// passed over.
+void record_metrics(const std::function<void()>& write, const std::string& what,
+                    const config::Config& cfg, std::string& failure) {
+    try {
+        write();
     } catch (const Error& e) {
         if (cfg.logging.on_error == config::OnError::stop) {
-            failure = std::string("logging.metrics: ") + e.what() + " (logging.on_error: stop)";
+            failure = std::string(e.what()) + " (logging.on_error: stop)";
             return;
         }
         std::fprintf(stderr,
-                     "trident: warning: logging.metrics: %s; step %d is not in it, training goes "
-                     "on (logging.on_error: continue)\n",
-                     e.what(), m.step);
+                     "trident: warning: %s; %s is not in it, training goes on "
+                     "(logging.on_error: continue)\n",
+                     e.what(), what.c_str());
         std::fflush(stderr);
+    }
+}
+
+// Step `s`; a stop the step guard calls for (the same on every rank) ends the run with its
+// message and the newest checkpoint named.
+train::StepResult step_or_stop(const config::Config& cfg, train::Trainer& trainer, int s,
+                               const train::SampleFn& sample) {
+    try {
+        return trainer.step(s, sample);
+    } catch (const train::TrainingStopped& e) {
+        throw EveryRankError(std::string(e.what()) + newest_or_none(cfg));
     }
 }
 
@@ -218,78 +283,6 @@ void check_data(const Setup& setup, const train::CheckpointShare& ck, parallel::
     }
 }
 
-// The memory figures of the first rank (tensor, context and data rank 0) of every pipeline
-// stage, on rank 0 (the others: none), in stage order. Collective over the world.
-std::vector<std::array<int64_t, 5>> memory_of_stages(const train::MemoryUse& mine,
-                                                     const parallel::Grid& grid,
-                                                     parallel::World& world) {
-    const std::array<int64_t, 5> figures = {
-        static_cast<int64_t>(mine.parameters), static_cast<int64_t>(mine.gradients),
-        static_cast<int64_t>(mine.optimizer), static_cast<int64_t>(mine.activations),
-        static_cast<int64_t>(mine.peak)};
-    std::vector<std::array<int64_t, 5>> all(static_cast<std::size_t>(world.size()));
-    world.comm().all_gather(kernels::ConstPtr(figures.data(), kernels::DType::u8),
-                            kernels::Ptr(all.data(), kernels::DType::u8), sizeof figures);
-    std::vector<std::array<int64_t, 5>> stages;
-    if (world.rank() != 0) return stages;
-    for (int r = 0; r < world.size(); ++r) {
-        const parallel::Coordinates c = parallel::coordinates_of(grid.shape(), r);
-        if (c.tp == 0 && c.cp == 0 && c.dp == 0) stages.push_back(all[static_cast<std::size_t>(r)]);
-    }
-    return stages;
-}
-
-void warn(const std::string& text) {
-    std::fprintf(stderr, "trident: warning: %s\n", text.c_str());
-    std::fflush(stderr);
-}
-
-// What the resume changes of the run it continues (train/resume_checks.h), against the
-// config the checkpoint recorded: another seed or global batch stops it (or with
-// checkpoint.allow_order_change is said), another training.steps and the later checkpoints
-// that the first save will delete are said. Rank 0 judges for all. Collective.
-void check_changes(const Setup& setup, const train::CheckpointShare& ck, parallel::World& world,
-                   bool leader) {
-    const config::Config& now = setup.cfg;
-    const int step = ck.manifest.step;
-    std::string error;
-    if (leader) {
-        try {
-            const config::Config then =
-                config::load((std::filesystem::path(ck.path) / "config.yaml").string());
-            const std::string order = train::order_changes(then, now);
-            if (!order.empty() && !now.checkpoint.allow_order_change)
-                error = "checkpoint.resume: " + ck.path + ": " + order +
-                        "; resuming would draw other samples than the run planned. Restore "
-                        "them, or set checkpoint.allow_order_change: true if the change is "
-                        "intended";
-            else if (!order.empty())
-                warn("checkpoint.resume: " + order +
-                     "; going on (checkpoint.allow_order_change: "
-                     "true)");
-            if (const std::string steps = train::schedule_change(then, now, step); !steps.empty())
-                warn("checkpoint.resume: " + steps);
-        } catch (const Error& e) {
-            error = std::string("checkpoint.resume: ") + e.what();
-        }
-        const int interval = now.checkpoint.interval;
-        const int first_save = interval > 0
-                                   ? std::min(now.training.steps, (step / interval + 1) * interval)
-                                   : now.training.steps;
-        const auto doomed = now.checkpoint.dir && first_save > step
-                                ? train::checkpoints_from(*now.checkpoint.dir, first_save)
-                                : std::vector<std::string>{};
-        if (error.empty() && !doomed.empty())
-            warn("resuming " + ck.path + " at step " + std::to_string(step) + ", but the run's " +
-                 "first save, at step " + std::to_string(first_save) + ", deletes " +
-                 std::to_string(doomed.size()) + " later checkpoint(s) of " + *now.checkpoint.dir +
-                 " (" + doomed.front() + (doomed.size() > 1 ? " to " + doomed.back() : "") +
-                 "); move them away to keep them");
-    }
-    error = parallel::first_failure(world.comm(), error);
-    if (!error.empty()) throw EveryRankError(error);
-}
-
 // What a run of low-rank adapters records in its checkpoints (rank 0: none): the adapters,
 // and (rank 0 alone reads them) the identity of the base weights `base` that
 // initialise_weights read.
@@ -300,9 +293,19 @@ train::LoraRecord lora_record(const config::Config& cfg, const std::string& base
     record.rank = lora.rank;
     for (const config::LoraTarget t : lora.targets) record.targets.push_back(config::to_string(t));
     record.alpha = lora.alpha;
-    if (leader) {
-        record.base = std::filesystem::absolute(base).lexically_normal().string();
-        record.base_sha256 = train::base_weights_sha256(base);
+    if (!leader) return record;
+    record.base = std::filesystem::absolute(base).lexically_normal().string();
+    record.base_sha256 = train::base_weights_sha256(base);
+    // A checkpoint the adapters' checkpoints need is kept from its own run's rotation.
+    if (cfg.checkpoint.dir && std::filesystem::is_directory(base)) {
+        try {
+            train::pin_base(base, *cfg.checkpoint.dir);
+        } catch (const Error& e) {
+            std::fprintf(stderr,
+                         "trident: warning: cannot pin %s as these adapters' base (%s): its "
+                         "run's checkpoint.keep may remove it\n",
+                         base.c_str(), e.what());
+        }
     }
     return record;
 }
@@ -314,7 +317,8 @@ void check_base(const train::CheckpointShare& ck, const train::LoraRecord& now,
     std::string error;
     if (leader && ck.manifest.lora.base_sha256 != now.base_sha256)
         error = "checkpoint.resume: " + ck.path + " trained adapters over " +
-                ck.manifest.lora.base + " (SHA-256 " + ck.manifest.lora.base_sha256.substr(0, 12) +
+                train::resolve_base(ck.manifest.lora.base, ck.path) + " (SHA-256 " +
+                ck.manifest.lora.base_sha256.substr(0, 12) +
                 "...), but model.init_from now reads " + now.base + " (SHA-256 " +
                 now.base_sha256.substr(0, 12) +
                 "...): restore those weights, or point model.init_from at them";
@@ -329,14 +333,18 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     const auto watchdog = start_watchdog(cfg, grid);
 
     auto ops = make_backend(cfg, setup.device, grid, leader);
-    const Peak peak = peak_flops(setup.device, *ops);
+    const Peak peak = peak_flops(cfg, setup.device, *ops, world.comm());
     if (leader) {
+        print_warnings(cfg);
         print_summary(cfg, *ops, peak);
         std::printf("data: %s\n", setup.train_data->summary().c_str());
-        if (setup.valid_data) std::printf("valid: %s\n", setup.valid_data->summary().c_str());
+        if (setup.valid_data)
+            std::printf("valid: %s | %s per validation\n", setup.valid_data->summary().c_str(),
+                        train::counted(t.eval_sequences, "sequence").c_str());
+        print_outputs(cfg);
     }
 
-    train::Trainer trainer(cfg, *ops, &grid);
+    train::Trainer trainer(cfg, *ops, grid);
     const std::string base = initialise_weights(cfg, trainer.model());
     if (leader && cfg.model.init_from) std::printf("weights: %s\n", base.c_str());
     const train::LoraRecord lora = lora_record(cfg, base, leader);
@@ -344,7 +352,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         std::string targets;
         for (const std::string& t : lora.targets) targets += (targets.empty() ? "" : ", ") + t;
         const double trained = static_cast<double>(
-            model::ParamLayout::adapters(trainer.model().shape(), trainer.model().adapters().shape)
+            model::ParamLayout::for_lora(trainer.model().shape(), trainer.model().lora().shape)
                 .total());
         std::printf(
             "lora: rank %d, alpha %g on %s: %s parameters train (%.2f%% of the model's), "
@@ -356,7 +364,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     std::optional<parallel::ScopedPhase> resuming(parallel::Phase::checkpoint);
     if (const auto ck = resume_point(cfg, world, trainer, leader)) {
         check_data(setup, *ck, world, leader);
-        check_changes(setup, *ck, world, leader);
+        check_resume_changes(setup.cfg, *ck, world, leader);
         check_base(*ck, lora, world, leader);
         train::restore_checkpoint(*ck, trainer);  // collective
         start = ck->manifest.step;
@@ -369,9 +377,10 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         uint64_t total = 0;
         for (const train::ManifestFile& f : ck->manifest.files) total += f.bytes;
         if (leader) {
-            std::printf("resumed: %s at step %d (written by %d x %d x %d, %s, ZeRO stage %d, %s)\n",
-                        ck->path.c_str(), start, l.pipeline, l.tensor, l.data, l.schedule.c_str(),
-                        l.zero_stage, ck->manifest.precision.c_str());
+            std::printf("resumed: %s at step %d (written by %s, %s, ZeRO stage %d, %s)\n",
+                        ck->path.c_str(), start,
+                        config::layout_text(l.pipeline, l.tensor, l.context, l.data).c_str(),
+                        l.schedule.c_str(), l.zero_stage, ck->manifest.precision.c_str());
             std::printf(
                 "checkpoint read: at most %lld bytes of tensors and %lld of headers on "
                 "a rank, of the checkpoint's %llu\n",
@@ -392,17 +401,21 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         const train::MemoryUse mem = trainer.memory();
         std::printf(
             "memory (rank 0): parameters %s | gradients %s | optimizer state %s "
-            "(ZeRO stage %d over %d replicas)\n",
+            "(ZeRO stage %d over %s)\n",
             train::human_bytes(static_cast<double>(mem.parameters)).c_str(),
             train::human_bytes(static_cast<double>(mem.gradients)).c_str(),
             train::human_bytes(static_cast<double>(mem.optimizer)).c_str(), cfg.parallel.zero_stage,
-            cfg.parallel.data);
+            train::counted(cfg.parallel.data * cfg.parallel.context, "replica").c_str());
     }
     // The metrics file, opened by rank 0 alone: every rank learns whether it could be.
     std::optional<train::MetricsLog> log;
     std::string log_error;
     try {
-        if (leader) log.emplace(cfg.logging.metrics, cfg.logging.interval, start > 0);
+        if (leader)
+            log.emplace(cfg.logging.metrics, cfg.logging.interval,
+                        start > 0 ? std::optional<int>(start) : std::nullopt,
+                        cfg.logging.tensorboard);
+        if (log && !log->note().empty()) std::printf("%s\n", log->note().c_str());
     } catch (const Error& e) {
         log_error = e.what();
     }
@@ -418,12 +431,23 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         setup.valid_data->fill(k, in, tgt);
     };
 
+    std::optional<train::StragglerReport> stragglers;
+    if (t.straggler_factor > 0) stragglers.emplace(t.straggler_factor, grid.shape(), world.comm());
+
+    train::AsyncCheckpoint async;  // gone before the trainer whose share it may be writing
     double first_val = 0, last_val = 0;
     if (setup.valid_data) {
-        first_val = last_val = trainer.evaluate(valid_sample, t.eval_batches);
+        first_val = last_val = trainer.evaluate(valid_sample, t.eval_sequences);
         if (leader)
             std::printf("step %5d/%d | val_loss %.4f (%s)\n", start, t.steps, first_val,
                         start > 0 ? "at resume" : "before training");
+        // As step 0 of the metrics file (a resumed run's goes on from its checkpoint's step).
+        std::string failure;
+        if (log && start == 0)
+            record_metrics([&] { log->record_validation(0, first_val); },
+                           "the validation before training", cfg, failure);
+        if (const std::string e = parallel::first_failure(world.comm(), failure); !e.empty())
+            throw EveryRankError(e);
     }
     const auto& lg = cfg.logging;
     double seconds_so_far = 0;
@@ -435,8 +459,12 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         }
         trainer.trace().set_recording(lg.trace && s + 1 >= lg.trace_from &&
                                       s + 1 < lg.trace_from + lg.trace_steps);
-        const train::StepResult r = trainer.step(s, train_sample);
+        const train::StepResult r = step_or_stop(cfg, trainer, s, train_sample);
         trainer.trace().set_recording(false);
+        if (leader && !r.skip_note.empty()) {
+            std::fprintf(stderr, "trident: warning: %s\n", r.skip_note.c_str());
+            std::fflush(stderr);
+        }
         train::StepMetrics m;
         m.step = s + 1;
         m.steps = t.steps;
@@ -445,6 +473,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         m.grad_norm = r.grad_norm;
         m.loss_scale = r.loss_scale;
         m.skipped = r.skipped;
+        m.skip_reason = r.skip_reason;
         skipped_so_far += r.skipped;
         m.skipped_total = skipped_so_far;
         seconds_so_far += r.seconds;
@@ -466,31 +495,45 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         m.tflops = flops / 1e12;
         m.mfu = flops / peak.flops;
         if (setup.valid_data && due(m.step, t.eval_interval, t.steps)) {
-            m.val_loss = trainer.evaluate(valid_sample, t.eval_batches);
+            m.val_loss = trainer.evaluate(valid_sample, t.eval_sequences);
             last_val = *m.val_loss;
         }
         std::string metrics_failure;
-        if (log) record_metrics(*log, m, cfg, metrics_failure);
-        std::string saved;
-        if (cfg.checkpoint.dir && due(m.step, cfg.checkpoint.interval, t.steps)) {
-            saved = save_or_report(cfg, trainer, grid, world, m.step, skipped_so_far,
+        if (log)
+            record_metrics([&] { log->record(m); }, "step " + std::to_string(m.step), cfg,
+                           metrics_failure);
+        if (stragglers && s == start) stragglers->begin_after(m.step);
+        if (stragglers && m.step % lg.interval == 0 && s > start)
+            for (const std::string& line : stragglers->report(m.step))
+                if (leader) std::printf("%s\n", line.c_str());
+        if (t.check_replicas > 0 && m.step % t.check_replicas == 0)
+            if (const std::string differ =
+                    train::check_replicas(cfg, trainer, grid, world.comm(), m.step);
+                !differ.empty())
+                throw EveryRankError(differ + "; training stopped" + newest_or_none(cfg));
+        std::string saved;  // this step's checkpoint, saved or begun
+        if (cfg.checkpoint.dir && due(m.step, cfg.checkpoint.interval, t.steps))
+            saved = save_or_report(cfg, trainer, grid, world, async, m.step, skipped_so_far,
                                    setup.data_files, lora, m.step == t.steps, leader);
-            if (leader && !saved.empty()) std::printf("checkpoint: %s\n", saved.c_str());
-        }
         // A signal on any rank, or a failed write of rank 0's metrics, stops every rank here,
-        // after the same step.
-        int32_t stop[2] = {train::preemption_signal(), metrics_failure.empty() ? 0 : 1};
-        world.comm().all_reduce(stop, 2, parallel::ReduceOp::max);
+        // after the same step; an asynchronous save every rank has written is committed.
+        int32_t stop[3] = {train::preemption_signal(), metrics_failure.empty() ? 0 : 1,
+                           async.writing() ? 1 : 0};
+        world.comm().all_reduce(stop, 3, parallel::ReduceOp::max);
         if (stop[1] != 0)
             throw EveryRankError(leader ? metrics_failure + "; " +
                                               (cfg.checkpoint.dir ? newest_checkpoint(cfg)
                                                                   : "checkpoint.dir is not set")
                                         : "the metrics file could not be written");
+        if (stop[2] == 0 && async.pending())
+            commit_pending(cfg, async, world, m.step, false, leader);
         const int32_t signal = stop[0];
         if (signal != 0) {
             if (cfg.checkpoint.dir && saved.empty())
-                saved = save_or_report(cfg, trainer, grid, world, m.step, skipped_so_far,
+                saved = save_or_report(cfg, trainer, grid, world, async, m.step, skipped_so_far,
                                        setup.data_files, lora, true, leader);
+            else if (async.pending())
+                saved = commit_pending(cfg, async, world, m.step, true, leader);
             if (leader) {
                 std::printf("trident: preempted by %s (%d) after step %d of %d; %s\n",
                             signal_name(signal), signal, m.step, t.steps,
@@ -521,10 +564,10 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     if (cfg.logging.sample_tokens > 0) print_sample(cfg, trainer, *ops, leader);
     if (!leader) return;
     if (setup.valid_data)
-        std::printf("done: %d steps | validation loss %.4f (%.4f before training)\n", t.steps,
-                    last_val, first_val);
+        std::printf("done: %s | validation loss %.4f (%.4f before training)\n",
+                    train::counted(t.steps, "step").c_str(), last_val, first_val);
     else
-        std::printf("done: %d steps\n", t.steps);
+        std::printf("done: %s\n", train::counted(t.steps, "step").c_str());
 }
 
 }  // namespace
@@ -547,12 +590,8 @@ int train(const TrainOptions& opts, parallel::World& world) {
             if (world.local_rank() == 0)
                 setup.data_files = fingerprint_data(setup.train_data.get(), setup.valid_data.get());
             check_resume_setting(setup.cfg);
-            // checkpoint.dir is writable and this run's alone, known before step 1, not at
-            // the first save with the whole run's work at stake.
-            if (const auto& dir = setup.cfg.checkpoint.dir; dir && world.rank() == 0) {
-                io::probe_writable_directory(*dir, "checkpoint.dir");
-                setup.dir_lock = std::make_unique<train::DirectoryLock>(*dir);
-            }
+            if (const auto& dir = setup.cfg.checkpoint.dir; dir && world.rank() == 0)
+                setup.dir_lock = train::claim_checkpoint_dir(*dir);  // before step 1
         },
         [&] { run(setup, *setup.grid, world); });
 }

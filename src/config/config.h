@@ -7,8 +7,12 @@
 #include <string>
 #include <vector>
 
-#include "error.h"
 #include "kernels/dtype.h"
+#include "kernels/error.h"
+#include "model/buffer_spec.h"
+#include "model/dims.h"
+#include "model/param_layout.h"
+#include "pipeline/schedule.h"
 
 namespace trident::config {
 
@@ -19,12 +23,14 @@ public:
     using trident::Error::Error;
 };
 
-enum class Schedule { gpipe, one_f_one_b, interleaved, zb_h1, zb_h2 };
-// How attention sees the whole sequence when it is split over C ranks: K/V blocks passed
-// around a ring (ring attention), or all-to-alls to a head split and back (DeepSpeed-Ulysses).
-enum class ContextMode { ring, ulysses };
+// The model's and the pipeline's own enums, parsed straight from their YAML names: the
+// schedule (pipeline::Kind), how attention sees the whole sequence when it is split over C
+// ranks (ring attention, or DeepSpeed-Ulysses' all-to-alls), activation recompute, and the
+// linears LoRA can adapt.
+using model::ContextMode;
+using model::LoraTarget;
+using model::Recompute;
 enum class Decay { cosine, linear, constant };
-enum class Recompute { none, selective, full };
 enum class NonFinite { stop, skip };  // what a bf16 or fp32 step with inf/NaN gradients does
 enum class DeviceKind { auto_, cpu, cuda };
 enum class DataFormat { auto_, llmc, megatron };  // auto: decided per path (data/dataset.h)
@@ -33,7 +39,7 @@ enum class DataFormat { auto_, llmc, megatron };  // auto: decided per path (dat
 enum class OnError { stop, continue_ };
 
 // How the layers are cut into the P·v pipeline chunks: equal counts, counts that balance the
-// chunks' FLOPs (the LM head and the loss weigh on the last chunk; src/plan/stage_cuts.h), or
+// chunks' FLOPs (the LM head and the loss weigh on the last chunk; src/config/stage_cuts.h), or
 // the counts given, one per global chunk in order.
 enum class StageCut { uniform, auto_, given };
 struct StageLayers {
@@ -77,7 +83,7 @@ struct ParallelConfig {
     int context = 1;   // C: each sequence's tokens split over C ranks
     ContextMode context_mode = ContextMode::ring;
     int virtual_stages = 1;
-    Schedule schedule = Schedule::one_f_one_b;
+    pipeline::Kind schedule = pipeline::Kind::one_f_one_b;
     int zero_stage = 1;          // 0 .. 3 (optim/adamw.h)
     int bucket_size = 16777216;  // parameters per gradient bucket of the data-parallel reduction
     bool sequence_parallel = false;
@@ -92,10 +98,6 @@ struct ParallelConfig {
     bool operator==(const ParallelConfig&) const = default;
 };
 
-// The linear layers of a transformer block that LoRA can adapt: attention's qkv and output
-// projection, the MLP's two linears.
-enum class LoraTarget { qkv, attn_proj, fc, fc_proj };
-
 // Low-rank adapters (Hu et al., "LoRA", 2021): each target W of every layer becomes
 // W + (alpha / rank) · B · A with A (rank, in) and B (out, rank) trained and W frozen.
 struct LoraConfig {
@@ -109,6 +111,15 @@ struct LoraConfig {
     std::optional<std::string> init_from;
     bool enabled() const { return rank > 0; }
     bool operator==(const LoraConfig&) const = default;
+};
+
+// Updates skipped as outliers (llm.c's rule): a step whose loss or gradient norm lies more
+// than `zscore` standard deviations above the mean of the last `window` applied steps'.
+struct SkipSpikes {
+    double zscore = 0;  // 0: off
+    int window = 100;
+    bool enabled() const { return zscore > 0; }
+    bool operator==(const SkipSpikes&) const = default;
 };
 
 struct TrainingConfig {
@@ -137,11 +148,23 @@ struct TrainingConfig {
     int loss_scale_window = 1000;
     double min_loss_scale = 1.0;
     NonFinite nonfinite = NonFinite::stop;  // fp16 always skips (and halves the scale)
+    SkipSpikes skip_spikes;
+    int max_skipped = 10;    // consecutive skipped updates (not fp16's) that stop the run; 0: any
+    int check_replicas = 0;  // steps between comparisons of the replicas' weights; 0: never
+    // A rank whose time outside communication exceeds the median rank's by this factor is
+    // named every logging.interval steps; 0: not checked.
+    double straggler_factor = 0;
     Recompute recompute = Recompute::none;
     uint64_t seed = 1234;
     int threads = 0;        // CPU threads for ops and OpenBLAS; 0 = all cores
     int eval_interval = 0;  // steps between validation passes; 0 = only after the last step
-    int eval_batches = 8;   // microbatches of data.valid per validation pass
+    // Sequences of data.valid per validation pass: samples 0 .. eval_sequences - 1, split over
+    // the data-parallel replicas in microbatches, so every layout evaluates the same tokens.
+    // When not given: global_batch (load.cpp).
+    int eval_sequences = 32;
+    // The old spelling, counting microbatches: load.cpp reads it as eval_sequences =
+    // eval_batches × micro_batch (with a warning) and leaves it 0.
+    int eval_batches = 0;
     // The stall watchdog (parallel/watchdog.h): seconds a rank may wait in one communication
     // call before the job is aborted (0: no watchdog), and the longer allowances until the
     // first step has completed and during a checkpoint's save or load.
@@ -178,6 +201,9 @@ struct CheckpointConfig {
     // Resume even though a training or validation file differs from what the checkpoint
     // recorded (its size or sampled SHA-256): a warning instead of an error.
     bool allow_data_change = false;
+    // Each rank's share copied to host memory and written by a background thread while
+    // training goes on; committed (the manifest) once every rank has written.
+    bool async = false;
     // Resume even though training.seed or training.global_batch differ from the checkpoint's
     // run (which changes the samples each step draws): a warning instead of an error.
     bool allow_order_change = false;
@@ -186,14 +212,25 @@ struct CheckpointConfig {
 
 struct LoggingConfig {
     int interval = 1;
-    std::optional<std::string> metrics;  // JSON-lines path
-    std::optional<std::string> trace;    // Chrome trace path
-    int trace_from = 2;                  // first traced step (1-based; the first warms up)
-    int trace_steps = 1;                 // how many steps the trace covers
-    int sample_tokens = 0;               // tokens of text generated after training; 0 = none
-    std::string sample_prompt;           // the sample's prompt; empty = start of a document
-    OnError on_error = OnError::stop;    // a failed write of the metrics file or the trace
+    // JSON-lines path. When not given: <checkpoint.dir>/metrics.jsonl, none without a
+    // checkpoint.dir (load.cpp), so that each run's steps go to its own file.
+    std::optional<std::string> metrics;
+    std::optional<std::string> trace;        // Chrome trace path
+    std::optional<std::string> tensorboard;  // directory of TensorBoard event files
+    int trace_from = 2;                      // first traced step (1-based; the first warms up)
+    int trace_steps = 1;                     // how many steps the trace covers
+    int sample_tokens = 0;                   // tokens of text generated after training; 0 = none
+    std::string sample_prompt;               // the sample's prompt; empty = start of a document
+    OnError on_error = OnError::stop;        // a failed write of the metrics file or the trace
     bool operator==(const LoggingConfig&) const = default;
+};
+
+// What the machine can do, where the run cannot measure it well.
+struct HardwareConfig {
+    // FLOP/s per process that MFU is against; 0: a GPU's datasheet dense bf16 rate, else the
+    // fp32 GEMM rate measured at start-up (train/device_peak.h).
+    double peak_flops = 0;
+    bool operator==(const HardwareConfig&) const = default;
 };
 
 // Values computed once from the rest.
@@ -216,9 +253,12 @@ struct Config {
     DataConfig data;
     CheckpointConfig checkpoint;
     LoggingConfig logging;
+    HardwareConfig hardware;
     DeviceKind device = DeviceKind::auto_;
     Derived derived;
     std::string source;  // the file it came from, for messages
+    // What loading noticed but accepted (a deprecated key), for the command to print once.
+    std::vector<std::string> warnings;
     bool operator==(const Config&) const = default;
 };
 
@@ -244,7 +284,6 @@ void derive(Config& cfg);
 // The config as YAML, every key written, so a run's exact settings can be saved beside it.
 std::string to_yaml(const Config& cfg);
 
-const char* to_string(Schedule v);
 const char* to_string(ContextMode v);
 const char* to_string(Decay v);
 const char* to_string(Recompute v);
@@ -254,5 +293,8 @@ const char* to_string(DataFormat v);
 const char* to_string(OnError v);
 const char* to_string(LoraTarget v);
 std::string to_string(const StageLayers& v);  // as YAML: uniform, auto or [n0, n1, ...]
+// The grid as `train`, `plan` and `checkpoint info` print it: "2 x 4 x 1 x 8 (pipeline x
+// tensor x context x data) = 64 ranks".
+std::string layout_text(int pipeline, int tensor, int context, int data);
 
 }  // namespace trident::config

@@ -1,8 +1,8 @@
 // The values computed once from a config: padded vocabulary, batch split, parameter count and
 // model FLOPs per step (docs/FORMULAS.md, "Parameters" and "FLOPs per step"), the layers of
-// each pipeline chunk (plan/stage_cuts.h).
+// each pipeline chunk (config/stage_cuts.h).
 #include "config/config.h"
-#include "plan/stage_cuts.h"
+#include "config/stage_cuts.h"
 
 namespace trident::config {
 namespace {
@@ -14,14 +14,14 @@ int64_t round_up(int64_t value, int64_t multiple) {
 // Unique parameters of the GPT: token and position embeddings, the layers, the final LN.
 // The LM head is tied to the token embedding, so it adds nothing; padded rows are excluded.
 int64_t count_parameters(const ModelConfig& m) {
-    const int64_t V = m.vocab_size, T = m.seq_len, C = m.hidden, F = m.ffn_hidden, L = m.layers;
-    const int64_t per_layer = 2 * C                // ln1 weight and bias
-                              + 3 * C * C + 3 * C  // qkv
-                              + C * C + C          // attention projection
-                              + 2 * C              // ln2
-                              + F * C + F          // fc1
-                              + C * F + C;         // fc2
-    return V * C + T * C + L * per_layer + 2 * C;  // + ln_f
+    const int64_t V = m.vocab_size, T = m.seq_len, H = m.hidden, F = m.ffn_hidden, L = m.layers;
+    const int64_t per_layer = 2 * H                // ln1 weight and bias
+                              + 3 * H * H + 3 * H  // qkv
+                              + H * H + H          // attention projection
+                              + 2 * H              // ln2
+                              + F * H + F          // fc
+                              + H * F + H;         // fc_proj
+    return V * H + T * H + L * per_layer + 2 * H;  // + ln_f
 }
 
 // Megatron's model FLOPs for one global batch (training.py, causal attention counted at
@@ -61,7 +61,7 @@ void derive(Config& cfg) {
     d.tokens_per_step = int64_t{t.global_batch} * m.seq_len;
     d.parameters = count_parameters(m);
     d.flops_per_step = model_flops(m, t);
-    d.chunk_layers = plan::chunk_layers(cfg);  // reads padded_vocab, set above
+    d.chunk_layers = chunk_layers(cfg);  // reads padded_vocab, set above
 }
 
 }  // namespace trident::config

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 
@@ -297,6 +298,28 @@ void apply_override(const std::string& text, int rank, Config& cfg, Origins& ori
     set_key(*key, value, where, rank, cfg, origins);
 }
 
+// training.eval_batches, the old spelling of the evaluation set, counted microbatches of
+// samples 0, 1, ... that every replica evaluated alike: the same samples as eval_sequences =
+// eval_batches × micro_batch, which replaces it (with a warning).
+void map_eval_batches(Config& cfg, const Origins& origins) {
+    auto& t = cfg.training;
+    if (!origins.is_set("training.eval_batches")) return;
+    const std::string where = origins.where("training.eval_batches");
+    if (origins.is_set("training.eval_sequences"))
+        fail(where, "training.eval_batches",
+             "replaced by training.eval_sequences, which is given too: give eval_sequences alone");
+    if (t.eval_batches < 1)
+        fail(where, "training.eval_batches", "must be >= 1, got " + std::to_string(t.eval_batches));
+    t.eval_sequences = t.eval_batches * t.micro_batch;
+    cfg.warnings.push_back(
+        where +
+        ": training.eval_batches is deprecated (it counted microbatches): read as "
+        "training.eval_sequences = " +
+        std::to_string(t.eval_batches) + " x micro_batch " + std::to_string(t.micro_batch) + " = " +
+        std::to_string(t.eval_sequences) + "; write that instead");
+    t.eval_batches = 0;
+}
+
 // Defaults that follow other keys, filled in after the file and every override so that they
 // follow the final values; a key given anywhere keeps its value.
 void fill_dependent_defaults(Config& cfg, const Origins& origins) {
@@ -306,6 +329,14 @@ void fill_dependent_defaults(Config& cfg, const Origins& origins) {
     // a small microbatch gradient added to a large sum. fp16 keeps 11 bits (and a loss scale).
     if (!origins.is_set("training.fp32_grad_accumulation"))
         cfg.training.fp32_grad_accumulation = cfg.training.precision == kernels::DType::bf16;
+    // Each run's steps in its own file: beside its checkpoints.
+    if (!origins.is_set("logging.metrics") && cfg.checkpoint.dir)
+        cfg.logging.metrics =
+            (std::filesystem::path(*cfg.checkpoint.dir) / "metrics.jsonl").string();
+    // One global batch is a valid evaluation set on every layout of that batch.
+    if (!origins.is_set("training.eval_sequences"))
+        cfg.training.eval_sequences = cfg.training.global_batch;
+    map_eval_batches(cfg, origins);
 }
 
 // A config is a few kilobytes; the cap stops a wrong path (a dataset, a device) early.

@@ -61,28 +61,30 @@ Key sources(std::string_view path, std::vector<DataSource> DataConfig::*member, 
     };
 }
 
-// A part of training.lora, stored at cfg.training.lora.*member and range-checked as it is read
-// (the parts' limits do not depend on each other).
-template <typename T>
-Part lora_part(std::string_view name, T LoraConfig::*member,
-               std::type_identity_t<RangeCheck<T>> range = nullptr) {
+// A part of a key whose value is a map (training.lora, training.skip_spikes), stored at
+// cfg.training.*map.*member and range-checked as it is read (the parts' limits do not depend
+// on each other).
+template <typename Map, typename T>
+Part part(std::string_view name, Map TrainingConfig::*map, T Map::*member,
+          std::type_identity_t<RangeCheck<T>> range = nullptr) {
     return Part{
         .name = name,
         .read = [=](Config& c, const YAML::Node& node, YAML::Mark&) -> Problem {
-            T value = c.training.lora.*member;
+            T value = c.training.*map.*member;
             if (Problem p = read_value(node, value)) return p;
             if (Problem p = range ? range(value) : Problem{}) return p;
-            c.training.lora.*member = value;
+            c.training.*map.*member = value;
             return {};
         },
-        .write = [=](const Config& c) { return yaml_text(c.training.lora.*member); },
+        .write = [=](const Config& c) { return yaml_text(c.training.*map.*member); },
     };
 }
 
-// training.lora: a map of the LoRA settings, written back as one flow map.
-Key lora(std::vector<Part> parts) {
+// training.PATH: a map of settings, written back as one flow map.
+template <typename Map>
+Key map(std::string_view path, Map TrainingConfig::*member, std::vector<Part> parts) {
     return Key{
-        .path = "training.lora",
+        .path = path,
         .write =
             [parts](const Config& c) {
                 std::string out = "{";
@@ -93,12 +95,17 @@ Key lora(std::vector<Part> parts) {
             },
         .check_range = [](const Config&) { return Problem{}; },
         .parts = std::move(parts),
-        .reset = [](Config& c) { c.training.lora = LoraConfig{}; },
+        .reset = [member](Config& c) { c.training.*member = Map{}; },
     };
 }
 
 Key required(Key key) {
     key.required = true;
+    return key;
+}
+
+Key deprecated(Key key) {
+    key.deprecated = true;
     return key;
 }
 
@@ -124,6 +131,14 @@ RangeCheck<double> above(double min) {
     return [min](const double& v) -> Problem {
         if (v > min) return {};
         return "must be > " + text(min) + ", got " + text(v);
+    };
+}
+
+// 0 (off), or above `min`: a factor that only means something past it.
+RangeCheck<double> off_or_above(double min) {
+    return [min](const double& v) -> Problem {
+        if (v == 0 || v > min) return {};
+        return "must be 0 (off) or > " + text(min) + ", got " + text(v);
     };
 }
 
@@ -209,27 +224,41 @@ const std::vector<Key>& table() {
         field("training.seed", &C::training, &TrainingConfig::seed),
         field("training.threads", &C::training, &TrainingConfig::threads, at_least(0)),
         field("training.eval_interval", &C::training, &TrainingConfig::eval_interval, at_least(0)),
-        field("training.eval_batches", &C::training, &TrainingConfig::eval_batches, at_least(1)),
+        field("training.eval_sequences", &C::training, &TrainingConfig::eval_sequences,
+              at_least(1)),
+        // Range-checked as load.cpp maps it onto training.eval_sequences.
+        deprecated(field("training.eval_batches", &C::training, &TrainingConfig::eval_batches)),
         field("training.collective_timeout", &C::training, &TrainingConfig::collective_timeout,
               at_least(0.0)),
         field("training.collective_timeout_first_step", &C::training,
               &TrainingConfig::collective_timeout_first_step, at_least(0.0)),
         field("training.collective_timeout_checkpoint", &C::training,
               &TrainingConfig::collective_timeout_checkpoint, at_least(0.0)),
-        lora({
-            lora_part("rank", &LoraConfig::rank, at_least(0)),
-            lora_part("alpha", &LoraConfig::alpha, above(0.0)),
-            lora_part("dropout", &LoraConfig::dropout, fraction()),
-            Part{
-                .name = "targets",
-                .read =
-                    [](Config& c, const YAML::Node& node, YAML::Mark& at) {
-                        return read_value(node, c.training.lora.targets, at);
-                    },
-                .write = [](const Config& c) { return yaml_text(c.training.lora.targets); },
-            },
-            lora_part("init_from", &LoraConfig::init_from),
-        }),
+        field("training.max_skipped", &C::training, &TrainingConfig::max_skipped, at_least(0)),
+        map("training.skip_spikes", &TrainingConfig::skip_spikes,
+            {
+                part("zscore", &TrainingConfig::skip_spikes, &SkipSpikes::zscore, at_least(0.0)),
+                part("window", &TrainingConfig::skip_spikes, &SkipSpikes::window, at_least(2)),
+            }),
+        field("training.check_replicas", &C::training, &TrainingConfig::check_replicas,
+              at_least(0)),
+        field("training.straggler_factor", &C::training, &TrainingConfig::straggler_factor,
+              off_or_above(1.0)),
+        map("training.lora", &TrainingConfig::lora,
+            {
+                part("rank", &TrainingConfig::lora, &LoraConfig::rank, at_least(0)),
+                part("alpha", &TrainingConfig::lora, &LoraConfig::alpha, above(0.0)),
+                part("dropout", &TrainingConfig::lora, &LoraConfig::dropout, fraction()),
+                Part{
+                    .name = "targets",
+                    .read =
+                        [](Config& c, const YAML::Node& node, YAML::Mark& at) {
+                            return read_value(node, c.training.lora.targets, at);
+                        },
+                    .write = [](const Config& c) { return yaml_text(c.training.lora.targets); },
+                },
+                part("init_from", &TrainingConfig::lora, &LoraConfig::init_from),
+            }),
 
         required(sources("data.train", &DataConfig::train, false)),
         sources("data.valid", &DataConfig::valid, true),
@@ -242,17 +271,21 @@ const std::vector<Key>& table() {
         field("checkpoint.resume", &C::checkpoint, &CheckpointConfig::resume, not_empty()),
         field("checkpoint.on_error", &C::checkpoint, &CheckpointConfig::on_error),
         field("checkpoint.allow_data_change", &C::checkpoint, &CheckpointConfig::allow_data_change),
+        field("checkpoint.async", &C::checkpoint, &CheckpointConfig::async),
         field("checkpoint.allow_order_change", &C::checkpoint,
               &CheckpointConfig::allow_order_change),
 
         field("logging.interval", &C::logging, &LoggingConfig::interval, at_least(1)),
         field("logging.metrics", &C::logging, &LoggingConfig::metrics),
         field("logging.trace", &C::logging, &LoggingConfig::trace),
+        field("logging.tensorboard", &C::logging, &LoggingConfig::tensorboard),
         field("logging.trace_from", &C::logging, &LoggingConfig::trace_from, at_least(1)),
         field("logging.trace_steps", &C::logging, &LoggingConfig::trace_steps, at_least(1)),
         field("logging.sample_tokens", &C::logging, &LoggingConfig::sample_tokens, at_least(0)),
         field("logging.sample_prompt", &C::logging, &LoggingConfig::sample_prompt),
         field("logging.on_error", &C::logging, &LoggingConfig::on_error),
+
+        field("hardware.peak_flops", &C::hardware, &HardwareConfig::peak_flops, at_least(0.0)),
 
         field("device", &C::device),
     };

@@ -43,6 +43,10 @@ struct Key {
     // ("training.lora.rank").
     std::vector<Part> parts = {};
     std::function<void(Config&)> reset = nullptr;
+
+    // An old spelling still read (load.cpp maps it onto its successor and warns) but never
+    // written back: to_yaml leaves it out.
+    bool deprecated = false;
 };
 
 // Every key, in the order to_yaml writes them (section by section).

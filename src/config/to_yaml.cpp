@@ -10,6 +10,7 @@ std::string to_yaml(const Config& cfg) {
     out += "\n";
     std::string_view current_section;
     for (const detail::Key& key : detail::keys()) {
+        if (key.deprecated) continue;  // its value is in its successor's
         std::string_view section = detail::section_of(key.path);
         if (section.empty()) {
             out += std::string(key.path) + ": " + key.write(cfg) + "\n";
@@ -24,9 +25,6 @@ std::string to_yaml(const Config& cfg) {
     return out;
 }
 
-const char* to_string(Schedule v) {
-    return detail::enum_name(v);
-}
 const char* to_string(ContextMode v) {
     return detail::enum_name(v);
 }
@@ -53,6 +51,14 @@ const char* to_string(LoraTarget v) {
 }
 std::string to_string(const StageLayers& v) {
     return detail::yaml_text(v);
+}
+
+std::string layout_text(int pipeline, int tensor, int context, int data) {
+    const int ranks = pipeline * tensor * context * data;
+    return std::to_string(pipeline) + " x " + std::to_string(tensor) + " x " +
+           std::to_string(context) + " x " + std::to_string(data) +
+           " (pipeline x tensor x context x data) = " + std::to_string(ranks) +
+           (ranks == 1 ? " rank" : " ranks");
 }
 
 }  // namespace trident::config

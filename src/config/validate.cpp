@@ -47,10 +47,7 @@ void check_ranges(const Config& cfg, const Origins& origins) {
             fail(origins.where(key.path), cat(key.path, ": ", *problem));
 }
 
-// Only the 1x1x1 layout runs until tensor, pipeline and data parallelism land; delete this
-// function (and its call) then. The keys are read and range-checked already, so configs
-// written for bigger layouts keep working unchanged.
-// Settings this build reads but cannot run yet; delete each check as its feature lands.
+// Settings this build reads but cannot run: a GPU where the build has no GPU backend.
 void refuse_unsupported_features([[maybe_unused]] const Config& cfg,
                                  [[maybe_unused]] const Origins& origins) {
 #if !TRIDENT_HAVE_CUDA
@@ -58,7 +55,8 @@ void refuse_unsupported_features([[maybe_unused]] const Config& cfg,
     // (commands/session.h), not here: a config names a device, the machine may lack it.
     if (cfg.device == DeviceKind::cuda)
         fail(origins.where("device"),
-             "device: this build has no CUDA backend yet (use auto or cpu)");
+             "device: this build has no CUDA backend (built without the CUDA toolkit; use auto or "
+             "cpu)");
 #endif
 }
 
@@ -88,6 +86,15 @@ void check_consistency(const Config& cfg, const Origins& origins) {
              cat("training.global_batch (", t.global_batch,
                  ") must be a multiple of micro_batch × parallel.data = ", t.micro_batch, " × ",
                  p.data, " = ", per_step));
+
+    // Each replica evaluates its equal share of the evaluation set in whole microbatches.
+    if (t.eval_sequences % per_step != 0)
+        fail(origins.blame({"training.eval_sequences", "training.micro_batch", "parallel.data"}),
+             cat("training.eval_sequences (", t.eval_sequences,
+                 ") must be a multiple of micro_batch × parallel.data = ", t.micro_batch, " × ",
+                 p.data, " = ", per_step,
+                 " (each replica evaluates its share in whole microbatches; a multiple of "
+                 "training.global_batch suits every layout)"));
 
     // Tensor parallelism splits heads and the MLP width evenly over M.
     if (m.heads % p.tensor != 0)
@@ -155,7 +162,7 @@ void check_consistency(const Config& cfg, const Origins& origins) {
     }
 
     // Virtual stages only mean something to the interleaved schedule, and it needs them.
-    const bool interleaved = p.schedule == Schedule::interleaved;
+    const bool interleaved = p.schedule == pipeline::Kind::interleaved;
     if (p.virtual_stages > 1 && !interleaved)
         fail(origins.blame({"parallel.virtual_stages", "parallel.schedule"}),
              cat("parallel.virtual_stages (", p.virtual_stages,
@@ -180,7 +187,8 @@ void check_consistency(const Config& cfg, const Origins& origins) {
                  p.pipeline,
                  "): each stage would gather its parameters for the forward and the "
                  "backward of every microbatch; use zero_stage 2 with a pipeline"));
-    if (p.zero_stage == 3 && (p.schedule == Schedule::zb_h1 || p.schedule == Schedule::zb_h2))
+    if (p.zero_stage == 3 &&
+        (p.schedule == pipeline::Kind::zb_h1 || p.schedule == pipeline::Kind::zb_h2))
         fail(origins.blame({"parallel.zero_stage", "parallel.schedule"}),
              cat("parallel.zero_stage: 3 runs with parallel.schedule 1f1b or gpipe (got ",
                  to_string(p.schedule),

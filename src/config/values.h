@@ -24,7 +24,7 @@ using Problem = std::optional<std::string>;
 template <typename E>
 struct EnumNames;
 template <>
-struct EnumNames<Schedule> {
+struct EnumNames<pipeline::Kind> {  // as pipeline::to_string spells them
     static constexpr std::array names{"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"};
 };
 template <>

@@ -11,7 +11,7 @@
 #include <new>
 #include <thread>
 
-#include "error.h"
+#include "kernels/error.h"
 
 namespace trident::io::fault {
 
@@ -91,6 +91,62 @@ const StepRank& crash_in_save_setting() {
     return crash;
 }
 
+struct StepsRank {
+    int first = -1, last = -1, rank = -1;
+};
+
+const StepsRank& nan_gradient_setting() {
+    static const StepsRank nan = [] {
+        constexpr const char* kName = "TRIDENT_TEST_NAN_GRADIENT";
+        const char* value = std::getenv(kName);
+        StepsRank n;
+        if (!value) return n;
+        char end = 0;
+        const bool range = std::sscanf(value, "%d-%d:%d%c", &n.first, &n.last, &n.rank, &end) == 3;
+        if (!range && std::sscanf(value, "%d:%d%c", &n.first, &n.rank, &end) == 2) n.last = n.first;
+        if (n.first < 1 || n.last < n.first || n.rank < 0)
+            malformed(kName, "FIRST[-LAST]:RANK (e.g. 3-5:1)", value);
+        return n;
+    }();
+    return nan;
+}
+
+struct Corruption {
+    StepRank at;
+    std::string tensor;  // empty: none
+};
+
+const Corruption& corrupt_replica_setting() {
+    static const Corruption corruption = [] {
+        constexpr const char* kName = "TRIDENT_TEST_CORRUPT_REPLICA";
+        const char* value = std::getenv(kName);
+        Corruption c;
+        if (!value) return c;
+        char tensor[128] = {};
+        if (std::sscanf(value, "%d:%d:%127s", &c.at.step, &c.at.rank, tensor) != 3 ||
+            c.at.step < 1 || c.at.rank < 0)
+            malformed(kName, "STEP:RANK:TENSOR (e.g. 4:1:h.0.ln_1.weight)", value);
+        c.tensor = tensor;
+        return c;
+    }();
+    return corruption;
+}
+
+// TRIDENT_TEST_SLOW_RANK: the rank and its milliseconds of sleep per step (rank -1: none).
+const StepRank& slow_rank_setting() {
+    static const StepRank slow = [] {
+        constexpr const char* kName = "TRIDENT_TEST_SLOW_RANK";
+        const char* value = std::getenv(kName);
+        StepRank s;  // .rank, and .step holding the milliseconds
+        char end = 0;
+        if (value && (std::sscanf(value, "%d:%d%c", &s.rank, &s.step, &end) != 2 || s.rank < 0 ||
+                      s.step < 1))
+            malformed(kName, "RANK:MS (e.g. 2:30)", value);
+        return s;
+    }();
+    return slow;
+}
+
 enum class Kind { none, error, oom, kill };
 
 struct StepFailure {
@@ -145,6 +201,8 @@ bool crash_in_save(int step, int rank) {
 }
 
 void at_step(int step, int rank) {
+    if (const StepRank& slow = slow_rank_setting(); slow.rank == rank)
+        std::this_thread::sleep_for(std::chrono::milliseconds(slow.step));
     const StepFailure& f = step_failure_setting();
     if (f.kind == Kind::none || f.at.step != step || f.at.rank != rank) return;
     std::fprintf(stderr, "trident: TRIDENT_TEST_FAIL_AT_STEP: rank %d fails at step %d\n", rank,
@@ -163,7 +221,20 @@ void at_step(int step, int rank) {
     }
 }
 
+bool nan_gradient(int step, int rank) {
+    const StepsRank& n = nan_gradient_setting();
+    return n.rank == rank && step >= n.first && step <= n.last;
+}
+
+std::string corrupt_replica(int step, int rank) {
+    const Corruption& c = corrupt_replica_setting();
+    return c.at.step == step && c.at.rank == rank ? c.tensor : "";
+}
+
 void check_settings() {
+    corrupt_replica_setting();
+    slow_rank_setting();
+    nan_gradient_setting();
     write_error_setting();
     crash_in_save_setting();
     step_failure_setting();

@@ -15,6 +15,16 @@
 //   TRIDENT_TEST_FAIL_AT_STEP=STEP:RANK:KIND
 //       world rank RANK, as step STEP (1-based) begins, fails: KIND error throws a
 //       trident::Error, oom throws std::bad_alloc, kill dies by SIGKILL.
+//   TRIDENT_TEST_SLOW_RANK=RANK:MS
+//       world rank RANK sleeps MS milliseconds as each step begins, as a rank on a slower or
+//       busier device would take longer to compute.
+//   TRIDENT_TEST_NAN_GRADIENT=FIRST[-LAST]:RANK
+//       world rank RANK, in each of steps FIRST to LAST (1-based; LAST = FIRST if not given),
+//       writes a NaN into its gradients as the backward announces the first of them final,
+//       before any reduction over other ranks.
+//   TRIDENT_TEST_CORRUPT_REPLICA=STEP:RANK:TENSOR
+//       world rank RANK, as the replica check of step STEP begins, flips a bit of the first
+//       element of its parameter TENSOR (e.g. h.0.ln_1.weight), as a bit flip in memory would.
 #pragma once
 
 #include <string>
@@ -27,8 +37,17 @@ int write_error(const std::string& path);
 // Whether world rank `rank` is to die in the save of `step` (TRIDENT_TEST_CRASH_IN_SAVE).
 bool crash_in_save(int step, int rank);
 
-// Fails as TRIDENT_TEST_FAIL_AT_STEP asks when (step, rank) is its own; else returns.
+// Fails as TRIDENT_TEST_FAIL_AT_STEP asks when (step, rank) is its own, and sleeps as
+// TRIDENT_TEST_SLOW_RANK asks; else returns.
 void at_step(int step, int rank);
+
+// Whether world rank `rank` is to plant a NaN in its gradients in `step`
+// (TRIDENT_TEST_NAN_GRADIENT).
+bool nan_gradient(int step, int rank);
+
+// The parameter world rank `rank` is to corrupt at the replica check of `step`
+// (TRIDENT_TEST_CORRUPT_REPLICA), or "".
+std::string corrupt_replica(int step, int rank);
 
 // Checks every variable now, so a malformed one stops a run before it starts. Throws
 // trident::Error naming the variable.

@@ -8,10 +8,10 @@
 #include <cerrno>
 #include <vector>
 
-#include "error.h"
 #include "io/input_file.h"
 #include "io/output_file.h"
 #include "io/sha256.h"
+#include "kernels/error.h"
 
 namespace trident::io {
 

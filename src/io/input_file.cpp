@@ -7,8 +7,8 @@
 
 #include <cerrno>
 
-#include "error.h"
 #include "io/output_file.h"
+#include "kernels/error.h"
 
 namespace trident::io {
 

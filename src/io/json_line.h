@@ -48,11 +48,22 @@ public:
         for (int64_t v : values) items += (items.empty() ? "" : ", ") + std::to_string(v);
         return raw(key, "[" + items + "]");
     }
+    // Doubles that must come back bitwise, as add_exact.
+    JsonLine& add_exact(std::string_view key, std::span<const double> values) {
+        std::string items;
+        char buf[32];
+        for (double v : values) {
+            std::snprintf(buf, sizeof buf, "%.17g", v);
+            items += (items.empty() ? "" : ", ") + std::string(buf);
+        }
+        return raw(key, "[" + items + "]");
+    }
     JsonLine& add(std::string_view key, std::span<const std::string> values) {
         std::string items;
         for (const std::string& v : values) items += (items.empty() ? "" : ", ") + quote(v);
         return raw(key, "[" + items + "]");
     }
+    JsonLine& add_null(std::string_view key) { return raw(key, "null"); }
     std::string str() const { return "{" + body_ + "}"; }
 
 private:

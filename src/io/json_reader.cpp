@@ -4,8 +4,8 @@
 #include <charconv>
 #include <unordered_set>
 
-#include "error.h"
 #include "io/utf8.h"
+#include "kernels/error.h"
 
 namespace trident::io::json {
 

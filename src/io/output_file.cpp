@@ -10,8 +10,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "error.h"
 #include "io/fault_injection.h"
+#include "kernels/error.h"
 
 namespace trident::io {
 
@@ -71,6 +71,19 @@ void OutputFile::truncate(uint64_t bytes) {
         throw Error(name_ + ": cannot cut back to " + std::to_string(bytes) +
                     " bytes: " + errno_text(errno));
     size_ = std::min(size_, bytes);
+}
+
+void OutputFile::write_record(std::string_view record) {
+    const uint64_t whole = size_;
+    try {
+        write(record);
+    } catch (const Error&) {
+        try {
+            truncate(whole);
+        } catch (const Error&) {  // the first failure is the one to report
+        }
+        throw;
+    }
 }
 
 namespace {

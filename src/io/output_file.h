@@ -37,6 +37,10 @@ public:
     // Cuts the file back to `bytes`: after a failed write, so that a reader never sees part
     // of a record.
     void truncate(uint64_t bytes);
+    // `record` in one write, or (a write that fails) the file cut back to where it ended and
+    // the write's error thrown: a file of records (lines, TFRecord) then only ever holds
+    // whole ones, and a later record can still follow.
+    void write_record(std::string_view record);
     const std::string& path() const { return path_; }
 
 private:

@@ -12,11 +12,11 @@
 #include <numeric>
 #include <utility>
 
-#include "error.h"
 #include "io/input_file.h"
 #include "io/json_reader.h"
 #include "io/output_file.h"
 #include "io/sha256.h"
+#include "kernels/error.h"
 
 namespace trident::io {
 

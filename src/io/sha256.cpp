@@ -7,9 +7,9 @@
 #include <cstring>
 #include <vector>
 
-#include "error.h"
 #include "io/input_file.h"
 #include "io/output_file.h"
+#include "kernels/error.h"
 
 namespace trident::io {
 

@@ -4,26 +4,18 @@
 #include <algorithm>
 #include <string>
 
-#include "error.h"
+#include "kernels/error.h"
 
 namespace trident::optim {
 
 LossScaler::LossScaler(const config::TrainingConfig& cfg)
     : dynamic_(cfg.precision == kernels::DType::f16),
-      nonfinite_(cfg.nonfinite),
       window_(cfg.loss_scale_window),
       min_scale_(cfg.min_loss_scale),
       scale_(dynamic_ ? cfg.loss_scale : 1.0) {}
 
 bool LossScaler::update(bool finite, int step) {
-    if (!dynamic_) {
-        if (finite) return true;
-        if (nonfinite_ == config::NonFinite::skip) return false;
-        throw Error("step " + std::to_string(step) +
-                    ": the loss or gradients are not finite; training stopped "
-                    "(training.nonfinite: skip would skip such steps; a lower training.lr or "
-                    "training.grad_clip may help)");
-    }
+    if (!dynamic_) return true;  // the trainer judges (train/step_guard.h)
     if (!finite) {
         if (scale_ <= min_scale_)
             throw Error("step " + std::to_string(step) +

@@ -9,8 +9,8 @@
 // every rank computes identically from sums over the whole grid (a sum carries inf and NaN
 // along), so every rank skips the same steps.
 //
-// bf16 and fp32 have fp32's range and need no scale (S = 1); a non-finite step there is
-// either skipped or stops training, as training.nonfinite says.
+// bf16 and fp32 have fp32's range and need no scale (S = 1); what a non-finite step does there
+// is the trainer's verdict (train/step_guard.h), not an overflow.
 #pragma once
 
 #include "config/config.h"
@@ -25,9 +25,9 @@ public:
     double scale() const { return scale_; }
     int good_steps() const { return good_steps_; }
 
-    // After a step's gradients: whether to apply the update, given whether they are all
-    // finite. Updates the scale. Throws (naming the 1-based step) where a non-finite bf16 or
-    // fp32 step is to stop training.
+    // After a step's gradients: false where fp16's gradients overflowed (the update is
+    // skipped), else true (bf16, fp32: always). Updates the scale. Throws (naming the
+    // 1-based step) where the scale is at its floor.
     bool update(bool finite, int step);
 
     // The state a checkpoint keeps.
@@ -35,7 +35,6 @@ public:
 
 private:
     bool dynamic_;
-    config::NonFinite nonfinite_;
     int window_;
     double min_scale_;
     double scale_;

@@ -7,8 +7,9 @@
 #include <string>
 #include <utility>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "parallel/mpi_comm.h"
+#include "parallel/solo_comm.h"
 #include "parallel/world.h"
 
 namespace trident::parallel {
@@ -24,6 +25,13 @@ Coordinates coordinates_of(const GridShape& g, int rank) {
     c.dp = (rank / (g.tensor * g.context)) % g.data;
     c.pp = rank / (g.tensor * g.context * g.data);
     return c;
+}
+
+std::string describe_rank(const GridShape& g, int rank) {
+    const Coordinates c = coordinates_of(g, rank);
+    const std::string cp = g.context > 1 ? ", cp " + std::to_string(c.cp) : "";
+    return std::to_string(rank) + " (pp " + std::to_string(c.pp) + ", tp " + std::to_string(c.tp) +
+           cp + ", dp " + std::to_string(c.dp) + ")";
 }
 
 namespace {
@@ -53,6 +61,14 @@ void check_shape(const GridShape& s, int world_size) {
 }
 
 }  // namespace
+
+Grid::Grid()
+    : tensor_(std::make_unique<SoloComm>()),
+      context_(std::make_unique<SoloComm>()),
+      data_(std::make_unique<SoloComm>()),
+      data_context_(std::make_unique<SoloComm>()),
+      pipeline_(std::make_unique<SoloComm>()),
+      embedding_(std::make_unique<SoloComm>()) {}
 
 Grid::Grid(World& world, const GridShape& shape) : shape_(shape), rank_(world.rank()) {
     check_shape(shape, world.size());

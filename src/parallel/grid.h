@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "parallel/comm.h"
 
@@ -27,11 +28,16 @@ struct Coordinates {
 // Pure arithmetic of the grid order, usable without MPI.
 int rank_of(const GridShape& g, const Coordinates& c);
 Coordinates coordinates_of(const GridShape& g, int rank);
+// A rank as messages name it: "3 (pp 1, tp 0, dp 1)", with ", cp K" under context parallelism.
+std::string describe_rank(const GridShape& g, int rank);
 
 class World;
 
 class Grid {
 public:
+    // The grid of one process (1 x 1 x 1 x 1): every group is this process alone. What a run
+    // of one process, a single-process tool or a unit test hands the parts that take groups.
+    Grid();
     // Splits the world into its groups (collective over the world). Throws trident::Error,
     // on every rank alike, when P*M*C*D != world size. A Grid must be gone before its World.
     Grid(World& world, const GridShape& shape);

@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "error.h"
 #include "kernels/dtype.h"
+#include "kernels/error.h"
 #include "parallel/watchdog.h"
 
 namespace trident::parallel {

@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "error.h"
+#include "kernels/error.h"
 
 namespace trident::parallel {
 

@@ -10,9 +10,11 @@
 #include <deque>
 #include <exception>
 #include <map>
+#include <new>
 #include <string_view>
 
-#include "error.h"
+#include "kernels/error.h"
+#include "kernels/host_wait.h"
 
 namespace trident::parallel {
 
@@ -73,6 +75,18 @@ Wait read_marker() {
 
 thread_local bool watched = false;
 
+// Blocked time, on threads that account it: the markers open, and the seconds per group.
+thread_local bool accounting = false;
+thread_local int open_markers = 0;
+thread_local std::vector<std::pair<const GroupLabel*, double>> blocked_by_group;
+
+void account(const GroupLabel* group, double seconds) {
+    auto it = std::find_if(blocked_by_group.begin(), blocked_by_group.end(),
+                           [&](const auto& g) { return g.first == group; });
+    if (it == blocked_by_group.end()) it = blocked_by_group.insert(it, {group, 0.0});
+    it->second += seconds;
+}
+
 // What describe_progress said as an exception left its innermost ScopedPhase; cleared as each
 // step begins. Touched by the watched thread alone.
 std::string failure_site;
@@ -107,18 +121,52 @@ const GroupLabel* make_group_label(std::string name, std::vector<int> world_rank
     return &labels.back();
 }
 
+namespace {
+
+// The backend's waits for the device (kernels/host_wait.h), marked as kDeviceWait.
+void* begin_device_wait() {
+    return new (std::nothrow) Blocked(kDeviceWait, nullptr);
+}
+
+void end_device_wait(void* begun) {
+    delete static_cast<Blocked*>(begun);
+}
+
+}  // namespace
+
 Blocked::Blocked(const char* operation, const GroupLabel* group, int peer) noexcept {
+    if (!watched && !accounting) return;
+    const int64_t now = now_ns();
+    if (accounting) {
+        counted_ = true;
+        timed_ = open_markers++ == 0;
+        waited_on_ = group;
+        began_ns_ = now;
+    }
     if (!watched) return;
     marked_ = true;
     operation_ = current.operation;
     group_ = current.group;
     peer_ = current.peer;
     since_ns_ = current.since_ns;
-    write_marker(Wait{operation, group, peer, now_ns()});
+    write_marker(Wait{operation, group, peer, now});
 }
 
 Blocked::~Blocked() {
+    if (counted_) --open_markers;
+    if (timed_) account(waited_on_, static_cast<double>(now_ns() - began_ns_) / 1e9);
     if (marked_) write_marker(Wait{operation_, group_, peer_, since_ns_});
+}
+
+void account_blocked_time() {
+    accounting = true;
+}
+
+std::map<std::string, double> blocked_seconds() {
+    std::map<std::string, double> by_name;
+    for (const auto& [group, seconds] : blocked_by_group)
+        by_name[group ? group->name : "device"] += seconds;
+    return by_name;
 }
 
 void note_device_collective(const char* operation, const GroupLabel* group) {
@@ -184,6 +232,7 @@ Watchdog::Watchdog(WatchdogSettings settings) : settings_(std::move(settings)) {
     write_marker(Wait{});
     first_done.store(false);
     watched = true;
+    kernels::watch_host_waits({begin_device_wait, end_device_wait});
     thread_ = std::thread([this] { loop(); });
 }
 
@@ -195,6 +244,7 @@ Watchdog::~Watchdog() {
     }
     wake_.notify_one();
     thread_.join();
+    kernels::watch_host_waits({});
     watched = false;
 }
 
@@ -208,12 +258,7 @@ double Watchdog::timeout_now() const {
 std::string Watchdog::describe_stall(double seconds) const {
     Wait w = read_marker();
     const GridShape& g = settings_.grid;
-    const auto rank = [&](int r) {
-        const Coordinates c = coordinates_of(g, r);
-        const std::string cp = g.context > 1 ? ", cp " + std::to_string(c.cp) : "";
-        return std::to_string(r) + " (pp " + std::to_string(c.pp) + ", tp " + std::to_string(c.tp) +
-               cp + ", dp " + std::to_string(c.dp) + ")";
-    };
+    const auto rank = [&](int r) { return describe_rank(g, r); };
     std::string text = "rank " + rank(settings_.world_rank) + ": stalled " + seconds_text(seconds) +
                        " in " + (w.operation ? w.operation : "a communication call");
     // A wait for the GPU is a wait for its queued NCCL collectives, the last one named.

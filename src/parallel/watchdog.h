@@ -32,6 +32,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -65,11 +66,24 @@ public:
 
 private:
     bool marked_ = false;
+    // The wait the marker replaced, restored when it ends.
     const char* operation_ = nullptr;
     const GroupLabel* group_ = nullptr;
     int peer_ = -1;
     int64_t since_ns_ = 0;
+    // On a thread that accounts its waits: counted in the markers open, and (the outermost)
+    // timed.
+    bool counted_ = false, timed_ = false;
+    const GroupLabel* waited_on_ = nullptr;
+    int64_t began_ns_ = 0;
 };
+
+// The time the calling thread has spent blocked on its peers, by group name ("tensor",
+// "data", ...; "device" for waits for the GPU), from the outermost marker of nested ones
+// (train/stragglers.h reads it). Kept from the first call of account_blocked_time on the
+// thread on, whether or not a watchdog runs: a clock read per marker.
+void account_blocked_time();
+std::map<std::string, double> blocked_seconds();
 
 // On the GPU, NCCL's collectives return at once and complete on the device: a host that then
 // waits for the device (a copy to the host, a synchronisation) marks kDeviceWait, and each

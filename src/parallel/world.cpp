@@ -10,7 +10,7 @@
 #include <thread>
 #include <vector>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "parallel/mpi_comm.h"
 
 namespace trident::parallel {

@@ -7,7 +7,7 @@
 #include <string>
 #include <thread>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "parallel/watchdog.h"
 
 namespace trident::pipeline {
@@ -40,8 +40,8 @@ io::SpanKind span_of(Op op) {
 
 }  // namespace
 
-Executor::Executor(kernels::Ops& ops, model::Gpt& model, parallel::Comm* pipeline)
-    : ops_(ops), model_(model), pipeline_(pipeline ? *pipeline : solo_) {
+Executor::Executor(kernels::Ops& ops, model::Gpt& model, parallel::Comm& pipeline)
+    : ops_(ops), model_(model), pipeline_(pipeline) {
     const std::size_t n = static_cast<std::size_t>(model.micro_batch()) * model.local_tokens();
     inputs_.resize(n);
     targets_.resize(n);
@@ -51,7 +51,7 @@ kernels::Ptr Executor::received(int kind, int mb, int c) {
     auto [it, fresh] = received_.try_emplace(Key{kind, mb, c});
     if (fresh)
         it->second =
-            model::DeviceBuffer(ops_, model_.boundary_size(), model_.precision().activations);
+            kernels::DeviceBuffer(ops_, model_.boundary_size(), model_.precision().activations);
     return it->second.data();
 }
 
@@ -63,7 +63,7 @@ kernels::Ptr Executor::take_send_buffer(int kind, int mb, int c) {
     auto free = first_free();
     if (free == send_slots_.end() && static_cast<int>(send_slots_.size()) < kSendBuffers) {
         send_slots_.push_back(SendSlot{
-            model::DeviceBuffer(ops_, model_.boundary_size(), model_.precision().activations),
+            kernels::DeviceBuffer(ops_, model_.boundary_size(), model_.precision().activations),
             {},
             false});
         free = send_slots_.end() - 1;

@@ -22,7 +22,6 @@
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "parallel/comm.h"
-#include "parallel/solo_comm.h"
 #include "pipeline/schedule.h"
 
 namespace trident::pipeline {
@@ -35,8 +34,8 @@ public:
         std::function<void(int mb, std::span<int32_t> inputs, std::span<int32_t> targets)>;
     using SeedFn = std::function<uint64_t(int mb)>;
 
-    // `pipeline`: the stage's pipeline group (rank = stage), or null for one stage.
-    Executor(kernels::Ops& ops, model::Gpt& model, parallel::Comm* pipeline);
+    // `pipeline`: the stage's pipeline group (rank = stage).
+    Executor(kernels::Ops& ops, model::Gpt& model, parallel::Comm& pipeline);
 
     // Runs `stream`. Each token's loss is weighted by dloss in backward. Returns the sum of
     // the mean losses of the microbatches whose loss this stage computed (the last stage's
@@ -55,7 +54,7 @@ private:
 
     // One outgoing buffer: taken from the compute that fills it until its send completes.
     struct SendSlot {
-        model::DeviceBuffer buffer;
+        kernels::DeviceBuffer buffer;
         parallel::Request sent;
         bool taken = false;
         int peer = -1;  // of the send under way
@@ -69,11 +68,10 @@ private:
 
     kernels::Ops& ops_;
     model::Gpt& model_;
-    parallel::SoloComm solo_;
     parallel::Comm& pipeline_;
     std::vector<int32_t> inputs_, targets_;  // (B, T) of the microbatch at hand
     // Received activations and gradients until their compute, by (kind, mb, chunk).
-    std::map<Key, model::DeviceBuffer> received_;
+    std::map<Key, kernels::DeviceBuffer> received_;
     std::vector<SendSlot> send_slots_;  // allocated with the first, kept for later steps
     std::map<Key, int> outgoing_;       // computed, not yet sent: the slot it is in
     std::deque<int> sending_;           // slots with a send under way, oldest first

@@ -10,7 +10,7 @@
 #include <algorithm>
 #include <sstream>
 
-#include "error.h"
+#include "kernels/error.h"
 
 namespace trident::pipeline {
 

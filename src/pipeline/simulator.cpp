@@ -13,7 +13,7 @@
 #include <sstream>
 #include <utility>
 
-#include "error.h"
+#include "kernels/error.h"
 
 namespace trident::pipeline {
 

@@ -3,9 +3,9 @@
 
 #include <algorithm>
 
+#include "config/model_shape.h"
 #include "model/param_layout.h"
 #include "plan/stage_shape.h"
-#include "train/model_shape.h"
 
 namespace trident::plan {
 
@@ -27,7 +27,7 @@ void add(GroupTraffic& g, CommKind kind, int64_t calls, double elements, int ele
 void tensor_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks, bool last_stage,
                     GroupTraffic& g) {
     const config::Config& cfg = in.cfg;
-    const RankDims d = rank_dims(cfg);
+    const model::Dims d = config::rank_dims(cfg);
     const int act = in.activation_bytes;
     const int64_t m = cfg.derived.grad_accum_steps;
     const bool full = cfg.training.recompute == config::Recompute::full;
@@ -42,12 +42,12 @@ void tensor_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks,
     // forward, 2 backward, and under full recompute 1 reduction and 2 gathers more.
     const int64_t reductions = layers * (4 + (full ? 1 : 0)) + embeds + heads;
     const int64_t gathers = layers * (4 + (full ? 2 : 0)) + embeds + heads;
-    const double NC = static_cast<double>(d.N * d.C), RC = static_cast<double>(d.R * d.C);
+    const double NC = static_cast<double>(d.N) * d.H, RC = static_cast<double>(d.R) * d.H;
     if (d.sequence_parallel) {
         add(g, CommKind::reduce_scatter, m * reductions, NC, act, true);
         add(g, CommKind::all_gather, m * gathers, RC, act, true);
         // LayerNorm weight and bias gradients, summed over the rows of every rank (per step).
-        add(g, CommKind::all_reduce, 4 * layers + (last_stage ? 2 : 0), static_cast<double>(d.C),
+        add(g, CommKind::all_reduce, 4 * layers + (last_stage ? 2 : 0), static_cast<double>(d.H),
             in.grad_bytes, false);
     } else {
         add(g, CommKind::all_reduce, m * reductions, NC, act, true);
@@ -58,16 +58,16 @@ void tensor_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks,
     add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the gradient norm
 }
 
-// ZeRO-2 and 3 (optim/zero_units.h): each unit of the layout reduce-scattered after every
-// microbatch's backward (sharded accumulation) or after the step's last; stage 2 all-gathers
+// ZeRO-2 and 3 (src/data_parallel/zero_units.h): each unit of the layout reduce-scattered after
+// every microbatch's backward (sharded accumulation) or after the step's last; stage 2 all-gathers
 // the updated units as stage 1 its buckets, stage 3 gathers each unit for every microbatch's
 // forward and again for its backward (the embedding, kept from the embedding to the LM head,
 // once each) and nothing after the update.
 void sharded_data_traffic(const PlanInputs& in, int stage, GroupTraffic& g) {
     const auto& p = in.cfg.parallel;
     const int64_t m = in.cfg.derived.grad_accum_steps;
-    const model::ParamLayout layout(train::gpt_shape(in.cfg), 0, p.tensor,
-                                    train::stage_plan(in.cfg, stage), p.data);
+    const model::ParamLayout layout(config::gpt_shape(in.cfg), 0, p.tensor,
+                                    config::stage_plan(in.cfg, stage), p.data);
     const int64_t reductions = p.sharded_accumulation ? m : 1;
     for (const auto& [begin, end] : layout.units()) {
         const double size = static_cast<double>(end - begin);
@@ -83,18 +83,18 @@ void sharded_data_traffic(const PlanInputs& in, int stage, GroupTraffic& g) {
 }
 
 // The context group (model/context_attention.cpp), per layer and microbatch: ring attention
-// sends C − 1 blocks of keys and values (N, 2C/M) in the forward, as many again in the
-// backward with C blocks of their fp32 gradients; Ulysses all-to-alls q, k, v (N, 3C/M) and
-// the output (N, C/M) forward and their gradients backward. Full recompute reruns the forward.
+// sends C − 1 blocks of keys and values (N, 2H/M) in the forward, as many again in the
+// backward with C blocks of their fp32 gradients; Ulysses all-to-alls q, k, v (N, 3H/M) and
+// the output (N, H/M) forward and their gradients backward. Full recompute reruns the forward.
 void context_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks, GroupTraffic& g) {
     const config::Config& cfg = in.cfg;
-    const RankDims d = rank_dims(cfg);
-    const int64_t m = cfg.derived.grad_accum_steps, C = d.context;
+    const model::Dims d = config::rank_dims(cfg);
+    const int64_t m = cfg.derived.grad_accum_steps, C = d.context_size;
     int64_t layers = 0;
     for (const ChunkShape& c : chunks) layers += c.layers;
     const int64_t forwards = cfg.training.recompute == config::Recompute::full ? 2 : 1;
-    const double NCm = static_cast<double>(d.N * d.Cm);
-    if (d.ring) {
+    const double NCm = static_cast<double>(d.N) * d.Hm;
+    if (d.ring()) {
         add(g, CommKind::send, m * layers * (forwards + 1) * (C - 1), 2 * NCm, in.activation_bytes,
             true);
         add(g, CommKind::send, m * layers * C, 2 * NCm, 4, true);
@@ -172,7 +172,7 @@ double GroupTraffic::sent_bytes() const {
 std::vector<StageTraffic> plan_traffic(const PlanInputs& in) {
     const config::Config& cfg = in.cfg;
     const auto& p = cfg.parallel;
-    const RankDims d = rank_dims(cfg);
+    const model::Dims d = config::rank_dims(cfg);
     const int64_t m = cfg.derived.grad_accum_steps;
     const std::vector<StageMemory> memory = plan_memory(in);
     std::vector<StageTraffic> stages;
@@ -193,7 +193,7 @@ std::vector<StageTraffic> plan_traffic(const PlanInputs& in) {
         // sends its input's gradient back.
         int64_t sends = 0;
         for (const ChunkShape& c : chunks) sends += !c.head + !c.embeds;
-        add(t.pipeline, CommKind::send, m * sends, static_cast<double>(d.R * d.C),
+        add(t.pipeline, CommKind::send, m * sends, static_cast<double>(d.R) * d.H,
             in.activation_bytes, true);
         add(t.pipeline, CommKind::broadcast, 1, kScalar, kScalarBytes,
             false);  // the loss, from the last

@@ -1,11 +1,11 @@
 // The traffic of one training step for one rank of each pipeline stage, per process group,
 // call by call as Trident makes them (model/gpt.cpp, optim/adamw.cpp, train/trainer.cpp,
 // pipeline/executor.cpp):
-//   tensor     per layer and microbatch 2 all-reduces of (N, C) forward and 2 backward (one
+//   tensor     per layer and microbatch 2 all-reduces of (N, H) forward and 2 backward (one
 //              more forward under full recompute, which reruns a layer up to its GELU), plus
 //              the embedding's and the LM head's; with sequence parallelism each becomes a
 //              reduce-scatter, and the column-parallel GEMMs' inputs are all-gathered.
-//   pipeline   each microbatch's activation (R, C) sent to the next stage and its gradient
+//   pipeline   each microbatch's activation (R, H) sent to the next stage and its gradient
 //              to the previous one, per chunk.
 //   embedding  the tied word embedding's gradient, summed between the first and last stage
 //              (ZeRO 2: each replica's part of it, once reduced).

@@ -1,91 +1,61 @@
 // Per-stage memory of a training run (see memory_model.h).
 #include "plan/memory_model.h"
 
+#include "config/model_shape.h"
 #include "model/param_layout.h"
+#include "model/stage_parts.h"
 #include "plan/stage_shape.h"
-#include "train/model_shape.h"
 
 namespace trident::plan {
 
 namespace {
 
 // The step's two device totals, the loss and the gradient norm's square (model/gpt.h,
-// optim/adamw.h): a double each, in the backend's smallest allocation (64 bytes on the CPU;
-// a GPU's caching allocator rounds them up further, a few hundred bytes in all).
+// src/optim/adamw.h): a double each, in the backend's smallest allocation (64 bytes on the
+// CPU; a GPU's caching allocator rounds them up further, a few hundred bytes in all).
 constexpr int64_t kDeviceTotals = 2 * 64;
-constexpr int64_t kFp32 = 4;  // LayerNorm statistics, loss statistics, token ids (int32)
 
-// Bytes of one layer's buffers in a set (model/gpt.cpp, Gpt::allocate_layer): `work` the
-// intermediates backward reads, `att` what attention keeps (the CPU: the probabilities),
-// `output` the layer's output.
-int64_t layer_bytes(const RankDims& d, bool work, bool att, bool output, int64_t act) {
-    int64_t bytes = 0;
-    if (work) {
-        const int64_t elements = 3 * d.R * d.C       // ln1, resid2, ln2
-                                 + 2 * d.all_rows()  // ln1, ln2 of all rows
-                                 + 3 * d.N * d.Cm    // qkv
-                                 + d.N * d.Cm        // attention output
-                                 + 2 * d.N * d.Fm;   // fc1, GELU
-        bytes += elements * act + 4 * d.R * kFp32;   // + LayerNorm mean and rstd, twice
-        if (d.context > 1 && !d.ring) bytes += d.N * d.Cm * act;  // Ulysses' head-split output
-    }
-    if (att) bytes += d.attention_bytes(act);
-    if (output) bytes += d.R * d.C * act;
-    return bytes;
+// Where a non-finite step was first seen (src/train/first_sighting.h): one more double, held
+// on every rank of a grid of more than one.
+constexpr int64_t kFirstSighting = 64;
+
+// The stage's parts as the model builds them (model/stage_parts.h), on a CPU: the buffers
+// they declare are what the model allocates. Low-rank adapters are not modelled (`plan` says so).
+model::StageParts stage_parts(const config::Config& cfg, const model::ParamLayout& layout,
+                              const model::Dims& d) {
+    const model::PartOptions options{
+        static_cast<float>(cfg.model.dropout), {}, kernels::cpu_attention_saved};
+    return model::build_stage(layout, model::ParamLayout::for_lora(layout.shape(), {}), d, options);
 }
 
-// One (microbatch, chunk) set (Gpt::new_activations). With a split backward it also holds
-// what B keeps for W: per layer the gradients of the outputs of the four linears (N,C),
-// (N,F/M), (N,C), (N,3C/M) and of the two LayerNorms (R,C) each; the final LayerNorm's and
-// the embedding's (R,C).
-int64_t set_bytes(const RankDims& d, const ChunkShape& chunk, config::Recompute recompute,
-                  bool split_backward, int64_t act) {
-    using config::Recompute;
-    int64_t bytes = d.R * d.C * act;  // the chunk's input
-    bytes += chunk.layers *
-             layer_bytes(d, recompute != Recompute::full, d.keeps_attention(recompute), true, act);
-    if (split_backward) {
-        bytes += chunk.layers * (2 * d.N * d.C + d.N * d.Fm + 3 * d.N * d.Cm + 2 * d.R * d.C) * act;
-        if (chunk.head) bytes += d.R * d.C * act;
-        if (chunk.embeds) bytes += d.R * d.C * act;
-    }
-    if (chunk.embeds) bytes += d.N * kFp32 + d.all_rows() * act;  // token ids, partial sums
-    if (chunk.head)
-        bytes += d.N * kFp32                                           // targets
-                 + (d.R * d.C + d.all_rows()) * act + 2 * d.R * kFp32  // final LayerNorm
-                 + d.N * d.vocab * act                                 // logits
-                 + 6 * d.N * kFp32;  // loss statistics, lse, losses
-    return bytes;
+// The CPU backend's attention-gradient workspace (none for ring attention's blocks): the
+// probabilities' gradient, as large as what attention keeps (kernels::cpu_attention_saved).
+int64_t attention_workspace_bytes(const model::Dims& d) {
+    if (d.ring()) return 0;
+    const int heads = d.ulysses() ? d.heads / d.context_size : d.heads;
+    const kernels::Ops::AttentionSaved w =
+        kernels::cpu_attention_saved(d.B, heads, d.seq_len, d.act);
+    return static_cast<int64_t>(w.count * kernels::size_of(w.dtype));
 }
 
-// Context parallelism's buffers (model/context_attention.h): ring, the keys and values held
-// and arriving (N, 2C/M) each, their fp32 gradients likewise, the running output and a block's
-// (N, C/M) fp32, a block's log-sum-exp (B, NH/M, T) fp32; Ulysses, the exchange's buffers and
-// the token-split q, k, v (N, 3C/M) each and the head-split output gradient (N, C/M).
-int64_t context_bytes(const RankDims& d, int64_t act) {
-    if (d.ring)
-        return 2 * d.N * 2 * d.Cm * act + 2 * d.N * 2 * d.Cm * kFp32 + 2 * d.N * d.Cm * kFp32 +
-               d.B * d.heads * d.T * kFp32;
-    return 3 * d.N * 3 * d.Cm * act + d.N * d.Cm * act;
+// One rank's sizes, its activations of the plan's element size.
+model::Dims plan_dims(const PlanInputs& in) {
+    model::Dims d = config::rank_dims(in.cfg);
+    const kernels::DType precision = in.cfg.training.precision;
+    d.act = in.activation_bytes == 4           ? kernels::DType::f32
+            : precision == kernels::DType::f32 ? kernels::DType::bf16
+                                               : precision;
+    return d;
 }
 
-// The scratch the model allocates once (Gpt::Gpt), the CPU backend's attention workspace,
-// the recompute scratch, and the step's device totals.
-int64_t scratch_bytes(const RankDims& d, config::Recompute recompute, int64_t act) {
-    using config::Recompute;
-    const int64_t own_rows = d.sequence_parallel ? d.R * d.C : 0;
-    const int64_t elements = 3 * d.N * d.C      // a row-parallel output; two gradients (N, C)
-                             + own_rows         // its reduced rows
-                             + 2 * d.R * d.C    // gradients of the residual stream's rows
-                             + d.all_rows()     // a gradient gathered to all rows
-                             + 2 * d.N * d.Fm   // MLP gradients
-                             + 3 * d.N * d.Cm;  // qkv gradient
-    // + attention probabilities' gradient (CpuOps)
-    int64_t bytes = elements * act + d.attention_workspace_bytes(act) + kDeviceTotals;
-    if (recompute != Recompute::none)
-        bytes +=
-            layer_bytes(d, recompute == Recompute::full, !d.keeps_attention(recompute), false, act);
-    if (d.context > 1) bytes += d.T * kFp32 + context_bytes(d, act);  // + the tokens' positions
+// Everything but the sets: the model's scratch, the recompute scratch, the attention
+// workspace and the step's device totals (`ranks`: the grid's size).
+int64_t temporary_bytes(const model::StageParts& parts, const model::KeepPolicy& policy,
+                        const model::Dims& d, int ranks) {
+    int64_t bytes = static_cast<int64_t>(parts.scratch.bytes()) + attention_workspace_bytes(d) +
+                    kDeviceTotals + (ranks > 1 ? kFirstSighting : 0);
+    if (policy.recompute != model::Recompute::none && parts.layer_spec())
+        bytes += static_cast<int64_t>(model::recompute_scratch_bytes(*parts.layer_spec(), policy));
     return bytes;
 }
 
@@ -146,8 +116,10 @@ double korthikanti_layer_bytes(const config::Config& cfg) {
 std::vector<StageMemory> plan_memory(const PlanInputs& in) {
     const config::Config& cfg = in.cfg;
     const auto& p = cfg.parallel;
-    const RankDims d = rank_dims(cfg);
+    const model::Dims d = plan_dims(in);
     const int64_t act = in.activation_bytes;
+    const model::KeepPolicy policy{cfg.training.recompute,
+                                   pipeline::splits_backward(cfg.parallel.schedule)};
     const double korthikanti_layer = korthikanti_layer_bytes(cfg) * act / 2.0;
     std::vector<StageMemory> stages;
     for (int stage = 0; stage < p.pipeline; ++stage) {
@@ -157,25 +129,26 @@ std::vector<StageMemory> plan_memory(const PlanInputs& in) {
         // D·C ranks of the data-context group; at stages 2 and 3 each unit of the layout is
         // (model/param_layout.h; ZeRO 2 and 3 run with C = 1).
         const int64_t D = int64_t{p.data} * p.context;
-        const model::ParamLayout layout(train::gpt_shape(cfg), 0, p.tensor,
-                                        train::stage_plan(cfg, stage),
+        const model::ParamLayout layout(config::gpt_shape(cfg), 0, p.tensor,
+                                        config::stage_plan(cfg, stage),
                                         in.zero_stage >= 2 ? p.data : 1);
         s.parameters = (static_cast<int64_t>(layout.total()) + D - 1) / D * D;
         s.states = model_states(static_cast<double>(s.parameters), static_cast<int>(D),
                                 in.zero_stage, in.weight_bytes, in.grad_bytes);
 
+        const model::StageParts parts = stage_parts(cfg, layout, d);
         const std::vector<ChunkShape> chunks = stage_chunks(cfg, stage);
         const InFlight flight = in_flight(cfg, stage);
         for (std::size_t c = 0; c < chunks.size(); ++c) {
             const int sets = flight.sets[c];
             s.activation_sets += sets;
             s.activations += static_cast<double>(sets) *
-                             set_bytes(d, chunks[c], cfg.training.recompute,
-                                       pipeline::splits_backward(schedule_kind(cfg)), act);
+                             static_cast<double>(model::set_bytes(parts.chunks[c], policy));
             s.korthikanti += sets * chunks[c].layers * korthikanti_layer;
         }
-        s.temporary = static_cast<double>(scratch_bytes(d, cfg.training.recompute, act) +
-                                          flight.messages * d.R * d.C * act);
+        const int64_t message = static_cast<int64_t>(d.rows_mine()) * d.H * act;
+        s.temporary = static_cast<double>(
+            temporary_bytes(parts, policy, d, cfg.derived.world_size) + flight.messages * message);
         stages.push_back(s);
     }
     return stages;

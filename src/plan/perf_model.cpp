@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <optional>
 
-#include "error.h"
+#include "config/model_shape.h"
+#include "kernels/error.h"
+#include "model/flops.h"
 #include "pipeline/simulator.h"
 #include "plan/stage_shape.h"
 
@@ -25,14 +27,16 @@ struct ChunkSeconds {
 ChunkSeconds chunk_seconds(const PlanInputs& in, const ChunkShape& chunk, const Hardware& hw) {
     using config::Recompute;
     const config::Config& cfg = in.cfg;
-    const RankDims d = rank_dims(cfg);
-    const double N = d.N, C = d.C, Cm = d.Cm, Fm = d.Fm;
-    const double RC = static_cast<double>(d.R * d.C), NC = N * C, NCm = N * Cm, NFm = N * Fm;
-    const double S = static_cast<double>(d.scores());
+    const model::Dims d = config::rank_dims(cfg);
+    const double N = d.N, H = d.H, Hm = d.Hm, Fm = d.Fm;
+    const double RC = static_cast<double>(d.R) * H, NC = N * H, NCm = N * Hm, NFm = N * Fm;
+    // Attention scores of a microbatch on this rank: its queries against the whole
+    // sequence's keys, (B, NH/M, T, seq_len).
+    const double S = static_cast<double>(d.B) * d.heads * d.T * d.seq_len;
     const double drop = cfg.model.dropout > 0 ? 1 : 0;
     const Recompute recompute = cfg.training.recompute;
 
-    const GemmFlops flops = gemm_flops(cfg);
+    const model::GemmFlops flops = model::gemm_flops(d, recompute);
     // Memory-bound elements of one layer: LayerNorms, bias adds, dropout, residual adds (on
     // the rank's rows), softmax (read scores, write and reread the probabilities), GELU, and
     // backward's reads of what forward kept, its writes of gradients and zeroed scratch.
@@ -55,7 +59,7 @@ ChunkSeconds chunk_seconds(const PlanInputs& in, const ChunkShape& chunk, const 
         backward_mem += 3 * NC;
     }
     if (chunk.head) {  // final LayerNorm, logits (N, Vp/M), cross-entropy in place
-        const double logits = N * static_cast<double>(d.vocab);
+        const double logits = N * static_cast<double>(d.Vm);
         forward_flops += flops.head_forward;
         backward_flops += flops.head_backward;
         weight_flops += flops.head_weight;
@@ -221,7 +225,7 @@ StepTime predict_step(const PlanInputs& in, const Hardware& hw) {
     r.compute = mb * slowest->compute;
     r.tensor_comm = mb * slowest->tensor + last_done->tensor_step;
     r.pipeline_comm = mb * slowest->pipeline + last_done->embedding;
-    const pipeline::Kind kind = schedule_kind(cfg);
+    const pipeline::Kind kind = cfg.parallel.schedule;
     if (pipeline::splits_backward(kind) && p.pipeline > 1) {
         // The zero-bubble schedules' idle time depends on how the backward splits: replay
         // them with the slowest stage's forward, backward and W, in proportion to its time.

@@ -25,18 +25,11 @@ std::string format(const char* fmt, ...) {
     return out;
 }
 
-// Memory in binary units, as device memory is quoted: "12.34 GiB", "5.6 MiB".
-std::string memory_text(double bytes) {
-    const double magnitude = bytes < 0 ? -bytes : bytes;
-    if (magnitude >= 0x1p30) return format("%.2f GiB", bytes / 0x1p30);
-    if (magnitude >= 0x1p20) return format("%.1f MiB", bytes / 0x1p20);
-    if (magnitude >= 0x1p10) return format("%.1f KiB", bytes / 0x1p10);
-    return format("%.0f B", bytes);
-}
-
-// "12.3 GB"-style sizes for traffic, which is counted in decimal units like bandwidth.
+// Traffic, counted in decimal units like bandwidth: "12.3 GB".
 std::string bytes_text(double bytes) {
-    return bytes > 0 ? train::human_bytes(bytes) : "0";
+    if (bytes >= 1e9) return format("%.2f GB", bytes / 1e9);
+    if (bytes >= 1e6) return format("%.1f MB", bytes / 1e6);
+    return bytes > 0 ? format("%.1f KB", bytes / 1e3) : "0";
 }
 
 std::string range(int64_t first, int64_t last) {
@@ -106,52 +99,48 @@ std::string render_text(const Plan& plan) {
         "vocab %d (padded %d)\n",
         train::human_count(static_cast<double>(d.parameters)).c_str(), m.layers, m.hidden, m.heads,
         m.ffn_hidden, m.seq_len, m.vocab_size, d.padded_vocab);
-    if (p.context == 1)
-        out += format(
-            "layout: %d x %d x %d (pipeline x tensor x data) = %d rank%s, rank = tp + %d*(dp + "
-            "%d*pp) | schedule %s",
-            p.pipeline, p.tensor, p.data, d.world_size, d.world_size == 1 ? "" : "s", p.tensor,
-            p.data, config::to_string(p.schedule));
-    else
-        out += format(
-            "layout: %d x %d x %d x %d (pipeline x tensor x context x data) = %d ranks, rank = "
-            "tp + %d*(cp + %d*(dp + %d*pp)) | context %s, %d tokens per rank | schedule %s",
-            p.pipeline, p.tensor, p.context, p.data, d.world_size, p.tensor, p.context, p.data,
-            config::to_string(p.context_mode), m.seq_len / p.context,
-            config::to_string(p.schedule));
+    out += format("layout: %s, rank = tp + %d*(cp + %d*(dp + %d*pp))",
+                  config::layout_text(p.pipeline, p.tensor, p.context, p.data).c_str(), p.tensor,
+                  p.context, p.data);
+    if (p.context > 1)
+        out += format(" | context %s, %d tokens per rank", config::to_string(p.context_mode),
+                      m.seq_len / p.context);
+    out += format(" | schedule %s", pipeline::to_string(p.schedule));
     if (p.virtual_stages > 1) out += format(", %d chunks per stage", p.virtual_stages);
     out += format(" | sequence parallel %s\n", p.sequence_parallel ? "on" : "off");
-    out += format(
-        "step: %d sequences (%lld tokens) | micro batch %d | %d microbatch%s per replica | "
-        "recompute %s\n",
-        t.global_batch, static_cast<long long>(d.tokens_per_step), t.micro_batch,
-        d.grad_accum_steps, d.grad_accum_steps == 1 ? "" : "es", config::to_string(t.recompute));
+    out += format("step: %s (%lld tokens) | micro batch %d | %s per replica | recompute %s\n",
+                  train::counted(t.global_batch, "sequence").c_str(),
+                  static_cast<long long>(d.tokens_per_step), t.micro_batch,
+                  train::counted(d.grad_accum_steps, "microbatch").c_str(),
+                  config::to_string(t.recompute));
     out += format(
         "bytes: precision %s | per parameter: weights %d, gradients %d, optimizer %d "
-        "(ZeRO stage %d over %d replicas) | per activation %d\n\n",
+        "(ZeRO stage %d over %s) | per activation %d\n\n",
         kernels::name_of(t.precision), in.weight_bytes, in.grad_bytes, kOptimizerBytes,
-        in.zero_stage, p.data * p.context, in.activation_bytes);
+        in.zero_stage, train::counted(p.data * p.context, "replica").c_str(), in.activation_bytes);
 
     out += "memory per rank (the ranks of a stage hold the same):\n";
     out += format("%-5s %-11s %-3s %-7s %-7s %6s %13s %10s %10s %10s %11s %4s %10s %10s", "stage",
                   "ranks", "pp", "tp", "dp", "layers", "parameters", "weights", "gradients",
                   "optimizer", "activations", "sets", "temporary", "total");
     if (plan.device_memory)
-        out += format("  fits in %s (headroom)", memory_text(*plan.device_memory).c_str());
+        out += format("  fits in %s (headroom)", train::human_bytes(*plan.device_memory).c_str());
     out += "\n";
     for (const StageMemory& s : plan.memory) {
-        out += format(
-            "%-5d %-11s %-3d %-7s %-7s %6d %13lld %10s %10s %10s %11s %4d %10s %10s", s.stage,
-            range(first_rank(cfg, s.stage), last_rank(cfg, s.stage)).c_str(), s.stage,
-            range(0, p.tensor - 1).c_str(), range(0, p.data - 1).c_str(),
-            stage_layers(cfg, s.stage), static_cast<long long>(s.parameters),
-            memory_text(s.states.weights).c_str(), memory_text(s.states.gradients).c_str(),
-            memory_text(s.states.optimizer).c_str(), memory_text(s.activations).c_str(),
-            s.activation_sets, memory_text(s.temporary).c_str(), memory_text(s.total()).c_str());
+        out +=
+            format("%-5d %-11s %-3d %-7s %-7s %6d %13lld %10s %10s %10s %11s %4d %10s %10s",
+                   s.stage, range(first_rank(cfg, s.stage), last_rank(cfg, s.stage)).c_str(),
+                   s.stage, range(0, p.tensor - 1).c_str(), range(0, p.data - 1).c_str(),
+                   stage_layers(cfg, s.stage), static_cast<long long>(s.parameters),
+                   train::human_bytes(s.states.weights).c_str(),
+                   train::human_bytes(s.states.gradients).c_str(),
+                   train::human_bytes(s.states.optimizer).c_str(),
+                   train::human_bytes(s.activations).c_str(), s.activation_sets,
+                   train::human_bytes(s.temporary).c_str(), train::human_bytes(s.total()).c_str());
         if (plan.device_memory) {
             const double room = headroom(plan, s);
             out += format("  %s (%s%s)", room >= 0 ? "yes" : "NO", room >= 0 ? "" : "short by ",
-                          memory_text(room >= 0 ? room : -room).c_str());
+                          train::human_bytes(room >= 0 ? room : -room).c_str());
         }
         out += "\n";
     }
@@ -159,7 +148,7 @@ std::string render_text(const Plan& plan) {
         "activations by Korthikanti et al.'s per-layer formula (masks and dropout copies "
         "kept):";
     for (const StageMemory& s : plan.memory)
-        out += format(" stage %d %s;", s.stage, memory_text(s.korthikanti).c_str());
+        out += format(" stage %d %s;", s.stage, train::human_bytes(s.korthikanti).c_str());
     out.back() = '\n';
 
     out += format(
@@ -215,7 +204,7 @@ std::string render_text(const Plan& plan) {
         "(formula %.4g of ideal) | data comm %.1f%% | optimizer %.1f%%\n",
         percent(st.compute, st.step), percent(st.tensor_comm, st.step),
         percent(st.pipeline_comm, st.step), percent(st.bubble, st.step),
-        pipeline::bubble_formula(schedule_kind(cfg), p.pipeline, p.virtual_stages,
+        pipeline::bubble_formula(cfg.parallel.schedule, p.pipeline, p.virtual_stages,
                                  static_cast<int>(d.grad_accum_steps)),
         percent(st.data_comm, st.step), percent(st.optimizer, st.step));
     return out;
@@ -248,7 +237,7 @@ std::string render_json(const Plan& plan) {
         .add("tensor", p.tensor)
         .add("data", p.data)
         .add("virtual_stages", p.virtual_stages)
-        .add("schedule", config::to_string(p.schedule))
+        .add("schedule", pipeline::to_string(p.schedule))
         .add("sequence_parallel", p.sequence_parallel)
         .add("zero_stage", in.zero_stage)
         .add("micro_batch", cfg.training.micro_batch)

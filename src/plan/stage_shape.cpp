@@ -1,4 +1,4 @@
-// Rank sizes, stage chunks and the in-flight walk of a schedule (see stage_shape.h).
+// Stage chunks and the in-flight walk of a schedule (see stage_shape.h).
 #include "plan/stage_shape.h"
 
 #include <algorithm>
@@ -9,26 +9,6 @@
 
 namespace trident::plan {
 
-RankDims rank_dims(const config::Config& cfg) {
-    const auto& m = cfg.model;
-    const int64_t M = cfg.parallel.tensor;
-    RankDims d;
-    d.B = cfg.training.micro_batch;
-    d.context = cfg.parallel.context;
-    d.ring = d.context > 1 && cfg.parallel.context_mode == config::ContextMode::ring;
-    d.T = m.seq_len / d.context;
-    d.N = d.B * d.T;
-    // The model ignores sequence parallelism on one tensor rank (model/gpt.cpp).
-    d.sequence_parallel = cfg.parallel.sequence_parallel && M > 1;
-    d.R = d.sequence_parallel ? d.N / M : d.N;
-    d.C = m.hidden;
-    d.Cm = m.hidden / M;
-    d.Fm = m.ffn_hidden / M;
-    d.heads = m.heads / M;
-    d.vocab = cfg.derived.padded_vocab / M;
-    return d;
-}
-
 std::vector<ChunkShape> stage_chunks(const config::Config& cfg, int stage) {
     const int P = cfg.parallel.pipeline, v = cfg.parallel.virtual_stages;
     std::vector<ChunkShape> chunks;
@@ -38,31 +18,6 @@ std::vector<ChunkShape> stage_chunks(const config::Config& cfg, int stage) {
             {cfg.derived.chunk_layers[static_cast<std::size_t>(g)], g == 0, g == P * v - 1});
     }
     return chunks;
-}
-
-GemmFlops gemm_flops(const config::Config& cfg) {
-    using config::Recompute;
-    const RankDims d = rank_dims(cfg);
-    const double N = d.N, C = d.C, Cm = d.Cm, Fm = d.Fm, T = d.T, B = d.B;
-    const double V = static_cast<double>(d.vocab);
-    // qkv, projection, fc1, fc2, and the two attention products (causal: half of 4·B·T²·C/M).
-    const double fc2 = 2 * N * Fm * C;
-    const double scores = B * T * T * d.context * Cm;  // Q·Kᵀ, causal half (whole-sequence keys)
-    GemmFlops f;
-    f.layer_forward = 2 * N * C * 3 * Cm + 2 * N * Cm * C + 2 * N * C * Fm + fc2 + 2 * scores;
-    double rerun = 0;
-    if (cfg.training.recompute == Recompute::full) rerun = f.layer_forward - fc2;
-    if (cfg.training.recompute == Recompute::selective) rerun = scores;
-    f.layer_backward = 2 * f.layer_forward + rerun;
-    f.layer_weight = f.layer_forward - 2 * scores;  // one GEMM per linear, none for attention
-    f.head_forward = 2 * N * C * V;
-    f.head_backward = 4 * N * C * V;
-    f.head_weight = 2 * N * C * V;
-    return f;
-}
-
-pipeline::Kind schedule_kind(const config::Config& cfg) {
-    return pipeline::parse_kind(config::to_string(cfg.parallel.schedule));
 }
 
 InFlight in_flight(const config::Config& cfg, int stage) {
@@ -84,7 +39,7 @@ InFlight in_flight(const config::Config& cfg, int stage) {
         messages.insert({what, mb, c});
         most_received = std::max(most_received, static_cast<int>(messages.size()));
     };
-    for (const pipeline::Instr& in : pipeline::schedule(schedule_kind(cfg), P, v, m, stage)) {
+    for (const pipeline::Instr& in : pipeline::schedule(cfg.parallel.schedule, P, v, m, stage)) {
         const std::size_t c = static_cast<std::size_t>(in.chunk);
         switch (in.op) {
             case Op::recv_act:

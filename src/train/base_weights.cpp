@@ -3,12 +3,14 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 
-#include "error.h"
+#include "config/model_shape.h"
+#include "io/output_file.h"
 #include "io/sha256.h"
+#include "kernels/error.h"
 #include "model/hf_gpt2.h"
 #include "train/checkpoint.h"
-#include "train/model_shape.h"
 
 namespace trident::train {
 
@@ -44,6 +46,36 @@ std::string load_base_weights(const std::string& from, const model::ParamLayout&
 std::string base_weights_sha256(const std::string& read) {
     return io::sha256_file(fs::is_directory(read) ? (fs::path(read) / kManifestName).string()
                                                   : read);
+}
+
+std::string base_relative_to(const std::string& base, const std::string& checkpoint_dir) {
+    return fs::absolute(base)
+        .lexically_normal()
+        .lexically_relative(fs::absolute(checkpoint_dir).lexically_normal())
+        .string();
+}
+
+std::string resolve_base(const std::string& recorded, const std::string& checkpoint_dir) {
+    const fs::path p(recorded);
+    return p.is_absolute() ? recorded : (fs::path(checkpoint_dir) / p).lexically_normal().string();
+}
+
+std::vector<std::string> pinned_by(const std::string& checkpoint) {
+    std::vector<std::string> runs;
+    std::ifstream in(fs::path(checkpoint) / kPinName);
+    for (std::string line; std::getline(in, line);)
+        if (!line.empty()) runs.push_back(line);
+    return runs;
+}
+
+void pin_base(const std::string& checkpoint, const std::string& run) {
+    std::vector<std::string> runs = pinned_by(checkpoint);
+    const std::string me = fs::absolute(run).lexically_normal().string();
+    if (std::find(runs.begin(), runs.end(), me) != runs.end()) return;
+    runs.push_back(me);
+    std::string text;
+    for (const std::string& r : runs) text += r + "\n";
+    io::write_file_atomically((fs::path(checkpoint) / kPinName).string(), text);
 }
 
 }  // namespace trident::train

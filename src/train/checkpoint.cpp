@@ -14,17 +14,17 @@
 #include <map>
 #include <thread>
 
-#include "error.h"
+#include "config/model_shape.h"
 #include "io/fault_injection.h"
 #include "io/output_file.h"
 #include "io/safetensors.h"
 #include "io/sha256.h"
 #include "kernels/dtype.h"
+#include "kernels/error.h"
 #include "model/lora.h"
 #include "parallel/agreement.h"
 #include "parallel/watchdog.h"
 #include "train/base_weights.h"
-#include "train/model_shape.h"
 
 namespace trident::train {
 
@@ -52,16 +52,16 @@ void discard(const fs::path& dir) {
     fs::remove_all(doomed);
 }
 
-// This rank's shard (see checkpoint.h), each tensor's SHA-256 in its header; `params` are
-// the rank's parameters as its layout lays them out (Trainer::local_params).
-io::WrittenFile write_shard(const std::string& path, Trainer& trainer,
-                            const std::vector<float>& params, const parallel::Coordinates& c,
-                            int zero_stage) {
-    model::Gpt& gpt = trainer.model();
-    const model::ParamLayout& layout = gpt.trainable_layout();
-    const optim::AdamW::State state = trainer.optimizer().state();
-    const auto owned = trainer.optimizer().owned_ranges();
-    const kernels::DType dtype = gpt.precision().params;
+// This rank's shard (see checkpoint.h) from its share in host memory, each tensor's SHA-256
+// in its header.
+io::WrittenFile write_shard(const std::string& path, const ShareSnapshot& share) {
+    const model::ParamLayout& layout = *share.layout;
+    const std::vector<float>& params = share.params;
+    const optim::AdamW::State& state = share.state;
+    const auto& owned = share.owned;
+    const kernels::DType dtype = share.dtype;
+    const parallel::Coordinates& c = share.coordinates;
+    const int zero_stage = share.zero_stage;
     // 16-bit parameters as their bit patterns (the floats hold them exactly).
     std::vector<uint16_t> half(dtype == kernels::DType::f32 ? 0 : params.size());
     for (std::size_t i = 0; i < half.size(); ++i)
@@ -115,14 +115,6 @@ io::WrittenFile write_shard(const std::string& path, Trainer& trainer,
     std::abort();  // not reached: SIGKILL cannot be caught
 }
 
-// What each rank tells every other after writing its shard, gathered as bytes (every rank
-// runs the same binary, so the layout is one).
-struct ShardReport {
-    uint64_t bytes = 0;           // the shard's size
-    char sha256[64] = {};         // the shard's digest in hex
-    char header_sha256[64] = {};  // its header's
-};
-
 // A file written whole and synced to the disk (it is renamed into place with its directory).
 void write_synced(const std::string& path, const std::string& text) {
     io::OutputFile out(path);
@@ -155,8 +147,8 @@ model::LoraShape lora_shape(const LoraRecord& record) {
     model::LoraShape lora;
     lora.rank = record.rank;
     for (const std::string& name : record.targets)
-        for (int i = 0; i < model::kAdapterTargets; ++i)
-            if (name == model::adapter_target_name(static_cast<model::AdapterTarget>(i)))
+        for (int i = 0; i < model::kLoraTargets; ++i)
+            if (name == model::lora_target_name(static_cast<model::LoraTarget>(i)))
                 lora.targets[static_cast<std::size_t>(i)] = true;
     return lora;
 }
@@ -164,10 +156,10 @@ model::LoraShape lora_shape(const LoraRecord& record) {
 std::string describe(const model::LoraShape& lora) {
     if (lora.rank == 0) return "the whole model";
     std::string targets;
-    for (int i = 0; i < model::kAdapterTargets; ++i)
+    for (int i = 0; i < model::kLoraTargets; ++i)
         if (lora.targets[static_cast<std::size_t>(i)])
             targets += std::string(targets.empty() ? "" : ", ") +
-                       model::adapter_target_name(static_cast<model::AdapterTarget>(i));
+                       model::lora_target_name(static_cast<model::LoraTarget>(i));
     return "low-rank adapters of rank " + std::to_string(lora.rank) + " on " + targets;
 }
 
@@ -175,7 +167,7 @@ std::string describe(const model::LoraShape& lora) {
 // low-rank adapters, of the adapters.
 model::ParamLayout trained_layout(const model::GptShape& shape, const model::LoraShape& lora,
                                   int tp, int tensor, const model::StagePlan& plan) {
-    if (lora.rank > 0) return model::ParamLayout::adapters(shape, lora, tp, tensor, plan);
+    if (lora.rank > 0) return model::ParamLayout::for_lora(shape, lora, tp, tensor, plan);
     return model::ParamLayout(shape, tp, tensor, plan);
 }
 
@@ -185,113 +177,169 @@ std::string describe(const model::GptShape& s) {
            std::to_string(s.heads) + ", ffn " + std::to_string(s.ffn);
 }
 
+// The manifest of the save of `step`, but for its files.
+Manifest manifest_of(const config::Config& cfg, Trainer& trainer, int step, int skipped_total,
+                     const std::vector<DataFileRecord>& data, const LoraRecord& lora) {
+    Manifest m;
+    m.step = step;
+    m.samples_consumed = static_cast<int64_t>(step) * cfg.training.global_batch;
+    m.seed = cfg.training.seed;
+    m.adam_step = trainer.optimizer().steps_taken();
+    m.loss_scale = trainer.scaler().scale();
+    m.good_steps = trainer.scaler().good_steps();
+    m.skipped_total = skipped_total;
+    const StepGuard::State guard = trainer.guard().state();
+    m.skipped_in_a_row = guard.skipped_in_a_row;
+    m.recent_losses = guard.losses;
+    m.recent_grad_norms = guard.grad_norms;
+    m.shape = trainer.model().shape();
+    const auto& p = cfg.parallel;
+    m.layout = CheckpointLayout{p.pipeline,
+                                p.tensor,
+                                p.data,
+                                p.virtual_stages,
+                                pipeline::to_string(p.schedule),
+                                p.zero_stage,
+                                p.bucket_size,
+                                cfg.derived.chunk_layers,
+                                p.context,
+                                config::to_string(p.context_mode)};
+    m.precision = kernels::name_of(cfg.training.precision);
+    m.data = data;
+    m.data_recorded = true;
+    m.lora = lora;
+    return m;
+}
+
+// Rank 0, once every rank has written its shard: config.yaml, the manifest (last), the
+// temporary directory renamed into place, and the step_* directories that give way.
+void finish_directory(const PendingSave& save, const std::vector<ShardReport>& reports) {
+    const fs::path root(save.root), tmp = root / (kTempPrefix + save.name),
+                                    final_dir = root / save.name;
+    Manifest m = save.manifest;
+    // The adapters' base, relative to the checkpoint: runs that move together keep finding it.
+    if (m.lora.rank > 0) m.lora.base = base_relative_to(m.lora.base, final_dir.string());
+    write_synced((tmp / "config.yaml").string(), save.config_yaml);
+    m.files.push_back({"config.yaml", -1, -1, -1, fs::file_size(tmp / "config.yaml"),
+                       io::sha256_file((tmp / "config.yaml").string()), ""});
+    for (std::size_t r = 0; r < reports.size(); ++r) {
+        const parallel::Coordinates rc = parallel::coordinates_of(save.shape, static_cast<int>(r));
+        const ShardReport& written = reports[r];
+        m.files.push_back({shard_name(rc, save.shape.context), rc.pp, rc.tp, rc.dp, written.bytes,
+                           std::string(written.sha256, sizeof(written.sha256)),
+                           std::string(written.header_sha256, sizeof(written.header_sha256)),
+                           rc.cp});
+    }
+    write_synced((tmp / kManifestName).string(), manifest_json(m));
+    io::sync_path(tmp.string());
+    // A step_ directory of this step (an unusable one the run resumed before) gives way.
+    if (fs::exists(final_dir)) discard(final_dir);
+    fs::rename(tmp, final_dir);
+    io::sync_path(root.string());
+    std::vector<std::string> kept;
+    for (const std::string& dir : list_checkpoints(root.string()))
+        if (fs::path(dir).filename().string() > save.name)
+            discard(dir);  // abandoned
+        else
+            kept.push_back(dir);
+    const std::size_t keep = static_cast<std::size_t>(save.keep);
+    // The base of some run's adapters stays (base_weights.h).
+    for (std::size_t i = 0; i + keep < kept.size(); ++i)
+        if (pinned_by(kept[i]).empty()) discard(kept[i]);
+}
+
 }  // namespace
 
-std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, parallel::Grid& grid,
-                            parallel::Comm& world, int step, int skipped_total,
-                            const std::vector<DataFileRecord>& data, const LoraRecord& lora) {
-    const fs::path root(*cfg.checkpoint.dir);
-    const std::string name = checkpoint_name(step);
-    const fs::path tmp = root / (kTempPrefix + name), final_dir = root / name;
-    const std::string what = "checkpoint " + final_dir.string();
-    const bool leader = world.rank() == 0;
+PendingSave begin_save(const config::Config& cfg, Trainer& trainer, parallel::Grid& grid,
+                       parallel::Comm& world, int step, int skipped_total,
+                       const std::vector<DataFileRecord>& data, const LoraRecord& lora) {
+    PendingSave save;
+    save.root = *cfg.checkpoint.dir;
+    save.name = checkpoint_name(step);
+    save.keep = cfg.checkpoint.keep;
+    const fs::path root(save.root), tmp = root / (kTempPrefix + save.name);
+    const std::string what = "checkpoint " + (root / save.name).string();
     parallel::set_step(step);
     const parallel::ScopedPhase phase(parallel::Phase::checkpoint);
 
     // Rank 0 clears what interrupted saves left and makes the temporary directory.
     std::string error;
-    if (leader) {
+    if (world.rank() == 0) {
         try {
             fs::create_directories(root);
             for (const auto& entry : fs::directory_iterator(root))
                 if (entry.path().filename().string().rfind(kTempPrefix, 0) == 0)
                     fs::remove_all(entry.path());
             fs::create_directories(tmp);
+            save.manifest = manifest_of(cfg, trainer, step, skipped_total, data, lora);
+            save.config_yaml = config::to_yaml(cfg);
         } catch (const std::exception& e) {
             error = e.what();
         }
     }
     agree(world, error, what, tmp);
 
-    // Every rank its shard, then its digest and size to everyone (rank 0 writes them down).
-    const parallel::Coordinates& c = grid.coordinates();
-    const fs::path shard = tmp / shard_name(c, grid.shape().context);
-    ShardReport report;
-    // Collective over the data group (ZeRO-3 puts them together from the replicas' shards).
-    const std::vector<float> params = trainer.local_params();
-    try {
-        const io::WrittenFile written =
-            write_shard(shard.string(), trainer, params, c, cfg.parallel.zero_stage);
-        if (io::fault::crash_in_save(step, world.rank())) die_mid_write(shard, step, world.rank());
-        std::copy(written.sha256.begin(), written.sha256.end(), report.sha256);
-        std::copy(written.header_sha256.begin(), written.header_sha256.end(), report.header_sha256);
-        report.bytes = written.bytes;
-    } catch (const std::exception& e) {
-        error = e.what();
-    }
-    agree(world, error, what, tmp);
-    std::vector<ShardReport> reports(static_cast<std::size_t>(world.size()));
-    world.all_gather(kernels::ConstPtr(&report, kernels::DType::u8),
-                     kernels::Ptr(reports.data(), kernels::DType::u8), sizeof(ShardReport));
+    // This rank's share in host memory; collective over the data group (ZeRO-3 puts the
+    // parameters together from the replicas' shards).
+    ShareSnapshot& share = save.share;
+    share.params = trainer.local_params();
+    share.state = trainer.optimizer().state();
+    share.owned = trainer.data_parallel().owned_ranges();
+    share.layout = &trainer.model().trainable_layout();
+    share.dtype = trainer.model().precision().params;
+    share.coordinates = grid.coordinates();
+    share.zero_stage = cfg.parallel.zero_stage;
+    save.shape = grid.shape();
+    save.step = step;
+    save.rank = world.rank();
+    return save;
+}
 
-    if (leader) {
+void write_share(PendingSave& save) {
+    const fs::path shard = fs::path(save.root) / (kTempPrefix + save.name) /
+                           shard_name(save.share.coordinates, save.shape.context);
+    try {
+        const io::WrittenFile written = write_shard(shard.string(), save.share);
+        if (io::fault::crash_in_save(save.step, save.rank))
+            die_mid_write(shard, save.step, save.rank);
+        std::copy(written.sha256.begin(), written.sha256.end(), save.report.sha256);
+        std::copy(written.header_sha256.begin(), written.header_sha256.end(),
+                  save.report.header_sha256);
+        save.report.bytes = written.bytes;
+    } catch (const std::exception& e) {
+        save.error = e.what();
+    }
+    save.share = {};  // the host copy is no longer needed
+}
+
+std::string commit_save(PendingSave& save, parallel::Comm& world) {
+    const fs::path root(save.root), tmp = root / (kTempPrefix + save.name),
+                                    final_dir = root / save.name;
+    const std::string what = "checkpoint " + final_dir.string();
+    const parallel::ScopedPhase phase(parallel::Phase::checkpoint);
+    agree(world, save.error, what, tmp);
+    // Every rank's digest and size to everyone (rank 0 writes them down).
+    std::vector<ShardReport> reports(static_cast<std::size_t>(world.size()));
+    world.all_gather(kernels::ConstPtr(&save.report, kernels::DType::u8),
+                     kernels::Ptr(reports.data(), kernels::DType::u8), sizeof(ShardReport));
+    std::string error;
+    if (world.rank() == 0) {
         try {
-            Manifest m;
-            m.step = step;
-            m.samples_consumed = static_cast<int64_t>(step) * cfg.training.global_batch;
-            m.seed = cfg.training.seed;
-            m.adam_step = trainer.optimizer().steps_taken();
-            m.loss_scale = trainer.scaler().scale();
-            m.good_steps = trainer.scaler().good_steps();
-            m.skipped_total = skipped_total;
-            m.shape = trainer.model().shape();
-            const auto& p = cfg.parallel;
-            m.layout = CheckpointLayout{p.pipeline,
-                                        p.tensor,
-                                        p.data,
-                                        p.virtual_stages,
-                                        config::to_string(p.schedule),
-                                        p.zero_stage,
-                                        p.bucket_size,
-                                        cfg.derived.chunk_layers,
-                                        p.context,
-                                        config::to_string(p.context_mode)};
-            m.precision = kernels::name_of(cfg.training.precision);
-            m.data = data;
-            m.data_recorded = true;
-            m.lora = lora;
-            write_synced((tmp / "config.yaml").string(), config::to_yaml(cfg));
-            m.files.push_back({"config.yaml", -1, -1, -1, fs::file_size(tmp / "config.yaml"),
-                               io::sha256_file((tmp / "config.yaml").string()), ""});
-            for (int r = 0; r < world.size(); ++r) {
-                const parallel::Coordinates rc = parallel::coordinates_of(grid.shape(), r);
-                const ShardReport& written = reports[static_cast<std::size_t>(r)];
-                m.files.push_back(
-                    {shard_name(rc, grid.shape().context), rc.pp, rc.tp, rc.dp, written.bytes,
-                     std::string(written.sha256, sizeof(written.sha256)),
-                     std::string(written.header_sha256, sizeof(written.header_sha256)), rc.cp});
-            }
-            write_synced((tmp / kManifestName).string(), manifest_json(m));
-            io::sync_path(tmp.string());
-            // A step_ directory of this step (an unusable one the run resumed before) gives way.
-            if (fs::exists(final_dir)) discard(final_dir);
-            fs::rename(tmp, final_dir);
-            io::sync_path(root.string());
-            const auto all = list_checkpoints(root.string());
-            std::vector<std::string> kept;
-            for (const std::string& dir : all)
-                if (fs::path(dir).filename().string() > name)
-                    discard(dir);  // abandoned
-                else
-                    kept.push_back(dir);
-            const std::size_t keep = static_cast<std::size_t>(cfg.checkpoint.keep);
-            for (std::size_t i = 0; i + keep < kept.size(); ++i) discard(kept[i]);
+            finish_directory(save, reports);
         } catch (const std::exception& e) {
             error = e.what();
         }
     }
     agree(world, error, what, tmp);
     return final_dir.string();
+}
+
+std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, parallel::Grid& grid,
+                            parallel::Comm& world, int step, int skipped_total,
+                            const std::vector<DataFileRecord>& data, const LoraRecord& lora) {
+    PendingSave save = begin_save(cfg, trainer, grid, world, step, skipped_total, data, lora);
+    write_share(save);
+    return commit_save(save, world);
 }
 
 namespace {
@@ -490,8 +538,8 @@ void restore_checkpoint(const CheckpointShare& share, Trainer& trainer) {
     state.master = share.master;
     state.m = share.exp_avg;
     state.v = share.exp_avg_sq;
-    trainer.optimizer().restore(state);
-    trainer.optimizer().params_from_master();  // collective
+    trainer.restore_optimizer(state);  // collective
+    trainer.guard().restore({m.skipped_in_a_row, m.recent_losses, m.recent_grad_norms});
     if (trainer.scaler().dynamic() && m.precision == kernels::name_of(kernels::DType::f16))
         trainer.scaler().restore(m.loss_scale, m.good_steps);
 }
@@ -514,25 +562,25 @@ LoadedModel load_model_checkpoint(const std::string& path) {
             loaded.path = dir;
             loaded.cfg = config::load((fs::path(dir) / "config.yaml").string());
             const model::ParamLayout whole(gpt_shape(loaded.cfg));
-            const model::Adapters adapters = adapters_of(loaded.cfg);
+            const model::Lora adapters = lora_of(loaded.cfg);
             if (!adapters.shape.rank) {
                 loaded.params = read_share(dir, whole, {{0, whole.total()}}, false).master;
                 return loaded;
             }
-            const model::ParamLayout whole_adapters =
-                model::ParamLayout::adapters(whole.shape(), adapters.shape);
-            CheckpointShare share =
-                read_share(dir, whole_adapters, {{0, whole_adapters.total()}}, false);
+            const model::ParamLayout whole_lora =
+                model::ParamLayout::for_lora(whole.shape(), adapters.shape);
+            CheckpointShare share = read_share(dir, whole_lora, {{0, whole_lora.total()}}, false);
             loaded.adapters = std::move(share.master);
             const LoraRecord& lora = share.manifest.lora;
             loaded.params.assign(whole.total(), 0.0f);
-            const std::string base = load_base_weights(lora.base, whole, loaded.params.data());
+            const std::string base =
+                load_base_weights(resolve_base(lora.base, dir), whole, loaded.params.data());
             if (base_weights_sha256(base) != lora.base_sha256)
                 throw Error(dir + ": the base weights " + base +
                             " are not those the adapters were trained on (their SHA-256 "
                             "differs from the manifest's)");
-            model::merge_adapters(whole, loaded.params.data(), whole_adapters,
-                                  loaded.adapters.data(), adapters.scale);
+            model::merge_lora(whole, loaded.params.data(), whole_lora, loaded.adapters.data(),
+                              adapters.scale);
             return loaded;
         } catch (const Error& e) {
             if (candidates.size() == 1) throw;

@@ -1,5 +1,5 @@
 // Training checkpoints: every rank's shard of the model and of the optimizer, written together,
-// checked on load, and loadable into any P×M×D layout of the same model.
+// checked on load, and loadable into any P×M×C×D layout of the same model.
 //
 //   checkpoint.dir/
 //     step_000400/                  a complete checkpoint (400 updates done)
@@ -23,7 +23,7 @@
 // biases, wpe) by tensor rank 0, the tied wte by the first stage, and with zero_stage 0 (every
 // replica holds the whole optimizer state) the optimizer state by data-parallel rank 0. So each
 // element of the model is written exactly once, and where it lies in the whole tensor follows
-// from the writer's tensor rank and the tensor's split (model::full_element).
+// from the writer's tensor rank and the tensor's split (model::for_each_slice_run).
 //
 // Saving: every rank writes its shard into the temporary directory and the ranks agree that
 // all succeeded; rank 0 then writes config.yaml and the manifest and renames the directory to
@@ -44,6 +44,7 @@
 #pragma once
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/config.h"
@@ -72,6 +73,52 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
                             parallel::Comm& world, int step, int skipped_total,
                             const std::vector<DataFileRecord>& data = {},
                             const LoraRecord& lora = {});
+
+// A save in three parts, which save_checkpoint runs one after another and an asynchronous
+// save (train/async_checkpoint.h) spreads over the steps that follow: begin_save (collective:
+// the temporary directory made, this rank's share copied to host memory), write_share (this
+// rank's shard written from that copy, on any thread, with no communication), commit_save
+// (collective: every rank's outcome agreed, then rank 0 writes config.yaml and the manifest
+// and renames the directory). Until the commit, the save is only a .tmp_ directory.
+
+// This rank's share in host memory: what its shard is written from.
+struct ShareSnapshot {
+    std::vector<float> params;  // as the layout lays them out (Trainer::local_params)
+    optim::AdamW::State state;  // fp32 master weights and moments (AdamW::state)
+    std::vector<std::pair<std::size_t, std::size_t>> owned;  // DataParallel::owned_ranges
+    const model::ParamLayout* layout = nullptr;              // the trainer's trainable layout
+    kernels::DType dtype = kernels::DType::f32;              // the parameters'
+    parallel::Coordinates coordinates;
+    int zero_stage = 1;
+};
+
+// What each rank tells every other after writing its shard, gathered as bytes (every rank
+// runs the same binary, so the layout is one).
+struct ShardReport {
+    uint64_t bytes = 0;           // the shard's size
+    char sha256[64] = {};         // the shard's digest in hex
+    char header_sha256[64] = {};  // its header's
+};
+
+struct PendingSave {
+    std::string root, name;  // checkpoint.dir, step_NNNNNN
+    int step = 0, rank = 0, keep = 1;
+    parallel::GridShape shape;
+    ShareSnapshot share;      // emptied once written
+    Manifest manifest;        // rank 0: all but the files
+    std::string config_yaml;  // rank 0
+    ShardReport report;       // once written
+    std::string error;        // this rank's failure to write, if any
+};
+
+// Throws CheckpointError on every rank if any rank failed to make the directory.
+PendingSave begin_save(const config::Config& cfg, Trainer& trainer, parallel::Grid& grid,
+                       parallel::Comm& world, int step, int skipped_total,
+                       const std::vector<DataFileRecord>& data = {}, const LoraRecord& lora = {});
+// Plants the test fault TRIDENT_TEST_CRASH_IN_SAVE. A failure is kept in `save.error`.
+void write_share(PendingSave& save);
+// Returns the directory; throws CheckpointError on every rank if any rank failed.
+std::string commit_save(PendingSave& save, parallel::Comm& world);
 
 // What one rank reads of a checkpoint: the fp32 master weights and (with `moments`) Adam's
 // moments of the ranges of its own flat buffer that it owns, never the whole model.
@@ -111,7 +158,7 @@ struct LoadedModel {
     config::Config cfg;
     std::vector<float> params;  // host, model::ParamLayout(gpt_shape(cfg))
     std::string path;           // the checkpoint directory it came from
-    // Host, model::ParamLayout::adapters(gpt_shape(cfg), adapters_of(cfg).shape); empty
+    // Host, model::ParamLayout::for_lora(gpt_shape(cfg), lora_of(cfg).shape); empty
     // without adapters.
     std::vector<float> adapters;
 };

@@ -11,11 +11,11 @@
 #include <sstream>
 
 #include "config/config.h"
-#include "error.h"
 #include "io/input_file.h"
 #include "io/json_line.h"
 #include "io/json_reader.h"
 #include "io/sha256.h"
+#include "kernels/error.h"
 
 namespace trident::train {
 
@@ -65,6 +65,20 @@ public:
         if (v.kind != io::json::Value::Kind::real)
             fail(std::string("\"") + key + "\" is not a number");
         return v.real;
+    }
+    std::vector<double> numbers(const io::json::Value& object, const char* key) const {
+        const io::json::Value& v = member(object, key);
+        if (!v.is_array()) fail(std::string("\"") + key + "\" is not an array");
+        std::vector<double> out;
+        for (const io::json::Value& x : v.array) {
+            if (x.is_integer())
+                out.push_back(static_cast<double>(x.integer));
+            else if (x.kind == io::json::Value::Kind::real)
+                out.push_back(x.real);
+            else
+                fail(std::string("\"") + key + "\" holds something other than numbers");
+        }
+        return out;
     }
     const std::string& string(const io::json::Value& object, const char* key) const {
         const io::json::Value& v = member(object, key);
@@ -236,6 +250,9 @@ std::string manifest_json(const Manifest& m) {
         .add_exact("loss_scale", m.loss_scale)
         .add("good_steps", m.good_steps)
         .add("skipped_total", m.skipped_total)
+        .add("skipped_in_a_row", m.skipped_in_a_row)
+        .add_exact("recent_losses", std::span<const double>(m.recent_losses))
+        .add_exact("recent_grad_norms", std::span<const double>(m.recent_grad_norms))
         .add("model", model)
         .add("layout", layout)
         .add("precision", m.precision)
@@ -288,6 +305,12 @@ Manifest read_manifest(const std::string& dir) {
         r.fail("\"loss_scale\" is not a positive finite number");
     m.good_steps = r.small(root, "good_steps", 0, m.step);
     m.skipped_total = r.small(root, "skipped_total", 0, m.step);
+    // Written since the step guard; without it nothing was skipped in a row or measured.
+    if (root.find("skipped_in_a_row")) {
+        m.skipped_in_a_row = r.small(root, "skipped_in_a_row", 0, m.step);
+        m.recent_losses = r.numbers(root, "recent_losses");
+        m.recent_grad_norms = r.numbers(root, "recent_grad_norms");
+    }
     read_shape(r, r.member(root, "model"), m.shape);
     read_layout(r, r.member(root, "layout"), m.shape, m.layout);
     m.precision = r.string(root, "precision");
@@ -358,13 +381,16 @@ void verify_sizes(const std::string& dir, const Manifest& m) {
     }
 }
 
-void verify_files(const std::string& dir, const Manifest& m) {
-    verify_sizes(dir, m);
-    for (const ManifestFile& f : m.files) {
-        const std::string path = (fs::path(dir) / f.name).string();
-        if (io::sha256_file(path) != f.sha256)
-            throw Error(path + ": SHA-256 does not match the manifest (the file is corrupt)");
-    }
+std::string file_problem(const std::string& dir, const ManifestFile& f) {
+    const std::string path = (fs::path(dir) / f.name).string();
+    if (fs::exists(fs::symlink_status(path)) && !fs::is_regular_file(path))
+        return "NOT A REGULAR FILE";
+    std::error_code ec;
+    const auto size = fs::file_size(path, ec);
+    if (ec) return "MISSING";
+    if (size != f.bytes) return "WRONG SIZE (" + std::to_string(size) + " bytes)";
+    if (io::sha256_file(path) != f.sha256) return "CORRUPT (checksum differs)";
+    return "";
 }
 
 }  // namespace trident::train

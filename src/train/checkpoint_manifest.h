@@ -5,7 +5,8 @@
 // done, so training continues with 0-based step `step`; `samples_consumed` = step·B, the data
 // position, since the sampler is a pure function of (seed, sample index); `seed`, which with
 // the sample index fixes every dropout mask, so it and the step are the whole RNG state;
-// Adam's step count; the loss scaler's scale and clean-step count; the skipped steps so far);
+// Adam's step count; the loss scaler's scale and clean-step count; the skipped steps so far,
+// and the step guard's state);
 // the model's shape; the layout that wrote it (P, M, C, D, v, schedule, ZeRO stage, bucket
 // size, context mode); the parameters' precision; every file with its grid coordinates (none
 // for config.yaml), size and SHA-256; and the training and validation files the run read, each
@@ -68,6 +69,10 @@ struct Manifest {
     double loss_scale = 1;
     int good_steps = 0;
     int skipped_total = 0;
+    // The step guard's state (train/step_guard.h): updates skipped in a row, and the losses and
+    // gradient norms of the last applied steps that training.skip_spikes measures against.
+    int skipped_in_a_row = 0;
+    std::vector<double> recent_losses, recent_grad_norms;
     model::GptShape shape;  // padded_vocab as the writer's layout padded it
     CheckpointLayout layout;
     std::string precision;  // fp32 | bf16 | fp16
@@ -82,11 +87,13 @@ inline constexpr const char* kManifestName = "manifest.json";
 std::string manifest_json(const Manifest& m);
 // Reads dir/manifest.json; throws trident::Error naming the file and what is wrong.
 Manifest read_manifest(const std::string& dir);
-// Checks every file the manifest lists: present and of its size (verify_sizes, which reads
-// nothing), and of its SHA-256 (verify_files). Throw trident::Error naming the first bad file
-// and why.
+// Checks every file the manifest lists, present and of its size, reading nothing; throws
+// trident::Error naming the first bad file and why.
 void verify_sizes(const std::string& dir, const Manifest& m);
-void verify_files(const std::string& dir, const Manifest& m);
+// What is wrong with one file of the checkpoint in `dir`, its SHA-256 included: "" when it
+// matches the manifest, else "MISSING", "WRONG SIZE (n bytes)" or "CORRUPT (checksum
+// differs)".
+std::string file_problem(const std::string& dir, const ManifestFile& f);
 
 // What changed between the data files a checkpoint recorded (`then`) and those a run reads
 // now, dataset by dataset (by config key; a dataset only one side has is not compared), as one

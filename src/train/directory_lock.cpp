@@ -8,8 +8,8 @@
 #include <cerrno>
 #include <filesystem>
 
-#include "error.h"
 #include "io/output_file.h"
+#include "kernels/error.h"
 
 namespace trident::train {
 
@@ -59,6 +59,11 @@ DirectoryLock::DirectoryLock(const std::string& dir) {
 
 DirectoryLock::~DirectoryLock() {
     if (fd_ >= 0) ::close(fd_);  // releases the lock
+}
+
+std::unique_ptr<DirectoryLock> claim_checkpoint_dir(const std::string& dir) {
+    io::probe_writable_directory(dir, "checkpoint.dir");
+    return std::make_unique<DirectoryLock>(dir);
 }
 
 }  // namespace trident::train

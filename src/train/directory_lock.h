@@ -5,6 +5,7 @@
 // holder exits, however it ends, so a crashed run leaves nothing to clean up.
 #pragma once
 
+#include <memory>
 #include <string>
 
 namespace trident::train {
@@ -21,5 +22,10 @@ public:
 private:
     int fd_ = -1;
 };
+
+// `dir` made, probed writable (a file written, synced and removed) and locked: what would make
+// the run's saves fail is known before step 1, not at the first save with the whole run's
+// work at stake. Throws trident::Error naming the cause.
+std::unique_ptr<DirectoryLock> claim_checkpoint_dir(const std::string& dir);
 
 }  // namespace trident::train

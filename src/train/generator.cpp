@@ -5,10 +5,23 @@
 #include <cmath>
 #include <functional>
 
-#include "error.h"
+#include "kernels/error.h"
 #include "kernels/random.h"
 
 namespace trident::train {
+
+namespace {
+
+model::GptOptions whole_model(const model::GptShape& shape) {
+    model::GptOptions o;
+    o.shape = shape;
+    return o;
+}
+
+}  // namespace
+
+GenerationModel::GenerationModel(kernels::Ops& ops, const model::GptShape& shape)
+    : gpt_(ops, whole_model(shape), model::ModelGroups{solo_.tensor(), solo_.context()}) {}
 
 int32_t sample_token(std::vector<float> logits, const SamplingOptions& opts, uint64_t draw) {
     const auto best = std::max_element(logits.begin(), logits.end());  // first of equal maxima

@@ -8,14 +8,29 @@
 #include <functional>
 #include <vector>
 
+#include "kernels/ops.h"
 #include "model/gpt.h"
+#include "parallel/grid.h"
 
 namespace trident::train {
 
+// The whole model in this process, with micro batch 1 and no dropout: what generation runs.
+class GenerationModel {
+public:
+    GenerationModel(kernels::Ops& ops, const model::GptShape& shape);
+    model::Gpt& gpt() { return gpt_; }
+
+private:
+    parallel::Grid solo_;
+    model::Gpt gpt_;
+};
+
+// The defaults (temperature 0.8 among the 40 likeliest) give a small model's samples far better
+// text than temperature 1 over every token, whose rare tokens add up to much of the mass.
 struct SamplingOptions {
     int tokens = 64;           // how many to generate
-    double temperature = 1.0;  // 0 = greedy (the most likely token, lowest id on ties)
-    int top_k = 0;             // sample among the k most likely; 0 = all
+    double temperature = 0.8;  // 0 = greedy (the most likely token, lowest id on ties)
+    int top_k = 40;            // sample among the k most likely; 0 = all
     uint64_t seed = 0;
 };
 

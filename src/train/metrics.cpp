@@ -1,42 +1,137 @@
-// Metrics to stdout and JSON lines (see metrics.h).
+// Metrics to stdout, JSON lines and TensorBoard (see metrics.h).
 #include "train/metrics.h"
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
-#include "error.h"
 #include "io/json_line.h"
+#include "io/json_reader.h"
+#include "kernels/error.h"
 
 namespace trident::train {
 
-MetricsLog::MetricsLog(const std::optional<std::string>& path, int interval, bool append)
+namespace {
+
+// The bytes of the metrics file `path` to keep for a run resumed at `step`: up to the end of
+// that step's line, which must be the file's last or be followed by later steps only (a run
+// that went on past its last checkpoint). A half-written last line is not counted. Sets
+// `note` when later steps are cut off; throws when the file does not hold this run's steps.
+uint64_t bytes_to_keep(const std::string& path, int step, std::string& note) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) return 0;  // missing: started afresh
+    const std::string text{std::istreambuf_iterator<char>(in), {}};
+    uint64_t keep = 0, offset = 0;
+    int last = -1;
+    bool found = false;
+    for (std::size_t end; (end = text.find('\n', offset)) != std::string::npos; offset = end + 1) {
+        const std::string_view line(text.data() + offset, end - offset);
+        if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+        try {
+            const io::json::Value row = io::json::parse(line);
+            const io::json::Value* s = row.is_object() ? row.find("step") : nullptr;
+            if (!s || !s->is_integer()) throw Error("no step");
+            last = static_cast<int>(s->integer);
+        } catch (const Error&) {
+            throw Error("logging.metrics: " + path + ": line at byte " + std::to_string(offset) +
+                        " is not a step record; is it a metrics file?");
+        }
+        if (last == step) {
+            found = true;
+            keep = end + 1;
+        }
+    }
+    if (last < 0) return 0;  // nothing but perhaps half a line: started afresh
+    if (!found || last < step)
+        throw Error("logging.metrics: " + path + " ends at step " + std::to_string(last) +
+                    " but this run resumes at step " + std::to_string(step) +
+                    ": it holds another run's steps. Set logging.metrics to another file, or "
+                    "move this one away");
+    if (last > step)
+        note = "metrics: " + path + " went on to step " + std::to_string(last) +
+               "; cut back to step " + std::to_string(step) +
+               ", the checkpoint's, whose later "
+               "steps run again";
+    return keep;
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(const std::optional<std::string>& path, int interval,
+                       std::optional<int> resumed_at, const std::optional<std::string>& tensorboard)
     : interval_(interval) {
+    try {
+        if (tensorboard) events_ = std::make_unique<io::EventWriter>(*tensorboard);
+    } catch (const std::exception& e) {
+        throw Error(std::string("logging.tensorboard: ") + e.what());
+    }
     if (!path) return;
     const std::filesystem::path p(*path);
+    const uint64_t keep = resumed_at ? bytes_to_keep(*path, *resumed_at, note_) : 0;
     try {
         if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
         file_ = std::make_unique<io::OutputFile>(
-            *path, append ? io::OutputFile::Mode::append : io::OutputFile::Mode::create);
+            *path, keep > 0 ? io::OutputFile::Mode::append : io::OutputFile::Mode::create);
+        if (file_->size() != keep) file_->truncate(keep);
     } catch (const std::exception& e) {
         throw Error(std::string("logging.metrics: ") + e.what());
     }
 }
 
-void MetricsLog::record(const StepMetrics& m) {
-    if (m.step % interval_ == 0 || m.step == m.steps || m.val_loss) {
-        std::printf(
-            "step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | %.3f TFLOP/s | "
-            "MFU %.1f%% | %.0f ms | ETA %s",
-            m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.tflops, 100.0 * m.mfu,
-            m.step_ms, human_duration(m.eta_s).c_str());
-        if (m.loss_scale != 1) std::printf(" | scale %g", m.loss_scale);
-        if (m.skipped_total > 0)
-            std::printf(" | %s (%d so far)", m.skipped ? "skipped" : "applied", m.skipped_total);
-        if (m.val_loss) std::printf(" | val_loss %.4f", *m.val_loss);
-        std::printf("\n");
-    }
+void MetricsLog::record_validation(int step, double val_loss) {
     if (!file_) return;
+    io::JsonLine line;
+    line.add("step", step).add("val_loss", val_loss);
+    try {
+        file_->write_record(line.str() + "\n");
+    } catch (const Error& e) {
+        throw Error(std::string("logging.metrics: ") + e.what());
+    }
+}
+
+void MetricsLog::record(const StepMetrics& m) {
+    print(m);
+    // Both files are tried; the first failure is the one reported.
+    std::string failure;
+    try {
+        if (file_) write_json(m);
+    } catch (const Error& e) {
+        failure = std::string("logging.metrics: ") + e.what();
+    }
+    try {
+        if (events_) events_->scalars(m.step, tensorboard_scalars(m));
+    } catch (const Error& e) {
+        if (failure.empty()) failure = std::string("logging.tensorboard: ") + e.what();
+    }
+    if (!failure.empty()) throw Error(failure);
+}
+
+void MetricsLog::print(const StepMetrics& m) {
+    if (m.step % interval_ != 0 && m.step != m.steps && !m.val_loss) return;
+    std::printf(
+        "step %5d/%d | loss %.4f | lr %.2e | norm %.4f | %.0f tok/s | %.3f TFLOP/s | "
+        "MFU %.1f%%%s | %.0f ms | ETA %s",
+        m.step, m.steps, m.loss, m.lr, m.grad_norm, m.tokens_per_s, m.tflops, 100.0 * m.mfu,
+        m.mfu > 1.0 ? " (above 100%: the peak is unreliable)" : "", m.step_ms,
+        human_duration(m.eta_s).c_str());
+    if (m.loss_scale != 1) std::printf(" | scale %g", m.loss_scale);
+    if (m.skipped_total > 0)
+        std::printf(" | %s (%d so far)",
+                    m.skipped ? ("skipped: " + m.skip_reason).c_str() : "applied", m.skipped_total);
+    if (m.val_loss) std::printf(" | val_loss %.4f", *m.val_loss);
+    std::printf("\n");
+    if (m.mfu > 1.0 && !warned_mfu_) {
+        warned_mfu_ = true;
+        std::printf(
+            "note: an MFU above 100%% means the peak measured at start-up is below what the run "
+            "reaches (a busy machine); set hardware.peak_flops to this machine's peak FLOP/s per "
+            "process\n");
+    }
+}
+
+void MetricsLog::write_json(const StepMetrics& m) {
     io::JsonLine line;
     line.add("step", m.step)
         .add("loss", m.loss)
@@ -50,6 +145,7 @@ void MetricsLog::record(const StepMetrics& m) {
         .add("loss_scale", m.loss_scale)
         .add("skipped", m.skipped)
         .add("skipped_total", m.skipped_total);
+    if (m.skipped) line.add("skip_reason", m.skip_reason);
     if (m.val_loss) line.add("val_loss", *m.val_loss);
     line.add("activation_sets", m.activation_sets);
     using parallel::CommKind;
@@ -82,16 +178,30 @@ void MetricsLog::record(const StepMetrics& m) {
         stages.push_back(std::move(stage));
     }
     if (!stages.empty()) line.add("mem_stages", std::span<const io::JsonLine>(stages));
-    const uint64_t whole = file_->size();
-    try {
-        file_->write(line.str() + "\n");  // one write: the line is whole or cut back below
-    } catch (const Error&) {
-        try {
-            file_->truncate(whole);
-        } catch (const Error&) {  // the first failure is the one to report
-        }
-        throw;
-    }
+    file_->write_record(line.str() + "\n");
+}
+
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const StepMetrics& m) {
+    // Megatron-LM's tags, where it logs the figure.
+    std::vector<std::pair<std::string, double>> s = {
+        {"lm loss", m.loss},
+        {"learning-rate", m.lr},
+        {"grad-norm", m.grad_norm},
+        {"loss-scale", m.loss_scale},
+        {"throughput/tokens_per_s", m.tokens_per_s},
+        {"throughput/tflops_per_gpu", m.tflops},
+        {"throughput/mfu", m.mfu},
+        {"iteration-time", m.step_ms / 1e3},
+        {"memory/peak_bytes", static_cast<double>(m.mem_peak)},
+        {"memory/params_bytes", static_cast<double>(m.mem_params)},
+        {"memory/grads_bytes", static_cast<double>(m.mem_grads)},
+        {"memory/optimizer_bytes", static_cast<double>(m.mem_optimizer)},
+        {"memory/activations_bytes", static_cast<double>(m.mem_activations)},
+        {"skipped-iterations", m.skipped ? 1.0 : 0.0},
+        {"skipped-iterations-total", static_cast<double>(m.skipped_total)},
+    };
+    if (m.val_loss) s.emplace_back("lm loss validation", *m.val_loss);
+    return s;
 }
 
 std::string human_count(double n) {
@@ -120,14 +230,22 @@ std::string human_duration(double seconds) {
 }
 
 std::string human_bytes(double bytes) {
+    const double magnitude = std::abs(bytes);
     char buf[32];
-    if (bytes >= 1e9)
-        std::snprintf(buf, sizeof buf, "%.2f GB", bytes / 1e9);
-    else if (bytes >= 1e6)
-        std::snprintf(buf, sizeof buf, "%.1f MB", bytes / 1e6);
+    if (magnitude >= 0x1p30)
+        std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / 0x1p30);
+    else if (magnitude >= 0x1p20)
+        std::snprintf(buf, sizeof buf, "%.1f MiB", bytes / 0x1p20);
+    else if (magnitude >= 0x1p10)
+        std::snprintf(buf, sizeof buf, "%.1f KiB", bytes / 0x1p10);
     else
-        std::snprintf(buf, sizeof buf, "%.1f KB", bytes / 1e3);
+        std::snprintf(buf, sizeof buf, "%.0f B", bytes);
     return buf;
+}
+
+std::string counted(int64_t n, const std::string& noun) {
+    const bool sibilant = noun.ends_with("ch") || noun.ends_with("s") || noun.ends_with("x");
+    return std::to_string(n) + " " + noun + (n == 1 ? "" : sibilant ? "es" : "s");
 }
 
 }  // namespace trident::train

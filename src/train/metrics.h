@@ -1,5 +1,6 @@
-// Per-step metrics: one line on stdout every logging.interval steps, and one JSON object per
-// step in the JSON-lines file of logging.metrics (docs/ARCHITECTURE.md, "Metrics").
+// Per-step metrics: one line on stdout every logging.interval steps, one JSON object per step
+// in the JSON-lines file of logging.metrics, and one TensorBoard summary per step in
+// logging.tensorboard's event file (docs/ARCHITECTURE.md, "Metrics").
 #pragma once
 
 #include <array>
@@ -8,9 +9,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "io/output_file.h"
+#include "io/tensorboard.h"
 #include "parallel/comm.h"
 
 namespace trident::train {
@@ -20,10 +23,11 @@ struct StepMetrics {
     int steps = 0;
     double loss = 0, lr = 0, grad_norm = 0;
     double tokens_per_s = 0, tflops = 0, mfu = 0, step_ms = 0;
-    double loss_scale = 1;  // fp16's dynamic loss scale in this step (1 otherwise)
-    bool skipped = false;   // no update: non-finite gradients
-    int skipped_total = 0;  // steps skipped so far
-    double eta_s = 0;       // the remaining steps at the mean step time so far
+    double loss_scale = 1;    // fp16's dynamic loss scale in this step (1 otherwise)
+    bool skipped = false;     // no update: non-finite gradients, or a spike
+    std::string skip_reason;  // why (train/step_guard.h), when skipped
+    int skipped_total = 0;    // steps skipped so far
+    double eta_s = 0;         // the remaining steps at the mean step time so far
     std::optional<double> val_loss;
     parallel::CommStats tensor_comm;   // the tensor-parallel group's traffic in the step
     int64_t activation_sets = 0;       // peak (microbatch, chunk) activations held
@@ -38,24 +42,48 @@ struct StepMetrics {
 
 class MetricsLog {
 public:
-    // path: the JSON-lines file (its directory is created), or none; `append` (a resumed run)
-    // adds to it instead of starting it afresh. Throws trident::Error naming the file.
-    MetricsLog(const std::optional<std::string>& path, int interval, bool append = false);
+    // path: the JSON-lines file (its directory is created), or none. A fresh run starts it
+    // afresh; a run resumed at step `resumed_at` adds to it, which it must end at that step
+    // (its steps after it, left by a run that went on past its last checkpoint, are cut off
+    // and run again): a file that ends elsewhere holds another run's steps and is refused. A
+    // missing or empty file is started. `tensorboard`: the directory of the event file, or
+    // none. Throws trident::Error naming the key and the file.
+    MetricsLog(const std::optional<std::string>& path, int interval,
+               std::optional<int> resumed_at = std::nullopt,
+               const std::optional<std::string>& tensorboard = std::nullopt);
 
-    // Prints the step's line (every logging.interval steps) and appends its JSON object. A
-    // write that fails throws trident::Error naming the file and the errno, having cut the
-    // file back to its last whole line, so that a reader never meets half a record and a
-    // later record can still follow.
+    // What opening did beyond the expected ("cut back to step 30 ..."), or "".
+    const std::string& note() const { return note_; }
+
+    // Prints the step's line (every logging.interval steps), appends its JSON object and its
+    // TensorBoard summary. A write that fails throws trident::Error naming the key, the file
+    // and the errno, having cut the file back to its last whole record, so that a reader
+    // never meets half a record and a later record can still follow.
     void record(const StepMetrics& m);
+    // The validation before the first step: {"step": 0, "val_loss": ...} in the JSON-lines
+    // file, nothing printed.
+    void record_validation(int step, double val_loss);
 
 private:
+    void print(const StepMetrics& m);
+    void write_json(const StepMetrics& m);
+
     std::unique_ptr<io::OutputFile> file_;
+    std::unique_ptr<io::EventWriter> events_;
     int interval_;
+    std::string note_;
+    bool warned_mfu_ = false;  // the note on an MFU above 100% is printed once
 };
 
-// "12.3 M" style counts and "45.6 MB" style sizes for the start-up summary.
+// The scalars of a step as TensorBoard shows them (tag, value): those Megatron-LM logs.
+std::vector<std::pair<std::string, double>> tensorboard_scalars(const StepMetrics& m);
+
+// "12.3 M" style counts, and sizes of memory and files in binary units as device memory is
+// quoted ("12.34 GiB", "5.6 MiB"), for the start-up summary, `plan` and `checkpoint info`.
 std::string human_count(double n);
 std::string human_bytes(double bytes);
+// "1 replica", "2 replicas", "3 microbatches": a count and its noun, in the plural unless one.
+std::string counted(int64_t n, const std::string& noun);
 // "45s", "3m07s", "2h05m" for the ETA.
 std::string human_duration(double seconds);
 

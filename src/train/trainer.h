@@ -10,12 +10,15 @@
 #include <vector>
 
 #include "config/config.h"
+#include "data_parallel/data_parallel.h"
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "optim/adamw.h"
 #include "optim/loss_scaler.h"
 #include "parallel/grid.h"
 #include "pipeline/executor.h"
+#include "train/first_sighting.h"
+#include "train/step_guard.h"
 
 namespace trident::train {
 
@@ -32,10 +35,12 @@ struct MemoryUse {
 };
 
 struct StepResult {
-    double loss = 0;        // mean over every token of the global batch, before the update
-    double grad_norm = 0;   // before clipping, unscaled
-    double loss_scale = 1;  // the loss was multiplied by this before backward (fp16)
-    bool skipped = false;   // not applied: non-finite gradients
+    double loss = 0;          // mean over every token of the global batch, before the update
+    double grad_norm = 0;     // before clipping, unscaled
+    double loss_scale = 1;    // the loss was multiplied by this before backward (fp16)
+    bool skipped = false;     // not applied: non-finite, or a spike (train/step_guard.h)
+    std::string skip_reason;  // why, when skipped (Verdict::reason)
+    std::string skip_note;    // what to say of it (empty for fp16's overflows)
     double lr = 0;
     double seconds = 0;               // wall time of the whole step
     parallel::CommStats tensor_comm;  // what the tensor-parallel group moved in the step
@@ -48,23 +53,32 @@ struct StepResult {
 
 class Trainer {
 public:
-    // `grid`: this rank's place in the grid (null: one process).
-    Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid* grid = nullptr);
+    // `grid`: this rank's place in the grid (parallel::Grid() for one process).
+    Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& grid);
 
     model::Gpt& model() { return model_; }
+    kernels::Ops& ops() { return ops_; }
     optim::AdamW& optimizer() { return optimizer_; }
+    data_parallel::DataParallel& data_parallel() { return data_parallel_; }
+    // The optimizer's state from a checkpoint, and the parameters its master weights give,
+    // made whole on every replica; collective over the data group.
+    void restore_optimizer(const optim::AdamW::State& state);
     optim::LossScaler& scaler() { return scaler_; }
+    StepGuard& guard() { return guard_; }
 
     // Step `step` (0-based): forward and backward over every microbatch of the global batch
     // (samples step*B ... step*B + B - 1) in the configured pipeline schedule, clipping,
     // AdamW; or, where the gradients are not finite, no update (fp16: the loss scale
-    // halves; bf16/fp32: as training.nonfinite says). Every rank returns the same figures.
+    // halves; bf16/fp32: as training.nonfinite says), nor where the step is a spike
+    // (training.skip_spikes). Every rank returns the same figures. Throws TrainingStopped
+    // (train/step_guard.h) on every rank alike where training is to stop.
     StepResult step(int step, const SampleFn& sample);
     // The first half of a step: the gradients of its global batch times loss_scale, in
     // model().grads(). Returns the mean loss over every token of the batch.
     double accumulate_gradients(int step, const SampleFn& sample, double loss_scale = 1.0);
-    // Mean loss over `microbatches` microbatches of samples 0, 1, ...: no dropout, no update.
-    double evaluate(const SampleFn& sample, int microbatches);
+    // Mean loss over every token of samples 0 .. sequences - 1 (a multiple of micro_batch ×
+    // D), each replica evaluating its share: no dropout, no update. The same on every layout.
+    double evaluate(const SampleFn& sample, int sequences);
 
     // The whole model's parameters or gradients (a buffer of ParamLayout(shape)), put
     // together from every stage's and tensor rank's part; collective, same on every rank.
@@ -72,10 +86,9 @@ public:
     // frozen model's parameters come with its adapters merged in (W + s·B·A).
     std::vector<float> full_params();
     std::vector<float> full_grads();
-    // A frozen model's adapters and their gradients, whole (buffers of
-    // ParamLayout::adapters); collective.
-    std::vector<float> full_adapters();
-    std::vector<float> full_adapter_grads();
+    // A frozen model's adapters' gradients, whole (a buffer of ParamLayout::for_lora);
+    // collective.
+    std::vector<float> full_lora_grads();
     // This rank's trainable parameters (the adapters of a frozen model) as their layout lays
     // them out, whole (ZeRO-3: put together from the data-parallel replicas' shards);
     // collective over the data group.
@@ -96,6 +109,9 @@ private:
                              const model::FlatBuffer& buffer);
     std::vector<float> gather_full(std::vector<float> (model::Gpt::*to_host)() const,
                                    const model::FlatBuffer& buffer);
+    // Gradients [begin, end) of the trainable buffer are final: noted, then handed to the
+    // optimizer (StepHooks::grads_final).
+    void grads_final(std::size_t begin, std::size_t end);
     // Sharded gradients on a pipeline: the tied wte's two copies summed, over the embedding
     // group, on each replica's part of it (once the reduction has filled the shards).
     void tie_sharded_embedding();
@@ -108,7 +124,7 @@ private:
 
     const config::Config& cfg_;
     kernels::Ops& ops_;
-    parallel::SoloComm solo_;
+    parallel::Grid& grid_;
     parallel::Comm& tensor_;
     parallel::Comm& pipeline_;
     parallel::Comm& embedding_;
@@ -116,8 +132,11 @@ private:
     parallel::Comm& context_;
     parallel::Comm& data_context_;
     model::Gpt model_;
+    data_parallel::DataParallel data_parallel_;
     optim::AdamW optimizer_;
     optim::LossScaler scaler_;
+    StepGuard guard_;
+    FirstSighting sighting_;
     pipeline::Executor executor_;
     io::TraceRecorder trace_;
     std::vector<int32_t> whole_inputs_, whole_targets_;  // one whole sample (context parallel)

@@ -39,6 +39,16 @@ inline double tolerance(DType t) {
     return 0.0;
 }
 
+// Tolerance of a comparison in which one side is cuDNN's fused attention: its kernels round
+// one intermediate to the 16-bit type before each second product, where the flash kernels and
+// the CPU's backward keep fp32: the probabilities P before O = P V and dV = P^T dO, and dS
+// before dK = dS^T Q and dQ = dS K. With the two outputs' own roundings that is up to three
+// half-ulps of the type per element (bf16 1.2e-2, fp16 1.5e-3), which twice the type's
+// tolerance covers; fp32 never runs on cuDNN.
+inline double attention_tolerance(DType t) {
+    return t == DType::f32 ? tolerance(t) : 2 * tolerance(t);
+}
+
 inline const char* name(DType t) {
     return trident::kernels::name_of(t);
 }
@@ -103,18 +113,32 @@ inline double relative_error(const std::vector<float>& a, const std::vector<floa
     return std::sqrt(diff / norm);
 }
 
+// gpu against cpu within `limit` relative error.
+inline void require_within(const std::vector<float>& gpu, const std::vector<float>& cpu,
+                           double limit, const std::string& what) {
+    const double error = relative_error(gpu, cpu);
+    INFO(what << ": relative error " << error << " (at most " << limit << ")");
+    REQUIRE(error <= limit);
+}
+
 // The GPU's values of `p` match the CPU's within the tolerance of `t` (the first n elements).
 inline void require_close(const Pair& p, DType t, const std::string& what, std::size_t n = 0) {
-    const double error = relative_error(p.on_gpu(n), p.on_cpu(n));
-    INFO(what << " (" << name(t) << "): relative error " << error);
-    REQUIRE(error <= tolerance(t));
+    require_within(p.on_gpu(n), p.on_cpu(n), tolerance(t), what + " (" + name(t) + ")");
 }
 
 inline void require_close(const std::vector<float>& gpu, const std::vector<float>& cpu, DType t,
                           const std::string& what) {
-    const double error = relative_error(gpu, cpu);
-    INFO(what << " (" << name(t) << "): relative error " << error);
-    REQUIRE(error <= tolerance(t));
+    require_within(gpu, cpu, tolerance(t), what + " (" + name(t) + ")");
+}
+
+// got == want element for element; a failure names the first element that differs.
+inline void require_equal(const std::vector<int32_t>& got, const std::vector<int32_t>& want,
+                          const std::string& what) {
+    REQUIRE(got.size() == want.size());
+    std::size_t i = 0;
+    while (i < got.size() && got[i] == want[i]) ++i;
+    INFO(what << ": element " << i << " of " << got.size() << " differs");
+    REQUIRE(i == got.size());
 }
 
 inline std::vector<int32_t> random_tokens(std::size_t n, int vocab, uint64_t seed) {

@@ -12,19 +12,19 @@
 #include <string>
 #include <vector>
 
-#include "error.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/dtype.h"
+#include "kernels/error.h"
 #include "kernels/random.h"
 #include "tests/cuda/backends.h"
 
 using namespace trident::kernels;
+using gpu_test::attention_tolerance;
 using gpu_test::relative_error;
-using gpu_test::tolerance;
 
 namespace {
 
@@ -131,7 +131,7 @@ void compare(DType t, int B, int T, int C, int NH) {
     flash_forward<E>(out_flash, lse_flash, qkv, B, T, C, NH);
     cudnn.forward(out_cudnn.ptr(), static_cast<float*>(lse_cudnn.data), qkv.ptr(), B, T, C, NH,
                   cuda::compute_stream());
-    require_close(out_cudnn, out_flash, tolerance(t), "forward output");
+    require_close(out_cudnn, out_flash, attention_tolerance(t), "forward output");
     require_close(lse_cudnn, lse_flash, 1e-5, "forward log-sum-exp");
 
     // Backward, each after each forward. cuDNN overwrites its gradient (poisoned first); the
@@ -142,14 +142,17 @@ void compare(DType t, int B, int T, int C, int NH) {
     grad_cudnn.fill_bytes(0xFF);
     cudnn.backward(grad_cudnn.ptr(), dout.ptr(), qkv.ptr(), out_cudnn.ptr(),
                    static_cast<const float*>(lse_cudnn.data), B, T, C, NH, cuda::compute_stream());
-    require_close(grad_cudnn, grad_flash, tolerance(t), "cuDNN backward after cuDNN forward");
+    require_close(grad_cudnn, grad_flash, attention_tolerance(t),
+                  "cuDNN backward after cuDNN forward");
     Buffer grad_mixed(allocator, t, 3 * BTC);
     flash_backward<E>(grad_mixed, scratch, dout, qkv, out_cudnn, lse_cudnn, B, T, C, NH);
-    require_close(grad_mixed, grad_flash, tolerance(t), "flash backward after cuDNN forward");
+    require_close(grad_mixed, grad_flash, attention_tolerance(t),
+                  "flash backward after cuDNN forward");
     grad_mixed.fill_bytes(0xFF);
     cudnn.backward(grad_mixed.ptr(), dout.ptr(), qkv.ptr(), out_flash.ptr(),
                    static_cast<const float*>(lse_flash.data), B, T, C, NH, cuda::compute_stream());
-    require_close(grad_mixed, grad_flash, tolerance(t), "cuDNN backward after flash forward");
+    require_close(grad_mixed, grad_flash, attention_tolerance(t),
+                  "cuDNN backward after flash forward");
 }
 
 }  // namespace
@@ -228,4 +231,26 @@ TEST_CASE("cuda: start-up chooses attention's kernels and refuses a model none c
     }
     // ... nor with dropout in bf16.
     REQUIRE_THROWS_AS(prepare_attention(*gpu, {1, 128, 640, 4, DType::bf16, 0.1f}), trident::Error);
+}
+
+// The run's attention as the layout splits it: tensor and Ulysses' context parallelism divide
+// the heads; ring attention runs its block kernels, which take heads of up to 128 elements.
+TEST_CASE("cuda: start-up decides the attention of the run's layout", "[attention]") {
+    auto gpu = make_cuda_ops(false);
+    // 8 heads of 64 over tensor 2 and Ulysses 2: each rank's attention has 2 heads.
+    const std::string ulysses =
+        prepare_run_attention(*gpu, {2, 128, 512, 8, 2, 2, false, DType::bf16, 0.0f});
+    INFO(ulysses);
+    REQUIRE(ulysses.find("B 2, T 128, 2 heads of 64, bf16") != std::string::npos);
+    const std::string ring =
+        prepare_run_attention(*gpu, {2, 128, 512, 8, 1, 2, true, DType::bf16, 0.1f});
+    REQUIRE(ring == "attention: ring attention's block kernels over 2 ranks\n");
+    try {
+        prepare_run_attention(*gpu, {2, 128, 640, 4, 1, 2, true, DType::bf16, 0.0f});
+        FAIL("ring attention with heads of 160 was accepted");
+    } catch (const trident::Error& e) {
+        INFO(e.what());
+        REQUIRE(std::string(e.what()).find("take heads of 1 to 128 elements, not 160") !=
+                std::string::npos);
+    }
 }

@@ -1,8 +1,10 @@
 // The trident binary on the GPU: `device: cuda` trains as `device: cpu` does; two ranks sharing
 // the one GPU take the MPI path with host staging, say so, and train as one rank does in every
-// kind of parallelism (P, M and D of 2); a checkpoint written on the GPU resumes on the CPU and
-// the reverse; the default job (configs/default.yaml, which needs the corpus that
-// scripts/prepare_kjv.sh makes) and the GPT-2 124M benchmark run on the GPU.
+// kind of parallelism (P, M and D of 2; C of 2 by ring attention and by Ulysses; ZeRO-2 and 3;
+// the zero-bubble schedule; low-rank adapters); fp16 with loss scaling trains as on the CPU; a
+// checkpoint written on the GPU resumes on the CPU and the reverse; the default job
+// (configs/default.yaml, which needs the corpus that scripts/prepare_kjv.sh makes) and the
+// GPT-2 124M benchmark run on the GPU.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -80,6 +82,57 @@ TEST_CASE("cuda: trident train on the GPU, alone and as two ranks sharing it", "
         REQUIRE(two.output.find("communication: MPI through host memory") != std::string::npos);
         require_close(losses_of(metrics), losses_of(ws.path("gpu.jsonl")), kFp32);
     }
+}
+
+// Every other kind of parallelism over two ranks sharing the GPU, each against one rank on it:
+// context parallelism by ring attention (the block kernels, the ring's messages) and by Ulysses
+// (the all-to-alls), ZeRO-2 and 3 (sharded gradients and weights), the zero-bubble schedule
+// (the split backward), and low-rank adapters (from a checkpoint trained here); and fp16 with
+// its loss scaling against the CPU.
+TEST_CASE("cuda: two ranks sharing the GPU in each other layout train as one", "[layouts]") {
+    cli::Workspace ws;
+    const std::string common =
+        "--set device=cuda --set model.dropout=0.1 --set training.tf32=false";
+    const auto train = [&](int ranks, const std::string& name, const std::string& extra) {
+        const std::string args =
+            ws.train(common + " " + extra + " --set logging.metrics=" + ws.path(name + ".jsonl"));
+        const cli::RunResult r =
+            ranks == 1
+                ? run(args)
+                : run_shell(std::string(TRIDENT_MPIEXEC) + " -n 2 " + TRIDENT_BINARY + " " + args);
+        INFO(name << ": " << args << "\n" << r.output);
+        REQUIRE(r.exit_code == 0);
+        if (ranks == 2)
+            REQUIRE(r.output.find("communication: MPI through host memory") != std::string::npos);
+        return losses_of(ws.path(name + ".jsonl"));
+    };
+    const std::vector<double> one = train(1, "one", "--set checkpoint.dir=" + ws.path("base"));
+    struct Layout {
+        const char* name;
+        const char* settings;
+    };
+    for (const Layout& layout :
+         {Layout{"ring", "--set parallel.context=2 --set parallel.context_mode=ring"},
+          Layout{"ulysses", "--set parallel.context=2 --set parallel.context_mode=ulysses"},
+          Layout{"zero2", "--set parallel.data=2 --set parallel.zero_stage=2"},
+          Layout{"zero3", "--set parallel.data=2 --set parallel.zero_stage=3"},
+          Layout{"zb-h1", "--set parallel.pipeline=2 --set parallel.schedule=zb-h1"}}) {
+        INFO(layout.name << " over two ranks sharing the GPU against one rank");
+        require_close(train(2, layout.name, layout.settings), one, kFp32);
+    }
+    // Adapters on the model trained above, as one rank and as two data-parallel ranks.
+    const std::string lora = "--set model.init_from=" + ws.path("base") +
+                             " --set training.lora.rank=4 --set training.lora.dropout=0.1";
+    const std::vector<double> lora_one = train(1, "lora_one", lora);
+    INFO("LoRA over two data-parallel ranks sharing the GPU against one rank");
+    require_close(train(2, "lora_two", lora + " --set parallel.data=2"), lora_one, kFp32);
+
+    // fp16 with dynamic loss scaling, on the GPU and on the CPU.
+    const std::string fp16 = "--set training.precision=fp16";
+    const std::vector<double> gpu_fp16 = train(1, "fp16_gpu", fp16);
+    const std::vector<double> cpu_fp16 = train(1, "fp16_cpu", fp16 + " --set device=cpu");
+    INFO("fp16 with loss scaling, the GPU against the CPU");
+    require_close(gpu_fp16, cpu_fp16, 2e-2);
 }
 
 TEST_CASE("cuda: a checkpoint written on the GPU resumes on the CPU, and the reverse",

@@ -4,14 +4,18 @@
 //
 // cuBLASLt documents neither the form of its GELU nor its accuracy, and its epilogues may use
 // the GPU's fast tanh (relative error near 2^-11) where the CPU calls tanhf: its fp32 output is
-// held to 1e-3 rather than fp32's 1e-5, the pre-activation (plain fp32 arithmetic) to 1e-5.
+// held to 1e-3 rather than fp32's 1e-5, the pre-activation (plain fp32 arithmetic) to 1e-5. Nor
+// does it promise an fp32 kernel with the GELU epilogue: where it has none, that case says so
+// (a warning naming it) rather than failing.
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <string>
 
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/error.h"
 #include "tests/cuda/backends.h"
 
 using namespace gpu_test;
@@ -67,7 +71,16 @@ TEST_CASE("cuda: matmul with bias and GELU in the cuBLASLt epilogue", "[ops]") {
         call.epilogue = cuda::Epilogue::gelu_bias;
         call.bias = bias.gpu;
         call.aux = pre.gpu;
-        gemm.run(call, cuda::compute_stream());
+        try {
+            gemm.run(call, cuda::compute_stream());
+        } catch (const trident::Error& e) {
+            // cuBLASLt need not have an fp32 kernel with this epilogue; the op set does not use
+            // it (bf16 training would). Named, not failed; any other failure is one.
+            const bool no_kernel = std::string(e.what()).find("has no kernel") != std::string::npos;
+            if (t != DType::f32 || !no_kernel) throw;
+            WARN("SKIPPED: the GELU epilogue in fp32: " << e.what());
+            continue;
+        }
         require_close(pre, t, "epilogue pre-activation");
         const double error = relative_error(act.on_gpu(), act.on_cpu());
         INFO("epilogue GELU (" << name(t) << "): relative error " << error);

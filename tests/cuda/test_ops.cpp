@@ -260,8 +260,8 @@ TEST_CASE("cuda: causal attention (flash kernels and cuDNN) against the CPU", "[
           Case{2, 128, 256, 2, 0.0f}, Case{2, 33, 48, 2, 0.2f}, Case{1, 40, 200, 2, 0.1f},
           Case{1, 128, 256, 4, 0.1f}}) {
         for (DType t : kTypes) {
-            INFO("B " << k.B << " T " << k.T << " C " << k.C << " NH " << k.NH << " drop "
-                      << k.drop);
+            INFO(name(t) << ", B " << k.B << " T " << k.T << " C " << k.C << " NH " << k.NH
+                         << " drop " << k.drop);
             const std::size_t BTC = std::size_t(k.B) * k.T * k.C;
             // What each backend keeps differs (CPU: probabilities; GPU: log-sum-exp per row).
             const auto cpu_saved = b.cpu->attention_saved(k.B, k.NH, k.T, t);
@@ -276,7 +276,9 @@ TEST_CASE("cuda: causal attention (flash kernels and cuDNN) against the CPU", "[
                                      seed, 1, 2 * k.NH);
             b.gpu->attention_forward(out.gpu, saved_gpu.gpu, qkv.gpu, k.B, k.T, k.C, k.NH, k.drop,
                                      seed, 1, 2 * k.NH);
-            require_close(out, t, "attention_forward");
+            // 16-bit runs without dropout may take cuDNN's kernels.
+            const double limit = gpu_test::attention_tolerance(t);
+            require_within(out.on_gpu(), out.on_cpu(), limit, "attention_forward");
             Pair dout(b, BTC, t), dqkv(b, 3 * BTC, t);
             dout.fill(2);
             dqkv.fill(3, 0.1f);
@@ -284,7 +286,7 @@ TEST_CASE("cuda: causal attention (flash kernels and cuDNN) against the CPU", "[
                                       k.C, k.NH, k.drop, seed, 1, 2 * k.NH);
             b.gpu->attention_backward(dqkv.gpu, dout.gpu, qkv.gpu, out.gpu, saved_gpu.gpu, k.B, k.T,
                                       k.C, k.NH, k.drop, seed, 1, 2 * k.NH);
-            require_close(dqkv, t, "attention_backward");
+            require_within(dqkv.on_gpu(), dqkv.on_cpu(), limit, "attention_backward");
             // Selective recompute: the rebuilt statistics give the same gradient.
             Pair first(b, 3 * BTC, t), again(b, 3 * BTC, t);  // zero-filled
             b.gpu->attention_backward(first.gpu, dout.gpu, qkv.gpu, out.gpu, saved_gpu.gpu, k.B,

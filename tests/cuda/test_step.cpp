@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../solo_grid.h"
 #include "config/config.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/random.h"
@@ -43,7 +44,7 @@ struct Run {
 };
 
 Run train_steps(kernels::Ops& ops, const config::Config& cfg, int steps) {
-    train::Trainer trainer(cfg, ops);
+    train::Trainer trainer(cfg, ops, test::solo_grid());
     trainer.model().init_random(cfg.training.seed, 0.02f);
     Run run;
     for (int s = 0; s < steps; ++s) {

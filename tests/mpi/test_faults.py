@@ -12,16 +12,24 @@ fault per run (--fault NAME, each its own ctest entry mpi.faults.NAME):
   checkpoint.on_error: continue it saves again at the next interval and finishes;
 - the metrics file on a full disk (/dev/full) and a trace that cannot be written: one clear
   line and exit 1, on every rank together;
-- a training file truncated between a checkpoint and its resume: named, and the resume stops.
+- a training file truncated between a checkpoint and its resume: named, and the resume stops;
+- a NaN planted in one rank's gradients: the update skipped on every rank, the rank and its
+  stage named; NaNs in a row: the run stops at training.max_skipped, its checkpoints kept;
+- a bit flipped in one replica's weight: the replica check names the rank and the tensor;
+- a rank slowed in every step (TRIDENT_TEST_SLOW_RANK): named as a straggler with its host;
+- asynchronous checkpoints: the same files as synchronous ones; a rank killed while it writes
+  in the background leaves the previous checkpoint, which the job resumes from.
 
 Each figure (seconds from the fault to the end of the job) is printed for docs/RELIABILITY.md.
 Exit 77 (skipped, with the reason) where mpirun is not installed.
 """
 import argparse
+import json
 import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -161,7 +169,8 @@ def full_disk(trident, base, tmp, ref):
                 f"{ck}/step_000002 is the newest checkpoint, as it was (checkpoint.on_error: stop)")
     h.check(p.returncode == 1 and lines == [expected] and "MPI_ABORT" not in p.stdout,
             f"full disk: one line from rank 0 and exit code 1 (got {p.returncode}): {lines}")
-    h.check(entries_of(ck) == ["step_000002"],
+    # (beside it the metrics, logging.metrics' default)
+    h.check(entries_of(ck) == ["metrics.jsonl", "step_000002"],
             f"full disk: only the complete checkpoint is left ({entries_of(ck)})")
     print(f"figure: full disk, stop: the job ended {time.monotonic() - t0:.1f} s after it "
           f"started (the save of step 4 failed)", flush=True)
@@ -179,7 +188,8 @@ def full_disk(trident, base, tmp, ref):
                        env=env, timeout=300)
     warnings = [line for line in p.stdout.splitlines() if line.startswith("trident: warning:")]
     h.check(p.returncode == 0 and len(warnings) == 1 and "saves again at step 6" in warnings[0]
-            and entries_of(ck2) == ["step_000002", "step_000006", "step_000008"],
+            and entries_of(ck2) == ["metrics.jsonl", "step_000002", "step_000006",
+                                             "step_000008"],
             f"full disk, continue: one warning, the job finishes (exit code {p.returncode}) and "
             f"saves at steps 6 and 8 ({entries_of(ck2)})")
     h.check(h.run([trident, "checkpoint", "info", ck2], expect_ok=False).returncode == 0,
@@ -310,8 +320,10 @@ def real_full_disk(trident, base, config, tmp):
     try:
         ck = os.path.join(mount, "ck")
         args = ["mpirun", "--oversubscribe", "-np", "2", trident, "train"] + base
+        # (the metrics outside it: only the checkpoints fill the disk)
         for o in layout(1, 1, 2) + ["training.steps=100", "checkpoint.interval=1",
-                                    "checkpoint.keep=100", f"checkpoint.dir={ck}"]:
+                                    "checkpoint.keep=100", f"checkpoint.dir={ck}",
+                                    f"logging.metrics={os.path.join(tmp, 'full_disk.jsonl')}"]:
             args += ["--set", o]
         t0 = time.monotonic()
         p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
@@ -335,6 +347,149 @@ def real_full_disk(trident, base, config, tmp):
         subprocess.run(["umount", mount])
 
 
+def train_run(trident, base, ranks, overrides, env=None):
+    """`trident train` under mpirun to its end: its output (stderr with stdout) and code."""
+    args = ["mpirun", "--oversubscribe", "-np", str(ranks), trident, "train"] + base
+    for o in overrides:
+        args += ["--set", o]
+    return subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**h.mpirun_env(), **(env or {})}, timeout=300)
+
+
+def nan_gradient(trident, base, tmp):
+    """A NaN planted in one rank's gradients (TRIDENT_TEST_NAN_GRADIENT) on 2x1x2: the update is
+    skipped on every rank, and the rank and stage that saw it are named; NaNs from step 5 on
+    stop the run at the third skip in a row with the newest checkpoint as it was."""
+    def train(ck, nan, metrics):
+        return train_run(trident, base, 4, layout(2, 1, 2) + [
+            "training.steps=10", "training.nonfinite=skip", "training.max_skipped=3",
+            "checkpoint.interval=2", f"checkpoint.dir={ck}", f"logging.metrics={metrics}"],
+            {"TRIDENT_TEST_NAN_GRADIENT": nan})
+    seen = ("the loss or gradients are not finite (non-finite gradients on rank 3 (pp 1, tp 0, "
+            "dp 1), pipeline stage 1, the lowest rank to see any, before the data-parallel "
+            "reduction)")
+    metrics = os.path.join(tmp, "nan_once.jsonl")
+    p = train(os.path.join(tmp, "ck_nan_once"), "4:3", metrics)
+    warnings = [x for x in p.stdout.splitlines() if x.startswith("trident: warning:")]
+    h.check(p.returncode == 0 and warnings == [
+        f"trident: warning: step 4: {seen}; the update is skipped on every rank (1 in a row; "
+        "training.max_skipped: 3)"], f"one NaN: one warning naming rank 3, stage 1, exit code "
+        f"{p.returncode}: {warnings}")
+    records = h.losses(metrics)
+    h.check([(r["step"], r.get("skip_reason")) for r in records if r["skipped"]]
+            == [(4, "nonfinite")] and records[-1]["skipped_total"] == 1,
+            "one NaN: the metrics record step 4 alone as skipped, for a non-finite value")
+
+    ck = os.path.join(tmp, "ck_nan")
+    p = train(ck, "5-10:3", os.path.join(tmp, "nan_stop.jsonl"))
+    lines = error_lines(p.stdout)
+    expected = (f"trident: error: step 7: 3 updates skipped in a row (training.max_skipped: 3), "
+                f"the last as {seen}; training stopped; {ck}/step_000006 is the newest "
+                f"checkpoint, as it was")
+    h.check(p.returncode == 1 and lines == [expected] and "MPI_ABORT" not in p.stdout,
+            f"NaNs from step 5: one line, exit code 1 (got {p.returncode}): {lines}")
+    kept = entries_of(ck)
+    h.check(kept == ["step_000002", "step_000004", "step_000006"]
+            and h.run([trident, "checkpoint", "info", ck], expect_ok=False).returncode == 0,
+            f"NaNs from step 5: the checkpoints are kept and verify ({kept})")
+    # Steps 5 and 6 were skipped: step 6's checkpoint holds step 4's weights and moments.
+    for shard in ["pp0_tp0_dp0.safetensors", "pp1_tp0_dp1.safetensors"]:
+        a = h.read_safetensors(os.path.join(ck, "step_000004", shard))
+        b = h.read_safetensors(os.path.join(ck, "step_000006", shard))
+        h.check(a.keys() == b.keys() and all(a[k] == b[k] for k in a),
+                f"NaNs from step 5: {shard} of steps 4 and 6 bitwise alike ({len(a)} tensors)")
+
+
+def corrupt_replica(trident, base, tmp):
+    """A bit flipped in one rank's copy of a weight (TRIDENT_TEST_CORRUPT_REPLICA) before the
+    replica check of step 4 (training.check_replicas: 2): the run stops there, naming the rank
+    and the tensor, with the checkpoint of step 2 as it was; the check of step 2 passed."""
+    cases = [
+        # 3 replicas with ZeRO-0: rank 0 is the odd one out, whichever rank tells.
+        ((1, 1, 3), ["parallel.zero_stage=0", "training.global_batch=6"], "0:h.0.attn.c_attn.weight",
+         "the data-parallel replicas disagree: rank 0 (pp 0, tp 0, dp 0) holds another "
+         "h.0.attn.c_attn.weight than rank 1 (pp 0, tp 0, dp 1) and 1 other(s) of its 3 do"),
+        # A LayerNorm every tensor rank holds whole.
+        ((1, 2, 1), [], "1:h.1.ln_2.bias",
+         "the tensor-parallel ranks disagree: rank 1 (pp 0, tp 1, dp 0) holds another "
+         "h.1.ln_2.bias than rank 0 (pp 0, tp 0, dp 0)"),
+    ]
+    for (p_, m, d), extra, fault, said in cases:
+        ck = os.path.join(tmp, f"ck_replica_{p_}{m}{d}")
+        p = train_run(trident, base, p_ * m * d, layout(p_, m, d) + extra + [
+            "training.steps=6", "training.check_replicas=2", "checkpoint.interval=2",
+            f"checkpoint.dir={ck}"], {"TRIDENT_TEST_CORRUPT_REPLICA": f"4:{fault}"})
+        lines = error_lines(p.stdout)
+        expected = (f"trident: error: training.check_replicas: at step 4 {said}; training "
+                    f"stopped; {ck}/step_000002 is the newest checkpoint, as it was")
+        h.check(p.returncode == 1 and lines == [expected] and "MPI_ABORT" not in p.stdout
+                and entries_of(ck) == ["step_000002"],
+                f"corrupt replica on {p_}x{m}x{d}: one line, exit code 1 (got {p.returncode}), "
+                f"step_000002 kept: {lines}")
+
+
+def straggler(trident, base, tmp):
+    """A rank slowed by 50 ms a step (TRIDENT_TEST_SLOW_RANK) on 1x1x4, with
+    training.straggler_factor 4 and logging.interval 5: each interval's report names it, with
+    its coordinates and host (the run's first step, with its one-time costs, left out), and
+    names no other rank."""
+    p = train_run(trident, base, 4, layout(1, 1, 4) + [
+        "training.micro_batch=1", "training.steps=20", "training.straggler_factor=4",
+        "logging.interval=5"], {"TRIDENT_TEST_SLOW_RANK": "2:50"})
+    lines = [x for x in p.stdout.splitlines() if x.startswith("straggler:")]
+    pattern = (r"straggler: steps (\d+)-(\d+): rank 2 \(pp 0, tp 0, dp 2\) on host "
+               + re.escape(socket.gethostname()) + r" works \d+\.\d{3} s a step outside "
+               r"communication, \d+\.\d times the median rank's \d+\.\d{3} s "
+               r"\(training.straggler_factor: 4\); it waits .* a step")
+    intervals = [re.fullmatch(pattern, x).groups() for x in lines if re.fullmatch(pattern, x)]
+    h.check(p.returncode == 0 and intervals == [("2", "5"), ("6", "10"), ("11", "15"),
+                                                ("16", "20")] and len(lines) == 4,
+            f"straggler: rank 2 alone named in each interval, with its host: {lines}")
+
+
+def async_checkpoint(trident, base, tmp, ref):
+    """checkpoint.async on 1x1x2: the checkpoints are those a synchronous save writes (every
+    shard's SHA-256 alike); rank 1 killed while its shard of step 6 is written in the background
+    (TRIDENT_TEST_CRASH_IN_SAVE) leaves step_000004 complete and step 6 uncommitted, and the job
+    resumes from step 4 with the uninterrupted losses."""
+    def train(ck, extra, env=None, metrics=None):
+        return train_run(trident, base, 2, layout(1, 1, 2) + [
+            "training.steps=8", "checkpoint.interval=2", f"checkpoint.dir={ck}"] + extra
+            + ([f"logging.metrics={metrics}"] if metrics else []), env)
+
+    def files(ck, step):
+        with open(os.path.join(ck, f"step_{step:06d}", "manifest.json")) as f:
+            return [(x["name"], x["sha256"]) for x in json.load(f)["files"]
+                    if x["name"] != "config.yaml"]  # the config differs: checkpoint.async
+
+    ck_sync, ck_async = os.path.join(tmp, "ck_sync"), os.path.join(tmp, "ck_async")
+    train(ck_sync, [])
+    p = train(ck_async, ["checkpoint.async=true"])
+    h.check(p.returncode == 0 and f"checkpoint: {ck_async}/step_000002 being written in the "
+            "background" in p.stdout and entries_of(ck_async) == entries_of(
+                ck_sync) == ["step_000004", "step_000006", "step_000008"],
+            f"async: the run ends (exit code {p.returncode}) with the checkpoints a synchronous "
+            f"one keeps ({entries_of(ck_async)})")
+    h.check(all(files(ck_async, s) == files(ck_sync, s) for s in (4, 6, 8)),
+            "async: every shard of steps 4, 6 and 8 has the synchronous save's SHA-256")
+
+    ck = os.path.join(tmp, "ck_async_kill")
+    p = train(ck, ["checkpoint.async=true"], {"TRIDENT_TEST_CRASH_IN_SAVE": "6:1"})
+    left = entries_of(ck)
+    h.check(p.returncode not in (0, None) and "rank 1 killed mid-save of step 6" in p.stdout
+            and left == [".tmp_step_000006", "step_000002", "step_000004"]
+            and h.run([trident, "checkpoint", "info", ck], expect_ok=False).returncode == 0,
+            f"async, killed mid-save: the job ends (exit code {p.returncode}), step 4 complete "
+            f"and verified, step 6 uncommitted ({left})")
+    metrics = os.path.join(tmp, "async_resumed.jsonl")
+    p = train(ck, ["checkpoint.async=true"], metrics=metrics)
+    got = [x["loss"] for x in h.losses(metrics)]
+    h.check(f"resumed: {ck}/step_000004 at step 4" in p.stdout and len(got) == 4
+            and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(got, ref[4:])),
+            f"async, killed mid-save: the job resumes from step 4 with the uninterrupted losses "
+            f"({got} vs {ref[4:]})")
+
+
 def reference_losses(trident, base, tmp):
     """The uninterrupted run's losses, for the resumed run after a failed save."""
     metrics = os.path.join(tmp, "ref.jsonl")
@@ -356,6 +511,11 @@ FAULTS = {
     "dead_no_abort": lambda t, base, tmp: dead_rank_no_abort(t, base, base[1], tmp),
     "real_oom": lambda t, base, tmp: real_oom(t, base, base[1], tmp),
     "real_full_disk": lambda t, base, tmp: real_full_disk(t, base, base[1], tmp),
+    "nan_gradient": lambda t, base, tmp: nan_gradient(t, base, tmp),
+    "corrupt_replica": lambda t, base, tmp: corrupt_replica(t, base, tmp),
+    "straggler": lambda t, base, tmp: straggler(t, base, tmp),
+    "async_checkpoint": lambda t, base, tmp: async_checkpoint(t, base, tmp,
+                                                              reference_losses(t, base, tmp)),
 }
 
 

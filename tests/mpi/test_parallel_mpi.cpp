@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "config/config.h"
-#include "error.h"
 #include "kernels/dtype.h"
+#include "kernels/error.h"
 #include "kernels/ops.h"
 #include "kernels/random.h"
 #include "parallel/grid.h"
@@ -526,7 +526,7 @@ TEST_CASE("fp16 overflow: every rank of the grid skips the same steps and halves
             "data: {train: unused.bin}\n",
         "overflow.yaml");
     auto ops = trident::kernels::make_cpu_ops(1);
-    trident::train::Trainer trainer(cfg, *ops, &grid);
+    trident::train::Trainer trainer(cfg, *ops, grid);
     trainer.model().init_random(cfg.training.seed, 0.02f);
     const trident::train::SampleFn tokens = [](uint64_t k, std::span<int32_t> in,
                                                std::span<int32_t> tgt) {

@@ -1,12 +1,14 @@
 #!/usr/bin/python3
 """scripts/plot_metrics on the metrics file of a real run: a tiny model trained for 12 steps
-with validation every 4 must give a PNG (its signature, its size as drawn) and a summary naming
-12 steps and 3 validations; a file with no step lines must be refused. Two files in one plot
-work too.
+with validation every 4 must give a PNG (its signature, its size as drawn) titled by the run's
+directory and a summary naming 12 steps and 4 validations (before training, as step 0, and
+after steps 4, 8, 12); a file with no step lines must be refused. Two files in one plot work
+too.
 
 Exit 77 (skipped) where /usr/bin/python3 has no matplotlib (Debian's python3-matplotlib).
 """
 import argparse
+import json
 import os
 import struct
 import subprocess
@@ -46,9 +48,13 @@ def main():
         subprocess.run([a.trident, "train"] + args, check=True, stdout=subprocess.DEVNULL,
                        timeout=300)
         rows = losses(metrics)
-        validated = sum(1 for r in rows if "val_loss" in r)
-        check(len(rows) == 12 and validated == 3,
-              f"the run wrote 12 steps and 3 validations ({len(rows)}, {validated})")
+        with open(metrics) as f:
+            validations = [json.loads(line) for line in f if "val_loss" in line]
+        validated = len(validations)
+        check(len(rows) == 12 and [r["step"] for r in validations] == [0, 4, 8, 12]
+              and "loss" not in validations[0],
+              f"the run wrote 12 steps and 4 validations, the first before training as step 0 "
+              f"({len(rows)}, {[r['step'] for r in validations]})")
 
         p = subprocess.run([plot, metrics], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            text=True, timeout=120)
@@ -56,6 +62,7 @@ def main():
         png = os.path.join(tmp, "run", "metrics.png")
         check(p.returncode == 0 and f"{len(rows)} steps (1..12), {validated} validations" in p.stdout,
               "plot_metrics read every step and validation")
+        check(f'titled "{os.path.dirname(metrics)}"' in p.stdout, "the title names the run")
         check(png_size(png) == (900, 500), f"{png}: a 900 x 500 PNG beside the metrics file "
                                            f"({png_size(png) if os.path.exists(png) else 'missing'})")
 

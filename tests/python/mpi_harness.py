@@ -69,8 +69,10 @@ def rel_diff(a, b):
 
 
 def losses(metrics_path):
+    """The step records of a metrics file: those with a loss (not the validation before
+    training, step 0)."""
     with open(metrics_path) as f:
-        return [json.loads(line) for line in f]
+        return [row for row in map(json.loads, f) if "loss" in row]
 
 
 

@@ -195,8 +195,9 @@ def main():
             env={"TRIDENT_TEST_CRASH_IN_SAVE": "6:1"})
         out, _ = job.communicate(timeout=300)
         entries = sorted(e for e in os.listdir(ckk) if e != ".lock")  # the run's lock file
-        h.check(job.returncode != 0 and entries == [".tmp_step_000006", "step_000003",
-                                                    "step_000004", "step_000005"],
+        # (and the metrics, logging.metrics' default, beside the checkpoints)
+        h.check(job.returncode != 0 and entries == [".tmp_step_000006", "metrics.jsonl",
+                                                    "step_000003", "step_000004", "step_000005"],
                 f"killed mid-save: the job failed ({job.returncode}) and left {entries}")
         if job.returncode == 0:
             print(out)

@@ -237,9 +237,12 @@ def main():
         train("ck", ["checkpoint.dir=" + path("ck"), "checkpoint.interval=5"])
         shutil.rmtree(path("ck/step_000010"))
         manifest = json.load(open(path("ck/step_000005/manifest.json")))
-        check(manifest.get("lora", {}).get("base") == path("base.safetensors")
+        # Relative to the checkpoint, so that the runs can move together.
+        recorded = manifest.get("lora", {}).get("base", "")
+        check(os.path.normpath(os.path.join(path("ck/step_000005"), recorded))
+              == path("base.safetensors") and not os.path.isabs(recorded)
               and len(manifest["lora"].get("base_sha256", "")) == 64,
-              f"the manifest points at the base weights: {manifest.get('lora')}")
+              f"the manifest points at the base weights, relative to itself: {manifest.get('lora')}")
         train("resumed", ["checkpoint.dir=" + path("ck"), "parallel.pipeline=2",
                           "parallel.data=2"], ranks=4)
         resumed = [r["loss"] for r in curve(path("resumed.jsonl"))]

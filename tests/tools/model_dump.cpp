@@ -16,8 +16,8 @@
 #include "commands/session.h"
 #include "config/config.h"
 #include "data/dataset.h"
-#include "error.h"
 #include "io/safetensors.h"
+#include "kernels/error.h"
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
@@ -49,7 +49,7 @@ static void dump(const config::Config& cfg, parallel::Grid& grid, const std::str
     if (cfg.parallel.data != 1)
         throw Error("the gradient dump is of one replica's batch: run it with parallel.data = 1");
     auto ops = kernels::make_cpu_ops(cfg.training.threads);
-    train::Trainer trainer(cfg, *ops, &grid);
+    train::Trainer trainer(cfg, *ops, grid);
     commands::initialise_weights(cfg, trainer.model());
     data::Dataset train_data = data::open_train_data(cfg);
     const double loss = trainer.accumulate_gradients(
@@ -64,13 +64,13 @@ static void dump(const config::Config& cfg, parallel::Grid& grid, const std::str
     grid.context().all_reduce(local.at(0), local.size());
     if (!gpt.frozen()) check_replicated_gradients(gpt, grid.tensor());
     const std::vector<float> grads =
-        gpt.frozen() ? trainer.full_adapter_grads() : trainer.full_grads();  // collective
+        gpt.frozen() ? trainer.full_lora_grads() : trainer.full_grads();  // collective
     if (grid.rank() != 0) return;
     model::HfTensors out;
-    const model::ParamLayout whole_adapters =
-        model::ParamLayout::adapters(gpt.shape(), gpt.adapters().shape);
+    const model::ParamLayout whole_lora =
+        model::ParamLayout::for_lora(gpt.shape(), gpt.lora().shape);
     if (gpt.frozen())
-        for (const model::ParamTensor& t : whole_adapters.tensors())
+        for (const model::ParamTensor& t : whole_lora.tensors())
             out.tensors.push_back({t.name, t.full_shape, grads.data() + t.offset});
     else
         out = model::to_hf_tensors(model::ParamLayout(gpt.shape()), grads.data());

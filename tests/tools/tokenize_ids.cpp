@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "data/gpt2_tokenizer.h"
-#include "error.h"
 #include "io/json_reader.h"
+#include "kernels/error.h"
 
 using namespace trident;
 

@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <set>
 
-#include "error.h"
 #include "kernels/cuda/device.h"
+#include "kernels/error.h"
 #include "parallel/world.h"
 
 namespace trident::parallel {

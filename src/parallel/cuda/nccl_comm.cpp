@@ -4,9 +4,11 @@
 #include <string>
 #include <utility>
 
-#include "error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/error.h"
 #include "parallel/cuda/device_memory.h"
+#include "parallel/cuda/nccl_messages.h"
+#include "parallel/cuda/nccl_support.h"
 #include "parallel/watchdog.h"
 
 namespace trident::parallel {
@@ -15,59 +17,7 @@ using kernels::ConstPtr;
 using kernels::DType;
 using kernels::Ptr;
 
-namespace {
-
-void check_nccl(ncclResult_t status, const char* call, const char* file, int line) {
-    if (status != ncclSuccess)
-        kernels::cuda::throw_library_error("NCCL", ncclGetErrorString(status), call, file, line);
-}
-#define TRIDENT_NCCL_CHECK(call) check_nccl((call), #call, __FILE__, __LINE__)
-
-// NCCL has no 16-bit integers: they move (never reduce) as fp16 words, as bool and fp8 move
-// as bytes.
-ncclDataType_t nccl_type(DType t) {
-    switch (t) {
-        case DType::f32:
-            return ncclFloat32;
-        case DType::bf16:
-            return ncclBfloat16;
-        case DType::f16:
-        case DType::i16:
-        case DType::u16:
-            return ncclFloat16;
-        case DType::f64:
-            return ncclFloat64;
-        case DType::i64:
-            return ncclInt64;
-        case DType::i32:
-            return ncclInt32;
-        case DType::u64:
-            return ncclUint64;
-        case DType::u32:
-            return ncclUint32;
-        case DType::i8:
-            return ncclInt8;
-        case DType::u8:
-        case DType::boolean:
-        case DType::f8_e4m3:
-        case DType::f8_e5m2:
-            return ncclUint8;
-    }
-    return ncclUint8;
-}
-
-// The types above that NCCL moves under another type's name cannot be reduced.
-ncclDataType_t nccl_reduction_type(DType t) {
-    if (t == DType::i16 || t == DType::u16 || t == DType::boolean || t == DType::f8_e4m3 ||
-        t == DType::f8_e5m2)
-        throw Error(std::string("internal: an NCCL reduction over ") + kernels::name_of(t) +
-                    " elements");
-    return nccl_type(t);
-}
-
-}  // namespace
-
-NcclComm::NcclComm(std::unique_ptr<Comm> host, cudaStream_t compute)
+NcclComm::NcclComm(std::unique_ptr<Comm> host, cudaStream_t compute, bool messages)
     : staged_(std::move(host), compute), compute_(compute) {
     if (size() == 1) return;  // nothing to exchange: every call returns at once
     // Rank 0's NCCL id reaches the others as bytes through the host communicator.
@@ -79,9 +29,11 @@ NcclComm::NcclComm(std::unique_ptr<Comm> host, cudaStream_t compute)
     TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&compute_done_, cudaEventDisableTiming));
     TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&communication_done_, cudaEventDisableTiming));
     abort_hook_ = add_abort_hook([comm = comm_] { ncclCommAbort(comm); });
+    if (messages) messages_ = std::make_unique<NcclMessages>(staged_, compute_);
 }
 
 NcclComm::~NcclComm() {
+    messages_.reset();
     if (abort_hook_ >= 0) remove_abort_hook(abort_hook_);
     if (stream_) cudaStreamSynchronize(stream_);
     if (comm_) ncclCommDestroy(comm_);
@@ -148,30 +100,44 @@ void NcclComm::all_to_all(ConstPtr in, Ptr out, std::size_t count) {
     if (!on_device(out.data)) return staged_.all_to_all(in, out, count);
     const ncclDataType_t type = nccl_type(out.dtype);
     ordered("all_to_all", [&] {
-        TRIDENT_NCCL_CHECK(ncclGroupStart());
+        NcclGroup group;
         for (int peer = 0; peer < size(); ++peer) {
             const std::size_t block = static_cast<std::size_t>(peer) * count;
             TRIDENT_NCCL_CHECK(ncclSend((in + block).data, count, type, peer, comm_, stream_));
             TRIDENT_NCCL_CHECK(ncclRecv((out + block).data, count, type, peer, comm_, stream_));
         }
-        TRIDENT_NCCL_CHECK(ncclGroupEnd());
+        group.end();
     });
 }
 
-// Messages: through the host communicator with staging (see nccl_comm.h). Every call is
-// counted here, as the trainer reads this communicator's statistics.
+// Messages: on device buffers between ring neighbours through NCCL (NcclMessages), else
+// through the host communicator with staging (see nccl_comm.h). Every call is counted here,
+// as the trainer reads this communicator's statistics.
+bool NcclComm::by_nccl(const void* data, int peer, int tag) const {
+    if (!messages_ || !messages_->carries(peer)) return false;
+    if (on_device(data)) return true;
+    if (tag == NcclMessages::kTag)
+        throw Error("internal: tag " + std::to_string(tag) +
+                    " on a host message between neighbours: NCCL's envelopes use it");
+    return false;
+}
+
 void NcclComm::send(ConstPtr data, std::size_t count, int peer, int tag) {
     Comm::count(CommKind::send, count, data.dtype);
+    if (by_nccl(data.data, peer, tag))
+        return messages_->isend(data, count, peer, tag, label()).wait();
     staged_.send(data, count, peer, tag);
 }
 
 void NcclComm::recv(Ptr data, std::size_t count, int peer, int tag) {
     Comm::count(CommKind::recv, count, data.dtype);
+    if (by_nccl(data.data, peer, tag)) return messages_->recv(data, count, peer, tag, label());
     staged_.recv(data, count, peer, tag);
 }
 
 Request NcclComm::isend(ConstPtr data, std::size_t count, int peer, int tag) {
     Comm::count(CommKind::send, count, data.dtype);
+    if (by_nccl(data.data, peer, tag)) return messages_->isend(data, count, peer, tag, label());
     return staged_.isend(data, count, peer, tag);
 }
 

@@ -7,11 +7,11 @@
 // caller overlap communication with independent compute (e.g. a ZeRO-1 reduce-scatter with
 // the rest of backward) once it asks for the result later than it starts it.
 //
-// Point-to-point messages go through the host communicator with host staging (StagedComm):
-// NCCL matches sends to receives by their order between two ranks, not by tag, and the
-// pipeline's schedules (interleaved ones with two stages above all, whose activations and
-// gradients travel between the same two ranks) receive in an order of their own. Host
-// buffers (the trainer's scalars, gathered checkpoints) go through the host communicator.
+// Point-to-point messages on device buffers between ring neighbours (rank r and r ± 1: the
+// pipeline's and ring attention's) go through NCCL, each direction on a communicator and stream
+// of its own, matched by tag through envelopes on the host communicator (NcclMessages); other
+// messages through the host communicator with host staging (StagedComm). Host buffers (the
+// trainer's scalars, gathered checkpoints) go through the host communicator.
 //
 // Stalls. Each collective queued is noted for the stall watchdog, which names it when the host
 // then waits too long for the device (parallel/watchdog.h); before the watchdog aborts the job
@@ -24,6 +24,7 @@
 #include <memory>
 
 #include "parallel/comm.h"
+#include "parallel/cuda/nccl_messages.h"
 #include "parallel/cuda/staged_comm.h"
 
 namespace trident::parallel {
@@ -31,8 +32,10 @@ namespace trident::parallel {
 class NcclComm final : public Comm {
 public:
     // Collective over the ranks of `host`, which it keeps for host buffers and messages. The
-    // GPU must be chosen (gpu_binding.h) and not shared by two ranks of the group.
-    NcclComm(std::unique_ptr<Comm> host, cudaStream_t compute);
+    // GPU must be chosen (gpu_binding.h) and not shared by two ranks of the group. With
+    // `messages`, messages between ring neighbours travel through NCCL (NcclMessages, whose
+    // communicators a group that sends none need not hold), else through the host.
+    NcclComm(std::unique_ptr<Comm> host, cudaStream_t compute, bool messages);
     ~NcclComm() override;
     NcclComm(const NcclComm&) = delete;
     NcclComm& operator=(const NcclComm&) = delete;
@@ -51,7 +54,7 @@ public:
     void barrier() override;
     // Non-blocking: the collective is queued on the communication stream after the compute
     // queued so far, and waiting for it makes the compute stream wait for it (the host does
-    // not). isend goes through StagedComm.
+    // not). isend as send (above).
     Request isend(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
     Request iall_reduce(kernels::Ptr data, std::size_t count, ReduceOp op = ReduceOp::sum) override;
     Request ireduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
@@ -59,6 +62,9 @@ public:
 
 private:
     class Pending;
+
+    // Whether a message travels through NcclMessages: a device buffer and a ring neighbour.
+    bool by_nccl(const void* data, int peer, int tag) const;
 
     // Runs `collective` on the communication stream, between the events that order it
     // against the compute stream.
@@ -71,6 +77,7 @@ private:
     Request started(const char* operation, Fn collective);
 
     StagedComm staged_;
+    std::unique_ptr<NcclMessages> messages_;  // with `messages` and more than one rank
     cudaStream_t compute_;
     cudaStream_t stream_ = nullptr;
     cudaEvent_t compute_done_ = nullptr, communication_done_ = nullptr;

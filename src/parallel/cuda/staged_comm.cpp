@@ -37,9 +37,13 @@ void* StagedComm::Pinned::reserve(std::size_t bytes) {
 }
 
 StagedComm::StagedComm(std::unique_ptr<Comm> host, cudaStream_t stream)
-    : host_(std::move(host)), stream_(stream), staging_(stream) {}
+    : host_(std::move(host)), stream_(stream), staging_(stream) {
+    TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
+}
 
-StagedComm::~StagedComm() = default;
+StagedComm::~StagedComm() {
+    cudaEventDestroy(copied_);  // released once it has happened
+}
 
 void StagedComm::to_host(void* host, const void* device, std::size_t bytes) {
     if (bytes)
@@ -50,9 +54,11 @@ void StagedComm::to_host(void* host, const void* device, std::size_t bytes) {
 
 void StagedComm::to_device(void* device, const void* host, std::size_t bytes) {
     // The next call's copy to the host is queued after this one on the same stream and waited
-    // for before the staging memory is touched again.
+    // for before the staging memory is touched again; a receive, which writes the staging
+    // memory first, waits for `copied_`.
     if (bytes)
         TRIDENT_CUDA_CHECK(cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, stream_));
+    TRIDENT_CUDA_CHECK(cudaEventRecord(copied_, stream_));
 }
 
 void StagedComm::copy(void* out, const void* in, std::size_t bytes) {
@@ -139,8 +145,12 @@ void StagedComm::recv(Ptr data, std::size_t count, int peer, int tag) {
     if (!on_device(data.data)) return host_->recv(data, count, peer, tag);
     const std::size_t bytes = count * kernels::size_of(data.dtype);
     void* host = staging_.reserve(bytes);
-    // Nothing queued may still read the staging memory (to_device's copies): wait first.
-    TRIDENT_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    // Nothing queued may still read the staging memory: wait for to_device's last copy (not
+    // for the compute queued after it).
+    {
+        const Blocked blocked(kDeviceWait, nullptr);
+        TRIDENT_CUDA_CHECK(cudaEventSynchronize(copied_));
+    }
     host_->recv(Ptr(host, data.dtype), count, peer, tag);
     to_device(data.data, host, bytes);
 }

@@ -4,8 +4,8 @@
 // Used when NCCL cannot be: ranks that share a GPU (NCCL refuses two ranks of a communicator
 // on one device), which gpu_binding detects. It is slower than NCCL (two PCIe copies and a
 // synchronisation per call) but exact and deterministic, the MPI algorithms summing as they
-// do for host buffers. NcclComm also uses it for point-to-point messages, which must match by
-// tag (see nccl_comm.h). Host buffers go straight to the host communicator.
+// do for host buffers. NcclComm also uses it for point-to-point messages other than between
+// ring neighbours (see nccl_comm.h). Host buffers go straight to the host communicator.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -72,7 +72,8 @@ private:
     std::unique_ptr<Comm> host_;
     cudaStream_t stream_;
     Pinned staging_;
-    std::vector<Pinned> spare_;  // given back by completed requests
+    std::vector<Pinned> spare_;     // given back by completed requests
+    cudaEvent_t copied_ = nullptr;  // after to_device's last copy
 };
 
 }  // namespace trident::parallel

@@ -6,28 +6,28 @@
 
 #include "kernels/ops.h"
 
-namespace trident::model {
+namespace trident::kernels {
 
 // A device buffer of `count` elements of one type that releases itself.
 class DeviceBuffer {
 public:
     DeviceBuffer() = default;
-    DeviceBuffer(kernels::Ops& ops, std::size_t count, kernels::DType dtype = kernels::DType::f32);
+    DeviceBuffer(Ops& ops, std::size_t count, DType dtype = DType::f32);
     ~DeviceBuffer();
     DeviceBuffer(DeviceBuffer&& other) noexcept;
     DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
     DeviceBuffer(const DeviceBuffer&) = delete;
     DeviceBuffer& operator=(const DeviceBuffer&) = delete;
 
-    kernels::Ptr data() const { return data_; }
+    Ptr data() const { return data_; }
     float* f32() const { return data_.f32(); }  // an fp32 buffer's floats
     std::size_t size() const { return count_; }
     std::size_t bytes() const { return count_ * kernels::size_of(data_.dtype); }
 
 private:
-    kernels::Ops* ops_ = nullptr;
-    kernels::Ptr data_;
+    Ops* ops_ = nullptr;
+    Ptr data_;
     std::size_t count_ = 0;
 };
 
-}  // namespace trident::model
+}  // namespace trident::kernels

@@ -1,9 +1,10 @@
 // Layers per pipeline chunk (see stage_cuts.h).
-#include "plan/stage_cuts.h"
+#include "config/stage_cuts.h"
 
-#include "plan/stage_shape.h"
+#include "config/model_shape.h"
+#include "model/flops.h"
 
-namespace trident::plan {
+namespace trident::config {
 
 std::vector<int> balanced_layers(int layers, int chunks, double layer_cost, double first_extra,
                                  double last_extra) {
@@ -21,20 +22,20 @@ std::vector<int> balanced_layers(int layers, int chunks, double layer_cost, doub
     return counts;
 }
 
-std::vector<int> chunk_layers(const config::Config& cfg) {
-    const config::StageLayers& cut = cfg.parallel.stage_layers;
+std::vector<int> chunk_layers(const Config& cfg) {
+    const StageLayers& cut = cfg.parallel.stage_layers;
     const int chunks = cfg.parallel.pipeline * cfg.parallel.virtual_stages;
     switch (cut.cut) {
-        case config::StageCut::given:
+        case StageCut::given:
             return cut.layers;
-        case config::StageCut::uniform:
+        case StageCut::uniform:
             return std::vector<int>(static_cast<std::size_t>(chunks), cfg.model.layers / chunks);
-        case config::StageCut::auto_:
+        case StageCut::auto_:
             break;
     }
-    const GemmFlops f = gemm_flops(cfg);
+    const model::GemmFlops f = model::gemm_flops(rank_dims(cfg), cfg.training.recompute);
     return balanced_layers(cfg.model.layers, chunks, f.layer_forward + f.layer_backward, 0.0,
                            f.head_forward + f.head_backward);
 }
 
-}  // namespace trident::plan
+}  // namespace trident::config

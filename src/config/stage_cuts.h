@@ -3,7 +3,7 @@
 // Cutting by layer count alone (uniform) leaves the last chunk with the LM head and the loss
 // besides its layers; on a model with a large vocabulary and few layers the head can be most
 // of the FLOPs, and the last stage then sets the pace of the whole pipeline. `auto` balances
-// the chunks by the GEMM FLOPs the planner counts for them (stage_shape.h, gemm_flops): each
+// the chunks by the GEMM FLOPs the model counts for them (model/flops.h): each
 // layer goes, one at a time, to the chunk whose cost it raises least — for identical layers
 // this minimises the largest chunk's cost. Memory-bound work (the embedding, LayerNorms, the
 // softmax of the loss) is not counted. Ties go to the later chunk, which under 1F1B holds
@@ -14,7 +14,7 @@
 
 #include "config/config.h"
 
-namespace trident::plan {
+namespace trident::config {
 
 // Layers per chunk minimising the largest chunk cost, given the cost of one layer and the
 // fixed extra cost of the first and of the last chunk (one chunk: both on it).
@@ -23,6 +23,6 @@ std::vector<int> balanced_layers(int layers, int chunks, double layer_cost, doub
 
 // The layers of each global chunk for the config's parallel.stage_layers (config::derive
 // stores them as derived.chunk_layers). cfg.derived.padded_vocab must be set.
-std::vector<int> chunk_layers(const config::Config& cfg);
+std::vector<int> chunk_layers(const Config& cfg);
 
-}  // namespace trident::plan
+}  // namespace trident::config

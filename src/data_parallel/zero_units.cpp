@@ -1,11 +1,11 @@
 // ZeRO-2 and ZeRO-3's exchange of gradients and parameters, unit by unit (see zero_units.h).
-#include "optim/zero_units.h"
+#include "data_parallel/zero_units.h"
 
 #include <algorithm>
 
-#include "error.h"
+#include "kernels/error.h"
 
-namespace trident::optim {
+namespace trident::data_parallel {
 
 ZeroUnits::ZeroUnits(kernels::Ops& ops, model::FlatBuffer& params, model::FlatBuffer& grads,
                      parallel::Comm& data, bool overlap_reduce, bool overlap_gather)
@@ -123,4 +123,4 @@ void ZeroUnits::params_done(std::size_t begin, std::size_t end) {
     }
 }
 
-}  // namespace trident::optim
+}  // namespace trident::data_parallel

@@ -1,15 +1,13 @@
 // DeviceBuffer (see device_buffer.h).
-#include "model/device_buffer.h"
+#include "kernels/device_buffer.h"
 
 #include <utility>
 
-namespace trident::model {
-
-using kernels::Ptr;
+namespace trident::kernels {
 
 // A buffer of nothing holds no memory (the allocator would round it up to its alignment),
 // so the bytes counted are those of buffers in use.
-DeviceBuffer::DeviceBuffer(kernels::Ops& ops, std::size_t count, kernels::DType dtype)
+DeviceBuffer::DeviceBuffer(Ops& ops, std::size_t count, DType dtype)
     : ops_(&ops), data_(count ? ops.allocate(count, dtype) : Ptr(nullptr, dtype)), count_(count) {}
 
 DeviceBuffer::~DeviceBuffer() {
@@ -31,4 +29,4 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
     return *this;
 }
 
-}  // namespace trident::model
+}  // namespace trident::kernels

@@ -36,7 +36,7 @@
 #include "model/flat_buffer.h"
 #include "parallel/comm.h"
 
-namespace trident::optim {
+namespace trident::data_parallel {
 
 class ZeroUnits {
 public:
@@ -84,4 +84,4 @@ private:
     io::TraceRecorder* trace_ = nullptr;
 };
 
-}  // namespace trident::optim
+}  // namespace trident::data_parallel

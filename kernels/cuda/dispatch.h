@@ -1,0 +1,42 @@
+// Run-time element types to compile-time ones: dispatch(t, f) calls f with a value of the C++
+// type of a float DType (float, __nv_bfloat16, __half), so that a templated kernel runs on a
+// buffer whose type is known only at run time; as<E>(p) is then the buffer as an E array.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <string>
+
+#include "kernels/dtype.h"
+#include "kernels/error.h"
+
+namespace trident::kernels::cuda {
+
+template <typename F>
+void dispatch(DType t, F&& f) {
+    switch (t) {
+        case DType::f32:
+            f(float{});
+            return;
+        case DType::bf16:
+            f(__nv_bfloat16{});
+            return;
+        case DType::f16:
+            f(__half{});
+            return;
+        default:
+            throw Error(std::string("internal: a GPU op on ") + name_of(t) + " elements");
+    }
+}
+
+template <typename E>
+E* as(Ptr p) {
+    return static_cast<E*>(p.data);
+}
+template <typename E>
+const E* as(ConstPtr p) {
+    return static_cast<const E*>(p.data);
+}
+
+}  // namespace trident::kernels::cuda

@@ -1,0 +1,116 @@
+// Activation sets, their pool and the recompute scratch (see activation_store.h).
+#include "model/activation_store.h"
+
+#include <string>
+
+#include "kernels/error.h"
+
+namespace trident::model {
+
+using kernels::DeviceBuffer;
+using kernels::Ptr;
+
+namespace {
+
+// The buffers of `spec` that `where` keeps; empty ones for the others, so slots index them.
+template <typename Where>
+std::vector<DeviceBuffer> allocate_spec(kernels::Ops& ops, const SetSpec& spec, Where where) {
+    std::vector<DeviceBuffer> buffers;
+    buffers.reserve(spec.buffers().size());
+    for (const BufferSpec& b : spec.buffers())
+        buffers.push_back(where(b.keep) ? DeviceBuffer(ops, b.count, b.dtype)
+                                        : DeviceBuffer(ops, 0, b.dtype));
+    return buffers;
+}
+
+}  // namespace
+
+std::size_t set_bytes(const ChunkSpec& chunk, const KeepPolicy& policy) {
+    std::size_t bytes = spec_bytes(chunk.own, [&](Keep k) { return own_in_set(k, policy); });
+    for (const SetSpec* layer : chunk.layers)
+        bytes += spec_bytes(*layer, [&](Keep k) { return policy.in_set(k); });
+    return bytes;
+}
+
+std::size_t recompute_scratch_bytes(const SetSpec& layer, const KeepPolicy& policy) {
+    return spec_bytes(layer, [&](Keep k) { return policy.in_scratch(k); });
+}
+
+ActivationStore::ActivationStore(kernels::Ops& ops, Recompute recompute,
+                                 std::vector<ChunkSpec> chunks, const SetSpec* layer)
+    : ops_(ops), chunks_(std::move(chunks)), layer_(layer), pool_(chunks_.size()) {
+    policy_.recompute = recompute;
+    if (recompute != Recompute::none && layer_)
+        scratch_ = allocate_spec(ops, *layer_, [&](Keep k) { return policy_.in_scratch(k); });
+}
+
+void ActivationStore::set_split_backward(bool on) {
+    if (sets() > 0) throw Error("internal: the backward split after a forward");
+    policy_.split_backward = on;
+}
+
+std::unique_ptr<ActivationStore::Set> ActivationStore::allocate(int c) {
+    const ChunkSpec& chunk = chunks_[static_cast<std::size_t>(c)];
+    const std::size_t before = ops_.allocated_bytes();
+    auto set = std::make_unique<Set>();
+    set->own = allocate_spec(ops_, chunk.own, [&](Keep k) { return own_in_set(k, policy_); });
+    for (const SetSpec* layer : chunk.layers)
+        set->layers.push_back(
+            allocate_spec(ops_, *layer, [&](Keep k) { return policy_.in_set(k); }));
+    bytes_ += ops_.allocated_bytes() - before;
+    return set;
+}
+
+ActivationStore::Set& ActivationStore::start(int mb, int c) {
+    auto& pool = pool_[static_cast<std::size_t>(c)];
+    std::unique_ptr<Set> set;
+    if (pool.empty()) {
+        set = allocate(c);
+    } else {
+        set = std::move(pool.back());
+        pool.pop_back();
+    }
+    auto [it, fresh] = live_.emplace(std::pair{mb, c}, std::move(set));
+    if (!fresh)
+        throw Error("internal: microbatch " + std::to_string(mb) + " of chunk " +
+                    std::to_string(c) + " is already in flight");
+    return *it->second;
+}
+
+ActivationStore::Set& ActivationStore::live(int mb, int c) {
+    const auto it = live_.find({mb, c});
+    if (it == live_.end())
+        throw Error("internal: no forward of microbatch " + std::to_string(mb) + " on chunk " +
+                    std::to_string(c) + " to run backward on");
+    return *it->second;
+}
+
+void ActivationStore::release(int mb, int c) {
+    const auto it = live_.find({mb, c});
+    pool_[static_cast<std::size_t>(c)].push_back(std::move(it->second));
+    live_.erase(it);
+}
+
+std::size_t ActivationStore::sets() const {
+    std::size_t n = live_.size();
+    for (const auto& pool : pool_) n += pool.size();
+    return n;
+}
+
+SetBuffers ActivationStore::own(const Set& set) const {
+    std::vector<Ptr> buffers;
+    for (const DeviceBuffer& b : set.own) buffers.push_back(b.data());
+    return SetBuffers(std::move(buffers));
+}
+
+SetBuffers ActivationStore::layer(const Set& set, int c, int i) const {
+    const SetSpec& spec = *chunks_[static_cast<std::size_t>(c)].layers[static_cast<std::size_t>(i)];
+    const std::vector<DeviceBuffer>& kept = set.layers[static_cast<std::size_t>(i)];
+    std::vector<Ptr> buffers;
+    for (std::size_t s = 0; s < kept.size(); ++s)
+        buffers.push_back(policy_.in_scratch(spec.buffers()[s].keep) ? scratch_[s].data()
+                                                                     : kept[s].data());
+    return SetBuffers(std::move(buffers));
+}
+
+}  // namespace trident::model

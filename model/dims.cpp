@@ -1,0 +1,35 @@
+// One rank's sizes of a microbatch (see dims.h).
+#include "model/dims.h"
+
+#include <string>
+
+#include "kernels/error.h"
+
+namespace trident::model {
+
+Dims make_dims(const GptShape& shape, const DimsInputs& in) {
+    Dims d;
+    d.B = in.micro_batch;
+    d.context_size = in.context_size;
+    d.context_mode = in.context_mode;
+    d.tensor_size = in.tensor_size;
+    d.tensor_rank = in.tensor_rank;
+    d.seq_len = shape.max_seq;
+    d.T = shape.max_seq / in.context_size;
+    d.N = d.B * d.T;
+    d.sequence_parallel = in.sequence_parallel && in.tensor_size > 1;
+    if (d.sequence_parallel && d.N % in.tensor_size != 0)
+        throw Error("sequence parallelism splits the micro batch's B*T = " + std::to_string(d.N) +
+                    " rows over parallel.tensor = " + std::to_string(in.tensor_size) +
+                    " ranks: they must divide");
+    d.R = d.sequence_parallel ? d.N / in.tensor_size : d.N;
+    d.H = shape.hidden;
+    d.Hm = shape.hidden / in.tensor_size;
+    d.Fm = shape.ffn / in.tensor_size;
+    d.heads = shape.heads / in.tensor_size;
+    d.Vm = shape.padded_vocab / in.tensor_size;
+    d.act = in.activations;
+    return d;
+}
+
+}  // namespace trident::model

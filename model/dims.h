@@ -1,0 +1,47 @@
+// One rank's sizes of a microbatch, from which every part of the model sizes its buffers and
+// the planner (src/plan/memory_model.cpp) counts them: computed once, by one function.
+//
+// Names: B sequences of T tokens each on this rank (T = seq_len / C under C-way context
+// parallelism), N = B·T rows of a microbatch, R = the rows of the residual stream this rank
+// holds (N / M under sequence parallelism, else N), H the hidden width, and the widths this
+// rank holds under M-way tensor parallelism: Hm = H/M (attention), Fm = F/M (MLP), heads =
+// NH/M, Vm = Vp/M (padded vocabulary).
+#pragma once
+
+#include <cstddef>
+
+#include "kernels/dtype.h"
+#include "model/param_layout.h"
+
+namespace trident::model {
+
+enum class ContextMode { ring, ulysses };
+
+struct Dims {
+    int B = 0, T = 0, seq_len = 0, N = 0, R = 0;
+    int H = 0, Hm = 0, Fm = 0, heads = 0, Vm = 0;
+    int tensor_size = 1, tensor_rank = 0, context_size = 1;
+    bool sequence_parallel = false;
+    ContextMode context_mode = ContextMode::ring;
+    kernels::DType act = kernels::DType::f32;  // activations' type
+
+    std::size_t rows() const { return static_cast<std::size_t>(N); }
+    std::size_t rows_mine() const { return static_cast<std::size_t>(R); }
+    bool ring() const { return context_size > 1 && context_mode == ContextMode::ring; }
+    bool ulysses() const { return context_size > 1 && context_mode == ContextMode::ulysses; }
+};
+
+// How the model is split and what it computes in: the inputs of make_dims.
+struct DimsInputs {
+    int micro_batch = 1;
+    int tensor_size = 1, tensor_rank = 0;
+    int context_size = 1;
+    bool sequence_parallel = false;  // ignored on one tensor rank
+    ContextMode context_mode = ContextMode::ring;
+    kernels::DType activations = kernels::DType::f32;
+};
+
+// Throws trident::Error when sequence parallelism cannot split the rows evenly.
+Dims make_dims(const GptShape& shape, const DimsInputs& in);
+
+}  // namespace trident::model

@@ -1,0 +1,73 @@
+// The vocab-parallel embedding (see embedding.h).
+#include "model/embedding.h"
+
+namespace trident::model {
+
+using kernels::ConstPtr;
+using kernels::DType;
+using kernels::Ptr;
+
+Embedding::Embedding(const EmbeddingSpec& spec, const Dims& d, SetSpec& set, ScratchSpec& scratch)
+    : spec_(spec) {
+    const std::size_t N = d.rows(), R = d.rows_mine(), H = static_cast<std::size_t>(d.H);
+    tokens_ = set.add("tokens", N, DType::i32, Keep::always);
+    partial_ = set.add("embedding_partial", d.sequence_parallel ? N * H : 0, d.act, Keep::always);
+    stash_ = set.add("d_embedding", R * H, d.act, Keep::split);
+    if (d.context_size > 1)
+        positions_ = scratch.add("positions", static_cast<std::size_t>(d.T), DType::i32);
+    d_rows_ = scratch.add("d_rows", R * H, d.act);
+    d_output_all_ = scratch.add("d_output_all", d.sequence_parallel ? N * H : 0, d.act);
+}
+
+const int32_t* Embedding::positions(const PartContext& ctx) const {
+    return positions_ < 0 ? nullptr : static_cast<const int32_t*>(ctx.scratch[positions_].data);
+}
+
+void Embedding::upload_positions(PartContext& ctx, const std::vector<int32_t>& positions) const {
+    if (positions_ < 0) return;
+    ctx.ops.upload(ctx.scratch[positions_].data, positions.data(),
+                   positions.size() * sizeof(int32_t));
+}
+
+void Embedding::forward(PartContext& ctx, const Pass& pass, const int32_t* tokens, Ptr out) const {
+    const Dims& d = ctx.dims();
+    const FlatBuffer::Base w = ctx.weights.params.base();
+    const Ptr ids = pass.buffers[tokens_];
+    ctx.ops.upload(ids.data, tokens, d.rows() * sizeof(int32_t));
+    const Ptr embedded = d.sequence_parallel ? pass.buffers[partial_] : out;
+    const bool adds_positions = ctx.rows.group().rank() == 0;
+    ctx.ops.embedding_forward(embedded, static_cast<const int32_t*>(ids.data), w + spec_.wte,
+                              adds_positions ? ConstPtr(w + spec_.wpe) : ConstPtr(), d.B, d.T, d.H,
+                              spec_.vocab_begin, d.Vm, positions(ctx), d.seq_len);
+    const Ptr encoded = ctx.rows.reduce_rows(embedded, out, static_cast<std::size_t>(d.H));
+    ctx.rows.dropout(encoded, pass.drop(spec_.dropout), pass.site(0));
+}
+
+void Embedding::backward(PartContext& ctx, const Pass& pass, ConstPtr d_out,
+                         BackwardPart part) const {
+    if (ctx.weights.frozen) return;  // no gradient to compute, and no input to pass one on to
+    if (part == BackwardPart::input) {
+        ctx.ops.copy(pass.buffers[stash_], d_out, ctx.dims().rows_mine() * ctx.dims().H);
+        return;
+    }
+    gradient(ctx, pass, d_out);
+}
+
+void Embedding::backward_weight(PartContext& ctx, const Pass& pass) const {
+    if (ctx.weights.frozen) return;
+    gradient(ctx, pass, pass.buffers[stash_]);
+}
+
+void Embedding::gradient(PartContext& ctx, const Pass& pass, ConstPtr d_out) const {
+    const Dims& d = ctx.dims();
+    // The reduction's backward: every rank scatters all rows into its slice.
+    const ConstPtr d_encoded =
+        ctx.rows.all_rows(ctx.rows.through_dropout(d_out, ctx.scratch[d_rows_],
+                                                   pass.drop(spec_.dropout), pass.site(0)),
+                          ctx.scratch[d_output_all_], static_cast<std::size_t>(d.H));
+    ctx.ops.embedding_backward(ctx.weights.grads.at(spec_.wte), ctx.weights.grads.at(spec_.wpe),
+                               d_encoded, static_cast<const int32_t*>(pass.buffers[tokens_].data),
+                               d.B, d.T, d.H, spec_.vocab_begin, d.Vm, positions(ctx), d.seq_len);
+}
+
+}  // namespace trident::model

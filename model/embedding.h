@@ -1,0 +1,51 @@
+// The vocab-parallel token embedding plus the position embedding, the first global chunk's
+// start: each tensor rank looks up the tokens of its slice of the vocabulary (zero rows for the
+// rest) and the sum over the tensor group is the embedding (reduced to this rank's rows under
+// sequence parallelism); wpe is added once, by tensor rank 0, so the sum is exact. Under
+// context parallelism the positions are this rank's tokens' own (model/context_split.h).
+//
+// Shapes (this rank): tokens (B, T) i32; out (R, H) = the chunk's input; wte (Vm, H) rows
+// [vocab_begin, vocab_begin + Vm) of the padded vocabulary, wpe (seq_len, H).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "model/buffer_spec.h"
+#include "model/part_context.h"
+
+namespace trident::model {
+
+struct EmbeddingSpec {
+    std::size_t wte = 0, wpe = 0;  // offsets in the parameter buffer
+    int vocab_begin = 0;
+    float dropout = 0;
+};
+
+class Embedding {
+public:
+    // Declares its buffers into the chunk's set and the scratch.
+    Embedding(const EmbeddingSpec& spec, const Dims& d, SetSpec& set, ScratchSpec& scratch);
+
+    // The positions of this rank's tokens, once (context parallelism only).
+    void upload_positions(PartContext& ctx, const std::vector<int32_t>& positions) const;
+    // out (R, H) from the host's token ids (B, T).
+    void forward(PartContext& ctx, const Pass& pass, const int32_t* tokens, kernels::Ptr out) const;
+    // The gradients of wte and wpe from d_out (R, H), or (BackwardPart::input) d_out kept for
+    // backward_weight: the embedding has no input to pass a gradient on to.
+    void backward(PartContext& ctx, const Pass& pass, kernels::ConstPtr d_out,
+                  BackwardPart part) const;
+    void backward_weight(PartContext& ctx, const Pass& pass) const;
+
+private:
+    void gradient(PartContext& ctx, const Pass& pass, kernels::ConstPtr d_out) const;
+    const int32_t* positions(const PartContext& ctx) const;
+
+    EmbeddingSpec spec_;
+    int tokens_, partial_, stash_;  // slots: (N) i32; (N, H) partial sums; (R, H)
+    int positions_ = -1;            // scratch: (T) i32, context parallelism only
+    int d_rows_, d_output_all_;     // scratch: (R, H); (N, H) under sequence parallelism
+};
+
+}  // namespace trident::model

@@ -1,0 +1,102 @@
+// The GPT model's parameters and adapters on the host: initialisation, loading, and this
+// rank's share of the whole model (see model/gpt.h).
+#include <cmath>
+#include <cstring>
+
+#include "kernels/random.h"
+#include "model/gpt.h"
+
+namespace trident::model {
+
+namespace {
+
+// A flat buffer on the host as its layout lays it out (without the padding).
+std::vector<float> host_copy(const FlatBuffer& buffer, const ParamLayout& layout) {
+    std::vector<float> host = buffer.to_host();
+    host.resize(layout.total());
+    return host;
+}
+
+bool ends_with(const std::string& name, const char* suffix) {
+    const std::size_t n = std::strlen(suffix);
+    return name.size() >= n && name.compare(name.size() - n, n, suffix) == 0;
+}
+
+// Tensor t of the whole model as GPT-2 initialises it (the tensors' names are GPT-2's).
+void init_tensor(const ParamLayout& whole, std::size_t ti, uint64_t seed, float init_std,
+                 float* p) {
+    const ParamTensor& t = whole.tensors()[ti];
+    const GptShape& s = whole.shape();
+    if (t.shape.size() == 1) {  // biases 0, LayerNorm gains 1
+        const bool gain = ends_with(t.name, "ln_1.weight") || ends_with(t.name, "ln_2.weight") ||
+                          t.name == "ln_f.weight";
+        for (std::size_t i = 0; i < t.numel; ++i) p[i] = gain ? 1.0f : 0.0f;
+        return;
+    }
+    const bool residual_out =
+        ends_with(t.name, "attn.c_proj.weight") || ends_with(t.name, "mlp.c_proj.weight");
+    const double stddev = residual_out ? init_std / std::sqrt(2.0 * s.layers) : init_std;
+    // Padded vocabulary rows of wte stay zero: they never take part in the loss.
+    std::size_t count = t.numel;
+    if (t.offset == whole.wte()) count = static_cast<std::size_t>(s.vocab) * s.hidden;
+    const uint64_t tensor_seed = kernels::hash64(seed, ti);
+    for (std::size_t i = 0; i < count; ++i)
+        p[i] = static_cast<float>(stddev * kernels::normal(tensor_seed, i));
+}
+
+}  // namespace
+
+void Gpt::init_random(uint64_t seed, float init_std) {
+    const ParamLayout whole(layout_.shape());
+    std::vector<float> full(whole.total(), 0.0f);
+    for (std::size_t ti = 0; ti < whole.tensors().size(); ++ti)
+        init_tensor(whole, ti, seed, init_std, full.data() + whole.tensors()[ti].offset);
+    load_full_params(full);
+}
+
+void Gpt::load_params(const std::vector<float>& local) {
+    weights_.params.from_host(local);
+}
+
+void Gpt::load_full_params(const std::vector<float>& full) {
+    std::vector<float> local(layout_.total());
+    shard_params(ParamLayout(layout_.shape()), full.data(), layout_, local.data());
+    load_params(local);
+}
+
+std::vector<float> Gpt::params_to_host() const {
+    return host_copy(weights_.params, layout_);
+}
+
+std::vector<float> Gpt::grads_to_host() const {
+    return host_copy(weights_.grads, layout_);
+}
+
+std::vector<float> Gpt::share_of_full(const std::vector<float>& local) const {
+    return share_of_whole(layout_, local, ParamLayout(layout_.shape()));
+}
+
+std::vector<float> Gpt::lora_to_host() const {
+    return host_copy(weights_.lora_params, lora_layout_);
+}
+
+std::vector<float> Gpt::lora_grads_to_host() const {
+    return host_copy(weights_.lora_grads, lora_layout_);
+}
+
+void Gpt::load_lora(const std::vector<float>& local) {
+    weights_.lora_params.from_host(local);
+}
+
+void Gpt::load_full_lora(const std::vector<float>& full) {
+    std::vector<float> local(lora_layout_.total());
+    shard_params(ParamLayout::for_lora(shape(), lora().shape), full.data(), lora_layout_,
+                 local.data());
+    load_lora(local);
+}
+
+std::vector<float> Gpt::lora_share_of_full(const std::vector<float>& local) const {
+    return share_of_whole(lora_layout_, local, ParamLayout::for_lora(shape(), lora().shape));
+}
+
+}  // namespace trident::model

@@ -1,0 +1,114 @@
+// A split linear: forward, backward and the weight gradient (see linear.h).
+#include "model/linear.h"
+
+namespace trident::model {
+
+using kernels::ConstPtr;
+using kernels::Ptr;
+
+Linear::Linear(const LinearSpec& spec, const Dims& d, SetSpec& set, ScratchSpec& scratch)
+    : spec_(spec) {
+    const std::size_t N = d.rows(), R = d.rows_mine();
+    const std::size_t in = static_cast<std::size_t>(spec.in),
+                      out = static_cast<std::size_t>(spec.out);
+    const bool column = spec.split == LinearSplit::column;
+    const bool sp = d.sequence_parallel;
+    if (column && sp) input_all_ = set.add("input_all", N * in, d.act, Keep::unless_full);
+    if (spec.stash) stash_ = set.add("d_output", N * out, d.act, Keep::split);
+    if (column) {
+        d_input_ = scratch.add("d_input_all", N * in, d.act);
+        d_rows_ = scratch.add("d_rows", R * in, d.act);
+        partial_ = reduced_ = d_output_all_ = -1;
+    } else {
+        partial_ = scratch.add("partial", N * out, d.act);
+        reduced_ = scratch.add("reduced", sp ? R * out : 0, d.act);
+        d_output_all_ = scratch.add("d_output_all", sp ? N * out : 0, d.act);
+        d_input_ = scratch.add("d_input", N * in, d.act);
+        d_rows_ = -1;
+    }
+    if (spec.lora) {
+        // A row-split linear's input is split by columns: this rank's start at in·rank.
+        const int whole_in = column ? spec.in : spec.in * d.tensor_size;
+        const int first_column = column ? 0 : spec.in * d.tensor_rank;
+        lora_.emplace(*spec.lora, d, spec.in, spec.out, whole_in, first_column, !column, set,
+                      scratch);
+    }
+}
+
+ConstPtr Linear::gemm_input(const Pass& pass, ConstPtr x) const {
+    return input_all_ >= 0 ? ConstPtr(pass.buffers[input_all_]) : x;
+}
+
+Ptr Linear::forward(PartContext& ctx, const Pass& pass, ConstPtr x, Ptr y) const {
+    const Dims& d = ctx.dims();
+    const FlatBuffer::Base w = ctx.weights.params.base();
+    const ConstPtr bias = spec_.bias == kNoBias ? ConstPtr() : ConstPtr(w + spec_.bias);
+    if (spec_.split == LinearSplit::column) {
+        const ConstPtr x_all =
+            input_all_ >= 0 ? ctx.rows.all_rows(x, pass.buffers[input_all_], spec_.in) : x;
+        ctx.ops.matmul_forward(y, x_all, w + spec_.weight, bias, d.N, spec_.in, spec_.out);
+        if (lora_) {
+            lora_->down(ctx, pass, x_all);
+            lora_->up(ctx, pass, y);
+        }
+        return y;
+    }
+    const Ptr partial = ctx.scratch[partial_];
+    ctx.ops.matmul_forward(partial, x, w + spec_.weight, nullptr, d.N, spec_.in, spec_.out);
+    if (lora_) {
+        lora_->down(ctx, pass, x);
+        lora_->up(ctx, pass, partial);
+    }
+    const Ptr mine = ctx.rows.reduce_rows(partial, ctx.scratch[reduced_], spec_.out);
+    if (bias) ctx.ops.add_bias(mine, bias, d.R, spec_.out);
+    return mine;
+}
+
+ConstPtr Linear::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dy,
+                          BackwardPart part) const {
+    const Dims& d = ctx.dims();
+    const bool column = spec_.split == LinearSplit::column;
+    const std::size_t N = d.rows();
+    // The output's gradient as the GEMM reads it: all rows (a row-split linear's gathered).
+    const ConstPtr dy_all = column ? dy
+                                   : ctx.rows.all_rows(dy, ctx.scratch[d_output_all_],
+                                                       static_cast<std::size_t>(spec_.out));
+    if (part == BackwardPart::input && stash_ >= 0)
+        ctx.ops.copy(pass.buffers[stash_], dy_all, N * static_cast<std::size_t>(spec_.out));
+    const bool weights = part == BackwardPart::both;
+    const bool own = weights && !ctx.weights.frozen;
+    const ConstPtr x_gemm = gemm_input(pass, x);
+    const Ptr dx = ctx.scratch[d_input_];
+    ctx.ops.zero(dx, N * static_cast<std::size_t>(spec_.in));
+    ctx.ops.matmul_backward(dx, own ? ctx.weights.grads.at(spec_.weight) : Ptr(),
+                            own && spec_.bias != kNoBias ? ctx.weights.grads.at(spec_.bias) : Ptr(),
+                            dy_all, x_gemm, ctx.weights.params.at(spec_.weight), d.N, spec_.in,
+                            spec_.out);
+    if (lora_) lora_->backward(ctx, pass, x_gemm, dy_all, dx, true, weights);
+    if (!column) return dx;
+    return ctx.rows.reduce_rows(dx, ctx.scratch[d_rows_], static_cast<std::size_t>(spec_.in));
+}
+
+void Linear::backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) const {
+    weight_gradient(ctx, pass, x, pass.buffers[stash_]);
+}
+
+void Linear::weight_gradient(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dy) const {
+    const ConstPtr x_gemm = gemm_input(pass, x);
+    if (lora_) lora_->backward(ctx, pass, x_gemm, dy, Ptr(), false, true);
+    if (ctx.weights.frozen) return;
+    ctx.ops.matmul_backward(nullptr, ctx.weights.grads.at(spec_.weight),
+                            spec_.bias != kNoBias ? ctx.weights.grads.at(spec_.bias) : Ptr(), dy,
+                            x_gemm, ctx.weights.params.at(spec_.weight), ctx.dims().N, spec_.in,
+                            spec_.out);
+}
+
+void Linear::finish_grads(PartContext& ctx) const {
+    if (lora_) lora_->finish_grads(ctx);
+}
+
+void Linear::adapter_down(PartContext& ctx, const Pass& pass, ConstPtr x) const {
+    if (lora_) lora_->down(ctx, pass, x);
+}
+
+}  // namespace trident::model

@@ -1,0 +1,49 @@
+// A layer's feed-forward sublayer. GPT-2's: the column-split fc linear (H -> F, its columns
+// split over the tensor group), GELU (tanh form), the row-split fc_proj linear (F -> H), whose
+// partial outputs the tensor group reduces.
+//
+// Shapes (this rank): input x (R, H) = the norm's output; fc's output and the GELU's (N, Fm)
+// kept for the backward; output (R, H), with fc_proj's bias.
+//
+// A feed-forward sublayer is one kind of part (docs/ARCHITECTURE.md, "How to add a layer
+// kind"): another (a gated MLP) is another implementation of FeedForward.
+#pragma once
+
+#include "model/linear.h"
+
+namespace trident::model {
+
+class FeedForward {
+public:
+    virtual ~FeedForward() = default;
+    // This rank's rows of the output (R, H), in the scratch; with `to_output` false (full
+    // recompute's rerun) only what the backward reads, and null.
+    virtual kernels::Ptr forward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
+                                 bool to_output) const = 0;
+    // This rank's rows of the input's gradient (R, H), in the scratch, from dy (R, H).
+    virtual kernels::ConstPtr backward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
+                                       kernels::ConstPtr dy, BackwardPart part) const = 0;
+    virtual void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const = 0;
+    virtual void finish_grads(PartContext& ctx) const = 0;
+};
+
+class GeluMlp final : public FeedForward {
+public:
+    GeluMlp(const LinearSpec& fc, const LinearSpec& fc_proj, const Dims& d, SetSpec& set,
+            ScratchSpec& scratch);
+
+    kernels::Ptr forward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
+                         bool to_output) const override;
+    kernels::ConstPtr backward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
+                               kernels::ConstPtr dy, BackwardPart part) const override;
+    void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const override;
+    void finish_grads(PartContext& ctx) const override;
+
+private:
+    Linear fc_, fc_proj_;
+    int hidden_, activated_;  // slots: fc's output, the GELU's (N, Fm)
+    int d_hidden_;            // scratch: the gradient of fc's output (N, Fm)
+    std::size_t count_;       // N·Fm
+};
+
+}  // namespace trident::model

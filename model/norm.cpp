@@ -1,0 +1,54 @@
+// LayerNorm on this rank's rows of the residual stream (see norm.h).
+#include "model/norm.h"
+
+namespace trident::model {
+
+using kernels::ConstPtr;
+using kernels::Ptr;
+
+LayerNorm::LayerNorm(std::size_t weight, std::size_t bias, const Dims& d, SetSpec& set)
+    : weight_(weight), bias_(bias) {
+    const std::size_t R = d.rows_mine(), H = static_cast<std::size_t>(d.H);
+    out_ = set.add("norm", R * H, d.act, Keep::unless_full);
+    mean_ = set.add("norm_mean", R, kernels::DType::f32, Keep::unless_full);
+    rstd_ = set.add("norm_rstd", R, kernels::DType::f32, Keep::unless_full);
+    stash_ = set.add("d_norm", R * H, d.act, Keep::split);
+}
+
+ConstPtr LayerNorm::forward(PartContext& ctx, const Pass& pass, ConstPtr x) const {
+    const FlatBuffer::Base w = ctx.weights.params.base();
+    ctx.ops.layernorm_forward(pass.buffers[out_], pass.buffers[mean_].f32(),
+                              pass.buffers[rstd_].f32(), x, w + weight_, w + bias_, ctx.dims().R,
+                              ctx.dims().H);
+    return pass.buffers[out_];
+}
+
+void LayerNorm::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dout, Ptr dx,
+                         BackwardPart part) const {
+    if (part == BackwardPart::input)
+        ctx.ops.copy(pass.buffers[stash_], dout, ctx.dims().rows_mine() * ctx.dims().H);
+    gradient(ctx, pass, x, dout, dx, part == BackwardPart::both);
+}
+
+void LayerNorm::backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) const {
+    gradient(ctx, pass, x, pass.buffers[stash_], Ptr(), true);
+}
+
+void LayerNorm::gradient(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dout, Ptr dx,
+                         bool weights) const {
+    const bool own = weights && !ctx.weights.frozen;
+    if (!dx && !own) return;
+    ctx.ops.layernorm_backward(dx, own ? ctx.weights.grads.at(weight_) : Ptr(),
+                               own ? ctx.weights.grads.at(bias_) : Ptr(), dout, x,
+                               ctx.weights.params.at(weight_), pass.buffers[mean_].f32(),
+                               pass.buffers[rstd_].f32(), ctx.dims().R, ctx.dims().H);
+}
+
+void LayerNorm::finish_grads(PartContext& ctx) const {
+    if (!ctx.dims().sequence_parallel || ctx.weights.frozen) return;
+    const std::size_t H = static_cast<std::size_t>(ctx.dims().H);
+    ctx.rows.group().all_reduce(ctx.weights.grads.at(weight_), H);
+    ctx.rows.group().all_reduce(ctx.weights.grads.at(bias_), H);
+}
+
+}  // namespace trident::model

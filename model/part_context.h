@@ -1,0 +1,81 @@
+// What the parts of the model (the linears, norms, attention, MLP, embedding and head) share
+// while they run: the backend, this rank's rows and the tensor group, the parameter and
+// gradient buffers, the shared scratch, and one microbatch's pass (its buffers, dropout seeds
+// and which gradients its backward computes).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "kernels/device_buffer.h"
+#include "kernels/ops.h"
+#include "kernels/random.h"
+#include "model/buffer_spec.h"
+#include "model/flat_buffer.h"
+#include "model/tensor_rows.h"
+
+namespace trident::model {
+
+// The flat buffers parts read their parameters from and add their gradients into. Under LoRA
+// the model is frozen (no gradients of its own) and the adapters have theirs.
+struct Weights {
+    FlatBuffer params, grads;
+    FlatBuffer lora_params, lora_grads;
+    bool frozen = false;
+};
+
+// The shared scratch of a model (model/buffer_spec.h, ScratchSpec), by slot.
+class Scratch {
+public:
+    Scratch() = default;
+    Scratch(kernels::Ops& ops, const std::vector<BufferSpec>& spec);
+    kernels::Ptr operator[](int slot) const {
+        return buffers_[static_cast<std::size_t>(slot)].data();
+    }
+
+private:
+    std::vector<kernels::DeviceBuffer> buffers_;
+};
+
+struct PartContext {
+    kernels::Ops& ops;
+    const TensorRows& rows;   // and the tensor group
+    parallel::Comm& context;  // the context group (a group of one without the split)
+    Weights& weights;
+    const Scratch& scratch;
+    const Dims& dims() const { return rows.dims(); }
+};
+
+// Which gradients a backward computes: all (the plain backward), the inputs' only (a split
+// backward's B, which keeps what W needs), or the parameters' only from what B kept (W).
+enum class BackwardPart { both, input, weight };
+
+// One buffer of each slot of a part's set (model/activation_store.h): in the set of the
+// microbatch at hand, or in the recompute scratch.
+class SetBuffers {
+public:
+    explicit SetBuffers(std::vector<kernels::Ptr> buffers) : buffers_(std::move(buffers)) {}
+    kernels::Ptr operator[](int slot) const { return buffers_[static_cast<std::size_t>(slot)]; }
+
+private:
+    std::vector<kernels::Ptr> buffers_;
+};
+
+// One microbatch's pass through a layer (or the embedding and head, layer -1 and L).
+struct Pass {
+    const SetBuffers& buffers;
+    bool training = false;  // dropout applies
+    uint64_t seed = 0;      // the microbatch's dropout seed
+    int layer = 0;          // global index
+
+    float drop(float p) const { return training ? p : 0.0f; }
+    // The seed of dropout site s of the layer: 0 attention, 1 and 2 the residual branches,
+    // 3 the low-rank adapters.
+    uint64_t site(int s) const {
+        return kernels::hash64(seed,
+                               static_cast<uint64_t>(layer + 1) * 4 + static_cast<uint64_t>(s));
+    }
+};
+
+}  // namespace trident::model

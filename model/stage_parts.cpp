@@ -1,0 +1,88 @@
+// A stage's parts from its layout: GPT-2's layers, embedding and head (see stage_parts.h).
+#include "model/stage_parts.h"
+
+#include <memory>
+#include <utility>
+
+namespace trident::model {
+
+namespace {
+
+// Linear t of layer l: its split, this rank's widths, its offsets, and its adapter if any.
+LinearSpec linear(const ParamLayout& lora_layout, const Lora& lora, int l, LoraTarget t,
+                  LinearSplit split, int in, int out, std::size_t weight, std::size_t bias) {
+    LinearSpec s{split, in, out, weight, bias, {}, true};
+    if (lora.shape.has(t)) {
+        const LayerLora& factors = lora_layout.layer_lora(l);
+        const std::size_t i = static_cast<std::size_t>(t);
+        s.lora = LoraSpec{factors.a[i], factors.b[i], lora.shape.rank,
+                          lora.scale,   lora.dropout, static_cast<int>(t)};
+    }
+    return s;
+}
+
+// GPT-2's layer l: LayerNorm, attention (qkv column-split by heads, the projection
+// row-split), LayerNorm, the GELU MLP (fc column-split, fc_proj row-split).
+TransformerLayer gpt2_layer(const ParamLayout& layout, const ParamLayout& lora_layout, int l,
+                            const Dims& d, const PartOptions& o, ScratchSpec& scratch) {
+    const LayerParams& p = layout.layer(l);
+    const Lora& lora = o.lora;
+    SetSpec set;
+    TransformerLayer::Parts parts;
+    parts.norm1 = std::make_unique<LayerNorm>(p.ln1_w, p.ln1_b, d, set);
+    SelfAttentionSpec attention;
+    attention.qkv = linear(lora_layout, lora, l, LoraTarget::qkv, LinearSplit::column, d.H,
+                           3 * d.Hm, p.qkv_w, p.qkv_b);
+    attention.proj = linear(lora_layout, lora, l, LoraTarget::attn_proj, LinearSplit::row, d.Hm,
+                            d.H, p.attn_proj_w, p.attn_proj_b);
+    attention.head_begin = layout.heads_begin();
+    attention.heads_total = layout.shape().heads;
+    parts.attention =
+        std::make_unique<SelfAttention>(attention, d, o.attention_saved, set, scratch);
+    parts.norm2 = std::make_unique<LayerNorm>(p.ln2_w, p.ln2_b, d, set);
+    parts.feed_forward =
+        std::make_unique<GeluMlp>(linear(lora_layout, lora, l, LoraTarget::fc, LinearSplit::column,
+                                         d.H, d.Fm, p.fc_w, p.fc_b),
+                                  linear(lora_layout, lora, l, LoraTarget::fc_proj,
+                                         LinearSplit::row, d.Fm, d.H, p.fc_proj_w, p.fc_proj_b),
+                                  d, set, scratch);
+    return TransformerLayer(std::move(set), std::move(parts), o.dropout, d, scratch);
+}
+
+}  // namespace
+
+StageParts build_stage(const ParamLayout& layout, const ParamLayout& lora_layout, const Dims& d,
+                       const PartOptions& options) {
+    const StagePlan& plan = layout.plan();
+    const int last = plan.stages * plan.chunks - 1;
+    StageParts s;
+    // The backward's gradient of this rank's rows of the residual stream (R, H).
+    s.d_residual =
+        s.scratch.add("d_residual", d.rows_mine() * static_cast<std::size_t>(d.H), d.act);
+    for (int c = 0; c < plan.chunks; ++c) {
+        s.chunk_first.push_back(s.layers.size());
+        for (int i = 0; i < layout.chunk_layers(c); ++i)
+            s.layers.push_back(
+                gpt2_layer(layout, lora_layout, layout.first_layer(c) + i, d, options, s.scratch));
+    }
+    s.chunks.resize(static_cast<std::size_t>(plan.chunks));
+    std::size_t next = 0;
+    for (int c = 0; c < plan.chunks; ++c) {
+        ChunkSpec& chunk = s.chunks[static_cast<std::size_t>(c)];
+        s.chunk_input.push_back(chunk.own.add(
+            "input", d.rows_mine() * static_cast<std::size_t>(d.H), d.act, Keep::always));
+        if (plan.global_chunk(c) == 0)
+            s.embedding.emplace(
+                EmbeddingSpec{layout.wte(), layout.wpe(), layout.vocab_begin(), options.dropout}, d,
+                chunk.own, s.scratch);
+        if (plan.global_chunk(c) == last)
+            s.head.emplace(LmHeadSpec{layout.lnf_w(), layout.lnf_b(), layout.wte(),
+                                      layout.vocab_begin(), layout.shape().vocab},
+                           d, chunk.own, s.scratch);
+        for (int i = 0; i < layout.chunk_layers(c); ++i)
+            chunk.layers.push_back(&s.layers[next++].spec());
+    }
+    return s;
+}
+
+}  // namespace trident::model

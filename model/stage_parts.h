@@ -1,0 +1,57 @@
+// The parts of one pipeline stage of the GPT model, and the buffers they declare: the
+// embedding (on the stage of the first global chunk), this stage's transformer layers, the
+// head (on the stage of the last global chunk), each chunk's own buffers and the shared
+// scratch. The model (model/gpt.h) runs them; the planner (src/plan/memory_model.cpp) builds
+// the same parts from the config and counts their buffers without allocating any.
+#pragma once
+
+#include <optional>
+#include <vector>
+
+#include "model/activation_store.h"
+#include "model/attention_core.h"
+#include "model/embedding.h"
+#include "model/lm_head.h"
+#include "model/param_layout.h"
+#include "model/transformer_layer.h"
+
+namespace trident::model {
+
+// Low-rank adapters (model/lora_adapter.h): which linears of every layer carry one and their
+// rank (rank 0: none, every parameter trains), the scale alpha / r of B·A, and the dropout on
+// the adapters' input.
+struct Lora {
+    LoraShape shape;
+    float scale = 0;
+    float dropout = 0;
+};
+
+// What the parts are built from besides the layouts and the sizes.
+struct PartOptions {
+    float dropout = 0;  // residual branches, attention and the embedding
+    Lora lora;
+    AttentionSavedFn attention_saved;  // the backend's rule (Ops::attention_saved)
+};
+
+struct StageParts {
+    std::optional<Embedding> embedding;
+    std::vector<TransformerLayer> layers;  // this stage's, chunk by chunk
+    std::vector<std::size_t> chunk_first;  // index in `layers` of each local chunk's first
+    std::optional<LmHead> head;
+    std::vector<ChunkSpec> chunks;  // per local chunk
+    std::vector<int> chunk_input;   // each chunk's input (R, H): a slot of its own set
+    ScratchSpec scratch;
+    int d_residual = 0;  // scratch: the backward's gradient of the residual stream (R, H)
+
+    const TransformerLayer& layer(int c, int i) const {
+        return layers[chunk_first[static_cast<std::size_t>(c)] + static_cast<std::size_t>(i)];
+    }
+    // The one spec every layer shares (null: the stage holds no layer).
+    const SetSpec* layer_spec() const { return layers.empty() ? nullptr : &layers.front().spec(); }
+};
+
+// `lora_layout`: ParamLayout::for_lora of the same rank and stage (empty without adapters).
+StageParts build_stage(const ParamLayout& layout, const ParamLayout& lora_layout, const Dims& d,
+                       const PartOptions& options);
+
+}  // namespace trident::model

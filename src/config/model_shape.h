@@ -1,0 +1,73 @@
+// The model's shape, a pipeline stage's part of it and its low-rank adapters, as the config
+// describes them.
+#pragma once
+
+#include "config/config.h"
+#include "model/dims.h"
+#include "model/gpt.h"
+#include "model/param_layout.h"
+
+namespace trident::config {
+
+inline model::GptShape gpt_shape(const Config& cfg) {
+    model::GptShape s;
+    s.vocab = cfg.model.vocab_size;
+    s.padded_vocab = cfg.derived.padded_vocab;
+    s.max_seq = cfg.model.seq_len;
+    s.layers = cfg.model.layers;
+    s.hidden = cfg.model.hidden;
+    s.heads = cfg.model.heads;
+    s.ffn = cfg.model.ffn_hidden;
+    return s;
+}
+
+// One rank's sizes of a microbatch (tensor rank 0: every rank's are the same).
+inline model::Dims rank_dims(const Config& cfg) {
+    return model::make_dims(gpt_shape(cfg),
+                            model::DimsInputs{cfg.training.micro_batch, cfg.parallel.tensor, 0,
+                                              cfg.parallel.context, cfg.parallel.sequence_parallel,
+                                              cfg.parallel.context_mode, cfg.training.precision});
+}
+
+inline model::StagePlan stage_plan(const Config& cfg, int stage) {
+    return model::StagePlan{cfg.parallel.pipeline, stage, cfg.parallel.virtual_stages,
+                            cfg.derived.chunk_layers};
+}
+
+// training.lora: the adapters (rank 0: none), their scale alpha / r and their dropout.
+inline model::Lora lora_of(const Config& cfg) {
+    const LoraConfig& lora = cfg.training.lora;
+    model::Lora a;
+    if (!lora.enabled()) return a;
+    a.shape.rank = lora.rank;
+    for (const model::LoraTarget t : lora.targets)
+        a.shape.targets[static_cast<std::size_t>(t)] = true;
+    a.scale = static_cast<float>(lora.alpha / lora.rank);
+    a.dropout = static_cast<float>(lora.dropout);
+    return a;
+}
+
+// The model of pipeline stage `stage` as the config describes it, its buffers padded and
+// (ZeRO-2/3) sharded over `replicas` ranks holding the same weights, this one `replica`.
+inline model::GptOptions gpt_options(const Config& cfg, int stage, int replicas, int replica) {
+    const TrainingConfig& t = cfg.training;
+    const ParallelConfig& p = cfg.parallel;
+    model::GptOptions o;
+    o.shape = gpt_shape(cfg);
+    o.plan = stage_plan(cfg, stage);
+    o.micro_batch = t.micro_batch;
+    o.dropout = static_cast<float>(cfg.model.dropout);
+    o.sequence_parallel = p.sequence_parallel;
+    o.context_mode = p.context_mode;
+    o.recompute = t.recompute;
+    // 16-bit parameters, activations and (unless fp32_grad_accumulation) gradients.
+    o.precision = model::Precision{
+        t.precision, t.fp32_grad_accumulation ? kernels::DType::f32 : t.precision, t.precision};
+    o.buffer_multiple = static_cast<std::size_t>(replicas);
+    o.sharding =
+        model::Sharding{replica, p.zero_stage >= 2, p.zero_stage >= 3, p.sharded_accumulation};
+    o.lora = lora_of(cfg);
+    return o;
+}
+
+}  // namespace trident::config

@@ -1,0 +1,212 @@
+// Buckets, their reductions and gathers, ZeRO 0-3 (see data_parallel.h).
+#include "data_parallel/data_parallel.h"
+
+#include <algorithm>
+
+namespace trident::data_parallel {
+
+DataParallel::DataParallel(kernels::Ops& ops, const model::ParamLayout& layout,
+                           model::FlatBuffer& params, model::FlatBuffer& grads,
+                           parallel::Comm& group, int zero_stage, std::size_t bucket_size,
+                           Overlap overlap)
+    : params_(params),
+      grads_(grads),
+      group_(group),
+      zero_stage_(zero_stage),
+      layout_total_(layout.total()),
+      buckets_(make_buckets(layout, bucket_size)) {
+    for (const Bucket& b : buckets_) {
+        const std::size_t part = owned_part(b);
+        owned_.push_back(OwnedPart{b.mine, part, owned_count_});
+        owned_count_ += part;
+    }
+    if (group.size() > 1)
+        overlap_ = Overlap{overlap.grad_reduce, overlap.param_gather && zero_stage_ >= 1};
+    if (zero_stage_ >= 2)
+        units_ = std::make_unique<ZeroUnits>(ops, params_, grads_, group_, overlap_.grad_reduce,
+                                             overlap_.param_gather);
+    flight_.resize(buckets_.size());
+}
+
+std::vector<DataParallel::Bucket> DataParallel::make_buckets(const model::ParamLayout& layout,
+                                                             std::size_t bucket_size) const {
+    const std::size_t D = static_cast<std::size_t>(group_.size());
+    const std::size_t r = static_cast<std::size_t>(group_.rank());
+    std::vector<Bucket> buckets;
+    if (zero_stage_ >= 2) {  // the units, each a multiple of D
+        for (const auto& [begin, end] : layout.units())
+            buckets.push_back(Bucket{begin, end - begin, 0});
+    } else {  // buckets of a multiple of D elements (the buffer is one), counted from the end
+        const std::size_t bucket = std::max(D, bucket_size / D * D);
+        for (std::size_t end = grads_.size(); end > 0;) {
+            const std::size_t begin = end > bucket ? end - bucket : 0;
+            buckets.insert(buckets.begin(), Bucket{begin, end - begin, 0});
+            end = begin;
+        }
+    }
+    for (Bucket& b : buckets) b.mine = zero_stage_ >= 1 ? b.begin + r * (b.size / D) : b.begin;
+    return buckets;
+}
+
+std::size_t DataParallel::owned_part(const Bucket& b) const {
+    return zero_stage_ >= 1 ? b.size / static_cast<std::size_t>(group_.size()) : b.size;
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> DataParallel::owned_ranges() const {
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;
+    for (const OwnedPart& o : owned_) ranges.emplace_back(o.offset, o.count);
+    return ranges;
+}
+
+void DataParallel::set_trace(io::TraceRecorder* trace) {
+    trace_ = trace;
+    if (units_) units_->set_trace(trace);
+}
+
+void DataParallel::end_span(io::SpanKind kind, std::size_t bucket, double start) const {
+    if (trace_ && trace_->recording())
+        trace_->add(kind, -1, static_cast<int>(bucket), start, io::TraceRecorder::now_us());
+}
+
+// ---- gradients -------------------------------------------------------------------------------
+
+void DataParallel::start_step() {
+    if (!overlap_.grad_reduce || units_) return;
+    in_step_ = true;
+    for (InFlight& f : flight_) {  // the gathers of the last update may still be under way
+        f.final = 0;
+        f.reducing = false;
+    }
+    // The padding past the layout's tensors gets no gradient: it is final from the start.
+    for (const Bucket& bucket : buckets_)
+        if (bucket.begin + bucket.size > layout_total_)
+            grads_final(std::max(bucket.begin, layout_total_), bucket.begin + bucket.size);
+}
+
+void DataParallel::grads_needed(std::size_t begin, std::size_t end) {
+    if (units_) units_->grads_needed(begin, end);
+}
+
+void DataParallel::grads_final(std::size_t begin, std::size_t end) {
+    if (units_) {
+        units_->grads_final(begin, end);
+        return;
+    }
+    if (!in_step_) return;
+    poll();
+    // Backward order, as the buckets complete: the same order on every replica.
+    for (std::size_t b = buckets_.size(); b-- > 0;) {
+        const Bucket& bucket = buckets_[b];
+        const std::size_t lo = std::max(begin, bucket.begin);
+        const std::size_t hi = std::min(end, bucket.begin + bucket.size);
+        if (lo >= hi) continue;
+        flight_[b].final += hi - lo;
+        if (flight_[b].final == bucket.size) start_reduction(b);
+    }
+}
+
+void DataParallel::start_reduction(std::size_t b) {
+    const Bucket& bucket = buckets_[b];
+    InFlight& f = flight_[b];
+    f.reducing = true;
+    f.reduction_start = io::TraceRecorder::now_us();
+    f.reduction = zero_stage_ == 0
+                      ? group_.iall_reduce(grads_.at(bucket.begin), bucket.size)
+                      : group_.ireduce_scatter(grads_.at(bucket.begin), grads_.at(bucket.mine),
+                                               owned_part(bucket));
+}
+
+void DataParallel::finish_reduction(std::size_t b) {
+    InFlight& f = flight_[b];
+    const bool under_way = !f.reduction.done();
+    f.reduction.wait();
+    if (under_way) end_span(io::SpanKind::reduce_scatter, b, f.reduction_start);
+    f.reduction_start = 0;
+}
+
+void DataParallel::poll() {
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+        InFlight& f = flight_[b];
+        if (!f.reduction.done() && f.reduction.test())
+            end_span(io::SpanKind::reduce_scatter, b, f.reduction_start);
+        if (!f.gather.done() && f.gather.test())
+            end_span(io::SpanKind::all_gather, b, f.gather_start);
+    }
+}
+
+void DataParallel::reduce_gradients() {
+    if (units_) {
+        units_->finish_reductions();
+        return;
+    }
+    if (!in_step_) {  // not overlapped: one call after another, in backward order
+        for (auto b = buckets_.rbegin(); b != buckets_.rend(); ++b) {
+            if (zero_stage_ == 0)
+                group_.all_reduce(grads_.at(b->begin), b->size);
+            else  // in place: this rank's part of the bucket's sum lands where it is
+                group_.reduce_scatter(grads_.at(b->begin), grads_.at(b->mine), owned_part(*b));
+        }
+        return;
+    }
+    for (std::size_t b = buckets_.size(); b-- > 0;)
+        if (!flight_[b].reducing) start_reduction(b);
+    for (std::size_t b = buckets_.size(); b-- > 0;) finish_reduction(b);
+    in_step_ = false;
+}
+
+// ---- parameters ------------------------------------------------------------------------------
+
+void DataParallel::params_needed(std::size_t begin, std::size_t end) {
+    if (zero_stage_ == 3) {
+        units_->params_needed(begin, end);
+        return;
+    }
+    poll();
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+        const Bucket& bucket = buckets_[b];
+        if (begin < bucket.begin + bucket.size && bucket.begin < end && !flight_[b].gather.done())
+            finish_gather(b);
+    }
+}
+
+void DataParallel::params_prefetch(std::size_t begin, std::size_t end) {
+    if (zero_stage_ == 3) units_->params_prefetch(begin, end);
+}
+
+void DataParallel::params_done(std::size_t begin, std::size_t end) {
+    if (zero_stage_ == 3) units_->params_done(begin, end);
+}
+
+void DataParallel::finish_gather(std::size_t b) {
+    InFlight& f = flight_[b];
+    const bool under_way = !f.gather.done();
+    f.gather.wait();
+    if (under_way) end_span(io::SpanKind::all_gather, b, f.gather_start);
+}
+
+void DataParallel::finish_param_gather() {
+    for (std::size_t b = 0; b < buckets_.size(); ++b) finish_gather(b);
+}
+
+void DataParallel::gather_updated() {
+    if (!gathers_after_update()) return;  // stage 3 gathers each unit as it is needed
+    if (!overlap_.param_gather) {
+        gather_params();
+        return;
+    }
+    // In buffer order, as the next forward reads them; it waits for each (params_needed).
+    for (std::size_t b = 0; b < buckets_.size(); ++b) {
+        const Bucket& bucket = buckets_[b];
+        flight_[b].gather_start = io::TraceRecorder::now_us();
+        flight_[b].gather = group_.iall_gather(params_.at(bucket.mine), params_.at(bucket.begin),
+                                               owned_part(bucket));
+    }
+}
+
+void DataParallel::gather_params() {
+    if (!gathers_after_update()) return;
+    for (const Bucket& b : buckets_)
+        group_.all_gather(params_.at(b.mine), params_.at(b.begin), owned_part(b));
+}
+
+}  // namespace trident::data_parallel

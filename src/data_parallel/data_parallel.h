@@ -1,0 +1,142 @@
+// Data parallelism over the replicas holding the same weights (the data-context group of D·C
+// ranks, docs/ARCHITECTURE.md "Grid order"): which part of the model's flat buffers each
+// replica owns, and the exchanges that sum the gradients over the replicas and make the
+// parameters whole again after an update. The optimizer (src/optim/adamw.h) updates what this
+// rank owns, and nothing else; this part decides what that is and moves the bytes, as
+// Megatron-Core keeps distributed/ apart from its optimizer.
+//
+// Buckets. The gradient buffer (padded so it splits evenly over the D replicas) is summed in
+// buckets of bucket_size parameters, taken from the end of the buffer back (backward order:
+// the last layers' gradients are complete first, so their reduction can overlap the rest of
+// the backward pass): all-reduced (ZeRO-0: every replica then owns, and updates, everything),
+// or reduce-scattered (ZeRO-1): replica r owns the r-th contiguous D-th of every bucket, and
+// after the update the buckets are all-gathered back into every replica's parameters. With one
+// bucket the owned part is one contiguous range. Reduce-scatter + all-gather moves what an
+// all-reduce moves.
+//
+// ZeRO-2 and 3 (Rajbhandari et al., arXiv 1910.02054, §5): the buckets are the layout's units
+// (the embedding, each layer, ln_f, each padded to a multiple of D) and replica r owns the
+// r-th D-th of each, as above; but the gradients, and at stage 3 the parameters, live sharded
+// (model/flat_buffer.h): the backward's gradients are reduce-scattered unit by unit into the
+// shard, and at stage 3 the parameters gathered unit by unit for the forward and the backward,
+// by ZeroUnits (zero_units.h), to which the model's hooks go. Stage 2 all-gathers the updated
+// units as stage 1 its buckets; stage 3 updates its shard and gathers nothing then.
+//
+// Overlap (Megatron's overlap_grad_reduce and overlap_param_gather). Between start_step and
+// reduce_gradients the model announces the ranges of the gradient buffer that are final
+// (grads_final), and a bucket all of whose gradients are final starts its reduction at once,
+// under the rest of the backward pass; reduce_gradients starts any bucket not started and
+// waits for all. After the update each bucket's all-gather starts (gather_updated); the next
+// forward waits for a bucket just before it reads parameters of it (params_needed), and
+// anything else that reads or writes the parameters first calls finish_param_gather. The
+// calls are the blocking ones' non-blocking forms (parallel/comm.h), issued in the same order
+// on every replica, so the results are bitwise those without overlap.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "data_parallel/zero_units.h"
+#include "io/chrome_trace.h"
+#include "kernels/ops.h"
+#include "model/flat_buffer.h"
+#include "model/param_layout.h"
+#include "parallel/comm.h"
+
+namespace trident::data_parallel {
+
+// What the data-parallel communication overlaps (see the top of this file).
+struct Overlap {
+    bool grad_reduce = false;   // the reductions with the backward pass
+    bool param_gather = false;  // the all-gathers with the next forward pass (ZeRO-3: prefetch)
+};
+
+// A part of the buffers this rank owns, and where its optimizer state starts (the state of
+// the owned parts, in buffer order, one after another).
+struct OwnedPart {
+    std::size_t offset = 0, count = 0;
+    std::size_t state = 0;
+};
+
+class DataParallel {
+public:
+    // `params` and `grads`: the model's buffers (whole, or sharded by units at stages 2 and 3),
+    // of the layout's total padded to a multiple of the group's size.
+    DataParallel(kernels::Ops& ops, const model::ParamLayout& layout, model::FlatBuffer& params,
+                 model::FlatBuffer& grads, parallel::Comm& group, int zero_stage,
+                 std::size_t bucket_size, Overlap overlap);
+
+    int zero_stage() const { return zero_stage_; }
+    parallel::Comm& group() const { return group_; }
+    // What this rank owns (and the optimizer updates), in buffer order.
+    const std::vector<OwnedPart>& owned() const { return owned_; }
+    std::size_t owned_count() const { return owned_count_; }
+    // The parts of the buffer this rank owns: (offset, count) in buffer order.
+    std::vector<std::pair<std::size_t, std::size_t>> owned_ranges() const;
+
+    // A step's gradients begin: from now until reduce_gradients, grads_final starts the
+    // reduction of each bucket (stages 2, 3: unit) it completes.
+    void start_step();
+    // The model's hooks (model::Gpt::StepHooks).
+    void grads_needed(std::size_t begin, std::size_t end);
+    void grads_final(std::size_t begin, std::size_t end);
+    void params_needed(std::size_t begin, std::size_t end);
+    void params_prefetch(std::size_t begin, std::size_t end);
+    void params_done(std::size_t begin, std::size_t end);
+    // Sums the gradients over the group: all of them (stage 0) or this rank's owned parts
+    // (stage 1: in their places in the gradients; stages 2, 3: the gradient shard).
+    void reduce_gradients();
+    // After an update of the owned parts: the parameters made whole on every replica again
+    // (stages 1, 2), overlapped with the next forward when asked; stage 3 gathers each unit as
+    // it is needed.
+    void gather_updated();
+    // The same, finished before it returns.
+    void gather_params();
+    // Every gather under way completed: the parameters may be read or written anywhere.
+    void finish_param_gather();
+    // Records the calls' spans (launch to observed completion) while it records.
+    void set_trace(io::TraceRecorder* trace);
+
+private:
+    // A bucket of the buffer and this rank's part of it.
+    struct Bucket {
+        std::size_t begin, size;  // in the buffer
+        std::size_t mine;         // offset of this rank's part (size / D, or all)
+    };
+    // A bucket's calls under way in this step.
+    struct InFlight {
+        std::size_t final = 0;  // gradients of the bucket announced final
+        bool reducing = false;  // its reduction started
+        parallel::Request reduction, gather;
+        double reduction_start = 0, gather_start = 0;  // for the trace, in microseconds
+    };
+
+    std::vector<Bucket> make_buckets(const model::ParamLayout& layout,
+                                     std::size_t bucket_size) const;
+    std::size_t owned_part(const Bucket& b) const;  // elements of the bucket this rank owns
+    bool gathers_after_update() const { return zero_stage_ == 1 || zero_stage_ == 2; }
+    void start_reduction(std::size_t bucket);
+    // Notes which calls under way have completed (their spans end now).
+    void poll();
+    void finish_reduction(std::size_t bucket);
+    void finish_gather(std::size_t bucket);
+    void end_span(io::SpanKind kind, std::size_t bucket, double start) const;
+
+    model::FlatBuffer& params_;
+    model::FlatBuffer& grads_;
+    parallel::Comm& group_;
+    int zero_stage_;
+    std::size_t layout_total_;     // of the buffer's elements, the tensors' (the rest is padding)
+    std::vector<Bucket> buckets_;  // in buffer order
+    std::vector<OwnedPart> owned_;
+    std::size_t owned_count_ = 0;
+    Overlap overlap_;                   // as asked, where it applies (D > 1)
+    std::vector<InFlight> flight_;      // per bucket
+    bool in_step_ = false;              // between start_step and reduce_gradients (overlapped)
+    std::unique_ptr<ZeroUnits> units_;  // stages 2, 3
+    io::TraceRecorder* trace_ = nullptr;
+};
+
+}  // namespace trident::data_parallel
