@@ -8,7 +8,8 @@ gathered gradient of one
 global batch (tests/tools/model_dump) and the losses of 10 training steps (with validation)
 match P = 1 within 1e-5 relative. The zero-bubble schedules give 1F1B's losses bitwise, with
 M, sequence parallelism, D with ZeRO-1, recompute and bf16. logging.trace writes a Chrome
-trace with every rank's spans.
+trace with every rank's spans; by its spans, auto's cuts leave the busiest stage less to
+compute than uniform's.
 Uniform cuts of layers not divisible by P·v, counts that do not add up to the layers, and
 microbatches not a multiple of P for the interleaved schedule are refused with one clear
 message.
@@ -45,6 +46,25 @@ def layout_args(p, m, schedule, v, sp, cut="auto"):
             "--set", f"parallel.schedule={schedule}", "--set", f"parallel.virtual_stages={v}",
             "--set", f"parallel.sequence_parallel={'true' if sp else 'false'}",
             "--set", f"parallel.stage_layers={cut}"]
+
+
+def stage_seconds(trace):
+    """Each rank's compute time a step in a Chrome trace: its forward and backward spans
+    summed per step (a step ends where the rank's optimizer span begins), the median step."""
+    with open(trace) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
+    seconds = {}
+    for rank in {e["pid"] for e in events}:
+        mine = sorted((e["ts"], e["dur"], e["name"]) for e in events if e["pid"] == rank)
+        steps, busy = [], 0.0
+        for start, duration, name in mine:
+            if name == "optimizer":
+                steps.append(busy)
+                busy = 0.0
+            elif name in ("forward", "backward"):
+                busy += duration
+        seconds[rank] = sorted(steps)[len(steps) // 2] / 1e6
+    return seconds
 
 
 def main():
@@ -162,6 +182,28 @@ def main():
         expected.update({(r, "optimizer"): 2 for r in range(4)})
         check(tracks == {0, 1, 2, 3} and dict(count) == expected,
               f"Chrome trace: 4 tracks with every rank's spans ({sum(count.values())} spans)")
+
+        # auto's cuts against uniform's, judged by the time each stage computes (the trace's
+        # forward and backward spans, summed per rank and step; the median step), not by the
+        # cost model auto minimises. A head of about four layers' FLOPs (vocabulary 6656,
+        # hidden 128) on 8 layers: uniform's last stage computes 4 layers and the head, auto
+        # moves layers to the first stage.
+        busiest = {}
+        for cut in ("uniform", "auto"):
+            trace = path(f"cut_{cut}.json")
+            out = run([trident, "train"] + base + layout_args(2, 1, "1f1b", 1, False, cut) + [
+                "--set", "model.vocab_size=6656", "--set", "model.hidden=128",
+                "--set", "model.ffn_hidden=512", "--set", "model.layers=8",
+                "--set", "model.seq_len=32", "--set", "model.dropout=0",
+                "--set", "training.micro_batch=1", "--set", "training.steps=6",
+                "--set", f"logging.trace={trace}", "--set", "logging.trace_from=2",
+                "--set", "logging.trace_steps=5"], ranks=2).stdout
+            busiest[cut] = max(stage_seconds(trace).values())
+            print(f"figure: stage_layers {cut}: the busiest stage computes {busiest[cut]:.4f} s "
+                  f"a step ({' | '.join(x for x in out.splitlines() if 'layers' in x)})", flush=True)
+        check(busiest["auto"] < 0.9 * busiest["uniform"],
+              f"stage cuts, timed: auto's busiest stage computes {busiest['auto']:.4f} s a step, "
+              f"under 0.9 x uniform's {busiest['uniform']:.4f} s")
 
         p = run([trident, "train"] + base + ["--set", "parallel.pipeline=3",
                                              "--set", "parallel.stage_layers=uniform"],
