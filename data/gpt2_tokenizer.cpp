@@ -122,66 +122,68 @@ std::size_t merge_slot(uint64_t pair, int shift) {
     return static_cast<std::size_t>((pair * 0x9E3779B97F4A7C15ull) >> shift);
 }
 
-}  // namespace
-
-Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir) : instance_(next_instance++) {
-    const std::array<int, 324> byte_of = unicode_to_byte();
-
-    // encoder.json: one object, token string -> id, the ids exactly 0 .. size-1.
-    const std::string encoder_path = (fs::path(dir) / "encoder.json").string();
+// encoder.json's tokens: the bytes each id stands for, and the id of each token's bytes.
+struct Vocabulary {
+    std::vector<std::string> token_bytes;  // (vocab)
     std::unordered_map<std::string, int32_t> id_of_bytes;
-    {
-        const std::string text = read_file(encoder_path);
-        io::json::Value root;
-        try {
-            root = io::json::parse(text);
-        } catch (const Error& e) {
-            throw Error(encoder_path + ": " + e.what() + kFetchHint);
-        }
-        if (!root.is_object() || root.object.empty())
-            throw Error(encoder_path + ": expected an object of token strings to ids");
-        const std::size_t vocab = root.object.size();
-        token_bytes_.assign(vocab, std::string());
-        for (const io::json::Member& m : root.object) {
-            const auto where = [&] { return encoder_path + ": token " + io::json::quote(m.key); };
-            if (!m.value.is_integer() || m.value.integer < 0 ||
-                static_cast<uint64_t>(m.value.integer) >= vocab)
-                throw Error(where() + ": expected an id in [0, " + std::to_string(vocab) + ")");
-            const auto id = static_cast<int32_t>(m.value.integer);
-            if (!token_bytes_[id].empty())
-                throw Error(where() + ": id " + std::to_string(id) + " is used twice");
-            try {
-                token_bytes_[id] = token_string_bytes(m.key, byte_of);
-            } catch (const Error& e) {
-                throw Error(encoder_path + ": " + e.what());
-            }
-            if (!id_of_bytes.emplace(token_bytes_[id], id).second)
-                throw Error(where() + ": two tokens stand for the same bytes");
-        }
-    }
-    const auto eot = id_of_bytes.find("<|endoftext|>");
-    if (eot == id_of_bytes.end() || eot->second != kEndOfText)
-        throw Error(encoder_path + ": expected \"<|endoftext|>\" with id " +
-                    std::to_string(kEndOfText) + " (GPT-2's vocabulary)");
-    for (int b = 0; b < 256; ++b) {
-        const auto it = id_of_bytes.find(std::string(1, static_cast<char>(b)));
-        if (it == id_of_bytes.end())
-            throw Error(encoder_path + ": no token for the single byte " + std::to_string(b));
-        byte_token_[b] = it->second;
-    }
+};
 
-    // vocab.bpe: a "#version" line, then one merge "LEFT RIGHT" per line, best first.
-    const std::string merges_path = (fs::path(dir) / "vocab.bpe").string();
-    const std::string text = read_file(merges_path);
+// encoder.json: one object, token string -> id, the ids exactly 0 .. size-1.
+Vocabulary read_encoder(const std::string& path, const std::array<int, 324>& byte_of) {
+    const std::string text = read_file(path);
+    io::json::Value root;
+    try {
+        root = io::json::parse(text);
+    } catch (const Error& e) {
+        throw Error(path + ": " + e.what() + kFetchHint);
+    }
+    if (!root.is_object() || root.object.empty())
+        throw Error(path + ": expected an object of token strings to ids");
+    const std::size_t vocab = root.object.size();
+    Vocabulary v;
+    v.token_bytes.assign(vocab, std::string());
+    for (const io::json::Member& m : root.object) {
+        const auto where = [&] { return path + ": token " + io::json::quote(m.key); };
+        if (!m.value.is_integer() || m.value.integer < 0 ||
+            static_cast<uint64_t>(m.value.integer) >= vocab)
+            throw Error(where() + ": expected an id in [0, " + std::to_string(vocab) + ")");
+        const auto id = static_cast<int32_t>(m.value.integer);
+        if (!v.token_bytes[id].empty())
+            throw Error(where() + ": id " + std::to_string(id) + " is used twice");
+        try {
+            v.token_bytes[id] = token_string_bytes(m.key, byte_of);
+        } catch (const Error& e) {
+            throw Error(path + ": " + e.what());
+        }
+        if (!v.id_of_bytes.emplace(v.token_bytes[id], id).second)
+            throw Error(where() + ": two tokens stand for the same bytes");
+    }
+    return v;
+}
+
+// One line of vocab.bpe as the tokenizer keeps it (Gpt2Tokenizer::Merge).
+struct MergeRule {
+    uint64_t pair;  // left id << 32 | right id
+    int32_t rank;
+    int32_t merged;
+};
+
+// vocab.bpe: a "#version" line, then one merge "LEFT RIGHT" per line, best first; the tokens
+// those stand for must be in `vocab`, whose single bytes are `byte_token`.
+std::vector<MergeRule> read_merges(const std::string& path, const Vocabulary& vocab,
+                                   const int32_t (&byte_token)[256],
+                                   const std::array<int, 324>& byte_of) {
+    const auto& id_of_bytes = vocab.id_of_bytes;
+    const std::string text = read_file(path);
     if (!text.starts_with("#version"))
-        throw Error(merges_path + ": line 1: expected the \"#version\" header" + kFetchHint);
-    std::vector<Merge> merges;
+        throw Error(path + ": line 1: expected the \"#version\" header" + kFetchHint);
+    std::vector<MergeRule> merges;
     // Merging in rank order one pair at a time (encode_piece) gives encoder.py's result,
     // which merges every occurrence of the best pair at once, only if no merge uses a token
     // made by a later merge. GPT-2's list is built that way (it is the order BPE training
     // made the tokens in); anything else is refused.
-    std::vector<int32_t> made_by(token_bytes_.size(), -2);  // -1: a single byte
-    for (int b = 0; b < 256; ++b) made_by[byte_token_[b]] = -1;
+    std::vector<int32_t> made_by(vocab.token_bytes.size(), -2);  // -1: a single byte
+    for (int b = 0; b < 256; ++b) made_by[byte_token[b]] = -1;
     std::size_t line_start = text.find('\n');
     for (int line = 2; line_start != std::string::npos && line_start + 1 < text.size(); ++line) {
         const std::size_t begin = line_start + 1;
@@ -189,7 +191,7 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir) : instance_(next_instance++
         const std::string_view entry = std::string_view(text).substr(
             begin, line_start == std::string::npos ? std::string::npos : line_start - begin);
         const auto fail = [&](const std::string& what) {
-            throw Error(merges_path + ": line " + std::to_string(line) + ": " + what);
+            throw Error(path + ": line " + std::to_string(line) + ": " + what);
         };
         const std::size_t space = entry.find(' ');
         if (space == std::string_view::npos || space == 0 || space + 1 == entry.size() ||
@@ -213,17 +215,40 @@ Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir) : instance_(next_instance++
         if (made_by[merged_id->second] != -2) fail("makes a token that is already made");
         made_by[merged_id->second] = rank;
         merges.push_back(
-            Merge{(uint64_t(uint32_t(left_id->second)) << 32) | uint32_t(right_id->second), rank,
-                  merged_id->second});
+            MergeRule{(uint64_t(uint32_t(left_id->second)) << 32) | uint32_t(right_id->second),
+                      rank, merged_id->second});
     }
-    if (merges.empty()) throw Error(merges_path + ": no merges");
+    if (merges.empty()) throw Error(path + ": no merges");
+    return merges;
+}
 
+}  // namespace
+
+Gpt2Tokenizer::Gpt2Tokenizer(const std::string& dir) : instance_(next_instance++) {
+    const std::array<int, 324> byte_of = unicode_to_byte();
+
+    const std::string encoder_path = (fs::path(dir) / "encoder.json").string();
+    Vocabulary vocab = read_encoder(encoder_path, byte_of);
+    const auto eot = vocab.id_of_bytes.find("<|endoftext|>");
+    if (eot == vocab.id_of_bytes.end() || eot->second != kEndOfText)
+        throw Error(encoder_path + ": expected \"<|endoftext|>\" with id " +
+                    std::to_string(kEndOfText) + " (GPT-2's vocabulary)");
+    for (int b = 0; b < 256; ++b) {
+        const auto it = vocab.id_of_bytes.find(std::string(1, static_cast<char>(b)));
+        if (it == vocab.id_of_bytes.end())
+            throw Error(encoder_path + ": no token for the single byte " + std::to_string(b));
+        byte_token_[b] = it->second;
+    }
+
+    const std::vector<MergeRule> merges =
+        read_merges((fs::path(dir) / "vocab.bpe").string(), vocab, byte_token_, byte_of);
+    token_bytes_ = std::move(vocab.token_bytes);
     std::size_t slots = 1;
     int bits = 0;
     while (slots < 2 * merges.size()) slots *= 2, ++bits;
     merge_table_.assign(slots, Merge{});
     merge_shift_ = 64 - bits;
-    for (const Merge& m : merges) insert_merge(m);
+    for (const MergeRule& m : merges) insert_merge(Merge{m.pair, m.rank, m.merged});
 }
 
 void Gpt2Tokenizer::insert_merge(const Merge& merge) {

@@ -87,29 +87,35 @@ void check_float_dtype(const io::SafetensorsFile& file, const io::TensorInfo& in
                     std::string(io::safetensors_name(info.dtype)) + ", expected F32, F16 or BF16");
 }
 
-}  // namespace
-
-void load_hf_gpt2(const std::string& path, const ParamLayout& layout, float* params) {
-    const io::SafetensorsFile file = io::SafetensorsFile::open(path);
-    const GptShape& s = layout.shape();
-
-    // The file's tensors by our name (prefix dropped); mask buffers and lm_head set aside.
-    std::map<std::string, const io::TensorInfo*, std::less<>> by_name;
+// A checkpoint's tensors by our name (its prefix dropped); lm_head apart.
+using TensorsByName = std::map<std::string, const io::TensorInfo*, std::less<>>;
+struct FileTensors {
+    TensorsByName by_name;
     const io::TensorInfo* lm_head = nullptr;
+};
+
+// The file's tensors by our name; HF's mask buffers left out.
+FileTensors index_tensors(const io::SafetensorsFile& file, const std::string& path) {
+    FileTensors found;
     for (const auto& info : file.tensors()) {
         std::string_view name = info.name;
         if (name.starts_with(kPrefix)) name.remove_prefix(kPrefix.size());
         if (is_mask_buffer(name)) continue;
         if (name == "lm_head.weight") {
-            lm_head = &info;
+            found.lm_head = &info;
             continue;
         }
-        const auto [it, inserted] = by_name.emplace(std::string(name), &info);
+        const auto [it, inserted] = found.by_name.emplace(std::string(name), &info);
         if (!inserted)
             throw Error(path + ": both " + it->second->name + " and " + info.name +
                         " are present; a checkpoint has each tensor once");
     }
+    return found;
+}
 
+// The file has every tensor of the model and no other.
+void check_names(const TensorsByName& by_name, const ParamLayout& layout, const std::string& path) {
+    const GptShape& s = layout.shape();
     std::vector<std::string> missing, unexpected;
     for (const auto& t : layout.tensors())
         if (!by_name.contains(t.name)) missing.push_back(t.name);
@@ -125,8 +131,12 @@ void load_hf_gpt2(const std::string& path, const ParamLayout& layout, float* par
             path + ": unexpected " + std::to_string(unexpected.size()) + " tensor(s): " +
             list_names(unexpected) + " (the model has layers=" + std::to_string(s.layers) +
             "; check model.layers against the checkpoint, or is it not a GPT-2 checkpoint?)");
+}
 
-    // Check every shape before reading any data, so a wrong config fails at once.
+// Every tensor's dtype and shape, checked before any data is read so that a wrong config
+// fails at once.
+void check_shapes(const io::SafetensorsFile& file, const TensorsByName& by_name,
+                  const ParamLayout& layout, const std::string& path) {
     for (const auto& t : layout.tensors()) {
         const io::TensorInfo& info = *by_name.find(t.name)->second;
         check_float_dtype(file, info);
@@ -139,10 +149,14 @@ void load_hf_gpt2(const std::string& path, const ParamLayout& layout, float* par
         if (!ok)
             throw Error(path + ": " + info.name + " has shape " + io::shape_string(info.shape) +
                         ", expected " + io::shape_string(expected) +
-                        (is_wpe ? " or more rows " : " ") + config_hint(t, s));
+                        (is_wpe ? " or more rows " : " ") + config_hint(t, layout.shape()));
     }
+}
 
-    std::vector<float> scratch;
+// Reads every tensor into its place in `params`, in our layout; `scratch` holds those that
+// need rearranging.
+void read_tensors(const io::SafetensorsFile& file, const TensorsByName& by_name,
+                  const ParamLayout& layout, float* params, std::vector<float>& scratch) {
     for (const auto& t : layout.tensors()) {
         const io::TensorInfo& info = *by_name.find(t.name)->second;
         float* dst = params + t.offset;
@@ -163,23 +177,38 @@ void load_hf_gpt2(const std::string& path, const ParamLayout& layout, float* par
             file.read_f32(info, std::span<float>(dst, t.numel));
         }
     }
+}
 
-    // A stored lm_head is fine only as a copy of wte: Trident has no separate output matrix.
-    if (lm_head) {
-        check_float_dtype(file, *lm_head);
-        const std::vector<int64_t> expected = {s.vocab, s.hidden};
-        if (lm_head->shape != expected)
-            throw Error(path + ": " + lm_head->name + " has shape " +
-                        io::shape_string(lm_head->shape) + ", expected " +
-                        io::shape_string(expected) + " for vocab_size=" + std::to_string(s.vocab) +
-                        ", hidden=" + std::to_string(s.hidden));
-        scratch.resize(lm_head->numel);
-        file.read_f32(*lm_head, scratch);
-        if (std::memcmp(scratch.data(), params + layout.wte(), scratch.size() * sizeof(float)) != 0)
-            throw Error(path + ": " + lm_head->name +
-                        " differs from wte.weight, but Trident ties the LM head to the token "
-                        "embedding; an untied checkpoint cannot be loaded");
-    }
+// A stored lm_head is fine only as a copy of wte (already read into `params`): Trident has no
+// separate output matrix.
+void check_tied_head(const io::SafetensorsFile& file, const io::TensorInfo& lm_head,
+                     const ParamLayout& layout, const float* params, std::vector<float>& scratch) {
+    const GptShape& s = layout.shape();
+    const std::string& path = file.path();
+    check_float_dtype(file, lm_head);
+    const std::vector<int64_t> expected = {s.vocab, s.hidden};
+    if (lm_head.shape != expected)
+        throw Error(path + ": " + lm_head.name + " has shape " + io::shape_string(lm_head.shape) +
+                    ", expected " + io::shape_string(expected) + " for vocab_size=" +
+                    std::to_string(s.vocab) + ", hidden=" + std::to_string(s.hidden));
+    scratch.resize(lm_head.numel);
+    file.read_f32(lm_head, scratch);
+    if (std::memcmp(scratch.data(), params + layout.wte(), scratch.size() * sizeof(float)) != 0)
+        throw Error(path + ": " + lm_head.name +
+                    " differs from wte.weight, but Trident ties the LM head to the token "
+                    "embedding; an untied checkpoint cannot be loaded");
+}
+
+}  // namespace
+
+void load_hf_gpt2(const std::string& path, const ParamLayout& layout, float* params) {
+    const io::SafetensorsFile file = io::SafetensorsFile::open(path);
+    const FileTensors found = index_tensors(file, path);
+    check_names(found.by_name, layout, path);
+    check_shapes(file, found.by_name, layout, path);
+    std::vector<float> scratch;
+    read_tensors(file, found.by_name, layout, params, scratch);
+    if (found.lm_head) check_tied_head(file, *found.lm_head, layout, params, scratch);
 }
 
 GptShape infer_hf_gpt2_shape(const std::string& path, int head_dim) {

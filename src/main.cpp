@@ -17,24 +17,11 @@ extern "C" const char* __asan_default_options() {
 }
 #endif
 
-int main(int argc, char** argv) {
-    using namespace trident;
-    // A batch job's log takes stdout and stderr into one file, where stdout would otherwise be
-    // fully buffered: its lines would land after an error printed later. Line by line, the log
-    // keeps the order in which things happened.
-    std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
-    CLI::App app{"Trident: trains GPT language models on a pipeline x tensor x data grid."};
-    app.require_subcommand(1);
-    app.set_help_all_flag("--help-all", "Help for every subcommand");
-    app.set_version_flag("--version", std::string("trident ") + TRIDENT_VERSION +
-#if TRIDENT_HAVE_CUDA
-                                          " (backends: cpu, cuda)"
-#else
-                                          " (backends: cpu; built without the CUDA toolkit)"
-#endif
-    );
+namespace trident {
+namespace {
 
-    commands::TrainOptions train;
+// `trident train`'s options and help.
+CLI::App* add_train(CLI::App& app, commands::TrainOptions& train) {
     auto* train_cmd = app.add_subcommand("train", "Train the configured model on its dataset");
     train_cmd->add_option("--config,-c", train.config, "YAML config file (see configs/)")
         ->required();
@@ -42,8 +29,11 @@ int main(int argc, char** argv) {
         ->add_option("--set", train.overrides,
                      "Override a config key, e.g. --set training.lr=3e-4 (repeatable)")
         ->take_all();
+    return train_cmd;
+}
 
-    commands::BenchOptions bench;
+// `trident bench`'s options and help.
+CLI::App* add_bench(CLI::App& app, commands::BenchOptions& bench) {
     auto* bench_cmd = app.add_subcommand(
         "bench", "Time training steps on random tokens; prints a JSON line last");
     bench_cmd->add_option("--config,-c", bench.config, "YAML config file (see configs/)")
@@ -54,8 +44,11 @@ int main(int argc, char** argv) {
         ->capture_default_str();
     bench_cmd->add_option("--warmup", bench.warmup, "Untimed steps before the timed ones")
         ->capture_default_str();
+    return bench_cmd;
+}
 
-    commands::ExportOptions exp;
+// `trident export`'s options and help.
+CLI::App* add_export(CLI::App& app, commands::ExportOptions& exp) {
     auto* export_cmd = app.add_subcommand(
         "export", "Write a checkpoint's model as Hugging Face GPT-2 safetensors");
     export_cmd
@@ -70,8 +63,11 @@ int main(int argc, char** argv) {
         ->add_flag("--lora-only", exp.lora_only,
                    "Of a checkpoint of low-rank adapters: the adapters alone (PEFT names)")
         ->excludes(merge_opt);
+    return export_cmd;
+}
 
-    commands::CheckpointInfoOptions info;
+// `trident checkpoint info`'s options and help; returns `info`, the subcommand that runs.
+CLI::App* add_checkpoint_info(CLI::App& app, commands::CheckpointInfoOptions& info) {
     auto* checkpoint_cmd = app.add_subcommand("checkpoint", "Inspect training checkpoints");
     checkpoint_cmd->require_subcommand(1);
     auto* info_cmd = checkpoint_cmd->add_subcommand(
@@ -80,8 +76,11 @@ int main(int argc, char** argv) {
         ->add_option("dir", info.path,
                      "A checkpoint directory, or a checkpoint.dir (its newest is shown)")
         ->required();
+    return info_cmd;
+}
 
-    commands::TokenizeOptions tok;
+// `trident tokenize`'s options and help.
+CLI::App* add_tokenize(CLI::App& app, commands::TokenizeOptions& tok) {
     auto* tokenize_cmd = app.add_subcommand("tokenize", "Turn text files into training data");
     tokenize_cmd->add_option("inputs", tok.inputs, "Text files; each is a document")->required();
     tokenize_cmd
@@ -103,8 +102,11 @@ int main(int argc, char** argv) {
     tokenize_cmd->add_option("--threads", tok.threads, "Threads; 0 = all cores")
         ->capture_default_str();
     tokenize_cmd->add_flag("!--no-progress", tok.progress, "Do not draw the progress bar");
+    return tokenize_cmd;
+}
 
-    commands::GenerateOptions gen;
+// `trident generate`'s options and help.
+CLI::App* add_generate(CLI::App& app, commands::GenerateOptions& gen) {
     auto* generate_cmd = app.add_subcommand("generate", "Continue a prompt with trained weights");
     auto* weights_opt = generate_cmd->add_option("--weights", gen.weights,
                                                  "Hugging Face GPT-2 .safetensors to load");
@@ -131,8 +133,11 @@ int main(int argc, char** argv) {
                              "them, else 64 (every GPT-2 size)");
     generate_cmd->add_option("--threads", gen.threads, "CPU threads; 0 = all cores")
         ->capture_default_str();
+    return generate_cmd;
+}
 
-    commands::ScheduleOptions sched;
+// `trident schedule`'s options and help.
+CLI::App* add_schedule(CLI::App& app, commands::ScheduleOptions& sched) {
     auto* schedule_cmd = app.add_subcommand(
         "schedule", "Simulate a pipeline schedule: text timeline, bubble, in-flight, SVG");
     schedule_cmd->add_option("--kind", sched.kind, "gpipe, 1f1b, interleaved, zb-h1 or zb-h2")
@@ -161,8 +166,11 @@ int main(int argc, char** argv) {
         ->add_option("--send-buffers", sched.send_buffers,
                      "A stage's buffers for outgoing messages (0: unbounded)")
         ->capture_default_str();
+    return schedule_cmd;
+}
 
-    commands::PlanOptions plan;
+// `trident plan`'s options and help.
+CLI::App* add_plan(CLI::App& app, commands::PlanOptions& plan) {
     auto* plan_cmd = app.add_subcommand(
         "plan", "Memory per rank, FLOPs, communication and step time of a config (no run)");
     plan_cmd->add_option("--config,-c", plan.config, "YAML config file (see configs/)")->required();
@@ -182,6 +190,45 @@ int main(int argc, char** argv) {
                          "Inter-node bandwidth per GPU (the node's adapters / its GPUs), GB/s");
     plan_cmd->add_option("--gpus-per-node", plan.gpus_per_node, "GPUs per node");
     plan_cmd->add_option("--latency-us", plan.latency_us, "Latency per collective call, us");
+    return plan_cmd;
+}
+
+}  // namespace
+}  // namespace trident
+
+int main(int argc, char** argv) {
+    using namespace trident;
+    // A batch job's log takes stdout and stderr into one file, where stdout would otherwise be
+    // fully buffered: its lines would land after an error printed later. Line by line, the log
+    // keeps the order in which things happened.
+    std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
+    CLI::App app{"Trident: trains GPT language models on a pipeline x tensor x data grid."};
+    app.require_subcommand(1);
+    app.set_help_all_flag("--help-all", "Help for every subcommand");
+    app.set_version_flag("--version", std::string("trident ") + TRIDENT_VERSION +
+#if TRIDENT_HAVE_CUDA
+                                          " (backends: cpu, cuda)"
+#else
+                                          " (backends: cpu; built without the CUDA toolkit)"
+#endif
+    );
+    commands::TrainOptions train;
+    commands::BenchOptions bench;
+    commands::ExportOptions exp;
+    commands::CheckpointInfoOptions info;
+    commands::TokenizeOptions tok;
+    commands::GenerateOptions gen;
+    commands::ScheduleOptions sched;
+    commands::PlanOptions plan;
+    // In this order in the help.
+    const CLI::App* train_cmd = add_train(app, train);
+    const CLI::App* bench_cmd = add_bench(app, bench);
+    const CLI::App* export_cmd = add_export(app, exp);
+    const CLI::App* info_cmd = add_checkpoint_info(app, info);
+    const CLI::App* tokenize_cmd = add_tokenize(app, tok);
+    const CLI::App* generate_cmd = add_generate(app, gen);
+    const CLI::App* schedule_cmd = add_schedule(app, sched);
+    const CLI::App* plan_cmd = add_plan(app, plan);
 
     CLI11_PARSE(app, argc, argv);
     try {

@@ -78,6 +78,117 @@ cudnnDataType_t cudnn_type(DType type) {
     }
 }
 
+// The memory-bound tensors of the forward graph: Q, K^T and V read from qkv, O (B,T,C) and
+// the softmax statistics (B,NH,T,1) written.
+struct ForwardTensors {
+    int64_t q, k, v, o, stats;
+};
+
+ForwardTensors describe_forward(CudnnGraph& f, const Shapes& s, cudnnDataType_t io, float scale) {
+    ForwardTensors t;
+    t.q = f.tensor(s.heads(), s.packed_strides(), io);
+    t.k = f.tensor(s.transposed(), s.transposed_strides(), io);
+    t.v = f.tensor(s.heads(), s.packed_strides(), io);
+    t.o = f.tensor(s.heads(), s.out_strides(), io);
+    t.stats = f.tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
+    const int64_t raw = f.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+    f.matmul(raw, t.q, t.k);
+    const int64_t scaled = f.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+    f.pointwise(CUDNN_POINTWISE_MUL, scaled, raw, f.scalar(scale));
+    const int64_t masked = causal_mask(f, s, scaled);
+    const int64_t max = f.virtual_tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
+    f.reduction(CUDNN_REDUCE_TENSOR_MAX, max, masked);
+    const int64_t shifted = f.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+    f.pointwise(CUDNN_POINTWISE_SUB, shifted, masked, max);
+    const int64_t exps = f.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+    f.pointwise(CUDNN_POINTWISE_EXP, exps, shifted);
+    const int64_t sum = f.virtual_tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
+    f.reduction(CUDNN_REDUCE_TENSOR_ADD, sum, exps);
+    const int64_t log_sum = f.virtual_tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
+    f.pointwise(CUDNN_POINTWISE_LOG, log_sum, sum);
+    f.pointwise(CUDNN_POINTWISE_ADD, t.stats, max, log_sum);
+    // The second product takes the probabilities in the inputs' type.
+    const int64_t probs = f.virtual_tensor(s.scores(), s.score_strides(), io);
+    f.pointwise(CUDNN_POINTWISE_DIV, probs, exps, sum);
+    f.matmul(t.o, probs, t.v);
+    return t;
+}
+
+// The memory-bound tensors of the backward graph: Q, K^T, V^T, O, dO and the statistics read;
+// dQ, dK and dV written into the packed gradient of qkv.
+struct BackwardTensors {
+    int64_t q, k, v, o, dout, stats, dq, dk, dv;
+};
+
+// sum (B,NH,T,1) = rowsum(dO * O), kept in the workspace.
+int64_t softmax_sum(CudnnGraph& g, const Shapes& s, const BackwardTensors& t) {
+    const int64_t products = g.virtual_tensor(
+        s.heads(), {s.n * s.t * s.hs, s.t * s.hs, s.n * s.hs, 1}, CUDNN_DATA_FLOAT);
+    g.pointwise(CUDNN_POINTWISE_MUL, products, t.dout, t.o);
+    const int64_t row_sums = g.virtual_tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
+    g.reduction(CUDNN_REDUCE_TENSOR_ADD, row_sums, products);
+    const int64_t sum = g.workspace_tensor(s.rows(), s.row_strides());
+    g.pointwise(CUDNN_POINTWISE_MUL, sum, row_sums, g.scalar(1.0f));
+    return sum;
+}
+
+// P = exp(S * scale - stats), masked: the forward's probabilities, recomputed.
+int64_t recomputed_probs(CudnnGraph& g, const Shapes& s, const BackwardTensors& t, float scale) {
+    const int64_t raw = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+    g.matmul(raw, t.q, t.k);
+    const int64_t scaled = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+    g.pointwise(CUDNN_POINTWISE_MUL, scaled, raw, g.scalar(scale));
+    const int64_t shifted = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+    g.pointwise(CUDNN_POINTWISE_SUB, shifted, scaled, t.stats);
+    const int64_t masked = causal_mask(g, s, shifted);
+    const int64_t probs = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+    g.pointwise(CUDNN_POINTWISE_EXP, probs, masked);
+    return probs;
+}
+
+BackwardTensors describe_backward(CudnnGraph& g, const Shapes& s, cudnnDataType_t io, float scale) {
+    BackwardTensors t;
+    t.q = g.tensor(s.heads(), s.packed_strides(), io);
+    t.k = g.tensor(s.transposed(), s.transposed_strides(), io);
+    t.v = g.tensor(s.transposed(), s.transposed_strides(), io);
+    t.o = g.tensor(s.heads(), s.out_strides(), io);
+    t.dout = g.tensor(s.heads(), s.out_strides(), io);
+    t.stats = g.tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
+    t.dq = g.tensor(s.heads(), s.packed_strides(), io);
+    t.dk = g.tensor(s.heads(), s.packed_strides(), io);
+    t.dv = g.tensor(s.heads(), s.packed_strides(), io);
+    const int64_t sum = softmax_sum(g, s, t);
+    const int64_t probs = recomputed_probs(g, s, t, scale);
+
+    // dV = P^T dO.
+    const int64_t probs_t = g.virtual_tensor(s.scores(), s.scores_transposed_strides(), io);
+    g.reshape(probs_t, probs);
+    g.matmul(t.dv, probs_t, t.dout);
+
+    // dS = P * (dO V^T - sum) * scale.
+    const int64_t dprobs = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+    g.matmul(dprobs, t.dout, t.v);
+    const int64_t centred = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+    g.pointwise(CUDNN_POINTWISE_SUB, centred, dprobs, sum);
+    const int64_t weighted = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+    g.pointwise(CUDNN_POINTWISE_MUL, weighted, centred, probs);
+    const int64_t dscores = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+    g.pointwise(CUDNN_POINTWISE_MUL, dscores, weighted, g.scalar(scale));
+
+    // dK = dS^T Q.
+    const int64_t dscores_t = g.virtual_tensor(s.scores(), s.scores_transposed_strides(), io);
+    g.reshape(dscores_t, dscores);
+    g.matmul(t.dk, dscores_t, t.q);
+
+    // dQ = dS K, accumulated in fp32 in the workspace, then rounded.
+    const int64_t keys = g.virtual_tensor(s.heads(), s.packed_strides(), io);
+    g.reshape(keys, t.k);
+    const int64_t dq_accum = g.workspace_tensor(s.heads(), {s.n * s.t * s.hs, s.t * s.hs, s.hs, 1});
+    g.matmul(dq_accum, dscores, keys);
+    g.pointwise(CUDNN_POINTWISE_IDENTITY, t.dq, dq_accum);
+    return t;
+}
+
 std::string version_text(int version) {
     return std::to_string(version / 10000) + "." + std::to_string(version % 10000 / 100) + "." +
            std::to_string(version % 100);
@@ -145,8 +256,8 @@ struct CudnnAttention::Case {
     bool supported = false;
     std::string why;
     std::unique_ptr<CudnnGraph> forward, backward;
-    int64_t f_q, f_k, f_v, f_o, f_stats;
-    int64_t b_q, b_k, b_v, b_o, b_do, b_stats, b_dq, b_dk, b_dv;
+    ForwardTensors f;
+    BackwardTensors b;
 };
 
 CudnnAttention::CudnnAttention(DeviceAllocator& allocator) : allocator_(allocator) {
@@ -179,103 +290,15 @@ CudnnAttention::Case& CudnnAttention::case_for(DType type, int B, int T, int C, 
     const cudnnDataType_t io = cudnn_type(type);
     const float scale = 1.0f / std::sqrt(static_cast<float>(s.hs));
 
-    // Forward.
     c.forward = std::make_unique<CudnnGraph>(handle_);
-    CudnnGraph& f = *c.forward;
-    c.f_q = f.tensor(s.heads(), s.packed_strides(), io);
-    c.f_k = f.tensor(s.transposed(), s.transposed_strides(), io);
-    c.f_v = f.tensor(s.heads(), s.packed_strides(), io);
-    c.f_o = f.tensor(s.heads(), s.out_strides(), io);
-    c.f_stats = f.tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
-    {
-        const int64_t raw = f.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
-        f.matmul(raw, c.f_q, c.f_k);
-        const int64_t scaled = f.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
-        f.pointwise(CUDNN_POINTWISE_MUL, scaled, raw, f.scalar(scale));
-        const int64_t masked = causal_mask(f, s, scaled);
-        const int64_t max = f.virtual_tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
-        f.reduction(CUDNN_REDUCE_TENSOR_MAX, max, masked);
-        const int64_t shifted = f.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
-        f.pointwise(CUDNN_POINTWISE_SUB, shifted, masked, max);
-        const int64_t exps = f.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
-        f.pointwise(CUDNN_POINTWISE_EXP, exps, shifted);
-        const int64_t sum = f.virtual_tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
-        f.reduction(CUDNN_REDUCE_TENSOR_ADD, sum, exps);
-        const int64_t log_sum = f.virtual_tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
-        f.pointwise(CUDNN_POINTWISE_LOG, log_sum, sum);
-        f.pointwise(CUDNN_POINTWISE_ADD, c.f_stats, max, log_sum);
-        // The second product takes the probabilities in the inputs' type.
-        const int64_t probs = f.virtual_tensor(s.scores(), s.score_strides(), io);
-        f.pointwise(CUDNN_POINTWISE_DIV, probs, exps, sum);
-        f.matmul(c.f_o, probs, c.f_v);
-    }
-
-    // Backward.
+    c.f = describe_forward(*c.forward, s, io, scale);
     c.backward = std::make_unique<CudnnGraph>(handle_);
-    CudnnGraph& g = *c.backward;
-    c.b_q = g.tensor(s.heads(), s.packed_strides(), io);
-    c.b_k = g.tensor(s.transposed(), s.transposed_strides(), io);
-    c.b_v = g.tensor(s.transposed(), s.transposed_strides(), io);
-    c.b_o = g.tensor(s.heads(), s.out_strides(), io);
-    c.b_do = g.tensor(s.heads(), s.out_strides(), io);
-    c.b_stats = g.tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
-    c.b_dq = g.tensor(s.heads(), s.packed_strides(), io);
-    c.b_dk = g.tensor(s.heads(), s.packed_strides(), io);
-    c.b_dv = g.tensor(s.heads(), s.packed_strides(), io);
-    {
-        // sum (B,NH,T,1) = rowsum(dO * O), kept in the workspace.
-        const int64_t products = g.virtual_tensor(
-            s.heads(), {s.n * s.t * s.hs, s.t * s.hs, s.n * s.hs, 1}, CUDNN_DATA_FLOAT);
-        g.pointwise(CUDNN_POINTWISE_MUL, products, c.b_do, c.b_o);
-        const int64_t row_sums = g.virtual_tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
-        g.reduction(CUDNN_REDUCE_TENSOR_ADD, row_sums, products);
-        const int64_t softmax_sum = g.workspace_tensor(s.rows(), s.row_strides());
-        g.pointwise(CUDNN_POINTWISE_MUL, softmax_sum, row_sums, g.scalar(1.0f));
-
-        // P = exp(S * scale - stats), masked.
-        const int64_t raw = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
-        g.matmul(raw, c.b_q, c.b_k);
-        const int64_t scaled = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
-        g.pointwise(CUDNN_POINTWISE_MUL, scaled, raw, g.scalar(scale));
-        const int64_t shifted = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
-        g.pointwise(CUDNN_POINTWISE_SUB, shifted, scaled, c.b_stats);
-        const int64_t masked = causal_mask(g, s, shifted);
-        const int64_t probs = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
-        g.pointwise(CUDNN_POINTWISE_EXP, probs, masked);
-
-        // dV = P^T dO.
-        const int64_t probs_t = g.virtual_tensor(s.scores(), s.scores_transposed_strides(), io);
-        g.reshape(probs_t, probs);
-        g.matmul(c.b_dv, probs_t, c.b_do);
-
-        // dS = P * (dO V^T - sum) * scale.
-        const int64_t dprobs = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
-        g.matmul(dprobs, c.b_do, c.b_v);
-        const int64_t centred = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
-        g.pointwise(CUDNN_POINTWISE_SUB, centred, dprobs, softmax_sum);
-        const int64_t weighted = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
-        g.pointwise(CUDNN_POINTWISE_MUL, weighted, centred, probs);
-        const int64_t dscores = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
-        g.pointwise(CUDNN_POINTWISE_MUL, dscores, weighted, g.scalar(scale));
-
-        // dK = dS^T Q.
-        const int64_t dscores_t = g.virtual_tensor(s.scores(), s.scores_transposed_strides(), io);
-        g.reshape(dscores_t, dscores);
-        g.matmul(c.b_dk, dscores_t, c.b_q);
-
-        // dQ = dS K, accumulated in fp32 in the workspace, then rounded.
-        const int64_t keys = g.virtual_tensor(s.heads(), s.packed_strides(), io);
-        g.reshape(keys, c.b_k);
-        const int64_t dq_accum =
-            g.workspace_tensor(s.heads(), {s.n * s.t * s.hs, s.t * s.hs, s.hs, 1});
-        g.matmul(dq_accum, dscores, keys);
-        g.pointwise(CUDNN_POINTWISE_IDENTITY, c.b_dq, dq_accum);
-    }
+    c.b = describe_backward(*c.backward, s, io, scale);
 
     std::string why;
-    if (!f.build(why)) {
+    if (!c.forward->build(why)) {
         c.why = "cuDNN could not build the forward graph (" + why + ")";
-    } else if (!g.build(why)) {
+    } else if (!c.backward->build(why)) {
         c.why = "cuDNN could not build the backward graph (" + why + ")";
     } else {
         c.supported = true;
@@ -316,11 +339,11 @@ bool CudnnAttention::forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, in
     char* base = static_cast<char*>(const_cast<void*>(qkv.data));
     const std::size_t plane = static_cast<std::size_t>(C) * size_of(qkv.dtype);  // q to k bytes
     return run(c, *c.forward, "forward",
-               {{c.f_q, base},
-                {c.f_k, base + plane},
-                {c.f_v, base + 2 * plane},
-                {c.f_o, out.data},
-                {c.f_stats, lse}},
+               {{c.f.q, base},
+                {c.f.k, base + plane},
+                {c.f.v, base + 2 * plane},
+                {c.f.o, out.data},
+                {c.f.stats, lse}},
                stream);
 }
 
@@ -333,15 +356,15 @@ bool CudnnAttention::backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr ou
     char* grad = static_cast<char*>(dqkv.data);
     const std::size_t plane = static_cast<std::size_t>(C) * size_of(qkv.dtype);
     return run(c, *c.backward, "backward",
-               {{c.b_q, base},
-                {c.b_k, base + plane},
-                {c.b_v, base + 2 * plane},
-                {c.b_o, const_cast<void*>(out.data)},
-                {c.b_do, const_cast<void*>(dout.data)},
-                {c.b_stats, const_cast<float*>(lse)},
-                {c.b_dq, grad},
-                {c.b_dk, grad + plane},
-                {c.b_dv, grad + 2 * plane}},
+               {{c.b.q, base},
+                {c.b.k, base + plane},
+                {c.b.v, base + 2 * plane},
+                {c.b.o, const_cast<void*>(out.data)},
+                {c.b.dout, const_cast<void*>(dout.data)},
+                {c.b.stats, const_cast<float*>(lse)},
+                {c.b.dq, grad},
+                {c.b.dk, grad + plane},
+                {c.b.dv, grad + 2 * plane}},
                stream);
 }
 

@@ -511,4 +511,10 @@ std::string prepare_run_attention(Ops& ops, const RunAttention& run) {
     return prepare_attention(ops, rank_attention(run));
 }
 
+CudaBackend make_cuda_backend(bool tf32, const RunAttention& run) {
+    CudaBackend backend{make_cuda_ops(tf32), {}};
+    backend.attention = prepare_run_attention(*backend.ops, run);
+    return backend;
+}
+
 }  // namespace trident::kernels

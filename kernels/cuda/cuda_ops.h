@@ -55,4 +55,13 @@ AttentionShape rank_attention(const RunAttention& run);
 // shape has no kernel.
 std::string prepare_run_attention(Ops& ops, const RunAttention& run);
 
+// The backend of a training run: make_cuda_ops with the attention kernels of every shape
+// `run` computes chosen (prepare_run_attention), so that a model no kernel can run stops at
+// start-up. `attention` holds the choices, a line each, for the log.
+struct CudaBackend {
+    std::unique_ptr<Ops> ops;
+    std::string attention;
+};
+CudaBackend make_cuda_backend(bool tf32, const RunAttention& run);
+
 }  // namespace trident::kernels

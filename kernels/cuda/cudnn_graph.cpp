@@ -47,6 +47,192 @@ struct Steps {
 
 constexpr std::size_t kWorkspaceAlignment = 256;
 
+using Descriptors = std::vector<cudnnBackendDescriptor_t>;
+
+// Creates and finalises `descriptor`, for the tensor `id` with these properties.
+bool finalize_tensor(Steps& step, cudnnBackendDescriptor_t& descriptor, int64_t id,
+                     const Dims& dims, const Dims& strides, cudnnDataType_t type, bool is_virtual,
+                     bool by_value) {
+    if (!step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &descriptor),
+              "tensor descriptor"))
+        return false;
+    const int64_t alignment = 16;
+    step(set_type(descriptor, CUDNN_ATTR_TENSOR_DATA_TYPE, type), "tensor type");
+    step(set(descriptor, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.data()),
+         "tensor dimensions");
+    step(set(descriptor, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.data()),
+         "tensor strides");
+    step(set(descriptor, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id), "tensor id");
+    step(set(descriptor, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment),
+         "tensor alignment");
+    step(set(descriptor, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual),
+         "tensor virtual");
+    step(set(descriptor, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value),
+         "tensor by value");
+    return step(cudnnBackendFinalize(descriptor), "tensor finalize");
+}
+
+// The operations below are described but not finalised; the descriptors they are made of
+// join `owned`. Tensors are given by their descriptors; b and t may be null (absent).
+
+// y = mode(x[, b[, t]]) in `math` precision; axis: GEN_INDEX's dimension, or -1.
+cudnnBackendDescriptor_t pointwise_operation(Steps& step, Descriptors& owned,
+                                             cudnnPointwiseMode_t mode, cudnnDataType_t math,
+                                             int64_t axis, cudnnBackendDescriptor_t x,
+                                             cudnnBackendDescriptor_t b, cudnnBackendDescriptor_t t,
+                                             cudnnBackendDescriptor_t y) {
+    cudnnBackendDescriptor_t operation = nullptr, inner = nullptr;
+    step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &inner), "pointwise");
+    owned.push_back(inner);
+    step(set(inner, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode),
+         "pointwise mode");
+    step(set_type(inner, CUDNN_ATTR_POINTWISE_MATH_PREC, math), "pointwise precision");
+    if (axis >= 0)
+        step(set(inner, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis), "pointwise axis");
+    step(cudnnBackendFinalize(inner), "pointwise finalize");
+    step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, &operation),
+         "pointwise operation");
+    step(set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, inner),
+         "pointwise op");
+    step(set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x), "pointwise x");
+    if (b) step(set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, b), "pointwise b");
+    if (t) step(set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t), "pointwise t");
+    step(set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y), "pointwise y");
+    return operation;
+}
+
+// y = the reduction `mode` of x in `math` precision.
+cudnnBackendDescriptor_t reduction_operation(Steps& step, Descriptors& owned,
+                                             cudnnReduceTensorOp_t mode, cudnnDataType_t math,
+                                             cudnnBackendDescriptor_t x,
+                                             cudnnBackendDescriptor_t y) {
+    cudnnBackendDescriptor_t operation = nullptr, inner = nullptr;
+    step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, &inner), "reduction");
+    owned.push_back(inner);
+    step(set(inner, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode),
+         "reduction operator");
+    step(set_type(inner, CUDNN_ATTR_REDUCTION_COMP_TYPE, math), "reduction precision");
+    step(cudnnBackendFinalize(inner), "reduction finalize");
+    step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, &operation),
+         "reduction operation");
+    step(set_descriptor(operation, CUDNN_ATTR_OPERATION_REDUCTION_DESC, inner), "reduction op");
+    step(set_descriptor(operation, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x), "reduction x");
+    step(set_descriptor(operation, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, y), "reduction y");
+    return operation;
+}
+
+// c = a @ b in `math` precision.
+cudnnBackendDescriptor_t matmul_operation(Steps& step, Descriptors& owned, cudnnDataType_t math,
+                                          cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
+                                          cudnnBackendDescriptor_t c) {
+    cudnnBackendDescriptor_t operation = nullptr, inner = nullptr;
+    step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_MATMUL_DESCRIPTOR, &inner), "matmul");
+    owned.push_back(inner);
+    step(set_type(inner, CUDNN_ATTR_MATMUL_COMP_TYPE, math), "matmul precision");
+    step(cudnnBackendFinalize(inner), "matmul finalize");
+    step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, &operation),
+         "matmul operation");
+    step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_DESC, inner), "matmul op");
+    step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_ADESC, a), "matmul a");
+    step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_BDESC, b), "matmul b");
+    step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_CDESC, c), "matmul c");
+    return operation;
+}
+
+// y = x seen with y's dimensions and strides.
+cudnnBackendDescriptor_t reshape_operation(Steps& step, cudnnBackendDescriptor_t x,
+                                           cudnnBackendDescriptor_t y) {
+    cudnnBackendDescriptor_t operation = nullptr;
+    step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, &operation),
+         "reshape operation");
+    step(set_descriptor(operation, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x), "reshape x");
+    step(set_descriptor(operation, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y), "reshape y");
+    return operation;
+}
+
+// The finalised operation graph of `operations`, or null; it joins `owned`.
+cudnnBackendDescriptor_t operation_graph(Steps& step, cudnnHandle_t handle, Descriptors& operations,
+                                         Descriptors& owned) {
+    cudnnBackendDescriptor_t graph = nullptr;
+    step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &graph), "graph");
+    if (!step.ok) return nullptr;
+    owned.push_back(graph);
+    step(set(graph, kGraphHandle, CUDNN_TYPE_HANDLE, 1, &handle), "graph handle");
+    step(set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+             static_cast<int64_t>(operations.size()), operations.data()),
+         "graph operations");
+    if (!step(cudnnBackendFinalize(graph), "graph finalize")) return nullptr;
+    return graph;
+}
+
+// The engine configurations cuDNN's heuristic offers for `graph`, best first, into `configs`;
+// they and the heuristic's descriptor join `owned`.
+bool engine_configs(Steps& step, cudnnBackendDescriptor_t graph, Descriptors& owned,
+                    Descriptors& configs) {
+    cudnnBackendDescriptor_t heuristics = nullptr;
+    step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heuristics),
+         "heuristics");
+    if (!step.ok) return false;
+    owned.push_back(heuristics);
+    const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
+    step(set_descriptor(heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph),
+         "heuristics graph");
+    step(set(heuristics, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode),
+         "heuristics mode");
+    if (!step(cudnnBackendFinalize(heuristics), "heuristics finalize")) return false;
+    int64_t available = 0;
+    if (!step(cudnnBackendGetAttribute(heuristics, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &available, nullptr),
+              "heuristics count"))
+        return false;
+    if (available == 0) {
+        step.why = "no engine supports this graph";
+        return false;
+    }
+    configs.resize(static_cast<std::size_t>(available));
+    for (auto& config : configs) {
+        step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &config),
+             "engine config");
+        owned.push_back(config);
+    }
+    int64_t returned = 0;
+    if (!step(cudnnBackendGetAttribute(heuristics, CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, available, &returned,
+                                       configs.data()),
+              "heuristics results"))
+        return false;
+    configs.resize(static_cast<std::size_t>(returned));
+    return true;
+}
+
+// The execution plan of the first of `configs` whose plan finalises, or null with the last
+// failure in `why`; `workspace` gets its workspace size.
+cudnnBackendDescriptor_t first_plan(cudnnHandle_t handle, const Descriptors& configs,
+                                    int64_t& workspace, std::string& why) {
+    std::string last_failure = "no engine configuration finalised";
+    for (cudnnBackendDescriptor_t config : configs) {
+        cudnnBackendDescriptor_t plan = nullptr;
+        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) !=
+            CUDNN_STATUS_SUCCESS)
+            continue;
+        cudnnStatus_t status = set(plan, kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle);
+        if (status == CUDNN_STATUS_SUCCESS)
+            status = set_descriptor(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
+        if (status == CUDNN_STATUS_SUCCESS) status = cudnnBackendFinalize(plan);
+        if (status != CUDNN_STATUS_SUCCESS) {
+            last_failure = std::string("plan finalize: ") + cudnnGetErrorString(status);
+            cudnnBackendDestroyDescriptor(plan);
+            continue;
+        }
+        workspace = 0;
+        cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
+                                 1, nullptr, &workspace);
+        return plan;
+    }
+    why = last_failure;
+    return nullptr;
+}
+
 }  // namespace
 
 CudnnGraph::~CudnnGraph() {
@@ -106,113 +292,32 @@ bool CudnnGraph::finalize_descriptors(std::string& why) {
     Steps step{why};
     for (int64_t id : order_) {
         Tensor& t = tensors_.at(id);
-        if (!step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, &t.descriptor),
-                  "tensor descriptor"))
+        if (!finalize_tensor(step, t.descriptor, id, t.dims, t.strides, t.type, t.is_virtual,
+                             t.by_value))
             return false;
-        const int64_t alignment = 16;
-        const bool is_virtual = t.is_virtual, by_value = t.by_value;
-        step(set_type(t.descriptor, CUDNN_ATTR_TENSOR_DATA_TYPE, t.type), "tensor type");
-        step(set(t.descriptor, CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, t.dims.data()),
-             "tensor dimensions");
-        step(set(t.descriptor, CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, t.strides.data()),
-             "tensor strides");
-        step(set(t.descriptor, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id), "tensor id");
-        step(set(t.descriptor, CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &alignment),
-             "tensor alignment");
-        step(set(t.descriptor, CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual),
-             "tensor virtual");
-        step(set(t.descriptor, CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value),
-             "tensor by value");
-        if (!step(cudnnBackendFinalize(t.descriptor), "tensor finalize")) return false;
     }
-    const auto desc = [&](int64_t id) { return tensors_.at(id).descriptor; };
-    std::vector<cudnnBackendDescriptor_t> operations;
+    const auto desc = [&](int64_t id) { return id >= 0 ? tensors_.at(id).descriptor : nullptr; };
+    Descriptors operations;
     for (const Op& op : ops_) {
-        cudnnBackendDescriptor_t operation = nullptr, inner = nullptr;
+        cudnnBackendDescriptor_t operation = nullptr;
         switch (op.kind) {
-            case OpKind::pointwise: {
-                const auto mode = static_cast<cudnnPointwiseMode_t>(op.mode);
-                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &inner),
-                     "pointwise");
-                owned_.push_back(inner);
-                step(set(inner, CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode),
-                     "pointwise mode");
-                step(set_type(inner, CUDNN_ATTR_POINTWISE_MATH_PREC, op.math),
-                     "pointwise precision");
-                if (op.axis >= 0)
-                    step(set(inner, CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &op.axis),
-                         "pointwise axis");
-                step(cudnnBackendFinalize(inner), "pointwise finalize");
-                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
-                                                  &operation),
-                     "pointwise operation");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, inner),
-                     "pointwise op");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_XDESC, desc(op.x)),
-                     "pointwise x");
-                if (op.b >= 0)
-                    step(
-                        set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_BDESC, desc(op.b)),
-                        "pointwise b");
-                if (op.t >= 0)
-                    step(
-                        set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_TDESC, desc(op.t)),
-                        "pointwise t");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_POINTWISE_YDESC, desc(op.y)),
-                     "pointwise y");
+            case OpKind::pointwise:
+                operation = pointwise_operation(
+                    step, owned_, static_cast<cudnnPointwiseMode_t>(op.mode), op.math, op.axis,
+                    desc(op.x), desc(op.b), desc(op.t), desc(op.y));
                 break;
-            }
-            case OpKind::reduction: {
-                const auto mode = static_cast<cudnnReduceTensorOp_t>(op.mode);
-                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, &inner),
-                     "reduction");
-                owned_.push_back(inner);
-                step(set(inner, CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE,
-                         1, &mode),
-                     "reduction operator");
-                step(set_type(inner, CUDNN_ATTR_REDUCTION_COMP_TYPE, op.math),
-                     "reduction precision");
-                step(cudnnBackendFinalize(inner), "reduction finalize");
-                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR,
-                                                  &operation),
-                     "reduction operation");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_REDUCTION_DESC, inner),
-                     "reduction op");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_REDUCTION_XDESC, desc(op.x)),
-                     "reduction x");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_REDUCTION_YDESC, desc(op.y)),
-                     "reduction y");
+            case OpKind::reduction:
+                operation =
+                    reduction_operation(step, owned_, static_cast<cudnnReduceTensorOp_t>(op.mode),
+                                        op.math, desc(op.x), desc(op.y));
                 break;
-            }
-            case OpKind::matmul: {
-                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_MATMUL_DESCRIPTOR, &inner),
-                     "matmul");
-                owned_.push_back(inner);
-                step(set_type(inner, CUDNN_ATTR_MATMUL_COMP_TYPE, op.math), "matmul precision");
-                step(cudnnBackendFinalize(inner), "matmul finalize");
-                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR,
-                                                  &operation),
-                     "matmul operation");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_DESC, inner),
-                     "matmul op");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_ADESC, desc(op.x)),
-                     "matmul a");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_BDESC, desc(op.b)),
-                     "matmul b");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_MATMUL_CDESC, desc(op.y)),
-                     "matmul c");
+            case OpKind::matmul:
+                operation =
+                    matmul_operation(step, owned_, op.math, desc(op.x), desc(op.b), desc(op.y));
                 break;
-            }
-            case OpKind::reshape: {
-                step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR,
-                                                  &operation),
-                     "reshape operation");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_RESHAPE_XDESC, desc(op.x)),
-                     "reshape x");
-                step(set_descriptor(operation, CUDNN_ATTR_OPERATION_RESHAPE_YDESC, desc(op.y)),
-                     "reshape y");
+            case OpKind::reshape:
+                operation = reshape_operation(step, desc(op.x), desc(op.y));
                 break;
-            }
         }
         if (operation) owned_.push_back(operation);
         if (!step(operation ? cudnnBackendFinalize(operation) : CUDNN_STATUS_BAD_PARAM,
@@ -220,77 +325,20 @@ bool CudnnGraph::finalize_descriptors(std::string& why) {
             return false;
         operations.push_back(operation);
     }
-
-    cudnnBackendDescriptor_t graph = nullptr;
-    step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &graph), "graph");
-    if (!step.ok) return false;
-    owned_.push_back(graph);
-    step(set(graph, kGraphHandle, CUDNN_TYPE_HANDLE, 1, &handle_), "graph handle");
-    step(set(graph, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
-             static_cast<int64_t>(operations.size()), operations.data()),
-         "graph operations");
-    if (!step(cudnnBackendFinalize(graph), "graph finalize")) return false;
-
+    const cudnnBackendDescriptor_t graph = operation_graph(step, handle_, operations, owned_);
+    if (!graph) return false;
     // Engine configurations, best first by cuDNN's heuristic; the first whose plan finalises
     // is kept.
-    cudnnBackendDescriptor_t heuristics = nullptr;
-    step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heuristics),
-         "heuristics");
-    if (!step.ok) return false;
-    owned_.push_back(heuristics);
-    const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-    step(set_descriptor(heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph),
-         "heuristics graph");
-    step(set(heuristics, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode),
-         "heuristics mode");
-    if (!step(cudnnBackendFinalize(heuristics), "heuristics finalize")) return false;
-    int64_t available = 0;
-    if (!step(cudnnBackendGetAttribute(heuristics, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &available, nullptr),
-              "heuristics count"))
-        return false;
-    if (available == 0) {
-        why = "no engine supports this graph";
-        return false;
-    }
-    std::vector<cudnnBackendDescriptor_t> configs(static_cast<std::size_t>(available));
-    for (auto& config : configs) {
-        step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &config),
-             "engine config");
-        owned_.push_back(config);
-    }
-    int64_t returned = 0;
-    if (!step(cudnnBackendGetAttribute(heuristics, CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, available, &returned,
-                                       configs.data()),
-              "heuristics results"))
-        return false;
-    std::string last_failure = "no engine configuration finalised";
-    for (int64_t i = 0; i < returned; ++i) {
-        cudnnBackendDescriptor_t plan = nullptr;
-        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) !=
-            CUDNN_STATUS_SUCCESS)
-            continue;
-        cudnnStatus_t status = set(plan, kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle_);
-        if (status == CUDNN_STATUS_SUCCESS)
-            status = set_descriptor(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, configs[i]);
-        if (status == CUDNN_STATUS_SUCCESS) status = cudnnBackendFinalize(plan);
-        if (status != CUDNN_STATUS_SUCCESS) {
-            last_failure = std::string("plan finalize: ") + cudnnGetErrorString(status);
-            cudnnBackendDestroyDescriptor(plan);
-            continue;
-        }
-        int64_t workspace = 0;
-        cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
-                                 1, nullptr, &workspace);
-        plan_ = plan;
-        owned_.push_back(plan);
-        plan_workspace_ = (static_cast<std::size_t>(workspace) + kWorkspaceAlignment - 1) /
-                          kWorkspaceAlignment * kWorkspaceAlignment;
-        return true;
-    }
-    why = last_failure;
-    return false;
+    Descriptors configs;
+    if (!engine_configs(step, graph, owned_, configs)) return false;
+    int64_t workspace = 0;
+    const cudnnBackendDescriptor_t plan = first_plan(handle_, configs, workspace, why);
+    if (!plan) return false;
+    plan_ = plan;
+    owned_.push_back(plan);
+    plan_workspace_ = (static_cast<std::size_t>(workspace) + kWorkspaceAlignment - 1) /
+                      kWorkspaceAlignment * kWorkspaceAlignment;
+    return true;
 }
 
 bool CudnnGraph::build(std::string& why) {

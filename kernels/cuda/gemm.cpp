@@ -61,6 +61,64 @@ cublasLtEpilogue_t epilogue_of(Epilogue e) {
     return CUBLASLT_EPILOGUE_DEFAULT;
 }
 
+// Creates `operation`, the description of c's product in cuBLASLt's terms: its transposes
+// (op_a, op_b), its epilogue and what that epilogue needs but its pointers.
+void describe_operation(cublasLtMatmulDesc_t& operation, const GemmCall& c,
+                        cublasComputeType_t compute, cudaDataType_t d_type, cublasOperation_t op_a,
+                        cublasOperation_t op_b) {
+    TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&operation, compute, CUDA_R_32F));
+    TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(operation, CUBLASLT_MATMUL_DESC_TRANSA,
+                                                        &op_a, sizeof(op_a)));
+    TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(operation, CUBLASLT_MATMUL_DESC_TRANSB,
+                                                        &op_b, sizeof(op_b)));
+    const cublasLtEpilogue_t epilogue = epilogue_of(c.epilogue);
+    TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(operation, CUBLASLT_MATMUL_DESC_EPILOGUE,
+                                                        &epilogue, sizeof(epilogue)));
+    if (c.epilogue == Epilogue::bias || c.epilogue == Epilogue::gelu_bias) {
+        // The bias has D's type; the pointers are set per call.
+        TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &d_type, sizeof(d_type)));
+    }
+    if (c.epilogue == Epilogue::gelu_bias || c.epilogue == Epilogue::dgelu) {
+        // The pre-activation's type is left unset: it is then D's, and cuBLASLt documents
+        // setting it only for fp8 products.
+        const int64_t aux_ld = c.cols;
+        TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
+    }
+}
+
+// cuBLASLt's first choice of kernel for the described product, within our workspace and for
+// pointers aligned to `alignment` bytes; an error naming the product if it has none.
+cublasLtMatmulAlgo_t choose_algorithm(cublasLtHandle_t handle, cublasLtMatmulDesc_t operation,
+                                      cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                      cublasLtMatrixLayout_t d, const GemmCall& c, int alignment) {
+    cublasLtMatmulPreference_t preference = nullptr;
+    TRIDENT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+    const uint64_t workspace = kWorkspaceBytes;
+    const uint32_t aligned = static_cast<uint32_t>(alignment);
+    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                         &workspace, sizeof(workspace));
+    for (auto attribute :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+        cublasLtMatmulPreferenceSetAttribute(preference, attribute, &aligned, sizeof(aligned));
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, operation, a, b, d, d,
+                                                                 preference, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(preference);
+    if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
+        throw Error("cuBLASLt has no kernel for a " + std::to_string(c.rows) + "x" +
+                    std::to_string(c.inner) + " by " + std::to_string(c.inner) + "x" +
+                    std::to_string(c.cols) + " product (" + name_of(c.a.dtype) + " -> " +
+                    name_of(c.d.dtype) + ", epilogue " +
+                    std::to_string(static_cast<int>(c.epilogue)) + ", alignment " +
+                    std::to_string(alignment) + " bytes): " + cublasLtGetStatusString(status));
+    }
+    return result.algo;
+}
+
 }  // namespace
 
 struct Gemm::Plan {
@@ -126,26 +184,7 @@ Gemm::Plan& Gemm::plan_for(const GemmCall& c) {
     // fp32 accumulation and scale factors always; TF32 inputs only for fp32 products.
     const cublasComputeType_t compute =
         tf32_ && ab_type == CUDA_R_32F ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->operation, compute, CUDA_R_32F));
-    TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-        plan->operation, CUBLASLT_MATMUL_DESC_TRANSA, &op_a, sizeof(op_a)));
-    TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-        plan->operation, CUBLASLT_MATMUL_DESC_TRANSB, &op_b, sizeof(op_b)));
-    const cublasLtEpilogue_t epilogue = epilogue_of(c.epilogue);
-    TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-        plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
-    if (c.epilogue == Epilogue::bias || c.epilogue == Epilogue::gelu_bias) {
-        // The bias has D's type; the pointers are set per call.
-        TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            plan->operation, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &d_type, sizeof(d_type)));
-    }
-    if (c.epilogue == Epilogue::gelu_bias || c.epilogue == Epilogue::dgelu) {
-        // The pre-activation's type is left unset: it is then D's, and cuBLASLt documents
-        // setting it only for fp8 products.
-        const int64_t aux_ld = c.cols;
-        TRIDENT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            plan->operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &aux_ld, sizeof(aux_ld)));
-    }
+    describe_operation(plan->operation, c, compute, d_type, op_a, op_b);
     // Stored shapes, column-major: (rows, cols, leading dimension).
     TRIDENT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->a, ab_type, op_a == CUBLAS_OP_N ? m : k,
                                                     op_a == CUBLAS_OP_N ? k : m,
@@ -154,32 +193,8 @@ Gemm::Plan& Gemm::plan_for(const GemmCall& c) {
                                                     op_b == CUBLAS_OP_N ? n : k,
                                                     op_b == CUBLAS_OP_N ? k : n));
     TRIDENT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&plan->d, d_type, m, n, m));
-
-    cublasLtMatmulPreference_t preference = nullptr;
-    TRIDENT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-    const uint64_t workspace = kWorkspaceBytes;
-    const uint32_t aligned = static_cast<uint32_t>(alignment);
-    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                         &workspace, sizeof(workspace));
-    for (auto attribute :
-         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-        cublasLtMatmulPreferenceSetAttribute(preference, attribute, &aligned, sizeof(aligned));
-    cublasLtMatmulHeuristicResult_t result{};
-    int found = 0;
-    const cublasStatus_t status =
-        cublasLtMatmulAlgoGetHeuristic(handle_, plan->operation, plan->a, plan->b, plan->d, plan->d,
-                                       preference, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(preference);
-    if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
-        throw Error("cuBLASLt has no kernel for a " + std::to_string(c.rows) + "x" +
-                    std::to_string(c.inner) + " by " + std::to_string(c.inner) + "x" +
-                    std::to_string(c.cols) + " product (" + name_of(c.a.dtype) + " -> " +
-                    name_of(c.d.dtype) + ", epilogue " +
-                    std::to_string(static_cast<int>(c.epilogue)) + ", alignment " +
-                    std::to_string(alignment) + " bytes): " + cublasLtGetStatusString(status));
-    }
-    plan->algo = result.algo;
+    plan->algo =
+        choose_algorithm(handle_, plan->operation, plan->a, plan->b, plan->d, c, alignment);
     slot = std::move(plan);
     return *slot;
 }

@@ -132,27 +132,26 @@ std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Devi
                                            parallel::Grid& grid, bool announce) {
     if (!device.gpu) return kernels::make_cpu_ops(cfg.training.threads);
 #if TRIDENT_HAVE_CUDA
-    auto ops = kernels::make_cuda_ops(cfg.training.tf32);
-    // Attention's kernels are chosen now, for every shape the run computes, so that a model
-    // no kernel can run stops here.
     const config::ModelConfig& m = cfg.model;
     const auto& p = cfg.parallel;
-    const kernels::RunAttention attention{cfg.training.micro_batch,
-                                          m.seq_len,
-                                          m.hidden,
-                                          m.heads,
-                                          p.tensor,
-                                          p.context,
-                                          p.context_mode == config::ContextMode::ring,
-                                          cfg.training.precision,
-                                          static_cast<float>(m.dropout)};
-    std::string choices;
+    // The backend chooses the kernels of the run's attention now (kernels/cuda/cuda_ops.h):
+    // a head size no kernel runs is the model's shape at fault.
+    const kernels::RunAttention run{cfg.training.micro_batch,
+                                    m.seq_len,
+                                    m.hidden,
+                                    m.heads,
+                                    p.tensor,
+                                    p.context,
+                                    p.context_mode == config::ContextMode::ring,
+                                    cfg.training.precision,
+                                    static_cast<float>(m.dropout)};
+    kernels::CudaBackend backend;
     try {
-        choices = kernels::prepare_run_attention(*ops, attention);
+        backend = kernels::make_cuda_backend(cfg.training.tf32, run);
     } catch (const Error& e) {
         throw Error(std::string("model.hidden / model.heads: ") + e.what());
     }
-    if (announce) std::printf("%s", choices.c_str());
+    if (announce) std::printf("%s", backend.attention.c_str());
     const cudaStream_t stream = kernels::cuda::compute_stream();
     if (device.shared_gpu) {
         // NCCL refuses two ranks of a communicator on one GPU.
@@ -175,7 +174,7 @@ std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Devi
                 return std::make_unique<parallel::NcclComm>(std::move(group), stream, messages);
             });
     }
-    return ops;
+    return std::move(backend.ops);
 #else
     (void)grid;
     (void)announce;

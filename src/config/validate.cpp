@@ -60,8 +60,10 @@ void refuse_unsupported_features([[maybe_unused]] const Config& cfg,
 #endif
 }
 
-// Limits that tie keys together. Each message starts with the key it blames first.
-void check_consistency(const Config& cfg, const Origins& origins) {
+// Limits that tie keys together (below). Each message starts with the key it blames first.
+
+// The model's shape, the optimizer's limits, the step's batch and the evaluation set.
+void check_model_and_batches(const Config& cfg, const Origins& origins) {
     const ModelConfig& m = cfg.model;
     const ParallelConfig& p = cfg.parallel;
     const TrainingConfig& t = cfg.training;
@@ -95,7 +97,13 @@ void check_consistency(const Config& cfg, const Origins& origins) {
                  p.data, " = ", per_step,
                  " (each replica evaluates its share in whole microbatches; a multiple of "
                  "training.global_batch suits every layout)"));
+}
 
+// How tensor, sequence and context parallelism split the heads, widths and rows.
+void check_tensor_and_context(const Config& cfg, const Origins& origins) {
+    const ModelConfig& m = cfg.model;
+    const ParallelConfig& p = cfg.parallel;
+    const TrainingConfig& t = cfg.training;
     // Tensor parallelism splits heads and the MLP width evenly over M.
     if (m.heads % p.tensor != 0)
         fail(origins.blame({"parallel.tensor", "model.heads"}),
@@ -135,7 +143,13 @@ void check_consistency(const Config& cfg, const Origins& origins) {
                  : cat("parallel.sequence_parallel: micro_batch × seq_len / context = ",
                        t.micro_batch, " × ", m.seq_len, " / ", p.context, " = ", rows,
                        " rows must divide by parallel.tensor (", p.tensor, ")"));
+}
 
+// How the pipeline cuts the layers and schedules the microbatches.
+void check_pipeline(const Config& cfg, const Origins& origins) {
+    const ModelConfig& m = cfg.model;
+    const ParallelConfig& p = cfg.parallel;
+    const TrainingConfig& t = cfg.training;
     // The layers are cut into P·v model chunks: equal ones, or the counts given.
     const int chunks = p.pipeline * p.virtual_stages;
     const StageLayers& cut = p.stage_layers;
@@ -176,6 +190,22 @@ void check_consistency(const Config& cfg, const Origins& origins) {
              cat("parallel.schedule: interleaved needs parallel.virtual_stages >= 2 (got ",
                  p.virtual_stages, ")"));
 
+    // The interleaved schedule runs microbatches in groups of P (PTD-P §2.2).
+    const int microbatches = t.global_batch / (t.micro_batch * p.data);
+    if (interleaved && microbatches % p.pipeline != 0)
+        fail(origins.blame({"parallel.schedule", "parallel.pipeline", "training.global_batch",
+                            "training.micro_batch", "parallel.data"}),
+             cat("parallel.schedule: interleaved needs the microbatches per step (global_batch / "
+                 "(micro_batch "
+                 "× parallel.data) = ",
+                 microbatches, ") to be a multiple of parallel.pipeline (", p.pipeline, ")"));
+}
+
+// What ZeRO's stages and LoRA combine with.
+void check_zero_and_lora(const Config& cfg, const Origins& origins) {
+    const ModelConfig& m = cfg.model;
+    const ParallelConfig& p = cfg.parallel;
+    const TrainingConfig& t = cfg.training;
     // ZeRO-3 gathers a unit's parameters for every microbatch's forward and backward. On a
     // pipeline each stage runs many microbatches (m >> P keeps its bubble small), so it would
     // gather its weights 2m times a step where stage 2 keeps them whole (DeepSpeed refuses
@@ -219,16 +249,6 @@ void check_consistency(const Config& cfg, const Origins& origins) {
                  p.zero_stage,
                  " (ZeRO-2 and 3 shard the base model's gradients and parameters, which LoRA "
                  "freezes)"));
-
-    // The interleaved schedule runs microbatches in groups of P (PTD-P §2.2).
-    const int microbatches = t.global_batch / per_step;
-    if (interleaved && microbatches % p.pipeline != 0)
-        fail(origins.blame({"parallel.schedule", "parallel.pipeline", "training.global_batch",
-                            "training.micro_batch", "parallel.data"}),
-             cat("parallel.schedule: interleaved needs the microbatches per step (global_batch / "
-                 "(micro_batch "
-                 "× parallel.data) = ",
-                 microbatches, ") to be a multiple of parallel.pipeline (", p.pipeline, ")"));
 }
 
 }  // namespace
@@ -237,7 +257,10 @@ void validate(const Config& cfg, const Origins& origins, Purpose purpose) {
     check_required(origins, purpose);
     check_ranges(cfg, origins);
     if (purpose != Purpose::plan) refuse_unsupported_features(cfg, origins);
-    check_consistency(cfg, origins);
+    check_model_and_batches(cfg, origins);
+    check_tensor_and_context(cfg, origins);
+    check_pipeline(cfg, origins);
+    check_zero_and_lora(cfg, origins);
     // Training adapters adapts given weights (over a random model they would adapt nothing);
     // bench and plan measure and model the run without them.
     if (purpose == Purpose::train && cfg.training.lora.enabled() && !cfg.model.init_from)

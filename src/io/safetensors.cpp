@@ -127,6 +127,101 @@ TensorInfo parse_tensor_entry(const std::string& name, const json::Value& entry)
     return t;
 }
 
+// An error about the file at `path`, naming it.
+Error file_error(const std::string& path, const std::string& what) {
+    return Error(path + ": " + what);
+}
+
+// What the file's first 8 + N bytes hold: the header's length N, then N bytes of JSON.
+struct RawHeader {
+    uint64_t size = 0;
+    std::string text;
+    std::string sha256;  // of the length and the header together
+};
+
+// Reads the header of the file_size-byte file open as fd, its length checked against the
+// file's size and kMaxHeaderBytes before anything is allocated for it.
+RawHeader read_raw_header(int fd, const std::string& path, uint64_t file_size) {
+    const auto fail = [&](const std::string& what) { return file_error(path, what); };
+    std::string why;
+    unsigned char length_bytes[8];
+    if (!pread_all(fd, length_bytes, 8, 0, &why)) throw fail("cannot read: " + why);
+    RawHeader raw;
+    for (int i = 7; i >= 0; --i) raw.size = (raw.size << 8) | length_bytes[i];
+    if (raw.size > file_size - 8)
+        throw fail("header length " + std::to_string(raw.size) + " runs past the end of the " +
+                   std::to_string(file_size) +
+                   "-byte file (truncated, or not a safetensors file?)");
+    if (raw.size > kMaxHeaderBytes)
+        throw fail("header length " + std::to_string(raw.size) + " exceeds the limit of " +
+                   std::to_string(kMaxHeaderBytes) + " bytes");
+    raw.text.assign(static_cast<std::size_t>(raw.size), '\0');
+    if (!pread_all(fd, raw.text.data(), raw.text.size(), 8, &why))
+        throw fail("cannot read: " + why);
+    Sha256 header_hash;
+    header_hash.update(length_bytes, 8);
+    header_hash.update(raw.text.data(), raw.text.size());
+    raw.sha256 = header_hash.hex_digest();
+    return raw;
+}
+
+// The header's members: __metadata__'s strings into `metadata`, every other member a tensor
+// appended to `tensors`, its data inside the buffer_size-byte data buffer.
+void read_members(const json::Value& root, uint64_t buffer_size, const std::string& path,
+                  std::map<std::string, std::string>& metadata, std::vector<TensorInfo>& tensors) {
+    const auto fail = [&](const std::string& what) { return file_error(path, what); };
+    for (const auto& member : root.object) {
+        if (member.key == "__metadata__") {
+            if (!member.value.is_object()) throw fail("__metadata__ must be an object of strings");
+            for (const auto& m : member.value.object) {
+                if (!m.value.is_string())
+                    throw fail("__metadata__ value of " + json::quote(m.key) + " must be a string");
+                metadata[m.key] = m.value.string;
+            }
+            continue;
+        }
+        TensorInfo t;
+        try {
+            t = parse_tensor_entry(member.key, member.value);
+        } catch (const Error& e) {
+            throw fail(e.what());
+        }
+        if (t.data_end > buffer_size)
+            throw fail("tensor " + json::quote(t.name) + ": data_offsets [" +
+                       std::to_string(t.data_begin) + ", " + std::to_string(t.data_end) +
+                       "] run past the end of the " + std::to_string(buffer_size) +
+                       "-byte data buffer (file truncated?)");
+        tensors.push_back(std::move(t));
+    }
+}
+
+// Puts `tensors` in data order and checks that their ranges tile the data buffer: no overlap
+// (two tensors sharing bytes), no holes (bytes no tensor claims), nothing left over at the end.
+void sort_and_check_tiling(std::vector<TensorInfo>& tensors, uint64_t buffer_size,
+                           const std::string& path) {
+    const auto fail = [&](const std::string& what) { return file_error(path, what); };
+    std::sort(tensors.begin(), tensors.end(), [](const TensorInfo& a, const TensorInfo& b) {
+        return a.data_begin != b.data_begin ? a.data_begin < b.data_begin : a.data_end < b.data_end;
+    });
+    std::size_t covered = 0;
+    const TensorInfo* previous = nullptr;
+    for (const auto& t : tensors) {
+        if (t.data_begin < covered)
+            throw fail("tensors " + json::quote(previous->name) + " and " + json::quote(t.name) +
+                       " overlap in the data buffer (bytes " + std::to_string(t.data_begin) +
+                       " to " + std::to_string(covered) + ")");
+        if (t.data_begin > covered)
+            throw fail("bytes " + std::to_string(covered) + " to " + std::to_string(t.data_begin) +
+                       " of the data buffer belong to no tensor");
+        covered = t.data_end;
+        previous = &t;
+    }
+    if (covered != buffer_size)
+        throw fail("the data buffer holds " + std::to_string(buffer_size) +
+                   " bytes but the tensors cover only " + std::to_string(covered) +
+                   " (trailing bytes after the last tensor)");
+}
+
 }  // namespace
 
 std::string shape_string(std::span<const int64_t> shape) {
@@ -173,7 +268,7 @@ SafetensorsFile::~SafetensorsFile() {
 SafetensorsFile SafetensorsFile::open(const std::string& path) {
     SafetensorsFile file;
     file.path_ = path;
-    const auto fail = [&](const std::string& what) -> Error { return Error(path + ": " + what); };
+    const auto fail = [&](const std::string& what) { return file_error(path, what); };
 
     file.fd_ = open_regular(path);  // a FIFO or a device is refused here, never waited on
     struct stat st {};
@@ -183,88 +278,23 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
         throw fail("file is " + std::to_string(file_size) +
                    " bytes, too short for a safetensors header (is this a safetensors file?)");
 
-    std::string why;
-    unsigned char length_bytes[8];
-    if (!pread_all(file.fd_, length_bytes, 8, 0, &why)) throw fail("cannot read: " + why);
-    uint64_t header_size = 0;
-    for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | length_bytes[i];
-    if (header_size > file_size - 8)
-        throw fail("header length " + std::to_string(header_size) + " runs past the end of the " +
-                   std::to_string(file_size) +
-                   "-byte file (truncated, or not a safetensors file?)");
-    if (header_size > kMaxHeaderBytes)
-        throw fail("header length " + std::to_string(header_size) + " exceeds the limit of " +
-                   std::to_string(kMaxHeaderBytes) + " bytes");
-    std::string header(static_cast<std::size_t>(header_size), '\0');
-    if (!pread_all(file.fd_, header.data(), header.size(), 8, &why))
-        throw fail("cannot read: " + why);
-    file.data_start_ = 8 + static_cast<std::size_t>(header_size);
+    const RawHeader header = read_raw_header(file.fd_, path, file_size);
+    file.data_start_ = 8 + static_cast<std::size_t>(header.size);
     file.bytes_read_ = file.data_start_;
-    Sha256 header_hash;
-    header_hash.update(length_bytes, 8);
-    header_hash.update(header.data(), header.size());
-    file.header_sha256_ = header_hash.hex_digest();
-    const uint64_t buffer_size = file_size - 8 - header_size;
+    file.header_sha256_ = header.sha256;
+    const uint64_t buffer_size = file_size - 8 - header.size;
 
     json::Value root;
     try {
-        root = json::parse(header);
+        root = json::parse(header.text);
     } catch (const Error& e) {
         throw fail(std::string("invalid header JSON: ") + e.what());
     }
     if (!root.is_object())
         throw fail(std::string("header must be a JSON object, got a ") +
                    json::kind_name(root.kind));
-
-    for (const auto& member : root.object) {
-        if (member.key == "__metadata__") {
-            if (!member.value.is_object()) throw fail("__metadata__ must be an object of strings");
-            for (const auto& m : member.value.object) {
-                if (!m.value.is_string())
-                    throw fail("__metadata__ value of " + json::quote(m.key) + " must be a string");
-                file.metadata_[m.key] = m.value.string;
-            }
-            continue;
-        }
-        TensorInfo t;
-        try {
-            t = parse_tensor_entry(member.key, member.value);
-        } catch (const Error& e) {
-            throw fail(e.what());
-        }
-        if (t.data_end > buffer_size)
-            throw fail("tensor " + json::quote(t.name) + ": data_offsets [" +
-                       std::to_string(t.data_begin) + ", " + std::to_string(t.data_end) +
-                       "] run past the end of the " + std::to_string(buffer_size) +
-                       "-byte data buffer (file truncated?)");
-        file.tensors_.push_back(std::move(t));
-    }
-
-    // The ranges must tile the data buffer: no overlap (two tensors sharing bytes), no holes
-    // (bytes no tensor claims), nothing left over at the end.
-    std::sort(file.tensors_.begin(), file.tensors_.end(),
-              [](const TensorInfo& a, const TensorInfo& b) {
-                  return a.data_begin != b.data_begin ? a.data_begin < b.data_begin
-                                                      : a.data_end < b.data_end;
-              });
-    std::size_t covered = 0;
-    const TensorInfo* previous = nullptr;
-    for (const auto& t : file.tensors_) {
-        if (t.data_begin < covered)
-            throw fail("tensors " + json::quote(previous->name) + " and " + json::quote(t.name) +
-                       " overlap in the data buffer (bytes " + std::to_string(t.data_begin) +
-                       " to " + std::to_string(covered) + ")");
-        if (t.data_begin > covered)
-            throw fail("bytes " + std::to_string(covered) + " to " + std::to_string(t.data_begin) +
-                       " of the data buffer belong to no tensor");
-        covered = t.data_end;
-        previous = &t;
-    }
-    if (covered != buffer_size)
-        throw fail("the data buffer holds " + std::to_string(buffer_size) +
-                   " bytes but the tensors cover only " + std::to_string(covered) +
-                   " (trailing bytes after the last tensor)");
-
+    read_members(root, buffer_size, path, file.metadata_, file.tensors_);
+    sort_and_check_tiling(file.tensors_, buffer_size, path);
     for (std::size_t i = 0; i < file.tensors_.size(); ++i) file.index_[file.tensors_[i].name] = i;
     return file;
 }

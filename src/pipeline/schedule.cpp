@@ -60,60 +60,88 @@ Work virtual_work(bool forward, int k, int P, int v) {
             forward ? chunk_in_order : v - 1 - chunk_in_order};
 }
 
+// A stage in the zero-bubble replay (below), times in units of one op.
+struct ReplayStage {
+    int forwards = 0, inputs = 0, weights = 0;  // F, B and W done
+    int held = 0;                               // forwarded, W not yet done
+    double clock = 0;
+    bool last_was_forward = false;
+    std::vector<double> act_ready, grad_ready;  // when F_k's input, B_k's gradient arrive
+    std::vector<Work> order;
+};
+
+constexpr double kNever = 1e300;
+
+// When stage s could start its next op, and which (kNever: it waits for what no stage has
+// computed yet, or it is done).
+double next_start(const ReplayStage& s, int m, int limit, Op& op) {
+    const double f = s.forwards < m && s.held < limit
+                         ? s.act_ready[static_cast<std::size_t>(s.forwards)]
+                         : kNever;
+    const double b =
+        s.inputs < s.forwards ? s.grad_ready[static_cast<std::size_t>(s.inputs)] : kNever;
+    const bool f_now = f <= s.clock, b_now = b <= s.clock;
+    if (f_now && b_now) {
+        op = s.last_was_forward ? Op::backward_input : Op::forward;
+        return s.clock;
+    }
+    if (f_now || b_now) {
+        op = f_now ? Op::forward : Op::backward_input;
+        return s.clock;
+    }
+    if (s.weights < s.inputs) {
+        op = Op::backward_weight;
+        return s.clock;
+    }
+    op = f < b ? Op::forward : Op::backward_input;
+    return std::min(f, b);
+}
+
+// Stage i runs `op` from `start`: it joins the stage's order, and what it produces (an F's
+// activation, a B's gradient) reaches the neighbouring stage when it ends.
+void replay_op(std::vector<ReplayStage>& stages, int i, Op op, double start) {
+    const int P = static_cast<int>(stages.size());
+    ReplayStage& s = stages[static_cast<std::size_t>(i)];
+    s.clock = start + 1.0;
+    if (op == Op::forward) {
+        const std::size_t k = static_cast<std::size_t>(s.forwards++);
+        ++s.held;
+        s.last_was_forward = true;
+        s.order.push_back({op, static_cast<int>(k), 0});
+        if (i + 1 < P)
+            stages[static_cast<std::size_t>(i + 1)].act_ready[k] = s.clock;
+        else
+            s.grad_ready[k] = s.clock;  // the last stage's loss: its B may follow
+    } else if (op == Op::backward_input) {
+        const std::size_t k = static_cast<std::size_t>(s.inputs++);
+        s.last_was_forward = false;
+        s.order.push_back({op, static_cast<int>(k), 0});
+        if (i > 0) stages[static_cast<std::size_t>(i - 1)].grad_ready[k] = s.clock;
+    } else {
+        --s.held;
+        s.order.push_back({op, s.weights++, 0});
+    }
+}
+
 // The zero-bubble orders of every stage, by replaying the pipeline with unit costs: each
 // stage, when free, runs a B or an F that is ready (alternating when both are; an F only
 // while it holds fewer than `limit` microbatches' activations, which W frees), else its
 // oldest pending W, else waits for the next message. The stage that can start earliest goes
 // first, so the replay follows time.
 std::vector<std::vector<Work>> zero_bubble_orders(int P, int m, int limit) {
-    constexpr double kNever = 1e300;
-    struct Stage {
-        int forwards = 0, inputs = 0, weights = 0;  // F, B and W done
-        int held = 0;                               // forwarded, W not yet done
-        double clock = 0;
-        bool last_was_forward = false;
-        std::vector<double> act_ready, grad_ready;  // when F_k's input, B_k's gradient arrive
-        std::vector<Work> order;
-    };
-    std::vector<Stage> stages(static_cast<std::size_t>(P));
-    for (Stage& s : stages) {
+    std::vector<ReplayStage> stages(static_cast<std::size_t>(P));
+    for (ReplayStage& s : stages) {
         s.act_ready.assign(static_cast<std::size_t>(m), kNever);
         s.grad_ready.assign(static_cast<std::size_t>(m), kNever);
     }
     stages.front().act_ready.assign(static_cast<std::size_t>(m), 0.0);
-
-    // When stage i could start its next op, and which (kNever: it waits for what no stage
-    // has computed yet, or it is done).
-    const auto next = [&](int i, Op& op) {
-        const Stage& s = stages[static_cast<std::size_t>(i)];
-        const double f = s.forwards < m && s.held < limit
-                             ? s.act_ready[static_cast<std::size_t>(s.forwards)]
-                             : kNever;
-        const double b =
-            s.inputs < s.forwards ? s.grad_ready[static_cast<std::size_t>(s.inputs)] : kNever;
-        const bool f_now = f <= s.clock, b_now = b <= s.clock;
-        if (f_now && b_now) {
-            op = s.last_was_forward ? Op::backward_input : Op::forward;
-            return s.clock;
-        }
-        if (f_now || b_now) {
-            op = f_now ? Op::forward : Op::backward_input;
-            return s.clock;
-        }
-        if (s.weights < s.inputs) {
-            op = Op::backward_weight;
-            return s.clock;
-        }
-        op = f < b ? Op::forward : Op::backward_input;
-        return std::min(f, b);
-    };
     for (;;) {
         int chosen = -1;
         Op op = Op::forward;
         double start = kNever;
         for (int i = 0; i < P; ++i) {
             Op candidate = Op::forward;
-            const double at = next(i, candidate);
+            const double at = next_start(stages[static_cast<std::size_t>(i)], m, limit, candidate);
             if (at < start) {
                 start = at;
                 chosen = i;
@@ -121,29 +149,10 @@ std::vector<std::vector<Work>> zero_bubble_orders(int P, int m, int limit) {
             }
         }
         if (chosen < 0) break;
-        Stage& s = stages[static_cast<std::size_t>(chosen)];
-        s.clock = start + 1.0;
-        if (op == Op::forward) {
-            const std::size_t k = static_cast<std::size_t>(s.forwards++);
-            ++s.held;
-            s.last_was_forward = true;
-            s.order.push_back({op, static_cast<int>(k), 0});
-            if (chosen + 1 < P)
-                stages[static_cast<std::size_t>(chosen + 1)].act_ready[k] = s.clock;
-            else
-                s.grad_ready[k] = s.clock;  // the last stage's loss: its B may follow
-        } else if (op == Op::backward_input) {
-            const std::size_t k = static_cast<std::size_t>(s.inputs++);
-            s.last_was_forward = false;
-            s.order.push_back({op, static_cast<int>(k), 0});
-            if (chosen > 0) stages[static_cast<std::size_t>(chosen - 1)].grad_ready[k] = s.clock;
-        } else {
-            --s.held;
-            s.order.push_back({op, s.weights++, 0});
-        }
+        replay_op(stages, chosen, op, start);
     }
     std::vector<std::vector<Work>> orders;
-    for (Stage& s : stages) orders.push_back(std::move(s.order));
+    for (ReplayStage& s : stages) orders.push_back(std::move(s.order));
     return orders;
 }
 

@@ -89,88 +89,99 @@ struct ChunkState {
     bool grad_received = false, grad_sent = false;
 };
 
+// Checks instruction `in` against what its stage has done to its (microbatch, chunk), `st`,
+// global chunk g of the last one `last`, and records it there; `problem` takes each problem.
+template <typename Problem>
+void check_instruction(const Instr& in, int g, int last, ChunkState& st, Problem&& problem) {
+    switch (in.op) {
+        case Op::forward:
+            if (st.forwarded) problem("forwarded twice");
+            if (g > 0 && !st.act_received) problem("no recv_act before it for its input");
+            st.forwarded = true;
+            break;
+        case Op::backward:
+        case Op::backward_input:
+            if (!st.forwarded) problem("backward before its forward");
+            if (st.backwarded) problem("backwarded twice");
+            if (g < last && !st.grad_received)
+                problem("no recv_grad before it for its output's gradient");
+            st.backwarded = true;
+            st.weights_pending = in.op == Op::backward_input;
+            break;
+        case Op::backward_weight:
+            if (!st.backwarded || !st.weights_pending)
+                problem("weight gradients without a backward_input before them");
+            st.weights_pending = false;
+            break;
+        case Op::recv_act:
+            if (g == 0) problem("global chunk 0 takes the embedding, not a received input");
+            if (st.act_received) problem("received twice");
+            if (st.forwarded) problem("received after its forward");
+            st.act_received = true;
+            break;
+        case Op::send_act:
+            if (g == last) problem("the last global chunk has no next chunk to send to");
+            if (!st.forwarded) problem("sent before its forward");
+            if (st.act_sent) problem("sent twice");
+            st.act_sent = true;
+            break;
+        case Op::recv_grad:
+            if (g == last) problem("the last global chunk's gradient comes from the loss");
+            if (st.grad_received) problem("received twice");
+            if (st.backwarded) problem("received after its backward");
+            st.grad_received = true;
+            break;
+        case Op::send_grad:
+            if (g == 0) problem("global chunk 0 has no previous chunk to send a gradient to");
+            if (!st.backwarded) problem("sent before its backward");
+            if (st.grad_sent) problem("sent twice");
+            st.grad_sent = true;
+            break;
+    }
+}
+
+// What a stage's stream left undone to microbatch mb's chunk c, in state `st`.
+void check_finished(const ChunkState& st, int P, int v, int stage, int mb, int c,
+                    std::vector<std::string>& problems) {
+    const int last = P * v - 1;
+    const int g = global_chunk(P, stage, c);
+    std::ostringstream what;
+    what << "stage " << stage << ": microbatch " << mb << ", chunk " << c << " ";
+    const std::string prefix = what.str();
+    if (!st.forwarded) problems.push_back(prefix + "is never forwarded");
+    if (!st.backwarded) problems.push_back(prefix + "is never backwarded");
+    if (st.weights_pending)
+        problems.push_back(prefix + "never gets its weight gradients (no backward_weight)");
+    if (st.forwarded && g < last && !st.act_sent)
+        problems.push_back(prefix + "never sends its output on (no send_act)");
+    if (st.backwarded && g > 0 && !st.grad_sent)
+        problems.push_back(prefix + "never sends its input's gradient back (no send_grad)");
+}
+
 void check_stage(const std::vector<Instr>& stream, int P, int v, int m, int stage,
                  std::vector<std::string>& problems) {
     const int last = P * v - 1;
     std::vector<ChunkState> state(static_cast<std::size_t>(m) * v);
-    auto problem = [&](std::size_t i, const std::string& what) {
-        problems.push_back(where(stage, i, stream[i]) + ": " + what);
-    };
     for (std::size_t i = 0; i < stream.size(); ++i) {
         const Instr& in = stream[i];
+        const auto problem = [&](const std::string& what) {
+            problems.push_back(where(stage, i, in) + ": " + what);
+        };
         if (in.microbatch < 0 || in.microbatch >= m) {
-            problem(i, "microbatch outside 0 .. " + std::to_string(m - 1));
+            problem("microbatch outside 0 .. " + std::to_string(m - 1));
             continue;
         }
         if (in.chunk < 0 || in.chunk >= v) {
-            problem(i, "chunk outside 0 .. " + std::to_string(v - 1));
+            problem("chunk outside 0 .. " + std::to_string(v - 1));
             continue;
         }
         ChunkState& st = state[static_cast<std::size_t>(in.microbatch) * v + in.chunk];
-        const int g = global_chunk(P, stage, in.chunk);
-        switch (in.op) {
-            case Op::forward:
-                if (st.forwarded) problem(i, "forwarded twice");
-                if (g > 0 && !st.act_received) problem(i, "no recv_act before it for its input");
-                st.forwarded = true;
-                break;
-            case Op::backward:
-            case Op::backward_input:
-                if (!st.forwarded) problem(i, "backward before its forward");
-                if (st.backwarded) problem(i, "backwarded twice");
-                if (g < last && !st.grad_received)
-                    problem(i, "no recv_grad before it for its output's gradient");
-                st.backwarded = true;
-                st.weights_pending = in.op == Op::backward_input;
-                break;
-            case Op::backward_weight:
-                if (!st.backwarded || !st.weights_pending)
-                    problem(i, "weight gradients without a backward_input before them");
-                st.weights_pending = false;
-                break;
-            case Op::recv_act:
-                if (g == 0) problem(i, "global chunk 0 takes the embedding, not a received input");
-                if (st.act_received) problem(i, "received twice");
-                if (st.forwarded) problem(i, "received after its forward");
-                st.act_received = true;
-                break;
-            case Op::send_act:
-                if (g == last) problem(i, "the last global chunk has no next chunk to send to");
-                if (!st.forwarded) problem(i, "sent before its forward");
-                if (st.act_sent) problem(i, "sent twice");
-                st.act_sent = true;
-                break;
-            case Op::recv_grad:
-                if (g == last) problem(i, "the last global chunk's gradient comes from the loss");
-                if (st.grad_received) problem(i, "received twice");
-                if (st.backwarded) problem(i, "received after its backward");
-                st.grad_received = true;
-                break;
-            case Op::send_grad:
-                if (g == 0)
-                    problem(i, "global chunk 0 has no previous chunk to send a gradient to");
-                if (!st.backwarded) problem(i, "sent before its backward");
-                if (st.grad_sent) problem(i, "sent twice");
-                st.grad_sent = true;
-                break;
-        }
+        check_instruction(in, global_chunk(P, stage, in.chunk), last, st, problem);
     }
     for (int mb = 0; mb < m; ++mb)
-        for (int c = 0; c < v; ++c) {
-            const ChunkState& st = state[static_cast<std::size_t>(mb) * v + c];
-            const int g = global_chunk(P, stage, c);
-            std::ostringstream what;
-            what << "stage " << stage << ": microbatch " << mb << ", chunk " << c << " ";
-            const std::string prefix = what.str();
-            if (!st.forwarded) problems.push_back(prefix + "is never forwarded");
-            if (!st.backwarded) problems.push_back(prefix + "is never backwarded");
-            if (st.weights_pending)
-                problems.push_back(prefix + "never gets its weight gradients (no backward_weight)");
-            if (st.forwarded && g < last && !st.act_sent)
-                problems.push_back(prefix + "never sends its output on (no send_act)");
-            if (st.backwarded && g > 0 && !st.grad_sent)
-                problems.push_back(prefix + "never sends its input's gradient back (no send_grad)");
-        }
+        for (int c = 0; c < v; ++c)
+            check_finished(state[static_cast<std::size_t>(mb) * v + c], P, v, stage, mb, c,
+                           problems);
 }
 
 // Every send matched by one receive and every receive by one send.
@@ -234,6 +245,148 @@ double cost_of(Op op, const Costs& costs) {
     }
 }
 
+// The replay in time of every stage's stream (see the top of this file), into `sim`, whose
+// stages are sized already.
+class Replayer {
+public:
+    Replayer(const std::vector<std::vector<Instr>>& streams, int v, const Costs& costs,
+             Simulation& sim)
+        : streams_(streams), v_(v), P_(sim.P), costs_(costs), sim_(sim), replay_(sim.P) {}
+
+    // Runs the stages round-robin until a full round makes no progress.
+    void run() {
+        for (bool progress = true; progress;) {
+            progress = false;
+            for (int s = 0; s < P_; ++s)
+                for (Replay& r = replay_[s]; r.next < streams_[s].size() && step(s); ++r.next)
+                    progress = true;
+        }
+    }
+
+    // Each stage's finish, the makespan, and for the stages left waiting, the deadlock.
+    void conclude() {
+        std::ostringstream waits;
+        for (int s = 0; s < P_; ++s) {
+            StageTrace& trace = sim_.stages[s];
+            const Replay& r = replay_[s];
+            trace.finish = r.clock;
+            trace.done = r.next == streams_[s].size();
+            sim_.makespan = std::max(sim_.makespan, trace.finish);
+            if (trace.done) continue;
+            if (sim_.deadlock) waits << "; ";
+            sim_.deadlock = true;
+            // Stages after s have no `done` yet: a wait for one of them is described
+            // without "(which has finished)".
+            describe_wait(s, waits);
+        }
+        if (sim_.deadlock) sim_.deadlock_detail = "deadlock: " + waits.str();
+    }
+
+private:
+    // Runs stage s's next instruction; false when it must wait instead (for a message not
+    // sent yet, or for a send buffer).
+    bool step(int s) {
+        Replay& r = replay_[s];
+        const Instr& in = streams_[s][r.next];
+        if (is_send(in.op)) {
+            mailbox_[message_of(in, P_, s)].push_back(r.clock + costs_.latency);
+            if (r.filled > 0) {
+                --r.filled;
+                r.unreceived.push_back(message_of(in, P_, s));
+            }
+            return true;
+        }
+        if (is_receive(in.op)) {
+            const auto it = mailbox_.find(message_of(in, P_, s));
+            if (it == mailbox_.end() || it->second.empty()) return false;  // not sent yet
+            r.clock = std::max(r.clock, it->second.front());
+            it->second.pop_front();
+            received_[message_of(in, P_, s)] = r.clock;
+            return true;
+        }
+        return compute(s, in);
+    }
+
+    // A compute instruction: false when its output needs a send buffer and none is free.
+    bool compute(int s, const Instr& in) {
+        Replay& r = replay_[s];
+        StageTrace& trace = sim_.stages[s];
+        r.waits_for_buffer = false;
+        if (output_is_sent(in, P_, v_, s)) {
+            const int taken = r.filled + static_cast<int>(r.unreceived.size());
+            if (costs_.send_buffers > 0 && taken >= costs_.send_buffers && !free_a_buffer(r)) {
+                r.waits_for_buffer = true;
+                return false;
+            }
+            ++r.filled;
+            trace.peak_send_buffers =
+                std::max(trace.peak_send_buffers, r.filled + static_cast<int>(r.unreceived.size()));
+        }
+        const double cost = cost_of(in.op, costs_);
+        trace.spans.push_back({in.op, in.microbatch, in.chunk, r.clock, r.clock + cost});
+        r.clock += cost;
+        trace.busy += cost;
+        hold_activations(r, in);
+        trace.peak_in_flight = std::max(trace.peak_in_flight, static_cast<int>(r.held.size()));
+        trace.peak_in_flight_microbatches = std::max(
+            trace.peak_in_flight_microbatches, static_cast<int>(r.held_per_microbatch.size()));
+        return true;
+    }
+
+    // Activations stay until the backward, or its W, is done.
+    static void hold_activations(Replay& r, const Instr& in) {
+        const bool forward = in.op == Op::forward;
+        const std::pair key{in.microbatch, in.chunk};
+        if (forward && r.held.insert(key).second) {
+            ++r.held_per_microbatch[in.microbatch];
+        } else if (in.op != Op::backward_input && !forward && r.held.erase(key) == 1) {
+            if (--r.held_per_microbatch[in.microbatch] == 0)
+                r.held_per_microbatch.erase(in.microbatch);
+        }
+    }
+
+    // Frees the stage's send buffer whose message was received first, if any was: the
+    // buffer is free from then on. False when none of its messages has been received yet.
+    bool free_a_buffer(Replay& r) {
+        auto first = r.unreceived.end();
+        for (auto it = r.unreceived.begin(); it != r.unreceived.end(); ++it) {
+            const auto at = received_.find(*it);
+            if (at != received_.end() &&
+                (first == r.unreceived.end() || at->second < received_.at(*first)))
+                first = it;
+        }
+        if (first == r.unreceived.end()) return false;
+        r.clock = std::max(r.clock, received_.at(*first));
+        r.unreceived.erase(first);
+        return true;
+    }
+
+    // What unfinished stage s waits for: a send buffer, or a message from another stage.
+    void describe_wait(int s, std::ostringstream& waits) const {
+        const Replay& r = replay_[s];
+        const Instr& in = streams_[s][r.next];
+        if (r.waits_for_buffer) {
+            waits << "stage " << s << " waits at instruction " << r.next << " " << describe(in)
+                  << " for one of its " << costs_.send_buffers
+                  << " send buffers (none of their messages received)";
+            return;
+        }
+        const Message msg = message_of(in, P_, s);
+        const auto [from, send] = counterpart(msg, P_, false);
+        waits << "stage " << s << " waits at instruction " << r.next << " " << describe(in)
+              << " for " << describe(send) << " from stage " << from;
+        if (from >= 0 && from < P_ && sim_.stages[from].done) waits << " (which has finished)";
+    }
+
+    const std::vector<std::vector<Instr>>& streams_;
+    const int v_, P_;
+    const Costs& costs_;
+    Simulation& sim_;
+    std::vector<Replay> replay_;
+    std::map<Message, std::deque<double>> mailbox_;  // when each sent message can be received
+    std::map<Message, double> received_;             // when each received message was
+};
+
 }  // namespace
 
 std::vector<std::string> check_streams(const std::vector<std::vector<Instr>>& streams, int v,
@@ -263,107 +416,9 @@ Simulation simulate(const std::vector<std::vector<Instr>>& streams, int v, int m
     sim.costs = costs;
     sim.problems = check_streams(streams, v, m);
     sim.stages.resize(sim.P);
-
-    const int P = sim.P;
-    std::map<Message, std::deque<double>> mailbox;  // when each sent message can be received
-    std::map<Message, double> received;             // when each received message was
-    std::vector<Replay> replay(P);
-    // Frees the stage's send buffer whose message was received first, if any was: the
-    // buffer is free from then on. False when none of its messages has been received yet.
-    const auto free_a_buffer = [&](Replay& r) {
-        auto first = r.unreceived.end();
-        for (auto it = r.unreceived.begin(); it != r.unreceived.end(); ++it) {
-            const auto at = received.find(*it);
-            if (at != received.end() &&
-                (first == r.unreceived.end() || at->second < received.at(*first)))
-                first = it;
-        }
-        if (first == r.unreceived.end()) return false;
-        r.clock = std::max(r.clock, received.at(*first));
-        r.unreceived.erase(first);
-        return true;
-    };
-    for (bool progress = true; progress;) {
-        progress = false;
-        for (int s = 0; s < P; ++s) {
-            Replay& r = replay[s];
-            StageTrace& trace = sim.stages[s];
-            const auto& stream = streams[s];
-            for (; r.next < stream.size(); ++r.next, progress = true) {
-                const Instr& in = stream[r.next];
-                if (is_send(in.op)) {
-                    mailbox[message_of(in, P, s)].push_back(r.clock + costs.latency);
-                    if (r.filled > 0) {
-                        --r.filled;
-                        r.unreceived.push_back(message_of(in, P, s));
-                    }
-                } else if (is_receive(in.op)) {
-                    const auto it = mailbox.find(message_of(in, P, s));
-                    if (it == mailbox.end() || it->second.empty()) break;  // not sent yet
-                    r.clock = std::max(r.clock, it->second.front());
-                    it->second.pop_front();
-                    received[message_of(in, P, s)] = r.clock;
-                } else {
-                    r.waits_for_buffer = false;
-                    if (output_is_sent(in, P, v, s)) {
-                        const int taken = r.filled + static_cast<int>(r.unreceived.size());
-                        if (costs.send_buffers > 0 && taken >= costs.send_buffers &&
-                            !free_a_buffer(r)) {
-                            r.waits_for_buffer = true;
-                            break;
-                        }
-                        ++r.filled;
-                        trace.peak_send_buffers =
-                            std::max(trace.peak_send_buffers,
-                                     r.filled + static_cast<int>(r.unreceived.size()));
-                    }
-                    const bool forward = in.op == Op::forward;
-                    const double cost = cost_of(in.op, costs);
-                    trace.spans.push_back(
-                        {in.op, in.microbatch, in.chunk, r.clock, r.clock + cost});
-                    r.clock += cost;
-                    trace.busy += cost;
-                    const std::pair key{in.microbatch, in.chunk};
-                    // Activations stay until the backward, or its W, is done.
-                    if (forward && r.held.insert(key).second) {
-                        ++r.held_per_microbatch[in.microbatch];
-                    } else if (in.op != Op::backward_input && !forward && r.held.erase(key) == 1) {
-                        if (--r.held_per_microbatch[in.microbatch] == 0)
-                            r.held_per_microbatch.erase(in.microbatch);
-                    }
-                    trace.peak_in_flight =
-                        std::max(trace.peak_in_flight, static_cast<int>(r.held.size()));
-                    trace.peak_in_flight_microbatches =
-                        std::max(trace.peak_in_flight_microbatches,
-                                 static_cast<int>(r.held_per_microbatch.size()));
-                }
-            }
-        }
-    }
-
-    std::ostringstream waits;
-    for (int s = 0; s < P; ++s) {
-        StageTrace& trace = sim.stages[s];
-        trace.finish = replay[s].clock;
-        trace.done = replay[s].next == streams[s].size();
-        sim.makespan = std::max(sim.makespan, trace.finish);
-        if (trace.done) continue;
-        const Instr& in = streams[s][replay[s].next];
-        if (sim.deadlock) waits << "; ";
-        sim.deadlock = true;
-        if (replay[s].waits_for_buffer) {
-            waits << "stage " << s << " waits at instruction " << replay[s].next << " "
-                  << describe(in) << " for one of its " << costs.send_buffers
-                  << " send buffers (none of their messages received)";
-            continue;
-        }
-        const Message msg = message_of(in, P, s);
-        const auto [from, send] = counterpart(msg, P, false);
-        waits << "stage " << s << " waits at instruction " << replay[s].next << " " << describe(in)
-              << " for " << describe(send) << " from stage " << from;
-        if (from >= 0 && from < P && sim.stages[from].done) waits << " (which has finished)";
-    }
-    if (sim.deadlock) sim.deadlock_detail = "deadlock: " + waits.str();
+    Replayer replayer(streams, v, costs, sim);
+    replayer.run();
+    replayer.conclude();
     sim.ideal = static_cast<double>(m) * v * (costs.forward + costs.backward);
     sim.bubble_fraction = (sim.makespan - sim.ideal) / sim.ideal;
     return sim;

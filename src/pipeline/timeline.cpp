@@ -66,6 +66,134 @@ double tick_step(double span) {
             if (span / (k * step) <= 20) return k * step;
 }
 
+// Where render_svg puts things, in pixels, and what it writes where.
+struct SvgLayout {
+    double makespan = 0;  // the simulation's, at least 1e-9
+    double unit = 0;      // pixels per time unit
+    double left = 80, top = 56, row_height = 32, box_height = 26;
+    double chart_width = 0, axis_y = 0, legend_y = 0, width = 0, height = 0;
+    bool with_weights = false;        // backwards split into B and W
+    std::vector<Rgb> legend_colours;  // of a chunk: forward, backward, or forward, B, W
+    double swatches = 0;              // their width in the legend
+    std::string title;
+    // One label size per kind of box, so that every box of a kind is labelled or none is.
+    double forward_font = 0, backward_font = 0, input_font = 0, weight_font = 0;
+};
+
+std::string legend_label(const Simulation& sim, bool with_weights, int chunk) {
+    const std::string kinds = with_weights ? "forward, B, W" : "forward, backward";
+    return sim.v > 1 ? kinds + " of chunk " + std::to_string(chunk) : kinds;
+}
+
+// A chunk's legend item: the swatches, a gap, about 7 px a character.
+double legend_item_width(const Simulation& sim, const SvgLayout& at, int chunk) {
+    return at.swatches + 4 +
+           7.0 * static_cast<double>(legend_label(sim, at.with_weights, chunk).size()) + 18;
+}
+
+SvgLayout svg_layout(const Simulation& sim) {
+    SvgLayout at;
+    at.makespan = std::max(sim.makespan, 1e-9);
+    at.unit = std::clamp(960.0 / at.makespan, 4.0, 36.0);
+    at.chart_width = at.makespan * at.unit;
+    at.axis_y = at.top + sim.P * at.row_height + 6;
+    at.legend_y = at.axis_y + 40;
+    at.with_weights = split(sim);
+    at.legend_colours = at.with_weights
+                            ? std::vector<Rgb>{forward_colour, backward_colour, weight_colour}
+                            : std::vector<Rgb>{forward_colour, backward_colour};
+    at.swatches = 16.0 * static_cast<double>(at.legend_colours.size());
+    double legend_width = 0;
+    for (int c = 0; c < sim.v; ++c) legend_width += legend_item_width(sim, at, c);
+    at.title = display_name(sim) + ": P = " + std::to_string(sim.P) +
+               ", v = " + std::to_string(sim.v) + ", m = " + std::to_string(sim.m) + ", bubble " +
+               percent(sim.bubble_fraction) + " of ideal";
+    if (sim.deadlock) at.title += " (DEADLOCK)";
+    const double title_width = 9.5 * static_cast<double>(at.title.size());  // 16 px bold
+    at.width = at.left + std::max({at.chart_width, legend_width, title_width}) + 30;
+    at.height = at.legend_y + 30;
+    // The widest microbatch number must fit the box.
+    const double digits = static_cast<double>(std::to_string(std::max(sim.m - 1, 0)).size());
+    auto label_font = [&](double cost) { return std::min(12.0, 0.9 * cost * at.unit / digits); };
+    at.forward_font = label_font(sim.costs.forward);
+    at.backward_font = label_font(sim.costs.backward);
+    at.input_font = label_font(sim.costs.backward - sim.costs.weight);
+    at.weight_font = label_font(sim.costs.weight);
+    return at;
+}
+
+// One compute instruction's box in row y, labelled with its microbatch where that fits.
+std::string svg_box(const Simulation& sim, const SvgLayout& at, const Span& span, double y) {
+    const Rgb colour = shade(base_colour(span.op), span.chunk, sim.v);
+    const double x = at.left + span.start * at.unit;
+    const double w = (span.end - span.start) * at.unit;
+    const std::string mb = std::to_string(span.microbatch);
+    std::string svg =
+        "<rect class=\"" + std::string(to_string(span.op)) + "\" x=\"" + num(x) + "\" y=\"" +
+        num(y) + "\" width=\"" + num(w) + "\" height=\"" + num(at.box_height) + "\" fill=\"" +
+        css(colour) + "\" stroke=\"white\" stroke-width=\"1\"><title>" + to_string(span.op) +
+        " microbatch " + mb + ", chunk " + std::to_string(span.chunk) + "</title></rect>\n";
+    const double font = span.op == Op::forward           ? at.forward_font
+                        : span.op == Op::backward_input  ? at.input_font
+                        : span.op == Op::backward_weight ? at.weight_font
+                                                         : at.backward_font;
+    if (font >= 6)  // smaller is unreadable
+        svg += "<text x=\"" + num(x + w / 2) + "\" y=\"" + num(y + at.box_height / 2 + font / 3) +
+               "\" font-size=\"" + num(font) + "\" text-anchor=\"middle\" fill=\"" +
+               (colour.r + colour.g + colour.b < 500 ? "white" : "#222") + "\">" + mb + "</text>\n";
+    return svg;
+}
+
+// Stage s's row: its label, the idle background and a box per compute instruction.
+std::string svg_stage(const Simulation& sim, const SvgLayout& at, int s) {
+    const double y = at.top + s * at.row_height;
+    std::string svg = "<g class=\"stage\" data-stage=\"" + std::to_string(s) + "\">\n";
+    svg += "<text x=\"" + num(at.left - 10) + "\" y=\"" + num(y + at.row_height / 2 + 4) +
+           "\" font-size=\"13\" text-anchor=\"end\">stage " + std::to_string(s) + "</text>\n";
+    svg += "<rect x=\"" + num(at.left) + "\" y=\"" + num(y) + "\" width=\"" + num(at.chart_width) +
+           "\" height=\"" + num(at.box_height) + "\" fill=\"#f2f2f2\"/>\n";  // idle
+    for (const Span& span : sim.stages[s].spans) svg += svg_box(sim, at, span, y);
+    svg += "</g>\n";
+    return svg;
+}
+
+// The time axis, in the simulator's units.
+std::string svg_axis(const SvgLayout& at) {
+    std::string svg = "<line x1=\"" + num(at.left) + "\" y1=\"" + num(at.axis_y) + "\" x2=\"" +
+                      num(at.left + at.chart_width) + "\" y2=\"" + num(at.axis_y) +
+                      "\" stroke=\"#444\"/>\n";
+    const double step = tick_step(at.makespan);
+    for (double t = 0; t <= at.makespan + 1e-9; t += step) {
+        const double x = at.left + t * at.unit;
+        svg += "<line x1=\"" + num(x) + "\" y1=\"" + num(at.axis_y) + "\" x2=\"" + num(x) +
+               "\" y2=\"" + num(at.axis_y + 5) + "\" stroke=\"#444\"/>\n";
+        char label[32];
+        std::snprintf(label, sizeof label, "%g", t);
+        svg += "<text x=\"" + num(x) + "\" y=\"" + num(at.axis_y + 18) +
+               "\" font-size=\"11\" text-anchor=\"middle\">" + label + "</text>\n";
+    }
+    svg += "<text x=\"" + num(at.left - 10) + "\" y=\"" + num(at.axis_y + 18) +
+           "\" font-size=\"11\" text-anchor=\"end\">time</text>\n";
+    return svg;
+}
+
+// The legend: swatches (forward, backward, or forward, B, W) per chunk.
+std::string svg_legend(const Simulation& sim, const SvgLayout& at) {
+    std::string svg;
+    double x = at.left;
+    for (int c = 0; c < sim.v; ++c) {
+        for (const Rgb base : at.legend_colours) {
+            svg += "<rect x=\"" + num(x) + "\" y=\"" + num(at.legend_y - 11) +
+                   "\" width=\"14\" height=\"14\" fill=\"" + css(shade(base, c, sim.v)) + "\"/>\n";
+            x += 16;
+        }
+        svg += "<text x=\"" + num(x + 4) + "\" y=\"" + num(at.legend_y) + "\" font-size=\"12\">" +
+               legend_label(sim, at.with_weights, c) + "</text>\n";
+        x += legend_item_width(sim, at, c) - at.swatches;
+    }
+    return svg;
+}
+
 }  // namespace
 
 std::string display_name(const Simulation& sim) {
@@ -124,111 +252,17 @@ std::string text_legend() {
 }
 
 std::string render_svg(const Simulation& sim) {
-    const double makespan = std::max(sim.makespan, 1e-9);
-    const double unit = std::clamp(960.0 / makespan, 4.0, 36.0);  // pixels per time unit
-    const double left = 80, top = 56, row_height = 32, box_height = 26;
-    const double chart_width = makespan * unit;
-    const double axis_y = top + sim.P * row_height + 6;
-    const double legend_y = axis_y + 40;
-    const bool with_weights = split(sim);
-    const std::vector<Rgb> legend_colours =
-        with_weights ? std::vector<Rgb>{forward_colour, backward_colour, weight_colour}
-                     : std::vector<Rgb>{forward_colour, backward_colour};
-    const double swatches = 16.0 * static_cast<double>(legend_colours.size());
-    auto legend_label = [&](int chunk) {
-        const std::string kinds = with_weights ? "forward, B, W" : "forward, backward";
-        return sim.v > 1 ? kinds + " of chunk " + std::to_string(chunk) : kinds;
-    };
-    auto legend_item_width = [&](int chunk) {  // the swatches, a gap, about 7 px a character
-        return swatches + 4 + 7.0 * static_cast<double>(legend_label(chunk).size()) + 18;
-    };
-    double legend_width = 0;
-    for (int c = 0; c < sim.v; ++c) legend_width += legend_item_width(c);
-    std::string title = display_name(sim) + ": P = " + std::to_string(sim.P) +
-                        ", v = " + std::to_string(sim.v) + ", m = " + std::to_string(sim.m) +
-                        ", bubble " + percent(sim.bubble_fraction) + " of ideal";
-    if (sim.deadlock) title += " (DEADLOCK)";
-    const double title_width = 9.5 * static_cast<double>(title.size());  // 16 px bold
-    const double width = left + std::max({chart_width, legend_width, title_width}) + 30;
-    const double height = legend_y + 30;
-
-    // One label size per kind of box, so that every box of a kind is labelled or none is:
-    // the widest microbatch number must fit the box.
-    const double digits = static_cast<double>(std::to_string(std::max(sim.m - 1, 0)).size());
-    auto label_font = [&](double cost) { return std::min(12.0, 0.9 * cost * unit / digits); };
-    const double forward_font = label_font(sim.costs.forward);
-    const double backward_font = label_font(sim.costs.backward);
-    const double input_font = label_font(sim.costs.backward - sim.costs.weight);
-    const double weight_font = label_font(sim.costs.weight);
-
+    const SvgLayout at = svg_layout(sim);
     std::string svg;
-    svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(width) + "\" height=\"" +
-           num(height) + "\" viewBox=\"0 0 " + num(width) + " " + num(height) +
+    svg += "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" + num(at.width) + "\" height=\"" +
+           num(at.height) + "\" viewBox=\"0 0 " + num(at.width) + " " + num(at.height) +
            "\" font-family=\"Helvetica, Arial, sans-serif\">\n";
     svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-
-    svg += "<text x=\"" + num(left) + "\" y=\"28\" font-size=\"16\" font-weight=\"bold\">" + title +
-           "</text>\n";
-
-    for (int s = 0; s < sim.P; ++s) {
-        const double y = top + s * row_height;
-        svg += "<g class=\"stage\" data-stage=\"" + std::to_string(s) + "\">\n";
-        svg += "<text x=\"" + num(left - 10) + "\" y=\"" + num(y + row_height / 2 + 4) +
-               "\" font-size=\"13\" text-anchor=\"end\">stage " + std::to_string(s) + "</text>\n";
-        svg += "<rect x=\"" + num(left) + "\" y=\"" + num(y) + "\" width=\"" + num(chart_width) +
-               "\" height=\"" + num(box_height) + "\" fill=\"#f2f2f2\"/>\n";  // idle
-        for (const Span& span : sim.stages[s].spans) {
-            const Rgb colour = shade(base_colour(span.op), span.chunk, sim.v);
-            const double x = left + span.start * unit;
-            const double w = (span.end - span.start) * unit;
-            const std::string mb = std::to_string(span.microbatch);
-            svg += "<rect class=\"" + std::string(to_string(span.op)) + "\" x=\"" + num(x) +
-                   "\" y=\"" + num(y) + "\" width=\"" + num(w) + "\" height=\"" + num(box_height) +
-                   "\" fill=\"" + css(colour) + "\" stroke=\"white\" stroke-width=\"1\"><title>" +
-                   to_string(span.op) + " microbatch " + mb + ", chunk " +
-                   std::to_string(span.chunk) + "</title></rect>\n";
-            const double font = span.op == Op::forward           ? forward_font
-                                : span.op == Op::backward_input  ? input_font
-                                : span.op == Op::backward_weight ? weight_font
-                                                                 : backward_font;
-            if (font >= 6)  // smaller is unreadable
-                svg += "<text x=\"" + num(x + w / 2) + "\" y=\"" +
-                       num(y + box_height / 2 + font / 3) + "\" font-size=\"" + num(font) +
-                       "\" text-anchor=\"middle\" fill=\"" +
-                       (colour.r + colour.g + colour.b < 500 ? "white" : "#222") + "\">" + mb +
-                       "</text>\n";
-        }
-        svg += "</g>\n";
-    }
-
-    // The time axis, in the simulator's units.
-    svg += "<line x1=\"" + num(left) + "\" y1=\"" + num(axis_y) + "\" x2=\"" +
-           num(left + chart_width) + "\" y2=\"" + num(axis_y) + "\" stroke=\"#444\"/>\n";
-    const double step = tick_step(makespan);
-    for (double t = 0; t <= makespan + 1e-9; t += step) {
-        const double x = left + t * unit;
-        svg += "<line x1=\"" + num(x) + "\" y1=\"" + num(axis_y) + "\" x2=\"" + num(x) +
-               "\" y2=\"" + num(axis_y + 5) + "\" stroke=\"#444\"/>\n";
-        char label[32];
-        std::snprintf(label, sizeof label, "%g", t);
-        svg += "<text x=\"" + num(x) + "\" y=\"" + num(axis_y + 18) +
-               "\" font-size=\"11\" text-anchor=\"middle\">" + label + "</text>\n";
-    }
-    svg += "<text x=\"" + num(left - 10) + "\" y=\"" + num(axis_y + 18) +
-           "\" font-size=\"11\" text-anchor=\"end\">time</text>\n";
-
-    // The legend: swatches (forward, backward, or forward, B, W) per chunk.
-    double x = left;
-    for (int c = 0; c < sim.v; ++c) {
-        for (const Rgb base : legend_colours) {
-            svg += "<rect x=\"" + num(x) + "\" y=\"" + num(legend_y - 11) +
-                   "\" width=\"14\" height=\"14\" fill=\"" + css(shade(base, c, sim.v)) + "\"/>\n";
-            x += 16;
-        }
-        svg += "<text x=\"" + num(x + 4) + "\" y=\"" + num(legend_y) + "\" font-size=\"12\">" +
-               legend_label(c) + "</text>\n";
-        x += legend_item_width(c) - swatches;
-    }
+    svg += "<text x=\"" + num(at.left) + "\" y=\"28\" font-size=\"16\" font-weight=\"bold\">" +
+           at.title + "</text>\n";
+    for (int s = 0; s < sim.P; ++s) svg += svg_stage(sim, at, s);
+    svg += svg_axis(at);
+    svg += svg_legend(sim, at);
     svg += "</svg>\n";
     return svg;
 }

@@ -130,6 +130,108 @@ const std::vector<Hardware>& presets() {
     return all;
 }
 
+// Where a stage's groups sit on nodes of gpus_per_node GPUs. Grid order rank =
+// tp + M·(dp + D·pp): tensor ranks are neighbours, data-parallel replicas M apart, stages
+// M·D apart.
+struct Placement {
+    int tensor_per_node = 1;
+    int data_per_node = 1;
+    bool grid_in_one_node = false;
+};
+
+Placement placement(const config::ParallelConfig& p, int g) {
+    Placement at;
+    at.tensor_per_node = std::min(p.tensor, g);
+    at.data_per_node = p.tensor >= g ? 1 : std::min(p.data, g / p.tensor);
+    at.grid_in_one_node = p.pipeline * p.tensor * p.data <= g;
+    return at;
+}
+
+// Seconds of one pipeline stage's ranks.
+struct StageSeconds {
+    double compute = 0, tensor = 0, pipeline = 0, data_gathers = 0;  // per microbatch
+    double forward = 0, backward = 0, weight = 0, flops = 0;         // of one microbatch
+    double tensor_step = 0, embedding = 0, data = 0, optimizer = 0;  // per step
+    double microbatch() const { return compute + tensor + pipeline + data_gathers; }
+    double after_flush() const { return tensor_step + embedding + data + optimizer; }
+};
+
+// The data-parallel calls made once per step, less what overlaps the backward before them
+// (the reduction) and the next forward (zero_stage 1's gather); `st` has its forward and
+// backward already.
+double data_step_seconds(const PlanInputs& in, const GroupTraffic& data, const StageSeconds& st,
+                         double params, int data_per_node, const Hardware& hw) {
+    const auto& p = in.cfg.parallel;
+    const int64_t m = in.cfg.derived.grad_accum_steps;
+    const auto data_seconds = [&](std::optional<CommKind> only) {
+        return group_seconds(data, false, m, data_per_node, true, hw, only);
+    };
+    double seconds = data_seconds(std::nullopt);
+    if (in.zero_stage <= 1 && p.data > 1) {
+        // Each bucket of parallel.bucket_size is one call of its share of the time.
+        const double bucket = std::min(1.0, static_cast<double>(p.bucket_size) / params);
+        // (Stage 0's all-reduces include the step's loss, one scalar: no matter.)
+        const double reduce =
+            data_seconds(in.zero_stage == 0 ? CommKind::all_reduce : CommKind::reduce_scatter);
+        const double gather = in.zero_stage == 1 ? data_seconds(CommKind::all_gather) : 0.0;
+        // Reduced as the last backward completes the buckets: the last one waits for
+        // its end. Gathered under the next forward: the first one is waited for at once.
+        if (p.overlap_grad_reduce)
+            seconds -= reduce - std::max(reduce - st.backward, reduce * bucket);
+        if (p.overlap_param_gather)
+            seconds -= gather - std::max(gather - st.forward, gather * bucket);
+    }
+    return seconds;
+}
+
+// Stage s's compute, communication and optimizer seconds; `params` its parameters.
+StageSeconds stage_seconds(const PlanInputs& in, int s, const StageTraffic& t, double params,
+                           const Placement& at, const Hardware& hw) {
+    const auto& p = in.cfg.parallel;
+    const int64_t m = in.cfg.derived.grad_accum_steps;
+    StageSeconds st;
+    for (const ChunkShape& chunk : stage_chunks(in.cfg, s)) {
+        const ChunkSeconds c = chunk_seconds(in, chunk, hw);
+        st.compute += c.forward + c.backward;
+        st.forward += c.forward;
+        st.backward += c.backward;
+        st.weight += c.weight;
+        st.flops += c.flops;
+    }
+    st.tensor = group_seconds(t.tensor, true, m, at.tensor_per_node, true, hw);
+    st.pipeline = group_seconds(t.pipeline, true, m, 1, at.grid_in_one_node, hw);
+    // ZeRO 3's gathers of the weights come before each microbatch's forward and backward.
+    st.data_gathers = group_seconds(t.data, true, m, at.data_per_node, true, hw);
+    st.tensor_step = group_seconds(t.tensor, false, m, at.tensor_per_node, true, hw);
+    st.embedding = group_seconds(t.embedding, false, m, at.grid_in_one_node ? 2 : 1, true, hw);
+    st.data = data_step_seconds(in, t.data, st, params, at.data_per_node, hw);
+    const double owned = in.zero_stage >= 1 ? params / p.data : params;
+    // Master weights and moments read and written; gradients read three times; weights
+    // written.
+    st.optimizer =
+        owned * (2 * kOptimizerBytes + 3 * in.grad_bytes + in.weight_bytes) / hw.memory_bandwidth;
+    return st;
+}
+
+// Seconds of pipeline fill and drain in a step of m microbatches, `slowest` the stage
+// whose microbatches take longest.
+double bubble_seconds(const config::Config& cfg, const StageSeconds& slowest, int64_t m) {
+    const auto& p = cfg.parallel;
+    const pipeline::Kind kind = p.schedule;
+    if (pipeline::splits_backward(kind) && p.pipeline > 1) {
+        // The zero-bubble schedules' idle time depends on how the backward splits: replay
+        // them with the slowest stage's forward, backward and W, in proportion to its time.
+        pipeline::Costs costs;
+        costs.forward = slowest.forward;
+        costs.backward = slowest.backward;
+        costs.weight = slowest.weight;
+        const pipeline::Simulation sim =
+            pipeline::simulate(kind, p.pipeline, 1, static_cast<int>(m), costs);
+        return sim.bubble_fraction * static_cast<double>(m) * slowest.microbatch();
+    }
+    return static_cast<double>(p.pipeline - 1) / p.virtual_stages * slowest.microbatch();
+}
+
 }  // namespace
 
 std::vector<std::string> hardware_presets() {
@@ -149,96 +251,32 @@ Hardware hardware_preset(std::string_view name) {
 
 StepTime predict_step(const PlanInputs& in, const Hardware& hw) {
     const config::Config& cfg = in.cfg;
-    const auto& p = cfg.parallel;
     const int64_t m = cfg.derived.grad_accum_steps;
-    const int g = hw.gpus_per_node;
     const std::vector<StageTraffic> traffic = plan_traffic(in);
     const std::vector<StageMemory> memory = plan_memory(in);
-    // Grid order rank = tp + M·(dp + D·pp): tensor ranks are neighbours, data-parallel
-    // replicas M apart, stages M·D apart.
-    const int tensor_per_node = std::min(p.tensor, g);
-    const int data_per_node = p.tensor >= g ? 1 : std::min(p.data, g / p.tensor);
-    const bool grid_in_one_node = p.pipeline * p.tensor * p.data <= g;
-
-    struct Stage {
-        double compute = 0, tensor = 0, pipeline = 0, data_gathers = 0;  // per microbatch
-        double forward = 0, backward = 0, weight = 0, flops = 0;         // of one microbatch
-        double tensor_step = 0, embedding = 0, data = 0, optimizer = 0;  // per step
-        double microbatch() const { return compute + tensor + pipeline + data_gathers; }
-        double after_flush() const { return tensor_step + embedding + data + optimizer; }
-    };
-    std::vector<Stage> stages;
-    for (int s = 0; s < p.pipeline; ++s) {
-        const StageTraffic& t = traffic[static_cast<std::size_t>(s)];
-        Stage st;
-        for (const ChunkShape& chunk : stage_chunks(cfg, s)) {
-            const ChunkSeconds c = chunk_seconds(in, chunk, hw);
-            st.compute += c.forward + c.backward;
-            st.forward += c.forward;
-            st.backward += c.backward;
-            st.weight += c.weight;
-            st.flops += c.flops;
-        }
-        st.tensor = group_seconds(t.tensor, true, m, tensor_per_node, true, hw);
-        st.pipeline = group_seconds(t.pipeline, true, m, 1, grid_in_one_node, hw);
-        // ZeRO 3's gathers of the weights come before each microbatch's forward and backward.
-        st.data_gathers = group_seconds(t.data, true, m, data_per_node, true, hw);
-        st.tensor_step = group_seconds(t.tensor, false, m, tensor_per_node, true, hw);
-        st.embedding = group_seconds(t.embedding, false, m, grid_in_one_node ? 2 : 1, true, hw);
-
-        const double params = static_cast<double>(memory[static_cast<std::size_t>(s)].parameters);
-        const auto data_seconds = [&](std::optional<CommKind> only) {
-            return group_seconds(t.data, false, m, data_per_node, true, hw, only);
-        };
-        st.data = data_seconds(std::nullopt);
-        if (in.zero_stage <= 1 && p.data > 1) {
-            // Each bucket of parallel.bucket_size is one call of its share of the time.
-            const double bucket = std::min(1.0, static_cast<double>(p.bucket_size) / params);
-            // (Stage 0's all-reduces include the step's loss, one scalar: no matter.)
-            const double reduce =
-                data_seconds(in.zero_stage == 0 ? CommKind::all_reduce : CommKind::reduce_scatter);
-            const double gather = in.zero_stage == 1 ? data_seconds(CommKind::all_gather) : 0.0;
-            // Reduced as the last backward completes the buckets: the last one waits for
-            // its end. Gathered under the next forward: the first one is waited for at once.
-            if (p.overlap_grad_reduce)
-                st.data -= reduce - std::max(reduce - st.backward, reduce * bucket);
-            if (p.overlap_param_gather)
-                st.data -= gather - std::max(gather - st.forward, gather * bucket);
-        }
-        const double owned = in.zero_stage >= 1 ? params / p.data : params;
-        // Master weights and moments read and written; gradients read three times; weights
-        // written.
-        st.optimizer = owned * (2 * kOptimizerBytes + 3 * in.grad_bytes + in.weight_bytes) /
-                       hw.memory_bandwidth;
-        stages.push_back(st);
+    const Placement at = placement(cfg.parallel, hw.gpus_per_node);
+    std::vector<StageSeconds> stages;
+    for (int s = 0; s < cfg.parallel.pipeline; ++s) {
+        const auto i = static_cast<std::size_t>(s);
+        const double params = static_cast<double>(memory[i].parameters);
+        stages.push_back(stage_seconds(in, s, traffic[i], params, at, hw));
     }
 
-    const auto slowest = std::max_element(
-        stages.begin(), stages.end(),
-        [](const Stage& a, const Stage& b) { return a.microbatch() < b.microbatch(); });
-    const auto last_done = std::max_element(
-        stages.begin(), stages.end(),
-        [](const Stage& a, const Stage& b) { return a.after_flush() < b.after_flush(); });
+    const auto slowest = std::max_element(stages.begin(), stages.end(),
+                                          [](const StageSeconds& a, const StageSeconds& b) {
+                                              return a.microbatch() < b.microbatch();
+                                          });
+    const auto last_done = std::max_element(stages.begin(), stages.end(),
+                                            [](const StageSeconds& a, const StageSeconds& b) {
+                                                return a.after_flush() < b.after_flush();
+                                            });
     const double mb = static_cast<double>(m);
     StepTime r;
     r.slowest_stage = static_cast<int>(slowest - stages.begin());
     r.compute = mb * slowest->compute;
     r.tensor_comm = mb * slowest->tensor + last_done->tensor_step;
     r.pipeline_comm = mb * slowest->pipeline + last_done->embedding;
-    const pipeline::Kind kind = cfg.parallel.schedule;
-    if (pipeline::splits_backward(kind) && p.pipeline > 1) {
-        // The zero-bubble schedules' idle time depends on how the backward splits: replay
-        // them with the slowest stage's forward, backward and W, in proportion to its time.
-        pipeline::Costs costs;
-        costs.forward = slowest->forward;
-        costs.backward = slowest->backward;
-        costs.weight = slowest->weight;
-        const pipeline::Simulation sim =
-            pipeline::simulate(kind, p.pipeline, 1, static_cast<int>(m), costs);
-        r.bubble = sim.bubble_fraction * mb * slowest->microbatch();
-    } else {
-        r.bubble = static_cast<double>(p.pipeline - 1) / p.virtual_stages * slowest->microbatch();
-    }
+    r.bubble = bubble_seconds(cfg, *slowest, m);
     r.data_comm = mb * slowest->data_gathers + last_done->data;
     r.optimizer = last_done->optimizer;
     r.step = r.compute + r.tensor_comm + r.pipeline_comm + r.bubble + r.data_comm + r.optimizer;

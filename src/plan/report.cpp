@@ -37,7 +37,6 @@ std::string range(int64_t first, int64_t last) {
                          : std::to_string(first) + "-" + std::to_string(last);
 }
 
-// The ranks of stage s: rank = tp + M·(dp + D·pp), so one contiguous run.
 // The layers a stage holds, over its chunks.
 int stage_layers(const config::Config& cfg, int stage) {
     int layers = 0;
@@ -45,6 +44,7 @@ int stage_layers(const config::Config& cfg, int stage) {
     return layers;
 }
 
+// The ranks of stage s: rank = tp + M·(dp + D·pp), so one contiguous run.
 int64_t first_rank(const config::Config& cfg, int stage) {
     return int64_t{stage} * cfg.parallel.tensor * cfg.parallel.context * cfg.parallel.data;
 }
@@ -72,22 +72,8 @@ double percent(double part, double whole) {
     return whole > 0 ? 100.0 * part / whole : 0.0;
 }
 
-}  // namespace
-
-Plan make_plan(const PlanInputs& inputs, const std::optional<Hardware>& hardware,
-               const std::optional<double>& device_memory) {
-    Plan plan;
-    plan.inputs = inputs;
-    plan.memory = plan_memory(inputs);
-    plan.traffic = plan_traffic(inputs);
-    plan.hardware = hardware;
-    if (hardware) plan.time = predict_step(inputs, *hardware);
-    plan.device_memory = device_memory;
-    return plan;
-}
-
-std::string render_text(const Plan& plan) {
-    const PlanInputs& in = plan.inputs;
+// The text's opening lines: the config, model, layout, step and bytes per element.
+std::string summary_text(const PlanInputs& in) {
     const config::Config& cfg = in.cfg;
     const auto& m = cfg.model;
     const auto& p = cfg.parallel;
@@ -118,8 +104,15 @@ std::string render_text(const Plan& plan) {
         "(ZeRO stage %d over %s) | per activation %d\n\n",
         kernels::name_of(t.precision), in.weight_bytes, in.grad_bytes, kOptimizerBytes,
         in.zero_stage, train::counted(p.data * p.context, "replica").c_str(), in.activation_bytes);
+    return out;
+}
 
-    out += "memory per rank (the ranks of a stage hold the same):\n";
+// The memory table, a row per stage (with a device's memory, whether it fits), and the
+// activations by Korthikanti et al.'s formula.
+std::string memory_table_text(const Plan& plan) {
+    const config::Config& cfg = plan.inputs.cfg;
+    const auto& p = cfg.parallel;
+    std::string out = "memory per rank (the ranks of a stage hold the same):\n";
     out += format("%-5s %-11s %-3s %-7s %-7s %6s %13s %10s %10s %10s %11s %4s %10s %10s", "stage",
                   "ranks", "pp", "tp", "dp", "layers", "parameters", "weights", "gradients",
                   "optimizer", "activations", "sets", "temporary", "total");
@@ -150,13 +143,12 @@ std::string render_text(const Plan& plan) {
     for (const StageMemory& s : plan.memory)
         out += format(" stage %d %s;", s.stage, train::human_bytes(s.korthikanti).c_str());
     out.back() = '\n';
+    return out;
+}
 
-    out += format(
-        "\nFLOPs per step (Megatron's model FLOPs, 72*B*s*l*h^2*(1 + s/(12h) + "
-        "V/(12*l*h))): %.4g, %.4g per GPU\n",
-        d.flops_per_step, d.flops_per_step / d.world_size);
-
-    out +=
+// The communication table: a row per stage and group that communicates.
+std::string communication_table_text(const Plan& plan) {
+    std::string out =
         "\ncommunication per step of one rank (payload as Comm counts it; sent: ring "
         "algorithms):\n";
     out += format("%-6s %-10s %6s %8s %12s %12s\n", "stage", "group", "ranks", "calls", "payload",
@@ -172,14 +164,21 @@ std::string render_text(const Plan& plan) {
                           bytes_text(g.traffic->sent_bytes()).c_str());
         }
     if (!any) out += "none: every group is one rank\n";
+    return out;
+}
 
+// The predicted step time and its parts; without hardware figures, how to give them.
+std::string step_time_text(const Plan& plan) {
     if (!plan.time) {
-        out += "\nstep time: give --hardware (";
+        std::string out = "\nstep time: give --hardware (";
         for (const std::string& name : hardware_presets()) out += name + "|";
         out.back() = ')';
         out += " or --gemm-tflops, --mem-bw, --intra-bw and --inter-bw to predict it\n";
         return out;
     }
+    const PlanInputs& in = plan.inputs;
+    const auto& p = in.cfg.parallel;
+    const auto& d = in.cfg.derived;
     const Hardware& hw = *plan.hardware;
     const StepTime& st = *plan.time;
     // As the runtime overlaps it (optim/adamw.h).
@@ -188,7 +187,7 @@ std::string render_text(const Plan& plan) {
     std::string overlap =
         reduce_overlapped ? "reduction under the backward" : "reduction after the backward";
     if (gather_overlapped) overlap += ", all-gather under the next forward";
-    out += format(
+    std::string out = format(
         "\nstep time on %s (GEMM %.0f TFLOP/s, memory %.0f GB/s, intra-node %.0f GB/s "
         "and inter-node %.2f GB/s per GPU, %d GPUs per node, %.0f us per call, "
         "data-parallel %s):\n",
@@ -204,7 +203,7 @@ std::string render_text(const Plan& plan) {
         "(formula %.4g of ideal) | data comm %.1f%% | optimizer %.1f%%\n",
         percent(st.compute, st.step), percent(st.tensor_comm, st.step),
         percent(st.pipeline_comm, st.step), percent(st.bubble, st.step),
-        pipeline::bubble_formula(cfg.parallel.schedule, p.pipeline, p.virtual_stages,
+        pipeline::bubble_formula(p.schedule, p.pipeline, p.virtual_stages,
                                  static_cast<int>(d.grad_accum_steps)),
         percent(st.data_comm, st.step), percent(st.optimizer, st.step));
     return out;
@@ -215,23 +214,22 @@ int64_t byte_count(double b) {
     return std::llround(b);
 }
 
-std::string render_json(const Plan& plan) {
-    const PlanInputs& in = plan.inputs;
-    const config::Config& cfg = in.cfg;
-    const auto& p = cfg.parallel;
-    const auto& d = cfg.derived;
-    io::JsonLine root;
-    root.add("config", std::string_view(cfg.source));
+io::JsonLine model_json(const config::Config& cfg) {
     io::JsonLine model;
-    model.add("parameters", d.parameters)
+    model.add("parameters", cfg.derived.parameters)
         .add("layers", cfg.model.layers)
         .add("hidden", cfg.model.hidden)
         .add("heads", cfg.model.heads)
         .add("ffn_hidden", cfg.model.ffn_hidden)
         .add("seq_len", cfg.model.seq_len)
         .add("vocab_size", cfg.model.vocab_size)
-        .add("padded_vocab", d.padded_vocab);
-    root.add("model", model);
+        .add("padded_vocab", cfg.derived.padded_vocab);
+    return model;
+}
+
+io::JsonLine layout_json(const PlanInputs& in) {
+    const config::Config& cfg = in.cfg;
+    const auto& p = cfg.parallel;
     io::JsonLine layout;
     layout.add("pipeline", p.pipeline)
         .add("tensor", p.tensor)
@@ -242,85 +240,137 @@ std::string render_json(const Plan& plan) {
         .add("zero_stage", in.zero_stage)
         .add("micro_batch", cfg.training.micro_batch)
         .add("global_batch", cfg.training.global_batch)
-        .add("microbatches", d.grad_accum_steps)
+        .add("microbatches", cfg.derived.grad_accum_steps)
         .add("recompute", config::to_string(cfg.training.recompute))
         .add("precision", kernels::name_of(cfg.training.precision));
-    root.add("layout", layout);
+    return layout;
+}
+
+io::JsonLine memory_json(const Plan& plan, const StageMemory& s) {
+    io::JsonLine mem;
+    mem.add("parameters", s.parameters)
+        .add("weights", byte_count(s.states.weights))
+        .add("gradients", byte_count(s.states.gradients))
+        .add("optimizer", byte_count(s.states.optimizer))
+        .add("activations", byte_count(s.activations))
+        .add("activation_sets", s.activation_sets)
+        .add("korthikanti_activations", byte_count(s.korthikanti))
+        .add("temporary", byte_count(s.temporary))
+        .add("total", byte_count(s.total()));
+    if (plan.device_memory)
+        mem.add("fits", headroom(plan, s) >= 0).add("headroom", byte_count(headroom(plan, s)));
+    return mem;
+}
+
+io::JsonLine communication_json(const StageTraffic& traffic) {
+    io::JsonLine comm;
+    for (const NamedGroup& g : groups(traffic)) {
+        io::JsonLine group;
+        group.add("ranks", g.traffic->size)
+            .add("calls", g.traffic->call_count())
+            .add("payload_bytes", byte_count(g.traffic->payload_bytes()))
+            .add("sent_bytes", byte_count(g.traffic->sent_bytes()));
+        comm.add(g.name, group);
+    }
+    return comm;
+}
+
+// One stage: its ranks, its memory and its communication.
+io::JsonLine stage_json(const Plan& plan, const StageMemory& s) {
+    const config::Config& cfg = plan.inputs.cfg;
+    std::vector<int64_t> ranks;
+    for (int64_t r = first_rank(cfg, s.stage); r <= last_rank(cfg, s.stage); ++r)
+        ranks.push_back(r);
+    io::JsonLine st;
+    st.add("pp", s.stage)
+        .add("ranks", ranks)
+        .add("tp_size", cfg.parallel.tensor)
+        .add("dp_size", cfg.parallel.data)
+        .add("layers", stage_layers(cfg, s.stage));
+    st.add("memory_bytes", memory_json(plan, s));
+    st.add("communication", communication_json(plan.traffic[static_cast<std::size_t>(s.stage)]));
+    return st;
+}
+
+// The predicted step time with the hardware figures it assumed (plan.time must be set).
+io::JsonLine step_time_json(const Plan& plan) {
+    const auto& d = plan.inputs.cfg.derived;
+    const Hardware& hw = *plan.hardware;
+    const StepTime& st = *plan.time;
+    io::JsonLine h;
+    h.add("name", std::string_view(hw.name))
+        .add("gemm_flops", hw.gemm_flops)
+        .add("memory_bandwidth", hw.memory_bandwidth)
+        .add("intra_bandwidth", hw.intra_bandwidth)
+        .add("inter_bandwidth", hw.inter_bandwidth)
+        .add("gpus_per_node", hw.gpus_per_node)
+        .add("latency", hw.latency);
+    io::JsonLine time;
+    time.add("hardware", h)
+        .add("step_s", st.step)
+        .add("tokens_per_s", static_cast<double>(d.tokens_per_step) / st.step)
+        .add("model_flops_per_gpu_per_s", d.flops_per_step / st.step / d.world_size)
+        .add("executed_flops_slowest_stage", st.executed_flops)
+        .add("slowest_stage", st.slowest_stage)
+        .add("compute_s", st.compute)
+        .add("tensor_comm_s", st.tensor_comm)
+        .add("pipeline_comm_s", st.pipeline_comm)
+        .add("bubble_s", st.bubble)
+        .add("data_comm_s", st.data_comm)
+        .add("optimizer_s", st.optimizer);
+    return time;
+}
+
+}  // namespace
+
+Plan make_plan(const PlanInputs& inputs, const std::optional<Hardware>& hardware,
+               const std::optional<double>& device_memory) {
+    Plan plan;
+    plan.inputs = inputs;
+    plan.memory = plan_memory(inputs);
+    plan.traffic = plan_traffic(inputs);
+    plan.hardware = hardware;
+    if (hardware) plan.time = predict_step(inputs, *hardware);
+    plan.device_memory = device_memory;
+    return plan;
+}
+
+std::string render_text(const Plan& plan) {
+    const auto& d = plan.inputs.cfg.derived;
+    std::string out = summary_text(plan.inputs);
+    out += memory_table_text(plan);
+    out += format(
+        "\nFLOPs per step (Megatron's model FLOPs, 72*B*s*l*h^2*(1 + s/(12h) + "
+        "V/(12*l*h))): %.4g, %.4g per GPU\n",
+        d.flops_per_step, d.flops_per_step / d.world_size);
+    out += communication_table_text(plan);
+    out += step_time_text(plan);
+    return out;
+}
+
+std::string render_json(const Plan& plan) {
+    const PlanInputs& in = plan.inputs;
+    const config::Config& cfg = in.cfg;
+    const auto& d = cfg.derived;
+    io::JsonLine root;
+    root.add("config", std::string_view(cfg.source));
+    root.add("model", model_json(cfg));
+    root.add("layout", layout_json(in));
     io::JsonLine bytes;
     bytes.add("weight", in.weight_bytes)
         .add("gradient", in.grad_bytes)
         .add("optimizer", kOptimizerBytes)
         .add("activation", in.activation_bytes);
     root.add("bytes_per_element", bytes);
-
     std::vector<io::JsonLine> stages;
-    for (const StageMemory& s : plan.memory) {
-        std::vector<int64_t> ranks;
-        for (int64_t r = first_rank(cfg, s.stage); r <= last_rank(cfg, s.stage); ++r)
-            ranks.push_back(r);
-        io::JsonLine st;
-        st.add("pp", s.stage)
-            .add("ranks", ranks)
-            .add("tp_size", p.tensor)
-            .add("dp_size", p.data)
-            .add("layers", stage_layers(cfg, s.stage));
-        io::JsonLine mem;
-        mem.add("parameters", s.parameters)
-            .add("weights", byte_count(s.states.weights))
-            .add("gradients", byte_count(s.states.gradients))
-            .add("optimizer", byte_count(s.states.optimizer))
-            .add("activations", byte_count(s.activations))
-            .add("activation_sets", s.activation_sets)
-            .add("korthikanti_activations", byte_count(s.korthikanti))
-            .add("temporary", byte_count(s.temporary))
-            .add("total", byte_count(s.total()));
-        if (plan.device_memory)
-            mem.add("fits", headroom(plan, s) >= 0).add("headroom", byte_count(headroom(plan, s)));
-        st.add("memory_bytes", mem);
-        io::JsonLine comm;
-        for (const NamedGroup& g : groups(plan.traffic[static_cast<std::size_t>(s.stage)])) {
-            io::JsonLine group;
-            group.add("ranks", g.traffic->size)
-                .add("calls", g.traffic->call_count())
-                .add("payload_bytes", byte_count(g.traffic->payload_bytes()))
-                .add("sent_bytes", byte_count(g.traffic->sent_bytes()));
-            comm.add(g.name, group);
-        }
-        st.add("communication", comm);
-        stages.push_back(st);
-    }
+    for (const StageMemory& s : plan.memory) stages.push_back(stage_json(plan, s));
     root.add("stages", stages);
     io::JsonLine flops;
     flops.add("model_flops_per_step", d.flops_per_step)
         .add("model_flops_per_gpu", d.flops_per_step / d.world_size);
     root.add("flops", flops);
     if (plan.device_memory) root.add("device_memory_bytes", byte_count(*plan.device_memory));
-    if (plan.time) {
-        const Hardware& hw = *plan.hardware;
-        const StepTime& st = *plan.time;
-        io::JsonLine h;
-        h.add("name", std::string_view(hw.name))
-            .add("gemm_flops", hw.gemm_flops)
-            .add("memory_bandwidth", hw.memory_bandwidth)
-            .add("intra_bandwidth", hw.intra_bandwidth)
-            .add("inter_bandwidth", hw.inter_bandwidth)
-            .add("gpus_per_node", hw.gpus_per_node)
-            .add("latency", hw.latency);
-        io::JsonLine time;
-        time.add("hardware", h)
-            .add("step_s", st.step)
-            .add("tokens_per_s", static_cast<double>(d.tokens_per_step) / st.step)
-            .add("model_flops_per_gpu_per_s", d.flops_per_step / st.step / d.world_size)
-            .add("executed_flops_slowest_stage", st.executed_flops)
-            .add("slowest_stage", st.slowest_stage)
-            .add("compute_s", st.compute)
-            .add("tensor_comm_s", st.tensor_comm)
-            .add("pipeline_comm_s", st.pipeline_comm)
-            .add("bubble_s", st.bubble)
-            .add("data_comm_s", st.data_comm)
-            .add("optimizer_s", st.optimizer);
-        root.add("step_time", time);
-    }
+    if (plan.time) root.add("step_time", step_time_json(plan));
     return root.str() + "\n";
 }
 

@@ -1,5 +1,5 @@
-// Training checkpoints: the collective save, the checked load and the resharding (see
-// checkpoint.h).
+// Training checkpoints: the collective save (see checkpoint.h; the loading side is
+// checkpoint_read.cpp).
 #include "train/checkpoint.h"
 
 #include <fcntl.h>
@@ -14,14 +14,12 @@
 #include <map>
 #include <thread>
 
-#include "config/model_shape.h"
 #include "io/fault_injection.h"
 #include "io/output_file.h"
 #include "io/safetensors.h"
 #include "io/sha256.h"
 #include "kernels/dtype.h"
 #include "kernels/error.h"
-#include "model/lora.h"
 #include "parallel/agreement.h"
 #include "parallel/watchdog.h"
 #include "train/base_weights.h"
@@ -33,7 +31,6 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kTempPrefix = ".tmp_";
-constexpr const char* kKinds[3] = {"master", "exp_avg", "exp_avg_sq"};
 
 // ppP_tpT_dpD, with _cpK after the tensor coordinate when the sequence is split.
 std::string shard_name(const parallel::Coordinates& c, int context) {
@@ -135,46 +132,6 @@ void agree(parallel::Comm& world, const std::string& error, const std::string& w
         fs::remove_all(tmp, ignored);
     }
     throw CheckpointError(what + " not saved: " + failure);
-}
-
-bool same_model(const model::GptShape& a, const model::GptShape& b) {
-    return a.vocab == b.vocab && a.max_seq == b.max_seq && a.layers == b.layers &&
-           a.hidden == b.hidden && a.heads == b.heads && a.ffn == b.ffn;
-}
-
-// The adapters a manifest records (rank 0: none).
-model::LoraShape lora_shape(const LoraRecord& record) {
-    model::LoraShape lora;
-    lora.rank = record.rank;
-    for (const std::string& name : record.targets)
-        for (int i = 0; i < model::kLoraTargets; ++i)
-            if (name == model::lora_target_name(static_cast<model::LoraTarget>(i)))
-                lora.targets[static_cast<std::size_t>(i)] = true;
-    return lora;
-}
-
-std::string describe(const model::LoraShape& lora) {
-    if (lora.rank == 0) return "the whole model";
-    std::string targets;
-    for (int i = 0; i < model::kLoraTargets; ++i)
-        if (lora.targets[static_cast<std::size_t>(i)])
-            targets += std::string(targets.empty() ? "" : ", ") +
-                       model::lora_target_name(static_cast<model::LoraTarget>(i));
-    return "low-rank adapters of rank " + std::to_string(lora.rank) + " on " + targets;
-}
-
-// What tensor rank `tp` of `tensor` on stage `plan` trained: its part of the model or, under
-// low-rank adapters, of the adapters.
-model::ParamLayout trained_layout(const model::GptShape& shape, const model::LoraShape& lora,
-                                  int tp, int tensor, const model::StagePlan& plan) {
-    if (lora.rank > 0) return model::ParamLayout::for_lora(shape, lora, tp, tensor, plan);
-    return model::ParamLayout(shape, tp, tensor, plan);
-}
-
-std::string describe(const model::GptShape& s) {
-    return "vocab " + std::to_string(s.vocab) + ", seq " + std::to_string(s.max_seq) + ", layers " +
-           std::to_string(s.layers) + ", hidden " + std::to_string(s.hidden) + ", heads " +
-           std::to_string(s.heads) + ", ffn " + std::to_string(s.ffn);
 }
 
 // The manifest of the save of `step`, but for its files.
@@ -340,255 +297,6 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
     PendingSave save = begin_save(cfg, trainer, grid, world, step, skipped_total, data, lora);
     write_share(save);
     return commit_save(save, world);
-}
-
-namespace {
-
-// Where a rank needs values: a run of elements of one tensor, from `full` in whole-tensor
-// coordinates, to `local` in the reader's flat buffer.
-struct Need {
-    std::size_t full, count, local;
-};
-
-// The runs of the reader's owned elements, tensor by tensor, sorted by `full`.
-std::map<std::string, std::vector<Need>> needs_of(
-    const model::ParamLayout& layout,
-    const std::vector<std::pair<std::size_t, std::size_t>>& owned) {
-    std::map<std::string, std::vector<Need>> needs;
-    for (const model::ParamTensor& t : layout.tensors())
-        for (const auto& [offset, count] : owned) {
-            const std::size_t lo = std::max(t.offset, offset) - t.offset;
-            const std::size_t hi = std::min(t.offset + t.numel, offset + count);
-            if (t.offset + lo >= hi) continue;
-            const std::size_t end = hi - t.offset;
-            model::for_each_slice_run(
-                t, layout.tensor_rank(), [&](std::size_t l, std::size_t f, std::size_t n) {
-                    const std::size_t a = std::max(l, lo), b = std::min(l + n, end);
-                    if (a < b) needs[t.name].push_back({f + a - l, b - a, t.offset + a});
-                });
-        }
-    for (auto& [name, runs] : needs)
-        std::sort(runs.begin(), runs.end(),
-                  [](const Need& x, const Need& y) { return x.full < y.full; });
-    return needs;
-}
-
-// Calls take(piece_offset, count, local) for each overlap of a piece (elements lo .. lo+n of
-// the writer's slice `t` of tensor rank `tp`) with the sorted runs `needs`.
-template <typename Take>
-void overlaps(const model::ParamTensor& t, int tp, std::size_t lo, std::size_t n,
-              const std::vector<Need>& needs, Take take) {
-    model::for_each_slice_run(t, tp, [&](std::size_t l, std::size_t f, std::size_t count) {
-        const std::size_t a = std::max(l, lo), b = std::min(l + count, lo + n);
-        if (a >= b) return;
-        const std::size_t full = f + a - l, full_end = f + b - l;
-        // The first run that ends after `full`.
-        auto it =
-            std::upper_bound(needs.begin(), needs.end(), full,
-                             [](std::size_t x, const Need& r) { return x < r.full + r.count; });
-        for (; it != needs.end() && it->full < full_end; ++it) {
-            const std::size_t from = std::max(full, it->full);
-            const std::size_t to = std::min(full_end, it->full + it->count);
-            take(a - lo + (from - full), to - from, it->local + (from - it->full));
-        }
-    });
-}
-
-// A piece's name: KIND/TENSOR/LO (checkpoint.h).
-struct PieceName {
-    int kind = -1;  // into kKinds; -1: not an optimizer piece (param/..., or malformed)
-    std::string tensor;
-    std::size_t lo = 0;
-};
-PieceName parse_piece(const std::string& name) {
-    PieceName p;
-    const std::size_t slash = name.find('/'), last = name.rfind('/');
-    if (slash == std::string::npos || last <= slash) return p;
-    const std::string kind = name.substr(0, slash);
-    for (int k = 0; k < 3; ++k)
-        if (kind == kKinds[k]) p.kind = k;
-    p.tensor = name.substr(slash + 1, last - slash - 1);
-    try {
-        p.lo = std::stoull(name.substr(last + 1));
-    } catch (const std::logic_error&) {
-        p.kind = -1;
-    }
-    return p;
-}
-
-}  // namespace
-
-CheckpointShare read_share(const std::string& dir, const model::ParamLayout& layout,
-                           const std::vector<std::pair<std::size_t, std::size_t>>& owned,
-                           bool moments) {
-    CheckpointShare share;
-    share.path = dir;
-    share.manifest = read_manifest(dir);
-    const Manifest& m = share.manifest;
-    if (!same_model(m.shape, layout.shape()))
-        throw Error(dir + ": holds another model (" + describe(m.shape) +
-                    ") than the config asks for (" + describe(layout.shape()) + ")");
-    const model::LoraShape lora = lora_shape(m.lora);
-    if (lora.rank != layout.lora().rank || lora.targets != layout.lora().targets)
-        throw Error(dir + ": trained " + describe(lora) + ", the config trains " +
-                    describe(layout.lora()) + " (training.lora)");
-    verify_sizes(dir, m);  // no reading
-
-    const std::map<std::string, std::vector<Need>> needs = needs_of(layout, owned);
-    std::vector<float>* targets[3] = {&share.master, &share.exp_avg, &share.exp_avg_sq};
-    for (int k = 0; k < (moments ? 3 : 1); ++k) targets[k]->assign(layout.total(), 0.0f);
-    std::vector<uint8_t> seen(layout.total() * 3, 0);  // per kind, per element of the buffer
-    // The writer's whole tensors (its padded vocab).
-    const model::ParamLayout whole = trained_layout(m.shape, lora, 0, 1, {});
-
-    for (const ManifestFile& f : m.files) {
-        if (f.pp < 0) continue;
-        const std::string path = (fs::path(dir) / f.name).string();
-        if (f.pp >= m.layout.pipeline || f.tp >= m.layout.tensor || f.dp >= m.layout.data ||
-            f.cp >= m.layout.context)
-            throw Error(path + ": grid coordinates outside the manifest's layout");
-        const model::ParamLayout writer =
-            trained_layout(m.shape, lora, f.tp, m.layout.tensor,
-                           model::StagePlan{m.layout.pipeline, f.pp, m.layout.virtual_stages,
-                                            m.layout.chunk_layers});
-        // Opened only if the writer's slices hold anything this rank needs.
-        bool wanted = false;
-        for (const model::ParamTensor& t : writer.tensors()) {
-            const auto it = needs.find(t.name);
-            if (it != needs.end() && !writer.held_elsewhere(t))
-                overlaps(t, f.tp, 0, t.numel, it->second,
-                         [&](std::size_t, std::size_t, std::size_t) { wanted = true; });
-        }
-        if (!wanted) continue;
-
-        const io::SafetensorsFile file = io::SafetensorsFile::open(path);
-        // The pieces' digests are in the header, and the header's in the manifest; a
-        // checkpoint written without them is checked whole.
-        const bool pieces_checked = !f.header_sha256.empty();
-        if (pieces_checked && file.header_sha256() != f.header_sha256)
-            throw Error(path +
-                        ": SHA-256 of the header does not match the manifest (the file "
-                        "is corrupt)");
-        if (!pieces_checked) {
-            if (io::sha256_file(path) != f.sha256)
-                throw Error(path + ": SHA-256 does not match the manifest (the file is corrupt)");
-            share.tensor_bytes += f.bytes;
-        }
-        uint64_t pieces_read = 0;
-        std::vector<char> raw;
-        for (const io::TensorInfo& info : file.tensors()) {
-            const PieceName piece = parse_piece(info.name);
-            if (info.name.rfind("param/", 0) == 0) continue;
-            const model::ParamTensor* t = piece.kind >= 0 ? writer.find(piece.tensor) : nullptr;
-            if (!t || piece.lo + info.numel > t->numel || info.dtype != kernels::DType::f32)
-                throw Error(path + ": tensor \"" + info.name +
-                            "\" is not part of this rank's layout");
-            if (piece.kind > 0 && !moments) continue;
-            const auto need = needs.find(t->name);
-            if (need == needs.end()) continue;
-            std::vector<std::array<std::size_t, 3>> takes;  // piece offset, count, local
-            overlaps(*t, f.tp, piece.lo, info.numel, need->second,
-                     [&](std::size_t at, std::size_t n, std::size_t local) {
-                         takes.push_back({at, n, local});
-                     });
-            if (takes.empty()) continue;
-            raw.resize(info.data_end - info.data_begin);
-            file.read_raw(info, raw);
-            pieces_read += raw.size();
-            if (pieces_checked) {
-                const auto digest = file.metadata().find("sha256/" + info.name);
-                if (digest == file.metadata().end())
-                    throw Error(path + ": tensor \"" + info.name +
-                                "\" has no SHA-256 in the header");
-                if (io::sha256_hex(std::string_view(raw.data(), raw.size())) != digest->second)
-                    throw Error(path + ": SHA-256 does not match for tensor \"" + info.name +
-                                "\" (the file is corrupt)");
-            }
-            const float* values = reinterpret_cast<const float*>(raw.data());
-            std::vector<float>& target = *targets[piece.kind];
-            for (const auto& [at, n, local] : takes)
-                for (std::size_t i = 0; i < n; ++i) {
-                    target[local + i] = values[at + i];
-                    if (seen[3 * (local + i) + static_cast<std::size_t>(piece.kind)]++)
-                        throw Error(path + ": tensor \"" + info.name + "\" overlaps another shard");
-                }
-        }
-        share.header_bytes += file.bytes_read() - pieces_read;
-        share.tensor_bytes += pieces_read;
-    }
-
-    // Every element owned must have come from some shard, but for padded vocabulary rows
-    // past the writer's (zero in every layout).
-    for (const auto& [name, runs] : needs) {
-        const std::size_t written = whole.find(name)->numel;
-        for (const Need& r : runs)
-            for (std::size_t i = 0; i < r.count && r.full + i < written; ++i)
-                for (int k = 0; k < (moments ? 3 : 1); ++k)
-                    if (!seen[3 * (r.local + i) + static_cast<std::size_t>(k)])
-                        throw Error(dir + ": incomplete: no shard holds " + kKinds[k] + " of \"" +
-                                    name + "\" element " + std::to_string(r.full + i));
-    }
-    return share;
-}
-
-void restore_checkpoint(const CheckpointShare& share, Trainer& trainer) {
-    const Manifest& m = share.manifest;
-    optim::AdamW::State state;
-    state.step = m.adam_step;
-    state.master = share.master;
-    state.m = share.exp_avg;
-    state.v = share.exp_avg_sq;
-    trainer.restore_optimizer(state);  // collective
-    trainer.guard().restore({m.skipped_in_a_row, m.recent_losses, m.recent_grad_norms});
-    if (trainer.scaler().dynamic() && m.precision == kernels::name_of(kernels::DType::f16))
-        trainer.scaler().restore(m.loss_scale, m.good_steps);
-}
-
-LoadedModel load_model_checkpoint(const std::string& path) {
-    std::vector<std::string> candidates;
-    if (fs::exists(fs::path(path) / kManifestName)) {
-        candidates.push_back(path);
-    } else {
-        candidates = list_checkpoints(path);
-        std::reverse(candidates.begin(), candidates.end());
-        if (candidates.empty())
-            throw Error(path +
-                        ": no checkpoint here (expected manifest.json, or step_* "
-                        "directories holding one)");
-    }
-    for (const std::string& dir : candidates) {
-        try {
-            LoadedModel loaded;
-            loaded.path = dir;
-            loaded.cfg = config::load((fs::path(dir) / "config.yaml").string());
-            const model::ParamLayout whole(gpt_shape(loaded.cfg));
-            const model::Lora adapters = lora_of(loaded.cfg);
-            if (!adapters.shape.rank) {
-                loaded.params = read_share(dir, whole, {{0, whole.total()}}, false).master;
-                return loaded;
-            }
-            const model::ParamLayout whole_lora =
-                model::ParamLayout::for_lora(whole.shape(), adapters.shape);
-            CheckpointShare share = read_share(dir, whole_lora, {{0, whole_lora.total()}}, false);
-            loaded.adapters = std::move(share.master);
-            const LoraRecord& lora = share.manifest.lora;
-            loaded.params.assign(whole.total(), 0.0f);
-            const std::string base =
-                load_base_weights(resolve_base(lora.base, dir), whole, loaded.params.data());
-            if (base_weights_sha256(base) != lora.base_sha256)
-                throw Error(dir + ": the base weights " + base +
-                            " are not those the adapters were trained on (their SHA-256 "
-                            "differs from the manifest's)");
-            model::merge_lora(whole, loaded.params.data(), whole_lora, loaded.adapters.data(),
-                              adapters.scale);
-            return loaded;
-        } catch (const Error& e) {
-            if (candidates.size() == 1) throw;
-            std::fprintf(stderr, "checkpoint: skipping %s: %s\n", dir.c_str(), e.what());
-        }
-    }
-    throw Error(path + ": none of its " + std::to_string(candidates.size()) +
-                " checkpoints is usable");
 }
 
 }  // namespace trident::train

@@ -55,6 +55,9 @@
 
 namespace trident::train {
 
+// The optimizer state's piece kinds, in a piece's name KIND/NAME/LO (above).
+inline constexpr const char* kKinds[3] = {"master", "exp_avg", "exp_avg_sq"};
+
 // A save that failed on some rank, thrown on every rank alike with the first failing rank's
 // message (the file and the errno): what was written of it is gone, the checkpoints before it
 // are as they were.

@@ -236,10 +236,12 @@ TEST_CASE("cuda: start-up chooses attention's kernels and refuses a model none c
 // The run's attention as the layout splits it: tensor and Ulysses' context parallelism divide
 // the heads; ring attention runs its block kernels, which take heads of up to 128 elements.
 TEST_CASE("cuda: start-up decides the attention of the run's layout", "[attention]") {
-    auto gpu = make_cuda_ops(false);
-    // 8 heads of 64 over tensor 2 and Ulysses 2: each rank's attention has 2 heads.
-    const std::string ulysses =
-        prepare_run_attention(*gpu, {2, 128, 512, 8, 2, 2, false, DType::bf16, 0.0f});
+    // The backend's factory decides it: 8 heads of 64 over tensor 2 and Ulysses 2, each
+    // rank's attention has 2 heads.
+    CudaBackend backend =
+        make_cuda_backend(false, {2, 128, 512, 8, 2, 2, false, DType::bf16, 0.0f});
+    Ops* gpu = backend.ops.get();
+    const std::string& ulysses = backend.attention;
     INFO(ulysses);
     REQUIRE(ulysses.find("B 2, T 128, 2 heads of 64, bf16") != std::string::npos);
     const std::string ring =

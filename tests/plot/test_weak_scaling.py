@@ -7,32 +7,20 @@ refused.
 
 Exit 77 (skipped) without mpirun, or without matplotlib for /usr/bin/python3.
 """
-import argparse
 import csv
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-from mpi_harness import check, failures, mpirun_env  # noqa: E402
+from mpi_harness import check, failures, mpirun_env, plotting_run_or_skip  # noqa: E402
 from test_plot_metrics import png_size  # noqa: E402
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--trident", required=True)
-    parser.add_argument("--source-dir", required=True)
-    a = parser.parse_args()
-    if shutil.which("mpirun") is None:
-        print("SKIP: mpirun not found (Debian's openmpi-bin)")
-        return 77
-    if subprocess.run(["/usr/bin/python3", "-c", "import matplotlib"],
-                      stderr=subprocess.DEVNULL).returncode != 0:
-        print("SKIP: /usr/bin/python3 has no matplotlib (Debian's python3-matplotlib)")
-        return 77
+    a = plotting_run_or_skip()
     script = os.path.join(a.source_dir, "scripts", "weak_scaling.sh")
     with tempfile.TemporaryDirectory() as tmp:
         p = subprocess.run([script, "--ranks", "1,2", "--steps", "1", "--warmup", "0",

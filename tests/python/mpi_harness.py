@@ -115,6 +115,23 @@ def binaries_or_skip():
     return a.trident, os.path.join(a.tools_dir, "trident_model_dump")
 
 
+def plotting_run_or_skip():
+    """ctest's --trident and --source-dir, for the tests that run trident under mpirun and
+    plot with matplotlib; exits 77 (skipped, visibly) where either is missing."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--trident", required=True)
+    p.add_argument("--source-dir", required=True)
+    a = p.parse_args()
+    if shutil.which("mpirun") is None:
+        print("SKIP: mpirun not found (Debian's openmpi-bin)")
+        sys.exit(77)
+    if subprocess.run(["/usr/bin/python3", "-c", "import matplotlib"],
+                      stderr=subprocess.DEVNULL).returncode != 0:
+        print("SKIP: /usr/bin/python3 has no matplotlib (Debian's python3-matplotlib)")
+        sys.exit(77)
+    return a
+
+
 def tiny_run(directory, overrides=()):
     """Writes the layout tests' data (3000 tokens of a vocabulary of 300, which 128·M does not
     divide) and config (2 layers of hidden 32, 4 heads, sequence 16, global batch 4 in

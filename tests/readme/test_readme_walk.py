@@ -24,16 +24,17 @@ its adapters.
 
 Exit status: 0 passed, 1 failed, 77 skipped (no mpirun, or no matplotlib for plot_metrics).
 """
-import argparse
 import json
 import math
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from mpi_harness import plotting_run_or_skip  # noqa: E402
 
 STEPS_DIVISOR = 100
 SAMPLE_TOKENS = 8
@@ -144,17 +145,7 @@ def check_results(tmp):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--trident", required=True)
-    parser.add_argument("--source-dir", required=True)
-    a = parser.parse_args()
-    if shutil.which("mpirun") is None:
-        print("SKIP: mpirun not found (Debian's openmpi-bin)")
-        return 77
-    if subprocess.run(["/usr/bin/python3", "-c", "import matplotlib"],
-                      stderr=subprocess.DEVNULL).returncode != 0:
-        print("SKIP: /usr/bin/python3 has no matplotlib (Debian's python3-matplotlib)")
-        return 77
+    a = plotting_run_or_skip()
     with open(os.path.join(a.source_dir, "README.md")) as f:
         commands = sh_blocks(f.read())
     with tempfile.TemporaryDirectory() as tmp:
@@ -164,8 +155,9 @@ def main():
             walked = reduce(command, tmp)
             script.append(f"echo \"readme.walk: [$SECONDS s]\" {shlex.quote('$ ' + walked)}")
             script.append(walked)
+        # Generated text may end a token inside a character (byte-level BPE): replaced here.
         p = subprocess.run(["bash", "-c", "\n".join(script)], cwd=tmp, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, timeout=1200)
+                           stderr=subprocess.STDOUT, text=True, errors="replace", timeout=1200)
         print(p.stdout[-20000:])
         walked = [line for line in p.stdout.split("\n") if line.startswith("readme.walk: [")]
         if p.returncode != 0:
