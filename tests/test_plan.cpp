@@ -182,7 +182,10 @@ void check_parameter_count(const MemoryCompared& stage, int replicas, double wei
     CHECK(held < static_cast<double>(stage.expected_params) + units * replicas);
 }
 
-void check_measured_memory(const std::vector<std::string>& overrides, int ranks) {
+// The plan's peak against the measured one: equal, or (ZeRO-2 and 3) below it.
+enum class Peak { planned, above_plan };
+
+void check_stages(const std::vector<std::string>& overrides, int ranks, Peak peak) {
     cli::Workspace ws;
     const MemoryCompared c =
         measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, ranks);
@@ -194,32 +197,25 @@ void check_measured_memory(const std::vector<std::string>& overrides, int ranks)
         CHECK(stage.measured.grads == stage.planned.grads);
         CHECK(stage.measured.optimizer == stage.planned.optimizer);
         CHECK(stage.measured.activations == stage.planned.activations);
-        CHECK(stage.measured.peak == stage.planned.peak);
+        if (peak == Peak::planned)
+            CHECK(stage.measured.peak == stage.planned.peak);
+        else
+            CHECK(stage.measured.peak > stage.planned.peak);
         check_parameter_count(stage, cfg.parallel.data * cfg.parallel.context,
                               plan::weight_bytes(cfg.training.precision), cfg.parallel.zero_stage);
     }
     CHECK(c.measured.peak == c.stages.front().measured.peak);  // rank 0 is stage 0's first
 }
 
+void check_measured_memory(const std::vector<std::string>& overrides, int ranks) {
+    check_stages(overrides, ranks, Peak::planned);
+}
+
 // ZeRO-2 and 3: the shards and the optimizer state to the byte (ZeRO's Table 1 terms, of the
 // unit-padded buffer), the traffic call for call; the units resident for a while (gradients
 // being added into or reduced, parameters gathered) come on top of the plan's peak.
 void check_measured_shards(const std::vector<std::string>& overrides, int ranks) {
-    cli::Workspace ws;
-    const MemoryCompared c =
-        measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, ranks);
-    const config::Config cfg = config::load(small_config(ws), overrides, config::Purpose::plan);
-    for (std::size_t s = 0; s < c.stages.size(); ++s) {
-        const MemoryCompared& stage = c.stages[s];
-        INFO("stage " << s);
-        CHECK(stage.measured.params == stage.planned.params);
-        CHECK(stage.measured.grads == stage.planned.grads);
-        CHECK(stage.measured.optimizer == stage.planned.optimizer);
-        CHECK(stage.measured.activations == stage.planned.activations);
-        CHECK(stage.measured.peak > stage.planned.peak);
-        check_parameter_count(stage, cfg.parallel.data * cfg.parallel.context,
-                              plan::weight_bytes(cfg.training.precision), cfg.parallel.zero_stage);
-    }
+    check_stages(overrides, ranks, Peak::above_plan);
 }
 
 }  // namespace

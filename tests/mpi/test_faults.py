@@ -423,7 +423,7 @@ def corrupt_replica(trident, base, tmp):
         expected = (f"trident: error: training.check_replicas: at step 4 {said}; training "
                     f"stopped; {ck}/step_000002 is the newest checkpoint, as it was")
         h.check(p.returncode == 1 and lines == [expected] and "MPI_ABORT" not in p.stdout
-                and entries_of(ck) == ["step_000002"],
+                and entries_of(ck) == ["metrics.jsonl", "step_000002"],
                 f"corrupt replica on {p_}x{m}x{d}: one line, exit code 1 (got {p.returncode}), "
                 f"step_000002 kept: {lines}")
 
@@ -466,8 +466,8 @@ def async_checkpoint(trident, base, tmp, ref):
     train(ck_sync, [])
     p = train(ck_async, ["checkpoint.async=true"])
     h.check(p.returncode == 0 and f"checkpoint: {ck_async}/step_000002 being written in the "
-            "background" in p.stdout and entries_of(ck_async) == entries_of(
-                ck_sync) == ["step_000004", "step_000006", "step_000008"],
+            "background" in p.stdout and entries_of(ck_async) == entries_of(ck_sync)
+            == ["metrics.jsonl", "step_000004", "step_000006", "step_000008"],
             f"async: the run ends (exit code {p.returncode}) with the checkpoints a synchronous "
             f"one keeps ({entries_of(ck_async)})")
     h.check(all(files(ck_async, s) == files(ck_sync, s) for s in (4, 6, 8)),
@@ -477,7 +477,7 @@ def async_checkpoint(trident, base, tmp, ref):
     p = train(ck, ["checkpoint.async=true"], {"TRIDENT_TEST_CRASH_IN_SAVE": "6:1"})
     left = entries_of(ck)
     h.check(p.returncode not in (0, None) and "rank 1 killed mid-save of step 6" in p.stdout
-            and left == [".tmp_step_000006", "step_000002", "step_000004"]
+            and left == [".tmp_step_000006", "metrics.jsonl", "step_000002", "step_000004"]
             and h.run([trident, "checkpoint", "info", ck], expect_ok=False).returncode == 0,
             f"async, killed mid-save: the job ends (exit code {p.returncode}), step 4 complete "
             f"and verified, step 6 uncommitted ({left})")
