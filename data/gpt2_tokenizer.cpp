@@ -12,6 +12,7 @@
 #include <unordered_map>
 
 #include "data/pretokenize.h"
+#include "io/input_file.h"
 #include "io/json_reader.h"
 #include "kernels/error.h"
 
@@ -43,13 +44,15 @@ std::array<int, 324> unicode_to_byte() {
     return byte_of;
 }
 
+// GPT-2's encoder.json is 1 MB and vocab.bpe 456 KB.
+constexpr uint64_t kMaxTokenizerFileBytes = 64 << 20;
+
 std::string read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error(path + ": cannot open" + kFetchHint);
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (in.bad()) throw Error(path + ": read error");
-    return std::move(text).str();
+    try {
+        return io::read_regular_file(path, kMaxTokenizerFileBytes, "a tokenizer file");
+    } catch (const Error& e) {
+        throw Error(e.what() + std::string(kFetchHint));
+    }
 }
 
 // The bytes a token string of encoder.json or vocab.bpe stands for; throws a bare reason.

@@ -1,5 +1,11 @@
 // A whole file mapped read-only into memory, unmapped when the owner goes: how the dataset
 // readers see their files without reading them in (the page cache does the I/O).
+//
+// A mapped file truncated or rewritten in place while a run reads it makes the next read of
+// a page past its new end a SIGBUS. The mappings are registered with a SIGBUS handler that,
+// for a fault inside one, prints one line naming the file and ends the process with exit
+// code 1 (under mpirun, which then ends the job), instead of a raw crash. A fault anywhere
+// else is left to the default action.
 #pragma once
 
 #include <cstddef>
@@ -25,6 +31,7 @@ public:
 private:
     void* base_ = nullptr;
     std::size_t bytes_ = 0;
+    int slot_ = -1;  // in the SIGBUS handler's table of mappings; -1: none
 };
 
 }  // namespace trident::data

@@ -216,32 +216,21 @@ std::string MegatronDataset::describe() const {
 }
 
 MegatronWriter::MegatronWriter(const std::string& prefix)
-    : prefix_(prefix), bin_(prefix + ".bin.tmp", std::ios::binary) {
-    if (!bin_) throw Error("cannot write '" + prefix + ".bin.tmp': " + std::strerror(errno));
-}
+    : prefix_(prefix), bin_(prefix + ".bin") {}
 
-MegatronWriter::~MegatronWriter() {
-    if (finished_) return;
-    bin_.close();
-    std::remove((prefix_ + ".bin.tmp").c_str());
-    std::remove((prefix_ + ".idx.tmp").c_str());
-}
+MegatronWriter::~MegatronWriter() = default;
 
 void MegatronWriter::add_document(std::span<const uint16_t> tokens) {
     if (finished_) throw Error(prefix_ + ": add_document after finish");
     if (tokens.size() > static_cast<std::size_t>(std::numeric_limits<int32_t>::max()))
         throw Error(prefix_ + ": a document of " + str(tokens.size()) +
                     " tokens is longer than a Megatron sequence length (int32) can say");
-    bin_.write(reinterpret_cast<const char*>(tokens.data()),
-               static_cast<std::streamsize>(tokens.size_bytes()));
-    if (!bin_) throw Error("write to '" + prefix_ + ".bin.tmp' failed");
+    bin_.write(tokens.data(), tokens.size_bytes());
     lengths_.push_back(static_cast<int32_t>(tokens.size()));
 }
 
 void MegatronWriter::finish() {
     if (finished_) return;
-    bin_.close();
-    if (!bin_) throw Error("write to '" + prefix_ + ".bin.tmp' failed");
 
     const uint64_t n = lengths_.size();
     std::vector<int64_t> pointers(n), docs(n + 1);
@@ -252,14 +241,10 @@ void MegatronWriter::finish() {
     }
     for (std::size_t j = 0; j <= n; ++j) docs[j] = static_cast<int64_t>(j);  // one per document
 
-    const std::string idx_tmp = prefix_ + ".idx.tmp";
-    std::ofstream idx(idx_tmp, std::ios::binary);
-    if (!idx) throw Error("cannot write '" + idx_tmp + "': " + std::strerror(errno));
+    io::ReplacingFile idx(prefix_ + ".idx");
     const uint8_t code = code_of(kernels::DType::u16).code;
     const uint64_t d = n + 1;
-    auto put = [&](const void* p, std::size_t bytes) {
-        idx.write(static_cast<const char*>(p), static_cast<std::streamsize>(bytes));
-    };
+    auto put = [&](const void* p, std::size_t bytes) { idx.write(p, bytes); };
     put(kMegatronMagic, sizeof kMegatronMagic);
     put(&kMegatronVersion, 8);
     put(&code, 1);
@@ -268,14 +253,9 @@ void MegatronWriter::finish() {
     put(lengths_.data(), 4 * n);
     put(pointers.data(), 8 * n);
     put(docs.data(), 8 * d);
-    idx.close();
-    if (!idx) throw Error("write to '" + idx_tmp + "' failed");
-
-    for (const char* ext : {".bin", ".idx"}) {
-        const std::string from = prefix_ + ext + ".tmp", to = prefix_ + ext;
-        if (std::rename(from.c_str(), to.c_str()) != 0)
-            throw Error("cannot rename '" + from + "' to '" + to + "': " + std::strerror(errno));
-    }
+    // The data before the index that describes it: a reader never finds an index without it.
+    bin_.commit();
+    idx.commit();
     finished_ = true;
 }
 

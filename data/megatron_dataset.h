@@ -29,6 +29,7 @@
 
 #include "data/mapped_file.h"
 #include "data/token_stream.h"
+#include "io/output_file.h"
 #include "kernels/dtype.h"
 
 namespace trident::data {
@@ -70,6 +71,8 @@ private:
 // a crash never leaves a half-written dataset that looks whole.
 class MegatronWriter {
 public:
+    // PREFIX.bin and PREFIX.idx are written under temporary names and renamed into place by
+    // finish(), so a run reading the old ones keeps them whole (io::ReplacingFile).
     explicit MegatronWriter(const std::string& prefix);
     ~MegatronWriter();  // removes the temporary files unless finish() ran
     MegatronWriter(const MegatronWriter&) = delete;
@@ -82,7 +85,7 @@ public:
 
 private:
     std::string prefix_;
-    std::ofstream bin_;
+    io::ReplacingFile bin_;
     std::vector<int32_t> lengths_;
     bool finished_ = false;
 };

@@ -15,12 +15,13 @@ Sampler::Sampler(const TokenStream& tokens, int seq_len, bool shuffle, uint64_t 
       T_(seq_len),
       shuffle_(shuffle),
       seed_(seed),
-      windows_(tokens.size() > 0 ? (tokens.size() - 1) / static_cast<std::size_t>(seq_len) : 0),
-      scratch_(static_cast<std::size_t>(seq_len) + 1) {
+      windows_(tokens.size() > 0 ? (tokens.size() - 1) / static_cast<std::size_t>(seq_len) : 0) {
     if (windows_ == 0)
         throw Error(what + ": " + std::to_string(tokens.size()) +
                     " tokens are too few for one sample of model.seq_len + 1 = " +
-                    std::to_string(seq_len + 1) + " tokens");
+                    std::to_string(int64_t{seq_len} + 1) + " tokens");
+    // Only now: a sample's scratch for a data set too small for one is never allocated.
+    scratch_.resize(static_cast<std::size_t>(seq_len) + 1);
 }
 
 std::size_t Sampler::window_start(uint64_t sample) {

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "io/output_file.h"
 #include "kernels/error.h"
 
 namespace trident::data {
@@ -93,12 +94,10 @@ void write_token_shard(const std::string& path, std::span<const uint16_t> tokens
     header[0] = kShardMagic;
     header[1] = kShardVersion;
     header[2] = static_cast<int32_t>(tokens.size());
-    std::ofstream out(path, std::ios::binary);
-    if (!out) throw Error("cannot write '" + path + "': " + std::strerror(errno));
-    out.write(reinterpret_cast<const char*>(header), sizeof(header));
-    out.write(reinterpret_cast<const char*>(tokens.data()),
-              static_cast<std::streamsize>(tokens.size_bytes()));
-    if (!out) throw Error("write to '" + path + "' failed");
+    io::ReplacingFile out(path);
+    out.write(header, sizeof(header));
+    out.write(tokens.data(), tokens.size_bytes());
+    out.commit();
 }
 
 }  // namespace trident::data

@@ -122,7 +122,8 @@ CLI::App* add_generate(CLI::App& app, commands::GenerateOptions& gen) {
     generate_cmd->add_option("--tokens,-n", gen.sampling.tokens, "Tokens to generate")
         ->capture_default_str();
     generate_cmd
-        ->add_option("--temperature", gen.sampling.temperature, "Softmax temperature; 0 = greedy")
+        ->add_option("--temperature", gen.sampling.temperature,
+                     "Softmax temperature, > 0; 0 = greedy (the likeliest token)")
         ->capture_default_str();
     generate_cmd->add_option("--top-k", gen.sampling.top_k, "Sample among the k likeliest; 0 = all")
         ->capture_default_str();

@@ -3,6 +3,7 @@
 // incomplete checkpoints found and passed over, a process killed mid-save, and export of a
 // checkpoint that loads back into the very same model. Multi-rank resume, resharding and preemption
 // are in tests/python/test_checkpoint_parallel.py.
+#include <array>
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -120,6 +121,59 @@ TEST_CASE("checkpoint: the manifest reads back as written", "[checkpoint]") {
         train::read_manifest(ws.path("step")),
         Catch::Contains("manifest.json") && Catch::Contains("missing \"version\"") ||
             Catch::Contains("not a Trident checkpoint"));
+}
+
+TEST_CASE("checkpoint: every manifest field out of its range is refused, naming it",
+          "[checkpoint]") {
+    Workspace ws;
+    train::Manifest m;
+    m.step = 400;
+    m.samples_consumed = 400 * 32;
+    m.adam_step = 398;
+    m.good_steps = 17;
+    m.skipped_total = 2;
+    m.shape = model::GptShape{300, 384, 16, 2, 32, 4, 128};
+    m.layout = train::CheckpointLayout{2, 2, 2, 1, "1f1b", 1, 4096, {1, 1}};
+    m.precision = "fp32";
+    m.files = {{"pp1_tp0_dp1.safetensors", 1, 0, 1, 99, std::string(64, 'b'), ""}};
+    const std::string good = train::manifest_json(m);
+    fs::create_directories(ws.path("step"));
+    const auto write = [&](const std::string& text) {
+        std::ofstream(fs::path(ws.path("step")) / train::kManifestName) << text;
+    };
+    write(good);
+    CHECK_NOTHROW(train::read_manifest(ws.path("step")));
+    // (the text as written, its replacement, what the message says)
+    const std::vector<std::array<std::string, 3>> cases = {
+        {"\"adam_step\": 398", "\"adam_step\": -1", "\"adam_step\" is -1, outside [0, 400]"},
+        {"\"adam_step\": 398", "\"adam_step\": 401", "\"adam_step\" is 401, outside [0, 400]"},
+        {"\"step\": 400", "\"step\": 0", "\"step\" is 0, outside [1, 2147483647]"},
+        {"\"samples_consumed\": 12800", "\"samples_consumed\": -5", "\"samples_consumed\" is -5"},
+        {"\"seed\": \"0\"", "\"seed\": \"-1\"", "\"seed\" is not a number"},
+        {"\"loss_scale\": 1", "\"loss_scale\": -1", "\"loss_scale\" is not a positive"},
+        {"\"good_steps\": 17", "\"good_steps\": -3", "\"good_steps\" is -3"},
+        {"\"skipped_total\": 2", "\"skipped_total\": 9999", "\"skipped_total\" is 9999"},
+        {"\"layers\": 2", "\"layers\": 1000000000", "\"layers\" is 1000000000, outside [1, 4096]"},
+        {"\"vocab_size\": 300", "\"vocab_size\": -2", "\"vocab_size\" is -2"},
+        {"\"hidden\": 32", "\"hidden\": 30", "\"heads\" does not divide \"hidden\""},
+        {"\"pipeline\": 2", "\"pipeline\": 2147483647", "\"pipeline\" is 2147483647"},
+        {"\"virtual_stages\": 1", "\"virtual_stages\": 1073741824", "\"virtual_stages\" is"},
+        {"\"virtual_stages\": 1", "\"virtual_stages\": 3", "\"chunk_layers\" does not cut"},
+        {"\"tensor\": 2", "\"tensor\": 0", "\"tensor\" is 0"},
+        {"\"zero_stage\": 1", "\"zero_stage\": 7", "\"zero_stage\" is 7, outside [0, 3]"},
+        {"\"bucket_size\": 4096", "\"bucket_size\": -1", "\"bucket_size\" is -1"},
+        {"\"precision\": \"fp32\"", "\"precision\": \"fp8\"", "\"precision\" is \"fp8\""},
+        {"\"pp\": 1", "\"pp\": 2", "\"pp\" is 2, outside [0, 1]"},
+        {"\"bytes\": 99", "\"bytes\": -99", "\"bytes\" is -99"},
+    };
+    for (const auto& [from, to, message] : cases) {
+        const std::size_t at = good.find(from);
+        INFO(from << " -> " << to);
+        REQUIRE(at != std::string::npos);
+        write(std::string(good).replace(at, from.size(), to));
+        CHECK_THROWS_WITH(train::read_manifest(ws.path("step")),
+                          Catch::Contains("manifest.json: " + message));
+    }
 }
 
 TEST_CASE("checkpoint: for_each_slice_run places every slice element where unshard_params does",

@@ -1,7 +1,12 @@
 // Command-line tests of the text commands: `trident tokenize` writes what the dataset readers
 // read back (llm.c shards and Megatron pairs, documents, shards, any thread count), and
 // `trident generate` continues a prompt from a checkpoint or from exported weights.
+#include <signal.h>
+
 #include <catch2/catch.hpp>
+#include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -221,6 +226,37 @@ TEST_CASE("generate: continues a prompt from a checkpoint and from exported weig
     REQUIRE(
         run("generate --weights " + ws.path("w.safetensors") + " --head-dim 8" + greedy).output ==
         from_checkpoint.output);
+
+    // Tokens are printed as they come: the first ones arrive while a long generation (100000
+    // tokens, a minute at least) still runs; printed at the end, they would come only once
+    // the process had ended.
+    FILE* pipe = popen(("echo $$; exec " + std::string(TRIDENT_BINARY) + " generate --checkpoint " +
+                        ws.path("ck") + " --prompt aaa --tokens 100000 --temperature 0 --threads 1")
+                           .c_str(),
+                       "r");
+    REQUIRE(pipe != nullptr);
+    char line[32] = {};
+    REQUIRE(std::fgets(line, sizeof line, pipe) != nullptr);
+    const pid_t pid = std::stoi(line);
+    char first[10] = {};
+    REQUIRE(std::fread(first, 1, sizeof first, pipe) == sizeof first);
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    const std::string state{std::istreambuf_iterator<char>(stat), {}};
+    CHECK(std::string(first, sizeof first) == std::string(10, 'a'));
+    const bool running = state.find(") R ") != std::string::npos ||
+                         state.find(") S ") != std::string::npos;  // not Z: not yet ended
+    CHECK(running);
+    ::kill(pid, SIGKILL);
+    pclose(pipe);
+    // Bounded counts, and a temperature of 0 (greedy) or above.
+    require_clear_error(run("generate --checkpoint " + ws.path("ck") + " --tokens 100001"),
+                        "--tokens must be in [1, 100000], got 100001");
+    for (const char* t : {"-1", "nan", "inf"})
+        require_clear_error(
+            run("generate --checkpoint " + ws.path("ck") + " --temperature " + t),
+            std::string("--temperature must be 0 (greedy: the likeliest token) or a positive "
+                        "number, got ") +
+                t);
 
     require_clear_error(run("generate --prompt x"), "--weights");
     require_clear_error(run("generate --weights " + ws.path("none.safetensors") + " --prompt x"),

@@ -1,6 +1,9 @@
 // Tests of the config system: defaults, every kind of error with its message, overrides,
 // derived values, the YAML round trip, refusals of what is not supported yet, configs/, and
 // README's table of every key's default.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <fstream>
@@ -219,6 +222,21 @@ TEST_CASE("config: unknown keys and sections are refused with a suggestion", "[c
           "x.yaml:3: lr: unknown key (did you mean training.lr?)");
 }
 
+TEST_CASE("config: a huge unknown key or value is shown cut, without a suggestion", "[config]") {
+    // A 1 MB name: no edit distance is computed over it, and the message shows its start.
+    const std::string huge(1 << 20, 'k');
+    // (YAML allows a key over 1024 characters only in the explicit form "? KEY".)
+    std::string msg = error_of(kMinimal + "training:\n  ? " + huge + "\n  : 1\n");
+    CHECK(msg == "x.yaml:4: training." + huge.substr(0, 55) + "... (1048585 bytes): unknown key");
+    msg = error_of(kMinimal, {"training." + huge + "=1"});
+    CHECK(msg.size() < 300);
+    CHECK(msg.find("(1048585 bytes): unknown key") != std::string::npos);
+    // A 1 MB value where a number belongs.
+    msg = error_of(kMinimal + "training:\n  lr: " + huge + "\n");
+    CHECK(msg == "x.yaml:4: training.lr: expected a number, got \"" + huge.substr(0, 64) +
+                     "\"... (1048576 bytes)");
+}
+
 TEST_CASE("config: values of the wrong type are refused", "[config]") {
     CHECK(error_of(kMinimal + "training:\n  lr: fast\n") ==
           "x.yaml:4: training.lr: expected a number, got \"fast\"");
@@ -278,9 +296,10 @@ TEST_CASE("config: out-of-range values name their line and key", "[config]") {
         std::string message;
     };
     const std::vector<Case> cases = {
-        {"model:\n  layers: 0\n", "x.yaml:4: model.layers: must be >= 1, got 0"},
-        {"model:\n  vocab_size: 1\n", "x.yaml:4: model.vocab_size: must be >= 2, got 1"},
-        {"model:\n  seq_len: 0\n", "x.yaml:4: model.seq_len: must be >= 1, got 0"},
+        {"model:\n  layers: 0\n", "x.yaml:4: model.layers: must be in [1, 4096], got 0"},
+        {"model:\n  vocab_size: 1\n",
+         "x.yaml:4: model.vocab_size: must be in [2, 16777216], got 1"},
+        {"model:\n  seq_len: 0\n", "x.yaml:4: model.seq_len: must be in [1, 1048576], got 0"},
         {"model:\n  dropout: 1.0\n", "x.yaml:4: model.dropout: must be in [0, 1), got 1"},
         {"model:\n  dropout: -0.1\n", "x.yaml:4: model.dropout: must be in [0, 1), got -0.1"},
         {"training:\n  lr: 0\n", "x.yaml:4: training.lr: must be > 0, got 0"},
@@ -290,17 +309,30 @@ TEST_CASE("config: out-of-range values name their line and key", "[config]") {
         {"training:\n  weight_decay: -0.1\n",
          "x.yaml:4: training.weight_decay: must be >= 0, got -0.1"},
         {"training:\n  grad_clip: -1\n", "x.yaml:4: training.grad_clip: must be >= 0, got -1"},
-        {"training:\n  micro_batch: 0\n", "x.yaml:4: training.micro_batch: must be >= 1, got 0"},
+        {"training:\n  micro_batch: 0\n",
+         "x.yaml:4: training.micro_batch: must be in [1, 16777216], got 0"},
         {"training:\n  steps: 0\n", "x.yaml:4: training.steps: must be >= 1, got 0"},
         {"training:\n  warmup_steps: -1\n",
          "x.yaml:4: training.warmup_steps: must be >= 0, got -1"},
         {"training:\n  threads: -2\n", "x.yaml:4: training.threads: must be >= 0, got -2"},
         {"parallel:\n  zero_stage: 4\n",
          "x.yaml:4: parallel.zero_stage: must be 0, 1, 2 or 3, got 4"},
-        {"parallel:\n  tensor: 0\n", "x.yaml:4: parallel.tensor: must be >= 1, got 0"},
+        {"parallel:\n  tensor: 0\n", "x.yaml:4: parallel.tensor: must be in [1, 65536], got 0"},
         {"checkpoint:\n  keep: 0\n", "x.yaml:4: checkpoint.keep: must be >= 1, got 0"},
         {"checkpoint:\n  interval: -5\n", "x.yaml:4: checkpoint.interval: must be >= 0, got -5"},
         {"logging:\n  interval: 0\n", "x.yaml:4: logging.interval: must be >= 1, got 0"},
+        // Sizes are bounded, so that no product of them overflows (config.h's limits).
+        {"model:\n  layers: 1e9\n", "x.yaml:4: model.layers: must be in [1, 4096], got 1000000000"},
+        {"model:\n  hidden: 1000000\n",
+         "x.yaml:4: model.hidden: must be in [1, 131072], got 1000000"},
+        {"model:\n  vocab_size: 2147483647\n",
+         "x.yaml:4: model.vocab_size: must be in [2, 16777216], got 2147483647"},
+        {"model:\n  seq_len: 2147483647\n",
+         "x.yaml:4: model.seq_len: must be in [1, 1048576], got 2147483647"},
+        {"parallel:\n  virtual_stages: 2147483647\n",
+         "x.yaml:4: parallel.virtual_stages: must be in [1, 4096], got 2147483647"},
+        {"training:\n  global_batch: 2147483647\n",
+         "x.yaml:4: training.global_batch: must be in [1, 16777216], got 2147483647"},
     };
     for (const Case& c : cases) {
         INFO(c.yaml);
@@ -483,8 +515,19 @@ TEST_CASE("config: to_string spells enums as YAML does", "[config]") {
 }
 
 TEST_CASE("config: load reads a file and reports one it cannot open", "[config]") {
-    CHECK_THROWS_WITH(load("no/such/x.yaml"),
-                      "cannot open config file 'no/such/x.yaml': No such file or directory");
+    CHECK_THROWS_WITH(
+        load("no/such/x.yaml"),
+        "config file no/such/x.yaml: cannot open: No such file or directory (ENOENT)");
+    // A device or a FIFO is refused at once: reading /dev/zero would never end, and opening a
+    // FIFO would wait for a writer.
+    CHECK_THROWS_WITH(load("/dev/zero"),
+                      "config file /dev/zero: not a regular file (a character device)");
+    const std::string fifo = (std::filesystem::temp_directory_path() /
+                              ("trident_config_fifo_" + std::to_string(::getpid())))
+                                 .string();
+    REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+    CHECK_THROWS_WITH(load(fifo), "config file " + fifo + ": not a regular file (a FIFO)");
+    std::filesystem::remove(fifo);
     const Config cfg = load(TRIDENT_SOURCE_DIR "/configs/default.yaml", {"training.steps=3"});
     CHECK(cfg.source == TRIDENT_SOURCE_DIR "/configs/default.yaml");
     CHECK(cfg.training.steps == 3);

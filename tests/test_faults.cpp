@@ -62,9 +62,11 @@ RunResult checked(const std::string& args) {
     return require_ok(run(args));
 }
 
+// The names in a directory, less a checkpoint.dir's lock file.
 std::vector<std::string> entries(const std::string& dir) {
     std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+    for (const auto& e : fs::directory_iterator(dir))
+        if (e.path().filename() != ".lock") names.push_back(e.path().filename().string());
     std::sort(names.begin(), names.end());
     return names;
 }

@@ -219,8 +219,9 @@ TEST_CASE("megatron: corrupt datasets are refused naming the file", "[data][mega
     }
     SECTION("missing files") {
         fs::remove(p + ".bin");
-        REQUIRE_THROWS_WITH(data::MegatronDataset(p, 50, "data.train"),
-                            "data.train: cannot open '" + p + ".bin': No such file or directory");
+        REQUIRE_THROWS_WITH(
+            data::MegatronDataset(p, 50, "data.train"),
+            "data.train: " + p + ".bin: cannot open: No such file or directory (ENOENT)");
         REQUIRE_THROWS_WITH(data::MegatronDataset(tmp / "none", 50, "data.train"),
                             Catch::Contains("none.idx"));
     }
@@ -256,7 +257,7 @@ TEST_CASE("megatron: format detection", "[data][megatron]") {
         data::open_stream(tmp / "m.bin", DataFormat::llmc, 100, "data.train"),
         Catch::Contains("m.bin: 80 bytes is shorter than the 1024-byte llm.c shard"));
     REQUIRE_THROWS_WITH(data::open_stream(tmp / "s.bin", DataFormat::megatron, 100, "data.train"),
-                        Catch::Contains("cannot open '" + (tmp / "s.idx") + "'"));
+                        Catch::Contains((tmp / "s.idx") + ": cannot open"));
 }
 
 TEST_CASE("megatron: the sampling contract holds as for a shard of the same tokens",

@@ -100,7 +100,9 @@ TEST_CASE("stage cuts: the configs' cuts", "[plan][stage-cuts]") {
             .derived.chunk_layers == std::vector<int>{2, 2, 2, 2});
 }
 
-TEST_CASE("stage cuts: auto lowers the largest chunk's cost below uniform's",
+// In the cost model auto minimises; whether its cuts make the busiest stage compute less is
+// timed on real runs (tests/python/test_pipeline_parallel.py, "stage cuts, timed").
+TEST_CASE("stage cuts: auto lowers the largest chunk's modelled cost below uniform's",
           "[plan][stage-cuts]") {
     for (const char* P : {"parallel.pipeline=2", "parallel.pipeline=3"}) {
         INFO(P);

@@ -14,6 +14,7 @@
 #include "kernels/cpu/fp32_views.h"
 #include "kernels/error.h"
 #include "kernels/ops.h"
+#include "kernels/source_path.h"
 
 namespace trident::kernels {
 namespace {
@@ -34,7 +35,7 @@ public:
             kAlignment, (count * size_of(dtype) + kAlignment - 1) / kAlignment * kAlignment);
         void* buffer = std::aligned_alloc(kAlignment, bytes);
         if (buffer == nullptr) {
-            throw Error(std::string(__FILE__) + ":" + std::to_string(__LINE__) +
+            throw Error(std::string(source_path(__FILE__)) + ":" + std::to_string(__LINE__) +
                         ": out of host memory allocating " + std::to_string(bytes) +
                         " bytes; try a smaller batch or model");
         }

@@ -13,6 +13,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/error.h"
 #include "kernels/host_wait.h"  // the host's wait for the device, marked as in cuda_ops.cpp
+#include "kernels/source_path.h"
 
 namespace trident::kernels::cuda {
 
@@ -39,8 +40,8 @@ const Gpu& chosen() {
 
 void throw_library_error(const char* library, const std::string& message, const char* call,
                          const char* file, int line) {
-    std::string text = std::string(file) + ":" + std::to_string(line) + ": " + library +
-                       " error: " + message + " (in " + call + ")";
+    std::string text = std::string(source_path(file)) + ":" + std::to_string(line) + ": " +
+                       library + " error: " + message + " (in " + call + ")";
     if (message.find("out of memory") != std::string::npos)
         text += "; try a smaller training.micro_batch, activation recompute, or more ranks";
     throw Error(text);

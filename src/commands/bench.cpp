@@ -105,6 +105,7 @@ int bench(const BenchOptions& opts, parallel::World& world) {
             grid = std::make_unique<parallel::Grid>(
                 world, parallel::GridShape{p.pipeline, p.tensor, p.data, p.context});
             device = choose_device(cfg, world, world.rank() == 0);
+            if (!device.gpu) check_fits_memory(cfg, world.local_size());
         },
         [&] { run(opts, cfg, device, *grid, world); });
 }

@@ -1,7 +1,9 @@
 // `trident generate`: prints a continuation of a prompt from trained weights (a Hugging Face
 // GPT-2 safetensors file, with low-rank adapters merged in if given, or a checkpoint).
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <string>
 
 #include "commands/commands.h"
 #include "commands/session.h"
@@ -40,8 +42,21 @@ int head_dim_of(const GenerateOptions& opts) {
 int generate(const GenerateOptions& opts) {
     if (opts.weights.empty() == opts.checkpoint.empty())
         throw Error("give exactly one of --weights F.safetensors and --checkpoint DIR");
-    if (opts.sampling.tokens < 1) throw Error("--tokens must be at least 1");
-    if (opts.sampling.top_k < 0) throw Error("--top-k must not be negative");
+    const train::SamplingOptions& s = opts.sampling;
+    // No KV cache: each token reruns the model over the context, so a count beyond this would
+    // run for days; a typo of extra digits is refused rather than started.
+    constexpr int kMaxTokens = 100000;
+    if (s.tokens < 1 || s.tokens > kMaxTokens)
+        throw Error("--tokens must be in [1, " + std::to_string(kMaxTokens) + "], got " +
+                    std::to_string(s.tokens));
+    if (s.top_k < 0) throw Error("--top-k must not be negative");
+    if (!(s.temperature >= 0) || !std::isfinite(s.temperature)) {
+        char given[32];
+        std::snprintf(given, sizeof given, "%g", s.temperature);
+        throw Error(std::string("--temperature must be 0 (greedy: the likeliest token) or a "
+                                "positive number, got ") +
+                    given);
+    }
     auto ops = kernels::make_cpu_ops(opts.threads);
 
     model::GptShape shape;
@@ -74,7 +89,13 @@ int generate(const GenerateOptions& opts) {
         std::fprintf(stderr, "generate: %s, temperature %g, top-k %d%s, seed %llu\n",
                      tokens.c_str(), o.temperature, o.top_k, o.top_k == 0 ? " (all)" : "",
                      static_cast<unsigned long long>(o.seed));
-    std::printf("%s\n", generate_text(whole.gpt(), *tokenizer, opts.prompt, opts.sampling).c_str());
+    // Each piece as it comes: a long generation shows its progress.
+    generate_text(whole.gpt(), *tokenizer, opts.prompt, opts.sampling,
+                  [](const std::string& piece) {
+                      std::fwrite(piece.data(), 1, piece.size(), stdout);
+                      std::fflush(stdout);
+                  });
+    std::printf("\n");
     return 0;
 }
 

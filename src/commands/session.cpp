@@ -1,6 +1,8 @@
 // Shared start-up of `train` and `bench` (see session.h).
 #include "commands/session.h"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <new>
@@ -9,6 +11,7 @@
 
 #include "kernels/error.h"
 #include "model/lora.h"
+#include "plan/memory_model.h"
 #include "train/base_weights.h"
 #include "train/device_peak.h"
 #include "train/metrics.h"
@@ -60,6 +63,29 @@ std::unique_ptr<parallel::Watchdog> start_watchdog(const config::Config& cfg,
     settings.grid = shape;
     settings.world_rank = grid.rank();
     return std::make_unique<parallel::Watchdog>(std::move(settings));
+}
+
+void check_fits_memory(const config::Config& cfg, int ranks_on_node) {
+    const auto& p = cfg.parallel;
+    const auto& t = cfg.training;
+    const double share = static_cast<double>(cfg.derived.parameters) / (p.pipeline * p.tensor);
+    const int weights = plan::weight_bytes(t.precision);
+    const double per_rank =
+        t.lora.enabled()
+            ? share * weights
+            : plan::model_states(share, p.data * p.context, p.zero_stage, weights,
+                                 plan::gradient_bytes(t.precision, t.fp32_grad_accumulation))
+                  .total();
+    const double machine = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                           static_cast<double>(::sysconf(_SC_PAGE_SIZE));
+    if (machine <= 0 || per_rank * ranks_on_node <= machine) return;
+    throw Error("model: " + train::human_count(static_cast<double>(cfg.derived.parameters)) +
+                " parameters need at least " + train::human_bytes(per_rank) + " of " +
+                (t.lora.enabled() ? "weights" : "weights, gradients and optimizer state") +
+                " per rank (1/" + std::to_string(p.pipeline * p.tensor) + " of them, ZeRO stage " +
+                std::to_string(p.zero_stage) + ") for " + std::to_string(ranks_on_node) +
+                " rank(s) on this machine, more than its " + train::human_bytes(machine) +
+                " of memory: use a smaller model, or more ranks and machines");
 }
 
 Device choose_device(const config::Config& cfg, parallel::World& world, bool announce) {
@@ -253,14 +279,16 @@ std::string initialise_weights(const config::Config& cfg, model::Gpt& model) {
     return read;
 }
 
-std::string generate_text(model::Gpt& model, const data::Tokenizer& tokenizer,
-                          const std::string& prompt, const train::SamplingOptions& opts) {
+void generate_text(model::Gpt& model, const data::Tokenizer& tokenizer, const std::string& prompt,
+                   const train::SamplingOptions& opts,
+                   const std::function<void(const std::string&)>& emit) {
     std::vector<int32_t> ids;
     tokenizer.encode(prompt, ids);
     if (ids.empty()) tokenizer.encode("\n", ids);
     if (prompt.empty() && tokenizer.end_of_text()) ids.assign(1, *tokenizer.end_of_text());
-    const std::vector<int32_t> continuation = train::generate(model, ids, opts);
-    return prompt + tokenizer.decode(continuation);
+    emit(prompt);
+    train::generate(model, ids, opts,
+                    [&](int32_t id) { emit(tokenizer.decode(std::span<const int32_t>(&id, 1))); });
 }
 
 }  // namespace trident::commands

@@ -38,6 +38,15 @@ int run_on_every_rank(parallel::World& world, const std::function<void()>& set_u
 std::unique_ptr<parallel::Watchdog> start_watchdog(const config::Config& cfg,
                                                    const parallel::Grid& grid);
 
+// Refuses, with one line, a CPU run whose model states alone cannot fit this machine's
+// memory: each rank's weights, gradients and optimizer state (plan/memory_model.h's
+// model_states of its 1/(P·M) of the parameters, sharded as its ZeRO stage says; under
+// low-rank adapters the frozen weights alone), times the `ranks_on_node` ranks sharing the
+// machine, against its physical memory. A lower bound of what the run needs (activations
+// come on top), computed from the config in 64-bit arithmetic before anything is built, so a
+// model of absurd size stops here instead of in the kernel's out-of-memory killer.
+void check_fits_memory(const config::Config& cfg, int ranks_on_node);
+
 // The device a run computes on, as every rank agreed.
 struct Device {
     bool gpu = false;         // else the CPU
@@ -83,9 +92,12 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Pea
 // Returns what model.init_from read ("" without it).
 std::string initialise_weights(const config::Config& cfg, model::Gpt& model);
 
-// The prompt and its continuation as text. An empty prompt starts a new document (the
-// end-of-text token, or a newline for the byte tokenizer).
-std::string generate_text(model::Gpt& model, const data::Tokenizer& tokenizer,
-                          const std::string& prompt, const train::SamplingOptions& opts);
+// The prompt and its continuation as text, handed to `emit` piece by piece: the prompt, then
+// each token's text as soon as it is generated (a token's bytes, which concatenated are the
+// whole text's). An empty prompt starts a new document (the end-of-text token, or a newline
+// for the byte tokenizer).
+void generate_text(model::Gpt& model, const data::Tokenizer& tokenizer, const std::string& prompt,
+                   const train::SamplingOptions& opts,
+                   const std::function<void(const std::string&)>& emit);
 
 }  // namespace trident::commands

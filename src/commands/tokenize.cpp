@@ -21,6 +21,7 @@
 #include "data/megatron_dataset.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
+#include "io/input_file.h"
 #include "kernels/error.h"
 #include "train/metrics.h"
 
@@ -42,10 +43,12 @@ std::string unescape(const std::string& s) {
     return out;
 }
 
+// Inputs are read whole into memory (and encoded in parallel): the cap keeps a wrong path,
+// or a file far beyond one machine's memory, from being read until the kernel ends the run.
+constexpr uint64_t kMaxInputBytes = uint64_t{16} << 30;
+
 std::string read_file(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error("cannot open '" + path + "'");
-    return {std::istreambuf_iterator<char>(in), {}};
+    return io::read_regular_file(path, kMaxInputBytes, "an input to tokenize");
 }
 
 // The documents of the files: each file whole, or its records between `separator`s (empty

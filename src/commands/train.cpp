@@ -10,7 +10,9 @@
 #include <optional>
 
 #include "commands/commands.h"
+#include "commands/resume_changes.h"
 #include "commands/session.h"
+#include "commands/stage_memory.h"
 #include "data/dataset.h"
 #include "io/fault_injection.h"
 #include "io/fingerprint.h"
@@ -22,6 +24,7 @@
 #include "train/async_checkpoint.h"
 #include "train/base_weights.h"
 #include "train/checkpoint.h"
+#include "train/directory_lock.h"
 #include "train/metrics.h"
 #include "train/preemption.h"
 #include "train/replica_check.h"
@@ -106,8 +109,11 @@ void print_sample(const config::Config& cfg, train::Trainer& trained, kernels::O
     train::SamplingOptions opts;
     opts.tokens = cfg.logging.sample_tokens;
     opts.seed = cfg.training.seed;
+    std::string text;
+    generate_text(whole.gpt(), *tokenizer, cfg.logging.sample_prompt, opts,
+                  [&](const std::string& piece) { text += piece; });
     std::printf("sample (temperature %.1f, top-k %d):\n%s\n", opts.temperature, opts.top_k,
-                generate_text(whole.gpt(), *tokenizer, cfg.logging.sample_prompt, opts).c_str());
+                text.c_str());
 }
 
 bool due(int step, int interval, int steps) {
@@ -236,6 +242,8 @@ struct Setup {
     // The data files as this node sees them, on one rank per node (the others: none), which is
     // enough to notice a change and reads a node's files once.
     std::vector<train::DataFileRecord> data_files;
+    // Rank 0's hold on checkpoint.dir for the run's life (none without one, and elsewhere).
+    std::unique_ptr<train::DirectoryLock> dir_lock;
 };
 
 std::vector<train::DataFileRecord> fingerprint_data(const data::Dataset* train_data,
@@ -356,6 +364,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     std::optional<parallel::ScopedPhase> resuming(parallel::Phase::checkpoint);
     if (const auto ck = resume_point(cfg, world, trainer, leader)) {
         check_data(setup, *ck, world, leader);
+        check_resume_changes(setup.cfg, *ck, world, leader);
         check_base(*ck, lora, world, leader);
         train::restore_checkpoint(*ck, trainer);  // collective
         start = ck->manifest.step;
@@ -478,6 +487,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         m.mem_optimizer = static_cast<int64_t>(r.memory.optimizer);
         m.mem_activations = static_cast<int64_t>(r.memory.activations);
         m.mem_peak = static_cast<int64_t>(r.memory.peak);
+        m.mem_stages = memory_of_stages(r.memory, grid, world);  // collective
         m.step_ms = 1e3 * r.seconds;
         m.tokens_per_s = static_cast<double>(cfg.derived.tokens_per_step) / r.seconds;
         // FLOP/s per process, as the papers count per GPU.
@@ -574,11 +584,14 @@ int train(const TrainOptions& opts, parallel::World& world) {
             setup.grid = std::make_unique<parallel::Grid>(
                 world, parallel::GridShape{p.pipeline, p.tensor, p.data, p.context});
             setup.device = choose_device(setup.cfg, world, world.rank() == 0);
+            if (!setup.device.gpu) check_fits_memory(setup.cfg, world.local_size());
             setup.train_data = std::make_unique<data::Dataset>(data::open_train_data(setup.cfg));
             setup.valid_data = data::open_valid_data(setup.cfg);
             if (world.local_rank() == 0)
                 setup.data_files = fingerprint_data(setup.train_data.get(), setup.valid_data.get());
             check_resume_setting(setup.cfg);
+            if (const auto& dir = setup.cfg.checkpoint.dir; dir && world.rank() == 0)
+                setup.dir_lock = train::claim_checkpoint_dir(*dir);  // before step 1
         },
         [&] { run(setup, *setup.grid, world); });
 }

@@ -48,6 +48,21 @@ struct StageLayers {
     bool operator==(const StageLayers&) const = default;
 };
 
+// The largest size each key may take: far beyond any model trained, and small enough that
+// every product of them that the code forms (padded vocabulary, seq_len + 1, hidden × ffn,
+// tensor descriptors per layer) is exact in 64 bits and each factor fits an int. A value past
+// one is refused at load, before anything is built; checkpoint manifests are held to them too.
+namespace limits {
+inline constexpr int kVocab = 1 << 24;          // model.vocab_size
+inline constexpr int kSeqLen = 1 << 20;         // model.seq_len
+inline constexpr int kLayers = 1 << 12;         // model.layers
+inline constexpr int kHidden = 1 << 17;         // model.hidden, model.ffn_hidden / 8
+inline constexpr int kFfn = 1 << 20;            // model.ffn_hidden
+inline constexpr int kRanks = 1 << 16;          // each of parallel.pipeline, tensor, data, context
+inline constexpr int kVirtualStages = 1 << 12;  // parallel.virtual_stages
+inline constexpr int kBatch = 1 << 24;          // training.micro_batch, training.global_batch
+}  // namespace limits
+
 struct ModelConfig {
     int vocab_size = 50257;
     int seq_len = 1024;
@@ -189,6 +204,9 @@ struct CheckpointConfig {
     // Each rank's share copied to host memory and written by a background thread while
     // training goes on; committed (the manifest) once every rank has written.
     bool async = false;
+    // Resume even though training.seed or training.global_batch differ from the checkpoint's
+    // run (which changes the samples each step draws): a warning instead of an error.
+    bool allow_order_change = false;
     bool operator==(const CheckpointConfig&) const = default;
 };
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "config/schema.h"
+#include "io/input_file.h"
 
 namespace trident::config {
 namespace {
@@ -20,9 +21,21 @@ using detail::Origins;
 // File ranks in Origins; overrides rank after it, in the order given.
 constexpr int kFileRank = 1;
 
+// No key's name is longer than this; a longer name is shown cut (with its length) and gets no
+// suggestion, so that a huge unknown key (a pasted file) costs neither time nor memory nor a
+// screenful of message.
+constexpr std::size_t kLongestName = 64;
+
+// `text` as a message shows it: whole when short, else its start and its length.
+std::string shown(std::string_view text) {
+    if (text.size() <= kLongestName) return std::string(text);
+    return std::string(text.substr(0, kLongestName)) + "... (" + std::to_string(text.size()) +
+           " bytes)";
+}
+
 [[noreturn]] void fail(const std::string& where, std::string_view path,
                        const std::string& problem) {
-    throw ConfigError(where + ": " + std::string(path) + ": " + problem);
+    throw ConfigError(where + ": " + shown(path) + ": " + problem);
 }
 
 std::string at_line(const std::string& file, const YAML::Mark& mark) {
@@ -52,6 +65,7 @@ size_t edit_distance(std::string_view a, std::string_view b) {
 // is within a third of the name (at least 2 edits allowed).
 std::optional<std::string> suggestion(std::string_view name,
                                       const std::vector<std::string>& known) {
+    if (name.size() > kLongestName) return std::nullopt;
     const std::string_view leaf = detail::leaf_of(name);
     for (const Key& key : detail::keys())
         if (detail::leaf_of(key.path) == leaf && key.path != name) return std::string(key.path);
@@ -251,7 +265,7 @@ void apply_document(const YAML::Node& root, Config& cfg, Origins& origins) {
 // they mean in a file. Text that is not valid YAML is taken as a plain string, so a path
 // like "data/[ab].bin" needs no quoting.
 void apply_override(const std::string& text, int rank, Config& cfg, Origins& origins) {
-    const std::string where = "--set " + text;
+    const std::string where = "--set " + shown(text);
     const size_t eq = text.find('=');
     if (eq == std::string::npos || eq == 0)
         throw ConfigError(where + ": expected key.path=value, e.g. training.lr=3e-4");
@@ -325,17 +339,15 @@ void fill_dependent_defaults(Config& cfg, const Origins& origins) {
     map_eval_batches(cfg, origins);
 }
 
+// A config is a few kilobytes; the cap stops a wrong path (a dataset, a device) early.
+constexpr uint64_t kMaxConfigBytes = 16 << 20;
+
 std::string read_file(const std::string& path) {
-    std::unique_ptr<std::FILE, int (*)(std::FILE*)> file(std::fopen(path.c_str(), "rb"),
-                                                         &std::fclose);
-    if (!file) throw ConfigError("cannot open config file '" + path + "': " + std::strerror(errno));
-    std::string text;
-    char buf[4096];
-    size_t n = 0;
-    while ((n = std::fread(buf, 1, sizeof buf, file.get())) > 0) text.append(buf, n);
-    if (std::ferror(file.get()))
-        throw ConfigError("cannot read config file '" + path + "': " + std::strerror(errno));
-    return text;
+    try {
+        return io::read_regular_file(path, kMaxConfigBytes, "a config file");
+    } catch (const Error& e) {
+        throw ConfigError(std::string("config file ") + e.what());
+    }
 }
 
 }  // namespace

@@ -22,7 +22,7 @@ std::string text(double v) {
 }
 
 // A key stored at cfg.*section.*member, e.g. field("model.layers", &Config::model,
-// &ModelConfig::layers, at_least(1)).
+// &ModelConfig::layers, between(1, limits::kLayers)).
 template <typename Section, typename T>
 Key field(std::string_view path, Section Config::*section, T Section::*member,
           std::type_identity_t<RangeCheck<T>> range = nullptr) {
@@ -119,6 +119,14 @@ RangeCheck<T> at_least(T min) {
     };
 }
 
+// Sizes: at least `min`, at most `max` (config.h's limits).
+RangeCheck<int> between(int min, int max) {
+    return [min, max](const int& v) -> Problem {
+        if (v >= min && v <= max) return {};
+        return "must be in [" + text(min) + ", " + text(max) + "], got " + text(v);
+    };
+}
+
 RangeCheck<double> above(double min) {
     return [min](const double& v) -> Problem {
         if (v > min) return {};
@@ -161,23 +169,25 @@ RangeCheck<std::string> not_empty() {
 const std::vector<Key>& table() {
     using C = Config;
     static const std::vector<Key> rows = {
-        field("model.vocab_size", &C::model, &ModelConfig::vocab_size, at_least(2)),
-        field("model.seq_len", &C::model, &ModelConfig::seq_len, at_least(1)),
-        field("model.layers", &C::model, &ModelConfig::layers, at_least(1)),
-        field("model.hidden", &C::model, &ModelConfig::hidden, at_least(1)),
-        field("model.heads", &C::model, &ModelConfig::heads, at_least(1)),
-        field("model.ffn_hidden", &C::model, &ModelConfig::ffn_hidden, at_least(1)),
+        field("model.vocab_size", &C::model, &ModelConfig::vocab_size, between(2, limits::kVocab)),
+        field("model.seq_len", &C::model, &ModelConfig::seq_len, between(1, limits::kSeqLen)),
+        field("model.layers", &C::model, &ModelConfig::layers, between(1, limits::kLayers)),
+        field("model.hidden", &C::model, &ModelConfig::hidden, between(1, limits::kHidden)),
+        field("model.heads", &C::model, &ModelConfig::heads, between(1, limits::kHidden)),
+        field("model.ffn_hidden", &C::model, &ModelConfig::ffn_hidden, between(1, limits::kFfn)),
         field("model.dropout", &C::model, &ModelConfig::dropout, fraction()),
         field("model.init_std", &C::model, &ModelConfig::init_std, above(0.0)),
         field("model.init_from", &C::model, &ModelConfig::init_from),
 
-        field("parallel.pipeline", &C::parallel, &ParallelConfig::pipeline, at_least(1)),
-        field("parallel.tensor", &C::parallel, &ParallelConfig::tensor, at_least(1)),
-        field("parallel.data", &C::parallel, &ParallelConfig::data, at_least(1)),
-        field("parallel.context", &C::parallel, &ParallelConfig::context, at_least(1)),
+        field("parallel.pipeline", &C::parallel, &ParallelConfig::pipeline,
+              between(1, limits::kRanks)),
+        field("parallel.tensor", &C::parallel, &ParallelConfig::tensor, between(1, limits::kRanks)),
+        field("parallel.data", &C::parallel, &ParallelConfig::data, between(1, limits::kRanks)),
+        field("parallel.context", &C::parallel, &ParallelConfig::context,
+              between(1, limits::kRanks)),
         field("parallel.context_mode", &C::parallel, &ParallelConfig::context_mode),
         field("parallel.virtual_stages", &C::parallel, &ParallelConfig::virtual_stages,
-              at_least(1)),
+              between(1, limits::kVirtualStages)),
         field("parallel.schedule", &C::parallel, &ParallelConfig::schedule),
         field("parallel.zero_stage", &C::parallel, &ParallelConfig::zero_stage, zero_stage()),
         field("parallel.bucket_size", &C::parallel, &ParallelConfig::bucket_size, at_least(1)),
@@ -187,8 +197,10 @@ const std::vector<Key>& table() {
         field("parallel.overlap_param_gather", &C::parallel, &ParallelConfig::overlap_param_gather),
         field("parallel.sharded_accumulation", &C::parallel, &ParallelConfig::sharded_accumulation),
 
-        field("training.micro_batch", &C::training, &TrainingConfig::micro_batch, at_least(1)),
-        field("training.global_batch", &C::training, &TrainingConfig::global_batch, at_least(1)),
+        field("training.micro_batch", &C::training, &TrainingConfig::micro_batch,
+              between(1, limits::kBatch)),
+        field("training.global_batch", &C::training, &TrainingConfig::global_batch,
+              between(1, limits::kBatch)),
         field("training.steps", &C::training, &TrainingConfig::steps, at_least(1)),
         field("training.lr", &C::training, &TrainingConfig::lr, above(0.0)),
         field("training.min_lr", &C::training, &TrainingConfig::min_lr, at_least(0.0)),
@@ -260,6 +272,8 @@ const std::vector<Key>& table() {
         field("checkpoint.on_error", &C::checkpoint, &CheckpointConfig::on_error),
         field("checkpoint.allow_data_change", &C::checkpoint, &CheckpointConfig::allow_data_change),
         field("checkpoint.async", &C::checkpoint, &CheckpointConfig::async),
+        field("checkpoint.allow_order_change", &C::checkpoint,
+              &CheckpointConfig::allow_order_change),
 
         field("logging.interval", &C::logging, &LoggingConfig::interval, at_least(1)),
         field("logging.metrics", &C::logging, &LoggingConfig::metrics),

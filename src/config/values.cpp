@@ -97,6 +97,11 @@ std::string describe(const YAML::Node& node) {
     if (node.IsSequence()) return "a list";
     if (node.IsMap()) return "a map";
     const std::string& text = node.Scalar();
+    // A long value (a pasted file) is shown by its start and length: messages stay one line.
+    constexpr std::size_t kShown = 64;
+    if (text.size() > kShown)
+        return quoted(std::string_view(text).substr(0, kShown)) + "... (" +
+               std::to_string(text.size()) + " bytes)";
     if (parse_number(text) || parse_bool(text)) return text;
     return quoted(text);
 }

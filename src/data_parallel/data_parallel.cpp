@@ -63,9 +63,10 @@ void DataParallel::set_trace(io::TraceRecorder* trace) {
     if (units_) units_->set_trace(trace);
 }
 
-void DataParallel::end_span(io::SpanKind kind, std::size_t bucket, double start) const {
+void DataParallel::end_span(io::SpanKind kind, std::size_t bucket, const parallel::Request& done,
+                            double issued) const {
     if (trace_ && trace_->recording())
-        trace_->add(kind, -1, static_cast<int>(bucket), start, io::TraceRecorder::now_us());
+        trace_->add_transfer(kind, static_cast<int>(bucket), done.transfer(), issued);
 }
 
 // ---- gradients -------------------------------------------------------------------------------
@@ -120,7 +121,7 @@ void DataParallel::finish_reduction(std::size_t b) {
     InFlight& f = flight_[b];
     const bool under_way = !f.reduction.done();
     f.reduction.wait();
-    if (under_way) end_span(io::SpanKind::reduce_scatter, b, f.reduction_start);
+    if (under_way) end_span(io::SpanKind::reduce_scatter, b, f.reduction, f.reduction_start);
     f.reduction_start = 0;
 }
 
@@ -128,9 +129,9 @@ void DataParallel::poll() {
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
         InFlight& f = flight_[b];
         if (!f.reduction.done() && f.reduction.test())
-            end_span(io::SpanKind::reduce_scatter, b, f.reduction_start);
+            end_span(io::SpanKind::reduce_scatter, b, f.reduction, f.reduction_start);
         if (!f.gather.done() && f.gather.test())
-            end_span(io::SpanKind::all_gather, b, f.gather_start);
+            end_span(io::SpanKind::all_gather, b, f.gather, f.gather_start);
     }
 }
 
@@ -181,7 +182,7 @@ void DataParallel::finish_gather(std::size_t b) {
     InFlight& f = flight_[b];
     const bool under_way = !f.gather.done();
     f.gather.wait();
-    if (under_way) end_span(io::SpanKind::all_gather, b, f.gather_start);
+    if (under_way) end_span(io::SpanKind::all_gather, b, f.gather, f.gather_start);
 }
 
 void DataParallel::finish_param_gather() {

@@ -122,7 +122,10 @@ private:
     void poll();
     void finish_reduction(std::size_t bucket);
     void finish_gather(std::size_t bucket);
-    void end_span(io::SpanKind kind, std::size_t bucket, double start) const;
+    // The completed call's span in the trace: when and where its data moved (Request::Transfer),
+    // `issued` when it was asked for.
+    void end_span(io::SpanKind kind, std::size_t bucket, const parallel::Request& done,
+                  double issued) const;
 
     model::FlatBuffer& params_;
     model::FlatBuffer& grads_;

@@ -19,9 +19,10 @@ ZeroUnits::ZeroUnits(kernels::Ops& ops, model::FlatBuffer& params, model::FlatBu
     gather_start_.resize(params_.units().size(), 0.0);
 }
 
-void ZeroUnits::end_span(io::SpanKind kind, std::size_t u, double start) const {
+void ZeroUnits::end_span(io::SpanKind kind, std::size_t u, const parallel::Request& done,
+                         double issued) const {
     if (trace_ && trace_->recording())
-        trace_->add(kind, -1, static_cast<int>(u), start, io::TraceRecorder::now_us());
+        trace_->add_transfer(kind, static_cast<int>(u), done.transfer(), issued);
 }
 
 // ---- gradients -------------------------------------------------------------------------------
@@ -67,7 +68,7 @@ void ZeroUnits::finish_reduction(std::size_t u) {
     if (it == reductions_.end()) throw Error("internal: no reduction of unit " + std::to_string(u));
     if (!it->request.done()) {
         it->request.wait();
-        end_span(io::SpanKind::reduce_scatter, u, it->start);
+        end_span(io::SpanKind::reduce_scatter, u, it->request, it->start);
     }
     reductions_.erase(it);
     // shard part += this replica's part of the sum; the unit goes.
@@ -98,7 +99,7 @@ void ZeroUnits::start_gather(std::size_t u) {
 void ZeroUnits::finish_gather(std::size_t u) {
     if (gathers_[u].done()) return;
     gathers_[u].wait();
-    end_span(io::SpanKind::all_gather, u, gather_start_[u]);
+    end_span(io::SpanKind::all_gather, u, gathers_[u], gather_start_[u]);
 }
 
 void ZeroUnits::params_needed(std::size_t begin, std::size_t end) {

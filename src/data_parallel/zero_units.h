@@ -71,7 +71,9 @@ private:
     bool reducing(std::size_t u) const;
     void start_gather(std::size_t u);
     void finish_gather(std::size_t u);
-    void end_span(io::SpanKind kind, std::size_t u, double start) const;
+    // The completed call's span in the trace (see DataParallel::end_span).
+    void end_span(io::SpanKind kind, std::size_t u, const parallel::Request& done,
+                  double issued) const;
 
     kernels::Ops& ops_;
     model::FlatBuffer& params_;

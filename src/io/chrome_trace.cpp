@@ -1,6 +1,8 @@
 // Chrome traces of training steps (see chrome_trace.h).
 #include "io/chrome_trace.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 
@@ -46,8 +48,9 @@ const char* category_of(SpanKind kind) {
     return kind == SpanKind::send || kind == SpanKind::recv ? "p2p" : "compute";
 }
 
-// A span travels as doubles: kind, microbatch, chunk, start and duration in microseconds.
-constexpr std::size_t kValuesPerSpan = 5;
+// A span travels as doubles: kind, microbatch, chunk, start and duration in microseconds,
+// thread (a kernel thread id is exact in a double), issue time.
+constexpr std::size_t kValuesPerSpan = 7;
 
 // Every rank's values, concatenated in rank order: the group's longest list sets the size.
 std::vector<double> gather(parallel::Comm& group, const std::vector<double>& mine) {
@@ -69,7 +72,14 @@ double TraceRecorder::now_us() {
 }
 
 void TraceRecorder::add(SpanKind kind, int microbatch, int chunk, double start_us, double end_us) {
-    spans_.push_back(Span{kind, microbatch, chunk, start_us, end_us});
+    spans_.push_back(
+        Span{kind, microbatch, chunk, start_us, end_us, static_cast<long>(::gettid()), start_us});
+}
+
+void TraceRecorder::add_transfer(SpanKind kind, int chunk, const parallel::Request::Transfer& moved,
+                                 double issued_us) {
+    if (moved.thread == 0) return add(kind, -1, chunk, issued_us, now_us());
+    spans_.push_back(Span{kind, -1, chunk, moved.start_us, moved.end_us, moved.thread, issued_us});
 }
 
 void TraceRecorder::write(const std::string& path, parallel::Comm& tensor, parallel::Comm& pipeline,
@@ -77,7 +87,8 @@ void TraceRecorder::write(const std::string& path, parallel::Comm& tensor, paral
     std::vector<double> mine;
     for (const Span& s : spans_)
         mine.insert(mine.end(), {static_cast<double>(s.kind), static_cast<double>(s.microbatch),
-                                 static_cast<double>(s.chunk), s.start_us, s.end_us - s.start_us});
+                                 static_cast<double>(s.chunk), s.start_us, s.end_us - s.start_us,
+                                 static_cast<double>(s.thread), s.issued_us});
     // Two rounds (tensor, then pipeline): every rank's list, tagged by its place.
     const std::vector<double> by_tensor = gather(tensor, mine);
     const std::vector<double> everyone = gather(pipeline, by_tensor);
@@ -88,6 +99,8 @@ void TraceRecorder::write(const std::string& path, parallel::Comm& tensor, paral
         SpanKind kind;
         int mb, chunk;
         double start, duration;
+        long thread;
+        double issued;
     };
     std::vector<Event> events;
     const std::size_t per_tensor = by_tensor.size() / static_cast<std::size_t>(tensor.size());
@@ -100,7 +113,8 @@ void TraceRecorder::write(const std::string& path, parallel::Comm& tensor, paral
                  i += kValuesPerSpan)
                 events.push_back(Event{tp + tensor.size() * pp, static_cast<SpanKind>(list[i]),
                                        static_cast<int>(list[i + 1]), static_cast<int>(list[i + 2]),
-                                       list[i + 3], list[i + 4]});
+                                       list[i + 3], list[i + 4], static_cast<long>(list[i + 5]),
+                                       list[i + 6]});
         }
     double origin = events.empty() ? 0 : events.front().start;
     for (const Event& e : events) origin = std::min(origin, e.start);
@@ -124,9 +138,9 @@ void TraceRecorder::write(const std::string& path, parallel::Comm& tensor, paral
         std::snprintf(line, sizeof line,
                       ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, "
                       "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"microbatch\": %d, "
-                      "\"chunk\": %d}}",
+                      "\"chunk\": %d, \"thread\": %ld, \"issued\": %.3f}}",
                       name_of(e.kind), category_of(e.kind), e.track, data_parallel(e.kind) ? 1 : 0,
-                      e.start - origin, e.duration, e.mb, e.chunk);
+                      e.start - origin, e.duration, e.mb, e.chunk, e.thread, e.issued - origin);
         text += line;
     }
     text += "\n]}\n";

@@ -1,8 +1,10 @@
 // A Chrome trace (chrome://tracing, Perfetto) of chosen training steps: every rank's
 // forward, backward, send, receive and optimizer spans, and on a second row of its track
-// its data-parallel reduce-scatters and all-gathers (from their start to when they were seen
-// complete; `chunk` is the bucket), gathered to rank 0 and written as one JSON file, one
-// track per rank.
+// its data-parallel reduce-scatters and all-gathers (when their data moved, on the thread
+// that moved it, where the Comm says; else from their start to when they were seen complete;
+// `chunk` is the bucket), gathered to rank 0 and written as one JSON file, one track per
+// rank. Each span's args name the thread that ran it ("thread": the kernel's id) and when it
+// was asked for ("issued": a transfer may wait for a free core or its peers).
 #pragma once
 
 #include <chrono>
@@ -34,7 +36,13 @@ public:
 
     // Now, in microseconds of the steady clock (shared by the processes of one machine).
     static double now_us();
+    // A span run by the calling thread.
     void add(SpanKind kind, int microbatch, int chunk, double start_us, double end_us);
+    // A non-blocking call's span: when and on which thread its data moved, where the Comm
+    // says (a call run by MpiComm's worker thread); else from `issued_us` to now, on the
+    // calling thread.
+    void add_transfer(SpanKind kind, int chunk, const parallel::Request::Transfer& moved,
+                      double issued_us);
 
     // Gathers every rank's spans over the tensor then the pipeline group (collective) and,
     // on the rank that is 0 in both, writes them to `path`; track_names[r] names the track
@@ -48,6 +56,8 @@ private:
         SpanKind kind;
         int microbatch, chunk;
         double start_us, end_us;
+        long thread;       // the kernel's id of the thread that ran it
+        double issued_us;  // when the caller asked for it (start_us but for transfers)
     };
     bool recording_ = false;
     std::vector<Span> spans_;

@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <vector>
 
+#include "io/input_file.h"
 #include "io/output_file.h"
 #include "io/sha256.h"
 #include "kernels/error.h"
@@ -15,8 +16,7 @@
 namespace trident::io {
 
 Fingerprint fingerprint_file(const std::string& path) {
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) throw Error(path + ": cannot open: " + errno_text(errno));
+    const int fd = open_regular(path);
     struct stat st {};
     if (::fstat(fd, &st) != 0) {
         const int error = errno;

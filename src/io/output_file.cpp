@@ -86,22 +86,61 @@ void OutputFile::write_record(std::string_view record) {
     }
 }
 
-void write_file_atomically(const std::string& path, std::string_view bytes) {
+namespace {
+
+std::string temporary_beside(const std::string& path) {
     const std::filesystem::path target(path);
     if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
-    const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+    return path + ".tmp." + std::to_string(::getpid());
+}
+
+}  // namespace
+
+ReplacingFile::ReplacingFile(const std::string& path)
+    : path_(path),
+      temporary_(temporary_beside(path)),
+      file_(temporary_, OutputFile::Mode::create, path) {}
+
+ReplacingFile::~ReplacingFile() {
+    if (!committed_) ::unlink(temporary_.c_str());
+}
+
+void ReplacingFile::commit() {
+    file_.sync();
+    file_.close();
+    if (::rename(temporary_.c_str(), path_.c_str()) != 0)
+        throw Error(path_ + ": cannot rename " + temporary_ + " into place: " + errno_text(errno));
+    committed_ = true;
+}
+
+void write_file_atomically(const std::string& path, std::string_view bytes) {
+    ReplacingFile out(path);
+    out.write(bytes.data(), bytes.size());
+    out.commit();
+}
+
+void probe_writable_directory(const std::string& dir, const std::string& what) {
+    std::error_code error;
+    if (std::filesystem::exists(dir, error) && !std::filesystem::is_directory(dir, error))
+        throw Error(what + ": '" + dir + "' is not a directory");
+    std::filesystem::create_directories(dir, error);
+    if (error)
+        throw Error(what + ": '" + dir +
+                    "' cannot be made a directory: " + errno_text(error.value()));
+    if (!std::filesystem::is_directory(dir))
+        throw Error(what + ": '" + dir + "' is not a directory");
+    const std::string probe =
+        (std::filesystem::path(dir) / (".probe_" + std::to_string(::getpid()))).string();
     try {
-        OutputFile out(temporary, OutputFile::Mode::create, path);
-        out.write(bytes);
+        OutputFile out(probe);
+        out.write("probe\n");
         out.sync();
         out.close();
-        if (::rename(temporary.c_str(), path.c_str()) != 0)
-            throw Error(path + ": cannot rename " + temporary +
-                        " into place: " + errno_text(errno));
-    } catch (...) {
-        ::unlink(temporary.c_str());
-        throw;
+    } catch (const Error& e) {
+        ::unlink(probe.c_str());
+        throw Error(what + ": '" + dir + "' is not writable: " + e.what());
     }
+    ::unlink(probe.c_str());
 }
 
 void sync_path(const std::string& path) {

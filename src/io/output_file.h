@@ -49,9 +49,35 @@ private:
     uint64_t size_ = 0;
 };
 
+// A file written under a temporary name beside `path` and renamed over it by commit(): a
+// reader of `path` (a training run mapping a dataset) never sees it half written, keeps
+// the old file's contents while this one is written, and a failed or abandoned write leaves
+// `path` as it was (the temporary file is removed). Messages name `path`.
+class ReplacingFile {
+public:
+    explicit ReplacingFile(const std::string& path);
+    ~ReplacingFile();  // removes the temporary file unless commit() ran
+    ReplacingFile(const ReplacingFile&) = delete;
+    ReplacingFile& operator=(const ReplacingFile&) = delete;
+
+    void write(const void* data, std::size_t size) { file_.write(data, size); }
+    void commit();  // synced, closed and renamed into place
+
+private:
+    std::string path_, temporary_;
+    OutputFile file_;
+    bool committed_ = false;
+};
+
 // Writes `bytes` to `path` whole or not at all: into a temporary file beside it, synced, then
 // renamed over `path`. Its parent directory is created if missing.
 void write_file_atomically(const std::string& path, std::string_view bytes);
+
+// Makes directory `dir` (and its parents) if missing and writes, syncs and removes a small
+// file in it, so that a directory a run cannot write (a file's path, under /proc, no
+// permission, a read-only or full file system) is found before the run rather than at its
+// first save. Throws trident::Error "WHAT: 'DIR' ...: cannot create: Permission denied (EACCES)".
+void probe_writable_directory(const std::string& dir, const std::string& what);
 
 // Flushes a file or directory that is already written to the disk (a directory: the names
 // created or renamed in it).

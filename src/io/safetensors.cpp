@@ -12,6 +12,7 @@
 #include <numeric>
 #include <utility>
 
+#include "io/input_file.h"
 #include "io/json_reader.h"
 #include "io/output_file.h"
 #include "io/sha256.h"
@@ -269,11 +270,9 @@ SafetensorsFile SafetensorsFile::open(const std::string& path) {
     file.path_ = path;
     const auto fail = [&](const std::string& what) { return file_error(path, what); };
 
-    file.fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (file.fd_ < 0) throw fail("cannot open: " + errno_text(errno));
+    file.fd_ = open_regular(path);  // a FIFO or a device is refused here, never waited on
     struct stat st {};
     if (::fstat(file.fd_, &st) != 0) throw fail("cannot stat: " + errno_text(errno));
-    if (!S_ISREG(st.st_mode)) throw fail("not a regular file");
     const auto file_size = static_cast<uint64_t>(st.st_size);
     if (file_size < 8)
         throw fail("file is " + std::to_string(file_size) +

@@ -1,11 +1,14 @@
 // SHA-256 as FIPS 180-4 specifies it (see sha256.h).
 #include "io/sha256.h"
 
+#include <unistd.h>
+
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <vector>
 
+#include "io/input_file.h"
+#include "io/output_file.h"
 #include "kernels/error.h"
 
 namespace trident::io {
@@ -103,15 +106,20 @@ std::string sha256_hex(std::string_view bytes) {
 }
 
 std::string sha256_file(const std::string& path) {
-    std::FILE* f = std::fopen(path.c_str(), "rb");
-    if (!f) throw Error(path + ": cannot open: " + std::strerror(errno));
+    const int fd = open_regular(path);  // never a FIFO (a hang) or /dev/zero (no end)
     Sha256 sha;
     std::vector<char> buf(1 << 20);
-    std::size_t n;
-    while ((n = std::fread(buf.data(), 1, buf.size(), f)) > 0) sha.update(buf.data(), n);
-    const bool failed = std::ferror(f) != 0;
-    std::fclose(f);
-    if (failed) throw Error(path + ": cannot read");
+    while (true) {
+        const ssize_t n = ::read(fd, buf.data(), buf.size());
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            const int error = n < 0 ? errno : 0;
+            ::close(fd);
+            if (n < 0) throw Error(path + ": cannot read: " + errno_text(error));
+            break;
+        }
+        sha.update(buf.data(), static_cast<std::size_t>(n));
+    }
     return sha.hex_digest();
 }
 

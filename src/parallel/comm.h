@@ -61,11 +61,19 @@ struct CommStats {
 // same call, so it completes; a peer that never does is the watchdog's to end).
 class Request {
 public:
+    // Where and when a call's data moved: the kernel's id of the thread that ran it and its
+    // start and end in microseconds of the steady clock (io::TraceRecorder's). thread 0: not
+    // known (the implementation does not say).
+    struct Transfer {
+        long thread = 0;
+        double start_us = 0, end_us = 0;
+    };
     // What an implementation waits on.
     struct Pending {
         virtual ~Pending() = default;
         virtual bool test() = 0;  // whether it has completed, without waiting
         virtual void wait() = 0;  // until it has; throws trident::Error if it failed
+        virtual Transfer transfer() const { return {}; }  // once completed
     };
 
     Request() = default;
@@ -82,16 +90,22 @@ public:
 
     bool done() const { return !pending_; }
     bool test() {
-        if (pending_ && pending_->test()) pending_.reset();
+        if (pending_ && pending_->test()) complete();
         return !pending_;
     }
     void wait() {
         if (!pending_) return;
         pending_->wait();
-        pending_.reset();
+        complete();
     }
+    // The completed call's transfer (see Transfer); none before it completed.
+    const Transfer& transfer() const { return transfer_; }
 
 private:
+    void complete() {
+        transfer_ = pending_->transfer();
+        pending_.reset();
+    }
     void finish() noexcept {
         if (pending_) {
             try {
@@ -103,6 +117,7 @@ private:
     }
 
     std::unique_ptr<Pending> pending_;
+    Transfer transfer_;
 };
 
 class Comm {

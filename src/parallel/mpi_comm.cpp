@@ -1,6 +1,8 @@
 // MpiComm: each Comm call as one MPI call per piece of at most max_chunk elements.
 #include "parallel/mpi_comm.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -423,8 +425,9 @@ private:
 // caller waits.
 class WorkerPending final : public Request::Pending {
 public:
-    WorkerPending(std::future<void> done, const char* operation, const GroupLabel* group)
-        : done_(std::move(done)), operation_(operation), group_(group) {}
+    WorkerPending(std::future<void> done, const char* operation, const GroupLabel* group,
+                  std::shared_ptr<const Request::Transfer> moved)
+        : done_(std::move(done)), operation_(operation), group_(group), moved_(std::move(moved)) {}
     bool test() override {
         return done_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
     }
@@ -432,12 +435,21 @@ public:
         const Blocked blocked(operation_, group_);
         done_.get();
     }
+    // Written by the worker before the future became ready: no race.
+    Request::Transfer transfer() const override { return *moved_; }
 
 private:
     std::future<void> done_;
     const char* operation_;
     const GroupLabel* group_;
+    std::shared_ptr<const Request::Transfer> moved_;
 };
+
+double steady_us() {
+    return std::chrono::duration<double, std::micro>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
 
 }  // namespace
 
@@ -467,14 +479,21 @@ Request MpiComm::start(const char* operation, std::function<void()> call) {
         check(MPI_Comm_dup(comm_, &worker_comm_), "MPI_Comm_dup");
         worker_ = std::thread([this] { worker_loop(); });
     }
-    auto task = std::make_shared<std::packaged_task<void()>>(std::move(call));
+    // The worker notes its thread and when the data moved, for the trace.
+    auto moved = std::make_shared<Request::Transfer>();
+    auto task = std::make_shared<std::packaged_task<void()>>([call = std::move(call), moved] {
+        moved->thread = static_cast<long>(::gettid());
+        moved->start_us = steady_us();
+        call();
+        moved->end_us = steady_us();
+    });
     std::future<void> done = task->get_future();
     {
         std::lock_guard lock(mutex_);
         calls_.push_back([task] { (*task)(); });
     }
     wake_.notify_one();
-    return Request(std::make_unique<WorkerPending>(std::move(done), operation, label()));
+    return Request(std::make_unique<WorkerPending>(std::move(done), operation, label(), moved));
 }
 
 void MpiComm::worker_loop() {

@@ -10,6 +10,8 @@
 //       ...
 //     .tmp_step_000800/             a save under way, or one a crash interrupted (removed by
 //                                   the next save; never read)
+//     .lock                         the running job's lock on the directory, its host and pid
+//                                   (train/directory_lock.h)
 //
 // A shard holds, under the whole model's tensor names (model/param_layout.h):
 //   param/NAME                      the rank's slice of the tensor as the model holds it

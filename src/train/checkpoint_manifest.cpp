@@ -1,12 +1,17 @@
 // The checkpoint manifest: JSON out and in, and the files' checks (see checkpoint_manifest.h).
 #include "train/checkpoint_manifest.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "config/config.h"
+#include "io/input_file.h"
 #include "io/json_line.h"
 #include "io/json_reader.h"
 #include "io/sha256.h"
@@ -20,6 +25,8 @@ namespace {
 
 constexpr const char* kFormat = "trident-checkpoint";
 constexpr int kVersion = 1;
+// A manifest lists one file per rank in a few hundred bytes each: 64 MiB is some 100 000 ranks.
+constexpr uint64_t kMaxManifestBytes = 64 << 20;
 
 bool is_checkpoint_name(const std::string& name) {
     return name.size() == 11 && name.rfind("step_", 0) == 0 &&
@@ -41,10 +48,16 @@ public:
         if (!v.is_integer()) fail(std::string("\"") + key + "\" is not an integer");
         return v.integer;
     }
-    int small(const io::json::Value& object, const char* key) const {
+    // An integer in [lo, hi], else a fault naming the key, the value and the range.
+    int64_t ranged(const io::json::Value& object, const char* key, int64_t lo, int64_t hi) const {
         const int64_t v = integer(object, key);
-        if (v < -1 || v > INT32_MAX) fail(std::string("\"") + key + "\" is out of range");
-        return static_cast<int>(v);
+        if (v < lo || v > hi)
+            fail(std::string("\"") + key + "\" is " + std::to_string(v) + ", outside [" +
+                 std::to_string(lo) + ", " + std::to_string(hi) + "]");
+        return v;
+    }
+    int small(const io::json::Value& object, const char* key, int lo, int hi) const {
+        return static_cast<int>(ranged(object, key, lo, hi));
     }
     double number(const io::json::Value& object, const char* key) const {
         const io::json::Value& v = member(object, key);
@@ -77,6 +90,59 @@ public:
 private:
     std::string path_;
 };
+
+// The model's sizes, each within the config's limits (config.h) and consistent, so that no
+// size computed from them overflows.
+void read_shape(const Reader& r, const io::json::Value& object, model::GptShape& shape) {
+    namespace limits = config::limits;
+    shape.vocab = r.small(object, "vocab_size", 1, limits::kVocab);
+    shape.padded_vocab =
+        r.small(object, "padded_vocab", shape.vocab, shape.vocab + 128 * limits::kRanks);
+    shape.max_seq = r.small(object, "seq_len", 1, limits::kSeqLen);
+    shape.layers = r.small(object, "layers", 1, limits::kLayers);
+    shape.hidden = r.small(object, "hidden", 1, limits::kHidden);
+    shape.heads = r.small(object, "heads", 1, shape.hidden);
+    shape.ffn = r.small(object, "ffn_hidden", 1, limits::kFfn);
+    if (shape.hidden % shape.heads != 0) r.fail("\"heads\" does not divide \"hidden\"");
+}
+
+// The writer's grid and schedule, each within the config's limits and fitting the model.
+void read_layout(const Reader& r, const io::json::Value& object, const model::GptShape& shape,
+                 CheckpointLayout& layout) {
+    namespace limits = config::limits;
+    layout.pipeline = r.small(object, "pipeline", 1, limits::kRanks);
+    layout.tensor = r.small(object, "tensor", 1, shape.heads);
+    layout.data = r.small(object, "data", 1, limits::kRanks);
+    // Written since context parallelism; without it the sequence was not split.
+    if (object.find("context")) {
+        layout.context = r.small(object, "context", 1, shape.max_seq);
+        layout.context_mode = r.string(object, "context_mode");
+    }
+    layout.virtual_stages = r.small(object, "virtual_stages", 1, limits::kVirtualStages);
+    layout.schedule = r.string(object, "schedule");
+    layout.zero_stage = r.small(object, "zero_stage", 0, 3);
+    layout.bucket_size = r.ranged(object, "bucket_size", 0, INT32_MAX);  // (only shown)
+    if (shape.heads % layout.tensor != 0 || shape.ffn % layout.tensor != 0 ||
+        shape.padded_vocab % layout.tensor != 0)
+        r.fail("\"tensor\" (" + std::to_string(layout.tensor) +
+               ") does not divide the model's heads, ffn_hidden and padded vocabulary");
+    // Written since cuts could be unequal; without it the chunks are equal.
+    if (object.find("chunk_layers")) {
+        const io::json::Value& cuts = r.member(object, "chunk_layers");
+        if (!cuts.is_array()) r.fail("\"chunk_layers\" is not an array");
+        int total = 0;
+        for (const io::json::Value& n : cuts.array) {
+            if (!n.is_integer() || n.integer < 0 || n.integer > shape.layers)
+                r.fail("\"chunk_layers\" holds something other than a layer count");
+            layout.chunk_layers.push_back(static_cast<int>(n.integer));
+            total += static_cast<int>(n.integer);
+        }
+        if (total != shape.layers || static_cast<int64_t>(cuts.array.size()) !=
+                                         int64_t{layout.pipeline} * layout.virtual_stages)
+            r.fail("\"chunk_layers\" does not cut the model's layers into its chunks");
+    } else if (shape.layers % (int64_t{layout.pipeline} * layout.virtual_stages) != 0)
+        r.fail("\"pipeline\" x \"virtual_stages\" does not divide the model's layers");
+}
 
 }  // namespace
 
@@ -206,13 +272,12 @@ std::string manifest_json(const Manifest& m) {
 
 Manifest read_manifest(const std::string& dir) {
     const std::string path = (fs::path(dir) / kManifestName).string();
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error(path + ": missing (an incomplete checkpoint, or not a checkpoint)");
-    std::stringstream text;
-    text << in.rdbuf();
+    if (!fs::exists(fs::symlink_status(path)))
+        throw Error(path + ": missing (an incomplete checkpoint, or not a checkpoint)");
+    const std::string text = io::read_regular_file(path, kMaxManifestBytes, "a manifest");
     io::json::Value root;
     try {
-        root = io::json::parse(text.str());
+        root = io::json::parse(text);
     } catch (const Error& e) {
         throw Error(path + ": not valid JSON: " + e.what());
     }
@@ -222,60 +287,35 @@ Manifest read_manifest(const std::string& dir) {
         r.fail("format version " + std::to_string(r.integer(root, "version")) +
                " (this build reads version " + std::to_string(kVersion) + ")");
     Manifest m;
-    m.step = r.small(root, "step");
-    m.samples_consumed = r.integer(root, "samples_consumed");
+    m.step = r.small(root, "step", 1, INT32_MAX);
+    m.samples_consumed = r.ranged(root, "samples_consumed", 0, INT64_MAX);
+    // Digits only: std::stoull would take "-1" as 2^64 - 1.
+    const std::string& seed = r.string(root, "seed");
     try {
-        m.seed = std::stoull(r.string(root, "seed"));
+        if (seed.empty() || seed.find_first_not_of("0123456789") != std::string::npos)
+            throw std::invalid_argument(seed);
+        m.seed = std::stoull(seed);
     } catch (const std::logic_error&) {
-        r.fail("\"seed\" is not a number");
+        r.fail("\"seed\" is not a number of 0 to 2^64 - 1");
     }
-    m.adam_step = r.small(root, "adam_step");
+    // Updates applied: at most the steps taken (fewer by those skipped on overflow).
+    m.adam_step = r.small(root, "adam_step", 0, m.step);
     m.loss_scale = r.number(root, "loss_scale");
-    m.good_steps = r.small(root, "good_steps");
-    m.skipped_total = r.small(root, "skipped_total");
+    if (!(m.loss_scale > 0) || !std::isfinite(m.loss_scale))
+        r.fail("\"loss_scale\" is not a positive finite number");
+    m.good_steps = r.small(root, "good_steps", 0, m.step);
+    m.skipped_total = r.small(root, "skipped_total", 0, m.step);
     // Written since the step guard; without it nothing was skipped in a row or measured.
     if (root.find("skipped_in_a_row")) {
-        m.skipped_in_a_row = r.small(root, "skipped_in_a_row");
+        m.skipped_in_a_row = r.small(root, "skipped_in_a_row", 0, m.step);
         m.recent_losses = r.numbers(root, "recent_losses");
         m.recent_grad_norms = r.numbers(root, "recent_grad_norms");
     }
-    const io::json::Value& model = r.member(root, "model");
-    m.shape.vocab = r.small(model, "vocab_size");
-    m.shape.padded_vocab = r.small(model, "padded_vocab");
-    m.shape.max_seq = r.small(model, "seq_len");
-    m.shape.layers = r.small(model, "layers");
-    m.shape.hidden = r.small(model, "hidden");
-    m.shape.heads = r.small(model, "heads");
-    m.shape.ffn = r.small(model, "ffn_hidden");
-    const io::json::Value& layout = r.member(root, "layout");
-    m.layout.pipeline = r.small(layout, "pipeline");
-    m.layout.tensor = r.small(layout, "tensor");
-    m.layout.data = r.small(layout, "data");
-    // Written since context parallelism; without it the sequence was not split.
-    if (layout.find("context")) {
-        m.layout.context = r.small(layout, "context");
-        m.layout.context_mode = r.string(layout, "context_mode");
-    }
-    m.layout.virtual_stages = r.small(layout, "virtual_stages");
-    m.layout.schedule = r.string(layout, "schedule");
-    m.layout.zero_stage = r.small(layout, "zero_stage");
-    m.layout.bucket_size = r.integer(layout, "bucket_size");
-    // Written since cuts could be unequal; without it the chunks are equal.
-    if (layout.find("chunk_layers")) {
-        const io::json::Value& cuts = r.member(layout, "chunk_layers");
-        if (!cuts.is_array()) r.fail("\"chunk_layers\" is not an array");
-        int total = 0;
-        for (const io::json::Value& n : cuts.array) {
-            if (!n.is_integer() || n.integer < 0 || n.integer > m.shape.layers)
-                r.fail("\"chunk_layers\" holds something other than a layer count");
-            m.layout.chunk_layers.push_back(static_cast<int>(n.integer));
-            total += static_cast<int>(n.integer);
-        }
-        if (total != m.shape.layers ||
-            static_cast<int>(cuts.array.size()) != m.layout.pipeline * m.layout.virtual_stages)
-            r.fail("\"chunk_layers\" does not cut the model's layers into its chunks");
-    }
+    read_shape(r, r.member(root, "model"), m.shape);
+    read_layout(r, r.member(root, "layout"), m.shape, m.layout);
     m.precision = r.string(root, "precision");
+    if (m.precision != "fp32" && m.precision != "bf16" && m.precision != "fp16")
+        r.fail("\"precision\" is \"" + m.precision + "\", not fp32, bf16 or fp16");
     const io::json::Value& files = r.member(root, "files");
     if (!files.is_array()) r.fail("\"files\" is not an array");
     for (const io::json::Value& f : files.array) {
@@ -284,12 +324,13 @@ Manifest read_manifest(const std::string& dir) {
         if (mf.name.empty() || mf.name.find('/') != std::string::npos || mf.name[0] == '.')
             r.fail("bad file name \"" + mf.name + "\"");
         if (f.find("pp")) {
-            mf.pp = r.small(f, "pp");
-            mf.tp = r.small(f, "tp");
-            if (f.find("cp")) mf.cp = r.small(f, "cp");
-            mf.dp = r.small(f, "dp");
+            const CheckpointLayout& l = m.layout;
+            mf.pp = r.small(f, "pp", 0, l.pipeline - 1);
+            mf.tp = r.small(f, "tp", 0, l.tensor - 1);
+            if (f.find("cp")) mf.cp = r.small(f, "cp", 0, l.context - 1);
+            mf.dp = r.small(f, "dp", 0, l.data - 1);
         }
-        mf.bytes = static_cast<uint64_t>(r.integer(f, "bytes"));
+        mf.bytes = static_cast<uint64_t>(r.ranged(f, "bytes", 0, INT64_MAX));
         mf.sha256 = r.string(f, "sha256");
         if (f.find("header_sha256")) mf.header_sha256 = r.string(f, "header_sha256");
         m.files.push_back(std::move(mf));
@@ -301,9 +342,7 @@ Manifest read_manifest(const std::string& dir) {
             DataFileRecord record;
             record.key = r.string(d, "key");
             record.path = r.string(d, "path");
-            const int64_t bytes = r.integer(d, "bytes");
-            if (bytes < 0) r.fail("\"bytes\" of a data file is negative");
-            record.bytes = static_cast<uint64_t>(bytes);
+            record.bytes = static_cast<uint64_t>(r.ranged(d, "bytes", 0, INT64_MAX));
             record.sampled_sha256 = r.string(d, "sampled_sha256");
             m.data.push_back(std::move(record));
         }
@@ -311,7 +350,7 @@ Manifest read_manifest(const std::string& dir) {
     }
     // Written by runs that trained low-rank adapters.
     if (const io::json::Value* lora = root.find("lora")) {
-        m.lora.rank = r.small(*lora, "rank");
+        m.lora.rank = r.small(*lora, "rank", 1, m.shape.hidden);
         const io::json::Value& targets = r.member(*lora, "targets");
         if (!targets.is_array()) r.fail("\"targets\" of \"lora\" is not an array");
         for (const io::json::Value& t : targets.array) {
@@ -319,13 +358,12 @@ Manifest read_manifest(const std::string& dir) {
             m.lora.targets.push_back(t.string);
         }
         m.lora.alpha = r.number(*lora, "alpha");
+        if (!(m.lora.alpha > 0) || !std::isfinite(m.lora.alpha))
+            r.fail("\"alpha\" of \"lora\" is not a positive finite number");
         m.lora.base = r.string(*lora, "base");
         m.lora.base_sha256 = r.string(*lora, "base_sha256");
         if (m.lora.rank < 1 || m.lora.targets.empty()) r.fail("\"lora\" has no rank or no targets");
     }
-    if (m.step < 1 || m.layout.pipeline < 1 || m.layout.tensor < 1 || m.layout.data < 1 ||
-        m.layout.context < 1 || m.layout.virtual_stages < 1)
-        r.fail("impossible step or layout");
     return m;
 }
 
@@ -333,6 +371,8 @@ void verify_sizes(const std::string& dir, const Manifest& m) {
     for (const ManifestFile& f : m.files) {
         const std::string path = (fs::path(dir) / f.name).string();
         std::error_code ec;
+        if (fs::exists(fs::symlink_status(path)) && !fs::is_regular_file(path))
+            ::close(io::open_regular(path));  // throws, naming what it is
         const auto size = fs::file_size(path, ec);
         if (ec) throw Error(path + ": missing (the checkpoint is incomplete)");
         if (size != f.bytes)
@@ -343,6 +383,8 @@ void verify_sizes(const std::string& dir, const Manifest& m) {
 
 std::string file_problem(const std::string& dir, const ManifestFile& f) {
     const std::string path = (fs::path(dir) / f.name).string();
+    if (fs::exists(fs::symlink_status(path)) && !fs::is_regular_file(path))
+        return "NOT A REGULAR FILE";
     std::error_code ec;
     const auto size = fs::file_size(path, ec);
     if (ec) return "MISSING";

@@ -50,7 +50,8 @@ int32_t sample_token(std::vector<float> logits, const SamplingOptions& opts, uin
 }
 
 std::vector<int32_t> generate(model::Gpt& model, const std::vector<int32_t>& prompt,
-                              const SamplingOptions& opts) {
+                              const SamplingOptions& opts,
+                              const std::function<void(int32_t)>& each) {
     if (prompt.empty()) throw Error("generation needs a prompt of at least one token");
     const std::size_t T = static_cast<std::size_t>(model.shape().max_seq);
     std::vector<int32_t> context(prompt);
@@ -64,6 +65,7 @@ std::vector<int32_t> generate(model::Gpt& model, const std::vector<int32_t>& pro
                                           opts, static_cast<uint64_t>(i));
         context.push_back(next);
         generated.push_back(next);
+        if (each) each(next);
     }
     return generated;
 }

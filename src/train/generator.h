@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -33,10 +34,12 @@ struct SamplingOptions {
     uint64_t seed = 0;
 };
 
-// Returns the generated ids (not the prompt). `model` runs with micro batch 1 or more (only
-// the first sequence is used); `prompt` must not be empty.
+// Returns the generated ids (not the prompt), each also handed to `each` (if given) as soon as
+// it is chosen, so a caller can show it before the next is computed. `model` runs with micro
+// batch 1 or more (only the first sequence is used); `prompt` must not be empty.
 std::vector<int32_t> generate(model::Gpt& model, const std::vector<int32_t>& prompt,
-                              const SamplingOptions& opts);
+                              const SamplingOptions& opts,
+                              const std::function<void(int32_t)>& each = {});
 
 // The choice of one next token from its logits (V) under opts; `draw` numbers the choice so
 // each is an independent pure function of (seed, draw).

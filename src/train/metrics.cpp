@@ -167,6 +167,17 @@ void MetricsLog::write_json(const StepMetrics& m) {
         .add("mem_optimizer_bytes", m.mem_optimizer)
         .add("mem_activations_bytes", m.mem_activations)
         .add("mem_peak_bytes", m.mem_peak);
+    std::vector<io::JsonLine> stages;
+    for (const auto& s : m.mem_stages) {
+        io::JsonLine stage;
+        stage.add("params_bytes", s[0])
+            .add("grads_bytes", s[1])
+            .add("optimizer_bytes", s[2])
+            .add("activations_bytes", s[3])
+            .add("peak_bytes", s[4]);
+        stages.push_back(std::move(stage));
+    }
+    if (!stages.empty()) line.add("mem_stages", std::span<const io::JsonLine>(stages));
     file_->write_record(line.str() + "\n");
 }
 

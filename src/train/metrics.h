@@ -3,6 +3,7 @@
 // logging.tensorboard's event file (docs/ARCHITECTURE.md, "Metrics").
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -34,6 +35,9 @@ struct StepMetrics {
     parallel::CommStats context_comm;  // the context-parallel group's traffic in the step
     // Bytes held by this rank: parameters, gradients, optimizer state, activations, peak.
     int64_t mem_params = 0, mem_grads = 0, mem_optimizer = 0, mem_activations = 0, mem_peak = 0;
+    // The same five figures of the first rank of every pipeline stage, in stage order (the
+    // last stage holds the LM head and the logits: its figures differ from rank 0's).
+    std::vector<std::array<int64_t, 5>> mem_stages;
 };
 
 class MetricsLog {

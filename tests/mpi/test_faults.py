@@ -65,6 +65,11 @@ def finish(job, config, limit_s):
         return out, None
 
 
+def entries_of(directory):
+    """The names in a checkpoint.dir, less the run's lock file."""
+    return sorted(e for e in os.listdir(directory) if e != ".lock")
+
+
 def coordinates(p, m, d, rank):
     tp, dp, pp = rank % m, (rank // m) % d, rank // (m * d)
     return f"rank {rank} (pp {pp}, tp {tp}, dp {dp})"
@@ -165,8 +170,8 @@ def full_disk(trident, base, tmp, ref):
     h.check(p.returncode == 1 and lines == [expected] and "MPI_ABORT" not in p.stdout,
             f"full disk: one line from rank 0 and exit code 1 (got {p.returncode}): {lines}")
     # (beside it the metrics, logging.metrics' default)
-    h.check(sorted(os.listdir(ck)) == ["metrics.jsonl", "step_000002"],
-            f"full disk: only the complete checkpoint is left ({sorted(os.listdir(ck))})")
+    h.check(entries_of(ck) == ["metrics.jsonl", "step_000002"],
+            f"full disk: only the complete checkpoint is left ({entries_of(ck)})")
     print(f"figure: full disk, stop: the job ended {time.monotonic() - t0:.1f} s after it "
           f"started (the save of step 4 failed)", flush=True)
     metrics = os.path.join(tmp, "full_resumed.jsonl")
@@ -183,10 +188,10 @@ def full_disk(trident, base, tmp, ref):
                        env=env, timeout=300)
     warnings = [line for line in p.stdout.splitlines() if line.startswith("trident: warning:")]
     h.check(p.returncode == 0 and len(warnings) == 1 and "saves again at step 6" in warnings[0]
-            and sorted(os.listdir(ck2)) == ["metrics.jsonl", "step_000002", "step_000006",
+            and entries_of(ck2) == ["metrics.jsonl", "step_000002", "step_000006",
                                              "step_000008"],
             f"full disk, continue: one warning, the job finishes (exit code {p.returncode}) and "
-            f"saves at steps 6 and 8 ({sorted(os.listdir(ck2))})")
+            f"saves at steps 6 and 8 ({entries_of(ck2)})")
     h.check(h.run([trident, "checkpoint", "info", ck2], expect_ok=False).returncode == 0,
             "full disk, continue: the newest checkpoint verifies")
 
@@ -227,6 +232,119 @@ def changed_data(trident, base, tmp):
     h.check(p.returncode == 1 and len(lines) == 1 and f"data.train: {data}: 6824 bytes now, "
             "7024 then (truncated or replaced)" in lines[0],
             f"changed data: the resume stops, naming the file ({lines})")
+
+
+def rank_pid(config, rank, limit_s=60):
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        pids = h.trident_pids(config)
+        if rank in pids:
+            return pids[rank]
+        time.sleep(0.05)
+    return None
+
+
+def dead_rank_no_abort(trident, base, config, tmp):
+    """SIGKILL to rank 1 of 1x1x2 under a launcher that does not end the job: each rank runs
+    inside a shell that outlives it (as a wrapper script or a launcher without failure
+    detection would), so mpirun sees no rank die. Rank 0 waits in a collective on the dead
+    rank until its watchdog ends the job at training.collective_timeout."""
+    metrics = os.path.join(tmp, "noabort.jsonl")
+    wrapper = 'run() { "$@"; echo "wrapper: trident exited $?" >&2; sleep 300; }; run "$@"'
+    cmd = ["mpirun", "--oversubscribe", "-np", "2", "sh", "-c", wrapper, "sh", trident, "train"]
+    cmd += base
+    for o in layout(1, 1, 2) + ["training.steps=1000000", "logging.interval=100000",
+                                f"logging.metrics={metrics}", "training.collective_timeout=5"]:
+        cmd += ["--set", o]
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=h.mpirun_env())
+    if wait_for_lines(metrics, 3, job):
+        os.kill(rank_pid(config, 1), signal.SIGKILL)
+    t0 = time.monotonic()
+    out, code = finish(job, config, 60)
+    seconds = time.monotonic() - t0
+    lines = error_lines(out)
+    named = [line for line in lines if line.startswith("trident: error: rank 0 (pp 0, tp 0, dp 0): "
+                                                       "stalled ") and
+             "on the data group" in line and "waiting on rank 1 (pp 0, tp 0, dp 1)" in line]
+    h.check(code not in (None, 0) and not h.trident_pids(config) and bool(named),
+            f"dead rank, launcher not aborting: rank 0's watchdog ended the job (exit code {code}), "
+            f"naming rank 1: {lines}")
+    h.check(5 <= seconds <= 15, f"dead rank, launcher not aborting: ended {seconds:.1f} s after "
+                                f"the kill (timeout 5 s)")
+    if not named:
+        print(out[-3000:])
+    print(f"figure: dead rank (SIGKILL, launcher not aborting): {seconds:.1f} s from the kill "
+          f"to the end of the job", flush=True)
+
+
+def real_oom(trident, base, config, tmp):
+    """A real out-of-memory: the job's address space capped with ulimit -v (1.5 GB a
+    process) under a model whose buffers need more (hidden 1024, 8 layers: 0.4 GB of
+    weights alone on each rank). Every allocation is a real one that fails; the job ends with
+    one rank's line naming the allocation, promptly."""
+    overrides = layout(1, 1, 2) + ["model.hidden=1024", "model.layers=8", "model.heads=8",
+                                   "model.ffn_hidden=4096", "training.steps=2"]
+    cmd = ["mpirun", "--oversubscribe", "-np", "2", trident, "train"] + base
+    for o in overrides:
+        cmd += ["--set", o]
+    t0 = time.monotonic()
+    p = subprocess.run(["bash", "-c", 'ulimit -v 1500000 && exec "$@"', "bash"] + cmd,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       env=h.mpirun_env(), timeout=120)
+    seconds = time.monotonic() - t0
+    lines = error_lines(p.stdout)
+    # The line cites the allocator by its path in the repository, not the build's.
+    oom = [line for line in lines if re.match(
+        r"trident: error: rank [01]: kernels/cpu/cpu_ops\.cpp:\d+: out of host memory "
+        r"allocating \d+ bytes", line)]
+    h.check(p.returncode not in (None, 0) and not h.trident_pids(config) and bool(oom),
+            f"out of memory (ulimit -v): the job ended (exit code {p.returncode}) with a rank's "
+            f"line naming the allocation: {lines}")
+    if not oom:
+        print(p.stdout[-3000:])
+    print(f"figure: out of memory (ulimit -v 1.5 GB): the job ended {seconds:.1f} s after it "
+          f"started", flush=True)
+
+
+def real_full_disk(trident, base, config, tmp):
+    """A real full disk: checkpoint.dir on a tmpfs of 1 MiB (mounted here: CI runs as root),
+    filled by the run's own checkpoints until a save finds no room."""
+    mount = os.path.join(tmp, "small")
+    os.makedirs(mount)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mount],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    h.check(r.returncode == 0, f"a 1 MiB tmpfs is mounted ({r.stdout.strip()})")
+    if r.returncode != 0:
+        return
+    try:
+        ck = os.path.join(mount, "ck")
+        args = ["mpirun", "--oversubscribe", "-np", "2", trident, "train"] + base
+        # (the metrics outside it: only the checkpoints fill the disk)
+        for o in layout(1, 1, 2) + ["training.steps=100", "checkpoint.interval=1",
+                                    "checkpoint.keep=100", f"checkpoint.dir={ck}",
+                                    f"logging.metrics={os.path.join(tmp, 'full_disk.jsonl')}"]:
+            args += ["--set", o]
+        t0 = time.monotonic()
+        p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=h.mpirun_env(), timeout=300)
+        seconds = time.monotonic() - t0
+        lines = error_lines(p.stdout)
+        saved = [d for d in entries_of(ck) if d.startswith("step_")]
+        newest = os.path.join(ck, saved[-1]) if saved else None
+        expected = ("cannot write: No space left on device (ENOSPC); "
+                    f"{newest} is the newest checkpoint, as it was (checkpoint.on_error: stop)")
+        h.check(p.returncode == 1 and len(lines) == 1 and expected in lines[0]
+                and "MPI_ABORT" not in p.stdout,
+                f"real full disk: one line from rank 0 and exit code 1 (got {p.returncode}): {lines}")
+        h.check(entries_of(ck) == saved and
+                h.run([trident, "checkpoint", "info", newest], expect_ok=False).returncode == 0,
+                f"real full disk: only whole checkpoints are left, the newest verifies "
+                f"({entries_of(ck)})")
+        print(f"figure: real full disk (tmpfs of 1 MiB): the job ended {seconds:.1f} s after it "
+              f"started, {len(saved)} checkpoints saved before the disk was full", flush=True)
+    finally:
+        subprocess.run(["umount", mount])
 
 
 def train_run(trident, base, ranks, overrides, env=None):
@@ -270,7 +388,7 @@ def nan_gradient(trident, base, tmp):
                 f"checkpoint, as it was")
     h.check(p.returncode == 1 and lines == [expected] and "MPI_ABORT" not in p.stdout,
             f"NaNs from step 5: one line, exit code 1 (got {p.returncode}): {lines}")
-    kept = sorted(os.listdir(ck))
+    kept = entries_of(ck)
     h.check(kept == ["step_000002", "step_000004", "step_000006"]
             and h.run([trident, "checkpoint", "info", ck], expect_ok=False).returncode == 0,
             f"NaNs from step 5: the checkpoints are kept and verify ({kept})")
@@ -305,7 +423,7 @@ def corrupt_replica(trident, base, tmp):
         expected = (f"trident: error: training.check_replicas: at step 4 {said}; training "
                     f"stopped; {ck}/step_000002 is the newest checkpoint, as it was")
         h.check(p.returncode == 1 and lines == [expected] and "MPI_ABORT" not in p.stdout
-                and sorted(os.listdir(ck)) == ["step_000002"],
+                and entries_of(ck) == ["metrics.jsonl", "step_000002"],
                 f"corrupt replica on {p_}x{m}x{d}: one line, exit code 1 (got {p.returncode}), "
                 f"step_000002 kept: {lines}")
 
@@ -348,18 +466,18 @@ def async_checkpoint(trident, base, tmp, ref):
     train(ck_sync, [])
     p = train(ck_async, ["checkpoint.async=true"])
     h.check(p.returncode == 0 and f"checkpoint: {ck_async}/step_000002 being written in the "
-            "background" in p.stdout and sorted(os.listdir(ck_async)) == sorted(
-                os.listdir(ck_sync)) == ["step_000004", "step_000006", "step_000008"],
+            "background" in p.stdout and entries_of(ck_async) == entries_of(ck_sync)
+            == ["metrics.jsonl", "step_000004", "step_000006", "step_000008"],
             f"async: the run ends (exit code {p.returncode}) with the checkpoints a synchronous "
-            f"one keeps ({sorted(os.listdir(ck_async))})")
+            f"one keeps ({entries_of(ck_async)})")
     h.check(all(files(ck_async, s) == files(ck_sync, s) for s in (4, 6, 8)),
             "async: every shard of steps 4, 6 and 8 has the synchronous save's SHA-256")
 
     ck = os.path.join(tmp, "ck_async_kill")
     p = train(ck, ["checkpoint.async=true"], {"TRIDENT_TEST_CRASH_IN_SAVE": "6:1"})
-    left = sorted(os.listdir(ck))
+    left = entries_of(ck)
     h.check(p.returncode not in (0, None) and "rank 1 killed mid-save of step 6" in p.stdout
-            and left == [".tmp_step_000006", "step_000002", "step_000004"]
+            and left == [".tmp_step_000006", "metrics.jsonl", "step_000002", "step_000004"]
             and h.run([trident, "checkpoint", "info", ck], expect_ok=False).returncode == 0,
             f"async, killed mid-save: the job ends (exit code {p.returncode}), step 4 complete "
             f"and verified, step 6 uncommitted ({left})")
@@ -390,6 +508,9 @@ FAULTS = {
     "full_disk": lambda t, base, tmp: full_disk(t, base, tmp, reference_losses(t, base, tmp)),
     "logging": lambda t, base, tmp: logging_failures(t, base, tmp),
     "changed_data": lambda t, base, tmp: changed_data(t, base, tmp),
+    "dead_no_abort": lambda t, base, tmp: dead_rank_no_abort(t, base, base[1], tmp),
+    "real_oom": lambda t, base, tmp: real_oom(t, base, base[1], tmp),
+    "real_full_disk": lambda t, base, tmp: real_full_disk(t, base, base[1], tmp),
     "nan_gradient": lambda t, base, tmp: nan_gradient(t, base, tmp),
     "corrupt_replica": lambda t, base, tmp: corrupt_replica(t, base, tmp),
     "straggler": lambda t, base, tmp: straggler(t, base, tmp),

@@ -1,5 +1,6 @@
 """What the multi-rank layout tests share: running trident under mpirun, reading the
-gradient dumps (safetensors, F32) and metrics files, comparing, and writing tiny data.
+gradient dumps (safetensors, F32), metrics files and checkpoints, comparing, and writing tiny
+data.
 
 Standard library only.
 """
@@ -11,6 +12,10 @@ import shutil
 import struct
 import subprocess
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checkpoint_compare  # noqa: E402
+from checkpoint_compare import KINDS  # noqa: E402
 
 failures = []
 
@@ -55,8 +60,12 @@ def read_safetensors(path):
 
 
 def rel_diff(a, b):
-    scale = max(abs(x) for x in b) or 1.0
-    return max(abs(x - y) for x, y in zip(a, b)) / scale
+    """The largest difference of a and b relative to b's largest magnitude; infinite where
+    their lengths differ (zip would stop at the shorter)."""
+    if len(a) != len(b):
+        return float("inf")
+    scale = max((abs(x) for x in b), default=0.0) or 1.0
+    return max((abs(x - y) for x, y in zip(a, b)), default=0.0) / scale
 
 
 def losses(metrics_path):
@@ -75,8 +84,22 @@ def write_shard(path, tokens):
 
 
 def worst_tensor_diff(got, ref):
-    """The largest relative difference over the tensors of `ref`, and its tensor's name."""
-    return max((rel_diff(got[k], ref[k]), k) for k in ref)
+    """The largest relative difference over the tensors of `ref`, and its tensor's name (a
+    tensor missing from `got` counts as infinitely different)."""
+    return max((rel_diff(got[k], ref[k]) if k in got else float("inf"), k) for k in ref)
+
+
+def checkpoints_differ(a, b, rtol=None, kinds=KINDS):
+    """None where checkpoint directories a and b hold the same tensors (every element, of the
+    kinds given: weights, master weights, Adam's moments), bitwise or (rtol) within rtol of
+    each tensor's largest magnitude; else the first difference, named
+    (tests/python/checkpoint_compare.py, a reader independent of Trident's)."""
+    return checkpoint_compare.compare(a, b, kinds, rtol)
+
+
+def losses_match(rows, ref, keys=("loss",)):
+    """Rows of two metrics files equal in count and, bitwise, in each of `keys`."""
+    return len(rows) == len(ref) and all(r[k] == s[k] for r, s in zip(rows, ref) for k in keys)
 
 
 def binaries_or_skip():

@@ -44,6 +44,30 @@ def wait_for_steps(metrics, n, job):
     return False
 
 
+def rchar(pid):
+    """Bytes the process has read through read(2) and its kind (the kernel's count,
+    /proc/PID/io), or None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/io") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("rchar:"))
+    except OSError:
+        return None
+
+
+def reads_by_first_step(trident, base, config, metrics, overrides):
+    """Each rank's rchar once the job's first step is done (its start-up, and a resume's
+    reads, behind it), by world rank; the job is killed then."""
+    job = h.start_train(trident, base, 8, overrides + ["training.steps=100000",
+                                                       f"logging.metrics={metrics}"])
+    wait_for_steps(metrics, 1, job)
+    pids = h.trident_pids(config)
+    reads = {rank: rchar(pid) for rank, pid in pids.items()}
+    for pid in pids.values():
+        os.kill(pid, signal.SIGKILL)
+    job.communicate(timeout=120)
+    return reads
+
+
 def main():
     trident, _ = h.binaries_or_skip()
     with tempfile.TemporaryDirectory() as tmp:
@@ -76,7 +100,10 @@ def main():
                                         f"logging.metrics={path('b8.jsonl')}"])
         h.check("resumed: " + path("ck8/step_000004") + " at step 4" in p.stdout,
                 "2x2x2 says where it resumed")
-        h.check(loss_list(path("b8.jsonl")) == full8[4:], "2x2x2 resumed: the same losses, bitwise")
+        h.check(loss_list(path("b8.jsonl")) == full8[4:], "2x2x2 resumed: the same losses")
+        differ = h.checkpoints_differ(path("ck8b/step_000008"), path("ck8/step_000008"))
+        h.check(differ is None, "2x2x2 resumed: the checkpoint of step 8 equals the uninterrupted "
+                                f"run's bitwise: weights, master weights, Adam moments ({differ or 'all'})")
         # Each rank read its eighth: at most 1/8 of the checkpoint's bytes of tensors, plus
         # the headers of the shards it drew from (fewer bytes than one shard).
         read = re.search(r"checkpoint read: at most (\d+) bytes of tensors and (\d+) of headers "
@@ -87,6 +114,18 @@ def main():
         h.check(read and 0 < tensors <= whole / 8 and 0 < headers < biggest,
                 f"2x2x2 resume reads by share: {tensors} bytes of tensors per rank at most, "
                 f"{whole / 8:.0f} allowed (1/8 of {whole}), headers {headers}")
+        # The same by the kernel's count of each rank's reads (/proc/PID/io rchar): a resumed
+        # job against a fresh one, each stopped after its first step. The difference is the
+        # checkpoint's reads: at most an eighth of it plus the manifest, the config and the
+        # headers of the shards drawn from (each under 64 KiB here).
+        fresh = reads_by_first_step(trident, base, config, path("fresh.jsonl"), layout(2, 2, 2))
+        resumed = reads_by_first_step(trident, base, config, path("resumed_io.jsonl"),
+                                      layout(2, 2, 2) + [f"checkpoint.resume={path('ck8/step_000004')}"])
+        extra = {r: resumed[r] - fresh[r] for r in fresh if fresh.get(r) and resumed.get(r)}
+        h.check(len(extra) == 8 and all(0 < e <= whole / 8 + (64 << 10) for e in extra.values()),
+                f"2x2x2 resume reads by share, by /proc/PID/io: each rank read {sorted(extra.values())} "
+                f"bytes more than a fresh start, at most {whole / 8 + (64 << 10):.0f} allowed "
+                f"(1/8 of {whole} + 64 KiB)")
 
         # 2x2x2 -> 1x1x1 (steps 5, 6; a checkpoint at 6) -> 2x1x2 interleaved and 1x2x2 1F1B.
         train(1, [f"checkpoint.resume={path('ck8/step_000004')}", f"checkpoint.dir={path('ck1')}",
@@ -155,7 +194,7 @@ def main():
             f"checkpoint.dir={ckk}", "checkpoint.interval=1"],
             env={"TRIDENT_TEST_CRASH_IN_SAVE": "6:1"})
         out, _ = job.communicate(timeout=300)
-        entries = sorted(os.listdir(ckk))
+        entries = sorted(e for e in os.listdir(ckk) if e != ".lock")  # the run's lock file
         # (and the metrics, logging.metrics' default, beside the checkpoints)
         h.check(job.returncode != 0 and entries == [".tmp_step_000006", "metrics.jsonl",
                                                     "step_000003", "step_000004", "step_000005"],

@@ -45,6 +45,9 @@ def ranks_of(lay):
 
 
 def worst_rel(curve, ref):
+    """The largest relative difference; infinite where the lengths differ (or are none)."""
+    if len(curve) != len(ref) or not ref:
+        return float("inf")
     return max(abs(x - y) / abs(y) for x, y in zip(curve, ref))
 
 

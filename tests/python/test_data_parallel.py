@@ -17,7 +17,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mpi_harness import binaries_or_skip, check, failures, losses, run, tiny_run  # noqa: E402
+from mpi_harness import (binaries_or_skip, check, checkpoints_differ, failures, losses, run,  # noqa: E402
+                         tiny_run)
 
 # (P, M, D, zero stage, schedule, v, sequence parallel, bucket size in parameters)
 ONE_BUCKET = 1 << 24
@@ -34,10 +35,14 @@ def main():
         # Global batch 16 in microbatches of 2: 8, 4 or 2 per replica for D = 1, 2, 4.
         base = tiny_run(tmp, ["model.layers=4", "model.dropout=0.1", "training.global_batch=16",
                               "data.shuffle=true"])
-        run([trident, "train"] + base + ["--set", f"logging.metrics={path('m1.jsonl')}"])
+        # Checkpoints of every step: step 1's Adam moments are the whole gradient, element by
+        # element ((1 - beta) g and (1 - beta2) g^2).
+        every_step = ["--set", "checkpoint.interval=1", "--set", "checkpoint.keep=10"]
+        run([trident, "train"] + base + every_step + ["--set", f"logging.metrics={path('m1.jsonl')}",
+                                                      "--set", f"checkpoint.dir={path('ck_ref')}"])
         ref = losses(path("m1.jsonl"))
 
-        for p, m, d, zero, schedule, v, sp, bucket in LAYOUTS:
+        for index, (p, m, d, zero, schedule, v, sp, bucket) in enumerate(LAYOUTS):
             name = (f"{p}x{m}x{d} zero {zero}{f' {schedule} v={v}' if v > 1 else ''}"
                     f"{' +SP' if sp else ''}{f' buckets of {bucket}' if bucket != ONE_BUCKET else ''}")
             metrics = path("m.jsonl")
@@ -46,9 +51,13 @@ def main():
                 "--set", f"parallel.data={d}", "--set", f"parallel.zero_stage={zero}",
                 "--set", f"parallel.schedule={schedule}", "--set", f"parallel.virtual_stages={v}",
                 "--set", f"parallel.sequence_parallel={'true' if sp else 'false'}",
-                "--set", f"parallel.bucket_size={bucket}",
-                "--set", f"logging.metrics={metrics}"], ranks=p * m * d)
+                "--set", f"parallel.bucket_size={bucket}", "--set", f"checkpoint.dir={path(f'ck_layout{index}')}",
+                "--set", f"logging.metrics={metrics}"] + every_step, ranks=p * m * d)
             rows = losses(metrics)
+            differ = checkpoints_differ(path(f"ck_layout{index}/step_000001"), path("ck_ref/step_000001"), 1e-5,
+                                        ("exp_avg", "exp_avg_sq"))
+            check(differ is None, f"{name}: step 1's Adam moments, every element, within 1e-5 of "
+                                  f"1x1x1 ({differ or 'all'})")
             worst = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(rows, ref))
             norm = max(abs(x["grad_norm"] - y["grad_norm"]) / abs(y["grad_norm"])
                        for x, y in zip(rows, ref))
@@ -89,34 +98,52 @@ def main():
                     "--set", f"parallel.bucket_size={bucket}",
                     "--set", f"parallel.overlap_grad_reduce={overlap}",
                     "--set", f"parallel.overlap_param_gather={overlap}",
+                    "--set", f"checkpoint.dir={path(f'ov{p}{m}{d}{zero}{overlap}')}",
                     "--set", f"logging.metrics={metrics}"], ranks=p * m * d)
                 runs.append([(r["loss"], r["grad_norm"]) for r in losses(metrics)])
+            name = f"{p}x{m}x{d} zero {zero}, buckets of {bucket}"
             check(len(runs[0]) == 10 and runs[0] == runs[1],
-                  f"{p}x{m}x{d} zero {zero}, buckets of {bucket}: overlapped and not, the same "
-                  f"losses and gradient norms bitwise")
+                  f"{name}: overlapped and not, the same losses and gradient norms")
+            differ = checkpoints_differ(path(f"ov{p}{m}{d}{zero}true/step_000010"),
+                                        path(f"ov{p}{m}{d}{zero}false/step_000010"))
+            check(differ is None, f"{name}: overlapped and not, the same checkpoint bitwise: "
+                                  f"weights, master weights, Adam moments ({differ or 'all'})")
 
-        # The trace of steps 2 and 3 on D = 2 (zero 1, buckets of 5000 parameters): each
-        # step's reduce-scatters start before its last backward ends, and the all-gathers
-        # started by step 2's update are still under way when step 3's first forward begins.
+        # The trace of steps 2 and 3 on D = 2 (zero 1, buckets of 5000 parameters), where each
+        # reduce-scatter and all-gather span is the time its data moved, on the thread that
+        # moved it (args.thread, the kernel's thread id; args.issued: when it was asked for).
+        # The data moves on a thread other than the one that computes; each step's
+        # reduce-scatters are issued before its last backward ends (when they run depends on
+        # a free core: with two ranks on two cores, the figure printed), and the all-gathers
+        # of step 2's update move data while step 3's first forward runs.
         trace = path("overlap.json")
         run([trident, "train"] + base + [
             "--set", "parallel.data=2", "--set", "parallel.bucket_size=5000",
             "--set", f"logging.trace={trace}", "--set", "logging.trace_steps=2"], ranks=2)
         with open(trace) as f:
             events = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X" and e["pid"] == 0]
-        spans = lambda name: sorted((e["ts"], e["ts"] + e["dur"]) for e in events  # noqa: E731
-                                    if e["name"] == name)
+        spans = lambda name: sorted((e["ts"], e["ts"] + e["dur"], e["args"]["issued"])  # noqa: E731
+                                    for e in events if e["name"] == name)
+        threads = lambda names: {e["args"]["thread"] for e in events  # noqa: E731
+                                 if e["name"] in names}
         optimizer, backward, forward = spans("optimizer"), spans("backward"), spans("forward")
         reduces, gathers = spans("reduce_scatter"), spans("all_gather")
+        compute, moving = threads({"forward", "backward"}), threads({"reduce_scatter", "all_gather"})
         step_end = optimizer[0][0]  # step 2's update begins once its gradients are reduced
-        last_backward = max(end for start, end in backward if end <= step_end)
-        early = [s for s in reduces if s[0] < last_backward]
-        first_forward = min(start for start, end in forward if start >= optimizer[0][1])
-        open_gathers = [s for s in gathers if s[0] < first_forward < s[1]]
-        check(len(optimizer) == 2 and early and open_gathers
-              and all(e["tid"] == 1 for e in events if "gather" in e["name"] or "scatter" in e["name"]),
-              f"trace: {len(early)} of {len(reduces)} reduce-scatters start under the backward, "
-              f"{len(open_gathers)} of {len(gathers)} all-gathers under way at the next forward")
+        last_backward = max(end for start, end, _ in backward if end <= step_end)
+        early = [s for s in reduces if s[2] < last_backward]
+        moved_early = [s for s in reduces if s[0] < last_backward]
+        first_forward = min((start, end) for start, end, _ in forward if start >= optimizer[0][1])
+        during = [s for s in gathers if s[0] < first_forward[1] and s[1] > first_forward[0]]
+        check(len(compute) == 1 and len(moving) == 1 and not compute & moving,
+              f"trace: the data-parallel data moves on a thread of its own ({moving}), not the "
+              f"compute thread ({compute})")
+        check(len(optimizer) == 2 and early and during,
+              f"trace: {len(early)} of {len(reduces)} reduce-scatters issued before the last "
+              f"backward ends, {len(during)} of {len(gathers)} all-gathers moving data during the "
+              f"next forward")
+        print(f"figure: {len(moved_early)} of {len(reduces)} reduce-scatters moved data before the "
+              f"last backward ended", flush=True)
 
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0

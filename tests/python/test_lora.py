@@ -115,6 +115,9 @@ def curve(path):
 
 
 def worst_rel(got, want):
+    """The largest relative difference; infinite where the lengths differ (or are none)."""
+    if len(got) != len(want) or not want:
+        return float("inf")
     return max(abs(g - w) / abs(w) for g, w in zip(got, want))
 
 

@@ -8,7 +8,8 @@ gathered gradient of one
 global batch (tests/tools/model_dump) and the losses of 10 training steps (with validation)
 match P = 1 within 1e-5 relative. The zero-bubble schedules give 1F1B's losses bitwise, with
 M, sequence parallelism, D with ZeRO-1, recompute and bf16. logging.trace writes a Chrome
-trace with every rank's spans.
+trace with every rank's spans; by its spans, auto's cuts leave the busiest stage less to
+compute than uniform's.
 Uniform cuts of layers not divisible by P·v, counts that do not add up to the layers, and
 microbatches not a multiple of P for the interleaved schedule are refused with one clear
 message.
@@ -18,12 +19,18 @@ Needs only the standard library and mpirun; exit 77 (skipped) without mpirun.
 import collections
 import json
 import os
+import re
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mpi_harness import (binaries_or_skip, check, failures, losses, read_safetensors, run,  # noqa: E402
-                         tiny_run, worst_tensor_diff)
+from mpi_harness import (binaries_or_skip, check, checkpoints_differ, failures, losses,  # noqa: E402
+                         read_safetensors, run, tiny_run, worst_tensor_diff)
+
+# Checkpoints of every step of a 10-step run: step 1's Adam moments are (1 - beta) g and
+# (1 - beta2) g^2, the whole model's gradient element by element.
+EVERY_STEP = ["--set", "checkpoint.interval=1", "--set", "checkpoint.keep=10"]
+MOMENTS = ("exp_avg", "exp_avg_sq")
 
 # (P, M, schedule, v, sequence parallel, parallel.stage_layers)
 LAYOUTS = [(2, 1, "1f1b", 1, False, "uniform"), (4, 1, "1f1b", 1, False, "uniform"),
@@ -42,6 +49,26 @@ def layout_args(p, m, schedule, v, sp, cut="auto"):
             "--set", f"parallel.stage_layers={cut}"]
 
 
+def stage_seconds(trace):
+    """Each rank's compute time a step in a Chrome trace: its forward and backward spans
+    summed per step (a step ends where the rank's optimizer span begins), the least of its
+    steps (other processes on the machine only ever add to a span)."""
+    with open(trace) as f:
+        events = [e for e in json.load(f)["traceEvents"] if e["ph"] == "X"]
+    seconds = {}
+    for rank in {e["pid"] for e in events}:
+        mine = sorted((e["ts"], e["dur"], e["name"]) for e in events if e["pid"] == rank)
+        steps, busy = [], 0.0
+        for start, duration, name in mine:
+            if name == "optimizer":
+                steps.append(busy)
+                busy = 0.0
+            elif name in ("forward", "backward"):
+                busy += duration
+        seconds[rank] = min(steps) / 1e6
+    return seconds
+
+
 def main():
     trident, dump = binaries_or_skip()
 
@@ -58,11 +85,12 @@ def main():
 
         run([dump] + base + init + ["--output", path("g1.safetensors")], ranks=1)
         ref_grads = read_safetensors(path("g1.safetensors"))
-        run([trident, "train"] + base + init + ["--set", f"logging.metrics={path('m1.jsonl')}"],
+        run([trident, "train"] + base + init + EVERY_STEP +
+            ["--set", f"logging.metrics={path('m1.jsonl')}", "--set", f"checkpoint.dir={path('ck1')}"],
             ranks=1)
         ref_rows = losses(path("m1.jsonl"))
 
-        for p, m, schedule, v, sp, cut in LAYOUTS:
+        for index, (p, m, schedule, v, sp, cut) in enumerate(LAYOUTS):
             name = (f"P={p} M={m} {schedule}{f' v={v}' if v > 1 else ''}{' +SP' if sp else ''}"
                     f" layers {cut}")
             args = layout_args(p, m, schedule, v, sp, cut)
@@ -73,10 +101,13 @@ def main():
             check(sorted(got) == sorted(ref_grads) and worst[0] <= 1e-5,
                   f"{name}: loss and gradients within 1e-5 of P=1 (worst {worst[0]:.2e}, {worst[1]})")
 
-            metrics = path("m.jsonl")
-            run([trident, "train"] + base + init + args + ["--set", f"logging.metrics={metrics}"],
-                ranks=p * m)
+            metrics, ck = path("m.jsonl"), path(f"ck_layout{index}")
+            run([trident, "train"] + base + init + args + EVERY_STEP +
+                ["--set", f"logging.metrics={metrics}", "--set", f"checkpoint.dir={ck}"], ranks=p * m)
             rows = losses(metrics)
+            differ = checkpoints_differ(f"{ck}/step_000001", path("ck1/step_000001"), 1e-5, MOMENTS)
+            check(differ is None, f"{name}: step 1's Adam moments, every element of every tensor, "
+                                  f"within 1e-5 of P=1 ({differ or 'all'})")
             worst = max(abs(x["loss"] - y["loss"]) / abs(y["loss"]) for x, y in zip(rows, ref_rows))
             val = [(x["val_loss"], y["val_loss"]) for x, y in zip(rows, ref_rows) if "val_loss" in y]
             worst_val = max(abs(x - y) / abs(y) for x, y in val)
@@ -92,16 +123,22 @@ def main():
                                           "training.recompute=selective"]),
                                (2, 1, 2, ["parallel.zero_stage=1", "training.precision=bf16"])]:
             runs = {}
+            name = f"{p}x{m}x{d} {' '.join(extra)}"
             for schedule in ("1f1b", "zb-h1", "zb-h2"):
                 metrics = path(f"zb_{schedule}.jsonl")
+                ck = path(f"zb_{name.replace(' ', '_')}_{schedule}")
                 args = layout_args(p, m, schedule, 1, False, "uniform")
                 args += ["--set", f"parallel.data={d}"] + sum((["--set", e] for e in extra), [])
                 run([trident, "train"] + base + init + args
-                    + ["--set", f"logging.metrics={metrics}"], ranks=p * m * d)
+                    + ["--set", f"logging.metrics={metrics}", "--set", f"checkpoint.dir={ck}"],
+                    ranks=p * m * d)
                 runs[schedule] = [(r["loss"], r["grad_norm"]) for r in losses(metrics)]
-            name = f"{p}x{m}x{d} {' '.join(extra)}"
             check(len(runs["1f1b"]) == 10 and runs["zb-h1"] == runs["1f1b"] == runs["zb-h2"],
-                  f"{name}: ZB-H1 and ZB-H2 train as 1F1B, bitwise")
+                  f"{name}: ZB-H1 and ZB-H2 train as 1F1B: losses and gradient norms")
+            ck = lambda s: path(f"zb_{name.replace(' ', '_')}_{s}/step_000010")  # noqa: E731
+            differ = checkpoints_differ(ck("zb-h1"), ck("1f1b")) or checkpoints_differ(ck("zb-h2"), ck("1f1b"))
+            check(differ is None, f"{name}: ZB-H1 and ZB-H2 checkpoints after 10 steps equal 1F1B's "
+                                  f"bitwise: weights, master weights, Adam moments ({differ or 'all'})")
 
         # Activations are held per microbatch in flight: rank 0 (stage 0) of P = 2 with 4
         # microbatches holds 2 under 1F1B (p - stage) and all 4 under GPipe; validation
@@ -116,12 +153,17 @@ def main():
 
         # Memory does not grow with the microbatches: under 1F1B stage 0 holds 2 activation
         # sets for 4 microbatches and for 16, and the pipeline's message buffers (received,
-        # and the pool of outgoing ones) are bounded too, so its peak is the same.
+        # and the pool of outgoing ones) are bounded too, so its peak is the same. Each
+        # message is 256 KB (micro batch 4 x 64 tokens x hidden 256, fp32): above MPI's eager
+        # limits, so a send stays in flight until its receiver takes it, and a buffer per
+        # send in flight would grow with the microbatches.
         peaks = []
-        for batch in (8, 32):
+        for batch in (16, 64):
             metrics = path(f"peak{batch}.jsonl")
             run([trident, "train"] + base + layout_args(2, 1, "1f1b", 1, False, "uniform")
                 + ["--set", f"training.global_batch={batch}", "--set", "training.steps=2",
+                   "--set", "model.hidden=256", "--set", "model.seq_len=64",
+                   "--set", "training.micro_batch=4", "--set", "model.dropout=0",
                    "--set", f"logging.metrics={metrics}"], ranks=2)
             peaks.append(losses(metrics)[-1]["mem_peak_bytes"])
         check(peaks[0] == peaks[1], f"1F1B, P=2: stage 0's peak memory {peaks[0]} bytes with 4 "
@@ -142,6 +184,32 @@ def main():
         expected.update({(r, "optimizer"): 2 for r in range(4)})
         check(tracks == {0, 1, 2, 3} and dict(count) == expected,
               f"Chrome trace: 4 tracks with every rank's spans ({sum(count.values())} spans)")
+
+        # auto's cuts against uniform's, judged by the time each stage computes (the trace's
+        # forward and backward spans, summed per rank and step; its least step), not by the
+        # cost model auto minimises. A head of about four layers' FLOPs (vocabulary 6656,
+        # hidden 128) on 8 layers: uniform's last stage computes 4 layers and the head, auto
+        # moves layers to the first stage. Both runs do the same work, so the busiest stage's
+        # share of the stages' time is the balance, whatever else the machine runs meanwhile.
+        share = {}
+        for cut in ("uniform", "auto"):
+            trace = path(f"cut_{cut}.json")
+            out = run([trident, "train"] + base + layout_args(2, 1, "1f1b", 1, False, cut) + [
+                "--set", "model.vocab_size=6656", "--set", "model.hidden=128",
+                "--set", "model.ffn_hidden=512", "--set", "model.layers=8",
+                "--set", "model.seq_len=32", "--set", "model.dropout=0",
+                "--set", "training.micro_batch=1", "--set", "training.steps=9",
+                "--set", f"logging.trace={trace}", "--set", "logging.trace_from=2",
+                "--set", "logging.trace_steps=8"], ranks=2).stdout
+            stages = stage_seconds(trace)
+            share[cut] = max(stages.values()) / sum(stages.values())
+            print(f"figure: stage_layers {cut}: the stages compute "
+                  f"{' and '.join(f'{stages[r]:.4f}' for r in sorted(stages))} s a step, the "
+                  f"busiest {share[cut]:.0%} of it (layers per chunk "
+                  f"{re.search(r'layers per chunk ([0-9, ]*[0-9])', out).group(1)})", flush=True)
+        check(share["auto"] < 0.9 * share["uniform"],
+              f"stage cuts, timed: auto's busiest stage computes {share['auto']:.0%} of the "
+              f"stages' time, under 0.9 x uniform's {share['uniform']:.0%}")
 
         p = run([trident, "train"] + base + ["--set", "parallel.pipeline=3",
                                              "--set", "parallel.stage_layers=uniform"],

@@ -18,12 +18,16 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mpi_harness import binaries_or_skip, check, failures, losses, run, tiny_run  # noqa: E402
+from mpi_harness import (binaries_or_skip, check, checkpoints_differ, failures, losses, run,  # noqa: E402
+                         tiny_run)
 
 TOL = 1e-5
 
 
 def worst(rows, ref, key):
+    """The largest relative difference of `key`; infinite where the lengths differ."""
+    if len(rows) != len(ref) or not ref:
+        return float("inf")
     return max(abs(x[key] - y[key]) / abs(y[key]) for x, y in zip(rows, ref))
 
 
@@ -41,7 +45,10 @@ def main():
             p = run(args, ranks=None if ranks == 1 else ranks, expect_ok=expect_ok)
             return p if not expect_ok else losses(path(name + ".jsonl"))
 
-        ref = train(1, "ref", ["checkpoint.dir=" + path("ck_ref"), "checkpoint.interval=4"])
+        # Checkpoints of every step: step 1's Adam moments are the whole gradient, element by
+        # element ((1 - beta) g and (1 - beta2) g^2).
+        every_step = ["checkpoint.interval=1", "checkpoint.keep=10"]
+        ref = train(1, "ref", ["checkpoint.dir=" + path("ck_ref")] + every_step)
 
         # (P, M, D, stage, extra overrides)
         layouts = [(1, 1, 2, 2, []), (1, 1, 2, 3, []), (1, 1, 4, 2, []), (1, 1, 4, 3, []),
@@ -53,10 +60,16 @@ def main():
         stage0 = {}
         for d in (2, 4):
             stage0[d] = train(d, f"z0d{d}", [f"parallel.data={d}", "parallel.zero_stage=0"])[-1]
-        for p, m, d, zero, extra in layouts:
+        for index, (p, m, d, zero, extra) in enumerate(layouts):
             name = f"{p}x{m}x{d} zero {zero}{' ' + ' '.join(extra) if extra else ''}"
+            ck = path(f"ck_layout{index}")
             rows = train(p * m * d, "run", [f"parallel.pipeline={p}", f"parallel.tensor={m}",
-                                            f"parallel.data={d}", f"parallel.zero_stage={zero}"] + extra)
+                                            f"parallel.data={d}", f"parallel.zero_stage={zero}",
+                                            f"checkpoint.dir={ck}"] + every_step + extra)
+            differ = checkpoints_differ(f"{ck}/step_000001", path("ck_ref/step_000001"), TOL,
+                                        ("exp_avg", "exp_avg_sq"))
+            check(differ is None, f"{name}: step 1's Adam moments, every element, within 1e-5 of "
+                                  f"1x1x1 ({differ or 'all'})")
             check(len(rows) == 10 and worst(rows, ref, "loss") <= TOL
                   and worst(rows, ref, "grad_norm") <= TOL,
                   f"{name}: losses and gradient norms within 1e-5 of 1x1x1 "
@@ -102,10 +115,15 @@ def main():
             for overlap in ("true", "false"):
                 rows = train(2, f"o{overlap}", ["parallel.data=2", f"parallel.zero_stage={zero}",
                                                 f"parallel.overlap_grad_reduce={overlap}",
-                                                f"parallel.overlap_param_gather={overlap}"])
+                                                f"parallel.overlap_param_gather={overlap}",
+                                                f"checkpoint.dir={path(f'ov{zero}{overlap}')}"])
                 runs.append([(x["loss"], x["grad_norm"]) for x in rows])
             check(len(runs[0]) == 10 and runs[0] == runs[1],
-                  f"D=2 zero {zero}: overlapped and not, the same losses and norms bitwise")
+                  f"D=2 zero {zero}: overlapped and not, the same losses and norms")
+            differ = checkpoints_differ(path(f"ov{zero}true/step_000010"),
+                                        path(f"ov{zero}false/step_000010"))
+            check(differ is None, f"D=2 zero {zero}: overlapped and not, the same checkpoint bitwise: "
+                                  f"weights, master weights, Adam moments ({differ or 'all'})")
 
         # Checkpoints across stages: 3 -> 1, 1 -> 3 (D = 4), 3 -> 2 on a pipeline, 0 -> 3.
         train(2, "c3", ["parallel.data=2", "parallel.zero_stage=3", f"checkpoint.dir={path('ck3')}",

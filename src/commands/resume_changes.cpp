@@ -1,0 +1,67 @@
+// What a resume changes of the run it continues (see resume_changes.h).
+#include "commands/resume_changes.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "commands/session.h"
+#include "kernels/error.h"
+#include "parallel/agreement.h"
+#include "train/resume_checks.h"
+
+namespace trident::commands {
+
+namespace {
+
+void warn(const std::string& text) {
+    std::fprintf(stderr, "trident: warning: %s\n", text.c_str());
+    std::fflush(stderr);
+}
+
+}  // namespace
+
+void check_resume_changes(const config::Config& now, const train::CheckpointShare& ck,
+                          parallel::World& world, bool leader) {
+    const int step = ck.manifest.step;
+    std::string error;
+    if (leader) {
+        try {
+            const config::Config then =
+                config::load((std::filesystem::path(ck.path) / "config.yaml").string());
+            const std::string order = train::order_changes(then, now);
+            if (!order.empty() && !now.checkpoint.allow_order_change)
+                error = "checkpoint.resume: " + ck.path + ": " + order +
+                        "; resuming would draw other samples than the run planned. Restore "
+                        "them, or set checkpoint.allow_order_change: true if the change is "
+                        "intended";
+            else if (!order.empty())
+                warn("checkpoint.resume: " + order +
+                     "; going on (checkpoint.allow_order_change: "
+                     "true)");
+            if (const std::string steps = train::schedule_change(then, now, step); !steps.empty())
+                warn("checkpoint.resume: " + steps);
+        } catch (const Error& e) {
+            error = std::string("checkpoint.resume: ") + e.what();
+        }
+        const int interval = now.checkpoint.interval;
+        const int first_save = interval > 0
+                                   ? std::min(now.training.steps, (step / interval + 1) * interval)
+                                   : now.training.steps;
+        const auto doomed = now.checkpoint.dir && first_save > step
+                                ? train::checkpoints_from(*now.checkpoint.dir, first_save)
+                                : std::vector<std::string>{};
+        if (error.empty() && !doomed.empty())
+            warn("resuming " + ck.path + " at step " + std::to_string(step) + ", but the run's " +
+                 "first save, at step " + std::to_string(first_save) + ", deletes " +
+                 std::to_string(doomed.size()) + " later checkpoint(s) of " + *now.checkpoint.dir +
+                 " (" + doomed.front() + (doomed.size() > 1 ? " to " + doomed.back() : "") +
+                 "); move them away to keep them");
+    }
+    error = parallel::first_failure(world.comm(), error);
+    if (!error.empty()) throw EveryRankError(error);
+}
+
+}  // namespace trident::commands

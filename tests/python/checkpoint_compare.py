@@ -1,0 +1,213 @@
+#!/usr/bin/python3
+"""Two Trident checkpoints compared tensor by tensor, element by element.
+
+A checkpoint directory holds manifest.json and one safetensors shard per rank (see
+src/train/checkpoint.h for what a shard holds). This reader is written from the formats
+alone: the safetensors layout (an 8-byte little-endian header length, a JSON header of
+dtype, shape and data_offsets per tensor, then the data) and the tensor-parallel splits that
+model/param_layout.h documents (Megatron's: vocabulary rows of wte, q/k/v rows of c_attn,
+rows of c_fc, columns of the two c_proj weights, the rest replicated). It shares no code with
+the C++ reader, so a fault in that reader cannot hide here.
+
+Each checkpoint is put back together into whole tensors of four kinds: "param" (the model's
+weights as the run held them), "master", "exp_avg" and "exp_avg_sq" (fp32 master weights and
+Adam's moments), every element of every tensor written by exactly one shard. compare() names
+the first tensor and element that differs, bitwise or beyond a relative tolerance.
+
+Standard library only. As a script: checkpoint_compare.py A B [--rtol X] (bitwise without
+--rtol) exits 0 when they match, 1 with the first difference.
+"""
+import argparse
+import array
+import json
+import os
+import struct
+import sys
+
+KINDS = ("param", "master", "exp_avg", "exp_avg_sq")
+# Bytes per element and how to widen each dtype to fp32 bits.
+DTYPES = {"F32": 4, "BF16": 2, "F16": 2}
+
+
+def read_safetensors(path):
+    """{name: (dtype, shape, raw bytes)}, every length checked against the file."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 8:
+        raise ValueError(f"{path}: {len(data)} bytes, too short for a header length")
+    n = struct.unpack("<Q", data[:8])[0]
+    if 8 + n > len(data):
+        raise ValueError(f"{path}: header of {n} bytes runs past the end ({len(data)} bytes)")
+    header = json.loads(data[8:8 + n])
+    body = data[8 + n:]
+    tensors = {}
+    covered = 0
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype, shape = info["dtype"], info["shape"]
+        begin, end = info["data_offsets"]
+        count = 1
+        for d in shape:
+            count *= d
+        if dtype not in DTYPES or not 0 <= begin <= end <= len(body) \
+                or end - begin != count * DTYPES[dtype]:
+            raise ValueError(f"{path}: tensor {name}: {dtype} {shape} does not fit bytes "
+                             f"{begin}..{end} of {len(body)}")
+        covered += end - begin
+        tensors[name] = (dtype, shape, body[begin:end])
+    if covered != len(body):
+        raise ValueError(f"{path}: tensors cover {covered} of {len(body)} data bytes")
+    return tensors
+
+
+def as_f32_bits(dtype, raw):
+    """The elements as fp32 bit patterns (uint32), 16-bit kinds widened exactly."""
+    if dtype == "F32":
+        return array.array("I", raw)
+    halves = array.array("H", raw)
+    if dtype == "BF16":
+        return array.array("I", (h << 16 for h in halves))
+    return array.array("I", (struct.unpack("<I", struct.pack("<f", struct.unpack(
+        "<e", struct.pack("<H", h))[0]))[0] for h in halves))
+
+
+def full_shape(name, model):
+    """The whole tensor's shape, from the model's sizes in the manifest."""
+    c, f, t, vp = model["hidden"], model["ffn_hidden"], model["seq_len"], model["padded_vocab"]
+    if name == "wte.weight":
+        return [vp, c]
+    if name == "wpe.weight":
+        return [t, c]
+    leaf = name.split(".", 2)[-1] if name.startswith("h.") else name
+    return {"attn.c_attn.weight": [3 * c, c], "attn.c_attn.bias": [3 * c],
+            "attn.c_proj.weight": [c, c], "mlp.c_fc.weight": [f, c], "mlp.c_fc.bias": [f],
+            "mlp.c_proj.weight": [c, f]}.get(leaf, [c])
+
+
+def split_of(name):
+    if name == "wte.weight" or name.endswith("mlp.c_fc.weight") or name.endswith("mlp.c_fc.bias"):
+        return "rows"
+    if name.endswith("attn.c_attn.weight") or name.endswith("attn.c_attn.bias"):
+        return "qkv_rows"
+    if name.endswith("attn.c_proj.weight") or name.endswith("mlp.c_proj.weight"):
+        return "columns"
+    return "replicated"
+
+
+def whole_index(name, shape, tp, tensors, local_numel):
+    """A function from an element of tensor rank tp's slice to its index in the whole."""
+    whole = 1
+    for d in shape:
+        whole *= d
+    split = split_of(name) if tensors > 1 else "replicated"
+    if split == "replicated":
+        return lambda i: i
+    if split == "rows":
+        return lambda i: tp * local_numel + i
+    if split == "qkv_rows":
+        block = local_numel // 3
+        return lambda i: (i // block) * (whole // 3) + tp * block + i % block
+    width = shape[1] // tensors  # columns
+    return lambda i: (i // width) * shape[1] + tp * width + i % width
+
+
+def load(directory):
+    """{kind: {tensor: array of fp32 bits}} and the manifest's model sizes."""
+    with open(os.path.join(directory, "manifest.json")) as f:
+        manifest = json.load(f)
+    model, layout = manifest["model"], manifest["layout"]
+    out = {k: {} for k in KINDS}
+    written = {k: {} for k in KINDS}  # how often each element was written
+    for entry in manifest["files"]:
+        if "pp" not in entry:
+            continue
+        path = os.path.join(directory, entry["name"])
+        if os.path.getsize(path) != entry["bytes"]:
+            raise ValueError(f"{path}: {os.path.getsize(path)} bytes, manifest says {entry['bytes']}")
+        for key, (dtype, shape, raw) in read_safetensors(path).items():
+            kind, name = key.split("/", 1)
+            lo = 0
+            if kind != "param":
+                name, lo = name.rsplit("/", 1)
+                lo = int(lo)
+            values = as_f32_bits(dtype, raw)
+            whole_shape = full_shape(name, model)
+            numel = 1
+            for d in whole_shape:
+                numel *= d
+            local_numel = numel // (layout["tensor"] if split_of(name) != "replicated" else 1)
+            place = whole_index(name, whole_shape, entry["tp"], layout["tensor"], local_numel)
+            target = out[kind].setdefault(name, array.array("I", bytes(4 * numel)))
+            count = written[kind].setdefault(name, bytearray(numel))
+            if lo + len(values) > local_numel:
+                raise ValueError(f"{path}: {key} runs past its slice ({lo} + {len(values)} > {local_numel})")
+            for i, v in enumerate(values):
+                at = place(lo + i)
+                target[at] = v
+                count[at] += 1
+    for kind in KINDS:
+        for name, count in written[kind].items():
+            if any(c != 1 for c in count):
+                bad = next(i for i, c in enumerate(count) if c != 1)
+                raise ValueError(f"{directory}: {kind} {name} element {bad} written {count[bad]} times")
+    return out, model
+
+
+def to_float(bits):
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def compare(dir_a, dir_b, kinds=KINDS, rtol=None):
+    """None where every element of every tensor of `kinds` matches (bitwise, or within rtol of
+    the tensor's largest magnitude in b); else a sentence naming the first that does not.
+    The vocabulary rows past the real ones (padding, which depends on the tensor-parallel
+    size) must be zero; the rest of wte is compared."""
+    a, model_a = load(dir_a)
+    b, model_b = load(dir_b)
+    vocab, hidden = model_a["vocab_size"], model_a["hidden"]
+    if (vocab, hidden) != (model_b["vocab_size"], model_b["hidden"]):
+        return f"different models: {model_a} and {model_b}"
+    for kind in kinds:
+        if sorted(a[kind]) != sorted(b[kind]):
+            return f"{kind}: tensors {sorted(set(a[kind]) ^ set(b[kind]))} in one only"
+        if not a[kind]:
+            return f"{kind}: no tensors in {dir_a}"
+        for name in sorted(a[kind]):
+            x, y = a[kind][name], b[kind][name]
+            if name == "wte.weight":
+                for t, d in ((x, dir_a), (y, dir_b)):
+                    if any(t[vocab * hidden:]):
+                        return f"{kind} {name}: a padding row is not zero in {d}"
+                x, y = x[:vocab * hidden], y[:vocab * hidden]
+            if len(x) != len(y):
+                return f"{kind} {name}: {len(x)} elements against {len(y)}"
+            if rtol is None:
+                if x != y:
+                    i = next(i for i in range(len(x)) if x[i] != y[i])
+                    return (f"{kind} {name} element {i}: {to_float(x[i])!r} ({x[i]:#010x}) "
+                            f"against {to_float(y[i])!r} ({y[i]:#010x})")
+                continue
+            fx, fy = [to_float(v) for v in x], [to_float(v) for v in y]
+            scale = max(abs(v) for v in fy) or 1.0
+            for i, (p, q) in enumerate(zip(fx, fy)):
+                if not abs(p - q) <= rtol * scale:
+                    return (f"{kind} {name} element {i}: {p!r} against {q!r} (difference "
+                            f"{abs(p - q) / scale:.2e} of the tensor's largest, {scale:.3e})")
+    return None
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--rtol", type=float, default=None)
+    p.add_argument("--kinds", default=",".join(KINDS))
+    args = p.parse_args()
+    difference = compare(args.a, args.b, args.kinds.split(","), args.rtol)
+    print(difference or "match")
+    return 1 if difference else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
