@@ -86,15 +86,13 @@ std::string str(std::size_t v) {
     return std::to_string(v);
 }
 
-}  // namespace
-
-MegatronDataset::MegatronDataset(const std::string& prefix, int vocab_size, const std::string& what)
-    : prefix_(prefix) {
-    const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
-    const MappedFile index(idx_path, what);
-    MappedFile bin(bin_path, what);
-
-    // Header.
+// The index's header: the tokens' type and the counts of sequences (n) and document-index
+// entries (d), checked against the index's length.
+struct IndexHeader {
+    const DtypeCode* code;
+    uint64_t n, d;
+};
+IndexHeader read_header(const std::string& idx_path, const MappedFile& index) {
     const unsigned char* idx = index.data();
     const std::size_t idx_bytes = index.bytes();
     if (idx_bytes < kMegatronHeaderBytes)
@@ -111,11 +109,9 @@ MegatronDataset::MegatronDataset(const std::string& prefix, int vocab_size, cons
     if (!known)
         throw Error(idx_path + ": unknown dtype code " + std::to_string(code) +
                     " (Megatron's codes are 1 to 8)");
-    dtype_ = known->dtype;
-    if (dtype_ == kernels::DType::f32 || dtype_ == kernels::DType::f64)
+    if (known->dtype == kernels::DType::f32 || known->dtype == kernels::DType::f64)
         throw Error(idx_path + ": dtype " + known->name +
                     " holds no token ids (supported: uint8, int8, int16, uint16, int32, int64)");
-    const std::size_t size = kernels::size_of(dtype_);
     const uint64_t n = load<uint64_t>(idx + 18);
     const uint64_t d = load<uint64_t>(idx + 26);
 
@@ -132,12 +128,15 @@ MegatronDataset::MegatronDataset(const std::string& prefix, int vocab_size, cons
         throw Error(header + " (" + (fits ? str(expected) + " bytes" : "more bytes than that") +
                     ") but the file has " + str(idx_bytes) + " bytes: truncated or corrupt");
     }
-    const unsigned char* lengths = idx + kMegatronHeaderBytes;  // int32[n]
-    const unsigned char* pointers = lengths + 4 * n;            // int64[n]
-    const unsigned char* docs = pointers + 8 * n;               // int64[d]
+    return {known, n, d};
+}
 
-    // Sequences: non-negative lengths, stored back to back from byte 0 of the .bin.
-    const std::size_t bin_bytes = bin.bytes();
+// Sequences: non-negative lengths (int32[n]) at `pointers` (int64[n]), stored back to back
+// from byte 0 of the .bin and filling it.
+void check_sequences(const std::string& idx_path, const std::string& bin_path,
+                     const unsigned char* lengths, const unsigned char* pointers, uint64_t n,
+                     const DtypeCode& code, std::size_t bin_bytes) {
+    const std::size_t size = kernels::size_of(code.dtype);
     std::size_t end = 0;  // where the sequences so far end in the .bin
     for (std::size_t i = 0; i < n; ++i) {
         const int32_t length = load<int32_t>(lengths + 4 * i);
@@ -162,10 +161,13 @@ MegatronDataset::MegatronDataset(const std::string& prefix, int vocab_size, cons
     }
     if (end != bin_bytes)
         throw Error(bin_path + ": " + str(bin_bytes) + " bytes, but " + idx_path + " describes " +
-                    str(end / size) + " " + known->name + " tokens (" + str(end) +
+                    str(end / size) + " " + code.name + " tokens (" + str(end) +
                     " bytes): extra data, or an index from another dataset");
+}
 
-    // Document index: from 0 to n, never decreasing.
+// Document index (int64[d]): from 0 to n, never decreasing.
+void check_documents(const std::string& idx_path, const unsigned char* docs, uint64_t d,
+                     uint64_t n) {
     if (d == 0) throw Error(idx_path + ": the document index is empty (it holds at least 0)");
     int64_t previous = load<int64_t>(docs);
     if (previous != 0)
@@ -181,23 +183,42 @@ MegatronDataset::MegatronDataset(const std::string& prefix, int vocab_size, cons
     if (static_cast<uint64_t>(previous) != n)
         throw Error(idx_path + ": the document index ends at " + std::to_string(previous) +
                     ", not at the number of sequences (" + std::to_string(n) + ")");
+}
 
-    // Every token id inside the vocabulary, checked now rather than midway through a run.
-    tokens_ = bin_bytes / size;
-    if (tokens_ > 0)
-        with_tokens(dtype_, bin.data(), [&](const auto* tokens) {
-            using T = std::remove_cv_t<std::remove_pointer_t<decltype(tokens)>>;
-            for (std::size_t i = 0; i < tokens_; ++i) {
-                bool outside = static_cast<int64_t>(tokens[i]) >= vocab_size;
-                if constexpr (std::is_signed_v<T>) outside = outside || tokens[i] < 0;
-                if (outside)
-                    throw Error(bin_path + ": token id " + std::to_string(tokens[i]) +
-                                " at position " + str(i) +
-                                " is outside the vocabulary (model.vocab_size = " +
-                                std::to_string(vocab_size) + ")");
-            }
-        });
+// Every token id inside the vocabulary, checked now rather than midway through a run.
+void check_vocabulary(const std::string& bin_path, kernels::DType dtype, const void* data,
+                      std::size_t count, int vocab_size) {
+    if (count == 0) return;
+    with_tokens(dtype, data, [&](const auto* tokens) {
+        using T = std::remove_cv_t<std::remove_pointer_t<decltype(tokens)>>;
+        for (std::size_t i = 0; i < count; ++i) {
+            bool outside = static_cast<int64_t>(tokens[i]) >= vocab_size;
+            if constexpr (std::is_signed_v<T>) outside = outside || tokens[i] < 0;
+            if (outside)
+                throw Error(bin_path + ": token id " + std::to_string(tokens[i]) + " at position " +
+                            str(i) + " is outside the vocabulary (model.vocab_size = " +
+                            std::to_string(vocab_size) + ")");
+        }
+    });
+}
 
+}  // namespace
+
+MegatronDataset::MegatronDataset(const std::string& prefix, int vocab_size, const std::string& what)
+    : prefix_(prefix) {
+    const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
+    const MappedFile index(idx_path, what);
+    MappedFile bin(bin_path, what);
+    const IndexHeader header = read_header(idx_path, index);
+    const uint64_t n = header.n, d = header.d;
+    const unsigned char* lengths = index.data() + kMegatronHeaderBytes;  // int32[n]
+    const unsigned char* pointers = lengths + 4 * n;                     // int64[n]
+    const unsigned char* docs = pointers + 8 * n;                        // int64[d]
+    check_sequences(idx_path, bin_path, lengths, pointers, n, *header.code, bin.bytes());
+    check_documents(idx_path, docs, d, n);
+    dtype_ = header.code->dtype;
+    tokens_ = bin.bytes() / kernels::size_of(dtype_);
+    check_vocabulary(bin_path, dtype_, bin.data(), tokens_, vocab_size);
     sequences_ = n;
     documents_ = d - 1;
     bin_ = std::move(bin);

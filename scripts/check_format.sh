@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fails, naming the files, when a C++ or CUDA source differs from what .clang-format makes of
-# it. Usage: scripts/check_format.sh [--fix]   (--fix rewrites them in place instead)
+# it, or a function or file breaks the code size limits (scripts/check_code_size.py).
+# Usage: scripts/check_format.sh [--fix]   (--fix rewrites the formatting in place instead)
 # The style is pinned to clang-format 14 (Debian's clang-format-14): other versions format a
 # few constructs differently.
 set -euo pipefail
@@ -32,3 +33,5 @@ if ((${#bad[@]})); then
   exit 1
 fi
 echo "check_format: ${#files[@]} files follow .clang-format"
+# The code size limits (docs/ARCHITECTURE.md, "Code size"): functions and files.
+python3 "$root/scripts/check_code_size.py"

@@ -270,23 +270,11 @@ std::string manifest_json(const Manifest& m) {
     return j.str() + "\n";
 }
 
-Manifest read_manifest(const std::string& dir) {
-    const std::string path = (fs::path(dir) / kManifestName).string();
-    if (!fs::exists(fs::symlink_status(path)))
-        throw Error(path + ": missing (an incomplete checkpoint, or not a checkpoint)");
-    const std::string text = io::read_regular_file(path, kMaxManifestBytes, "a manifest");
-    io::json::Value root;
-    try {
-        root = io::json::parse(text);
-    } catch (const Error& e) {
-        throw Error(path + ": not valid JSON: " + e.what());
-    }
-    const Reader r(path);
-    if (r.string(root, "format") != kFormat) r.fail("not a Trident checkpoint manifest");
-    if (r.integer(root, "version") != kVersion)
-        r.fail("format version " + std::to_string(r.integer(root, "version")) +
-               " (this build reads version " + std::to_string(kVersion) + ")");
-    Manifest m;
+namespace {
+
+// The run's progress: steps, samples, seed, the optimizer's and the loss scale's counters, the
+// step guard's state.
+void read_progress(const Reader& r, const io::json::Value& root, Manifest& m) {
     m.step = r.small(root, "step", 1, INT32_MAX);
     m.samples_consumed = r.ranged(root, "samples_consumed", 0, INT64_MAX);
     // Digits only: std::stoull would take "-1" as 2^64 - 1.
@@ -311,11 +299,10 @@ Manifest read_manifest(const std::string& dir) {
         m.recent_losses = r.numbers(root, "recent_losses");
         m.recent_grad_norms = r.numbers(root, "recent_grad_norms");
     }
-    read_shape(r, r.member(root, "model"), m.shape);
-    read_layout(r, r.member(root, "layout"), m.shape, m.layout);
-    m.precision = r.string(root, "precision");
-    if (m.precision != "fp32" && m.precision != "bf16" && m.precision != "fp16")
-        r.fail("\"precision\" is \"" + m.precision + "\", not fp32, bf16 or fp16");
+}
+
+// The shards, with their grid coordinates, sizes and digests.
+void read_files(const Reader& r, const io::json::Value& root, Manifest& m) {
     const io::json::Value& files = r.member(root, "files");
     if (!files.is_array()) r.fail("\"files\" is not an array");
     for (const io::json::Value& f : files.array) {
@@ -335,6 +322,9 @@ Manifest read_manifest(const std::string& dir) {
         if (f.find("header_sha256")) mf.header_sha256 = r.string(f, "header_sha256");
         m.files.push_back(std::move(mf));
     }
+}
+
+void read_data(const Reader& r, const io::json::Value& root, Manifest& m) {
     // Recorded since resumes check their data; without it there is nothing to compare.
     if (const io::json::Value* data = root.find("data")) {
         if (!data->is_array()) r.fail("\"data\" is not an array");
@@ -348,6 +338,9 @@ Manifest read_manifest(const std::string& dir) {
         }
         m.data_recorded = true;
     }
+}
+
+void read_lora(const Reader& r, const io::json::Value& root, Manifest& m) {
     // Written by runs that trained low-rank adapters.
     if (const io::json::Value* lora = root.find("lora")) {
         m.lora.rank = r.small(*lora, "rank", 1, m.shape.hidden);
@@ -364,6 +357,36 @@ Manifest read_manifest(const std::string& dir) {
         m.lora.base_sha256 = r.string(*lora, "base_sha256");
         if (m.lora.rank < 1 || m.lora.targets.empty()) r.fail("\"lora\" has no rank or no targets");
     }
+}
+
+}  // namespace
+
+Manifest read_manifest(const std::string& dir) {
+    const std::string path = (fs::path(dir) / kManifestName).string();
+    if (!fs::exists(fs::symlink_status(path)))
+        throw Error(path + ": missing (an incomplete checkpoint, or not a checkpoint)");
+    const std::string text = io::read_regular_file(path, kMaxManifestBytes, "a manifest");
+    io::json::Value root;
+    try {
+        root = io::json::parse(text);
+    } catch (const Error& e) {
+        throw Error(path + ": not valid JSON: " + e.what());
+    }
+    const Reader r(path);
+    if (r.string(root, "format") != kFormat) r.fail("not a Trident checkpoint manifest");
+    if (r.integer(root, "version") != kVersion)
+        r.fail("format version " + std::to_string(r.integer(root, "version")) +
+               " (this build reads version " + std::to_string(kVersion) + ")");
+    Manifest m;
+    read_progress(r, root, m);
+    read_shape(r, r.member(root, "model"), m.shape);
+    read_layout(r, r.member(root, "layout"), m.shape, m.layout);
+    m.precision = r.string(root, "precision");
+    if (m.precision != "fp32" && m.precision != "bf16" && m.precision != "fp16")
+        r.fail("\"precision\" is \"" + m.precision + "\", not fp32, bf16 or fp16");
+    read_files(r, root, m);
+    read_data(r, root, m);
+    read_lora(r, root, m);
     return m;
 }
 
