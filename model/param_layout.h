@@ -49,6 +49,10 @@
 
 namespace trident::model {
 
+// The layer kind: GPT-2's (LayerNorm, learned positions, GELU MLP, biases, tied head) or
+// Llama's (RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases).
+enum class Arch { gpt2, llama };
+
 // The sizes that fix a GPT's parameters.
 struct GptShape {
     int vocab = 0;         // V, real vocabulary
@@ -57,7 +61,10 @@ struct GptShape {
     int layers = 0;        // L
     int hidden = 0;        // H
     int heads = 0;         // NH
-    int ffn = 0;           // F, MLP width
+    int ffn = 0;           // F, MLP width (llama: SwiGLU's inner width)
+    int kv_heads = 0;      // KVH, key/value heads (grouped-query attention); gpt2: = heads
+    Arch arch = Arch::gpt2;
+    bool tied = true;  // the LM head is the token embedding (gpt2 always)
 };
 
 // Which part of the model a pipeline stage holds (P = v = 1: all of it).

@@ -11,10 +11,18 @@ int64_t round_up(int64_t value, int64_t multiple) {
     return (value + multiple - 1) / multiple * multiple;
 }
 
-// Unique parameters of the GPT: token and position embeddings, the layers, the final LN.
-// The LM head is tied to the token embedding, so it adds nothing; padded rows are excluded.
+// Unique parameters of the model, padded rows excluded (docs/FORMULAS.md, "Parameters").
+// GPT-2: token and position embeddings, the layers, the final LN; the LM head is tied to the
+// token embedding, so it adds nothing. Llama: the token embedding, the layers (q and o H×H,
+// k and v H×(KVH·d) each, SwiGLU's three H×F, two RMSNorm gains), the final RMSNorm, and the
+// LM head's V×H unless tied.
 int64_t count_parameters(const ModelConfig& m) {
     const int64_t V = m.vocab_size, T = m.seq_len, H = m.hidden, F = m.ffn_hidden, L = m.layers;
+    if (m.arch == Arch::llama) {
+        const int64_t kv = H / m.heads * m.kv_heads;
+        const int64_t per_layer = 2 * H * H + 2 * H * kv + 3 * H * F + 2 * H;
+        return V * H * (m.tie_embeddings ? 1 : 2) + L * per_layer + H;
+    }
     const int64_t per_layer = 2 * H                // ln1 weight and bias
                               + 3 * H * H + 3 * H  // qkv
                               + H * H + H          // attention projection

@@ -222,6 +222,46 @@ void check_consistency(const Config& cfg, const Origins& origins) {
                  microbatches, ") to be a multiple of parallel.pipeline (", p.pipeline, ")"));
 }
 
+// The layer kind's keys (model.arch): grouped-query attention, rotary positions, RMSNorm's
+// epsilon and an untied head are Llama's; GPT-2's layer has none of them.
+void check_architecture(const Config& cfg, const Origins& origins) {
+    const ModelConfig& m = cfg.model;
+    const ParallelConfig& p = cfg.parallel;
+    if (m.heads % m.kv_heads != 0)
+        fail(origins.blame({"model.kv_heads", "model.heads"}),
+             cat("model.kv_heads (", m.kv_heads, ") must divide model.heads (", m.heads,
+                 "): each key/value head serves heads / kv_heads query heads"));
+    if (m.arch == Arch::gpt2) {
+        if (m.kv_heads != m.heads)
+            fail(origins.blame({"model.kv_heads", "model.arch"}),
+                 cat("model.kv_heads (", m.kv_heads, ") differs from model.heads (", m.heads,
+                     "): grouped-query attention needs model.arch: llama"));
+        if (m.rope_theta != 10000.0)
+            fail(origins.blame({"model.rope_theta", "model.arch"}),
+                 cat("model.rope_theta (", m.rope_theta,
+                     ") sets llama's rotary positions; GPT-2 learns its position embedding "
+                     "(model.arch: gpt2)"));
+        if (m.norm_eps != 1e-5)
+            fail(origins.blame({"model.norm_eps", "model.arch"}),
+                 cat("model.norm_eps (", m.norm_eps,
+                     ") sets llama's RMSNorm; GPT-2's LayerNorm has eps 1e-5 (model.arch: gpt2)"));
+        if (!m.tie_embeddings)
+            fail(origins.blame({"model.tie_embeddings", "model.arch"}),
+                 "model.tie_embeddings: false needs model.arch: llama (GPT-2's LM head is its "
+                 "token embedding)");
+        return;
+    }
+    if ((m.hidden / m.heads) % 2 != 0)
+        fail(origins.blame({"model.hidden", "model.heads", "model.arch"}),
+             cat("model.arch: llama rotates pairs of channels: the head size model.hidden / "
+                 "model.heads = ",
+                 m.hidden / m.heads, " must be even"));
+    // Tensor parallelism splits the key/value heads with the query heads.
+    if (m.kv_heads % p.tensor != 0)
+        fail(origins.blame({"parallel.tensor", "model.kv_heads"}),
+             cat("parallel.tensor (", p.tensor, ") must divide model.kv_heads (", m.kv_heads, ")"));
+}
+
 }  // namespace
 
 void validate(const Config& cfg, const Origins& origins, Purpose purpose) {
@@ -229,6 +269,7 @@ void validate(const Config& cfg, const Origins& origins, Purpose purpose) {
     check_ranges(cfg, origins);
     if (purpose != Purpose::plan) refuse_unsupported_features(cfg, origins);
     check_consistency(cfg, origins);
+    check_architecture(cfg, origins);
     // Training adapters adapts given weights (over a random model they would adapt nothing);
     // bench and plan measure and model the run without them.
     if (purpose == Purpose::train && cfg.training.lora.enabled() && !cfg.model.init_from)

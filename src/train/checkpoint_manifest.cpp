@@ -72,6 +72,12 @@ public:
         if (!v.is_string()) fail(std::string("\"") + key + "\" is not a string");
         return v.string;
     }
+    bool boolean(const io::json::Value& object, const char* key) const {
+        const io::json::Value& v = member(object, key);
+        if (v.kind != io::json::Value::Kind::boolean)
+            fail(std::string("\"") + key + "\" is not true or false");
+        return v.boolean;
+    }
     [[noreturn]] void fail(const std::string& why) const { throw Error(path_ + ": " + why); }
 
 private:
@@ -138,13 +144,16 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 
 std::string manifest_json(const Manifest& m) {
     io::JsonLine model, layout;
-    model.add("vocab_size", m.shape.vocab)
+    model.add("arch", m.shape.arch == model::Arch::llama ? "llama" : "gpt2")
+        .add("vocab_size", m.shape.vocab)
         .add("padded_vocab", m.shape.padded_vocab)
         .add("seq_len", m.shape.max_seq)
         .add("layers", m.shape.layers)
         .add("hidden", m.shape.hidden)
         .add("heads", m.shape.heads)
-        .add("ffn_hidden", m.shape.ffn);
+        .add("ffn_hidden", m.shape.ffn)
+        .add("kv_heads", m.shape.kv_heads)
+        .add("tie_embeddings", m.shape.tied);
     layout.add("pipeline", m.layout.pipeline)
         .add("tensor", m.layout.tensor)
         .add("data", m.layout.data)
@@ -247,6 +256,13 @@ Manifest read_manifest(const std::string& dir) {
     m.shape.hidden = r.small(model, "hidden");
     m.shape.heads = r.small(model, "heads");
     m.shape.ffn = r.small(model, "ffn_hidden");
+    // Written since the llama layer; without them the model is GPT-2's.
+    m.shape.kv_heads = m.shape.heads;
+    if (model.find("arch")) {
+        m.shape.arch = r.string(model, "arch") == "llama" ? model::Arch::llama : model::Arch::gpt2;
+        m.shape.kv_heads = r.small(model, "kv_heads");
+        m.shape.tied = r.boolean(model, "tie_embeddings");
+    }
     const io::json::Value& layout = r.member(root, "layout");
     m.layout.pipeline = r.small(layout, "pipeline");
     m.layout.tensor = r.small(layout, "tensor");
