@@ -8,19 +8,14 @@ namespace trident::model {
 using kernels::ConstPtr;
 using kernels::Ptr;
 
-namespace {
-
-std::unique_ptr<AttentionCore> make_core(const SelfAttentionSpec& spec, const Dims& d,
-                                         const AttentionSavedFn& attention_saved, SetSpec& set,
-                                         ScratchSpec& scratch) {
+std::unique_ptr<AttentionCore> make_attention_core(int head_begin, int heads_total, const Dims& d,
+                                                   const AttentionSavedFn& attention_saved,
+                                                   SetSpec& set, ScratchSpec& scratch) {
     if (d.context_size > 1)
-        return std::make_unique<ContextAttention>(d, spec.head_begin, spec.heads_total,
-                                                  attention_saved, set, scratch);
-    return std::make_unique<LocalAttention>(d, spec.head_begin, spec.heads_total, attention_saved,
-                                            set);
+        return std::make_unique<ContextAttention>(d, head_begin, heads_total, attention_saved, set,
+                                                  scratch);
+    return std::make_unique<LocalAttention>(d, head_begin, heads_total, attention_saved, set);
 }
-
-}  // namespace
 
 // The buffers are declared in the order of the forward: qkv's, then the core's, then the
 // projection's.
@@ -28,7 +23,8 @@ SelfAttention::SelfAttention(const SelfAttentionSpec& spec, const Dims& d,
                              const AttentionSavedFn& attention_saved, SetSpec& set,
                              ScratchSpec& scratch)
     : qkv_linear_(spec.qkv, d, set, scratch),
-      core_(make_core(spec, d, attention_saved, set, scratch)),
+      core_(
+          make_attention_core(spec.head_begin, spec.heads_total, d, attention_saved, set, scratch)),
       proj_(spec.proj, d, set, scratch),
       qkv_count_(d.rows() * 3 * static_cast<std::size_t>(d.Hm)) {
     qkv_ = set.add("qkv", qkv_count_, d.act, Keep::unless_full);

@@ -13,25 +13,47 @@
 
 namespace trident::model {
 
+// A layer's attention sublayer: GPT-2's (SelfAttention, below) or Llama's (GroupedAttention,
+// model/grouped_attention.h). A different attention block is another implementation
+// (docs/ARCHITECTURE.md, "How to add a layer kind").
+class Attention {
+public:
+    virtual ~Attention() = default;
+    // This rank's rows of the output (R, H), in the scratch.
+    virtual kernels::Ptr forward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
+                                 float drop) const = 0;
+    // This rank's rows of the input's gradient (R, H), in the scratch, from dy (R, H).
+    // `rebuild`: selective recompute dropped what the core keeps.
+    virtual kernels::ConstPtr backward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
+                                       kernels::ConstPtr dy, float drop, BackwardPart part,
+                                       bool rebuild) const = 0;
+    virtual void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const = 0;
+    virtual void finish_grads(PartContext& ctx) const = 0;
+};
+
+// The attention core of this rank's heads among `heads_total`, from `head_begin`: local, or
+// ring or Ulysses over the context group.
+std::unique_ptr<AttentionCore> make_attention_core(int head_begin, int heads_total, const Dims& d,
+                                                   const AttentionSavedFn& attention_saved,
+                                                   SetSpec& set, ScratchSpec& scratch);
+
 struct SelfAttentionSpec {
     LinearSpec qkv, proj;
     int head_begin = 0, heads_total = 0;  // this rank's heads among all
 };
 
-class SelfAttention {
+class SelfAttention final : public Attention {
 public:
     SelfAttention(const SelfAttentionSpec& spec, const Dims& d,
                   const AttentionSavedFn& attention_saved, SetSpec& set, ScratchSpec& scratch);
 
-    // This rank's rows of the output (R, H), in the scratch.
-    kernels::Ptr forward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x, float drop) const;
-    // This rank's rows of the input's gradient (R, H), in the scratch, from dy (R, H).
-    // `rebuild`: selective recompute dropped what the core keeps.
+    kernels::Ptr forward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
+                         float drop) const override;
     kernels::ConstPtr backward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
                                kernels::ConstPtr dy, float drop, BackwardPart part,
-                               bool rebuild) const;
-    void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const;
-    void finish_grads(PartContext& ctx) const;
+                               bool rebuild) const override;
+    void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const override;
+    void finish_grads(PartContext& ctx) const override;
 
 private:
     Linear qkv_linear_;

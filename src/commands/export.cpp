@@ -1,11 +1,12 @@
-// `trident export`: writes a checkpoint's model as Hugging Face GPT-2 safetensors, or the
-// low-rank adapters of a checkpoint that trained them.
+// `trident export`: writes a checkpoint's model as Hugging Face GPT-2 (or Llama) safetensors, or
+// the low-rank adapters of a checkpoint that trained them.
 #include <cstdio>
 
 #include "commands/commands.h"
 #include "config/model_shape.h"
 #include "kernels/error.h"
 #include "model/hf_gpt2.h"
+#include "model/hf_llama.h"
 #include "model/lora.h"
 #include "train/checkpoint.h"
 
@@ -31,7 +32,13 @@ int export_model(const ExportOptions& opts) {
                     opts.output.c_str());
         return 0;
     }
-    model::save_hf_gpt2(opts.output, model::ParamLayout(shape), loaded.params.data());
+    if (shape.arch == model::Arch::llama)
+        io::write_safetensors(
+            opts.output,
+            model::to_hf_llama_tensors(model::ParamLayout(shape), loaded.params.data()),
+            {{"format", "pt"}});
+    else
+        model::save_hf_gpt2(opts.output, model::ParamLayout(shape), loaded.params.data());
     std::printf("exported %s%s -> %s\n", loaded.path.c_str(),
                 adapters ? " (adapters merged in)" : "", opts.output.c_str());
     return 0;

@@ -21,6 +21,8 @@ inline model::GptShape gpt_shape(const Config& cfg) {
     s.kv_heads = cfg.model.kv_heads;
     s.arch = cfg.model.arch;
     s.tied = cfg.model.tie_embeddings;
+    s.norm_eps = static_cast<float>(cfg.model.norm_eps);
+    s.rope_theta = static_cast<float>(cfg.model.rope_theta);
     return s;
 }
 

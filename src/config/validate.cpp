@@ -256,6 +256,10 @@ void check_architecture(const Config& cfg, const Origins& origins) {
              cat("model.arch: llama rotates pairs of channels: the head size model.hidden / "
                  "model.heads = ",
                  m.hidden / m.heads, " must be even"));
+    if (cfg.training.lora.enabled())
+        fail(origins.blame({"training.lora.rank", "model.arch"}),
+             "training.lora.rank > 0 adapts GPT-2's linears; low-rank adapters of llama's (q, k, "
+             "v, o, gate, up, down) are not built yet (model.arch: llama)");
     // Tensor parallelism splits the key/value heads with the query heads.
     if (m.kv_heads % p.tensor != 0)
         fail(origins.blame({"parallel.tensor", "model.kv_heads"}),

@@ -162,10 +162,11 @@ std::string render_text(const Plan& plan) {
         out += format(" stage %d %s;", s.stage, memory_text(s.korthikanti).c_str());
     out.back() = '\n';
 
-    out += format(
-        "\nFLOPs per step (Megatron's model FLOPs, 72*B*s*l*h^2*(1 + s/(12h) + "
-        "V/(12*l*h))): %.4g, %.4g per GPU\n",
-        d.flops_per_step, d.flops_per_step / d.world_size);
+    const char* formula = cfg.model.arch == config::Arch::llama
+                              ? "6*B*s per weight of the layers and the head + 6*B*s^2*l*h"
+                              : "72*B*s*l*h^2*(1 + s/(12h) + V/(12*l*h))";
+    out += format("\nFLOPs per step (Megatron's model FLOPs, %s): %.4g, %.4g per GPU\n", formula,
+                  d.flops_per_step, d.flops_per_step / d.world_size);
 
     out +=
         "\ncommunication per step of one rank (payload as Comm counts it; sent: ring "
