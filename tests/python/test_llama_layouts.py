@@ -5,8 +5,10 @@ mpirun: the losses of 10 training steps match one process within 1e-5 relative f
 parallelism (M = 2, with and without sequence parallelism), pipeline parallelism (P = 2 with
 1F1B, GPipe, interleaved, ZB-H1), data parallelism with ZeRO 0 to 3, context parallelism (ring
 and Ulysses, each token rotated at its position in the whole sequence; ring with M = 2 too),
-and full and selective recompute; the loss and every gradient of one global batch match for
-M = 2 and C = 2; a checkpoint written with M = 2 resumes with P = 2 on the same losses.
+and full and selective recompute; bf16 and fp16 within 2% of fp32; the loss and every gradient of one global batch match for
+M = 2 and C = 2; a checkpoint exported as Hugging Face Llama safetensors holds its weights
+bitwise and imports back to bitwise the same loss and gradients; a checkpoint written with
+M = 2 resumes with P = 2 on the same losses.
 Needs only the standard library and mpirun; exit 77 (skipped) without mpirun.
 """
 import os
@@ -39,6 +41,12 @@ LAYOUTS = [
     ("M=2 C=2 ring", 4, ["parallel.tensor=2", "parallel.context=2"]),
     ("recompute full", 1, ["training.recompute=full"]),
     ("recompute selective", 1, ["training.recompute=selective"]),
+]
+
+PRECISIONS = [
+    ("bf16", 1, ["training.precision=bf16"]),
+    ("fp16", 1, ["training.precision=fp16"]),
+    ("bf16 M=2 P=2", 4, ["training.precision=bf16", "parallel.tensor=2", "parallel.pipeline=2"]),
 ]
 
 
@@ -74,6 +82,15 @@ def main():
             worst = worst_rel(got, reference) if len(got) == 10 else float("inf")
             check(worst <= 1e-5, f"{name}: 10-step losses within 1e-5 of one process "
                                  f"(worst {worst:.2e})")
+        # 16-bit storage with fp32 compute: within 2% of the fp32 run at every step, as
+        # tests/python/test_mixed_precision.py holds GPT-2.
+        for name, ranks, overrides in PRECISIONS:
+            metrics = path(f"p_{name.replace(' ', '_').replace('=', '')}.jsonl")
+            run([trident, "train"] + base + sets(overrides + [f"logging.metrics={metrics}"]),
+                ranks=ranks)
+            got = curve(metrics)
+            worst = worst_rel(got, reference) if len(got) == 10 else float("inf")
+            check(worst <= 0.02, f"{name}: 10-step losses within 2% of fp32 (worst {worst:.2e})")
         # The loss and every gradient of one global batch.
         init = sets([f"model.init_from={path('ck1/step_000005')}"])
         run([dump] + base + init + ["--output", path("g1.safetensors")], ranks=1)
@@ -87,6 +104,21 @@ def main():
             check(sorted(got) == sorted(ref_grads) and worst[0] <= 1e-5,
                   f"{name}: loss and {len(ref_grads) - 1} gradients within 1e-5 "
                   f"(worst {worst[0]:.2e}, {worst[1]})")
+        # Export -> import: the Hugging Face Llama file holds the checkpoint's weights bit for
+        # bit (the padded vocabulary rows dropped), and training from it gives the same loss
+        # and gradients, bit for bit, as training from the checkpoint.
+        run([trident, "export", "--checkpoint", path("ck1/step_000005"), "--output",
+             path("hf.safetensors")])
+        hf = read_safetensors(path("hf.safetensors"))
+        shard = read_safetensors(path("ck1/step_000005/pp0_tp0_dp0.safetensors"))
+        same = all(hf[n] == shard["param/" + (n if n.startswith("lm_head") else n[6:])][:len(hf[n])]
+                   for n in hf)
+        check(same and len(hf) == len(ref_grads) - 1,
+              f"export: {len(hf)} Hugging Face tensors equal the checkpoint's, bitwise")
+        run([dump] + base + sets([f"model.init_from={path('hf.safetensors')}"]) +
+            ["--output", path("g_hf.safetensors")], ranks=1)
+        check(read_safetensors(path("g_hf.safetensors")) == ref_grads,
+              "import of the export: loss and gradients bitwise those from the checkpoint")
         # A checkpoint of M = 2 resumes with P = 2 on one process's losses.
         run([trident, "train"] + base + sets(["parallel.tensor=2", f"checkpoint.dir={path('ck2')}",
                                               "checkpoint.interval=5"]), ranks=2)
