@@ -6,21 +6,15 @@ namespace trident::model {
 using kernels::ConstPtr;
 using kernels::Ptr;
 
-// The buffers are declared in the order of the forward: the linear's, the core's, the
-// projection's.
 GroupedAttention::GroupedAttention(const GroupedAttentionSpec& spec, const Dims& d,
                                    const AttentionSavedFn& attention_saved, SetSpec& set,
                                    ScratchSpec& scratch)
-    : qkv_linear_(spec.qkv, d, set, scratch),
-      core_(
-          make_attention_core(spec.head_begin, spec.heads_total, d, attention_saved, set, scratch)),
-      proj_(spec.proj, d, set, scratch),
+    : Attention(spec.qkv, spec.proj, spec.head_begin, spec.heads_total, d, attention_saved, set,
+                scratch),
       theta_(spec.rope_theta),
       qkv_count_(d.rows() * 3 * static_cast<std::size_t>(d.Hm)),
       grouped_count_(d.rows() * static_cast<std::size_t>(spec.qkv.out)) {
     qkv_ = set.add("qkv", qkv_count_, d.act, Keep::unless_full);
-    out_ = set.add("attention_out", d.rows() * static_cast<std::size_t>(d.Hm), d.act,
-                   Keep::unless_full);
     grouped_ = scratch.add("qkv_grouped", grouped_count_, d.act);
     d_grouped_ = scratch.add("d_qkv_grouped", grouped_count_, d.act);
     d_qkv_ = scratch.add("d_qkv", qkv_count_, d.act);
@@ -54,16 +48,6 @@ ConstPtr GroupedAttention::backward(PartContext& ctx, const Pass& pass, ConstPtr
     ctx.ops.rotary_qkv_backward(d_grouped, d_qkv, d.B, d.T, d.heads, d.kv_heads, d.Hm / d.heads,
                                 theta_, positions(ctx));
     return qkv_linear_.backward(ctx, pass, x, d_grouped, part);
-}
-
-void GroupedAttention::backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) const {
-    proj_.backward_weight(ctx, pass, pass.buffers[out_]);
-    qkv_linear_.backward_weight(ctx, pass, x);
-}
-
-void GroupedAttention::finish_grads(PartContext& ctx) const {
-    qkv_linear_.finish_grads(ctx);
-    proj_.finish_grads(ctx);
 }
 
 }  // namespace trident::model

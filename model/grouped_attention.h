@@ -10,8 +10,6 @@
 // backward; output (R, H), no bias.
 #pragma once
 
-#include <memory>
-
 #include "model/self_attention.h"
 
 namespace trident::model {
@@ -32,18 +30,13 @@ public:
     kernels::ConstPtr backward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
                                kernels::ConstPtr dy, float drop, BackwardPart part,
                                bool rebuild) const override;
-    void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const override;
-    void finish_grads(PartContext& ctx) const override;
 
 private:
     // The positions of this rank's tokens (T) on the device, or null for 0 .. T-1.
     const int32_t* positions(const PartContext& ctx) const;
 
-    Linear qkv_linear_;
-    std::unique_ptr<AttentionCore> core_;
-    Linear proj_;
     float theta_;
-    int qkv_, out_;            // slots: the core's qkv (N, 3Hm), its output (N, Hm)
+    int qkv_;                  // slot: the core's qkv (N, 3Hm)
     int grouped_, d_grouped_;  // scratch: the linear's output and its gradient
     int d_qkv_;                // scratch: (N, 3Hm)
     int positions_ = -1;       // scratch: (T) i32, context parallelism only

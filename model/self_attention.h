@@ -14,8 +14,10 @@
 namespace trident::model {
 
 // A layer's attention sublayer: GPT-2's (SelfAttention, below) or Llama's (GroupedAttention,
-// model/grouped_attention.h). A different attention block is another implementation
-// (docs/ARCHITECTURE.md, "How to add a layer kind").
+// model/grouped_attention.h), each an input linear producing this rank's q, k, v, an attention
+// core of this rank's heads, and the output projection. What lies between the input linear and
+// the core is each kind's own (forward, backward); a different attention block is another
+// implementation (docs/ARCHITECTURE.md, "How to add a layer kind").
 class Attention {
 public:
     virtual ~Attention() = default;
@@ -27,15 +29,22 @@ public:
     virtual kernels::ConstPtr backward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
                                        kernels::ConstPtr dy, float drop, BackwardPart part,
                                        bool rebuild) const = 0;
-    virtual void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const = 0;
-    virtual void finish_grads(PartContext& ctx) const = 0;
-};
+    void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const;
+    void finish_grads(PartContext& ctx) const;
 
-// The attention core of this rank's heads among `heads_total`, from `head_begin`: local, or
-// ring or Ulysses over the context group.
-std::unique_ptr<AttentionCore> make_attention_core(int head_begin, int heads_total, const Dims& d,
-                                                   const AttentionSavedFn& attention_saved,
-                                                   SetSpec& set, ScratchSpec& scratch);
+protected:
+    // The linears and the core of this rank's heads among `heads_total`, from `head_begin`:
+    // local, or ring or Ulysses over the context group. The buffers are declared in the order
+    // of the forward: the input linear's, the core's, the projection's, the core's output.
+    Attention(const LinearSpec& qkv, const LinearSpec& proj, int head_begin, int heads_total,
+              const Dims& d, const AttentionSavedFn& attention_saved, SetSpec& set,
+              ScratchSpec& scratch);
+
+    Linear qkv_linear_;
+    std::unique_ptr<AttentionCore> core_;
+    Linear proj_;
+    int out_;  // slot: the core's output (N, Hm)
+};
 
 struct SelfAttentionSpec {
     LinearSpec qkv, proj;
@@ -52,15 +61,10 @@ public:
     kernels::ConstPtr backward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
                                kernels::ConstPtr dy, float drop, BackwardPart part,
                                bool rebuild) const override;
-    void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const override;
-    void finish_grads(PartContext& ctx) const override;
 
 private:
-    Linear qkv_linear_;
-    std::unique_ptr<AttentionCore> core_;
-    Linear proj_;
-    int qkv_, out_;  // slots: (N, 3Hm), (N, Hm)
-    int d_qkv_;      // scratch: (N, 3Hm)
+    int qkv_;    // slot: (N, 3Hm)
+    int d_qkv_;  // scratch: (N, 3Hm)
     std::size_t qkv_count_;
 };
 
