@@ -5,7 +5,8 @@
 // parallelism), N = B·T rows of a microbatch, R = the rows of the residual stream this rank
 // holds (N / M under sequence parallelism, else N), H the hidden width, and the widths this
 // rank holds under M-way tensor parallelism: Hm = H/M (attention), Fm = F/M (MLP), heads =
-// NH/M, Vm = Vp/M (padded vocabulary).
+// NH/M, kv_heads = KVH/M (grouped-query attention's key/value heads), Vm = Vp/M (padded
+// vocabulary).
 #pragma once
 
 #include <cstddef>
@@ -19,8 +20,9 @@ enum class ContextMode { ring, ulysses };
 
 struct Dims {
     int B = 0, T = 0, seq_len = 0, N = 0, R = 0;
-    int H = 0, Hm = 0, Fm = 0, heads = 0, Vm = 0;
+    int H = 0, Hm = 0, Fm = 0, heads = 0, kv_heads = 0, Vm = 0;
     int tensor_size = 1, tensor_rank = 0, context_size = 1;
+    bool gated = false;  // the MLP is SwiGLU's (llama: gate and up, Fm each, then down)
     bool sequence_parallel = false;
     ContextMode context_mode = ContextMode::ring;
     kernels::DType act = kernels::DType::f32;  // activations' type

@@ -23,19 +23,13 @@ const int32_t* Embedding::positions(const PartContext& ctx) const {
     return positions_ < 0 ? nullptr : static_cast<const int32_t*>(ctx.scratch[positions_].data);
 }
 
-void Embedding::upload_positions(PartContext& ctx, const std::vector<int32_t>& positions) const {
-    if (positions_ < 0) return;
-    ctx.ops.upload(ctx.scratch[positions_].data, positions.data(),
-                   positions.size() * sizeof(int32_t));
-}
-
 void Embedding::forward(PartContext& ctx, const Pass& pass, const int32_t* tokens, Ptr out) const {
     const Dims& d = ctx.dims();
     const FlatBuffer::Base w = ctx.weights.params.base();
     const Ptr ids = pass.buffers[tokens_];
     ctx.ops.upload(ids.data, tokens, d.rows() * sizeof(int32_t));
     const Ptr embedded = d.sequence_parallel ? pass.buffers[partial_] : out;
-    const bool adds_positions = ctx.rows.group().rank() == 0;
+    const bool adds_positions = ctx.rows.group().rank() == 0 && spec_.wpe != kNoParam;
     ctx.ops.embedding_forward(embedded, static_cast<const int32_t*>(ids.data), w + spec_.wte,
                               adds_positions ? ConstPtr(w + spec_.wpe) : ConstPtr(), d.B, d.T, d.H,
                               spec_.vocab_begin, d.Vm, positions(ctx), d.seq_len);
@@ -65,9 +59,10 @@ void Embedding::gradient(PartContext& ctx, const Pass& pass, ConstPtr d_out) con
         ctx.rows.all_rows(ctx.rows.through_dropout(d_out, ctx.scratch[d_rows_],
                                                    pass.drop(spec_.dropout), pass.site(0)),
                           ctx.scratch[d_output_all_], static_cast<std::size_t>(d.H));
-    ctx.ops.embedding_backward(ctx.weights.grads.at(spec_.wte), ctx.weights.grads.at(spec_.wpe),
-                               d_encoded, static_cast<const int32_t*>(pass.buffers[tokens_].data),
-                               d.B, d.T, d.H, spec_.vocab_begin, d.Vm, positions(ctx), d.seq_len);
+    const Ptr d_wpe = spec_.wpe == kNoParam ? Ptr() : ctx.weights.grads.at(spec_.wpe);
+    ctx.ops.embedding_backward(ctx.weights.grads.at(spec_.wte), d_wpe, d_encoded,
+                               static_cast<const int32_t*>(pass.buffers[tokens_].data), d.B, d.T,
+                               d.H, spec_.vocab_begin, d.Vm, positions(ctx), d.seq_len);
 }
 
 }  // namespace trident::model

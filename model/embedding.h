@@ -2,7 +2,8 @@
 // start: each tensor rank looks up the tokens of its slice of the vocabulary (zero rows for the
 // rest) and the sum over the tensor group is the embedding (reduced to this rank's rows under
 // sequence parallelism); wpe is added once, by tensor rank 0, so the sum is exact. Under
-// context parallelism the positions are this rank's tokens' own (model/context_split.h).
+// context parallelism the positions are this rank's tokens' own (model/context_split.h), in
+// the scratch the model fills (StageParts::positions). A llama model has no wpe.
 //
 // Shapes (this rank): tokens (B, T) i32; out (R, H) = the chunk's input; wte (Vm, H) rows
 // [vocab_begin, vocab_begin + Vm) of the padded vocabulary, wpe (seq_len, H).
@@ -18,7 +19,7 @@
 namespace trident::model {
 
 struct EmbeddingSpec {
-    std::size_t wte = 0, wpe = 0;  // offsets in the parameter buffer
+    std::size_t wte = 0, wpe = 0;  // offsets in the parameter buffer (wpe kNoParam: none)
     int vocab_begin = 0;
     float dropout = 0;
 };
@@ -28,8 +29,6 @@ public:
     // Declares its buffers into the chunk's set and the scratch.
     Embedding(const EmbeddingSpec& spec, const Dims& d, SetSpec& set, ScratchSpec& scratch);
 
-    // The positions of this rank's tokens, once (context parallelism only).
-    void upload_positions(PartContext& ctx, const std::vector<int32_t>& positions) const;
     // out (R, H) from the host's token ids (B, T).
     void forward(PartContext& ctx, const Pass& pass, const int32_t* tokens, kernels::Ptr out) const;
     // The gradients of wte and wpe from d_out (R, H), or (BackwardPart::input) d_out kept for

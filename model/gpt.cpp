@@ -72,10 +72,12 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
       ctx_{ops, rows_, groups.context, weights_, scratch_},
       store_(ops, options.recompute, parts_.chunks, parts_.layer_spec()),
       loss_sum_(ops, 1, kernels::DType::f64) {
-    if (parts_.embedding)
-        parts_.embedding->upload_positions(
-            ctx_,
-            context_positions(options.shape.max_seq, groups.context.size(), groups.context.rank()));
+    if (parts_.positions >= 0) {
+        const std::vector<int32_t> positions =
+            context_positions(options.shape.max_seq, groups.context.size(), groups.context.rank());
+        ops.upload(scratch_[parts_.positions].data, positions.data(),
+                   positions.size() * sizeof(int32_t));
+    }
 }
 
 bool Gpt::has_head(int c) const {
@@ -132,7 +134,8 @@ void Gpt::run_forward(int c, Set& set, const int32_t* inputs, ConstPtr input) {
         params_needed(embedding_range());
         params_prefetch(next_in_forward(c, -1));
         parts_.embedding->forward(ctx_, own_pass, inputs, x);
-        if (!has_head(c)) params_done(embedding_range());  // else wte is the head's too
+        // A tied wte is the head's too: the head lets it go.
+        if (!has_head(c) || !shape().tied) params_done(embedding_range());
     } else {
         ops_.copy(x, input, boundary_size());
     }
@@ -235,7 +238,7 @@ void Gpt::head_backward(int c, Set& set, float dloss, BackwardPart part, bool re
     grads_final(lnf_range());
     // Sharded, the tied copies are summed on the shards after the reduction; a chunk that
     // also embeds announces wte with the embedding.
-    if (options_.sharding.grads && !embeds(c)) grads_final(wte_range());
+    if (options_.sharding.grads && !embeds(c) && shape().tied) grads_final(wte_range());
 }
 
 void Gpt::layer_backward(int c, Set& set, int i, BackwardPart part, bool reduce) {
@@ -273,8 +276,11 @@ void Gpt::embedding_backward(Set& set, BackwardPart part, bool reduce) {
     // Unsharded, wte's other copy (on the last stage of a pipeline) is added by the trainer,
     // which announces it (StepHooks).
     const Range range = embedding_range();
-    const bool whole = layout_.plan().stages == 1 || options_.sharding.grads;
-    grads_final({whole ? range.first : layout_.wpe(), range.second});
+    const bool whole = layout_.plan().stages == 1 || options_.sharding.grads || !shape().tied;
+    if (whole)
+        grads_final(range);
+    else if (layout_.wpe() != kNoParam)
+        grads_final({layout_.wpe(), range.second});
 }
 
 void Gpt::zero_grads() {
@@ -285,7 +291,7 @@ void Gpt::zero_grads() {
 // ---- the data-parallel hooks -----------------------------------------------------------------
 
 void Gpt::params_needed(Range r) const {
-    if (hooks_.params_needed) hooks_.params_needed(r.first, r.second);
+    if (hooks_.params_needed && r.first < r.second) hooks_.params_needed(r.first, r.second);
 }
 
 void Gpt::params_prefetch(Range r) const {
@@ -293,27 +299,27 @@ void Gpt::params_prefetch(Range r) const {
 }
 
 void Gpt::params_done(Range r) const {
-    if (hooks_.params_done) hooks_.params_done(r.first, r.second);
+    if (hooks_.params_done && r.first < r.second) hooks_.params_done(r.first, r.second);
 }
 
 void Gpt::grads_needed(Range r) const {
-    if (hooks_.grads_needed) hooks_.grads_needed(r.first, r.second);
+    if (hooks_.grads_needed && r.first < r.second) hooks_.grads_needed(r.first, r.second);
 }
 
 void Gpt::grads_final(Range r) const {
-    if (hooks_.grads_final) hooks_.grads_final(r.first, r.second);
+    if (hooks_.grads_final && r.first < r.second) hooks_.grads_final(r.first, r.second);
 }
 
 Gpt::Range Gpt::embedding_range() const {
-    return {layout_.wte(), layout_.wpe() + static_cast<std::size_t>(layout_.shape().max_seq) *
-                                               static_cast<std::size_t>(layout_.shape().hidden)};
+    return layout_.embedding_range();
 }
 
 Gpt::Range Gpt::lnf_range() const {
-    return {layout_.lnf_w(), layout_.lnf_b() + static_cast<std::size_t>(layout_.shape().hidden)};
+    return layout_.head_range();
 }
 
 Gpt::Range Gpt::wte_range() const {
+    if (!shape().tied) return {0, 0};  // the head's weight is its own, in lnf_range
     return {layout_.wte(), layout_.wte() + static_cast<std::size_t>(layout_.vocab_local()) *
                                                static_cast<std::size_t>(layout_.shape().hidden)};
 }

@@ -1,6 +1,6 @@
-// The GPT-2 model on one rank: a pipeline stage's parts (model/stage_parts.h: embedding +
-// chunks of transformer layers + LM head and loss) over this rank's tensor-parallel slice and
-// context-parallel tokens, its parameter and gradient buffers, and the activations of the
+// The model (GPT-2's or Llama's layers) on one rank: a pipeline stage's parts (model/stage_parts.h:
+// embedding + chunks of transformer layers + LM head and loss) over this rank's tensor-parallel
+// slice and context-parallel tokens, its parameter and gradient buffers, and the activations of the
 // (microbatch, chunk) pairs in flight (model/activation_store.h). It runs one chunk on one
 // microbatch at a time, in the order a pipeline schedule gives (src/pipeline/executor.h).
 //
@@ -130,8 +130,8 @@ public:
     // ---- parameters on the host (model/gpt_params.cpp) ----------------------------------------
     // GPT-2 initialisation of the whole model, a pure function of (seed, tensor, element) so
     // every split gets the same model: normal(0, init_std) for matrices and embeddings,
-    // init_std/sqrt(2*layers) for the residual output projections, zero biases, unit
-    // LayerNorm gains; padded vocabulary rows zero.
+    // init_std/sqrt(2*layers) for the residual output projections (GPT-2's only), zero
+    // biases, unit norm gains; padded vocabulary rows zero.
     void init_random(uint64_t seed, float init_std);
     // This rank's part, as laid out by layout(). Sharded, what this replica holds: loaded
     // from its parts of `local`, and returned in their places with zeros elsewhere (the

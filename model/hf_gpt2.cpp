@@ -240,6 +240,7 @@ GptShape infer_hf_gpt2_shape(const std::string& path, int head_dim) {
         throw Error(path + ": hidden size " + std::to_string(s.hidden) +
                     " is not a multiple of the head size " + std::to_string(head_dim));
     s.heads = s.hidden / head_dim;
+    s.kv_heads = s.heads;
     s.padded_vocab = (s.vocab + 127) / 128 * 128;
     return s;
 }

@@ -42,7 +42,7 @@ ConstPtr Linear::gemm_input(const Pass& pass, ConstPtr x) const {
 Ptr Linear::forward(PartContext& ctx, const Pass& pass, ConstPtr x, Ptr y) const {
     const Dims& d = ctx.dims();
     const FlatBuffer::Base w = ctx.weights.params.base();
-    const ConstPtr bias = spec_.bias == kNoBias ? ConstPtr() : ConstPtr(w + spec_.bias);
+    const ConstPtr bias = spec_.bias == kNoParam ? ConstPtr() : ConstPtr(w + spec_.bias);
     if (spec_.split == LinearSplit::column) {
         const ConstPtr x_all =
             input_all_ >= 0 ? ctx.rows.all_rows(x, pass.buffers[input_all_], spec_.in) : x;
@@ -80,10 +80,10 @@ ConstPtr Linear::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstP
     const ConstPtr x_gemm = gemm_input(pass, x);
     const Ptr dx = ctx.scratch[d_input_];
     ctx.ops.zero(dx, N * static_cast<std::size_t>(spec_.in));
-    ctx.ops.matmul_backward(dx, own ? ctx.weights.grads.at(spec_.weight) : Ptr(),
-                            own && spec_.bias != kNoBias ? ctx.weights.grads.at(spec_.bias) : Ptr(),
-                            dy_all, x_gemm, ctx.weights.params.at(spec_.weight), d.N, spec_.in,
-                            spec_.out);
+    ctx.ops.matmul_backward(
+        dx, own ? ctx.weights.grads.at(spec_.weight) : Ptr(),
+        own && spec_.bias != kNoParam ? ctx.weights.grads.at(spec_.bias) : Ptr(), dy_all, x_gemm,
+        ctx.weights.params.at(spec_.weight), d.N, spec_.in, spec_.out);
     if (lora_) lora_->backward(ctx, pass, x_gemm, dy_all, dx, true, weights);
     if (!column) return dx;
     return ctx.rows.reduce_rows(dx, ctx.scratch[d_rows_], static_cast<std::size_t>(spec_.in));
@@ -98,7 +98,7 @@ void Linear::weight_gradient(PartContext& ctx, const Pass& pass, ConstPtr x, Con
     if (lora_) lora_->backward(ctx, pass, x_gemm, dy, Ptr(), false, true);
     if (ctx.weights.frozen) return;
     ctx.ops.matmul_backward(nullptr, ctx.weights.grads.at(spec_.weight),
-                            spec_.bias != kNoBias ? ctx.weights.grads.at(spec_.bias) : Ptr(), dy,
+                            spec_.bias != kNoParam ? ctx.weights.grads.at(spec_.bias) : Ptr(), dy,
                             x_gemm, ctx.weights.params.at(spec_.weight), ctx.dims().N, spec_.in,
                             spec_.out);
 }

@@ -31,12 +31,10 @@ namespace trident::model {
 
 enum class LinearSplit { column, row };
 
-inline constexpr std::size_t kNoBias = static_cast<std::size_t>(-1);
-
 struct LinearSpec {
     LinearSplit split = LinearSplit::column;
-    int in = 0, out = 0;                     // this rank's widths
-    std::size_t weight = 0, bias = kNoBias;  // offsets in Weights::params
+    int in = 0, out = 0;                      // this rank's widths
+    std::size_t weight = 0, bias = kNoParam;  // offsets in Weights::params
     std::optional<LoraSpec> lora;
     // Whether a split backward keeps dy for W here (the LM head keeps its own: the logits'
     // buffer turned into their gradient).

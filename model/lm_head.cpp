@@ -1,5 +1,7 @@
-// The final norm, the tied LM head and the vocab-parallel loss (see lm_head.h).
+// The final norm, the LM head and the vocab-parallel loss (see lm_head.h).
 #include "model/lm_head.h"
+
+#include <utility>
 
 namespace trident::model {
 
@@ -14,17 +16,16 @@ LinearSpec head_linear(const LmHeadSpec& spec, const Dims& d) {
     s.split = LinearSplit::column;
     s.in = d.H;
     s.out = d.Vm;
-    s.weight = spec.wte;
+    s.weight = spec.weight;
     s.stash = false;  // the logits' buffer keeps their gradient
     return s;
 }
 
 }  // namespace
 
-LmHead::LmHead(const LmHeadSpec& spec, const Dims& d, SetSpec& set, ScratchSpec& scratch)
-    : spec_(spec),
-      norm_(spec.norm_weight, spec.norm_bias, d, set),
-      linear_(head_linear(spec, d), d, set, scratch) {
+LmHead::LmHead(const LmHeadSpec& spec, std::unique_ptr<Norm> norm, const Dims& d, SetSpec& set,
+               ScratchSpec& scratch)
+    : spec_(spec), norm_(std::move(norm)), linear_(head_linear(spec, d), d, set, scratch) {
     const std::size_t N = d.rows();
     logits_ = set.add("logits", N * static_cast<std::size_t>(d.Vm), d.act, Keep::always);
     stats_ = set.add("loss_stats", 4 * N, DType::f32, Keep::always);
@@ -34,7 +35,7 @@ LmHead::LmHead(const LmHeadSpec& spec, const Dims& d, SetSpec& set, ScratchSpec&
 }
 
 void LmHead::forward(PartContext& ctx, const Pass& pass, ConstPtr x) const {
-    const ConstPtr normed = norm_.forward(ctx, pass, x);
+    const ConstPtr normed = norm_->forward(ctx, pass, x);
     linear_.forward(ctx, pass, normed, pass.buffers[logits_]);
 }
 
@@ -71,14 +72,14 @@ void LmHead::backward(PartContext& ctx, const Pass& pass, ConstPtr x, float dlos
                                    static_cast<const int32_t*>(pass.buffers[targets_].data), dloss,
                                    d.N, spec_.vocab_begin, spec_.vocab, d.Vm);
     // This rank's vocabulary share of the head input's gradient, summed over the group.
-    const ConstPtr d_normed = linear_.backward(ctx, pass, norm_.output(pass), logits, part);
+    const ConstPtr d_normed = linear_.backward(ctx, pass, norm_->output(pass), logits, part);
     ctx.ops.zero(d_x, d.rows_mine() * static_cast<std::size_t>(d.H));
-    norm_.backward(ctx, pass, x, d_normed, d_x, part);
+    norm_->backward(ctx, pass, x, d_normed, d_x, part);
 }
 
 void LmHead::backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) const {
-    linear_.weight_gradient(ctx, pass, norm_.output(pass), pass.buffers[logits_]);
-    norm_.backward_weight(ctx, pass, x);
+    linear_.weight_gradient(ctx, pass, norm_->output(pass), pass.buffers[logits_]);
+    norm_->backward_weight(ctx, pass, x);
 }
 
 }  // namespace trident::model

@@ -1,5 +1,6 @@
-// The last global chunk's end: the final norm, the LM head tied to this rank's slice of the
-// token embedding (a column-split linear over the padded vocabulary, no bias), and the
+// The last global chunk's end: the final norm, the LM head (a column-split linear over the
+// padded vocabulary, no bias: this rank's slice of the token embedding when tied, else of a
+// weight of its own), and the
 // vocab-parallel cross-entropy, which never gathers the logits: each rank reduces its slice to
 // three numbers per row (Ops::cross_entropy_partials), combined over the tensor group.
 //
@@ -10,6 +11,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "model/linear.h"
 #include "model/norm.h"
@@ -17,14 +19,16 @@
 namespace trident::model {
 
 struct LmHeadSpec {
-    std::size_t norm_weight = 0, norm_bias = 0, wte = 0;  // offsets in the parameter buffer
+    std::size_t weight = 0;  // offset of (Vm, H) in the parameter buffer
     int vocab_begin = 0;
     int vocab = 0;  // V, the real vocabulary
 };
 
 class LmHead {
 public:
-    LmHead(const LmHeadSpec& spec, const Dims& d, SetSpec& set, ScratchSpec& scratch);
+    // `norm`: the final norm, its buffers declared into `set` before the head's.
+    LmHead(const LmHeadSpec& spec, std::unique_ptr<Norm> norm, const Dims& d, SetSpec& set,
+           ScratchSpec& scratch);
 
     // The logits (N, Vm) of this rank's vocabulary slice from x (R, H).
     void forward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const;
@@ -36,11 +40,11 @@ public:
     void backward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x, float dloss,
                   kernels::Ptr d_x, BackwardPart part) const;
     void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const;
-    void finish_grads(PartContext& ctx) const { norm_.finish_grads(ctx); }
+    void finish_grads(PartContext& ctx) const { norm_->finish_grads(ctx); }
 
 private:
     LmHeadSpec spec_;
-    LayerNorm norm_;
+    std::unique_ptr<Norm> norm_;
     Linear linear_;
     int logits_, stats_, lse_, losses_, targets_;  // slots
 };

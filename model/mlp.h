@@ -5,8 +5,13 @@
 // Shapes (this rank): input x (R, H) = the norm's output; fc's output and the GELU's (N, Fm)
 // kept for the backward; output (R, H), with fc_proj's bias.
 //
+// Llama's (SwiGluMlp): the gate and up linears, column-split and run as one (H -> 2F, their
+// weights adjacent), SwiGLU down's input silu(gate)·up, the row-split down linear (F -> H).
+// Shapes (this rank): gate and up's output (N, 2Fm) and SwiGLU's (N, Fm) kept for the
+// backward.
+//
 // A feed-forward sublayer is one kind of part (docs/ARCHITECTURE.md, "How to add a layer
-// kind"): another (a gated MLP) is another implementation of FeedForward.
+// kind"): each is an implementation of FeedForward.
 #pragma once
 
 #include "model/linear.h"
@@ -44,6 +49,26 @@ private:
     int hidden_, activated_;  // slots: fc's output, the GELU's (N, Fm)
     int d_hidden_;            // scratch: the gradient of fc's output (N, Fm)
     std::size_t count_;       // N·Fm
+};
+
+class SwiGluMlp final : public FeedForward {
+public:
+    // `gate_up`: the fused gate and up linear (out 2Fm); `down`: F -> H.
+    SwiGluMlp(const LinearSpec& gate_up, const LinearSpec& down, const Dims& d, SetSpec& set,
+              ScratchSpec& scratch);
+
+    kernels::Ptr forward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
+                         bool to_output) const override;
+    kernels::ConstPtr backward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
+                               kernels::ConstPtr dy, BackwardPart part) const override;
+    void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const override;
+    void finish_grads(PartContext& ctx) const override;
+
+private:
+    Linear gate_up_, down_;
+    int gate_up_out_, activated_;  // slots: (N, 2Fm), (N, Fm)
+    int d_gate_up_;                // scratch: the gradient of gate and up's output (N, 2Fm)
+    int rows_, width_;             // N, Fm
 };
 
 }  // namespace trident::model

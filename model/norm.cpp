@@ -1,4 +1,4 @@
-// LayerNorm on this rank's rows of the residual stream (see norm.h).
+// LayerNorm and RMSNorm on this rank's rows of the residual stream (see norm.h).
 #include "model/norm.h"
 
 namespace trident::model {
@@ -49,6 +49,46 @@ void LayerNorm::finish_grads(PartContext& ctx) const {
     const std::size_t H = static_cast<std::size_t>(ctx.dims().H);
     ctx.rows.group().all_reduce(ctx.weights.grads.at(weight_), H);
     ctx.rows.group().all_reduce(ctx.weights.grads.at(bias_), H);
+}
+
+RmsNorm::RmsNorm(std::size_t weight, float eps, const Dims& d, SetSpec& set)
+    : weight_(weight), eps_(eps) {
+    const std::size_t R = d.rows_mine(), H = static_cast<std::size_t>(d.H);
+    out_ = set.add("norm", R * H, d.act, Keep::unless_full);
+    rstd_ = set.add("norm_rstd", R, kernels::DType::f32, Keep::unless_full);
+    stash_ = set.add("d_norm", R * H, d.act, Keep::split);
+}
+
+ConstPtr RmsNorm::forward(PartContext& ctx, const Pass& pass, ConstPtr x) const {
+    ctx.ops.rmsnorm_forward(pass.buffers[out_], pass.buffers[rstd_].f32(), x,
+                            ctx.weights.params.at(weight_), ctx.dims().R, ctx.dims().H, eps_);
+    return pass.buffers[out_];
+}
+
+void RmsNorm::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dout, Ptr dx,
+                       BackwardPart part) const {
+    if (part == BackwardPart::input)
+        ctx.ops.copy(pass.buffers[stash_], dout, ctx.dims().rows_mine() * ctx.dims().H);
+    gradient(ctx, pass, x, dout, dx, part == BackwardPart::both);
+}
+
+void RmsNorm::backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) const {
+    gradient(ctx, pass, x, pass.buffers[stash_], Ptr(), true);
+}
+
+void RmsNorm::gradient(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dout, Ptr dx,
+                       bool weights) const {
+    const bool own = weights && !ctx.weights.frozen;
+    if (!dx && !own) return;
+    ctx.ops.rmsnorm_backward(dx, own ? ctx.weights.grads.at(weight_) : Ptr(), dout, x,
+                             ctx.weights.params.at(weight_), pass.buffers[rstd_].f32(),
+                             ctx.dims().R, ctx.dims().H);
+}
+
+void RmsNorm::finish_grads(PartContext& ctx) const {
+    if (!ctx.dims().sequence_parallel || ctx.weights.frozen) return;
+    ctx.rows.group().all_reduce(ctx.weights.grads.at(weight_),
+                                static_cast<std::size_t>(ctx.dims().H));
 }
 
 }  // namespace trident::model

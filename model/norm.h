@@ -4,7 +4,7 @@
 // the tensor group once per step (finish_grads), as Megatron-LM does.
 //
 // A norm is one kind of part (docs/ARCHITECTURE.md, "How to add a layer kind"): GPT-2's
-// LayerNorm here; another normalisation is another implementation of Norm.
+// LayerNorm and Llama's RMSNorm here; another normalisation is another implementation of Norm.
 #pragma once
 
 #include <cstddef>
@@ -50,6 +50,30 @@ private:
     std::size_t weight_, bias_;
     int out_, mean_, rstd_;  // slots: (R, H), (R), (R)
     int stash_;              // slot: dout (R, H) kept by a split backward
+};
+
+// RMSNorm (Llama): out = x·rstd·w, rstd = 1/sqrt(mean(x²) + eps) (R) kept in fp32.
+class RmsNorm final : public Norm {
+public:
+    // `weight`: offset of (H) in the parameter buffer.
+    RmsNorm(std::size_t weight, float eps, const Dims& d, SetSpec& set);
+
+    kernels::ConstPtr forward(PartContext& ctx, const Pass& pass,
+                              kernels::ConstPtr x) const override;
+    kernels::ConstPtr output(const Pass& pass) const override { return pass.buffers[out_]; }
+    void backward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x, kernels::ConstPtr dout,
+                  kernels::Ptr dx, BackwardPart part) const override;
+    void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const override;
+    void finish_grads(PartContext& ctx) const override;
+
+private:
+    void gradient(PartContext& ctx, const Pass& pass, kernels::ConstPtr x, kernels::ConstPtr dout,
+                  kernels::Ptr dx, bool weights) const;
+
+    std::size_t weight_;
+    float eps_;
+    int out_, rstd_;  // slots: (R, H), (R)
+    int stash_;       // slot: dout (R, H) kept by a split backward
 };
 
 }  // namespace trident::model

@@ -60,6 +60,7 @@ ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tenso
       plan_(plan),
       lora_(lora ? *lora : LoraShape{}) {
     require_divisible("model.heads", shape.heads, tensor_size);
+    require_divisible("model.kv_heads", shape.kv_heads, tensor_size);
     require_divisible("model.ffn_hidden", shape.ffn, tensor_size);
     require_divisible("the padded vocabulary", shape.padded_vocab, tensor_size);
     const int chunks = plan.stages * plan.chunks;
@@ -76,7 +77,6 @@ ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tenso
                         std::to_string(chunks) + " chunks of " + std::to_string(shape.layers) +
                         " layers");
     }
-    const int64_t H = shape.hidden, F = shape.ffn;
     // A unit starts at the next multiple of the alignment (and the last one ends at one).
     const std::size_t align = static_cast<std::size_t>(std::max(unit_align, 1));
     std::vector<std::size_t> begins;
@@ -84,48 +84,80 @@ ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tenso
         total_ = (total_ + align - 1) / align * align;
         begins.push_back(total_);
     };
-    if (!lora && (plan.first() || plan.last())) {
+    const int64_t H = shape.hidden, Vp = shape.padded_vocab;
+    const bool llama = shape.arch == Arch::llama;
+    const bool holds_wte = plan.first() || (plan.last() && shape.tied);
+    if (!lora && holds_wte) {
         start_unit();
-        wte_ = add("wte.weight", {shape.padded_vocab, H}, true, Split::rows);
+        wte_ = add(wte_name(), {Vp, H}, true, Split::rows);
+        if (shape.tied) head_ = wte_;
     }
-    if (!lora && plan.first()) {
+    if (!lora && plan.first() && !llama) {
         if (plan.stages > 1) start_unit();  // else one unit with wte: the embedding
         wpe_ = add("wpe.weight", {shape.max_seq, H}, true, Split::replicated);
     }
+    if (!lora && plan.first()) embedding_range_ = {wte_, total_};
     for (int c = 0; c < plan.chunks; ++c)
         for (int l = first_layer(c); l < first_layer(c) + chunk_layers(c); ++l) {
             start_unit();
             const std::size_t begin = total_;
-            const std::string p = "h." + std::to_string(l) + ".";
-            if (lora) {
-                add_lora(p, *lora);
-            } else {
-                LayerParams lp{};
-                lp.ln1_w = add(p + "ln_1.weight", {H}, false, Split::replicated);
-                lp.ln1_b = add(p + "ln_1.bias", {H}, false, Split::replicated);
-                lp.qkv_w = add(p + "attn.c_attn.weight", {3 * H, H}, true, Split::qkv_rows);
-                lp.qkv_b = add(p + "attn.c_attn.bias", {3 * H}, false, Split::qkv_rows);
-                lp.attn_proj_w = add(p + "attn.c_proj.weight", {H, H}, true, Split::columns);
-                lp.attn_proj_b = add(p + "attn.c_proj.bias", {H}, false, Split::replicated);
-                lp.ln2_w = add(p + "ln_2.weight", {H}, false, Split::replicated);
-                lp.ln2_b = add(p + "ln_2.bias", {H}, false, Split::replicated);
-                lp.fc_w = add(p + "mlp.c_fc.weight", {F, H}, true, Split::rows);
-                lp.fc_b = add(p + "mlp.c_fc.bias", {F}, false, Split::rows);
-                lp.fc_proj_w = add(p + "mlp.c_proj.weight", {H, F}, true, Split::columns);
-                lp.fc_proj_b = add(p + "mlp.c_proj.bias", {H}, false, Split::replicated);
-                layers_.push_back(lp);
-            }
+            if (lora)
+                add_lora("h." + std::to_string(l) + ".", *lora);
+            else
+                layers_.push_back(llama ? add_llama_layer("layers." + std::to_string(l) + ".")
+                                        : add_gpt2_layer("h." + std::to_string(l) + "."));
             layer_ids_.push_back(l);
             layer_ranges_.emplace_back(begin, total_);
         }
     if (!lora && plan.last()) {
         start_unit();
-        lnf_w_ = add("ln_f.weight", {H}, false, Split::replicated);
-        lnf_b_ = add("ln_f.bias", {H}, false, Split::replicated);
+        lnf_w_ = add(llama ? "norm.weight" : "ln_f.weight", {H}, false, Split::replicated);
+        if (!llama) lnf_b_ = add("ln_f.bias", {H}, false, Split::replicated);
+        if (!shape.tied) head_ = add("lm_head.weight", {Vp, H}, true, Split::rows);
+        head_range_ = {lnf_w_, total_};
     }
     total_ = (total_ + align - 1) / align * align;
     for (std::size_t u = 0; u < begins.size(); ++u)
         units_.emplace_back(begins[u], u + 1 < begins.size() ? begins[u + 1] : total_);
+}
+
+LayerParams ParamLayout::add_gpt2_layer(const std::string& p) {
+    const int64_t H = shape_.hidden, F = shape_.ffn;
+    LayerParams lp{};
+    lp.ln1_w = add(p + "ln_1.weight", {H}, false, Split::replicated);
+    lp.ln1_b = add(p + "ln_1.bias", {H}, false, Split::replicated);
+    lp.qkv_w = add(p + "attn.c_attn.weight", {3 * H, H}, true, Split::qkv_rows);
+    lp.qkv_b = add(p + "attn.c_attn.bias", {3 * H}, false, Split::qkv_rows);
+    lp.attn_proj_w = add(p + "attn.c_proj.weight", {H, H}, true, Split::columns);
+    lp.attn_proj_b = add(p + "attn.c_proj.bias", {H}, false, Split::replicated);
+    lp.ln2_w = add(p + "ln_2.weight", {H}, false, Split::replicated);
+    lp.ln2_b = add(p + "ln_2.bias", {H}, false, Split::replicated);
+    lp.fc_w = add(p + "mlp.c_fc.weight", {F, H}, true, Split::rows);
+    lp.fc_b = add(p + "mlp.c_fc.bias", {F}, false, Split::rows);
+    lp.fc_proj_w = add(p + "mlp.c_proj.weight", {H, F}, true, Split::columns);
+    lp.fc_proj_b = add(p + "mlp.c_proj.bias", {H}, false, Split::replicated);
+    return lp;
+}
+
+LayerParams ParamLayout::add_llama_layer(const std::string& p) {
+    const int64_t H = shape_.hidden, F = shape_.ffn;
+    const int64_t KV = H / shape_.heads * shape_.kv_heads;  // the key/value heads' width
+    LayerParams lp{};
+    lp.ln1_b = lp.qkv_b = lp.attn_proj_b = lp.ln2_b = lp.fc_b = lp.fc_proj_b = kNoParam;
+    lp.ln1_w = add(p + "input_layernorm.weight", {H}, false, Split::replicated);
+    lp.qkv_w = add(p + "self_attn.q_proj.weight", {H, H}, true, Split::rows);
+    add(p + "self_attn.k_proj.weight", {KV, H}, true, Split::rows);
+    add(p + "self_attn.v_proj.weight", {KV, H}, true, Split::rows);
+    lp.attn_proj_w = add(p + "self_attn.o_proj.weight", {H, H}, true, Split::columns);
+    lp.ln2_w = add(p + "post_attention_layernorm.weight", {H}, false, Split::replicated);
+    lp.fc_w = add(p + "mlp.gate_proj.weight", {F, H}, true, Split::rows);
+    add(p + "mlp.up_proj.weight", {F, H}, true, Split::rows);
+    lp.fc_proj_w = add(p + "mlp.down_proj.weight", {H, F}, true, Split::columns);
+    return lp;
+}
+
+const char* ParamLayout::wte_name() const {
+    return shape_.arch == Arch::llama ? "embed_tokens.weight" : "wte.weight";
 }
 
 int ParamLayout::chunk_layers(int c) const {
@@ -206,7 +238,7 @@ const ParamTensor* ParamLayout::find(const std::string& name) const {
 
 bool ParamLayout::held_elsewhere(const ParamTensor& t) const {
     return (t.split == Split::replicated && tensor_rank_ != 0) ||
-           (t.name == "wte.weight" && !plan_.first());
+           (shape_.tied && t.name == wte_name() && !plan_.first());
 }
 
 void shard_params(const ParamLayout& full_layout, const float* full,

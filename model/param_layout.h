@@ -23,6 +23,15 @@
 //
 // Order: wte, wpe, then layer by layer (so a stage's chunks are contiguous runs), ln_f.
 //
+// A llama model (Arch::llama) holds Hugging Face LlamaForCausalLM's tensors, named as there
+// without the "model." prefix, linear weights [out, in] as there: embed_tokens (the padded
+// vocabulary's rows, split by rows like wte), per layer input_layernorm, self_attn.q_proj,
+// k_proj, v_proj (rows: this rank's query heads, and its key/value heads), o_proj (columns),
+// post_attention_layernorm, mlp.gate_proj, up_proj (rows), down_proj (columns); norm, and
+// lm_head (padded rows, split by rows) unless tied to embed_tokens. No biases, no position
+// embedding. q, k and v are adjacent, so this rank's three slices are one [(NH + 2·KVH)·d/M, H]
+// weight, and gate and up one [2F/M, H]: each pair of linears runs as one GEMM.
+//
 // Low-rank adapters (LoRA) have a layout of their own, built by ParamLayout::for_lora: for
 // each layer held and each target linear W (out, in), A (r, in) then B (out, r), named as
 // W's weight with lora_A / lora_B in place of the last part ("h.3.attn.c_attn.lora_A.weight").
@@ -49,7 +58,11 @@
 
 namespace trident::model {
 
-// The sizes that fix a GPT's parameters.
+// The layer kind: GPT-2's (LayerNorm, learned positions, GELU MLP, biases, tied head) or
+// Llama's (RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases).
+enum class Arch { gpt2, llama };
+
+// The sizes that fix a GPT's parameters, and the kind of its layers.
 struct GptShape {
     int vocab = 0;         // V, real vocabulary
     int padded_vocab = 0;  // Vp >= V, multiple of 128 * tensor-parallel size
@@ -57,7 +70,13 @@ struct GptShape {
     int layers = 0;        // L
     int hidden = 0;        // H
     int heads = 0;         // NH
-    int ffn = 0;           // F, MLP width
+    int ffn = 0;           // F, MLP width (llama: SwiGLU's inner width)
+    int kv_heads = 0;      // KVH, key/value heads (grouped-query attention); gpt2: = heads
+    Arch arch = Arch::gpt2;
+    bool tied = true;  // the LM head is the token embedding (gpt2 always)
+    // Llama's RMSNorm epsilon and rotary base θ.
+    float norm_eps = 1e-5f;
+    float rope_theta = 10000.0f;
 };
 
 // Which part of the model a pipeline stage holds (P = v = 1: all of it).
@@ -92,7 +111,13 @@ struct ParamTensor {
     Split split = Split::replicated;
 };
 
-// Offsets of one transformer block's tensors in the flat buffer (local shapes).
+// The offset of a tensor the model does not have (a llama layer's biases, its wpe).
+inline constexpr std::size_t kNoParam = SIZE_MAX;
+
+// Offsets of one transformer block's tensors in the flat buffer (local shapes). A llama layer
+// fills them with its own (biases kNoParam): ln1 input_layernorm, qkv q_proj (followed by
+// k_proj and v_proj: (NH + 2·KVH)·d/M rows), attn_proj o_proj, ln2 post_attention_layernorm,
+// fc gate_proj (followed by up_proj: 2F/M rows), fc_proj down_proj.
 struct LayerParams {
     std::size_t ln1_w, ln1_b;              // (H), (H)
     std::size_t qkv_w, qkv_b;              // (3H/M, H), (3H/M)
@@ -153,10 +178,17 @@ public:
     int hidden_local() const { return shape_.hidden / tensor_size_; }  // attention width
     int ffn_local() const { return shape_.ffn / tensor_size_; }
 
-    std::size_t wte() const { return wte_; }      // (Vp/M, H), first and last stage
-    std::size_t wpe() const { return wpe_; }      // (T, H), first stage
+    std::size_t wte() const { return wte_; }      // (Vp/M, H), first (and if tied last) stage
+    std::size_t wpe() const { return wpe_; }      // (T, H), first stage; llama kNoParam
     std::size_t lnf_w() const { return lnf_w_; }  // (H), last stage
-    std::size_t lnf_b() const { return lnf_b_; }  // (H), last stage
+    std::size_t lnf_b() const { return lnf_b_; }  // (H), last stage; llama kNoParam
+    std::size_t head() const { return head_; }    // (Vp/M, H) the LM head's weight: wte if tied
+    // The ranges [begin, end) of the embedding's tensors (wte, wpe: first stage) and the
+    // head's (the final norm, and an untied LM head: last stage).
+    std::pair<std::size_t, std::size_t> embedding_range() const { return embedding_range_; }
+    std::pair<std::size_t, std::size_t> head_range() const { return head_range_; }
+    // The token embedding's name: wte.weight, llama embed_tokens.weight.
+    const char* wte_name() const;
     // The tensors of global layer l, which must be one of this stage's, and the range
     // [begin, end) of the flat buffer they fill (a layer's tensors are contiguous).
     const LayerParams& layer(int l) const;
@@ -179,6 +211,9 @@ private:
                     Split split);
     // One layer's adapters, their names starting with `prefix` ("h.3.").
     void add_lora(const std::string& prefix, const LoraShape& lora);
+    // One layer's tensors, their names starting with `prefix`.
+    LayerParams add_gpt2_layer(const std::string& prefix);
+    LayerParams add_llama_layer(const std::string& prefix);
     // Global layer l's index among those held.
     std::size_t layer_index(int l) const;
 
@@ -193,7 +228,8 @@ private:
     LoraShape lora_;
     std::vector<std::pair<std::size_t, std::size_t>> units_;
     std::size_t total_ = 0;
-    std::size_t wte_ = 0, wpe_ = 0, lnf_w_ = 0, lnf_b_ = 0;
+    std::pair<std::size_t, std::size_t> embedding_range_, head_range_;
+    std::size_t wte_ = 0, wpe_ = kNoParam, lnf_w_ = 0, lnf_b_ = kNoParam, head_ = 0;
 };
 
 // Copies this rank's slice of every tensor it holds from `full` (the buffer of a layout of

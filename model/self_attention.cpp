@@ -10,30 +10,43 @@ using kernels::Ptr;
 
 namespace {
 
-std::unique_ptr<AttentionCore> make_core(const SelfAttentionSpec& spec, const Dims& d,
+std::unique_ptr<AttentionCore> make_core(int head_begin, int heads_total, const Dims& d,
                                          const AttentionSavedFn& attention_saved, SetSpec& set,
                                          ScratchSpec& scratch) {
     if (d.context_size > 1)
-        return std::make_unique<ContextAttention>(d, spec.head_begin, spec.heads_total,
-                                                  attention_saved, set, scratch);
-    return std::make_unique<LocalAttention>(d, spec.head_begin, spec.heads_total, attention_saved,
-                                            set);
+        return std::make_unique<ContextAttention>(d, head_begin, heads_total, attention_saved, set,
+                                                  scratch);
+    return std::make_unique<LocalAttention>(d, head_begin, heads_total, attention_saved, set);
 }
 
 }  // namespace
 
-// The buffers are declared in the order of the forward: qkv's, then the core's, then the
-// projection's.
+Attention::Attention(const LinearSpec& qkv, const LinearSpec& proj, int head_begin, int heads_total,
+                     const Dims& d, const AttentionSavedFn& attention_saved, SetSpec& set,
+                     ScratchSpec& scratch)
+    : qkv_linear_(qkv, d, set, scratch),
+      core_(make_core(head_begin, heads_total, d, attention_saved, set, scratch)),
+      proj_(proj, d, set, scratch),
+      out_(set.add("attention_out", d.rows() * static_cast<std::size_t>(d.Hm), d.act,
+                   Keep::unless_full)) {}
+
+void Attention::backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) const {
+    proj_.backward_weight(ctx, pass, pass.buffers[out_]);
+    qkv_linear_.backward_weight(ctx, pass, x);
+}
+
+void Attention::finish_grads(PartContext& ctx) const {
+    qkv_linear_.finish_grads(ctx);
+    proj_.finish_grads(ctx);
+}
+
 SelfAttention::SelfAttention(const SelfAttentionSpec& spec, const Dims& d,
                              const AttentionSavedFn& attention_saved, SetSpec& set,
                              ScratchSpec& scratch)
-    : qkv_linear_(spec.qkv, d, set, scratch),
-      core_(make_core(spec, d, attention_saved, set, scratch)),
-      proj_(spec.proj, d, set, scratch),
+    : Attention(spec.qkv, spec.proj, spec.head_begin, spec.heads_total, d, attention_saved, set,
+                scratch),
       qkv_count_(d.rows() * 3 * static_cast<std::size_t>(d.Hm)) {
     qkv_ = set.add("qkv", qkv_count_, d.act, Keep::unless_full);
-    out_ = set.add("attention_out", d.rows() * static_cast<std::size_t>(d.Hm), d.act,
-                   Keep::unless_full);
     d_qkv_ = scratch.add("d_qkv", qkv_count_, d.act);
 }
 
@@ -52,16 +65,6 @@ ConstPtr SelfAttention::backward(PartContext& ctx, const Pass& pass, ConstPtr x,
     if (rebuild) core_->rebuild(ctx, pass, pass.buffers[qkv_], drop);
     core_->backward(ctx, pass, d_qkv, d_out, pass.buffers[qkv_], pass.buffers[out_], drop);
     return qkv_linear_.backward(ctx, pass, x, d_qkv, part);
-}
-
-void SelfAttention::backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) const {
-    proj_.backward_weight(ctx, pass, pass.buffers[out_]);
-    qkv_linear_.backward_weight(ctx, pass, x);
-}
-
-void SelfAttention::finish_grads(PartContext& ctx) const {
-    qkv_linear_.finish_grads(ctx);
-    proj_.finish_grads(ctx);
 }
 
 }  // namespace trident::model

@@ -13,32 +13,58 @@
 
 namespace trident::model {
 
+// A layer's attention sublayer: GPT-2's (SelfAttention, below) or Llama's (GroupedAttention,
+// model/grouped_attention.h), each an input linear producing this rank's q, k, v, an attention
+// core of this rank's heads, and the output projection. What lies between the input linear and
+// the core is each kind's own (forward, backward); a different attention block is another
+// implementation (docs/ARCHITECTURE.md, "How to add a layer kind").
+class Attention {
+public:
+    virtual ~Attention() = default;
+    // This rank's rows of the output (R, H), in the scratch.
+    virtual kernels::Ptr forward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
+                                 float drop) const = 0;
+    // This rank's rows of the input's gradient (R, H), in the scratch, from dy (R, H).
+    // `rebuild`: selective recompute dropped what the core keeps.
+    virtual kernels::ConstPtr backward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
+                                       kernels::ConstPtr dy, float drop, BackwardPart part,
+                                       bool rebuild) const = 0;
+    void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const;
+    void finish_grads(PartContext& ctx) const;
+
+protected:
+    // The linears and the core of this rank's heads among `heads_total`, from `head_begin`:
+    // local, or ring or Ulysses over the context group. The buffers are declared in the order
+    // of the forward: the input linear's, the core's, the projection's, the core's output.
+    Attention(const LinearSpec& qkv, const LinearSpec& proj, int head_begin, int heads_total,
+              const Dims& d, const AttentionSavedFn& attention_saved, SetSpec& set,
+              ScratchSpec& scratch);
+
+    Linear qkv_linear_;
+    std::unique_ptr<AttentionCore> core_;
+    Linear proj_;
+    int out_;  // slot: the core's output (N, Hm)
+};
+
 struct SelfAttentionSpec {
     LinearSpec qkv, proj;
     int head_begin = 0, heads_total = 0;  // this rank's heads among all
 };
 
-class SelfAttention {
+class SelfAttention final : public Attention {
 public:
     SelfAttention(const SelfAttentionSpec& spec, const Dims& d,
                   const AttentionSavedFn& attention_saved, SetSpec& set, ScratchSpec& scratch);
 
-    // This rank's rows of the output (R, H), in the scratch.
-    kernels::Ptr forward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x, float drop) const;
-    // This rank's rows of the input's gradient (R, H), in the scratch, from dy (R, H).
-    // `rebuild`: selective recompute dropped what the core keeps.
+    kernels::Ptr forward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
+                         float drop) const override;
     kernels::ConstPtr backward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
                                kernels::ConstPtr dy, float drop, BackwardPart part,
-                               bool rebuild) const;
-    void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const;
-    void finish_grads(PartContext& ctx) const;
+                               bool rebuild) const override;
 
 private:
-    Linear qkv_linear_;
-    std::unique_ptr<AttentionCore> core_;
-    Linear proj_;
-    int qkv_, out_;  // slots: (N, 3Hm), (N, Hm)
-    int d_qkv_;      // scratch: (N, 3Hm)
+    int qkv_;    // slot: (N, 3Hm)
+    int d_qkv_;  // scratch: (N, 3Hm)
     std::size_t qkv_count_;
 };
 

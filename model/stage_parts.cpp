@@ -1,8 +1,11 @@
-// A stage's parts from its layout: GPT-2's layers, embedding and head (see stage_parts.h).
+// A stage's parts from its layout: GPT-2's or Llama's layers, embedding and head (see
+// stage_parts.h).
 #include "model/stage_parts.h"
 
 #include <memory>
 #include <utility>
+
+#include "model/grouped_attention.h"
 
 namespace trident::model {
 
@@ -49,6 +52,40 @@ TransformerLayer gpt2_layer(const ParamLayout& layout, const ParamLayout& lora_l
     return TransformerLayer(std::move(set), std::move(parts), o.dropout, d, scratch);
 }
 
+// Llama's layer l: RMSNorm, grouped-query attention with rotary positions (q, k, v one
+// column-split linear by heads, o row-split), RMSNorm, SwiGLU (gate and up one column-split
+// linear, down row-split); no biases.
+TransformerLayer llama_layer(const ParamLayout& layout, int l, const Dims& d, const PartOptions& o,
+                             ScratchSpec& scratch) {
+    const LayerParams& p = layout.layer(l);
+    const GptShape& shape = layout.shape();
+    const int head_size = d.Hm / d.heads;
+    SetSpec set;
+    TransformerLayer::Parts parts;
+    parts.norm1 = std::make_unique<RmsNorm>(p.ln1_w, shape.norm_eps, d, set);
+    GroupedAttentionSpec attention;
+    attention.qkv = LinearSpec{
+        LinearSplit::column, d.H, d.Hm + 2 * d.kv_heads * head_size, p.qkv_w, kNoParam, {}, true};
+    attention.proj = LinearSpec{LinearSplit::row, d.Hm, d.H, p.attn_proj_w, kNoParam, {}, true};
+    attention.head_begin = layout.heads_begin();
+    attention.heads_total = shape.heads;
+    attention.rope_theta = shape.rope_theta;
+    parts.attention =
+        std::make_unique<GroupedAttention>(attention, d, o.attention_saved, set, scratch);
+    parts.norm2 = std::make_unique<RmsNorm>(p.ln2_w, shape.norm_eps, d, set);
+    parts.feed_forward = std::make_unique<SwiGluMlp>(
+        LinearSpec{LinearSplit::column, d.H, 2 * d.Fm, p.fc_w, kNoParam, {}, true},
+        LinearSpec{LinearSplit::row, d.Fm, d.H, p.fc_proj_w, kNoParam, {}, true}, d, set, scratch);
+    return TransformerLayer(std::move(set), std::move(parts), o.dropout, d, scratch);
+}
+
+// The final norm before the LM head, into the last chunk's own buffers.
+std::unique_ptr<Norm> final_norm(const ParamLayout& layout, const Dims& d, SetSpec& set) {
+    if (layout.shape().arch == Arch::llama)
+        return std::make_unique<RmsNorm>(layout.lnf_w(), layout.shape().norm_eps, d, set);
+    return std::make_unique<LayerNorm>(layout.lnf_w(), layout.lnf_b(), d, set);
+}
+
 }  // namespace
 
 StageParts build_stage(const ParamLayout& layout, const ParamLayout& lora_layout, const Dims& d,
@@ -59,11 +96,17 @@ StageParts build_stage(const ParamLayout& layout, const ParamLayout& lora_layout
     // The backward's gradient of this rank's rows of the residual stream (R, H).
     s.d_residual =
         s.scratch.add("d_residual", d.rows_mine() * static_cast<std::size_t>(d.H), d.act);
+    if (d.context_size > 1)
+        s.positions =
+            s.scratch.add("positions", static_cast<std::size_t>(d.T), kernels::DType::i32);
+    const bool llama = layout.shape().arch == Arch::llama;
     for (int c = 0; c < plan.chunks; ++c) {
         s.chunk_first.push_back(s.layers.size());
-        for (int i = 0; i < layout.chunk_layers(c); ++i)
-            s.layers.push_back(
-                gpt2_layer(layout, lora_layout, layout.first_layer(c) + i, d, options, s.scratch));
+        for (int i = 0; i < layout.chunk_layers(c); ++i) {
+            const int l = layout.first_layer(c) + i;
+            s.layers.push_back(llama ? llama_layer(layout, l, d, options, s.scratch)
+                                     : gpt2_layer(layout, lora_layout, l, d, options, s.scratch));
+        }
     }
     s.chunks.resize(static_cast<std::size_t>(plan.chunks));
     std::size_t next = 0;
@@ -76,9 +119,8 @@ StageParts build_stage(const ParamLayout& layout, const ParamLayout& lora_layout
                 EmbeddingSpec{layout.wte(), layout.wpe(), layout.vocab_begin(), options.dropout}, d,
                 chunk.own, s.scratch);
         if (plan.global_chunk(c) == last)
-            s.head.emplace(LmHeadSpec{layout.lnf_w(), layout.lnf_b(), layout.wte(),
-                                      layout.vocab_begin(), layout.shape().vocab},
-                           d, chunk.own, s.scratch);
+            s.head.emplace(LmHeadSpec{layout.head(), layout.vocab_begin(), layout.shape().vocab},
+                           final_norm(layout, d, chunk.own), d, chunk.own, s.scratch);
         for (int i = 0; i < layout.chunk_layers(c); ++i)
             chunk.layers.push_back(&s.layers[next++].spec());
     }

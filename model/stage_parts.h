@@ -1,4 +1,5 @@
-// The parts of one pipeline stage of the GPT model, and the buffers they declare: the
+// The parts of one pipeline stage of the model (GPT-2's or Llama's layers, GptShape::arch),
+// and the buffers they declare: the
 // embedding (on the stage of the first global chunk), this stage's transformer layers, the
 // head (on the stage of the last global chunk), each chunk's own buffers and the shared
 // scratch. The model (model/gpt.h) runs them; the planner (src/plan/memory_model.cpp) builds
@@ -42,6 +43,9 @@ struct StageParts {
     std::vector<int> chunk_input;   // each chunk's input (R, H): a slot of its own set
     ScratchSpec scratch;
     int d_residual = 0;  // scratch: the backward's gradient of the residual stream (R, H)
+    // scratch: this rank's tokens' positions in the whole sequence (T) i32, which the model
+    // uploads once; -1 without context parallelism (0 .. T-1)
+    int positions = -1;
 
     const TransformerLayer& layer(int c, int i) const {
         return layers[chunk_first[static_cast<std::size_t>(c)] + static_cast<std::size_t>(i)];

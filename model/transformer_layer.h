@@ -10,7 +10,7 @@
 
 #include "model/mlp.h"
 #include "model/norm.h"
-#include "model/self_attention.h"
+#include "model/self_attention.h"  // Attention
 
 namespace trident::model {
 
@@ -18,7 +18,7 @@ class TransformerLayer {
 public:
     struct Parts {
         std::unique_ptr<Norm> norm1;
-        std::unique_ptr<SelfAttention> attention;
+        std::unique_ptr<Attention> attention;
         std::unique_ptr<Norm> norm2;
         std::unique_ptr<FeedForward> feed_forward;
     };

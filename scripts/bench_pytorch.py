@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """PyTorch doing the same training step as `trident bench --config configs/bench-cpu.yaml`.
 
-The GPT-2 of scripts/torch_gpt2.py (explicit attention, fp32) of the benchmark's shape, trained with
+The GPT-2 of scripts/torch_gpt2.py (explicit attention, fp32) of the benchmark's shape, or with
+--arch llama the Llama of scripts/torch_llama.py (--kv-heads, --ffn its SwiGLU width), trained with
 torch.optim.AdamW and clip_grad_norm_ on random tokens; prints one JSON line with tokens_per_s,
 the median over the timed steps. Run with Debian's python3 (python3-torch).
 """
@@ -13,6 +14,7 @@ import time
 import torch
 
 from torch_gpt2 import Gpt  # beside this script
+from torch_llama import Llama
 
 
 def main():
@@ -23,6 +25,8 @@ def main():
     p.add_argument("--hidden", type=int, default=384)
     p.add_argument("--heads", type=int, default=6)
     p.add_argument("--ffn", type=int, default=1536)
+    p.add_argument("--arch", choices=["gpt2", "llama"], default="gpt2")
+    p.add_argument("--kv-heads", type=int, default=2)
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", type=int, default=10)
@@ -31,7 +35,10 @@ def main():
 
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
-    model = Gpt(a.vocab, a.seq, a.layers, a.hidden, a.heads, a.ffn)
+    if a.arch == "llama":
+        model = Llama(a.vocab, a.seq, a.layers, a.hidden, a.heads, a.kv_heads, a.ffn)
+    else:
+        model = Gpt(a.vocab, a.seq, a.layers, a.hidden, a.heads, a.ffn)
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)
     times = []
     for step in range(a.warmup + a.steps):

@@ -85,7 +85,7 @@ TEST_CASE("checkpoint: the manifest reads back as written", "[checkpoint]") {
     m.loss_scale = 0.000030517578125;  // 2^-15, exactly
     m.good_steps = 17;
     m.skipped_total = 2;
-    m.shape = model::GptShape{300, 384, 16, 2, 32, 4, 128};
+    m.shape = model::GptShape{300, 384, 16, 2, 32, 4, 128, 4};
     m.layout = train::CheckpointLayout{2, 2, 2, 2, "interleaved", 0, 4096, {1, 0, 0, 1}};
     m.precision = "fp16";
     m.files = {
@@ -178,7 +178,7 @@ TEST_CASE("checkpoint: every manifest field out of its range is refused, naming 
 
 TEST_CASE("checkpoint: for_each_slice_run places every slice element where unshard_params does",
           "[checkpoint]") {
-    const model::GptShape shape{300, 384, 16, 2, 32, 4, 128};
+    const model::GptShape shape{300, 384, 16, 2, 32, 4, 128, 4};
     const model::ParamLayout full(shape);
     for (int tp = 0; tp < 2; ++tp) {
         const model::ParamLayout local(shape, tp, 2, model::StagePlan{2, 1, 1, {}});

@@ -534,6 +534,60 @@ TEST_CASE("config: load reads a file and reports one it cannot open", "[config]"
     CHECK(cfg.model.vocab_size == 50257);
 }
 
+TEST_CASE("config: the llama keys, their defaults and their limits", "[config]") {
+    const Config gpt2 = parse(kMinimal, "x.yaml");
+    CHECK(gpt2.model.arch == Arch::gpt2);
+    CHECK(gpt2.model.kv_heads == 12);
+    CHECK(gpt2.model.tie_embeddings);
+    CHECK(gpt2.model.ffn_hidden == 3072);
+    // Llama's SwiGLU width: 8h/3 rounded up to a multiple of 256 (Llama-2 7B's 11008).
+    const Config llama = parse(kMinimal + "model:\n  arch: llama\n  hidden: 4096\n  heads: 32\n",
+                               "x.yaml", {"model.kv_heads=8"});
+    CHECK(llama.model.ffn_hidden == 11008);
+    CHECK(llama.model.kv_heads == 8);
+    CHECK(!llama.model.tie_embeddings);
+    CHECK(llama.model.rope_theta == 10000.0);
+    CHECK(llama.model.norm_eps == 1e-5);
+    CHECK(parse(kMinimal + "model:\n  arch: llama\n  hidden: 768\n", "x.yaml").model.ffn_hidden ==
+          2048);
+    CHECK(
+        parse(kMinimal, "x.yaml", {"model.arch=llama", "model.ffn_hidden=100"}).model.ffn_hidden ==
+        100);
+    CHECK(parse(kMinimal, "x.yaml", {"model.arch=llama", "model.tie_embeddings=true"})
+              .model.tie_embeddings);
+
+    CHECK(error_of(kMinimal, {"model.arch=falcon"})
+              .starts_with("--set model.arch=falcon: model.arch: expected one of gpt2, llama"));
+    CHECK(error_of(kMinimal, {"model.arch=llama", "model.kv_heads=5"}) ==
+          "--set model.kv_heads=5: model.kv_heads (5) must divide model.heads (12): each "
+          "key/value head serves heads / kv_heads query heads");
+    CHECK(error_of(kMinimal, {"model.kv_heads=4"}) ==
+          "--set model.kv_heads=4: model.kv_heads (4) differs from model.heads (12): grouped-query "
+          "attention needs model.arch: llama");
+    CHECK(error_of(kMinimal, {"model.rope_theta=500000"}) ==
+          "--set model.rope_theta=500000: model.rope_theta (5e+05) sets llama's rotary "
+          "positions; GPT-2 learns its position embedding (model.arch: gpt2)");
+    CHECK(error_of(kMinimal, {"model.norm_eps=1e-6"}) ==
+          "--set model.norm_eps=1e-6: model.norm_eps (1e-06) sets llama's RMSNorm; GPT-2's "
+          "LayerNorm has eps 1e-5 (model.arch: gpt2)");
+    CHECK(error_of(kMinimal, {"model.tie_embeddings=false"}) ==
+          "--set model.tie_embeddings=false: model.tie_embeddings: false needs model.arch: llama "
+          "(GPT-2's LM head is its token embedding)");
+    CHECK(error_of(kMinimal, {"model.arch=llama", "model.hidden=36", "model.heads=4"}) ==
+          "--set model.heads=4: model.arch: llama rotates pairs of channels: the head size "
+          "model.hidden / model.heads = 9 must be even");
+    CHECK(error_of(kMinimal, {"model.arch=llama", "model.kv_heads=2", "parallel.tensor=4"}) ==
+          "--set parallel.tensor=4: parallel.tensor (4) must divide model.kv_heads (2)");
+    CHECK(error_of(kLoraBase, {"model.arch=llama", "training.lora.rank=4"}) ==
+          "--set training.lora.rank=4: training.lora.rank > 0 adapts GPT-2's linears; low-rank "
+          "adapters of llama's (q, k, v, o, gate, up, down) are not built yet (model.arch: "
+          "llama)");
+    CHECK(error_of(kMinimal, {"model.rope_theta=0"}) ==
+          "--set model.rope_theta=0: model.rope_theta: must be > 0, got 0");
+    CHECK(error_of(kMinimal, {"model.norm_eps=-1"}) ==
+          "--set model.norm_eps=-1: model.norm_eps: must be > 0, got -1");
+}
+
 TEST_CASE("config: README's table gives every key's default", "[config]") {
     std::ifstream in(TRIDENT_SOURCE_DIR "/README.md");
     const std::string readme{std::istreambuf_iterator<char>(in), {}};

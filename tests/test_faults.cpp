@@ -208,7 +208,7 @@ TEST_CASE("manifest: data files read back, and their changes are described", "[f
     Workspace ws;
     train::Manifest m;
     m.step = 4;
-    m.shape = model::GptShape{64, 128, 16, 2, 32, 4, 64};
+    m.shape = model::GptShape{64, 128, 16, 2, 32, 4, 64, 4};
     m.layout.schedule = "1f1b";
     m.layout.chunk_layers = {2};
     m.precision = "fp32";

@@ -193,7 +193,7 @@ TEST_CASE("fuzz: a checkpoint's manifest.json", "[fuzz]") {
     m.seed = 1234;
     m.adam_step = 40;
     m.loss_scale = 65536;
-    m.shape = model::GptShape{300, 384, 16, 2, 32, 4, 128};
+    m.shape = model::GptShape{300, 384, 16, 2, 32, 4, 128, 4};
     m.layout = train::CheckpointLayout{2, 1, 2, 1, "1f1b", 1, 1000, {1, 1}};
     m.precision = "fp32";
     m.files = {

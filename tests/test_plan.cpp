@@ -254,6 +254,51 @@ TEST_CASE("plan: parameters of the Megatron-LM 2019 series", "[plan]") {
     }
 }
 
+TEST_CASE("plan: parameters of Llama-2 and Llama-3", "[plan]") {
+    // Hugging Face's config.json of each (meta-llama/Llama-2-7b-hf, 13b, 70b; Meta-Llama-3-8B,
+    // 70B) and the parameter counts their model cards and safetensors indexes state.
+    struct Row {
+        const char* name;
+        int vocab, hidden, layers, heads, kv_heads, ffn;
+        int64_t parameters;
+    };
+    const Row rows[] = {{"Llama-2 7B", 32000, 4096, 32, 32, 32, 11008, 6'738'415'616},
+                        {"Llama-2 13B", 32000, 5120, 40, 40, 40, 13824, 13'015'864'320},
+                        {"Llama-2 70B", 32000, 8192, 80, 64, 8, 28672, 68'976'648'192},
+                        {"Llama-3 8B", 128256, 4096, 32, 32, 8, 14336, 8'030'261'248},
+                        {"Llama-3 70B", 128256, 8192, 80, 64, 8, 28672, 70'553'706'496}};
+    for (const Row& r : rows) {
+        INFO(r.name);
+        const std::string n = std::to_string(r.vocab), h = std::to_string(r.hidden);
+        const config::Config cfg = config::parse(
+            "model: {arch: llama}\n", "x.yaml",
+            {"model.vocab_size=" + n, "model.hidden=" + h,
+             "model.layers=" + std::to_string(r.layers), "model.heads=" + std::to_string(r.heads),
+             "model.kv_heads=" + std::to_string(r.kv_heads),
+             "model.ffn_hidden=" + std::to_string(r.ffn)},
+            config::Purpose::plan);
+        CHECK(cfg.derived.parameters == r.parameters);
+    }
+    // The configs' grids hold the same counts, the tensor ranks between them: the replicated
+    // RMSNorm gains once each, less the padded vocabulary's rows of embed_tokens and lm_head
+    // (128256 pads to 129024 = 126·128·M for M = 8).
+    for (const char* file : {"llama3-8b", "llama3-70b"}) {
+        INFO(file);
+        const config::Config cfg =
+            config::load(TRIDENT_SOURCE_DIR "/configs/" + std::string(file) + ".yaml", {},
+                         config::Purpose::plan);
+        const int64_t expected = cfg.model.layers == 32 ? 8'030'261'248 : 70'553'706'496;
+        CHECK(cfg.derived.parameters == expected);
+        int64_t held = 0;
+        for (const plan::StageMemory& stage : plan::plan_memory(inputs(cfg)))
+            held += static_cast<int64_t>(stage.parameters);
+        const int64_t M = cfg.parallel.tensor, H = cfg.model.hidden;
+        const int64_t replicated = (2 * int64_t{cfg.model.layers} + 1) * H;
+        const int64_t padding = 2 * (cfg.derived.padded_vocab - cfg.model.vocab_size) * H;
+        CHECK(held * M - (M - 1) * replicated - padding == expected);
+    }
+}
+
 TEST_CASE("plan: model-state memory of ZeRO's Table 1", "[plan]") {
     // Rajbhandari et al., arXiv 1910.02054, Table 1: GB (1e9 bytes) per device of
     // mixed-precision Adam's model states, 2 + 2 + K bytes per parameter with K = 12, for

@@ -55,7 +55,7 @@ TEST_CASE("lr schedule: warm-up then cosine, linear or constant", "[training]") 
 TEST_CASE("clipping scales by max/(norm + 1e-6) only above the threshold", "[training]") {
     const config::Config cfg = tiny_config({"training.grad_clip=0.5"});
     auto ops = kernels::make_cpu_ops(1);
-    const model::ParamLayout layout(model::GptShape{50, 128, 8, 1, 4, 2, 8});
+    const model::ParamLayout layout(model::GptShape{50, 128, 8, 1, 4, 2, 8, 2});
     model::FlatBuffer params(*ops, layout.total(), kernels::DType::f32);
     model::FlatBuffer grads(*ops, layout.total(), kernels::DType::f32);
     parallel::Grid& solo = test::solo_grid();

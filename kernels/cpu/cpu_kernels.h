@@ -62,6 +62,18 @@ void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* 
                         const float* inp, const float* weight, const float* mean, const float* rstd,
                         int N, int C);
 
+// ---- RMS norm (rmsnorm.cpp) -------------------------------------------------------------
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
+                     float eps);
+void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
+                      const float* weight, const float* rstd, int N, int C);
+
+// ---- rotary positions and grouped key/value heads (rotary.cpp) ---------------------------
+void rotary_qkv_forward(float* out, const float* qkv, int B, int T, int NH, int KVH, int hs,
+                        float theta, const int32_t* positions);
+void rotary_qkv_backward(float* dqkv, const float* dout, int B, int T, int NH, int KVH, int hs,
+                         float theta, const int32_t* positions);
+
 // ---- linear (matmul.cpp) ----------------------------------------------------------------
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int C, int OC);
@@ -89,6 +101,8 @@ void attention_block_backward(float* dq, float* dkv, const float* dout, const fl
 // ---- pointwise (pointwise.cpp) ----------------------------------------------------------
 void gelu_forward(float* out, const float* inp, std::size_t count);
 void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t count);
+void swiglu_forward(float* out, const float* inp, int N, int F);
+void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F);
 void residual_forward(float* out, const float* a, const float* b, std::size_t count);
 void dropout_forward(float* out, const float* inp, std::size_t count, float drop_prob,
                      uint64_t seed, uint64_t index_begin);

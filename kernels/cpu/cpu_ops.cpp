@@ -133,6 +133,52 @@ public:
         v.commit();
     }
 
+    void rmsnorm_forward(Ptr out, float* rstd, ConstPtr inp, ConstPtr weight, int N, int C,
+                         float eps) override {
+        cpu::Fp32Views v(scratch_);
+        const std::size_t NC = static_cast<std::size_t>(N) * C;
+        cpu::rmsnorm_forward(v.out(out, NC), rstd, v.in(inp, NC), v.in(weight, C), N, C, eps);
+        v.commit();
+    }
+    void rmsnorm_backward(Ptr dinp, Ptr dweight, ConstPtr dout, ConstPtr inp, ConstPtr weight,
+                          const float* rstd, int N, int C) override {
+        cpu::Fp32Views v(scratch_);
+        const std::size_t NC = static_cast<std::size_t>(N) * C;
+        cpu::rmsnorm_backward(v.inout(dinp, NC), v.inout(dweight, C), v.in(dout, NC), v.in(inp, NC),
+                              v.in(weight, C), rstd, N, C);
+        v.commit();
+    }
+    void rotary_qkv_forward(Ptr out, ConstPtr qkv, int B, int T, int NH, int KVH, int hs,
+                            float theta, const int32_t* positions) override {
+        cpu::Fp32Views v(scratch_);
+        const std::size_t rows = static_cast<std::size_t>(B) * T;
+        cpu::rotary_qkv_forward(v.out(out, rows * 3 * NH * hs),
+                                v.in(qkv, rows * (NH + 2 * KVH) * hs), B, T, NH, KVH, hs, theta,
+                                positions);
+        v.commit();
+    }
+    void rotary_qkv_backward(Ptr dqkv, ConstPtr dout, int B, int T, int NH, int KVH, int hs,
+                             float theta, const int32_t* positions) override {
+        cpu::Fp32Views v(scratch_);
+        const std::size_t rows = static_cast<std::size_t>(B) * T;
+        cpu::rotary_qkv_backward(v.inout(dqkv, rows * (NH + 2 * KVH) * hs),
+                                 v.in(dout, rows * 3 * NH * hs), B, T, NH, KVH, hs, theta,
+                                 positions);
+        v.commit();
+    }
+    void swiglu_forward(Ptr out, ConstPtr inp, int N, int F) override {
+        cpu::Fp32Views v(scratch_);
+        const std::size_t NF = static_cast<std::size_t>(N) * F;
+        cpu::swiglu_forward(v.out(out, NF), v.in(inp, 2 * NF), N, F);
+        v.commit();
+    }
+    void swiglu_backward(Ptr dinp, ConstPtr inp, ConstPtr dout, int N, int F) override {
+        cpu::Fp32Views v(scratch_);
+        const std::size_t NF = static_cast<std::size_t>(N) * F;
+        cpu::swiglu_backward(v.inout(dinp, 2 * NF), v.in(inp, 2 * NF), v.in(dout, NF), N, F);
+        v.commit();
+    }
+
     void matmul_forward(Ptr out, ConstPtr inp, ConstPtr weight, ConstPtr bias, int N, int C,
                         int OC) override {
         cpu::Fp32Views v(scratch_);

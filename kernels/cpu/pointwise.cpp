@@ -1,5 +1,6 @@
-// Elementwise ops: GELU (tanh form), the residual add, and inverted dropout. Each element is
-// independent, so the loops are split over threads and vectorised.
+// Elementwise ops: GELU (tanh form), SwiGLU, the residual add, and inverted dropout. Each element
+// is independent, so the loops are split over threads and vectorised.
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
@@ -34,6 +35,36 @@ void gelu_backward(float* dinp, const float* inp, const float* dout, std::size_t
         const float du_dx = kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
         const float grad = 0.5f * (1.0f + th) + 0.5f * x * (1.0f - th * th) * du_dx;
         dinp[i] += dout[i] * grad;
+    }
+}
+
+// SwiGLU (Shazeer 2020), the input of Llama's down projection: out (N,F) = silu(gate) * up,
+// inp (N,2F) holding each row's gate then up (the fused gate and up linears' output).
+void swiglu_forward(float* out, const float* inp, int N, int F) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* g = inp + static_cast<std::size_t>(n) * 2 * F;
+        const float* u = g + F;
+        float* y = out + static_cast<std::size_t>(n) * F;
+        for (int i = 0; i < F; i++) y[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    }
+}
+
+// dinp (N,2F) += the gradients of gate and up: with s = sigmoid(g),
+//   dgate = dout * u * s * (1 + g (1 - s)),  dup = dout * g * s.
+void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, int F) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float* g = inp + static_cast<std::size_t>(n) * 2 * F;
+        const float* u = g + F;
+        const float* dy = dout + static_cast<std::size_t>(n) * F;
+        float* dg = dinp + static_cast<std::size_t>(n) * 2 * F;
+        float* du = dg + F;
+        for (int i = 0; i < F; i++) {
+            const float s = 1.0f / (1.0f + std::exp(-g[i]));
+            dg[i] += dy[i] * u[i] * s * (1.0f + g[i] * (1.0f - s));
+            du[i] += dy[i] * g[i] * s;
+        }
     }
 }
 

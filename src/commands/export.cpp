@@ -1,6 +1,6 @@
 // `trident export`: writes a checkpoint's model as Hugging Face GPT-2 safetensors with its
-// config.json beside them (model/hf_config.h), or the low-rank adapters of a checkpoint that
-// trained them.
+// config.json beside them (model/hf_config.h), or Llama safetensors (tensors only), or the
+// low-rank adapters of a checkpoint that trained them.
 #include <cstdio>
 #include <filesystem>
 
@@ -10,6 +10,7 @@
 #include "kernels/error.h"
 #include "model/hf_config.h"
 #include "model/hf_gpt2.h"
+#include "model/hf_llama.h"
 #include "model/lora.h"
 #include "train/checkpoint.h"
 
@@ -35,6 +36,15 @@ int export_model(const ExportOptions& opts) {
             loaded.adapters.data(), lora.alpha);
         std::printf("exported the adapters of %s -> %s\n", loaded.path.c_str(),
                     opts.output.c_str());
+        return 0;
+    }
+    if (shape.arch == model::Arch::llama) {
+        // Hugging Face Llama's tensor names; its config.json is not written yet.
+        io::write_safetensors(
+            opts.output,
+            model::to_hf_llama_tensors(model::ParamLayout(shape), loaded.params.data()),
+            {{"format", "pt"}});
+        std::printf("exported %s -> %s\n", loaded.path.c_str(), opts.output.c_str());
         return 0;
     }
     // config.json first: one that is not a GPT-2's (another model's) stops the export before

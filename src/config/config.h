@@ -27,6 +27,7 @@ public:
 // schedule (pipeline::Kind), how attention sees the whole sequence when it is split over C
 // ranks (ring attention, or DeepSpeed-Ulysses' all-to-alls), activation recompute, and the
 // linears LoRA can adapt.
+using model::Arch;
 using model::ContextMode;
 using model::LoraTarget;
 using model::Recompute;
@@ -64,12 +65,19 @@ inline constexpr int kBatch = 1 << 24;          // training.micro_batch, trainin
 }  // namespace limits
 
 struct ModelConfig {
+    Arch arch = Arch::gpt2;
     int vocab_size = 50257;
     int seq_len = 1024;
     int layers = 12;
     int hidden = 768;
     int heads = 12;
-    int ffn_hidden = 3072;  // when not given: 4 x hidden (load.cpp), 3072 for the default 768
+    // When not given (load.cpp): gpt2 4 x hidden (3072 for the default 768); llama 8h/3 rounded
+    // up to a multiple of 256.
+    int ffn_hidden = 3072;
+    int kv_heads = 12;            // when not given: heads
+    double rope_theta = 10000.0;  // llama's rotary base θ
+    double norm_eps = 1e-5;       // llama's RMSNorm; GPT-2's LayerNorm has 1e-5 fixed
+    bool tie_embeddings = true;   // when not given: gpt2 true (always), llama false
     double dropout = 0.0;
     double init_std = 0.02;
     std::optional<std::string> init_from;  // Hugging Face GPT-2 safetensors
@@ -284,6 +292,7 @@ void derive(Config& cfg);
 // The config as YAML, every key written, so a run's exact settings can be saved beside it.
 std::string to_yaml(const Config& cfg);
 
+const char* to_string(Arch v);
 const char* to_string(ContextMode v);
 const char* to_string(Decay v);
 const char* to_string(Recompute v);

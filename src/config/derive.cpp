@@ -11,10 +11,18 @@ int64_t round_up(int64_t value, int64_t multiple) {
     return (value + multiple - 1) / multiple * multiple;
 }
 
-// Unique parameters of the GPT: token and position embeddings, the layers, the final LN.
-// The LM head is tied to the token embedding, so it adds nothing; padded rows are excluded.
+// Unique parameters of the model, padded rows excluded (docs/FORMULAS.md, "Parameters").
+// GPT-2: token and position embeddings, the layers, the final LN; the LM head is tied to the
+// token embedding, so it adds nothing. Llama: the token embedding, the layers (q and o H×H,
+// k and v H×(KVH·d) each, SwiGLU's three H×F, two RMSNorm gains), the final RMSNorm, and the
+// LM head's V×H unless tied.
 int64_t count_parameters(const ModelConfig& m) {
     const int64_t V = m.vocab_size, T = m.seq_len, H = m.hidden, F = m.ffn_hidden, L = m.layers;
+    if (m.arch == Arch::llama) {
+        const int64_t kv = H / m.heads * m.kv_heads;
+        const int64_t per_layer = 2 * H * H + 2 * H * kv + 3 * H * F + 2 * H;
+        return V * H * (m.tie_embeddings ? 1 : 2) + L * per_layer + H;
+    }
     const int64_t per_layer = 2 * H                // ln1 weight and bias
                               + 3 * H * H + 3 * H  // qkv
                               + H * H + H          // attention projection
@@ -30,9 +38,14 @@ int64_t count_parameters(const ModelConfig& m) {
 // low-rank adapters the frozen weights get no weight gradient, so their GEMMs run twice the
 // forward's (forward, input gradient), attention's still three times, and each adapter
 // (A (r, in), B (out, r)) adds three times its forward's 2·B·s·r·(in + out) per layer.
+// Llama's weights count by their shapes instead: 2·B·s per weight of the layers (q and o
+// h², k and v h·kv each, SwiGLU's three h·F) and of the LM head (V·h).
 double model_flops(const ModelConfig& m, const TrainingConfig& t) {
     const double B = t.global_batch, s = m.seq_len, l = m.layers, h = m.hidden, V = m.vocab_size;
-    const double weights = 24.0 * B * s * l * h * h * (1.0 + V / (12.0 * l * h));
+    const double kv = h / m.heads * m.kv_heads, F = m.ffn_hidden;
+    const double weights = m.arch == Arch::llama
+                               ? 2.0 * B * s * (l * (2 * h * h + 2 * h * kv + 3 * h * F) + V * h)
+                               : 24.0 * B * s * l * h * h * (1.0 + V / (12.0 * l * h));
     const double attention = 2.0 * B * s * s * l * h;
     if (!t.lora.enabled()) return 3.0 * (weights + attention);
     double widths = 0;  // Σ (in + out) over the targets

@@ -323,8 +323,16 @@ void map_eval_batches(Config& cfg, const Origins& origins) {
 // Defaults that follow other keys, filled in after the file and every override so that they
 // follow the final values; a key given anywhere keeps its value.
 void fill_dependent_defaults(Config& cfg, const Origins& origins) {
-    // Megatron-LM's ffn_hidden_size and GPT-2's n_inner: 4 x hidden unless given.
-    if (!origins.is_set("model.ffn_hidden")) cfg.model.ffn_hidden = 4 * cfg.model.hidden;
+    ModelConfig& m = cfg.model;
+    const bool llama = m.arch == Arch::llama;
+    // Megatron-LM's ffn_hidden_size and GPT-2's n_inner: 4 x hidden unless given. Llama's
+    // SwiGLU width: 2/3 of 4 x hidden (as many parameters in three matrices as GELU's two),
+    // rounded up to a multiple of 256 (11008 at hidden 4096).
+    if (!origins.is_set("model.ffn_hidden"))
+        m.ffn_hidden = llama ? (8 * m.hidden / 3 + 255) / 256 * 256 : 4 * m.hidden;
+    // Multi-head attention unless grouped; GPT-2 ties its LM head to the embedding, Llama not.
+    if (!origins.is_set("model.kv_heads")) m.kv_heads = m.heads;
+    if (!origins.is_set("model.tie_embeddings")) m.tie_embeddings = !llama;
     // Megatron-LM accumulates and reduces bf16 gradients in fp32: bf16's 8-bit mantissa drops
     // a small microbatch gradient added to a large sum. fp16 keeps 11 bits (and a loss scale).
     if (!origins.is_set("training.fp32_grad_accumulation"))

@@ -18,6 +18,11 @@ inline model::GptShape gpt_shape(const Config& cfg) {
     s.hidden = cfg.model.hidden;
     s.heads = cfg.model.heads;
     s.ffn = cfg.model.ffn_hidden;
+    s.kv_heads = cfg.model.kv_heads;
+    s.arch = cfg.model.arch;
+    s.tied = cfg.model.tie_embeddings;
+    s.norm_eps = static_cast<float>(cfg.model.norm_eps);
+    s.rope_theta = static_cast<float>(cfg.model.rope_theta);
     return s;
 }
 

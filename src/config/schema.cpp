@@ -169,12 +169,17 @@ RangeCheck<std::string> not_empty() {
 const std::vector<Key>& table() {
     using C = Config;
     static const std::vector<Key> rows = {
+        field("model.arch", &C::model, &ModelConfig::arch),
         field("model.vocab_size", &C::model, &ModelConfig::vocab_size, between(2, limits::kVocab)),
         field("model.seq_len", &C::model, &ModelConfig::seq_len, between(1, limits::kSeqLen)),
         field("model.layers", &C::model, &ModelConfig::layers, between(1, limits::kLayers)),
         field("model.hidden", &C::model, &ModelConfig::hidden, between(1, limits::kHidden)),
         field("model.heads", &C::model, &ModelConfig::heads, between(1, limits::kHidden)),
         field("model.ffn_hidden", &C::model, &ModelConfig::ffn_hidden, between(1, limits::kFfn)),
+        field("model.kv_heads", &C::model, &ModelConfig::kv_heads, between(1, limits::kHidden)),
+        field("model.rope_theta", &C::model, &ModelConfig::rope_theta, above(0.0)),
+        field("model.norm_eps", &C::model, &ModelConfig::norm_eps, above(0.0)),
+        field("model.tie_embeddings", &C::model, &ModelConfig::tie_embeddings),
         field("model.dropout", &C::model, &ModelConfig::dropout, fraction()),
         field("model.init_std", &C::model, &ModelConfig::init_std, above(0.0)),
         field("model.init_from", &C::model, &ModelConfig::init_from),

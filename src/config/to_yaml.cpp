@@ -25,6 +25,9 @@ std::string to_yaml(const Config& cfg) {
     return out;
 }
 
+const char* to_string(Arch v) {
+    return detail::enum_name(v);
+}
 const char* to_string(ContextMode v) {
     return detail::enum_name(v);
 }

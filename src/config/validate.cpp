@@ -251,6 +251,59 @@ void check_zero_and_lora(const Config& cfg, const Origins& origins) {
                  "freezes)"));
 }
 
+// The layer kind's keys (model.arch): grouped-query attention, rotary positions, RMSNorm's
+// epsilon and an untied head are Llama's; GPT-2's layer has none of them.
+void check_architecture(const Config& cfg, const Origins& origins) {
+    const ModelConfig& m = cfg.model;
+    const ParallelConfig& p = cfg.parallel;
+    if (m.heads % m.kv_heads != 0)
+        fail(origins.blame({"model.kv_heads", "model.heads"}),
+             cat("model.kv_heads (", m.kv_heads, ") must divide model.heads (", m.heads,
+                 "): each key/value head serves heads / kv_heads query heads"));
+    if (m.arch == Arch::gpt2) {
+        if (m.kv_heads != m.heads)
+            fail(origins.blame({"model.kv_heads", "model.arch"}),
+                 cat("model.kv_heads (", m.kv_heads, ") differs from model.heads (", m.heads,
+                     "): grouped-query attention needs model.arch: llama"));
+        if (m.rope_theta != 10000.0)
+            fail(origins.blame({"model.rope_theta", "model.arch"}),
+                 cat("model.rope_theta (", m.rope_theta,
+                     ") sets llama's rotary positions; GPT-2 learns its position embedding "
+                     "(model.arch: gpt2)"));
+        if (m.norm_eps != 1e-5)
+            fail(origins.blame({"model.norm_eps", "model.arch"}),
+                 cat("model.norm_eps (", m.norm_eps,
+                     ") sets llama's RMSNorm; GPT-2's LayerNorm has eps 1e-5 (model.arch: gpt2)"));
+        if (!m.tie_embeddings)
+            fail(origins.blame({"model.tie_embeddings", "model.arch"}),
+                 "model.tie_embeddings: false needs model.arch: llama (GPT-2's LM head is its "
+                 "token embedding)");
+        return;
+    }
+    if ((m.hidden / m.heads) % 2 != 0)
+        fail(origins.blame({"model.hidden", "model.heads", "model.arch"}),
+             cat("model.arch: llama rotates pairs of channels: the head size model.hidden / "
+                 "model.heads = ",
+                 m.hidden / m.heads, " must be even"));
+    if (cfg.training.lora.enabled())
+        fail(origins.blame({"training.lora.rank", "model.arch"}),
+             "training.lora.rank > 0 adapts GPT-2's linears; low-rank adapters of llama's (q, k, "
+             "v, o, gate, up, down) are not built yet (model.arch: llama)");
+    // Tensor parallelism splits the key/value heads with the query heads.
+    if (m.kv_heads % p.tensor != 0)
+        fail(origins.blame({"parallel.tensor", "model.kv_heads"}),
+             cat("parallel.tensor (", p.tensor, ") must divide model.kv_heads (", m.kv_heads, ")"));
+    // Ulysses gives each of the M·C ranks whole key/value heads too.
+    if (p.context > 1 && p.context_mode == ContextMode::ulysses &&
+        m.kv_heads % (p.tensor * p.context) != 0)
+        fail(origins.blame({"parallel.context_mode", "parallel.context", "parallel.tensor",
+                            "model.kv_heads"}),
+             cat("parallel.context_mode: ulysses splits the key/value heads over parallel.tensor "
+                 "× context = ",
+                 p.tensor * p.context, " ranks, which must divide model.kv_heads (", m.kv_heads,
+                 ")"));
+}
+
 }  // namespace
 
 void validate(const Config& cfg, const Origins& origins, Purpose purpose) {
@@ -261,6 +314,7 @@ void validate(const Config& cfg, const Origins& origins, Purpose purpose) {
     check_tensor_and_context(cfg, origins);
     check_pipeline(cfg, origins);
     check_zero_and_lora(cfg, origins);
+    check_architecture(cfg, origins);
     // Training adapters adapts given weights (over a random model they would adapt nothing);
     // bench and plan measure and model the run without them.
     if (purpose == Purpose::train && cfg.training.lora.enabled() && !cfg.model.init_from)

@@ -28,6 +28,10 @@ struct EnumNames<pipeline::Kind> {  // as pipeline::to_string spells them
     static constexpr std::array names{"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"};
 };
 template <>
+struct EnumNames<Arch> {
+    static constexpr std::array names{"gpt2", "llama"};
+};
+template <>
 struct EnumNames<ContextMode> {
     static constexpr std::array names{"ring", "ulysses"};
 };

@@ -10,6 +10,7 @@
 #include "io/sha256.h"
 #include "kernels/error.h"
 #include "model/hf_gpt2.h"
+#include "model/hf_llama.h"
 #include "train/checkpoint.h"
 
 namespace trident::train {
@@ -19,14 +20,18 @@ namespace fs = std::filesystem;
 std::string load_base_weights(const std::string& from, const model::ParamLayout& whole,
                               float* params) {
     if (!fs::is_directory(from)) {
-        model::load_hf_gpt2(from, whole, params);
+        if (whole.shape().arch == model::Arch::llama)
+            model::load_hf_llama(from, whole, params);
+        else
+            model::load_hf_gpt2(from, whole, params);
         return from;
     }
     const LoadedModel loaded = load_model_checkpoint(from);
     const model::GptShape theirs = gpt_shape(loaded.cfg), &ours = whole.shape();
     if (theirs.vocab != ours.vocab || theirs.max_seq != ours.max_seq ||
         theirs.layers != ours.layers || theirs.hidden != ours.hidden ||
-        theirs.heads != ours.heads || theirs.ffn != ours.ffn)
+        theirs.heads != ours.heads || theirs.ffn != ours.ffn || theirs.arch != ours.arch ||
+        theirs.kv_heads != ours.kv_heads || theirs.tied != ours.tied)
         throw Error(loaded.path + ": the checkpoint's model (vocab " +
                     std::to_string(theirs.vocab) + ", seq " + std::to_string(theirs.max_seq) +
                     ", layers " + std::to_string(theirs.layers) + ", hidden " +

@@ -85,6 +85,12 @@ public:
         if (!v.is_string()) fail(std::string("\"") + key + "\" is not a string");
         return v.string;
     }
+    bool boolean(const io::json::Value& object, const char* key) const {
+        const io::json::Value& v = member(object, key);
+        if (v.kind != io::json::Value::Kind::boolean)
+            fail(std::string("\"") + key + "\" is not true or false");
+        return v.boolean;
+    }
     [[noreturn]] void fail(const std::string& why) const { throw Error(path_ + ": " + why); }
 
 private:
@@ -104,6 +110,17 @@ void read_shape(const Reader& r, const io::json::Value& object, model::GptShape&
     shape.heads = r.small(object, "heads", 1, shape.hidden);
     shape.ffn = r.small(object, "ffn_hidden", 1, limits::kFfn);
     if (shape.hidden % shape.heads != 0) r.fail("\"heads\" does not divide \"hidden\"");
+    // Written since the llama layer; without them the model is GPT-2's.
+    shape.kv_heads = shape.heads;
+    if (object.find("arch")) {
+        const std::string& arch = r.string(object, "arch");
+        if (arch != "gpt2" && arch != "llama")
+            r.fail("\"arch\" is \"" + arch + "\", not gpt2 or llama");
+        shape.arch = arch == "llama" ? model::Arch::llama : model::Arch::gpt2;
+        shape.kv_heads = r.small(object, "kv_heads", 1, shape.heads);
+        if (shape.heads % shape.kv_heads != 0) r.fail("\"kv_heads\" does not divide \"heads\"");
+        shape.tied = r.boolean(object, "tie_embeddings");
+    }
 }
 
 // The writer's grid and schedule, each within the config's limits and fitting the model.
@@ -204,13 +221,16 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 
 std::string manifest_json(const Manifest& m) {
     io::JsonLine model, layout;
-    model.add("vocab_size", m.shape.vocab)
+    model.add("arch", m.shape.arch == model::Arch::llama ? "llama" : "gpt2")
+        .add("vocab_size", m.shape.vocab)
         .add("padded_vocab", m.shape.padded_vocab)
         .add("seq_len", m.shape.max_seq)
         .add("layers", m.shape.layers)
         .add("hidden", m.shape.hidden)
         .add("heads", m.shape.heads)
-        .add("ffn_hidden", m.shape.ffn);
+        .add("ffn_hidden", m.shape.ffn)
+        .add("kv_heads", m.shape.kv_heads)
+        .add("tie_embeddings", m.shape.tied);
     layout.add("pipeline", m.layout.pipeline)
         .add("tensor", m.layout.tensor)
         .add("data", m.layout.data)

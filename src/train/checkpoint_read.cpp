@@ -22,7 +22,8 @@ namespace {
 
 bool same_model(const model::GptShape& a, const model::GptShape& b) {
     return a.vocab == b.vocab && a.max_seq == b.max_seq && a.layers == b.layers &&
-           a.hidden == b.hidden && a.heads == b.heads && a.ffn == b.ffn;
+           a.hidden == b.hidden && a.heads == b.heads && a.ffn == b.ffn && a.arch == b.arch &&
+           a.kv_heads == b.kv_heads && a.tied == b.tied;
 }
 
 // The adapters a manifest records (rank 0: none).
@@ -55,9 +56,11 @@ model::ParamLayout trained_layout(const model::GptShape& shape, const model::Lor
 }
 
 std::string describe(const model::GptShape& s) {
-    return "vocab " + std::to_string(s.vocab) + ", seq " + std::to_string(s.max_seq) + ", layers " +
+    return std::string(s.arch == model::Arch::llama ? "llama" : "gpt2") + ", vocab " +
+           std::to_string(s.vocab) + ", seq " + std::to_string(s.max_seq) + ", layers " +
            std::to_string(s.layers) + ", hidden " + std::to_string(s.hidden) + ", heads " +
-           std::to_string(s.heads) + ", ffn " + std::to_string(s.ffn);
+           std::to_string(s.heads) + ", kv heads " + std::to_string(s.kv_heads) + ", ffn " +
+           std::to_string(s.ffn) + (s.tied ? ", tied" : ", untied");
 }
 
 // Where a rank needs values: a run of elements of one tensor, from `full` in whole-tensor

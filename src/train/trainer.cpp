@@ -87,7 +87,9 @@ void Trainer::grads_final(std::size_t begin, std::size_t end) {
 void Trainer::tie_sharded_embedding() {
     const model::StagePlan& plan = model_.layout().plan();
     model::FlatBuffer& grads = model_.grads();
-    if (plan.stages == 1 || !(plan.first() || plan.last()) || !grads.sharded()) return;
+    if (plan.stages == 1 || !(plan.first() || plan.last()) || !grads.sharded() ||
+        !model_.shape().tied)
+        return;
     // The first and the last stage hold the same wte unit, split alike over their replicas.
     const std::size_t u = grads.units_of(model_.layout().wte(), model_.layout().wte() + 1).first;
     embedding_.all_reduce(grads.shard_part(u), grads.part_size(u));
@@ -150,8 +152,8 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
     // tied weight's gradient is the sum of both, and final then (sharded gradients: summed
     // on the shards once reduced, tie_sharded_embedding).
     if (plan.stages > 1 && (plan.first() || plan.last()) && !model_.grads().sharded() &&
-        !model_.frozen()) {
-        const model::ParamTensor* wte = model_.layout().find("wte.weight");
+        !model_.frozen() && model_.shape().tied) {
+        const model::ParamTensor* wte = model_.layout().find(model_.layout().wte_name());
         embedding_.all_reduce(model_.grads().at(wte->offset), wte->numel);
         grads_final(wte->offset, wte->offset + wte->numel);
     }

@@ -3,9 +3,9 @@
 //
 // Loads the model from model.init_from, takes step 0's global batch from data.train, runs
 // forward and backward over all its microbatches, and writes the gradients in Hugging Face
-// GPT-2 layout and names, plus a tensor "loss" of shape [1] (the mean loss), as safetensors.
-// Under mpirun with parallel.tensor = M, the gradients are gathered from the M slices (and
-// summed over the C context ranks): the layout tests compare them with those of one process.
+// GPT-2 (or Llama) layout and names, plus a tensor "loss" of shape [1] (the mean loss), as
+// safetensors. Under mpirun with parallel.tensor = M, the gradients are gathered from the M slices
+// (and summed over the C context ranks): the layout tests compare them with those of one process.
 // Under low-rank adapters (training.lora) the gradients are the adapters' (the model is
 // frozen), under their names (model/param_layout.h).
 #include <CLI/CLI.hpp>
@@ -21,6 +21,7 @@
 #include "kernels/ops.h"
 #include "model/gpt.h"
 #include "model/hf_gpt2.h"
+#include "model/hf_llama.h"
 #include "parallel/grid.h"
 #include "parallel/world.h"
 #include "train/trainer.h"
@@ -72,6 +73,8 @@ static void dump(const config::Config& cfg, parallel::Grid& grid, const std::str
     if (gpt.frozen())
         for (const model::ParamTensor& t : whole_lora.tensors())
             out.tensors.push_back({t.name, t.full_shape, grads.data() + t.offset});
+    else if (gpt.shape().arch == model::Arch::llama)
+        out.tensors = model::to_hf_llama_tensors(model::ParamLayout(gpt.shape()), grads.data());
     else
         out = model::to_hf_tensors(model::ParamLayout(gpt.shape()), grads.data());
     const float loss_f = static_cast<float>(loss);

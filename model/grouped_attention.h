@@ -1,0 +1,46 @@
+// Llama's attention sublayer: grouped-query attention with rotary positions. The column-split
+// q, k and v linears run as one (their weights adjacent: this rank's query heads and key/value
+// heads), Ops::rotary_qkv_forward rotates q and k at each token's position in the whole
+// sequence and gives every query head its group's key/value head, the attention core
+// (model/attention_core.h: local, ring or Ulysses) runs on the result as on GPT-2's, and the
+// row-split o linear projects back.
+//
+// Shapes (this rank, d = H/NH): the linear's output (N, Hm + 2·KVm), KVm = kv_heads·d, in the
+// scratch; the rotated, expanded qkv (N, 3Hm) and the core's output (N, Hm) kept for the
+// backward; output (R, H), no bias.
+#pragma once
+
+#include "model/self_attention.h"
+
+namespace trident::model {
+
+struct GroupedAttentionSpec {
+    LinearSpec qkv, proj;                 // qkv's out: Hm + 2·KVm
+    int head_begin = 0, heads_total = 0;  // this rank's query heads among all
+    float rope_theta = 10000;             // the rotary base θ
+};
+
+class GroupedAttention final : public Attention {
+public:
+    GroupedAttention(const GroupedAttentionSpec& spec, const Dims& d,
+                     const AttentionSavedFn& attention_saved, SetSpec& set, ScratchSpec& scratch);
+
+    kernels::Ptr forward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
+                         float drop) const override;
+    kernels::ConstPtr backward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
+                               kernels::ConstPtr dy, float drop, BackwardPart part,
+                               bool rebuild) const override;
+
+private:
+    // The positions of this rank's tokens (T) on the device, or null for 0 .. T-1.
+    const int32_t* positions(const PartContext& ctx) const;
+
+    float theta_;
+    int qkv_;                  // slot: the core's qkv (N, 3Hm)
+    int grouped_, d_grouped_;  // scratch: the linear's output and its gradient
+    int d_qkv_;                // scratch: (N, 3Hm)
+    int positions_ = -1;       // scratch: (T) i32, context parallelism only
+    std::size_t qkv_count_, grouped_count_;
+};
+
+}  // namespace trident::model

@@ -1,0 +1,75 @@
+// Hugging Face Llama import and export of model/hf_llama.h.
+#include "model/hf_llama.h"
+
+#include <algorithm>
+#include <map>
+#include <span>
+
+#include "kernels/error.h"
+
+namespace trident::model {
+
+namespace {
+
+// HF's shape of our tensor: the vocabulary's rows unpadded.
+std::vector<int64_t> hf_shape(const ParamTensor& t, const ParamLayout& layout) {
+    std::vector<int64_t> shape = t.full_shape;
+    if (t.offset == layout.wte() || t.offset == layout.head()) shape[0] = layout.shape().vocab;
+    return shape;
+}
+
+std::string shape_mismatch(const std::string& path, const io::TensorInfo& info,
+                           const std::vector<int64_t>& expected) {
+    return path + ": " + info.name + " has shape " + io::shape_string(info.shape) + ", expected " +
+           io::shape_string(expected) +
+           " (check model.vocab_size, hidden, heads, kv_heads, ffn_hidden against the checkpoint)";
+}
+
+}  // namespace
+
+std::string hf_llama_name(const ParamTensor& t) {
+    return t.name == "lm_head.weight" ? t.name : "model." + t.name;
+}
+
+void load_hf_llama(const std::string& path, const ParamLayout& layout, float* params) {
+    const io::SafetensorsFile file = io::SafetensorsFile::open(path);
+    std::map<std::string, const ParamTensor*> ours;
+    for (const ParamTensor& t : layout.tensors()) ours.emplace(hf_llama_name(t), &t);
+    for (const io::TensorInfo& info : file.tensors()) {
+        if (info.name.ends_with("rotary_emb.inv_freq")) continue;
+        if (!ours.contains(info.name))
+            throw Error(path + ": unexpected tensor " + info.name +
+                        " (the model has layers=" + std::to_string(layout.shape().layers) +
+                        (layout.shape().tied ? ", tied embeddings" : "") +
+                        "; check model.layers and model.tie_embeddings against the checkpoint)");
+    }
+    // Every shape before any data, so a wrong config fails at once.
+    for (const auto& [name, t] : ours) {
+        const io::TensorInfo* info = file.find(name);
+        if (!info)
+            throw Error(path + ": missing tensor " + name + " (check model.layers and " +
+                        "model.tie_embeddings against the checkpoint)");
+        if (!kernels::is_compute_type(info->dtype))
+            throw Error(path + ": " + name + " has dtype " +
+                        std::string(io::safetensors_name(info->dtype)) +
+                        ", expected F32, F16 or BF16");
+        if (info->shape != hf_shape(*t, layout))
+            throw Error(shape_mismatch(path, *info, hf_shape(*t, layout)));
+    }
+    for (const auto& [name, t] : ours) {
+        const io::TensorInfo& info = *file.find(name);
+        float* dst = params + t->offset;
+        file.read_f32(info, std::span<float>(dst, info.numel));
+        std::fill(dst + info.numel, dst + t->numel, 0.0f);  // padded vocabulary rows
+    }
+}
+
+std::vector<io::TensorToWrite> to_hf_llama_tensors(const ParamLayout& layout, const float* params) {
+    std::vector<io::TensorToWrite> out;
+    out.reserve(layout.tensors().size());
+    for (const ParamTensor& t : layout.tensors())
+        out.push_back({hf_llama_name(t), hf_shape(t, layout), params + t.offset});
+    return out;
+}
+
+}  // namespace trident::model

@@ -1,0 +1,29 @@
+// Hugging Face Llama checkpoints (LlamaForCausalLM's safetensors) to and from our flat
+// parameter buffer. Our llama layout holds HF's tensors under HF's names without the "model."
+// prefix, linear weights [out, in] as HF's nn.Linear (model/param_layout.h), so the only
+// differences are the prefix and the padded vocabulary rows of embed_tokens and lm_head
+// (zero on import, dropped on export). A tied model has no lm_head in the file.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/param_layout.h"
+
+namespace trident::model {
+
+// The name of our tensor in HF's files.
+std::string hf_llama_name(const ParamTensor& t);
+
+// Fills `params` (a host buffer of layout.total() floats, a llama layout of the whole model)
+// from a HF Llama safetensors file (F32, F16 or BF16). Every shape is checked; a missing or
+// unexpected tensor is an error (HF's rotary inv_freq buffers are not parameters and are
+// skipped). Throws trident::Error naming the file and the tensor.
+void load_hf_llama(const std::string& path, const ParamLayout& layout, float* params);
+
+// `params` (or gradients) as HF Llama tensors, ready for io::write_safetensors; they point
+// into `params`.
+std::vector<io::TensorToWrite> to_hf_llama_tensors(const ParamLayout& layout, const float* params);
+
+}  // namespace trident::model
