@@ -132,7 +132,7 @@ TEST_CASE("checkpoint: every manifest field out of its range is refused, naming 
     m.adam_step = 398;
     m.good_steps = 17;
     m.skipped_total = 2;
-    m.shape = model::GptShape{300, 384, 16, 2, 32, 4, 128};
+    m.shape = model::GptShape{300, 384, 16, 2, 32, 4, 128, 4};
     m.layout = train::CheckpointLayout{2, 2, 2, 1, "1f1b", 1, 4096, {1, 1}};
     m.precision = "fp32";
     m.files = {{"pp1_tp0_dp1.safetensors", 1, 0, 1, 99, std::string(64, 'b'), ""}};
@@ -156,6 +156,9 @@ TEST_CASE("checkpoint: every manifest field out of its range is refused, naming 
         {"\"layers\": 2", "\"layers\": 1000000000", "\"layers\" is 1000000000, outside [1, 4096]"},
         {"\"vocab_size\": 300", "\"vocab_size\": -2", "\"vocab_size\" is -2"},
         {"\"hidden\": 32", "\"hidden\": 30", "\"heads\" does not divide \"hidden\""},
+        {"\"kv_heads\": 4", "\"kv_heads\": 3", "\"kv_heads\" does not divide \"heads\""},
+        {"\"kv_heads\": 4", "\"kv_heads\": 0", "\"kv_heads\" is 0, outside [1, 4]"},
+        {"\"arch\": \"gpt2\"", "\"arch\": \"gpt5\"", "\"arch\" is \"gpt5\", not gpt2 or llama"},
         {"\"pipeline\": 2", "\"pipeline\": 2147483647", "\"pipeline\" is 2147483647"},
         {"\"virtual_stages\": 1", "\"virtual_stages\": 1073741824", "\"virtual_stages\" is"},
         {"\"virtual_stages\": 1", "\"virtual_stages\": 3", "\"chunk_layers\" does not cut"},
