@@ -578,6 +578,11 @@ TEST_CASE("config: the llama keys, their defaults and their limits", "[config]")
           "model.hidden / model.heads = 9 must be even");
     CHECK(error_of(kMinimal, {"model.arch=llama", "model.kv_heads=2", "parallel.tensor=4"}) ==
           "--set parallel.tensor=4: parallel.tensor (4) must divide model.kv_heads (2)");
+    CHECK(error_of(kMinimal, {"model.arch=llama", "model.kv_heads=2", "parallel.context=4",
+                              "parallel.context_mode=ulysses"}) ==
+          "--set parallel.context_mode=ulysses: parallel.context_mode: ulysses splits the "
+          "key/value heads over parallel.tensor × context = 4 ranks, which must divide "
+          "model.kv_heads (2)");
     CHECK(error_of(kLoraBase, {"model.arch=llama", "training.lora.rank=4"}) ==
           "--set training.lora.rank=4: training.lora.rank > 0 adapts GPT-2's linears; low-rank "
           "adapters of llama's (q, k, v, o, gate, up, down) are not built yet (model.arch: "
