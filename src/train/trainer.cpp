@@ -1,6 +1,7 @@
 // The training step and validation pass (see trainer.h).
 #include "train/trainer.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <string>
@@ -80,7 +81,18 @@ MemoryUse Trainer::memory() const {
 }
 
 void Trainer::grads_final(std::size_t begin, std::size_t end) {
-    sighting_.grads_final(model_.trainable_grads().at(begin), end - begin);
+    // Sharded gradients (ZeRO 2 and 3) are whole unit by unit, each in its own allocation.
+    const model::FlatBuffer& grads = model_.trainable_grads();
+    if (!grads.sharded()) {
+        sighting_.grads_final(grads.at(begin), end - begin);
+    } else {
+        const auto [first, last] = grads.units_of(begin, end);
+        for (std::size_t u = first; u < last; ++u) {
+            const std::size_t lo = std::max(begin, grads.units()[u].first),
+                              hi = std::min(end, grads.units()[u].second);
+            if (lo < hi && grads.resident(u)) sighting_.grads_final(grads.at(lo), hi - lo);
+        }
+    }
     data_parallel_.grads_final(begin, end);
 }
 
