@@ -5,11 +5,12 @@
 //
 // One block per token row. Its threads first put the row's hs/2 cosines and sines in shared
 // memory, then go over the row's heads, a thread per pair of channels (i, i + hs/2): the
-// loads of a warp are consecutive channels of one head. The angle p·θ^(−2i/hs) is the CPU
-// backend's fp32 value (kernels/cpu/rotary.cpp); its power, cosine and sine are computed in
-// double and rounded, as near as the host's correctly rounded powf, cosf and sinf come to
-// them, so positions far into a long sequence (angles of 10^5 radians, where one ulp of the
-// angle moves the cosine by 10^-2) rotate as on the CPU.
+// loads of a warp are consecutive channels of one head. The angle p·θ^(−2i/hs) is computed
+// in fp32 in the CPU backend's steps (kernels/cpu/rotary.cpp), its power, cosine and sine in
+// double and then rounded: the fp32 values correctly rounded, which the host's powf, cosf and
+// sinf (under one ulp off) nearly always are too. The GPU's own fp32 powf is up to a few ulps
+// off, and at positions far into a long sequence (angles of 10^5 radians) one ulp of the
+// angle moves its cosine by 10^-2: rounded the same way, the rows rotate as on the CPU.
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
