@@ -6,16 +6,17 @@ o, gate, up, down) against PyTorch and across layouts.
    heads, an untied head), from the same base weights and adapters file (B non-zero, every
    target): the loss and every adapter gradient of one global batch within 1e-5, and ten
    AdamW steps' losses within 1e-5 (gradient norms 1e-4).
-2. Every layout family trains the same adapters: the ten losses of M = 2 with sequence
-   parallelism, P = 2 (1F1B with full recompute, ZB-H1), D = 2 (ZeRO 0 with selective
-   recompute, ZeRO 1), C = 2 (ring and Ulysses) within 1e-5 of one process, and the loss and
-   adapters' gradients of one batch under M = 2; with the adapters' dropout, M = 2 and C = 2
-   draw one process's masks (losses within 1e-5).
+2. Every layout family trains the same adapters: the ten losses of P = 2 (1F1B with full
+   recompute, ZB-H1), D = 2 (ZeRO 0 with selective recompute, ZeRO 1) and C = 2 (ring) within
+   1e-5 of one process, and the loss and adapters' gradients of one batch under M = 2; with
+   the adapters' dropout (0.1), M = 2 with sequence parallelism and C = 2 with Ulysses draw one
+   process's masks (ten losses within 1e-5 of one process with dropout).
 3. GPT-2's target names are refused for a llama.
 4. Checkpoints: resumed on M = 2 from one process's step 5, the uninterrupted losses (1e-5);
    `export --merge-lora` writes Hugging Face Llama tensors W + (alpha/r)·B·A (1e-6 of numpy's
    merge) that load (model.init_from) to the adapted loss; `export --lora-only` writes PEFT's
-   Llama names that load back (training.lora.init_from) to the same loss; changed base
+   Llama names that load back (training.lora.init_from) to the same loss and, merged by
+   `generate --checkpoint BASE --lora`, give the adapters' checkpoint's text; changed base
    weights are refused (SHA-256).
 
 Exit status: 0 passed, 1 a check failed, 77 skipped (no torch, numpy or mpirun).
@@ -36,6 +37,7 @@ except ImportError as e:
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_reference as common  # noqa: E402
 import llama_reference as ref  # noqa: E402
+from lora_training import curve, reference_training, worst_rel  # noqa: E402
 from mpi_harness import binaries_or_skip, check, failures, run  # noqa: E402
 
 SHAPE = ref.LlamaShape(vocab=100, seq_len=16, layers=2, hidden=32, heads=4, kv_heads=2, ffn=48,
@@ -47,15 +49,16 @@ TRAINING = {"micro_batch": 2, "global_batch": 4, "steps": 10, "lr": 5e-3, "min_l
             "beta2": 0.95, "eps": 1e-8, "grad_clip": 0.2, "threads": 1}
 PEFT = "base_model.model.model."
 # M = 2 without sequence parallelism is the one-batch gradient check and the resume below;
-# recompute rides on two of the others.
-LAYOUTS = [("M=2 +SP", ["parallel.tensor=2", "parallel.sequence_parallel=true"], 2),
-           ("P=2 1f1b, full recompute", ["parallel.pipeline=2", "training.recompute=full"], 2),
+# recompute rides on two of the others; M = 2 with sequence parallelism and C = 2 Ulysses run
+# with the adapters' dropout, against one process with it.
+LAYOUTS = [("P=2 1f1b, full recompute", ["parallel.pipeline=2", "training.recompute=full"], 2),
            ("P=2 zb-h1", ["parallel.pipeline=2", "parallel.schedule=zb-h1"], 2),
            ("D=2 ZeRO-0, selective recompute", ["parallel.data=2", "parallel.zero_stage=0",
                                                 "training.recompute=selective"], 2),
            ("D=2 ZeRO-1", ["parallel.data=2", "parallel.zero_stage=1"], 2),
-           ("C=2 ring", ["parallel.context=2"], 2),
-           ("C=2 ulysses", ["parallel.context=2", "parallel.context_mode=ulysses"], 2)]
+           ("C=2 ring", ["parallel.context=2"], 2)]
+DROPOUT_LAYOUTS = [("M=2 +SP", ["parallel.tensor=2", "parallel.sequence_parallel=true"]),
+                   ("C=2 ulysses", ["parallel.context=2", "parallel.context_mode=ulysses"])]
 
 
 def linear_shape(target):
@@ -72,38 +75,6 @@ def adapted_reference(base_seed, adapters):
     ref.random_init(model, base_seed)
     ours = {n[len(PEFT):]: a for n, a in adapters.items()}
     return ref.add_lora(model, ours, TARGETS, ALPHA / RANK)
-
-
-def reference_training(model, tokens):
-    t = TRAINING
-    params = [p for _, p in ref.lora_parameters(model, TARGETS)]
-    optimizer = torch.optim.AdamW(params, lr=t["lr"], betas=(t["beta1"], t["beta2"]),
-                                  eps=t["eps"], weight_decay=t["weight_decay"])
-    history = []
-    for step in range(t["steps"]):
-        lr = common.lr_at(step, t["lr"], t["min_lr"], t["warmup_steps"], t["steps"], t["decay"])
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        inputs, targets = common.step_batch(tokens, step, t["global_batch"], SHAPE.seq_len)
-        optimizer.zero_grad(set_to_none=True)
-        loss = model.loss(inputs, targets)
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(params, t["grad_clip"])
-        optimizer.step()
-        history.append((loss.item(), norm.item()))
-    return history
-
-
-def curve(path):
-    with open(path) as f:
-        return [r for r in (json.loads(line) for line in f if line.strip()) if "loss" in r]
-
-
-def worst_rel(got, want):
-    """The largest relative difference; infinite where the lengths differ (or are none)."""
-    if len(got) != len(want) or not want:
-        return float("inf")
-    return max(abs(g - w) / abs(w) for g, w in zip(got, want))
 
 
 def write_inputs(path, rng):
@@ -154,7 +125,9 @@ def check_reference(dump, base, path, tokens, adapters, train):
           f"(worst {worst[0]:.2e}, {worst[1]})")
     train("m1")
     ours = curve(path("m1.jsonl"))
-    want = reference_training(adapted_reference(3, adapters), tokens)
+    trained = adapted_reference(3, adapters)
+    want = reference_training(trained, [p for _, p in ref.lora_parameters(trained, TARGETS)],
+                              tokens, TRAINING, SHAPE.seq_len)
     worst = worst_rel([r["loss"] for r in ours], [w[0] for w in want])
     check(worst <= 1e-5, f"PyTorch: ten steps' losses within 1e-5 (worst {worst:.2e})")
     worst = worst_rel([r["grad_norm"] for r in ours], [w[1] for w in want])
@@ -183,7 +156,7 @@ def check_layouts(dump, base, path, reference_losses, one_batch, train):
     dropped = [r["loss"] for r in curve(path("drop1.jsonl"))]
     check(worst_rel(dropped, reference_losses) > 1e-4,
           "the adapters' dropout changes the losses")
-    for name, overrides in [("M=2", ["parallel.tensor=2"]), ("C=2", ["parallel.context=2"])]:
+    for name, overrides in DROPOUT_LAYOUTS:
         train("drop2", dropout + overrides, 2)
         worst = worst_rel([r["loss"] for r in curve(path("drop2.jsonl"))], dropped)
         check(worst <= 1e-5, f"{name} with dropout 0.1: one process's masks (worst {worst:.2e})")
@@ -221,6 +194,7 @@ def check_exports(trident, dump, base, path, adapters):
     check(sorted(merged) == sorted(base_weights) and worst[0] <= 1e-6,
           f"--merge-lora: Hugging Face Llama tensors W + (alpha/r)·B·A (worst {worst[0]:.2e}, "
           f"{worst[1]})")
+    check_generate(trident, path)
     run([dump, "--config", path("c.yaml"), "--set", f"model.init_from={path('merged.safetensors')}",
          "--output", path("gm.safetensors")], ranks=1)
     run([dump] + base + ["--set", f"training.lora.init_from={path('ad10.safetensors')}",
@@ -230,6 +204,22 @@ def check_exports(trident, dump, base, path, adapters):
     check(abs(merged_loss - adapted_loss) <= 1e-5 * adapted_loss,
           f"the merged export loads to the adapters' loss: {merged_loss:.7f} vs "
           f"{adapted_loss:.7f}")
+
+
+def check_generate(trident, path):
+    """4c. `generate --checkpoint BASE --lora F`: the text of the adapters' own checkpoint.
+    BASE holds the base weights as a whole model's checkpoint (one step at lr 1e-30 moves
+    no fp32 weight)."""
+    run([trident, "train", "--config", path("c.yaml"), "--set", "training.steps=1",
+         "--set", "training.lr=1e-30", "--set", "training.min_lr=0",
+         "--set", f"checkpoint.dir={path('whole')}", "--set", "checkpoint.interval=1"])
+    texts = [run([trident, "generate", "--tokens", "12", "--temperature", "0", "--checkpoint"]
+                 + source).stdout
+             for source in ([path("ck")], [path("whole"), "--lora", path("ad10.safetensors")],
+                            [path("whole")])]
+    check(texts[0] == texts[1] != texts[2] and texts[0].strip(),
+          "generate: the adapters' checkpoint and the base's with --lora give one text, not "
+          f"the base's ({texts})")
 
 
 def check_checkpoints(trident, dump, base, path, reference_losses, adapters, train):
@@ -256,6 +246,9 @@ def check_checkpoints(trident, dump, base, path, reference_losses, adapters, tra
 def main():
     trident, dump = binaries_or_skip()
     torch.set_num_threads(1)
+    # `generate` decodes with the repository's GPT-2 tokenizer files, wherever the build is.
+    os.environ.setdefault("TRIDENT_TOKENIZER_DIR", os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "gpt2"))
     with tempfile.TemporaryDirectory() as tmp:
         path = lambda name: os.path.join(tmp, name)  # noqa: E731
         tokens, adapters = write_inputs(path, np.random.default_rng(5))
