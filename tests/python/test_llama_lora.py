@@ -16,14 +16,15 @@ o, gate, up, down) against PyTorch and across layouts.
    `export --merge-lora` writes Hugging Face Llama tensors W + (alpha/r)·B·A (1e-6 of numpy's
    merge) that load (model.init_from) to the adapted loss; `export --lora-only` writes PEFT's
    Llama names that load back (training.lora.init_from) to the same loss and, merged by
-   `generate --checkpoint BASE --lora`, give the adapters' checkpoint's text; changed base
-   weights are refused (SHA-256).
+   `generate --checkpoint BASE --lora`, give the adapters' checkpoint's text (over a checkpoint
+   of adapters, --lora is refused); changed base weights are refused (SHA-256).
 
 Exit status: 0 passed, 1 a check failed, 77 skipped (no torch, numpy or mpirun).
 """
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -220,6 +221,13 @@ def check_generate(trident, path):
     check(texts[0] == texts[1] != texts[2] and texts[0].strip(),
           "generate: the adapters' checkpoint and the base's with --lora give one text, not "
           f"the base's ({texts})")
+    # Bytes: were it not refused, the sampled text need not be UTF-8.
+    p = subprocess.run([trident, "generate", "--checkpoint", path("ck"), "--lora",
+                        path("ad10.safetensors")], stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=600)
+    said = p.stdout.decode(errors="replace")
+    check(p.returncode != 0 and "--lora takes a checkpoint of a whole model" in said,
+          "generate --lora over a checkpoint of adapters is refused: " + said.strip()[-160:])
 
 
 def check_checkpoints(trident, dump, base, path, reference_losses, adapters, train):
