@@ -26,13 +26,12 @@ Linear::Linear(const LinearSpec& spec, const Dims& d, SetSpec& set, ScratchSpec&
         d_input_ = scratch.add("d_input", N * in, d.act);
         d_rows_ = -1;
     }
-    if (spec.lora) {
-        // A row-split linear's input is split by columns: this rank's start at in·rank.
-        const int whole_in = column ? spec.in : spec.in * d.tensor_size;
-        const int first_column = column ? 0 : spec.in * d.tensor_rank;
-        lora_.emplace(*spec.lora, d, spec.in, spec.out, whole_in, first_column, !column, set,
-                      scratch);
-    }
+    // A row-split linear's input is split by columns: this rank's start at in·rank.
+    const int whole_in = column ? spec.in : spec.in * d.tensor_size;
+    const int first_column = column ? 0 : spec.in * d.tensor_rank;
+    for (const LoraSpec& adapter : spec.lora)
+        lora_.emplace_back(adapter, d, spec.in, spec.out, whole_in, first_column, !column, set,
+                           scratch);
 }
 
 ConstPtr Linear::gemm_input(const Pass& pass, ConstPtr x) const {
@@ -47,17 +46,17 @@ Ptr Linear::forward(PartContext& ctx, const Pass& pass, ConstPtr x, Ptr y) const
         const ConstPtr x_all =
             input_all_ >= 0 ? ctx.rows.all_rows(x, pass.buffers[input_all_], spec_.in) : x;
         ctx.ops.matmul_forward(y, x_all, w + spec_.weight, bias, d.N, spec_.in, spec_.out);
-        if (lora_) {
-            lora_->down(ctx, pass, x_all);
-            lora_->up(ctx, pass, y);
+        for (const LoraAdapter& adapter : lora_) {
+            adapter.down(ctx, pass, x_all);
+            adapter.up(ctx, pass, y);
         }
         return y;
     }
     const Ptr partial = ctx.scratch[partial_];
     ctx.ops.matmul_forward(partial, x, w + spec_.weight, nullptr, d.N, spec_.in, spec_.out);
-    if (lora_) {
-        lora_->down(ctx, pass, x);
-        lora_->up(ctx, pass, partial);
+    for (const LoraAdapter& adapter : lora_) {
+        adapter.down(ctx, pass, x);
+        adapter.up(ctx, pass, partial);
     }
     const Ptr mine = ctx.rows.reduce_rows(partial, ctx.scratch[reduced_], spec_.out);
     if (bias) ctx.ops.add_bias(mine, bias, d.R, spec_.out);
@@ -84,7 +83,8 @@ ConstPtr Linear::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstP
         dx, own ? ctx.weights.grads.at(spec_.weight) : Ptr(),
         own && spec_.bias != kNoParam ? ctx.weights.grads.at(spec_.bias) : Ptr(), dy_all, x_gemm,
         ctx.weights.params.at(spec_.weight), d.N, spec_.in, spec_.out);
-    if (lora_) lora_->backward(ctx, pass, x_gemm, dy_all, dx, true, weights);
+    for (const LoraAdapter& adapter : lora_)
+        adapter.backward(ctx, pass, x_gemm, dy_all, dx, true, weights);
     if (!column) return dx;
     return ctx.rows.reduce_rows(dx, ctx.scratch[d_rows_], static_cast<std::size_t>(spec_.in));
 }
@@ -95,7 +95,8 @@ void Linear::backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) con
 
 void Linear::weight_gradient(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dy) const {
     const ConstPtr x_gemm = gemm_input(pass, x);
-    if (lora_) lora_->backward(ctx, pass, x_gemm, dy, Ptr(), false, true);
+    for (const LoraAdapter& adapter : lora_)
+        adapter.backward(ctx, pass, x_gemm, dy, Ptr(), false, true);
     if (ctx.weights.frozen) return;
     ctx.ops.matmul_backward(nullptr, ctx.weights.grads.at(spec_.weight),
                             spec_.bias != kNoParam ? ctx.weights.grads.at(spec_.bias) : Ptr(), dy,
@@ -104,11 +105,11 @@ void Linear::weight_gradient(PartContext& ctx, const Pass& pass, ConstPtr x, Con
 }
 
 void Linear::finish_grads(PartContext& ctx) const {
-    if (lora_) lora_->finish_grads(ctx);
+    for (const LoraAdapter& adapter : lora_) adapter.finish_grads(ctx);
 }
 
 void Linear::adapter_down(PartContext& ctx, const Pass& pass, ConstPtr x) const {
-    if (lora_) lora_->down(ctx, pass, x);
+    for (const LoraAdapter& adapter : lora_) adapter.down(ctx, pass, x);
 }
 
 }  // namespace trident::model

@@ -21,7 +21,7 @@
 #pragma once
 
 #include <cstddef>
-#include <optional>
+#include <vector>
 
 #include "model/buffer_spec.h"
 #include "model/lora_adapter.h"
@@ -35,7 +35,8 @@ struct LinearSpec {
     LinearSplit split = LinearSplit::column;
     int in = 0, out = 0;                      // this rank's widths
     std::size_t weight = 0, bias = kNoParam;  // offsets in Weights::params
-    std::optional<LoraSpec> lora;
+    // Its adapters: none, one over the whole output, or one per block of it (llama's q, k, v).
+    std::vector<LoraSpec> lora;
     // Whether a split backward keeps dy for W here (the LM head keeps its own: the logits'
     // buffer turned into their gradient).
     bool stash = true;
@@ -59,9 +60,10 @@ public:
     void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const;
     void weight_gradient(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
                          kernels::ConstPtr dy) const;
-    // After the step's last backward: the adapter's whole factor summed (model/lora_adapter.h).
+    // After the step's last backward: the adapters' whole factors summed
+    // (model/lora_adapter.h).
     void finish_grads(PartContext& ctx) const;
-    // The adapter's h alone (full recompute reruns a layer's forward only up to a row-split
+    // The adapters' h alone (full recompute reruns a layer's forward only up to a row-split
     // linear's input, but its backward reads h).
     void adapter_down(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const;
 
@@ -70,7 +72,7 @@ private:
     kernels::ConstPtr gemm_input(const Pass& pass, kernels::ConstPtr x) const;
 
     LinearSpec spec_;
-    std::optional<LoraAdapter> lora_;
+    std::vector<LoraAdapter> lora_;
     int input_all_ = -1;     // slot: column's gathered input (N, in), sequence parallel only
     int stash_ = -1;         // slot: dy (N, out) kept by a split backward
     int partial_, reduced_;  // scratch: row's partial output (N, out), its rows (R, out)

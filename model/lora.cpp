@@ -15,7 +15,12 @@ namespace trident::model {
 
 namespace {
 
-constexpr const char* kPeftPrefix = "base_model.model.transformer.";
+// PEFT's names: its wrapper's prefix, then the model's own ("transformer.h.3..." for
+// GPT2LMHeadModel, "model.layers.3..." for LlamaForCausalLM).
+std::string peft_prefix(const ParamLayout& layout) {
+    return layout.shape().arch == Arch::llama ? "base_model.model.model."
+                                              : "base_model.model.transformer.";
+}
 // Initial adapters draw from a stream of their own, apart from the model's initialisation.
 constexpr uint64_t kLoraStream = 0x6C6F7261ull;  // "lora"
 
@@ -38,17 +43,9 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }  // namespace
 
 const char* lora_target_name(LoraTarget t) {
-    switch (t) {
-        case LoraTarget::qkv:
-            return "qkv";
-        case LoraTarget::attn_proj:
-            return "attn_proj";
-        case LoraTarget::fc:
-            return "fc";
-        case LoraTarget::fc_proj:
-            break;
-    }
-    return "fc_proj";
+    static constexpr const char* kNames[kLoraTargets] = {
+        "qkv", "attn_proj", "fc", "fc_proj", "q", "k", "v", "o", "gate", "up", "down"};
+    return kNames[static_cast<std::size_t>(t)];
 }
 
 LoraFileInfo read_lora_info(const std::string& path) {
@@ -104,12 +101,13 @@ std::vector<float> initial_lora(const ParamLayout& whole_lora, uint64_t seed) {
 
 void load_lora_file(const std::string& path, const ParamLayout& whole_lora, float* values) {
     const io::SafetensorsFile file = io::SafetensorsFile::open(path);
+    const std::string prefix = peft_prefix(whole_lora);
     std::set<std::string> taken;
     for (const ParamTensor& t : whole_lora.tensors()) {
-        const io::TensorInfo* info = file.find(kPeftPrefix + t.name);
+        const io::TensorInfo* info = file.find(prefix + t.name);
         if (!info) info = file.find(t.name);
         if (!info)
-            throw Error(path + ": no adapter \"" + kPeftPrefix + t.name +
+            throw Error(path + ": no adapter \"" + prefix + t.name +
                         "\" (training.lora.targets and rank must match the file's)");
         if (info->shape != t.full_shape)
             throw Error(path + ": adapter \"" + info->name + "\" is " + shape_text(info->shape) +
@@ -128,7 +126,7 @@ void save_lora_file(const std::string& path, const ParamLayout& whole_lora, cons
                     double alpha) {
     std::vector<io::TensorToWrite> tensors;
     for (const ParamTensor& t : whole_lora.tensors())
-        tensors.push_back({kPeftPrefix + t.name, t.full_shape, values + t.offset});
+        tensors.push_back({peft_prefix(whole_lora) + t.name, t.full_shape, values + t.offset});
     std::string targets;
     for (int i = 0; i < kLoraTargets; ++i)
         if (whole_lora.lora().targets[static_cast<std::size_t>(i)])

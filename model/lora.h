@@ -2,8 +2,9 @@
 // model (the adapters' layout is model/param_layout.h's ParamLayout::adapters).
 //
 // An adapters file is safetensors with, for each adapter of the whole model, A (r, in) and B
-// (out, r) as F32 under the names of Hugging Face PEFT's GPT-2 adapters
-// ("base_model.model.transformer.h.3.attn.c_attn.lora_A.weight"), and the rank, alpha and
+// (out, r) as F32 under the names of Hugging Face PEFT's GPT-2 or Llama adapters
+// ("base_model.model.transformer.h.3.attn.c_attn.lora_A.weight",
+// "base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight"), and the rank, alpha and
 // targets in its metadata; reading also takes the names without that prefix. Only the
 // adapters of the targets asked for may be present, each of the rank asked for.
 #pragma once

@@ -102,7 +102,7 @@ ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tenso
             start_unit();
             const std::size_t begin = total_;
             if (lora)
-                add_lora("h." + std::to_string(l) + ".", *lora);
+                add_lora((llama ? "layers." : "h.") + std::to_string(l) + ".", *lora);
             else
                 layers_.push_back(llama ? add_llama_layer("layers." + std::to_string(l) + ".")
                                         : add_gpt2_layer("h." + std::to_string(l) + "."));
@@ -195,22 +195,35 @@ const LayerLora& ParamLayout::layer_lora(int l) const {
 
 void ParamLayout::add_lora(const std::string& prefix, const LoraShape& lora) {
     const int64_t H = shape_.hidden, F = shape_.ffn, r = lora.rank;
-    // Per target: the linear's name, its (out, in), and whether it is column-parallel.
+    const int64_t KV = H / shape_.heads * shape_.kv_heads;  // llama's key/value width
+    // Per target: the linear's name, its (out, in), and the splits of A and B.
     struct Linear {
         const char* name;
         int64_t out, in;
         Split a, b;
     };
+    constexpr Split whole = Split::replicated, rows = Split::rows, columns = Split::columns;
     const Linear linears[kLoraTargets] = {
-        {"attn.c_attn", 3 * H, H, Split::replicated, Split::qkv_rows},
-        {"attn.c_proj", H, H, Split::columns, Split::replicated},
-        {"mlp.c_fc", F, H, Split::replicated, Split::rows},
-        {"mlp.c_proj", H, F, Split::columns, Split::replicated},
+        {"attn.c_attn", 3 * H, H, whole, Split::qkv_rows},
+        {"attn.c_proj", H, H, columns, whole},
+        {"mlp.c_fc", F, H, whole, rows},
+        {"mlp.c_proj", H, F, columns, whole},
+        {"self_attn.q_proj", H, H, whole, rows},
+        {"self_attn.k_proj", KV, H, whole, rows},
+        {"self_attn.v_proj", KV, H, whole, rows},
+        {"self_attn.o_proj", H, H, columns, whole},
+        {"mlp.gate_proj", F, H, whole, rows},
+        {"mlp.up_proj", F, H, whole, rows},
+        {"mlp.down_proj", H, F, columns, whole},
     };
+    const bool llama = shape_.arch == Arch::llama;
     LayerLora la{};
     for (std::size_t t = 0; t < kLoraTargets; ++t) {
         la.a[t] = la.b[t] = kNoLora;
         if (!lora.targets[t]) continue;
+        if (is_llama_target(static_cast<LoraTarget>(t)) != llama)
+            throw Error(std::string("an adapter of ") + linears[t].name + " for a " +
+                        (llama ? "llama" : "GPT-2") + " layer, which has no such linear");
         const Linear& w = linears[t];
         const std::string name = prefix + w.name;
         la.a[t] = add(name + ".lora_A.weight", {r, w.in}, true, w.a);

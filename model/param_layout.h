@@ -34,10 +34,12 @@
 //
 // Low-rank adapters (LoRA) have a layout of their own, built by ParamLayout::for_lora: for
 // each layer held and each target linear W (out, in), A (r, in) then B (out, r), named as
-// W's weight with lora_A / lora_B in place of the last part ("h.3.attn.c_attn.lora_A.weight").
+// W's weight with lora_A / lora_B in place of the last part ("h.3.attn.c_attn.lora_A.weight",
+// llama "layers.3.self_attn.k_proj.lora_A.weight").
 // They follow W's split, so that the adapter needs no collective of its own in the forward:
-//   column-parallel W (qkv, fc)   A replicated, B split like W's rows
-//   row-parallel W (the c_proj's) A split by columns like W, B replicated
+//   column-parallel W (qkv, fc; q, k, v, gate, up)   A replicated, B split like W's rows
+//                                                     (k's and v's: by key/value head)
+//   row-parallel W (the c_proj's; o, down)           A split by columns like W, B replicated
 // Each layer's adapters make one unit; the layout has no embedding and no ln_f.
 //
 // Units: the runs of tensors that ZeRO-2 reduces and ZeRO-3 gathers as one
@@ -128,9 +130,13 @@ struct LayerParams {
 };
 
 // The linears of a block that can carry an adapter, indexing LoraShape::targets and
-// LayerLora.
-enum class LoraTarget { qkv, attn_proj, fc, fc_proj };
-inline constexpr int kLoraTargets = 4;
+// LayerLora: GPT-2's four, then Llama's seven (docs/ARCHITECTURE.md, "Vocabulary").
+enum class LoraTarget { qkv, attn_proj, fc, fc_proj, q, k, v, o, gate, up, down };
+inline constexpr int kLoraTargets = 11;
+// Whether target t is one of Llama's linears (else GPT-2's).
+inline bool is_llama_target(LoraTarget t) {
+    return t >= LoraTarget::q;
+}
 
 // Which linears of every layer carry an adapter, and its rank r.
 struct LoraShape {

@@ -11,16 +11,22 @@ namespace trident::model {
 
 namespace {
 
+// The adapter of target t of layer l, if it has one, over the columns first .. first + width
+// of its linear's output (width 0: all of them).
+void add_adapter(LinearSpec& s, const ParamLayout& lora_layout, const Lora& lora, int l,
+                 LoraTarget t, int first = 0, int width = 0) {
+    if (!lora.shape.has(t)) return;
+    const LayerLora& factors = lora_layout.layer_lora(l);
+    const std::size_t i = static_cast<std::size_t>(t);
+    s.lora.push_back(LoraSpec{factors.a[i], factors.b[i], lora.shape.rank, lora.scale, lora.dropout,
+                              static_cast<int>(t), first, width});
+}
+
 // Linear t of layer l: its split, this rank's widths, its offsets, and its adapter if any.
 LinearSpec linear(const ParamLayout& lora_layout, const Lora& lora, int l, LoraTarget t,
                   LinearSplit split, int in, int out, std::size_t weight, std::size_t bias) {
     LinearSpec s{split, in, out, weight, bias, {}, true};
-    if (lora.shape.has(t)) {
-        const LayerLora& factors = lora_layout.layer_lora(l);
-        const std::size_t i = static_cast<std::size_t>(t);
-        s.lora = LoraSpec{factors.a[i], factors.b[i], lora.shape.rank,
-                          lora.scale,   lora.dropout, static_cast<int>(t)};
-    }
+    add_adapter(s, lora_layout, lora, l, t);
     return s;
 }
 
@@ -54,28 +60,40 @@ TransformerLayer gpt2_layer(const ParamLayout& layout, const ParamLayout& lora_l
 
 // Llama's layer l: RMSNorm, grouped-query attention with rotary positions (q, k, v one
 // column-split linear by heads, o row-split), RMSNorm, SwiGLU (gate and up one column-split
-// linear, down row-split); no biases.
-TransformerLayer llama_layer(const ParamLayout& layout, int l, const Dims& d, const PartOptions& o,
-                             ScratchSpec& scratch) {
+// linear, down row-split); no biases. Each of the seven linears may carry an adapter.
+TransformerLayer llama_layer(const ParamLayout& layout, const ParamLayout& lora_layout, int l,
+                             const Dims& d, const PartOptions& o, ScratchSpec& scratch) {
     const LayerParams& p = layout.layer(l);
     const GptShape& shape = layout.shape();
-    const int head_size = d.Hm / d.heads;
+    const Lora& lora = o.lora;
+    const int KVm = d.kv_heads * (d.Hm / d.heads);  // this rank's key/value width
     SetSpec set;
     TransformerLayer::Parts parts;
     parts.norm1 = std::make_unique<RmsNorm>(p.ln1_w, shape.norm_eps, d, set);
     GroupedAttentionSpec attention;
-    attention.qkv = LinearSpec{
-        LinearSplit::column, d.H, d.Hm + 2 * d.kv_heads * head_size, p.qkv_w, kNoParam, {}, true};
-    attention.proj = LinearSpec{LinearSplit::row, d.Hm, d.H, p.attn_proj_w, kNoParam, {}, true};
+    // q, k and v one linear, (N, Hm + 2·KVm): each adapter adds to its block of columns.
+    attention.qkv =
+        LinearSpec{LinearSplit::column, d.H, d.Hm + 2 * KVm, p.qkv_w, kNoParam, {}, true};
+    add_adapter(attention.qkv, lora_layout, lora, l, LoraTarget::q, 0, d.Hm);
+    add_adapter(attention.qkv, lora_layout, lora, l, LoraTarget::k, d.Hm, KVm);
+    add_adapter(attention.qkv, lora_layout, lora, l, LoraTarget::v, d.Hm + KVm, KVm);
+    attention.proj = linear(lora_layout, lora, l, LoraTarget::o, LinearSplit::row, d.Hm, d.H,
+                            p.attn_proj_w, kNoParam);
     attention.head_begin = layout.heads_begin();
     attention.heads_total = shape.heads;
     attention.rope_theta = shape.rope_theta;
     parts.attention =
         std::make_unique<GroupedAttention>(attention, d, o.attention_saved, set, scratch);
     parts.norm2 = std::make_unique<RmsNorm>(p.ln2_w, shape.norm_eps, d, set);
-    parts.feed_forward = std::make_unique<SwiGluMlp>(
-        LinearSpec{LinearSplit::column, d.H, 2 * d.Fm, p.fc_w, kNoParam, {}, true},
-        LinearSpec{LinearSplit::row, d.Fm, d.H, p.fc_proj_w, kNoParam, {}, true}, d, set, scratch);
+    // gate and up one linear, (N, 2Fm).
+    LinearSpec gate_up{LinearSplit::column, d.H, 2 * d.Fm, p.fc_w, kNoParam, {}, true};
+    add_adapter(gate_up, lora_layout, lora, l, LoraTarget::gate, 0, d.Fm);
+    add_adapter(gate_up, lora_layout, lora, l, LoraTarget::up, d.Fm, d.Fm);
+    parts.feed_forward =
+        std::make_unique<SwiGluMlp>(gate_up,
+                                    linear(lora_layout, lora, l, LoraTarget::down, LinearSplit::row,
+                                           d.Fm, d.H, p.fc_proj_w, kNoParam),
+                                    d, set, scratch);
     return TransformerLayer(std::move(set), std::move(parts), o.dropout, d, scratch);
 }
 
@@ -104,7 +122,7 @@ StageParts build_stage(const ParamLayout& layout, const ParamLayout& lora_layout
         s.chunk_first.push_back(s.layers.size());
         for (int i = 0; i < layout.chunk_layers(c); ++i) {
             const int l = layout.first_layer(c) + i;
-            s.layers.push_back(llama ? llama_layer(layout, l, d, options, s.scratch)
+            s.layers.push_back(llama ? llama_layer(layout, lora_layout, l, d, options, s.scratch)
                                      : gpt2_layer(layout, lora_layout, l, d, options, s.scratch));
         }
     }

@@ -114,10 +114,10 @@ CLI::App* add_generate(CLI::App& app, commands::GenerateOptions& gen) {
         ->add_option("--checkpoint", gen.checkpoint,
                      "A checkpoint directory, or a checkpoint.dir (its newest is taken)")
         ->excludes(weights_opt);
-    generate_cmd
-        ->add_option("--lora", gen.lora,
-                     "With --weights: low-rank adapters (trident export --lora-only) to merge in")
-        ->needs(weights_opt);
+    generate_cmd->add_option(
+        "--lora", gen.lora,
+        "Low-rank adapters (trident export --lora-only) to merge into the model of "
+        "--weights or --checkpoint");
     generate_cmd->add_option("--prompt,-p", gen.prompt, "Text to continue (empty: a new document)");
     generate_cmd->add_option("--tokens,-n", gen.sampling.tokens, "Tokens to generate")
         ->capture_default_str();

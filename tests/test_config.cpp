@@ -583,10 +583,22 @@ TEST_CASE("config: the llama keys, their defaults and their limits", "[config]")
           "--set parallel.context_mode=ulysses: parallel.context_mode: ulysses splits the "
           "key/value heads over parallel.tensor × context = 4 ranks, which must divide "
           "model.kv_heads (2)");
-    CHECK(error_of(kLoraBase, {"model.arch=llama", "training.lora.rank=4"}) ==
-          "--set training.lora.rank=4: training.lora.rank > 0 adapts GPT-2's linears; low-rank "
-          "adapters of llama's (q, k, v, o, gate, up, down) are not built yet (model.arch: "
-          "llama)");
+    // Each layer kind adapts its own linears; a llama's default targets are q and v.
+    CHECK(parse(kLoraBase, "x.yaml", {"model.arch=llama", "training.lora.rank=4"})
+              .training.lora.targets == std::vector<LoraTarget>{LoraTarget::q, LoraTarget::v});
+    CHECK(parse(kLoraBase, "x.yaml", {"training.lora.rank=4"}).training.lora.targets ==
+          std::vector<LoraTarget>{LoraTarget::qkv, LoraTarget::attn_proj, LoraTarget::fc,
+                                  LoraTarget::fc_proj});
+    CHECK(parse(kLoraBase, "x.yaml",
+                {"model.arch=llama", "training.lora.rank=4", "training.lora.targets=[down, k]"})
+              .training.lora.targets == std::vector<LoraTarget>{LoraTarget::down, LoraTarget::k});
+    CHECK(error_of(kLoraBase,
+                   {"model.arch=llama", "training.lora.rank=4", "training.lora.targets=[q, fc]"}) ==
+          "--set training.lora.targets=[q, fc]: training.lora.targets: fc is not a linear of "
+          "llama's layer (model.arch: llama): its targets are q, k, v, o, gate, up, down");
+    CHECK(error_of(kLoraBase, {"training.lora.rank=4", "training.lora.targets=[qkv, up]"}) ==
+          "--set training.lora.targets=[qkv, up]: training.lora.targets: up is not a linear of "
+          "GPT-2's layer (model.arch: gpt2): its targets are qkv, attn_proj, fc, fc_proj");
     CHECK(error_of(kMinimal, {"model.rope_theta=0"}) ==
           "--set model.rope_theta=0: model.rope_theta: must be > 0, got 0");
     CHECK(error_of(kMinimal, {"model.norm_eps=-1"}) ==
@@ -776,20 +788,19 @@ TEST_CASE("config: bad training.lora parts are named by their path and line", "[
     CHECK(error_of(head + "    init_from: [a]\n") ==
           "x.yaml:5: training.lora.init_from: expected a string or null, got a list");
 
-    const std::string list = "expected a non-empty list of qkv, attn_proj, fc, fc_proj, got ";
+    const std::string names = "qkv, attn_proj, fc, fc_proj, q, k, v, o, gate, up, down";
+    const std::string list = "expected a non-empty list of " + names + ", got ";
     CHECK(error_of(head + "    targets: []\n") ==
           "x.yaml:5: training.lora.targets: " + list + "an empty list");
     CHECK(error_of(head + "    targets: qkv\n") ==
           "x.yaml:5: training.lora.targets: " + list + "\"qkv\"");
     CHECK(error_of(head + "    targets: [qkv, mlp]\n") ==
-          "x.yaml:5: training.lora.targets: item 2: expected one of qkv, attn_proj, fc, fc_proj; "
-          "got \"mlp\"");
+          "x.yaml:5: training.lora.targets: item 2: expected one of " + names + "; got \"mlp\"");
     CHECK(error_of(head + "    targets: [fc, qkv, fc]\n") ==
           "x.yaml:5: training.lora.targets: fc given twice");
     // In a block list, the line of the item at fault.
     CHECK(error_of(head + "    targets:\n      - qkv\n      - proj\n") ==
-          "x.yaml:7: training.lora.targets: item 2: expected one of qkv, attn_proj, fc, fc_proj; "
-          "got \"proj\"");
+          "x.yaml:7: training.lora.targets: item 2: expected one of " + names + "; got \"proj\"");
 
     CHECK(error_of(kMinimal + "training:\n  lora: 8\n") ==
           "x.yaml:4: training.lora: expected a map of rank, alpha, dropout, targets, init_from, "

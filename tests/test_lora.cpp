@@ -212,6 +212,76 @@ TEST_CASE("lora: adapters files round-trip and bad ones are named", "[lora]") {
               ": no \"lora_rank\" in the metadata (not an adapters file trident wrote)");
 }
 
+// A llama (4 heads, 2 key/value heads: KV = 16, F = 48) with adapters of rank 4 on `targets`.
+config::Config llama_lora_config(const std::string& targets) {
+    return config::parse(
+        "model: {arch: llama, vocab_size: 100, seq_len: 16, layers: 2, hidden: 32, heads: 4, "
+        "kv_heads: 2, ffn_hidden: 48, init_from: unused.safetensors}\n"
+        "training: {micro_batch: 2, global_batch: 4, lora: {rank: " +
+            std::string(targets.empty() ? "0" : "4") +
+            (targets.empty() ? "" : ", targets: " + targets) + "}}\n" +
+            "data: {train: unused.bin}\n",
+        "llama.yaml");
+}
+
+TEST_CASE("lora: llama's adapters follow their linears' splits, names and FLOPs", "[lora]") {
+    const config::Config cfg = llama_lora_config("[q, k, v, o, gate, up, down]");
+    const model::GptShape shape = config::gpt_shape(cfg);
+    const model::LoraShape lora = config::lora_of(cfg).shape;
+    // Tensor rank 1 of 2: A whole and B by rows beside q, k, v, gate and up (k's and v's by
+    // key/value head), A by columns and B whole beside o and down.
+    const model::ParamLayout half = model::ParamLayout::for_lora(shape, lora, 1, 2);
+    const auto shape_of = [&](const std::string& name) {
+        const model::ParamTensor* t = half.find(name);
+        REQUIRE(t);
+        return std::make_pair(t->shape, t->full_shape);
+    };
+    using Dims = std::vector<int64_t>;
+    const std::string p = "layers.1.";
+    CHECK(shape_of(p + "self_attn.q_proj.lora_A.weight") ==
+          std::make_pair(Dims{4, 32}, Dims{4, 32}));
+    CHECK(shape_of(p + "self_attn.q_proj.lora_B.weight") ==
+          std::make_pair(Dims{16, 4}, Dims{32, 4}));
+    CHECK(shape_of(p + "self_attn.k_proj.lora_B.weight") ==
+          std::make_pair(Dims{8, 4}, Dims{16, 4}));
+    CHECK(shape_of(p + "self_attn.v_proj.lora_B.weight") ==
+          std::make_pair(Dims{8, 4}, Dims{16, 4}));
+    CHECK(shape_of(p + "self_attn.o_proj.lora_A.weight") ==
+          std::make_pair(Dims{4, 16}, Dims{4, 32}));
+    CHECK(shape_of(p + "self_attn.o_proj.lora_B.weight") ==
+          std::make_pair(Dims{32, 4}, Dims{32, 4}));
+    CHECK(shape_of(p + "mlp.up_proj.lora_B.weight") == std::make_pair(Dims{24, 4}, Dims{48, 4}));
+    CHECK(shape_of(p + "mlp.down_proj.lora_A.weight") == std::make_pair(Dims{4, 24}, Dims{4, 48}));
+    // Rank 1's rows of k's B are key/value head 1's: whole rows 8 .. 15.
+    std::vector<std::size_t> starts;
+    model::for_each_slice_run(*half.find(p + "self_attn.k_proj.lora_B.weight"), 1,
+                              [&](std::size_t, std::size_t whole, std::size_t count) {
+                                  starts.push_back(whole);
+                                  CHECK(count == 8 * 4);
+                              });
+    CHECK(starts == std::vector<std::size_t>{8 * 4});
+    // Per layer 4·(2·(32 + 32) + 2·(32 + 16) + 3·(32 + 48)) = 1856 values.
+    CHECK(model::ParamLayout::for_lora(shape, lora).total() == 2 * 1856);
+
+    // PEFT's Llama names in an adapters file.
+    const TempDir tmp("llama_lora_files");
+    const model::ParamLayout whole = model::ParamLayout::for_lora(shape, lora);
+    std::vector<float> values(whole.total(), 0.5f);
+    model::save_lora_file(tmp / "a.safetensors", whole, values.data(), 8.0);
+    const io::SafetensorsFile file = io::SafetensorsFile::open(tmp / "a.safetensors");
+    CHECK(file.tensors().size() == 2 * 7 * 2);
+    CHECK(file.find("base_model.model.model.layers.1.mlp.gate_proj.lora_B.weight"));
+    CHECK(model::read_lora_info(tmp / "a.safetensors").lora.targets == lora.targets);
+
+    // Model FLOPs: the frozen weights' GEMMs of one forward saved, the adapters' added (three
+    // times 2·B·s·r per layer and unit of in + out: q, o 2h; k, v h + KV; gate, up, down h + F).
+    const double B = 4, s = 16, l = 2, h = 32, V = 100, F = 48, KV = 16, r = 4;
+    const double weights = 2 * B * s * (l * (2 * h * h + 2 * h * KV + 3 * h * F) + V * h);
+    const double adapters = 3 * 2 * B * s * l * r * (2 * 2 * h + 2 * (h + KV) + 3 * (h + F));
+    CHECK(cfg.derived.flops_per_step ==
+          Approx(llama_lora_config("").derived.flops_per_step - weights + adapters));
+}
+
 TEST_CASE("lora: the manifest records the adapters and the base weights", "[lora]") {
     const TempDir tmp("lora_manifest");
     train::Manifest m;

@@ -1,5 +1,5 @@
 // `trident generate`: prints a continuation of a prompt from trained weights (a Hugging Face
-// GPT-2 safetensors file, with low-rank adapters merged in if given, or a checkpoint).
+// GPT-2 safetensors file or a checkpoint, with low-rank adapters merged in if given).
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -37,6 +37,18 @@ int head_dim_of(const GenerateOptions& opts) {
     return head_dim;
 }
 
+// Merges the adapters file `path` (trident export --lora-only) into `params`, the whole model
+// of `shape`.
+void merge_lora_file(const std::string& path, const model::GptShape& shape,
+                     std::vector<float>& params) {
+    const model::LoraFileInfo info = model::read_lora_info(path);
+    const auto whole = model::ParamLayout::for_lora(shape, info.lora);
+    std::vector<float> adapters(whole.total(), 0.0f);
+    model::load_lora_file(path, whole, adapters.data());
+    model::merge_lora(model::ParamLayout(shape), params.data(), whole, adapters.data(),
+                      static_cast<float>(info.alpha / info.lora.rank));
+}
+
 }  // namespace
 
 int generate(const GenerateOptions& opts) {
@@ -63,21 +75,18 @@ int generate(const GenerateOptions& opts) {
     std::vector<float> params;
     if (!opts.checkpoint.empty()) {
         train::LoadedModel loaded = train::load_model_checkpoint(opts.checkpoint);
+        if (!opts.lora.empty() && !loaded.adapters.empty())
+            throw Error(loaded.path +
+                        " trained low-rank adapters of its own (merged in already): --lora "
+                        "takes a checkpoint of a whole model");
         shape = config::gpt_shape(loaded.cfg);
         params = std::move(loaded.params);
     } else {
         shape = model::infer_hf_gpt2_shape(opts.weights, head_dim_of(opts));
         params.assign(model::ParamLayout(shape).total(), 0.0f);
         model::load_hf_gpt2(opts.weights, model::ParamLayout(shape), params.data());
-        if (!opts.lora.empty()) {
-            const model::LoraFileInfo info = model::read_lora_info(opts.lora);
-            const auto whole = model::ParamLayout::for_lora(shape, info.lora);
-            std::vector<float> adapters(whole.total(), 0.0f);
-            model::load_lora_file(opts.lora, whole, adapters.data());
-            model::merge_lora(model::ParamLayout(shape), params.data(), whole, adapters.data(),
-                              static_cast<float>(info.alpha / info.lora.rank));
-        }
     }
+    if (!opts.lora.empty()) merge_lora_file(opts.lora, shape, params);
     train::GenerationModel whole(*ops, shape);
     whole.gpt().load_params(params);
     const auto tokenizer = data::tokenizer_for_vocab(shape.vocab);

@@ -32,6 +32,28 @@ int64_t count_parameters(const ModelConfig& m) {
     return V * H + T * H + L * per_layer + 2 * H;  // + ln_f
 }
 
+// in + out of the linear a LoRA target adapts (kv: llama's key/value width).
+double lora_widths(LoraTarget target, double h, double kv, double F) {
+    switch (target) {
+        case LoraTarget::qkv:
+            return 4.0 * h;
+        case LoraTarget::attn_proj:
+        case LoraTarget::q:
+        case LoraTarget::o:
+            return 2.0 * h;
+        case LoraTarget::k:
+        case LoraTarget::v:
+            return h + kv;
+        case LoraTarget::fc:
+        case LoraTarget::fc_proj:
+        case LoraTarget::gate:
+        case LoraTarget::up:
+        case LoraTarget::down:
+            break;
+    }
+    return h + F;
+}
+
 // Megatron's model FLOPs for one global batch (training.py, causal attention counted at
 // half, no recompute): 72·B·s·l·h²·(1 + s/(12h) + V/(12·l·h)), three times the forward's
 // 24·B·s·l·h²·(1 + V/(12·l·h)) in the weights' GEMMs and 2·B·s²·l·h in attention's. Under
@@ -49,10 +71,7 @@ double model_flops(const ModelConfig& m, const TrainingConfig& t) {
     const double attention = 2.0 * B * s * s * l * h;
     if (!t.lora.enabled()) return 3.0 * (weights + attention);
     double widths = 0;  // Σ (in + out) over the targets
-    for (const LoraTarget target : t.lora.targets)
-        widths += target == LoraTarget::qkv         ? 4.0 * h
-                  : target == LoraTarget::attn_proj ? 2.0 * h
-                                                    : h + static_cast<double>(m.ffn_hidden);
+    for (const LoraTarget target : t.lora.targets) widths += lora_widths(target, h, kv, F);
     const double adapters = 2.0 * B * s * l * t.lora.rank * widths;
     return 2.0 * weights + 3.0 * (attention + adapters);
 }

@@ -333,6 +333,10 @@ void fill_dependent_defaults(Config& cfg, const Origins& origins) {
     // Multi-head attention unless grouped; GPT-2 ties its LM head to the embedding, Llama not.
     if (!origins.is_set("model.kv_heads")) m.kv_heads = m.heads;
     if (!origins.is_set("model.tie_embeddings")) m.tie_embeddings = !llama;
+    // Adapters on every linear of GPT-2's layer; on Llama's, q and v (PEFT's default for
+    // Llama, after Hu et al. 2021, §7.1).
+    if (llama && !origins.is_set("training.lora.targets"))
+        cfg.training.lora.targets = {LoraTarget::q, LoraTarget::v};
     // Megatron-LM accumulates and reduces bf16 gradients in fp32: bf16's 8-bit mantissa drops
     // a small microbatch gradient added to a large sum. fp16 keeps 11 bits (and a loss scale).
     if (!origins.is_set("training.fp32_grad_accumulation"))

@@ -243,6 +243,16 @@ void check_zero_and_lora(const Config& cfg, const Origins& origins) {
         fail(origins.blame({"training.lora.rank", "model.hidden"}),
              cat("training.lora.rank (", lora.rank, ") must not exceed model.hidden (", m.hidden,
                  ")"));
+    // Each layer kind adapts its own linears (docs/ARCHITECTURE.md, "Vocabulary").
+    const bool llama = m.arch == Arch::llama;
+    for (const LoraTarget target : lora.targets)
+        if (lora.enabled() && model::is_llama_target(target) != llama)
+            fail(origins.blame({"training.lora.targets", "model.arch"}),
+                 cat("training.lora.targets: ", to_string(target), " is not a linear of ",
+                     llama ? "llama's layer (model.arch: llama): its targets are q, k, v, o, "
+                             "gate, up, down"
+                           : "GPT-2's layer (model.arch: gpt2): its targets are qkv, "
+                             "attn_proj, fc, fc_proj"));
     if (lora.enabled() && p.zero_stage >= 2)
         fail(origins.blame({"training.lora.rank", "parallel.zero_stage"}),
              cat("training.lora.rank (", lora.rank, ") needs parallel.zero_stage 0 or 1, got ",
@@ -285,10 +295,6 @@ void check_architecture(const Config& cfg, const Origins& origins) {
              cat("model.arch: llama rotates pairs of channels: the head size model.hidden / "
                  "model.heads = ",
                  m.hidden / m.heads, " must be even"));
-    if (cfg.training.lora.enabled())
-        fail(origins.blame({"training.lora.rank", "model.arch"}),
-             "training.lora.rank > 0 adapts GPT-2's linears; low-rank adapters of llama's (q, k, "
-             "v, o, gate, up, down) are not built yet (model.arch: llama)");
     // Tensor parallelism splits the key/value heads with the query heads.
     if (m.kv_heads % p.tensor != 0)
         fail(origins.blame({"parallel.tensor", "model.kv_heads"}),

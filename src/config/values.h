@@ -66,7 +66,8 @@ struct EnumNames<OnError> {
 };
 template <>
 struct EnumNames<LoraTarget> {
-    static constexpr std::array names{"qkv", "attn_proj", "fc", "fc_proj"};
+    static constexpr std::array names{"qkv", "attn_proj", "fc",   "fc_proj", "q",   "k",
+                                      "v",   "o",         "gate", "up",      "down"};
 };
 
 template <typename E>

@@ -8,6 +8,8 @@
 #     heads / kv_heads;
 #   - SwiGLU down(silu(gate(x)) · up(x)); no biases; an untied LM head.
 # Parameters are named as Hugging Face's without the "model." prefix (lm_head.weight as is).
+# Low-rank adapters (Hu et al. 2021, as PEFT's LoRA Linear): add_lora() wraps the named linears
+# of every layer as W x + s·B (A x) with A (r, in) and B (out, r) trained and W frozen.
 # check_layers() holds each piece against torch's own functions (F.normalize, the fused
 # scaled-dot-product attention, F.silu, complex multiplication by torch.polar).
 
@@ -145,6 +147,62 @@ class LlamaReference(nn.Module):
         top = logits.amax(dim=-1, keepdim=True)
         log_norm = torch.log(torch.exp(logits - top).sum(dim=-1)) + top.squeeze(-1)
         return (log_norm - logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1)).mean()
+
+
+# The linears a LoRA target adapts: (module, its attribute) of each layer, by target name.
+LORA_TARGETS = {"q": ("self_attn", "q_proj"), "k": ("self_attn", "k_proj"),
+                "v": ("self_attn", "v_proj"), "o": ("self_attn", "o_proj"),
+                "gate": ("mlp", "gate_proj"), "up": ("mlp", "up_proj"),
+                "down": ("mlp", "down_proj")}
+
+
+class LoraLinear(nn.Module):
+    """A frozen bias-free linear and its adapter: y = x Wᵀ + scale·(x Aᵀ) Bᵀ."""
+
+    def __init__(self, base, a, b, scale):
+        super().__init__()
+        self.base = base
+        self.lora_A = nn.Parameter(torch.tensor(a, dtype=torch.float64))   # (r, in)
+        self.lora_B = nn.Parameter(torch.tensor(b, dtype=torch.float64))   # (out, r)
+        self.scale = scale
+
+    def forward(self, x):
+        return self.base(x) + self.scale * (x @ self.lora_A.t()) @ self.lora_B.t()
+
+
+def lora_name(layer, target):
+    """The adapted linear's name in Trident's adapter layout: layers.3.self_attn.q_proj."""
+    module, attribute = LORA_TARGETS[target]
+    return f"layers.{layer}.{module}.{attribute}"
+
+
+def add_lora(model, adapters, targets, scale):
+    """Freezes `model` and wraps each target linear of every layer with its adapter;
+    adapters[lora_name(l, t) + ".lora_A.weight"] and ".lora_B.weight" hold A and B."""
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for l, layer in enumerate(model.layers):
+        for target in targets:
+            module, attribute = LORA_TARGETS[target]
+            owner = getattr(layer, module)
+            stem = lora_name(l, target)
+            setattr(owner, attribute, LoraLinear(getattr(owner, attribute),
+                                                 adapters[stem + ".lora_A.weight"],
+                                                 adapters[stem + ".lora_B.weight"], scale))
+    return model
+
+
+def lora_parameters(model, targets):
+    """(Trident's name, parameter) of every adapter factor, in the adapters' layout order."""
+    out = []
+    for l, layer in enumerate(model.layers):
+        for target in targets:
+            module, attribute = LORA_TARGETS[target]
+            adapted = getattr(getattr(layer, module), attribute)
+            stem = lora_name(l, target)
+            out += [(stem + ".lora_A.weight", adapted.lora_A),
+                    (stem + ".lora_B.weight", adapted.lora_B)]
+    return out
 
 
 def is_decayed(name, p):

@@ -32,6 +32,7 @@ except ImportError as e:
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_reference as ref  # noqa: E402
+from lora_training import curve, reference_training, worst_rel  # noqa: E402
 from mpi_harness import binaries_or_skip, check, failures, run  # noqa: E402
 
 SHAPE = ref.GPTShape(vocab=100, seq_len=16, layers=2, hidden=32, heads=4, ffn=128)
@@ -86,39 +87,6 @@ def lora_parameters(model):
             out += [(f"h.{layer}.{path}.lora_A.weight", m.lora_A),
                     (f"h.{layer}.{path}.lora_B.weight", m.lora_B)]
     return out
-
-
-def reference_training(model, tokens):
-    t = TRAINING
-    params = [p for _, p in lora_parameters(model)]
-    optimizer = torch.optim.AdamW(params, lr=t["lr"], betas=(t["beta1"], t["beta2"]),
-                                  eps=t["eps"], weight_decay=t["weight_decay"])
-    history = []
-    for step in range(t["steps"]):
-        lr = ref.lr_at(step, t["lr"], t["min_lr"], t["warmup_steps"], t["steps"], t["decay"])
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        inputs, targets = ref.step_batch(tokens, step, t["global_batch"], SHAPE.seq_len)
-        optimizer.zero_grad(set_to_none=True)
-        loss = model.loss(inputs, targets)
-        loss.backward()
-        norm = torch.nn.utils.clip_grad_norm_(params, t["grad_clip"])
-        optimizer.step()
-        history.append((loss.item(), norm.item()))
-    return history
-
-
-def curve(path):
-    with open(path) as f:
-        records = [json.loads(line) for line in f if line.strip()]
-    return [r for r in records if "loss" in r]
-
-
-def worst_rel(got, want):
-    """The largest relative difference; infinite where the lengths differ (or are none)."""
-    if len(got) != len(want) or not want:
-        return float("inf")
-    return max(abs(g - w) / abs(w) for g, w in zip(got, want))
 
 
 def main():
@@ -178,7 +146,9 @@ def main():
 
         train("m1")
         ours = curve(path("m1.jsonl"))
-        want = reference_training(adapted_reference(3, adapters), tokens)
+        trained = adapted_reference(3, adapters)
+        want = reference_training(trained, [p for _, p in lora_parameters(trained)], tokens,
+                                  TRAINING, SHAPE.seq_len)
         check(worst_rel([r["loss"] for r in ours], [w[0] for w in want]) <= 1e-5,
               f"PyTorch: ten steps' losses within 1e-5 (worst "
               f"{worst_rel([r['loss'] for r in ours], [w[0] for w in want]):.2e})")
