@@ -47,6 +47,9 @@ namespace {
 
 }  // namespace
 
+void Ops::cached_attention_forward(Ptr, Ptr, Ptr, ConstPtr, int, int, int, int, int) {
+    missing(*this, "cached_attention_forward");
+}
 void Ops::rmsnorm_forward(Ptr, float*, ConstPtr, ConstPtr, int, int, float) {
     missing(*this, "rmsnorm_forward");
 }
