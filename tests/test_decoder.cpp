@@ -96,7 +96,7 @@ TEST_CASE("cached decoding equals the full-context rerun: gpt2", "[generate]") {
     check_against_rerun(kGpt2, 5);
 }
 
-TEST_CASE("cached decoding equals the full-context rerun: llama, grouped", "[generate]") {
+TEST_CASE("cached decoding equals the full-context rerun: llama with grouped heads", "[generate]") {
     check_against_rerun(kLlama, 1);
     check_against_rerun(kLlama, 5);
 }
