@@ -21,6 +21,14 @@ using namespace trident;
 
 namespace {
 
+// The model of a config's `model:` section.
+model::GptShape shape_of(const std::string& model_yaml) {
+    return config::gpt_shape(config::parse(
+        "model: " + model_yaml +
+            "\ntraining: {micro_batch: 1, global_batch: 1, steps: 1}\ndata: {train: unused.bin}\n",
+        "decoder.yaml"));
+}
+
 double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
     double diff = 0, scale = 0;
     for (std::size_t i = 0; i < a.size(); ++i) {
@@ -37,11 +45,7 @@ int32_t argmax(const std::vector<float>& v) {
 // Steps the decoder greedily from `prompt`, comparing each step's logits with the rerun of the
 // whole model over the decoder's window; then train::generate must give the same tokens.
 void check_against_rerun(const std::string& model_yaml, int prompt_length) {
-    const config::Config cfg = config::parse(
-        "model: " + model_yaml +
-            "\ntraining: {micro_batch: 1, global_batch: 1, steps: 1}\ndata: {train: unused.bin}\n",
-        "decoder.yaml");
-    const model::GptShape shape = config::gpt_shape(cfg);
+    const model::GptShape shape = shape_of(model_yaml);
     auto ops = kernels::make_cpu_ops(2);
     parallel::Grid& solo = test::solo_grid();
     const model::ModelGroups groups{solo.tensor(), solo.context()};
@@ -102,11 +106,7 @@ TEST_CASE("cached decoding equals the full-context rerun: llama with grouped hea
 }
 
 TEST_CASE("a llama cache holds kv_heads heads", "[generate]") {
-    const config::Config cfg = config::parse(
-        std::string("model: ") + kLlama +
-            "\ntraining: {micro_batch: 1, global_batch: 1, steps: 1}\ndata: {train: unused.bin}\n",
-        "decoder.yaml");
-    const model::GptShape shape = config::gpt_shape(cfg);
+    const model::GptShape shape = shape_of(kLlama);
     auto ops = kernels::make_cpu_ops(1);
     const model::KvCache cache(*ops, shape);
     // layers · (k, v) · seq_len · kv_heads · head size: half of a cache of the 4 heads.
