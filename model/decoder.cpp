@@ -1,6 +1,7 @@
 // Incremental decoding over a key/value cache (see decoder.h).
 #include "model/decoder.h"
 
+#include <numeric>
 #include <string>
 
 #include "kernels/error.h"
@@ -40,13 +41,11 @@ Dims pass_dims(const GptShape& shape, int T) {
 
 Decoder::Decoder(kernels::Ops& ops, const GptShape& shape, const ModelGroups& groups,
                  const std::vector<float>& params)
-    : ops_(ops), layout_(shape), cache_(ops, shape) {
+    : ops_(ops), groups_(groups), layout_(shape), cache_(ops, shape) {
     if (groups.tensor.size() != 1 || groups.context.size() != 1)
         throw Error("generation runs on one process (parallel.tensor = context = 1)");
     weights_.params = FlatBuffer(ops, layout_.total(), kernels::DType::f32);
     weights_.params.from_host(params);
-    prompt_ = std::make_unique<Parts>(ops, layout_, groups, weights_, cache_,
-                                      pass_dims(shape, shape.max_seq));
     one_ = std::make_unique<Parts>(ops, layout_, groups, weights_, cache_, pass_dims(shape, 1));
 }
 
@@ -58,25 +57,30 @@ std::vector<float> Decoder::prefill(const std::vector<int32_t>& tokens) {
         throw Error("internal: a prefill of " + std::to_string(tokens.size()) +
                     " tokens for a sequence length of " + std::to_string(T));
     cache_.reset();
-    // Positions after the prompt's are padding: causal attention keeps them out of its rows,
-    // and the steps overwrite their keys and values.
-    std::vector<int32_t> padded(tokens);
-    padded.resize(static_cast<std::size_t>(T), 0);
-    return run(*prompt_, padded.data(), static_cast<int>(tokens.size()));
+    const int n = static_cast<int>(tokens.size());
+    // The parts of a pass as wide as the prompt, kept for the next prompt of that width.
+    if (!prompt_ || prompt_->d.T != n)
+        prompt_ = std::make_unique<Parts>(ops_, layout_, groups_, weights_, cache_,
+                                          pass_dims(shape(), n));
+    return run(*prompt_, tokens.data());
 }
 
 std::vector<float> Decoder::step(int32_t token) {
     if (length() >= cache_.capacity())
         throw Error("internal: a step past the key/value cache's " +
                     std::to_string(cache_.capacity()) + " positions");
-    const int32_t position = length();
-    const Parts& one = *one_;
-    ops_.upload(one.scratch[one.parts.positions].data, &position, sizeof position);
-    return run(*one_, &token, 1);
+    return run(*one_, &token);
 }
 
-std::vector<float> Decoder::run(Parts& p, const int32_t* tokens, int count) {
+std::vector<float> Decoder::run(Parts& p, const int32_t* tokens) {
+    const int count = p.d.T;
     const GptShape& s = shape();
+    if (p.parts.positions >= 0) {  // T < seq_len: positions length() .. length() + T - 1
+        std::vector<int32_t> positions(static_cast<std::size_t>(count));
+        std::iota(positions.begin(), positions.end(), length());
+        ops_.upload(p.scratch[p.parts.positions].data, positions.data(),
+                    positions.size() * sizeof(int32_t));
+    }
     ActivationStore::Set& set = p.store.start(0, 0);
     const SetBuffers own = p.store.own(set);
     const Pass own_pass{own, false, 0, -1};

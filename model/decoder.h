@@ -4,10 +4,10 @@
 // layer, attending to the cache, so a token costs one row's work instead of the context's.
 //
 // The parts are the training's (model/stage_parts.h: norms, linears, MLP, embedding, head)
-// built twice over the same weights, for a pass of seq_len rows (prefill) and of one row
+// built over the same weights for a pass of the prompt's width (prefill) and of one row
 // (step); only their attention core is generation's (CachedAttention). A pass's tokens sit at
-// positions length() .. of the sequence: the one-row pass's position is in the scratch the
-// embedding (wpe) and rotary read (StageParts::positions).
+// positions length() .. of the sequence, in the scratch the embedding (wpe) and rotary read
+// (StageParts::positions) when the pass is narrower than seq_len.
 //
 // Shapes: the cache (per layer (seq_len, KVH·d) for k and v); logits (V) of the pass's last
 // token, the padded columns dropped.
@@ -43,15 +43,16 @@ public:
 private:
     struct Parts;  // the parts built for one pass width
 
-    // `count` of `tokens` (the pass's T, padded) from position length(); the logits after
-    // the last of them.
-    std::vector<float> run(Parts& p, const int32_t* tokens, int count);
+    // The pass's T `tokens` from position length(); the logits after the last of them.
+    std::vector<float> run(Parts& p, const int32_t* tokens);
 
     kernels::Ops& ops_;
+    ModelGroups groups_;
     ParamLayout layout_;
     Weights weights_;
     KvCache cache_;
-    std::unique_ptr<Parts> prompt_, one_;
+    std::unique_ptr<Parts> prompt_;  // the last prompt's width
+    std::unique_ptr<Parts> one_;
 };
 
 }  // namespace trident::model
