@@ -177,6 +177,15 @@ public:
     virtual void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int C, int NH,
                                    float drop_prob) = 0;
 
+    // ---- attention against a key/value cache (generation, model/kv_cache.h) ---------------
+    // New tokens at positions first .. first+rows-1 of one sequence. qkv (rows, 3·NH·hs) as
+    // attention_forward reads it; the k and v of key/value head g (query head g·(NH/KVH)'s in
+    // qkv) are written to k_cache and v_cache (seq_len, KVH·hs) at each row's position, then
+    // out (rows, NH·hs) = softmax(q kᵀ / sqrt(hs)) v over the cache's positions 0 .. the
+    // row's own, query head h reading key/value head h / (NH/KVH). fp32.
+    virtual void cached_attention_forward(Ptr out, Ptr k_cache, Ptr v_cache, ConstPtr qkv, int rows,
+                                          int first, int NH, int KVH, int hs) = 0;
+
     // ---- ring attention (context parallelism) -------------------------------------------
     // Causal attention between a block of query rows and a block of key rows of the same
     // sequences, as ring attention computes it piece by piece (Liu et al. 2023): the

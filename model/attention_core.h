@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 
 #include "kernels/ops.h"
 #include "model/buffer_spec.h"
@@ -22,6 +23,14 @@ namespace trident::model {
 // (Ops::attention_saved): the model asks its Ops, the planner the CPU backend's rule.
 using AttentionSavedFn =
     std::function<kernels::Ops::AttentionSaved(int B, int heads, int T, kernels::DType act)>;
+
+class AttentionCore;
+
+// Builds a layer's core of this rank's heads among `heads_total`, from `head_begin`, declaring
+// its buffers; empty: training's (local, or ring or Ulysses over the context group). Generation
+// gives its own (model/kv_cache.h).
+using MakeCore = std::function<std::unique_ptr<AttentionCore>(const Dims& d, int head_begin,
+                                                              int heads_total, SetSpec& set)>;
 
 class AttentionCore {
 public:

@@ -13,7 +13,7 @@ Embedding::Embedding(const EmbeddingSpec& spec, const Dims& d, SetSpec& set, Scr
     tokens_ = set.add("tokens", N, DType::i32, Keep::always);
     partial_ = set.add("embedding_partial", d.sequence_parallel ? N * H : 0, d.act, Keep::always);
     stash_ = set.add("d_embedding", R * H, d.act, Keep::split);
-    if (d.context_size > 1)
+    if (d.T < d.seq_len)
         positions_ = scratch.add("positions", static_cast<std::size_t>(d.T), DType::i32);
     d_rows_ = scratch.add("d_rows", R * H, d.act);
     d_output_all_ = scratch.add("d_output_all", d.sequence_parallel ? N * H : 0, d.act);

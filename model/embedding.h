@@ -2,8 +2,9 @@
 // start: each tensor rank looks up the tokens of its slice of the vocabulary (zero rows for the
 // rest) and the sum over the tensor group is the embedding (reduced to this rank's rows under
 // sequence parallelism); wpe is added once, by tensor rank 0, so the sum is exact. Under
-// context parallelism the positions are this rank's tokens' own (model/context_split.h), in
-// the scratch the model fills (StageParts::positions). A llama model has no wpe.
+// context parallelism (or one position of generation, model/decoder.h) the positions are this
+// rank's tokens' own (model/context_split.h), in the scratch the model fills
+// (StageParts::positions). A llama model has no wpe.
 //
 // Shapes (this rank): tokens (B, T) i32; out (R, H) = the chunk's input; wte (Vm, H) rows
 // [vocab_begin, vocab_begin + Vm) of the padded vocabulary, wpe (seq_len, H).
@@ -43,7 +44,7 @@ private:
 
     EmbeddingSpec spec_;
     int tokens_, partial_, stash_;  // slots: (N) i32; (N, H) partial sums; (R, H)
-    int positions_ = -1;            // scratch: (T) i32, context parallelism only
+    int positions_ = -1;            // scratch: (T) i32, when T < seq_len only
     int d_rows_, d_output_all_;     // scratch: (R, H); (N, H) under sequence parallelism
 };
 

@@ -64,10 +64,12 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
             context_positions(options.shape.max_seq, groups.context.size(), groups.context.rank())),
       weights_(make_weights(ops, options, layout_, lora_layout_)),
       parts_(build_stage(layout_, lora_layout_, d_,
-                         PartOptions{options.dropout, options.lora,
+                         PartOptions{options.dropout,
+                                     options.lora,
                                      [&ops](int B, int heads, int T, kernels::DType act) {
                                          return ops.attention_saved(B, heads, T, act);
-                                     }})),
+                                     },
+                                     {}})),
       scratch_(ops, parts_.scratch.buffers()),
       ctx_{ops, rows_, groups.context, weights_, scratch_},
       store_(ops, options.recompute, parts_.chunks, parts_.layer_spec()),

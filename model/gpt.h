@@ -185,8 +185,9 @@ public:
     void backward_weight(int mb, int c, bool last);
     void set_split_backward(bool on);
     bool split_backward() const { return store_.policy().split_backward; }
-    // The next-token logits (V) at `position` of the first sequence of `inputs` (B, T), for
-    // generation: no loss, no dropout. Needs the whole model in this process.
+    // The next-token logits (V) at `position` of the first sequence of `inputs` (B, T), with
+    // no loss and no dropout: the full-context rerun that generation's cached decoder
+    // (model/decoder.h) is tested against. Needs the whole model in this process.
     std::vector<float> logits_at(const int32_t* inputs, int position);
     void zero_grads();
 

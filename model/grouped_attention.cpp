@@ -9,8 +9,8 @@ using kernels::Ptr;
 GroupedAttention::GroupedAttention(const GroupedAttentionSpec& spec, const Dims& d,
                                    const AttentionSavedFn& attention_saved, SetSpec& set,
                                    ScratchSpec& scratch)
-    : Attention(spec.qkv, spec.proj, spec.head_begin, spec.heads_total, d, attention_saved, set,
-                scratch),
+    : Attention(spec.qkv, spec.proj, spec.head_begin, spec.heads_total, spec.make_core, d,
+                attention_saved, set, scratch),
       theta_(spec.rope_theta),
       qkv_count_(d.rows() * 3 * static_cast<std::size_t>(d.Hm)),
       grouped_count_(d.rows() * static_cast<std::size_t>(spec.qkv.out)) {
@@ -18,7 +18,7 @@ GroupedAttention::GroupedAttention(const GroupedAttentionSpec& spec, const Dims&
     grouped_ = scratch.add("qkv_grouped", grouped_count_, d.act);
     d_grouped_ = scratch.add("d_qkv_grouped", grouped_count_, d.act);
     d_qkv_ = scratch.add("d_qkv", qkv_count_, d.act);
-    if (d.context_size > 1)
+    if (d.T < d.seq_len)
         positions_ = scratch.add("positions", static_cast<std::size_t>(d.T), kernels::DType::i32);
 }
 

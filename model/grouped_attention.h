@@ -18,6 +18,7 @@ struct GroupedAttentionSpec {
     LinearSpec qkv, proj;                 // qkv's out: Hm + 2·KVm
     int head_begin = 0, heads_total = 0;  // this rank's query heads among all
     float rope_theta = 10000;             // the rotary base θ
+    MakeCore make_core;                   // empty: training's core
 };
 
 class GroupedAttention final : public Attention {
@@ -39,7 +40,7 @@ private:
     int qkv_;                  // slot: the core's qkv (N, 3Hm)
     int grouped_, d_grouped_;  // scratch: the linear's output and its gradient
     int d_qkv_;                // scratch: (N, 3Hm)
-    int positions_ = -1;       // scratch: (T) i32, context parallelism only
+    int positions_ = -1;       // scratch: (T) i32, when T < seq_len only
     std::size_t qkv_count_, grouped_count_;
 };
 

@@ -10,9 +10,10 @@ using kernels::Ptr;
 
 namespace {
 
-std::unique_ptr<AttentionCore> make_core(int head_begin, int heads_total, const Dims& d,
-                                         const AttentionSavedFn& attention_saved, SetSpec& set,
-                                         ScratchSpec& scratch) {
+std::unique_ptr<AttentionCore> make_core(int head_begin, int heads_total, const MakeCore& maker,
+                                         const Dims& d, const AttentionSavedFn& attention_saved,
+                                         SetSpec& set, ScratchSpec& scratch) {
+    if (maker) return maker(d, head_begin, heads_total, set);
     if (d.context_size > 1)
         return std::make_unique<ContextAttention>(d, head_begin, heads_total, attention_saved, set,
                                                   scratch);
@@ -22,10 +23,10 @@ std::unique_ptr<AttentionCore> make_core(int head_begin, int heads_total, const 
 }  // namespace
 
 Attention::Attention(const LinearSpec& qkv, const LinearSpec& proj, int head_begin, int heads_total,
-                     const Dims& d, const AttentionSavedFn& attention_saved, SetSpec& set,
-                     ScratchSpec& scratch)
+                     const MakeCore& maker, const Dims& d, const AttentionSavedFn& attention_saved,
+                     SetSpec& set, ScratchSpec& scratch)
     : qkv_linear_(qkv, d, set, scratch),
-      core_(make_core(head_begin, heads_total, d, attention_saved, set, scratch)),
+      core_(make_core(head_begin, heads_total, maker, d, attention_saved, set, scratch)),
       proj_(proj, d, set, scratch),
       out_(set.add("attention_out", d.rows() * static_cast<std::size_t>(d.Hm), d.act,
                    Keep::unless_full)) {}
@@ -43,8 +44,8 @@ void Attention::finish_grads(PartContext& ctx) const {
 SelfAttention::SelfAttention(const SelfAttentionSpec& spec, const Dims& d,
                              const AttentionSavedFn& attention_saved, SetSpec& set,
                              ScratchSpec& scratch)
-    : Attention(spec.qkv, spec.proj, spec.head_begin, spec.heads_total, d, attention_saved, set,
-                scratch),
+    : Attention(spec.qkv, spec.proj, spec.head_begin, spec.heads_total, spec.make_core, d,
+                attention_saved, set, scratch),
       qkv_count_(d.rows() * 3 * static_cast<std::size_t>(d.Hm)) {
     qkv_ = set.add("qkv", qkv_count_, d.act, Keep::unless_full);
     d_qkv_ = scratch.add("d_qkv", qkv_count_, d.act);

@@ -36,9 +36,10 @@ protected:
     // The linears and the core of this rank's heads among `heads_total`, from `head_begin`:
     // local, or ring or Ulysses over the context group. The buffers are declared in the order
     // of the forward: the input linear's, the core's, the projection's, the core's output.
+    // `make_core`: the core's maker (MakeCore), empty for training's.
     Attention(const LinearSpec& qkv, const LinearSpec& proj, int head_begin, int heads_total,
-              const Dims& d, const AttentionSavedFn& attention_saved, SetSpec& set,
-              ScratchSpec& scratch);
+              const MakeCore& make_core, const Dims& d, const AttentionSavedFn& attention_saved,
+              SetSpec& set, ScratchSpec& scratch);
 
     Linear qkv_linear_;
     std::unique_ptr<AttentionCore> core_;
@@ -49,6 +50,7 @@ protected:
 struct SelfAttentionSpec {
     LinearSpec qkv, proj;
     int head_begin = 0, heads_total = 0;  // this rank's heads among all
+    MakeCore make_core;                   // empty: training's core
 };
 
 class SelfAttention final : public Attention {

@@ -46,6 +46,7 @@ TransformerLayer gpt2_layer(const ParamLayout& layout, const ParamLayout& lora_l
                             d.H, p.attn_proj_w, p.attn_proj_b);
     attention.head_begin = layout.heads_begin();
     attention.heads_total = layout.shape().heads;
+    attention.make_core = o.make_core;
     parts.attention =
         std::make_unique<SelfAttention>(attention, d, o.attention_saved, set, scratch);
     parts.norm2 = std::make_unique<LayerNorm>(p.ln2_w, p.ln2_b, d, set);
@@ -82,6 +83,7 @@ TransformerLayer llama_layer(const ParamLayout& layout, const ParamLayout& lora_
     attention.head_begin = layout.heads_begin();
     attention.heads_total = shape.heads;
     attention.rope_theta = shape.rope_theta;
+    attention.make_core = o.make_core;
     parts.attention =
         std::make_unique<GroupedAttention>(attention, d, o.attention_saved, set, scratch);
     parts.norm2 = std::make_unique<RmsNorm>(p.ln2_w, shape.norm_eps, d, set);
@@ -114,7 +116,7 @@ StageParts build_stage(const ParamLayout& layout, const ParamLayout& lora_layout
     // The backward's gradient of this rank's rows of the residual stream (R, H).
     s.d_residual =
         s.scratch.add("d_residual", d.rows_mine() * static_cast<std::size_t>(d.H), d.act);
-    if (d.context_size > 1)
+    if (d.T < d.seq_len)
         s.positions =
             s.scratch.add("positions", static_cast<std::size_t>(d.T), kernels::DType::i32);
     const bool llama = layout.shape().arch == Arch::llama;

@@ -32,6 +32,7 @@ struct PartOptions {
     float dropout = 0;  // residual branches, attention and the embedding
     Lora lora;
     AttentionSavedFn attention_saved;  // the backend's rule (Ops::attention_saved)
+    MakeCore make_core;                // empty: training's attention core
 };
 
 struct StageParts {
@@ -44,7 +45,7 @@ struct StageParts {
     ScratchSpec scratch;
     int d_residual = 0;  // scratch: the backward's gradient of the residual stream (R, H)
     // scratch: this rank's tokens' positions in the whole sequence (T) i32, which the model
-    // uploads once; -1 without context parallelism (0 .. T-1)
+    // uploads once (generation's decoder: each step's); -1 when T = seq_len (0 .. T-1)
     int positions = -1;
 
     const TransformerLayer& layer(int c, int i) const {

@@ -41,7 +41,8 @@ TEST_CASE("greedy generation reproduces a memorised text", "[generate]") {
     train::SamplingOptions greedy;
     greedy.tokens = 60;  // past seq_len: the context window slides
     greedy.temperature = 0;
-    const auto out = train::generate(trainer.model(), ids, greedy);
+    train::GenerationModel whole(*ops, trainer.model().shape(), trainer.model().params_to_host());
+    const auto out = train::generate(whole.decoder(), ids, greedy);
     const std::string generated(out.begin(), out.end());
     const std::string expected = (text + text).substr(prompt.size(), 60);
     REQUIRE(generated == expected);

@@ -74,6 +74,10 @@ void rotary_qkv_forward(float* out, const float* qkv, int B, int T, int NH, int 
 void rotary_qkv_backward(float* dqkv, const float* dout, int B, int T, int NH, int KVH, int hs,
                          float theta, const int32_t* positions);
 
+// ---- attention against a key/value cache (cached_attention.cpp) ---------------------------
+void cached_attention_forward(float* out, float* k_cache, float* v_cache, const float* qkv,
+                              int rows, int first, int NH, int KVH, int hs);
+
 // ---- linear (matmul.cpp) ----------------------------------------------------------------
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
                     int C, int OC);

@@ -166,6 +166,16 @@ public:
                                  positions);
         v.commit();
     }
+    void cached_attention_forward(Ptr out, Ptr k_cache, Ptr v_cache, ConstPtr qkv, int rows,
+                                  int first, int NH, int KVH, int hs) override {
+        cpu::Fp32Views v(scratch_);
+        const std::size_t cache = static_cast<std::size_t>(first + rows) * KVH * hs;
+        const std::size_t C = static_cast<std::size_t>(NH) * hs;
+        cpu::cached_attention_forward(v.out(out, rows * C), v.inout(k_cache, cache),
+                                      v.inout(v_cache, cache), v.in(qkv, rows * 3 * C), rows, first,
+                                      NH, KVH, hs);
+        v.commit();
+    }
     void swiglu_forward(Ptr out, ConstPtr inp, int N, int F) override {
         cpu::Fp32Views v(scratch_);
         const std::size_t NF = static_cast<std::size_t>(N) * F;

@@ -45,6 +45,10 @@ template <typename TOut, typename TIn>
 void convert_2d(TOut* out, std::size_t out_stride, const TIn* in, std::size_t in_stride,
                 std::size_t rows, std::size_t cols, cudaStream_t stream);
 
+// ---- attention against a key/value cache, fp32 (cached_attention.cu) ----------------------
+void cached_attention_forward(float* out, float* k_cache, float* v_cache, const float* qkv,
+                              int rows, int first, int NH, int KVH, int hs, cudaStream_t stream);
+
 // ---- layer norm, eps 1e-5 (layernorm.cu) --------------------------------------------------
 template <typename E>
 void layernorm_forward(E* out, float* mean, float* rstd, const E* inp, const E* weight,

@@ -285,6 +285,16 @@ public:
     }
     cuda::AttentionOps& attention() { return attention_; }
 
+    // ---- attention against a key/value cache -------------------------------------------------
+    void cached_attention_forward(Ptr out, Ptr k_cache, Ptr v_cache, ConstPtr qkv, int rows,
+                                  int first, int NH, int KVH, int hs) override {
+        if (!all_of_type(DType::f32, {out, k_cache, v_cache, qkv}))
+            throw Error("cached_attention_forward runs in fp32");
+        cuda::cached_attention_forward(out.f32(), k_cache.f32(), v_cache.f32(),
+                                       static_cast<const float*>(qkv.data), rows, first, NH, KVH,
+                                       hs, stream_);
+    }
+
     // ---- ring attention ------------------------------------------------------------------
     void attention_block_forward(float* out, float* lse, ConstPtr qkv, ConstPtr kv,
                                  const AttentionBlock& k) override {

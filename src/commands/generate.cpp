@@ -55,8 +55,8 @@ int generate(const GenerateOptions& opts) {
     if (opts.weights.empty() == opts.checkpoint.empty())
         throw Error("give exactly one of --weights F.safetensors and --checkpoint DIR");
     const train::SamplingOptions& s = opts.sampling;
-    // No KV cache: each token reruns the model over the context, so a count beyond this would
-    // run for days; a typo of extra digits is refused rather than started.
+    // A count beyond this would run for hours on the CPU even with the key/value cache; a typo
+    // of extra digits is refused rather than started.
     constexpr int kMaxTokens = 100000;
     if (s.tokens < 1 || s.tokens > kMaxTokens)
         throw Error("--tokens must be in [1, " + std::to_string(kMaxTokens) + "], got " +
@@ -87,8 +87,7 @@ int generate(const GenerateOptions& opts) {
         model::load_hf_gpt2(opts.weights, model::ParamLayout(shape), params.data());
     }
     if (!opts.lora.empty()) merge_lora_file(opts.lora, shape, params);
-    train::GenerationModel whole(*ops, shape);
-    whole.gpt().load_params(params);
+    train::GenerationModel whole(*ops, shape, params);
     const auto tokenizer = data::tokenizer_for_vocab(shape.vocab);
     const train::SamplingOptions& o = opts.sampling;
     const std::string tokens = train::counted(o.tokens, "token");
@@ -99,7 +98,7 @@ int generate(const GenerateOptions& opts) {
                      tokens.c_str(), o.temperature, o.top_k, o.top_k == 0 ? " (all)" : "",
                      static_cast<unsigned long long>(o.seed));
     // Each piece as it comes: a long generation shows its progress.
-    generate_text(whole.gpt(), *tokenizer, opts.prompt, opts.sampling,
+    generate_text(whole.decoder(), *tokenizer, opts.prompt, opts.sampling,
                   [](const std::string& piece) {
                       std::fwrite(piece.data(), 1, piece.size(), stdout);
                       std::fflush(stdout);

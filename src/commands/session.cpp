@@ -279,8 +279,8 @@ std::string initialise_weights(const config::Config& cfg, model::Gpt& model) {
     return read;
 }
 
-void generate_text(model::Gpt& model, const data::Tokenizer& tokenizer, const std::string& prompt,
-                   const train::SamplingOptions& opts,
+void generate_text(model::Decoder& model, const data::Tokenizer& tokenizer,
+                   const std::string& prompt, const train::SamplingOptions& opts,
                    const std::function<void(const std::string&)>& emit) {
     std::vector<int32_t> ids;
     tokenizer.encode(prompt, ids);

@@ -96,8 +96,8 @@ std::string initialise_weights(const config::Config& cfg, model::Gpt& model);
 // each token's text as soon as it is generated (a token's bytes, which concatenated are the
 // whole text's). An empty prompt starts a new document (the end-of-text token, or a newline
 // for the byte tokenizer).
-void generate_text(model::Gpt& model, const data::Tokenizer& tokenizer, const std::string& prompt,
-                   const train::SamplingOptions& opts,
+void generate_text(model::Decoder& model, const data::Tokenizer& tokenizer,
+                   const std::string& prompt, const train::SamplingOptions& opts,
                    const std::function<void(const std::string&)>& emit);
 
 }  // namespace trident::commands

@@ -93,14 +93,13 @@ void print_sample(const config::Config& cfg, train::Trainer& trained, kernels::O
                   bool leader) {
     const std::vector<float> full = trained.full_params();  // collective
     if (!leader) return;
-    train::GenerationModel whole(ops, trained.model().shape());
-    whole.gpt().load_full_params(full);
+    train::GenerationModel whole(ops, trained.model().shape(), full);
     const auto tokenizer = data::tokenizer_for_vocab(cfg.model.vocab_size);
     train::SamplingOptions opts;
     opts.tokens = cfg.logging.sample_tokens;
     opts.seed = cfg.training.seed;
     std::string text;
-    generate_text(whole.gpt(), *tokenizer, cfg.logging.sample_prompt, opts,
+    generate_text(whole.decoder(), *tokenizer, cfg.logging.sample_prompt, opts,
                   [&](const std::string& piece) { text += piece; });
     std::printf("sample (temperature %.1f, top-k %d):\n%s\n", opts.temperature, opts.top_k,
                 text.c_str());

@@ -24,7 +24,7 @@ constexpr int64_t kFirstSighting = 64;
 model::StageParts stage_parts(const config::Config& cfg, const model::ParamLayout& layout,
                               const model::Dims& d) {
     const model::PartOptions options{
-        static_cast<float>(cfg.model.dropout), {}, kernels::cpu_attention_saved};
+        static_cast<float>(cfg.model.dropout), {}, kernels::cpu_attention_saved, {}};
     return model::build_stage(layout, model::ParamLayout::for_lora(layout.shape(), {}), d, options);
 }
 

@@ -10,18 +10,13 @@
 
 namespace trident::train {
 
-namespace {
+GenerationModel::GenerationModel(kernels::Ops& ops, const model::GptShape& shape,
+                                 const std::vector<float>& params)
+    : decoder_(ops, shape, model::ModelGroups{solo_.tensor(), solo_.context()}, params) {}
 
-model::GptOptions whole_model(const model::GptShape& shape) {
-    model::GptOptions o;
-    o.shape = shape;
-    return o;
+std::size_t kept_on_slide(int seq_len) {
+    return static_cast<std::size_t>(std::max(1, seq_len / 2));
 }
-
-}  // namespace
-
-GenerationModel::GenerationModel(kernels::Ops& ops, const model::GptShape& shape)
-    : gpt_(ops, whole_model(shape), model::ModelGroups{solo_.tensor(), solo_.context()}) {}
 
 int32_t sample_token(std::vector<float> logits, const SamplingOptions& opts, uint64_t draw) {
     const auto best = std::max_element(logits.begin(), logits.end());  // first of equal maxima
@@ -49,23 +44,32 @@ int32_t sample_token(std::vector<float> logits, const SamplingOptions& opts, uin
     return static_cast<int32_t>(best - logits.begin());  // rounding left u > 0: the likeliest
 }
 
-std::vector<int32_t> generate(model::Gpt& model, const std::vector<int32_t>& prompt,
+namespace {
+
+// The last `n` tokens of `context`.
+std::vector<int32_t> last(const std::vector<int32_t>& context, std::size_t n) {
+    n = std::min(n, context.size());
+    return {context.end() - static_cast<std::ptrdiff_t>(n), context.end()};
+}
+
+}  // namespace
+
+std::vector<int32_t> generate(model::Decoder& model, const std::vector<int32_t>& prompt,
                               const SamplingOptions& opts,
                               const std::function<void(int32_t)>& each) {
     if (prompt.empty()) throw Error("generation needs a prompt of at least one token");
-    const std::size_t T = static_cast<std::size_t>(model.shape().max_seq);
+    const int T = model.shape().max_seq;
     std::vector<int32_t> context(prompt);
-    std::vector<int32_t> inputs(static_cast<std::size_t>(model.micro_batch()) * T, 0);
     std::vector<int32_t> generated;
+    std::vector<float> logits = model.prefill(last(context, static_cast<std::size_t>(T)));
     for (int i = 0; i < opts.tokens; ++i) {
-        // The last T tokens of the context; positions after it do not affect it (causal).
-        const std::size_t n = std::min(context.size(), T);
-        std::copy(context.end() - static_cast<std::ptrdiff_t>(n), context.end(), inputs.begin());
-        const int32_t next = sample_token(model.logits_at(inputs.data(), static_cast<int>(n) - 1),
-                                          opts, static_cast<uint64_t>(i));
+        const int32_t next = sample_token(logits, opts, static_cast<uint64_t>(i));
         context.push_back(next);
         generated.push_back(next);
         if (each) each(next);
+        if (i + 1 == opts.tokens) break;
+        logits =
+            model.length() < T ? model.step(next) : model.prefill(last(context, kept_on_slide(T)));
     }
     return generated;
 }

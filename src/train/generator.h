@@ -1,7 +1,10 @@
-// Text generation: continues a sequence of token ids with the model, one token at a time.
+// Text generation: continues a sequence of token ids with the model, one token at a time, over
+// a key/value cache (model/decoder.h): the prompt runs once, then each new token one position.
 //
-// No KV cache: every new token reruns the model over the context (at most seq_len tokens,
-// the last ones kept), which is simple and cheap enough for samples and tests on the CPU.
+// The context window: the model sees at most seq_len positions. A prompt longer than that
+// keeps its last seq_len tokens; when the cache is full, the window slides by half: the last
+// kept_on_slide(seq_len) tokens are run again from position 0 (a prefill) and decoding goes on
+// from there.
 #pragma once
 
 #include <cstdint>
@@ -9,20 +12,22 @@
 #include <vector>
 
 #include "kernels/ops.h"
-#include "model/gpt.h"
+#include "model/decoder.h"
 #include "parallel/grid.h"
 
 namespace trident::train {
 
-// The whole model in this process, with micro batch 1 and no dropout: what generation runs.
+// The whole model in this process over a key/value cache: what generation runs. `params`: the
+// whole model as model::ParamLayout(shape) lays it out.
 class GenerationModel {
 public:
-    GenerationModel(kernels::Ops& ops, const model::GptShape& shape);
-    model::Gpt& gpt() { return gpt_; }
+    GenerationModel(kernels::Ops& ops, const model::GptShape& shape,
+                    const std::vector<float>& params);
+    model::Decoder& decoder() { return decoder_; }
 
 private:
     parallel::Grid solo_;
-    model::Gpt gpt_;
+    model::Decoder decoder_;
 };
 
 // The defaults (temperature 0.8 among the 40 likeliest) give a small model's samples far better
@@ -34,10 +39,13 @@ struct SamplingOptions {
     uint64_t seed = 0;
 };
 
+// Tokens run again when a full cache slides its window: half of seq_len, at least 1.
+std::size_t kept_on_slide(int seq_len);
+
 // Returns the generated ids (not the prompt), each also handed to `each` (if given) as soon as
-// it is chosen, so a caller can show it before the next is computed. `model` runs with micro
-// batch 1 or more (only the first sequence is used); `prompt` must not be empty.
-std::vector<int32_t> generate(model::Gpt& model, const std::vector<int32_t>& prompt,
+// it is chosen, so a caller can show it before the next is computed. `prompt` must not be
+// empty.
+std::vector<int32_t> generate(model::Decoder& model, const std::vector<int32_t>& prompt,
                               const SamplingOptions& opts,
                               const std::function<void(int32_t)>& each = {});
 

@@ -454,3 +454,30 @@ TEST_CASE("cuda: sum of squares, scale and AdamW", "[ops]") {
     bad.set(values);
     REQUIRE(std::isnan(b.gpu->sum_of_squares(bad.gpu, 1000)));
 }
+
+TEST_CASE("cuda: attention against a key/value cache, grouped heads", "[ops]") {
+    Backends b;
+    struct Case {
+        int rows, first, NH, KVH, hs, seq_len;
+    };
+    // A prefill from position 0, one-row steps further on, and a group of 1 (GPT-2).
+    for (const Case& k : {Case{9, 0, 4, 2, 16, 32}, Case{1, 20, 4, 2, 16, 32},
+                          Case{1, 300, 6, 1, 32, 512}, Case{3, 5, 4, 4, 8, 16}}) {
+        INFO("rows " << k.rows << " first " << k.first << " NH " << k.NH << " KVH " << k.KVH);
+        const std::size_t C = std::size_t(k.NH) * k.hs;
+        const std::size_t cache = std::size_t(k.seq_len) * k.KVH * k.hs;
+        Pair qkv(b, k.rows * 3 * C, DType::f32), out(b, k.rows * C, DType::f32);
+        Pair keys(b, cache, DType::f32), values(b, cache, DType::f32);
+        qkv.fill(1);
+        keys.fill(2);  // positions before `first`: earlier tokens'
+        values.fill(3);
+        b.cpu->cached_attention_forward(out.cpu, keys.cpu, values.cpu, qkv.cpu, k.rows, k.first,
+                                        k.NH, k.KVH, k.hs);
+        b.gpu->cached_attention_forward(out.gpu, keys.gpu, values.gpu, qkv.gpu, k.rows, k.first,
+                                        k.NH, k.KVH, k.hs);
+        require_within(out.on_gpu(), out.on_cpu(), tolerance(DType::f32),
+                       "cached_attention_forward");
+        require_within(keys.on_gpu(), keys.on_cpu(), 0.0, "the cache's keys");
+        require_within(values.on_gpu(), values.on_cpu(), 0.0, "the cache's values");
+    }
+}
