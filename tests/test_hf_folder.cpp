@@ -154,8 +154,9 @@ TEST_CASE("hf folder: a broken index or an ambiguous folder is refused by name",
     }
 }
 
-TEST_CASE("hf folder: config.json features Trident's llama lacks are refused, one message each",
-          "[hf_folder]") {
+TEST_CASE(
+    "hf folder: config.json features that Trident lacks are refused with one message for each",
+    "[hf_folder]") {
     TempDir tmp("hf_features");
     const std::string good = trident::model::hf_llama_config_json(kConfig);
     const auto error_with = [&](const std::string& from, const std::string& to) {

@@ -93,9 +93,12 @@ void export_folder(const ExportOptions& opts, const train::LoadedModel& loaded) 
         model::save_hf_gpt2(written.back(), layout, loaded.params.data());
     }
     io::write_file_atomically((dir / "config.json").string(), config_json(loaded));
-    std::printf("exported %s%s -> %s (config.json and %zu weights file%s)\n", loaded.path.c_str(),
+    const std::string weights =
+        written.size() == 1 ? std::string(model::kHfWeightsName)
+                            : std::to_string(written.size() - 1) + " shards and their index";
+    std::printf("exported %s%s -> %s (config.json, %s)\n", loaded.path.c_str(),
                 loaded.adapters.empty() ? "" : " (adapters merged in)", opts.output.c_str(),
-                written.size(), written.size() == 1 ? "" : "s");
+                weights.c_str());
 }
 
 }  // namespace
