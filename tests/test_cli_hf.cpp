@@ -17,8 +17,10 @@ using namespace cli;
 namespace {
 
 // A byte-level model (its text needs no tokenizer files) of 2 layers, 4 heads of 8.
+// A given peak spares each run the start-up GEMM measurement.
 const std::string kTraining =
-    "training: {micro_batch: 2, global_batch: 4, steps: 3, warmup_steps: 1, threads: 1}\n";
+    "training: {micro_batch: 2, global_batch: 4, steps: 3, warmup_steps: 1, threads: 1}\n"
+    "hardware: {peak_flops: 1e12}\n";
 const std::string kLlama =
     "model: {arch: llama, vocab_size: 256, seq_len: 16, layers: 2, hidden: 32, heads: 4, "
     "kv_heads: 2, ffn_hidden: 48}\n";
@@ -86,11 +88,9 @@ TEST_CASE("export --format hf: a llama folder whole or sharded imports back bitw
         CHECK(trident::model::read_hf_llama_config(dir + "/config.json") ==
               trident::config::hf_llama_config(loaded.cfg));
     }
-    // Training from either folder, the shape from its config.json, starts where the
-    // checkpoint's weights do.
-    const std::string loss = first_loss(ws, ck);
-    CHECK(first_loss(ws, whole) == loss);
-    CHECK(first_loss(ws, sharded) == loss);
+    // Training from the folder, the shape from its config.json, starts where the checkpoint's
+    // weights do (the sharded folder's weights are the same bitwise, above).
+    CHECK(first_loss(ws, whole) == first_loss(ws, ck));
     // generate reads a folder (sharded or not: the same reader as above), or a file with
     // config.json beside it.
     const std::string text = greedy_text("--checkpoint " + ck);
