@@ -23,10 +23,9 @@ std::map<std::string, std::string> read_weight_map(const std::string& index) {
     if (!map || !map->is_object()) throw Error(index + ": no \"weight_map\" object");
     std::map<std::string, std::string> shards;
     for (const io::json::Member& m : map->object) {
-        const std::string& shard = m.value.string;
         // A plain name inside the folder: never a path that leaves it.
-        if (!m.value.is_string() || shard.empty() || shard.find('/') != std::string::npos ||
-            shard == "." || shard == "..")
+        const std::string& shard = m.value.string;  // "" unless a string
+        if (shard.empty() || shard.find('/') != std::string::npos || shard == "." || shard == "..")
             throw Error(index + ": weight_map's " + m.key +
                         " does not name a shard file in the folder");
         shards.emplace(m.key, shard);
