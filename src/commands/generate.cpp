@@ -58,7 +58,9 @@ int gpt2_head_dim(const GenerateOptions& opts, const std::string& config) {
 // tensors, its heads from config.json or --head-dim) and its weights from the file or folder.
 void load_weights(const GenerateOptions& opts, model::GptShape& shape, std::vector<float>& params) {
     const std::string config = config_of(opts.weights);
-    if (fs::exists(config) && model::read_hf_model_type(config) == "llama") {
+    // A config.json of another model_type is read as a Llama's, which refuses it by name.
+    const std::string type = fs::exists(config) ? model::read_hf_model_type(config) : "";
+    if (!type.empty() && type != "gpt2") {
         const model::HfLlamaConfig c = model::read_hf_llama_config(config);
         check_head_dim(opts, c.hidden, c.heads, config, "hidden_size / num_attention_heads");
         shape = model::hf_llama_shape(c, c.max_positions);
