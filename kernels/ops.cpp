@@ -2,10 +2,7 @@
 // by every backend (see ops.h).
 #include "kernels/ops.h"
 
-#include <string>
 #include <vector>
-
-#include "kernels/error.h"
 
 namespace trident::kernels {
 
@@ -36,34 +33,6 @@ double Ops::sum_of_squares(ConstPtr x, std::size_t count) {
     download(&sum, total.data, sizeof(sum));
     release(total.data);
     return sum;
-}
-
-namespace {
-
-[[noreturn]] void missing(const Ops& ops, const char* op) {
-    throw Error(std::string("the ") + ops.name() + " backend has no " + op +
-                " kernel (model.arch: llama runs on the CPU backend)");
-}
-
-}  // namespace
-
-void Ops::rmsnorm_forward(Ptr, float*, ConstPtr, ConstPtr, int, int, float) {
-    missing(*this, "rmsnorm_forward");
-}
-void Ops::rmsnorm_backward(Ptr, Ptr, ConstPtr, ConstPtr, ConstPtr, const float*, int, int) {
-    missing(*this, "rmsnorm_backward");
-}
-void Ops::rotary_qkv_forward(Ptr, ConstPtr, int, int, int, int, int, float, const int32_t*) {
-    missing(*this, "rotary_qkv_forward");
-}
-void Ops::rotary_qkv_backward(Ptr, ConstPtr, int, int, int, int, int, float, const int32_t*) {
-    missing(*this, "rotary_qkv_backward");
-}
-void Ops::swiglu_forward(Ptr, ConstPtr, int, int) {
-    missing(*this, "swiglu_forward");
-}
-void Ops::swiglu_backward(Ptr, ConstPtr, ConstPtr, int, int) {
-    missing(*this, "swiglu_backward");
 }
 
 }  // namespace trident::kernels

@@ -107,16 +107,13 @@ public:
                                     int C) = 0;
 
     // ---- Llama's layer ----------------------------------------------------------------
-    // The backend's default of each is an Error naming the op: the CPU backend implements them,
-    // the CUDA backend not yet (a llama model on a GPU is refused at start-up, before any op).
-    //
     // RMSNorm (Hugging Face's LlamaRMSNorm, fp32): out (N,C) = inp * rstd * weight, rstd (N) =
     // 1/sqrt(mean_c(inp^2) + eps) saved for backward.
     virtual void rmsnorm_forward(Ptr out, float* rstd, ConstPtr inp, ConstPtr weight, int N, int C,
-                                 float eps);
-    // dinp (N,C) += the input's gradient; dweight (C) += the weight's, unless null.
+                                 float eps) = 0;
+    // dinp (N,C) += the input's gradient, dweight (C) += the weight's, each unless null.
     virtual void rmsnorm_backward(Ptr dinp, Ptr dweight, ConstPtr dout, ConstPtr inp,
-                                  ConstPtr weight, const float* rstd, int N, int C);
+                                  ConstPtr weight, const float* rstd, int N, int C) = 0;
     // Rotary positions and grouped key/value heads. qkv (B,T,(NH + 2·KVH)·hs) holds q of NH
     // heads, then k and v of KVH heads; out (B,T,3·NH·hs) is the qkv attention_forward reads:
     // q rotated, and query head h given k (rotated) and v of key/value head h / (NH/KVH).
@@ -124,15 +121,15 @@ public:
     // Hugging Face's rotate-half: for i < hs/2 and angle a = position · theta^(−2i/hs), in
     // fp32, x'[i] = x[i] cos a − x[i + hs/2] sin a, x'[i + hs/2] = x[i + hs/2] cos a + x[i] sin a.
     virtual void rotary_qkv_forward(Ptr out, ConstPtr qkv, int B, int T, int NH, int KVH, int hs,
-                                    float theta, const int32_t* positions);
+                                    float theta, const int32_t* positions) = 0;
     // dqkv (B,T,(NH + 2·KVH)·hs) += the gradient of qkv from dout (B,T,3·NH·hs): rotated back,
     // each key/value head's the sum over its query heads.
     virtual void rotary_qkv_backward(Ptr dqkv, ConstPtr dout, int B, int T, int NH, int KVH, int hs,
-                                     float theta, const int32_t* positions);
+                                     float theta, const int32_t* positions) = 0;
     // SwiGLU: out (N,F) = silu(gate) * up, from inp (N,2F) holding each row's gate then up.
-    virtual void swiglu_forward(Ptr out, ConstPtr inp, int N, int F);
+    virtual void swiglu_forward(Ptr out, ConstPtr inp, int N, int F) = 0;
     // dinp (N,2F) += the gradients of gate and up from dout (N,F).
-    virtual void swiglu_backward(Ptr dinp, ConstPtr inp, ConstPtr dout, int N, int F);
+    virtual void swiglu_backward(Ptr dinp, ConstPtr inp, ConstPtr dout, int N, int F) = 0;
 
     // ---- linear -------------------------------------------------------------------------
     // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be null

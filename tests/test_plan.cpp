@@ -635,3 +635,37 @@ TEST_CASE("plan: bad input is named", "[plan][bad-input]") {
     INFO(gpu.output);
     CHECK(gpu.exit_code == 0);
 }
+
+TEST_CASE("plan: llama's activations per layer in Korthikanti et al.'s terms", "[plan]") {
+    // Llama-2 7B's layer shape with 4 query heads per key/value head, bf16, one microbatch.
+    const double s = 1024, b = 2, h = 4096, a = 32, g = 8, f = 11008, l = 2;
+    const auto stage = [&](const char* recompute, const std::vector<std::string>& extra = {}) {
+        std::vector<std::string> overrides = {
+            "model.seq_len=1024",      "model.hidden=4096",
+            "model.heads=32",          "model.kv_heads=8",
+            "model.ffn_hidden=11008",  "model.layers=2",
+            "training.micro_batch=2",  "training.global_batch=2",
+            "training.precision=bf16", std::string("training.recompute=") + recompute};
+        overrides.insert(overrides.end(), extra.begin(), extra.end());
+        return plan::plan_memory(inputs(config::parse("model: {arch: llama}\n", "x.yaml", overrides,
+                                                      config::Purpose::plan)))
+            .front();
+    };
+    const double sbh = s * b * h;
+    // The probabilities: 2·a·s²·b bytes a layer in 16-bit, no dropout copy.
+    CHECK(stage("none").activations - stage("selective").activations == l * 2 * a * s * s * b);
+    // What a layer keeps besides them, less its output (full recompute's input): the RMSNorms'
+    // and the column-split GEMMs' inputs 8·s·b·h, Q and the output GEMM's input 4, SwiGLU
+    // 6·f/h, less 2 — and each RMSNorm's fp32 rstd, 4·s·b bytes. K and V are kept expanded to
+    // the a query heads the attention core reads (4, not 4·g/a: docs/FORMULAS.md).
+    const double kept = sbh * (8 + 4 + 4 + 6 * f / h - 2) + 2 * 4 * s * b;
+    CHECK(stage("selective").activations - stage("full").activations == l * kept);
+    // Korthikanti's figure counts the same tensors (no masks: llama has no dropout), the output
+    // included, without the fp32 statistics.
+    CHECK(stage("none").korthikanti ==
+          l * (sbh * (12 + 4 * g / a + 6 * f / h) + 2 * a * s * s * b));
+    const std::vector<std::string> tp = {"parallel.tensor=4"};
+    const double t = 4;
+    CHECK(stage("none", tp).korthikanti ==
+          l * (sbh * (8 + (4 + 4 * g / a + 6 * f / h) / t) + 2 * a * s * s * b / t));
+}

@@ -63,6 +63,32 @@ void layernorm_backward(E* dinp, Ptr dweight, Ptr dbias, float* scratch, const E
                         int C, cudaStream_t stream);
 std::size_t layernorm_backward_scratch(int N, int C);
 
+// ---- Llama's layer: RMSNorm (rmsnorm.cu), rotary positions (rotary.cu), SwiGLU (swiglu.cu) --
+// rstd (N) fp32 = 1 / sqrt(mean_c(inp^2) + eps); out (N,C) = inp * rstd * weight.
+template <typename E>
+void rmsnorm_forward(E* out, float* rstd, const E* inp, const E* weight, int N, int C, float eps,
+                     cudaStream_t stream);
+// dinp (N,C) += unless null, dweight (C, any type: parameter gradients may be fp32) += unless
+// null; `scratch` holds rmsnorm_backward_scratch(N, C) floats.
+template <typename E>
+void rmsnorm_backward(E* dinp, Ptr dweight, float* scratch, const E* dout, const E* inp,
+                      const E* weight, const float* rstd, int N, int C, cudaStream_t stream);
+std::size_t rmsnorm_backward_scratch(int N, int C);
+// out (B,T,3·NH·hs) from qkv (B,T,(NH + 2·KVH)·hs); positions (T, device) or null (kernels/ops.h,
+// rotary_qkv_forward).
+template <typename E>
+void rotary_qkv_forward(E* out, const E* qkv, int B, int T, int NH, int KVH, int hs, float theta,
+                        const int32_t* positions, cudaStream_t stream);
+// dqkv (B,T,(NH + 2·KVH)·hs) += the gradient from dout (B,T,3·NH·hs).
+template <typename E>
+void rotary_qkv_backward(E* dqkv, const E* dout, int B, int T, int NH, int KVH, int hs, float theta,
+                         const int32_t* positions, cudaStream_t stream);
+// out (N,F) = silu(gate) * up, inp (N,2F) each row's gate then up.
+template <typename E>
+void swiglu_forward(E* out, const E* inp, int N, int F, cudaStream_t stream);
+template <typename E>  // dinp (N,2F) += the gradients of gate and up from dout (N,F)
+void swiglu_backward(E* dinp, const E* inp, const E* dout, int N, int F, cudaStream_t stream);
+
 // ---- linear: the bias gradient (bias_grad.cu); the GEMMs are cuBLASLt's (gemm.h) ----------
 // dbias (OC, any type) += column sums of dout (N,OC); `scratch` holds bias_grad_scratch(N, OC)
 // floats.

@@ -3,7 +3,8 @@
 // gradients may be fp32 besides) runs the templated kernels of cuda_kernels.h directly; any
 // other mix goes through fp32 views (fp32_views.h). Linear layers are cuBLASLt products
 // (gemm.h); attention is AttentionOps' (attention_ops.h): cuDNN's fused kernel where it is
-// safe, else the built-in flash attention, one choice per shape kept for the run.
+// safe, else the built-in flash attention, one choice per shape kept for the run; Llama's
+// RMSNorm, rotary positions and SwiGLU are LlamaOps' (llama_ops.h).
 //
 // Attention keeps no probabilities: what it saves for backward (attention_saved) is the
 // per-row log-sum-exp (B,NH,T) in fp32, all that backward needs besides q, k, v and the
@@ -14,7 +15,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <initializer_list>
 #include <string>
 
 #include "kernels/cuda/attention.h"
@@ -26,6 +26,7 @@
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/fp32_views.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/llama_ops.h"
 #include "kernels/cuda/upload_staging.h"
 #include "kernels/error.h"
 // The host's waits for the device are marked for the stall watchdog, since NCCL's collectives
@@ -35,16 +36,10 @@
 namespace trident::kernels {
 namespace {
 
+using cuda::all_of_type;
 using cuda::as;
 using cuda::dispatch;
 using cuda::Scratch;
-
-// Whether every given (non-null) argument is of type t.
-bool all_of_type(DType t, std::initializer_list<ConstPtr> arguments) {
-    for (ConstPtr p : arguments)
-        if (p.data != nullptr && p.dtype != t) return false;
-    return true;
-}
 
 class CudaOps final : public Ops {
 public:
@@ -52,6 +47,7 @@ public:
         : stream_(cuda::compute_stream()),
           gemm_(allocator_, tf32),
           attention_(allocator_, stream_),
+          llama_(allocator_, stream_),
           uploads_(stream_) {}
     // Queued work may still use the memory the members give back.
     ~CudaOps() override { cudaStreamSynchronize(stream_); }
@@ -188,6 +184,30 @@ public:
                                  scratch.floats(), v.in(dout, NC), v.in(inp, NC), v.in(weight, C),
                                  mean, rstd, N, C, stream_);
         v.commit();
+    }
+
+    // ---- Llama's layer (llama_ops.h) -----------------------------------------------------
+    void rmsnorm_forward(Ptr out, float* rstd, ConstPtr inp, ConstPtr weight, int N, int C,
+                         float eps) override {
+        llama_.rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+    }
+    void rmsnorm_backward(Ptr dinp, Ptr dweight, ConstPtr dout, ConstPtr inp, ConstPtr weight,
+                          const float* rstd, int N, int C) override {
+        llama_.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+    }
+    void rotary_qkv_forward(Ptr out, ConstPtr qkv, int B, int T, int NH, int KVH, int hs,
+                            float theta, const int32_t* positions) override {
+        llama_.rotary_qkv_forward(out, qkv, B, T, NH, KVH, hs, theta, positions);
+    }
+    void rotary_qkv_backward(Ptr dqkv, ConstPtr dout, int B, int T, int NH, int KVH, int hs,
+                             float theta, const int32_t* positions) override {
+        llama_.rotary_qkv_backward(dqkv, dout, B, T, NH, KVH, hs, theta, positions);
+    }
+    void swiglu_forward(Ptr out, ConstPtr inp, int N, int F) override {
+        llama_.swiglu_forward(out, inp, N, F);
+    }
+    void swiglu_backward(Ptr dinp, ConstPtr inp, ConstPtr dout, int N, int F) override {
+        llama_.swiglu_backward(dinp, inp, dout, N, F);
     }
 
     // ---- linear ---------------------------------------------------------------------------------
@@ -476,6 +496,7 @@ private:
     cuda::DeviceAllocator allocator_;  // first in, last out: the others release into it
     cuda::Gemm gemm_;
     cuda::AttentionOps attention_;
+    cuda::LlamaOps llama_;
     cuda::UploadStaging uploads_;
 };
 

@@ -131,10 +131,6 @@ Device choose_device(const config::Config& cfg, parallel::World& world, bool ann
 std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Device& device,
                                            parallel::Grid& grid, bool announce) {
     if (!device.gpu) return kernels::make_cpu_ops(cfg.training.threads);
-    if (cfg.model.arch == model::Arch::llama)
-        throw Error(
-            "model.arch: llama runs on the CPU backend only (the CUDA backend has no RMSNorm, "
-            "rotary or SwiGLU kernels yet); use device: cpu");
 #if TRIDENT_HAVE_CUDA
     const config::ModelConfig& m = cfg.model;
     const auto& p = cfg.parallel;

@@ -59,6 +59,24 @@ int64_t temporary_bytes(const model::StageParts& parts, const model::KeepPolicy&
     return bytes;
 }
 
+// A layer's activation bytes in Korthikanti et al.'s terms, in units of s·b·h: what every tensor
+// rank keeps whole without sequence parallelism, what tensor parallelism splits, and the
+// attention scores' coefficient of a·s/h (split too).
+struct LayerTerms {
+    double replicated, split, scores;
+};
+
+// GPT-2 (Korthikanti et al., §4.1): 10 + 24 + 5·a·s/h, masks and dropout copies included.
+// Llama, counted the same way (docs/FORMULAS.md): no dropout, so 8 kept whole (the two
+// RMSNorms' and the two column-split GEMMs' inputs); Q and the output GEMM's input 2 each, K and
+// V 2·g/a each, SwiGLU's gate, up and product 6·f/h; the probabilities 2·a·s/h.
+LayerTerms layer_terms(const config::Config& cfg) {
+    const auto& m = cfg.model;
+    if (m.arch != model::Arch::llama) return {10, 24, 5};
+    const double g_over_a = static_cast<double>(m.kv_heads) / m.heads;
+    return {8, 4 + 4 * g_over_a + 6.0 * m.ffn_hidden / m.hidden, 2};
+}
+
 }  // namespace
 
 int weight_bytes(kernels::DType precision) {
@@ -99,18 +117,21 @@ double korthikanti_layer_bytes(const config::Config& cfg) {
                  a = cfg.model.heads, t = cfg.parallel.tensor;
     const bool sp = cfg.parallel.sequence_parallel && t > 1;
     const double sbh = s * b * h;
+    const LayerTerms k = layer_terms(cfg);
+    // Context parallelism holds a C-th of every term (s/C tokens, their scores against all s).
+    const double C = cfg.parallel.context;
+    const double whole = k.replicated + k.split;
     switch (cfg.training.recompute) {
         case Recompute::full:
-            return (sp ? 2 * sbh / t : 2 * sbh) / cfg.parallel.context;
+            return (sp ? 2 * sbh / t : 2 * sbh) / C;
         case Recompute::selective:
-            return (sp ? 34 * sbh / t : sbh * (10 + 24 / t)) / cfg.parallel.context;
+            return (sp ? whole * sbh / t : sbh * (k.replicated + k.split / t)) / C;
         case Recompute::none:
             break;
     }
-    const double attention = 5 * a * s / (h * t);
-    // Context parallelism holds a C-th of every term (s/C tokens, their scores against all s).
-    const double C = cfg.parallel.context;
-    return (sp ? sbh * (34 / t + attention) : sbh * (10 + 24 / t + attention)) / C;
+    const double attention = k.scores * a * s / (h * t);
+    return (sp ? sbh * (whole / t + attention) : sbh * (k.replicated + k.split / t + attention)) /
+           C;
 }
 
 std::vector<StageMemory> plan_memory(const PlanInputs& in) {

@@ -1,7 +1,8 @@
 // The trident binary on the GPU: `device: cuda` trains as `device: cpu` does; two ranks sharing
 // the one GPU take the MPI path with host staging, say so, and train as one rank does in every
 // kind of parallelism (P, M and D of 2; C of 2 by ring attention and by Ulysses; ZeRO-2 and 3;
-// the zero-bubble schedule; low-rank adapters); fp16 with loss scaling trains as on the CPU; a
+// the zero-bubble schedule; low-rank adapters); a tiny Llama trains as on the CPU, and over two
+// ranks by ring attention; fp16 with loss scaling trains as on the CPU; a
 // checkpoint written on the GPU resumes on the CPU and the reverse; the default job
 // (configs/default.yaml, which needs the corpus that scripts/prepare_kjv.sh makes) and the
 // GPT-2 124M benchmark run on the GPU.
@@ -82,6 +83,37 @@ TEST_CASE("cuda: trident train on the GPU, alone and as two ranks sharing it", "
         REQUIRE(two.output.find("communication: MPI through host memory") != std::string::npos);
         require_close(losses_of(metrics), losses_of(ws.path("gpu.jsonl")), kFp32);
     }
+}
+
+// A tiny Llama (RMSNorm, rotary positions, SwiGLU, 4 query heads sharing 2 key/value heads)
+// trains on the GPU as on the CPU, in fp32 and in bf16; and with context parallelism by ring
+// attention over two ranks sharing the GPU (each rank's rows rotated at their positions in the
+// whole sequence) as one rank does.
+TEST_CASE("cuda: a tiny llama trains on the GPU as on the CPU", "[cli]") {
+    cli::Workspace ws;
+    const std::string common =
+        "--set model.arch=llama --set model.kv_heads=2 --set model.dropout=0.1 "
+        "--set training.tf32=false ";
+    const auto losses = [&](const std::string& name, const std::string& settings) {
+        checked(ws.train(common + settings + " --set logging.metrics=" + ws.path(name)));
+        return losses_of(ws.path(name));
+    };
+    const std::vector<double> gpu = losses("gpu.jsonl", "--set device=cuda");
+    require_close(gpu, losses("cpu.jsonl", "--set device=cpu"), kFp32);
+    const std::string bf16 = "--set training.precision=bf16 --set device=";
+    require_close(losses("gpu_bf16.jsonl", bf16 + "cuda"), losses("cpu_bf16.jsonl", bf16 + "cpu"),
+                  2e-2);
+
+    const std::string ring = ws.path("ring.jsonl");
+    const cli::RunResult two =
+        run_shell(std::string(TRIDENT_MPIEXEC) + " -n 2 " + TRIDENT_BINARY + " " +
+                  ws.train(common +
+                           "--set device=cuda --set parallel.context=2 --set "
+                           "parallel.context_mode=ring --set logging.metrics=" +
+                           ring));
+    INFO(two.output);
+    REQUIRE(two.exit_code == 0);
+    require_close(losses_of(ring), gpu, kFp32);
 }
 
 // Every other kind of parallelism over two ranks sharing the GPU, each against one rank on it:

@@ -1,7 +1,7 @@
 // Whole training steps on the GPU against the CPU backend: the same model, data and dropout
 // masks give the same losses over 20 steps (fp32 within 1e-4, bf16 within 2%), gradient norms
 // and (in fp32) parameters, in fp32 and in bf16 with fp32 master weights, with and without
-// activation recompute.
+// activation recompute; GPT-2's layer and Llama's.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
@@ -56,6 +56,25 @@ Run train_steps(kernels::Ops& ops, const config::Config& cfg, int steps) {
     return run;
 }
 
+// kSteps of cfg on the CPU and on the GPU give the same losses and first gradient norm (fp32
+// within 1e-4, 16-bit within 2%) and, in fp32, parameters within 1e-3.
+void require_same_training(const config::Config& cfg, bool fp32) {
+    auto cpu = kernels::make_cpu_ops(1);
+    auto gpu = kernels::make_cuda_ops(false);
+    const Run on_cpu = train_steps(*cpu, cfg, kSteps), on_gpu = train_steps(*gpu, cfg, kSteps);
+    const double tolerance = fp32 ? 1e-4 : 2e-2;
+    // The first step's gradient norm comes before any update.
+    CHECK(std::abs(on_gpu.norms[0] - on_cpu.norms[0]) <= tolerance * on_cpu.norms[0]);
+    for (std::size_t s = 0; s < on_cpu.losses.size(); ++s) {
+        INFO("step " << s + 1 << ": " << on_gpu.losses[s] << " on the GPU, " << on_cpu.losses[s]
+                     << " on the CPU");
+        CHECK(std::abs(on_gpu.losses[s] - on_cpu.losses[s]) <= tolerance * on_cpu.losses[s]);
+    }
+    // Adam normalises tiny gradients, so rounding noise in one can move a weight by up to lr a
+    // step: the parameters agree less closely than the losses.
+    if (fp32) CHECK(gpu_test::relative_error(on_gpu.params, on_cpu.params) <= 1e-3);
+}
+
 }  // namespace
 
 TEST_CASE("cuda: whole training steps match the CPU backend", "[step]") {
@@ -71,24 +90,23 @@ TEST_CASE("cuda: whole training steps match the CPU backend", "[step]") {
                                   std::string("training.recompute=") + recompute,
                                   std::string("model.dropout=") + dropout,
                                   "training.fp32_grad_accumulation=true"});
-                auto cpu = kernels::make_cpu_ops(1);
-                auto gpu = kernels::make_cuda_ops(false);
-                const Run on_cpu = train_steps(*cpu, cfg, kSteps),
-                          on_gpu = train_steps(*gpu, cfg, kSteps);
-                const bool fp32 = std::string(precision) == "fp32";
-                const double tolerance = fp32 ? 1e-4 : 2e-2;
-                // The first step's gradient norm comes before any update.
-                CHECK(std::abs(on_gpu.norms[0] - on_cpu.norms[0]) <= tolerance * on_cpu.norms[0]);
-                for (std::size_t s = 0; s < on_cpu.losses.size(); ++s) {
-                    INFO("step " << s + 1 << ": " << on_gpu.losses[s] << " on the GPU, "
-                                 << on_cpu.losses[s] << " on the CPU");
-                    CHECK(std::abs(on_gpu.losses[s] - on_cpu.losses[s]) <=
-                          tolerance * on_cpu.losses[s]);
-                }
-                // Adam normalises tiny gradients, so rounding noise in one can move a weight by
-                // up to lr a step: the parameters agree less closely than the losses.
-                if (fp32) CHECK(gpu_test::relative_error(on_gpu.params, on_cpu.params) <= 1e-3);
+                require_same_training(cfg, std::string(precision) == "fp32");
             }
+        }
+    }
+}
+
+// Llama's layer (RMSNorm, rotary positions, SwiGLU, 4 query heads sharing 2 key/value heads):
+// its GPU kernels, with the RMSNorm weights' gradients in fp32 beside bf16 activations.
+TEST_CASE("cuda: whole llama training steps match the CPU backend", "[step]") {
+    for (const char* precision : {"fp32", "bf16"}) {
+        for (const char* recompute : {"none", "full"}) {
+            INFO("llama, precision " << precision << ", recompute " << recompute);
+            require_same_training(small_config({"model.arch=llama", "model.kv_heads=2",
+                                                std::string("training.precision=") + precision,
+                                                std::string("training.recompute=") + recompute,
+                                                "training.fp32_grad_accumulation=true"}),
+                                  std::string(precision) == "fp32");
         }
     }
 }
