@@ -54,7 +54,7 @@ std::string hf_gpt2_config_json(const GptShape& s, double dropout) {
     return c.str() + "\n";
 }
 
-HfWidths read_hf_gpt2_widths(const std::string& path) {
+io::json::Value read_hf_config_file(const std::string& path) {
     std::ifstream in(path, std::ios::binary);
     if (!in) throw Error("cannot open '" + path + "'");
     const std::string text{std::istreambuf_iterator<char>(in), {}};
@@ -64,14 +64,32 @@ HfWidths read_hf_gpt2_widths(const std::string& path) {
     } catch (const Error& e) {
         throw Error(path + ": not JSON: " + e.what());
     }
-    const auto integer = [&](const char* key) {
-        const io::json::Value* v = root.is_object() ? root.find(key) : nullptr;
+    if (!root.is_object()) throw Error(path + ": not a JSON object: not a config.json");
+    return root;
+}
+
+HfGpt2Config read_hf_gpt2_config(const std::string& path) {
+    const io::json::Value root = read_hf_config_file(path);
+    const io::json::Value* type = root.find("model_type");
+    if (type && !(type->is_string() && type->string == "gpt2"))
+        throw Error(path + ": model_type is not \"gpt2\": not a Hugging Face GPT-2 config.json");
+    const auto integer = [&](const char* key, int absent) {
+        const io::json::Value* v = root.find(key);
+        if ((!v || v->kind == io::json::Value::Kind::null) && absent > 0) return absent;
         if (!v || !v->is_integer() || v->integer < 1 || v->integer > (1 << 30))
             throw Error(path + ": no positive integer \"" + key +
                         "\": not a Hugging Face GPT-2 config.json");
         return static_cast<int>(v->integer);
     };
-    return {integer("n_embd"), integer("n_head")};
+    // GPT2Config's defaults for all but the widths, which every GPT-2 config.json states.
+    HfGpt2Config c;
+    c.hidden = integer("n_embd", 0);
+    c.heads = integer("n_head", 0);
+    c.vocab = integer("vocab_size", kGpt2Vocab);
+    c.max_positions = integer("n_positions", 1024);
+    c.layers = integer("n_layer", 12);
+    c.ffn = integer("n_inner", 4 * c.hidden);
+    return c;
 }
 
 }  // namespace trident::model

@@ -12,6 +12,7 @@
 
 #include <string>
 
+#include "io/json_reader.h"
 #include "model/param_layout.h"
 
 namespace trident::model {
@@ -19,15 +20,23 @@ namespace trident::model {
 // "DIR/config.json" for weights "DIR/F.safetensors".
 std::string hf_config_path(const std::string& weights);
 
+// The JSON object of a config.json; throws trident::Error naming the file when it cannot be
+// read or is no JSON object.
+io::json::Value read_hf_config_file(const std::string& path);
+
 // The config.json text of a GPT-2 of `shape` (its real vocabulary) with `dropout`.
 std::string hf_gpt2_config_json(const GptShape& shape, double dropout);
 
-// What a config.json says of the attention's width: n_embd and n_head.
-struct HfWidths {
-    int hidden = 0;
-    int heads = 0;
+// What a GPT-2 config.json says of the model, under our names.
+struct HfGpt2Config {
+    int vocab = 0;          // vocab_size
+    int max_positions = 0;  // n_positions: rows of wpe
+    int hidden = 0;         // n_embd
+    int layers = 0;         // n_layer
+    int heads = 0;          // n_head
+    int ffn = 0;            // n_inner (null: 4 × n_embd)
 };
 // Throws trident::Error naming the file when it cannot be read or is no GPT-2 config.
-HfWidths read_hf_gpt2_widths(const std::string& path);
+HfGpt2Config read_hf_gpt2_config(const std::string& path);
 
 }  // namespace trident::model

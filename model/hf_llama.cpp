@@ -6,6 +6,7 @@
 #include <span>
 
 #include "kernels/error.h"
+#include "model/hf_weights.h"
 
 namespace trident::model {
 
@@ -32,35 +33,36 @@ std::string hf_llama_name(const ParamTensor& t) {
 }
 
 void load_hf_llama(const std::string& path, const ParamLayout& layout, float* params) {
-    const io::SafetensorsFile file = io::SafetensorsFile::open(path);
+    const HfWeights weights = HfWeights::open(path);
     std::map<std::string, const ParamTensor*> ours;
     for (const ParamTensor& t : layout.tensors()) ours.emplace(hf_llama_name(t), &t);
-    for (const io::TensorInfo& info : file.tensors()) {
-        if (info.name.ends_with("rotary_emb.inv_freq")) continue;
-        if (!ours.contains(info.name))
-            throw Error(path + ": unexpected tensor " + info.name +
+    for (const auto& [name, tensor] : weights.tensors()) {
+        if (name.ends_with("rotary_emb.inv_freq")) continue;
+        if (!ours.contains(name))
+            throw Error(tensor.file->path() + ": unexpected tensor " + name +
                         " (the model has layers=" + std::to_string(layout.shape().layers) +
                         (layout.shape().tied ? ", tied embeddings" : "") +
                         "; check model.layers and model.tie_embeddings against the checkpoint)");
     }
     // Every shape before any data, so a wrong config fails at once.
     for (const auto& [name, t] : ours) {
-        const io::TensorInfo* info = file.find(name);
-        if (!info)
+        const HfWeights::Tensor* tensor = weights.find(name);
+        if (!tensor)
             throw Error(path + ": missing tensor " + name + " (check model.layers and " +
                         "model.tie_embeddings against the checkpoint)");
-        if (!kernels::is_compute_type(info->dtype))
-            throw Error(path + ": " + name + " has dtype " +
-                        std::string(io::safetensors_name(info->dtype)) +
+        const io::TensorInfo& info = *tensor->info;
+        if (!kernels::is_compute_type(info.dtype))
+            throw Error(tensor->file->path() + ": " + name + " has dtype " +
+                        std::string(io::safetensors_name(info.dtype)) +
                         ", expected F32, F16 or BF16");
-        if (info->shape != hf_shape(*t, layout))
-            throw Error(shape_mismatch(path, *info, hf_shape(*t, layout)));
+        if (info.shape != hf_shape(*t, layout))
+            throw Error(shape_mismatch(tensor->file->path(), info, hf_shape(*t, layout)));
     }
     for (const auto& [name, t] : ours) {
-        const io::TensorInfo& info = *file.find(name);
+        const HfWeights::Tensor& tensor = *weights.find(name);
         float* dst = params + t->offset;
-        file.read_f32(info, std::span<float>(dst, info.numel));
-        std::fill(dst + info.numel, dst + t->numel, 0.0f);  // padded vocabulary rows
+        tensor.file->read_f32(*tensor.info, std::span<float>(dst, tensor.info->numel));
+        std::fill(dst + tensor.info->numel, dst + t->numel, 0.0f);  // padded vocabulary rows
     }
 }
 

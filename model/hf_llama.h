@@ -17,9 +17,9 @@ namespace trident::model {
 std::string hf_llama_name(const ParamTensor& t);
 
 // Fills `params` (a host buffer of layout.total() floats, a llama layout of the whole model)
-// from a HF Llama safetensors file (F32, F16 or BF16). Every shape is checked; a missing or
-// unexpected tensor is an error (HF's rotary inv_freq buffers are not parameters and are
-// skipped). Throws trident::Error naming the file and the tensor.
+// from a HF Llama safetensors file or folder (model/hf_weights.h; F32, F16 or BF16). Every shape is
+// checked; a missing or unexpected tensor is an error (HF's rotary inv_freq buffers are not
+// parameters and are skipped). Throws trident::Error naming the file and the tensor.
 void load_hf_llama(const std::string& path, const ParamLayout& layout, float* params);
 
 // `params` (or gradients) as HF Llama tensors, ready for io::write_safetensors; they point

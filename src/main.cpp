@@ -50,12 +50,25 @@ CLI::App* add_bench(CLI::App& app, commands::BenchOptions& bench) {
 // `trident export`'s options and help.
 CLI::App* add_export(CLI::App& app, commands::ExportOptions& exp) {
     auto* export_cmd = app.add_subcommand(
-        "export", "Write a checkpoint's model as Hugging Face GPT-2 safetensors");
+        "export", "Write a checkpoint's model as Hugging Face safetensors (GPT-2 or Llama)");
     export_cmd
         ->add_option("--checkpoint", exp.checkpoint,
                      "A checkpoint directory, or a checkpoint.dir (its newest is taken)")
         ->required();
-    export_cmd->add_option("--output,-o", exp.output, "The .safetensors file to write")->required();
+    export_cmd
+        ->add_option("--output,-o", exp.output,
+                     "The .safetensors file to write (config.json beside it); --format hf: a new "
+                     "folder")
+        ->required();
+    export_cmd
+        ->add_option("--format", exp.format,
+                     "safetensors (one file) or hf (a Hugging Face model folder, as "
+                     "save_pretrained writes)")
+        ->capture_default_str();
+    export_cmd
+        ->add_option("--shard-size", exp.shard_bytes,
+                     "--format hf: Llama weights above this many bytes go in shards")
+        ->capture_default_str();
     auto* merge_opt =
         export_cmd->add_flag("--merge-lora", exp.merge_lora,
                              "Of a checkpoint of low-rank adapters: the model with them merged in");
@@ -109,7 +122,8 @@ CLI::App* add_tokenize(CLI::App& app, commands::TokenizeOptions& tok) {
 CLI::App* add_generate(CLI::App& app, commands::GenerateOptions& gen) {
     auto* generate_cmd = app.add_subcommand("generate", "Continue a prompt with trained weights");
     auto* weights_opt = generate_cmd->add_option("--weights", gen.weights,
-                                                 "Hugging Face GPT-2 .safetensors to load");
+                                                 "Hugging Face .safetensors (GPT-2, or Llama with "
+                                                 "config.json beside it) or model folder");
     generate_cmd
         ->add_option("--checkpoint", gen.checkpoint,
                      "A checkpoint directory, or a checkpoint.dir (its newest is taken)")
@@ -128,9 +142,10 @@ CLI::App* add_generate(CLI::App& app, commands::GenerateOptions& gen) {
     generate_cmd->add_option("--top-k", gen.sampling.top_k, "Sample among the k likeliest; 0 = all")
         ->capture_default_str();
     generate_cmd->add_option("--seed", gen.sampling.seed, "Sampling seed")->capture_default_str();
-    generate_cmd->add_option("--head-dim", gen.head_dim,
-                             "With --weights: hidden / heads; default: from the config.json beside "
-                             "them, else 64 (every GPT-2 size)");
+    generate_cmd->add_option(
+        "--head-dim", gen.head_dim,
+        "With --weights: hidden / heads; default: from their config.json, else "
+        "64 (every GPT-2 size)");
     generate_cmd->add_option("--threads", gen.threads, "CPU threads; 0 = all cores")
         ->capture_default_str();
     return generate_cmd;

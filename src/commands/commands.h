@@ -2,6 +2,7 @@
 // one of these; each returns the process exit code and throws trident::Error on bad input.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -27,7 +28,11 @@ int bench(const BenchOptions& opts, parallel::World& world);
 
 struct ExportOptions {
     std::string checkpoint;  // a checkpoint directory, or a checkpoint.dir (newest is taken)
-    std::string output;      // .safetensors
+    std::string output;      // .safetensors, or (format hf) a new or empty folder
+    // safetensors: one file with config.json beside it; hf: a Hugging Face model folder,
+    // llama weights sharded above shard_bytes (model/hf_weights.h).
+    std::string format = "safetensors";
+    uint64_t shard_bytes = 5'000'000'000;
     // A checkpoint of low-rank adapters needs one: the model with the adapters merged in, or
     // the adapters alone.
     bool merge_lora = false, lora_only = false;
@@ -53,7 +58,8 @@ struct TokenizeOptions {
 int tokenize(const TokenizeOptions& opts);
 
 struct GenerateOptions {
-    std::string weights;     // Hugging Face GPT-2 safetensors, or
+    // Hugging Face safetensors (a Llama's with config.json beside it) or model folder, or
+    std::string weights;
     std::string checkpoint;  // a checkpoint directory (or a checkpoint.dir)
     std::string lora;        // with `weights`: an adapters file to merge into them
     std::string prompt;

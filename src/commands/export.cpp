@@ -1,6 +1,8 @@
-// `trident export`: writes a checkpoint's model as Hugging Face GPT-2 safetensors with its
-// config.json beside them (model/hf_config.h), or Llama safetensors (tensors only), or the
-// low-rank adapters of a checkpoint that trained them.
+// `trident export`: writes a checkpoint's model as Hugging Face safetensors, GPT-2 or Llama as
+// the checkpoint's model.arch, with its config.json (model/hf_config.h,
+// model/hf_llama_config.h): one file with config.json beside it, or (--format hf) a model
+// folder as transformers' save_pretrained writes it, Llama weights sharded above a size
+// (model/hf_weights.h). Or the low-rank adapters of a checkpoint that trained them.
 #include <cstdio>
 #include <filesystem>
 
@@ -11,16 +13,103 @@
 #include "model/hf_config.h"
 #include "model/hf_gpt2.h"
 #include "model/hf_llama.h"
+#include "model/hf_llama_config.h"
+#include "model/hf_weights.h"
 #include "model/lora.h"
 #include "train/checkpoint.h"
 
 namespace trident::commands {
 
+namespace {
+
+namespace fs = std::filesystem;
+
+bool is_llama(const train::LoadedModel& loaded) {
+    return loaded.cfg.model.arch == model::Arch::llama;
+}
+
+std::string config_json(const train::LoadedModel& loaded) {
+    return is_llama(loaded) ? model::hf_llama_config_json(config::hf_llama_config(loaded.cfg))
+                            : model::hf_gpt2_config_json(config::gpt_shape(loaded.cfg),
+                                                         loaded.cfg.model.dropout);
+}
+
+// A config.json already beside the output must be one of the same model kind: another model's
+// stops the export before anything is written.
+void check_config_beside(const std::string& config, const train::LoadedModel& loaded) {
+    if (!fs::exists(config)) return;
+    const char* kind = is_llama(loaded) ? "llama" : "gpt2";
+    std::string type;
+    try {
+        type = model::read_hf_model_type(config);
+    } catch (const Error& e) {
+        throw Error(config + " exists and is not a config.json (" + e.what() +
+                    "): export into another directory");
+    }
+    if (type != kind)
+        throw Error(config + " exists and is not a " + kind + " config.json (model_type \"" + type +
+                    "\"): export into another directory");
+}
+
+// One .safetensors file and config.json beside it.
+void export_file(const ExportOptions& opts, const train::LoadedModel& loaded) {
+    const fs::path parent = fs::path(opts.output).parent_path();
+    if (!parent.empty()) fs::create_directories(parent);
+    const std::string config = model::hf_config_path(opts.output);
+    check_config_beside(config, loaded);
+    const model::ParamLayout layout(config::gpt_shape(loaded.cfg));
+    if (is_llama(loaded))
+        io::write_safetensors(opts.output, model::to_hf_llama_tensors(layout, loaded.params.data()),
+                              {{"format", "pt"}});
+    else
+        model::save_hf_gpt2(opts.output, layout, loaded.params.data());
+    io::write_file_atomically(config, config_json(loaded));
+    std::printf("exported %s%s -> %s and %s\n", loaded.path.c_str(),
+                loaded.adapters.empty() ? "" : " (adapters merged in)", opts.output.c_str(),
+                config.c_str());
+    // transformers' from_pretrained(DIR) looks for DIR/model.safetensors.
+    if (fs::path(opts.output).filename() != model::kHfWeightsName)
+        std::printf(
+            "note: transformers' from_pretrained(DIR) reads DIR/model.safetensors: name the "
+            "output so for it, or export with --format hf\n");
+}
+
+// A Hugging Face model folder: the weights first, config.json last, so that a folder with a
+// config.json is complete. GPT-2 weights are one file whatever their size.
+void export_folder(const ExportOptions& opts, const train::LoadedModel& loaded) {
+    const fs::path dir(opts.output);
+    if (fs::exists(dir) && (!fs::is_directory(dir) || !fs::is_empty(dir)))
+        throw Error(opts.output + " exists and is not an empty folder: --format hf writes a " +
+                    "new folder (stale shards beside new ones would mix two models)");
+    fs::create_directories(dir);
+    const model::ParamLayout layout(config::gpt_shape(loaded.cfg));
+    std::vector<std::string> written;
+    if (is_llama(loaded)) {
+        written = model::write_hf_weights(opts.output,
+                                          model::to_hf_llama_tensors(layout, loaded.params.data()),
+                                          opts.shard_bytes);
+    } else {
+        written.push_back((dir / model::kHfWeightsName).string());
+        model::save_hf_gpt2(written.back(), layout, loaded.params.data());
+    }
+    io::write_file_atomically((dir / "config.json").string(), config_json(loaded));
+    const std::string weights =
+        written.size() == 1 ? std::string(model::kHfWeightsName)
+                            : std::to_string(written.size() - 1) + " shards and their index";
+    std::printf("exported %s%s -> %s (config.json, %s)\n", loaded.path.c_str(),
+                loaded.adapters.empty() ? "" : " (adapters merged in)", opts.output.c_str(),
+                weights.c_str());
+}
+
+}  // namespace
+
 int export_model(const ExportOptions& opts) {
-    const std::filesystem::path parent = std::filesystem::path(opts.output).parent_path();
-    if (!parent.empty()) std::filesystem::create_directories(parent);
+    if (opts.format != "safetensors" && opts.format != "hf")
+        throw Error("--format must be safetensors or hf, got '" + opts.format + "'");
+    if (opts.format == "hf" && opts.lora_only)
+        throw Error("--lora-only writes one adapters file: leave out --format hf");
+    if (opts.shard_bytes < 1) throw Error("--shard-size must be at least 1 byte");
     const train::LoadedModel loaded = train::load_model_checkpoint(opts.checkpoint);
-    const model::GptShape shape = config::gpt_shape(loaded.cfg);
     const bool adapters = !loaded.adapters.empty();
     if (adapters && !opts.merge_lora && !opts.lora_only)
         throw Error(loaded.path +
@@ -30,7 +119,10 @@ int export_model(const ExportOptions& opts) {
         throw Error(loaded.path + " trained the whole model, not low-rank adapters: export it " +
                     "without " + (opts.merge_lora ? "--merge-lora" : "--lora-only"));
     if (opts.lora_only) {
+        const fs::path parent = fs::path(opts.output).parent_path();
+        if (!parent.empty()) fs::create_directories(parent);
         const config::LoraConfig& lora = loaded.cfg.training.lora;
+        const model::GptShape shape = config::gpt_shape(loaded.cfg);
         model::save_lora_file(
             opts.output, model::ParamLayout::for_lora(shape, config::lora_of(loaded.cfg).shape),
             loaded.adapters.data(), lora.alpha);
@@ -38,35 +130,10 @@ int export_model(const ExportOptions& opts) {
                     opts.output.c_str());
         return 0;
     }
-    if (shape.arch == model::Arch::llama) {
-        // Hugging Face Llama's tensor names; its config.json is not written yet.
-        io::write_safetensors(
-            opts.output,
-            model::to_hf_llama_tensors(model::ParamLayout(shape), loaded.params.data()),
-            {{"format", "pt"}});
-        std::printf("exported %s -> %s\n", loaded.path.c_str(), opts.output.c_str());
-        return 0;
-    }
-    // config.json first: one that is not a GPT-2's (another model's) stops the export before
-    // anything is written.
-    const std::string config = model::hf_config_path(opts.output);
-    if (std::filesystem::exists(config)) {
-        try {
-            model::read_hf_gpt2_widths(config);
-        } catch (const Error& e) {
-            throw Error(config + " exists and is not a GPT-2 config.json (" + e.what() +
-                        "): export into another directory");
-        }
-    }
-    model::save_hf_gpt2(opts.output, model::ParamLayout(shape), loaded.params.data());
-    io::write_file_atomically(config, model::hf_gpt2_config_json(shape, loaded.cfg.model.dropout));
-    std::printf("exported %s%s -> %s and %s\n", loaded.path.c_str(),
-                adapters ? " (adapters merged in)" : "", opts.output.c_str(), config.c_str());
-    // transformers' from_pretrained(DIR) looks for DIR/model.safetensors.
-    if (std::filesystem::path(opts.output).filename() != "model.safetensors")
-        std::printf(
-            "note: transformers' from_pretrained(DIR) reads DIR/model.safetensors: name the "
-            "output so for it\n");
+    if (opts.format == "hf")
+        export_folder(opts, loaded);
+    else
+        export_file(opts, loaded);
     return 0;
 }
 

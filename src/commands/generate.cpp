@@ -1,5 +1,6 @@
-// `trident generate`: prints a continuation of a prompt from trained weights (a Hugging Face
-// GPT-2 safetensors file or a checkpoint, with low-rank adapters merged in if given).
+// `trident generate`: prints a continuation of a prompt from trained weights (Hugging Face
+// GPT-2 or Llama safetensors, a file or a model folder, with low-rank adapters merged in if
+// given, or a checkpoint).
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -14,6 +15,9 @@
 #include "model/gpt.h"
 #include "model/hf_config.h"
 #include "model/hf_gpt2.h"
+#include "model/hf_llama.h"
+#include "model/hf_llama_config.h"
+#include "model/hf_weights.h"
 #include "model/lora.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
@@ -22,19 +26,54 @@ namespace trident::commands {
 
 namespace {
 
-// --head-dim, else n_embd / n_head of the config.json beside --weights, else GPT-2's 64.
-int head_dim_of(const GenerateOptions& opts) {
-    const std::string config = model::hf_config_path(opts.weights);
-    if (!std::filesystem::exists(config)) return opts.head_dim > 0 ? opts.head_dim : 64;
-    const model::HfWidths widths = model::read_hf_gpt2_widths(config);
-    if (widths.hidden % widths.heads != 0)
-        throw Error(config + ": n_embd " + std::to_string(widths.hidden) +
-                    " is not a multiple of n_head " + std::to_string(widths.heads));
-    const int head_dim = widths.hidden / widths.heads;
-    if (opts.head_dim > 0 && opts.head_dim != head_dim)
+namespace fs = std::filesystem;
+
+// The config.json of --weights: inside a folder, or beside a file.
+std::string config_of(const std::string& weights) {
+    return fs::is_directory(weights) ? (fs::path(weights) / "config.json").string()
+                                     : model::hf_config_path(weights);
+}
+
+// --head-dim must agree with config.json's hidden / heads (named as config.json names them)
+// when both are given.
+void check_head_dim(const GenerateOptions& opts, int hidden, int heads, const std::string& config,
+                    const char* ratio) {
+    if (opts.head_dim > 0 && opts.head_dim * heads != hidden)
         throw Error("--head-dim " + std::to_string(opts.head_dim) + " disagrees with " + config +
-                    " (n_embd / n_head = " + std::to_string(head_dim) + "); leave it out");
-    return head_dim;
+                    " (" + ratio + " = " + std::to_string(hidden / heads) + "); leave it out");
+}
+
+// --head-dim, else n_embd / n_head of the config.json, else GPT-2's 64.
+int gpt2_head_dim(const GenerateOptions& opts, const std::string& config) {
+    if (!fs::exists(config)) return opts.head_dim > 0 ? opts.head_dim : 64;
+    const model::HfGpt2Config c = model::read_hf_gpt2_config(config);
+    if (c.hidden % c.heads != 0)
+        throw Error(config + ": n_embd " + std::to_string(c.hidden) +
+                    " is not a multiple of n_head " + std::to_string(c.heads));
+    check_head_dim(opts, c.hidden, c.heads, config, "n_embd / n_head");
+    return c.hidden / c.heads;
+}
+
+// The model of --weights, its shapes from config.json (a llama's all; a GPT-2's from the
+// tensors, its heads from config.json or --head-dim) and its weights from the file or folder.
+void load_weights(const GenerateOptions& opts, model::GptShape& shape, std::vector<float>& params) {
+    const std::string config = config_of(opts.weights);
+    // A config.json of another model_type is read as a Llama's, which refuses it by name.
+    const std::string type = fs::exists(config) ? model::read_hf_model_type(config) : "";
+    if (!type.empty() && type != "gpt2") {
+        const model::HfLlamaConfig c = model::read_hf_llama_config(config);
+        check_head_dim(opts, c.hidden, c.heads, config, "hidden_size / num_attention_heads");
+        shape = model::hf_llama_shape(c, c.max_positions);
+        params.assign(model::ParamLayout(shape).total(), 0.0f);
+        model::load_hf_llama(opts.weights, model::ParamLayout(shape), params.data());
+        return;
+    }
+    const std::string file = fs::is_directory(opts.weights)
+                                 ? (fs::path(opts.weights) / model::kHfWeightsName).string()
+                                 : opts.weights;
+    shape = model::infer_hf_gpt2_shape(file, gpt2_head_dim(opts, config));
+    params.assign(model::ParamLayout(shape).total(), 0.0f);
+    model::load_hf_gpt2(file, model::ParamLayout(shape), params.data());
 }
 
 // Merges the adapters file `path` (trident export --lora-only) into `params`, the whole model
@@ -82,9 +121,7 @@ int generate(const GenerateOptions& opts) {
         shape = config::gpt_shape(loaded.cfg);
         params = std::move(loaded.params);
     } else {
-        shape = model::infer_hf_gpt2_shape(opts.weights, head_dim_of(opts));
-        params.assign(model::ParamLayout(shape).total(), 0.0f);
-        model::load_hf_gpt2(opts.weights, model::ParamLayout(shape), params.data());
+        load_weights(opts, shape, params);
     }
     if (!opts.lora.empty()) merge_lora_file(opts.lora, shape, params);
     train::GenerationModel whole(*ops, shape, params);

@@ -80,7 +80,9 @@ struct ModelConfig {
     bool tie_embeddings = true;   // when not given: gpt2 true (always), llama false
     double dropout = 0.0;
     double init_std = 0.02;
-    std::optional<std::string> init_from;  // Hugging Face GPT-2 safetensors
+    // Hugging Face safetensors, a Hugging Face folder (its config.json fills the shape keys
+    // left out: hf_folder.cpp) or a checkpoint
+    std::optional<std::string> init_from;
     bool operator==(const ModelConfig&) const = default;
 };
 

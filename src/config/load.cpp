@@ -379,6 +379,7 @@ Config parse(const std::string& yaml_text, const std::string& source,
     apply_document(root, cfg, origins);
     for (size_t i = 0; i < overrides.size(); ++i)
         apply_override(overrides[i], kFileRank + 1 + static_cast<int>(i), cfg, origins);
+    detail::take_hf_config(cfg, origins);  // before the defaults that follow the shape
     fill_dependent_defaults(cfg, origins);
 
     detail::validate(cfg, origins, purpose);

@@ -5,6 +5,7 @@
 #include "config/config.h"
 #include "model/dims.h"
 #include "model/gpt.h"
+#include "model/hf_llama_config.h"
 #include "model/param_layout.h"
 
 namespace trident::config {
@@ -24,6 +25,15 @@ inline model::GptShape gpt_shape(const Config& cfg) {
     s.norm_eps = static_cast<float>(cfg.model.norm_eps);
     s.rope_theta = static_cast<float>(cfg.model.rope_theta);
     return s;
+}
+
+// The llama model as Hugging Face's config.json states it; max_position_embeddings is the
+// sequence length trained on.
+inline model::HfLlamaConfig hf_llama_config(const Config& cfg) {
+    const ModelConfig& m = cfg.model;
+    return model::HfLlamaConfig{m.vocab_size, m.hidden,        m.layers,  m.heads,
+                                m.kv_heads,   m.ffn_hidden,    m.seq_len, m.rope_theta,
+                                m.norm_eps,   m.tie_embeddings};
 }
 
 // One rank's sizes of a microbatch (tensor rank 0: every rank's are the same).

@@ -92,6 +92,10 @@ private:
     std::map<std::string, Origin, std::less<>> by_path_;
 };
 
+// model.init_from naming a Hugging Face folder (one holding config.json): the shape keys not
+// given are taken from its config.json, and those given must agree with it (hf_folder.cpp).
+void take_hf_config(Config& cfg, Origins& origins);
+
 // Checks the required keys (those of the data section only for Purpose::train, the one that
 // reads data), each key's range, then the keys against each other, and (but for Purpose::plan)
 // refuses what this build cannot run yet. Throws ConfigError pointing at the key at fault.

@@ -11,19 +11,34 @@
 #include "kernels/error.h"
 #include "model/hf_gpt2.h"
 #include "model/hf_llama.h"
+#include "model/hf_weights.h"
 #include "train/checkpoint.h"
 
 namespace trident::train {
 
 namespace fs = std::filesystem;
 
+namespace {
+
+// A Hugging Face model folder rather than a checkpoint: config.json says what it holds.
+bool is_hf_folder(const std::string& path) {
+    return fs::is_directory(path) && fs::exists(fs::path(path) / "config.json");
+}
+
+// A GPT-2 folder's one weights file (GPT-2 folders are read unsharded); a file as it is.
+std::string hf_gpt2_weights(const std::string& from) {
+    return is_hf_folder(from) ? (fs::path(from) / model::kHfWeightsName).string() : from;
+}
+
+}  // namespace
+
 std::string load_base_weights(const std::string& from, const model::ParamLayout& whole,
                               float* params) {
-    if (!fs::is_directory(from)) {
+    if (!fs::is_directory(from) || is_hf_folder(from)) {
         if (whole.shape().arch == model::Arch::llama)
-            model::load_hf_llama(from, whole, params);
+            model::load_hf_llama(from, whole, params);  // a file or a folder
         else
-            model::load_hf_gpt2(from, whole, params);
+            model::load_hf_gpt2(hf_gpt2_weights(from), whole, params);
         return from;
     }
     const LoadedModel loaded = load_model_checkpoint(from);
@@ -49,8 +64,21 @@ std::string load_base_weights(const std::string& from, const model::ParamLayout&
 }
 
 std::string base_weights_sha256(const std::string& read) {
-    return io::sha256_file(fs::is_directory(read) ? (fs::path(read) / kManifestName).string()
-                                                  : read);
+    if (!is_hf_folder(read))
+        return io::sha256_file(fs::is_directory(read) ? (fs::path(read) / kManifestName).string()
+                                                      : read);
+    // A Hugging Face folder: the digest of its weights' and configs' digests, in name order.
+    std::vector<std::string> files;
+    for (const fs::directory_entry& e : fs::directory_iterator(read)) {
+        const std::string ext = e.path().extension().string();
+        if (e.is_regular_file() && (ext == ".safetensors" || ext == ".json"))
+            files.push_back(e.path().string());
+    }
+    std::sort(files.begin(), files.end());
+    std::string digests;
+    for (const std::string& f : files)
+        digests += fs::path(f).filename().string() + " " + io::sha256_file(f) + "\n";
+    return io::sha256_hex(digests);
 }
 
 std::string base_relative_to(const std::string& base, const std::string& checkpoint_dir) {

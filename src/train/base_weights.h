@@ -1,9 +1,11 @@
-// The weights a run starts from (model.init_from): a Hugging Face GPT-2 safetensors file or a
-// Trident checkpoint (a directory holding manifest.json, or a checkpoint.dir whose newest
-// usable one is taken), and their identity, which a run that trains low-rank adapters records
-// in its checkpoints (the adapters mean nothing over other weights): where they are, relative
-// to the checkpoint recording them (so that a tree of runs can move), and a pin in a base
-// checkpoint that keeps checkpoint.keep's rotation from removing it.
+// The weights a run starts from (model.init_from): a Hugging Face safetensors file (GPT-2 or
+// Llama, as model.arch says), a Hugging Face model folder (one holding config.json, whose
+// shapes config/hf_folder.cpp has already taken; model/hf_weights.h), or a Trident checkpoint (a
+// directory holding manifest.json, or a checkpoint.dir whose newest usable one is taken), and their
+// identity, which a run that trains low-rank adapters records in its checkpoints (the adapters mean
+// nothing over other weights): where they are, relative to the checkpoint recording them (so that a
+// tree of runs can move), and a pin in a base checkpoint that keeps checkpoint.keep's rotation from
+// removing it.
 #pragma once
 
 #include <string>
@@ -20,8 +22,9 @@ namespace trident::train {
 std::string load_base_weights(const std::string& from, const model::ParamLayout& whole,
                               float* params);
 
-// The identity of what load_base_weights read: the SHA-256 of the file, or of the
-// checkpoint's manifest.json (which holds the SHA-256 of every shard).
+// The identity of what load_base_weights read: the SHA-256 of the file, of the checkpoint's
+// manifest.json (which holds the SHA-256 of every shard), or of a Hugging Face folder's
+// .json and .safetensors files' SHA-256s.
 std::string base_weights_sha256(const std::string& read);
 
 // `base` (what load_base_weights read) as a checkpoint written to `checkpoint_dir` records it:

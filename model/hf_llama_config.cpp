@@ -1,0 +1,168 @@
+// Hugging Face Llama config.json, read and written (see hf_llama_config.h).
+#include "model/hf_llama_config.h"
+
+#include <cmath>
+#include <span>
+
+#include "io/json_line.h"
+#include "kernels/error.h"
+#include "model/hf_config.h"
+
+namespace trident::model {
+
+namespace {
+
+using io::json::Value;
+
+// One config.json's fields, each read with the file named in its error.
+class Fields {
+public:
+    Fields(std::string path, Value root) : path_(std::move(path)), root_(std::move(root)) {}
+
+    const Value* find(const char* key) const {
+        const Value* v = root_.find(key);
+        return v && v->kind != Value::Kind::null ? v : nullptr;
+    }
+    int positive(const char* key, int absent = 0) const {
+        const Value* v = find(key);
+        if (!v && absent > 0) return absent;
+        if (!v || !v->is_integer() || v->integer < 1 || v->integer > (1 << 30))
+            throw Error(path_ + ": no positive integer \"" + key + "\"");
+        return static_cast<int>(v->integer);
+    }
+    double number(const char* key, double absent) const {
+        const Value* v = find(key);
+        if (!v) return absent;
+        const double x = v->is_integer() ? static_cast<double>(v->integer) : v->real;
+        if ((!v->is_integer() && v->kind != Value::Kind::real) || !(x > 0) || !std::isfinite(x))
+            throw Error(path_ + ": \"" + key + "\" must be a positive number");
+        return x;
+    }
+    bool flag(const char* key, bool absent) const {
+        const Value* v = find(key);
+        if (!v) return absent;
+        if (v->kind != Value::Kind::boolean)
+            throw Error(path_ + ": \"" + key + "\" must be true or false");
+        return v->boolean;
+    }
+    std::string text(const char* key, const char* absent) const {
+        const Value* v = find(key);
+        if (!v) return absent;
+        if (!v->is_string()) throw Error(path_ + ": \"" + key + "\" must be a string");
+        return v->string;
+    }
+    [[noreturn]] void refuse(const std::string& what) const {
+        throw Error(path_ + ": " + what + ", which Trident's llama does not implement");
+    }
+
+private:
+    std::string path_;
+    Value root_;
+};
+
+// Another model_type, named with why it is not our llama.
+[[noreturn]] void refuse_model_type(const std::string& path, const std::string& type) {
+    std::string why = "only model_type \"llama\" (LlamaForCausalLM) folders are read";
+    if (type == "qwen2") why = "Qwen2 has attention biases, which Trident's llama has not; " + why;
+    if (type == "mistral") why = "Mistral's sliding-window attention is not Trident's; " + why;
+    throw Error(path + ": model_type \"" + type + "\": " + why);
+}
+
+// The features of LlamaConfig that Trident's llama does not have, one message each.
+void refuse_features(const Fields& f, int hidden, int heads) {
+    if (f.find("rope_scaling")) f.refuse("rope_scaling is set (scaled rotary positions)");
+    if (f.flag("attention_bias", false)) f.refuse("attention_bias is true (q, k, v, o biases)");
+    if (f.flag("mlp_bias", false)) f.refuse("mlp_bias is true (gate, up, down biases)");
+    const std::string act = f.text("hidden_act", "silu");
+    if (act != "silu") f.refuse("hidden_act is \"" + act + "\" (Trident's SwiGLU uses silu)");
+    if (hidden % heads != 0)
+        f.refuse("hidden_size " + std::to_string(hidden) + " is not a multiple of " +
+                 "num_attention_heads " + std::to_string(heads));
+    if (f.find("head_dim") && f.positive("head_dim") != hidden / heads)
+        f.refuse("head_dim is " + std::to_string(f.positive("head_dim")) + ", not hidden_size / " +
+                 "num_attention_heads = " + std::to_string(hidden / heads));
+}
+
+}  // namespace
+
+std::string read_hf_model_type(const std::string& path) {
+    const Value root = read_hf_config_file(path);
+    const Value* type = root.find("model_type");
+    return type && type->is_string() ? type->string : "";
+}
+
+HfLlamaConfig read_hf_llama_config(const std::string& path) {
+    const Fields f(path, read_hf_config_file(path));
+    const std::string type = f.text("model_type", "");
+    if (type != "llama") refuse_model_type(path, type);
+    HfLlamaConfig c;
+    c.vocab = f.positive("vocab_size");
+    c.hidden = f.positive("hidden_size");
+    c.layers = f.positive("num_hidden_layers");
+    c.heads = f.positive("num_attention_heads");
+    c.kv_heads = f.positive("num_key_value_heads", c.heads);
+    c.ffn = f.positive("intermediate_size");
+    c.max_positions = f.positive("max_position_embeddings", 2048);
+    c.rope_theta = f.number("rope_theta", 10000.0);
+    c.norm_eps = f.number("rms_norm_eps", 1e-6);
+    c.tied = f.flag("tie_word_embeddings", false);
+    if (c.heads % c.kv_heads != 0)
+        throw Error(path + ": num_attention_heads " + std::to_string(c.heads) +
+                    " is not a multiple of num_key_value_heads " + std::to_string(c.kv_heads));
+    refuse_features(f, c.hidden, c.heads);
+    return c;
+}
+
+std::string hf_llama_config_json(const HfLlamaConfig& c) {
+    // GPT-2's <|endoftext|> begins and ends its documents; other vocabularies name none.
+    constexpr int kGpt2Vocab = 50257, kEndOfText = 50256;
+    const std::string architectures[] = {"LlamaForCausalLM"};
+    io::JsonLine j;
+    j.add("architectures", std::span<const std::string>(architectures))
+        .add("model_type", "llama")
+        .add("torch_dtype", "float32")
+        .add("vocab_size", c.vocab)
+        .add("hidden_size", c.hidden)
+        .add("intermediate_size", c.ffn)
+        .add("num_hidden_layers", c.layers)
+        .add("num_attention_heads", c.heads)
+        .add("num_key_value_heads", c.kv_heads)
+        .add("head_dim", c.hidden / c.heads)
+        .add("hidden_act", "silu")
+        .add("max_position_embeddings", c.max_positions)
+        .add("initializer_range", 0.02)
+        .add_exact("rms_norm_eps", c.norm_eps)
+        .add_exact("rope_theta", c.rope_theta)
+        .add_null("rope_scaling")
+        .add("tie_word_embeddings", c.tied)
+        .add("attention_bias", false)
+        .add("attention_dropout", 0.0)
+        .add("mlp_bias", false)
+        .add("pretraining_tp", 1)
+        .add("use_cache", true)
+        .add_null("pad_token_id");
+    if (c.vocab == kGpt2Vocab)
+        j.add("bos_token_id", kEndOfText).add("eos_token_id", kEndOfText);
+    else
+        j.add_null("bos_token_id").add_null("eos_token_id");
+    return j.str() + "\n";
+}
+
+GptShape hf_llama_shape(const HfLlamaConfig& c, int max_seq) {
+    GptShape s;
+    s.arch = Arch::llama;
+    s.vocab = c.vocab;
+    s.padded_vocab = (c.vocab + 127) / 128 * 128;
+    s.max_seq = max_seq;
+    s.layers = c.layers;
+    s.hidden = c.hidden;
+    s.heads = c.heads;
+    s.kv_heads = c.kv_heads;
+    s.ffn = c.ffn;
+    s.tied = c.tied;
+    s.norm_eps = static_cast<float>(c.norm_eps);
+    s.rope_theta = static_cast<float>(c.rope_theta);
+    return s;
+}
+
+}  // namespace trident::model

@@ -1,0 +1,116 @@
+// `trident export --format hf` writes a Hugging Face model folder (config.json and the weights,
+// Llama's sharded above --shard-size) that model.init_from and generate --weights read back:
+// the weights bitwise the checkpoint's, the config equal, the first training loss and the
+// greedy text the same as from the checkpoint itself.
+#include <cstring>
+#include <fstream>
+
+#include "cli_support.h"
+#include "config/model_shape.h"
+#include "data/token_shards.h"
+#include "model/hf_llama.h"
+#include "model/hf_llama_config.h"
+#include "train/checkpoint.h"
+
+using namespace cli;
+
+namespace {
+
+// A byte-level model (its text needs no tokenizer files) of 2 layers, 4 heads of 8.
+// A given peak spares each run the start-up GEMM measurement.
+const std::string kTraining =
+    "training: {micro_batch: 2, global_batch: 4, steps: 3, warmup_steps: 1, threads: 1}\n"
+    "hardware: {peak_flops: 1e12}\n";
+const std::string kLlama =
+    "model: {arch: llama, vocab_size: 256, seq_len: 16, layers: 2, hidden: 32, heads: 4, "
+    "kv_heads: 2, ffn_hidden: 48}\n";
+const std::string kGpt2 =
+    "model: {vocab_size: 256, seq_len: 16, layers: 2, hidden: 32, heads: 4, ffn_hidden: 64}\n";
+
+// Trains `model` 3 steps into checkpoint.dir ck.
+void train_checkpoint(const Workspace& ws, const std::string& model) {
+    std::vector<uint16_t> bytes(600);
+    for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = "the cat sat on a mat. "[i % 22];
+    trident::data::write_token_shard(ws.path("b.bin"), bytes);
+    const std::string data = "data: {train: " + ws.path("b.bin") + "}\n";
+    ws.write("model.yaml", model + kTraining + data + "checkpoint: {dir: " + ws.path("ck") + "}\n");
+    require_ok(run("train --config " + ws.path("model.yaml")));
+    // The same data and training from given weights: from a folder every model key left out,
+    // from the checkpoint given.
+    ws.write("from.yaml", kTraining + data);
+    ws.write("from_ck.yaml", model + kTraining + data);
+}
+
+// The first step's loss of a run from `init_from` (metrics.jsonl's "%.9g": a float exactly).
+std::string first_loss(const Workspace& ws, const std::string& init_from) {
+    const std::string metrics = ws.path("m.jsonl");
+    fs::remove(metrics);
+    const bool folder = fs::exists(init_from + "/config.json");
+    require_ok(run("train --config " + ws.path(folder ? "from.yaml" : "from_ck.yaml") +
+                   " --set model.init_from=" + init_from +
+                   " --set training.steps=1 --set logging.metrics=" + metrics));
+    std::ifstream in(metrics);
+    for (std::string line; std::getline(in, line);)
+        if (line.find("\"step\": 1,") != std::string::npos) {
+            const auto at = line.find("\"loss\": ");
+            return line.substr(at, line.find(',', at) - at);
+        }
+    FAIL("no step 1 in " << metrics);
+    return "";
+}
+
+std::string greedy_text(const std::string& source) {
+    return require_ok(run("generate " + source + " --prompt the --tokens 6 --temperature 0"))
+        .output;
+}
+
+}  // namespace
+
+TEST_CASE("export --format hf: a llama folder whole or sharded imports back bitwise",
+          "[cli][hf_folder]") {
+    Workspace ws;
+    train_checkpoint(ws, kLlama);
+    const std::string ck = ws.path("ck"), whole = ws.path("hf"), sharded = ws.path("hf_sharded");
+    CHECK(require_ok(run("export --checkpoint " + ck + " --format hf -o " + whole))
+              .output.ends_with(" -> " + whole + " (config.json, model.safetensors)\n"));
+    CHECK(require_ok(
+              run("export --checkpoint " + ck + " --format hf --shard-size 4096 -o " + sharded))
+              .output.find(" shards and their index)") != std::string::npos);
+    REQUIRE(fs::exists(sharded + "/model.safetensors.index.json"));
+
+    const trident::train::LoadedModel loaded = trident::train::load_model_checkpoint(ck);
+    const trident::model::ParamLayout layout(trident::config::gpt_shape(loaded.cfg));
+    for (const std::string& dir : {whole, sharded}) {
+        INFO(dir);
+        std::vector<float> back(layout.total(), std::nanf(""));
+        trident::model::load_hf_llama(dir, layout, back.data());
+        CHECK(std::memcmp(back.data(), loaded.params.data(), back.size() * sizeof(float)) == 0);
+        CHECK(trident::model::read_hf_llama_config(dir + "/config.json") ==
+              trident::config::hf_llama_config(loaded.cfg));
+    }
+    // Training from the folder, the shape from its config.json, starts where the checkpoint's
+    // weights do (the sharded folder's weights are the same bitwise, above).
+    CHECK(first_loss(ws, whole) == first_loss(ws, ck));
+    // generate reads a folder (sharded or not: the same reader as above), or a file with
+    // config.json beside it.
+    const std::string text = greedy_text("--checkpoint " + ck);
+    CHECK(greedy_text("--weights " + whole) == text);
+    CHECK(greedy_text("--weights " + whole + "/model.safetensors") == text);
+    // Into a folder holding files, stale shards would mix two models.
+    require_clear_error(run("export --checkpoint " + ck + " --format hf -o " + whole),
+                        whole + " exists and is not an empty folder");
+}
+
+TEST_CASE("export --format hf: a GPT-2 folder trains and generates as its checkpoint",
+          "[cli][hf_folder]") {
+    Workspace ws;
+    train_checkpoint(ws, kGpt2);
+    const std::string ck = ws.path("ck"), dir = ws.path("hf");
+    require_ok(run("export --checkpoint " + ck + " --format hf -o " + dir));
+    CHECK(fs::exists(dir + "/model.safetensors"));
+    std::ifstream config(dir + "/config.json");
+    const std::string json{std::istreambuf_iterator<char>(config), {}};
+    CHECK(json.find("\"model_type\": \"gpt2\"") != std::string::npos);
+    CHECK(first_loss(ws, dir) == first_loss(ws, ck));
+    CHECK(greedy_text("--weights " + dir) == greedy_text("--checkpoint " + ck));
+}
