@@ -4,11 +4,8 @@
 // applies. It reads OpenAI's two files: encoder.json (token string -> id) and vocab.bpe (the
 // merges), fetched by scripts/fetch_gpt2_tokenizer.sh.
 //
-// Token strings in those files spell bytes with GPT-2's byte-to-unicode mapping (encoder.py's
-// bytes_to_unicode): the printable bytes '!'..'~', 0xA1..0xAC and 0xAE..0xFF stand for
-// themselves, the other 68 bytes, in increasing order, for U+0100, U+0101, ...
-//
-// The merging itself is data/bpe.h's.
+// Token strings in those files spell bytes with GPT-2's byte-to-unicode mapping
+// (data/byte_level.h). The merging itself is data/bpe.h's.
 #pragma once
 
 #include <cstdint>

@@ -206,6 +206,24 @@ private:
     std::size_t shards_ = 0;  // outputs written (a Megatron one is two files)
 };
 
+// Joins each document's chunks, framed as the file comment says, and writes it.
+void write_documents(const data::Tokenizer& tokenizer, const std::vector<Chunk>& chunks,
+                     Output& output) {
+    const std::span<const int32_t> start = tokenizer.document_start(),
+                                   end = tokenizer.document_end();
+    const std::optional<int32_t> eot = tokenizer.end_of_text();
+    std::vector<int32_t> document(start.begin(), start.end());
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+        document.insert(document.end(), chunks[i].ids.begin(), chunks[i].ids.end());
+        if (i + 1 < chunks.size() && chunks[i + 1].document == chunks[i].document) continue;
+        document.insert(document.end(), end.begin(), end.end());
+        if (eot && (end.empty() || end.back() != *eot)) document.push_back(*eot);
+        output.add_document(document);
+        document.assign(start.begin(), start.end());
+    }
+    output.finish();
+}
+
 void draw_progress(std::size_t done, std::size_t total, double seconds) {
     constexpr int kWidth = 30;
     const double f = total ? static_cast<double>(done) / total : 1.0;
@@ -278,19 +296,7 @@ int tokenize(const TokenizeOptions& opts) {
         std::fprintf(stderr, "\n");
     }
 
-    const std::span<const int32_t> start = tokenizer->document_start(),
-                                   end = tokenizer->document_end();
-    const std::optional<int32_t> eot = tokenizer->end_of_text();
-    std::vector<int32_t> document(start.begin(), start.end());
-    for (std::size_t i = 0; i < chunks.size(); ++i) {
-        document.insert(document.end(), chunks[i].ids.begin(), chunks[i].ids.end());
-        if (i + 1 < chunks.size() && chunks[i + 1].document == chunks[i].document) continue;
-        document.insert(document.end(), end.begin(), end.end());
-        if (eot && (end.empty() || end.back() != *eot)) document.push_back(*eot);
-        output.add_document(document);
-        document.assign(start.begin(), start.end());
-    }
-    output.finish();
+    write_documents(*tokenizer, chunks, output);
     std::printf("tokenized %.2f MB (%s) into %s in %.2f s: %.2f MB/s on %s\n", total_bytes / 1e6,
                 train::counted(static_cast<int64_t>(documents.size()), "document").c_str(),
                 train::counted(static_cast<int64_t>(output.tokens()), "token").c_str(), seconds,

@@ -6,7 +6,7 @@
 #                (ByteLevel pre-tokenizer, <|endoftext|> special, merges as pairs)
 #   llama3.json  Llama 3's form, written here: GPT-2's vocabulary and merges ("a b" strings)
 #                plus tokens no merge makes, Llama 3's Split expression then ByteLevel,
-#                ignore_merges, special tokens after the vocabulary (one non-special, normalized),
+#                ignore_merges, special tokens after the vocabulary (two non-special, normalized),
 #                TemplateProcessing that puts <|begin_of_text|> first
 #   qwen2.json   the same with Qwen2's expression (digits one by one)
 # Checks: every file equals the library on the tricky strings of test_tokenizer_js.py and more
@@ -51,7 +51,7 @@ MORE_TRICKY = [
     "  \n  \n", "\t\n\t", "a\u0085b\n",
     # contractions in upper and mixed case, and after other characters
     "I'M HERE", "DON'T", "WE'LL", "THEY'RE", "YOU'VE", "HE'D", "'S'T'RE", "It'S", "x'Ll",
-    "'ſ", "'\u212a",
+    "'ſ", "'ſa", "'ſt", "'\u212a", "'\u212aa",
     # letters led by one non-letter
     "!hello", "(word)", "\tword", "\u00a0word", "#tag", "1word", "word1",
     # scripts and emoji
@@ -59,7 +59,8 @@ MORE_TRICKY = [
     "😀😃😄", "👩🏽‍💻 codes", "🇯🇵🇫🇷",
     # the added tokens written out, alone, together and inside words
     "<|begin_of_text|>", "<|end_of_text|>", "a<|end_of_text|>b<|begin_of_text|>",
-    "<|begin_of_text|><|begin_of_text|>", "<|end_of_text", "<tool>x</tool>", "<tool><tool>",
+    "<|begin_of_text|><|begin_of_text|>", "<|end_of_text", "<|end_of", "a<|end", "a<|end_of",
+    "<tool>x</tool>", "<tool><tool>",
     "<|reserved_special_token_0|>\n", "<|endoftext|>",
     # whole pieces that only ignore_merges makes one token
     " Supercalifragilistic", "Supercalifragilistic", " Supercalifragilisticexpialidocious", "999",
@@ -77,13 +78,18 @@ def write_llama_style(path, gpt2_json, regex):
         gpt2 = json.load(f)
     vocab = {k: v for k, v in gpt2["model"]["vocab"].items() if k != "<|endoftext|>"}
     vocab["<|endoftext|>"] = 50256  # an ordinary vocabulary token here, as in Llama 3's
-    for word in [" Supercalifragilistic", "Supercalifragilistic", "999"]:
+    # Whole pieces for ignore_merges; "'ſa" is one only where (?i:'s) fails to take "'ſ".
+    for word in [" Supercalifragilistic", "Supercalifragilistic", "999", "'ſa"]:
         if unicode_of_bytes(word) not in vocab:
             vocab[unicode_of_bytes(word)] = len(vocab)
     merges = [" ".join(pair) for pair in gpt2["model"]["merges"]]
-    added = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>\n", "<tool>"]
+    # "<|end_of" is a prefix of another special token (the longer wins); the normalized
+    # "a<|end" starts before "<|end_of_text|>" but is looked for after it.
+    added = ["<|begin_of_text|>", "<|end_of", "<|end_of_text|>", "<|reserved_special_token_0|>\n",
+             "<tool>", "a<|end"]
+    plain = ("<tool>", "a<|end")
     added_tokens = [{"id": len(vocab) + i, "content": c, "single_word": False, "lstrip": False,
-                     "rstrip": False, "normalized": c == "<tool>", "special": c != "<tool>"}
+                     "rstrip": False, "normalized": c in plain, "special": c not in plain}
                     for i, c in enumerate(added)]
     bos = {"id": "<|begin_of_text|>", "type_id": 0}
     spec = {
@@ -114,7 +120,7 @@ def write_llama_style(path, gpt2_json, regex):
     }
     with open(path, "w", encoding="utf-8") as f:
         json.dump(spec, f, ensure_ascii=False)
-    return len(vocab) + 1  # the id of <|end_of_text|>
+    return len(vocab) + added.index("<|end_of_text|>")
 
 
 def first_difference(ours, theirs):
