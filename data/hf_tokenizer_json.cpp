@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "data/byte_level.h"
 #include "data/hf_tokenizer.h"
@@ -159,6 +160,9 @@ void read_model(const Value& root, HfTokenizerSpec& spec,
     }
     const Value& merges = member(model, "merges", "model");
     if (!merges.is_array()) refuse("model.merges", "expected an array");
+    // The library keeps the last rank of a pair listed twice, the merge table here the first:
+    // such a list is refused.
+    std::unordered_set<uint64_t> pairs;
     for (std::size_t i = 0; i < merges.array.size(); ++i) {
         const std::string where = "model.merges[" + std::to_string(i) + "]";
         const auto [left, right] = merge_pair(merges.array[i], where);
@@ -166,6 +170,8 @@ void read_model(const Value& root, HfTokenizerSpec& spec,
                    made = id_of_token.find(left + right);
         if (l == id_of_token.end() || r == id_of_token.end() || made == id_of_token.end())
             refuse(where, "a token of this merge or its result is not in the vocabulary");
+        if (!pairs.insert(uint64_t(uint32_t(l->second)) << 32 | uint32_t(r->second)).second)
+            refuse(where, "this merge is listed twice");
         spec.merges.push_back({l->second, r->second, made->second});
     }
 }

@@ -101,6 +101,8 @@ TEST_CASE("tokenizer.json: unsupported or broken files are one error naming the 
     CHECK_THAT(refused(edited("\"ab ab\"", "\"ab xyzw\"")),
                Contains("model.merges[2]") && Contains("not in the vocabulary"));
     CHECK_THAT(refused(edited("\"ab ab\"", "\"abab\"")), Contains("model.merges[2]"));
+    CHECK_THAT(refused(edited("\"ab ab\"", "\"a b\"")),
+               Contains("model.merges[2]: this merge is listed twice"));
     CHECK_THAT(refused(edited("\"a\": 97", "\"\\u0400\": 97")), Contains("stands for no byte"));
     CHECK_THAT(refused(edited("\"add_prefix_space\": false", "\"add_prefix_space\": true")),
                Contains("pre_tokenizer.add_prefix_space"));
