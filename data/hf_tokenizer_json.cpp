@@ -160,8 +160,8 @@ void read_model(const Value& root, HfTokenizerSpec& spec,
     }
     const Value& merges = member(model, "merges", "model");
     if (!merges.is_array()) refuse("model.merges", "expected an array");
-    // The library keeps the last rank of a pair listed twice, the merge table here the first:
-    // such a list is refused.
+    // A pair listed twice has no one rank (which one a table keeps is an accident of how it is
+    // built): refused.
     std::unordered_set<uint64_t> pairs;
     for (std::size_t i = 0; i < merges.array.size(); ++i) {
         const std::string where = "model.merges[" + std::to_string(i) + "]";
