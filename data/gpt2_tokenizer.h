@@ -4,13 +4,8 @@
 // applies. It reads OpenAI's two files: encoder.json (token string -> id) and vocab.bpe (the
 // merges), fetched by scripts/fetch_gpt2_tokenizer.sh.
 //
-// Token strings in those files spell bytes with GPT-2's byte-to-unicode mapping (encoder.py's
-// bytes_to_unicode): the printable bytes '!'..'~', 0xA1..0xAC and 0xAE..0xFF stand for
-// themselves, the other 68 bytes, in increasing order, for U+0100, U+0101, ...
-//
-// Work is on token ids only: a merge is looked up by the pair of ids it joins, and the ids of
-// frequent pieces are cached per thread, so encode() needs no lock and may be called from
-// several threads on one tokenizer.
+// Token strings in those files spell bytes with GPT-2's byte-to-unicode mapping
+// (data/byte_level.h). The merging itself is data/bpe.h's.
 #pragma once
 
 #include <cstdint>
@@ -18,6 +13,8 @@
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "data/bpe.h"
 
 namespace trident::data {
 
@@ -37,28 +34,10 @@ public:
     // The exact bytes of `ids`. An id outside [0, vocab_size()) is an error.
     std::string decode(std::span<const int32_t> ids) const;
 
-    int vocab_size() const { return static_cast<int>(token_bytes_.size()); }
+    int vocab_size() const { return bpe_.vocab_size(); }
 
 private:
-    // One merge: the pair of ids it joins (left << 32 | right), its place in vocab.bpe (lower
-    // merges first) and the id it makes. Kept in an open-addressing table: this lookup is the
-    // inner loop of encoding.
-    struct Merge {
-        uint64_t pair = kNoPair;
-        int32_t rank = 0;
-        int32_t merged = 0;
-    };
-    static constexpr uint64_t kNoPair = ~uint64_t{0};
-
-    void insert_merge(const Merge& merge);
-    const Merge* find_merge(int32_t left, int32_t right) const;
-    void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
-
-    std::vector<std::string> token_bytes_;  // (vocab) the bytes each id stands for
-    int32_t byte_token_[256] = {};          // the id of each single byte
-    std::vector<Merge> merge_table_;        // power-of-two size, at most half full
-    int merge_shift_ = 64;                  // hash >> merge_shift_ is a slot
-    uint64_t instance_ = 0;                 // tells the per-thread caches apart
+    BytePairEncoder bpe_;
 };
 
 // Where the tokenizer files are: $TRIDENT_TOKENIZER_DIR if set; else

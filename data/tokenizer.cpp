@@ -2,11 +2,16 @@
 #include "data/tokenizer.h"
 
 #include "data/gpt2_tokenizer.h"
+#include "data/hf_tokenizer.h"
 #include "kernels/error.h"
 
 namespace trident::data {
 
 namespace {
+
+bool printable_ascii(char c) {
+    return c > ' ' && c < 0x7f;
+}
 
 class ByteTokenizer final : public Tokenizer {
 public:
@@ -42,10 +47,17 @@ private:
 
 }  // namespace
 
+bool Tokenizer::can_cut(std::string_view text, std::size_t pos) const {
+    return pos >= 2 && pos < text.size() && text[pos - 1] == '\n' &&
+           printable_ascii(text[pos - 2]) && printable_ascii(text[pos]);
+}
+
 std::unique_ptr<Tokenizer> make_tokenizer(const std::string& name) {
     if (name == "bytes") return std::make_unique<ByteTokenizer>();
     if (name == "gpt2") return std::make_unique<BpeTokenizer>();
-    throw Error("unknown tokenizer '" + name + "' (available: gpt2, bytes)");
+    if (name.ends_with(".json")) return make_hf_tokenizer(name);
+    throw Error("unknown tokenizer '" + name +
+                "' (available: gpt2, bytes, or the path of a tokenizer.json)");
 }
 
 std::unique_ptr<Tokenizer> tokenizer_for_vocab(int vocab_size) {

@@ -7,7 +7,8 @@
 #            munge), MPICH for the second MPI's test (mpich, libmpich-dev; Open MPI stays the
 #            default mpirun and mpicc), matplotlib for the plot scripts (python3-matplotlib),
 #            protobuf and CRC32C to read TensorBoard event files back (python3-protobuf,
-#            protobuf-compiler, python3-crc32c)
+#            protobuf-compiler, python3-crc32c), and Hugging Face's tokenizers library (npm
+#            package) into data/hf_tokenizers/ for the tokenizer.json test
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 packages=(g++ cmake ninja-build pkg-config libyaml-cpp-dev libcli11-dev catch2 libopenblas-dev
@@ -50,3 +51,6 @@ fi
 cmake -S "$root" -B "$root/build" -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build "$root/build" -j "$(nproc)"
 "$root/scripts/fetch_gpt2_tokenizer.sh"
+if [[ "${1:-}" == "--tests" ]]; then
+  "$root/scripts/fetch_hf_tokenizers.sh"
+fi

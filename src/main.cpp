@@ -102,7 +102,8 @@ CLI::App* add_tokenize(CLI::App& app, commands::TokenizeOptions& tok) {
         ->required();
     tokenize_cmd
         ->add_option("--tokenizer", tok.tokenizer,
-                     "gpt2 (GPT-2 BPE, vocab 50257) or bytes (one id per byte, vocab 256)")
+                     "gpt2 (GPT-2 BPE, vocab 50257), bytes (one id per byte, vocab 256), or the "
+                     "path of a Hugging Face tokenizer.json (byte-level BPE)")
         ->capture_default_str();
     tokenize_cmd->add_option("--format", tok.format, "llmc (token shard) or megatron (.bin/.idx)")
         ->capture_default_str();

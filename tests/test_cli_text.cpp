@@ -154,6 +154,13 @@ TEST_CASE("tokenize: bad arguments are reported", "[cli][tokenize][bad-input]") 
     require_clear_error(
         run("tokenize --no-progress --tokenizer sentencepiece --output " + ws.path("o") + " " + in),
         "sentencepiece");
+    const auto tokenizer_json = ws.write("tokenizer.json", "{\"model\": {\"type\": \"Unigram\"}}");
+    require_clear_error(run("tokenize --no-progress --tokenizer " + tokenizer_json + " --output " +
+                            ws.path("o") + " " + in),
+                        tokenizer_json + ": model.type: \"Unigram\" is not supported");
+    require_clear_error(run("tokenize --no-progress --tokenizer " + ws.path("none.json") +
+                            " --output " + ws.path("o") + " " + in),
+                        "none.json");
 }
 
 TEST_CASE("tokenize: names the files it wrote and never overwrites the other format's",

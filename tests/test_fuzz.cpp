@@ -1,10 +1,11 @@
 // Fuzz tests of the parsers of untrusted input: the YAML config, the safetensors header, the
-// llm.c shard header, the Megatron .idx and a checkpoint's manifest.json. Each feeds a few
-// thousand mutated forms of valid seed files (tests/fuzz_mutator.h; TRIDENT_FUZZ_ITERATIONS
-// sets how many) through the parser as a run meets them, from disk where a run reads a file.
-// Every input must be accepted or refused with one trident::Error of one non-empty line: any
-// other exception fails the test, and under scripts/sanitize.sh (AddressSanitizer and
-// UndefinedBehaviorSanitizer) so does any out-of-bounds access, overflow or leak.
+// llm.c shard header, the Megatron .idx, a checkpoint's manifest.json and a tokenizer.json. Each
+// feeds a few thousand mutated forms of valid seed files (tests/fuzz_mutator.h;
+// TRIDENT_FUZZ_ITERATIONS sets how many) through the parser as a run meets them, from disk where a
+// run reads a file. Every input must be accepted or refused with one trident::Error of one
+// non-empty line: any other exception fails the test, and under scripts/sanitize.sh
+// (AddressSanitizer and UndefinedBehaviorSanitizer) so does any out-of-bounds access, overflow or
+// leak.
 #include <catch2/catch.hpp>
 #include <cstdlib>
 #include <filesystem>
@@ -16,9 +17,11 @@
 #include "config/config.h"
 #include "data/megatron_dataset.h"
 #include "data/token_shards.h"
+#include "data/tokenizer.h"
 #include "fuzz_mutator.h"
 #include "io/safetensors.h"
 #include "kernels/error.h"
+#include "small_tokenizer_json.h"
 #include "temp_dir.h"
 #include "train/checkpoint_manifest.h"
 
@@ -205,5 +208,21 @@ TEST_CASE("fuzz: a checkpoint's manifest.json", "[fuzz]") {
         write_file(dir / "manifest.json", text);
         const train::Manifest read = train::read_manifest(dir.dir.string());
         train::describe_data_changes(read.data, m.data);
+    });
+}
+
+TEST_CASE("fuzz: a tokenizer.json", "[fuzz]") {
+    TempDir dir("fuzz_tokenizer");
+    const std::string path = dir / "tokenizer.json";
+    std::vector<std::string> tokens = kJsonTokens;
+    for (const char* t : {"\"<s>\"", "\"ab\"", "\"a b\"", "\"Sequence\"", "\"Split\"", "\"BPE\"",
+                          "\"TemplateProcessing\"", "\"ids\": [", "\"\\u0120\"", "256", "261"})
+        tokens.push_back(t);
+    fuzz_parser(6, {small_tokenizer::json()}, tokens, [&](const std::string& text) {
+        write_file(path, text);
+        const auto tokenizer = data::make_tokenizer(path);
+        std::vector<int32_t> ids;
+        tokenizer->encode("x<s>ab a\nxyz<|endoftext|> 123", ids);
+        tokenizer->decode(ids);
     });
 }

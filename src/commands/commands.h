@@ -48,7 +48,7 @@ int checkpoint_info(const CheckpointInfoOptions& opts);
 struct TokenizeOptions {
     std::vector<std::string> inputs;  // text files
     std::string output;               // llm.c shard path, or Megatron prefix
-    std::string tokenizer = "gpt2";   // gpt2 | bytes
+    std::string tokenizer = "gpt2";   // gpt2 | bytes | PATH.json
     std::string format = "llmc";      // llmc | megatron
     std::string split_on;             // record separator within files; empty = a file is a document
     std::size_t shard_tokens = 0;     // split the output every N tokens; 0 = one output

@@ -1,11 +1,13 @@
 // `trident tokenize`: turns text files into training data, an llm.c token shard or a Megatron
 // .bin/.idx pair, on every core.
 //
-// Documents are the input files, or the records of each file split on --split-on; each ends
-// with <|endoftext|> (GPT-2 tokenizer). Large documents are cut into chunks at points where
-// GPT-2's pre-tokenizer always splits anyway (after a newline, before a printable ASCII
-// character: no pattern of the regex reaches across that), so encoding chunks in parallel
-// gives exactly the ids of encoding the whole text at once.
+// Documents are the input files, or the records of each file split on --split-on; each is
+// written as the tokenizer's document start (a tokenizer.json's post-processor, e.g. Llama 3's
+// <|begin_of_text|>), the text's ids, the document end, then its end-of-text token
+// (<|endoftext|> for GPT-2) unless the document end already is that. Large documents are cut
+// into chunks where the tokenizer allows (Tokenizer::can_cut: pre-tokenizers always split
+// there anyway), so encoding chunks in parallel gives exactly the ids of encoding the whole
+// text at once.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -14,6 +16,8 @@
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <optional>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -77,10 +81,11 @@ struct Chunk {
 };
 
 // Cuts a document into chunks of about `target` bytes at safe points (see the file comment).
-void cut(std::size_t document, std::string_view text, std::size_t target, std::vector<Chunk>& out) {
+void cut(const data::Tokenizer& tokenizer, std::size_t document, std::string_view text,
+         std::size_t target, std::vector<Chunk>& out) {
     while (text.size() > target) {
         std::size_t p = target;
-        while (p < text.size() && !(text[p - 1] == '\n' && text[p] > ' ' && text[p] < 0x7f)) ++p;
+        while (p < text.size() && !tokenizer.can_cut(text, p)) ++p;
         out.push_back({document, text.substr(0, p), {}});
         text.remove_prefix(p);
     }
@@ -201,6 +206,24 @@ private:
     std::size_t shards_ = 0;  // outputs written (a Megatron one is two files)
 };
 
+// Joins each document's chunks, framed as the file comment says, and writes it.
+void write_documents(const data::Tokenizer& tokenizer, const std::vector<Chunk>& chunks,
+                     Output& output) {
+    const std::span<const int32_t> start = tokenizer.document_start(),
+                                   end = tokenizer.document_end();
+    const std::optional<int32_t> eot = tokenizer.end_of_text();
+    std::vector<int32_t> document(start.begin(), start.end());
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+        document.insert(document.end(), chunks[i].ids.begin(), chunks[i].ids.end());
+        if (i + 1 < chunks.size() && chunks[i + 1].document == chunks[i].document) continue;
+        document.insert(document.end(), end.begin(), end.end());
+        if (eot && (end.empty() || end.back() != *eot)) document.push_back(*eot);
+        output.add_document(document);
+        document.assign(start.begin(), start.end());
+    }
+    output.finish();
+}
+
 void draw_progress(std::size_t done, std::size_t total, double seconds) {
     constexpr int kWidth = 30;
     const double f = total ? static_cast<double>(done) / total : 1.0;
@@ -235,7 +258,8 @@ int tokenize(const TokenizeOptions& opts) {
     const std::size_t target =
         std::clamp<std::size_t>(total_bytes / (16 * threads), 1 << 16, 1 << 22);
     std::vector<Chunk> chunks;
-    for (std::size_t d = 0; d < documents.size(); ++d) cut(d, documents[d], target, chunks);
+    for (std::size_t d = 0; d < documents.size(); ++d)
+        cut(*tokenizer, d, documents[d], target, chunks);
     // The progress counts the bytes encoded: the documents, not the separators between them.
     std::size_t document_bytes = 0;
     for (const Chunk& chunk : chunks) document_bytes += chunk.text.size();
@@ -272,15 +296,7 @@ int tokenize(const TokenizeOptions& opts) {
         std::fprintf(stderr, "\n");
     }
 
-    std::vector<int32_t> document;
-    for (std::size_t i = 0; i < chunks.size(); ++i) {
-        document.insert(document.end(), chunks[i].ids.begin(), chunks[i].ids.end());
-        if (i + 1 < chunks.size() && chunks[i + 1].document == chunks[i].document) continue;
-        if (tokenizer->end_of_text()) document.push_back(*tokenizer->end_of_text());
-        output.add_document(document);
-        document.clear();
-    }
-    output.finish();
+    write_documents(*tokenizer, chunks, output);
     std::printf("tokenized %.2f MB (%s) into %s in %.2f s: %.2f MB/s on %s\n", total_bytes / 1e6,
                 train::counted(static_cast<int64_t>(documents.size()), "document").c_str(),
                 train::counted(static_cast<int64_t>(output.tokens()), "token").c_str(), seconds,

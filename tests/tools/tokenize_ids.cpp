@@ -1,6 +1,7 @@
-// trident_tokenize_ids: runs the GPT-2 tokenizer (data/gpt2_tokenizer.h) on a file, for the
-// comparison with the JavaScript encoder (tests/python/test_tokenizer_js.py) and the benchmark
-// (scripts/bench_tokenizer.sh).
+// trident_tokenize_ids: runs the GPT-2 tokenizer (data/gpt2_tokenizer.h), or with --json a
+// tokenizer.json (data/hf_tokenizer.h), on a file, for the comparisons with the JavaScript
+// encoders (tests/python/test_tokenizer_js.py, test_tokenizer_json.py) and the benchmark
+// (scripts/bench_tokenizer.sh). Ids are the text's alone, without a post-processor's tokens.
 //
 //   trident_tokenize_ids FILE            the ids of the whole file, as one JSON array; exits 1
 //                                        if decoding them does not give the file back
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "data/gpt2_tokenizer.h"
+#include "data/hf_tokenizer.h"
 #include "io/json_reader.h"
 #include "kernels/error.h"
 
@@ -49,9 +51,10 @@ static std::size_t first_difference(const std::string& a, const std::string& b) 
         a.begin());
 }
 
-static int run(const std::string& dir, const std::string& path, bool strings, bool bench,
+// Tok: data::Gpt2Tokenizer or data::Tokenizer, which encode and decode alike.
+template <typename Tok>
+static int run(const Tok& tokenizer, const std::string& path, bool strings, bool bench,
                int repeat) {
-    const data::Gpt2Tokenizer tokenizer(dir);
     const std::string text = read_file(path);
     if (strings) {
         const io::json::Value list = io::json::parse(text);
@@ -92,11 +95,12 @@ static int run(const std::string& dir, const std::string& path, bool strings, bo
 
 int main(int argc, char** argv) {
     CLI::App app{"Runs the GPT-2 tokenizer on a file: its ids, or its speed"};
-    std::string dir = data::default_tokenizer_dir(), path;
+    std::string dir = data::default_tokenizer_dir(), json, path;
     bool strings = false, bench = false;
     int repeat = 3;
     app.add_option("--dir", dir, "directory with encoder.json and vocab.bpe")
         ->capture_default_str();
+    app.add_option("--json", json, "a tokenizer.json to run instead of GPT-2's files");
     app.add_flag("--strings", strings, "FILE is a JSON array of strings; ids per string");
     app.add_flag("--bench", bench, "time encode() only and print MB/s");
     app.add_option("--repeat", repeat, "runs timed with --bench (the best counts)")
@@ -105,7 +109,8 @@ int main(int argc, char** argv) {
     app.add_option("file", path, "input file")->required();
     CLI11_PARSE(app, argc, argv);
     try {
-        return run(dir, path, strings, bench, repeat);
+        if (!json.empty()) return run(*data::make_hf_tokenizer(json), path, strings, bench, repeat);
+        return run(data::Gpt2Tokenizer(dir), path, strings, bench, repeat);
     } catch (const std::exception& e) {
         std::fprintf(stderr, "trident_tokenize_ids: %s\n", e.what());
         return 1;
