@@ -236,18 +236,39 @@ std::string MegatronDataset::describe() const {
            code_of(dtype_).name + ")";
 }
 
-MegatronWriter::MegatronWriter(const std::string& prefix)
-    : prefix_(prefix), bin_(prefix + ".bin") {}
+MegatronWriter::MegatronWriter(const std::string& prefix, kernels::DType dtype)
+    : prefix_(prefix), dtype_(dtype), bin_(prefix + ".bin") {
+    if (dtype != kernels::DType::u16 && dtype != kernels::DType::i32)
+        throw Error(std::string("internal: Megatron writer of ") + kernels::name_of(dtype));
+}
 
 MegatronWriter::~MegatronWriter() = default;
 
-void MegatronWriter::add_document(std::span<const uint16_t> tokens) {
+void MegatronWriter::append(const void* tokens, std::size_t count) {
     if (finished_) throw Error(prefix_ + ": add_document after finish");
-    if (tokens.size() > static_cast<std::size_t>(std::numeric_limits<int32_t>::max()))
-        throw Error(prefix_ + ": a document of " + str(tokens.size()) +
+    if (count > static_cast<std::size_t>(std::numeric_limits<int32_t>::max()))
+        throw Error(prefix_ + ": a document of " + str(count) +
                     " tokens is longer than a Megatron sequence length (int32) can say");
-    bin_.write(tokens.data(), tokens.size_bytes());
-    lengths_.push_back(static_cast<int32_t>(tokens.size()));
+    bin_.write(tokens, count * kernels::size_of(dtype_));
+    lengths_.push_back(static_cast<int32_t>(count));
+}
+
+void MegatronWriter::add_document(std::span<const uint16_t> tokens) {
+    add_document(std::vector<int32_t>(tokens.begin(), tokens.end()));
+}
+
+void MegatronWriter::add_document(std::span<const int32_t> tokens) {
+    const int64_t top = dtype_ == kernels::DType::u16 ? 65535 : std::numeric_limits<int32_t>::max();
+    for (const int32_t t : tokens)
+        if (t < 0 || t > top)
+            throw Error(prefix_ + ": token id " + std::to_string(t) + " does not fit the " +
+                        code_of(dtype_).name + " of this dataset");
+    if (dtype_ == kernels::DType::i32) {
+        append(tokens.data(), tokens.size());
+        return;
+    }
+    const std::vector<uint16_t> narrow(tokens.begin(), tokens.end());
+    append(narrow.data(), narrow.size());
 }
 
 void MegatronWriter::finish() {
@@ -258,12 +279,12 @@ void MegatronWriter::finish() {
     int64_t at = 0;
     for (std::size_t i = 0; i < n; ++i) {
         pointers[i] = at;
-        at += int64_t{lengths_[i]} * static_cast<int64_t>(sizeof(uint16_t));
+        at += int64_t{lengths_[i]} * static_cast<int64_t>(kernels::size_of(dtype_));
     }
     for (std::size_t j = 0; j <= n; ++j) docs[j] = static_cast<int64_t>(j);  // one per document
 
     io::ReplacingFile idx(prefix_ + ".idx");
-    const uint8_t code = code_of(kernels::DType::u16).code;
+    const uint8_t code = code_of(dtype_).code;
     const uint64_t d = n + 1;
     auto put = [&](const void* p, std::size_t bytes) { idx.write(p, bytes); };
     put(kMegatronMagic, sizeof kMegatronMagic);

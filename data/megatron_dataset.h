@@ -66,25 +66,32 @@ private:
     MappedFile bin_;  // PREFIX.bin; data() is null when it is empty
 };
 
-// Writes a Megatron dataset of uint16 tokens, one sequence per document. The files appear
+// Writes a Megatron dataset of uint16 or int32 tokens (Megatron-LM takes int32 once a
+// vocabulary outgrows 16 bits), one sequence per document. The files appear
 // under their final names only when finish() succeeds (written as *.tmp, then renamed), so
 // a crash never leaves a half-written dataset that looks whole.
 class MegatronWriter {
 public:
     // PREFIX.bin and PREFIX.idx are written under temporary names and renamed into place by
     // finish(), so a run reading the old ones keeps them whole (io::ReplacingFile).
-    explicit MegatronWriter(const std::string& prefix);
+    // `dtype`: u16 or i32.
+    explicit MegatronWriter(const std::string& prefix, kernels::DType dtype = kernels::DType::u16);
     ~MegatronWriter();  // removes the temporary files unless finish() ran
     MegatronWriter(const MegatronWriter&) = delete;
     MegatronWriter& operator=(const MegatronWriter&) = delete;
 
     void add_document(std::span<const uint16_t> tokens);
+    // Ids out of the dtype's range are an error naming the id.
+    void add_document(std::span<const int32_t> tokens);
     void finish();  // writes PREFIX.idx, then renames both files into place
 
     std::size_t documents() const { return lengths_.size(); }
 
 private:
+    void append(const void* tokens, std::size_t count);
+
     std::string prefix_;
+    kernels::DType dtype_;
     io::ReplacingFile bin_;
     std::vector<int32_t> lengths_;
     bool finished_ = false;

@@ -15,6 +15,7 @@
 #include "data/gpt2_tokenizer.h"
 #include "data/megatron_dataset.h"
 #include "data/token_shards.h"
+#include "small_tokenizer_json.h"
 
 using namespace cli;
 using Catch::Contains;
@@ -268,4 +269,38 @@ TEST_CASE("generate: continues a prompt from a checkpoint and from exported weig
     require_clear_error(run("generate --prompt x"), "--weights");
     require_clear_error(run("generate --weights " + ws.path("none.safetensors") + " --prompt x"),
                         "none.safetensors");
+}
+
+TEST_CASE("tokenize: a vocabulary beyond 16 bits is written as int32 Megatron ids",
+          "[cli][tokenize]") {
+    Workspace ws;
+    // tests/small_tokenizer_json.h's file with 69740 more tokens that no merge makes, so its
+    // two added tokens move to ids 70000 (<|endoftext|>) and 70001 (<s>).
+    std::string json = small_tokenizer::json();
+    std::string more;
+    for (int id = 260; id < 70000; ++id)
+        more += ", \"w" + std::to_string(id) + "\": " + std::to_string(id);
+    const auto replace = [&](const std::string& from, const std::string& to) {
+        const std::size_t at = json.find(from);
+        REQUIRE(at != std::string::npos);
+        json.replace(at, from.size(), to);
+    };
+    replace("\"xyz\": 259", "\"xyz\": 259" + more);
+    replace("{\"id\": 260, \"content\": \"<|endoftext|>\"",
+            "{\"id\": 70000, \"content\": \"<|endoftext|>\"");
+    replace("{\"id\": 261, \"content\": \"<s>\"", "{\"id\": 70001, \"content\": \"<s>\"");
+    replace("\"ids\": [261]", "\"ids\": [70001]");
+    const auto tokenizer = ws.write("big.json", json);
+    const auto in = ws.write("t.txt", "abab a");
+    const RunResult r = run("tokenize --no-progress --format megatron --tokenizer " + tokenizer +
+                            " --output " + ws.path("m") + " " + in);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    const trident::data::MegatronDataset meg(ws.path("m"), 70002, "test");
+    CHECK(meg.dtype() == trident::kernels::DType::i32);
+    // <s>, "abab" (ignore_merges: a whole piece in the vocabulary), " a", <|endoftext|>.
+    CHECK(read_all(meg) == std::vector<int32_t>{70001, 258, 257, 70000});
+    require_clear_error(run("tokenize --no-progress --tokenizer " + tokenizer + " --output " +
+                            ws.path("s.bin") + " " + in),
+                        "use --format megatron");
 }

@@ -291,3 +291,22 @@ TEST_CASE("megatron: the sampling contract holds as for a shard of the same toke
         }
     }
 }
+
+TEST_CASE("megatron: an int32 writer lays out the bytes the format describes", "[data][megatron]") {
+    TempDir tmp("megatron");
+    data::MegatronWriter writer(tmp / "w", kernels::DType::i32);
+    writer.add_document(std::vector<int32_t>{70000, 1});
+    writer.add_document(std::vector<int32_t>{128255});
+    writer.finish();
+    // int32 (code 4); sequences at bytes 0 and 8.
+    CHECK(read_bytes(tmp / "w.idx") == hand_index(4, {2, 1}, {0, 8}, {0, 1, 2}));
+    std::vector<unsigned char> bin;
+    for (int32_t t : {70000, 1, 128255}) put(bin, t);
+    CHECK(read_bytes(tmp / "w.bin") == bin);
+    const data::MegatronDataset ds(tmp / "w", 128256, "data.train");
+    CHECK(whole_stream(ds) == std::vector<int32_t>{70000, 1, 128255});
+    // A uint16 writer names an id it cannot hold.
+    data::MegatronWriter narrow(tmp / "n");
+    CHECK_THROWS_WITH(narrow.add_document(std::vector<int32_t>{65536}),
+                      Catch::Contains("token id 65536 does not fit the uint16"));
+}

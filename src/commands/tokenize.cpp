@@ -118,27 +118,27 @@ void refuse_other_format(const std::string& bin, const std::string& format) {
 // Receives documents in order and writes them as one file or as shards of --shard-tokens.
 class Output {
 public:
-    explicit Output(const TokenizeOptions& opts) : opts_(opts) {
+    // `dtype`: the Megatron dataset's ids (u16, or i32 for a vocabulary beyond 16 bits).
+    Output(const TokenizeOptions& opts, kernels::DType dtype) : opts_(opts), dtype_(dtype) {
         const std::filesystem::path parent = std::filesystem::path(opts.output).parent_path();
         if (!parent.empty()) std::filesystem::create_directories(parent);
     }
 
     void add_document(std::span<const int32_t> ids) {
-        std::vector<uint16_t> doc(ids.begin(), ids.end());
-        tokens_ += doc.size();
+        tokens_ += ids.size();
         if (opts_.format == "megatron") {
             if (megatron_ && opts_.shard_tokens > 0 && shard_fill_ > 0 &&
-                shard_fill_ + doc.size() > opts_.shard_tokens)
+                shard_fill_ + ids.size() > opts_.shard_tokens)
                 close_megatron();
             if (!megatron_) {
                 refuse_other_format(shard_name("") + ".bin", opts_.format);
-                megatron_ = std::make_unique<data::MegatronWriter>(shard_name(""));
+                megatron_ = std::make_unique<data::MegatronWriter>(shard_name(""), dtype_);
             }
-            megatron_->add_document(doc);
-            shard_fill_ += doc.size();
+            megatron_->add_document(ids);
+            shard_fill_ += ids.size();
             return;
         }
-        pending_.insert(pending_.end(), doc.begin(), doc.end());
+        pending_.insert(pending_.end(), ids.begin(), ids.end());
         while (opts_.shard_tokens > 0 && pending_.size() >= opts_.shard_tokens) {
             write_llmc(std::span(pending_).first(opts_.shard_tokens));
             pending_.erase(pending_.begin(),
@@ -198,7 +198,8 @@ private:
     }
 
     const TokenizeOptions& opts_;
-    std::vector<uint16_t> pending_;  // llm.c: tokens not yet in a shard
+    kernels::DType dtype_;
+    std::vector<uint16_t> pending_;  // llm.c: tokens not yet in a shard (ids below 65536)
     std::unique_ptr<data::MegatronWriter> megatron_;
     std::size_t shard_fill_ = 0;
     std::size_t tokens_ = 0;
@@ -239,11 +240,16 @@ int tokenize(const TokenizeOptions& opts) {
     if (opts.format != "llmc" && opts.format != "megatron")
         throw Error("--format: expected llmc or megatron, got '" + opts.format + "'");
     const auto tokenizer = data::make_tokenizer(opts.tokenizer);
-    if (tokenizer->vocab_size() > 65536)
-        throw Error("the vocabulary does not fit the uint16 ids of the output formats");
+    // llm.c shards hold uint16 ids; a Megatron dataset takes int32 beyond them, as Megatron-LM
+    // does for a vocabulary outgrowing 16 bits.
+    const bool wide = tokenizer->vocab_size() > 65536;
+    if (wide && opts.format == "llmc")
+        throw Error("a vocabulary of " + std::to_string(tokenizer->vocab_size()) +
+                    " ids does not fit the uint16 ids of llm.c shards: use --format megatron, "
+                    "which writes int32 ids");
     const auto t0 = std::chrono::steady_clock::now();
 
-    Output output(opts);
+    Output output(opts, wide ? kernels::DType::i32 : kernels::DType::u16);
     refuse_other_format(output.first_bin(), opts.format);
 
     std::vector<std::string> files;
