@@ -36,7 +36,7 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
       data_context_(grid.data_context()),
       model_(ops,
              gpt_options(cfg, grid.coordinates().pp, data_context_.size(), data_context_.rank()),
-             model::ModelGroups{tensor_, context_}),
+             model::ModelGroups{tensor_, context_, grid.kv_replicas()}),
       // The replicas of the weights are the D·C ranks of the data-context group: the
       // gradients are summed and the optimizer state sharded over all of them, as Megatron-Core
       // does. What trains: every parameter, or the adapters of a frozen model (whose
