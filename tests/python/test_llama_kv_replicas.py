@@ -6,25 +6,29 @@ summed among them (model/param_layout.h). A llama model of 4 heads, under mpirun
 - kv_heads 1 with M = 2, M = 4 with sequence parallelism, M = 2 with D = 2 ZeRO-1, M = 2 with
   P = 2, and M = 2 with C = 2 Ulysses (1 key/value head over M·C = 4 ranks); kv_heads 2 with
   M = 4: the 10-step losses and the printed gradient norms within 1e-5 relative of one process
-  (a replica's gradient counted twice in the norm, or not summed, shows here);
+  (a replica's gradient counted twice in the norm, or not summed, shows here); with M = 4
+  (kv_heads 1 and 2) the bytes the replicas' all-reduces move per step equal `trident plan`'s;
 - the loss and every gradient of one batch within 1e-5 for kv_heads 1, M = 4 and kv_heads 2,
   M = 4 with sequence parallelism;
 - a checkpoint written at M = 4, kv_heads 2 holds every element of every tensor once (each
   head's rows written by one replica), put together by tests/python/checkpoint_compare.py; its
   weights equal bit for bit those `trident export` reshards it to (M = 1); and resumed at
-  M = 1 and M = 2 it continues on one process's losses and gradient norms within 1e-5.
+  M = 1 and M = 2 it continues on one process's losses and gradient norms within 1e-5;
+- training.check_replicas names a key/value head replica that differs from the others.
 Needs only the standard library and mpirun; exit 77 (skipped) without mpirun.
 """
 import array
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import checkpoint_compare  # noqa: E402
-from mpi_harness import (binaries_or_skip, check, failures, losses, read_safetensors, run,  # noqa: E402
-                         tiny_run, worst_tensor_diff)
+from mpi_harness import (binaries_or_skip, check, failures, losses, mpirun_env,  # noqa: E402
+                         read_safetensors, run, tiny_run, worst_tensor_diff)
 
 LLAMA = ["model.arch=llama", "model.layers=4", "model.ffn_hidden=48", "model.rope_theta=500000"]
 
@@ -65,6 +69,38 @@ def check_curve(name, got, ref):
                              f"(worst {worst:.2e})")
 
 
+def planned_kv_bytes(trident, base, overrides):
+    """The bytes `trident plan` counts for the key/value replicas' all-reduces of a step."""
+    out = run([trident, "plan", "--json"] + base + sets(overrides)).stdout
+    return json.loads(out)["stages"][0]["communication"]["kv-replica"]["payload_bytes"]
+
+
+def check_kv_traffic(trident, name, base, overrides, got):
+    """Every step's measured key/value replica all-reduce bytes equal the plan's."""
+    measured = {r["kv_all_reduce_bytes"] for r in got}
+    planned = planned_kv_bytes(trident, base, overrides)
+    check(measured == {planned} and planned > 0,
+          f"{name}: key/value replica all-reduce bytes per step {sorted(measured)} = the "
+          f"plan's {planned}")
+
+
+def corrupt_kv_replica(trident, base):
+    """A bit flipped in rank 1's copy of the key/value head it shares with rank 0
+    (TRIDENT_TEST_CORRUPT_REPLICA) before the replica check of step 4: the run stops, naming
+    both ranks and the tensor."""
+    env = dict(mpirun_env(), TRIDENT_TEST_CORRUPT_REPLICA="4:1:layers.0.self_attn.k_proj.weight")
+    cmd = [shutil.which("mpirun"), "--oversubscribe", "-np", "2", trident, "train"] + base + sets(
+        ["parallel.tensor=2", "training.steps=4", "training.check_replicas=2"])
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                       timeout=600)
+    said = ("training.check_replicas: at step 4 the key/value head replicas disagree: rank 1 "
+            "(pp 0, tp 1, dp 0) holds another layers.0.self_attn.k_proj.weight than rank 0 "
+            "(pp 0, tp 0, dp 0)")
+    check(p.returncode == 1 and said in p.stdout,
+          f"kv 1, M=2: a flipped bit in one replica of a key/value head named (exit "
+          f"{p.returncode})")
+
+
 def main():
     trident, dump = binaries_or_skip()
     with tempfile.TemporaryDirectory() as tmp:
@@ -84,11 +120,16 @@ def main():
             run([trident, "train"] + base[kv] + sets(overrides + [f"logging.metrics={metrics}"]),
                 ranks=ranks)
             check_curve(name, rows(metrics), reference[kv])
+            if "SP" in name:
+                check_kv_traffic(trident, name, base[kv], overrides, rows(metrics))
+        corrupt_kv_replica(trident, base[1])
         # kv_heads 2 at M = 4, checkpointed at step 5 and 10.
         run([trident, "train"] + base[2] + sets(["parallel.tensor=4", f"checkpoint.dir={path('ck4')}",
                                                  "checkpoint.interval=5",
                                                  f"logging.metrics={path('m4.jsonl')}"]), ranks=4)
         check_curve("kv 2, M=4", rows(path("m4.jsonl")), reference[2])
+        check_kv_traffic(trident, "kv 2, M=4", base[2], ["parallel.tensor=4"],
+                         rows(path("m4.jsonl")))
         # The loss and every gradient of one global batch.
         for name, kv, ranks, overrides in GRADIENTS:
             init = sets([f"model.init_from={path(f'ck1_{kv}/step_000005')}"])
