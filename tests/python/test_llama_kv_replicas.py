@@ -7,7 +7,8 @@ summed among them (model/param_layout.h). A llama model of 4 heads, under mpirun
   P = 2, and M = 2 with C = 2 Ulysses (1 key/value head over M·C = 4 ranks); kv_heads 2 with
   M = 4: the 10-step losses and the printed gradient norms within 1e-5 relative of one process
   (a replica's gradient counted twice in the norm, or not summed, shows here); with M = 4
-  (kv_heads 1 and 2) the bytes the replicas' all-reduces move per step equal `trident plan`'s;
+  (kv_heads 1 and 2) the bytes the replicas' all-reduces move per step, and rank 0's parameter,
+  gradient and optimizer bytes, equal `trident plan`'s;
 - the loss and every gradient of one batch within 1e-5 for kv_heads 1, M = 4 and kv_heads 2,
   M = 4 with sequence parallelism;
 - a checkpoint written at M = 4, kv_heads 2 holds every element of every tensor once (each
@@ -69,19 +70,22 @@ def check_curve(name, got, ref):
                              f"(worst {worst:.2e})")
 
 
-def planned_kv_bytes(trident, base, overrides):
-    """The bytes `trident plan` counts for the key/value replicas' all-reduces of a step."""
+def check_plan(trident, name, base, overrides, got):
+    """Every step's measured key/value replica all-reduce bytes, and rank 0's parameter,
+    gradient and optimizer bytes (replicas held on every rank), equal `trident plan`'s."""
     out = run([trident, "plan", "--json"] + base + sets(overrides)).stdout
-    return json.loads(out)["stages"][0]["communication"]["kv-replica"]["payload_bytes"]
-
-
-def check_kv_traffic(trident, name, base, overrides, got):
-    """Every step's measured key/value replica all-reduce bytes equal the plan's."""
+    stage = json.loads(out)["stages"][0]
+    planned = stage["communication"]["kv-replica"]["payload_bytes"]
     measured = {r["kv_all_reduce_bytes"] for r in got}
-    planned = planned_kv_bytes(trident, base, overrides)
     check(measured == {planned} and planned > 0,
           f"{name}: key/value replica all-reduce bytes per step {sorted(measured)} = the "
           f"plan's {planned}")
+    memory = stage["memory_bytes"]
+    pairs = [(got[0][f"mem_{kind}_bytes"], memory[key])
+             for kind, key in (("params", "weights"), ("grads", "gradients"),
+                               ("optimizer", "optimizer"))]
+    check(all(a == b for a, b in pairs),
+          f"{name}: rank 0's parameter, gradient and optimizer bytes (measured, planned) {pairs}")
 
 
 def corrupt_kv_replica(trident, base):
@@ -121,14 +125,14 @@ def main():
                 ranks=ranks)
             check_curve(name, rows(metrics), reference[kv])
             if "SP" in name:
-                check_kv_traffic(trident, name, base[kv], overrides, rows(metrics))
+                check_plan(trident, name, base[kv], overrides, rows(metrics))
         corrupt_kv_replica(trident, base[1])
         # kv_heads 2 at M = 4, checkpointed at step 5 and 10.
         run([trident, "train"] + base[2] + sets(["parallel.tensor=4", f"checkpoint.dir={path('ck4')}",
                                                  "checkpoint.interval=5",
                                                  f"logging.metrics={path('m4.jsonl')}"]), ranks=4)
         check_curve("kv 2, M=4", rows(path("m4.jsonl")), reference[2])
-        check_kv_traffic(trident, "kv 2, M=4", base[2], ["parallel.tensor=4"],
+        check_plan(trident, "kv 2, M=4", base[2], ["parallel.tensor=4"],
                          rows(path("m4.jsonl")))
         # The loss and every gradient of one global batch.
         for name, kv, ranks, overrides in GRADIENTS:
