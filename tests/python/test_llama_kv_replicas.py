@@ -3,8 +3,8 @@
 key/value head is held whole by the M / kv_heads ranks of its query heads and its gradient
 summed among them (model/param_layout.h). A llama model of 4 heads, under mpirun:
 
-- kv_heads 1 with M = 2, M = 4 with sequence parallelism, M = 2 with D = 2 ZeRO-1, M = 2 with
-  P = 2, and M = 2 with C = 2 Ulysses (1 key/value head over M·C = 4 ranks); kv_heads 2 with
+- kv_heads 1 with M = 2, M = 4 with sequence parallelism, M = 2 with D = 2 ZeRO-1 and ZeRO-3,
+  M = 2 with P = 2, and M = 2 with C = 2 Ulysses (1 key/value head over M·C = 4 ranks); kv_heads 2 with
   M = 4: the 10-step losses and the printed gradient norms within 1e-5 relative of one process
   (a replica's gradient counted twice in the norm, or not summed, shows here); with M = 4
   (kv_heads 1 and 2) the bytes the replicas' all-reduces move per step, and rank 0's parameter,
@@ -39,6 +39,8 @@ LAYOUTS = [
     ("kv 1, M=4 +SP", 1, 4, ["parallel.tensor=4", "parallel.sequence_parallel=true"]),
     ("kv 1, M=2 D=2 ZeRO-1", 1, 4, ["parallel.tensor=2", "parallel.data=2",
                                     "parallel.zero_stage=1"]),
+    ("kv 1, M=2 D=2 ZeRO-3", 1, 4, ["parallel.tensor=2", "parallel.data=2",
+                                    "parallel.zero_stage=3"]),
     ("kv 1, M=2 P=2", 1, 4, ["parallel.tensor=2", "parallel.pipeline=2"]),
     ("kv 1, M=2 C=2 ulysses", 1, 4, ["parallel.tensor=2", "parallel.context=2",
                                      "parallel.context_mode=ulysses"]),
