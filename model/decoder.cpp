@@ -24,7 +24,7 @@ struct Decoder::Parts {
           parts(build_stage(layout, ParamLayout::for_lora(layout.shape(), LoraShape{}), d,
                             PartOptions{0, {}, {}, cached_cores(cache)})),
           scratch(ops, parts.scratch.buffers()),
-          ctx{ops, rows, groups.context, weights, scratch},
+          ctx{ops, rows, groups.context, groups.kv_replicas, weights, scratch},
           store(ops, Recompute::none, parts.chunks, parts.layer_spec()) {}
 };
 

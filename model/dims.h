@@ -5,8 +5,8 @@
 // parallelism), N = B·T rows of a microbatch, R = the rows of the residual stream this rank
 // holds (N / M under sequence parallelism, else N), H the hidden width, and the widths this
 // rank holds under M-way tensor parallelism: Hm = H/M (attention), Fm = F/M (MLP), heads =
-// NH/M, kv_heads = KVH/M (grouped-query attention's key/value heads), Vm = Vp/M (padded
-// vocabulary).
+// NH/M, kv_heads = KVH/M (grouped-query attention's key/value heads; 1, a replica, when
+// M > KVH), Vm = Vp/M (padded vocabulary).
 #pragma once
 
 #include <cstddef>

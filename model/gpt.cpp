@@ -71,7 +71,7 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
                                      },
                                      {}})),
       scratch_(ops, parts_.scratch.buffers()),
-      ctx_{ops, rows_, groups.context, weights_, scratch_},
+      ctx_{ops, rows_, groups.context, groups.kv_replicas, weights_, scratch_},
       store_(ops, options.recompute, parts_.chunks, parts_.layer_spec()),
       loss_sum_(ops, 1, kernels::DType::f64) {
     if (parts_.positions >= 0) {

@@ -82,10 +82,12 @@ struct GptOptions {
 };
 
 // The groups the model's parts exchange over: the tensor group (its split linears, the
-// vocab-parallel embedding and loss) and the context group (attention over the whole sequence).
+// vocab-parallel embedding and loss), the context group (attention over the whole sequence) and
+// the ranks of the tensor group sharing a key/value head (its replicas' gradient sum; M > KVH).
 struct ModelGroups {
     parallel::Comm& tensor;
     parallel::Comm& context;
+    parallel::Comm& kv_replicas;
 };
 
 class Gpt {

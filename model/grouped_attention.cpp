@@ -13,7 +13,9 @@ GroupedAttention::GroupedAttention(const GroupedAttentionSpec& spec, const Dims&
                 attention_saved, set, scratch),
       theta_(spec.rope_theta),
       qkv_count_(d.rows() * 3 * static_cast<std::size_t>(d.Hm)),
-      grouped_count_(d.rows() * static_cast<std::size_t>(spec.qkv.out)) {
+      grouped_count_(d.rows() * static_cast<std::size_t>(spec.qkv.out)),
+      kv_weight_(spec.qkv.weight + static_cast<std::size_t>(d.Hm) * static_cast<std::size_t>(d.H)),
+      kv_count_(static_cast<std::size_t>(spec.qkv.out - d.Hm) * static_cast<std::size_t>(d.H)) {
     qkv_ = set.add("qkv", qkv_count_, d.act, Keep::unless_full);
     grouped_ = scratch.add("qkv_grouped", grouped_count_, d.act);
     d_grouped_ = scratch.add("d_qkv_grouped", grouped_count_, d.act);
@@ -48,6 +50,12 @@ ConstPtr GroupedAttention::backward(PartContext& ctx, const Pass& pass, ConstPtr
     ctx.ops.rotary_qkv_backward(d_grouped, d_qkv, d.B, d.T, d.heads, d.kv_heads, d.Hm / d.heads,
                                 theta_, positions(ctx));
     return qkv_linear_.backward(ctx, pass, x, d_grouped, part);
+}
+
+void GroupedAttention::finish_grads(PartContext& ctx) const {
+    Attention::finish_grads(ctx);
+    if (ctx.kv_replicas.size() > 1 && !ctx.weights.frozen)
+        ctx.kv_replicas.all_reduce(ctx.weights.grads.at(kv_weight_), kv_count_);
 }
 
 }  // namespace trident::model

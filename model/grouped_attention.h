@@ -8,6 +8,10 @@
 // Shapes (this rank, d = H/NH): the linear's output (N, Hm + 2·KVm), KVm = kv_heads·d, in the
 // scratch; the rotated, expanded qkv (N, 3Hm) and the core's output (N, Hm) kept for the
 // backward; output (R, H), no bias.
+//
+// With M > KVH this rank's one key/value head is a replica (model/param_layout.h): its k and v
+// rows' gradients hold only this rank's query heads' share, and finish_grads sums them over
+// the replicas' group (PartContext::kv_replicas), so every replica steps alike.
 #pragma once
 
 #include "model/self_attention.h"
@@ -31,6 +35,7 @@ public:
     kernels::ConstPtr backward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
                                kernels::ConstPtr dy, float drop, BackwardPart part,
                                bool rebuild) const override;
+    void finish_grads(PartContext& ctx) const override;
 
 private:
     // The positions of this rank's tokens (T) on the device, or null for 0 .. T-1.
@@ -42,6 +47,7 @@ private:
     int d_qkv_;                // scratch: (N, 3Hm)
     int positions_ = -1;       // scratch: (T) i32, when T < seq_len only
     std::size_t qkv_count_, grouped_count_;
+    std::size_t kv_weight_, kv_count_;  // this rank's k and v rows (2·KVm, H), adjacent
 };
 
 }  // namespace trident::model

@@ -16,12 +16,16 @@ void require_divisible(const char* what, int value, int tensor_size) {
                     ") must be divisible by parallel.tensor (" + std::to_string(tensor_size) + ")");
 }
 
-// The local shape of a tensor of `full` shape under `split`.
-std::vector<int64_t> local_shape(std::vector<int64_t> full, Split split, int tensor_size) {
+// The local shape of a tensor of `full` shape under `split`, each slice held by `replicas`
+// ranks.
+std::vector<int64_t> local_shape(std::vector<int64_t> full, Split split, int tensor_size,
+                                 int replicas) {
     switch (split) {
         case Split::replicated:
             break;
         case Split::rows:
+            full[0] /= tensor_size / replicas;
+            break;
         case Split::qkv_rows:
             full[0] /= tensor_size;
             break;
@@ -60,7 +64,10 @@ ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tenso
       plan_(plan),
       lora_(lora ? *lora : LoraShape{}) {
     require_divisible("model.heads", shape.heads, tensor_size);
-    require_divisible("model.kv_heads", shape.kv_heads, tensor_size);
+    if (shape.kv_heads % tensor_size != 0 && tensor_size % shape.kv_heads != 0)
+        throw Error("parallel.tensor (" + std::to_string(tensor_size) +
+                    ") must divide model.kv_heads (" + std::to_string(shape.kv_heads) +
+                    ") or be a multiple of it");
     require_divisible("model.ffn_hidden", shape.ffn, tensor_size);
     require_divisible("the padded vocabulary", shape.padded_vocab, tensor_size);
     const int chunks = plan.stages * plan.chunks;
@@ -146,8 +153,9 @@ LayerParams ParamLayout::add_llama_layer(const std::string& p) {
     lp.ln1_b = lp.qkv_b = lp.attn_proj_b = lp.ln2_b = lp.fc_b = lp.fc_proj_b = kNoParam;
     lp.ln1_w = add(p + "input_layernorm.weight", {H}, false, Split::replicated);
     lp.qkv_w = add(p + "self_attn.q_proj.weight", {H, H}, true, Split::rows);
-    add(p + "self_attn.k_proj.weight", {KV, H}, true, Split::rows);
-    add(p + "self_attn.v_proj.weight", {KV, H}, true, Split::rows);
+    const int replicas = kv_replicas(shape_.kv_heads, tensor_size_);
+    add(p + "self_attn.k_proj.weight", {KV, H}, true, Split::rows, replicas);
+    add(p + "self_attn.v_proj.weight", {KV, H}, true, Split::rows, replicas);
     lp.attn_proj_w = add(p + "self_attn.o_proj.weight", {H, H}, true, Split::columns);
     lp.ln2_w = add(p + "post_attention_layernorm.weight", {H}, false, Split::replicated);
     lp.fc_w = add(p + "mlp.gate_proj.weight", {F, H}, true, Split::rows);
@@ -233,12 +241,12 @@ void ParamLayout::add_lora(const std::string& prefix, const LoraShape& lora) {
 }
 
 std::size_t ParamLayout::add(const std::string& name, std::vector<int64_t> full_shape, bool decay,
-                             Split split) {
-    std::vector<int64_t> shape = local_shape(full_shape, split, tensor_size_);
+                             Split split, int replicas) {
+    std::vector<int64_t> shape = local_shape(full_shape, split, tensor_size_, replicas);
     std::size_t numel = 1;
     for (int64_t d : shape) numel *= static_cast<std::size_t>(d);
-    tensors_.push_back(
-        ParamTensor{name, std::move(shape), std::move(full_shape), total_, numel, decay, split});
+    tensors_.push_back(ParamTensor{name, std::move(shape), std::move(full_shape), total_, numel,
+                                   decay, split, replicas});
     total_ += numel;
     return tensors_.back().offset;
 }
@@ -249,8 +257,12 @@ const ParamTensor* ParamLayout::find(const std::string& name) const {
     return nullptr;
 }
 
+int kv_replicas(int kv_heads, int tensor_size) {
+    return kv_heads > 0 && tensor_size > kv_heads ? tensor_size / kv_heads : 1;
+}
+
 bool ParamLayout::held_elsewhere(const ParamTensor& t) const {
-    return (t.split == Split::replicated && tensor_rank_ != 0) ||
+    return (t.split == Split::replicated && tensor_rank_ != 0) || tensor_rank_ % t.replicas != 0 ||
            (shape_.tied && t.name == wte_name() && !plan_.first());
 }
 
@@ -271,7 +283,7 @@ void for_each_slice_run(const ParamTensor& t, int tensor_rank,
             fn(0, 0, t.numel);
             break;
         case Split::rows:
-            fn(0, rank * t.numel, t.numel);
+            fn(0, rank / static_cast<std::size_t>(t.replicas) * t.numel, t.numel);
             break;
         case Split::qkv_rows: {  // three blocks: q, k, v
             std::size_t full_numel = 1;
@@ -302,8 +314,9 @@ void unshard_params(const ParamLayout& local_layout, const float* local,
 
 std::vector<float> share_of_whole(const ParamLayout& local_layout, const std::vector<float>& local,
                                   const ParamLayout& whole_layout) {
-    // Keep only what this rank writes: replicated tensors on tensor rank 0, and wte (held
-    // by the first and the last stage) on the first.
+    // Keep only what this rank writes: replicated tensors on tensor rank 0, a key/value
+    // head's rows on the first of its replicas, and wte (held by the first and the last
+    // stage) on the first.
     std::vector<float> mine(local);
     for (const ParamTensor& t : local_layout.tensors()) {
         if (local_layout.held_elsewhere(t))

@@ -31,6 +31,11 @@
 // lm_head (padded rows, split by rows) unless tied to embed_tokens. No biases, no position
 // embedding. q, k and v are adjacent, so this rank's three slices are one [(NH + 2·KVH)·d/M, H]
 // weight, and gate and up one [2F/M, H]: each pair of linears runs as one GEMM.
+// With fewer key/value heads than tensor ranks (M = r·KVH, r > 1: Megatron's rule for
+// grouped-query attention) rank t's NH/M query heads all belong to key/value head t / r, and
+// it holds that head's d rows of k_proj and of v_proj whole: each such slice is replicated on
+// the r consecutive ranks of one head (ParamTensor::replicas, kv_replicas), the first of which
+// speaks for it (held_elsewhere); the replicas' gradients are summed over those r ranks.
 //
 // Low-rank adapters (LoRA) have a layout of their own, built by ParamLayout::for_lora: for
 // each layer held and each target linear W (out, in), A (r, in) then B (out, r), named as
@@ -111,7 +116,14 @@ struct ParamTensor {
     std::size_t numel = 0;
     bool decay = false;  // weight decay applies (matrices and embeddings)
     Split split = Split::replicated;
+    // Split::rows: the consecutive tensor ranks holding the same slice (rank t holds slice
+    // t / replicas of M / replicas); 1 but for k_proj and v_proj when M > KVH.
+    int replicas = 1;
 };
+
+// The tensor ranks that hold each key/value head's rows: M / KVH when M > KVH, else 1
+// (each rank holds KVH / M heads of its own).
+int kv_replicas(int kv_heads, int tensor_size);
 
 // The offset of a tensor the model does not have (a llama layer's biases, its wpe).
 inline constexpr std::size_t kNoParam = SIZE_MAX;
@@ -156,7 +168,8 @@ class ParamLayout {
 public:
     // The layout of tensor-parallel rank `tensor_rank` of `tensor_size` on the stage `plan`,
     // its units aligned to `unit_align` elements (see the top of this file).
-    // Throws trident::Error when heads, ffn or padded_vocab do not divide by tensor_size, or
+    // Throws trident::Error when heads, ffn or padded_vocab do not divide by tensor_size,
+    // kv_heads neither divides nor is a multiple of it, or
     // the chunks' layers do not make the model's (without counts: do not divide by P·v).
     explicit ParamLayout(const GptShape& shape, int tensor_rank = 0, int tensor_size = 1,
                          const StagePlan& plan = {}, int unit_align = 1);
@@ -206,7 +219,8 @@ public:
     // The tensor of that name, or nullptr.
     const ParamTensor* find(const std::string& name) const;
     // Whether this rank's copy of t is another rank's too and that rank speaks for it: a
-    // replicated tensor off tensor rank 0, or the tied wte off the first stage. Norms count,
+    // replicated tensor off tensor rank 0, a key/value head's rows off the first of its
+    // replicas, or the tied wte off the first stage. Norms count,
     // and checkpoints and the whole model take, every element once.
     bool held_elsewhere(const ParamTensor& t) const;
 
@@ -214,7 +228,7 @@ private:
     ParamLayout(const GptShape& shape, const LoraShape* lora, int tensor_rank, int tensor_size,
                 const StagePlan& plan, int unit_align);
     std::size_t add(const std::string& name, std::vector<int64_t> full_shape, bool decay,
-                    Split split);
+                    Split split, int replicas = 1);
     // One layer's adapters, their names starting with `prefix` ("h.3.").
     void add_lora(const std::string& prefix, const LoraShape& lora);
     // One layer's tensors, their names starting with `prefix`.

@@ -42,6 +42,8 @@ struct PartContext {
     kernels::Ops& ops;
     const TensorRows& rows;   // and the tensor group
     parallel::Comm& context;  // the context group (a group of one without the split)
+    // The tensor ranks holding this rank's key/value head when M > KVH (else this rank alone).
+    parallel::Comm& kv_replicas;
     Weights& weights;
     const Scratch& scratch;
     const Dims& dims() const { return rows.dims(); }

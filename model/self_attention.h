@@ -30,7 +30,8 @@ public:
                                        kernels::ConstPtr dy, float drop, BackwardPart part,
                                        bool rebuild) const = 0;
     void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const;
-    void finish_grads(PartContext& ctx) const;
+    // Completes the gradients that are partial sums over ranks, once per reduction.
+    virtual void finish_grads(PartContext& ctx) const;
 
 protected:
     // The linears and the core of this rank's heads among `heads_total`, from `head_begin`:

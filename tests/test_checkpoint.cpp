@@ -201,6 +201,32 @@ TEST_CASE("checkpoint: for_each_slice_run places every slice element where unsha
     }
 }
 
+TEST_CASE(
+    "checkpoint: with fewer key/value heads than tensor ranks each head's rows are "
+    "held by its replicas and spoken for once",
+    "[checkpoint]") {
+    const int kv_heads = GENERATE(1, 2), M = GENERATE(2, 4);
+    const model::GptShape shape{300, 512, 16, 2, 32, 4, 48, kv_heads, model::Arch::llama, false};
+    const model::ParamLayout full(shape);
+    std::vector<float> whole(full.total());
+    for (std::size_t i = 0; i < whole.size(); ++i) whole[i] = static_cast<float>(i + 1);
+    // The ranks' shares of the whole, summed: every element exactly once.
+    std::vector<float> sum(full.total(), 0.0f);
+    for (int tp = 0; tp < M; ++tp) {
+        const model::ParamLayout local(shape, tp, M);
+        const model::ParamTensor& k = *local.find("layers.0.self_attn.k_proj.weight");
+        const int replicas = M > kv_heads ? M / kv_heads : 1;
+        CHECK(k.replicas == replicas);
+        CHECK(k.shape == std::vector<int64_t>{8 * kv_heads * replicas / M, 32});  // d = 8
+        CHECK(local.held_elsewhere(k) == (tp % replicas != 0));
+        std::vector<float> mine(local.total());
+        model::shard_params(full, whole.data(), local, mine.data());
+        const std::vector<float> share = model::share_of_whole(local, mine, full);
+        for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += share[i];
+    }
+    CHECK(sum == whole);
+}
+
 TEST_CASE("checkpoint: resuming gives the uninterrupted run's losses bitwise", "[checkpoint]") {
     const std::string precision = GENERATE("fp32", "bf16", "fp16");
     Workspace ws;

@@ -576,13 +576,20 @@ TEST_CASE("config: the llama keys, their defaults and their limits", "[config]")
     CHECK(error_of(kMinimal, {"model.arch=llama", "model.hidden=36", "model.heads=4"}) ==
           "--set model.heads=4: model.arch: llama rotates pairs of channels: the head size "
           "model.hidden / model.heads = 9 must be even");
-    CHECK(error_of(kMinimal, {"model.arch=llama", "model.kv_heads=2", "parallel.tensor=4"}) ==
-          "--set parallel.tensor=4: parallel.tensor (4) must divide model.kv_heads (2)");
-    CHECK(error_of(kMinimal, {"model.arch=llama", "model.kv_heads=2", "parallel.context=4",
-                              "parallel.context_mode=ulysses"}) ==
-          "--set parallel.context_mode=ulysses: parallel.context_mode: ulysses splits the "
-          "key/value heads over parallel.tensor × context = 4 ranks, which must divide "
-          "model.kv_heads (2)");
+    // Fewer key/value heads than tensor ranks (or than M·C under Ulysses): replicated.
+    CHECK_NOTHROW(
+        parse(kMinimal, "x.yaml", {"model.arch=llama", "model.kv_heads=2", "parallel.tensor=4"}));
+    CHECK_NOTHROW(parse(kMinimal, "x.yaml",
+                        {"model.arch=llama", "model.kv_heads=2", "parallel.context=4",
+                         "parallel.context_mode=ulysses"}));
+    CHECK(error_of(kMinimal, {"model.arch=llama", "model.kv_heads=3", "parallel.tensor=2"}) ==
+          "--set parallel.tensor=2: parallel.tensor (2) must divide model.kv_heads (3) or be a "
+          "multiple of it: each tensor rank holds whole key/value heads");
+    CHECK(error_of(kLoraBase, {"model.arch=llama", "model.kv_heads=2", "parallel.tensor=4",
+                               "training.lora.rank=4"}) ==
+          "--set training.lora.rank=4: training.lora.rank > 0 with parallel.tensor (4) above "
+          "model.kv_heads (2): adapters of key/value heads replicated over tensor ranks are not "
+          "built");
     // Each layer kind adapts its own linears; a llama's default targets are q and v.
     CHECK(parse(kLoraBase, "x.yaml", {"model.arch=llama", "training.lora.rank=4"})
               .training.lora.targets == std::vector<LoraTarget>{LoraTarget::q, LoraTarget::v});

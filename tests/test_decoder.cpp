@@ -48,7 +48,7 @@ void check_against_rerun(const std::string& model_yaml, int prompt_length) {
     const model::GptShape shape = shape_of(model_yaml);
     auto ops = kernels::make_cpu_ops(2);
     parallel::Grid& solo = test::solo_grid();
-    const model::ModelGroups groups{solo.tensor(), solo.context()};
+    const model::ModelGroups groups{solo.tensor(), solo.context(), solo.kv_replicas()};
     model::GptOptions options;
     options.shape = shape;
     model::Gpt rerun(*ops, options, groups);

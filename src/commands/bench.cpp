@@ -101,9 +101,7 @@ int bench(const BenchOptions& opts, parallel::World& world) {
         world,
         [&] {
             cfg = config::load(opts.config, opts.overrides, config::Purpose::bench);
-            const auto& p = cfg.parallel;
-            grid = std::make_unique<parallel::Grid>(
-                world, parallel::GridShape{p.pipeline, p.tensor, p.data, p.context});
+            grid = std::make_unique<parallel::Grid>(world, grid_shape(cfg));
             device = choose_device(cfg, world, world.rank() == 0);
             if (!device.gpu) check_fits_memory(cfg, world.local_size());
         },

@@ -11,6 +11,7 @@
 
 #include "kernels/error.h"
 #include "model/lora.h"
+#include "model/param_layout.h"
 #include "plan/memory_model.h"
 #include "train/base_weights.h"
 #include "train/device_peak.h"
@@ -25,6 +26,12 @@
 #endif
 
 namespace trident::commands {
+
+parallel::GridShape grid_shape(const config::Config& cfg) {
+    const config::ParallelConfig& p = cfg.parallel;
+    return parallel::GridShape{p.pipeline, p.tensor, p.data, p.context,
+                               model::kv_replicas(cfg.model.kv_heads, p.tensor)};
+}
 
 int run_on_every_rank(parallel::World& world, const std::function<void()>& set_up,
                       const std::function<void()>& run) {

@@ -33,6 +33,10 @@ public:
 int run_on_every_rank(parallel::World& world, const std::function<void()>& set_up,
                       const std::function<void()>& run);
 
+// The grid the config asks for: P × M × C × D, and the tensor ranks sharing each key/value
+// head (model/param_layout.h).
+parallel::GridShape grid_shape(const config::Config& cfg);
+
 // The stall watchdog of this rank (parallel/watchdog.h) as training.collective_timeout*
 // set it, watching the calling thread; none in a world of one, where no call can wait.
 std::unique_ptr<parallel::Watchdog> start_watchdog(const config::Config& cfg,

@@ -321,9 +321,7 @@ int train(const TrainOptions& opts, parallel::World& world) {
         [&] {
             io::fault::check_settings();
             setup.cfg = config::load(opts.config, opts.overrides);
-            const auto& p = setup.cfg.parallel;
-            setup.grid = std::make_unique<parallel::Grid>(
-                world, parallel::GridShape{p.pipeline, p.tensor, p.data, p.context});
+            setup.grid = std::make_unique<parallel::Grid>(world, grid_shape(setup.cfg));
             setup.device = choose_device(setup.cfg, world, world.rank() == 0);
             if (!setup.device.gpu) check_fits_memory(setup.cfg, world.local_size());
             setup.train_data = std::make_unique<data::Dataset>(data::open_train_data(setup.cfg));

@@ -258,6 +258,7 @@ train::StepMetrics Loop::metrics_of(int s, const train::StepResult& r) {
     m.activation_sets = static_cast<int64_t>(r.activation_sets);
     m.data_comm = r.data_comm;
     m.context_comm = r.context_comm;
+    m.kv_replica_comm = r.kv_replica_comm;
     m.mem_params = static_cast<int64_t>(r.memory.parameters);
     m.mem_grads = static_cast<int64_t>(r.memory.gradients);
     m.mem_optimizer = static_cast<int64_t>(r.memory.optimizer);

@@ -295,19 +295,17 @@ void check_architecture(const Config& cfg, const Origins& origins) {
              cat("model.arch: llama rotates pairs of channels: the head size model.hidden / "
                  "model.heads = ",
                  m.hidden / m.heads, " must be even"));
-    // Tensor parallelism splits the key/value heads with the query heads.
-    if (m.kv_heads % p.tensor != 0)
+    // Tensor parallelism splits the key/value heads with the query heads, or, with fewer of
+    // them than ranks, gives each run of M / kv_heads ranks one head whole (a replica).
+    if (m.kv_heads % p.tensor != 0 && p.tensor % m.kv_heads != 0)
         fail(origins.blame({"parallel.tensor", "model.kv_heads"}),
-             cat("parallel.tensor (", p.tensor, ") must divide model.kv_heads (", m.kv_heads, ")"));
-    // Ulysses gives each of the M·C ranks whole key/value heads too.
-    if (p.context > 1 && p.context_mode == ContextMode::ulysses &&
-        m.kv_heads % (p.tensor * p.context) != 0)
-        fail(origins.blame({"parallel.context_mode", "parallel.context", "parallel.tensor",
-                            "model.kv_heads"}),
-             cat("parallel.context_mode: ulysses splits the key/value heads over parallel.tensor "
-                 "× context = ",
-                 p.tensor * p.context, " ranks, which must divide model.kv_heads (", m.kv_heads,
-                 ")"));
+             cat("parallel.tensor (", p.tensor, ") must divide model.kv_heads (", m.kv_heads,
+                 ") or be a multiple of it: each tensor rank holds whole key/value heads"));
+    if (cfg.training.lora.enabled() && p.tensor > m.kv_heads)
+        fail(origins.blame({"training.lora.rank", "parallel.tensor", "model.kv_heads"}),
+             cat("training.lora.rank > 0 with parallel.tensor (", p.tensor,
+                 ") above model.kv_heads (", m.kv_heads,
+                 "): adapters of key/value heads replicated over tensor ranks are not built"));
 }
 
 }  // namespace

@@ -68,7 +68,8 @@ Grid::Grid()
       data_(std::make_unique<SoloComm>()),
       data_context_(std::make_unique<SoloComm>()),
       pipeline_(std::make_unique<SoloComm>()),
-      embedding_(std::make_unique<SoloComm>()) {}
+      embedding_(std::make_unique<SoloComm>()),
+      kv_replicas_(std::make_unique<SoloComm>()) {}
 
 Grid::Grid(World& world, const GridShape& shape) : shape_(shape), rank_(world.rank()) {
     check_shape(shape, world.size());
@@ -87,13 +88,19 @@ Grid::Grid(World& world, const GridShape& shape) : shape_(shape), rank_(world.ra
     // group of one.
     const int embedding_colour = in_embedding_group() ? tp + M * (cp + C * dp) : M * C * D + rank_;
     embedding_ = split(all, embedding_colour, pp, "embedding");
+    // Within the tensor group, the runs of r consecutive ranks that share a key/value head.
+    const int r = shape.kv_replicas;
+    if (r < 1 || M % r != 0)
+        throw Error("internal: " + std::to_string(r) + " key/value head replicas over " +
+                    std::to_string(M) + " tensor ranks");
+    kv_replicas_ = split(all, tp / r + M / r * (cp + C * (dp + D * pp)), tp % r, "kv-replica");
 }
 
 Grid::~Grid() = default;
 
 void Grid::wrap_comms(const CommWrapper& wrap) {
     for (std::unique_ptr<Comm>* group :
-         {&tensor_, &context_, &data_, &data_context_, &pipeline_, &embedding_}) {
+         {&tensor_, &context_, &data_, &data_context_, &pipeline_, &embedding_, &kv_replicas_}) {
         const GroupLabel* label = (*group)->label();
         *group = wrap(std::move(*group));
         (*group)->set_label(label);

@@ -19,6 +19,9 @@ struct GridShape {
     int tensor = 1;    // M
     int data = 1;      // D
     int context = 1;   // C: the sequence split over C ranks
+    // The consecutive tensor ranks that hold the same key/value head: M / KVH when M > KVH
+    // (model/param_layout.h), else 1.
+    int kv_replicas = 1;
 };
 
 struct Coordinates {
@@ -61,9 +64,12 @@ public:
     // stage (not in_embedding_group) it is also this rank alone, so its calls do nothing.
     Comm& embedding() { return *embedding_; }
     bool in_embedding_group() const { return first_stage() || last_stage(); }
+    // The kv_replicas ranks of the tensor group that hold this rank's key/value head (tensor
+    // ranks r·⌊tp/r⌋ ..), over which its gradients are summed; this rank alone when r = 1.
+    Comm& kv_replicas() { return *kv_replicas_; }
 
     // Hands each group's communicator to `wrap` and keeps what it returns, in one order on
-    // every rank (tensor, context, data, data-context, pipeline, embedding): how a GPU
+    // every rank (tensor, context, data, data-context, pipeline, embedding, kv-replica): how a GPU
     // backend puts communicators for device buffers over the same ranks (parallel/cuda).
     // Collective over the world.
     using CommWrapper = std::function<std::unique_ptr<Comm>(std::unique_ptr<Comm>)>;
@@ -73,7 +79,8 @@ private:
     GridShape shape_;
     Coordinates coords_;
     int rank_ = 0;
-    std::unique_ptr<Comm> tensor_, context_, data_, data_context_, pipeline_, embedding_;
+    std::unique_ptr<Comm> tensor_, context_, data_, data_context_, pipeline_, embedding_,
+        kv_replicas_;
 };
 
 }  // namespace trident::parallel

@@ -42,8 +42,8 @@
 
 namespace trident::parallel {
 
-// A group as messages name it: "tensor", "data", "pipeline", "embedding" or "world", and its
-// members' world ranks in group order.
+// A group as messages name it: "tensor", "data", "pipeline", "embedding", "kv-replica" or "world",
+// and its members' world ranks in group order.
 struct GroupLabel {
     std::string name;
     std::vector<int> world_ranks;

@@ -127,6 +127,21 @@ void data_traffic(const PlanInputs& in, int64_t buffer, GroupTraffic& g) {
         false);  // the loss, averaged over replicas
 }
 
+// The replicas of a key/value head (M > KVH): each layer's k and v rows' gradients (2·d·H
+// per layer, d the head size) summed over them when the layer's gradients are reduced: once a
+// step, or after every microbatch when ZeRO 2 and 3 reduce sharded gradients each time.
+void kv_replica_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks,
+                        GroupTraffic& g) {
+    const config::Config& cfg = in.cfg;
+    const model::Dims d = config::rank_dims(cfg);
+    int64_t layers = 0;
+    for (const ChunkShape& c : chunks) layers += c.layers;
+    const bool every_microbatch = in.zero_stage >= 2 && cfg.parallel.sharded_accumulation;
+    const int64_t calls = layers * (every_microbatch ? cfg.derived.grad_accum_steps : 1);
+    add(g, CommKind::all_reduce, calls, 2.0 * d.kv_heads * (d.H / cfg.model.heads) * d.H,
+        in.grad_bytes, every_microbatch);
+}
+
 }  // namespace
 
 double sent_per_call(CommKind kind, double payload, int n) {
@@ -185,9 +200,11 @@ std::vector<StageTraffic> plan_traffic(const PlanInputs& in) {
         t.embedding.size = p.pipeline > 1 && (first || last) ? 2 : 1;
         t.context.size = p.context;
         t.data.size = p.data * p.context;
+        t.kv_replica.size = model::kv_replicas(cfg.model.kv_heads, p.tensor);
 
         tensor_traffic(in, chunks, last, t.tensor);
         context_traffic(in, chunks, t.context);
+        kv_replica_traffic(in, chunks, t.kv_replica);
 
         // Every chunk but the last global one sends its output on; every one but the first
         // sends its input's gradient back.

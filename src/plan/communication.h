@@ -61,7 +61,8 @@ struct GroupTraffic {
 double sent_per_call(parallel::CommKind kind, double payload, int n);
 
 struct StageTraffic {
-    GroupTraffic tensor, context, pipeline, embedding, data;
+    // kv_replica: the tensor ranks sharing a key/value head when M > KVH (model/param_layout.h).
+    GroupTraffic tensor, context, pipeline, embedding, data, kv_replica;
 };
 
 std::vector<StageTraffic> plan_traffic(const PlanInputs& in);

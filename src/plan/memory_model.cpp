@@ -69,11 +69,14 @@ struct LayerTerms {
 // GPT-2 (Korthikanti et al., §4.1): 10 + 24 + 5·a·s/h, masks and dropout copies included.
 // Llama, counted the same way (docs/FORMULAS.md): no dropout, so 8 kept whole (the two
 // RMSNorms' and the two column-split GEMMs' inputs); Q and the output GEMM's input 2 each, K and
-// V 2·g/a each, SwiGLU's gate, up and product 6·f/h; the probabilities 2·a·s/h.
+// V 2·g/a each, SwiGLU's gate, up and product 6·f/h; the probabilities 2·a·s/h. With fewer
+// key/value heads than tensor ranks (g < t) each rank keeps one whole head's K and V, as if g
+// were t.
 LayerTerms layer_terms(const config::Config& cfg) {
     const auto& m = cfg.model;
     if (m.arch != model::Arch::llama) return {10, 24, 5};
-    const double g_over_a = static_cast<double>(m.kv_heads) / m.heads;
+    const double g_over_a = static_cast<double>(m.kv_heads) *
+                            model::kv_replicas(m.kv_heads, cfg.parallel.tensor) / m.heads;
     return {8, 4 + 4 * g_over_a + 6.0 * m.ffn_hidden / m.hidden, 2};
 }
 

@@ -198,11 +198,14 @@ StageSeconds stage_seconds(const PlanInputs& in, int s, const StageTraffic& t, d
         st.weight += c.weight;
         st.flops += c.flops;
     }
-    st.tensor = group_seconds(t.tensor, true, m, at.tensor_per_node, true, hw);
+    // A key/value head's replicas are tensor ranks: their gradient sums count as the group's.
+    st.tensor = group_seconds(t.tensor, true, m, at.tensor_per_node, true, hw) +
+                group_seconds(t.kv_replica, true, m, at.tensor_per_node, true, hw);
     st.pipeline = group_seconds(t.pipeline, true, m, 1, at.grid_in_one_node, hw);
     // ZeRO 3's gathers of the weights come before each microbatch's forward and backward.
     st.data_gathers = group_seconds(t.data, true, m, at.data_per_node, true, hw);
-    st.tensor_step = group_seconds(t.tensor, false, m, at.tensor_per_node, true, hw);
+    st.tensor_step = group_seconds(t.tensor, false, m, at.tensor_per_node, true, hw) +
+                     group_seconds(t.kv_replica, false, m, at.tensor_per_node, true, hw);
     st.embedding = group_seconds(t.embedding, false, m, at.grid_in_one_node ? 2 : 1, true, hw);
     st.data = data_step_seconds(in, t.data, st, params, at.data_per_node, hw);
     const double owned = in.zero_stage >= 1 ? params / p.data : params;

@@ -61,11 +61,8 @@ struct NamedGroup {
     const GroupTraffic* traffic;
 };
 std::vector<NamedGroup> groups(const StageTraffic& t) {
-    return {{"tensor", &t.tensor},
-            {"context", &t.context},
-            {"pipeline", &t.pipeline},
-            {"embedding", &t.embedding},
-            {"data", &t.data}};
+    return {{"tensor", &t.tensor},       {"context", &t.context}, {"pipeline", &t.pipeline},
+            {"embedding", &t.embedding}, {"data", &t.data},       {"kv-replica", &t.kv_replica}};
 }
 
 double percent(double part, double whole) {

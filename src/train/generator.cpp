@@ -12,7 +12,8 @@ namespace trident::train {
 
 GenerationModel::GenerationModel(kernels::Ops& ops, const model::GptShape& shape,
                                  const std::vector<float>& params)
-    : decoder_(ops, shape, model::ModelGroups{solo_.tensor(), solo_.context()}, params) {}
+    : decoder_(ops, shape, model::ModelGroups{solo_.tensor(), solo_.context(), solo_.kv_replicas()},
+               params) {}
 
 std::size_t kept_on_slide(int seq_len) {
     return static_cast<std::size_t>(std::max(1, seq_len / 2));

@@ -162,6 +162,9 @@ void MetricsLog::write_json(const StepMetrics& m) {
          {std::pair{"send", CommKind::send}, std::pair{"all_to_all", CommKind::all_to_all}})
         line.add(std::string("cp_") + name + "_bytes",
                  static_cast<int64_t>(m.context_comm.bytes_of(kind)));
+    // The replicas of a key/value head (M > KVH): its gradient's sum.
+    line.add("kv_all_reduce_bytes",
+             static_cast<int64_t>(m.kv_replica_comm.bytes_of(CommKind::all_reduce)));
     line.add("mem_params_bytes", m.mem_params)
         .add("mem_grads_bytes", m.mem_grads)
         .add("mem_optimizer_bytes", m.mem_optimizer)

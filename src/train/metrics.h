@@ -29,10 +29,11 @@ struct StepMetrics {
     int skipped_total = 0;    // steps skipped so far
     double eta_s = 0;         // the remaining steps at the mean step time so far
     std::optional<double> val_loss;
-    parallel::CommStats tensor_comm;   // the tensor-parallel group's traffic in the step
-    int64_t activation_sets = 0;       // peak (microbatch, chunk) activations held
-    parallel::CommStats data_comm;     // the data-context group's traffic in the step
-    parallel::CommStats context_comm;  // the context-parallel group's traffic in the step
+    parallel::CommStats tensor_comm;      // the tensor-parallel group's traffic in the step
+    int64_t activation_sets = 0;          // peak (microbatch, chunk) activations held
+    parallel::CommStats data_comm;        // the data-context group's traffic in the step
+    parallel::CommStats context_comm;     // the context-parallel group's traffic in the step
+    parallel::CommStats kv_replica_comm;  // the key/value head replicas' (M > KVH)
     // Bytes held by this rank: parameters, gradients, optimizer state, activations, peak.
     int64_t mem_params = 0, mem_grads = 0, mem_optimizer = 0, mem_activations = 0, mem_peak = 0;
     // The same five figures of the first rank of every pipeline stage, in stage order (the

@@ -105,9 +105,11 @@ std::string check_replicas(const config::Config& cfg, Trainer& trainer, parallel
         const auto replicated = [](const model::ParamTensor& t) {
             return t.split == model::Split::replicated;
         };
-        Hashes data, tensor;
+        const auto kv_replicated = [](const model::ParamTensor& t) { return t.replicas > 1; };
+        Hashes data, tensor, kv;
         if (zero_stage < 3) data.add(gpt.layout(), params, "", every);
         tensor.add(gpt.layout(), params, "", replicated);
+        kv.add(gpt.layout(), params, "", kv_replicated);
         if (gpt.frozen()) {
             const std::vector<float> adapters = trainer.local_params();
             data.add(gpt.trainable_layout(), adapters, "", every);
@@ -123,7 +125,10 @@ std::string check_replicas(const config::Config& cfg, Trainer& trainer, parallel
         found = compare(grid.data_context(), "data-parallel replicas", data, grid.shape(), step);
         const std::string across_tensor =
             compare(grid.tensor(), "tensor-parallel ranks", tensor, grid.shape(), step);
+        const std::string across_kv =
+            compare(grid.kv_replicas(), "key/value head replicas", kv, grid.shape(), step);
         if (found.empty()) found = across_tensor;
+        if (found.empty()) found = across_kv;
     }
     return parallel::first_failure(world, found);
 }

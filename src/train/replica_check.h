@@ -11,7 +11,8 @@
 //   every replica then holds whole; under low-rank adapters, the frozen weights and the
 //   adapters;
 // - across the tensor group: the tensors every tensor rank holds whole (LayerNorms,
-//   row-parallel biases, wpe).
+//   row-parallel biases, wpe); across each key/value head's replicas (M > KVH), its rows of
+//   k_proj and v_proj.
 // Each rank hashes its copies (64-bit FNV-1a of each tensor's values) and all-gathers the
 // hashes over the group (8 bytes per tensor per rank). The copy named is the first, in tensor
 // order, that differs from what most of its group hold (with two members, from the first

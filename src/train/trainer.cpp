@@ -36,7 +36,7 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
       data_context_(grid.data_context()),
       model_(ops,
              gpt_options(cfg, grid.coordinates().pp, data_context_.size(), data_context_.rank()),
-             model::ModelGroups{tensor_, context_}),
+             model::ModelGroups{tensor_, context_, grid.kv_replicas()}),
       // The replicas of the weights are the D·C ranks of the data-context group: the
       // gradients are summed and the optimizer state sharded over all of them, as Megatron-Core
       // does. What trains: every parameter, or the adapters of a frozen model (whose
@@ -184,6 +184,7 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     tensor_.reset_stats();
     context_.reset_stats();
     data_context_.reset_stats();
+    grid_.kv_replicas().reset_stats();
     StepResult r;
     r.loss_scale = scaler_.scale();
     sighting_.start_step(step + 1);
@@ -213,6 +214,7 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     r.tensor_comm = tensor_.stats();
     r.context_comm = context_.stats();
     r.data_comm = data_context_.stats();
+    r.kv_replica_comm = grid_.kv_replicas().stats();
     r.memory = memory();
     r.activation_sets = model_.activation_sets();
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -48,6 +48,8 @@ struct StepResult {
     // What the data-context group (the D·C ranks holding the same weights) moved in the step.
     parallel::CommStats data_comm;
     parallel::CommStats context_comm;  // what the context-parallel group moved in the step
+    // What the ranks sharing a key/value head (M > KVH) moved in the step: its gradient's sum.
+    parallel::CommStats kv_replica_comm;
     MemoryUse memory;
 };
 

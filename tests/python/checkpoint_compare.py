@@ -6,8 +6,11 @@ src/train/checkpoint.h for what a shard holds). This reader is written from the 
 alone: the safetensors layout (an 8-byte little-endian header length, a JSON header of
 dtype, shape and data_offsets per tensor, then the data) and the tensor-parallel splits that
 model/param_layout.h documents (Megatron's: vocabulary rows of wte, q/k/v rows of c_attn,
-rows of c_fc, columns of the two c_proj weights, the rest replicated). It shares no code with
-the C++ reader, so a fault in that reader cannot hide here.
+rows of c_fc, columns of the two c_proj weights, the rest replicated; a llama model's rows of
+embed_tokens, lm_head, q_proj, gate_proj and up_proj, columns of o_proj and down_proj, and rows
+of k_proj and v_proj by key/value head, each head's rows held whole by M / kv_heads consecutive
+ranks when there are fewer heads than ranks). It shares no code with the C++ reader, so a fault
+in that reader cannot hide here.
 
 Each checkpoint is put back together into whole tensors of four kinds: "param" (the model's
 weights as the run held them), "master", "exp_avg" and "exp_avg_sq" (fp32 master weights and
@@ -75,24 +78,45 @@ def as_f32_bits(dtype, raw):
 def full_shape(name, model):
     """The whole tensor's shape, from the model's sizes in the manifest."""
     c, f, t, vp = model["hidden"], model["ffn_hidden"], model["seq_len"], model["padded_vocab"]
-    if name == "wte.weight":
+    if name in ("wte.weight", "embed_tokens.weight", "lm_head.weight"):
         return [vp, c]
     if name == "wpe.weight":
         return [t, c]
-    leaf = name.split(".", 2)[-1] if name.startswith("h.") else name
+    kv = c // model["heads"] * model.get("kv_heads", model["heads"])
+    leaf = name.split(".", 2)[-1] if name.startswith(("h.", "layers.")) else name
     return {"attn.c_attn.weight": [3 * c, c], "attn.c_attn.bias": [3 * c],
             "attn.c_proj.weight": [c, c], "mlp.c_fc.weight": [f, c], "mlp.c_fc.bias": [f],
-            "mlp.c_proj.weight": [c, f]}.get(leaf, [c])
+            "mlp.c_proj.weight": [c, f], "self_attn.q_proj.weight": [c, c],
+            "self_attn.k_proj.weight": [kv, c], "self_attn.v_proj.weight": [kv, c],
+            "self_attn.o_proj.weight": [c, c], "mlp.gate_proj.weight": [f, c],
+            "mlp.up_proj.weight": [f, c], "mlp.down_proj.weight": [c, f]}.get(leaf, [c])
+
+
+ROWS = ("wte.weight", "embed_tokens.weight", "lm_head.weight", "mlp.c_fc.weight", "mlp.c_fc.bias",
+        "q_proj.weight", "gate_proj.weight", "up_proj.weight")
+COLUMNS = ("attn.c_proj.weight", "mlp.c_proj.weight", "o_proj.weight", "down_proj.weight")
 
 
 def split_of(name):
-    if name == "wte.weight" or name.endswith("mlp.c_fc.weight") or name.endswith("mlp.c_fc.bias"):
+    if name.endswith(ROWS):
         return "rows"
+    if name.endswith(("k_proj.weight", "v_proj.weight")):
+        return "kv_rows"
     if name.endswith("attn.c_attn.weight") or name.endswith("attn.c_attn.bias"):
         return "qkv_rows"
-    if name.endswith("attn.c_proj.weight") or name.endswith("mlp.c_proj.weight"):
+    if name.endswith(COLUMNS):
         return "columns"
     return "replicated"
+
+
+def slices(name, model, tensors):
+    """How many distinct slices tensor ranks hold of the tensor (1: whole on every rank)."""
+    split = split_of(name) if tensors > 1 else "replicated"
+    if split == "replicated":
+        return 1
+    if split == "kv_rows":
+        return min(tensors, model.get("kv_heads", model["heads"]))
+    return tensors
 
 
 def whole_index(name, shape, tp, tensors, local_numel):
@@ -103,8 +127,10 @@ def whole_index(name, shape, tp, tensors, local_numel):
     split = split_of(name) if tensors > 1 else "replicated"
     if split == "replicated":
         return lambda i: i
-    if split == "rows":
-        return lambda i: tp * local_numel + i
+    if split in ("rows", "kv_rows"):
+        # A key/value head's rows held by several ranks: tp's slice is its head's.
+        slice_of_tp = tp * (whole // local_numel) // tensors
+        return lambda i: slice_of_tp * local_numel + i
     if split == "qkv_rows":
         block = local_numel // 3
         return lambda i: (i // block) * (whole // 3) + tp * block + i % block
@@ -136,7 +162,7 @@ def load(directory):
             numel = 1
             for d in whole_shape:
                 numel *= d
-            local_numel = numel // (layout["tensor"] if split_of(name) != "replicated" else 1)
+            local_numel = numel // slices(name, model, layout["tensor"])
             place = whole_index(name, whole_shape, entry["tp"], layout["tensor"], local_numel)
             target = out[kind].setdefault(name, array.array("I", bytes(4 * numel)))
             count = written[kind].setdefault(name, bytearray(numel))
@@ -175,7 +201,7 @@ def compare(dir_a, dir_b, kinds=KINDS, rtol=None):
             return f"{kind}: no tensors in {dir_a}"
         for name in sorted(a[kind]):
             x, y = a[kind][name], b[kind][name]
-            if name == "wte.weight":
+            if name in ("wte.weight", "embed_tokens.weight", "lm_head.weight"):
                 for t, d in ((x, dir_a), (y, dir_b)):
                     if any(t[vocab * hidden:]):
                         return f"{kind} {name}: a padding row is not zero in {d}"

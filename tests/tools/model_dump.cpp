@@ -94,8 +94,7 @@ int main(int argc, char** argv) {
     parallel::World world(argc, argv);
     try {
         const config::Config cfg = config::load(config_path, overrides);
-        const auto& p = cfg.parallel;
-        parallel::Grid grid(world, parallel::GridShape{p.pipeline, p.tensor, p.data, p.context});
+        parallel::Grid grid(world, commands::grid_shape(cfg));
         dump(cfg, grid, output);
     } catch (const std::exception& e) {
         return parallel::report_failure(world, e.what(), parallel::FailureKind::this_rank);
