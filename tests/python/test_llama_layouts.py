@@ -1,14 +1,14 @@
 #!/usr/bin/python3
-"""The llama model (model.arch: llama: RMSNorm, rotary positions, SwiGLU, grouped-query
-attention with 4 heads and 2 key/value heads, an untied head) on every layout family, under
-mpirun: the losses of 10 training steps match one process within 1e-5 relative for tensor
-parallelism (M = 2, with and without sequence parallelism), pipeline parallelism (P = 2 with
-1F1B, GPipe, interleaved, ZB-H1), data parallelism with ZeRO 0 to 3, context parallelism (ring
-and Ulysses, each token rotated at its position in the whole sequence; ring with M = 2 too),
-and full and selective recompute; bf16 and fp16 within 2% of fp32; the loss and every gradient of one global batch match for
-M = 2 and C = 2; a checkpoint exported as Hugging Face Llama safetensors holds its weights
-bitwise and imports back to bitwise the same loss and gradients; a checkpoint written with
-M = 2 resumes with P = 2 on the same losses.
+"""The llama model (model.arch: llama: RMSNorm, rotary positions, SwiGLU, grouped-query attention with
+4 heads and 2 key/value heads, an untied head) on every layout family, under mpirun: the losses of
+10 training steps match one process within 1e-5 relative for tensor parallelism (M = 2, with and
+without sequence parallelism), pipeline parallelism (P = 2 with 1F1B, GPipe, interleaved, ZB-H1,
+ZB-H2), data parallelism with ZeRO 0 to 3, context parallelism (ring and Ulysses, each token
+rotated at its position in the whole sequence; ring with M = 2 too), and full and selective
+recompute; bf16 and fp16 within 2% of fp32; the loss and every gradient of one global batch match
+for M = 2 and C = 2; a checkpoint exported as Hugging Face Llama safetensors holds its weights
+bitwise and imports back to bitwise the same loss and gradients; a checkpoint written with M = 2
+resumes with P = 2 on the same losses.
 Needs only the standard library and mpirun; exit 77 (skipped) without mpirun.
 """
 import os
@@ -32,6 +32,7 @@ LAYOUTS = [
     ("P=2 interleaved v=2", 2, ["parallel.pipeline=2", "parallel.schedule=interleaved",
                                 "parallel.virtual_stages=2"]),
     ("P=2 zb-h1", 2, ["parallel.pipeline=2", "parallel.schedule=zb-h1"]),
+    ("P=2 zb-h2", 2, ["parallel.pipeline=2", "parallel.schedule=zb-h2"]),
     ("D=2 ZeRO-0", 2, ["parallel.data=2", "parallel.zero_stage=0"]),
     ("D=2 ZeRO-1", 2, ["parallel.data=2", "parallel.zero_stage=1"]),
     ("D=2 ZeRO-2", 2, ["parallel.data=2", "parallel.zero_stage=2"]),
