@@ -91,19 +91,25 @@ struct MemoryCompared {
 // as Megatron splits them (docs/FORMULAS.md), independently of ParamLayout and the planner:
 // each layer's LayerNorms and row-parallel biases whole, the rest split over M; wte's
 // vocabulary rows over M on the first and the last stage, wpe on the first, ln_f on the last.
+// Llama: two RMSNorm weights whole, no biases, k and v at the key/value heads' width (a whole
+// head per rank when M exceeds them), SwiGLU's three matrices, no wpe, an untied lm_head.
 int64_t expected_param_elements(const config::Config& cfg, int stage) {
     const int64_t C = cfg.model.hidden, F = cfg.model.ffn_hidden, T = cfg.model.seq_len;
     const int64_t M = cfg.parallel.tensor, P = cfg.parallel.pipeline;
     const int64_t Vp = cfg.derived.padded_vocab;
+    const bool llama = cfg.model.arch == model::Arch::llama;
+    const int64_t d = C / cfg.model.heads, KVH = cfg.model.kv_heads;
+    const int64_t kv = KVH >= M ? KVH * d * C / M : d * C;  // k_proj's (and v_proj's) share
     const int64_t layer =
-        4 * C + (3 * C * C + 3 * C) / M + C * C / M + C + (F * C + F) / M + C * F / M + C;
+        llama ? 2 * C + 2 * C * C / M + 2 * kv + 3 * F * C / M
+              : 4 * C + (3 * C * C + 3 * C) / M + C * C / M + C + (F * C + F) / M + C * F / M + C;
     int64_t layers = 0;
     const auto& cut = cfg.derived.chunk_layers;
     for (std::size_t g = 0; g < cut.size(); ++g)
         if (static_cast<int64_t>(g) % P == stage) layers += cut[g];
     int64_t n = layers * layer;
-    if (stage == 0) n += Vp / M * C + T * C;
-    if (stage == P - 1) n += (P > 1 ? Vp / M * C : 0) + 2 * C;
+    if (stage == 0) n += Vp / M * C + (llama ? 0 : T * C);
+    if (stage == P - 1) n += (P > 1 || llama ? Vp / M * C : 0) + (llama ? C : 2 * C);
     return n;
 }
 
@@ -445,6 +451,11 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
     }
     SECTION("2 x 1 x 1, ZB-H2") {
         check_measured_memory({"parallel.pipeline=2", "parallel.schedule=zb-h2"}, 2);
+    }
+    SECTION("llama, 1 x 2 x 1, sequence parallel (RMSNorm: one gradient per norm)") {
+        check_measured_memory({"model.arch=llama", "model.kv_heads=2", "model.dropout=0",
+                               "parallel.tensor=2", "parallel.sequence_parallel=true"},
+                              2);
     }
     SECTION("1 x 1 x 2, ZeRO-2, gradients reduced every microbatch") {
         check_measured_shards({"parallel.data=2", "parallel.zero_stage=2"}, 2);

@@ -46,9 +46,12 @@ void tensor_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks,
     if (d.sequence_parallel) {
         add(g, CommKind::reduce_scatter, m * reductions, NC, act, true);
         add(g, CommKind::all_gather, m * gathers, RC, act, true);
-        // LayerNorm weight and bias gradients, summed over the rows of every rank (per step).
-        add(g, CommKind::all_reduce, 4 * layers + (last_stage ? 2 : 0), static_cast<double>(d.H),
-            in.grad_bytes, false);
+        // The norms' gradients, summed over the rows of every rank (per step): two LayerNorms'
+        // weight and bias a layer and ln_f's (GPT-2), or two RMSNorm weights and the final
+        // norm's (llama).
+        const int per_norm = cfg.model.arch == model::Arch::llama ? 1 : 2;
+        add(g, CommKind::all_reduce, per_norm * (2 * layers + (last_stage ? 1 : 0)),
+            static_cast<double>(d.H), in.grad_bytes, false);
     } else {
         add(g, CommKind::all_reduce, m * reductions, NC, act, true);
     }
