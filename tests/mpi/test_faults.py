@@ -51,6 +51,16 @@ def wait_for_lines(path, n, job, limit_s=120):
     return False
 
 
+def gone_or_left(config, deadline):
+    """The job's processes still alive at `deadline` (a monotonic time), or none as soon as
+    all are gone: mpirun may end a moment before the kill it sent a stopped rank has landed."""
+    left = h.trident_pids(config)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = h.trident_pids(config)
+    return left
+
+
 def finish(job, config, limit_s):
     """The job's output and exit code once it ends, or after limit_s; what is left of it is
     killed then (a hang), and the code is None."""
@@ -98,8 +108,8 @@ def stalled_rank(trident, base, config, tmp, p, m, d):
     os.kill(pids[stopped], signal.SIGSTOP)
     t0 = time.monotonic()
     out, code = finish(job, config, TIMEOUT_S + 30)
+    left = gone_or_left(config, t0 + TIMEOUT_S + SLACK_S)
     seconds = time.monotonic() - t0
-    left = h.trident_pids(config)
     for pid in left.values():
         os.kill(pid, signal.SIGKILL)
     lines = error_lines(out)
@@ -142,7 +152,8 @@ def dead_rank(trident, base, config, tmp, how):
         "oom": "trident: error: rank 1: out of memory: an allocation failed (std::bad_alloc) at "
                "step 4",
     }[how]
-    h.check(code not in (None, 0) and not h.trident_pids(config) and expected in out,
+    h.check(code not in (None, 0) and not gone_or_left(config, time.monotonic() + SLACK_S)
+            and expected in out,
             f"dead rank ({how}): the job ended (exit code {code}) and says '{expected}'")
     if expected not in out:
         print(out[-3000:])
@@ -269,7 +280,8 @@ def dead_rank_no_abort(trident, base, config, tmp):
     named = [line for line in lines if line.startswith("trident: error: rank 0 (pp 0, tp 0, dp 0): "
                                                        "stalled ") and
              "waiting on rank 1 (pp 0, tp 0, dp 1)" in line]
-    h.check(code not in (None, 0) and not h.trident_pids(config) and bool(named),
+    h.check(code not in (None, 0) and not gone_or_left(config, time.monotonic() + SLACK_S)
+            and bool(named),
             f"dead rank, launcher not aborting: rank 0's watchdog ended the job (exit code {code}), "
             f"naming rank 1: {lines}")
     h.check(5 <= seconds <= 15, f"dead rank, launcher not aborting: ended {seconds:.1f} s after "
@@ -300,7 +312,8 @@ def real_oom(trident, base, config, tmp):
     oom = [line for line in lines if re.match(
         r"trident: error: rank [01]: kernels/cpu/cpu_ops\.cpp:\d+: out of host memory "
         r"allocating \d+ bytes", line)]
-    h.check(p.returncode not in (None, 0) and not h.trident_pids(config) and bool(oom),
+    h.check(p.returncode not in (None, 0)
+            and not gone_or_left(config, time.monotonic() + SLACK_S) and bool(oom),
             f"out of memory (ulimit -v): the job ended (exit code {p.returncode}) with a rank's "
             f"line naming the allocation: {lines}")
     if not oom:
