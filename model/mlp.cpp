@@ -6,83 +6,72 @@ namespace trident::model {
 using kernels::ConstPtr;
 using kernels::Ptr;
 
-GeluMlp::GeluMlp(const LinearSpec& fc, const LinearSpec& fc_proj, const Dims& d, SetSpec& set,
-                 ScratchSpec& scratch)
-    : fc_(fc, d, set, scratch),
-      fc_proj_(fc_proj, d, set, scratch),
-      count_(d.rows() * static_cast<std::size_t>(d.Fm)) {
-    hidden_ = set.add("fc", count_, d.act, Keep::unless_full);
-    activated_ = set.add("fc_gelu", count_, d.act, Keep::unless_full);
-    d_hidden_ = scratch.add("d_hidden", count_, d.act);
+namespace {
+
+// The activation's slot names: the input linear's output, the activation's, and the scratch
+// of the former's gradient.
+struct SlotNames {
+    const char *in_out, *activated, *d_in_out;
+};
+
+SlotNames slot_names(MlpActivation a) {
+    return a == MlpActivation::gelu ? SlotNames{"fc", "fc_gelu", "d_hidden"}
+                                    : SlotNames{"gate_up", "swiglu", "d_gate_up"};
 }
 
-Ptr GeluMlp::forward(PartContext& ctx, const Pass& pass, ConstPtr x, bool to_output) const {
-    const Ptr hidden = pass.buffers[hidden_], activated = pass.buffers[activated_];
-    fc_.forward(ctx, pass, x, hidden);
-    ctx.ops.gelu_forward(activated, hidden, count_);
-    if (!to_output) {  // the backward reads fc_proj's input and its adapter's h, not its output
-        fc_proj_.adapter_down(ctx, pass, activated);
+}  // namespace
+
+Mlp::Mlp(MlpActivation activation, const LinearSpec& in, const LinearSpec& out, const Dims& d,
+         SetSpec& set, ScratchSpec& scratch)
+    : activation_(activation),
+      in_(in, d, set, scratch),
+      out_(out, d, set, scratch),
+      rows_(d.N),
+      width_(d.Fm),
+      in_count_(d.rows() * static_cast<std::size_t>(d.Fm) *
+                (activation == MlpActivation::swiglu ? 2 : 1)) {
+    const SlotNames names = slot_names(activation);
+    in_out_ = set.add(names.in_out, in_count_, d.act, Keep::unless_full);
+    activated_ = set.add(names.activated, d.rows() * static_cast<std::size_t>(d.Fm), d.act,
+                         Keep::unless_full);
+    d_in_out_ = scratch.add(names.d_in_out, in_count_, d.act);
+}
+
+Ptr Mlp::forward(PartContext& ctx, const Pass& pass, ConstPtr x, bool to_output) const {
+    const Ptr in_out = pass.buffers[in_out_], activated = pass.buffers[activated_];
+    in_.forward(ctx, pass, x, in_out);
+    if (activation_ == MlpActivation::gelu)
+        ctx.ops.gelu_forward(activated, in_out, in_count_);
+    else
+        ctx.ops.swiglu_forward(activated, in_out, rows_, width_);
+    if (!to_output) {  // the backward reads out's input and its adapter's h, not its output
+        out_.adapter_down(ctx, pass, activated);
         return Ptr();
     }
-    return fc_proj_.forward(ctx, pass, activated, Ptr());
+    return out_.forward(ctx, pass, activated, Ptr());
 }
 
-ConstPtr GeluMlp::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dy,
-                           BackwardPart part) const {
-    const ConstPtr d_activated = fc_proj_.backward(ctx, pass, pass.buffers[activated_], dy, part);
-    const Ptr d_hidden = ctx.scratch[d_hidden_];
-    ctx.ops.zero(d_hidden, count_);
-    ctx.ops.gelu_backward(d_hidden, pass.buffers[hidden_], d_activated, count_);
-    return fc_.backward(ctx, pass, x, d_hidden, part);
+ConstPtr Mlp::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dy,
+                       BackwardPart part) const {
+    const ConstPtr d_activated = out_.backward(ctx, pass, pass.buffers[activated_], dy, part);
+    const Ptr d_in_out = ctx.scratch[d_in_out_];
+    const ConstPtr in_out = pass.buffers[in_out_];
+    ctx.ops.zero(d_in_out, in_count_);
+    if (activation_ == MlpActivation::gelu)
+        ctx.ops.gelu_backward(d_in_out, in_out, d_activated, in_count_);
+    else
+        ctx.ops.swiglu_backward(d_in_out, in_out, d_activated, rows_, width_);
+    return in_.backward(ctx, pass, x, d_in_out, part);
 }
 
-void GeluMlp::backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) const {
-    fc_proj_.backward_weight(ctx, pass, pass.buffers[activated_]);
-    fc_.backward_weight(ctx, pass, x);
+void Mlp::backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) const {
+    out_.backward_weight(ctx, pass, pass.buffers[activated_]);
+    in_.backward_weight(ctx, pass, x);
 }
 
-void GeluMlp::finish_grads(PartContext& ctx) const {
-    fc_.finish_grads(ctx);
-    fc_proj_.finish_grads(ctx);
-}
-
-SwiGluMlp::SwiGluMlp(const LinearSpec& gate_up, const LinearSpec& down, const Dims& d, SetSpec& set,
-                     ScratchSpec& scratch)
-    : gate_up_(gate_up, d, set, scratch), down_(down, d, set, scratch), rows_(d.N), width_(d.Fm) {
-    const std::size_t count = d.rows() * static_cast<std::size_t>(d.Fm);
-    gate_up_out_ = set.add("gate_up", 2 * count, d.act, Keep::unless_full);
-    activated_ = set.add("swiglu", count, d.act, Keep::unless_full);
-    d_gate_up_ = scratch.add("d_gate_up", 2 * count, d.act);
-}
-
-Ptr SwiGluMlp::forward(PartContext& ctx, const Pass& pass, ConstPtr x, bool to_output) const {
-    const Ptr gate_up = pass.buffers[gate_up_out_], activated = pass.buffers[activated_];
-    gate_up_.forward(ctx, pass, x, gate_up);
-    ctx.ops.swiglu_forward(activated, gate_up, rows_, width_);
-    if (!to_output) {  // the backward reads down's input and its adapter's h, not its output
-        down_.adapter_down(ctx, pass, activated);
-        return Ptr();
-    }
-    return down_.forward(ctx, pass, activated, Ptr());
-}
-
-ConstPtr SwiGluMlp::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dy,
-                             BackwardPart part) const {
-    const ConstPtr d_activated = down_.backward(ctx, pass, pass.buffers[activated_], dy, part);
-    const Ptr d_gate_up = ctx.scratch[d_gate_up_];
-    ctx.ops.zero(d_gate_up, 2 * static_cast<std::size_t>(rows_) * width_);
-    ctx.ops.swiglu_backward(d_gate_up, pass.buffers[gate_up_out_], d_activated, rows_, width_);
-    return gate_up_.backward(ctx, pass, x, d_gate_up, part);
-}
-
-void SwiGluMlp::backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) const {
-    down_.backward_weight(ctx, pass, pass.buffers[activated_]);
-    gate_up_.backward_weight(ctx, pass, x);
-}
-
-void SwiGluMlp::finish_grads(PartContext& ctx) const {
-    gate_up_.finish_grads(ctx);
-    down_.finish_grads(ctx);
+void Mlp::finish_grads(PartContext& ctx) const {
+    in_.finish_grads(ctx);
+    out_.finish_grads(ctx);
 }
 
 }  // namespace trident::model

@@ -5,8 +5,8 @@
 // Shapes (this rank): input x (R, H) = the norm's output; fc's output and the GELU's (N, Fm)
 // kept for the backward; output (R, H), with fc_proj's bias.
 //
-// Llama's (SwiGluMlp): the gate and up linears, column-split and run as one (H -> 2F, their
-// weights adjacent), SwiGLU down's input silu(gate)·up, the row-split down linear (F -> H).
+// Llama's (MlpActivation::swiglu): the gate and up linears, column-split and run as one (H -> 2F,
+// their weights adjacent), SwiGLU down's input silu(gate)·up, the row-split down linear (F -> H).
 // Shapes (this rank): gate and up's output (N, 2Fm) and SwiGLU's (N, Fm) kept for the
 // backward.
 //
@@ -32,10 +32,17 @@ public:
     virtual void finish_grads(PartContext& ctx) const = 0;
 };
 
-class GeluMlp final : public FeedForward {
+// The activation between an MLP's two linears: GELU (tanh form) on fc's output (N, Fm), or
+// SwiGLU, silu(gate)·up, on the fused gate and up linear's output (N, 2Fm).
+enum class MlpActivation { gelu, swiglu };
+
+// GPT-2's and Llama's MLP: the column-split input linear, the activation, the row-split
+// output linear.
+class Mlp final : public FeedForward {
 public:
-    GeluMlp(const LinearSpec& fc, const LinearSpec& fc_proj, const Dims& d, SetSpec& set,
-            ScratchSpec& scratch);
+    // `in`: H -> Fm (gelu) or H -> 2Fm (swiglu: gate then up); `out`: Fm -> H.
+    Mlp(MlpActivation activation, const LinearSpec& in, const LinearSpec& out, const Dims& d,
+        SetSpec& set, ScratchSpec& scratch);
 
     kernels::Ptr forward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
                          bool to_output) const override;
@@ -45,30 +52,12 @@ public:
     void finish_grads(PartContext& ctx) const override;
 
 private:
-    Linear fc_, fc_proj_;
-    int hidden_, activated_;  // slots: fc's output, the GELU's (N, Fm)
-    int d_hidden_;            // scratch: the gradient of fc's output (N, Fm)
-    std::size_t count_;       // N·Fm
-};
-
-class SwiGluMlp final : public FeedForward {
-public:
-    // `gate_up`: the fused gate and up linear (out 2Fm); `down`: F -> H.
-    SwiGluMlp(const LinearSpec& gate_up, const LinearSpec& down, const Dims& d, SetSpec& set,
-              ScratchSpec& scratch);
-
-    kernels::Ptr forward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
-                         bool to_output) const override;
-    kernels::ConstPtr backward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
-                               kernels::ConstPtr dy, BackwardPart part) const override;
-    void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const override;
-    void finish_grads(PartContext& ctx) const override;
-
-private:
-    Linear gate_up_, down_;
-    int gate_up_out_, activated_;  // slots: (N, 2Fm), (N, Fm)
-    int d_gate_up_;                // scratch: the gradient of gate and up's output (N, 2Fm)
-    int rows_, width_;             // N, Fm
+    MlpActivation activation_;
+    Linear in_, out_;
+    int in_out_, activated_;  // slots: the input linear's output, the activation's (N, Fm)
+    int d_in_out_;            // scratch: the gradient of the input linear's output
+    int rows_, width_;        // N, Fm
+    std::size_t in_count_;    // elements of the input linear's output: N·Fm or N·2Fm
 };
 
 }  // namespace trident::model

@@ -51,11 +51,12 @@ TransformerLayer gpt2_layer(const ParamLayout& layout, const ParamLayout& lora_l
         std::make_unique<SelfAttention>(attention, d, o.attention_saved, set, scratch);
     parts.norm2 = std::make_unique<LayerNorm>(p.ln2_w, p.ln2_b, d, set);
     parts.feed_forward =
-        std::make_unique<GeluMlp>(linear(lora_layout, lora, l, LoraTarget::fc, LinearSplit::column,
-                                         d.H, d.Fm, p.fc_w, p.fc_b),
-                                  linear(lora_layout, lora, l, LoraTarget::fc_proj,
-                                         LinearSplit::row, d.Fm, d.H, p.fc_proj_w, p.fc_proj_b),
-                                  d, set, scratch);
+        std::make_unique<Mlp>(MlpActivation::gelu,
+                              linear(lora_layout, lora, l, LoraTarget::fc, LinearSplit::column, d.H,
+                                     d.Fm, p.fc_w, p.fc_b),
+                              linear(lora_layout, lora, l, LoraTarget::fc_proj, LinearSplit::row,
+                                     d.Fm, d.H, p.fc_proj_w, p.fc_proj_b),
+                              d, set, scratch);
     return TransformerLayer(std::move(set), std::move(parts), o.dropout, d, scratch);
 }
 
@@ -92,10 +93,10 @@ TransformerLayer llama_layer(const ParamLayout& layout, const ParamLayout& lora_
     add_adapter(gate_up, lora_layout, lora, l, LoraTarget::gate, 0, d.Fm);
     add_adapter(gate_up, lora_layout, lora, l, LoraTarget::up, d.Fm, d.Fm);
     parts.feed_forward =
-        std::make_unique<SwiGluMlp>(gate_up,
-                                    linear(lora_layout, lora, l, LoraTarget::down, LinearSplit::row,
-                                           d.Fm, d.H, p.fc_proj_w, kNoParam),
-                                    d, set, scratch);
+        std::make_unique<Mlp>(MlpActivation::swiglu, gate_up,
+                              linear(lora_layout, lora, l, LoraTarget::down, LinearSplit::row, d.Fm,
+                                     d.H, p.fc_proj_w, kNoParam),
+                              d, set, scratch);
     return TransformerLayer(std::move(set), std::move(parts), o.dropout, d, scratch);
 }
 
