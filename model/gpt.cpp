@@ -221,9 +221,12 @@ void Gpt::backward_part(int mb, int c, float dloss, ConstPtr output_grad, Ptr in
 void Gpt::head_backward(int c, Set& set, float dloss, BackwardPart part, bool reduce) {
     const SetBuffers own = store_.own(set);
     const Pass pass{own, set.training, set.seed, shape().layers};
-    params_needed(lnf_range());
-    params_needed(wte_range());
-    params_prefetch(next_in_backward(c, layout_.chunk_layers(c)));
+    const bool reads_params = reads_params_in(part);
+    if (reads_params) {
+        params_needed(lnf_range());
+        params_needed(wte_range());
+        params_prefetch(next_in_backward(c, layout_.chunk_layers(c)));
+    }
     if (part != BackwardPart::input && !frozen()) {
         grads_needed(lnf_range());
         grads_needed(wte_range());
@@ -233,8 +236,10 @@ void Gpt::head_backward(int c, Set& set, float dloss, BackwardPart part, bool re
         parts_.head->backward_weight(ctx_, pass, x);
     else
         parts_.head->backward(ctx_, pass, x, dloss, scratch_[parts_.d_residual], part);
-    params_done(lnf_range());
-    params_done(wte_range());
+    if (reads_params) {
+        params_done(lnf_range());
+        params_done(wte_range());
+    }
     if (!reduce || frozen()) return;
     parts_.head->finish_grads(ctx_);
     grads_final(lnf_range());
@@ -249,8 +254,11 @@ void Gpt::layer_backward(int c, Set& set, int i, BackwardPart part, bool reduce)
     const SetBuffers buffers = store_.layer(set, c, i);
     const Pass pass{buffers, set.training, set.seed, l};
     const ConstPtr x = layer_input(c, set, i);
-    params_needed(layout_.layer_range(l));
-    params_prefetch(next_in_backward(c, i));
+    const bool reads_params = reads_params_in(part);
+    if (reads_params) {
+        params_needed(layout_.layer_range(l));
+        params_prefetch(next_in_backward(c, i));
+    }
     if (part != BackwardPart::input && !frozen()) grads_needed(layout_.layer_range(l));
     // Full recompute: rerun the layer's forward from its kept input (its collectives too, in
     // the same order on every tensor rank), just before its backward (before its W too).
@@ -260,7 +268,7 @@ void Gpt::layer_backward(int c, Set& set, int i, BackwardPart part, bool reduce)
     else
         layer_l.backward(ctx_, pass, x, scratch_[parts_.d_residual], part,
                          options_.recompute == Recompute::selective);
-    params_done(layout_.layer_range(l));
+    if (reads_params) params_done(layout_.layer_range(l));
     if (!reduce) return;
     layer_l.finish_grads(ctx_);
     grads_final(frozen() ? lora_layout_.layer_range(l) : layout_.layer_range(l));
@@ -291,6 +299,12 @@ void Gpt::zero_grads() {
 }
 
 // ---- the data-parallel hooks -----------------------------------------------------------------
+
+bool Gpt::reads_params_in(BackwardPart part) const {
+    // A weight gradient is the product of the saved input and the kept output gradient (and
+    // a norm's, of its saved statistics): only full recompute's rerun forward reads weights.
+    return part != BackwardPart::weight || options_.recompute == Recompute::full;
+}
 
 void Gpt::params_needed(Range r) const {
     if (hooks_.params_needed && r.first < r.second) hooks_.params_needed(r.first, r.second);

@@ -238,6 +238,7 @@ private:
     void embedding_backward(Set& set, BackwardPart part, bool reduce);
 
     // The hooks, and the ranges they speak of.
+    bool reads_params_in(BackwardPart part) const;  // this part of a backward reads weights
     void params_needed(Range r) const;
     void params_prefetch(Range r) const;
     void params_done(Range r) const;

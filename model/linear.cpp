@@ -98,10 +98,11 @@ void Linear::weight_gradient(PartContext& ctx, const Pass& pass, ConstPtr x, Con
     for (const LoraAdapter& adapter : lora_)
         adapter.backward(ctx, pass, x_gemm, dy, Ptr(), false, true);
     if (ctx.weights.frozen) return;
+    // No input gradient: the weight is not read (ZeRO-3 need not have it gathered).
     ctx.ops.matmul_backward(nullptr, ctx.weights.grads.at(spec_.weight),
                             spec_.bias != kNoParam ? ctx.weights.grads.at(spec_.bias) : Ptr(), dy,
-                            x_gemm, ctx.weights.params.at(spec_.weight), ctx.dims().N, spec_.in,
-                            spec_.out);
+                            x_gemm, ConstPtr(nullptr, ctx.weights.params.dtype()), ctx.dims().N,
+                            spec_.in, spec_.out);
 }
 
 void Linear::finish_grads(PartContext& ctx) const {

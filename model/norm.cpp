@@ -6,6 +6,17 @@ namespace trident::model {
 using kernels::ConstPtr;
 using kernels::Ptr;
 
+namespace {
+
+// The norm's weight where the input gradient is wanted; a weight gradient alone does not read
+// it (ZeRO-3 need not have it gathered for a zero-bubble W).
+ConstPtr weight_if(const PartContext& ctx, Ptr dx, std::size_t weight) {
+    const FlatBuffer& params = ctx.weights.params;
+    return dx ? ConstPtr(params.at(weight)) : ConstPtr(nullptr, params.dtype());
+}
+
+}  // namespace
+
 LayerNorm::LayerNorm(std::size_t weight, std::size_t bias, const Dims& d, SetSpec& set)
     : weight_(weight), bias_(bias) {
     const std::size_t R = d.rows_mine(), H = static_cast<std::size_t>(d.H);
@@ -40,7 +51,7 @@ void LayerNorm::gradient(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPt
     if (!dx && !own) return;
     ctx.ops.layernorm_backward(dx, own ? ctx.weights.grads.at(weight_) : Ptr(),
                                own ? ctx.weights.grads.at(bias_) : Ptr(), dout, x,
-                               ctx.weights.params.at(weight_), pass.buffers[mean_].f32(),
+                               weight_if(ctx, dx, weight_), pass.buffers[mean_].f32(),
                                pass.buffers[rstd_].f32(), ctx.dims().R, ctx.dims().H);
 }
 
@@ -81,8 +92,8 @@ void RmsNorm::gradient(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr 
     const bool own = weights && !ctx.weights.frozen;
     if (!dx && !own) return;
     ctx.ops.rmsnorm_backward(dx, own ? ctx.weights.grads.at(weight_) : Ptr(), dout, x,
-                             ctx.weights.params.at(weight_), pass.buffers[rstd_].f32(),
-                             ctx.dims().R, ctx.dims().H);
+                             weight_if(ctx, dx, weight_), pass.buffers[rstd_].f32(), ctx.dims().R,
+                             ctx.dims().H);
 }
 
 void RmsNorm::finish_grads(PartContext& ctx) const {

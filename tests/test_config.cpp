@@ -438,6 +438,14 @@ TEST_CASE("config: parallel layouts and what is not supported yet", "[config]") 
           Recompute::full);
     CHECK(error_of(kMinimal + "parallel:\n  schedule: interleaved\n") ==
           "x.yaml:4: parallel.schedule: interleaved needs parallel.pipeline >= 2 (got 1)");
+    // ZeRO-3 runs on a pipeline with every schedule; keeping its gathered units is its alone.
+    CHECK(
+        parse(kMinimal + "parallel:\n  zero_stage: 3\n  pipeline: 2\n  schedule: zb-h2\n", "x.yaml")
+            .parallel.schedule == trident::pipeline::Kind::zb_h2);
+    CHECK(error_of(kMinimal, {"parallel.reshard_after_forward=false"}) ==
+          "--set parallel.reshard_after_forward=false: parallel.reshard_after_forward: false needs "
+          "parallel.zero_stage 3 (got 1): below stage 3 the parameters are whole on every "
+          "replica");
     CHECK(error_of(kMinimal + "parallel:\n  schedule: interleaved\n  pipeline: 2\n") ==
           "x.yaml:4: parallel.schedule: interleaved needs parallel.virtual_stages >= 2 (got 1)");
 #if TRIDENT_HAVE_CUDA

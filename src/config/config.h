@@ -105,6 +105,11 @@ struct ParallelConfig {
     // zero_stage 2 and 3 with several microbatches: reduce-scatter every microbatch's
     // gradients into the shard (true), or keep them whole until the step's last (false).
     bool sharded_accumulation = true;
+    // zero_stage 3: release a unit's gathered parameters after each forward and backward that
+    // reads them (true: 2 gathers per unit and microbatch), or keep them from the unit's first
+    // gather of the step until the step's backward has ended (false: one gather per unit and
+    // step, the stage's whole parameters resident meanwhile). PyTorch FSDP2's option.
+    bool reshard_after_forward = true;
     bool operator==(const ParallelConfig&) const = default;
 };
 

@@ -206,23 +206,11 @@ void check_zero_and_lora(const Config& cfg, const Origins& origins) {
     const ModelConfig& m = cfg.model;
     const ParallelConfig& p = cfg.parallel;
     const TrainingConfig& t = cfg.training;
-    // ZeRO-3 gathers a unit's parameters for every microbatch's forward and backward. On a
-    // pipeline each stage runs many microbatches (m >> P keeps its bubble small), so it would
-    // gather its weights 2m times a step where stage 2 keeps them whole (DeepSpeed refuses
-    // ZeRO-3 with its pipeline engine too); a zero-bubble schedule's W would gather each
-    // layer once more.
-    if (p.zero_stage == 3 && p.pipeline > 1)
-        fail(origins.blame({"parallel.zero_stage", "parallel.pipeline"}),
-             cat("parallel.zero_stage: 3 runs without pipeline parallelism (parallel.pipeline is ",
-                 p.pipeline,
-                 "): each stage would gather its parameters for the forward and the "
-                 "backward of every microbatch; use zero_stage 2 with a pipeline"));
-    if (p.zero_stage == 3 &&
-        (p.schedule == pipeline::Kind::zb_h1 || p.schedule == pipeline::Kind::zb_h2))
-        fail(origins.blame({"parallel.zero_stage", "parallel.schedule"}),
-             cat("parallel.zero_stage: 3 runs with parallel.schedule 1f1b or gpipe (got ",
-                 to_string(p.schedule),
-                 ", whose split backward would gather each layer a third time)"));
+    // Keeping gathered units through the step is a choice of ZeRO-3's gathers only.
+    if (!p.reshard_after_forward && p.zero_stage != 3)
+        fail(origins.blame({"parallel.reshard_after_forward", "parallel.zero_stage"}),
+             cat("parallel.reshard_after_forward: false needs parallel.zero_stage 3 (got ",
+                 p.zero_stage, "): below stage 3 the parameters are whole on every replica"));
 
     // ZeRO 2 and 3 shard by the layout's units over the data group only; their sharding over
     // the data-context group (D·C ranks) is not built yet.

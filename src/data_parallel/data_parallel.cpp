@@ -8,7 +8,7 @@ namespace trident::data_parallel {
 DataParallel::DataParallel(kernels::Ops& ops, const model::ParamLayout& layout,
                            model::FlatBuffer& params, model::FlatBuffer& grads,
                            parallel::Comm& group, int zero_stage, std::size_t bucket_size,
-                           Overlap overlap)
+                           Overlap overlap, Resharding resharding)
     : params_(params),
       grads_(grads),
       group_(group),
@@ -24,7 +24,7 @@ DataParallel::DataParallel(kernels::Ops& ops, const model::ParamLayout& layout,
         overlap_ = Overlap{overlap.grad_reduce, overlap.param_gather && zero_stage_ >= 1};
     if (zero_stage_ >= 2)
         units_ = std::make_unique<ZeroUnits>(ops, params_, grads_, group_, overlap_.grad_reduce,
-                                             overlap_.param_gather);
+                                             overlap_.param_gather, resharding.after_use);
     flight_.resize(buckets_.size());
 }
 
@@ -176,6 +176,10 @@ void DataParallel::params_prefetch(std::size_t begin, std::size_t end) {
 
 void DataParallel::params_done(std::size_t begin, std::size_t end) {
     if (zero_stage_ == 3) units_->params_done(begin, end);
+}
+
+void DataParallel::release_params() {
+    if (zero_stage_ == 3) units_->release_params();
 }
 
 void DataParallel::finish_gather(std::size_t b) {

@@ -53,6 +53,12 @@ struct Overlap {
     bool param_gather = false;  // the all-gathers with the next forward pass (ZeRO-3: prefetch)
 };
 
+// ZeRO-3: a unit's gathered parameters released after each use (true), or kept until
+// release_params (false; config.h, parallel.reshard_after_forward).
+struct Resharding {
+    bool after_use = true;
+};
+
 // A part of the buffers this rank owns, and where its optimizer state starts (the state of
 // the owned parts, in buffer order, one after another).
 struct OwnedPart {
@@ -66,7 +72,7 @@ public:
     // of the layout's total padded to a multiple of the group's size.
     DataParallel(kernels::Ops& ops, const model::ParamLayout& layout, model::FlatBuffer& params,
                  model::FlatBuffer& grads, parallel::Comm& group, int zero_stage,
-                 std::size_t bucket_size, Overlap overlap);
+                 std::size_t bucket_size, Overlap overlap, Resharding resharding = {});
 
     int zero_stage() const { return zero_stage_; }
     parallel::Comm& group() const { return group_; }
@@ -85,6 +91,8 @@ public:
     void params_needed(std::size_t begin, std::size_t end);
     void params_prefetch(std::size_t begin, std::size_t end);
     void params_done(std::size_t begin, std::size_t end);
+    // After a run of the schedule (stage 3): the units kept gathered released.
+    void release_params();
     // Sums the gradients over the group: all of them (stage 0) or this rank's owned parts
     // (stage 1: in their places in the gradients; stages 2, 3: the gradient shard).
     void reduce_gradients();

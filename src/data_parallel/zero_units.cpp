@@ -8,13 +8,15 @@
 namespace trident::data_parallel {
 
 ZeroUnits::ZeroUnits(kernels::Ops& ops, model::FlatBuffer& params, model::FlatBuffer& grads,
-                     parallel::Comm& data, bool overlap_reduce, bool overlap_gather)
+                     parallel::Comm& data, bool overlap_reduce, bool overlap_gather,
+                     bool reshard_after_use)
     : ops_(ops),
       params_(params),
       grads_(grads),
       data_(data),
       overlap_reduce_(overlap_reduce),
-      overlap_gather_(overlap_gather) {
+      overlap_gather_(overlap_gather),
+      reshard_after_use_(reshard_after_use) {
     gathers_.resize(params_.units().size());
     gather_start_.resize(params_.units().size(), 0.0);
 }
@@ -120,8 +122,16 @@ void ZeroUnits::params_done(std::size_t begin, std::size_t end) {
     const auto [first, last] = params_.units_of(begin, end);
     for (std::size_t u = first; u < last; ++u) {
         finish_gather(u);
-        params_.release(u);
+        if (reshard_after_use_) params_.release(u);
     }
+}
+
+void ZeroUnits::release_params() {
+    for (std::size_t u = 0; u < params_.units().size(); ++u)
+        if (params_.resident(u)) {
+            finish_gather(u);
+            params_.release(u);
+        }
 }
 
 }  // namespace trident::data_parallel

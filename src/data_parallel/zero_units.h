@@ -21,7 +21,10 @@
 // says it comes next (params_prefetch: the gather runs under the current unit's compute), and
 // released when the model is done with it (params_done). The working copy of the whole model
 // never exists at once: at most the units the model holds between needed and done, and the
-// one prefetched.
+// one prefetched. Without resharding after use (parallel.reshard_after_forward false) a unit
+// stays gathered from its first use in a pass of the schedule until release_params, after
+// the schedule's last backward: one gather per unit and step instead of one per forward and
+// backward of every microbatch, the rank's whole parameters resident meanwhile.
 //
 // The calls are Comm's non-blocking ones, issued in the same order on every replica, so the
 // sums are those of the blocking calls.
@@ -43,7 +46,8 @@ public:
     // `params` may be whole (ZeRO-2: the parameter hooks are then not called here); `grads`
     // is sharded. `data` is the data-parallel group they are sharded over.
     ZeroUnits(kernels::Ops& ops, model::FlatBuffer& params, model::FlatBuffer& grads,
-              parallel::Comm& data, bool overlap_reduce, bool overlap_gather);
+              parallel::Comm& data, bool overlap_reduce, bool overlap_gather,
+              bool reshard_after_use);
 
     void grads_needed(std::size_t begin, std::size_t end);
     void grads_final(std::size_t begin, std::size_t end);
@@ -54,6 +58,8 @@ public:
     void params_needed(std::size_t begin, std::size_t end);
     void params_prefetch(std::size_t begin, std::size_t end);
     void params_done(std::size_t begin, std::size_t end);
+    // Every gathered unit released (those kept without resharding after use).
+    void release_params();
 
     void set_trace(io::TraceRecorder* trace) { trace_ = trace; }
 
@@ -80,6 +86,7 @@ private:
     model::FlatBuffer& grads_;
     parallel::Comm& data_;
     bool overlap_reduce_, overlap_gather_;
+    bool reshard_after_use_;
     std::deque<Pending> reductions_;          // oldest first
     std::vector<parallel::Request> gathers_;  // per unit of the parameters
     std::vector<double> gather_start_;

@@ -61,24 +61,44 @@ void tensor_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks,
     add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the gradient norm
 }
 
+// ZeRO-3's all-gathers of one unit [begin, end) of the layout in a step (model/gpt.cpp's
+// hooks). Without resharding after use: one, kept from its first use to the step's end.
+// Otherwise one per use of every microbatch: its forward; its backward, unless only the
+// embedding reads it (the embedding's gradient is a scatter of the output's, which reads
+// no weight) and not a tied LM head on the same stage; and a zero-bubble W (split backward)
+// only under full recompute, whose rerun forward reads the weights: a weight gradient alone
+// is the saved input's product with the output's gradient.
+int64_t unit_gathers(const config::Config& cfg, const model::ParamLayout& layout,
+                     std::pair<std::size_t, std::size_t> unit) {
+    if (!cfg.parallel.reshard_after_forward) return 1;
+    const auto [embedding_begin, embedding_end] = layout.embedding_range();
+    const bool embedding = unit.first >= embedding_begin && unit.second <= embedding_end;
+    const bool head_reads = layout.shape().tied && layout.plan().last() &&
+                            layout.wte() >= unit.first && layout.wte() < unit.second;
+    const bool backward = !embedding || head_reads;
+    const bool w = backward && pipeline::splits_backward(cfg.parallel.schedule) &&
+                   cfg.training.recompute == config::Recompute::full;
+    return cfg.derived.grad_accum_steps * (1 + (backward ? 1 : 0) + (w ? 1 : 0));
+}
+
 // ZeRO-2 and 3 (src/data_parallel/zero_units.h): each unit of the layout reduce-scattered after
 // every microbatch's backward (sharded accumulation) or after the step's last; stage 2 all-gathers
-// the updated units as stage 1 its buckets, stage 3 gathers each unit for every microbatch's
-// forward and again for its backward (the embedding, kept from the embedding to the LM head,
-// once each) and nothing after the update.
+// the updated units as stage 1 its buckets, stage 3 gathers each unit as unit_gathers counts
+// and nothing after the update.
 void sharded_data_traffic(const PlanInputs& in, int stage, GroupTraffic& g) {
     const auto& p = in.cfg.parallel;
     const int64_t m = in.cfg.derived.grad_accum_steps;
     const model::ParamLayout layout(config::gpt_shape(in.cfg), 0, p.tensor,
                                     config::stage_plan(in.cfg, stage), p.data);
     const int64_t reductions = p.sharded_accumulation ? m : 1;
-    for (const auto& [begin, end] : layout.units()) {
-        const double size = static_cast<double>(end - begin);
+    for (const auto& unit : layout.units()) {
+        const double size = static_cast<double>(unit.second - unit.first);
         add(g, CommKind::reduce_scatter, reductions, size, in.grad_bytes, p.sharded_accumulation);
         if (in.zero_stage == 2)
             add(g, CommKind::all_gather, 1, size / p.data, in.weight_bytes, false);
         else
-            add(g, CommKind::all_gather, 2 * m, size / p.data, in.weight_bytes, true);
+            add(g, CommKind::all_gather, unit_gathers(in.cfg, layout, unit), size / p.data,
+                in.weight_bytes, p.reshard_after_forward);
     }
     add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the gradient norm's share
     add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes,

@@ -18,7 +18,8 @@
 //              layout, their reduce-scatter once per microbatch with sharded accumulation;
 //              ZeRO 3 no gather after the update but each unit's weights gathered before the
 //              forward and again before the backward of every microbatch (per rank, with
-//              m = 1: 3Ψ(D−1)/D sent, against 2Ψ(D−1)/D for stages 0 to 2).
+//              m = 1: 3Ψ(D−1)/D sent, against 2Ψ(D−1)/D for stages 0 to 2), or once a step
+//              with parallel.reshard_after_forward false (communication.cpp, unit_gathers).
 // Each group also carries a few scalars a step (loss, gradient norm), counted too.
 //
 // Bytes are counted two ways: the payload handed to the calls, as Comm's statistics count

@@ -1,6 +1,9 @@
 // Per-stage memory of a training run (see memory_model.h).
 #include "plan/memory_model.h"
 
+#include <algorithm>
+#include <functional>
+
 #include "config/model_shape.h"
 #include "model/param_layout.h"
 #include "model/stage_parts.h"
@@ -137,6 +140,25 @@ double korthikanti_layer_bytes(const config::Config& cfg) {
            C;
 }
 
+namespace {
+
+// ZeRO-3's gathered units at most (see the top of memory_model.h), in bytes.
+double gathered_bytes(const PlanInputs& in, const model::ParamLayout& layout, int64_t buffer) {
+    if (in.zero_stage != 3) return 0;
+    if (!in.cfg.parallel.reshard_after_forward)
+        return static_cast<double>(buffer) * in.weight_bytes;
+    std::vector<std::size_t> sizes;
+    for (const auto& [begin, end] : layout.units()) sizes.push_back(end - begin);
+    std::sort(sizes.begin(), sizes.end(), std::greater<>());
+    std::size_t held = 0;
+    for (std::size_t i = 0; i < std::min<std::size_t>(2, sizes.size()); ++i) held += sizes[i];
+    const auto [embedding_begin, embedding_end] = layout.embedding_range();
+    if (layout.shape().tied && layout.plan().stages == 1) held += embedding_end - embedding_begin;
+    return static_cast<double>(held) * in.weight_bytes;
+}
+
+}  // namespace
+
 std::vector<StageMemory> plan_memory(const PlanInputs& in) {
     const config::Config& cfg = in.cfg;
     const auto& p = cfg.parallel;
@@ -159,6 +181,7 @@ std::vector<StageMemory> plan_memory(const PlanInputs& in) {
         s.parameters = (static_cast<int64_t>(layout.total()) + D - 1) / D * D;
         s.states = model_states(static_cast<double>(s.parameters), static_cast<int>(D),
                                 in.zero_stage, in.weight_bytes, in.grad_bytes);
+        s.gathered = gathered_bytes(in, layout, s.parameters);
 
         const model::StageParts parts = stage_parts(cfg, layout, d);
         const std::vector<ChunkShape> chunks = stage_chunks(cfg, stage);

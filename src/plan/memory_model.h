@@ -36,6 +36,12 @@
 // sharded over the D·C ranks holding the same weights; the temporary buffers add the ring's
 // or the all-to-alls' exchange buffers and the tokens' positions.
 //
+// ZeRO-3's gathered parameters (src/data_parallel/zero_units.h) besides the shards: resharded
+// after every use, the two largest units of the stage (one in use, the next prefetched under
+// it; the LM head's ln_f and tied wte are two in use), and with a tied embedding on a single
+// stage its unit as well, held from the embedding to the LM head; kept through the step
+// (parallel.reshard_after_forward false), the stage's whole flat buffer of weights.
+//
 // Temporary buffers: the backward scratch the model allocates once (gradients of the
 // residual stream, of the MLP and of attention, the (b, a/t, s, s) attention gradient), the
 // recompute scratch, and the pipeline executor's message buffers (those received and not
@@ -86,7 +92,8 @@ struct StageMemory {
     int activation_sets = 0;  // how many: (microbatch, chunk) pairs
     double korthikanti = 0;   // the same sets by Korthikanti et al.'s per-layer formula
     double temporary = 0;     // backward and recompute scratch, pipeline messages
-    double total() const { return states.total() + activations + temporary; }
+    double gathered = 0;      // ZeRO-3's units of weights gathered at once, at most
+    double total() const { return states.total() + activations + temporary + gathered; }
 };
 
 std::vector<StageMemory> plan_memory(const PlanInputs& in);

@@ -143,6 +143,47 @@ std::string memory_table_text(const Plan& plan) {
     return out;
 }
 
+// Calls of one kind in a group's step, and their payload in bytes.
+std::pair<int64_t, double> calls_of(const GroupTraffic& g, parallel::CommKind kind) {
+    int64_t calls = 0;
+    double bytes = 0;
+    for (const Calls& c : g.calls)
+        if (c.kind == kind) {
+            calls += c.calls;
+            bytes += static_cast<double>(c.calls) * c.elements * c.element_bytes;
+        }
+    return {calls, bytes};
+}
+
+// ZeRO-3's two settings of parallel.reshard_after_forward side by side, this config's first:
+// the weights gathered at once and the data group's all-gathers and reduce-scatters.
+std::string zero3_text(const PlanInputs& in) {
+    if (in.zero_stage != 3) return "";
+    using parallel::CommKind;
+    std::string out =
+        "ZeRO-3 per stage and step: weights gathered at once, all-gathers, reduce-scatters "
+        "(payload):\n";
+    const bool chosen = in.cfg.parallel.reshard_after_forward;
+    for (const bool reshard : {chosen, !chosen}) {
+        PlanInputs other = in;
+        other.cfg.parallel.reshard_after_forward = reshard;
+        const std::vector<StageMemory> memory = plan_memory(other);
+        const std::vector<StageTraffic> traffic = plan_traffic(other);
+        out += format("  reshard_after_forward %s%s:", reshard ? "true" : "false",
+                      reshard == chosen ? " (this config)" : "");
+        for (std::size_t s = 0; s < memory.size(); ++s) {
+            const auto [gathers, gathered] = calls_of(traffic[s].data, CommKind::all_gather);
+            const auto [scatters, scattered] = calls_of(traffic[s].data, CommKind::reduce_scatter);
+            out += format(" stage %zu %s, %lld (%s), %lld (%s);", s,
+                          train::human_bytes(memory[s].gathered).c_str(),
+                          static_cast<long long>(gathers), bytes_text(gathered).c_str(),
+                          static_cast<long long>(scatters), bytes_text(scattered).c_str());
+        }
+        out.back() = '\n';
+    }
+    return out;
+}
+
 // The communication table: a row per stage and group that communicates.
 std::string communication_table_text(const Plan& plan) {
     std::string out =
@@ -253,6 +294,7 @@ io::JsonLine memory_json(const Plan& plan, const StageMemory& s) {
         .add("activation_sets", s.activation_sets)
         .add("korthikanti_activations", byte_count(s.korthikanti))
         .add("temporary", byte_count(s.temporary))
+        .add("gathered", byte_count(s.gathered))
         .add("total", byte_count(s.total()));
     if (plan.device_memory)
         mem.add("fits", headroom(plan, s) >= 0).add("headroom", byte_count(headroom(plan, s)));
@@ -337,6 +379,7 @@ std::string render_text(const Plan& plan) {
     const auto& d = cfg.derived;
     std::string out = summary_text(plan.inputs);
     out += memory_table_text(plan);
+    out += zero3_text(plan.inputs);
     const char* formula = cfg.model.arch == config::Arch::llama
                               ? "6*B*s per weight of the layers and the head + 6*B*s^2*l*h"
                               : "72*B*s*l*h^2*(1 + s/(12h) + V/(12*l*h))";

@@ -156,6 +156,11 @@ void MetricsLog::write_json(const StepMetrics& m) {
                                          std::pair{"reduce_scatter", CommKind::reduce_scatter}})
             line.add(std::string(group) + "_" + name + "_bytes",
                      static_cast<int64_t>(stats->bytes_of(kind)));
+    // The data group's calls (ZeRO-3 gathers every unit once per use, or once a step).
+    for (const auto& [name, kind] : {std::pair{"all_gather", CommKind::all_gather},
+                                     std::pair{"reduce_scatter", CommKind::reduce_scatter}})
+        line.add(std::string("dp_") + name + "_calls",
+                 static_cast<int64_t>(m.data_comm.calls_of(kind)));
     // The context group: ring attention's keys, values and their gradients, Ulysses'
     // all-to-alls.
     for (const auto& [name, kind] :

@@ -45,7 +45,8 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
                      model_.trainable_grads(), data_context_, cfg.parallel.zero_stage,
                      static_cast<std::size_t>(cfg.parallel.bucket_size),
                      data_parallel::Overlap{cfg.parallel.overlap_grad_reduce,
-                                            cfg.parallel.overlap_param_gather && !model_.frozen()}),
+                                            cfg.parallel.overlap_param_gather && !model_.frozen()},
+                     data_parallel::Resharding{cfg.parallel.reshard_after_forward}),
       optimizer_(ops, model_.trainable_layout(), cfg.training, data_parallel_,
                  optim::NormGroups{tensor_, pipeline_}, model_.trainable_params(),
                  model_.trainable_grads()),
@@ -160,6 +161,7 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
         },
         dloss, true,
         [&](int mb) { return kernels::hash64(t.seed ^ kDropoutStream, first_of(mb)); });
+    data_parallel_.release_params();
     // The LM head's copy of wte on the last stage and the embedding's on the first: the
     // tied weight's gradient is the sum of both, and final then (sharded gradients: summed
     // on the shards once reduced, tie_sharded_embedding).
@@ -237,6 +239,7 @@ double Trainer::evaluate(const SampleFn& sample, int sequences) {
                             tgt);
         },
         0.0f, false, [](int) { return uint64_t{0}; });
+    data_parallel_.release_params();
     // The mean of the replicas' and context ranks' means (equal token counts).
     double loss = from_last_stage(loss_sum / microbatches);
     data_context_.all_reduce(&loss, 1);

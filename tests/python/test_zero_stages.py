@@ -9,7 +9,10 @@ Psi is the stage's flat buffer. Traffic per step and rank under ring algorithms,
 microbatch per replica: 2*Psi*(D-1)/D for stage 2, 3*Psi*(D-1)/D for stage 3 (in 4-byte
 elements); with m microbatches, the reduce-scatter m times when accumulation is sharded.
 Checkpoints reshard across stages: a stage-3 run resumes at stage 1, that one at stage 3 on
-D = 4, and stage 3 at stage 2 on a pipeline. Stage 3 with a pipeline is refused, naming why.
+D = 4, and stage 3 at stage 2 on a pipeline. Stage 3 on a pipeline (2x1x2) with 1F1B,
+interleaved, ZB-H1 and ZB-H2, resharding after every use or not: step 1's Adam moments within
+1e-5 of one process, step 10's checkpoint bitwise stage 2's, and the all-gathers each step as
+the data group counts them (2m per layer against 1).
 
 Needs only the standard library and mpirun; exit 77 (skipped) without mpirun.
 """
@@ -143,12 +146,41 @@ def main():
             check(len(rows) == 10 - start and worst(rows, ref[start:], "loss") <= TOL,
                   f"{name}: the uninterrupted losses from step {start}")
 
-        # Stage 3 with a pipeline: refused, with the reason.
-        p = train(4, "refused", ["parallel.pipeline=2", "parallel.data=2", "parallel.zero_stage=3"],
-                  expect_ok=False)
-        check(p.returncode != 0 and "parallel.zero_stage: 3" in p.stdout
-              and "use zero_stage 2 with a pipeline" in p.stdout,
-              "stage 3 with P=2: refused with one clear message")
+        # Stage 3 on a pipeline (P=2, D=2, 4 microbatches per replica), every schedule, each
+        # unit's weights gathered for every use and kept through the step: the losses and
+        # step 1's Adam moments (the whole gradient), every element, within 1e-5 of one
+        # process, and step 10's checkpoint (weights, master weights, moments) bitwise that of
+        # stage 2 with 1F1B on the same grid (above): the same reduce-scatters of the same sums
+        # (each schedule adds a unit's microbatches in order; test_pipeline_parallel.py holds
+        # the schedules bitwise equal), only the weights' gathers differ. Rank 0 (stage 0: wte,
+        # wpe, 2 layers) counts its all-gathers of a step: per layer 2m resharded (forward,
+        # backward; a zero-bubble W reads no weight), m for the embedding's units (no backward
+        # reads them), and one per unit kept.
+        stage2 = path(f"ck_layout{layouts.index((2, 1, 2, 2, []))}/step_000010")
+        m, stage0_layers, embedding_units = 4, 2, 2
+        expect_calls = {"true": 2 * m * stage0_layers + m * embedding_units,
+                        "false": stage0_layers + embedding_units}
+        for schedule, extra in [("1f1b", []), ("interleaved", ["parallel.virtual_stages=2"]),
+                                ("zb-h1", []), ("zb-h2", [])]:
+            for reshard in ("true", "false"):
+                name = f"2x1x2 zero 3, {schedule}, reshard_after_forward {reshard}"
+                ck = path(f"pp_{schedule}_{reshard}")
+                rows = train(4, "pp_zero3", [
+                    "parallel.pipeline=2", "parallel.data=2", "parallel.zero_stage=3",
+                    f"parallel.schedule={schedule}", f"parallel.reshard_after_forward={reshard}",
+                    f"checkpoint.dir={ck}"] + extra + every_step)
+                differ = checkpoints_differ(f"{ck}/step_000001", path("ck_ref/step_000001"), TOL,
+                                            ("exp_avg", "exp_avg_sq"))
+                check(differ is None and len(rows) == 10 and worst(rows, ref, "loss") <= TOL,
+                      f"{name}: losses and step 1's Adam moments, every element, within 1e-5 of "
+                      f"1x1x1 ({differ or 'all'})")
+                differ = checkpoints_differ(f"{ck}/step_000010", stage2)
+                check(differ is None, f"{name}: step 10's checkpoint bitwise that of zero 2, 1f1b "
+                                      f"({differ or 'all'})")
+                calls = {r["dp_all_gather_calls"] for r in rows}
+                check(calls == {expect_calls[reshard]},
+                      f"{name}: rank 0's all-gathers per step {calls}, expected "
+                      f"{expect_calls[reshard]}")
 
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
