@@ -243,9 +243,11 @@ void Gpt::head_backward(int c, Set& set, float dloss, BackwardPart part, bool re
     if (!reduce || frozen()) return;
     parts_.head->finish_grads(ctx_);
     grads_final(lnf_range());
-    // Sharded, the tied copies are summed on the shards after the reduction; a chunk that
-    // also embeds announces wte with the embedding.
-    if (options_.sharding.grads && !embeds(c) && shape().tied) grads_final(wte_range());
+    // Sharded, the tied copies are summed on the shards after the reduction; a stage that
+    // also embeds announces wte with the embedding (under ZB-V, after the head's last W: a
+    // stage's W's run in the order of their B's).
+    if (options_.sharding.grads && !layout_.plan().first() && shape().tied)
+        grads_final(wte_range());
 }
 
 void Gpt::layer_backward(int c, Set& set, int i, BackwardPart part, bool reduce) {

@@ -86,18 +86,44 @@ struct GptShape {
     float rope_theta = 10000.0f;
 };
 
+// Where the P·v global chunks of the pipeline live (docs/ARCHITECTURE.md, "Schedules").
+// Round robin: global chunk g is local chunk g / P of stage g mod P. V-shaped (ZB-V, v = 2):
+// stage r holds global chunks r and 2P - 1 - r as its local chunks 0 and 1, so the
+// activations go down the stages and back up, and stage 0 holds the first and the last chunk.
+enum class Placement { round_robin, v_shape };
+
+struct ChunkMap {
+    Placement placement = Placement::round_robin;
+    int stages = 1;  // P
+    int chunks = 1;  // v, per stage
+
+    int global(int stage, int c) const {
+        return placement == Placement::v_shape && c == 1 ? 2 * stages - 1 - stage
+                                                         : c * stages + stage;
+    }
+    int stage_of(int g) const {
+        return placement == Placement::v_shape && g >= stages ? 2 * stages - 1 - g : g % stages;
+    }
+    int local(int g) const { return g / stages; }     // for both placements
+    int last() const { return stages * chunks - 1; }  // the global chunk with the loss
+};
+
 // Which part of the model a pipeline stage holds (P = v = 1: all of it).
 struct StagePlan {
     int stages = 1;  // P
     int stage = 0;   // this stage, 0 .. P-1
-    int chunks = 1;  // v, model chunks per stage (interleaved schedule)
+    int chunks = 1;  // v, model chunks per stage (interleaved schedule, ZB-V)
     // Layers of each global chunk, in order (P·v counts adding up to the model's layers; a
     // chunk may hold none). Empty: every chunk holds an equal share.
     std::vector<int> chunk_layers;
+    Placement placement = Placement::round_robin;
 
-    int global_chunk(int c) const { return c * stages + stage; }
+    ChunkMap map() const { return {placement, stages, chunks}; }
+    int global_chunk(int c) const { return map().global(stage, c); }
+    // Whether this stage holds the embedding (global chunk 0), and the LM head (the last
+    // global chunk): stage P - 1 round robin, stage 0 V-shaped.
     bool first() const { return stage == 0; }
-    bool last() const { return stage == stages - 1; }
+    bool last() const { return map().stage_of(map().last()) == stage; }
 };
 
 // How a tensor is divided over the tensor-parallel ranks.

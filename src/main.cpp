@@ -156,7 +156,7 @@ CLI::App* add_generate(CLI::App& app, commands::GenerateOptions& gen) {
 CLI::App* add_schedule(CLI::App& app, commands::ScheduleOptions& sched) {
     auto* schedule_cmd = app.add_subcommand(
         "schedule", "Simulate a pipeline schedule: text timeline, bubble, in-flight, SVG");
-    schedule_cmd->add_option("--kind", sched.kind, "gpipe, 1f1b, interleaved, zb-h1 or zb-h2")
+    schedule_cmd->add_option("--kind", sched.kind, "gpipe, 1f1b, interleaved, zb-h1, zb-h2 or zb-v")
         ->capture_default_str();
     schedule_cmd->add_option("--pipeline", sched.pipeline, "Pipeline stages P")
         ->capture_default_str();
@@ -164,7 +164,7 @@ CLI::App* add_schedule(CLI::App& app, commands::ScheduleOptions& sched) {
         ->capture_default_str();
     schedule_cmd
         ->add_option("--virtual", sched.virtual_stages,
-                     "Chunks per stage v; 0 = 2 for interleaved, else 1")
+                     "Chunks per stage v; 0 = 2 for interleaved and zb-v, else 1")
         ->capture_default_str();
     schedule_cmd->add_option("--svg", sched.svg, "SVG file to write (\"\" for none)")
         ->capture_default_str();

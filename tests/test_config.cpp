@@ -255,7 +255,8 @@ TEST_CASE("config: values of the wrong type are refused", "[config]") {
     CHECK(error_of("data:\n  train: a\n  shuffle: maybe\n") ==
           "x.yaml:3: data.shuffle: expected true or false, got \"maybe\"");
     CHECK(error_of(kMinimal + "parallel:\n  schedule: 2f2b\n") ==
-          "x.yaml:4: parallel.schedule: expected one of gpipe, 1f1b, interleaved, zb-h1, zb-h2; "
+          "x.yaml:4: parallel.schedule: expected one of gpipe, 1f1b, interleaved, zb-h1, zb-h2, "
+          "zb-v; "
           "got \"2f2b\"");
     CHECK(error_of(kMinimal + "training:\n  precision: tf32\n") ==
           "x.yaml:4: training.precision: expected one of fp32, bf16, fp16; got \"tf32\"");

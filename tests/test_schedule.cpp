@@ -422,8 +422,9 @@ TEST_CASE("schedule: invalid arguments are named", "[schedule][bad-input]") {
     CHECK(message([] { simulate(Kind::interleaved, 3, 2, 4); }) ==
           "pipeline: the interleaved schedule needs the microbatches per step (4) to be a "
           "multiple of parallel.pipeline (3)");
-    CHECK(message([] { parse_kind("zb-v"); }) ==
-          "pipeline: unknown schedule 'zb-v' (expected gpipe, 1f1b, interleaved, zb-h1 or zb-h2)");
+    CHECK(message([] { parse_kind("zb-x"); }) ==
+          "pipeline: unknown schedule 'zb-x' (expected gpipe, 1f1b, interleaved, zb-h1, zb-h2 or "
+          "zb-v)");
     CHECK(message([] {
               simulate(Kind::gpipe, 2, 1, 2, Costs{0, 0, 0});
           }).find("costs") != std::string::npos);

@@ -17,7 +17,9 @@ namespace trident::commands {
 int schedule(const ScheduleOptions& opts) {
     using namespace pipeline;
     const Kind kind = parse_kind(opts.kind);
-    const int v = opts.virtual_stages > 0 ? opts.virtual_stages : kind == Kind::interleaved ? 2 : 1;
+    const int v = opts.virtual_stages > 0                           ? opts.virtual_stages
+                  : kind == Kind::interleaved || kind == Kind::zb_v ? 2
+                                                                    : 1;
     const Costs costs{opts.forward_cost, opts.backward_cost, opts.latency, opts.send_buffers,
                       opts.weight_cost};
     const Simulation sim = simulate(kind, opts.pipeline, v, opts.microbatches, costs);
@@ -35,6 +37,7 @@ int schedule(const ScheduleOptions& opts) {
     std::printf("%s%s\n\n", render_text(sim, columns).c_str(), text_legend().c_str());
 
     const char* formula = kind == Kind::interleaved ? "(p-1)/(v*m)"
+                          : kind == Kind::zb_v      ? "(p-1)/(6m), with F = B = W"
                           : splits_backward(kind)   ? "(p-1)/(3m), with F = B = W"
                                                     : "(p-1)/m";
     std::printf("time %g, ideal %g per stage\n", sim.makespan, sim.ideal);

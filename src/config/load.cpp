@@ -333,6 +333,9 @@ void fill_dependent_defaults(Config& cfg, const Origins& origins) {
     // Multi-head attention unless grouped; GPT-2 ties its LM head to the embedding, Llama not.
     if (!origins.is_set("model.kv_heads")) m.kv_heads = m.heads;
     if (!origins.is_set("model.tie_embeddings")) m.tie_embeddings = !llama;
+    // ZB-V's V holds two chunks per stage.
+    if (cfg.parallel.schedule == pipeline::Kind::zb_v && !origins.is_set("parallel.virtual_stages"))
+        cfg.parallel.virtual_stages = 2;
     // Adapters on every linear of GPT-2's layer; on Llama's, q and v (PEFT's default for
     // Llama, after Hu et al. 2021, §7.1).
     if (llama && !origins.is_set("training.lora.targets"))

@@ -46,7 +46,7 @@ inline model::Dims rank_dims(const Config& cfg) {
 
 inline model::StagePlan stage_plan(const Config& cfg, int stage) {
     return model::StagePlan{cfg.parallel.pipeline, stage, cfg.parallel.virtual_stages,
-                            cfg.derived.chunk_layers};
+                            cfg.derived.chunk_layers, pipeline::placement(cfg.parallel.schedule)};
 }
 
 // training.lora: the adapters (rank 0: none), their scale alpha / r and their dropout.

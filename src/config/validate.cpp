@@ -175,9 +175,20 @@ void check_pipeline(const Config& cfg, const Origins& origins) {
                      ", but model.layers is ", m.layers));
     }
 
-    // Virtual stages only mean something to the interleaved schedule, and it needs them.
+    // Virtual stages only mean something to the interleaved schedule and ZB-V, and they
+    // need them: ZB-V's V exactly two (it sets 2 when unset).
     const bool interleaved = p.schedule == pipeline::Kind::interleaved;
-    if (p.virtual_stages > 1 && !interleaved)
+    if (p.schedule == pipeline::Kind::zb_v) {
+        if (p.pipeline < 2)
+            fail(
+                origins.blame({"parallel.schedule", "parallel.pipeline"}),
+                cat("parallel.schedule: zb-v needs parallel.pipeline >= 2 (got ", p.pipeline, ")"));
+        if (p.virtual_stages != 2)
+            fail(origins.blame({"parallel.virtual_stages", "parallel.schedule"}),
+                 cat("parallel.schedule: zb-v places two chunks per stage in a V; "
+                     "parallel.virtual_stages must be 2 or unset (got ",
+                     p.virtual_stages, ")"));
+    } else if (p.virtual_stages > 1 && !interleaved)
         fail(origins.blame({"parallel.virtual_stages", "parallel.schedule"}),
              cat("parallel.virtual_stages (", p.virtual_stages,
                  ") needs parallel.schedule: interleaved (got ", to_string(p.schedule), ")"));

@@ -25,7 +25,7 @@ template <typename E>
 struct EnumNames;
 template <>
 struct EnumNames<pipeline::Kind> {  // as pipeline::to_string spells them
-    static constexpr std::array names{"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"};
+    static constexpr std::array names{"gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-v"};
 };
 template <>
 struct EnumNames<Arch> {

@@ -22,6 +22,9 @@ struct GridShape {
     // The consecutive tensor ranks that hold the same key/value head: M / KVH when M > KVH
     // (model/param_layout.h), else 1.
     int kv_replicas = 1;
+    // The LM head on the first stage, beside the embedding (ZB-V's V-shaped placement,
+    // model/param_layout.h), rather than on the last.
+    bool head_on_first_stage = false;
 };
 
 struct Coordinates {
@@ -60,10 +63,13 @@ public:
     Comm& data_context() { return *data_context_; }
     Comm& pipeline() { return *pipeline_; }  // same dp, tp, cp: the P stages, in order
     // The first and last stage with this (dp, tp, cp), which share the tied embedding: group
-    // rank 0 is the first stage, 1 the last. With P == 1 it is this rank alone; on a middle
-    // stage (not in_embedding_group) it is also this rank alone, so its calls do nothing.
+    // rank 0 is the first stage, 1 the last. With P == 1, or the head on the first stage, it
+    // is this rank alone; on a stage without embedding or head (not in_embedding_group) it
+    // is also this rank alone, so its calls do nothing.
     Comm& embedding() { return *embedding_; }
-    bool in_embedding_group() const { return first_stage() || last_stage(); }
+    bool in_embedding_group() const {
+        return first_stage() || (last_stage() && !shape_.head_on_first_stage);
+    }
     // The kv_replicas ranks of the tensor group that hold this rank's key/value head (tensor
     // ranks r·⌊tp/r⌋ ..), over which its gradients are summed; this rank alone when r = 1.
     Comm& kv_replicas() { return *kv_replicas_; }

@@ -95,10 +95,22 @@ kernels::Ptr Executor::take_send_buffer(int kind, int mb, int c) {
     return free->buffer.data();
 }
 
-void Executor::send(int kind, int mb, int c, int peer, int tag) {
+void Executor::send(int kind, int mb, int c, int to_chunk, int tag) {
     const auto it = outgoing_.find(Key{kind, mb, c});
     if (it == outgoing_.end()) throw Error("internal: a pipeline send of nothing computed");
     SendSlot& slot = send_slots_[static_cast<std::size_t>(it->second)];
+    const model::ChunkMap map = model_.layout().plan().map();
+    const int peer = map.stage_of(to_chunk);
+    if (peer == pipeline_.rank()) {
+        // The V's turn (ZB-V): the chunk it goes to is this stage's; hand it over here, where
+        // its receive will find it.
+        const int received_as = kind == act_out ? act_in : grad_in;
+        ops_.copy(received(received_as, mb, map.local(to_chunk)), slot.buffer.data(),
+                  model_.boundary_size());
+        slot.taken = false;
+        outgoing_.erase(it);
+        return;
+    }
     slot.sent = pipeline_.isend(slot.buffer.data(), model_.boundary_size(), peer, tag);
     slot.peer = peer;
     sending_.push_back(it->second);
@@ -119,10 +131,13 @@ int Executor::tag(int kind, int mb, int boundary) const {
 double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& microbatch, float dloss,
                      bool training, const SeedFn& dropout_seed) {
     const model::StagePlan& plan = model_.layout().plan();
-    const int P = plan.stages;
-    const int last_chunk = P * plan.chunks - 1;
-    const int next = (plan.stage + 1) % P, previous = (plan.stage + P - 1) % P;
-    const std::size_t n = model_.boundary_size();
+    const model::ChunkMap map = plan.map();
+    const int last_chunk = map.last();
+    // A receive from this stage itself was handed over by its send (Executor::send).
+    const auto receive = [&](kernels::Ptr into, int from_chunk, int tag) {
+        const int peer = map.stage_of(from_chunk);
+        if (peer != plan.stage) pipeline_.recv(into, model_.boundary_size(), peer, tag);
+    };
     constexpr int kAct = 0, kGrad = 1;
     bool has_head = false;  // whether this rank computes the loss
     // Each chunk's last backward (or W) of the step completes its gradients.
@@ -138,7 +153,7 @@ double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& micro
         parallel::set_microbatch(mb);
         switch (in.op) {
             case Op::recv_act:
-                pipeline_.recv(received(act_in, mb, c), n, previous, tag(kAct, mb, g - 1));
+                receive(received(act_in, mb, c), g - 1, tag(kAct, mb, g - 1));
                 break;
             case Op::forward: {
                 const bool embeds = g == 0, head = g == last_chunk;
@@ -152,10 +167,10 @@ double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& micro
                 break;
             }
             case Op::send_act:
-                send(act_out, mb, c, next, tag(kAct, mb, g));
+                send(act_out, mb, c, g + 1, tag(kAct, mb, g));
                 break;
             case Op::recv_grad:
-                pipeline_.recv(received(grad_in, mb, c), n, next, tag(kGrad, mb, g));
+                receive(received(grad_in, mb, c), g + 1, tag(kGrad, mb, g));
                 break;
             case Op::backward:
                 model_.backward_chunk(
@@ -174,7 +189,7 @@ double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& micro
                 model_.backward_weight(mb, c, i == last_backward[static_cast<std::size_t>(c)]);
                 break;
             case Op::send_grad:
-                send(grad_out, mb, c, previous, tag(kGrad, mb, g - 1));
+                send(grad_out, mb, c, g - 1, tag(kGrad, mb, g - 1));
                 break;
         }
     }
@@ -192,7 +207,7 @@ std::vector<Instr> forward_only(const model::StagePlan& plan, int m) {
     // Microbatch by microbatch through the chunks in order: a receive always waits on a send
     // issued earlier in some stage's stream, so no stage can wait forever.
     std::vector<Instr> stream;
-    const int last = plan.stages * plan.chunks - 1;
+    const int last = plan.map().last();
     for (int mb = 0; mb < m; ++mb)
         for (int c = 0; c < plan.chunks; ++c) {
             const int g = plan.global_chunk(c);

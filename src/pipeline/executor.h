@@ -63,7 +63,8 @@ private:
     kernels::Ptr received(int kind, int mb, int c);  // a received message's buffer
     // A free outgoing buffer for the output of (kind, mb, c), waiting for a send if none is.
     kernels::Ptr take_send_buffer(int kind, int mb, int c);
-    void send(int kind, int mb, int c, int peer, int tag);
+    // Sends the output of (kind, mb, c) to the stage holding global chunk to_chunk.
+    void send(int kind, int mb, int c, int to_chunk, int tag);
     int tag(int kind, int mb, int boundary) const;
 
     kernels::Ops& ops_;

@@ -8,6 +8,7 @@
 #include "pipeline/schedule.h"
 
 #include <algorithm>
+#include <deque>
 #include <sstream>
 
 #include "kernels/error.h"
@@ -36,6 +37,13 @@ void validate(Kind kind, int P, int v, int m, int stage) {
         if (m % P != 0)
             fail("the interleaved schedule needs the microbatches per step (", m,
                  ") to be a multiple of parallel.pipeline (", P, ")");
+    } else if (kind == Kind::zb_v) {
+        if (P < 2) fail("the zb-v schedule needs parallel.pipeline >= 2 (got ", P, ")");
+        if (v != 2)
+            fail(
+                "the zb-v schedule runs two chunks per stage; parallel.virtual_stages must be 2 "
+                "(got ",
+                v, ")");
     } else if (v != 1) {
         fail("the ", to_string(kind),
              " schedule runs one chunk per stage; parallel.virtual_stages must be 1 (got ", v,
@@ -60,100 +68,143 @@ Work virtual_work(bool forward, int k, int P, int v) {
             forward ? chunk_in_order : v - 1 - chunk_in_order};
 }
 
-// A stage in the zero-bubble replay (below), times in units of one op.
+// A stage in the zero-bubble replay (below), times in units of one op, per local chunk c:
+// forwards[c] and inputs[c] count its F and B done (each in microbatch order), act_ready[c][k]
+// and grad_ready[c][k] say when F and B of microbatch k can start (their input arrived).
 struct ReplayStage {
-    int forwards = 0, inputs = 0, weights = 0;  // F, B and W done
-    int held = 0;                               // forwarded, W not yet done
+    std::vector<int> forwards, inputs;
+    std::vector<std::vector<double>> act_ready, grad_ready;
+    std::deque<Work> pending;  // B done, W not yet: in the order of the B's
+    int held = 0;              // chunks forwarded, W not yet done
     double clock = 0;
     bool last_was_forward = false;
-    std::vector<double> act_ready, grad_ready;  // when F_k's input, B_k's gradient arrive
     std::vector<Work> order;
 };
 
 constexpr double kNever = 1e300;
 
+// When chunk c's next F (forward) or B could start on stage s; kNever when there is none.
+double ready_at(const ReplayStage& s, std::size_t c, int m, bool forward) {
+    const int k = forward ? s.forwards[c] : s.inputs[c];
+    if (forward ? k >= m : k >= s.forwards[c]) return kNever;
+    return (forward ? s.act_ready : s.grad_ready)[c][static_cast<std::size_t>(k)];
+}
+
+// Stage s's next F or B: the one ready first; of two ready by `now`, the F of the later
+// chunk (its microbatch nearer the loss), the B of the earlier (nearer the end).
+Work next_of(const ReplayStage& s, int m, bool forward, double now, double& at) {
+    const std::size_t v = s.forwards.size();
+    Work best{forward ? Op::forward : Op::backward_input, -1, -1};
+    at = kNever;
+    for (std::size_t i = 0; i < v; ++i) {
+        const std::size_t c = forward ? v - 1 - i : i;
+        const double t = ready_at(s, c, m, forward);
+        if (t < at && (at > now || best.chunk < 0)) {
+            at = t;
+            best.chunk = static_cast<int>(c);
+            best.microbatch = forward ? s.forwards[c] : s.inputs[c];
+        }
+    }
+    return best;
+}
+
 // When stage s could start its next op, and which (kNever: it waits for what no stage has
 // computed yet, or it is done).
-double next_start(const ReplayStage& s, int m, int limit, Op& op) {
-    const double f = s.forwards < m && s.held < limit
-                         ? s.act_ready[static_cast<std::size_t>(s.forwards)]
-                         : kNever;
-    const double b =
-        s.inputs < s.forwards ? s.grad_ready[static_cast<std::size_t>(s.inputs)] : kNever;
+double next_start(const ReplayStage& s, int m, int limit, Work& work) {
+    double f = kNever, b = kNever;
+    const Work forward = next_of(s, m, true, s.clock, f);
+    const Work input = next_of(s, m, false, s.clock, b);
+    if (s.held >= limit) f = kNever;
     const bool f_now = f <= s.clock, b_now = b <= s.clock;
     if (f_now && b_now) {
-        op = s.last_was_forward ? Op::backward_input : Op::forward;
+        work = s.last_was_forward ? input : forward;
         return s.clock;
     }
     if (f_now || b_now) {
-        op = f_now ? Op::forward : Op::backward_input;
+        work = f_now ? forward : input;
         return s.clock;
     }
-    if (s.weights < s.inputs) {
-        op = Op::backward_weight;
+    if (!s.pending.empty()) {
+        work = s.pending.front();
         return s.clock;
     }
-    op = f < b ? Op::forward : Op::backward_input;
+    work = f < b ? forward : input;
     return std::min(f, b);
 }
 
-// Stage i runs `op` from `start`: it joins the stage's order, and what it produces (an F's
-// activation, a B's gradient) reaches the neighbouring stage when it ends.
-void replay_op(std::vector<ReplayStage>& stages, int i, Op op, double start) {
-    const int P = static_cast<int>(stages.size());
+// Stage i runs `w` from `start`: it joins the stage's order, and what it produces (an F's
+// activation, a B's gradient) reaches the stage holding the neighbouring chunk when it ends.
+void replay_op(std::vector<ReplayStage>& stages, const model::ChunkMap& map, int i, const Work& w,
+               double start) {
     ReplayStage& s = stages[static_cast<std::size_t>(i)];
+    const std::size_t c = static_cast<std::size_t>(w.chunk),
+                      k = static_cast<std::size_t>(w.microbatch);
+    const int g = map.global(i, w.chunk);
     s.clock = start + 1.0;
-    if (op == Op::forward) {
-        const std::size_t k = static_cast<std::size_t>(s.forwards++);
+    s.order.push_back(w);
+    const auto reach = [&](int to, bool grad) {
+        ReplayStage& t = stages[static_cast<std::size_t>(map.stage_of(to))];
+        (grad ? t.grad_ready : t.act_ready)[static_cast<std::size_t>(map.local(to))][k] = s.clock;
+    };
+    if (w.op == Op::forward) {
+        ++s.forwards[c];
         ++s.held;
         s.last_was_forward = true;
-        s.order.push_back({op, static_cast<int>(k), 0});
-        if (i + 1 < P)
-            stages[static_cast<std::size_t>(i + 1)].act_ready[k] = s.clock;
+        if (g < map.last())
+            reach(g + 1, false);
         else
-            s.grad_ready[k] = s.clock;  // the last stage's loss: its B may follow
-    } else if (op == Op::backward_input) {
-        const std::size_t k = static_cast<std::size_t>(s.inputs++);
+            s.grad_ready[c][k] = s.clock;  // the loss: its B may follow
+    } else if (w.op == Op::backward_input) {
+        ++s.inputs[c];
         s.last_was_forward = false;
-        s.order.push_back({op, static_cast<int>(k), 0});
-        if (i > 0) stages[static_cast<std::size_t>(i - 1)].grad_ready[k] = s.clock;
+        s.pending.push_back({Op::backward_weight, w.microbatch, w.chunk});
+        if (g > 0) reach(g - 1, true);
     } else {
         --s.held;
-        s.order.push_back({op, s.weights++, 0});
+        s.pending.pop_front();
     }
 }
 
 // The zero-bubble orders of every stage, by replaying the pipeline with unit costs: each
 // stage, when free, runs a B or an F that is ready (alternating when both are; an F only
-// while it holds fewer than `limit` microbatches' activations, which W frees), else its
-// oldest pending W, else waits for the next message. The stage that can start earliest goes
-// first, so the replay follows time.
-std::vector<std::vector<Work>> zero_bubble_orders(int P, int m, int limit) {
-    std::vector<ReplayStage> stages(static_cast<std::size_t>(P));
+// while it holds fewer than `limit` chunks' activations, which W frees), else its oldest
+// pending W, else waits for the next message. The stage that can start earliest goes first,
+// so the replay follows time.
+std::vector<std::vector<Work>> zero_bubble_orders(const model::ChunkMap& map, int m, int limit) {
+    const std::size_t v = static_cast<std::size_t>(map.chunks), mbs = static_cast<std::size_t>(m);
+    std::vector<ReplayStage> stages(static_cast<std::size_t>(map.stages));
     for (ReplayStage& s : stages) {
-        s.act_ready.assign(static_cast<std::size_t>(m), kNever);
-        s.grad_ready.assign(static_cast<std::size_t>(m), kNever);
+        s.forwards.assign(v, 0);
+        s.inputs.assign(v, 0);
+        s.act_ready.assign(v, std::vector<double>(mbs, kNever));
+        s.grad_ready.assign(v, std::vector<double>(mbs, kNever));
     }
-    stages.front().act_ready.assign(static_cast<std::size_t>(m), 0.0);
+    stages.front().act_ready.front().assign(mbs, 0.0);  // global chunk 0 embeds
     for (;;) {
         int chosen = -1;
-        Op op = Op::forward;
+        Work work{};
         double start = kNever;
-        for (int i = 0; i < P; ++i) {
-            Op candidate = Op::forward;
+        for (int i = 0; i < map.stages; ++i) {
+            Work candidate{};
             const double at = next_start(stages[static_cast<std::size_t>(i)], m, limit, candidate);
             if (at < start) {
                 start = at;
                 chosen = i;
-                op = candidate;
+                work = candidate;
             }
         }
         if (chosen < 0) break;
-        replay_op(stages, chosen, op, start);
+        replay_op(stages, map, chosen, work, start);
     }
     std::vector<std::vector<Work>> orders;
     for (ReplayStage& s : stages) orders.push_back(std::move(s.order));
     return orders;
+}
+
+// Activations a zero-bubble schedule lets a stage hold, in chunks: ZB-H1 1F1B's P, ZB-H2
+// 2P - 1, ZB-V 2P chunks of half a stage's layers (1F1B's P microbatches again).
+int activation_limit(Kind kind, int P) {
+    return kind == Kind::zb_h1 ? P : kind == Kind::zb_h2 ? 2 * P - 1 : 2 * P;
 }
 
 std::vector<Work> compute_order(Kind kind, int P, int v, int m, int stage) {
@@ -164,8 +215,8 @@ std::vector<Work> compute_order(Kind kind, int P, int v, int m, int stage) {
         return order;
     }
     if (splits_backward(kind))
-        return zero_bubble_orders(
-            P, m, kind == Kind::zb_h1 ? P : 2 * P - 1)[static_cast<std::size_t>(stage)];
+        return zero_bubble_orders(chunk_map(kind, P, v), m,
+                                  activation_limit(kind, P))[static_cast<std::size_t>(stage)];
     // 1F1B and interleaved share one shape over "units" (microbatches, or virtual
     // microbatches): warm-up forwards, then forward one / backward one, then the cool-down
     // backwards. Units are forwarded and backwarded in the same order.
@@ -191,7 +242,8 @@ int warmup_forwards(Kind kind, int P, int v, int m, int stage) {
         case Kind::gpipe:
             return m;
         case Kind::zb_h1:
-        case Kind::zb_h2: {
+        case Kind::zb_h2:
+        case Kind::zb_v: {
             const std::vector<Work> order = compute_order(kind, P, v, m, stage);
             return static_cast<int>(
                 std::find_if(order.begin(), order.end(),
@@ -212,10 +264,11 @@ int warmup_forwards(Kind kind, int P, int v, int m, int stage) {
 
 std::vector<Instr> schedule(Kind kind, int P, int v, int m, int stage) {
     validate(kind, P, v, m, stage);
-    const int last = P * v - 1;  // the global chunk that ends with the loss
+    const model::ChunkMap map = chunk_map(kind, P, v);
+    const int last = map.last();  // the global chunk that ends with the loss
     std::vector<Instr> stream;
     for (const Work& w : compute_order(kind, P, v, m, stage)) {
-        const int g = global_chunk(P, stage, w.chunk);
+        const int g = map.global(stage, w.chunk);
         const int mb = w.microbatch, c = w.chunk;
         if (w.op == Op::forward) {
             if (g > 0) stream.push_back({Op::recv_act, mb, c});
@@ -233,13 +286,14 @@ std::vector<Instr> schedule(Kind kind, int P, int v, int m, int stage) {
 }
 
 double bubble_formula(Kind kind, int P, int v, int m) {
+    if (kind == Kind::zb_v) return (P - 1) / (6.0 * m);     // (P-1)F / 2m(F+B+W)
     if (splits_backward(kind)) return (P - 1) / (3.0 * m);  // (P-1)(F+B-W) / m(F+B+W)
     const double chunks = kind == Kind::interleaved ? v : 1;
     return (P - 1) / (chunks * m);
 }
 
 bool splits_backward(Kind kind) {
-    return kind == Kind::zb_h1 || kind == Kind::zb_h2;
+    return kind == Kind::zb_h1 || kind == Kind::zb_h2 || kind == Kind::zb_v;
 }
 
 const char* to_string(Op op) {
@@ -276,14 +330,17 @@ const char* to_string(Kind kind) {
             return "zb-h1";
         case Kind::zb_h2:
             return "zb-h2";
+        case Kind::zb_v:
+            return "zb-v";
     }
     return "?";
 }
 
 Kind parse_kind(std::string_view name) {
-    for (Kind kind : {Kind::gpipe, Kind::one_f_one_b, Kind::interleaved, Kind::zb_h1, Kind::zb_h2})
+    for (Kind kind :
+         {Kind::gpipe, Kind::one_f_one_b, Kind::interleaved, Kind::zb_h1, Kind::zb_h2, Kind::zb_v})
         if (name == to_string(kind)) return kind;
-    fail("unknown schedule '", name, "' (expected gpipe, 1f1b, interleaved, zb-h1 or zb-h2)");
+    fail("unknown schedule '", name, "' (expected gpipe, 1f1b, interleaved, zb-h1, zb-h2 or zb-v)");
 }
 
 }  // namespace trident::pipeline

@@ -3,9 +3,11 @@
 // same idea). The executor
 // only walks the list; the simulator replays every stage's list together.
 //
-// Layers are cut into P·v chunks; chunk g (global) lives on stage g mod P as its local chunk
-// g / P (v = 1 except for the interleaved schedule). Global chunk 0 starts with the
-// embedding, global chunk P·v - 1 ends with the LM head and the loss.
+// Layers are cut into P·v chunks (v = 1 except for the interleaved schedule and ZB-V); where
+// global chunk g lives is the schedule's placement (model::ChunkMap): round robin, on stage
+// g mod P as its local chunk g / P; ZB-V's V shape, chunks r and 2P - 1 - r on stage r.
+// Global chunk 0 starts with the embedding, global chunk P·v - 1 ends with the LM head and
+// the loss.
 //
 // Semantics the executor and the simulator share:
 //   forward(mb, c)    run local chunk c forward on microbatch mb; its input is the
@@ -18,7 +20,8 @@
 //   backward_weight(mb, c)  the rest: the gradients of the chunk's parameters (W: they can
 //                     wait); frees mb's activations of chunk c. B then W is backward.
 //   send_act(mb, c)   send chunk c's output activation to the stage holding global chunk
-//                     g + 1 (the next stage; from the last stage, stage 0)
+//                     g + 1 (round robin the next stage, from the last stage stage 0; it
+//                     may be this stage itself, as in the V's turn on stage P - 1)
 //   recv_act(mb, c)   receive chunk c's input activation from the stage holding g - 1
 //   send_grad(mb, c)  send the gradient of chunk c's input to the stage holding g - 1
 //   recv_grad(mb, c)  receive the gradient of chunk c's output from the stage holding g + 1
@@ -30,9 +33,11 @@
 #include <string_view>
 #include <vector>
 
+#include "model/param_layout.h"
+
 namespace trident::pipeline {
 
-enum class Kind { gpipe, one_f_one_b, interleaved, zb_h1, zb_h2 };
+enum class Kind { gpipe, one_f_one_b, interleaved, zb_h1, zb_h2, zb_v };
 
 enum class Op {
     forward,
@@ -61,22 +66,30 @@ struct Instr {
 // into B and W, the W's placed to fill what would be idle time. ZB-H1 keeps at most P
 // microbatches' activations on any stage (1F1B's peak, held by its first stage) and leaves
 // a bubble of about a third of 1F1B's; ZB-H2 allows 2P - 1 and runs more forwards early.
-// Both orders come from replaying the pipeline with unit costs (F = B = W) and a
+// ZB-V (Qi et al., "Pipeline Parallelism with Controllable Memory", 2024): two chunks per
+// stage placed in a V (model::ChunkMap), at most 2P chunks' activations on any stage (1F1B's
+// peak: P microbatches of a stage's layers), its bubble the start-up of the V's first leg.
+// The three orders come from replaying the pipeline with unit costs (F = B = W) and a
 // rule, on each stage: a B or an F whichever is ready (alternating when both are; an F only
-// under the stage's limit of activations), else the oldest pending W.
-// Throws trident::Error for invalid arguments (P, m < 1; v != 1 for all but interleaved;
-// v < 2 or m not a multiple of P for interleaved).
+// under the stage's limit of activations; of two chunks' F the later chunk's, of two B's the
+// earlier's), else the oldest pending W.
+// Throws trident::Error for invalid arguments (P, m < 1; v != 1 for all but interleaved and
+// ZB-V; v < 2 or m not a multiple of P for interleaved; v != 2 or P < 2 for ZB-V).
 std::vector<Instr> schedule(Kind kind, int P, int v, int m, int stage);
 
 const char* to_string(Op op);
-const char* to_string(Kind kind);  // the config's names: gpipe, 1f1b, interleaved, zb-h1, zb-h2
+// The config's names: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v.
+const char* to_string(Kind kind);
 
 // The inverse of to_string(Kind); throws trident::Error naming the accepted names.
 Kind parse_kind(std::string_view name);
 
-// Where chunks live: global chunk g is local chunk g / P of stage g mod P.
-inline int global_chunk(int P, int stage, int chunk) {
-    return chunk * P + stage;
+// Where a schedule places the chunks: ZB-V in a V, the others round robin.
+inline model::Placement placement(Kind kind) {
+    return kind == Kind::zb_v ? model::Placement::v_shape : model::Placement::round_robin;
+}
+inline model::ChunkMap chunk_map(Kind kind, int P, int v) {
+    return {placement(kind), P, v};
 }
 
 // Forwards a stage runs before its first backward (1F1B's and interleaved's warm-up; GPipe: m).

@@ -26,10 +26,6 @@ bool is_receive(Op op) {
     return op == Op::recv_act || op == Op::recv_grad;
 }
 
-int positive_mod(int a, int n) {
-    return ((a % n) + n) % n;
-}
-
 std::string describe(const Instr& in) {
     std::ostringstream out;
     out << to_string(in.op) << "(mb " << in.microbatch << ", chunk " << in.chunk << ")";
@@ -55,30 +51,33 @@ struct Message {
 };
 
 // The message a send or receive instruction of `stage` refers to.
-Message message_of(const Instr& in, int P, int stage) {
-    const int g = global_chunk(P, stage, in.chunk);
+// A chunk's neighbour outside 0 .. last (a malformed stream's) is said to be on stage -1.
+Message message_of(const Instr& in, const model::ChunkMap& map, int stage) {
+    const int g = map.global(stage, in.chunk);
+    const auto stage_of = [&](int h) { return h < 0 || h > map.last() ? -1 : map.stage_of(h); };
     switch (in.op) {
         case Op::send_act:
             return {false, in.microbatch, g + 1, stage};
         case Op::recv_act:
-            return {false, in.microbatch, g, positive_mod(g - 1, P)};
+            return {false, in.microbatch, g, stage_of(g - 1)};
         case Op::send_grad:
             return {true, in.microbatch, g - 1, stage};
         case Op::recv_grad:
-            return {true, in.microbatch, g, positive_mod(g + 1, P)};
+            return {true, in.microbatch, g, stage_of(g + 1)};
         default:
             return {false, -1, -1, -1};
     }
 }
 
 // The instruction on the other end of a message, and its stage (for "expected ..." hints).
-std::pair<int, Instr> counterpart(const Message& msg, int P, bool is_sender_side) {
+std::pair<int, Instr> counterpart(const Message& msg, const model::ChunkMap& map,
+                                  bool is_sender_side) {
     const Op op = msg.grad ? (is_sender_side ? Op::recv_grad : Op::send_grad)
                            : (is_sender_side ? Op::recv_act : Op::send_act);
     // The receiver holds msg.to_chunk; the sender holds its neighbour.
     const int g = is_sender_side ? msg.to_chunk : (msg.grad ? msg.to_chunk + 1 : msg.to_chunk - 1);
-    const int stage = positive_mod(g, P);
-    return {stage, Instr{op, msg.microbatch, g >= 0 ? g / P : -1}};
+    if (g < 0 || g > map.last()) return {-1, Instr{op, msg.microbatch, -1}};
+    return {map.stage_of(g), Instr{op, msg.microbatch, map.local(g)}};
 }
 
 // What one stage has done to one (microbatch, chunk) so far. A backward split into B and W
@@ -141,10 +140,10 @@ void check_instruction(const Instr& in, int g, int last, ChunkState& st, Problem
 }
 
 // What a stage's stream left undone to microbatch mb's chunk c, in state `st`.
-void check_finished(const ChunkState& st, int P, int v, int stage, int mb, int c,
+void check_finished(const ChunkState& st, const model::ChunkMap& map, int stage, int mb, int c,
                     std::vector<std::string>& problems) {
-    const int last = P * v - 1;
-    const int g = global_chunk(P, stage, c);
+    const int last = map.last();
+    const int g = map.global(stage, c);
     std::ostringstream what;
     what << "stage " << stage << ": microbatch " << mb << ", chunk " << c << " ";
     const std::string prefix = what.str();
@@ -158,9 +157,9 @@ void check_finished(const ChunkState& st, int P, int v, int stage, int mb, int c
         problems.push_back(prefix + "never sends its input's gradient back (no send_grad)");
 }
 
-void check_stage(const std::vector<Instr>& stream, int P, int v, int m, int stage,
+void check_stage(const std::vector<Instr>& stream, const model::ChunkMap& map, int m, int stage,
                  std::vector<std::string>& problems) {
-    const int last = P * v - 1;
+    const int last = map.last(), v = map.chunks;
     std::vector<ChunkState> state(static_cast<std::size_t>(m) * v);
     for (std::size_t i = 0; i < stream.size(); ++i) {
         const Instr& in = stream[i];
@@ -176,25 +175,25 @@ void check_stage(const std::vector<Instr>& stream, int P, int v, int m, int stag
             continue;
         }
         ChunkState& st = state[static_cast<std::size_t>(in.microbatch) * v + in.chunk];
-        check_instruction(in, global_chunk(P, stage, in.chunk), last, st, problem);
+        check_instruction(in, map.global(stage, in.chunk), last, st, problem);
     }
     for (int mb = 0; mb < m; ++mb)
         for (int c = 0; c < v; ++c)
-            check_finished(state[static_cast<std::size_t>(mb) * v + c], P, v, stage, mb, c,
+            check_finished(state[static_cast<std::size_t>(mb) * v + c], map, stage, mb, c,
                            problems);
 }
 
 // Every send matched by one receive and every receive by one send.
-void check_matching(const std::vector<std::vector<Instr>>& streams, int v, int m,
-                    std::vector<std::string>& problems) {
-    const int P = static_cast<int>(streams.size());
+void check_matching(const std::vector<std::vector<Instr>>& streams, const model::ChunkMap& map,
+                    int m, std::vector<std::string>& problems) {
+    const int P = map.stages, v = map.chunks;
     std::map<Message, std::vector<std::pair<int, std::size_t>>> sends, receives;
     for (int s = 0; s < P; ++s)
         for (std::size_t i = 0; i < streams[s].size(); ++i) {
             const Instr& in = streams[s][i];
             if (in.microbatch < 0 || in.microbatch >= m || in.chunk < 0 || in.chunk >= v) continue;
-            if (is_send(in.op)) sends[message_of(in, P, s)].push_back({s, i});
-            if (is_receive(in.op)) receives[message_of(in, P, s)].push_back({s, i});
+            if (is_send(in.op)) sends[message_of(in, map, s)].push_back({s, i});
+            if (is_receive(in.op)) receives[message_of(in, map, s)].push_back({s, i});
         }
     auto unmatched = [&](const auto& mine, const auto& theirs, bool sender_side) {
         for (const auto& [msg, at] : mine) {
@@ -202,7 +201,7 @@ void check_matching(const std::vector<std::vector<Instr>>& streams, int v, int m
             const std::size_t matches = it == theirs.end() ? 0 : it->second.size();
             for (std::size_t k = matches; k < at.size(); ++k) {
                 const auto [stage, index] = at[k];
-                const auto [other_stage, other] = counterpart(msg, P, sender_side);
+                const auto [other_stage, other] = counterpart(msg, map, sender_side);
                 std::ostringstream what;
                 what << where(stage, index, streams[stage][index]) << ": no matching "
                      << (sender_side ? "receive" : "send") << " (expected " << describe(other)
@@ -225,11 +224,13 @@ struct Replay {
     bool waits_for_buffer = false;    // blocked at a compute: every send buffer taken
 };
 
-// Whether a compute instruction's output leaves the stage (and so takes a send buffer).
-bool output_is_sent(const Instr& in, int P, int v, int stage) {
-    const int g = global_chunk(P, stage, in.chunk);
+// Whether a compute instruction's output leaves the stage (and so takes a send buffer; one
+// for the stage itself, at the V's turn, is handed over at once).
+bool output_is_sent(const Instr& in, const model::ChunkMap& map, int stage) {
+    const int g = map.global(stage, in.chunk);
     if (in.op == Op::backward_weight) return false;
-    return in.op == Op::forward ? g < P * v - 1 : g > 0;
+    const int to = in.op == Op::forward ? g + 1 : g - 1;
+    return to >= 0 && to <= map.last() && map.stage_of(to) != stage;
 }
 
 double cost_of(Op op, const Costs& costs) {
@@ -249,9 +250,9 @@ double cost_of(Op op, const Costs& costs) {
 // stages are sized already.
 class Replayer {
 public:
-    Replayer(const std::vector<std::vector<Instr>>& streams, int v, const Costs& costs,
-             Simulation& sim)
-        : streams_(streams), v_(v), P_(sim.P), costs_(costs), sim_(sim), replay_(sim.P) {}
+    Replayer(const std::vector<std::vector<Instr>>& streams, const model::ChunkMap& map,
+             const Costs& costs, Simulation& sim)
+        : streams_(streams), map_(map), P_(sim.P), costs_(costs), sim_(sim), replay_(sim.P) {}
 
     // Runs the stages round-robin until a full round makes no progress.
     void run() {
@@ -289,19 +290,19 @@ private:
         Replay& r = replay_[s];
         const Instr& in = streams_[s][r.next];
         if (is_send(in.op)) {
-            mailbox_[message_of(in, P_, s)].push_back(r.clock + costs_.latency);
+            mailbox_[message_of(in, map_, s)].push_back(r.clock + costs_.latency);
             if (r.filled > 0) {
                 --r.filled;
-                r.unreceived.push_back(message_of(in, P_, s));
+                r.unreceived.push_back(message_of(in, map_, s));
             }
             return true;
         }
         if (is_receive(in.op)) {
-            const auto it = mailbox_.find(message_of(in, P_, s));
+            const auto it = mailbox_.find(message_of(in, map_, s));
             if (it == mailbox_.end() || it->second.empty()) return false;  // not sent yet
             r.clock = std::max(r.clock, it->second.front());
             it->second.pop_front();
-            received_[message_of(in, P_, s)] = r.clock;
+            received_[message_of(in, map_, s)] = r.clock;
             return true;
         }
         return compute(s, in);
@@ -312,7 +313,7 @@ private:
         Replay& r = replay_[s];
         StageTrace& trace = sim_.stages[s];
         r.waits_for_buffer = false;
-        if (output_is_sent(in, P_, v_, s)) {
+        if (output_is_sent(in, map_, s)) {
             const int taken = r.filled + static_cast<int>(r.unreceived.size());
             if (costs_.send_buffers > 0 && taken >= costs_.send_buffers && !free_a_buffer(r)) {
                 r.waits_for_buffer = true;
@@ -371,15 +372,16 @@ private:
                   << " send buffers (none of their messages received)";
             return;
         }
-        const Message msg = message_of(in, P_, s);
-        const auto [from, send] = counterpart(msg, P_, false);
+        const Message msg = message_of(in, map_, s);
+        const auto [from, send] = counterpart(msg, map_, false);
         waits << "stage " << s << " waits at instruction " << r.next << " " << describe(in)
               << " for " << describe(send) << " from stage " << from;
         if (from >= 0 && from < P_ && sim_.stages[from].done) waits << " (which has finished)";
     }
 
     const std::vector<std::vector<Instr>>& streams_;
-    const int v_, P_;
+    const model::ChunkMap map_;
+    const int P_;
     const Costs& costs_;
     Simulation& sim_;
     std::vector<Replay> replay_;
@@ -389,21 +391,22 @@ private:
 
 }  // namespace
 
-std::vector<std::string> check_streams(const std::vector<std::vector<Instr>>& streams, int v,
-                                       int m) {
+std::vector<std::string> check_streams(const std::vector<std::vector<Instr>>& streams, int v, int m,
+                                       model::Placement placement) {
     std::vector<std::string> problems;
     const int P = static_cast<int>(streams.size());
     if (P < 1 || v < 1 || m < 1) {
         problems.push_back("no stages, chunks or microbatches to check");
         return problems;
     }
-    for (int s = 0; s < P; ++s) check_stage(streams[s], P, v, m, s, problems);
-    check_matching(streams, v, m, problems);
+    const model::ChunkMap map{placement, P, v};
+    for (int s = 0; s < P; ++s) check_stage(streams[s], map, m, s, problems);
+    check_matching(streams, map, m, problems);
     return problems;
 }
 
 Simulation simulate(const std::vector<std::vector<Instr>>& streams, int v, int m,
-                    const Costs& costs) {
+                    const Costs& costs, model::Placement placement) {
     if (costs.forward < 0 || costs.backward < 0 || costs.latency < 0 || costs.send_buffers < 0 ||
         costs.weight < 0 || costs.weight > costs.backward || costs.forward + costs.backward <= 0)
         throw Error(
@@ -414,9 +417,9 @@ Simulation simulate(const std::vector<std::vector<Instr>>& streams, int v, int m
     sim.v = v;
     sim.m = m;
     sim.costs = costs;
-    sim.problems = check_streams(streams, v, m);
+    sim.problems = check_streams(streams, v, m, placement);
     sim.stages.resize(sim.P);
-    Replayer replayer(streams, v, costs, sim);
+    Replayer replayer(streams, {placement, sim.P, v}, costs, sim);
     replayer.run();
     replayer.conclude();
     sim.ideal = static_cast<double>(m) * v * (costs.forward + costs.backward);
@@ -428,7 +431,7 @@ Simulation simulate(Kind kind, int P, int v, int m, const Costs& costs) {
     std::vector<std::vector<Instr>> streams;
     for (int s = 0; s < std::max(P, 1); ++s)  // P < 1: schedule() says why
         streams.push_back(schedule(kind, P, v, m, s));
-    Simulation sim = simulate(streams, v, m, costs);
+    Simulation sim = simulate(streams, v, m, costs, placement(kind));
     sim.kind = kind;
     return sim;
 }

@@ -76,14 +76,17 @@ struct Simulation {
 // preceded by its recv_act and each chunk's output sent on by a send_act after its forward
 // (except the last global chunk's); likewise recv_grad before and send_grad after each
 // backward; and every send matched by exactly one receive on the destination stage and vice
-// versa. Returns the problems found, empty when there are none.
-std::vector<std::string> check_streams(const std::vector<std::vector<Instr>>& streams, int v,
-                                       int m);
+// versa. Chunks are where `placement` puts them. Returns the problems found, empty when there
+// are none.
+std::vector<std::string> check_streams(const std::vector<std::vector<Instr>>& streams, int v, int m,
+                                       model::Placement placement = model::Placement::round_robin);
 
-// Replays the streams (one per stage, P = streams.size()) with v chunks per stage and m
-// microbatches. Never throws for a broken stream: the result says what is wrong.
+// Replays the streams (one per stage, P = streams.size()) with v chunks per stage, placed by
+// `placement`, and m microbatches. Never throws for a broken stream: the result says what is
+// wrong.
 Simulation simulate(const std::vector<std::vector<Instr>>& streams, int v, int m,
-                    const Costs& costs = {});
+                    const Costs& costs = {},
+                    model::Placement placement = model::Placement::round_robin);
 
 // The streams schedule(kind, P, v, m, stage) for every stage, replayed. Throws trident::Error
 // for invalid arguments, as schedule() does.

@@ -209,6 +209,8 @@ std::string display_name(const Simulation& sim) {
             return "ZB-H1";
         case Kind::zb_h2:
             return "ZB-H2";
+        case Kind::zb_v:
+            return "ZB-V";
     }
     return "Schedule";
 }

@@ -215,12 +215,15 @@ std::vector<StageTraffic> plan_traffic(const PlanInputs& in) {
     const std::vector<StageMemory> memory = plan_memory(in);
     std::vector<StageTraffic> stages;
     for (int stage = 0; stage < p.pipeline; ++stage) {
-        const bool first = stage == 0, last = stage == p.pipeline - 1;
         const std::vector<ChunkShape> chunks = stage_chunks(cfg, stage);
+        const bool first = stage == 0;
+        const bool last =
+            std::any_of(chunks.begin(), chunks.end(), [](const ChunkShape& c) { return c.head; });
         StageTraffic t;
         t.tensor.size = p.tensor;
         t.pipeline.size = p.pipeline;
-        t.embedding.size = p.pipeline > 1 && (first || last) ? 2 : 1;
+        // The tied weight's two stages (ZB-V holds both ends on stage 0: no exchange).
+        t.embedding.size = p.pipeline > 1 && first != last ? 2 : 1;
         t.context.size = p.context;
         t.data.size = p.data * p.context;
         t.kv_replica.size = model::kv_replicas(cfg.model.kv_heads, p.tensor);
@@ -230,9 +233,15 @@ std::vector<StageTraffic> plan_traffic(const PlanInputs& in) {
         kv_replica_traffic(in, chunks, t.kv_replica);
 
         // Every chunk but the last global one sends its output on; every one but the first
-        // sends its input's gradient back.
+        // sends its input's gradient back; but at ZB-V's turn, where the next chunk is on the
+        // same stage.
+        const model::ChunkMap map = pipeline::chunk_map(p.schedule, p.pipeline, p.virtual_stages);
         int64_t sends = 0;
-        for (const ChunkShape& c : chunks) sends += !c.head + !c.embeds;
+        for (int c = 0; c < p.virtual_stages; ++c) {
+            const int g = map.global(stage, c);
+            sends += (g < map.last() && map.stage_of(g + 1) != stage) +
+                     (g > 0 && map.stage_of(g - 1) != stage);
+        }
         add(t.pipeline, CommKind::send, m * sends, static_cast<double>(d.R) * d.H,
             in.activation_bytes, true);
         add(t.pipeline, CommKind::broadcast, 1, kScalar, kScalarBytes,

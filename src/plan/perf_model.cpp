@@ -229,7 +229,7 @@ double bubble_seconds(const config::Config& cfg, const StageSeconds& slowest, in
         costs.backward = slowest.backward;
         costs.weight = slowest.weight;
         const pipeline::Simulation sim =
-            pipeline::simulate(kind, p.pipeline, 1, static_cast<int>(m), costs);
+            pipeline::simulate(kind, p.pipeline, p.virtual_stages, static_cast<int>(m), costs);
         return sim.bubble_fraction * static_cast<double>(m) * slowest.microbatch();
     }
     return static_cast<double>(p.pipeline - 1) / p.virtual_stages * slowest.microbatch();

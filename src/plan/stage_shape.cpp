@@ -11,9 +11,10 @@ namespace trident::plan {
 
 std::vector<ChunkShape> stage_chunks(const config::Config& cfg, int stage) {
     const int P = cfg.parallel.pipeline, v = cfg.parallel.virtual_stages;
+    const model::ChunkMap map = pipeline::chunk_map(cfg.parallel.schedule, P, v);
     std::vector<ChunkShape> chunks;
     for (int c = 0; c < v; ++c) {
-        const int g = pipeline::global_chunk(P, stage, c);
+        const int g = map.global(stage, c);
         chunks.push_back(
             {cfg.derived.chunk_layers[static_cast<std::size_t>(g)], g == 0, g == P * v - 1});
     }

@@ -123,6 +123,15 @@ void read_shape(const Reader& r, const io::json::Value& object, model::GptShape&
     }
 }
 
+}  // namespace
+
+model::Placement CheckpointLayout::placement() const {
+    return schedule == pipeline::to_string(pipeline::Kind::zb_v) ? model::Placement::v_shape
+                                                                 : model::Placement::round_robin;
+}
+
+namespace {
+
 // The writer's grid and schedule, each within the config's limits and fitting the model.
 void read_layout(const Reader& r, const io::json::Value& object, const model::GptShape& shape,
                  CheckpointLayout& layout) {
@@ -137,6 +146,9 @@ void read_layout(const Reader& r, const io::json::Value& object, const model::Gp
     }
     layout.virtual_stages = r.small(object, "virtual_stages", 1, limits::kVirtualStages);
     layout.schedule = r.string(object, "schedule");
+    if (layout.placement() == model::Placement::v_shape &&
+        (layout.virtual_stages != 2 || layout.pipeline < 2))
+        r.fail("\"schedule\" zb-v needs \"virtual_stages\" 2 and \"pipeline\" at least 2");
     layout.zero_stage = r.small(object, "zero_stage", 0, 3);
     layout.bucket_size = r.ranged(object, "bucket_size", 0, INT32_MAX);  // (only shown)
     if (shape.heads % layout.tensor != 0 || shape.ffn % layout.tensor != 0 ||

@@ -50,6 +50,9 @@ struct CheckpointLayout {
     std::vector<int> chunk_layers;  // layers of each global pipeline chunk (P·v)
     int context = 1;
     std::string context_mode = "ring";  // as the config spells it
+
+    // Where its chunks were: V-shaped for zb-v, else round robin.
+    model::Placement placement() const;
 };
 
 // Low-rank adapters: what trained (rank 0: the whole model) and the frozen weights under them.

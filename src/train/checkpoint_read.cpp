@@ -273,7 +273,7 @@ CheckpointShare read_share(const std::string& dir, const model::ParamLayout& lay
         const model::ParamLayout writer =
             trained_layout(m.shape, lora, f.tp, m.layout.tensor,
                            model::StagePlan{m.layout.pipeline, f.pp, m.layout.virtual_stages,
-                                            m.layout.chunk_layers});
+                                            m.layout.chunk_layers, m.layout.placement()});
         if (wanted(writer, f.tp, g)) read_shard(path, f, writer, g, share);
     }
     check_complete(dir, trained_layout(m.shape, lora, 0, 1, {}), g);

@@ -100,16 +100,15 @@ void Trainer::grads_final(std::size_t begin, std::size_t end) {
 void Trainer::tie_sharded_embedding() {
     const model::StagePlan& plan = model_.layout().plan();
     model::FlatBuffer& grads = model_.grads();
-    if (plan.stages == 1 || !(plan.first() || plan.last()) || !grads.sharded() ||
-        !model_.shape().tied)
-        return;
+    if (plan.first() == plan.last() || !grads.sharded() || !model_.shape().tied) return;
     // The first and the last stage hold the same wte unit, split alike over their replicas.
     const std::size_t u = grads.units_of(model_.layout().wte(), model_.layout().wte() + 1).first;
     embedding_.all_reduce(grads.shard_part(u), grads.part_size(u));
 }
 
 double Trainer::from_last_stage(double loss) {
-    pipeline_.broadcast(&loss, 1, pipeline_.size() - 1);
+    const model::ChunkMap map = model_.layout().plan().map();
+    pipeline_.broadcast(&loss, 1, map.stage_of(map.last()));
     return loss;
 }
 
@@ -164,7 +163,8 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
     data_parallel_.release_params();
     // The LM head's copy of wte on the last stage and the embedding's on the first: the
     // tied weight's gradient is the sum of both, and final then (sharded gradients: summed
-    // on the shards once reduced, tie_sharded_embedding).
+    // on the shards once reduced, tie_sharded_embedding). With the head on the first stage
+    // (ZB-V) both were added there and the embedding group is this rank alone.
     if (plan.stages > 1 && (plan.first() || plan.last()) && !model_.grads().sharded() &&
         !model_.frozen() && model_.shape().tied) {
         const model::ParamTensor* wte = model_.layout().find(model_.layout().wte_name());

@@ -117,7 +117,7 @@ private:
     // Sharded gradients on a pipeline: the tied wte's two copies summed, over the embedding
     // group, on each replica's part of it (once the reduction has filled the shards).
     void tie_sharded_embedding();
-    // The last stage's loss, given to every stage.
+    // The loss of the stage with the LM head (the last; ZB-V's first), given to every stage.
     double from_last_stage(double loss);
     // The tokens of a microbatch of samples first, first + 1, ...: this context rank's
     // (model().local_tokens() of each sample, at the positions it holds) inputs and targets.
