@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -135,6 +136,9 @@ private:
     parallel::Comm& data_context_;
     model::Gpt model_;
     data_parallel::DataParallel data_parallel_;
+    // A frozen model's own parameters at ZeRO-3: gathered unit by unit (the base of its
+    // adapters is sharded too); null otherwise.
+    std::unique_ptr<data_parallel::ZeroUnits> frozen_units_;
     optim::AdamW optimizer_;
     optim::LossScaler scaler_;
     StepGuard guard_;
