@@ -267,6 +267,10 @@ std::vector<float> Trainer::local(std::vector<float> (model::Gpt::*to_host)() co
 
 std::vector<float> Trainer::local_params() {
     if (model_.frozen()) return local(&model::Gpt::lora_to_host, model_.lora_params());
+    return local_model_params();
+}
+
+std::vector<float> Trainer::local_model_params() {
     return local(&model::Gpt::params_to_host, model_.params());
 }
 

@@ -96,6 +96,9 @@ public:
     // them out, whole (ZeRO-3: put together from the data-parallel replicas' shards);
     // collective over the data group.
     std::vector<float> local_params();
+    // This rank's own model parameters (frozen under adapters or not) as layout() lays them
+    // out, whole; collective over the data group where they are sharded (ZeRO-3).
+    std::vector<float> local_model_params();
 
     MemoryUse memory() const;
 

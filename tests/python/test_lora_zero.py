@@ -8,7 +8,9 @@ targets) and llama (seven), four AdamW steps of two microbatches per replica:
 1. D = 2 at ZeRO-2 and at ZeRO-3: the checkpoint's adapters, fp32 master weights and Adam's
    moments, element by element, within 1e-5 (relative to each tensor's largest) of one
    process's (D = 2 sums the gradients in another order); ZeRO-3's bitwise ZeRO-2's (the same
-   reductions). GPT-2 also with P = 2 at ZeRO-2 and M = 2 at ZeRO-3 (4 ranks each).
+   reductions). GPT-2 also with P = 2 at ZeRO-2 (whole gradients until the last microbatch)
+   and M = 2 at ZeRO-3 (the replicas' check every step, which gathers the sharded base),
+   4 ranks each.
 2. Resharding: ZeRO-3's checkpoint of step 2 resumed at ZeRO-1 on D = 2 and on one process
    gives one process's step 4 (1e-5).
 3. The planner's weights, gradients and optimizer bytes of rank 0 (`trident plan --json`)
@@ -132,10 +134,12 @@ def check_arch(trident, tmp, arch):
     layouts = [("D=2 ZeRO-2", ["parallel.data=2", "parallel.zero_stage=2"], 2),
                ("D=2 ZeRO-3", ["parallel.data=2", "parallel.zero_stage=3"], 2)]
     if arch == "gpt2":
-        layouts += [("P=2 D=2 ZeRO-2", ["parallel.pipeline=2", "parallel.data=2",
-                                        "parallel.zero_stage=2"], 4),
-                    ("M=2 D=2 ZeRO-3", ["parallel.tensor=2", "parallel.data=2",
-                                        "parallel.zero_stage=3"], 4)]
+        layouts += [("P=2 D=2 ZeRO-2, whole gradients until the last microbatch",
+                     ["parallel.pipeline=2", "parallel.data=2", "parallel.zero_stage=2",
+                      "parallel.sharded_accumulation=false"], 4),
+                    ("M=2 D=2 ZeRO-3, replicas checked every step",
+                     ["parallel.tensor=2", "parallel.data=2", "parallel.zero_stage=3",
+                      "training.check_replicas=1"], 4)]
     for i, (name, overrides, ranks) in enumerate(layouts):
         runs[name] = train(f"l{i}", overrides, ranks)
         diff = checkpoints_differ(step(runs[name], 4), step(one, 4), rtol=1e-5)
