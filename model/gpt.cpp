@@ -2,6 +2,7 @@
 // data-parallel part around each unit (see model/gpt.h).
 #include "model/gpt.h"
 
+#include <algorithm>
 #include <string>
 
 #include "kernels/error.h"
@@ -20,28 +21,31 @@ std::size_t round_up(std::size_t n, std::size_t multiple) {
 
 // The flat buffers: whole (padded to the data-parallel size), or sharded by the layout's
 // units (ZeRO-2: gradients, ZeRO-3: parameters too). A frozen model has no gradients: its
-// adapters have, in buffers of their own.
+// adapters have, in buffers of their own, sharded alike by their units (one per layer).
 Weights make_weights(kernels::Ops& ops, const GptOptions& o, const ParamLayout& layout,
                      const ParamLayout& lora_layout) {
     const Sharding& sharding = o.sharding;
     const std::size_t multiple = o.buffer_multiple;
     const int replicas = static_cast<int>(multiple);
-    const auto buffer = [&](bool sharded, kernels::DType dtype) {
-        return sharded ? FlatBuffer(ops, layout.units(), replicas, sharding.replica, dtype)
-                       : FlatBuffer(ops, round_up(layout.total(), multiple), dtype);
+    const auto buffer = [&](const ParamLayout& of, bool sharded, kernels::DType dtype) {
+        return sharded ? FlatBuffer(ops, of.units(), replicas, sharding.replica, dtype)
+                       : FlatBuffer(ops, round_up(of.total(), multiple), dtype);
     };
     Weights w;
     w.frozen = o.lora.shape.rank > 0;
-    w.params = buffer(sharding.params, o.precision.params);
+    w.params = buffer(layout, sharding.params, o.precision.params);
     w.grads = w.frozen ? FlatBuffer(ops, 0, o.precision.grads)
-                       : buffer(sharding.grads, o.precision.grads);
+                       : buffer(layout, sharding.grads, o.precision.grads);
     if (!w.frozen) return w;
-    if (sharding.grads)
-        throw Error("internal: low-rank adapters with sharded gradients (ZeRO-2 or 3)");
-    const std::size_t lora = round_up(lora_layout.total(), multiple);
-    w.lora_params = FlatBuffer(ops, lora, o.precision.params);
-    w.lora_grads = FlatBuffer(ops, lora, o.precision.grads);
+    w.lora_params = buffer(lora_layout, sharding.params, o.precision.params);
+    w.lora_grads = buffer(lora_layout, sharding.grads, o.precision.grads);
     return w;
+}
+
+// A hook on a range, unless the range is empty.
+void call(const std::function<void(std::size_t, std::size_t)>& hook,
+          std::pair<std::size_t, std::size_t> r) {
+    if (hook && r.first < r.second) hook(r.first, r.second);
 }
 
 Dims dims_of(const GptOptions& o, const ModelGroups& groups) {
@@ -57,8 +61,9 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
       options_(options),
       layout_(options.shape, groups.tensor.rank(), groups.tensor.size(), options.plan,
               options.sharding.grads ? static_cast<int>(options.buffer_multiple) : 1),
-      lora_layout_(ParamLayout::for_lora(options.shape, options.lora.shape, groups.tensor.rank(),
-                                         groups.tensor.size(), options.plan)),
+      lora_layout_(ParamLayout::for_lora(
+          options.shape, options.lora.shape, groups.tensor.rank(), groups.tensor.size(),
+          options.plan, options.sharding.grads ? static_cast<int>(options.buffer_multiple) : 1)),
       d_(dims_of(options, groups)),
       rows_(ops, groups.tensor, d_,
             context_positions(options.shape.max_seq, groups.context.size(), groups.context.rank())),
@@ -261,7 +266,8 @@ void Gpt::layer_backward(int c, Set& set, int i, BackwardPart part, bool reduce)
         params_needed(layout_.layer_range(l));
         params_prefetch(next_in_backward(c, i));
     }
-    if (part != BackwardPart::input && !frozen()) grads_needed(layout_.layer_range(l));
+    if (part != BackwardPart::input)
+        grads_needed(frozen() ? lora_layout_.layer_range(l) : layout_.layer_range(l));
     // Full recompute: rerun the layer's forward from its kept input (its collectives too, in
     // the same order on every tensor rank), just before its backward (before its W too).
     if (options_.recompute == Recompute::full) layer_l.forward(ctx_, pass, x, Ptr());
@@ -304,20 +310,45 @@ void Gpt::zero_grads() {
 
 bool Gpt::reads_params_in(BackwardPart part) const {
     // A weight gradient is the product of the saved input and the kept output gradient (and
-    // a norm's, of its saved statistics): only full recompute's rerun forward reads weights.
-    return part != BackwardPart::weight || options_.recompute == Recompute::full;
+    // a norm's, of its saved statistics): only full recompute's rerun forward reads weights,
+    // and a low-rank adapter's dA, which reads its B (model/lora_adapter.h).
+    return part != BackwardPart::weight || options_.recompute == Recompute::full || frozen();
 }
 
+// A frozen model's own parameters go to the frozen_* hooks, its adapters' (those of the
+// layers in the range) to the others.
 void Gpt::params_needed(Range r) const {
-    if (hooks_.params_needed && r.first < r.second) hooks_.params_needed(r.first, r.second);
+    if (!frozen()) return call(hooks_.params_needed, r);
+    call(hooks_.frozen_needed, r);
+    call(hooks_.params_needed, adapters_of(r));
 }
 
 void Gpt::params_prefetch(Range r) const {
-    if (hooks_.params_prefetch && r.first < r.second) hooks_.params_prefetch(r.first, r.second);
+    if (!frozen()) return call(hooks_.params_prefetch, r);
+    call(hooks_.frozen_prefetch, r);
+    call(hooks_.params_prefetch, adapters_of(r));
 }
 
 void Gpt::params_done(Range r) const {
-    if (hooks_.params_done && r.first < r.second) hooks_.params_done(r.first, r.second);
+    if (!frozen()) return call(hooks_.params_done, r);
+    call(hooks_.frozen_done, r);
+    call(hooks_.params_done, adapters_of(r));
+}
+
+Gpt::Range Gpt::adapters_of(Range r) const {
+    Range adapters{0, 0};
+    for (int c = 0; c < layout_.plan().chunks; ++c)
+        for (int l = layout_.first_layer(c); l < layout_.first_layer(c) + layout_.chunk_layers(c);
+             ++l) {
+            const Range layer = layout_.layer_range(l);
+            if (layer.first < r.first || r.second < layer.second) continue;
+            const Range mine = lora_layout_.layer_range(l);
+            adapters = adapters.first < adapters.second
+                           ? Range{std::min(adapters.first, mine.first),
+                                   std::max(adapters.second, mine.second)}
+                           : mine;
+        }
+    return adapters;
 }
 
 void Gpt::grads_needed(Range r) const {

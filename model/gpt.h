@@ -18,7 +18,8 @@
 // Low-rank adapters (Lora): the model's own parameters are frozen (no gradient buffer: their
 // backward computes only what flows on to the inputs), and each target linear gains an adapter
 // (model/lora_adapter.h), its factors in a flat buffer of their own laid out by
-// ParamLayout::for_lora, which is what the optimizer trains.
+// ParamLayout::for_lora, which is what the optimizer trains. Sharded (below), the adapters'
+// buffers are sharded as the model's would be, and at ZeRO-3 the frozen parameters too.
 //
 // ZeRO-2 and ZeRO-3 (Sharding): the gradient buffer, and at ZeRO-3 the parameter buffer too,
 // is sharded over the data-parallel replicas (model/flat_buffer.h); a unit of it (the
@@ -208,6 +209,11 @@ public:
         std::function<void(std::size_t begin, std::size_t end)> params_prefetch;
         std::function<void(std::size_t begin, std::size_t end)> params_done;
         std::function<void(std::size_t begin, std::size_t end)> grads_needed;
+        // A frozen model's own parameters (in its buffer; the hooks above then speak of the
+        // adapters' buffer): needed, next, done, as above (ZeRO-3 shards them too).
+        std::function<void(std::size_t begin, std::size_t end)> frozen_needed;
+        std::function<void(std::size_t begin, std::size_t end)> frozen_prefetch;
+        std::function<void(std::size_t begin, std::size_t end)> frozen_done;
     };
     void set_hooks(const StepHooks& hooks) { hooks_ = hooks; }
     // Activation sets allocated so far: the most (microbatch, chunk) pairs ever in flight,
@@ -251,6 +257,9 @@ private:
     // head's ln_f) and before it in its backward (the previous layer's); empty if none.
     Range next_in_forward(int c, int i) const;
     Range next_in_backward(int c, int i) const;
+    // The adapters' range (lora_layout()) of the layers whose parameters lie in r; empty if
+    // none.
+    Range adapters_of(Range r) const;
 
     kernels::Ops& ops_;
     GptOptions options_;

@@ -52,8 +52,8 @@ ParamLayout::ParamLayout(const GptShape& shape, int tensor_rank, int tensor_size
     : ParamLayout(shape, nullptr, tensor_rank, tensor_size, plan, unit_align) {}
 
 ParamLayout ParamLayout::for_lora(const GptShape& shape, const LoraShape& lora, int tensor_rank,
-                                  int tensor_size, const StagePlan& plan) {
-    return ParamLayout(shape, &lora, tensor_rank, tensor_size, plan, 1);
+                                  int tensor_size, const StagePlan& plan, int unit_align) {
+    return ParamLayout(shape, &lora, tensor_rank, tensor_size, plan, unit_align);
 }
 
 ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tensor_rank,

@@ -199,9 +199,11 @@ public:
     // the chunks' layers do not make the model's (without counts: do not divide by P·v).
     explicit ParamLayout(const GptShape& shape, int tensor_rank = 0, int tensor_size = 1,
                          const StagePlan& plan = {}, int unit_align = 1);
-    // The layout of the low-rank adapters of that rank's layers (see the top of this file).
+    // The layout of the low-rank adapters of that rank's layers (see the top of this file),
+    // its units aligned alike.
     static ParamLayout for_lora(const GptShape& shape, const LoraShape& lora, int tensor_rank = 0,
-                                int tensor_size = 1, const StagePlan& plan = {});
+                                int tensor_size = 1, const StagePlan& plan = {},
+                                int unit_align = 1);
 
     const GptShape& shape() const { return shape_; }
     const std::vector<ParamTensor>& tensors() const { return tensors_; }

@@ -80,8 +80,10 @@ int plan(const PlanOptions& opts) {
     if (!opts.device_memory.empty()) device_memory = parse_size(opts.device_memory);
     if (cfg.training.lora.enabled())
         std::fprintf(stderr,
-                     "trident: warning: training.lora is not modelled: the figures are those of "
-                     "training the whole model, an upper bound on the adapters' run\n");
+                     "trident: warning: training.lora is modelled in the model states only "
+                     "(the frozen weights, the adapters' weights, gradients and optimizer "
+                     "state); activations, communication and time are those of training the "
+                     "whole model, an upper bound on the adapters' run\n");
     const plan::Plan p = plan::make_plan(inputs, hardware(opts), device_memory);
     const std::string text = opts.json ? plan::render_json(p) : plan::render_text(p);
     std::fputs(text.c_str(), stdout);

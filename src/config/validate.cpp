@@ -252,12 +252,6 @@ void check_zero_and_lora(const Config& cfg, const Origins& origins) {
                              "gate, up, down"
                            : "GPT-2's layer (model.arch: gpt2): its targets are qkv, "
                              "attn_proj, fc, fc_proj"));
-    if (lora.enabled() && p.zero_stage >= 2)
-        fail(origins.blame({"training.lora.rank", "parallel.zero_stage"}),
-             cat("training.lora.rank (", lora.rank, ") needs parallel.zero_stage 0 or 1, got ",
-                 p.zero_stage,
-                 " (ZeRO-2 and 3 shard the base model's gradients and parameters, which LoRA "
-                 "freezes)"));
 }
 
 // The layer kind's keys (model.arch): grouped-query attention, rotary positions, RMSNorm's

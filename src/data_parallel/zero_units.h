@@ -44,7 +44,9 @@ namespace trident::data_parallel {
 class ZeroUnits {
 public:
     // `params` may be whole (ZeRO-2: the parameter hooks are then not called here); `grads`
-    // is sharded. `data` is the data-parallel group they are sharded over.
+    // is sharded, or unused where only the parameter hooks are called (a frozen model's own
+    // parameters under low-rank adapters, which have no gradients). `data` is the data-parallel
+    // group they are sharded over.
     ZeroUnits(kernels::Ops& ops, model::FlatBuffer& params, model::FlatBuffer& grads,
               parallel::Comm& data, bool overlap_reduce, bool overlap_gather,
               bool reshard_after_use);

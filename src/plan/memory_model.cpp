@@ -83,6 +83,25 @@ LayerTerms layer_terms(const config::Config& cfg) {
     return {8, 4 + 4 * g_over_a + 6.0 * m.ffn_hidden / m.hidden, 2};
 }
 
+// Low-rank adapters (docs/ARCHITECTURE.md, "Low-rank adapters"): the model's weights stay
+// (whole, or at ZeRO-3 a D-th), but it has no gradients and no optimizer state; the adapters'
+// buffer (its layer units aligned to D at ZeRO 2 and 3, as the model's) has weights,
+// gradients and state, sharded by the same stages.
+void add_adapters(const PlanInputs& in, const model::ParamLayout& layout, StageMemory& s) {
+    const auto& p = in.cfg.parallel;
+    const int64_t D = int64_t{p.data} * p.context;
+    const model::ParamLayout adapters_layout =
+        model::ParamLayout::for_lora(layout.shape(), config::lora_of(in.cfg).shape, 0, p.tensor,
+                                     layout.plan(), in.zero_stage >= 2 ? p.data : 1);
+    const int64_t adapters = (static_cast<int64_t>(adapters_layout.total()) + D - 1) / D * D;
+    const ModelStates trained = model_states(static_cast<double>(adapters), static_cast<int>(D),
+                                             in.zero_stage, in.weight_bytes, in.grad_bytes);
+    s.states.weights += trained.weights;
+    s.states.gradients = trained.gradients;
+    s.states.optimizer = trained.optimizer;
+    s.parameters += adapters;
+}
+
 }  // namespace
 
 int weight_bytes(kernels::DType precision) {
@@ -182,6 +201,7 @@ std::vector<StageMemory> plan_memory(const PlanInputs& in) {
         s.states = model_states(static_cast<double>(s.parameters), static_cast<int>(D),
                                 in.zero_stage, in.weight_bytes, in.grad_bytes);
         s.gathered = gathered_bytes(in, layout, s.parameters);
+        if (cfg.training.lora.enabled()) add_adapters(in, layout, s);
 
         const model::StageParts parts = stage_parts(cfg, layout, d);
         const std::vector<ChunkShape> chunks = stage_chunks(cfg, stage);

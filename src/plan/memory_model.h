@@ -8,7 +8,9 @@
 // Model states (ZeRO, arXiv 1910.02054, §5): the stage's flat parameter buffer (its layout's
 // total, padded to a multiple of D) of weights and of gradients, and 12 bytes per parameter
 // of optimizer state (fp32 master weights, Adam's m and v). ZeRO stage 1 shards the optimizer
-// state over the D replicas, stage 2 also the gradients, stage 3 also the weights.
+// state over the D replicas, stage 2 also the gradients, stage 3 also the weights. Under
+// low-rank adapters (training.lora) the model's weights are frozen (no gradients, no state:
+// whole at stages 0 to 2, a D-th at 3) and the adapters' buffer has all three, sharded alike.
 //
 // Activations, in Korthikanti et al.'s terms (arXiv 2205.05198; s sequence, b micro batch,
 // h hidden, a heads, t tensor-parallel size, 16-bit elements). Per layer Trident keeps the

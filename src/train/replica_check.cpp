@@ -99,8 +99,7 @@ std::string check_replicas(const config::Config& cfg, Trainer& trainer, parallel
     {
         // The model's parameters, whole where they are sharded (ZeRO-3; collective).
         trainer.data_parallel().finish_param_gather();
-        const std::vector<float> params =
-            gpt.params().sharded() ? trainer.local_params() : gpt.params_to_host();
+        const std::vector<float> params = trainer.local_model_params();
         const auto every = [](const model::ParamTensor&) { return true; };
         const auto replicated = [](const model::ParamTensor& t) {
             return t.split == model::Split::replicated;

@@ -58,17 +58,30 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
     executor_.set_trace(&trace_);
     data_parallel_.set_trace(&trace_);
     data_parallel::DataParallel& dp = data_parallel_;
-    const auto grads_final = [this](std::size_t b, std::size_t e) { this->grads_final(b, e); };
-    // A frozen model announces its adapters' gradients only: the other hooks speak of its own
-    // buffers, which the data-parallel part does not hold.
-    if (model_.frozen()) {
-        model_.set_hooks({grads_final, {}, {}, {}, {}});
-        return;
+    model::Gpt::StepHooks hooks{[this](std::size_t b, std::size_t e) { this->grads_final(b, e); },
+                                [&dp](std::size_t b, std::size_t e) { dp.params_needed(b, e); },
+                                [&dp](std::size_t b, std::size_t e) { dp.params_prefetch(b, e); },
+                                [&dp](std::size_t b, std::size_t e) { dp.params_done(b, e); },
+                                [&dp](std::size_t b, std::size_t e) { dp.grads_needed(b, e); },
+                                {},
+                                {},
+                                {}};
+    // ZeRO-3 shards a frozen model's own parameters too: each unit is gathered for the forward
+    // and the backward and released, as the adapters' are; having no gradients, it is never
+    // reduced.
+    if (model_.frozen() && cfg.parallel.zero_stage == 3) {
+        frozen_units_ = std::make_unique<data_parallel::ZeroUnits>(
+            ops, model_.params(), model_.grads(), data_context_, false,
+            cfg.parallel.overlap_param_gather && data_context_.size() > 1);
+        frozen_units_->set_trace(&trace_);
+        data_parallel::ZeroUnits& base = *frozen_units_;
+        hooks.frozen_needed = [&base](std::size_t b, std::size_t e) { base.params_needed(b, e); };
+        hooks.frozen_prefetch = [&base](std::size_t b, std::size_t e) {
+            base.params_prefetch(b, e);
+        };
+        hooks.frozen_done = [&base](std::size_t b, std::size_t e) { base.params_done(b, e); };
     }
-    model_.set_hooks({grads_final, [&dp](std::size_t b, std::size_t e) { dp.params_needed(b, e); },
-                      [&dp](std::size_t b, std::size_t e) { dp.params_prefetch(b, e); },
-                      [&dp](std::size_t b, std::size_t e) { dp.params_done(b, e); },
-                      [&dp](std::size_t b, std::size_t e) { dp.grads_needed(b, e); }});
+    model_.set_hooks(hooks);
 }
 
 MemoryUse Trainer::memory() const {
@@ -257,6 +270,10 @@ std::vector<float> Trainer::local(std::vector<float> (model::Gpt::*to_host)() co
 
 std::vector<float> Trainer::local_params() {
     if (model_.frozen()) return local(&model::Gpt::lora_to_host, model_.lora_params());
+    return local_model_params();
+}
+
+std::vector<float> Trainer::local_model_params() {
     return local(&model::Gpt::params_to_host, model_.params());
 }
 

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -95,6 +96,9 @@ public:
     // them out, whole (ZeRO-3: put together from the data-parallel replicas' shards);
     // collective over the data group.
     std::vector<float> local_params();
+    // This rank's own model parameters (frozen under adapters or not) as layout() lays them
+    // out, whole; collective over the data group where they are sharded (ZeRO-3).
+    std::vector<float> local_model_params();
 
     MemoryUse memory() const;
 
@@ -135,6 +139,9 @@ private:
     parallel::Comm& data_context_;
     model::Gpt model_;
     data_parallel::DataParallel data_parallel_;
+    // A frozen model's own parameters at ZeRO-3: gathered unit by unit (the base of its
+    // adapters is sharded too); null otherwise.
+    std::unique_ptr<data_parallel::ZeroUnits> frozen_units_;
     optim::AdamW optimizer_;
     optim::LossScaler scaler_;
     StepGuard guard_;

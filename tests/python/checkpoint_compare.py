@@ -75,8 +75,17 @@ def as_f32_bits(dtype, raw):
         "<e", struct.pack("<H", h))[0]))[0] for h in halves))
 
 
-def full_shape(name, model):
-    """The whole tensor's shape, from the model's sizes in the manifest."""
+def adapted(name):
+    """The linear an adapter's factor (lora_A, lora_B) belongs to: its weight's name."""
+    return name.replace(".lora_A.", ".").replace(".lora_B.", ".")
+
+
+def full_shape(name, model, lora_rank=0):
+    """The whole tensor's shape, from the model's sizes in the manifest: an adapter's A
+    (r, in) and B (out, r) of its linear W (out, in)."""
+    if ".lora_" in name:
+        out, inp = full_shape(adapted(name), model)
+        return [lora_rank, inp] if ".lora_A." in name else [out, lora_rank]
     c, f, t, vp = model["hidden"], model["ffn_hidden"], model["seq_len"], model["padded_vocab"]
     if name in ("wte.weight", "embed_tokens.weight", "lm_head.weight"):
         return [vp, c]
@@ -98,6 +107,13 @@ COLUMNS = ("attn.c_proj.weight", "mlp.c_proj.weight", "o_proj.weight", "down_pro
 
 
 def split_of(name):
+    # Adapters follow their linear's split: beside a column-parallel W, A whole and B split
+    # like W's rows; beside a row-parallel W, A split by columns and B whole.
+    if ".lora_" in name:
+        split = split_of(adapted(name))
+        if ".lora_A." in name:
+            return "columns" if split == "columns" else "replicated"
+        return "replicated" if split == "columns" else split
     if name.endswith(ROWS):
         return "rows"
     if name.endswith(("k_proj.weight", "v_proj.weight")):
@@ -158,7 +174,7 @@ def load(directory):
                 name, lo = name.rsplit("/", 1)
                 lo = int(lo)
             values = as_f32_bits(dtype, raw)
-            whole_shape = full_shape(name, model)
+            whole_shape = full_shape(name, model, manifest.get("lora", {}).get("rank", 0))
             numel = 1
             for d in whole_shape:
                 numel *= d
