@@ -72,7 +72,8 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
     if (model_.frozen() && cfg.parallel.zero_stage == 3) {
         frozen_units_ = std::make_unique<data_parallel::ZeroUnits>(
             ops, model_.params(), model_.grads(), data_context_, false,
-            cfg.parallel.overlap_param_gather && data_context_.size() > 1);
+            cfg.parallel.overlap_param_gather && data_context_.size() > 1,
+            cfg.parallel.reshard_after_forward);
         frozen_units_->set_trace(&trace_);
         data_parallel::ZeroUnits& base = *frozen_units_;
         hooks.frozen_needed = [&base](std::size_t b, std::size_t e) { base.params_needed(b, e); };
@@ -117,6 +118,11 @@ void Trainer::tie_sharded_embedding() {
     // The first and the last stage hold the same wte unit, split alike over their replicas.
     const std::size_t u = grads.units_of(model_.layout().wte(), model_.layout().wte() + 1).first;
     embedding_.all_reduce(grads.shard_part(u), grads.part_size(u));
+}
+
+void Trainer::release_gathered_params() {
+    data_parallel_.release_params();
+    if (frozen_units_) frozen_units_->release_params();
 }
 
 double Trainer::from_last_stage(double loss) {
@@ -173,7 +179,7 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
         },
         dloss, true,
         [&](int mb) { return kernels::hash64(t.seed ^ kDropoutStream, first_of(mb)); });
-    data_parallel_.release_params();
+    release_gathered_params();
     // The LM head's copy of wte on the last stage and the embedding's on the first: the
     // tied weight's gradient is the sum of both, and final then (sharded gradients: summed
     // on the shards once reduced, tie_sharded_embedding). With the head on the first stage
@@ -252,7 +258,7 @@ double Trainer::evaluate(const SampleFn& sample, int sequences) {
                             tgt);
         },
         0.0f, false, [](int) { return uint64_t{0}; });
-    data_parallel_.release_params();
+    release_gathered_params();
     // The mean of the replicas' and context ranks' means (equal token counts).
     double loss = from_last_stage(loss_sum / microbatches);
     data_context_.all_reduce(&loss, 1);

@@ -121,6 +121,9 @@ private:
     // Sharded gradients on a pipeline: the tied wte's two copies summed, over the embedding
     // group, on each replica's part of it (once the reduction has filled the shards).
     void tie_sharded_embedding();
+    // After a run of the schedule: the units ZeRO-3 kept gathered (the model's, or a frozen
+    // model's base and adapters) released.
+    void release_gathered_params();
     // The loss of the stage with the LM head (the last; ZB-V's first), given to every stage.
     double from_last_stage(double loss);
     // The tokens of a microbatch of samples first, first + 1, ...: this context rank's
