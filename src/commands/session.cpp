@@ -29,8 +29,9 @@ namespace trident::commands {
 
 parallel::GridShape grid_shape(const config::Config& cfg) {
     const config::ParallelConfig& p = cfg.parallel;
-    return parallel::GridShape{p.pipeline, p.tensor, p.data, p.context,
-                               model::kv_replicas(cfg.model.kv_heads, p.tensor)};
+    return parallel::GridShape{
+        p.pipeline,  p.tensor, p.data, p.context, model::kv_replicas(cfg.model.kv_heads, p.tensor),
+        p.data_shard};
 }
 
 int run_on_every_rank(parallel::World& world, const std::function<void()>& set_up,

@@ -105,6 +105,11 @@ struct ParallelConfig {
     // zero_stage 2 and 3 with several microbatches: reduce-scatter every microbatch's
     // gradients into the shard (true), or keep them whole until the step's last (false).
     bool sharded_accumulation = true;
+    // Hybrid sharding: ZeRO shards over runs of this many ranks of the D·C data-context group
+    // and replicates across the runs (parallel/grid.h); 0: over all D·C.
+    int data_shard = 0;
+    // The ranks ZeRO shards over: data_shard, or all D·C.
+    int shard_ranks() const { return data_shard == 0 ? data * context : data_shard; }
     bool operator==(const ParallelConfig&) const = default;
 };
 

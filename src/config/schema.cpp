@@ -201,6 +201,8 @@ const std::vector<Key>& table() {
         field("parallel.overlap_grad_reduce", &C::parallel, &ParallelConfig::overlap_grad_reduce),
         field("parallel.overlap_param_gather", &C::parallel, &ParallelConfig::overlap_param_gather),
         field("parallel.sharded_accumulation", &C::parallel, &ParallelConfig::sharded_accumulation),
+        field("parallel.data_shard", &C::parallel, &ParallelConfig::data_shard,
+              between(0, limits::kRanks)),
 
         field("training.micro_batch", &C::training, &TrainingConfig::micro_batch,
               between(1, limits::kBatch)),

@@ -22,6 +22,9 @@ struct GridShape {
     // The consecutive tensor ranks that hold the same key/value head: M / KVH when M > KVH
     // (model/param_layout.h), else 1.
     int kv_replicas = 1;
+    // Hybrid sharding: the consecutive ranks of the data-context group that ZeRO shards over
+    // (parallel.data_shard); 0: all D·C of them.
+    int data_shard = 0;
 };
 
 struct Coordinates {
@@ -58,6 +61,13 @@ public:
     // Same pp, tp: the D·C ranks that hold the same weights (rank cp + C·dp), over which
     // their gradients are summed and the optimizer shards (Megatron's data-context group).
     Comm& data_context() { return *data_context_; }
+    // Hybrid sharding (docs/ARCHITECTURE.md, "Hybrid sharding"): the data-context group cut
+    // into runs of N = data_shard consecutive ranks. ZeRO shards over the run (data-shard:
+    // ranks q..q+N-1 of the data-context group, q a multiple of N) and its parts are
+    // replicated across the runs (data-replica: the D·C/N ranks with the same q mod N). With
+    // N = D·C they are the data-context group and this rank alone.
+    Comm& data_shard() { return *data_shard_; }
+    Comm& data_replica() { return *data_replica_; }
     Comm& pipeline() { return *pipeline_; }  // same dp, tp, cp: the P stages, in order
     // The first and last stage with this (dp, tp, cp), which share the tied embedding: group
     // rank 0 is the first stage, 1 the last. With P == 1 it is this rank alone; on a middle
@@ -69,7 +79,8 @@ public:
     Comm& kv_replicas() { return *kv_replicas_; }
 
     // Hands each group's communicator to `wrap` and keeps what it returns, in one order on
-    // every rank (tensor, context, data, data-context, pipeline, embedding, kv-replica): how a GPU
+    // every rank (tensor, context, data, data-context, pipeline, embedding, kv-replica,
+    // data-shard, data-replica): how a GPU
     // backend puts communicators for device buffers over the same ranks (parallel/cuda).
     // Collective over the world.
     using CommWrapper = std::function<std::unique_ptr<Comm>(std::unique_ptr<Comm>)>;
@@ -80,7 +91,7 @@ private:
     Coordinates coords_;
     int rank_ = 0;
     std::unique_ptr<Comm> tensor_, context_, data_, data_context_, pipeline_, embedding_,
-        kv_replicas_;
+        kv_replicas_, data_shard_, data_replica_;
 };
 
 }  // namespace trident::parallel
