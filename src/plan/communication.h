@@ -18,7 +18,12 @@
 //              layout, their reduce-scatter once per microbatch with sharded accumulation;
 //              ZeRO 3 no gather after the update but each unit's weights gathered before the
 //              forward and again before the backward of every microbatch (per rank, with
-//              m = 1: 3Ψ(D−1)/D sent, against 2Ψ(D−1)/D for stages 0 to 2).
+//              m = 1: 3Ψ(D−1)/D sent, against 2Ψ(D−1)/D for stages 0 to 2). With hybrid
+//              sharding (parallel.data_shard: N) this is the shard group of N ranks, D
+//              above read as N.
+//   data-replica  hybrid sharding's D·C/N shard groups: each rank's N-th of every bucket
+//              (ZeRO 1) or unit (ZeRO 2, 3) all-reduced across them once a step
+//              (docs/FORMULAS.md, "Hybrid sharding").
 // Each group also carries a few scalars a step (loss, gradient norm), counted too.
 //
 // Bytes are counted two ways: the payload handed to the calls, as Comm's statistics count
@@ -62,7 +67,7 @@ double sent_per_call(parallel::CommKind kind, double payload, int n);
 
 struct StageTraffic {
     // kv_replica: the tensor ranks sharing a key/value head when M > KVH (model/param_layout.h).
-    GroupTraffic tensor, context, pipeline, embedding, data, kv_replica;
+    GroupTraffic tensor, context, pipeline, embedding, data, kv_replica, data_replica;
 };
 
 std::vector<StageTraffic> plan_traffic(const PlanInputs& in);
