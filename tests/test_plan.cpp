@@ -154,7 +154,8 @@ MemoryCompared measure_memory(const std::string& config, const std::string& metr
         c.stages.push_back(stage);
     }
 
-    // The traffic the metrics count for rank 0's tensor and data groups, call for call.
+    // The traffic the metrics count for rank 0's tensor and data groups, call for call (the
+    // data group's with its replicas' under hybrid sharding).
     const plan::StageTraffic traffic = plan::plan_traffic(in).front();
     using parallel::CommKind;
     const auto payload = [](const plan::GroupTraffic& g, CommKind kind) {
@@ -171,7 +172,9 @@ MemoryCompared measure_memory(const std::string& config, const std::string& metr
                                          std::pair{"reduce_scatter", CommKind::reduce_scatter}}) {
             const std::string key = std::string(group) + "_" + name + "_bytes";
             INFO(key);
-            CHECK(number(measured, key.c_str()) == payload(*traffic_of, kind));
+            const double replicas =
+                traffic_of == &traffic.data ? payload(traffic.data_replica, kind) : 0.0;
+            CHECK(number(measured, key.c_str()) == payload(*traffic_of, kind) + replicas);
         }
     // And the data group's calls (ZeRO-3: a unit's gathers per use, or one a step).
     for (const auto& [name, kind] : {std::pair{"all_gather", CommKind::all_gather},
@@ -217,7 +220,7 @@ void check_stages(const std::vector<std::string>& overrides, int ranks, Peak pea
             CHECK(stage.measured.peak == stage.planned.peak);
         else
             CHECK(stage.measured.peak >= stage.planned.peak);
-        check_parameter_count(stage, cfg.parallel.data * cfg.parallel.context,
+        check_parameter_count(stage, cfg.parallel.shard_ranks(),
                               plan::weight_bytes(cfg.training.precision), cfg.parallel.zero_stage);
     }
     CHECK(c.measured.peak == c.stages.front().measured.peak);  // rank 0 is stage 0's first
@@ -361,6 +364,44 @@ TEST_CASE("plan: model-state memory of ZeRO's Table 1", "[plan]") {
     CHECK(plan::model_states(7.5e9, 64, 0, fp16, fp16_grads).total() == 120e9);
 }
 
+TEST_CASE("plan: hybrid sharding holds an N-th and moves two levels", "[plan]") {
+    // parallel.data_shard N over D·C = 8 (docs/FORMULAS.md, "Hybrid sharding"): model states
+    // as ZeRO over N ranks; per step a reduce-scatter of Ψ per microbatch and the gathers
+    // within the N ranks, and one all-reduce of Ψ/N across the D·C/N shard groups.
+    cli::Workspace ws;
+    for (const int zero : {1, 2, 3}) {
+        const std::vector<std::string> overrides = {"parallel.data=4", "parallel.context=2",
+                                                    "parallel.data_shard=2",
+                                                    "parallel.zero_stage=" + std::to_string(zero)};
+        const config::Config cfg = config::load(small_config(ws), overrides, config::Purpose::plan);
+        const plan::PlanInputs in = inputs(cfg);
+        const plan::StageMemory s = plan::plan_memory(in).front();
+        const double psi = static_cast<double>(s.parameters), N = 2;
+        INFO("ZeRO " << zero << ", Ψ = " << psi);
+        CHECK(s.parameters % 2 == 0);
+        const plan::ModelStates whole = plan::model_states(psi, 1, 0, 4, 4);
+        CHECK(s.states.optimizer == whole.optimizer / N);
+        CHECK(s.states.gradients == (zero >= 2 ? whole.gradients / N : whole.gradients));
+        CHECK(s.states.weights == (zero >= 3 ? whole.weights / N : whole.weights));
+        const plan::StageTraffic t = plan::plan_traffic(in).front();
+        CHECK(t.data.size == 2);
+        CHECK(t.data_replica.size == 4);
+        double scattered = 0, summed = 0;
+        for (const plan::Calls& c : t.data.calls)
+            if (c.kind == parallel::CommKind::reduce_scatter)
+                scattered += static_cast<double>(c.calls) * c.elements;
+        for (const plan::Calls& c : t.data_replica.calls) {
+            CHECK(c.kind == parallel::CommKind::all_reduce);
+            summed += static_cast<double>(c.calls) * c.elements;
+        }
+        const double m = zero >= 2 ? cfg.derived.grad_accum_steps : 1;
+        CHECK(scattered == m * psi);
+        CHECK(summed == psi / N);
+        // Ring all-reduce: 2(n−1)/n of the buffer sent, n = D·C/N = 4.
+        CHECK(t.data_replica.sent_bytes() == Approx(2.0 * 3 / 4 * psi / N * 4));
+    }
+}
+
 TEST_CASE("plan: bytes per element by precision", "[plan]") {
     using kernels::DType;
     CHECK(plan::weight_bytes(DType::f32) == 4);
@@ -474,6 +515,13 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
     SECTION("1 x 1 x 2, ZeRO-3, whole gradients until the last microbatch") {
         check_measured_shards(
             {"parallel.data=2", "parallel.zero_stage=3", "parallel.sharded_accumulation=false"}, 2);
+    }
+    SECTION("1 x 1 x 4, hybrid sharding over 2, ZeRO-1") {
+        check_measured_memory({"parallel.data=4", "parallel.data_shard=2"}, 4);
+    }
+    SECTION("1 x 1 x 4, hybrid sharding over 2, ZeRO-3") {
+        check_measured_shards({"parallel.data=4", "parallel.data_shard=2", "parallel.zero_stage=3"},
+                              4);
     }
     SECTION("2 x 1 x 2, ZeRO-2") {
         check_measured_shards({"parallel.pipeline=2", "parallel.data=2", "parallel.zero_stage=2"},

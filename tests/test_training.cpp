@@ -59,8 +59,8 @@ TEST_CASE("clipping scales by max/(norm + 1e-6) only above the threshold", "[tra
     model::FlatBuffer params(*ops, layout.total(), kernels::DType::f32);
     model::FlatBuffer grads(*ops, layout.total(), kernels::DType::f32);
     parallel::Grid& solo = test::solo_grid();
-    const data_parallel::DataParallel whole(*ops, layout, params, grads, solo.data_context(), 0,
-                                            SIZE_MAX, {});
+    const data_parallel::DataParallel whole(*ops, layout, params, grads, solo.data_context(),
+                                            solo.data_replica(), 0, SIZE_MAX, {});
     optim::AdamW adamw(*ops, layout, cfg.training, whole,
                        optim::NormGroups{solo.tensor(), solo.pipeline()}, params, grads);
     std::vector<float> g(layout.total(), 0.0f);

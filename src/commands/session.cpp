@@ -34,7 +34,8 @@ parallel::GridShape grid_shape(const config::Config& cfg) {
                                p.data,
                                p.context,
                                model::kv_replicas(cfg.model.kv_heads, p.tensor),
-                               pipeline::placement(p.schedule) == model::Placement::v_shape};
+                               pipeline::placement(p.schedule) == model::Placement::v_shape,
+                               p.data_shard};
 }
 
 int run_on_every_rank(parallel::World& world, const std::function<void()>& set_up,

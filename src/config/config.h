@@ -110,6 +110,11 @@ struct ParallelConfig {
     // gather of the step until the step's backward has ended (false: one gather per unit and
     // step, the stage's whole parameters resident meanwhile). PyTorch FSDP2's option.
     bool reshard_after_forward = true;
+    // Hybrid sharding: ZeRO shards over runs of this many ranks of the D·C data-context group
+    // and replicates across the runs (parallel/grid.h); 0: over all D·C.
+    int data_shard = 0;
+    // The ranks ZeRO shards over: data_shard, or all D·C.
+    int shard_ranks() const { return data_shard == 0 ? data * context : data_shard; }
     bool operator==(const ParallelConfig&) const = default;
 };
 

@@ -203,6 +203,8 @@ const std::vector<Key>& table() {
         field("parallel.sharded_accumulation", &C::parallel, &ParallelConfig::sharded_accumulation),
         field("parallel.reshard_after_forward", &C::parallel,
               &ParallelConfig::reshard_after_forward),
+        field("parallel.data_shard", &C::parallel, &ParallelConfig::data_shard,
+              between(0, limits::kRanks)),
 
         field("training.micro_batch", &C::training, &TrainingConfig::micro_batch,
               between(1, limits::kBatch)),

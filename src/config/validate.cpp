@@ -223,14 +223,18 @@ void check_zero_and_lora(const Config& cfg, const Origins& origins) {
              cat("parallel.reshard_after_forward: false needs parallel.zero_stage 3 (got ",
                  p.zero_stage, "): below stage 3 the parameters are whole on every replica"));
 
-    // ZeRO 2 and 3 shard by the layout's units over the data group only; their sharding over
-    // the data-context group (D·C ranks) is not built yet.
-    if (p.zero_stage >= 2 && p.context > 1)
-        fail(origins.blame({"parallel.zero_stage", "parallel.context"}),
-             cat("parallel.zero_stage: ", p.zero_stage,
-                 " runs without context parallelism "
-                 "(parallel.context is ",
-                 p.context, "); use zero_stage 0 or 1 with context > 1"));
+    // Hybrid sharding cuts the D·C data-context ranks into equal runs, and shards ZeRO's state
+    // over each: stage 0 shards nothing.
+    const int data_context = p.data * p.context;
+    if (p.data_shard != 0 && data_context % p.data_shard != 0)
+        fail(origins.blame({"parallel.data_shard", "parallel.data", "parallel.context"}),
+             cat("parallel.data_shard (", p.data_shard,
+                 ") must divide parallel.data × parallel.context (", p.data, " × ", p.context,
+                 " = ", data_context, ")"));
+    if (p.data_shard != 0 && p.data_shard != data_context && p.zero_stage == 0)
+        fail(origins.blame({"parallel.data_shard", "parallel.zero_stage"}),
+             cat("parallel.data_shard (", p.data_shard,
+                 ") shards ZeRO's state; parallel.zero_stage 0 shards nothing (use 1, 2 or 3)"));
 
     // LoRA trains low-rank adapters beside a frozen model (Hu et al. 2021): its rank is at most
     // the width of the layers it adapts, and starting adapters need adapters to start.

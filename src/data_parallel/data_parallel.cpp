@@ -7,11 +7,12 @@ namespace trident::data_parallel {
 
 DataParallel::DataParallel(kernels::Ops& ops, const model::ParamLayout& layout,
                            model::FlatBuffer& params, model::FlatBuffer& grads,
-                           parallel::Comm& group, int zero_stage, std::size_t bucket_size,
-                           Overlap overlap, Resharding resharding)
+                           parallel::Comm& group, parallel::Comm& replicas, int zero_stage,
+                           std::size_t bucket_size, Overlap overlap, Resharding resharding)
     : params_(params),
       grads_(grads),
       group_(group),
+      replicas_(replicas),
       zero_stage_(zero_stage),
       layout_total_(layout.total()),
       buckets_(make_buckets(layout, bucket_size)) {
@@ -138,21 +139,25 @@ void DataParallel::poll() {
 void DataParallel::reduce_gradients() {
     if (units_) {
         units_->finish_reductions();
-        return;
-    }
-    if (!in_step_) {  // not overlapped: one call after another, in backward order
+    } else if (!in_step_) {  // not overlapped: one call after another, in backward order
         for (auto b = buckets_.rbegin(); b != buckets_.rend(); ++b) {
             if (zero_stage_ == 0)
                 group_.all_reduce(grads_.at(b->begin), b->size);
             else  // in place: this rank's part of the bucket's sum lands where it is
                 group_.reduce_scatter(grads_.at(b->begin), grads_.at(b->mine), owned_part(*b));
         }
-        return;
+    } else {
+        for (std::size_t b = buckets_.size(); b-- > 0;)
+            if (!flight_[b].reducing) start_reduction(b);
+        for (std::size_t b = buckets_.size(); b-- > 0;) finish_reduction(b);
+        in_step_ = false;
     }
-    for (std::size_t b = buckets_.size(); b-- > 0;)
-        if (!flight_[b].reducing) start_reduction(b);
-    for (std::size_t b = buckets_.size(); b-- > 0;) finish_reduction(b);
-    in_step_ = false;
+    sum_over_replicas();
+}
+
+void DataParallel::sum_over_replicas() {
+    if (replicas_.size() == 1) return;
+    for (const OwnedPart& o : owned_) replicas_.all_reduce(grads_.owned(o.offset), o.count);
 }
 
 // ---- parameters ------------------------------------------------------------------------------

@@ -22,6 +22,13 @@
 // by ZeroUnits (zero_units.h), to which the model's hooks go. Stage 2 all-gathers the updated
 // units as stage 1 its buckets; stage 3 updates its shard and gathers nothing then.
 //
+// Hybrid sharding (parallel.data_shard: N; docs/ARCHITECTURE.md, "Hybrid sharding"). The
+// group above is then the shard group of N ranks, and the D·C/N shard groups are replicas of
+// one another: after the reductions within the shard group, each rank's owned parts (its
+// share of the sum over its shard group) are all-reduced over the replica group (the ranks
+// with the same part in every shard group), once a step, so every shard group holds the sum
+// over all D·C. With N = D·C the replica group is this rank alone and nothing more moves.
+//
 // Overlap (Megatron's overlap_grad_reduce and overlap_param_gather). Between start_step and
 // reduce_gradients the model announces the ranges of the gradient buffer that are final
 // (grads_final), and a bucket all of whose gradients are final starts its reduction at once,
@@ -69,10 +76,13 @@ struct OwnedPart {
 class DataParallel {
 public:
     // `params` and `grads`: the model's buffers (whole, or sharded by units at stages 2 and 3),
-    // of the layout's total padded to a multiple of the group's size.
+    // of the layout's total padded to a multiple of the group's size. `group` is the shard
+    // group the state is sharded over, `replicas` the group of its replicas (hybrid sharding;
+    // this rank alone without).
     DataParallel(kernels::Ops& ops, const model::ParamLayout& layout, model::FlatBuffer& params,
-                 model::FlatBuffer& grads, parallel::Comm& group, int zero_stage,
-                 std::size_t bucket_size, Overlap overlap, Resharding resharding = {});
+                 model::FlatBuffer& grads, parallel::Comm& group, parallel::Comm& replicas,
+                 int zero_stage, std::size_t bucket_size, Overlap overlap,
+                 Resharding resharding = {});
 
     int zero_stage() const { return zero_stage_; }
     parallel::Comm& group() const { return group_; }
@@ -93,8 +103,9 @@ public:
     void params_done(std::size_t begin, std::size_t end);
     // After a run of the schedule (stage 3): the units kept gathered released.
     void release_params();
-    // Sums the gradients over the group: all of them (stage 0) or this rank's owned parts
-    // (stage 1: in their places in the gradients; stages 2, 3: the gradient shard).
+    // Sums the gradients over the group and its replicas: all of them (stage 0) or this
+    // rank's owned parts (stage 1: in their places in the gradients; stages 2, 3: the
+    // gradient shard).
     void reduce_gradients();
     // After an update of the owned parts: the parameters made whole on every replica again
     // (stages 1, 2), overlapped with the next forward when asked; stage 3 gathers each unit as
@@ -130,6 +141,8 @@ private:
     void poll();
     void finish_reduction(std::size_t bucket);
     void finish_gather(std::size_t bucket);
+    // The owned parts' sums over the shard group summed over the replica group.
+    void sum_over_replicas();
     // The completed call's span in the trace: when and where its data moved (Request::Transfer),
     // `issued` when it was asked for.
     void end_span(io::SpanKind kind, std::size_t bucket, const parallel::Request& done,
@@ -138,6 +151,7 @@ private:
     model::FlatBuffer& params_;
     model::FlatBuffer& grads_;
     parallel::Comm& group_;
+    parallel::Comm& replicas_;
     int zero_stage_;
     std::size_t layout_total_;     // of the buffer's elements, the tensors' (the rest is padding)
     std::vector<Bucket> buckets_;  // in buffer order

@@ -52,6 +52,14 @@ struct CommStats {
     uint64_t calls_of(CommKind k) const { return calls[static_cast<int>(k)]; }
     uint64_t elements_of(CommKind k) const { return elements[static_cast<int>(k)]; }
     uint64_t bytes_of(CommKind k) const { return bytes[static_cast<int>(k)]; }
+    CommStats& operator+=(const CommStats& o) {
+        for (int k = 0; k < static_cast<int>(CommKind::count_); ++k) {
+            calls[k] += o.calls[k];
+            elements[k] += o.elements[k];
+            bytes[k] += o.bytes[k];
+        }
+        return *this;
+    }
 };
 
 // A non-blocking call under way. Until it has completed (wait() returned, or test() returned

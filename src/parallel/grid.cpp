@@ -69,7 +69,9 @@ Grid::Grid()
       data_context_(std::make_unique<SoloComm>()),
       pipeline_(std::make_unique<SoloComm>()),
       embedding_(std::make_unique<SoloComm>()),
-      kv_replicas_(std::make_unique<SoloComm>()) {}
+      kv_replicas_(std::make_unique<SoloComm>()),
+      data_shard_(std::make_unique<SoloComm>()),
+      data_replica_(std::make_unique<SoloComm>()) {}
 
 Grid::Grid(World& world, const GridShape& shape) : shape_(shape), rank_(world.rank()) {
     check_shape(shape, world.size());
@@ -94,13 +96,22 @@ Grid::Grid(World& world, const GridShape& shape) : shape_(shape), rank_(world.ra
         throw Error("internal: " + std::to_string(r) + " key/value head replicas over " +
                     std::to_string(M) + " tensor ranks");
     kv_replicas_ = split(all, tp / r + M / r * (cp + C * (dp + D * pp)), tp % r, "kv-replica");
+    // Within the data-context group (rank q), runs of N consecutive ranks and their replicas.
+    const int N = shape.data_shard == 0 ? C * D : shape.data_shard;
+    if (N < 1 || (C * D) % N != 0)
+        throw Error("internal: data shards of " + std::to_string(N) + " over " +
+                    std::to_string(C * D) + " data-context ranks");
+    const int q = cp + C * dp, groups = C * D / N;
+    data_shard_ = split(all, q / N + groups * (tp + M * pp), q % N, "data-shard");
+    data_replica_ = split(all, q % N + N * (tp + M * pp), q / N, "data-replica");
 }
 
 Grid::~Grid() = default;
 
 void Grid::wrap_comms(const CommWrapper& wrap) {
     for (std::unique_ptr<Comm>* group :
-         {&tensor_, &context_, &data_, &data_context_, &pipeline_, &embedding_, &kv_replicas_}) {
+         {&tensor_, &context_, &data_, &data_context_, &pipeline_, &embedding_, &kv_replicas_,
+          &data_shard_, &data_replica_}) {
         const GroupLabel* label = (*group)->label();
         *group = wrap(std::move(*group));
         (*group)->set_label(label);

@@ -25,6 +25,9 @@ struct GridShape {
     // The LM head on the first stage, beside the embedding (ZB-V's V-shaped placement,
     // model/param_layout.h), rather than on the last.
     bool head_on_first_stage = false;
+    // Hybrid sharding: the consecutive ranks of the data-context group that ZeRO shards over
+    // (parallel.data_shard); 0: all D·C of them.
+    int data_shard = 0;
 };
 
 struct Coordinates {
@@ -61,6 +64,13 @@ public:
     // Same pp, tp: the D·C ranks that hold the same weights (rank cp + C·dp), over which
     // their gradients are summed and the optimizer shards (Megatron's data-context group).
     Comm& data_context() { return *data_context_; }
+    // Hybrid sharding (docs/ARCHITECTURE.md, "Hybrid sharding"): the data-context group cut
+    // into runs of N = data_shard consecutive ranks. ZeRO shards over the run (data-shard:
+    // ranks q..q+N-1 of the data-context group, q a multiple of N) and its parts are
+    // replicated across the runs (data-replica: the D·C/N ranks with the same q mod N). With
+    // N = D·C they are the data-context group and this rank alone.
+    Comm& data_shard() { return *data_shard_; }
+    Comm& data_replica() { return *data_replica_; }
     Comm& pipeline() { return *pipeline_; }  // same dp, tp, cp: the P stages, in order
     // The first and last stage with this (dp, tp, cp), which share the tied embedding: group
     // rank 0 is the first stage, 1 the last. With P == 1, or the head on the first stage, it
@@ -75,7 +85,8 @@ public:
     Comm& kv_replicas() { return *kv_replicas_; }
 
     // Hands each group's communicator to `wrap` and keeps what it returns, in one order on
-    // every rank (tensor, context, data, data-context, pipeline, embedding, kv-replica): how a GPU
+    // every rank (tensor, context, data, data-context, pipeline, embedding, kv-replica,
+    // data-shard, data-replica): how a GPU
     // backend puts communicators for device buffers over the same ranks (parallel/cuda).
     // Collective over the world.
     using CommWrapper = std::function<std::unique_ptr<Comm>(std::unique_ptr<Comm>)>;
@@ -86,7 +97,7 @@ private:
     Coordinates coords_;
     int rank_ = 0;
     std::unique_ptr<Comm> tensor_, context_, data_, data_context_, pipeline_, embedding_,
-        kv_replicas_;
+        kv_replicas_, data_shard_, data_replica_;
 };
 
 }  // namespace trident::parallel

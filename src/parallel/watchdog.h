@@ -42,7 +42,8 @@
 
 namespace trident::parallel {
 
-// A group as messages name it: "tensor", "data", "pipeline", "embedding", "kv-replica" or "world",
+// A group as messages name it: "tensor", "data", "pipeline", "embedding", "kv-replica",
+// "data-shard", "data-replica" or "world",
 // and its members' world ranks in group order.
 struct GroupLabel {
     std::string name;

@@ -84,21 +84,26 @@ int64_t unit_gathers(const config::Config& cfg, const model::ParamLayout& layout
 // ZeRO-2 and 3 (src/data_parallel/zero_units.h): each unit of the layout reduce-scattered after
 // every microbatch's backward (sharded accumulation) or after the step's last; stage 2 all-gathers
 // the updated units as stage 1 its buckets, stage 3 gathers each unit as unit_gathers counts
-// and nothing after the update.
-void sharded_data_traffic(const PlanInputs& in, int stage, GroupTraffic& g) {
+// and nothing after the update; with hybrid sharding each rank's part is all-reduced across
+// the shard groups once a step.
+void sharded_data_traffic(const PlanInputs& in, int stage, GroupTraffic& g,
+                          GroupTraffic& replicas) {
     const auto& p = in.cfg.parallel;
     const int64_t m = in.cfg.derived.grad_accum_steps;
+    const int N = p.shard_ranks();
     const model::ParamLayout layout(config::gpt_shape(in.cfg), 0, p.tensor,
-                                    config::stage_plan(in.cfg, stage), p.data);
+                                    config::stage_plan(in.cfg, stage), static_cast<std::size_t>(N));
     const int64_t reductions = p.sharded_accumulation ? m : 1;
     for (const auto& unit : layout.units()) {
         const double size = static_cast<double>(unit.second - unit.first);
         add(g, CommKind::reduce_scatter, reductions, size, in.grad_bytes, p.sharded_accumulation);
         if (in.zero_stage == 2)
-            add(g, CommKind::all_gather, 1, size / p.data, in.weight_bytes, false);
+            add(g, CommKind::all_gather, 1, size / N, in.weight_bytes, false);
         else
-            add(g, CommKind::all_gather, unit_gathers(in.cfg, layout, unit), size / p.data,
+            add(g, CommKind::all_gather, unit_gathers(in.cfg, layout, unit), size / N,
                 in.weight_bytes, p.reshard_after_forward);
+        if (replicas.size > 1)
+            add(replicas, CommKind::all_reduce, 1, size / N, in.grad_bytes, false);
     }
     add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the gradient norm's share
     add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes,
@@ -128,8 +133,10 @@ void context_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks
 }
 
 // The data group: the optimizer's reduction of the stage's flat buffers (optim/adamw.cpp).
-void data_traffic(const PlanInputs& in, int64_t buffer, GroupTraffic& g) {
-    const int64_t D = int64_t{in.cfg.parallel.data} * in.cfg.parallel.context;
+// With hybrid sharding it is the shard group of N ranks, and each bucket's N-th is summed
+// across the replica group too.
+void data_traffic(const PlanInputs& in, int64_t buffer, GroupTraffic& g, GroupTraffic& replicas) {
+    const int64_t D = in.cfg.parallel.shard_ranks();
     // Buckets of a multiple of D parameters, the last one what is left.
     const int64_t bucket = std::max(D, in.cfg.parallel.bucket_size / D * D);
     const int64_t full = buffer / bucket, rest = buffer % bucket;
@@ -142,6 +149,8 @@ void data_traffic(const PlanInputs& in, int64_t buffer, GroupTraffic& g) {
             add(g, CommKind::reduce_scatter, count, static_cast<double>(size), in.grad_bytes,
                 false);
             add(g, CommKind::all_gather, count, static_cast<double>(size / D), in.weight_bytes,
+                false);
+            add(replicas, CommKind::all_reduce, count, static_cast<double>(size / D), in.grad_bytes,
                 false);
         }
         add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the gradient norm's share
@@ -225,7 +234,8 @@ std::vector<StageTraffic> plan_traffic(const PlanInputs& in) {
         // The tied weight's two stages (ZB-V holds both ends on stage 0: no exchange).
         t.embedding.size = p.pipeline > 1 && first != last ? 2 : 1;
         t.context.size = p.context;
-        t.data.size = p.data * p.context;
+        t.data.size = p.shard_ranks();
+        t.data_replica.size = p.data * p.context / p.shard_ranks();
         t.kv_replica.size = model::kv_replicas(cfg.model.kv_heads, p.tensor);
 
         tensor_traffic(in, chunks, last, t.tensor);
@@ -252,14 +262,15 @@ std::vector<StageTraffic> plan_traffic(const PlanInputs& in) {
         // ZeRO-2 sums the tied copies on the shards: each replica its part of wte's unit.
         const int64_t wte = cfg.derived.padded_vocab / p.tensor * cfg.model.hidden;
         add(t.embedding, CommKind::all_reduce, 1,
-            in.zero_stage >= 2 ? static_cast<double>((wte + p.data - 1) / p.data)
+            in.zero_stage >= 2 ? static_cast<double>((wte + p.shard_ranks() - 1) / p.shard_ranks())
                                : static_cast<double>(wte),
             in.grad_bytes, false);
 
         if (in.zero_stage >= 2)
-            sharded_data_traffic(in, stage, t.data);
+            sharded_data_traffic(in, stage, t.data, t.data_replica);
         else
-            data_traffic(in, memory[static_cast<std::size_t>(stage)].parameters, t.data);
+            data_traffic(in, memory[static_cast<std::size_t>(stage)].parameters, t.data,
+                         t.data_replica);
         stages.push_back(t);
     }
     return stages;

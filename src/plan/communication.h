@@ -20,6 +20,11 @@
 //              forward and again before the backward of every microbatch (per rank, with
 //              m = 1: 3Ψ(D−1)/D sent, against 2Ψ(D−1)/D for stages 0 to 2), or once a step
 //              with parallel.reshard_after_forward false (communication.cpp, unit_gathers).
+//              With hybrid sharding (parallel.data_shard: N) this is the shard group of N
+//              ranks, D above read as N.
+//   data-replica  hybrid sharding's D·C/N shard groups: each rank's N-th of every bucket
+//              (ZeRO 1) or unit (ZeRO 2, 3) all-reduced across them once a step
+//              (docs/FORMULAS.md, "Hybrid sharding").
 // Each group also carries a few scalars a step (loss, gradient norm), counted too.
 //
 // Bytes are counted two ways: the payload handed to the calls, as Comm's statistics count
@@ -63,7 +68,7 @@ double sent_per_call(parallel::CommKind kind, double payload, int n);
 
 struct StageTraffic {
     // kv_replica: the tensor ranks sharing a key/value head when M > KVH (model/param_layout.h).
-    GroupTraffic tensor, context, pipeline, embedding, data, kv_replica;
+    GroupTraffic tensor, context, pipeline, embedding, data, kv_replica, data_replica;
 };
 
 std::vector<StageTraffic> plan_traffic(const PlanInputs& in);

@@ -190,15 +190,16 @@ std::vector<StageMemory> plan_memory(const PlanInputs& in) {
     for (int stage = 0; stage < p.pipeline; ++stage) {
         StageMemory s;
         s.stage = stage;
-        // Padded so that ZeRO splits it evenly over the replicas (Gpt's buffer_multiple): the
-        // D·C ranks of the data-context group; at stages 2 and 3 each unit of the layout is
-        // (model/param_layout.h; ZeRO 2 and 3 run with C = 1).
-        const int64_t D = int64_t{p.data} * p.context;
+        // Padded so that ZeRO splits it evenly over the ranks it shards over (Gpt's
+        // buffer_multiple): the N ranks of the shard group (parallel.data_shard; all D·C of
+        // the data-context group by default); at stages 2 and 3 each unit of the layout is
+        // (model/param_layout.h). Hybrid sharding holds a N-th, not a D·C-th.
+        const int64_t N = p.shard_ranks();
         const model::ParamLayout layout(config::gpt_shape(cfg), 0, p.tensor,
                                         config::stage_plan(cfg, stage),
-                                        in.zero_stage >= 2 ? p.data : 1);
-        s.parameters = (static_cast<int64_t>(layout.total()) + D - 1) / D * D;
-        s.states = model_states(static_cast<double>(s.parameters), static_cast<int>(D),
+                                        in.zero_stage >= 2 ? static_cast<std::size_t>(N) : 1);
+        s.parameters = (static_cast<int64_t>(layout.total()) + N - 1) / N * N;
+        s.states = model_states(static_cast<double>(s.parameters), static_cast<int>(N),
                                 in.zero_stage, in.weight_bytes, in.grad_bytes);
         s.gathered = gathered_bytes(in, layout, s.parameters);
         if (cfg.training.lora.enabled()) add_adapters(in, layout, s);

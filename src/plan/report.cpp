@@ -61,8 +61,13 @@ struct NamedGroup {
     const GroupTraffic* traffic;
 };
 std::vector<NamedGroup> groups(const StageTraffic& t) {
-    return {{"tensor", &t.tensor},       {"context", &t.context}, {"pipeline", &t.pipeline},
-            {"embedding", &t.embedding}, {"data", &t.data},       {"kv-replica", &t.kv_replica}};
+    return {{"tensor", &t.tensor},
+            {"context", &t.context},
+            {"pipeline", &t.pipeline},
+            {"embedding", &t.embedding},
+            {"data", &t.data},
+            {"kv-replica", &t.kv_replica},
+            {"data-replica", &t.data_replica}};
 }
 
 double percent(double part, double whole) {
@@ -98,9 +103,14 @@ std::string summary_text(const PlanInputs& in) {
                   config::to_string(t.recompute));
     out += format(
         "bytes: precision %s | per parameter: weights %d, gradients %d, optimizer %d "
-        "(ZeRO stage %d over %s) | per activation %d\n\n",
+        "(ZeRO stage %d over %s%s) | per activation %d\n\n",
         kernels::name_of(t.precision), in.weight_bytes, in.grad_bytes, kOptimizerBytes,
-        in.zero_stage, train::counted(p.data * p.context, "replica").c_str(), in.activation_bytes);
+        in.zero_stage, train::counted(p.shard_ranks(), "replica").c_str(),
+        p.shard_ranks() == p.data * p.context
+            ? ""
+            : format(", replicated across %d shard groups", p.data * p.context / p.shard_ranks())
+                  .c_str(),
+        in.activation_bytes);
     return out;
 }
 
@@ -189,14 +199,14 @@ std::string communication_table_text(const Plan& plan) {
     std::string out =
         "\ncommunication per step of one rank (payload as Comm counts it; sent: ring "
         "algorithms):\n";
-    out += format("%-6s %-10s %6s %8s %12s %12s\n", "stage", "group", "ranks", "calls", "payload",
+    out += format("%-6s %-12s %6s %8s %12s %12s\n", "stage", "group", "ranks", "calls", "payload",
                   "sent");
     bool any = false;
     for (std::size_t s = 0; s < plan.traffic.size(); ++s)
         for (const NamedGroup& g : groups(plan.traffic[s])) {
             any = any || !g.traffic->calls.empty();
             if (g.traffic->calls.empty()) continue;
-            out += format("%-6zu %-10s %6d %8lld %12s %12s\n", s, g.name, g.traffic->size,
+            out += format("%-6zu %-12s %6d %8lld %12s %12s\n", s, g.name, g.traffic->size,
                           static_cast<long long>(g.traffic->call_count()),
                           bytes_text(g.traffic->payload_bytes()).c_str(),
                           bytes_text(g.traffic->sent_bytes()).c_str());
@@ -272,6 +282,7 @@ io::JsonLine layout_json(const PlanInputs& in) {
     layout.add("pipeline", p.pipeline)
         .add("tensor", p.tensor)
         .add("data", p.data)
+        .add("data_shard", p.shard_ranks())
         .add("virtual_stages", p.virtual_stages)
         .add("schedule", pipeline::to_string(p.schedule))
         .add("sequence_parallel", p.sequence_parallel)

@@ -241,7 +241,8 @@ PendingSave begin_save(const config::Config& cfg, Trainer& trainer, parallel::Gr
     ShareSnapshot& share = save.share;
     share.params = trainer.local_params();
     share.state = trainer.optimizer().state();
-    share.owned = trainer.data_parallel().owned_ranges();
+    // With hybrid sharding each shard group holds the whole state: the first one writes it.
+    if (grid.data_replica().rank() == 0) share.owned = trainer.data_parallel().owned_ranges();
     share.layout = &trainer.model().trainable_layout();
     share.dtype = trainer.model().precision().params;
     share.coordinates = grid.coordinates();

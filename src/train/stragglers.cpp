@@ -14,8 +14,9 @@ namespace trident::train {
 namespace {
 
 // The groups a rank can wait in, in the order each rank sends its times.
-constexpr const char* kGroups[] = {"tensor",    "context",    "data",  "data-context", "pipeline",
-                                   "embedding", "kv-replica", "world", "device"};
+constexpr const char* kGroups[] = {"tensor",       "context",   "data",       "data-context",
+                                   "pipeline",     "embedding", "kv-replica", "data-shard",
+                                   "data-replica", "world",     "device"};
 constexpr std::size_t kNumGroups = std::size(kGroups);
 
 // This rank's seconds blocked so far in each of kGroups.

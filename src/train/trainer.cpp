@@ -35,15 +35,17 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
       context_(grid.context()),
       data_context_(grid.data_context()),
       model_(ops,
-             gpt_options(cfg, grid.coordinates().pp, data_context_.size(), data_context_.rank()),
+             gpt_options(cfg, grid.coordinates().pp, grid.data_shard().size(),
+                         grid.data_shard().rank()),
              model::ModelGroups{tensor_, context_, grid.kv_replicas()}),
       // The replicas of the weights are the D·C ranks of the data-context group: the
       // gradients are summed and the optimizer state sharded over all of them, as Megatron-Core
-      // does. What trains: every parameter, or the adapters of a frozen model (whose
-      // parameters' gathers after the update are too small to overlap with anything).
+      // does; with hybrid sharding, over each run of data_shard of them and summed across the
+      // runs (data_parallel.h). What trains: every parameter, or the adapters of a frozen model
+      // (whose parameters' gathers after the update are too small to overlap with anything).
       data_parallel_(ops, model_.trainable_layout(), model_.trainable_params(),
-                     model_.trainable_grads(), data_context_, cfg.parallel.zero_stage,
-                     static_cast<std::size_t>(cfg.parallel.bucket_size),
+                     model_.trainable_grads(), grid.data_shard(), grid.data_replica(),
+                     cfg.parallel.zero_stage, static_cast<std::size_t>(cfg.parallel.bucket_size),
                      data_parallel::Overlap{cfg.parallel.overlap_grad_reduce,
                                             cfg.parallel.overlap_param_gather && !model_.frozen()},
                      data_parallel::Resharding{cfg.parallel.reshard_after_forward}),
@@ -71,8 +73,8 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
     // reduced.
     if (model_.frozen() && cfg.parallel.zero_stage == 3) {
         frozen_units_ = std::make_unique<data_parallel::ZeroUnits>(
-            ops, model_.params(), model_.grads(), data_context_, false,
-            cfg.parallel.overlap_param_gather && data_context_.size() > 1,
+            ops, model_.params(), model_.grads(), grid.data_shard(), false,
+            cfg.parallel.overlap_param_gather && grid.data_shard().size() > 1,
             cfg.parallel.reshard_after_forward);
         frozen_units_->set_trace(&trace_);
         data_parallel::ZeroUnits& base = *frozen_units_;
@@ -204,7 +206,8 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     const parallel::ScopedPhase phase(parallel::Phase::training);
     tensor_.reset_stats();
     context_.reset_stats();
-    data_context_.reset_stats();
+    for (parallel::Comm* data : {&data_context_, &grid_.data_shard(), &grid_.data_replica()})
+        data->reset_stats();
     grid_.kv_replicas().reset_stats();
     StepResult r;
     r.loss_scale = scaler_.scale();
@@ -234,7 +237,11 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     }
     r.tensor_comm = tensor_.stats();
     r.context_comm = context_.stats();
+    // The data-parallel traffic: the exchange's (over the shard group, and with hybrid
+    // sharding its replicas) and the loss's.
     r.data_comm = data_context_.stats();
+    r.data_comm += grid_.data_shard().stats();
+    r.data_comm += grid_.data_replica().stats();
     r.kv_replica_comm = grid_.kv_replicas().stats();
     r.memory = memory();
     r.activation_sets = model_.activation_sets();
@@ -269,8 +276,8 @@ std::vector<float> Trainer::local(std::vector<float> (model::Gpt::*to_host)() co
                                   const model::FlatBuffer& buffer) {
     data_parallel_.finish_param_gather();
     std::vector<float> host = (model_.*to_host)();
-    // Sharded, each element is on one replica and zero on the others.
-    if (buffer.sharded()) data_context_.all_reduce(host.data(), host.size());
+    // Sharded, each element is on one rank of the shard group and zero on the others.
+    if (buffer.sharded()) grid_.data_shard().all_reduce(host.data(), host.size());
     return host;
 }
 

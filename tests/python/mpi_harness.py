@@ -68,6 +68,14 @@ def rel_diff(a, b):
     return max((abs(x - y) for x, y in zip(a, b)), default=0.0) / scale
 
 
+def worst(rows, ref, key):
+    """The largest relative difference of `key` between two runs' step records; infinite
+    where the lengths differ."""
+    if len(rows) != len(ref) or not ref:
+        return float("inf")
+    return max(abs(x[key] - y[key]) / abs(y[key]) for x, y in zip(rows, ref))
+
+
 def losses(metrics_path):
     """The step records of a metrics file: those with a loss (not the validation before
     training, step 0)."""

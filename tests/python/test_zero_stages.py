@@ -22,16 +22,9 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mpi_harness import (binaries_or_skip, check, checkpoints_differ, failures, losses, run,  # noqa: E402
-                         tiny_run)
+                         tiny_run, worst)
 
 TOL = 1e-5
-
-
-def worst(rows, ref, key):
-    """The largest relative difference of `key`; infinite where the lengths differ."""
-    if len(rows) != len(ref) or not ref:
-        return float("inf")
-    return max(abs(x[key] - y[key]) / abs(y[key]) for x, y in zip(rows, ref))
 
 
 def main():
