@@ -159,6 +159,11 @@ std::vector<StageMemory> plan_memory(const PlanInputs& in) {
         s.parameters = (static_cast<int64_t>(layout.total()) + D - 1) / D * D;
         s.states = model_states(static_cast<double>(s.parameters), static_cast<int>(D),
                                 in.zero_stage, in.weight_bytes, in.grad_bytes);
+        if (cfg.optimizer.offload == config::Offload::nvme) {
+            s.offloaded = s.states.optimizer;
+            s.states.optimizer =
+                std::min(s.offloaded, double{kOptimizerBytes} * cfg.optimizer.offload_chunk);
+        }
 
         const model::StageParts parts = stage_parts(cfg, layout, d);
         const std::vector<ChunkShape> chunks = stage_chunks(cfg, stage);
