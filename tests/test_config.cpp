@@ -216,8 +216,8 @@ TEST_CASE("config: unknown keys and sections are refused with a suggestion", "[c
           "x.yaml:4: training.flux_capacitor: unknown key");
     CHECK(error_of("traning:\n  lr: 0.1\n" + kMinimal) ==
           "x.yaml:1: traning: unknown section (did you mean training?)");
-    CHECK(error_of(kMinimal + "optimizer:\n  kind: adamw\n") ==
-          "x.yaml:3: optimizer: unknown section");
+    CHECK(error_of(kMinimal + "scheduler:\n  kind: cosine\n") ==
+          "x.yaml:3: scheduler: unknown section");
     CHECK(error_of(kMinimal + "lr: 0.1\n") ==
           "x.yaml:3: lr: unknown key (did you mean training.lr?)");
 }

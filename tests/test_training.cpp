@@ -61,7 +61,7 @@ TEST_CASE("clipping scales by max/(norm + 1e-6) only above the threshold", "[tra
     parallel::Grid& solo = test::solo_grid();
     const data_parallel::DataParallel whole(*ops, layout, params, grads, solo.data_context(),
                                             solo.data_replica(), 0, SIZE_MAX, {});
-    optim::AdamW adamw(*ops, layout, cfg.training, whole,
+    optim::AdamW adamw(*ops, layout, cfg.training, cfg.optimizer, 0, whole,
                        optim::NormGroups{solo.tensor(), solo.pipeline()}, params, grads);
     std::vector<float> g(layout.total(), 0.0f);
     g[0] = 3.0f;

@@ -82,12 +82,12 @@ void check_fits_memory(const config::Config& cfg, int ranks_on_node) {
     const auto& t = cfg.training;
     const double share = static_cast<double>(cfg.derived.parameters) / (p.pipeline * p.tensor);
     const int weights = plan::weight_bytes(t.precision);
-    const double per_rank =
-        t.lora.enabled()
-            ? share * weights
-            : plan::model_states(share, p.data * p.context, p.zero_stage, weights,
-                                 plan::gradient_bytes(t.precision, t.fp32_grad_accumulation))
-                  .total();
+    plan::ModelStates states =
+        plan::model_states(share, p.data * p.context, p.zero_stage, weights,
+                           plan::gradient_bytes(t.precision, t.fp32_grad_accumulation));
+    // With optimizer.offload: nvme the state is in files, not memory.
+    if (cfg.optimizer.offload == config::Offload::nvme) states.optimizer = 0;
+    const double per_rank = t.lora.enabled() ? share * weights : states.total();
     const double machine = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
                            static_cast<double>(::sysconf(_SC_PAGE_SIZE));
     if (machine <= 0 || per_rank * ranks_on_node <= machine) return;

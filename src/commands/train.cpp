@@ -15,6 +15,7 @@
 #include "io/fingerprint.h"
 #include "kernels/error.h"
 #include "model/param_layout.h"
+#include "optim/offload_store.h"
 #include "parallel/agreement.h"
 #include "parallel/grid.h"
 #include "parallel/world.h"
@@ -232,6 +233,33 @@ Start resume(const Setup& setup, parallel::World& world, train::Trainer& trainer
     return {ck->manifest.step, ck->manifest.skipped_total};
 }
 
+// What optimizer.offload asks, where it can be found before training starts: the directory
+// of nvme's files, and host offload on a GPU (its host-side Adam is not built).
+void check_offload_setting(const config::Config& cfg, const Device& device) {
+    if (cfg.optimizer.offload == config::Offload::nvme)
+        optim::check_offload_dir(*cfg.optimizer.offload_dir, 0);
+    if (cfg.optimizer.offload == config::Offload::host && device.gpu)
+        throw Error(
+            "optimizer.offload: host is not built for GPUs yet (the Adam step on the "
+            "host); use none or nvme");
+}
+
+// Where the optimizer state lives, when not in device memory.
+void print_offload(const config::Config& cfg, train::Trainer& trainer, kernels::Ops& ops) {
+    const config::OptimizerConfig& o = cfg.optimizer;
+    if (o.offload == config::Offload::host)
+        std::printf(
+            "offload: host changes nothing on the %s backend: its optimizer state is in "
+            "host memory already\n",
+            ops.name());
+    if (const optim::OffloadStore* store = trainer.optimizer().store())
+        std::printf(
+            "offload: optimizer state in %s (rank 0's; one file per rank), streamed in "
+            "chunks of %zu parameters through %s of host buffers\n",
+            store->path().c_str(), store->chunk(),
+            train::human_bytes(static_cast<double>(store->buffer_bytes())).c_str());
+}
+
 void print_memory(const config::Config& cfg, train::Trainer& trainer) {
     const train::MemoryUse mem = trainer.memory();
     std::printf(
@@ -298,6 +326,7 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     }
     train::install_preemption_handlers();
     if (leader) print_memory(cfg, trainer);
+    if (leader) print_offload(cfg, trainer, *ops);
 
     Loop loop(setup, grid, world, trainer, lora, peak, start);
     if (!loop.run()) return;
@@ -329,6 +358,7 @@ int train(const TrainOptions& opts, parallel::World& world) {
             if (world.local_rank() == 0)
                 setup.data_files = fingerprint_data(setup.train_data.get(), setup.valid_data.get());
             check_resume_setting(setup.cfg);
+            check_offload_setting(setup.cfg, setup.device);
             if (const auto& dir = setup.cfg.checkpoint.dir; dir && world.rank() == 0)
                 setup.dir_lock = train::claim_checkpoint_dir(*dir);  // before step 1
         },

@@ -38,6 +38,9 @@ enum class DataFormat { auto_, llmc, megatron };  // auto: decided per path (dat
 // What a failed write of a checkpoint, the metrics or the trace does: end the run cleanly (every
 // rank, exit code 1) or report it and go on (a checkpoint is tried again at the next interval).
 enum class OnError { stop, continue_ };
+// Where this rank's optimizer state (fp32 master weights, Adam's m and v) lives: in device
+// memory, in host memory, or in a file streamed chunk by chunk (optim/offload_store.h).
+enum class Offload { none, host, nvme };
 
 // How the layers are cut into the P·v pipeline chunks: equal counts, counts that balance the
 // chunks' FLOPs (the LM head and the loss weigh on the last chunk; src/config/stage_cuts.h), or
@@ -230,6 +233,18 @@ struct CheckpointConfig {
     bool operator==(const CheckpointConfig&) const = default;
 };
 
+struct OptimizerConfig {
+    Offload offload = Offload::none;
+    std::optional<std::string> offload_dir;  // required for nvme: one state file per rank
+    // Parameters per chunk of the streamed state: 3 host buffers of 12 bytes per parameter
+    // each (read-ahead, update, write-behind) bound the resident memory the state takes.
+    int offload_chunk = 1 << 20;
+    // ZeRO-3's parameter shards off the device as well (ZeRO-Infinity): not built yet,
+    // refused at start-up.
+    bool offload_params = false;
+    bool operator==(const OptimizerConfig&) const = default;
+};
+
 struct LoggingConfig {
     int interval = 1;
     // JSON-lines path. When not given: <checkpoint.dir>/metrics.jsonl, none without a
@@ -270,6 +285,7 @@ struct Config {
     ModelConfig model;
     ParallelConfig parallel;
     TrainingConfig training;
+    OptimizerConfig optimizer;
     DataConfig data;
     CheckpointConfig checkpoint;
     LoggingConfig logging;
@@ -312,6 +328,7 @@ const char* to_string(NonFinite v);
 const char* to_string(DeviceKind v);
 const char* to_string(DataFormat v);
 const char* to_string(OnError v);
+const char* to_string(Offload v);
 const char* to_string(LoraTarget v);
 std::string to_string(const StageLayers& v);  // as YAML: uniform, auto or [n0, n1, ...]
 // The grid as `train`, `plan` and `checkpoint info` print it: "2 x 4 x 1 x 8 (pipeline x

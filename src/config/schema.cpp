@@ -269,6 +269,12 @@ const std::vector<Key>& table() {
                 part("init_from", &TrainingConfig::lora, &LoraConfig::init_from),
             }),
 
+        field("optimizer.offload", &C::optimizer, &OptimizerConfig::offload),
+        field("optimizer.offload_dir", &C::optimizer, &OptimizerConfig::offload_dir),
+        field("optimizer.offload_chunk", &C::optimizer, &OptimizerConfig::offload_chunk,
+              at_least(1)),
+        field("optimizer.offload_params", &C::optimizer, &OptimizerConfig::offload_params),
+
         required(sources("data.train", &DataConfig::train, false)),
         sources("data.valid", &DataConfig::valid, true),
         field("data.format", &C::data, &DataConfig::format),

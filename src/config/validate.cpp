@@ -305,6 +305,20 @@ void check_architecture(const Config& cfg, const Origins& origins) {
                  "): adapters of key/value heads replicated over tensor ranks are not built"));
 }
 
+// Where the optimizer state goes. The directory itself (there, writable, room for this
+// rank's state) is checked as the run starts (optim/offload_store.h).
+void check_offload(const Config& cfg, const Origins& origins) {
+    const OptimizerConfig& o = cfg.optimizer;
+    if (o.offload == Offload::nvme && !o.offload_dir)
+        fail(origins.blame({"optimizer.offload", "optimizer.offload_dir"}),
+             "optimizer.offload: nvme needs optimizer.offload_dir, the directory of the state "
+             "files (one per rank)");
+    if (o.offload_params)
+        fail(origins.where("optimizer.offload_params"),
+             "optimizer.offload_params: offloading ZeRO-3's parameter shards is not built; only "
+             "the optimizer state offloads (optimizer.offload)");
+}
+
 }  // namespace
 
 void validate(const Config& cfg, const Origins& origins, Purpose purpose) {
@@ -316,6 +330,7 @@ void validate(const Config& cfg, const Origins& origins, Purpose purpose) {
     check_pipeline(cfg, origins);
     check_zero_and_lora(cfg, origins);
     check_architecture(cfg, origins);
+    check_offload(cfg, origins);
     // Training adapters adapts given weights (over a random model they would adapt nothing);
     // bench and plan measure and model the run without them.
     if (purpose == Purpose::train && cfg.training.lora.enabled() && !cfg.model.init_from)

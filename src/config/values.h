@@ -65,6 +65,10 @@ struct EnumNames<OnError> {
     static constexpr std::array names{"stop", "continue"};
 };
 template <>
+struct EnumNames<Offload> {
+    static constexpr std::array names{"none", "host", "nvme"};
+};
+template <>
 struct EnumNames<LoraTarget> {
     static constexpr std::array names{"qkv", "attn_proj", "fc",   "fc_proj", "q",   "k",
                                       "v",   "o",         "gate", "up",      "down"};

@@ -8,7 +8,8 @@
 //       a write to a file whose path contains TEXT writes half of its bytes and then fails
 //       with ERRNO (a name such as ENOSPC, EIO, EDQUOT, or a number), as a filling disk does;
 //       COUNT: only the first COUNT such writes of this process fail (default: every one).
-//       Every file Trident writes goes through io::OutputFile, which asks write_error().
+//       Every file Trident writes goes through io::OutputFile, which asks write_error(), but
+//       the optimizer state's offload file (optim/offload_store.h), which asks it too.
 //   TRIDENT_TEST_CRASH_IN_SAVE=STEP:RANK
 //       world rank RANK, in the checkpoint save of step STEP, cuts its written shard to half
 //       its size and dies by SIGKILL, as a rank lost in the middle of writing would.

@@ -9,6 +9,7 @@ namespace trident::optim {
 using data_parallel::OwnedPart;
 
 AdamW::AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::TrainingConfig& cfg,
+             const config::OptimizerConfig& offload, int rank,
              const data_parallel::DataParallel& data_parallel, const NormGroups& groups,
              model::FlatBuffer& params, model::FlatBuffer& grads)
     : ops_(ops),
@@ -20,9 +21,15 @@ AdamW::AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::
       size_(grads.size()) {
     const std::size_t owned = data_parallel.owned_count();
     const std::size_t allocated_before = ops.allocated_bytes();
-    master_ = kernels::DeviceBuffer(ops, owned);
-    m_ = kernels::DeviceBuffer(ops, owned);
-    v_ = kernels::DeviceBuffer(ops, owned);
+    if (offload.offload == config::Offload::nvme) {
+        store_ = std::make_unique<OffloadStore>(*offload.offload_dir, rank, owned,
+                                                static_cast<std::size_t>(offload.offload_chunk));
+        chunk_ = kernels::DeviceBuffer(ops, 3 * std::min(owned, store_->chunk()));
+    } else {
+        master_ = kernels::DeviceBuffer(ops, owned);
+        m_ = kernels::DeviceBuffer(ops, owned);
+        v_ = kernels::DeviceBuffer(ops, owned);
+    }
     state_bytes_ = ops.allocated_bytes() - allocated_before;
     norm_total_ = kernels::DeviceBuffer(ops, 1, kernels::DType::f64);
     add_ranges(layout);
@@ -68,6 +75,7 @@ float AdamW::clip_factor(double norm) const {
 }
 
 void AdamW::step(double lr, float grad_scale) {
+    if (store_) return step_offloaded(static_cast<float>(lr), grad_scale);
     if (step_ == 0)
         for (const OwnedPart& o : data_parallel_.owned())
             ops_.convert(master_.f32() + o.state, params_.owned(o.offset), o.count);
@@ -83,11 +91,13 @@ void AdamW::step(double lr, float grad_scale) {
 }
 
 void AdamW::params_from_master() {
+    if (store_) return params_from_store();
     for (const OwnedPart& o : data_parallel_.owned())
         ops_.convert(params_.owned(o.offset), master_.f32() + o.state, o.count);
 }
 
 AdamW::State AdamW::state() const {
+    if (store_) return state_from_store();
     State s;
     s.step = step_;
     s.master.assign(size_, 0.0f);
@@ -105,6 +115,7 @@ AdamW::State AdamW::state() const {
 }
 
 void AdamW::restore(const State& s) {
+    if (store_) return restore_into_store(s);
     for (const OwnedPart& o : data_parallel_.owned()) {
         ops_.copy_from_host(master_.data() + o.state, s.master.data() + o.offset, o.count);
         ops_.copy_from_host(m_.data() + o.state, s.m.data() + o.offset, o.count);

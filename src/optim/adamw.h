@@ -10,12 +10,17 @@
 // update writes the master weights, rounded, back into the parameters in the same pass, and
 // the data-parallel part then makes them whole on every replica.
 //
+// With optimizer.offload: nvme the master weights and moments live in a file instead
+// (optim/offload_store.h), streamed chunk by chunk through a device buffer of one chunk: the
+// same update, element by element, so the same bits.
+//
 // Under tensor and pipeline parallelism each rank updates its part; the gradient norm is
 // global over the whole grid, with tensors held more than once counted once: replicated ones
 // (LayerNorms, row-parallel biases, wpe) on tensor rank 0, the tied wte on the first stage.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <utility>
 #include <vector>
 
@@ -25,6 +30,7 @@
 #include "kernels/ops.h"
 #include "model/flat_buffer.h"
 #include "model/param_layout.h"
+#include "optim/offload_store.h"
 #include "parallel/comm.h"
 
 namespace trident::optim {
@@ -40,8 +46,10 @@ class AdamW {
 public:
     // `params` and `grads`: the model's buffers, the parts `data_parallel` says this rank owns.
     // The master weights start as the parameters at the first step, so the model may be
-    // initialised or loaded until then.
+    // initialised or loaded until then. `offload` says where the state lives; `rank` (the
+    // world rank) names this rank's state file.
     AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::TrainingConfig& cfg,
+          const config::OptimizerConfig& offload, int rank,
           const data_parallel::DataParallel& data_parallel, const NormGroups& groups,
           model::FlatBuffer& params, model::FlatBuffer& grads);
 
@@ -75,6 +83,8 @@ public:
     // Bytes of optimizer state this rank holds (fp32 master weights, m and v), as the
     // allocator counted them.
     std::size_t state_bytes() const { return state_bytes_; }
+    // The state's file (optimizer.offload: nvme), or null.
+    const OffloadStore* store() const { return store_.get(); }
 
 private:
     // A maximal run of owned tensors alike.
@@ -85,6 +95,11 @@ private:
         bool counted;  // in the norm on this rank (held once here, not a copy)
     };
     void add_ranges(const model::ParamLayout& layout);
+    // step, params_from_master, state and restore on the state in the store.
+    void step_offloaded(float lr, float grad_scale);
+    void params_from_store();
+    State state_from_store() const;
+    void restore_into_store(const State& s);
 
     kernels::Ops& ops_;
     config::TrainingConfig cfg_;
@@ -95,6 +110,8 @@ private:
     std::size_t size_;                      // elements in the buffers
     std::vector<Range> ranges_;             // in buffer order
     kernels::DeviceBuffer master_, m_, v_;  // fp32 master weights and Adam's moments (owned)
+    std::unique_ptr<OffloadStore> store_;   // instead of them, with offload: nvme
+    kernels::DeviceBuffer chunk_;           // (3 · chunk) fp32: a chunk of the store's
     kernels::DeviceBuffer norm_total_;      // (1) f64: the squared gradient norm, on the device
     std::size_t state_bytes_ = 0;
     int step_ = 0;  // the master weights are taken from the parameters before step 1

@@ -203,6 +203,11 @@ std::vector<StageMemory> plan_memory(const PlanInputs& in) {
                                 in.zero_stage, in.weight_bytes, in.grad_bytes);
         s.gathered = gathered_bytes(in, layout, s.parameters);
         if (cfg.training.lora.enabled()) add_adapters(in, layout, s);
+        if (cfg.optimizer.offload == config::Offload::nvme) {
+            s.offloaded = s.states.optimizer;
+            s.states.optimizer =
+                std::min(s.offloaded, double{kOptimizerBytes} * cfg.optimizer.offload_chunk);
+        }
 
         const model::StageParts parts = stage_parts(cfg, layout, d);
         const std::vector<ChunkShape> chunks = stage_chunks(cfg, stage);

@@ -32,6 +32,9 @@
 // split backward's set held until its W), and a split backward's sets also hold the
 // gradients B keeps for W.
 //
+// Offload (optimizer.offload: nvme, optim/offload_store.h): the 12 bytes per owned parameter
+// move to files; the device keeps one chunk of them, 12·min(owned, offload_chunk) bytes.
+//
 // Context parallelism over C ranks: every microbatch buffer holds T/C tokens of each sequence;
 // what attention keeps is Ulysses' (B, a/(t·C), s, s) or ring attention's fp32 log-sum-exp
 // (B, a/t, s/C), which selective recompute keeps too; the model states are padded and ZeRO
@@ -95,6 +98,9 @@ struct StageMemory {
     double korthikanti = 0;   // the same sets by Korthikanti et al.'s per-layer formula
     double temporary = 0;     // backward and recompute scratch, pipeline messages
     double gathered = 0;      // ZeRO-3's units of weights gathered at once, at most
+    // optimizer.offload: nvme: the optimizer state in files (not counted in the total),
+    // states.optimizer then being the device buffer of one chunk the update streams through.
+    double offloaded = 0;
     double total() const { return states.total() + activations + temporary + gathered; }
 };
 

@@ -152,6 +152,7 @@ struct StageSeconds {
     double compute = 0, tensor = 0, pipeline = 0, data_gathers = 0;  // per microbatch
     double forward = 0, backward = 0, weight = 0, flops = 0;         // of one microbatch
     double tensor_step = 0, embedding = 0, data = 0, optimizer = 0;  // per step
+    double offload_io = 0;                                           // per step
     double microbatch() const { return compute + tensor + pipeline + data_gathers; }
     double after_flush() const { return tensor_step + embedding + data + optimizer; }
 };
@@ -213,6 +214,10 @@ StageSeconds stage_seconds(const PlanInputs& in, int s, const StageTraffic& t, d
     // written.
     st.optimizer =
         owned * (2 * kOptimizerBytes + 3 * in.grad_bytes + in.weight_bytes) / hw.memory_bandwidth;
+    if (in.cfg.optimizer.offload == config::Offload::nvme) {
+        st.offload_io = 2 * owned * kOptimizerBytes / hw.disk_bandwidth;
+        st.optimizer = std::max(st.optimizer, st.offload_io);
+    }
     return st;
 }
 
@@ -282,6 +287,7 @@ StepTime predict_step(const PlanInputs& in, const Hardware& hw) {
     r.bubble = bubble_seconds(cfg, *slowest, m);
     r.data_comm = mb * slowest->data_gathers + last_done->data;
     r.optimizer = last_done->optimizer;
+    r.offload_io = last_done->offload_io;
     r.step = r.compute + r.tensor_comm + r.pipeline_comm + r.bubble + r.data_comm + r.optimizer;
     r.executed_flops = mb * slowest->flops;
     return r;

@@ -27,7 +27,10 @@
 //   follows the last backward. The overlap is taken to cost the compute nothing.
 // - The optimizer reads and writes the fp32 master weights and Adam's moments, reads the
 //   gradients three times (norm, clipping, update) and writes the weights, at the memory
-//   bandwidth, for the parameters the rank owns.
+//   bandwidth, for the parameters the rank owns. With optimizer.offload: nvme the state is
+//   also read from and written to its file, 12 bytes per owned parameter each way, at the
+//   disk bandwidth, under the update (read-ahead, write-behind): the longer of the two. The
+//   step is I/O-bound when that file traffic takes longer than the step's compute.
 // Ranks are placed in Megatron's grid order (tensor fastest, then data, then pipeline) on
 // nodes of gpus_per_node GPUs.
 #pragma once
@@ -49,6 +52,9 @@ struct Hardware {
     double inter_bandwidth = 0;   // bytes/s per GPU, one direction, between nodes
     int gpus_per_node = 8;
     double latency = 0;  // s per collective call or message
+    // bytes/s each way between a rank and its optimizer.offload_dir: assumed, one NVMe drive
+    // per rank (about 2 GB/s), for every preset.
+    double disk_bandwidth = 2e9;
 };
 
 // dgx2h-v100, dgx-a100, dgx-h100 (their figures and sources in perf_model.cpp). Throws
@@ -64,7 +70,8 @@ struct StepTime {
     double pipeline_comm = 0;  // sends between stages
     double bubble = 0;         // pipeline fill and drain
     double data_comm = 0;      // the data-parallel reduction, as far as it is exposed
-    double optimizer = 0;
+    double optimizer = 0;      // with optimizer.offload: nvme, at least offload_io
+    double offload_io = 0;     // the state's file read and written (optimizer.offload: nvme)
     int slowest_stage = 0;
     double executed_flops = 0;  // per step on that stage's ranks, recompute included
 };

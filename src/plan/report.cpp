@@ -144,6 +144,11 @@ std::string memory_table_text(const Plan& plan) {
         }
         out += "\n";
     }
+    if (cfg.optimizer.offload == config::Offload::nvme)
+        out += format(
+            "optimizer: one chunk on the device; in optimizer.offload_dir's files, %s "
+            "per rank of stage 0 (not in the total)\n",
+            train::human_bytes(plan.memory.front().offloaded).c_str());
     out +=
         "activations by Korthikanti et al.'s per-layer formula (masks and dropout copies "
         "kept):";
@@ -254,6 +259,12 @@ std::string step_time_text(const Plan& plan) {
         pipeline::bubble_formula(p.schedule, p.pipeline, p.virtual_stages,
                                  static_cast<int>(d.grad_accum_steps)),
         percent(st.data_comm, st.step), percent(st.optimizer, st.step));
+    if (in.cfg.optimizer.offload == config::Offload::nvme)
+        out += format(
+            "  offload: the optimizer state's file read and written, %.4g s a step at %.1f GB/s "
+            "each way (assumed: one NVMe drive per rank)%s\n",
+            st.offload_io, hw.disk_bandwidth / 1e9,
+            st.offload_io > st.compute ? ": the step is I/O-bound (more than its compute)" : "");
     return out;
 }
 
@@ -306,6 +317,7 @@ io::JsonLine memory_json(const Plan& plan, const StageMemory& s) {
         .add("korthikanti_activations", byte_count(s.korthikanti))
         .add("temporary", byte_count(s.temporary))
         .add("gathered", byte_count(s.gathered))
+        .add("offloaded", byte_count(s.offloaded))
         .add("total", byte_count(s.total()));
     if (plan.device_memory)
         mem.add("fits", headroom(plan, s) >= 0).add("headroom", byte_count(headroom(plan, s)));

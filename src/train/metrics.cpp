@@ -186,6 +186,9 @@ void MetricsLog::write_json(const StepMetrics& m) {
         stages.push_back(std::move(stage));
     }
     if (!stages.empty()) line.add("mem_stages", std::span<const io::JsonLine>(stages));
+    if (m.offload_read >= 0)
+        line.add("offload_read_bytes", m.offload_read)
+            .add("offload_written_bytes", m.offload_written);
     file_->write_record(line.str() + "\n");
 }
 

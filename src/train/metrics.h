@@ -39,6 +39,9 @@ struct StepMetrics {
     // The same five figures of the first rank of every pipeline stage, in stage order (the
     // last stage holds the LM head and the logits: its figures differ from rank 0's).
     std::vector<std::array<int64_t, 5>> mem_stages;
+    // Bytes of optimizer state this rank read from and wrote to its offload file in the step
+    // (optimizer.offload: nvme); -1, not written, otherwise.
+    int64_t offload_read = -1, offload_written = -1;
 };
 
 class MetricsLog {

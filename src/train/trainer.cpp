@@ -12,6 +12,7 @@
 #include "model/context_split.h"
 #include "model/lora.h"
 #include "optim/lr_schedule.h"
+#include "parallel/agreement.h"
 #include "parallel/watchdog.h"
 #include "pipeline/schedule.h"
 
@@ -49,8 +50,8 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
                      data_parallel::Overlap{cfg.parallel.overlap_grad_reduce,
                                             cfg.parallel.overlap_param_gather && !model_.frozen()},
                      data_parallel::Resharding{cfg.parallel.reshard_after_forward}),
-      optimizer_(ops, model_.trainable_layout(), cfg.training, data_parallel_,
-                 optim::NormGroups{tensor_, pipeline_}, model_.trainable_params(),
+      optimizer_(ops, model_.trainable_layout(), cfg.training, cfg.optimizer, grid.rank(),
+                 data_parallel_, optim::NormGroups{tensor_, pipeline_}, model_.trainable_params(),
                  model_.trainable_grads()),
       scaler_(cfg.training),
       guard_(cfg.training),
@@ -228,12 +229,19 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     r.skipped = !verdict.apply;
     r.skip_reason = verdict.reason;
     r.skip_note = verdict.note;
+    const optim::OffloadStore* store = optimizer_.store();
+    const int64_t read_before = store ? static_cast<int64_t>(store->bytes_read()) : 0,
+                  written_before = store ? static_cast<int64_t>(store->bytes_written()) : 0;
     if (!r.skipped) {
         const io::ScopedSpan span(&trace_, io::SpanKind::optimizer, -1, -1);
         const double factor = optimizer_.clip_factor(r.grad_norm) / r.loss_scale;
         data_parallel_.finish_param_gather();  // the previous update's, if the forward left any
-        optimizer_.step(r.lr, static_cast<float>(factor));
+        step_optimizer(r.lr, static_cast<float>(factor));
         data_parallel_.gather_updated();
+    }
+    if (store) {
+        r.offload_read = static_cast<int64_t>(store->bytes_read()) - read_before;
+        r.offload_written = static_cast<int64_t>(store->bytes_written()) - written_before;
     }
     r.tensor_comm = tensor_.stats();
     r.context_comm = context_.stats();
@@ -319,6 +327,21 @@ std::vector<float> Trainer::full_lora_grads() {
 
 std::vector<float> Trainer::full_grads() {
     return gather_full(&model::Gpt::grads_to_host, model_.grads());
+}
+
+void Trainer::step_optimizer(double lr, float factor) {
+    if (!optimizer_.store()) return optimizer_.step(lr, factor);
+    std::string error;
+    try {
+        optimizer_.step(lr, factor);
+    } catch (const optim::OffloadError& e) {
+        error = e.what();
+    }
+    // Every rank learns whether any rank's state file failed, and stops with it: the groups
+    // of the data-context, tensor and pipeline ranks together span the grid.
+    for (parallel::Comm* group : {&data_context_, &tensor_, &pipeline_})
+        error = parallel::first_failure(*group, error);
+    if (!error.empty()) throw TrainingStopped(error);
 }
 
 void Trainer::restore_optimizer(const optim::AdamW::State& state) {

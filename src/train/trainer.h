@@ -52,6 +52,9 @@ struct StepResult {
     // What the ranks sharing a key/value head (M > KVH) moved in the step: its gradient's sum.
     parallel::CommStats kv_replica_comm;
     MemoryUse memory;
+    // Bytes of optimizer state read from and written to the offload file in the update
+    // (optimizer.offload: nvme; 12 bytes per owned parameter each); -1 without one.
+    int64_t offload_read = -1, offload_written = -1;
 };
 
 class Trainer {
@@ -66,6 +69,7 @@ public:
     // The optimizer's state from a checkpoint, and the parameters its master weights give,
     // made whole on every replica; collective over the data group.
     void restore_optimizer(const optim::AdamW::State& state);
+
     optim::LossScaler& scaler() { return scaler_; }
     StepGuard& guard() { return guard_; }
 
@@ -126,6 +130,9 @@ private:
     void release_gathered_params();
     // The loss of the stage with the LM head (the last; ZB-V's first), given to every stage.
     double from_last_stage(double loss);
+    // The update; with the state in files, a failed read or write on any rank (an
+    // optim::OffloadError) stops every rank with it (TrainingStopped).
+    void step_optimizer(double lr, float factor);
     // The tokens of a microbatch of samples first, first + 1, ...: this context rank's
     // (model().local_tokens() of each sample, at the positions it holds) inputs and targets.
     void fill_microbatch(const SampleFn& sample, uint64_t first, std::span<int32_t> inputs,
