@@ -1,0 +1,127 @@
+#!/usr/bin/python3
+"""Asynchronous tensor parallelism (parallel.tp_overlap) under mpirun.
+
+1. For M = 2 and 4 with sequence parallelism (GPT-2, and llama at M = 2): three steps with
+   tp_overlap true give checkpoints (weights, master weights and Adam's moments), every
+   element, and losses bitwise those of tp_overlap false, and step 1's Adam moments within
+   1e-5 of one process.
+2. The Chrome trace of an overlapped step shows, on every rank, the tensor group's ring steps
+   (tp_exchange) running while the GEMMs' pieces (tp_gemm) compute.
+3. `trident plan --json`: the tensor-parallel seconds with tp_overlap are those without less,
+   for every split linear's all-gather and reduce-scatter, t − (t/M + (M − 1)·latency), t a
+   ring collective's seconds on the preset's NVLink (docs/FORMULAS.md).
+4. tp_overlap without sequence parallelism is refused at start-up, naming the keys.
+
+Needs only the standard library and mpirun; exit 77 (skipped) without mpirun.
+"""
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mpi_harness import (binaries_or_skip, check, checkpoints_differ, failures, losses,  # noqa: E402
+                         run, tiny_run)
+
+TOL = 1e-5
+MOMENTS = ("exp_avg", "exp_avg_sq")
+LLAMA = ["model.arch=llama", "model.kv_heads=2", "model.ffn_hidden=48"]
+
+
+def main():
+    trident, _ = binaries_or_skip()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = lambda name: os.path.join(tmp, name)  # noqa: E731
+        base = tiny_run(tmp, ["training.steps=3", "checkpoint.interval=1", "checkpoint.keep=3"])
+
+        def train(name, ranks, overrides, expect_ok=True):
+            args = [trident, "train"] + base
+            for o in overrides + [f"checkpoint.dir={path(name)}",
+                                  f"logging.metrics={path(name + '.jsonl')}"]:
+                args += ["--set", o]
+            return run(args, ranks=None if ranks == 1 else ranks, expect_ok=expect_ok)
+
+        # 1. Bitwise against no overlap; step 1's moments against one process.
+        for arch, extra, sizes in (("gpt2", [], (2, 4)), ("llama", LLAMA, (2,))):
+            train(f"{arch}1", 1, extra)
+            for m in sizes:
+                runs = {}
+                for overlap in ("false", "true"):
+                    name = f"{arch}m{m}{overlap}"
+                    train(name, m, extra + [f"parallel.tensor={m}", "parallel.sequence_parallel=true",
+                                            f"parallel.tp_overlap={overlap}"])
+                    runs[overlap] = name
+                what = f"{arch} M={m} +SP"
+                a, b = path(runs["true"]), path(runs["false"])
+                differ = checkpoints_differ(f"{a}/step_000003", f"{b}/step_000003")
+                check(differ is None, f"{what}: tp_overlap's checkpoint after 3 steps, every "
+                                      f"element, bitwise no overlap's ({differ or 'all'})")
+                got, ref = losses(a + ".jsonl"), losses(b + ".jsonl")
+                check(len(got) == 3 and [r["loss"] for r in got] == [r["loss"] for r in ref],
+                      f"{what}: tp_overlap's losses bitwise no overlap's")
+                differ = checkpoints_differ(f"{a}/step_000001", path(f"{arch}1/step_000001"), TOL,
+                                            MOMENTS)
+                check(differ is None, f"{what}: tp_overlap's step-1 Adam moments within 1e-5 of "
+                                      f"one process ({differ or 'all'})")
+
+        # 2. The trace: ring steps overlapping GEMM pieces on every rank.
+        trace = path("trace.json")
+        train("traced", 2, ["parallel.tensor=2", "parallel.sequence_parallel=true",
+                            "parallel.tp_overlap=true", f"logging.trace={trace}",
+                            "logging.trace_from=2", "logging.trace_steps=1"])
+        with open(trace) as f:
+            events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
+        for rank in (0, 1):
+            gemms = [e for e in events if e["pid"] == rank and e["name"] == "tp_gemm"]
+            moves = [e for e in events if e["pid"] == rank and e["name"] == "tp_exchange"]
+            overlapping = sum(1 for x in moves if any(
+                g["ts"] < x["ts"] + x["dur"] and x["ts"] < g["ts"] + g["dur"] for g in gemms))
+            check(len(gemms) > 0 and len(moves) > 0 and all(x["tid"] == 2 for x in moves)
+                  and overlapping > 0,
+                  f"trace, rank {rank}: {len(moves)} ring steps, {len(gemms)} GEMM pieces, "
+                  f"{overlapping} steps overlapping a piece")
+
+        # 3. The planner against the formula.
+        check_plan(trident, tmp)
+
+        # 4. Refused without sequence parallelism, before any training.
+        p = train("refused", 2, ["parallel.tensor=2", "parallel.tp_overlap=true"], expect_ok=False)
+        check(p.returncode != 0 and p.stdout.count("trident: error") == 1
+              and "parallel.tp_overlap" in p.stdout and "parallel.sequence_parallel" in p.stdout,
+              f"tp_overlap without sequence parallelism: one message naming the keys, exit "
+              f"{p.returncode}")
+
+    print(f"{len(failures)} failed" if failures else "all passed")
+    return 1 if failures else 0
+
+
+def check_plan(trident, tmp):
+    # GPT-2 1.5B-like on one DGX H100 node: M = 8, 4 microbatches of 2·1024 tokens, bf16.
+    L, H, N, M, m, bytes_ = 48, 1600, 2 * 1024, 8, 4, 2
+    config = os.path.join(tmp, "plan.yaml")
+    with open(config, "w") as f:
+        f.write(f"model: {{vocab_size: 50257, seq_len: 1024, layers: {L}, hidden: {H}, heads: 32,"
+                f" ffn_hidden: {4 * H}}}\n"
+                "training: {micro_batch: 2, global_batch: 8, precision: bf16}\n")
+
+    def tensor_seconds(overlap):
+        p = run([trident, "plan", "--config", config, "--hardware", "dgx-h100", "--json",
+                 "--set", f"parallel.tensor={M}", "--set", "parallel.sequence_parallel=true",
+                 "--set", f"parallel.tp_overlap={overlap}"])
+        return json.loads(p.stdout)["step_time"]["tensor_comm_s"]
+
+    latency, nvlink = 20e-6, 450e9  # the dgx-h100 preset (src/plan/perf_model.cpp)
+    # One reduce-scatter of (N, H) or all-gather to it, as a ring over M ranks.
+    t = latency + (M - 1) / M * N * H * bytes_ / nvlink
+    # Per microbatch, 4 of each per layer plus the LM head's one of each.
+    linears = 2 * (4 * L + 1)
+    expect = linears * m * (t - (t / M + (M - 1) * latency))
+    plain, overlapped = tensor_seconds("false"), tensor_seconds("true")
+    saved = plain - overlapped
+    check(abs(saved - expect) <= 1e-9 * plain,
+          f"plan: tp_overlap saves {saved:.6f} s of {plain:.6f} s tensor comm per step, the "
+          f"formula {expect:.6f} s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
