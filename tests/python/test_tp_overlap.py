@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Asynchronous tensor parallelism (parallel.tp_overlap) under mpirun.
 
-1. For M = 2 and 4 with sequence parallelism (GPT-2, and llama at M = 2): three steps with
+1. For M = 2 and 4 with sequence parallelism (GPT-2, also with P = 2 under ZB-H1, and llama
+   at M = 2): three steps with
    tp_overlap true give checkpoints (weights, master weights and Adam's moments), every
    element, and losses bitwise those of tp_overlap false, and step 1's Adam moments within
    1e-5 of one process.
@@ -41,17 +42,21 @@ def main():
                 args += ["--set", o]
             return run(args, ranks=None if ranks == 1 else ranks, expect_ok=expect_ok)
 
-        # 1. Bitwise against no overlap; step 1's moments against one process.
-        for arch, extra, sizes in (("gpt2", [], (2, 4)), ("llama", LLAMA, (2,))):
+        # 1. Bitwise against no overlap; step 1's moments against one process. (P = 2 with
+        # ZB-H1: the split backward's input half gathers, its weight half reads what it kept.)
+        zb = ["parallel.pipeline=2", "parallel.schedule=zb-h1"]
+        for arch, extra, layouts in (("gpt2", [], ((2, []), (4, []), (2, zb))),
+                                     ("llama", LLAMA, ((2, []),))):
             train(f"{arch}1", 1, extra)
-            for m in sizes:
+            for m, grid in layouts:
                 runs = {}
                 for overlap in ("false", "true"):
-                    name = f"{arch}m{m}{overlap}"
-                    train(name, m, extra + [f"parallel.tensor={m}", "parallel.sequence_parallel=true",
-                                            f"parallel.tp_overlap={overlap}"])
+                    name = f"{arch}m{m}{len(grid)}{overlap}"
+                    train(name, m * (2 if grid else 1),
+                          extra + grid + [f"parallel.tensor={m}", "parallel.sequence_parallel=true",
+                                          f"parallel.tp_overlap={overlap}"])
                     runs[overlap] = name
-                what = f"{arch} M={m} +SP"
+                what = f"{arch} M={m} +SP{' P=2 zb-h1' if grid else ''}"
                 a, b = path(runs["true"]), path(runs["false"])
                 differ = checkpoints_differ(f"{a}/step_000003", f"{b}/step_000003")
                 check(differ is None, f"{what}: tp_overlap's checkpoint after 3 steps, every "
