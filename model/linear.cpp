@@ -46,10 +46,10 @@ Ptr Linear::forward(PartContext& ctx, const Pass& pass, ConstPtr x, Ptr y) const
     const std::size_t in = static_cast<std::size_t>(spec_.in),
                       out = static_cast<std::size_t>(spec_.out), R = d.rows_mine();
     // Under sequence parallelism: the GEMM on block b of the rows (R of them), see below.
-    const auto rows_of = [&](Ptr to, ConstPtr from, const ConstPtr& b_ias) {
-        return [&, to, from, b_ias](int b) {
+    const auto rows_of = [&](Ptr to, ConstPtr from, const ConstPtr& with_bias) {
+        return [&, to, from, with_bias](int b) {
             const std::size_t first = static_cast<std::size_t>(b) * R;
-            ctx.ops.matmul_forward(to + first * out, from + first * in, w + spec_.weight, b_ias,
+            ctx.ops.matmul_forward(to + first * out, from + first * in, w + spec_.weight, with_bias,
                                    d.R, spec_.in, spec_.out);
         };
     };
@@ -116,8 +116,8 @@ ConstPtr Linear::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstP
                                                               : TensorRows::BlockFn());
     if (part == BackwardPart::input && stash_ >= 0)
         ctx.ops.copy(pass.buffers[stash_], dy_all, N * out);
-    // With pieces they compute dx (in the gather, or in the ring below), the same as the whole
-    // GEMM's: each row's sums run over `out` alone. The weights' gradient is one GEMM.
+    // With pieces they compute dx block by block (in the gather, or in the ring below); the
+    // weights' gradient is one GEMM over all rows either way.
     ctx.ops.matmul_backward(
         pieces ? Ptr() : dx, own ? ctx.weights.grads.at(spec_.weight) : Ptr(),
         own && spec_.bias != kNoParam ? ctx.weights.grads.at(spec_.bias) : Ptr(), dy_all, x_gemm,

@@ -81,12 +81,21 @@ def main():
         for rank in (0, 1):
             gemms = [e for e in events if e["pid"] == rank and e["name"] == "tp_gemm"]
             moves = [e for e in events if e["pid"] == rank and e["name"] == "tp_exchange"]
-            overlapping = sum(1 for x in moves if any(
+            # A step is outstanding from when it was issued until it is waited for, which is
+            # before the next step is issued: a GEMM piece starting in between ran while it was
+            # outstanding. When its data moves within that depends on the cores free (2 here,
+            # for 2 ranks of 2 threads), so that is reported, not asserted.
+            issued = sorted(x["args"]["issued"] for x in moves) + [float("inf")]
+            under_way = sum(1 for a, b in zip(issued, issued[1:])
+                            if any(a <= g["ts"] < b for g in gemms))
+            moving = sum(1 for x in moves if any(
                 g["ts"] < x["ts"] + x["dur"] and x["ts"] < g["ts"] + g["dur"] for g in gemms))
-            check(len(gemms) > 0 and len(moves) > 0 and all(x["tid"] == 2 for x in moves)
-                  and overlapping > 0,
-                  f"trace, rank {rank}: {len(moves)} ring steps, {len(gemms)} GEMM pieces, "
-                  f"{overlapping} steps overlapping a piece")
+            # Every step but the embedding's reduce-scatter (no GEMM: one step per microbatch
+            # forward, 2 microbatches, 2 steps traced) is under way across a GEMM piece.
+            check(len(gemms) > 0 and all(x["tid"] == 2 for x in moves)
+                  and under_way >= len(moves) - 4 > 0,
+                  f"trace, rank {rank}: {under_way} of {len(moves)} ring steps under way across "
+                  f"one of {len(gemms)} GEMM pieces ({moving} moving data while one ran)")
 
         # 3. The planner against the formula.
         check_plan(trident, tmp)
