@@ -22,6 +22,7 @@ Dims make_dims(const GptShape& shape, const DimsInputs& in) {
         throw Error("sequence parallelism splits the micro batch's B*T = " + std::to_string(d.N) +
                     " rows over parallel.tensor = " + std::to_string(in.tensor_size) +
                     " ranks: they must divide");
+    d.tp_overlap = d.sequence_parallel && in.tp_overlap;
     d.R = d.sequence_parallel ? d.N / in.tensor_size : d.N;
     d.H = shape.hidden;
     d.Hm = shape.hidden / in.tensor_size;

@@ -24,6 +24,7 @@ struct Dims {
     int tensor_size = 1, tensor_rank = 0, context_size = 1;
     bool gated = false;  // the MLP is SwiGLU's (llama: gate and up, Fm each, then down)
     bool sequence_parallel = false;
+    bool tp_overlap = false;  // sequence parallelism's exchanges overlap the GEMMs' pieces
     ContextMode context_mode = ContextMode::ring;
     kernels::DType act = kernels::DType::f32;  // activations' type
 
@@ -39,6 +40,7 @@ struct DimsInputs {
     int tensor_size = 1, tensor_rank = 0;
     int context_size = 1;
     bool sequence_parallel = false;  // ignored on one tensor rank
+    bool tp_overlap = false;         // ignored without sequence parallelism
     ContextMode context_mode = ContextMode::ring;
     kernels::DType activations = kernels::DType::f32;
 };

@@ -17,6 +17,7 @@ Embedding::Embedding(const EmbeddingSpec& spec, const Dims& d, SetSpec& set, Scr
         positions_ = scratch.add("positions", static_cast<std::size_t>(d.T), DType::i32);
     d_rows_ = scratch.add("d_rows", R * H, d.act);
     d_output_all_ = scratch.add("d_output_all", d.sequence_parallel ? N * H : 0, d.act);
+    ring_sums_ = scratch.add("ring_sums", d.sequence_parallel ? 2 * R * H : 0, d.act);
 }
 
 const int32_t* Embedding::positions(const PartContext& ctx) const {
@@ -33,7 +34,8 @@ void Embedding::forward(PartContext& ctx, const Pass& pass, const int32_t* token
     ctx.ops.embedding_forward(embedded, static_cast<const int32_t*>(ids.data), w + spec_.wte,
                               adds_positions ? ConstPtr(w + spec_.wpe) : ConstPtr(), d.B, d.T, d.H,
                               spec_.vocab_begin, d.Vm, positions(ctx), d.seq_len);
-    const Ptr encoded = ctx.rows.reduce_rows(embedded, out, static_cast<std::size_t>(d.H));
+    const Ptr encoded =
+        ctx.rows.reduce_rows(embedded, out, static_cast<std::size_t>(d.H), ctx.scratch[ring_sums_]);
     ctx.rows.dropout(encoded, pass.drop(spec_.dropout), pass.site(0));
 }
 

@@ -46,6 +46,7 @@ private:
     int tokens_, partial_, stash_;  // slots: (N) i32; (N, H) partial sums; (R, H)
     int positions_ = -1;            // scratch: (T) i32, when T < seq_len only
     int d_rows_, d_output_all_;     // scratch: (R, H); (N, H) under sequence parallelism
+    int ring_sums_;                 // scratch: the reduce-scatter's running sums (2, R, H)
 };
 
 }  // namespace trident::model

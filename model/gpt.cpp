@@ -50,8 +50,8 @@ void call(const std::function<void(std::size_t, std::size_t)>& hook,
 
 Dims dims_of(const GptOptions& o, const ModelGroups& groups) {
     return make_dims(o.shape, DimsInputs{o.micro_batch, groups.tensor.size(), groups.tensor.rank(),
-                                         groups.context.size(), o.sequence_parallel, o.context_mode,
-                                         o.precision.activations});
+                                         groups.context.size(), o.sequence_parallel, o.tp_overlap,
+                                         o.context_mode, o.precision.activations});
 }
 
 }  // namespace

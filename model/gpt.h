@@ -71,6 +71,7 @@ struct GptOptions {
     int micro_batch = 1;  // sequences of a microbatch
     float dropout = 0;
     bool sequence_parallel = false;
+    bool tp_overlap = false;  // parallel.tp_overlap (model/tensor_rows.h)
     ContextMode context_mode = ContextMode::ring;
     Recompute recompute = Recompute::none;
     Precision precision;
@@ -216,6 +217,10 @@ public:
         std::function<void(std::size_t begin, std::size_t end)> frozen_done;
     };
     void set_hooks(const StepHooks& hooks) { hooks_ = hooks; }
+    // Where the pieces of tp_overlap's exchanges are reported (model/tensor_rows.h).
+    void set_piece_trace(std::function<void(const PieceSpan&)> trace) {
+        rows_.set_trace(std::move(trace));
+    }
     // Activation sets allocated so far: the most (microbatch, chunk) pairs ever in flight,
     // and their bytes (what recompute keeps; its one shared scratch set is not counted here,
     // only in the allocator's peak).

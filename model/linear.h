@@ -78,6 +78,7 @@ private:
     int partial_, reduced_;  // scratch: row's partial output (N, out), its rows (R, out)
     int d_input_, d_rows_;   // scratch: the input's gradient (N, in), its rows (R, in)
     int d_output_all_;       // scratch: row's gathered output gradient (N, out)
+    int ring_sums_;          // scratch: the reduce-scatter's running sums (2, R, out or in)
 };
 
 }  // namespace trident::model

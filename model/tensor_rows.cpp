@@ -1,6 +1,8 @@
 // The residual stream's rows and the tensor group's f and g (see tensor_rows.h).
 #include "model/tensor_rows.h"
 
+#include <chrono>
+
 namespace trident::model {
 
 using kernels::ConstPtr;
@@ -30,18 +32,95 @@ std::vector<TensorRows::RowRun> TensorRows::runs_of(std::size_t first, std::size
     return runs;
 }
 
-ConstPtr TensorRows::all_rows(ConstPtr mine, Ptr all, std::size_t width) const {
+namespace {
+
+// A tag of its own for the ring's steps (the tensor group carries no other messages).
+constexpr int kRingTag = 7;
+
+double now_us() {
+    return std::chrono::duration<double, std::micro>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+}  // namespace
+
+void TensorRows::run_piece(const BlockFn& fn, int block) const {
+    const double start = trace_ ? now_us() : 0;
+    fn(block);
+    if (trace_) trace_(PieceSpan{false, block, start, now_us(), 0, start});
+}
+
+void TensorRows::finish_step(parallel::Request& step, int block, double issued_us) const {
+    step.wait();
+    if (!trace_) return;
+    const parallel::Request::Transfer& moved = step.transfer();
+    if (moved.thread == 0)
+        trace_(PieceSpan{true, block, issued_us, now_us(), 0, issued_us});
+    else
+        trace_(PieceSpan{true, block, moved.start_us, moved.end_us, moved.thread, issued_us});
+}
+
+// Step s holds block (rank − s) mod M, computes on it and passes it to the next rank while
+// block (rank − s − 1) arrives from the previous one.
+ConstPtr TensorRows::all_rows(ConstPtr mine, Ptr all, std::size_t width,
+                              const BlockFn& arrived) const {
     if (!d_.sequence_parallel) return mine;
-    tensor_.all_gather(mine, all, d_.rows_mine() * width);
+    const std::size_t count = d_.rows_mine() * width;
+    const int M = tensor_.size();
+    if (!d_.tp_overlap || !arrived) {
+        tensor_.all_gather(mine, all, count);
+        if (arrived)
+            for (int b = 0; b < M; ++b) run_piece(arrived, b);
+        return all;
+    }
+    tensor_.count_ring(parallel::CommKind::all_gather, count, all.dtype);
+    const Ptr own = all + static_cast<std::size_t>(tensor_.rank()) * count;
+    if (own.data != mine.data) ops_.copy(own, mine, count);
+    for (int s = 0; s < M; ++s) {
+        const int held = block_after(M - s), coming = block_after(2 * M - s - 1);
+        parallel::Request step;
+        const double issued = now_us();
+        if (s + 1 < M)
+            step = tensor_.isendrecv(all + static_cast<std::size_t>(held) * count,
+                                     all + static_cast<std::size_t>(coming) * count, count, next(),
+                                     previous(), kRingTag);
+        run_piece(arrived, held);
+        if (s + 1 < M) finish_step(step, coming, issued);
+    }
     return all;
 }
 
-Ptr TensorRows::reduce_rows(Ptr partial, Ptr mine, std::size_t width) const {
+// Step s adds this rank's partial block (rank + s + 1) mod M to the running sum that came
+// from the next rank and sends it to the previous one; the last step's block is this rank's.
+Ptr TensorRows::reduce_rows(Ptr partial, Ptr mine, std::size_t width, Ptr sums,
+                            const BlockFn& make) const {
     if (!d_.sequence_parallel) {
         tensor_.all_reduce(partial, d_.rows() * width);
         return partial;
     }
-    tensor_.reduce_scatter(partial, mine, d_.rows_mine() * width);
+    const std::size_t count = d_.rows_mine() * width;
+    const Ptr outgoing = sums, incoming = sums + count;
+    const int M = tensor_.size();
+    const bool overlap = d_.tp_overlap && make;
+    if (make && !overlap)
+        for (int b = 0; b < M; ++b) run_piece(make, b);
+    tensor_.count_ring(parallel::CommKind::reduce_scatter, count * static_cast<std::size_t>(M),
+                       mine.dtype);
+    parallel::Request step;
+    double issued = 0;
+    for (int s = 0; s < M; ++s) {
+        const int block = block_after(s + 1);
+        const Ptr own = partial + static_cast<std::size_t>(block) * count;
+        if (overlap) run_piece(make, block);
+        if (s > 0) finish_step(step, block, issued);
+        const Ptr sum = s + 1 == M ? mine : outgoing;
+        if (s > 0) ops_.residual_forward(sum, incoming, own, count);
+        if (s + 1 == M) break;
+        issued = now_us();
+        step = tensor_.isendrecv(s == 0 ? ConstPtr(own) : ConstPtr(sum), incoming, count,
+                                 previous(), next(), kRingTag);
+    }
     return mine;
 }
 

@@ -8,6 +8,19 @@
 // are all-gathered before a column-split linear and the partial outputs reduce-scattered back
 // to rows after a row-split one. The backward of each is the other.
 //
+// Under sequence parallelism the reduce-scatter runs as a ring of M steps (below), whose sums
+// this code orders: block b of the result is ((p[b−1] + p[b−2]) + …) + p[b], p[q] rank q's
+// partial, ranks counted modulo M. The split linears compute their GEMMs on the exchanged rows
+// block by block (R rows each; OpenBLAS's sgemm does not give a block of rows the bits of the
+// whole GEMM at every size). With parallel.tp_overlap the blocks' GEMMs run between the
+// ring's steps (collective matmul, Wang et al. 2023, "Overlap communication with dependent
+// computation via decomposition"): the all-gather's step s hands the caller the block that
+// has arrived while the next one moves, and the reduce-scatter's step s asks the caller for
+// the partial block it adds while the running sum moves on. Without it they run before the
+// reduce-scatter's ring or after the whole all-gather. The same GEMMs and the same sums
+// either way, so the results are bitwise the same (docs/ARCHITECTURE.md, "Tensor
+// parallelism").
+//
 // Under context parallelism a rank's rows are its tokens of each sequence (model/context_split.h),
 // not consecutive positions: dropout draws each element's mask at its index in the whole
 // microbatch (B, seq_len, width), so that every split draws the masks of one process. The rows
@@ -25,6 +38,17 @@
 
 namespace trident::model {
 
+// A piece of an overlapped exchange, for the trace (src/io/chrome_trace.h): the caller's
+// compute on a block of rows, or the transfer of one (when and on which thread it moved,
+// parallel::Request::Transfer; thread 0: the calling thread, from `issued_us`).
+struct PieceSpan {
+    bool transfer = false;
+    int block = 0;
+    double start_us = 0, end_us = 0;
+    long thread = 0;
+    double issued_us = 0;
+};
+
 class TensorRows {
 public:
     // `positions`: the sequence positions of this rank's T tokens (model/context_split.h).
@@ -34,12 +58,27 @@ public:
     parallel::Comm& group() const { return tensor_; }
     const Dims& dims() const { return d_; }
 
+    // Called with a block b of rows (rows b·R .. b·R + R − 1 of N) of an overlapped exchange.
+    using BlockFn = std::function<void(int)>;
+
     // All rows (N, width) of this rank's (R, width): all-gathered into `all` under sequence
-    // parallelism, else `mine` itself.
-    kernels::ConstPtr all_rows(kernels::ConstPtr mine, kernels::Ptr all, std::size_t width) const;
+    // parallelism, else `mine` itself. With `arrived` (sequence parallelism only), arrived(b)
+    // is called for each block b once it is in `all`: under tp_overlap as the ring brings it,
+    // this rank's first, while the next one moves.
+    kernels::ConstPtr all_rows(kernels::ConstPtr mine, kernels::Ptr all, std::size_t width,
+                               const BlockFn& arrived = {}) const;
     // This rank's rows (R, width) of the sum over the group of `partial` (N, width):
-    // reduce-scattered into `mine` under sequence parallelism, else all-reduced in place.
-    kernels::Ptr reduce_rows(kernels::Ptr partial, kernels::Ptr mine, std::size_t width) const;
+    // reduce-scattered into `mine` as a ring under sequence parallelism (the order of the sums
+    // above), else all-reduced in place. `sums` (2, R, width): the ring's running sums, the
+    // one going out and the one coming in (a part's scratch, "ring_sums"). With `make`
+    // (sequence parallelism only),
+    // make(b) is called to write block b of `partial`: under tp_overlap just before the ring
+    // adds it, while the running sums move; else before the ring. Without, `partial` is
+    // whole already. `partial` is only read.
+    kernels::Ptr reduce_rows(kernels::Ptr partial, kernels::Ptr mine, std::size_t width,
+                             kernels::Ptr sums, const BlockFn& make = {}) const;
+    // Where the pieces of overlapped exchanges are reported (none: nowhere).
+    void set_trace(std::function<void(const PieceSpan&)> trace) { trace_ = std::move(trace); }
 
     // Dropout on this rank's rows (R, H) of the residual stream, in place.
     void dropout(kernels::Ptr x, float drop, uint64_t seed) const;
@@ -62,12 +101,21 @@ private:
     };
     std::vector<RowRun> runs_of(std::size_t first, std::size_t count,
                                 const std::vector<int32_t>& positions) const;
+    // The ring's neighbours and rank q's block b of rows (R·width elements).
+    int next() const { return (tensor_.rank() + 1) % tensor_.size(); }
+    int previous() const { return (tensor_.rank() + tensor_.size() - 1) % tensor_.size(); }
+    int block_after(int steps) const { return (tensor_.rank() + steps) % tensor_.size(); }
+    // Runs fn(b) for block b, reported as a compute piece when tracing.
+    void run_piece(const BlockFn& fn, int block) const;
+    // Waits for one ring step's transfer of block b, reported when tracing.
+    void finish_step(parallel::Request& step, int block, double issued_us) const;
 
     kernels::Ops& ops_;
     parallel::Comm& tensor_;
     Dims d_;
     std::vector<RowRun> mine_;  // this rank's R rows of the residual stream
     std::vector<RowRun> all_;   // all N rows
+    std::function<void(const PieceSpan&)> trace_;
 };
 
 }  // namespace trident::model

@@ -100,6 +100,9 @@ struct ParallelConfig {
     int zero_stage = 1;          // 0 .. 3 (optim/adamw.h)
     int bucket_size = 16777216;  // parameters per gradient bucket of the data-parallel reduction
     bool sequence_parallel = false;
+    // Under sequence parallelism: each split linear's all-gather and reduce-scatter cut into M
+    // pieces that move while the GEMM's pieces compute (model/tensor_rows.h).
+    bool tp_overlap = false;
     StageLayers stage_layers;
     // The reductions under the backward pass, the all-gathers under the next forward
     // (zero_stage 3: each unit's gather under the previous unit's compute; optim/adamw.h).

@@ -38,10 +38,11 @@ inline model::HfLlamaConfig hf_llama_config(const Config& cfg) {
 
 // One rank's sizes of a microbatch (tensor rank 0: every rank's are the same).
 inline model::Dims rank_dims(const Config& cfg) {
-    return model::make_dims(gpt_shape(cfg),
-                            model::DimsInputs{cfg.training.micro_batch, cfg.parallel.tensor, 0,
-                                              cfg.parallel.context, cfg.parallel.sequence_parallel,
-                                              cfg.parallel.context_mode, cfg.training.precision});
+    return model::make_dims(
+        gpt_shape(cfg),
+        model::DimsInputs{cfg.training.micro_batch, cfg.parallel.tensor, 0, cfg.parallel.context,
+                          cfg.parallel.sequence_parallel, cfg.parallel.tp_overlap,
+                          cfg.parallel.context_mode, cfg.training.precision});
 }
 
 inline model::StagePlan stage_plan(const Config& cfg, int stage) {
@@ -73,6 +74,7 @@ inline model::GptOptions gpt_options(const Config& cfg, int stage, int replicas,
     o.micro_batch = t.micro_batch;
     o.dropout = static_cast<float>(cfg.model.dropout);
     o.sequence_parallel = p.sequence_parallel;
+    o.tp_overlap = p.tp_overlap;
     o.context_mode = p.context_mode;
     o.recompute = t.recompute;
     // 16-bit parameters, activations and (unless fp32_grad_accumulation) gradients.

@@ -143,6 +143,14 @@ void check_tensor_and_context(const Config& cfg, const Origins& origins) {
                  : cat("parallel.sequence_parallel: micro_batch × seq_len / context = ",
                        t.micro_batch, " × ", m.seq_len, " / ", p.context, " = ", rows,
                        " rows must divide by parallel.tensor (", p.tensor, ")"));
+    // The overlap cuts the sequence-parallel exchanges into pieces: without them nothing to cut.
+    if (p.tp_overlap && (!p.sequence_parallel || p.tensor == 1))
+        fail(
+            origins.blame({"parallel.tp_overlap", "parallel.sequence_parallel", "parallel.tensor"}),
+            cat("parallel.tp_overlap: true overlaps sequence parallelism's all-gathers and "
+                "reduce-scatters with the GEMMs; it needs parallel.sequence_parallel: true and "
+                "parallel.tensor > 1 (here sequence_parallel ",
+                p.sequence_parallel ? "true" : "false", ", tensor ", p.tensor, ")"));
 }
 
 // How the pipeline cuts the layers and schedules the microbatches.

@@ -32,6 +32,10 @@ const char* name_of(SpanKind kind) {
             return "reduce_scatter";
         case SpanKind::all_gather:
             return "all_gather";
+        case SpanKind::tp_gemm:
+            return "tp_gemm";
+        case SpanKind::tp_exchange:
+            return "tp_exchange";
         case SpanKind::count_:
             break;
     }
@@ -43,8 +47,15 @@ bool data_parallel(SpanKind kind) {
     return kind == SpanKind::reduce_scatter || kind == SpanKind::all_gather;
 }
 
+// The row (thread) of a span in its rank's track.
+int row_of(SpanKind kind) {
+    if (data_parallel(kind)) return 1;
+    return kind == SpanKind::tp_exchange ? 2 : 0;
+}
+
 const char* category_of(SpanKind kind) {
     if (data_parallel(kind)) return "data-parallel";
+    if (kind == SpanKind::tp_exchange) return "tensor-parallel";
     return kind == SpanKind::send || kind == SpanKind::recv ? "p2p" : "compute";
 }
 
@@ -132,6 +143,11 @@ void TraceRecorder::write(const std::string& path, parallel::Comm& tensor, paral
                       "\"args\": {\"name\": \"data-parallel\"}}",
                       r);
         text += line;
+        std::snprintf(line, sizeof line,
+                      ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %zu, \"tid\": 2, "
+                      "\"args\": {\"name\": \"tensor-parallel\"}}",
+                      r);
+        text += line;
         first = false;
     }
     for (const Event& e : events) {
@@ -139,7 +155,7 @@ void TraceRecorder::write(const std::string& path, parallel::Comm& tensor, paral
                       ",\n{\"name\": \"%s\", \"cat\": \"%s\", \"ph\": \"X\", \"pid\": %d, "
                       "\"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, \"args\": {\"microbatch\": %d, "
                       "\"chunk\": %d, \"thread\": %ld, \"issued\": %.3f}}",
-                      name_of(e.kind), category_of(e.kind), e.track, data_parallel(e.kind) ? 1 : 0,
+                      name_of(e.kind), category_of(e.kind), e.track, row_of(e.kind),
                       e.start - origin, e.duration, e.mb, e.chunk, e.thread, e.issued - origin);
         text += line;
     }

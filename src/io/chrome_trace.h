@@ -2,9 +2,12 @@
 // forward, backward, send, receive and optimizer spans, and on a second row of its track
 // its data-parallel reduce-scatters and all-gathers (when their data moved, on the thread
 // that moved it, where the Comm says; else from their start to when they were seen complete;
-// `chunk` is the bucket), gathered to rank 0 and written as one JSON file, one track per
-// rank. Each span's args name the thread that ran it ("thread": the kernel's id) and when it
-// was asked for ("issued": a transfer may wait for a free core or its peers).
+// `chunk` is the bucket), and under parallel.tp_overlap on a third row the tensor group's ring
+// steps (`chunk` the block of rows that moved) while the GEMM's pieces ("tp_gemm", `chunk` the
+// block computed) run under the forward and backward spans; gathered to rank 0 and written as one
+// JSON file, one track per rank. Each span's args name the thread that ran it ("thread": the
+// kernel's id) and when it was asked for ("issued": a transfer may wait for a free core or its
+// peers).
 #pragma once
 
 #include <chrono>
@@ -25,6 +28,8 @@ enum class SpanKind {
     optimizer,
     reduce_scatter,
     all_gather,
+    tp_gemm,      // a GEMM's piece on one block of rows (model/tensor_rows.h)
+    tp_exchange,  // a ring step of the tensor group moving one block of rows
     count_
 };
 

@@ -165,6 +165,23 @@ public:
                                 ReduceOp op = ReduceOp::sum) = 0;
     virtual Request ireduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) = 0;
     virtual Request iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) = 0;
+    // One step of a collective run as a ring over the group, so that the caller computes
+    // between its steps (model/tensor_rows.h, collective matmul): sends `send` (count) to
+    // `dest` while `recv` (count) arrives from `source`. Counts nothing: the caller counts the
+    // whole collective with count_ring, as its blocking form would. The default, for
+    // communicators without a form of their own, is isend + recv (counted as those).
+    virtual Request isendrecv(kernels::ConstPtr send, kernels::Ptr recv, std::size_t count,
+                              int dest, int source, int tag) {
+        Request sent = isend(send, count, dest, tag);
+        this->recv(recv, count, source, tag);
+        sent.wait();
+        return {};
+    }
+    // Counts a collective of `kind` that a caller ran as isendrecv steps, as its blocking
+    // form counts itself (see CommStats).
+    void count_ring(CommKind kind, std::size_t elements, kernels::DType dtype) {
+        count(kind, elements, dtype);
+    }
 
     const CommStats& stats() const { return stats_; }
     void reset_stats() { stats_ = CommStats{}; }

@@ -468,6 +468,24 @@ Request MpiComm::isend(kernels::ConstPtr data, std::size_t count, int peer, int 
     return Request(std::make_unique<MpiPending>(std::move(requests), label(), peer));
 }
 
+Request MpiComm::isendrecv(kernels::ConstPtr send, kernels::Ptr recv, std::size_t count, int dest,
+                           int source, int tag) {
+    check_peer(dest, "isendrecv");
+    check_peer(source, "isendrecv");
+    check_tag(tag, "isendrecv");
+    check_same_type(send, recv, "isendrecv");
+    return start("sendrecv (non-blocking)", [=, this] {
+        const MPI_Datatype type = mpi_type(send.dtype);
+        for_each_message(count, [&](std::size_t offset, std::size_t n) {
+            check(MPI_Sendrecv((send + offset).data, static_cast<int>(n), type, dest, tag,
+                               (recv + offset).data, static_cast<int>(n), type, source, tag,
+                               worker_comm_ == MPI_COMM_NULL ? comm_ : worker_comm_,
+                               MPI_STATUS_IGNORE),
+                  "MPI_Sendrecv");
+        });
+    });
+}
+
 Request MpiComm::start(const char* operation, std::function<void()> call) {
     int threads = MPI_THREAD_SINGLE;
     MPI_Query_thread(&threads);

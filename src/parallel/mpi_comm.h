@@ -82,6 +82,9 @@ public:
     Request iall_reduce(kernels::Ptr data, std::size_t count, ReduceOp op = ReduceOp::sum) override;
     Request ireduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     Request iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
+    // MPI_Sendrecv run by the worker, as the non-blocking collectives are.
+    Request isendrecv(kernels::ConstPtr send, kernels::Ptr recv, std::size_t count, int dest,
+                      int source, int tag) override;
 
 private:
     // The collectives themselves, on `comm` with `scratch` (the caller's or the worker's).

@@ -18,9 +18,9 @@ constexpr double kScalar = 1;
 constexpr int kScalarBytes = 8;
 
 void add(GroupTraffic& g, CommKind kind, int64_t calls, double elements, int element_bytes,
-         bool per_microbatch) {
+         bool per_microbatch, int pieces = 1) {
     if (g.size > 1 && calls > 0)
-        g.calls.push_back({kind, calls, elements, element_bytes, per_microbatch});
+        g.calls.push_back({kind, calls, elements, element_bytes, per_microbatch, pieces});
 }
 
 // The tensor group: the model's f and g operators, the vocab-parallel embedding and loss.
@@ -44,8 +44,13 @@ void tensor_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks,
     const int64_t gathers = layers * (4 + (full ? 2 : 0)) + embeds + heads;
     const double NC = static_cast<double>(d.N) * d.H, RC = static_cast<double>(d.R) * d.H;
     if (d.sequence_parallel) {
-        add(g, CommKind::reduce_scatter, m * reductions, NC, act, true);
-        add(g, CommKind::all_gather, m * gathers, RC, act, true);
+        // With tp_overlap the split linears' (all but the embedding's) go in M pieces.
+        const int pieces = d.tp_overlap ? d.tensor_size : 1;
+        const int64_t whole = d.tp_overlap ? embeds : 0;
+        add(g, CommKind::reduce_scatter, m * (reductions - whole), NC, act, true, pieces);
+        add(g, CommKind::all_gather, m * (gathers - whole), RC, act, true, pieces);
+        add(g, CommKind::reduce_scatter, m * whole, NC, act, true);
+        add(g, CommKind::all_gather, m * whole, RC, act, true);
         // The norms' gradients, summed over the rows of every rank (per step): two LayerNorms'
         // weight and bias a layer and ln_f's (GPT-2), or two RMSNorm weights and the final
         // norm's (llama).

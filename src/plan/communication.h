@@ -4,7 +4,8 @@
 //   tensor     per layer and microbatch 2 all-reduces of (N, H) forward and 2 backward (one
 //              more forward under full recompute, which reruns a layer up to its GELU), plus
 //              the embedding's and the LM head's; with sequence parallelism each becomes a
-//              reduce-scatter, and the column-parallel GEMMs' inputs are all-gathered.
+//              reduce-scatter, and the column-parallel GEMMs' inputs are all-gathered
+//              (with tp_overlap the split linears' ones in M pieces under their GEMMs).
 //   pipeline   each microbatch's activation (R, H) sent to the next stage and its gradient
 //              to the previous one, per chunk.
 //   embedding  the tied word embedding's gradient, summed between the first and last stage
@@ -52,6 +53,9 @@ struct Calls {
     // Whether they happen once per microbatch (on the pipeline's critical path) or once per
     // step (after the last backward).
     bool per_microbatch = false;
+    // Steps of a ring that overlap a GEMM's pieces (parallel.tp_overlap, model/tensor_rows.h);
+    // 1: a whole collective.
+    int pieces = 1;
 };
 
 struct GroupTraffic {

@@ -94,6 +94,13 @@ double collective_seconds(CommKind kind, double payload, int n, int per_node, co
     return t;
 }
 
+// The exposed seconds of a collective of `seconds` run as a ring of `pieces` steps under a
+// GEMM's pieces (parallel.tp_overlap): the first or last piece's transfer, which nothing
+// hides, and a message latency for each further step (docs/FORMULAS.md).
+double exposed(double seconds, int pieces, const Hardware& hw) {
+    return pieces <= 1 ? seconds : seconds / pieces + (pieces - 1) * hw.latency;
+}
+
 // Seconds of a group's calls: those made per microbatch (divided by m) or once per step;
 // with `only`, just the calls of that kind.
 double group_seconds(const GroupTraffic& g, bool per_microbatch, int64_t m, int per_node,
@@ -107,7 +114,7 @@ double group_seconds(const GroupTraffic& g, bool per_microbatch, int64_t m, int 
                                ? hw.latency + payload / (link_inside_node ? hw.intra_bandwidth
                                                                           : hw.inter_bandwidth)
                                : collective_seconds(c.kind, payload, g.size, per_node, hw);
-        t += static_cast<double>(c.calls) * one;
+        t += static_cast<double>(c.calls) * exposed(one, c.pieces, hw);
     }
     return per_microbatch ? t / static_cast<double>(m) : t;
 }

@@ -15,7 +15,9 @@
 //   node's network adapters (the per-GPU inter-node bandwidth) and a group with k members in
 //   a node uses k such shares. Payloads are the activation or gradient precision (16-bit
 //   for bf16/fp16).
-// - Tensor-parallel collectives are on the critical path: none overlaps compute.
+// - Tensor-parallel collectives are on the critical path: none overlaps compute, but with
+//   parallel.tp_overlap a split linear's, cut into M ring steps under its GEMM's pieces,
+//   exposes a collective's M-th plus one latency per further step (docs/FORMULAS.md).
 // - Pipeline sends are on the critical path too, once per chunk per microbatch each way; the
 //   bubble is PTD-P's, (P − 1)/(v·m) of the ideal time, taken on the slowest stage.
 // - The data-parallel communication does what the runtime does (optim/adamw.h): the

@@ -95,7 +95,9 @@ std::string summary_text(const PlanInputs& in) {
                       m.seq_len / p.context);
     out += format(" | schedule %s", pipeline::to_string(p.schedule));
     if (p.virtual_stages > 1) out += format(", %d chunks per stage", p.virtual_stages);
-    out += format(" | sequence parallel %s\n", p.sequence_parallel ? "on" : "off");
+    out += format(" | sequence parallel %s", p.sequence_parallel ? "on" : "off");
+    if (p.tp_overlap) out += format(", its exchanges in %d pieces under the GEMMs", p.tensor);
+    out += "\n";
     out += format("step: %s (%lld tokens) | micro batch %d | %s per replica | recompute %s\n",
                   train::counted(t.global_batch, "sequence").c_str(),
                   static_cast<long long>(d.tokens_per_step), t.micro_batch,
@@ -297,6 +299,7 @@ io::JsonLine layout_json(const PlanInputs& in) {
         .add("virtual_stages", p.virtual_stages)
         .add("schedule", pipeline::to_string(p.schedule))
         .add("sequence_parallel", p.sequence_parallel)
+        .add("tp_overlap", p.tp_overlap)
         .add("zero_stage", in.zero_stage)
         .add("micro_batch", cfg.training.micro_batch)
         .add("global_batch", cfg.training.global_batch)

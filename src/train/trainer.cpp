@@ -59,6 +59,15 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
       executor_(ops, model_, pipeline_) {
     model_.set_split_backward(pipeline::splits_backward(cfg.parallel.schedule));
     executor_.set_trace(&trace_);
+    model_.set_piece_trace([this](const model::PieceSpan& s) {
+        if (!trace_.recording()) return;
+        if (s.transfer)
+            trace_.add_transfer(io::SpanKind::tp_exchange, s.block,
+                                parallel::Request::Transfer{s.thread, s.start_us, s.end_us},
+                                s.issued_us);
+        else
+            trace_.add(io::SpanKind::tp_gemm, -1, s.block, s.start_us, s.end_us);
+    });
     data_parallel_.set_trace(&trace_);
     data_parallel::DataParallel& dp = data_parallel_;
     model::Gpt::StepHooks hooks{[this](std::size_t b, std::size_t e) { this->grads_final(b, e); },

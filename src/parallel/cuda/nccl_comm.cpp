@@ -141,6 +141,16 @@ Request NcclComm::isend(ConstPtr data, std::size_t count, int peer, int tag) {
     return staged_.isend(data, count, peer, tag);
 }
 
+Request NcclComm::isendrecv(ConstPtr send, Ptr recv, std::size_t count, int dest, int source,
+                            int tag) {
+    if (!by_nccl(send.data, dest, tag) || !by_nccl(recv.data, source, tag))
+        return staged_.isendrecv(send, recv, count, dest, source, tag);
+    Request sent = messages_->isend(send, count, dest, tag, label());
+    messages_->recv(recv, count, source, tag, label());
+    sent.wait();
+    return {};
+}
+
 // A collective queued on the communication stream: complete when its event has happened;
 // waiting makes the compute stream wait for that event.
 class NcclComm::Pending final : public Request::Pending {

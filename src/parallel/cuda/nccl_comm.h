@@ -56,6 +56,10 @@ public:
     // queued so far, and waiting for it makes the compute stream wait for it (the host does
     // not). isend as send (above).
     Request isend(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
+    // Between ring neighbours on device buffers: NCCL's send and receive, counted by the
+    // caller (comm.h); else the staged communicator's.
+    Request isendrecv(kernels::ConstPtr send, kernels::Ptr recv, std::size_t count, int dest,
+                      int source, int tag) override;
     Request iall_reduce(kernels::Ptr data, std::size_t count, ReduceOp op = ReduceOp::sum) override;
     Request ireduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     Request iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
