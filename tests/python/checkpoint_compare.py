@@ -9,7 +9,9 @@ model/param_layout.h documents (Megatron's: vocabulary rows of wte, q/k/v rows o
 rows of c_fc, columns of the two c_proj weights, the rest replicated; a llama model's rows of
 embed_tokens, lm_head, q_proj, gate_proj and up_proj, columns of o_proj and down_proj, and rows
 of k_proj and v_proj by key/value head, each head's rows held whole by M / kv_heads consecutive
-ranks when there are fewer heads than ranks). It shares no code with the C++ reader, so a fault
+ranks when there are fewer heads than ranks). A LoRA checkpoint holds the adapters alone: A
+(rank × in) split by columns where its linear is split by columns, else whole; B (out × rank)
+split by rows as its linear's rows, else whole. It shares no code with the C++ reader, so a fault
 in that reader cannot hide here.
 
 Each checkpoint is put back together into whole tensors of four kinds: "param" (the model's
@@ -75,8 +77,15 @@ def as_f32_bits(dtype, raw):
         "<e", struct.pack("<H", h))[0]))[0] for h in halves))
 
 
+LORA = (".lora_A.weight", ".lora_B.weight")
+
+
 def full_shape(name, model):
-    """The whole tensor's shape, from the model's sizes in the manifest."""
+    """The whole tensor's shape, from the model's sizes (and the adapters' rank) in the
+    manifest."""
+    if name.endswith(LORA):
+        out, inner = full_shape(name[:-len(LORA[0])] + ".weight", model)
+        return [model["lora_rank"], inner] if name.endswith(LORA[0]) else [out, model["lora_rank"]]
     c, f, t, vp = model["hidden"], model["ffn_hidden"], model["seq_len"], model["padded_vocab"]
     if name in ("wte.weight", "embed_tokens.weight", "lm_head.weight"):
         return [vp, c]
@@ -98,6 +107,10 @@ COLUMNS = ("attn.c_proj.weight", "mlp.c_proj.weight", "o_proj.weight", "down_pro
 
 
 def split_of(name):
+    if name.endswith(LORA):
+        # An adapter is split along its linear's split dimension, its rank dimension never.
+        split = split_of(name[:-len(LORA[0])] + ".weight")
+        return split if (split == "columns") == name.endswith(LORA[0]) else "replicated"
     if name.endswith(ROWS):
         return "rows"
     if name.endswith(("k_proj.weight", "v_proj.weight")):
@@ -142,7 +155,8 @@ def load(directory):
     """{kind: {tensor: array of fp32 bits}} and the manifest's model sizes."""
     with open(os.path.join(directory, "manifest.json")) as f:
         manifest = json.load(f)
-    model, layout = manifest["model"], manifest["layout"]
+    model = dict(manifest["model"], lora_rank=manifest.get("lora", {}).get("rank", 0))
+    layout = manifest["layout"]
     out = {k: {} for k in KINDS}
     written = {k: {} for k in KINDS}  # how often each element was written
     for entry in manifest["files"]:
@@ -214,7 +228,7 @@ def compare(dir_a, dir_b, kinds=KINDS, rtol=None):
                     return (f"{kind} {name} element {i}: {to_float(x[i])!r} ({x[i]:#010x}) "
                             f"against {to_float(y[i])!r} ({y[i]:#010x})")
                 continue
-            fx, fy = [to_float(v) for v in x], [to_float(v) for v in y]
+            fx, fy = array.array("f", x.tobytes()), array.array("f", y.tobytes())
             scale = max(abs(v) for v in fy) or 1.0
             for i, (p, q) in enumerate(zip(fx, fy)):
                 if not abs(p - q) <= rtol * scale:
