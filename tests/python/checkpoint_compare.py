@@ -9,7 +9,9 @@ model/param_layout.h documents (Megatron's: vocabulary rows of wte, q/k/v rows o
 rows of c_fc, columns of the two c_proj weights, the rest replicated; a llama model's rows of
 embed_tokens, lm_head, q_proj, gate_proj and up_proj, columns of o_proj and down_proj, and rows
 of k_proj and v_proj by key/value head, each head's rows held whole by M / kv_heads consecutive
-ranks when there are fewer heads than ranks). It shares no code with the C++ reader, so a fault
+ranks when there are fewer heads than ranks). A LoRA checkpoint holds the adapters alone: A
+(rank × in) split by columns where its linear is split by columns, else whole; B (out × rank)
+split by rows as its linear's rows, else whole. It shares no code with the C++ reader, so a fault
 in that reader cannot hide here.
 
 Each checkpoint is put back together into whole tensors of four kinds: "param" (the model's
@@ -230,7 +232,7 @@ def compare(dir_a, dir_b, kinds=KINDS, rtol=None):
                     return (f"{kind} {name} element {i}: {to_float(x[i])!r} ({x[i]:#010x}) "
                             f"against {to_float(y[i])!r} ({y[i]:#010x})")
                 continue
-            fx, fy = [to_float(v) for v in x], [to_float(v) for v in y]
+            fx, fy = array.array("f", x.tobytes()), array.array("f", y.tobytes())
             scale = max(abs(v) for v in fy) or 1.0
             for i, (p, q) in enumerate(zip(fx, fy)):
                 if not abs(p - q) <= rtol * scale:
