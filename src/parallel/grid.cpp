@@ -70,7 +70,6 @@ Grid::Grid()
       pipeline_(std::make_unique<SoloComm>()),
       embedding_(std::make_unique<SoloComm>()),
       kv_replicas_(std::make_unique<SoloComm>()),
-      data_shard_(std::make_unique<SoloComm>()),
       data_replica_(std::make_unique<SoloComm>()) {}
 
 Grid::Grid(World& world, const GridShape& shape) : shape_(shape), rank_(world.rank()) {
@@ -101,9 +100,18 @@ Grid::Grid(World& world, const GridShape& shape) : shape_(shape), rank_(world.ra
     if (N < 1 || (C * D) % N != 0)
         throw Error("internal: data shards of " + std::to_string(N) + " over " +
                     std::to_string(C * D) + " data-context ranks");
+    if (N == C * D) {  // no hybrid sharding: data_shard() is the data-context group
+        data_replica_ = std::make_unique<SoloComm>();
+        return;
+    }
     const int q = cp + C * dp, groups = C * D / N;
     data_shard_ = split(all, q / N + groups * (tp + M * pp), q % N, "data-shard");
     data_replica_ = split(all, q % N + N * (tp + M * pp), q / N, "data-replica");
+}
+
+std::vector<Comm*> Grid::data_groups() {
+    if (!data_shard_) return {data_context_.get()};
+    return {data_context_.get(), data_shard_.get(), data_replica_.get()};
 }
 
 Grid::~Grid() = default;
@@ -112,6 +120,7 @@ void Grid::wrap_comms(const CommWrapper& wrap) {
     for (std::unique_ptr<Comm>* group :
          {&tensor_, &context_, &data_, &data_context_, &pipeline_, &embedding_, &kv_replicas_,
           &data_shard_, &data_replica_}) {
+        if (!*group) continue;  // no hybrid sharding: no shard group of its own
         const GroupLabel* label = (*group)->label();
         *group = wrap(std::move(*group));
         (*group)->set_label(label);

@@ -9,6 +9,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "parallel/comm.h"
 
@@ -68,9 +69,12 @@ public:
     // into runs of N = data_shard consecutive ranks. ZeRO shards over the run (data-shard:
     // ranks q..q+N-1 of the data-context group, q a multiple of N) and its parts are
     // replicated across the runs (data-replica: the D·C/N ranks with the same q mod N). With
-    // N = D·C they are the data-context group and this rank alone.
-    Comm& data_shard() { return *data_shard_; }
+    // N = D·C they are the data-context group itself and this rank alone.
+    Comm& data_shard() { return data_shard_ ? *data_shard_ : *data_context_; }
     Comm& data_replica() { return *data_replica_; }
+    // The groups the data-parallel exchange and the loss use, each once: the data-context
+    // group, and with hybrid sharding the shard and replica groups.
+    std::vector<Comm*> data_groups();
     Comm& pipeline() { return *pipeline_; }  // same dp, tp, cp: the P stages, in order
     // The first and last stage with this (dp, tp, cp), which share the tied embedding: group
     // rank 0 is the first stage, 1 the last. With P == 1, or the head on the first stage, it

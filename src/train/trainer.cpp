@@ -216,8 +216,7 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     const parallel::ScopedPhase phase(parallel::Phase::training);
     tensor_.reset_stats();
     context_.reset_stats();
-    for (parallel::Comm* data : {&data_context_, &grid_.data_shard(), &grid_.data_replica()})
-        data->reset_stats();
+    for (parallel::Comm* data : grid_.data_groups()) data->reset_stats();
     grid_.kv_replicas().reset_stats();
     StepResult r;
     r.loss_scale = scaler_.scale();
@@ -256,9 +255,7 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     r.context_comm = context_.stats();
     // The data-parallel traffic: the exchange's (over the shard group, and with hybrid
     // sharding its replicas) and the loss's.
-    r.data_comm = data_context_.stats();
-    r.data_comm += grid_.data_shard().stats();
-    r.data_comm += grid_.data_replica().stats();
+    for (const parallel::Comm* data : grid_.data_groups()) r.data_comm += data->stats();
     r.kv_replica_comm = grid_.kv_replicas().stats();
     r.memory = memory();
     r.activation_sets = model_.activation_sets();
