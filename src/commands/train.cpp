@@ -211,7 +211,11 @@ Start resume(const Setup& setup, parallel::World& world, train::Trainer& trainer
     check_data(setup, *ck, world, leader);
     check_resume_changes(cfg, *ck, world, leader);
     check_base(*ck, lora, world, leader);
-    train::restore_checkpoint(*ck, trainer);  // collective
+    try {
+        train::restore_checkpoint(*ck, trainer);  // collective
+    } catch (const train::TrainingStopped& e) {
+        throw EveryRankError("checkpoint.resume: " + ck->path + ": " + e.what());
+    }
     const auto& l = ck->manifest.layout;
     // What the ranks read: the most any one read, against the whole checkpoint.
     int64_t read[2] = {static_cast<int64_t>(ck->tensor_bytes),

@@ -44,6 +44,12 @@ std::string newest_or_none(const config::Config& cfg) {
                                       : std::string("no checkpoint (checkpoint.dir is not set)"));
 }
 
+// A stop every rank agreed on (the step guard's, or a failed optimizer-state file), with the
+// newest checkpoint named.
+EveryRankError stopped(const config::Config& cfg, const train::TrainingStopped& e) {
+    return EveryRankError(std::string(e.what()) + newest_or_none(cfg));
+}
+
 // A failed save (or commit) of `step`, as checkpoint.on_error says: "" where training goes
 // on (said by rank 0), which only a save with a later one to come may; the last step's, or a
 // preemption's (`last`), ends the run with the error like `stop`.
@@ -105,6 +111,8 @@ std::string save_or_report(const config::Config& cfg, train::Trainer& trainer, p
         return dir;
     } catch (const train::CheckpointError& e) {
         return failed_save(cfg, e, step, last, leader);
+    } catch (const train::TrainingStopped& e) {
+        throw stopped(cfg, e);
     }
 }
 
@@ -135,7 +143,7 @@ train::StepResult step_or_stop(const config::Config& cfg, train::Trainer& traine
     try {
         return trainer.step(s, sample);
     } catch (const train::TrainingStopped& e) {
-        throw EveryRankError(std::string(e.what()) + newest_or_none(cfg));
+        throw stopped(cfg, e);
     }
 }
 
@@ -280,10 +288,13 @@ train::StepMetrics Loop::metrics_of(int s, const train::StepResult& r) {
 void Loop::check_health(const train::StepMetrics& m) {
     const int every = cfg_.training.check_replicas;
     if (every <= 0 || m.step % every != 0) return;
-    if (const std::string differ =
-            train::check_replicas(cfg_, trainer_, grid_, world_.comm(), m.step);
-        !differ.empty())
-        throw EveryRankError(differ + "; training stopped" + newest_or_none(cfg_));
+    std::string differ;
+    try {
+        differ = train::check_replicas(cfg_, trainer_, grid_, world_.comm(), m.step);
+    } catch (const train::TrainingStopped& e) {
+        throw stopped(cfg_, e);
+    }
+    if (!differ.empty()) throw EveryRankError(differ + "; training stopped" + newest_or_none(cfg_));
 }
 
 // A signal on any rank, or a failed write of rank 0's metrics, stops every rank here, after

@@ -34,43 +34,55 @@ int parse_errno(const std::string& text) {
     return 0;
 }
 
-struct WriteErrorSpec {
+// TEXT:ERRNO[:NUMBER], as TRIDENT_TEST_WRITE_ERROR and TRIDENT_TEST_READ_ERROR take it.
+struct FileErrorSpec {
     std::string text;  // empty: no fault
     int error = 0;
-    long count = -1;  // writes to fail; -1: every one
+    long number = -1;  // writes: how many fail (-1: every one); reads: how many pass first
 };
 
-WriteErrorSpec parse_write_error() {
-    constexpr const char* kName = "TRIDENT_TEST_WRITE_ERROR";
-    constexpr const char* kForm = "TEXT:ERRNO[:COUNT] (e.g. pp0_tp0_dp1:ENOSPC:1)";
-    WriteErrorSpec w;
-    const char* value = std::getenv(kName);
-    if (!value) return w;
+FileErrorSpec parse_file_error(const char* name, const char* form, long least) {
+    FileErrorSpec f;
+    const char* value = std::getenv(name);
+    if (!value) return f;
     const std::string s(value);
     const std::size_t first = s.find(':');
-    if (first == std::string::npos || first == 0) malformed(kName, kForm, value);
+    if (first == std::string::npos || first == 0) malformed(name, form, value);
     const std::size_t second = s.find(':', first + 1);
-    w.text = s.substr(0, first);
-    w.error = parse_errno(
+    f.text = s.substr(0, first);
+    f.error = parse_errno(
         s.substr(first + 1, second == std::string::npos ? std::string::npos : second - first - 1));
-    if (w.error == 0) malformed(kName, kForm, value);
+    if (f.error == 0) malformed(name, form, value);
     if (second != std::string::npos) {
         char* end = nullptr;
-        w.count = std::strtol(s.c_str() + second + 1, &end, 10);
-        if (*end != '\0' || end == s.c_str() + second + 1 || w.count < 1)
-            malformed(kName, kForm, value);
+        f.number = std::strtol(s.c_str() + second + 1, &end, 10);
+        if (*end != '\0' || end == s.c_str() + second + 1 || f.number < least)
+            malformed(name, form, value);
     }
-    return w;
+    return f;
 }
 
 struct WriteError {
-    explicit WriteError(WriteErrorSpec s) : spec(std::move(s)), left(spec.count) {}
-    WriteErrorSpec spec;
+    explicit WriteError(FileErrorSpec s) : spec(std::move(s)), left(spec.number) {}
+    FileErrorSpec spec;
     std::atomic<long> left;  // writes still to fail; -1: every one
 };
 
 WriteError& write_error_setting() {
-    static WriteError fault(parse_write_error());
+    static WriteError fault(parse_file_error(
+        "TRIDENT_TEST_WRITE_ERROR", "TEXT:ERRNO[:COUNT] (e.g. pp0_tp0_dp1:ENOSPC:1)", 1));
+    return fault;
+}
+
+struct ReadError {
+    explicit ReadError(FileErrorSpec s) : spec(std::move(s)) {}
+    FileErrorSpec spec;  // number: reads that pass before every later one fails
+    std::atomic<long> seen{0};
+};
+
+ReadError& read_error_setting() {
+    static ReadError fault(parse_file_error(
+        "TRIDENT_TEST_READ_ERROR", "TEXT:ERRNO[:SKIP] (e.g. optimizer_state.rank1:EIO:10)", 0));
     return fault;
 }
 
@@ -195,6 +207,12 @@ int write_error(const std::string& path) {
     return w.spec.error;
 }
 
+int read_error(const std::string& path) {
+    ReadError& r = read_error_setting();
+    if (r.spec.text.empty() || path.find(r.spec.text) == std::string::npos) return 0;
+    return r.seen.fetch_add(1) < r.spec.number ? 0 : r.spec.error;
+}
+
 bool crash_in_save(int step, int rank) {
     const StepRank& c = crash_in_save_setting();
     return c.step == step && c.rank == rank;
@@ -236,6 +254,7 @@ void check_settings() {
     slow_rank_setting();
     nan_gradient_setting();
     write_error_setting();
+    read_error_setting();
     crash_in_save_setting();
     step_failure_setting();
 }

@@ -10,6 +10,10 @@
 //       COUNT: only the first COUNT such writes of this process fail (default: every one).
 //       Every file Trident writes goes through io::OutputFile, which asks write_error(), but
 //       the optimizer state's offload file (optim/offload_store.h), which asks it too.
+//   TRIDENT_TEST_READ_ERROR=TEXT:ERRNO[:SKIP]
+//       a read from a file whose path contains TEXT fails with ERRNO once SKIP such reads of
+//       this process have passed (default 0), as a failing disk would. Only the optimizer
+//       state's offload file asks it.
 //   TRIDENT_TEST_CRASH_IN_SAVE=STEP:RANK
 //       world rank RANK, in the checkpoint save of step STEP, cuts its written shard to half
 //       its size and dies by SIGKILL, as a rank lost in the middle of writing would.
@@ -34,6 +38,9 @@ namespace trident::io::fault {
 
 // The errno a write of this process to `path` must fail with now (counting it), or 0.
 int write_error(const std::string& path);
+
+// The errno a read of this process from `path` must fail with now (counting it), or 0.
+int read_error(const std::string& path);
 
 // Whether world rank `rank` is to die in the save of `step` (TRIDENT_TEST_CRASH_IN_SAVE).
 bool crash_in_save(int step, int rank);

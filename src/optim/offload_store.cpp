@@ -164,10 +164,9 @@ void OffloadStore::transfer(const Job& job) {
     auto* p = reinterpret_cast<char*>(c.master);
     std::size_t left = c.count * kBytesPerElement;
     auto at = static_cast<off_t>(c.first * kBytesPerElement);
-    if (job.write)
-        if (const int fault = io::fault::write_error(path_))
-            throw OffloadError(where(dir_) + ": cannot write " + path_ + ": " +
-                               io::errno_text(fault));
+    if (const int fault = job.write ? io::fault::write_error(path_) : io::fault::read_error(path_))
+        throw OffloadError(where(dir_) + ": cannot " + (job.write ? "write " : "read ") + path_ +
+                           ": " + io::errno_text(fault));
     while (left > 0) {
         const ssize_t moved = job.write ? ::pwrite(fd_, p, left, at) : ::pread(fd_, p, left, at);
         if (moved < 0 && errno == EINTR) continue;

@@ -240,7 +240,15 @@ PendingSave begin_save(const config::Config& cfg, Trainer& trainer, parallel::Gr
     // parameters together from the replicas' shards).
     ShareSnapshot& share = save.share;
     share.params = trainer.local_params();
-    share.state = trainer.optimizer().state();
+    try {
+        share.state = trainer.optimizer_state();  // collective where the state is in files
+    } catch (const TrainingStopped&) {
+        if (world.rank() == 0) {
+            std::error_code ignored;
+            fs::remove_all(tmp, ignored);
+        }
+        throw;
+    }
     // With hybrid sharding each shard group holds the whole state: the first one writes it.
     if (grid.data_replica().rank() == 0) share.owned = trainer.data_parallel().owned_ranges();
     share.layout = &trainer.model().trainable_layout();

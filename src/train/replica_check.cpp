@@ -116,7 +116,7 @@ std::string check_replicas(const config::Config& cfg, Trainer& trainer, parallel
         }
         // The optimizer's state, where every replica holds it whole.
         if (zero_stage == 0) {
-            const optim::AdamW::State s = trainer.optimizer().state();
+            const optim::AdamW::State s = trainer.optimizer_state();
             data.add(gpt.trainable_layout(), s.master, "master/", every);
             data.add(gpt.trainable_layout(), s.m, "exp_avg/", every);
             data.add(gpt.trainable_layout(), s.v, "exp_avg_sq/", every);

@@ -335,11 +335,11 @@ std::vector<float> Trainer::full_grads() {
     return gather_full(&model::Gpt::grads_to_host, model_.grads());
 }
 
-void Trainer::step_optimizer(double lr, float factor) {
-    if (!optimizer_.store()) return optimizer_.step(lr, factor);
+void Trainer::agree_on_offload(const std::function<void()>& work) {
+    if (!optimizer_.store()) return work();
     std::string error;
     try {
-        optimizer_.step(lr, factor);
+        work();
     } catch (const optim::OffloadError& e) {
         error = e.what();
     }
@@ -350,10 +350,22 @@ void Trainer::step_optimizer(double lr, float factor) {
     if (!error.empty()) throw TrainingStopped(error);
 }
 
+void Trainer::step_optimizer(double lr, float factor) {
+    agree_on_offload([&] { optimizer_.step(lr, factor); });
+}
+
+optim::AdamW::State Trainer::optimizer_state() {
+    optim::AdamW::State state;
+    agree_on_offload([&] { state = optimizer_.state(); });
+    return state;
+}
+
 void Trainer::restore_optimizer(const optim::AdamW::State& state) {
     data_parallel_.finish_param_gather();
-    optimizer_.restore(state);
-    optimizer_.params_from_master();
+    agree_on_offload([&] {
+        optimizer_.restore(state);
+        optimizer_.params_from_master();
+    });
     data_parallel_.gather_params();  // collective
 }
 

@@ -69,6 +69,9 @@ public:
     // The optimizer's state from a checkpoint, and the parameters its master weights give,
     // made whole on every replica; collective over the data group.
     void restore_optimizer(const optim::AdamW::State& state);
+    // This rank's optimizer state (optim::AdamW::state()). Collective where the state is in
+    // files: a failed read on any rank stops every rank with it (TrainingStopped).
+    optim::AdamW::State optimizer_state();
 
     optim::LossScaler& scaler() { return scaler_; }
     StepGuard& guard() { return guard_; }
@@ -130,8 +133,10 @@ private:
     void release_gathered_params();
     // The loss of the stage with the LM head (the last; ZB-V's first), given to every stage.
     double from_last_stage(double loss);
-    // The update; with the state in files, a failed read or write on any rank (an
-    // optim::OffloadError) stops every rank with it (TrainingStopped).
+    // `work` on the optimizer; with the state in files, a failed read or write on any rank
+    // (an optim::OffloadError) stops every rank with it (TrainingStopped). Collective then.
+    void agree_on_offload(const std::function<void()>& work);
+    // The update, as agree_on_offload runs it.
     void step_optimizer(double lr, float factor);
     // The tokens of a microbatch of samples first, first + 1, ...: this context rank's
     // (model().local_tokens() of each sample, at the positions it holds) inputs and targets.

@@ -2,8 +2,9 @@
 """scripts/weak_scaling.sh on the CPU family with M = 1 and 2 (one timed step each): the CSV
 has one row per size, the model follows the paper's rule (heads 16 and 20 of size 16, layers
 4 and 5, parameters per rank within 15% of each other), the throughputs are positive, the
-smallest M is the 100% baseline, and the plot is a PNG. A size outside the paper's series is
-refused.
+smallest M is the 100% baseline and M = 2's efficiency is its per-rank TFLOP/s over M = 1's
+(not bounded: one step's speed on a shared machine is no test's), and the plot is a PNG. A
+size outside the paper's series is refused.
 
 Exit 77 (skipped) without mpirun, or without matplotlib for /usr/bin/python3.
 """
@@ -40,9 +41,15 @@ def main():
                   f"parameters per rank about constant ({per_rank})")
             check(all(float(r["tokens_per_s"]) > 0 and float(r["tflops_per_rank"]) > 0 for r in rows),
                   "positive tokens/s and TFLOP/s")
+            # Efficiency is per-rank TFLOP/s against M = 1's (the CSV rounds TFLOP/s to 5
+            # places, efficiency to 1): what one timed step on a shared machine measures is
+            # no test's to bound (docs/PERF.md holds the benchmark's figures).
+            tflops = [float(r["tflops_per_rank"]) for r in rows]
+            want = 100.0 * tflops[1] / tflops[0]
             check(float(rows[0]["efficiency_pct"]) == 100.0
-                  and 0 < float(rows[1]["efficiency_pct"]) <= 200,
-                  f"efficiency: M = 1 is the baseline, M = 2 at {rows[1]['efficiency_pct']}%")
+                  and abs(float(rows[1]["efficiency_pct"]) - want) <= 0.05 + 1e-4 * want,
+                  f"efficiency: M = 1 is the baseline, M = 2 at {rows[1]['efficiency_pct']}% = "
+                  f"100 x {tflops[1]} / {tflops[0]} ({want:.2f}%)")
             check([r["paper_efficiency_pct"] for r in rows] == ["100", "95"],
                   "the paper's efficiencies beside them")
         check(png_size(os.path.join(tmp, "weak_scaling.png")) is not None, "the plot is a PNG")

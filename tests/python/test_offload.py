@@ -12,8 +12,10 @@
   (bitwise), and the nvme run's into nvme at D = 2 (bitwise none's run resumed alike).
 - Faults: a missing directory, a file for a directory, a read-only one (a tmpfs mounted ro),
   a full one (a tmpfs of 64 KiB) at start-up: one error naming optimizer.offload_dir and the
-  path; a failed write (TRIDENT_TEST_WRITE_ERROR, on rank 1 of 2) and the state files removed
-  mid-run: one error naming the directory, every rank gone, exit 1, the last checkpoint intact.
+  path; a failed write (TRIDENT_TEST_WRITE_ERROR, on rank 1 of 2) in a step and as resumed
+  state is written, a failed read (TRIDENT_TEST_READ_ERROR) in a checkpoint's save, and the
+  state files removed mid-run: one error naming the directory, every rank gone, exit 1, the
+  last checkpoint intact and nothing half-saved left.
 
 Needs only the standard library, mpirun, and root for mount (as CI runs); exit 77 without
 mpirun.
@@ -130,23 +132,60 @@ def start_up_faults(trident, base, path):
             subprocess.run(["umount", mount])
 
 
+def train_with_fault(trident, base, overrides, fault):
+    """`trident train` on 2 ranks with the test-only fault `fault` (environment variables)."""
+    args = ["mpirun", "--oversubscribe", "-np", "2", trident, "train"] + base
+    for o in overrides:
+        args += ["--set", o]
+    return subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          env={**mpirun_env(), **fault}, timeout=300)
+
+
 def mid_run_faults(trident, base, path):
     # A write that fails on rank 1 (as an I/O error would): both ranks stop at step 1.
     off = path("nvme_faults")
     os.makedirs(off)
     nvme = ["optimizer.offload=nvme", f"optimizer.offload_dir={off}", "parallel.data=2"]
-    args = ["mpirun", "--oversubscribe", "-np", "2", trident, "train"] + base
-    for o in nvme + [f"checkpoint.dir={path('ck_write')}"]:
-        args += ["--set", o]
-    p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       env={**mpirun_env(), "TRIDENT_TEST_WRITE_ERROR":
-                            "optimizer_state.rank1:EIO"}, timeout=300)
+    p = train_with_fault(trident, base, nvme + [f"checkpoint.dir={path('ck_write')}"],
+                         {"TRIDENT_TEST_WRITE_ERROR": "optimizer_state.rank1:EIO"})
     lines = error_lines(p.stdout)
     expected = (f"trident: error: optimizer.offload_dir '{off}': cannot write "
                 f"{off}/optimizer_state.rank1: Input/output error (EIO); no checkpoint has been "
                 f"written to {path('ck_write')}")
     check(p.returncode == 1 and lines == [expected] and "MPI_ABORT" not in p.stdout,
           f"a failed write on rank 1: one line, exit 1 (got {p.returncode}): {lines}")
+
+    # A read that fails on rank 1 in the save of step 2 (its reads: a pass over its state's
+    # chunks a step, so the save's are the first after 2 passes): every rank stops, nothing
+    # half-saved is left.
+    chunks = -(-(PARAMS // 2) // 4000)
+    ck = path("ck_read")
+    p = train_with_fault(trident, base, nvme + ["optimizer.offload_chunk=4000",
+                                                "checkpoint.interval=2", f"checkpoint.dir={ck}",
+                                                f"logging.metrics={path('read.jsonl')}"],
+                         {"TRIDENT_TEST_READ_ERROR": f"optimizer_state.rank1:EIO:{2 * chunks}"})
+    lines = error_lines(p.stdout)
+    expected = (f"trident: error: optimizer.offload_dir '{off}': cannot read "
+                f"{off}/optimizer_state.rank1: Input/output error (EIO); no checkpoint has been "
+                f"written to {ck}")
+    steps = [r["step"] for r in losses(path("read.jsonl"))]
+    left = [d for d in os.listdir(ck) if not d.startswith(".lock")]
+    check(p.returncode == 1 and lines == [expected] and "MPI_ABORT" not in p.stdout
+          and steps == [1, 2] and not left,
+          f"a failed read on rank 1 in the save of step 2: one line, exit 1, steps {steps}, "
+          f"nothing left in checkpoint.dir {left} (got {p.returncode}): {lines}")
+
+    # A write that fails on rank 1 as the resumed state is written to its file.
+    resumed = path("ck_nvme21/step_000005")
+    p = train_with_fault(trident, base, nvme + [f"checkpoint.resume={resumed}",
+                                                f"checkpoint.dir={path('ck_resume_write')}"],
+                         {"TRIDENT_TEST_WRITE_ERROR": "optimizer_state.rank1:EIO"})
+    lines = error_lines(p.stdout)
+    expected = (f"trident: error: checkpoint.resume: {resumed}: optimizer.offload_dir '{off}': "
+                f"cannot write {off}/optimizer_state.rank1: Input/output error (EIO)")
+    check(p.returncode == 1 and lines == [expected] and "MPI_ABORT" not in p.stdout,
+          f"a failed write on rank 1 as the state is resumed: one line, exit 1 "
+          f"(got {p.returncode}): {lines}")
 
     # The state files removed under a long run: stopped, the last checkpoint intact.
     ck = path("ck_removed")
