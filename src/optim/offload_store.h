@@ -27,14 +27,15 @@
 
 namespace trident::optim {
 
-// The state file could not be read or written (or is gone) after the run started.
+// The state file's directory cannot take it, or the file could not be made, read or written
+// (or is gone).
 class OffloadError : public Error {
 public:
     using Error::Error;
 };
 
 // Whether `dir` is there, a directory and writable, with room for `bytes` more: throws
-// trident::Error naming optimizer.offload_dir and the path where not. A run checks it as it
+// OffloadError naming optimizer.offload_dir and the path where not. A run checks it as it
 // starts (where every rank agrees on the verdict), and each rank's store again for its own
 // state.
 void check_offload_dir(const std::string& dir, std::uint64_t bytes);

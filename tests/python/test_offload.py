@@ -11,8 +11,8 @@
   checkpoint resumed into none (bitwise the uninterrupted run), a none run's into nvme
   (bitwise), and the nvme run's into nvme at D = 2 (bitwise none's run resumed alike).
 - Faults: a missing directory, a file for a directory, a read-only one (a tmpfs mounted ro),
-  a full one (a tmpfs of 64 KiB) at start-up: one error naming optimizer.offload_dir and the
-  path; a failed write (TRIDENT_TEST_WRITE_ERROR, on rank 1 of 2) in a step and as resumed
+  a full one (a tmpfs of 64 KiB) at start-up, and one with room for one rank's state of
+  two: one error naming optimizer.offload_dir and the path; a failed write (TRIDENT_TEST_WRITE_ERROR, on rank 1 of 2) in a step and as resumed
   state is written, a failed read (TRIDENT_TEST_READ_ERROR) in a checkpoint's save, and the
   state files removed mid-run: one error naming the directory, every rank gone, exit 1, the
   last checkpoint intact and nothing half-saved left.
@@ -130,6 +130,32 @@ def start_up_faults(trident, base, path):
                     f"optimizer.offload_dir '{mount}' {expected}", f"a tmpfs mounted {options}")
         finally:
             subprocess.run(["umount", mount])
+    one_rank_short(trident, base, path)
+
+
+def one_rank_short(trident, base, path):
+    """A tmpfs with room for one of two ranks' state files: the rank that finds no room stops
+    both, with one line naming the directory, before step 1."""
+    mount = path("one_fits")
+    os.makedirs(mount)
+    # 64 pages of 4 KiB: one rank's 12 x PARAMS / 2 bytes take 57 of them.
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", mount],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    check(r.returncode == 0, f"a tmpfs (size=256k) is mounted ({r.stdout.strip()})")
+    if r.returncode != 0:
+        return
+    try:
+        p = train_with_fault(trident, base, ["optimizer.offload=nvme", "parallel.data=2",
+                                             f"optimizer.offload_dir={mount}",
+                                             f"logging.metrics={path('one_fits.jsonl')}"], {})
+        lines = error_lines(p.stdout)
+        check(p.returncode == 1 and len(lines) == 1 and f"optimizer.offload_dir '{mount}'" in
+              lines[0] and "MPI_ABORT" not in p.stdout and not os.path.exists(
+                  path("one_fits.jsonl")) and not os.listdir(mount),
+              f"room for one rank's state of two: one line, exit 1, no step, no file left "
+              f"(got {p.returncode}): {lines}")
+    finally:
+        subprocess.run(["umount", mount])
 
 
 def train_with_fault(trident, base, overrides, fault):
