@@ -15,7 +15,8 @@
   two: one error naming optimizer.offload_dir and the path; a failed write (TRIDENT_TEST_WRITE_ERROR, on rank 1 of 2) in a step and as resumed
   state is written, a failed read (TRIDENT_TEST_READ_ERROR) in a checkpoint's save, and the
   state files removed mid-run: one error naming the directory, every rank gone, exit 1, the
-  last checkpoint intact and nothing half-saved left.
+  last checkpoint intact and nothing half-saved left. The disk filled mid-run: nothing fails,
+  the files' blocks having been reserved at the start.
 
 Needs only the standard library, mpirun, and root for mount (as CI runs); exit 77 without
 mpirun.
@@ -91,6 +92,7 @@ def main():
                   f"{name}: resumed at step 5, {ref}'s losses and checkpoint, bitwise ({diff})")
         start_up_faults(trident, base, path)
         mid_run_faults(trident, base, path)
+        filled_mid_run(trident, base, path, losses(path("none21.jsonl")))
     if failures:
         raise SystemExit(f"{len(failures)} check(s) failed")
 
@@ -165,6 +167,50 @@ def train_with_fault(trident, base, overrides, fault):
         args += ["--set", o]
     return subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           env={**mpirun_env(), **fault}, timeout=300)
+
+
+def filled_mid_run(trident, base, path, ref):
+    """The state files' disk filled up as soon as both files are there, before step 1 writes
+    them (a tmpfs of 1 MiB; the steps slowed to 300 ms on rank 0 so that the run is still
+    going): the files' blocks were reserved as they were made, so the run goes on to its end
+    with none's losses, bitwise."""
+    mount = path("fills")
+    os.makedirs(mount)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mount],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    check(r.returncode == 0, f"a tmpfs (size=1m) is mounted ({r.stdout.strip()})")
+    if r.returncode != 0:
+        return
+    try:
+        metrics = path("fills.jsonl")
+        job = start_train(trident, base, 2, [
+            "optimizer.offload=nvme", f"optimizer.offload_dir={mount}", "parallel.data=2",
+            "parallel.zero_stage=1", f"logging.metrics={metrics}"],
+            {"TRIDENT_TEST_SLOW_RANK": "0:300"})
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(glob.glob(f"{mount}/optimizer_state.*")) < 2:
+            time.sleep(0.01)
+        filled = 0
+        fd = os.open(os.path.join(mount, "filler"), os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                filled += os.write(fd, b"\0" * 4096)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        running = job.poll() is None
+        try:
+            job.communicate(timeout=300)
+        finally:
+            job.kill()
+        got = losses(metrics)
+        check(running and job.returncode == 0 and losses_match(got, ref),
+              f"the disk filled ({filled} bytes) as the state files were made, the run going on "
+              f"({running}): it ends (exit {job.returncode}) with none's losses, bitwise "
+              f"({len(got)} steps)")
+    finally:
+        subprocess.run(["umount", mount])
 
 
 def mid_run_faults(trident, base, path):
