@@ -21,10 +21,9 @@
 Needs only the standard library, mpirun, and root for mount (as CI runs); exit 77 without
 mpirun.
 """
+import contextlib
 import glob
-import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -120,33 +119,37 @@ def start_up_faults(trident, base, path):
     for name, options, expected in [("ro", "ro,size=1m", "is not writable"),
                                     ("small", "size=64k", "has 65536 bytes free; this rank's optimizer "
                                      f"state needs {12 * PARAMS}")]:
-        mount = path(name)
-        os.makedirs(mount)
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", mount],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        check(r.returncode == 0, f"a tmpfs ({options}) is mounted ({r.stdout.strip()})")
-        if r.returncode != 0:
-            continue
-        try:
-            refused(trident, base, ["optimizer.offload=nvme", f"optimizer.offload_dir={mount}"],
-                    f"optimizer.offload_dir '{mount}' {expected}", f"a tmpfs mounted {options}")
-        finally:
-            subprocess.run(["umount", mount])
+        with tmpfs(path(name), options) as mount:
+            if mount:
+                refused(trident, base,
+                        ["optimizer.offload=nvme", f"optimizer.offload_dir={mount}"],
+                        f"optimizer.offload_dir '{mount}' {expected}",
+                        f"a tmpfs mounted {options}")
     one_rank_short(trident, base, path)
+
+
+@contextlib.contextmanager
+def tmpfs(mount, options):
+    """A tmpfs mounted at `mount` (made) with `options` while the block runs: its path, or None
+    where it could not be mounted (a failed check)."""
+    os.makedirs(mount)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", mount],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    check(r.returncode == 0, f"a tmpfs ({options}) is mounted ({r.stdout.strip()})")
+    try:
+        yield mount if r.returncode == 0 else None
+    finally:
+        if r.returncode == 0:
+            subprocess.run(["umount", mount])
 
 
 def one_rank_short(trident, base, path):
     """A tmpfs with room for one of two ranks' state files: the rank that finds no room stops
     both, with one line naming the directory, before step 1."""
-    mount = path("one_fits")
-    os.makedirs(mount)
     # 64 pages of 4 KiB: one rank's 12 x PARAMS / 2 bytes take 57 of them.
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", mount],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    check(r.returncode == 0, f"a tmpfs (size=256k) is mounted ({r.stdout.strip()})")
-    if r.returncode != 0:
-        return
-    try:
+    with tmpfs(path("one_fits"), "size=256k") as mount:
+        if not mount:
+            return
         p = train_with_fault(trident, base, ["optimizer.offload=nvme", "parallel.data=2",
                                              f"optimizer.offload_dir={mount}",
                                              f"logging.metrics={path('one_fits.jsonl')}"], {})
@@ -156,8 +159,6 @@ def one_rank_short(trident, base, path):
                   path("one_fits.jsonl")) and not os.listdir(mount),
               f"room for one rank's state of two: one line, exit 1, no step, no file left "
               f"(got {p.returncode}): {lines}")
-    finally:
-        subprocess.run(["umount", mount])
 
 
 def train_with_fault(trident, base, overrides, fault):
@@ -174,14 +175,9 @@ def filled_mid_run(trident, base, path, ref):
     them (a tmpfs of 1 MiB; the steps slowed to 300 ms on rank 0 so that the run is still
     going): the files' blocks were reserved as they were made, so the run goes on to its end
     with none's losses, bitwise."""
-    mount = path("fills")
-    os.makedirs(mount)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", mount],
-                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    check(r.returncode == 0, f"a tmpfs (size=1m) is mounted ({r.stdout.strip()})")
-    if r.returncode != 0:
-        return
-    try:
+    with tmpfs(path("fills"), "size=1m") as mount:
+        if not mount:
+            return
         metrics = path("fills.jsonl")
         job = start_train(trident, base, 2, [
             "optimizer.offload=nvme", f"optimizer.offload_dir={mount}", "parallel.data=2",
@@ -209,8 +205,6 @@ def filled_mid_run(trident, base, path, ref):
               f"the disk filled ({filled} bytes) as the state files were made, the run going on "
               f"({running}): it ends (exit {job.returncode}) with none's losses, bitwise "
               f"({len(got)} steps)")
-    finally:
-        subprocess.run(["umount", mount])
 
 
 def mid_run_faults(trident, base, path):
