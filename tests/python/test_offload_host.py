@@ -10,10 +10,15 @@ memcpy there).
   bitwise equal to none's bf16 run, losses and checkpoint.
 - Checkpoints save from and resume into host state: a host run's step-5 checkpoint resumed
   into none, and a none run's into host, each bitwise none's uninterrupted run at step 10.
+- The planner (`trident plan --json`, D = 2): no optimizer state on the device, and 12 bytes
+  per owned parameter in host memory, the parameter count from the model's shape
+  (Vp·C + T·C + L·(12C² + 13C) + 2C, Vp the vocabulary padded to 128), over D.
 
 Needs only the standard library and mpirun; exit 77 without mpirun.
 """
+import json
 import os
+import subprocess
 import sys
 import tempfile
 
@@ -22,6 +27,9 @@ from mpi_harness import (binaries_or_skip, check, checkpoints_differ, failures, 
                          losses_match, run, tiny_run)
 
 HOST = ["optimizer.offload=host"]
+V, T, C, L = 300, 16, 32, 2
+VP = (V + 127) // 128 * 128  # the embedding's rows: the vocabulary padded to 128
+PARAMS = VP * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
 
 
 def main():
@@ -59,6 +67,15 @@ def main():
              "host's step 5 resumed into none")
         same("none_to_host", "none11", train(1, "none_to_host", HOST + resume("none11")),
              "none's step 5 resumed into host")
+
+        plan = subprocess.run([trident, "plan", "--json"] + base +
+                              ["--set", HOST[0], "--set", "parallel.data=2"],
+                              stdout=subprocess.PIPE, text=True, check=True)
+        memory = json.loads(plan.stdout)["stages"][0]["memory_bytes"]
+        check(memory["optimizer"] == 0 and memory["offloaded"] == 12 * PARAMS // 2,
+              f"the planner: no optimizer state on the device, 12 bytes per owned parameter "
+              f"on the host ({memory['optimizer']}, {memory['offloaded']}; "
+              f"{12 * PARAMS // 2} expected)")
     if failures:
         raise SystemExit(f"{len(failures)} check(s) failed")
 
