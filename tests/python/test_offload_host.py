@@ -5,7 +5,8 @@ memcpy there).
 
 - Losses and checkpoint tensors (weights, fp32 master weights, Adam's moments) bitwise equal
   to no offload, element by element: D = 1; D = 2 with ZeRO-1, the state visited in chunks
-  smaller than it; D = 2 with ZeRO-2. The host update splits each chunk over 2 threads.
+  smaller than it; D = 2 with ZeRO-2. The host update splits its whole-state chunks over 2
+  threads (8,192 elements a thread at least: the 4,000-element chunks stay on one).
 - bf16 training (16-bit parameters and gradients: the weights come back rounded on the host):
   bitwise equal to none's bf16 run, losses and checkpoint.
 - Checkpoints save from and resume into host state: a host run's step-5 checkpoint resumed
