@@ -1,5 +1,6 @@
 // DeviceBuffer: a buffer of the backend's memory (kernels::Ops::allocate) that releases
-// itself, for the model's parameters, gradients, activations and scratch.
+// itself, for the model's parameters, gradients, activations and scratch; HostBuffer: the
+// same for the host memory the device copies to and from (Ops::allocate_host).
 #pragma once
 
 #include <cstddef>
@@ -28,6 +29,30 @@ private:
     Ops* ops_ = nullptr;
     Ptr data_;
     std::size_t count_ = 0;
+};
+
+// `bytes` of host memory from Ops::allocate_host (page-locked on a GPU), zero-filled, that
+// releases itself.
+class HostBuffer {
+public:
+    HostBuffer() = default;
+    HostBuffer(Ops& ops, std::size_t bytes);
+    ~HostBuffer();
+    HostBuffer(HostBuffer&& other) noexcept;
+    HostBuffer& operator=(HostBuffer&& other) noexcept;
+    HostBuffer(const HostBuffer&) = delete;
+    HostBuffer& operator=(const HostBuffer&) = delete;
+
+    template <typename T>
+    T* as() const {
+        return static_cast<T*>(data_);
+    }
+    std::size_t bytes() const { return bytes_; }
+
+private:
+    Ops* ops_ = nullptr;
+    void* data_ = nullptr;
+    std::size_t bytes_ = 0;
 };
 
 }  // namespace trident::kernels

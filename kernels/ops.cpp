@@ -7,23 +7,31 @@
 namespace trident::kernels {
 
 void Ops::copy_to_host(float* host, ConstPtr device, std::size_t count) {
+    std::vector<uint16_t> staging(device.dtype == DType::f32 ? 0 : count);
+    copy_to_host(host, device, count, staging.data());
+}
+
+void Ops::copy_from_host(Ptr device, const float* host, std::size_t count) {
+    std::vector<uint16_t> staging(device.dtype == DType::f32 ? 0 : count);
+    copy_from_host(device, host, count, staging.data());
+}
+
+void Ops::copy_to_host(float* host, ConstPtr device, std::size_t count, uint16_t* staging) {
     if (device.dtype == DType::f32) {
         download(host, device.data, count * sizeof(float));
         return;
     }
-    std::vector<uint16_t> staged(count);
-    download(staged.data(), device.data, count * sizeof(uint16_t));
-    widen(host, ConstPtr(staged.data(), device.dtype), count);
+    download(staging, device.data, count * sizeof(uint16_t));
+    widen(host, ConstPtr(staging, device.dtype), count);
 }
 
-void Ops::copy_from_host(Ptr device, const float* host, std::size_t count) {
+void Ops::copy_from_host(Ptr device, const float* host, std::size_t count, uint16_t* staging) {
     if (device.dtype == DType::f32) {
         upload(device.data, host, count * sizeof(float));
         return;
     }
-    std::vector<uint16_t> staged(count);
-    narrow(Ptr(staged.data(), device.dtype), host, count);
-    upload(device.data, staged.data(), count * sizeof(uint16_t));
+    narrow(Ptr(staging, device.dtype), host, count);
+    upload(device.data, staging, count * sizeof(uint16_t));
 }
 
 double Ops::sum_of_squares(ConstPtr x, std::size_t count) {

@@ -57,6 +57,11 @@ public:
     virtual std::size_t peak_allocated_bytes() const = 0;
     // Starts the peak again from what is allocated now.
     virtual void reset_peak_allocated_bytes() = 0;
+    // Host memory the device copies to and from fastest, zero-filled: page-locked on a GPU
+    // backend (cudaMallocHost), plain on the CPU. Not counted in allocated_bytes (it is not the
+    // device's); given back with release_host.
+    virtual void* allocate_host(std::size_t bytes) = 0;
+    virtual void release_host(void* buffer) = 0;
     // Raw bytes between host and device. upload returns once `host` may be reused; the copy is
     // ordered after the ops queued before it and before those queued after it, and may not have
     // happened yet (a GPU backend need not wait for its device). download returns with the
@@ -66,6 +71,10 @@ public:
     // As fp32 on the host: widened from, or rounded into, the device buffer's type.
     void copy_to_host(float* host, ConstPtr device, std::size_t count);
     void copy_from_host(Ptr device, const float* host, std::size_t count);
+    // The same through `staging`, host memory of count 16-bit elements, for a 16-bit buffer
+    // (unused for fp32 ones): no allocation, and page-locked staging where it is.
+    void copy_to_host(float* host, ConstPtr device, std::size_t count, uint16_t* staging);
+    void copy_from_host(Ptr device, const float* host, std::size_t count, uint16_t* staging);
     virtual void zero(Ptr x, std::size_t count) = 0;
     // out = in, both of one type.
     virtual void copy(Ptr out, ConstPtr in, std::size_t count) = 0;

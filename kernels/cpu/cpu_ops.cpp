@@ -51,6 +51,13 @@ public:
         sizes_.erase(it);
         std::free(buffer);
     }
+    void* allocate_host(std::size_t bytes) override {
+        void* buffer = std::calloc(std::max<std::size_t>(1, bytes), 1);
+        if (buffer == nullptr)
+            throw Error("out of host memory allocating " + std::to_string(bytes) + " bytes");
+        return buffer;
+    }
+    void release_host(void* buffer) override { std::free(buffer); }
     std::size_t allocated_bytes() const override { return allocated_; }
     std::size_t peak_allocated_bytes() const override { return peak_; }
     void reset_peak_allocated_bytes() override { peak_ = allocated_; }

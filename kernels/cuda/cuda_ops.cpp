@@ -15,6 +15,8 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "kernels/cuda/attention.h"
@@ -62,6 +64,18 @@ public:
         return Ptr(buffer, dtype);
     }
     void release(void* buffer) override { allocator_.release(buffer); }
+    void* allocate_host(std::size_t bytes) override {
+        void* buffer = nullptr;
+        TRIDENT_CUDA_CHECK(cudaMallocHost(&buffer, std::max<std::size_t>(1, bytes)));
+        std::memset(buffer, 0, bytes);
+        return buffer;
+    }
+    // After the copies queued on it. Called from destructors, so unchecked: a failure here is
+    // the device's, and its next checked call reports it.
+    void release_host(void* buffer) override {
+        cudaStreamSynchronize(stream_);
+        cudaFreeHost(buffer);
+    }
     std::size_t allocated_bytes() const override { return allocator_.allocated_bytes(); }
     std::size_t peak_allocated_bytes() const override { return allocator_.peak_allocated_bytes(); }
     void reset_peak_allocated_bytes() override { allocator_.reset_peak(); }

@@ -238,14 +238,10 @@ Start resume(const Setup& setup, parallel::World& world, train::Trainer& trainer
 }
 
 // What optimizer.offload asks, where it can be found before training starts: the directory
-// of nvme's files, and host offload on a GPU (its host-side Adam is not built).
-void check_offload_setting(const config::Config& cfg, const Device& device) {
+// of nvme's files.
+void check_offload_setting(const config::Config& cfg) {
     if (cfg.optimizer.offload == config::Offload::nvme)
         optim::check_offload_dir(*cfg.optimizer.offload_dir, 0);
-    if (cfg.optimizer.offload == config::Offload::host && device.gpu)
-        throw Error(
-            "optimizer.offload: host is not built for GPUs yet (the Adam step on the "
-            "host); use none or nvme");
 }
 
 // Where the optimizer state lives, when not in device memory.
@@ -253,9 +249,10 @@ void print_offload(const config::Config& cfg, train::Trainer& trainer, kernels::
     const config::OptimizerConfig& o = cfg.optimizer;
     if (o.offload == config::Offload::host)
         std::printf(
-            "offload: host changes nothing on the %s backend: its optimizer state is in "
-            "host memory already\n",
-            ops.name());
+            "offload: optimizer state in %s host memory, its Adam step on the host in chunks "
+            "of %d parameters\n",
+            std::string(ops.name()) == "cpu" ? "the cpu backend's own" : "page-locked",
+            o.offload_chunk);
     if (const optim::OffloadStore* store = trainer.optimizer().store())
         std::printf(
             "offload: optimizer state in %s (rank 0's; one file per rank), streamed in "
@@ -381,7 +378,7 @@ int train(const TrainOptions& opts, parallel::World& world) {
             if (world.local_rank() == 0)
                 setup.data_files = fingerprint_data(setup.train_data.get(), setup.valid_data.get());
             check_resume_setting(setup.cfg);
-            check_offload_setting(setup.cfg, setup.device);
+            check_offload_setting(setup.cfg);
             if (const auto& dir = setup.cfg.checkpoint.dir; dir && world.rank() == 0)
                 setup.dir_lock = train::claim_checkpoint_dir(*dir);  // before step 1
         },

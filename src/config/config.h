@@ -182,7 +182,7 @@ struct TrainingConfig {
     double straggler_factor = 0;
     Recompute recompute = Recompute::none;
     uint64_t seed = 1234;
-    int threads = 0;        // CPU threads for ops and OpenBLAS; 0 = all cores
+    int threads = 0;  // CPU threads for ops, OpenBLAS and offload: host's update; 0 = all cores
     int eval_interval = 0;  // steps between validation passes; 0 = only after the last step
     // Sequences of data.valid per validation pass: samples 0 .. eval_sequences - 1, split over
     // the data-parallel replicas in microbatches, so every layout evaluates the same tokens.

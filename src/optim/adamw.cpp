@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <thread>
+
+#include "optim/host_store.h"
 
 namespace trident::optim {
 
@@ -21,10 +24,20 @@ AdamW::AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::
       size_(grads.size()) {
     const std::size_t owned = data_parallel.owned_count();
     const std::size_t allocated_before = ops.allocated_bytes();
+    const auto chunk = static_cast<std::size_t>(offload.offload_chunk);
     if (offload.offload == config::Offload::nvme) {
-        store_ = std::make_unique<OffloadStore>(*offload.offload_dir, rank, owned,
-                                                static_cast<std::size_t>(offload.offload_chunk));
+        auto file = std::make_unique<OffloadStore>(*offload.offload_dir, rank, owned, chunk);
+        file_ = file.get();
+        store_ = std::move(file);
         chunk_ = kernels::DeviceBuffer(ops, 3 * std::min(owned, store_->chunk()));
+    } else if (offload.offload == config::Offload::host) {
+        store_ = std::make_unique<HostStore>(ops, owned, chunk);
+        const std::size_t staged = std::min(owned, store_->chunk());
+        host_grads_ = kernels::HostBuffer(ops, staged * sizeof(float));
+        staging_ = kernels::HostBuffer(ops, staged * sizeof(std::uint16_t));
+        host_threads_ = cfg.threads > 0
+                            ? cfg.threads
+                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
     } else {
         master_ = kernels::DeviceBuffer(ops, owned);
         m_ = kernels::DeviceBuffer(ops, owned);

@@ -12,7 +12,10 @@
 //
 // With optimizer.offload: nvme the master weights and moments live in a file instead
 // (optim/offload_store.h), streamed chunk by chunk through a device buffer of one chunk: the
-// same update, element by element, so the same bits.
+// same update, element by element, so the same bits. With offload: host they live in host
+// memory (optim/host_store.h) and the update runs there, on host threads, through the CPU
+// backend's own element loop (kernels/host_adamw.h): each chunk's gradients come down, the
+// updated master weights go back up rounded to the parameters' type.
 //
 // Under tensor and pipeline parallelism each rank updates its part; the gradient norm is
 // global over the whole grid, with tensors held more than once counted once: replicated ones
@@ -31,6 +34,7 @@
 #include "model/flat_buffer.h"
 #include "model/param_layout.h"
 #include "optim/offload_store.h"
+#include "optim/state_store.h"
 #include "parallel/comm.h"
 
 namespace trident::optim {
@@ -84,7 +88,7 @@ public:
     // allocator counted them.
     std::size_t state_bytes() const { return state_bytes_; }
     // The state's file (optimizer.offload: nvme), or null.
-    const OffloadStore* store() const { return store_.get(); }
+    const OffloadStore* store() const { return file_; }
 
 private:
     // A maximal run of owned tensors alike.
@@ -97,6 +101,10 @@ private:
     void add_ranges(const model::ParamLayout& layout);
     // step, params_from_master, state and restore on the state in the store.
     void step_offloaded(float lr, float grad_scale);
+    // One chunk's update: on the device (nvme) or on the host (host); `first`: the master
+    // weights are taken from the parameters.
+    void update_on_device(const StateStore::Chunk& c, bool first, float lr, float grad_scale);
+    void update_on_host(const StateStore::Chunk& c, bool first, float lr, float grad_scale);
     void params_from_store();
     State state_from_store() const;
     void restore_into_store(const State& s);
@@ -110,8 +118,12 @@ private:
     std::size_t size_;                      // elements in the buffers
     std::vector<Range> ranges_;             // in buffer order
     kernels::DeviceBuffer master_, m_, v_;  // fp32 master weights and Adam's moments (owned)
-    std::unique_ptr<OffloadStore> store_;   // instead of them, with offload: nvme
-    kernels::DeviceBuffer chunk_;           // (3 · chunk) fp32: a chunk of the store's
+    std::unique_ptr<StateStore> store_;     // instead of them, with offload: host or nvme
+    OffloadStore* file_ = nullptr;          // store_, with offload: nvme
+    kernels::DeviceBuffer chunk_;           // (3 · chunk) fp32: a chunk of the file's
+    kernels::HostBuffer host_grads_;        // (chunk) fp32: a chunk's gradients (host)
+    kernels::HostBuffer staging_;           // (chunk) 16-bit: their transfers' staging (host)
+    int host_threads_ = 1;                  // the host update's threads (host)
     kernels::DeviceBuffer norm_total_;      // (1) f64: the squared gradient norm, on the device
     std::size_t state_bytes_ = 0;
     int step_ = 0;  // the master weights are taken from the parameters before step 1

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "kernels/error.h"
+#include "optim/state_store.h"
 
 namespace trident::optim {
 
@@ -40,7 +41,7 @@ public:
 // state.
 void check_offload_dir(const std::string& dir, std::uint64_t bytes);
 
-class OffloadStore {
+class OffloadStore final : public StateStore {
 public:
     // Checks `dir` (there, a directory, writable, with room for 12·elements bytes: messages
     // name optimizer.offload_dir and the path), then creates and reserves this rank's file.
@@ -49,16 +50,9 @@ public:
     OffloadStore(const OffloadStore&) = delete;
     OffloadStore& operator=(const OffloadStore&) = delete;
 
-    // Elements [first, first + count) of the state, in a host buffer of the store.
-    struct Chunk {
-        std::size_t first, count;
-        float *master, *m, *v;  // (count) each
-    };
-    // read: each chunk as stored; write: each chunk as `visit` fills it (the file's contents
-    // are not read); update: read, visited, written back. Chunks in order. Throws
-    // OffloadError where the file cannot be read or written or is no longer there.
-    enum class Pass { read, write, update };
-    void stream(Pass pass, const std::function<void(const Chunk&)>& visit);
+    // Each chunk (StateStore::stream) through a host buffer of the store. Throws OffloadError
+    // where the file cannot be read or written or is no longer there.
+    void stream(Pass pass, const std::function<void(const Chunk&)>& visit) override;
 
     // Bytes moved between the file and the buffers since the store was made.
     std::uint64_t bytes_read() const { return bytes_read_; }
@@ -66,7 +60,7 @@ public:
     // Host memory the chunk buffers take.
     std::size_t buffer_bytes() const { return buffers_.size() * sizeof(float); }
     const std::string& path() const { return path_; }
-    std::size_t chunk() const { return chunk_; }  // elements per chunk
+    std::size_t chunk() const override { return chunk_; }
 
 private:
     struct Job {

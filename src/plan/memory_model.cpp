@@ -207,6 +207,9 @@ std::vector<StageMemory> plan_memory(const PlanInputs& in) {
             s.offloaded = s.states.optimizer;
             s.states.optimizer =
                 std::min(s.offloaded, double{kOptimizerBytes} * cfg.optimizer.offload_chunk);
+        } else if (cfg.optimizer.offload == config::Offload::host) {
+            s.offloaded = s.states.optimizer;  // the update runs there: none on the device
+            s.states.optimizer = 0;
         }
 
         const model::StageParts parts = stage_parts(cfg, layout, d);

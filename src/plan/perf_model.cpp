@@ -224,6 +224,10 @@ StageSeconds stage_seconds(const PlanInputs& in, int s, const StageTraffic& t, d
     if (in.cfg.optimizer.offload == config::Offload::nvme) {
         st.offload_io = 2 * owned * kOptimizerBytes / hw.disk_bandwidth;
         st.optimizer = std::max(st.optimizer, st.offload_io);
+    } else if (in.cfg.optimizer.offload == config::Offload::host) {
+        st.offload_io = owned * (in.grad_bytes + in.weight_bytes) / hw.host_link_bandwidth;
+        st.optimizer = st.offload_io +
+                       owned * (2 * kOptimizerBytes + 2 * sizeof(float)) / hw.host_memory_bandwidth;
     }
     return st;
 }

@@ -32,7 +32,11 @@
 //   bandwidth, for the parameters the rank owns. With optimizer.offload: nvme the state is
 //   also read from and written to its file, 12 bytes per owned parameter each way, at the
 //   disk bandwidth, under the update (read-ahead, write-behind): the longer of the two. The
-//   step is I/O-bound when that file traffic takes longer than the step's compute.
+//   step is I/O-bound when that file traffic takes longer than the step's compute. With
+//   optimizer.offload: host the update runs on the host at its memory bandwidth (master
+//   weights and moments read and written, the fp32 gradients read, the weights written) after
+//   the owned gradients come down and before the weights go up over the host link (one after
+//   the other, a chunk at a time, as built: not overlapped).
 // Ranks are placed in Megatron's grid order (tensor fastest, then data, then pipeline) on
 // nodes of gpus_per_node GPUs.
 #pragma once
@@ -58,6 +62,11 @@ struct Hardware {
     // one NVMe drive per rank (about 2 GB/s) unless given (trident plan --disk-bw), for
     // every preset.
     double disk_bandwidth = 2e9;
+    // optimizer.offload: host: bytes/s each way between a GPU and host memory (assumed: PCIe
+    // 4.0 x16's achieved 25 GB/s) and of the host's own memory-bound update (assumed: 100 GB/s,
+    // a server's DRAM), for every preset.
+    double host_link_bandwidth = 25e9;
+    double host_memory_bandwidth = 100e9;
 };
 
 // dgx2h-v100, dgx-a100, dgx-h100 (their figures and sources in perf_model.cpp). Throws
@@ -74,7 +83,9 @@ struct StepTime {
     double bubble = 0;         // pipeline fill and drain
     double data_comm = 0;      // the data-parallel reduction, as far as it is exposed
     double optimizer = 0;      // with optimizer.offload: nvme, at least offload_io
-    double offload_io = 0;     // the state's file read and written (optimizer.offload: nvme)
+    // The state's file read and written (optimizer.offload: nvme); the gradients down and the
+    // weights up between device and host (host).
+    double offload_io = 0;
     int slowest_stage = 0;
     double executed_flops = 0;  // per step on that stage's ranks, recompute included
 };

@@ -151,6 +151,11 @@ std::string memory_table_text(const Plan& plan) {
             "optimizer: one chunk on the device; in optimizer.offload_dir's files, %s "
             "per rank of stage 0 (not in the total)\n",
             train::human_bytes(plan.memory.front().offloaded).c_str());
+    if (cfg.optimizer.offload == config::Offload::host)
+        out += format(
+            "optimizer: none on the device; in host memory, %s per rank of stage 0 (not in the "
+            "total)\n",
+            train::human_bytes(plan.memory.front().offloaded).c_str());
     out +=
         "activations by Korthikanti et al.'s per-layer formula (masks and dropout copies "
         "kept):";
@@ -269,6 +274,13 @@ std::string step_time_text(const Plan& plan) {
             hw.disk_bandwidth == Hardware{}.disk_bandwidth ? "assumed: one NVMe drive per rank; "
                                                              "--disk-bw sets it"
                                                            : "--disk-bw",
+            st.offload_io > st.compute ? ": the step is I/O-bound (more than its compute)" : "");
+    if (in.cfg.optimizer.offload == config::Offload::host)
+        out += format(
+            "  offload: the gradients down and the weights up between device and host, %.4g s "
+            "a step at %.1f GB/s each way, and the update in host memory at %.1f GB/s "
+            "(both assumed)%s\n",
+            st.offload_io, hw.host_link_bandwidth / 1e9, hw.host_memory_bandwidth / 1e9,
             st.offload_io > st.compute ? ": the step is I/O-bound (more than its compute)" : "");
     return out;
 }

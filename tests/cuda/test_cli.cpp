@@ -5,7 +5,7 @@
 // ranks by ring attention; fp16 with loss scaling trains as on the CPU; a
 // checkpoint written on the GPU resumes on the CPU and the reverse; the default job
 // (configs/default.yaml, which needs the corpus that scripts/prepare_kjv.sh makes) and the
-// GPT-2 124M benchmark run on the GPU.
+// GPT-2 124M benchmark run on the GPU; optimizer.offload: host trains as none does.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -194,6 +194,27 @@ TEST_CASE("cuda: a checkpoint written on the GPU resumes on the CPU, and the rev
             require_close(losses_of(ws.path("resumed.jsonl")),
                           std::vector<double>(whole.begin() + 3, whole.end()), tolerance);
         }
+    }
+}
+
+// The host-side Adam runs the CPU backend's element loop, the device-resident update the CUDA
+// kernel: the same formula, with fused multiply-adds placed by two compilers, so the two are
+// compared as the GPU and the CPU are, not bitwise (on the CPU backend they are bitwise:
+// tests/python/test_offload_host.py).
+TEST_CASE("cuda: optimizer.offload: host trains as none on the GPU", "[offload]") {
+    for (const char* precision : {"fp32", "bf16"}) {
+        INFO(precision);
+        cli::Workspace ws;
+        const std::string common = "--set device=cuda --set training.tf32=false" +
+                                   std::string(" --set training.precision=") + precision +
+                                   " --set logging.metrics=";
+        checked(ws.train(common + ws.path("none.jsonl")));
+        const cli::RunResult host =
+            checked(ws.train(common + ws.path("host.jsonl") + " --set optimizer.offload=host"));
+        REQUIRE(host.output.find("optimizer state in page-locked host memory") !=
+                std::string::npos);
+        require_close(losses_of(ws.path("host.jsonl")), losses_of(ws.path("none.jsonl")),
+                      std::string(precision) == "fp32" ? kFp32 : 2e-2);
     }
 }
 
