@@ -2,13 +2,29 @@
 #include "optim/host_store.h"
 
 #include <algorithm>
+#include <string>
 
 namespace trident::optim {
+
+namespace {
+
+// (elements · 3) floats of host memory, page-locked on CUDA: an OffloadError where they
+// cannot be had, so that every rank stops with the one that lacks them.
+kernels::HostBuffer allocate(kernels::Ops& ops, std::size_t elements) {
+    try {
+        return kernels::HostBuffer(ops, 3 * elements * sizeof(float));
+    } catch (const Error& e) {
+        throw OffloadError(std::string("optimizer.offload: host: this rank's optimizer state: ") +
+                           e.what());
+    }
+}
+
+}  // namespace
 
 HostStore::HostStore(kernels::Ops& ops, std::size_t elements, std::size_t chunk)
     : elements_(elements),
       chunk_(std::max<std::size_t>(1, std::min(chunk, elements))),
-      state_(ops, 3 * elements * sizeof(float)) {}
+      state_(allocate(ops, elements)) {}
 
 // Every pass is the same visit: the memory is the state, read and written in place.
 void HostStore::stream(Pass, const std::function<void(const Chunk&)>& visit) {

@@ -28,13 +28,6 @@
 
 namespace trident::optim {
 
-// The state file's directory cannot take it, or the file could not be made, read or written
-// (or is gone).
-class OffloadError : public Error {
-public:
-    using Error::Error;
-};
-
 // Whether `dir` is there, a directory and writable, with room for `bytes` more: throws
 // OffloadError naming optimizer.offload_dir and the path where not. A run checks it as it
 // starts (where every rank agrees on the verdict), and each rank's store again for its own

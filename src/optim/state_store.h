@@ -8,7 +8,16 @@
 #include <cstddef>
 #include <functional>
 
+#include "kernels/error.h"
+
 namespace trident::optim {
+
+// A store could not be made (its memory, or its file's directory without room), or its file
+// could not be read or written (or is gone).
+class OffloadError : public Error {
+public:
+    using Error::Error;
+};
 
 class StateStore {
 public:

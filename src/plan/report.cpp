@@ -399,7 +399,7 @@ io::JsonLine step_time_json(const Plan& plan) {
         .add("bubble_s", st.bubble)
         .add("data_comm_s", st.data_comm)
         .add("optimizer_s", st.optimizer);
-    if (plan.inputs.cfg.optimizer.offload == config::Offload::nvme)
+    if (plan.inputs.cfg.optimizer.offload != config::Offload::none)
         time.add("offload_io_s", st.offload_io).add("io_bound", st.offload_io > st.compute);
     return time;
 }
