@@ -25,6 +25,11 @@ AdamW::AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::
         store_ = std::make_unique<OffloadStore>(*offload.offload_dir, rank, owned,
                                                 static_cast<std::size_t>(offload.offload_chunk));
         chunk_ = kernels::DeviceBuffer(ops, 3 * std::min(owned, store_->chunk()));
+        if (data_parallel.param_file()) {  // the updated parameters go to their file
+            param_chunk_ =
+                kernels::DeviceBuffer(ops, std::min(owned, store_->chunk()), params.dtype());
+            param_host_.resize(param_chunk_.bytes());
+        }
     } else {
         master_ = kernels::DeviceBuffer(ops, owned);
         m_ = kernels::DeviceBuffer(ops, owned);

@@ -12,7 +12,10 @@
 //
 // With optimizer.offload: nvme the master weights and moments live in a file instead
 // (optim/offload_store.h), streamed chunk by chunk through a device buffer of one chunk: the
-// same update, element by element, so the same bits.
+// same update, element by element, so the same bits. With ZeRO-3's parameter shard in a file
+// too (optimizer.offload_params, data_parallel/param_file.h), each chunk's updated parameters
+// are rounded into a device buffer of one chunk and written to that file (the first update
+// reads them from it first, to take the master weights).
 //
 // Under tensor and pipeline parallelism each rank updates its part; the gradient norm is
 // global over the whole grid, with tensors held more than once counted once: replicated ones
@@ -100,6 +103,9 @@ private:
     void params_from_store();
     State state_from_store() const;
     void restore_into_store(const State& s);
+    // Where a streamed update writes the parameter at element `at` of its chunk, buffer
+    // element `offset`: param_chunk_ (offloaded parameters) or the shard.
+    kernels::Ptr param_of(std::size_t at, std::size_t offset) const;
 
     kernels::Ops& ops_;
     config::TrainingConfig cfg_;
@@ -112,6 +118,8 @@ private:
     kernels::DeviceBuffer master_, m_, v_;  // fp32 master weights and Adam's moments (owned)
     std::unique_ptr<OffloadStore> store_;   // instead of them, with offload: nvme
     kernels::DeviceBuffer chunk_;           // (3 · chunk) fp32: a chunk of the store's
+    kernels::DeviceBuffer param_chunk_;     // (chunk) the parameters' type: offloaded params
+    std::vector<char> param_host_;          // (chunk) the same on the host, to and from the file
     kernels::DeviceBuffer norm_total_;      // (1) f64: the squared gradient norm, on the device
     std::size_t state_bytes_ = 0;
     int step_ = 0;  // the master weights are taken from the parameters before step 1
