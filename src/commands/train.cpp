@@ -11,6 +11,7 @@
 #include "commands/session.h"
 #include "commands/train_loop.h"
 #include "data/dataset.h"
+#include "data_parallel/param_file.h"
 #include "io/fault_injection.h"
 #include "io/fingerprint.h"
 #include "kernels/error.h"
@@ -248,7 +249,7 @@ void check_offload_setting(const config::Config& cfg, const Device& device) {
             "host); use none or nvme");
 }
 
-// Where the optimizer state lives, when not in device memory.
+// Where the optimizer state (and ZeRO-3's parameter shard) lives, when not in device memory.
 void print_offload(const config::Config& cfg, train::Trainer& trainer, kernels::Ops& ops) {
     const config::OptimizerConfig& o = cfg.optimizer;
     if (o.offload == config::Offload::host)
@@ -262,6 +263,11 @@ void print_offload(const config::Config& cfg, train::Trainer& trainer, kernels::
             "chunks of %zu parameters through %s of host buffers\n",
             store->path().c_str(), store->chunk(),
             train::human_bytes(static_cast<double>(store->buffer_bytes())).c_str());
+    if (const data_parallel::ParamFile* file = trainer.data_parallel().param_file())
+        std::printf(
+            "offload: ZeRO-3's parameter shard in %s (rank 0's), each unit's part read ahead "
+            "of its gather\n",
+            file->path().c_str());
 }
 
 void print_memory(const config::Config& cfg, train::Trainer& trainer) {

@@ -53,10 +53,12 @@ void ParamFile::forget_reads() {
 
 void ParamFile::write(std::size_t first, std::size_t count, const void* from) {
     file_.wait(file_.post_write(from, count * element_bytes_, at(first)));
+    file_.throw_failure();
 }
 
 void ParamFile::read(std::size_t first, std::size_t count, void* to) {
     file_.wait(file_.post_read(to, count * element_bytes_, at(first)));
+    file_.throw_failure();
 }
 
 void ParamFile::check() {

@@ -42,7 +42,8 @@ public:
     // The parts read ahead and not taken dropped (the update is about to change the file).
     void forget_reads();
     // Elements [first, first + count) of the shard, from or into host memory of the
-    // parameters' type; returns once done.
+    // parameters' type; returns once done. Throw io::OffloadError where it fails (or any
+    // transfer before it did).
     void write(std::size_t first, std::size_t count, const void* from);
     void read(std::size_t first, std::size_t count, void* to);
     // Throws io::OffloadError for a transfer that failed since the last call, or the file gone.

@@ -17,12 +17,11 @@ OffloadStore::OffloadStore(const std::string& dir, int rank, std::size_t element
     : elements_(elements),
       chunk_(std::max<std::size_t>(1, std::min(chunk, elements))),
       chunks_((elements + chunk_ - 1) / chunk_),
+      buffers_(static_cast<std::size_t>(kBuffers) * 3 * chunk_, 0.0f),
       file_(dir, "optimizer_state.rank" + std::to_string(rank),
             static_cast<std::uint64_t>(elements) * kBytesPerElement,
             static_cast<std::uint64_t>(elements) * kBytesPerElement,
-            "this rank's optimizer state") {
-    buffers_.assign(static_cast<std::size_t>(kBuffers) * 3 * chunk_, 0.0f);
-}
+            "this rank's optimizer state") {}
 
 OffloadStore::Chunk OffloadStore::chunk_at(std::size_t k, int buffer) {
     const std::size_t first = k * chunk_, count = std::min(chunk_, elements_ - first);

@@ -60,8 +60,8 @@ private:
     std::uint64_t post(bool write, std::size_t k, int buffer);  // returns its sequence number
 
     std::size_t elements_, chunk_, chunks_;
+    std::vector<float> buffers_;  // 3 buffers of 3·chunk floats (outlive the file's thread)
     io::OffloadFile file_;
-    std::vector<float> buffers_;  // 3 buffers of 3·chunk floats
 };
 
 }  // namespace trident::optim

@@ -208,6 +208,10 @@ std::vector<StageMemory> plan_memory(const PlanInputs& in) {
             s.states.optimizer =
                 std::min(s.offloaded, double{kOptimizerBytes} * cfg.optimizer.offload_chunk);
         }
+        if (cfg.optimizer.offload_params) {  // ZeRO-3's weight shard in its file too
+            s.offloaded += s.states.weights;
+            s.states.weights = 0;
+        }
 
         const model::StageParts parts = stage_parts(cfg, layout, d);
         const std::vector<ChunkShape> chunks = stage_chunks(cfg, stage);

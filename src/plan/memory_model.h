@@ -34,6 +34,8 @@
 //
 // Offload (optimizer.offload: nvme, optim/offload_store.h): the 12 bytes per owned parameter
 // move to files; the device keeps one chunk of them, 12·min(owned, offload_chunk) bytes.
+// optimizer.offload_params moves ZeRO-3's weight shard there too (data_parallel/param_file.h):
+// the device keeps the gathered units (below) and a unit's part of staging for each.
 //
 // Context parallelism over C ranks: every microbatch buffer holds T/C tokens of each sequence;
 // what attention keeps is Ulysses' (B, a/(t·C), s, s) or ring attention's fp32 log-sum-exp
@@ -99,7 +101,8 @@ struct StageMemory {
     double temporary = 0;     // backward and recompute scratch, pipeline messages
     double gathered = 0;      // ZeRO-3's units of weights gathered at once, at most
     // optimizer.offload: nvme: the optimizer state in files (not counted in the total),
-    // states.optimizer then being the device buffer of one chunk the update streams through.
+    // states.optimizer then being the device buffer of one chunk the update streams through;
+    // with optimizer.offload_params the weight shard too (states.weights then 0).
     double offloaded = 0;
     double total() const { return states.total() + activations + temporary + gathered; }
 };

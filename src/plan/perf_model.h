@@ -74,6 +74,7 @@ struct StepTime {
     double data_comm = 0;      // the data-parallel reduction, as far as it is exposed
     double optimizer = 0;      // with optimizer.offload: nvme, at least offload_io
     double offload_io = 0;     // the state's file read and written (optimizer.offload: nvme)
+                               // and the parameter shard's (optimizer.offload_params)
     int slowest_stage = 0;
     double executed_flops = 0;  // per step on that stage's ranks, recompute included
 };

@@ -148,8 +148,9 @@ std::string memory_table_text(const Plan& plan) {
     }
     if (cfg.optimizer.offload == config::Offload::nvme)
         out += format(
-            "optimizer: one chunk on the device; in optimizer.offload_dir's files, %s "
+            "optimizer%s: one chunk on the device; in optimizer.offload_dir's files, %s "
             "per rank of stage 0 (not in the total)\n",
+            cfg.optimizer.offload_params ? " and weight shard" : "",
             train::human_bytes(plan.memory.front().offloaded).c_str());
     out +=
         "activations by Korthikanti et al.'s per-layer formula (masks and dropout copies "
@@ -263,9 +264,10 @@ std::string step_time_text(const Plan& plan) {
         percent(st.data_comm, st.step), percent(st.optimizer, st.step));
     if (in.cfg.optimizer.offload == config::Offload::nvme)
         out += format(
-            "  offload: the optimizer state's file read and written, %.4g s a step at %.1f GB/s "
-            "each way (assumed: one NVMe drive per rank)%s\n",
-            st.offload_io, hw.disk_bandwidth / 1e9,
+            "  offload: the optimizer state's file%s read and written, %.4g s a step at %.1f "
+            "GB/s each way (assumed: one NVMe drive per rank)%s\n",
+            in.cfg.optimizer.offload_params ? " and the weight shard's" : "", st.offload_io,
+            hw.disk_bandwidth / 1e9,
             st.offload_io > st.compute ? ": the step is I/O-bound (more than its compute)" : "");
     return out;
 }

@@ -119,8 +119,9 @@ def refusals(trident, base, path):
 
 
 def failed_read(trident, base, path, overrides):
-    # Rank 1's reads of step 1: its 4 units gathered twice each (m = 1); the 9th fails, in
-    # the forward of step 2.
+    # Rank 1's reads of step 1: its 4 units gathered twice each (m = 1), and the shard by the
+    # first update, a read per chunk of 4000; the next read fails, in step 2's first gather.
+    skip = 8 + -(-(PARAMS // 2) // 4000)
     off = path("nvme")
     ck = path("ck_read")
     args = [shutil.which("mpirun"), "--oversubscribe", "-np", "2", trident, "train"] + base
@@ -128,8 +129,8 @@ def failed_read(trident, base, path, overrides):
                           f"logging.metrics={path('read.jsonl')}"]:
         args += ["--set", o]
     p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                       env={**mpirun_env(), "TRIDENT_TEST_READ_ERROR": "param_shard.rank1:EIO:8"},
-                       timeout=300)
+                       env={**mpirun_env(), "TRIDENT_TEST_READ_ERROR": f"param_shard.rank1:EIO:{skip}"},
+                       timeout=120)
     lines = error_lines(p.stdout)
     expected = (f"trident: error: optimizer.offload_dir '{off}': cannot read "
                 f"{off}/param_shard.rank1: Input/output error (EIO); no checkpoint has been "
