@@ -150,7 +150,7 @@ std::string memory_table_text(const Plan& plan) {
         out += format(
             "optimizer%s: one chunk on the device; in optimizer.offload_dir's files, %s "
             "per rank of stage 0 (not in the total)\n",
-            cfg.optimizer.offload_params ? " and weight shard" : "",
+            cfg.optimizer.offload_params ? " state and ZeRO-3's weight shard" : "",
             train::human_bytes(plan.memory.front().offloaded).c_str());
     out +=
         "activations by Korthikanti et al.'s per-layer formula (masks and dropout copies "

@@ -7,8 +7,8 @@
 - Rank 0's parameters held in memory between steps (the metrics' mem_params_bytes, the
   allocator's count): none with the shard in a file, the shard (S below) without.
 - Bytes of the parameter file moved per step, as the metrics count them on rank 0, against
-  the formula (docs/FORMULAS.md): with S the shard's bytes (4 · PARAMS / D at fp32; PARAMS
-  from the model's shape, Vp·C + T·C + L·(12C² + 13C) + 2C, Vp the vocabulary padded to 128),
+  the formula (docs/FORMULAS.md): with S the shard's bytes (4 · PARAMS / D at fp32; PARAMS,
+  test_offload.py's, from the model's shape, Vp·C + T·C + L·(12C² + 13C) + 2C, Vp the vocabulary padded to 128),
   each gather reads its unit's part once, so a step reads S times the gathers of every unit:
   2m (a forward and a backward of each of the m microbatches) with resharding after use, 1
   without (parallel.reshard_after_forward: false); the update writes S. Step 1 besides writes
@@ -32,14 +32,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mpi_harness import (binaries_or_skip, check, checkpoints_differ, failures, losses,  # noqa: E402
                          losses_match, mpirun_env, run, tiny_run)
-
-V, T, C, L = 300, 16, 32, 2
-VP = (V + 127) // 128 * 128  # the embedding's rows: the vocabulary padded to 128
-PARAMS = VP * C + T * C + L * (12 * C * C + 13 * C) + 2 * C
-
-
-def error_lines(out):
-    return [line for line in out.splitlines() if line.startswith("trident: error:")]
+from test_offload import PARAMS, error_lines  # noqa: E402  (the same tiny model)
 
 
 def main():
