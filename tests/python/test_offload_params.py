@@ -2,8 +2,10 @@
 """ZeRO-3's parameter shards in files (optimizer.offload_params: true) against in memory.
 
 - Losses and checkpoint tensors (weights, fp32 master weights, Adam's moments) bitwise equal
-  to the same ZeRO-3 run with the shard in memory, element by element: D = 2, and D = 2 × P = 2
-  (a pipeline: the tied embedding's unit on two stages), the optimizer state in files in both.
+  to the same ZeRO-3 run with the shard in memory, element by element, the optimizer state in
+  files in both: D = 2 (resharding after use, and keeping the units), D = 2 × P = 2 (the tied
+  embedding's unit on two stages; 1F1B and the zero-bubble ZB-H1, whose W gathers nothing),
+  D = 4 sharded in runs of 2 (parallel.data_shard), and D = 2 × C = 2 (context parallelism).
 - Rank 0's parameters held in memory between steps (the metrics' mem_params_bytes, the
   allocator's count): none with the shard in a file, the shard (S below) without.
 - Bytes of the parameter file moved per step, as the metrics count them on rank 0, against
@@ -58,7 +60,12 @@ def main():
                 ("d2", ["parallel.data=2"], 2, 2),  # m = 1
                 ("d2_keep", ["parallel.data=2", "parallel.reshard_after_forward=false"], 2, 1),
                 ("d2p2", ["parallel.data=2", "parallel.pipeline=2", "training.global_batch=8"],
-                 4, None)]:
+                 4, None),
+                ("d2p2_zb", ["parallel.data=2", "parallel.pipeline=2", "training.global_batch=8",
+                             "parallel.schedule=zb-h1"], 4, None),
+                ("d4_hybrid", ["parallel.data=4", "parallel.data_shard=2",
+                               "training.global_batch=8"], 4, None),
+                ("d2c2", ["parallel.data=2", "parallel.context=2"], 4, None)]:
             ref = train(ranks, "mem_" + name, grid)
             got = train(ranks, "file_" + name, grid + offload)
             diff = checkpoints_differ(path(f"ck_file_{name}/step_000010"),
