@@ -91,10 +91,13 @@ void ZeroUnits::finish_reductions() {
 void ZeroUnits::start_gather(std::size_t u) {
     params_.acquire(u);
     const std::size_t part = params_.part_size(u);
-    kernels::Ptr mine = file_ ? kernels::Ptr() : params_.shard_part(u);
+    // This replica's part: in the shard, or read from the file into a staging buffer.
+    kernels::Ptr mine;
     if (file_) {
         mine = staging_[u] = ops_.allocate(part, params_.dtype());
         file_->fetched(u, mine);
+    } else {
+        mine = params_.shard_part(u);
     }
     if (!overlap_gather_) {
         data_.all_gather(mine, params_.unit(u), part);
