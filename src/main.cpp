@@ -206,6 +206,9 @@ CLI::App* add_plan(CLI::App& app, commands::PlanOptions& plan) {
                          "Inter-node bandwidth per GPU (the node's adapters / its GPUs), GB/s");
     plan_cmd->add_option("--gpus-per-node", plan.gpus_per_node, "GPUs per node");
     plan_cmd->add_option("--latency-us", plan.latency_us, "Latency per collective call, us");
+    plan_cmd->add_option("--disk-bw", plan.disk_bw,
+                         "Bandwidth between a rank and optimizer.offload_dir, its reads and writes "
+                         "together, GB/s (default 2: one NVMe drive per rank)");
     return plan_cmd;
 }
 

@@ -693,6 +693,42 @@ TEST_CASE("plan: the command's text and JSON", "[plan]") {
     CHECK(plan.find("step_time") == nullptr);  // no hardware given
 }
 
+TEST_CASE("plan: the optimizer state's file traffic and the I/O-bound verdict", "[plan]") {
+    // optimizer.offload: nvme reads and writes 12 bytes (fp32 master weights, m, v) per owned
+    // parameter each way a step, at the disk's bandwidth (docs/PERF.md, "Optimizer state
+    // offloaded to a file").
+    const std::string plan = "plan --config " TRIDENT_SOURCE_DIR
+                             "/configs/gpt2-124m.yaml --hardware dgx-h100 --json "
+                             "--set optimizer.offload=nvme --set optimizer.offload_dir=/tmp";
+    for (const double gbs : {2.0, 500.0}) {
+        const auto out = cli::run(plan + (gbs == 2.0 ? "" : " --disk-bw 500"));
+        INFO(out.output);
+        REQUIRE(out.exit_code == 0);
+        const io::json::Value p = io::json::parse(out.output);
+        const io::json::Value& time = *p.find("step_time");
+        const auto number = [&](const io::json::Value* v) {
+            return v->is_integer() ? static_cast<double>(v->integer) : v->real;
+        };
+        const double owned = static_cast<double>(
+            p.find("stages")->array[0].find("memory_bytes")->find("parameters")->integer);
+        CHECK(number(time.find("hardware")->find("disk_bandwidth")) == gbs * 1e9);
+        const double io = number(time.find("offload_io_s"));
+        CHECK(std::abs(io - 2 * 12 * owned / (gbs * 1e9)) <= 1e-6 * io);
+        // 2.99 GB each way: 1.49 s at 2 GB/s, over the 0.08 s of compute; 6 ms at 500 GB/s.
+        CHECK(time.find("io_bound")->boolean == (gbs == 2.0));
+        CHECK(number(time.find("optimizer_s")) >= io);
+    }
+    const auto text = cli::run("plan --config " TRIDENT_SOURCE_DIR
+                               "/configs/gpt2-124m.yaml --hardware dgx-h100 --set "
+                               "optimizer.offload=nvme --set optimizer.offload_dir=/tmp");
+    INFO(text.output);
+    CHECK(text.output.find("at 2.0 GB/s (assumed: one NVMe drive per rank; --disk-bw "
+                           "sets it): the step is I/O-bound") != std::string::npos);
+    const auto none = cli::run("plan --config " TRIDENT_SOURCE_DIR
+                               "/configs/gpt2-124m.yaml --hardware dgx-h100 --json");
+    CHECK(io::json::parse(none.output).find("step_time")->find("offload_io_s") == nullptr);
+}
+
 TEST_CASE("plan: bad input is named", "[plan][bad-input]") {
     cli::Workspace ws;
     const std::string plan = "plan --config " + ws.path("tiny.yaml");
@@ -709,6 +745,7 @@ TEST_CASE("plan: bad input is named", "[plan][bad-input]") {
     cli::require_clear_error(cli::run(plan + " --hardware dgx-1"), "unknown hardware 'dgx-1'");
     cli::require_clear_error(cli::run(plan + " --gemm-tflops 100"), "--inter-bw");
     cli::require_clear_error(cli::run(plan + " --zero-stage 4"), "--zero-stage");
+    cli::require_clear_error(cli::run(plan + " --hardware dgx-h100 --disk-bw -1"), "--disk-bw");
     // What only this build's runtime lacks is planned, not refused.
     const auto gpu = cli::run(plan + " --set device=cuda --set training.precision=bf16");
     INFO(gpu.output);

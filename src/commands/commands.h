@@ -99,6 +99,7 @@ struct PlanOptions {
     double inter_bw = 0;  // GB/s per GPU, one direction
     int gpus_per_node = 0;
     double latency_us = -1;  // per collective call; < 0: the preset's (or 20)
+    double disk_bw = 0;      // GB/s to optimizer.offload_dir (reads and writes); 0: 2
 };
 int plan(const PlanOptions& opts);
 

@@ -60,6 +60,8 @@ std::optional<plan::Hardware> hardware(const PlanOptions& o) {
     if (o.inter_bw > 0) hw.inter_bandwidth = o.inter_bw * 1e9;
     if (o.gpus_per_node > 0) hw.gpus_per_node = o.gpus_per_node;
     if (o.latency_us >= 0) hw.latency = o.latency_us * 1e-6;
+    if (o.disk_bw < 0) throw Error("--disk-bw: expected a positive GB/s figure");
+    if (o.disk_bw > 0) hw.disk_bandwidth = o.disk_bw * 1e9;
     return hw;
 }
 

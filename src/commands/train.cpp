@@ -303,6 +303,25 @@ void write_trace(const config::Config& cfg, train::Trainer& trainer, parallel::W
         std::printf("trace: %s\n", path.c_str());
 }
 
+// The trainer. A rank that cannot make its optimizer state's file, or its parameter shard's
+// (its own disk without room for it, say), stops every rank with its message: nothing
+// collective follows the files' creation in the trainer's construction (the shard's is made
+// after the model, the state's after the data-parallel exchange; neither they nor what
+// follows call the group).
+std::unique_ptr<train::Trainer> make_trainer(const config::Config& cfg, kernels::Ops& ops,
+                                             parallel::Grid& grid, parallel::World& world) {
+    std::unique_ptr<train::Trainer> trainer;
+    std::string error;
+    try {
+        trainer = std::make_unique<train::Trainer>(cfg, ops, grid);
+    } catch (const optim::OffloadError& e) {
+        error = e.what();
+    }
+    if (const std::string e = parallel::first_failure(world.comm(), error); !e.empty())
+        throw EveryRankError(e);
+    return trainer;
+}
+
 void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     const config::Config& cfg = setup.cfg;
     const auto& t = cfg.training;
@@ -321,7 +340,8 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         print_outputs(cfg);
     }
 
-    train::Trainer trainer(cfg, *ops, grid);
+    const std::unique_ptr<train::Trainer> made = make_trainer(cfg, *ops, grid, world);
+    train::Trainer& trainer = *made;
     const std::string base = initialise_weights(cfg, trainer.model());
     if (leader && cfg.model.init_from) std::printf("weights: %s\n", base.c_str());
     const train::LoraRecord lora = lora_record(cfg, base, leader);

@@ -69,8 +69,8 @@ struct WriteError {
 };
 
 WriteError& write_error_setting() {
-    static WriteError fault(parse_file_error(
-        "TRIDENT_TEST_WRITE_ERROR", "TEXT:ERRNO[:COUNT] (e.g. pp0_tp0_dp1:ENOSPC:1)", 1));
+    static WriteError fault(parse_file_error("TRIDENT_TEST_WRITE_ERROR",
+                                             "TEXT:ERRNO[:COUNT] (e.g. pp0_tp0_dp1:ENOSPC:1)", 1));
     return fault;
 }
 

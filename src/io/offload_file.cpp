@@ -26,19 +26,20 @@ std::string where(const std::string& dir) {
 void check_offload_dir(const std::string& dir, std::uint64_t bytes, const std::string& needs) {
     std::error_code error;
     if (!std::filesystem::exists(dir, error))
-        throw Error(where(dir) +
-                    " does not exist (it is not created: it is meant to be a fast "
-                    "local disk, give an existing directory)");
-    if (!std::filesystem::is_directory(dir, error)) throw Error(where(dir) + " is not a directory");
+        throw OffloadError(where(dir) +
+                           " does not exist (it is not created: it is meant to be a fast "
+                           "local disk, give an existing directory)");
+    if (!std::filesystem::is_directory(dir, error))
+        throw OffloadError(where(dir) + " is not a directory");
     if (::access(dir.c_str(), W_OK | X_OK) != 0)
-        throw Error(where(dir) + " is not writable: " + errno_text(errno));
+        throw OffloadError(where(dir) + " is not writable: " + errno_text(errno));
     struct statvfs fs {};
     if (::statvfs(dir.c_str(), &fs) != 0)
-        throw Error(where(dir) + ": cannot read its free space: " + errno_text(errno));
+        throw OffloadError(where(dir) + ": cannot read its free space: " + errno_text(errno));
     const std::uint64_t free = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
     if (free < bytes)
-        throw Error(where(dir) + " has " + std::to_string(free) + " bytes free; " + needs +
-                    " needs " + std::to_string(bytes));
+        throw OffloadError(where(dir) + " has " + std::to_string(free) + " bytes free; " + needs +
+                           " needs " + std::to_string(bytes));
 }
 
 OffloadFile::OffloadFile(const std::string& dir, const std::string& name, std::uint64_t bytes,
@@ -48,17 +49,18 @@ OffloadFile::OffloadFile(const std::string& dir, const std::string& name, std::u
     ::unlink(path_.c_str());
     check_offload_dir(dir, std::max(bytes, room), needs);
     fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd_ < 0) throw Error(where(dir) + ": cannot create " + path_ + ": " + errno_text(errno));
+    if (fd_ < 0)
+        throw OffloadError(where(dir) + ": cannot create " + path_ + ": " + errno_text(errno));
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
         ::close(fd_);
-        throw Error(where(dir) + ": " + path_ + " is in use by another run");
+        throw OffloadError(where(dir) + ": " + path_ + " is in use by another run");
     }
     const int reserved = bytes > 0 ? ::posix_fallocate(fd_, 0, static_cast<off_t>(bytes)) : 0;
     if (reserved != 0) {
         ::close(fd_);
         ::unlink(path_.c_str());
-        throw Error(where(dir) + ": cannot reserve " + std::to_string(bytes) + " bytes for " +
-                    path_ + ": " + errno_text(reserved));
+        throw OffloadError(where(dir) + ": cannot reserve " + std::to_string(bytes) +
+                           " bytes for " + path_ + ": " + errno_text(reserved));
     }
     io_ = std::thread([this] { run_io(); });
 }

@@ -26,14 +26,15 @@
 
 namespace trident::io {
 
-// An offload file could not be read or written (or is gone) after the run started.
+// An offload file's directory cannot take it, or the file could not be made, read or written
+// (or is gone).
 class OffloadError : public Error {
 public:
     using Error::Error;
 };
 
 // Whether `dir` is there, a directory and writable, with room for `bytes` more: throws
-// trident::Error naming optimizer.offload_dir and the path where not (`needs` says what the
+// OffloadError naming optimizer.offload_dir and the path where not (`needs` says what the
 // bytes are for, e.g. "this rank's optimizer state").
 void check_offload_dir(const std::string& dir, std::uint64_t bytes,
                        const std::string& needs = "this rank's optimizer state");

@@ -54,8 +54,9 @@ struct Hardware {
     double inter_bandwidth = 0;   // bytes/s per GPU, one direction, between nodes
     int gpus_per_node = 8;
     double latency = 0;  // s per collective call or message
-    // bytes/s each way between a rank and its optimizer.offload_dir: assumed, one NVMe drive
-    // per rank (about 2 GB/s), for every preset.
+    // bytes/s between a rank and its optimizer.offload_dir, its reads and writes together:
+    // one NVMe drive per rank (about 2 GB/s) unless given (trident plan --disk-bw), for
+    // every preset.
     double disk_bandwidth = 2e9;
 };
 

@@ -265,9 +265,12 @@ std::string step_time_text(const Plan& plan) {
     if (in.cfg.optimizer.offload == config::Offload::nvme)
         out += format(
             "  offload: the optimizer state's file%s read and written, %.4g s a step at %.1f "
-            "GB/s each way (assumed: one NVMe drive per rank)%s\n",
+            "GB/s (%s)%s\n",
             in.cfg.optimizer.offload_params ? " and the weight shard's" : "", st.offload_io,
             hw.disk_bandwidth / 1e9,
+            hw.disk_bandwidth == Hardware{}.disk_bandwidth ? "assumed: one NVMe drive per rank; "
+                                                             "--disk-bw sets it"
+                                                           : "--disk-bw",
             st.offload_io > st.compute ? ": the step is I/O-bound (more than its compute)" : "");
     return out;
 }
@@ -371,7 +374,8 @@ io::JsonLine step_time_json(const Plan& plan) {
         .add("intra_bandwidth", hw.intra_bandwidth)
         .add("inter_bandwidth", hw.inter_bandwidth)
         .add("gpus_per_node", hw.gpus_per_node)
-        .add("latency", hw.latency);
+        .add("latency", hw.latency)
+        .add("disk_bandwidth", hw.disk_bandwidth);
     io::JsonLine time;
     time.add("hardware", h)
         .add("step_s", st.step)
@@ -385,6 +389,8 @@ io::JsonLine step_time_json(const Plan& plan) {
         .add("bubble_s", st.bubble)
         .add("data_comm_s", st.data_comm)
         .add("optimizer_s", st.optimizer);
+    if (plan.inputs.cfg.optimizer.offload == config::Offload::nvme)
+        time.add("offload_io_s", st.offload_io).add("io_bound", st.offload_io > st.compute);
     return time;
 }
 

@@ -11,19 +11,19 @@
   checkpoint resumed into none (bitwise the uninterrupted run), a none run's into nvme
   (bitwise), and the nvme run's into nvme at D = 2 (bitwise none's run resumed alike).
 - Faults: a missing directory, a file for a directory, a read-only one (a tmpfs mounted ro),
-  a full one (a tmpfs of 64 KiB) at start-up: one error naming optimizer.offload_dir and the
-  path; a failed write (TRIDENT_TEST_WRITE_ERROR, on rank 1 of 2) in a step and as resumed
+  a full one (a tmpfs of 64 KiB) at start-up, and one with room for one rank's state of
+  two: one error naming optimizer.offload_dir and the path; a failed write (TRIDENT_TEST_WRITE_ERROR, on rank 1 of 2) in a step and as resumed
   state is written, a failed read (TRIDENT_TEST_READ_ERROR) in a checkpoint's save, and the
   state files removed mid-run: one error naming the directory, every rank gone, exit 1, the
-  last checkpoint intact and nothing half-saved left.
+  last checkpoint intact and nothing half-saved left. The disk filled mid-run: nothing fails,
+  the files' blocks having been reserved at the start.
 
 Needs only the standard library, mpirun, and root for mount (as CI runs); exit 77 without
 mpirun.
 """
+import contextlib
 import glob
-import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -91,6 +91,7 @@ def main():
                   f"{name}: resumed at step 5, {ref}'s losses and checkpoint, bitwise ({diff})")
         start_up_faults(trident, base, path)
         mid_run_faults(trident, base, path)
+        filled_mid_run(trident, base, path, losses(path("none21.jsonl")))
     if failures:
         raise SystemExit(f"{len(failures)} check(s) failed")
 
@@ -118,18 +119,46 @@ def start_up_faults(trident, base, path):
     for name, options, expected in [("ro", "ro,size=1m", "is not writable"),
                                     ("small", "size=64k", "has 65536 bytes free; this rank's optimizer "
                                      f"state needs {12 * PARAMS}")]:
-        mount = path(name)
-        os.makedirs(mount)
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", mount],
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        check(r.returncode == 0, f"a tmpfs ({options}) is mounted ({r.stdout.strip()})")
-        if r.returncode != 0:
-            continue
-        try:
-            refused(trident, base, ["optimizer.offload=nvme", f"optimizer.offload_dir={mount}"],
-                    f"optimizer.offload_dir '{mount}' {expected}", f"a tmpfs mounted {options}")
-        finally:
+        with tmpfs(path(name), options) as mount:
+            if mount:
+                refused(trident, base,
+                        ["optimizer.offload=nvme", f"optimizer.offload_dir={mount}"],
+                        f"optimizer.offload_dir '{mount}' {expected}",
+                        f"a tmpfs mounted {options}")
+    one_rank_short(trident, base, path)
+
+
+@contextlib.contextmanager
+def tmpfs(mount, options):
+    """A tmpfs mounted at `mount` (made) with `options` while the block runs: its path, or None
+    where it could not be mounted (a failed check)."""
+    os.makedirs(mount)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", mount],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    check(r.returncode == 0, f"a tmpfs ({options}) is mounted ({r.stdout.strip()})")
+    try:
+        yield mount if r.returncode == 0 else None
+    finally:
+        if r.returncode == 0:
             subprocess.run(["umount", mount])
+
+
+def one_rank_short(trident, base, path):
+    """A tmpfs with room for one of two ranks' state files: the rank that finds no room stops
+    both, with one line naming the directory, before step 1."""
+    # 64 pages of 4 KiB: one rank's 12 x PARAMS / 2 bytes take 57 of them.
+    with tmpfs(path("one_fits"), "size=256k") as mount:
+        if not mount:
+            return
+        p = train_with_fault(trident, base, ["optimizer.offload=nvme", "parallel.data=2",
+                                             f"optimizer.offload_dir={mount}",
+                                             f"logging.metrics={path('one_fits.jsonl')}"], {})
+        lines = error_lines(p.stdout)
+        check(p.returncode == 1 and len(lines) == 1 and f"optimizer.offload_dir '{mount}'" in
+              lines[0] and "MPI_ABORT" not in p.stdout and not os.path.exists(
+                  path("one_fits.jsonl")) and not os.listdir(mount),
+              f"room for one rank's state of two: one line, exit 1, no step, no file left "
+              f"(got {p.returncode}): {lines}")
 
 
 def train_with_fault(trident, base, overrides, fault):
@@ -139,6 +168,43 @@ def train_with_fault(trident, base, overrides, fault):
         args += ["--set", o]
     return subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                           env={**mpirun_env(), **fault}, timeout=300)
+
+
+def filled_mid_run(trident, base, path, ref):
+    """The state files' disk filled up as soon as both files are there, before step 1 writes
+    them (a tmpfs of 1 MiB; the steps slowed to 300 ms on rank 0 so that the run is still
+    going): the files' blocks were reserved as they were made, so the run goes on to its end
+    with none's losses, bitwise."""
+    with tmpfs(path("fills"), "size=1m") as mount:
+        if not mount:
+            return
+        metrics = path("fills.jsonl")
+        job = start_train(trident, base, 2, [
+            "optimizer.offload=nvme", f"optimizer.offload_dir={mount}", "parallel.data=2",
+            "parallel.zero_stage=1", f"logging.metrics={metrics}"],
+            {"TRIDENT_TEST_SLOW_RANK": "0:300"})
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and len(glob.glob(f"{mount}/optimizer_state.*")) < 2:
+            time.sleep(0.01)
+        filled = 0
+        fd = os.open(os.path.join(mount, "filler"), os.O_WRONLY | os.O_CREAT)
+        try:
+            while True:
+                filled += os.write(fd, b"\0" * 4096)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        running = job.poll() is None
+        try:
+            job.communicate(timeout=300)
+        finally:
+            job.kill()
+        got = losses(metrics)
+        check(running and job.returncode == 0 and losses_match(got, ref),
+              f"the disk filled ({filled} bytes) as the state files were made, the run going on "
+              f"({running}): it ends (exit {job.returncode}) with none's losses, bitwise "
+              f"({len(got)} steps)")
 
 
 def mid_run_faults(trident, base, path):
