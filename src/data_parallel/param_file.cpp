@@ -27,7 +27,7 @@ ParamFile::ParamFile(kernels::Ops& ops, model::FlatBuffer& params, const std::st
       part_offsets_(part_offsets(params)),
       file_(dir, "param_shard.rank" + std::to_string(rank), at(params.shard_size()),
             at(params.shard_size()) + state_bytes,
-            "this rank's parameter shard and optimizer state") {}
+            "this rank's parameter shard and optimizer state need") {}
 
 void ParamFile::fetch(std::size_t u) {
     if (reads_.count(u)) return;

@@ -39,7 +39,7 @@ void check_offload_dir(const std::string& dir, std::uint64_t bytes, const std::s
     const std::uint64_t free = static_cast<std::uint64_t>(fs.f_bavail) * fs.f_frsize;
     if (free < bytes)
         throw OffloadError(where(dir) + " has " + std::to_string(free) + " bytes free; " + needs +
-                           " needs " + std::to_string(bytes));
+                           " " + std::to_string(bytes));
 }
 
 OffloadFile::OffloadFile(const std::string& dir, const std::string& name, std::uint64_t bytes,

@@ -35,9 +35,9 @@ public:
 
 // Whether `dir` is there, a directory and writable, with room for `bytes` more: throws
 // OffloadError naming optimizer.offload_dir and the path where not (`needs` says what the
-// bytes are for, e.g. "this rank's optimizer state").
+// bytes are for, with its verb: "this rank's optimizer state needs").
 void check_offload_dir(const std::string& dir, std::uint64_t bytes,
-                       const std::string& needs = "this rank's optimizer state");
+                       const std::string& needs = "this rank's optimizer state needs");
 
 class OffloadFile {
 public:

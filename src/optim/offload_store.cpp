@@ -21,7 +21,7 @@ OffloadStore::OffloadStore(const std::string& dir, int rank, std::size_t element
       file_(dir, "optimizer_state.rank" + std::to_string(rank),
             static_cast<std::uint64_t>(elements) * kBytesPerElement,
             static_cast<std::uint64_t>(elements) * kBytesPerElement,
-            "this rank's optimizer state") {}
+            "this rank's optimizer state needs") {}
 
 OffloadStore::Chunk OffloadStore::chunk_at(std::size_t k, int buffer) {
     const std::size_t first = k * chunk_, count = std::min(chunk_, elements_ - first);

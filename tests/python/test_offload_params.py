@@ -19,7 +19,8 @@
 - Resume: an offload_params run's step-5 checkpoint into a ZeRO-3 run without it, and the
   reverse: bitwise the uninterrupted runs' last 5 losses and step-10 checkpoints.
 - Start-up refusals naming both keys: offload_params below ZeRO-3, and without
-  optimizer.offload: nvme.
+  optimizer.offload: nvme; and a directory (a tmpfs of 128 KiB, mounted as root) without room
+  for a rank's shard and state together: one line, before step 1, no file left.
 - A failed read of rank 1's parameter file in step 2's forward (TRIDENT_TEST_READ_ERROR):
   one line naming the directory and the file, exit 1, no MPI_ABORT, no step 2 logged.
 
@@ -34,7 +35,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mpi_harness import (binaries_or_skip, check, checkpoints_differ, failures, losses,  # noqa: E402
                          losses_match, mpirun_env, run, tiny_run)
-from test_offload import PARAMS, error_lines  # noqa: E402  (the same tiny model)
+from test_offload import PARAMS, error_lines, tmpfs  # noqa: E402  (the same tiny model)
 
 
 def main():
@@ -116,6 +117,22 @@ def refusals(trident, base, path):
         lines = error_lines(p.stdout)
         check(p.returncode != 0 and len(lines) == 1 and expected in lines[0],
               f"refused at start-up naming both keys (exit {p.returncode}): {lines}")
+    # A directory with room for neither rank's shard and state (16 bytes a parameter owned).
+    with tmpfs(path("small"), "size=128k") as mount:
+        if not mount:
+            return
+        args = [shutil.which("mpirun"), "--oversubscribe", "-np", "2", trident, "train"] + base
+        for o in ["parallel.data=2", "parallel.zero_stage=3", "optimizer.offload=nvme",
+                  f"optimizer.offload_dir={mount}", "optimizer.offload_params=true"]:
+            args += ["--set", o]
+        p = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=mpirun_env(), timeout=120)
+        lines = error_lines(p.stdout)
+        check(p.returncode == 1 and len(lines) == 1 and lines[0].endswith(
+              f"this rank's parameter shard and optimizer state need {16 * PARAMS // 2}")
+              and "MPI_ABORT" not in p.stdout and not os.listdir(mount),
+              f"no room for the shard and the state: one line before step 1, no file left "
+              f"(exit {p.returncode}): {lines}")
 
 
 def failed_read(trident, base, path, overrides):
