@@ -92,7 +92,7 @@ kernels::Ptr FlatBuffer::owned(std::size_t offset) const {
     const std::size_t mine = units_[u].first + static_cast<std::size_t>(replica_) * part;
     if (offset < mine || offset >= mine + part)
         throw Error("internal: element " + std::to_string(offset) + " is not this replica's");
-    return data_ + (shard_offsets_[u] + (offset - mine));
+    return shard() + (shard_offsets_[u] + (offset - mine));
 }
 
 std::pair<std::size_t, std::size_t> FlatBuffer::units_of(std::size_t begin, std::size_t end) const {
@@ -110,7 +110,22 @@ kernels::Ptr FlatBuffer::unit(std::size_t u) const {
 }
 
 kernels::Ptr FlatBuffer::shard_part(std::size_t u) const {
-    return data_ + shard_offsets_[u];
+    return shard() + shard_offsets_[u];
+}
+
+kernels::Ptr FlatBuffer::shard() const {
+    if (!shard_held()) throw Error("internal: the shard is read while it is let go");
+    return data_;
+}
+
+void FlatBuffer::let_go_shard() {
+    if (!sharded()) throw Error("internal: only a sharded buffer lets its shard go");
+    if (data_) ops_->release(data_.data);
+    data_ = kernels::Ptr(nullptr, dtype_);
+}
+
+void FlatBuffer::hold_shard() {
+    if (!data_) data_ = allocate(*ops_, held_, dtype_);
 }
 
 void FlatBuffer::acquire(std::size_t u) {
@@ -155,7 +170,7 @@ void FlatBuffer::from_host(const std::vector<float>& host) {
 }
 
 void FlatBuffer::zero() {
-    if (data_) ops_->zero(data_, held_);
+    if (held_) ops_->zero(shard(), held_);
 }
 
 }  // namespace trident::model

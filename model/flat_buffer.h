@@ -10,6 +10,10 @@
 // (src/data_parallel/zero_units.h decides when). Element `offset` of the buffer is then reached
 // through the resident unit holding it.
 //
+// Sharded, the shard itself may be let go (ZeRO-3's parameters under
+// optimizer.offload_params, src/data_parallel/param_file.h: it lives in a file then) and held
+// again while something reads or writes it as a whole (a checkpoint's save or a resume).
+//
 // Buffer coordinates are the same either way, so the optimizer's ranges, the checkpoint's
 // pieces and the model's offsets do not depend on how the buffer is held.
 #pragma once
@@ -42,8 +46,10 @@ public:
     bool sharded() const { return !units_.empty(); }
     std::size_t size() const { return size_; }  // elements of the whole buffer
     kernels::DType dtype() const { return dtype_; }
-    // Bytes held always: the whole buffer, or the shard.
-    std::size_t bytes() const { return held_ * kernels::size_of(dtype_); }
+    // Bytes held always: the whole buffer, or the shard (none while it is let go).
+    std::size_t bytes() const { return shard_held() ? held_ * kernels::size_of(dtype_) : 0; }
+    // Elements of the shard (the whole buffer when not sharded), held or not.
+    std::size_t shard_size() const { return held_; }
 
     // Element `offset`: in the one allocation, or in the resident unit holding it (throws
     // when that unit is not resident).
@@ -68,6 +74,13 @@ public:
     kernels::Ptr shard_part(std::size_t u) const;  // this replica's part of unit u, in the shard
     void acquire(std::size_t u);                   // allocates unit u's whole, zero-filled
     void release(std::size_t u);
+    // The shard let go (its memory freed; shard_part, owned, to_host, from_host and zero
+    // throw until it is held again) and held again (allocated, its contents undefined: the
+    // holder fills it, through shard()).
+    void let_go_shard();
+    void hold_shard();
+    bool shard_held() const { return static_cast<bool>(data_) || held_ == 0; }
+    kernels::Ptr shard() const;  // the held shard, (shard_size()) elements in unit order
 
     // ---- the host ------------------------------------------------------------------------
     // What this rank holds, as fp32 in buffer order: every element when whole; when sharded,

@@ -85,8 +85,10 @@ void check_fits_memory(const config::Config& cfg, int ranks_on_node) {
     plan::ModelStates states =
         plan::model_states(share, p.data * p.context, p.zero_stage, weights,
                            plan::gradient_bytes(t.precision, t.fp32_grad_accumulation));
-    // With optimizer.offload: nvme the state is in files, not memory.
+    // With optimizer.offload: nvme the state is in files, not memory; with offload_params
+    // ZeRO-3's weight shard too.
     if (cfg.optimizer.offload == config::Offload::nvme) states.optimizer = 0;
+    if (cfg.optimizer.offload_params) states.weights = 0;
     const double per_rank = t.lora.enabled() ? share * weights : states.total();
     const double machine = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
                            static_cast<double>(::sysconf(_SC_PAGE_SIZE));

@@ -11,6 +11,7 @@
 #include "commands/session.h"
 #include "commands/train_loop.h"
 #include "data/dataset.h"
+#include "data_parallel/param_file.h"
 #include "io/fault_injection.h"
 #include "io/fingerprint.h"
 #include "kernels/error.h"
@@ -244,7 +245,7 @@ void check_offload_setting(const config::Config& cfg) {
         optim::check_offload_dir(*cfg.optimizer.offload_dir, 0);
 }
 
-// Where the optimizer state lives, when not in device memory.
+// Where the optimizer state (and ZeRO-3's parameter shard) lives, when not in device memory.
 void print_offload(const config::Config& cfg, train::Trainer& trainer, kernels::Ops& ops) {
     const config::OptimizerConfig& o = cfg.optimizer;
     if (o.offload == config::Offload::host)
@@ -259,6 +260,11 @@ void print_offload(const config::Config& cfg, train::Trainer& trainer, kernels::
             "chunks of %zu parameters through %s of host buffers\n",
             store->path().c_str(), store->chunk(),
             train::human_bytes(static_cast<double>(store->buffer_bytes())).c_str());
+    if (const data_parallel::ParamFile* file = trainer.data_parallel().param_file())
+        std::printf(
+            "offload: ZeRO-3's parameter shard in %s (rank 0's), each unit's part read ahead "
+            "of its gather\n",
+            file->path().c_str());
 }
 
 void print_memory(const config::Config& cfg, train::Trainer& trainer) {
@@ -294,10 +300,11 @@ void write_trace(const config::Config& cfg, train::Trainer& trainer, parallel::W
         std::printf("trace: %s\n", path.c_str());
 }
 
-// The trainer. A rank that cannot make its optimizer state's file (its own disk without room
-// for it, say) stops every rank with its message: nothing collective follows the file's
-// creation in the trainer's construction (its optimizer is made after the data-parallel
-// exchange, and what follows only allocates).
+// The trainer. A rank that cannot make its optimizer state's file, or its parameter shard's
+// (its own disk without room for it, say), stops every rank with its message: nothing
+// collective follows the files' creation in the trainer's construction (the shard's is made
+// after the model, the state's after the data-parallel exchange; neither they nor what
+// follows call the group).
 std::unique_ptr<train::Trainer> make_trainer(const config::Config& cfg, kernels::Ops& ops,
                                              parallel::Grid& grid, parallel::World& world) {
     std::unique_ptr<train::Trainer> trainer;

@@ -274,6 +274,8 @@ train::StepMetrics Loop::metrics_of(int s, const train::StepResult& r) {
     m.mem_peak = static_cast<int64_t>(r.memory.peak);
     m.offload_read = r.offload_read;
     m.offload_written = r.offload_written;
+    m.offload_param_read = r.offload_param_read;
+    m.offload_param_written = r.offload_param_written;
     m.mem_stages = memory_of_stages(r.memory, grid_, world_);  // collective
     m.step_ms = 1e3 * r.seconds;
     m.tokens_per_s = static_cast<double>(d.tokens_per_step) / r.seconds;

@@ -313,18 +313,27 @@ void check_architecture(const Config& cfg, const Origins& origins) {
                  "): adapters of key/value heads replicated over tensor ranks are not built"));
 }
 
-// Where the optimizer state goes. The directory itself (there, writable, room for this
-// rank's state) is checked as the run starts (optim/offload_store.h).
+// Where the optimizer state, and ZeRO-3's parameter shard, go. The directory itself (there,
+// writable, room for this rank's files) is checked as the run starts (io/offload_file.h).
 void check_offload(const Config& cfg, const Origins& origins) {
     const OptimizerConfig& o = cfg.optimizer;
     if (o.offload == Offload::nvme && !o.offload_dir)
         fail(origins.blame({"optimizer.offload", "optimizer.offload_dir"}),
              "optimizer.offload: nvme needs optimizer.offload_dir, the directory of the state "
              "files (one per rank)");
-    if (o.offload_params)
-        fail(origins.where("optimizer.offload_params"),
-             "optimizer.offload_params: offloading ZeRO-3's parameter shards is not built; only "
-             "the optimizer state offloads (optimizer.offload)");
+    // The parameter shard's file sits beside the state's, and the streamed update writes it.
+    if (o.offload_params && cfg.parallel.zero_stage != 3)
+        fail(origins.blame({"optimizer.offload_params", "parallel.zero_stage"}),
+             cat("optimizer.offload_params: true needs parallel.zero_stage: 3 (it is ",
+                 cfg.parallel.zero_stage, "): only ZeRO-3 shards the parameters"));
+    if (o.offload_params && o.offload != Offload::nvme)
+        fail(origins.blame({"optimizer.offload_params", "optimizer.offload"}),
+             "optimizer.offload_params: true needs optimizer.offload: nvme: the parameter shard "
+             "goes to a file in optimizer.offload_dir, beside the optimizer state's");
+    if (o.offload_params && cfg.training.lora.enabled())
+        fail(origins.blame({"optimizer.offload_params", "training.lora.rank"}),
+             "optimizer.offload_params: true with training.lora.rank > 0 is not built: the "
+             "frozen model's shard is gathered apart from the adapters' and stays in memory");
 }
 
 }  // namespace

@@ -3,12 +3,15 @@
 
 #include <algorithm>
 
+#include "kernels/error.h"
+
 namespace trident::data_parallel {
 
 DataParallel::DataParallel(kernels::Ops& ops, const model::ParamLayout& layout,
                            model::FlatBuffer& params, model::FlatBuffer& grads,
                            parallel::Comm& group, parallel::Comm& replicas, int zero_stage,
-                           std::size_t bucket_size, Overlap overlap, Resharding resharding)
+                           std::size_t bucket_size, Overlap overlap, Resharding resharding,
+                           ParamFile* param_file)
     : params_(params),
       grads_(grads),
       group_(group),
@@ -27,6 +30,7 @@ DataParallel::DataParallel(kernels::Ops& ops, const model::ParamLayout& layout,
         units_ = std::make_unique<ZeroUnits>(ops, params_, grads_, group_, overlap_.grad_reduce,
                                              overlap_.param_gather, resharding.after_use);
     flight_.resize(buckets_.size());
+    set_param_file(param_file);
 }
 
 std::vector<DataParallel::Bucket> DataParallel::make_buckets(const model::ParamLayout& layout,
@@ -62,6 +66,12 @@ std::vector<std::pair<std::size_t, std::size_t>> DataParallel::owned_ranges() co
 void DataParallel::set_trace(io::TraceRecorder* trace) {
     trace_ = trace;
     if (units_) units_->set_trace(trace);
+}
+
+void DataParallel::set_param_file(ParamFile* file) {
+    if (file && zero_stage_ != 3) throw Error("internal: only ZeRO-3 offloads its parameters");
+    param_file_ = file;
+    if (units_) units_->set_param_file(file);
 }
 
 void DataParallel::end_span(io::SpanKind kind, std::size_t bucket, const parallel::Request& done,

@@ -78,11 +78,12 @@ public:
     // `params` and `grads`: the model's buffers (whole, or sharded by units at stages 2 and 3),
     // of the layout's total padded to a multiple of the group's size. `group` is the shard
     // group the state is sharded over, `replicas` the group of its replicas (hybrid sharding;
-    // this rank alone without).
+    // this rank alone without). `param_file`: ZeRO-3's shard of the parameters in a file
+    // (optimizer.offload_params), or null.
     DataParallel(kernels::Ops& ops, const model::ParamLayout& layout, model::FlatBuffer& params,
                  model::FlatBuffer& grads, parallel::Comm& group, parallel::Comm& replicas,
                  int zero_stage, std::size_t bucket_size, Overlap overlap,
-                 Resharding resharding = {});
+                 Resharding resharding = {}, ParamFile* param_file = nullptr);
 
     int zero_stage() const { return zero_stage_; }
     parallel::Comm& group() const { return group_; }
@@ -117,6 +118,9 @@ public:
     void finish_param_gather();
     // Records the calls' spans (launch to observed completion) while it records.
     void set_trace(io::TraceRecorder* trace);
+    // ZeRO-3's parameter shard in a file (optimizer.offload_params): the gathers read from it.
+    void set_param_file(ParamFile* file);
+    ParamFile* param_file() const { return param_file_; }
 
 private:
     // A bucket of the buffer and this rank's part of it.
@@ -161,6 +165,7 @@ private:
     std::vector<InFlight> flight_;      // per bucket
     bool in_step_ = false;              // between start_step and reduce_gradients (overlapped)
     std::unique_ptr<ZeroUnits> units_;  // stages 2, 3
+    ParamFile* param_file_ = nullptr;
     io::TraceRecorder* trace_ = nullptr;
 };
 

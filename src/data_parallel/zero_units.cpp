@@ -19,6 +19,7 @@ ZeroUnits::ZeroUnits(kernels::Ops& ops, model::FlatBuffer& params, model::FlatBu
       reshard_after_use_(reshard_after_use) {
     gathers_.resize(params_.units().size());
     gather_start_.resize(params_.units().size(), 0.0);
+    staging_.resize(params_.units().size());
 }
 
 void ZeroUnits::end_span(io::SpanKind kind, std::size_t u, const parallel::Request& done,
@@ -90,18 +91,33 @@ void ZeroUnits::finish_reductions() {
 void ZeroUnits::start_gather(std::size_t u) {
     params_.acquire(u);
     const std::size_t part = params_.part_size(u);
+    // This replica's part: in the shard, or read from the file into a staging buffer.
+    kernels::Ptr mine;
+    if (file_) {
+        mine = staging_[u] = ops_.allocate(part, params_.dtype());
+        file_->fetched(u, mine);
+    } else {
+        mine = params_.shard_part(u);
+    }
     if (!overlap_gather_) {
-        data_.all_gather(params_.shard_part(u), params_.unit(u), part);
+        data_.all_gather(mine, params_.unit(u), part);
+        free_staging(u);
         return;
     }
     gather_start_[u] = io::TraceRecorder::now_us();
-    gathers_[u] = data_.iall_gather(params_.shard_part(u), params_.unit(u), part);
+    gathers_[u] = data_.iall_gather(mine, params_.unit(u), part);
 }
 
 void ZeroUnits::finish_gather(std::size_t u) {
     if (gathers_[u].done()) return;
     gathers_[u].wait();
     end_span(io::SpanKind::all_gather, u, gathers_[u], gather_start_[u]);
+    free_staging(u);
+}
+
+void ZeroUnits::free_staging(std::size_t u) {
+    if (staging_[u]) ops_.release(staging_[u].data);
+    staging_[u] = kernels::Ptr();
 }
 
 void ZeroUnits::params_needed(std::size_t begin, std::size_t end) {
@@ -112,8 +128,11 @@ void ZeroUnits::params_needed(std::size_t begin, std::size_t end) {
 }
 
 void ZeroUnits::params_prefetch(std::size_t begin, std::size_t end) {
-    if (!overlap_gather_) return;
     const auto [first, last] = params_.units_of(begin, end);
+    if (file_)  // the parts read ahead, under the current unit's compute
+        for (std::size_t u = first; u < last; ++u)
+            if (!params_.resident(u)) file_->fetch(u);
+    if (!overlap_gather_) return;
     for (std::size_t u = first; u < last; ++u)
         if (!params_.resident(u)) start_gather(u);
 }
@@ -132,6 +151,8 @@ void ZeroUnits::release_params() {
             finish_gather(u);
             params_.release(u);
         }
+    // A part read ahead for a gather that did not come would be stale after the update.
+    if (file_) file_->forget_reads();
 }
 
 }  // namespace trident::data_parallel

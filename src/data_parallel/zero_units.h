@@ -26,6 +26,10 @@
 // the schedule's last backward: one gather per unit and step instead of one per forward and
 // backward of every microbatch, the rank's whole parameters resident meanwhile.
 //
+// With the shard in a file (optimizer.offload_params, param_file.h) each gather's source is
+// the unit's part read from the file into a staging buffer, freed once the gather is done;
+// params_prefetch starts that read, and the gather too with overlap_param_gather.
+//
 // The calls are Comm's non-blocking ones, issued in the same order on every replica, so the
 // sums are those of the blocking calls.
 #pragma once
@@ -34,6 +38,7 @@
 #include <deque>
 #include <vector>
 
+#include "data_parallel/param_file.h"
 #include "io/chrome_trace.h"
 #include "kernels/ops.h"
 #include "model/flat_buffer.h"
@@ -64,6 +69,8 @@ public:
     void release_params();
 
     void set_trace(io::TraceRecorder* trace) { trace_ = trace; }
+    // The parameter shard's file (ZeRO-3 with optimizer.offload_params), or null.
+    void set_param_file(ParamFile* file) { file_ = file; }
 
     // At most this many reductions under way at once.
     static constexpr std::size_t kReductionsInFlight = 2;
@@ -79,6 +86,7 @@ private:
     bool reducing(std::size_t u) const;
     void start_gather(std::size_t u);
     void finish_gather(std::size_t u);
+    void free_staging(std::size_t u);  // the part read from the file, once gathered
     // The completed call's span in the trace (see DataParallel::end_span).
     void end_span(io::SpanKind kind, std::size_t u, const parallel::Request& done,
                   double issued) const;
@@ -92,6 +100,8 @@ private:
     std::deque<Pending> reductions_;          // oldest first
     std::vector<parallel::Request> gathers_;  // per unit of the parameters
     std::vector<double> gather_start_;
+    ParamFile* file_ = nullptr;
+    std::vector<kernels::Ptr> staging_;  // per unit: its part from the file while gathered
     io::TraceRecorder* trace_ = nullptr;
 };
 

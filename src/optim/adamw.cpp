@@ -30,6 +30,11 @@ AdamW::AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::
         file_ = file.get();
         store_ = std::move(file);
         chunk_ = kernels::DeviceBuffer(ops, 3 * std::min(owned, store_->chunk()));
+        if (data_parallel.param_file()) {  // the updated parameters go to their file
+            param_chunk_ =
+                kernels::DeviceBuffer(ops, std::min(owned, store_->chunk()), params.dtype());
+            param_host_.resize(param_chunk_.bytes());
+        }
     } else if (offload.offload == config::Offload::host) {
         store_ = std::make_unique<HostStore>(ops, owned, chunk);
         const std::size_t staged = std::min(owned, store_->chunk());

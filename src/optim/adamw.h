@@ -12,7 +12,10 @@
 //
 // With optimizer.offload: nvme the master weights and moments live in a file instead
 // (optim/offload_store.h), streamed chunk by chunk through a device buffer of one chunk: the
-// same update, element by element, so the same bits. With offload: host they live in host
+// same update, element by element, so the same bits. With ZeRO-3's parameter shard in a file
+// too (optimizer.offload_params, data_parallel/param_file.h), each chunk's updated parameters
+// are rounded into a device buffer of one chunk and written to that file (the first update
+// reads them from it first, to take the master weights). With offload: host they live in host
 // memory (optim/host_store.h) and the update runs there, on host threads, through the CPU
 // backend's own element loop (kernels/host_adamw.h): each chunk's gradients come down, the
 // updated master weights go back up rounded to the parameters' type.
@@ -108,6 +111,9 @@ private:
     void params_from_store();
     State state_from_store() const;
     void restore_into_store(const State& s);
+    // Where a streamed update writes the parameter at element `at` of its chunk, buffer
+    // element `offset`: param_chunk_ (offloaded parameters) or the shard.
+    kernels::Ptr param_of(std::size_t at, std::size_t offset) const;
 
     kernels::Ops& ops_;
     config::TrainingConfig cfg_;
@@ -121,6 +127,8 @@ private:
     std::unique_ptr<StateStore> store_;     // instead of them, with offload: host or nvme
     OffloadStore* file_ = nullptr;          // store_, with offload: nvme
     kernels::DeviceBuffer chunk_;           // (3 · chunk) fp32: a chunk of the file's
+    kernels::DeviceBuffer param_chunk_;     // (chunk) the parameters' type: offloaded params
+    std::vector<char> param_host_;          // (chunk) the same on the host, to and from the file
     kernels::HostBuffer host_grads_;        // (chunk) fp32: a chunk's gradients (host)
     kernels::HostBuffer staging_;           // (chunk) 16-bit: their transfers' staging (host)
     int host_threads_ = 1;                  // the host update's threads (host)

@@ -53,6 +53,10 @@ void on_threads(std::size_t count, int threads, Work work) {
 
 }  // namespace
 
+kernels::Ptr AdamW::param_of(std::size_t at, std::size_t offset) const {
+    return param_chunk_.data() ? param_chunk_.data() + at : params_.owned(offset);
+}
+
 void AdamW::step_offloaded(float lr, float grad_scale) {
     const bool first = step_ == 0;
     ++step_;
@@ -65,16 +69,26 @@ void AdamW::step_offloaded(float lr, float grad_scale) {
 }
 
 void AdamW::update_on_device(const StateStore::Chunk& c, bool first, float lr, float grad_scale) {
+    data_parallel::ParamFile* file = data_parallel_.param_file();
     const std::size_t n = c.count;
     float* master = chunk_.f32();
     float *m = master + n, *v = master + 2 * n;
     ops_.upload(master, c.master, 3 * n * sizeof(float));
+    // The shard's state order is its own (ZeRO-3): the chunk's parameters are elements
+    // [c.first, c.first + n) of the file. Padding stays zero, as in memory.
+    if (file && first) {
+        file->read(c.first, n, param_host_.data());
+        ops_.upload(param_chunk_.data().data, param_host_.data(),
+                    n * kernels::size_of(params_.dtype()));
+    } else if (file) {
+        ops_.zero(param_chunk_.data(), n);
+    }
     // Before the first update the master weights are taken from the parameters.
     if (first)
         in_chunk(data_parallel_.owned(), c,
                  [&](const OwnedPart& o, std::size_t lo, std::size_t hi) {
                      ops_.convert(chunk_.data() + (lo - c.first),
-                                  params_.owned(o.offset + lo - o.state), hi - lo);
+                                  param_of(lo - c.first, o.offset + lo - o.state), hi - lo);
                  });
     in_chunk(ranges_, c, [&](const Range& r, std::size_t lo, std::size_t hi) {
         const std::size_t at = lo - c.first, offset = r.offset + (lo - r.state);
@@ -82,9 +96,14 @@ void AdamW::update_on_device(const StateStore::Chunk& c, bool first, float lr, f
                           static_cast<float>(cfg_.beta1), static_cast<float>(cfg_.beta2),
                           static_cast<float>(cfg_.eps),
                           r.decay ? static_cast<float>(cfg_.weight_decay) : 0.0f, step_, grad_scale,
-                          params_.owned(offset));
+                          param_of(at, offset));
     });
     ops_.download(c.master, master, 3 * n * sizeof(float));
+    if (file) {
+        ops_.download(param_host_.data(), param_chunk_.data().data,
+                      n * kernels::size_of(params_.dtype()));
+        file->write(c.first, n, param_host_.data());
+    }
 }
 
 void AdamW::update_on_host(const StateStore::Chunk& c, bool first, float lr, float grad_scale) {

@@ -8,16 +8,14 @@
 #include <cstddef>
 #include <functional>
 
-#include "kernels/error.h"
+#include "io/offload_file.h"
 
 namespace trident::optim {
 
 // A store could not be made (its memory, or its file's directory without room), or its file
-// could not be read or written (or is gone).
-class OffloadError : public Error {
-public:
-    using Error::Error;
-};
+// could not be read or written (or is gone): io/offload_file.h's error, which the host
+// store throws too.
+using io::OffloadError;
 
 class StateStore {
 public:

@@ -211,6 +211,10 @@ std::vector<StageMemory> plan_memory(const PlanInputs& in) {
             s.offloaded = s.states.optimizer;  // the update runs there: none on the device
             s.states.optimizer = 0;
         }
+        if (cfg.optimizer.offload_params) {  // ZeRO-3's weight shard in its file too
+            s.offloaded += s.states.weights;
+            s.states.weights = 0;
+        }
 
         const model::StageParts parts = stage_parts(cfg, layout, d);
         const std::vector<ChunkShape> chunks = stage_chunks(cfg, stage);

@@ -34,6 +34,8 @@
 //
 // Offload (optimizer.offload: nvme, optim/offload_store.h): the 12 bytes per owned parameter
 // move to files; the device keeps one chunk of them, 12·min(owned, offload_chunk) bytes.
+// optimizer.offload_params moves ZeRO-3's weight shard there too (data_parallel/param_file.h):
+// the device keeps the gathered units (below) and a unit's part of staging for each.
 // optimizer.offload: host (optim/host_store.h): they move to host memory, and the device
 // keeps none (the update runs on the host).
 //
@@ -102,7 +104,8 @@ struct StageMemory {
     double gathered = 0;      // ZeRO-3's units of weights gathered at once, at most
     // optimizer.offload: nvme: the optimizer state in files (not counted in the total),
     // states.optimizer then being the device buffer of one chunk the update streams through;
-    // host: in host memory (not counted either), states.optimizer then 0.
+    // host: in host memory (not counted either), states.optimizer then 0; with
+    // optimizer.offload_params the weight shard too (states.weights then 0).
     double offloaded = 0;
     double total() const { return states.total() + activations + temporary + gathered; }
 };

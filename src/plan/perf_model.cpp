@@ -223,6 +223,12 @@ StageSeconds stage_seconds(const PlanInputs& in, int s, const StageTraffic& t, d
         owned * (2 * kOptimizerBytes + 3 * in.grad_bytes + in.weight_bytes) / hw.memory_bandwidth;
     if (in.cfg.optimizer.offload == config::Offload::nvme) {
         st.offload_io = 2 * owned * kOptimizerBytes / hw.disk_bandwidth;
+        // ZeRO-3's shard in its file: read for each gather (2m a step resharded after use,
+        // else once) and written by the update (docs/FORMULAS.md).
+        if (in.cfg.optimizer.offload_params)
+            st.offload_io += owned * in.weight_bytes *
+                             ((p.reshard_after_forward ? 2.0 * static_cast<double>(m) : 1.0) + 1) /
+                             hw.disk_bandwidth;
         st.optimizer = std::max(st.optimizer, st.offload_io);
     } else if (in.cfg.optimizer.offload == config::Offload::host) {
         st.offload_io = owned * (in.grad_bytes + in.weight_bytes) / hw.host_link_bandwidth;

@@ -83,8 +83,9 @@ struct StepTime {
     double bubble = 0;         // pipeline fill and drain
     double data_comm = 0;      // the data-parallel reduction, as far as it is exposed
     double optimizer = 0;      // with optimizer.offload: nvme, at least offload_io
-    // The state's file read and written (optimizer.offload: nvme); the gradients down and the
-    // weights up between device and host (host).
+    // The state's file read and written (optimizer.offload: nvme) and the parameter shard's
+    // (optimizer.offload_params); the gradients down and the weights up between device and
+    // host (host).
     double offload_io = 0;
     int slowest_stage = 0;
     double executed_flops = 0;  // per step on that stage's ranks, recompute included

@@ -148,8 +148,9 @@ std::string memory_table_text(const Plan& plan) {
     }
     if (cfg.optimizer.offload == config::Offload::nvme)
         out += format(
-            "optimizer: one chunk on the device; in optimizer.offload_dir's files, %s "
+            "optimizer%s: one chunk on the device; in optimizer.offload_dir's files, %s "
             "per rank of stage 0 (not in the total)\n",
+            cfg.optimizer.offload_params ? " state and ZeRO-3's weight shard" : "",
             train::human_bytes(plan.memory.front().offloaded).c_str());
     if (cfg.optimizer.offload == config::Offload::host)
         out += format(
@@ -268,9 +269,10 @@ std::string step_time_text(const Plan& plan) {
         percent(st.data_comm, st.step), percent(st.optimizer, st.step));
     if (in.cfg.optimizer.offload == config::Offload::nvme)
         out += format(
-            "  offload: the optimizer state's file read and written, %.4g s a step at %.1f GB/s "
-            "(%s)%s\n",
-            st.offload_io, hw.disk_bandwidth / 1e9,
+            "  offload: the optimizer state's file%s read and written, %.4g s a step at %.1f "
+            "GB/s (%s)%s\n",
+            in.cfg.optimizer.offload_params ? " and the weight shard's" : "", st.offload_io,
+            hw.disk_bandwidth / 1e9,
             hw.disk_bandwidth == Hardware{}.disk_bandwidth ? "assumed: one NVMe drive per rank; "
                                                              "--disk-bw sets it"
                                                            : "--disk-bw",

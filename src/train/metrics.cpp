@@ -189,6 +189,9 @@ void MetricsLog::write_json(const StepMetrics& m) {
     if (m.offload_read >= 0)
         line.add("offload_read_bytes", m.offload_read)
             .add("offload_written_bytes", m.offload_written);
+    if (m.offload_param_read >= 0)
+        line.add("offload_param_read_bytes", m.offload_param_read)
+            .add("offload_param_written_bytes", m.offload_param_written);
     file_->write_record(line.str() + "\n");
 }
 

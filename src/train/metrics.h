@@ -42,6 +42,8 @@ struct StepMetrics {
     // Bytes of optimizer state this rank read from and wrote to its offload file in the step
     // (optimizer.offload: nvme); -1, not written, otherwise.
     int64_t offload_read = -1, offload_written = -1;
+    // The same of ZeRO-3's parameter shard (optimizer.offload_params); -1, not written, without.
+    int64_t offload_param_read = -1, offload_param_written = -1;
 };
 
 class MetricsLog {

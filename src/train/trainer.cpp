@@ -23,6 +23,16 @@ namespace {
 // Dropout seeds are a separate stream from initialisation's.
 constexpr uint64_t kDropoutStream = 0x64726F706F7574ull;  // "dropout"
 
+// The file of this rank's parameter shard under optimizer.offload_params (ZeRO-3, nvme), with
+// room checked for it and the optimizer state's 12 bytes per element of the shard.
+std::unique_ptr<data_parallel::ParamFile> param_file(const config::Config& cfg, kernels::Ops& ops,
+                                                     model::Gpt& model, int rank) {
+    if (!cfg.optimizer.offload_params) return nullptr;
+    model::FlatBuffer& params = model.params();
+    return std::make_unique<data_parallel::ParamFile>(ops, params, *cfg.optimizer.offload_dir, rank,
+                                                      12ull * params.shard_size());
+}
+
 }  // namespace
 
 Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& grid)
@@ -39,6 +49,7 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
              gpt_options(cfg, grid.coordinates().pp, grid.data_shard().size(),
                          grid.data_shard().rank()),
              model::ModelGroups{tensor_, context_, grid.kv_replicas()}),
+      param_file_(param_file(cfg, ops, model_, grid.rank())),
       // The replicas of the weights are the D·C ranks of the data-context group: the
       // gradients are summed and the optimizer state sharded over all of them, as Megatron-Core
       // does; with hybrid sharding, over each run of data_shard of them and summed across the
@@ -49,7 +60,8 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
                      cfg.parallel.zero_stage, static_cast<std::size_t>(cfg.parallel.bucket_size),
                      data_parallel::Overlap{cfg.parallel.overlap_grad_reduce,
                                             cfg.parallel.overlap_param_gather && !model_.frozen()},
-                     data_parallel::Resharding{cfg.parallel.reshard_after_forward}),
+                     data_parallel::Resharding{cfg.parallel.reshard_after_forward},
+                     param_file_.get()),
       optimizer_(ops, model_.trainable_layout(), cfg.training, cfg.optimizer, grid.rank(),
                  data_parallel_, optim::NormGroups{tensor_, pipeline_}, model_.trainable_params(),
                  model_.trainable_grads()),
@@ -183,6 +195,7 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
     };
 
     model_.zero_grads();
+    before_gathers();
     const double loss_sum = executor_.run(
         pipeline::schedule(cfg_.parallel.schedule, plan.stages, plan.chunks, microbatches,
                            plan.stage),
@@ -192,6 +205,7 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
         dloss, true,
         [&](int mb) { return kernels::hash64(t.seed ^ kDropoutStream, first_of(mb)); });
     release_gathered_params();
+    after_gathers();
     // The LM head's copy of wte on the last stage and the embedding's on the first: the
     // tied weight's gradient is the sum of both, and final then (sharded gradients: summed
     // on the shards once reduced, tie_sharded_embedding). With the head on the first stage
@@ -219,6 +233,9 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     for (parallel::Comm* data : grid_.data_groups()) data->reset_stats();
     grid_.kv_replicas().reset_stats();
     StepResult r;
+    const int64_t param_read = param_file_ ? static_cast<int64_t>(param_file_->bytes_read()) : 0,
+                  param_written =
+                      param_file_ ? static_cast<int64_t>(param_file_->bytes_written()) : 0;
     r.loss_scale = scaler_.scale();
     sighting_.start_step(step + 1);
     data_parallel_.start_step();  // buckets reduce as the backward completes them
@@ -251,6 +268,11 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
         r.offload_read = static_cast<int64_t>(store->bytes_read()) - read_before;
         r.offload_written = static_cast<int64_t>(store->bytes_written()) - written_before;
     }
+    if (param_file_) {
+        r.offload_param_read = static_cast<int64_t>(param_file_->bytes_read()) - param_read;
+        r.offload_param_written =
+            static_cast<int64_t>(param_file_->bytes_written()) - param_written;
+    }
     r.tensor_comm = tensor_.stats();
     r.context_comm = context_.stats();
     // The data-parallel traffic: the exchange's (over the shard group, and with hybrid
@@ -272,6 +294,7 @@ double Trainer::evaluate(const SampleFn& sample, int sequences) {
     const int share = sequences / data_.size();
     const int microbatches = share / t.micro_batch;
     const uint64_t first_sample = static_cast<uint64_t>(data_.rank()) * share;
+    before_gathers();
     const double loss_sum = executor_.run(
         pipeline::forward_only(model_.layout().plan(), microbatches),
         [&](int mb, std::span<int32_t> in, std::span<int32_t> tgt) {
@@ -280,6 +303,7 @@ double Trainer::evaluate(const SampleFn& sample, int sequences) {
         },
         0.0f, false, [](int) { return uint64_t{0}; });
     release_gathered_params();
+    after_gathers();
     // The mean of the replicas' and context ranks' means (equal token counts).
     double loss = from_last_stage(loss_sum / microbatches);
     data_context_.all_reduce(&loss, 1);
@@ -289,7 +313,11 @@ double Trainer::evaluate(const SampleFn& sample, int sequences) {
 std::vector<float> Trainer::local(std::vector<float> (model::Gpt::*to_host)() const,
                                   const model::FlatBuffer& buffer) {
     data_parallel_.finish_param_gather();
-    std::vector<float> host = (model_.*to_host)();
+    std::vector<float> host;
+    if (&buffer == &model_.params() && param_file_)
+        agree_on_offload([&] { on_held_shard(false, [&] { host = (model_.*to_host)(); }); });
+    else
+        host = (model_.*to_host)();
     // Sharded, each element is on one rank of the shard group and zero on the others.
     if (buffer.sharded()) grid_.data_shard().all_reduce(host.data(), host.size());
     return host;
@@ -350,21 +378,44 @@ void Trainer::agree_on_offload(const std::function<void()>& work) {
     if (!error.empty()) throw TrainingStopped(error);
 }
 
+void Trainer::before_gathers() {
+    if (!param_file_) return;
+    agree_on_offload([&] {
+        if (model_.params().shard_held()) param_file_->let_go_shard(false);
+        param_file_->check();
+    });
+}
+
+void Trainer::after_gathers() {
+    if (param_file_) agree_on_offload([&] { param_file_->check(); });
+}
+
+void Trainer::on_held_shard(bool changes, const std::function<void()>& work) {
+    if (!param_file_) return work();
+    const bool held = model_.params().shard_held();  // not yet moved to the file
+    if (!held) param_file_->hold_shard();
+    work();
+    if (!held || changes) param_file_->let_go_shard(!changes);
+}
+
 void Trainer::step_optimizer(double lr, float factor) {
     agree_on_offload([&] { optimizer_.step(lr, factor); });
 }
 
 optim::AdamW::State Trainer::optimizer_state() {
     optim::AdamW::State state;
-    agree_on_offload([&] { state = optimizer_.state(); });
+    // Before the first update the master weights are the parameters (ZeRO-3: the shard).
+    agree_on_offload([&] { on_held_shard(false, [&] { state = optimizer_.state(); }); });
     return state;
 }
 
 void Trainer::restore_optimizer(const optim::AdamW::State& state) {
     data_parallel_.finish_param_gather();
     agree_on_offload([&] {
-        optimizer_.restore(state);
-        optimizer_.params_from_master();
+        on_held_shard(true, [&] {
+            optimizer_.restore(state);
+            optimizer_.params_from_master();
+        });
     });
     data_parallel_.gather_params();  // collective
 }

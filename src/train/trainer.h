@@ -55,6 +55,9 @@ struct StepResult {
     // Bytes of optimizer state read from and written to the offload file in the update
     // (optimizer.offload: nvme; 12 bytes per owned parameter each); -1 without one.
     int64_t offload_read = -1, offload_written = -1;
+    // Bytes of ZeRO-3's parameter shard read from and written to its file in the step
+    // (optimizer.offload_params: docs/FORMULAS.md gives how many); -1 without one.
+    int64_t offload_param_read = -1, offload_param_written = -1;
 };
 
 class Trainer {
@@ -138,6 +141,15 @@ private:
     void agree_on_offload(const std::function<void()>& work);
     // The update, as agree_on_offload runs it.
     void step_optimizer(double lr, float factor);
+    // ZeRO-3's parameter shard in its file (optimizer.offload_params), around a run of the
+    // schedule: before, the shard moved from memory to the file if it is still in memory (as
+    // initialised or loaded) and the file checked; after, any read of it that failed reported.
+    // Each is agreed on by every rank. Nothing without the file.
+    void before_gathers();
+    void after_gathers();
+    // `work` with the parameter shard in memory: read from its file (offload_params) and,
+    // where it `changes`, written back after; let go again either way.
+    void on_held_shard(bool changes, const std::function<void()>& work);
     // The tokens of a microbatch of samples first, first + 1, ...: this context rank's
     // (model().local_tokens() of each sample, at the positions it holds) inputs and targets.
     void fill_microbatch(const SampleFn& sample, uint64_t first, std::span<int32_t> inputs,
@@ -153,6 +165,8 @@ private:
     parallel::Comm& context_;
     parallel::Comm& data_context_;
     model::Gpt model_;
+    // ZeRO-3's parameter shard's file (optimizer.offload_params), or null.
+    std::unique_ptr<data_parallel::ParamFile> param_file_;
     data_parallel::DataParallel data_parallel_;
     // A frozen model's own parameters at ZeRO-3: gathered unit by unit (the base of its
     // adapters is sharded too); null otherwise.
