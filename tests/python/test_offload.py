@@ -84,16 +84,21 @@ def main():
                 ("none_to_nvme", "none11", 1, nvme, "none11"),
                 ("nvme_to_d2", "nvme11", 2, nvme + ["parallel.data=2"], "none_to_d2")]:
             got = train(ranks, name, extra + resume(src))
-            want = losses(path(ref + ".jsonl"))
-            diff = checkpoints_differ(path(f"ck_{name}/step_000010"),
-                                      path(f"ck_{ref}/step_000010"))
-            check(losses_match(got, want[-5:]) and diff is None,
-                  f"{name}: resumed at step 5, {ref}'s losses and checkpoint, bitwise ({diff})")
+            check_resumed(path, name, ref, got)
         start_up_faults(trident, base, path)
         mid_run_faults(trident, base, path)
         filled_mid_run(trident, base, path, losses(path("none21.jsonl")))
     if failures:
         raise SystemExit(f"{len(failures)} check(s) failed")
+
+
+def check_resumed(path, name, ref, got):
+    """Run `name`, resumed at step 5 (its losses `got`), against `ref`'s uninterrupted run: the
+    last 5 losses and the step-10 checkpoint, bitwise."""
+    want = losses(path(ref + ".jsonl"))
+    diff = checkpoints_differ(path(f"ck_{name}/step_000010"), path(f"ck_{ref}/step_000010"))
+    check(losses_match(got, want[-5:]) and diff is None,
+          f"{name}: resumed at step 5, {ref}'s losses and checkpoint, bitwise ({diff})")
 
 
 def refused(trident, base, overrides, expected, what):
@@ -260,7 +265,7 @@ def mid_run_faults(trident, base, path):
                                                 "checkpoint.interval=2",
                                                 f"logging.metrics={metrics}"])
     deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not glob.glob(f"{ck}/step_000002"):
+    while time.monotonic() < deadline and not glob.glob(f"{ck}/step_0*"):
         time.sleep(0.2)
     for f in glob.glob(f"{off}/optimizer_state.rank*"):
         os.unlink(f)

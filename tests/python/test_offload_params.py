@@ -35,7 +35,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from mpi_harness import (binaries_or_skip, check, checkpoints_differ, failures, losses,  # noqa: E402
                          losses_match, mpirun_env, run, tiny_run)
-from test_offload import PARAMS, error_lines, tmpfs  # noqa: E402  (the same tiny model)
+from test_offload import PARAMS, check_resumed, error_lines, tmpfs  # noqa: E402  (the same tiny model)
 
 
 def main():
@@ -92,11 +92,7 @@ def main():
         for name, src, extra, ref in [("file_to_mem", "file_d2", [], "mem_d2"),
                                       ("mem_to_file", "mem_d2", offload, "file_d2")]:
             got = train(2, name, ["parallel.data=2"] + extra + resume(src))
-            want = losses(path(ref + ".jsonl"))
-            diff = checkpoints_differ(path(f"ck_{name}/step_000010"),
-                                      path(f"ck_{ref}/step_000010"))
-            check(losses_match(got, want[-5:]) and diff is None,
-                  f"{name}: resumed at step 5, {ref}'s losses and checkpoint, bitwise ({diff})")
+            check_resumed(path, name, ref, got)
         refusals(trident, base, path)
         failed_read(trident, base, path, nvme + offload)
     if failures:
