@@ -5,7 +5,8 @@
 // ranks by ring attention; fp16 with loss scaling trains as on the CPU; a
 // checkpoint written on the GPU resumes on the CPU and the reverse; the default job
 // (configs/default.yaml, which needs the corpus that scripts/prepare_kjv.sh makes) and the
-// GPT-2 124M benchmark run on the GPU; optimizer.offload: host trains as none does.
+// GPT-2 124M benchmark run on the GPU; optimizer.offload (host, nvme, and ZeRO-3's shard in a
+// file) trains as none does.
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
@@ -216,6 +217,30 @@ TEST_CASE("cuda: optimizer.offload: host trains as none on the GPU", "[offload]"
         require_close(losses_of(ws.path("host.jsonl")), losses_of(ws.path("none.jsonl")),
                       std::string(precision) == "fp32" ? kFp32 : 2e-2);
     }
+}
+
+// nvme streams the state through the same CUDA kernel as device-resident state, and ZeRO-3's
+// shard in a file (optimizer.offload_params) gathers what the shard in memory would: the
+// losses of none, as the CPU backend's are bitwise (tests/python/test_offload.py,
+// test_offload_params.py); compared here to kFp32, the GPU's run-to-run bound.
+TEST_CASE("cuda: the optimizer state and ZeRO-3's shard in files train as none on the GPU",
+          "[offload]") {
+    cli::Workspace ws;
+    const std::string dir = ws.path("offload");
+    std::filesystem::create_directories(dir);
+    const std::string common =
+        "--set device=cuda --set training.tf32=false "
+        "--set optimizer.offload_chunk=4000 --set logging.metrics=";
+    const std::string nvme = " --set optimizer.offload=nvme --set optimizer.offload_dir=" + dir;
+    const std::string zero3 = " --set parallel.zero_stage=3";
+    checked(ws.train(common + ws.path("none.jsonl")));
+    checked(ws.train(common + ws.path("nvme.jsonl") + nvme));
+    require_close(losses_of(ws.path("nvme.jsonl")), losses_of(ws.path("none.jsonl")), kFp32);
+    checked(ws.train(common + ws.path("zero3.jsonl") + zero3));
+    checked(ws.train(common + ws.path("params.jsonl") + zero3 + nvme +
+                     " --set optimizer.offload_params=true"));
+    require_close(losses_of(ws.path("params.jsonl")), losses_of(ws.path("zero3.jsonl")), kFp32);
+    CHECK(std::filesystem::is_empty(dir));  // the files are scratch, removed at exit
 }
 
 TEST_CASE("cuda: the default job trains on the GPU", "[default-job]") {
