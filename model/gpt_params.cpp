@@ -1,5 +1,6 @@
 // The GPT model's parameters and adapters on the host: initialisation, loading, and this
 // rank's share of the whole model (see model/gpt.h).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -50,11 +51,22 @@ void init_tensor(const ParamLayout& whole, std::size_t ti, uint64_t seed, float 
 }  // namespace
 
 void Gpt::init_random(uint64_t seed, float init_std) {
+    // Tensor by tensor: each of this rank's tensors made whole, as the whole model's
+    // initialisation makes it (its own seed, whatever the layout), and its slice kept, so the
+    // host holds one whole tensor at a time beside this rank's share, not the whole model.
     const ParamLayout whole(layout_.shape());
-    std::vector<float> full(whole.total(), 0.0f);
-    for (std::size_t ti = 0; ti < whole.tensors().size(); ++ti)
-        init_tensor(whole, ti, seed, init_std, full.data() + whole.tensors()[ti].offset);
-    load_full_params(full);
+    std::vector<float> local(layout_.total(), 0.0f), tensor;
+    for (const ParamTensor& t : layout_.tensors()) {
+        const ParamTensor* w = whole.find(t.name);
+        tensor.assign(w->numel, 0.0f);
+        init_tensor(whole, static_cast<std::size_t>(w - whole.tensors().data()), seed, init_std,
+                    tensor.data());
+        for_each_slice_run(t, layout_.tensor_rank(),
+                           [&](std::size_t at, std::size_t from, std::size_t n) {
+                               std::copy_n(tensor.data() + from, n, local.data() + t.offset + at);
+                           });
+    }
+    load_params(local);
 }
 
 void Gpt::load_params(const std::vector<float>& local) {
