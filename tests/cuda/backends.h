@@ -4,6 +4,7 @@
 
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <memory>
 #include <string>
@@ -117,6 +118,8 @@ inline double relative_error(const std::vector<float>& a, const std::vector<floa
 inline void require_within(const std::vector<float>& gpu, const std::vector<float>& cpu,
                            double limit, const std::string& what) {
     const double error = relative_error(gpu, cpu);
+    // One line per comparison, passed or not: scripts/gpu_verify.sh keeps each op's worst.
+    std::printf("compared: %s: relative error %.3e (at most %.1e)\n", what.c_str(), error, limit);
     INFO(what << ": relative error " << error << " (at most " << limit << ")");
     REQUIRE(error <= limit);
 }

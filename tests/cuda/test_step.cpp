@@ -2,8 +2,10 @@
 // masks give the same losses over 20 steps (fp32 within 1e-4, bf16 within 2%), gradient norms
 // and (in fp32) parameters, in fp32 and in bf16 with fp32 master weights, with and without
 // activation recompute; GPT-2's layer and Llama's.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -65,6 +67,11 @@ void require_same_training(const config::Config& cfg, bool fp32) {
     const double tolerance = fp32 ? 1e-4 : 2e-2;
     // The first step's gradient norm comes before any update.
     CHECK(std::abs(on_gpu.norms[0] - on_cpu.norms[0]) <= tolerance * on_cpu.norms[0]);
+    double worst = 0;  // the largest relative loss difference, printed for scripts/gpu_verify.sh
+    for (std::size_t s = 0; s < on_cpu.losses.size(); ++s)
+        worst = std::max(worst, std::abs(on_gpu.losses[s] - on_cpu.losses[s]) / on_cpu.losses[s]);
+    std::printf("losses: %zu steps, worst relative difference %.3e (at most %.0e)\n",
+                on_cpu.losses.size(), worst, tolerance);
     for (std::size_t s = 0; s < on_cpu.losses.size(); ++s) {
         INFO("step " << s + 1 << ": " << on_gpu.losses[s] << " on the GPU, " << on_cpu.losses[s]
                      << " on the CPU");

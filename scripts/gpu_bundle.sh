@@ -1,0 +1,143 @@
+#!/usr/bin/env bash
+# Packs everything scripts/gpu_verify.sh runs on a GPU machine that compiles nothing
+# (docs/GPU.md): the GPU build's binaries and every library they and Open MPI load beyond the C
+# and C++ runtimes and the CUDA libraries, in one .gpu-bundle/bundle.tar.xz with a manifest.
+# Runs here, on a Debian machine with the CUDA toolkit (no GPU needed), after scripts/setup.sh.
+#
+# The build (build-cuda/, Release) is for Hopper (sm_90a: the H100 and the H200) and for any
+# x86-64 CPU (TRIDENT_NATIVE=OFF: the GPU machine's processor is not this one's). The
+# libraries are found by what the files load (ldd), copied flat into lib/; Open MPI's launcher
+# and its plugins keep Debian's layout under prefix/usr, where OPAL_PREFIX and PMIX_PREFIX
+# find them. Open MPI's network plugins (UCX, libfabric, verbs, PSM) stay behind: one GPU
+# machine needs shared memory only, and their own libraries would double the bundle.
+#
+# Usage: scripts/gpu_bundle.sh [--no-build | --update]
+#   --no-build   pack build-cuda/ as it is (it must hold the three binaries)
+#   --update     rebuild, then pack only the binaries that differ from the bundle's, in
+#                .gpu-bundle/update.tar.xz (a second device call after a fix)
+# Environment: TRIDENT_BUNDLE_BUILD (default build-cuda), TRIDENT_BUNDLE_JOBS (default nproc),
+# TRIDENT_BUNDLE_MAX_MIB (default 40: the device call carries 64 MiB with the tree).
+# Output: .gpu-bundle/bundle.tar.xz and .gpu-bundle/MANIFEST (also inside the archive: every
+# file's size and sha256, the commit, the paths compiled into the test binaries).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${TRIDENT_BUNDLE_BUILD:-$root/build-cuda}
+jobs=${TRIDENT_BUNDLE_JOBS:-$(nproc)}
+max_mib=${TRIDENT_BUNDLE_MAX_MIB:-40}
+out=$root/.gpu-bundle
+targets=(trident trident_cuda_tests trident_cuda_comm_tests)
+binaries=(trident tests/cuda/trident_cuda_tests tests/cuda/trident_cuda_comm_tests)
+multiarch=x86_64-linux-gnu
+
+say() { printf 'gpu_bundle: %s\n' "$*"; }
+mode=${1:-}
+
+# llm.c's CUDA trainer, the benchmark's second reference (scripts/bench_gpu.sh), when
+# scripts/gpu_fetch_llmc.sh has brought its sources: bf16, cuDNN attention, one GPU, sm_90.
+build_llmc() {
+  local src=$root/.gpu-src/llm.c dir=$stage/llm.c
+  [[ -f $src/train_gpt2.cu ]] || { say "no .gpu-src/llm.c: the bundle has no llm.c"; return 0; }
+  cp -r "$src" "$dir"
+  # Linked without NVML (the Makefile adds it when nvidia-smi is found), which llm.c uses only
+  # where nvml.h was there to compile against, and this toolkit has none.
+  # CUDA 13 dropped cudaMemAdvise's device-number form, which llm.c calls once where it falls
+  # back to managed memory (never on the timed path): the host as a cudaMemLocation.
+  sed -i 's/cudaMemAdviseSetPreferredLocation, cudaCpuDeviceId)/cudaMemAdviseSetPreferredLocation, cudaMemLocation{cudaMemLocationTypeHost, 0})/' \
+    "$dir/llmc/cuda_utils.cuh"
+  make -C "$dir" train_gpt2cu USE_CUDNN=1 NO_MULTI_GPU=1 NO_USE_MPI=1 PRECISION=BF16 \
+    GPU_COMPUTE_CAPABILITY=90 CUDNN_FRONTEND_PATH=cudnn-frontend/include \
+    NVCC_LDFLAGS="-lcublas -lcublasLt -lcudnn -lnvrtc -L$(dirname "$(command -v nvcc)")/../lib64/stubs -lcuda" > "$stage/llmc.log" 2>&1 ||
+    { tail -20 "$stage/llmc.log"; say "llm.c's build failed"; exit 1; }
+  strip -o "$b/bin/train_gpt2cu" "$dir/train_gpt2cu"
+  cp "$src/SOURCES" "$b/LLMC_SOURCES"
+}
+# --update: the binaries that differ from the bundle's, in update.tar.xz with their sha256
+# (UPDATE), which scripts/gpu_verify.sh unpacks over the bundle: a fix travels in seconds.
+pack_update() {
+  local f changed=()
+  for f in "$b"/bin/*; do
+    grep -q " $(sha256sum "$f" | cut -d' ' -f1) bin/$(basename "$f")\$" "$out/MANIFEST" ||
+      changed+=("bin/$(basename "$f")")
+  done
+  ((${#changed[@]})) || { say "no binary differs from the bundle's"; rm -f "$out/update.tar.xz"; return; }
+  (cd "$b" && sha256sum "${changed[@]}" > UPDATE)
+  tar -C "$stage" -cf - bundle/UPDATE "${changed[@]/#/bundle/}" | xz -T "$jobs" > "$out/update.tar.xz"
+  say "$out/update.tar.xz: ${changed[*]} ($(($(stat -c %s "$out/update.tar.xz") / 1024)) KiB)"
+}
+
+[[ $mode == --update && ! -f $out/MANIFEST ]] && { say "--update needs a bundle first"; exit 1; }
+[[ $mode == --update ]] && mode=update
+if [[ $mode != --no-build ]]; then
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTRIDENT_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90a -DTRIDENT_NATIVE=OFF > /dev/null
+  cmake --build "$build" -j "$jobs" --target "${targets[@]}"
+fi
+for f in "${binaries[@]}"; do
+  [[ -x $build/$f ]] || { say "$build/$f is missing: build it first (without --no-build)"; exit 1; }
+done
+grep -q '^CMAKE_CUDA_ARCHITECTURES:.*90a' "$build/CMakeCache.txt" ||
+  { say "$build is not configured for sm_90a"; exit 1; }
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+b=$stage/bundle
+ompi_lib=/usr/lib/$multiarch/openmpi/lib
+pmix=/usr/lib/$multiarch/pmix2
+mkdir -p "$b/bin" "$b/lib" "$b/prefix/usr/bin" "$b/prefix$ompi_lib/openmpi3" \
+         "$b/prefix$pmix/lib/pmix" "$b/prefix/usr/share"
+
+for f in "${binaries[@]}"; do strip -o "$b/bin/$(basename "$f")" "$build/$f"; done
+if [[ $mode == update ]]; then pack_update; exit; fi
+build_llmc
+cp /usr/bin/orterun /usr/bin/orted "$b/prefix/usr/bin/"
+ln -s orterun "$b/prefix/usr/bin/mpirun"
+ln -s orterun "$b/prefix/usr/bin/mpiexec"
+for plugin in "$ompi_lib"/openmpi3/*.so; do
+  case $(basename "$plugin") in
+    *ucx* | *ofi* | *openib* | *psm*) ;;
+    *) cp "$plugin" "$b/prefix$ompi_lib/openmpi3/" ;;
+  esac
+done
+cp "$pmix"/lib/pmix/*.so "$b/prefix$pmix/lib/pmix/"
+cp -r "$pmix/share" "$b/prefix$pmix/"
+cp -r /usr/share/openmpi "$b/prefix/usr/share/"
+
+# The libraries: what every ELF file of the bundle loads, found through ldd here, except the
+# C and C++ runtimes the GPU machine has newer (a second, older copy would shadow them) and the
+# CUDA libraries, which come with the GPU machine's toolkit and wheels (scripts/gpu_libs.sh).
+system='^(linux-vdso|ld-linux|libc|libm|libdl|librt|libpthread|libresolv|libstdc\+\+|libgcc_s)\.so'
+cuda='^lib(cuda|cudart|cublas|cublasLt|cudnn.*|nccl|nvrtc.*|nvidia-ml|nvJitLink)\.so'
+declare -A copied=()
+while IFS= read -r elf; do
+  while read -r name path; do
+    [[ $name =~ $system || $name =~ $cuda || -n ${copied[$name]:-} ]] && continue
+    [[ $path == /* ]] || { say "$elf needs $name, which is not found here"; exit 1; }
+    cp -L "$path" "$b/lib/$name"
+    copied[$name]=1
+  done < <(ldd "$elf" | awk '$2 == "=>" {print $1, $3}')
+done < <(find "$b" -type f \( -name '*.so*' -o -perm -u+x \) -exec sh -c \
+           'head -c4 "$1" | grep -q ELF && echo "$1"' _ {} \;)
+# Libraries the copied ones load (OpenBLAS's gfortran, for one) are found by the same pass
+# over lib/: ldd already resolves the whole tree of each file.
+
+# What the test binaries have compiled in, which gpu_verify.sh recreates on the GPU machine.
+source_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
+mpiexec=$(strings "$build/tests/cuda/trident_cuda_tests" | grep -m1 -E '^/[^ ]*mpiexec( |$)' || true)
+{
+  echo "commit $(git -C "$root" rev-parse HEAD)$(git -C "$root" diff --quiet HEAD -- . ':!.gpu-bundle' || echo ' (with uncommitted changes)')"
+  echo "built $(date -u +%FT%TZ) by $(nvcc --version | sed -n 's/.*release /CUDA /p')"
+  echo "source_dir $source_dir"
+  echo "binary_dir ${build}"
+  echo "mpiexec ${mpiexec%% *}"
+  echo "files"
+  (cd "$b" && find . -type f ! -name MANIFEST | sort | while read -r f; do
+     printf '%s %s %s\n' "$(stat -c %s "$f")" "$(sha256sum "$f" | cut -d' ' -f1)" "${f#./}"; done)
+} > "$b/MANIFEST"
+
+mkdir -p "$out"
+tar -C "$stage" -cf - bundle | xz -T "$jobs" -6 > "$out/bundle.tar.xz.new"
+mv "$out/bundle.tar.xz.new" "$out/bundle.tar.xz"
+cp "$b/MANIFEST" "$out/MANIFEST"
+size=$(stat -c %s "$out/bundle.tar.xz")
+say "$out/bundle.tar.xz: $((size / 1024)) KiB, $(grep -c '^[0-9]' "$b/MANIFEST") files"
+((size <= max_mib * 1024 * 1024)) || { say "larger than $max_mib MiB"; exit 1; }
