@@ -1,0 +1,96 @@
+#!/usr/bin/python3
+"""Checkpoints of the format Trident has written since version 1 keep loading: two kept in
+tests/data/checkpoint_main/, written by the binary of commit 66f5971 (before the model's
+parts declared their tensors and the optimizer became an interface), resume here and end
+bitwise where that binary's own resume ended.
+
+- gpt2/step_000003: GPT-2 (2 layers, hidden 16, 2 heads) trained 3 steps on M = 2 × D = 2
+  with ZeRO-1 (four shards, the optimizer state sharded);
+- llama/step_000003: Llama (1 key/value head, untied head) trained 3 steps on P = 2.
+
+Each resumes on one process (resharded) for steps 4-6; expected.json holds the losses that
+binary logged and the SHA-256 of every tensor of the step-6 checkpoint it wrote (the
+parameters, the fp32 master weights and both Adam moments), which the checkpoint written
+here must repeat, element for element. The fixture was made with:
+
+  mpirun -np 4 trident train --config gpt2.yaml --set training.steps=3 \\
+      --set parallel.tensor=2 --set parallel.data=2 --set checkpoint.dir=gpt2
+  mpirun -np 2 trident train --config gpt2.yaml --set training.steps=3 \\
+      --set model.arch=llama --set model.kv_heads=1 --set model.tie_embeddings=false \\
+      --set parallel.pipeline=2 --set checkpoint.dir=llama
+
+and its expectations by resuming each with training.steps = 6 on one process.
+"""
+import json
+import os
+import shutil
+import struct
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mpi_harness import binaries_or_skip, check, failures, run  # noqa: E402
+
+FIXTURE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data",
+                       "checkpoint_main")
+LLAMA = ["model.arch=llama", "model.kv_heads=1", "model.tie_embeddings=false"]
+
+
+def read_header(path):
+    with open(path, "rb") as f:
+        return json.loads(f.read(struct.unpack("<Q", f.read(8))[0]))
+
+
+def digests(step_dir):
+    """Every tensor's SHA-256 as its shard's header records it, by shard file."""
+    out = {}
+    for name in sorted(os.listdir(step_dir)):
+        if name.endswith(".safetensors"):
+            meta = read_header(os.path.join(step_dir, name)).get("__metadata__", {})
+            out[name] = {k[len("sha256/"):]: v for k, v in meta.items()
+                         if k.startswith("sha256/")}
+    return out
+
+
+def main():
+    trident, _ = binaries_or_skip()
+    with open(os.path.join(FIXTURE, "expected.json")) as f:
+        expected = json.load(f)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in ("train.bin", "gpt2.yaml"):
+            shutil.copy(os.path.join(FIXTURE, name), tmp)
+        for model, overrides in (("gpt2", []), ("llama", LLAMA)):
+            ck = os.path.join(tmp, model)
+            shutil.copytree(os.path.join(FIXTURE, model), ck)
+            metrics = os.path.join(tmp, f"{model}.jsonl")
+            sets = [a for o in overrides + [f"checkpoint.dir={model}",
+                                            f"logging.metrics={metrics}"] for a in ("--set", o)]
+            run_in(tmp, [trident, "train", "--config", "gpt2.yaml"] + sets)
+            with open(metrics) as f:
+                losses = [json.loads(line)["loss"] for line in f if '"loss"' in line]
+            want = expected[model]
+            check(losses == want["losses"],
+                  f"{model}: steps 4-6 resumed from the kept checkpoint log {losses}, "
+                  f"as that binary did ({want['losses']})")
+            got = digests(os.path.join(ck, "step_000006"))
+            same = got == want["tensors"]
+            tensors = sum(len(t) for t in want["tensors"].values())
+            differ = sorted(n for shard in want["tensors"] for n in want["tensors"][shard]
+                            if got.get(shard, {}).get(n) != want["tensors"][shard][n])
+            check(same, f"{model}: the step-6 checkpoint's {tensors} tensors bitwise those that "
+                        f"binary wrote" + (f" (differ: {', '.join(differ[:4])})" if differ else ""))
+    print(f"{len(failures)} failed" if failures else "all passed")
+    return 1 if failures else 0
+
+
+def run_in(directory, cmd):
+    here = os.getcwd()
+    os.chdir(directory)
+    try:
+        run(cmd)
+    finally:
+        os.chdir(here)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
