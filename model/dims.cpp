@@ -30,7 +30,6 @@ Dims make_dims(const GptShape& shape, const DimsInputs& in) {
     d.heads = shape.heads / in.tensor_size;
     // Fewer key/value heads than ranks: each rank holds one, replicated (model/param_layout.h).
     d.kv_heads = shape.kv_heads * kv_replicas(shape.kv_heads, in.tensor_size) / in.tensor_size;
-    d.gated = shape.arch == Arch::llama;
     d.Vm = shape.padded_vocab / in.tensor_size;
     d.act = in.activations;
     return d;

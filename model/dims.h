@@ -22,7 +22,6 @@ struct Dims {
     int B = 0, T = 0, seq_len = 0, N = 0, R = 0;
     int H = 0, Hm = 0, Fm = 0, heads = 0, kv_heads = 0, Vm = 0;
     int tensor_size = 1, tensor_rank = 0, context_size = 1;
-    bool gated = false;  // the MLP is SwiGLU's (llama: gate and up, Fm each, then down)
     bool sequence_parallel = false;
     bool tp_overlap = false;  // sequence parallelism's exchanges overlap the GEMMs' pieces
     ContextMode context_mode = ContextMode::ring;

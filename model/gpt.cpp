@@ -28,7 +28,7 @@ Weights make_weights(kernels::Ops& ops, const GptOptions& o, const ParamLayout& 
     const std::size_t multiple = o.buffer_multiple;
     const int replicas = static_cast<int>(multiple);
     const auto buffer = [&](const ParamLayout& of, bool sharded, kernels::DType dtype) {
-        return sharded ? FlatBuffer(ops, of.units(), replicas, sharding.replica, dtype)
+        return sharded ? FlatBuffer(ops, of.unit_ranges(), replicas, sharding.replica, dtype)
                        : FlatBuffer(ops, round_up(of.total(), multiple), dtype);
     };
     Weights w;

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/error.h"
 #include "kernels/random.h"
 #include "model/gpt.h"
 
@@ -18,31 +19,22 @@ std::vector<float> host_copy(const FlatBuffer& buffer, const ParamLayout& layout
     return host;
 }
 
-bool ends_with(const std::string& name, const char* suffix) {
-    const std::size_t n = std::strlen(suffix);
-    return name.size() >= n && name.compare(name.size() - n, n, suffix) == 0;
-}
-
-// Tensor t of the whole model as GPT-2 initialises it (the tensors' names are GPT-2's); a
-// llama model as Hugging Face's LlamaForCausalLM: every matrix normal(0, init_std), gains 1.
+// Tensor t of the whole model as its part declared it starts (ParamTensor::init).
 void init_tensor(const ParamLayout& whole, std::size_t ti, uint64_t seed, float init_std,
                  float* p) {
     const ParamTensor& t = whole.tensors()[ti];
     const GptShape& s = whole.shape();
-    if (t.shape.size() == 1) {  // biases 0, norm gains 1 (a llama model's only vectors)
-        const bool gain = s.arch == Arch::llama || ends_with(t.name, "ln_1.weight") ||
-                          ends_with(t.name, "ln_2.weight") || t.name == "ln_f.weight";
-        for (std::size_t i = 0; i < t.numel; ++i) p[i] = gain ? 1.0f : 0.0f;
+    if (t.init == Init::zeros || t.init == Init::ones) {
+        std::fill_n(p, t.numel, t.init == Init::ones ? 1.0f : 0.0f);
         return;
     }
-    const bool residual_out =
-        ends_with(t.name, "attn.c_proj.weight") || ends_with(t.name, "mlp.c_proj.weight");
-    const double stddev = residual_out ? init_std / std::sqrt(2.0 * s.layers) : init_std;
-    // Padded vocabulary rows of wte (and an untied head) stay zero: they never take part in
-    // the loss.
+    if (t.init != Init::normal && t.init != Init::residual)
+        throw Error("internal: " + t.name + " is not a model parameter's initialisation");
+    const double stddev =
+        t.init == Init::residual ? init_std / std::sqrt(2.0 * s.layers) : init_std;
+    // Padded vocabulary rows stay zero: they never take part in the loss.
     std::size_t count = t.numel;
-    if (t.offset == whole.wte() || t.offset == whole.head())
-        count = static_cast<std::size_t>(s.vocab) * s.hidden;
+    if (t.split.kind == SplitKind::vocabulary) count = static_cast<std::size_t>(s.vocab) * s.hidden;
     const uint64_t tensor_seed = kernels::hash64(seed, ti);
     for (std::size_t i = 0; i < count; ++i)
         p[i] = static_cast<float>(stddev * kernels::normal(tensor_seed, i));

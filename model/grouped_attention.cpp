@@ -1,6 +1,8 @@
 // Llama's attention sublayer (see grouped_attention.h).
 #include "model/grouped_attention.h"
 
+#include "model/part_kinds.h"
+
 namespace trident::model {
 
 using kernels::ConstPtr;
@@ -57,5 +59,49 @@ void GroupedAttention::finish_grads(PartContext& ctx) const {
     if (ctx.kv_replicas.size() > 1 && !ctx.weights.frozen)
         ctx.kv_replicas.all_reduce(ctx.weights.grads.at(kv_weight_), kv_count_);
 }
+
+// ---- the kind (model/part_registry.cpp) -----------------------------------------------------
+
+namespace {
+
+// Llama's: q_proj, k_proj and v_proj (k's and v's rows by key/value head, each head whole on a
+// rank), o_proj; no biases.
+PartDecl grouped_attention_tensors(const GptShape& s) {
+    const int64_t H = s.hidden, KV = H / s.heads * s.kv_heads;  // the key/value heads' width
+    const Split rows{SplitKind::column}, heads{SplitKind::column, 1, s.kv_heads};
+    const Split columns{SplitKind::row};
+    return {{{"q_proj.weight", {H, H}, rows, Init::normal, true},
+             {"k_proj.weight", {KV, H}, heads, Init::normal, true},
+             {"v_proj.weight", {KV, H}, heads, Init::normal, true},
+             {"o_proj.weight", {H, H}, columns, Init::normal, true}},
+            {{"q_proj", H, H, rows, LoraTarget::q},
+             {"k_proj", KV, H, heads, LoraTarget::k},
+             {"v_proj", KV, H, heads, LoraTarget::v},
+             {"o_proj", H, H, columns, LoraTarget::o}}};
+}
+
+// q, k and v run as one linear (their weights adjacent), (N, Hm + 2·KVm): each adapter adds to
+// its block of the output's columns.
+std::unique_ptr<Attention> build_grouped_attention(const PartBuild& in) {
+    const Dims& d = in.d;
+    const int KVm = d.kv_heads * (d.Hm / d.heads);  // this rank's key/value width
+    GroupedAttentionSpec a;
+    a.qkv = in.linear(LinearSplit::column, d.H, d.Hm + 2 * KVm, in.tensor(0), kNoParam);
+    in.adapt(a.qkv, LoraTarget::q, 0, d.Hm);
+    in.adapt(a.qkv, LoraTarget::k, d.Hm, KVm);
+    in.adapt(a.qkv, LoraTarget::v, d.Hm + KVm, KVm);
+    a.proj = in.linear(LinearSplit::row, d.Hm, d.H, in.tensor(3), kNoParam);
+    in.adapt(a.proj, LoraTarget::o);
+    a.head_begin = in.head_begin();
+    a.heads_total = in.shape().heads;
+    a.rope_theta = in.shape().rope_theta;
+    a.make_core = in.options.make_core;
+    return std::make_unique<GroupedAttention>(a, d, in.options.attention_saved, in.set, in.scratch);
+}
+
+}  // namespace
+
+extern const AttentionKind grouped_attention_kind{"grouped", grouped_attention_tensors,
+                                                  build_grouped_attention};
 
 }  // namespace trident::model

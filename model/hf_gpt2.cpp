@@ -12,6 +12,7 @@
 
 #include "io/safetensors.h"
 #include "kernels/error.h"
+#include "model/hf_names.h"
 
 namespace trident::model {
 
@@ -202,6 +203,7 @@ void check_tied_head(const io::SafetensorsFile& file, const io::TensorInfo& lm_h
 }  // namespace
 
 void load_hf_gpt2(const std::string& path, const ParamLayout& layout, float* params) {
+    check_hf_family(layout.shape(), "import");
     const io::SafetensorsFile file = io::SafetensorsFile::open(path);
     const FileTensors found = index_tensors(file, path);
     check_names(found.by_name, layout, path);
@@ -246,6 +248,7 @@ GptShape infer_hf_gpt2_shape(const std::string& path, int head_dim) {
 }
 
 HfTensors to_hf_tensors(const ParamLayout& layout, const float* params) {
+    check_hf_family(layout.shape(), "export");
     HfTensors hf;
     hf.transposed.reserve(layout.tensors().size());
     for (const auto& t : layout.tensors()) {

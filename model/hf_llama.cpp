@@ -6,6 +6,7 @@
 #include <span>
 
 #include "kernels/error.h"
+#include "model/hf_names.h"
 #include "model/hf_weights.h"
 
 namespace trident::model {
@@ -29,10 +30,11 @@ std::string shape_mismatch(const std::string& path, const io::TensorInfo& info,
 }  // namespace
 
 std::string hf_llama_name(const ParamTensor& t) {
-    return t.name == "lm_head.weight" ? t.name : "model." + t.name;
+    return t.name == "lm_head.weight" ? t.name : hf_prefix(Arch::llama) + t.name;
 }
 
 void load_hf_llama(const std::string& path, const ParamLayout& layout, float* params) {
+    check_hf_family(layout.shape(), "import");
     const HfWeights weights = HfWeights::open(path);
     std::map<std::string, const ParamTensor*> ours;
     for (const ParamTensor& t : layout.tensors()) ours.emplace(hf_llama_name(t), &t);
@@ -67,6 +69,7 @@ void load_hf_llama(const std::string& path, const ParamLayout& layout, float* pa
 }
 
 std::vector<io::TensorToWrite> to_hf_llama_tensors(const ParamLayout& layout, const float* params) {
+    check_hf_family(layout.shape(), "export");
     std::vector<io::TensorToWrite> out;
     out.reserve(layout.tensors().size());
     for (const ParamTensor& t : layout.tensors())

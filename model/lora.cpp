@@ -10,17 +10,12 @@
 #include "io/safetensors.h"
 #include "kernels/error.h"
 #include "kernels/random.h"
+#include "model/hf_names.h"
 
 namespace trident::model {
 
 namespace {
 
-// PEFT's names: its wrapper's prefix, then the model's own ("transformer.h.3..." for
-// GPT2LMHeadModel, "model.layers.3..." for LlamaForCausalLM).
-std::string peft_prefix(const ParamLayout& layout) {
-    return layout.shape().arch == Arch::llama ? "base_model.model.model."
-                                              : "base_model.model.transformer.";
-}
 // Initial adapters draw from a stream of their own, apart from the model's initialisation.
 constexpr uint64_t kLoraStream = 0x6C6F7261ull;  // "lora"
 
@@ -41,12 +36,6 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 }
 
 }  // namespace
-
-const char* lora_target_name(LoraTarget t) {
-    static constexpr const char* kNames[kLoraTargets] = {
-        "qkv", "attn_proj", "fc", "fc_proj", "q", "k", "v", "o", "gate", "up", "down"};
-    return kNames[static_cast<std::size_t>(t)];
-}
 
 LoraFileInfo read_lora_info(const std::string& path) {
     const io::SafetensorsFile file = io::SafetensorsFile::open(path);
@@ -88,7 +77,7 @@ std::vector<float> initial_lora(const ParamLayout& whole_lora, uint64_t seed) {
     const auto& tensors = whole_lora.tensors();
     for (std::size_t ti = 0; ti < tensors.size(); ++ti) {
         const ParamTensor& t = tensors[ti];
-        if (!ends_with(t.name, ".lora_A.weight")) continue;  // B stays zero
+        if (t.init != Init::fan_in_uniform) continue;  // B stays zero
         // torch.nn.init.kaiming_uniform_(a=sqrt(5)): bound = sqrt(6 / ((1 + a²)·fan_in)).
         const double bound = 1.0 / std::sqrt(static_cast<double>(t.full_shape[1]));
         const uint64_t tensor_seed = kernels::hash64(seed ^ kLoraStream, ti);
@@ -101,7 +90,7 @@ std::vector<float> initial_lora(const ParamLayout& whole_lora, uint64_t seed) {
 
 void load_lora_file(const std::string& path, const ParamLayout& whole_lora, float* values) {
     const io::SafetensorsFile file = io::SafetensorsFile::open(path);
-    const std::string prefix = peft_prefix(whole_lora);
+    const std::string prefix = peft_prefix(whole_lora.shape().arch);
     std::set<std::string> taken;
     for (const ParamTensor& t : whole_lora.tensors()) {
         const io::TensorInfo* info = file.find(prefix + t.name);
@@ -126,7 +115,8 @@ void save_lora_file(const std::string& path, const ParamLayout& whole_lora, cons
                     double alpha) {
     std::vector<io::TensorToWrite> tensors;
     for (const ParamTensor& t : whole_lora.tensors())
-        tensors.push_back({peft_prefix(whole_lora) + t.name, t.full_shape, values + t.offset});
+        tensors.push_back(
+            {peft_prefix(whole_lora.shape().arch) + t.name, t.full_shape, values + t.offset});
     std::string targets;
     for (int i = 0; i < kLoraTargets; ++i)
         if (whole_lora.lora().targets[static_cast<std::size_t>(i)])

@@ -31,9 +31,6 @@ void load_lora_file(const std::string& path, const ParamLayout& whole_lora, floa
 void save_lora_file(const std::string& path, const ParamLayout& whole_lora, const float* values,
                     double alpha);
 
-// The targets of an adapters file, by the names training.lora.targets uses.
-const char* lora_target_name(LoraTarget t);
-
 // What an adapters file's metadata says: the rank, targets and alpha it was trained with.
 struct LoraFileInfo {
     LoraShape lora;

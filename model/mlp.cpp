@@ -1,6 +1,8 @@
 // GPT-2's and Llama's MLPs (see mlp.h).
 #include "model/mlp.h"
 
+#include "model/part_kinds.h"
+
 namespace trident::model {
 
 using kernels::ConstPtr;
@@ -73,5 +75,59 @@ void Mlp::finish_grads(PartContext& ctx) const {
     in_.finish_grads(ctx);
     out_.finish_grads(ctx);
 }
+
+// ---- the kinds (model/part_registry.cpp) ---------------------------------------------------
+
+namespace {
+
+// GPT-2's: c_fc (H -> F) and c_proj (F -> H) with biases, c_proj's weight scaled for the
+// residual stream.
+PartDecl gelu_mlp_tensors(const GptShape& s) {
+    const int64_t H = s.hidden, F = s.ffn;
+    const Split rows{SplitKind::column}, columns{SplitKind::row};
+    return {{{"c_fc.weight", {F, H}, rows, Init::normal, true},
+             {"c_fc.bias", {F}, rows, Init::zeros},
+             {"c_proj.weight", {H, F}, columns, Init::residual, true},
+             {"c_proj.bias", {H}, {}, Init::zeros}},
+            {{"c_fc", F, H, rows, LoraTarget::fc}, {"c_proj", H, F, columns, LoraTarget::fc_proj}}};
+}
+
+std::unique_ptr<FeedForward> build_gelu_mlp(const PartBuild& in) {
+    const Dims& d = in.d;
+    LinearSpec fc = in.linear(LinearSplit::column, d.H, d.Fm, in.tensor(0), in.tensor(1));
+    in.adapt(fc, LoraTarget::fc);
+    LinearSpec proj = in.linear(LinearSplit::row, d.Fm, d.H, in.tensor(2), in.tensor(3));
+    in.adapt(proj, LoraTarget::fc_proj);
+    return std::make_unique<Mlp>(MlpActivation::gelu, fc, proj, d, in.set, in.scratch);
+}
+
+// Llama's: gate_proj and up_proj (H -> F each), down_proj (F -> H); no biases.
+PartDecl swiglu_mlp_tensors(const GptShape& s) {
+    const int64_t H = s.hidden, F = s.ffn;
+    const Split rows{SplitKind::column}, columns{SplitKind::row};
+    return {{{"gate_proj.weight", {F, H}, rows, Init::normal, true},
+             {"up_proj.weight", {F, H}, rows, Init::normal, true},
+             {"down_proj.weight", {H, F}, columns, Init::normal, true}},
+            {{"gate_proj", F, H, rows, LoraTarget::gate},
+             {"up_proj", F, H, rows, LoraTarget::up},
+             {"down_proj", H, F, columns, LoraTarget::down}}};
+}
+
+// gate and up run as one linear (their weights adjacent), (N, 2Fm): each adapter adds to its
+// block of the output's columns.
+std::unique_ptr<FeedForward> build_swiglu_mlp(const PartBuild& in) {
+    const Dims& d = in.d;
+    LinearSpec gate_up = in.linear(LinearSplit::column, d.H, 2 * d.Fm, in.tensor(0), kNoParam);
+    in.adapt(gate_up, LoraTarget::gate, 0, d.Fm);
+    in.adapt(gate_up, LoraTarget::up, d.Fm, d.Fm);
+    LinearSpec down = in.linear(LinearSplit::row, d.Fm, d.H, in.tensor(2), kNoParam);
+    in.adapt(down, LoraTarget::down);
+    return std::make_unique<Mlp>(MlpActivation::swiglu, gate_up, down, d, in.set, in.scratch);
+}
+
+}  // namespace
+
+extern const MlpKind gelu_mlp_kind{"gelu", gelu_mlp_tensors, build_gelu_mlp};
+extern const MlpKind swiglu_mlp_kind{"swiglu", swiglu_mlp_tensors, build_swiglu_mlp};
 
 }  // namespace trident::model

@@ -1,6 +1,8 @@
 // LayerNorm and RMSNorm on this rank's rows of the residual stream (see norm.h).
 #include "model/norm.h"
 
+#include "model/part_kinds.h"
+
 namespace trident::model {
 
 using kernels::ConstPtr;
@@ -101,5 +103,32 @@ void RmsNorm::finish_grads(PartContext& ctx) const {
     ctx.rows.group().all_reduce(ctx.weights.grads.at(weight_),
                                 static_cast<std::size_t>(ctx.dims().H));
 }
+
+// ---- the kinds (model/part_registry.cpp) ---------------------------------------------------
+
+namespace {
+
+PartDecl layer_norm_tensors(const GptShape& s) {
+    const int64_t H = s.hidden;
+    return {{{"weight", {H}, {}, Init::ones}, {"bias", {H}, {}, Init::zeros}}, {}};
+}
+
+std::unique_ptr<Norm> build_layer_norm(const PartBuild& in) {
+    return std::make_unique<LayerNorm>(in.tensor(0), in.tensor(1), in.d, in.set);
+}
+
+PartDecl rms_norm_tensors(const GptShape& s) {
+    return {{{"weight", {s.hidden}, {}, Init::ones}}, {}};
+}
+
+std::unique_ptr<Norm> build_rms_norm(const PartBuild& in) {
+    return std::make_unique<RmsNorm>(in.tensor(0), in.shape().norm_eps, in.d, in.set);
+}
+
+}  // namespace
+
+// GPT-2's LayerNorm: a gain and a bias; Llama's RMSNorm: a gain.
+extern const NormKind layer_norm_kind{"layernorm", layer_norm_tensors, build_layer_norm};
+extern const NormKind rms_norm_kind{"rmsnorm", rms_norm_tensors, build_rms_norm};
 
 }  // namespace trident::model

@@ -18,18 +18,16 @@ void require_divisible(const char* what, int value, int tensor_size) {
 
 // The local shape of a tensor of `full` shape under `split`, each slice held by `replicas`
 // ranks.
-std::vector<int64_t> local_shape(std::vector<int64_t> full, Split split, int tensor_size,
+std::vector<int64_t> local_shape(std::vector<int64_t> full, const Split& split, int tensor_size,
                                  int replicas) {
-    switch (split) {
-        case Split::replicated:
+    switch (split.kind) {
+        case SplitKind::replicated:
             break;
-        case Split::rows:
+        case SplitKind::column:
+        case SplitKind::vocabulary:
             full[0] /= tensor_size / replicas;
             break;
-        case Split::qkv_rows:
-            full[0] /= tensor_size;
-            break;
-        case Split::columns:
+        case SplitKind::row:
             full[1] /= tensor_size;
             break;
     }
@@ -58,10 +56,11 @@ ParamLayout ParamLayout::for_lora(const GptShape& shape, const LoraShape& lora, 
 
 ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tensor_rank,
                          int tensor_size, const StagePlan& plan, int unit_align)
-    : shape_(shape),
+    : spec_(resolve_spec(shape)),
       tensor_rank_(tensor_rank),
       tensor_size_(tensor_size),
       plan_(plan),
+      align_(static_cast<std::size_t>(std::max(unit_align, 1))),
       lora_(lora ? *lora : LoraShape{}) {
     require_divisible("model.heads", shape.heads, tensor_size);
     if (shape.kv_heads % tensor_size != 0 && tensor_size % shape.kv_heads != 0)
@@ -84,99 +83,88 @@ ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tenso
                         std::to_string(chunks) + " chunks of " + std::to_string(shape.layers) +
                         " layers");
     }
-    // A unit starts at the next multiple of the alignment (and the last one ends at one).
-    const std::size_t align = static_cast<std::size_t>(std::max(unit_align, 1));
-    std::vector<std::size_t> begins;
-    const auto start_unit = [&] {
-        total_ = (total_ + align - 1) / align * align;
-        begins.push_back(total_);
-    };
-    const int64_t H = shape.hidden, Vp = shape.padded_vocab;
-    const bool llama = shape.arch == Arch::llama;
-    const bool holds_wte = plan.first() || (plan.last() && shape.tied);
-    if (!lora && holds_wte) {
-        start_unit();
-        wte_ = add(wte_name(), {Vp, H}, true, Split::rows);
-        if (shape.tied) head_ = wte_;
-    }
-    if (!lora && plan.first() && !llama) {
-        if (plan.stages > 1) start_unit();  // else one unit with wte: the embedding
-        wpe_ = add("wpe.weight", {shape.max_seq, H}, true, Split::replicated);
-    }
-    if (!lora && plan.first()) embedding_range_ = {wte_, total_};
+    if (!lora) add_embedding(plan.first() || (plan.last() && shape.tied));
     for (int c = 0; c < plan.chunks; ++c)
         for (int l = first_layer(c); l < first_layer(c) + chunk_layers(c); ++l) {
-            start_unit();
+            start_unit(spec_.layer_prefix + std::to_string(l));
             const std::size_t begin = total_;
             if (lora)
-                add_lora((llama ? "layers." : "h.") + std::to_string(l) + ".", *lora);
+                add_lora(l, *lora);
             else
-                layers_.push_back(llama ? add_llama_layer("layers." + std::to_string(l) + ".")
-                                        : add_gpt2_layer("h." + std::to_string(l) + "."));
+                add_layer(l);
             layer_ids_.push_back(l);
             layer_ranges_.emplace_back(begin, total_);
         }
-    if (!lora && plan.last()) {
-        start_unit();
-        lnf_w_ = add(llama ? "norm.weight" : "ln_f.weight", {H}, false, Split::replicated);
-        if (!llama) lnf_b_ = add("ln_f.bias", {H}, false, Split::replicated);
-        if (!shape.tied) head_ = add("lm_head.weight", {Vp, H}, true, Split::rows);
-        head_range_ = {lnf_w_, total_};
+    if (!lora && plan.last()) add_head();
+    total_ = (total_ + align_ - 1) / align_ * align_;
+    for (std::size_t u = 0; u < units_.size(); ++u)
+        units_[u].end = u + 1 < units_.size() ? units_[u + 1].begin : total_;
+}
+
+std::vector<std::pair<std::size_t, std::size_t>> ParamLayout::unit_ranges() const {
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;
+    for (const Unit& u : units_) ranges.emplace_back(u.begin, u.end);
+    return ranges;
+}
+
+void ParamLayout::start_unit(const std::string& name) {
+    total_ = (total_ + align_ - 1) / align_ * align_;
+    units_.push_back(Unit{name, total_, total_});
+}
+
+// The token embedding on the first stage (and, tied, on the last), wpe on the first: one unit
+// on a single stage; on a pipeline each its own, so that the first and the last stage hold the
+// same unit of a tied wte.
+void ParamLayout::add_embedding(bool holds_wte) {
+    const std::vector<TensorDecl> tensors = spec_.embedding_tensors();
+    const bool alone = plan_.stages > 1;
+    if (holds_wte) {
+        start_unit(alone ? spec_.token_embedding : "embedding");
+        wte_ = add(tensors[0]);
+        if (shape().tied) head_ = wte_;
     }
-    total_ = (total_ + align - 1) / align * align;
-    for (std::size_t u = 0; u < begins.size(); ++u)
-        units_.emplace_back(begins[u], u + 1 < begins.size() ? begins[u + 1] : total_);
+    if (plan_.first() && spec_.position_embedding) {
+        if (alone) start_unit(tensors[1].name.substr(0, tensors[1].name.find('.')));
+        wpe_ = add(tensors[1]);
+    }
+    if (plan_.first()) embedding_range_ = {wte_, total_};
 }
 
-LayerParams ParamLayout::add_gpt2_layer(const std::string& p) {
-    const int64_t H = shape_.hidden, F = shape_.ffn;
-    LayerParams lp{};
-    lp.ln1_w = add(p + "ln_1.weight", {H}, false, Split::replicated);
-    lp.ln1_b = add(p + "ln_1.bias", {H}, false, Split::replicated);
-    lp.qkv_w = add(p + "attn.c_attn.weight", {3 * H, H}, true, Split::qkv_rows);
-    lp.qkv_b = add(p + "attn.c_attn.bias", {3 * H}, false, Split::qkv_rows);
-    lp.attn_proj_w = add(p + "attn.c_proj.weight", {H, H}, true, Split::columns);
-    lp.attn_proj_b = add(p + "attn.c_proj.bias", {H}, false, Split::replicated);
-    lp.ln2_w = add(p + "ln_2.weight", {H}, false, Split::replicated);
-    lp.ln2_b = add(p + "ln_2.bias", {H}, false, Split::replicated);
-    lp.fc_w = add(p + "mlp.c_fc.weight", {F, H}, true, Split::rows);
-    lp.fc_b = add(p + "mlp.c_fc.bias", {F}, false, Split::rows);
-    lp.fc_proj_w = add(p + "mlp.c_proj.weight", {H, F}, true, Split::columns);
-    lp.fc_proj_b = add(p + "mlp.c_proj.bias", {H}, false, Split::replicated);
-    return lp;
+void ParamLayout::add_layer(int l) {
+    LayerTensors layer;
+    const std::vector<NamedPart> parts = spec_.layer_parts(l);
+    for (std::size_t p = 0; p < parts.size(); ++p)
+        for (TensorDecl t : parts[p].decl.tensors) {
+            t.name = parts[p].prefix + t.name;
+            layer.parts[p].push_back(add(t));
+        }
+    layers_.push_back(std::move(layer));
 }
 
-LayerParams ParamLayout::add_llama_layer(const std::string& p) {
-    const int64_t H = shape_.hidden, F = shape_.ffn;
-    const int64_t KV = H / shape_.heads * shape_.kv_heads;  // the key/value heads' width
-    LayerParams lp{};
-    lp.ln1_b = lp.qkv_b = lp.attn_proj_b = lp.ln2_b = lp.fc_b = lp.fc_proj_b = kNoParam;
-    lp.ln1_w = add(p + "input_layernorm.weight", {H}, false, Split::replicated);
-    lp.qkv_w = add(p + "self_attn.q_proj.weight", {H, H}, true, Split::rows);
-    const int replicas = kv_replicas(shape_.kv_heads, tensor_size_);
-    add(p + "self_attn.k_proj.weight", {KV, H}, true, Split::rows, replicas);
-    add(p + "self_attn.v_proj.weight", {KV, H}, true, Split::rows, replicas);
-    lp.attn_proj_w = add(p + "self_attn.o_proj.weight", {H, H}, true, Split::columns);
-    lp.ln2_w = add(p + "post_attention_layernorm.weight", {H}, false, Split::replicated);
-    lp.fc_w = add(p + "mlp.gate_proj.weight", {F, H}, true, Split::rows);
-    add(p + "mlp.up_proj.weight", {F, H}, true, Split::rows);
-    lp.fc_proj_w = add(p + "mlp.down_proj.weight", {H, F}, true, Split::columns);
-    return lp;
-}
-
-const char* ParamLayout::wte_name() const {
-    return shape_.arch == Arch::llama ? "embed_tokens.weight" : "wte.weight";
+void ParamLayout::add_head() {
+    start_unit("head");
+    const std::size_t begin = total_;
+    std::vector<TensorDecl> tensors = spec_.head_tensors();
+    const std::size_t norm_tensors = tensors.size() - (shape().tied ? 0 : 1);
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+        const std::size_t at = add(tensors[i]);
+        if (i < norm_tensors)
+            final_norm_.push_back(at);
+        else
+            head_ = at;
+    }
+    head_range_ = {begin, total_};
 }
 
 int ParamLayout::chunk_layers(int c) const {
     const int g = plan_.global_chunk(c);
-    if (plan_.chunk_layers.empty()) return shape_.layers / (plan_.stages * plan_.chunks);
+    if (plan_.chunk_layers.empty()) return shape().layers / (plan_.stages * plan_.chunks);
     return plan_.chunk_layers[static_cast<std::size_t>(g)];
 }
 
 int ParamLayout::first_layer(int c) const {
     const int g = plan_.global_chunk(c);
-    if (plan_.chunk_layers.empty()) return g * (shape_.layers / (plan_.stages * plan_.chunks));
+    if (plan_.chunk_layers.empty()) return g * (shape().layers / (plan_.stages * plan_.chunks));
     int first = 0;
     for (int k = 0; k < g; ++k) first += plan_.chunk_layers[static_cast<std::size_t>(k)];
     return first;
@@ -193,7 +181,7 @@ std::pair<std::size_t, std::size_t> ParamLayout::layer_range(int l) const {
     return layer_ranges_[layer_index(l)];
 }
 
-const LayerParams& ParamLayout::layer(int l) const {
+const LayerTensors& ParamLayout::layer(int l) const {
     return layers_.at(layer_index(l));
 }
 
@@ -201,52 +189,49 @@ const LayerLora& ParamLayout::layer_lora(int l) const {
     return lora_layers_.at(layer_index(l));
 }
 
-void ParamLayout::add_lora(const std::string& prefix, const LoraShape& lora) {
-    const int64_t H = shape_.hidden, F = shape_.ffn, r = lora.rank;
-    const int64_t KV = H / shape_.heads * shape_.kv_heads;  // llama's key/value width
-    // Per target: the linear's name, its (out, in), and the splits of A and B.
-    struct Linear {
-        const char* name;
-        int64_t out, in;
-        Split a, b;
-    };
-    constexpr Split whole = Split::replicated, rows = Split::rows, columns = Split::columns;
-    const Linear linears[kLoraTargets] = {
-        {"attn.c_attn", 3 * H, H, whole, Split::qkv_rows},
-        {"attn.c_proj", H, H, columns, whole},
-        {"mlp.c_fc", F, H, whole, rows},
-        {"mlp.c_proj", H, F, columns, whole},
-        {"self_attn.q_proj", H, H, whole, rows},
-        {"self_attn.k_proj", KV, H, whole, rows},
-        {"self_attn.v_proj", KV, H, whole, rows},
-        {"self_attn.o_proj", H, H, columns, whole},
-        {"mlp.gate_proj", F, H, whole, rows},
-        {"mlp.up_proj", F, H, whole, rows},
-        {"mlp.down_proj", H, F, columns, whole},
-    };
-    const bool llama = shape_.arch == Arch::llama;
+void ParamLayout::add_lora(int l, const LoraShape& lora) {
+    const std::vector<LinearDecl> linears = spec_.layer_linears(l);
     LayerLora la{};
-    for (std::size_t t = 0; t < kLoraTargets; ++t) {
-        la.a[t] = la.b[t] = kNoLora;
+    la.a.fill(kNoLora);
+    la.b.fill(kNoLora);
+    // In the order the parts compute their linears (GPT-2's qkv, attn_proj, fc, fc_proj; Llama's
+    // q, k, v, o, gate, up, down).
+    for (const LinearDecl& w : linears) {
+        const std::size_t t = static_cast<std::size_t>(w.target);
         if (!lora.targets[t]) continue;
-        if (is_llama_target(static_cast<LoraTarget>(t)) != llama)
-            throw Error(std::string("an adapter of ") + linears[t].name + " for a " +
-                        (llama ? "llama" : "GPT-2") + " layer, which has no such linear");
-        const Linear& w = linears[t];
-        const std::string name = prefix + w.name;
-        la.a[t] = add(name + ".lora_A.weight", {r, w.in}, true, w.a);
-        la.b[t] = add(name + ".lora_B.weight", {w.out, r}, true, w.b);
+        // Beside a column-parallel W, A is whole and B split like W's rows; beside a
+        // row-parallel W, A is split by columns like W and B whole.
+        const bool column = w.split.kind == SplitKind::column;
+        const Split whole{};
+        la.a[t] = add({w.name + ".lora_A.weight",
+                       {lora.rank, w.in},
+                       column ? whole : w.split,
+                       Init::fan_in_uniform,
+                       true});
+        la.b[t] = add({w.name + ".lora_B.weight",
+                       {w.out, lora.rank},
+                       column ? w.split : whole,
+                       Init::zeros,
+                       true});
     }
+    for (int t = 0; t < kLoraTargets; ++t)
+        if (lora.targets[static_cast<std::size_t>(t)] &&
+            la.a[static_cast<std::size_t>(t)] == kNoLora)
+            throw Error("an adapter of " +
+                        std::string(lora_target_name(static_cast<LoraTarget>(t))) +
+                        " for a layer which has no such linear");
     lora_layers_.push_back(la);
 }
 
-std::size_t ParamLayout::add(const std::string& name, std::vector<int64_t> full_shape, bool decay,
-                             Split split, int replicas) {
-    std::vector<int64_t> shape = local_shape(full_shape, split, tensor_size_, replicas);
+std::size_t ParamLayout::add(const TensorDecl& t) {
+    const int replicas = t.split.kind == SplitKind::column && t.split.groups > 0
+                             ? kv_replicas(t.split.groups, tensor_size_)
+                             : 1;
+    std::vector<int64_t> shape = local_shape(t.shape, t.split, tensor_size_, replicas);
     std::size_t numel = 1;
     for (int64_t d : shape) numel *= static_cast<std::size_t>(d);
-    tensors_.push_back(ParamTensor{name, std::move(shape), std::move(full_shape), total_, numel,
-                                   decay, split, replicas});
+    tensors_.push_back(ParamTensor{t.name, std::move(shape), t.shape, total_, numel, t.split,
+                                   t.init, t.decay, t.trains, replicas});
     total_ += numel;
     return tensors_.back().offset;
 }
@@ -262,8 +247,9 @@ int kv_replicas(int kv_heads, int tensor_size) {
 }
 
 bool ParamLayout::held_elsewhere(const ParamTensor& t) const {
-    return (t.split == Split::replicated && tensor_rank_ != 0) || tensor_rank_ % t.replicas != 0 ||
-           (shape_.tied && t.name == wte_name() && !plan_.first());
+    return (t.split.kind == SplitKind::replicated && tensor_rank_ != 0) ||
+           tensor_rank_ % t.replicas != 0 ||
+           (shape().tied && t.name == wte_name() && !plan_.first());
 }
 
 void shard_params(const ParamLayout& full_layout, const float* full,
@@ -278,22 +264,22 @@ void shard_params(const ParamLayout& full_layout, const float* full,
 void for_each_slice_run(const ParamTensor& t, int tensor_rank,
                         const std::function<void(std::size_t, std::size_t, std::size_t)>& fn) {
     const std::size_t rank = static_cast<std::size_t>(tensor_rank);
-    switch (t.split) {
-        case Split::replicated:
+    switch (t.split.kind) {
+        case SplitKind::replicated:
             fn(0, 0, t.numel);
             break;
-        case Split::rows:
-            fn(0, rank / static_cast<std::size_t>(t.replicas) * t.numel, t.numel);
-            break;
-        case Split::qkv_rows: {  // three blocks: q, k, v
+        case SplitKind::column:
+        case SplitKind::vocabulary: {  // of each block of rows, this rank's
             std::size_t full_numel = 1;
             for (int64_t d : t.full_shape) full_numel *= static_cast<std::size_t>(d);
-            const std::size_t block = t.numel / 3;
-            for (std::size_t j = 0; j < 3; ++j)
-                fn(j * block, j * (full_numel / 3) + rank * block, block);
+            const std::size_t blocks = static_cast<std::size_t>(t.split.blocks);
+            const std::size_t block = t.numel / blocks;
+            const std::size_t slice = rank / static_cast<std::size_t>(t.replicas);
+            for (std::size_t j = 0; j < blocks; ++j)
+                fn(j * block, j * (full_numel / blocks) + slice * block, block);
             break;
         }
-        case Split::columns: {
+        case SplitKind::row: {
             const std::size_t rows = static_cast<std::size_t>(t.full_shape[0]);
             const std::size_t cols = static_cast<std::size_t>(t.full_shape[1]);
             const std::size_t width = static_cast<std::size_t>(t.shape[1]);

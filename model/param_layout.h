@@ -1,58 +1,50 @@
-// Where every GPT parameter lives in the flat parameter buffer of one tensor-parallel rank.
+// Where every parameter lives in the flat parameter buffer of one tensor-parallel rank, as the
+// model's parts declare them (model/tensor_decl.h, model/model_spec.h).
 //
 // All parameters a rank holds sit in one contiguous buffer of the run's precision (and their
 // gradients in another of the same layout), so the optimizer, the gradient norm and the ZeRO-1
-// sharding see one range; offsets count elements, whatever their type. Tensors are named as in
-// Hugging Face's GPT-2 (without the "transformer." prefix), but linear weights keep our [out, in]
-// layout, and wte keeps the padded vocabulary rows (always zero).
+// sharding see one range; offsets count elements, whatever their type. Each tensor is named as
+// its part declares it under the spec's names (GPT-2's "h.3.attn.c_attn.weight", Llama's
+// "layers.3.self_attn.q_proj.weight": the names the checkpoints hold, which were chosen as the
+// two families' Hugging Face names; model/hf_gpt2.h and model/hf_llama.h map the rest), linear
+// weights [out, in], the vocabulary's tensors with their padded rows (always zero).
 //
-// Under M-way tensor parallelism (Megatron's split) each rank holds a slice of some tensors:
-//   wte            rows r*Vp/M ..            (vocab-parallel embedding and LM head)
-//   c_attn w, b    rows of q, of k and of v for heads r*NH/M .. (column-parallel, by head)
-//   attn.c_proj w  columns r*H/M ..          (row-parallel; its bias is whole)
-//   mlp.c_fc w, b  rows r*F/M ..             (column-parallel)
-//   mlp.c_proj w   columns r*F/M ..          (row-parallel; its bias is whole)
-// and every other tensor whole (replicated: wpe, LayerNorms, row-parallel biases). A layout
-// with tensor_size 1 is the whole model; shard_params/unshard_params map between the two.
-//
-// Under P-stage pipeline parallelism with v chunks per stage (StagePlan), a stage holds the
-// layers of its chunks (global chunk g = c·P + stage holds the run of layers after those of
-// chunks 0 .. g-1, StagePlan::chunk_layers[g] of them), wte and wpe
-// on the first stage (the embedding), ln_f and wte on the last (the LM head, tied to wte: the
-// two copies get the same gradient, summed over the embedding group).
-//
-// Order: wte, wpe, then layer by layer (so a stage's chunks are contiguous runs), ln_f.
-//
-// A llama model (Arch::llama) holds Hugging Face LlamaForCausalLM's tensors, named as there
-// without the "model." prefix, linear weights [out, in] as there: embed_tokens (the padded
-// vocabulary's rows, split by rows like wte), per layer input_layernorm, self_attn.q_proj,
-// k_proj, v_proj (rows: this rank's query heads, and its key/value heads), o_proj (columns),
-// post_attention_layernorm, mlp.gate_proj, up_proj (rows), down_proj (columns); norm, and
-// lm_head (padded rows, split by rows) unless tied to embed_tokens. No biases, no position
-// embedding. q, k and v are adjacent, so this rank's three slices are one [(NH + 2·KVH)·d/M, H]
-// weight, and gate and up one [2F/M, H]: each pair of linears runs as one GEMM.
+// Under M-way tensor parallelism (Megatron's split) each rank holds its slice of each tensor as
+// its declared Split says: the vocabulary's rows r·Vp/M .. (the embedding and the LM head), a
+// column-parallel linear's rows (of each block: GPT-2's c_attn holds q, k and v; by key/value
+// head: Llama's k and v), a row-parallel linear's columns, and every other tensor whole. A
+// layout with tensor_size 1 is the whole model; shard_params/unshard_params map between the two.
 // With fewer key/value heads than tensor ranks (M = r·KVH, r > 1: Megatron's rule for
 // grouped-query attention) rank t's NH/M query heads all belong to key/value head t / r, and
 // it holds that head's d rows of k_proj and of v_proj whole: each such slice is replicated on
 // the r consecutive ranks of one head (ParamTensor::replicas, kv_replicas), the first of which
 // speaks for it (held_elsewhere); the replicas' gradients are summed over those r ranks.
 //
-// Low-rank adapters (LoRA) have a layout of their own, built by ParamLayout::for_lora: for
-// each layer held and each target linear W (out, in), A (r, in) then B (out, r), named as
-// W's weight with lora_A / lora_B in place of the last part ("h.3.attn.c_attn.lora_A.weight",
-// llama "layers.3.self_attn.k_proj.lora_A.weight").
+// Under P-stage pipeline parallelism with v chunks per stage (StagePlan), a stage holds the
+// layers of its chunks (global chunk g = c·P + stage holds the run of layers after those of
+// chunks 0 .. g-1, StagePlan::chunk_layers[g] of them), the embedding on the first stage, the
+// head (the final norm and the LM head: tied, the token embedding, held there too) on the last;
+// the two copies of a tied embedding get the same gradient, summed over the embedding group.
+//
+// Order: the embedding's tensors, then layer by layer (so a stage's chunks are contiguous runs),
+// each layer's parts in order (norm1, attention, norm2, MLP), then the head's.
+//
+// Low-rank adapters (LoRA) have a layout of their own, built by ParamLayout::for_lora from the
+// linears the parts declare: for each layer held and each target linear W (out, in), A (r, in)
+// then B (out, r), named as W's weight with lora_A / lora_B in place of "weight"
+// ("h.3.attn.c_attn.lora_A.weight", llama "layers.3.self_attn.k_proj.lora_A.weight").
 // They follow W's split, so that the adapter needs no collective of its own in the forward:
 //   column-parallel W (qkv, fc; q, k, v, gate, up)   A replicated, B split like W's rows
 //                                                     (k's and v's: by key/value head)
 //   row-parallel W (the c_proj's; o, down)           A split by columns like W, B replicated
-// Each layer's adapters make one unit; the layout has no embedding and no ln_f.
+// Each layer's adapters make one unit; the layout has no embedding and no head.
 //
 // Units: the runs of tensors that ZeRO-2 reduces and ZeRO-3 gathers as one
-// (src/data_parallel/zero_units.h): the embedding (wte and wpe on a single stage; on a pipeline wte
-// and wpe each alone, so that the first and the last stage hold the same unit of the tied wte),
-// each layer, and ln_f. With a unit alignment A > 1 each unit starts at a multiple of A and the
-// buffer's total is one too (the padding between units is zero and belongs to no tensor), so every
-// unit splits evenly over A data-parallel ranks.
+// (src/data_parallel/zero_units.h), each named: the embedding (wte and wpe on a single stage; on
+// a pipeline each alone, so that the first and the last stage hold the same unit of the tied
+// wte), each layer, and the head. With a unit alignment A > 1 each unit starts at a multiple of
+// A and the buffer's total is one too (the padding between units is zero and belongs to no
+// tensor), so every unit splits evenly over A data-parallel ranks.
 #pragma once
 
 #include <array>
@@ -63,28 +55,9 @@
 #include <utility>
 #include <vector>
 
+#include "model/model_spec.h"
+
 namespace trident::model {
-
-// The layer kind: GPT-2's (LayerNorm, learned positions, GELU MLP, biases, tied head) or
-// Llama's (RMSNorm, rotary positions, SwiGLU, grouped-query attention, no biases).
-enum class Arch { gpt2, llama };
-
-// The sizes that fix a GPT's parameters, and the kind of its layers.
-struct GptShape {
-    int vocab = 0;         // V, real vocabulary
-    int padded_vocab = 0;  // Vp >= V, multiple of 128 * tensor-parallel size
-    int max_seq = 0;       // T, rows of wpe
-    int layers = 0;        // L
-    int hidden = 0;        // H
-    int heads = 0;         // NH
-    int ffn = 0;           // F, MLP width (llama: SwiGLU's inner width)
-    int kv_heads = 0;      // KVH, key/value heads (grouped-query attention); gpt2: = heads
-    Arch arch = Arch::gpt2;
-    bool tied = true;  // the LM head is the token embedding (gpt2 always)
-    // Llama's RMSNorm epsilon and rotary base θ.
-    float norm_eps = 1e-5f;
-    float rope_theta = 10000.0f;
-};
 
 // Where the P·v global chunks of the pipeline live (docs/ARCHITECTURE.md, "Schedules").
 // Round robin: global chunk g is local chunk g / P of stage g mod P. V-shaped (ZB-V, v = 2):
@@ -126,24 +99,18 @@ struct StagePlan {
     bool last() const { return map().stage_of(map().last()) == stage; }
 };
 
-// How a tensor is divided over the tensor-parallel ranks.
-enum class Split {
-    replicated,  // whole on every rank
-    rows,        // rank r holds rows r*R/M .. of R
-    columns,     // rank r holds columns r*K/M .. of K
-    qkv_rows,    // rank r holds its rows of each of the three (q, k, v) blocks of rows
-};
-
 struct ParamTensor {
     std::string name;                 // e.g. "h.3.attn.c_attn.weight"
     std::vector<int64_t> shape;       // this rank's, e.g. {3H/M, H}
     std::vector<int64_t> full_shape;  // the whole tensor's, e.g. {3H, H}
     std::size_t offset = 0;           // in elements, into the flat buffer
     std::size_t numel = 0;
+    Split split;
+    Init init = Init::normal;
     bool decay = false;  // weight decay applies (matrices and embeddings)
-    Split split = Split::replicated;
-    // Split::rows: the consecutive tensor ranks holding the same slice (rank t holds slice
-    // t / replicas of M / replicas); 1 but for k_proj and v_proj when M > KVH.
+    bool trains = true;
+    // A column split's groups held whole (Split::groups): the consecutive tensor ranks holding
+    // the same slice (rank t holds slice t / replicas of M / replicas); else 1.
     int replicas = 1;
 };
 
@@ -151,26 +118,18 @@ struct ParamTensor {
 // (each rank holds KVH / M heads of its own).
 int kv_replicas(int kv_heads, int tensor_size);
 
-// The offset of a tensor the model does not have (a llama layer's biases, its wpe).
+// The offset of a tensor the model does not have (a bias of a linear without one).
 inline constexpr std::size_t kNoParam = SIZE_MAX;
 
-// Offsets of one transformer block's tensors in the flat buffer (local shapes). A llama layer
-// fills them with its own (biases kNoParam): ln1 input_layernorm, qkv q_proj (followed by
-// k_proj and v_proj: (NH + 2·KVH)·d/M rows), attn_proj o_proj, ln2 post_attention_layernorm,
-// fc gate_proj (followed by up_proj: 2F/M rows), fc_proj down_proj.
-struct LayerParams {
-    std::size_t ln1_w, ln1_b;              // (H), (H)
-    std::size_t qkv_w, qkv_b;              // (3H/M, H), (3H/M)
-    std::size_t attn_proj_w, attn_proj_b;  // (H, H/M), (H)
-    std::size_t ln2_w, ln2_b;              // (H), (H)
-    std::size_t fc_w, fc_b;                // (F/M, H), (F/M)
-    std::size_t fc_proj_w, fc_proj_b;      // (H, F/M), (H)
+// The offsets of one layer's tensors in the flat buffer, part by part (model::LayerPart), each
+// in the order its kind declared them.
+struct LayerTensors {
+    std::array<std::vector<std::size_t>, kLayerParts> parts;
+    const std::vector<std::size_t>& of(LayerPart p) const {
+        return parts[static_cast<std::size_t>(p)];
+    }
 };
 
-// The linears of a block that can carry an adapter, indexing LoraShape::targets and
-// LayerLora: GPT-2's four, then Llama's seven (docs/ARCHITECTURE.md, "Vocabulary").
-enum class LoraTarget { qkv, attn_proj, fc, fc_proj, q, k, v, o, gate, up, down };
-inline constexpr int kLoraTargets = 11;
 // Whether target t is one of Llama's linears (else GPT-2's).
 inline bool is_llama_target(LoraTarget t) {
     return t >= LoraTarget::q;
@@ -190,26 +149,35 @@ struct LayerLora {
     std::array<std::size_t, kLoraTargets> a, b;  // A (r, in/M or in), B (out/M or out, r)
 };
 
+// A unit (see the top of this file): its name ("embedding", "wte", "wpe", "layers.3", "head")
+// and its range [begin, end) of the buffer, padding included.
+struct Unit {
+    std::string name;
+    std::size_t begin = 0, end = 0;
+};
+
 class ParamLayout {
 public:
     // The layout of tensor-parallel rank `tensor_rank` of `tensor_size` on the stage `plan`,
     // its units aligned to `unit_align` elements (see the top of this file).
     // Throws trident::Error when heads, ffn or padded_vocab do not divide by tensor_size,
-    // kv_heads neither divides nor is a multiple of it, or
+    // kv_heads neither divides nor is a multiple of it, model.mlp names no kind, or
     // the chunks' layers do not make the model's (without counts: do not divide by P·v).
     explicit ParamLayout(const GptShape& shape, int tensor_rank = 0, int tensor_size = 1,
                          const StagePlan& plan = {}, int unit_align = 1);
     // The layout of the low-rank adapters of that rank's layers (see the top of this file),
-    // its units aligned alike.
+    // its units aligned alike. Throws trident::Error for a target no layer has.
     static ParamLayout for_lora(const GptShape& shape, const LoraShape& lora, int tensor_rank = 0,
                                 int tensor_size = 1, const StagePlan& plan = {},
                                 int unit_align = 1);
 
-    const GptShape& shape() const { return shape_; }
+    const GptShape& shape() const { return spec_.shape; }
+    const ModelSpec& spec() const { return spec_; }
     const std::vector<ParamTensor>& tensors() const { return tensors_; }
     std::size_t total() const { return total_; }  // elements in the flat buffer
-    // The units, [begin, end) in buffer order, covering the buffer (padding included).
-    const std::vector<std::pair<std::size_t, std::size_t>>& units() const { return units_; }
+    // The units, in buffer order, covering the buffer (padding included).
+    const std::vector<Unit>& units() const { return units_; }
+    std::vector<std::pair<std::size_t, std::size_t>> unit_ranges() const;
     int tensor_rank() const { return tensor_rank_; }
     int tensor_size() const { return tensor_size_; }
     const StagePlan& plan() const { return plan_; }
@@ -219,26 +187,27 @@ public:
 
     // This rank's share of the split dimensions.
     int vocab_begin() const { return tensor_rank_ * vocab_local(); }
-    int vocab_local() const { return shape_.padded_vocab / tensor_size_; }
+    int vocab_local() const { return shape().padded_vocab / tensor_size_; }
     int heads_begin() const { return tensor_rank_ * heads_local(); }
-    int heads_local() const { return shape_.heads / tensor_size_; }
-    int hidden_local() const { return shape_.hidden / tensor_size_; }  // attention width
-    int ffn_local() const { return shape_.ffn / tensor_size_; }
+    int heads_local() const { return shape().heads / tensor_size_; }
+    int hidden_local() const { return shape().hidden / tensor_size_; }  // attention width
+    int ffn_local() const { return shape().ffn / tensor_size_; }
 
-    std::size_t wte() const { return wte_; }      // (Vp/M, H), first (and if tied last) stage
-    std::size_t wpe() const { return wpe_; }      // (T, H), first stage; llama kNoParam
-    std::size_t lnf_w() const { return lnf_w_; }  // (H), last stage
-    std::size_t lnf_b() const { return lnf_b_; }  // (H), last stage; llama kNoParam
-    std::size_t head() const { return head_; }    // (Vp/M, H) the LM head's weight: wte if tied
+    std::size_t wte() const { return wte_; }  // (Vp/M, H), first (and if tied last) stage
+    std::size_t wpe() const { return wpe_; }  // (T, H), first stage; kNoParam without one
+    // (Vp/M, H) the LM head's weight: wte if tied; last stage.
+    std::size_t head() const { return head_; }
+    // The final norm's tensors, as its kind declared them; last stage.
+    const std::vector<std::size_t>& final_norm() const { return final_norm_; }
     // The ranges [begin, end) of the embedding's tensors (wte, wpe: first stage) and the
     // head's (the final norm, and an untied LM head: last stage).
     std::pair<std::size_t, std::size_t> embedding_range() const { return embedding_range_; }
     std::pair<std::size_t, std::size_t> head_range() const { return head_range_; }
-    // The token embedding's name: wte.weight, llama embed_tokens.weight.
-    const char* wte_name() const;
+    // The token embedding's tensor name: wte.weight, llama embed_tokens.weight.
+    std::string wte_name() const { return spec_.token_embedding + ".weight"; }
     // The tensors of global layer l, which must be one of this stage's, and the range
     // [begin, end) of the flat buffer they fill (a layer's tensors are contiguous).
-    const LayerParams& layer(int l) const;
+    const LayerTensors& layer(int l) const;
     std::pair<std::size_t, std::size_t> layer_range(int l) const;
     // An adapters' layout: its rank and targets, and the adapters of global layer l.
     const LoraShape& lora() const { return lora_; }
@@ -255,29 +224,33 @@ public:
 private:
     ParamLayout(const GptShape& shape, const LoraShape* lora, int tensor_rank, int tensor_size,
                 const StagePlan& plan, int unit_align);
-    std::size_t add(const std::string& name, std::vector<int64_t> full_shape, bool decay,
-                    Split split, int replicas = 1);
-    // One layer's adapters, their names starting with `prefix` ("h.3.").
-    void add_lora(const std::string& prefix, const LoraShape& lora);
-    // One layer's tensors, their names starting with `prefix`.
-    LayerParams add_gpt2_layer(const std::string& prefix);
-    LayerParams add_llama_layer(const std::string& prefix);
+    // Adds a declared tensor, its name given whole; returns its offset.
+    std::size_t add(const TensorDecl& t);
+    // The embedding's tensors (as one unit, or each its own), layer l's or its adapters, and
+    // the head's; each unit started at the alignment.
+    void add_embedding(bool holds_wte);
+    void add_layer(int l);
+    void add_lora(int l, const LoraShape& lora);
+    void add_head();
+    void start_unit(const std::string& name);
     // Global layer l's index among those held.
     std::size_t layer_index(int l) const;
 
-    GptShape shape_;
+    ModelSpec spec_;
     int tensor_rank_, tensor_size_;
     StagePlan plan_;
+    std::size_t align_ = 1;
     std::vector<ParamTensor> tensors_;
     std::vector<int> layer_ids_;          // global index of each layer held, ascending
-    std::vector<LayerParams> layers_;     // their tensors (the model's layout)
+    std::vector<LayerTensors> layers_;    // their tensors (the model's layout)
     std::vector<LayerLora> lora_layers_;  // their adapters (an adapters' layout)
     std::vector<std::pair<std::size_t, std::size_t>> layer_ranges_;
     LoraShape lora_;
-    std::vector<std::pair<std::size_t, std::size_t>> units_;
+    std::vector<Unit> units_;
     std::size_t total_ = 0;
     std::pair<std::size_t, std::size_t> embedding_range_, head_range_;
-    std::size_t wte_ = 0, wpe_ = kNoParam, lnf_w_ = 0, lnf_b_ = kNoParam, head_ = 0;
+    std::size_t wte_ = 0, wpe_ = kNoParam, head_ = 0;
+    std::vector<std::size_t> final_norm_;
 };
 
 // Copies this rank's slice of every tensor it holds from `full` (the buffer of a layout of

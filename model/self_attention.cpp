@@ -2,6 +2,7 @@
 #include "model/self_attention.h"
 
 #include "model/context_attention.h"
+#include "model/part_kinds.h"
 
 namespace trident::model {
 
@@ -67,5 +68,40 @@ ConstPtr SelfAttention::backward(PartContext& ctx, const Pass& pass, ConstPtr x,
     core_->backward(ctx, pass, d_qkv, d_out, pass.buffers[qkv_], pass.buffers[out_], drop);
     return qkv_linear_.backward(ctx, pass, x, d_qkv, part);
 }
+
+// ---- the kind (model/part_registry.cpp) -----------------------------------------------------
+
+namespace {
+
+// GPT-2's: c_attn (q, k and v of every head: three blocks of rows, each split by heads) and the
+// projection c_proj, both with biases; c_proj's weight starts scaled for the residual stream.
+PartDecl gpt2_attention_tensors(const GptShape& s) {
+    const int64_t H = s.hidden;
+    const Split qkv{SplitKind::column, 3}, row{SplitKind::row};
+    return {
+        {{"c_attn.weight", {3 * H, H}, qkv, Init::normal, true},
+         {"c_attn.bias", {3 * H}, qkv, Init::zeros},
+         {"c_proj.weight", {H, H}, row, Init::residual, true},
+         {"c_proj.bias", {H}, {}, Init::zeros}},
+        {{"c_attn", 3 * H, H, qkv, LoraTarget::qkv}, {"c_proj", H, H, row, LoraTarget::attn_proj}}};
+}
+
+std::unique_ptr<Attention> build_gpt2_attention(const PartBuild& in) {
+    const Dims& d = in.d;
+    SelfAttentionSpec a;
+    a.qkv = in.linear(LinearSplit::column, d.H, 3 * d.Hm, in.tensor(0), in.tensor(1));
+    in.adapt(a.qkv, LoraTarget::qkv);
+    a.proj = in.linear(LinearSplit::row, d.Hm, d.H, in.tensor(2), in.tensor(3));
+    in.adapt(a.proj, LoraTarget::attn_proj);
+    a.head_begin = in.head_begin();
+    a.heads_total = in.shape().heads;
+    a.make_core = in.options.make_core;
+    return std::make_unique<SelfAttention>(a, d, in.options.attention_saved, in.set, in.scratch);
+}
+
+}  // namespace
+
+extern const AttentionKind gpt2_attention_kind{"gpt2", gpt2_attention_tensors,
+                                               build_gpt2_attention};
 
 }  // namespace trident::model

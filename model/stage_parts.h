@@ -1,5 +1,5 @@
-// The parts of one pipeline stage of the model (GPT-2's or Llama's layers, GptShape::arch),
-// and the buffers they declare: the
+// The parts of one pipeline stage of the model, each built by the kind its spec names
+// (model/model_spec.h, model/part_kinds.h), and the buffers they declare: the
 // embedding (on the stage of the first global chunk), this stage's transformer layers, the
 // head (on the stage of the last global chunk), each chunk's own buffers and the shared
 // scratch. The model (model/gpt.h) runs them; the planner (src/plan/memory_model.cpp) builds
@@ -14,26 +14,10 @@
 #include "model/embedding.h"
 #include "model/lm_head.h"
 #include "model/param_layout.h"
+#include "model/part_kinds.h"
 #include "model/transformer_layer.h"
 
 namespace trident::model {
-
-// Low-rank adapters (model/lora_adapter.h): which linears of every layer carry one and their
-// rank (rank 0: none, every parameter trains), the scale alpha / r of B·A, and the dropout on
-// the adapters' input.
-struct Lora {
-    LoraShape shape;
-    float scale = 0;
-    float dropout = 0;
-};
-
-// What the parts are built from besides the layouts and the sizes.
-struct PartOptions {
-    float dropout = 0;  // residual branches, attention and the embedding
-    Lora lora;
-    AttentionSavedFn attention_saved;  // the backend's rule (Ops::attention_saved)
-    MakeCore make_core;                // empty: training's attention core
-};
 
 struct StageParts {
     std::optional<Embedding> embedding;

@@ -442,7 +442,8 @@ TEST_CASE("hf_gpt2: export then import reproduces the parameter buffer", "[safet
 
     // The transpose: HF c_fc[i][o] is our fc1[o][i].
     const auto hf_fc = f.read_f32("transformer.h.1.mlp.c_fc.weight");
-    const float* ours = params.data() + layout.layer(1).fc_w;  // (F=128, H=32)
+    const float* ours =
+        params.data() + layout.find("h.1.mlp.c_fc.weight")->offset;  // (F=128, H=32)
     for (int o = 0; o < 128; ++o)
         for (int i = 0; i < 32; ++i)
             REQUIRE(hf_fc[static_cast<std::size_t>(i * 128 + o)] == ours[o * 32 + i]);

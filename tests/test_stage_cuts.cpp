@@ -54,7 +54,8 @@ config::Config bench(const std::vector<std::string>& overrides) {
 
 // The largest chunk's GEMM FLOPs under the config's cut.
 double largest_chunk_flops(const config::Config& cfg) {
-    const model::GemmFlops f = model::gemm_flops(config::rank_dims(cfg), cfg.training.recompute);
+    const model::GemmFlops f = model::gemm_flops(model::resolve_spec(config::gpt_shape(cfg)),
+                                                 config::rank_dims(cfg), cfg.training.recompute);
     return largest(cfg.derived.chunk_layers, f.layer_forward + f.layer_backward, 0.0,
                    f.head_forward + f.head_backward);
 }

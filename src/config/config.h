@@ -80,7 +80,10 @@ struct ModelConfig {
     int kv_heads = 12;            // when not given: heads
     double rope_theta = 10000.0;  // llama's rotary base θ
     double norm_eps = 1e-5;       // llama's RMSNorm; GPT-2's LayerNorm has 1e-5 fixed
-    bool tie_embeddings = true;   // when not given: gpt2 true (always), llama false
+    // The MLP's kind, one registered in model/part_registry.cpp; when not given: gelu for
+    // gpt2, swiglu for llama.
+    std::string mlp = "gelu";
+    bool tie_embeddings = true;  // when not given: gpt2 true (always), llama false
     double dropout = 0.0;
     double init_std = 0.02;
     // Hugging Face safetensors, a Hugging Face folder (its config.json fills the shape keys

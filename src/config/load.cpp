@@ -333,6 +333,8 @@ void fill_dependent_defaults(Config& cfg, const Origins& origins) {
     // Multi-head attention unless grouped; GPT-2 ties its LM head to the embedding, Llama not.
     if (!origins.is_set("model.kv_heads")) m.kv_heads = m.heads;
     if (!origins.is_set("model.tie_embeddings")) m.tie_embeddings = !llama;
+    // Each family's own MLP: GPT-2's GELU, Llama's SwiGLU.
+    if (!origins.is_set("model.mlp")) m.mlp = model::default_mlp(m.arch);
     // ZB-V's V holds two chunks per stage.
     if (cfg.parallel.schedule == pipeline::Kind::zb_v && !origins.is_set("parallel.virtual_stages"))
         cfg.parallel.virtual_stages = 2;

@@ -24,6 +24,7 @@ inline model::GptShape gpt_shape(const Config& cfg) {
     s.tied = cfg.model.tie_embeddings;
     s.norm_eps = static_cast<float>(cfg.model.norm_eps);
     s.rope_theta = static_cast<float>(cfg.model.rope_theta);
+    s.mlp = cfg.model.mlp;
     return s;
 }
 

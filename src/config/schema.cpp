@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "model/model_spec.h"
+
 namespace trident::config::detail {
 namespace {
 
@@ -166,6 +168,16 @@ RangeCheck<std::string> not_empty() {
     };
 }
 
+// A kind of MLP the model knows (model/model_spec.h).
+RangeCheck<std::string> mlp_kind() {
+    return [](const std::string& v) -> Problem {
+        if (model::is_mlp(v)) return {};
+        std::string names;
+        for (const std::string& n : model::mlp_names()) names += (names.empty() ? "" : ", ") + n;
+        return "must be one of " + names + ", got \"" + v + "\"";
+    };
+}
+
 const std::vector<Key>& table() {
     using C = Config;
     static const std::vector<Key> rows = {
@@ -179,6 +191,7 @@ const std::vector<Key>& table() {
         field("model.kv_heads", &C::model, &ModelConfig::kv_heads, between(1, limits::kHidden)),
         field("model.rope_theta", &C::model, &ModelConfig::rope_theta, above(0.0)),
         field("model.norm_eps", &C::model, &ModelConfig::norm_eps, above(0.0)),
+        field("model.mlp", &C::model, &ModelConfig::mlp, mlp_kind()),
         field("model.tie_embeddings", &C::model, &ModelConfig::tie_embeddings),
         field("model.dropout", &C::model, &ModelConfig::dropout, fraction()),
         field("model.init_std", &C::model, &ModelConfig::init_std, above(0.0)),

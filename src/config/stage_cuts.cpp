@@ -33,7 +33,8 @@ std::vector<int> chunk_layers(const Config& cfg) {
         case StageCut::auto_:
             break;
     }
-    const model::GemmFlops f = model::gemm_flops(rank_dims(cfg), cfg.training.recompute);
+    const model::GemmFlops f = model::gemm_flops(model::resolve_spec(gpt_shape(cfg)),
+                                                 rank_dims(cfg), cfg.training.recompute);
     return balanced_layers(cfg.model.layers, chunks, f.layer_forward + f.layer_backward, 0.0,
                            f.head_forward + f.head_backward);
 }

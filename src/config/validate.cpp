@@ -1,10 +1,12 @@
 // Validation of a loaded config: required keys, each key's range (from the key table), what
 // this build cannot run yet, and the keys against each other. Every error points at the line
 // or --set override that set the value at fault.
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <utility>
 
+#include "config/model_shape.h"
 #include "config/schema.h"
 
 namespace trident::config::detail {
@@ -254,16 +256,22 @@ void check_zero_and_lora(const Config& cfg, const Origins& origins) {
         fail(origins.blame({"training.lora.rank", "model.hidden"}),
              cat("training.lora.rank (", lora.rank, ") must not exceed model.hidden (", m.hidden,
                  ")"));
-    // Each layer kind adapts its own linears (docs/ARCHITECTURE.md, "Vocabulary").
-    const bool llama = m.arch == Arch::llama;
+    // Each kind of layer adapts the linears its parts declare (docs/ARCHITECTURE.md,
+    // "Vocabulary").
+    if (!lora.enabled()) return;
+    std::vector<model::LinearDecl> linears =
+        model::resolve_spec(config::gpt_shape(cfg)).layer_linears(0);
+    std::string names;
+    for (const model::LinearDecl& w : linears)
+        names += (names.empty() ? "" : ", ") + std::string(model::lora_target_name(w.target));
     for (const LoraTarget target : lora.targets)
-        if (lora.enabled() && model::is_llama_target(target) != llama)
+        if (std::none_of(linears.begin(), linears.end(),
+                         [&](const model::LinearDecl& w) { return w.target == target; }))
             fail(origins.blame({"training.lora.targets", "model.arch"}),
                  cat("training.lora.targets: ", to_string(target), " is not a linear of ",
-                     llama ? "llama's layer (model.arch: llama): its targets are q, k, v, o, "
-                             "gate, up, down"
-                           : "GPT-2's layer (model.arch: gpt2): its targets are qkv, "
-                             "attn_proj, fc, fc_proj"));
+                     m.arch == Arch::llama ? "llama's layer (model.arch: llama)"
+                                           : "GPT-2's layer (model.arch: gpt2)",
+                     ": its targets are ", names));
 }
 
 // The layer kind's keys (model.arch): grouped-query attention, rotary positions, RMSNorm's

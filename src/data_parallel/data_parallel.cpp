@@ -39,7 +39,7 @@ std::vector<DataParallel::Bucket> DataParallel::make_buckets(const model::ParamL
     const std::size_t r = static_cast<std::size_t>(group_.rank());
     std::vector<Bucket> buckets;
     if (zero_stage_ >= 2) {  // the units, each a multiple of D
-        for (const auto& [begin, end] : layout.units())
+        for (const auto& [begin, end] : layout.unit_ranges())
             buckets.push_back(Bucket{begin, end - begin, 0});
     } else {  // buckets of a multiple of D elements (the buffer is one), counted from the end
         const std::size_t bucket = std::max(D, bucket_size / D * D);

@@ -5,6 +5,7 @@
 
 #include "config/model_shape.h"
 #include "model/param_layout.h"
+#include "model/part_kinds.h"
 #include "plan/stage_shape.h"
 
 namespace trident::plan {
@@ -51,11 +52,15 @@ void tensor_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks,
         add(g, CommKind::all_gather, m * (gathers - whole), RC, act, true, pieces);
         add(g, CommKind::reduce_scatter, m * whole, NC, act, true);
         add(g, CommKind::all_gather, m * whole, RC, act, true);
-        // The norms' gradients, summed over the rows of every rank (per step): two LayerNorms'
-        // weight and bias a layer and ln_f's (GPT-2), or two RMSNorm weights and the final
-        // norm's (llama).
-        const int per_norm = cfg.model.arch == model::Arch::llama ? 1 : 2;
-        add(g, CommKind::all_reduce, per_norm * (2 * layers + (last_stage ? 1 : 0)),
+        // The norms' gradients, summed over the rows of every rank (per step): each tensor the
+        // layers' two norms and the final norm declare (GPT-2's LayerNorms a weight and a bias,
+        // llama's RMSNorms a weight).
+        const model::ModelSpec spec = model::resolve_spec(config::gpt_shape(cfg));
+        const auto tensors = [&](const model::NormKind* norm) {
+            return static_cast<int64_t>(norm->declare(spec.shape).tensors.size());
+        };
+        add(g, CommKind::all_reduce,
+            2 * layers * tensors(spec.layers[0].norm) + (last_stage ? tensors(spec.final_norm) : 0),
             static_cast<double>(d.H), in.grad_bytes, false);
     } else {
         add(g, CommKind::all_reduce, m * reductions, NC, act, true);
@@ -99,7 +104,7 @@ void sharded_data_traffic(const PlanInputs& in, int stage, GroupTraffic& g,
     const model::ParamLayout layout(config::gpt_shape(in.cfg), 0, p.tensor,
                                     config::stage_plan(in.cfg, stage), static_cast<std::size_t>(N));
     const int64_t reductions = p.sharded_accumulation ? m : 1;
-    for (const auto& unit : layout.units()) {
+    for (const auto& unit : layout.unit_ranges()) {
         const double size = static_cast<double>(unit.second - unit.first);
         add(g, CommKind::reduce_scatter, reductions, size, in.grad_bytes, p.sharded_accumulation);
         if (in.zero_stage == 2)

@@ -167,7 +167,7 @@ double gathered_bytes(const PlanInputs& in, const model::ParamLayout& layout, in
     if (!in.cfg.parallel.reshard_after_forward)
         return static_cast<double>(buffer) * in.weight_bytes;
     std::vector<std::size_t> sizes;
-    for (const auto& [begin, end] : layout.units()) sizes.push_back(end - begin);
+    for (const auto& [begin, end] : layout.unit_ranges()) sizes.push_back(end - begin);
     std::sort(sizes.begin(), sizes.end(), std::greater<>());
     std::size_t held = 0;
     for (std::size_t i = 0; i < std::min<std::size_t>(2, sizes.size()); ++i) held += sizes[i];

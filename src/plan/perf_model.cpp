@@ -36,7 +36,8 @@ ChunkSeconds chunk_seconds(const PlanInputs& in, const ChunkShape& chunk, const 
     const double drop = cfg.model.dropout > 0 ? 1 : 0;
     const Recompute recompute = cfg.training.recompute;
 
-    const model::GemmFlops flops = model::gemm_flops(d, recompute);
+    const model::GemmFlops flops =
+        model::gemm_flops(model::resolve_spec(config::gpt_shape(cfg)), d, recompute);
     // Memory-bound elements of one layer: LayerNorms, bias adds, dropout, residual adds (on
     // the rank's rows), softmax (read scores, write and reread the probabilities), GELU, and
     // backward's reads of what forward kept, its writes of gradients and zeroed scratch.

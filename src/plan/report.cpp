@@ -426,11 +426,10 @@ std::string render_text(const Plan& plan) {
     std::string out = summary_text(plan.inputs);
     out += memory_table_text(plan);
     out += zero3_text(plan.inputs);
-    const char* formula = cfg.model.arch == config::Arch::llama
-                              ? "6*B*s per weight of the layers and the head + 6*B*s^2*l*h"
-                              : "72*B*s*l*h^2*(1 + s/(12h) + V/(12*l*h))";
-    out += format("\nFLOPs per step (Megatron's model FLOPs, %s): %.4g, %.4g per GPU\n", formula,
-                  d.flops_per_step, d.flops_per_step / d.world_size);
+    out += format(
+        "\nFLOPs per step (Megatron's model FLOPs, 6*B*s per weight of the layers' linears and "
+        "the head + 6*B*s^2*l*h): %.4g, %.4g per GPU\n",
+        d.flops_per_step, d.flops_per_step / d.world_size);
     out += communication_table_text(plan);
     out += step_time_text(plan);
     return out;

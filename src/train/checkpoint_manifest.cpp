@@ -121,6 +121,12 @@ void read_shape(const Reader& r, const io::json::Value& object, model::GptShape&
         if (shape.heads % shape.kv_heads != 0) r.fail("\"kv_heads\" does not divide \"heads\"");
         shape.tied = r.boolean(object, "tie_embeddings");
     }
+    // Written where the MLP is not the family's own (model.mlp).
+    shape.mlp = model::default_mlp(shape.arch);
+    if (object.find("mlp")) {
+        shape.mlp = r.string(object, "mlp");
+        if (!model::is_mlp(shape.mlp)) r.fail("\"mlp\" is \"" + shape.mlp + "\", no kind of MLP");
+    }
 }
 
 }  // namespace
@@ -243,6 +249,8 @@ std::string manifest_json(const Manifest& m) {
         .add("ffn_hidden", m.shape.ffn)
         .add("kv_heads", m.shape.kv_heads)
         .add("tie_embeddings", m.shape.tied);
+    if (!m.shape.mlp.empty() && m.shape.mlp != model::default_mlp(m.shape.arch))
+        model.add("mlp", m.shape.mlp);
     layout.add("pipeline", m.layout.pipeline)
         .add("tensor", m.layout.tensor)
         .add("data", m.layout.data)

@@ -20,10 +20,14 @@ namespace fs = std::filesystem;
 
 namespace {
 
+std::string mlp_of(const model::GptShape& s) {
+    return s.mlp.empty() ? model::default_mlp(s.arch) : s.mlp;
+}
+
 bool same_model(const model::GptShape& a, const model::GptShape& b) {
     return a.vocab == b.vocab && a.max_seq == b.max_seq && a.layers == b.layers &&
            a.hidden == b.hidden && a.heads == b.heads && a.ffn == b.ffn && a.arch == b.arch &&
-           a.kv_heads == b.kv_heads && a.tied == b.tied;
+           a.kv_heads == b.kv_heads && a.tied == b.tied && mlp_of(a) == mlp_of(b);
 }
 
 // The adapters a manifest records (rank 0: none).
@@ -60,7 +64,7 @@ std::string describe(const model::GptShape& s) {
            std::to_string(s.vocab) + ", seq " + std::to_string(s.max_seq) + ", layers " +
            std::to_string(s.layers) + ", hidden " + std::to_string(s.hidden) + ", heads " +
            std::to_string(s.heads) + ", kv heads " + std::to_string(s.kv_heads) + ", ffn " +
-           std::to_string(s.ffn) + (s.tied ? ", tied" : ", untied");
+           std::to_string(s.ffn) + ", mlp " + mlp_of(s) + (s.tied ? ", tied" : ", untied");
 }
 
 // Where a rank needs values: a run of elements of one tensor, from `full` in whole-tensor

@@ -102,7 +102,7 @@ std::string check_replicas(const config::Config& cfg, Trainer& trainer, parallel
         const std::vector<float> params = trainer.local_model_params();
         const auto every = [](const model::ParamTensor&) { return true; };
         const auto replicated = [](const model::ParamTensor& t) {
-            return t.split == model::Split::replicated;
+            return t.split.kind == model::SplitKind::replicated;
         };
         const auto kv_replicated = [](const model::ParamTensor& t) { return t.replicas > 1; };
         Hashes data, tensor, kv;

@@ -53,7 +53,7 @@ def digests(step_dir):
 
 
 def main():
-    trident, _ = binaries_or_skip()
+    trident = os.path.abspath(binaries_or_skip()[0])
     with open(os.path.join(FIXTURE, "expected.json")) as f:
         expected = json.load(f)
     with tempfile.TemporaryDirectory() as tmp:

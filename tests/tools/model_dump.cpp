@@ -35,7 +35,7 @@ static void check_replicated_gradients(model::Gpt& gpt, parallel::Comm& tensor) 
     std::vector<float> all(local.size() * static_cast<std::size_t>(tensor.size()));
     tensor.all_gather(local.data(), all.data(), local.size());
     for (const model::ParamTensor& t : gpt.layout().tensors()) {
-        if (t.split != model::Split::replicated) continue;
+        if (t.split.kind != model::SplitKind::replicated) continue;
         for (int r = 1; r < tensor.size(); ++r)
             if (!std::equal(all.begin() + t.offset, all.begin() + t.offset + t.numel,
                             all.begin() + r * local.size() + t.offset))

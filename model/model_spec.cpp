@@ -1,0 +1,117 @@
+// The model's spec from its shape, and the tensors its parts declare (see model_spec.h).
+#include "model/model_spec.h"
+
+#include <string>
+
+#include "kernels/error.h"
+#include "model/part_kinds.h"
+
+namespace trident::model {
+
+namespace {
+
+template <typename Kind>
+const Kind* find_kind(const std::vector<const Kind*>& kinds, std::string_view name) {
+    for (const Kind* k : kinds)
+        if (name == k->name) return k;
+    return nullptr;
+}
+
+std::string joined(const std::vector<std::string>& names) {
+    std::string s;
+    for (const std::string& n : names) s += (s.empty() ? "" : ", ") + n;
+    return s;
+}
+
+// A part's tensors and linears named whole: `prefix` before each name.
+PartDecl prefixed(PartDecl decl, const std::string& prefix) {
+    for (TensorDecl& t : decl.tensors) t.name = prefix + t.name;
+    for (LinearDecl& w : decl.linears) w.name = prefix + w.name;
+    return decl;
+}
+
+}  // namespace
+
+const char* lora_target_name(LoraTarget t) {
+    static constexpr const char* kNames[kLoraTargets] = {
+        "qkv", "attn_proj", "fc", "fc_proj", "q", "k", "v", "o", "gate", "up", "down"};
+    return kNames[static_cast<std::size_t>(t)];
+}
+
+const char* default_mlp(Arch arch) {
+    return arch == Arch::llama ? "swiglu" : "gelu";
+}
+
+std::vector<std::string> mlp_names() {
+    std::vector<std::string> names;
+    for (const MlpKind* k : mlp_kinds()) names.emplace_back(k->name);
+    return names;
+}
+
+bool is_mlp(std::string_view name) {
+    return find_kind(mlp_kinds(), name) != nullptr;
+}
+
+ModelSpec resolve_spec(const GptShape& shape) {
+    const bool llama = shape.arch == Arch::llama;
+    ModelSpec s;
+    s.shape = shape;
+    s.layer_prefix = llama ? "layers." : "h.";
+    s.token_embedding = llama ? "embed_tokens" : "wte";
+    s.position_embedding = !llama;
+    s.final_norm = find_kind(norm_kinds(), llama ? "rmsnorm" : "layernorm");
+    s.final_norm_name = llama ? "norm" : "ln_f";
+    LayerSpec layer;
+    layer.norm = s.final_norm;
+    layer.attention = find_kind(attention_kinds(), llama ? "grouped" : "gpt2");
+    const std::string mlp = shape.mlp.empty() ? default_mlp(shape.arch) : shape.mlp;
+    layer.mlp = find_kind(mlp_kinds(), mlp);
+    if (!layer.mlp)
+        throw Error("model.mlp: \"" + mlp + "\" is no kind of MLP (" + joined(mlp_names()) + ")");
+    layer.norm1_name = llama ? "input_layernorm" : "ln_1";
+    layer.attention_name = llama ? "self_attn" : "attn";
+    layer.norm2_name = llama ? "post_attention_layernorm" : "ln_2";
+    layer.mlp_name = "mlp";
+    s.layers.assign(static_cast<std::size_t>(shape.layers), layer);
+    return s;
+}
+
+std::vector<TensorDecl> ModelSpec::embedding_tensors() const {
+    const int64_t H = shape.hidden;
+    std::vector<TensorDecl> t{{token_embedding + ".weight",
+                               {shape.padded_vocab, H},
+                               {SplitKind::vocabulary},
+                               Init::normal,
+                               true}};
+    if (position_embedding) t.push_back({"wpe.weight", {shape.max_seq, H}, {}, Init::normal, true});
+    return t;
+}
+
+std::vector<TensorDecl> ModelSpec::head_tensors() const {
+    std::vector<TensorDecl> t = prefixed(final_norm->declare(shape), final_norm_name + ".").tensors;
+    if (!shape.tied)
+        t.push_back({"lm_head.weight",
+                     {shape.padded_vocab, shape.hidden},
+                     {SplitKind::vocabulary},
+                     Init::normal,
+                     true});
+    return t;
+}
+
+std::vector<NamedPart> ModelSpec::layer_parts(int l) const {
+    const LayerSpec& layer = layers.at(static_cast<std::size_t>(l));
+    const std::string prefix = layer_prefix + std::to_string(l) + ".";
+    return {{prefix + layer.norm1_name + ".", layer.norm->declare(shape)},
+            {prefix + layer.attention_name + ".", layer.attention->declare(shape)},
+            {prefix + layer.norm2_name + ".", layer.norm->declare(shape)},
+            {prefix + layer.mlp_name + ".", layer.mlp->declare(shape)}};
+}
+
+std::vector<LinearDecl> ModelSpec::layer_linears(int l) const {
+    std::vector<LinearDecl> linears;
+    for (const NamedPart& part : layer_parts(l))
+        for (const LinearDecl& w : prefixed(part.decl, part.prefix).linears) linears.push_back(w);
+    return linears;
+}
+
+}  // namespace trident::model
