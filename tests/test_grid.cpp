@@ -1,7 +1,9 @@
 // Tests of the grid order's arithmetic (no MPI): rank = tp + M*(dp + D*pp). The groups
 // themselves are tested under mpirun in tests/mpi/.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <set>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -84,4 +86,38 @@ TEST_CASE("grid: context-parallel ranks sit between tensor and data, as Megatron
         CHECK(static_cast<int>(seen.size()) == size);
         CHECK(*seen.rbegin() == size - 1);
     }
+}
+
+TEST_CASE("grid: groups by name are the grid order's runs, the expert axis within data-context",
+          "[grid]") {
+    // P 1, M 2, D 4, C 2: the data-context group of tp 0 is ranks 0, 2, 4, .. 14 (cp fastest).
+    GridShape g{1, 2, 4, 2};
+    g.expert = 4;
+    const int rank = rank_of(g, {0, 1, 0, 1});  // dp 1, cp 1: place 3 of the data-context group
+    CHECK(rank == 6);
+    CHECK(group_ranks(g, Group::tensor, rank) == std::vector<int>{6, 7});
+    CHECK(group_ranks(g, Group::context, rank) == std::vector<int>{4, 6});
+    CHECK(group_ranks(g, Group::data, rank) == std::vector<int>{2, 6, 10, 14});
+    CHECK(group_ranks(g, Group::data_context, rank) == std::vector<int>{0, 2, 4, 6, 8, 10, 12, 14});
+    // Runs of E = 4 consecutive data-context ranks split the experts; the ranks with the same
+    // place in each run hold the same experts.
+    CHECK(group_ranks(g, Group::expert, rank) == std::vector<int>{0, 2, 4, 6});
+    CHECK(group_ranks(g, Group::expert_data, rank) == std::vector<int>{6, 14});
+    // Hybrid sharding cuts the same group, by data_shard.
+    g.data_shard = 2;
+    CHECK(group_ranks(g, Group::data_shard, rank) == std::vector<int>{4, 6});
+    CHECK(group_ranks(g, Group::data_replica, rank) == std::vector<int>{2, 6, 10, 14});
+    CHECK(std::string(group_name(Group::expert_data)) == "expert-data");
+    // Along an axis by name.
+    CHECK(g.size(Axis::context) == 2);
+    CHECK(coordinates_of(g, rank).along(Axis::data) == 1);
+    // Every group holds its rank once, and its members are in the same group: the groups of
+    // one kind partition the world.
+    for (int k = 0; k < kGroups; ++k)
+        for (int r = 0; r < 16; ++r) {
+            const Group kind = static_cast<Group>(k);
+            const std::vector<int> members = group_ranks(g, kind, r);
+            CHECK(std::count(members.begin(), members.end(), r) == 1);
+            for (int m : members) CHECK(group_ranks(g, kind, m) == members);
+        }
 }

@@ -4,6 +4,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -34,15 +35,132 @@ std::string describe_rank(const GridShape& g, int rank) {
            cp + ", dp " + std::to_string(c.dp) + ")";
 }
 
+int GridShape::size(Axis a) const {
+    switch (a) {
+        case Axis::pipeline:
+            return pipeline;
+        case Axis::data:
+            return data;
+        case Axis::context:
+            return context;
+        case Axis::tensor:
+            break;
+    }
+    return tensor;
+}
+
+int Coordinates::along(Axis a) const {
+    switch (a) {
+        case Axis::pipeline:
+            return pp;
+        case Axis::data:
+            return dp;
+        case Axis::context:
+            return cp;
+        case Axis::tensor:
+            break;
+    }
+    return tp;
+}
+
+const char* group_name(Group g) {
+    static constexpr const char* kNames[kGroups] = {
+        "tensor",     "context",    "data",         "data-context", "pipeline",   "embedding",
+        "kv-replica", "data-shard", "data-replica", "expert",       "expert-data"};
+    return kNames[static_cast<std::size_t>(g)];
+}
+
 namespace {
 
-// The group of ranks with the same `colour`, ordered (and numbered) by `key`, named `name` in
-// the watchdog's messages.
-std::unique_ptr<Comm> split(MpiComm& world, int colour, int key, const char* name) {
+// The ranks that differ from `c` along `axis` alone, in its order.
+std::vector<int> along(const GridShape& s, Coordinates c, Axis axis) {
+    std::vector<int> ranks;
+    for (int i = 0; i < s.size(axis); ++i) {
+        Coordinates at = c;
+        (axis == Axis::pipeline  ? at.pp
+         : axis == Axis::data    ? at.dp
+         : axis == Axis::context ? at.cp
+                                 : at.tp) = i;
+        ranks.push_back(rank_of(s, at));
+    }
+    return ranks;
+}
+
+// Of `ranks` (a group, in its order), the run of n consecutive ones holding position q, or
+// (across) the ranks with q's place in every run.
+std::vector<int> run_of(const std::vector<int>& ranks, int q, int n, bool across) {
+    std::vector<int> out;
+    const int count = static_cast<int>(ranks.size());
+    for (int i = 0; i < (across ? count / n : n); ++i)
+        out.push_back(ranks[static_cast<std::size_t>(across ? q % n + n * i : q / n * n + i)]);
+    return out;
+}
+
+// The data-context group: cp fastest, then dp (rank cp + C·dp within it).
+std::vector<int> data_context_of(const GridShape& s, const Coordinates& c) {
+    std::vector<int> ranks;
+    for (int dp = 0; dp < s.data; ++dp)
+        for (int cp = 0; cp < s.context; ++cp) ranks.push_back(rank_of(s, {c.pp, dp, c.tp, cp}));
+    return ranks;
+}
+
+std::vector<int> embedding_of(const GridShape& s, const Coordinates& c, int rank) {
+    const bool first = c.pp == 0, last = c.pp == s.pipeline - 1 && !s.head_on_first_stage;
+    if (s.pipeline == 1 || s.head_on_first_stage || !(first || last)) return {rank};
+    return {rank_of(s, {0, c.dp, c.tp, c.cp}), rank_of(s, {s.pipeline - 1, c.dp, c.tp, c.cp})};
+}
+
+// The runs a group is cut into: kv-replica within the tensor group, data-shard and expert
+// within the data-context group; the runs' length.
+int run_length(const GridShape& s, Group g) {
+    if (g == Group::kv_replica) return s.kv_replicas;
+    if (g == Group::expert || g == Group::expert_data) return s.expert;
+    return s.data_shard == 0 ? s.data * s.context : s.data_shard;
+}
+
+}  // namespace
+
+std::vector<int> group_ranks(const GridShape& s, Group g, int rank) {
+    const Coordinates c = coordinates_of(s, rank);
+    const int q = c.cp + s.context * c.dp;  // this rank's place in the data-context group
+    switch (g) {
+        case Group::tensor:
+            return along(s, c, Axis::tensor);
+        case Group::context:
+            return along(s, c, Axis::context);
+        case Group::data:
+            return along(s, c, Axis::data);
+        case Group::pipeline:
+            return along(s, c, Axis::pipeline);
+        case Group::embedding:
+            return embedding_of(s, c, rank);
+        case Group::kv_replica:
+            return run_of(along(s, c, Axis::tensor), c.tp, run_length(s, g), false);
+        case Group::data_context:
+            break;
+        case Group::data_shard:
+        case Group::expert:
+            return run_of(data_context_of(s, c), q, run_length(s, g), false);
+        case Group::data_replica:
+        case Group::expert_data:
+            return run_of(data_context_of(s, c), q, run_length(s, g), true);
+    }
+    return data_context_of(s, c);
+}
+
+namespace {
+
+// The communicator of this rank's group of `g`: every rank takes part, colour the group's
+// first member (groups of one kind partition the world), key its place in the group. Named
+// for the watchdog's messages.
+std::unique_ptr<Comm> split(MpiComm& world, const GridShape& shape, Group g, int rank) {
+    const std::vector<int> members = group_ranks(shape, g, rank);
+    const int key =
+        static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
     MPI_Comm group;
-    MPI_Comm_split(world.handle(), colour, key, &group);
+    MPI_Comm_split(world.handle(), members.front(), key, &group);
     auto comm = std::make_unique<MpiComm>(group);
-    comm->set_name(name);
+    comm->set_name(g == Group::data_context && shape.context == 1 ? "data" : group_name(g));
     return comm;
 }
 
@@ -58,72 +176,70 @@ void check_shape(const GridShape& s, int world_size) {
                     std::to_string(processes) + ", but " + std::to_string(world_size) +
                     (world_size == 1 ? " process was" : " processes were") +
                     " started (mpirun -np " + std::to_string(processes) + ")");
+    // The runs the tensor and data-context groups are cut into.
+    const int DC = s.context * s.data;
+    const auto runs = [](int n, int of, const char* what) {
+        if (n < 1 || of % n != 0)
+            throw Error("internal: " + std::string(what) + " of " + std::to_string(n) + " over " +
+                        std::to_string(of) + " ranks");
+    };
+    runs(s.kv_replicas, s.tensor, "key/value head replicas");
+    runs(s.data_shard == 0 ? DC : s.data_shard, DC, "data shards");
+    runs(s.expert, DC, "expert runs");
 }
 
 }  // namespace
 
-Grid::Grid()
-    : tensor_(std::make_unique<SoloComm>()),
-      context_(std::make_unique<SoloComm>()),
-      data_(std::make_unique<SoloComm>()),
-      data_context_(std::make_unique<SoloComm>()),
-      pipeline_(std::make_unique<SoloComm>()),
-      embedding_(std::make_unique<SoloComm>()),
-      kv_replicas_(std::make_unique<SoloComm>()),
-      data_replica_(std::make_unique<SoloComm>()) {}
+Grid::Grid() {
+    for (Group g :
+         {Group::tensor, Group::context, Group::data, Group::data_context, Group::pipeline,
+          Group::embedding, Group::kv_replica, Group::data_replica, Group::expert})
+        groups_[static_cast<std::size_t>(g)] = std::make_unique<SoloComm>();
+}
 
 Grid::Grid(World& world, const GridShape& shape) : shape_(shape), rank_(world.rank()) {
     check_shape(shape, world.size());
     coords_ = coordinates_of(shape, rank_);
-    const int M = shape.tensor, C = shape.context, D = shape.data;
-    const auto [pp, dp, tp, cp] = coords_;
     MpiComm& all = world.mpi_comm();
-    // Colour by the other coordinates, key by the group's own, so that the rank within a
-    // group is the coordinate along it. Every rank takes part in every split.
-    tensor_ = split(all, cp + C * (dp + D * pp), tp, "tensor");
-    context_ = split(all, tp + M * (dp + D * pp), cp, "context");
-    data_ = split(all, tp + M * (cp + C * pp), dp, "data");
-    data_context_ = split(all, tp + M * pp, cp + C * dp, C > 1 ? "data-context" : "data");
-    pipeline_ = split(all, tp + M * (cp + C * dp), pp, "pipeline");
-    // Middle stages get a colour of their own each (beyond every (dp, cp, tp) colour): a
-    // group of one.
-    const int embedding_colour = in_embedding_group() ? tp + M * (cp + C * dp) : M * C * D + rank_;
-    embedding_ = split(all, embedding_colour, pp, "embedding");
-    // Within the tensor group, the runs of r consecutive ranks that share a key/value head.
-    const int r = shape.kv_replicas;
-    if (r < 1 || M % r != 0)
-        throw Error("internal: " + std::to_string(r) + " key/value head replicas over " +
-                    std::to_string(M) + " tensor ranks");
-    kv_replicas_ = split(all, tp / r + M / r * (cp + C * (dp + D * pp)), tp % r, "kv-replica");
-    // Within the data-context group (rank q), runs of N consecutive ranks and their replicas.
-    const int N = shape.data_shard == 0 ? C * D : shape.data_shard;
-    if (N < 1 || (C * D) % N != 0)
-        throw Error("internal: data shards of " + std::to_string(N) + " over " +
-                    std::to_string(C * D) + " data-context ranks");
-    if (N == C * D) {  // no hybrid sharding: data_shard() is the data-context group
-        data_replica_ = std::make_unique<SoloComm>();
-        return;
+    // Every rank takes part in every split, in Group's order.
+    for (int i = 0; i < kGroups; ++i) {
+        const Group g = static_cast<Group>(i);
+        if (standing_for(g) != g) continue;  // another group is its communicator
+        // Without hybrid sharding (or experts split) the replica (expert) group is this rank.
+        const bool alone =
+            (g == Group::data_replica && standing_for(Group::data_shard) != Group::data_shard) ||
+            (g == Group::expert && shape.expert == 1);
+        groups_[static_cast<std::size_t>(i)] =
+            alone ? std::unique_ptr<Comm>(std::make_unique<SoloComm>())
+                  : split(all, shape, g, rank_);
     }
-    const int q = cp + C * dp, groups = C * D / N;
-    data_shard_ = split(all, q / N + groups * (tp + M * pp), q % N, "data-shard");
-    data_replica_ = split(all, q % N + N * (tp + M * pp), q / N, "data-replica");
+}
+
+Group Grid::standing_for(Group g) const {
+    const int DC = shape_.data * shape_.context;
+    const bool hybrid = shape_.data_shard != 0 && shape_.data_shard != DC;
+    if (g == Group::data_shard && !hybrid) return Group::data_context;
+    if (g == Group::expert_data && shape_.expert == 1) return Group::data_context;
+    return g;
+}
+
+Comm& Grid::group(Group g) {
+    return *groups_[static_cast<std::size_t>(standing_for(g))];
 }
 
 std::vector<Comm*> Grid::data_groups() {
-    if (!data_shard_) return {data_context_.get()};
-    return {data_context_.get(), data_shard_.get(), data_replica_.get()};
+    if (standing_for(Group::data_shard) != Group::data_shard) return {&data_context()};
+    return {&data_context(), &data_shard(), &data_replica()};
 }
 
 Grid::~Grid() = default;
 
 void Grid::wrap_comms(const CommWrapper& wrap) {
-    for (std::unique_ptr<Comm>* group :
-         {&tensor_, &context_, &data_, &data_context_, &pipeline_, &embedding_, &kv_replicas_,
-          &data_shard_, &data_replica_}) {
-        if (!*group) continue;  // no hybrid sharding: no shard group of its own
-        const GroupLabel* label = (*group)->label();
-        *group = wrap(std::move(*group));
-        (*group)->set_label(label);
+    for (std::unique_ptr<Comm>& group : groups_) {
+        if (!group) continue;  // another group stands for it
+        const GroupLabel* label = group->label();
+        group = wrap(std::move(group));
+        group->set_label(label);
     }
 }
 

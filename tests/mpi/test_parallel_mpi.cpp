@@ -268,6 +268,32 @@ TEST_CASE("grid: every factorisation of the world size has the groups of the gri
     }
 }
 
+TEST_CASE("grid: every named group's communicator holds group_ranks' members, experts too",
+          "[mpi][grid]") {
+    const int rank = world().rank(), n = world().size();
+    std::vector<GridShape> shapes = factorisations(n);
+    if (n % 2 == 0) {  // the experts split over pairs (and with hybrid sharding, over fours)
+        GridShape experts{1, 1, n, 1};
+        experts.expert = 2;
+        shapes.push_back(experts);
+        experts.data_shard = n % 4 == 0 ? 4 : 0;
+        experts.expert = n;
+        shapes.push_back(experts);
+    }
+    for (const GridShape& shape : shapes) {
+        INFO("grid P " << shape.pipeline << " x M " << shape.tensor << " x D " << shape.data
+                       << ", E " << shape.expert << ", world rank " << rank);
+        Grid grid(world(), shape);
+        for (int k = 0; k < kGroups; ++k) {
+            const Group g = static_cast<Group>(k);
+            INFO(group_name(g));
+            std::vector<float> want;
+            for (int r : group_ranks(shape, g, rank)) want.push_back(static_cast<float>(r));
+            CHECK(members_of(grid.group(g)) == want);
+        }
+    }
+}
+
 TEST_CASE("comm: every call on every group of every grid", "[mpi][comm]") {
     for (const GridShape& shape : factorisations(world().size())) {
         INFO("grid P " << shape.pipeline << " x M " << shape.tensor << " x D " << shape.data);
