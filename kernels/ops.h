@@ -232,6 +232,10 @@ public:
     virtual void gelu_backward(Ptr dinp, ConstPtr inp, ConstPtr dout, std::size_t count) = 0;
     // out = a + b
     virtual void residual_forward(Ptr out, ConstPtr a, ConstPtr b, std::size_t count) = 0;
+    // out = max(inp, 0); out may be inp.
+    virtual void relu_forward(Ptr out, ConstPtr inp, std::size_t count) = 0;
+    // out = a * b * factor, element by element; out may be a or b.
+    virtual void multiply(Ptr out, ConstPtr a, ConstPtr b, std::size_t count, float factor) = 0;
     // Inverted dropout: element i is kept when dropout_keep(seed, index_begin + i, drop_prob)
     // (below) and scaled by 1/(1-p). The mask is a pure function of (seed, index): backward
     // recomputes it, so nothing is stored and every backend, and every split of the rows

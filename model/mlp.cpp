@@ -1,4 +1,4 @@
-// GPT-2's and Llama's MLPs (see mlp.h).
+// The MLP, and GPT-2's and Llama's kinds of it (see mlp.h).
 #include "model/mlp.h"
 
 #include "model/part_kinds.h"
@@ -10,29 +10,46 @@ using kernels::Ptr;
 
 namespace {
 
-// The activation's slot names: the input linear's output, the activation's, and the scratch
-// of the former's gradient.
-struct SlotNames {
-    const char *in_out, *activated, *d_in_out;
+// GELU, tanh form (GPT-2's).
+class Gelu final : public MlpActivation {
+public:
+    int inputs_per_output() const override { return 1; }
+    Names names() const override { return {"fc", "fc_gelu", "d_hidden"}; }
+    void forward(PartContext& ctx, Ptr out, ConstPtr in, int rows, int width) const override {
+        ctx.ops.gelu_forward(out, in, static_cast<std::size_t>(rows) * width);
+    }
+    void backward(PartContext& ctx, Ptr din, ConstPtr in, ConstPtr dout, int rows,
+                  int width) const override {
+        ctx.ops.gelu_backward(din, in, dout, static_cast<std::size_t>(rows) * width);
+    }
 };
 
-SlotNames slot_names(MlpActivation a) {
-    return a == MlpActivation::gelu ? SlotNames{"fc", "fc_gelu", "d_hidden"}
-                                    : SlotNames{"gate_up", "swiglu", "d_gate_up"};
-}
+// SwiGLU (Llama's): silu(gate)·up, each row's gate then up.
+class Swiglu final : public MlpActivation {
+public:
+    int inputs_per_output() const override { return 2; }
+    Names names() const override { return {"gate_up", "swiglu", "d_gate_up"}; }
+    void forward(PartContext& ctx, Ptr out, ConstPtr in, int rows, int width) const override {
+        ctx.ops.swiglu_forward(out, in, rows, width);
+    }
+    void backward(PartContext& ctx, Ptr din, ConstPtr in, ConstPtr dout, int rows,
+                  int width) const override {
+        ctx.ops.swiglu_backward(din, in, dout, rows, width);
+    }
+};
 
 }  // namespace
 
-Mlp::Mlp(MlpActivation activation, const LinearSpec& in, const LinearSpec& out, const Dims& d,
-         SetSpec& set, ScratchSpec& scratch)
-    : activation_(activation),
+Mlp::Mlp(std::unique_ptr<MlpActivation> activation, const LinearSpec& in, const LinearSpec& out,
+         const Dims& d, SetSpec& set, ScratchSpec& scratch)
+    : activation_(std::move(activation)),
       in_(in, d, set, scratch),
       out_(out, d, set, scratch),
       rows_(d.N),
       width_(d.Fm),
       in_count_(d.rows() * static_cast<std::size_t>(d.Fm) *
-                (activation == MlpActivation::swiglu ? 2 : 1)) {
-    const SlotNames names = slot_names(activation);
+                static_cast<std::size_t>(activation_->inputs_per_output())) {
+    const MlpActivation::Names names = activation_->names();
     in_out_ = set.add(names.in_out, in_count_, d.act, Keep::unless_full);
     activated_ = set.add(names.activated, d.rows() * static_cast<std::size_t>(d.Fm), d.act,
                          Keep::unless_full);
@@ -42,10 +59,7 @@ Mlp::Mlp(MlpActivation activation, const LinearSpec& in, const LinearSpec& out, 
 Ptr Mlp::forward(PartContext& ctx, const Pass& pass, ConstPtr x, bool to_output) const {
     const Ptr in_out = pass.buffers[in_out_], activated = pass.buffers[activated_];
     in_.forward(ctx, pass, x, in_out);
-    if (activation_ == MlpActivation::gelu)
-        ctx.ops.gelu_forward(activated, in_out, in_count_);
-    else
-        ctx.ops.swiglu_forward(activated, in_out, rows_, width_);
+    activation_->forward(ctx, activated, in_out, rows_, width_);
     if (!to_output) {  // the backward reads out's input and its adapter's h, not its output
         out_.adapter_down(ctx, pass, activated);
         return Ptr();
@@ -59,10 +73,7 @@ ConstPtr Mlp::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr 
     const Ptr d_in_out = ctx.scratch[d_in_out_];
     const ConstPtr in_out = pass.buffers[in_out_];
     ctx.ops.zero(d_in_out, in_count_);
-    if (activation_ == MlpActivation::gelu)
-        ctx.ops.gelu_backward(d_in_out, in_out, d_activated, in_count_);
-    else
-        ctx.ops.swiglu_backward(d_in_out, in_out, d_activated, rows_, width_);
+    activation_->backward(ctx, d_in_out, in_out, d_activated, rows_, width_);
     return in_.backward(ctx, pass, x, d_in_out, part);
 }
 
@@ -98,7 +109,7 @@ std::unique_ptr<FeedForward> build_gelu_mlp(const PartBuild& in) {
     in.adapt(fc, LoraTarget::fc);
     LinearSpec proj = in.linear(LinearSplit::row, d.Fm, d.H, in.tensor(2), in.tensor(3));
     in.adapt(proj, LoraTarget::fc_proj);
-    return std::make_unique<Mlp>(MlpActivation::gelu, fc, proj, d, in.set, in.scratch);
+    return std::make_unique<Mlp>(std::make_unique<Gelu>(), fc, proj, d, in.set, in.scratch);
 }
 
 // Llama's: gate_proj and up_proj (H -> F each), down_proj (F -> H); no biases.
@@ -122,7 +133,7 @@ std::unique_ptr<FeedForward> build_swiglu_mlp(const PartBuild& in) {
     in.adapt(gate_up, LoraTarget::up, d.Fm, d.Fm);
     LinearSpec down = in.linear(LinearSplit::row, d.Fm, d.H, in.tensor(2), kNoParam);
     in.adapt(down, LoraTarget::down);
-    return std::make_unique<Mlp>(MlpActivation::swiglu, gate_up, down, d, in.set, in.scratch);
+    return std::make_unique<Mlp>(std::make_unique<Swiglu>(), gate_up, down, d, in.set, in.scratch);
 }
 
 }  // namespace

@@ -5,14 +5,16 @@
 // Shapes (this rank): input x (R, H) = the norm's output; fc's output and the GELU's (N, Fm)
 // kept for the backward; output (R, H), with fc_proj's bias.
 //
-// Llama's (MlpActivation::swiglu): the gate and up linears, column-split and run as one (H -> 2F,
-// their weights adjacent), SwiGLU down's input silu(gate)·up, the row-split down linear (F -> H).
-// Shapes (this rank): gate and up's output (N, 2Fm) and SwiGLU's (N, Fm) kept for the
-// backward.
+// Llama's (SwiGLU): the gate and up linears, column-split and run as one (H -> 2F, their weights
+// adjacent), SwiGLU down's input silu(gate)·up, the row-split down linear (F -> H). Shapes
+// (this rank): gate and up's output (N, 2Fm) and SwiGLU's (N, Fm) kept for the backward.
 //
 // A feed-forward sublayer is one kind of part (docs/ARCHITECTURE.md, "How to add a layer
-// kind"): each is an implementation of FeedForward.
+// kind"): each is an implementation of FeedForward, and an MLP of another activation is Mlp
+// with another MlpActivation.
 #pragma once
+
+#include <memory>
 
 #include "model/linear.h"
 
@@ -32,17 +34,34 @@ public:
     virtual void finish_grads(PartContext& ctx) const = 0;
 };
 
-// The activation between an MLP's two linears: GELU (tanh form) on fc's output (N, Fm), or
-// SwiGLU, silu(gate)·up, on the fused gate and up linear's output (N, 2Fm).
-enum class MlpActivation { gelu, swiglu };
+// The activation between an MLP's two linears, on this rank's N rows of Fm columns: what one
+// kind of MLP differs from another in, besides its tensors (model/part_kinds.h). GELU on fc's
+// output (N, Fm), SwiGLU's silu(gate)·up on the fused gate and up linear's output (N, 2Fm).
+class MlpActivation {
+public:
+    virtual ~MlpActivation() = default;
+    // Columns of the input linear's output per output column (1, or 2 for a gated one).
+    virtual int inputs_per_output() const = 0;
+    // The names of the buffers the MLP keeps: the input linear's output, the activation's, and
+    // the scratch of the former's gradient.
+    struct Names {
+        const char *in_out, *activated, *d_in_out;
+    };
+    virtual Names names() const = 0;
+    // out (N, Fm) from in (N, k·Fm).
+    virtual void forward(PartContext& ctx, kernels::Ptr out, kernels::ConstPtr in, int rows,
+                         int width) const = 0;
+    // din (N, k·Fm) += the gradient of in from dout (N, Fm).
+    virtual void backward(PartContext& ctx, kernels::Ptr din, kernels::ConstPtr in,
+                          kernels::ConstPtr dout, int rows, int width) const = 0;
+};
 
-// GPT-2's and Llama's MLP: the column-split input linear, the activation, the row-split
-// output linear.
+// An MLP: the column-split input linear, the activation, the row-split output linear.
 class Mlp final : public FeedForward {
 public:
-    // `in`: H -> Fm (gelu) or H -> 2Fm (swiglu: gate then up); `out`: Fm -> H.
-    Mlp(MlpActivation activation, const LinearSpec& in, const LinearSpec& out, const Dims& d,
-        SetSpec& set, ScratchSpec& scratch);
+    // `in`: H -> k·Fm (k = activation.inputs_per_output()); `out`: Fm -> H.
+    Mlp(std::unique_ptr<MlpActivation> activation, const LinearSpec& in, const LinearSpec& out,
+        const Dims& d, SetSpec& set, ScratchSpec& scratch);
 
     kernels::Ptr forward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
                          bool to_output) const override;
@@ -52,12 +71,12 @@ public:
     void finish_grads(PartContext& ctx) const override;
 
 private:
-    MlpActivation activation_;
+    std::unique_ptr<MlpActivation> activation_;
     Linear in_, out_;
     int in_out_, activated_;  // slots: the input linear's output, the activation's (N, Fm)
     int d_in_out_;            // scratch: the gradient of the input linear's output
     int rows_, width_;        // N, Fm
-    std::size_t in_count_;    // elements of the input linear's output: N·Fm or N·2Fm
+    std::size_t in_count_;    // elements of the input linear's output: N·k·Fm
 };
 
 }  // namespace trident::model

@@ -7,15 +7,18 @@ namespace trident::model {
 
 #define TRIDENT_NORM_KINDS(KIND) \
     KIND(layer_norm_kind)        \
-    KIND(rms_norm_kind)
+    KIND(rms_norm_kind)          \
+    /* the norms */
 
 #define TRIDENT_ATTENTION_KINDS(KIND) \
     KIND(gpt2_attention_kind)         \
-    KIND(grouped_attention_kind)
+    KIND(grouped_attention_kind)      \
+    /* the attentions */
 
 #define TRIDENT_MLP_KINDS(KIND) \
     KIND(gelu_mlp_kind)         \
-    KIND(swiglu_mlp_kind)
+    KIND(swiglu_mlp_kind)       \
+    /* the MLPs */
 
 #define TRIDENT_DECLARE_NORM(kind) extern const NormKind kind;
 #define TRIDENT_DECLARE_ATTENTION(kind) extern const AttentionKind kind;

@@ -681,6 +681,21 @@ TEST_CASE("residual forward", "[kernels]") {
     for (std::size_t i = 0; i < count; i++) CHECK(out[i] == a[i] + b[i]);
 }
 
+TEST_CASE("relu and the product", "[kernels]") {
+    auto ops = make_cpu_ops(2);
+    const std::size_t count = 100;
+    const auto a = random_floats(count, 63), b = random_floats(count, 64);
+    std::vector<float> out(count);
+    ops->relu_forward(out.data(), a.data(), count);
+    for (std::size_t i = 0; i < count; i++) CHECK(out[i] == (a[i] > 0 ? a[i] : 0.0f));
+    CHECK(std::count(out.begin(), out.end(), 0.0f) > 10);  // some negative inputs
+    ops->multiply(out.data(), a.data(), b.data(), count, 2.0f);
+    for (std::size_t i = 0; i < count; i++) CHECK(out[i] == a[i] * b[i] * 2.0f);
+    std::vector<float> in_place = a;
+    ops->multiply(in_place.data(), in_place.data(), in_place.data(), count, 1.0f);
+    for (std::size_t i = 0; i < count; i++) CHECK(in_place[i] == a[i] * a[i]);
+}
+
 TEST_CASE("dropout forward and backward", "[kernels]") {
     auto ops = make_cpu_ops(2);
     const uint64_t seed = 77;

@@ -294,6 +294,16 @@ public:
         cpu::residual_forward(v.out(out, count), v.in(a, count), v.in(b, count), count);
         v.commit();
     }
+    void relu_forward(Ptr out, ConstPtr inp, std::size_t count) override {
+        cpu::Fp32Views v(scratch_);
+        cpu::relu_forward(v.out(out, count), v.in(inp, count), count);
+        v.commit();
+    }
+    void multiply(Ptr out, ConstPtr a, ConstPtr b, std::size_t count, float factor) override {
+        cpu::Fp32Views v(scratch_);
+        cpu::multiply(v.out(out, count), v.in(a, count), v.in(b, count), count, factor);
+        v.commit();
+    }
     void dropout_forward(Ptr out, ConstPtr inp, std::size_t count, float drop_prob, uint64_t seed,
                          uint64_t index_begin) override {
         cpu::Fp32Views v(scratch_);

@@ -1,5 +1,5 @@
-// Elementwise ops: GELU (tanh form), SwiGLU, the residual add, and inverted dropout. Each element
-// is independent, so the loops are split over threads and vectorised.
+// Elementwise ops: GELU (tanh form), SwiGLU, the residual add, ReLU, the product, and inverted
+// dropout. Each element is independent, so the loops are split over threads and vectorised.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -72,6 +72,18 @@ void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, in
 void residual_forward(float* out, const float* a, const float* b, std::size_t count) {
 #pragma omp parallel for simd schedule(static)
     for (std::size_t i = 0; i < count; i++) out[i] = a[i] + b[i];
+}
+
+// out = max(x, 0)
+void relu_forward(float* out, const float* inp, std::size_t count) {
+#pragma omp parallel for simd schedule(static)
+    for (std::size_t i = 0; i < count; i++) out[i] = inp[i] > 0.0f ? inp[i] : 0.0f;
+}
+
+// out = a * b * factor
+void multiply(float* out, const float* a, const float* b, std::size_t count, float factor) {
+#pragma omp parallel for simd schedule(static)
+    for (std::size_t i = 0; i < count; i++) out[i] = a[i] * b[i] * factor;
 }
 
 // out = inp / (1-p) where dropout_keep(seed, index_begin + i, p), else 0. A select rather

@@ -392,6 +392,28 @@ public:
         cuda::residual_forward(v.out(out, count), x, y, count, stream_);
         v.commit();
     }
+    void relu_forward(Ptr out, ConstPtr inp, std::size_t count) override {
+        if (all_of_type(out.dtype, {inp}))
+            return dispatch(out.dtype, [&](auto e) {
+                using E = decltype(e);
+                cuda::relu_forward(as<E>(out), as<E>(inp), count, stream_);
+            });
+        auto v = views();
+        cuda::relu_forward(v.out(out, count), v.in(inp, count), count, stream_);
+        v.commit();
+    }
+    void multiply(Ptr out, ConstPtr a, ConstPtr b, std::size_t count, float factor) override {
+        if (all_of_type(out.dtype, {a, b}))
+            return dispatch(out.dtype, [&](auto e) {
+                using E = decltype(e);
+                cuda::multiply(as<E>(out), as<E>(a), as<E>(b), count, factor, stream_);
+            });
+        auto v = views();
+        const float* x = v.in(a, count);
+        const float* y = v.in(b, count);
+        cuda::multiply(v.out(out, count), x, y, count, factor, stream_);
+        v.commit();
+    }
     void dropout_forward(Ptr out, ConstPtr inp, std::size_t count, float drop_prob, uint64_t seed,
                          uint64_t index_begin) override {
         if (all_of_type(out.dtype, {inp})) {

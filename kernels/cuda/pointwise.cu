@@ -1,5 +1,5 @@
-// Elementwise kernels: GELU, the residual add, inverted dropout, the bias add, scaling, and
-// conversion between element types.
+// Elementwise kernels: GELU, the residual add, ReLU, the product, inverted dropout, the bias add,
+// scaling, and conversion between element types.
 //
 // They are memory-bound: one pass over each operand. map_kernel runs them all: each thread
 // takes 16-byte packs of every operand when the pointers are aligned to that (the common
@@ -92,6 +92,19 @@ struct Add {
     __device__ float operator()(std::size_t, const float (&v)[2]) const { return v[0] + v[1]; }
 };
 
+struct Relu {
+    __device__ float operator()(std::size_t, const float (&v)[1]) const {
+        return v[0] > 0.0f ? v[0] : 0.0f;
+    }
+};
+
+struct Multiply {
+    float factor;
+    __device__ float operator()(std::size_t, const float (&v)[2]) const {
+        return v[0] * v[1] * factor;
+    }
+};
+
 // A select, not a multiply by a 0/1 mask: p = 1 gives zeros rather than 0 * inf.
 struct DropoutForward {
     uint64_t seed, index_begin;
@@ -163,6 +176,17 @@ void residual_forward(E* out, const E* a, const E* b, std::size_t count, cudaStr
 }
 
 template <typename E>
+void relu_forward(E* out, const E* inp, std::size_t count, cudaStream_t stream) {
+    map<E, 1>(out, {{inp}}, count, Relu{}, stream);
+}
+
+template <typename E>
+void multiply(E* out, const E* a, const E* b, std::size_t count, float factor,
+              cudaStream_t stream) {
+    map<E, 2>(out, {{a, b}}, count, Multiply{factor}, stream);
+}
+
+template <typename E>
 void dropout_forward(E* out, const E* inp, std::size_t count, float drop_prob, uint64_t seed,
                      uint64_t index_begin, cudaStream_t stream) {
     map<E, 1>(out, {{inp}}, count,
@@ -207,6 +231,8 @@ void convert_2d(TOut* out, std::size_t out_stride, const TIn* in, std::size_t in
     template void gelu_forward<E>(E*, const E*, std::size_t, cudaStream_t);                        \
     template void gelu_backward<E>(E*, const E*, const E*, std::size_t, cudaStream_t);             \
     template void residual_forward<E>(E*, const E*, const E*, std::size_t, cudaStream_t);          \
+    template void relu_forward<E>(E*, const E*, std::size_t, cudaStream_t);                        \
+    template void multiply<E>(E*, const E*, const E*, std::size_t, float, cudaStream_t);           \
     template void dropout_forward<E>(E*, const E*, std::size_t, float, uint64_t, uint64_t,         \
                                      cudaStream_t);                                                \
     template void dropout_backward<E>(E*, const E*, std::size_t, float, uint64_t, uint64_t,        \

@@ -300,7 +300,7 @@ TEST_CASE("cuda: causal attention (flash kernels and cuDNN) against the CPU", "[
     }
 }
 
-TEST_CASE("cuda: GELU, residual and dropout", "[ops]") {
+TEST_CASE("cuda: GELU, residual, ReLU, product and dropout", "[ops]") {
     Backends b;
     const std::size_t n = 10007;  // not a whole number of 16-byte packs
     for (DType t : kTypes) {
@@ -317,6 +317,12 @@ TEST_CASE("cuda: GELU, residual and dropout", "[ops]") {
         b.cpu->residual_forward(out.cpu, x.cpu, y.cpu, n);
         b.gpu->residual_forward(out.gpu, x.gpu, y.gpu, n);
         require_close(out, t, "residual_forward");
+        b.cpu->relu_forward(out.cpu, x.cpu, n);
+        b.gpu->relu_forward(out.gpu, x.gpu, n);
+        REQUIRE(out.on_gpu() == out.on_cpu());              // a select: exact
+        b.cpu->multiply(out.cpu, out.cpu, y.cpu, n, 2.0f);  // in place
+        b.gpu->multiply(out.gpu, out.gpu, y.gpu, n, 2.0f);
+        require_close(out, t, "multiply");
         // The same mask on both backends: the kept elements, scaled, are equal exactly.
         b.cpu->dropout_forward(out.cpu, x.cpu, n, 0.3f, 5, 1234);
         b.gpu->dropout_forward(out.gpu, x.gpu, n, 0.3f, 5, 1234);

@@ -1,11 +1,9 @@
 #!/usr/bin/python3
 """The llama model (model.arch: llama: RMSNorm, rotary positions, SwiGLU, grouped-query attention with
-4 heads and 2 key/value heads, an untied head) on every layout family, under mpirun: the losses of
-10 training steps match one process within 1e-5 relative for tensor parallelism (M = 2, with and
-without sequence parallelism), pipeline parallelism (P = 2 with 1F1B, GPipe, interleaved, ZB-H1,
-ZB-H2), data parallelism with ZeRO 0 to 3, context parallelism (ring and Ulysses, each token
-rotated at its position in the whole sequence; ring with M = 2 too), and full and selective
-recompute; bf16 and fp16 within 2% of fp32; the loss and every gradient of one global batch match
+4 heads and 2 key/value heads, an untied head) on every layout family (layout_families.py), under
+mpirun: the losses of 10 training steps match one process within 1e-5 relative (under context
+parallelism each token rotated at its position in the whole sequence); bf16 and fp16 within 2% of
+fp32; the loss and every gradient of one global batch match
 for M = 2 and C = 2; a checkpoint exported as Hugging Face Llama safetensors holds its weights
 bitwise and imports back to bitwise the same loss and gradients; a checkpoint written with M = 2
 resumes with P = 2 on the same losses.
@@ -17,50 +15,18 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from mpi_harness import (binaries_or_skip, check, failures, losses, read_safetensors, run,  # noqa: E402
+from layout_families import check_families, curve, sets, worst_rel  # noqa: E402
+from mpi_harness import (binaries_or_skip, check, failures, read_safetensors, run,  # noqa: E402
                          tiny_run, worst_tensor_diff)
 
 LLAMA = ["model.arch=llama", "model.layers=4", "model.kv_heads=2", "model.ffn_hidden=48",
          "model.rope_theta=500000"]
-
-# (name, ranks, overrides)
-LAYOUTS = [
-    ("M=2", 2, ["parallel.tensor=2"]),
-    ("M=2 +SP", 2, ["parallel.tensor=2", "parallel.sequence_parallel=true"]),
-    ("P=2 1f1b", 2, ["parallel.pipeline=2"]),
-    ("P=2 gpipe", 2, ["parallel.pipeline=2", "parallel.schedule=gpipe"]),
-    ("P=2 interleaved v=2", 2, ["parallel.pipeline=2", "parallel.schedule=interleaved",
-                                "parallel.virtual_stages=2"]),
-    ("P=2 zb-h1", 2, ["parallel.pipeline=2", "parallel.schedule=zb-h1"]),
-    ("P=2 zb-h2", 2, ["parallel.pipeline=2", "parallel.schedule=zb-h2"]),
-    ("D=2 ZeRO-0", 2, ["parallel.data=2", "parallel.zero_stage=0"]),
-    ("D=2 ZeRO-1", 2, ["parallel.data=2", "parallel.zero_stage=1"]),
-    ("D=2 ZeRO-2", 2, ["parallel.data=2", "parallel.zero_stage=2"]),
-    ("D=2 ZeRO-3", 2, ["parallel.data=2", "parallel.zero_stage=3"]),
-    ("C=2 ring", 2, ["parallel.context=2"]),
-    ("C=2 ulysses", 2, ["parallel.context=2", "parallel.context_mode=ulysses"]),
-    ("M=2 C=2 ring", 4, ["parallel.tensor=2", "parallel.context=2"]),
-    ("recompute full", 1, ["training.recompute=full"]),
-    ("recompute selective", 1, ["training.recompute=selective"]),
-]
 
 PRECISIONS = [
     ("bf16", 1, ["training.precision=bf16"]),
     ("fp16", 1, ["training.precision=fp16"]),
     ("bf16 M=2 P=2", 4, ["training.precision=bf16", "parallel.tensor=2", "parallel.pipeline=2"]),
 ]
-
-
-def sets(overrides):
-    return [arg for o in overrides for arg in ("--set", o)]
-
-
-def curve(path):
-    return [r["loss"] for r in losses(path) if "loss" in r]
-
-
-def worst_rel(curve_a, curve_b):
-    return max(abs(x - y) / abs(y) for x, y in zip(curve_a, curve_b))
 
 
 def main():
@@ -75,14 +41,7 @@ def main():
                                               "checkpoint.interval=5"]), ranks=1)
         reference = curve(path("m1.jsonl"))
         check(len(reference) == 10, f"one process: 10 steps ({len(reference)})")
-        for name, ranks, overrides in LAYOUTS:
-            metrics = path(f"m_{len(failures)}_{ranks}_{abs(hash(name))}.jsonl")
-            run([trident, "train"] + base + sets(overrides + [f"logging.metrics={metrics}"]),
-                ranks=ranks)
-            got = curve(metrics)
-            worst = worst_rel(got, reference) if len(got) == 10 else float("inf")
-            check(worst <= 1e-5, f"{name}: 10-step losses within 1e-5 of one process "
-                                 f"(worst {worst:.2e})")
+        check_families(trident, base, tmp, "llama", reference)
         # 16-bit storage with fp32 compute: within 2% of the fp32 run at every step, as
         # tests/python/test_mixed_precision.py holds GPT-2.
         for name, ranks, overrides in PRECISIONS:

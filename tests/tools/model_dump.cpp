@@ -7,7 +7,8 @@
 // safetensors. Under mpirun with parallel.tensor = M, the gradients are gathered from the M slices
 // (and summed over the C context ranks): the layout tests compare them with those of one process.
 // Under low-rank adapters (training.lora) the gradients are the adapters' (the model is
-// frozen), under their names (model/param_layout.h).
+// frozen), under their names (model/param_layout.h); so are those of a model whose MLP no
+// Hugging Face class of its family has (model.mlp).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cstdio>
@@ -68,12 +69,16 @@ static void dump(const config::Config& cfg, parallel::Grid& grid, const std::str
         gpt.frozen() ? trainer.full_lora_grads() : trainer.full_grads();  // collective
     if (grid.rank() != 0) return;
     model::HfTensors out;
-    const model::ParamLayout whole_lora =
-        model::ParamLayout::for_lora(gpt.shape(), gpt.lora().shape);
-    if (gpt.frozen())
-        for (const model::ParamTensor& t : whole_lora.tensors())
+    const model::GptShape& shape = gpt.shape();
+    // Our names where Hugging Face's family has no such model (another model.mlp).
+    const bool ours = gpt.frozen() || shape.mlp != model::default_mlp(shape.arch);
+    const model::ParamLayout whole = gpt.frozen()
+                                         ? model::ParamLayout::for_lora(shape, gpt.lora().shape)
+                                         : model::ParamLayout(shape);
+    if (ours)
+        for (const model::ParamTensor& t : whole.tensors())
             out.tensors.push_back({t.name, t.full_shape, grads.data() + t.offset});
-    else if (gpt.shape().arch == model::Arch::llama)
+    else if (shape.arch == model::Arch::llama)
         out.tensors = model::to_hf_llama_tensors(model::ParamLayout(gpt.shape()), grads.data());
     else
         out = model::to_hf_tensors(model::ParamLayout(gpt.shape()), grads.data());
