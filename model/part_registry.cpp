@@ -18,6 +18,7 @@ namespace trident::model {
 #define TRIDENT_MLP_KINDS(KIND) \
     KIND(gelu_mlp_kind)         \
     KIND(swiglu_mlp_kind)       \
+    KIND(relu2_mlp_kind)        \
     /* the MLPs */
 
 #define TRIDENT_DECLARE_NORM(kind) extern const NormKind kind;
