@@ -2,6 +2,7 @@
 #include "model/activation_store.h"
 
 #include <string>
+#include <utility>
 
 #include "kernels/error.h"
 
@@ -24,6 +25,15 @@ std::vector<DeviceBuffer> allocate_spec(kernels::Ops& ops, const SetSpec& spec, 
 }
 
 }  // namespace
+
+WeightGradStash::WeightGradStash(SetSpec& set, std::string name, std::size_t count,
+                                 kernels::DType dtype)
+    : slot_(set.add(std::move(name), count, dtype, Keep::split)), count_(count) {}
+
+void WeightGradStash::keep(PartContext& ctx, const Pass& pass, BackwardPart part,
+                           kernels::ConstPtr value) const {
+    if (part == BackwardPart::input && slot_ >= 0) ctx.ops.copy(pass.buffers[slot_], value, count_);
+}
 
 std::size_t set_bytes(const ChunkSpec& chunk, const KeepPolicy& policy) {
     std::size_t bytes = spec_bytes(chunk.own, [&](Keep k) { return own_in_set(k, policy); });

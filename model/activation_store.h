@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -38,6 +39,24 @@ struct ChunkSpec {
 inline bool own_in_set(Keep keep, const KeepPolicy& policy) {
     return keep != Keep::split || policy.split_backward;
 }
+
+// What a split backward's B keeps for its W (zero-bubble schedules, pipeline/schedule.h): one
+// buffer of the set a part declares (Keep::split, allocated only when the backward is split),
+// which B fills and W reads. The store owns it; the part only says what goes in (a linear's
+// output gradient, a norm's).
+class WeightGradStash {
+public:
+    WeightGradStash() = default;  // none: the part keeps its own (the LM head's logits)
+    WeightGradStash(SetSpec& set, std::string name, std::size_t count, kernels::DType dtype);
+    // B: `value` (count elements) kept for W when this backward is a split one's B.
+    void keep(PartContext& ctx, const Pass& pass, BackwardPart part, kernels::ConstPtr value) const;
+    // W: what B kept.
+    kernels::ConstPtr kept(const Pass& pass) const { return pass.buffers[slot_]; }
+
+private:
+    int slot_ = -1;
+    std::size_t count_ = 0;
+};
 
 // Bytes of one set of `chunk` under `policy`, and of the recompute scratch of `layer`.
 std::size_t set_bytes(const ChunkSpec& chunk, const KeepPolicy& policy);

@@ -12,7 +12,7 @@ Embedding::Embedding(const EmbeddingSpec& spec, const Dims& d, SetSpec& set, Scr
     const std::size_t N = d.rows(), R = d.rows_mine(), H = static_cast<std::size_t>(d.H);
     tokens_ = set.add("tokens", N, DType::i32, Keep::always);
     partial_ = set.add("embedding_partial", d.sequence_parallel ? N * H : 0, d.act, Keep::always);
-    stash_ = set.add("d_embedding", R * H, d.act, Keep::split);
+    stash_ = WeightGradStash(set, "d_embedding", R * H, d.act);
     if (d.T < d.seq_len)
         positions_ = scratch.add("positions", static_cast<std::size_t>(d.T), DType::i32);
     d_rows_ = scratch.add("d_rows", R * H, d.act);
@@ -42,16 +42,13 @@ void Embedding::forward(PartContext& ctx, const Pass& pass, const int32_t* token
 void Embedding::backward(PartContext& ctx, const Pass& pass, ConstPtr d_out,
                          BackwardPart part) const {
     if (ctx.weights.frozen) return;  // no gradient to compute, and no input to pass one on to
-    if (part == BackwardPart::input) {
-        ctx.ops.copy(pass.buffers[stash_], d_out, ctx.dims().rows_mine() * ctx.dims().H);
-        return;
-    }
+    if (part == BackwardPart::input) return stash_.keep(ctx, pass, part, d_out);
     gradient(ctx, pass, d_out);
 }
 
 void Embedding::backward_weight(PartContext& ctx, const Pass& pass) const {
     if (ctx.weights.frozen) return;
-    gradient(ctx, pass, pass.buffers[stash_]);
+    gradient(ctx, pass, stash_.kept(pass));
 }
 
 void Embedding::gradient(PartContext& ctx, const Pass& pass, ConstPtr d_out) const {

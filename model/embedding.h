@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "model/activation_store.h"
 #include "model/buffer_spec.h"
 #include "model/part_context.h"
 
@@ -43,10 +44,11 @@ private:
     const int32_t* positions(const PartContext& ctx) const;
 
     EmbeddingSpec spec_;
-    int tokens_, partial_, stash_;  // slots: (N) i32; (N, H) partial sums; (R, H)
-    int positions_ = -1;            // scratch: (T) i32, when T < seq_len only
-    int d_rows_, d_output_all_;     // scratch: (R, H); (N, H) under sequence parallelism
-    int ring_sums_;                 // scratch: the reduce-scatter's running sums (2, R, H)
+    int tokens_, partial_;       // slots: (N) i32; (N, H) partial sums
+    WeightGradStash stash_;      // d_out (R, H), kept by a split backward
+    int positions_ = -1;         // scratch: (T) i32, when T < seq_len only
+    int d_rows_, d_output_all_;  // scratch: (R, H); (N, H) under sequence parallelism
+    int ring_sums_;              // scratch: the reduce-scatter's running sums (2, R, H)
 };
 
 }  // namespace trident::model

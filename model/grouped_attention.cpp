@@ -33,17 +33,17 @@ const int32_t* GroupedAttention::positions(const PartContext& ctx) const {
 Ptr GroupedAttention::forward(PartContext& ctx, const Pass& pass, ConstPtr x, float drop) const {
     const Dims& d = ctx.dims();
     const Ptr grouped = ctx.scratch[grouped_], qkv = pass.buffers[qkv_];
-    qkv_linear_.forward(ctx, pass, x, grouped);
+    qkv_linear_->forward(ctx, pass, x, grouped);
     ctx.ops.rotary_qkv_forward(core_->qkv_target(ctx, qkv), grouped, d.B, d.T, d.heads, d.kv_heads,
                                d.Hm / d.heads, theta_, positions(ctx));
     core_->forward(ctx, pass, qkv, pass.buffers[out_], drop);
-    return proj_.forward(ctx, pass, pass.buffers[out_], Ptr());
+    return proj_->forward(ctx, pass, pass.buffers[out_], Ptr());
 }
 
 ConstPtr GroupedAttention::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dy,
                                     float drop, BackwardPart part, bool rebuild) const {
     const Dims& d = ctx.dims();
-    const ConstPtr d_out = proj_.backward(ctx, pass, pass.buffers[out_], dy, part);
+    const ConstPtr d_out = proj_->backward(ctx, pass, pass.buffers[out_], dy, part);
     const Ptr d_qkv = ctx.scratch[d_qkv_], d_grouped = ctx.scratch[d_grouped_];
     ctx.ops.zero(d_qkv, qkv_count_);
     if (rebuild) core_->rebuild(ctx, pass, pass.buffers[qkv_], drop);
@@ -51,7 +51,7 @@ ConstPtr GroupedAttention::backward(PartContext& ctx, const Pass& pass, ConstPtr
     ctx.ops.zero(d_grouped, grouped_count_);
     ctx.ops.rotary_qkv_backward(d_grouped, d_qkv, d.B, d.T, d.heads, d.kv_heads, d.Hm / d.heads,
                                 theta_, positions(ctx));
-    return qkv_linear_.backward(ctx, pass, x, d_grouped, part);
+    return qkv_linear_->backward(ctx, pass, x, d_grouped, part);
 }
 
 void GroupedAttention::finish_grads(PartContext& ctx) const {

@@ -43,8 +43,8 @@ public:
 Mlp::Mlp(std::unique_ptr<MlpActivation> activation, const LinearSpec& in, const LinearSpec& out,
          const Dims& d, SetSpec& set, ScratchSpec& scratch)
     : activation_(std::move(activation)),
-      in_(in, d, set, scratch),
-      out_(out, d, set, scratch),
+      in_(make_linear(in, d, set, scratch)),
+      out_(make_linear(out, d, set, scratch)),
       rows_(d.N),
       width_(d.Fm),
       in_count_(d.rows() * static_cast<std::size_t>(d.Fm) *
@@ -58,33 +58,33 @@ Mlp::Mlp(std::unique_ptr<MlpActivation> activation, const LinearSpec& in, const 
 
 Ptr Mlp::forward(PartContext& ctx, const Pass& pass, ConstPtr x, bool to_output) const {
     const Ptr in_out = pass.buffers[in_out_], activated = pass.buffers[activated_];
-    in_.forward(ctx, pass, x, in_out);
+    in_->forward(ctx, pass, x, in_out);
     activation_->forward(ctx, activated, in_out, rows_, width_);
-    if (!to_output) {  // the backward reads out's input and its adapter's h, not its output
-        out_.adapter_down(ctx, pass, activated);
+    if (!to_output) {  // the backward reads out's input and what it rebuilds from it
+        out_->rebuild(ctx, pass, activated);
         return Ptr();
     }
-    return out_.forward(ctx, pass, activated, Ptr());
+    return out_->forward(ctx, pass, activated, Ptr());
 }
 
 ConstPtr Mlp::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dy,
                        BackwardPart part) const {
-    const ConstPtr d_activated = out_.backward(ctx, pass, pass.buffers[activated_], dy, part);
+    const ConstPtr d_activated = out_->backward(ctx, pass, pass.buffers[activated_], dy, part);
     const Ptr d_in_out = ctx.scratch[d_in_out_];
     const ConstPtr in_out = pass.buffers[in_out_];
     ctx.ops.zero(d_in_out, in_count_);
     activation_->backward(ctx, d_in_out, in_out, d_activated, rows_, width_);
-    return in_.backward(ctx, pass, x, d_in_out, part);
+    return in_->backward(ctx, pass, x, d_in_out, part);
 }
 
 void Mlp::backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) const {
-    out_.backward_weight(ctx, pass, pass.buffers[activated_]);
-    in_.backward_weight(ctx, pass, x);
+    out_->backward_weight(ctx, pass, pass.buffers[activated_]);
+    in_->backward_weight(ctx, pass, x);
 }
 
 void Mlp::finish_grads(PartContext& ctx) const {
-    in_.finish_grads(ctx);
-    out_.finish_grads(ctx);
+    in_->finish_grads(ctx);
+    out_->finish_grads(ctx);
 }
 
 // ---- the kinds (model/part_registry.cpp) ---------------------------------------------------

@@ -72,7 +72,7 @@ public:
 
 private:
     std::unique_ptr<MlpActivation> activation_;
-    Linear in_, out_;
+    std::unique_ptr<Linear> in_, out_;
     int in_out_, activated_;  // slots: the input linear's output, the activation's (N, Fm)
     int d_in_out_;            // scratch: the gradient of the input linear's output
     int rows_, width_;        // N, Fm

@@ -25,7 +25,7 @@ LayerNorm::LayerNorm(std::size_t weight, std::size_t bias, const Dims& d, SetSpe
     out_ = set.add("norm", R * H, d.act, Keep::unless_full);
     mean_ = set.add("norm_mean", R, kernels::DType::f32, Keep::unless_full);
     rstd_ = set.add("norm_rstd", R, kernels::DType::f32, Keep::unless_full);
-    stash_ = set.add("d_norm", R * H, d.act, Keep::split);
+    stash_ = WeightGradStash(set, "d_norm", R * H, d.act);
 }
 
 ConstPtr LayerNorm::forward(PartContext& ctx, const Pass& pass, ConstPtr x) const {
@@ -38,13 +38,12 @@ ConstPtr LayerNorm::forward(PartContext& ctx, const Pass& pass, ConstPtr x) cons
 
 void LayerNorm::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dout, Ptr dx,
                          BackwardPart part) const {
-    if (part == BackwardPart::input)
-        ctx.ops.copy(pass.buffers[stash_], dout, ctx.dims().rows_mine() * ctx.dims().H);
+    stash_.keep(ctx, pass, part, dout);
     gradient(ctx, pass, x, dout, dx, part == BackwardPart::both);
 }
 
 void LayerNorm::backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) const {
-    gradient(ctx, pass, x, pass.buffers[stash_], Ptr(), true);
+    gradient(ctx, pass, x, stash_.kept(pass), Ptr(), true);
 }
 
 void LayerNorm::gradient(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dout, Ptr dx,
@@ -69,7 +68,7 @@ RmsNorm::RmsNorm(std::size_t weight, float eps, const Dims& d, SetSpec& set)
     const std::size_t R = d.rows_mine(), H = static_cast<std::size_t>(d.H);
     out_ = set.add("norm", R * H, d.act, Keep::unless_full);
     rstd_ = set.add("norm_rstd", R, kernels::DType::f32, Keep::unless_full);
-    stash_ = set.add("d_norm", R * H, d.act, Keep::split);
+    stash_ = WeightGradStash(set, "d_norm", R * H, d.act);
 }
 
 ConstPtr RmsNorm::forward(PartContext& ctx, const Pass& pass, ConstPtr x) const {
@@ -80,13 +79,12 @@ ConstPtr RmsNorm::forward(PartContext& ctx, const Pass& pass, ConstPtr x) const 
 
 void RmsNorm::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dout, Ptr dx,
                        BackwardPart part) const {
-    if (part == BackwardPart::input)
-        ctx.ops.copy(pass.buffers[stash_], dout, ctx.dims().rows_mine() * ctx.dims().H);
+    stash_.keep(ctx, pass, part, dout);
     gradient(ctx, pass, x, dout, dx, part == BackwardPart::both);
 }
 
 void RmsNorm::backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) const {
-    gradient(ctx, pass, x, pass.buffers[stash_], Ptr(), true);
+    gradient(ctx, pass, x, stash_.kept(pass), Ptr(), true);
 }
 
 void RmsNorm::gradient(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dout, Ptr dx,

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 
+#include "model/activation_store.h"
 #include "model/buffer_spec.h"
 #include "model/part_context.h"
 
@@ -49,7 +50,7 @@ private:
 
     std::size_t weight_, bias_;
     int out_, mean_, rstd_;  // slots: (R, H), (R), (R)
-    int stash_;              // slot: dout (R, H) kept by a split backward
+    WeightGradStash stash_;  // dout (R, H), kept by a split backward
 };
 
 // RMSNorm (Llama): out = x·rstd·w, rstd = 1/sqrt(mean(x²) + eps) (R) kept in fp32.
@@ -72,8 +73,8 @@ private:
 
     std::size_t weight_;
     float eps_;
-    int out_, rstd_;  // slots: (R, H), (R)
-    int stash_;       // slot: dout (R, H) kept by a split backward
+    int out_, rstd_;         // slots: (R, H), (R)
+    WeightGradStash stash_;  // dout (R, H), kept by a split backward
 };
 
 }  // namespace trident::model

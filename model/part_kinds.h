@@ -36,6 +36,7 @@ struct PartOptions {
     Lora lora;
     AttentionSavedFn attention_saved;  // the backend's rule (Ops::attention_saved)
     MakeCore make_core;                // empty: training's attention core
+    const GemmPolicy* gemm = nullptr;  // the layers' linears' GEMM (model/gemm.h); null: dense
 };
 
 // One part's inputs on this rank: its tensors' offsets in the parameter buffer (in the order

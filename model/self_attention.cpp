@@ -26,20 +26,20 @@ std::unique_ptr<AttentionCore> make_core(int head_begin, int heads_total, const 
 Attention::Attention(const LinearSpec& qkv, const LinearSpec& proj, int head_begin, int heads_total,
                      const MakeCore& maker, const Dims& d, const AttentionSavedFn& attention_saved,
                      SetSpec& set, ScratchSpec& scratch)
-    : qkv_linear_(qkv, d, set, scratch),
+    : qkv_linear_(make_linear(qkv, d, set, scratch)),
       core_(make_core(head_begin, heads_total, maker, d, attention_saved, set, scratch)),
-      proj_(proj, d, set, scratch),
+      proj_(make_linear(proj, d, set, scratch)),
       out_(set.add("attention_out", d.rows() * static_cast<std::size_t>(d.Hm), d.act,
                    Keep::unless_full)) {}
 
 void Attention::backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) const {
-    proj_.backward_weight(ctx, pass, pass.buffers[out_]);
-    qkv_linear_.backward_weight(ctx, pass, x);
+    proj_->backward_weight(ctx, pass, pass.buffers[out_]);
+    qkv_linear_->backward_weight(ctx, pass, x);
 }
 
 void Attention::finish_grads(PartContext& ctx) const {
-    qkv_linear_.finish_grads(ctx);
-    proj_.finish_grads(ctx);
+    qkv_linear_->finish_grads(ctx);
+    proj_->finish_grads(ctx);
 }
 
 SelfAttention::SelfAttention(const SelfAttentionSpec& spec, const Dims& d,
@@ -54,19 +54,19 @@ SelfAttention::SelfAttention(const SelfAttentionSpec& spec, const Dims& d,
 
 Ptr SelfAttention::forward(PartContext& ctx, const Pass& pass, ConstPtr x, float drop) const {
     const Ptr qkv = pass.buffers[qkv_];
-    qkv_linear_.forward(ctx, pass, x, core_->qkv_target(ctx, qkv));
+    qkv_linear_->forward(ctx, pass, x, core_->qkv_target(ctx, qkv));
     core_->forward(ctx, pass, qkv, pass.buffers[out_], drop);
-    return proj_.forward(ctx, pass, pass.buffers[out_], Ptr());
+    return proj_->forward(ctx, pass, pass.buffers[out_], Ptr());
 }
 
 ConstPtr SelfAttention::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dy,
                                  float drop, BackwardPart part, bool rebuild) const {
-    const ConstPtr d_out = proj_.backward(ctx, pass, pass.buffers[out_], dy, part);
+    const ConstPtr d_out = proj_->backward(ctx, pass, pass.buffers[out_], dy, part);
     const Ptr d_qkv = ctx.scratch[d_qkv_];
     ctx.ops.zero(d_qkv, qkv_count_);
     if (rebuild) core_->rebuild(ctx, pass, pass.buffers[qkv_], drop);
     core_->backward(ctx, pass, d_qkv, d_out, pass.buffers[qkv_], pass.buffers[out_], drop);
-    return qkv_linear_.backward(ctx, pass, x, d_qkv, part);
+    return qkv_linear_->backward(ctx, pass, x, d_qkv, part);
 }
 
 // ---- the kind (model/part_registry.cpp) -----------------------------------------------------

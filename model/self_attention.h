@@ -42,9 +42,9 @@ protected:
               const MakeCore& make_core, const Dims& d, const AttentionSavedFn& attention_saved,
               SetSpec& set, ScratchSpec& scratch);
 
-    Linear qkv_linear_;
+    std::unique_ptr<Linear> qkv_linear_;
     std::unique_ptr<AttentionCore> core_;
-    Linear proj_;
+    std::unique_ptr<Linear> proj_;
     int out_;  // slot: the core's output (N, Hm)
 };
 

@@ -9,7 +9,7 @@ namespace trident::model {
 
 LinearSpec PartBuild::linear(LinearSplit split, int in, int out, std::size_t weight,
                              std::size_t bias) const {
-    return LinearSpec{split, in, out, weight, bias, {}, true};
+    return LinearSpec{split, in, out, weight, bias, {}, true, options.gemm};
 }
 
 void PartBuild::adapt(LinearSpec& linear, LoraTarget t, int first, int width) const {

@@ -8,6 +8,37 @@ namespace trident::model {
 using kernels::ConstPtr;
 using kernels::Ptr;
 
+// Serial: the blocks' GEMMs before the reduce-scatter's ring, or after the whole all-gather.
+class SerialExchange final : public RowExchange {
+public:
+    void gather(const TensorRows& rows, ConstPtr mine, Ptr all, std::size_t count,
+                const BlockFn& arrived) const override {
+        rows.tensor_.all_gather(mine, all, count);
+        if (arrived)
+            for (int b = 0; b < rows.tensor_.size(); ++b) rows.run_piece(arrived, b);
+    }
+    void reduce(const TensorRows& rows, Ptr partial, Ptr mine, std::size_t count, Ptr sums,
+                const BlockFn& make) const override {
+        if (make)
+            for (int b = 0; b < rows.tensor_.size(); ++b) rows.run_piece(make, b);
+        rows.ring_reduce(partial, mine, count, sums, nullptr);
+    }
+};
+
+// Overlapped (parallel.tp_overlap): each block's GEMM between the ring's steps.
+class OverlappedExchange final : public RowExchange {
+public:
+    void gather(const TensorRows& rows, ConstPtr mine, Ptr all, std::size_t count,
+                const BlockFn& arrived) const override {
+        if (!arrived) return rows.tensor_.all_gather(mine, all, count);
+        rows.ring_gather(mine, all, count, arrived);
+    }
+    void reduce(const TensorRows& rows, Ptr partial, Ptr mine, std::size_t count, Ptr sums,
+                const BlockFn& make) const override {
+        rows.ring_reduce(partial, mine, count, sums, make ? &make : nullptr);
+    }
+};
+
 TensorRows::TensorRows(kernels::Ops& ops, parallel::Comm& tensor, const Dims& dims,
                        const std::vector<int32_t>& positions)
     : ops_(ops), tensor_(tensor), d_(dims) {
@@ -15,6 +46,10 @@ TensorRows::TensorRows(kernels::Ops& ops, parallel::Comm& tensor, const Dims& di
         d_.sequence_parallel ? static_cast<std::size_t>(tensor.rank()) * d_.rows_mine() : 0;
     mine_ = runs_of(first, d_.rows_mine(), positions);
     all_ = runs_of(0, d_.rows(), positions);
+    if (d_.tp_overlap)
+        exchange_ = std::make_unique<OverlappedExchange>();
+    else
+        exchange_ = std::make_unique<SerialExchange>();
 }
 
 std::vector<TensorRows::RowRun> TensorRows::runs_of(std::size_t first, std::size_t count,
@@ -61,19 +96,28 @@ void TensorRows::finish_step(parallel::Request& step, int block, double issued_u
         trace_(PieceSpan{true, block, moved.start_us, moved.end_us, moved.thread, issued_us});
 }
 
-// Step s holds block (rank − s) mod M, computes on it and passes it to the next rank while
-// block (rank − s − 1) arrives from the previous one.
 ConstPtr TensorRows::all_rows(ConstPtr mine, Ptr all, std::size_t width,
                               const BlockFn& arrived) const {
     if (!d_.sequence_parallel) return mine;
-    const std::size_t count = d_.rows_mine() * width;
-    const int M = tensor_.size();
-    if (!d_.tp_overlap || !arrived) {
-        tensor_.all_gather(mine, all, count);
-        if (arrived)
-            for (int b = 0; b < M; ++b) run_piece(arrived, b);
-        return all;
+    exchange_->gather(*this, mine, all, d_.rows_mine() * width, arrived);
+    return all;
+}
+
+Ptr TensorRows::reduce_rows(Ptr partial, Ptr mine, std::size_t width, Ptr sums,
+                            const BlockFn& make) const {
+    if (!d_.sequence_parallel) {
+        tensor_.all_reduce(partial, d_.rows() * width);
+        return partial;
     }
+    exchange_->reduce(*this, partial, mine, d_.rows_mine() * width, sums, make);
+    return mine;
+}
+
+// Step s holds block (rank − s) mod M, computes on it and passes it to the next rank while
+// block (rank − s − 1) arrives from the previous one.
+void TensorRows::ring_gather(ConstPtr mine, Ptr all, std::size_t count,
+                             const BlockFn& arrived) const {
+    const int M = tensor_.size();
     tensor_.count_ring(parallel::CommKind::all_gather, count, all.dtype);
     const Ptr own = all + static_cast<std::size_t>(tensor_.rank()) * count;
     if (own.data != mine.data) ops_.copy(own, mine, count);
@@ -88,23 +132,14 @@ ConstPtr TensorRows::all_rows(ConstPtr mine, Ptr all, std::size_t width,
         run_piece(arrived, held);
         if (s + 1 < M) finish_step(step, coming, issued);
     }
-    return all;
 }
 
 // Step s adds this rank's partial block (rank + s + 1) mod M to the running sum that came
 // from the next rank and sends it to the previous one; the last step's block is this rank's.
-Ptr TensorRows::reduce_rows(Ptr partial, Ptr mine, std::size_t width, Ptr sums,
-                            const BlockFn& make) const {
-    if (!d_.sequence_parallel) {
-        tensor_.all_reduce(partial, d_.rows() * width);
-        return partial;
-    }
-    const std::size_t count = d_.rows_mine() * width;
+void TensorRows::ring_reduce(Ptr partial, Ptr mine, std::size_t count, Ptr sums,
+                             const BlockFn* make) const {
     const Ptr outgoing = sums, incoming = sums + count;
     const int M = tensor_.size();
-    const bool overlap = d_.tp_overlap && make;
-    if (make && !overlap)
-        for (int b = 0; b < M; ++b) run_piece(make, b);
     tensor_.count_ring(parallel::CommKind::reduce_scatter, count * static_cast<std::size_t>(M),
                        mine.dtype);
     parallel::Request step;
@@ -112,7 +147,7 @@ Ptr TensorRows::reduce_rows(Ptr partial, Ptr mine, std::size_t width, Ptr sums,
     for (int s = 0; s < M; ++s) {
         const int block = block_after(s + 1);
         const Ptr own = partial + static_cast<std::size_t>(block) * count;
-        if (overlap) run_piece(make, block);
+        if (make) run_piece(*make, block);
         if (s > 0) finish_step(step, block, issued);
         const Ptr sum = s + 1 == M ? mine : outgoing;
         if (s > 0) ops_.residual_forward(sum, incoming, own, count);
@@ -121,7 +156,6 @@ Ptr TensorRows::reduce_rows(Ptr partial, Ptr mine, std::size_t width, Ptr sums,
         step = tensor_.isendrecv(s == 0 ? ConstPtr(own) : ConstPtr(sum), incoming, count,
                                  previous(), next(), kRingTag);
     }
-    return mine;
 }
 
 void TensorRows::dropout(Ptr x, float drop, uint64_t seed) const {

@@ -12,14 +12,14 @@
 // this code orders: block b of the result is ((p[b−1] + p[b−2]) + …) + p[b], p[q] rank q's
 // partial, ranks counted modulo M. The split linears compute their GEMMs on the exchanged rows
 // block by block (R rows each; OpenBLAS's sgemm does not give a block of rows the bits of the
-// whole GEMM at every size). With parallel.tp_overlap the blocks' GEMMs run between the
-// ring's steps (collective matmul, Wang et al. 2023, "Overlap communication with dependent
-// computation via decomposition"): the all-gather's step s hands the caller the block that
-// has arrived while the next one moves, and the reduce-scatter's step s asks the caller for
-// the partial block it adds while the running sum moves on. Without it they run before the
-// reduce-scatter's ring or after the whole all-gather. The same GEMMs and the same sums
-// either way, so the results are bitwise the same (docs/ARCHITECTURE.md, "Tensor
-// parallelism").
+// whole GEMM at every size). How the blocks' GEMMs meet the exchange is a strategy
+// (RowExchange): serial, they run before the reduce-scatter's ring or after the whole
+// all-gather; overlapped (parallel.tp_overlap), between the ring's steps (collective matmul,
+// Wang et al. 2023, "Overlap communication with dependent computation via decomposition"):
+// the all-gather's step s hands the caller the block that has arrived while the next one
+// moves, and the reduce-scatter's step s asks the caller for the partial block it adds while
+// the running sum moves on. The same GEMMs and the same sums either way, so the results are
+// bitwise the same (docs/ARCHITECTURE.md, "Tensor parallelism").
 //
 // Under context parallelism a rank's rows are its tokens of each sequence (model/context_split.h),
 // not consecutive positions: dropout draws each element's mask at its index in the whole
@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <vector>
 
 #include "kernels/ops.h"
@@ -49,6 +50,21 @@ struct PieceSpan {
     double issued_us = 0;
 };
 
+class TensorRows;
+
+// How the blocks of an exchange of rows meet the caller's GEMM on them (see the top of this
+// file): SerialExchange, or OverlappedExchange under parallel.tp_overlap.
+class RowExchange {
+public:
+    using BlockFn = std::function<void(int)>;
+    virtual ~RowExchange() = default;
+    // TensorRows::all_rows and reduce_rows under sequence parallelism: `count` elements a block.
+    virtual void gather(const TensorRows& rows, kernels::ConstPtr mine, kernels::Ptr all,
+                        std::size_t count, const BlockFn& arrived) const = 0;
+    virtual void reduce(const TensorRows& rows, kernels::Ptr partial, kernels::Ptr mine,
+                        std::size_t count, kernels::Ptr sums, const BlockFn& make) const = 0;
+};
+
 class TensorRows {
 public:
     // `positions`: the sequence positions of this rank's T tokens (model/context_split.h).
@@ -58,8 +74,8 @@ public:
     parallel::Comm& group() const { return tensor_; }
     const Dims& dims() const { return d_; }
 
-    // Called with a block b of rows (rows b·R .. b·R + R − 1 of N) of an overlapped exchange.
-    using BlockFn = std::function<void(int)>;
+    // Called with a block b of rows (rows b·R .. b·R + R − 1 of N) of an exchange.
+    using BlockFn = RowExchange::BlockFn;
 
     // All rows (N, width) of this rank's (R, width): all-gathered into `all` under sequence
     // parallelism, else `mine` itself. With `arrived` (sequence parallelism only), arrived(b)
@@ -94,6 +110,16 @@ public:
                       const std::function<void(std::size_t, std::size_t, std::size_t)>& fn) const;
 
 private:
+    friend class SerialExchange;
+    friend class OverlappedExchange;
+
+    // The ring's steps (both strategies): the all-gather with `arrived` called for each block
+    // as it comes, and the reduce-scatter, `make` called for each block just before its step
+    // adds it (null: `partial` whole already).
+    void ring_gather(kernels::ConstPtr mine, kernels::Ptr all, std::size_t count,
+                     const BlockFn& arrived) const;
+    void ring_reduce(kernels::Ptr partial, kernels::Ptr mine, std::size_t count, kernels::Ptr sums,
+                     const BlockFn* make) const;
     // Consecutive rows of the whole microbatch: the first local row, its row in the whole,
     // and how many.
     struct RowRun {
@@ -115,6 +141,7 @@ private:
     Dims d_;
     std::vector<RowRun> mine_;  // this rank's R rows of the residual stream
     std::vector<RowRun> all_;   // all N rows
+    std::unique_ptr<RowExchange> exchange_;
     std::function<void(const PieceSpan&)> trace_;
 };
 
