@@ -1,5 +1,5 @@
-// The GPT model on one rank: its chunks' forward and backward, and the hooks of the
-// data-parallel part around each unit (see model/gpt.h).
+// The GPT model on one rank: its chunks' forward and backward, and the events on its units
+// around each part (see model/gpt.h).
 #include "model/gpt.h"
 
 #include <algorithm>
@@ -19,33 +19,57 @@ std::size_t round_up(std::size_t n, std::size_t multiple) {
     return (n + multiple - 1) / multiple * multiple;
 }
 
-// The flat buffers: whole (padded to the data-parallel size), or sharded by the layout's
-// units (ZeRO-2: gradients, ZeRO-3: parameters too). A frozen model has no gradients: its
-// adapters have, in buffers of their own, sharded alike by their units (one per layer).
+// The flat buffers as the plan holds them: whole (padded to its multiple), or sharded by the
+// layout's units. A frozen model has no gradients: its adapters have, in buffers of their own,
+// held alike.
 Weights make_weights(kernels::Ops& ops, const GptOptions& o, const ParamLayout& layout,
                      const ParamLayout& lora_layout) {
-    const Sharding& sharding = o.sharding;
-    const std::size_t multiple = o.buffer_multiple;
+    const BufferPlan& plan = o.buffers;
+    const std::size_t multiple = plan.multiple;
     const int replicas = static_cast<int>(multiple);
     const auto buffer = [&](const ParamLayout& of, bool sharded, kernels::DType dtype) {
-        return sharded ? FlatBuffer(ops, of.unit_ranges(), replicas, sharding.replica, dtype)
+        return sharded ? FlatBuffer(ops, of.unit_ranges(), replicas, plan.replica, dtype)
                        : FlatBuffer(ops, round_up(of.total(), multiple), dtype);
     };
     Weights w;
     w.frozen = o.lora.shape.rank > 0;
-    w.params = buffer(layout, sharding.params, o.precision.params);
+    w.params = buffer(layout, plan.shard_params, o.precision.params);
     w.grads = w.frozen ? FlatBuffer(ops, 0, o.precision.grads)
-                       : buffer(layout, sharding.grads, o.precision.grads);
+                       : buffer(layout, plan.shard_grads, o.precision.grads);
     if (!w.frozen) return w;
-    w.lora_params = buffer(lora_layout, sharding.params, o.precision.params);
-    w.lora_grads = buffer(lora_layout, sharding.grads, o.precision.grads);
+    w.lora_params = buffer(lora_layout, plan.shard_params, o.precision.params);
+    w.lora_grads = buffer(lora_layout, plan.shard_grads, o.precision.grads);
     return w;
 }
 
-// A hook on a range, unless the range is empty.
-void call(const std::function<void(std::size_t, std::size_t)>& hook,
-          std::pair<std::size_t, std::size_t> r) {
-    if (hook && r.first < r.second) hook(r.first, r.second);
+// The units of the layout: their ranges in the trainable buffer (a frozen model's: its
+// adapters', by the layer's name) and in the frozen model's own.
+std::vector<ModelUnit> make_units(const ParamLayout& layout, const ParamLayout& lora_layout,
+                                  bool frozen) {
+    std::vector<ModelUnit> units;
+    for (const Unit& u : layout.units()) {
+        ModelUnit m{u.name, {u.begin, u.end}, {0, 0}, false};
+        if (frozen) {
+            m.frozen = m.trainable;
+            m.trainable = {0, 0};
+            for (const Unit& a : lora_layout.units())
+                if (a.name == u.name) m.trainable = {a.begin, a.end};
+        }
+        units.push_back(std::move(m));
+    }
+    return units;
+}
+
+// The index of the unit holding element `offset` of the layout.
+std::size_t unit_at(const ParamLayout& layout, std::size_t offset) {
+    const std::vector<Unit>& units = layout.units();
+    for (std::size_t u = 0; u < units.size(); ++u)
+        if (offset >= units[u].begin && offset < units[u].end) return u;
+    throw Error("internal: no unit holds element " + std::to_string(offset));
+}
+
+int unit_align(const BufferPlan& plan) {
+    return plan.shard_grads ? static_cast<int>(plan.multiple) : 1;
 }
 
 Dims dims_of(const GptOptions& o, const ModelGroups& groups) {
@@ -60,14 +84,17 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
     : ops_(ops),
       options_(options),
       layout_(options.shape, groups.tensor.rank(), groups.tensor.size(), options.plan,
-              options.sharding.grads ? static_cast<int>(options.buffer_multiple) : 1),
-      lora_layout_(ParamLayout::for_lora(
-          options.shape, options.lora.shape, groups.tensor.rank(), groups.tensor.size(),
-          options.plan, options.sharding.grads ? static_cast<int>(options.buffer_multiple) : 1)),
+              unit_align(options.buffers)),
+      lora_layout_(ParamLayout::for_lora(options.shape, options.lora.shape, groups.tensor.rank(),
+                                         groups.tensor.size(), options.plan,
+                                         unit_align(options.buffers))),
       d_(dims_of(options, groups)),
       rows_(ops, groups.tensor, d_,
             context_positions(options.shape.max_seq, groups.context.size(), groups.context.rank())),
       weights_(make_weights(ops, options, layout_, lora_layout_)),
+      own_(layout_, ParamLayout(options.shape), weights_.params, weights_.grads),
+      adapters_(lora_layout_, ParamLayout::for_lora(options.shape, options.lora.shape),
+                weights_.lora_params, weights_.lora_grads),
       parts_(build_stage(layout_, lora_layout_, d_,
                          PartOptions{options.dropout,
                                      options.lora,
@@ -78,7 +105,19 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
       scratch_(ops, parts_.scratch.buffers()),
       ctx_{ops, rows_, groups.context, groups.kv_replicas, weights_, scratch_},
       store_(ops, options.recompute, parts_.chunks, parts_.layer_spec()),
-      loss_sum_(ops, 1, kernels::DType::f64) {
+      loss_sum_(ops, 1, kernels::DType::f64),
+      units_(make_units(layout_, lora_layout_, weights_.frozen)) {
+    store_.set_split_backward(options.split_backward);
+    const StagePlan& plan = layout_.plan();
+    const bool tied = layout_.shape().tied;
+    const auto [begin, end] = layout_.embedding_range();
+    for (Unit u = 0; u < units_.size() && plan.first(); ++u)
+        if (layout_.units()[u].begin >= begin && layout_.units()[u].begin < end)
+            embedding_units_.push_back(u);
+    if (plan.first() || (plan.last() && tied)) wte_unit_ = unit_at(layout_, layout_.wte());
+    if (plan.last()) head_unit_ = unit_at(layout_, layout_.head_range().first);
+    // A pipeline's tied embedding: the first stage's copy and the last's.
+    if (wte_unit_ != kNone) units_[wte_unit_].shared = tied && plan.first() != plan.last();
     if (parts_.positions >= 0) {
         const std::vector<int32_t> positions =
             context_positions(options.shape.max_seq, groups.context.size(), groups.context.rank());
@@ -118,7 +157,7 @@ void Gpt::forward_chunk(int mb, int c, const int32_t* inputs, const int32_t* tar
     run_forward(c, set, inputs, input);
     if (has_head(c)) {
         const SetBuffers own = store_.own(set);
-        const Pass pass{own, training, dropout_seed, shape().layers};
+        const Pass pass{own, training, dropout_seed, layout_.shape().layers};
         parts_.head->loss(ctx_, pass, targets, static_cast<double*>(loss_sum_.data().data));
     } else {
         ops_.copy(output, chunk_output(c, set), boundary_size());
@@ -138,11 +177,13 @@ void Gpt::run_forward(int c, Set& set, const int32_t* inputs, ConstPtr input) {
     const Pass own_pass{own, set.training, set.seed, -1};
     const Ptr x = chunk_input(c, set);
     if (embeds(c)) {
-        params_needed(embedding_range());
-        params_prefetch(next_in_forward(c, -1));
+        for (std::size_t i = 0; i < embedding_units_.size(); ++i)
+            params_needed(embedding_units_[i],
+                          i + 1 == embedding_units_.size() ? next_in_forward(c, -1) : kNone);
         parts_.embedding->forward(ctx_, own_pass, inputs, x);
         // A tied wte is the head's too: the head lets it go.
-        if (!has_head(c) || !shape().tied) params_done(embedding_range());
+        if (!has_head(c) || !layout_.shape().tied)
+            for (Unit u : embedding_units_) params_done(u);
     } else {
         ops_.copy(x, input, boundary_size());
     }
@@ -150,18 +191,15 @@ void Gpt::run_forward(int c, Set& set, const int32_t* inputs, ConstPtr input) {
     for (int i = 0; i < layout_.chunk_layers(c); ++i) {
         const SetBuffers buffers = store_.layer(set, c, i);
         const Pass pass{buffers, set.training, set.seed, first + i};
-        params_needed(layout_.layer_range(first + i));
-        params_prefetch(next_in_forward(c, i));
+        params_needed(layer_unit(first + i), next_in_forward(c, i));
         const TransformerLayer& layer = parts_.layer(c, i);
         layer.forward(ctx_, pass, layer_input(c, set, i), layer.output(pass));
-        params_done(layout_.layer_range(first + i));
+        params_done(layer_unit(first + i));
     }
     if (!has_head(c)) return;
-    params_needed(lnf_range());
-    params_needed(wte_range());
+    head_needed(kNone);
     parts_.head->forward(ctx_, own_pass, chunk_output(c, set));
-    params_done(lnf_range());
-    params_done(wte_range());
+    head_done();
 }
 
 std::vector<float> Gpt::logits_at(const int32_t* inputs, int position) {
@@ -190,7 +228,8 @@ void Gpt::backward_chunk(int mb, int c, float dloss, ConstPtr output_grad, Ptr i
 }
 
 void Gpt::backward_input(int mb, int c, float dloss, ConstPtr output_grad, Ptr input_grad) {
-    if (!split_backward()) throw Error("internal: a split backward on a model not set up for it");
+    if (!options_.split_backward)
+        throw Error("internal: a split backward on a model not set up for it");
     backward_part(mb, c, dloss, output_grad, input_grad, BackwardPart::input, false);
 }
 
@@ -198,17 +237,12 @@ void Gpt::backward_weight(int mb, int c, bool last) {
     backward_part(mb, c, 0.0f, {}, {}, BackwardPart::weight, last);
 }
 
-void Gpt::set_split_backward(bool on) {
-    store_.set_split_backward(on);
-}
-
 void Gpt::backward_part(int mb, int c, float dloss, ConstPtr output_grad, Ptr input_grad,
                         BackwardPart part, bool last) {
     const bool weights = part != BackwardPart::input;
     // The gradients this backward adds are reduced now: after the chunk's last backward of
     // the step, or after every one when sharded gradients are reduced per microbatch.
-    const bool reduce =
-        weights && (last || (options_.sharding.grads && options_.sharding.every_microbatch));
+    const bool reduce = weights && (last || options_.buffers.grads_every_microbatch);
     Set& set = store_.live(mb, c);
     const Ptr d_residual = scratch_[parts_.d_residual];
     if (has_head(c))
@@ -225,34 +259,26 @@ void Gpt::backward_part(int mb, int c, float dloss, ConstPtr output_grad, Ptr in
 
 void Gpt::head_backward(int c, Set& set, float dloss, BackwardPart part, bool reduce) {
     const SetBuffers own = store_.own(set);
-    const Pass pass{own, set.training, set.seed, shape().layers};
+    const Pass pass{own, set.training, set.seed, layout_.shape().layers};
     const bool reads_params = reads_params_in(part);
-    if (reads_params) {
-        params_needed(lnf_range());
-        params_needed(wte_range());
-        params_prefetch(next_in_backward(c, layout_.chunk_layers(c)));
-    }
-    if (part != BackwardPart::input && !frozen()) {
-        grads_needed(lnf_range());
-        grads_needed(wte_range());
+    const bool tied = layout_.shape().tied;
+    if (reads_params) head_needed(next_in_backward(c, layout_.chunk_layers(c)));
+    if (part != BackwardPart::input) {
+        grads_needed(head_unit_);
+        if (tied) grads_needed(wte_unit_);
     }
     const ConstPtr x = chunk_output(c, set);
     if (part == BackwardPart::weight)
         parts_.head->backward_weight(ctx_, pass, x);
     else
         parts_.head->backward(ctx_, pass, x, dloss, scratch_[parts_.d_residual], part);
-    if (reads_params) {
-        params_done(lnf_range());
-        params_done(wte_range());
-    }
+    if (reads_params) head_done();
     if (!reduce || frozen()) return;
     parts_.head->finish_grads(ctx_);
-    grads_final(lnf_range());
-    // Sharded, the tied copies are summed on the shards after the reduction; a stage that
-    // also embeds announces wte with the embedding (under ZB-V, after the head's last W: a
-    // stage's W's run in the order of their B's).
-    if (options_.sharding.grads && !layout_.plan().first() && shape().tied)
-        grads_final(wte_range());
+    grads_complete(head_unit_);
+    // A stage that also embeds announces the tied wte with the embedding (under ZB-V, after
+    // the head's last W: a stage's W's run in the order of their B's).
+    if (tied && !layout_.plan().first()) grads_complete(wte_unit_);
 }
 
 void Gpt::layer_backward(int c, Set& set, int i, BackwardPart part, bool reduce) {
@@ -262,12 +288,8 @@ void Gpt::layer_backward(int c, Set& set, int i, BackwardPart part, bool reduce)
     const Pass pass{buffers, set.training, set.seed, l};
     const ConstPtr x = layer_input(c, set, i);
     const bool reads_params = reads_params_in(part);
-    if (reads_params) {
-        params_needed(layout_.layer_range(l));
-        params_prefetch(next_in_backward(c, i));
-    }
-    if (part != BackwardPart::input)
-        grads_needed(frozen() ? lora_layout_.layer_range(l) : layout_.layer_range(l));
+    if (reads_params) params_needed(layer_unit(l), next_in_backward(c, i));
+    if (part != BackwardPart::input) grads_needed(layer_unit(l));
     // Full recompute: rerun the layer's forward from its kept input (its collectives too, in
     // the same order on every tensor rank), just before its backward (before its W too).
     if (options_.recompute == Recompute::full) layer_l.forward(ctx_, pass, x, Ptr());
@@ -276,37 +298,26 @@ void Gpt::layer_backward(int c, Set& set, int i, BackwardPart part, bool reduce)
     else
         layer_l.backward(ctx_, pass, x, scratch_[parts_.d_residual], part,
                          options_.recompute == Recompute::selective);
-    if (reads_params) params_done(layout_.layer_range(l));
+    if (reads_params) params_done(layer_unit(l));
     if (!reduce) return;
     layer_l.finish_grads(ctx_);
-    grads_final(frozen() ? lora_layout_.layer_range(l) : layout_.layer_range(l));
+    grads_complete(layer_unit(l));
 }
 
 void Gpt::embedding_backward(Set& set, BackwardPart part, bool reduce) {
     const SetBuffers own = store_.own(set);
     const Pass pass{own, set.training, set.seed, -1};
-    if (part != BackwardPart::input && !frozen()) grads_needed(embedding_range());
+    if (part != BackwardPart::input)
+        for (Unit u : embedding_units_) grads_needed(u);
     if (part == BackwardPart::weight)
         parts_.embedding->backward_weight(ctx_, pass);
     else
         parts_.embedding->backward(ctx_, pass, scratch_[parts_.d_residual], part);
     if (!reduce || frozen()) return;
-    // Unsharded, wte's other copy (on the last stage of a pipeline) is added by the trainer,
-    // which announces it (StepHooks).
-    const Range range = embedding_range();
-    const bool whole = layout_.plan().stages == 1 || options_.sharding.grads || !shape().tied;
-    if (whole)
-        grads_final(range);
-    else if (layout_.wpe() != kNoParam)
-        grads_final({layout_.wpe(), range.second});
+    for (Unit u : embedding_units_) grads_complete(u);
 }
 
-void Gpt::zero_grads() {
-    weights_.grads.zero();
-    weights_.lora_grads.zero();
-}
-
-// ---- the data-parallel hooks -----------------------------------------------------------------
+// ---- the units' events -----------------------------------------------------------------------
 
 bool Gpt::reads_params_in(BackwardPart part) const {
     // A weight gradient is the product of the saved input and the kept output gradient (and
@@ -315,73 +326,46 @@ bool Gpt::reads_params_in(BackwardPart part) const {
     return part != BackwardPart::weight || options_.recompute == Recompute::full || frozen();
 }
 
-// A frozen model's own parameters go to the frozen_* hooks, its adapters' (those of the
-// layers in the range) to the others.
-void Gpt::params_needed(Range r) const {
-    if (!frozen()) return call(hooks_.params_needed, r);
-    call(hooks_.frozen_needed, r);
-    call(hooks_.params_needed, adapters_of(r));
+void Gpt::params_needed(Unit u, Unit next) const {
+    if (listener_ && u != kNone) listener_->params_needed(u, next == kNone ? nullptr : &next);
 }
 
-void Gpt::params_prefetch(Range r) const {
-    if (!frozen()) return call(hooks_.params_prefetch, r);
-    call(hooks_.frozen_prefetch, r);
-    call(hooks_.params_prefetch, adapters_of(r));
+void Gpt::params_done(Unit u) const {
+    if (listener_ && u != kNone) listener_->params_done(u);
 }
 
-void Gpt::params_done(Range r) const {
-    if (!frozen()) return call(hooks_.params_done, r);
-    call(hooks_.frozen_done, r);
-    call(hooks_.params_done, adapters_of(r));
+void Gpt::grads_needed(Unit u) const {
+    if (listener_ && u != kNone) listener_->grads_needed(u);
 }
 
-Gpt::Range Gpt::adapters_of(Range r) const {
-    Range adapters{0, 0};
-    for (int c = 0; c < layout_.plan().chunks; ++c)
-        for (int l = layout_.first_layer(c); l < layout_.first_layer(c) + layout_.chunk_layers(c);
-             ++l) {
-            const Range layer = layout_.layer_range(l);
-            if (layer.first < r.first || r.second < layer.second) continue;
-            const Range mine = lora_layout_.layer_range(l);
-            adapters = adapters.first < adapters.second
-                           ? Range{std::min(adapters.first, mine.first),
-                                   std::max(adapters.second, mine.second)}
-                           : mine;
-        }
-    return adapters;
+void Gpt::grads_complete(Unit u) const {
+    if (listener_ && u != kNone) listener_->grads_complete(u);
 }
 
-void Gpt::grads_needed(Range r) const {
-    if (hooks_.grads_needed && r.first < r.second) hooks_.grads_needed(r.first, r.second);
+void Gpt::head_needed(Unit next) const {
+    if (!layout_.shape().tied) return params_needed(head_unit_, next);
+    params_needed(head_unit_);
+    params_needed(wte_unit_, next);
 }
 
-void Gpt::grads_final(Range r) const {
-    if (hooks_.grads_final && r.first < r.second) hooks_.grads_final(r.first, r.second);
+void Gpt::head_done() const {
+    params_done(head_unit_);
+    if (layout_.shape().tied) params_done(wte_unit_);
 }
 
-Gpt::Range Gpt::embedding_range() const {
-    return layout_.embedding_range();
+Gpt::Unit Gpt::layer_unit(int l) const {
+    return unit_at(layout_, layout_.layer_range(l).first);
 }
 
-Gpt::Range Gpt::lnf_range() const {
-    return layout_.head_range();
+Gpt::Unit Gpt::next_in_forward(int c, int i) const {
+    if (i + 1 < layout_.chunk_layers(c)) return layer_unit(layout_.first_layer(c) + i + 1);
+    if (has_head(c)) return head_unit_;
+    return kNone;
 }
 
-Gpt::Range Gpt::wte_range() const {
-    if (!shape().tied) return {0, 0};  // the head's weight is its own, in lnf_range
-    return {layout_.wte(), layout_.wte() + static_cast<std::size_t>(layout_.vocab_local()) *
-                                               static_cast<std::size_t>(layout_.shape().hidden)};
-}
-
-Gpt::Range Gpt::next_in_forward(int c, int i) const {
-    if (i + 1 < layout_.chunk_layers(c)) return layout_.layer_range(layout_.first_layer(c) + i + 1);
-    if (has_head(c)) return lnf_range();
-    return {0, 0};
-}
-
-Gpt::Range Gpt::next_in_backward(int c, int i) const {
-    if (i > 0) return layout_.layer_range(layout_.first_layer(c) + i - 1);
-    return {0, 0};  // the embedding's backward reads no parameters
+Gpt::Unit Gpt::next_in_backward(int c, int i) const {
+    if (i > 0) return layer_unit(layout_.first_layer(c) + i - 1);
+    return kNone;  // the embedding's backward reads no parameters
 }
 
 }  // namespace trident::model

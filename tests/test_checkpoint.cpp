@@ -346,7 +346,7 @@ TEST_CASE("checkpoint: export writes the model that loads back with the same los
     std::vector<float> weights(whole.total());
     model::load_hf_gpt2(ws.path("w.safetensors"), whole, weights.data());
     REQUIRE(weights == loaded.params);  // the fp32 master weights, exactly
-    imported.model().load_full_params(weights);
+    imported.model().weights().load_whole(weights);
     const int sequences = 2 * cfg.training.micro_batch;
     REQUIRE(imported.evaluate(kRandomTokens, sequences) ==
             restored.evaluate(kRandomTokens, sequences));

@@ -52,8 +52,8 @@ void check_against_rerun(const std::string& model_yaml, int prompt_length) {
     model::GptOptions options;
     options.shape = shape;
     model::Gpt rerun(*ops, options, groups);
-    rerun.init_random(11, 0.5f);
-    model::Decoder decoder(*ops, shape, groups, rerun.params_to_host());
+    model::init_random(rerun.weights(), 11, 0.5f);
+    model::Decoder decoder(*ops, shape, groups, rerun.weights().params_to_host());
 
     const int T = shape.max_seq;
     std::vector<int32_t> context;

@@ -30,7 +30,7 @@ TEST_CASE("greedy generation reproduces a memorised text", "[generate]") {
     };
     auto ops = kernels::make_cpu_ops(2);
     train::Trainer trainer(cfg, *ops, test::solo_grid());
-    trainer.model().init_random(cfg.training.seed, 0.02f);
+    model::init_random(trainer.model().weights(), cfg.training.seed, 0.02f);
     double loss = 0;
     for (int s = 0; s < cfg.training.steps; ++s) loss = trainer.step(s, windows).loss;
     INFO("final loss " << loss);
@@ -41,7 +41,8 @@ TEST_CASE("greedy generation reproduces a memorised text", "[generate]") {
     train::SamplingOptions greedy;
     greedy.tokens = 60;  // past seq_len: the context window slides
     greedy.temperature = 0;
-    train::GenerationModel whole(*ops, trainer.model().shape(), trainer.model().params_to_host());
+    train::GenerationModel whole(*ops, trainer.model().layout().shape(),
+                                 trainer.model().weights().params_to_host());
     const auto out = train::generate(whole.decoder(), ids, greedy);
     const std::string generated(out.begin(), out.end());
     const std::string expected = (text + text).substr(prompt.size(), 60);

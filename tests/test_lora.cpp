@@ -61,10 +61,9 @@ std::string error_of(Fn fn) {
 // The same weights for every trainer; under adapters, A from the seed and B = 0.
 void initialise(train::Trainer& trainer, const config::Config& cfg) {
     model::Gpt& gpt = trainer.model();
-    gpt.init_random(7, 0.02f);
+    model::init_random(gpt.weights(), 7, 0.02f);
     if (!gpt.frozen()) return;
-    gpt.load_full_lora(model::initial_lora(
-        model::ParamLayout::for_lora(gpt.shape(), gpt.lora().shape), cfg.training.seed));
+    gpt.adapters().load_whole(model::initial_lora(gpt.adapters().whole(), cfg.training.seed));
 }
 
 }  // namespace
@@ -81,15 +80,16 @@ TEST_CASE("lora: with B zero the first loss is the model's and the base never ch
         const config::Config cfg = lora_config(4, "none", precision);
         train::Trainer adapted(cfg, *ops, test::solo_grid());
         initialise(adapted, cfg);
-        const std::vector<float> base = adapted.model().params_to_host();
+        const std::vector<float> base = adapted.model().weights().params_to_host();
         // 16-bit weights stay 16-bit.
-        CHECK(adapted.model().params().dtype() == adapted.model().precision().params);
+        CHECK(adapted.model().weights().params().dtype() ==
+              adapted.model().options().precision.params);
         std::vector<double> losses;
         for (int s = 0; s < 4; ++s) losses.push_back(adapted.step(s, kTokens).loss);
         CHECK(losses[0] == base_loss);        // B = 0: exactly the model
         CHECK(losses[3] < losses[0] - 0.05);  // the adapters learn the three repeated samples
-        CHECK(adapted.model().params_to_host() == base);  // bitwise
-        CHECK(adapted.model().grads_bytes() == 0);
+        CHECK(adapted.model().weights().params_to_host() == base);  // bitwise
+        CHECK(adapted.model().weights().grads().bytes() == 0);
     }
 }
 
@@ -109,12 +109,12 @@ TEST_CASE("lora: memory is the weights and the adapters' training state only", "
     // Per layer, rank 4: qkv 4·(32 + 96), attn_proj 4·(32 + 32), fc 4·(32 + 128), fc_proj
     // 4·(128 + 32): 2048 adapter values, 4096 over the two layers.
     const model::Gpt& gpt = adapted.model();
-    REQUIRE(gpt.lora_layout().total() == 4096);
-    const std::size_t adapters = gpt.lora_params().bytes() / sizeof(float);
+    REQUIRE(gpt.adapters().layout().total() == 4096);
+    const std::size_t adapters = gpt.adapters().params().bytes() / sizeof(float);
     const train::MemoryUse m = adapted.memory(), w = whole.memory();
-    CHECK(m.parameters == w.parameters + gpt.lora_params().bytes());
-    CHECK(m.gradients == gpt.lora_grads().bytes());  // no gradient of the base
-    CHECK(m.optimizer == 12 * adapters);             // master, m and v of the adapters
+    CHECK(m.parameters == w.parameters + gpt.adapters().params().bytes());
+    CHECK(m.gradients == gpt.adapters().grads().bytes());  // no gradient of the base
+    CHECK(m.optimizer == 12 * adapters);                   // master, m and v of the adapters
     // What the allocator saw at its peak: the whole model's gradients and optimizer state
     // are gone; in their place the adapters', their scratch (input, output, input gradient:
     // N·F each) and their activations (N·r per adapter and layer).
@@ -135,7 +135,7 @@ TEST_CASE("lora: recompute trains the adapters bitwise as without it, with dropo
         initialise(trainer, cfg);
         losses.emplace_back();
         for (int s = 0; s < 3; ++s) losses.back().push_back(trainer.step(s, kTokens).loss);
-        adapters.push_back(trainer.model().lora_to_host());
+        adapters.push_back(trainer.model().adapters().params_to_host());
     }
     for (std::size_t i = 1; i < adapters.size(); ++i) {
         CHECK(losses[i] == losses[0]);
@@ -312,19 +312,19 @@ TEST_CASE("lora: adapter gradients through their dropout match finite difference
     initialise(trainer, cfg);
     model::Gpt& gpt = trainer.model();
     // B of the size of A, so that the adapters' share of the input gradients is not small.
-    std::vector<float> values = gpt.lora_to_host();
-    for (const model::ParamTensor& t : gpt.lora_layout().tensors())
+    std::vector<float> values = gpt.adapters().params_to_host();
+    for (const model::ParamTensor& t : gpt.adapters().layout().tensors())
         if (t.name.find("lora_B") != std::string::npos)
             for (std::size_t i = 0; i < t.numel; ++i)
                 values[t.offset + i] = 0.3f * (kernels::uniform_open(11, t.offset + i) - 0.5f);
-    gpt.load_lora(values);
+    gpt.adapters().load(values);
     const double loss = trainer.accumulate_gradients(1, kTokens);
-    const std::vector<float> grads = gpt.lora_grads_to_host();
+    const std::vector<float> grads = gpt.adapters().grads_to_host();
     // Layer 0's gradients come back through layer 1's adapters' input gradients (masked).
     for (const char* name : {"h.0.attn.c_attn.lora_A.weight", "h.0.attn.c_attn.lora_B.weight",
                              "h.0.mlp.c_proj.lora_A.weight", "h.1.mlp.c_fc.lora_A.weight"}) {
         INFO(name);
-        const model::ParamTensor* t = gpt.lora_layout().find(name);
+        const model::ParamTensor* t = gpt.adapters().layout().find(name);
         REQUIRE(t);
         std::size_t at = t->offset;  // the element of largest gradient
         for (std::size_t i = t->offset; i < t->offset + t->numel; ++i)
@@ -333,11 +333,11 @@ TEST_CASE("lora: adapter gradients through their dropout match finite difference
         double sides[2];
         for (int side = 0; side < 2; ++side) {
             values[at] = original + (side == 0 ? eps : -eps);
-            gpt.load_lora(values);
+            gpt.adapters().load(values);
             sides[side] = trainer.accumulate_gradients(1, kTokens);  // the same masks
         }
         values[at] = original;
-        gpt.load_lora(values);
+        gpt.adapters().load(values);
         const double difference = (sides[0] - sides[1]) / (2.0 * eps);
         CHECK(std::abs(grads[at]) > 1e-3);
         CHECK(difference == Approx(grads[at]).epsilon(0.01));

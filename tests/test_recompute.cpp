@@ -50,13 +50,13 @@ Run train_with(const std::string& recompute, const std::string& precision) {
     const config::Config cfg = small_config(recompute, 3, precision);
     auto ops = kernels::make_cpu_ops(2);
     train::Trainer trainer(cfg, *ops, test::solo_grid());
-    trainer.model().init_random(cfg.training.seed, 0.02f);
+    model::init_random(trainer.model().weights(), cfg.training.seed, 0.02f);
     Run run;
     trainer.accumulate_gradients(0, kRandomTokens);
-    run.grads = trainer.model().grads_to_host();
+    run.grads = trainer.model().weights().grads_to_host();
     for (int s = 0; s < 3; ++s) {
         run.losses.push_back(trainer.step(s, kRandomTokens).loss);
-        run.params.push_back(trainer.model().params_to_host());
+        run.params.push_back(trainer.model().weights().params_to_host());
     }
     run.eval_loss = trainer.evaluate(kRandomTokens, 2 * cfg.training.micro_batch);
     return run;
@@ -68,10 +68,10 @@ std::size_t bytes_per_set(const std::string& recompute, int layers,
     const config::Config cfg = small_config(recompute, layers, precision);
     auto ops = kernels::make_cpu_ops(2);
     train::Trainer trainer(cfg, *ops, test::solo_grid());
-    trainer.model().init_random(cfg.training.seed, 0.02f);
+    model::init_random(trainer.model().weights(), cfg.training.seed, 0.02f);
     trainer.accumulate_gradients(0, kRandomTokens);
-    REQUIRE(trainer.model().activation_sets() >= 1);
-    return trainer.model().activation_bytes() / trainer.model().activation_sets();
+    REQUIRE(trainer.model().activations().sets >= 1);
+    return trainer.model().activations().bytes / trainer.model().activations().sets;
 }
 
 }  // namespace

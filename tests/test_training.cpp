@@ -6,7 +6,7 @@
 #include "config/config.h"
 #include "kernels/ops.h"
 #include "kernels/random.h"
-#include "optim/adamw.h"
+#include "optim/clipping.h"
 #include "optim/loss_scaler.h"
 #include "optim/lr_schedule.h"
 #include "solo_grid.h"
@@ -59,17 +59,19 @@ TEST_CASE("clipping scales by max/(norm + 1e-6) only above the threshold", "[tra
     model::FlatBuffer params(*ops, layout.total(), kernels::DType::f32);
     model::FlatBuffer grads(*ops, layout.total(), kernels::DType::f32);
     parallel::Grid& solo = test::solo_grid();
-    const data_parallel::DataParallel whole(*ops, layout, params, grads, solo.data_context(),
-                                            solo.data_replica(), 0, SIZE_MAX, {});
-    optim::AdamW adamw(*ops, layout, cfg.training, cfg.optimizer, 0, whole,
-                       optim::NormGroups{solo.tensor(), solo.pipeline()}, params, grads);
+    const data_parallel::DataParallel whole(
+        *ops, {{}, params, grads, layout.total()},
+        {solo.data_context(), solo.data_replica(), solo.embedding()}, {0, SIZE_MAX, {}, {}});
+    const optim::GradNorm norm(*ops, optim::owned_ranges(layout, whole.owned()), grads, whole,
+                               optim::NormGroups{solo.tensor(), solo.pipeline()});
     std::vector<float> g(layout.total(), 0.0f);
     g[0] = 3.0f;
     g[1] = 4.0f;
     grads.from_host(g);
-    REQUIRE(adamw.grad_norm() == Approx(5.0));
-    REQUIRE(adamw.clip_factor(5.0) == Approx(0.5 / (5.0 + 1e-6)));
-    REQUIRE(adamw.clip_factor(0.4) == 1.0f);  // below the threshold: untouched
+    REQUIRE(norm.norm() == Approx(5.0));
+    const double max = cfg.training.grad_clip;
+    REQUIRE(optim::clip_factor(max, 5.0) == Approx(0.5 / (5.0 + 1e-6)));
+    REQUIRE(optim::clip_factor(max, 0.4) == 1.0f);  // below the threshold: untouched
 }
 
 TEST_CASE("whole steps are bitwise reproducible, with dropout", "[training]") {
@@ -79,9 +81,9 @@ TEST_CASE("whole steps are bitwise reproducible, with dropout", "[training]") {
     for (int run = 0; run < 2; ++run) {
         auto ops = kernels::make_cpu_ops(2);
         train::Trainer trainer(cfg, *ops, test::solo_grid());
-        trainer.model().init_random(cfg.training.seed, 0.02f);
+        model::init_random(trainer.model().weights(), cfg.training.seed, 0.02f);
         for (int s = 0; s < 3; ++s) losses[run].push_back(trainer.step(s, kRandomTokens).loss);
-        params[run] = trainer.model().params_to_host();
+        params[run] = trainer.model().weights().params_to_host();
     }
     REQUIRE(losses[0] == losses[1]);
     REQUIRE(params[0] == params[1]);
@@ -92,11 +94,11 @@ TEST_CASE("padded vocabulary rows stay zero and never get a gradient", "[trainin
     const config::Config cfg = tiny_config();
     auto ops = kernels::make_cpu_ops(1);
     train::Trainer trainer(cfg, *ops, test::solo_grid());
-    trainer.model().init_random(cfg.training.seed, 0.02f);
+    model::init_random(trainer.model().weights(), cfg.training.seed, 0.02f);
     for (int s = 0; s < 2; ++s) trainer.step(s, kRandomTokens);
     const auto& layout = trainer.model().layout();
-    const auto params = trainer.model().params_to_host();
-    const auto grads = trainer.model().grads_to_host();
+    const auto params = trainer.model().weights().params_to_host();
+    const auto grads = trainer.model().weights().grads_to_host();
     const std::size_t C = 16;
     for (std::size_t i = 50 * C; i < 128 * C; ++i) {
         REQUIRE(params[layout.wte() + i] == 0.0f);
@@ -142,13 +144,13 @@ TEST_CASE("bf16: non-finite gradients stop training, or skip the step, as config
             tiny_config({"training.precision=bf16", std::string("training.nonfinite=") + policy});
         auto ops = kernels::make_cpu_ops(1);
         train::Trainer trainer(cfg, *ops, test::solo_grid());
-        trainer.model().init_random(cfg.training.seed, 0.02f);
+        model::init_random(trainer.model().weights(), cfg.training.seed, 0.02f);
         REQUIRE(trainer.step(0, kRandomTokens).skipped == false);
         // A NaN in one weight poisons the loss and every gradient.
         std::vector<float> params = trainer.full_params();
-        const model::ParamLayout layout(trainer.model().shape());
+        const model::ParamLayout layout(trainer.model().layout().shape());
         params[layout.find("ln_f.bias")->offset] = std::nanf("");
-        trainer.model().load_full_params(params);
+        trainer.model().weights().load_whole(params);
         if (std::string(policy) == "stop") {
             CHECK_THROWS_AS(trainer.step(1, kRandomTokens), train::TrainingStopped);
             CHECK_THROWS_WITH(trainer.step(1, kRandomTokens),
@@ -180,18 +182,18 @@ TEST_CASE("mixed precision: 16-bit parameters and gradients, fp32 master weights
             train::Trainer trainer(cfg, *ops, test::solo_grid());
             const kernels::DType half =
                 std::string(precision) == "bf16" ? kernels::DType::bf16 : kernels::DType::f16;
-            CHECK(trainer.model().params().dtype() == half);
-            CHECK(trainer.model().grads().dtype() ==
+            CHECK(trainer.model().weights().params().dtype() == half);
+            CHECK(trainer.model().weights().grads().dtype() ==
                   (std::string(accumulate) == "true" ? kernels::DType::f32 : half));
-            trainer.model().init_random(cfg.training.seed, 0.02f);
+            model::init_random(trainer.model().weights(), cfg.training.seed, 0.02f);
             const train::StepResult r = trainer.step(0, kRandomTokens);
-            const std::size_t n = trainer.model().params().size();
+            const std::size_t n = trainer.model().weights().params().size();
             CHECK(r.memory.parameters == (n * 2 + 63) / 64 * 64);
             CHECK(r.memory.gradients ==
                   (n * (std::string(accumulate) == "true" ? 4 : 2) + 63) / 64 * 64);
             CHECK(r.memory.optimizer == 3 * ((n * 4 + 63) / 64 * 64));  // master, m, v in fp32
             // Every parameter is a 16-bit value: the rounded master weight.
-            for (float p : trainer.model().params_to_host())
+            for (float p : trainer.model().weights().params_to_host())
                 REQUIRE(p == kernels::round_to(half, p));
         }
     }

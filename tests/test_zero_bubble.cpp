@@ -49,14 +49,14 @@ Run train_with(const std::string& schedule, const std::string& recompute,
     const config::Config cfg = small_config(schedule, recompute, precision);
     auto ops = kernels::make_cpu_ops(2);
     train::Trainer trainer(cfg, *ops, test::solo_grid());
-    trainer.model().init_random(cfg.training.seed, 0.02f);
+    model::init_random(trainer.model().weights(), cfg.training.seed, 0.02f);
     Run run;
     trainer.accumulate_gradients(0, kRandomTokens);
-    run.grads = trainer.model().grads_to_host();
-    run.bytes_per_set = trainer.model().activation_bytes() / trainer.model().activation_sets();
+    run.grads = trainer.model().weights().grads_to_host();
+    run.bytes_per_set = trainer.model().activations().bytes / trainer.model().activations().sets;
     for (int s = 0; s < 3; ++s) {
         run.losses.push_back(trainer.step(s, kRandomTokens).loss);
-        run.params.push_back(trainer.model().params_to_host());
+        run.params.push_back(trainer.model().weights().params_to_host());
     }
     return run;
 }

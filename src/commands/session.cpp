@@ -272,15 +272,16 @@ std::string initialise_weights(const config::Config& cfg, model::Gpt& model) {
     std::string read;
     if (cfg.model.init_from) {
         // The whole model from the file; each tensor-parallel rank keeps its slice.
-        const model::ParamLayout full_layout(model.shape());
+        const model::ParamLayout& full_layout = model.weights().whole();
         std::vector<float> full(full_layout.total(), 0.0f);
         read = train::load_base_weights(*cfg.model.init_from, full_layout, full.data());
-        model.load_full_params(full);
+        model.weights().load_whole(full);
     } else {
-        model.init_random(cfg.training.seed, static_cast<float>(cfg.model.init_std));
+        model::init_random(model.weights(), cfg.training.seed,
+                           static_cast<float>(cfg.model.init_std));
     }
     if (model.frozen()) {
-        const auto whole = model::ParamLayout::for_lora(model.shape(), model.lora().shape);
+        const model::ParamLayout& whole = model.adapters().whole();
         std::vector<float> adapters;
         if (const auto& from = cfg.training.lora.init_from) {
             adapters.assign(whole.total(), 0.0f);
@@ -288,7 +289,7 @@ std::string initialise_weights(const config::Config& cfg, model::Gpt& model) {
         } else {
             adapters = model::initial_lora(whole, cfg.training.seed);
         }
-        model.load_full_lora(adapters);
+        model.adapters().load_whole(adapters);
     }
     return read;
 }

@@ -69,7 +69,7 @@ std::optional<train::CheckpointShare> resume_point(const config::Config& cfg,
         std::optional<train::CheckpointShare> share;
         std::string error;
         try {
-            share = train::read_share(dir, trainer.model().trainable_layout(),
+            share = train::read_share(dir, trainer.model().trainable().layout(),
                                       trainer.data_parallel().owned_ranges());
         } catch (const std::exception& e) {
             error = e.what();
@@ -95,7 +95,7 @@ void print_sample(const config::Config& cfg, train::Trainer& trained, kernels::O
                   bool leader) {
     const std::vector<float> full = trained.full_params();  // collective
     if (!leader) return;
-    train::GenerationModel whole(ops, trained.model().shape(), full);
+    train::GenerationModel whole(ops, trained.model().layout().shape(), full);
     const auto tokenizer = data::tokenizer_for_vocab(cfg.model.vocab_size);
     train::SamplingOptions opts;
     opts.tokens = cfg.logging.sample_tokens;
@@ -191,9 +191,7 @@ void check_base(const train::CheckpointShare& ck, const train::LoraRecord& now,
 void print_lora(const config::Config& cfg, train::Trainer& trainer, const train::LoraRecord& lora) {
     std::string targets;
     for (const std::string& t : lora.targets) targets += (targets.empty() ? "" : ", ") + t;
-    const double trained = static_cast<double>(
-        model::ParamLayout::for_lora(trainer.model().shape(), trainer.model().lora().shape)
-            .total());
+    const double trained = static_cast<double>(trainer.model().adapters().whole().total());
     std::printf(
         "lora: rank %d, alpha %g on %s: %s parameters train (%.2f%% of the model's), "
         "the model is frozen\n",

@@ -64,9 +64,10 @@ inline model::Lora lora_of(const Config& cfg) {
     return a;
 }
 
-// The model of pipeline stage `stage` as the config describes it, its buffers padded and
-// (ZeRO-2/3) sharded over `replicas` ranks holding the same weights, this one `replica`.
-inline model::GptOptions gpt_options(const Config& cfg, int stage, int replicas, int replica) {
+// The model of pipeline stage `stage` as the config describes it, its buffers held as the
+// data-parallel module plans (data_parallel::buffer_plan).
+inline model::GptOptions gpt_options(const Config& cfg, int stage,
+                                     const model::BufferPlan& buffers) {
     const TrainingConfig& t = cfg.training;
     const ParallelConfig& p = cfg.parallel;
     model::GptOptions o;
@@ -78,12 +79,11 @@ inline model::GptOptions gpt_options(const Config& cfg, int stage, int replicas,
     o.tp_overlap = p.tp_overlap;
     o.context_mode = p.context_mode;
     o.recompute = t.recompute;
+    o.split_backward = pipeline::splits_backward(p.schedule);
     // 16-bit parameters, activations and (unless fp32_grad_accumulation) gradients.
     o.precision = model::Precision{
         t.precision, t.fp32_grad_accumulation ? kernels::DType::f32 : t.precision, t.precision};
-    o.buffer_multiple = static_cast<std::size_t>(replicas);
-    o.sharding =
-        model::Sharding{replica, p.zero_stage >= 2, p.zero_stage >= 3, p.sharded_accumulation};
+    o.buffers = buffers;
     o.lora = lora_of(cfg);
     return o;
 }

@@ -2,45 +2,65 @@
 #include "data_parallel/data_parallel.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "kernels/error.h"
 
 namespace trident::data_parallel {
 
-DataParallel::DataParallel(kernels::Ops& ops, const model::ParamLayout& layout,
-                           model::FlatBuffer& params, model::FlatBuffer& grads,
-                           parallel::Comm& group, parallel::Comm& replicas, int zero_stage,
-                           std::size_t bucket_size, Overlap overlap, Resharding resharding,
-                           ParamFile* param_file)
-    : params_(params),
-      grads_(grads),
-      group_(group),
-      replicas_(replicas),
-      zero_stage_(zero_stage),
-      layout_total_(layout.total()),
-      buckets_(make_buckets(layout, bucket_size)) {
+model::BufferPlan buffer_plan(int zero_stage, const parallel::Comm& shard,
+                              bool sharded_accumulation) {
+    model::BufferPlan plan;
+    plan.multiple = static_cast<std::size_t>(shard.size());
+    plan.replica = shard.rank();
+    plan.shard_grads = zero_stage >= 2;
+    plan.shard_params = zero_stage >= 3;
+    plan.grads_every_microbatch = zero_stage >= 2 && sharded_accumulation;
+    return plan;
+}
+
+DataParallel::DataParallel(kernels::Ops& ops, ModelBuffers model, DataGroups groups,
+                           const DataParallelOptions& options, ParamFile* param_file)
+    : units_(std::move(model.units)),
+      params_(model.params),
+      grads_(model.grads),
+      group_(groups.shard),
+      replicas_(groups.replicas),
+      embedding_(groups.embedding),
+      zero_stage_(options.zero_stage),
+      layout_total_(model.tensors) {
+    buckets_ = make_buckets(options.bucket_size);
     for (const Bucket& b : buckets_) {
         const std::size_t part = owned_part(b);
         owned_.push_back(OwnedPart{b.mine, part, owned_count_});
         owned_count_ += part;
     }
-    if (group.size() > 1)
-        overlap_ = Overlap{overlap.grad_reduce, overlap.param_gather && zero_stage_ >= 1};
+    const Overlap overlap = options.overlap;
+    // A frozen model's adapters are too small for their gathers to overlap with anything.
+    if (group_.size() > 1)
+        overlap_ =
+            Overlap{overlap.grad_reduce, overlap.param_gather && zero_stage_ >= 1 && !model.frozen};
+    const bool reshard = options.resharding.after_use;
     if (zero_stage_ >= 2)
-        units_ = std::make_unique<ZeroUnits>(ops, params_, grads_, group_, overlap_.grad_reduce,
-                                             overlap_.param_gather, resharding.after_use);
+        zero_units_ = std::make_unique<ZeroUnits>(
+            ops, params_, grads_, group_, overlap_.grad_reduce, overlap_.param_gather, reshard);
+    if (model.frozen && zero_stage_ == 3)
+        frozen_units_ =
+            std::make_unique<ZeroUnits>(ops, *model.frozen, no_grads_, group_, false,
+                                        overlap.param_gather && group_.size() > 1, reshard);
     flight_.resize(buckets_.size());
     set_param_file(param_file);
 }
 
-std::vector<DataParallel::Bucket> DataParallel::make_buckets(const model::ParamLayout& layout,
-                                                             std::size_t bucket_size) const {
+std::vector<DataParallel::Bucket> DataParallel::make_buckets(std::size_t bucket_size) const {
     const std::size_t D = static_cast<std::size_t>(group_.size());
     const std::size_t r = static_cast<std::size_t>(group_.rank());
     std::vector<Bucket> buckets;
     if (zero_stage_ >= 2) {  // the units, each a multiple of D
-        for (const auto& [begin, end] : layout.unit_ranges())
-            buckets.push_back(Bucket{begin, end - begin, 0});
+        for (const model::ModelUnit& u : units_)
+            if (u.trainable.first < u.trainable.second)
+                buckets.push_back(
+                    Bucket{u.trainable.first, u.trainable.second - u.trainable.first, 0});
     } else {  // buckets of a multiple of D elements (the buffer is one), counted from the end
         const std::size_t bucket = std::max(D, bucket_size / D * D);
         for (std::size_t end = grads_.size(); end > 0;) {
@@ -65,13 +85,14 @@ std::vector<std::pair<std::size_t, std::size_t>> DataParallel::owned_ranges() co
 
 void DataParallel::set_trace(io::TraceRecorder* trace) {
     trace_ = trace;
-    if (units_) units_->set_trace(trace);
+    if (zero_units_) zero_units_->set_trace(trace);
+    if (frozen_units_) frozen_units_->set_trace(trace);
 }
 
 void DataParallel::set_param_file(ParamFile* file) {
     if (file && zero_stage_ != 3) throw Error("internal: only ZeRO-3 offloads its parameters");
     param_file_ = file;
-    if (units_) units_->set_param_file(file);
+    if (zero_units_) zero_units_->set_param_file(file);
 }
 
 void DataParallel::end_span(io::SpanKind kind, std::size_t bucket, const parallel::Request& done,
@@ -83,7 +104,8 @@ void DataParallel::end_span(io::SpanKind kind, std::size_t bucket, const paralle
 // ---- gradients -------------------------------------------------------------------------------
 
 void DataParallel::start_step() {
-    if (!overlap_.grad_reduce || units_) return;
+    deferred_.clear();
+    if (!overlap_.grad_reduce || zero_units_) return;
     in_step_ = true;
     for (InFlight& f : flight_) {  // the gathers of the last update may still be under way
         f.final = 0;
@@ -92,16 +114,51 @@ void DataParallel::start_step() {
     // The padding past the layout's tensors gets no gradient: it is final from the start.
     for (const Bucket& bucket : buckets_)
         if (bucket.begin + bucket.size > layout_total_)
-            grads_final(std::max(bucket.begin, layout_total_), bucket.begin + bucket.size);
+            range_final(std::max(bucket.begin, layout_total_), bucket.begin + bucket.size);
 }
 
-void DataParallel::grads_needed(std::size_t begin, std::size_t end) {
-    if (units_) units_->grads_needed(begin, end);
+void DataParallel::grads_needed(std::size_t unit) {
+    const model::UnitRange r = units_[unit].trainable;
+    if (zero_units_ && r.first < r.second) zero_units_->grads_needed(r.first, r.second);
 }
 
-void DataParallel::grads_final(std::size_t begin, std::size_t end) {
-    if (units_) {
-        units_->grads_final(begin, end);
+void DataParallel::grads_complete(std::size_t unit) {
+    const model::ModelUnit& u = units_[unit];
+    if (u.trainable.first == u.trainable.second) return;
+    // Whole, a tied embedding's gradient is final once summed with its other copy.
+    if (u.shared && !grads_.sharded()) {
+        deferred_.push_back(unit);
+        return;
+    }
+    show(u.trainable.first, u.trainable.second);
+    range_final(u.trainable.first, u.trainable.second);
+}
+
+void DataParallel::backward_done() {
+    for (std::size_t unit : deferred_) {
+        const auto [begin, end] = units_[unit].trainable;
+        embedding_.all_reduce(grads_.at(begin), end - begin);
+        show(begin, end);
+        range_final(begin, end);
+    }
+    deferred_.clear();
+}
+
+void DataParallel::show(std::size_t begin, std::size_t end) {
+    if (!observer_) return;
+    // Sharded gradients (ZeRO 2 and 3) are whole unit by unit, each in its own allocation.
+    if (!grads_.sharded()) return observer_->grads_final(grads_.at(begin), end - begin);
+    const auto [first, last] = grads_.units_of(begin, end);
+    for (std::size_t u = first; u < last; ++u) {
+        const std::size_t lo = std::max(begin, grads_.units()[u].first),
+                          hi = std::min(end, grads_.units()[u].second);
+        if (lo < hi && grads_.resident(u)) observer_->grads_final(grads_.at(lo), hi - lo);
+    }
+}
+
+void DataParallel::range_final(std::size_t begin, std::size_t end) {
+    if (zero_units_) {
+        zero_units_->grads_final(begin, end);
         return;
     }
     if (!in_step_) return;
@@ -147,8 +204,8 @@ void DataParallel::poll() {
 }
 
 void DataParallel::reduce_gradients() {
-    if (units_) {
-        units_->finish_reductions();
+    if (zero_units_) {
+        zero_units_->finish_reductions();
     } else if (!in_step_) {  // not overlapped: one call after another, in backward order
         for (auto b = buckets_.rbegin(); b != buckets_.rend(); ++b) {
             if (zero_stage_ == 0)
@@ -163,6 +220,18 @@ void DataParallel::reduce_gradients() {
         in_step_ = false;
     }
     sum_over_replicas();
+    tie_sharded();
+}
+
+// Sharded gradients of a tied embedding: its two copies summed, over the embedding group, on
+// each replica's part of it (the first and the last stage hold the same unit, split alike).
+void DataParallel::tie_sharded() {
+    if (!grads_.sharded()) return;
+    for (const model::ModelUnit& unit : units_) {
+        if (!unit.shared || unit.trainable.first == unit.trainable.second) continue;
+        const std::size_t u = grads_.units_of(unit.trainable.first, unit.trainable.first + 1).first;
+        embedding_.all_reduce(grads_.shard_part(u), grads_.part_size(u));
+    }
 }
 
 void DataParallel::sum_over_replicas() {
@@ -172,9 +241,23 @@ void DataParallel::sum_over_replicas() {
 
 // ---- parameters ------------------------------------------------------------------------------
 
-void DataParallel::params_needed(std::size_t begin, std::size_t end) {
+// A frozen model's own parameters first, then its adapters (the trainable buffer).
+void DataParallel::params_needed(std::size_t unit, const std::size_t* next) {
+    const model::ModelUnit& u = units_[unit];
+    if (frozen_units_ && u.frozen.first < u.frozen.second)
+        frozen_units_->params_needed(u.frozen.first, u.frozen.second);
+    if (u.trainable.first < u.trainable.second) range_needed(u.trainable.first, u.trainable.second);
+    if (!next) return;
+    const model::ModelUnit& n = units_[*next];
+    if (frozen_units_ && n.frozen.first < n.frozen.second)
+        frozen_units_->params_prefetch(n.frozen.first, n.frozen.second);
+    if (zero_stage_ == 3 && n.trainable.first < n.trainable.second)
+        zero_units_->params_prefetch(n.trainable.first, n.trainable.second);
+}
+
+void DataParallel::range_needed(std::size_t begin, std::size_t end) {
     if (zero_stage_ == 3) {
-        units_->params_needed(begin, end);
+        zero_units_->params_needed(begin, end);
         return;
     }
     poll();
@@ -185,16 +268,17 @@ void DataParallel::params_needed(std::size_t begin, std::size_t end) {
     }
 }
 
-void DataParallel::params_prefetch(std::size_t begin, std::size_t end) {
-    if (zero_stage_ == 3) units_->params_prefetch(begin, end);
-}
-
-void DataParallel::params_done(std::size_t begin, std::size_t end) {
-    if (zero_stage_ == 3) units_->params_done(begin, end);
+void DataParallel::params_done(std::size_t unit) {
+    const model::ModelUnit& u = units_[unit];
+    if (frozen_units_ && u.frozen.first < u.frozen.second)
+        frozen_units_->params_done(u.frozen.first, u.frozen.second);
+    if (zero_stage_ == 3 && u.trainable.first < u.trainable.second)
+        zero_units_->params_done(u.trainable.first, u.trainable.second);
 }
 
 void DataParallel::release_params() {
-    if (zero_stage_ == 3) units_->release_params();
+    if (zero_stage_ == 3) zero_units_->release_params();
+    if (frozen_units_) frozen_units_->release_params();
 }
 
 void DataParallel::finish_gather(std::size_t b) {

@@ -1,8 +1,10 @@
 // Data parallelism over the replicas holding the same weights (the data-context group of D·C
-// ranks, docs/ARCHITECTURE.md "Grid order"): which part of the model's flat buffers each
-// replica owns, and the exchanges that sum the gradients over the replicas and make the
-// parameters whole again after an update. The optimizer (src/optim/adamw.h) updates what this
-// rank owns, and nothing else; this part decides what that is and moves the bytes, as
+// ranks, docs/ARCHITECTURE.md "Grid order"): the one place that knows ZeRO's stages, hybrid
+// sharding and the parameters' offload. It decides how the model holds its buffers
+// (buffer_plan), listens to the model's events on its units (model/model_units.h), decides
+// which part of the trainable buffer each replica owns, and moves the bytes that sum the
+// gradients over the replicas and make the parameters whole again after an update. The
+// optimizer (src/optim/optimizer.h) updates what this rank owns, and nothing else, as
 // Megatron-Core keeps distributed/ apart from its optimizer.
 //
 // Buckets. The gradient buffer (padded so it splits evenly over the D replicas) is summed in
@@ -29,9 +31,18 @@
 // with the same part in every shard group), once a step, so every shard group holds the sum
 // over all D·C. With N = D·C the replica group is this rank alone and nothing more moves.
 //
+// A frozen model (low-rank adapters) trains its adapters: the trainable buffer is theirs, and at
+// ZeRO-3 the frozen model's own parameters are sharded too, each unit gathered for the forward
+// and the backward and released, never reduced (a gather-only ZeroUnits of their own).
+//
+// A pipeline's tied embedding (ModelUnit::shared): the first and the last stage each hold a
+// copy whose gradient is half the sum. Whole gradients are summed over the embedding group after
+// the schedule's last backward (backward_done), before their reduction starts; sharded ones
+// after the reduction, on the shards.
+//
 // Overlap (Megatron's overlap_grad_reduce and overlap_param_gather). Between start_step and
-// reduce_gradients the model announces the ranges of the gradient buffer that are final
-// (grads_final), and a bucket all of whose gradients are final starts its reduction at once,
+// reduce_gradients the model announces the units whose gradients are complete
+// (grads_complete), and a bucket all of whose gradients are final starts its reduction at once,
 // under the rest of the backward pass; reduce_gradients starts any bucket not started and
 // waits for all. After the update each bucket's all-gather starts (gather_updated); the next
 // forward waits for a bucket just before it reads parameters of it (params_needed), and
@@ -49,6 +60,7 @@
 #include "io/chrome_trace.h"
 #include "kernels/ops.h"
 #include "model/flat_buffer.h"
+#include "model/model_units.h"
 #include "model/param_layout.h"
 #include "parallel/comm.h"
 
@@ -73,17 +85,51 @@ struct OwnedPart {
     std::size_t state = 0;
 };
 
-class DataParallel {
+// Sees each range of the gradients once it is final, before any reduction sums it
+// (train/first_sighting.h).
+class GradientObserver {
 public:
-    // `params` and `grads`: the model's buffers (whole, or sharded by units at stages 2 and 3),
-    // of the layout's total padded to a multiple of the group's size. `group` is the shard
-    // group the state is sharded over, `replicas` the group of its replicas (hybrid sharding;
-    // this rank alone without). `param_file`: ZeRO-3's shard of the parameters in a file
-    // (optimizer.offload_params), or null.
-    DataParallel(kernels::Ops& ops, const model::ParamLayout& layout, model::FlatBuffer& params,
-                 model::FlatBuffer& grads, parallel::Comm& group, parallel::Comm& replicas,
-                 int zero_stage, std::size_t bucket_size, Overlap overlap,
-                 Resharding resharding = {}, ParamFile* param_file = nullptr);
+    virtual ~GradientObserver() = default;
+    virtual void grads_final(kernels::Ptr grads, std::size_t count) = 0;
+};
+
+// How the model holds its buffers at ZeRO stage `zero_stage` over the `shard` group: padded to
+// its size, and (stages 2, 3) sharded by units; `sharded_accumulation`: a sharded gradient
+// reduced after every microbatch (parallel.sharded_accumulation).
+model::BufferPlan buffer_plan(int zero_stage, const parallel::Comm& shard,
+                              bool sharded_accumulation);
+
+// The model as the module sees it: its units, its trainable buffers (the model's own, or a
+// frozen model's adapters') and a frozen model's own parameters.
+struct ModelBuffers {
+    std::vector<model::ModelUnit> units;
+    model::FlatBuffer& params;
+    model::FlatBuffer& grads;
+    std::size_t tensors = 0;  // elements of the trainable layout (past them: padding)
+    model::FlatBuffer* frozen = nullptr;
+};
+
+// The groups: `shard` the one the state is sharded over, `replicas` its replicas (hybrid
+// sharding; this rank alone without), `embedding` the stages sharing a tied embedding.
+struct DataGroups {
+    parallel::Comm& shard;
+    parallel::Comm& replicas;
+    parallel::Comm& embedding;
+};
+
+struct DataParallelOptions {
+    int zero_stage = 1;
+    std::size_t bucket_size = 0;
+    Overlap overlap;
+    Resharding resharding;
+};
+
+class DataParallel final : public model::UnitListener {
+public:
+    // `param_file`: ZeRO-3's shard of the parameters in a file (optimizer.offload_params), or
+    // null.
+    DataParallel(kernels::Ops& ops, ModelBuffers model, DataGroups groups,
+                 const DataParallelOptions& options, ParamFile* param_file = nullptr);
 
     int zero_stage() const { return zero_stage_; }
     parallel::Comm& group() const { return group_; }
@@ -92,21 +138,25 @@ public:
     std::size_t owned_count() const { return owned_count_; }
     // The parts of the buffer this rank owns: (offset, count) in buffer order.
     std::vector<std::pair<std::size_t, std::size_t>> owned_ranges() const;
+    // Where final gradients are shown before their reduction (none: nowhere).
+    void observe(GradientObserver* observer) { observer_ = observer; }
 
-    // A step's gradients begin: from now until reduce_gradients, grads_final starts the
+    // A step's gradients begin: from now until reduce_gradients, grads_complete starts the
     // reduction of each bucket (stages 2, 3: unit) it completes.
     void start_step();
-    // The model's hooks (model::Gpt::StepHooks).
-    void grads_needed(std::size_t begin, std::size_t end);
-    void grads_final(std::size_t begin, std::size_t end);
-    void params_needed(std::size_t begin, std::size_t end);
-    void params_prefetch(std::size_t begin, std::size_t end);
-    void params_done(std::size_t begin, std::size_t end);
+    // The model's events (model::UnitListener).
+    void params_needed(std::size_t unit, const std::size_t* next) override;
+    void params_done(std::size_t unit) override;
+    void grads_needed(std::size_t unit) override;
+    void grads_complete(std::size_t unit) override;
+    // After the schedule's last backward: whole gradients of a tied embedding summed with the
+    // other stage's copy and announced.
+    void backward_done();
     // After a run of the schedule (stage 3): the units kept gathered released.
     void release_params();
     // Sums the gradients over the group and its replicas: all of them (stage 0) or this
     // rank's owned parts (stage 1: in their places in the gradients; stages 2, 3: the
-    // gradient shard).
+    // gradient shard); sharded, then the tied embedding's two copies on the shards.
     void reduce_gradients();
     // After an update of the owned parts: the parameters made whole on every replica again
     // (stages 1, 2), overlapped with the next forward when asked; stage 3 gathers each unit as
@@ -136,8 +186,13 @@ private:
         double reduction_start = 0, gather_start = 0;  // for the trace, in microseconds
     };
 
-    std::vector<Bucket> make_buckets(const model::ParamLayout& layout,
-                                     std::size_t bucket_size) const;
+    std::vector<Bucket> make_buckets(std::size_t bucket_size) const;
+    // The trainable buffer's side of the events, on a range of it.
+    void range_needed(std::size_t begin, std::size_t end);
+    void range_final(std::size_t begin, std::size_t end);
+    // The final range shown to the observer, where it is resident.
+    void show(std::size_t begin, std::size_t end);
+    void tie_sharded();
     std::size_t owned_part(const Bucket& b) const;  // elements of the bucket this rank owns
     bool gathers_after_update() const { return zero_stage_ == 1 || zero_stage_ == 2; }
     void start_reduction(std::size_t bucket);
@@ -152,19 +207,26 @@ private:
     void end_span(io::SpanKind kind, std::size_t bucket, const parallel::Request& done,
                   double issued) const;
 
+    std::vector<model::ModelUnit> units_;
     model::FlatBuffer& params_;
     model::FlatBuffer& grads_;
     parallel::Comm& group_;
     parallel::Comm& replicas_;
+    parallel::Comm& embedding_;
     int zero_stage_;
     std::size_t layout_total_;     // of the buffer's elements, the tensors' (the rest is padding)
     std::vector<Bucket> buckets_;  // in buffer order
     std::vector<OwnedPart> owned_;
     std::size_t owned_count_ = 0;
-    Overlap overlap_;                   // as asked, where it applies (D > 1)
-    std::vector<InFlight> flight_;      // per bucket
-    bool in_step_ = false;              // between start_step and reduce_gradients (overlapped)
-    std::unique_ptr<ZeroUnits> units_;  // stages 2, 3
+    Overlap overlap_;                        // as asked, where it applies (D > 1)
+    std::vector<InFlight> flight_;           // per bucket
+    bool in_step_ = false;                   // between start_step and reduce_gradients (overlapped)
+    std::unique_ptr<ZeroUnits> zero_units_;  // stages 2, 3
+    // A frozen model's own parameters at stage 3, gathered unit by unit; null otherwise.
+    std::unique_ptr<ZeroUnits> frozen_units_;
+    model::FlatBuffer no_grads_;         // the frozen model's (it has none)
+    std::vector<std::size_t> deferred_;  // whole shared units, complete before their tie
+    GradientObserver* observer_ = nullptr;
     ParamFile* param_file_ = nullptr;
     io::TraceRecorder* trace_ = nullptr;
 };

@@ -8,11 +8,11 @@ namespace trident::optim {
 
 namespace {
 
-// (elements · 3) floats of host memory, page-locked on CUDA: an OffloadError where they
+// (elements · arrays) floats of host memory, page-locked on CUDA: an OffloadError where they
 // cannot be had, so that every rank stops with the one that lacks them.
-kernels::HostBuffer allocate(kernels::Ops& ops, std::size_t elements) {
+kernels::HostBuffer allocate(kernels::Ops& ops, std::size_t elements, std::size_t arrays) {
     try {
-        return kernels::HostBuffer(ops, 3 * elements * sizeof(float));
+        return kernels::HostBuffer(ops, arrays * elements * sizeof(float));
     } catch (const Error& e) {
         throw OffloadError(std::string("optimizer.offload: host: this rank's optimizer state: ") +
                            e.what());
@@ -21,18 +21,20 @@ kernels::HostBuffer allocate(kernels::Ops& ops, std::size_t elements) {
 
 }  // namespace
 
-HostStore::HostStore(kernels::Ops& ops, std::size_t elements, std::size_t chunk)
+HostStore::HostStore(kernels::Ops& ops, std::size_t elements, std::size_t arrays, std::size_t chunk)
     : elements_(elements),
+      arrays_(arrays),
       chunk_(std::max<std::size_t>(1, std::min(chunk, elements))),
-      state_(allocate(ops, elements)) {}
+      state_(allocate(ops, elements, arrays)) {}
 
 // Every pass is the same visit: the memory is the state, read and written in place.
 void HostStore::stream(Pass, const std::function<void(const Chunk&)>& visit) {
     float* const state = state_.as<float>();
     for (std::size_t first = 0; first < elements_; first += chunk_) {
         const std::size_t count = std::min(chunk_, elements_ - first);
-        float* const base = state + 3 * first;
-        visit(Chunk{first, count, base, base + count, base + 2 * count});
+        Chunk c{first, count, {}};
+        for (std::size_t a = 0; a < arrays_; ++a) c.arrays[a] = state + arrays_ * first + a * count;
+        visit(c);
     }
 }
 

@@ -8,25 +8,27 @@ namespace trident::optim {
 namespace {
 
 constexpr int kBuffers = 3;  // read-ahead, update, write-behind
-constexpr std::size_t kBytesPerElement = 3 * sizeof(float);
 
 }  // namespace
 
 OffloadStore::OffloadStore(const std::string& dir, int rank, std::size_t elements,
-                           std::size_t chunk)
+                           std::size_t arrays, std::size_t chunk)
     : elements_(elements),
+      arrays_(arrays),
       chunk_(std::max<std::size_t>(1, std::min(chunk, elements))),
       chunks_((elements + chunk_ - 1) / chunk_),
-      buffers_(static_cast<std::size_t>(kBuffers) * 3 * chunk_, 0.0f),
+      buffers_(static_cast<std::size_t>(kBuffers) * arrays * chunk_, 0.0f),
       file_(dir, "optimizer_state.rank" + std::to_string(rank),
-            static_cast<std::uint64_t>(elements) * kBytesPerElement,
-            static_cast<std::uint64_t>(elements) * kBytesPerElement,
+            static_cast<std::uint64_t>(elements) * arrays * sizeof(float),
+            static_cast<std::uint64_t>(elements) * arrays * sizeof(float),
             "this rank's optimizer state needs") {}
 
 OffloadStore::Chunk OffloadStore::chunk_at(std::size_t k, int buffer) {
     const std::size_t first = k * chunk_, count = std::min(chunk_, elements_ - first);
-    float* base = buffers_.data() + static_cast<std::size_t>(buffer) * 3 * chunk_;
-    return Chunk{first, count, base, base + count, base + 2 * count};
+    float* base = buffers_.data() + static_cast<std::size_t>(buffer) * arrays_ * chunk_;
+    Chunk c{first, count, {}};
+    for (std::size_t a = 0; a < arrays_; ++a) c.arrays[a] = base + a * count;
+    return c;
 }
 
 void OffloadStore::stream(Pass pass, const std::function<void(const Chunk&)>& visit) {
@@ -50,9 +52,10 @@ void OffloadStore::stream(Pass pass, const std::function<void(const Chunk&)>& vi
 
 std::uint64_t OffloadStore::post(bool write, std::size_t k, int buffer) {
     const Chunk c = chunk_at(k, buffer);
-    const std::size_t bytes = c.count * kBytesPerElement;
-    const std::uint64_t at = static_cast<std::uint64_t>(c.first) * kBytesPerElement;
-    return write ? file_.post_write(c.master, bytes, at) : file_.post_read(c.master, bytes, at);
+    const std::size_t element = arrays_ * sizeof(float);
+    const std::size_t bytes = c.count * element;
+    const std::uint64_t at = static_cast<std::uint64_t>(c.first) * element;
+    return write ? file_.post_write(c.master(), bytes, at) : file_.post_read(c.master(), bytes, at);
 }
 
 }  // namespace trident::optim

@@ -1,13 +1,13 @@
 // This rank's optimizer state in a file (optimizer.offload: nvme; ZeRO-Infinity's NVMe
-// offload, Rajbhandari et al., arXiv 2104.07857): the fp32 master weights and Adam's moments
-// of what it owns, streamed through three host buffers a chunk at a time so that only those
-// buffers are resident. An I/O thread reads chunk k+1 ahead and writes chunk k-1 behind while
-// the caller updates chunk k (pread/pwrite, in order: one queue, one thread).
+// offload, Rajbhandari et al., arXiv 2104.07857): the fp32 master weights and the optimizer's
+// state arrays of what it owns, streamed through three host buffers a chunk at a time so that
+// only those buffers are resident. An I/O thread reads chunk k+1 ahead and writes chunk k-1 behind
+// while the caller updates chunk k (pread/pwrite, in order: one queue, one thread).
 //
 // The file, <offload_dir>/optimizer_state.rank<R>, holds the chunks one after another, each
-// as its master weights, then m, then v (count floats each): chunk k of `chunk` elements
-// starts at byte 12·chunk·k, so one read and one write move a chunk. Its blocks are reserved
-// as the run starts (posix_fallocate, reading as zeros: Adam's moments before the first
+// as its arrays (count floats each; AdamW: master weights, m, v): chunk k of `chunk` elements
+// starts at byte 4·arrays·chunk·k, so one read and one write move a chunk. Its blocks are
+// reserved as the run starts (posix_fallocate, reading as zeros: the state before the first
 // step), so a full disk is found then; a write that fails later anyway (an I/O error) or a
 // file removed under the run ends the step with an OffloadError naming the directory.
 #pragma once
@@ -28,10 +28,11 @@ using io::check_offload_dir;
 
 class OffloadStore final : public StateStore {
 public:
-    // Checks `dir` (there, a directory, writable, with room for 12·elements bytes: messages
-    // name optimizer.offload_dir and the path), then creates and reserves this rank's file;
-    // removed with the store (scratch: a checkpoint keeps the state).
-    OffloadStore(const std::string& dir, int rank, std::size_t elements, std::size_t chunk);
+    // Checks `dir` (there, a directory, writable, with room for 4·arrays·elements bytes:
+    // messages name optimizer.offload_dir and the path), then creates and reserves this rank's
+    // file; removed with the store (scratch: a checkpoint keeps the state).
+    OffloadStore(const std::string& dir, int rank, std::size_t elements, std::size_t arrays,
+                 std::size_t chunk);
     OffloadStore(const OffloadStore&) = delete;
     OffloadStore& operator=(const OffloadStore&) = delete;
 
@@ -51,8 +52,8 @@ private:
     Chunk chunk_at(std::size_t k, int buffer);
     std::uint64_t post(bool write, std::size_t k, int buffer);  // returns its sequence number
 
-    std::size_t elements_, chunk_, chunks_;
-    std::vector<float> buffers_;  // 3 buffers of 3·chunk floats (outlive the file's thread)
+    std::size_t elements_, arrays_, chunk_, chunks_;
+    std::vector<float> buffers_;  // 3 buffers of arrays·chunk floats (outlive the file's thread)
     io::OffloadFile file_;
 };
 

@@ -1,10 +1,12 @@
 // Where a rank's optimizer state lives when it is off the device (optimizer.offload): the
-// fp32 master weights and Adam's moments of what it owns, visited a chunk at a time, so that
-// AdamW (optim/adamw_offload.cpp) walks host memory (optim/host_store.h) and a file
-// (optim/offload_store.h) alike. A chunk holds elements [first, first + count) of the state,
-// as its master weights, then m, then v.
+// fp32 master weights and the optimizer's state arrays of what it owns (optim/optimizer.h),
+// visited a chunk at a time, so that an update (optim/offload_update.cpp) walks host memory
+// (optim/host_store.h) and a file (optim/offload_store.h) alike, whatever the optimizer. A
+// chunk holds elements [first, first + count) of the state, as its arrays one after another:
+// the master weights, then each state array in the optimizer's order (AdamW: m, then v).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <functional>
 
@@ -17,14 +19,19 @@ namespace trident::optim {
 // store throws too.
 using io::OffloadError;
 
+// The master weights and up to kMaxStates state arrays (optim/optimizer.h).
+inline constexpr std::size_t kMaxArrays = 4;
+
 class StateStore {
 public:
     virtual ~StateStore() = default;
 
-    // Elements [first, first + count) of the state, in host memory.
+    // Elements [first, first + count) of the state, in host memory: `arrays` of (count) each,
+    // the master weights first.
     struct Chunk {
         std::size_t first, count;
-        float *master, *m, *v;  // (count) each
+        std::array<float*, kMaxArrays> arrays;
+        float* master() const { return arrays[0]; }
     };
     // read: each chunk as stored; write: each chunk as `visit` fills it (what was stored is
     // not read); update: read, visited, written back. Chunks in order.

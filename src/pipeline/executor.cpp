@@ -42,7 +42,8 @@ io::SpanKind span_of(Op op) {
 
 Executor::Executor(kernels::Ops& ops, model::Gpt& model, parallel::Comm& pipeline)
     : ops_(ops), model_(model), pipeline_(pipeline) {
-    const std::size_t n = static_cast<std::size_t>(model.micro_batch()) * model.local_tokens();
+    const std::size_t n =
+        static_cast<std::size_t>(model.options().micro_batch) * model.local_tokens();
     inputs_.resize(n);
     targets_.resize(n);
 }
@@ -50,8 +51,8 @@ Executor::Executor(kernels::Ops& ops, model::Gpt& model, parallel::Comm& pipelin
 kernels::Ptr Executor::received(int kind, int mb, int c) {
     auto [it, fresh] = received_.try_emplace(Key{kind, mb, c});
     if (fresh)
-        it->second =
-            kernels::DeviceBuffer(ops_, model_.boundary_size(), model_.precision().activations);
+        it->second = kernels::DeviceBuffer(ops_, model_.boundary_size(),
+                                           model_.options().precision.activations);
     return it->second.data();
 }
 
@@ -62,10 +63,11 @@ kernels::Ptr Executor::take_send_buffer(int kind, int mb, int c) {
     };
     auto free = first_free();
     if (free == send_slots_.end() && static_cast<int>(send_slots_.size()) < kSendBuffers) {
-        send_slots_.push_back(SendSlot{
-            kernels::DeviceBuffer(ops_, model_.boundary_size(), model_.precision().activations),
-            {},
-            false});
+        send_slots_.push_back(
+            SendSlot{kernels::DeviceBuffer(ops_, model_.boundary_size(),
+                                           model_.options().precision.activations),
+                     {},
+                     false});
         free = send_slots_.end() - 1;
     }
     // All taken: the first send to complete, whichever it is, frees its slot (the simulator's

@@ -54,7 +54,7 @@ void discard(const fs::path& dir) {
 io::WrittenFile write_shard(const std::string& path, const ShareSnapshot& share) {
     const model::ParamLayout& layout = *share.layout;
     const std::vector<float>& params = share.params;
-    const optim::AdamW::State& state = share.state;
+    const optim::OptimizerState& state = share.state;
     const auto& owned = share.owned;
     const kernels::DType dtype = share.dtype;
     const parallel::Coordinates& c = share.coordinates;
@@ -64,7 +64,6 @@ io::WrittenFile write_shard(const std::string& path, const ShareSnapshot& share)
     for (std::size_t i = 0; i < half.size(); ++i)
         half[i] = dtype == kernels::DType::bf16 ? kernels::to_bf16(params[i])
                                                 : kernels::to_f16(params[i]);
-    const std::vector<float>* moments[3] = {&state.master, &state.m, &state.v};
 
     std::vector<io::TensorToWrite> tensors;
     // The replicas of the weights are the data-context group's D·C ranks: the first writes
@@ -82,11 +81,11 @@ io::WrittenFile write_shard(const std::string& path, const ShareSnapshot& share)
             const std::size_t lo = std::max(t.offset, offset);
             const std::size_t hi = std::min(t.offset + t.numel, offset + count);
             if (lo >= hi) continue;
-            for (int k = 0; k < 3; ++k)
+            for (std::size_t k = 0; k < state.names.size(); ++k)
                 tensors.push_back(
-                    {std::string(kKinds[k]) + "/" + t.name + "/" + std::to_string(lo - t.offset),
+                    {state.names[k] + "/" + t.name + "/" + std::to_string(lo - t.offset),
                      {static_cast<int64_t>(hi - lo)},
-                     moments[k]->data() + lo});
+                     state.values[k].data() + lo});
         }
     }
     std::map<std::string, std::string> metadata{{"format", "trident-shard"}};
@@ -149,7 +148,7 @@ Manifest manifest_of(const config::Config& cfg, Trainer& trainer, int step, int 
     m.skipped_in_a_row = guard.skipped_in_a_row;
     m.recent_losses = guard.losses;
     m.recent_grad_norms = guard.grad_norms;
-    m.shape = trainer.model().shape();
+    m.shape = trainer.model().layout().shape();
     const auto& p = cfg.parallel;
     m.layout = CheckpointLayout{p.pipeline,
                                 p.tensor,
@@ -251,8 +250,8 @@ PendingSave begin_save(const config::Config& cfg, Trainer& trainer, parallel::Gr
     }
     // With hybrid sharding each shard group holds the whole state: the first one writes it.
     if (grid.data_replica().rank() == 0) share.owned = trainer.data_parallel().owned_ranges();
-    share.layout = &trainer.model().trainable_layout();
-    share.dtype = trainer.model().precision().params;
+    share.layout = &trainer.model().trainable().layout();
+    share.dtype = trainer.model().options().precision.params;
     share.coordinates = grid.coordinates();
     share.zero_stage = cfg.parallel.zero_stage;
     save.shape = grid.shape();

@@ -16,9 +16,11 @@
 // A shard holds, under the whole model's tensor names (model/param_layout.h):
 //   param/NAME                      the rank's slice of the tensor as the model holds it
 //                                   (F32, BF16 or F16), from data-parallel rank 0
-//   master/NAME/LO, exp_avg/NAME/LO, exp_avg_sq/NAME/LO
-//                                   fp32 master weights and Adam's moments of elements LO.. of
-//                                   that slice: the part of it the rank owns under ZeRO-1
+//   KIND/NAME/LO                    fp32 state of elements LO.. of that slice (the part of it
+//                                   the rank owns under ZeRO-1), one piece per kind: master
+//                                   (the master weights), then each state the optimizer keeps,
+//                                   by its name (optim/optimizer.h; AdamW's exp_avg and
+//                                   exp_avg_sq), which the reader takes by name too
 // Tensors several ranks hold are written by one: replicated ones (LayerNorms, row-parallel
 // biases, wpe) by tensor rank 0, the tied wte by the first stage, and with zero_stage 0 (every
 // replica holds the whole optimizer state) the optimizer state by data-parallel rank 0. So each
@@ -36,13 +38,14 @@
 // the pieces it reads without reading the rest.
 //
 // Loading (any layout, any precision): each rank reads, for its own layout and ZeRO
-// ownership, the master weights and moments of what it owns, from the pieces of whichever
-// shards hold them (read_share); the parameters are those master weights rounded to the
+// ownership, the master weights and the optimizer's state of what it owns, from the pieces of
+// whichever shards hold them (read_share); the parameters are those master weights rounded to the
 // run's precision and all-gathered over the data-parallel group, which is bitwise what the
 // uninterrupted run holds: each update rounds the master weights into the parameters the
 // same way.
 #pragma once
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -54,9 +57,6 @@
 #include "train/trainer.h"
 
 namespace trident::train {
-
-// The optimizer state's piece kinds, in a piece's name KIND/NAME/LO (above).
-inline constexpr const char* kKinds[3] = {"master", "exp_avg", "exp_avg_sq"};
 
 // A save that failed on some rank, thrown on every rank alike with the first failing rank's
 // message (the file and the errno): what was written of it is gone, the checkpoints before it
@@ -86,8 +86,8 @@ std::string save_checkpoint(const config::Config& cfg, Trainer& trainer, paralle
 
 // This rank's share in host memory: what its shard is written from.
 struct ShareSnapshot {
-    std::vector<float> params;  // as the layout lays them out (Trainer::local_params)
-    optim::AdamW::State state;  // fp32 master weights and moments (AdamW::state)
+    std::vector<float> params;    // as the layout lays them out (Trainer::local_params)
+    optim::OptimizerState state;  // fp32 master weights and the optimizer's (Updater::state)
     std::vector<std::pair<std::size_t, std::size_t>> owned;  // DataParallel::owned_ranges
     const model::ParamLayout* layout = nullptr;              // the trainer's trainable layout
     kernels::DType dtype = kernels::DType::f32;              // the parameters'
@@ -123,14 +123,16 @@ void write_share(PendingSave& save);
 // Returns the directory; throws CheckpointError on every rank if any rank failed.
 std::string commit_save(PendingSave& save, parallel::Comm& world);
 
-// What one rank reads of a checkpoint: the fp32 master weights and (with `moments`) Adam's
-// moments of the ranges of its own flat buffer that it owns, never the whole model.
+// What one rank reads of a checkpoint: the fp32 master weights and (with `state`) every state
+// the optimizer that wrote it kept, by name, of the ranges of its own flat buffer that it owns,
+// never the whole model.
 struct CheckpointShare {
     std::string path;
     Manifest manifest;
-    // Buffers of the reader's layout, filled on the owned ranges (zero elsewhere); the
-    // moments are empty without `moments`.
-    std::vector<float> master, exp_avg, exp_avg_sq;
+    // Buffers of the reader's layout, filled on the owned ranges (zero elsewhere); `state` is
+    // empty without it.
+    std::vector<float> master;
+    std::map<std::string, std::vector<float>> state;
     uint64_t header_bytes = 0;  // read: the headers of the shards that hold any of it
     uint64_t tensor_bytes = 0;  // read: the tensor pieces that hold any of it
 };
@@ -144,7 +146,7 @@ struct CheckpointShare {
 // Throws trident::Error naming the file at fault; the model must be the layout's.
 CheckpointShare read_share(const std::string& dir, const model::ParamLayout& layout,
                            const std::vector<std::pair<std::size_t, std::size_t>>& owned,
-                           bool moments = true);
+                           bool state = true);
 
 // Puts a share into the trainer of this rank: the optimizer's state of what it owns, the
 // parameters as those master weights rounded and gathered over the data-parallel group (as

@@ -11,6 +11,7 @@
 #include "kernels/dtype.h"
 #include "kernels/error.h"
 #include "model/lora.h"
+#include "optim/optimizer.h"
 #include "train/base_weights.h"
 #include "train/checkpoint.h"
 
@@ -117,9 +118,9 @@ void overlaps(const model::ParamTensor& t, int tp, std::size_t lo, std::size_t n
     });
 }
 
-// A piece's name: KIND/TENSOR/LO (checkpoint.h).
+// A piece's name: KIND/TENSOR/LO (checkpoint.h), KIND the state's name.
 struct PieceName {
-    int kind = -1;  // into kKinds; -1: not an optimizer piece (param/..., or malformed)
+    std::string kind;  // empty: not a piece of state (malformed)
     std::string tensor;
     std::size_t lo = 0;
 };
@@ -127,25 +128,35 @@ PieceName parse_piece(const std::string& name) {
     PieceName p;
     const std::size_t slash = name.find('/'), last = name.rfind('/');
     if (slash == std::string::npos || last <= slash) return p;
-    const std::string kind = name.substr(0, slash);
-    for (int k = 0; k < 3; ++k)
-        if (kind == kKinds[k]) p.kind = k;
     p.tensor = name.substr(slash + 1, last - slash - 1);
     try {
         p.lo = std::stoull(name.substr(last + 1));
+        p.kind = name.substr(0, slash);
     } catch (const std::logic_error&) {
-        p.kind = -1;
+        p.kind.clear();
     }
     return p;
 }
 
-// What a rank gathers from the shards it reads: the elements of its owned ranges, by kind
-// (master, exp_avg, exp_avg_sq), and which of them have arrived.
+// What a rank gathers from the shards it reads: the elements of its owned ranges, by kind of
+// state (the master weights, and each state the writer's optimizer keeps, by its name), and
+// which of them have arrived.
 struct Gathering {
     std::map<std::string, std::vector<Need>> needs;
-    std::vector<float>* targets[3] = {};
-    std::vector<uint8_t> seen;  // per element of the buffer, per kind
-    bool moments = false;
+    bool state = false;                                // every kind, else the master weights alone
+    std::size_t total = 0;                             // elements of the reader's buffer
+    std::map<std::string, std::vector<float>> values;  // by kind, as the pieces show them
+    std::map<std::string, std::vector<uint8_t>> seen;  // per element of the buffer
+
+    // The buffers of a kind, made at its first piece.
+    std::vector<float>& target(const std::string& kind) {
+        auto [it, fresh] = values.try_emplace(kind);
+        if (fresh) {
+            it->second.assign(total, 0.0f);
+            seen[kind].assign(total, 0);
+        }
+        return it->second;
+    }
 };
 
 // The checkpoint holds the model and the adapters the config asks for.
@@ -204,10 +215,10 @@ void read_shard(const std::string& path, const ManifestFile& f, const model::Par
     for (const io::TensorInfo& info : file.tensors()) {
         const PieceName piece = parse_piece(info.name);
         if (info.name.rfind("param/", 0) == 0) continue;
-        const model::ParamTensor* t = piece.kind >= 0 ? writer.find(piece.tensor) : nullptr;
+        const model::ParamTensor* t = piece.kind.empty() ? nullptr : writer.find(piece.tensor);
         if (!t || piece.lo + info.numel > t->numel || info.dtype != kernels::DType::f32)
             throw Error(path + ": tensor \"" + info.name + "\" is not part of this rank's layout");
-        if (piece.kind > 0 && !g.moments) continue;
+        if (piece.kind != optim::kMaster && !g.state) continue;
         const auto need = g.needs.find(t->name);
         if (need == g.needs.end()) continue;
         std::vector<std::array<std::size_t, 3>> takes;  // piece offset, count, local
@@ -221,11 +232,12 @@ void read_shard(const std::string& path, const ManifestFile& f, const model::Par
         pieces_read += raw.size();
         if (pieces_checked) check_piece_digest(path, file, info, raw);
         const float* values = reinterpret_cast<const float*>(raw.data());
-        std::vector<float>& target = *g.targets[piece.kind];
+        std::vector<float>& target = g.target(piece.kind);
+        std::vector<uint8_t>& seen = g.seen[piece.kind];
         for (const auto& [at, n, local] : takes)
             for (std::size_t i = 0; i < n; ++i) {
                 target[local + i] = values[at + i];
-                if (g.seen[3 * (local + i) + static_cast<std::size_t>(piece.kind)]++)
+                if (seen[local + i]++)
                     throw Error(path + ": tensor \"" + info.name + "\" overlaps another shard");
             }
     }
@@ -235,23 +247,25 @@ void read_shard(const std::string& path, const ManifestFile& f, const model::Par
 
 // Every element owned must have come from some shard, but for padded vocabulary rows past
 // the writer's (`whole`: its whole tensors; zero in every layout).
-void check_complete(const std::string& dir, const model::ParamLayout& whole, const Gathering& g) {
-    for (const auto& [name, runs] : g.needs) {
-        const std::size_t written = whole.find(name)->numel;
-        for (const Need& r : runs)
-            for (std::size_t i = 0; i < r.count && r.full + i < written; ++i)
-                for (int k = 0; k < (g.moments ? 3 : 1); ++k)
-                    if (!g.seen[3 * (r.local + i) + static_cast<std::size_t>(k)])
-                        throw Error(dir + ": incomplete: no shard holds " + kKinds[k] + " of \"" +
-                                    name + "\" element " + std::to_string(r.full + i));
-    }
+// Every kind of state found holds every element (and the master weights are there).
+void check_complete(const std::string& dir, const model::ParamLayout& whole, Gathering& g) {
+    g.target(optim::kMaster);
+    for (const auto& [kind, seen] : g.seen)
+        for (const auto& [name, runs] : g.needs) {
+            const std::size_t written = whole.find(name)->numel;
+            for (const Need& r : runs)
+                for (std::size_t i = 0; i < r.count && r.full + i < written; ++i)
+                    if (!seen[r.local + i])
+                        throw Error(dir + ": incomplete: no shard holds " + kind + " of \"" + name +
+                                    "\" element " + std::to_string(r.full + i));
+        }
 }
 
 }  // namespace
 
 CheckpointShare read_share(const std::string& dir, const model::ParamLayout& layout,
                            const std::vector<std::pair<std::size_t, std::size_t>>& owned,
-                           bool moments) {
+                           bool state) {
     CheckpointShare share;
     share.path = dir;
     share.manifest = read_manifest(dir);
@@ -261,12 +275,8 @@ CheckpointShare read_share(const std::string& dir, const model::ParamLayout& lay
 
     Gathering g;
     g.needs = needs_of(layout, owned);
-    g.targets[0] = &share.master;
-    g.targets[1] = &share.exp_avg;
-    g.targets[2] = &share.exp_avg_sq;
-    g.moments = moments;
-    for (int k = 0; k < (moments ? 3 : 1); ++k) g.targets[k]->assign(layout.total(), 0.0f);
-    g.seen.assign(layout.total() * 3, 0);
+    g.state = state;
+    g.total = layout.total();
     const model::LoraShape lora = lora_shape(m.lora);
     for (const ManifestFile& f : m.files) {
         if (f.pp < 0) continue;
@@ -281,16 +291,22 @@ CheckpointShare read_share(const std::string& dir, const model::ParamLayout& lay
         if (wanted(writer, f.tp, g)) read_shard(path, f, writer, g, share);
     }
     check_complete(dir, trained_layout(m.shape, lora, 0, 1, {}), g);
+    share.master = std::move(g.values.at(optim::kMaster));
+    g.values.erase(optim::kMaster);
+    share.state = std::move(g.values);
     return share;
 }
 
 void restore_checkpoint(const CheckpointShare& share, Trainer& trainer) {
     const Manifest& m = share.manifest;
-    optim::AdamW::State state;
+    optim::OptimizerState state;
     state.step = m.adam_step;
-    state.master = share.master;
-    state.m = share.exp_avg;
-    state.v = share.exp_avg_sq;
+    state.names.push_back(optim::kMaster);
+    state.values.push_back(share.master);
+    for (const auto& [name, values] : share.state) {
+        state.names.push_back(name);
+        state.values.push_back(values);
+    }
     trainer.restore_optimizer(state);  // collective
     trainer.guard().restore({m.skipped_in_a_row, m.recent_losses, m.recent_grad_norms});
     if (trainer.scaler().dynamic() && m.precision == kernels::name_of(kernels::DType::f16))

@@ -11,6 +11,7 @@
 
 #include <string>
 
+#include "data_parallel/data_parallel.h"
 #include "kernels/device_buffer.h"
 #include "kernels/ops.h"
 #include "parallel/comm.h"
@@ -18,7 +19,7 @@
 
 namespace trident::train {
 
-class FirstSighting {
+class FirstSighting final : public data_parallel::GradientObserver {
 public:
     // `grid`: this rank's (one process: nobody else to name, and nothing is noted). The groups
     // are the trainer's, which together span the grid.
@@ -29,7 +30,7 @@ public:
     void start_step(int step);
     // `count` of this rank's gradients at `grads` are final for the step (before any
     // reduction over other ranks). Plants the test fault TRIDENT_TEST_NAN_GRADIENT.
-    void grads_final(kernels::Ptr grads, std::size_t count);
+    void grads_final(kernels::Ptr grads, std::size_t count) override;
     // The sum of the losses of this rank's own microbatches (the last stage's; 0 elsewhere).
     void own_loss(double loss_sum) { loss_seen_ = !std::isfinite(loss_sum); }
 

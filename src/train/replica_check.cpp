@@ -79,12 +79,12 @@ void flip_a_bit(kernels::Ops& ops, model::Gpt& gpt, const std::string& name) {
     const model::ParamTensor* t = gpt.layout().find(name);
     if (!t) throw Error("TRIDENT_TEST_CORRUPT_REPLICA: no parameter " + name);
     float value = 0;
-    ops.copy_to_host(&value, gpt.params().at(t->offset), 1);
+    ops.copy_to_host(&value, gpt.weights().params().at(t->offset), 1);
     uint32_t bits;
     std::memcpy(&bits, &value, sizeof bits);
     bits ^= 1u << 20;
     std::memcpy(&value, &bits, sizeof bits);
-    ops.copy_from_host(gpt.params().at(t->offset), &value, 1);
+    ops.copy_from_host(gpt.weights().params().at(t->offset), &value, 1);
 }
 
 }  // namespace
@@ -111,15 +111,14 @@ std::string check_replicas(const config::Config& cfg, Trainer& trainer, parallel
         kv.add(gpt.layout(), params, "", kv_replicated);
         if (gpt.frozen()) {
             const std::vector<float> adapters = trainer.local_params();
-            data.add(gpt.trainable_layout(), adapters, "", every);
-            tensor.add(gpt.trainable_layout(), adapters, "", replicated);
+            data.add(gpt.trainable().layout(), adapters, "", every);
+            tensor.add(gpt.trainable().layout(), adapters, "", replicated);
         }
         // The optimizer's state, where every replica holds it whole.
         if (zero_stage == 0) {
-            const optim::AdamW::State s = trainer.optimizer_state();
-            data.add(gpt.trainable_layout(), s.master, "master/", every);
-            data.add(gpt.trainable_layout(), s.m, "exp_avg/", every);
-            data.add(gpt.trainable_layout(), s.v, "exp_avg_sq/", every);
+            const optim::OptimizerState s = trainer.optimizer_state();
+            for (std::size_t k = 0; k < s.names.size(); ++k)
+                data.add(gpt.trainable().layout(), s.values[k], s.names[k] + "/", every);
         }
         found = compare(grid.data_context(), "data-parallel replicas", data, grid.shape(), step);
         const std::string across_tensor =

@@ -24,13 +24,28 @@ namespace {
 constexpr uint64_t kDropoutStream = 0x64726F706F7574ull;  // "dropout"
 
 // The file of this rank's parameter shard under optimizer.offload_params (ZeRO-3, nvme), with
-// room checked for it and the optimizer state's 12 bytes per element of the shard.
+// room checked for it and the optimizer state's (AdamW: 12 bytes) per element of the shard.
 std::unique_ptr<data_parallel::ParamFile> param_file(const config::Config& cfg, kernels::Ops& ops,
                                                      model::Gpt& model, int rank) {
     if (!cfg.optimizer.offload_params) return nullptr;
-    model::FlatBuffer& params = model.params();
-    return std::make_unique<data_parallel::ParamFile>(ops, params, *cfg.optimizer.offload_dir, rank,
-                                                      12ull * params.shard_size());
+    model::FlatBuffer& params = model.weights().params();
+    return std::make_unique<data_parallel::ParamFile>(
+        ops, params, *cfg.optimizer.offload_dir, rank,
+        optim::state_bytes_per_parameter(cfg.training) * params.shard_size());
+}
+
+// The model as the data-parallel module sees it: what trains (every parameter, or a frozen
+// model's adapters) and a frozen model's own parameters.
+data_parallel::ModelBuffers model_buffers(model::Gpt& model) {
+    model::WeightSet& trainable = model.trainable();
+    return {model.units(), trainable.params(), trainable.grads(), trainable.layout().total(),
+            model.frozen() ? &model.weights().params() : nullptr};
+}
+
+data_parallel::DataParallelOptions data_options(const config::ParallelConfig& p) {
+    return {p.zero_stage, static_cast<std::size_t>(p.bucket_size),
+            data_parallel::Overlap{p.overlap_grad_reduce, p.overlap_param_gather},
+            data_parallel::Resharding{p.reshard_after_forward}};
 }
 
 }  // namespace
@@ -45,31 +60,27 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
       data_(grid.data()),
       context_(grid.context()),
       data_context_(grid.data_context()),
-      model_(ops,
-             gpt_options(cfg, grid.coordinates().pp, grid.data_shard().size(),
-                         grid.data_shard().rank()),
-             model::ModelGroups{tensor_, context_, grid.kv_replicas()}),
-      param_file_(param_file(cfg, ops, model_, grid.rank())),
       // The replicas of the weights are the D·C ranks of the data-context group: the
       // gradients are summed and the optimizer state sharded over all of them, as Megatron-Core
       // does; with hybrid sharding, over each run of data_shard of them and summed across the
-      // runs (data_parallel.h). What trains: every parameter, or the adapters of a frozen model
-      // (whose parameters' gathers after the update are too small to overlap with anything).
-      data_parallel_(ops, model_.trainable_layout(), model_.trainable_params(),
-                     model_.trainable_grads(), grid.data_shard(), grid.data_replica(),
-                     cfg.parallel.zero_stage, static_cast<std::size_t>(cfg.parallel.bucket_size),
-                     data_parallel::Overlap{cfg.parallel.overlap_grad_reduce,
-                                            cfg.parallel.overlap_param_gather && !model_.frozen()},
-                     data_parallel::Resharding{cfg.parallel.reshard_after_forward},
-                     param_file_.get()),
-      optimizer_(ops, model_.trainable_layout(), cfg.training, cfg.optimizer, grid.rank(),
-                 data_parallel_, optim::NormGroups{tensor_, pipeline_}, model_.trainable_params(),
-                 model_.trainable_grads()),
+      // runs (data_parallel.h).
+      model_(ops,
+             gpt_options(cfg, grid.coordinates().pp,
+                         data_parallel::buffer_plan(cfg.parallel.zero_stage, grid.data_shard(),
+                                                    cfg.parallel.sharded_accumulation)),
+             model::ModelGroups{tensor_, context_, grid.kv_replicas()}),
+      param_file_(param_file(cfg, ops, model_, grid.rank())),
+      data_parallel_(ops, model_buffers(model_),
+                     data_parallel::DataGroups{grid.data_shard(), grid.data_replica(), embedding_},
+                     data_options(cfg.parallel), param_file_.get()),
+      optimizer_(ops, model_.trainable().layout(), cfg.training, cfg.optimizer, grid.rank(),
+                 data_parallel_, model_.trainable().params(), model_.trainable().grads()),
+      grad_norm_(ops, optimizer_.ranges(), model_.trainable().grads(), data_parallel_,
+                 optim::NormGroups{tensor_, pipeline_}),
       scaler_(cfg.training),
       guard_(cfg.training),
       sighting_(ops, grid, tensor_, pipeline_, data_context_),
       executor_(ops, model_, pipeline_) {
-    model_.set_split_backward(pipeline::splits_backward(cfg.parallel.schedule));
     executor_.set_trace(&trace_);
     model_.set_piece_trace([this](const model::PieceSpan& s) {
         if (!trace_.recording()) return;
@@ -81,72 +92,20 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
             trace_.add(io::SpanKind::tp_gemm, -1, s.block, s.start_us, s.end_us);
     });
     data_parallel_.set_trace(&trace_);
-    data_parallel::DataParallel& dp = data_parallel_;
-    model::Gpt::StepHooks hooks{[this](std::size_t b, std::size_t e) { this->grads_final(b, e); },
-                                [&dp](std::size_t b, std::size_t e) { dp.params_needed(b, e); },
-                                [&dp](std::size_t b, std::size_t e) { dp.params_prefetch(b, e); },
-                                [&dp](std::size_t b, std::size_t e) { dp.params_done(b, e); },
-                                [&dp](std::size_t b, std::size_t e) { dp.grads_needed(b, e); },
-                                {},
-                                {},
-                                {}};
-    // ZeRO-3 shards a frozen model's own parameters too: each unit is gathered for the forward
-    // and the backward and released, as the adapters' are; having no gradients, it is never
-    // reduced.
-    if (model_.frozen() && cfg.parallel.zero_stage == 3) {
-        frozen_units_ = std::make_unique<data_parallel::ZeroUnits>(
-            ops, model_.params(), model_.grads(), grid.data_shard(), false,
-            cfg.parallel.overlap_param_gather && grid.data_shard().size() > 1,
-            cfg.parallel.reshard_after_forward);
-        frozen_units_->set_trace(&trace_);
-        data_parallel::ZeroUnits& base = *frozen_units_;
-        hooks.frozen_needed = [&base](std::size_t b, std::size_t e) { base.params_needed(b, e); };
-        hooks.frozen_prefetch = [&base](std::size_t b, std::size_t e) {
-            base.params_prefetch(b, e);
-        };
-        hooks.frozen_done = [&base](std::size_t b, std::size_t e) { base.params_done(b, e); };
-    }
-    model_.set_hooks(hooks);
+    // The model tells the data-parallel module of its units; it shows the first sighting each
+    // range of gradients before it reduces it.
+    model_.set_listener(&data_parallel_);
+    data_parallel_.observe(&sighting_);
 }
 
 MemoryUse Trainer::memory() const {
     MemoryUse m;
-    m.parameters = model_.params_bytes() + model_.lora_params().bytes();
-    m.gradients = model_.grads_bytes() + model_.lora_grads().bytes();
+    m.parameters = model_.weights().params().bytes() + model_.adapters().params().bytes();
+    m.gradients = model_.weights().grads().bytes() + model_.adapters().grads().bytes();
     m.optimizer = optimizer_.state_bytes();
-    m.activations = model_.activation_bytes();
+    m.activations = model_.activations().bytes;
     m.peak = ops_.peak_allocated_bytes();
     return m;
-}
-
-void Trainer::grads_final(std::size_t begin, std::size_t end) {
-    // Sharded gradients (ZeRO 2 and 3) are whole unit by unit, each in its own allocation.
-    const model::FlatBuffer& grads = model_.trainable_grads();
-    if (!grads.sharded()) {
-        sighting_.grads_final(grads.at(begin), end - begin);
-    } else {
-        const auto [first, last] = grads.units_of(begin, end);
-        for (std::size_t u = first; u < last; ++u) {
-            const std::size_t lo = std::max(begin, grads.units()[u].first),
-                              hi = std::min(end, grads.units()[u].second);
-            if (lo < hi && grads.resident(u)) sighting_.grads_final(grads.at(lo), hi - lo);
-        }
-    }
-    data_parallel_.grads_final(begin, end);
-}
-
-void Trainer::tie_sharded_embedding() {
-    const model::StagePlan& plan = model_.layout().plan();
-    model::FlatBuffer& grads = model_.grads();
-    if (plan.first() == plan.last() || !grads.sharded() || !model_.shape().tied) return;
-    // The first and the last stage hold the same wte unit, split alike over their replicas.
-    const std::size_t u = grads.units_of(model_.layout().wte(), model_.layout().wte() + 1).first;
-    embedding_.all_reduce(grads.shard_part(u), grads.part_size(u));
-}
-
-void Trainer::release_gathered_params() {
-    data_parallel_.release_params();
-    if (frozen_units_) frozen_units_->release_params();
 }
 
 double Trainer::from_last_stage(double loss) {
@@ -194,7 +153,8 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
         return first_sample + static_cast<uint64_t>(mb) * t.micro_batch;
     };
 
-    model_.zero_grads();
+    model_.weights().grads().zero();
+    model_.adapters().grads().zero();
     before_gathers();
     const double loss_sum = executor_.run(
         pipeline::schedule(cfg_.parallel.schedule, plan.stages, plan.chunks, microbatches,
@@ -204,18 +164,10 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
         },
         dloss, true,
         [&](int mb) { return kernels::hash64(t.seed ^ kDropoutStream, first_of(mb)); });
-    release_gathered_params();
+    data_parallel_.release_params();
     after_gathers();
-    // The LM head's copy of wte on the last stage and the embedding's on the first: the
-    // tied weight's gradient is the sum of both, and final then (sharded gradients: summed
-    // on the shards once reduced, tie_sharded_embedding). With the head on the first stage
-    // (ZB-V) both were added there and the embedding group is this rank alone.
-    if (plan.stages > 1 && (plan.first() || plan.last()) && !model_.grads().sharded() &&
-        !model_.frozen() && model_.shape().tied) {
-        const model::ParamTensor* wte = model_.layout().find(model_.layout().wte_name());
-        embedding_.all_reduce(model_.grads().at(wte->offset), wte->numel);
-        grads_final(wte->offset, wte->offset + wte->numel);
-    }
+    // The tied embedding's two copies, on the first stage and on the last (data_parallel.h).
+    data_parallel_.backward_done();
     sighting_.own_loss(loss_sum);
     // The step's loss: the mean of the means of the replicas and context ranks (equal token
     // counts).
@@ -241,10 +193,9 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     data_parallel_.start_step();  // buckets reduce as the backward completes them
     r.loss = accumulate_gradients(step, sample, r.loss_scale);
     data_parallel_.reduce_gradients();
-    tie_sharded_embedding();
     // The norm of the scaled gradients, the same on every rank: inf or NaN everywhere if
     // any gradient overflowed anywhere, so every rank takes the same decision.
-    const double scaled_norm = optimizer_.grad_norm();
+    const double scaled_norm = grad_norm_.norm();
     r.grad_norm = scaled_norm / r.loss_scale;
     r.lr = optim::learning_rate(cfg_.training, step);
     // fp16's overflows are the loss scaler's; every other verdict the guard's.
@@ -259,7 +210,8 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
                   written_before = store ? static_cast<int64_t>(store->bytes_written()) : 0;
     if (!r.skipped) {
         const io::ScopedSpan span(&trace_, io::SpanKind::optimizer, -1, -1);
-        const double factor = optimizer_.clip_factor(r.grad_norm) / r.loss_scale;
+        const double factor =
+            optim::clip_factor(cfg_.training.grad_clip, r.grad_norm) / r.loss_scale;
         data_parallel_.finish_param_gather();  // the previous update's, if the forward left any
         step_optimizer(r.lr, static_cast<float>(factor));
         data_parallel_.gather_updated();
@@ -280,7 +232,7 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     for (const parallel::Comm* data : grid_.data_groups()) r.data_comm += data->stats();
     r.kv_replica_comm = grid_.kv_replicas().stats();
     r.memory = memory();
-    r.activation_sets = model_.activation_sets();
+    r.activation_sets = model_.activations().sets;
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     parallel::first_step_done();
     return r;
@@ -302,7 +254,7 @@ double Trainer::evaluate(const SampleFn& sample, int sequences) {
                             tgt);
         },
         0.0f, false, [](int) { return uint64_t{0}; });
-    release_gathered_params();
+    data_parallel_.release_params();
     after_gathers();
     // The mean of the replicas' and context ranks' means (equal token counts).
     double loss = from_last_stage(loss_sum / microbatches);
@@ -310,57 +262,50 @@ double Trainer::evaluate(const SampleFn& sample, int sequences) {
     return loss / data_context_.size();
 }
 
-std::vector<float> Trainer::local(std::vector<float> (model::Gpt::*to_host)() const,
-                                  const model::FlatBuffer& buffer) {
+std::vector<float> Trainer::local(const model::WeightSet& set, bool grads) {
     data_parallel_.finish_param_gather();
     std::vector<float> host;
-    if (&buffer == &model_.params() && param_file_)
-        agree_on_offload([&] { on_held_shard(false, [&] { host = (model_.*to_host)(); }); });
+    const auto read = [&] { host = grads ? set.grads_to_host() : set.params_to_host(); };
+    if (!grads && &set.params() == &model_.weights().params() && param_file_)
+        agree_on_offload([&] { on_held_shard(false, read); });
     else
-        host = (model_.*to_host)();
+        read();
     // Sharded, each element is on one rank of the shard group and zero on the others.
-    if (buffer.sharded()) grid_.data_shard().all_reduce(host.data(), host.size());
+    if ((grads ? set.grads() : set.params()).sharded())
+        grid_.data_shard().all_reduce(host.data(), host.size());
     return host;
 }
 
 std::vector<float> Trainer::local_params() {
-    if (model_.frozen()) return local(&model::Gpt::lora_to_host, model_.lora_params());
-    return local_model_params();
+    return local(model_.trainable(), false);
 }
 
 std::vector<float> Trainer::local_model_params() {
-    return local(&model::Gpt::params_to_host, model_.params());
+    return local(model_.weights(), false);
 }
 
-std::vector<float> Trainer::gather_full(std::vector<float> (model::Gpt::*to_host)() const,
-                                        const model::FlatBuffer& buffer) {
-    const std::vector<float> local_part = local(to_host, buffer);
-    const bool adapters = &buffer == &model_.lora_params() || &buffer == &model_.lora_grads();
-    std::vector<float> full =
-        adapters ? model_.lora_share_of_full(local_part) : model_.share_of_full(local_part);
+std::vector<float> Trainer::gather_full(const model::WeightSet& set, bool grads) {
+    std::vector<float> full = set.share_of_whole(local(set, grads));
     tensor_.all_reduce(full.data(), full.size());
     pipeline_.all_reduce(full.data(), full.size());
     return full;
 }
 
 std::vector<float> Trainer::full_params() {
-    std::vector<float> full = gather_full(&model::Gpt::params_to_host, model_.params());
+    std::vector<float> full = gather_full(model_.weights(), false);
     if (!model_.frozen()) return full;
-    const std::vector<float> adapters =
-        gather_full(&model::Gpt::lora_to_host, model_.lora_params());
-    const model::GptShape& shape = model_.shape();
-    model::merge_lora(model::ParamLayout(shape), full.data(),
-                      model::ParamLayout::for_lora(shape, model_.lora().shape), adapters.data(),
-                      model_.lora().scale);
+    const std::vector<float> adapters = gather_full(model_.adapters(), false);
+    model::merge_lora(model_.weights().whole(), full.data(), model_.adapters().whole(),
+                      adapters.data(), model_.options().lora.scale);
     return full;
 }
 
 std::vector<float> Trainer::full_lora_grads() {
-    return gather_full(&model::Gpt::lora_grads_to_host, model_.lora_grads());
+    return gather_full(model_.adapters(), true);
 }
 
 std::vector<float> Trainer::full_grads() {
-    return gather_full(&model::Gpt::grads_to_host, model_.grads());
+    return gather_full(model_.weights(), true);
 }
 
 void Trainer::agree_on_offload(const std::function<void()>& work) {
@@ -381,7 +326,7 @@ void Trainer::agree_on_offload(const std::function<void()>& work) {
 void Trainer::before_gathers() {
     if (!param_file_) return;
     agree_on_offload([&] {
-        if (model_.params().shard_held()) param_file_->let_go_shard(false);
+        if (model_.weights().params().shard_held()) param_file_->let_go_shard(false);
         param_file_->check();
     });
 }
@@ -392,7 +337,7 @@ void Trainer::after_gathers() {
 
 void Trainer::on_held_shard(bool changes, const std::function<void()>& work) {
     if (!param_file_) return work();
-    const bool held = model_.params().shard_held();  // not yet moved to the file
+    const bool held = model_.weights().params().shard_held();  // not yet moved to the file
     if (!held) param_file_->hold_shard();
     work();
     if (!held || changes) param_file_->let_go_shard(!changes);
@@ -402,14 +347,14 @@ void Trainer::step_optimizer(double lr, float factor) {
     agree_on_offload([&] { optimizer_.step(lr, factor); });
 }
 
-optim::AdamW::State Trainer::optimizer_state() {
-    optim::AdamW::State state;
+optim::OptimizerState Trainer::optimizer_state() {
+    optim::OptimizerState state;
     // Before the first update the master weights are the parameters (ZeRO-3: the shard).
     agree_on_offload([&] { on_held_shard(false, [&] { state = optimizer_.state(); }); });
     return state;
 }
 
-void Trainer::restore_optimizer(const optim::AdamW::State& state) {
+void Trainer::restore_optimizer(const optim::OptimizerState& state) {
     data_parallel_.finish_param_gather();
     agree_on_offload([&] {
         on_held_shard(true, [&] {

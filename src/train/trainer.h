@@ -14,8 +14,9 @@
 #include "data_parallel/data_parallel.h"
 #include "kernels/ops.h"
 #include "model/gpt.h"
-#include "optim/adamw.h"
+#include "optim/clipping.h"
 #include "optim/loss_scaler.h"
+#include "optim/update.h"
 #include "parallel/grid.h"
 #include "pipeline/executor.h"
 #include "train/first_sighting.h"
@@ -30,7 +31,8 @@ using SampleFn =
 // Bytes this rank holds, as the allocator counts them.
 struct MemoryUse {
     std::size_t parameters = 0, gradients = 0;  // the stage's flat buffers (padded)
-    std::size_t optimizer = 0;    // fp32 master weights, Adam's m and v: 12 bytes / param / D
+    std::size_t optimizer = 0;    // fp32 master weights and the optimizer's state (AdamW: 12
+                                  // bytes / param / D)
     std::size_t activations = 0;  // the activation sets of the microbatches in flight, at most
     std::size_t peak = 0;         // everything allocated, at most
 };
@@ -67,22 +69,22 @@ public:
 
     model::Gpt& model() { return model_; }
     kernels::Ops& ops() { return ops_; }
-    optim::AdamW& optimizer() { return optimizer_; }
+    optim::Updater& optimizer() { return optimizer_; }
     data_parallel::DataParallel& data_parallel() { return data_parallel_; }
     // The optimizer's state from a checkpoint, and the parameters its master weights give,
     // made whole on every replica; collective over the data group.
-    void restore_optimizer(const optim::AdamW::State& state);
-    // This rank's optimizer state (optim::AdamW::state()). Collective where the state is in
+    void restore_optimizer(const optim::OptimizerState& state);
+    // This rank's optimizer state (optim::Updater::state()). Collective where the state is in
     // files: a failed read on any rank stops every rank with it (TrainingStopped).
-    optim::AdamW::State optimizer_state();
+    optim::OptimizerState optimizer_state();
 
     optim::LossScaler& scaler() { return scaler_; }
     StepGuard& guard() { return guard_; }
 
     // Step `step` (0-based): forward and backward over every microbatch of the global batch
     // (samples step*B ... step*B + B - 1) in the configured pipeline schedule, clipping,
-    // AdamW; or, where the gradients are not finite, no update (fp16: the loss scale
-    // halves; bf16/fp32: as training.nonfinite says), nor where the step is a spike
+    // the optimizer's update; or, where the gradients are not finite, no update (fp16: the loss
+    // scale halves; bf16/fp32: as training.nonfinite says), nor where the step is a spike
     // (training.skip_spikes). Every rank returns the same figures. Throws TrainingStopped
     // (train/step_guard.h) on every rank alike where training is to stop.
     StepResult step(int step, const SampleFn& sample);
@@ -118,22 +120,11 @@ public:
     void write_trace(const std::string& path);
 
 private:
-    // This rank's parameters or gradients (once the parameters' gather has finished), whole
-    // (summed over the data group when `buffer` is sharded), and put together with every
-    // other rank's.
-    std::vector<float> local(std::vector<float> (model::Gpt::*to_host)() const,
-                             const model::FlatBuffer& buffer);
-    std::vector<float> gather_full(std::vector<float> (model::Gpt::*to_host)() const,
-                                   const model::FlatBuffer& buffer);
-    // Gradients [begin, end) of the trainable buffer are final: noted, then handed to the
-    // optimizer (StepHooks::grads_final).
-    void grads_final(std::size_t begin, std::size_t end);
-    // Sharded gradients on a pipeline: the tied wte's two copies summed, over the embedding
-    // group, on each replica's part of it (once the reduction has filled the shards).
-    void tie_sharded_embedding();
-    // After a run of the schedule: the units ZeRO-3 kept gathered (the model's, or a frozen
-    // model's base and adapters) released.
-    void release_gathered_params();
+    // This rank's parameters or gradients (once the parameters' gather has finished) of `set`,
+    // whole (summed over the data group when its buffer is sharded), and put together with
+    // every other rank's.
+    std::vector<float> local(const model::WeightSet& set, bool grads);
+    std::vector<float> gather_full(const model::WeightSet& set, bool grads);
     // The loss of the stage with the LM head (the last; ZB-V's first), given to every stage.
     double from_last_stage(double loss);
     // `work` on the optimizer; with the state in files, a failed read or write on any rank
@@ -168,10 +159,8 @@ private:
     // ZeRO-3's parameter shard's file (optimizer.offload_params), or null.
     std::unique_ptr<data_parallel::ParamFile> param_file_;
     data_parallel::DataParallel data_parallel_;
-    // A frozen model's own parameters at ZeRO-3: gathered unit by unit (the base of its
-    // adapters is sharded too); null otherwise.
-    std::unique_ptr<data_parallel::ZeroUnits> frozen_units_;
-    optim::AdamW optimizer_;
+    optim::Updater optimizer_;
+    optim::GradNorm grad_norm_;
     optim::LossScaler scaler_;
     StepGuard guard_;
     FirstSighting sighting_;

@@ -47,14 +47,14 @@ struct Run {
 
 Run train_steps(kernels::Ops& ops, const config::Config& cfg, int steps) {
     train::Trainer trainer(cfg, ops, test::solo_grid());
-    trainer.model().init_random(cfg.training.seed, 0.02f);
+    model::init_random(trainer.model().weights(), cfg.training.seed, 0.02f);
     Run run;
     for (int s = 0; s < steps; ++s) {
         const train::StepResult r = trainer.step(s, kRandomTokens);
         run.losses.push_back(r.loss);
         run.norms.push_back(r.grad_norm);
     }
-    run.params = trainer.model().params_to_host();
+    run.params = trainer.model().weights().params_to_host();
     return run;
 }
 

@@ -553,7 +553,7 @@ TEST_CASE("fp16 overflow: every rank of the grid skips the same steps and halves
         "overflow.yaml");
     auto ops = trident::kernels::make_cpu_ops(1);
     trident::train::Trainer trainer(cfg, *ops, grid);
-    trainer.model().init_random(cfg.training.seed, 0.02f);
+    trident::model::init_random(trainer.model().weights(), cfg.training.seed, 0.02f);
     const trident::train::SampleFn tokens = [](uint64_t k, std::span<int32_t> in,
                                                std::span<int32_t> tgt) {
         for (std::size_t i = 0; i < in.size(); ++i) {

@@ -32,7 +32,7 @@ using namespace trident;
 // Tensors every tensor-parallel rank holds whole (LayerNorms, row-parallel biases, wpe) must
 // have bitwise the same gradient on every rank, or the replicas would drift apart.
 static void check_replicated_gradients(model::Gpt& gpt, parallel::Comm& tensor) {
-    const std::vector<float> local = gpt.grads_to_host();
+    const std::vector<float> local = gpt.weights().grads_to_host();
     std::vector<float> all(local.size() * static_cast<std::size_t>(tensor.size()));
     tensor.all_gather(local.data(), all.data(), local.size());
     for (const model::ParamTensor& t : gpt.layout().tensors()) {
@@ -62,26 +62,24 @@ static void dump(const config::Config& cfg, parallel::Grid& grid, const std::str
     // Each context rank holds its tokens' part of the gradients: training sums them over the
     // data-context group, here (one replica) over the context group.
     model::Gpt& gpt = trainer.model();
-    model::FlatBuffer& local = gpt.trainable_grads();
+    model::FlatBuffer& local = gpt.trainable().grads();
     grid.context().all_reduce(local.at(0), local.size());
     if (!gpt.frozen()) check_replicated_gradients(gpt, grid.tensor());
     const std::vector<float> grads =
         gpt.frozen() ? trainer.full_lora_grads() : trainer.full_grads();  // collective
     if (grid.rank() != 0) return;
     model::HfTensors out;
-    const model::GptShape& shape = gpt.shape();
+    const model::GptShape& shape = gpt.layout().shape();
     // Our names where Hugging Face's family has no such model (another model.mlp).
     const bool ours = gpt.frozen() || shape.mlp != model::default_mlp(shape.arch);
-    const model::ParamLayout whole = gpt.frozen()
-                                         ? model::ParamLayout::for_lora(shape, gpt.lora().shape)
-                                         : model::ParamLayout(shape);
+    const model::ParamLayout& whole = gpt.trainable().whole();
     if (ours)
         for (const model::ParamTensor& t : whole.tensors())
             out.tensors.push_back({t.name, t.full_shape, grads.data() + t.offset});
     else if (shape.arch == model::Arch::llama)
-        out.tensors = model::to_hf_llama_tensors(model::ParamLayout(gpt.shape()), grads.data());
+        out.tensors = model::to_hf_llama_tensors(gpt.weights().whole(), grads.data());
     else
-        out = model::to_hf_tensors(model::ParamLayout(gpt.shape()), grads.data());
+        out = model::to_hf_tensors(gpt.weights().whole(), grads.data());
     const float loss_f = static_cast<float>(loss);
     out.tensors.push_back({"loss", {1}, &loss_f});
     io::write_safetensors(output, out.tensors);

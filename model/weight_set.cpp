@@ -1,12 +1,14 @@
-// The GPT model's parameters and adapters on the host: initialisation, loading, and this
-// rank's share of the whole model (see model/gpt.h).
+// Weights on the host: initialisation, loading, and this rank's share of the whole model (see
+// weight_set.h).
+#include "model/weight_set.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "kernels/error.h"
 #include "kernels/random.h"
-#include "model/gpt.h"
 
 namespace trident::model {
 
@@ -42,68 +44,50 @@ void init_tensor(const ParamLayout& whole, std::size_t ti, uint64_t seed, float 
 
 }  // namespace
 
-void Gpt::init_random(uint64_t seed, float init_std) {
+void init_random(WeightSet& weights, uint64_t seed, float init_std) {
     // Tensor by tensor: each of this rank's tensors made whole, as the whole model's
     // initialisation makes it (its own seed, whatever the layout), and its slice kept, so the
     // host holds one whole tensor at a time beside this rank's share, not the whole model.
-    const ParamLayout whole(layout_.shape());
-    std::vector<float> local(layout_.total(), 0.0f), tensor;
-    for (const ParamTensor& t : layout_.tensors()) {
+    const ParamLayout& layout = weights.layout();
+    const ParamLayout& whole = weights.whole();
+    std::vector<float> local(layout.total(), 0.0f), tensor;
+    for (const ParamTensor& t : layout.tensors()) {
         const ParamTensor* w = whole.find(t.name);
         tensor.assign(w->numel, 0.0f);
         init_tensor(whole, static_cast<std::size_t>(w - whole.tensors().data()), seed, init_std,
                     tensor.data());
-        for_each_slice_run(t, layout_.tensor_rank(),
+        for_each_slice_run(t, layout.tensor_rank(),
                            [&](std::size_t at, std::size_t from, std::size_t n) {
                                std::copy_n(tensor.data() + from, n, local.data() + t.offset + at);
                            });
     }
-    load_params(local);
+    weights.load(local);
 }
 
-void Gpt::load_params(const std::vector<float>& local) {
-    weights_.params.from_host(local);
+WeightSet::WeightSet(const ParamLayout& layout, ParamLayout whole, FlatBuffer& params,
+                     FlatBuffer& grads)
+    : layout_(&layout), whole_(std::move(whole)), params_(&params), grads_(&grads) {}
+
+void WeightSet::load(const std::vector<float>& local) {
+    params_->from_host(local);
 }
 
-void Gpt::load_full_params(const std::vector<float>& full) {
-    std::vector<float> local(layout_.total());
-    shard_params(ParamLayout(layout_.shape()), full.data(), layout_, local.data());
-    load_params(local);
+void WeightSet::load_whole(const std::vector<float>& whole) {
+    std::vector<float> local(layout_->total());
+    shard_params(whole_, whole.data(), *layout_, local.data());
+    load(local);
 }
 
-std::vector<float> Gpt::params_to_host() const {
-    return host_copy(weights_.params, layout_);
+std::vector<float> WeightSet::params_to_host() const {
+    return host_copy(*params_, *layout_);
 }
 
-std::vector<float> Gpt::grads_to_host() const {
-    return host_copy(weights_.grads, layout_);
+std::vector<float> WeightSet::grads_to_host() const {
+    return host_copy(*grads_, *layout_);
 }
 
-std::vector<float> Gpt::share_of_full(const std::vector<float>& local) const {
-    return share_of_whole(layout_, local, ParamLayout(layout_.shape()));
-}
-
-std::vector<float> Gpt::lora_to_host() const {
-    return host_copy(weights_.lora_params, lora_layout_);
-}
-
-std::vector<float> Gpt::lora_grads_to_host() const {
-    return host_copy(weights_.lora_grads, lora_layout_);
-}
-
-void Gpt::load_lora(const std::vector<float>& local) {
-    weights_.lora_params.from_host(local);
-}
-
-void Gpt::load_full_lora(const std::vector<float>& full) {
-    std::vector<float> local(lora_layout_.total());
-    shard_params(ParamLayout::for_lora(shape(), lora().shape), full.data(), lora_layout_,
-                 local.data());
-    load_lora(local);
-}
-
-std::vector<float> Gpt::lora_share_of_full(const std::vector<float>& local) const {
-    return share_of_whole(lora_layout_, local, ParamLayout::for_lora(shape(), lora().shape));
+std::vector<float> WeightSet::share_of_whole(const std::vector<float>& local) const {
+    return model::share_of_whole(*layout_, local, whole_);
 }
 
 }  // namespace trident::model

@@ -1,0 +1,78 @@
+// The optimizer interface: an algorithm that updates parameters from their gradients and keeps
+// per-parameter state under names (torchtitan's OptimizersContainer is the model: any optimizer
+// behind one state protocol, which checkpoints save and reshard without knowing the algorithm).
+//
+// It is apart from what surrounds every update (optim/update.h): the fp32 master weights and
+// their rounding into the model's parameters, where the state lives (on the device, in host
+// memory, in a file: optim/placement.h), the global gradient norm and clipping
+// (optim/clipping.h). An algorithm sees segments: runs of owned parameters of one group (decayed
+// or not), each with its master weights, its named state arrays and its gradients, on the device
+// (update, through the op set's element kernels) or in host memory (update_host). AdamW
+// (optim/adamw.h) is one implementation; an algorithm with state of its own (Muon's momentum,
+// GaLore's projected moments) names it in state_names, and checkpoints save, load and reshard it
+// as they do Adam's moments.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "kernels/ops.h"
+
+namespace trident::optim {
+
+// What every segment of one update shares.
+struct Hyper {
+    float lr = 0;          // this update's learning rate
+    int step = 0;          // the update's number, 1-based
+    float grad_scale = 1;  // the gradients' factor: fp16's unscaling and clipping in one
+};
+
+inline constexpr std::size_t kMaxStates = 3;  // state arrays an algorithm may keep per parameter
+
+// A run of owned parameters of one group, updated alike: their fp32 master weights and state
+// arrays (in state_names' order), `count` each; their gradients; and where the updated weights
+// go, rounded to the parameters' type (null: nowhere).
+struct Segment {
+    float* master = nullptr;
+    std::array<float*, kMaxStates> state{};
+    kernels::ConstPtr grads;
+    kernels::Ptr params;
+    std::size_t count = 0;
+    float weight_decay = 0;  // its group's: matrices and embeddings decay, the rest not
+};
+
+class Optimizer {
+public:
+    virtual ~Optimizer() = default;
+    virtual const char* name() const = 0;
+    // The state it keeps per parameter beside the master weights, by name ("exp_avg",
+    // "exp_avg_sq"): the names checkpoints hold them under.
+    virtual const std::vector<std::string>& state_names() const = 0;
+    // A segment's update on the device.
+    virtual void update(kernels::Ops& ops, const Segment& s, const Hyper& h) const = 0;
+    // Elements [begin, end) of a segment in host memory (optimizer.offload: host), its
+    // gradients `grads` fp32 there too, on the calling thread; params unused.
+    virtual void update_host(const Segment& s, const float* grads, const Hyper& h,
+                             std::size_t begin, std::size_t end) const = 0;
+};
+
+// The optimizer the config asks for (AdamW: training.beta1, beta2, eps).
+std::unique_ptr<Optimizer> make_optimizer(const config::TrainingConfig& t);
+
+// The name the fp32 master weights are kept under beside an optimizer's state.
+inline constexpr const char* kMaster = "master";
+
+// A rank's optimizer state on the host, as checkpoints keep it: for each name (kMaster, then
+// the optimizer's state_names) a vector of the buffer's size holding the elements this rank
+// owns (zero elsewhere); and the updates taken.
+struct OptimizerState {
+    int step = 0;
+    std::vector<std::string> names;
+    std::vector<std::vector<float>> values;  // per name
+};
+
+}  // namespace trident::optim

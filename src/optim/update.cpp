@@ -1,0 +1,161 @@
+// The update of this rank's owned parts, and the state kept on the device (see update.h; the
+// state off the device is offload_update.cpp's).
+#include "optim/update.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "kernels/device_buffer.h"
+#include "kernels/error.h"
+
+namespace trident::optim {
+
+using data_parallel::OwnedPart;
+
+Segment UpdateScope::segment(const OwnedRange& r, float* const* arrays, std::size_t at,
+                             kernels::Ptr params) const {
+    Segment s;
+    s.master = arrays[0] + at;
+    for (std::size_t a = 1; a < this->arrays; ++a) s.state[a - 1] = arrays[a] + at;
+    s.grads = grads.owned(r.offset);
+    s.params = params;
+    s.count = r.count;
+    s.weight_decay = r.decay ? weight_decay : 0.0f;
+    return s;
+}
+
+namespace {
+
+// The state of what this rank owns on the device, whole: one buffer per array, in the owned
+// parts' order.
+class DevicePlacement final : public Placement {
+public:
+    explicit DevicePlacement(UpdateScope& scope) : scope_(scope) {
+        const std::size_t owned = scope.data_parallel.owned_count();
+        for (std::size_t a = 0; a < scope.arrays; ++a) {
+            arrays_.emplace_back(scope.ops, owned);
+            pointers_.push_back(arrays_.back().f32());
+        }
+    }
+
+    void update(const Hyper& h, bool first) override {
+        const auto& owned = scope_.data_parallel.owned();
+        if (first)
+            for (const OwnedPart& o : owned)
+                scope_.ops.convert(arrays_[0].data() + o.state, scope_.params.owned(o.offset),
+                                   o.count);
+        // Each range's update also rounds its master weights into the parameters.
+        for (const OwnedRange& r : scope_.ranges)
+            if (r.trains)
+                scope_.optimizer.update(
+                    scope_.ops,
+                    scope_.segment(r, pointers_.data(), r.state, scope_.params.owned(r.offset)), h);
+    }
+
+    void params_from_master() override {
+        for (const OwnedPart& o : scope_.data_parallel.owned())
+            scope_.ops.convert(scope_.params.owned(o.offset), arrays_[0].data() + o.state, o.count);
+    }
+
+    void read(OptimizerState& s, bool first) const override {
+        for (const OwnedPart& o : scope_.data_parallel.owned())
+            for (std::size_t a = 0; a < arrays_.size(); ++a) {
+                float* to = s.values[a].data() + o.offset;
+                if (a == 0 && first)
+                    scope_.ops.copy_to_host(to, scope_.params.owned(o.offset), o.count);
+                else
+                    scope_.ops.copy_to_host(to, arrays_[a].data() + o.state, o.count);
+            }
+    }
+
+    void write(const OptimizerState& s) override {
+        for (const OwnedPart& o : scope_.data_parallel.owned())
+            for (std::size_t a = 0; a < arrays_.size(); ++a)
+                scope_.ops.copy_from_host(arrays_[a].data() + o.state,
+                                          s.values[a].data() + o.offset, o.count);
+    }
+
+private:
+    UpdateScope& scope_;
+    std::vector<kernels::DeviceBuffer> arrays_;  // (owned) fp32 each: master, then the state
+    std::vector<float*> pointers_;
+};
+
+}  // namespace
+
+std::unique_ptr<Placement> device_placement(UpdateScope& scope) {
+    return std::make_unique<DevicePlacement>(scope);
+}
+
+Updater::Updater(kernels::Ops& ops, const model::ParamLayout& layout,
+                 const config::TrainingConfig& cfg, const config::OptimizerConfig& offload,
+                 int rank, const data_parallel::DataParallel& data_parallel,
+                 model::FlatBuffer& params, model::FlatBuffer& grads)
+    : optimizer_(make_optimizer(cfg)),
+      scope_{ops,
+             data_parallel,
+             owned_ranges(layout, data_parallel.owned()),
+             params,
+             grads,
+             *optimizer_,
+             static_cast<float>(cfg.weight_decay),
+             1 + optimizer_->state_names().size()},
+      size_(grads.size()) {
+    const std::size_t allocated_before = ops.allocated_bytes();
+    const auto chunk = static_cast<std::size_t>(offload.offload_chunk);
+    if (offload.offload == config::Offload::nvme)
+        placement_ = file_placement(scope_, *offload.offload_dir, rank, chunk);
+    else if (offload.offload == config::Offload::host)
+        placement_ = host_placement(
+            scope_, chunk,
+            cfg.threads > 0 ? cfg.threads
+                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
+    else
+        placement_ = device_placement(scope_);
+    state_bytes_ = ops.allocated_bytes() - allocated_before;
+}
+
+void Updater::step(double lr, float grad_scale) {
+    const bool first = step_ == 0;
+    ++step_;
+    placement_->update(Hyper{static_cast<float>(lr), step_, grad_scale}, first);
+}
+
+void Updater::params_from_master() {
+    placement_->params_from_master();
+}
+
+OptimizerState Updater::empty_state() const {
+    OptimizerState s;
+    s.step = step_;
+    s.names.push_back(kMaster);
+    for (const std::string& name : optimizer_->state_names()) s.names.push_back(name);
+    s.values.assign(s.names.size(), std::vector<float>(size_, 0.0f));
+    return s;
+}
+
+OptimizerState Updater::state() const {
+    OptimizerState s = empty_state();
+    placement_->read(s, step_ == 0);
+    return s;
+}
+
+void Updater::restore(const OptimizerState& state) {
+    // The arrays in this optimizer's order, by name.
+    OptimizerState ordered = empty_state();
+    for (std::size_t a = 0; a < ordered.names.size(); ++a) {
+        const auto it = std::find(state.names.begin(), state.names.end(), ordered.names[a]);
+        if (it == state.names.end())
+            throw Error("the checkpoint holds no \"" + ordered.names[a] + "\" of this run's " +
+                        optimizer_->name() + " (it was written by another optimizer)");
+        ordered.values[a] = state.values[static_cast<std::size_t>(it - state.names.begin())];
+    }
+    placement_->write(ordered);
+    step_ = state.step;
+}
+
+std::size_t state_bytes_per_parameter(const config::TrainingConfig& t) {
+    return (1 + make_optimizer(t)->state_names().size()) * sizeof(float);
+}
+
+}  // namespace trident::optim

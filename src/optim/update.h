@@ -1,0 +1,122 @@
+// One update of the parts of the model's trainable buffers this rank owns
+// (data_parallel/data_parallel.h decides which): the optimizer's step (optim/optimizer.h) on
+// their fp32 master weights and its state, wherever those live, and the parameters rounded from
+// the master weights.
+//
+// The master weights are taken from the parameters at the first update (so the model may be
+// initialised or loaded until then), and each update rounds them, in the same pass, into the
+// parameters (16-bit or fp32); the data-parallel part then makes them whole on every replica.
+// Where the state lives is a placement (optim/placement.h), usable by any optimizer:
+// - on the device (optimizer.offload: none): the master weights and the optimizer's state
+//   arrays of what this rank owns (AdamW: 12 bytes per owned parameter);
+// - in a file (nvme; optim/offload_store.h), streamed chunk by chunk through a device buffer of
+//   one chunk: the same update, element by element, so the same bits. With ZeRO-3's parameter
+//   shard in a file too (optimizer.offload_params, data_parallel/param_file.h), each chunk's
+//   updated parameters are rounded into a device buffer of one chunk and written to that file
+//   (the first update reads them from it first, to take the master weights);
+// - in host memory (host; optim/host_store.h), the update run there on host threads through the
+//   optimizer's host loop: each chunk's gradients come down, the updated master weights go back
+//   up rounded to the parameters' type.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "config/config.h"
+#include "data_parallel/data_parallel.h"
+#include "kernels/ops.h"
+#include "model/flat_buffer.h"
+#include "model/param_layout.h"
+#include "optim/offload_store.h"
+#include "optim/optimizer.h"
+#include "optim/owned_ranges.h"
+
+namespace trident::optim {
+
+// What an update works on, whatever holds the state.
+struct UpdateScope {
+    kernels::Ops& ops;
+    const data_parallel::DataParallel& data_parallel;
+    std::vector<OwnedRange> ranges;  // what this rank owns, in buffer order
+    model::FlatBuffer& params;
+    model::FlatBuffer& grads;
+    const Optimizer& optimizer;
+    float weight_decay = 0;  // training.weight_decay, on the decayed group
+    std::size_t arrays = 1;  // per parameter: the master weights and the optimizer's state
+
+    // Range r's parameters as the optimizer sees them, its arrays `arrays` (master, state...)
+    // from `at`, its gradients where they are in the buffer, its updated weights to `params`.
+    Segment segment(const OwnedRange& r, float* const* arrays, std::size_t at,
+                    kernels::Ptr params) const;
+};
+
+// Where the state lives, and how an update reaches it (see the top of this file).
+class Placement {
+public:
+    virtual ~Placement() = default;
+    // One update with `h`; `first`: the master weights are taken from the parameters first.
+    virtual void update(const Hyper& h, bool first) = 0;
+    // The owned parameters as the master weights give them, rounded to their type.
+    virtual void params_from_master() = 0;
+    // The state into `s` (its values the buffer's size; before the first update, `first`, the
+    // master weights are the parameters), and back.
+    virtual void read(OptimizerState& s, bool first) const = 0;
+    virtual void write(const OptimizerState& s) = 0;
+    // The state's file (nvme), or null.
+    virtual const OffloadStore* file() const { return nullptr; }
+};
+
+std::unique_ptr<Placement> device_placement(UpdateScope& scope);
+std::unique_ptr<Placement> host_placement(UpdateScope& scope, std::size_t chunk, int threads);
+std::unique_ptr<Placement> file_placement(UpdateScope& scope, const std::string& dir, int rank,
+                                          std::size_t chunk);
+
+class Updater {
+public:
+    // `params` and `grads`: the model's trainable buffers, the parts `data_parallel` says this
+    // rank owns updated. `offload` says where the state lives; `rank` (the world rank) names
+    // this rank's state file.
+    Updater(kernels::Ops& ops, const model::ParamLayout& layout, const config::TrainingConfig& cfg,
+            const config::OptimizerConfig& offload, int rank,
+            const data_parallel::DataParallel& data_parallel, model::FlatBuffer& params,
+            model::FlatBuffer& grads);
+
+    const Optimizer& optimizer() const { return *optimizer_; }
+    const std::vector<OwnedRange>& ranges() const { return scope_.ranges; }
+    // One update with learning rate lr on the gradients times grad_scale (unscaling and
+    // clipping) of what this rank owns: its master weights, rounded into its parameters.
+    // Advances the step count. The parameters' gather of the last update must have finished.
+    void step(double lr, float grad_scale);
+    int steps_taken() const { return step_; }
+    // What a checkpoint keeps (OptimizerState). Before the first update the master weights are
+    // the parameters, as step 1 takes them. The parameters' gather must have finished.
+    OptimizerState state() const;
+    // The reverse, from a state of this buffer layout (only the owned elements are read; every
+    // name the optimizer keeps must be there); the next update continues from it.
+    void restore(const OptimizerState& state);
+    // The parameters this rank owns as an update leaves them: its master weights, rounded to
+    // the parameters' type (the data-parallel part then gathers them).
+    void params_from_master();
+    // Bytes of optimizer state this rank holds on the device, as the allocator counted them.
+    std::size_t state_bytes() const { return state_bytes_; }
+    // The state's file (optimizer.offload: nvme), or null.
+    const OffloadStore* store() const { return placement_->file(); }
+
+private:
+    // The state's names, in this optimizer's order, their values zero.
+    OptimizerState empty_state() const;
+
+    std::unique_ptr<Optimizer> optimizer_;
+    UpdateScope scope_;
+    std::unique_ptr<Placement> placement_;
+    std::size_t size_;  // elements in the buffers
+    std::size_t state_bytes_ = 0;
+    int step_ = 0;  // the master weights are taken from the parameters before step 1
+};
+
+// Bytes of optimizer state per owned parameter (the master weights and the optimizer's
+// arrays, fp32), for a config's optimizer: what a state file needs room for.
+std::size_t state_bytes_per_parameter(const config::TrainingConfig& t);
+
+}  // namespace trident::optim
