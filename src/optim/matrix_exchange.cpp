@@ -16,7 +16,7 @@ constexpr int kTag = 4601;  // the exchanges' point-to-point messages
 MatrixExchange::MatrixExchange(const model::ParamLayout& layout,
                                const data_parallel::DataParallel& data_parallel,
                                parallel::Comm& tensor)
-    : layout_(layout), data_parallel_(data_parallel), tensor_(tensor) {
+    : data_parallel_(data_parallel), tensor_(tensor) {
     for (const model::ParamTensor& t : layout.tensors())
         if (is_layer_matrix(layout, t)) matrices_.push_back(&t);
 }
@@ -98,13 +98,13 @@ void MatrixExchange::step_whole(const Optimizer& optimizer, const model::ParamTe
 
 void MatrixExchange::step(const Optimizer& optimizer, float* pieces) const {
     parallel::Comm& shard = data_parallel_.group();
-    const int shards = shard.size(), tensors = tensor_.size();
+    const auto shards = static_cast<std::size_t>(shard.size());
+    const auto tensors = static_cast<std::size_t>(tensor_.size());
     const bool sharded = data_parallel_.zero_stage() >= 1;
     for (std::size_t k = 0; k < matrices_.size(); ++k) {
         const model::ParamTensor& t = *matrices_[k];
-        const int shard_owner = static_cast<int>(k % static_cast<std::size_t>(shards));
-        const int tensor_owner = static_cast<int>((k / static_cast<std::size_t>(shards)) %
-                                                  static_cast<std::size_t>(tensors));
+        const auto shard_owner = static_cast<int>(k % shards);
+        const auto tensor_owner = static_cast<int>(k / shards % tensors);
         std::vector<float> slice(t.numel);
         gather_owned(t, pieces, slice.data());
         if (sharded && shards > 1) sum_slices(slice, shard_owner);

@@ -44,7 +44,6 @@ private:
     void step_whole(const Optimizer& optimizer, const model::ParamTensor& t,
                     std::vector<float>& slice, int owner) const;
 
-    const model::ParamLayout& layout_;
     const data_parallel::DataParallel& data_parallel_;
     parallel::Comm& tensor_;
     std::vector<const model::ParamTensor*> matrices_;

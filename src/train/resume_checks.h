@@ -1,9 +1,10 @@
 // What a resume changes of the run it continues, found before the first step: config fields
 // that change which samples each step draws (training.seed, training.global_batch: refused
 // unless checkpoint.allow_order_change), the optimizer (optimizer.name: refused unless
-// checkpoint.allow_optimizer_change and the checkpoint's was AdamW), the schedule's length (training.steps: said, since
-// the learning rate's warmup and decay are laid out over it), and checkpoints of later steps
-// than the one resumed that the resumed run's first save deletes (checkpoint.h): said.
+// checkpoint.allow_optimizer_change and the checkpoint's was AdamW), the schedule's length
+// (training.steps: said, since the learning rate's warmup and decay are laid out over it), and
+// checkpoints of later steps than the one resumed that the resumed run's first save deletes
+// (checkpoint.h): said.
 #pragma once
 
 #include <string>

@@ -8,7 +8,8 @@ and on every layout family:
    torch.optim.AdamW; losses within 1e-5 relative, step by step; once with Moonlight's scale
    and Nesterov, once with the spectral scale and plain momentum;
 2. the losses of 10 training steps on every layout family (layout_families.py), bf16 with fp32
-   master weights on D=2 and M=2, and a 2 x 2 x 2 x 1 grid, each within 1e-5 of one process's;
+   master weights on D=2 and M=2, a 2 x 2 x 2 x 1 grid, and llama (k and v replicated over
+   M = 2; ZeRO-3), each within 1e-5 of one process's;
 3. checkpoints: one process's step-5 checkpoint resumed on M=2 x D=2 (ZeRO-1) gives the
    uninterrupted run's losses within 1e-5 and, at step 10, its master weights, momentum and
    Adam moments element by element (checkpoint_compare.py, relative to each tensor's largest
@@ -197,6 +198,10 @@ def main():
         grid = [("P=2 M=2 D=2 ZeRO-1", 8, ["parallel.pipeline=2", "parallel.tensor=2",
                                            "parallel.data=2", "parallel.zero_stage=1"])]
         check_families(trident, muon, tmp, "muon", one, families=grid)
+        # Llama's seven matrices, k and v replicated over M = 2 (one key/value head).
+        llama = tiny_run(tmp, ["optimizer.name=muon", "model.arch=llama", "model.kv_heads=1",
+                               "model.tie_embeddings=false"])
+        check_families(trident, llama, tmp, "muon llama", families=by_name("M=2", "D=2 ZeRO-3"))
         checkpoints(trident, muon, tmp, one)
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
