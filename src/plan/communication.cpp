@@ -46,7 +46,7 @@ void tensor_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks,
     const double NC = static_cast<double>(d.N) * d.H, RC = static_cast<double>(d.R) * d.H;
     if (d.sequence_parallel) {
         // With tp_overlap the split linears' (all but the embedding's) go in M pieces.
-        const int pieces = d.tp_overlap ? d.tensor_size : 1;
+        const int pieces = d.tp_overlap ? d.M : 1;
         const int64_t whole = d.tp_overlap ? embeds : 0;
         add(g, CommKind::reduce_scatter, m * (reductions - whole), NC, act, true, pieces);
         add(g, CommKind::all_gather, m * (gathers - whole), RC, act, true, pieces);
@@ -127,7 +127,7 @@ void sharded_data_traffic(const PlanInputs& in, int stage, GroupTraffic& g,
 void context_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks, GroupTraffic& g) {
     const config::Config& cfg = in.cfg;
     const model::Dims d = config::rank_dims(cfg);
-    const int64_t m = cfg.derived.grad_accum_steps, C = d.context_size;
+    const int64_t m = cfg.derived.grad_accum_steps, C = d.C;
     int64_t layers = 0;
     for (const ChunkShape& c : chunks) layers += c.layers;
     const int64_t forwards = cfg.training.recompute == config::Recompute::full ? 2 : 1;

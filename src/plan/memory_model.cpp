@@ -35,7 +35,7 @@ model::StageParts stage_parts(const config::Config& cfg, const model::ParamLayou
 // probabilities' gradient, as large as what attention keeps (kernels::cpu_attention_saved).
 int64_t attention_workspace_bytes(const model::Dims& d) {
     if (d.ring()) return 0;
-    const int heads = d.ulysses() ? d.heads / d.context_size : d.heads;
+    const int heads = d.ulysses() ? d.heads / d.C : d.heads;
     const kernels::Ops::AttentionSaved w =
         kernels::cpu_attention_saved(d.B, heads, d.seq_len, d.act);
     return static_cast<int64_t>(w.count * kernels::size_of(w.dtype));

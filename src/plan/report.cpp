@@ -366,8 +366,8 @@ io::JsonLine stage_json(const Plan& plan, const StageMemory& s) {
     io::JsonLine st;
     st.add("pp", s.stage)
         .add("ranks", ranks)
-        .add("tp_size", cfg.parallel.tensor)
-        .add("dp_size", cfg.parallel.data)
+        .add("tensor", cfg.parallel.tensor)
+        .add("data", cfg.parallel.data)
         .add("layers", stage_layers(cfg, s.stage));
     st.add("memory_bytes", memory_json(plan, s));
     st.add("communication", communication_json(plan.traffic[static_cast<std::size_t>(s.stage)]));
