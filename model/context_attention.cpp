@@ -113,7 +113,7 @@ kernels::AttentionBlock ContextAttention::block(const PartContext& ctx, int sour
                                                 float drop, uint64_t seed) const {
     kernels::AttentionBlock b;
     b.B = B_;
-    b.C = Hm_;
+    b.channels = Hm_;
     b.NH = heads_;
     b.q_rows = b.kv_rows = T_;
     b.q_begin = qa * S_;

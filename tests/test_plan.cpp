@@ -94,22 +94,22 @@ struct MemoryCompared {
 // Llama: two RMSNorm weights whole, no biases, k and v at the key/value heads' width (a whole
 // head per rank when M exceeds them), SwiGLU's three matrices, no wpe, an untied lm_head.
 int64_t expected_param_elements(const config::Config& cfg, int stage) {
-    const int64_t C = cfg.model.hidden, F = cfg.model.ffn_hidden, T = cfg.model.seq_len;
+    const int64_t H = cfg.model.hidden, F = cfg.model.ffn_hidden, T = cfg.model.seq_len;
     const int64_t M = cfg.parallel.tensor, P = cfg.parallel.pipeline;
     const int64_t Vp = cfg.derived.padded_vocab;
     const bool llama = cfg.model.arch == model::Arch::llama;
-    const int64_t d = C / cfg.model.heads, KVH = cfg.model.kv_heads;
-    const int64_t kv = KVH >= M ? KVH * d * C / M : d * C;  // k_proj's (and v_proj's) share
+    const int64_t d = H / cfg.model.heads, KVH = cfg.model.kv_heads;
+    const int64_t kv = KVH >= M ? KVH * d * H / M : d * H;  // k_proj's (and v_proj's) share
     const int64_t layer =
-        llama ? 2 * C + 2 * C * C / M + 2 * kv + 3 * F * C / M
-              : 4 * C + (3 * C * C + 3 * C) / M + C * C / M + C + (F * C + F) / M + C * F / M + C;
+        llama ? 2 * H + 2 * H * H / M + 2 * kv + 3 * F * H / M
+              : 4 * H + (3 * H * H + 3 * H) / M + H * H / M + H + (F * H + F) / M + H * F / M + H;
     int64_t layers = 0;
     const auto& cut = cfg.derived.chunk_layers;
     for (std::size_t g = 0; g < cut.size(); ++g)
         if (static_cast<int64_t>(g) % P == stage) layers += cut[g];
     int64_t n = layers * layer;
-    if (stage == 0) n += Vp / M * C + (llama ? 0 : T * C);
-    if (stage == P - 1) n += (P > 1 || llama ? Vp / M * C : 0) + (llama ? C : 2 * C);
+    if (stage == 0) n += Vp / M * H + (llama ? 0 : T * H);
+    if (stage == P - 1) n += (P > 1 || llama ? Vp / M * H : 0) + (llama ? H : 2 * H);
     return n;
 }
 
@@ -542,8 +542,8 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
         // peak of each stage is held under the plan's total plus a few layers' units resident
         // at once (ZeRO-2: gradients being summed and reduced; ZeRO-3: weights gathered too):
         // a stage that allocated a whole buffer of gradients or weights would exceed it.
-        const double C = 32, F = 128;
-        const double unit = 4 * (4 * C * C + 2 * C * F + 9 * C + F);  // a layer's fp32 bytes
+        const double H = 32, F = 128;
+        const double unit = 4 * (4 * H * H + 2 * H * F + 9 * H + F);  // a layer's fp32 bytes
         std::array<double, 4> peak{};
         for (int zero : {1, 2, 3}) {
             cli::Workspace ws;

@@ -11,9 +11,9 @@
 // it (earlier ones masked the scaled scores first, a form the engines also take). The mask's
 // row and column indices are INT32 tensors computed at the graph's compute precision (fp32),
 // as there.
-// Q, K and V are read in place from the packed qkv (B,T,3C) through strides: head h of row t is
-// at t*3C + h*hs (+C for K, +2C for V); K and V enter transposed by swapping their last two
-// strides. Intermediates are fp32, the matrix inputs bf16/fp16.
+// Q, K and V are read in place from the packed qkv (B,T,3·channels) through strides: head h of row
+// t is at t*3·channels + h*hs (+channels for K, +2·channels for V); K and V enter transposed by
+// swapping their last two strides. Intermediates are fp32, the matrix inputs bf16/fp16.
 #include <cudnn.h>
 #include <dlfcn.h>
 
@@ -33,12 +33,18 @@ namespace {
 
 // The shapes of one case, as cuDNN's (batch, heads, rows, columns) dimensions and strides.
 struct Shapes {
-    int64_t b, n, t, hs, C;
+    int64_t b, n, t, hs, channels;
     Dims heads() const { return {b, n, t, hs}; }
-    Dims packed_strides() const { return {t * 3 * C, hs, 3 * C, 1}; }      // q, k, v in qkv
-    Dims transposed_strides() const { return {t * 3 * C, hs, 1, 3 * C}; }  // k^T, v^T in qkv
+    Dims packed_strides() const {
+        return {t * 3 * channels, hs, 3 * channels, 1};
+    }  // q, k, v in qkv
+    Dims transposed_strides() const {
+        return {t * 3 * channels, hs, 1, 3 * channels};
+    }  // k^T, v^T in qkv
     Dims transposed() const { return {b, n, hs, t}; }
-    Dims out_strides() const { return {t * C, hs, C, 1}; }  // out, dout (B,T,C)
+    Dims out_strides() const {
+        return {t * channels, hs, channels, 1};
+    }  // out, dout (B,T,channels)
     Dims scores() const { return {b, n, t, t}; }
     Dims score_strides() const { return {n * t * t, t * t, t, 1}; }
     Dims scores_transposed_strides() const { return {n * t * t, t * t, 1, t}; }
@@ -78,7 +84,7 @@ cudnnDataType_t cudnn_type(DType type) {
     }
 }
 
-// The memory-bound tensors of the forward graph: Q, K^T and V read from qkv, O (B,T,C) and
+// The memory-bound tensors of the forward graph: Q, K^T and V read from qkv, O (B,T,channels) and
 // the softmax statistics (B,NH,T,1) written.
 struct ForwardTensors {
     int64_t q, k, v, o, stats;
@@ -251,7 +257,7 @@ std::string cudnn_attention_refusal(int version, int sm_major, DType type, int T
     return "";
 }
 
-// The two graphs of one (type, B, T, C, NH) and the ids of their memory-bound tensors.
+// The two graphs of one (type, B, T, channels, NH) and the ids of their memory-bound tensors.
 struct CudnnAttention::Case {
     bool supported = false;
     std::string why;
@@ -274,12 +280,12 @@ CudnnAttention::~CudnnAttention() {
     if (handle_) cudnnDestroy(handle_);
 }
 
-CudnnAttention::Case& CudnnAttention::case_for(DType type, int B, int T, int C, int NH) {
-    auto& slot = cases_[{static_cast<int>(type), B, T, C, NH}];
+CudnnAttention::Case& CudnnAttention::case_for(DType type, int B, int T, int channels, int NH) {
+    auto& slot = cases_[{static_cast<int>(type), B, T, channels, NH}];
     if (slot) return *slot;
     slot = std::make_unique<Case>();
     Case& c = *slot;
-    const Shapes s{B, NH, T, C / NH, C};
+    const Shapes s{B, NH, T, channels / NH, channels};
     if (!handle_) {
         c.why = unavailable_;
         return c;
@@ -306,14 +312,15 @@ CudnnAttention::Case& CudnnAttention::case_for(DType type, int B, int T, int C, 
     return c;
 }
 
-bool CudnnAttention::supports(DType type, int B, int T, int C, int NH, std::string* why) {
-    Case& c = case_for(type, B, T, C, NH);
+bool CudnnAttention::supports(DType type, int B, int T, int channels, int NH, std::string* why) {
+    Case& c = case_for(type, B, T, channels, NH);
     if (!c.supported && why) *why = c.why;
     return c.supported;
 }
 
-CudnnAttention::Case& CudnnAttention::supported_case(DType type, int B, int T, int C, int NH) {
-    Case& c = case_for(type, B, T, C, NH);
+CudnnAttention::Case& CudnnAttention::supported_case(DType type, int B, int T, int channels,
+                                                     int NH) {
+    Case& c = case_for(type, B, T, channels, NH);
     if (!c.supported) throw Error("internal: cuDNN attention used where it is not supported");
     return c;
 }
@@ -331,13 +338,14 @@ bool CudnnAttention::run(Case& c, CudnnGraph& graph, const char* which,
     return false;
 }
 
-bool CudnnAttention::forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int C, int NH,
+bool CudnnAttention::forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int channels, int NH,
                              cudaStream_t stream) {
     if (out.dtype != qkv.dtype)
         throw Error("internal: cuDNN attention with out and qkv of different types");
-    Case& c = supported_case(qkv.dtype, B, T, C, NH);
+    Case& c = supported_case(qkv.dtype, B, T, channels, NH);
     char* base = static_cast<char*>(const_cast<void*>(qkv.data));
-    const std::size_t plane = static_cast<std::size_t>(C) * size_of(qkv.dtype);  // q to k bytes
+    const std::size_t plane =
+        static_cast<std::size_t>(channels) * size_of(qkv.dtype);  // q to k bytes
     return run(c, *c.forward, "forward",
                {{c.f.q, base},
                 {c.f.k, base + plane},
@@ -348,13 +356,13 @@ bool CudnnAttention::forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, in
 }
 
 bool CudnnAttention::backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out, const float* lse,
-                              int B, int T, int C, int NH, cudaStream_t stream) {
+                              int B, int T, int channels, int NH, cudaStream_t stream) {
     if (dqkv.dtype != qkv.dtype || dout.dtype != qkv.dtype || out.dtype != qkv.dtype)
         throw Error("internal: cuDNN attention backward with tensors of different types");
-    Case& c = supported_case(qkv.dtype, B, T, C, NH);
+    Case& c = supported_case(qkv.dtype, B, T, channels, NH);
     char* base = static_cast<char*>(const_cast<void*>(qkv.data));
     char* grad = static_cast<char*>(dqkv.data);
-    const std::size_t plane = static_cast<std::size_t>(C) * size_of(qkv.dtype);
+    const std::size_t plane = static_cast<std::size_t>(channels) * size_of(qkv.dtype);
     return run(c, *c.backward, "backward",
                {{c.b.q, base},
                 {c.b.k, base + plane},

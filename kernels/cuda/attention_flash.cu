@@ -4,10 +4,10 @@
 // cuDNN path is tested against.
 //
 // The kernels are attention_kernels.cuh's, on this geometry: queries, keys and values are the
-// T rows of the packed qkv (B,T,3C), head h of row t at t*3C + h*hs (+C for k, +2C for v); key
-// j is visible to query i when j <= i; out and dout are (B,T,C), lse and the row dots
-// (B,NH,T). The dropout mask is the model's: element (b, head_begin + h, i, j) of
-// (B, heads_total, T, T), as in kernels/ops.h. Results are written in qkv's type.
+// T rows of the packed qkv (B,T,3·channels), head h of row t at t*3·channels + h*hs (+channels for
+// k, +2·channels for v); key j is visible to query i when j <= i; out and dout are (B,T,channels),
+// lse and the row dots (B,NH,T). The dropout mask is the model's: element (b, head_begin + h, i, j)
+// of (B, heads_total, T, T), as in kernels/ops.h. Results are written in qkv's type.
 #include <cmath>
 
 #include "kernels/cuda/attention.h"
@@ -21,7 +21,7 @@ namespace trident::kernels::cuda {
 namespace {
 
 struct Geometry {
-    int B, T, C, NH, hs, heads_total, head_begin;
+    int B, T, channels, NH, hs, heads_total, head_begin;
     float scale, drop_prob, keep_scale;
     uint64_t seed;
     DType type;
@@ -30,27 +30,28 @@ struct Geometry {
     __device__ int heads() const { return NH; }
     __device__ int query_rows() const { return T; }
     __device__ int key_rows() const { return T; }
-    // Element offsets: q of head h of batch b at row 0 in qkv (B,T,3C); k is C further, v 2C.
+    // Element offsets: q of head h of batch b at row 0 in qkv (B,T,3·channels); k is channels
+    // further, v 2·channels.
     __device__ std::size_t q_base(int b, int h) const {
-        return static_cast<std::size_t>(b) * T * 3 * C + static_cast<std::size_t>(h) * hs;
+        return static_cast<std::size_t>(b) * T * 3 * channels + static_cast<std::size_t>(h) * hs;
     }
-    // Head h of batch b at row 0 in out or dout (B,T,C).
+    // Head h of batch b at row 0 in out or dout (B,T,channels).
     __device__ std::size_t out_base(int b, int h) const {
-        return static_cast<std::size_t>(b) * T * C + static_cast<std::size_t>(h) * hs;
+        return static_cast<std::size_t>(b) * T * channels + static_cast<std::size_t>(h) * hs;
     }
     __device__ Rows queries(const void* qkv, int b, int h) const {
-        return Rows{qkv, type, q_base(b, h), 3 * static_cast<std::size_t>(C), T, hs};
+        return Rows{qkv, type, q_base(b, h), 3 * static_cast<std::size_t>(channels), T, hs};
     }
     __device__ Rows keys(const void* qkv, int b, int h, int part) const {
         return Rows{qkv,
                     type,
-                    q_base(b, h) + static_cast<std::size_t>(1 + part) * C,
-                    3 * static_cast<std::size_t>(C),
+                    q_base(b, h) + static_cast<std::size_t>(1 + part) * channels,
+                    3 * static_cast<std::size_t>(channels),
                     T,
                     hs};
     }
     __device__ Rows outputs(const void* out, int b, int h) const {
-        return Rows{out, type, out_base(b, h), static_cast<std::size_t>(C), T, hs};
+        return Rows{out, type, out_base(b, h), static_cast<std::size_t>(channels), T, hs};
     }
     // Row i of head h of batch b in lse and the row dots (B,NH,T).
     __device__ std::size_t stat(int b, int h, int i) const {
@@ -93,7 +94,7 @@ struct Geometry {
                 const int d = k * Split + s;
                 if (d < hs)
                     store_from_float(out, type,
-                                     out_base(b, h) + static_cast<std::size_t>(i) * C + d,
+                                     out_base(b, h) + static_cast<std::size_t>(i) * channels + d,
                                      o[k] * inv);
             }
         }
@@ -102,22 +103,23 @@ struct Geometry {
     template <int Split>
     __device__ void add_dq(void* dqkv, int b, int h, int i, int s,
                            const float (&dq)[kDimsPerThread]) const {
-        add_row<Split>(dqkv, q_base(b, h), 3 * static_cast<std::size_t>(C), i, s, dq);
+        add_row<Split>(dqkv, q_base(b, h), 3 * static_cast<std::size_t>(channels), i, s, dq);
     }
     template <int Split>
     __device__ void add_dkv(void* dqkv, int b, int h, int j, int s,
                             const float (&dk)[kDimsPerThread],
                             const float (&dv)[kDimsPerThread]) const {
-        const std::size_t stride = 3 * static_cast<std::size_t>(C);
-        add_row<Split>(dqkv, q_base(b, h) + C, stride, j, s, dk);
-        add_row<Split>(dqkv, q_base(b, h) + 2 * static_cast<std::size_t>(C), stride, j, s, dv);
+        const std::size_t stride = 3 * static_cast<std::size_t>(channels);
+        add_row<Split>(dqkv, q_base(b, h) + channels, stride, j, s, dk);
+        add_row<Split>(dqkv, q_base(b, h) + 2 * static_cast<std::size_t>(channels), stride, j, s,
+                       dv);
     }
 };
 
 template <typename E>
-Geometry geometry(int B, int T, int C, int NH, float drop_prob, uint64_t seed, int head_begin,
-                  int heads_total) {
-    const int hs = C / NH;
+Geometry geometry(int B, int T, int channels, int NH, float drop_prob, uint64_t seed,
+                  int head_begin, int heads_total) {
+    const int hs = channels / NH;
     // A thread holds kDimsPerThread dims of a row and at most 4 threads share it: larger heads
     // would lose their last dims. Start-up refuses such a model (cuda_ops.h); this guards the
     // kernels themselves.
@@ -125,7 +127,7 @@ Geometry geometry(int B, int T, int C, int NH, float drop_prob, uint64_t seed, i
         throw Error("the flash-attention kernels take head sizes 1 to " +
                     std::to_string(kFlashMaxHeadSize) + ", not " + std::to_string(hs));
     return Geometry{B,          T,
-                    C,          NH,
+                    channels,   NH,
                     hs,         heads_total,
                     head_begin, 1.0f / std::sqrt(static_cast<float>(hs)),
                     drop_prob,  1.0f / (1.0f - drop_prob),
@@ -144,11 +146,11 @@ bool flash_attention_supports(int head_size) {
 }
 
 template <typename E>
-void flash_attention_forward(E* out, float* lse, const E* qkv, int B, int T, int C, int NH,
+void flash_attention_forward(E* out, float* lse, const E* qkv, int B, int T, int channels, int NH,
                              float drop_prob, uint64_t seed, int head_begin, int heads_total,
                              cudaStream_t stream) {
     if (B * T == 0) return;
-    const Geometry g = geometry<E>(B, T, C, NH, drop_prob, seed, head_begin, heads_total);
+    const Geometry g = geometry<E>(B, T, channels, NH, drop_prob, seed, head_begin, heads_total);
     with_split(g.hs, [&](auto split) {
         constexpr int Split = decltype(split)::value;
         attention_forward_kernel<Split><<<blocks(g, kQueryRows), kQueryRows * Split, 0, stream>>>(
@@ -159,10 +161,10 @@ void flash_attention_forward(E* out, float* lse, const E* qkv, int B, int T, int
 
 template <typename E>
 void flash_attention_backward(E* dqkv, float* row_dot, const E* dout, const E* qkv, const E* out,
-                              const float* lse, int B, int T, int C, int NH, float drop_prob,
+                              const float* lse, int B, int T, int channels, int NH, float drop_prob,
                               uint64_t seed, int head_begin, int heads_total, cudaStream_t stream) {
     if (B * T == 0) return;
-    const Geometry g = geometry<E>(B, T, C, NH, drop_prob, seed, head_begin, heads_total);
+    const Geometry g = geometry<E>(B, T, channels, NH, drop_prob, seed, head_begin, heads_total);
     const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
     attention_row_dot_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
         row_dot, dout, out, g);

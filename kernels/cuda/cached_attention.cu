@@ -24,11 +24,11 @@ __global__ void append_kernel(float* k_cache, float* v_cache, const float* qkv, 
     if (i >= static_cast<std::size_t>(rows) * width) return;
     const std::size_t r = i / width, e = i % width;
     const std::size_t g = e / hs, x = e % hs;
-    const std::size_t C = static_cast<std::size_t>(NH) * hs;
-    const float* row = qkv + r * 3 * C + g * (NH / KVH) * hs + x;
+    const std::size_t channels = static_cast<std::size_t>(NH) * hs;
+    const float* row = qkv + r * 3 * channels + g * (NH / KVH) * hs + x;
     const std::size_t to = (first + r) * width + e;
-    k_cache[to] = row[C];
-    v_cache[to] = row[2 * C];
+    k_cache[to] = row[channels];
+    v_cache[to] = row[2 * channels];
 }
 
 // A block's sum (op: max or +) of each thread's value, the same in every thread.
@@ -58,10 +58,10 @@ __global__ void attend_kernel(float* out, const float* k_cache, const float* v_c
     const int r = blockIdx.x, h = blockIdx.y, last = first + r;
     float* scores = shared;
     float* reduce = shared + first + gridDim.x;  // after the scores of every row's keys
-    const std::size_t C = static_cast<std::size_t>(NH) * hs;
+    const std::size_t channels = static_cast<std::size_t>(NH) * hs;
     const std::size_t width = static_cast<std::size_t>(KVH) * hs;
     const std::size_t g = static_cast<std::size_t>(h / (NH / KVH)) * hs;
-    const float* q = qkv + r * 3 * C + static_cast<std::size_t>(h) * hs;
+    const float* q = qkv + r * 3 * channels + static_cast<std::size_t>(h) * hs;
     const float scale = rsqrtf(static_cast<float>(hs));
     float max = -INFINITY;
     for (int j = threadIdx.x; j <= last; j += blockDim.x) {
@@ -81,7 +81,7 @@ __global__ void attend_kernel(float* out, const float* k_cache, const float* v_c
     for (int i = threadIdx.x; i < hs; i += blockDim.x) {
         float acc = 0.0f;
         for (int j = 0; j <= last; j++) acc += scores[j] * v_cache[j * width + g + i];
-        out[r * C + static_cast<std::size_t>(h) * hs + i] = acc / sum;
+        out[r * channels + static_cast<std::size_t>(h) * hs + i] = acc / sum;
     }
 }
 

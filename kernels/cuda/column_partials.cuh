@@ -26,8 +26,8 @@ inline int rows_per_chunk(int N) {
 }
 
 // Pass 2: gradient[q][c] += sum over chunks of partial[chunk][q][c], q < Q, in chunk order.
-// `partial` is (chunks, Q, C); gradient[q] may be null (not wanted). Gradients have their own
-// element type (fp32 under fp32 gradient accumulation); the launcher checks it is a float type
+// `partial` is (chunks, Q, channels); gradient[q] may be null (not wanted). Gradients have their
+// own element type (fp32 under fp32 gradient accumulation); the launcher checks it is a float type
 // (require_float_elements).
 template <int Q>
 struct ColumnGradients {
@@ -36,16 +36,16 @@ struct ColumnGradients {
 
 template <int Q>
 __global__ void add_column_partials_kernel(ColumnGradients<Q> out, const float* partial, int chunks,
-                                           int C) {
+                                           int channels) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
+    if (c >= channels) return;
 #pragma unroll
     for (int q = 0; q < Q; ++q) {
         const Ptr g = out.gradient[q];
         if (g.data == nullptr) continue;
         float sum = 0.0f;
         for (int chunk = 0; chunk < chunks; ++chunk)
-            sum += partial[(static_cast<std::size_t>(chunk) * Q + q) * C + c];
+            sum += partial[(static_cast<std::size_t>(chunk) * Q + q) * channels + c];
         store_from_float(g.data, g.dtype, c, load_as_float(g.data, g.dtype, c) + sum);
     }
 }

@@ -20,38 +20,39 @@ constexpr int kRowsPerBlock = kRowThreads / 32;
 
 // mean and rstd of one row, by the 32 lanes of a warp.
 template <typename E>
-__device__ void row_statistics(const E* x, int C, int lane, float& mean, float& rstd) {
+__device__ void row_statistics(const E* x, int channels, int lane, float& mean, float& rstd) {
     float sum = 0.0f;
-    for (int c = lane; c < C; c += 32) sum += to_float(x[c]);
-    mean = warp_sum(sum) / C;
+    for (int c = lane; c < channels; c += 32) sum += to_float(x[c]);
+    mean = warp_sum(sum) / channels;
     float sum_sq = 0.0f;
-    for (int c = lane; c < C; c += 32) {
+    for (int c = lane; c < channels; c += 32) {
         const float d = to_float(x[c]) - mean;
         sum_sq += d * d;
     }
-    rstd = 1.0f / sqrtf(warp_sum(sum_sq) / C + kEps);
+    rstd = 1.0f / sqrtf(warp_sum(sum_sq) / channels + kEps);
 }
 
-// out (N,C) = (x - mean) * rstd * weight + bias with x = inp, or with x = residual = a + b
+// out (N,channels) = (x - mean) * rstd * weight + bias with x = inp, or with x = residual = a + b
 // (written, rounded) when `a` is given.
 template <typename E>
 __global__ void layernorm_forward_kernel(E* out, float* mean, float* rstd, E* residual, const E* a,
-                                         const E* b, const E* weight, const E* bias, int N, int C) {
+                                         const E* b, const E* weight, const E* bias, int N,
+                                         int channels) {
     const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= N) return;
-    const std::size_t offset = static_cast<std::size_t>(row) * C;
+    const std::size_t offset = static_cast<std::size_t>(row) * channels;
     const E* x = b + offset;
     if (a != nullptr) {
         // Each lane rereads only what it wrote itself, so no barrier is needed.
-        for (int c = lane; c < C; c += 32)
+        for (int c = lane; c < channels; c += 32)
             residual[offset + c] = from_float<E>(to_float(a[offset + c]) + to_float(b[offset + c]));
         x = residual + offset;
     }
     float m, s;
-    row_statistics(x, C, lane, m, s);
+    row_statistics(x, channels, lane, m, s);
     E* y = out + offset;
-    for (int c = lane; c < C; c += 32)
+    for (int c = lane; c < channels; c += 32)
         y[c] = from_float<E>((to_float(x[c]) - m) * s * to_float(weight[c]) + to_float(bias[c]));
     if (lane == 0) {
         mean[row] = m;
@@ -64,49 +65,49 @@ __global__ void layernorm_forward_kernel(E* out, float* mean, float* rstd, E* re
 template <typename E>
 __global__ void layernorm_backward_input_kernel(E* dinp, const E* dout, const E* inp,
                                                 const E* weight, const float* mean,
-                                                const float* rstd, int N, int C) {
+                                                const float* rstd, int N, int channels) {
     const int row = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (row >= N) return;
-    const std::size_t offset = static_cast<std::size_t>(row) * C;
+    const std::size_t offset = static_cast<std::size_t>(row) * channels;
     const E* x = inp + offset;
     const E* dy = dout + offset;
     const float m = mean[row], s = rstd[row];
     float dnorm_sum = 0.0f, dnorm_norm_sum = 0.0f;
-    for (int c = lane; c < C; c += 32) {
+    for (int c = lane; c < channels; c += 32) {
         const float dnorm = to_float(dy[c]) * to_float(weight[c]);
         dnorm_sum += dnorm;
         dnorm_norm_sum += dnorm * (to_float(x[c]) - m) * s;
     }
-    const float dnorm_mean = warp_sum(dnorm_sum) / C;
-    const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) / C;
+    const float dnorm_mean = warp_sum(dnorm_sum) / channels;
+    const float dnorm_norm_mean = warp_sum(dnorm_norm_sum) / channels;
     E* dx = dinp + offset;
-    for (int c = lane; c < C; c += 32) {
+    for (int c = lane; c < channels; c += 32) {
         const float norm = (to_float(x[c]) - m) * s;
         const float dnorm = to_float(dy[c]) * to_float(weight[c]);
         dx[c] = from_float<E>(to_float(dx[c]) + s * (dnorm - dnorm_mean - norm * dnorm_norm_mean));
     }
 }
 
-// Pass 1 of the parameter gradients: partial (chunks, 2, C) = per chunk of rows, the column
+// Pass 1 of the parameter gradients: partial (chunks, 2, channels) = per chunk of rows, the column
 // sums of dout * norm (dweight) and of dout (dbias).
 template <typename E>
 __global__ void layernorm_param_partials_kernel(float* partial, const E* dout, const E* inp,
-                                                const float* mean, const float* rstd, int N, int C,
-                                                int chunk_rows) {
+                                                const float* mean, const float* rstd, int N,
+                                                int channels, int chunk_rows) {
     const int c = blockIdx.x * blockDim.x + threadIdx.x;
     const int chunk = blockIdx.y;
-    if (c >= C) return;
+    if (c >= channels) return;
     const int end = min(N, (chunk + 1) * chunk_rows);
     float dw = 0.0f, db = 0.0f;
     for (int n = chunk * chunk_rows; n < end; ++n) {
-        const std::size_t i = static_cast<std::size_t>(n) * C + c;
+        const std::size_t i = static_cast<std::size_t>(n) * channels + c;
         const float dy = to_float(dout[i]);
         dw += dy * (to_float(inp[i]) - mean[n]) * rstd[n];
         db += dy;
     }
-    partial[(static_cast<std::size_t>(chunk) * 2 + 0) * C + c] = dw;
-    partial[(static_cast<std::size_t>(chunk) * 2 + 1) * C + c] = db;
+    partial[(static_cast<std::size_t>(chunk) * 2 + 0) * channels + c] = dw;
+    partial[(static_cast<std::size_t>(chunk) * 2 + 1) * channels + c] = db;
 }
 
 unsigned row_blocks(int N) {
@@ -117,48 +118,49 @@ unsigned row_blocks(int N) {
 
 template <typename E>
 void layernorm_forward(E* out, float* mean, float* rstd, const E* inp, const E* weight,
-                       const E* bias, int N, int C, cudaStream_t stream) {
+                       const E* bias, int N, int channels, cudaStream_t stream) {
     if (N == 0) return;
     layernorm_forward_kernel<<<row_blocks(N), kRowThreads, 0, stream>>>(
         out, mean, rstd, static_cast<E*>(nullptr), static_cast<const E*>(nullptr), inp, weight,
-        bias, N, C);
+        bias, N, channels);
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
 template <typename E>
 void residual_layernorm_forward(E* residual, E* out, float* mean, float* rstd, const E* a,
-                                const E* b, const E* weight, const E* bias, int N, int C,
+                                const E* b, const E* weight, const E* bias, int N, int channels,
                                 cudaStream_t stream) {
     if (N == 0) return;
-    layernorm_forward_kernel<<<row_blocks(N), kRowThreads, 0, stream>>>(out, mean, rstd, residual,
-                                                                        a, b, weight, bias, N, C);
+    layernorm_forward_kernel<<<row_blocks(N), kRowThreads, 0, stream>>>(
+        out, mean, rstd, residual, a, b, weight, bias, N, channels);
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
-std::size_t layernorm_backward_scratch(int N, int C) {
-    return static_cast<std::size_t>(row_chunks(N)) * 2 * C;
+std::size_t layernorm_backward_scratch(int N, int channels) {
+    return static_cast<std::size_t>(row_chunks(N)) * 2 * channels;
 }
 
 template <typename E>
 void layernorm_backward(E* dinp, Ptr dweight, Ptr dbias, float* scratch, const E* dout,
                         const E* inp, const E* weight, const float* mean, const float* rstd, int N,
-                        int C, cudaStream_t stream) {
+                        int channels, cudaStream_t stream) {
     if (N == 0) return;
     if (dinp) {
         layernorm_backward_input_kernel<<<row_blocks(N), kRowThreads, 0, stream>>>(
-            dinp, dout, inp, weight, mean, rstd, N, C);
+            dinp, dout, inp, weight, mean, rstd, N, channels);
         TRIDENT_CUDA_CHECK_LAUNCH();
     }
     if (!dweight) return;
     require_float_elements(dweight.dtype, "a LayerNorm weight gradient");
     require_float_elements(dbias.dtype, "a LayerNorm bias gradient");
-    const unsigned column_blocks = static_cast<unsigned>((C + kColumnThreads - 1) / kColumnThreads);
+    const unsigned column_blocks =
+        static_cast<unsigned>((channels + kColumnThreads - 1) / kColumnThreads);
     const dim3 grid(column_blocks, static_cast<unsigned>(row_chunks(N)));
     layernorm_param_partials_kernel<<<grid, kColumnThreads, 0, stream>>>(
-        scratch, dout, inp, mean, rstd, N, C, rows_per_chunk(N));
+        scratch, dout, inp, mean, rstd, N, channels, rows_per_chunk(N));
     TRIDENT_CUDA_CHECK_LAUNCH();
     add_column_partials_kernel<2><<<column_blocks, kColumnThreads, 0, stream>>>(
-        {{dweight, dbias}}, scratch, row_chunks(N), C);
+        {{dweight, dbias}}, scratch, row_chunks(N), channels);
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
