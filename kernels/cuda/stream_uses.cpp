@@ -49,8 +49,13 @@ void await_stream_uses(const void* data, std::size_t bytes) {
     Record& r = record();
     const std::lock_guard<std::mutex> lock(r.mutex);
     if (r.uses.empty()) return;  // the common case: no collective under way
+    // Called from the allocator's release, in destructors too: nothing here throws. Should
+    // the stream not take the wait, the host waits instead; an error that stays is reported
+    // by the next checked call.
     r.uses.before_reuse(data, bytes, happened, [](const SharedEvent& event) {
-        TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(compute_stream(), event.get(), 0));
+        if (cudaStreamWaitEvent(compute_stream(), event.get(), 0) == cudaSuccess) return;
+        cudaGetLastError();
+        cudaEventSynchronize(event.get());
     });
 }
 
