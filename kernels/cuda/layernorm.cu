@@ -87,6 +87,19 @@ __global__ void __launch_bounds__(kThreads)
     }
 }
 
+// What the backward reads of one pack of a row: the input, the output's gradient, the weight.
+template <typename E>
+struct BackwardPacks {
+    Pack<E> x, dy, w;
+};
+template <typename E>
+__device__ __forceinline__ BackwardPacks<E> backward_packs(const E* inp, const E* dout,
+                                                           const E* weight, int c, int C,
+                                                           bool vector) {
+    return {row_pack(inp, c, C, vector), row_pack(dout, c, C, vector),
+            row_pack(weight, c, C, vector)};
+}
+
 // Floats of one warp's parameter sums: (dweight, dbias) for each of its lanes' columns.
 template <typename E>
 __host__ __device__ int sum_slots(int C) {
@@ -123,17 +136,16 @@ __global__ void __launch_bounds__(kThreads)
         for (int k = 0; k < lane_packs; ++k) {
             const int c = pack_column<E>(lane, k);
             if (c >= C) continue;
-            const Pack<E> x = row_pack(inp + offset, c, C, vector);
-            const Pack<E> dy = row_pack(dout + offset, c, C, vector);
-            const Pack<E> w = row_pack(weight, c, C, vector);
+            const BackwardPacks<E> in =
+                backward_packs(inp + offset, dout + offset, weight, c, C, vector);
 #pragma unroll
             for (int e = 0; e < P; ++e) {
-                const float norm = (to_float(x.v[e]) - m) * s, g = to_float(dy.v[e]);
+                const float norm = (to_float(in.x.v[e]) - m) * s, g = to_float(in.dy.v[e]);
                 if (partial) {
                     dw[(k * P + e) * 32 + lane] += g * norm;
                     db[(k * P + e) * 32 + lane] += g;
                 }
-                const float dnorm = g * to_float(w.v[e]);
+                const float dnorm = g * to_float(in.w.v[e]);
                 dnorm_sum += dnorm;
                 dnorm_norm_sum += dnorm * norm;
             }
@@ -145,14 +157,13 @@ __global__ void __launch_bounds__(kThreads)
         for (int k = 0; k < lane_packs; ++k) {
             const int c = pack_column<E>(lane, k);
             if (c >= C) continue;
-            const Pack<E> x = row_pack(inp + offset, c, C, vector);
-            const Pack<E> dy = row_pack(dout + offset, c, C, vector);
-            const Pack<E> w = row_pack(weight, c, C, vector);
+            const BackwardPacks<E> in =
+                backward_packs(inp + offset, dout + offset, weight, c, C, vector);
             Pack<E> dx = row_pack(dinp + offset, c, C, vector);
 #pragma unroll
             for (int e = 0; e < P; ++e) {
-                const float norm = (to_float(x.v[e]) - m) * s;
-                const float dnorm = to_float(dy.v[e]) * to_float(w.v[e]);
+                const float norm = (to_float(in.x.v[e]) - m) * s;
+                const float dnorm = to_float(in.dy.v[e]) * to_float(in.w.v[e]);
                 dx.v[e] = from_float<E>(to_float(dx.v[e]) +
                                         s * (dnorm - dnorm_mean - norm * dnorm_norm_mean));
             }
