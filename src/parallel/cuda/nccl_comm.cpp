@@ -209,7 +209,7 @@ Request NcclComm::ireduce_scatter(ConstPtr in, Ptr out, std::size_t count) {
     if (!on_device(out.data)) return staged_.ireduce_scatter(in, out, count);
     return started(
         "reduce_scatter",
-        {{in.data, bytes(count * size(), out.dtype)}, {out.data, bytes(count, out.dtype)}}, [&] {
+        {{in.data, bytes(count * size(), in.dtype)}, {out.data, bytes(count, out.dtype)}}, [&] {
             TRIDENT_NCCL_CHECK(ncclReduceScatter(
                 in.data, out.data, count, nccl_reduction_type(out.dtype), ncclSum, comm_, stream_));
         });
@@ -221,7 +221,7 @@ Request NcclComm::iall_gather(ConstPtr in, Ptr out, std::size_t count) {
     if (!on_device(out.data)) return staged_.iall_gather(in, out, count);
     return started(
         "all_gather",
-        {{in.data, bytes(count, out.dtype)}, {out.data, bytes(count * size(), out.dtype)}}, [&] {
+        {{in.data, bytes(count, in.dtype)}, {out.data, bytes(count * size(), out.dtype)}}, [&] {
             TRIDENT_NCCL_CHECK(
                 ncclAllGather(in.data, out.data, count, nccl_type(out.dtype), comm_, stream_));
         });
