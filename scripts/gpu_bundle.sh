@@ -22,7 +22,8 @@
 # Output: .gpu-bundle/bundle.tar.xz and .gpu-bundle/MANIFEST (also inside the archive: the
 # commit, the toolkit, every file's size and sha256). Beside the binaries and libraries it holds
 # the data the checks read (GPT-2's tokenizer files, the default job's corpus from
-# scripts/prepare_kjv.sh) and, when scripts/gpu_fetch_llmc.sh has brought its sources, llm.c's
+# scripts/prepare_kjv.sh), the CPU's losses of the checks that scripts/gpu_expected_losses.sh
+# runs on the GPU, and, when scripts/gpu_fetch_llmc.sh has brought its sources, llm.c's
 # trainer for the benchmark.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -140,6 +141,9 @@ else
     { say "scripts/prepare_kjv.sh failed"; exit 1; }
   cp "$stage/kjv/train.bin" "$stage/kjv/valid.bin" "$b/data/kjv/gpt2/"
 fi
+# The losses the GPU must reproduce, computed here on the CPU (scripts/gpu_expected_losses.sh).
+(cd "$root" && TRIDENT_CHECK_DATA=$b/data/kjv/gpt2 scripts/gpu_expected_losses.sh make \
+   "$build/trident" "$b/expected") || { say "the expected losses could not be computed"; exit 1; }
 {
   echo "commit $(git -C "$root" rev-parse HEAD)$(git -C "$root" diff --quiet HEAD -- . ':!.gpu-bundle' || echo ' (with uncommitted changes)')"
   echo "built $(date -u +%FT%TZ) by $(nvcc --version | sed -n 's/.*release /CUDA /p')"

@@ -9,6 +9,8 @@
 #   attention   cuDNN fused attention against the flash kernels          ([attention])
 #   ring        ring attention's blocks, strided copies                  ([ring])
 #   step        whole training steps against the CPU, GPT-2 and llama    ([step])
+#   expected    the default job's 20 steps, GPT-2 and llama, against the CPU losses computed
+#               where the bundle was built (scripts/gpu_expected_losses.sh)
 #   cli         `trident train` on the GPU against the CPU, one and two ranks ([cli])
 #   layouts     two ranks sharing the GPU in each layout against one     ([layouts])
 #   checkpoint  GPU to CPU and back                                      ([checkpoint])
@@ -192,6 +194,11 @@ environment() {
   grep -q '^GPU: ' "$work/list.txt" && ((unresolved == 0))
 }
 catch() { "$trident_env" "$tests" "[$1]" --durations yes; }
+# The default job's 20 steps on the GPU against the CPU losses computed where the bundle was built.
+expected() {
+  cd "$root" && TRIDENT_CHECK_DATA=$b/data/kjv/gpt2 scripts/gpu_expected_losses.sh check \
+    "$b/bin/trident" "$b/expected" "$trident_env"
+}
 # Speed: scripts/bench_gpu.sh with the bundle's binaries; its rows accumulate in $out.
 bench() {  # models, trainers
   BENCH_MODELS=$1 BENCH_TRAINERS=$2 TRIDENT_ENV=$trident_env TRIDENT_BIN=$b/bin/trident \
@@ -218,7 +225,7 @@ profile() {  # layers hidden heads micro_batch recompute name
     python3 "$root/scripts/kernel_times.py" "$logs/profile-$6.csv" 30
 }
 # The phases run in a shell of their own under `timeout`: what they use goes with them.
-export -f environment catch bench profile
+export -f environment catch expected bench profile
 export trident_env tests b ompi work logs out root
 phase env 30 environment
 fact gpu "$(sed -n 2p "$logs/env.log" 2> /dev/null)"
@@ -231,6 +238,7 @@ phase ops 75 catch ops
 phase attention 45 catch attention
 phase ring 30 catch ring
 phase step 75 catch step
+phase expected 45 expected
 phase cli 60 catch cli
 phase layouts 90 catch layouts
 phase checkpoint 45 catch checkpoint

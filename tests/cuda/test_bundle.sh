@@ -8,6 +8,8 @@
 #     bundle's, or a C or C++ runtime or CUDA library, which the GPU machine brings;
 #   - the bundle's trident trains a tiny model on the CPU with one rank and with two under the
 #     bundle's own Open MPI launcher, the two ranks' losses those of the one (data parallel);
+#   - the default job's 20 steps give the CPU losses the bundle carries (the comparison
+#     scripts/gpu_verify.sh makes on the GPU, made here on the CPU);
 #   - the GPU test programs exit 77 (no GPU), under the launcher too;
 #   - scripts/gpu_verify.sh --dry-run unpacks it, checks its manifest and walks every phase.
 # Without the CUDA toolkit it is a named skip (exit 77).
@@ -101,6 +103,11 @@ for a, b in zip(one, two):
     assert abs(a - b) <= 1e-5 * abs(a), (one, two)
 print("test_bundle: one rank", one, "two ranks", two)
 PY
+
+# The comparison with the losses shipped in the bundle, run on the CPU here (the GPU machine
+# runs it on the GPU): the same binary on the same machine gives the same losses.
+(cd "$root" && TRIDENT_CHECK_DEVICE=cpu TRIDENT_CHECKS=gpt2 TRIDENT_CHECK_DATA=$b/data/kjv/gpt2 \
+   scripts/gpu_expected_losses.sh check "$b/bin/trident" "$b/expected" "$env")
 
 status=0
 "$env" "$b/bin/trident_cuda_tests" > cuda_tests.log 2>&1 || status=$?
