@@ -16,15 +16,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-RunResult run_bounded(const std::string& args) {
-    return run_shell("TRIDENT_TOKENIZER_DIR=" TRIDENT_SOURCE_DIR "/data/gpt2 timeout 60 " +
-                     std::string(TRIDENT_BINARY) + " " + args);
-}
-
-bool contains(const std::string& text, const std::string& what) {
-    return text.find(what) != std::string::npos;
-}
-
 // The tiny model trained and exported as WS/w.safetensors (config.json beside it).
 std::string exported(const Workspace& ws) {
     REQUIRE(run_bounded(ws.train("--set checkpoint.dir=" + ws.path("ck"))).exit_code == 0);
@@ -94,10 +85,9 @@ TEST_CASE("input bounds: plan refuses rates that are not finite", "[cli][bad-inp
 TEST_CASE("input bounds: a missing tokenizer for the sample after training is found at start-up",
           "[cli][bad-input]") {
     Workspace ws;
-    const RunResult r =
-        run_shell("TRIDENT_TOKENIZER_DIR=" + ws.path("no_tokenizer") + " timeout 60 " +
-                  std::string(TRIDENT_BINARY) + " " +
-                  ws.train("--set logging.sample_tokens=4 --set checkpoint.dir=" + ws.path("ck")));
+    const RunResult r = run_shell(
+        "TRIDENT_TOKENIZER_DIR=" + ws.path("no_tokenizer") + " timeout 60 " + binary() + " " +
+        ws.train("--set logging.sample_tokens=4 --set checkpoint.dir=" + ws.path("ck")));
     require_clear_error(r,
                         "logging.sample_tokens: the sample after training needs the tokenizer: ");
     CHECK(contains(r.output, ws.path("no_tokenizer")));

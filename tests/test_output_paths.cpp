@@ -19,15 +19,6 @@ namespace fs = std::filesystem;
 
 namespace {
 
-RunResult run_bounded(const std::string& args) {
-    return run_shell("TRIDENT_TOKENIZER_DIR=" TRIDENT_SOURCE_DIR "/data/gpt2 timeout 60 " +
-                     std::string(TRIDENT_BINARY) + " " + args);
-}
-
-bool contains(const std::string& text, const std::string& what) {
-    return text.find(what) != std::string::npos;
-}
-
 // A character device node of /dev/null's numbers at `path` (the tests run as root).
 std::string make_null_node(const std::string& path) {
     REQUIRE(::mknod(path.c_str(), S_IFCHR | 0666, ::makedev(1, 3)) == 0);

@@ -28,7 +28,7 @@ namespace {
 const char* signal_name(int signal) {
     return signal == SIGTERM   ? "SIGTERM"
            : signal == SIGUSR1 ? "SIGUSR1"
-           : signal == SIGINT  ? "SIGINT (Ctrl-C)"
+           : signal == SIGINT  ? "SIGINT"
                                : "a signal";
 }
 
