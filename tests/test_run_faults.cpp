@@ -3,8 +3,8 @@
 // step), two runs on one metrics file, checkpoint.dir removed under a run, a flipped byte in a
 // checkpoint (resume and `checkpoint info` agree), an edited manifest or config.yaml (corrupt,
 // the previous checkpoint resumed), and signals: SIGTERM during the start-up, Ctrl-C once
-// (saved) and twice (aborted). Runs are spawned with SIGINT at its default, as a terminal's
-// foreground job has it, and reaped here for their exit status.
+// (saved; said unsaved without checkpoint.dir) and twice (aborted). Runs are spawned with SIGINT at
+// its default, as a terminal's foreground job has it, and reaped here for their exit status.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -75,6 +75,13 @@ struct Spawned {
         for (int i = 0; i < 60000; ++i, std::this_thread::sleep_for(1ms))
             if (contains(read_text(log), text)) return true;
         return false;
+    }
+    // Sends `signal` once the log holds `text`, and waits for the end; the output.
+    std::string stopped_by(int signal, const std::string& text) {
+        REQUIRE(said(text));
+        ::kill(pid, signal);
+        REQUIRE(ended());
+        return output();
     }
     int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
     std::string output() const { return read_text(log); }
@@ -170,7 +177,7 @@ TEST_CASE("run faults: a negative loss is a bad step, skipped or stopped as a no
     CHECK_THROWS_AS(stop.judge(7, -1e-3, 1.0, sighting), train::TrainingStopped);
 }
 
-TEST_CASE("run faults: two runs on one metrics file are refused; a replaced file is said",
+TEST_CASE("run faults: two runs on one metrics file are refused, and a replaced file is said",
           "[faults][cli]") {
     Workspace ws;
     const std::string metrics = ws.path("m.jsonl");
@@ -277,10 +284,7 @@ TEST_CASE("run faults: SIGTERM during the start-up or a resume ends the run with
         Spawned r(ws.train("--set training.steps=6" +
                            (resuming ? " --set checkpoint.dir=" + ck : std::string())),
                   ws.path(resuming ? "resume.log" : "fresh.log"));
-        REQUIRE(r.said("device: "));
-        ::kill(r.pid, SIGTERM);
-        REQUIRE(r.ended());
-        const std::string log = r.output();
+        const std::string log = r.stopped_by(SIGTERM, "device: ");
         INFO(log);
         CHECK(r.exit_code() == 0);
         CHECK(contains(log, "trident: preempted by SIGTERM (15) before step " +
@@ -291,16 +295,13 @@ TEST_CASE("run faults: SIGTERM during the start-up or a resume ends the run with
     }
 }
 
-TEST_CASE("run faults: Ctrl-C once saves after the step and exits; twice aborts", "[faults][cli]") {
+TEST_CASE("run faults: Ctrl-C once saves after the step and exits, twice aborts", "[faults][cli]") {
     Workspace ws;
     const std::string ck = ws.path("ck");
     const std::string args = ws.train("--set training.steps=100000000 --set checkpoint.dir=" + ck);
     {
         Spawned r(args, ws.path("once.log"));
-        REQUIRE(r.said("step     1/"));
-        ::kill(r.pid, SIGINT);
-        REQUIRE(r.ended());
-        const std::string log = r.output();
+        const std::string log = r.stopped_by(SIGINT, "step     1/");
         INFO(log);
         CHECK(r.exit_code() == 130);
         CHECK(contains(log,
@@ -310,15 +311,23 @@ TEST_CASE("run faults: Ctrl-C once saves after the step and exits; twice aborts"
         CHECK(contains(log, "checkpoint written to " + ck + "/step_"));
         require_ok(run("checkpoint info " + ck));
     }
+    {
+        // Without checkpoint.dir the stop is the same, and says that nothing is saved.
+        Spawned r(ws.train("--set training.steps=100000000"), ws.path("unsaved.log"));
+        const std::string log = r.stopped_by(SIGINT, "step     1/");
+        INFO(log);
+        CHECK(r.exit_code() == 130);
+        CHECK(contains(log,
+                       "trident: Ctrl-C: stopping after the step under way (checkpoint.dir is "
+                       "not set: nothing is saved); press Ctrl-C again to abort at once"));
+        CHECK(contains(log, "no checkpoint written (checkpoint.dir is not set)"));
+    }
     // Steps of a second: the second Ctrl-C comes while the first waits for the step to end.
     fs::remove_all(ck);
     Spawned r(args, ws.path("twice.log"), "TRIDENT_TEST_SLOW_RANK=0:1000");
     REQUIRE(r.said("step     1/"));
     ::kill(r.pid, SIGINT);
-    REQUIRE(r.said("press Ctrl-C again"));
-    ::kill(r.pid, SIGINT);
-    REQUIRE(r.ended());
-    const std::string log = r.output();
+    const std::string log = r.stopped_by(SIGINT, "press Ctrl-C again");
     INFO(log);
     CHECK(WIFSIGNALED(r.status));
     CHECK(WTERMSIG(r.status) == SIGINT);

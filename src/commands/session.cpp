@@ -224,9 +224,7 @@ void warn(const std::string& text) {
 }
 
 void print_warnings(const config::Config& cfg) {
-    for (const std::string& w : cfg.warnings)
-        std::fprintf(stderr, "trident: warning: %s\n", w.c_str());
-    std::fflush(stderr);
+    for (const std::string& w : cfg.warnings) warn(w);
 }
 
 void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Peak& peak) {

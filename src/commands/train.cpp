@@ -411,6 +411,7 @@ int train(const TrainOptions& opts, parallel::World& world) {
         [&] {
             io::fault::check_settings();
             setup.cfg = config::load(opts.config, opts.overrides);
+            train::set_interrupt_saves(setup.cfg.checkpoint.dir.has_value());
             setup.grid = std::make_unique<parallel::Grid>(world, grid_shape(setup.cfg));
             setup.device = choose_device(setup.cfg, world, world.rank() == 0);
             if (!setup.device.gpu) check_fits_memory(setup.cfg, world.local_size());

@@ -13,6 +13,7 @@ namespace {
 volatile std::sig_atomic_t received = 0;
 volatile std::sig_atomic_t interrupts = 0;
 volatile std::sig_atomic_t speaker = 1;
+volatile std::sig_atomic_t saves = 1;
 
 // Only async-signal-safe calls here: write(2), signal(2), raise(3).
 void say(const char* text) {
@@ -36,8 +37,10 @@ extern "C" void on_interrupt(int signal) {
         return;
     }
     if (received == 0) received = signal;
-    say("\ntrident: Ctrl-C: stopping after the step under way, with a checkpoint; press Ctrl-C "
-        "again to abort without saving\n");
+    say(saves ? "\ntrident: Ctrl-C: stopping after the step under way, with a checkpoint; press "
+                "Ctrl-C again to abort without saving\n"
+              : "\ntrident: Ctrl-C: stopping after the step under way (checkpoint.dir is not set: "
+                "nothing is saved); press Ctrl-C again to abort at once\n");
 }
 
 }  // namespace
@@ -59,6 +62,10 @@ void install_preemption_handlers() {
 
 void set_interrupt_speaker(bool speaks) {
     speaker = speaks ? 1 : 0;
+}
+
+void set_interrupt_saves(bool saving) {
+    saves = saving ? 1 : 0;
 }
 
 int preemption_signal() {

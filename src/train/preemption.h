@@ -18,6 +18,9 @@ void install_preemption_handlers();
 // Whether this process prints the Ctrl-C lines (world rank 0 alone: every rank of a job in
 // the terminal's foreground gets the SIGINT). Until told, every process does.
 void set_interrupt_speaker(bool speaks);
+// Whether the stop a first Ctrl-C asks for saves a checkpoint (checkpoint.dir is set), as its
+// line says. Until told, it does.
+void set_interrupt_saves(bool saving);
 // The signal received so far, or 0.
 int preemption_signal();
 

@@ -267,17 +267,13 @@ def rewritten_in_place(trident, base, tmp):
         with open(data, "r+b") as f:
             f.seek(1024)
             f.write(b"\xff" * (size - 1024))
-    try:
-        out, _ = job.communicate(timeout=60)
-    except subprocess.TimeoutExpired:
-        job.kill()
-        out, _ = job.communicate()
+    out, code = finish(job, base[1], 60)
     lines = error_lines(out)
-    h.check(job.returncode not in (None, 0) and bool(lines) and all(
+    h.check(code not in (None, 0) and bool(lines) and all(
         f"data.train: {data}: token id 65535 at byte " in line and
         "the file changed while this run read it" in line for line in lines),
-        f"data rewritten in place, same size: the job ends (exit code {job.returncode}), "
-        f"naming the file, the byte and the id: {lines}")
+        f"data rewritten in place, same size: the job ends (exit code {code}), naming the file, "
+        f"the byte and the id: {lines}")
 
 
 def rank_pid(config, rank, limit_s=60):
