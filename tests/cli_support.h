@@ -57,6 +57,16 @@ inline RunResult run(const std::string& args) {
                      "/data/gpt2} " + binary() + " " + args);
 }
 
+// A command that must not hang: ended by `timeout` after 60 s (exit code 124).
+inline RunResult run_bounded(const std::string& args) {
+    return run_shell("TRIDENT_TOKENIZER_DIR=" + source_dir() + "/data/gpt2 timeout 60 " + binary() +
+                     " " + args);
+}
+
+inline bool contains(const std::string& text, const std::string& what) {
+    return text.find(what) != std::string::npos;
+}
+
 // A scratch directory with a tiny model's config and data, removed afterwards.
 struct Workspace {
     fs::path dir;
