@@ -134,8 +134,9 @@ double next_start(const ReplayStage& s, int m, int limit, Work& work) {
 
 // Stage i runs `w` from `start`: it joins the stage's order, and what it produces (an F's
 // activation, a B's gradient) reaches the stage holding the neighbouring chunk when it ends.
-void replay_op(std::vector<ReplayStage>& stages, const model::ChunkMap& map, int i, const Work& w,
-               double start) {
+// Returns the stage it reached (-1: none, the loss or the embedding).
+int replay_op(std::vector<ReplayStage>& stages, const model::ChunkMap& map, int i, const Work& w,
+              double start) {
     ReplayStage& s = stages[static_cast<std::size_t>(i)];
     const std::size_t c = static_cast<std::size_t>(w.chunk),
                       k = static_cast<std::size_t>(w.microbatch);
@@ -143,36 +144,40 @@ void replay_op(std::vector<ReplayStage>& stages, const model::ChunkMap& map, int
     s.clock = start + 1.0;
     s.order.push_back(w);
     const auto reach = [&](int to, bool grad) {
-        ReplayStage& t = stages[static_cast<std::size_t>(map.stage_of(to))];
-        (grad ? t.grad_ready : t.act_ready)[static_cast<std::size_t>(map.local(to))][k] = s.clock;
+        const int t = map.stage_of(to);
+        ReplayStage& target = stages[static_cast<std::size_t>(t)];
+        (grad ? target.grad_ready : target.act_ready)[static_cast<std::size_t>(map.local(to))][k] =
+            s.clock;
+        return t;
     };
     if (w.op == Op::forward) {
         ++s.forwards[c];
         ++s.held;
         s.last_was_forward = true;
-        if (g < map.last())
-            reach(g + 1, false);
-        else
-            s.grad_ready[c][k] = s.clock;  // the loss: its B may follow
+        if (g < map.last()) return reach(g + 1, false);
+        s.grad_ready[c][k] = s.clock;  // the loss: its B may follow
     } else if (w.op == Op::backward_input) {
         ++s.inputs[c];
         s.last_was_forward = false;
         s.pending.push_back({Op::backward_weight, w.microbatch, w.chunk});
-        if (g > 0) reach(g - 1, true);
+        if (g > 0) return reach(g - 1, true);
     } else {
         --s.held;
         s.pending.pop_front();
     }
+    return -1;
 }
 
 // The zero-bubble orders of every stage, by replaying the pipeline with unit costs: each
 // stage, when free, runs a B or an F that is ready (alternating when both are; an F only
 // while it holds fewer than `limit` chunks' activations, which W frees), else its oldest
 // pending W, else waits for the next message. The stage that can start earliest goes first,
-// so the replay follows time.
+// so the replay follows time (of two at once, the lower stage). A stage's next start changes
+// only when it runs an op or a message reaches it, so only those two are looked at again.
 std::vector<std::vector<Work>> zero_bubble_orders(const model::ChunkMap& map, int m, int limit) {
     const std::size_t v = static_cast<std::size_t>(map.chunks), mbs = static_cast<std::size_t>(m);
-    std::vector<ReplayStage> stages(static_cast<std::size_t>(map.stages));
+    const std::size_t P = static_cast<std::size_t>(map.stages);
+    std::vector<ReplayStage> stages(P);
     for (ReplayStage& s : stages) {
         s.forwards.assign(v, 0);
         s.inputs.assign(v, 0);
@@ -180,21 +185,19 @@ std::vector<std::vector<Work>> zero_bubble_orders(const model::ChunkMap& map, in
         s.grad_ready.assign(v, std::vector<double>(mbs, kNever));
     }
     stages.front().act_ready.front().assign(mbs, 0.0);  // global chunk 0 embeds
+    std::vector<double> starts(P);
+    std::vector<Work> next(P);
+    for (std::size_t i = 0; i < P; ++i) starts[i] = next_start(stages[i], m, limit, next[i]);
     for (;;) {
-        int chosen = -1;
-        Work work{};
-        double start = kNever;
-        for (int i = 0; i < map.stages; ++i) {
-            Work candidate{};
-            const double at = next_start(stages[static_cast<std::size_t>(i)], m, limit, candidate);
-            if (at < start) {
-                start = at;
-                chosen = i;
-                work = candidate;
-            }
+        const auto first = std::min_element(starts.begin(), starts.end());
+        if (*first >= kNever) break;
+        const int chosen = static_cast<int>(first - starts.begin());
+        const int reached = replay_op(stages, map, chosen, next[first - starts.begin()], *first);
+        for (const int i : {chosen, reached}) {
+            if (i < 0) continue;
+            const auto s = static_cast<std::size_t>(i);
+            starts[s] = next_start(stages[s], m, limit, next[s]);
         }
-        if (chosen < 0) break;
-        replay_op(stages, map, chosen, work, start);
     }
     std::vector<std::vector<Work>> orders;
     for (ReplayStage& s : stages) orders.push_back(std::move(s.order));
@@ -262,12 +265,14 @@ int warmup_forwards(Kind kind, int P, int v, int m, int stage) {
     return 0;
 }
 
-std::vector<Instr> schedule(Kind kind, int P, int v, int m, int stage) {
-    validate(kind, P, v, m, stage);
-    const model::ChunkMap map = chunk_map(kind, P, v);
+namespace {
+
+// A stage's instruction stream around its order of compute.
+std::vector<Instr> stream_of(const model::ChunkMap& map, const std::vector<Work>& order,
+                             int stage) {
     const int last = map.last();  // the global chunk that ends with the loss
     std::vector<Instr> stream;
-    for (const Work& w : compute_order(kind, P, v, m, stage)) {
+    for (const Work& w : order) {
         const int g = map.global(stage, w.chunk);
         const int mb = w.microbatch, c = w.chunk;
         if (w.op == Op::forward) {
@@ -283,6 +288,29 @@ std::vector<Instr> schedule(Kind kind, int P, int v, int m, int stage) {
         }
     }
     return stream;
+}
+
+}  // namespace
+
+std::vector<Instr> schedule(Kind kind, int P, int v, int m, int stage) {
+    validate(kind, P, v, m, stage);
+    return stream_of(chunk_map(kind, P, v), compute_order(kind, P, v, m, stage), stage);
+}
+
+std::vector<std::vector<Instr>> schedules(Kind kind, int P, int v, int m) {
+    validate(kind, P, v, m, 0);
+    const model::ChunkMap map = chunk_map(kind, P, v);
+    // The zero-bubble orders come from one replay of every stage: run it once.
+    std::vector<std::vector<Work>> orders;
+    if (splits_backward(kind))
+        orders = zero_bubble_orders(map, m, activation_limit(kind, P));
+    else
+        for (int stage = 0; stage < P; ++stage)
+            orders.push_back(compute_order(kind, P, v, m, stage));
+    std::vector<std::vector<Instr>> streams;
+    for (int stage = 0; stage < P; ++stage)
+        streams.push_back(stream_of(map, orders[static_cast<std::size_t>(stage)], stage));
+    return streams;
 }
 
 double bubble_formula(Kind kind, int P, int v, int m) {

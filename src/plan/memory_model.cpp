@@ -186,6 +186,7 @@ std::vector<StageMemory> plan_memory(const PlanInputs& in) {
     const model::KeepPolicy policy{cfg.training.recompute,
                                    pipeline::splits_backward(cfg.parallel.schedule)};
     const double korthikanti_layer = korthikanti_layer_bytes(cfg) * act / 2.0;
+    const std::vector<InFlight> flights = in_flight(cfg);
     std::vector<StageMemory> stages;
     for (int stage = 0; stage < p.pipeline; ++stage) {
         StageMemory s;
@@ -218,7 +219,7 @@ std::vector<StageMemory> plan_memory(const PlanInputs& in) {
 
         const model::StageParts parts = stage_parts(cfg, layout, d);
         const std::vector<ChunkShape> chunks = stage_chunks(cfg, stage);
-        const InFlight flight = in_flight(cfg, stage);
+        const InFlight& flight = flights[static_cast<std::size_t>(stage)];
         for (std::size_t c = 0; c < chunks.size(); ++c) {
             const int sets = flight.sets[c];
             s.activation_sets += sets;

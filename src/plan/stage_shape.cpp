@@ -21,11 +21,11 @@ std::vector<ChunkShape> stage_chunks(const config::Config& cfg, int stage) {
     return chunks;
 }
 
-InFlight in_flight(const config::Config& cfg, int stage) {
+namespace {
+
+// What one stage's stream keeps at once, walked as the executor walks it.
+InFlight walk(const std::vector<pipeline::Instr>& stream, int v) {
     using pipeline::Op;
-    const int P = cfg.parallel.pipeline, v = cfg.parallel.virtual_stages;
-    const int m = cfg.derived.grad_accum_steps;
-    const std::vector<ChunkShape> chunks = stage_chunks(cfg, stage);
     InFlight f;
     f.sets.assign(static_cast<std::size_t>(v), 0);
     std::vector<int> live(static_cast<std::size_t>(v), 0);
@@ -40,7 +40,7 @@ InFlight in_flight(const config::Config& cfg, int stage) {
         messages.insert({what, mb, c});
         most_received = std::max(most_received, static_cast<int>(messages.size()));
     };
-    for (const pipeline::Instr& in : pipeline::schedule(cfg.parallel.schedule, P, v, m, stage)) {
+    for (const pipeline::Instr& in : stream) {
         const std::size_t c = static_cast<std::size_t>(in.chunk);
         switch (in.op) {
             case Op::recv_act:
@@ -69,6 +69,20 @@ InFlight in_flight(const config::Config& cfg, int stage) {
     }
     f.messages = most_received + (sends ? pipeline::Executor::kSendBuffers : 0);
     return f;
+}
+
+}  // namespace
+
+std::vector<InFlight> in_flight(pipeline::Kind kind, int P, int v, int m) {
+    std::vector<InFlight> stages;
+    for (const std::vector<pipeline::Instr>& stream : pipeline::schedules(kind, P, v, m))
+        stages.push_back(walk(stream, v));
+    return stages;
+}
+
+std::vector<InFlight> in_flight(const config::Config& cfg) {
+    const auto& p = cfg.parallel;
+    return in_flight(p.schedule, p.pipeline, p.virtual_stages, cfg.derived.grad_accum_steps);
 }
 
 }  // namespace trident::plan

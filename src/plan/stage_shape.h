@@ -27,6 +27,10 @@ struct InFlight {
         sets;          // per local chunk: activation sets held (the model pools them per chunk)
     int messages = 0;  // the executor's boundary buffers, (R, H) each: received, and its pool
 };
-InFlight in_flight(const config::Config& cfg, int stage);
+// Every stage's, stage by stage, for the schedule `kind` of P stages, v chunks each and m
+// microbatches.
+std::vector<InFlight> in_flight(pipeline::Kind kind, int P, int v, int m);
+// The config's schedule's.
+std::vector<InFlight> in_flight(const config::Config& cfg);
 
 }  // namespace trident::plan
