@@ -8,6 +8,7 @@
 #include "pipeline/schedule.h"
 
 #include <algorithm>
+#include <bit>
 #include <deque>
 #include <sstream>
 
@@ -168,6 +169,35 @@ int replay_op(std::vector<ReplayStage>& stages, const model::ChunkMap& map, int 
     return -1;
 }
 
+// The stages' next starts as a tournament: each inner node holds the earlier of its two
+// children (of equal ones, the lower stage), so the earliest is at the root and a change is
+// carried up in log P steps.
+class Earliest {
+public:
+    explicit Earliest(std::size_t stages)
+        : leaves_(std::bit_ceil(std::max<std::size_t>(stages, 1))) {
+        start_.assign(leaves_, kNever);
+        winner_.assign(2 * leaves_, 0);
+        for (std::size_t i = 0; i < leaves_; ++i) winner_[leaves_ + i] = i;
+        for (std::size_t n = leaves_; n-- > 1;) winner_[n] = play(2 * n, 2 * n + 1);
+    }
+    void set(std::size_t stage, double start) {
+        start_[stage] = start;
+        for (std::size_t n = (leaves_ + stage) / 2; n >= 1; n /= 2)
+            winner_[n] = play(2 * n, 2 * n + 1);
+    }
+    std::size_t stage() const { return winner_[1]; }
+    double start() const { return start_[winner_[1]]; }
+
+private:
+    std::size_t play(std::size_t a, std::size_t b) const {
+        return start_[winner_[b]] < start_[winner_[a]] ? winner_[b] : winner_[a];
+    }
+    std::size_t leaves_;
+    std::vector<double> start_;
+    std::vector<std::size_t> winner_;
+};
+
 // The zero-bubble orders of every stage, by replaying the pipeline with unit costs: each
 // stage, when free, runs a B or an F that is ready (alternating when both are; an F only
 // while it holds fewer than `limit` chunks' activations, which W frees), else its oldest
@@ -185,18 +215,17 @@ std::vector<std::vector<Work>> zero_bubble_orders(const model::ChunkMap& map, in
         s.grad_ready.assign(v, std::vector<double>(mbs, kNever));
     }
     stages.front().act_ready.front().assign(mbs, 0.0);  // global chunk 0 embeds
-    std::vector<double> starts(P);
+    Earliest earliest(P);
     std::vector<Work> next(P);
-    for (std::size_t i = 0; i < P; ++i) starts[i] = next_start(stages[i], m, limit, next[i]);
-    for (;;) {
-        const auto first = std::min_element(starts.begin(), starts.end());
-        if (*first >= kNever) break;
-        const int chosen = static_cast<int>(first - starts.begin());
-        const int reached = replay_op(stages, map, chosen, next[first - starts.begin()], *first);
-        for (const int i : {chosen, reached}) {
-            if (i < 0) continue;
-            const auto s = static_cast<std::size_t>(i);
-            starts[s] = next_start(stages[s], m, limit, next[s]);
+    for (std::size_t i = 0; i < P; ++i) earliest.set(i, next_start(stages[i], m, limit, next[i]));
+    while (earliest.start() < kNever) {
+        const std::size_t chosen = earliest.stage();
+        const int reached =
+            replay_op(stages, map, static_cast<int>(chosen), next[chosen], earliest.start());
+        earliest.set(chosen, next_start(stages[chosen], m, limit, next[chosen]));
+        if (reached >= 0) {
+            const auto r = static_cast<std::size_t>(reached);
+            earliest.set(r, next_start(stages[r], m, limit, next[r]));
         }
     }
     std::vector<std::vector<Work>> orders;

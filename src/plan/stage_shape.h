@@ -20,6 +20,10 @@ struct ChunkShape {
     bool head = false;
 };
 std::vector<ChunkShape> stage_chunks(const config::Config& cfg, int stage);
+// The same for a schedule of P stages and v chunks each, its global chunks holding
+// `chunk_layers` layers.
+std::vector<ChunkShape> stage_chunks(pipeline::Kind kind, int P, int v,
+                                     const std::vector<int>& chunk_layers, int stage);
 
 // What a stage's instruction stream for one step keeps at once, at most.
 struct InFlight {
