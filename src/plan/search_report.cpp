@@ -48,14 +48,15 @@ constexpr Term kTerms[] = {{"compute", &StepTime::compute},
                            {"exposed data-parallel communication", &StepTime::data_comm},
                            {"optimizer", &StepTime::optimizer}};
 
-// The term that differs most in `sign`'s direction (second minus first), or null.
-const Term* most(const StepTime& first, const StepTime& second, double sign) {
+// The term that differs most in `sign`'s direction (second minus first), or null; `by` is
+// set to its difference.
+const Term* most(const StepTime& first, const StepTime& second, double sign, double& by) {
     const Term* found = nullptr;
-    double largest = 0;
+    by = 0;
     for (const Term& t : kTerms) {
         const double d = sign * (second.*t.seconds - first.*t.seconds);
-        if (d > largest) {
-            largest = d;
+        if (d > by) {
+            by = d;
             found = &t;
         }
     }
@@ -90,9 +91,12 @@ std::string why_first(const SearchReport& report) {
                           ? format("1 beats 2 by %.4g s a step (%.2f%%)", tb.step - ta.step,
                                    100 * (tb.step - ta.step) / tb.step)
                           : format("1 and 2 tie at %.4g s a step", ta.step);
-    if (const Term* gain = most(ta, tb, 1))
+    double gained = 0, lost = 0;
+    if (const Term* gain = most(ta, tb, 1, gained))
         out += ", most in its " + term_text(*gain, a, b, ta, tb);
-    if (const Term* cost = most(ta, tb, -1))
+    // A cost under a hundredth of the gain is not what decided it.
+    const Term* cost = most(ta, tb, -1, lost);
+    if (cost && lost >= gained / 100)
         out += ", for " + term_text(*cost, a, b, ta, tb) + " of its own";
     std::string keys;
     for (const std::string& d : differences(a, b)) keys += (keys.empty() ? "" : ", ") + d;
