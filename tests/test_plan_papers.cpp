@@ -47,7 +47,8 @@ void check_paper(const config::Config& cfg, const std::string& row, const char* 
     options.top = 1;
     const plan::PlanInputs in = plan::plan_inputs(
         cfg, plan::gradient_bytes(cfg.training.precision, cfg.training.fp32_grad_accumulation));
-    const double paper_step = plan::predict_step(in, options.hardware).step;
+    const plan::StepTime paper_time = plan::predict_step(in, options.hardware);
+    const double paper_step = paper_time.step;
 
     // Among the layouts that keep the rules and fit: held at every key, it is the one found.
     plan::SearchOptions held = options;
@@ -65,6 +66,13 @@ void check_paper(const config::Config& cfg, const std::string& row, const char* 
     std::printf("%s: the paper's layout %.4g s a step; the search's best %.4g s (%.3gx), %s\n",
                 row.c_str(), paper_step, best.time.step, gain,
                 plan::set_line(cfg, best.layout).c_str());
+    const plan::StepTime& t = best.time;
+    std::printf(
+        "  paper against best: compute %.4g / %.4g, tensor %.4g / %.4g, context %.4g / "
+        "%.4g, bubble %.4g / %.4g, data %.4g / %.4g, optimizer %.4g / %.4g s\n",
+        paper_time.compute, t.compute, paper_time.tensor_comm, t.tensor_comm,
+        paper_time.context_comm, t.context_comm, paper_time.bubble, t.bubble, paper_time.data_comm,
+        t.data_comm, paper_time.optimizer, t.optimizer);
     CHECK(best.time.step <= paper_step);
 }
 
