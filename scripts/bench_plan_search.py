@@ -105,15 +105,15 @@ def main():
     if args.limit:
         layouts = layouts[:args.limit]
     # Each pass in the other order, so that a slow spell of the machine falls on other layouts.
-    least = [float("inf")] * len(layouts)
+    passes = [[0.0] * len(layouts) for _ in range(args.repeats)]
     for r in range(args.repeats):
         order = range(len(layouts)) if r % 2 == 0 else reversed(range(len(layouts)))
         for k in order:
-            step = measure(args, layouts[k])
-            least[k] = min(least[k], step)
+            step = passes[r][k] = measure(args, layouts[k])
             print(f"pass {r + 1}, {k + 1}/{len(layouts)} {grid(layouts[k])}: predicted "
                   f"{layouts[k]['step_time']['step_s'] * 1e3:.1f} ms, measured {step * 1e3:.1f} ms",
                   file=sys.stderr, flush=True)
+    least = [min(p[k] for p in passes) for k in range(len(layouts))]
     rows = [(l, l["step_time"]["step_s"], m) for l, m in zip(layouts, least)]
     predicted = [r[1] for r in rows]
     measured = [r[2] for r in rows]
@@ -132,6 +132,10 @@ def main():
     print(f"\n{len(rows)} layouts; Spearman {spearman(predicted, measured):.3f}; the pick "
           f"{measured[0] * 1e3:.1f} ms against the measured best {best * 1e3:.1f} ms "
           f"({100 * (measured[0] / best - 1):.1f}% slower)")
+    if len(passes) > 1 and len(rows) > 1:
+        # How well the machine measures: the first two passes' rank correlation.
+        print(f"the first two passes against each other: Spearman "
+              f"{spearman(passes[0], passes[1]):.3f}")
 
 
 if __name__ == "__main__":
