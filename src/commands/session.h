@@ -81,6 +81,9 @@ struct Peak {
 Peak peak_flops(const config::Config& cfg, const Device& device, kernels::Ops& ops,
                 parallel::Comm& world);
 
+// "trident: warning: TEXT" on stderr, flushed.
+void warn(const std::string& text);
+
 // What loading the config accepted with a warning (a deprecated key), on stderr.
 void print_warnings(const config::Config& cfg);
 

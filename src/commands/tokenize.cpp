@@ -26,7 +26,9 @@
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
 #include "io/input_file.h"
+#include "io/user_paths.h"
 #include "kernels/error.h"
+#include "kernels/threads.h"
 #include "train/metrics.h"
 
 namespace trident::commands {
@@ -119,10 +121,8 @@ void refuse_other_format(const std::string& bin, const std::string& format) {
 class Output {
 public:
     // `dtype`: the Megatron dataset's ids (u16, or i32 for a vocabulary beyond 16 bits).
-    Output(const TokenizeOptions& opts, kernels::DType dtype) : opts_(opts), dtype_(dtype) {
-        const std::filesystem::path parent = std::filesystem::path(opts.output).parent_path();
-        if (!parent.empty()) std::filesystem::create_directories(parent);
-    }
+    // Its directory is made by the check of the first output (tokenize()).
+    Output(const TokenizeOptions& opts, kernels::DType dtype) : opts_(opts), dtype_(dtype) {}
 
     void add_document(std::span<const int32_t> ids) {
         tokens_ += ids.size();
@@ -250,6 +250,11 @@ int tokenize(const TokenizeOptions& opts) {
     const auto t0 = std::chrono::steady_clock::now();
 
     Output output(opts, wide ? kernels::DType::i32 : kernels::DType::u16);
+    for (const std::string& path : opts.inputs) io::check_input_path(path, "an input to tokenize");
+    io::check_output_file(output.first_bin(), "--output");
+    if (opts.format == "megatron")
+        io::check_output_file(output.first_bin().substr(0, output.first_bin().size() - 4) + ".idx",
+                              "--output");
     refuse_other_format(output.first_bin(), opts.format);
 
     std::vector<std::string> files;
@@ -258,8 +263,9 @@ int tokenize(const TokenizeOptions& opts) {
     for (const std::string& text : files) total_bytes += text.size();
     const std::vector<std::string_view> documents = split_documents(files, unescape(opts.split_on));
 
-    const int threads =
-        opts.threads > 0 ? opts.threads : std::max(1u, std::thread::hardware_concurrency());
+    const kernels::ThreadCount bounded = kernels::thread_count(opts.threads, "--threads");
+    if (!bounded.note.empty()) std::fprintf(stderr, "trident: warning: %s\n", bounded.note.c_str());
+    const int threads = bounded.count;
     // Chunks small enough to share among threads and show progress, large enough to be cheap.
     const std::size_t target =
         std::clamp<std::size_t>(total_bytes / (16 * threads), 1 << 16, 1 << 22);

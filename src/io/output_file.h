@@ -15,6 +15,8 @@ namespace trident::io {
 // "No space left on device (ENOSPC)": errno's text and its name.
 std::string errno_text(int error);
 
+// Only a regular file is written: a path naming a device, a FIFO, a socket or a directory is
+// refused with a trident::Error (io/user_paths.h), never fed or waited on.
 class OutputFile {
 public:
     enum class Mode { create, append };  // create truncates what was there
@@ -52,7 +54,8 @@ private:
 // A file written under a temporary name beside `path` and renamed over it by commit(): a
 // reader of `path` (a training run mapping a dataset) never sees it half written, keeps
 // the old file's contents while this one is written, and a failed or abandoned write leaves
-// `path` as it was (the temporary file is removed). Messages name `path`.
+// `path` as it was (the temporary file is removed). Messages name `path`. A `path` that is
+// not a regular file (a device, a FIFO; io/user_paths.h) is refused, never renamed over.
 class ReplacingFile {
 public:
     explicit ReplacingFile(const std::string& path);
@@ -61,9 +64,14 @@ public:
     ReplacingFile& operator=(const ReplacingFile&) = delete;
 
     void write(const void* data, std::size_t size) { file_.write(data, size); }
-    void commit();  // synced, closed and renamed into place
+    uint64_t size() const { return file_.size(); }  // bytes written so far
+    void commit();                                  // synced, closed and renamed into place
 
 private:
+    // The temporary name beside `path` (its directory made): refused first when `path` names
+    // a device, a FIFO, a socket or a directory, which the rename would replace.
+    static std::string temporary_beside(const std::string& path);
+
     std::string path_, temporary_;
     OutputFile file_;
     bool committed_ = false;

@@ -296,8 +296,8 @@ int warmup_forwards(Kind kind, int P, int v, int m, int stage) {
 
 namespace {
 
-// A stage's instruction stream around its order of compute.
-std::vector<Instr> stream_of(const model::ChunkMap& map, const std::vector<Work>& order,
+// The instructions of `stage` doing the passes of `order`, each with its messages.
+std::vector<Instr> stream_of(const std::vector<Work>& order, const model::ChunkMap& map,
                              int stage) {
     const int last = map.last();  // the global chunk that ends with the loss
     std::vector<Instr> stream;
@@ -323,22 +323,21 @@ std::vector<Instr> stream_of(const model::ChunkMap& map, const std::vector<Work>
 
 std::vector<Instr> schedule(Kind kind, int P, int v, int m, int stage) {
     validate(kind, P, v, m, stage);
-    return stream_of(chunk_map(kind, P, v), compute_order(kind, P, v, m, stage), stage);
+    return stream_of(compute_order(kind, P, v, m, stage), chunk_map(kind, P, v), stage);
 }
 
 std::vector<std::vector<Instr>> schedules(Kind kind, int P, int v, int m) {
     validate(kind, P, v, m, 0);
-    const model::ChunkMap map = chunk_map(kind, P, v);
-    // The zero-bubble orders come from one replay of every stage: run it once.
-    std::vector<std::vector<Work>> orders;
-    if (splits_backward(kind))
-        orders = zero_bubble_orders(map, m, activation_limit(kind, P));
-    else
-        for (int stage = 0; stage < P; ++stage)
-            orders.push_back(compute_order(kind, P, v, m, stage));
     std::vector<std::vector<Instr>> streams;
-    for (int stage = 0; stage < P; ++stage)
-        streams.push_back(stream_of(map, orders[static_cast<std::size_t>(stage)], stage));
+    if (!splits_backward(kind)) {
+        for (int s = 0; s < P; ++s) streams.push_back(schedule(kind, P, v, m, s));
+        return streams;
+    }
+    // The zero-bubble orders come from one replay of every stage: made once, not per stage.
+    const model::ChunkMap map = chunk_map(kind, P, v);
+    const auto orders = zero_bubble_orders(map, m, activation_limit(kind, P));
+    for (int s = 0; s < P; ++s)
+        streams.push_back(stream_of(orders[static_cast<std::size_t>(s)], map, s));
     return streams;
 }
 

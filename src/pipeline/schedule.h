@@ -76,7 +76,7 @@ struct Instr {
 // Throws trident::Error for invalid arguments (P, m < 1; v != 1 for all but interleaved and
 // ZB-V; v < 2 or m not a multiple of P for interleaved; v != 2 or P < 2 for ZB-V).
 std::vector<Instr> schedule(Kind kind, int P, int v, int m, int stage);
-// Every stage's stream, stage by stage: the zero-bubble schedules' replay run once for all.
+// The streams of every stage, 0 .. P-1 (the zero-bubble orders replayed once for all).
 std::vector<std::vector<Instr>> schedules(Kind kind, int P, int v, int m);
 
 const char* to_string(Op op);
