@@ -213,6 +213,17 @@ CLI::App* add_plan(CLI::App& app, commands::PlanOptions& plan) {
     plan_cmd->add_option("--disk-bw", plan.disk_bw,
                          "Bandwidth between a rank and optimizer.offload_dir, its reads and writes "
                          "together, GB/s (default 2: one NVMe drive per rank)");
+    plan_cmd->add_flag("--search", plan.search,
+                       "List the fastest layouts of the config on --gpus GPUs that fit in "
+                       "--device-memory (or the preset GPU's)");
+    plan_cmd->add_option("--gpus", plan.gpus, "--search: the GPUs to lay the run out on");
+    plan_cmd->add_option("--top", plan.top,
+                         "--search: how many layouts to list (default 10; 0: every one that fits)");
+    plan_cmd->add_option("--fix", plan.fixes,
+                         "--search: hold a key at a value, e.g. --fix parallel.tensor=8 "
+                         "(repeatable)");
+    plan_cmd->add_flag("--allow-cross-node-tp", plan.allow_cross_node_tp,
+                       "--search: let tensor groups span nodes");
     return plan_cmd;
 }
 

@@ -1,8 +1,8 @@
 // Command-line tests of numbers and files a careless user may give: thread counts far beyond
 // the cores (bounded, with one line), schedule sizes and costs that would grow without bound,
-// planner rates that are not finite, a missing tokenizer for the sample after training
-// (found at start-up), a global batch larger than an epoch (warned), and weights that cannot
-// be what their config.json says or that hold a NaN (refused by generate).
+// planner rates that are not finite (in a plan and in its search), a missing tokenizer for the
+// sample after training (found at start-up), a global batch larger than an epoch (warned), and
+// weights that cannot be what their config.json says or that hold a NaN (refused by generate).
 #include <catch2/catch.hpp>
 #include <cstring>
 #include <filesystem>
@@ -67,19 +67,23 @@ TEST_CASE("input bounds: schedule sizes and costs past what it draws are one lin
 
 TEST_CASE("input bounds: plan refuses rates that are not finite", "[cli][bad-input][plan]") {
     Workspace ws;
-    const std::string plan = "plan --config " + ws.path("tiny.yaml") + " ";
-    for (const std::string given :
-         {"--hardware dgx-a100 --gemm-tflops nan", "--hardware dgx-a100 --gemm-tflops inf",
-          "--gemm-tflops nan --mem-bw 1 --intra-bw 1 --inter-bw 1",
-          "--hardware dgx-a100 --mem-bw inf"}) {
-        INFO(given);
-        const RunResult r = run_bounded(plan + given);
-        require_clear_error(r, ": expected a finite positive figure, got ");
-        CHECK_FALSE(contains(r.output, "nan s per step"));
+    for (const std::string mode : {"", "--search --gpus 4 "}) {
+        const std::string plan = "plan --config " + ws.path("tiny.yaml") + " " + mode;
+        for (const std::string given :
+             {"--hardware dgx-a100 --gemm-tflops nan", "--hardware dgx-a100 --gemm-tflops inf",
+              "--gemm-tflops nan --mem-bw 1 --intra-bw 1 --inter-bw 1",
+              "--hardware dgx-a100 --mem-bw inf"}) {
+            INFO(mode << given);
+            const RunResult r = run_bounded(plan + given);
+            require_clear_error(r, ": expected a finite positive figure, got ");
+            CHECK_FALSE(contains(r.output, "nan s per step"));
+        }
+        INFO(mode);
+        require_clear_error(run_bounded(plan + "--hardware dgx-a100 --latency-us nan"),
+                            "--latency-us: expected a finite number, got nan");
+        require_clear_error(run_bounded(plan + "--hardware dgx-a100 --device-memory inf"),
+                            "--device-memory: expected");
     }
-    require_clear_error(run_bounded(plan + "--hardware dgx-a100 --latency-us nan"),
-                        "--latency-us: expected a finite number, got nan");
-    require_clear_error(run_bounded(plan + "--device-memory inf"), "--device-memory: expected");
 }
 
 TEST_CASE("input bounds: a missing tokenizer for the sample after training is found at start-up",

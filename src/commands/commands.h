@@ -100,7 +100,14 @@ struct PlanOptions {
     int gpus_per_node = 0;
     double latency_us = -1;  // per collective call; < 0: the preset's (or 20)
     double disk_bw = 0;      // GB/s to optimizer.offload_dir (reads and writes); 0: 2
+    // --search: the fastest layouts of the config on `gpus` GPUs that fit (plan/search.h).
+    bool search = false;
+    int gpus = 0;                    // 0: not given
+    int top = -1;                    // layouts listed (-1: not given, 10); 0: every one that fits
+    std::vector<std::string> fixes;  // key=value held fixed
+    bool allow_cross_node_tp = false;
 };
 int plan(const PlanOptions& opts);
+int plan_search(const PlanOptions& opts);  // plan() runs it for --search
 
 }  // namespace trident::commands

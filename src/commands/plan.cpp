@@ -9,6 +9,7 @@
 #include <string>
 
 #include "commands/commands.h"
+#include "commands/plan_options.h"
 #include "commands/session.h"
 #include "config/config.h"
 #include "kernels/error.h"
@@ -16,9 +17,6 @@
 
 namespace trident::commands {
 
-namespace {
-
-// "80GiB", "80 GiB", "40GB", "1.5TiB" or a number of bytes.
 double parse_size(const std::string& text) {
     std::size_t end = 0;
     double value = 0;
@@ -39,6 +37,8 @@ double parse_size(const std::string& text) {
     throw Error("--device-memory: expected a size such as 80GiB or 40GB, got '" + text + "'");
 }
 
+namespace {
+
 // The figures given: each a finite number, a rate positive (0 leaves the preset's, and a
 // negative latency too). NaN or infinity would print "-nan s per step" with exit code 0.
 void check_figures(const PlanOptions& o) {
@@ -55,9 +55,9 @@ void check_figures(const PlanOptions& o) {
     }
 }
 
-// The hardware the options describe: a preset with any figure replaced, or every figure
-// given; none when neither is.
-std::optional<plan::Hardware> hardware(const PlanOptions& o) {
+}  // namespace
+
+std::optional<plan::Hardware> plan_hardware(const PlanOptions& o) {
     check_figures(o);
     const bool any_figure = o.gemm_tflops > 0 || o.mem_bw > 0 || o.intra_bw > 0 || o.inter_bw > 0;
     if (o.hardware.empty() && !any_figure) return std::nullopt;
@@ -82,9 +82,22 @@ std::optional<plan::Hardware> hardware(const PlanOptions& o) {
     return hw;
 }
 
-}  // namespace
+void warn_lora(const config::Config& cfg) {
+    if (cfg.training.lora.enabled())
+        std::fprintf(stderr,
+                     "trident: warning: training.lora is modelled in the model states only "
+                     "(the frozen weights, the adapters' weights, gradients and optimizer "
+                     "state); activations, communication and time are those of training the "
+                     "whole model, an upper bound on the adapters' run\n");
+}
 
 int plan(const PlanOptions& opts) {
+    if (opts.search) return plan_search(opts);
+    for (const auto& [given, option] :
+         {std::pair{opts.gpus != 0, "--gpus"}, std::pair{!opts.fixes.empty(), "--fix"},
+          std::pair{opts.top != -1, "--top"},
+          std::pair{opts.allow_cross_node_tp, "--allow-cross-node-tp"}})
+        if (given) throw Error(std::string(option) + " is an option of --search");
     const config::Config cfg = config::load(opts.config, opts.overrides, config::Purpose::plan);
     print_warnings(cfg);
     plan::PlanInputs inputs = plan::plan_inputs(
@@ -97,13 +110,8 @@ int plan(const PlanOptions& opts) {
     }
     std::optional<double> device_memory;
     if (!opts.device_memory.empty()) device_memory = parse_size(opts.device_memory);
-    if (cfg.training.lora.enabled())
-        std::fprintf(stderr,
-                     "trident: warning: training.lora is modelled in the model states only "
-                     "(the frozen weights, the adapters' weights, gradients and optimizer "
-                     "state); activations, communication and time are those of training the "
-                     "whole model, an upper bound on the adapters' run\n");
-    const plan::Plan p = plan::make_plan(inputs, hardware(opts), device_memory);
+    warn_lora(cfg);
+    const plan::Plan p = plan::make_plan(inputs, plan_hardware(opts), device_memory);
     const std::string text = opts.json ? plan::render_json(p) : plan::render_text(p);
     std::fputs(text.c_str(), stdout);
     return 0;

@@ -227,11 +227,15 @@ double GroupTraffic::sent_bytes() const {
 }
 
 std::vector<StageTraffic> plan_traffic(const PlanInputs& in) {
+    return plan_traffic(in, plan_memory(in));
+}
+
+std::vector<StageTraffic> plan_traffic(const PlanInputs& in,
+                                       const std::vector<StageMemory>& memory) {
     const config::Config& cfg = in.cfg;
     const auto& p = cfg.parallel;
     const model::Dims d = config::rank_dims(cfg);
     const int64_t m = cfg.derived.grad_accum_steps;
-    const std::vector<StageMemory> memory = plan_memory(in);
     std::vector<StageTraffic> stages;
     for (int stage = 0; stage < p.pipeline; ++stage) {
         const std::vector<ChunkShape> chunks = stage_chunks(cfg, stage);
