@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Benchmarks `trident tokenize` on the King James Bible, GPT-2's BPE: the same 1167 chapters
-# (Genesis to Jude, 4.1 MB of text) as JSON lines (scripts/kjv_jsonl.py: plain, .zst and .gz)
+# (Genesis to Jude, 4.1 MB of text) COPIES times over (default 8: 33 MB, so that the start-up
+# weighs little) as JSON lines (scripts/kjv_jsonl.py: plain, .zst and .gz)
 # and as a text file of the chapters split on blank lines (the text path), each run on one core
 # (taskset -c 0, --threads 1: the reader and the encoder share it), best of REPEATS. Prints, per
 # path, the MB per second of CPU time (user + system: what a core gives, whatever else the
@@ -8,11 +9,12 @@
 # with the start-up left out (loading GPT-2's files, measured as the same command on a
 # one-document input: a corpus of gigabytes pays it once), and the wall time; and checks that
 # every path wrote the same ids.
-# Usage: scripts/bench_tokenize.sh [BUILD_DIR] [REPEATS]   (default build/, 5)
+# Usage: scripts/bench_tokenize.sh [BUILD_DIR] [REPEATS] [COPIES]   (default build/, 5, 8)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
 repeats=${2:-5}
+copies=${3:-8}
 trident=$build/trident
 [[ -x "$trident" ]] || { echo "bench_tokenize: $trident is missing; build first" >&2; exit 1; }
 pin=()
@@ -20,9 +22,11 @@ command -v taskset >/dev/null && pin=(taskset -c 0)
 
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-"$root/scripts/kjv_jsonl.py" "$tmp/plain" --train-files 1 --text >/dev/null
-"$root/scripts/kjv_jsonl.py" "$tmp/zst" --train-files 1 --compress zst >/dev/null
-"$root/scripts/kjv_jsonl.py" "$tmp/gz" --train-files 1 --compress gz >/dev/null
+"$root/scripts/kjv_jsonl.py" "$tmp/plain" --train-files 1 --copies "$copies" --text >/dev/null
+for compress in zst gz; do
+  "$root/scripts/kjv_jsonl.py" "$tmp/$compress" --train-files 1 --copies "$copies" \
+    --compress "$compress" >/dev/null
+done
 json_bytes=$(stat -c %s "$tmp/plain/train_000.jsonl")
 text_bytes=$(stat -c %s "$tmp/plain/train.txt")
 
@@ -56,7 +60,7 @@ text=$(best text --split-on '\n\n' "$tmp/plain/train.txt")
 jsonl=$(best jsonl "$tmp/plain/train_000.jsonl")
 zst=$(best zst "$tmp/zst/train_000.jsonl.zst")
 gz=$(best gz "$tmp/gz/train_000.jsonl.gz")
-echo "the KJV, Genesis to Jude: $text_bytes bytes of text, $json_bytes of JSON lines; one core, best of $repeats"
+echo "the KJV, Genesis to Jude, $copies times: $text_bytes bytes of text, $json_bytes of JSON lines; one core, best of $repeats"
 echo "start-up (one document): cpu $(cut -d' ' -f1 <<<"$startup") s"
 report "text (--split-on)" "$text_bytes" "$text"
 report "JSON lines" "$json_bytes" "$jsonl"

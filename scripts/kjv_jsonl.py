@@ -5,9 +5,11 @@ exports: one document a chapter, {"text": its verses one a line, "id": "kjv/Ge/1
 in chapters), Revelation to valid.jsonl; --compress zst (the zstd command) or gz (gzip) then
 compresses each, as FineWeb-Edu, the Pile and Dolma are shipped. With --text the training
 chapters are also written as train.txt, separated by a blank line, for the plain-text path's
-`trident tokenize --split-on '\\n\\n'`: the same documents, so the same ids.
+`trident tokenize --split-on '\\n\\n'`: the same documents, so the same ids. --copies N repeats
+the training chapters N times (a benchmark's larger input).
 
 Usage: scripts/kjv_jsonl.py OUT_DIR [--train-files N] [--compress none|zst|gz] [--text]
+                            [--copies N]
 README's "GPT-2 124M on FineWeb-Edu" tries its commands on this corpus; scripts/bench_tokenize.sh
 measures the JSON-lines path on it. Standard library only (and the zstd command for zst).
 """
@@ -61,9 +63,10 @@ def main():
     p.add_argument("--train-files", type=int, default=4)
     p.add_argument("--compress", choices=["none", "zst", "gz"], default="none")
     p.add_argument("--text", action="store_true")
+    p.add_argument("--copies", type=int, default=1)
     a = p.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    train = chapters("Genesis 1:1", "Jude 1:25")
+    train = chapters("Genesis 1:1", "Jude 1:25") * a.copies
     per_file = -(-len(train) // a.train_files)
     written = [write(os.path.join(a.out, f"train_{i:03d}.jsonl"),
                      train[i * per_file:(i + 1) * per_file], a.compress)

@@ -21,12 +21,6 @@ using Catch::Contains;
 
 namespace {
 
-std::vector<int32_t> read_all(const trident::data::TokenStream& stream) {
-    std::vector<int32_t> ids(stream.size());
-    stream.read(0, ids);
-    return ids;
-}
-
 std::vector<int32_t> gpt2_stream(const std::string& path) {
     return read_all(trident::data::TokenShards(path, 50257, "test"));
 }
@@ -100,9 +94,8 @@ TEST_CASE("tokenize jsonl: --field, files and globs in order, any thread count",
     put(ws, "q.jsonl", "{\"body\": \"four\"}");  // no newline after the last line
     require_ok(run(kTokenize + "--tokenizer bytes --field body --output " + ws.path("o.bin") +
                    " '" + ws.path("p_*") + "' " + ws.path("q.jsonl")));
-    const std::string all = "onetwothreefour";
     CHECK(read_all(trident::data::TokenShards(ws.path("o.bin"), 256, "test")) ==
-          std::vector<int32_t>(all.begin(), all.end()));
+          bytes_of("onetwothreefour"));
 
     // A file of many blocks: the same ids on 1 and 4 threads, and as the text path gives them.
     const std::vector<std::string> texts = many_documents(3 << 20);
@@ -181,9 +174,8 @@ TEST_CASE("tokenize jsonl: malformed lines are named, skipped up to --max-bad-li
     CHECK_THAT(two.output, Contains("trident: warning: " + in + ":2: not a JSON object"));
     CHECK_THAT(two.output, Contains("trident: warning: " + in + ":4: not a JSON object"));
     CHECK_THAT(two.output, Contains("(2 documents of 1 file; 0 empty and 2 malformed skipped)"));
-    const std::string kept = "finefine again";
     CHECK(read_all(trident::data::TokenShards(ws.path("o.bin"), 256, "test")) ==
-          std::vector<int32_t>(kept.begin(), kept.end()));
+          bytes_of("finefine again"));
 }
 
 TEST_CASE("tokenize jsonl: inputs it cannot read as asked are refused by name",

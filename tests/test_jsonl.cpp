@@ -59,7 +59,7 @@ std::string zstd(const std::string& text) {
 }
 
 // The whole stream of `path`, read in pieces of `piece` bytes.
-std::string read_all(const std::string& path, std::size_t piece = 7) {
+std::string decompressed(const std::string& path, std::size_t piece = 7) {
     const auto source = data::open_byte_source(path);
     std::string out, buffer(piece, '\0');
     for (std::size_t got; (got = source->read(buffer)) > 0;) out.append(buffer, 0, got);
@@ -69,7 +69,7 @@ std::string read_all(const std::string& path, std::size_t piece = 7) {
 
 std::string error_reading(const std::string& path) {
     try {
-        read_all(path, 1 << 16);
+        decompressed(path, 1 << 16);
     } catch (const Error& e) {
         return e.what();
     }
@@ -128,17 +128,17 @@ TEST_CASE("jsonl: plain, gzip and zstd files read as the same bytes", "[jsonl]")
     // Two gzip members and two zstd frames back to back, as concatenated files are.
     write_file(tmp / "c.jsonl.gz", gzip(a) + gzip(b));
     write_file(tmp / "c.jsonl.zst", zstd(a) + zstd(b));
-    CHECK(read_all(tmp / "c.jsonl") == a + b);
-    CHECK(read_all(tmp / "c.jsonl.gz") == a + b);
-    CHECK(read_all(tmp / "c.jsonl.zst") == a + b);
-    CHECK(read_all(tmp / "c.jsonl.zst", 1 << 20) == a + b);
+    CHECK(decompressed(tmp / "c.jsonl") == a + b);
+    CHECK(decompressed(tmp / "c.jsonl.gz") == a + b);
+    CHECK(decompressed(tmp / "c.jsonl.zst") == a + b);
+    CHECK(decompressed(tmp / "c.jsonl.zst", 1 << 20) == a + b);
     const auto source = data::open_byte_source(tmp / "c.jsonl.gz");
     std::string all(1 << 22, '\0');
     source->read(all);
     CHECK(source->consumed() == gzip(a).size() + gzip(b).size());
 
     write_file(tmp / "empty.jsonl", "");
-    CHECK(read_all(tmp / "empty.jsonl").empty());
+    CHECK(decompressed(tmp / "empty.jsonl").empty());
     CHECK(data::compression_of("x.json.gz") == data::Compression::gzip);
     CHECK(data::compression_of("x.jsonl.zst") == data::Compression::zstd);
     CHECK(data::compression_of("x.jsonl") == data::Compression::none);
