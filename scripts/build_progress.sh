@@ -13,7 +13,8 @@ terminal=0
 "$@" 2>&1 | tee -a "$log" | {
   quarter=-1
   while IFS= read -r line; do
-    [[ $line =~ ^\[([0-9]+)/([0-9]+)\] ]] || continue
+    # Ninja's own steps (CMake re-checking its globs) count no building.
+    [[ $line =~ ^\[([0-9]+)/([0-9]+)\]\ (Building|Linking) ]] || continue
     done_steps=${BASH_REMATCH[1]} total=${BASH_REMATCH[2]}
     if ((terminal)); then
       printf '\rsetup: building %s: %d/%d' "$what" "$done_steps" "$total"

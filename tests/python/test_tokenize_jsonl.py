@@ -17,8 +17,8 @@ large enough to be cut into many blocks:
      to back, a document index of one sequence each); both concatenated are stream 2;
   4. malformed lines: the lines Python's json refuses (or that lack a string "text") are the
      lines trident names, file and line;
-  5. memory: 64 MB of text (compressed 100-fold) tokenized in under 100 MB of resident memory:
-     what the threads hold, not the corpus.
+  5. memory: about 100 MB of JSON lines (compressed to under 1 MB) tokenized in under 100 MB
+     of resident memory: what the threads hold, not the corpus.
 
 Run by ctest as: /usr/bin/python3 test_tokenize_jsonl.py --trident BIN --tools-dir DIR
 Exit status: 0 passed, 1 failed.
