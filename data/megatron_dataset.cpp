@@ -205,7 +205,7 @@ void check_vocabulary(const std::string& bin_path, kernels::DType dtype, const v
 }  // namespace
 
 MegatronDataset::MegatronDataset(const std::string& prefix, int vocab_size, const std::string& what)
-    : prefix_(prefix) {
+    : prefix_(prefix), vocab_size_(vocab_size), what_(what) {
     const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
     const MappedFile index(idx_path, what);
     MappedFile bin(bin_path, what);
@@ -226,8 +226,19 @@ MegatronDataset::MegatronDataset(const std::string& prefix, int vocab_size, cons
 
 void MegatronDataset::read(std::size_t start, std::span<int32_t> out) const {
     with_tokens(dtype_, bin_.data(), [&](const auto* tokens) {
-        std::transform(tokens + start, tokens + start + out.size(), out.begin(),
-                       [](auto t) { return static_cast<int32_t>(t); });
+        // Widened, and the ids outside the vocabulary counted in the same pass (no branch:
+        // the loop vectorises); the first is found only when there is one.
+        const uint32_t vocab = static_cast<uint32_t>(vocab_size_);
+        uint32_t outside = 0;
+        for (std::size_t i = 0; i < out.size(); ++i) {
+            out[i] = static_cast<int32_t>(tokens[start + i]);
+            outside |= static_cast<uint32_t>(out[i]) >= vocab;  // negative ids wrap above it
+        }
+        if (outside == 0) return;
+        for (std::size_t i = 0; i < out.size(); ++i)
+            if (static_cast<uint32_t>(out[i]) >= vocab)
+                token_changed(what_, prefix_ + ".bin", (start + i) * sizeof(*tokens), out[i],
+                              vocab_size_);
     });
 }
 

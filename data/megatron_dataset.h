@@ -65,6 +65,8 @@ private:
     std::size_t documents_ = 0;
     std::size_t tokens_ = 0;
     MappedFile bin_;  // PREFIX.bin; data() is null when it is empty
+    int vocab_size_;
+    std::string what_;
 };
 
 // Writes a Megatron dataset of uint16 or int32 tokens (Megatron-LM takes int32 once a

@@ -32,7 +32,7 @@ std::vector<std::string> expand(const std::string& pattern, const std::string& w
 }  // namespace
 
 TokenShards::TokenShards(const std::string& pattern, int vocab_size, const std::string& what)
-    : paths_(expand(pattern, what)) {
+    : paths_(expand(pattern, what)), vocab_size_(vocab_size), what_(what) {
     for (const std::string& path : paths_) {
         MappedFile file(path, what);
         const std::size_t bytes = file.bytes();
@@ -74,12 +74,17 @@ void TokenShards::read(std::size_t start, std::span<int32_t> out) const {
                                [](std::size_t s, const Shard& m) { return s < m.first; });
     std::size_t file = static_cast<std::size_t>(it - files_.begin()) - 1;
     std::size_t pos = start - files_[file].first;
+    const auto vocab = static_cast<uint16_t>(std::min(vocab_size_, 65536) - 1);  // the largest id
     for (int32_t& t : out) {
         while (pos >= files_[file].count) {
             ++file;
             pos = 0;
         }
-        t = files_[file].tokens[pos++];
+        const uint16_t id = files_[file].tokens[pos++];
+        if (id > vocab)
+            token_changed(what_, paths_[file], kShardHeaderInts * sizeof(int32_t) + 2 * (pos - 1),
+                          id, vocab_size_);
+        t = id;
     }
 }
 

@@ -3,7 +3,8 @@
 // Format (llm.c's dev/data/data_common.py): a header of 256 little-endian int32 — magic
 // 20240520, version 1, number of tokens — then that many uint16 token ids. Every file is
 // checked in full when opened (header, size, every id below the vocabulary), so bad data is
-// reported up front with the file's name, never midway through a run.
+// reported up front with the file's name; the ids read are checked again as they are read
+// (token_stream.h), for a file rewritten under the run.
 #pragma once
 
 #include <cstddef>
@@ -48,6 +49,8 @@ private:
     std::vector<std::string> paths_;
     std::vector<Shard> files_;
     std::size_t total_ = 0;
+    int vocab_size_;
+    std::string what_;
 };
 
 // The most tokens an llm.c shard holds: its header counts them in an int32.

@@ -293,7 +293,8 @@ public:
                               int step, float grad_scale, Ptr params) = 0;
 };
 
-// The CPU backend, using `threads` threads for its loops and for OpenBLAS (0: all cores).
+// The CPU backend, using `threads` threads for its loops and for OpenBLAS (0: all cores), at
+// most kernels/threads.h's bound.
 std::unique_ptr<Ops> make_cpu_ops(int threads);
 // What the CPU backend's attention keeps for its backward (Ops::attention_saved): the
 // probabilities (B, NH, T, T) in the activations' type; its backward's workspace, their

@@ -4,8 +4,12 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 
 #include "commands/commands.h"
+#include "io/output_file.h"
+#include "io/user_paths.h"
+#include "train/preemption.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 // In the sanitizer build (scripts/sanitize.sh): Open MPI never frees what MPI_Init allocates and
@@ -265,6 +269,8 @@ int main(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
     try {
         if (*train_cmd || *bench_cmd) {  // the commands that run on a grid of processes
+            // First of all: a signal in a run's first second is answered as any later one.
+            if (*train_cmd) train::install_preemption_handlers();
             parallel::World world(argc, argv);
             return *train_cmd ? commands::train(train, world) : commands::bench(bench, world);
         }
@@ -274,6 +280,12 @@ int main(int argc, char** argv) {
         if (*generate_cmd) return commands::generate(gen);
         if (*schedule_cmd) return commands::schedule(sched);
         if (*plan_cmd) return commands::plan(plan);
+    } catch (const std::filesystem::filesystem_error& e) {
+        // A path the commands' own checks (io/user_paths.h) let through: said as they say
+        // it, the path cut, rather than as the library's "filesystem error: ..." line.
+        std::fprintf(stderr, "trident: error: '%s': %s\n", io::shown(e.path1().string()).c_str(),
+                     io::errno_text(e.code().value()).c_str());
+        return 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "trident: error: %s\n", e.what());
         return 1;

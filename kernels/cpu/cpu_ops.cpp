@@ -15,6 +15,7 @@
 #include "kernels/error.h"
 #include "kernels/ops.h"
 #include "kernels/source_path.h"
+#include "kernels/threads.h"
 
 namespace trident::kernels {
 namespace {
@@ -387,7 +388,8 @@ std::unique_ptr<Ops> make_cpu_ops(int threads) {
     // after its work: a matmul/GELU/layernorm sequence ran ~30% slower on 2 cores that way.
     // Both settings are process-wide. OpenBLAS goes first, because its OpenMP build's setter
     // also sets OpenMP's thread count.
-    const int count = threads > 0 ? threads : omp_get_num_procs();
+    // At most a few per usable core (kernels/threads.h): the callers say when they cut it.
+    const int count = thread_count(threads, "threads").count;
     openblas_set_num_threads(1);
     omp_set_num_threads(count);
     return std::make_unique<CpuOps>();

@@ -87,6 +87,8 @@ std::string cudnn_attention_refusal(int version, int sm_major, DType type, int T
 // case is refused from then on.
 class CudnnAttention {
 public:
+    struct Case;  // the graphs of one shape (attention_cudnn.cpp)
+
     explicit CudnnAttention(DeviceAllocator& allocator);
     ~CudnnAttention();
     CudnnAttention(const CudnnAttention&) = delete;
@@ -95,6 +97,10 @@ public:
     // Whether cuDNN runs forward and backward for this case, building both graphs on the first
     // ask. A refusal is kept (with its reason in `why`, when given), and asked only once.
     bool supports(DType type, int B, int T, int C, int NH, std::string* why = nullptr);
+    // What runs the case: the causal mask's form (one diagonal-band operation on cuDNN 9.21 and
+    // later, else four pointwise operations) and the engine of each graph with the heuristic
+    // that offered it; or why cuDNN does not run it.
+    std::string describe(DType type, int B, int T, int C, int NH);
 
     // out (B,T,C), lse (B,NH,T) from qkv (B,T,3C), out and qkv of one type; after supports()
     // said yes. False when cuDNN failed to run it (nothing written; supports() says why).
@@ -106,7 +112,6 @@ public:
                   int T, int C, int NH, cudaStream_t stream);
 
 private:
-    struct Case;
     Case& case_for(DType type, int B, int T, int C, int NH);
     Case& supported_case(DType type, int B, int T, int C, int NH);
     bool run(Case& c, CudnnGraph& graph, const char* which,

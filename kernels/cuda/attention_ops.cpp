@@ -145,15 +145,17 @@ bool AttentionOps::cudnn_forward(Ptr out, float* lse, ConstPtr qkv, const Attent
     return true;
 }
 
-// out null: the statistics alone.
+// out null: the statistics alone. The kernels are those of qkv's type (flash_geometry.cuh:
+// tensor cores for 16-bit, fp32 arithmetic for fp32) whatever out's type, so that rebuild,
+// which has no out, runs the forward's: an output of another type is rounded into from qkv's.
 void AttentionOps::flash_forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int C, int NH,
                                  float drop_prob, uint64_t seed, int head_begin, int heads_total) {
     const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
     if (out && out.dtype != qkv.dtype) {
-        Fp32Views v(DeviceScratch(allocator_, stream_));
-        flash_attention_forward(v.out(out, BTC), lse, v.in(qkv, 3 * BTC), B, T, C, NH, drop_prob,
-                                seed, head_begin, heads_total, stream_);
-        v.commit();
+        const Scratch o(allocator_, BTC * size_of(qkv.dtype));
+        flash_forward(Ptr(o.data(), qkv.dtype), lse, qkv, B, T, C, NH, drop_prob, seed, head_begin,
+                      heads_total);
+        convert_into(out, ConstPtr(o.data(), qkv.dtype), BTC, stream_);
         return;
     }
     dispatch(qkv.dtype, [&](auto e) {
@@ -214,9 +216,8 @@ void AttentionOps::backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out,
 }
 
 // The statistics again, by the kernels of the forward (the same shape and drop_prob give the
-// same path): cuDNN's has no statistics-only form, so its output goes to scratch. The flash
-// kernels' statistics do not depend on the element type they read (all arithmetic is fp32 on
-// exactly widened values), so a forward through fp32 views rebuilds alike.
+// same path): cuDNN's has no statistics-only form, so its output goes to scratch; the flash
+// kernels are chosen by qkv's type alone (flash_forward).
 void AttentionOps::rebuild(float* lse, ConstPtr qkv, int B, int T, int C, int NH, float drop_prob) {
     const AttentionShape shape{B, T, C, NH, qkv.dtype, drop_prob};
     if (path(shape) == Path::cudnn) {

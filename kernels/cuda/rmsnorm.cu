@@ -116,9 +116,7 @@ void rmsnorm_backward(E* dinp, Ptr dweight, float* scratch, const E* dout, const
     rmsnorm_weight_partials_kernel<<<grid, kColumnThreads, 0, stream>>>(scratch, dout, inp, rstd, N,
                                                                         C, rows_per_chunk(N));
     TRIDENT_CUDA_CHECK_LAUNCH();
-    add_column_partials_kernel<1>
-        <<<column_blocks, kColumnThreads, 0, stream>>>({{dweight}}, scratch, row_chunks(N), C);
-    TRIDENT_CUDA_CHECK_LAUNCH();
+    add_column_partials<1>({{dweight}}, scratch, row_chunks(N), C, stream);
 }
 
 #define TRIDENT_INSTANTIATE(E)                                                                     \

@@ -14,15 +14,6 @@
 
 namespace trident::commands {
 
-namespace {
-
-void warn(const std::string& text) {
-    std::fprintf(stderr, "trident: warning: %s\n", text.c_str());
-    std::fflush(stderr);
-}
-
-}  // namespace
-
 void check_resume_changes(const config::Config& now, const train::CheckpointShare& ck,
                           parallel::World& world, bool leader) {
     const int step = ck.manifest.step;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/error.h"
+#include "kernels/threads.h"
 #include "model/lora.h"
 #include "model/param_layout.h"
 #include "plan/memory_model.h"
@@ -147,7 +148,11 @@ Device choose_device(const config::Config& cfg, parallel::World& world, bool ann
 
 std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Device& device,
                                            parallel::Grid& grid, bool announce) {
-    if (!device.gpu) return kernels::make_cpu_ops(cfg.training.threads);
+    // A count beyond the bound is cut (kernels/threads.h), and said once.
+    const kernels::ThreadCount threads =
+        kernels::thread_count(cfg.training.threads, "training.threads");
+    if (announce && !threads.note.empty()) warn(threads.note);
+    if (!device.gpu) return kernels::make_cpu_ops(threads.count);
 #if TRIDENT_HAVE_CUDA
     const config::ModelConfig& m = cfg.model;
     const auto& p = cfg.parallel;
@@ -216,11 +221,14 @@ Peak peak_flops(const config::Config& cfg, const Device& device, kernels::Ops& o
             "(hardware.peak_flops sets it)"};
 }
 
-void print_warnings(const config::Config& cfg) {
-    for (const std::string& w : cfg.warnings)
-        std::fprintf(stderr, "trident: warning: %s\n", w.c_str());
-    for (const std::string& n : cfg.notes) std::fprintf(stderr, "trident: note: %s\n", n.c_str());
+void warn(const std::string& text, const char* kind) {
+    std::fprintf(stderr, "trident: %s: %s\n", kind, text.c_str());
     std::fflush(stderr);
+}
+
+void print_warnings(const config::Config& cfg) {
+    for (const std::string& w : cfg.warnings) warn(w);
+    for (const std::string& n : cfg.notes) warn(n, "note");
 }
 
 void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Peak& peak) {

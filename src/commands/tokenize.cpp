@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "commands/commands.h"
+#include "commands/session.h"
 #include "commands/tokenize_jsonl.h"
 #include "commands/tokenize_output.h"
 #include "commands/tokenize_progress.h"
@@ -28,7 +29,9 @@
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
 #include "io/input_file.h"
+#include "io/user_paths.h"
 #include "kernels/error.h"
+#include "kernels/threads.h"
 #include "train/metrics.h"
 
 namespace trident::commands {
@@ -108,19 +111,15 @@ void write_documents(const data::Tokenizer& tokenizer, const std::vector<Chunk>&
     }
 }
 
-int thread_count(const TokenizeOptions& opts) {
-    return opts.threads > 0 ? opts.threads
-                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-// Encodes the text files' documents on opts.threads threads and writes them in order.
+// Encodes the text files' documents on opts.threads threads (bounded by tokenize()) and writes
+// them in order.
 TokenizeCounts tokenize_text(const TokenizeOptions& opts, const std::vector<std::string>& paths,
                              const data::Tokenizer& tokenizer, TokenizedOutput& output,
                              TokenizeProgress& progress) {
     std::vector<std::string> files;
     for (const std::string& path : paths) files.push_back(read_file(path));
     const std::vector<std::string_view> documents = split_documents(files, unescape(opts.split_on));
-    const int threads = thread_count(opts);
+    const int threads = opts.threads;
     std::size_t total_bytes = 0;
     for (const std::string& text : files) total_bytes += text.size();
     // Chunks small enough to share among threads and show progress, large enough to be cheap.
@@ -164,9 +163,11 @@ TokenizeCounts tokenize_text(const TokenizeOptions& opts, const std::vector<std:
     return counts;
 }
 
-// The inputs, each a path or a glob (its matches in name order); a glob matching nothing, or a
-// path that is no regular file, is named at once.
+// The inputs, each a path or a glob (its matches in name order); a path no system call could
+// take (io/user_paths.h), a glob matching nothing, or a path that is no regular file, is named
+// at once.
 std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
+    for (const std::string& input : inputs) io::check_input_path(input, "an input to tokenize");
     std::vector<std::string> paths;
     for (const std::string& input : inputs) {
         if (input.find_first_of("*?[") == std::string::npos) {
@@ -214,7 +215,7 @@ void print_summary(const TokenizeOptions& opts, const TokenizeCounts& c, const J
                 megabytes(c.text).c_str(), jsonl ? "JSON lines" : "text", what.c_str(),
                 train::counted(static_cast<int64_t>(c.tokens), "token").c_str(), seconds,
                 static_cast<double>(c.text) / 1e6 / seconds,
-                train::counted(thread_count(opts), "thread").c_str());
+                train::counted(opts.threads, "thread").c_str());
 }
 
 }  // namespace
@@ -239,15 +240,20 @@ int tokenize(const TokenizeOptions& opts) {
                     "which writes int32 ids");
 
     TokenizedOutput output(opts, wide ? kernels::DType::i32 : kernels::DType::u16);
-    TokenizeProgress progress(opts.progress);
+    // --threads bounded once (kernels/threads.h), for text and JSON lines alike.
+    TokenizeOptions run = opts;
+    const kernels::ThreadCount bounded = kernels::thread_count(opts.threads, "--threads");
+    if (!bounded.note.empty()) warn(bounded.note);
+    run.threads = bounded.count;
+    TokenizeProgress progress(run.progress);
     JsonlCounts jsonl;
     if (json)
-        jsonl = tokenize_json_lines(opts, paths, *tokenizer, output, progress);
+        jsonl = tokenize_json_lines(run, paths, *tokenizer, output, progress);
     else
-        jsonl.counts = tokenize_text(opts, paths, *tokenizer, output, progress);
+        jsonl.counts = tokenize_text(run, paths, *tokenizer, output, progress);
     progress.finish(jsonl.counts);
     const std::vector<std::string> written = output.commit();
-    print_summary(opts, jsonl.counts, json ? &jsonl : nullptr, paths.size(), progress.seconds());
+    print_summary(run, jsonl.counts, json ? &jsonl : nullptr, paths.size(), progress.seconds());
     for (const std::string& f : written) std::printf("wrote %s\n", f.c_str());
     return 0;
 }

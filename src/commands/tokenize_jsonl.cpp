@@ -140,9 +140,7 @@ public:
     JsonlRun(const TokenizeOptions& opts, const std::vector<std::string>& files,
              const data::Tokenizer& tokenizer)
         : opts_(opts), files_(files), tokenizer_(tokenizer) {
-        encoders_ = opts.threads > 0
-                        ? opts.threads
-                        : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+        encoders_ = std::max(1, opts.threads);  // bounded by tokenize() (kernels/threads.h)
         readers_ = std::clamp<int>(encoders_ / 4, 1, static_cast<int>(files.size()));
         // Two blocks per encoder (one encoded, one waiting) and two per reader.
         budget_ = 2 * (encoders_ + readers_);

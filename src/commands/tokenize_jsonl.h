@@ -34,9 +34,9 @@ struct JsonlCounts {
     uint64_t malformed = 0;  // lines skipped (at most --max-bad-lines)
 };
 
-// Tokenizes `files`, in order, into `output` on opts.threads threads. Throws trident::Error at
-// the first malformed line past --max-bad-lines, naming its file and line, and on a file that
-// cannot be read or decompressed.
+// Tokenizes `files`, in order, into `output` on opts.threads threads (a count already bounded:
+// kernels/threads.h). Throws trident::Error at the first malformed line past --max-bad-lines,
+// naming its file and line, and on a file that cannot be read or decompressed.
 JsonlCounts tokenize_json_lines(const TokenizeOptions& opts, const std::vector<std::string>& files,
                                 const data::Tokenizer& tokenizer, TokenizedOutput& output,
                                 TokenizeProgress& progress);

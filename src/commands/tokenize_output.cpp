@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "io/user_paths.h"
 #include "kernels/error.h"
 
 namespace trident::commands {
@@ -24,6 +25,7 @@ bool is_llmc_shard(const std::string& path) {
 // A file of the other format where this one is about to write (`bin`, the .bin it writes) is
 // someone's data, not an old output of this kind: refused rather than overwritten.
 void refuse_other_format(const std::string& bin, const std::string& format) {
+    io::refuse_special_file(bin, "--output");  // a FIFO would block the read of its start
     const std::string stem = bin.substr(0, bin.size() - 4);
     if (format == "megatron" && is_llmc_shard(bin))
         throw Error(bin + " is an llm.c token shard; --format megatron would overwrite it with " +
@@ -50,8 +52,16 @@ void frame_document(const data::Tokenizer& tokenizer, std::span<const int32_t> t
 
 TokenizedOutput::TokenizedOutput(const TokenizeOptions& opts, kernels::DType dtype)
     : opts_(opts), dtype_(dtype) {
-    const bool megatron = opts.format == "megatron";
-    refuse_other_format(megatron ? shard_name("", 0) + ".bin" : shard_name(".bin", 0), opts.format);
+    // Checked before anything is read or encoded, each of a Megatron output's two files: its
+    // text, no device or FIFO in its place, its directory made and probed writable.
+    const std::string bin = first_bin();
+    io::check_output_file(bin, "--output");
+    if (opts.format == "megatron") io::check_output_file(shard_name(".idx", 0), "--output");
+    refuse_other_format(bin, opts.format);
+}
+
+std::string TokenizedOutput::first_bin() const {
+    return opts_.format == "megatron" ? shard_name("", 0) + ".bin" : shard_name(".bin", 0);
 }
 
 TokenizedOutput::~TokenizedOutput() = default;

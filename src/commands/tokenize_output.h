@@ -31,8 +31,9 @@ void frame_document(const data::Tokenizer& tokenizer, std::span<const int32_t> t
 
 class TokenizedOutput {
 public:
-    // `dtype`: the Megatron dataset's ids (u16, or i32 for a vocabulary beyond 16 bits). Refuses
-    // at once an output name that holds the other format's data.
+    // `dtype`: the Megatron dataset's ids (u16, or i32 for a vocabulary beyond 16 bits). Checks
+    // the first output at once (io::check_output_file, which makes its directory) and refuses
+    // an output name that holds the other format's data.
     TokenizedOutput(const TokenizeOptions& opts, kernels::DType dtype);
     ~TokenizedOutput();  // removes the temporary files unless commit() ran
     TokenizedOutput(const TokenizedOutput&) = delete;
@@ -43,6 +44,8 @@ public:
     // Writes what is left and moves every file into place, in order; returns their names.
     std::vector<std::string> commit();
     std::size_t tokens() const { return tokens_; }
+    // The first output's .bin (OUT.bin, OUT_000000.bin, a Megatron prefix's .bin).
+    std::string first_bin() const;
 
 private:
     std::string shard_name(const std::string& ext, std::size_t shard) const;

@@ -11,6 +11,7 @@
 
 #include "config/schema.h"
 #include "io/input_file.h"
+#include "io/user_paths.h"
 
 namespace trident::config {
 namespace {
@@ -368,6 +369,8 @@ void fill_dependent_defaults(Config& cfg, const Origins& origins) {
 constexpr uint64_t kMaxConfigBytes = 16 << 20;
 
 std::string read_file(const std::string& path) {
+    if (const std::string problem = io::path_problem(path); !problem.empty())
+        throw ConfigError("config file: " + problem);
     try {
         return io::read_regular_file(path, kMaxConfigBytes, "a config file");
     } catch (const Error& e) {

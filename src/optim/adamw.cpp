@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <thread>
 
+#include "kernels/threads.h"
 #include "optim/host_store.h"
 
 namespace trident::optim {
@@ -40,9 +40,7 @@ AdamW::AdamW(kernels::Ops& ops, const model::ParamLayout& layout, const config::
         const std::size_t staged = std::min(owned, store_->chunk());
         host_grads_ = kernels::HostBuffer(ops, staged * sizeof(float));
         staging_ = kernels::HostBuffer(ops, staged * sizeof(std::uint16_t));
-        host_threads_ = cfg.threads > 0
-                            ? cfg.threads
-                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+        host_threads_ = kernels::thread_count(cfg.threads, "training.threads").count;
     } else {
         master_ = kernels::DeviceBuffer(ops, owned);
         m_ = kernels::DeviceBuffer(ops, owned);

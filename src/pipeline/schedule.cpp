@@ -262,12 +262,14 @@ int warmup_forwards(Kind kind, int P, int v, int m, int stage) {
     return 0;
 }
 
-std::vector<Instr> schedule(Kind kind, int P, int v, int m, int stage) {
-    validate(kind, P, v, m, stage);
-    const model::ChunkMap map = chunk_map(kind, P, v);
+namespace {
+
+// The instructions of `stage` doing the passes of `order`, each with its messages.
+std::vector<Instr> stream_of(const std::vector<Work>& order, const model::ChunkMap& map,
+                             int stage) {
     const int last = map.last();  // the global chunk that ends with the loss
     std::vector<Instr> stream;
-    for (const Work& w : compute_order(kind, P, v, m, stage)) {
+    for (const Work& w : order) {
         const int g = map.global(stage, w.chunk);
         const int mb = w.microbatch, c = w.chunk;
         if (w.op == Op::forward) {
@@ -283,6 +285,28 @@ std::vector<Instr> schedule(Kind kind, int P, int v, int m, int stage) {
         }
     }
     return stream;
+}
+
+}  // namespace
+
+std::vector<Instr> schedule(Kind kind, int P, int v, int m, int stage) {
+    validate(kind, P, v, m, stage);
+    return stream_of(compute_order(kind, P, v, m, stage), chunk_map(kind, P, v), stage);
+}
+
+std::vector<std::vector<Instr>> schedules(Kind kind, int P, int v, int m) {
+    validate(kind, P, v, m, 0);
+    std::vector<std::vector<Instr>> streams;
+    if (!splits_backward(kind)) {
+        for (int s = 0; s < P; ++s) streams.push_back(schedule(kind, P, v, m, s));
+        return streams;
+    }
+    // The zero-bubble orders come from one replay of every stage: made once, not per stage.
+    const model::ChunkMap map = chunk_map(kind, P, v);
+    const auto orders = zero_bubble_orders(map, m, activation_limit(kind, P));
+    for (int s = 0; s < P; ++s)
+        streams.push_back(stream_of(orders[static_cast<std::size_t>(s)], map, s));
+    return streams;
 }
 
 double bubble_formula(Kind kind, int P, int v, int m) {

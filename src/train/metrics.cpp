@@ -72,8 +72,11 @@ MetricsLog::MetricsLog(const std::optional<std::string>& path, int interval,
     const uint64_t keep = resumed_at ? bytes_to_keep(*path, *resumed_at, note_) : 0;
     try {
         if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-        file_ = std::make_unique<io::OutputFile>(
-            *path, keep > 0 ? io::OutputFile::Mode::append : io::OutputFile::Mode::create);
+        // Opened whole, then cut to what is kept: a fresh run's replacing a file is said.
+        file_ = std::make_unique<io::OutputFile>(*path, io::OutputFile::Mode::append);
+        if (!resumed_at && file_->size() > 0)
+            note_ = "metrics: " + *path + " held " + std::to_string(file_->size()) +
+                    " bytes of an earlier run; replaced by this run's";
         if (file_->size() != keep) file_->truncate(keep);
     } catch (const std::exception& e) {
         throw Error(std::string("logging.metrics: ") + e.what());

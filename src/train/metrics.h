@@ -54,11 +54,11 @@ struct StepMetrics {
 class MetricsLog {
 public:
     // path: the JSON-lines file (its directory is created), or none. A fresh run starts it
-    // afresh; a run resumed at step `resumed_at` adds to it, which it must end at that step
-    // (its steps after it, left by a run that went on past its last checkpoint, are cut off
-    // and run again): a file that ends elsewhere holds another run's steps and is refused. A
-    // missing or empty file is started. `tensorboard`: the directory of the event file, or
-    // none. Throws trident::Error naming the key and the file.
+    // afresh (saying so in note() when it held anything); a run resumed at step `resumed_at` adds
+    // to it, which it must end at that step (its steps after it, left by a run that went on past
+    // its last checkpoint, are cut off and run again): a file that ends elsewhere holds another
+    // run's steps and is refused. A missing or empty file is started. `tensorboard`: the directory
+    // of the event file, or none. Throws trident::Error naming the key and the file.
     MetricsLog(const std::optional<std::string>& path, int interval,
                std::optional<int> resumed_at = std::nullopt,
                const std::optional<std::string>& tensorboard = std::nullopt);

@@ -1,6 +1,8 @@
 // cuDNN's fused attention against the built-in flash-attention kernels, which the ops tests
 // hold against the CPU: outputs, log-sum-exp statistics and gradients, each backward after
-// each forward (their statistics mean the same); cuDNN refusing what it must not run; and the
+// each forward (their statistics mean the same), with the causal mask's form (one operation on
+// cuDNN 9.21 and later, else four) and the engines that ran printed; cuDNN refusing what it
+// must not run; and the
 // backend's choice of kernels per shape: kept for the rebuild of selective recompute, said at
 // start-up, and an error at start-up where no kernel can run the model.
 #include <cuda_runtime.h>
@@ -116,6 +118,13 @@ void compare(DType t, int B, int T, int C, int NH) {
         return;
     }
     REQUIRE(supported);  // head sizes 64 and 128 in bf16/fp16 have engines on Ampere and Hopper
+    // Which form of the causal mask and which engines run the case, for the log.
+    const std::string how = cudnn.describe(t, B, T, C, NH);
+    std::printf("cuDNN attention (%s, B %d, T %d, %d heads of %d): %s\n", name_of(t), B, T, NH,
+                C / NH, how.c_str());
+    REQUIRE(how.find("the causal mask as ") != std::string::npos);
+    REQUIRE(how.find("forward engine ") != std::string::npos);
+    REQUIRE(how.find("backward engine ") != std::string::npos);
 
     const std::size_t BTC = static_cast<std::size_t>(B) * T * C,
                       rows = static_cast<std::size_t>(B) * NH * T;

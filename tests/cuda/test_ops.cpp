@@ -4,7 +4,9 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
+#include <string>
 
+#include "kernels/error.h"
 #include "tests/cuda/backends.h"
 
 using namespace gpu_test;
@@ -460,9 +462,11 @@ TEST_CASE("cuda: attention against a key/value cache, grouped heads", "[ops]") {
     struct Case {
         int rows, first, NH, KVH, hs, seq_len;
     };
-    // A prefill from position 0, one-row steps further on, and a group of 1 (GPT-2).
-    for (const Case& k : {Case{9, 0, 4, 2, 16, 32}, Case{1, 20, 4, 2, 16, 32},
-                          Case{1, 300, 6, 1, 32, 512}, Case{3, 5, 4, 4, 8, 16}}) {
+    // A prefill from position 0, one-row steps further on, a group of 1 (GPT-2), and rows past
+    // 12,160 positions, whose scores need more than 48 KiB of shared memory.
+    for (const Case& k :
+         {Case{9, 0, 4, 2, 16, 32}, Case{1, 20, 4, 2, 16, 32}, Case{1, 300, 6, 1, 32, 512},
+          Case{3, 5, 4, 4, 8, 16}, Case{2, 13000, 2, 1, 16, 13002}}) {
         INFO("rows " << k.rows << " first " << k.first << " NH " << k.NH << " KVH " << k.KVH);
         const std::size_t C = std::size_t(k.NH) * k.hs;
         const std::size_t cache = std::size_t(k.seq_len) * k.KVH * k.hs;
@@ -479,5 +483,18 @@ TEST_CASE("cuda: attention against a key/value cache, grouped heads", "[ops]") {
                        "cached_attention_forward");
         require_within(keys.on_gpu(), keys.on_cpu(), 0.0, "the cache's keys");
         require_within(values.on_gpu(), values.on_cpu(), 0.0, "the cache's values");
+    }
+    // Past what a block's shared memory can hold on any GPU (64,000 positions: 250 KiB): an
+    // error naming the limit, not a failed launch.
+    const int seq_len = 64001, hs = 8;
+    Pair qkv(b, 3 * hs, DType::f32), out(b, hs, DType::f32),
+        keys(b, std::size_t(seq_len) * hs, DType::f32),
+        values(b, std::size_t(seq_len) * hs, DType::f32);
+    try {
+        b.gpu->cached_attention_forward(out.gpu, keys.gpu, values.gpu, qkv.gpu, 1, 64000, 1, 1, hs);
+        FAIL("64,001 cached positions were accepted");
+    } catch (const trident::Error& e) {
+        INFO(e.what());
+        REQUIRE(std::string(e.what()).find("positions") != std::string::npos);
     }
 }
