@@ -282,8 +282,8 @@ void MegatronWriter::add_document(std::span<const int32_t> tokens) {
     append(narrow.data(), narrow.size());
 }
 
-void MegatronWriter::finish() {
-    if (finished_) return;
+void MegatronWriter::close() {
+    if (idx_) return;
 
     const uint64_t n = lengths_.size();
     std::vector<int64_t> pointers(n), docs(n + 1);
@@ -294,10 +294,10 @@ void MegatronWriter::finish() {
     }
     for (std::size_t j = 0; j <= n; ++j) docs[j] = static_cast<int64_t>(j);  // one per document
 
-    io::ReplacingFile idx(prefix_ + ".idx");
+    idx_ = std::make_unique<io::ReplacingFile>(prefix_ + ".idx");
     const uint8_t code = code_of(dtype_).code;
     const uint64_t d = n + 1;
-    auto put = [&](const void* p, std::size_t bytes) { idx.write(p, bytes); };
+    auto put = [&](const void* p, std::size_t bytes) { idx_->write(p, bytes); };
     put(kMegatronMagic, sizeof kMegatronMagic);
     put(&kMegatronVersion, 8);
     put(&code, 1);
@@ -306,10 +306,17 @@ void MegatronWriter::finish() {
     put(lengths_.data(), 4 * n);
     put(pointers.data(), 8 * n);
     put(docs.data(), 8 * d);
+    bin_.close();
+    idx_->close();
+    lengths_ = {};
+    finished_ = true;  // no document may follow
+}
+
+void MegatronWriter::commit() {
+    close();
     // The data before the index that describes it: a reader never finds an index without it.
     bin_.commit();
-    idx.commit();
-    finished_ = true;
+    idx_->commit();
 }
 
 std::string megatron_prefix(const std::string& path) {

@@ -94,15 +94,37 @@ std::string TokenShards::describe() const {
            paths_.back();
 }
 
+TokenShardWriter::TokenShardWriter(const std::string& path) : path_(path), file_(path) {
+    const int32_t header[kShardHeaderInts] = {kShardMagic, kShardVersion, 0};
+    file_.write(header, sizeof header);
+}
+
+void TokenShardWriter::append(std::span<const uint16_t> tokens) {
+    if (tokens.size() > kMaxShardTokens - tokens_)
+        throw Error(path_ + ": an llm.c shard holds at most " + std::to_string(kMaxShardTokens) +
+                    " tokens (its header counts them in an int32): write shards of fewer "
+                    "(tokenize --shard-tokens)");
+    file_.write(tokens.data(), tokens.size_bytes());
+    tokens_ += tokens.size();
+}
+
+void TokenShardWriter::close() {
+    if (closed_) return;
+    const int32_t count = static_cast<int32_t>(tokens_);
+    file_.write_at(2 * sizeof(int32_t), &count, sizeof count);
+    file_.close();
+    closed_ = true;
+}
+
+void TokenShardWriter::commit() {
+    close();
+    file_.commit();
+}
+
 void write_token_shard(const std::string& path, std::span<const uint16_t> tokens) {
-    int32_t header[kShardHeaderInts] = {};
-    header[0] = kShardMagic;
-    header[1] = kShardVersion;
-    header[2] = static_cast<int32_t>(tokens.size());
-    io::ReplacingFile out(path);
-    out.write(header, sizeof(header));
-    out.write(tokens.data(), tokens.size_bytes());
-    out.commit();
+    TokenShardWriter out(path);
+    out.append(tokens);
+    out.finish();
 }
 
 }  // namespace trident::data

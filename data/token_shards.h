@@ -15,6 +15,7 @@
 
 #include "data/mapped_file.h"
 #include "data/token_stream.h"
+#include "io/output_file.h"
 
 namespace trident::data {
 
@@ -52,7 +53,30 @@ private:
     std::string what_;
 };
 
-// Writes an llm.c shard (for tools and tests).
+// The most tokens an llm.c shard holds: its header counts them in an int32.
+inline constexpr std::size_t kMaxShardTokens = 2147483647;
+
+// Writes an llm.c shard as its tokens come, in bounded memory: the header (its count zero) first,
+// the tokens after it, then the count filled in. The file appears under its name only when
+// finish() succeeds (io::ReplacingFile): an abandoned one is removed.
+class TokenShardWriter {
+public:
+    explicit TokenShardWriter(const std::string& path);
+    // Throws trident::Error naming the file past kMaxShardTokens.
+    void append(std::span<const uint16_t> tokens);
+    void close();   // the count filled in, the file closed but not yet under its name
+    void commit();  // under its name (closed first, unless it was)
+    void finish() { commit(); }
+    std::size_t tokens() const { return tokens_; }
+
+private:
+    std::string path_;
+    io::ReplacingFile file_;
+    std::size_t tokens_ = 0;
+    bool closed_ = false;
+};
+
+// Writes an llm.c shard whole (for tools and tests).
 void write_token_shard(const std::string& path, std::span<const uint16_t> tokens);
 
 }  // namespace trident::data

@@ -98,8 +98,13 @@ CLI::App* add_checkpoint_info(CLI::App& app, commands::CheckpointInfoOptions& in
 
 // `trident tokenize`'s options and help.
 CLI::App* add_tokenize(CLI::App& app, commands::TokenizeOptions& tok) {
-    auto* tokenize_cmd = app.add_subcommand("tokenize", "Turn text files into training data");
-    tokenize_cmd->add_option("inputs", tok.inputs, "Text files; each is a document")->required();
+    auto* tokenize_cmd =
+        app.add_subcommand("tokenize", "Turn text files or JSON-lines corpora into training data");
+    tokenize_cmd
+        ->add_option("inputs", tok.inputs,
+                     "Text files (each a document) or JSON lines (.jsonl, .json, .ndjson, plain "
+                     "or .gz or .zst; each line a document), or globs of them ('raw/*.jsonl.zst')")
+        ->required();
     tokenize_cmd
         ->add_option("--output,-o", tok.output,
                      "llm.c shard to write (OUT.bin), or Megatron prefix (OUT -> OUT.bin, OUT.idx)")
@@ -114,12 +119,19 @@ CLI::App* add_tokenize(CLI::App& app, commands::TokenizeOptions& tok) {
     tokenize_cmd->add_option("--split-on", tok.split_on,
                              "Split files into documents at this separator (escapes: \\n \\t)");
     tokenize_cmd
+        ->add_option("--field", tok.field, "JSON lines: the key whose string is each document")
+        ->capture_default_str();
+    tokenize_cmd
+        ->add_option("--max-bad-lines", tok.max_bad_lines,
+                     "JSON lines: malformed lines to report and skip before stopping")
+        ->capture_default_str();
+    tokenize_cmd
         ->add_option("--shard-tokens", tok.shard_tokens,
                      "Write shards of at most N tokens (OUT_000000.bin, ...); 0 = one output")
         ->capture_default_str();
     tokenize_cmd->add_option("--threads", tok.threads, "Threads; 0 = all cores")
         ->capture_default_str();
-    tokenize_cmd->add_flag("!--no-progress", tok.progress, "Do not draw the progress bar");
+    tokenize_cmd->add_flag("!--no-progress", tok.progress, "Do not show the progress line");
     return tokenize_cmd;
 }
 
@@ -236,7 +248,8 @@ int main(int argc, char** argv) {
     // fully buffered: its lines would land after an error printed later. Line by line, the log
     // keeps the order in which things happened.
     std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
-    CLI::App app{"Trident: trains GPT language models on a pipeline x tensor x data grid."};
+    CLI::App app{
+        "Trident: trains GPT language models on a pipeline x tensor x context x data grid."};
     app.require_subcommand(1);
     app.set_help_all_flag("--help-all", "Help for every subcommand");
     app.set_version_flag("--version", std::string("trident ") + TRIDENT_VERSION +

@@ -130,6 +130,18 @@ struct Workspace {
     }
 };
 
+// Every token of a dataset's stream, in order.
+inline std::vector<int32_t> read_all(const trident::data::TokenStream& stream) {
+    std::vector<int32_t> ids(stream.size());
+    stream.read(0, ids);
+    return ids;
+}
+
+// The ids of `text` under the bytes tokenizer: its bytes.
+inline std::vector<int32_t> bytes_of(const std::string& text) {
+    return std::vector<int32_t>(text.begin(), text.end());
+}
+
 // Checks a run that succeeded, and hands it on.
 inline RunResult require_ok(const RunResult& r) {
     INFO(r.output);

@@ -43,6 +43,11 @@ TEST_CASE("input bounds: thread counts beyond 4 per core are cut, with one line"
         run_bounded("tokenize --tokenizer bytes --no-progress --threads 100000 --output " +
                     ws.path("t.bin") + " " + ws.write("t.txt", "some text")));
     CHECK(contains(t.output, "trident: warning: --threads: 100000 threads is more than 4"));
+    const RunResult j = require_ok(
+        run_bounded("tokenize --tokenizer bytes --no-progress --threads 100000 --output " +
+                    ws.path("j.bin") + " " + ws.write("j.jsonl", "{\"text\": \"some text\"}\n")));
+    CHECK(contains(j.output, "trident: warning: --threads: 100000 threads is more than 4"));
+    CHECK(contains(j.output, "of JSON lines (1 document of 1 file"));
 }
 
 TEST_CASE("input bounds: schedule sizes and costs past what it draws are one line",

@@ -176,6 +176,10 @@ MemoryCompared measure_memory(const std::string& config, const std::string& metr
                 traffic_of == &traffic.data ? payload(traffic.data_replica, kind) : 0.0;
             CHECK(number(measured, key.c_str()) == payload(*traffic_of, kind) + replicas);
         }
+    // The pipeline group's sends and the embedding group's sum of a tied wte's two copies.
+    CHECK(number(measured, "pp_send_bytes") == payload(traffic.pipeline, CommKind::send));
+    CHECK(number(measured, "emb_all_reduce_bytes") ==
+          payload(traffic.embedding, CommKind::all_reduce));
     // And the data group's calls (ZeRO-3: a unit's gathers per use, or one a step).
     for (const auto& [name, kind] : {std::pair{"all_gather", CommKind::all_gather},
                                      std::pair{"reduce_scatter", CommKind::reduce_scatter}}) {
@@ -402,6 +406,27 @@ TEST_CASE("plan: hybrid sharding holds an N-th and moves two levels", "[plan]") 
     }
 }
 
+// The first and the last stage sum a tied embedding's gradient (the embedding's copy and the LM
+// head's); an untied model, Llama's by default, and adapters over a frozen wte sum nothing.
+TEST_CASE("plan: the embedding group's sum is a tied embedding's only", "[plan]") {
+    const auto embedding_bytes = [](const std::string& config, std::vector<std::string> sets) {
+        sets.push_back("parallel.pipeline=2");
+        const config::Config cfg =
+            config::load(TRIDENT_SOURCE_DIR "/configs/" + config, sets, config::Purpose::plan);
+        double bytes = 0;
+        for (const plan::StageTraffic& t : plan::plan_traffic(inputs(cfg)))
+            for (const plan::Calls& c : t.embedding.calls)
+                bytes += static_cast<double>(c.calls) * c.elements * c.element_bytes;
+        return bytes;
+    };
+    const double wte = 50304.0 * 256 * 4;  // padded vocabulary x hidden, fp32 gradients
+    CHECK(embedding_bytes("default.yaml", {}) == 2 * wte);  // both stages
+    CHECK(embedding_bytes("llama-small-cpu.yaml", {}) == 0);
+    CHECK(embedding_bytes("llama-small-cpu.yaml", {"model.tie_embeddings=true"}) == 2 * wte);
+    CHECK(embedding_bytes("kjv-lora.yaml", {}) == 0);
+    CHECK(embedding_bytes("llama3-70b.yaml", {}) == 0);
+}
+
 TEST_CASE("plan: bytes per element by precision", "[plan]") {
     using kernels::DType;
     CHECK(plan::weight_bytes(DType::f32) == 4);
@@ -504,6 +529,15 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
     SECTION("2 x 1 x 1, ZB-H2") {
         check_measured_memory({"parallel.pipeline=2", "parallel.schedule=zb-h2"}, 2);
     }
+    SECTION("llama, 2 x 1 x 1, untied and tied") {
+        for (const char* tied : {"false", "true"}) {
+            INFO("model.tie_embeddings " << tied);
+            check_measured_memory(
+                {"model.arch=llama", "model.kv_heads=2", "model.dropout=0", "parallel.pipeline=2",
+                 std::string("model.tie_embeddings=") + tied},
+                2);
+        }
+    }
     SECTION("llama, 1 x 2 x 1, sequence parallel (RMSNorm: one gradient per norm)") {
         check_measured_memory({"model.arch=llama", "model.kv_heads=2", "model.dropout=0",
                                "parallel.tensor=2", "parallel.sequence_parallel=true"},
@@ -523,8 +557,11 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
         check_measured_shards({"parallel.data=4", "parallel.data_shard=2", "parallel.zero_stage=3"},
                               4);
     }
-    SECTION("2 x 1 x 2, ZeRO-2") {
+    SECTION("2 x 1 x 2, ZeRO-2, tied (GPT-2) and untied (llama)") {
         check_measured_shards({"parallel.pipeline=2", "parallel.data=2", "parallel.zero_stage=2"},
+                              4);
+        check_measured_shards({"parallel.pipeline=2", "parallel.data=2", "parallel.zero_stage=2",
+                               "model.arch=llama", "model.kv_heads=2", "model.dropout=0"},
                               4);
     }
     SECTION("2 x 1 x 2, ZeRO-3, ZB-H1, resharded after every use and kept through the step") {

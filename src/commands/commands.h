@@ -46,11 +46,13 @@ struct CheckpointInfoOptions {
 int checkpoint_info(const CheckpointInfoOptions& opts);
 
 struct TokenizeOptions {
-    std::vector<std::string> inputs;  // text files
+    std::vector<std::string> inputs;  // text or JSON-lines files, or globs of them
     std::string output;               // llm.c shard path, or Megatron prefix
     std::string tokenizer = "gpt2";   // gpt2 | bytes | PATH.json
     std::string format = "llmc";      // llmc | megatron
     std::string split_on;             // record separator within files; empty = a file is a document
+    std::string field = "text";       // JSON lines: the key whose string is a line's document
+    uint64_t max_bad_lines = 0;       // JSON lines: malformed lines skipped before the run stops
     std::size_t shard_tokens = 0;     // split the output every N tokens; 0 = one output
     int threads = 0;                  // 0 = all cores
     bool progress = true;

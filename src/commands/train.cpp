@@ -312,6 +312,23 @@ void write_trace(const config::Config& cfg, train::Trainer& trainer, parallel::W
         std::printf("trace: %s\n", path.c_str());
 }
 
+// The validation evaluates samples 0 .. eval_sequences - 1 of data.valid, which wrap round a
+// set smaller than that: some are counted more than once, weighting the loss towards them.
+void warn_repeated_validation(const config::Config& cfg, const data::Dataset& valid) {
+    std::size_t samples = 0;
+    for (std::size_t i = 0; i < valid.datasets(); ++i) samples += valid.sampler(i).windows();
+    const auto wanted = static_cast<std::size_t>(cfg.training.eval_sequences);
+    if (samples >= wanted) return;
+    const std::size_t unit = static_cast<std::size_t>(cfg.training.micro_batch) * cfg.parallel.data;
+    const std::size_t fits = samples / unit * unit;
+    warn("training.eval_sequences is " + std::to_string(wanted) + " but data.valid holds " +
+         train::counted(static_cast<int64_t>(samples), "sample") +
+         ": each validation counts some of them more than once; " +
+         (fits > 0 ? "set it to " + std::to_string(fits) +
+                         " (a multiple of micro_batch x parallel.data) to count each once"
+                   : std::string("a larger data.valid would count each once")));
+}
+
 // The trainer. A rank that cannot make its optimizer state's file, or its parameter shard's
 // (its own disk without room for it, say), stops every rank with its message: nothing
 // collective follows the files' creation in the trainer's construction (the shard's is made
@@ -344,9 +361,11 @@ int run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         print_warnings(cfg);
         print_summary(cfg, *ops, peak);
         std::printf("data: %s\n", setup.train_data->summary().c_str());
-        if (setup.valid_data)
+        if (setup.valid_data) {
             std::printf("valid: %s | %s per validation\n", setup.valid_data->summary().c_str(),
                         train::counted(t.eval_sequences, "sequence").c_str());
+            warn_repeated_validation(cfg, *setup.valid_data);
+        }
         print_outputs(cfg);
     }
 
@@ -372,9 +391,13 @@ int run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     if (cfg.logging.trace) write_trace(cfg, trainer, world, leader);
     if (cfg.logging.sample_tokens > 0) print_sample(setup, trainer, *ops, leader);
     if (!leader) return 0;
+    // The first validation's: before training, or at the resume.
+    const std::string since =
+        start.step > 0 ? "at step " + std::to_string(start.step) : "before training";
     if (setup.valid_data)
-        std::printf("done: %s | validation loss %.4f (%.4f before training)\n",
-                    train::counted(t.steps, "step").c_str(), loop.last_val(), loop.first_val());
+        std::printf("done: %s | validation loss %.4f (%.4f %s)\n",
+                    train::counted(t.steps, "step").c_str(), loop.last_val(), loop.first_val(),
+                    since.c_str());
     else
         std::printf("done: %s\n", train::counted(t.steps, "step").c_str());
     return 0;

@@ -289,6 +289,7 @@ train::StepMetrics Loop::metrics_of(int s, const train::StepResult& r) {
     train::StepMetrics m;
     m.step = s + 1;
     m.steps = cfg_.training.steps;
+    if (s == start_ && start_ > 0) m.resumed_at = start_;
     m.loss = r.loss;
     m.lr = r.lr;
     m.grad_norm = r.grad_norm;
@@ -297,13 +298,15 @@ train::StepMetrics Loop::metrics_of(int s, const train::StepResult& r) {
     m.skip_reason = r.skip_reason;
     skipped_so_far_ += r.skipped;
     m.skipped_total = skipped_so_far_;
-    seconds_so_far_ += r.seconds;
-    m.eta_s = seconds_so_far_ / (m.step - start_) * (m.steps - m.step);  // at the mean so far
+    step_times_.add(r.seconds);
+    m.eta_s = step_times_.seconds_left(m.steps - m.step);
     m.tensor_comm = r.tensor_comm;
     m.activation_sets = static_cast<int64_t>(r.activation_sets);
     m.data_comm = r.data_comm;
     m.context_comm = r.context_comm;
     m.kv_replica_comm = r.kv_replica_comm;
+    m.pipeline_comm = r.pipeline_comm;
+    m.embedding_comm = r.embedding_comm;
     m.mem_params = static_cast<int64_t>(r.memory.parameters);
     m.mem_grads = static_cast<int64_t>(r.memory.gradients);
     m.mem_optimizer = static_cast<int64_t>(r.memory.optimizer);

@@ -87,7 +87,7 @@ private:
     const bool leader_;
     const int start_;
     int skipped_so_far_;
-    double seconds_so_far_ = 0;
+    train::StepTimes step_times_;
     double first_val_ = 0, last_val_ = 0;
     int signal_ = 0;
     std::optional<train::MetricsLog> log_;

@@ -74,6 +74,23 @@ void OutputFile::write(const void* data, std::size_t size) {
     }
 }
 
+void OutputFile::write_at(uint64_t offset, const void* data, std::size_t size) {
+    if (offset + size > size_)
+        throw Error(name_ + ": internal: a write at byte " + std::to_string(offset) +
+                    " past the end of what was written");
+    const auto* p = static_cast<const char*>(data);
+    while (size > 0) {
+        const ssize_t put = ::pwrite(fd_, p, size, static_cast<off_t>(offset));
+        if (put < 0) {
+            if (errno == EINTR) continue;
+            throw Error(name_ + ": cannot write: " + errno_text(errno));
+        }
+        p += put;
+        offset += static_cast<uint64_t>(put);
+        size -= static_cast<std::size_t>(put);
+    }
+}
+
 void OutputFile::sync() {
     if (::fsync(fd_) != 0) throw Error(name_ + ": cannot sync to disk: " + errno_text(errno));
 }
@@ -125,9 +142,16 @@ ReplacingFile::~ReplacingFile() {
     if (!committed_) ::unlink(temporary_.c_str());
 }
 
-void ReplacingFile::commit() {
+void ReplacingFile::close() {
+    if (closed_) return;
     file_.sync();
     file_.close();
+    closed_ = true;
+}
+
+void ReplacingFile::commit() {
+    if (committed_) return;
+    close();
     refuse_special_file(path_);  // one that took the name while this file was written
     if (::rename(temporary_.c_str(), path_.c_str()) != 0)
         throw Error(path_ + ": cannot rename " + temporary_ + " into place: " + errno_text(errno));

@@ -31,6 +31,9 @@ public:
     // All of `size` bytes, or a trident::Error (some of them may have reached the file).
     void write(const void* data, std::size_t size);
     void write(std::string_view text) { write(text.data(), text.size()); }
+    // `size` bytes over those at `offset`, which the file already holds (a header filled in
+    // once what it counts is written); the end of the file stays where it is.
+    void write_at(uint64_t offset, const void* data, std::size_t size);
     void sync();   // to the disk (fsync)
     void close();  // reports what closing finds (deferred write errors of some filesystems)
 
@@ -64,8 +67,14 @@ public:
     ReplacingFile& operator=(const ReplacingFile&) = delete;
 
     void write(const void* data, std::size_t size) { file_.write(data, size); }
+    void write_at(uint64_t offset, const void* data, std::size_t size) {
+        file_.write_at(offset, data, size);
+    }
     uint64_t size() const { return file_.size(); }  // bytes written so far
-    void commit();                                  // synced, closed and renamed into place
+    // Synced and closed, not yet in place: commit() then only renames it, so that several
+    // files written in turn appear together.
+    void close();
+    void commit();  // synced, closed (unless it was) and renamed into place
 
 private:
     // The temporary name beside `path` (its directory made): refused first when `path` names
@@ -74,7 +83,7 @@ private:
 
     std::string path_, temporary_;
     OutputFile file_;
-    bool committed_ = false;
+    bool closed_ = false, committed_ = false;
 };
 
 // Writes `bytes` to `path` whole or not at all: into a temporary file beside it, synced, then

@@ -273,12 +273,17 @@ std::vector<StageTraffic> plan_traffic(const PlanInputs& in,
         add(t.pipeline, CommKind::all_reduce, 1, kScalar, kScalarBytes,
             false);  // the gradient norm
 
-        // ZeRO-2 sums the tied copies on the shards: each replica its part of wte's unit.
-        const int64_t wte = cfg.derived.padded_vocab / p.tensor * cfg.model.hidden;
-        add(t.embedding, CommKind::all_reduce, 1,
-            in.zero_stage >= 2 ? static_cast<double>((wte + p.shard_ranks() - 1) / p.shard_ranks())
-                               : static_cast<double>(wte),
-            in.grad_bytes, false);
+        // A tied embedding's two copies, the embedding's on the first stage and the LM head's
+        // on the last, have their gradients summed (train/trainer.cpp); an untied model's
+        // head is a weight of its own, and adapters leave wte frozen. ZeRO-2 sums the tied
+        // copies on the shards: each replica its part of wte's unit.
+        if (cfg.model.tie_embeddings && !cfg.training.lora.enabled()) {
+            const int64_t wte = cfg.derived.padded_vocab / p.tensor * cfg.model.hidden;
+            const int64_t N = p.shard_ranks();
+            add(t.embedding, CommKind::all_reduce, 1,
+                static_cast<double>(in.zero_stage >= 2 ? (wte + N - 1) / N : wte), in.grad_bytes,
+                false);
+        }
 
         if (in.zero_stage >= 2)
             sharded_data_traffic(in, stage, t.data, t.data_replica);
