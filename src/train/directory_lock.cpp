@@ -75,7 +75,10 @@ bool DirectoryLock::still_held() const {
 
 FileLock::FileLock(const std::string& path, const std::string& what) {
     io::refuse_special_file(path, what);
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
+    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NONBLOCK, 0644);
+    if (fd_ >= 0) created_ = path;
+    if (fd_ < 0 && errno == EEXIST)
+        fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
     if (fd_ < 0) throw Error(what + ": " + path + ": cannot create: " + io::errno_text(errno));
     if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) return;
     const int error = errno;
@@ -90,7 +93,14 @@ FileLock::FileLock(const std::string& path, const std::string& what) {
 }
 
 FileLock::~FileLock() {
-    if (fd_ >= 0) ::close(fd_);  // releases the lock
+    if (fd_ < 0) return;
+    // A file this lock made and nothing wrote (a run stopped before its first line) goes
+    // with it: a failed start leaves no file behind.
+    struct stat held {}, named {};
+    if (!created_.empty() && ::fstat(fd_, &held) == 0 && ::stat(created_.c_str(), &named) == 0 &&
+        held.st_ino == named.st_ino && held.st_dev == named.st_dev && named.st_size == 0)
+        ::unlink(created_.c_str());
+    ::close(fd_);  // releases the lock
 }
 
 std::unique_ptr<DirectoryLock> claim_checkpoint_dir(const std::string& dir) {
