@@ -96,7 +96,8 @@ FileLock::~FileLock() {
     if (fd_ < 0) return;
     // A file this lock made and nothing wrote (a run stopped before its first line) goes
     // with it: a failed start leaves no file behind.
-    struct stat held {}, named {};
+    struct stat held {
+    }, named{};
     if (!created_.empty() && ::fstat(fd_, &held) == 0 && ::stat(created_.c_str(), &named) == 0 &&
         held.st_ino == named.st_ino && held.st_dev == named.st_dev && named.st_size == 0)
         ::unlink(created_.c_str());

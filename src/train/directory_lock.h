@@ -31,8 +31,9 @@ private:
 // An exclusive lock on a run's metrics file (logging.metrics) for the run's life: two runs
 // appending to one file tear each other's lines and one's steps are lost. flock(2) on the
 // file itself, opened (created if missing) without cutting it: the run's MetricsLog decides
-// what it keeps; a file the lock created and nothing wrote is removed with the lock. The holder is not written into it (it is the metrics); a second run gets
-// "logging.metrics: 'm.jsonl' is being written by another run ...".
+// what it keeps; a file the lock created and nothing wrote is removed with the lock. The holder is
+// not written into it (it is the metrics); a second run gets "logging.metrics: 'm.jsonl' is being
+// written by another run ...".
 class FileLock {
 public:
     FileLock(const std::string& path, const std::string& what);
