@@ -205,7 +205,7 @@ void check_vocabulary(const std::string& bin_path, kernels::DType dtype, const v
 }  // namespace
 
 MegatronDataset::MegatronDataset(const std::string& prefix, int vocab_size, const std::string& what)
-    : prefix_(prefix) {
+    : prefix_(prefix), vocab_size_(vocab_size), what_(what) {
     const std::string idx_path = prefix + ".idx", bin_path = prefix + ".bin";
     const MappedFile index(idx_path, what);
     MappedFile bin(bin_path, what);
@@ -226,8 +226,19 @@ MegatronDataset::MegatronDataset(const std::string& prefix, int vocab_size, cons
 
 void MegatronDataset::read(std::size_t start, std::span<int32_t> out) const {
     with_tokens(dtype_, bin_.data(), [&](const auto* tokens) {
-        std::transform(tokens + start, tokens + start + out.size(), out.begin(),
-                       [](auto t) { return static_cast<int32_t>(t); });
+        // Widened, and the ids outside the vocabulary counted in the same pass (no branch:
+        // the loop vectorises); the first is found only when there is one.
+        const uint32_t vocab = static_cast<uint32_t>(vocab_size_);
+        uint32_t outside = 0;
+        for (std::size_t i = 0; i < out.size(); ++i) {
+            out[i] = static_cast<int32_t>(tokens[start + i]);
+            outside |= static_cast<uint32_t>(out[i]) >= vocab;  // negative ids wrap above it
+        }
+        if (outside == 0) return;
+        for (std::size_t i = 0; i < out.size(); ++i)
+            if (static_cast<uint32_t>(out[i]) >= vocab)
+                token_changed(what_, prefix_ + ".bin", (start + i) * sizeof(*tokens), out[i],
+                              vocab_size_);
     });
 }
 
@@ -271,8 +282,8 @@ void MegatronWriter::add_document(std::span<const int32_t> tokens) {
     append(narrow.data(), narrow.size());
 }
 
-void MegatronWriter::finish() {
-    if (finished_) return;
+void MegatronWriter::close() {
+    if (idx_) return;
 
     const uint64_t n = lengths_.size();
     std::vector<int64_t> pointers(n), docs(n + 1);
@@ -283,10 +294,10 @@ void MegatronWriter::finish() {
     }
     for (std::size_t j = 0; j <= n; ++j) docs[j] = static_cast<int64_t>(j);  // one per document
 
-    io::ReplacingFile idx(prefix_ + ".idx");
+    idx_ = std::make_unique<io::ReplacingFile>(prefix_ + ".idx");
     const uint8_t code = code_of(dtype_).code;
     const uint64_t d = n + 1;
-    auto put = [&](const void* p, std::size_t bytes) { idx.write(p, bytes); };
+    auto put = [&](const void* p, std::size_t bytes) { idx_->write(p, bytes); };
     put(kMegatronMagic, sizeof kMegatronMagic);
     put(&kMegatronVersion, 8);
     put(&code, 1);
@@ -295,10 +306,17 @@ void MegatronWriter::finish() {
     put(lengths_.data(), 4 * n);
     put(pointers.data(), 8 * n);
     put(docs.data(), 8 * d);
+    bin_.close();
+    idx_->close();
+    lengths_ = {};
+    finished_ = true;  // no document may follow
+}
+
+void MegatronWriter::commit() {
+    close();
     // The data before the index that describes it: a reader never finds an index without it.
     bin_.commit();
-    idx.commit();
-    finished_ = true;
+    idx_->commit();
 }
 
 std::string megatron_prefix(const std::string& path) {

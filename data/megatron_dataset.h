@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -64,6 +65,8 @@ private:
     std::size_t documents_ = 0;
     std::size_t tokens_ = 0;
     MappedFile bin_;  // PREFIX.bin; data() is null when it is empty
+    int vocab_size_;
+    std::string what_;
 };
 
 // Writes a Megatron dataset of uint16 or int32 tokens (Megatron-LM takes int32 once a
@@ -83,7 +86,11 @@ public:
     void add_document(std::span<const uint16_t> tokens);
     // Ids out of the dtype's range are an error naming the id.
     void add_document(std::span<const int32_t> tokens);
-    void finish();  // writes PREFIX.idx, then renames both files into place
+    // Writes PREFIX.idx and closes both files, not yet under their names.
+    void close();
+    // Renames PREFIX.bin, then PREFIX.idx, into place (closing them first, unless it was).
+    void commit();
+    void finish() { commit(); }
 
     std::size_t documents() const { return lengths_.size(); }
 
@@ -93,6 +100,7 @@ private:
     std::string prefix_;
     kernels::DType dtype_;
     io::ReplacingFile bin_;
+    std::unique_ptr<io::ReplacingFile> idx_;  // made by close()
     std::vector<int32_t> lengths_;
     bool finished_ = false;
 };

@@ -32,7 +32,7 @@ std::vector<std::string> expand(const std::string& pattern, const std::string& w
 }  // namespace
 
 TokenShards::TokenShards(const std::string& pattern, int vocab_size, const std::string& what)
-    : paths_(expand(pattern, what)) {
+    : paths_(expand(pattern, what)), vocab_size_(vocab_size), what_(what) {
     for (const std::string& path : paths_) {
         MappedFile file(path, what);
         const std::size_t bytes = file.bytes();
@@ -74,12 +74,17 @@ void TokenShards::read(std::size_t start, std::span<int32_t> out) const {
                                [](std::size_t s, const Shard& m) { return s < m.first; });
     std::size_t file = static_cast<std::size_t>(it - files_.begin()) - 1;
     std::size_t pos = start - files_[file].first;
+    const auto vocab = static_cast<uint16_t>(std::min(vocab_size_, 65536) - 1);  // the largest id
     for (int32_t& t : out) {
         while (pos >= files_[file].count) {
             ++file;
             pos = 0;
         }
-        t = files_[file].tokens[pos++];
+        const uint16_t id = files_[file].tokens[pos++];
+        if (id > vocab)
+            token_changed(what_, paths_[file], kShardHeaderInts * sizeof(int32_t) + 2 * (pos - 1),
+                          id, vocab_size_);
+        t = id;
     }
 }
 
@@ -89,15 +94,37 @@ std::string TokenShards::describe() const {
            paths_.back();
 }
 
+TokenShardWriter::TokenShardWriter(const std::string& path) : path_(path), file_(path) {
+    const int32_t header[kShardHeaderInts] = {kShardMagic, kShardVersion, 0};
+    file_.write(header, sizeof header);
+}
+
+void TokenShardWriter::append(std::span<const uint16_t> tokens) {
+    if (tokens.size() > kMaxShardTokens - tokens_)
+        throw Error(path_ + ": an llm.c shard holds at most " + std::to_string(kMaxShardTokens) +
+                    " tokens (its header counts them in an int32): write shards of fewer "
+                    "(tokenize --shard-tokens)");
+    file_.write(tokens.data(), tokens.size_bytes());
+    tokens_ += tokens.size();
+}
+
+void TokenShardWriter::close() {
+    if (closed_) return;
+    const int32_t count = static_cast<int32_t>(tokens_);
+    file_.write_at(2 * sizeof(int32_t), &count, sizeof count);
+    file_.close();
+    closed_ = true;
+}
+
+void TokenShardWriter::commit() {
+    close();
+    file_.commit();
+}
+
 void write_token_shard(const std::string& path, std::span<const uint16_t> tokens) {
-    int32_t header[kShardHeaderInts] = {};
-    header[0] = kShardMagic;
-    header[1] = kShardVersion;
-    header[2] = static_cast<int32_t>(tokens.size());
-    io::ReplacingFile out(path);
-    out.write(header, sizeof(header));
-    out.write(tokens.data(), tokens.size_bytes());
-    out.commit();
+    TokenShardWriter out(path);
+    out.append(tokens);
+    out.finish();
 }
 
 }  // namespace trident::data

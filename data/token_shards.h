@@ -3,7 +3,8 @@
 // Format (llm.c's dev/data/data_common.py): a header of 256 little-endian int32 — magic
 // 20240520, version 1, number of tokens — then that many uint16 token ids. Every file is
 // checked in full when opened (header, size, every id below the vocabulary), so bad data is
-// reported up front with the file's name, never midway through a run.
+// reported up front with the file's name; the ids read are checked again as they are read
+// (token_stream.h), for a file rewritten under the run.
 #pragma once
 
 #include <cstddef>
@@ -14,6 +15,7 @@
 
 #include "data/mapped_file.h"
 #include "data/token_stream.h"
+#include "io/output_file.h"
 
 namespace trident::data {
 
@@ -47,9 +49,34 @@ private:
     std::vector<std::string> paths_;
     std::vector<Shard> files_;
     std::size_t total_ = 0;
+    int vocab_size_;
+    std::string what_;
 };
 
-// Writes an llm.c shard (for tools and tests).
+// The most tokens an llm.c shard holds: its header counts them in an int32.
+inline constexpr std::size_t kMaxShardTokens = 2147483647;
+
+// Writes an llm.c shard as its tokens come, in bounded memory: the header (its count zero) first,
+// the tokens after it, then the count filled in. The file appears under its name only when
+// finish() succeeds (io::ReplacingFile): an abandoned one is removed.
+class TokenShardWriter {
+public:
+    explicit TokenShardWriter(const std::string& path);
+    // Throws trident::Error naming the file past kMaxShardTokens.
+    void append(std::span<const uint16_t> tokens);
+    void close();   // the count filled in, the file closed but not yet under its name
+    void commit();  // under its name (closed first, unless it was)
+    void finish() { commit(); }
+    std::size_t tokens() const { return tokens_; }
+
+private:
+    std::string path_;
+    io::ReplacingFile file_;
+    std::size_t tokens_ = 0;
+    bool closed_ = false;
+};
+
+// Writes an llm.c shard whole (for tools and tests).
 void write_token_shard(const std::string& path, std::span<const uint16_t> tokens);
 
 }  // namespace trident::data

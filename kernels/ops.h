@@ -11,7 +11,8 @@
 //   fp16, each argument its own type); an op reads 16-bit inputs widened to fp32, computes
 //   in fp32 and rounds what it writes to its output's type (dtype.h). Statistics (LayerNorm
 //   mean/rstd, the loss's per-row numbers) and the optimizer's state are always fp32: float*.
-// - Shapes use B (batch), T (sequence), C (channels), OC (output channels), NH (heads),
+// - Shapes use B (batch), T (sequence), channels (a row's width, docs/ARCHITECTURE.md
+//   "Vocabulary"), OC (output channels), NH (heads),
 //   N (rows = B*T), Vp (padded vocabulary), V (real vocabulary, V <= Vp).
 // - Forward ops overwrite their outputs.
 // - Backward ops ADD (+=) into every gradient they produce, parameters and activations alike,
@@ -29,12 +30,12 @@
 
 namespace trident::kernels {
 
-// One block of ring attention (Ops::attention_block_forward): B sequences, this rank's C
+// One block of ring attention (Ops::attention_block_forward): B sequences, this rank's channels
 // channels and NH heads; query rows [q_begin, q_begin + q_count) of q_rows, the first at
 // sequence position q_position; key rows [k_begin, k_begin + k_count) of kv_rows, the first
 // at k_position; attention dropout over the whole sequence of seq_len tokens.
 struct AttentionBlock {
-    int B = 0, C = 0, NH = 0;
+    int B = 0, channels = 0, NH = 0;
     int q_rows = 0, q_begin = 0, q_count = 0, q_position = 0;
     int kv_rows = 0, k_begin = 0, k_count = 0, k_position = 0;
     int seq_len = 0;
@@ -90,39 +91,40 @@ public:
 
     // ---- embedding ----------------------------------------------------------------------
     // Vocab-parallel: wte holds rows [vocab_begin, vocab_begin + vocab_local) of the padded
-    // vocabulary. out (B,T,C) = wte[tokens[b,t] - vocab_begin] (zero for a token outside the
+    // vocabulary. out (B,T,channels) = wte[tokens[b,t] - vocab_begin] (zero for a token outside the
     // slice: its row lives on another tensor-parallel rank) + wpe[positions[t]]; tokens
-    // (B,T); wte (vocab_local, C); wpe (wpe_rows, C) or null (not added). positions (T), on
-    // the device, are the sequence positions of the T rows (distinct, each < wpe_rows: a
+    // (B,T); wte (vocab_local, channels); wpe (wpe_rows, channels) or null (not added). positions
+    // (T), on the device, are the sequence positions of the T rows (distinct, each < wpe_rows: a
     // context-parallel rank's tokens), or null for 0 .. T-1.
     virtual void embedding_forward(Ptr out, const int32_t* tokens, ConstPtr wte, ConstPtr wpe,
-                                   int B, int T, int C, int vocab_begin, int vocab_local,
+                                   int B, int T, int channels, int vocab_begin, int vocab_local,
                                    const int32_t* positions, int wpe_rows) = 0;
-    // dwte (vocab_local, C) += scatter of dout by in-slice token; dwpe (wpe_rows, C) at the
-    // rows' positions += sum over the batch of dout, unless dwpe is null.
+    // dwte (vocab_local, channels) += scatter of dout by in-slice token; dwpe (wpe_rows, channels)
+    // at the rows' positions += sum over the batch of dout, unless dwpe is null.
     virtual void embedding_backward(Ptr dwte, Ptr dwpe, ConstPtr dout, const int32_t* tokens, int B,
-                                    int T, int C, int vocab_begin, int vocab_local,
+                                    int T, int channels, int vocab_begin, int vocab_local,
                                     const int32_t* positions, int wpe_rows) = 0;
 
     // ---- layer norm (eps 1e-5) ----------------------------------------------------------
-    // out (N,C); mean, rstd (N) saved for backward; weight, bias (C)
+    // out (N,channels); mean, rstd (N) saved for backward; weight, bias (channels)
     virtual void layernorm_forward(Ptr out, float* mean, float* rstd, ConstPtr inp, ConstPtr weight,
-                                   ConstPtr bias, int N, int C) = 0;
-    // dinp (N,C) += the input's gradient, unless dinp is null; dweight, dbias (C) += the
-    // parameters', unless they are null (both or neither). A backward split into an input
-    // step and a weight step calls it once for each, with the results of one call.
+                                   ConstPtr bias, int N, int channels) = 0;
+    // dinp (N,channels) += the input's gradient, unless dinp is null; dweight, dbias (channels) +=
+    // the parameters', unless they are null (both or neither). A backward split into an input step
+    // and a weight step calls it once for each, with the results of one call.
     virtual void layernorm_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
                                     ConstPtr weight, const float* mean, const float* rstd, int N,
-                                    int C) = 0;
+                                    int channels) = 0;
 
     // ---- Llama's layer ----------------------------------------------------------------
-    // RMSNorm (Hugging Face's LlamaRMSNorm, fp32): out (N,C) = inp * rstd * weight, rstd (N) =
-    // 1/sqrt(mean_c(inp^2) + eps) saved for backward.
-    virtual void rmsnorm_forward(Ptr out, float* rstd, ConstPtr inp, ConstPtr weight, int N, int C,
-                                 float eps) = 0;
-    // dinp (N,C) += the input's gradient, dweight (C) += the weight's, each unless null.
+    // RMSNorm (Hugging Face's LlamaRMSNorm, fp32): out (N,channels) = inp * rstd * weight, rstd (N)
+    // = 1/sqrt(mean_c(inp^2) + eps) saved for backward.
+    virtual void rmsnorm_forward(Ptr out, float* rstd, ConstPtr inp, ConstPtr weight, int N,
+                                 int channels, float eps) = 0;
+    // dinp (N,channels) += the input's gradient, dweight (channels) += the weight's, each unless
+    // null.
     virtual void rmsnorm_backward(Ptr dinp, Ptr dweight, ConstPtr dout, ConstPtr inp,
-                                  ConstPtr weight, const float* rstd, int N, int C) = 0;
+                                  ConstPtr weight, const float* rstd, int N, int channels) = 0;
     // Rotary positions and grouped key/value heads. qkv (B,T,(NH + 2·KVH)·hs) holds q of NH
     // heads, then k and v of KVH heads; out (B,T,3·NH·hs) is the qkv attention_forward reads:
     // q rotated, and query head h given k (rotated) and v of key/value head h / (NH/KVH).
@@ -141,24 +143,24 @@ public:
     virtual void swiglu_backward(Ptr dinp, ConstPtr inp, ConstPtr dout, int N, int F) = 0;
 
     // ---- linear -------------------------------------------------------------------------
-    // out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC); bias may be null
-    virtual void matmul_forward(Ptr out, ConstPtr inp, ConstPtr weight, ConstPtr bias, int N, int C,
-                                int OC) = 0;
-    // dinp (N,C) += dout @ weight; dweight (OC,C) += dout^T @ inp; dbias (OC) += column sums.
-    // Each of dinp, dweight and dbias may be null (not needed): a backward split into an
-    // input step and a weight step calls it once for each, with the results of one call.
+    // out (N,OC) = inp (N,channels) @ weight (OC,channels)^T + bias (OC); bias may be null
+    virtual void matmul_forward(Ptr out, ConstPtr inp, ConstPtr weight, ConstPtr bias, int N,
+                                int channels, int OC) = 0;
+    // dinp (N,channels) += dout @ weight; dweight (OC,channels) += dout^T @ inp; dbias (OC) +=
+    // column sums. Each of dinp, dweight and dbias may be null (not needed): a backward split into
+    // an input step and a weight step calls it once for each, with the results of one call.
     virtual void matmul_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
-                                 ConstPtr weight, int N, int C, int OC) = 0;
+                                 ConstPtr weight, int N, int channels, int OC) = 0;
     // out (N,OC) += bias (OC): the bias of a row-parallel linear, added once after the
     // partial outputs are reduced.
     virtual void add_bias(Ptr out, ConstPtr bias, int N, int OC) = 0;
 
     // ---- causal self-attention ----------------------------------------------------------
-    // qkv (B,T,3C) holds q, k, v side by side, each (B,T,NH,hs) with hs = C/NH; under tensor
-    // parallelism C and NH are this rank's share, heads head_begin .. head_begin+NH-1 of
-    // heads_total. out (B,T,C) = dropout(softmax(q k^T / sqrt(hs), causal)) @ v, heads
-    // concatenated. Dropout on the probabilities (drop_prob 0: none) draws element
-    // (b, head_begin + h, i, j) at index ((b*heads_total + head_begin + h)*T + i)*T + j, so
+    // qkv (B,T,3·channels) holds q, k, v side by side, each (B,T,NH,hs) with hs = channels/NH;
+    // under tensor parallelism channels and NH are this rank's share, heads head_begin ..
+    // head_begin+NH-1 of heads_total. out (B,T,channels) = dropout(softmax(q k^T / sqrt(hs),
+    // causal)) @ v, heads concatenated. Dropout on the probabilities (drop_prob 0: none) draws
+    // element (b, head_begin + h, i, j) at index ((b*heads_total + head_begin + h)*T + i)*T + j, so
     // the mask does not depend on how heads are split over ranks.
     //
     // What forward keeps for backward, `saved`, is the backend's choice, as attention_saved
@@ -170,20 +172,21 @@ public:
         DType dtype;
     };
     virtual AttentionSaved attention_saved(int B, int NH, int T, DType activations) const = 0;
-    virtual void attention_forward(Ptr out, Ptr saved, ConstPtr qkv, int B, int T, int C, int NH,
-                                   float drop_prob, uint64_t seed, int head_begin,
+    virtual void attention_forward(Ptr out, Ptr saved, ConstPtr qkv, int B, int T, int channels,
+                                   int NH, float drop_prob, uint64_t seed, int head_begin,
                                    int heads_total) = 0;
-    // dqkv (B,T,3C) += gradient, given the forward's out and saved (any workspace is the
+    // dqkv (B,T,3·channels) += gradient, given the forward's out and saved (any workspace is the
     // backend's own).
     virtual void attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out,
-                                    ConstPtr saved, int B, int T, int C, int NH, float drop_prob,
-                                    uint64_t seed, int head_begin, int heads_total) = 0;
+                                    ConstPtr saved, int B, int T, int channels, int NH,
+                                    float drop_prob, uint64_t seed, int head_begin,
+                                    int heads_total) = 0;
     // saved alone, bit for bit as attention_forward writes it: selective recompute rebuilds
     // it for backward instead of keeping it. It needs no dropout mask (so no seed or
     // head_begin), but drop_prob is the forward's: a backend whose choice of kernel depends
     // on it (the GPU's: cuDNN without dropout, its own kernels with) rebuilds with the kernel
     // the forward ran.
-    virtual void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int C, int NH,
+    virtual void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int channels, int NH,
                                    float drop_prob) = 0;
 
     // ---- attention against a key/value cache (generation, model/kv_cache.h) ---------------
@@ -199,29 +202,29 @@ public:
     // Causal attention between a block of query rows and a block of key rows of the same
     // sequences, as ring attention computes it piece by piece (Liu et al. 2023): the
     // queries of this rank's tokens against the keys and values of some rank's tokens
-    // (AttentionBlock above). qkv (B, q_rows, 3C) holds this rank's q, k, v as
-    // attention_forward reads them; kv (B, kv_rows, 2C) the k and v, side by side, of the
+    // (AttentionBlock above). qkv (B, q_rows, 3·channels) holds this rank's q, k, v as
+    // attention_forward reads them; kv (B, kv_rows, 2·channels) the k and v, side by side, of the
     // tokens held. Key j is visible to query i when k_position + j <= q_position + i.
     // Attention dropout draws element (b, head_begin + h, position of i, position of j) of
     // the whole sequence's (B, heads_total, seq_len, seq_len): the index attention_forward
     // draws, so the masks do not depend on the split.
     //
-    // On the block's query rows of out (B, q_rows, C) and lse (B, NH, q_rows), both fp32
+    // On the block's query rows of out (B, q_rows, channels) and lse (B, NH, q_rows), both fp32
     // (overwritten): dropout(softmax over the block's visible keys) @ v, and each row's
     // log-sum-exp of its scaled visible scores (-inf, and out 0, where no key is visible).
     virtual void attention_block_forward(float* out, float* lse, ConstPtr qkv, ConstPtr kv,
                                          const AttentionBlock& block) = 0;
     // Merges a block's result into the running one on rows [row_begin, row_begin + row_count)
-    // of out (B, rows, C) and lse (B, NH, rows): lse' = log(e^lse + e^block_lse), out' =
+    // of out (B, rows, channels) and lse (B, NH, rows): lse' = log(e^lse + e^block_lse), out' =
     // out e^(lse - lse') + block_out e^(block_lse - lse'), both fp32; a row where either lse
     // is -inf takes the other side as it is (the online softmax, by whole blocks).
     virtual void attention_merge(float* out, float* lse, const float* block_out,
-                                 const float* block_lse, int B, int rows, int C, int NH,
+                                 const float* block_lse, int B, int rows, int channels, int NH,
                                  int row_begin, int row_count) = 0;
-    // The block's backward, given the whole attention's output out (B, q_rows, C) and its
+    // The block's backward, given the whole attention's output out (B, q_rows, channels) and its
     // lse (B, NH, q_rows) (over all key blocks) and the output's gradient dout: dq
-    // (B, q_rows, C) and dkv (B, kv_rows, 2C) += the gradients of the block's q and k, v,
-    // both fp32 (dk, dv travel back around the ring in fp32).
+    // (B, q_rows, channels) and dkv (B, kv_rows, 2·channels) += the gradients of the block's q and
+    // k, v, both fp32 (dk, dv travel back around the ring in fp32).
     virtual void attention_block_backward(float* dq, float* dkv, ConstPtr dout, ConstPtr qkv,
                                           ConstPtr kv, ConstPtr out, const float* lse,
                                           const AttentionBlock& block) = 0;
@@ -297,7 +300,8 @@ public:
                               int step, float grad_scale, Ptr params) = 0;
 };
 
-// The CPU backend, using `threads` threads for its loops and for OpenBLAS (0: all cores).
+// The CPU backend, using `threads` threads for its loops and for OpenBLAS (0: all cores), at
+// most kernels/threads.h's bound.
 std::unique_ptr<Ops> make_cpu_ops(int threads);
 // What the CPU backend's attention keeps for its backward (Ops::attention_saved): the
 // probabilities (B, NH, T, T) in the activations' type; its backward's workspace, their

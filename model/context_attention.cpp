@@ -28,12 +28,12 @@ ContextAttention::ContextAttention(const Dims& d, int head_begin, int heads_tota
       B_(d.B),
       seq_len_(d.seq_len),
       T_(d.T),
-      S_(d.seq_len / (2 * d.context_size)),
+      S_(d.seq_len / (2 * d.C)),
       Hm_(d.Hm),
       heads_(d.heads),
       head_begin_(head_begin),
       heads_total_(heads_total),
-      ranks_(d.context_size),
+      ranks_(d.C),
       rows_(d.rows()) {
     if (ranks_ < 2 || seq_len_ % (2 * ranks_) != 0)
         throw Error("internal: context parallelism over " + std::to_string(ranks_) +
@@ -113,7 +113,7 @@ kernels::AttentionBlock ContextAttention::block(const PartContext& ctx, int sour
                                                 float drop, uint64_t seed) const {
     kernels::AttentionBlock b;
     b.B = B_;
-    b.C = Hm_;
+    b.channels = Hm_;
     b.NH = heads_;
     b.q_rows = b.kv_rows = T_;
     b.q_begin = qa * S_;

@@ -10,27 +10,27 @@ namespace trident::model {
 Dims make_dims(const GptShape& shape, const DimsInputs& in) {
     Dims d;
     d.B = in.micro_batch;
-    d.context_size = in.context_size;
+    d.C = in.C;
     d.context_mode = in.context_mode;
-    d.tensor_size = in.tensor_size;
+    d.M = in.M;
     d.tensor_rank = in.tensor_rank;
     d.seq_len = shape.max_seq;
-    d.T = shape.max_seq / in.context_size;
+    d.T = shape.max_seq / in.C;
     d.N = d.B * d.T;
-    d.sequence_parallel = in.sequence_parallel && in.tensor_size > 1;
-    if (d.sequence_parallel && d.N % in.tensor_size != 0)
+    d.sequence_parallel = in.sequence_parallel && in.M > 1;
+    if (d.sequence_parallel && d.N % in.M != 0)
         throw Error("sequence parallelism splits the micro batch's B*T = " + std::to_string(d.N) +
-                    " rows over parallel.tensor = " + std::to_string(in.tensor_size) +
+                    " rows over parallel.tensor = " + std::to_string(in.M) +
                     " ranks: they must divide");
     d.tp_overlap = d.sequence_parallel && in.tp_overlap;
-    d.R = d.sequence_parallel ? d.N / in.tensor_size : d.N;
+    d.R = d.sequence_parallel ? d.N / in.M : d.N;
     d.H = shape.hidden;
-    d.Hm = shape.hidden / in.tensor_size;
-    d.Fm = shape.ffn / in.tensor_size;
-    d.heads = shape.heads / in.tensor_size;
+    d.Hm = shape.hidden / in.M;
+    d.Fm = shape.ffn / in.M;
+    d.heads = shape.heads / in.M;
     // Fewer key/value heads than ranks: each rank holds one, replicated (model/param_layout.h).
-    d.kv_heads = shape.kv_heads * kv_replicas(shape.kv_heads, in.tensor_size) / in.tensor_size;
-    d.Vm = shape.padded_vocab / in.tensor_size;
+    d.kv_heads = shape.kv_heads * kv_replicas(shape.kv_heads, in.M) / in.M;
+    d.Vm = shape.padded_vocab / in.M;
     d.act = in.activations;
     return d;
 }

@@ -21,7 +21,7 @@ enum class ContextMode { ring, ulysses };
 struct Dims {
     int B = 0, T = 0, seq_len = 0, N = 0, R = 0;
     int H = 0, Hm = 0, Fm = 0, heads = 0, kv_heads = 0, Vm = 0;
-    int tensor_size = 1, tensor_rank = 0, context_size = 1;
+    int M = 1, tensor_rank = 0, C = 1;
     bool sequence_parallel = false;
     bool tp_overlap = false;  // sequence parallelism's exchanges overlap the GEMMs' pieces
     ContextMode context_mode = ContextMode::ring;
@@ -29,15 +29,15 @@ struct Dims {
 
     std::size_t rows() const { return static_cast<std::size_t>(N); }
     std::size_t rows_mine() const { return static_cast<std::size_t>(R); }
-    bool ring() const { return context_size > 1 && context_mode == ContextMode::ring; }
-    bool ulysses() const { return context_size > 1 && context_mode == ContextMode::ulysses; }
+    bool ring() const { return C > 1 && context_mode == ContextMode::ring; }
+    bool ulysses() const { return C > 1 && context_mode == ContextMode::ulysses; }
 };
 
 // How the model is split and what it computes in: the inputs of make_dims.
 struct DimsInputs {
     int micro_batch = 1;
-    int tensor_size = 1, tensor_rank = 0;
-    int context_size = 1;
+    int M = 1, tensor_rank = 0;
+    int C = 1;
     bool sequence_parallel = false;  // ignored on one tensor rank
     bool tp_overlap = false;         // ignored without sequence parallelism
     ContextMode context_mode = ContextMode::ring;

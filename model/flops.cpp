@@ -10,14 +10,14 @@ namespace {
 // A linear's widths on this rank: a column split's output rows (whole key/value heads kept
 // together, model/param_layout.h), a row split's input columns.
 double local_in(const LinearDecl& w, const Dims& d) {
-    return w.split.kind == SplitKind::row ? static_cast<double>(w.in / d.tensor_size)
+    return w.split.kind == SplitKind::row ? static_cast<double>(w.in / d.M)
                                           : static_cast<double>(w.in);
 }
 
 double local_out(const LinearDecl& w, const Dims& d) {
     if (w.split.kind != SplitKind::column) return static_cast<double>(w.out);
-    const int replicas = w.split.groups > 0 ? kv_replicas(w.split.groups, d.tensor_size) : 1;
-    return static_cast<double>(w.out / (d.tensor_size / replicas));
+    const int replicas = w.split.groups > 0 ? kv_replicas(w.split.groups, d.M) : 1;
+    return static_cast<double>(w.out / (d.M / replicas));
 }
 
 }  // namespace
@@ -32,7 +32,7 @@ GemmFlops gemm_flops(const ModelSpec& spec, const Dims& d, Recompute recompute, 
         last = 2 * N * local_in(w, d) * local_out(w, d);
         linears += last;
     }
-    const double scores = B * T * T * d.context_size * Hm;  // Q·Kᵀ, causal half, whole keys
+    const double scores = B * T * T * d.C * Hm;  // Q·Kᵀ, causal half, whole keys
     GemmFlops f;
     f.layer_forward = linears + 2 * scores;
     double rerun = 0;

@@ -204,7 +204,7 @@ void Gpt::run_forward(int c, Set& set, const int32_t* inputs, ConstPtr input) {
 
 std::vector<float> Gpt::logits_at(const int32_t* inputs, int position) {
     const StagePlan& plan = layout_.plan();
-    if (layout_.tensor_size() != 1 || plan.stages != 1 || plan.chunks != 1 || d_.context_size != 1)
+    if (layout_.M() != 1 || plan.stages != 1 || plan.chunks != 1 || d_.C != 1)
         throw Error("generation runs on one process (parallel.tensor = pipeline = context = 1)");
     const GptShape& s = layout_.shape();
     Set& set = store_.start(0, 0);

@@ -79,6 +79,13 @@ struct ModelGroups {
     parallel::Comm& kv_replicas;
 };
 
+// Activation sets allocated so far: the most (microbatch, chunk) pairs ever in flight, and
+// their bytes (what recompute keeps; its one shared scratch set is not counted here, only in
+// the allocator's peak).
+struct ActivationUse {
+    std::size_t sets = 0, bytes = 0;
+};
+
 class Gpt {
 public:
     Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups);
@@ -143,12 +150,7 @@ public:
     // no loss and no dropout: the full-context rerun that generation's cached decoder
     // (model/decoder.h) is tested against. Needs the whole model in this process.
     std::vector<float> logits_at(const int32_t* inputs, int position);
-    // Activation sets allocated so far: the most (microbatch, chunk) pairs ever in flight,
-    // and their bytes (what recompute keeps; its one shared scratch set is not counted here,
-    // only in the allocator's peak).
-    struct ActivationUse {
-        std::size_t sets = 0, bytes = 0;
-    };
+    // The activation sets allocated so far (ActivationUse).
     ActivationUse activations() const { return {store_.sets(), store_.bytes()}; }
 
 private:

@@ -10,7 +10,7 @@ LoraLinear::LoraLinear(const LinearSpec& spec, const Dims& d, SetSpec& set, Scra
     : Linear(spec, d, set, scratch) {
     const bool column = spec.split == LinearSplit::column;
     // A row-split linear's input is split by columns: this rank's start at in·rank.
-    const int whole_in = column ? spec.in : spec.in * d.tensor_size;
+    const int whole_in = column ? spec.in : spec.in * d.M;
     const int first_column = column ? 0 : spec.in * d.tensor_rank;
     for (const LoraSpec& adapter : spec.lora)
         adapters_.emplace_back(adapter, d, spec.in, spec.out, whole_in, first_column, !column, set,

@@ -98,13 +98,22 @@ std::vector<TensorDecl> ModelSpec::head_tensors() const {
     return t;
 }
 
+std::vector<PartDecl> ModelSpec::layer_decls(int l) const {
+    const LayerSpec& layer = layers.at(static_cast<std::size_t>(l));
+    return {layer.norm->declare(shape), layer.attention->declare(shape), layer.norm->declare(shape),
+            layer.mlp->declare(shape)};
+}
+
 std::vector<NamedPart> ModelSpec::layer_parts(int l) const {
     const LayerSpec& layer = layers.at(static_cast<std::size_t>(l));
     const std::string prefix = layer_prefix + std::to_string(l) + ".";
-    return {{prefix + layer.norm1_name + ".", layer.norm->declare(shape)},
-            {prefix + layer.attention_name + ".", layer.attention->declare(shape)},
-            {prefix + layer.norm2_name + ".", layer.norm->declare(shape)},
-            {prefix + layer.mlp_name + ".", layer.mlp->declare(shape)}};
+    const std::vector<std::string> names = {layer.norm1_name, layer.attention_name,
+                                            layer.norm2_name, layer.mlp_name};
+    std::vector<PartDecl> decls = layer_decls(l);
+    std::vector<NamedPart> parts;
+    for (std::size_t p = 0; p < decls.size(); ++p)
+        parts.push_back({prefix + names[p] + ".", std::move(decls[p])});
+    return parts;
 }
 
 std::vector<LinearDecl> ModelSpec::layer_linears(int l) const {

@@ -84,6 +84,8 @@ struct ModelSpec {
     // Layer l's parts in buffer order (LayerPart), their tensors and linears named within
     // their part.
     std::vector<NamedPart> layer_parts(int l) const;
+    // What layer l's parts declare, in buffer order: layer_parts without the prefixes.
+    std::vector<PartDecl> layer_decls(int l) const;
     // Layer l's linears, named whole ("h.3.attn.c_attn"), in the order they compute.
     std::vector<LinearDecl> layer_linears(int l) const;
 };

@@ -10,25 +10,25 @@ namespace trident::model {
 
 namespace {
 
-void require_divisible(const char* what, int value, int tensor_size) {
-    if (value % tensor_size != 0)
+void require_divisible(const char* what, int value, int M) {
+    if (value % M != 0)
         throw Error(std::string(what) + " (" + std::to_string(value) +
-                    ") must be divisible by parallel.tensor (" + std::to_string(tensor_size) + ")");
+                    ") must be divisible by parallel.tensor (" + std::to_string(M) + ")");
 }
 
 // The local shape of a tensor of `full` shape under `split`, each slice held by `replicas`
 // ranks.
-std::vector<int64_t> local_shape(std::vector<int64_t> full, const Split& split, int tensor_size,
+std::vector<int64_t> local_shape(std::vector<int64_t> full, const Split& split, int M,
                                  int replicas) {
     switch (split.kind) {
         case SplitKind::replicated:
             break;
         case SplitKind::column:
         case SplitKind::vocabulary:
-            full[0] /= tensor_size / replicas;
+            full[0] /= M / replicas;
             break;
         case SplitKind::row:
-            full[1] /= tensor_size;
+            full[1] /= M;
             break;
     }
     return full;
@@ -45,30 +45,29 @@ void for_each_run(const ParamTensor& local, const ParamTensor& full, int rank, C
 
 }  // namespace
 
-ParamLayout::ParamLayout(const GptShape& shape, int tensor_rank, int tensor_size,
-                         const StagePlan& plan, int unit_align)
-    : ParamLayout(shape, nullptr, tensor_rank, tensor_size, plan, unit_align) {}
+ParamLayout::ParamLayout(const GptShape& shape, int tensor_rank, int M, const StagePlan& plan,
+                         int unit_align)
+    : ParamLayout(shape, nullptr, tensor_rank, M, plan, unit_align) {}
 
 ParamLayout ParamLayout::for_lora(const GptShape& shape, const LoraShape& lora, int tensor_rank,
-                                  int tensor_size, const StagePlan& plan, int unit_align) {
-    return ParamLayout(shape, &lora, tensor_rank, tensor_size, plan, unit_align);
+                                  int M, const StagePlan& plan, int unit_align) {
+    return ParamLayout(shape, &lora, tensor_rank, M, plan, unit_align);
 }
 
-ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tensor_rank,
-                         int tensor_size, const StagePlan& plan, int unit_align)
+ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tensor_rank, int M,
+                         const StagePlan& plan, int unit_align)
     : spec_(resolve_spec(shape)),
       tensor_rank_(tensor_rank),
-      tensor_size_(tensor_size),
+      M_(M),
       plan_(plan),
       align_(static_cast<std::size_t>(std::max(unit_align, 1))),
       lora_(lora ? *lora : LoraShape{}) {
-    require_divisible("model.heads", shape.heads, tensor_size);
-    if (shape.kv_heads % tensor_size != 0 && tensor_size % shape.kv_heads != 0)
-        throw Error("parallel.tensor (" + std::to_string(tensor_size) +
-                    ") must divide model.kv_heads (" + std::to_string(shape.kv_heads) +
-                    ") or be a multiple of it");
-    require_divisible("model.ffn_hidden", shape.ffn, tensor_size);
-    require_divisible("the padded vocabulary", shape.padded_vocab, tensor_size);
+    require_divisible("model.heads", shape.heads, M);
+    if (shape.kv_heads % M != 0 && M % shape.kv_heads != 0)
+        throw Error("parallel.tensor (" + std::to_string(M) + ") must divide model.kv_heads (" +
+                    std::to_string(shape.kv_heads) + ") or be a multiple of it");
+    require_divisible("model.ffn_hidden", shape.ffn, M);
+    require_divisible("the padded vocabulary", shape.padded_vocab, M);
     const int chunks = plan.stages * plan.chunks;
     if (plan.chunk_layers.empty() && shape.layers % chunks != 0)
         throw Error("model.layers (" + std::to_string(shape.layers) +
@@ -225,9 +224,9 @@ void ParamLayout::add_lora(int l, const LoraShape& lora) {
 
 std::size_t ParamLayout::add(const TensorDecl& t) {
     const int replicas = t.split.kind == SplitKind::column && t.split.groups > 0
-                             ? kv_replicas(t.split.groups, tensor_size_)
+                             ? kv_replicas(t.split.groups, M_)
                              : 1;
-    std::vector<int64_t> shape = local_shape(t.shape, t.split, tensor_size_, replicas);
+    std::vector<int64_t> shape = local_shape(t.shape, t.split, M_, replicas);
     std::size_t numel = 1;
     for (int64_t d : shape) numel *= static_cast<std::size_t>(d);
     tensors_.push_back(ParamTensor{t.name, std::move(shape), t.shape, total_, numel, t.split,
@@ -242,8 +241,8 @@ const ParamTensor* ParamLayout::find(const std::string& name) const {
     return nullptr;
 }
 
-int kv_replicas(int kv_heads, int tensor_size) {
-    return kv_heads > 0 && tensor_size > kv_heads ? tensor_size / kv_heads : 1;
+int kv_replicas(int kv_heads, int M) {
+    return kv_heads > 0 && M > kv_heads ? M / kv_heads : 1;
 }
 
 bool ParamLayout::held_elsewhere(const ParamTensor& t) const {

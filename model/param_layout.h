@@ -13,7 +13,7 @@
 // its declared Split says: the vocabulary's rows r·Vp/M .. (the embedding and the LM head), a
 // column-parallel linear's rows (of each block: GPT-2's c_attn holds q, k and v; by key/value
 // head: Llama's k and v), a row-parallel linear's columns, and every other tensor whole. A
-// layout with tensor_size 1 is the whole model; shard_params/unshard_params map between the two.
+// layout with M 1 is the whole model; shard_params/unshard_params map between the two.
 // With fewer key/value heads than tensor ranks (M = r·KVH, r > 1: Megatron's rule for
 // grouped-query attention) rank t's NH/M query heads all belong to key/value head t / r, and
 // it holds that head's d rows of k_proj and of v_proj whole: each such slice is replicated on
@@ -116,7 +116,7 @@ struct ParamTensor {
 
 // The tensor ranks that hold each key/value head's rows: M / KVH when M > KVH, else 1
 // (each rank holds KVH / M heads of its own).
-int kv_replicas(int kv_heads, int tensor_size);
+int kv_replicas(int kv_heads, int M);
 
 // The offset of a tensor the model does not have (a bias of a linear without one).
 inline constexpr std::size_t kNoParam = SIZE_MAX;
@@ -158,18 +158,17 @@ struct Unit {
 
 class ParamLayout {
 public:
-    // The layout of tensor-parallel rank `tensor_rank` of `tensor_size` on the stage `plan`,
+    // The layout of tensor-parallel rank `tensor_rank` of `M` on the stage `plan`,
     // its units aligned to `unit_align` elements (see the top of this file).
-    // Throws trident::Error when heads, ffn or padded_vocab do not divide by tensor_size,
+    // Throws trident::Error when heads, ffn or padded_vocab do not divide by M,
     // kv_heads neither divides nor is a multiple of it, model.mlp names no kind, or
     // the chunks' layers do not make the model's (without counts: do not divide by P·v).
-    explicit ParamLayout(const GptShape& shape, int tensor_rank = 0, int tensor_size = 1,
+    explicit ParamLayout(const GptShape& shape, int tensor_rank = 0, int M = 1,
                          const StagePlan& plan = {}, int unit_align = 1);
     // The layout of the low-rank adapters of that rank's layers (see the top of this file),
     // its units aligned alike. Throws trident::Error for a target no layer has.
     static ParamLayout for_lora(const GptShape& shape, const LoraShape& lora, int tensor_rank = 0,
-                                int tensor_size = 1, const StagePlan& plan = {},
-                                int unit_align = 1);
+                                int M = 1, const StagePlan& plan = {}, int unit_align = 1);
 
     const GptShape& shape() const { return spec_.shape; }
     const ModelSpec& spec() const { return spec_; }
@@ -179,7 +178,7 @@ public:
     const std::vector<Unit>& units() const { return units_; }
     std::vector<std::pair<std::size_t, std::size_t>> unit_ranges() const;
     int tensor_rank() const { return tensor_rank_; }
-    int tensor_size() const { return tensor_size_; }
+    int M() const { return M_; }
     const StagePlan& plan() const { return plan_; }
     // Layers of local chunk c, and the global index of its first.
     int chunk_layers(int c) const;
@@ -187,11 +186,11 @@ public:
 
     // This rank's share of the split dimensions.
     int vocab_begin() const { return tensor_rank_ * vocab_local(); }
-    int vocab_local() const { return shape().padded_vocab / tensor_size_; }
+    int vocab_local() const { return shape().padded_vocab / M_; }
     int heads_begin() const { return tensor_rank_ * heads_local(); }
-    int heads_local() const { return shape().heads / tensor_size_; }
-    int hidden_local() const { return shape().hidden / tensor_size_; }  // attention width
-    int ffn_local() const { return shape().ffn / tensor_size_; }
+    int heads_local() const { return shape().heads / M_; }
+    int hidden_local() const { return shape().hidden / M_; }  // attention width
+    int ffn_local() const { return shape().ffn / M_; }
 
     std::size_t wte() const { return wte_; }  // (Vp/M, H), first (and if tied last) stage
     std::size_t wpe() const { return wpe_; }  // (T, H), first stage; kNoParam without one
@@ -222,7 +221,7 @@ public:
     bool held_elsewhere(const ParamTensor& t) const;
 
 private:
-    ParamLayout(const GptShape& shape, const LoraShape* lora, int tensor_rank, int tensor_size,
+    ParamLayout(const GptShape& shape, const LoraShape* lora, int tensor_rank, int M,
                 const StagePlan& plan, int unit_align);
     // Adds a declared tensor, its name given whole; returns its offset.
     std::size_t add(const TensorDecl& t);
@@ -237,7 +236,7 @@ private:
     std::size_t layer_index(int l) const;
 
     ModelSpec spec_;
-    int tensor_rank_, tensor_size_;
+    int tensor_rank_, M_;
     StagePlan plan_;
     std::size_t align_ = 1;
     std::vector<ParamTensor> tensors_;
@@ -254,7 +253,7 @@ private:
 };
 
 // Copies this rank's slice of every tensor it holds from `full` (the buffer of a layout of
-// the whole model: tensor_size 1, one stage) into `local` (the buffer of `local_layout`).
+// the whole model: M 1, one stage) into `local` (the buffer of `local_layout`).
 void shard_params(const ParamLayout& full_layout, const float* full,
                   const ParamLayout& local_layout, float* local);
 // Where tensor rank `tensor_rank`'s slice `t` lies within the whole tensor: calls
@@ -266,7 +265,7 @@ void for_each_slice_run(const ParamTensor& t, int tensor_rank,
 void unshard_params(const ParamLayout& local_layout, const float* local,
                     const ParamLayout& full_layout, float* full);
 
-// This rank's share of the whole (a buffer of `whole_layout`, the same tensors for tensor_size
+// This rank's share of the whole (a buffer of `whole_layout`, the same tensors for M
 // 1 and one stage): its parts of `local` in their places, zero elsewhere, each element written
 // by exactly one rank of the stage and tensor groups (held_elsewhere), so that summing the
 // shares of all ranks gives the whole.

@@ -15,7 +15,7 @@ std::unique_ptr<AttentionCore> make_core(int head_begin, int heads_total, const 
                                          const Dims& d, const AttentionSavedFn& attention_saved,
                                          SetSpec& set, ScratchSpec& scratch) {
     if (maker) return maker(d, head_begin, heads_total, set);
-    if (d.context_size > 1)
+    if (d.C > 1)
         return std::make_unique<ContextAttention>(d, head_begin, heads_total, attention_saved, set,
                                                   scratch);
     return std::make_unique<LocalAttention>(d, head_begin, heads_total, attention_saved, set);

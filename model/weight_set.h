@@ -15,7 +15,7 @@ namespace trident::model {
 
 class WeightSet {
 public:
-    // `layout`: this rank's; `whole`: the same tensors for tensor_size 1 and one stage.
+    // `layout`: this rank's; `whole`: the same tensors for M 1 and one stage.
     WeightSet(const ParamLayout& layout, ParamLayout whole, FlatBuffer& params, FlatBuffer& grads);
 
     const ParamLayout& layout() const { return *layout_; }

@@ -62,12 +62,16 @@ def render(results, architecture):
     for i, f in enumerate(results["features"]):
         row = [cell(results, f["id"], b, entries, used) for b in ids]
         lines.append(f"| {i + 1} {f['label']} | " + " | ".join(row) + " |")
+    # The refusals' key, and their list, only where the table has one.
+    refusals = " · ✗ refused at start-up, for the reason listed below" if used else ""
     lines += ["", "✓ equal to one process after 2 steps: fp32, the checkpoint (weights, master "
               "weights, Adam's moments) every element within 1e-5 of its tensor's largest; bf16 "
               "and fp16, each loss within 2% and every element within 10% (the reasons: "
               "tests/python/test_composition.py) · 1p one process (no "
               "grid: its own reference) · n/a the two set one key to two values · nb not built "
-              "yet · ✗ refused at start-up:", ""]
+              "yet" + refusals + "."]
+    if used:
+        lines.append("")
     for key in sorted(used):
         lines.append(f"- **{key}**: {used[key]} ([why](docs/ARCHITECTURE.md#refusals-in-the-"
                      f"composition-table))")

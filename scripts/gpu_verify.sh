@@ -9,6 +9,8 @@
 #   attention   cuDNN fused attention against the flash kernels          ([attention])
 #   ring        ring attention's blocks, strided copies                  ([ring])
 #   step        whole training steps against the CPU, GPT-2 and llama    ([step])
+#   expected    the default job's 20 steps, GPT-2 and llama, against the CPU losses computed
+#               where the bundle was built (scripts/gpu_expected_losses.sh)
 #   cli         `trident train` on the GPU against the CPU, one and two ranks ([cli])
 #   layouts     two ranks sharing the GPU in each layout against one     ([layouts])
 #   checkpoint  GPU to CPU and back                                      ([checkpoint])
@@ -18,14 +20,16 @@
 #   default-job configs/default.yaml on the GPU                          ([default-job])
 #   speed-350m  GPT-2 350M: Trident, PyTorch compiled, llm.c
 #   speed-1.5b  GPT-2 1.5B: Trident alone (MFU)
+# and, only when named in TRIDENT_VERIFY_PHASES, profile-124m and profile-1.5b (GPT-2 1.5B's
+# width with 4 of its layers): every kernel of a step timed under Nsight Compute.
 # After every phase it rewrites $OUT/summary.json (the facts found, each phase's outcome, time
 # and figures: the worst relative error of each compared tensor, the worst loss differences,
 # tokens/s) and $OUT/gpu_verify_logs.tar.gz, so a later phase cut off loses nothing earlier.
 #
-# The test binaries have two paths compiled in (the source directory, for configs/ and data/,
-# and that of the trident binary beside it) and Open MPI's launcher for two-rank runs; the
-# MANIFEST names them and the set-up recreates them on this machine: a link to this tree where
-# the source directory was, the binary where it was built, the launcher where it was.
+# Nothing is installed or linked outside the tree: the bundle unpacks under .gpu-work, the test
+# binaries take this tree, the bundle's trident and its Open MPI launcher from TRIDENT_TEST_*
+# variables, and Trident's processes run through a wrapper (trident-env) that puts the bundle's
+# libraries first for them alone.
 #
 # Usage: scripts/gpu_verify.sh [--dry-run]
 #   --dry-run  without a GPU: unpacks, checks the manifest and the libraries, then walks every
@@ -162,26 +166,16 @@ trident_env=$work/trident-env
 } > "$trident_env"
 chmod +x "$trident_env"
 
-# The paths compiled into the test binaries, recreated here.
-source_dir=$(field source_dir) binary_dir=$(field binary_dir) mpiexec=$(field mpiexec)
-if ! ((dry_run)); then
-  if [[ ! $source_dir -ef $root ]]; then
-    # A link where nothing is; over a folder that is there, this tree mounted in its place.
-    if [[ -e $source_dir || -L $source_dir ]]; then
-      mount --bind "$root" "$source_dir" || finish 2 "$source_dir (compiled into the tests) is not this tree"
-    else
-      mkdir -p "$(dirname "$source_dir")" && ln -s "$root" "$source_dir" || finish 2 "cannot link $source_dir"
-    fi
-  fi
-  mkdir -p "$binary_dir" && cp "$b/bin/trident" "$binary_dir/trident" || finish 2 "cannot place $binary_dir/trident"
-  # A launcher already there is kept when it is the bundle's Open MPI (same version line).
-  version() { "$trident_env" "$1" --version 2> /dev/null | head -1 | cut -d' ' -f2-; }
-  if [[ $(version "$mpiexec") != "$(version "$ompi/bin/orterun")" ]]; then
-    [[ -e $mpiexec || -L $mpiexec ]] && mv "$mpiexec" "$mpiexec.before-trident"
-    mkdir -p "$(dirname "$mpiexec")" && ln -s "$ompi/bin/orterun" "$mpiexec" || finish 2 "cannot link $mpiexec"
-  fi
-fi
-fact paths "source $source_dir -> $root; binary $binary_dir/trident; launcher $mpiexec"
+# The test binaries find the tree (configs/, data/), the binary and the launcher through
+# variables, in place of the paths compiled in where they were built; the data the checks read
+# comes with the bundle when the tree has none.
+for f in data/gpt2/encoder.json data/gpt2/vocab.bpe data/kjv/gpt2/train.bin data/kjv/gpt2/valid.bin; do
+  [[ -f $root/$f ]] || { mkdir -p "$(dirname "$root/$f")" && cp "$b/$f" "$root/$f"; } ||
+    finish 2 "$f: neither in the tree nor in the bundle"
+done
+export TRIDENT_TEST_SOURCE_DIR=$root TRIDENT_TEST_BINARY=$b/bin/trident
+export TRIDENT_TEST_MPIEXEC="$ompi/bin/orterun --oversubscribe"
+fact paths "tree $root; binary $TRIDENT_TEST_BINARY; launcher $TRIDENT_TEST_MPIEXEC"
 
 # ---- the phases ----------------------------------------------------------------------------
 tests=$b/bin/trident_cuda_tests
@@ -200,6 +194,11 @@ environment() {
   grep -q '^GPU: ' "$work/list.txt" && ((unresolved == 0))
 }
 catch() { "$trident_env" "$tests" "[$1]" --durations yes; }
+# The default job's 20 steps on the GPU against the CPU losses computed where the bundle was built.
+expected() {
+  cd "$root" && TRIDENT_CHECK_DATA=$b/data/kjv/gpt2 scripts/gpu_expected_losses.sh check \
+    "$b/bin/trident" "$b/expected" "$trident_env"
+}
 # Speed: scripts/bench_gpu.sh with the bundle's binaries; its rows accumulate in $out.
 bench() {  # models, trainers
   BENCH_MODELS=$1 BENCH_TRAINERS=$2 TRIDENT_ENV=$trident_env TRIDENT_BIN=$b/bin/trident \
@@ -226,7 +225,7 @@ profile() {  # layers hidden heads micro_batch recompute name
     python3 "$root/scripts/kernel_times.py" "$logs/profile-$6.csv" 30
 }
 # The phases run in a shell of their own under `timeout`: what they use goes with them.
-export -f environment catch bench profile
+export -f environment catch expected bench profile
 export trident_env tests b ompi work logs out root
 phase env 30 environment
 fact gpu "$(sed -n 2p "$logs/env.log" 2> /dev/null)"
@@ -239,18 +238,19 @@ phase ops 75 catch ops
 phase attention 45 catch attention
 phase ring 30 catch ring
 phase step 75 catch step
+phase expected 45 expected
 phase cli 60 catch cli
 phase layouts 90 catch layouts
 phase checkpoint 45 catch checkpoint
 phase offload 45 catch offload
-phase comm 30 "$trident_env" "$mpiexec" --oversubscribe -n 2 "$b/bin/trident_cuda_comm_tests"
+phase comm 30 "$trident_env" $TRIDENT_TEST_MPIEXEC -n 2 "$b/bin/trident_cuda_comm_tests"
 
 phase speed-124m 150 bench 124m "trident pytorch-eager pytorch llmc"
 phase default-job 60 catch default-job
 phase speed-350m 120 bench 350m "trident pytorch llmc"
 phase speed-1.5b 90 bench 1.5b trident
 phase profile-124m 120 profile 12 768 12 16 none 124m
-phase profile-1.5b 150 profile 48 1600 25 4 selective 1.5b
+phase profile-1.5b 150 profile 4 1600 25 4 selective 1.5b
 
 ((failures == 0)) || finish 1 "$failures phase(s) did not pass"
 finish 0 "every phase passed"

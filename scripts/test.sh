@@ -25,7 +25,7 @@ while IFS= read -r name; do
   fi
 done < <(sed -n 's/^[[:space:]]*[0-9]* - \(.*\) (Skipped)$/\1/p' "$log")
 if ((${#gpu_skipped[@]})); then
-  echo "test: skipped for want of a GPU (scripts/gpu_check.sh runs them on one): ${gpu_skipped[*]}"
+  echo "test: skipped for want of a GPU (scripts/gpu_verify.sh runs them on one, docs/GPU.md): ${gpu_skipped[*]}"
 fi
 if ((${#skipped[@]})); then
   echo "test: error: skipped, though set-up installs what they need: ${skipped[*]}" >&2

@@ -4,8 +4,12 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 
 #include "commands/commands.h"
+#include "io/output_file.h"
+#include "io/user_paths.h"
+#include "train/preemption.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 // In the sanitizer build (scripts/sanitize.sh): Open MPI never frees what MPI_Init allocates and
@@ -94,8 +98,13 @@ CLI::App* add_checkpoint_info(CLI::App& app, commands::CheckpointInfoOptions& in
 
 // `trident tokenize`'s options and help.
 CLI::App* add_tokenize(CLI::App& app, commands::TokenizeOptions& tok) {
-    auto* tokenize_cmd = app.add_subcommand("tokenize", "Turn text files into training data");
-    tokenize_cmd->add_option("inputs", tok.inputs, "Text files; each is a document")->required();
+    auto* tokenize_cmd =
+        app.add_subcommand("tokenize", "Turn text files or JSON-lines corpora into training data");
+    tokenize_cmd
+        ->add_option("inputs", tok.inputs,
+                     "Text files (each a document) or JSON lines (.jsonl, .json, .ndjson, plain "
+                     "or .gz or .zst; each line a document), or globs of them ('raw/*.jsonl.zst')")
+        ->required();
     tokenize_cmd
         ->add_option("--output,-o", tok.output,
                      "llm.c shard to write (OUT.bin), or Megatron prefix (OUT -> OUT.bin, OUT.idx)")
@@ -110,12 +119,19 @@ CLI::App* add_tokenize(CLI::App& app, commands::TokenizeOptions& tok) {
     tokenize_cmd->add_option("--split-on", tok.split_on,
                              "Split files into documents at this separator (escapes: \\n \\t)");
     tokenize_cmd
+        ->add_option("--field", tok.field, "JSON lines: the key whose string is each document")
+        ->capture_default_str();
+    tokenize_cmd
+        ->add_option("--max-bad-lines", tok.max_bad_lines,
+                     "JSON lines: malformed lines to report and skip before stopping")
+        ->capture_default_str();
+    tokenize_cmd
         ->add_option("--shard-tokens", tok.shard_tokens,
                      "Write shards of at most N tokens (OUT_000000.bin, ...); 0 = one output")
         ->capture_default_str();
     tokenize_cmd->add_option("--threads", tok.threads, "Threads; 0 = all cores")
         ->capture_default_str();
-    tokenize_cmd->add_flag("!--no-progress", tok.progress, "Do not draw the progress bar");
+    tokenize_cmd->add_flag("!--no-progress", tok.progress, "Do not show the progress line");
     return tokenize_cmd;
 }
 
@@ -209,6 +225,17 @@ CLI::App* add_plan(CLI::App& app, commands::PlanOptions& plan) {
     plan_cmd->add_option("--disk-bw", plan.disk_bw,
                          "Bandwidth between a rank and optimizer.offload_dir, its reads and writes "
                          "together, GB/s (default 2: one NVMe drive per rank)");
+    plan_cmd->add_flag("--search", plan.search,
+                       "List the fastest layouts of the config on --gpus GPUs that fit in "
+                       "--device-memory (or the preset GPU's)");
+    plan_cmd->add_option("--gpus", plan.gpus, "--search: the GPUs to lay the run out on");
+    plan_cmd->add_option("--top", plan.top,
+                         "--search: how many layouts to list (default 10; 0: every one that fits)");
+    plan_cmd->add_option("--fix", plan.fixes,
+                         "--search: hold a key at a value, e.g. --fix parallel.tensor=8 "
+                         "(repeatable)");
+    plan_cmd->add_flag("--allow-cross-node-tp", plan.allow_cross_node_tp,
+                       "--search: let tensor groups span nodes");
     return plan_cmd;
 }
 
@@ -221,7 +248,8 @@ int main(int argc, char** argv) {
     // fully buffered: its lines would land after an error printed later. Line by line, the log
     // keeps the order in which things happened.
     std::setvbuf(stdout, nullptr, _IOLBF, BUFSIZ);
-    CLI::App app{"Trident: trains GPT language models on a pipeline x tensor x data grid."};
+    CLI::App app{
+        "Trident: trains GPT language models on a pipeline x tensor x context x data grid."};
     app.require_subcommand(1);
     app.set_help_all_flag("--help-all", "Help for every subcommand");
     app.set_version_flag("--version", std::string("trident ") + TRIDENT_VERSION +
@@ -252,6 +280,8 @@ int main(int argc, char** argv) {
     CLI11_PARSE(app, argc, argv);
     try {
         if (*train_cmd || *bench_cmd) {  // the commands that run on a grid of processes
+            // First of all: a signal in a run's first second is answered as any later one.
+            if (*train_cmd) train::install_preemption_handlers();
             parallel::World world(argc, argv);
             return *train_cmd ? commands::train(train, world) : commands::bench(bench, world);
         }
@@ -261,6 +291,12 @@ int main(int argc, char** argv) {
         if (*generate_cmd) return commands::generate(gen);
         if (*schedule_cmd) return commands::schedule(sched);
         if (*plan_cmd) return commands::plan(plan);
+    } catch (const std::filesystem::filesystem_error& e) {
+        // A path the commands' own checks (io/user_paths.h) let through: said as they say
+        // it, the path cut, rather than as the library's "filesystem error: ..." line.
+        std::fprintf(stderr, "trident: error: '%s': %s\n", io::shown(e.path1().string()).c_str(),
+                     io::errno_text(e.code().value()).c_str());
+        return 1;
     } catch (const std::exception& e) {
         std::fprintf(stderr, "trident: error: %s\n", e.what());
         return 1;

@@ -8,6 +8,7 @@
 #include <array>
 #include <catch2/catch.hpp>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -38,11 +39,32 @@ inline RunResult run_shell(const std::string& command) {
     return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
 }
 
+// The binary under test and the source tree (configs/, data/): where the build put them, or,
+// for a build carried to another machine (scripts/gpu_verify.sh), where TRIDENT_TEST_BINARY and
+// TRIDENT_TEST_SOURCE_DIR say.
+inline std::string binary() {
+    const char* carried = std::getenv("TRIDENT_TEST_BINARY");
+    return carried ? carried : TRIDENT_BINARY;
+}
+inline std::string source_dir() {
+    const char* carried = std::getenv("TRIDENT_TEST_SOURCE_DIR");
+    return carried ? carried : TRIDENT_SOURCE_DIR;
+}
+
 inline RunResult run(const std::string& args) {
     // The GPT-2 files as setup fetched them into the source tree, wherever the build is.
-    return run_shell("TRIDENT_TOKENIZER_DIR=${TRIDENT_TOKENIZER_DIR:-" TRIDENT_SOURCE_DIR
-                     "/data/gpt2} " +
-                     std::string(TRIDENT_BINARY) + " " + args);
+    return run_shell("TRIDENT_TOKENIZER_DIR=${TRIDENT_TOKENIZER_DIR:-" + source_dir() +
+                     "/data/gpt2} " + binary() + " " + args);
+}
+
+// A command that must not hang: ended by `timeout` after 60 s (exit code 124).
+inline RunResult run_bounded(const std::string& args) {
+    return run_shell("TRIDENT_TOKENIZER_DIR=" + source_dir() + "/data/gpt2 timeout 60 " + binary() +
+                     " " + args);
+}
+
+inline bool contains(const std::string& text, const std::string& what) {
+    return text.find(what) != std::string::npos;
 }
 
 // A scratch directory with a tiny model's config and data, removed afterwards.
@@ -107,6 +129,18 @@ struct Workspace {
         return "train --config " + path("tiny.yaml") + " " + extra;
     }
 };
+
+// Every token of a dataset's stream, in order.
+inline std::vector<int32_t> read_all(const trident::data::TokenStream& stream) {
+    std::vector<int32_t> ids(stream.size());
+    stream.read(0, ids);
+    return ids;
+}
+
+// The ids of `text` under the bytes tokenizer: its bytes.
+inline std::vector<int32_t> bytes_of(const std::string& text) {
+    return std::vector<int32_t>(text.begin(), text.end());
+}
 
 // Checks a run that succeeded, and hands it on.
 inline RunResult require_ok(const RunResult& r) {

@@ -38,6 +38,7 @@ struct PartCase {
     model::GptShape shape;      // one layer of it
     int batch = 1;
     bool sequence_parallel = false;
+    bool tp_overlap = false;  // sequence parallelism's exchanges overlapped (parallel.tp_overlap)
     const model::GemmPolicy* gemm = nullptr;  // the layer's linears' (null: dense)
 };
 
@@ -65,7 +66,7 @@ struct Bench {
           d(model::make_dims(
               shape,
               model::DimsInputs{c.batch, tensor.size(), tensor.rank(), 1, c.sequence_parallel,
-                                false, model::ContextMode::ring, kernels::DType::f32})),
+                                c.tp_overlap, model::ContextMode::ring, kernels::DType::f32})),
           rows(ops, tensor, d, model::context_positions(shape.max_seq, 1, 0)),
           options{0.0f, {}, kernels::cpu_attention_saved, {}, c.gemm} {
         weights.params = model::FlatBuffer(ops, layout.total(), kernels::DType::f32);

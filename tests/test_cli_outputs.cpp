@@ -40,7 +40,7 @@ TEST_CASE("cli: a run's metrics go beside its checkpoints and a resume continues
     const RunResult first = require_ok(run(ws.train(run_to + " --set training.steps=4")));
     CHECK_THAT(first.output, Contains("output: checkpoints " + ck +
                                       " every 2 steps and at the end, newest 3 kept | metrics " +
-                                      metrics + " | trace none\n"));
+                                      metrics + " | trace none | tensorboard none\n"));
     // The validation before training is step 0 of the file, a line of its own.
     REQUIRE(steps_of(metrics) == std::vector<int>{0, 1, 2, 3, 4});
     CHECK(text_of(metrics).starts_with("{\"step\": 0, \"val_loss\": "));

@@ -22,16 +22,6 @@ using Catch::Contains;
 
 namespace {
 
-std::vector<int32_t> read_all(const trident::data::TokenStream& stream) {
-    std::vector<int32_t> ids(stream.size());
-    stream.read(0, ids);
-    return ids;
-}
-
-std::vector<int32_t> bytes_of(const std::string& text) {
-    return std::vector<int32_t>(text.begin(), text.end());
-}
-
 // A text of many lines, long enough to be cut into several chunks.
 std::string long_text() {
     std::string text;

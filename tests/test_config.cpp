@@ -138,6 +138,21 @@ TEST_CASE("config: the evaluation set is counted in sequences, whatever the layo
     CHECK(error_of(kMinimal + "training: {eval_batches: 2, eval_sequences: 8}\n")
               .find("training.eval_batches: replaced by training.eval_sequences, which is given "
                     "too") != std::string::npos);
+    // Two overrides: the later one stands.
+    CHECK(parse(kMinimal, "x.yaml", {"training.eval_batches=2", "training.eval_sequences=8"})
+              .training.eval_sequences == 8);
+    // An override of the new key over a file's old one takes its place, with one note.
+    const Config over = parse(kMinimal + "training:\n  micro_batch: 4\n  eval_batches: 4\n",
+                              "x.yaml", {"training.eval_sequences=8"});
+    CHECK(over.training.eval_sequences == 8);
+    CHECK(over.warnings.empty());
+    CHECK(over.notes == std::vector<std::string>{"--set training.eval_sequences=8 replaces the "
+                                                 "deprecated training.eval_batches of x.yaml:5"});
+    // And an override of the old key over the file's new one is read as the old key is.
+    const Config back = parse(kMinimal + "training: {micro_batch: 4, eval_sequences: 8}\n",
+                              "x.yaml", {"training.eval_batches=3"});
+    CHECK(back.training.eval_sequences == 12);
+    CHECK(back.warnings.size() == 1);
     CHECK(error_of(kMinimal, {"training.eval_batches=0"}) ==
           "--set training.eval_batches=0: training.eval_batches: must be >= 1, got 0");
 }
@@ -647,11 +662,17 @@ TEST_CASE("config: README's table gives every key's default", "[config]") {
 
 TEST_CASE("config: every file in configs/ loads", "[config]") {
     int files = 0;
-    // Checked as a plan checks them: some describe GPU runs this build cannot start.
+    // Checked as a plan checks them: some describe GPU runs this build cannot start. Each
+    // uses current keys only (no warning, no note) and keeps its run under runs/.
     for (const auto& entry : std::filesystem::directory_iterator(TRIDENT_SOURCE_DIR "/configs")) {
         if (entry.path().extension() != ".yaml") continue;
         INFO(entry.path().string());
-        CHECK_NOTHROW(load(entry.path().string(), {}, Purpose::plan));
+        Config cfg;
+        REQUIRE_NOTHROW(cfg = load(entry.path().string(), {}, Purpose::plan));
+        CHECK(cfg.warnings.empty());
+        CHECK(cfg.notes.empty());
+        REQUIRE(cfg.checkpoint.dir);
+        CHECK(starts_with(*cfg.checkpoint.dir, "runs/"));
         ++files;
     }
     CHECK(files >= 3);

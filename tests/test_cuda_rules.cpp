@@ -59,7 +59,7 @@ TEST_CASE("cuDNN attention: its types and head sizes", "[cuda-rules]") {
 TEST_CASE("GPU start-up: the attention each rank of a layout computes", "[cuda-rules]") {
     using trident::kernels::rank_attention;
     using trident::kernels::RunAttention;
-    // 16 heads of 64 (C = 1024), micro batch 4, T = 512.
+    // 16 heads of 64 (1024 channels), micro batch 4, T = 512.
     const auto shape = [](int tensor, int context, bool ring) {
         const RunAttention run{4, 512, 1024, 16, tensor, context, ring, DType::bf16, 0.1f};
         const trident::kernels::AttentionShape s = rank_attention(run);
@@ -67,7 +67,7 @@ TEST_CASE("GPU start-up: the attention each rank of a layout computes", "[cuda-r
         CHECK(s.T == 512);  // Ulysses: the whole sequence, a C-th of the heads
         CHECK(s.type == DType::bf16);
         CHECK(s.drop_prob == 0.1f);
-        CHECK(s.C / s.NH == 64);
+        CHECK(s.channels / s.NH == 64);
         return s.NH;
     };
     CHECK(shape(1, 1, true) == 16);

@@ -6,8 +6,11 @@
 // allocation that fails, and the test faults' own settings. Multi-rank stalls, dead ranks
 // and full disks under mpirun are in tests/mpi/test_faults.py, under Slurm in
 // tests/slurm/test_local_cluster.py.
+#include <sys/resource.h>
+
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -163,12 +166,32 @@ TEST_CASE("watchdog: the first step and checkpoints have their own allowance", "
     }
 }
 
-TEST_CASE("output files: a full disk is an error naming the file and the errno", "[faults]") {
-    io::OutputFile full("/dev/full", io::OutputFile::Mode::append);
-    CHECK_THROWS_WITH(full.write("a line\n"),
-                      "/dev/full: cannot write: No space left on device (ENOSPC)");
+TEST_CASE("output files: a failed write is an error naming the file and the errno", "[faults]") {
+    Workspace ws;
+    // A file-size limit of 16 bytes (SIGXFSZ ignored): the write past it fails with EFBIG, as
+    // one on a full disk fails with ENOSPC.
+    struct rlimit before {};
+    REQUIRE(::getrlimit(RLIMIT_FSIZE, &before) == 0);
+    const auto old_handler = std::signal(SIGXFSZ, SIG_IGN);
+    struct rlimit small = before;
+    small.rlim_cur = 16;
+    REQUIRE(::setrlimit(RLIMIT_FSIZE, &small) == 0);
+    io::OutputFile limited(ws.path("limited.txt"));
+    std::string failure;
+    try {
+        limited.write(std::string(100, 'x'));
+    } catch (const Error& e) {
+        failure = e.what();
+    }
+    ::setrlimit(RLIMIT_FSIZE, &before);
+    std::signal(SIGXFSZ, old_handler);
+    CHECK(failure == ws.path("limited.txt") + ": cannot write: File too large (EFBIG)");
     CHECK_THROWS_WITH(io::OutputFile("/no/such/dir/x"),
                       "/no/such/dir/x: cannot create: No such file or directory (ENOENT)");
+    // A device is no file to write: refused, never fed.
+    CHECK_THROWS_WITH(io::OutputFile("/dev/full", io::OutputFile::Mode::append),
+                      "'/dev/full' exists and is a character device, not a regular file: it is "
+                      "not written over; name a file");
 }
 
 TEST_CASE("fingerprints: size and sampled SHA-256 follow truncation and replacement", "[faults]") {
@@ -300,20 +323,25 @@ TEST_CASE("cli: with checkpoint.on_error: continue a failed save is retried at t
 TEST_CASE("cli: a metrics file that cannot be written stops the run, or is passed over",
           "[faults][cli]") {
     Workspace ws;
-    // /dev/full: every write fails with ENOSPC, as on a full disk.
-    const RunResult r = run(ws.train("--set training.steps=3 --set logging.metrics=/dev/full"));
-    require_clear_error(r,
-                        "logging.metrics: /dev/full: cannot write: No space left on device "
-                        "(ENOSPC) (logging.on_error: stop); checkpoint.dir is not set");
+    // Every write fails with ENOSPC, as on a full disk (/dev/full is refused: no regular file).
+    const std::string metrics = ws.path("m.jsonl");
+    const std::string full = "TRIDENT_TEST_WRITE_ERROR=m.jsonl:ENOSPC";
+    const RunResult r =
+        run_env(full, ws.train("--set training.steps=3 --set logging.metrics=" + metrics));
+    require_clear_error(r, "logging.metrics: " + metrics +
+                               ": cannot write: No space left on device (ENOSPC) "
+                               "(logging.on_error: stop); checkpoint.dir is not set");
     CHECK(r.output.find("step     2/3") == std::string::npos);  // stopped after step 1
 
-    const RunResult c = checked(ws.train(
-        "--set training.steps=3 --set logging.metrics=/dev/full --set logging.on_error=continue"));
-    CHECK(count_of(c.output, "trident: warning: logging.metrics: /dev/full: cannot write") == 3);
+    const RunResult c = require_ok(run_env(full, ws.train("--set training.steps=3 --set "
+                                                          "logging.on_error=continue --set "
+                                                          "logging.metrics=" +
+                                                          metrics)));
+    CHECK(count_of(c.output, "trident: warning: logging.metrics: " + metrics + ": cannot write") ==
+          3);
     CHECK(c.output.find("done: 3 steps") != std::string::npos);
 
     // A record cut off half written is taken back: the file holds whole lines only.
-    const std::string metrics = ws.path("m.jsonl");
     const RunResult h =
         require_ok(run_env("TRIDENT_TEST_WRITE_ERROR=m.jsonl:ENOSPC:1",
                            ws.train("--set training.steps=3 --set logging.on_error=continue "

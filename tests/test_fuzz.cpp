@@ -1,5 +1,6 @@
 // Fuzz tests of the parsers of untrusted input: the YAML config, the safetensors header, the
-// llm.c shard header, the Megatron .idx, a checkpoint's manifest.json and a tokenizer.json. Each
+// llm.c shard header, the Megatron .idx, a checkpoint's manifest.json, a tokenizer.json, a line
+// of a JSON-lines corpus and a gzip or zstd corpus file. Each
 // feeds a few thousand mutated forms of valid seed files (tests/fuzz_mutator.h;
 // TRIDENT_FUZZ_ITERATIONS sets how many) through the parser as a run meets them, from disk where a
 // run reads a file. Every input must be accepted or refused with one trident::Error of one
@@ -15,10 +16,12 @@
 #include <vector>
 
 #include "config/config.h"
+#include "data/byte_source.h"
 #include "data/megatron_dataset.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
 #include "fuzz_mutator.h"
+#include "io/json_reader.h"
 #include "io/safetensors.h"
 #include "kernels/error.h"
 #include "small_tokenizer_json.h"
@@ -225,4 +228,41 @@ TEST_CASE("fuzz: a tokenizer.json", "[fuzz]") {
         tokenizer->encode("x<s>ab a\nxyz<|endoftext|> 123", ids);
         tokenizer->decode(ids);
     });
+}
+
+TEST_CASE("fuzz: a line of a JSON-lines corpus", "[fuzz]") {
+    const std::vector<std::string> seeds = {
+        R"({"text": "In the beginning\nGod \u00e9\ud83d\ude00", "id": 1, "score": 2.5e-3})",
+        R"({"id": "a", "meta": {"url": "x", "tags": [1, null, true, false, []]}, "text": "b"})",
+        "{\"text\": \"caf\xc3\xa9 \\\"quoted\\\" \\\\ \\/\", \"n\": -0}"};
+    fuzz_parser(7, seeds, kJsonTokens, [&](const std::string& line) {
+        std::string text = "before";
+        try {
+            io::json::string_member(line, "text", text);
+        } catch (const Error&) {
+            REQUIRE(text == "before");  // a refused line leaves nothing behind
+            throw;
+        }
+    });
+}
+
+TEST_CASE("fuzz: a gzip or zstd corpus file", "[fuzz]") {
+    TempDir dir("fuzz_corpus");
+    std::string lines;
+    for (int i = 0; i < 200; ++i) lines += "{\"text\": \"line " + std::to_string(i * 37) + "\"}\n";
+    for (const std::string name : {"seed.jsonl.gz", "seed.jsonl.zst"}) {
+        const std::string compress = name.ends_with(".gz") ? "gzip -c" : "zstd -q -c";
+        write_file(dir / "seed.jsonl", lines);
+        REQUIRE(std::system((compress + " " + dir / "seed.jsonl" + " > " + dir / name).c_str()) ==
+                0);
+        const std::string path = dir / ("x" + name.substr(4));
+        fuzz_parser(name.ends_with(".gz") ? 8 : 9, {read_file(dir / name)}, {},
+                    [&](const std::string& bytes) {
+                        write_file(path, bytes);
+                        const auto source = data::open_byte_source(path);
+                        std::string buffer(4096, '\0');
+                        while (source->read(buffer) > 0) {
+                        }
+                    });
+    }
 }

@@ -112,68 +112,71 @@ constexpr double kGradientTolerance = 1e-4;
 // wte holds the vocabulary rows [vocab_begin, vocab_begin + vocab_local); wpe may be null.
 template <typename T>
 void embedding_reference(std::vector<T>& out, const std::vector<int32_t>& tokens,
-                         const std::vector<T>& wte, const std::vector<T>* wpe, int B, int Tn, int C,
-                         int vocab_begin, int vocab_local) {
-    out.assign(static_cast<std::size_t>(B) * Tn * C, T(0));
+                         const std::vector<T>& wte, const std::vector<T>* wpe, int B, int Tn,
+                         int channels, int vocab_begin, int vocab_local) {
+    out.assign(static_cast<std::size_t>(B) * Tn * channels, T(0));
     for (int b = 0; b < B; b++)
         for (int t = 0; t < Tn; t++) {
             const int row = tokens[b * Tn + t] - vocab_begin;
-            for (int c = 0; c < C; c++) {
-                T sum = row >= 0 && row < vocab_local ? wte[row * C + c] : T(0);
-                if (wpe != nullptr) sum += (*wpe)[t * C + c];
-                out[(b * Tn + t) * C + c] = sum;
+            for (int c = 0; c < channels; c++) {
+                T sum = row >= 0 && row < vocab_local ? wte[row * channels + c] : T(0);
+                if (wpe != nullptr) sum += (*wpe)[t * channels + c];
+                out[(b * Tn + t) * channels + c] = sum;
             }
         }
 }
 
 template <typename T>
 void layernorm_reference(std::vector<T>& out, const std::vector<T>& inp,
-                         const std::vector<T>& weight, const std::vector<T>& bias, int N, int C) {
-    out.assign(static_cast<std::size_t>(N) * C, T(0));
+                         const std::vector<T>& weight, const std::vector<T>& bias, int N,
+                         int channels) {
+    out.assign(static_cast<std::size_t>(N) * channels, T(0));
     for (int n = 0; n < N; n++) {
         T mean = 0;
-        for (int c = 0; c < C; c++) mean += inp[n * C + c];
-        mean /= C;
+        for (int c = 0; c < channels; c++) mean += inp[n * channels + c];
+        mean /= channels;
         T var = 0;
-        for (int c = 0; c < C; c++) var += (inp[n * C + c] - mean) * (inp[n * C + c] - mean);
-        var /= C;
+        for (int c = 0; c < channels; c++)
+            var += (inp[n * channels + c] - mean) * (inp[n * channels + c] - mean);
+        var /= channels;
         const T rstd = T(1) / std::sqrt(var + T(1e-5));
-        for (int c = 0; c < C; c++)
-            out[n * C + c] = (inp[n * C + c] - mean) * rstd * weight[c] + bias[c];
+        for (int c = 0; c < channels; c++)
+            out[n * channels + c] = (inp[n * channels + c] - mean) * rstd * weight[c] + bias[c];
     }
 }
 
 template <typename T>
 void matmul_reference(std::vector<T>& out, const std::vector<T>& inp, const std::vector<T>& weight,
-                      const std::vector<T>* bias, int N, int C, int OC) {
+                      const std::vector<T>* bias, int N, int channels, int OC) {
     out.assign(static_cast<std::size_t>(N) * OC, T(0));
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
             T sum = bias != nullptr ? (*bias)[o] : T(0);
-            for (int c = 0; c < C; c++) sum += inp[n * C + c] * weight[o * C + c];
+            for (int c = 0; c < channels; c++)
+                sum += inp[n * channels + c] * weight[o * channels + c];
             out[n * OC + o] = sum;
         }
 }
 
-// att (B,NH,Tn,Tn) and out (B,Tn,C) for heads head_begin.. of heads_total; attention dropout
+// att (B,NH,Tn,Tn) and out (B,Tn,channels) for heads head_begin.. of heads_total; attention dropout
 // by the flat index into the whole model's (B,heads_total,Tn,Tn).
 template <typename T>
 void attention_reference(std::vector<T>& out, std::vector<T>& att, const std::vector<T>& qkv, int B,
-                         int Tn, int C, int NH, float drop_prob, uint64_t seed, int head_begin,
-                         int heads_total) {
-    const int hs = C / NH;
+                         int Tn, int channels, int NH, float drop_prob, uint64_t seed,
+                         int head_begin, int heads_total) {
+    const int hs = channels / NH;
     const T scale = T(1) / std::sqrt(T(hs));
     const T keep_scale = T(1) / (T(1) - T(drop_prob));
-    out.assign(static_cast<std::size_t>(B) * Tn * C, T(0));
+    out.assign(static_cast<std::size_t>(B) * Tn * channels, T(0));
     att.assign(static_cast<std::size_t>(B) * NH * Tn * Tn, T(0));
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++)
             for (int t = 0; t < Tn; t++) {
-                const T* q = &qkv[(b * Tn + t) * 3 * C + h * hs];
+                const T* q = &qkv[(b * Tn + t) * 3 * channels + h * hs];
                 T* row = &att[((b * NH + h) * Tn + t) * Tn];
                 T max = -std::numeric_limits<T>::infinity();
                 for (int j = 0; j <= t; j++) {
-                    const T* k = &qkv[(b * Tn + j) * 3 * C + C + h * hs];
+                    const T* k = &qkv[(b * Tn + j) * 3 * channels + channels + h * hs];
                     T score = 0;
                     for (int i = 0; i < hs; i++) score += q[i] * k[i];
                     row[j] = score * scale;
@@ -189,8 +192,9 @@ void attention_reference(std::vector<T>& out, std::vector<T>& att, const std::ve
                     const std::size_t head = b * heads_total + head_begin + h;  // global
                     const std::size_t index = (head * Tn + t) * Tn + j;
                     const T p = dropout_keep(seed, index, drop_prob) ? row[j] * keep_scale : T(0);
-                    const T* v = &qkv[(b * Tn + j) * 3 * C + 2 * C + h * hs];
-                    for (int i = 0; i < hs; i++) out[(b * Tn + t) * C + h * hs + i] += p * v[i];
+                    const T* v = &qkv[(b * Tn + j) * 3 * channels + 2 * channels + h * hs];
+                    for (int i = 0; i < hs; i++)
+                        out[(b * Tn + t) * channels + h * hs + i] += p * v[i];
                 }
             }
 }
@@ -310,30 +314,30 @@ TEST_CASE("cpu ops: allocate is zeroed and aligned, copies round-trip", "[kernel
 TEST_CASE("embedding forward and backward", "[kernels]") {
     auto ops = make_cpu_ops(2);
     const int B = 2, Tn = 5, Vp = 16;
-    const int C = GENERATE(8, 80);  // 80: more than one of the backward's channel blocks
+    const int channels = GENERATE(8, 80);  // 80: more than one of the backward's channel blocks
     // Repeated tokens, within and across sequences, make the backward a true reduction.
     const std::vector<int32_t> tokens = {3, 7, 3, 0, 15, 7, 7, 2, 3, 9};
-    const auto wte = random_floats(Vp * C, 11);
-    const auto wpe = random_floats(Tn * C, 12);
+    const auto wte = random_floats(Vp * channels, 11);
+    const auto wpe = random_floats(Tn * channels, 12);
 
-    std::vector<float> out(B * Tn * C);
-    ops->embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C, 0, Vp,
-                           nullptr, Tn);
+    std::vector<float> out(B * Tn * channels);
+    ops->embedding_forward(out.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, channels, 0,
+                           Vp, nullptr, Tn);
     std::vector<double> expected;
     const auto wpe_expected = to_double(wpe);
-    embedding_reference(expected, tokens, to_double(wte), &wpe_expected, B, Tn, C, 0, Vp);
+    embedding_reference(expected, tokens, to_double(wte), &wpe_expected, B, Tn, channels, 0, Vp);
     check_close("out", out, expected, kForwardTolerance);
 
-    const auto dout = random_floats(B * Tn * C, 13);
-    std::vector<float> dwte(Vp * C, 0.0f), dwpe(Tn * C, 0.0f);
-    ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C, 0, Vp,
-                            nullptr, Tn);
+    const auto dout = random_floats(B * Tn * channels, 13);
+    std::vector<float> dwte(Vp * channels, 0.0f), dwpe(Tn * channels, 0.0f);
+    ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, channels,
+                            0, Vp, nullptr, Tn);
 
     auto wte_d = to_double(wte), wpe_d = to_double(wpe);
     const auto dout_d = to_double(dout);
     auto objective = [&] {
         std::vector<double> y;
-        embedding_reference(y, tokens, wte_d, &wpe_d, B, Tn, C, 0, Vp);
+        embedding_reference(y, tokens, wte_d, &wpe_d, B, Tn, channels, 0, Vp);
         return dot(y, dout_d);
     };
     const auto dwte_expected = numeric_gradient(objective, wte_d);
@@ -342,8 +346,8 @@ TEST_CASE("embedding forward and backward", "[kernels]") {
     check_close("dwpe", dwpe, dwpe_expected, kGradientTolerance);
 
     // "+=": a second call on top of the first doubles the gradients.
-    ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C, 0, Vp,
-                            nullptr, Tn);
+    ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, channels,
+                            0, Vp, nullptr, Tn);
     check_close("dwte", dwte, doubled(dwte_expected), kGradientTolerance);
     check_close("dwpe", dwpe, doubled(dwpe_expected), kGradientTolerance);
 }
@@ -354,44 +358,45 @@ TEST_CASE("embedding forward and backward", "[kernels]") {
 TEST_CASE("embedding over vocabulary slices adds up to the whole", "[kernels]") {
     auto ops = make_cpu_ops(2);
     const int B = 2, Tn = 5, Vp = 16;
-    const int C = GENERATE(8, 80);
+    const int channels = GENERATE(8, 80);
     const std::vector<int32_t> tokens = {3, 7, 3, 0, 15, 7, 7, 2, 3, 9};
-    const auto wte = random_floats(Vp * C, 14);
-    const auto wpe = random_floats(Tn * C, 15);
-    const auto dout = random_floats(B * Tn * C, 16);
+    const auto wte = random_floats(Vp * channels, 14);
+    const auto wpe = random_floats(Tn * channels, 15);
+    const auto dout = random_floats(B * Tn * channels, 16);
 
-    std::vector<float> whole(B * Tn * C), dwte_whole(Vp * C, 0.0f), dwpe_whole(Tn * C, 0.0f);
-    ops->embedding_forward(whole.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, C, 0, Vp,
-                           nullptr, Tn);
+    std::vector<float> whole(B * Tn * channels), dwte_whole(Vp * channels, 0.0f),
+        dwpe_whole(Tn * channels, 0.0f);
+    ops->embedding_forward(whole.data(), tokens.data(), wte.data(), wpe.data(), B, Tn, channels, 0,
+                           Vp, nullptr, Tn);
     ops->embedding_backward(dwte_whole.data(), dwpe_whole.data(), dout.data(), tokens.data(), B, Tn,
-                            C, 0, Vp, nullptr, Tn);
+                            channels, 0, Vp, nullptr, Tn);
 
     // Uneven slices; the last, [12, 16), is used by one token only, and [10, 12) by none.
     const std::vector<int> bounds = {0, 5, 10, 12, Vp};
-    std::vector<float> sum(B * Tn * C, 0.0f), dwpe(Tn * C, 0.0f);
+    std::vector<float> sum(B * Tn * channels, 0.0f), dwpe(Tn * channels, 0.0f);
     for (std::size_t s = 0; s + 1 < bounds.size(); s++) {
         const int begin = bounds[s], local = bounds[s + 1] - bounds[s];
         CAPTURE(begin, local);
-        const std::vector<float> wte_slice(wte.begin() + begin * C,
-                                           wte.begin() + (begin + local) * C);
+        const std::vector<float> wte_slice(wte.begin() + begin * channels,
+                                           wte.begin() + (begin + local) * channels);
         const float* rank_wpe = s == 0 ? wpe.data() : nullptr;
         float* rank_dwpe = s == 0 ? dwpe.data() : nullptr;
 
-        std::vector<float> part(B * Tn * C);
-        ops->embedding_forward(part.data(), tokens.data(), wte_slice.data(), rank_wpe, B, Tn, C,
-                               begin, local, nullptr, Tn);
+        std::vector<float> part(B * Tn * channels);
+        ops->embedding_forward(part.data(), tokens.data(), wte_slice.data(), rank_wpe, B, Tn,
+                               channels, begin, local, nullptr, Tn);
         std::vector<double> expected;
         const auto wpe_d = to_double(wpe);
         embedding_reference(expected, tokens, to_double(wte_slice), s == 0 ? &wpe_d : nullptr, B,
-                            Tn, C, begin, local);
+                            Tn, channels, begin, local);
         check_close("part", part, expected, kForwardTolerance);
         for (std::size_t i = 0; i < sum.size(); i++) sum[i] += part[i];
 
-        std::vector<float> dwte_slice(local * C, 0.0f);
-        ops->embedding_backward(dwte_slice.data(), rank_dwpe, dout.data(), tokens.data(), B, Tn, C,
-                                begin, local, nullptr, Tn);
-        const std::vector<float> rows(dwte_whole.begin() + begin * C,
-                                      dwte_whole.begin() + (begin + local) * C);
+        std::vector<float> dwte_slice(local * channels, 0.0f);
+        ops->embedding_backward(dwte_slice.data(), rank_dwpe, dout.data(), tokens.data(), B, Tn,
+                                channels, begin, local, nullptr, Tn);
+        const std::vector<float> rows(dwte_whole.begin() + begin * channels,
+                                      dwte_whole.begin() + (begin + local) * channels);
         CHECK(bitwise_equal(dwte_slice, rows));
     }
     CHECK(bitwise_equal(sum, whole));
@@ -403,29 +408,29 @@ TEST_CASE("embedding over vocabulary slices adds up to the whole", "[kernels]") 
 TEST_CASE("layernorm forward and backward", "[kernels]") {
     auto ops = make_cpu_ops(2);
     const int N = 10;
-    const int C = GENERATE(8, 80);  // 80: more than one of the backward's column blocks
+    const int channels = GENERATE(8, 80);  // 80: more than one of the backward's column blocks
     // An offset mean, so the variance is not computed from a near-zero-mean row only.
-    const auto inp = random_floats(N * C, 21, 2.0f, 4.0f);
-    const auto weight = random_floats(C, 22, 0.5f, 1.5f);
-    const auto bias = random_floats(C, 23);
+    const auto inp = random_floats(N * channels, 21, 2.0f, 4.0f);
+    const auto weight = random_floats(channels, 22, 0.5f, 1.5f);
+    const auto bias = random_floats(channels, 23);
 
-    std::vector<float> out(N * C), mean(N), rstd(N);
+    std::vector<float> out(N * channels), mean(N), rstd(N);
     ops->layernorm_forward(out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
-                           bias.data(), N, C);
+                           bias.data(), N, channels);
     std::vector<double> expected;
-    layernorm_reference(expected, to_double(inp), to_double(weight), to_double(bias), N, C);
+    layernorm_reference(expected, to_double(inp), to_double(weight), to_double(bias), N, channels);
     check_close("out", out, expected, kForwardTolerance);
 
-    const auto dout = random_floats(N * C, 24);
-    std::vector<float> dinp(N * C, 0.0f), dweight(C, 0.0f), dbias(C, 0.0f);
+    const auto dout = random_floats(N * channels, 24);
+    std::vector<float> dinp(N * channels, 0.0f), dweight(channels, 0.0f), dbias(channels, 0.0f);
     ops->layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
-                            weight.data(), mean.data(), rstd.data(), N, C);
+                            weight.data(), mean.data(), rstd.data(), N, channels);
 
     auto inp_d = to_double(inp), weight_d = to_double(weight), bias_d = to_double(bias);
     const auto dout_d = to_double(dout);
     auto objective = [&] {
         std::vector<double> y;
-        layernorm_reference(y, inp_d, weight_d, bias_d, N, C);
+        layernorm_reference(y, inp_d, weight_d, bias_d, N, channels);
         return dot(y, dout_d);
     };
     const auto dinp_expected = numeric_gradient(objective, inp_d);
@@ -436,7 +441,7 @@ TEST_CASE("layernorm forward and backward", "[kernels]") {
     check_close("dbias", dbias, dbias_expected, kGradientTolerance);
 
     ops->layernorm_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
-                            weight.data(), mean.data(), rstd.data(), N, C);
+                            weight.data(), mean.data(), rstd.data(), N, channels);
     check_close("dinp", dinp, doubled(dinp_expected), kGradientTolerance);
     check_close("dweight", dweight, doubled(dweight_expected), kGradientTolerance);
     check_close("dbias", dbias, doubled(dbias_expected), kGradientTolerance);
@@ -448,55 +453,55 @@ TEST_CASE("matmul forward and backward", "[kernels]") {
     auto ops = make_cpu_ops(2);
     // Shapes chosen so that, on two threads, the GEMMs of the forward and of both gradients
     // are each split by rows and by columns somewhere, and dbias spans two column blocks.
-    const auto [N, C, OC] = GENERATE(table<int, int, int>({
+    const auto [N, channels, OC] = GENERATE(table<int, int, int>({
         {10, 8, 12},
         {40, 24, 36},
         {40, 24, 72},
         {20, 40, 36},
     }));
-    CAPTURE(N, C, OC);
-    const auto inp = random_floats(N * C, 31);
-    const auto weight = random_floats(OC * C, 32);
+    CAPTURE(N, channels, OC);
+    const auto inp = random_floats(N * channels, 31);
+    const auto weight = random_floats(OC * channels, 32);
     const auto bias = random_floats(OC, 33);
     auto inp_d = to_double(inp), weight_d = to_double(weight), bias_d = to_double(bias);
 
     std::vector<float> out(N * OC);
     std::vector<double> expected;
-    ops->matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
-    matmul_reference(expected, inp_d, weight_d, &bias_d, N, C, OC);
+    ops->matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), N, channels, OC);
+    matmul_reference(expected, inp_d, weight_d, &bias_d, N, channels, OC);
     check_close("out", out, expected, kForwardTolerance);
-    ops->matmul_forward(out.data(), inp.data(), weight.data(), nullptr, N, C, OC);
-    matmul_reference<double>(expected, inp_d, weight_d, nullptr, N, C, OC);
+    ops->matmul_forward(out.data(), inp.data(), weight.data(), nullptr, N, channels, OC);
+    matmul_reference<double>(expected, inp_d, weight_d, nullptr, N, channels, OC);
     check_close("out", out, expected, kForwardTolerance);
 
     const auto dout = random_floats(N * OC, 34);
     const auto dout_d = to_double(dout);
     auto objective = [&] {
         std::vector<double> y;
-        matmul_reference(y, inp_d, weight_d, &bias_d, N, C, OC);
+        matmul_reference(y, inp_d, weight_d, &bias_d, N, channels, OC);
         return dot(y, dout_d);
     };
     const auto dinp_expected = numeric_gradient(objective, inp_d);
     const auto dweight_expected = numeric_gradient(objective, weight_d);
     const auto dbias_expected = numeric_gradient(objective, bias_d);
 
-    std::vector<float> dinp(N * C, 0.0f), dweight(OC * C, 0.0f), dbias(OC, 0.0f);
+    std::vector<float> dinp(N * channels, 0.0f), dweight(OC * channels, 0.0f), dbias(OC, 0.0f);
     SECTION("all gradients") {
         ops->matmul_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
-                             weight.data(), N, C, OC);
+                             weight.data(), N, channels, OC);
         check_close("dinp", dinp, dinp_expected, kGradientTolerance);
         check_close("dweight", dweight, dweight_expected, kGradientTolerance);
         check_close("dbias", dbias, dbias_expected, kGradientTolerance);
 
         ops->matmul_backward(dinp.data(), dweight.data(), dbias.data(), dout.data(), inp.data(),
-                             weight.data(), N, C, OC);
+                             weight.data(), N, channels, OC);
         check_close("dinp", dinp, doubled(dinp_expected), kGradientTolerance);
         check_close("dweight", dweight, doubled(dweight_expected), kGradientTolerance);
         check_close("dbias", dbias, doubled(dbias_expected), kGradientTolerance);
     }
     SECTION("no dinp, no dbias") {
         ops->matmul_backward(nullptr, dweight.data(), nullptr, dout.data(), inp.data(),
-                             weight.data(), N, C, OC);
+                             weight.data(), N, channels, OC);
         check_close("dweight", dweight, dweight_expected, kGradientTolerance);
     }
 }
@@ -518,38 +523,39 @@ TEST_CASE("add_bias adds the bias to every row", "[kernels]") {
 
 void check_attention(float drop_prob) {
     auto ops = make_cpu_ops(2);
-    const int B = 2, Tn = 5, C = 8, NH = 2;
+    const int B = 2, Tn = 5, channels = 8, NH = 2;
     const uint64_t seed = 1234;
-    const auto qkv = random_floats(B * Tn * 3 * C, 41, -2.0f, 2.0f);
+    const auto qkv = random_floats(B * Tn * 3 * channels, 41, -2.0f, 2.0f);
     auto qkv_d = to_double(qkv);
 
-    std::vector<float> out(B * Tn * C), att(B * NH * Tn * Tn);
-    ops->attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH, drop_prob, seed, 0,
-                           NH);
+    std::vector<float> out(B * Tn * channels), att(B * NH * Tn * Tn);
+    ops->attention_forward(out.data(), att.data(), qkv.data(), B, Tn, channels, NH, drop_prob, seed,
+                           0, NH);
     std::vector<double> out_expected, att_expected;
-    attention_reference(out_expected, att_expected, qkv_d, B, Tn, C, NH, drop_prob, seed, 0, NH);
+    attention_reference(out_expected, att_expected, qkv_d, B, Tn, channels, NH, drop_prob, seed, 0,
+                        NH);
     check_close("out", out, out_expected, kForwardTolerance);
     check_close("att", att, att_expected, kForwardTolerance);
     for (int bh = 0; bh < B * NH; bh++)
         for (int t = 0; t < Tn; t++)
             for (int j = t + 1; j < Tn; j++) CHECK(att[(bh * Tn + t) * Tn + j] == 0.0f);
 
-    const auto dout = random_floats(B * Tn * C, 42);
+    const auto dout = random_floats(B * Tn * channels, 42);
     const auto dout_d = to_double(dout);
-    std::vector<float> dqkv(B * Tn * 3 * C, 0.0f);
-    ops->attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), att.data(), B, Tn, C,
-                            NH, drop_prob, seed, 0, NH);
+    std::vector<float> dqkv(B * Tn * 3 * channels, 0.0f);
+    ops->attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), att.data(), B, Tn,
+                            channels, NH, drop_prob, seed, 0, NH);
     auto objective = [&] {
         std::vector<double> y, a;
-        attention_reference(y, a, qkv_d, B, Tn, C, NH, drop_prob, seed, 0, NH);
+        attention_reference(y, a, qkv_d, B, Tn, channels, NH, drop_prob, seed, 0, NH);
         return dot(y, dout_d);
     };
     const auto dqkv_expected = numeric_gradient(objective, qkv_d);
     check_close("dqkv", dqkv, dqkv_expected, kGradientTolerance);
 
     // "+=": a second call on top of the first doubles the gradient.
-    ops->attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), att.data(), B, Tn, C,
-                            NH, drop_prob, seed, 0, NH);
+    ops->attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), att.data(), B, Tn,
+                            channels, NH, drop_prob, seed, 0, NH);
     check_close("dqkv", dqkv, doubled(dqkv_expected), kGradientTolerance);
 }
 
@@ -567,14 +573,14 @@ TEST_CASE("attention forward and backward with dropout", "[kernels]") {
 TEST_CASE("attention_rebuild gives attention_forward's saved probabilities exactly",
           "[kernels][recompute]") {
     auto ops = make_cpu_ops(2);
-    const int B = 2, Tn = 7, C = 12, NH = 3;
-    const auto qkv = random_floats(B * Tn * 3 * C, 43, -2.0f, 2.0f);
+    const int B = 2, Tn = 7, channels = 12, NH = 3;
+    const auto qkv = random_floats(B * Tn * 3 * channels, 43, -2.0f, 2.0f);
     for (float drop_prob : {0.0f, 0.3f}) {
-        std::vector<float> out(B * Tn * C), att(B * NH * Tn * Tn);
-        ops->attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH, drop_prob, 99, 3,
-                               2 * NH);
+        std::vector<float> out(B * Tn * channels), att(B * NH * Tn * Tn);
+        ops->attention_forward(out.data(), att.data(), qkv.data(), B, Tn, channels, NH, drop_prob,
+                               99, 3, 2 * NH);
         std::vector<float> rebuilt(att.size(), -1.0f);
-        ops->attention_rebuild(rebuilt.data(), qkv.data(), B, Tn, C, NH, drop_prob);
+        ops->attention_rebuild(rebuilt.data(), qkv.data(), B, Tn, channels, NH, drop_prob);
         CHECK(rebuilt == att);
     }
 }
@@ -583,19 +589,19 @@ TEST_CASE("attention_rebuild gives attention_forward's saved probabilities exact
 // and v, and must draw the dropout mask the whole model draws for those heads.
 TEST_CASE("attention over half the heads matches those heads of the whole", "[kernels]") {
     auto ops = make_cpu_ops(2);
-    const int B = 2, Tn = 6, NH = 4, hs = 4, C = NH * hs;
+    const int B = 2, Tn = 6, NH = 4, hs = 4, channels = NH * hs;
     const int half_heads = NH / 2, half_C = half_heads * hs;
     const float drop_prob = 0.3f;
     const uint64_t seed = 4321;
-    const auto qkv = random_floats(B * Tn * 3 * C, 43, -2.0f, 2.0f);
-    const auto dout = random_floats(B * Tn * C, 44);
+    const auto qkv = random_floats(B * Tn * 3 * channels, 43, -2.0f, 2.0f);
+    const auto dout = random_floats(B * Tn * channels, 44);
 
-    std::vector<float> out(B * Tn * C), att(B * NH * Tn * Tn);
-    std::vector<float> dqkv(B * Tn * 3 * C, 0.0f);
-    ops->attention_forward(out.data(), att.data(), qkv.data(), B, Tn, C, NH, drop_prob, seed, 0,
-                           NH);
-    ops->attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), att.data(), B, Tn, C,
-                            NH, drop_prob, seed, 0, NH);
+    std::vector<float> out(B * Tn * channels), att(B * NH * Tn * Tn);
+    std::vector<float> dqkv(B * Tn * 3 * channels, 0.0f);
+    ops->attention_forward(out.data(), att.data(), qkv.data(), B, Tn, channels, NH, drop_prob, seed,
+                           0, NH);
+    ops->attention_backward(dqkv.data(), dout.data(), qkv.data(), out.data(), att.data(), B, Tn,
+                            channels, NH, drop_prob, seed, 0, NH);
 
     // Columns [first, first + width) of every row of x (rows, row_width), as a rank holds them.
     auto columns = [](const std::vector<float>& x, int row_width, int first, int width) {
@@ -605,12 +611,12 @@ TEST_CASE("attention over half the heads matches those heads of the whole", "[ke
             std::copy_n(x.begin() + r * row_width + first, width, part.begin() + r * width);
         return part;
     };
-    // A rank's share of a (B,Tn,3C) tensor: its heads' columns of q, of k and of v.
+    // A rank's share of a (B,Tn,3·channels) tensor: its heads' columns of q, of k and of v.
     auto qkv_share = [&](const std::vector<float>& x, int head_begin) {
         std::vector<float> share(B * Tn * 3 * half_C);
         for (int bt = 0; bt < B * Tn; bt++)
             for (int part = 0; part < 3; part++)
-                std::copy_n(x.begin() + (bt * 3 + part) * C + head_begin * hs, half_C,
+                std::copy_n(x.begin() + (bt * 3 + part) * channels + head_begin * hs, half_C,
                             share.begin() + (bt * 3 + part) * half_C);
         return share;
     };
@@ -618,7 +624,7 @@ TEST_CASE("attention over half the heads matches those heads of the whole", "[ke
     for (int head_begin : {0, half_heads}) {
         CAPTURE(head_begin);
         const auto qkv_half = qkv_share(qkv, head_begin);
-        const auto dout_half = columns(dout, C, head_begin * hs, half_C);
+        const auto dout_half = columns(dout, channels, head_begin * hs, half_C);
         std::vector<float> out_half(B * Tn * half_C), att_half(B * half_heads * Tn * Tn);
         std::vector<float> dqkv_half(qkv_half.size(), 0.0f);
         ops->attention_forward(out_half.data(), att_half.data(), qkv_half.data(), B, Tn, half_C,
@@ -632,7 +638,8 @@ TEST_CASE("attention over half the heads matches those heads of the whole", "[ke
             columns(att, NH * Tn * Tn, head_begin * Tn * Tn, half_heads * Tn * Tn);
         check_close("att", att_half, to_double(att_expected), 1e-6);
         // A mask drawn at the wrong index would change out and dqkv by O(1), not by rounding.
-        check_close("out", out_half, to_double(columns(out, C, head_begin * hs, half_C)), 1e-6);
+        check_close("out", out_half, to_double(columns(out, channels, head_begin * hs, half_C)),
+                    1e-6);
         check_close("dqkv", dqkv_half, to_double(qkv_share(dqkv, head_begin)), 1e-6);
 
         std::vector<double> out_reference, att_reference;
@@ -1039,12 +1046,12 @@ TEST_CASE("adamw update matches torch's formula over three steps", "[kernels]") 
 TEST_CASE("ops repeat bit for bit", "[kernels]") {
     auto ops = make_cpu_ops(2);
     // Big enough that every loop is split over threads and the GEMMs take several tiles.
-    const int B = 2, Tn = 64, C = 64, NH = 4, N = B * Tn, OC = 192, V = 1000, Vp = 1024;
-    const auto inp = random_floats(N * C, 111);
-    const auto weight = random_floats(OC * C, 112);
+    const int B = 2, Tn = 64, channels = 64, NH = 4, N = B * Tn, OC = 192, V = 1000, Vp = 1024;
+    const auto inp = random_floats(N * channels, 111);
+    const auto weight = random_floats(OC * channels, 112);
     const auto bias = random_floats(OC, 113);
-    const auto qkv = random_floats(N * 3 * C, 114, -2.0f, 2.0f);
-    const auto dout = random_floats(N * C, 115);
+    const auto qkv = random_floats(N * 3 * channels, 114, -2.0f, 2.0f);
+    const auto dout = random_floats(N * channels, 115);
     const auto dout_oc = random_floats(N * OC, 116);
     const auto logits = random_floats(N * Vp, 117, -5.0f, 5.0f);
     const auto targets = random_ints(N, 118, V);
@@ -1052,26 +1059,28 @@ TEST_CASE("ops repeat bit for bit", "[kernels]") {
 
     auto run_all = [&] {
         std::vector<std::vector<float>> results;
-        std::vector<float> out(N * OC), dinp(N * C, 0.0f), dweight(OC * C, 0.0f), dbias(OC, 0.0f);
-        ops->matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), N, C, OC);
+        std::vector<float> out(N * OC), dinp(N * channels, 0.0f), dweight(OC * channels, 0.0f),
+            dbias(OC, 0.0f);
+        ops->matmul_forward(out.data(), inp.data(), weight.data(), bias.data(), N, channels, OC);
         ops->matmul_backward(dinp.data(), dweight.data(), dbias.data(), dout_oc.data(), inp.data(),
-                             weight.data(), N, C, OC);
+                             weight.data(), N, channels, OC);
         results.insert(results.end(), {out, dinp, dweight, dbias});
 
-        std::vector<float> att_out(N * C), att(B * NH * Tn * Tn);
-        std::vector<float> dqkv(N * 3 * C, 0.0f);
+        std::vector<float> att_out(N * channels), att(B * NH * Tn * Tn);
+        std::vector<float> dqkv(N * 3 * channels, 0.0f);
         // Heads 2..5 of 8: a rank's share under tensor parallelism.
-        ops->attention_forward(att_out.data(), att.data(), qkv.data(), B, Tn, C, NH, 0.1f, 5, 2, 8);
+        ops->attention_forward(att_out.data(), att.data(), qkv.data(), B, Tn, channels, NH, 0.1f, 5,
+                               2, 8);
         ops->attention_backward(dqkv.data(), dout.data(), qkv.data(), att_out.data(), att.data(), B,
-                                Tn, C, NH, 0.1f, 5, 2, 8);
+                                Tn, channels, NH, 0.1f, 5, 2, 8);
         results.insert(results.end(), {att_out, att, dqkv});
 
-        std::vector<float> ln_out(N * C), mean(N), rstd(N), ln_dinp(N * C, 0.0f), dw(C, 0.0f),
-            db(C, 0.0f);
+        std::vector<float> ln_out(N * channels), mean(N), rstd(N), ln_dinp(N * channels, 0.0f),
+            dw(channels, 0.0f), db(channels, 0.0f);
         ops->layernorm_forward(ln_out.data(), mean.data(), rstd.data(), inp.data(), weight.data(),
-                               bias.data(), N, C);
+                               bias.data(), N, channels);
         ops->layernorm_backward(ln_dinp.data(), dw.data(), db.data(), dout.data(), inp.data(),
-                                weight.data(), mean.data(), rstd.data(), N, C);
+                                weight.data(), mean.data(), rstd.data(), N, channels);
         results.insert(results.end(), {ln_out, ln_dinp, dw, db});
 
         // The slice [512, 1024) of the vocabulary: real columns then padding.
@@ -1094,12 +1103,13 @@ TEST_CASE("ops repeat bit for bit", "[kernels]") {
         ops->add_bias(biased.data(), bias.data(), N, OC);
         results.push_back(biased);
 
-        std::vector<float> embedded(N * C), dwte(20 * C, 0.0f), dwpe(Tn * C, 0.0f);
-        ops->embedding_forward(embedded.data(), tokens.data(), weight.data(), inp.data(), B, Tn, C,
-                               20, 20, nullptr,
+        std::vector<float> embedded(N * channels), dwte(20 * channels, 0.0f),
+            dwpe(Tn * channels, 0.0f);
+        ops->embedding_forward(embedded.data(), tokens.data(), weight.data(), inp.data(), B, Tn,
+                               channels, 20, 20, nullptr,
                                Tn);  // rows 20..39 of the vocabulary, weight as wte
-        ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn, C, 20,
-                                20, nullptr, Tn);
+        ops->embedding_backward(dwte.data(), dwpe.data(), dout.data(), tokens.data(), B, Tn,
+                                channels, 20, 20, nullptr, Tn);
         results.insert(results.end(), {embedded, dwte, dwpe});
         const double norm = ops->sum_of_squares(dout_oc.data(), dout_oc.size());
         results.push_back({static_cast<float>(norm), static_cast<float>(norm - float(norm))});
@@ -1143,55 +1153,56 @@ TEST_CASE("16-bit ops compute in fp32 on widened inputs and round their outputs 
     auto ops = make_cpu_ops(2);
     for (DType t : {DType::bf16, DType::f16}) {
         INFO("type " << trident::kernels::name_of(t));
-        const int B = 2, T = 8, C = 16, NH = 2, N = B * T, OC = 24;
-        Half inp(t, random_floats(N * C, 1)), weight(t, random_floats(OC * C, 2)),
+        const int B = 2, T = 8, channels = 16, NH = 2, N = B * T, OC = 24;
+        Half inp(t, random_floats(N * channels, 1)), weight(t, random_floats(OC * channels, 2)),
             bias(t, random_floats(OC, 3)), dout(t, random_floats(N * OC, 4));
-        Half dinp(t, random_floats(N * C, 5)), dweight(t, random_floats(OC * C, 6)),
+        Half dinp(t, random_floats(N * channels, 5)), dweight(t, random_floats(OC * channels, 6)),
             dbias(t, random_floats(OC, 7));
         // The fp32 reference on the same (widened) values.
         auto r_out = std::vector<float>(N * OC);
         auto r_dinp = dinp.floats(), r_dweight = dweight.floats(), r_dbias = dbias.floats();
         ops->matmul_forward(r_out.data(), inp.floats().data(), weight.floats().data(),
-                            bias.floats().data(), N, C, OC);
+                            bias.floats().data(), N, channels, OC);
         ops->matmul_backward(r_dinp.data(), r_dweight.data(), r_dbias.data(), dout.floats().data(),
-                             inp.floats().data(), weight.floats().data(), N, C, OC);
+                             inp.floats().data(), weight.floats().data(), N, channels, OC);
         Half out(t, std::vector<float>(N * OC));
-        ops->matmul_forward(out.ptr(), inp.ptr(), weight.ptr(), bias.ptr(), N, C, OC);
+        ops->matmul_forward(out.ptr(), inp.ptr(), weight.ptr(), bias.ptr(), N, channels, OC);
         ops->matmul_backward(dinp.ptr(), dweight.ptr(), dbias.ptr(), dout.ptr(), inp.ptr(),
-                             weight.ptr(), N, C, OC);
+                             weight.ptr(), N, channels, OC);
         CHECK(bitwise_equal(out.floats(), rounded(t, r_out)));
         CHECK(bitwise_equal(dinp.floats(), rounded(t, r_dinp)));  // += : rounded after adding
         CHECK(bitwise_equal(dweight.floats(), rounded(t, r_dweight)));
         CHECK(bitwise_equal(dbias.floats(), rounded(t, r_dbias)));
 
         // LayerNorm: 16-bit output, fp32 statistics.
-        std::vector<float> mean(N), rstd(N), r_mean(N), r_rstd(N), r_ln(N * C);
-        Half ln(t, std::vector<float>(N * C));
-        Half gain(t, random_floats(C, 8, 0.5f, 1.5f)), shift(t, random_floats(C, 9));
+        std::vector<float> mean(N), rstd(N), r_mean(N), r_rstd(N), r_ln(N * channels);
+        Half ln(t, std::vector<float>(N * channels));
+        Half gain(t, random_floats(channels, 8, 0.5f, 1.5f)), shift(t, random_floats(channels, 9));
         ops->layernorm_forward(ln.ptr(), mean.data(), rstd.data(), inp.ptr(), gain.ptr(),
-                               shift.ptr(), N, C);
+                               shift.ptr(), N, channels);
         ops->layernorm_forward(r_ln.data(), r_mean.data(), r_rstd.data(), inp.floats().data(),
-                               gain.floats().data(), shift.floats().data(), N, C);
+                               gain.floats().data(), shift.floats().data(), N, channels);
         CHECK(bitwise_equal(ln.floats(), rounded(t, r_ln)));
         CHECK(bitwise_equal(mean, r_mean));
         CHECK(bitwise_equal(rstd, r_rstd));
 
         // Attention: two outputs, dropout on.
-        Half qkv(t, random_floats(N * 3 * C, 10)), att(t, std::vector<float>(B * NH * T * T)),
-            atty(t, std::vector<float>(N * C));
-        std::vector<float> r_att(B * NH * T * T), r_atty(N * C);
-        ops->attention_forward(atty.ptr(), att.ptr(), qkv.ptr(), B, T, C, NH, 0.1f, 5, 0, NH);
-        ops->attention_forward(r_atty.data(), r_att.data(), qkv.floats().data(), B, T, C, NH, 0.1f,
-                               5, 0, NH);
+        Half qkv(t, random_floats(N * 3 * channels, 10)),
+            att(t, std::vector<float>(B * NH * T * T)), atty(t, std::vector<float>(N * channels));
+        std::vector<float> r_att(B * NH * T * T), r_atty(N * channels);
+        ops->attention_forward(atty.ptr(), att.ptr(), qkv.ptr(), B, T, channels, NH, 0.1f, 5, 0,
+                               NH);
+        ops->attention_forward(r_atty.data(), r_att.data(), qkv.floats().data(), B, T, channels, NH,
+                               0.1f, 5, 0, NH);
         CHECK(bitwise_equal(att.floats(), rounded(t, r_att)));
         CHECK(bitwise_equal(atty.floats(), rounded(t, r_atty)));
 
         // In place: dropout over its own input, dlogits over the logits.
-        Half x(t, random_floats(N * C, 11));
+        Half x(t, random_floats(N * channels, 11));
         const auto r_x0 = x.floats();
-        std::vector<float> r_x(N * C);
-        ops->dropout_forward(x.ptr(), x.ptr(), N * C, 0.3f, 9, 0);
-        ops->dropout_forward(r_x.data(), r_x0.data(), N * C, 0.3f, 9, 0);
+        std::vector<float> r_x(N * channels);
+        ops->dropout_forward(x.ptr(), x.ptr(), N * channels, 0.3f, 9, 0);
+        ops->dropout_forward(r_x.data(), r_x0.data(), N * channels, 0.3f, 9, 0);
         CHECK(bitwise_equal(x.floats(), rounded(t, r_x)));
         const int V = 20, Vp = 32;
         Half logits(t, random_floats(N * Vp, 12, -3.0f, 3.0f));

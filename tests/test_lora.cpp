@@ -25,7 +25,7 @@ using namespace trident;
 
 namespace {
 
-// 2 layers, C = 32, F = 128, V = 100 (Vp = 128), N = 2·16 rows per microbatch.
+// 2 layers, H = 32, F = 128, V = 100 (Vp = 128), N = 2·16 rows per microbatch.
 config::Config lora_config(int rank, const std::string& recompute = "none",
                            const std::string& precision = "fp32", double dropout = 0.1) {
     return config::parse(

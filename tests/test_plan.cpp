@@ -94,22 +94,22 @@ struct MemoryCompared {
 // Llama: two RMSNorm weights whole, no biases, k and v at the key/value heads' width (a whole
 // head per rank when M exceeds them), SwiGLU's three matrices, no wpe, an untied lm_head.
 int64_t expected_param_elements(const config::Config& cfg, int stage) {
-    const int64_t C = cfg.model.hidden, F = cfg.model.ffn_hidden, T = cfg.model.seq_len;
+    const int64_t H = cfg.model.hidden, F = cfg.model.ffn_hidden, T = cfg.model.seq_len;
     const int64_t M = cfg.parallel.tensor, P = cfg.parallel.pipeline;
     const int64_t Vp = cfg.derived.padded_vocab;
     const bool llama = cfg.model.arch == model::Arch::llama;
-    const int64_t d = C / cfg.model.heads, KVH = cfg.model.kv_heads;
-    const int64_t kv = KVH >= M ? KVH * d * C / M : d * C;  // k_proj's (and v_proj's) share
+    const int64_t d = H / cfg.model.heads, KVH = cfg.model.kv_heads;
+    const int64_t kv = KVH >= M ? KVH * d * H / M : d * H;  // k_proj's (and v_proj's) share
     const int64_t layer =
-        llama ? 2 * C + 2 * C * C / M + 2 * kv + 3 * F * C / M
-              : 4 * C + (3 * C * C + 3 * C) / M + C * C / M + C + (F * C + F) / M + C * F / M + C;
+        llama ? 2 * H + 2 * H * H / M + 2 * kv + 3 * F * H / M
+              : 4 * H + (3 * H * H + 3 * H) / M + H * H / M + H + (F * H + F) / M + H * F / M + H;
     int64_t layers = 0;
     const auto& cut = cfg.derived.chunk_layers;
     for (std::size_t g = 0; g < cut.size(); ++g)
         if (static_cast<int64_t>(g) % P == stage) layers += cut[g];
     int64_t n = layers * layer;
-    if (stage == 0) n += Vp / M * C + (llama ? 0 : T * C);
-    if (stage == P - 1) n += (P > 1 || llama ? Vp / M * C : 0) + (llama ? C : 2 * C);
+    if (stage == 0) n += Vp / M * H + (llama ? 0 : T * H);
+    if (stage == P - 1) n += (P > 1 || llama ? Vp / M * H : 0) + (llama ? H : 2 * H);
     return n;
 }
 
@@ -176,6 +176,10 @@ MemoryCompared measure_memory(const std::string& config, const std::string& metr
                 traffic_of == &traffic.data ? payload(traffic.data_replica, kind) : 0.0;
             CHECK(number(measured, key.c_str()) == payload(*traffic_of, kind) + replicas);
         }
+    // The pipeline group's sends and the embedding group's sum of a tied wte's two copies.
+    CHECK(number(measured, "pp_send_bytes") == payload(traffic.pipeline, CommKind::send));
+    CHECK(number(measured, "emb_all_reduce_bytes") ==
+          payload(traffic.embedding, CommKind::all_reduce));
     // And the data group's calls (ZeRO-3: a unit's gathers per use, or one a step).
     for (const auto& [name, kind] : {std::pair{"all_gather", CommKind::all_gather},
                                      std::pair{"reduce_scatter", CommKind::reduce_scatter}}) {
@@ -402,6 +406,27 @@ TEST_CASE("plan: hybrid sharding holds an N-th and moves two levels", "[plan]") 
     }
 }
 
+// The first and the last stage sum a tied embedding's gradient (the embedding's copy and the LM
+// head's); an untied model, Llama's by default, and adapters over a frozen wte sum nothing.
+TEST_CASE("plan: the embedding group's sum is a tied embedding's only", "[plan]") {
+    const auto embedding_bytes = [](const std::string& config, std::vector<std::string> sets) {
+        sets.push_back("parallel.pipeline=2");
+        const config::Config cfg =
+            config::load(TRIDENT_SOURCE_DIR "/configs/" + config, sets, config::Purpose::plan);
+        double bytes = 0;
+        for (const plan::StageTraffic& t : plan::plan_traffic(inputs(cfg)))
+            for (const plan::Calls& c : t.embedding.calls)
+                bytes += static_cast<double>(c.calls) * c.elements * c.element_bytes;
+        return bytes;
+    };
+    const double wte = 50304.0 * 256 * 4;  // padded vocabulary x hidden, fp32 gradients
+    CHECK(embedding_bytes("default.yaml", {}) == 2 * wte);  // both stages
+    CHECK(embedding_bytes("llama-small-cpu.yaml", {}) == 0);
+    CHECK(embedding_bytes("llama-small-cpu.yaml", {"model.tie_embeddings=true"}) == 2 * wte);
+    CHECK(embedding_bytes("kjv-lora.yaml", {}) == 0);
+    CHECK(embedding_bytes("llama3-70b.yaml", {}) == 0);
+}
+
 TEST_CASE("plan: bytes per element by precision", "[plan]") {
     using kernels::DType;
     CHECK(plan::weight_bytes(DType::f32) == 4);
@@ -508,6 +533,15 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
     SECTION("2 x 1 x 1, ZB-H2") {
         check_measured_memory({"parallel.pipeline=2", "parallel.schedule=zb-h2"}, 2);
     }
+    SECTION("llama, 2 x 1 x 1, untied and tied") {
+        for (const char* tied : {"false", "true"}) {
+            INFO("model.tie_embeddings " << tied);
+            check_measured_memory(
+                {"model.arch=llama", "model.kv_heads=2", "model.dropout=0", "parallel.pipeline=2",
+                 std::string("model.tie_embeddings=") + tied},
+                2);
+        }
+    }
     SECTION("llama, 1 x 2 x 1, sequence parallel (RMSNorm: one gradient per norm)") {
         check_measured_memory({"model.arch=llama", "model.kv_heads=2", "model.dropout=0",
                                "parallel.tensor=2", "parallel.sequence_parallel=true"},
@@ -527,8 +561,11 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
         check_measured_shards({"parallel.data=4", "parallel.data_shard=2", "parallel.zero_stage=3"},
                               4);
     }
-    SECTION("2 x 1 x 2, ZeRO-2") {
+    SECTION("2 x 1 x 2, ZeRO-2, tied (GPT-2) and untied (llama)") {
         check_measured_shards({"parallel.pipeline=2", "parallel.data=2", "parallel.zero_stage=2"},
+                              4);
+        check_measured_shards({"parallel.pipeline=2", "parallel.data=2", "parallel.zero_stage=2",
+                               "model.arch=llama", "model.kv_heads=2", "model.dropout=0"},
                               4);
     }
     SECTION("2 x 1 x 2, ZeRO-3, ZB-H1, resharded after every use and kept through the step") {
@@ -546,8 +583,8 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
         // peak of each stage is held under the plan's total plus a few layers' units resident
         // at once (ZeRO-2: gradients being summed and reduced; ZeRO-3: weights gathered too):
         // a stage that allocated a whole buffer of gradients or weights would exceed it.
-        const double C = 32, F = 128;
-        const double unit = 4 * (4 * C * C + 2 * C * F + 9 * C + F);  // a layer's fp32 bytes
+        const double H = 32, F = 128;
+        const double unit = 4 * (4 * H * H + 2 * H * F + 9 * H + F);  // a layer's fp32 bytes
         std::array<double, 4> peak{};
         for (int zero : {1, 2, 3}) {
             cli::Workspace ws;

@@ -15,7 +15,7 @@ using namespace trident;
 
 namespace {
 
-// B = 2, T = 16 (N = R = 32 rows), C = 32, NH = 4, F = 128, V = 100 (Vp = 128).
+// B = 2, T = 16 (N = R = 32 rows), H = 32, NH = 4, F = 128, V = 100 (Vp = 128).
 constexpr std::size_t kB = 2, kT = 16, kN = kB * kT, kC = 32, kHeads = 4, kF = 128, kVp = 128;
 
 config::Config small_config(const std::string& recompute, int layers,

@@ -21,20 +21,6 @@
 using namespace cli;
 namespace fs = std::filesystem;
 
-namespace {
-
-// A command that must not hang: ended by `timeout` after 60 s (exit code 124).
-RunResult run_bounded(const std::string& args) {
-    return run_shell("TRIDENT_TOKENIZER_DIR=" TRIDENT_SOURCE_DIR "/data/gpt2 timeout 60 " +
-                     std::string(TRIDENT_BINARY) + " " + args);
-}
-
-bool contains(const std::string& text, const std::string& what) {
-    return text.find(what) != std::string::npos;
-}
-
-}  // namespace
-
 TEST_CASE("run guards: an unwritable checkpoint.dir stops the run before step 1",
           "[cli][bad-input]") {
     Workspace ws;

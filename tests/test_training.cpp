@@ -99,8 +99,8 @@ TEST_CASE("padded vocabulary rows stay zero and never get a gradient", "[trainin
     const auto& layout = trainer.model().layout();
     const auto params = trainer.model().weights().params_to_host();
     const auto grads = trainer.model().weights().grads_to_host();
-    const std::size_t C = 16;
-    for (std::size_t i = 50 * C; i < 128 * C; ++i) {
+    const std::size_t H = 16;
+    for (std::size_t i = 50 * H; i < 128 * H; ++i) {
         REQUIRE(params[layout.wte() + i] == 0.0f);
         REQUIRE(grads[layout.wte() + i] == 0.0f);
     }

@@ -76,7 +76,7 @@ TEST_CASE("zero bubble: B then W trains bitwise as the whole backward", "[zero-b
                     REQUIRE(split.params[s] == whole.params[s]);
                 // Each set also keeps, for W, per layer the output gradients of the four
                 // linears, (N,C) (N,F) (N,C) (N,3C), and the two LayerNorms, (R,C) each, and
-                // the final LayerNorm's and the embedding's (R,C): N = R = 32, C = 32, F = 128.
+                // the final LayerNorm's and the embedding's (R,H): N = R = 32, H = 32, F = 128.
                 const std::size_t element = std::string(precision) == "fp32" ? 4 : 2;
                 const std::size_t per_layer = (2 * 32 * 32 + 32 * 128 + 3 * 32 * 32 + 2 * 32 * 32);
                 CHECK(split.bytes_per_set - whole.bytes_per_set ==

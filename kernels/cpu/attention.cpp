@@ -2,13 +2,14 @@
 //
 // Each (batch, head) pair is an independent problem of a few T x T x hs GEMMs (OpenBLAS,
 // single-threaded: see make_cpu_ops) and a row softmax (ours); the pairs are split over
-// threads. q, k and v are read in place from qkv (B,T,3C) with a row stride of 3C, and head
-// outputs are written in place into out (B,T,C) with stride C: no head is copied out or back.
-// The T x T GEMMs also fill the upper triangle, which the row loops ignore and zero; skipping
-// it would save half of a small share of the model's FLOPs at the cost of blocked GEMMs.
+// threads. q, k and v are read in place from qkv (B,T,3·channels) with a row stride of 3·channels,
+// and head outputs are written in place into out (B,T,channels) with stride channels: no head is
+// copied out or back. The T x T GEMMs also fill the upper triangle, which the row loops ignore and
+// zero; skipping it would save half of a small share of the model's FLOPs at the cost of blocked
+// GEMMs.
 //
 // Under tensor parallelism a rank holds NH of the model's heads_total heads, starting at
-// head_begin, with C = NH * hs its share of the channels; nothing here depends on that
+// head_begin, with channels = NH * hs its share of the channels; nothing here depends on that
 // except the dropout mask. Attention dropout acts on the probabilities: element (b,h,t,j) is
 // kept when dropout_keep(seed, its flat index in the whole model's (B,heads_total,T,T), p),
 // the index every backend and every split of the heads uses.
@@ -28,19 +29,20 @@ namespace {
 
 // Where one (b, h) problem lives in the packed tensors.
 struct Head {
-    std::size_t qkv_offset;  // q of this head in qkv (and dq in dqkv); k at +C, v at +2C
-    std::size_t out_offset;  // this head's columns in out (B,T,C)
+    std::size_t
+        qkv_offset;  // q of this head in qkv (and dq in dqkv); k at +channels, v at +2·channels
+    std::size_t out_offset;  // this head's columns in out (B,T,channels)
     std::size_t att_offset;  // this head's (T,T) block in att
     uint64_t mask_offset;    // dropout index of its (0,0) in the model's (B,heads_total,T,T)
 };
 
-Head head_at(int bh, int T, int C, int NH, int head_begin, int heads_total) {
+Head head_at(int bh, int T, int channels, int NH, int head_begin, int heads_total) {
     const std::size_t b = bh / NH;
     const std::size_t h = bh % NH;
-    const std::size_t hs = C / NH;
+    const std::size_t hs = channels / NH;
     const uint64_t global_head = b * heads_total + head_begin + h;
-    return {b * T * 3 * C + h * hs, b * T * C + h * hs, static_cast<std::size_t>(bh) * T * T,
-            global_head * T * T};
+    return {b * T * 3 * channels + h * hs, b * T * channels + h * hs,
+            static_cast<std::size_t>(bh) * T * T, global_head * T * T};
 }
 
 // In place on one row of scores (T): softmax over the causal part [0, t], zeros after.
@@ -77,18 +79,19 @@ void apply_dropout(float* probs, const float* att, uint64_t mask_offset, int T, 
 
 // att_bh (T,T) = causal softmax(q k^T * scale) for one head: the probabilities forward keeps
 // and selective recompute rebuilds, by the same code so they agree bit for bit.
-void head_probs(float* att_bh, const float* q, const float* k, int T, int C, int hs, float scale) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, 3 * C, k, 3 * C, 0.0f,
-                att_bh, T);
+void head_probs(float* att_bh, const float* q, const float* k, int T, int channels, int hs,
+                float scale) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, 3 * channels, k,
+                3 * channels, 0.0f, att_bh, T);
     for (int t = 0; t < T; t++) causal_softmax_row(att_bh + static_cast<std::size_t>(t) * T, t, T);
 }
 
 }  // namespace
 
-// att (B,NH,T,T) = causal softmax(q k^T / sqrt(hs)); out (B,T,C) = dropout(att) @ v
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+// att (B,NH,T,T) = causal softmax(q k^T / sqrt(hs)); out (B,T,channels) = dropout(att) @ v
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int channels, int NH,
                        float drop_prob, uint64_t seed, int head_begin, int heads_total) {
-    const int hs = C / NH;
+    const int hs = channels / NH;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel
     {
@@ -96,31 +99,31 @@ void attention_forward(float* out, float* att, const float* qkv, int B, int T, i
         std::vector<float> probs(drop_prob > 0.0f ? static_cast<std::size_t>(T) * T : 0);
 #pragma omp for schedule(static)
         for (int bh = 0; bh < B * NH; bh++) {
-            const Head head = head_at(bh, T, C, NH, head_begin, heads_total);
-            const float* q = qkv + head.qkv_offset;  // (T,hs), row stride 3C
-            const float* k = q + C;
-            const float* v = q + 2 * C;
+            const Head head = head_at(bh, T, channels, NH, head_begin, heads_total);
+            const float* q = qkv + head.qkv_offset;  // (T,hs), row stride 3·channels
+            const float* k = q + channels;
+            const float* v = q + 2 * channels;
             float* att_bh = att + head.att_offset;  // (T,T)
-            head_probs(att_bh, q, k, T, C, hs, scale);
+            head_probs(att_bh, q, k, T, channels, hs, scale);
             const float* weights = att_bh;
             if (drop_prob > 0.0f) {
                 apply_dropout(probs.data(), att_bh, head.mask_offset, T, drop_prob, seed);
                 weights = probs.data();
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, weights, T, v,
-                        3 * C, 0.0f, out + head.out_offset, C);
+                        3 * channels, 0.0f, out + head.out_offset, channels);
         }
     }
 }
 
-void attention_probs(float* att, const float* qkv, int B, int T, int C, int NH) {
-    const int hs = C / NH;
+void attention_probs(float* att, const float* qkv, int B, int T, int channels, int NH) {
+    const int hs = channels / NH;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
-        const Head head = head_at(bh, T, C, NH, 0, NH);
+        const Head head = head_at(bh, T, channels, NH, 0, NH);
         const float* q = qkv + head.qkv_offset;
-        head_probs(att + head.att_offset, q, q + C, T, C, hs, scale);
+        head_probs(att + head.att_offset, q, q + channels, T, channels, hs, scale);
     }
 }
 
@@ -129,21 +132,22 @@ void attention_probs(float* att, const float* qkv, int B, int T, int C, int NH) 
 //   dq += scale * dpre k;   dk += scale * dpre^T q
 // scratch (B,NH,T,T) holds first P, then dP turning into dpre, for each head.
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int NH, float drop_prob,
+                        const float* att, int B, int T, int channels, int NH, float drop_prob,
                         uint64_t seed, int head_begin, int heads_total) {
-    const int hs = C / NH;
+    const int hs = channels / NH;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
     const float keep_scale = 1.0f / (1.0f - drop_prob);
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
-        const Head head = head_at(bh, T, C, NH, head_begin, heads_total);
-        const float* q = qkv + head.qkv_offset;  // (T,hs), row stride 3C, as are k, v, dq...
-        const float* k = q + C;
-        const float* v = q + 2 * C;
+        const Head head = head_at(bh, T, channels, NH, head_begin, heads_total);
+        const float* q =
+            qkv + head.qkv_offset;  // (T,hs), row stride 3·channels, as are k, v, dq...
+        const float* k = q + channels;
+        const float* v = q + 2 * channels;
         float* dq = dqkv + head.qkv_offset;
-        float* dk = dq + C;
-        float* dv = dq + 2 * C;
-        const float* dout_bh = dout + head.out_offset;  // (T,hs), row stride C
+        float* dk = dq + channels;
+        float* dv = dq + 2 * channels;
+        const float* dout_bh = dout + head.out_offset;  // (T,hs), row stride channels
         const float* att_bh = att + head.att_offset;    // (T,T)
         float* d = scratch + head.att_offset;           // (T,T)
 
@@ -152,11 +156,11 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             apply_dropout(d, att_bh, head.mask_offset, T, drop_prob, seed);
             weights = d;
         }
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, weights, T, dout_bh, C,
-                    1.0f, dv, 3 * C);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, weights, T, dout_bh,
+                    channels, 1.0f, dv, 3 * channels);
 
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dout_bh, C, v, 3 * C,
-                    0.0f, d, T);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dout_bh, channels, v,
+                    3 * channels, 0.0f, d, T);
         for (int t = 0; t < T; t++) {
             const std::size_t row = static_cast<std::size_t>(t) * T;
             const float* a = att_bh + row;
@@ -173,10 +177,10 @@ void attention_backward(float* dqkv, float* scratch, const float* dout, const fl
             for (int j = 0; j <= t; j++) drow[j] = a[j] * (drow[j] - dot);
             for (int j = t + 1; j < T; j++) drow[j] = 0.0f;
         }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, d, T, k, 3 * C,
-                    1.0f, dq, 3 * C);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, d, T, q, 3 * C, 1.0f,
-                    dk, 3 * C);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, scale, d, T, k,
+                    3 * channels, 1.0f, dq, 3 * channels);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, d, T, q, 3 * channels,
+                    1.0f, dk, 3 * channels);
     }
 }
 

@@ -5,9 +5,9 @@
 //
 // Per (batch, head), as attention.cpp does: the (q_count, k_count) scores by one OpenBLAS
 // GEMM into a per-thread buffer, a row loop over the visible keys, and GEMMs for the products
-// with v, dout, q and k, read in place with their row strides (3C for qkv, 2C for kv, C for
-// out and dout). Backward, with P = exp(scores - lse) (the whole softmax's probabilities on
-// this block), z the dropout factor and D_i = dout_i . out_i:
+// with v, dout, q and k, read in place with their row strides (3·channels for qkv, 2·channels for
+// kv, channels for out and dout). Backward, with P = exp(scores - lse) (the whole softmax's
+// probabilities on this block), z the dropout factor and D_i = dout_i . out_i:
 //   dv += (P z)^T dout,   dS = P (z (dout v^T) - D),   dq += scale dS k,   dk += scale dS^T q.
 // Every (batch, head) writes its own rows and columns of dq and dkv, so the threads never add
 // into one element and the results repeat bit for bit.
@@ -29,9 +29,9 @@ constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
 // Where one (b, h) problem of a block lives.
 struct BlockHead {
-    std::size_t q;    // q of this head at the block's first query row in qkv (row stride 3C)
-    std::size_t kv;   // k at the block's first key row in kv (row stride 2C); v at +C
-    std::size_t out;  // the first query row in out, dout, dq (row stride C)
+    std::size_t q;  // q of this head at the block's first query row in qkv (row stride 3·channels)
+    std::size_t kv;  // k at the block's first key row in kv (row stride 2·channels); v at +channels
+    std::size_t out;  // the first query row in out, dout, dq (row stride channels)
     std::size_t lse;  // the first query row in lse (B, NH, q_rows)
     uint64_t mask;    // dropout index of (b, head_begin + h, position 0, position 0)
 };
@@ -39,10 +39,11 @@ struct BlockHead {
 BlockHead block_head(const AttentionBlock& k, int bh) {
     const std::size_t b = static_cast<std::size_t>(bh / k.NH),
                       h = static_cast<std::size_t>(bh % k.NH);
-    const std::size_t hs = static_cast<std::size_t>(k.C / k.NH), C = static_cast<std::size_t>(k.C);
+    const std::size_t hs = static_cast<std::size_t>(k.channels / k.NH),
+                      channels = static_cast<std::size_t>(k.channels);
     const std::size_t q_row = b * k.q_rows + k.q_begin, k_row = b * k.kv_rows + k.k_begin;
     const uint64_t T = static_cast<uint64_t>(k.seq_len);
-    return {q_row * 3 * C + h * hs, k_row * 2 * C + h * hs, q_row * C + h * hs,
+    return {q_row * 3 * channels + h * hs, k_row * 2 * channels + h * hs, q_row * channels + h * hs,
             (b * k.NH + h) * k.q_rows + k.q_begin,
             (static_cast<uint64_t>(b) * k.heads_total + k.head_begin + h) * T * T};
 }
@@ -65,16 +66,17 @@ float dropout_factor(const AttentionBlock& k, const BlockHead& head, int i, int 
 // scores (q_count, k_count) = q k^T * scale for one head.
 void block_scores(float* scores, const float* qkv, const float* kv, const AttentionBlock& k,
                   const BlockHead& head, float scale) {
-    const int hs = k.C / k.NH;
+    const int hs = k.channels / k.NH;
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, k.q_count, k.k_count, hs, scale,
-                qkv + head.q, 3 * k.C, kv + head.kv, 2 * k.C, 0.0f, scores, k.k_count);
+                qkv + head.q, 3 * k.channels, kv + head.kv, 2 * k.channels, 0.0f, scores,
+                k.k_count);
 }
 
 }  // namespace
 
 void attention_block_forward(float* out, float* lse, const float* qkv, const float* kv,
                              const AttentionBlock& k) {
-    const int hs = k.C / k.NH;
+    const int hs = k.channels / k.NH;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel
     {
@@ -106,15 +108,15 @@ void attention_block_forward(float* out, float* lse, const float* qkv, const flo
                 for (int j = visible; j < k.k_count; j++) row[j] = 0.0f;
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, k.q_count, hs, k.k_count, 1.0f,
-                        scores.data(), k.k_count, kv + head.kv + k.C, 2 * k.C, 0.0f, out + head.out,
-                        k.C);
+                        scores.data(), k.k_count, kv + head.kv + k.channels, 2 * k.channels, 0.0f,
+                        out + head.out, k.channels);
         }
     }
 }
 
 void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse, int B,
-                     int rows, int C, int NH, int row_begin, int row_count) {
-    const int hs = C / NH;
+                     int rows, int channels, int NH, int row_begin, int row_count) {
+    const int hs = channels / NH;
 #pragma omp parallel for schedule(static)
     for (int bh = 0; bh < B * NH; bh++) {
         const std::size_t b = static_cast<std::size_t>(bh / NH),
@@ -122,8 +124,8 @@ void attention_merge(float* out, float* lse, const float* block_out, const float
         for (int r = row_begin; r < row_begin + row_count; r++) {
             const std::size_t stat = (b * NH + h) * rows + r;
             const float a = lse[stat], c = block_lse[stat];
-            float* o = out + (b * rows + r) * C + h * hs;
-            const float* ob = block_out + (b * rows + r) * C + h * hs;
+            float* o = out + (b * rows + r) * channels + h * hs;
+            const float* ob = block_out + (b * rows + r) * channels + h * hs;
             if (c == kMinusInf) continue;  // the block saw nothing here
             if (a == kMinusInf) {          // nothing seen before it
                 lse[stat] = c;
@@ -142,7 +144,7 @@ void attention_merge(float* out, float* lse, const float* block_out, const float
 void attention_block_backward(float* dq, float* dkv, const float* dout, const float* qkv,
                               const float* kv, const float* out, const float* lse,
                               const AttentionBlock& k) {
-    const int hs = k.C / k.NH;
+    const int hs = k.channels / k.NH;
     const float scale = 1.0f / std::sqrt(static_cast<float>(hs));
 #pragma omp parallel
     {
@@ -154,15 +156,15 @@ void attention_block_backward(float* dq, float* dkv, const float* dout, const fl
             block_scores(probs.data(), qkv, kv, k, head, scale);
             // dprobs = dout v^T: the gradient of the dropped-out probabilities.
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, k.q_count, k.k_count, hs, 1.0f,
-                        dout + head.out, k.C, kv + head.kv + k.C, 2 * k.C, 0.0f, dprobs.data(),
-                        k.k_count);
+                        dout + head.out, k.channels, kv + head.kv + k.channels, 2 * k.channels,
+                        0.0f, dprobs.data(), k.k_count);
             for (int i = 0; i < k.q_count; i++) {
                 float* p = probs.data() + static_cast<std::size_t>(i) * k.k_count;
                 float* dp = dprobs.data() + static_cast<std::size_t>(i) * k.k_count;
                 const int visible = visible_keys(k, i);
                 const float row_lse = lse[head.lse + i];
-                const float* dout_i = dout + head.out + static_cast<std::size_t>(i) * k.C;
-                const float* out_i = out + head.out + static_cast<std::size_t>(i) * k.C;
+                const float* dout_i = dout + head.out + static_cast<std::size_t>(i) * k.channels;
+                const float* out_i = out + head.out + static_cast<std::size_t>(i) * k.channels;
                 float dot = 0.0f;  // D_i
                 for (int d = 0; d < hs; d++) dot += dout_i[d] * out_i[d];
                 for (int j = 0; j < visible; j++) {
@@ -175,11 +177,14 @@ void attention_block_backward(float* dq, float* dkv, const float* dout, const fl
             }
             float* dk = dkv + head.kv;
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k.k_count, hs, k.q_count, 1.0f,
-                        probs.data(), k.k_count, dout + head.out, k.C, 1.0f, dk + k.C, 2 * k.C);
+                        probs.data(), k.k_count, dout + head.out, k.channels, 1.0f, dk + k.channels,
+                        2 * k.channels);
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, k.q_count, hs, k.k_count, scale,
-                        dprobs.data(), k.k_count, kv + head.kv, 2 * k.C, 1.0f, dq + head.out, k.C);
+                        dprobs.data(), k.k_count, kv + head.kv, 2 * k.channels, 1.0f, dq + head.out,
+                        k.channels);
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k.k_count, hs, k.q_count, scale,
-                        dprobs.data(), k.k_count, qkv + head.q, 3 * k.C, 1.0f, dk, 2 * k.C);
+                        dprobs.data(), k.k_count, qkv + head.q, 3 * k.channels, 1.0f, dk,
+                        2 * k.channels);
         }
     }
 }

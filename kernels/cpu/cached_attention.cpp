@@ -11,19 +11,19 @@ namespace trident::kernels::cpu {
 
 namespace {
 
-// Row r's k and v (qkv (rows, 3C), query head g·group's for key/value head g) into the cache
-// (seq_len, KVH·hs) at row `position`.
+// Row r's k and v (qkv (rows, 3·channels), query head g·group's for key/value head g) into the
+// cache (seq_len, KVH·hs) at row `position`.
 void append(float* k_cache, float* v_cache, const float* row, int position, int NH, int KVH,
             int hs) {
     const int group = NH / KVH;
-    const std::size_t C = static_cast<std::size_t>(NH) * hs;
+    const std::size_t channels = static_cast<std::size_t>(NH) * hs;
     const std::size_t kv_row = static_cast<std::size_t>(KVH) * hs;
     for (int g = 0; g < KVH; g++) {
         const std::size_t from = static_cast<std::size_t>(g * group) * hs;
         const std::size_t to = static_cast<std::size_t>(position) * kv_row + g * hs;
         for (int i = 0; i < hs; i++) {
-            k_cache[to + i] = row[C + from + i];
-            v_cache[to + i] = row[2 * C + from + i];
+            k_cache[to + i] = row[channels + from + i];
+            v_cache[to + i] = row[2 * channels + from + i];
         }
     }
 }
@@ -60,16 +60,16 @@ void attend(float* out, const float* q, const float* k_cache, const float* v_cac
 
 void cached_attention_forward(float* out, float* k_cache, float* v_cache, const float* qkv,
                               int rows, int first, int NH, int KVH, int hs) {
-    const std::size_t C = static_cast<std::size_t>(NH) * hs;
+    const std::size_t channels = static_cast<std::size_t>(NH) * hs;
     for (int r = 0; r < rows; r++)
-        append(k_cache, v_cache, qkv + r * 3 * C, first + r, NH, KVH, hs);
+        append(k_cache, v_cache, qkv + r * 3 * channels, first + r, NH, KVH, hs);
     const int group = NH / KVH;
 #pragma omp parallel for collapse(2) schedule(static)
     for (int r = 0; r < rows; r++)
         for (int h = 0; h < NH; h++)
-            attend(out + r * C + static_cast<std::size_t>(h) * hs,
-                   qkv + r * 3 * C + static_cast<std::size_t>(h) * hs, k_cache, v_cache, first + r,
-                   h / group, KVH, hs);
+            attend(out + r * channels + static_cast<std::size_t>(h) * hs,
+                   qkv + r * 3 * channels + static_cast<std::size_t>(h) * hs, k_cache, v_cache,
+                   first + r, h / group, KVH, hs);
 }
 
 }  // namespace trident::kernels::cpu

@@ -51,22 +51,24 @@ inline float fast_tanh(float x) {
 
 // ---- embedding (embedding.cpp) ----------------------------------------------------------
 void embedding_forward(float* out, const int32_t* tokens, const float* wte, const float* wpe, int B,
-                       int T, int C, int vocab_begin, int vocab_local, const int32_t* positions);
+                       int T, int channels, int vocab_begin, int vocab_local,
+                       const int32_t* positions);
 void embedding_backward(float* dwte, float* dwpe, const float* dout, const int32_t* tokens, int B,
-                        int T, int C, int vocab_begin, int vocab_local, const int32_t* positions);
+                        int T, int channels, int vocab_begin, int vocab_local,
+                        const int32_t* positions);
 
 // ---- layer norm (layernorm.cpp) ---------------------------------------------------------
 void layernorm_forward(float* out, float* mean, float* rstd, const float* inp, const float* weight,
-                       const float* bias, int N, int C);
+                       const float* bias, int N, int channels);
 void layernorm_backward(float* dinp, float* dweight, float* dbias, const float* dout,
                         const float* inp, const float* weight, const float* mean, const float* rstd,
-                        int N, int C);
+                        int N, int channels);
 
 // ---- RMS norm (rmsnorm.cpp) -------------------------------------------------------------
-void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N, int C,
-                     float eps);
+void rmsnorm_forward(float* out, float* rstd, const float* inp, const float* weight, int N,
+                     int channels, float eps);
 void rmsnorm_backward(float* dinp, float* dweight, const float* dout, const float* inp,
-                      const float* weight, const float* rstd, int N, int C);
+                      const float* weight, const float* rstd, int N, int channels);
 
 // ---- rotary positions and grouped key/value heads (rotary.cpp) ---------------------------
 void rotary_qkv_forward(float* out, const float* qkv, int B, int T, int NH, int KVH, int hs,
@@ -80,24 +82,24 @@ void cached_attention_forward(float* out, float* k_cache, float* v_cache, const 
 
 // ---- linear (matmul.cpp) ----------------------------------------------------------------
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                    int C, int OC);
+                    int channels, int OC);
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int N, int C, int OC);
+                     const float* weight, int N, int channels, int OC);
 void add_bias(float* out, const float* bias, int N, int OC);
 
 // ---- causal self-attention (attention.cpp) ----------------------------------------------
-void attention_forward(float* out, float* att, const float* qkv, int B, int T, int C, int NH,
+void attention_forward(float* out, float* att, const float* qkv, int B, int T, int channels, int NH,
                        float drop_prob, uint64_t seed, int head_begin, int heads_total);
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
-                        const float* att, int B, int T, int C, int NH, float drop_prob,
+                        const float* att, int B, int T, int channels, int NH, float drop_prob,
                         uint64_t seed, int head_begin, int heads_total);
-void attention_probs(float* att, const float* qkv, int B, int T, int C, int NH);
+void attention_probs(float* att, const float* qkv, int B, int T, int channels, int NH);
 
 // ---- ring attention's blocks (attention_block.cpp) --------------------------------------
 void attention_block_forward(float* out, float* lse, const float* qkv, const float* kv,
                              const AttentionBlock& block);
 void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse, int B,
-                     int rows, int C, int NH, int row_begin, int row_count);
+                     int rows, int channels, int NH, int row_begin, int row_count);
 void attention_block_backward(float* dq, float* dkv, const float* dout, const float* qkv,
                               const float* kv, const float* out, const float* lse,
                               const AttentionBlock& block);

@@ -15,6 +15,7 @@
 #include "kernels/error.h"
 #include "kernels/ops.h"
 #include "kernels/source_path.h"
+#include "kernels/threads.h"
 
 namespace trident::kernels {
 namespace {
@@ -102,57 +103,60 @@ public:
     }
 
     void embedding_forward(Ptr out, const int32_t* tokens, ConstPtr wte, ConstPtr wpe, int B, int T,
-                           int C, int vocab_begin, int vocab_local, const int32_t* positions,
+                           int channels, int vocab_begin, int vocab_local, const int32_t* positions,
                            int wpe_rows) override {
         cpu::Fp32Views v(scratch_);
-        const std::size_t NC = static_cast<std::size_t>(B) * T * C;
-        cpu::embedding_forward(v.out(out, NC), tokens, v.in(wte, std::size_t(vocab_local) * C),
-                               v.in(wpe, std::size_t(wpe_rows) * C), B, T, C, vocab_begin,
-                               vocab_local, positions);
+        const std::size_t NC = static_cast<std::size_t>(B) * T * channels;
+        cpu::embedding_forward(v.out(out, NC), tokens,
+                               v.in(wte, std::size_t(vocab_local) * channels),
+                               v.in(wpe, std::size_t(wpe_rows) * channels), B, T, channels,
+                               vocab_begin, vocab_local, positions);
         v.commit();
     }
     void embedding_backward(Ptr dwte, Ptr dwpe, ConstPtr dout, const int32_t* tokens, int B, int T,
-                            int C, int vocab_begin, int vocab_local, const int32_t* positions,
-                            int wpe_rows) override {
+                            int channels, int vocab_begin, int vocab_local,
+                            const int32_t* positions, int wpe_rows) override {
         cpu::Fp32Views v(scratch_);
-        const std::size_t NC = static_cast<std::size_t>(B) * T * C;
-        cpu::embedding_backward(v.inout(dwte, std::size_t(vocab_local) * C),
-                                v.inout(dwpe, std::size_t(wpe_rows) * C), v.in(dout, NC), tokens, B,
-                                T, C, vocab_begin, vocab_local, positions);
+        const std::size_t NC = static_cast<std::size_t>(B) * T * channels;
+        cpu::embedding_backward(v.inout(dwte, std::size_t(vocab_local) * channels),
+                                v.inout(dwpe, std::size_t(wpe_rows) * channels), v.in(dout, NC),
+                                tokens, B, T, channels, vocab_begin, vocab_local, positions);
         v.commit();
     }
 
     void layernorm_forward(Ptr out, float* mean, float* rstd, ConstPtr inp, ConstPtr weight,
-                           ConstPtr bias, int N, int C) override {
+                           ConstPtr bias, int N, int channels) override {
         cpu::Fp32Views v(scratch_);
-        const std::size_t NC = static_cast<std::size_t>(N) * C;
-        cpu::layernorm_forward(v.out(out, NC), mean, rstd, v.in(inp, NC), v.in(weight, C),
-                               v.in(bias, C), N, C);
+        const std::size_t NC = static_cast<std::size_t>(N) * channels;
+        cpu::layernorm_forward(v.out(out, NC), mean, rstd, v.in(inp, NC), v.in(weight, channels),
+                               v.in(bias, channels), N, channels);
         v.commit();
     }
     void layernorm_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
                             ConstPtr weight, const float* mean, const float* rstd, int N,
-                            int C) override {
+                            int channels) override {
         cpu::Fp32Views v(scratch_);
-        const std::size_t NC = static_cast<std::size_t>(N) * C;
-        cpu::layernorm_backward(v.inout(dinp, NC), v.inout(dweight, C), v.inout(dbias, C),
-                                v.in(dout, NC), v.in(inp, NC), v.in(weight, C), mean, rstd, N, C);
+        const std::size_t NC = static_cast<std::size_t>(N) * channels;
+        cpu::layernorm_backward(v.inout(dinp, NC), v.inout(dweight, channels),
+                                v.inout(dbias, channels), v.in(dout, NC), v.in(inp, NC),
+                                v.in(weight, channels), mean, rstd, N, channels);
         v.commit();
     }
 
-    void rmsnorm_forward(Ptr out, float* rstd, ConstPtr inp, ConstPtr weight, int N, int C,
+    void rmsnorm_forward(Ptr out, float* rstd, ConstPtr inp, ConstPtr weight, int N, int channels,
                          float eps) override {
         cpu::Fp32Views v(scratch_);
-        const std::size_t NC = static_cast<std::size_t>(N) * C;
-        cpu::rmsnorm_forward(v.out(out, NC), rstd, v.in(inp, NC), v.in(weight, C), N, C, eps);
+        const std::size_t NC = static_cast<std::size_t>(N) * channels;
+        cpu::rmsnorm_forward(v.out(out, NC), rstd, v.in(inp, NC), v.in(weight, channels), N,
+                             channels, eps);
         v.commit();
     }
     void rmsnorm_backward(Ptr dinp, Ptr dweight, ConstPtr dout, ConstPtr inp, ConstPtr weight,
-                          const float* rstd, int N, int C) override {
+                          const float* rstd, int N, int channels) override {
         cpu::Fp32Views v(scratch_);
-        const std::size_t NC = static_cast<std::size_t>(N) * C;
-        cpu::rmsnorm_backward(v.inout(dinp, NC), v.inout(dweight, C), v.in(dout, NC), v.in(inp, NC),
-                              v.in(weight, C), rstd, N, C);
+        const std::size_t NC = static_cast<std::size_t>(N) * channels;
+        cpu::rmsnorm_backward(v.inout(dinp, NC), v.inout(dweight, channels), v.in(dout, NC),
+                              v.in(inp, NC), v.in(weight, channels), rstd, N, channels);
         v.commit();
     }
     void rotary_qkv_forward(Ptr out, ConstPtr qkv, int B, int T, int NH, int KVH, int hs,
@@ -177,10 +181,10 @@ public:
                                   int first, int NH, int KVH, int hs) override {
         cpu::Fp32Views v(scratch_);
         const std::size_t cache = static_cast<std::size_t>(first + rows) * KVH * hs;
-        const std::size_t C = static_cast<std::size_t>(NH) * hs;
-        cpu::cached_attention_forward(v.out(out, rows * C), v.inout(k_cache, cache),
-                                      v.inout(v_cache, cache), v.in(qkv, rows * 3 * C), rows, first,
-                                      NH, KVH, hs);
+        const std::size_t channels = static_cast<std::size_t>(NH) * hs;
+        cpu::cached_attention_forward(v.out(out, rows * channels), v.inout(k_cache, cache),
+                                      v.inout(v_cache, cache), v.in(qkv, rows * 3 * channels), rows,
+                                      first, NH, KVH, hs);
         v.commit();
     }
     void swiglu_forward(Ptr out, ConstPtr inp, int N, int F) override {
@@ -196,20 +200,21 @@ public:
         v.commit();
     }
 
-    void matmul_forward(Ptr out, ConstPtr inp, ConstPtr weight, ConstPtr bias, int N, int C,
+    void matmul_forward(Ptr out, ConstPtr inp, ConstPtr weight, ConstPtr bias, int N, int channels,
                         int OC) override {
         cpu::Fp32Views v(scratch_);
-        cpu::matmul_forward(v.out(out, std::size_t(N) * OC), v.in(inp, std::size_t(N) * C),
-                            v.in(weight, std::size_t(OC) * C), v.in(bias, OC), N, C, OC);
+        cpu::matmul_forward(v.out(out, std::size_t(N) * OC), v.in(inp, std::size_t(N) * channels),
+                            v.in(weight, std::size_t(OC) * channels), v.in(bias, OC), N, channels,
+                            OC);
         v.commit();
     }
     void matmul_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
-                         ConstPtr weight, int N, int C, int OC) override {
+                         ConstPtr weight, int N, int channels, int OC) override {
         cpu::Fp32Views v(scratch_);
-        cpu::matmul_backward(v.inout(dinp, std::size_t(N) * C),
-                             v.inout(dweight, std::size_t(OC) * C), v.inout(dbias, OC),
-                             v.in(dout, std::size_t(N) * OC), v.in(inp, std::size_t(N) * C),
-                             v.in(weight, std::size_t(OC) * C), N, C, OC);
+        cpu::matmul_backward(v.inout(dinp, std::size_t(N) * channels),
+                             v.inout(dweight, std::size_t(OC) * channels), v.inout(dbias, OC),
+                             v.in(dout, std::size_t(N) * OC), v.in(inp, std::size_t(N) * channels),
+                             v.in(weight, std::size_t(OC) * channels), N, channels, OC);
         v.commit();
     }
     void add_bias(Ptr out, ConstPtr bias, int N, int OC) override {
@@ -221,19 +226,19 @@ public:
     AttentionSaved attention_saved(int B, int NH, int T, DType activations) const override {
         return cpu_attention_saved(B, NH, T, activations);
     }
-    void attention_forward(Ptr out, Ptr saved, ConstPtr qkv, int B, int T, int C, int NH,
+    void attention_forward(Ptr out, Ptr saved, ConstPtr qkv, int B, int T, int channels, int NH,
                            float drop_prob, uint64_t seed, int head_begin,
                            int heads_total) override {
         cpu::Fp32Views v(scratch_);
-        const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
+        const std::size_t BTC = static_cast<std::size_t>(B) * T * channels;
         cpu::attention_forward(v.out(out, BTC), v.out(saved, probs_size(B, NH, T)),
-                               v.in(qkv, 3 * BTC), B, T, C, NH, drop_prob, seed, head_begin,
+                               v.in(qkv, 3 * BTC), B, T, channels, NH, drop_prob, seed, head_begin,
                                heads_total);
         v.commit();
     }
     void attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr, ConstPtr saved, int B,
-                            int T, int C, int NH, float drop_prob, uint64_t seed, int head_begin,
-                            int heads_total) override {
+                            int T, int channels, int NH, float drop_prob, uint64_t seed,
+                            int head_begin, int heads_total) override {
         const std::size_t probs = probs_size(B, NH, T);
         // The gradient of the probabilities, a (B,NH,T,T) workspace of dqkv's type, kept and
         // grown as needed: it counts in the allocator's figures as the model's buffers do.
@@ -243,39 +248,43 @@ public:
             workspace_count_ = probs;
         }
         cpu::Fp32Views v(scratch_);
-        const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
+        const std::size_t BTC = static_cast<std::size_t>(B) * T * channels;
         cpu::attention_backward(v.inout(dqkv, 3 * BTC), v.out(workspace_, probs), v.in(dout, BTC),
-                                v.in(qkv, 3 * BTC), v.in(saved, probs), B, T, C, NH, drop_prob,
-                                seed, head_begin, heads_total);
+                                v.in(qkv, 3 * BTC), v.in(saved, probs), B, T, channels, NH,
+                                drop_prob, seed, head_begin, heads_total);
         v.commit();
     }
     // The probabilities come before dropout, whatever drop_prob is.
-    void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int C, int NH, float) override {
+    void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int channels, int NH,
+                           float) override {
         cpu::Fp32Views v(scratch_);
         cpu::attention_probs(v.out(saved, probs_size(B, NH, T)),
-                             v.in(qkv, 3 * static_cast<std::size_t>(B) * T * C), B, T, C, NH);
+                             v.in(qkv, 3 * static_cast<std::size_t>(B) * T * channels), B, T,
+                             channels, NH);
         v.commit();
     }
 
     void attention_block_forward(float* out, float* lse, ConstPtr qkv, ConstPtr kv,
                                  const AttentionBlock& k) override {
         cpu::Fp32Views v(scratch_);
-        const float* q = v.in(qkv, 3 * static_cast<std::size_t>(k.B) * k.q_rows * k.C);
+        const float* q = v.in(qkv, 3 * static_cast<std::size_t>(k.B) * k.q_rows * k.channels);
         cpu::attention_block_forward(
-            out, lse, q, v.in(kv, 2 * static_cast<std::size_t>(k.B) * k.kv_rows * k.C), k);
+            out, lse, q, v.in(kv, 2 * static_cast<std::size_t>(k.B) * k.kv_rows * k.channels), k);
     }
     void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse,
-                         int B, int rows, int C, int NH, int row_begin, int row_count) override {
-        cpu::attention_merge(out, lse, block_out, block_lse, B, rows, C, NH, row_begin, row_count);
+                         int B, int rows, int channels, int NH, int row_begin,
+                         int row_count) override {
+        cpu::attention_merge(out, lse, block_out, block_lse, B, rows, channels, NH, row_begin,
+                             row_count);
     }
     void attention_block_backward(float* dq, float* dkv, ConstPtr dout, ConstPtr qkv, ConstPtr kv,
                                   ConstPtr out, const float* lse,
                                   const AttentionBlock& k) override {
         cpu::Fp32Views v(scratch_);
-        const std::size_t rows_c = static_cast<std::size_t>(k.B) * k.q_rows * k.C;
+        const std::size_t rows_c = static_cast<std::size_t>(k.B) * k.q_rows * k.channels;
         const float* d = v.in(dout, rows_c);
         const float* q = v.in(qkv, 3 * rows_c);
-        const float* kvs = v.in(kv, 2 * static_cast<std::size_t>(k.B) * k.kv_rows * k.C);
+        const float* kvs = v.in(kv, 2 * static_cast<std::size_t>(k.B) * k.kv_rows * k.channels);
         cpu::attention_block_backward(dq, dkv, d, q, kvs, v.in(out, rows_c), lse, k);
     }
 
@@ -397,7 +406,8 @@ std::unique_ptr<Ops> make_cpu_ops(int threads) {
     // after its work: a matmul/GELU/layernorm sequence ran ~30% slower on 2 cores that way.
     // Both settings are process-wide. OpenBLAS goes first, because its OpenMP build's setter
     // also sets OpenMP's thread count.
-    const int count = threads > 0 ? threads : omp_get_num_procs();
+    // At most a few per usable core (kernels/threads.h): the callers say when they cut it.
+    const int count = thread_count(threads, "threads").count;
     openblas_set_num_threads(1);
     omp_set_num_threads(count);
     return std::make_unique<CpuOps>();

@@ -13,16 +13,17 @@ namespace trident::kernels::cpu {
 
 namespace {
 
-// C (M,N) = alpha op(A) op(B) + beta C, row-major, split over the OpenMP threads by blocks of
-// C along its longer side, each block one single-threaded sgemm (why: make_cpu_ops). For
-// large GEMMs this is as fast as OpenBLAS's own threading. Every block runs over the whole
-// inner dimension K, so each element is summed in one order, the same on every run.
-void parallel_sgemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int M, int N, int K,
-                    float alpha, const float* A, int lda, const float* B, int ldb, float beta,
-                    float* C, int ldc) {
-    constexpr int kAlign = 16;  // block edges on whole cache lines of C and whole GEMM tiles
-    const bool split_rows = M >= N;
-    const int length = split_rows ? M : N;
+// c (m,n) = alpha op(a) op(b) + beta c (BLAS's sgemm in its own names), row-major, split over
+// the OpenMP threads by blocks of c along its longer side, each block one single-threaded
+// sgemm (why: make_cpu_ops). For large GEMMs this is as fast as OpenBLAS's own threading.
+// Every block runs over the whole inner dimension k, so each element is summed in one order,
+// the same on every run.
+void parallel_sgemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int m, int n, int k,
+                    float alpha, const float* a, int lda, const float* b, int ldb, float beta,
+                    float* c, int ldc) {
+    constexpr int kAlign = 16;  // block edges on whole cache lines of c and whole GEMM tiles
+    const bool split_rows = m >= n;
+    const int length = split_rows ? m : n;
 #pragma omp parallel
     {
         const int threads = omp_get_num_threads();
@@ -30,27 +31,27 @@ void parallel_sgemm(CBLAS_TRANSPOSE trans_a, CBLAS_TRANSPOSE trans_b, int M, int
         const int begin = std::min(length, omp_get_thread_num() * chunk);
         const int end = std::min(length, begin + chunk);
         if (end > begin && split_rows) {
-            // Rows begin.. of op(A) and of C.
-            const float* A_block =
-                A + (trans_a == CblasNoTrans ? static_cast<std::size_t>(begin) * lda : begin);
-            cblas_sgemm(CblasRowMajor, trans_a, trans_b, end - begin, N, K, alpha, A_block, lda, B,
-                        ldb, beta, C + static_cast<std::size_t>(begin) * ldc, ldc);
+            // Rows begin.. of op(a) and of c.
+            const float* a_block =
+                a + (trans_a == CblasNoTrans ? static_cast<std::size_t>(begin) * lda : begin);
+            cblas_sgemm(CblasRowMajor, trans_a, trans_b, end - begin, n, k, alpha, a_block, lda, b,
+                        ldb, beta, c + static_cast<std::size_t>(begin) * ldc, ldc);
         } else if (end > begin) {
-            // Columns begin.. of op(B) and of C.
-            const float* B_block =
-                B + (trans_b == CblasNoTrans ? begin : static_cast<std::size_t>(begin) * ldb);
-            cblas_sgemm(CblasRowMajor, trans_a, trans_b, M, end - begin, K, alpha, A, lda, B_block,
-                        ldb, beta, C + begin, ldc);
+            // Columns begin.. of op(b) and of c.
+            const float* b_block =
+                b + (trans_b == CblasNoTrans ? begin : static_cast<std::size_t>(begin) * ldb);
+            cblas_sgemm(CblasRowMajor, trans_a, trans_b, m, end - begin, k, alpha, a, lda, b_block,
+                        ldb, beta, c + begin, ldc);
         }
     }
 }
 
 }  // namespace
 
-// out (N,OC) = inp (N,C) @ weight (OC,C)^T + bias (OC). The bias is written first and the
-// GEMM accumulates onto it (beta 1), saving a second pass over out.
+// out (N,OC) = inp (N,channels) @ weight (OC,channels)^T + bias (OC). The bias is written first and
+// the GEMM accumulates onto it (beta 1), saving a second pass over out.
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,
-                    int C, int OC) {
+                    int channels, int OC) {
     float beta = 0.0f;
     if (bias != nullptr) {
 #pragma omp parallel for schedule(static)
@@ -60,20 +61,21 @@ void matmul_forward(float* out, const float* inp, const float* weight, const flo
         }
         beta = 1.0f;
     }
-    parallel_sgemm(CblasNoTrans, CblasTrans, N, OC, C, 1.0f, inp, C, weight, C, beta, out, OC);
+    parallel_sgemm(CblasNoTrans, CblasTrans, N, OC, channels, 1.0f, inp, channels, weight, channels,
+                   beta, out, OC);
 }
 
-// dinp (N,C) += dout (N,OC) @ weight (OC,C); dweight (OC,C) += dout^T @ inp (N,C);
-// dbias (OC) += column sums of dout.
+// dinp (N,channels) += dout (N,OC) @ weight (OC,channels); dweight (OC,channels) += dout^T @ inp
+// (N,channels); dbias (OC) += column sums of dout.
 void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dout, const float* inp,
-                     const float* weight, int N, int C, int OC) {
+                     const float* weight, int N, int channels, int OC) {
     if (dinp != nullptr) {
-        parallel_sgemm(CblasNoTrans, CblasNoTrans, N, C, OC, 1.0f, dout, OC, weight, C, 1.0f, dinp,
-                       C);
+        parallel_sgemm(CblasNoTrans, CblasNoTrans, N, channels, OC, 1.0f, dout, OC, weight,
+                       channels, 1.0f, dinp, channels);
     }
     if (dweight != nullptr)
-        parallel_sgemm(CblasTrans, CblasNoTrans, OC, C, N, 1.0f, dout, OC, inp, C, 1.0f, dweight,
-                       C);
+        parallel_sgemm(CblasTrans, CblasNoTrans, OC, channels, N, 1.0f, dout, OC, inp, channels,
+                       1.0f, dweight, channels);
     if (dbias != nullptr) {
         // Parallel over column blocks: each thread sums its columns over all rows in order.
         constexpr int kBlock = 64;

@@ -46,21 +46,21 @@ void rotary_qkv_forward(float* out, const float* qkv, int B, int T, int NH, int 
                         float theta, const int32_t* positions) {
     const int group = NH / KVH;
     const std::size_t in_row = static_cast<std::size_t>(NH + 2 * KVH) * hs;
-    const std::size_t C = static_cast<std::size_t>(NH) * hs, out_row = 3 * C;
+    const std::size_t channels = static_cast<std::size_t>(NH) * hs, out_row = 3 * channels;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < B * T; n++) {
         std::vector<float> c(static_cast<std::size_t>(hs / 2)), s(c.size());
         angles(c.data(), s.data(), position_of(positions, n % T), hs, theta);
         const float* q = qkv + n * in_row;
-        const float* k = q + C;
+        const float* k = q + channels;
         const float* v = k + static_cast<std::size_t>(KVH) * hs;
         float* y = out + n * out_row;
         for (int h = 0; h < NH; h++) {
             const std::size_t qh = static_cast<std::size_t>(h) * hs;
             const std::size_t kh = static_cast<std::size_t>(h / group) * hs;
             rotate(y + qh, q + qh, c.data(), s.data(), hs, 1.0f, false);
-            rotate(y + C + qh, k + kh, c.data(), s.data(), hs, 1.0f, false);
-            std::copy(v + kh, v + kh + hs, y + 2 * C + qh);
+            rotate(y + channels + qh, k + kh, c.data(), s.data(), hs, 1.0f, false);
+            std::copy(v + kh, v + kh + hs, y + 2 * channels + qh);
         }
     }
 }
@@ -69,13 +69,13 @@ void rotary_qkv_backward(float* dqkv, const float* dout, int B, int T, int NH, i
                          float theta, const int32_t* positions) {
     const int group = NH / KVH;
     const std::size_t in_row = static_cast<std::size_t>(NH + 2 * KVH) * hs;
-    const std::size_t C = static_cast<std::size_t>(NH) * hs, out_row = 3 * C;
+    const std::size_t channels = static_cast<std::size_t>(NH) * hs, out_row = 3 * channels;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < B * T; n++) {
         std::vector<float> c(static_cast<std::size_t>(hs / 2)), s(c.size());
         angles(c.data(), s.data(), position_of(positions, n % T), hs, theta);
         float* dq = dqkv + n * in_row;
-        float* dk = dq + C;
+        float* dk = dq + channels;
         float* dv = dk + static_cast<std::size_t>(KVH) * hs;
         const float* dy = dout + n * out_row;
         // Query heads in order, so each kv head sums its group's gradients in head order.
@@ -83,8 +83,8 @@ void rotary_qkv_backward(float* dqkv, const float* dout, int B, int T, int NH, i
             const std::size_t qh = static_cast<std::size_t>(h) * hs;
             const std::size_t kh = static_cast<std::size_t>(h / group) * hs;
             rotate(dq + qh, dy + qh, c.data(), s.data(), hs, -1.0f, true);
-            rotate(dk + kh, dy + C + qh, c.data(), s.data(), hs, -1.0f, true);
-            for (int i = 0; i < hs; i++) dv[kh + i] += dy[2 * C + qh + i];
+            rotate(dk + kh, dy + channels + qh, c.data(), s.data(), hs, -1.0f, true);
+            for (int i = 0; i < hs; i++) dv[kh + i] += dy[2 * channels + qh + i];
         }
     }
 }

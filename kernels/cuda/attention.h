@@ -1,8 +1,8 @@
 // Causal self-attention on the GPU without the T x T matrix: the built-in flash-attention
 // kernels (attention_flash.cu) and cuDNN's fused attention (attention_cudnn.cpp), which share
-// one contract. qkv (B,T,3C) holds q, k, v side by side, each (B,T,NH,hs), hs = C/NH (this
-// rank's heads under tensor parallelism); out (B,T,C); scale 1/sqrt(hs). What a forward keeps
-// for backward is lse (B,NH,T), fp32: each row's log-sum-exp of its scaled scores.
+// one contract. qkv (B,T,3·channels) holds q, k, v side by side, each (B,T,NH,hs), hs = channels/NH
+// (this rank's heads under tensor parallelism); out (B,T,channels); scale 1/sqrt(hs). What a
+// forward keeps for backward is lse (B,NH,T), fp32: each row's log-sum-exp of its scaled scores.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -30,17 +30,18 @@ namespace trident::kernels::cuda {
 inline constexpr int kFlashMaxHeadSize = 128;
 bool flash_attention_supports(int head_size);
 
-// out (B,T,C) = dropout(softmax(q k^T scale, causal)) v; lse (B,NH,T). out may be null: the
+// out (B,T,channels) = dropout(softmax(q k^T scale, causal)) v; lse (B,NH,T). out may be null: the
 // statistics alone, bit for bit as a full forward writes them (selective recompute). The
 // dropout mask is element (b, head_begin + h, i, j) of (B, heads_total, T, T).
 template <typename E>
-void flash_attention_forward(E* out, float* lse, const E* qkv, int B, int T, int C, int NH,
+void flash_attention_forward(E* out, float* lse, const E* qkv, int B, int T, int channels, int NH,
                              float drop_prob, uint64_t seed, int head_begin, int heads_total,
                              cudaStream_t stream);
-// dqkv (B,T,3C) += the gradient, given the forward's out and lse; row_dot (B,NH,T) is scratch.
+// dqkv (B,T,3·channels) += the gradient, given the forward's out and lse; row_dot (B,NH,T) is
+// scratch.
 template <typename E>
 void flash_attention_backward(E* dqkv, float* row_dot, const E* dout, const E* qkv, const E* out,
-                              const float* lse, int B, int T, int C, int NH, float drop_prob,
+                              const float* lse, int B, int T, int channels, int NH, float drop_prob,
                               uint64_t seed, int head_begin, int heads_total, cudaStream_t stream);
 
 // ---- ring attention's blocks (attention_block.cu) --------------------------------------------
@@ -50,7 +51,8 @@ template <typename E>
 void attention_block_forward(float* out, float* lse, const E* qkv, const E* kv,
                              const AttentionBlock& block, cudaStream_t stream);
 void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse, int B,
-                     int rows, int C, int NH, int row_begin, int row_count, cudaStream_t stream);
+                     int rows, int channels, int NH, int row_begin, int row_count,
+                     cudaStream_t stream);
 template <typename E>
 void attention_block_backward(float* dq, float* dkv, float* row_dot, const E* dout, const E* qkv,
                               const E* kv, const E* out, const float* lse,
@@ -76,7 +78,7 @@ std::string cudnn_attention_refusal(int version, int sm_major, DType type, int T
 
 // cuDNN 9's fused flash attention for bf16 and fp16 without dropout (cuDNN's dropout draws
 // its own mask, not the model's), as operation graphs of the backend API (cudnn_graph.h): one
-// forward and one backward graph per (type, B, T, C, NH), built on first use. Its lse is the
+// forward and one backward graph per (type, B, T, channels, NH), built on first use. Its lse is the
 // flash kernels' (cuDNN calls it the softmax stats), so either backward runs after either
 // forward. Its backward adds dq into an fp32 buffer with atomics: results may differ in the
 // last bits from run to run (the flash kernels' do not).
@@ -87,6 +89,8 @@ std::string cudnn_attention_refusal(int version, int sm_major, DType type, int T
 // case is refused from then on.
 class CudnnAttention {
 public:
+    struct Case;  // the graphs of one shape (attention_cudnn.cpp)
+
     explicit CudnnAttention(DeviceAllocator& allocator);
     ~CudnnAttention();
     CudnnAttention(const CudnnAttention&) = delete;
@@ -94,21 +98,25 @@ public:
 
     // Whether cuDNN runs forward and backward for this case, building both graphs on the first
     // ask. A refusal is kept (with its reason in `why`, when given), and asked only once.
-    bool supports(DType type, int B, int T, int C, int NH, std::string* why = nullptr);
+    bool supports(DType type, int B, int T, int channels, int NH, std::string* why = nullptr);
+    // What runs the case: the causal mask's form (one diagonal-band operation on cuDNN 9.21 and
+    // later, else four pointwise operations) and the engine of each graph with the heuristic
+    // that offered it; or why cuDNN does not run it.
+    std::string describe(DType type, int B, int T, int channels, int NH);
 
-    // out (B,T,C), lse (B,NH,T) from qkv (B,T,3C), out and qkv of one type; after supports()
-    // said yes. False when cuDNN failed to run it (nothing written; supports() says why).
-    bool forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int C, int NH,
+    // out (B,T,channels), lse (B,NH,T) from qkv (B,T,3·channels), out and qkv of one type; after
+    // supports() said yes. False when cuDNN failed to run it (nothing written; supports() says
+    // why).
+    bool forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int channels, int NH,
                  cudaStream_t stream);
-    // dqkv (B,T,3C) = the gradient (overwritten, not added) given the forward's out and lse,
-    // every tensor but lse of qkv's type. False as forward().
+    // dqkv (B,T,3·channels) = the gradient (overwritten, not added) given the forward's out and
+    // lse, every tensor but lse of qkv's type. False as forward().
     bool backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out, const float* lse, int B,
-                  int T, int C, int NH, cudaStream_t stream);
+                  int T, int channels, int NH, cudaStream_t stream);
 
 private:
-    struct Case;
-    Case& case_for(DType type, int B, int T, int C, int NH);
-    Case& supported_case(DType type, int B, int T, int C, int NH);
+    Case& case_for(DType type, int B, int T, int channels, int NH);
+    Case& supported_case(DType type, int B, int T, int channels, int NH);
     bool run(Case& c, CudnnGraph& graph, const char* which,
              const std::unordered_map<int64_t, void*>& pointers, cudaStream_t stream);
 

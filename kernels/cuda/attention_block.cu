@@ -3,12 +3,12 @@
 // and a block's backward from the whole attention's output and log-sum-exp.
 //
 // The block's forward and backward are attention_kernels.cuh's, as the flash kernels', on this
-// geometry: query row i is row q_begin + i of qkv (B, q_rows, 3C) at sequence position
-// q_position + i; key row j is row k_begin + j of kv (B, kv_rows, 2C) (k, then v) at
+// geometry: query row i is row q_begin + i of qkv (B, q_rows, 3·channels) at sequence position
+// q_position + i; key row j is row k_begin + j of kv (B, kv_rows, 2·channels) (k, then v) at
 // k_position + j; key j is visible to query i when k_position + j <= q_position + i. A row
 // that sees no key of the block gets lse -inf and out 0. Inputs are read widened to float;
-// everything written is fp32: out (B, q_rows, C), lse (B, NH, q_rows), and the gradients
-// added into dq (B, q_rows, C) and dkv (B, kv_rows, 2C).
+// everything written is fp32: out (B, q_rows, channels), lse (B, NH, q_rows), and the gradients
+// added into dq (B, q_rows, channels) and dkv (B, kv_rows, 2·channels).
 #include <cmath>
 #include <string>
 
@@ -36,33 +36,34 @@ struct Geometry {
     __device__ int heads() const { return k.NH; }
     __device__ int query_rows() const { return k.q_count; }
     __device__ int key_rows() const { return k.k_count; }
-    // Element offsets of row 0 of head h of batch b: q in qkv (B, q_rows, 3C), k in kv
-    // (B, kv_rows, 2C) (v is C further), out, dout and dq in (B, q_rows, C).
+    // Element offsets of row 0 of head h of batch b: q in qkv (B, q_rows, 3·channels), k in kv
+    // (B, kv_rows, 2·channels) (v is channels further), out, dout and dq in (B, q_rows, channels).
     __device__ std::size_t q_base(int b, int h) const {
-        return (static_cast<std::size_t>(b) * k.q_rows + k.q_begin) * 3 * k.C +
+        return (static_cast<std::size_t>(b) * k.q_rows + k.q_begin) * 3 * k.channels +
                static_cast<std::size_t>(h) * hs;
     }
     __device__ std::size_t k_base(int b, int h) const {
-        return (static_cast<std::size_t>(b) * k.kv_rows + k.k_begin) * 2 * k.C +
+        return (static_cast<std::size_t>(b) * k.kv_rows + k.k_begin) * 2 * k.channels +
                static_cast<std::size_t>(h) * hs;
     }
     __device__ std::size_t out_base(int b, int h) const {
-        return (static_cast<std::size_t>(b) * k.q_rows + k.q_begin) * k.C +
+        return (static_cast<std::size_t>(b) * k.q_rows + k.q_begin) * k.channels +
                static_cast<std::size_t>(h) * hs;
     }
     __device__ Rows queries(const void* qkv, int b, int h) const {
-        return Rows{qkv, type, q_base(b, h), 3 * static_cast<std::size_t>(k.C), k.q_count, hs};
+        return Rows{qkv,       type, q_base(b, h), 3 * static_cast<std::size_t>(k.channels),
+                    k.q_count, hs};
     }
     __device__ Rows keys(const void* kv, int b, int h, int part) const {
         return Rows{kv,
                     type,
-                    k_base(b, h) + static_cast<std::size_t>(part) * k.C,
-                    2 * static_cast<std::size_t>(k.C),
+                    k_base(b, h) + static_cast<std::size_t>(part) * k.channels,
+                    2 * static_cast<std::size_t>(k.channels),
                     k.k_count,
                     hs};
     }
     __device__ Rows outputs(const void* out, int b, int h) const {
-        return Rows{out, type, out_base(b, h), static_cast<std::size_t>(k.C), k.q_count, hs};
+        return Rows{out, type, out_base(b, h), static_cast<std::size_t>(k.channels), k.q_count, hs};
     }
     // Row i's entry in lse and the row dots (B, NH, q_rows).
     __device__ std::size_t stat(int b, int h, int i) const {
@@ -93,7 +94,8 @@ struct Geometry {
                           const float (&o)[kDimsPerThread], float m, float l) const {
         if (i >= k.q_count) return;
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-        float* row = static_cast<float*>(out) + out_base(b, h) + static_cast<std::size_t>(i) * k.C;
+        float* row =
+            static_cast<float*>(out) + out_base(b, h) + static_cast<std::size_t>(i) * k.channels;
 #pragma unroll
         for (int d = 0; d < kDimsPerThread; ++d)
             if (d * Split + s < hs) row[d * Split + s] = o[d] * inv;
@@ -102,7 +104,8 @@ struct Geometry {
     template <int Split>
     __device__ void add_dq(void* dq, int b, int h, int i, int s,
                            const float (&x)[kDimsPerThread]) const {
-        float* row = static_cast<float*>(dq) + out_base(b, h) + static_cast<std::size_t>(i) * k.C;
+        float* row =
+            static_cast<float*>(dq) + out_base(b, h) + static_cast<std::size_t>(i) * k.channels;
 #pragma unroll
         for (int d = 0; d < kDimsPerThread; ++d)
             if (d * Split + s < hs) row[d * Split + s] += x[d];
@@ -112,29 +115,29 @@ struct Geometry {
                             const float (&dk)[kDimsPerThread],
                             const float (&dv)[kDimsPerThread]) const {
         float* row =
-            static_cast<float*>(dkv) + k_base(b, h) + static_cast<std::size_t>(j) * 2 * k.C;
+            static_cast<float*>(dkv) + k_base(b, h) + static_cast<std::size_t>(j) * 2 * k.channels;
 #pragma unroll
         for (int d = 0; d < kDimsPerThread; ++d) {
             if (d * Split + s >= hs) continue;
             row[d * Split + s] += dk[d];
-            row[k.C + d * Split + s] += dv[d];
+            row[k.channels + d * Split + s] += dv[d];
         }
     }
 };
 
 // One thread per (b, h, row of the range).
 __global__ void merge_kernel(float* out, float* lse, const float* block_out, const float* block_lse,
-                             int B, int rows, int C, int NH, int row_begin, int row_count) {
+                             int B, int rows, int channels, int NH, int row_begin, int row_count) {
     const std::size_t n = static_cast<std::size_t>(B) * NH * row_count;
     const std::size_t t = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
     if (t >= n) return;
     const int r = row_begin + static_cast<int>(t % row_count);
     const int h = static_cast<int>(t / row_count % NH);
     const int b = static_cast<int>(t / row_count / NH);
-    const int hs = C / NH;
+    const int hs = channels / NH;
     const std::size_t stat = (static_cast<std::size_t>(b) * NH + h) * rows + r;
     const std::size_t at =
-        (static_cast<std::size_t>(b) * rows + r) * C + static_cast<std::size_t>(h) * hs;
+        (static_cast<std::size_t>(b) * rows + r) * channels + static_cast<std::size_t>(h) * hs;
     const float a = lse[stat], c = block_lse[stat];
     if (c == -INFINITY) return;  // the block saw nothing here
     if (a == -INFINITY) {        // nothing seen before it
@@ -150,7 +153,7 @@ __global__ void merge_kernel(float* out, float* lse, const float* block_out, con
 
 template <typename E>
 Geometry geometry(const AttentionBlock& k) {
-    const int hs = k.C / k.NH;
+    const int hs = k.channels / k.NH;
     if (!flash_attention_supports(hs))
         throw Error("ring attention's GPU kernels take head sizes 1 to " +
                     std::to_string(kFlashMaxHeadSize) + ", not " + std::to_string(hs));
@@ -179,11 +182,12 @@ void attention_block_forward(float* out, float* lse, const E* qkv, const E* kv,
 }
 
 void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse, int B,
-                     int rows, int C, int NH, int row_begin, int row_count, cudaStream_t stream) {
+                     int rows, int channels, int NH, int row_begin, int row_count,
+                     cudaStream_t stream) {
     const std::size_t n = static_cast<std::size_t>(B) * NH * row_count;
     if (n == 0) return;
-    merge_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(out, lse, block_out, block_lse, B, rows, C,
-                                                         NH, row_begin, row_count);
+    merge_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(out, lse, block_out, block_lse, B, rows,
+                                                         channels, NH, row_begin, row_count);
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 

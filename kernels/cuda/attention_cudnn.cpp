@@ -8,12 +8,14 @@
 //   backward: sum = rowsum(dO * O); P = exp(S * scale - stats) causally masked;
 //             dV = P^T dO; dS = P * (dO V^T - sum) * scale; dK = dS^T Q; dQ = dS K
 // In the backward the mask comes after the stats are subtracted, where those releases place
-// it (earlier ones masked the scaled scores first, a form the engines also take). The mask's
-// row and column indices are INT32 tensors computed at the graph's compute precision (fp32),
-// as there.
-// Q, K and V are read in place from the packed qkv (B,T,3C) through strides: head h of row t is
-// at t*3C + h*hs (+C for K, +2C for V); K and V enter transposed by swapping their last two
-// strides. Intermediates are fp32, the matrix inputs bf16/fp16.
+// it (earlier ones masked the scaled scores first, a form the engines also take). The mask
+// takes one of two forms: on cuDNN 9.21 and later (the release from which the frontend emits
+// it) one diagonal-band mask operation, tried first; else, or where that graph does not build,
+// four pointwise operations, the row and column indices being INT32 tensors computed at the
+// graph's compute precision (fp32), as the frontend emits them before 9.21.
+// Q, K and V are read in place from the packed qkv (B,T,3·channels) through strides: head h of row
+// t is at t*3·channels + h*hs (+channels for K, +2·channels for V); K and V enter transposed by
+// swapping their last two strides. Intermediates are fp32, the matrix inputs bf16/fp16.
 #include <cudnn.h>
 #include <dlfcn.h>
 
@@ -33,12 +35,18 @@ namespace {
 
 // The shapes of one case, as cuDNN's (batch, heads, rows, columns) dimensions and strides.
 struct Shapes {
-    int64_t b, n, t, hs, C;
+    int64_t b, n, t, hs, channels;
     Dims heads() const { return {b, n, t, hs}; }
-    Dims packed_strides() const { return {t * 3 * C, hs, 3 * C, 1}; }      // q, k, v in qkv
-    Dims transposed_strides() const { return {t * 3 * C, hs, 1, 3 * C}; }  // k^T, v^T in qkv
+    Dims packed_strides() const {
+        return {t * 3 * channels, hs, 3 * channels, 1};
+    }  // q, k, v in qkv
+    Dims transposed_strides() const {
+        return {t * 3 * channels, hs, 1, 3 * channels};
+    }  // k^T, v^T in qkv
     Dims transposed() const { return {b, n, hs, t}; }
-    Dims out_strides() const { return {t * C, hs, C, 1}; }  // out, dout (B,T,C)
+    Dims out_strides() const {
+        return {t * channels, hs, channels, 1};
+    }  // out, dout (B,T,channels)
     Dims scores() const { return {b, n, t, t}; }
     Dims score_strides() const { return {n * t * t, t * t, t, 1}; }
     Dims scores_transposed_strides() const { return {n * t * t, t * t, 1, t}; }
@@ -52,8 +60,21 @@ float masked_score() {
                                      : -std::numeric_limits<float>::infinity();
 }
 
+// The causal mask's two forms (above).
+enum class MaskForm { band_operation, pointwise };
+
+const char* mask_text(MaskForm form) {
+    return form == MaskForm::band_operation ? "one diagonal-band operation"
+                                            : "four pointwise operations";
+}
+
 // scores where row >= column, masked_score() elsewhere.
-int64_t causal_mask(CudnnGraph& g, const Shapes& s, int64_t scores) {
+int64_t causal_mask(CudnnGraph& g, const Shapes& s, int64_t scores, MaskForm form) {
+    if (form == MaskForm::band_operation) {
+        const int64_t masked = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
+        g.causal_band_mask(masked, scores, g.scalar(masked_score()));
+        return masked;
+    }
     const int64_t row = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_INT32);
     const int64_t column = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_INT32);
     g.pointwise(CUDNN_POINTWISE_GEN_INDEX, row, scores, -1, -1, CUDNN_DATA_FLOAT, 2);
@@ -78,13 +99,14 @@ cudnnDataType_t cudnn_type(DType type) {
     }
 }
 
-// The memory-bound tensors of the forward graph: Q, K^T and V read from qkv, O (B,T,C) and
+// The memory-bound tensors of the forward graph: Q, K^T and V read from qkv, O (B,T,channels) and
 // the softmax statistics (B,NH,T,1) written.
 struct ForwardTensors {
     int64_t q, k, v, o, stats;
 };
 
-ForwardTensors describe_forward(CudnnGraph& f, const Shapes& s, cudnnDataType_t io, float scale) {
+ForwardTensors describe_forward(CudnnGraph& f, const Shapes& s, cudnnDataType_t io, float scale,
+                                MaskForm form) {
     ForwardTensors t;
     t.q = f.tensor(s.heads(), s.packed_strides(), io);
     t.k = f.tensor(s.transposed(), s.transposed_strides(), io);
@@ -95,7 +117,7 @@ ForwardTensors describe_forward(CudnnGraph& f, const Shapes& s, cudnnDataType_t 
     f.matmul(raw, t.q, t.k);
     const int64_t scaled = f.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
     f.pointwise(CUDNN_POINTWISE_MUL, scaled, raw, f.scalar(scale));
-    const int64_t masked = causal_mask(f, s, scaled);
+    const int64_t masked = causal_mask(f, s, scaled, form);
     const int64_t max = f.virtual_tensor(s.rows(), s.row_strides(), CUDNN_DATA_FLOAT);
     f.reduction(CUDNN_REDUCE_TENSOR_MAX, max, masked);
     const int64_t shifted = f.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
@@ -133,20 +155,22 @@ int64_t softmax_sum(CudnnGraph& g, const Shapes& s, const BackwardTensors& t) {
 }
 
 // P = exp(S * scale - stats), masked: the forward's probabilities, recomputed.
-int64_t recomputed_probs(CudnnGraph& g, const Shapes& s, const BackwardTensors& t, float scale) {
+int64_t recomputed_probs(CudnnGraph& g, const Shapes& s, const BackwardTensors& t, float scale,
+                         MaskForm form) {
     const int64_t raw = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
     g.matmul(raw, t.q, t.k);
     const int64_t scaled = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
     g.pointwise(CUDNN_POINTWISE_MUL, scaled, raw, g.scalar(scale));
     const int64_t shifted = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
     g.pointwise(CUDNN_POINTWISE_SUB, shifted, scaled, t.stats);
-    const int64_t masked = causal_mask(g, s, shifted);
+    const int64_t masked = causal_mask(g, s, shifted, form);
     const int64_t probs = g.virtual_tensor(s.scores(), s.score_strides(), CUDNN_DATA_FLOAT);
     g.pointwise(CUDNN_POINTWISE_EXP, probs, masked);
     return probs;
 }
 
-BackwardTensors describe_backward(CudnnGraph& g, const Shapes& s, cudnnDataType_t io, float scale) {
+BackwardTensors describe_backward(CudnnGraph& g, const Shapes& s, cudnnDataType_t io, float scale,
+                                  MaskForm form) {
     BackwardTensors t;
     t.q = g.tensor(s.heads(), s.packed_strides(), io);
     t.k = g.tensor(s.transposed(), s.transposed_strides(), io);
@@ -158,7 +182,7 @@ BackwardTensors describe_backward(CudnnGraph& g, const Shapes& s, cudnnDataType_
     t.dk = g.tensor(s.heads(), s.packed_strides(), io);
     t.dv = g.tensor(s.heads(), s.packed_strides(), io);
     const int64_t sum = softmax_sum(g, s, t);
-    const int64_t probs = recomputed_probs(g, s, t, scale);
+    const int64_t probs = recomputed_probs(g, s, t, scale, form);
 
     // dV = P^T dO.
     const int64_t probs_t = g.virtual_tensor(s.scores(), s.scores_transposed_strides(), io);
@@ -198,8 +222,9 @@ std::string version_text(int version) {
 // compile their kernels with it at graph build time), else the unversioned name.
 std::string describe_nvrtc() {
     int runtime = 0;
-    cudaRuntimeGetVersion(&runtime);
-    const std::string versioned = "libnvrtc.so." + std::to_string(runtime / 1000);
+    if (cudaRuntimeGetVersion(&runtime) != cudaSuccess) cudaGetLastError();
+    const std::string versioned =
+        runtime > 0 ? "libnvrtc.so." + std::to_string(runtime / 1000) : "libnvrtc.so";
     void* library = dlopen(versioned.c_str(), RTLD_LAZY | RTLD_LOCAL);
     if (!library) library = dlopen("libnvrtc.so", RTLD_LAZY | RTLD_LOCAL);
     if (!library)
@@ -251,10 +276,11 @@ std::string cudnn_attention_refusal(int version, int sm_major, DType type, int T
     return "";
 }
 
-// The two graphs of one (type, B, T, C, NH) and the ids of their memory-bound tensors.
+// The two graphs of one (type, B, T, channels, NH) and the ids of their memory-bound tensors; `how`
+// says which mask form and engines run them.
 struct CudnnAttention::Case {
     bool supported = false;
-    std::string why;
+    std::string why, how;
     std::unique_ptr<CudnnGraph> forward, backward;
     ForwardTensors f;
     BackwardTensors b;
@@ -274,12 +300,39 @@ CudnnAttention::~CudnnAttention() {
     if (handle_) cudnnDestroy(handle_);
 }
 
-CudnnAttention::Case& CudnnAttention::case_for(DType type, int B, int T, int C, int NH) {
-    auto& slot = cases_[{static_cast<int>(type), B, T, C, NH}];
+namespace {
+
+// Describes and builds c's two graphs with the mask in `form`; false with the reason in c.why.
+bool build_case(CudnnAttention::Case& c, cudnnHandle_t handle, const Shapes& s, DType type,
+                MaskForm form) {
+    const cudnnDataType_t io = cudnn_type(type);
+    const float scale = 1.0f / std::sqrt(static_cast<float>(s.hs));
+    c.forward = std::make_unique<CudnnGraph>(handle);
+    c.f = describe_forward(*c.forward, s, io, scale, form);
+    c.backward = std::make_unique<CudnnGraph>(handle);
+    c.b = describe_backward(*c.backward, s, io, scale, form);
+    std::string why;
+    const std::string mask = std::string("the causal mask as ") + mask_text(form);
+    if (!c.forward->build(why)) {
+        c.why = "cuDNN could not build the forward graph with " + mask + " (" + why + ")";
+        return false;
+    }
+    if (!c.backward->build(why)) {
+        c.why = "cuDNN could not build the backward graph with " + mask + " (" + why + ")";
+        return false;
+    }
+    c.how = mask + "; forward " + c.forward->engine() + ", backward " + c.backward->engine();
+    return true;
+}
+
+}  // namespace
+
+CudnnAttention::Case& CudnnAttention::case_for(DType type, int B, int T, int channels, int NH) {
+    auto& slot = cases_[{static_cast<int>(type), B, T, channels, NH}];
     if (slot) return *slot;
     slot = std::make_unique<Case>();
     Case& c = *slot;
-    const Shapes s{B, NH, T, C / NH, C};
+    const Shapes s{B, NH, T, channels / NH, channels};
     if (!handle_) {
         c.why = unavailable_;
         return c;
@@ -287,33 +340,33 @@ CudnnAttention::Case& CudnnAttention::case_for(DType type, int B, int T, int C, 
     c.why = cudnn_attention_refusal(cudnn_version(), gpu_properties().major, type, T,
                                     static_cast<int>(s.hs));
     if (!c.why.empty()) return c;
-    const cudnnDataType_t io = cudnn_type(type);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(s.hs));
-
-    c.forward = std::make_unique<CudnnGraph>(handle_);
-    c.f = describe_forward(*c.forward, s, io, scale);
-    c.backward = std::make_unique<CudnnGraph>(handle_);
-    c.b = describe_backward(*c.backward, s, io, scale);
-
-    std::string why;
-    if (!c.forward->build(why)) {
-        c.why = "cuDNN could not build the forward graph (" + why + ")";
-    } else if (!c.backward->build(why)) {
-        c.why = "cuDNN could not build the backward graph (" + why + ")";
-    } else {
-        c.supported = true;
+    std::string band_failure;
+    if (cudnn_version() >= 92100) {
+        if (build_case(c, handle_, s, type, MaskForm::band_operation)) {
+            c.supported = true;
+            return c;
+        }
+        band_failure = c.why;
     }
+    c.supported = build_case(c, handle_, s, type, MaskForm::pointwise);
+    if (c.supported && !band_failure.empty()) c.how += " (" + band_failure + ")";
     return c;
 }
 
-bool CudnnAttention::supports(DType type, int B, int T, int C, int NH, std::string* why) {
-    Case& c = case_for(type, B, T, C, NH);
+std::string CudnnAttention::describe(DType type, int B, int T, int channels, int NH) {
+    const Case& c = case_for(type, B, T, channels, NH);
+    return c.supported ? "cuDNN fused attention: " + c.how : "no cuDNN fused attention: " + c.why;
+}
+
+bool CudnnAttention::supports(DType type, int B, int T, int channels, int NH, std::string* why) {
+    Case& c = case_for(type, B, T, channels, NH);
     if (!c.supported && why) *why = c.why;
     return c.supported;
 }
 
-CudnnAttention::Case& CudnnAttention::supported_case(DType type, int B, int T, int C, int NH) {
-    Case& c = case_for(type, B, T, C, NH);
+CudnnAttention::Case& CudnnAttention::supported_case(DType type, int B, int T, int channels,
+                                                     int NH) {
+    Case& c = case_for(type, B, T, channels, NH);
     if (!c.supported) throw Error("internal: cuDNN attention used where it is not supported");
     return c;
 }
@@ -331,13 +384,14 @@ bool CudnnAttention::run(Case& c, CudnnGraph& graph, const char* which,
     return false;
 }
 
-bool CudnnAttention::forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int C, int NH,
+bool CudnnAttention::forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int channels, int NH,
                              cudaStream_t stream) {
     if (out.dtype != qkv.dtype)
         throw Error("internal: cuDNN attention with out and qkv of different types");
-    Case& c = supported_case(qkv.dtype, B, T, C, NH);
+    Case& c = supported_case(qkv.dtype, B, T, channels, NH);
     char* base = static_cast<char*>(const_cast<void*>(qkv.data));
-    const std::size_t plane = static_cast<std::size_t>(C) * size_of(qkv.dtype);  // q to k bytes
+    const std::size_t plane =
+        static_cast<std::size_t>(channels) * size_of(qkv.dtype);  // q to k bytes
     return run(c, *c.forward, "forward",
                {{c.f.q, base},
                 {c.f.k, base + plane},
@@ -348,13 +402,13 @@ bool CudnnAttention::forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, in
 }
 
 bool CudnnAttention::backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out, const float* lse,
-                              int B, int T, int C, int NH, cudaStream_t stream) {
+                              int B, int T, int channels, int NH, cudaStream_t stream) {
     if (dqkv.dtype != qkv.dtype || dout.dtype != qkv.dtype || out.dtype != qkv.dtype)
         throw Error("internal: cuDNN attention backward with tensors of different types");
-    Case& c = supported_case(qkv.dtype, B, T, C, NH);
+    Case& c = supported_case(qkv.dtype, B, T, channels, NH);
     char* base = static_cast<char*>(const_cast<void*>(qkv.data));
     char* grad = static_cast<char*>(dqkv.data);
-    const std::size_t plane = static_cast<std::size_t>(C) * size_of(qkv.dtype);
+    const std::size_t plane = static_cast<std::size_t>(channels) * size_of(qkv.dtype);
     return run(c, *c.backward, "backward",
                {{c.b.q, base},
                 {c.b.k, base + plane},

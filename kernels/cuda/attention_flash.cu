@@ -3,136 +3,23 @@
 // sizes it refuses, attention dropout, whose mask must be Trident's) and as the reference the
 // cuDNN path is tested against.
 //
-// The kernels are attention_kernels.cuh's, on this geometry: queries, keys and values are the
-// T rows of the packed qkv (B,T,3C), head h of row t at t*3C + h*hs (+C for k, +2C for v); key
-// j is visible to query i when j <= i; out and dout are (B,T,C), lse and the row dots
-// (B,NH,T). The dropout mask is the model's: element (b, head_begin + h, i, j) of
-// (B, heads_total, T, T), as in kernels/ops.h. Results are written in qkv's type.
-#include <cmath>
+// fp32 runs attention_kernels.cuh's kernels (fp32 arithmetic throughout, CUDA cores), on the
+// geometry of flash_geometry.cuh; bf16 and fp16 run the tensor-core kernels of
+// attention_mma.cu on the same geometry. Which kernels run depends on qkv's type alone, so a
+// rebuild of the statistics (attention_ops.h) runs the forward's. Results are written in qkv's
+// type.
+#include <type_traits>
 
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/attention_kernels.cuh"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/dropout.cuh"
-#include "kernels/cuda/elements.cuh"
+#include "kernels/cuda/flash_geometry.cuh"
 
 namespace trident::kernels::cuda {
 
 namespace {
 
-struct Geometry {
-    int B, T, C, NH, hs, heads_total, head_begin;
-    float scale, drop_prob, keep_scale;
-    uint64_t seed;
-    DType type;
-
-    __device__ int batches() const { return B; }
-    __device__ int heads() const { return NH; }
-    __device__ int query_rows() const { return T; }
-    __device__ int key_rows() const { return T; }
-    // Element offsets: q of head h of batch b at row 0 in qkv (B,T,3C); k is C further, v 2C.
-    __device__ std::size_t q_base(int b, int h) const {
-        return static_cast<std::size_t>(b) * T * 3 * C + static_cast<std::size_t>(h) * hs;
-    }
-    // Head h of batch b at row 0 in out or dout (B,T,C).
-    __device__ std::size_t out_base(int b, int h) const {
-        return static_cast<std::size_t>(b) * T * C + static_cast<std::size_t>(h) * hs;
-    }
-    __device__ Rows queries(const void* qkv, int b, int h) const {
-        return Rows{qkv, type, q_base(b, h), 3 * static_cast<std::size_t>(C), T, hs};
-    }
-    __device__ Rows keys(const void* qkv, int b, int h, int part) const {
-        return Rows{qkv,
-                    type,
-                    q_base(b, h) + static_cast<std::size_t>(1 + part) * C,
-                    3 * static_cast<std::size_t>(C),
-                    T,
-                    hs};
-    }
-    __device__ Rows outputs(const void* out, int b, int h) const {
-        return Rows{out, type, out_base(b, h), static_cast<std::size_t>(C), T, hs};
-    }
-    // Row i of head h of batch b in lse and the row dots (B,NH,T).
-    __device__ std::size_t stat(int b, int h, int i) const {
-        return (static_cast<std::size_t>(b) * NH + h) * T + i;
-    }
-    __device__ bool visible(int i, int j) const { return j <= i && i < T; }
-    __device__ int keys_seen(int end) const { return min(T, end); }
-    __device__ int first_query(int j0) const { return j0; }
-    // Dropout index of (b, h, i, 0) in the model's (B, heads_total, T, T).
-    __device__ uint64_t mask_row(int b, int h, int i) const {
-        return ((static_cast<uint64_t>(b) * heads_total + head_begin + h) * T + i) * T;
-    }
-    __device__ float dropout_factor(uint64_t index) const {
-        if (drop_prob == 0.0f) return 1.0f;
-        return dropout_kept(seed, index, drop_prob) ? keep_scale : 0.0f;
-    }
-
-    // dst[base + row * stride + d] += x over this thread's dims d, in qkv's type.
-    template <int Split>
-    __device__ void add_row(void* dst, std::size_t base, std::size_t stride, int row, int s,
-                            const float (&x)[kDimsPerThread]) const {
-#pragma unroll
-        for (int k = 0; k < kDimsPerThread; ++k) {
-            const int d = k * Split + s;
-            if (d < hs) {
-                const std::size_t i = base + row * stride + d;
-                store_from_float(dst, type, i, load_as_float(dst, type, i) + x[k]);
-            }
-        }
-    }
-    // Every query row sees itself, so l > 0.
-    template <int Split>
-    __device__ void write(void* out, float* lse, int b, int h, int i, int s,
-                          const float (&o)[kDimsPerThread], float m, float l) const {
-        if (i >= T) return;
-        if (out) {
-            const float inv = 1.0f / l;
-#pragma unroll
-            for (int k = 0; k < kDimsPerThread; ++k) {
-                const int d = k * Split + s;
-                if (d < hs)
-                    store_from_float(out, type,
-                                     out_base(b, h) + static_cast<std::size_t>(i) * C + d,
-                                     o[k] * inv);
-            }
-        }
-        if (s == 0) lse[stat(b, h, i)] = m + logf(l);
-    }
-    template <int Split>
-    __device__ void add_dq(void* dqkv, int b, int h, int i, int s,
-                           const float (&dq)[kDimsPerThread]) const {
-        add_row<Split>(dqkv, q_base(b, h), 3 * static_cast<std::size_t>(C), i, s, dq);
-    }
-    template <int Split>
-    __device__ void add_dkv(void* dqkv, int b, int h, int j, int s,
-                            const float (&dk)[kDimsPerThread],
-                            const float (&dv)[kDimsPerThread]) const {
-        const std::size_t stride = 3 * static_cast<std::size_t>(C);
-        add_row<Split>(dqkv, q_base(b, h) + C, stride, j, s, dk);
-        add_row<Split>(dqkv, q_base(b, h) + 2 * static_cast<std::size_t>(C), stride, j, s, dv);
-    }
-};
-
-template <typename E>
-Geometry geometry(int B, int T, int C, int NH, float drop_prob, uint64_t seed, int head_begin,
-                  int heads_total) {
-    const int hs = C / NH;
-    // A thread holds kDimsPerThread dims of a row and at most 4 threads share it: larger heads
-    // would lose their last dims. Start-up refuses such a model (cuda_ops.h); this guards the
-    // kernels themselves.
-    if (!flash_attention_supports(hs))
-        throw Error("the flash-attention kernels take head sizes 1 to " +
-                    std::to_string(kFlashMaxHeadSize) + ", not " + std::to_string(hs));
-    return Geometry{B,          T,
-                    C,          NH,
-                    hs,         heads_total,
-                    head_begin, 1.0f / std::sqrt(static_cast<float>(hs)),
-                    drop_prob,  1.0f / (1.0f - drop_prob),
-                    seed,       dtype_of<E>()};
-}
-
-dim3 blocks(const Geometry& g, int rows) {
+dim3 blocks(const FlashGeometry& g, int rows) {
     return dim3(static_cast<unsigned>((g.T + rows - 1) / rows), static_cast<unsigned>(g.NH),
                 static_cast<unsigned>(g.B));
 }
@@ -144,37 +31,48 @@ bool flash_attention_supports(int head_size) {
 }
 
 template <typename E>
-void flash_attention_forward(E* out, float* lse, const E* qkv, int B, int T, int C, int NH,
+void flash_attention_forward(E* out, float* lse, const E* qkv, int B, int T, int channels, int NH,
                              float drop_prob, uint64_t seed, int head_begin, int heads_total,
                              cudaStream_t stream) {
     if (B * T == 0) return;
-    const Geometry g = geometry<E>(B, T, C, NH, drop_prob, seed, head_begin, heads_total);
-    with_split(g.hs, [&](auto split) {
-        constexpr int Split = decltype(split)::value;
-        attention_forward_kernel<Split><<<blocks(g, kQueryRows), kQueryRows * Split, 0, stream>>>(
-            out, lse, qkv, qkv, g, out != nullptr);
-    });
-    TRIDENT_CUDA_CHECK_LAUNCH();
+    const FlashGeometry g =
+        flash_geometry<E>(B, T, channels, NH, drop_prob, seed, head_begin, heads_total);
+    if constexpr (std::is_same_v<E, float>) {
+        with_split(g.hs, [&](auto split) {
+            constexpr int Split = decltype(split)::value;
+            attention_forward_kernel<Split>
+                <<<blocks(g, kQueryRows), kQueryRows * Split, 0, stream>>>(out, lse, qkv, qkv, g,
+                                                                           out != nullptr);
+        });
+        TRIDENT_CUDA_CHECK_LAUNCH();
+    } else {
+        tensor_core_attention_forward(out, lse, qkv, g, stream);
+    }
 }
 
 template <typename E>
 void flash_attention_backward(E* dqkv, float* row_dot, const E* dout, const E* qkv, const E* out,
-                              const float* lse, int B, int T, int C, int NH, float drop_prob,
+                              const float* lse, int B, int T, int channels, int NH, float drop_prob,
                               uint64_t seed, int head_begin, int heads_total, cudaStream_t stream) {
     if (B * T == 0) return;
-    const Geometry g = geometry<E>(B, T, C, NH, drop_prob, seed, head_begin, heads_total);
+    const FlashGeometry g =
+        flash_geometry<E>(B, T, channels, NH, drop_prob, seed, head_begin, heads_total);
     const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
     attention_row_dot_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
         row_dot, dout, out, g);
     TRIDENT_CUDA_CHECK_LAUNCH();
-    with_split(g.hs, [&](auto split) {
-        constexpr int Split = decltype(split)::value;
-        attention_dkv_kernel<Split><<<blocks(g, kKeyRows), kKeyRows * Split, 0, stream>>>(
-            dqkv, row_dot, dout, qkv, qkv, lse, g);
-        attention_dq_kernel<Split><<<blocks(g, kQueryRows), kQueryRows * Split, 0, stream>>>(
-            dqkv, row_dot, dout, qkv, qkv, lse, g);
-    });
-    TRIDENT_CUDA_CHECK_LAUNCH();
+    if constexpr (std::is_same_v<E, float>) {
+        with_split(g.hs, [&](auto split) {
+            constexpr int Split = decltype(split)::value;
+            attention_dkv_kernel<Split><<<blocks(g, kKeyRows), kKeyRows * Split, 0, stream>>>(
+                dqkv, row_dot, dout, qkv, qkv, lse, g);
+            attention_dq_kernel<Split><<<blocks(g, kQueryRows), kQueryRows * Split, 0, stream>>>(
+                dqkv, row_dot, dout, qkv, qkv, lse, g);
+        });
+        TRIDENT_CUDA_CHECK_LAUNCH();
+    } else {
+        tensor_core_attention_backward(dqkv, row_dot, dout, qkv, lse, g, stream);
+    }
 }
 
 #define TRIDENT_INSTANTIATE(E)                                                                   \

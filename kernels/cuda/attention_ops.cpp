@@ -22,13 +22,13 @@ namespace {
 std::string describe(const AttentionShape& s) {
     char text[160];
     std::snprintf(text, sizeof(text), "B %d, T %d, %d heads of %d, %s, %s", s.B, s.T, s.NH,
-                  s.NH > 0 ? s.C / s.NH : 0, name_of(s.type),
+                  s.NH > 0 ? s.channels / s.NH : 0, name_of(s.type),
                   s.drop_prob > 0 ? "with attention dropout" : "without dropout");
     return text;
 }
 
 std::size_t elements(const AttentionShape& s) {
-    return static_cast<std::size_t>(s.B) * s.T * s.C;
+    return static_cast<std::size_t>(s.B) * s.T * s.channels;
 }
 
 // out = in rounded to out's type (or widened), types known at run time.
@@ -61,15 +61,15 @@ AttentionOps::AttentionOps(DeviceAllocator& allocator, cudaStream_t stream)
 
 AttentionOps::Choice& AttentionOps::choose(const AttentionShape& shape, bool announce) {
     const auto key = std::make_tuple(static_cast<int>(shape.type), shape.drop_prob > 0.0f, shape.B,
-                                     shape.T, shape.C, shape.NH);
+                                     shape.T, shape.channels, shape.NH);
     const auto known = choices_.find(key);
     if (known != choices_.end()) return known->second;
     Choice choice{Path::cudnn, ""};
     if (shape.drop_prob > 0.0f)
         choice = {Path::flash, "cuDNN's dropout mask is not the model's"};
-    else if (!cudnn_.supports(shape.type, shape.B, shape.T, shape.C, shape.NH, &choice.why))
+    else if (!cudnn_.supports(shape.type, shape.B, shape.T, shape.channels, shape.NH, &choice.why))
         choice.path = Path::flash;
-    if (choice.path == Path::flash && !flash_attention_supports(shape.C / shape.NH))
+    if (choice.path == Path::flash && !flash_attention_supports(shape.channels / shape.NH))
         choice.path = Path::none;
     Choice& kept = choices_.emplace(key, choice).first->second;
     if (announce && kept.path != Path::none)
@@ -90,8 +90,8 @@ AttentionOps::Path AttentionOps::path(const AttentionShape& shape) {
 
 void AttentionOps::leave_cudnn(const AttentionShape& shape) {
     Choice& choice = choose(shape, false);
-    cudnn_.supports(shape.type, shape.B, shape.T, shape.C, shape.NH, &choice.why);
-    choice.path = flash_attention_supports(shape.C / shape.NH) ? Path::flash : Path::none;
+    cudnn_.supports(shape.type, shape.B, shape.T, shape.channels, shape.NH, &choice.why);
+    choice.path = flash_attention_supports(shape.channels / shape.NH) ? Path::flash : Path::none;
     const std::string said = describe(shape, choice);
     if (choice.path == Path::none) throw Error(said);
     std::fprintf(stderr, "trident: %s from now on\n", said.c_str());
@@ -105,11 +105,12 @@ bool AttentionOps::try_cudnn(const AttentionShape& s) {
     // Finite values, not zeros: every byte 0x3C (0.0115 in bf16, 1.06 in fp16).
     TRIDENT_CUDA_CHECK(cudaMemsetAsync(qkv.data(), 0x3C, 3 * n * width, stream_));
     TRIDENT_CUDA_CHECK(cudaMemsetAsync(dout.data(), 0x3C, n * width, stream_));
-    const bool ran = cudnn_.forward(Ptr(out.data(), s.type), lse.floats(),
-                                    ConstPtr(qkv.data(), s.type), s.B, s.T, s.C, s.NH, stream_) &&
-                     cudnn_.backward(Ptr(grad.data(), s.type), ConstPtr(dout.data(), s.type),
-                                     ConstPtr(qkv.data(), s.type), ConstPtr(out.data(), s.type),
-                                     lse.floats(), s.B, s.T, s.C, s.NH, stream_);
+    const bool ran =
+        cudnn_.forward(Ptr(out.data(), s.type), lse.floats(), ConstPtr(qkv.data(), s.type), s.B,
+                       s.T, s.channels, s.NH, stream_) &&
+        cudnn_.backward(Ptr(grad.data(), s.type), ConstPtr(dout.data(), s.type),
+                        ConstPtr(qkv.data(), s.type), ConstPtr(out.data(), s.type), lse.floats(),
+                        s.B, s.T, s.channels, s.NH, stream_);
     synchronize();  // a fault inside the run throws here, at start-up
     return ran;
 }
@@ -122,8 +123,8 @@ std::string AttentionOps::prepare(const AttentionShape& shape) {
         s.drop_prob = drop_prob;
         Choice& choice = choose(s, false);
         if (choice.path == Path::cudnn && !try_cudnn(s)) {
-            cudnn_.supports(s.type, s.B, s.T, s.C, s.NH, &choice.why);
-            choice.path = flash_attention_supports(s.C / s.NH) ? Path::flash : Path::none;
+            cudnn_.supports(s.type, s.B, s.T, s.channels, s.NH, &choice.why);
+            choice.path = flash_attention_supports(s.channels / s.NH) ? Path::flash : Path::none;
         }
         const std::string line = describe(s, choice);
         if (choice.path == Path::none) throw Error(line);
@@ -136,56 +137,60 @@ std::string AttentionOps::prepare(const AttentionShape& shape) {
 // ---- the ops -------------------------------------------------------------------------------
 
 bool AttentionOps::cudnn_forward(Ptr out, float* lse, ConstPtr qkv, const AttentionShape& s) {
-    if (out.dtype == qkv.dtype) return cudnn_.forward(out, lse, qkv, s.B, s.T, s.C, s.NH, stream_);
+    if (out.dtype == qkv.dtype)
+        return cudnn_.forward(out, lse, qkv, s.B, s.T, s.channels, s.NH, stream_);
     // cuDNN writes qkv's type; the output is rounded into out's from there.
     const Scratch o(allocator_, elements(s) * size_of(qkv.dtype));
-    if (!cudnn_.forward(Ptr(o.data(), qkv.dtype), lse, qkv, s.B, s.T, s.C, s.NH, stream_))
+    if (!cudnn_.forward(Ptr(o.data(), qkv.dtype), lse, qkv, s.B, s.T, s.channels, s.NH, stream_))
         return false;
     convert_into(out, ConstPtr(o.data(), qkv.dtype), elements(s), stream_);
     return true;
 }
 
-// out null: the statistics alone.
-void AttentionOps::flash_forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int C, int NH,
-                                 float drop_prob, uint64_t seed, int head_begin, int heads_total) {
-    const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
+// out null: the statistics alone. The kernels are those of qkv's type (flash_geometry.cuh:
+// tensor cores for 16-bit, fp32 arithmetic for fp32) whatever out's type, so that rebuild,
+// which has no out, runs the forward's: an output of another type is rounded into from qkv's.
+void AttentionOps::flash_forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int channels,
+                                 int NH, float drop_prob, uint64_t seed, int head_begin,
+                                 int heads_total) {
+    const std::size_t BTC = static_cast<std::size_t>(B) * T * channels;
     if (out && out.dtype != qkv.dtype) {
-        Fp32Views v(DeviceScratch(allocator_, stream_));
-        flash_attention_forward(v.out(out, BTC), lse, v.in(qkv, 3 * BTC), B, T, C, NH, drop_prob,
-                                seed, head_begin, heads_total, stream_);
-        v.commit();
+        const Scratch o(allocator_, BTC * size_of(qkv.dtype));
+        flash_forward(Ptr(o.data(), qkv.dtype), lse, qkv, B, T, channels, NH, drop_prob, seed,
+                      head_begin, heads_total);
+        convert_into(out, ConstPtr(o.data(), qkv.dtype), BTC, stream_);
         return;
     }
     dispatch(qkv.dtype, [&](auto e) {
         using E = decltype(e);
-        flash_attention_forward(as<E>(out), lse, as<E>(qkv), B, T, C, NH, drop_prob, seed,
+        flash_attention_forward(as<E>(out), lse, as<E>(qkv), B, T, channels, NH, drop_prob, seed,
                                 head_begin, heads_total, stream_);
     });
 }
 
-void AttentionOps::forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int C, int NH,
+void AttentionOps::forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int channels, int NH,
                            float drop_prob, uint64_t seed, int head_begin, int heads_total) {
-    const AttentionShape shape{B, T, C, NH, qkv.dtype, drop_prob};
+    const AttentionShape shape{B, T, channels, NH, qkv.dtype, drop_prob};
     if (path(shape) == Path::cudnn) {
         if (cudnn_forward(out, lse, qkv, shape)) return;
         leave_cudnn(shape);
     }
-    flash_forward(out, lse, qkv, B, T, C, NH, drop_prob, seed, head_begin, heads_total);
+    flash_forward(out, lse, qkv, B, T, channels, NH, drop_prob, seed, head_begin, heads_total);
 }
 
 // The forward's kernels where the types allow; with mixed types the flash kernels, whose
 // backward takes cuDNN's statistics as well (attention.h).
 void AttentionOps::backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out, const float* lse,
-                            int B, int T, int C, int NH, float drop_prob, uint64_t seed,
+                            int B, int T, int channels, int NH, float drop_prob, uint64_t seed,
                             int head_begin, int heads_total) {
-    const AttentionShape shape{B, T, C, NH, qkv.dtype, drop_prob};
+    const AttentionShape shape{B, T, channels, NH, qkv.dtype, drop_prob};
     const std::size_t BTC = elements(shape);
     const bool one_type =
         dqkv.dtype == qkv.dtype && dout.dtype == qkv.dtype && out.dtype == qkv.dtype;
     if (one_type && path(shape) == Path::cudnn) {
         // cuDNN overwrites its gradient: into scratch, then added (ops.h's +=).
         const Scratch grad(allocator_, 3 * BTC * size_of(qkv.dtype));
-        if (cudnn_.backward(Ptr(grad.data(), qkv.dtype), dout, qkv, out, lse, B, T, C, NH,
+        if (cudnn_.backward(Ptr(grad.data(), qkv.dtype), dout, qkv, out, lse, B, T, channels, NH,
                             stream_)) {
             dispatch(qkv.dtype, [&](auto e) {
                 using E = decltype(e);
@@ -200,31 +205,32 @@ void AttentionOps::backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out,
     if (!one_type) {
         Fp32Views v(DeviceScratch(allocator_, stream_));
         flash_attention_backward(v.inout(dqkv, 3 * BTC), row_dot.floats(), v.in(dout, BTC),
-                                 v.in(qkv, 3 * BTC), v.in(out, BTC), lse, B, T, C, NH, drop_prob,
-                                 seed, head_begin, heads_total, stream_);
+                                 v.in(qkv, 3 * BTC), v.in(out, BTC), lse, B, T, channels, NH,
+                                 drop_prob, seed, head_begin, heads_total, stream_);
         v.commit();
         return;
     }
     dispatch(qkv.dtype, [&](auto e) {
         using E = decltype(e);
         flash_attention_backward(as<E>(dqkv), row_dot.floats(), as<E>(dout), as<E>(qkv), as<E>(out),
-                                 lse, B, T, C, NH, drop_prob, seed, head_begin, heads_total,
+                                 lse, B, T, channels, NH, drop_prob, seed, head_begin, heads_total,
                                  stream_);
     });
 }
 
 // The statistics again, by the kernels of the forward (the same shape and drop_prob give the
-// same path): cuDNN's has no statistics-only form, so its output goes to scratch. The flash
-// kernels' statistics do not depend on the element type they read (all arithmetic is fp32 on
-// exactly widened values), so a forward through fp32 views rebuilds alike.
-void AttentionOps::rebuild(float* lse, ConstPtr qkv, int B, int T, int C, int NH, float drop_prob) {
-    const AttentionShape shape{B, T, C, NH, qkv.dtype, drop_prob};
+// same path): cuDNN's has no statistics-only form, so its output goes to scratch; the flash
+// kernels are chosen by qkv's type alone (flash_forward).
+void AttentionOps::rebuild(float* lse, ConstPtr qkv, int B, int T, int channels, int NH,
+                           float drop_prob) {
+    const AttentionShape shape{B, T, channels, NH, qkv.dtype, drop_prob};
     if (path(shape) == Path::cudnn) {
         const Scratch out(allocator_, elements(shape) * size_of(qkv.dtype));
-        if (cudnn_.forward(Ptr(out.data(), qkv.dtype), lse, qkv, B, T, C, NH, stream_)) return;
+        if (cudnn_.forward(Ptr(out.data(), qkv.dtype), lse, qkv, B, T, channels, NH, stream_))
+            return;
         leave_cudnn(shape);
     }
-    flash_forward(Ptr(), lse, qkv, B, T, C, NH, 0.0f, 0, 0, NH);
+    flash_forward(Ptr(), lse, qkv, B, T, channels, NH, 0.0f, 0, 0, NH);
 }
 
 }  // namespace trident::kernels::cuda

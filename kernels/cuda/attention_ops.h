@@ -36,12 +36,12 @@ public:
     AttentionOps(const AttentionOps&) = delete;
     AttentionOps& operator=(const AttentionOps&) = delete;
 
-    void forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int C, int NH, float drop_prob,
-                 uint64_t seed, int head_begin, int heads_total);
+    void forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int channels, int NH,
+                 float drop_prob, uint64_t seed, int head_begin, int heads_total);
     void backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out, const float* lse, int B,
-                  int T, int C, int NH, float drop_prob, uint64_t seed, int head_begin,
+                  int T, int channels, int NH, float drop_prob, uint64_t seed, int head_begin,
                   int heads_total);
-    void rebuild(float* lse, ConstPtr qkv, int B, int T, int C, int NH, float drop_prob);
+    void rebuild(float* lse, ConstPtr qkv, int B, int T, int channels, int NH, float drop_prob);
 
     // Decides the kernels of `shape` now (cuDNN's tried on it), and returns a line for the
     // log. Throws trident::Error naming the cause when no kernel can run it.
@@ -64,13 +64,13 @@ private:
     // Runs cuDNN's forward and backward graphs once on the shape; false when either fails.
     bool try_cudnn(const AttentionShape& shape);
     bool cudnn_forward(Ptr out, float* lse, ConstPtr qkv, const AttentionShape& shape);
-    void flash_forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int C, int NH,
+    void flash_forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int channels, int NH,
                        float drop_prob, uint64_t seed, int head_begin, int heads_total);
 
     DeviceAllocator& allocator_;
     cudaStream_t stream_;
     CudnnAttention cudnn_;
-    // By (type, dropout or not, B, T, C, NH).
+    // By (type, dropout or not, B, T, channels, NH).
     std::map<std::tuple<int, bool, int, int, int, int>, Choice> choices_;
 };
 

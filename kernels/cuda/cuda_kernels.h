@@ -56,32 +56,32 @@ void cached_attention_forward(float* out, float* k_cache, float* v_cache, const 
 // ---- layer norm, eps 1e-5 (layernorm.cu) --------------------------------------------------
 template <typename E>
 void layernorm_forward(E* out, float* mean, float* rstd, const E* inp, const E* weight,
-                       const E* bias, int N, int C, cudaStream_t stream);
-// The residual add before a LayerNorm in one pass: residual (N,C) = a + b (rounded to E), out =
-// LayerNorm(residual); bit for bit residual_forward then layernorm_forward.
+                       const E* bias, int N, int channels, cudaStream_t stream);
+// The residual add before a LayerNorm in one pass: residual (N,channels) = a + b (rounded to E),
+// out = LayerNorm(residual); bit for bit residual_forward then layernorm_forward.
 template <typename E>
 void residual_layernorm_forward(E* residual, E* out, float* mean, float* rstd, const E* a,
-                                const E* b, const E* weight, const E* bias, int N, int C,
+                                const E* b, const E* weight, const E* bias, int N, int channels,
                                 cudaStream_t stream);
-// dinp (N,C) +=, dweight, dbias (C) += (of any type: parameter gradients may be fp32);
-// `scratch` holds layernorm_backward_scratch(N, C) floats.
+// dinp (N,channels) +=, dweight, dbias (channels) += (of any type: parameter gradients may be
+// fp32); `scratch` holds layernorm_backward_scratch(N, channels) floats.
 template <typename E>
 void layernorm_backward(E* dinp, Ptr dweight, Ptr dbias, float* scratch, const E* dout,
                         const E* inp, const E* weight, const float* mean, const float* rstd, int N,
-                        int C, cudaStream_t stream);
-std::size_t layernorm_backward_scratch(int N, int C);
+                        int channels, cudaStream_t stream);
+std::size_t layernorm_backward_scratch(int N, int channels);
 
 // ---- Llama's layer: RMSNorm (rmsnorm.cu), rotary positions (rotary.cu), SwiGLU (swiglu.cu) --
-// rstd (N) fp32 = 1 / sqrt(mean_c(inp^2) + eps); out (N,C) = inp * rstd * weight.
+// rstd (N) fp32 = 1 / sqrt(mean_c(inp^2) + eps); out (N,channels) = inp * rstd * weight.
 template <typename E>
-void rmsnorm_forward(E* out, float* rstd, const E* inp, const E* weight, int N, int C, float eps,
-                     cudaStream_t stream);
-// dinp (N,C) += unless null, dweight (C, any type: parameter gradients may be fp32) += unless
-// null; `scratch` holds rmsnorm_backward_scratch(N, C) floats.
+void rmsnorm_forward(E* out, float* rstd, const E* inp, const E* weight, int N, int channels,
+                     float eps, cudaStream_t stream);
+// dinp (N,channels) += unless null, dweight (channels, any type: parameter gradients may be fp32)
+// += unless null; `scratch` holds rmsnorm_backward_scratch(N, channels) floats.
 template <typename E>
 void rmsnorm_backward(E* dinp, Ptr dweight, float* scratch, const E* dout, const E* inp,
-                      const E* weight, const float* rstd, int N, int C, cudaStream_t stream);
-std::size_t rmsnorm_backward_scratch(int N, int C);
+                      const E* weight, const float* rstd, int N, int channels, cudaStream_t stream);
+std::size_t rmsnorm_backward_scratch(int N, int channels);
 // out (B,T,3·NH·hs) from qkv (B,T,(NH + 2·KVH)·hs); positions (T, device) or null (kernels/ops.h,
 // rotary_qkv_forward).
 template <typename E>
@@ -107,7 +107,7 @@ std::size_t bias_grad_scratch(int N, int OC);
 // ---- embedding (embedding.cu) --------------------------------------------------------------
 template <typename E>
 void embedding_forward(E* out, const int32_t* tokens, const E* wte, const E* wpe, int B, int T,
-                       int C, int vocab_begin, int vocab_local, const int32_t* positions,
+                       int channels, int vocab_begin, int vocab_local, const int32_t* positions,
                        cudaStream_t stream);
 // The scatter into dwte is a reduction wherever a token repeats: the positions sorted by
 // token, one block per token sums that token's rows in position order and adds the sum once:
@@ -115,7 +115,7 @@ void embedding_forward(E* out, const int32_t* tokens, const E* wte, const E* wpe
 // holds embedding_backward_scratch(B*T, vocab_local) bytes, 256-byte aligned.
 template <typename E>
 void embedding_backward(Ptr dwte, Ptr dwpe, void* scratch, const E* dout, const int32_t* tokens,
-                        int B, int T, int C, int vocab_begin, int vocab_local,
+                        int B, int T, int channels, int vocab_begin, int vocab_local,
                         const int32_t* positions, cudaStream_t stream);
 std::size_t embedding_backward_scratch(int N, int vocab_local);
 

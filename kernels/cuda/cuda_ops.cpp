@@ -134,80 +134,84 @@ public:
 
     // ---- embedding ------------------------------------------------------------------------
     void embedding_forward(Ptr out, const int32_t* tokens, ConstPtr wte, ConstPtr wpe, int B, int T,
-                           int C, int vocab_begin, int vocab_local, const int32_t* positions,
+                           int channels, int vocab_begin, int vocab_local, const int32_t* positions,
                            int wpe_rows) override {
         if (all_of_type(out.dtype, {wte, wpe})) {
             dispatch(out.dtype, [&](auto e) {
                 using E = decltype(e);
-                cuda::embedding_forward(as<E>(out), tokens, as<E>(wte), as<E>(wpe), B, T, C,
+                cuda::embedding_forward(as<E>(out), tokens, as<E>(wte), as<E>(wpe), B, T, channels,
                                         vocab_begin, vocab_local, positions, stream_);
             });
             return;
         }
         auto v = views();
-        const std::size_t NC = static_cast<std::size_t>(B) * T * C;
-        cuda::embedding_forward(v.out(out, NC), tokens, v.in(wte, std::size_t(vocab_local) * C),
-                                v.in(wpe, std::size_t(wpe_rows) * C), B, T, C, vocab_begin,
-                                vocab_local, positions, stream_);
+        const std::size_t NC = static_cast<std::size_t>(B) * T * channels;
+        cuda::embedding_forward(v.out(out, NC), tokens,
+                                v.in(wte, std::size_t(vocab_local) * channels),
+                                v.in(wpe, std::size_t(wpe_rows) * channels), B, T, channels,
+                                vocab_begin, vocab_local, positions, stream_);
         v.commit();
     }
     void embedding_backward(Ptr dwte, Ptr dwpe, ConstPtr dout, const int32_t* tokens, int B, int T,
-                            int C, int vocab_begin, int vocab_local, const int32_t* positions,
-                            int) override {
+                            int channels, int vocab_begin, int vocab_local,
+                            const int32_t* positions, int) override {
         // The gradients may be of any type; the kernel converts as it adds.
         const Scratch scratch(allocator_, cuda::embedding_backward_scratch(B * T, vocab_local));
         dispatch(dout.dtype, [&](auto e) {
             using E = decltype(e);
-            cuda::embedding_backward(dwte, dwpe, scratch.data(), as<E>(dout), tokens, B, T, C,
-                                     vocab_begin, vocab_local, positions, stream_);
+            cuda::embedding_backward(dwte, dwpe, scratch.data(), as<E>(dout), tokens, B, T,
+                                     channels, vocab_begin, vocab_local, positions, stream_);
         });
     }
 
     // ---- layer norm ---------------------------------------------------------------------------
     void layernorm_forward(Ptr out, float* mean, float* rstd, ConstPtr inp, ConstPtr weight,
-                           ConstPtr bias, int N, int C) override {
+                           ConstPtr bias, int N, int channels) override {
         if (all_of_type(inp.dtype, {out, weight, bias})) {
             dispatch(inp.dtype, [&](auto e) {
                 using E = decltype(e);
                 cuda::layernorm_forward(as<E>(out), mean, rstd, as<E>(inp), as<E>(weight),
-                                        as<E>(bias), N, C, stream_);
+                                        as<E>(bias), N, channels, stream_);
             });
             return;
         }
         auto v = views();
-        const std::size_t NC = static_cast<std::size_t>(N) * C;
-        cuda::layernorm_forward(v.out(out, NC), mean, rstd, v.in(inp, NC), v.in(weight, C),
-                                v.in(bias, C), N, C, stream_);
+        const std::size_t NC = static_cast<std::size_t>(N) * channels;
+        cuda::layernorm_forward(v.out(out, NC), mean, rstd, v.in(inp, NC), v.in(weight, channels),
+                                v.in(bias, channels), N, channels, stream_);
         v.commit();
     }
     void layernorm_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
                             ConstPtr weight, const float* mean, const float* rstd, int N,
-                            int C) override {
-        const Scratch scratch(allocator_, cuda::layernorm_backward_scratch(N, C) * sizeof(float));
+                            int channels) override {
+        const Scratch scratch(allocator_,
+                              cuda::layernorm_backward_scratch(N, channels) * sizeof(float));
         if (all_of_type(inp.dtype, {dinp, dout, weight})) {
             dispatch(inp.dtype, [&](auto e) {
                 using E = decltype(e);
                 cuda::layernorm_backward(as<E>(dinp), dweight, dbias, scratch.floats(), as<E>(dout),
-                                         as<E>(inp), as<E>(weight), mean, rstd, N, C, stream_);
+                                         as<E>(inp), as<E>(weight), mean, rstd, N, channels,
+                                         stream_);
             });
             return;
         }
         auto v = views();
-        const std::size_t NC = static_cast<std::size_t>(N) * C;
-        cuda::layernorm_backward(v.inout(dinp, NC), v.inout(dweight, C), v.inout(dbias, C),
-                                 scratch.floats(), v.in(dout, NC), v.in(inp, NC), v.in(weight, C),
-                                 mean, rstd, N, C, stream_);
+        const std::size_t NC = static_cast<std::size_t>(N) * channels;
+        cuda::layernorm_backward(v.inout(dinp, NC), v.inout(dweight, channels),
+                                 v.inout(dbias, channels), scratch.floats(), v.in(dout, NC),
+                                 v.in(inp, NC), v.in(weight, channels), mean, rstd, N, channels,
+                                 stream_);
         v.commit();
     }
 
     // ---- Llama's layer (llama_ops.h) -----------------------------------------------------
-    void rmsnorm_forward(Ptr out, float* rstd, ConstPtr inp, ConstPtr weight, int N, int C,
+    void rmsnorm_forward(Ptr out, float* rstd, ConstPtr inp, ConstPtr weight, int N, int channels,
                          float eps) override {
-        llama_.rmsnorm_forward(out, rstd, inp, weight, N, C, eps);
+        llama_.rmsnorm_forward(out, rstd, inp, weight, N, channels, eps);
     }
     void rmsnorm_backward(Ptr dinp, Ptr dweight, ConstPtr dout, ConstPtr inp, ConstPtr weight,
-                          const float* rstd, int N, int C) override {
-        llama_.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, C);
+                          const float* rstd, int N, int channels) override {
+        llama_.rmsnorm_backward(dinp, dweight, dout, inp, weight, rstd, N, channels);
     }
     void rotary_qkv_forward(Ptr out, ConstPtr qkv, int B, int T, int NH, int KVH, int hs,
                             float theta, const int32_t* positions) override {
@@ -225,34 +229,39 @@ public:
     }
 
     // ---- linear ---------------------------------------------------------------------------------
-    void matmul_forward(Ptr out, ConstPtr inp, ConstPtr weight, ConstPtr bias, int N, int C,
+    void matmul_forward(Ptr out, ConstPtr inp, ConstPtr weight, ConstPtr bias, int N, int channels,
                         int OC) override {
-        // out (N,OC) = inp (N,C) @ weight^T, weight stored (OC,C), plus the bias in the epilogue.
+        // out (N,OC) = inp (N,channels) @ weight^T, weight stored (OC,channels), plus the bias in
+        // the epilogue.
         if (inp.dtype == weight.dtype && cuda::Gemm::supports(inp.dtype, out.dtype) &&
             all_of_type(out.dtype, {bias})) {
-            product(out, inp, false, weight, true, N, OC, C, 0.0f, bias);
+            product(out, inp, false, weight, true, N, OC, channels, 0.0f, bias);
             return;
         }
         auto v = views();
-        product(v.out(out, std::size_t(N) * OC), v.in(inp, std::size_t(N) * C), false,
-                v.in(weight, std::size_t(OC) * C), true, N, OC, C, 0.0f, v.in(bias, OC));
+        product(v.out(out, std::size_t(N) * OC), v.in(inp, std::size_t(N) * channels), false,
+                v.in(weight, std::size_t(OC) * channels), true, N, OC, channels, 0.0f,
+                v.in(bias, OC));
         v.commit();
     }
     void matmul_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
-                         ConstPtr weight, int N, int C, int OC) override {
+                         ConstPtr weight, int N, int channels, int OC) override {
         const DType ab = dout.dtype;
         const bool direct = inp.dtype == dout.dtype && weight.dtype == dout.dtype &&
                             (!dweight || cuda::Gemm::supports(ab, dweight.dtype)) &&
                             (!dinp || cuda::Gemm::supports(ab, dinp.dtype));
         auto v = views();
-        const Ptr dinp_ = direct ? dinp : Ptr(v.inout(dinp, std::size_t(N) * C));
-        const Ptr dweight_ = direct ? dweight : Ptr(v.inout(dweight, std::size_t(OC) * C));
+        const Ptr dinp_ = direct ? dinp : Ptr(v.inout(dinp, std::size_t(N) * channels));
+        const Ptr dweight_ = direct ? dweight : Ptr(v.inout(dweight, std::size_t(OC) * channels));
         const ConstPtr dout_ = direct ? dout : ConstPtr(v.in(dout, std::size_t(N) * OC));
-        const ConstPtr inp_ = direct ? inp : ConstPtr(v.in(inp, std::size_t(N) * C));
-        const ConstPtr weight_ = direct ? weight : ConstPtr(v.in(weight, std::size_t(OC) * C));
-        // dinp (N,C) += dout (N,OC) @ weight (OC,C); dweight (OC,C) += dout^T @ inp (N,C).
-        if (dinp_) product(dinp_, dout_, false, weight_, false, N, C, OC, 1.0f, ConstPtr());
-        if (dweight_) product(dweight_, dout_, true, inp_, false, OC, C, N, 1.0f, ConstPtr());
+        const ConstPtr inp_ = direct ? inp : ConstPtr(v.in(inp, std::size_t(N) * channels));
+        const ConstPtr weight_ =
+            direct ? weight : ConstPtr(v.in(weight, std::size_t(OC) * channels));
+        // dinp (N,channels) += dout (N,OC) @ weight (OC,channels); dweight (OC,channels) += dout^T
+        // @ inp (N,channels).
+        if (dinp_) product(dinp_, dout_, false, weight_, false, N, channels, OC, 1.0f, ConstPtr());
+        if (dweight_)
+            product(dweight_, dout_, true, inp_, false, OC, channels, N, 1.0f, ConstPtr());
         if (dbias) {
             const Scratch scratch(allocator_, cuda::bias_grad_scratch(N, OC) * sizeof(float));
             dispatch(dout.dtype, [&](auto e) {
@@ -281,21 +290,21 @@ public:
     AttentionSaved attention_saved(int B, int NH, int T, DType) const override {
         return {static_cast<std::size_t>(B) * NH * T, DType::f32};
     }
-    void attention_forward(Ptr out, Ptr saved, ConstPtr qkv, int B, int T, int C, int NH,
+    void attention_forward(Ptr out, Ptr saved, ConstPtr qkv, int B, int T, int channels, int NH,
                            float drop_prob, uint64_t seed, int head_begin,
                            int heads_total) override {
-        attention_.forward(out, saved.f32(), qkv, B, T, C, NH, drop_prob, seed, head_begin,
+        attention_.forward(out, saved.f32(), qkv, B, T, channels, NH, drop_prob, seed, head_begin,
                            heads_total);
     }
     void attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out, ConstPtr saved,
-                            int B, int T, int C, int NH, float drop_prob, uint64_t seed,
+                            int B, int T, int channels, int NH, float drop_prob, uint64_t seed,
                             int head_begin, int heads_total) override {
-        attention_.backward(dqkv, dout, qkv, out, saved.f32(), B, T, C, NH, drop_prob, seed,
+        attention_.backward(dqkv, dout, qkv, out, saved.f32(), B, T, channels, NH, drop_prob, seed,
                             head_begin, heads_total);
     }
-    void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int C, int NH,
+    void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int channels, int NH,
                            float drop_prob) override {
-        attention_.rebuild(saved.f32(), qkv, B, T, C, NH, drop_prob);
+        attention_.rebuild(saved.f32(), qkv, B, T, channels, NH, drop_prob);
     }
     cuda::AttentionOps& attention() { return attention_; }
 
@@ -320,15 +329,17 @@ public:
             return;
         }
         auto v = views();
-        const std::size_t q_elements = 3 * static_cast<std::size_t>(k.B) * k.q_rows * k.C;
+        const std::size_t q_elements = 3 * static_cast<std::size_t>(k.B) * k.q_rows * k.channels;
         const float* q = v.in(qkv, q_elements);
         cuda::attention_block_forward(
-            out, lse, q, v.in(kv, 2 * static_cast<std::size_t>(k.B) * k.kv_rows * k.C), k, stream_);
+            out, lse, q, v.in(kv, 2 * static_cast<std::size_t>(k.B) * k.kv_rows * k.channels), k,
+            stream_);
     }
     void attention_merge(float* out, float* lse, const float* block_out, const float* block_lse,
-                         int B, int rows, int C, int NH, int row_begin, int row_count) override {
-        cuda::attention_merge(out, lse, block_out, block_lse, B, rows, C, NH, row_begin, row_count,
-                              stream_);
+                         int B, int rows, int channels, int NH, int row_begin,
+                         int row_count) override {
+        cuda::attention_merge(out, lse, block_out, block_lse, B, rows, channels, NH, row_begin,
+                              row_count, stream_);
     }
     void attention_block_backward(float* dq, float* dkv, ConstPtr dout, ConstPtr qkv, ConstPtr kv,
                                   ConstPtr out, const float* lse,
@@ -344,10 +355,10 @@ public:
             return;
         }
         auto v = views();
-        const std::size_t rows_c = static_cast<std::size_t>(k.B) * k.q_rows * k.C;
+        const std::size_t rows_c = static_cast<std::size_t>(k.B) * k.q_rows * k.channels;
         const float* d = v.in(dout, rows_c);
         const float* q = v.in(qkv, 3 * rows_c);
-        const float* kvs = v.in(kv, 2 * static_cast<std::size_t>(k.B) * k.kv_rows * k.C);
+        const float* kvs = v.in(kv, 2 * static_cast<std::size_t>(k.B) * k.kv_rows * k.channels);
         cuda::attention_block_backward(dq, dkv, row_dot.floats(), d, q, kvs, v.in(out, rows_c), lse,
                                        k, stream_);
     }

@@ -17,10 +17,10 @@ namespace trident::kernels {
 // keeps them in true fp32, as the CPU backend computes them.
 std::unique_ptr<Ops> make_cuda_ops(bool tf32);
 
-// The attention a model computes: B sequences of T rows, NH heads of C/NH elements each (this
-// rank's share under tensor parallelism), activations of `type`, attention dropout drop_prob.
+// The attention a model computes: B sequences of T rows, NH heads of channels/NH elements each
+// (this rank's share under tensor parallelism), activations of `type`, attention dropout drop_prob.
 struct AttentionShape {
-    int B, T, C, NH;
+    int B, T, channels, NH;
     DType type;
     float drop_prob;
 };

@@ -32,6 +32,25 @@ constexpr cudnnBackendAttributeName_t kGraphHandle = CUDNN_ATTR_OPERATIONGRAPH_H
 constexpr cudnnBackendAttributeName_t kPlanHandle = CUDNN_ATTR_EXECUTION_PLAN_HANDLE;
 #pragma GCC diagnostic pop
 
+// The diagonal-band mask operation and its attributes, in the cuDNN headers from 9.20 on; the
+// values of those headers where an older one is compiled against (a newer library may still
+// be loaded at run time, and takes them).
+#if CUDNN_VERSION >= 92000
+constexpr cudnnBackendDescriptorType_t kBandMask =
+    CUDNN_BACKEND_OPERATION_DIAGONAL_BAND_MASK_DESCRIPTOR;
+constexpr cudnnBackendAttributeName_t kBandMaskX = CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_XDESC;
+constexpr cudnnBackendAttributeName_t kBandMaskFill = CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_BDESC;
+constexpr cudnnBackendAttributeName_t kBandMaskY = CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_YDESC;
+constexpr cudnnBackendAttributeName_t kBandMaskComparison =
+    CUDNN_ATTR_OPERATION_DIAGONAL_BAND_MASK_COMPARISON_MODE;
+#else
+constexpr auto kBandMask = static_cast<cudnnBackendDescriptorType_t>(44);
+constexpr auto kBandMaskX = static_cast<cudnnBackendAttributeName_t>(3000);
+constexpr auto kBandMaskFill = static_cast<cudnnBackendAttributeName_t>(3005);
+constexpr auto kBandMaskY = static_cast<cudnnBackendAttributeName_t>(3006);
+constexpr auto kBandMaskComparison = static_cast<cudnnBackendAttributeName_t>(3007);
+#endif
+
 // Accumulates the first failure of a sequence of calls, naming the step.
 struct Steps {
     std::string& why;
@@ -150,6 +169,22 @@ cudnnBackendDescriptor_t reshape_operation(Steps& step, cudnnBackendDescriptor_t
     return operation;
 }
 
+// y = x where row >= column, else fill: one diagonal-band mask operation, right bound only.
+cudnnBackendDescriptor_t band_mask_operation(Steps& step, cudnnBackendDescriptor_t x,
+                                             cudnnBackendDescriptor_t fill,
+                                             cudnnBackendDescriptor_t y) {
+    cudnnBackendDescriptor_t operation = nullptr;
+    const cudnnPointwiseMode_t keep = CUDNN_POINTWISE_CMP_GE;
+    if (!step(cudnnBackendCreateDescriptor(kBandMask, &operation), "band mask operation"))
+        return nullptr;
+    step(set_descriptor(operation, kBandMaskX, x), "band mask x");
+    step(set_descriptor(operation, kBandMaskFill, fill), "band mask fill");
+    step(set_descriptor(operation, kBandMaskY, y), "band mask y");
+    step(set(operation, kBandMaskComparison, CUDNN_TYPE_POINTWISE_MODE, 1, &keep),
+         "band mask comparison");
+    return operation;
+}
+
 // The finalised operation graph of `operations`, or null; it joins `owned`.
 cudnnBackendDescriptor_t operation_graph(Steps& step, cudnnHandle_t handle, Descriptors& operations,
                                          Descriptors& owned) {
@@ -165,16 +200,15 @@ cudnnBackendDescriptor_t operation_graph(Steps& step, cudnnHandle_t handle, Desc
     return graph;
 }
 
-// The engine configurations cuDNN's heuristic offers for `graph`, best first, into `configs`;
-// they and the heuristic's descriptor join `owned`.
-bool engine_configs(Steps& step, cudnnBackendDescriptor_t graph, Descriptors& owned,
-                    Descriptors& configs) {
+// The engine configurations cuDNN's heuristic `mode` offers for `graph`, best first, into
+// `configs`; they and the heuristic's descriptor join `owned`.
+bool engine_configs(Steps& step, cudnnBackendDescriptor_t graph, cudnnBackendHeurMode_t mode,
+                    Descriptors& owned, Descriptors& configs) {
     cudnnBackendDescriptor_t heuristics = nullptr;
     step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heuristics),
          "heuristics");
     if (!step.ok) return false;
     owned.push_back(heuristics);
-    const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
     step(set_descriptor(heuristics, CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph),
          "heuristics graph");
     step(set(heuristics, CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode),
@@ -205,33 +239,54 @@ bool engine_configs(Steps& step, cudnnBackendDescriptor_t graph, Descriptors& ow
     return true;
 }
 
-// The execution plan of the first of `configs` whose plan finalises, or null with the last
-// failure in `why`; `workspace` gets its workspace size.
-cudnnBackendDescriptor_t first_plan(cudnnHandle_t handle, const Descriptors& configs,
-                                    int64_t& workspace, std::string& why) {
-    std::string last_failure = "no engine configuration finalised";
-    for (cudnnBackendDescriptor_t config : configs) {
-        cudnnBackendDescriptor_t plan = nullptr;
-        if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) !=
-            CUDNN_STATUS_SUCCESS)
-            continue;
-        cudnnStatus_t status = set(plan, kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle);
-        if (status == CUDNN_STATUS_SUCCESS)
-            status = set_descriptor(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config);
-        if (status == CUDNN_STATUS_SUCCESS) status = cudnnBackendFinalize(plan);
-        if (status != CUDNN_STATUS_SUCCESS) {
-            last_failure = std::string("plan finalize: ") + cudnnGetErrorString(status);
-            cudnnBackendDestroyDescriptor(plan);
-            continue;
-        }
-        workspace = 0;
-        cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
-                                 1, nullptr, &workspace);
-        return plan;
-    }
-    why = last_failure;
+// The plan of one engine configuration, finalised and with its workspace size, or null with
+// the failing step in `why`.
+cudnnBackendDescriptor_t plan_of(cudnnHandle_t handle, cudnnBackendDescriptor_t config,
+                                 int64_t& workspace, std::string& why) {
+    cudnnBackendDescriptor_t plan = nullptr;
+    Steps step{why};
+    if (!step(cudnnBackendCreateDescriptor(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan),
+              "plan descriptor"))
+        return nullptr;
+    step(set(plan, kPlanHandle, CUDNN_TYPE_HANDLE, 1, &handle), "plan handle");
+    step(set_descriptor(plan, CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, config), "plan config");
+    step(cudnnBackendFinalize(plan), "plan finalize");
+    // A plan whose workspace is not known cannot be given its memory: the next one is tried.
+    int64_t returned = 0;
+    workspace = 0;
+    step(cudnnBackendGetAttribute(plan, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
+                                  1, &returned, &workspace),
+         "plan workspace size");
+    if (step.ok && (returned != 1 || workspace < 0))
+        step(CUDNN_STATUS_BAD_PARAM, "plan workspace size");
+    if (step.ok) return plan;
+    cudnnBackendDestroyDescriptor(plan);
     return nullptr;
 }
+
+// cuDNN's global index of the engine of `config`, or -1 when it does not say.
+int64_t engine_index(cudnnBackendDescriptor_t config) {
+    cudnnBackendDescriptor_t engine = nullptr;
+    if (cudnnBackendCreateDescriptor(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) !=
+        CUDNN_STATUS_SUCCESS)
+        return -1;
+    int64_t count = 0, index = -1;
+    if (cudnnBackendGetAttribute(config, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR,
+                                 1, &count, &engine) != CUDNN_STATUS_SUCCESS ||
+        cudnnBackendGetAttribute(engine, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1,
+                                 &count, &index) != CUDNN_STATUS_SUCCESS)
+        index = -1;
+    cudnnBackendDestroyDescriptor(engine);
+    return index;
+}
+
+struct HeuristicMode {
+    cudnnBackendHeurMode_t mode;
+    const char* name;
+};
+constexpr HeuristicMode kHeuristicModes[] = {{CUDNN_HEUR_MODE_A, "heuristic mode A"},
+                                             {CUDNN_HEUR_MODE_B, "heuristic mode B"},
+                                             {CUDNN_HEUR_MODE_FALLBACK, "the fallback list"}};
 
 }  // namespace
 
@@ -288,6 +343,10 @@ void CudnnGraph::reshape(int64_t y, int64_t x) {
     ops_.push_back({OpKind::reshape, 0, y, x, -1, -1, CUDNN_DATA_FLOAT, -1});
 }
 
+void CudnnGraph::causal_band_mask(int64_t y, int64_t x, int64_t fill) {
+    ops_.push_back({OpKind::band_mask, 0, y, x, fill, -1, CUDNN_DATA_FLOAT, -1});
+}
+
 bool CudnnGraph::finalize_descriptors(std::string& why) {
     Steps step{why};
     for (int64_t id : order_) {
@@ -318,6 +377,9 @@ bool CudnnGraph::finalize_descriptors(std::string& why) {
             case OpKind::reshape:
                 operation = reshape_operation(step, desc(op.x), desc(op.y));
                 break;
+            case OpKind::band_mask:
+                operation = band_mask_operation(step, desc(op.x), desc(op.b), desc(op.y));
+                break;
         }
         if (operation) owned_.push_back(operation);
         if (!step(operation ? cudnnBackendFinalize(operation) : CUDNN_STATUS_BAD_PARAM,
@@ -327,18 +389,37 @@ bool CudnnGraph::finalize_descriptors(std::string& why) {
     }
     const cudnnBackendDescriptor_t graph = operation_graph(step, handle_, operations, owned_);
     if (!graph) return false;
-    // Engine configurations, best first by cuDNN's heuristic; the first whose plan finalises
-    // is kept.
-    Descriptors configs;
-    if (!engine_configs(step, graph, owned_, configs)) return false;
-    int64_t workspace = 0;
-    const cudnnBackendDescriptor_t plan = first_plan(handle_, configs, workspace, why);
-    if (!plan) return false;
-    plan_ = plan;
-    owned_.push_back(plan);
-    plan_workspace_ = (static_cast<std::size_t>(workspace) + kWorkspaceAlignment - 1) /
-                      kWorkspaceAlignment * kWorkspaceAlignment;
-    return true;
+    return choose_plan(graph, why);
+}
+
+// The first engine configuration whose plan finalises, of heuristic mode A's list, then mode
+// B's, then the fallback list; `why` keeps every mode's last failure.
+bool CudnnGraph::choose_plan(cudnnBackendDescriptor_t graph, std::string& why) {
+    std::string failures;
+    for (const HeuristicMode& heuristic : kHeuristicModes) {
+        std::string failure = "no engine configuration";
+        Steps step{failure};
+        Descriptors configs;
+        if (engine_configs(step, graph, heuristic.mode, owned_, configs)) {
+            for (std::size_t i = 0; i < configs.size(); ++i) {
+                int64_t workspace = 0;
+                const cudnnBackendDescriptor_t plan =
+                    plan_of(handle_, configs[i], workspace, failure);
+                if (!plan) continue;
+                plan_ = plan;
+                owned_.push_back(plan);
+                plan_workspace_ = (static_cast<std::size_t>(workspace) + kWorkspaceAlignment - 1) /
+                                  kWorkspaceAlignment * kWorkspaceAlignment;
+                engine_ = "engine " + std::to_string(engine_index(configs[i])) + " (" +
+                          heuristic.name + ", configuration " + std::to_string(i + 1) + " of " +
+                          std::to_string(configs.size()) + ")";
+                return true;
+            }
+        }
+        failures += (failures.empty() ? "" : "; ") + std::string(heuristic.name) + ": " + failure;
+    }
+    why = failures;
+    return false;
 }
 
 bool CudnnGraph::build(std::string& why) {

@@ -6,8 +6,11 @@
 // backend descriptor given its attributes one by one. A graph is described first (tensors by
 // id, operations by the ids they read and write), then build() creates and finalises the
 // descriptors, asks cuDNN's heuristics for engine configurations and keeps the first whose
-// plan finalises. Failing that, build() returns false with cuDNN's reason, and callers fall
-// back to their own kernels; so does run() when cuDNN fails to execute the plan.
+// plan finalises and says its workspace size: heuristic mode A first, then mode B and the
+// fallback list, each of which may offer engines the one before did not. Failing all, build()
+// returns false with cuDNN's reason, and callers fall back to their own kernels; so does run() when
+// cuDNN fails to execute the plan. engine() says which engine was kept and which heuristic found
+// it.
 //
 // Tensors are 4-d (cuDNN's fused attention works on (batch, heads, rows, columns)). A
 // virtual tensor is an intermediate that never reaches memory; a scalar is passed by value
@@ -53,10 +56,16 @@ public:
     void matmul(int64_t c, int64_t a, int64_t b);
     // y = x seen with y's dimensions and strides (a transpose, in the graphs here).
     void reshape(int64_t y, int64_t x);
+    // y = x where the element's row (dimension 2) >= its column (dimension 3), else the scalar
+    // `fill`: the causal mask as the one diagonal-band operation of cuDNN 9.20 and later
+    // (builds fail on earlier releases, which lack the operation).
+    void causal_band_mask(int64_t y, int64_t x, int64_t fill);
 
     // ---- compilation and execution -----------------------------------------------------------
     // Builds the execution plan; false (with `why`) when cuDNN has no engine for the graph.
     bool build(std::string& why);
+    // The engine build() kept: "engine 8 (heuristic mode A, configuration 1 of 3)".
+    const std::string& engine() const { return engine_; }
     // Bytes of device workspace run() needs.
     std::size_t workspace_bytes() const { return plan_workspace_ + intermediates_bytes_; }
     // Runs the plan; `pointers` maps the id of every memory-bound tensor to its device address.
@@ -74,7 +83,7 @@ private:
         std::size_t workspace_offset = 0;  // in_workspace, after the plan's own workspace
         cudnnBackendDescriptor_t descriptor = nullptr;
     };
-    enum class OpKind { pointwise, reduction, matmul, reshape };
+    enum class OpKind { pointwise, reduction, matmul, reshape, band_mask };
     struct Op {
         OpKind kind;
         int mode;  // cudnnPointwiseMode_t or cudnnReduceTensorOp_t
@@ -85,6 +94,7 @@ private:
 
     int64_t add(Tensor t);
     bool finalize_descriptors(std::string& why);
+    bool choose_plan(cudnnBackendDescriptor_t graph, std::string& why);
 
     cudnnHandle_t handle_;
     std::unordered_map<int64_t, Tensor> tensors_;
@@ -93,6 +103,7 @@ private:
     std::vector<cudnnBackendDescriptor_t> owned_;  // every descriptor but the tensors'
     cudnnBackendDescriptor_t plan_ = nullptr;
     std::size_t plan_workspace_ = 0, intermediates_bytes_ = 0;
+    std::string engine_;
     int64_t next_id_ = 1;
 };
 

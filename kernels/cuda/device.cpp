@@ -107,19 +107,37 @@ std::string driver_release() {
 
 }  // namespace
 
+// A version query's text: `text` of the version, or the library's reason it gave none (a
+// missing driver, a library that did not load).
+template <typename Text>
+std::string version_or_why(bool ok, const char* why, Text text) {
+    return ok ? text() : std::string("unknown (") + why + ")";
+}
+
 std::string describe_libraries() {
     int driver = 0, runtime = 0, nccl = 0;
-    cudaDriverGetVersion(&driver);
-    cudaRuntimeGetVersion(&runtime);
-    ncclGetVersion(&nccl);
+    const cudaError_t driver_status = cudaDriverGetVersion(&driver);
+    const cudaError_t runtime_status = cudaRuntimeGetVersion(&runtime);
+    const ncclResult_t nccl_status = ncclGetVersion(&nccl);
+    if (driver_status != cudaSuccess || runtime_status != cudaSuccess)
+        cudaGetLastError();  // a query's failure is reported here, not at the next call
     const std::string release = driver_release();
     const std::size_t lt = cublasLtGetVersion();  // major * 10000 + minor * 100 + patch
-    return "driver " + (release.empty() ? "" : release + " ") + "(CUDA " +
-           cuda_version_text(driver) + "), runtime " + cuda_version_text(runtime) + ", cuBLASLt " +
-           std::to_string(lt / 10000) + "." + std::to_string(lt % 10000 / 100) + "." +
-           std::to_string(lt % 100) + ", " + describe_cudnn() + ", NCCL " +
-           std::to_string(nccl / 10000) + "." + std::to_string(nccl % 10000 / 100) + "." +
-           std::to_string(nccl % 100);
+    const std::string driver_text =
+        version_or_why(driver_status == cudaSuccess, cudaGetErrorString(driver_status),
+                       [&] { return "(CUDA " + cuda_version_text(driver) + ")"; });
+    const std::string runtime_text =
+        version_or_why(runtime_status == cudaSuccess, cudaGetErrorString(runtime_status),
+                       [&] { return cuda_version_text(runtime); });
+    const std::string nccl_text =
+        version_or_why(nccl_status == ncclSuccess, ncclGetErrorString(nccl_status), [&] {
+            return std::to_string(nccl / 10000) + "." + std::to_string(nccl % 10000 / 100) + "." +
+                   std::to_string(nccl % 100);
+        });
+    return "driver " + (release.empty() ? "" : release + " ") + driver_text + ", runtime " +
+           runtime_text + ", cuBLASLt " + std::to_string(lt / 10000) + "." +
+           std::to_string(lt % 10000 / 100) + "." + std::to_string(lt % 100) + ", " +
+           describe_cudnn() + ", NCCL " + nccl_text;
 }
 
 std::string gpu_uuid(int device) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/stream_uses.h"
 #include "kernels/error.h"
 
 namespace trident::kernels::cuda {
@@ -71,6 +72,9 @@ void DeviceAllocator::release(void* block) {
     if (block == nullptr) return;
     const auto it = in_use_.find(block);
     if (it == in_use_.end()) throw Error("internal: releasing a device block not allocated here");
+    // A collective on another stream may still use the block (stream_uses.h): what is queued
+    // on it from now on waits for that.
+    await_stream_uses(block, it->second);
     allocated_ -= it->second;
     cached_[it->second].push_back(block);
     in_use_.erase(it);

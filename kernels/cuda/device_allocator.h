@@ -4,8 +4,10 @@
 // cudaMalloc and cudaFree synchronise the whole device and cost tens of microseconds to
 // milliseconds each; a step allocates and releases the same activation and scratch sizes
 // every time. Blocks are kept by size class when released and handed out again for a request
-// of the same class. All work runs on one compute stream (device.h), so a block released
-// after the last op that uses it was queued is safe to hand to the next op queued.
+// of the same class. All compute runs on one compute stream (device.h), so a block released
+// after the last op that uses it was queued is safe to hand to the next op queued; where a
+// collective on a communication stream may still use it, release makes the compute stream
+// wait for that first (stream_uses.h).
 //
 // Counting: allocated = bytes of the blocks in use (class sizes), peak = its maximum;
 // reserved also counts the cached free blocks. When cudaMalloc runs out, the cache is

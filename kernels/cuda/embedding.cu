@@ -3,7 +3,7 @@
 // a zero row here, its row lives on another tensor-parallel rank; row t of a sequence is at
 // position positions[t], or t without positions).
 //
-// Backward without atomics, in O(N log N + N·C): the N positions are sorted by token (CUB's
+// Backward without atomics, in O(N log N + N·channels): the N positions are sorted by token (CUB's
 // radix sort of keys row << 32 | position, so a token's positions stay in increasing order),
 // then one block per token (the block of its first sorted position) sums that token's gradient
 // rows in position order and adds the sum once. Every sum has one fixed order, so a run repeats
@@ -27,23 +27,23 @@ __device__ __forceinline__ int local_row(int32_t token, int vocab_begin, int voc
     return row >= 0 && row < vocab_local ? row : -1;
 }
 
-// out (B*T, C): one block per row.
+// out (B*T, channels): one block per row.
 __device__ __forceinline__ int position_of(const int32_t* positions, int t) {
     return positions ? positions[t] : t;
 }
 
 template <typename E>
 __global__ void embedding_forward_kernel(E* out, const int32_t* tokens, const E* wte, const E* wpe,
-                                         int T, int C, int vocab_begin, int vocab_local,
+                                         int T, int channels, int vocab_begin, int vocab_local,
                                          const int32_t* positions) {
     const int bt = blockIdx.x;
     const int row = local_row(tokens[bt], vocab_begin, vocab_local);
-    const E* wte_row = row >= 0 ? wte + static_cast<std::size_t>(row) * C : nullptr;
-    const E* wpe_row = wpe != nullptr
-                           ? wpe + static_cast<std::size_t>(position_of(positions, bt % T)) * C
-                           : nullptr;
-    E* out_row = out + static_cast<std::size_t>(bt) * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const E* wte_row = row >= 0 ? wte + static_cast<std::size_t>(row) * channels : nullptr;
+    const E* wpe_row =
+        wpe != nullptr ? wpe + static_cast<std::size_t>(position_of(positions, bt % T)) * channels
+                       : nullptr;
+    E* out_row = out + static_cast<std::size_t>(bt) * channels;
+    for (int c = threadIdx.x; c < channels; c += blockDim.x) {
         float x = wte_row ? to_float(wte_row[c]) : 0.0f;
         if (wpe_row) x += to_float(wpe_row[c]);
         out_row[c] = from_float<E>(x);
@@ -60,11 +60,11 @@ __global__ void sort_keys_kernel(uint64_t* keys, const int32_t* tokens, int N, i
     keys[i] = static_cast<uint64_t>(row >= 0 ? row : vocab_local) << 32 | static_cast<uint32_t>(i);
 }
 
-// dwte (vocab_local, C) += the dout rows of each token, summed in position order: block k
+// dwte (vocab_local, channels) += the dout rows of each token, summed in position order: block k
 // works when sorted position k is its token's first, over the token's run of sorted positions.
 template <typename E>
 __global__ void embedding_backward_wte_kernel(Ptr dwte, const E* dout, const uint64_t* sorted,
-                                              int N, int C, int vocab_local) {
+                                              int N, int channels, int vocab_local) {
     const int k = blockIdx.x;
     const uint32_t row = static_cast<uint32_t>(sorted[k] >> 32);
     if (row >= static_cast<uint32_t>(vocab_local)) return;  // outside the slice: sorted last
@@ -76,12 +76,12 @@ __global__ void embedding_backward_wte_kernel(Ptr dwte, const E* dout, const uin
         end = e;
     }
     __syncthreads();
-    const std::size_t row_begin = static_cast<std::size_t>(row) * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+    const std::size_t row_begin = static_cast<std::size_t>(row) * channels;
+    for (int c = threadIdx.x; c < channels; c += blockDim.x) {
         float sum = 0.0f;
         for (int j = k; j < end; ++j) {
             const std::size_t position = static_cast<uint32_t>(sorted[j]);
-            sum += to_float(dout[position * C + c]);
+            sum += to_float(dout[position * channels + c]);
         }
         const std::size_t at = row_begin + c;
         store_from_float(dwte.data, dwte.dtype, at, load_as_float(dwte.data, dwte.dtype, at) + sum);
@@ -113,16 +113,17 @@ ScratchLayout scratch_layout(int N, int vocab_local) {
 // dwpe at the T rows' positions += dout summed over the batch, in batch order: one thread per
 // element (the positions are distinct).
 template <typename E>
-__global__ void embedding_backward_wpe_kernel(Ptr dwpe, const E* dout, int B, int T, int C,
+__global__ void embedding_backward_wpe_kernel(Ptr dwpe, const E* dout, int B, int T, int channels,
                                               const int32_t* positions) {
-    const std::size_t TC = static_cast<std::size_t>(T) * C;
+    const std::size_t TC = static_cast<std::size_t>(T) * channels;
     const std::size_t stride = static_cast<std::size_t>(gridDim.x) * blockDim.x;
     for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < TC;
          i += stride) {
         float sum = 0.0f;
         for (int b = 0; b < B; ++b) sum += to_float(dout[b * TC + i]);
-        const int t = static_cast<int>(i / C);
-        const std::size_t at = static_cast<std::size_t>(position_of(positions, t)) * C + i % C;
+        const int t = static_cast<int>(i / channels);
+        const std::size_t at =
+            static_cast<std::size_t>(position_of(positions, t)) * channels + i % channels;
         store_from_float(dwpe.data, dwpe.dtype, at, load_as_float(dwpe.data, dwpe.dtype, at) + sum);
     }
 }
@@ -131,10 +132,10 @@ __global__ void embedding_backward_wpe_kernel(Ptr dwpe, const E* dout, int B, in
 
 template <typename E>
 void embedding_forward(E* out, const int32_t* tokens, const E* wte, const E* wpe, int B, int T,
-                       int C, int vocab_begin, int vocab_local, const int32_t* positions,
+                       int channels, int vocab_begin, int vocab_local, const int32_t* positions,
                        cudaStream_t stream) {
     if (B * T == 0) return;
-    embedding_forward_kernel<<<B * T, kThreads, 0, stream>>>(out, tokens, wte, wpe, T, C,
+    embedding_forward_kernel<<<B * T, kThreads, 0, stream>>>(out, tokens, wte, wpe, T, channels,
                                                              vocab_begin, vocab_local, positions);
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
@@ -145,7 +146,7 @@ std::size_t embedding_backward_scratch(int N, int vocab_local) {
 
 template <typename E>
 void embedding_backward(Ptr dwte, Ptr dwpe, void* scratch, const E* dout, const int32_t* tokens,
-                        int B, int T, int C, int vocab_begin, int vocab_local,
+                        int B, int T, int channels, int vocab_begin, int vocab_local,
                         const int32_t* positions, cudaStream_t stream) {
     const int N = B * T;
     if (N == 0) return;
@@ -161,12 +162,13 @@ void embedding_backward(Ptr dwte, Ptr dwpe, void* scratch, const E* dout, const 
     TRIDENT_CUDA_CHECK_LAUNCH();
     TRIDENT_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(base, layout.sort_bytes, keys, sorted, N, 0,
                                                       sort_end_bit(vocab_local), stream));
-    embedding_backward_wte_kernel<<<N, kThreads, 0, stream>>>(dwte, dout, sorted, N, C,
+    embedding_backward_wte_kernel<<<N, kThreads, 0, stream>>>(dwte, dout, sorted, N, channels,
                                                               vocab_local);
     TRIDENT_CUDA_CHECK_LAUNCH();
     if (dwpe.data != nullptr) {
-        embedding_backward_wpe_kernel<<<blocks_for(static_cast<std::size_t>(T) * C, kThreads),
-                                        kThreads, 0, stream>>>(dwpe, dout, B, T, C, positions);
+        embedding_backward_wpe_kernel<<<
+            blocks_for(static_cast<std::size_t>(T) * channels, kThreads), kThreads, 0, stream>>>(
+            dwpe, dout, B, T, channels, positions);
         TRIDENT_CUDA_CHECK_LAUNCH();
     }
 }

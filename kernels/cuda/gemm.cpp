@@ -93,21 +93,28 @@ void describe_operation(cublasLtMatmulDesc_t& operation, const GemmCall& c,
 cublasLtMatmulAlgo_t choose_algorithm(cublasLtHandle_t handle, cublasLtMatmulDesc_t operation,
                                       cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                                       cublasLtMatrixLayout_t d, const GemmCall& c, int alignment) {
-    cublasLtMatmulPreference_t preference = nullptr;
-    TRIDENT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+    // The preference, given back however this returns.
+    struct Preference {
+        cublasLtMatmulPreference_t handle = nullptr;
+        ~Preference() {
+            if (handle) cublasLtMatmulPreferenceDestroy(handle);
+        }
+    } preference;
+    TRIDENT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference.handle));
     const uint64_t workspace = kWorkspaceBytes;
     const uint32_t aligned = static_cast<uint32_t>(alignment);
-    cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                         &workspace, sizeof(workspace));
+    TRIDENT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        preference.handle, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+        sizeof(workspace)));
     for (auto attribute :
          {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
           CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-        cublasLtMatmulPreferenceSetAttribute(preference, attribute, &aligned, sizeof(aligned));
+        TRIDENT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference.handle, attribute,
+                                                                  &aligned, sizeof(aligned)));
     cublasLtMatmulHeuristicResult_t result{};
     int found = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, operation, a, b, d, d,
-                                                                 preference, 1, &result, &found);
-    cublasLtMatmulPreferenceDestroy(preference);
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(
+        handle, operation, a, b, d, d, preference.handle, 1, &result, &found);
     if (status != CUBLAS_STATUS_SUCCESS || found == 0) {
         throw Error("cuBLASLt has no kernel for a " + std::to_string(c.rows) + "x" +
                     std::to_string(c.inner) + " by " + std::to_string(c.inner) + "x" +

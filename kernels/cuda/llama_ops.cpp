@@ -13,39 +13,41 @@
 
 namespace trident::kernels::cuda {
 
-void LlamaOps::rmsnorm_forward(Ptr out, float* rstd, ConstPtr inp, ConstPtr weight, int N, int C,
-                               float eps) {
+void LlamaOps::rmsnorm_forward(Ptr out, float* rstd, ConstPtr inp, ConstPtr weight, int N,
+                               int channels, float eps) {
     if (all_of_type(inp.dtype, {out, weight})) {
         dispatch(inp.dtype, [&](auto e) {
             using E = decltype(e);
-            cuda::rmsnorm_forward(as<E>(out), rstd, as<E>(inp), as<E>(weight), N, C, eps, stream_);
+            cuda::rmsnorm_forward(as<E>(out), rstd, as<E>(inp), as<E>(weight), N, channels, eps,
+                                  stream_);
         });
         return;
     }
     auto v = views();
-    const std::size_t NC = static_cast<std::size_t>(N) * C;
+    const std::size_t NC = static_cast<std::size_t>(N) * channels;
     const float* x = v.in(inp, NC);
-    const float* w = v.in(weight, C);
-    cuda::rmsnorm_forward(v.out(out, NC), rstd, x, w, N, C, eps, stream_);
+    const float* w = v.in(weight, channels);
+    cuda::rmsnorm_forward(v.out(out, NC), rstd, x, w, N, channels, eps, stream_);
     v.commit();
 }
 
 void LlamaOps::rmsnorm_backward(Ptr dinp, Ptr dweight, ConstPtr dout, ConstPtr inp, ConstPtr weight,
-                                const float* rstd, int N, int C) {
-    const Scratch scratch(allocator_, rmsnorm_backward_scratch(N, C) * sizeof(float));
+                                const float* rstd, int N, int channels) {
+    const Scratch scratch(allocator_, rmsnorm_backward_scratch(N, channels) * sizeof(float));
     if (all_of_type(inp.dtype, {dinp, dout, weight})) {
         // The weight's gradient may be of any type; the kernel converts as it adds.
         dispatch(inp.dtype, [&](auto e) {
             using E = decltype(e);
             cuda::rmsnorm_backward(as<E>(dinp), dweight, scratch.floats(), as<E>(dout), as<E>(inp),
-                                   as<E>(weight), rstd, N, C, stream_);
+                                   as<E>(weight), rstd, N, channels, stream_);
         });
         return;
     }
     auto v = views();
-    const std::size_t NC = static_cast<std::size_t>(N) * C;
-    cuda::rmsnorm_backward(v.inout(dinp, NC), v.inout(dweight, C), scratch.floats(), v.in(dout, NC),
-                           v.in(inp, NC), v.in(weight, C), rstd, N, C, stream_);
+    const std::size_t NC = static_cast<std::size_t>(N) * channels;
+    cuda::rmsnorm_backward(v.inout(dinp, NC), v.inout(dweight, channels), scratch.floats(),
+                           v.in(dout, NC), v.in(inp, NC), v.in(weight, channels), rstd, N, channels,
+                           stream_);
     v.commit();
 }
 

@@ -23,10 +23,10 @@ public:
     LlamaOps(const LlamaOps&) = delete;
     LlamaOps& operator=(const LlamaOps&) = delete;
 
-    void rmsnorm_forward(Ptr out, float* rstd, ConstPtr inp, ConstPtr weight, int N, int C,
+    void rmsnorm_forward(Ptr out, float* rstd, ConstPtr inp, ConstPtr weight, int N, int channels,
                          float eps);
     void rmsnorm_backward(Ptr dinp, Ptr dweight, ConstPtr dout, ConstPtr inp, ConstPtr weight,
-                          const float* rstd, int N, int C);
+                          const float* rstd, int N, int channels);
     void rotary_qkv_forward(Ptr out, ConstPtr qkv, int B, int T, int NH, int KVH, int hs,
                             float theta, const int32_t* positions);
     void rotary_qkv_backward(Ptr dqkv, ConstPtr dout, int B, int T, int NH, int KVH, int hs,

@@ -42,9 +42,9 @@ __device__ int position_of(const int32_t* positions, int n, int T) {
     return positions ? positions[n % T] : n % T;
 }
 
-// Where part 0 (q, C elements), 1 (k, kv elements) or 2 (v) of a row of qkv begins.
-__device__ std::size_t grouped_part(int part, std::size_t C, std::size_t kv) {
-    return part == 0 ? 0 : C + static_cast<std::size_t>(part - 1) * kv;
+// Where part 0 (q, channels elements), 1 (k, kv elements) or 2 (v) of a row of qkv begins.
+__device__ std::size_t grouped_part(int part, std::size_t channels, std::size_t kv) {
+    return part == 0 ? 0 : channels + static_cast<std::size_t>(part - 1) * kv;
 }
 
 // Row n of out (B·T, 3·NH·hs) from row n of qkv (B·T, (NH + 2·KVH)·hs): out's q, k and v parts
@@ -58,15 +58,15 @@ __global__ void __launch_bounds__(kThreads)
     const int n = blockIdx.x;
     row_angles(table, position_of(positions, n, T), hs, theta);
     const int half = hs / 2, group = NH / KVH, pairs = NH * half;
-    const std::size_t C = static_cast<std::size_t>(NH) * hs;
+    const std::size_t channels = static_cast<std::size_t>(NH) * hs;
     const std::size_t kv = static_cast<std::size_t>(KVH) * hs;  // one of k and v
-    const E* x_row = qkv + static_cast<std::size_t>(n) * (C + 2 * kv);
-    E* y = out + static_cast<std::size_t>(n) * 3 * C;
+    const E* x_row = qkv + static_cast<std::size_t>(n) * (channels + 2 * kv);
+    E* y = out + static_cast<std::size_t>(n) * 3 * channels;
     for (int j = threadIdx.x; j < 3 * pairs; j += blockDim.x) {
         const int part = j / pairs, h = j % pairs / half, i = j % half;
-        const E* x = x_row + grouped_part(part, C, kv) +
+        const E* x = x_row + grouped_part(part, channels, kv) +
                      static_cast<std::size_t>(part == 0 ? h : h / group) * hs + i;
-        E* to = y + part * C + static_cast<std::size_t>(h) * hs + i;
+        E* to = y + part * channels + static_cast<std::size_t>(h) * hs + i;
         if (part == 2) {
             to[0] = x[0];
             to[half] = x[half];
@@ -89,10 +89,10 @@ __global__ void __launch_bounds__(kThreads)
     const int n = blockIdx.x;
     row_angles(table, position_of(positions, n, T), hs, theta);
     const int half = hs / 2, group = NH / KVH, q_pairs = NH * half, kv_pairs = KVH * half;
-    const std::size_t C = static_cast<std::size_t>(NH) * hs;
+    const std::size_t channels = static_cast<std::size_t>(NH) * hs;
     const std::size_t kv = static_cast<std::size_t>(KVH) * hs;  // one of k and v
-    E* d_row = dqkv + static_cast<std::size_t>(n) * (C + 2 * kv);
-    const E* dy = dout + static_cast<std::size_t>(n) * 3 * C;
+    E* d_row = dqkv + static_cast<std::size_t>(n) * (channels + 2 * kv);
+    const E* dy = dout + static_cast<std::size_t>(n) * 3 * channels;
     for (int j = threadIdx.x; j < q_pairs + 2 * kv_pairs; j += blockDim.x) {
         const int i = j % half;
         const float c = table[i], s = table[half + i];
@@ -102,10 +102,10 @@ __global__ void __launch_bounds__(kThreads)
         const int head = query ? j / half : (j - q_pairs) % kv_pairs / half;
         const int part = query ? 0 : key ? 1 : 2, first = query ? head : head * group;
         const int last = query ? head + 1 : first + group;
-        E* to = d_row + grouped_part(part, C, kv) + static_cast<std::size_t>(head) * hs + i;
+        E* to = d_row + grouped_part(part, channels, kv) + static_cast<std::size_t>(head) * hs + i;
         float lo = to_float(to[0]), hi = to_float(to[half]);
         for (int h = first; h < last; ++h) {
-            const E* g = dy + part * C + static_cast<std::size_t>(h) * hs + i;
+            const E* g = dy + part * channels + static_cast<std::size_t>(h) * hs + i;
             const float g_lo = to_float(g[0]), g_hi = to_float(g[half]);
             if (part == 2) {
                 lo += g_lo;

@@ -46,11 +46,13 @@ struct CheckpointInfoOptions {
 int checkpoint_info(const CheckpointInfoOptions& opts);
 
 struct TokenizeOptions {
-    std::vector<std::string> inputs;  // text files
+    std::vector<std::string> inputs;  // text or JSON-lines files, or globs of them
     std::string output;               // llm.c shard path, or Megatron prefix
     std::string tokenizer = "gpt2";   // gpt2 | bytes | PATH.json
     std::string format = "llmc";      // llmc | megatron
     std::string split_on;             // record separator within files; empty = a file is a document
+    std::string field = "text";       // JSON lines: the key whose string is a line's document
+    uint64_t max_bad_lines = 0;       // JSON lines: malformed lines skipped before the run stops
     std::size_t shard_tokens = 0;     // split the output every N tokens; 0 = one output
     int threads = 0;                  // 0 = all cores
     bool progress = true;
@@ -100,7 +102,14 @@ struct PlanOptions {
     int gpus_per_node = 0;
     double latency_us = -1;  // per collective call; < 0: the preset's (or 20)
     double disk_bw = 0;      // GB/s to optimizer.offload_dir (reads and writes); 0: 2
+    // --search: the fastest layouts of the config on `gpus` GPUs that fit (plan/search.h).
+    bool search = false;
+    int gpus = 0;                    // 0: not given
+    int top = -1;                    // layouts listed (-1: not given, 10); 0: every one that fits
+    std::vector<std::string> fixes;  // key=value held fixed
+    bool allow_cross_node_tp = false;
 };
 int plan(const PlanOptions& opts);
+int plan_search(const PlanOptions& opts);  // plan() runs it for --search
 
 }  // namespace trident::commands

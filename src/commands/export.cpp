@@ -9,6 +9,7 @@
 #include "commands/commands.h"
 #include "config/model_shape.h"
 #include "io/output_file.h"
+#include "io/user_paths.h"
 #include "kernels/error.h"
 #include "model/hf_config.h"
 #include "model/hf_gpt2.h"
@@ -53,8 +54,6 @@ void check_config_beside(const std::string& config, const train::LoadedModel& lo
 
 // One .safetensors file and config.json beside it.
 void export_file(const ExportOptions& opts, const train::LoadedModel& loaded) {
-    const fs::path parent = fs::path(opts.output).parent_path();
-    if (!parent.empty()) fs::create_directories(parent);
     const std::string config = model::hf_config_path(opts.output);
     check_config_beside(config, loaded);
     const model::ParamLayout layout(config::gpt_shape(loaded.cfg));
@@ -77,11 +76,7 @@ void export_file(const ExportOptions& opts, const train::LoadedModel& loaded) {
 // A Hugging Face model folder: the weights first, config.json last, so that a folder with a
 // config.json is complete. GPT-2 weights are one file whatever their size.
 void export_folder(const ExportOptions& opts, const train::LoadedModel& loaded) {
-    const fs::path dir(opts.output);
-    if (fs::exists(dir) && (!fs::is_directory(dir) || !fs::is_empty(dir)))
-        throw Error(opts.output + " exists and is not an empty folder: --format hf writes a " +
-                    "new folder (stale shards beside new ones would mix two models)");
-    fs::create_directories(dir);
+    const fs::path dir(opts.output);  // made, empty (check_output)
     const model::ParamLayout layout(config::gpt_shape(loaded.cfg));
     std::vector<std::string> written;
     if (is_llama(loaded)) {
@@ -101,14 +96,35 @@ void export_folder(const ExportOptions& opts, const train::LoadedModel& loaded) 
                 weights.c_str());
 }
 
+// What --output names, checked before the checkpoint is read: a new or empty folder (--format
+// hf), else a file (and config.json beside it, but for --lora-only) that is a regular file or
+// none, in a directory that can be written (io/user_paths.h).
+void check_output(const ExportOptions& opts) {
+    if (opts.format == "hf") {
+        io::check_path_text(opts.output, "--output");
+        const fs::path dir(opts.output);
+        std::error_code error;
+        if (fs::exists(dir, error) && (!fs::is_directory(dir, error) || !fs::is_empty(dir, error)))
+            throw Error("--output: " + io::shown(opts.output) +
+                        " exists and is not an empty folder: --format hf writes a new folder "
+                        "(stale shards beside new ones would mix two models)");
+        io::check_output_directory(opts.output, "--output");
+        return;
+    }
+    io::check_output_file(opts.output, "--output");
+    if (!opts.lora_only) io::check_output_file(model::hf_config_path(opts.output), "--output");
+}
+
 }  // namespace
 
 int export_model(const ExportOptions& opts) {
     if (opts.format != "safetensors" && opts.format != "hf")
-        throw Error("--format must be safetensors or hf, got '" + opts.format + "'");
+        throw Error("--format must be safetensors or hf, got '" + io::shown(opts.format) + "'");
     if (opts.format == "hf" && opts.lora_only)
         throw Error("--lora-only writes one adapters file: leave out --format hf");
     if (opts.shard_bytes < 1) throw Error("--shard-size must be at least 1 byte");
+    io::check_input_path(opts.checkpoint, "--checkpoint");
+    check_output(opts);
     const train::LoadedModel loaded = train::load_model_checkpoint(opts.checkpoint);
     const bool adapters = !loaded.adapters.empty();
     if (adapters && !opts.merge_lora && !opts.lora_only)
@@ -119,8 +135,6 @@ int export_model(const ExportOptions& opts) {
         throw Error(loaded.path + " trained the whole model, not low-rank adapters: export it " +
                     "without " + (opts.merge_lora ? "--merge-lora" : "--lora-only"));
     if (opts.lora_only) {
-        const fs::path parent = fs::path(opts.output).parent_path();
-        if (!parent.empty()) fs::create_directories(parent);
         const config::LoraConfig& lora = loaded.cfg.training.lora;
         const model::GptShape shape = config::gpt_shape(loaded.cfg);
         model::save_lora_file(

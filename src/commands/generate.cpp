@@ -5,13 +5,16 @@
 #include <cstdio>
 #include <filesystem>
 #include <string>
+#include <tuple>
 
 #include "commands/commands.h"
 #include "commands/session.h"
 #include "config/model_shape.h"
 #include "data/tokenizer.h"
+#include "io/user_paths.h"
 #include "kernels/error.h"
 #include "kernels/ops.h"
+#include "kernels/threads.h"
 #include "model/gpt.h"
 #include "model/hf_config.h"
 #include "model/hf_gpt2.h"
@@ -54,6 +57,38 @@ int gpt2_head_dim(const GenerateOptions& opts, const std::string& config) {
     return c.hidden / c.heads;
 }
 
+// A config.json beside GPT-2 weights whose shape is not their tensors' describes another
+// model: refused, where the shape taken from the tensors would hide the mismatch.
+void check_gpt2_config(const std::string& config, const model::GptShape& shape) {
+    std::error_code error;
+    if (!fs::exists(config, error)) return;
+    const model::HfGpt2Config c = model::read_hf_gpt2_config(config);
+    const std::tuple<const char*, int, int> sizes[] = {
+        {"n_embd", c.hidden, shape.hidden},
+        {"n_layer", c.layers, shape.layers},
+        {"n_inner", c.ffn, shape.ffn},
+        {"n_positions", c.max_positions, shape.max_seq},
+        {"vocab_size", c.vocab, shape.vocab}};
+    for (const auto& [key, said, held] : sizes)
+        if (said != held)
+            throw Error(config + ": " + key + " is " + std::to_string(said) +
+                        ", but the weights beside it hold " + std::to_string(held) +
+                        ": it describes another model; correct it or remove it");
+}
+
+// Weights holding a NaN or an infinity give no text worth printing (training stops at the
+// step that makes one): refused, naming the tensor.
+void check_finite(const model::GptShape& shape, const std::vector<float>& params,
+                  const std::string& source) {
+    const model::ParamLayout layout(shape);
+    for (const model::ParamTensor& t : layout.tensors())
+        for (std::size_t i = 0; i < t.numel; ++i)
+            if (!std::isfinite(params[t.offset + i]))
+                throw Error(source + ": tensor " + t.name + " holds a non-finite value (" +
+                            std::to_string(params[t.offset + i]) + " at element " +
+                            std::to_string(i) + "): no text can be generated from it");
+}
+
 // The model of --weights, its shapes from config.json (a llama's all; a GPT-2's from the
 // tensors, its heads from config.json or --head-dim) and its weights from the file or folder.
 void load_weights(const GenerateOptions& opts, model::GptShape& shape, std::vector<float>& params) {
@@ -72,6 +107,7 @@ void load_weights(const GenerateOptions& opts, model::GptShape& shape, std::vect
                                  ? (fs::path(opts.weights) / model::kHfWeightsName).string()
                                  : opts.weights;
     shape = model::infer_hf_gpt2_shape(file, gpt2_head_dim(opts, config));
+    check_gpt2_config(config, shape);
     params.assign(model::ParamLayout(shape).total(), 0.0f);
     model::load_hf_gpt2(file, model::ParamLayout(shape), params.data());
 }
@@ -93,6 +129,10 @@ void merge_lora_file(const std::string& path, const model::GptShape& shape,
 int generate(const GenerateOptions& opts) {
     if (opts.weights.empty() == opts.checkpoint.empty())
         throw Error("give exactly one of --weights F.safetensors and --checkpoint DIR");
+    for (const auto& [path, option] : {std::pair{opts.weights, "--weights"},
+                                       {opts.checkpoint, "--checkpoint"},
+                                       {opts.lora, "--lora"}})
+        if (!path.empty()) io::check_input_path(path, option);
     const train::SamplingOptions& s = opts.sampling;
     // A count beyond this would run for hours on the CPU even with the key/value cache; a typo
     // of extra digits is refused rather than started.
@@ -108,7 +148,9 @@ int generate(const GenerateOptions& opts) {
                                 "positive number, got ") +
                     given);
     }
-    auto ops = kernels::make_cpu_ops(opts.threads);
+    const kernels::ThreadCount threads = kernels::thread_count(opts.threads, "--threads");
+    if (!threads.note.empty()) warn(threads.note);
+    auto ops = kernels::make_cpu_ops(threads.count);
 
     model::GptShape shape;
     std::vector<float> params;
@@ -124,6 +166,7 @@ int generate(const GenerateOptions& opts) {
         load_weights(opts, shape, params);
     }
     if (!opts.lora.empty()) merge_lora_file(opts.lora, shape, params);
+    check_finite(shape, params, opts.weights.empty() ? opts.checkpoint : opts.weights);
     train::GenerationModel whole(*ops, shape, params);
     const auto tokenizer = data::tokenizer_for_vocab(shape.vocab);
     const train::SamplingOptions& o = opts.sampling;

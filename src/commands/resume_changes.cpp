@@ -16,11 +16,6 @@ namespace trident::commands {
 
 namespace {
 
-void warn(const std::string& text) {
-    std::fprintf(stderr, "trident: warning: %s\n", text.c_str());
-    std::fflush(stderr);
-}
-
 // Another optimizer.name than the checkpoint's: refused (one line), or with
 // checkpoint.allow_optimizer_change and an AdamW checkpoint, said once.
 std::string optimizer_refusal(const std::string& path, const config::Config& then,

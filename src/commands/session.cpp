@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kernels/error.h"
+#include "kernels/threads.h"
 #include "model/lora.h"
 #include "model/param_layout.h"
 #include "plan/memory_model.h"
@@ -105,7 +106,10 @@ void check_fits_memory(const config::Config& cfg, int ranks_on_node) {
 
 Device choose_device(const config::Config& cfg, parallel::World& world, bool announce) {
     Device device{false, false, "cpu"};
-    if (cfg.device == config::DeviceKind::cpu) return device;
+    if (cfg.device == config::DeviceKind::cpu) {
+        if (announce) std::printf("device: cpu (the config's device: cpu)\n");
+        return device;
+    }
 #if TRIDENT_HAVE_CUDA
     std::vector<std::string> missing;
     if (!parallel::every_rank_has_gpu(world, missing)) {
@@ -145,7 +149,11 @@ Device choose_device(const config::Config& cfg, parallel::World& world, bool ann
 
 std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Device& device,
                                            parallel::Grid& grid, bool announce) {
-    if (!device.gpu) return kernels::make_cpu_ops(cfg.training.threads);
+    // A count beyond the bound is cut (kernels/threads.h), and said once.
+    const kernels::ThreadCount threads =
+        kernels::thread_count(cfg.training.threads, "training.threads");
+    if (announce && !threads.note.empty()) warn(threads.note);
+    if (!device.gpu) return kernels::make_cpu_ops(threads.count);
 #if TRIDENT_HAVE_CUDA
     const config::ModelConfig& m = cfg.model;
     const auto& p = cfg.parallel;
@@ -214,21 +222,30 @@ Peak peak_flops(const config::Config& cfg, const Device& device, kernels::Ops& o
             "(hardware.peak_flops sets it)"};
 }
 
-void print_warnings(const config::Config& cfg) {
-    for (const std::string& w : cfg.warnings)
-        std::fprintf(stderr, "trident: warning: %s\n", w.c_str());
+void warn(const std::string& text, const char* kind) {
+    std::fprintf(stderr, "trident: %s: %s\n", kind, text.c_str());
     std::fflush(stderr);
+}
+
+void print_warnings(const config::Config& cfg) {
+    for (const std::string& w : cfg.warnings) warn(w);
+    for (const std::string& n : cfg.notes) warn(n, "note");
 }
 
 void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Peak& peak) {
     const auto& m = cfg.model;
     const auto& t = cfg.training;
     const auto& d = cfg.derived;
+    const bool llama = m.arch == model::Arch::llama;
+    // A llama's key/value heads, and whether its LM head is its own.
+    const std::string heads =
+        std::to_string(m.heads) + (llama ? " | kv_heads " + std::to_string(m.kv_heads) : "");
     std::printf(
-        "model: %s parameters | layers %d | hidden %d | heads %d | ffn %d | seq %d | "
-        "vocab %d (padded %d)\n",
-        train::human_count(static_cast<double>(d.parameters)).c_str(), m.layers, m.hidden, m.heads,
-        m.ffn_hidden, m.seq_len, m.vocab_size, d.padded_vocab);
+        "model: %s, %s parameters | layers %d | hidden %d | heads %s | ffn %d | seq %d | "
+        "vocab %d (padded %d)%s\n",
+        config::to_string(m.arch), train::human_count(static_cast<double>(d.parameters)).c_str(),
+        m.layers, m.hidden, heads.c_str(), m.ffn_hidden, m.seq_len, m.vocab_size, d.padded_vocab,
+        m.tie_embeddings ? "" : " | untied head");
     const auto& p = cfg.parallel;
     std::printf("layout: %s | backend %s | precision %s\n",
                 config::layout_text(p.pipeline, p.tensor, p.context, p.data).c_str(), ops.name(),
@@ -265,8 +282,10 @@ void print_outputs(const config::Config& cfg) {
             (ck.interval > 0 ? " every " + std::to_string(ck.interval) + " steps and at the end"
                              : " at the end") +
             ", newest " + std::to_string(ck.keep) + " kept";
-    std::printf("output: checkpoints %s | metrics %s | trace %s\n", checkpoints.c_str(),
-                lg.metrics ? lg.metrics->c_str() : "none", lg.trace ? lg.trace->c_str() : "none");
+    std::printf("output: checkpoints %s | metrics %s | trace %s | tensorboard %s\n",
+                checkpoints.c_str(), lg.metrics ? lg.metrics->c_str() : "none",
+                lg.trace ? lg.trace->c_str() : "none",
+                lg.tensorboard ? lg.tensorboard->c_str() : "none");
 }
 
 std::string initialise_weights(const config::Config& cfg, model::Gpt& model) {

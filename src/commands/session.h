@@ -81,7 +81,12 @@ struct Peak {
 Peak peak_flops(const config::Config& cfg, const Device& device, kernels::Ops& ops,
                 parallel::Comm& world);
 
-// What loading the config accepted with a warning (a deprecated key), on stderr.
+// "trident: KIND: TEXT" on stderr, flushed: a warning, or a note (what was settled without
+// fault).
+void warn(const std::string& text, const char* kind = "warning");
+
+// What loading the config accepted with a warning (a deprecated key) or settled with a note
+// (an override taking a deprecated key's place), on stderr.
 void print_warnings(const config::Config& cfg);
 
 // Prints where a training run's output goes: checkpoints, metrics, trace.

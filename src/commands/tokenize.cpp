@@ -1,32 +1,37 @@
-// `trident tokenize`: turns text files into training data, an llm.c token shard or a Megatron
-// .bin/.idx pair, on every core.
+// `trident tokenize`: turns text files or JSON-lines corpora (tokenize_jsonl.h) into training
+// data, llm.c token shards or Megatron .bin/.idx pairs (tokenize_output.h), on every core.
 //
-// Documents are the input files, or the records of each file split on --split-on; each is
+// Documents of text files are the files, or the records of each file split on --split-on; each is
 // written as the tokenizer's document start (a tokenizer.json's post-processor, e.g. Llama 3's
 // <|begin_of_text|>), the text's ids, the document end, then its end-of-text token
 // (<|endoftext|> for GPT-2) unless the document end already is that. Large documents are cut
 // into chunks where the tokenizer allows (Tokenizer::can_cut: pre-tokenizers always split
 // there anyway), so encoding chunks in parallel gives exactly the ids of encoding the whole
 // text at once.
+#include <glob.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <memory>
-#include <optional>
 #include <span>
 #include <thread>
 #include <vector>
 
 #include "commands/commands.h"
-#include "data/megatron_dataset.h"
+#include "commands/session.h"
+#include "commands/tokenize_jsonl.h"
+#include "commands/tokenize_output.h"
+#include "commands/tokenize_progress.h"
+#include "data/byte_source.h"
 #include "data/token_shards.h"
 #include "data/tokenizer.h"
 #include "io/input_file.h"
+#include "io/user_paths.h"
 #include "kernels/error.h"
+#include "kernels/threads.h"
 #include "train/metrics.h"
 
 namespace trident::commands {
@@ -92,183 +97,40 @@ void cut(const data::Tokenizer& tokenizer, std::size_t document, std::string_vie
     out.push_back({document, text, {}});
 }
 
-// Whether `path` starts as an llm.c shard does: its magic and version.
-bool is_llmc_shard(const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    int32_t head[2] = {0, 0};
-    in.read(reinterpret_cast<char*>(head), sizeof head);
-    return in && head[0] == data::kShardMagic && head[1] == data::kShardVersion;
-}
-
-// A file of the other format where this one is about to write (`bin`, the .bin it writes) is
-// someone's data, not an old output of this kind: refused rather than overwritten.
-void refuse_other_format(const std::string& bin, const std::string& format) {
-    const std::string stem = bin.substr(0, bin.size() - 4);
-    if (format == "megatron" && is_llmc_shard(bin))
-        throw Error(bin + " is an llm.c token shard; --format megatron would overwrite it with " +
-                    "the tokens of the Megatron dataset " + stem + " (" + stem + ".bin and " +
-                    stem + ".idx): choose another --output or move it away");
-    if (format == "llmc" && std::filesystem::exists(stem + ".idx") && !is_llmc_shard(bin) &&
-        std::filesystem::exists(bin))
-        throw Error(bin + " holds the tokens of the Megatron dataset " + stem + " (" + stem +
-                    ".idx beside it); an llm.c shard would overwrite it: choose another --output "
-                    "or move them away");
-}
-
-// Receives documents in order and writes them as one file or as shards of --shard-tokens.
-class Output {
-public:
-    // `dtype`: the Megatron dataset's ids (u16, or i32 for a vocabulary beyond 16 bits).
-    Output(const TokenizeOptions& opts, kernels::DType dtype) : opts_(opts), dtype_(dtype) {
-        const std::filesystem::path parent = std::filesystem::path(opts.output).parent_path();
-        if (!parent.empty()) std::filesystem::create_directories(parent);
-    }
-
-    void add_document(std::span<const int32_t> ids) {
-        tokens_ += ids.size();
-        if (opts_.format == "megatron") {
-            if (megatron_ && opts_.shard_tokens > 0 && shard_fill_ > 0 &&
-                shard_fill_ + ids.size() > opts_.shard_tokens)
-                close_megatron();
-            if (!megatron_) {
-                refuse_other_format(shard_name("") + ".bin", opts_.format);
-                megatron_ = std::make_unique<data::MegatronWriter>(shard_name(""), dtype_);
-            }
-            megatron_->add_document(ids);
-            shard_fill_ += ids.size();
-            return;
-        }
-        pending_.insert(pending_.end(), ids.begin(), ids.end());
-        while (opts_.shard_tokens > 0 && pending_.size() >= opts_.shard_tokens) {
-            write_llmc(std::span(pending_).first(opts_.shard_tokens));
-            pending_.erase(pending_.begin(),
-                           pending_.begin() + static_cast<std::ptrdiff_t>(opts_.shard_tokens));
-        }
-    }
-
-    void finish() {
-        if (opts_.format == "megatron") {
-            if (megatron_) close_megatron();
-        } else if (!pending_.empty() || files_.empty()) {
-            write_llmc(pending_);
-        }
-    }
-
-    const std::vector<std::string>& files() const { return files_; }
-    // The first output's .bin, checked before anything is encoded: a clash is found at once.
-    std::string first_bin() const {
-        return opts_.format == "megatron" ? shard_name("") + ".bin" : shard_name(".bin");
-    }
-    std::size_t tokens() const { return tokens_; }
-
-private:
-    // OUT, or OUT_000000 ... with shards; for Megatron a prefix (a .bin/.idx suffix dropped).
-    std::string shard_name(const std::string& ext) const {
-        std::string stem = opts_.output;
-        std::string suffix = ext;
-        for (const char* e : {".bin", ".idx"}) {
-            const std::string s(e);
-            if (stem.size() > s.size() && stem.compare(stem.size() - s.size(), s.size(), s) == 0) {
-                stem.resize(stem.size() - s.size());
-                if (opts_.format != "megatron") suffix = s;
-            }
-        }
-        if (opts_.shard_tokens == 0) return stem + suffix;
-        char index[16];
-        std::snprintf(index, sizeof index, "_%06zu", shards_);
-        return stem + index + suffix;
-    }
-
-    void write_llmc(std::span<const uint16_t> tokens) {
-        const std::string name = shard_name(".bin");
-        refuse_other_format(name, opts_.format);
-        data::write_token_shard(name, tokens);
-        files_.push_back(name);
-        ++shards_;
-    }
-
-    void close_megatron() {
-        const std::string prefix = shard_name("");
-        megatron_->finish();
-        megatron_.reset();
-        files_.push_back(prefix + ".bin");
-        files_.push_back(prefix + ".idx");
-        ++shards_;
-        shard_fill_ = 0;
-    }
-
-    const TokenizeOptions& opts_;
-    kernels::DType dtype_;
-    std::vector<uint16_t> pending_;  // llm.c: tokens not yet in a shard (ids below 65536)
-    std::unique_ptr<data::MegatronWriter> megatron_;
-    std::size_t shard_fill_ = 0;
-    std::size_t tokens_ = 0;
-    std::vector<std::string> files_;
-    std::size_t shards_ = 0;  // outputs written (a Megatron one is two files)
-};
-
-// Joins each document's chunks, framed as the file comment says, and writes it.
+// Joins each document's chunks, framed (frame_document), and writes it.
 void write_documents(const data::Tokenizer& tokenizer, const std::vector<Chunk>& chunks,
-                     Output& output) {
-    const std::span<const int32_t> start = tokenizer.document_start(),
-                                   end = tokenizer.document_end();
-    const std::optional<int32_t> eot = tokenizer.end_of_text();
-    std::vector<int32_t> document(start.begin(), start.end());
+                     TokenizedOutput& output) {
+    std::vector<int32_t> ids, document;
     for (std::size_t i = 0; i < chunks.size(); ++i) {
-        document.insert(document.end(), chunks[i].ids.begin(), chunks[i].ids.end());
+        ids.insert(ids.end(), chunks[i].ids.begin(), chunks[i].ids.end());
         if (i + 1 < chunks.size() && chunks[i + 1].document == chunks[i].document) continue;
-        document.insert(document.end(), end.begin(), end.end());
-        if (eot && (end.empty() || end.back() != *eot)) document.push_back(*eot);
+        document.clear();
+        frame_document(tokenizer, ids, document);
         output.add_document(document);
-        document.assign(start.begin(), start.end());
+        ids.clear();
     }
-    output.finish();
 }
 
-void draw_progress(std::size_t done, std::size_t total, double seconds) {
-    constexpr int kWidth = 30;
-    const double f = total ? static_cast<double>(done) / total : 1.0;
-    const int filled = static_cast<int>(f * kWidth);
-    std::fprintf(stderr, "\rtokenizing [%s%s] %5.1f%% %.1f/%.1f MB %.1f MB/s",
-                 std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
-                 100 * f, done / 1e6, total / 1e6, seconds > 0 ? done / 1e6 / seconds : 0.0);
-}
-
-}  // namespace
-
-int tokenize(const TokenizeOptions& opts) {
-    if (opts.format != "llmc" && opts.format != "megatron")
-        throw Error("--format: expected llmc or megatron, got '" + opts.format + "'");
-    const auto tokenizer = data::make_tokenizer(opts.tokenizer);
-    // llm.c shards hold uint16 ids; a Megatron dataset takes int32 beyond them, as Megatron-LM
-    // does for a vocabulary outgrowing 16 bits.
-    const bool wide = tokenizer->vocab_size() > 65536;
-    if (wide && opts.format == "llmc")
-        throw Error("a vocabulary of " + std::to_string(tokenizer->vocab_size()) +
-                    " ids does not fit the uint16 ids of llm.c shards: use --format megatron, "
-                    "which writes int32 ids");
-    const auto t0 = std::chrono::steady_clock::now();
-
-    Output output(opts, wide ? kernels::DType::i32 : kernels::DType::u16);
-    refuse_other_format(output.first_bin(), opts.format);
-
+// Encodes the text files' documents on opts.threads threads (bounded by tokenize()) and writes
+// them in order.
+TokenizeCounts tokenize_text(const TokenizeOptions& opts, const std::vector<std::string>& paths,
+                             const data::Tokenizer& tokenizer, TokenizedOutput& output,
+                             TokenizeProgress& progress) {
     std::vector<std::string> files;
-    for (const std::string& path : opts.inputs) files.push_back(read_file(path));
+    for (const std::string& path : paths) files.push_back(read_file(path));
+    const std::vector<std::string_view> documents = split_documents(files, unescape(opts.split_on));
+    const int threads = opts.threads;
     std::size_t total_bytes = 0;
     for (const std::string& text : files) total_bytes += text.size();
-    const std::vector<std::string_view> documents = split_documents(files, unescape(opts.split_on));
-
-    const int threads =
-        opts.threads > 0 ? opts.threads : std::max(1u, std::thread::hardware_concurrency());
     // Chunks small enough to share among threads and show progress, large enough to be cheap.
     const std::size_t target =
         std::clamp<std::size_t>(total_bytes / (16 * threads), 1 << 16, 1 << 22);
     std::vector<Chunk> chunks;
     for (std::size_t d = 0; d < documents.size(); ++d)
-        cut(*tokenizer, d, documents[d], target, chunks);
+        cut(tokenizer, d, documents[d], target, chunks);
     // The progress counts the bytes encoded: the documents, not the separators between them.
-    std::size_t document_bytes = 0;
-    for (const Chunk& chunk : chunks) document_bytes += chunk.text.size();
+    TokenizeCounts counts;
+    for (const Chunk& chunk : chunks) counts.total += chunk.text.size();
 
     std::atomic<std::size_t> next{0}, bytes_done{0}, chunks_done{0};
     std::vector<std::thread> pool;
@@ -278,7 +140,7 @@ int tokenize(const TokenizeOptions& opts) {
         pool.emplace_back([&] {
             try {
                 for (std::size_t i; !failed && (i = next++) < chunks.size();) {
-                    tokenizer->encode(chunks[i].text, chunks[i].ids);
+                    tokenizer.encode(chunks[i].text, chunks[i].ids);
                     bytes_done += chunks[i].text.size();
                     ++chunks_done;
                 }
@@ -287,27 +149,112 @@ int tokenize(const TokenizeOptions& opts) {
             }
         });
     }
-    const bool show_progress = opts.progress;
-    while (show_progress && chunks_done < chunks.size() && !failed) {
-        draw_progress(bytes_done, document_bytes,
-                      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    while (chunks_done < chunks.size() && !failed) {
+        counts.done = counts.text = bytes_done;
+        progress.update(counts);
         std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
     for (auto& th : pool) th.join();
     if (failure) std::rethrow_exception(failure);
-    const double seconds =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (show_progress) {
-        draw_progress(document_bytes, document_bytes, seconds);
-        std::fprintf(stderr, "\n");
-    }
+    counts.done = counts.text = counts.total;
+    counts.documents = documents.size();
+    write_documents(tokenizer, chunks, output);
+    counts.tokens = output.tokens();
+    return counts;
+}
 
-    write_documents(*tokenizer, chunks, output);
-    std::printf("tokenized %.2f MB (%s) into %s in %.2f s: %.2f MB/s on %s\n", total_bytes / 1e6,
-                train::counted(static_cast<int64_t>(documents.size()), "document").c_str(),
-                train::counted(static_cast<int64_t>(output.tokens()), "token").c_str(), seconds,
-                total_bytes / 1e6 / seconds, train::counted(threads, "thread").c_str());
-    for (const std::string& f : output.files()) std::printf("wrote %s\n", f.c_str());
+// The inputs, each a path or a glob (its matches in name order); a path no system call could
+// take (io/user_paths.h), a glob matching nothing, or a path that is no regular file, is named
+// at once.
+std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
+    for (const std::string& input : inputs) io::check_input_path(input, "an input to tokenize");
+    std::vector<std::string> paths;
+    for (const std::string& input : inputs) {
+        if (input.find_first_of("*?[") == std::string::npos) {
+            paths.push_back(input);
+            continue;
+        }
+        const std::size_t before = paths.size();
+        glob_t g{};
+        if (::glob(input.c_str(), 0, nullptr, &g) == 0)  // sorted by name
+            for (std::size_t i = 0; i < g.gl_pathc; ++i) paths.emplace_back(g.gl_pathv[i]);
+        globfree(&g);
+        if (paths.size() == before) throw Error("no file matches '" + input + "'");
+    }
+    for (const std::string& path : paths) ::close(io::open_regular(path));
+    return paths;
+}
+
+// JSON lines (tokenize_jsonl.h) or text, not both: each is read its own way.
+bool json_lines_inputs(const TokenizeOptions& opts, const std::vector<std::string>& paths) {
+    const auto json = std::count_if(paths.begin(), paths.end(), is_json_lines);
+    if (json > 0 && json < static_cast<std::ptrdiff_t>(paths.size()))
+        throw Error(
+            "the inputs mix JSON-lines files (.jsonl, .json, .ndjson) with text files: "
+            "tokenize each kind in a run of its own");
+    if (json > 0 && !opts.split_on.empty())
+        throw Error("--split-on splits text files; in JSON lines each line is a document");
+    for (const std::string& path : paths)
+        if (json == 0 && data::compression_of(path) != data::Compression::none)
+            throw Error(path +
+                        ": compressed text is not read; JSON lines (.jsonl.gz, .jsonl.zst) "
+                        "may be compressed, text files must not");
+    return json > 0;
+}
+
+// "tokenized 4.40 MB of text (1189 documents) into 1169600 tokens in 2.34 s: 1.88 MB/s on 4
+// threads", and for JSON lines what was left out.
+void print_summary(const TokenizeOptions& opts, const TokenizeCounts& c, const JsonlCounts* jsonl,
+                   std::size_t files, double seconds) {
+    std::string what = train::counted(static_cast<int64_t>(c.documents), "document");
+    if (jsonl)
+        what += " of " + train::counted(static_cast<int64_t>(files), "file") + "; " +
+                std::to_string(jsonl->empty) + " empty and " + std::to_string(jsonl->malformed) +
+                " malformed skipped";
+    std::printf("tokenized %s of %s (%s) into %s in %.2f s: %.2f MB/s on %s\n",
+                megabytes(c.text).c_str(), jsonl ? "JSON lines" : "text", what.c_str(),
+                train::counted(static_cast<int64_t>(c.tokens), "token").c_str(), seconds,
+                static_cast<double>(c.text) / 1e6 / seconds,
+                train::counted(opts.threads, "thread").c_str());
+}
+
+}  // namespace
+
+int tokenize(const TokenizeOptions& opts) {
+    if (opts.format != "llmc" && opts.format != "megatron")
+        throw Error("--format: expected llmc or megatron, got '" + opts.format + "'");
+    if (opts.field.empty()) throw Error("--field: expected a key of the JSON lines, got ''");
+    if (opts.format == "llmc" && opts.shard_tokens > data::kMaxShardTokens)
+        throw Error("--shard-tokens: an llm.c shard holds at most " +
+                    std::to_string(data::kMaxShardTokens) + " tokens, got " +
+                    std::to_string(opts.shard_tokens));
+    const std::vector<std::string> paths = expand_inputs(opts.inputs);
+    const bool json = json_lines_inputs(opts, paths);
+    const auto tokenizer = data::make_tokenizer(opts.tokenizer);
+    // llm.c shards hold uint16 ids; a Megatron dataset takes int32 beyond them, as Megatron-LM
+    // does for a vocabulary outgrowing 16 bits.
+    const bool wide = tokenizer->vocab_size() > 65536;
+    if (wide && opts.format == "llmc")
+        throw Error("a vocabulary of " + std::to_string(tokenizer->vocab_size()) +
+                    " ids does not fit the uint16 ids of llm.c shards: use --format megatron, "
+                    "which writes int32 ids");
+
+    TokenizedOutput output(opts, wide ? kernels::DType::i32 : kernels::DType::u16);
+    // --threads bounded once (kernels/threads.h), for text and JSON lines alike.
+    TokenizeOptions run = opts;
+    const kernels::ThreadCount bounded = kernels::thread_count(opts.threads, "--threads");
+    if (!bounded.note.empty()) warn(bounded.note);
+    run.threads = bounded.count;
+    TokenizeProgress progress(run.progress);
+    JsonlCounts jsonl;
+    if (json)
+        jsonl = tokenize_json_lines(run, paths, *tokenizer, output, progress);
+    else
+        jsonl.counts = tokenize_text(run, paths, *tokenizer, output, progress);
+    progress.finish(jsonl.counts);
+    const std::vector<std::string> written = output.commit();
+    print_summary(run, jsonl.counts, json ? &jsonl : nullptr, paths.size(), progress.seconds());
+    for (const std::string& f : written) std::printf("wrote %s\n", f.c_str());
     return 0;
 }
 

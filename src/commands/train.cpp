@@ -1,6 +1,7 @@
 // `trident train`: trains the configured model on its dataset, with validation, metrics,
 // checkpoints, resuming and preemption, on every rank of the grid (rank 0 speaks for all).
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -9,11 +10,13 @@
 #include "commands/commands.h"
 #include "commands/resume_changes.h"
 #include "commands/session.h"
+#include "commands/start_checks.h"
 #include "commands/train_loop.h"
 #include "data/dataset.h"
 #include "data_parallel/param_file.h"
 #include "io/fault_injection.h"
 #include "io/fingerprint.h"
+#include "io/user_paths.h"
 #include "kernels/error.h"
 #include "model/param_layout.h"
 #include "optim/offload_store.h"
@@ -33,6 +36,16 @@ namespace trident::commands {
 
 namespace {
 
+// The paths a run reads beyond its data, their status readable (io/user_paths.h): a loop of
+// symbolic links or an unreadable directory is named by its key, not by the file system.
+void check_input_paths(const config::Config& cfg) {
+    if (cfg.model.init_from) io::check_input_path(*cfg.model.init_from, "model.init_from");
+    if (const auto& lora = cfg.training.lora.init_from)
+        io::check_input_path(*lora, "training.lora.init_from");
+    if (cfg.checkpoint.resume != "never" && cfg.checkpoint.resume != "auto")
+        io::check_input_path(cfg.checkpoint.resume, "checkpoint.resume");
+}
+
 // checkpoint.resume, checked before anything runs: `never` starts afresh and so refuses a
 // checkpoint.dir that holds checkpoints (they are kept); a PATH must be a checkpoint.
 void check_resume_setting(const config::Config& cfg) {
@@ -45,8 +58,9 @@ void check_resume_setting(const config::Config& cfg) {
                 ") and checkpoint.resume is never; resume them "
                 "(checkpoint.resume: auto) or choose another checkpoint.dir so they are kept");
     }
+    std::error_code error;
     if (ck.resume != "never" && ck.resume != "auto" &&
-        !std::filesystem::exists(std::filesystem::path(ck.resume) / train::kManifestName))
+        !std::filesystem::exists(std::filesystem::path(ck.resume) / train::kManifestName, error))
         throw Error("checkpoint.resume: '" + ck.resume + "' is not a checkpoint directory (no " +
                     train::kManifestName + "); give a step_* directory, auto or never");
 }
@@ -93,17 +107,17 @@ std::optional<train::CheckpointShare> resume_point(const config::Config& cfg,
 
 // A sample of text from the trained model, as the config asks, on rank 0 with a whole copy
 // of it with micro batch 1 (generation needs one sequence, not the training batch).
-void print_sample(const config::Config& cfg, train::Trainer& trained, kernels::Ops& ops,
-                  bool leader) {
+void print_sample(const Setup& setup, train::Trainer& trained, kernels::Ops& ops, bool leader) {
+    const config::Config& cfg = setup.cfg;
     const std::vector<float> full = trained.full_params();  // collective
     if (!leader) return;
     train::GenerationModel whole(ops, trained.model().layout().shape(), full);
-    const auto tokenizer = data::tokenizer_for_vocab(cfg.model.vocab_size);
+    const data::Tokenizer& tokenizer = *setup.sample_tokenizer;  // loaded at start-up
     train::SamplingOptions opts;
     opts.tokens = cfg.logging.sample_tokens;
     opts.seed = cfg.training.seed;
     std::string text;
-    generate_text(whole.decoder(), *tokenizer, cfg.logging.sample_prompt, opts,
+    generate_text(whole.decoder(), tokenizer, cfg.logging.sample_prompt, opts,
                   [&](const std::string& piece) { text += piece; });
     std::printf("sample (temperature %.1f, top-k %d):\n%s\n", opts.temperature, opts.top_k,
                 text.c_str());
@@ -318,6 +332,23 @@ void write_trace(const config::Config& cfg, train::Trainer& trainer, parallel::W
         std::printf("trace: %s\n", path.c_str());
 }
 
+// The validation evaluates samples 0 .. eval_sequences - 1 of data.valid, which wrap round a
+// set smaller than that: some are counted more than once, weighting the loss towards them.
+void warn_repeated_validation(const config::Config& cfg, const data::Dataset& valid) {
+    std::size_t samples = 0;
+    for (std::size_t i = 0; i < valid.datasets(); ++i) samples += valid.sampler(i).windows();
+    const auto wanted = static_cast<std::size_t>(cfg.training.eval_sequences);
+    if (samples >= wanted) return;
+    const std::size_t unit = static_cast<std::size_t>(cfg.training.micro_batch) * cfg.parallel.data;
+    const std::size_t fits = samples / unit * unit;
+    warn("training.eval_sequences is " + std::to_string(wanted) + " but data.valid holds " +
+         train::counted(static_cast<int64_t>(samples), "sample") +
+         ": each validation counts some of them more than once; " +
+         (fits > 0 ? "set it to " + std::to_string(fits) +
+                         " (a multiple of micro_batch x parallel.data) to count each once"
+                   : std::string("a larger data.valid would count each once")));
+}
+
 // The trainer. A rank that cannot make its optimizer state's file, or its parameter shard's
 // (its own disk without room for it, say), stops every rank with its message: nothing
 // collective follows the files' creation in the trainer's construction (the shard's is made
@@ -337,7 +368,8 @@ std::unique_ptr<train::Trainer> make_trainer(const config::Config& cfg, kernels:
     return trainer;
 }
 
-void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
+// Runs the training; returns the signal that stopped it (agreed by every rank), or 0.
+int run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
     const config::Config& cfg = setup.cfg;
     const auto& t = cfg.training;
     const bool leader = grid.rank() == 0;
@@ -349,9 +381,11 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         print_warnings(cfg);
         print_summary(cfg, *ops, peak);
         std::printf("data: %s\n", setup.train_data->summary().c_str());
-        if (setup.valid_data)
+        if (setup.valid_data) {
             std::printf("valid: %s | %s per validation\n", setup.valid_data->summary().c_str(),
                         train::counted(t.eval_sequences, "sequence").c_str());
+            warn_repeated_validation(cfg, *setup.valid_data);
+        }
         print_outputs(cfg);
     }
 
@@ -367,35 +401,59 @@ void run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         if (leader)
             std::printf("done: the checkpoint is at step %d, training.steps is %d\n", start.step,
                         t.steps);
-        return;
+        return 0;
     }
-    train::install_preemption_handlers();
     if (leader) print_memory(cfg, trainer);
     if (leader) print_optimizer_split(cfg, trainer);
     if (leader) print_offload(cfg, trainer, *ops);
 
     Loop loop(setup, grid, world, trainer, lora, peak, start);
-    if (!loop.run()) return;
+    if (!loop.run()) return loop.stopped_by();
     if (cfg.logging.trace) write_trace(cfg, trainer, world, leader);
-    if (cfg.logging.sample_tokens > 0) print_sample(cfg, trainer, *ops, leader);
-    if (!leader) return;
+    if (cfg.logging.sample_tokens > 0) print_sample(setup, trainer, *ops, leader);
+    if (!leader) return 0;
+    // The first validation's: before training, or at the resume.
+    const std::string since =
+        start.step > 0 ? "at step " + std::to_string(start.step) : "before training";
     if (setup.valid_data)
-        std::printf("done: %s | validation loss %.4f (%.4f before training)\n",
-                    train::counted(t.steps, "step").c_str(), loop.last_val(), loop.first_val());
+        std::printf("done: %s | validation loss %.4f (%.4f %s)\n",
+                    train::counted(t.steps, "step").c_str(), loop.last_val(), loop.first_val(),
+                    since.c_str());
     else
         std::printf("done: %s\n", train::counted(t.steps, "step").c_str());
+    return 0;
+}
+
+// What rank 0 alone writes or loads, checked and taken before step 1: its output files, the
+// sample's tokenizer, the locks on checkpoint.dir and logging.metrics; and what it warns of.
+void set_up_leader(Setup& setup) {
+    const config::Config& cfg = setup.cfg;
+    // The directory first: the metrics' default lies in it.
+    if (cfg.checkpoint.dir) setup.dir_lock = train::claim_checkpoint_dir(*cfg.checkpoint.dir);
+    check_logging_outputs(cfg);
+    setup.sample_tokenizer = sample_tokenizer(cfg);
+    if (const std::string w = epochs_per_step(cfg, *setup.train_data); !w.empty())
+        setup.cfg.warnings.push_back(w);
+    if (cfg.logging.metrics)
+        setup.metrics_lock =
+            std::make_unique<train::FileLock>(*cfg.logging.metrics, "logging.metrics");
 }
 
 }  // namespace
 
 int train(const TrainOptions& opts, parallel::World& world) {
+    // The signal handlers are in place since before MPI started (main.cpp); rank 0 alone
+    // answers Ctrl-C on the terminal.
+    train::set_interrupt_speaker(world.rank() == 0);
     // Every rank reads the same config and data; a problem any rank sees stops all of them.
     Setup setup;
-    return run_on_every_rank(
+    int signal = 0;
+    const int code = run_on_every_rank(
         world,
         [&] {
             io::fault::check_settings();
             setup.cfg = config::load(opts.config, opts.overrides);
+            train::set_interrupt_saves(setup.cfg.checkpoint.dir.has_value());
             setup.grid = std::make_unique<parallel::Grid>(world, grid_shape(setup.cfg));
             setup.device = choose_device(setup.cfg, world, world.rank() == 0);
             if (!setup.device.gpu) check_fits_memory(setup.cfg, world.local_size());
@@ -403,12 +461,15 @@ int train(const TrainOptions& opts, parallel::World& world) {
             setup.valid_data = data::open_valid_data(setup.cfg);
             if (world.local_rank() == 0)
                 setup.data_files = fingerprint_data(setup.train_data.get(), setup.valid_data.get());
+            check_input_paths(setup.cfg);
             check_resume_setting(setup.cfg);
             check_offload_setting(setup.cfg);
-            if (const auto& dir = setup.cfg.checkpoint.dir; dir && world.rank() == 0)
-                setup.dir_lock = train::claim_checkpoint_dir(*dir);  // before step 1
+            if (world.rank() == 0) set_up_leader(setup);
         },
-        [&] { run(setup, *setup.grid, world); });
+        [&] { signal = run(setup, *setup.grid, world); });
+    // Stopped by Ctrl-C, checkpointed or not: the shell's code for an interrupted command, so
+    // that `trident train ... && next` does not go on.
+    return code == 0 && signal == SIGINT ? 128 + SIGINT : code;
 }
 
 }  // namespace trident::commands

@@ -26,7 +26,10 @@ std::string newest_checkpoint(const config::Config& cfg) {
 namespace {
 
 const char* signal_name(int signal) {
-    return signal == SIGTERM ? "SIGTERM" : signal == SIGUSR1 ? "SIGUSR1" : "a signal";
+    return signal == SIGTERM   ? "SIGTERM"
+           : signal == SIGUSR1 ? "SIGUSR1"
+           : signal == SIGINT  ? "SIGINT"
+                               : "a signal";
 }
 
 bool due(int step, int interval, int steps) {
@@ -187,9 +190,41 @@ Loop::Loop(const Setup& setup, parallel::Grid& grid, parallel::World& world,
 bool Loop::run() {
     log_ = open_metrics(cfg_, start_, world_, leader_);
     if (setup_.valid_data) validate_first();
+    if (stop_before_first_step()) return false;
     for (int s = start_; s < cfg_.training.steps; ++s)
         if (!step(s)) return false;
     return true;
+}
+
+// A signal that came during the start-up (a resume's reads, the validation) stops the run
+// before its first step, on every rank: nothing has changed since the start to be saved.
+bool Loop::stop_before_first_step() {
+    int32_t signal = train::preemption_signal();
+    world_.comm().all_reduce(&signal, 1, parallel::ReduceOp::max);
+    if (signal == 0) return false;
+    signal_ = signal;
+    if (leader_)
+        std::printf(
+            "trident: preempted by %s (%d) before step %d of %d: nothing trained, "
+            "nothing to save%s\n",
+            signal_name(signal), signal, start_ + 1, cfg_.training.steps,
+            newest_or_none(cfg_).c_str());
+    return true;
+}
+
+// Rank 0's lock file of checkpoint.dir still there: a directory removed under the run (rm -rf)
+// took its checkpoints, its lock and its metrics file with it, and a save would only make a
+// directory no run guards. Every rank stops together, before the save. Collective.
+void Loop::check_dir_kept(int step) {
+    std::string lost;
+    if (setup_.dir_lock && !setup_.dir_lock->still_held())
+        lost = "checkpoint.dir: '" + *cfg_.checkpoint.dir +
+               "' was removed or replaced during the run (its lock file is gone, and with it "
+               "the run's earlier checkpoints and the metrics beside them): training stopped "
+               "after step " +
+               std::to_string(step) + " without saving; restore it, or start afresh";
+    lost = parallel::first_failure(world_.comm(), lost);
+    if (!lost.empty()) throw EveryRankError(lost);
 }
 
 std::string Loop::save(int step, bool last) {
@@ -241,8 +276,10 @@ bool Loop::step(int s) {
             if (leader_) std::printf("%s\n", line.c_str());
     check_health(m);
     std::string saved;  // this step's checkpoint, saved or begun
-    if (cfg_.checkpoint.dir && due(m.step, cfg_.checkpoint.interval, cfg_.training.steps))
+    if (cfg_.checkpoint.dir && due(m.step, cfg_.checkpoint.interval, cfg_.training.steps)) {
+        check_dir_kept(m.step);
         saved = save(m.step, m.step == cfg_.training.steps);
+    }
     return stop_together(m, metrics_failure, saved);
 }
 
@@ -252,6 +289,7 @@ train::StepMetrics Loop::metrics_of(int s, const train::StepResult& r) {
     train::StepMetrics m;
     m.step = s + 1;
     m.steps = cfg_.training.steps;
+    if (s == start_ && start_ > 0) m.resumed_at = start_;
     m.loss = r.loss;
     m.lr = r.lr;
     m.grad_norm = r.grad_norm;
@@ -260,13 +298,15 @@ train::StepMetrics Loop::metrics_of(int s, const train::StepResult& r) {
     m.skip_reason = r.skip_reason;
     skipped_so_far_ += r.skipped;
     m.skipped_total = skipped_so_far_;
-    seconds_so_far_ += r.seconds;
-    m.eta_s = seconds_so_far_ / (m.step - start_) * (m.steps - m.step);  // at the mean so far
+    step_times_.add(r.seconds);
+    m.eta_s = step_times_.seconds_left(m.steps - m.step);
     m.tensor_comm = r.tensor_comm;
     m.activation_sets = static_cast<int64_t>(r.activation_sets);
     m.data_comm = r.data_comm;
     m.context_comm = r.context_comm;
     m.kv_replica_comm = r.kv_replica_comm;
+    m.pipeline_comm = r.pipeline_comm;
+    m.embedding_comm = r.embedding_comm;
     m.mem_params = static_cast<int64_t>(r.memory.parameters);
     m.mem_grads = static_cast<int64_t>(r.memory.gradients);
     m.mem_optimizer = static_cast<int64_t>(r.memory.optimizer);
@@ -316,9 +356,11 @@ bool Loop::stop_together(const train::StepMetrics& m, const std::string& metrics
         commit_pending(cfg_, async_, world_, m.step, false, leader_);
     const int32_t signal = stop[0];
     if (signal == 0) return true;
-    if (cfg_.checkpoint.dir && saved.empty())
+    signal_ = signal;
+    if (cfg_.checkpoint.dir && saved.empty()) {
+        check_dir_kept(m.step);
         saved = save(m.step, true);
-    else if (async_.pending())
+    } else if (async_.pending())
         saved = commit_pending(cfg_, async_, world_, m.step, true, leader_);
     if (leader_)
         std::printf("trident: preempted by %s (%d) after step %d of %d; %s\n", signal_name(signal),

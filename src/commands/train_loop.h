@@ -11,6 +11,7 @@
 #include "commands/session.h"
 #include "config/config.h"
 #include "data/dataset.h"
+#include "data/tokenizer.h"
 #include "parallel/grid.h"
 #include "parallel/world.h"
 #include "train/async_checkpoint.h"
@@ -33,6 +34,11 @@ struct Setup {
     std::vector<train::DataFileRecord> data_files;
     // Rank 0's hold on checkpoint.dir for the run's life (none without one, and elsewhere).
     std::unique_ptr<train::DirectoryLock> dir_lock;
+    // Rank 0's hold on logging.metrics for the run's life (none without one, and elsewhere).
+    std::unique_ptr<train::FileLock> metrics_lock;
+    // Rank 0's tokenizer of the sample after training (logging.sample_tokens), loaded at
+    // start-up so that a missing one is found before the run; none without a sample.
+    std::unique_ptr<data::Tokenizer> sample_tokenizer;
 };
 
 // Where a run starts: step 0, or its checkpoint's step and skipped updates.
@@ -51,15 +57,19 @@ public:
     Loop(const Setup& setup, parallel::Grid& grid, parallel::World& world, train::Trainer& trainer,
          const train::LoraRecord& lora, const Peak& peak, Start start);
 
-    // Runs the steps from the start to training.steps; false when a signal stopped them.
+    // Runs the steps from the start to training.steps; false when a signal stopped them
+    // (stopped_by() says which, agreed by every rank).
     bool run();
+    int stopped_by() const { return signal_; }
 
     double first_val() const { return first_val_; }
     double last_val() const { return last_val_; }
 
 private:
     void validate_first();
+    bool stop_before_first_step();
     bool step(int s);
+    void check_dir_kept(int step);
     train::StepMetrics metrics_of(int s, const train::StepResult& r);
     void check_health(const train::StepMetrics& m);
     bool stop_together(const train::StepMetrics& m, const std::string& metrics_failure,
@@ -77,8 +87,9 @@ private:
     const bool leader_;
     const int start_;
     int skipped_so_far_;
-    double seconds_so_far_ = 0;
+    train::StepTimes step_times_;
     double first_val_ = 0, last_val_ = 0;
+    int signal_ = 0;
     std::optional<train::MetricsLog> log_;
     std::optional<train::StragglerReport> stragglers_;
     train::AsyncCheckpoint async_;  // gone before the trainer whose share it may be writing

@@ -332,6 +332,9 @@ struct Config {
     std::string source;  // the file it came from, for messages
     // What loading noticed but accepted (a deprecated key), for the command to print once.
     std::vector<std::string> warnings;
+    // What loading settled without fault (an override taking a deprecated key's place), for
+    // the command to print once as a note.
+    std::vector<std::string> notes;
     bool operator==(const Config&) const = default;
 };
 

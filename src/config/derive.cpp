@@ -22,14 +22,33 @@ int64_t elements(const model::TensorDecl& t, const model::GptShape& shape) {
     return n;
 }
 
+// Calls `each(decls, count)` for every run of consecutive layers of the same kinds, with what
+// the run's first layer's parts declare (ModelSpec::layer_decls) and the run's length: the sums
+// below read sizes, not names, so a run's layers count alike and a search deriving thousands of
+// layouts declares each kind once.
+template <typename Each>
+void for_layer_runs(const model::ModelSpec& spec, Each each) {
+    const auto same = [](const model::LayerSpec& a, const model::LayerSpec& b) {
+        return a.norm == b.norm && a.attention == b.attention && a.mlp == b.mlp;
+    };
+    for (std::size_t l = 0; l < spec.layers.size();) {
+        const model::LayerSpec& layer = spec.layers[l];
+        std::size_t end = l + 1;
+        while (end < spec.layers.size() && same(spec.layers[end], layer)) ++end;
+        each(spec.layer_decls(static_cast<int>(l)), static_cast<int64_t>(end - l));
+        l = end;
+    }
+}
+
 // Unique parameters of the model, padded rows excluded (docs/FORMULAS.md, "Parameters"): the
 // tensors its parts declare. GPT-2's LM head is the token embedding, so it adds nothing.
 int64_t count_parameters(const model::ModelSpec& spec) {
     int64_t n = 0;
     for (const model::TensorDecl& t : spec.embedding_tensors()) n += elements(t, spec.shape);
-    for (int l = 0; l < spec.shape.layers; ++l)
-        for (const model::NamedPart& part : spec.layer_parts(l))
-            for (const model::TensorDecl& t : part.decl.tensors) n += elements(t, spec.shape);
+    for_layer_runs(spec, [&](const std::vector<model::PartDecl>& parts, int64_t count) {
+        for (const model::PartDecl& part : parts)
+            for (const model::TensorDecl& t : part.tensors) n += count * elements(t, spec.shape);
+    });
     for (const model::TensorDecl& t : spec.head_tensors()) n += elements(t, spec.shape);
     return n;
 }
@@ -44,13 +63,15 @@ int64_t count_parameters(const model::ModelSpec& spec) {
 double model_flops(const model::ModelSpec& spec, const ModelConfig& m, const TrainingConfig& t) {
     const double B = t.global_batch, s = m.seq_len, l = m.layers, h = m.hidden, V = m.vocab_size;
     double matrices = 0, widths = 0;  // Σ in·out over the layers' linears; Σ (in + out) adapted
-    for (int layer = 0; layer < m.layers; ++layer)
-        for (const model::LinearDecl& w : spec.layer_linears(layer)) {
-            matrices += static_cast<double>(w.in) * static_cast<double>(w.out);
-            if (t.lora.enabled() && std::find(t.lora.targets.begin(), t.lora.targets.end(),
-                                              w.target) != t.lora.targets.end())
-                widths += static_cast<double>(w.in + w.out);
-        }
+    for_layer_runs(spec, [&](const std::vector<model::PartDecl>& parts, int64_t count) {
+        for (const model::PartDecl& part : parts)
+            for (const model::LinearDecl& w : part.linears) {
+                matrices += count * static_cast<double>(w.in) * static_cast<double>(w.out);
+                if (t.lora.enabled() && std::find(t.lora.targets.begin(), t.lora.targets.end(),
+                                                  w.target) != t.lora.targets.end())
+                    widths += count * static_cast<double>(w.in + w.out);
+            }
+    });
     const double weights = 2.0 * B * s * (matrices + V * h);
     const double attention = 2.0 * B * s * s * l * h;
     if (!t.lora.enabled()) return 3.0 * (weights + attention);

@@ -95,9 +95,11 @@ void take_gpt2(ModelConfig& m, const std::string& config, Origins& origins) {
 
 void take_hf_config(Config& cfg, Origins& origins) {
     ModelConfig& m = cfg.model;
-    if (!m.init_from || !fs::is_directory(*m.init_from)) return;
+    // A path no call can take (too long) is not a folder: validation names it.
+    std::error_code error;
+    if (!m.init_from || !fs::is_directory(*m.init_from, error)) return;
     const std::string config = (fs::path(*m.init_from) / "config.json").string();
-    if (!fs::exists(config)) return;  // a Trident checkpoint
+    if (!fs::exists(config, error)) return;  // a Trident checkpoint
     const std::string where = origins.where("model.init_from");
     try {
         const std::string type = model::read_hf_model_type(config);

@@ -11,6 +11,7 @@
 
 #include "config/schema.h"
 #include "io/input_file.h"
+#include "io/user_paths.h"
 
 namespace trident::config {
 namespace {
@@ -284,14 +285,24 @@ void apply_override(const std::string& text, int rank, Config& cfg, Origins& ori
 
 // training.eval_batches, the old spelling of the evaluation set, counted microbatches of
 // samples 0, 1, ... that every replica evaluated alike: the same samples as eval_sequences =
-// eval_batches × micro_batch, which replaces it (with a warning).
+// eval_batches × micro_batch, which replaces it (with a warning). Given both in one source,
+// the two disagree; eval_sequences given by a later source (an override of a file's old key)
+// takes its place, with a note.
 void map_eval_batches(Config& cfg, const Origins& origins) {
     auto& t = cfg.training;
     if (!origins.is_set("training.eval_batches")) return;
     const std::string where = origins.where("training.eval_batches");
-    if (origins.is_set("training.eval_sequences"))
+    const int old_rank = origins.rank("training.eval_batches"),
+              new_rank = origins.rank("training.eval_sequences");
+    if (new_rank == old_rank)
         fail(where, "training.eval_batches",
              "replaced by training.eval_sequences, which is given too: give eval_sequences alone");
+    if (new_rank > old_rank) {
+        cfg.notes.push_back(origins.where("training.eval_sequences") +
+                            " replaces the deprecated training.eval_batches of " + where);
+        t.eval_batches = 0;
+        return;
+    }
     if (t.eval_batches < 1)
         fail(where, "training.eval_batches", "must be >= 1, got " + std::to_string(t.eval_batches));
     t.eval_sequences = t.eval_batches * t.micro_batch;
@@ -344,6 +355,8 @@ void fill_dependent_defaults(Config& cfg, const Origins& origins) {
 constexpr uint64_t kMaxConfigBytes = 16 << 20;
 
 std::string read_file(const std::string& path) {
+    if (const std::string problem = io::path_problem(path); !problem.empty())
+        throw ConfigError("config file: " + problem);
     try {
         return io::read_regular_file(path, kMaxConfigBytes, "a config file");
     } catch (const Error& e) {

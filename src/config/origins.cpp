@@ -12,6 +12,11 @@ bool Origins::is_set(std::string_view path) const {
     return by_path_.find(path) != by_path_.end();
 }
 
+int Origins::rank(std::string_view path) const {
+    auto it = by_path_.find(path);
+    return it == by_path_.end() ? 0 : it->second.rank;
+}
+
 std::string Origins::where(std::string_view path) const {
     auto it = by_path_.find(path);
     return it == by_path_.end() ? file_ : it->second.where;

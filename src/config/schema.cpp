@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <type_traits>
 
+#include "io/user_paths.h"
 #include "model/model_spec.h"
 
 namespace trident::config::detail {
@@ -21,6 +22,13 @@ std::string text(int v) {
 }
 std::string text(double v) {
     return format_number(v);
+}
+
+// A path a system call can take (io/user_paths.h): a longer one (a pasted file) is refused
+// as the config is read, shown cut, rather than echoed whole in an error of the file system.
+Problem path_problem(const std::string& path) {
+    if (std::string problem = io::path_problem(path); !problem.empty()) return problem;
+    return {};
 }
 
 // A key stored at cfg.*section.*member, e.g. field("model.layers", &Config::model,
@@ -59,7 +67,12 @@ Key sources(std::string_view path, std::vector<DataSource> DataConfig::*member, 
         .read = [=](Config& c, const YAML::Node& node,
                     YAML::Mark& at) { return read_sources(node, c.data.*member, nullable, at); },
         .write = [=](const Config& c) { return yaml_text(c.data.*member); },
-        .check_range = [](const Config&) { return Problem{}; },
+        .check_range =
+            [=](const Config& c) {
+                for (const DataSource& source : c.data.*member)
+                    if (Problem p = path_problem(source.path)) return p;
+                return Problem{};
+            },
     };
 }
 
@@ -180,10 +193,17 @@ RangeCheck<int> zero_stage() {
     };
 }
 
-RangeCheck<std::string> not_empty() {
+RangeCheck<std::optional<std::string>> a_path() {
+    return [](const std::optional<std::string>& v) -> Problem {
+        return v ? path_problem(*v) : Problem{};
+    };
+}
+
+// checkpoint.resume: auto, never or a path.
+RangeCheck<std::string> resume_choice() {
     return [](const std::string& v) -> Problem {
-        if (!v.empty()) return {};
-        return "must not be empty";
+        if (v.empty()) return "must not be empty";
+        return v == "auto" || v == "never" ? Problem{} : path_problem(v);
     };
 }
 
@@ -214,7 +234,7 @@ const std::vector<Key>& table() {
         field("model.tie_embeddings", &C::model, &ModelConfig::tie_embeddings),
         field("model.dropout", &C::model, &ModelConfig::dropout, fraction()),
         field("model.init_std", &C::model, &ModelConfig::init_std, above(0.0)),
-        field("model.init_from", &C::model, &ModelConfig::init_from),
+        field("model.init_from", &C::model, &ModelConfig::init_from, a_path()),
 
         field("parallel.pipeline", &C::parallel, &ParallelConfig::pipeline,
               between(1, limits::kRanks)),
@@ -299,7 +319,7 @@ const std::vector<Key>& table() {
                         },
                     .write = [](const Config& c) { return yaml_text(c.training.lora.targets); },
                 },
-                part("init_from", &TrainingConfig::lora, &LoraConfig::init_from),
+                part("init_from", &TrainingConfig::lora, &LoraConfig::init_from, a_path()),
             }),
 
         field("optimizer.name", &C::optimizer, &OptimizerConfig::name),
@@ -318,7 +338,7 @@ const std::vector<Key>& table() {
                 part("scale", &OptimizerConfig::galore, &GaloreConfig::scale, above(0.0)),
             }),
         field("optimizer.offload", &C::optimizer, &OptimizerConfig::offload),
-        field("optimizer.offload_dir", &C::optimizer, &OptimizerConfig::offload_dir),
+        field("optimizer.offload_dir", &C::optimizer, &OptimizerConfig::offload_dir, a_path()),
         field("optimizer.offload_chunk", &C::optimizer, &OptimizerConfig::offload_chunk,
               at_least(1)),
         field("optimizer.offload_params", &C::optimizer, &OptimizerConfig::offload_params),
@@ -328,10 +348,10 @@ const std::vector<Key>& table() {
         field("data.format", &C::data, &DataConfig::format),
         field("data.shuffle", &C::data, &DataConfig::shuffle),
 
-        field("checkpoint.dir", &C::checkpoint, &CheckpointConfig::dir),
+        field("checkpoint.dir", &C::checkpoint, &CheckpointConfig::dir, a_path()),
         field("checkpoint.interval", &C::checkpoint, &CheckpointConfig::interval, at_least(0)),
         field("checkpoint.keep", &C::checkpoint, &CheckpointConfig::keep, at_least(1)),
-        field("checkpoint.resume", &C::checkpoint, &CheckpointConfig::resume, not_empty()),
+        field("checkpoint.resume", &C::checkpoint, &CheckpointConfig::resume, resume_choice()),
         field("checkpoint.on_error", &C::checkpoint, &CheckpointConfig::on_error),
         field("checkpoint.allow_data_change", &C::checkpoint, &CheckpointConfig::allow_data_change),
         field("checkpoint.async", &C::checkpoint, &CheckpointConfig::async),
@@ -341,9 +361,9 @@ const std::vector<Key>& table() {
               &CheckpointConfig::allow_optimizer_change),
 
         field("logging.interval", &C::logging, &LoggingConfig::interval, at_least(1)),
-        field("logging.metrics", &C::logging, &LoggingConfig::metrics),
-        field("logging.trace", &C::logging, &LoggingConfig::trace),
-        field("logging.tensorboard", &C::logging, &LoggingConfig::tensorboard),
+        field("logging.metrics", &C::logging, &LoggingConfig::metrics, a_path()),
+        field("logging.trace", &C::logging, &LoggingConfig::trace, a_path()),
+        field("logging.tensorboard", &C::logging, &LoggingConfig::tensorboard, a_path()),
         field("logging.trace_from", &C::logging, &LoggingConfig::trace_from, at_least(1)),
         field("logging.trace_steps", &C::logging, &LoggingConfig::trace_steps, at_least(1)),
         field("logging.sample_tokens", &C::logging, &LoggingConfig::sample_tokens, at_least(0)),

@@ -74,6 +74,8 @@ public:
     // `rank` orders the sources: 1 for the file, 2, 3, ... for overrides in the order applied.
     void set(std::string_view path, std::string where, int rank);
     bool is_set(std::string_view path) const;
+    // The rank of the source that set `path` last; 0 where nothing set it.
+    int rank(std::string_view path) const;
     const std::string& file() const { return file_; }
 
     // Where to point for a problem with `path`: "configs/x.yaml:12", "--set a.b=1" or the file.

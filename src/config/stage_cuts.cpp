@@ -1,6 +1,8 @@
 // Layers per pipeline chunk (see stage_cuts.h).
 #include "config/stage_cuts.h"
 
+#include <algorithm>
+
 #include "config/model_shape.h"
 #include "model/flops.h"
 
@@ -12,12 +14,19 @@ std::vector<int> balanced_layers(int layers, int chunks, double layer_cost, doub
     std::vector<double> load(static_cast<std::size_t>(chunks), 0.0);
     load.front() += first_extra;
     load.back() += last_extra;
+    // The least loaded chunk on top, of equal ones the later.
+    const auto later_first = [&](std::size_t a, std::size_t b) {
+        return load[a] > load[b] || (load[a] == load[b] && a < b);
+    };
+    std::vector<std::size_t> heap(load.size());
+    for (std::size_t g = 0; g < heap.size(); ++g) heap[g] = g;
+    std::make_heap(heap.begin(), heap.end(), later_first);
     for (int l = 0; l < layers; ++l) {
-        std::size_t best = load.size() - 1;
-        for (std::size_t g = load.size() - 1; g-- > 0;)
-            if (load[g] < load[best]) best = g;
+        std::pop_heap(heap.begin(), heap.end(), later_first);
+        const std::size_t best = heap.back();
         load[best] += layer_cost;
         ++counts[best];
+        std::push_heap(heap.begin(), heap.end(), later_first);
     }
     return counts;
 }

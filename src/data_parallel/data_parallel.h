@@ -21,8 +21,9 @@
 // r-th D-th of each, as above; but the gradients, and at stage 3 the parameters, live sharded
 // (model/flat_buffer.h): the backward's gradients are reduce-scattered unit by unit into the
 // shard, and at stage 3 the parameters gathered unit by unit for the forward and the backward,
-// by ZeroUnits (zero_units.h), to which the model's hooks go. Stage 2 all-gathers the updated
-// units as stage 1 its buckets; stage 3 updates its shard and gathers nothing then.
+// by ZeroUnits (zero_units.h), to which the model's unit events go (model/model_units.h).
+// Stage 2 all-gathers the updated units as stage 1 its buckets; stage 3 updates its shard and
+// gathers nothing then.
 //
 // Hybrid sharding (parallel.data_shard: N; docs/ARCHITECTURE.md, "Hybrid sharding"). The
 // group above is then the shard group of N ranks, and the D·C/N shard groups are replicas of

@@ -12,18 +12,15 @@
 
 namespace trident::io {
 
-namespace {
-
-const char* kind_of(mode_t mode) {
+const char* file_kind(mode_t mode) {
     if (S_ISFIFO(mode)) return "a FIFO";
     if (S_ISCHR(mode)) return "a character device";
     if (S_ISBLK(mode)) return "a block device";
     if (S_ISSOCK(mode)) return "a socket";
     if (S_ISDIR(mode)) return "a directory";
+    if (S_ISREG(mode)) return "a regular file";
     return "not a file";
 }
-
-}  // namespace
 
 int open_regular(const std::string& path) {
     // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
@@ -37,7 +34,7 @@ int open_regular(const std::string& path) {
     }
     if (!S_ISREG(st.st_mode)) {
         ::close(fd);
-        throw Error(path + ": not a regular file (" + kind_of(st.st_mode) + ")");
+        throw Error(path + ": not a regular file (" + file_kind(st.st_mode) + ")");
     }
     // Reads of a regular file never block anyway; the flag is dropped for what follows.
     ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK);

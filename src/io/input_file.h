@@ -4,10 +4,16 @@
 // until a writer came or reading it would never end. Whole-file reads have a size cap.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 
 namespace trident::io {
+
+// What a file of `mode` (st_mode) is, as messages say it: "a FIFO", "a character device", "a
+// block device", "a socket", "a directory", or "a regular file".
+const char* file_kind(mode_t mode);
 
 // A read-only descriptor of `path` (close it), or a trident::Error naming the file: it cannot
 // be opened, or it is not a regular file ("not a regular file (a FIFO)"). Never blocks on a

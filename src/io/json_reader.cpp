@@ -1,6 +1,7 @@
 // Recursive-descent JSON parser of src/io/json_reader.h.
 #include "io/json_reader.h"
 
+#include <algorithm>
 #include <charconv>
 #include <unordered_set>
 
@@ -20,12 +21,61 @@ public:
     Value document() {
         skip_whitespace();
         Value v = value(0);
-        skip_whitespace();
-        if (pos_ != text_.size()) fail("unexpected text after the JSON value");
+        end_of_document();
         return v;
     }
 
+    // The object's members checked as object() checks them; the string of `key` decoded into
+    // `out` on the way, the others read and dropped.
+    void member_string(std::string_view key, std::string& out) {
+        skip_whitespace();
+        if (peek() != '{' || at_end()) fail("expected a JSON object");
+        ++pos_;
+        std::vector<std::string> keys;
+        bool found = false;
+        skip_whitespace();
+        const bool empty = peek() == '}' && !at_end();
+        while (!empty) {
+            found |= member(key, keys, out);
+            skip_whitespace();
+            if (peek() == '}' && !at_end()) break;
+            if (peek() != ',' || at_end()) fail("expected ',' or '}'");
+            ++pos_;
+            skip_whitespace();
+        }
+        ++pos_;
+        end_of_document();
+        if (!found) fail("no " + quote(key) + " key");
+    }
+
 private:
+    // One member of member_string's object: true when it is `key`'s, decoded into `out`.
+    bool member(std::string_view key, std::vector<std::string>& keys, std::string& out) {
+        if (peek() != '"' || at_end()) fail("expected a string key");
+        const std::size_t key_pos = pos_;
+        keys.push_back(string());
+        if (std::find(keys.begin(), keys.end() - 1, keys.back()) != keys.end() - 1) {
+            pos_ = key_pos;
+            fail("duplicate key " + quote(keys.back()));
+        }
+        skip_whitespace();
+        expect(':');
+        skip_whitespace();
+        if (keys.back() != key) {
+            value(1);
+            return false;
+        }
+        if (peek() != '"' || at_end())
+            fail(quote(key) + " is a JSON " + kind_name(value(1).kind) + ", not a string");
+        string_into(out);
+        return true;
+    }
+
+    void end_of_document() {
+        skip_whitespace();
+        if (pos_ != text_.size()) fail("unexpected text after the JSON value");
+    }
+
     [[noreturn]] void fail(const std::string& what) const {
         throw Error("byte " + std::to_string(pos_) + ": " + what);
     }
@@ -223,14 +273,24 @@ private:
     }
 
     std::string string() {
-        expect('"');
         std::string out;
+        string_into(out);
+        return out;
+    }
+
+    // Appends the string at pos_, decoded. Runs of plain ASCII go in whole (the bulk of a
+    // document's text).
+    void string_into(std::string& out) {
+        expect('"');
         for (;;) {
+            const std::size_t run = pos_;
+            while (pos_ < text_.size() && plain(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+            out.append(text_.substr(run, pos_ - run));
             if (at_end()) fail("unterminated string");
             const auto c = static_cast<unsigned char>(text_[pos_]);
             if (c == '"') {
                 ++pos_;
-                return out;
+                return;
             }
             if (c < 0x20) fail("control character in string");
             if (c >= 0x80) {
@@ -289,6 +349,9 @@ private:
         }
     }
 
+    // A byte a string holds as it is: ASCII, neither a control character, '"' nor '\\'.
+    static bool plain(unsigned char c) { return c >= 0x20 && c < 0x80 && c != '"' && c != '\\'; }
+
     std::string_view text_;
     std::size_t pos_ = 0;
 };
@@ -303,6 +366,16 @@ const Value* Value::find(std::string_view key) const {
 
 Value parse(std::string_view text) {
     return Parser(text).document();
+}
+
+void string_member(std::string_view text, std::string_view key, std::string& out) {
+    const std::size_t before = out.size();
+    try {
+        Parser(text).member_string(key, out);
+    } catch (const Error&) {
+        out.resize(before);
+        throw;
+    }
 }
 
 std::string quote(std::string_view text) {

@@ -42,6 +42,14 @@ struct Member {
 // integers outside int64 or nesting deeper than 64.
 Value parse(std::string_view text);
 
+// The string of top-level key `key` of the JSON object `text` (one object, whitespace around it
+// allowed), appended to `out`: the whole object checked as parse() checks it, nothing kept of
+// its other members. Throws as parse() does, `out` as it was, and also where the object has no
+// such key ("no \"text\" key") or it holds another kind ("\"text\" is a JSON null, not a
+// string"). For JSON-lines corpora (`trident tokenize`), where building every member's value
+// would cost more than the check.
+void string_member(std::string_view text, std::string_view key, std::string& out);
+
 // `text` as a JSON string literal, quotes included.
 std::string quote(std::string_view text);
 

@@ -12,6 +12,7 @@
 
 #include "io/fault_injection.h"
 #include "io/output_file.h"
+#include "io/user_paths.h"
 
 namespace trident::io {
 
@@ -45,7 +46,11 @@ void check_offload_dir(const std::string& dir, std::uint64_t bytes, const std::s
 OffloadFile::OffloadFile(const std::string& dir, const std::string& name, std::uint64_t bytes,
                          std::uint64_t room, const std::string& needs)
     : dir_(dir), path_((std::filesystem::path(dir) / name).string()) {
-    // A file of an earlier run on this rank is replaced: its room counts as free.
+    // A file of an earlier run on this rank is replaced: its room counts as free. Anything
+    // else by its name (a device, a FIFO) is refused, never unlinked or written.
+    if (const std::string kind = special_kind(path_); !kind.empty())
+        throw OffloadError(where(dir) + ": " + path_ + " exists and is " + kind +
+                           ", not a regular file: it is not written over; move it away");
     ::unlink(path_.c_str());
     check_offload_dir(dir, std::max(bytes, room), needs);
     fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);

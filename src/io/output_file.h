@@ -15,6 +15,8 @@ namespace trident::io {
 // "No space left on device (ENOSPC)": errno's text and its name.
 std::string errno_text(int error);
 
+// Only a regular file is written: a path naming a device, a FIFO, a socket or a directory is
+// refused with a trident::Error (io/user_paths.h), never fed or waited on.
 class OutputFile {
 public:
     enum class Mode { create, append };  // create truncates what was there
@@ -29,6 +31,9 @@ public:
     // All of `size` bytes, or a trident::Error (some of them may have reached the file).
     void write(const void* data, std::size_t size);
     void write(std::string_view text) { write(text.data(), text.size()); }
+    // `size` bytes over those at `offset`, which the file already holds (a header filled in
+    // once what it counts is written); the end of the file stays where it is.
+    void write_at(uint64_t offset, const void* data, std::size_t size);
     void sync();   // to the disk (fsync)
     void close();  // reports what closing finds (deferred write errors of some filesystems)
 
@@ -52,7 +57,8 @@ private:
 // A file written under a temporary name beside `path` and renamed over it by commit(): a
 // reader of `path` (a training run mapping a dataset) never sees it half written, keeps
 // the old file's contents while this one is written, and a failed or abandoned write leaves
-// `path` as it was (the temporary file is removed). Messages name `path`.
+// `path` as it was (the temporary file is removed). Messages name `path`. A `path` that is
+// not a regular file (a device, a FIFO; io/user_paths.h) is refused, never renamed over.
 class ReplacingFile {
 public:
     explicit ReplacingFile(const std::string& path);
@@ -61,12 +67,23 @@ public:
     ReplacingFile& operator=(const ReplacingFile&) = delete;
 
     void write(const void* data, std::size_t size) { file_.write(data, size); }
-    void commit();  // synced, closed and renamed into place
+    void write_at(uint64_t offset, const void* data, std::size_t size) {
+        file_.write_at(offset, data, size);
+    }
+    uint64_t size() const { return file_.size(); }  // bytes written so far
+    // Synced and closed, not yet in place: commit() then only renames it, so that several
+    // files written in turn appear together.
+    void close();
+    void commit();  // synced, closed (unless it was) and renamed into place
 
 private:
+    // The temporary name beside `path` (its directory made): refused first when `path` names
+    // a device, a FIFO, a socket or a directory, which the rename would replace.
+    static std::string temporary_beside(const std::string& path);
+
     std::string path_, temporary_;
     OutputFile file_;
-    bool committed_ = false;
+    bool closed_ = false, committed_ = false;
 };
 
 // Writes `bytes` to `path` whole or not at all: into a temporary file beside it, synced, then

@@ -364,19 +364,11 @@ void SafetensorsFile::read_raw(const TensorInfo& tensor, std::span<char> out) co
 
 namespace {
 
-// The temporary file being written: closed, and removed unless committed, on every exit path.
-// Errors name the target, the file a user knows.
-class TempFile {
+// The file being written under a temporary name (output_file.h's ReplacingFile: removed
+// unless committed, a device or FIFO at the target refused), hashed as it goes.
+class HashedFile {
 public:
-    explicit TempFile(const std::string& target)
-        : target_(target),
-          path_(target + ".tmp." + std::to_string(::getpid())),
-          file_(path_, OutputFile::Mode::create, target) {}
-    TempFile(const TempFile&) = delete;
-    TempFile& operator=(const TempFile&) = delete;
-    ~TempFile() {
-        if (!committed_) ::unlink(path_.c_str());
-    }
+    explicit HashedFile(const std::string& target) : file_(target) {}
 
     // Writes and hashes; the first `header_bytes` also go into the header's hash.
     void write(const void* data, std::size_t size) {
@@ -395,18 +387,10 @@ public:
     }
 
     // Flushes to disk and renames over the target, so readers see the old file or the new one.
-    void commit() {
-        file_.sync();
-        file_.close();
-        if (::rename(path_.c_str(), target_.c_str()) != 0)
-            throw Error(target_ + ": cannot rename " + path_ + " into place: " + errno_text(errno));
-        committed_ = true;
-    }
+    void commit() { file_.commit(); }
 
 private:
-    std::string target_, path_;
-    OutputFile file_;
-    bool committed_ = false;
+    ReplacingFile file_;
     Sha256 hash_, header_hash_;
     std::size_t header_left_ = 0;
 };
@@ -462,7 +446,7 @@ WrittenFile write_safetensors(const std::string& path, std::span<const TensorToW
     header += "}";
     header.append((8 - header.size() % 8) % 8, ' ');  // aligns the data buffer to 8 bytes
 
-    TempFile out(path);
+    HashedFile out(path);
     out.hash_header(8 + header.size());
     unsigned char length_bytes[8];
     uint64_t n = header.size();

@@ -8,6 +8,7 @@
 
 #include "kernels/device_buffer.h"
 #include "kernels/error.h"
+#include "kernels/threads.h"
 
 namespace trident::optim {
 
@@ -130,10 +131,8 @@ Updater::Updater(kernels::Ops& ops, const model::ParamLayout& layout,
     if (offload.offload == config::Offload::nvme)
         placement_ = file_placement(scope_, *offload.offload_dir, rank, chunk);
     else if (offload.offload == config::Offload::host)
-        placement_ = host_placement(
-            scope_, chunk,
-            cfg.threads > 0 ? cfg.threads
-                            : std::max(1, static_cast<int>(std::thread::hardware_concurrency())));
+        placement_ = host_placement(scope_, chunk,
+                                    kernels::thread_count(cfg.threads, "training.threads").count);
     else
         placement_ = device_placement(scope_);
     state_bytes_ = ops.allocated_bytes() - allocated_before;

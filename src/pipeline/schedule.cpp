@@ -8,6 +8,7 @@
 #include "pipeline/schedule.h"
 
 #include <algorithm>
+#include <bit>
 #include <deque>
 #include <sstream>
 
@@ -134,8 +135,9 @@ double next_start(const ReplayStage& s, int m, int limit, Work& work) {
 
 // Stage i runs `w` from `start`: it joins the stage's order, and what it produces (an F's
 // activation, a B's gradient) reaches the stage holding the neighbouring chunk when it ends.
-void replay_op(std::vector<ReplayStage>& stages, const model::ChunkMap& map, int i, const Work& w,
-               double start) {
+// Returns the stage it reached (-1: none, the loss or the embedding).
+int replay_op(std::vector<ReplayStage>& stages, const model::ChunkMap& map, int i, const Work& w,
+              double start) {
     ReplayStage& s = stages[static_cast<std::size_t>(i)];
     const std::size_t c = static_cast<std::size_t>(w.chunk),
                       k = static_cast<std::size_t>(w.microbatch);
@@ -143,36 +145,69 @@ void replay_op(std::vector<ReplayStage>& stages, const model::ChunkMap& map, int
     s.clock = start + 1.0;
     s.order.push_back(w);
     const auto reach = [&](int to, bool grad) {
-        ReplayStage& t = stages[static_cast<std::size_t>(map.stage_of(to))];
-        (grad ? t.grad_ready : t.act_ready)[static_cast<std::size_t>(map.local(to))][k] = s.clock;
+        const int t = map.stage_of(to);
+        ReplayStage& target = stages[static_cast<std::size_t>(t)];
+        (grad ? target.grad_ready : target.act_ready)[static_cast<std::size_t>(map.local(to))][k] =
+            s.clock;
+        return t;
     };
     if (w.op == Op::forward) {
         ++s.forwards[c];
         ++s.held;
         s.last_was_forward = true;
-        if (g < map.last())
-            reach(g + 1, false);
-        else
-            s.grad_ready[c][k] = s.clock;  // the loss: its B may follow
+        if (g < map.last()) return reach(g + 1, false);
+        s.grad_ready[c][k] = s.clock;  // the loss: its B may follow
     } else if (w.op == Op::backward_input) {
         ++s.inputs[c];
         s.last_was_forward = false;
         s.pending.push_back({Op::backward_weight, w.microbatch, w.chunk});
-        if (g > 0) reach(g - 1, true);
+        if (g > 0) return reach(g - 1, true);
     } else {
         --s.held;
         s.pending.pop_front();
     }
+    return -1;
 }
+
+// The stages' next starts as a tournament: each inner node holds the earlier of its two
+// children (of equal ones, the lower stage), so the earliest is at the root and a change is
+// carried up in log P steps.
+class Earliest {
+public:
+    explicit Earliest(std::size_t stages)
+        : leaves_(std::bit_ceil(std::max<std::size_t>(stages, 1))) {
+        start_.assign(leaves_, kNever);
+        winner_.assign(2 * leaves_, 0);
+        for (std::size_t i = 0; i < leaves_; ++i) winner_[leaves_ + i] = i;
+        for (std::size_t n = leaves_; n-- > 1;) winner_[n] = play(2 * n, 2 * n + 1);
+    }
+    void set(std::size_t stage, double start) {
+        start_[stage] = start;
+        for (std::size_t n = (leaves_ + stage) / 2; n >= 1; n /= 2)
+            winner_[n] = play(2 * n, 2 * n + 1);
+    }
+    std::size_t stage() const { return winner_[1]; }
+    double start() const { return start_[winner_[1]]; }
+
+private:
+    std::size_t play(std::size_t a, std::size_t b) const {
+        return start_[winner_[b]] < start_[winner_[a]] ? winner_[b] : winner_[a];
+    }
+    std::size_t leaves_;
+    std::vector<double> start_;
+    std::vector<std::size_t> winner_;
+};
 
 // The zero-bubble orders of every stage, by replaying the pipeline with unit costs: each
 // stage, when free, runs a B or an F that is ready (alternating when both are; an F only
 // while it holds fewer than `limit` chunks' activations, which W frees), else its oldest
 // pending W, else waits for the next message. The stage that can start earliest goes first,
-// so the replay follows time.
+// so the replay follows time (of two at once, the lower stage). A stage's next start changes
+// only when it runs an op or a message reaches it, so only those two are looked at again.
 std::vector<std::vector<Work>> zero_bubble_orders(const model::ChunkMap& map, int m, int limit) {
     const std::size_t v = static_cast<std::size_t>(map.chunks), mbs = static_cast<std::size_t>(m);
-    std::vector<ReplayStage> stages(static_cast<std::size_t>(map.stages));
+    const std::size_t P = static_cast<std::size_t>(map.stages);
+    std::vector<ReplayStage> stages(P);
     for (ReplayStage& s : stages) {
         s.forwards.assign(v, 0);
         s.inputs.assign(v, 0);
@@ -180,21 +215,18 @@ std::vector<std::vector<Work>> zero_bubble_orders(const model::ChunkMap& map, in
         s.grad_ready.assign(v, std::vector<double>(mbs, kNever));
     }
     stages.front().act_ready.front().assign(mbs, 0.0);  // global chunk 0 embeds
-    for (;;) {
-        int chosen = -1;
-        Work work{};
-        double start = kNever;
-        for (int i = 0; i < map.stages; ++i) {
-            Work candidate{};
-            const double at = next_start(stages[static_cast<std::size_t>(i)], m, limit, candidate);
-            if (at < start) {
-                start = at;
-                chosen = i;
-                work = candidate;
-            }
+    Earliest earliest(P);
+    std::vector<Work> next(P);
+    for (std::size_t i = 0; i < P; ++i) earliest.set(i, next_start(stages[i], m, limit, next[i]));
+    while (earliest.start() < kNever) {
+        const std::size_t chosen = earliest.stage();
+        const int reached =
+            replay_op(stages, map, static_cast<int>(chosen), next[chosen], earliest.start());
+        earliest.set(chosen, next_start(stages[chosen], m, limit, next[chosen]));
+        if (reached >= 0) {
+            const auto r = static_cast<std::size_t>(reached);
+            earliest.set(r, next_start(stages[r], m, limit, next[r]));
         }
-        if (chosen < 0) break;
-        replay_op(stages, map, chosen, work, start);
     }
     std::vector<std::vector<Work>> orders;
     for (ReplayStage& s : stages) orders.push_back(std::move(s.order));
@@ -262,12 +294,14 @@ int warmup_forwards(Kind kind, int P, int v, int m, int stage) {
     return 0;
 }
 
-std::vector<Instr> schedule(Kind kind, int P, int v, int m, int stage) {
-    validate(kind, P, v, m, stage);
-    const model::ChunkMap map = chunk_map(kind, P, v);
+namespace {
+
+// The instructions of `stage` doing the passes of `order`, each with its messages.
+std::vector<Instr> stream_of(const std::vector<Work>& order, const model::ChunkMap& map,
+                             int stage) {
     const int last = map.last();  // the global chunk that ends with the loss
     std::vector<Instr> stream;
-    for (const Work& w : compute_order(kind, P, v, m, stage)) {
+    for (const Work& w : order) {
         const int g = map.global(stage, w.chunk);
         const int mb = w.microbatch, c = w.chunk;
         if (w.op == Op::forward) {
@@ -283,6 +317,28 @@ std::vector<Instr> schedule(Kind kind, int P, int v, int m, int stage) {
         }
     }
     return stream;
+}
+
+}  // namespace
+
+std::vector<Instr> schedule(Kind kind, int P, int v, int m, int stage) {
+    validate(kind, P, v, m, stage);
+    return stream_of(compute_order(kind, P, v, m, stage), chunk_map(kind, P, v), stage);
+}
+
+std::vector<std::vector<Instr>> schedules(Kind kind, int P, int v, int m) {
+    validate(kind, P, v, m, 0);
+    std::vector<std::vector<Instr>> streams;
+    if (!splits_backward(kind)) {
+        for (int s = 0; s < P; ++s) streams.push_back(schedule(kind, P, v, m, s));
+        return streams;
+    }
+    // The zero-bubble orders come from one replay of every stage: made once, not per stage.
+    const model::ChunkMap map = chunk_map(kind, P, v);
+    const auto orders = zero_bubble_orders(map, m, activation_limit(kind, P));
+    for (int s = 0; s < P; ++s)
+        streams.push_back(stream_of(orders[static_cast<std::size_t>(s)], map, s));
+    return streams;
 }
 
 double bubble_formula(Kind kind, int P, int v, int m) {

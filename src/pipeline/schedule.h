@@ -76,6 +76,8 @@ struct Instr {
 // Throws trident::Error for invalid arguments (P, m < 1; v != 1 for all but interleaved and
 // ZB-V; v < 2 or m not a multiple of P for interleaved; v != 2 or P < 2 for ZB-V).
 std::vector<Instr> schedule(Kind kind, int P, int v, int m, int stage);
+// The streams of every stage, 0 .. P-1 (the zero-bubble orders replayed once for all).
+std::vector<std::vector<Instr>> schedules(Kind kind, int P, int v, int m);
 
 const char* to_string(Op op);
 // The config's names: gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-v.

@@ -428,10 +428,7 @@ Simulation simulate(const std::vector<std::vector<Instr>>& streams, int v, int m
 }
 
 Simulation simulate(Kind kind, int P, int v, int m, const Costs& costs) {
-    std::vector<std::vector<Instr>> streams;
-    for (int s = 0; s < std::max(P, 1); ++s)  // P < 1: schedule() says why
-        streams.push_back(schedule(kind, P, v, m, s));
-    Simulation sim = simulate(streams, v, m, costs, placement(kind));
+    Simulation sim = simulate(schedules(kind, P, v, m), v, m, costs, placement(kind));
     sim.kind = kind;
     return sim;
 }

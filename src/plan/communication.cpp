@@ -46,7 +46,7 @@ void tensor_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks,
     const double NC = static_cast<double>(d.N) * d.H, RC = static_cast<double>(d.R) * d.H;
     if (d.sequence_parallel) {
         // With tp_overlap the split linears' (all but the embedding's) go in M pieces.
-        const int pieces = d.tp_overlap ? d.tensor_size : 1;
+        const int pieces = d.tp_overlap ? d.M : 1;
         const int64_t whole = d.tp_overlap ? embeds : 0;
         add(g, CommKind::reduce_scatter, m * (reductions - whole), NC, act, true, pieces);
         add(g, CommKind::all_gather, m * (gathers - whole), RC, act, true, pieces);
@@ -127,7 +127,7 @@ void sharded_data_traffic(const PlanInputs& in, int stage, GroupTraffic& g,
 void context_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks, GroupTraffic& g) {
     const config::Config& cfg = in.cfg;
     const model::Dims d = config::rank_dims(cfg);
-    const int64_t m = cfg.derived.grad_accum_steps, C = d.context_size;
+    const int64_t m = cfg.derived.grad_accum_steps, C = d.C;
     int64_t layers = 0;
     for (const ChunkShape& c : chunks) layers += c.layers;
     const int64_t forwards = cfg.training.recompute == config::Recompute::full ? 2 : 1;
@@ -227,11 +227,15 @@ double GroupTraffic::sent_bytes() const {
 }
 
 std::vector<StageTraffic> plan_traffic(const PlanInputs& in) {
+    return plan_traffic(in, plan_memory(in));
+}
+
+std::vector<StageTraffic> plan_traffic(const PlanInputs& in,
+                                       const std::vector<StageMemory>& memory) {
     const config::Config& cfg = in.cfg;
     const auto& p = cfg.parallel;
     const model::Dims d = config::rank_dims(cfg);
     const int64_t m = cfg.derived.grad_accum_steps;
-    const std::vector<StageMemory> memory = plan_memory(in);
     std::vector<StageTraffic> stages;
     for (int stage = 0; stage < p.pipeline; ++stage) {
         const std::vector<ChunkShape> chunks = stage_chunks(cfg, stage);
@@ -269,12 +273,17 @@ std::vector<StageTraffic> plan_traffic(const PlanInputs& in) {
         add(t.pipeline, CommKind::all_reduce, 1, kScalar, kScalarBytes,
             false);  // the gradient norm
 
-        // ZeRO-2 sums the tied copies on the shards: each replica its part of wte's unit.
-        const int64_t wte = cfg.derived.padded_vocab / p.tensor * cfg.model.hidden;
-        add(t.embedding, CommKind::all_reduce, 1,
-            in.zero_stage >= 2 ? static_cast<double>((wte + p.shard_ranks() - 1) / p.shard_ranks())
-                               : static_cast<double>(wte),
-            in.grad_bytes, false);
+        // A tied embedding's two copies, the embedding's on the first stage and the LM head's
+        // on the last, have their gradients summed (train/trainer.cpp); an untied model's
+        // head is a weight of its own, and adapters leave wte frozen. ZeRO-2 sums the tied
+        // copies on the shards: each replica its part of wte's unit.
+        if (cfg.model.tie_embeddings && !cfg.training.lora.enabled()) {
+            const int64_t wte = cfg.derived.padded_vocab / p.tensor * cfg.model.hidden;
+            const int64_t N = p.shard_ranks();
+            add(t.embedding, CommKind::all_reduce, 1,
+                static_cast<double>(in.zero_stage >= 2 ? (wte + N - 1) / N : wte), in.grad_bytes,
+                false);
+        }
 
         if (in.zero_stage >= 2)
             sharded_data_traffic(in, stage, t.data, t.data_replica);

@@ -76,5 +76,8 @@ struct StageTraffic {
 };
 
 std::vector<StageTraffic> plan_traffic(const PlanInputs& in);
+// The same with the stages' memory planned already (only their parameters are read).
+std::vector<StageTraffic> plan_traffic(const PlanInputs& in,
+                                       const std::vector<StageMemory>& memory);
 
 }  // namespace trident::plan

@@ -35,7 +35,7 @@ model::StageParts stage_parts(const config::Config& cfg, const model::ParamLayou
 // probabilities' gradient, as large as what attention keeps (kernels::cpu_attention_saved).
 int64_t attention_workspace_bytes(const model::Dims& d) {
     if (d.ring()) return 0;
-    const int heads = d.ulysses() ? d.heads / d.context_size : d.heads;
+    const int heads = d.ulysses() ? d.heads / d.C : d.heads;
     const kernels::Ops::AttentionSaved w =
         kernels::cpu_attention_saved(d.B, heads, d.seq_len, d.act);
     return static_cast<int64_t>(w.count * kernels::size_of(w.dtype));
@@ -182,58 +182,75 @@ double gathered_bytes(const PlanInputs& in, const model::ParamLayout& layout, in
 
 }  // namespace
 
-std::vector<StageMemory> plan_memory(const PlanInputs& in) {
+model::ParamLayout stage_layout(const PlanInputs& in, int stage) {
     const config::Config& cfg = in.cfg;
-    const auto& p = cfg.parallel;
+    // At stages 2 and 3 each unit of the layout is padded so that ZeRO splits it evenly over
+    // the ranks it shards over (model/param_layout.h).
+    const std::size_t N = static_cast<std::size_t>(cfg.parallel.shard_ranks());
+    return model::ParamLayout(config::gpt_shape(cfg), 0, cfg.parallel.tensor,
+                              config::stage_plan(cfg, stage), in.zero_stage >= 2 ? N : 1);
+}
+
+StageMemory stage_states(const PlanInputs& in, const model::ParamLayout& layout) {
+    const config::Config& cfg = in.cfg;
+    StageMemory s;
+    s.stage = layout.plan().stage;
+    // Padded so that ZeRO splits it evenly over the ranks it shards over (Gpt's
+    // buffer_multiple): the N ranks of the shard group (parallel.data_shard; all D·C of the
+    // data-context group by default). Hybrid sharding holds a N-th, not a D·C-th.
+    const int64_t N = cfg.parallel.shard_ranks();
+    s.parameters = (static_cast<int64_t>(layout.total()) + N - 1) / N * N;
+    s.states = model_states(static_cast<double>(s.parameters), static_cast<int>(N), in.zero_stage,
+                            in.weight_bytes, in.grad_bytes, optimizer_bytes(cfg.optimizer));
+    s.gathered = gathered_bytes(in, layout, s.parameters);
+    if (cfg.training.lora.enabled()) add_adapters(in, layout, s);
+    if (cfg.optimizer.offload == config::Offload::nvme) {
+        s.offloaded = s.states.optimizer;
+        s.states.optimizer =
+            std::min(s.offloaded, double{kOptimizerBytes} * cfg.optimizer.offload_chunk);
+    } else if (cfg.optimizer.offload == config::Offload::host) {
+        s.offloaded = s.states.optimizer;  // the update runs there: none on the device
+        s.states.optimizer = 0;
+    }
+    if (cfg.optimizer.offload_params) {  // ZeRO-3's weight shard in its file too
+        s.offloaded += s.states.weights;
+        s.states.weights = 0;
+    }
+    return s;
+}
+
+StageBuffers stage_buffers(const PlanInputs& in, const model::ParamLayout& layout) {
+    const config::Config& cfg = in.cfg;
     const model::Dims d = plan_dims(in);
-    const int64_t act = in.activation_bytes;
     const model::KeepPolicy policy{cfg.training.recompute,
                                    pipeline::splits_backward(cfg.parallel.schedule)};
-    const double korthikanti_layer = korthikanti_layer_bytes(cfg) * act / 2.0;
-    std::vector<StageMemory> stages;
-    for (int stage = 0; stage < p.pipeline; ++stage) {
-        StageMemory s;
-        s.stage = stage;
-        // Padded so that ZeRO splits it evenly over the ranks it shards over (Gpt's
-        // buffer_multiple): the N ranks of the shard group (parallel.data_shard; all D·C of
-        // the data-context group by default); at stages 2 and 3 each unit of the layout is
-        // (model/param_layout.h). Hybrid sharding holds a N-th, not a D·C-th.
-        const int64_t N = p.shard_ranks();
-        const model::ParamLayout layout(config::gpt_shape(cfg), 0, p.tensor,
-                                        config::stage_plan(cfg, stage),
-                                        in.zero_stage >= 2 ? static_cast<std::size_t>(N) : 1);
-        s.parameters = (static_cast<int64_t>(layout.total()) + N - 1) / N * N;
-        s.states =
-            model_states(static_cast<double>(s.parameters), static_cast<int>(N), in.zero_stage,
-                         in.weight_bytes, in.grad_bytes, optimizer_bytes(cfg.optimizer));
-        s.gathered = gathered_bytes(in, layout, s.parameters);
-        if (cfg.training.lora.enabled()) add_adapters(in, layout, s);
-        if (cfg.optimizer.offload == config::Offload::nvme) {
-            s.offloaded = s.states.optimizer;
-            s.states.optimizer =
-                std::min(s.offloaded, double{kOptimizerBytes} * cfg.optimizer.offload_chunk);
-        } else if (cfg.optimizer.offload == config::Offload::host) {
-            s.offloaded = s.states.optimizer;  // the update runs there: none on the device
-            s.states.optimizer = 0;
-        }
-        if (cfg.optimizer.offload_params) {  // ZeRO-3's weight shard in its file too
-            s.offloaded += s.states.weights;
-            s.states.weights = 0;
-        }
+    const model::StageParts parts = stage_parts(cfg, layout, d);
+    StageBuffers b;
+    for (const model::ChunkSpec& chunk : parts.chunks)
+        b.set_bytes.push_back(static_cast<double>(model::set_bytes(chunk, policy)));
+    b.temporary = static_cast<double>(temporary_bytes(parts, policy, d, cfg.derived.world_size));
+    b.message = static_cast<double>(d.rows_mine()) * d.H * in.activation_bytes;
+    return b;
+}
 
-        const model::StageParts parts = stage_parts(cfg, layout, d);
+std::vector<StageMemory> plan_memory(const PlanInputs& in) {
+    const config::Config& cfg = in.cfg;
+    const double korthikanti_layer = korthikanti_layer_bytes(cfg) * in.activation_bytes / 2.0;
+    const std::vector<InFlight> flights = in_flight(cfg);
+    std::vector<StageMemory> stages;
+    for (int stage = 0; stage < cfg.parallel.pipeline; ++stage) {
+        const model::ParamLayout layout = stage_layout(in, stage);
+        StageMemory s = stage_states(in, layout);
+        const StageBuffers buffers = stage_buffers(in, layout);
         const std::vector<ChunkShape> chunks = stage_chunks(cfg, stage);
-        const InFlight flight = in_flight(cfg, stage);
+        const InFlight& flight = flights[static_cast<std::size_t>(stage)];
         for (std::size_t c = 0; c < chunks.size(); ++c) {
             const int sets = flight.sets[c];
             s.activation_sets += sets;
-            s.activations += static_cast<double>(sets) *
-                             static_cast<double>(model::set_bytes(parts.chunks[c], policy));
+            s.activations += sets * buffers.set_bytes[c];
             s.korthikanti += sets * chunks[c].layers * korthikanti_layer;
         }
-        const int64_t message = static_cast<int64_t>(d.rows_mine()) * d.H * act;
-        s.temporary = static_cast<double>(
-            temporary_bytes(parts, policy, d, cfg.derived.world_size) + flight.messages * message);
+        s.temporary = buffers.temporary + flight.messages * buffers.message;
         stages.push_back(s);
     }
     return stages;

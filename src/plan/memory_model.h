@@ -62,6 +62,7 @@
 #include <vector>
 
 #include "config/config.h"
+#include "model/param_layout.h"
 
 namespace trident::plan {
 
@@ -114,6 +115,22 @@ struct StageMemory {
 };
 
 std::vector<StageMemory> plan_memory(const PlanInputs& in);
+
+// plan_memory's parts, stage by stage (the search, src/plan/search.h, puts them together for
+// many layouts at once). The layout of a stage's parameters on tensor rank 0, its units
+// aligned as ZeRO shards them:
+model::ParamLayout stage_layout(const PlanInputs& in, int stage);
+// the stage's model states (parameters, weights, gradients, optimizer state; gathered and
+// offloaded), activations and temporaries left zero;
+StageMemory stage_states(const PlanInputs& in, const model::ParamLayout& layout);
+// and its buffers: bytes of one activation set of each local chunk, the temporaries but the
+// pipeline's messages, and one message's bytes.
+struct StageBuffers {
+    std::vector<double> set_bytes;
+    double temporary = 0;
+    double message = 0;
+};
+StageBuffers stage_buffers(const PlanInputs& in, const model::ParamLayout& layout);
 
 // Korthikanti et al.'s activation bytes per layer and microbatch (16-bit elements, dropout
 // masks included), for this config's parallelism and recompute.

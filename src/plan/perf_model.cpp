@@ -16,13 +16,7 @@ namespace {
 
 using parallel::CommKind;
 
-// Seconds of one microbatch through a stage's chunks: forward and backward apart (the
-// backward, recompute included, is what a data-parallel reduction can hide under).
-struct ChunkSeconds {
-    double forward = 0, backward = 0;
-    double weight = 0;  // of the backward, the weight gradients' GEMMs (a split backward's W)
-    double flops = 0;   // executed
-};
+}  // namespace
 
 ChunkSeconds chunk_seconds(const PlanInputs& in, const ChunkShape& chunk, const Hardware& hw) {
     using config::Recompute;
@@ -76,6 +70,8 @@ ChunkSeconds chunk_seconds(const PlanInputs& in, const ChunkShape& chunk, const 
     return s;
 }
 
+namespace {
+
 double fraction_sent(CommKind kind, int ranks) {
     const double n = ranks;
     return kind == CommKind::all_reduce ? 2 * (n - 1) / n : (n - 1) / n;
@@ -123,45 +119,61 @@ double group_seconds(const GroupTraffic& g, bool per_microbatch, int64_t m, int 
 // Figures per GPU. GEMM rates are what cuBLAS reaches on large 16-bit GEMMs (for the V100 an
 // assumption: 77% of peak), memory bandwidths 90% of the HBM's; NVLink one direction;
 // inter-node bandwidth the node's InfiniBand adapters shared by its GPUs.
+Hardware preset(const char* name, double gemm, double memory, double intra, double inter,
+                int per_node, double peak, double gib) {
+    Hardware hw{name, gemm, memory, intra, inter, per_node, 20e-6};
+    hw.peak_flops = peak;
+    hw.memory_bytes = gib * 0x1p30;
+    return hw;
+}
+
 const std::vector<Hardware>& presets() {
     static const std::vector<Hardware> all = {
-        // DGX-2H (Megatron-LM 2019): 16 V100 SXM3, 130 TFLOP/s fp16 peak (the paper's 39
+        // DGX-2H (Megatron-LM 2019): 16 V100 SXM3 32GB, 130 TFLOP/s fp16 peak (the paper's 39
         // TFLOP/s is 30% of it), 900 GB/s HBM2; NVSwitch 300 GB/s per GPU both ways;
         // 8×100 Gb/s EDR.
-        {"dgx2h-v100", 100e12, 810e9, 150e9, 100e9 / 16, 16, 20e-6},
+        preset("dgx2h-v100", 100e12, 810e9, 150e9, 100e9 / 16, 16, 130e12, 32),
         // DGX A100: 8 A100-80GB, 312 TFLOP/s bf16, 2039 GB/s; NVLink 3 600 GB/s; 8×200 Gb/s HDR.
-        {"dgx-a100", 280e12, 1830e9, 300e9, 200e9 / 8, 8, 20e-6},
-        // DGX H100: 8 H100 SXM, 989 TFLOP/s bf16 (cuBLAS 8192³: about 798), 3350 GB/s;
+        preset("dgx-a100", 280e12, 1830e9, 300e9, 200e9 / 8, 8, 312e12, 80),
+        // DGX H100: 8 H100 SXM 80GB, 989 TFLOP/s bf16 (cuBLAS 8192³: about 798), 3350 GB/s;
         // NVLink 4 900 GB/s; 8×400 Gb/s NDR.
-        {"dgx-h100", 798e12, 3000e9, 450e9, 400e9 / 8, 8, 20e-6},
+        preset("dgx-h100", 798e12, 3000e9, 450e9, 400e9 / 8, 8, 989e12, 80),
     };
     return all;
 }
 
 // Where a stage's groups sit on nodes of gpus_per_node GPUs. Grid order rank =
-// tp + M·(dp + D·pp): tensor ranks are neighbours, data-parallel replicas M apart, stages
-// M·D apart.
+// tp + M·(cp + C·(dp + D·pp)): tensor ranks are neighbours, context ranks M apart, the
+// data-context group's members M apart too (its shard groups runs of N of them), the shard
+// groups' replicas M·N apart, stages M·C·D apart.
 struct Placement {
     int tensor_per_node = 1;
-    int data_per_node = 1;
+    int context_per_node = 1;
+    bool context_in_one_node = false;
+    int data_per_node = 1;     // of a shard group (all D·C ranks without hybrid sharding)
+    int replica_per_node = 1;  // of hybrid sharding's replica group
     bool grid_in_one_node = false;
 };
 
 Placement placement(const config::ParallelConfig& p, int g) {
+    const int N = p.shard_ranks(), replicas = p.data * p.context / N;
     Placement at;
     at.tensor_per_node = std::min(p.tensor, g);
-    at.data_per_node = p.tensor >= g ? 1 : std::min(p.data, g / p.tensor);
-    at.grid_in_one_node = p.pipeline * p.tensor * p.data <= g;
+    at.context_per_node = p.tensor >= g ? 1 : std::min(p.context, g / p.tensor);
+    at.context_in_one_node = p.tensor * p.context <= g;
+    at.data_per_node = p.tensor >= g ? 1 : std::min(N, g / p.tensor);
+    at.replica_per_node = p.tensor * N >= g ? 1 : std::min(replicas, g / (p.tensor * N));
+    at.grid_in_one_node = p.pipeline * p.tensor * p.context * p.data <= g;
     return at;
 }
 
 // Seconds of one pipeline stage's ranks.
 struct StageSeconds {
-    double compute = 0, tensor = 0, pipeline = 0, data_gathers = 0;  // per microbatch
+    double compute = 0, tensor = 0, context = 0, pipeline = 0, data_gathers = 0;  // per microbatch
     double forward = 0, backward = 0, weight = 0, flops = 0;         // of one microbatch
     double tensor_step = 0, embedding = 0, data = 0, optimizer = 0;  // per step
     double offload_io = 0;                                           // per step
-    double microbatch() const { return compute + tensor + pipeline + data_gathers; }
+    double microbatch() const { return compute + tensor + context + pipeline + data_gathers; }
     double after_flush() const { return tensor_step + embedding + data + optimizer; }
 };
 
@@ -193,6 +205,19 @@ double data_step_seconds(const PlanInputs& in, const GroupTraffic& data, const S
     return seconds;
 }
 
+// A stage's exchanges of every microbatch but the data-parallel ones: tensor, context and
+// pipeline.
+void microbatch_exchanges(const PlanInputs& in, const StageTraffic& t, const Placement& at,
+                          const Hardware& hw, StageSeconds& st) {
+    const int64_t m = in.cfg.derived.grad_accum_steps;
+    // A key/value head's replicas are tensor ranks: their gradient sums count as the group's.
+    st.tensor = group_seconds(t.tensor, true, m, at.tensor_per_node, true, hw) +
+                group_seconds(t.kv_replica, true, m, at.tensor_per_node, true, hw);
+    // Ring attention's blocks and Ulysses' all-to-alls, none hidden under the attention.
+    st.context = group_seconds(t.context, true, m, at.context_per_node, at.context_in_one_node, hw);
+    st.pipeline = group_seconds(t.pipeline, true, m, 1, at.grid_in_one_node, hw);
+}
+
 // Stage s's compute, communication and optimizer seconds; `params` its parameters.
 StageSeconds stage_seconds(const PlanInputs& in, int s, const StageTraffic& t, double params,
                            const Placement& at, const Hardware& hw) {
@@ -207,16 +232,15 @@ StageSeconds stage_seconds(const PlanInputs& in, int s, const StageTraffic& t, d
         st.weight += c.weight;
         st.flops += c.flops;
     }
-    // A key/value head's replicas are tensor ranks: their gradient sums count as the group's.
-    st.tensor = group_seconds(t.tensor, true, m, at.tensor_per_node, true, hw) +
-                group_seconds(t.kv_replica, true, m, at.tensor_per_node, true, hw);
-    st.pipeline = group_seconds(t.pipeline, true, m, 1, at.grid_in_one_node, hw);
+    microbatch_exchanges(in, t, at, hw, st);
     // ZeRO 3's gathers of the weights come before each microbatch's forward and backward.
     st.data_gathers = group_seconds(t.data, true, m, at.data_per_node, true, hw);
     st.tensor_step = group_seconds(t.tensor, false, m, at.tensor_per_node, true, hw) +
                      group_seconds(t.kv_replica, false, m, at.tensor_per_node, true, hw);
     st.embedding = group_seconds(t.embedding, false, m, at.grid_in_one_node ? 2 : 1, true, hw);
-    st.data = data_step_seconds(in, t.data, st, params, at.data_per_node, hw);
+    // Hybrid sharding's sums across the shard groups follow the step's reduction.
+    st.data = data_step_seconds(in, t.data, st, params, at.data_per_node, hw) +
+              group_seconds(t.data_replica, false, m, at.replica_per_node, true, hw);
     const double owned = in.zero_stage >= 1 ? params / p.data : params;
     // Master weights and moments read and written; gradients read three times; weights
     // written.
@@ -241,24 +265,76 @@ StageSeconds stage_seconds(const PlanInputs& in, int s, const StageTraffic& t, d
 
 // Seconds of pipeline fill and drain in a step of m microbatches, `slowest` the stage
 // whose microbatches take longest.
-double bubble_seconds(const config::Config& cfg, const StageSeconds& slowest, int64_t m) {
+double bubble_seconds(const config::Config& cfg, const StageSeconds& slowest, int64_t m,
+                      BubbleCache& bubbles) {
     const auto& p = cfg.parallel;
     const pipeline::Kind kind = p.schedule;
     if (pipeline::splits_backward(kind) && p.pipeline > 1) {
         // The zero-bubble schedules' idle time depends on how the backward splits: replay
         // them with the slowest stage's forward, backward and W, in proportion to its time.
-        pipeline::Costs costs;
-        costs.forward = slowest.forward;
-        costs.backward = slowest.backward;
-        costs.weight = slowest.weight;
-        const pipeline::Simulation sim =
-            pipeline::simulate(kind, p.pipeline, p.virtual_stages, static_cast<int>(m), costs);
-        return sim.bubble_fraction * static_cast<double>(m) * slowest.microbatch();
+        const auto key = std::tuple{static_cast<int>(kind), p.pipeline,      p.virtual_stages,
+                                    static_cast<int>(m),    slowest.forward, slowest.backward,
+                                    slowest.weight};
+        auto found = bubbles.find(key);
+        if (found == bubbles.end()) {
+            pipeline::Costs costs;
+            costs.forward = slowest.forward;
+            costs.backward = slowest.backward;
+            costs.weight = slowest.weight;
+            found = bubbles
+                        .emplace(key, pipeline::simulate(kind, p.pipeline, p.virtual_stages,
+                                                         static_cast<int>(m), costs)
+                                          .bubble_fraction)
+                        .first;
+        }
+        return found->second * static_cast<double>(m) * slowest.microbatch();
     }
     return static_cast<double>(p.pipeline - 1) / p.virtual_stages * slowest.microbatch();
 }
 
 }  // namespace
+
+std::vector<double> microbatch_exchange_seconds(const PlanInputs& in, const Hardware& hw,
+                                                const std::vector<StageTraffic>& traffic) {
+    const Placement at = placement(in.cfg.parallel, hw.gpus_per_node);
+    std::vector<double> seconds;
+    for (const StageTraffic& t : traffic) {
+        StageSeconds st;
+        microbatch_exchanges(in, t, at, hw, st);
+        seconds.push_back(st.tensor + st.context + st.pipeline);
+    }
+    return seconds;
+}
+
+double step_lower_bound(const PlanInputs& in, const Hardware& hw,
+                        const std::vector<ChunkSeconds>& compute,
+                        const std::vector<double>& parameters,
+                        const std::vector<double>& exchanges) {
+    const config::Config& cfg = in.cfg;
+    const auto& p = cfg.parallel;
+    const int N = p.shard_ranks(), per_node = placement(p, hw.gpus_per_node).data_per_node;
+    const bool sharded = in.zero_stage >= 2 && !cfg.training.lora.enabled();
+    double slowest = 0, forward_share = 1;
+    for (std::size_t s = 0; s < compute.size(); ++s) {
+        const double seconds = compute[s].forward + compute[s].backward;
+        if (seconds > 0) forward_share = std::min(forward_share, compute[s].forward / seconds);
+        double exchanged = 0;
+        if (sharded && p.sharded_accumulation)
+            exchanged += collective_seconds(CommKind::reduce_scatter, parameters[s] * in.grad_bytes,
+                                            N, per_node, hw);
+        if (sharded && in.zero_stage == 3 && p.reshard_after_forward)
+            exchanged += collective_seconds(CommKind::all_gather,
+                                            parameters[s] / N * in.weight_bytes, N, per_node, hw);
+        if (!exchanges.empty()) exchanged += exchanges[s];
+        slowest = std::max(slowest, seconds + exchanged);
+    }
+    // PTD-P's bubble; the zero-bubble schedules' is at least the last stage's wait for the
+    // first microbatch's forwards through the P - 1 stages before it.
+    const double bubble = static_cast<double>(p.pipeline - 1) / p.virtual_stages *
+                          (pipeline::splits_backward(p.schedule) ? forward_share : 1.0);
+    // Below the sum the model forms term by term, whatever its rounding.
+    return (static_cast<double>(cfg.derived.grad_accum_steps) + bubble) * slowest * (1 - 1e-9);
+}
 
 std::vector<std::string> hardware_presets() {
     std::vector<std::string> names;
@@ -276,10 +352,15 @@ Hardware hardware_preset(std::string_view name) {
 }
 
 StepTime predict_step(const PlanInputs& in, const Hardware& hw) {
+    BubbleCache bubbles;
+    return predict_step(in, hw, plan_memory(in), bubbles);
+}
+
+StepTime predict_step(const PlanInputs& in, const Hardware& hw,
+                      const std::vector<StageMemory>& memory, BubbleCache& bubbles) {
     const config::Config& cfg = in.cfg;
     const int64_t m = cfg.derived.grad_accum_steps;
-    const std::vector<StageTraffic> traffic = plan_traffic(in);
-    const std::vector<StageMemory> memory = plan_memory(in);
+    const std::vector<StageTraffic> traffic = plan_traffic(in, memory);
     const Placement at = placement(cfg.parallel, hw.gpus_per_node);
     std::vector<StageSeconds> stages;
     for (int s = 0; s < cfg.parallel.pipeline; ++s) {
@@ -301,12 +382,14 @@ StepTime predict_step(const PlanInputs& in, const Hardware& hw) {
     r.slowest_stage = static_cast<int>(slowest - stages.begin());
     r.compute = mb * slowest->compute;
     r.tensor_comm = mb * slowest->tensor + last_done->tensor_step;
+    r.context_comm = mb * slowest->context;
     r.pipeline_comm = mb * slowest->pipeline + last_done->embedding;
-    r.bubble = bubble_seconds(cfg, *slowest, m);
+    r.bubble = bubble_seconds(cfg, *slowest, m, bubbles);
     r.data_comm = mb * slowest->data_gathers + last_done->data;
     r.optimizer = last_done->optimizer;
     r.offload_io = last_done->offload_io;
-    r.step = r.compute + r.tensor_comm + r.pipeline_comm + r.bubble + r.data_comm + r.optimizer;
+    r.step = r.compute + r.tensor_comm + r.context_comm + r.pipeline_comm + r.bubble + r.data_comm +
+             r.optimizer;
     r.executed_flops = mb * slowest->flops;
     return r;
 }

@@ -18,6 +18,9 @@
 // - Tensor-parallel collectives are on the critical path: none overlaps compute, but with
 //   parallel.tp_overlap a split linear's, cut into M ring steps under its GEMM's pieces,
 //   exposes a collective's M-th plus one latency per further step (docs/FORMULAS.md).
+// - Context-parallel exchanges are on the critical path as well: ring attention's blocks of
+//   keys and values (and their gradients) as sends between neighbours, Ulysses' all-to-alls
+//   as collectives, none overlapping the attention's compute.
 // - Pipeline sends are on the critical path too, once per chunk per microbatch each way; the
 //   bubble is PTD-P's, (P − 1)/(v·m) of the ideal time, taken on the slowest stage.
 // - The data-parallel communication does what the runtime does (optim/adamw.h): the
@@ -26,7 +29,8 @@
 //   and only what that does not cover, at least its last bucket, is exposed; zero_stage 1's
 //   all-gather of the updated parameters runs under the next step's first forward
 //   (parallel.overlap_param_gather), exposing at least its first bucket; without them it
-//   follows the last backward. The overlap is taken to cost the compute nothing.
+//   follows the last backward. The overlap is taken to cost the compute nothing. With hybrid
+//   sharding, the sums across the shard groups follow the reduction, exposed.
 // - The optimizer reads and writes the fp32 master weights and Adam's moments, reads the
 //   gradients three times (norm, clipping, update) and writes the weights, at the memory
 //   bandwidth, for the parameters the rank owns. With optimizer.offload: nvme the state is
@@ -37,16 +41,19 @@
 //   weights and moments read and written, the fp32 gradients read, the weights written) after
 //   the owned gradients come down and before the weights go up over the host link (one after
 //   the other, a chunk at a time, as built: not overlapped).
-// Ranks are placed in Megatron's grid order (tensor fastest, then data, then pipeline) on
+// Ranks are placed in Megatron's grid order (tensor fastest, then context, data, pipeline) on
 // nodes of gpus_per_node GPUs.
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <vector>
 
 #include "plan/communication.h"
 #include "plan/memory_model.h"
+#include "plan/stage_shape.h"
 
 namespace trident::plan {
 
@@ -67,6 +74,10 @@ struct Hardware {
     // a server's DRAM), for every preset.
     double host_link_bandwidth = 25e9;
     double host_memory_bandwidth = 100e9;
+    // A preset's GPU: its datasheet's dense 16-bit FLOP/s (MFU is against it) and its memory
+    // in bytes; 0 where the figures were given one by one.
+    double peak_flops = 0;
+    double memory_bytes = 0;
 };
 
 // dgx2h-v100, dgx-a100, dgx-h100 (their figures and sources in perf_model.cpp). Throws
@@ -79,6 +90,7 @@ struct StepTime {
     double step = 0;
     double compute = 0;        // GEMMs and memory-bound ops of every microbatch
     double tensor_comm = 0;    // tensor-parallel collectives
+    double context_comm = 0;   // context-parallel exchanges (ring sends or Ulysses' all-to-alls)
     double pipeline_comm = 0;  // sends between stages
     double bubble = 0;         // pipeline fill and drain
     double data_comm = 0;      // the data-parallel reduction, as far as it is exposed
@@ -92,5 +104,46 @@ struct StepTime {
 };
 
 StepTime predict_step(const PlanInputs& in, const Hardware& hw);
+
+// Zero-bubble schedules' bubbles as simulated, by schedule, P, v, m and a microbatch's forward,
+// backward and W on the slowest stage: the layouts the search models share many.
+using BubbleCache = std::map<std::tuple<int, int, int, int, double, double, double>, double>;
+// The same with the stages' memory planned already (only their parameters are read), the
+// bubbles looked up in `bubbles` first.
+StepTime predict_step(const PlanInputs& in, const Hardware& hw,
+                      const std::vector<StageMemory>& memory, BubbleCache& bubbles);
+
+// Seconds of one microbatch through a chunk of a stage, its compute alone (GEMMs and
+// memory-bound ops): forward and backward apart (the backward, recompute included, is what a
+// data-parallel reduction can hide under).
+struct ChunkSeconds {
+    double forward = 0, backward = 0;
+    double weight = 0;  // of the backward, the weight gradients' GEMMs (a split backward's W)
+    double flops = 0;   // executed
+};
+ChunkSeconds chunk_seconds(const PlanInputs& in, const ChunkShape& chunk, const Hardware& hw);
+
+// A lower bound on predict_step(in, hw).step, for the search (search.h), from each stage's
+// compute of a microbatch (`compute`: its chunks' chunk_seconds, forward and backward summed)
+// and its parameters (`parameters`, StageMemory's). What it counts, each part at most what the
+// model charges: m microbatches of the slowest stage's compute and, at ZeRO 2 and 3, of its
+// exchanges of every microbatch (each unit reduce-scattered and, resharded, gathered once, the
+// units together in one call: a call's time is its latency plus a share of its bytes); and
+// the bubble: PTD-P's (P − 1)/v microbatches more, or for the zero-bubble schedules the
+// forwards the last stage waits for before its first, (P − 1)/v of a microbatch's forward
+// share (with latency 0, as simulated, no stage can start sooner nor compute for less). The
+// rest of the step is at least none. Of `in` it reads the grid, the schedule, the ZeRO
+// settings, the element sizes and the microbatches. Low-rank adapters' exchanges are not
+// counted (their buffer is not the units'). With `exchanges` (each stage's, from
+// microbatch_exchange_seconds) those too.
+double step_lower_bound(const PlanInputs& in, const Hardware& hw,
+                        const std::vector<ChunkSeconds>& compute,
+                        const std::vector<double>& parameters,
+                        const std::vector<double>& exchanges = {});
+// Of each stage's microbatch, the exchanges predict_step charges that ZeRO's sharding does not
+// change (tensor, context, pipeline; `traffic` planned at ZeRO stage 0 or 1, where no key/value
+// replica sums a microbatch's gradients).
+std::vector<double> microbatch_exchange_seconds(const PlanInputs& in, const Hardware& hw,
+                                                const std::vector<StageTraffic>& traffic);
 
 }  // namespace trident::plan

@@ -11,9 +11,6 @@
 
 namespace trident::plan {
 
-namespace {
-
-std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 std::string format(const char* fmt, ...) {
     va_list args, again;
     va_start(args, fmt);
@@ -24,6 +21,8 @@ std::string format(const char* fmt, ...) {
     va_end(args);
     return out;
 }
+
+namespace {
 
 // Traffic, counted in decimal units like bandwidth: "12.3 GB".
 std::string bytes_text(double bytes) {
@@ -260,10 +259,12 @@ std::string step_time_text(const Plan& plan) {
         "slowest stage %d\n",
         st.step, static_cast<double>(d.tokens_per_step) / st.step,
         d.flops_per_step / st.step / d.world_size / 1e12, st.slowest_stage);
+    const std::string context =
+        p.context > 1 ? format(" | context comm %.1f%%", percent(st.context_comm, st.step)) : "";
     out += format(
-        "  compute %.1f%% | tensor comm %.1f%% | pipeline comm %.1f%% | bubble %.1f%% "
+        "  compute %.1f%% | tensor comm %.1f%%%s | pipeline comm %.1f%% | bubble %.1f%% "
         "(formula %.4g of ideal) | data comm %.1f%% | optimizer %.1f%%\n",
-        percent(st.compute, st.step), percent(st.tensor_comm, st.step),
+        percent(st.compute, st.step), percent(st.tensor_comm, st.step), context.c_str(),
         percent(st.pipeline_comm, st.step), percent(st.bubble, st.step),
         pipeline::bubble_formula(p.schedule, p.pipeline, p.virtual_stages,
                                  static_cast<int>(d.grad_accum_steps)),
@@ -306,27 +307,6 @@ io::JsonLine model_json(const config::Config& cfg) {
     return model;
 }
 
-io::JsonLine layout_json(const PlanInputs& in) {
-    const config::Config& cfg = in.cfg;
-    const auto& p = cfg.parallel;
-    io::JsonLine layout;
-    layout.add("pipeline", p.pipeline)
-        .add("tensor", p.tensor)
-        .add("data", p.data)
-        .add("data_shard", p.shard_ranks())
-        .add("virtual_stages", p.virtual_stages)
-        .add("schedule", pipeline::to_string(p.schedule))
-        .add("sequence_parallel", p.sequence_parallel)
-        .add("tp_overlap", p.tp_overlap)
-        .add("zero_stage", in.zero_stage)
-        .add("micro_batch", cfg.training.micro_batch)
-        .add("global_batch", cfg.training.global_batch)
-        .add("microbatches", cfg.derived.grad_accum_steps)
-        .add("recompute", config::to_string(cfg.training.recompute))
-        .add("precision", kernels::name_of(cfg.training.precision));
-    return layout;
-}
-
 io::JsonLine memory_json(const Plan& plan, const StageMemory& s) {
     io::JsonLine mem;
     mem.add("parameters", s.parameters)
@@ -367,12 +347,36 @@ io::JsonLine stage_json(const Plan& plan, const StageMemory& s) {
     io::JsonLine st;
     st.add("pp", s.stage)
         .add("ranks", ranks)
-        .add("tp_size", cfg.parallel.tensor)
-        .add("dp_size", cfg.parallel.data)
+        .add("tensor", cfg.parallel.tensor)
+        .add("data", cfg.parallel.data)
         .add("layers", stage_layers(cfg, s.stage));
     st.add("memory_bytes", memory_json(plan, s));
     st.add("communication", communication_json(plan.traffic[static_cast<std::size_t>(s.stage)]));
     return st;
+}
+
+}  // namespace
+
+io::JsonLine layout_json(const PlanInputs& in) {
+    const config::Config& cfg = in.cfg;
+    const auto& p = cfg.parallel;
+    io::JsonLine layout;
+    layout.add("pipeline", p.pipeline)
+        .add("tensor", p.tensor)
+        .add("context", p.context)
+        .add("data", p.data)
+        .add("data_shard", p.shard_ranks())
+        .add("virtual_stages", p.virtual_stages)
+        .add("schedule", pipeline::to_string(p.schedule))
+        .add("sequence_parallel", p.sequence_parallel)
+        .add("tp_overlap", p.tp_overlap)
+        .add("zero_stage", in.zero_stage)
+        .add("micro_batch", cfg.training.micro_batch)
+        .add("global_batch", cfg.training.global_batch)
+        .add("microbatches", cfg.derived.grad_accum_steps)
+        .add("recompute", config::to_string(cfg.training.recompute))
+        .add("precision", kernels::name_of(cfg.training.precision));
+    return layout;
 }
 
 // The predicted step time with the hardware figures it assumed (plan.time must be set).
@@ -398,6 +402,7 @@ io::JsonLine step_time_json(const Plan& plan) {
         .add("slowest_stage", st.slowest_stage)
         .add("compute_s", st.compute)
         .add("tensor_comm_s", st.tensor_comm)
+        .add("context_comm_s", st.context_comm)
         .add("pipeline_comm_s", st.pipeline_comm)
         .add("bubble_s", st.bubble)
         .add("data_comm_s", st.data_comm)
@@ -406,8 +411,6 @@ io::JsonLine step_time_json(const Plan& plan) {
         time.add("offload_io_s", st.offload_io).add("io_bound", st.offload_io > st.compute);
     return time;
 }
-
-}  // namespace
 
 Plan make_plan(const PlanInputs& inputs, const std::optional<Hardware>& hardware,
                const std::optional<double>& device_memory) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "io/json_line.h"
 #include "plan/communication.h"
 #include "plan/memory_model.h"
 #include "plan/perf_model.h"
@@ -28,5 +29,13 @@ Plan make_plan(const PlanInputs& inputs, const std::optional<Hardware>& hardware
 
 std::string render_text(const Plan& plan);
 std::string render_json(const Plan& plan);
+
+// printf into a string.
+std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// Parts of the JSON: the layout's keys, and the step time with the hardware figures it
+// assumed (plan.time must be set).
+io::JsonLine layout_json(const PlanInputs& in);
+io::JsonLine step_time_json(const Plan& plan);
 
 }  // namespace trident::plan

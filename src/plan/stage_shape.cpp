@@ -2,30 +2,33 @@
 #include "plan/stage_shape.h"
 
 #include <algorithm>
-#include <set>
 #include <tuple>
 
 #include "pipeline/executor.h"
 
 namespace trident::plan {
 
-std::vector<ChunkShape> stage_chunks(const config::Config& cfg, int stage) {
-    const int P = cfg.parallel.pipeline, v = cfg.parallel.virtual_stages;
-    const model::ChunkMap map = pipeline::chunk_map(cfg.parallel.schedule, P, v);
+std::vector<ChunkShape> stage_chunks(pipeline::Kind kind, int P, int v,
+                                     const std::vector<int>& chunk_layers, int stage) {
+    const model::ChunkMap map = pipeline::chunk_map(kind, P, v);
     std::vector<ChunkShape> chunks;
     for (int c = 0; c < v; ++c) {
         const int g = map.global(stage, c);
-        chunks.push_back(
-            {cfg.derived.chunk_layers[static_cast<std::size_t>(g)], g == 0, g == P * v - 1});
+        chunks.push_back({chunk_layers[static_cast<std::size_t>(g)], g == 0, g == P * v - 1});
     }
     return chunks;
 }
 
-InFlight in_flight(const config::Config& cfg, int stage) {
+std::vector<ChunkShape> stage_chunks(const config::Config& cfg, int stage) {
+    const auto& p = cfg.parallel;
+    return stage_chunks(p.schedule, p.pipeline, p.virtual_stages, cfg.derived.chunk_layers, stage);
+}
+
+namespace {
+
+// What one stage's stream keeps at once, walked as the executor walks it.
+InFlight walk(const std::vector<pipeline::Instr>& stream, int v) {
     using pipeline::Op;
-    const int P = cfg.parallel.pipeline, v = cfg.parallel.virtual_stages;
-    const int m = cfg.derived.grad_accum_steps;
-    const std::vector<ChunkShape> chunks = stage_chunks(cfg, stage);
     InFlight f;
     f.sets.assign(static_cast<std::size_t>(v), 0);
     std::vector<int> live(static_cast<std::size_t>(v), 0);
@@ -33,14 +36,19 @@ InFlight in_flight(const config::Config& cfg, int stage) {
     // chunk), from its receive until its compute; the outgoing ones a pool of a fixed size,
     // allocated once a stage sends anything.
     enum { act_in, grad_in };
-    std::set<std::tuple<int, int, int>> messages;
+    std::vector<std::tuple<int, int, int>> messages;  // few at once: a list
     int most_received = 0;
     bool sends = false;
     const auto hold = [&](int what, int mb, int c) {
-        messages.insert({what, mb, c});
+        if (std::find(messages.begin(), messages.end(), std::tuple{what, mb, c}) == messages.end())
+            messages.emplace_back(what, mb, c);
         most_received = std::max(most_received, static_cast<int>(messages.size()));
     };
-    for (const pipeline::Instr& in : pipeline::schedule(cfg.parallel.schedule, P, v, m, stage)) {
+    const auto release = [&](int what, int mb, int c) {
+        const auto it = std::find(messages.begin(), messages.end(), std::tuple{what, mb, c});
+        if (it != messages.end()) messages.erase(it);
+    };
+    for (const pipeline::Instr& in : stream) {
         const std::size_t c = static_cast<std::size_t>(in.chunk);
         switch (in.op) {
             case Op::recv_act:
@@ -51,15 +59,15 @@ InFlight in_flight(const config::Config& cfg, int stage) {
                 break;
             case Op::forward:
                 f.sets[c] = std::max(f.sets[c], ++live[c]);
-                messages.erase({act_in, in.microbatch, in.chunk});
+                release(act_in, in.microbatch, in.chunk);
                 break;
             case Op::backward:
             case Op::backward_weight:  // a split backward frees the activations at its W
                 --live[c];
-                messages.erase({grad_in, in.microbatch, in.chunk});
+                release(grad_in, in.microbatch, in.chunk);
                 break;
             case Op::backward_input:
-                messages.erase({grad_in, in.microbatch, in.chunk});
+                release(grad_in, in.microbatch, in.chunk);
                 break;
             case Op::send_act:
             case Op::send_grad:
@@ -69,6 +77,38 @@ InFlight in_flight(const config::Config& cfg, int stage) {
     }
     f.messages = most_received + (sends ? pipeline::Executor::kSendBuffers : 0);
     return f;
+}
+
+}  // namespace
+
+namespace {
+
+// The microbatches whose step holds what m's does at most. 1F1B and interleaved run a stage's
+// warm-up forwards (at most 2(P − 1) + (v − 1)·P chunks), then one forward and one backward a
+// step, then the cool-down's backwards, which only free. The steady part repeats every P·v
+// steps (each chunk gets P forwards and P backwards), so its most is reached in its first
+// period; with 3P microbatches (3P·v chunks: at least the warm-up and a period) and any more,
+// warm-up and first period are the same streams. GPipe holds all m; the zero-bubble orders are
+// walked whole.
+int microbatches_walked(pipeline::Kind kind, int P, int m) {
+    const bool periodic =
+        kind == pipeline::Kind::one_f_one_b || kind == pipeline::Kind::interleaved;
+    return periodic ? std::min(m, 3 * P) : m;
+}
+
+}  // namespace
+
+std::vector<InFlight> in_flight(pipeline::Kind kind, int P, int v, int m) {
+    std::vector<InFlight> stages;
+    for (const std::vector<pipeline::Instr>& stream :
+         pipeline::schedules(kind, P, v, microbatches_walked(kind, P, m)))
+        stages.push_back(walk(stream, v));
+    return stages;
+}
+
+std::vector<InFlight> in_flight(const config::Config& cfg) {
+    const auto& p = cfg.parallel;
+    return in_flight(p.schedule, p.pipeline, p.virtual_stages, cfg.derived.grad_accum_steps);
 }
 
 }  // namespace trident::plan

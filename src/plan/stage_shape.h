@@ -20,6 +20,10 @@ struct ChunkShape {
     bool head = false;
 };
 std::vector<ChunkShape> stage_chunks(const config::Config& cfg, int stage);
+// The same for a schedule of P stages and v chunks each, its global chunks holding
+// `chunk_layers` layers.
+std::vector<ChunkShape> stage_chunks(pipeline::Kind kind, int P, int v,
+                                     const std::vector<int>& chunk_layers, int stage);
 
 // What a stage's instruction stream for one step keeps at once, at most.
 struct InFlight {
@@ -27,6 +31,10 @@ struct InFlight {
         sets;          // per local chunk: activation sets held (the model pools them per chunk)
     int messages = 0;  // the executor's boundary buffers, (R, H) each: received, and its pool
 };
-InFlight in_flight(const config::Config& cfg, int stage);
+// Every stage's, stage by stage, for the schedule `kind` of P stages, v chunks each and m
+// microbatches.
+std::vector<InFlight> in_flight(pipeline::Kind kind, int P, int v, int m);
+// The config's schedule's.
+std::vector<InFlight> in_flight(const config::Config& cfg);
 
 }  // namespace trident::plan

@@ -148,6 +148,12 @@ CheckpointShare read_share(const std::string& dir, const model::ParamLayout& lay
                            const std::vector<std::pair<std::size_t, std::size_t>>& owned,
                            bool state = true);
 
+// The parts of the shard `f` of the checkpoint in `dir` that fail their SHA-256: {"header"}
+// (against the manifest), else the names of the tensors whose bytes differ from their digests
+// in the header; none when all match. A resume checks the parts it reads alike; its
+// parameters come from the master weights, so the param/ tensors are never among them.
+std::vector<std::string> damaged_parts(const std::string& dir, const ManifestFile& f);
+
 // Puts a share into the trainer of this rank: the optimizer's state of what it owns, the
 // parameters as those master weights rounded and gathered over the data-parallel group (as
 // after an update: bitwise what the uninterrupted run holds), and (fp16 to fp16) the loss

@@ -25,6 +25,9 @@ namespace {
 
 constexpr const char* kFormat = "trident-checkpoint";
 constexpr int kVersion = 1;
+// The manifest's own SHA-256, its last member: of the manifest's text without it (the object
+// closed where this member begins).
+constexpr std::string_view kSealMember = ", \"manifest_sha256\": \"";
 // A manifest lists one file per rank in a few hundred bytes each: 64 MiB is some 100 000 ranks.
 constexpr uint64_t kMaxManifestBytes = 64 << 20;
 
@@ -307,7 +310,9 @@ std::string manifest_json(const Manifest& m) {
             .add("base_sha256", m.lora.base_sha256);
         j.add("lora", lora);
     }
-    return j.str() + "\n";
+    const std::string text = j.str();  // {...}
+    return text.substr(0, text.size() - 1) + std::string(kSealMember) + io::sha256_hex(text) +
+           "\"}\n";
 }
 
 namespace {
@@ -380,6 +385,19 @@ void read_data(const Reader& r, const io::json::Value& root, Manifest& m) {
     }
 }
 
+// The manifest's own SHA-256 against its text (manifest_json): an edit of any field (a step
+// of 6 made 7) is a corrupt manifest, not a checkpoint of step 7. Written since checksummed
+// manifests; one without it is read as before.
+void check_seal(const Reader& r, const io::json::Value& root, const std::string& text) {
+    if (!root.find("manifest_sha256")) return;
+    const std::string& seal = r.string(root, "manifest_sha256");
+    const std::size_t at = text.rfind(kSealMember);
+    if (at == std::string::npos || io::sha256_hex(text.substr(0, at) + "}") != seal)
+        r.fail(
+            "its own SHA-256 (\"manifest_sha256\") does not match its contents: edited or "
+            "corrupt");
+}
+
 void read_lora(const Reader& r, const io::json::Value& root, Manifest& m) {
     // Written by runs that trained low-rank adapters.
     if (const io::json::Value* lora = root.find("lora")) {
@@ -427,7 +445,20 @@ Manifest read_manifest(const std::string& dir) {
     read_files(r, root, m);
     read_data(r, root, m);
     read_lora(r, root, m);
+    check_seal(r, root, text);  // last: a field out of its range is named as such
     return m;
+}
+
+void verify_config(const std::string& dir, const Manifest& m) {
+    for (const ManifestFile& f : m.files) {
+        if (f.name != "config.yaml") continue;
+        const std::string path = (fs::path(dir) / f.name).string();
+        ::close(io::open_regular(path));  // a FIFO or a device is named as such
+        if (io::sha256_file(path) != f.sha256)
+            throw Error(path +
+                        ": SHA-256 does not match the manifest: edited or corrupt (set what is "
+                        "to differ in the resuming run's config, not in a checkpoint's)");
+    }
 }
 
 void verify_sizes(const std::string& dir, const Manifest& m) {

@@ -14,7 +14,8 @@
 // since. A run that trained low-rank adapters records them too (`lora`: rank, targets, alpha)
 // and the base weights they adapt (path and SHA-256), since its shards hold the adapters
 // alone. It is written last, so a directory whose manifest parses and whose files match it is
-// complete.
+// complete. Its last member is its own SHA-256 (`manifest_sha256`, of its text without that
+// member), so an edited manifest is refused as corrupt rather than read as another step.
 #pragma once
 
 #include <cstdint>
@@ -93,6 +94,9 @@ Manifest read_manifest(const std::string& dir);
 // Checks every file the manifest lists, present and of its size, reading nothing; throws
 // trident::Error naming the first bad file and why.
 void verify_sizes(const std::string& dir, const Manifest& m);
+// Checks config.yaml (a few kilobytes, read whole) against its SHA-256 in the manifest, before
+// anything reads it: an edited seed is a corrupt checkpoint, not a changed run.
+void verify_config(const std::string& dir, const Manifest& m);
 // What is wrong with one file of the checkpoint in `dir`, its SHA-256 included: "" when it
 // matches the manifest, else "MISSING", "WRONG SIZE (n bytes)" or "CORRUPT (checksum
 // differs)".

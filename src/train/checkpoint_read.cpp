@@ -271,7 +271,8 @@ CheckpointShare read_share(const std::string& dir, const model::ParamLayout& lay
     share.manifest = read_manifest(dir);
     const Manifest& m = share.manifest;
     check_same_model(dir, m, layout);
-    verify_sizes(dir, m);  // no reading
+    verify_sizes(dir, m);   // no reading
+    verify_config(dir, m);  // what a resume compares with its own
 
     Gathering g;
     g.needs = needs_of(layout, owned);
@@ -295,6 +296,24 @@ CheckpointShare read_share(const std::string& dir, const model::ParamLayout& lay
     g.values.erase(optim::kMaster);
     share.state = std::move(g.values);
     return share;
+}
+
+std::vector<std::string> damaged_parts(const std::string& dir, const ManifestFile& f) {
+    const std::string path = (fs::path(dir) / f.name).string();
+    const io::SafetensorsFile file = io::SafetensorsFile::open(path);
+    if (file.header_sha256() != f.header_sha256) return {"header"};
+    std::vector<std::string> damaged;
+    std::vector<char> raw;
+    for (const io::TensorInfo& info : file.tensors()) {
+        raw.resize(info.data_end - info.data_begin);
+        file.read_raw(info, raw);
+        try {
+            check_piece_digest(path, file, info, raw);
+        } catch (const Error&) {
+            damaged.push_back(info.name);
+        }
+    }
+    return damaged;
 }
 
 void restore_checkpoint(const CheckpointShare& share, Trainer& trainer) {
@@ -329,6 +348,7 @@ LoadedModel load_model_checkpoint(const std::string& path) {
         try {
             LoadedModel loaded;
             loaded.path = dir;
+            verify_config(dir, read_manifest(dir));
             loaded.cfg = config::load((fs::path(dir) / "config.yaml").string());
             const model::ParamLayout whole(gpt_shape(loaded.cfg));
             const model::Lora adapters = lora_of(loaded.cfg);

@@ -19,8 +19,31 @@ public:
     DirectoryLock(const DirectoryLock&) = delete;
     DirectoryLock& operator=(const DirectoryLock&) = delete;
 
+    // Whether DIR/.lock is still the file this lock holds: false once the directory was
+    // removed (rm -rf under the run) or replaced, taking the lock and the metrics with it.
+    bool still_held() const;
+
+private:
+    std::string path_;
+    int fd_ = -1;
+};
+
+// An exclusive lock on a run's metrics file (logging.metrics) for the run's life: two runs
+// appending to one file tear each other's lines and one's steps are lost. flock(2) on the
+// file itself, opened (created if missing) without cutting it: the run's MetricsLog decides
+// what it keeps; a file the lock created and nothing wrote is removed with the lock. The holder is
+// not written into it (it is the metrics); a second run gets "logging.metrics: 'm.jsonl' is being
+// written by another run ...".
+class FileLock {
+public:
+    FileLock(const std::string& path, const std::string& what);
+    ~FileLock();
+    FileLock(const FileLock&) = delete;
+    FileLock& operator=(const FileLock&) = delete;
+
 private:
     int fd_ = -1;
+    std::string created_;  // the path, when this lock made the file (removed again if empty)
 };
 
 // `dir` made, probed writable (a file written, synced and removed) and locked: what would make

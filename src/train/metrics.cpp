@@ -72,8 +72,11 @@ MetricsLog::MetricsLog(const std::optional<std::string>& path, int interval,
     const uint64_t keep = resumed_at ? bytes_to_keep(*path, *resumed_at, note_) : 0;
     try {
         if (p.has_parent_path()) std::filesystem::create_directories(p.parent_path());
-        file_ = std::make_unique<io::OutputFile>(
-            *path, keep > 0 ? io::OutputFile::Mode::append : io::OutputFile::Mode::create);
+        // Opened whole, then cut to what is kept: a fresh run's replacing a file is said.
+        file_ = std::make_unique<io::OutputFile>(*path, io::OutputFile::Mode::append);
+        if (!resumed_at && file_->size() > 0)
+            note_ = "metrics: " + *path + " held " + std::to_string(file_->size()) +
+                    " bytes of an earlier run; replaced by this run's";
         if (file_->size() != keep) file_->truncate(keep);
     } catch (const std::exception& e) {
         throw Error(std::string("logging.metrics: ") + e.what());
@@ -147,6 +150,7 @@ void MetricsLog::write_json(const StepMetrics& m) {
         .add("skipped_total", m.skipped_total);
     if (m.skipped) line.add("skip_reason", m.skip_reason);
     if (m.val_loss) line.add("val_loss", *m.val_loss);
+    if (m.resumed_at) line.add("resumed_at", *m.resumed_at);
     line.add("activation_sets", m.activation_sets);
     using parallel::CommKind;
     for (const auto& [group, stats] :
@@ -170,6 +174,11 @@ void MetricsLog::write_json(const StepMetrics& m) {
     // The replicas of a key/value head (M > KVH): its gradient's sum.
     line.add("kv_all_reduce_bytes",
              static_cast<int64_t>(m.kv_replica_comm.bytes_of(CommKind::all_reduce)));
+    // The pipeline group: activations and their gradients sent between stages; the embedding
+    // group: a tied embedding's gradient summed over its first and last stage.
+    line.add("pp_send_bytes", static_cast<int64_t>(m.pipeline_comm.bytes_of(CommKind::send)));
+    line.add("emb_all_reduce_bytes",
+             static_cast<int64_t>(m.embedding_comm.bytes_of(CommKind::all_reduce)));
     line.add("mem_params_bytes", m.mem_params)
         .add("mem_grads_bytes", m.mem_grads)
         .add("mem_optimizer_bytes", m.mem_optimizer)
@@ -193,6 +202,22 @@ void MetricsLog::write_json(const StepMetrics& m) {
         line.add("offload_param_read_bytes", m.offload_param_read)
             .add("offload_param_written_bytes", m.offload_param_written);
     file_->write_record(line.str() + "\n");
+}
+
+void StepTimes::add(double seconds) {
+    recent_.push_back(seconds);
+    if (recent_.size() > kWindow) recent_.pop_front();
+}
+
+double StepTimes::seconds_left(int steps_left) const {
+    if (recent_.empty()) return 0;
+    std::vector<double> sorted(recent_.begin(), recent_.end());
+    const std::size_t n = sorted.size();
+    std::nth_element(sorted.begin(), sorted.begin() + n / 2, sorted.end());
+    double median = sorted[n / 2];
+    if (n % 2 == 0)  // the mean of the two middle ones
+        median = (median + *std::max_element(sorted.begin(), sorted.begin() + n / 2)) / 2;
+    return median * steps_left;
 }
 
 std::vector<std::pair<std::string, double>> tensorboard_scalars(const StepMetrics& m) {

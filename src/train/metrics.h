@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -27,13 +28,17 @@ struct StepMetrics {
     bool skipped = false;     // no update: non-finite gradients, or a spike
     std::string skip_reason;  // why (train/step_guard.h), when skipped
     int skipped_total = 0;    // steps skipped so far
-    double eta_s = 0;         // the remaining steps at the mean step time so far
+    double eta_s = 0;         // the time left (StepTimes)
     std::optional<double> val_loss;
+    // The first step of a resumed run: the checkpoint's step it went on from.
+    std::optional<int> resumed_at;
     parallel::CommStats tensor_comm;      // the tensor-parallel group's traffic in the step
     int64_t activation_sets = 0;          // peak (microbatch, chunk) activations held
     parallel::CommStats data_comm;        // the data-context group's traffic in the step
     parallel::CommStats context_comm;     // the context-parallel group's traffic in the step
     parallel::CommStats kv_replica_comm;  // the key/value head replicas' (M > KVH)
+    parallel::CommStats pipeline_comm;    // the pipeline group's traffic in the step
+    parallel::CommStats embedding_comm;   // the embedding group's (a tied wte's two stages)
     // Bytes held by this rank: parameters, gradients, optimizer state, activations, peak.
     int64_t mem_params = 0, mem_grads = 0, mem_optimizer = 0, mem_activations = 0, mem_peak = 0;
     // The same five figures of the first rank of every pipeline stage, in stage order (the
@@ -49,11 +54,11 @@ struct StepMetrics {
 class MetricsLog {
 public:
     // path: the JSON-lines file (its directory is created), or none. A fresh run starts it
-    // afresh; a run resumed at step `resumed_at` adds to it, which it must end at that step
-    // (its steps after it, left by a run that went on past its last checkpoint, are cut off
-    // and run again): a file that ends elsewhere holds another run's steps and is refused. A
-    // missing or empty file is started. `tensorboard`: the directory of the event file, or
-    // none. Throws trident::Error naming the key and the file.
+    // afresh (saying so in note() when it held anything); a run resumed at step `resumed_at` adds
+    // to it, which it must end at that step (its steps after it, left by a run that went on past
+    // its last checkpoint, are cut off and run again): a file that ends elsewhere holds another
+    // run's steps and is refused. A missing or empty file is started. `tensorboard`: the directory
+    // of the event file, or none. Throws trident::Error naming the key and the file.
     MetricsLog(const std::optional<std::string>& path, int interval,
                std::optional<int> resumed_at = std::nullopt,
                const std::optional<std::string>& tensorboard = std::nullopt);
@@ -79,6 +84,19 @@ private:
     int interval_;
     std::string note_;
     bool warned_mfu_ = false;  // the note on an MFU above 100% is printed once
+};
+
+// The time a run has left, from its recent steps: the steps left times the median of the last
+// kWindow step times. A stall (a slow disk, a busy machine) moves the estimate only while it is
+// among them, and a single one not at all; a mean over the whole run would carry it to the end.
+class StepTimes {
+public:
+    static constexpr std::size_t kWindow = 20;
+    void add(double seconds);
+    double seconds_left(int steps_left) const;
+
+private:
+    std::deque<double> recent_;  // the last kWindow step times, oldest first
 };
 
 // The scalars of a step as TensorBoard shows them (tag, value): those Megatron-LM logs.

@@ -11,16 +11,21 @@ StepGuard::StepGuard(const config::TrainingConfig& t)
 
 Verdict StepGuard::judge(int step, double loss, double grad_norm,
                          const std::function<std::string()>& first_sighting) {
-    const std::string at = "step " + std::to_string(step) + ": ";
     if (!std::isfinite(loss) || !std::isfinite(grad_norm)) {
         const std::string seen = first_sighting();
-        const std::string what =
-            "the loss or gradients are not finite" + (seen.empty() ? "" : " (" + seen + ")");
-        if (nonfinite_ == config::NonFinite::stop)
-            throw TrainingStopped(at + what +
-                                  "; training stopped (training.nonfinite: skip would skip such "
-                                  "steps; a lower training.lr or training.grad_clip may help)");
-        return skip(step, "nonfinite", what);
+        return bad_step(
+            step, "nonfinite",
+            "the loss or gradients are not finite" + (seen.empty() ? "" : " (" + seen + ")"));
+    }
+    // A cross-entropy is never negative: one that is was computed from ids or weights out of
+    // bounds (a dataset rewritten under the run), not learnt.
+    if (loss < 0) {
+        char what[160];
+        std::snprintf(what, sizeof what,
+                      "the loss %.6g is negative, which a cross-entropy cannot be (token ids or "
+                      "weights out of bounds)",
+                      loss);
+        return bad_step(step, "impossible_loss", what);
     }
     if (spikes_.enabled() && static_cast<int>(losses_.size()) == spikes_.window) {
         if (std::string s = spike("loss", loss, losses_); !s.empty())
@@ -38,6 +43,14 @@ Verdict StepGuard::judge(int step, double loss, double grad_norm,
         }
     }
     return {};
+}
+
+Verdict StepGuard::bad_step(int step, const char* reason, const std::string& what) {
+    if (nonfinite_ == config::NonFinite::stop)
+        throw TrainingStopped("step " + std::to_string(step) + ": " + what +
+                              "; training stopped (training.nonfinite: skip would skip such "
+                              "steps; a lower training.lr or training.grad_clip may help)");
+    return skip(step, reason, what);
 }
 
 std::string StepGuard::spike(const char* name, double figure,

@@ -5,7 +5,9 @@
 //
 // - A non-finite loss or gradient norm (bf16, fp32): with training.nonfinite: skip the update
 //   is skipped, with stop the run ends; either way the message names where the value was
-//   first seen (Trainer says which rank saw it, a collective only such a step pays for).
+//   first seen (Trainer says which rank saw it, a collective only such a step pays for). A
+//   negative loss, which no cross-entropy can be, is taken alike (skip reason
+//   impossible_loss).
 //   fp16's non-finite steps are the loss scaler's overflows (optim/loss_scaler.h), unchanged.
 // - A spike (training.skip_spikes, llm.c's rule): once `window` updates have been applied, a
 //   step whose loss or gradient norm lies more than `zscore` standard deviations above the
@@ -37,8 +39,9 @@ public:
 // What a step's figures say about its update.
 struct Verdict {
     bool apply = true;
-    std::string reason;  // when skipped: nonfinite, overflow (fp16), loss_spike, grad_norm_spike
-    std::string note;    // when skipped (but for fp16's overflows): why, as the log says it
+    // when skipped: nonfinite, impossible_loss, overflow (fp16), loss_spike, grad_norm_spike
+    std::string reason;
+    std::string note;  // when skipped (but for fp16's overflows): why, as the log says it
 };
 
 class StepGuard {
@@ -61,6 +64,9 @@ public:
     void restore(const State& state);
 
 private:
+    // A step no update may follow (non-finite, or an impossible loss): stopped or skipped as
+    // training.nonfinite says.
+    Verdict bad_step(int step, const char* reason, const std::string& what);
     Verdict skip(int step, const char* reason, const std::string& what);
     // The spike `figure` (a loss or a gradient norm) makes, against `recent`; "" if none.
     std::string spike(const char* name, double figure, const std::deque<double>& recent) const;

@@ -184,6 +184,8 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     context_.reset_stats();
     for (parallel::Comm* data : grid_.data_groups()) data->reset_stats();
     grid_.kv_replicas().reset_stats();
+    pipeline_.reset_stats();
+    embedding_.reset_stats();
     StepResult r;
     const int64_t param_read = param_file_ ? static_cast<int64_t>(param_file_->bytes_read()) : 0,
                   param_written =
@@ -231,6 +233,8 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     // sharding its replicas) and the loss's.
     for (const parallel::Comm* data : grid_.data_groups()) r.data_comm += data->stats();
     r.kv_replica_comm = grid_.kv_replicas().stats();
+    r.pipeline_comm = pipeline_.stats();
+    r.embedding_comm = embedding_.stats();
     r.memory = memory();
     r.activation_sets = model_.activations().sets;
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -53,6 +53,8 @@ struct StepResult {
     parallel::CommStats context_comm;  // what the context-parallel group moved in the step
     // What the ranks sharing a key/value head (M > KVH) moved in the step: its gradient's sum.
     parallel::CommStats kv_replica_comm;
+    parallel::CommStats pipeline_comm;   // what the pipeline group moved in the step
+    parallel::CommStats embedding_comm;  // the tied embedding's first and last stage: its sum
     MemoryUse memory;
     // Bytes of optimizer state read from and written to the offload file in the update
     // (optimizer.offload: nvme; 12 bytes per owned parameter each); -1 without one.

@@ -1,6 +1,6 @@
 // The GPU tests' runner: without a GPU it says so and exits 77, which ctest reports as
 // skipped (SKIP_RETURN_CODE); with one it names the GPU and the versions of the driver and
-// libraries (scripts/gpu_check.sh records them) and runs the Catch2 tests on GPU 0.
+// libraries (scripts/gpu_verify.sh records them) and runs the Catch2 tests on GPU 0.
 #define CATCH_CONFIG_RUNNER
 #include <catch2/catch.hpp>
 #include <cstdio>

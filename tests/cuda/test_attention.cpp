@@ -1,6 +1,8 @@
 // cuDNN's fused attention against the built-in flash-attention kernels, which the ops tests
 // hold against the CPU: outputs, log-sum-exp statistics and gradients, each backward after
-// each forward (their statistics mean the same); cuDNN refusing what it must not run; and the
+// each forward (their statistics mean the same), with the causal mask's form (one operation on
+// cuDNN 9.21 and later, else four) and the engines that ran printed; cuDNN refusing what it
+// must not run; and the
 // backend's choice of kernels per shape: kept for the rebuild of selective recompute, said at
 // start-up, and an error at start-up where no kernel can run the model.
 #include <cuda_runtime.h>
@@ -77,21 +79,22 @@ std::vector<float> normal_values(std::size_t n, uint64_t seed) {
 }
 
 template <typename E>
-void flash_forward(Buffer& out, Buffer& lse, const Buffer& qkv, int B, int T, int C, int NH) {
+void flash_forward(Buffer& out, Buffer& lse, const Buffer& qkv, int B, int T, int channels,
+                   int NH) {
     cuda::flash_attention_forward(static_cast<E*>(out.data), static_cast<float*>(lse.data),
-                                  static_cast<const E*>(qkv.data), B, T, C, NH, 0.0f, 0, 0, NH,
-                                  cuda::compute_stream());
+                                  static_cast<const E*>(qkv.data), B, T, channels, NH, 0.0f, 0, 0,
+                                  NH, cuda::compute_stream());
 }
 
 // dqkv += the gradient.
 template <typename E>
 void flash_backward(Buffer& dqkv, Buffer& scratch, const Buffer& dout, const Buffer& qkv,
-                    const Buffer& out, const Buffer& lse, int B, int T, int C, int NH) {
+                    const Buffer& out, const Buffer& lse, int B, int T, int channels, int NH) {
     cuda::flash_attention_backward(static_cast<E*>(dqkv.data), static_cast<float*>(scratch.data),
                                    static_cast<const E*>(dout.data),
                                    static_cast<const E*>(qkv.data), static_cast<const E*>(out.data),
-                                   static_cast<const float*>(lse.data), B, T, C, NH, 0.0f, 0, 0, NH,
-                                   cuda::compute_stream());
+                                   static_cast<const float*>(lse.data), B, T, channels, NH, 0.0f, 0,
+                                   0, NH, cuda::compute_stream());
 }
 
 void require_close(const Buffer& got, const Buffer& want, double limit, const std::string& what) {
@@ -101,14 +104,14 @@ void require_close(const Buffer& got, const Buffer& want, double limit, const st
 }
 
 template <typename E>
-void compare(DType t, int B, int T, int C, int NH) {
+void compare(DType t, int B, int T, int channels, int NH) {
     cuda::DeviceAllocator allocator;
     cuda::CudnnAttention cudnn(allocator);
     std::string why;
-    const bool supported = cudnn.supports(t, B, T, C, NH, &why);
+    const bool supported = cudnn.supports(t, B, T, channels, NH, &why);
     // Where this cuDNN must not run the shape, it says so and the flash kernels serve.
     const std::string refusal = cuda::cudnn_attention_refusal(
-        cuda::cudnn_version(), cuda::gpu_properties().major, t, T, C / NH);
+        cuda::cudnn_version(), cuda::gpu_properties().major, t, T, channels / NH);
     INFO(cuda::describe_cudnn() << ": " << why);
     if (!refusal.empty()) {
         REQUIRE_FALSE(supported);
@@ -116,8 +119,15 @@ void compare(DType t, int B, int T, int C, int NH) {
         return;
     }
     REQUIRE(supported);  // head sizes 64 and 128 in bf16/fp16 have engines on Ampere and Hopper
+    // Which form of the causal mask and which engines run the case, for the log.
+    const std::string how = cudnn.describe(t, B, T, channels, NH);
+    std::printf("cuDNN attention (%s, B %d, T %d, %d heads of %d): %s\n", name_of(t), B, T, NH,
+                channels / NH, how.c_str());
+    REQUIRE(how.find("the causal mask as ") != std::string::npos);
+    REQUIRE(how.find("forward engine ") != std::string::npos);
+    REQUIRE(how.find("backward engine ") != std::string::npos);
 
-    const std::size_t BTC = static_cast<std::size_t>(B) * T * C,
+    const std::size_t BTC = static_cast<std::size_t>(B) * T * channels,
                       rows = static_cast<std::size_t>(B) * NH * T;
     Buffer qkv(allocator, t, 3 * BTC), dout(allocator, t, BTC);
     qkv.upload(normal_values(3 * BTC, 11));
@@ -128,9 +138,9 @@ void compare(DType t, int B, int T, int C, int NH) {
     Buffer out_flash(allocator, t, BTC), out_cudnn(allocator, t, BTC);
     Buffer lse_flash(allocator, DType::f32, rows), lse_cudnn(allocator, DType::f32, rows);
     for (Buffer* b : {&out_flash, &out_cudnn, &lse_flash, &lse_cudnn}) b->fill_bytes(0xFF);
-    flash_forward<E>(out_flash, lse_flash, qkv, B, T, C, NH);
-    cudnn.forward(out_cudnn.ptr(), static_cast<float*>(lse_cudnn.data), qkv.ptr(), B, T, C, NH,
-                  cuda::compute_stream());
+    flash_forward<E>(out_flash, lse_flash, qkv, B, T, channels, NH);
+    cudnn.forward(out_cudnn.ptr(), static_cast<float*>(lse_cudnn.data), qkv.ptr(), B, T, channels,
+                  NH, cuda::compute_stream());
     require_close(out_cudnn, out_flash, attention_tolerance(t), "forward output");
     require_close(lse_cudnn, lse_flash, 1e-5, "forward log-sum-exp");
 
@@ -138,19 +148,21 @@ void compare(DType t, int B, int T, int C, int NH) {
     // flash kernels add into theirs (zeros).
     Buffer scratch(allocator, DType::f32, rows);
     Buffer grad_flash(allocator, t, 3 * BTC), grad_cudnn(allocator, t, 3 * BTC);
-    flash_backward<E>(grad_flash, scratch, dout, qkv, out_flash, lse_flash, B, T, C, NH);
+    flash_backward<E>(grad_flash, scratch, dout, qkv, out_flash, lse_flash, B, T, channels, NH);
     grad_cudnn.fill_bytes(0xFF);
     cudnn.backward(grad_cudnn.ptr(), dout.ptr(), qkv.ptr(), out_cudnn.ptr(),
-                   static_cast<const float*>(lse_cudnn.data), B, T, C, NH, cuda::compute_stream());
+                   static_cast<const float*>(lse_cudnn.data), B, T, channels, NH,
+                   cuda::compute_stream());
     require_close(grad_cudnn, grad_flash, attention_tolerance(t),
                   "cuDNN backward after cuDNN forward");
     Buffer grad_mixed(allocator, t, 3 * BTC);
-    flash_backward<E>(grad_mixed, scratch, dout, qkv, out_cudnn, lse_cudnn, B, T, C, NH);
+    flash_backward<E>(grad_mixed, scratch, dout, qkv, out_cudnn, lse_cudnn, B, T, channels, NH);
     require_close(grad_mixed, grad_flash, attention_tolerance(t),
                   "flash backward after cuDNN forward");
     grad_mixed.fill_bytes(0xFF);
     cudnn.backward(grad_mixed.ptr(), dout.ptr(), qkv.ptr(), out_flash.ptr(),
-                   static_cast<const float*>(lse_flash.data), B, T, C, NH, cuda::compute_stream());
+                   static_cast<const float*>(lse_flash.data), B, T, channels, NH,
+                   cuda::compute_stream());
     require_close(grad_mixed, grad_flash, attention_tolerance(t),
                   "cuDNN backward after flash forward");
 }
@@ -160,15 +172,15 @@ void compare(DType t, int B, int T, int C, int NH) {
 TEST_CASE("cuda: cuDNN fused attention matches the flash kernels", "[attention]") {
     std::printf("%s\n", cuda::describe_cudnn().c_str());
     struct Case {
-        int B, T, C, NH;
+        int B, T, channels, NH;
     };
     // T = 200 and 64 are not multiples of 128: refused before cuDNN 9.16 (the comparison is then
     // that refusal).
     for (const Case& k :
          {Case{2, 128, 256, 4}, Case{1, 256, 512, 4}, Case{1, 200, 768, 12}, Case{2, 64, 256, 2}}) {
-        INFO("B " << k.B << " T " << k.T << " C " << k.C << " NH " << k.NH);
-        compare<__nv_bfloat16>(DType::bf16, k.B, k.T, k.C, k.NH);
-        compare<__half>(DType::f16, k.B, k.T, k.C, k.NH);
+        INFO("B " << k.B << " T " << k.T << " channels " << k.channels << " NH " << k.NH);
+        compare<__nv_bfloat16>(DType::bf16, k.B, k.T, k.channels, k.NH);
+        compare<__half>(DType::f16, k.B, k.T, k.channels, k.NH);
     }
 }
 
@@ -187,8 +199,8 @@ TEST_CASE("cuda: cuDNN attention refuses what it cannot do, and says why", "[att
 // flash kernels, without it cuDNN where it may).
 TEST_CASE("cuda: attention_rebuild writes the forward's statistics exactly", "[attention]") {
     gpu_test::Backends b;
-    const int B = 2, T = 128, C = 256, NH = 4;
-    const std::size_t BTC = static_cast<std::size_t>(B) * T * C;
+    const int B = 2, T = 128, channels = 256, NH = 4;
+    const std::size_t BTC = static_cast<std::size_t>(B) * T * channels;
     for (DType t : {DType::f32, DType::bf16, DType::f16}) {
         for (float drop : {0.0f, 0.1f}) {
             INFO(name_of(t) << ", dropout " << drop);
@@ -197,8 +209,9 @@ TEST_CASE("cuda: attention_rebuild writes the forward's statistics exactly", "[a
                 rebuilt(b, saved.count, saved.dtype);
             qkv.fill(21);
             rebuilt.set(std::vector<float>(saved.count, std::numeric_limits<float>::quiet_NaN()));
-            b.gpu->attention_forward(out.gpu, forward.gpu, qkv.gpu, B, T, C, NH, drop, 5, 0, NH);
-            b.gpu->attention_rebuild(rebuilt.gpu, qkv.gpu, B, T, C, NH, drop);
+            b.gpu->attention_forward(out.gpu, forward.gpu, qkv.gpu, B, T, channels, NH, drop, 5, 0,
+                                     NH);
+            b.gpu->attention_rebuild(rebuilt.gpu, qkv.gpu, B, T, channels, NH, drop);
             const std::vector<float> want = forward.on_gpu();
             for (float x : want) REQUIRE(std::isfinite(x));
             REQUIRE(rebuilt.on_gpu() == want);  // NaN, where not written, equals nothing

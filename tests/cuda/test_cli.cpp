@@ -53,6 +53,12 @@ void require_close(const std::vector<double>& a, const std::vector<double>& b, d
     }
 }
 
+// Open MPI's launcher for two ranks: the build's, or TRIDENT_TEST_MPIEXEC's (a carried build).
+std::string mpiexec() {
+    const char* carried = std::getenv("TRIDENT_TEST_MPIEXEC");
+    return carried ? carried : TRIDENT_MPIEXEC;
+}
+
 cli::RunResult checked(const std::string& args) {
     const cli::RunResult r = run(args);
     INFO(args << "\n" << r.output);
@@ -87,7 +93,7 @@ TEST_CASE("cuda: trident train on the GPU, alone and as two ranks sharing it", "
         INFO(layout << " parallelism over two ranks sharing the GPU");
         const std::string metrics = ws.path(std::string(layout) + ".jsonl");
         const cli::RunResult two =
-            run_shell(std::string(TRIDENT_MPIEXEC) + " -n 2 " + TRIDENT_BINARY + " " +
+            run_shell(mpiexec() + " -n 2 " + cli::binary() + " " +
                       ws.train("--set device=cuda --set parallel." + std::string(layout) + "=2 " +
                                common + metrics));
         INFO(two.output);
@@ -118,7 +124,7 @@ TEST_CASE("cuda: a tiny llama trains on the GPU as on the CPU", "[cli]") {
 
     const std::string ring = ws.path("ring.jsonl");
     const cli::RunResult two =
-        run_shell(std::string(TRIDENT_MPIEXEC) + " -n 2 " + TRIDENT_BINARY + " " +
+        run_shell(mpiexec() + " -n 2 " + cli::binary() + " " +
                   ws.train(common +
                            "--set device=cuda --set parallel.context=2 --set "
                            "parallel.context_mode=ring --set logging.metrics=" +
@@ -141,9 +147,7 @@ TEST_CASE("cuda: two ranks sharing the GPU in each other layout train as one", "
         const std::string args =
             ws.train(common + " " + extra + " --set logging.metrics=" + ws.path(name + ".jsonl"));
         const cli::RunResult r =
-            ranks == 1
-                ? run(args)
-                : run_shell(std::string(TRIDENT_MPIEXEC) + " -n 2 " + TRIDENT_BINARY + " " + args);
+            ranks == 1 ? run(args) : run_shell(mpiexec() + " -n 2 " + cli::binary() + " " + args);
         INFO(name << ": " << args << "\n" << r.output);
         REQUIRE(r.exit_code == 0);
         if (ranks == 2)
@@ -255,7 +259,7 @@ TEST_CASE("cuda: the optimizer state and ZeRO-3's shard in files train as none o
 }
 
 TEST_CASE("cuda: the default job trains on the GPU", "[default-job]") {
-    const std::string corpus = TRIDENT_SOURCE_DIR "/data/kjv/gpt2";
+    const std::string root = cli::source_dir(), corpus = root + "/data/kjv/gpt2";
     INFO("the default job reads " << corpus << "/{train,valid}.bin: make them with "
                                   << "scripts/prepare_kjv.sh, or bring that folder along");
     REQUIRE(std::filesystem::exists(corpus + "/train.bin"));
@@ -263,8 +267,7 @@ TEST_CASE("cuda: the default job trains on the GPU", "[default-job]") {
     cli::Workspace ws;
     // As scripts/run.sh runs it, from the repository root, but keeping its metrics here.
     const cli::RunResult job = run_shell(
-        "cd " TRIDENT_SOURCE_DIR " && TRIDENT_TOKENIZER_DIR=" TRIDENT_SOURCE_DIR "/data/gpt2 " +
-        std::string(TRIDENT_BINARY) +
+        "cd " + root + " && TRIDENT_TOKENIZER_DIR=" + root + "/data/gpt2 " + cli::binary() +
         " train --config configs/default.yaml --set logging.metrics=" + ws.path("default.jsonl"));
     INFO(job.output);
     REQUIRE(job.exit_code == 0);
@@ -276,7 +279,7 @@ TEST_CASE("cuda: the default job trains on the GPU", "[default-job]") {
 }
 
 TEST_CASE("cuda: the GPT-2 124M benchmark runs on the GPU", "[bench]") {
-    const cli::RunResult bench = checked("bench --config " TRIDENT_SOURCE_DIR
+    const cli::RunResult bench = checked("bench --config " + cli::source_dir() +
                                          "/configs/gpt2-124m.yaml --steps 3 --warmup 1");
     INFO(bench.output);
     REQUIRE(bench.output.find("device: cuda (auto: ") != std::string::npos);

@@ -16,6 +16,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/stream_uses.h"
 #include "kernels/dtype.h"
 #include "kernels/random.h"
 #include "parallel/cuda/gpu_binding.h"
@@ -213,6 +214,22 @@ void exercise(parallel::Comm& device_comm, parallel::Comm& host_comm, const std:
     check(stats.calls_of(parallel::CommKind::recv) == 10, name + " recv count", rank);
 }
 
+// A non-blocking collective's buffer is recorded in use until the collective ends
+// (kernels/cuda/stream_uses.h), so that the allocator does not hand it out before; a wait on
+// the request then lets a release forget it.
+void recorded_in_use(parallel::Comm& comm, int rank) {
+    DeviceArray d(DType::f32, random_values(1000, 5));
+    TRIDENT_CUDA_CHECK(cudaDeviceSynchronize());   // every earlier use has ended
+    kernels::cuda::await_stream_uses(nullptr, 0);  // and is forgotten
+    parallel::Request request = comm.iall_reduce(d.ptr(), 1000);
+    check(kernels::cuda::pending_stream_uses() == 1,
+          "NcclComm iall_reduce records its buffer in use", rank);
+    request.wait();
+    TRIDENT_CUDA_CHECK(cudaDeviceSynchronize());
+    kernels::cuda::await_stream_uses(d.data, 1000 * sizeof(float));
+    check(kernels::cuda::pending_stream_uses() == 0, "NcclComm's use forgotten once ended", rank);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -240,6 +257,7 @@ int main(int argc, char** argv) {
         MPI_Comm_dup(MPI_COMM_WORLD, &copy);
         parallel::NcclComm nccl(std::make_unique<parallel::MpiComm>(copy), stream, true);
         exercise(nccl, host, "NcclComm", false);
+        recorded_in_use(nccl, world.rank());
     } else if (world.rank() == 0) {
         std::printf(
             "SKIPPED: NcclComm between two ranks: they share %s (NCCL takes one GPU a rank)\n",

@@ -23,10 +23,10 @@ namespace cuda = trident::kernels::cuda;
 
 TEST_CASE("cuda: residual add fused into LayerNorm", "[ops]") {
     Backends b;
-    const int N = 45, C = 200;
-    const std::size_t NC = static_cast<std::size_t>(N) * C;
-    Pair a(b, NC, DType::bf16), x(b, NC, DType::bf16), w(b, C, DType::bf16),
-        bias(b, C, DType::bf16);
+    const int N = 45, channels = 200;
+    const std::size_t NC = static_cast<std::size_t>(N) * channels;
+    Pair a(b, NC, DType::bf16), x(b, NC, DType::bf16), w(b, channels, DType::bf16),
+        bias(b, channels, DType::bf16);
     a.fill(1);
     x.fill(2);
     w.fill(3, 0.1f, 1.0f);
@@ -35,12 +35,12 @@ TEST_CASE("cuda: residual add fused into LayerNorm", "[ops]") {
         rstd(b, N, DType::f32);
     b.cpu->residual_forward(residual.cpu, a.cpu, x.cpu, NC);
     b.cpu->layernorm_forward(out.cpu, mean.cpu.f32(), rstd.cpu.f32(), residual.cpu, w.cpu, bias.cpu,
-                             N, C);
+                             N, channels);
     using E = __nv_bfloat16;
     cuda::residual_layernorm_forward(
         static_cast<E*>(residual.gpu.data), static_cast<E*>(out.gpu.data), mean.gpu.f32(),
         rstd.gpu.f32(), static_cast<const E*>(a.gpu.data), static_cast<const E*>(x.gpu.data),
-        static_cast<const E*>(w.gpu.data), static_cast<const E*>(bias.gpu.data), N, C,
+        static_cast<const E*>(w.gpu.data), static_cast<const E*>(bias.gpu.data), N, channels,
         cuda::compute_stream());
     REQUIRE(residual.on_gpu() == residual.on_cpu());  // one rounding of a + b on both
     require_close(out, DType::bf16, "fused residual + layernorm");
@@ -49,21 +49,22 @@ TEST_CASE("cuda: residual add fused into LayerNorm", "[ops]") {
 
 TEST_CASE("cuda: matmul with bias and GELU in the cuBLASLt epilogue", "[ops]") {
     Backends b;
-    const int N = 64, C = 96, OC = 160;
+    const int N = 64, channels = 96, OC = 160;
     for (DType t : {DType::f32, DType::bf16}) {
-        Pair inp(b, std::size_t(N) * C, t), w(b, std::size_t(OC) * C, t), bias(b, OC, t);
+        Pair inp(b, std::size_t(N) * channels, t), w(b, std::size_t(OC) * channels, t),
+            bias(b, OC, t);
         inp.fill(1);
         w.fill(2, 0.1f);
         bias.fill(3, 0.1f);
         Pair pre(b, std::size_t(N) * OC, t), act(b, std::size_t(N) * OC, t);
-        b.cpu->matmul_forward(pre.cpu, inp.cpu, w.cpu, bias.cpu, N, C, OC);
+        b.cpu->matmul_forward(pre.cpu, inp.cpu, w.cpu, bias.cpu, N, channels, OC);
         b.cpu->gelu_forward(act.cpu, pre.cpu, pre.count);
         cuda::DeviceAllocator allocator;
         cuda::Gemm gemm(allocator, false);  // true fp32, as the CPU computes
         cuda::GemmCall call;
         call.rows = N;
         call.cols = OC;
-        call.inner = C;
+        call.inner = channels;
         call.a = inp.gpu;
         call.b = w.gpu;
         call.trans_b = true;

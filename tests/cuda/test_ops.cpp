@@ -4,7 +4,9 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
+#include <string>
 
+#include "kernels/error.h"
 #include "tests/cuda/backends.h"
 
 using namespace gpu_test;
@@ -70,45 +72,46 @@ TEST_CASE("cuda: memory, copies and conversions", "[ops]") {
 
 TEST_CASE("cuda: embedding forward and backward, vocab-parallel, deterministic", "[ops]") {
     Backends b;
-    const int B = 3, T = 17, C = 40, V = 50;
+    const int B = 3, T = 17, channels = 40, V = 50;
     for (DType t : kTypes) {
         for (auto [vocab_begin, vocab_local] : {std::pair{0, 50}, std::pair{20, 16}}) {
             INFO("slice " << vocab_begin << "+" << vocab_local);
             Tokens tokens(b, random_tokens(static_cast<std::size_t>(B) * T, V, 3));
-            Pair wte(b, std::size_t(vocab_local) * C, t), wpe(b, std::size_t(T) * C, t);
+            Pair wte(b, std::size_t(vocab_local) * channels, t),
+                wpe(b, std::size_t(T) * channels, t);
             wte.fill(4);
             wpe.fill(5);
-            Pair out(b, std::size_t(B) * T * C, t);
+            Pair out(b, std::size_t(B) * T * channels, t);
             for (bool with_wpe : {true, false}) {
                 b.cpu->embedding_forward(out.cpu, tokens.on_cpu(), wte.cpu,
-                                         with_wpe ? wpe.cpu : Ptr(), B, T, C, vocab_begin,
+                                         with_wpe ? wpe.cpu : Ptr(), B, T, channels, vocab_begin,
                                          vocab_local, nullptr, T);
                 b.gpu->embedding_forward(out.gpu, tokens.on_gpu(), wte.gpu,
-                                         with_wpe ? wpe.gpu : Ptr(), B, T, C, vocab_begin,
+                                         with_wpe ? wpe.gpu : Ptr(), B, T, channels, vocab_begin,
                                          vocab_local, nullptr, T);
                 require_close(out, t, "embedding_forward");
             }
             // Backward adds into gradients that already hold values; gradients in the
             // activations' type and in fp32.
             for (DType g : {t, DType::f32}) {
-                Pair dout(b, std::size_t(B) * T * C, t), dwte(b, wte.count, g),
+                Pair dout(b, std::size_t(B) * T * channels, t), dwte(b, wte.count, g),
                     dwpe(b, wpe.count, g);
                 dout.fill(6);
                 dwte.fill(7, 0.1f);
                 dwpe.fill(8, 0.1f);
-                b.cpu->embedding_backward(dwte.cpu, dwpe.cpu, dout.cpu, tokens.on_cpu(), B, T, C,
-                                          vocab_begin, vocab_local, nullptr, T);
-                b.gpu->embedding_backward(dwte.gpu, dwpe.gpu, dout.gpu, tokens.on_gpu(), B, T, C,
-                                          vocab_begin, vocab_local, nullptr, T);
+                b.cpu->embedding_backward(dwte.cpu, dwpe.cpu, dout.cpu, tokens.on_cpu(), B, T,
+                                          channels, vocab_begin, vocab_local, nullptr, T);
+                b.gpu->embedding_backward(dwte.gpu, dwpe.gpu, dout.gpu, tokens.on_gpu(), B, T,
+                                          channels, vocab_begin, vocab_local, nullptr, T);
                 require_close(dwte, g, "embedding_backward dwte");
                 require_close(dwpe, g, "embedding_backward dwpe");
                 b.gpu->zero(dwte.gpu, dwte.count);
-                b.gpu->embedding_backward(dwte.gpu, Ptr(), dout.gpu, tokens.on_gpu(), B, T, C,
-                                          vocab_begin, vocab_local, nullptr, T);
+                b.gpu->embedding_backward(dwte.gpu, Ptr(), dout.gpu, tokens.on_gpu(), B, T,
+                                          channels, vocab_begin, vocab_local, nullptr, T);
                 const std::vector<float> again = dwte.on_gpu();
                 b.gpu->zero(dwte.gpu, dwte.count);
-                b.gpu->embedding_backward(dwte.gpu, Ptr(), dout.gpu, tokens.on_gpu(), B, T, C,
-                                          vocab_begin, vocab_local, nullptr, T);
+                b.gpu->embedding_backward(dwte.gpu, Ptr(), dout.gpu, tokens.on_gpu(), B, T,
+                                          channels, vocab_begin, vocab_local, nullptr, T);
                 REQUIRE(dwte.on_gpu() == again);  // bit for bit, run to run
             }
         }
@@ -117,31 +120,32 @@ TEST_CASE("cuda: embedding forward and backward, vocab-parallel, deterministic",
 
 TEST_CASE("cuda: layer norm forward and backward", "[ops]") {
     Backends b;
-    const int N = 67, C = 300;
+    const int N = 67, channels = 300;
     for (DType t : kTypes) {
         for (DType g : {t, DType::f32}) {
-            Pair inp(b, std::size_t(N) * C, t), w(b, C, t), bias(b, C, t),
-                out(b, std::size_t(N) * C, t);
+            Pair inp(b, std::size_t(N) * channels, t), w(b, channels, t), bias(b, channels, t),
+                out(b, std::size_t(N) * channels, t);
             inp.fill(1, 2.0f, 0.5f);
             w.fill(2, 0.2f, 1.0f);
             bias.fill(3, 0.1f);
             Pair mean(b, N, DType::f32), rstd(b, N, DType::f32);
             b.cpu->layernorm_forward(out.cpu, mean.cpu.f32(), rstd.cpu.f32(), inp.cpu, w.cpu,
-                                     bias.cpu, N, C);
+                                     bias.cpu, N, channels);
             b.gpu->layernorm_forward(out.gpu, mean.gpu.f32(), rstd.gpu.f32(), inp.gpu, w.gpu,
-                                     bias.gpu, N, C);
+                                     bias.gpu, N, channels);
             require_close(out, t, "layernorm_forward out");
             require_close(mean, DType::f32, "layernorm_forward mean");
             require_close(rstd, DType::f32, "layernorm_forward rstd");
-            Pair dout(b, out.count, t), dinp(b, out.count, t), dw(b, C, g), db(b, C, g);
+            Pair dout(b, out.count, t), dinp(b, out.count, t), dw(b, channels, g),
+                db(b, channels, g);
             dout.fill(4);
             dinp.fill(5, 0.1f);
             dw.fill(6, 0.1f);
             db.fill(7, 0.1f);
             b.cpu->layernorm_backward(dinp.cpu, dw.cpu, db.cpu, dout.cpu, inp.cpu, w.cpu,
-                                      mean.cpu.f32(), rstd.cpu.f32(), N, C);
+                                      mean.cpu.f32(), rstd.cpu.f32(), N, channels);
             b.gpu->layernorm_backward(dinp.gpu, dw.gpu, db.gpu, dout.gpu, inp.gpu, w.gpu,
-                                      mean.gpu.f32(), rstd.gpu.f32(), N, C);
+                                      mean.gpu.f32(), rstd.gpu.f32(), N, channels);
             require_close(dinp, t, "layernorm_backward dinp");
             require_close(dw, g, "layernorm_backward dweight");
             require_close(db, g, "layernorm_backward dbias");
@@ -151,16 +155,19 @@ TEST_CASE("cuda: layer norm forward and backward", "[ops]") {
 
 TEST_CASE("cuda: matmul forward and backward, bias, += and null gradients", "[ops]") {
     Backends b;
-    const int N = 96, C = 72, OC = 136;
+    const int N = 96, channels = 72, OC = 136;
     for (DType t : kTypes) {
-        Pair inp(b, std::size_t(N) * C, t), w(b, std::size_t(OC) * C, t), bias(b, OC, t);
+        Pair inp(b, std::size_t(N) * channels, t), w(b, std::size_t(OC) * channels, t),
+            bias(b, OC, t);
         inp.fill(1);
         w.fill(2, 0.1f);
         bias.fill(3);
         Pair out(b, std::size_t(N) * OC, t);
         for (bool with_bias : {true, false}) {
-            b.cpu->matmul_forward(out.cpu, inp.cpu, w.cpu, with_bias ? bias.cpu : Ptr(), N, C, OC);
-            b.gpu->matmul_forward(out.gpu, inp.gpu, w.gpu, with_bias ? bias.gpu : Ptr(), N, C, OC);
+            b.cpu->matmul_forward(out.cpu, inp.cpu, w.cpu, with_bias ? bias.cpu : Ptr(), N,
+                                  channels, OC);
+            b.gpu->matmul_forward(out.gpu, inp.gpu, w.gpu, with_bias ? bias.gpu : Ptr(), N,
+                                  channels, OC);
             require_close(out, t, with_bias ? "matmul_forward with bias" : "matmul_forward");
         }
         b.cpu->add_bias(out.cpu, bias.cpu, N, OC);
@@ -172,13 +179,15 @@ TEST_CASE("cuda: matmul forward and backward, bias, += and null gradients", "[op
             dinp.fill(5, 0.1f);
             dw.fill(6, 0.1f);
             db.fill(7, 0.1f);
-            b.cpu->matmul_backward(dinp.cpu, dw.cpu, db.cpu, dout.cpu, inp.cpu, w.cpu, N, C, OC);
-            b.gpu->matmul_backward(dinp.gpu, dw.gpu, db.gpu, dout.gpu, inp.gpu, w.gpu, N, C, OC);
+            b.cpu->matmul_backward(dinp.cpu, dw.cpu, db.cpu, dout.cpu, inp.cpu, w.cpu, N, channels,
+                                   OC);
+            b.gpu->matmul_backward(dinp.gpu, dw.gpu, db.gpu, dout.gpu, inp.gpu, w.gpu, N, channels,
+                                   OC);
             require_close(dinp, t, "matmul_backward dinp");
             require_close(dw, g, "matmul_backward dweight");
             require_close(db, g, "matmul_backward dbias");
-            b.cpu->matmul_backward(Ptr(), dw.cpu, Ptr(), dout.cpu, inp.cpu, w.cpu, N, C, OC);
-            b.gpu->matmul_backward(Ptr(), dw.gpu, Ptr(), dout.gpu, inp.gpu, w.gpu, N, C, OC);
+            b.cpu->matmul_backward(Ptr(), dw.cpu, Ptr(), dout.cpu, inp.cpu, w.cpu, N, channels, OC);
+            b.gpu->matmul_backward(Ptr(), dw.gpu, Ptr(), dout.gpu, inp.gpu, w.gpu, N, channels, OC);
             require_close(dw, g, "matmul_backward dweight alone");
         }
     }
@@ -187,15 +196,15 @@ TEST_CASE("cuda: matmul forward and backward, bias, += and null gradients", "[op
 TEST_CASE("cuda: fp32 products run in TF32 when asked, in true fp32 otherwise", "[ops]") {
     Backends b;  // its GPU backend: true fp32
     const auto tf32 = trident::kernels::make_cuda_ops(true);
-    const int N = 64, C = 256, OC = 128;
-    Pair inp(b, std::size_t(N) * C, DType::f32), w(b, std::size_t(OC) * C, DType::f32),
-        out(b, std::size_t(N) * OC, DType::f32);
+    const int N = 64, channels = 256, OC = 128;
+    Pair inp(b, std::size_t(N) * channels, DType::f32),
+        w(b, std::size_t(OC) * channels, DType::f32), out(b, std::size_t(N) * OC, DType::f32);
     const Ptr tf32_out = tf32->allocate(out.count, DType::f32);
     const auto product_error = [&] {
-        b.cpu->matmul_forward(out.cpu, inp.cpu, w.cpu, Ptr(), N, C, OC);
-        b.gpu->matmul_forward(out.gpu, inp.gpu, w.gpu, Ptr(), N, C, OC);
+        b.cpu->matmul_forward(out.cpu, inp.cpu, w.cpu, Ptr(), N, channels, OC);
+        b.gpu->matmul_forward(out.gpu, inp.gpu, w.gpu, Ptr(), N, channels, OC);
         require_close(out, DType::f32, "matmul_forward in true fp32");
-        tf32->matmul_forward(tf32_out, inp.gpu, w.gpu, Ptr(), N, C, OC);
+        tf32->matmul_forward(tf32_out, inp.gpu, w.gpu, Ptr(), N, channels, OC);
         return relative_error(Pair::host(*tf32, tf32_out, out.count), out.on_cpu());
     };
     // Full 24-bit mantissas: TF32 keeps 11 bits of each input, so its products are off by
@@ -222,23 +231,25 @@ TEST_CASE("cuda: fp32 products run in TF32 when asked, in true fp32 otherwise", 
 
 TEST_CASE("cuda: mixed element types go through fp32 views", "[ops]") {
     Backends b;
-    const int N = 40, C = 24, OC = 56;
-    Pair inp(b, std::size_t(N) * C, DType::bf16), w(b, std::size_t(OC) * C, DType::f32),
-        bias(b, OC, DType::f16), out(b, std::size_t(N) * OC, DType::bf16);
+    const int N = 40, channels = 24, OC = 56;
+    Pair inp(b, std::size_t(N) * channels, DType::bf16),
+        w(b, std::size_t(OC) * channels, DType::f32), bias(b, OC, DType::f16),
+        out(b, std::size_t(N) * OC, DType::bf16);
     inp.fill(1);
     w.fill(2, 0.1f);
     bias.fill(3);
-    b.cpu->matmul_forward(out.cpu, inp.cpu, w.cpu, bias.cpu, N, C, OC);
-    b.gpu->matmul_forward(out.gpu, inp.gpu, w.gpu, bias.gpu, N, C, OC);
+    b.cpu->matmul_forward(out.cpu, inp.cpu, w.cpu, bias.cpu, N, channels, OC);
+    b.gpu->matmul_forward(out.gpu, inp.gpu, w.gpu, bias.gpu, N, channels, OC);
     require_close(out, DType::bf16, "matmul_forward bf16 x fp32 + fp16");
-    Pair ln_out(b, std::size_t(N) * C, DType::f16), ln_w(b, C, DType::f32), ln_b(b, C, DType::bf16);
+    Pair ln_out(b, std::size_t(N) * channels, DType::f16), ln_w(b, channels, DType::f32),
+        ln_b(b, channels, DType::bf16);
     ln_w.fill(4, 0.1f, 1.0f);
     ln_b.fill(5, 0.1f);
     Pair mean(b, N, DType::f32), rstd(b, N, DType::f32);
     b.cpu->layernorm_forward(ln_out.cpu, mean.cpu.f32(), rstd.cpu.f32(), inp.cpu, ln_w.cpu,
-                             ln_b.cpu, N, C);
+                             ln_b.cpu, N, channels);
     b.gpu->layernorm_forward(ln_out.gpu, mean.gpu.f32(), rstd.gpu.f32(), inp.gpu, ln_w.gpu,
-                             ln_b.gpu, N, C);
+                             ln_b.gpu, N, channels);
     require_close(ln_out, DType::f16, "layernorm_forward mixed");
     // In place, a bf16 buffer both read and written beside an fp32 one: one view serves both.
     Pair x(b, 500, DType::bf16), y(b, 500, DType::f32);
@@ -252,7 +263,7 @@ TEST_CASE("cuda: mixed element types go through fp32 views", "[ops]") {
 TEST_CASE("cuda: causal attention (flash kernels and cuDNN) against the CPU", "[ops]") {
     Backends b;
     struct Case {
-        int B, T, C, NH;
+        int B, T, channels, NH;
         float drop;
     };
     for (const Case& k :
@@ -260,9 +271,9 @@ TEST_CASE("cuda: causal attention (flash kernels and cuDNN) against the CPU", "[
           Case{2, 128, 256, 2, 0.0f}, Case{2, 33, 48, 2, 0.2f}, Case{1, 40, 200, 2, 0.1f},
           Case{1, 128, 256, 4, 0.1f}}) {
         for (DType t : kTypes) {
-            INFO(name(t) << ", B " << k.B << " T " << k.T << " C " << k.C << " NH " << k.NH
-                         << " drop " << k.drop);
-            const std::size_t BTC = std::size_t(k.B) * k.T * k.C;
+            INFO(name(t) << ", B " << k.B << " T " << k.T << " channels " << k.channels << " NH "
+                         << k.NH << " drop " << k.drop);
+            const std::size_t BTC = std::size_t(k.B) * k.T * k.channels;
             // What each backend keeps differs (CPU: probabilities; GPU: log-sum-exp per row).
             const auto cpu_saved = b.cpu->attention_saved(k.B, k.NH, k.T, t);
             const auto gpu_saved = b.gpu->attention_saved(k.B, k.NH, k.T, t);
@@ -272,10 +283,10 @@ TEST_CASE("cuda: causal attention (flash kernels and cuDNN) against the CPU", "[
             const uint64_t seed = 99;
             // Heads 1.. of 2*NH: the mask index depends on the global head, as under tensor
             // parallelism.
-            b.cpu->attention_forward(out.cpu, saved_cpu.cpu, qkv.cpu, k.B, k.T, k.C, k.NH, k.drop,
-                                     seed, 1, 2 * k.NH);
-            b.gpu->attention_forward(out.gpu, saved_gpu.gpu, qkv.gpu, k.B, k.T, k.C, k.NH, k.drop,
-                                     seed, 1, 2 * k.NH);
+            b.cpu->attention_forward(out.cpu, saved_cpu.cpu, qkv.cpu, k.B, k.T, k.channels, k.NH,
+                                     k.drop, seed, 1, 2 * k.NH);
+            b.gpu->attention_forward(out.gpu, saved_gpu.gpu, qkv.gpu, k.B, k.T, k.channels, k.NH,
+                                     k.drop, seed, 1, 2 * k.NH);
             // 16-bit runs without dropout may take cuDNN's kernels.
             const double limit = gpu_test::attention_tolerance(t);
             require_within(out.on_gpu(), out.on_cpu(), limit, "attention_forward");
@@ -283,17 +294,17 @@ TEST_CASE("cuda: causal attention (flash kernels and cuDNN) against the CPU", "[
             dout.fill(2);
             dqkv.fill(3, 0.1f);
             b.cpu->attention_backward(dqkv.cpu, dout.cpu, qkv.cpu, out.cpu, saved_cpu.cpu, k.B, k.T,
-                                      k.C, k.NH, k.drop, seed, 1, 2 * k.NH);
+                                      k.channels, k.NH, k.drop, seed, 1, 2 * k.NH);
             b.gpu->attention_backward(dqkv.gpu, dout.gpu, qkv.gpu, out.gpu, saved_gpu.gpu, k.B, k.T,
-                                      k.C, k.NH, k.drop, seed, 1, 2 * k.NH);
+                                      k.channels, k.NH, k.drop, seed, 1, 2 * k.NH);
             require_within(dqkv.on_gpu(), dqkv.on_cpu(), limit, "attention_backward");
             // Selective recompute: the rebuilt statistics give the same gradient.
             Pair first(b, 3 * BTC, t), again(b, 3 * BTC, t);  // zero-filled
             b.gpu->attention_backward(first.gpu, dout.gpu, qkv.gpu, out.gpu, saved_gpu.gpu, k.B,
-                                      k.T, k.C, k.NH, k.drop, seed, 1, 2 * k.NH);
-            b.gpu->attention_rebuild(saved_gpu.gpu, qkv.gpu, k.B, k.T, k.C, k.NH, k.drop);
+                                      k.T, k.channels, k.NH, k.drop, seed, 1, 2 * k.NH);
+            b.gpu->attention_rebuild(saved_gpu.gpu, qkv.gpu, k.B, k.T, k.channels, k.NH, k.drop);
             b.gpu->attention_backward(again.gpu, dout.gpu, qkv.gpu, out.gpu, saved_gpu.gpu, k.B,
-                                      k.T, k.C, k.NH, k.drop, seed, 1, 2 * k.NH);
+                                      k.T, k.channels, k.NH, k.drop, seed, 1, 2 * k.NH);
             require_close(again.on_gpu(), first.on_gpu(), t,
                           "attention_backward after attention_rebuild");
         }
@@ -466,13 +477,15 @@ TEST_CASE("cuda: attention against a key/value cache, grouped heads", "[ops]") {
     struct Case {
         int rows, first, NH, KVH, hs, seq_len;
     };
-    // A prefill from position 0, one-row steps further on, and a group of 1 (GPT-2).
-    for (const Case& k : {Case{9, 0, 4, 2, 16, 32}, Case{1, 20, 4, 2, 16, 32},
-                          Case{1, 300, 6, 1, 32, 512}, Case{3, 5, 4, 4, 8, 16}}) {
+    // A prefill from position 0, one-row steps further on, a group of 1 (GPT-2), and rows past
+    // 12,160 positions, whose scores need more than 48 KiB of shared memory.
+    for (const Case& k :
+         {Case{9, 0, 4, 2, 16, 32}, Case{1, 20, 4, 2, 16, 32}, Case{1, 300, 6, 1, 32, 512},
+          Case{3, 5, 4, 4, 8, 16}, Case{2, 13000, 2, 1, 16, 13002}}) {
         INFO("rows " << k.rows << " first " << k.first << " NH " << k.NH << " KVH " << k.KVH);
-        const std::size_t C = std::size_t(k.NH) * k.hs;
+        const std::size_t channels = std::size_t(k.NH) * k.hs;
         const std::size_t cache = std::size_t(k.seq_len) * k.KVH * k.hs;
-        Pair qkv(b, k.rows * 3 * C, DType::f32), out(b, k.rows * C, DType::f32);
+        Pair qkv(b, k.rows * 3 * channels, DType::f32), out(b, k.rows * channels, DType::f32);
         Pair keys(b, cache, DType::f32), values(b, cache, DType::f32);
         qkv.fill(1);
         keys.fill(2);  // positions before `first`: earlier tokens'
@@ -485,5 +498,18 @@ TEST_CASE("cuda: attention against a key/value cache, grouped heads", "[ops]") {
                        "cached_attention_forward");
         require_within(keys.on_gpu(), keys.on_cpu(), 0.0, "the cache's keys");
         require_within(values.on_gpu(), values.on_cpu(), 0.0, "the cache's values");
+    }
+    // Past what a block's shared memory can hold on any GPU (64,000 positions: 250 KiB): an
+    // error naming the limit, not a failed launch.
+    const int seq_len = 64001, hs = 8;
+    Pair qkv(b, 3 * hs, DType::f32), out(b, hs, DType::f32),
+        keys(b, std::size_t(seq_len) * hs, DType::f32),
+        values(b, std::size_t(seq_len) * hs, DType::f32);
+    try {
+        b.gpu->cached_attention_forward(out.gpu, keys.gpu, values.gpu, qkv.gpu, 1, 64000, 1, 1, hs);
+        FAIL("64,001 cached positions were accepted");
+    } catch (const trident::Error& e) {
+        INFO(e.what());
+        REQUIRE(std::string(e.what()).find("positions") != std::string::npos);
     }
 }

@@ -32,45 +32,50 @@ struct Positions {
 
 TEST_CASE("cuda: RMSNorm forward and backward", "[ops]") {
     Backends b;
-    const int N = 67, C = 300;  // 3 chunks of rows; a partial block of rows; C % 32 != 0
+    const int N = 67,
+              channels = 300;  // 3 chunks of rows; a partial block of rows; channels % 32 != 0
     const float eps = 1e-5f;
     for (DType t : kTypes) {
         for (DType g : {t, DType::f32}) {
             INFO("activations " << name(t) << ", gradients " << name(g));
-            Pair inp(b, std::size_t(N) * C, t), w(b, C, t), out(b, inp.count, t);
+            Pair inp(b, std::size_t(N) * channels, t), w(b, channels, t), out(b, inp.count, t);
             inp.fill(1, 2.0f, 0.5f);
             w.fill(2, 0.2f, 1.0f);
             Pair rstd(b, N, DType::f32);
-            b.cpu->rmsnorm_forward(out.cpu, rstd.cpu.f32(), inp.cpu, w.cpu, N, C, eps);
-            b.gpu->rmsnorm_forward(out.gpu, rstd.gpu.f32(), inp.gpu, w.gpu, N, C, eps);
+            b.cpu->rmsnorm_forward(out.cpu, rstd.cpu.f32(), inp.cpu, w.cpu, N, channels, eps);
+            b.gpu->rmsnorm_forward(out.gpu, rstd.gpu.f32(), inp.gpu, w.gpu, N, channels, eps);
             require_close(out, t, "rmsnorm_forward out");
             require_close(rstd, DType::f32, "rmsnorm_forward rstd");
-            Pair dout(b, out.count, t), dinp(b, out.count, t), dw(b, C, g);
+            Pair dout(b, out.count, t), dinp(b, out.count, t), dw(b, channels, g);
             dout.fill(4);
             dinp.fill(5, 0.1f);
             dw.fill(6, 0.1f);
             b.cpu->rmsnorm_backward(dinp.cpu, dw.cpu, dout.cpu, inp.cpu, w.cpu, rstd.cpu.f32(), N,
-                                    C);
+                                    channels);
             b.gpu->rmsnorm_backward(dinp.gpu, dw.gpu, dout.gpu, inp.gpu, w.gpu, rstd.gpu.f32(), N,
-                                    C);
+                                    channels);
             require_close(dinp, t, "rmsnorm_backward dinp");
             require_close(dw, g, "rmsnorm_backward dweight");
             // The split backward's steps: the input's gradient alone, then the weight's alone.
             b.cpu->rmsnorm_backward(dinp.cpu, Ptr(), dout.cpu, inp.cpu, w.cpu, rstd.cpu.f32(), N,
-                                    C);
+                                    channels);
             b.gpu->rmsnorm_backward(dinp.gpu, Ptr(), dout.gpu, inp.gpu, w.gpu, rstd.gpu.f32(), N,
-                                    C);
+                                    channels);
             require_close(dinp, t, "rmsnorm_backward dinp alone");
             require_close(dw, g, "rmsnorm_backward dweight untouched");
-            b.cpu->rmsnorm_backward(Ptr(), dw.cpu, dout.cpu, inp.cpu, w.cpu, rstd.cpu.f32(), N, C);
-            b.gpu->rmsnorm_backward(Ptr(), dw.gpu, dout.gpu, inp.gpu, w.gpu, rstd.gpu.f32(), N, C);
+            b.cpu->rmsnorm_backward(Ptr(), dw.cpu, dout.cpu, inp.cpu, w.cpu, rstd.cpu.f32(), N,
+                                    channels);
+            b.gpu->rmsnorm_backward(Ptr(), dw.gpu, dout.gpu, inp.gpu, w.gpu, rstd.gpu.f32(), N,
+                                    channels);
             require_close(dw, g, "rmsnorm_backward dweight alone");
             // The weight's gradient repeats bit for bit (column sums in a fixed order).
-            b.gpu->zero(dw.gpu, C);
-            b.gpu->rmsnorm_backward(Ptr(), dw.gpu, dout.gpu, inp.gpu, w.gpu, rstd.gpu.f32(), N, C);
+            b.gpu->zero(dw.gpu, channels);
+            b.gpu->rmsnorm_backward(Ptr(), dw.gpu, dout.gpu, inp.gpu, w.gpu, rstd.gpu.f32(), N,
+                                    channels);
             const std::vector<float> once = dw.on_gpu();
-            b.gpu->zero(dw.gpu, C);
-            b.gpu->rmsnorm_backward(Ptr(), dw.gpu, dout.gpu, inp.gpu, w.gpu, rstd.gpu.f32(), N, C);
+            b.gpu->zero(dw.gpu, channels);
+            b.gpu->rmsnorm_backward(Ptr(), dw.gpu, dout.gpu, inp.gpu, w.gpu, rstd.gpu.f32(), N,
+                                    channels);
             REQUIRE(dw.on_gpu() == once);
         }
     }
@@ -134,17 +139,20 @@ TEST_CASE("cuda: SwiGLU forward and backward", "[ops]") {
 TEST_CASE("cuda: Llama's ops with mixed element types", "[ops]") {
     Backends b;
     const DType h = DType::bf16, f = DType::f32;
-    const int N = 20, C = 48, B = 2, T = 10, NH = 4, KVH = 2, hs = 12;
-    Pair inp(b, std::size_t(N) * C, h), w(b, C, f), out(b, inp.count, h), rstd(b, N, f);
+    const int N = 20, channels = 48, B = 2, T = 10, NH = 4, KVH = 2, hs = 12;
+    Pair inp(b, std::size_t(N) * channels, h), w(b, channels, f), out(b, inp.count, h),
+        rstd(b, N, f);
     inp.fill(1);
     w.fill(2, 0.2f, 1.0f);
-    b.cpu->rmsnorm_forward(out.cpu, rstd.cpu.f32(), inp.cpu, w.cpu, N, C, 1e-6f);
-    b.gpu->rmsnorm_forward(out.gpu, rstd.gpu.f32(), inp.gpu, w.gpu, N, C, 1e-6f);
+    b.cpu->rmsnorm_forward(out.cpu, rstd.cpu.f32(), inp.cpu, w.cpu, N, channels, 1e-6f);
+    b.gpu->rmsnorm_forward(out.gpu, rstd.gpu.f32(), inp.gpu, w.gpu, N, channels, 1e-6f);
     require_close(out, h, "rmsnorm_forward, fp32 weight");
-    Pair dout(b, out.count, h), dinp(b, out.count, h), dw(b, C, f);
+    Pair dout(b, out.count, h), dinp(b, out.count, h), dw(b, channels, f);
     dout.fill(3);
-    b.cpu->rmsnorm_backward(dinp.cpu, dw.cpu, dout.cpu, inp.cpu, w.cpu, rstd.cpu.f32(), N, C);
-    b.gpu->rmsnorm_backward(dinp.gpu, dw.gpu, dout.gpu, inp.gpu, w.gpu, rstd.gpu.f32(), N, C);
+    b.cpu->rmsnorm_backward(dinp.cpu, dw.cpu, dout.cpu, inp.cpu, w.cpu, rstd.cpu.f32(), N,
+                            channels);
+    b.gpu->rmsnorm_backward(dinp.gpu, dw.gpu, dout.gpu, inp.gpu, w.gpu, rstd.gpu.f32(), N,
+                            channels);
     require_close(dinp, h, "rmsnorm_backward dinp, fp32 weight");
     require_close(dw, f, "rmsnorm_backward dweight, fp32 weight");
 
@@ -159,13 +167,13 @@ TEST_CASE("cuda: Llama's ops with mixed element types", "[ops]") {
     b.gpu->rotary_qkv_backward(dqkv.gpu, rotated.gpu, B, T, NH, KVH, hs, 500000.0f, nullptr);
     require_close(dqkv, f, "rotary_qkv_backward into fp32");
 
-    Pair gate_up(b, std::size_t(N) * 2 * C, h), act(b, std::size_t(N) * C, f);
+    Pair gate_up(b, std::size_t(N) * 2 * channels, h), act(b, std::size_t(N) * channels, f);
     gate_up.fill(5, 2.0f);
-    b.cpu->swiglu_forward(act.cpu, gate_up.cpu, N, C);
-    b.gpu->swiglu_forward(act.gpu, gate_up.gpu, N, C);
+    b.cpu->swiglu_forward(act.cpu, gate_up.cpu, N, channels);
+    b.gpu->swiglu_forward(act.gpu, gate_up.gpu, N, channels);
     require_close(act, f, "swiglu_forward into fp32");
     Pair d_gate_up(b, gate_up.count, f);
-    b.cpu->swiglu_backward(d_gate_up.cpu, gate_up.cpu, act.cpu, N, C);
-    b.gpu->swiglu_backward(d_gate_up.gpu, gate_up.gpu, act.gpu, N, C);
+    b.cpu->swiglu_backward(d_gate_up.cpu, gate_up.cpu, act.cpu, N, channels);
+    b.gpu->swiglu_backward(d_gate_up.gpu, gate_up.gpu, act.gpu, N, channels);
     require_close(d_gate_up, f, "swiglu_backward into fp32");
 }

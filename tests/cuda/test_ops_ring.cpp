@@ -52,15 +52,15 @@ TEST_CASE("cuda: ring attention's blocks against the CPU", "[ring]") {
                 INFO(name(t) << ", hs " << g.hs << ", queries " << g.q_begin << "+" << g.q_count
                              << " at " << g.q_position << ", keys " << g.k_begin << "+" << g.k_count
                              << " at " << g.k_position << ", dropout " << drop);
-                const int C = NH * g.hs;
+                const int channels = NH * g.hs;
                 AttentionBlock k;
-                k.B = B, k.C = C, k.NH = NH;
+                k.B = B, k.channels = channels, k.NH = NH;
                 k.q_rows = k.kv_rows = rows;
                 k.q_begin = g.q_begin, k.q_count = g.q_count, k.q_position = g.q_position;
                 k.k_begin = g.k_begin, k.k_count = g.k_count, k.k_position = g.k_position;
                 k.seq_len = seq_len, k.drop_prob = drop, k.seed = 31;
                 k.head_begin = 1, k.heads_total = 2 * NH;
-                const std::size_t RC = std::size_t(B) * rows * C,
+                const std::size_t RC = std::size_t(B) * rows * channels,
                                   stats = std::size_t(B) * NH * rows;
                 Pair qkv(b, 3 * RC, t), kv(b, 2 * RC, t);
                 qkv.fill(1);
@@ -81,9 +81,9 @@ TEST_CASE("cuda: ring attention's blocks against the CPU", "[ring]") {
                 b.gpu->attention_block_forward(out2.gpu.f32(), lse2.gpu.f32(), qkv.gpu, kv.gpu,
                                                other);
                 b.cpu->attention_merge(out.cpu.f32(), lse.cpu.f32(), out2.cpu.f32(), lse2.cpu.f32(),
-                                       B, rows, C, NH, k.q_begin, k.q_count);
+                                       B, rows, channels, NH, k.q_begin, k.q_count);
                 b.gpu->attention_merge(out.gpu.f32(), lse.gpu.f32(), out2.gpu.f32(), lse2.gpu.f32(),
-                                       B, rows, C, NH, k.q_begin, k.q_count);
+                                       B, rows, channels, NH, k.q_begin, k.q_count);
                 require_close(out, DType::f32, "attention_merge out");
                 require_same_lse(lse, "attention_merge lse");
 
@@ -125,30 +125,30 @@ TEST_CASE("cuda: copy_2d packs columns between strided tensors, in one type and 
 
 TEST_CASE("cuda: embedding at a context rank's positions, and long runs of one token", "[ring]") {
     Backends b;
-    const int B = 3, T = 12, C = 96, wpe_rows = 32;
+    const int B = 3, T = 12, channels = 96, wpe_rows = 32;
     // Distinct positions below wpe_rows, out of order (a context rank's two chunks).
     const std::vector<int32_t> positions = {20, 21, 22, 23, 3, 4, 5, 6, 28, 29, 30, 31};
     for (DType t : kTypes) {
         // Few tokens (long runs of one after the sort), some outside the slice [2, 2 + 3).
         Tokens tokens(b, random_tokens(static_cast<std::size_t>(B) * T, 6, 3));
         Tokens at(b, positions);
-        Pair wte(b, 3 * std::size_t(C), t), wpe(b, std::size_t(wpe_rows) * C, t);
+        Pair wte(b, 3 * std::size_t(channels), t), wpe(b, std::size_t(wpe_rows) * channels, t);
         wte.fill(4);
         wpe.fill(5);
-        Pair out(b, std::size_t(B) * T * C, t);
-        b.cpu->embedding_forward(out.cpu, tokens.on_cpu(), wte.cpu, wpe.cpu, B, T, C, 2, 3,
+        Pair out(b, std::size_t(B) * T * channels, t);
+        b.cpu->embedding_forward(out.cpu, tokens.on_cpu(), wte.cpu, wpe.cpu, B, T, channels, 2, 3,
                                  at.on_cpu(), wpe_rows);
-        b.gpu->embedding_forward(out.gpu, tokens.on_gpu(), wte.gpu, wpe.gpu, B, T, C, 2, 3,
+        b.gpu->embedding_forward(out.gpu, tokens.on_gpu(), wte.gpu, wpe.gpu, B, T, channels, 2, 3,
                                  at.on_gpu(), wpe_rows);
         require_close(out, t, "embedding_forward at positions");
         Pair dout(b, out.count, t), dwte(b, wte.count, DType::f32), dwpe(b, wpe.count, t);
         dout.fill(6);
         dwte.fill(7, 0.1f);
         dwpe.fill(8, 0.1f);
-        b.cpu->embedding_backward(dwte.cpu, dwpe.cpu, dout.cpu, tokens.on_cpu(), B, T, C, 2, 3,
-                                  at.on_cpu(), wpe_rows);
-        b.gpu->embedding_backward(dwte.gpu, dwpe.gpu, dout.gpu, tokens.on_gpu(), B, T, C, 2, 3,
-                                  at.on_gpu(), wpe_rows);
+        b.cpu->embedding_backward(dwte.cpu, dwpe.cpu, dout.cpu, tokens.on_cpu(), B, T, channels, 2,
+                                  3, at.on_cpu(), wpe_rows);
+        b.gpu->embedding_backward(dwte.gpu, dwpe.gpu, dout.gpu, tokens.on_gpu(), B, T, channels, 2,
+                                  3, at.on_gpu(), wpe_rows);
         require_close(dwte, DType::f32, "embedding_backward dwte at positions");
         require_close(dwpe, t, "embedding_backward dwpe at positions");
     }
@@ -157,12 +157,13 @@ TEST_CASE("cuda: embedding at a context rank's positions, and long runs of one t
         INFO("vocabulary " << vocab);
         const int N = 4096;
         Tokens tokens(b, random_tokens(N, vocab, 9));
-        Pair dout(b, std::size_t(N) * C, DType::bf16), dwte(b, std::size_t(vocab) * C, DType::f32);
+        Pair dout(b, std::size_t(N) * channels, DType::bf16),
+            dwte(b, std::size_t(vocab) * channels, DType::f32);
         dout.fill(10);
-        b.cpu->embedding_backward(dwte.cpu, Ptr(), dout.cpu, tokens.on_cpu(), 1, N, C, 0, vocab,
-                                  nullptr, N);
-        b.gpu->embedding_backward(dwte.gpu, Ptr(), dout.gpu, tokens.on_gpu(), 1, N, C, 0, vocab,
-                                  nullptr, N);
+        b.cpu->embedding_backward(dwte.cpu, Ptr(), dout.cpu, tokens.on_cpu(), 1, N, channels, 0,
+                                  vocab, nullptr, N);
+        b.gpu->embedding_backward(dwte.gpu, Ptr(), dout.gpu, tokens.on_gpu(), 1, N, channels, 0,
+                                  vocab, nullptr, N);
         require_close(dwte, DType::f32, "embedding_backward dwte, many positions");
     }
 }

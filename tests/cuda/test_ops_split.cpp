@@ -19,20 +19,21 @@ const DType kTypes[] = {DType::f32, DType::bf16, DType::f16};
 
 TEST_CASE("cuda: backward split into an input step and a weight step", "[ops]") {
     Backends b;
-    const int N = 67, C = 120, OC = 88;
+    const int N = 67, channels = 120, OC = 88;
     for (DType t : kTypes) {
         INFO(name(t));
-        Pair inp(b, std::size_t(N) * C, t), w(b, C, t), bias(b, C, t), out(b, inp.count, t);
+        Pair inp(b, std::size_t(N) * channels, t), w(b, channels, t), bias(b, channels, t),
+            out(b, inp.count, t);
         inp.fill(1, 2.0f, 0.5f);
         w.fill(2, 0.2f, 1.0f);
         bias.fill(3, 0.1f);
         Pair mean(b, N, DType::f32), rstd(b, N, DType::f32);
         b.cpu->layernorm_forward(out.cpu, mean.cpu.f32(), rstd.cpu.f32(), inp.cpu, w.cpu, bias.cpu,
-                                 N, C);
+                                 N, channels);
         b.gpu->layernorm_forward(out.gpu, mean.gpu.f32(), rstd.gpu.f32(), inp.gpu, w.gpu, bias.gpu,
-                                 N, C);
-        Pair dout(b, inp.count, t), dinp(b, inp.count, t), dw(b, C, DType::f32),
-            db(b, C, DType::f32);
+                                 N, channels);
+        Pair dout(b, inp.count, t), dinp(b, inp.count, t), dw(b, channels, DType::f32),
+            db(b, channels, DType::f32);
         dout.fill(4);
         dinp.fill(5, 0.1f);
         dw.fill(6, 0.1f);
@@ -42,16 +43,16 @@ TEST_CASE("cuda: backward split into an input step and a weight step", "[ops]") 
             const auto on = [&](const Pair& p) { return gpu ? p.gpu : p.cpu; };
             ops->layernorm_backward(on(dinp), Ptr(), Ptr(), on(dout), on(inp), on(w),
                                     (gpu ? mean.gpu : mean.cpu).f32(),
-                                    (gpu ? rstd.gpu : rstd.cpu).f32(), N, C);
+                                    (gpu ? rstd.gpu : rstd.cpu).f32(), N, channels);
             ops->layernorm_backward(Ptr(), on(dw), on(db), on(dout), on(inp), on(w),
                                     (gpu ? mean.gpu : mean.cpu).f32(),
-                                    (gpu ? rstd.gpu : rstd.cpu).f32(), N, C);
+                                    (gpu ? rstd.gpu : rstd.cpu).f32(), N, channels);
         }
         require_close(dinp, t, "layernorm_backward, input step");
         require_close(dw, DType::f32, "layernorm_backward, weight step: dweight");
         require_close(db, DType::f32, "layernorm_backward, weight step: dbias");
 
-        Pair weight(b, std::size_t(OC) * C, t), mdout(b, std::size_t(N) * OC, t),
+        Pair weight(b, std::size_t(OC) * channels, t), mdout(b, std::size_t(N) * OC, t),
             mdinp(b, inp.count, t), mdw(b, weight.count, t), mdb(b, OC, t);
         weight.fill(8, 0.1f);
         mdout.fill(9);
@@ -61,9 +62,12 @@ TEST_CASE("cuda: backward split into an input step and a weight step", "[ops]") 
         for (Ops* ops : {b.cpu.get(), b.gpu.get()}) {
             const bool gpu = ops == b.gpu.get();
             const auto on = [&](const Pair& p) { return gpu ? p.gpu : p.cpu; };
-            ops->matmul_backward(on(mdinp), Ptr(), Ptr(), on(mdout), on(inp), on(weight), N, C, OC);
-            ops->matmul_backward(Ptr(), Ptr(), on(mdb), on(mdout), on(inp), on(weight), N, C, OC);
-            ops->matmul_backward(Ptr(), on(mdw), Ptr(), on(mdout), on(inp), on(weight), N, C, OC);
+            ops->matmul_backward(on(mdinp), Ptr(), Ptr(), on(mdout), on(inp), on(weight), N,
+                                 channels, OC);
+            ops->matmul_backward(Ptr(), Ptr(), on(mdb), on(mdout), on(inp), on(weight), N, channels,
+                                 OC);
+            ops->matmul_backward(Ptr(), on(mdw), Ptr(), on(mdout), on(inp), on(weight), N, channels,
+                                 OC);
         }
         require_close(mdinp, t, "matmul_backward, input step");
         require_close(mdb, t, "matmul_backward, dbias alone");

@@ -10,9 +10,11 @@ fault per run (--fault NAME, each its own ctest entry mpi.faults.NAME):
   rank 0 naming the file and the errno, exit 1, no MPI_Abort, only complete checkpoints left,
   and the job resumes from the previous one with the uninterrupted run's losses; with
   checkpoint.on_error: continue it saves again at the next interval and finishes;
-- the metrics file on a full disk (/dev/full) and a trace that cannot be written: one clear
-  line and exit 1, on every rank together;
+- the metrics file on a full disk (ENOSPC injected: /dev/full itself is refused as no regular
+  file) and a trace that cannot be written: one clear line and exit 1, on every rank together;
 - a training file truncated between a checkpoint and its resume: named, and the resume stops;
+  one rewritten in place with the same size under the job: the first batch that reads it ends
+  the job, naming the file, the byte and the id;
 - a NaN planted in one rank's gradients: the update skipped on every rank, the rank and its
   stage named; NaNs in a row: the run stops at training.max_skipped, its checkpoints kept;
 - a bit flipped in one replica's weight: the replica check names the rank and the tensor;
@@ -209,9 +211,10 @@ def full_disk(trident, base, tmp, ref):
 
 def logging_failures(trident, base, tmp):
     for what, overrides, env, expected in [
-            ("metrics", ["logging.metrics=/dev/full"], {},
-             "trident: error: logging.metrics: /dev/full: cannot write: No space left on device "
-             "(ENOSPC) (logging.on_error: stop); checkpoint.dir is not set"),
+            ("metrics", [f"logging.metrics={tmp}/m.jsonl"],
+             {"TRIDENT_TEST_WRITE_ERROR": "m.jsonl:ENOSPC"},
+             f"trident: error: logging.metrics: {tmp}/m.jsonl: cannot write: No space left on "
+             "device (ENOSPC) (logging.on_error: stop); checkpoint.dir is not set"),
             ("trace", [f"logging.trace={tmp}/trace.json"],
              {"TRIDENT_TEST_WRITE_ERROR": "trace.json:EIO"},
              f"trident: error: logging.trace: {tmp}/trace.json: cannot write: Input/output error "
@@ -243,6 +246,34 @@ def changed_data(trident, base, tmp):
     h.check(p.returncode == 1 and len(lines) == 1 and f"data.train: {data}: 6824 bytes now, "
             "7024 then (truncated or replaced)" in lines[0],
             f"changed data: the resume stops, naming the file ({lines})")
+    rewritten_in_place(trident, base, tmp)
+
+
+def rewritten_in_place(trident, base, tmp):
+    """The data rewritten in place under a 1x1x2 job, every token byte 0xFF and the size kept
+    (neither the size nor a resume's fingerprint would be asked): the next batch read stops the
+    job, naming the file, the byte and the id."""
+    data = os.path.join(tmp, "inplace.bin")
+    shutil.copy(os.path.join(tmp, "train.bin"), data)
+    metrics = os.path.join(tmp, "inplace.jsonl")
+    cmd = ["mpirun", "--oversubscribe", "-np", "2", trident, "train"] + base
+    for o in layout(1, 1, 2) + [f"data.train={data}", "training.steps=100000000",
+                                f"logging.metrics={metrics}"]:
+        cmd += ["--set", o]
+    job = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           env=h.mpirun_env())
+    if wait_for_lines(metrics, 2, job):
+        size = os.path.getsize(data)
+        with open(data, "r+b") as f:
+            f.seek(1024)
+            f.write(b"\xff" * (size - 1024))
+    out, code = finish(job, base[1], 60)
+    lines = error_lines(out)
+    h.check(code not in (None, 0) and bool(lines) and all(
+        f"data.train: {data}: token id 65535 at byte " in line and
+        "the file changed while this run read it" in line for line in lines),
+        f"data rewritten in place, same size: the job ends (exit code {code}), naming the file, "
+        f"the byte and the id: {lines}")
 
 
 def rank_pid(config, rank, limit_s=60):

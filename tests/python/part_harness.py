@@ -67,21 +67,23 @@ def reference(case):
     return results
 
 
-def run_tool(tool, case, directory, ranks=1, sequence_parallel=False):
+def run_tool(tool, case, directory, ranks=1, sequence_parallel=False, tp_overlap=False):
     """The tool's results: name -> flat float32 array."""
     inputs = {k: np.asarray(v, np.float32) for k, v in {**case.params, **case.inputs}.items()
               if k != "dy" or not case.loss}
     if case.loss:
         inputs["dy"] = np.zeros(1, np.float32)
     src = os.path.join(directory, "in.safetensors")
-    out = os.path.join(directory, f"out{ranks}{int(sequence_parallel)}.safetensors")
+    out = os.path.join(directory,
+                       f"out{ranks}{int(sequence_parallel)}{int(tp_overlap)}.safetensors")
     ref.write_safetensors(src, {k: v.reshape(-1) for k, v in inputs.items()})
     s = case.shape
     cmd = [tool, "--part", case.part, "--arch", case.arch, "--input", src, "--output", out,
            "--vocab", str(s.get("vocab", 100)), "--seq", str(s["seq"]), "--hidden", str(s["hidden"]),
            "--heads", str(s["heads"]), "--kv-heads", str(s.get("kv_heads", s["heads"])),
            "--ffn", str(s["ffn"]), "--batch", str(s["batch"]),
-           "--sequence-parallel", "true" if sequence_parallel else "false"]
+           "--sequence-parallel", "true" if sequence_parallel else "false",
+           "--tp-overlap", "true" if tp_overlap else "false"]
     if ranks > 1:
         cmd = [shutil.which("mpirun"), "--oversubscribe", "-np", str(ranks)] + cmd
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -105,8 +107,10 @@ def compare(got, want, what):
 
 
 def check_part(tool, case):
-    """The part on one process against PyTorch, and at M = 2 (and with sequence parallelism)
-    against one process."""
+    """The part on one process against PyTorch, and at M = 2 (with sequence parallelism, and
+    for a linear with its exchanges overlapped too: parallel.tp_overlap) against one
+    process."""
+    what = f"{case.part} ({case.arch})"
     with tempfile.TemporaryDirectory() as tmp:
         want = reference(case)
         one = run_tool(tool, case, tmp)
@@ -114,14 +118,19 @@ def check_part(tool, case):
             return
         worst = compare(one, want, "PyTorch")
         check(worst[0] <= TOLERANCE,
-              f"{case.part}: forward, input and parameter gradients within {TOLERANCE} of "
+              f"{what}: forward, input and parameter gradients within {TOLERANCE} of "
               f"PyTorch's ({len(want)} tensors; worst {worst[0]:.2e}, {worst[1]})")
         whole = {k: v for k, v in one.items() if k in want}
-        for sp in (False, True):
-            split = run_tool(tool, case, tmp, ranks=2, sequence_parallel=sp)
+        splits = [(False, False), (True, False)]
+        if case.part.startswith("linear:"):
+            splits.append((True, True))
+        for sp, overlap in splits:
+            split = run_tool(tool, case, tmp, ranks=2, sequence_parallel=sp, tp_overlap=overlap)
             if split is None:
                 return
             worst = compare(split, whole, "one process")
+            label = " +SP" if sp else ""
+            label += " +tp_overlap" if overlap else ""
             check(worst[0] <= TOLERANCE,
-                  f"{case.part}: M=2{' +SP' if sp else ''} within {TOLERANCE} of one process "
+                  f"{what}: M=2{label} within {TOLERANCE} of one process "
                   f"(worst {worst[0]:.2e}, {worst[1]})")

@@ -3,6 +3,11 @@ quoted name that is code (qualified with ::, or written with an underscore or in
 is declared in the sources. A renamed class, function or file leaves the page wrong; this
 test names what the page cites that is no longer there.
 
+It also holds the code to the page's vocabulary ("Vocabulary"): the grid's degrees have one
+spelling each (M the tensor degree, C the context degree: no `tensor_size`, `tp_size`, ...),
+and C is only ever the context degree, so the kernels call a row's width `channels` and never
+`C` (C++ and the C API aside).
+
 Standard library only; the usual --trident and --tools-dir arguments are accepted and unused.
 """
 import os
@@ -51,6 +56,31 @@ def is_code_name(token):
         re.fullmatch(r"[A-Z][a-z]+[A-Z]\w*", bare) is not None
 
 
+# Other spellings of the grid's degrees, anywhere in the code.
+DEGREE_SPELLINGS = re.compile(
+    r"\b(tensor|context|tp|cp|dp|pp)_(size|degree|world_size)\b")
+# C as a word in the kernels, but for the languages' names (C++, the C API).
+KERNEL_C = re.compile(r"\bC\b(?!\+\+| API)")
+
+
+def vocabulary_breaches(files):
+    """Where the code spells a degree otherwise, or the kernels call channels C."""
+    breaches = []
+    for f in files:
+        if not f.endswith(SUFFIXES) or f.startswith(("docs", "configs")) or \
+                f == os.path.relpath(__file__, ROOT):
+            continue
+        with open(os.path.join(ROOT, f), encoding="utf-8", errors="replace") as text:
+            for number, line in enumerate(text, 1):
+                word = DEGREE_SPELLINGS.search(line)
+                if word:
+                    breaches.append(f"{f}:{number}: {word.group(0)} (the degrees are P, M, C, D)")
+                if f.startswith("kernels") and KERNEL_C.search(line):
+                    breaches.append(f"{f}:{number}: C in a kernel (C is the context degree; "
+                                    "a row's width is `channels`)")
+    return breaches
+
+
 def main():
     files = repo_files()
     by_name = {}
@@ -76,6 +106,9 @@ def main():
                     missing.append(f"name {token} ({part} is declared nowhere)")
                     break
     print(f"{checked} names and paths cited by docs/ARCHITECTURE.md checked")
+    breaches = vocabulary_breaches(files)
+    print(f"{len(files)} files held to the vocabulary: {len(breaches)} breaches")
+    missing += [f"vocabulary: {b}" for b in breaches[:40]]
     for m in missing:
         print("FAIL", m)
     return 1 if missing else 0

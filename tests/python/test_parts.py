@@ -5,7 +5,8 @@ row-wise, LayerNorm, RMSNorm, attention multi-head (GPT-2's, with biases) and gr
 (Llama's, rotary positions), the MLPs (GELU, SwiGLU, ReLU²), the embedding (vocabulary-split,
 with positions) and the LM head with its loss (the final norm, the tied or own head, the
 vocabulary-parallel cross-entropy). Each within 1e-5 of PyTorch on one process, and split over
-M = 2 tensor ranks, with and without sequence parallelism, within 1e-5 of one process.
+M = 2 tensor ranks, with and without sequence parallelism (the linears also with their exchanges
+overlapped, parallel.tp_overlap), within 1e-5 of one process.
 
 Exit 77 (skipped) without torch and numpy or mpirun.
 """

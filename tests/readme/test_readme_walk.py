@@ -17,10 +17,21 @@ command does and only makes it shorter:
   - `generate` generates 8 tokens (--tokens 8); `bench` times 1 step after no warm-up;
   - scripts/run.sh runs with TRIDENT_SKIP_SETUP=1: the build is the one under test (set-up
     itself runs in scripts/test.sh).
-Then what the walk made is checked: the quickstart's run resumed at its last step (its metrics
-file steps 0 .. 4 and nothing else), the Hugging Face export has its config.json and a run
-from it validates at the exported checkpoint's last validation loss, and the LoRA recipe left
-its adapters.
+The walk runs as a fresh machine would after scripts/run.sh's own install step
+(fresh_machine.py): a Python module or a program of a Debian package that run.sh did not
+install is missing, so the Quickstart's follow-up commands (scripts/plot_metrics among them)
+pass only where run.sh installs what they use.
+
+The ```bash blocks' trainings (GPU grids, long runs) are checked as far as this machine
+can: each `trident train` or `trident plan` line runs as `trident plan` of its config and
+options, which must accept them, lay out as many ranks as a training's mpirun starts, and fit
+every stage in the `--device-memory` a plan line gives.
+
+Then what the walk made is checked: every command that trains kept its checkpoints (its
+`output:` line names a checkpoint.dir, where the next command looks), the quickstart's run
+resumed at its last step (its metrics file steps 0 .. 4 and nothing else), the Hugging Face
+export has its config.json and a run from it validates at the exported checkpoint's last
+validation loss, and the LoRA recipe left its adapters.
 
 Exit status: 0 passed, 1 failed, 77 skipped (no mpirun, or no matplotlib for plot_metrics).
 """
@@ -36,18 +47,21 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 from mpi_harness import plotting_run_or_skip  # noqa: E402
 
+import fresh_machine  # noqa: E402
+
+MARK = "readme.walk: "  # before each command's output: its time and the command
 STEPS_DIVISOR = 100
 SAMPLE_TOKENS = 8
 EVAL_SEQUENCES = 16
 
 
-def sh_blocks(readme):
-    """The commands of README's ```sh blocks, in order: continuation lines joined, blank and
-    comment lines left out."""
+def sh_blocks(readme, fence="```sh"):
+    """The commands of README's ```sh blocks (or those of `fence`), in order: continuation
+    lines joined, blank and comment lines left out."""
     commands, inside, pending = [], False, ""
     for line in readme.split("\n"):
         if not inside:
-            inside = line.strip() == "```sh"
+            inside = line.strip() == fence
             continue
         if line.strip() == "```":
             inside = False
@@ -104,6 +118,42 @@ def reduce(command, root):
     return code.rstrip() + "".join(f" --set {e}" for e in extra) + (f" #{comment}" if hash_ else "")
 
 
+def as_plan(command, trident):
+    """A ```bash block's `trident train` or `trident plan` line as `trident plan` of the same
+    config and options, and the ranks a training's mpirun starts (1 without; None for a plan,
+    whose config says); None for other lines."""
+    words = shlex.split(command, comments=True)
+    at = next((i for i, w in enumerate(words) if w.endswith("build/trident")), None)
+    if at is None or words[at + 1] not in ("train", "plan"):
+        return None
+    ranks = int(words[words.index("-np") + 1]) if "-np" in words else 1
+    return [trident, "plan"] + words[at + 2:], ranks if words[at + 1] == "train" else None
+
+
+def check_bash_trainings(readme, source, trident):
+    """Every training of the ```bash blocks, planned (see the module's text); the failures."""
+    failures = []
+    for command in sh_blocks(readme, "```bash"):
+        planned = as_plan(command, trident)
+        if planned is None:
+            continue
+        args, ranks = planned
+        p = subprocess.run(args, cwd=source, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True, timeout=120)
+        laid_out = re.search(r"\) = (\d+) ranks?", p.stdout)
+        ok = p.returncode == 0 and laid_out is not None
+        if ranks is not None:
+            ok = ok and int(laid_out.group(1)) == ranks
+        if "--device-memory" in args:
+            fits = re.findall(r" (yes|no) \(", p.stdout)
+            ok = ok and fits and all(f == "yes" for f in fits)
+        print(("ok   " if ok else "FAIL ") + f"planned: {command}", flush=True)
+        if not ok:
+            print(p.stdout[-2000:])
+            failures.append(f"```bash line planned: {command}")
+    return failures
+
+
 def workspace(source, build, tmp):
     """The scratch repository: the parts the README reads linked in, data/ and runs/ its own."""
     for name in ("configs", "scripts", "README.md", "docs"):
@@ -119,14 +169,20 @@ def metrics(path):
         return [json.loads(line) for line in f]
 
 
-def check_results(tmp):
-    """What the walk made, beyond every command's exit status. Returns the failures."""
+def check_results(tmp, walked):
+    """What the walk made, beyond every command's exit status; `walked`: [(command, its
+    output)]. Returns the failures."""
     failures = []
 
     def check(ok, what):
         print(("ok   " if ok else "FAIL ") + what, flush=True)
         if not ok:
             failures.append(what)
+
+    for command, output in walked:
+        if "\noutput: checkpoints " in output:
+            check("\noutput: checkpoints none" not in output,
+                  f"keeps its checkpoints where the next command looks: {command}")
 
     quick = metrics(os.path.join(tmp, "runs/default/metrics.jsonl"))
     check([r["step"] for r in quick] == [0, 1, 2, 3, 4],
@@ -147,25 +203,36 @@ def check_results(tmp):
 def main():
     a = plotting_run_or_skip()
     with open(os.path.join(a.source_dir, "README.md")) as f:
-        commands = sh_blocks(f.read())
+        readme = f.read()
+    commands = sh_blocks(readme)
+    planned_failures = check_bash_trainings(readme, a.source_dir, os.path.abspath(a.trident))
     with tempfile.TemporaryDirectory() as tmp:
         workspace(os.path.abspath(a.source_dir), os.path.dirname(os.path.abspath(a.trident)), tmp)
+        env, fresh_files = fresh_machine.prepare(a.source_dir, tmp)
         script = ["set -euo pipefail"]
         for command in commands:
             walked = reduce(command, tmp)
-            script.append(f"echo \"readme.walk: [$SECONDS s]\" {shlex.quote('$ ' + walked)}")
+            missing = fresh_machine.missing_programs(walked, tmp, fresh_files)
+            if missing:
+                print(f"FAIL README command runs what scripts/run.sh does not install "
+                      f"({', '.join(missing)}): {command}")
+                return 1
+            script.append(f"echo \"{MARK}[$SECONDS s]\" {shlex.quote('$ ' + walked)}")
             script.append(walked)
         # Generated text may end a token inside a character (byte-level BPE): replaced here.
         p = subprocess.run(["bash", "-c", "\n".join(script)], cwd=tmp, stdout=subprocess.PIPE,
-                           stderr=subprocess.STDOUT, text=True, errors="replace", timeout=1200)
+                           stderr=subprocess.STDOUT, text=True, errors="replace", timeout=1200,
+                           env=env)
         print(p.stdout[-20000:])
-        walked = [line for line in p.stdout.split("\n") if line.startswith("readme.walk: [")]
+        # [(command, its output)] in order, split at each command's mark.
+        walked = [(part.partition("$ ")[2].partition("\n")[0], part.partition("\n")[2])
+                  for part in p.stdout.split(MARK)[1:]]
         if p.returncode != 0:
             print(f"FAIL README command {len(walked)} of {len(commands)} exited {p.returncode}: "
-                  f"{walked[-1].partition('$ ')[2]}")
+                  f"{walked[-1][0] if walked else '(none)'}")
             return 1
         print(f"ok   all {len(commands)} commands of README's sh blocks ran")
-        failures = check_results(tmp)
+        failures = planned_failures + check_results(tmp, walked)
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
 

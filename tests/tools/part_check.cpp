@@ -45,6 +45,8 @@ int main(int argc, char** argv) {
     app.add_option("--ffn", c.shape.ffn);
     app.add_option("--batch", c.batch);
     app.add_option("--sequence-parallel", c.sequence_parallel);
+    app.add_option("--tp-overlap", c.tp_overlap,
+                   "with --sequence-parallel: the overlapped exchanges");
     app.add_option("--input", input)->required();
     app.add_option("--output", output)->required();
     CLI11_PARSE(app, argc, argv);

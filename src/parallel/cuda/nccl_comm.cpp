@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/stream_uses.h"
 #include "kernels/error.h"
 #include "parallel/cuda/device_memory.h"
 #include "parallel/cuda/nccl_messages.h"
@@ -16,6 +17,14 @@ namespace trident::parallel {
 using kernels::ConstPtr;
 using kernels::DType;
 using kernels::Ptr;
+
+namespace {
+
+std::size_t bytes(std::size_t count, DType type) {
+    return count * kernels::size_of(type);
+}
+
+}  // namespace
 
 NcclComm::NcclComm(std::unique_ptr<Comm> host, cudaStream_t compute, bool messages)
     : staged_(std::move(host), compute), compute_(compute) {
@@ -152,41 +161,42 @@ Request NcclComm::isendrecv(ConstPtr send, Ptr recv, std::size_t count, int dest
 }
 
 // A collective queued on the communication stream: complete when its event has happened;
-// waiting makes the compute stream wait for that event.
+// waiting makes the compute stream wait for that event. The event is shared with the record of
+// the collective's buffers (stream_uses.h).
 class NcclComm::Pending final : public Request::Pending {
 public:
-    Pending(cudaEvent_t done, cudaStream_t compute) : done_(done), compute_(compute) {}
-    ~Pending() override { cudaEventDestroy(done_); }
+    Pending(kernels::cuda::SharedEvent done, cudaStream_t compute)
+        : done_(std::move(done)), compute_(compute) {}
     bool test() override {
-        const cudaError_t status = cudaEventQuery(done_);
+        const cudaError_t status = cudaEventQuery(done_.get());
         if (status == cudaErrorNotReady) return false;
         TRIDENT_CUDA_CHECK(status);
         return true;
     }
-    void wait() override { TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0)); }
+    void wait() override { TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_.get(), 0)); }
 
 private:
-    cudaEvent_t done_;
+    kernels::cuda::SharedEvent done_;
     cudaStream_t compute_;
 };
 
 template <typename Fn>
-Request NcclComm::started(const char* operation, Fn collective) {
+Request NcclComm::started(const char* operation, Buffers buffers, Fn collective) {
     note_device_collective(operation, label());
     TRIDENT_CUDA_CHECK(cudaEventRecord(compute_done_, compute_));
     TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(stream_, compute_done_, 0));
     collective();
-    cudaEvent_t done = nullptr;
-    TRIDENT_CUDA_CHECK(cudaEventCreateWithFlags(&done, cudaEventDisableTiming));
-    TRIDENT_CUDA_CHECK(cudaEventRecord(done, stream_));
-    return Request(std::make_unique<Pending>(done, compute_));
+    // Until the request is waited for, nothing orders the compute stream after the collective:
+    // its buffers are recorded in use, so that the allocator does not hand them out meanwhile.
+    return Request(
+        std::make_unique<Pending>(kernels::cuda::record_stream_use(stream_, buffers), compute_));
 }
 
 Request NcclComm::iall_reduce(Ptr data, std::size_t count, ReduceOp op) {
     if (size() == 1) return {};
     Comm::count(CommKind::all_reduce, count, data.dtype);
     if (!on_device(data.data)) return staged_.iall_reduce(data, count, op);
-    return started("all_reduce", [&] {
+    return started("all_reduce", {{data.data, bytes(count, data.dtype)}}, [&] {
         TRIDENT_NCCL_CHECK(ncclAllReduce(data.data, data.data, count,
                                          nccl_reduction_type(data.dtype),
                                          op == ReduceOp::max ? ncclMax : ncclSum, comm_, stream_));
@@ -197,20 +207,24 @@ Request NcclComm::ireduce_scatter(ConstPtr in, Ptr out, std::size_t count) {
     if (size() == 1) return staged_.ireduce_scatter(in, out, count);  // a copy, if any
     Comm::count(CommKind::reduce_scatter, count * size(), out.dtype);
     if (!on_device(out.data)) return staged_.ireduce_scatter(in, out, count);
-    return started("reduce_scatter", [&] {
-        TRIDENT_NCCL_CHECK(ncclReduceScatter(
-            in.data, out.data, count, nccl_reduction_type(out.dtype), ncclSum, comm_, stream_));
-    });
+    return started(
+        "reduce_scatter",
+        {{in.data, bytes(count * size(), in.dtype)}, {out.data, bytes(count, out.dtype)}}, [&] {
+            TRIDENT_NCCL_CHECK(ncclReduceScatter(
+                in.data, out.data, count, nccl_reduction_type(out.dtype), ncclSum, comm_, stream_));
+        });
 }
 
 Request NcclComm::iall_gather(ConstPtr in, Ptr out, std::size_t count) {
     if (size() == 1) return staged_.iall_gather(in, out, count);  // a copy, if any
     Comm::count(CommKind::all_gather, count, out.dtype);
     if (!on_device(out.data)) return staged_.iall_gather(in, out, count);
-    return started("all_gather", [&] {
-        TRIDENT_NCCL_CHECK(
-            ncclAllGather(in.data, out.data, count, nccl_type(out.dtype), comm_, stream_));
-    });
+    return started(
+        "all_gather",
+        {{in.data, bytes(count, in.dtype)}, {out.data, bytes(count * size(), out.dtype)}}, [&] {
+            TRIDENT_NCCL_CHECK(
+                ncclAllGather(in.data, out.data, count, nccl_type(out.dtype), comm_, stream_));
+        });
 }
 
 void NcclComm::barrier() {

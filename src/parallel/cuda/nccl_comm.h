@@ -3,7 +3,9 @@
 // Collectives run on a stream of the communicator's own, ordered against the compute stream
 // with events: the communication waits for the compute queued before the call, and compute
 // queued after waits for the communication. The host returns at once (as kernels do); a
-// copy to the host or a synchronisation sees the result. The separate stream is what lets a
+// copy to the host or a synchronisation sees the result. A non-blocking collective's buffers
+// are recorded in use until it ends (kernels/cuda/stream_uses.h), so that a buffer released
+// before its request is waited for is not reused under it. The separate stream is what lets a
 // caller overlap communication with independent compute (e.g. a ZeRO-1 reduce-scatter with
 // the rest of backward) once it asks for the result later than it starts it.
 //
@@ -21,7 +23,10 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <cstddef>
+#include <initializer_list>
 #include <memory>
+#include <utility>
 
 #include "parallel/comm.h"
 #include "parallel/cuda/nccl_messages.h"
@@ -76,9 +81,10 @@ private:
     template <typename Fn>
     void ordered(const char* operation, Fn collective);
     // Runs `collective` on the communication stream after the compute queued so far; the
-    // request completes when it has.
+    // request completes when it has. `buffers` (address, bytes) are what it reads and writes.
+    using Buffers = std::initializer_list<std::pair<const void*, std::size_t>>;
     template <typename Fn>
-    Request started(const char* operation, Fn collective);
+    Request started(const char* operation, Buffers buffers, Fn collective);
 
     StagedComm staged_;
     std::unique_ptr<NcclMessages> messages_;  // with `messages` and more than one rank

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/stream_uses.h"
 #include "kernels/error.h"
 #include "parallel/cuda/nccl_support.h"
 #include "parallel/watchdog.h"
@@ -30,36 +31,36 @@ cudaEvent_t new_event() {
 }
 
 // A send under way: its envelope (kept until the host has sent it) and the event after its
-// ncclSend. Waiting makes the compute stream wait for that event, so compute queued after
-// the wait may write the buffer.
+// ncclSend, shared with the record of its buffer (kernels/cuda/stream_uses.h). Waiting makes
+// the compute stream wait for that event, so compute queued after the wait may write the
+// buffer.
 class SendPending final : public Request::Pending {
 public:
-    SendPending(std::unique_ptr<Envelope> envelope, Request announced, cudaEvent_t sent,
-                cudaStream_t compute)
+    SendPending(std::unique_ptr<Envelope> envelope, Request announced,
+                kernels::cuda::SharedEvent sent, cudaStream_t compute)
         : envelope_(std::move(envelope)),
           announced_(std::move(announced)),
-          sent_(sent),
+          sent_(std::move(sent)),
           compute_(compute) {}
     ~SendPending() override {
         announced_ = Request();  // waits for the envelope, which must outlive its send
-        cudaEventDestroy(sent_);
     }
     bool test() override {
         if (!announced_.test()) return false;
-        const cudaError_t status = cudaEventQuery(sent_);
+        const cudaError_t status = cudaEventQuery(sent_.get());
         if (status == cudaErrorNotReady) return false;
         TRIDENT_CUDA_CHECK(status);
         return true;
     }
     void wait() override {
         announced_.wait();
-        TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(compute_, sent_, 0));
+        TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(compute_, sent_.get(), 0));
     }
 
 private:
     std::unique_ptr<Envelope> envelope_;
     Request announced_;
-    cudaEvent_t sent_;
+    kernels::cuda::SharedEvent sent_;
     cudaStream_t compute_;
 };
 
@@ -153,10 +154,11 @@ Request NcclMessages::isend(ConstPtr data, std::size_t count, int peer, int tag,
     TRIDENT_CUDA_CHECK(cudaEventRecord(out.ready, compute_));
     TRIDENT_CUDA_CHECK(cudaStreamWaitEvent(out.stream, out.ready, 0));
     TRIDENT_NCCL_CHECK(ncclSend(data.data, count, nccl_type(data.dtype), 1, out.comm, out.stream));
-    const cudaEvent_t sent = new_event();
-    TRIDENT_CUDA_CHECK(cudaEventRecord(sent, out.stream));
-    return Request(
-        std::make_unique<SendPending>(std::move(envelope), std::move(announced), sent, compute_));
+    // Until the request is waited for, the buffer is recorded in use (stream_uses.h).
+    kernels::cuda::SharedEvent sent = kernels::cuda::record_stream_use(
+        out.stream, {{data.data, count * kernels::size_of(data.dtype)}});
+    return Request(std::make_unique<SendPending>(std::move(envelope), std::move(announced),
+                                                 std::move(sent), compute_));
 }
 
 void NcclMessages::receive(Link& in, void* data, std::size_t count, DType dtype,

@@ -1,0 +1,30 @@
+// What a training run checks at start-up beyond its config, so that what would fail at its
+// end or under it is found before step 1 (docs/RELIABILITY.md, "What is found before step
+// 1"): the files rank 0 writes, the tokenizer of the sample printed after training, and a
+// global batch larger than an epoch of its data.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "config/config.h"
+#include "data/dataset.h"
+#include "data/tokenizer.h"
+
+namespace trident::commands {
+
+// logging.metrics and logging.trace (a regular file or none, in a directory that is made and
+// probed writable) and logging.tensorboard (a writable directory), on the rank that writes
+// them. Throws trident::Error naming the key (io/user_paths.h).
+void check_logging_outputs(const config::Config& cfg);
+
+// The tokenizer the sample after training decodes with (logging.sample_tokens > 0), loaded
+// now; null without a sample. Throws naming the key and what is missing.
+std::unique_ptr<data::Tokenizer> sample_tokenizer(const config::Config& cfg);
+
+// A warning when one step reads more than an epoch of a training dataset (a global batch of
+// 16777216 sequences over a few thousand samples makes no visible progress for minutes), or
+// "".
+std::string epochs_per_step(const config::Config& cfg, const data::Dataset& train);
+
+}  // namespace trident::commands

@@ -1,0 +1,247 @@
+// The search's memory, piece by piece (see search_memory.h).
+#include "plan/search_memory.h"
+
+#include <algorithm>
+
+#include "config/stage_cuts.h"
+
+namespace trident::plan {
+
+namespace {
+
+// The sizes of one rank's microbatch and what its sets keep, as integers.
+CacheKey dims_key(const Layout& l) {
+    return {l.tensor,
+            l.context,
+            l.micro_batch,
+            l.sequence_parallel,
+            l.tp_overlap,
+            static_cast<int64_t>(l.recompute),
+            pipeline::splits_backward(l.schedule)};
+}
+
+// A stage's chunks: their layers, which holds the embedding and which the head, and whether
+// the stage is the whole model (ZeRO-3 then keeps the tied embedding gathered).
+void add_chunks(CacheKey& key, const std::vector<ChunkShape>& chunks, int stages) {
+    key.push_back(stages == 1);
+    for (const ChunkShape& c : chunks) {
+        key.push_back(c.layers);
+        key.push_back(c.embeds + 2 * c.head);
+    }
+}
+
+bool same_chunks(const std::vector<ChunkShape>& a, const std::vector<ChunkShape>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                      [](const ChunkShape& x, const ChunkShape& y) {
+                          return x.layers == y.layers && x.embeds == y.embeds && x.head == y.head;
+                      });
+}
+
+}  // namespace
+
+std::size_t CacheKeyHash::operator()(const CacheKey& key) const {
+    std::size_t h = key.size();
+    for (const int64_t x : key) h = h * 1000003u ^ static_cast<std::size_t>(x);
+    return h;
+}
+
+SearchMemory::SearchMemory(const config::Config& base)
+    : base_(base),
+      grad_bytes_(gradient_bytes(base.training.precision, base.training.fp32_grad_accumulation)),
+      states_inputs_(plan_inputs(base, grad_bytes_)) {}
+
+const std::vector<int>& SearchMemory::chunk_layers(const Layout& layout) {
+    // The cut balances the chunks' GEMM FLOPs (model/flops.h), which depend on these.
+    const CacheKey key = {layout.pipeline * layout.virtual_stages, layout.tensor, layout.context,
+                          layout.micro_batch, static_cast<int64_t>(layout.recompute)};
+    const auto found = cuts_.find(key);
+    if (found != cuts_.end()) return found->second;
+    config::Config cfg = base_;
+    cfg.parallel.pipeline = layout.pipeline;
+    cfg.parallel.virtual_stages = layout.virtual_stages;
+    cfg.parallel.tensor = layout.tensor;
+    cfg.parallel.context = layout.context;
+    cfg.training.micro_batch = layout.micro_batch;
+    cfg.training.recompute = layout.recompute;
+    config::derive(cfg);
+    return cuts_.emplace(key, cfg.derived.chunk_layers).first->second;
+}
+
+PlanInputs SearchMemory::inputs(const Layout& layout) {
+    config::Config cfg = base_;
+    // Derived with its cut given, as derive would find it (once per shape).
+    cfg.parallel.stage_layers = {config::StageCut::given, chunk_layers(layout)};
+    cfg = apply(cfg, layout);
+    cfg.parallel.stage_layers = base_.parallel.stage_layers;
+    return plan_inputs(cfg, grad_bytes_);
+}
+
+GroupShape SearchMemory::shape(const Layout& layout) {
+    GroupShape g;
+    const std::vector<int>& cut = chunk_layers(layout);
+    for (int s = 0; s < layout.pipeline; ++s)
+        g.stages.push_back(
+            stage_chunks(layout.schedule, layout.pipeline, layout.virtual_stages, cut, s));
+    g.microbatches = base_.training.global_batch / (layout.micro_batch * layout.data);
+    return g;
+}
+
+std::vector<StageMemory> SearchMemory::parameters(const Layout& layout) {
+    const GroupShape g = shape(layout);
+    std::vector<StageMemory> stages(g.stages.size());
+    for (std::size_t s = 0; s < stages.size(); ++s) {
+        stages[s].stage = static_cast<int>(s);
+        std::map<int64_t, model::ParamLayout> layouts;
+        stages[s].parameters = static_cast<int64_t>(
+            states(layout, static_cast<int>(s), g.stages[s], layouts).parameters);
+    }
+    return stages;
+}
+
+const std::vector<InFlight>& SearchMemory::flights(const Layout& l, int microbatches) {
+    CacheKey key = {static_cast<int64_t>(l.schedule), l.pipeline, l.virtual_stages, microbatches};
+    const auto found = flights_.find(key);
+    if (found != flights_.end()) return found->second;
+    return flights_
+        .emplace(std::move(key), in_flight(l.schedule, l.pipeline, l.virtual_stages, microbatches))
+        .first->second;
+}
+
+StageBuffers SearchMemory::probe(const Layout& layout, int P, int v, std::vector<int> chunk_layers,
+                                 int stage) {
+    const bool split = pipeline::splits_backward(layout.schedule);
+    Layout l = layout;
+    l.pipeline = P;
+    l.virtual_stages = v;
+    l.schedule = split ? (v == 2 ? pipeline::Kind::zb_v : pipeline::Kind::zb_h1)
+                       : pipeline::Kind::one_f_one_b;
+    config::Config cfg = base_;
+    cfg.model.layers = 0;
+    for (const int n : chunk_layers) cfg.model.layers += n;
+    cfg.parallel.stage_layers = {config::StageCut::given, std::move(chunk_layers)};
+    cfg = apply(cfg, l);
+    // Whether the grid has more than one rank counts (a temporary every rank of one holds).
+    cfg.derived.world_size = layout.pipeline * layout.tensor * layout.context * layout.data;
+    const PlanInputs in = plan_inputs(cfg, grad_bytes_);
+    return stage_buffers(in, stage_layout(in, stage));
+}
+
+SearchMemory::BufferCosts& SearchMemory::buffer_costs(const Layout& layout) {
+    const CacheKey key = dims_key(layout);
+    const auto found = buffers_.find(key);
+    if (found != buffers_.end()) return found->second;
+    BufferCosts costs;
+    // One layer's share: a model of two layers against one of one.
+    const StageBuffers one = probe(layout, 1, 1, {1}, 0);
+    costs.layer = probe(layout, 1, 1, {2}, 0).set_bytes[0] - one.set_bytes[0];
+    costs.own[1][1] = one.set_bytes[0] - *costs.layer;
+    costs.temporary[1][1][1] = one.temporary;
+    costs.message = one.message;
+    return buffers_.emplace(key, costs).first->second;
+}
+
+double SearchMemory::set_bytes(const Layout& layout, BufferCosts& costs, const ChunkShape& c) {
+    std::optional<double>& own = costs.own[c.embeds][c.head];
+    if (!own) {
+        // A stage whose one chunk of one layer embeds, ends with the head, or neither.
+        const StageBuffers b = c.embeds ? probe(layout, 2, 1, {1, 1}, 0)
+                               : c.head ? probe(layout, 2, 1, {1, 1}, 1)
+                                        : probe(layout, 3, 1, {1, 1, 1}, 1);
+        own = b.set_bytes[0] - *costs.layer;
+        costs.temporary[c.embeds][c.head][1] = b.temporary;
+    }
+    return *own + c.layers * *costs.layer;
+}
+
+double SearchMemory::temporary(const Layout& layout, BufferCosts& costs,
+                               const std::vector<ChunkShape>& chunks) {
+    bool embeds = false, head = false, layers = false;
+    for (const ChunkShape& c : chunks) {
+        embeds = embeds || c.embeds;
+        head = head || c.head;
+        layers = layers || c.layers > 0;
+    }
+    std::optional<double>& t = costs.temporary[embeds][head][layers];
+    if (t) return *t;
+    const int l = layers ? 1 : 0;
+    // A stage of the same kinds of part: both ends without a layer only as ZB-V's stage 0.
+    const StageBuffers b = embeds && head ? probe(layout, 2, 2, {l, 1, 1, l}, 0)
+                           : embeds       ? probe(layout, 2, 1, {l, 1}, 0)
+                           : head         ? probe(layout, 2, 1, {1, l}, 1)
+                                          : probe(layout, 3, 1, {1, l, 1}, 1);
+    t = b.temporary;
+    return *t;
+}
+
+SearchMemory::States SearchMemory::states(const Layout& l, int stage,
+                                          const std::vector<ChunkShape>& chunks,
+                                          std::map<int64_t, model::ParamLayout>& layouts) {
+    const int64_t shard = l.data_shard == 0 ? l.data * l.context : l.data_shard;
+    const bool adapters = base_.training.lora.enabled();  // padded to D·C, aligned to D
+    CacheKey key = {l.tensor, l.zero_stage, shard, adapters ? l.data : 0, adapters ? l.context : 0};
+    add_chunks(key, chunks, l.pipeline);
+    const auto found = states_.find(key);
+    if (found != states_.end()) return found->second;
+    // ZeRO 2 and 3 align each unit to the shard group (memory_model.h, stage_layout).
+    const int64_t align = l.zero_stage >= 2 ? shard : 1;
+    auto layout = layouts.find(align);
+    if (layout == layouts.end())
+        layout = layouts.emplace(align, stage_layout(inputs(l), stage)).first;
+    // What stage_states reads of the layout: its sharding, its grid's data and context.
+    PlanInputs& in = states_inputs_;
+    auto& p = in.cfg.parallel;
+    p.tensor = l.tensor;
+    p.data = l.data;
+    p.context = l.context;
+    p.zero_stage = in.zero_stage = l.zero_stage;
+    p.data_shard = l.data_shard;
+    const StageMemory s = stage_states(in, layout->second);
+    const States computed{s.states.total() + s.gathered, static_cast<double>(s.parameters)};
+    return states_.emplace(std::move(key), computed).first->second;
+}
+
+const std::vector<SearchMemory::States>& SearchMemory::states(
+    const LayoutGroup& group, int stage, const std::vector<ChunkShape>& chunks) {
+    const Layout& l = group.layout;
+    const bool adapters = base_.training.lora.enabled();
+    CacheKey key = {l.tensor, l.data * l.context, adapters ? l.data : 0, adapters ? l.context : 0};
+    add_chunks(key, chunks, l.pipeline);
+    const auto found = sharded_states_.find(key);
+    if (found != sharded_states_.end()) return found->second;
+    std::vector<States> by_sharding;
+    std::map<int64_t, model::ParamLayout> layouts;
+    for (const Sharding& sharding : group.shardings) {
+        Layout sharded = l;
+        sharded.zero_stage = sharding.zero_stage;
+        sharded.data_shard = sharding.data_shard;
+        by_sharding.push_back(states(sharded, stage, chunks, layouts));
+    }
+    return sharded_states_.emplace(std::move(key), std::move(by_sharding)).first->second;
+}
+
+std::vector<double> SearchMemory::Totals::parameters(std::size_t sharding) const {
+    std::vector<double> out;
+    for (const std::vector<States>* s : stages) out.push_back((*s)[sharding].parameters);
+    return out;
+}
+
+SearchMemory::Totals SearchMemory::totals(const LayoutGroup& group, const GroupShape& g) {
+    const Layout& l = group.layout;
+    const std::vector<InFlight>& flight = flights(l, g.microbatches);
+    BufferCosts& costs = buffer_costs(l);
+    Totals t{std::vector<double>(group.shardings.size(), 0.0), {}};
+    for (std::size_t i = 0; i < g.stages.size(); ++i) {
+        double buffered = temporary(l, costs, g.stages[i]) + flight[i].messages * costs.message;
+        for (std::size_t c = 0; c < g.stages[i].size(); ++c)
+            buffered += flight[i].sets[c] * set_bytes(l, costs, g.stages[i][c]);
+        // Middle stages mostly have the chunks of the one before.
+        t.stages.push_back(i > 0 && same_chunks(g.stages[i], g.stages[i - 1])
+                               ? t.stages.back()
+                               : &states(group, static_cast<int>(i), g.stages[i]));
+        for (std::size_t k = 0; k < t.most.size(); ++k)
+            t.most[k] = std::max(t.most[k], buffered + (*t.stages.back())[k].bytes);
+    }
+    return t;
+}
+
+}  // namespace trident::plan
