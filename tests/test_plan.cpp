@@ -505,6 +505,10 @@ TEST_CASE("plan: measured memory of one-process runs is the plan, to the byte", 
         check_measured_memory({"training.precision=bf16", "training.fp32_grad_accumulation=true"},
                               1);
     }
+    // Muon's state: the master weights, its momentum and AdamW's moments (optim/muon.h).
+    SECTION("muon") {
+        check_measured_memory({"optimizer.name=muon"}, 1);
+    }
 }
 
 // Under mpirun (8 and 4 processes): hidden from the default test list, run by ctest as

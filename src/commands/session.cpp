@@ -85,7 +85,8 @@ void check_fits_memory(const config::Config& cfg, int ranks_on_node) {
     const int weights = plan::weight_bytes(t.precision);
     plan::ModelStates states =
         plan::model_states(share, p.data * p.context, p.zero_stage, weights,
-                           plan::gradient_bytes(t.precision, t.fp32_grad_accumulation));
+                           plan::gradient_bytes(t.precision, t.fp32_grad_accumulation),
+                           plan::optimizer_bytes(cfg.optimizer));
     // With optimizer.offload: nvme the state is in files, not memory; with offload_params
     // ZeRO-3's weight shard too.
     if (cfg.optimizer.offload == config::Offload::nvme) states.optimizer = 0;

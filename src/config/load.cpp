@@ -44,22 +44,6 @@ std::string at_line(const std::string& file, const YAML::Mark& mark) {
     return file + ":" + std::to_string(mark.line + 1);
 }
 
-// Edit distance counting a swap of neighbours as one edit (optimal string alignment).
-size_t edit_distance(std::string_view a, std::string_view b) {
-    std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
-    for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-    for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-    for (size_t i = 1; i <= a.size(); ++i) {
-        for (size_t j = 1; j <= b.size(); ++j) {
-            size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-            d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-                d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-        }
-    }
-    return d[a.size()][b.size()];
-}
-
 // The known name a user most likely meant by `name`: a key of the same name in another
 // section ("training.dropout" -> "model.dropout"), a key of the same section that starts with
 // it ("training.warmup" -> "training.warmup_steps"), else the nearest by edit distance if it
@@ -77,7 +61,7 @@ std::optional<std::string> suggestion(std::string_view name,
     std::optional<std::string> best;
     size_t best_distance = std::max<size_t>(2, leaf.size() / 3) + 1;
     for (const std::string& candidate : known) {
-        size_t distance = edit_distance(name, candidate);
+        size_t distance = detail::edit_distance(name, candidate);
         if (distance < best_distance) {
             best = candidate;
             best_distance = distance;

@@ -49,6 +49,9 @@ const char* to_string(DataFormat v) {
 const char* to_string(OnError v) {
     return detail::enum_name(v);
 }
+const char* to_string(OptimizerName v) {
+    return detail::enum_name(v);
+}
 const char* to_string(Offload v) {
     return detail::enum_name(v);
 }

@@ -52,6 +52,12 @@ void check_ranges(const Config& cfg, const Origins& origins) {
 // Settings this build reads but cannot run: a GPU where the build has no GPU backend.
 void refuse_unsupported_features([[maybe_unused]] const Config& cfg,
                                  [[maybe_unused]] const Origins& origins) {
+    if (cfg.optimizer.name == OptimizerName::galore)
+        fail(origins.where("optimizer.name"),
+             "optimizer.name: galore is not built yet (adamw and muon are)");
+    if (cfg.optimizer.name == OptimizerName::muon && cfg.device == DeviceKind::cuda)
+        fail(origins.blame({"optimizer.name", "device"}),
+             "optimizer.name: muon runs on the CPU backend only (device: cpu)");
 #if !TRIDENT_HAVE_CUDA
     // With the GPU backend built in, whether each rank has a GPU is found at start-up
     // (commands/session.h), not here: a config names a device, the machine may lack it.
@@ -321,6 +327,15 @@ void check_architecture(const Config& cfg, const Origins& origins) {
                  "): adapters of key/value heads replicated over tensor ranks are not built"));
 }
 
+// Low-rank adapters train with AdamW (their A and B are not the layers' matrices).
+void check_optimizer(const Config& cfg, const Origins& origins) {
+    if (cfg.optimizer.name != OptimizerName::adamw && cfg.training.lora.enabled())
+        fail(
+            origins.blame({"optimizer.name", "training.lora.rank"}),
+            cat("optimizer.name: ", enum_name(cfg.optimizer.name),
+                " with training.lora.rank > 0: adapters train with AdamW (optimizer.name: adamw)"));
+}
+
 // Where the optimizer state, and ZeRO-3's parameter shard, go. The directory itself (there,
 // writable, room for this rank's files) is checked as the run starts (io/offload_file.h).
 void check_offload(const Config& cfg, const Origins& origins) {
@@ -338,6 +353,11 @@ void check_offload(const Config& cfg, const Origins& origins) {
         fail(origins.blame({"optimizer.offload_params", "optimizer.offload"}),
              "optimizer.offload_params: true needs optimizer.offload: nvme: the parameter shard "
              "goes to a file in optimizer.offload_dir, beside the optimizer state's");
+    if (o.name != OptimizerName::adamw && o.offload != Offload::none)
+        fail(origins.blame({"optimizer.offload", "optimizer.name"}),
+             cat("optimizer.offload: ", enum_name(o.offload),
+                 " with optimizer.name: ", enum_name(o.name),
+                 " is not built: a matrix optimizer's state stays in device memory"));
     if (o.offload_params && cfg.training.lora.enabled())
         fail(origins.blame({"optimizer.offload_params", "training.lora.rank"}),
              "optimizer.offload_params: true with training.lora.rank > 0 is not built: the "
@@ -356,6 +376,7 @@ void validate(const Config& cfg, const Origins& origins, Purpose purpose) {
     check_zero_and_lora(cfg, origins);
     check_architecture(cfg, origins);
     check_offload(cfg, origins);
+    check_optimizer(cfg, origins);
     // Training adapters adapts given weights (over a random model they would adapt nothing);
     // bench and plan measure and model the run without them.
     if (purpose == Purpose::train && cfg.training.lora.enabled() && !cfg.model.init_from)

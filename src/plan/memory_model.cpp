@@ -126,13 +126,17 @@ PlanInputs plan_inputs(const config::Config& cfg, int grad_bytes) {
     return in;
 }
 
+int optimizer_bytes(const config::OptimizerConfig& o) {
+    return o.name == config::OptimizerName::muon ? 16 : kOptimizerBytes;
+}
+
 ModelStates model_states(double parameters, int data_parallel, int zero_stage, int weight_bytes,
-                         int grad_bytes) {
+                         int grad_bytes, int optimizer_bytes) {
     const double D = data_parallel;
     ModelStates s;
     s.weights = parameters * weight_bytes / (zero_stage >= 3 ? D : 1.0);
     s.gradients = parameters * grad_bytes / (zero_stage >= 2 ? D : 1.0);
-    s.optimizer = parameters * kOptimizerBytes / (zero_stage >= 1 ? D : 1.0);
+    s.optimizer = parameters * optimizer_bytes / (zero_stage >= 1 ? D : 1.0);
     return s;
 }
 
@@ -197,7 +201,7 @@ StageMemory stage_states(const PlanInputs& in, const model::ParamLayout& layout)
     const int64_t N = cfg.parallel.shard_ranks();
     s.parameters = (static_cast<int64_t>(layout.total()) + N - 1) / N * N;
     s.states = model_states(static_cast<double>(s.parameters), static_cast<int>(N), in.zero_stage,
-                            in.weight_bytes, in.grad_bytes);
+                            in.weight_bytes, in.grad_bytes, optimizer_bytes(cfg.optimizer));
     s.gathered = gathered_bytes(in, layout, s.parameters);
     if (cfg.training.lora.enabled()) add_adapters(in, layout, s);
     if (cfg.optimizer.offload == config::Offload::nvme) {
