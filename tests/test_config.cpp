@@ -626,10 +626,11 @@ TEST_CASE("config: the llama keys, their defaults and their limits", "[config]")
     CHECK(error_of(kLoraBase,
                    {"model.arch=llama", "training.lora.rank=4", "training.lora.targets=[q, fc]"}) ==
           "--set training.lora.targets=[q, fc]: training.lora.targets: fc is not a linear of "
-          "llama's layer (model.arch: llama): its targets are q, k, v, o, gate, up, down");
+          "the layer (grouped attention, swiglu MLP): its targets are q, k, v, o, gate, up, "
+          "down");
     CHECK(error_of(kLoraBase, {"training.lora.rank=4", "training.lora.targets=[qkv, up]"}) ==
           "--set training.lora.targets=[qkv, up]: training.lora.targets: up is not a linear of "
-          "GPT-2's layer (model.arch: gpt2): its targets are qkv, attn_proj, fc, fc_proj");
+          "the layer (gpt2 attention, gelu MLP): its targets are qkv, attn_proj, fc, fc_proj");
     CHECK(error_of(kMinimal, {"model.rope_theta=0"}) ==
           "--set model.rope_theta=0: model.rope_theta: must be > 0, got 0");
     CHECK(error_of(kMinimal, {"model.norm_eps=-1"}) ==

@@ -9,10 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "config/model_shape.h"
 #include "kernels/error.h"
 #include "kernels/threads.h"
 #include "model/lora.h"
 #include "model/param_layout.h"
+#include "model/part_kinds.h"
 #include "plan/memory_model.h"
 #include "train/base_weights.h"
 #include "train/device_peak.h"
@@ -236,10 +238,11 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Pea
     const auto& m = cfg.model;
     const auto& t = cfg.training;
     const auto& d = cfg.derived;
-    const bool llama = m.arch == model::Arch::llama;
-    // A llama's key/value heads, and whether its LM head is its own.
+    // A grouped attention's key/value heads, and whether the LM head is its own.
+    const bool grouped =
+        model::resolve_spec(config::gpt_shape(cfg)).layers.front().attention->grouped;
     const std::string heads =
-        std::to_string(m.heads) + (llama ? " | kv_heads " + std::to_string(m.kv_heads) : "");
+        std::to_string(m.heads) + (grouped ? " | kv_heads " + std::to_string(m.kv_heads) : "");
     std::printf(
         "model: %s, %s parameters | layers %d | hidden %d | heads %s | ffn %d | seq %d | "
         "vocab %d (padded %d)%s\n",

@@ -319,24 +319,18 @@ void map_eval_batches(Config& cfg, const Origins& origins) {
 // follow the final values; a key given anywhere keeps its value.
 void fill_dependent_defaults(Config& cfg, const Origins& origins) {
     ModelConfig& m = cfg.model;
-    const bool llama = m.arch == Arch::llama;
-    // Megatron-LM's ffn_hidden_size and GPT-2's n_inner: 4 x hidden unless given. Llama's
-    // SwiGLU width: 2/3 of 4 x hidden (as many parameters in three matrices as GELU's two),
-    // rounded up to a multiple of 256 (11008 at hidden 4096).
-    if (!origins.is_set("model.ffn_hidden"))
-        m.ffn_hidden = llama ? (8 * m.hidden / 3 + 255) / 256 * 256 : 4 * m.hidden;
-    // Multi-head attention unless grouped; GPT-2 ties its LM head to the embedding, Llama not.
+    // The family's MLP width, head and MLP kind (GPT-2's GELU at 4 x hidden, tied; Llama's
+    // SwiGLU, untied), and the linears its adapters wrap.
+    const model::ArchDefaults family = model::arch_defaults(m.arch, m.hidden);
+    if (!origins.is_set("model.ffn_hidden")) m.ffn_hidden = family.ffn;
+    // Multi-head attention unless grouped.
     if (!origins.is_set("model.kv_heads")) m.kv_heads = m.heads;
-    if (!origins.is_set("model.tie_embeddings")) m.tie_embeddings = !llama;
-    // Each family's own MLP: GPT-2's GELU, Llama's SwiGLU.
-    if (!origins.is_set("model.mlp")) m.mlp = model::default_mlp(m.arch);
+    if (!origins.is_set("model.tie_embeddings")) m.tie_embeddings = family.tied;
+    if (!origins.is_set("model.mlp")) m.mlp = family.mlp;
     // ZB-V's V holds two chunks per stage.
     if (cfg.parallel.schedule == pipeline::Kind::zb_v && !origins.is_set("parallel.virtual_stages"))
         cfg.parallel.virtual_stages = 2;
-    // Adapters on every linear of GPT-2's layer; on Llama's, q and v (PEFT's default for
-    // Llama, after Hu et al. 2021, §7.1).
-    if (llama && !origins.is_set("training.lora.targets"))
-        cfg.training.lora.targets = {LoraTarget::q, LoraTarget::v};
+    if (!origins.is_set("training.lora.targets")) cfg.training.lora.targets = family.lora_targets;
     // Megatron-LM accumulates and reduces bf16 gradients in fp32: bf16's 8-bit mantissa drops
     // a small microbatch gradient added to a large sum. fp16 keeps 11 bits (and a loss scale).
     if (!origins.is_set("training.fp32_grad_accumulation"))
