@@ -2,7 +2,10 @@
 // by every backend (see ops.h).
 #include "kernels/ops.h"
 
+#include <string>
 #include <vector>
+
+#include "kernels/error.h"
 
 namespace trident::kernels {
 
@@ -32,6 +35,30 @@ void Ops::copy_from_host(Ptr device, const float* host, std::size_t count, uint1
     }
     narrow(Ptr(staging, device.dtype), host, count);
     upload(device.data, staging, count * sizeof(uint16_t));
+}
+
+namespace {
+
+[[noreturn]] void no_document_attention(const Ops& ops) {
+    throw Error(std::string("attention within documents (data.documents: mask) is not built on "
+                            "the ") +
+                ops.name() + " backend");
+}
+
+}  // namespace
+
+void Ops::document_attention_forward(Ptr, Ptr, ConstPtr, const int32_t*, int, int, int, int, float,
+                                     uint64_t, int, int) {
+    no_document_attention(*this);
+}
+
+void Ops::document_attention_backward(Ptr, ConstPtr, ConstPtr, ConstPtr, ConstPtr, const int32_t*,
+                                      int, int, int, int, float, uint64_t, int, int) {
+    no_document_attention(*this);
+}
+
+void Ops::document_attention_rebuild(Ptr, ConstPtr, const int32_t*, int, int, int, int, float) {
+    no_document_attention(*this);
 }
 
 double Ops::sum_of_squares(ConstPtr x, std::size_t count) {

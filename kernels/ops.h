@@ -189,6 +189,22 @@ public:
     virtual void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int channels, int NH,
                                    float drop_prob) = 0;
 
+    // ---- attention within documents (data.documents: mask, model/documents.h) ------------
+    // attention_forward, _backward and _rebuild with key j visible to query i of sequence b
+    // only when starts[b·T + i] <= j <= i: starts (B·T, int32, on the device) the first row of
+    // each row's document within its sequence (0 at a sequence's first row; a row starting a
+    // document is its own start). saved is attention_saved's; dropout draws attention_forward's
+    // elements. A backend without them refuses by name (the CPU's are the reference).
+    virtual void document_attention_forward(Ptr out, Ptr saved, ConstPtr qkv, const int32_t* starts,
+                                            int B, int T, int channels, int NH, float drop_prob,
+                                            uint64_t seed, int head_begin, int heads_total);
+    virtual void document_attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out,
+                                             ConstPtr saved, const int32_t* starts, int B, int T,
+                                             int channels, int NH, float drop_prob, uint64_t seed,
+                                             int head_begin, int heads_total);
+    virtual void document_attention_rebuild(Ptr saved, ConstPtr qkv, const int32_t* starts, int B,
+                                            int T, int channels, int NH, float drop_prob);
+
     // ---- attention against a key/value cache (generation, model/kv_cache.h) ---------------
     // New tokens at positions first .. first+rows-1 of one sequence. qkv (rows, 3·NH·hs) as
     // attention_forward reads it; the k and v of key/value head g (query head g·(NH/KVH)'s in

@@ -7,6 +7,7 @@
 
 #include "kernels/error.h"
 #include "model/context_split.h"
+#include "model/document_attention.h"
 
 namespace trident::model {
 
@@ -78,6 +79,15 @@ Dims dims_of(const GptOptions& o, const ModelGroups& groups) {
                                          o.context_mode, o.precision.activations});
 }
 
+// The parts' options: under the document mask, attention within documents as the core.
+PartOptions part_options(kernels::Ops& ops, const GptOptions& o) {
+    const AttentionSavedFn saved = [&ops](int B, int heads, int T, kernels::DType act) {
+        return ops.attention_saved(B, heads, T, act);
+    };
+    return PartOptions{o.dropout, o.lora, saved,
+                       o.documents.mask ? document_core(saved) : MakeCore()};
+}
+
 }  // namespace
 
 Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups)
@@ -95,13 +105,7 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
       own_(layout_, ParamLayout(options.shape), weights_.params, weights_.grads),
       adapters_(lora_layout_, ParamLayout::for_lora(options.shape, options.lora.shape),
                 weights_.lora_params, weights_.lora_grads),
-      parts_(build_stage(layout_, lora_layout_, d_,
-                         PartOptions{options.dropout,
-                                     options.lora,
-                                     [&ops](int B, int heads, int T, kernels::DType act) {
-                                         return ops.attention_saved(B, heads, T, act);
-                                     },
-                                     {}})),
+      parts_(build_stage(layout_, lora_layout_, d_, part_options(ops, options))),
       scratch_(ops, parts_.scratch.buffers()),
       ctx_{ops, rows_, groups.context, groups.kv_replicas, weights_, scratch_},
       store_(ops, options.recompute, parts_.chunks, parts_.layer_spec()),
@@ -139,12 +143,21 @@ Ptr Gpt::chunk_input(int c, const Set& set) const {
 ConstPtr Gpt::layer_input(int c, const Set& set, int i) const {
     if (i == 0) return chunk_input(c, set);
     const SetBuffers previous = store_.layer(set, c, i - 1);
-    const Pass pass{previous, set.training, set.seed, layout_.first_layer(c) + i - 1};
+    const Pass pass = pass_of(set, previous, layout_.first_layer(c) + i - 1);
     return parts_.layer(c, i - 1).output(pass);
 }
 
 ConstPtr Gpt::chunk_output(int c, const Set& set) const {
     return layer_input(c, set, layout_.chunk_layers(c));
+}
+
+Pass Gpt::pass_of(const Set& set, const SetBuffers& buffers, int layer) const {
+    return Pass{buffers, set.training, set.seed, layer,
+                options_.documents.any() ? &set.documents : nullptr};
+}
+
+void Gpt::find_documents(Set& set, const int32_t* inputs) {
+    if (options_.documents.any()) set.documents.find(ops_, options_.documents, inputs, d_.B, d_.T);
 }
 
 // ---- forward ---------------------------------------------------------------------------------
@@ -154,10 +167,11 @@ void Gpt::forward_chunk(int mb, int c, const int32_t* inputs, const int32_t* tar
     Set& set = store_.start(mb, c);
     set.training = training;
     set.seed = dropout_seed;
+    find_documents(set, inputs);
     run_forward(c, set, inputs, input);
     if (has_head(c)) {
         const SetBuffers own = store_.own(set);
-        const Pass pass{own, training, dropout_seed, layout_.shape().layers};
+        const Pass pass = pass_of(set, own, layout_.shape().layers);
         parts_.head->loss(ctx_, pass, targets, static_cast<double*>(loss_sum_.data().data));
     } else {
         ops_.copy(output, chunk_output(c, set), boundary_size());
@@ -174,7 +188,7 @@ double Gpt::take_loss_sum() {
 
 void Gpt::run_forward(int c, Set& set, const int32_t* inputs, ConstPtr input) {
     const SetBuffers own = store_.own(set);
-    const Pass own_pass{own, set.training, set.seed, -1};
+    const Pass own_pass = pass_of(set, own, -1);
     const Ptr x = chunk_input(c, set);
     if (embeds(c)) {
         for (std::size_t i = 0; i < embedding_units_.size(); ++i)
@@ -190,7 +204,7 @@ void Gpt::run_forward(int c, Set& set, const int32_t* inputs, ConstPtr input) {
     const int first = layout_.first_layer(c);
     for (int i = 0; i < layout_.chunk_layers(c); ++i) {
         const SetBuffers buffers = store_.layer(set, c, i);
-        const Pass pass{buffers, set.training, set.seed, first + i};
+        const Pass pass = pass_of(set, buffers, first + i);
         params_needed(layer_unit(first + i), next_in_forward(c, i));
         const TransformerLayer& layer = parts_.layer(c, i);
         layer.forward(ctx_, pass, layer_input(c, set, i), layer.output(pass));
@@ -209,10 +223,11 @@ std::vector<float> Gpt::logits_at(const int32_t* inputs, int position) {
     const GptShape& s = layout_.shape();
     Set& set = store_.start(0, 0);
     set.training = false;
+    find_documents(set, inputs);
     run_forward(0, set, inputs, nullptr);
     std::vector<float> row(static_cast<std::size_t>(s.vocab));  // padded columns dropped
     const SetBuffers own = store_.own(set);
-    const Pass pass{own, false, 0, s.layers};
+    const Pass pass = pass_of(set, own, s.layers);
     ops_.copy_to_host(
         row.data(), parts_.head->logits(pass) + static_cast<std::size_t>(position) * s.padded_vocab,
         row.size());
@@ -259,7 +274,7 @@ void Gpt::backward_part(int mb, int c, float dloss, ConstPtr output_grad, Ptr in
 
 void Gpt::head_backward(int c, Set& set, float dloss, BackwardPart part, bool reduce) {
     const SetBuffers own = store_.own(set);
-    const Pass pass{own, set.training, set.seed, layout_.shape().layers};
+    const Pass pass = pass_of(set, own, layout_.shape().layers);
     const bool reads_params = reads_params_in(part);
     const bool tied = layout_.shape().tied;
     if (reads_params) head_needed(next_in_backward(c, layout_.chunk_layers(c)));
@@ -285,7 +300,7 @@ void Gpt::layer_backward(int c, Set& set, int i, BackwardPart part, bool reduce)
     const int l = layout_.first_layer(c) + i;
     const TransformerLayer& layer_l = parts_.layer(c, i);
     const SetBuffers buffers = store_.layer(set, c, i);
-    const Pass pass{buffers, set.training, set.seed, l};
+    const Pass pass = pass_of(set, buffers, l);
     const ConstPtr x = layer_input(c, set, i);
     const bool reads_params = reads_params_in(part);
     if (reads_params) params_needed(layer_unit(l), next_in_backward(c, i));
@@ -306,7 +321,7 @@ void Gpt::layer_backward(int c, Set& set, int i, BackwardPart part, bool reduce)
 
 void Gpt::embedding_backward(Set& set, BackwardPart part, bool reduce) {
     const SetBuffers own = store_.own(set);
-    const Pass pass{own, set.training, set.seed, -1};
+    const Pass pass = pass_of(set, own, -1);
     if (part != BackwardPart::input)
         for (Unit u : embedding_units_) grads_needed(u);
     if (part == BackwardPart::weight)
