@@ -158,10 +158,13 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
     // The positions whose loss counts (train/token_loss.h): every token of the global batch,
     // unless eod inputs drop theirs.
     const bool per_token = per_token_loss(cfg_);
+    const BatchCounts counts =
+        count_batch(cfg_, sample, static_cast<uint64_t>(step) * t.global_batch, t.global_batch,
+                    whole_inputs_, whole_targets_);
     const double counted =
-        per_token ? counted_positions(cfg_, sample, static_cast<uint64_t>(step) * t.global_batch,
-                                      t.global_batch, whole_inputs_, whole_targets_)
-                  : static_cast<double>(cfg_.derived.tokens_per_step);
+        per_token ? counts.counted : static_cast<double>(cfg_.derived.tokens_per_step);
+    documents_per_window_ = counts.documents / t.global_batch;
+    nothing_counted_ = counted == 0;
     // Each token's share of the loss, times the loss scale (fp16; 1 otherwise); none where no
     // position counts.
     const float dloss = counted > 0 ? static_cast<float>(loss_scale / counted) : 0.0f;
@@ -254,6 +257,8 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     r.embedding_comm = embedding_.stats();
     r.memory = memory();
     r.activation_sets = model_.activations().sets;
+    r.documents_per_window = documents_per_window_;
+    r.nothing_counted = nothing_counted_;
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     parallel::first_step_done();
     return r;
@@ -279,7 +284,8 @@ double Trainer::evaluate(const SampleFn& sample, int sequences) {
     after_gathers();
     if (per_token_loss(cfg_))
         return token_loss(
-            loss_sum, counted_positions(cfg_, sample, 0, sequences, whole_inputs_, whole_targets_));
+            loss_sum,
+            count_batch(cfg_, sample, 0, sequences, whole_inputs_, whole_targets_).counted);
     // The mean of the replicas' and context ranks' means (equal token counts).
     double loss = from_last_stage(loss_sum / microbatches);
     data_context_.all_reduce(&loss, 1);

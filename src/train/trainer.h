@@ -48,6 +48,11 @@ struct StepResult {
     double seconds = 0;               // wall time of the whole step
     parallel::CommStats tensor_comm;  // what the tensor-parallel group moved in the step
     std::size_t activation_sets = 0;  // most microbatches' activations held at once so far
+    // The documents in a window of the global batch, on average, under data.documents: mask
+    // (0 otherwise): train/token_loss.h.
+    double documents_per_window = 0;
+    // No position of the global batch counts a loss (train/token_loss.h): no loss, no gradient.
+    bool nothing_counted = false;
     // What the data-context group (the D·C ranks holding the same weights) moved in the step.
     parallel::CommStats data_comm;
     parallel::CommStats context_comm;  // what the context-parallel group moved in the step
@@ -171,6 +176,8 @@ private:
     FirstSighting sighting_;
     pipeline::Executor executor_;
     io::TraceRecorder trace_;
+    double documents_per_window_ = 0;  // of the last step (StepResult)
+    bool nothing_counted_ = false;     // of the last step (StepResult)
     // One whole sample (context parallelism; the counted positions of train/token_loss.h).
     std::vector<int32_t> whole_inputs_, whole_targets_;
 };

@@ -7,8 +7,10 @@ training.loss_normalization: tokens; docs/ARCHITECTURE.md "Packed documents"):
 1. five AdamW steps of `trident train` against the reference, GPT-2 and a llama with grouped
    attention: loss 1e-5 relative, grad_norm 1e-4, with documents shorter than a window, exactly
    a window, crossing the middle of a window, and longer than a window;
+   each step's documents_per_window, and the validation loss after the last step;
 2. `stream` (the default) is today's: the default config's losses equal those main recorded,
    bit for bit, and so does the run that names every new key at its default;
+   A global batch of eod inputs only counts no loss, said once;
 3. the layout families (pipeline 1F1B, interleaved and ZB-H1, tensor with sequence
    parallelism, data with ZeRO 1 and 3, selective recompute, a smaller micro-batch) within 1e-5
    of one process, GPT-2 on each and a llama on four.
@@ -97,7 +99,7 @@ def config(tmp, name, shape, weights, shard, metrics):
     path = os.path.join(tmp, f"{name}.yaml")
     gpt2.write_config(path, {
         "model": model, "training": TRAINING,
-        "data": {"train": shard, "valid": None, "shuffle": False, "documents": "mask",
+        "data": {"train": shard, "valid": shard, "shuffle": False, "documents": "mask",
                  "eod_token": shape.vocab - 1, "mask_eod_loss": True},
         "logging": {"interval": 1, "metrics": metrics}, "checkpoint": {"dir": None},
         "device": "cpu"})
@@ -125,11 +127,14 @@ def check_training(trident, tmp, name):
     optimizer = lib.make_adamw(model, t["lr"], t["beta1"], t["beta2"], t["eps"],
                                t["weight_decay"])
     worst_loss = worst_norm = 0.0
+    documents = []
     for step, record in enumerate(records):
         for group in optimizer.param_groups:
             group["lr"] = gpt2.lr_at(step, t["lr"], t["min_lr"], t["warmup_steps"], STEPS,
                                      t["decay"])
         inputs, targets = gpt2.step_batch(tokens, step, GLOBAL_BATCH, SEQ)
+        starts = (inputs[:, :-1] == eod).sum().item() + GLOBAL_BATCH
+        documents.append(record.get("documents_per_window") == starts / GLOBAL_BATCH)
         optimizer.zero_grad(set_to_none=True)
         loss = docs.loss(model, inputs, targets, eod, mask_eod_loss=True)
         loss.backward()
@@ -140,6 +145,29 @@ def check_training(trident, tmp, name):
     check(len(records) == STEPS and worst_loss <= 1e-5 and worst_norm <= 1e-4,
           f"{name}: {len(records)} steps against the reference: loss within 1e-5 (worst "
           f"{worst_loss:.2e}), grad_norm within 1e-4 (worst {worst_norm:.2e})")
+    check(len(documents) == STEPS and all(documents),
+          f"{name}: each step's documents_per_window is its windows' mean count")
+    # Validation after the last step: samples 0 .. global_batch - 1, the same masking.
+    with torch.no_grad():
+        inputs, targets = gpt2.step_batch(tokens, 0, GLOBAL_BATCH, SEQ)
+        want = docs.loss(model, inputs, targets, eod, mask_eod_loss=True).item()
+    got = records[-1].get("val_loss") if records else None
+    check(got is not None and abs(got - want) / want <= 1e-5,
+          f"{name}: the validation loss after the last step {got} within 1e-5 of the "
+          f"reference's {want:.8f}")
+
+
+def check_nothing_counted(trident, tmp):
+    """A global batch of eod inputs only counts nothing: loss 0, said once."""
+    directory = os.path.join(tmp, "eod_only")
+    os.makedirs(directory)
+    base = tiny_run(directory, ["data.mask_eod_loss=true", "data.eod_token=299"])
+    write_shard(os.path.join(directory, "train.bin"), [299] * 3000)
+    metrics = os.path.join(directory, "m.jsonl")
+    out = run([trident, "train"] + base + sets([f"logging.metrics={metrics}"])).stdout
+    said = out.count("no position of the global batch counts a loss")
+    check(said == 1 and curve(metrics) == [0.0] * 10,
+          f"eod inputs only: 10 losses of 0 ({curve(metrics)[:2]}...), said {said} time(s)")
 
 
 def check_stream(trident, tmp):
@@ -190,6 +218,7 @@ def main():
         for name in ("gpt2", "llama"):
             check_training(trident, tmp, name)
         check_stream(trident, tmp)
+        check_nothing_counted(trident, tmp)
         check_layouts(trident, tmp)
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
