@@ -47,18 +47,27 @@ namespace {
 
 }  // namespace
 
-void Ops::document_attention_forward(Ptr, Ptr, ConstPtr, const int32_t*, int, int, int, int, float,
-                                     uint64_t, int, int) {
-    no_document_attention(*this);
+void Ops::document_attention_forward(Ptr out, Ptr saved, ConstPtr qkv, const int32_t* starts, int B,
+                                     int T, int channels, int NH, float drop_prob, uint64_t seed,
+                                     int head_begin, int heads_total) {
+    if (starts) no_document_attention(*this);
+    attention_forward(out, saved, qkv, B, T, channels, NH, drop_prob, seed, head_begin,
+                      heads_total);
 }
 
-void Ops::document_attention_backward(Ptr, ConstPtr, ConstPtr, ConstPtr, ConstPtr, const int32_t*,
-                                      int, int, int, int, float, uint64_t, int, int) {
-    no_document_attention(*this);
+void Ops::document_attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out,
+                                      ConstPtr saved, const int32_t* starts, int B, int T,
+                                      int channels, int NH, float drop_prob, uint64_t seed,
+                                      int head_begin, int heads_total) {
+    if (starts) no_document_attention(*this);
+    attention_backward(dqkv, dout, qkv, out, saved, B, T, channels, NH, drop_prob, seed, head_begin,
+                       heads_total);
 }
 
-void Ops::document_attention_rebuild(Ptr, ConstPtr, const int32_t*, int, int, int, int, float) {
-    no_document_attention(*this);
+void Ops::document_attention_rebuild(Ptr saved, ConstPtr qkv, const int32_t* starts, int B, int T,
+                                     int channels, int NH, float drop_prob) {
+    if (starts) no_document_attention(*this);
+    attention_rebuild(saved, qkv, B, T, channels, NH, drop_prob);
 }
 
 double Ops::sum_of_squares(ConstPtr x, std::size_t count) {

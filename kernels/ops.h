@@ -194,7 +194,9 @@ public:
     // only when starts[b·T + i] <= j <= i: starts (B·T, int32, on the device) the first row of
     // each row's document within its sequence (0 at a sequence's first row; a row starting a
     // document is its own start). saved is attention_saved's; dropout draws attention_forward's
-    // elements. A backend without them refuses by name (the CPU's are the reference).
+    // elements. Null starts: one document a sequence, attention_forward's causal attention (the
+    // defaults below call it); a backend without the document kernels refuses others by name
+    // (the CPU's are the reference).
     virtual void document_attention_forward(Ptr out, Ptr saved, ConstPtr qkv, const int32_t* starts,
                                             int B, int T, int channels, int NH, float drop_prob,
                                             uint64_t seed, int head_begin, int heads_total);

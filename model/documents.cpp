@@ -34,6 +34,10 @@ const int32_t* document_positions(const Pass& pass) {
     return pass.documents ? pass.documents->positions() : nullptr;
 }
 
+const int32_t* document_starts(const Pass& pass) {
+    return pass.documents ? pass.documents->starts() : nullptr;
+}
+
 void Documents::find(kernels::Ops& ops, const DocumentOptions& o, const int32_t* tokens, int B,
                      int T) {
     mask_ = o.mask;

@@ -36,8 +36,9 @@ std::vector<int32_t> eod_rows(const int32_t* tokens, int B, int T, int eod);
 // The positions in the window that count a loss: T less the eod inputs under mask_eod_loss.
 int counted_positions(const int32_t* tokens, int T, const DocumentOptions& o);
 
-// The pass's positions within documents (N) on the device, or null: none.
+// The pass's positions within documents and document starts (N) on the device, or null: none.
 const int32_t* document_positions(const Pass& pass);
+const int32_t* document_starts(const Pass& pass);
 
 // One microbatch's documents, kept with its activations from its forward to its backward.
 class Documents {

@@ -7,7 +7,6 @@
 
 #include "kernels/error.h"
 #include "model/context_split.h"
-#include "model/document_attention.h"
 
 namespace trident::model {
 
@@ -79,15 +78,6 @@ Dims dims_of(const GptOptions& o, const ModelGroups& groups) {
                                          o.context_mode, o.precision.activations});
 }
 
-// The parts' options: under the document mask, attention within documents as the core.
-PartOptions part_options(kernels::Ops& ops, const GptOptions& o) {
-    const AttentionSavedFn saved = [&ops](int B, int heads, int T, kernels::DType act) {
-        return ops.attention_saved(B, heads, T, act);
-    };
-    return PartOptions{o.dropout, o.lora, saved,
-                       o.documents.mask ? document_core(saved) : MakeCore()};
-}
-
 }  // namespace
 
 Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups)
@@ -105,7 +95,13 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
       own_(layout_, ParamLayout(options.shape), weights_.params, weights_.grads),
       adapters_(lora_layout_, ParamLayout::for_lora(options.shape, options.lora.shape),
                 weights_.lora_params, weights_.lora_grads),
-      parts_(build_stage(layout_, lora_layout_, d_, part_options(ops, options))),
+      parts_(build_stage(layout_, lora_layout_, d_,
+                         PartOptions{options.dropout,
+                                     options.lora,
+                                     [&ops](int B, int heads, int T, kernels::DType act) {
+                                         return ops.attention_saved(B, heads, T, act);
+                                     },
+                                     {}})),
       scratch_(ops, parts_.scratch.buffers()),
       ctx_{ops, rows_, groups.context, groups.kv_replicas, weights_, scratch_},
       store_(ops, options.recompute, parts_.chunks, parts_.layer_spec()),
