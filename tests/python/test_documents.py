@@ -10,7 +10,7 @@ training.loss_normalization: tokens; docs/ARCHITECTURE.md "Packed documents"):
    each step's documents_per_window, and the validation loss after the last step;
 2. `stream` (the default) is today's: the default config's losses equal those main recorded,
    bit for bit, and so does the run that names every new key at its default;
-   A global batch of eod inputs only counts no loss, said once;
+   A global batch of eod inputs only counts no loss, said once; data without eod is warned of;
 3. the layout families (pipeline 1F1B, interleaved and ZB-H1, tensor with sequence
    parallelism, data with ZeRO 1 and 3, selective recompute, a smaller micro-batch) within 1e-5
    of one process, GPT-2 on each and a llama on four.
@@ -168,6 +168,13 @@ def check_nothing_counted(trident, tmp):
     said = out.count("no position of the global batch counts a loss")
     check(said == 1 and curve(metrics) == [0.0] * 10,
           f"eod inputs only: 10 losses of 0 ({curve(metrics)[:2]}...), said {said} time(s)")
+    # No eod at all under the mask: a warning naming the token and the file, and the run goes on.
+    data = os.path.join(directory, "no_eod.bin")
+    write_shard(data, [i % 299 for i in range(3000)])
+    out = run([trident, "train"] + base + sets(["data.documents=mask", f"data.train={data}",
+                                                "training.steps=1"])).stdout
+    check(f"warning: data.documents: mask, but data.eod_token 299 is not among the first 3000 "
+          f"tokens of llm.c shard {data}" in out, "a mask over data without eod tokens is warned of")
 
 
 def check_stream(trident, tmp):
