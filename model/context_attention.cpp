@@ -6,6 +6,7 @@
 
 #include "kernels/error.h"
 #include "model/context_split.h"
+#include "model/documents.h"
 
 namespace trident::model {
 
@@ -71,20 +72,24 @@ Ptr ContextAttention::qkv_target(PartContext& ctx, Ptr qkv) const {
 void ContextAttention::forward(PartContext& ctx, const Pass& pass, Ptr qkv, Ptr out,
                                float drop) const {
     const Ptr saved = pass.buffers[saved_];
+    if (ring_ && document_starts(pass))
+        throw Error("internal: ring attention within documents is not built");
     if (ring_) return ring_forward(ctx, out, qkv, saved.f32(), drop, pass.site(0));
     // Ulysses: this rank's heads over the whole sequence, as one process would run them.
     const int heads = ulysses_heads();
     const Ptr out_heads = pass.buffers[out_heads_];
     to_heads(ctx, ctx.scratch[qkv_tokens_], qkv, 3);
-    ctx.ops.attention_forward(out_heads, saved, qkv, B_, seq_len_, Hm_ / ranks_, heads, drop,
-                              pass.site(0), head_begin_ + ctx.context.rank() * heads, heads_total_);
+    // Within the windows' documents under data.documents: mask (model/documents.h).
+    ctx.ops.document_attention_forward(out_heads, saved, qkv, document_starts(pass), B_, seq_len_,
+                                       Hm_ / ranks_, heads, drop, pass.site(0),
+                                       head_begin_ + ctx.context.rank() * heads, heads_total_);
     to_tokens(ctx, out_heads, out, 1);
 }
 
 void ContextAttention::rebuild(PartContext& ctx, const Pass& pass, ConstPtr qkv, float drop) const {
     if (ring_) return;  // the log-sum-exp is kept
-    ctx.ops.attention_rebuild(pass.buffers[saved_], qkv, B_, seq_len_, Hm_ / ranks_,
-                              ulysses_heads(), drop);
+    ctx.ops.document_attention_rebuild(pass.buffers[saved_], qkv, document_starts(pass), B_,
+                                       seq_len_, Hm_ / ranks_, ulysses_heads(), drop);
 }
 
 void ContextAttention::backward(PartContext& ctx, const Pass& pass, Ptr dqkv, ConstPtr dout,
@@ -97,9 +102,10 @@ void ContextAttention::backward(PartContext& ctx, const Pass& pass, Ptr dqkv, Co
     to_heads(ctx, dout, dout_heads, 1);
     const Ptr dqkv_heads = ctx.scratch[qkv_tokens_];  // free once the forward is done
     ctx.ops.zero(dqkv_heads, rows_ * 3 * Hm);
-    ctx.ops.attention_backward(dqkv_heads, dout_heads, qkv, pass.buffers[out_heads_], saved, B_,
-                               seq_len_, Hm_ / ranks_, heads, drop, pass.site(0),
-                               head_begin_ + ctx.context.rank() * heads, heads_total_);
+    ctx.ops.document_attention_backward(dqkv_heads, dout_heads, qkv, pass.buffers[out_heads_],
+                                        saved, document_starts(pass), B_, seq_len_, Hm_ / ranks_,
+                                        heads, drop, pass.site(0),
+                                        head_begin_ + ctx.context.rank() * heads, heads_total_);
     to_tokens(ctx, dqkv_heads, dqkv, 3);
 }
 

@@ -40,22 +40,29 @@ const int32_t* document_starts(const Pass& pass) {
 
 void Documents::find(kernels::Ops& ops, const DocumentOptions& o, const int32_t* tokens, int B,
                      int T) {
-    mask_ = o.mask;
-    N_ = B * T;
-    uncounted_ = o.mask_eod_loss ? eod_rows(tokens, B, T, o.eod) : std::vector<int32_t>();
-    if (!mask_) return;
-    const std::size_t N = static_cast<std::size_t>(N_);
-    std::vector<int32_t> host = document_starts(tokens, B, T, o.eod);
-    host.resize(2 * N);
-    for (std::size_t n = 0; n < N; ++n)
-        host[N + n] = static_cast<int32_t>(n % static_cast<std::size_t>(T)) - host[n];
-    if (device_.size() != 2 * N) device_ = kernels::DeviceBuffer(ops, 2 * N, kernels::DType::i32);
-    ops.upload(device_.data().data, host.data(), host.size() * sizeof(int32_t));
+    std::vector<int32_t> held(static_cast<std::size_t>(T));
+    for (int t = 0; t < T; ++t) held[static_cast<std::size_t>(t)] = t;
+    find_split(ops, o, tokens, tokens, B, T, held);
 }
 
-const int32_t* Documents::device_ptr(int which) const {
-    return static_cast<const int32_t*>(device_.data().data) +
-           static_cast<std::size_t>(which) * static_cast<std::size_t>(N_);
+void Documents::find_split(kernels::Ops& ops, const DocumentOptions& o, const int32_t* whole,
+                           const int32_t* local, int B, int S, std::span<const int32_t> held) {
+    const int T = static_cast<int>(held.size());
+    mask_ = o.mask;
+    uncounted_ = o.mask_eod_loss ? eod_rows(local, B, T, o.eod) : std::vector<int32_t>();
+    if (!mask_) return;
+    starts_ = static_cast<std::size_t>(B) * static_cast<std::size_t>(S);
+    std::vector<int32_t> host = document_starts(whole, B, S, o.eod);
+    host.resize(starts_ + static_cast<std::size_t>(B) * held.size());
+    for (std::size_t b = 0; b < static_cast<std::size_t>(B); ++b)
+        for (std::size_t t = 0; t < held.size(); ++t) {
+            const int32_t at = held[t];
+            host[starts_ + b * held.size() + t] =
+                at - host[b * static_cast<std::size_t>(S) + static_cast<std::size_t>(at)];
+        }
+    if (device_.size() != host.size())
+        device_ = kernels::DeviceBuffer(ops, host.size(), kernels::DType::i32);
+    ops.upload(device_.data().data, host.data(), host.size() * sizeof(int32_t));
 }
 
 }  // namespace trident::model

@@ -8,10 +8,14 @@
 //
 // Shapes: B sequences of T tokens, rows n = b·T + t (N = B·T). `starts` and `positions` are
 // (N) int32, on the device for the kernels and on the host; `uncounted` the rows whose loss
-// does not count, ascending.
+// does not count, ascending. Under context parallelism a rank holds T of each window's S
+// tokens: the starts are the whole windows' (B·S, for the attention over whole sequences), the
+// positions and uncounted rows its own rows'.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "kernels/device_buffer.h"
@@ -45,18 +49,22 @@ class Documents {
 public:
     // Finds them in `tokens` (B, T) on the host, and copies what the kernels read to the device.
     void find(kernels::Ops& ops, const DocumentOptions& o, const int32_t* tokens, int B, int T);
-    // (N) on the device: each row's document start; null without the mask.
-    const int32_t* starts() const { return mask_ ? device_ptr(0) : nullptr; }
+    // The same for a rank holding `local` (B, T): the tokens of whole windows `whole` (B, S) at
+    // the window positions `held` (T, context_positions).
+    void find_split(kernels::Ops& ops, const DocumentOptions& o, const int32_t* whole,
+                    const int32_t* local, int B, int S, std::span<const int32_t> held);
+    // (B·S) on the device: each row's document start; null without the mask.
+    const int32_t* starts() const { return mask_ ? device() : nullptr; }
     // (N) on the device: each row's position in its document; null without the mask.
-    const int32_t* positions() const { return mask_ ? device_ptr(1) : nullptr; }
+    const int32_t* positions() const { return mask_ ? device() + starts_ : nullptr; }
     const std::vector<int32_t>& uncounted() const { return uncounted_; }
 
 private:
-    const int32_t* device_ptr(int which) const;
+    const int32_t* device() const { return static_cast<const int32_t*>(device_.data().data); }
 
     bool mask_ = false;
-    int N_ = 0;
-    kernels::DeviceBuffer device_;  // (2N) int32: starts, then positions
+    std::size_t starts_ = 0;        // B·S
+    kernels::DeviceBuffer device_;  // int32: starts (B·S), then positions (B·T)
     std::vector<int32_t> uncounted_;
 };
 

@@ -153,7 +153,24 @@ Pass Gpt::pass_of(const Set& set, const SetBuffers& buffers, int layer) const {
 }
 
 void Gpt::find_documents(Set& set, const int32_t* inputs) {
-    if (options_.documents.any()) set.documents.find(ops_, options_.documents, inputs, d_.B, d_.T);
+    const DocumentOptions& o = options_.documents;
+    if (!o.any()) return;
+    if (d_.C == 1 || !o.mask) return set.documents.find(ops_, o, inputs, d_.B, d_.T);
+    // Under context parallelism the attention sees whole windows: their tokens from the
+    // context group, each rank's at the window positions it holds (model/context_split.h).
+    const std::size_t B = static_cast<std::size_t>(d_.B), T = static_cast<std::size_t>(d_.T),
+                      S = static_cast<std::size_t>(d_.seq_len);
+    std::vector<int32_t> gathered(B * S), whole(B * S);
+    ctx_.context.all_gather(inputs, gathered.data(), B * T);
+    for (int r = 0; r < d_.C; ++r) {
+        const std::vector<int32_t> held = context_positions(d_.seq_len, d_.C, r);
+        for (std::size_t b = 0; b < B; ++b)
+            for (std::size_t t = 0; t < T; ++t)
+                whole[b * S + static_cast<std::size_t>(held[t])] =
+                    gathered[(static_cast<std::size_t>(r) * B + b) * T + t];
+    }
+    set.documents.find_split(ops_, o, whole.data(), inputs, d_.B, d_.seq_len,
+                             context_positions(d_.seq_len, d_.C, ctx_.context.rank()));
 }
 
 // ---- forward ---------------------------------------------------------------------------------

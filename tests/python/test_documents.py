@@ -12,8 +12,9 @@ training.loss_normalization: tokens; docs/ARCHITECTURE.md "Packed documents"):
    bit for bit, and so does the run that names every new key at its default;
    A global batch of eod inputs only counts no loss, said once; data without eod is warned of;
 3. the layout families (pipeline 1F1B, interleaved and ZB-H1, tensor with sequence
-   parallelism, data with ZeRO 1 and 3, selective recompute, a smaller micro-batch) within 1e-5
-   of one process, GPT-2 on each and a llama on four.
+   parallelism, data with ZeRO 1 and 3, selective recompute, a smaller micro-batch, Ulysses
+   context parallelism with documents crossing the context chunks) within 1e-5 of one
+   process, GPT-2 on each and a llama on five.
 
 Exit 77 (skipped) without torch and numpy or mpirun.
 """
@@ -196,14 +197,15 @@ INTERLEAVED = ("P=2 interleaved v=2", 2, ["parallel.pipeline=2", "parallel.sched
 TENSOR = ("M=2 +SP", 2, ["parallel.tensor=2", "parallel.sequence_parallel=true"])
 ZERO3 = ("D=2 ZeRO-3", 2, ["parallel.data=2", "parallel.zero_stage=3"])
 SMALLER = ("micro_batch 1", 1, ["training.micro_batch=1"])
+ULYSSES = ("C=2 ulysses", 2, ["parallel.context=2", "parallel.context_mode=ulysses"])
 # Every family on GPT-2; a llama's rotary positions on the ones that move rows between ranks or
 # stages. Interleaving gives a stage chunks that neither embed nor hold the head.
 FAMILIES = {
     "gpt2": [("P=2 1f1b", 2, ["parallel.pipeline=2"]), INTERLEAVED,
              ("P=2 zb-h1", 2, ["parallel.pipeline=2", "parallel.schedule=zb-h1"]), TENSOR,
              ("D=2 ZeRO-1", 2, ["parallel.data=2", "parallel.zero_stage=1"]), ZERO3,
-             ("recompute selective", 1, ["training.recompute=selective"]), SMALLER],
-    "llama": [INTERLEAVED, TENSOR, ZERO3, SMALLER],
+             ("recompute selective", 1, ["training.recompute=selective"]), SMALLER, ULYSSES],
+    "llama": [INTERLEAVED, TENSOR, ZERO3, SMALLER, ULYSSES],
 }
 
 
