@@ -42,6 +42,10 @@ struct AttentionBlock {
     float drop_prob = 0.0f;
     uint64_t seed = 0;
     int head_begin = 0, heads_total = 0;
+    // Within documents (data.documents: mask): the sequence position where each of the q_rows
+    // query rows' document starts (B, q_rows), on the device; a key is then visible only from
+    // there. Null: from position 0.
+    const int32_t* q_starts = nullptr;
 };
 
 class Ops {
@@ -222,7 +226,8 @@ public:
     // queries of this rank's tokens against the keys and values of some rank's tokens
     // (AttentionBlock above). qkv (B, q_rows, 3·channels) holds this rank's q, k, v as
     // attention_forward reads them; kv (B, kv_rows, 2·channels) the k and v, side by side, of the
-    // tokens held. Key j is visible to query i when k_position + j <= q_position + i.
+    // tokens held. Key j is visible to query i when k_position + j <= q_position + i (and, within
+    // documents, k_position + j >= the row's q_starts).
     // Attention dropout draws element (b, head_begin + h, position of i, position of j) of
     // the whole sequence's (B, heads_total, seq_len, seq_len): the index attention_forward
     // draws, so the masks do not depend on the split.

@@ -38,6 +38,10 @@ const int32_t* document_starts(const Pass& pass) {
     return pass.documents ? pass.documents->starts() : nullptr;
 }
 
+const int32_t* document_starts_held(const Pass& pass) {
+    return pass.documents ? pass.documents->held_starts() : nullptr;
+}
+
 void Documents::find(kernels::Ops& ops, const DocumentOptions& o, const int32_t* tokens, int B,
                      int T) {
     std::vector<int32_t> held(static_cast<std::size_t>(T));
@@ -52,13 +56,16 @@ void Documents::find_split(kernels::Ops& ops, const DocumentOptions& o, const in
     uncounted_ = o.mask_eod_loss ? eod_rows(local, B, T, o.eod) : std::vector<int32_t>();
     if (!mask_) return;
     starts_ = static_cast<std::size_t>(B) * static_cast<std::size_t>(S);
+    held_ = static_cast<std::size_t>(B) * held.size();
     std::vector<int32_t> host = document_starts(whole, B, S, o.eod);
-    host.resize(starts_ + static_cast<std::size_t>(B) * held.size());
+    host.resize(starts_ + 2 * held_);
     for (std::size_t b = 0; b < static_cast<std::size_t>(B); ++b)
         for (std::size_t t = 0; t < held.size(); ++t) {
             const int32_t at = held[t];
-            host[starts_ + b * held.size() + t] =
-                at - host[b * static_cast<std::size_t>(S) + static_cast<std::size_t>(at)];
+            const int32_t start =
+                host[b * static_cast<std::size_t>(S) + static_cast<std::size_t>(at)];
+            host[starts_ + b * held.size() + t] = at - start;
+            host[starts_ + held_ + b * held.size() + t] = start;
         }
     if (device_.size() != host.size())
         device_ = kernels::DeviceBuffer(ops, host.size(), kernels::DType::i32);

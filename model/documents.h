@@ -43,6 +43,8 @@ int counted_positions(const int32_t* tokens, int T, const DocumentOptions& o);
 // The pass's positions within documents and document starts (N) on the device, or null: none.
 const int32_t* document_positions(const Pass& pass);
 const int32_t* document_starts(const Pass& pass);
+// The document starts of this rank's own rows (N), as window positions; null: none.
+const int32_t* document_starts_held(const Pass& pass);
 
 // One microbatch's documents, kept with its activations from its forward to its backward.
 class Documents {
@@ -57,14 +59,17 @@ public:
     const int32_t* starts() const { return mask_ ? device() : nullptr; }
     // (N) on the device: each row's position in its document; null without the mask.
     const int32_t* positions() const { return mask_ ? device() + starts_ : nullptr; }
+    // (N) on the device: the document start of each of this rank's rows, as a window position
+    // (context parallelism's ring attention); null without the mask.
+    const int32_t* held_starts() const { return mask_ ? device() + starts_ + held_ : nullptr; }
     const std::vector<int32_t>& uncounted() const { return uncounted_; }
 
 private:
     const int32_t* device() const { return static_cast<const int32_t*>(device_.data().data); }
 
     bool mask_ = false;
-    std::size_t starts_ = 0;        // B·S
-    kernels::DeviceBuffer device_;  // int32: starts (B·S), then positions (B·T)
+    std::size_t starts_ = 0, held_ = 0;  // B·S, B·T
+    kernels::DeviceBuffer device_;  // int32: starts (B·S), positions (B·T), held starts (B·T)
     std::vector<int32_t> uncounted_;
 };
 

@@ -180,12 +180,10 @@ TEST_CASE("documents: the config keys, their defaults and their refusals", "[doc
     CHECK(error_of(kMinimal + "  documents: mask\nmodel: {arch: llama}\n") ==
           "x.yaml: data.eod_token: required with data.documents: mask for a llama model whose "
           "model.init_from names no eos_token_id");
-    CHECK(error_of(kMinimal + "  documents: mask\n", {"parallel.context=2"}) ==
-          "--set parallel.context=2: data.documents: mask with ring attention (parallel.context "
-          "above 1) is not built; parallel.context_mode: ulysses keeps within documents");
-    CHECK(parse(kMinimal + "  documents: mask\n  eod_token: 7\n", "x.yaml",
-                {"parallel.context=2", "parallel.context_mode=ulysses"})
-              .data.documents == DocumentMode::mask);
+    for (const char* mode : {"ring", "ulysses"})
+        CHECK(parse(kMinimal + "  documents: mask\n  eod_token: 7\n", "x.yaml",
+                    {"parallel.context=2", std::string("parallel.context_mode=") + mode})
+                  .data.documents == DocumentMode::mask);
 }
 
 TEST_CASE("documents: a llama's eod is its config.json's eos_token_id unless given",

@@ -361,10 +361,6 @@ void check_documents(const Config& cfg, const Origins& origins) {
         fail(origins.blame({"data.eod_token", "model.vocab_size"}),
              cat("data.eod_token: ", d.eod_token, " is outside the vocabulary (model.vocab_size ",
                  cfg.model.vocab_size, ")"));
-    if (mask && cfg.parallel.context > 1 && cfg.parallel.context_mode == ContextMode::ring)
-        fail(origins.blame({"data.documents", "parallel.context", "parallel.context_mode"}),
-             "data.documents: mask with ring attention (parallel.context above 1) is not built; "
-             "parallel.context_mode: ulysses keeps within documents");
     if (mask && cfg.device == DeviceKind::cuda)
         fail(origins.blame({"data.documents", "device"}),
              "data.documents: mask on device cuda is not built (the GPU's attention within "

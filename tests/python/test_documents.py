@@ -198,14 +198,15 @@ TENSOR = ("M=2 +SP", 2, ["parallel.tensor=2", "parallel.sequence_parallel=true"]
 ZERO3 = ("D=2 ZeRO-3", 2, ["parallel.data=2", "parallel.zero_stage=3"])
 SMALLER = ("micro_batch 1", 1, ["training.micro_batch=1"])
 ULYSSES = ("C=2 ulysses", 2, ["parallel.context=2", "parallel.context_mode=ulysses"])
+RING = ("C=2 ring", 2, ["parallel.context=2"])
 # Every family on GPT-2; a llama's rotary positions on the ones that move rows between ranks or
 # stages. Interleaving gives a stage chunks that neither embed nor hold the head.
 FAMILIES = {
     "gpt2": [("P=2 1f1b", 2, ["parallel.pipeline=2"]), INTERLEAVED,
              ("P=2 zb-h1", 2, ["parallel.pipeline=2", "parallel.schedule=zb-h1"]), TENSOR,
              ("D=2 ZeRO-1", 2, ["parallel.data=2", "parallel.zero_stage=1"]), ZERO3,
-             ("recompute selective", 1, ["training.recompute=selective"]), SMALLER, ULYSSES],
-    "llama": [INTERLEAVED, TENSOR, ZERO3, SMALLER, ULYSSES],
+             ("recompute selective", 1, ["training.recompute=selective"]), SMALLER, ULYSSES, RING],
+    "llama": [INTERLEAVED, TENSOR, ZERO3, SMALLER, ULYSSES, RING],
 }
 
 
