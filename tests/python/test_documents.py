@@ -12,9 +12,9 @@ training.loss_normalization: tokens; docs/ARCHITECTURE.md "Packed documents"):
    bit for bit, and so does the run that names every new key at its default;
    A global batch of eod inputs only counts no loss, said once; data without eod is warned of;
 3. the layout families (pipeline 1F1B, interleaved and ZB-H1, tensor with sequence
-   parallelism, data with ZeRO 1 and 3, selective recompute, a smaller micro-batch, Ulysses
-   context parallelism with documents crossing the context chunks) within 1e-5 of one
-   process, GPT-2 on each and a llama on five.
+   parallelism, data with ZeRO 1 and 3, selective recompute, a smaller micro-batch, ring and
+   Ulysses context parallelism with documents crossing the context chunks) within 1e-5 of one
+   process, GPT-2 on each and a llama on six.
 
 Exit 77 (skipped) without torch and numpy or mpirun.
 """
