@@ -146,10 +146,12 @@ private:
 
 class ZstdSource : public ByteSource {
 public:
-    explicit ZstdSource(const std::string& path) : in_(path), z_(ZSTD_createDStream()) {
+    explicit ZstdSource(const std::string& path) : in_(path) {
         static constexpr unsigned char kMagic[] = {0x28, 0xb5, 0x2f, 0xfd};
-        if (!z_) throw Error(path + ": libzstd cannot start");
         in_.expect(kMagic, "zstd", ".zst");
+        // After the check: a constructor that throws runs no destructor to free the stream.
+        z_ = ZSTD_createDStream();
+        if (!z_) throw Error(path + ": libzstd cannot start");
     }
     ~ZstdSource() override { ZSTD_freeDStream(z_); }
 
@@ -174,7 +176,7 @@ public:
 
 private:
     Compressed in_;
-    ZSTD_DStream* z_;
+    ZSTD_DStream* z_ = nullptr;
     bool inside_ = false;
 };
 

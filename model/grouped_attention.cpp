@@ -118,9 +118,23 @@ std::unique_ptr<Attention> build_grouped_attention(const PartBuild& in) {
     return std::make_unique<GroupedAttention>(a, d, in.options.attention_saved, in.set, in.scratch);
 }
 
+// Counted as Korthikanti et al. count GPT's (docs/FORMULAS.md), without dropout: the q, k, v
+// linear's input 2 whole; Q and the o linear's input 2 each, K and V 2·g/a each, the
+// probabilities 2·a·s/h, split. With fewer key/value heads than tensor ranks (g < t) each rank
+// keeps one whole head's K and V, as if g were t.
+ActivationTerms grouped_attention_activations(const GptShape& s, int tensor) {
+    const double g_over_a =
+        static_cast<double>(s.kv_heads) * kv_replicas(s.kv_heads, tensor) / s.heads;
+    return {2, 4 + 4 * g_over_a, 2};
+}
+
 }  // namespace
 
-extern const AttentionKind grouped_attention_kind{"grouped", grouped_attention_tensors,
-                                                  build_grouped_attention};
+extern const AttentionKind grouped_attention_kind{"grouped",
+                                                  grouped_attention_tensors,
+                                                  build_grouped_attention,
+                                                  grouped_attention_activations,
+                                                  true,
+                                                  true};
 
 }  // namespace trident::model

@@ -24,7 +24,7 @@ inline std::string peft_prefix(Arch arch) {
 // A model Hugging Face's class of its family holds: its MLP must be the family's own (GPT-2's
 // GELU, Llama's SwiGLU); `what` ("export", "import") names the refused act.
 inline void check_hf_family(const GptShape& shape, const char* what) {
-    if (shape.mlp.empty() || shape.mlp == default_mlp(shape.arch)) return;
+    if (family_mlp(shape)) return;
     throw Error(std::string("model.mlp: ") + shape.mlp + " has no Hugging Face " +
                 (shape.arch == Arch::llama ? "LlamaForCausalLM" : "GPT2LMHeadModel") +
                 " equivalent (its MLP is " + default_mlp(shape.arch) + "): no " + what +

@@ -136,9 +136,20 @@ std::unique_ptr<FeedForward> build_swiglu_mlp(const PartBuild& in) {
     return std::make_unique<Mlp>(std::make_unique<Swiglu>(), gate_up, down, d, in.set, in.scratch);
 }
 
+// Counted the same way (docs/FORMULAS.md), without dropout: the gate and up linear's input 2
+// whole; gate, up and their product 2·F/H each, split.
+ActivationTerms swiglu_mlp_activations(const GptShape& s, int) {
+    return {2, 6.0 * s.ffn / s.hidden, 0};
+}
+
 }  // namespace
 
-extern const MlpKind gelu_mlp_kind{"gelu", gelu_mlp_tensors, build_gelu_mlp};
-extern const MlpKind swiglu_mlp_kind{"swiglu", swiglu_mlp_tensors, build_swiglu_mlp};
+extern const MlpKind gelu_mlp_kind{"gelu", gelu_mlp_tensors, build_gelu_mlp, one_activation_terms};
+extern const MlpKind swiglu_mlp_kind{"swiglu", swiglu_mlp_tensors, build_swiglu_mlp,
+                                     swiglu_mlp_activations};
+
+ActivationTerms one_activation_terms(const GptShape& s, int) {
+    return {3, 4.0 * s.ffn / s.hidden, 0};
+}
 
 }  // namespace trident::model

@@ -17,6 +17,7 @@
 #include <memory>
 
 #include "model/linear.h"
+#include "model/model_spec.h"
 
 namespace trident::model {
 
@@ -78,5 +79,10 @@ private:
     int rows_, width_;        // N, Fm
     std::size_t in_count_;    // elements of the input linear's output: N·k·Fm
 };
+
+// What an MLP of one activation (GELU, relu(x)²) keeps as Korthikanti et al. count GPT-2's
+// (§4.1, F = 4·H there): the input linear's input 2 and the output's dropout mask 1 whole, the
+// activation's input and output 2·F/H each split (model/part_kinds.h, ActivationsFn).
+ActivationTerms one_activation_terms(const GptShape& s, int tensor);
 
 }  // namespace trident::model

@@ -42,6 +42,30 @@ const char* default_mlp(Arch arch) {
     return arch == Arch::llama ? "swiglu" : "gelu";
 }
 
+std::string mlp_kind(const GptShape& shape) {
+    return shape.mlp.empty() ? default_mlp(shape.arch) : shape.mlp;
+}
+
+bool family_mlp(const GptShape& shape) {
+    return mlp_kind(shape) == default_mlp(shape.arch);
+}
+
+// Megatron-LM's ffn_hidden_size and GPT-2's n_inner: 4 x hidden. Llama's SwiGLU width: 2/3 of
+// 4 x hidden (as many parameters in three matrices as GELU's two), rounded up to a multiple of
+// 256 (11008 at hidden 4096); its head is its own, and adapters wrap q and v (PEFT's default
+// for Llama, after Hu et al. 2021, §7.1), GPT-2's every linear of its layer.
+ArchDefaults arch_defaults(Arch arch, int hidden) {
+    if (arch == Arch::llama)
+        return {(8 * hidden / 3 + 255) / 256 * 256,
+                false,
+                default_mlp(arch),
+                {LoraTarget::q, LoraTarget::v}};
+    return {4 * hidden,
+            true,
+            default_mlp(arch),
+            {LoraTarget::qkv, LoraTarget::attn_proj, LoraTarget::fc, LoraTarget::fc_proj}};
+}
+
 std::vector<std::string> mlp_names() {
     std::vector<std::string> names;
     for (const MlpKind* k : mlp_kinds()) names.emplace_back(k->name);
@@ -59,12 +83,13 @@ ModelSpec resolve_spec(const GptShape& shape) {
     s.layer_prefix = llama ? "layers." : "h.";
     s.token_embedding = llama ? "embed_tokens" : "wte";
     s.position_embedding = !llama;
+    s.untied_head = llama;
     s.final_norm = find_kind(norm_kinds(), llama ? "rmsnorm" : "layernorm");
     s.final_norm_name = llama ? "norm" : "ln_f";
     LayerSpec layer;
     layer.norm = s.final_norm;
     layer.attention = find_kind(attention_kinds(), llama ? "grouped" : "gpt2");
-    const std::string mlp = shape.mlp.empty() ? default_mlp(shape.arch) : shape.mlp;
+    const std::string mlp = mlp_kind(shape);
     layer.mlp = find_kind(mlp_kinds(), mlp);
     if (!layer.mlp)
         throw Error("model.mlp: \"" + mlp + "\" is no kind of MLP (" + joined(mlp_names()) + ")");
@@ -121,6 +146,25 @@ std::vector<LinearDecl> ModelSpec::layer_linears(int l) const {
     for (const NamedPart& part : layer_parts(l))
         for (const LinearDecl& w : prefixed(part.decl, part.prefix).linears) linears.push_back(w);
     return linears;
+}
+
+ActivationTerms ModelSpec::layer_activations(int l, int tensor) const {
+    const LayerSpec& layer = layers.at(static_cast<std::size_t>(l));
+    ActivationTerms sum;
+    for (const ActivationTerms& t :
+         {layer.norm->activations(shape, tensor), layer.attention->activations(shape, tensor),
+          layer.norm->activations(shape, tensor), layer.mlp->activations(shape, tensor)}) {
+        sum.replicated += t.replicated;
+        sum.split += t.split;
+        sum.scores += t.scores;
+    }
+    return sum;
+}
+
+bool ModelSpec::same_parts(const ModelSpec& other) const {
+    return layer_prefix == other.layer_prefix && token_embedding == other.token_embedding &&
+           position_embedding == other.position_embedding && final_norm == other.final_norm &&
+           final_norm_name == other.final_norm_name && layers == other.layers;
 }
 
 }  // namespace trident::model

@@ -4,8 +4,9 @@
 // Megatron-Core's TransformerLayerSubmodules and torchtitan's model args are the models: a layer
 // asks its spec which parts to build, never the config.
 //
-// resolve_spec is the one place that reads GptShape::arch, the model's family (the Hugging Face
-// mappers read it too, to name files as that family's). A kind of part is a set of functions
+// resolve_spec and the functions beside it are the one place that reads GptShape::arch, the
+// model's family (the Hugging Face mappers read it too, to name files as that family's);
+// everything else asks the spec and its parts' kinds. A kind of part is a set of functions
 // (declare its tensors, build it, model/part_kinds.h) registered under a name in
 // model/part_registry.cpp: a new kind is new files and one line there (docs/ARCHITECTURE.md,
 // "How to add a layer kind").
@@ -55,6 +56,16 @@ struct LayerSpec {
     const AttentionKind* attention = nullptr;
     const MlpKind* mlp = nullptr;
     std::string norm1_name, attention_name, norm2_name, mlp_name;
+
+    bool operator==(const LayerSpec&) const = default;
+};
+
+// What a part keeps for the backward as Korthikanti et al. count it (arXiv 2205.05198, §4;
+// docs/FORMULAS.md), in units of s·b·h bytes of 16-bit activations: what every tensor rank
+// keeps whole without sequence parallelism, what tensor parallelism splits, and the attention
+// scores' coefficient of a·s/h (split too).
+struct ActivationTerms {
+    double replicated = 0, split = 0, scores = 0;
 };
 
 // One part of a layer as the layout places it: its tensors' names start with `prefix`
@@ -73,6 +84,9 @@ struct ModelSpec {
     std::string layer_prefix;        // "h." or "layers.": layer l's names start with it, l, "."
     std::string token_embedding;     // the token embedding's name: "wte" or "embed_tokens"
     bool position_embedding = true;  // a learned position embedding, "wpe"
+    // The LM head may be its own matrix (model.tie_embeddings: false); GPT-2's is its token
+    // embedding.
+    bool untied_head = false;
     const NormKind* final_norm = nullptr;
     std::string final_norm_name;    // "ln_f" or "norm"
     std::vector<LayerSpec> layers;  // per layer, in order
@@ -88,6 +102,11 @@ struct ModelSpec {
     std::vector<PartDecl> layer_decls(int l) const;
     // Layer l's linears, named whole ("h.3.attn.c_attn"), in the order they compute.
     std::vector<LinearDecl> layer_linears(int l) const;
+    // Layer l's activations in Korthikanti et al.'s terms, its parts' summed, on `tensor`
+    // tensor-parallel ranks.
+    ActivationTerms layer_activations(int l, int tensor) const;
+    // The same kinds of part, named alike, around and in each of as many layers.
+    bool same_parts(const ModelSpec& other) const;
 };
 
 // The spec of a model of this shape. Throws trident::Error naming model.mlp when it names no
@@ -95,6 +114,19 @@ struct ModelSpec {
 ModelSpec resolve_spec(const GptShape& shape);
 // The family's own MLP kind's name, and the names model.mlp may give (registered).
 const char* default_mlp(Arch arch);
+// The MLP kind's name: model.mlp, or the family's own where that is empty; and whether it is
+// the family's own (the checkpoint manifest leaves it unsaid then).
+std::string mlp_kind(const GptShape& shape);
+bool family_mlp(const GptShape& shape);
+
+// What a family's config takes unless it says otherwise, at model.hidden `hidden`.
+struct ArchDefaults {
+    int ffn = 0;                           // model.ffn_hidden
+    bool tied = true;                      // model.tie_embeddings
+    const char* mlp = nullptr;             // model.mlp
+    std::vector<LoraTarget> lora_targets;  // training.lora.targets
+};
+ArchDefaults arch_defaults(Arch arch, int hidden);
 std::vector<std::string> mlp_names();
 // Whether `name` is a registered MLP kind.
 bool is_mlp(std::string_view name);

@@ -123,10 +123,17 @@ std::unique_ptr<Norm> build_rms_norm(const PartBuild& in) {
     return std::make_unique<RmsNorm>(in.tensor(0), in.shape().norm_eps, in.d, in.set);
 }
 
+// Either norm's input, kept whole on every tensor rank (Korthikanti et al., §4.1).
+ActivationTerms norm_activations(const GptShape&, int) {
+    return {2, 0, 0};
+}
+
 }  // namespace
 
-// GPT-2's LayerNorm: a gain and a bias; Llama's RMSNorm: a gain.
-extern const NormKind layer_norm_kind{"layernorm", layer_norm_tensors, build_layer_norm};
-extern const NormKind rms_norm_kind{"rmsnorm", rms_norm_tensors, build_rms_norm};
+// GPT-2's LayerNorm: a gain and a bias, epsilon 1e-5; Llama's RMSNorm: a gain, model.norm_eps.
+extern const NormKind layer_norm_kind{"layernorm", layer_norm_tensors, build_layer_norm,
+                                      norm_activations, false};
+extern const NormKind rms_norm_kind{"rmsnorm", rms_norm_tensors, build_rms_norm, norm_activations,
+                                    true};
 
 }  // namespace trident::model

@@ -64,22 +64,32 @@ struct PartBuild {
     void adapt(LinearSpec& linear, LoraTarget t, int first = 0, int width = 0) const;
 };
 
+// What a kind keeps for the backward as Korthikanti et al. count it, for a model's shape on
+// `tensor` tensor-parallel ranks (the planner's published figure beside its own count).
+using ActivationsFn = ActivationTerms (*)(const GptShape& shape, int tensor);
+
 struct NormKind {
     const char* name;
     PartDecl (*declare)(const GptShape& shape);
     std::unique_ptr<Norm> (*build)(const PartBuild& in);
+    ActivationsFn activations;
+    bool eps;  // takes model.norm_eps (else its epsilon is its own)
 };
 
 struct AttentionKind {
     const char* name;
     PartDecl (*declare)(const GptShape& shape);
     std::unique_ptr<Attention> (*build)(const PartBuild& in);
+    ActivationsFn activations;
+    bool grouped;  // takes fewer key/value heads than query heads (model.kv_heads)
+    bool rotary;   // rotates pairs of each head's channels at model.rope_theta
 };
 
 struct MlpKind {
     const char* name;  // model.mlp
     PartDecl (*declare)(const GptShape& shape);
     std::unique_ptr<FeedForward> (*build)(const PartBuild& in);
+    ActivationsFn activations;
 };
 
 // The registered kinds (model/part_registry.cpp).

@@ -62,6 +62,7 @@ std::unique_ptr<FeedForward> build_relu2_mlp(const PartBuild& in) {
 
 }  // namespace
 
-extern const MlpKind relu2_mlp_kind{"relu2", relu2_mlp_tensors, build_relu2_mlp};
+extern const MlpKind relu2_mlp_kind{"relu2", relu2_mlp_tensors, build_relu2_mlp,
+                                    one_activation_terms};
 
 }  // namespace trident::model

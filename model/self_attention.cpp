@@ -99,9 +99,16 @@ std::unique_ptr<Attention> build_gpt2_attention(const PartBuild& in) {
     return std::make_unique<SelfAttention>(a, d, in.options.attention_saved, in.set, in.scratch);
 }
 
+// Korthikanti et al., §4.1: the qkv linear's input 2 and the output's dropout mask 1 whole; Q
+// and K 4, V 2 and the projection's input 2 split; the scores' softmax 2, its dropout mask 1
+// and its dropped copy 2.
+ActivationTerms gpt2_attention_activations(const GptShape&, int) {
+    return {3, 8, 5};
+}
+
 }  // namespace
 
-extern const AttentionKind gpt2_attention_kind{"gpt2", gpt2_attention_tensors,
-                                               build_gpt2_attention};
+extern const AttentionKind gpt2_attention_kind{
+    "gpt2", gpt2_attention_tensors, build_gpt2_attention, gpt2_attention_activations, false, false};
 
 }  // namespace trident::model

@@ -505,6 +505,10 @@ TEST_CASE("plan: measured memory of one-process runs is the plan, to the byte", 
         check_measured_memory({"training.precision=bf16", "training.fp32_grad_accumulation=true"},
                               1);
     }
+    // Muon's state: the master weights, its momentum and AdamW's moments (optim/muon.h).
+    SECTION("muon") {
+        check_measured_memory({"optimizer.name=muon"}, 1);
+    }
 }
 
 // Under mpirun (8 and 4 processes): hidden from the default test list, run by ctest as
@@ -821,4 +825,27 @@ TEST_CASE("plan: llama's activations per layer in Korthikanti et al.'s terms", "
     const double t = 4;
     CHECK(stage("none", tp).korthikanti ==
           l * (sbh * (8 + (4 + 4 * g / a + 6 * f / h) / t) + 2 * a * s * s * b / t));
+}
+
+TEST_CASE("plan: Korthikanti's figure sums the layer's kinds of part", "[plan]") {
+    // GPT-2's layer with other MLPs, bf16, one microbatch, no recompute.
+    const double s = 256, b = 2, h = 512, a = 8, f = 1536, l = 2;
+    const auto figure = [&](const std::string& mlp) {
+        const std::vector<std::string> overrides = {
+            "model.seq_len=256",       "model.hidden=512",        "model.heads=8",
+            "model.ffn_hidden=1536",   "model.layers=2",          "training.micro_batch=2",
+            "training.global_batch=2", "training.precision=bf16", "model.mlp=" + mlp};
+        return plan::plan_memory(inputs(config::parse("model: {arch: gpt2}\n", "x.yaml", overrides,
+                                                      config::Purpose::plan)))
+            .front()
+            .korthikanti;
+    };
+    const double sbh = s * b * h, scores = 5 * a * s * s * b;
+    // The LayerNorms' inputs 4 and GPT-2's attention 3 whole, 8 split and 5·a·s/h; SwiGLU's
+    // input 2 whole, gate, up and product 6·f/h.
+    CHECK(figure("swiglu") == l * (sbh * (4 + 3 + 8 + 2 + 6 * f / h) + scores));
+    // ReLU² counted as GELU: its input and the dropout mask 3 whole, the activation's input and
+    // output 4·f/h (Korthikanti's 16 at f = 4·h).
+    CHECK(figure("relu2") == l * (sbh * (4 + 3 + 8 + 3 + 4 * f / h) + scores));
+    CHECK(figure("gelu") == figure("relu2"));
 }

@@ -14,6 +14,30 @@
 
 namespace trident::commands {
 
+namespace {
+
+// Another optimizer.name than the checkpoint's: refused (one line), or with
+// checkpoint.allow_optimizer_change and an AdamW checkpoint, said once.
+std::string optimizer_refusal(const std::string& path, const config::Config& then,
+                              const config::Config& now) {
+    const std::string change = train::optimizer_change(then, now);
+    if (change.empty()) return "";
+    if (!now.checkpoint.allow_optimizer_change)
+        return "checkpoint.resume: " + path + ": " + change +
+               "; its optimizer state is not this one's. Resume with the checkpoint's "
+               "optimizer.name, or set checkpoint.allow_optimizer_change: true to drop an "
+               "AdamW checkpoint's state";
+    if (then.optimizer.name != config::OptimizerName::adamw)
+        return "checkpoint.resume: " + path + ": " + change +
+               "; checkpoint.allow_optimizer_change drops only AdamW's state";
+    warn("checkpoint.resume: " + change + ": the state " + config::to_string(now.optimizer.name) +
+         " keeps under names the checkpoint lacks starts from zero "
+         "(checkpoint.allow_optimizer_change: true)");
+    return "";
+}
+
+}  // namespace
+
 void check_resume_changes(const config::Config& now, const train::CheckpointShare& ck,
                           parallel::World& world, bool leader) {
     const int step = ck.manifest.step;
@@ -32,6 +56,7 @@ void check_resume_changes(const config::Config& now, const train::CheckpointShar
                 warn("checkpoint.resume: " + order +
                      "; going on (checkpoint.allow_order_change: "
                      "true)");
+            if (error.empty()) error = optimizer_refusal(ck.path, then, now);
             if (const std::string steps = train::schedule_change(then, now, step); !steps.empty())
                 warn("checkpoint.resume: " + steps);
         } catch (const Error& e) {

@@ -9,10 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "config/model_shape.h"
 #include "kernels/error.h"
 #include "kernels/threads.h"
 #include "model/lora.h"
 #include "model/param_layout.h"
+#include "model/part_kinds.h"
 #include "plan/memory_model.h"
 #include "train/base_weights.h"
 #include "train/device_peak.h"
@@ -85,7 +87,8 @@ void check_fits_memory(const config::Config& cfg, int ranks_on_node) {
     const int weights = plan::weight_bytes(t.precision);
     plan::ModelStates states =
         plan::model_states(share, p.data * p.context, p.zero_stage, weights,
-                           plan::gradient_bytes(t.precision, t.fp32_grad_accumulation));
+                           plan::gradient_bytes(t.precision, t.fp32_grad_accumulation),
+                           plan::optimizer_bytes(cfg.optimizer));
     // With optimizer.offload: nvme the state is in files, not memory; with offload_params
     // ZeRO-3's weight shard too.
     if (cfg.optimizer.offload == config::Offload::nvme) states.optimizer = 0;
@@ -235,10 +238,11 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Pea
     const auto& m = cfg.model;
     const auto& t = cfg.training;
     const auto& d = cfg.derived;
-    const bool llama = m.arch == model::Arch::llama;
-    // A llama's key/value heads, and whether its LM head is its own.
+    // A grouped attention's key/value heads, and whether the LM head is its own.
+    const bool grouped =
+        model::resolve_spec(config::gpt_shape(cfg)).layers.front().attention->grouped;
     const std::string heads =
-        std::to_string(m.heads) + (llama ? " | kv_heads " + std::to_string(m.kv_heads) : "");
+        std::to_string(m.heads) + (grouped ? " | kv_heads " + std::to_string(m.kv_heads) : "");
     std::printf(
         "model: %s, %s parameters | layers %d | hidden %d | heads %s | ffn %d | seq %d | "
         "vocab %d (padded %d)%s\n",

@@ -20,6 +20,8 @@
 #include "kernels/error.h"
 #include "model/param_layout.h"
 #include "optim/offload_store.h"
+#include "optim/owned_ranges.h"
+#include "optim/update.h"
 #include "parallel/agreement.h"
 #include "parallel/grid.h"
 #include "parallel/world.h"
@@ -279,6 +281,24 @@ void print_offload(const config::Config& cfg, train::Trainer& trainer, kernels::
             file->path().c_str());
 }
 
+// A matrix optimizer's groups, over the whole model: what it steps and what AdamW does.
+void print_optimizer_split(const config::Config& cfg, train::Trainer& trainer) {
+    if (cfg.optimizer.name == config::OptimizerName::adamw) return;
+    const model::ParamLayout whole(trainer.model().trainable().layout().shape());
+    const optim::MatrixSplit s = optim::matrix_split(whole);
+    const std::size_t bytes = optim::state_bytes_per_parameter(cfg.training, cfg.optimizer);
+    std::printf(
+        "optimizer: %s on %s (%s parameters, %s of state) | adamw on %s (%s parameters, %s "
+        "of state)\n",
+        config::to_string(cfg.optimizer.name),
+        train::counted(static_cast<int64_t>(s.matrices), "layer weight").c_str(),
+        train::human_count(static_cast<double>(s.matrix_parameters)).c_str(),
+        train::human_bytes(static_cast<double>(bytes * s.matrix_parameters)).c_str(),
+        train::counted(static_cast<int64_t>(s.others), "other tensor").c_str(),
+        train::human_count(static_cast<double>(s.other_parameters)).c_str(),
+        train::human_bytes(static_cast<double>(bytes * s.other_parameters)).c_str());
+}
+
 void print_memory(const config::Config& cfg, train::Trainer& trainer) {
     const train::MemoryUse mem = trainer.memory();
     std::printf(
@@ -384,6 +404,7 @@ int run(const Setup& setup, parallel::Grid& grid, parallel::World& world) {
         return 0;
     }
     if (leader) print_memory(cfg, trainer);
+    if (leader) print_optimizer_split(cfg, trainer);
     if (leader) print_offload(cfg, trainer, *ops);
 
     Loop loop(setup, grid, world, trainer, lora, peak, start);

@@ -47,6 +47,12 @@ enum class OnError { stop, continue_ };
 // Where this rank's optimizer state (fp32 master weights, Adam's m and v) lives: in device
 // memory, in host memory, or in a file streamed chunk by chunk (optim/offload_store.h).
 enum class Offload { none, host, nvme };
+// The optimizer (optim/optimizer.h): AdamW for every parameter, or a matrix optimizer for the
+// layers' weight matrices (AdamW for the rest).
+enum class OptimizerName { adamw, muon, galore };
+// Muon's factor on the orthogonalized update (optim/muon.h): Moonlight's 0.2·√max(A, B), or
+// the spectral √max(1, A/B).
+enum class MuonScale { moonlight, spectral };
 
 // How the layers are cut into the P·v pipeline chunks: equal counts, counts that balance the
 // chunks' FLOPs (the LM head and the loss weigh on the last chunk; src/config/stage_cuts.h), or
@@ -248,10 +254,35 @@ struct CheckpointConfig {
     // Resume even though training.seed or training.global_batch differ from the checkpoint's
     // run (which changes the samples each step draws): a warning instead of an error.
     bool allow_order_change = false;
+    // Resume an AdamW run's checkpoint with another optimizer.name: the state the new one
+    // keeps under names the checkpoint lacks starts from zero (said once), instead of an error.
+    bool allow_optimizer_change = false;
     bool operator==(const CheckpointConfig&) const = default;
 };
 
+// optimizer.muon (Jordan et al. 2024; Liu et al. 2025): the momentum, Nesterov's form, the
+// Newton-Schulz iterations and the update's scale.
+struct MuonConfig {
+    double momentum = 0.95;
+    bool nesterov = true;
+    int ns_steps = 5;
+    MuonScale scale = MuonScale::moonlight;
+    bool operator==(const MuonConfig&) const = default;
+};
+
+// optimizer.galore (Zhao et al. 2024): the projection's rank, the steps between projector
+// updates and the factor on the projected-back update.
+struct GaloreConfig {
+    int rank = 128;
+    int update_gap = 200;
+    double scale = 0.25;
+    bool operator==(const GaloreConfig&) const = default;
+};
+
 struct OptimizerConfig {
+    OptimizerName name = OptimizerName::adamw;
+    MuonConfig muon;
+    GaloreConfig galore;
     Offload offload = Offload::none;
     std::optional<std::string> offload_dir;  // required for nvme: one state file per rank
     // Parameters per chunk of the streamed state: 3 host buffers of 12 bytes per parameter
@@ -352,6 +383,7 @@ const char* to_string(DocumentMode v);
 const char* to_string(LossNormalization v);
 const char* to_string(OnError v);
 const char* to_string(Offload v);
+const char* to_string(OptimizerName v);
 const char* to_string(LoraTarget v);
 std::string to_string(const StageLayers& v);  // as YAML: uniform, auto or [n0, n1, ...]
 // The grid as `train`, `plan` and `checkpoint info` print it: "2 x 4 x 1 x 8 (pipeline x

@@ -44,22 +44,6 @@ std::string at_line(const std::string& file, const YAML::Mark& mark) {
     return file + ":" + std::to_string(mark.line + 1);
 }
 
-// Edit distance counting a swap of neighbours as one edit (optimal string alignment).
-size_t edit_distance(std::string_view a, std::string_view b) {
-    std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
-    for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
-    for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
-    for (size_t i = 1; i <= a.size(); ++i) {
-        for (size_t j = 1; j <= b.size(); ++j) {
-            size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
-            d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
-            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
-                d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
-        }
-    }
-    return d[a.size()][b.size()];
-}
-
 // The known name a user most likely meant by `name`: a key of the same name in another
 // section ("training.dropout" -> "model.dropout"), a key of the same section that starts with
 // it ("training.warmup" -> "training.warmup_steps"), else the nearest by edit distance if it
@@ -77,7 +61,7 @@ std::optional<std::string> suggestion(std::string_view name,
     std::optional<std::string> best;
     size_t best_distance = std::max<size_t>(2, leaf.size() / 3) + 1;
     for (const std::string& candidate : known) {
-        size_t distance = edit_distance(name, candidate);
+        size_t distance = detail::edit_distance(name, candidate);
         if (distance < best_distance) {
             best = candidate;
             best_distance = distance;
@@ -335,24 +319,18 @@ void map_eval_batches(Config& cfg, const Origins& origins) {
 // follow the final values; a key given anywhere keeps its value.
 void fill_dependent_defaults(Config& cfg, const Origins& origins) {
     ModelConfig& m = cfg.model;
-    const bool llama = m.arch == Arch::llama;
-    // Megatron-LM's ffn_hidden_size and GPT-2's n_inner: 4 x hidden unless given. Llama's
-    // SwiGLU width: 2/3 of 4 x hidden (as many parameters in three matrices as GELU's two),
-    // rounded up to a multiple of 256 (11008 at hidden 4096).
-    if (!origins.is_set("model.ffn_hidden"))
-        m.ffn_hidden = llama ? (8 * m.hidden / 3 + 255) / 256 * 256 : 4 * m.hidden;
-    // Multi-head attention unless grouped; GPT-2 ties its LM head to the embedding, Llama not.
+    // The family's MLP width, head and MLP kind (GPT-2's GELU at 4 x hidden, tied; Llama's
+    // SwiGLU, untied), and the linears its adapters wrap.
+    const model::ArchDefaults family = model::arch_defaults(m.arch, m.hidden);
+    if (!origins.is_set("model.ffn_hidden")) m.ffn_hidden = family.ffn;
+    // Multi-head attention unless grouped.
     if (!origins.is_set("model.kv_heads")) m.kv_heads = m.heads;
-    if (!origins.is_set("model.tie_embeddings")) m.tie_embeddings = !llama;
-    // Each family's own MLP: GPT-2's GELU, Llama's SwiGLU.
-    if (!origins.is_set("model.mlp")) m.mlp = model::default_mlp(m.arch);
+    if (!origins.is_set("model.tie_embeddings")) m.tie_embeddings = family.tied;
+    if (!origins.is_set("model.mlp")) m.mlp = family.mlp;
     // ZB-V's V holds two chunks per stage.
     if (cfg.parallel.schedule == pipeline::Kind::zb_v && !origins.is_set("parallel.virtual_stages"))
         cfg.parallel.virtual_stages = 2;
-    // Adapters on every linear of GPT-2's layer; on Llama's, q and v (PEFT's default for
-    // Llama, after Hu et al. 2021, §7.1).
-    if (llama && !origins.is_set("training.lora.targets"))
-        cfg.training.lora.targets = {LoraTarget::q, LoraTarget::v};
+    if (!origins.is_set("training.lora.targets")) cfg.training.lora.targets = family.lora_targets;
     // Megatron-LM accumulates and reduces bf16 gradients in fp32: bf16's 8-bit mantissa drops
     // a small microbatch gradient added to a large sum. fp16 keeps 11 bits (and a loss scale).
     if (!origins.is_set("training.fp32_grad_accumulation"))

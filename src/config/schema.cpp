@@ -76,28 +76,46 @@ Key sources(std::string_view path, std::vector<DataSource> DataConfig::*member, 
     };
 }
 
-// A part of a key whose value is a map (training.lora, training.skip_spikes), stored at
-// cfg.training.*map.*member and range-checked as it is read (the parts' limits do not depend
-// on each other).
-template <typename Map, typename T>
-Part part(std::string_view name, Map TrainingConfig::*map, T Map::*member,
+// The section a map's parts live in: training (lora, skip_spikes) or optimizer (muon, galore).
+TrainingConfig& section(Config& c, TrainingConfig*) {
+    return c.training;
+}
+OptimizerConfig& section(Config& c, OptimizerConfig*) {
+    return c.optimizer;
+}
+const TrainingConfig& section(const Config& c, TrainingConfig*) {
+    return c.training;
+}
+const OptimizerConfig& section(const Config& c, OptimizerConfig*) {
+    return c.optimizer;
+}
+
+// A part of a key whose value is a map (training.lora, optimizer.muon), stored at the
+// section's map.*member and range-checked as it is read (the parts' limits do not depend on
+// each other).
+template <typename Section, typename Map, typename T>
+Part part(std::string_view name, Map Section::*map, T Map::*member,
           std::type_identity_t<RangeCheck<T>> range = nullptr) {
     return Part{
         .name = name,
         .read = [=](Config& c, const YAML::Node& node, YAML::Mark&) -> Problem {
-            T value = c.training.*map.*member;
+            Map& parts = section(c, static_cast<Section*>(nullptr)).*map;
+            T value = parts.*member;
             if (Problem p = read_value(node, value)) return p;
             if (Problem p = range ? range(value) : Problem{}) return p;
-            c.training.*map.*member = value;
+            parts.*member = value;
             return {};
         },
-        .write = [=](const Config& c) { return yaml_text(c.training.*map.*member); },
+        .write =
+            [=](const Config& c) {
+                return yaml_text(section(c, static_cast<Section*>(nullptr)).*map.*member);
+            },
     };
 }
 
-// training.PATH: a map of settings, written back as one flow map.
-template <typename Map>
-Key map(std::string_view path, Map TrainingConfig::*member, std::vector<Part> parts) {
+// SECTION.PATH: a map of settings, written back as one flow map.
+template <typename Section, typename Map>
+Key map(std::string_view path, Map Section::*member, std::vector<Part> parts) {
     return Key{
         .path = path,
         .write =
@@ -110,7 +128,8 @@ Key map(std::string_view path, Map TrainingConfig::*member, std::vector<Part> pa
             },
         .check_range = [](const Config&) { return Problem{}; },
         .parts = std::move(parts),
-        .reset = [member](Config& c) { c.training.*member = Map{}; },
+        .reset =
+            [member](Config& c) { section(c, static_cast<Section*>(nullptr)).*member = Map{}; },
     };
 }
 
@@ -304,6 +323,21 @@ const std::vector<Key>& table() {
                 part("init_from", &TrainingConfig::lora, &LoraConfig::init_from, a_path()),
             }),
 
+        field("optimizer.name", &C::optimizer, &OptimizerConfig::name),
+        map("optimizer.muon", &OptimizerConfig::muon,
+            {
+                part("momentum", &OptimizerConfig::muon, &MuonConfig::momentum, fraction()),
+                part("nesterov", &OptimizerConfig::muon, &MuonConfig::nesterov),
+                part("ns_steps", &OptimizerConfig::muon, &MuonConfig::ns_steps, at_least(1)),
+                part("scale", &OptimizerConfig::muon, &MuonConfig::scale),
+            }),
+        map("optimizer.galore", &OptimizerConfig::galore,
+            {
+                part("rank", &OptimizerConfig::galore, &GaloreConfig::rank, at_least(1)),
+                part("update_gap", &OptimizerConfig::galore, &GaloreConfig::update_gap,
+                     at_least(1)),
+                part("scale", &OptimizerConfig::galore, &GaloreConfig::scale, above(0.0)),
+            }),
         field("optimizer.offload", &C::optimizer, &OptimizerConfig::offload),
         field("optimizer.offload_dir", &C::optimizer, &OptimizerConfig::offload_dir, a_path()),
         field("optimizer.offload_chunk", &C::optimizer, &OptimizerConfig::offload_chunk,
@@ -327,6 +361,8 @@ const std::vector<Key>& table() {
         field("checkpoint.async", &C::checkpoint, &CheckpointConfig::async),
         field("checkpoint.allow_order_change", &C::checkpoint,
               &CheckpointConfig::allow_order_change),
+        field("checkpoint.allow_optimizer_change", &C::checkpoint,
+              &CheckpointConfig::allow_optimizer_change),
 
         field("logging.interval", &C::logging, &LoggingConfig::interval, at_least(1)),
         field("logging.metrics", &C::logging, &LoggingConfig::metrics, a_path()),

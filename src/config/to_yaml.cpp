@@ -55,6 +55,9 @@ const char* to_string(LossNormalization v) {
 const char* to_string(OnError v) {
     return detail::enum_name(v);
 }
+const char* to_string(OptimizerName v) {
+    return detail::enum_name(v);
+}
 const char* to_string(Offload v) {
     return detail::enum_name(v);
 }

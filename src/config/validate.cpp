@@ -8,6 +8,7 @@
 
 #include "config/model_shape.h"
 #include "config/schema.h"
+#include "model/part_kinds.h"
 
 namespace trident::config::detail {
 namespace {
@@ -52,6 +53,12 @@ void check_ranges(const Config& cfg, const Origins& origins) {
 // Settings this build reads but cannot run: a GPU where the build has no GPU backend.
 void refuse_unsupported_features([[maybe_unused]] const Config& cfg,
                                  [[maybe_unused]] const Origins& origins) {
+    if (cfg.optimizer.name == OptimizerName::galore)
+        fail(origins.where("optimizer.name"),
+             "optimizer.name: galore is not built yet (adamw and muon are)");
+    if (cfg.optimizer.name == OptimizerName::muon && cfg.device == DeviceKind::cuda)
+        fail(origins.blame({"optimizer.name", "device"}),
+             "optimizer.name: muon runs on the CPU backend only (device: cpu)");
 #if !TRIDENT_HAVE_CUDA
     // With the GPU backend built in, whether each rank has a GPU is found at start-up
     // (commands/session.h), not here: a config names a device, the machine may lack it.
@@ -222,6 +229,24 @@ void check_pipeline(const Config& cfg, const Origins& origins) {
                  microbatches, ") to be a multiple of parallel.pipeline (", p.pipeline, ")"));
 }
 
+// Each kind of layer adapts the linears its parts declare (docs/ARCHITECTURE.md,
+// "Vocabulary"); the message names the layer's attention and MLP kinds.
+void check_lora_targets(const Config& cfg, const Origins& origins) {
+    const model::ModelSpec spec = model::resolve_spec(config::gpt_shape(cfg));
+    const std::vector<model::LinearDecl> linears = spec.layer_linears(0);
+    std::string names;
+    for (const model::LinearDecl& w : linears)
+        names += (names.empty() ? "" : ", ") + std::string(model::lora_target_name(w.target));
+    const model::LayerSpec& layer = spec.layers.front();
+    for (const LoraTarget target : cfg.training.lora.targets)
+        if (std::none_of(linears.begin(), linears.end(),
+                         [&](const model::LinearDecl& w) { return w.target == target; }))
+            fail(origins.blame({"training.lora.targets", "model.arch", "model.mlp"}),
+                 cat("training.lora.targets: ", to_string(target),
+                     " is not a linear of the layer (", layer.attention->name, " attention, ",
+                     layer.mlp->name, " MLP): its targets are ", names));
+}
+
 // What ZeRO's stages and LoRA combine with.
 void check_zero_and_lora(const Config& cfg, const Origins& origins) {
     const ModelConfig& m = cfg.model;
@@ -256,26 +281,37 @@ void check_zero_and_lora(const Config& cfg, const Origins& origins) {
         fail(origins.blame({"training.lora.rank", "model.hidden"}),
              cat("training.lora.rank (", lora.rank, ") must not exceed model.hidden (", m.hidden,
                  ")"));
-    // Each kind of layer adapts the linears its parts declare (docs/ARCHITECTURE.md,
-    // "Vocabulary").
-    if (!lora.enabled()) return;
-    std::vector<model::LinearDecl> linears =
-        model::resolve_spec(config::gpt_shape(cfg)).layer_linears(0);
-    std::string names;
-    for (const model::LinearDecl& w : linears)
-        names += (names.empty() ? "" : ", ") + std::string(model::lora_target_name(w.target));
-    for (const LoraTarget target : lora.targets)
-        if (std::none_of(linears.begin(), linears.end(),
-                         [&](const model::LinearDecl& w) { return w.target == target; }))
-            fail(origins.blame({"training.lora.targets", "model.arch"}),
-                 cat("training.lora.targets: ", to_string(target), " is not a linear of ",
-                     m.arch == Arch::llama ? "llama's layer (model.arch: llama)"
-                                           : "GPT-2's layer (model.arch: gpt2)",
-                     ": its targets are ", names));
+    if (lora.enabled()) check_lora_targets(cfg, origins);
 }
 
-// The layer kind's keys (model.arch): grouped-query attention, rotary positions, RMSNorm's
-// epsilon and an untied head are Llama's; GPT-2's layer has none of them.
+// The layer's keys, each read by the kind of part that takes it (model/part_kinds.h): fewer
+// key/value heads by a grouped attention, rotary positions' base by a rotary one, the norms'
+// epsilon by a norm that takes one; an untied head by a spec that may have one. GPT-2's layer
+// takes none of them.
+void check_part_keys(const ModelConfig& m, const model::ModelSpec& spec, const Origins& origins) {
+    const model::LayerSpec& layer = spec.layers.front();
+    if (!layer.attention->grouped && m.kv_heads != m.heads)
+        fail(origins.blame({"model.kv_heads", "model.arch"}),
+             cat("model.kv_heads (", m.kv_heads, ") differs from model.heads (", m.heads,
+                 "): grouped-query attention needs model.arch: llama"));
+    if (!layer.attention->rotary && m.rope_theta != 10000.0)
+        fail(origins.blame({"model.rope_theta", "model.arch"}),
+             cat("model.rope_theta (", m.rope_theta,
+                 ") sets llama's rotary positions; GPT-2 learns its position embedding "
+                 "(model.arch: gpt2)"));
+    if (!layer.norm->eps && m.norm_eps != 1e-5)
+        fail(origins.blame({"model.norm_eps", "model.arch"}),
+             cat("model.norm_eps (", m.norm_eps,
+                 ") sets llama's RMSNorm; GPT-2's LayerNorm has eps 1e-5 (model.arch: gpt2)"));
+    if (!spec.untied_head && !m.tie_embeddings)
+        fail(origins.blame({"model.tie_embeddings", "model.arch"}),
+             "model.tie_embeddings: false needs model.arch: llama (GPT-2's LM head is its "
+             "token embedding)");
+}
+
+// The attention's shape: rotary positions need an even head size, and tensor parallelism
+// whole key/value heads (with as many of them as query heads, check_tensor_and_context's
+// rules cover it).
 void check_architecture(const Config& cfg, const Origins& origins) {
     const ModelConfig& m = cfg.model;
     const ParallelConfig& p = cfg.parallel;
@@ -283,31 +319,15 @@ void check_architecture(const Config& cfg, const Origins& origins) {
         fail(origins.blame({"model.kv_heads", "model.heads"}),
              cat("model.kv_heads (", m.kv_heads, ") must divide model.heads (", m.heads,
                  "): each key/value head serves heads / kv_heads query heads"));
-    if (m.arch == Arch::gpt2) {
-        if (m.kv_heads != m.heads)
-            fail(origins.blame({"model.kv_heads", "model.arch"}),
-                 cat("model.kv_heads (", m.kv_heads, ") differs from model.heads (", m.heads,
-                     "): grouped-query attention needs model.arch: llama"));
-        if (m.rope_theta != 10000.0)
-            fail(origins.blame({"model.rope_theta", "model.arch"}),
-                 cat("model.rope_theta (", m.rope_theta,
-                     ") sets llama's rotary positions; GPT-2 learns its position embedding "
-                     "(model.arch: gpt2)"));
-        if (m.norm_eps != 1e-5)
-            fail(origins.blame({"model.norm_eps", "model.arch"}),
-                 cat("model.norm_eps (", m.norm_eps,
-                     ") sets llama's RMSNorm; GPT-2's LayerNorm has eps 1e-5 (model.arch: gpt2)"));
-        if (!m.tie_embeddings)
-            fail(origins.blame({"model.tie_embeddings", "model.arch"}),
-                 "model.tie_embeddings: false needs model.arch: llama (GPT-2's LM head is its "
-                 "token embedding)");
-        return;
-    }
-    if ((m.hidden / m.heads) % 2 != 0)
+    const model::ModelSpec spec = model::resolve_spec(config::gpt_shape(cfg));
+    check_part_keys(m, spec, origins);
+    const model::AttentionKind& attention = *spec.layers.front().attention;
+    if (attention.rotary && (m.hidden / m.heads) % 2 != 0)
         fail(origins.blame({"model.hidden", "model.heads", "model.arch"}),
              cat("model.arch: llama rotates pairs of channels: the head size model.hidden / "
                  "model.heads = ",
                  m.hidden / m.heads, " must be even"));
+    if (!attention.grouped) return;
     // Tensor parallelism splits the key/value heads with the query heads, or, with fewer of
     // them than ranks, gives each run of M / kv_heads ranks one head whole (a replica).
     if (m.kv_heads % p.tensor != 0 && p.tensor % m.kv_heads != 0)
@@ -319,6 +339,15 @@ void check_architecture(const Config& cfg, const Origins& origins) {
              cat("training.lora.rank > 0 with parallel.tensor (", p.tensor,
                  ") above model.kv_heads (", m.kv_heads,
                  "): adapters of key/value heads replicated over tensor ranks are not built"));
+}
+
+// Low-rank adapters train with AdamW (their A and B are not the layers' matrices).
+void check_optimizer(const Config& cfg, const Origins& origins) {
+    if (cfg.optimizer.name != OptimizerName::adamw && cfg.training.lora.enabled())
+        fail(
+            origins.blame({"optimizer.name", "training.lora.rank"}),
+            cat("optimizer.name: ", enum_name(cfg.optimizer.name),
+                " with training.lora.rank > 0: adapters train with AdamW (optimizer.name: adamw)"));
 }
 
 // Where the optimizer state, and ZeRO-3's parameter shard, go. The directory itself (there,
@@ -338,6 +367,11 @@ void check_offload(const Config& cfg, const Origins& origins) {
         fail(origins.blame({"optimizer.offload_params", "optimizer.offload"}),
              "optimizer.offload_params: true needs optimizer.offload: nvme: the parameter shard "
              "goes to a file in optimizer.offload_dir, beside the optimizer state's");
+    if (o.name != OptimizerName::adamw && o.offload != Offload::none)
+        fail(origins.blame({"optimizer.offload", "optimizer.name"}),
+             cat("optimizer.offload: ", enum_name(o.offload),
+                 " with optimizer.name: ", enum_name(o.name),
+                 " is not built: a matrix optimizer's state stays in device memory"));
     if (o.offload_params && cfg.training.lora.enabled())
         fail(origins.blame({"optimizer.offload_params", "training.lora.rank"}),
              "optimizer.offload_params: true with training.lora.rank > 0 is not built: the "
@@ -377,6 +411,7 @@ void validate(const Config& cfg, const Origins& origins, Purpose purpose) {
     check_zero_and_lora(cfg, origins);
     check_architecture(cfg, origins);
     check_offload(cfg, origins);
+    check_optimizer(cfg, origins);
     check_documents(cfg, origins);
     // Training adapters adapts given weights (over a random model they would adapt nothing);
     // bench and plan measure and model the run without them.

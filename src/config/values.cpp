@@ -11,6 +11,7 @@
 #include <string_view>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 namespace trident::config::detail {
 namespace {
@@ -164,6 +165,37 @@ Problem read_value(const YAML::Node& node, bool& out) {
         }
     }
     return "expected true or false, got " + describe(node);
+}
+
+size_t edit_distance(std::string_view a, std::string_view b) {
+    std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+    for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+    for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+    for (size_t i = 1; i <= a.size(); ++i) {
+        for (size_t j = 1; j <= b.size(); ++j) {
+            size_t cost = a[i - 1] == b[j - 1] ? 0 : 1;
+            d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+                d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+        }
+    }
+    return d[a.size()][b.size()];
+}
+
+Problem read_value(const YAML::Node& node, OptimizerName& out) {
+    Problem problem = read_value<OptimizerName>(node, out);
+    if (!problem || !node.IsScalar()) return problem;
+    // The nearest name within a third of its length (at least 2 edits).
+    const std::string& given = node.Scalar();
+    const char* best = nullptr;
+    size_t best_distance = std::max<size_t>(2, given.size() / 3) + 1;
+    for (const char* name : EnumNames<OptimizerName>::names)
+        if (const size_t d = edit_distance(given, name); d < best_distance) {
+            best = name;
+            best_distance = d;
+        }
+    if (best) *problem += std::string(" (did you mean ") + best + "?)";
+    return problem;
 }
 
 Problem read_value(const YAML::Node& node, std::string& out) {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -77,6 +78,14 @@ struct EnumNames<Offload> {
     static constexpr std::array names{"none", "host", "nvme"};
 };
 template <>
+struct EnumNames<OptimizerName> {
+    static constexpr std::array names{"adamw", "muon", "galore"};
+};
+template <>
+struct EnumNames<MuonScale> {
+    static constexpr std::array names{"moonlight", "spectral"};
+};
+template <>
 struct EnumNames<LoraTarget> {
     static constexpr std::array names{"qkv", "attn_proj", "fc",   "fc_proj", "q",   "k",
                                       "v",   "o",         "gate", "up",      "down"};
@@ -86,6 +95,9 @@ template <typename E>
 const char* enum_name(E value) {
     return EnumNames<E>::names.at(static_cast<size_t>(value));
 }
+
+// Edit distance counting a swap of neighbours as one edit (optimal string alignment).
+size_t edit_distance(std::string_view a, std::string_view b);
 
 // How a value looked, for "got ..." in messages: `null`, `a list`, `a map`, `3.5`, `"fast"`.
 std::string describe(const YAML::Node& node);
@@ -128,6 +140,9 @@ requires std::is_enum_v<E> Problem read_value(const YAML::Node& node, E& out) {
     for (const char* name : names) allowed += (allowed.empty() ? "" : ", ") + std::string(name);
     return "expected one of " + allowed + "; got " + describe(node);
 }
+
+// optimizer.name: as any enum, with the nearest name suggested when one is near.
+Problem read_value(const YAML::Node& node, OptimizerName& out);
 
 // Writers: YAML scalar text that the readers above turn back into the same value.
 std::string yaml_text(int v);

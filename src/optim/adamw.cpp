@@ -19,9 +19,4 @@ void AdamW::update_host(const Segment& s, const float* grads, const Hyper& h, st
                             nullptr);
 }
 
-std::unique_ptr<Optimizer> make_optimizer(const config::TrainingConfig& t) {
-    return std::make_unique<AdamW>(static_cast<float>(t.beta1), static_cast<float>(t.beta2),
-                                   static_cast<float>(t.eps));
-}
-
 }  // namespace trident::optim

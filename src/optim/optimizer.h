@@ -43,6 +43,10 @@ struct Segment {
     kernels::Ptr params;
     std::size_t count = 0;
     float weight_decay = 0;  // its group's: matrices and embeddings decay, the rest not
+    // Elements of the layers' weight matrices (owned_ranges.h) and, for an optimizer that
+    // steps whole matrices, their share of that step (host memory, `count`).
+    bool matrix = false;
+    const float* direction = nullptr;
 };
 
 class Optimizer {
@@ -58,10 +62,22 @@ public:
     // gradients `grads` fp32 there too, on the calling thread; params unused.
     virtual void update_host(const Segment& s, const float* grads, const Hyper& h,
                              std::size_t begin, std::size_t end) const = 0;
+
+    // An algorithm that steps whole matrices (Muon): before the element updates, each matrix
+    // segment gives its input to that step (matrix_input: from its gradients and state, which
+    // it advances, into `out`, host memory of `count`); the pieces are assembled into whole
+    // matrices (optim/matrix_exchange.h), each stepped once by one rank (matrix_step, in
+    // place, `m` (rows, cols): output features × input features), and the result handed back
+    // to each segment as its `direction`. Until then update sees no direction.
+    virtual bool whole_matrices() const { return false; }
+    virtual void matrix_input(kernels::Ops& /*ops*/, const Segment& /*s*/, const Hyper& /*h*/,
+                              float* /*out*/) const {}
+    virtual void matrix_step(float* /*m*/, std::size_t /*rows*/, std::size_t /*cols*/) const {}
 };
 
-// The optimizer the config asks for (AdamW: training.beta1, beta2, eps).
-std::unique_ptr<Optimizer> make_optimizer(const config::TrainingConfig& t);
+// The optimizer the config asks for (optimizer.name; AdamW's training.beta1, beta2, eps).
+std::unique_ptr<Optimizer> make_optimizer(const config::TrainingConfig& t,
+                                          const config::OptimizerConfig& o);
 
 // The name the fp32 master weights are kept under beside an optimizer's state.
 inline constexpr const char* kMaster = "master";

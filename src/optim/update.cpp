@@ -3,6 +3,8 @@
 #include "optim/update.h"
 
 #include <algorithm>
+#include <string>
+#include <thread>
 
 #include "kernels/device_buffer.h"
 #include "kernels/error.h"
@@ -21,7 +23,17 @@ Segment UpdateScope::segment(const OwnedRange& r, float* const* arrays, std::siz
     s.params = params;
     s.count = r.count;
     s.weight_decay = r.decay ? weight_decay : 0.0f;
+    s.matrix = r.matrix;
+    if (r.matrix && matrices) s.direction = directions.data() + r.state;
     return s;
+}
+
+void UpdateScope::step_matrices(float* const* arrays, const Hyper& h) {
+    for (const OwnedRange& r : ranges)
+        if (r.trains && r.matrix)
+            optimizer.matrix_input(ops, segment(r, arrays, r.state, nullptr), h,
+                                   directions.data() + r.state);
+    matrices->step(optimizer, directions.data());
 }
 
 namespace {
@@ -44,6 +56,7 @@ public:
             for (const OwnedPart& o : owned)
                 scope_.ops.convert(arrays_[0].data() + o.state, scope_.params.owned(o.offset),
                                    o.count);
+        if (scope_.matrices) scope_.step_matrices(pointers_.data(), h);
         // Each range's update also rounds its master weights into the parameters.
         for (const OwnedRange& r : scope_.ranges)
             if (r.trains)
@@ -89,9 +102,12 @@ std::unique_ptr<Placement> device_placement(UpdateScope& scope) {
 
 Updater::Updater(kernels::Ops& ops, const model::ParamLayout& layout,
                  const config::TrainingConfig& cfg, const config::OptimizerConfig& offload,
-                 int rank, const data_parallel::DataParallel& data_parallel,
+                 int rank, const data_parallel::DataParallel& data_parallel, parallel::Comm& tensor,
                  model::FlatBuffer& params, model::FlatBuffer& grads)
-    : optimizer_(make_optimizer(cfg)),
+    : optimizer_(make_optimizer(cfg, offload)),
+      matrices_(optimizer_->whole_matrices()
+                    ? std::make_unique<MatrixExchange>(layout, data_parallel, tensor)
+                    : nullptr),
       scope_{ops,
              data_parallel,
              owned_ranges(layout, data_parallel.owned()),
@@ -99,8 +115,17 @@ Updater::Updater(kernels::Ops& ops, const model::ParamLayout& layout,
              grads,
              *optimizer_,
              static_cast<float>(cfg.weight_decay),
-             1 + optimizer_->state_names().size()},
+             1 + optimizer_->state_names().size(),
+             matrices_.get(),
+             {}},
       size_(grads.size()) {
+    if (matrices_) {
+        // The whole-matrix step reads the state in host memory (optim/muon.h).
+        if (std::string(ops.name()) != "cpu")
+            throw Error(std::string("optimizer.name: ") + optimizer_->name() +
+                        " runs on the CPU backend only (device: cpu)");
+        scope_.directions.assign(data_parallel.owned_count(), 0.0f);
+    }
     const std::size_t allocated_before = ops.allocated_bytes();
     const auto chunk = static_cast<std::size_t>(offload.offload_chunk);
     if (offload.offload == config::Offload::nvme)
@@ -138,11 +163,12 @@ OptimizerState Updater::state() const {
     return s;
 }
 
-void Updater::restore(const OptimizerState& state) {
+void Updater::restore(const OptimizerState& state, bool zero_missing) {
     // The arrays in this optimizer's order, by name.
     OptimizerState ordered = empty_state();
     for (std::size_t a = 0; a < ordered.names.size(); ++a) {
         const auto it = std::find(state.names.begin(), state.names.end(), ordered.names[a]);
+        if (it == state.names.end() && zero_missing) continue;
         if (it == state.names.end())
             throw Error("the checkpoint holds no \"" + ordered.names[a] + "\" of this run's " +
                         optimizer_->name() + " (it was written by another optimizer)");
@@ -152,8 +178,9 @@ void Updater::restore(const OptimizerState& state) {
     step_ = state.step;
 }
 
-std::size_t state_bytes_per_parameter(const config::TrainingConfig& t) {
-    return (1 + make_optimizer(t)->state_names().size()) * sizeof(float);
+std::size_t state_bytes_per_parameter(const config::TrainingConfig& t,
+                                      const config::OptimizerConfig& o) {
+    return (1 + make_optimizer(t, o)->state_names().size()) * sizeof(float);
 }
 
 }  // namespace trident::optim

@@ -28,6 +28,7 @@
 #include "kernels/ops.h"
 #include "model/flat_buffer.h"
 #include "model/param_layout.h"
+#include "optim/matrix_exchange.h"
 #include "optim/offload_store.h"
 #include "optim/optimizer.h"
 #include "optim/owned_ranges.h"
@@ -44,11 +45,19 @@ struct UpdateScope {
     const Optimizer& optimizer;
     float weight_decay = 0;  // training.weight_decay, on the decayed group
     std::size_t arrays = 1;  // per parameter: the master weights and the optimizer's state
+    // An optimizer that steps whole matrices: their exchange, and the matrices' directions on
+    // the owned elements (host memory, the owned count, in state order); else null and empty.
+    const MatrixExchange* matrices = nullptr;
+    std::vector<float> directions;
 
     // Range r's parameters as the optimizer sees them, its arrays `arrays` (master, state...)
-    // from `at`, its gradients where they are in the buffer, its updated weights to `params`.
+    // from `at`, its gradients where they are in the buffer, its updated weights to `params`
+    // (a matrix's direction from `directions` at r.state).
     Segment segment(const OwnedRange& r, float* const* arrays, std::size_t at,
                     kernels::Ptr params) const;
+    // Before the element updates: the whole-matrix step of every matrix range (r.state into
+    // `arrays` as above) into `directions`. Collective (optim/matrix_exchange.h).
+    void step_matrices(float* const* arrays, const Hyper& h);
 };
 
 // Where the state lives, and how an update reaches it (see the top of this file).
@@ -77,10 +86,12 @@ public:
     // `params` and `grads`: the model's trainable buffers, the parts `data_parallel` says this
     // rank owns updated. `offload` says where the state lives; `rank` (the world rank) names
     // this rank's state file.
+    // `tensor`: the tensor group, over which an optimizer stepping whole matrices assembles
+    // them (with the data-parallel shard group).
     Updater(kernels::Ops& ops, const model::ParamLayout& layout, const config::TrainingConfig& cfg,
             const config::OptimizerConfig& offload, int rank,
-            const data_parallel::DataParallel& data_parallel, model::FlatBuffer& params,
-            model::FlatBuffer& grads);
+            const data_parallel::DataParallel& data_parallel, parallel::Comm& tensor,
+            model::FlatBuffer& params, model::FlatBuffer& grads);
 
     const Optimizer& optimizer() const { return *optimizer_; }
     const std::vector<OwnedRange>& ranges() const { return scope_.ranges; }
@@ -93,8 +104,9 @@ public:
     // the parameters, as step 1 takes them. The parameters' gather must have finished.
     OptimizerState state() const;
     // The reverse, from a state of this buffer layout (only the owned elements are read; every
-    // name the optimizer keeps must be there); the next update continues from it.
-    void restore(const OptimizerState& state);
+    // name the optimizer keeps must be there, or with `zero_missing` those not there start
+    // from zero); the next update continues from it.
+    void restore(const OptimizerState& state, bool zero_missing = false);
     // The parameters this rank owns as an update leaves them: its master weights, rounded to
     // the parameters' type (the data-parallel part then gathers them).
     void params_from_master();
@@ -108,6 +120,7 @@ private:
     OptimizerState empty_state() const;
 
     std::unique_ptr<Optimizer> optimizer_;
+    std::unique_ptr<MatrixExchange> matrices_;  // an optimizer stepping whole matrices; else null
     UpdateScope scope_;
     std::unique_ptr<Placement> placement_;
     std::size_t size_;  // elements in the buffers
@@ -117,6 +130,7 @@ private:
 
 // Bytes of optimizer state per owned parameter (the master weights and the optimizer's
 // arrays, fp32), for a config's optimizer: what a state file needs room for.
-std::size_t state_bytes_per_parameter(const config::TrainingConfig& t);
+std::size_t state_bytes_per_parameter(const config::TrainingConfig& t,
+                                      const config::OptimizerConfig& o);
 
 }  // namespace trident::optim

@@ -62,27 +62,6 @@ int64_t temporary_bytes(const model::StageParts& parts, const model::KeepPolicy&
     return bytes;
 }
 
-// A layer's activation bytes in Korthikanti et al.'s terms, in units of s·b·h: what every tensor
-// rank keeps whole without sequence parallelism, what tensor parallelism splits, and the
-// attention scores' coefficient of a·s/h (split too).
-struct LayerTerms {
-    double replicated, split, scores;
-};
-
-// GPT-2 (Korthikanti et al., §4.1): 10 + 24 + 5·a·s/h, masks and dropout copies included.
-// Llama, counted the same way (docs/FORMULAS.md): no dropout, so 8 kept whole (the two
-// RMSNorms' and the two column-split GEMMs' inputs); Q and the output GEMM's input 2 each, K and
-// V 2·g/a each, SwiGLU's gate, up and product 6·f/h; the probabilities 2·a·s/h. With fewer
-// key/value heads than tensor ranks (g < t) each rank keeps one whole head's K and V, as if g
-// were t.
-LayerTerms layer_terms(const config::Config& cfg) {
-    const auto& m = cfg.model;
-    if (m.arch != model::Arch::llama) return {10, 24, 5};
-    const double g_over_a = static_cast<double>(m.kv_heads) *
-                            model::kv_replicas(m.kv_heads, cfg.parallel.tensor) / m.heads;
-    return {8, 4 + 4 * g_over_a + 6.0 * m.ffn_hidden / m.hidden, 2};
-}
-
 // Low-rank adapters (docs/ARCHITECTURE.md, "Low-rank adapters"): the model's weights stay
 // (whole, or at ZeRO-3 a D-th), but it has no gradients and no optimizer state; the adapters'
 // buffer (its layer units aligned to D at ZeRO 2 and 3, as the model's) has weights,
@@ -126,13 +105,17 @@ PlanInputs plan_inputs(const config::Config& cfg, int grad_bytes) {
     return in;
 }
 
+int optimizer_bytes(const config::OptimizerConfig& o) {
+    return o.name == config::OptimizerName::muon ? 16 : kOptimizerBytes;
+}
+
 ModelStates model_states(double parameters, int data_parallel, int zero_stage, int weight_bytes,
-                         int grad_bytes) {
+                         int grad_bytes, int optimizer_bytes) {
     const double D = data_parallel;
     ModelStates s;
     s.weights = parameters * weight_bytes / (zero_stage >= 3 ? D : 1.0);
     s.gradients = parameters * grad_bytes / (zero_stage >= 2 ? D : 1.0);
-    s.optimizer = parameters * kOptimizerBytes / (zero_stage >= 1 ? D : 1.0);
+    s.optimizer = parameters * optimizer_bytes / (zero_stage >= 1 ? D : 1.0);
     return s;
 }
 
@@ -142,7 +125,11 @@ double korthikanti_layer_bytes(const config::Config& cfg) {
                  a = cfg.model.heads, t = cfg.parallel.tensor;
     const bool sp = cfg.parallel.sequence_parallel && t > 1;
     const double sbh = s * b * h;
-    const LayerTerms k = layer_terms(cfg);
+    // The layer's parts' terms (model/part_kinds.h): GPT-2's 10 + 24 + 5·a·s/h (Korthikanti et
+    // al., §4.1, masks and dropout copies included), llama's 8 + 4 + 4·g/a + 6·f/h + 2·a·s/h
+    // (docs/FORMULAS.md).
+    const model::ActivationTerms k =
+        model::resolve_spec(config::gpt_shape(cfg)).layer_activations(0, cfg.parallel.tensor);
     // Context parallelism holds a C-th of every term (s/C tokens, their scores against all s).
     const double C = cfg.parallel.context;
     const double whole = k.replicated + k.split;
@@ -197,7 +184,7 @@ StageMemory stage_states(const PlanInputs& in, const model::ParamLayout& layout)
     const int64_t N = cfg.parallel.shard_ranks();
     s.parameters = (static_cast<int64_t>(layout.total()) + N - 1) / N * N;
     s.states = model_states(static_cast<double>(s.parameters), static_cast<int>(N), in.zero_stage,
-                            in.weight_bytes, in.grad_bytes);
+                            in.weight_bytes, in.grad_bytes, optimizer_bytes(cfg.optimizer));
     s.gathered = gathered_bytes(in, layout, s.parameters);
     if (cfg.training.lora.enabled()) add_adapters(in, layout, s);
     if (cfg.optimizer.offload == config::Offload::nvme) {

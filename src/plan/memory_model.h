@@ -72,6 +72,9 @@ int gradient_bytes(kernels::DType precision, bool fp32_grad_accumulation);
 int activation_bytes(kernels::DType precision);
 // fp32 master weights, Adam's m and v: per parameter, before ZeRO sharding.
 constexpr int kOptimizerBytes = 12;
+// The same for the config's optimizer: AdamW's 12; Muon's 16, the master weights and three
+// arrays (its momentum and AdamW's moments, optim/muon.h).
+int optimizer_bytes(const config::OptimizerConfig& o);
 
 // What a plan is computed from: the config, and what it does not say itself.
 struct PlanInputs {
@@ -91,7 +94,7 @@ struct ModelStates {
     double total() const { return weights + gradients + optimizer; }
 };
 ModelStates model_states(double parameters, int data_parallel, int zero_stage, int weight_bytes,
-                         int grad_bytes);
+                         int grad_bytes, int optimizer_bytes = kOptimizerBytes);
 
 // The figures of every rank of one pipeline stage, in bytes.
 struct StageMemory {

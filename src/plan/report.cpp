@@ -105,8 +105,9 @@ std::string summary_text(const PlanInputs& in) {
     out += format(
         "bytes: precision %s | per parameter: weights %d, gradients %d, optimizer %d "
         "(ZeRO stage %d over %s%s) | per activation %d\n\n",
-        kernels::name_of(t.precision), in.weight_bytes, in.grad_bytes, kOptimizerBytes,
-        in.zero_stage, train::counted(p.shard_ranks(), "replica").c_str(),
+        kernels::name_of(t.precision), in.weight_bytes, in.grad_bytes,
+        optimizer_bytes(in.cfg.optimizer), in.zero_stage,
+        train::counted(p.shard_ranks(), "replica").c_str(),
         p.shard_ranks() == p.data * p.context
             ? ""
             : format(", replicated across %d shard groups", p.data * p.context / p.shard_ranks())
@@ -449,7 +450,7 @@ std::string render_json(const Plan& plan) {
     io::JsonLine bytes;
     bytes.add("weight", in.weight_bytes)
         .add("gradient", in.grad_bytes)
-        .add("optimizer", kOptimizerBytes)
+        .add("optimizer", optimizer_bytes(in.cfg.optimizer))
         .add("activation", in.activation_bytes);
     root.add("bytes_per_element", bytes);
     std::vector<io::JsonLine> stages;

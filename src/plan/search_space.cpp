@@ -281,11 +281,12 @@ bool Enumeration::tensor_ok(int M) {
         rule(m.ffn_hidden % M != 0,
              "parallel.tensor must divide model.ffn_hidden (" + std::to_string(m.ffn_hidden) + ")"))
         return false;
-    if (m.arch == model::Arch::llama &&
-        (rule(m.kv_heads % M != 0 && M % m.kv_heads != 0,
-              "parallel.tensor must divide model.kv_heads (" + kv + ") or be a multiple of it") ||
-         rule(cfg_.training.lora.enabled() && M > m.kv_heads,
-              "training.lora needs parallel.tensor <= model.kv_heads (" + kv + ")")))
+    // With as many key/value heads as query heads (GPT-2's attention) these follow from the
+    // rule above.
+    if (rule(m.kv_heads % M != 0 && M % m.kv_heads != 0,
+             "parallel.tensor must divide model.kv_heads (" + kv + ") or be a multiple of it") ||
+        rule(cfg_.training.lora.enabled() && M > m.kv_heads,
+             "training.lora needs parallel.tensor <= model.kv_heads (" + kv + ")"))
         return false;
     return !rule(!space_.cross_node_tensor && space_.gpus_per_node % M != 0,
                  "parallel.tensor must divide the GPUs per node (" +

@@ -45,8 +45,9 @@ std::string load_base_weights(const std::string& from, const model::ParamLayout&
     const model::GptShape theirs = gpt_shape(loaded.cfg), &ours = whole.shape();
     if (theirs.vocab != ours.vocab || theirs.max_seq != ours.max_seq ||
         theirs.layers != ours.layers || theirs.hidden != ours.hidden ||
-        theirs.heads != ours.heads || theirs.ffn != ours.ffn || theirs.arch != ours.arch ||
-        theirs.kv_heads != ours.kv_heads || theirs.tied != ours.tied)
+        theirs.heads != ours.heads || theirs.ffn != ours.ffn || theirs.kv_heads != ours.kv_heads ||
+        theirs.tied != ours.tied ||
+        !model::resolve_spec(theirs).same_parts(model::resolve_spec(ours)))
         throw Error(loaded.path + ": the checkpoint's model (vocab " +
                     std::to_string(theirs.vocab) + ", seq " + std::to_string(theirs.max_seq) +
                     ", layers " + std::to_string(theirs.layers) + ", hidden " +

@@ -125,7 +125,7 @@ void read_shape(const Reader& r, const io::json::Value& object, model::GptShape&
         shape.tied = r.boolean(object, "tie_embeddings");
     }
     // Written where the MLP is not the family's own (model.mlp).
-    shape.mlp = model::default_mlp(shape.arch);
+    shape.mlp = model::mlp_kind(shape);
     if (object.find("mlp")) {
         shape.mlp = r.string(object, "mlp");
         if (!model::is_mlp(shape.mlp)) r.fail("\"mlp\" is \"" + shape.mlp + "\", no kind of MLP");
@@ -242,7 +242,7 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
 
 std::string manifest_json(const Manifest& m) {
     io::JsonLine model, layout;
-    model.add("arch", m.shape.arch == model::Arch::llama ? "llama" : "gpt2")
+    model.add("arch", config::to_string(m.shape.arch))
         .add("vocab_size", m.shape.vocab)
         .add("padded_vocab", m.shape.padded_vocab)
         .add("seq_len", m.shape.max_seq)
@@ -252,8 +252,7 @@ std::string manifest_json(const Manifest& m) {
         .add("ffn_hidden", m.shape.ffn)
         .add("kv_heads", m.shape.kv_heads)
         .add("tie_embeddings", m.shape.tied);
-    if (!m.shape.mlp.empty() && m.shape.mlp != model::default_mlp(m.shape.arch))
-        model.add("mlp", m.shape.mlp);
+    if (!model::family_mlp(m.shape)) model.add("mlp", m.shape.mlp);
     layout.add("pipeline", m.layout.pipeline)
         .add("tensor", m.layout.tensor)
         .add("data", m.layout.data)

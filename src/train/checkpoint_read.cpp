@@ -21,14 +21,12 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string mlp_of(const model::GptShape& s) {
-    return s.mlp.empty() ? model::default_mlp(s.arch) : s.mlp;
-}
-
+// The same sizes, and the same kinds of part (model/model_spec.h).
 bool same_model(const model::GptShape& a, const model::GptShape& b) {
     return a.vocab == b.vocab && a.max_seq == b.max_seq && a.layers == b.layers &&
-           a.hidden == b.hidden && a.heads == b.heads && a.ffn == b.ffn && a.arch == b.arch &&
-           a.kv_heads == b.kv_heads && a.tied == b.tied && mlp_of(a) == mlp_of(b);
+           a.hidden == b.hidden && a.heads == b.heads && a.ffn == b.ffn &&
+           a.kv_heads == b.kv_heads && a.tied == b.tied &&
+           model::resolve_spec(a).same_parts(model::resolve_spec(b));
 }
 
 // The adapters a manifest records (rank 0: none).
@@ -61,11 +59,11 @@ model::ParamLayout trained_layout(const model::GptShape& shape, const model::Lor
 }
 
 std::string describe(const model::GptShape& s) {
-    return std::string(s.arch == model::Arch::llama ? "llama" : "gpt2") + ", vocab " +
-           std::to_string(s.vocab) + ", seq " + std::to_string(s.max_seq) + ", layers " +
-           std::to_string(s.layers) + ", hidden " + std::to_string(s.hidden) + ", heads " +
-           std::to_string(s.heads) + ", kv heads " + std::to_string(s.kv_heads) + ", ffn " +
-           std::to_string(s.ffn) + ", mlp " + mlp_of(s) + (s.tied ? ", tied" : ", untied");
+    return std::string(config::to_string(s.arch)) + ", vocab " + std::to_string(s.vocab) +
+           ", seq " + std::to_string(s.max_seq) + ", layers " + std::to_string(s.layers) +
+           ", hidden " + std::to_string(s.hidden) + ", heads " + std::to_string(s.heads) +
+           ", kv heads " + std::to_string(s.kv_heads) + ", ffn " + std::to_string(s.ffn) +
+           ", mlp " + model::mlp_kind(s) + (s.tied ? ", tied" : ", untied");
 }
 
 // Where a rank needs values: a run of elements of one tensor, from `full` in whole-tensor

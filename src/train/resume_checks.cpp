@@ -26,6 +26,12 @@ std::string order_changes(const config::Config& then, const config::Config& now)
     return changes;
 }
 
+std::string optimizer_change(const config::Config& then, const config::Config& now) {
+    if (then.optimizer.name == now.optimizer.name) return "";
+    return std::string("optimizer.name: ") + config::to_string(then.optimizer.name) +
+           " in the checkpoint's run, " + config::to_string(now.optimizer.name) + " now";
+}
+
 std::string schedule_change(const config::Config& then, const config::Config& now, int step) {
     if (then.training.steps == now.training.steps) return "";
     return "training.steps is " + std::to_string(now.training.steps) +

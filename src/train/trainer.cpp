@@ -32,7 +32,7 @@ std::unique_ptr<data_parallel::ParamFile> param_file(const config::Config& cfg, 
     model::FlatBuffer& params = model.weights().params();
     return std::make_unique<data_parallel::ParamFile>(
         ops, params, *cfg.optimizer.offload_dir, rank,
-        optim::state_bytes_per_parameter(cfg.training) * params.shard_size());
+        optim::state_bytes_per_parameter(cfg.training, cfg.optimizer) * params.shard_size());
 }
 
 // The model as the data-parallel module sees it: what trains (every parameter, or a frozen
@@ -75,7 +75,7 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
                      data_parallel::DataGroups{grid.data_shard(), grid.data_replica(), embedding_},
                      data_options(cfg.parallel), param_file_.get()),
       optimizer_(ops, model_.trainable().layout(), cfg.training, cfg.optimizer, grid.rank(),
-                 data_parallel_, model_.trainable().params(), model_.trainable().grads()),
+                 data_parallel_, tensor_, model_.trainable().params(), model_.trainable().grads()),
       grad_norm_(ops, optimizer_.ranges(), model_.trainable().grads(), data_parallel_,
                  optim::NormGroups{tensor_, pipeline_}),
       scaler_(cfg.training),
@@ -388,7 +388,7 @@ void Trainer::restore_optimizer(const optim::OptimizerState& state) {
     data_parallel_.finish_param_gather();
     agree_on_offload([&] {
         on_held_shard(true, [&] {
-            optimizer_.restore(state);
+            optimizer_.restore(state, cfg_.checkpoint.allow_optimizer_change);
             optimizer_.params_from_master();
         });
     });

@@ -14,9 +14,9 @@ ranks when there are fewer heads than ranks). A LoRA checkpoint holds the adapte
 split by rows as its linear's rows, else whole. It shares no code with the C++ reader, so a fault
 in that reader cannot hide here.
 
-Each checkpoint is put back together into whole tensors of four kinds: "param" (the model's
-weights as the run held them), "master", "exp_avg" and "exp_avg_sq" (fp32 master weights and
-Adam's moments), every element of every tensor written by exactly one shard. compare() names
+Each checkpoint is put back together into whole tensors of each kind it holds: "param" (the
+model's weights as the run held them), "master" (fp32 master weights) and the optimizer's state
+by its names (AdamW's "exp_avg" and "exp_avg_sq", Muon's "momentum" too), every element of every tensor written by exactly one shard. compare() names
 the first tensor and element that differs, bitwise or beyond a relative tolerance.
 
 Standard library only. As a script: checkpoint_compare.py A B [--rtol X] (bitwise without
@@ -161,6 +161,7 @@ def load(directory):
     with open(os.path.join(directory, "manifest.json")) as f:
         manifest = json.load(f)
     model, layout = manifest["model"], manifest["layout"]
+    # Each kind the shards hold (an optimizer's state by its names: KINDS for AdamW).
     out = {k: {} for k in KINDS}
     written = {k: {} for k in KINDS}  # how often each element was written
     for entry in manifest["files"]:
@@ -182,15 +183,15 @@ def load(directory):
                 numel *= d
             local_numel = numel // slices(name, model, layout["tensor"])
             place = whole_index(name, whole_shape, entry["tp"], layout["tensor"], local_numel)
-            target = out[kind].setdefault(name, array.array("I", bytes(4 * numel)))
-            count = written[kind].setdefault(name, bytearray(numel))
+            target = out.setdefault(kind, {}).setdefault(name, array.array("I", bytes(4 * numel)))
+            count = written.setdefault(kind, {}).setdefault(name, bytearray(numel))
             if lo + len(values) > local_numel:
                 raise ValueError(f"{path}: {key} runs past its slice ({lo} + {len(values)} > {local_numel})")
             for i, v in enumerate(values):
                 at = place(lo + i)
                 target[at] = v
                 count[at] += 1
-    for kind in KINDS:
+    for kind in written:
         for name, count in written[kind].items():
             if any(c != 1 for c in count):
                 bad = next(i for i, c in enumerate(count) if c != 1)
@@ -213,7 +214,7 @@ def compare(dir_a, dir_b, kinds=KINDS, rtol=None):
     if (vocab, hidden) != (model_b["vocab_size"], model_b["hidden"]):
         return f"different models: {model_a} and {model_b}"
     for kind in kinds:
-        if sorted(a[kind]) != sorted(b[kind]):
+        if sorted(a.get(kind, {})) != sorted(b.get(kind, {})):
             return f"{kind}: tensors {sorted(set(a[kind]) ^ set(b[kind]))} in one only"
         if not a[kind]:
             return f"{kind}: no tensors in {dir_a}"

@@ -1,0 +1,52 @@
+// Whole matrices for an optimizer that steps them whole (Muon, optim/muon.h), assembled from
+// the pieces ranks own and split back: Moonlight's and Megatron's distributed Muon. A layer's
+// matrix lies in pieces over two groups: the tensor group (each rank its slice: a column
+// split's rows, a row split's columns; model/param_layout.h) and the data-parallel shard group
+// (at ZeRO 1-3 each replica owns a part of every slice; at ZeRO 0 every replica owns it all).
+// Matrix k of a stage (in the layout's order) is stepped by one owner, in turns: shard rank
+// k mod S of tensor rank ⌊k / S⌋ mod M. Its slice is summed on that shard rank from the owned
+// parts (zero elsewhere, so the sum is exact), the slices sent to the owner, the matrix
+// stepped there, each slice sent back, and the slice broadcast over the shard group, whose
+// ranks keep their owned parts of it. So each matrix is whole on one rank of the stage's
+// M·S, never every matrix on every rank. Hybrid sharding's replica groups each do the same,
+// alike. The exchanges are host memory through the group's communicator (the CPU backend's).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "data_parallel/data_parallel.h"
+#include "model/param_layout.h"
+#include "optim/optimizer.h"
+#include "parallel/comm.h"
+
+namespace trident::optim {
+
+class MatrixExchange {
+public:
+    // The layer matrices of `layout` (owned_ranges.h, is_layer_matrix), owned as
+    // `data_parallel` says, split over `tensor`.
+    MatrixExchange(const model::ParamLayout& layout,
+                   const data_parallel::DataParallel& data_parallel, parallel::Comm& tensor);
+
+    // `pieces` (the owned count, host memory, in the owned parts' state order): each matrix's
+    // input to the optimizer's matrix_step on the elements this rank owns, replaced by the
+    // step's result there. Collective over the tensor and shard groups.
+    void step(const Optimizer& optimizer, float* pieces) const;
+
+private:
+    // Matrix k: its slice (numel) from the owned pieces and back.
+    void gather_owned(const model::ParamTensor& t, const float* pieces, float* slice) const;
+    void scatter_owned(const model::ParamTensor& t, const float* slice, float* pieces) const;
+    // The slices summed on shard rank `owner` (ZeRO 1-3).
+    void sum_slices(std::vector<float>& slice, int owner) const;
+    // On the owning shard rank: the slices to tensor rank `owner`, stepped there, back.
+    void step_whole(const Optimizer& optimizer, const model::ParamTensor& t,
+                    std::vector<float>& slice, int owner) const;
+
+    const data_parallel::DataParallel& data_parallel_;
+    parallel::Comm& tensor_;
+    std::vector<const model::ParamTensor*> matrices_;
+};
+
+}  // namespace trident::optim

@@ -1,0 +1,54 @@
+// Muon (Jordan et al. 2024, "Muon: an optimizer for hidden layers"; Liu et al. 2025, "Muon is
+// scalable for LLM training"): the layers' weight matrices step along their orthogonalized
+// momentum, every other parameter (embeddings, the LM head, norms, biases) with AdamW under the
+// same training.* hyper-parameters (docs/FORMULAS.md, "Muon"). For a matrix W (A × B, output
+// features × input features) with clipped gradient G:
+//   buf ← μ·buf + G;  U ← G + μ·buf (nesterov) or buf;  X ← U / (‖U‖_F + 1e-7), transposed if
+//   A > B;  ns_steps times: M ← X·Xᵀ, X ← a·X + (b·M + c·M·M)·X, (a, b, c) = (3.4445, −4.7750,
+//   2.0315);  O ← X transposed back;  W ← W − lr·wd·W − lr·scale·O,
+// scale 0.2·√max(A, B) (moonlight) or √max(1, A/B) (spectral), all in fp32.
+// Its state per parameter: "momentum" (buf) on the matrices, AdamW's "exp_avg" and
+// "exp_avg_sq" on the rest, each zero where it does not apply. The momentum and U are element
+// by element on each rank's owned elements; the Newton-Schulz iterations need the whole U, which
+// optim/matrix_exchange.h assembles on one rank per matrix. The element loops read the state
+// in host memory: the CPU backend's (updater.cpp refuses another).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "optim/adamw.h"
+#include "optim/optimizer.h"
+
+namespace trident::optim {
+
+class Muon final : public Optimizer {
+public:
+    Muon(const config::MuonConfig& config, AdamW adamw);
+
+    const char* name() const override { return "muon"; }
+    const std::vector<std::string>& state_names() const override { return names_; }
+    // A matrix segment along its direction (scale·O); another with AdamW.
+    void update(kernels::Ops& ops, const Segment& s, const Hyper& h) const override;
+    // Not built (config/validate.cpp refuses optimizer.offload with muon).
+    void update_host(const Segment& s, const float* grads, const Hyper& h, std::size_t begin,
+                     std::size_t end) const override;
+
+    bool whole_matrices() const override { return true; }
+    // The momentum's step, and U into `out`.
+    void matrix_input(kernels::Ops& ops, const Segment& s, const Hyper& h,
+                      float* out) const override;
+    // U (rows, cols) into scale·O.
+    void matrix_step(float* m, std::size_t rows, std::size_t cols) const override;
+
+private:
+    config::MuonConfig config_;
+    AdamW adamw_;
+    std::vector<std::string> names_{"momentum", "exp_avg", "exp_avg_sq"};
+};
+
+// X (rows, cols), rows <= cols, through `steps` Newton-Schulz iterations in place.
+void newton_schulz(std::vector<float>& x, std::size_t rows, std::size_t cols, int steps);
+
+}  // namespace trident::optim
