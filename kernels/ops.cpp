@@ -2,7 +2,10 @@
 // by every backend (see ops.h).
 #include "kernels/ops.h"
 
+#include <string>
 #include <vector>
+
+#include "kernels/error.h"
 
 namespace trident::kernels {
 
@@ -32,6 +35,39 @@ void Ops::copy_from_host(Ptr device, const float* host, std::size_t count, uint1
     }
     narrow(Ptr(staging, device.dtype), host, count);
     upload(device.data, staging, count * sizeof(uint16_t));
+}
+
+namespace {
+
+[[noreturn]] void no_document_attention(const Ops& ops) {
+    throw Error(std::string("attention within documents (data.documents: mask) is not built on "
+                            "the ") +
+                ops.name() + " backend");
+}
+
+}  // namespace
+
+void Ops::document_attention_forward(Ptr out, Ptr saved, ConstPtr qkv, const int32_t* starts, int B,
+                                     int T, int channels, int NH, float drop_prob, uint64_t seed,
+                                     int head_begin, int heads_total) {
+    if (starts) no_document_attention(*this);
+    attention_forward(out, saved, qkv, B, T, channels, NH, drop_prob, seed, head_begin,
+                      heads_total);
+}
+
+void Ops::document_attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out,
+                                      ConstPtr saved, const int32_t* starts, int B, int T,
+                                      int channels, int NH, float drop_prob, uint64_t seed,
+                                      int head_begin, int heads_total) {
+    if (starts) no_document_attention(*this);
+    attention_backward(dqkv, dout, qkv, out, saved, B, T, channels, NH, drop_prob, seed, head_begin,
+                       heads_total);
+}
+
+void Ops::document_attention_rebuild(Ptr saved, ConstPtr qkv, const int32_t* starts, int B, int T,
+                                     int channels, int NH, float drop_prob) {
+    if (starts) no_document_attention(*this);
+    attention_rebuild(saved, qkv, B, T, channels, NH, drop_prob);
 }
 
 double Ops::sum_of_squares(ConstPtr x, std::size_t count) {

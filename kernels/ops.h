@@ -42,6 +42,10 @@ struct AttentionBlock {
     float drop_prob = 0.0f;
     uint64_t seed = 0;
     int head_begin = 0, heads_total = 0;
+    // Within documents (data.documents: mask): the sequence position where each of the q_rows
+    // query rows' document starts (B, q_rows), on the device; a key is then visible only from
+    // there. Null: from position 0.
+    const int32_t* q_starts = nullptr;
 };
 
 class Ops {
@@ -189,6 +193,24 @@ public:
     virtual void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int channels, int NH,
                                    float drop_prob) = 0;
 
+    // ---- attention within documents (data.documents: mask, model/documents.h) ------------
+    // attention_forward, _backward and _rebuild with key j visible to query i of sequence b
+    // only when starts[b·T + i] <= j <= i: starts (B·T, int32, on the device) the first row of
+    // each row's document within its sequence (0 at a sequence's first row; a row starting a
+    // document is its own start). saved is attention_saved's; dropout draws attention_forward's
+    // elements. Null starts: one document a sequence, attention_forward's causal attention (the
+    // defaults below call it); a backend without the document kernels refuses others by name
+    // (the CPU's are the reference).
+    virtual void document_attention_forward(Ptr out, Ptr saved, ConstPtr qkv, const int32_t* starts,
+                                            int B, int T, int channels, int NH, float drop_prob,
+                                            uint64_t seed, int head_begin, int heads_total);
+    virtual void document_attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out,
+                                             ConstPtr saved, const int32_t* starts, int B, int T,
+                                             int channels, int NH, float drop_prob, uint64_t seed,
+                                             int head_begin, int heads_total);
+    virtual void document_attention_rebuild(Ptr saved, ConstPtr qkv, const int32_t* starts, int B,
+                                            int T, int channels, int NH, float drop_prob);
+
     // ---- attention against a key/value cache (generation, model/kv_cache.h) ---------------
     // New tokens at positions first .. first+rows-1 of one sequence. qkv (rows, 3·NH·hs) as
     // attention_forward reads it; the k and v of key/value head g (query head g·(NH/KVH)'s in
@@ -204,7 +226,8 @@ public:
     // queries of this rank's tokens against the keys and values of some rank's tokens
     // (AttentionBlock above). qkv (B, q_rows, 3·channels) holds this rank's q, k, v as
     // attention_forward reads them; kv (B, kv_rows, 2·channels) the k and v, side by side, of the
-    // tokens held. Key j is visible to query i when k_position + j <= q_position + i.
+    // tokens held. Key j is visible to query i when k_position + j <= q_position + i (and, within
+    // documents, k_position + j >= the row's q_starts).
     // Attention dropout draws element (b, head_begin + h, position of i, position of j) of
     // the whole sequence's (B, heads_total, seq_len, seq_len): the index attention_forward
     // draws, so the masks do not depend on the split.

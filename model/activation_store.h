@@ -25,6 +25,7 @@
 
 #include "kernels/device_buffer.h"
 #include "model/buffer_spec.h"
+#include "model/documents.h"
 #include "model/part_context.h"
 
 namespace trident::model {
@@ -66,7 +67,8 @@ class ActivationStore {
 public:
     struct Set {
         bool training = false;
-        uint64_t seed = 0;  // the microbatch's dropout seed
+        uint64_t seed = 0;    // the microbatch's dropout seed
+        Documents documents;  // under data.documents: mask or mask_eod_loss, found by forward
         std::vector<kernels::DeviceBuffer> own;
         std::vector<std::vector<kernels::DeviceBuffer>> layers;
     };

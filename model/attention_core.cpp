@@ -1,6 +1,8 @@
 // Attention over the whole sequence on this rank (see attention_core.h).
 #include "model/attention_core.h"
 
+#include "model/documents.h"
+
 namespace trident::model {
 
 using kernels::ConstPtr;
@@ -16,20 +18,23 @@ LocalAttention::LocalAttention(const Dims& d, int head_begin, int heads_total,
 void LocalAttention::forward(PartContext& ctx, const Pass& pass, Ptr qkv, Ptr out,
                              float drop) const {
     const Dims& d = ctx.dims();
-    ctx.ops.attention_forward(out, pass.buffers[saved_], qkv, d.B, d.T, d.Hm, d.heads, drop,
-                              pass.site(0), head_begin_, heads_total_);
+    ctx.ops.document_attention_forward(out, pass.buffers[saved_], qkv, document_starts(pass), d.B,
+                                       d.T, d.Hm, d.heads, drop, pass.site(0), head_begin_,
+                                       heads_total_);
 }
 
 void LocalAttention::rebuild(PartContext& ctx, const Pass& pass, ConstPtr qkv, float drop) const {
     const Dims& d = ctx.dims();
-    ctx.ops.attention_rebuild(pass.buffers[saved_], qkv, d.B, d.T, d.Hm, d.heads, drop);
+    ctx.ops.document_attention_rebuild(pass.buffers[saved_], qkv, document_starts(pass), d.B, d.T,
+                                       d.Hm, d.heads, drop);
 }
 
 void LocalAttention::backward(PartContext& ctx, const Pass& pass, Ptr dqkv, ConstPtr dout,
                               ConstPtr qkv, ConstPtr out, float drop) const {
     const Dims& d = ctx.dims();
-    ctx.ops.attention_backward(dqkv, dout, qkv, out, pass.buffers[saved_], d.B, d.T, d.Hm, d.heads,
-                               drop, pass.site(0), head_begin_, heads_total_);
+    ctx.ops.document_attention_backward(dqkv, dout, qkv, out, pass.buffers[saved_],
+                                        document_starts(pass), d.B, d.T, d.Hm, d.heads, drop,
+                                        pass.site(0), head_begin_, heads_total_);
 }
 
 }  // namespace trident::model

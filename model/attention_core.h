@@ -1,6 +1,7 @@
 // Causal self-attention between the q, k and v of this rank's heads: the part of a layer
 // between its qkv linear and its output projection. Three strategies, one interface:
-// - local: the whole sequence on this rank (Ops::attention_forward, the backend's kernel);
+// - local: the whole sequence on this rank (Ops::attention_forward, the backend's kernel), within
+//   the microbatch's documents under data.documents: mask (model/documents.h);
 // - ring and Ulysses: the sequence split over the context group (model/context_attention.h).
 //
 // Shapes (this rank): qkv (N, 3Hm), q, k and v side by side, each (B, T, heads, Hm/heads);

@@ -6,6 +6,7 @@
 
 #include "kernels/error.h"
 #include "model/context_split.h"
+#include "model/documents.h"
 
 namespace trident::model {
 
@@ -71,35 +72,38 @@ Ptr ContextAttention::qkv_target(PartContext& ctx, Ptr qkv) const {
 void ContextAttention::forward(PartContext& ctx, const Pass& pass, Ptr qkv, Ptr out,
                                float drop) const {
     const Ptr saved = pass.buffers[saved_];
-    if (ring_) return ring_forward(ctx, out, qkv, saved.f32(), drop, pass.site(0));
+    if (ring_) return ring_forward(ctx, pass, out, qkv, saved.f32(), drop);
     // Ulysses: this rank's heads over the whole sequence, as one process would run them.
     const int heads = ulysses_heads();
     const Ptr out_heads = pass.buffers[out_heads_];
     to_heads(ctx, ctx.scratch[qkv_tokens_], qkv, 3);
-    ctx.ops.attention_forward(out_heads, saved, qkv, B_, seq_len_, Hm_ / ranks_, heads, drop,
-                              pass.site(0), head_begin_ + ctx.context.rank() * heads, heads_total_);
+    // Within the windows' documents under data.documents: mask (model/documents.h).
+    ctx.ops.document_attention_forward(out_heads, saved, qkv, document_starts(pass), B_, seq_len_,
+                                       Hm_ / ranks_, heads, drop, pass.site(0),
+                                       head_begin_ + ctx.context.rank() * heads, heads_total_);
     to_tokens(ctx, out_heads, out, 1);
 }
 
 void ContextAttention::rebuild(PartContext& ctx, const Pass& pass, ConstPtr qkv, float drop) const {
     if (ring_) return;  // the log-sum-exp is kept
-    ctx.ops.attention_rebuild(pass.buffers[saved_], qkv, B_, seq_len_, Hm_ / ranks_,
-                              ulysses_heads(), drop);
+    ctx.ops.document_attention_rebuild(pass.buffers[saved_], qkv, document_starts(pass), B_,
+                                       seq_len_, Hm_ / ranks_, ulysses_heads(), drop);
 }
 
 void ContextAttention::backward(PartContext& ctx, const Pass& pass, Ptr dqkv, ConstPtr dout,
                                 ConstPtr qkv, ConstPtr out, float drop) const {
     const ConstPtr saved = pass.buffers[saved_];
-    if (ring_) return ring_backward(ctx, dqkv, dout, qkv, out, saved.f32(), drop, pass.site(0));
+    if (ring_) return ring_backward(ctx, pass, dqkv, dout, qkv, out, saved.f32(), drop);
     const int heads = ulysses_heads();
     const std::size_t Hm = static_cast<std::size_t>(Hm_);
     const Ptr dout_heads = ctx.scratch[dout_heads_];
     to_heads(ctx, dout, dout_heads, 1);
     const Ptr dqkv_heads = ctx.scratch[qkv_tokens_];  // free once the forward is done
     ctx.ops.zero(dqkv_heads, rows_ * 3 * Hm);
-    ctx.ops.attention_backward(dqkv_heads, dout_heads, qkv, pass.buffers[out_heads_], saved, B_,
-                               seq_len_, Hm_ / ranks_, heads, drop, pass.site(0),
-                               head_begin_ + ctx.context.rank() * heads, heads_total_);
+    ctx.ops.document_attention_backward(dqkv_heads, dout_heads, qkv, pass.buffers[out_heads_],
+                                        saved, document_starts(pass), B_, seq_len_, Hm_ / ranks_,
+                                        heads, drop, pass.site(0),
+                                        head_begin_ + ctx.context.rank() * heads, heads_total_);
     to_tokens(ctx, dqkv_heads, dqkv, 3);
 }
 
@@ -109,8 +113,8 @@ bool ContextAttention::visible(const PartContext& ctx, int source, int qa, int k
     return context_chunk(source, kb, ranks_) <= context_chunk(ctx.context.rank(), qa, ranks_);
 }
 
-kernels::AttentionBlock ContextAttention::block(const PartContext& ctx, int source, int qa, int kb,
-                                                float drop, uint64_t seed) const {
+kernels::AttentionBlock ContextAttention::block(const PartContext& ctx, const Pass& pass,
+                                                int source, int qa, int kb, float drop) const {
     kernels::AttentionBlock b;
     b.B = B_;
     b.channels = Hm_;
@@ -123,7 +127,8 @@ kernels::AttentionBlock ContextAttention::block(const PartContext& ctx, int sour
     b.k_position = context_chunk(source, kb, ranks_) * S_;
     b.seq_len = seq_len_;
     b.drop_prob = drop;
-    b.seed = seed;
+    b.seed = pass.site(0);
+    b.q_starts = document_starts_held(pass);
     b.head_begin = head_begin_;
     b.heads_total = heads_total_;
     return b;
@@ -138,8 +143,8 @@ void ContextAttention::ring_exchange(PartContext& ctx, ConstPtr send, Ptr receiv
     sent.wait();
 }
 
-void ContextAttention::ring_forward(PartContext& ctx, Ptr out, ConstPtr qkv, float* lse, float drop,
-                                    uint64_t seed) const {
+void ContextAttention::ring_forward(PartContext& ctx, const Pass& pass, Ptr out, ConstPtr qkv,
+                                    float* lse, float drop) const {
     kernels::Ops& ops = ctx.ops;
     const int rank = ctx.context.rank();
     const std::size_t Hm = static_cast<std::size_t>(Hm_), kv_count = rows_ * 2 * Hm;
@@ -162,7 +167,7 @@ void ContextAttention::ring_forward(PartContext& ctx, Ptr out, ConstPtr qkv, flo
             // result that later blocks merge into.
             for (int kb = 1; kb >= 0; --kb) {
                 if (!visible(ctx, source, qa, kb)) continue;
-                const kernels::AttentionBlock b = block(ctx, source, qa, kb, drop, seed);
+                const kernels::AttentionBlock b = block(ctx, pass, source, qa, kb, drop);
                 if (step == 0 && kb == qa) {
                     ops.attention_block_forward(acc, lse, qkv, kv, b);
                     continue;
@@ -181,9 +186,9 @@ void ContextAttention::ring_forward(PartContext& ctx, Ptr out, ConstPtr qkv, flo
     ops.convert(out, ctx.scratch[rows_f32_], rows_ * Hm);
 }
 
-void ContextAttention::ring_backward(PartContext& ctx, Ptr dqkv, ConstPtr dout, ConstPtr qkv,
-                                     ConstPtr out, const float* lse, float drop,
-                                     uint64_t seed) const {
+void ContextAttention::ring_backward(PartContext& ctx, const Pass& pass, Ptr dqkv, ConstPtr dout,
+                                     ConstPtr qkv, ConstPtr out, const float* lse,
+                                     float drop) const {
     kernels::Ops& ops = ctx.ops;
     const int rank = ctx.context.rank();
     const std::size_t Hm = static_cast<std::size_t>(Hm_), kv_count = rows_ * 2 * Hm;
@@ -203,7 +208,7 @@ void ContextAttention::ring_backward(PartContext& ctx, Ptr dqkv, ConstPtr dout, 
             for (int kb = 0; kb < 2; ++kb)
                 if (visible(ctx, source, qa, kb))
                     ops.attention_block_backward(dq_rows.f32(), dkv, dout, qkv, kv, out, lse,
-                                                 block(ctx, source, qa, kb, drop, seed));
+                                                 block(ctx, pass, source, qa, kb, drop));
         if (step + 1 < ranks_) {
             ring_exchange(ctx, kv, ctx.scratch[kv_[static_cast<std::size_t>(1 - held)]], kv_count,
                           kKeysValues);

@@ -46,19 +46,20 @@ public:
                   kernels::ConstPtr qkv, kernels::ConstPtr out, float drop) const override;
 
 private:
-    // Ring: one block of (this rank's query half qa, the held rank's key half kb).
-    kernels::AttentionBlock block(const PartContext& ctx, int source, int qa, int kb, float drop,
-                                  uint64_t seed) const;
+    // Ring: one block of (this rank's query half qa, the held rank's key half kb) of the pass's
+    // microbatch (its dropout seed, its documents' starts).
+    kernels::AttentionBlock block(const PartContext& ctx, const Pass& pass, int source, int qa,
+                                  int kb, float drop) const;
     // Whether query half qa sees any of key half kb of rank `source`.
     bool visible(const PartContext& ctx, int source, int qa, int kb) const;
     // Exchange with the ring's neighbours: `send` to the next rank, `receive` from the previous.
     void ring_exchange(PartContext& ctx, kernels::ConstPtr send, kernels::Ptr receive,
                        std::size_t count, int tag) const;
-    void ring_forward(PartContext& ctx, kernels::Ptr out, kernels::ConstPtr qkv, float* lse,
-                      float drop, uint64_t seed) const;
-    void ring_backward(PartContext& ctx, kernels::Ptr dqkv, kernels::ConstPtr dout,
-                       kernels::ConstPtr qkv, kernels::ConstPtr out, const float* lse, float drop,
-                       uint64_t seed) const;
+    void ring_forward(PartContext& ctx, const Pass& pass, kernels::Ptr out, kernels::ConstPtr qkv,
+                      float* lse, float drop) const;
+    void ring_backward(PartContext& ctx, const Pass& pass, kernels::Ptr dqkv,
+                       kernels::ConstPtr dout, kernels::ConstPtr qkv, kernels::ConstPtr out,
+                       const float* lse, float drop) const;
     // Ulysses: `parts` side-by-side tensors of Hm channels each between the token split
     // (N, parts·Hm) and the head split (B, seq_len, parts·Hm/C) in sequence order.
     void to_heads(PartContext& ctx, kernels::ConstPtr local, kernels::Ptr heads, int parts) const;

@@ -1,6 +1,8 @@
 // The vocab-parallel embedding (see embedding.h).
 #include "model/embedding.h"
 
+#include "model/documents.h"
+
 namespace trident::model {
 
 using kernels::ConstPtr;
@@ -31,9 +33,19 @@ void Embedding::forward(PartContext& ctx, const Pass& pass, const int32_t* token
     ctx.ops.upload(ids.data, tokens, d.rows() * sizeof(int32_t));
     const Ptr embedded = d.sequence_parallel ? pass.buffers[partial_] : out;
     const bool adds_positions = ctx.rows.group().rank() == 0 && spec_.wpe != kNoParam;
-    ctx.ops.embedding_forward(embedded, static_cast<const int32_t*>(ids.data), w + spec_.wte,
-                              adds_positions ? ConstPtr(w + spec_.wpe) : ConstPtr(), d.B, d.T, d.H,
-                              spec_.vocab_begin, d.Vm, positions(ctx), d.seq_len);
+    const ConstPtr wpe = adds_positions ? ConstPtr(w + spec_.wpe) : ConstPtr();
+    const auto* id_rows = static_cast<const int32_t*>(ids.data);
+    if (const int32_t* p = document_positions(pass)) {
+        // Each sequence's positions are its own (model/documents.h): one sequence a call.
+        for (std::size_t b = 0; b < static_cast<std::size_t>(d.B); ++b) {
+            const std::size_t row = b * static_cast<std::size_t>(d.T);
+            ctx.ops.embedding_forward(embedded + row * d.H, id_rows + row, w + spec_.wte, wpe, 1,
+                                      d.T, d.H, spec_.vocab_begin, d.Vm, p + row, d.seq_len);
+        }
+    } else {
+        ctx.ops.embedding_forward(embedded, id_rows, w + spec_.wte, wpe, d.B, d.T, d.H,
+                                  spec_.vocab_begin, d.Vm, positions(ctx), d.seq_len);
+    }
     const Ptr encoded =
         ctx.rows.reduce_rows(embedded, out, static_cast<std::size_t>(d.H), ctx.scratch[ring_sums_]);
     ctx.rows.dropout(encoded, pass.drop(spec_.dropout), pass.site(0));
@@ -59,9 +71,18 @@ void Embedding::gradient(PartContext& ctx, const Pass& pass, ConstPtr d_out) con
                                                    pass.drop(spec_.dropout), pass.site(0)),
                           ctx.scratch[d_output_all_], static_cast<std::size_t>(d.H));
     const Ptr d_wpe = spec_.wpe == kNoParam ? Ptr() : ctx.weights.grads.at(spec_.wpe);
-    ctx.ops.embedding_backward(ctx.weights.grads.at(spec_.wte), d_wpe, d_encoded,
-                               static_cast<const int32_t*>(pass.buffers[tokens_].data), d.B, d.T,
-                               d.H, spec_.vocab_begin, d.Vm, positions(ctx), d.seq_len);
+    const Ptr d_wte = ctx.weights.grads.at(spec_.wte);
+    const auto* id_rows = static_cast<const int32_t*>(pass.buffers[tokens_].data);
+    if (const int32_t* p = document_positions(pass)) {
+        for (std::size_t b = 0; b < static_cast<std::size_t>(d.B); ++b) {
+            const std::size_t row = b * static_cast<std::size_t>(d.T);
+            ctx.ops.embedding_backward(d_wte, d_wpe, d_encoded + row * d.H, id_rows + row, 1, d.T,
+                                       d.H, spec_.vocab_begin, d.Vm, p + row, d.seq_len);
+        }
+        return;
+    }
+    ctx.ops.embedding_backward(d_wte, d_wpe, d_encoded, id_rows, d.B, d.T, d.H, spec_.vocab_begin,
+                               d.Vm, positions(ctx), d.seq_len);
 }
 
 }  // namespace trident::model

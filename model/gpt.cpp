@@ -139,12 +139,38 @@ Ptr Gpt::chunk_input(int c, const Set& set) const {
 ConstPtr Gpt::layer_input(int c, const Set& set, int i) const {
     if (i == 0) return chunk_input(c, set);
     const SetBuffers previous = store_.layer(set, c, i - 1);
-    const Pass pass{previous, set.training, set.seed, layout_.first_layer(c) + i - 1};
+    const Pass pass = pass_of(set, previous, layout_.first_layer(c) + i - 1);
     return parts_.layer(c, i - 1).output(pass);
 }
 
 ConstPtr Gpt::chunk_output(int c, const Set& set) const {
     return layer_input(c, set, layout_.chunk_layers(c));
+}
+
+Pass Gpt::pass_of(const Set& set, const SetBuffers& buffers, int layer) const {
+    return Pass{buffers, set.training, set.seed, layer,
+                options_.documents.any() ? &set.documents : nullptr};
+}
+
+void Gpt::find_documents(Set& set, const int32_t* inputs) {
+    const DocumentOptions& o = options_.documents;
+    if (!o.any()) return;
+    if (d_.C == 1 || !o.mask) return set.documents.find(ops_, o, inputs, d_.B, d_.T);
+    // Under context parallelism the attention sees whole windows: their tokens from the
+    // context group, each rank's at the window positions it holds (model/context_split.h).
+    const std::size_t B = static_cast<std::size_t>(d_.B), T = static_cast<std::size_t>(d_.T),
+                      S = static_cast<std::size_t>(d_.seq_len);
+    std::vector<int32_t> gathered(B * S), whole(B * S);
+    ctx_.context.all_gather(inputs, gathered.data(), B * T);
+    for (int r = 0; r < d_.C; ++r) {
+        const std::vector<int32_t> held = context_positions(d_.seq_len, d_.C, r);
+        for (std::size_t b = 0; b < B; ++b)
+            for (std::size_t t = 0; t < T; ++t)
+                whole[b * S + static_cast<std::size_t>(held[t])] =
+                    gathered[(static_cast<std::size_t>(r) * B + b) * T + t];
+    }
+    set.documents.find_split(ops_, o, whole.data(), inputs, d_.B, d_.seq_len,
+                             context_positions(d_.seq_len, d_.C, ctx_.context.rank()));
 }
 
 // ---- forward ---------------------------------------------------------------------------------
@@ -154,10 +180,11 @@ void Gpt::forward_chunk(int mb, int c, const int32_t* inputs, const int32_t* tar
     Set& set = store_.start(mb, c);
     set.training = training;
     set.seed = dropout_seed;
+    find_documents(set, inputs);
     run_forward(c, set, inputs, input);
     if (has_head(c)) {
         const SetBuffers own = store_.own(set);
-        const Pass pass{own, training, dropout_seed, layout_.shape().layers};
+        const Pass pass = pass_of(set, own, layout_.shape().layers);
         parts_.head->loss(ctx_, pass, targets, static_cast<double*>(loss_sum_.data().data));
     } else {
         ops_.copy(output, chunk_output(c, set), boundary_size());
@@ -174,7 +201,7 @@ double Gpt::take_loss_sum() {
 
 void Gpt::run_forward(int c, Set& set, const int32_t* inputs, ConstPtr input) {
     const SetBuffers own = store_.own(set);
-    const Pass own_pass{own, set.training, set.seed, -1};
+    const Pass own_pass = pass_of(set, own, -1);
     const Ptr x = chunk_input(c, set);
     if (embeds(c)) {
         for (std::size_t i = 0; i < embedding_units_.size(); ++i)
@@ -190,7 +217,7 @@ void Gpt::run_forward(int c, Set& set, const int32_t* inputs, ConstPtr input) {
     const int first = layout_.first_layer(c);
     for (int i = 0; i < layout_.chunk_layers(c); ++i) {
         const SetBuffers buffers = store_.layer(set, c, i);
-        const Pass pass{buffers, set.training, set.seed, first + i};
+        const Pass pass = pass_of(set, buffers, first + i);
         params_needed(layer_unit(first + i), next_in_forward(c, i));
         const TransformerLayer& layer = parts_.layer(c, i);
         layer.forward(ctx_, pass, layer_input(c, set, i), layer.output(pass));
@@ -209,10 +236,11 @@ std::vector<float> Gpt::logits_at(const int32_t* inputs, int position) {
     const GptShape& s = layout_.shape();
     Set& set = store_.start(0, 0);
     set.training = false;
+    find_documents(set, inputs);
     run_forward(0, set, inputs, nullptr);
     std::vector<float> row(static_cast<std::size_t>(s.vocab));  // padded columns dropped
     const SetBuffers own = store_.own(set);
-    const Pass pass{own, false, 0, s.layers};
+    const Pass pass = pass_of(set, own, s.layers);
     ops_.copy_to_host(
         row.data(), parts_.head->logits(pass) + static_cast<std::size_t>(position) * s.padded_vocab,
         row.size());
@@ -259,7 +287,7 @@ void Gpt::backward_part(int mb, int c, float dloss, ConstPtr output_grad, Ptr in
 
 void Gpt::head_backward(int c, Set& set, float dloss, BackwardPart part, bool reduce) {
     const SetBuffers own = store_.own(set);
-    const Pass pass{own, set.training, set.seed, layout_.shape().layers};
+    const Pass pass = pass_of(set, own, layout_.shape().layers);
     const bool reads_params = reads_params_in(part);
     const bool tied = layout_.shape().tied;
     if (reads_params) head_needed(next_in_backward(c, layout_.chunk_layers(c)));
@@ -285,7 +313,7 @@ void Gpt::layer_backward(int c, Set& set, int i, BackwardPart part, bool reduce)
     const int l = layout_.first_layer(c) + i;
     const TransformerLayer& layer_l = parts_.layer(c, i);
     const SetBuffers buffers = store_.layer(set, c, i);
-    const Pass pass{buffers, set.training, set.seed, l};
+    const Pass pass = pass_of(set, buffers, l);
     const ConstPtr x = layer_input(c, set, i);
     const bool reads_params = reads_params_in(part);
     if (reads_params) params_needed(layer_unit(l), next_in_backward(c, i));
@@ -306,7 +334,7 @@ void Gpt::layer_backward(int c, Set& set, int i, BackwardPart part, bool reduce)
 
 void Gpt::embedding_backward(Set& set, BackwardPart part, bool reduce) {
     const SetBuffers own = store_.own(set);
-    const Pass pass{own, set.training, set.seed, -1};
+    const Pass pass = pass_of(set, own, -1);
     if (part != BackwardPart::input)
         for (Unit u : embedding_units_) grads_needed(u);
     if (part == BackwardPart::weight)

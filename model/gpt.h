@@ -36,6 +36,7 @@
 #include "kernels/device_buffer.h"
 #include "kernels/ops.h"
 #include "model/activation_store.h"
+#include "model/documents.h"
 #include "model/flat_buffer.h"
 #include "model/model_units.h"
 #include "model/param_layout.h"
@@ -68,6 +69,7 @@ struct GptOptions {
     Precision precision;
     BufferPlan buffers;  // the data-parallel module's (model/model_units.h)
     Lora lora;
+    DocumentOptions documents;  // data.documents, eod_token, mask_eod_loss
 };
 
 // The groups the model's parts exchange over: the tensor group (its split linears, the
@@ -122,7 +124,9 @@ public:
     // global chunk computes the loss against `targets` (B, T) and adds its mean over the B*T
     // tokens to the loss sum on the device (take_loss_sum); other chunks write their output
     // (R, H) to `output`. Token ids are on the host; T is local_tokens(). Without `training`
-    // (no dropout) the activations are released at once.
+    // (no dropout) the activations are released at once. Under data.documents: mask every chunk
+    // reads `inputs` (its attention keeps within the documents), and under mask_eod_loss the
+    // last one does.
     void forward_chunk(int mb, int c, const int32_t* inputs, const int32_t* targets,
                        kernels::ConstPtr input, kernels::Ptr output, bool training,
                        uint64_t dropout_seed);
@@ -159,6 +163,11 @@ private:
 
     bool embeds(int c) const { return layout_.plan().global_chunk(c) == 0; }
     bool has_head(int c) const;
+    // A pass of the set's microbatch through `layer` (-1 the embedding, L the head), with its
+    // documents when the model reads them.
+    Pass pass_of(const Set& set, const SetBuffers& buffers, int layer) const;
+    // The microbatch's documents from its input tokens (B, T), when the model reads them.
+    void find_documents(Set& set, const int32_t* inputs);
     // The chunk's layers, embedding and head (forward), given its set.
     void run_forward(int c, Set& set, const int32_t* inputs, kernels::ConstPtr input);
     // The chunk's input (R, H) in its set, and layer i's input: the previous one's output.

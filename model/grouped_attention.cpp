@@ -1,6 +1,7 @@
 // Llama's attention sublayer (see grouped_attention.h).
 #include "model/grouped_attention.h"
 
+#include "model/documents.h"
 #include "model/part_kinds.h"
 
 namespace trident::model {
@@ -30,27 +31,45 @@ const int32_t* GroupedAttention::positions(const PartContext& ctx) const {
     return positions_ < 0 ? nullptr : static_cast<const int32_t*>(ctx.scratch[positions_].data);
 }
 
-Ptr GroupedAttention::forward(PartContext& ctx, const Pass& pass, ConstPtr x, float drop) const {
+// Under the document mask each sequence's angles follow its own positions (model/documents.h):
+// one sequence a call.
+void GroupedAttention::rotary(PartContext& ctx, const Pass& pass, Ptr to, ConstPtr from,
+                              bool backward) const {
     const Dims& d = ctx.dims();
+    const int hs = d.Hm / d.heads;
+    const int32_t* p = document_positions(pass);
+    const int calls = p ? d.B : 1, B = p ? 1 : d.B;
+    // Rows of the grouped qkv (N, Hm + 2·KVm) and of the attention's (N, 3Hm).
+    const std::size_t grouped_row = grouped_count_ / d.rows(), qkv_row = 3 * std::size_t(d.Hm);
+    for (int b = 0; b < calls; ++b) {
+        const std::size_t row = static_cast<std::size_t>(b) * static_cast<std::size_t>(d.T);
+        const int32_t* at = p ? p + row : positions(ctx);
+        if (backward)
+            ctx.ops.rotary_qkv_backward(to + row * grouped_row, from + row * qkv_row, B, d.T,
+                                        d.heads, d.kv_heads, hs, theta_, at);
+        else
+            ctx.ops.rotary_qkv_forward(to + row * qkv_row, from + row * grouped_row, B, d.T,
+                                       d.heads, d.kv_heads, hs, theta_, at);
+    }
+}
+
+Ptr GroupedAttention::forward(PartContext& ctx, const Pass& pass, ConstPtr x, float drop) const {
     const Ptr grouped = ctx.scratch[grouped_], qkv = pass.buffers[qkv_];
     qkv_linear_->forward(ctx, pass, x, grouped);
-    ctx.ops.rotary_qkv_forward(core_->qkv_target(ctx, qkv), grouped, d.B, d.T, d.heads, d.kv_heads,
-                               d.Hm / d.heads, theta_, positions(ctx));
+    rotary(ctx, pass, core_->qkv_target(ctx, qkv), grouped, false);
     core_->forward(ctx, pass, qkv, pass.buffers[out_], drop);
     return proj_->forward(ctx, pass, pass.buffers[out_], Ptr());
 }
 
 ConstPtr GroupedAttention::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dy,
                                     float drop, BackwardPart part, bool rebuild) const {
-    const Dims& d = ctx.dims();
     const ConstPtr d_out = proj_->backward(ctx, pass, pass.buffers[out_], dy, part);
     const Ptr d_qkv = ctx.scratch[d_qkv_], d_grouped = ctx.scratch[d_grouped_];
     ctx.ops.zero(d_qkv, qkv_count_);
     if (rebuild) core_->rebuild(ctx, pass, pass.buffers[qkv_], drop);
     core_->backward(ctx, pass, d_qkv, d_out, pass.buffers[qkv_], pass.buffers[out_], drop);
     ctx.ops.zero(d_grouped, grouped_count_);
-    ctx.ops.rotary_qkv_backward(d_grouped, d_qkv, d.B, d.T, d.heads, d.kv_heads, d.Hm / d.heads,
-                                theta_, positions(ctx));
+    rotary(ctx, pass, d_grouped, d_qkv, true);
     return qkv_linear_->backward(ctx, pass, x, d_grouped, part);
 }
 

@@ -40,6 +40,10 @@ public:
 private:
     // The positions of this rank's tokens (T) on the device, or null for 0 .. T-1.
     const int32_t* positions(const PartContext& ctx) const;
+    // `to` = the rotary op of `from` (the forward: the attention's qkv from the grouped one; the
+    // backward: the grouped gradient, added, from the attention's).
+    void rotary(PartContext& ctx, const Pass& pass, kernels::Ptr to, kernels::ConstPtr from,
+                bool backward) const;
 
     float theta_;
     int qkv_;                  // slot: the core's qkv (N, 3Hm)

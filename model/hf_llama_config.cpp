@@ -106,6 +106,9 @@ HfLlamaConfig read_hf_llama_config(const std::string& path) {
     c.rope_theta = f.number("rope_theta", 10000.0);
     c.norm_eps = f.number("rms_norm_eps", 1e-6);
     c.tied = f.flag("tie_word_embeddings", false);
+    if (const Value* eos = f.find("eos_token_id");
+        eos && eos->is_integer() && eos->integer >= 0 && eos->integer < c.vocab)
+        c.eos = static_cast<int>(eos->integer);
     if (c.heads % c.kv_heads != 0)
         throw Error(path + ": num_attention_heads " + std::to_string(c.heads) +
                     " is not a multiple of num_key_value_heads " + std::to_string(c.kv_heads));

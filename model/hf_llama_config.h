@@ -28,6 +28,7 @@ struct HfLlamaConfig {
     double rope_theta = 10000.0;
     double norm_eps = 1e-6;  // rms_norm_eps (absent: LlamaConfig's default 1e-6)
     bool tied = false;       // tie_word_embeddings
+    int eos = -1;            // eos_token_id (absent, null or a list: -1)
     bool operator==(const HfLlamaConfig&) const = default;
 };
 

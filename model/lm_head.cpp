@@ -3,6 +3,8 @@
 
 #include <utility>
 
+#include "model/documents.h"
+
 namespace trident::model {
 
 using kernels::ConstPtr;
@@ -19,6 +21,14 @@ LinearSpec head_linear(const LmHeadSpec& spec, const Dims& d) {
     s.weight = spec.weight;
     s.stash = false;  // the logits' buffer keeps their gradient
     return s;
+}
+
+// Rows (of `width` elements) of the uncounted positions zeroed: their losses, or their logits'
+// gradients (data.mask_eod_loss, model/documents.h).
+void drop_uncounted(PartContext& ctx, const Pass& pass, Ptr rows, std::size_t width) {
+    if (!pass.documents) return;
+    for (const int32_t n : pass.documents->uncounted())
+        ctx.ops.zero(rows + static_cast<std::size_t>(n) * width, width);
 }
 
 }  // namespace
@@ -61,6 +71,7 @@ void LmHead::loss(PartContext& ctx, const Pass& pass, const int32_t* targets,
     const Ptr losses = pass.buffers[losses_];
     ctx.ops.cross_entropy_losses(losses.f32(), pass.buffers[lse_].f32(), global_max, sums,
                                  target_logit, N);
+    drop_uncounted(ctx, pass, losses, 1);
     ctx.ops.add_mean(loss_sum, losses.f32(), N);
 }
 
@@ -71,6 +82,7 @@ void LmHead::backward(PartContext& ctx, const Pass& pass, ConstPtr x, float dlos
     ctx.ops.cross_entropy_backward(logits, logits, pass.buffers[lse_].f32(),
                                    static_cast<const int32_t*>(pass.buffers[targets_].data), dloss,
                                    d.N, spec_.vocab_begin, spec_.vocab, d.Vm);
+    drop_uncounted(ctx, pass, logits, static_cast<std::size_t>(d.Vm));
     // This rank's vocabulary share of the head input's gradient, summed over the group.
     const ConstPtr d_normed = linear_.backward(ctx, pass, norm_->output(pass), logits, part);
     ctx.ops.zero(d_x, d.rows_mine() * static_cast<std::size_t>(d.H));

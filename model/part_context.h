@@ -17,6 +17,8 @@
 
 namespace trident::model {
 
+class Documents;  // model/documents.h
+
 // The flat buffers parts read their parameters from and add their gradients into. Under LoRA
 // the model is frozen (no gradients of its own) and the adapters have theirs.
 struct Weights {
@@ -70,6 +72,8 @@ struct Pass {
     bool training = false;  // dropout applies
     uint64_t seed = 0;      // the microbatch's dropout seed
     int layer = 0;          // global index
+    // The microbatch's packed documents (model/documents.h), or null: one causal sequence.
+    const Documents* documents = nullptr;
 
     float drop(float p) const { return training ? p : 0.0f; }
     // The seed of dropout site s of the layer: 0 attention, 1 and 2 the residual branches,

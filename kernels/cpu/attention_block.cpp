@@ -54,6 +54,16 @@ int visible_keys(const AttentionBlock& k, int i) {
     return last < 0 ? 0 : (last + 1 < k.k_count ? last + 1 : k.k_count);
 }
 
+// The first key visible to query row i of sequence b: 0, or within documents the start of the
+// row's document (AttentionBlock::q_starts), at most count.
+int first_key(const AttentionBlock& k, int b, int i) {
+    if (!k.q_starts) return 0;
+    const int first = k.q_starts[static_cast<std::size_t>(b) * k.q_rows +
+                                 static_cast<std::size_t>(k.q_begin + i)] -
+                      k.k_position;
+    return first < 0 ? 0 : (first < k.k_count ? first : k.k_count);
+}
+
 // Dropout's factor for query row i, key j of the block: 0 or 1/(1 - p); 1 without dropout.
 float dropout_factor(const AttentionBlock& k, const BlockHead& head, int i, int j) {
     if (k.drop_prob == 0.0f) return 1.0f;
@@ -85,26 +95,29 @@ void attention_block_forward(float* out, float* lse, const float* qkv, const flo
         for (int bh = 0; bh < k.B * k.NH; bh++) {
             const BlockHead head = block_head(k, bh);
             block_scores(scores.data(), qkv, kv, k, head, scale);
-            // Each row becomes its probabilities over the visible keys (dropped out), zeros after.
+            // Each row becomes its probabilities over the visible keys [first, visible) (dropped
+            // out), zeros elsewhere.
             for (int i = 0; i < k.q_count; i++) {
                 float* row = scores.data() + static_cast<std::size_t>(i) * k.k_count;
-                const int visible = visible_keys(k, i);
+                const int first = first_key(k, bh / k.NH, i), visible = visible_keys(k, i);
                 float* row_lse = lse + head.lse + i;
-                if (visible == 0) {
+                if (visible <= first) {
                     *row_lse = kMinusInf;
                     for (int j = 0; j < k.k_count; j++) row[j] = 0.0f;
                     continue;
                 }
                 float max = kMinusInf;
-                for (int j = 0; j < visible; j++) max = row[j] > max ? row[j] : max;
+                for (int j = first; j < visible; j++) max = row[j] > max ? row[j] : max;
                 float sum = 0.0f;
-                for (int j = 0; j < visible; j++) {
+                for (int j = first; j < visible; j++) {
                     row[j] = fast_exp(row[j] - max);
                     sum += row[j];
                 }
                 *row_lse = max + std::log(sum);
                 const float inv_sum = 1.0f / sum;
-                for (int j = 0; j < visible; j++) row[j] *= inv_sum * dropout_factor(k, head, i, j);
+                for (int j = first; j < visible; j++)
+                    row[j] *= inv_sum * dropout_factor(k, head, i, j);
+                for (int j = 0; j < first; j++) row[j] = 0.0f;
                 for (int j = visible; j < k.k_count; j++) row[j] = 0.0f;
             }
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, k.q_count, hs, k.k_count, 1.0f,
@@ -161,19 +174,21 @@ void attention_block_backward(float* dq, float* dkv, const float* dout, const fl
             for (int i = 0; i < k.q_count; i++) {
                 float* p = probs.data() + static_cast<std::size_t>(i) * k.k_count;
                 float* dp = dprobs.data() + static_cast<std::size_t>(i) * k.k_count;
-                const int visible = visible_keys(k, i);
+                const int first = first_key(k, bh / k.NH, i), visible = visible_keys(k, i);
                 const float row_lse = lse[head.lse + i];
                 const float* dout_i = dout + head.out + static_cast<std::size_t>(i) * k.channels;
                 const float* out_i = out + head.out + static_cast<std::size_t>(i) * k.channels;
                 float dot = 0.0f;  // D_i
                 for (int d = 0; d < hs; d++) dot += dout_i[d] * out_i[d];
-                for (int j = 0; j < visible; j++) {
+                for (int j = first; j < visible; j++) {
                     const float prob = fast_exp(p[j] - row_lse);
                     const float z = dropout_factor(k, head, i, j);
                     p[j] = prob * z;
                     dp[j] = prob * (z * dp[j] - dot);
                 }
-                for (int j = visible; j < k.k_count; j++) p[j] = dp[j] = 0.0f;
+                for (int j = 0; j < first && j < k.k_count; j++) p[j] = dp[j] = 0.0f;
+                for (int j = visible > first ? visible : first; j < k.k_count; j++)
+                    p[j] = dp[j] = 0.0f;
             }
             float* dk = dkv + head.kv;
             cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, k.k_count, hs, k.q_count, 1.0f,

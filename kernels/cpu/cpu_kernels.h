@@ -87,13 +87,15 @@ void matmul_backward(float* dinp, float* dweight, float* dbias, const float* dou
                      const float* weight, int N, int channels, int OC);
 void add_bias(float* out, const float* bias, int N, int OC);
 
-// ---- causal self-attention (attention.cpp) ----------------------------------------------
+// ---- causal self-attention (attention.cpp), within documents where `starts` is given -----
 void attention_forward(float* out, float* att, const float* qkv, int B, int T, int channels, int NH,
-                       float drop_prob, uint64_t seed, int head_begin, int heads_total);
+                       float drop_prob, uint64_t seed, int head_begin, int heads_total,
+                       const int32_t* starts);
 void attention_backward(float* dqkv, float* scratch, const float* dout, const float* qkv,
                         const float* att, int B, int T, int channels, int NH, float drop_prob,
-                        uint64_t seed, int head_begin, int heads_total);
-void attention_probs(float* att, const float* qkv, int B, int T, int channels, int NH);
+                        uint64_t seed, int head_begin, int heads_total, const int32_t* starts);
+void attention_probs(float* att, const float* qkv, int B, int T, int channels, int NH,
+                     const int32_t* starts);
 
 // ---- ring attention's blocks (attention_block.cpp) --------------------------------------
 void attention_block_forward(float* out, float* lse, const float* qkv, const float* kv,

@@ -229,16 +229,34 @@ public:
     void attention_forward(Ptr out, Ptr saved, ConstPtr qkv, int B, int T, int channels, int NH,
                            float drop_prob, uint64_t seed, int head_begin,
                            int heads_total) override {
+        document_attention_forward(out, saved, qkv, nullptr, B, T, channels, NH, drop_prob, seed,
+                                   head_begin, heads_total);
+    }
+    void attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out, ConstPtr saved,
+                            int B, int T, int channels, int NH, float drop_prob, uint64_t seed,
+                            int head_begin, int heads_total) override {
+        document_attention_backward(dqkv, dout, qkv, out, saved, nullptr, B, T, channels, NH,
+                                    drop_prob, seed, head_begin, heads_total);
+    }
+    void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int channels, int NH,
+                           float drop_prob) override {
+        document_attention_rebuild(saved, qkv, nullptr, B, T, channels, NH, drop_prob);
+    }
+    // The causal attention above is the one of a single document (null starts).
+    void document_attention_forward(Ptr out, Ptr saved, ConstPtr qkv, const int32_t* starts, int B,
+                                    int T, int channels, int NH, float drop_prob, uint64_t seed,
+                                    int head_begin, int heads_total) override {
         cpu::Fp32Views v(scratch_);
         const std::size_t BTC = static_cast<std::size_t>(B) * T * channels;
         cpu::attention_forward(v.out(out, BTC), v.out(saved, probs_size(B, NH, T)),
                                v.in(qkv, 3 * BTC), B, T, channels, NH, drop_prob, seed, head_begin,
-                               heads_total);
+                               heads_total, starts);
         v.commit();
     }
-    void attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr, ConstPtr saved, int B,
-                            int T, int channels, int NH, float drop_prob, uint64_t seed,
-                            int head_begin, int heads_total) override {
+    void document_attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr,
+                                     ConstPtr saved, const int32_t* starts, int B, int T,
+                                     int channels, int NH, float drop_prob, uint64_t seed,
+                                     int head_begin, int heads_total) override {
         const std::size_t probs = probs_size(B, NH, T);
         // The gradient of the probabilities, a (B,NH,T,T) workspace of dqkv's type, kept and
         // grown as needed: it counts in the allocator's figures as the model's buffers do.
@@ -251,16 +269,16 @@ public:
         const std::size_t BTC = static_cast<std::size_t>(B) * T * channels;
         cpu::attention_backward(v.inout(dqkv, 3 * BTC), v.out(workspace_, probs), v.in(dout, BTC),
                                 v.in(qkv, 3 * BTC), v.in(saved, probs), B, T, channels, NH,
-                                drop_prob, seed, head_begin, heads_total);
+                                drop_prob, seed, head_begin, heads_total, starts);
         v.commit();
     }
     // The probabilities come before dropout, whatever drop_prob is.
-    void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int channels, int NH,
-                           float) override {
+    void document_attention_rebuild(Ptr saved, ConstPtr qkv, const int32_t* starts, int B, int T,
+                                    int channels, int NH, float) override {
         cpu::Fp32Views v(scratch_);
         cpu::attention_probs(v.out(saved, probs_size(B, NH, T)),
                              v.in(qkv, 3 * static_cast<std::size_t>(B) * T * channels), B, T,
-                             channels, NH);
+                             channels, NH, starts);
         v.commit();
     }
 

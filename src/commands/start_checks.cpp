@@ -1,7 +1,10 @@
 // Start-up checks of a training run (see start_checks.h).
 #include "commands/start_checks.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
+#include <vector>
 
 #include "io/user_paths.h"
 #include "kernels/error.h"
@@ -43,6 +46,20 @@ std::string epochs_per_step(const config::Config& cfg, const data::Dataset& trai
                   "more data";
     }
     return warning;
+}
+
+std::string missing_eod(const config::Config& cfg, const data::Dataset& train) {
+    if (cfg.data.documents != config::DocumentMode::mask) return "";
+    for (std::size_t i = 0; i < train.datasets(); ++i) {
+        const data::TokenStream& stream = train.stream(i);
+        std::vector<int32_t> head(std::min(stream.size(), kEodProbe));
+        stream.read(0, head);
+        if (std::find(head.begin(), head.end(), cfg.data.eod_token) != head.end()) continue;
+        return "data.documents: mask, but data.eod_token " + std::to_string(cfg.data.eod_token) +
+               " is not among the first " + std::to_string(head.size()) + " tokens of " +
+               stream.describe() + ": each window is one document";
+    }
+    return "";
 }
 
 }  // namespace trident::commands

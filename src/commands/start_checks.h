@@ -1,9 +1,10 @@
 // What a training run checks at start-up beyond its config, so that what would fail at its
 // end or under it is found before step 1 (docs/RELIABILITY.md, "What is found before step
-// 1"): the files rank 0 writes, the tokenizer of the sample printed after training, and a
-// global batch larger than an epoch of its data.
+// 1"): the files rank 0 writes, the tokenizer of the sample printed after training, a global
+// batch larger than an epoch of its data, and documents without their end token.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -26,5 +27,11 @@ std::unique_ptr<data::Tokenizer> sample_tokenizer(const config::Config& cfg);
 // 16777216 sequences over a few thousand samples makes no visible progress for minutes), or
 // "".
 std::string epochs_per_step(const config::Config& cfg, const data::Dataset& train);
+
+// Under data.documents: mask, a warning naming the token and the dataset when a training
+// dataset holds no data.eod_token in its first kEodProbe tokens (tokenized without document
+// ends, or another eod), or "".
+inline constexpr std::size_t kEodProbe = std::size_t{1} << 20;
+std::string missing_eod(const config::Config& cfg, const data::Dataset& train);
 
 }  // namespace trident::commands

@@ -432,8 +432,9 @@ void set_up_leader(Setup& setup) {
     if (cfg.checkpoint.dir) setup.dir_lock = train::claim_checkpoint_dir(*cfg.checkpoint.dir);
     check_logging_outputs(cfg);
     setup.sample_tokenizer = sample_tokenizer(cfg);
-    if (const std::string w = epochs_per_step(cfg, *setup.train_data); !w.empty())
-        setup.cfg.warnings.push_back(w);
+    for (const std::string& w :
+         {epochs_per_step(cfg, *setup.train_data), missing_eod(cfg, *setup.train_data)})
+        if (!w.empty()) setup.cfg.warnings.push_back(w);
     if (cfg.logging.metrics)
         setup.metrics_lock =
             std::make_unique<train::FileLock>(*cfg.logging.metrics, "logging.metrics");

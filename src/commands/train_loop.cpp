@@ -261,6 +261,14 @@ bool Loop::step(int s) {
         std::fprintf(stderr, "trident: warning: %s\n", r.skip_note.c_str());
         std::fflush(stderr);
     }
+    if (leader_ && r.nothing_counted && !said_nothing_counted_) {
+        said_nothing_counted_ = true;
+        std::printf(
+            "note: step %d: no position of the global batch counts a loss (every input "
+            "token is data.eod_token under data.mask_eod_loss): no loss and no gradient, "
+            "said once for every such step\n",
+            s + 1);
+    }
     train::StepMetrics m = metrics_of(s, r);
     if (setup_.valid_data && due(m.step, cfg_.training.eval_interval, cfg_.training.steps)) {
         m.val_loss = trainer_.evaluate(valid_sample_, cfg_.training.eval_sequences);
@@ -302,6 +310,7 @@ train::StepMetrics Loop::metrics_of(int s, const train::StepResult& r) {
     m.eta_s = step_times_.seconds_left(m.steps - m.step);
     m.tensor_comm = r.tensor_comm;
     m.activation_sets = static_cast<int64_t>(r.activation_sets);
+    m.documents_per_window = r.documents_per_window;
     m.data_comm = r.data_comm;
     m.context_comm = r.context_comm;
     m.kv_replica_comm = r.kv_replica_comm;

@@ -35,6 +35,12 @@ enum class Decay { cosine, linear, constant };
 enum class NonFinite { stop, skip };  // what a bf16 or fp32 step with inf/NaN gradients does
 enum class DeviceKind { auto_, cpu, cuda };
 enum class DataFormat { auto_, llmc, megatron };  // auto: decided per path (data/dataset.h)
+// data.documents: each window one causal sequence across document boundaries (stream), or
+// attention within documents and positions per document (mask; model/documents.h).
+enum class DocumentMode { stream, mask };
+// training.loss_normalization: the mean of the microbatches' means, or the sum of the counted
+// losses over the counted tokens of the whole global batch (Megatron's calculate_per_token_loss).
+enum class LossNormalization { microbatch, tokens };
 // What a failed write of a checkpoint, the metrics or the trace does: end the run cleanly (every
 // rank, exit code 1) or report it and go on (a checkpoint is tried again at the next interval).
 enum class OnError { stop, continue_ };
@@ -190,6 +196,7 @@ struct TrainingConfig {
     // named every logging.interval steps; 0: not checked.
     double straggler_factor = 0;
     Recompute recompute = Recompute::none;
+    LossNormalization loss_normalization = LossNormalization::microbatch;
     uint64_t seed = 1234;
     int threads = 0;  // CPU threads for ops, OpenBLAS and offload: host's update; 0 = all cores
     int eval_interval = 0;  // steps between validation passes; 0 = only after the last step
@@ -224,6 +231,11 @@ struct DataConfig {
     std::vector<DataSource> valid;  // empty: none; separate data, never carved from train
     DataFormat format = DataFormat::auto_;
     bool shuffle = true;
+    DocumentMode documents = DocumentMode::stream;
+    // The token that ends a document: GPT-2's <|endoftext|>, or a llama's eos_token_id from its
+    // config.json (hf_folder.cpp).
+    int eod_token = 50256;
+    bool mask_eod_loss = false;  // a position whose input is eod counts no loss
     bool operator==(const DataConfig&) const = default;
 };
 
@@ -367,6 +379,8 @@ const char* to_string(Recompute v);
 const char* to_string(NonFinite v);
 const char* to_string(DeviceKind v);
 const char* to_string(DataFormat v);
+const char* to_string(DocumentMode v);
+const char* to_string(LossNormalization v);
 const char* to_string(OnError v);
 const char* to_string(Offload v);
 const char* to_string(OptimizerName v);

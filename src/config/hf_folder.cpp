@@ -65,7 +65,8 @@ void take_seq_len(ModelConfig& m, int max_positions, const char* hf_name, const 
     }
 }
 
-void take_llama(ModelConfig& m, const std::string& config, Origins& origins) {
+void take_llama(Config& cfg, const std::string& config, Origins& origins) {
+    ModelConfig& m = cfg.model;
     const model::HfLlamaConfig hf = model::read_hf_llama_config(config);
     take({{"model.vocab_size", "vocab_size", &m.vocab_size, hf.vocab},
           {"model.hidden", "hidden_size", &m.hidden, hf.hidden},
@@ -78,6 +79,11 @@ void take_llama(ModelConfig& m, const std::string& config, Origins& origins) {
           {"model.tie_embeddings", "tie_word_embeddings", &m.tie_embeddings, hf.tied}},
          config, origins);
     take_seq_len(m, hf.max_positions, "max_position_embeddings", config, origins);
+    // Its documents end with its eos token unless data.eod_token names another.
+    if (hf.eos >= 0 && !origins.is_set("data.eod_token")) {
+        cfg.data.eod_token = hf.eos;
+        origins.set("data.eod_token", config, 0);
+    }
 }
 
 void take_gpt2(ModelConfig& m, const std::string& config, Origins& origins) {
@@ -114,7 +120,7 @@ void take_hf_config(Config& cfg, Origins& origins) {
         if (arch == Arch::gpt2)
             take_gpt2(m, config, origins);
         else
-            take_llama(m, config, origins);  // refuses any other model_type by name
+            take_llama(cfg, config, origins);  // refuses any other model_type by name
     } catch (const ConfigError&) {
         throw;
     } catch (const Error& e) {

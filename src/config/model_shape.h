@@ -85,6 +85,8 @@ inline model::GptOptions gpt_options(const Config& cfg, int stage,
         t.precision, t.fp32_grad_accumulation ? kernels::DType::f32 : t.precision, t.precision};
     o.buffers = buffers;
     o.lora = lora_of(cfg);
+    o.documents = model::DocumentOptions{cfg.data.documents == DocumentMode::mask,
+                                         cfg.data.eod_token, cfg.data.mask_eod_loss};
     return o;
 }
 

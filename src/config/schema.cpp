@@ -283,6 +283,7 @@ const std::vector<Key>& table() {
         field("training.min_loss_scale", &C::training, &TrainingConfig::min_loss_scale, above(0.0)),
         field("training.nonfinite", &C::training, &TrainingConfig::nonfinite),
         field("training.recompute", &C::training, &TrainingConfig::recompute),
+        field("training.loss_normalization", &C::training, &TrainingConfig::loss_normalization),
         field("training.seed", &C::training, &TrainingConfig::seed),
         field("training.threads", &C::training, &TrainingConfig::threads, at_least(0)),
         field("training.eval_interval", &C::training, &TrainingConfig::eval_interval, at_least(0)),
@@ -347,6 +348,9 @@ const std::vector<Key>& table() {
         sources("data.valid", &DataConfig::valid, true),
         field("data.format", &C::data, &DataConfig::format),
         field("data.shuffle", &C::data, &DataConfig::shuffle),
+        field("data.documents", &C::data, &DataConfig::documents),
+        field("data.eod_token", &C::data, &DataConfig::eod_token, at_least(0)),
+        field("data.mask_eod_loss", &C::data, &DataConfig::mask_eod_loss),
 
         field("checkpoint.dir", &C::checkpoint, &CheckpointConfig::dir, a_path()),
         field("checkpoint.interval", &C::checkpoint, &CheckpointConfig::interval, at_least(0)),

@@ -46,6 +46,12 @@ const char* to_string(DeviceKind v) {
 const char* to_string(DataFormat v) {
     return detail::enum_name(v);
 }
+const char* to_string(DocumentMode v) {
+    return detail::enum_name(v);
+}
+const char* to_string(LossNormalization v) {
+    return detail::enum_name(v);
+}
 const char* to_string(OnError v) {
     return detail::enum_name(v);
 }

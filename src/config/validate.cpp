@@ -380,6 +380,27 @@ void check_offload(const Config& cfg, const Origins& origins) {
 
 }  // namespace
 
+// Packed documents (model/documents.h): an eod token in the vocabulary, a llama's named, and
+// what is not built yet. Nothing is asked of data.eod_token while no document is read.
+void check_documents(const Config& cfg, const Origins& origins) {
+    const DataConfig& d = cfg.data;
+    const bool mask = d.documents == DocumentMode::mask;
+    if (!mask && !d.mask_eod_loss) return;
+    const char* uses = mask ? "data.documents: mask" : "data.mask_eod_loss";
+    if (cfg.model.arch == Arch::llama && !origins.is_set("data.eod_token"))
+        fail(origins.file(), cat("data.eod_token: required with ", uses,
+                                 " for a llama model whose model.init_from names no "
+                                 "eos_token_id"));
+    if (d.eod_token >= cfg.model.vocab_size)
+        fail(origins.blame({"data.eod_token", "model.vocab_size"}),
+             cat("data.eod_token: ", d.eod_token, " is outside the vocabulary (model.vocab_size ",
+                 cfg.model.vocab_size, ")"));
+    if (mask && cfg.device == DeviceKind::cuda)
+        fail(origins.blame({"data.documents", "device"}),
+             "data.documents: mask on device cuda is not built (the GPU's attention within "
+             "documents); use device: cpu");
+}
+
 void validate(const Config& cfg, const Origins& origins, Purpose purpose) {
     check_required(origins, purpose);
     check_ranges(cfg, origins);
@@ -391,6 +412,7 @@ void validate(const Config& cfg, const Origins& origins, Purpose purpose) {
     check_architecture(cfg, origins);
     check_offload(cfg, origins);
     check_optimizer(cfg, origins);
+    check_documents(cfg, origins);
     // Training adapters adapts given weights (over a random model they would adapt nothing);
     // bench and plan measure and model the run without them.
     if (purpose == Purpose::train && cfg.training.lora.enabled() && !cfg.model.init_from)

@@ -62,6 +62,14 @@ struct EnumNames<DataFormat> {
     static constexpr std::array names{"auto", "llmc", "megatron"};
 };
 template <>
+struct EnumNames<DocumentMode> {
+    static constexpr std::array names{"stream", "mask"};
+};
+template <>
+struct EnumNames<LossNormalization> {
+    static constexpr std::array names{"microbatch", "tokens"};
+};
+template <>
 struct EnumNames<OnError> {
     static constexpr std::array names{"stop", "continue"};
 };

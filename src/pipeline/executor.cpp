@@ -159,7 +159,9 @@ double Executor::run(const std::vector<Instr>& stream, const MicrobatchFn& micro
                 break;
             case Op::forward: {
                 const bool embeds = g == 0, head = g == last_chunk;
-                if (embeds || head) microbatch(mb, inputs_, targets_);
+                // Under the document mask every chunk's attention reads the tokens' documents.
+                if (embeds || head || model_.options().documents.mask)
+                    microbatch(mb, inputs_, targets_);
                 model_.forward_chunk(mb, c, inputs_.data(), targets_.data(),
                                      embeds ? kernels::ConstPtr() : received(act_in, mb, c),
                                      head ? kernels::Ptr() : take_send_buffer(act_out, mb, c),

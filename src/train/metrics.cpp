@@ -152,6 +152,7 @@ void MetricsLog::write_json(const StepMetrics& m) {
     if (m.val_loss) line.add("val_loss", *m.val_loss);
     if (m.resumed_at) line.add("resumed_at", *m.resumed_at);
     line.add("activation_sets", m.activation_sets);
+    if (m.documents_per_window > 0) line.add("documents_per_window", m.documents_per_window);
     using parallel::CommKind;
     for (const auto& [group, stats] :
          {std::pair{"tp", &m.tensor_comm}, std::pair{"dp", &m.data_comm}})

@@ -34,6 +34,7 @@ struct StepMetrics {
     std::optional<int> resumed_at;
     parallel::CommStats tensor_comm;      // the tensor-parallel group's traffic in the step
     int64_t activation_sets = 0;          // peak (microbatch, chunk) activations held
+    double documents_per_window = 0;      // data.documents: mask (0: not recorded)
     parallel::CommStats data_comm;        // the data-context group's traffic in the step
     parallel::CommStats context_comm;     // the context-parallel group's traffic in the step
     parallel::CommStats kv_replica_comm;  // the key/value head replicas' (M > KVH)

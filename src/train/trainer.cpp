@@ -15,6 +15,7 @@
 #include "parallel/agreement.h"
 #include "parallel/watchdog.h"
 #include "pipeline/schedule.h"
+#include "train/token_loss.h"
 
 namespace trident::train {
 
@@ -114,6 +115,14 @@ double Trainer::from_last_stage(double loss) {
     return loss;
 }
 
+double Trainer::token_loss(double loss_sum, double counted) {
+    // Each microbatch added the mean of its rows' losses, the uncounted ones 0.
+    const double rows = static_cast<double>(cfg_.training.micro_batch) * model_.local_tokens();
+    double sum = from_last_stage(loss_sum) * rows;
+    data_context_.all_reduce(&sum, 1);
+    return counted > 0 ? sum / counted : 0.0;
+}
+
 void Trainer::fill_microbatch(const SampleFn& sample, uint64_t first, std::span<int32_t> inputs,
                               std::span<int32_t> targets) {
     const int T = cfg_.model.seq_len, T_local = model_.local_tokens();
@@ -146,9 +155,19 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
         static_cast<uint64_t>(step) * t.global_batch +
         static_cast<uint64_t>(data_.rank()) * (t.global_batch / data_.size());
     const int microbatches = cfg_.derived.grad_accum_steps;
-    // Each token's share of the mean loss, times the loss scale (fp16; 1 otherwise).
-    const float dloss =
-        static_cast<float>(loss_scale / static_cast<double>(cfg_.derived.tokens_per_step));
+    // The positions whose loss counts (train/token_loss.h): every token of the global batch,
+    // unless eod inputs drop theirs.
+    const bool per_token = per_token_loss(cfg_);
+    const BatchCounts counts =
+        count_batch(cfg_, sample, static_cast<uint64_t>(step) * t.global_batch, t.global_batch,
+                    whole_inputs_, whole_targets_);
+    const double counted =
+        per_token ? counts.counted : static_cast<double>(cfg_.derived.tokens_per_step);
+    documents_per_window_ = counts.documents / t.global_batch;
+    nothing_counted_ = counted == 0;
+    // Each token's share of the loss, times the loss scale (fp16; 1 otherwise); none where no
+    // position counts.
+    const float dloss = counted > 0 ? static_cast<float>(loss_scale / counted) : 0.0f;
     const auto first_of = [&](int mb) {
         return first_sample + static_cast<uint64_t>(mb) * t.micro_batch;
     };
@@ -169,6 +188,7 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
     // The tied embedding's two copies, on the first stage and on the last (data_parallel.h).
     data_parallel_.backward_done();
     sighting_.own_loss(loss_sum);
+    if (per_token) return token_loss(loss_sum, counted);
     // The step's loss: the mean of the means of the replicas and context ranks (equal token
     // counts).
     double loss = from_last_stage(loss_sum / microbatches);
@@ -237,6 +257,8 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     r.embedding_comm = embedding_.stats();
     r.memory = memory();
     r.activation_sets = model_.activations().sets;
+    r.documents_per_window = documents_per_window_;
+    r.nothing_counted = nothing_counted_;
     r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     parallel::first_step_done();
     return r;
@@ -260,6 +282,10 @@ double Trainer::evaluate(const SampleFn& sample, int sequences) {
         0.0f, false, [](int) { return uint64_t{0}; });
     data_parallel_.release_params();
     after_gathers();
+    if (per_token_loss(cfg_))
+        return token_loss(
+            loss_sum,
+            count_batch(cfg_, sample, 0, sequences, whole_inputs_, whole_targets_).counted);
     // The mean of the replicas' and context ranks' means (equal token counts).
     double loss = from_last_stage(loss_sum / microbatches);
     data_context_.all_reduce(&loss, 1);

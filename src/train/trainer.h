@@ -48,6 +48,11 @@ struct StepResult {
     double seconds = 0;               // wall time of the whole step
     parallel::CommStats tensor_comm;  // what the tensor-parallel group moved in the step
     std::size_t activation_sets = 0;  // most microbatches' activations held at once so far
+    // The documents in a window of the global batch, on average, under data.documents: mask
+    // (0 otherwise): train/token_loss.h.
+    double documents_per_window = 0;
+    // No position of the global batch counts a loss (train/token_loss.h): no loss, no gradient.
+    bool nothing_counted = false;
     // What the data-context group (the D·C ranks holding the same weights) moved in the step.
     parallel::CommStats data_comm;
     parallel::CommStats context_comm;  // what the context-parallel group moved in the step
@@ -91,10 +96,10 @@ public:
     // (train/step_guard.h) on every rank alike where training is to stop.
     StepResult step(int step, const SampleFn& sample);
     // The first half of a step: the gradients of its global batch times loss_scale, in
-    // model().grads(). Returns the mean loss over every token of the batch.
+    // model().grads(). Returns the mean loss over every (counted) token of the batch.
     double accumulate_gradients(int step, const SampleFn& sample, double loss_scale = 1.0);
-    // Mean loss over every token of samples 0 .. sequences - 1 (a multiple of micro_batch ×
-    // D), each replica evaluating its share: no dropout, no update. The same on every layout.
+    // Mean loss over every (counted) token of samples 0 .. sequences - 1 (a multiple of micro_batch
+    // × D), each replica evaluating its share: no dropout, no update. The same on every layout.
     double evaluate(const SampleFn& sample, int sequences);
 
     // The whole model's parameters or gradients (a buffer of ParamLayout(shape)), put
@@ -143,6 +148,9 @@ private:
     // `work` with the parameter shard in memory: read from its file (offload_params) and,
     // where it `changes`, written back after; let go again either way.
     void on_held_shard(bool changes, const std::function<void()>& work);
+    // The loss over counted tokens (train/token_loss.h) from this stage's sum of microbatch
+    // means and the global batch's counted positions: the same on every rank.
+    double token_loss(double loss_sum, double counted);
     // The tokens of a microbatch of samples first, first + 1, ...: this context rank's
     // (model().local_tokens() of each sample, at the positions it holds) inputs and targets.
     void fill_microbatch(const SampleFn& sample, uint64_t first, std::span<int32_t> inputs,
@@ -168,7 +176,10 @@ private:
     FirstSighting sighting_;
     pipeline::Executor executor_;
     io::TraceRecorder trace_;
-    std::vector<int32_t> whole_inputs_, whole_targets_;  // one whole sample (context parallel)
+    double documents_per_window_ = 0;  // of the last step (StepResult)
+    bool nothing_counted_ = false;     // of the last step (StepResult)
+    // One whole sample (context parallelism; the counted positions of train/token_loss.h).
+    std::vector<int32_t> whole_inputs_, whole_targets_;
 };
 
 }  // namespace trident::train
