@@ -505,7 +505,8 @@ TEST_CASE("plan: measured memory of one-process runs is the plan, to the byte", 
         check_measured_memory({"training.precision=bf16", "training.fp32_grad_accumulation=true"},
                               1);
     }
-    // Muon's state: the master weights, its momentum and AdamW's moments (optim/muon.h).
+    // Muon's state: the master weights, its momentum for the layer matrices and AdamW's
+    // moments for the rest (optim/muon.h), 8 and 12 bytes per parameter.
     SECTION("muon") {
         check_measured_memory({"optimizer.name=muon"}, 1);
     }
@@ -528,6 +529,12 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
     SECTION("2 x 2 x 1, ZB-H1 (what B keeps for W), sequence parallel") {
         check_measured_memory({"parallel.pipeline=2", "parallel.tensor=2",
                                "parallel.schedule=zb-h1", "parallel.sequence_parallel=true"},
+                              4);
+    }
+    // Muon's groups per stage and tensor rank: each rank's layer matrices 8 bytes a parameter.
+    SECTION("muon, 2 x 2 x 1, sequence parallel") {
+        check_measured_memory({"optimizer.name=muon", "parallel.pipeline=2", "parallel.tensor=2",
+                               "parallel.sequence_parallel=true"},
                               4);
     }
     SECTION("2 x 1 x 1, ZB-H2") {

@@ -84,11 +84,14 @@ void check_fits_memory(const config::Config& cfg, int ranks_on_node) {
     const auto& p = cfg.parallel;
     const auto& t = cfg.training;
     const double share = static_cast<double>(cfg.derived.parameters) / (p.pipeline * p.tensor);
-    const int weights = plan::weight_bytes(t.precision);
-    plan::ModelStates states =
-        plan::model_states(share, p.data * p.context, p.zero_stage, weights,
-                           plan::gradient_bytes(t.precision, t.fp32_grad_accumulation),
-                           plan::optimizer_bytes(cfg.optimizer));
+    const plan::PlanInputs in =
+        plan::plan_inputs(cfg, plan::gradient_bytes(t.precision, t.fp32_grad_accumulation));
+    const int weights = in.weight_bytes;
+    plan::OptimizerBytes optimizer =
+        plan::optimizer_bytes(in, model::ParamLayout(config::gpt_shape(cfg)));
+    optimizer.matrices /= p.pipeline * p.tensor;
+    plan::ModelStates states = plan::model_states(share, p.data * p.context, p.zero_stage, weights,
+                                                  in.grad_bytes, optimizer);
     // With optimizer.offload: nvme the state is in files, not memory; with offload_params
     // ZeRO-3's weight shard too.
     if (cfg.optimizer.offload == config::Offload::nvme) states.optimizer = 0;

@@ -286,17 +286,17 @@ void print_optimizer_split(const config::Config& cfg, train::Trainer& trainer) {
     if (cfg.optimizer.name == config::OptimizerName::adamw) return;
     const model::ParamLayout whole(trainer.model().trainable().layout().shape());
     const optim::MatrixSplit s = optim::matrix_split(whole);
-    const std::size_t bytes = optim::state_bytes_per_parameter(cfg.training, cfg.optimizer);
+    const optim::StateBytes bytes = optim::state_bytes(cfg.training, cfg.optimizer);
     std::printf(
         "optimizer: %s on %s (%s parameters, %s of state) | adamw on %s (%s parameters, %s "
         "of state)\n",
         config::to_string(cfg.optimizer.name),
         train::counted(static_cast<int64_t>(s.matrices), "layer weight").c_str(),
         train::human_count(static_cast<double>(s.matrix_parameters)).c_str(),
-        train::human_bytes(static_cast<double>(bytes * s.matrix_parameters)).c_str(),
+        train::human_bytes(static_cast<double>(bytes.matrix * s.matrix_parameters)).c_str(),
         train::counted(static_cast<int64_t>(s.others), "other tensor").c_str(),
         train::human_count(static_cast<double>(s.other_parameters)).c_str(),
-        train::human_bytes(static_cast<double>(bytes * s.other_parameters)).c_str());
+        train::human_bytes(static_cast<double>(bytes.other * s.other_parameters)).c_str());
 }
 
 void print_memory(const config::Config& cfg, train::Trainer& trainer) {

@@ -29,6 +29,10 @@ public:
 
     const char* name() const override { return "muon"; }
     const std::vector<std::string>& state_names() const override { return names_; }
+    // The momentum for the matrices, AdamW's moments for the rest.
+    StateGroup state_group(std::size_t k) const override {
+        return k == 0 ? StateGroup::matrices : StateGroup::others;
+    }
     // A matrix segment along its direction (scale·O); another with AdamW.
     void update(kernels::Ops& ops, const Segment& s, const Hyper& h) const override;
     // Not built (config/validate.cpp refuses optimizer.offload with muon).

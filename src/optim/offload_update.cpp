@@ -5,8 +5,10 @@
 // down to a host buffer, the chunk is updated in place on host threads by the optimizer's host
 // loop, and its master weights go back up, rounded to the parameters' type.
 #include <algorithm>
+#include <string>
 #include <thread>
 
+#include "kernels/error.h"
 #include "optim/host_store.h"
 #include "optim/update.h"
 
@@ -253,14 +255,25 @@ void FilePlacement::params_from_master() {
     });
 }
 
+// A store's chunks hold every array for every owned element: an optimizer keeping an array
+// for one group only keeps its state on the device.
+void require_whole_arrays(const UpdateScope& scope) {
+    for (std::size_t a = 0; a < scope.arrays; ++a)
+        if (scope.group(a) != StateGroup::all)
+            throw Error(std::string("optimizer.offload: ") + scope.optimizer.name() +
+                        " keeps its state in device memory (optimizer.offload: none)");
+}
+
 }  // namespace
 
 std::unique_ptr<Placement> host_placement(UpdateScope& scope, std::size_t chunk, int threads) {
+    require_whole_arrays(scope);
     return std::make_unique<HostPlacement>(scope, chunk, threads);
 }
 
 std::unique_ptr<Placement> file_placement(UpdateScope& scope, const std::string& dir, int rank,
                                           std::size_t chunk) {
+    require_whole_arrays(scope);
     return std::make_unique<FilePlacement>(scope, dir, rank, chunk);
 }
 

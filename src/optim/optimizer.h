@@ -33,9 +33,19 @@ struct Hyper {
 
 inline constexpr std::size_t kMaxStates = 3;  // state arrays an algorithm may keep per parameter
 
+// Which owned parameters a state array is kept for: all of them, or one group only (the
+// layers' weight matrices, optim/owned_ranges.h, or the rest), taking no memory for the other
+// (Muon's momentum is the matrices' alone, AdamW's moments of its other parameters theirs).
+enum class StateGroup { all, matrices, others };
+
+inline bool covers(StateGroup g, bool matrix) {
+    return g == StateGroup::all || (g == StateGroup::matrices) == matrix;
+}
+
 // A run of owned parameters of one group, updated alike: their fp32 master weights and state
-// arrays (in state_names' order), `count` each; their gradients; and where the updated weights
-// go, rounded to the parameters' type (null: nowhere).
+// arrays (in state_names' order; null for an array not kept for its group), `count` each;
+// their gradients; and where the updated weights go, rounded to the parameters' type (null:
+// nowhere).
 struct Segment {
     float* master = nullptr;
     std::array<float*, kMaxStates> state{};
@@ -56,6 +66,8 @@ public:
     // The state it keeps per parameter beside the master weights, by name ("exp_avg",
     // "exp_avg_sq"): the names checkpoints hold them under.
     virtual const std::vector<std::string>& state_names() const = 0;
+    // Which parameters state array k (in state_names' order) is kept for.
+    virtual StateGroup state_group(std::size_t /*k*/) const { return StateGroup::all; }
     // A segment's update on the device.
     virtual void update(kernels::Ops& ops, const Segment& s, const Hyper& h) const = 0;
     // Elements [begin, end) of a segment in host memory (optimizer.offload: host), its

@@ -53,6 +53,11 @@ std::vector<OwnedRange> owned_ranges(const model::ParamLayout& layout,
                     OwnedRange{lo, hi - lo, state, t.decay, counted, t.trains, matrix});
         }
     }
+    std::size_t grouped[2] = {0, 0};  // the others', the matrices'
+    for (OwnedRange& r : ranges) {
+        r.grouped = grouped[r.matrix];
+        grouped[r.matrix] += r.count;
+    }
     return ranges;
 }
 

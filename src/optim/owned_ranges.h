@@ -19,6 +19,10 @@ struct OwnedRange {
     std::size_t state;          // where its state starts (the owned parts' state, in order)
     bool decay, counted, trains;
     bool matrix = false;
+    // Where its state starts among the owned ranges of its group alone (the layer matrices,
+    // or the rest), in order: for a state array an optimizer keeps for one group only
+    // (optim/optimizer.h, StateGroup).
+    std::size_t grouped = 0;
 };
 
 // Whether t is a 2-D weight of a layer (not of the embedding or the head) that trains: each

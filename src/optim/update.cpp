@@ -14,11 +14,29 @@ namespace trident::optim {
 
 using data_parallel::OwnedPart;
 
+StateGroup UpdateScope::group(std::size_t a) const {
+    return a == 0 ? StateGroup::all : optimizer.state_group(a - 1);
+}
+
+std::size_t UpdateScope::count(std::size_t a) const {
+    const StateGroup g = group(a);
+    if (g == StateGroup::all) return data_parallel.owned_count();
+    std::size_t n = 0;
+    for (const OwnedRange& r : ranges)
+        if (covers(g, r.matrix)) n += r.count;
+    return n;
+}
+
 Segment UpdateScope::segment(const OwnedRange& r, float* const* arrays, std::size_t at,
                              kernels::Ptr params) const {
     Segment s;
     s.master = arrays[0] + at;
-    for (std::size_t a = 1; a < this->arrays; ++a) s.state[a - 1] = arrays[a] + at;
+    for (std::size_t a = 1; a < this->arrays; ++a) {
+        const StateGroup g = group(a);
+        s.state[a - 1] = !covers(g, r.matrix)   ? nullptr
+                         : g == StateGroup::all ? arrays[a] + at
+                                                : arrays[a] + r.grouped;
+    }
     s.grads = grads.owned(r.offset);
     s.params = params;
     s.count = r.count;
@@ -39,13 +57,12 @@ void UpdateScope::step_matrices(float* const* arrays, const Hyper& h) {
 namespace {
 
 // The state of what this rank owns on the device, whole: one buffer per array, in the owned
-// parts' order.
+// parts' order (an array kept for one group: its owned ranges', in order).
 class DevicePlacement final : public Placement {
 public:
     explicit DevicePlacement(UpdateScope& scope) : scope_(scope) {
-        const std::size_t owned = scope.data_parallel.owned_count();
         for (std::size_t a = 0; a < scope.arrays; ++a) {
-            arrays_.emplace_back(scope.ops, owned);
+            arrays_.emplace_back(scope.ops, scope.count(a));
             pointers_.push_back(arrays_.back().f32());
         }
     }
@@ -71,24 +88,38 @@ public:
     }
 
     void read(OptimizerState& s, bool first) const override {
-        for (const OwnedPart& o : scope_.data_parallel.owned())
-            for (std::size_t a = 0; a < arrays_.size(); ++a) {
-                float* to = s.values[a].data() + o.offset;
+        for (std::size_t a = 0; a < arrays_.size(); ++a)
+            pieces(a, [&](std::size_t offset, std::size_t at, std::size_t n) {
+                float* to = s.values[a].data() + offset;
                 if (a == 0 && first)
-                    scope_.ops.copy_to_host(to, scope_.params.owned(o.offset), o.count);
+                    scope_.ops.copy_to_host(to, scope_.params.owned(offset), n);
                 else
-                    scope_.ops.copy_to_host(to, arrays_[a].data() + o.state, o.count);
-            }
+                    scope_.ops.copy_to_host(to, arrays_[a].data() + at, n);
+            });
     }
 
     void write(const OptimizerState& s) override {
-        for (const OwnedPart& o : scope_.data_parallel.owned())
-            for (std::size_t a = 0; a < arrays_.size(); ++a)
-                scope_.ops.copy_from_host(arrays_[a].data() + o.state,
-                                          s.values[a].data() + o.offset, o.count);
+        for (std::size_t a = 0; a < arrays_.size(); ++a)
+            pieces(a, [&](std::size_t offset, std::size_t at, std::size_t n) {
+                scope_.ops.copy_from_host(arrays_[a].data() + at, s.values[a].data() + offset, n);
+            });
     }
 
 private:
+    // Array a's pieces, visit(offset in the buffer, place in the array, count): the owned
+    // parts, or the owned ranges of the array's group.
+    template <class Visit>
+    void pieces(std::size_t a, Visit&& visit) const {
+        const StateGroup g = scope_.group(a);
+        if (g == StateGroup::all) {
+            for (const OwnedPart& o : scope_.data_parallel.owned())
+                visit(o.offset, o.state, o.count);
+            return;
+        }
+        for (const OwnedRange& r : scope_.ranges)
+            if (covers(g, r.matrix)) visit(r.offset, r.grouped, r.count);
+    }
+
     UpdateScope& scope_;
     std::vector<kernels::DeviceBuffer> arrays_;  // (owned) fp32 each: master, then the state
     std::vector<float*> pointers_;
@@ -178,9 +209,14 @@ void Updater::restore(const OptimizerState& state, bool zero_missing) {
     step_ = state.step;
 }
 
-std::size_t state_bytes_per_parameter(const config::TrainingConfig& t,
-                                      const config::OptimizerConfig& o) {
-    return (1 + make_optimizer(t, o)->state_names().size()) * sizeof(float);
+StateBytes state_bytes(const config::TrainingConfig& t, const config::OptimizerConfig& o) {
+    const std::unique_ptr<Optimizer> optimizer = make_optimizer(t, o);
+    StateBytes bytes{sizeof(float), sizeof(float)};  // the master weights
+    for (std::size_t k = 0; k < optimizer->state_names().size(); ++k) {
+        if (covers(optimizer->state_group(k), true)) bytes.matrix += sizeof(float);
+        if (covers(optimizer->state_group(k), false)) bytes.other += sizeof(float);
+    }
+    return bytes;
 }
 
 }  // namespace trident::optim

@@ -8,7 +8,8 @@
 // parameters (16-bit or fp32); the data-parallel part then makes them whole on every replica.
 // Where the state lives is a placement (optim/placement.h), usable by any optimizer:
 // - on the device (optimizer.offload: none): the master weights and the optimizer's state
-//   arrays of what this rank owns (AdamW: 12 bytes per owned parameter);
+//   arrays of what this rank owns (AdamW: 12 bytes per owned parameter), an array kept for
+//   one group of parameters only (optim/optimizer.h, StateGroup) sized to that group's;
 // - in a file (nvme; optim/offload_store.h), streamed chunk by chunk through a device buffer of
 //   one chunk: the same update, element by element, so the same bits. With ZeRO-3's parameter
 //   shard in a file too (optimizer.offload_params, data_parallel/param_file.h), each chunk's
@@ -50,9 +51,14 @@ struct UpdateScope {
     const MatrixExchange* matrices = nullptr;
     std::vector<float> directions;
 
+    // Which parameters array a (0: the master weights, then the optimizer's state) is kept
+    // for, and its elements on this rank: the owned count, or the owned elements of its group.
+    StateGroup group(std::size_t a) const;
+    std::size_t count(std::size_t a) const;
     // Range r's parameters as the optimizer sees them, its arrays `arrays` (master, state...)
-    // from `at`, its gradients where they are in the buffer, its updated weights to `params`
-    // (a matrix's direction from `directions` at r.state).
+    // from `at` (an array kept for one group: from r.grouped, null outside it), its gradients
+    // where they are in the buffer, its updated weights to `params` (a matrix's direction from
+    // `directions` at r.state).
     Segment segment(const OwnedRange& r, float* const* arrays, std::size_t at,
                     kernels::Ptr params) const;
     // Before the element updates: the whole-matrix step of every matrix range (r.state into
@@ -128,9 +134,13 @@ private:
     int step_ = 0;  // the master weights are taken from the parameters before step 1
 };
 
-// Bytes of optimizer state per owned parameter (the master weights and the optimizer's
-// arrays, fp32), for a config's optimizer: what a state file needs room for.
-std::size_t state_bytes_per_parameter(const config::TrainingConfig& t,
-                                      const config::OptimizerConfig& o);
+// Bytes of optimizer state per owned parameter (the master weights and the optimizer's arrays
+// kept for it, fp32), for a config's optimizer: of a layer's weight matrix and of the rest
+// (AdamW: 12 each; Muon: 8 and 12).
+struct StateBytes {
+    std::size_t matrix = 0, other = 0;
+    std::size_t most() const { return matrix > other ? matrix : other; }
+};
+StateBytes state_bytes(const config::TrainingConfig& t, const config::OptimizerConfig& o);
 
 }  // namespace trident::optim

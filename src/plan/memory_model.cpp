@@ -7,6 +7,8 @@
 #include "config/model_shape.h"
 #include "model/param_layout.h"
 #include "model/stage_parts.h"
+#include "optim/owned_ranges.h"
+#include "optim/update.h"
 #include "plan/stage_shape.h"
 
 namespace trident::plan {
@@ -102,20 +104,26 @@ PlanInputs plan_inputs(const config::Config& cfg, int grad_bytes) {
     in.grad_bytes = grad_bytes;
     in.activation_bytes = activation_bytes(cfg.training.precision);
     in.zero_stage = cfg.parallel.zero_stage;
+    const optim::StateBytes state = optim::state_bytes(cfg.training, cfg.optimizer);
+    in.matrix_optimizer_bytes = static_cast<int>(state.matrix);
+    in.optimizer_bytes = static_cast<int>(state.other);
     return in;
 }
 
-int optimizer_bytes(const config::OptimizerConfig& o) {
-    return o.name == config::OptimizerName::muon ? 16 : kOptimizerBytes;
+OptimizerBytes optimizer_bytes(const PlanInputs& in, const model::ParamLayout& layout) {
+    OptimizerBytes bytes{in.optimizer_bytes, 0, in.matrix_optimizer_bytes};
+    if (bytes.per_matrix_parameter != bytes.per_parameter)
+        bytes.matrices = static_cast<double>(optim::matrix_split(layout).matrix_parameters);
+    return bytes;
 }
 
 ModelStates model_states(double parameters, int data_parallel, int zero_stage, int weight_bytes,
-                         int grad_bytes, int optimizer_bytes) {
+                         int grad_bytes, const OptimizerBytes& optimizer) {
     const double D = data_parallel;
     ModelStates s;
     s.weights = parameters * weight_bytes / (zero_stage >= 3 ? D : 1.0);
     s.gradients = parameters * grad_bytes / (zero_stage >= 2 ? D : 1.0);
-    s.optimizer = parameters * optimizer_bytes / (zero_stage >= 1 ? D : 1.0);
+    s.optimizer = optimizer.of(parameters) / (zero_stage >= 1 ? D : 1.0);
     return s;
 }
 
@@ -184,7 +192,7 @@ StageMemory stage_states(const PlanInputs& in, const model::ParamLayout& layout)
     const int64_t N = cfg.parallel.shard_ranks();
     s.parameters = (static_cast<int64_t>(layout.total()) + N - 1) / N * N;
     s.states = model_states(static_cast<double>(s.parameters), static_cast<int>(N), in.zero_stage,
-                            in.weight_bytes, in.grad_bytes, optimizer_bytes(cfg.optimizer));
+                            in.weight_bytes, in.grad_bytes, optimizer_bytes(in, layout));
     s.gathered = gathered_bytes(in, layout, s.parameters);
     if (cfg.training.lora.enabled()) add_adapters(in, layout, s);
     if (cfg.optimizer.offload == config::Offload::nvme) {

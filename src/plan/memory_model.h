@@ -72,9 +72,6 @@ int gradient_bytes(kernels::DType precision, bool fp32_grad_accumulation);
 int activation_bytes(kernels::DType precision);
 // fp32 master weights, Adam's m and v: per parameter, before ZeRO sharding.
 constexpr int kOptimizerBytes = 12;
-// The same for the config's optimizer: AdamW's 12; Muon's 16, the master weights and three
-// arrays (its momentum and AdamW's moments, optim/muon.h).
-int optimizer_bytes(const config::OptimizerConfig& o);
 
 // What a plan is computed from: the config, and what it does not say itself.
 struct PlanInputs {
@@ -83,6 +80,10 @@ struct PlanInputs {
     int grad_bytes = 4;        // per parameter
     int activation_bytes = 4;  // per activation element (fp32 statistics and token ids: 4)
     int zero_stage = 1;        // 0 .. 3
+    // Optimizer state per parameter of a layer's weight matrices and of the rest: the master
+    // weights and the arrays the config's optimizer keeps for each (optim::state_bytes:
+    // AdamW 12 and 12, Muon 8 and 12).
+    int matrix_optimizer_bytes = kOptimizerBytes, optimizer_bytes = kOptimizerBytes;
 };
 
 // The inputs for `cfg` as it stands: its precision's element sizes and its ZeRO stage.
@@ -93,8 +94,21 @@ struct ModelStates {
     double weights = 0, gradients = 0, optimizer = 0;
     double total() const { return weights + gradients + optimizer; }
 };
+// The optimizer state's bytes per parameter: `per_parameter` each, but `per_matrix_parameter`
+// for the `matrices` of them in layer weight matrices (PlanInputs).
+struct OptimizerBytes {
+    int per_parameter = kOptimizerBytes;
+    double matrices = 0;
+    int per_matrix_parameter = kOptimizerBytes;
+    double of(double parameters) const {
+        return parameters * per_parameter + matrices * (per_matrix_parameter - per_parameter);
+    }
+};
 ModelStates model_states(double parameters, int data_parallel, int zero_stage, int weight_bytes,
-                         int grad_bytes, int optimizer_bytes = kOptimizerBytes);
+                         int grad_bytes, const OptimizerBytes& optimizer = {});
+// The optimizer state's bytes of `layout`'s parameters, its layer matrices counted (the bytes
+// from `in`).
+OptimizerBytes optimizer_bytes(const PlanInputs& in, const model::ParamLayout& layout);
 
 // The figures of every rank of one pipeline stage, in bytes.
 struct StageMemory {

@@ -103,11 +103,14 @@ std::string summary_text(const PlanInputs& in) {
                   train::counted(d.grad_accum_steps, "microbatch").c_str(),
                   config::to_string(t.recompute));
     out += format(
-        "bytes: precision %s | per parameter: weights %d, gradients %d, optimizer %d "
+        "bytes: precision %s | per parameter: weights %d, gradients %d, optimizer %s "
         "(ZeRO stage %d over %s%s) | per activation %d\n\n",
         kernels::name_of(t.precision), in.weight_bytes, in.grad_bytes,
-        optimizer_bytes(in.cfg.optimizer), in.zero_stage,
-        train::counted(p.shard_ranks(), "replica").c_str(),
+        in.matrix_optimizer_bytes == in.optimizer_bytes
+            ? format("%d", in.optimizer_bytes).c_str()
+            : format("%d (layer matrices %d)", in.optimizer_bytes, in.matrix_optimizer_bytes)
+                  .c_str(),
+        in.zero_stage, train::counted(p.shard_ranks(), "replica").c_str(),
         p.shard_ranks() == p.data * p.context
             ? ""
             : format(", replicated across %d shard groups", p.data * p.context / p.shard_ranks())
@@ -450,7 +453,8 @@ std::string render_json(const Plan& plan) {
     io::JsonLine bytes;
     bytes.add("weight", in.weight_bytes)
         .add("gradient", in.grad_bytes)
-        .add("optimizer", optimizer_bytes(in.cfg.optimizer))
+        .add("optimizer", in.optimizer_bytes)
+        .add("optimizer_matrix", in.matrix_optimizer_bytes)
         .add("activation", in.activation_bytes);
     root.add("bytes_per_element", bytes);
     std::vector<io::JsonLine> stages;

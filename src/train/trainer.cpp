@@ -32,7 +32,7 @@ std::unique_ptr<data_parallel::ParamFile> param_file(const config::Config& cfg, 
     model::FlatBuffer& params = model.weights().params();
     return std::make_unique<data_parallel::ParamFile>(
         ops, params, *cfg.optimizer.offload_dir, rank,
-        optim::state_bytes_per_parameter(cfg.training, cfg.optimizer) * params.shard_size());
+        optim::state_bytes(cfg.training, cfg.optimizer).most() * params.shard_size());
 }
 
 // The model as the data-parallel module sees it: what trains (every parameter, or a frozen

@@ -10,6 +10,8 @@ and on every layout family:
 2. the losses of 10 training steps on every layout family (layout_families.py), bf16 with fp32
    master weights on D=2 (ZeRO-1, ZeRO-3) and P=2, a 2 x 2 x 2 x 1 grid, and llama (k and v replicated over
    M = 2; ZeRO-3), each within 1e-5 of one process's;
+   its optimizer state, as the allocator counts it, is 8 bytes per layer-matrix parameter
+   (master weight, momentum) and 12 per other (master weight, Adam's moments);
 3. checkpoints: one process's step-5 checkpoint resumed on M=2 x D=2 (ZeRO-1) gives the
    uninterrupted run's losses within 1e-5 and, at step 10, its master weights, momentum and
    Adam moments element by element (checkpoint_compare.py, relative to each tensor's largest
@@ -122,11 +124,26 @@ def against_reference(tmp, trident, muon):
     ref.write_config(config, sections)
     overrides = [f"optimizer.muon.{k}={str(v).lower()}" for k, v in muon.items()]
     run([trident, "train", "--config", config] + [a for o in overrides for a in ("--set", o)])
-    got = [r["loss"] for r in base.read_metrics(metrics)]
+    records = base.read_metrics(metrics)
+    got = [r["loss"] for r in records]
+    state_bytes(model, records[0] if records else None)
     want = reference_losses(model, tokens, muon)
     worst = max(abs(a - b) / abs(b) for a, b in zip(got, want)) if len(got) == 10 else math.inf
     check(worst <= 1e-5, f"muon ({label}): 10 losses of one process within 1e-5 of PyTorch's "
                          f"(worst {worst:.2e}; last {got[-1] if got else None} vs {want[-1]:.6f})")
+
+
+def state_bytes(model, record):
+    """The optimizer state the allocator counts on one process: 8 bytes per parameter of a
+    layer matrix (its fp32 master weight and momentum), 12 per other parameter of the buffer
+    (master weight and Adam's two moments; the buffer's count from its fp32 parameters' bytes,
+    the vocabulary padded)."""
+    matrices = sum(p.numel() for n, p in model.named_parameters() if is_matrix(n))
+    buffer = record["mem_params_bytes"] // 4 if record else 0
+    want = 8 * matrices + 12 * (buffer - matrices)
+    got = record["mem_optimizer_bytes"] if record else None
+    check(got == want, f"muon state as allocated: {got} bytes = 8 x {matrices} matrix + 12 x "
+                       f"{buffer - matrices} other parameters ({want})")
 
 
 STATE = ("master", "momentum", "exp_avg", "exp_avg_sq")
