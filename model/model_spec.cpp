@@ -53,17 +53,20 @@ bool family_mlp(const GptShape& shape) {
 // Megatron-LM's ffn_hidden_size and GPT-2's n_inner: 4 x hidden. Llama's SwiGLU width: 2/3 of
 // 4 x hidden (as many parameters in three matrices as GELU's two), rounded up to a multiple of
 // 256 (11008 at hidden 4096); its head is its own, and adapters wrap q and v (PEFT's default
-// for Llama, after Hu et al. 2021, §7.1), GPT-2's every linear of its layer.
+// for Llama, after Hu et al. 2021, §7.1), GPT-2's every linear of its layer. GPT-2's documents
+// end with <|endoftext|>, 50256.
 ArchDefaults arch_defaults(Arch arch, int hidden) {
     if (arch == Arch::llama)
         return {(8 * hidden / 3 + 255) / 256 * 256,
                 false,
                 default_mlp(arch),
-                {LoraTarget::q, LoraTarget::v}};
+                {LoraTarget::q, LoraTarget::v},
+                std::nullopt};
     return {4 * hidden,
             true,
             default_mlp(arch),
-            {LoraTarget::qkv, LoraTarget::attn_proj, LoraTarget::fc, LoraTarget::fc_proj}};
+            {LoraTarget::qkv, LoraTarget::attn_proj, LoraTarget::fc, LoraTarget::fc_proj},
+            50256};
 }
 
 std::vector<std::string> mlp_names() {

@@ -12,6 +12,7 @@
 // "How to add a layer kind").
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -125,6 +126,9 @@ struct ArchDefaults {
     bool tied = true;                      // model.tie_embeddings
     const char* mlp = nullptr;             // model.mlp
     std::vector<LoraTarget> lora_targets;  // training.lora.targets
+    // data.eod_token: GPT-2's <|endoftext|>; none for a llama, whose tokenizer is its own
+    // (its config.json's eos_token_id, src/config/hf_folder.cpp, or the key).
+    std::optional<int> eod_token;
 };
 ArchDefaults arch_defaults(Arch arch, int hidden);
 std::vector<std::string> mlp_names();

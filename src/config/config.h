@@ -232,9 +232,9 @@ struct DataConfig {
     DataFormat format = DataFormat::auto_;
     bool shuffle = true;
     DocumentMode documents = DocumentMode::stream;
-    // The token that ends a document: GPT-2's <|endoftext|>, or a llama's eos_token_id from its
-    // config.json (hf_folder.cpp).
-    int eod_token = 50256;
+    // The token that ends a document: the family's (model::arch_defaults: GPT-2's
+    // <|endoftext|>), or a llama's eos_token_id from its config.json (hf_folder.cpp).
+    int eod_token = 0;
     bool mask_eod_loss = false;  // a position whose input is eod counts no loss
     bool operator==(const DataConfig&) const = default;
 };

@@ -320,7 +320,7 @@ void map_eval_batches(Config& cfg, const Origins& origins) {
 void fill_dependent_defaults(Config& cfg, const Origins& origins) {
     ModelConfig& m = cfg.model;
     // The family's MLP width, head and MLP kind (GPT-2's GELU at 4 x hidden, tied; Llama's
-    // SwiGLU, untied), and the linears its adapters wrap.
+    // SwiGLU, untied), the linears its adapters wrap, and its tokenizer's end of document.
     const model::ArchDefaults family = model::arch_defaults(m.arch, m.hidden);
     if (!origins.is_set("model.ffn_hidden")) m.ffn_hidden = family.ffn;
     // Multi-head attention unless grouped.
@@ -331,6 +331,8 @@ void fill_dependent_defaults(Config& cfg, const Origins& origins) {
     if (cfg.parallel.schedule == pipeline::Kind::zb_v && !origins.is_set("parallel.virtual_stages"))
         cfg.parallel.virtual_stages = 2;
     if (!origins.is_set("training.lora.targets")) cfg.training.lora.targets = family.lora_targets;
+    if (!origins.is_set("data.eod_token") && family.eod_token)
+        cfg.data.eod_token = *family.eod_token;
     // Megatron-LM accumulates and reduces bf16 gradients in fp32: bf16's 8-bit mantissa drops
     // a small microbatch gradient added to a large sum. fp16 keeps 11 bits (and a loss scale).
     if (!origins.is_set("training.fp32_grad_accumulation"))

@@ -8,6 +8,7 @@
 
 #include "config/model_shape.h"
 #include "config/schema.h"
+#include "model/model_spec.h"
 #include "model/part_kinds.h"
 
 namespace trident::config::detail {
@@ -387,10 +388,11 @@ void check_documents(const Config& cfg, const Origins& origins) {
     const bool mask = d.documents == DocumentMode::mask;
     if (!mask && !d.mask_eod_loss) return;
     const char* uses = mask ? "data.documents: mask" : "data.mask_eod_loss";
-    if (cfg.model.arch == Arch::llama && !origins.is_set("data.eod_token"))
-        fail(origins.file(), cat("data.eod_token: required with ", uses,
-                                 " for a llama model whose model.init_from names no "
-                                 "eos_token_id"));
+    if (!origins.is_set("data.eod_token") &&
+        !model::arch_defaults(cfg.model.arch, cfg.model.hidden).eod_token)
+        fail(origins.file(),
+             cat("data.eod_token: required with ", uses, " for a ", to_string(cfg.model.arch),
+                 " model whose model.init_from names no eos_token_id"));
     if (d.eod_token >= cfg.model.vocab_size)
         fail(origins.blame({"data.eod_token", "model.vocab_size"}),
              cat("data.eod_token: ", d.eod_token, " is outside the vocabulary (model.vocab_size ",
