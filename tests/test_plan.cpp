@@ -856,3 +856,46 @@ TEST_CASE("plan: Korthikanti's figure sums the layer's kinds of part", "[plan]")
     CHECK(figure("relu2") == l * (sbh * (4 + 3 + 8 + 3 + 4 * f / h) + scores));
     CHECK(figure("gelu") == figure("relu2"));
 }
+
+// Muon's Newton-Schulz iterations, ns_steps·(4·a²·b + 2·a³) FLOPs for a matrix of sides
+// a <= b (docs/FORMULAS.md), summed over every layer matrix from the models' published shapes
+// (GPT-2 124M: c_attn 768 x 2304, c_proj 768 x 768, c_fc and mlp c_proj 768 x 3072; Llama 3
+// 8B: q and o 4096 x 4096, k and v 1024 x 4096, gate, up and down 14336 x 4096); in the step's
+// optimizer seconds at the GEMMs' rate, spread over the M·N ranks that step them.
+TEST_CASE("plan: Muon's Newton-Schulz FLOPs, each layer matrix once, in the optimizer's time",
+          "[plan]") {
+    const auto ns = [](double a, double b, double steps) {
+        return steps * (4 * a * a * b + 2 * a * a * a);
+    };
+    const double gpt2 = 12 * (ns(768, 2304, 5) + ns(768, 768, 5) + 2 * ns(768, 3072, 5));
+    const double llama =
+        32 * (2 * ns(4096, 4096, 3) + 2 * ns(1024, 4096, 3) + 3 * ns(4096, 14336, 3));
+    const auto plan = [](const std::string& config, const std::string& sets) {
+        const auto out = cli::run("plan --config " TRIDENT_SOURCE_DIR "/configs/" + config +
+                                  " --hardware dgx-h100 --json" + sets);
+        INFO(out.output);
+        REQUIRE(out.exit_code == 0);
+        return io::json::parse(out.output);
+    };
+    const auto number = [](const io::json::Value* v) {
+        return v->is_integer() ? static_cast<double>(v->integer) : v->real;
+    };
+    for (const auto& [config, flops, sets] :
+         {std::tuple{"gpt2-124m.yaml", gpt2, std::string()},
+          std::tuple{"llama3-8b.yaml", llama, std::string(" --set optimizer.muon.ns_steps=3")}}) {
+        INFO(config);
+        const io::json::Value muon = plan(config, " --set optimizer.name=muon" + sets);
+        const io::json::Value adamw = plan(config, "");
+        const double counted = number(muon.find("flops")->find("optimizer_flops_per_step"));
+        CHECK(std::abs(counted - flops) <= 1e-8 * flops);
+        CHECK(number(adamw.find("flops")->find("optimizer_flops_per_step")) == 0);
+        CHECK(number(muon.find("flops")->find("model_flops_per_step")) ==
+              number(adamw.find("flops")->find("model_flops_per_step")));
+        // gpt2-124m: 1 x 1 x 1; llama3-8b: M = 2, ZeRO-1 over D = 4.
+        const double ranks = std::string(config) == "gpt2-124m.yaml" ? 1 : 8;
+        const double extra = number(muon.find("step_time")->find("optimizer_s")) -
+                             number(adamw.find("step_time")->find("optimizer_s"));
+        const double want = flops / ranks / 798e12;  // dgx-h100's GEMM rate
+        CHECK(std::abs(extra - want) <= 1e-6 * want);
+    }
+}

@@ -89,4 +89,11 @@ void Muon::matrix_step(float* m, std::size_t rows, std::size_t cols) const {
             m[i * cols + j] = scale * x[transpose ? j * rows + i : i * cols + j];
 }
 
+double Muon::matrix_step_flops(std::size_t rows, std::size_t cols) const {
+    // Each iteration: X·Xᵀ (2·a²·b), M·M (2·a³), (b·M + c·M·M)·X (2·a²·b).
+    const auto a = static_cast<double>(std::min(rows, cols));
+    const auto b = static_cast<double>(std::max(rows, cols));
+    return config_.ns_steps * (4 * a * a * b + 2 * a * a * a);
+}
+
 }  // namespace trident::optim

@@ -45,6 +45,8 @@ public:
                       float* out) const override;
     // U (rows, cols) into scale·O.
     void matrix_step(float* m, std::size_t rows, std::size_t cols) const override;
+    // ns_steps·(4·a²·b + 2·a³), a = min(rows, cols), b = max (docs/FORMULAS.md).
+    double matrix_step_flops(std::size_t rows, std::size_t cols) const override;
 
 private:
     config::MuonConfig config_;

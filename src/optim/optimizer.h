@@ -85,6 +85,9 @@ public:
     virtual void matrix_input(kernels::Ops& /*ops*/, const Segment& /*s*/, const Hyper& /*h*/,
                               float* /*out*/) const {}
     virtual void matrix_step(float* /*m*/, std::size_t /*rows*/, std::size_t /*cols*/) const {}
+    // The FLOPs of one matrix_step on a (rows, cols) matrix: optimizer work, which the
+    // planner counts in the step's time and never as model FLOPs.
+    virtual double matrix_step_flops(std::size_t /*rows*/, std::size_t /*cols*/) const { return 0; }
 };
 
 // The optimizer the config asks for (optimizer.name; AdamW's training.beta1, beta2, eps).

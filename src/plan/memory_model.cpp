@@ -3,10 +3,13 @@
 
 #include <algorithm>
 #include <functional>
+#include <memory>
 
 #include "config/model_shape.h"
+#include "model/model_spec.h"
 #include "model/param_layout.h"
 #include "model/stage_parts.h"
+#include "optim/optimizer.h"
 #include "optim/owned_ranges.h"
 #include "optim/update.h"
 #include "plan/stage_shape.h"
@@ -97,6 +100,25 @@ int activation_bytes(kernels::DType precision) {
     return precision == kernels::DType::f32 ? 4 : 2;
 }
 
+namespace {
+
+// The whole-matrix steps of one update over the model's layers (PlanInputs).
+double matrix_step_flops(const config::Config& cfg) {
+    const std::unique_ptr<optim::Optimizer> o = optim::make_optimizer(cfg.training, cfg.optimizer);
+    if (!o->whole_matrices()) return 0;
+    const model::ModelSpec spec = model::resolve_spec(config::gpt_shape(cfg));
+    double flops = 0;
+    for (int l = 0; l < cfg.model.layers; ++l)
+        for (const model::PartDecl& part : spec.layer_decls(l))
+            for (const model::TensorDecl& t : part.tensors)
+                if (t.shape.size() == 2)
+                    flops += o->matrix_step_flops(static_cast<std::size_t>(t.shape[0]),
+                                                  static_cast<std::size_t>(t.shape[1]));
+    return flops;
+}
+
+}  // namespace
+
 PlanInputs plan_inputs(const config::Config& cfg, int grad_bytes) {
     PlanInputs in;
     in.cfg = cfg;
@@ -107,6 +129,7 @@ PlanInputs plan_inputs(const config::Config& cfg, int grad_bytes) {
     const optim::StateBytes state = optim::state_bytes(cfg.training, cfg.optimizer);
     in.matrix_optimizer_bytes = static_cast<int>(state.matrix);
     in.optimizer_bytes = static_cast<int>(state.other);
+    in.matrix_step_flops = matrix_step_flops(cfg);
     return in;
 }
 

@@ -84,6 +84,9 @@ struct PlanInputs {
     // weights and the arrays the config's optimizer keeps for each (optim::state_bytes:
     // AdamW 12 and 12, Muon 8 and 12).
     int matrix_optimizer_bytes = kOptimizerBytes, optimizer_bytes = kOptimizerBytes;
+    // FLOPs of the optimizer's whole-matrix steps in one update, each layer matrix once
+    // (optim::Optimizer::matrix_step_flops: Muon's Newton-Schulz iterations); 0 for AdamW.
+    double matrix_step_flops = 0;
 };
 
 // The inputs for `cfg` as it stands: its precision's element sizes and its ZeRO stage.

@@ -218,13 +218,25 @@ void microbatch_exchanges(const PlanInputs& in, const StageTraffic& t, const Pla
     st.pipeline = group_seconds(t.pipeline, true, m, 1, at.grid_in_one_node, hw);
 }
 
+// A stage's share of the optimizer's whole-matrix steps (PlanInputs::matrix_step_flops), its
+// `layers` of the model's, at the GEMMs' rate: each matrix is stepped by one rank of the
+// stage's tensor and shard groups, in turns (optim/matrix_exchange.h), so the work is spread
+// evenly over M·N ranks (docs/FORMULAS.md).
+double matrix_step_seconds(const PlanInputs& in, int layers, const Hardware& hw) {
+    const auto& p = in.cfg.parallel;
+    const double share = static_cast<double>(layers) / in.cfg.model.layers;
+    return in.matrix_step_flops * share / (p.tensor * p.shard_ranks()) / hw.gemm_flops;
+}
+
 // Stage s's compute, communication and optimizer seconds; `params` its parameters.
 StageSeconds stage_seconds(const PlanInputs& in, int s, const StageTraffic& t, double params,
                            const Placement& at, const Hardware& hw) {
     const auto& p = in.cfg.parallel;
     const int64_t m = in.cfg.derived.grad_accum_steps;
     StageSeconds st;
+    int layers = 0;
     for (const ChunkShape& chunk : stage_chunks(in.cfg, s)) {
+        layers += chunk.layers;
         const ChunkSeconds c = chunk_seconds(in, chunk, hw);
         st.compute += c.forward + c.backward;
         st.forward += c.forward;
@@ -245,7 +257,8 @@ StageSeconds stage_seconds(const PlanInputs& in, int s, const StageTraffic& t, d
     // Master weights and moments read and written; gradients read three times; weights
     // written.
     st.optimizer =
-        owned * (2 * kOptimizerBytes + 3 * in.grad_bytes + in.weight_bytes) / hw.memory_bandwidth;
+        owned * (2 * kOptimizerBytes + 3 * in.grad_bytes + in.weight_bytes) / hw.memory_bandwidth +
+        matrix_step_seconds(in, layers, hw);
     if (in.cfg.optimizer.offload == config::Offload::nvme) {
         st.offload_io = 2 * owned * kOptimizerBytes / hw.disk_bandwidth;
         // ZeRO-3's shard in its file: read for each gather (2m a step resharded after use,

@@ -437,6 +437,11 @@ std::string render_text(const Plan& plan) {
         "\nFLOPs per step (Megatron's model FLOPs, 6*B*s per weight of the layers' linears and "
         "the head + 6*B*s^2*l*h): %.4g, %.4g per GPU\n",
         d.flops_per_step, d.flops_per_step / d.world_size);
+    if (plan.inputs.matrix_step_flops > 0)
+        out += format(
+            "optimizer FLOPs per step (%s's whole-matrix steps, each layer matrix on one rank; "
+            "in the step time, not the model FLOPs): %.4g\n",
+            config::to_string(cfg.optimizer.name), plan.inputs.matrix_step_flops);
     out += communication_table_text(plan);
     out += step_time_text(plan);
     return out;
@@ -462,7 +467,8 @@ std::string render_json(const Plan& plan) {
     root.add("stages", stages);
     io::JsonLine flops;
     flops.add("model_flops_per_step", d.flops_per_step)
-        .add("model_flops_per_gpu", d.flops_per_step / d.world_size);
+        .add("model_flops_per_gpu", d.flops_per_step / d.world_size)
+        .add("optimizer_flops_per_step", in.matrix_step_flops);
     root.add("flops", flops);
     if (plan.device_memory) root.add("device_memory_bytes", byte_count(*plan.device_memory));
     if (plan.time) root.add("step_time", step_time_json(plan));
