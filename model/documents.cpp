@@ -42,15 +42,21 @@ const int32_t* document_starts_held(const Pass& pass) {
     return pass.documents ? pass.documents->held_starts() : nullptr;
 }
 
+std::size_t Documents::elements(int B, int S, int T) {
+    return static_cast<std::size_t>(B) *
+           (static_cast<std::size_t>(S) + 2 * static_cast<std::size_t>(T));
+}
+
 void Documents::find(kernels::Ops& ops, const DocumentOptions& o, const int32_t* tokens, int B,
-                     int T) {
+                     int T, int32_t* device) {
     std::vector<int32_t> held(static_cast<std::size_t>(T));
     for (int t = 0; t < T; ++t) held[static_cast<std::size_t>(t)] = t;
-    find_split(ops, o, tokens, tokens, B, T, held);
+    find_split(ops, o, tokens, tokens, B, T, held, device);
 }
 
 void Documents::find_split(kernels::Ops& ops, const DocumentOptions& o, const int32_t* whole,
-                           const int32_t* local, int B, int S, std::span<const int32_t> held) {
+                           const int32_t* local, int B, int S, std::span<const int32_t> held,
+                           int32_t* device) {
     const int T = static_cast<int>(held.size());
     mask_ = o.mask;
     uncounted_ = o.mask_eod_loss ? eod_rows(local, B, T, o.eod) : std::vector<int32_t>();
@@ -67,9 +73,8 @@ void Documents::find_split(kernels::Ops& ops, const DocumentOptions& o, const in
             host[starts_ + b * held.size() + t] = at - start;
             host[starts_ + held_ + b * held.size() + t] = start;
         }
-    if (device_.size() != host.size())
-        device_ = kernels::DeviceBuffer(ops, host.size(), kernels::DType::i32);
-    ops.upload(device_.data().data, host.data(), host.size() * sizeof(int32_t));
+    device_ = device;
+    ops.upload(device, host.data(), host.size() * sizeof(int32_t));
 }
 
 }  // namespace trident::model

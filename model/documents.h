@@ -18,7 +18,6 @@
 #include <span>
 #include <vector>
 
-#include "kernels/device_buffer.h"
 #include "kernels/ops.h"
 #include "model/part_context.h"
 
@@ -49,12 +48,19 @@ const int32_t* document_starts_held(const Pass& pass);
 // One microbatch's documents, kept with its activations from its forward to its backward.
 class Documents {
 public:
-    // Finds them in `tokens` (B, T) on the host, and copies what the kernels read to the device.
-    void find(kernels::Ops& ops, const DocumentOptions& o, const int32_t* tokens, int B, int T);
+    // The device elements (i32) the kernels read under the mask, for B windows of S tokens of
+    // which a rank holds T each: starts (B·S), positions (B·T), held starts (B·T). The chunk's
+    // set declares them (model/stage_parts.h), so the planner counts them.
+    static std::size_t elements(int B, int S, int T);
+    // Finds them in `tokens` (B, T) on the host, and copies what the kernels read to `device`
+    // (elements(B, T, T); unused without the mask).
+    void find(kernels::Ops& ops, const DocumentOptions& o, const int32_t* tokens, int B, int T,
+              int32_t* device);
     // The same for a rank holding `local` (B, T): the tokens of whole windows `whole` (B, S) at
     // the window positions `held` (T, context_positions).
     void find_split(kernels::Ops& ops, const DocumentOptions& o, const int32_t* whole,
-                    const int32_t* local, int B, int S, std::span<const int32_t> held);
+                    const int32_t* local, int B, int S, std::span<const int32_t> held,
+                    int32_t* device);
     // (B·S) on the device: each row's document start; null without the mask.
     const int32_t* starts() const { return mask_ ? device() : nullptr; }
     // (N) on the device: each row's position in its document; null without the mask.
@@ -65,11 +71,11 @@ public:
     const std::vector<int32_t>& uncounted() const { return uncounted_; }
 
 private:
-    const int32_t* device() const { return static_cast<const int32_t*>(device_.data().data); }
+    const int32_t* device() const { return device_; }
 
     bool mask_ = false;
     std::size_t starts_ = 0, held_ = 0;  // B·S, B·T
-    kernels::DeviceBuffer device_;  // int32: starts (B·S), positions (B·T), held starts (B·T)
+    const int32_t* device_ = nullptr;    // the set's: starts, positions, held starts
     std::vector<int32_t> uncounted_;
 };
 

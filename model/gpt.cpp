@@ -101,7 +101,9 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
                                      [&ops](int B, int heads, int T, kernels::DType act) {
                                          return ops.attention_saved(B, heads, T, act);
                                      },
-                                     {}})),
+                                     {},
+                                     nullptr,
+                                     options.documents.mask})),
       scratch_(ops, parts_.scratch.buffers()),
       ctx_{ops, rows_, groups.context, groups.kv_replicas, weights_, scratch_},
       store_(ops, options.recompute, parts_.chunks, parts_.layer_spec()),
@@ -152,10 +154,14 @@ Pass Gpt::pass_of(const Set& set, const SetBuffers& buffers, int layer) const {
                 options_.documents.any() ? &set.documents : nullptr};
 }
 
-void Gpt::find_documents(Set& set, const int32_t* inputs) {
+void Gpt::find_documents(int c, Set& set, const int32_t* inputs) {
     const DocumentOptions& o = options_.documents;
     if (!o.any()) return;
-    if (d_.C == 1 || !o.mask) return set.documents.find(ops_, o, inputs, d_.B, d_.T);
+    const int slot = parts_.chunk_documents[static_cast<std::size_t>(c)];
+    auto* device = slot < 0
+                       ? nullptr
+                       : static_cast<int32_t*>(set.own[static_cast<std::size_t>(slot)].data().data);
+    if (d_.C == 1 || !o.mask) return set.documents.find(ops_, o, inputs, d_.B, d_.T, device);
     // Under context parallelism the attention sees whole windows: their tokens from the
     // context group, each rank's at the window positions it holds (model/context_split.h).
     const std::size_t B = static_cast<std::size_t>(d_.B), T = static_cast<std::size_t>(d_.T),
@@ -170,7 +176,7 @@ void Gpt::find_documents(Set& set, const int32_t* inputs) {
                     gathered[(static_cast<std::size_t>(r) * B + b) * T + t];
     }
     set.documents.find_split(ops_, o, whole.data(), inputs, d_.B, d_.seq_len,
-                             context_positions(d_.seq_len, d_.C, ctx_.context.rank()));
+                             context_positions(d_.seq_len, d_.C, ctx_.context.rank()), device);
 }
 
 // ---- forward ---------------------------------------------------------------------------------
@@ -180,7 +186,7 @@ void Gpt::forward_chunk(int mb, int c, const int32_t* inputs, const int32_t* tar
     Set& set = store_.start(mb, c);
     set.training = training;
     set.seed = dropout_seed;
-    find_documents(set, inputs);
+    find_documents(c, set, inputs);
     run_forward(c, set, inputs, input);
     if (has_head(c)) {
         const SetBuffers own = store_.own(set);
@@ -236,7 +242,7 @@ std::vector<float> Gpt::logits_at(const int32_t* inputs, int position) {
     const GptShape& s = layout_.shape();
     Set& set = store_.start(0, 0);
     set.training = false;
-    find_documents(set, inputs);
+    find_documents(0, set, inputs);
     run_forward(0, set, inputs, nullptr);
     std::vector<float> row(static_cast<std::size_t>(s.vocab));  // padded columns dropped
     const SetBuffers own = store_.own(set);

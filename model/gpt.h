@@ -167,7 +167,7 @@ private:
     // documents when the model reads them.
     Pass pass_of(const Set& set, const SetBuffers& buffers, int layer) const;
     // The microbatch's documents from its input tokens (B, T), when the model reads them.
-    void find_documents(Set& set, const int32_t* inputs);
+    void find_documents(int c, Set& set, const int32_t* inputs);
     // The chunk's layers, embedding and head (forward), given its set.
     void run_forward(int c, Set& set, const int32_t* inputs, kernels::ConstPtr input);
     // The chunk's input (R, H) in its set, and layer i's input: the previous one's output.

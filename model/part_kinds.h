@@ -37,6 +37,8 @@ struct PartOptions {
     AttentionSavedFn attention_saved;  // the backend's rule (Ops::attention_saved)
     MakeCore make_core;                // empty: training's attention core
     const GemmPolicy* gemm = nullptr;  // the layers' linears' GEMM (model/gemm.h); null: dense
+    // data.documents: mask: each chunk's set keeps its windows' documents (model/documents.h).
+    bool documents = false;
 };
 
 // One part's inputs on this rank: its tensors' offsets in the parameter buffer (in the order

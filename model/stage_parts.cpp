@@ -66,6 +66,10 @@ StageParts build_stage(const ParamLayout& layout, const ParamLayout& lora_layout
         ChunkSpec& chunk = s.chunks[static_cast<std::size_t>(c)];
         s.chunk_input.push_back(chunk.own.add(
             "input", d.rows_mine() * static_cast<std::size_t>(d.H), d.act, Keep::always));
+        s.chunk_documents.push_back(
+            options.documents ? chunk.own.add("documents", Documents::elements(d.B, d.seq_len, d.T),
+                                              kernels::DType::i32, Keep::always)
+                              : -1);
         if (plan.global_chunk(c) == 0)
             s.embedding.emplace(
                 EmbeddingSpec{layout.wte(), layout.wpe(), layout.vocab_begin(), options.dropout}, d,

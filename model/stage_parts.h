@@ -26,6 +26,8 @@ struct StageParts {
     std::optional<LmHead> head;
     std::vector<ChunkSpec> chunks;  // per local chunk
     std::vector<int> chunk_input;   // each chunk's input (R, H): a slot of its own set
+    // each chunk's documents (Documents::elements) i32, a slot of its own set; -1: none
+    std::vector<int> chunk_documents;
     ScratchSpec scratch;
     int d_residual = 0;  // scratch: the backward's gradient of the residual stream (R, H)
     // scratch: this rank's tokens' positions in the whole sequence (T) i32, which the model

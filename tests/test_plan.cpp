@@ -510,6 +510,10 @@ TEST_CASE("plan: measured memory of one-process runs is the plan, to the byte", 
     SECTION("muon") {
         check_measured_memory({"optimizer.name=muon"}, 1);
     }
+    // Packed documents: each set's starts and positions (model/documents.h), declared.
+    SECTION("documents: mask") {
+        check_measured_memory({"data.documents=mask", "data.eod_token=3"}, 1);
+    }
 }
 
 // Under mpirun (8 and 4 processes): hidden from the default test list, run by ctest as
@@ -617,6 +621,11 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
     SECTION("1 x 2 x 2 x 1, Ulysses, sequence parallel") {
         check_measured_memory({"model.seq_len=32", "parallel.tensor=2", "parallel.context=2",
                                "parallel.context_mode=ulysses", "parallel.sequence_parallel=true"},
+                              4);
+    }
+    SECTION("1 x 1 x 2 x 1, ring attention within packed documents, 1F1B over P = 2") {
+        check_measured_memory({"model.seq_len=32", "parallel.context=2", "parallel.pipeline=2",
+                               "data.documents=mask", "data.eod_token=3"},
                               4);
     }
     SECTION("1 x 1 x 4 x 1, ring attention, full recompute") {

@@ -31,8 +31,12 @@ constexpr int64_t kFirstSighting = 64;
 // they declare are what the model allocates. Low-rank adapters are not modelled (`plan` says so).
 model::StageParts stage_parts(const config::Config& cfg, const model::ParamLayout& layout,
                               const model::Dims& d) {
-    const model::PartOptions options{
-        static_cast<float>(cfg.model.dropout), {}, kernels::cpu_attention_saved, {}};
+    const model::PartOptions options{static_cast<float>(cfg.model.dropout),
+                                     {},
+                                     kernels::cpu_attention_saved,
+                                     {},
+                                     nullptr,
+                                     cfg.data.documents == config::DocumentMode::mask};
     return model::build_stage(layout, model::ParamLayout::for_lora(layout.shape(), {}), d, options);
 }
 
