@@ -110,6 +110,52 @@ TEST_CASE("documents: attention within documents is each document's causal atten
                     CHECK(att[(std::size_t(bh) * T + i) * T + j] == 0.0f);
 }
 
+// Ring attention's block of keys 0..5 for query rows 6..11 of two windows: window 0's rows all
+// start their documents at 6 (the block lies wholly in earlier documents), window 1's at 0.
+// Window 0's keys and values are NaN: a block it skips is never read, so its output is zero,
+// its log-sum-exp -inf and its gradients unchanged, while window 1's equal a run on finite keys
+// bit for bit.
+TEST_CASE("documents: ring attention skips a block wholly in earlier documents",
+          "[documents][kernels]") {
+    auto ops = make_cpu_ops(2);
+    const int B = 2, rows = 6, C = 8, NH = 2;
+    trident::kernels::AttentionBlock k;
+    k.B = B, k.channels = C, k.NH = NH, k.q_rows = k.kv_rows = rows;
+    k.q_begin = 0, k.q_count = rows, k.q_position = 6;
+    k.k_begin = 0, k.k_count = rows, k.k_position = 0;
+    k.seq_len = 12, k.head_begin = 0, k.heads_total = NH;
+    const std::vector<int32_t> starts{6, 6, 6, 6, 6, 6, 0, 0, 0, 0, 0, 0};
+    k.q_starts = starts.data();
+    const auto qkv = hashed(std::size_t(B) * rows * 3 * C, 7);
+    const auto dout = hashed(std::size_t(B) * rows * C, 8);
+    auto finite = hashed(std::size_t(B) * rows * 2 * C, 9), poisoned = finite;
+    std::fill(poisoned.begin(), poisoned.begin() + rows * 2 * C, NAN);
+    const std::size_t RC = std::size_t(B) * rows * C, stats = std::size_t(B) * NH * rows;
+    struct Result {
+        std::vector<float> out, lse, dq, dkv;
+    };
+    const auto run = [&](const std::vector<float>& kv) {
+        Result r{std::vector<float>(RC, 7.0f), std::vector<float>(stats, 7.0f),
+                 std::vector<float>(RC, 0.5f), std::vector<float>(2 * RC, 0.5f)};
+        ops->attention_block_forward(r.out.data(), r.lse.data(), qkv.data(), kv.data(), k);
+        ops->attention_block_backward(r.dq.data(), r.dkv.data(), dout.data(), qkv.data(), kv.data(),
+                                      r.out.data(), r.lse.data(), k);
+        return r;
+    };
+    const Result a = run(poisoned), b = run(finite);
+    const std::size_t half = RC / 2;
+    for (std::size_t i = 0; i < half; ++i) {
+        CHECK(a.out[i] == 0.0f);
+        CHECK(a.dq[i] == 0.5f);
+    }
+    for (std::size_t i = 0; i < stats / 2; ++i) CHECK(std::isinf(a.lse[i]));
+    for (std::size_t i = 0; i < 2 * half; ++i) CHECK(a.dkv[i] == 0.5f);
+    CHECK(std::equal(a.out.begin() + half, a.out.end(), b.out.begin() + half));
+    CHECK(std::equal(a.dq.begin() + half, a.dq.end(), b.dq.begin() + half));
+    CHECK(std::equal(a.dkv.begin() + 2 * half, a.dkv.end(), b.dkv.begin() + 2 * half));
+    CHECK(std::equal(a.lse.begin() + stats / 2, a.lse.end(), b.lse.begin() + stats / 2));
+}
+
 TEST_CASE("documents: the rebuild is the forward's, and one document is causal attention",
           "[documents][kernels][recompute]") {
     auto ops = make_cpu_ops(2);

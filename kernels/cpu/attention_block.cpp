@@ -64,6 +64,25 @@ int first_key(const AttentionBlock& k, int b, int i) {
     return first < 0 ? 0 : (first < k.k_count ? first : k.k_count);
 }
 
+// Whether no query row of sequence b sees a key of the block: within documents, a block of
+// keys wholly in earlier documents than every row's (ring attention's whole blocks skipped:
+// their keys and values are never read).
+bool sees_nothing(const AttentionBlock& k, int b) {
+    for (int i = 0; i < k.q_count; i++)
+        if (visible_keys(k, i) > first_key(k, b, i)) return false;
+    return true;
+}
+
+// A head's block output where it sees nothing: zero rows, log-sum-exp -inf.
+void nothing_seen(float* out, float* lse, const AttentionBlock& k, const BlockHead& head) {
+    const int hs = k.channels / k.NH;
+    for (int i = 0; i < k.q_count; i++) {
+        lse[head.lse + static_cast<std::size_t>(i)] = kMinusInf;
+        float* row = out + head.out + static_cast<std::size_t>(i) * k.channels;
+        for (int d = 0; d < hs; d++) row[d] = 0.0f;
+    }
+}
+
 // Dropout's factor for query row i, key j of the block: 0 or 1/(1 - p); 1 without dropout.
 float dropout_factor(const AttentionBlock& k, const BlockHead& head, int i, int j) {
     if (k.drop_prob == 0.0f) return 1.0f;
@@ -94,6 +113,10 @@ void attention_block_forward(float* out, float* lse, const float* qkv, const flo
 #pragma omp for schedule(static)
         for (int bh = 0; bh < k.B * k.NH; bh++) {
             const BlockHead head = block_head(k, bh);
+            if (sees_nothing(k, bh / k.NH)) {
+                nothing_seen(out, lse, k, head);
+                continue;
+            }
             block_scores(scores.data(), qkv, kv, k, head, scale);
             // Each row becomes its probabilities over the visible keys [first, visible) (dropped
             // out), zeros elsewhere.
@@ -166,6 +189,7 @@ void attention_block_backward(float* dq, float* dkv, const float* dout, const fl
 #pragma omp for schedule(static)
         for (int bh = 0; bh < k.B * k.NH; bh++) {
             const BlockHead head = block_head(k, bh);
+            if (sees_nothing(k, bh / k.NH)) continue;  // adds nothing
             block_scores(probs.data(), qkv, kv, k, head, scale);
             // dprobs = dout v^T: the gradient of the dropped-out probabilities.
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, k.q_count, k.k_count, hs, 1.0f,
