@@ -22,7 +22,8 @@ double local_out(const LinearDecl& w, const Dims& d) {
 
 }  // namespace
 
-GemmFlops gemm_flops(const ModelSpec& spec, const Dims& d, Recompute recompute, int l) {
+GemmFlops gemm_flops(const ModelSpec& spec, const Dims& d, Recompute recompute, int l,
+                     double attended) {
     const double N = d.N, H = d.H, Hm = d.Hm, T = d.T, B = d.B;
     const double V = static_cast<double>(d.Vm);
     // Every linear of the layer (q, k and v, the projection, the MLP's), the last the MLP's
@@ -32,7 +33,7 @@ GemmFlops gemm_flops(const ModelSpec& spec, const Dims& d, Recompute recompute, 
         last = 2 * N * local_in(w, d) * local_out(w, d);
         linears += last;
     }
-    const double scores = B * T * T * d.C * Hm;  // Q·Kᵀ, causal half, whole keys
+    const double scores = B * T * T * d.C * Hm * attended;  // Q·Kᵀ, causal half, whole keys
     GemmFlops f;
     f.layer_forward = linears + 2 * scores;
     double rerun = 0;

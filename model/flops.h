@@ -20,7 +20,10 @@ struct GemmFlops {
     double layer_weight = 0, head_weight = 0;
 };
 
-// The FLOPs of layer `l` of `spec` (every layer's, while they are alike) and of the head.
-GemmFlops gemm_flops(const ModelSpec& spec, const Dims& d, Recompute recompute, int l = 0);
+// The FLOPs of layer `l` of `spec` (every layer's, while they are alike) and of the head;
+// `attended`: the fraction of a causal window's attention scores computed (packed documents of
+// mean length L in windows of S tokens: L/S, docs/FORMULAS.md).
+GemmFlops gemm_flops(const ModelSpec& spec, const Dims& d, Recompute recompute, int l = 0,
+                     double attended = 1);
 
 }  // namespace trident::model

@@ -225,6 +225,9 @@ CLI::App* add_plan(CLI::App& app, commands::PlanOptions& plan) {
     plan_cmd->add_option("--disk-bw", plan.disk_bw,
                          "Bandwidth between a rank and optimizer.offload_dir, its reads and writes "
                          "together, GB/s (default 2: one NVMe drive per rank)");
+    plan_cmd->add_option("--doc-len", plan.doc_len,
+                         "Under data.documents: mask, the documents' mean length in tokens: the "
+                         "attention within them is counted (default: one document a window)");
     plan_cmd->add_flag("--search", plan.search,
                        "List the fastest layouts of the config on --gpus GPUs that fit in "
                        "--device-memory (or the preset GPU's)");

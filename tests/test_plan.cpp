@@ -908,3 +908,35 @@ TEST_CASE("plan: Muon's Newton-Schulz FLOPs, each layer matrix once, in the opti
         CHECK(std::abs(extra - want) <= 1e-6 * want);
     }
 }
+
+// --doc-len L under data.documents: mask: the attention products (Q·Kᵀ and P·V, causal half of
+// B·T·T·C·H/M each, twice as many in the backward) at L/S of a causal window's; nothing else.
+TEST_CASE("plan: --doc-len counts the attention within documents", "[plan]") {
+    const auto plan = [](const std::string& args) {
+        return cli::run("plan --config " TRIDENT_SOURCE_DIR
+                        "/configs/gpt2-124m.yaml --hardware "
+                        "dgx-h100 --set data.documents=mask " +
+                        args);
+    };
+    const auto executed = [&](const std::string& args) {
+        const auto out = plan("--json " + args);
+        INFO(out.output);
+        REQUIRE(out.exit_code == 0);
+        const io::json::Value p = io::json::parse(out.output);
+        return p.find("step_time")->find("executed_flops_slowest_stage")->real;
+    };
+    // gpt2-124m: micro batch 4, 1024 tokens, hidden 768, 12 layers, 8 microbatches, 1 x 1 x 1.
+    const double scores = 4.0 * 1024 * 1024 * 768;
+    const double saved = 8 * 12 * 6 * scores * (1 - 128.0 / 1024);
+    const double whole = executed(""), documents = executed("--doc-len 128");
+    CHECK(std::abs(whole - documents - saved) <= 1e-6 * saved);
+    CHECK(executed("--doc-len 4096") == whole);  // a document longer than the window: causal
+    const auto zero = plan("--doc-len 0");
+    CHECK(zero.exit_code != 0);
+    CHECK(zero.output.find("--doc-len: expected a mean document length of at least 1") !=
+          std::string::npos);
+    const auto stream =
+        cli::run("plan --config " TRIDENT_SOURCE_DIR "/configs/gpt2-124m.yaml --doc-len 128");
+    CHECK(stream.exit_code != 0);
+    CHECK(stream.output.find("only under data.documents: mask") != std::string::npos);
+}

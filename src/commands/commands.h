@@ -93,6 +93,7 @@ struct PlanOptions {
     bool json = false;
     std::string device_memory;  // e.g. "80GiB"; empty: no check
     int zero_stage = -1;        // 0 .. 3 instead of parallel.zero_stage; -1: the config's
+    int doc_len = -1;  // data.documents: mask: the documents' mean length in tokens; -1: not given
     // Hardware for the step time: a preset, and figures that replace its own (0: the preset's).
     std::string hardware;
     double gemm_tflops = 0;

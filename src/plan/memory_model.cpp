@@ -137,6 +137,11 @@ PlanInputs plan_inputs(const config::Config& cfg, int grad_bytes) {
     return in;
 }
 
+double PlanInputs::attended() const {
+    if (doc_len == 0) return 1;
+    return std::min(1.0, static_cast<double>(doc_len) / cfg.model.seq_len);
+}
+
 OptimizerBytes optimizer_bytes(const PlanInputs& in, const model::ParamLayout& layout) {
     OptimizerBytes bytes{in.optimizer_bytes, 0, in.matrix_optimizer_bytes};
     if (bytes.per_matrix_parameter != bytes.per_parameter)

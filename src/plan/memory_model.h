@@ -87,6 +87,11 @@ struct PlanInputs {
     // FLOPs of the optimizer's whole-matrix steps in one update, each layer matrix once
     // (optim::Optimizer::matrix_step_flops: Muon's Newton-Schulz iterations); 0 for AdamW.
     double matrix_step_flops = 0;
+    // Under data.documents: mask, the documents' mean length (trident plan --doc-len): the
+    // attention computes within them, L/S of a causal window's scores; 0: one per window.
+    int doc_len = 0;
+    // The fraction of a causal window's attention scores computed: min(1, doc_len / seq_len).
+    double attended() const;
 };
 
 // The inputs for `cfg` as it stands: its precision's element sizes and its ZeRO stage.

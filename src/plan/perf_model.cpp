@@ -26,12 +26,12 @@ ChunkSeconds chunk_seconds(const PlanInputs& in, const ChunkShape& chunk, const 
     const double RC = static_cast<double>(d.R) * H, NC = N * H, NCm = N * Hm, NFm = N * Fm;
     // Attention scores of a microbatch on this rank: its queries against the whole
     // sequence's keys, (B, NH/M, T, seq_len).
-    const double S = static_cast<double>(d.B) * d.heads * d.T * d.seq_len;
+    const double S = static_cast<double>(d.B) * d.heads * d.T * d.seq_len * in.attended();
     const double drop = cfg.model.dropout > 0 ? 1 : 0;
     const Recompute recompute = cfg.training.recompute;
 
-    const model::GemmFlops flops =
-        model::gemm_flops(model::resolve_spec(config::gpt_shape(cfg)), d, recompute);
+    const model::GemmFlops flops = model::gemm_flops(model::resolve_spec(config::gpt_shape(cfg)), d,
+                                                     recompute, 0, in.attended());
     // Memory-bound elements of one layer: LayerNorms, bias adds, dropout, residual adds (on
     // the rank's rows), softmax (read scores, write and reread the probabilities), GELU, and
     // backward's reads of what forward kept, its writes of gradients and zeroed scratch.

@@ -437,6 +437,11 @@ std::string render_text(const Plan& plan) {
         "\nFLOPs per step (Megatron's model FLOPs, 6*B*s per weight of the layers' linears and "
         "the head + 6*B*s^2*l*h): %.4g, %.4g per GPU\n",
         d.flops_per_step, d.flops_per_step / d.world_size);
+    if (plan.inputs.doc_len > 0)
+        out += format(
+            "attention within documents of %d tokens on average (--doc-len): %.4g of a causal "
+            "window's scores computed, in the step time (the model FLOPs count whole windows)\n",
+            plan.inputs.doc_len, plan.inputs.attended());
     if (plan.inputs.matrix_step_flops > 0)
         out += format(
             "optimizer FLOPs per step (%s's whole-matrix steps, each layer matrix on one rank; "
@@ -468,7 +473,8 @@ std::string render_json(const Plan& plan) {
     io::JsonLine flops;
     flops.add("model_flops_per_step", d.flops_per_step)
         .add("model_flops_per_gpu", d.flops_per_step / d.world_size)
-        .add("optimizer_flops_per_step", in.matrix_step_flops);
+        .add("optimizer_flops_per_step", in.matrix_step_flops)
+        .add("attended_fraction", in.attended());
     root.add("flops", flops);
     if (plan.device_memory) root.add("device_memory_bytes", byte_count(*plan.device_memory));
     if (plan.time) root.add("step_time", step_time_json(plan));
