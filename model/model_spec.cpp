@@ -59,7 +59,8 @@ ArchDefaults arch_defaults(Arch arch, int hidden) {
         return {(8 * hidden / 3 + 255) / 256 * 256,
                 false,
                 default_mlp(arch),
-                {LoraTarget::q, LoraTarget::v}};
+                {LoraTarget::q, LoraTarget::v},
+                true};
     return {4 * hidden,
             true,
             default_mlp(arch),

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "model/moe_settings.h"
 #include "model/tensor_decl.h"
 
 namespace trident::model {
@@ -43,6 +44,8 @@ struct GptShape {
     // The MLP's kind (model.mlp, a name registered in model/part_registry.cpp); empty: the
     // family's own (gelu for gpt2, swiglu for llama).
     std::string mlp{};
+    // A mixture of experts in the layers model.moe names (experts 0: none).
+    MoeSettings moe{};
 };
 
 struct NormKind;
@@ -125,6 +128,7 @@ struct ArchDefaults {
     bool tied = true;                      // model.tie_embeddings
     const char* mlp = nullptr;             // model.mlp
     std::vector<LoraTarget> lora_targets;  // training.lora.targets
+    bool moe = false;                      // takes model.moe (its experts are SwiGLU MLPs)
 };
 ArchDefaults arch_defaults(Arch arch, int hidden);
 std::vector<std::string> mlp_names();

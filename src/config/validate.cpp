@@ -59,6 +59,9 @@ void refuse_unsupported_features([[maybe_unused]] const Config& cfg,
     if (cfg.optimizer.name == OptimizerName::muon && cfg.device == DeviceKind::cuda)
         fail(origins.blame({"optimizer.name", "device"}),
              "optimizer.name: muon runs on the CPU backend only (device: cpu)");
+    if (cfg.model.moe.enabled())
+        fail(origins.where("model.moe.experts"),
+             "model.moe.experts: a mixture of experts is not built yet (experts: 0 is dense)");
 #if !TRIDENT_HAVE_CUDA
     // With the GPU backend built in, whether each rank has a GPU is found at start-up
     // (commands/session.h), not here: a config names a device, the machine may lack it.
@@ -106,6 +109,25 @@ void check_model_and_batches(const Config& cfg, const Origins& origins) {
                  p.data, " = ", per_step,
                  " (each replica evaluates its share in whole microbatches; a multiple of "
                  "training.global_batch suits every layout)"));
+}
+
+// model.moe: the family takes it, k of the N experts, the bias only beside a sigmoid router.
+void check_moe(const Config& cfg, const Origins& origins) {
+    const MoeSettings& moe = cfg.model.moe;
+    if (!moe.enabled()) return;
+    if (!model::arch_defaults(cfg.model.arch, cfg.model.hidden).moe)
+        fail(origins.blame({"model.moe.experts", "model.arch"}),
+             cat("model.moe.experts (", moe.experts, ") needs model.arch: llama (it is ",
+                 enum_name(cfg.model.arch), "): the experts are SwiGLU MLPs"));
+    if (moe.top_k > moe.experts)
+        fail(origins.blame({"model.moe.top_k", "model.moe.experts"}),
+             cat("model.moe.top_k (", moe.top_k, ") must not exceed model.moe.experts (",
+                 moe.experts, "): each token goes to top_k distinct experts"));
+    if (moe.bias_update_rate > 0 && moe.router != MoeRouter::sigmoid)
+        fail(origins.blame({"model.moe.bias_update_rate", "model.moe.router"}),
+             cat("model.moe.bias_update_rate (", moe.bias_update_rate,
+                 ") needs model.moe.router: sigmoid (DeepSeek-V3's balancing biases the "
+                 "selection of sigmoid scores; it is softmax)"));
 }
 
 // How tensor, sequence and context parallelism split the heads, widths and rows.
@@ -385,6 +407,7 @@ void validate(const Config& cfg, const Origins& origins, Purpose purpose) {
     check_ranges(cfg, origins);
     if (purpose != Purpose::plan) refuse_unsupported_features(cfg, origins);
     check_model_and_batches(cfg, origins);
+    check_moe(cfg, origins);
     check_tensor_and_context(cfg, origins);
     check_pipeline(cfg, origins);
     check_zero_and_lora(cfg, origins);
