@@ -249,7 +249,8 @@ void Gpt::backward_part(int mb, int c, float dloss, ConstPtr output_grad, Ptr in
         head_backward(c, set, dloss, part, reduce);
     else if (part != BackwardPart::weight)
         ops_.copy(d_residual, output_grad, boundary_size());
-    for (int i = layout_.chunk_layers(c) - 1; i >= 0; --i) layer_backward(c, set, i, part, reduce);
+    for (int i = layout_.chunk_layers(c) - 1; i >= 0; --i)
+        layer_backward(c, set, i, dloss, part, reduce);
     if (embeds(c))
         embedding_backward(set, part, reduce);
     else if (part != BackwardPart::weight)
@@ -281,11 +282,11 @@ void Gpt::head_backward(int c, Set& set, float dloss, BackwardPart part, bool re
     if (tied && !layout_.plan().first()) grads_complete(wte_unit_);
 }
 
-void Gpt::layer_backward(int c, Set& set, int i, BackwardPart part, bool reduce) {
+void Gpt::layer_backward(int c, Set& set, int i, float dloss, BackwardPart part, bool reduce) {
     const int l = layout_.first_layer(c) + i;
     const TransformerLayer& layer_l = parts_.layer(c, i);
     const SetBuffers buffers = store_.layer(set, c, i);
-    const Pass pass{buffers, set.training, set.seed, l};
+    const Pass pass{buffers, set.training, set.seed, l, dloss};
     const ConstPtr x = layer_input(c, set, i);
     const bool reads_params = reads_params_in(part);
     if (reads_params) params_needed(layer_unit(l), next_in_backward(c, i));

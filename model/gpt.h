@@ -170,7 +170,7 @@ private:
     // Backward, piece by piece, each adding into d_residual, the gradient of this rank's rows
     // of the residual stream (B), and into the gradient buffers (W).
     void head_backward(int c, Set& set, float dloss, BackwardPart part, bool reduce);
-    void layer_backward(int c, Set& set, int i, BackwardPart part, bool reduce);
+    void layer_backward(int c, Set& set, int i, float dloss, BackwardPart part, bool reduce);
     void embedding_backward(Set& set, BackwardPart part, bool reduce);
 
     // The units (units()) by index, and the events on them (UnitListener), told where there is

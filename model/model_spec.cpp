@@ -67,14 +67,18 @@ ArchDefaults arch_defaults(Arch arch, int hidden) {
             {LoraTarget::qkv, LoraTarget::attn_proj, LoraTarget::fc, LoraTarget::fc_proj}};
 }
 
+// The mixture of experts' kind is model.moe's layers' (model/moe_mlp.cpp), never model.mlp's.
+constexpr std::string_view kMoeMlp = "moe";
+
 std::vector<std::string> mlp_names() {
     std::vector<std::string> names;
-    for (const MlpKind* k : mlp_kinds()) names.emplace_back(k->name);
+    for (const MlpKind* k : mlp_kinds())
+        if (k->name != kMoeMlp) names.emplace_back(k->name);
     return names;
 }
 
 bool is_mlp(std::string_view name) {
-    return find_kind(mlp_kinds(), name) != nullptr;
+    return name != kMoeMlp && find_kind(mlp_kinds(), name) != nullptr;
 }
 
 ModelSpec resolve_spec(const GptShape& shape) {
@@ -99,6 +103,10 @@ ModelSpec resolve_spec(const GptShape& shape) {
     layer.norm2_name = llama ? "post_attention_layernorm" : "ln_2";
     layer.mlp_name = "mlp";
     s.layers.assign(static_cast<std::size_t>(shape.layers), layer);
+    // model.moe's layers hold the mixture of experts instead (model/moe_mlp.h).
+    for (int l = 0; l < shape.layers; ++l)
+        if (shape.moe.moe_layer(l))
+            s.layers[static_cast<std::size_t>(l)].mlp = find_kind(mlp_kinds(), kMoeMlp);
     return s;
 }
 

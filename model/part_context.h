@@ -70,6 +70,9 @@ struct Pass {
     bool training = false;  // dropout applies
     uint64_t seed = 0;      // the microbatch's dropout seed
     int layer = 0;          // global index
+    // The backward's weight of one token's loss (1 / tokens of the global batch, model/gpt.h),
+    // for the losses a layer adds (a mixture of experts' balancing loss); 0 in the forward.
+    float dloss = 0;
 
     float drop(float p) const { return training ? p : 0.0f; }
     // The seed of dropout site s of the layer: 0 attention, 1 and 2 the residual branches,

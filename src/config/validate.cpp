@@ -59,9 +59,6 @@ void refuse_unsupported_features([[maybe_unused]] const Config& cfg,
     if (cfg.optimizer.name == OptimizerName::muon && cfg.device == DeviceKind::cuda)
         fail(origins.blame({"optimizer.name", "device"}),
              "optimizer.name: muon runs on the CPU backend only (device: cpu)");
-    if (cfg.model.moe.enabled())
-        fail(origins.where("model.moe.experts"),
-             "model.moe.experts: a mixture of experts is not built yet (experts: 0 is dense)");
 #if !TRIDENT_HAVE_CUDA
     // With the GPU backend built in, whether each rank has a GPU is found at start-up
     // (commands/session.h), not here: a config names a device, the machine may lack it.
@@ -111,6 +108,23 @@ void check_model_and_batches(const Config& cfg, const Origins& origins) {
                  "training.global_batch suits every layout)"));
 }
 
+// What model.moe does not run yet: capacity limits, the bias's update, adapters.
+void check_moe_built(const Config& cfg, const Origins& origins) {
+    const MoeSettings& moe = cfg.model.moe;
+    if (moe.capacity_factor > 0)
+        fail(origins.where("model.moe.capacity_factor"),
+             cat("model.moe.capacity_factor (", moe.capacity_factor,
+                 ") is not built yet: the experts run dropless (capacity_factor: 0)"));
+    if (moe.bias_update_rate > 0 && moe.router == MoeRouter::sigmoid)
+        fail(origins.where("model.moe.bias_update_rate"),
+             cat("model.moe.bias_update_rate (", moe.bias_update_rate,
+                 ") is not built yet: the router's bias stays 0 (bias_update_rate: 0)"));
+    if (cfg.training.lora.enabled())
+        fail(origins.blame({"training.lora.rank", "model.moe.experts"}),
+             "training.lora.rank > 0 with model.moe.experts > 0 is not built yet: adapters of a "
+             "mixture of experts' layers");
+}
+
 // model.moe: the family takes it, k of the N experts, the bias only beside a sigmoid router.
 void check_moe(const Config& cfg, const Origins& origins) {
     const MoeSettings& moe = cfg.model.moe;
@@ -123,6 +137,12 @@ void check_moe(const Config& cfg, const Origins& origins) {
         fail(origins.blame({"model.moe.top_k", "model.moe.experts"}),
              cat("model.moe.top_k (", moe.top_k, ") must not exceed model.moe.experts (",
                  moe.experts, "): each token goes to top_k distinct experts"));
+    if (cfg.model.ffn_hidden > 0 &&
+        (moe.ffn_hidden ? moe.ffn_hidden : cfg.model.ffn_hidden) % cfg.parallel.tensor != 0)
+        fail(origins.blame({"model.moe.ffn_hidden", "model.ffn_hidden", "parallel.tensor"}),
+             cat("model.moe.ffn_hidden (", moe.ffn_hidden ? moe.ffn_hidden : cfg.model.ffn_hidden,
+                 ") must be a multiple of parallel.tensor (", cfg.parallel.tensor,
+                 "): each expert splits over the tensor ranks as the dense MLP"));
     if (moe.bias_update_rate > 0 && moe.router != MoeRouter::sigmoid)
         fail(origins.blame({"model.moe.bias_update_rate", "model.moe.router"}),
              cat("model.moe.bias_update_rate (", moe.bias_update_rate,
