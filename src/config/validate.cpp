@@ -119,6 +119,14 @@ void check_moe_built(const Config& cfg, const Origins& origins) {
         fail(origins.where("model.moe.bias_update_rate"),
              cat("model.moe.bias_update_rate (", moe.bias_update_rate,
                  ") is not built yet: the router's bias stays 0 (bias_update_rate: 0)"));
+    // The recompute scratch is one layer's buffers (model/activation_store.h), laid out as the
+    // first layer's: every layer must be of the same kinds.
+    const bool mixed = moe.first_dense > 0 || moe.every > 1;
+    if (mixed && cfg.training.recompute != Recompute::none)
+        fail(origins.blame({"training.recompute", "model.moe.first_dense", "model.moe.every"}),
+             cat("training.recompute: ", enum_name(cfg.training.recompute),
+                 " with dense and MoE layers (model.moe.first_dense ", moe.first_dense, ", every ",
+                 moe.every, ") is not built yet: recompute needs every layer an MoE layer"));
     if (cfg.training.lora.enabled())
         fail(origins.blame({"training.lora.rank", "model.moe.experts"}),
              "training.lora.rank > 0 with model.moe.experts > 0 is not built yet: adapters of a "

@@ -9,7 +9,9 @@ experts of moe_reference.py, itself first held against torch's softmax, top-k an
 2. training: 8 AdamW steps of `trident train` against torch.optim.AdamW on the loss trained
    (cross-entropy + the balancing and z losses): the logged cross-entropy within 1e-5 relative;
 3. the losses of 10 steps on every layout family (layout_families.py) within 1e-5 of one
-   process's.
+   process's;
+4. checkpoints: a sigmoid-routed run's checkpoint of step 5 resumed at M = 2 and at D = 2
+   ZeRO-3 gives steps 6 to 10 of the straight run within 1e-5.
 
 Exit 77 (skipped) without torch and numpy or mpirun.
 """
@@ -32,7 +34,7 @@ import gpt2_reference as common  # noqa: E402
 import llama_reference as llama  # noqa: E402
 import moe_reference as ref  # noqa: E402
 from layout_families import check_families  # noqa: E402
-from mpi_harness import check, failures, run, tiny_run  # noqa: E402
+from mpi_harness import check, failures, losses, run, tiny_run  # noqa: E402
 
 TOLERANCE = 1e-5
 SHAPE = llama.LlamaShape(vocab=100, seq_len=16, layers=2, hidden=32, heads=4, kv_heads=2, ffn=48)
@@ -145,6 +147,28 @@ def test_layouts(tmp, trident):
     check_families(trident, base, tmp, "moe")
 
 
+def test_resume(tmp, trident):
+    moe = ref.Moe(experts=4, top_k=2, ffn=32, shared=1, router="sigmoid", z_loss=0.01)
+    base = tiny_run(tmp, ["model.arch=llama"] + moe.overrides())
+    straight = os.path.join(tmp, "straight.jsonl")
+    run([trident, "train"] + base + ["--set", f"checkpoint.dir={tmp}/ck", "--set",
+                                     "checkpoint.interval=5", "--set",
+                                     f"logging.metrics={straight}"])
+    want = {r["step"]: r["loss"] for r in losses(straight) if "loss" in r}
+    for name, ranks, layout in (("M=2", 2, ["parallel.tensor=2"]),
+                                ("D=2 ZeRO-3", 2, ["parallel.data=2", "parallel.zero_stage=3"])):
+        metrics = os.path.join(tmp, f"resumed_{ranks}_{len(layout)}.jsonl")
+        overrides = layout + [f"checkpoint.dir={tmp}/ck_{len(layout)}",
+                              f"checkpoint.resume={tmp}/ck/step_000005",
+                              f"logging.metrics={metrics}"]
+        run([trident, "train"] + base + [a for o in overrides for a in ("--set", o)], ranks=ranks)
+        got = {r["step"]: r["loss"] for r in losses(metrics) if "loss" in r}
+        worst = max((abs(got[s] - want[s]) / abs(want[s]) for s in got), default=float("inf"))
+        check(sorted(got) == [6, 7, 8, 9, 10] and worst <= TOLERANCE,
+              f"resumed at {name} from one process's step 5: steps {sorted(got)} within "
+              f"{TOLERANCE} of the straight run (worst {worst:.2e})")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trident", required=True)
@@ -167,6 +191,7 @@ def main():
             test_training(tmp, args.trident)
         if args.only != "reference":
             test_layouts(tmp, args.trident)
+            test_resume(tmp, args.trident)
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
 
