@@ -70,11 +70,6 @@ void load_hf_llama(const std::string& path, const ParamLayout& layout, float* pa
 
 std::vector<io::TensorToWrite> to_hf_llama_tensors(const ParamLayout& layout, const float* params) {
     check_hf_family(layout.shape(), "export");
-    // A mixture of experts' tensors import by our names (Qwen3-MoE's), but LlamaForCausalLM's
-    // config.json cannot state them.
-    if (layout.shape().moe.enabled())
-        throw Error("model.moe: a mixture of experts has no Hugging Face export yet "
-                    "(MixtralForCausalLM and Qwen3MoeForCausalLM are not built)");
     std::vector<io::TensorToWrite> out;
     out.reserve(layout.tensors().size());
     for (const ParamTensor& t : layout.tensors())

@@ -61,7 +61,8 @@ private:
     // tokens on the device.
     MoeRouting routing(PartContext& ctx, const Pass& pass,
                        std::vector<float>* logits = nullptr) const;
-    void count_load(PartContext& ctx, const Pass& pass, const MoeRouting& r) const;
+    void count_load(PartContext& ctx, const Pass& pass, const MoeRouting& r,
+                    bool count_losses) const;
     // Each choice's weight over H columns, in permuted order (K, H) fp32, in the scratch.
     Ptr permuted_weights(PartContext& ctx, const MoeRouting& r) const;
     void permute(PartContext& ctx, Ptr out, ConstPtr rows, int width) const;
@@ -81,7 +82,7 @@ private:
     int x_all_, logits_, load_, gate_up_, hidden_, out_;             // slots
     int x_perm_, partial_, reduced_, ring_sums_, weights_, dy_all_;  // scratch
     int dy_perm_, d_hidden_, d_gate_up_, d_x_perm_, d_logits_;       // scratch
-    int tokens_, dots_, ones_, bias_;                                // scratch
+    int tokens_, dots_, ones_, bias_, stats_;                        // scratch
     WeightGradStash keep_d_gate_up_, keep_d_out_, keep_d_logits_;
 };
 
@@ -125,6 +126,7 @@ MoeMlp::MoeMlp(const MoeSettings& moe, MoeTensors tensors, std::unique_ptr<FeedF
     dots_ = scratch.add("moe_weight_grads", K, DType::f32);
     ones_ = scratch.add("moe_ones", H, DType::f32);
     bias_ = scratch.add("moe_bias", E, DType::f32);
+    stats_ = scratch.add("moe_stats", 2 * E + 1, DType::f32);
 }
 
 // All N rows of the input: all-gathered (kept for the backward) under sequence parallelism.
@@ -149,15 +151,31 @@ MoeRouting MoeMlp::routing(PartContext& ctx, const Pass& pass, std::vector<float
 }
 
 // The load f_e of the balancing loss: the fraction of the microbatch's choices (its whole
-// sequences: summed over the context group) that went to expert e.
-void MoeMlp::count_load(PartContext& ctx, const Pass& pass, const MoeRouting& r) const {
-    std::vector<float> counts(static_cast<std::size_t>(E_));
-    for (int e = 0; e < E_; ++e)
-        counts[static_cast<std::size_t>(e)] = static_cast<float>(r.count(e));
-    const Ptr load = pass.buffers[load_];
-    ctx.ops.upload(load.data, counts.data(), counts.size() * sizeof(float));
-    if (ctx.context.size() > 1) ctx.context.all_reduce(load, counts.size());
-    ctx.ops.scale(load, counts.size(), 1.0f / (static_cast<float>(N_) * C_ * k_));
+// sequences: summed over the context group) that went to expert e, kept for the backward; and,
+// for the metrics, the layer's balancing loss N·Σ f_e·P_e and z-loss mean (logsumexp z)² over
+// the microbatch, counted once per microbatch (context rank 0).
+void MoeMlp::count_load(PartContext& ctx, const Pass& pass, const MoeRouting& r,
+                        bool count_losses) const {
+    const std::size_t E = static_cast<std::size_t>(E_);
+    std::vector<float> stats(2 * E + 1, 0.0f);  // counts (E), Σ_t p (E), Σ_t lse²
+    for (std::size_t e = 0; e < E; ++e) stats[e] = static_cast<float>(r.count(static_cast<int>(e)));
+    for (std::size_t t = 0; t < static_cast<std::size_t>(N_); ++t) {
+        for (std::size_t e = 0; e < E; ++e) stats[E + e] += r.probs[t * E + e];
+        stats[2 * E] += r.lse[t] * r.lse[t];
+    }
+    const Ptr buffer = ctx.scratch[stats_];
+    ctx.ops.upload(buffer.data, stats.data(), stats.size() * sizeof(float));
+    if (ctx.context.size() > 1) ctx.context.all_reduce(buffer, stats.size());
+    ctx.ops.download(stats.data(), buffer.data, stats.size() * sizeof(float));
+    const float tokens = static_cast<float>(N_) * static_cast<float>(C_);
+    std::vector<float> load(E);
+    for (std::size_t e = 0; e < E; ++e) load[e] = stats[e] / (tokens * static_cast<float>(k_));
+    ctx.ops.upload(pass.buffers[load_].data, load.data(), E * sizeof(float));
+    if (!count_losses || !ctx.moe_losses || ctx.context.rank() != 0) return;
+    double aux = 0;
+    for (std::size_t e = 0; e < E; ++e) aux += static_cast<double>(load[e]) * stats[E + e] / tokens;
+    ctx.moe_losses->aux += static_cast<double>(E) * aux;
+    ctx.moe_losses->z += static_cast<double>(stats[2 * E]) / tokens;
 }
 
 Ptr MoeMlp::permuted_weights(PartContext& ctx, const MoeRouting& r) const {
@@ -213,7 +231,7 @@ Ptr MoeMlp::forward(PartContext& ctx, const Pass& pass, ConstPtr x, bool to_outp
     ctx.ops.matmul_forward(pass.buffers[logits_], x_all, ctx.weights.params.at(t_.router), nullptr,
                            N_, H_, E_);
     const MoeRouting r = routing(ctx, pass);
-    count_load(ctx, pass, r);
+    count_load(ctx, pass, r, pass.training && to_output);
     permute(ctx, ctx.scratch[x_perm_], x_all, H_);
     experts_forward(ctx, pass, r);
     if (!to_output) return Ptr();

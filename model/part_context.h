@@ -38,6 +38,12 @@ private:
     std::vector<kernels::DeviceBuffer> buffers_;
 };
 
+// The balancing and z losses of a mixture of experts' layers (model/moe_mlp.cpp), summed over
+// the layers and microbatches of this stage's training forwards, until the trainer takes them.
+struct MoeLossSums {
+    double aux = 0, z = 0;
+};
+
 struct PartContext {
     kernels::Ops& ops;
     const TensorRows& rows;   // and the tensor group
@@ -46,6 +52,7 @@ struct PartContext {
     parallel::Comm& kv_replicas;
     Weights& weights;
     const Scratch& scratch;
+    MoeLossSums* moe_losses = nullptr;  // none: not counted (a part alone, generation)
     const Dims& dims() const { return rows.dims(); }
 };
 

@@ -46,7 +46,7 @@ TEST_CASE("config: model.moe's defaults are a dense model", "[config]") {
 TEST_CASE("config: model.moe reads, writes back and picks its layers", "[config]") {
     const std::string yaml = kLlama +
                              "  layers: 6\n  ffn_hidden: 96\n  moe: {experts: 8, top_k: 3, "
-                             "router: sigmoid, bias_update_rate: 0.001, shared_experts: 1, "
+                             "router: sigmoid, z_loss: 0.001, shared_experts: 1, "
                              "first_dense: 1, every: 2, normalize_top_k: false, scale: 2.5}\n";
     const Config cfg = parse(yaml, "x.yaml", {}, Purpose::plan);
     const MoeSettings& moe = cfg.model.moe;
@@ -55,6 +55,7 @@ TEST_CASE("config: model.moe reads, writes back and picks its layers", "[config]
     CHECK(moe.router == MoeRouter::sigmoid);
     CHECK(!moe.normalize_top_k);
     CHECK(moe.scale == 2.5);
+    CHECK(moe.z_loss == 0.001);
     CHECK(moe.shared_experts == 1);
     // Layer i is MoE when i >= first_dense and (i + 1) % every == 0: 1, 3, 5.
     std::vector<int> moe_layers;
@@ -89,6 +90,21 @@ TEST_CASE("config: model.moe's refusals name their key", "[config]") {
     CHECK(error_of({"model.moe.experts=4"}, "data:\n  train: data/train.bin\n") ==
           "--set model.moe.experts=4: model.moe.experts (4) needs model.arch: llama (it is "
           "gpt2): the experts are SwiGLU MLPs");
+    CHECK(error_of({"model.moe.experts=4", "model.moe.ffn_hidden=30", "parallel.tensor=4"}) ==
+          "--set parallel.tensor=4: model.moe.ffn_hidden (30) must be a multiple of "
+          "parallel.tensor (4): each expert splits over the tensor ranks as the dense MLP");
+    // What is not built yet.
+    CHECK(error_of({"model.moe.experts=4", "model.moe.capacity_factor=1.25"}) ==
+          "--set model.moe.capacity_factor=1.25: model.moe.capacity_factor (1.25) is not built "
+          "yet: the experts run dropless (capacity_factor: 0)");
+    CHECK(error_of({"model.moe.experts=4", "model.moe.router=sigmoid",
+                    "model.moe.bias_update_rate=0.001"}) ==
+          "--set model.moe.bias_update_rate=0.001: model.moe.bias_update_rate (0.001) is not "
+          "built yet: the router's bias stays 0 (bias_update_rate: 0)");
+    CHECK(error_of({"model.moe.experts=4", "model.moe.first_dense=1", "training.recompute=full"}) ==
+          "--set training.recompute=full: training.recompute: full with dense and MoE layers "
+          "(model.moe.first_dense 1, every 1) is not built yet: recompute needs every layer an MoE "
+          "layer");
     CHECK(error_of({"model.moe.top_k=0"}) ==
           "--set model.moe.top_k=0: model.moe.top_k: must be >= 1, got 0");
 }

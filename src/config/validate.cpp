@@ -156,6 +156,7 @@ void check_moe(const Config& cfg, const Origins& origins) {
              cat("model.moe.bias_update_rate (", moe.bias_update_rate,
                  ") needs model.moe.router: sigmoid (DeepSeek-V3's balancing biases the "
                  "selection of sigmoid scores; it is softmax)"));
+    check_moe_built(cfg, origins);
 }
 
 // How tensor, sequence and context parallelism split the heads, widths and rows.

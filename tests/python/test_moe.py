@@ -7,9 +7,10 @@ experts of moe_reference.py, itself first held against torch's softmax, top-k an
    softmax router (4 experts, top-2, one shared expert, balancing and z losses) and a sigmoid
    router (top-3 unnormalized, scale 2.5, every second layer MoE);
 2. training: 8 AdamW steps of `trident train` against torch.optim.AdamW on the loss trained
-   (cross-entropy + the balancing and z losses): the logged cross-entropy within 1e-5 relative;
-3. the losses of 10 steps on every layout family (layout_families.py) within 1e-5 of one
-   process's;
+   (cross-entropy + the balancing and z losses): the logged cross-entropy, moe_aux_loss and
+   moe_z_loss within 1e-5 relative;
+3. the losses, moe_aux_loss and moe_z_loss of 10 steps on every layout family
+   (layout_families.py) within 1e-5 of one process's;
 4. checkpoints: a sigmoid-routed run's checkpoint of step 5 resumed at M = 2 and at D = 2
    ZeRO-3 gives steps 6 to 10 of the straight run within 1e-5.
 
@@ -33,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_reference as common  # noqa: E402
 import llama_reference as llama  # noqa: E402
 import moe_reference as ref  # noqa: E402
-from layout_families import check_families  # noqa: E402
+from layout_families import FAMILIES, check_families, curve  # noqa: E402
 from mpi_harness import check, failures, losses, run, tiny_run  # noqa: E402
 
 TOLERANCE = 1e-5
@@ -125,26 +126,43 @@ def test_training(tmp, trident):
     optimizer = llama.make_adamw(model, t["lr"], t["beta1"], t["beta2"], t["eps"],
                                  t["weight_decay"])
     check(len(records) == t["steps"], f"training: {len(records)} metrics records")
-    worst = 0.0
+    worst = worst_router = 0.0
     for step, record in enumerate(records):
         lr = common.lr_at(step, t["lr"], t["min_lr"], t["warmup_steps"], t["steps"], t["decay"])
         for group in optimizer.param_groups:
             group["lr"] = lr
         inputs, targets = common.step_batch(tokens, step, GLOBAL_BATCH, SHAPE.seq_len)
         optimizer.zero_grad(set_to_none=True)
-        ce, trained, _, _ = model.losses(inputs, targets, MICRO_BATCH)
+        ce, trained, aux, zl = model.losses(inputs, targets, MICRO_BATCH)
         trained.backward()
+        worst_router = max(worst_router, abs(record["moe_aux_loss"] - aux.item()) / aux.item(),
+                           abs(record["moe_z_loss"] - zl.item()) / zl.item())
         torch.nn.utils.clip_grad_norm_(model.parameters(), t["grad_clip"])
         optimizer.step()
         worst = max(worst, abs(record["loss"] - ce.item()) / abs(ce.item()))
     check(worst <= TOLERANCE, f"training: {len(records)} steps' losses within {TOLERANCE} of "
                               f"PyTorch's (worst {worst:.2e})")
+    check(worst_router <= TOLERANCE, f"training: moe_aux_loss and moe_z_loss within {TOLERANCE} "
+                                     f"of PyTorch's Σ aux and Σ z (worst {worst_router:.2e})")
 
 
 def test_layouts(tmp, trident):
     moe = ref.Moe(experts=4, top_k=2, ffn=32, shared=1, aux_loss=0.05, z_loss=0.01)
     base = tiny_run(tmp, ["model.arch=llama", "checkpoint.dir=null"] + moe.overrides())
-    check_families(trident, base, tmp, "moe")
+    one = os.path.join(tmp, "moe_one_process.jsonl")
+    run([trident, "train"] + base + ["--set", f"logging.metrics={one}"])
+    check_families(trident, base, tmp, "moe", reference=curve(one))
+    # The metrics of the router's losses: every family's those of one process.
+    want = losses(one)
+    for i, (name, _, overrides) in enumerate(FAMILIES):
+        if any(o.startswith("training.global_batch") for o in overrides):
+            continue
+        got = losses(os.path.join(tmp, f"families_{i}.jsonl"))
+        worst = max((abs(g[k] - w[k]) / abs(w[k]) for g, w in zip(got, want)
+                     for k in ("moe_aux_loss", "moe_z_loss") if "loss" in w),
+                    default=float("inf"))
+        check(worst <= TOLERANCE, f"moe, {name}: moe_aux_loss and moe_z_loss within "
+                                  f"{TOLERANCE} of one process (worst {worst:.2e})")
 
 
 def test_resume(tmp, trident):
