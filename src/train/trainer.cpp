@@ -180,6 +180,7 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
 // pipeline, each replica's over the data-context group (context rank 0 counted them), then the
 // mean over the microbatches and replicas.
 void Trainer::moe_losses(StepResult& r) {
+    if (!cfg_.model.moe.enabled()) return;  // no exchange a dense model's traffic would count
     const model::MoeLossSums sums = model_.take_moe_losses();
     double v[2] = {sums.aux, sums.z};
     pipeline_.all_reduce(v, 2);
