@@ -105,7 +105,7 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
                                      nullptr,
                                      options.documents.mask})),
       scratch_(ops, parts_.scratch.buffers()),
-      ctx_{ops, rows_, groups.context, groups.kv_replicas, weights_, scratch_},
+      ctx_{ops, rows_, groups.context, groups.kv_replicas, weights_, scratch_, &moe_losses_},
       store_(ops, options.recompute, parts_.chunks, parts_.layer_spec()),
       loss_sum_(ops, 1, kernels::DType::f64),
       units_(make_units(layout_, lora_layout_, weights_.frozen)) {
@@ -283,7 +283,8 @@ void Gpt::backward_part(int mb, int c, float dloss, ConstPtr output_grad, Ptr in
         head_backward(c, set, dloss, part, reduce);
     else if (part != BackwardPart::weight)
         ops_.copy(d_residual, output_grad, boundary_size());
-    for (int i = layout_.chunk_layers(c) - 1; i >= 0; --i) layer_backward(c, set, i, part, reduce);
+    for (int i = layout_.chunk_layers(c) - 1; i >= 0; --i)
+        layer_backward(c, set, i, dloss, part, reduce);
     if (embeds(c))
         embedding_backward(set, part, reduce);
     else if (part != BackwardPart::weight)
@@ -315,11 +316,12 @@ void Gpt::head_backward(int c, Set& set, float dloss, BackwardPart part, bool re
     if (tied && !layout_.plan().first()) grads_complete(wte_unit_);
 }
 
-void Gpt::layer_backward(int c, Set& set, int i, BackwardPart part, bool reduce) {
+void Gpt::layer_backward(int c, Set& set, int i, float dloss, BackwardPart part, bool reduce) {
     const int l = layout_.first_layer(c) + i;
     const TransformerLayer& layer_l = parts_.layer(c, i);
     const SetBuffers buffers = store_.layer(set, c, i);
-    const Pass pass = pass_of(set, buffers, l);
+    Pass pass = pass_of(set, buffers, l);
+    pass.dloss = dloss;
     const ConstPtr x = layer_input(c, set, i);
     const bool reads_params = reads_params_in(part);
     if (reads_params) params_needed(layer_unit(l), next_in_backward(c, i));

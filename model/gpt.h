@@ -133,6 +133,8 @@ public:
     // The sum of the mean losses the forwards added since the last call, read from the device
     // once (the one wait for it that the loss costs), and the sum started again at 0.
     double take_loss_sum();
+    // The mixture of experts' losses of the training forwards since the last call (0 without).
+    MoeLossSums take_moe_losses() { return std::exchange(moe_losses_, {}); }
     // Backward of that forward. The last global chunk starts from its loss, each token
     // weighted by dloss; other chunks from `output_grad` (R, H). Writes the gradient of the
     // chunk's input to `input_grad` (R, H) unless the chunk starts with the embedding.
@@ -179,7 +181,7 @@ private:
     // Backward, piece by piece, each adding into d_residual, the gradient of this rank's rows
     // of the residual stream (B), and into the gradient buffers (W).
     void head_backward(int c, Set& set, float dloss, BackwardPart part, bool reduce);
-    void layer_backward(int c, Set& set, int i, BackwardPart part, bool reduce);
+    void layer_backward(int c, Set& set, int i, float dloss, BackwardPart part, bool reduce);
     void embedding_backward(Set& set, BackwardPart part, bool reduce);
 
     // The units (units()) by index, and the events on them (UnitListener), told where there is
@@ -210,6 +212,7 @@ private:
     WeightSet own_, adapters_;
     StageParts parts_;
     Scratch scratch_;
+    MoeLossSums moe_losses_;
     PartContext ctx_;
     ActivationStore store_;
     kernels::DeviceBuffer loss_sum_;  // (1) f64: the microbatches' mean losses, until taken

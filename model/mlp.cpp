@@ -40,6 +40,10 @@ public:
 
 }  // namespace
 
+std::unique_ptr<MlpActivation> swiglu_activation() {
+    return std::make_unique<Swiglu>();
+}
+
 Mlp::Mlp(std::unique_ptr<MlpActivation> activation, const LinearSpec& in, const LinearSpec& out,
          const Dims& d, SetSpec& set, ScratchSpec& scratch)
     : activation_(std::move(activation)),
@@ -133,7 +137,7 @@ std::unique_ptr<FeedForward> build_swiglu_mlp(const PartBuild& in) {
     in.adapt(gate_up, LoraTarget::up, d.Fm, d.Fm);
     LinearSpec down = in.linear(LinearSplit::row, d.Fm, d.H, in.tensor(2), kNoParam);
     in.adapt(down, LoraTarget::down);
-    return std::make_unique<Mlp>(std::make_unique<Swiglu>(), gate_up, down, d, in.set, in.scratch);
+    return std::make_unique<Mlp>(swiglu_activation(), gate_up, down, d, in.set, in.scratch);
 }
 
 // Counted the same way (docs/FORMULAS.md), without dropout: the gate and up linear's input 2

@@ -57,6 +57,9 @@ public:
                           kernels::ConstPtr dout, int rows, int width) const = 0;
 };
 
+// SwiGLU's silu(gate)·up (Llama's activation), for the parts that build an Mlp of it.
+std::unique_ptr<MlpActivation> swiglu_activation();
+
 // An MLP: the column-split input linear, the activation, the row-split output linear.
 class Mlp final : public FeedForward {
 public:

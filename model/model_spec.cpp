@@ -57,11 +57,8 @@ bool family_mlp(const GptShape& shape) {
 // end with <|endoftext|>, 50256.
 ArchDefaults arch_defaults(Arch arch, int hidden) {
     if (arch == Arch::llama)
-        return {(8 * hidden / 3 + 255) / 256 * 256,
-                false,
-                default_mlp(arch),
-                {LoraTarget::q, LoraTarget::v},
-                std::nullopt};
+        return {(8 * hidden / 3 + 255) / 256 * 256, false,        default_mlp(arch),
+                {LoraTarget::q, LoraTarget::v},     std::nullopt, true};
     return {4 * hidden,
             true,
             default_mlp(arch),
@@ -69,14 +66,18 @@ ArchDefaults arch_defaults(Arch arch, int hidden) {
             50256};
 }
 
+// The mixture of experts' kind is model.moe's layers' (model/moe_mlp.cpp), never model.mlp's.
+constexpr std::string_view kMoeMlp = "moe";
+
 std::vector<std::string> mlp_names() {
     std::vector<std::string> names;
-    for (const MlpKind* k : mlp_kinds()) names.emplace_back(k->name);
+    for (const MlpKind* k : mlp_kinds())
+        if (k->name != kMoeMlp) names.emplace_back(k->name);
     return names;
 }
 
 bool is_mlp(std::string_view name) {
-    return find_kind(mlp_kinds(), name) != nullptr;
+    return name != kMoeMlp && find_kind(mlp_kinds(), name) != nullptr;
 }
 
 ModelSpec resolve_spec(const GptShape& shape) {
@@ -101,6 +102,10 @@ ModelSpec resolve_spec(const GptShape& shape) {
     layer.norm2_name = llama ? "post_attention_layernorm" : "ln_2";
     layer.mlp_name = "mlp";
     s.layers.assign(static_cast<std::size_t>(shape.layers), layer);
+    // model.moe's layers hold the mixture of experts instead (model/moe_mlp.h).
+    for (int l = 0; l < shape.layers; ++l)
+        if (shape.moe.moe_layer(l))
+            s.layers[static_cast<std::size_t>(l)].mlp = find_kind(mlp_kinds(), kMoeMlp);
     return s;
 }
 

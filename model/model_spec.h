@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "model/moe_settings.h"
 #include "model/tensor_decl.h"
 
 namespace trident::model {
@@ -44,6 +45,8 @@ struct GptShape {
     // The MLP's kind (model.mlp, a name registered in model/part_registry.cpp); empty: the
     // family's own (gelu for gpt2, swiglu for llama).
     std::string mlp{};
+    // A mixture of experts in the layers model.moe names (experts 0: none).
+    MoeSettings moe{};
 };
 
 struct NormKind;
@@ -129,6 +132,7 @@ struct ArchDefaults {
     // data.eod_token: GPT-2's <|endoftext|>; none for a llama, whose tokenizer is its own
     // (its config.json's eos_token_id, src/config/hf_folder.cpp, or the key).
     std::optional<int> eod_token;
+    bool moe = false;  // takes model.moe (its experts are SwiGLU MLPs)
 };
 ArchDefaults arch_defaults(Arch arch, int hidden);
 std::vector<std::string> mlp_names();

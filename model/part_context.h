@@ -40,6 +40,12 @@ private:
     std::vector<kernels::DeviceBuffer> buffers_;
 };
 
+// The balancing and z losses of a mixture of experts' layers (model/moe_mlp.cpp), summed over
+// the layers and microbatches of this stage's training forwards, until the trainer takes them.
+struct MoeLossSums {
+    double aux = 0, z = 0;
+};
+
 struct PartContext {
     kernels::Ops& ops;
     const TensorRows& rows;   // and the tensor group
@@ -48,6 +54,7 @@ struct PartContext {
     parallel::Comm& kv_replicas;
     Weights& weights;
     const Scratch& scratch;
+    MoeLossSums* moe_losses = nullptr;  // none: not counted (a part alone, generation)
     const Dims& dims() const { return rows.dims(); }
 };
 
@@ -74,6 +81,9 @@ struct Pass {
     int layer = 0;          // global index
     // The microbatch's packed documents (model/documents.h), or null: one causal sequence.
     const Documents* documents = nullptr;
+    // The backward's weight of one token's loss (1 / tokens of the global batch, model/gpt.h),
+    // for the losses a layer adds (a mixture of experts' balancing loss); 0 in the forward.
+    float dloss = 0;
 
     float drop(float p) const { return training ? p : 0.0f; }
     // The seed of dropout site s of the layer: 0 attention, 1 and 2 the residual branches,

@@ -19,6 +19,7 @@ namespace trident::model {
     KIND(gelu_mlp_kind)         \
     KIND(swiglu_mlp_kind)       \
     KIND(relu2_mlp_kind)        \
+    KIND(moe_mlp_kind)          \
     /* the MLPs */
 
 #define TRIDENT_DECLARE_NORM(kind) extern const NormKind kind;

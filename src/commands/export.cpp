@@ -52,8 +52,18 @@ void check_config_beside(const std::string& config, const train::LoadedModel& lo
                     "\"): export into another directory");
 }
 
+// A mixture of experts' tensors carry Qwen3-MoE's names, but LlamaForCausalLM's config.json
+// cannot state them: refused before anything is written.
+void check_dense(const train::LoadedModel& loaded) {
+    if (loaded.cfg.model.moe.enabled())
+        throw Error(loaded.path +
+                    ": model.moe: a mixture of experts has no Hugging Face export yet "
+                    "(MixtralForCausalLM and Qwen3MoeForCausalLM are not built)");
+}
+
 // One .safetensors file and config.json beside it.
 void export_file(const ExportOptions& opts, const train::LoadedModel& loaded) {
+    check_dense(loaded);
     const std::string config = model::hf_config_path(opts.output);
     check_config_beside(config, loaded);
     const model::ParamLayout layout(config::gpt_shape(loaded.cfg));
@@ -76,6 +86,7 @@ void export_file(const ExportOptions& opts, const train::LoadedModel& loaded) {
 // A Hugging Face model folder: the weights first, config.json last, so that a folder with a
 // config.json is complete. GPT-2 weights are one file whatever their size.
 void export_folder(const ExportOptions& opts, const train::LoadedModel& loaded) {
+    check_dense(loaded);
     const fs::path dir(opts.output);  // made, empty (check_output)
     const model::ParamLayout layout(config::gpt_shape(loaded.cfg));
     std::vector<std::string> written;

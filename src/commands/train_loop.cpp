@@ -301,6 +301,10 @@ train::StepMetrics Loop::metrics_of(int s, const train::StepResult& r) {
     m.loss = r.loss;
     m.lr = r.lr;
     m.grad_norm = r.grad_norm;
+    if (cfg_.model.moe.enabled()) {
+        m.moe_aux_loss = r.moe_aux_loss;
+        m.moe_z_loss = r.moe_z_loss;
+    }
     m.loss_scale = r.loss_scale;
     m.skipped = r.skipped;
     m.skip_reason = r.skip_reason;

@@ -11,6 +11,7 @@
 #include "kernels/error.h"
 #include "model/buffer_spec.h"
 #include "model/dims.h"
+#include "model/moe_settings.h"
 #include "model/param_layout.h"
 #include "pipeline/schedule.h"
 
@@ -30,6 +31,8 @@ public:
 using model::Arch;
 using model::ContextMode;
 using model::LoraTarget;
+using model::MoeRouter;
+using model::MoeSettings;
 using model::Recompute;
 enum class Decay { cosine, linear, constant };
 enum class NonFinite { stop, skip };  // what a bf16 or fp32 step with inf/NaN gradients does
@@ -96,6 +99,7 @@ struct ModelConfig {
     // gpt2, swiglu for llama.
     std::string mlp = "gelu";
     bool tie_embeddings = true;  // when not given: gpt2 true (always), llama false
+    MoeSettings moe;             // llama only; experts 0 (the default): dense
     double dropout = 0.0;
     double init_std = 0.02;
     // Hugging Face safetensors, a Hugging Face folder (its config.json fills the shape keys

@@ -76,7 +76,14 @@ Key sources(std::string_view path, std::vector<DataSource> DataConfig::*member, 
     };
 }
 
-// The section a map's parts live in: training (lora, skip_spikes) or optimizer (muon, galore).
+// The section a map's parts live in: model (moe), training (lora, skip_spikes) or optimizer
+// (muon, galore).
+ModelConfig& section(Config& c, ModelConfig*) {
+    return c.model;
+}
+const ModelConfig& section(const Config& c, ModelConfig*) {
+    return c.model;
+}
 TrainingConfig& section(Config& c, TrainingConfig*) {
     return c.training;
 }
@@ -232,6 +239,26 @@ const std::vector<Key>& table() {
         field("model.norm_eps", &C::model, &ModelConfig::norm_eps, above(0.0)),
         field("model.mlp", &C::model, &ModelConfig::mlp, mlp_kind()),
         field("model.tie_embeddings", &C::model, &ModelConfig::tie_embeddings),
+        map("model.moe", &ModelConfig::moe,
+            {
+                part("experts", &ModelConfig::moe, &MoeSettings::experts, between(0, 4096)),
+                part("top_k", &ModelConfig::moe, &MoeSettings::top_k, at_least(1)),
+                part("ffn_hidden", &ModelConfig::moe, &MoeSettings::ffn_hidden,
+                     between(0, limits::kFfn)),
+                part("shared_experts", &ModelConfig::moe, &MoeSettings::shared_experts,
+                     between(0, 64)),
+                part("router", &ModelConfig::moe, &MoeSettings::router),
+                part("normalize_top_k", &ModelConfig::moe, &MoeSettings::normalize_top_k),
+                part("scale", &ModelConfig::moe, &MoeSettings::scale, above(0.0)),
+                part("aux_loss", &ModelConfig::moe, &MoeSettings::aux_loss, at_least(0.0)),
+                part("z_loss", &ModelConfig::moe, &MoeSettings::z_loss, at_least(0.0)),
+                part("bias_update_rate", &ModelConfig::moe, &MoeSettings::bias_update_rate,
+                     at_least(0.0)),
+                part("first_dense", &ModelConfig::moe, &MoeSettings::first_dense, at_least(0)),
+                part("every", &ModelConfig::moe, &MoeSettings::every, at_least(1)),
+                part("capacity_factor", &ModelConfig::moe, &MoeSettings::capacity_factor,
+                     at_least(0.0)),
+            }),
         field("model.dropout", &C::model, &ModelConfig::dropout, fraction()),
         field("model.init_std", &C::model, &ModelConfig::init_std, above(0.0)),
         field("model.init_from", &C::model, &ModelConfig::init_from, a_path()),

@@ -109,6 +109,65 @@ void check_model_and_batches(const Config& cfg, const Origins& origins) {
                  "training.global_batch suits every layout)"));
 }
 
+// What model.moe does not run yet: capacity limits, the bias's update, adapters, losses over
+// counted tokens.
+void check_moe_built(const Config& cfg, const Origins& origins) {
+    const MoeSettings& moe = cfg.model.moe;
+    if (moe.capacity_factor > 0)
+        fail(origins.where("model.moe.capacity_factor"),
+             cat("model.moe.capacity_factor (", moe.capacity_factor,
+                 ") is not built yet: the experts run dropless (capacity_factor: 0)"));
+    if (moe.bias_update_rate > 0 && moe.router == MoeRouter::sigmoid)
+        fail(origins.where("model.moe.bias_update_rate"),
+             cat("model.moe.bias_update_rate (", moe.bias_update_rate,
+                 ") is not built yet: the router's bias stays 0 (bias_update_rate: 0)"));
+    // The recompute scratch is one layer's buffers (model/activation_store.h), laid out as the
+    // first layer's: every layer must be of the same kinds.
+    const bool mixed = moe.first_dense > 0 || moe.every > 1;
+    if (mixed && cfg.training.recompute != Recompute::none)
+        fail(origins.blame({"training.recompute", "model.moe.first_dense", "model.moe.every"}),
+             cat("training.recompute: ", enum_name(cfg.training.recompute),
+                 " with dense and MoE layers (model.moe.first_dense ", moe.first_dense, ", every ",
+                 moe.every, ") is not built yet: recompute needs every layer an MoE layer"));
+    if (cfg.training.lora.enabled())
+        fail(origins.blame({"training.lora.rank", "model.moe.experts"}),
+             "training.lora.rank > 0 with model.moe.experts > 0 is not built yet: adapters of a "
+             "mixture of experts' layers");
+    // The balancing and z losses are averaged over the microbatches, as the cross-entropy is
+    // by default; over counted tokens they are not yet defined.
+    if (cfg.training.loss_normalization == LossNormalization::tokens || cfg.data.mask_eod_loss)
+        fail(origins.blame(
+                 {"training.loss_normalization", "data.mask_eod_loss", "model.moe.experts"}),
+             "training.loss_normalization: tokens (or data.mask_eod_loss) with model.moe is not "
+             "built yet: the balancing losses are averaged over microbatches");
+}
+
+// model.moe: the family takes it, k of the N experts, the bias only beside a sigmoid router.
+void check_moe(const Config& cfg, const Origins& origins) {
+    const MoeSettings& moe = cfg.model.moe;
+    if (!moe.enabled()) return;
+    if (!model::arch_defaults(cfg.model.arch, cfg.model.hidden).moe)
+        fail(origins.blame({"model.moe.experts", "model.arch"}),
+             cat("model.moe.experts (", moe.experts, ") needs model.arch: llama (it is ",
+                 enum_name(cfg.model.arch), "): the experts are SwiGLU MLPs"));
+    if (moe.top_k > moe.experts)
+        fail(origins.blame({"model.moe.top_k", "model.moe.experts"}),
+             cat("model.moe.top_k (", moe.top_k, ") must not exceed model.moe.experts (",
+                 moe.experts, "): each token goes to top_k distinct experts"));
+    if (cfg.model.ffn_hidden > 0 &&
+        (moe.ffn_hidden ? moe.ffn_hidden : cfg.model.ffn_hidden) % cfg.parallel.tensor != 0)
+        fail(origins.blame({"model.moe.ffn_hidden", "model.ffn_hidden", "parallel.tensor"}),
+             cat("model.moe.ffn_hidden (", moe.ffn_hidden ? moe.ffn_hidden : cfg.model.ffn_hidden,
+                 ") must be a multiple of parallel.tensor (", cfg.parallel.tensor,
+                 "): each expert splits over the tensor ranks as the dense MLP"));
+    if (moe.bias_update_rate > 0 && moe.router != MoeRouter::sigmoid)
+        fail(origins.blame({"model.moe.bias_update_rate", "model.moe.router"}),
+             cat("model.moe.bias_update_rate (", moe.bias_update_rate,
+                 ") needs model.moe.router: sigmoid (DeepSeek-V3's balancing biases the "
+                 "selection of sigmoid scores; it is softmax)"));
+    check_moe_built(cfg, origins);
+}
+
 // How tensor, sequence and context parallelism split the heads, widths and rows.
 void check_tensor_and_context(const Config& cfg, const Origins& origins) {
     const ModelConfig& m = cfg.model;
@@ -408,6 +467,7 @@ void validate(const Config& cfg, const Origins& origins, Purpose purpose) {
     check_ranges(cfg, origins);
     if (purpose != Purpose::plan) refuse_unsupported_features(cfg, origins);
     check_model_and_batches(cfg, origins);
+    check_moe(cfg, origins);
     check_tensor_and_context(cfg, origins);
     check_pipeline(cfg, origins);
     check_zero_and_lora(cfg, origins);

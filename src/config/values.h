@@ -37,6 +37,10 @@ struct EnumNames<ContextMode> {
     static constexpr std::array names{"ring", "ulysses"};
 };
 template <>
+struct EnumNames<MoeRouter> {
+    static constexpr std::array names{"softmax", "sigmoid"};
+};
+template <>
 struct EnumNames<Decay> {
     static constexpr std::array names{"cosine", "linear", "constant"};
 };

@@ -100,6 +100,36 @@ private:
     std::string path_;
 };
 
+// A mixture of experts' settings that make the model (model.moe without its losses' weights),
+// written where it has one.
+void read_moe(const Reader& r, const io::json::Value& object, model::GptShape& shape) {
+    model::MoeSettings& m = shape.moe;
+    m.experts = r.small(object, "experts", 1, 4096);
+    m.top_k = r.small(object, "top_k", 1, m.experts);
+    m.ffn_hidden = r.small(object, "ffn_hidden", 1, config::limits::kFfn);
+    m.shared_experts = r.small(object, "shared_experts", 0, 64);
+    const std::string& router = r.string(object, "router");
+    if (router != "softmax" && router != "sigmoid")
+        r.fail("\"router\" is \"" + router + "\", not softmax or sigmoid");
+    m.router = router == "sigmoid" ? model::MoeRouter::sigmoid : model::MoeRouter::softmax;
+    m.normalize_top_k = r.boolean(object, "normalize_top_k");
+    m.scale = r.number(object, "scale");
+    m.first_dense = r.small(object, "first_dense", 0, shape.layers);
+    m.every = r.small(object, "every", 1, shape.layers);
+}
+
+void moe_json(const model::MoeSettings& m, io::JsonLine& out) {
+    out.add("experts", m.experts)
+        .add("top_k", m.top_k)
+        .add("ffn_hidden", m.ffn_hidden)
+        .add("shared_experts", m.shared_experts)
+        .add("router", m.router == model::MoeRouter::sigmoid ? "sigmoid" : "softmax")
+        .add("normalize_top_k", m.normalize_top_k)
+        .add("scale", m.scale)
+        .add("first_dense", m.first_dense)
+        .add("every", m.every);
+}
+
 // The model's sizes, each within the config's limits (config.h) and consistent, so that no
 // size computed from them overflows.
 void read_shape(const Reader& r, const io::json::Value& object, model::GptShape& shape) {
@@ -130,6 +160,7 @@ void read_shape(const Reader& r, const io::json::Value& object, model::GptShape&
         shape.mlp = r.string(object, "mlp");
         if (!model::is_mlp(shape.mlp)) r.fail("\"mlp\" is \"" + shape.mlp + "\", no kind of MLP");
     }
+    if (const io::json::Value* moe = object.find("moe")) read_moe(r, *moe, shape);
 }
 
 }  // namespace
@@ -253,6 +284,11 @@ std::string manifest_json(const Manifest& m) {
         .add("kv_heads", m.shape.kv_heads)
         .add("tie_embeddings", m.shape.tied);
     if (!model::family_mlp(m.shape)) model.add("mlp", m.shape.mlp);
+    if (m.shape.moe.enabled()) {
+        io::JsonLine moe;
+        moe_json(m.shape.moe, moe);
+        model.add("moe", moe);
+    }
     layout.add("pipeline", m.layout.pipeline)
         .add("tensor", m.layout.tensor)
         .add("data", m.layout.data)

@@ -21,11 +21,17 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// The same experts' tensors (model.moe's routing may differ).
+bool same_experts(const model::MoeSettings& a, const model::MoeSettings& b) {
+    return a.experts == b.experts && a.ffn_hidden == b.ffn_hidden &&
+           a.shared_experts == b.shared_experts && a.router == b.router;
+}
+
 // The same sizes, and the same kinds of part (model/model_spec.h).
 bool same_model(const model::GptShape& a, const model::GptShape& b) {
     return a.vocab == b.vocab && a.max_seq == b.max_seq && a.layers == b.layers &&
            a.hidden == b.hidden && a.heads == b.heads && a.ffn == b.ffn &&
-           a.kv_heads == b.kv_heads && a.tied == b.tied &&
+           a.kv_heads == b.kv_heads && a.tied == b.tied && same_experts(a.moe, b.moe) &&
            model::resolve_spec(a).same_parts(model::resolve_spec(b));
 }
 
@@ -63,7 +69,11 @@ std::string describe(const model::GptShape& s) {
            ", seq " + std::to_string(s.max_seq) + ", layers " + std::to_string(s.layers) +
            ", hidden " + std::to_string(s.hidden) + ", heads " + std::to_string(s.heads) +
            ", kv heads " + std::to_string(s.kv_heads) + ", ffn " + std::to_string(s.ffn) +
-           ", mlp " + model::mlp_kind(s) + (s.tied ? ", tied" : ", untied");
+           ", mlp " + model::mlp_kind(s) + (s.tied ? ", tied" : ", untied") +
+           (s.moe.enabled() ? ", " + std::to_string(s.moe.experts) + " experts of ffn " +
+                                  std::to_string(s.moe.ffn_hidden) + " (" +
+                                  std::to_string(s.moe.shared_experts) + " shared)"
+                            : "");
 }
 
 // Where a rank needs values: a run of elements of one tensor, from `full` in whole-tensor

@@ -150,6 +150,8 @@ void MetricsLog::write_json(const StepMetrics& m) {
         .add("skipped_total", m.skipped_total);
     if (m.skipped) line.add("skip_reason", m.skip_reason);
     if (m.val_loss) line.add("val_loss", *m.val_loss);
+    if (m.moe_aux_loss) line.add("moe_aux_loss", *m.moe_aux_loss);
+    if (m.moe_z_loss) line.add("moe_z_loss", *m.moe_z_loss);
     if (m.resumed_at) line.add("resumed_at", *m.resumed_at);
     line.add("activation_sets", m.activation_sets);
     if (m.documents_per_window > 0) line.add("documents_per_window", m.documents_per_window);

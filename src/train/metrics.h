@@ -30,6 +30,8 @@ struct StepMetrics {
     int skipped_total = 0;    // steps skipped so far
     double eta_s = 0;         // the time left (StepTimes)
     std::optional<double> val_loss;
+    // A mixture of experts' Σ_l aux_l and Σ_l z_l (StepResult), where the model has one.
+    std::optional<double> moe_aux_loss, moe_z_loss;
     // The first step of a resumed run: the checkpoint's step it went on from.
     std::optional<int> resumed_at;
     parallel::CommStats tensor_comm;      // the tensor-parallel group's traffic in the step

@@ -196,6 +196,21 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
     return loss / data_context_.size();
 }
 
+// The mixture of experts' losses of the step's forwards: each stage's layers' summed over the
+// pipeline, each replica's over the data-context group (context rank 0 counted them), then the
+// mean over the microbatches and replicas.
+void Trainer::moe_losses(StepResult& r) {
+    if (!cfg_.model.moe.enabled()) return;  // no exchange a dense model's traffic would count
+    const model::MoeLossSums sums = model_.take_moe_losses();
+    double v[2] = {sums.aux, sums.z};
+    pipeline_.all_reduce(v, 2);
+    data_context_.all_reduce(v, 2);
+    const double replicas = data_context_.size() / context_.size();
+    const double microbatches = cfg_.derived.grad_accum_steps;
+    r.moe_aux_loss = v[0] / (replicas * microbatches);
+    r.moe_z_loss = v[1] / (replicas * microbatches);
+}
+
 StepResult Trainer::step(int step, const SampleFn& sample) {
     const auto t0 = std::chrono::steady_clock::now();
     parallel::set_step(step + 1);
@@ -214,6 +229,7 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     sighting_.start_step(step + 1);
     data_parallel_.start_step();  // buckets reduce as the backward completes them
     r.loss = accumulate_gradients(step, sample, r.loss_scale);
+    moe_losses(r);
     data_parallel_.reduce_gradients();
     // The norm of the scaled gradients, the same on every rank: inf or NaN everywhere if
     // any gradient overflowed anywhere, so every rank takes the same decision.

@@ -38,8 +38,11 @@ struct MemoryUse {
 };
 
 struct StepResult {
-    double loss = 0;          // mean over every token of the global batch, before the update
-    double grad_norm = 0;     // before clipping, unscaled
+    double loss = 0;       // mean over every token of the global batch, before the update
+    double grad_norm = 0;  // before clipping, unscaled
+    // A mixture of experts' Σ over its layers of the balancing loss and of the z-loss, each the
+    // mean over the microbatches and replicas (without their coefficients).
+    double moe_aux_loss = 0, moe_z_loss = 0;
     double loss_scale = 1;    // the loss was multiplied by this before backward (fp16)
     bool skipped = false;     // not applied: non-finite, or a spike (train/step_guard.h)
     std::string skip_reason;  // why, when skipped (Verdict::reason)
@@ -98,6 +101,9 @@ public:
     // The first half of a step: the gradients of its global batch times loss_scale, in
     // model().grads(). Returns the mean loss over every (counted) token of the batch.
     double accumulate_gradients(int step, const SampleFn& sample, double loss_scale = 1.0);
+    // The step's mixture-of-experts losses (model.moe; their sums over the microbatches and
+    // replicas, averaged) into r; nothing for a dense model.
+    void moe_losses(StepResult& r);
     // Mean loss over every (counted) token of samples 0 .. sequences - 1 (a multiple of micro_batch
     // × D), each replica evaluating its share: no dropout, no update. The same on every layout.
     double evaluate(const SampleFn& sample, int sequences);

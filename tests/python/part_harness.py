@@ -33,8 +33,8 @@ class PartCase:
     """`forward(params, inputs)`: the PyTorch layer on float64 tensors, returning the output (or
     the loss, for a part that ends in one); `outputs` the names of what is compared."""
 
-    def __init__(self, part, arch, shape, params, inputs, forward, loss=False):
-        self.part, self.arch, self.shape = part, arch, shape
+    def __init__(self, part, arch, shape, params, inputs, forward, loss=False, label=""):
+        self.part, self.arch, self.shape, self.label = part, arch, shape, label
         self.params, self.inputs, self.forward, self.loss = params, inputs, forward, loss
 
 
@@ -62,8 +62,8 @@ def reference(case):
         results["y"] = out.detach().numpy()
     if x is not None:
         results["dx"] = x.grad.numpy()
-    for name, p in params.items():
-        results["grad/" + name] = p.grad.numpy()
+    for name, p in params.items():  # a tensor that does not train has a zero gradient
+        results["grad/" + name] = (p.grad if p.grad is not None else torch.zeros_like(p)).numpy()
     return results
 
 
@@ -84,6 +84,9 @@ def run_tool(tool, case, directory, ranks=1, sequence_parallel=False, tp_overlap
            "--ffn", str(s["ffn"]), "--batch", str(s["batch"]),
            "--sequence-parallel", "true" if sequence_parallel else "false",
            "--tp-overlap", "true" if tp_overlap else "false"]
+    for key, value in s.items():  # mlp:moe's settings: moe_experts -> --moe-experts
+        if key.startswith("moe_"):
+            cmd += ["--" + key.replace("_", "-"), str(value).lower()]
     if ranks > 1:
         cmd = [shutil.which("mpirun"), "--oversubscribe", "-np", str(ranks)] + cmd
     env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
@@ -110,7 +113,7 @@ def check_part(tool, case):
     """The part on one process against PyTorch, and at M = 2 (with sequence parallelism, and
     for a linear with its exchanges overlapped too: parallel.tp_overlap) against one
     process."""
-    what = f"{case.part} ({case.arch})"
+    what = f"{case.part} ({case.arch}{', ' + case.label if case.label else ''})"
     with tempfile.TemporaryDirectory() as tmp:
         want = reference(case)
         one = run_tool(tool, case, tmp)

@@ -25,6 +25,7 @@ except ImportError as e:
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import moe_reference as moe_ref  # noqa: E402
 import part_harness as ph  # noqa: E402
 
 # B = 2 sequences of T = 8, H = 32, 4 heads (2 key/value heads for grouped-query attention),
@@ -126,10 +127,50 @@ def mlp_cases(gpt2_mlp, layer):
                       lambda p, x, _: linear(F.silu(linear(x, p[m + "gate_proj.weight"])) *
                                              linear(x, p[m + "up_proj.weight"]),
                                              p[m + "down_proj.weight"]))
+    yield from moe_cases(layer)
     relu2 = {"h.0.mlp.fc.weight": rand(FF, H), "h.0.mlp.proj.weight": rand(H, FF)}
     yield ph.PartCase("mlp:relu2", "gpt2", SHAPE, relu2, layer,
                       lambda p, x, _: linear(F.relu(linear(x, p["h.0.mlp.fc.weight"])).square(),
                                              p["h.0.mlp.proj.weight"]))
+
+
+def moe_cases(layer):
+    """The mixture of experts (model/moe_mlp.cpp) against moe_reference.py's layer: 4 experts of
+    width 16, top-2 softmax with one shared expert, and top-3 sigmoid unnormalized at scale 2.5.
+    The balancing and z losses have no gradient here (a part alone has no loss)."""
+    m, E, FE = "layers.0.mlp.", 4, 16
+    for label, moe in (("softmax", moe_ref.Moe(E, 2, FE, shared=1)),
+                       ("sigmoid", moe_ref.Moe(E, 3, FE, router="sigmoid", normalize=False,
+                                               scale=2.5))):
+        params = {m + "gate.weight": rand(E, H)}
+        if moe.router == "sigmoid":
+            params[m + "gate.e_score_correction_bias"] = np.zeros(E, np.float32)
+        for e in range(E):
+            params.update({m + f"experts.{e}.gate_proj.weight": rand(FE, H),
+                           m + f"experts.{e}.up_proj.weight": rand(FE, H),
+                           m + f"experts.{e}.down_proj.weight": rand(H, FE)})
+        if moe.shared:
+            params.update({m + "shared_experts.gate_proj.weight": rand(FE, H),
+                           m + "shared_experts.up_proj.weight": rand(FE, H),
+                           m + "shared_experts.down_proj.weight": rand(H, FE)})
+        shape = dict(SHAPE, moe_experts=E, moe_top_k=moe.top_k, moe_ffn=FE,
+                     moe_shared=moe.shared, moe_sigmoid=moe.router == "sigmoid",
+                     moe_normalize=moe.normalize, moe_scale=moe.scale)
+        yield ph.PartCase("mlp:moe", "llama", shape, params, layer, moe_layer(moe, m), label=label)
+
+
+def moe_layer(moe, m):
+    """The reference layer with the case's tensors."""
+    def forward(p, x, _):
+        layer = moe_ref.MoeMLP(H, moe)
+        for name, value in p.items():
+            module, attr = layer, name[len(m):].split(".")
+            for a in attr[:-1]:
+                module = getattr(module, a) if not a.isdigit() else module[int(a)]
+            delattr(module, attr[-1])
+            setattr(module, attr[-1], value)
+        return layer(x)
+    return forward
 
 
 def end_cases(dy):

@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
     CLI::App app{"One part of the model on its own, for the part-level tests"};
     test::PartCase c;
     std::string input, output;
+    bool moe_sigmoid = false;
     app.add_option("--part", c.part,
                    "linear:column, linear:row, norm:KIND, attention:KIND, "
                    "mlp:KIND, embedding or head")
@@ -44,12 +45,21 @@ int main(int argc, char** argv) {
     app.add_option("--kv-heads", c.shape.kv_heads);
     app.add_option("--ffn", c.shape.ffn);
     app.add_option("--batch", c.batch);
+    // mlp:moe: model.moe's settings (model/moe_settings.h).
+    app.add_option("--moe-experts", c.shape.moe.experts);
+    app.add_option("--moe-top-k", c.shape.moe.top_k);
+    app.add_option("--moe-ffn", c.shape.moe.ffn_hidden);
+    app.add_option("--moe-shared", c.shape.moe.shared_experts);
+    app.add_option("--moe-sigmoid", moe_sigmoid, "a sigmoid router (else softmax)");
+    app.add_option("--moe-normalize", c.shape.moe.normalize_top_k);
+    app.add_option("--moe-scale", c.shape.moe.scale);
     app.add_option("--sequence-parallel", c.sequence_parallel);
     app.add_option("--tp-overlap", c.tp_overlap,
                    "with --sequence-parallel: the overlapped exchanges");
     app.add_option("--input", input)->required();
     app.add_option("--output", output)->required();
     CLI11_PARSE(app, argc, argv);
+    if (moe_sigmoid) c.shape.moe.router = model::MoeRouter::sigmoid;
     parallel::World world(argc, argv);
     try {
         parallel::GridShape grid_shape;

@@ -1,0 +1,429 @@
+// A mixture of experts' MLP (`model.moe`, the kind "moe" of the layers it names;
+// docs/ARCHITECTURE.md, "Mixture of experts"): a router (gate, N × H, replicated) whose fp32
+// logits choose each token's k experts on the host (model/moe_routing.h), N SwiGLU experts
+// run as one grouped computation — the tokens' rows permuted by expert, each expert's GEMMs on
+// its contiguous rows, the outputs weighted and summed back to their tokens — and the shared
+// experts' SwiGLU (an Mlp of width S·F) added ungated. Tensors under the layer's MLP, as
+// Qwen3-MoE and DeepSeek-V3 name them: "gate.weight", "gate.e_score_correction_bias" (sigmoid
+// only, not trained), "experts.{e}.{gate,up,down}_proj.weight", "shared_experts.{gate,up,
+// down}_proj.weight".
+//
+// Tensor parallelism splits every expert as the dense MLP (gate and up by rows, down by
+// columns): each tensor rank routes all N rows alike (all-gathered under sequence
+// parallelism), computes its share of every expert and the partial outputs are reduced once.
+// The router's input gradient is added on tensor rank 0 only, and each choice's weight
+// gradient (a dot product with the expert's partial output) is summed over the tensor group.
+// The balancing loss counts the choices of the whole microbatch: summed over the context group.
+//
+// Shapes (this rank; K = N·k choices, F the expert's width over M): logits (N, experts) fp32
+// and the load (experts) kept; the permuted gate and up (K, 2F), SwiGLU's (K, F) and the
+// experts' outputs (K, H) kept for the backward.
+#include <memory>
+
+#include "model/mlp.h"
+#include "model/moe_routing.h"
+#include "model/part_kinds.h"
+
+namespace trident::model {
+
+namespace {
+
+using kernels::ConstPtr;
+using kernels::DType;
+using kernels::Ptr;
+
+struct MoeTensors {
+    std::size_t router = 0, bias = kNoParam;
+    std::vector<std::size_t> gate_up, down;  // per expert (gate's offset; up follows it)
+};
+
+class MoeMlp final : public FeedForward {
+public:
+    MoeMlp(const MoeSettings& moe, MoeTensors tensors, std::unique_ptr<FeedForward> shared,
+           const Dims& d, SetSpec& set, ScratchSpec& scratch);
+
+    Ptr forward(PartContext& ctx, const Pass& pass, ConstPtr x, bool to_output) const override;
+    ConstPtr backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dy,
+                      BackwardPart part) const override;
+    void backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) const override;
+    void finish_grads(PartContext& ctx) const override {
+        if (shared_) shared_->finish_grads(ctx);
+    }
+
+private:
+    // The gradients the weights' backward reads: kept by a split backward's B, else scratch.
+    struct WeightGradInputs {
+        ConstPtr d_gate_up, d_out, d_logits;
+    };
+    std::size_t choices() const { return static_cast<std::size_t>(N_) * k_; }
+    ConstPtr all_rows(PartContext& ctx, const Pass& pass, ConstPtr x) const;
+    // The routing of the kept logits (copied to `logits` when given), and the permutation's
+    // tokens on the device.
+    MoeRouting routing(PartContext& ctx, const Pass& pass,
+                       std::vector<float>* logits = nullptr) const;
+    void count_load(PartContext& ctx, const Pass& pass, const MoeRouting& r,
+                    bool count_losses) const;
+    // Each choice's weight over H columns, in permuted order (K, H) fp32, in the scratch.
+    Ptr permuted_weights(PartContext& ctx, const MoeRouting& r) const;
+    void permute(PartContext& ctx, Ptr out, ConstPtr rows, int width) const;
+    void unpermute_add(PartContext& ctx, Ptr out, ConstPtr permuted, int width) const;
+    void experts_forward(PartContext& ctx, const Pass& pass, const MoeRouting& r) const;
+    void experts_backward(PartContext& ctx, const Pass& pass, const MoeRouting& r, ConstPtr d_out,
+                          Ptr d_gate_up, Ptr d_x) const;
+    void router_backward(PartContext& ctx, const Pass& pass, const MoeRouting& r,
+                         const std::vector<float>& logits, ConstPtr dy_perm, Ptr d_logits) const;
+    void weight_grads(PartContext& ctx, const Pass& pass, ConstPtr x_all, const MoeRouting& r,
+                      const WeightGradInputs& g) const;
+
+    MoeSettings moe_;
+    MoeTensors t_;
+    std::unique_ptr<FeedForward> shared_;
+    int N_, R_, H_, F_, E_, k_, C_, tensor_rank_;
+    int x_all_, logits_, load_, gate_up_, hidden_, out_;             // slots
+    int x_perm_, partial_, reduced_, ring_sums_, weights_, dy_all_;  // scratch
+    int dy_perm_, d_hidden_, d_gate_up_, d_x_perm_, d_logits_;       // scratch
+    int tokens_, dots_, ones_, bias_, stats_;                        // scratch
+    WeightGradStash keep_d_gate_up_, keep_d_out_, keep_d_logits_;
+};
+
+MoeMlp::MoeMlp(const MoeSettings& moe, MoeTensors tensors, std::unique_ptr<FeedForward> shared,
+               const Dims& d, SetSpec& set, ScratchSpec& scratch)
+    : moe_(moe),
+      t_(std::move(tensors)),
+      shared_(std::move(shared)),
+      N_(d.N),
+      R_(d.R),
+      H_(d.H),
+      F_(moe.ffn_hidden / d.M),
+      E_(moe.experts),
+      k_(moe.top_k),
+      C_(d.C),
+      tensor_rank_(d.tensor_rank) {
+    const std::size_t N = d.rows(), R = d.rows_mine(), K = choices(), H = d.H, F = F_;
+    const std::size_t E = static_cast<std::size_t>(E_);
+    const bool sp = d.sequence_parallel;
+    x_all_ = sp ? set.add("moe_input_all", N * H, d.act, Keep::unless_full) : -1;
+    logits_ = set.add("moe_logits", N * E, DType::f32, Keep::unless_full);
+    load_ = set.add("moe_load", E, DType::f32, Keep::unless_full);
+    gate_up_ = set.add("moe_gate_up", K * 2 * F, d.act, Keep::unless_full);
+    hidden_ = set.add("moe_swiglu", K * F, d.act, Keep::unless_full);
+    out_ = set.add("moe_expert_out", K * H, d.act, Keep::unless_full);
+    keep_d_gate_up_ = WeightGradStash(set, "moe_d_gate_up", K * 2 * F, d.act);
+    keep_d_out_ = WeightGradStash(set, "moe_d_expert_out", K * H, d.act);
+    keep_d_logits_ = WeightGradStash(set, "moe_d_logits", N * E, DType::f32);
+    x_perm_ = scratch.add("moe_input_permuted", K * H, d.act);
+    partial_ = scratch.add("moe_partial", N * H, d.act);
+    reduced_ = scratch.add("moe_reduced", R * H, d.act);
+    ring_sums_ = scratch.add("moe_ring_sums", sp ? 2 * R * H : 0, d.act);
+    weights_ = scratch.add("moe_weights", K * H, DType::f32);
+    dy_all_ = scratch.add("moe_d_output_all", sp ? N * H : 0, d.act);
+    dy_perm_ = scratch.add("moe_d_output_permuted", K * H, d.act);
+    d_hidden_ = scratch.add("moe_d_swiglu", K * F, d.act);
+    d_gate_up_ = scratch.add("moe_d_gate_up", K * 2 * F, d.act);
+    d_x_perm_ = scratch.add("moe_d_input_permuted", K * H, d.act);
+    d_logits_ = scratch.add("moe_d_logits", N * E, DType::f32);
+    tokens_ = scratch.add("moe_tokens", K, DType::i32);
+    dots_ = scratch.add("moe_weight_grads", K, DType::f32);
+    ones_ = scratch.add("moe_ones", H, DType::f32);
+    bias_ = scratch.add("moe_bias", E, DType::f32);
+    stats_ = scratch.add("moe_stats", 2 * E + 1, DType::f32);
+}
+
+// All N rows of the input: all-gathered (kept for the backward) under sequence parallelism.
+ConstPtr MoeMlp::all_rows(PartContext& ctx, const Pass& pass, ConstPtr x) const {
+    return x_all_ < 0 ? x
+                      : ctx.rows.all_rows(x, pass.buffers[x_all_], static_cast<std::size_t>(H_));
+}
+
+MoeRouting MoeMlp::routing(PartContext& ctx, const Pass& pass, std::vector<float>* kept) const {
+    const std::size_t E = static_cast<std::size_t>(E_);
+    std::vector<float> logits(static_cast<std::size_t>(N_) * E), bias;
+    ctx.ops.download(logits.data(), pass.buffers[logits_].data, logits.size() * sizeof(float));
+    if (t_.bias != kNoParam) {  // in the parameters' type: widened on the device
+        bias.resize(E);
+        ctx.ops.convert(ctx.scratch[bias_], ctx.weights.params.at(t_.bias), E);
+        ctx.ops.download(bias.data(), ctx.scratch[bias_].data, E * sizeof(float));
+    }
+    MoeRouting r = route(moe_, logits.data(), bias.empty() ? nullptr : bias.data(), N_);
+    ctx.ops.upload(ctx.scratch[tokens_].data, r.token.data(), r.token.size() * sizeof(int32_t));
+    if (kept) *kept = std::move(logits);
+    return r;
+}
+
+// The load f_e of the balancing loss: the fraction of the microbatch's choices (its whole
+// sequences: summed over the context group) that went to expert e, kept for the backward; and,
+// for the metrics, the layer's balancing loss N·Σ f_e·P_e and z-loss mean (logsumexp z)² over
+// the microbatch, counted once per microbatch (context rank 0).
+void MoeMlp::count_load(PartContext& ctx, const Pass& pass, const MoeRouting& r,
+                        bool count_losses) const {
+    const std::size_t E = static_cast<std::size_t>(E_);
+    std::vector<float> stats(2 * E + 1, 0.0f);  // counts (E), Σ_t p (E), Σ_t lse²
+    for (std::size_t e = 0; e < E; ++e) stats[e] = static_cast<float>(r.count(static_cast<int>(e)));
+    for (std::size_t t = 0; t < static_cast<std::size_t>(N_); ++t) {
+        for (std::size_t e = 0; e < E; ++e) stats[E + e] += r.probs[t * E + e];
+        stats[2 * E] += r.lse[t] * r.lse[t];
+    }
+    const Ptr buffer = ctx.scratch[stats_];
+    ctx.ops.upload(buffer.data, stats.data(), stats.size() * sizeof(float));
+    if (ctx.context.size() > 1) ctx.context.all_reduce(buffer, stats.size());
+    ctx.ops.download(stats.data(), buffer.data, stats.size() * sizeof(float));
+    const float tokens = static_cast<float>(N_) * static_cast<float>(C_);
+    std::vector<float> load(E);
+    for (std::size_t e = 0; e < E; ++e) load[e] = stats[e] / (tokens * static_cast<float>(k_));
+    ctx.ops.upload(pass.buffers[load_].data, load.data(), E * sizeof(float));
+    if (!count_losses || !ctx.moe_losses || ctx.context.rank() != 0) return;
+    double aux = 0;
+    for (std::size_t e = 0; e < E; ++e) aux += static_cast<double>(load[e]) * stats[E + e] / tokens;
+    ctx.moe_losses->aux += static_cast<double>(E) * aux;
+    ctx.moe_losses->z += static_cast<double>(stats[2 * E]) / tokens;
+}
+
+Ptr MoeMlp::permuted_weights(PartContext& ctx, const MoeRouting& r) const {
+    const std::size_t H = static_cast<std::size_t>(H_);
+    std::vector<float> wide(choices() * H);
+    for (std::size_t c = 0; c < choices(); ++c)
+        std::fill_n(wide.begin() + static_cast<std::ptrdiff_t>(r.row_of[c] * H), H, r.weight[c]);
+    const Ptr w = ctx.scratch[weights_];
+    ctx.ops.upload(w.data, wide.data(), wide.size() * sizeof(float));
+    return w;
+}
+
+// out (K, width) = rows (N, width) of each permuted choice's token: a row gather, which is the
+// embedding's lookup of the permutation's tokens in a table of the N rows.
+void MoeMlp::permute(PartContext& ctx, Ptr out, ConstPtr rows, int width) const {
+    const auto* tokens = static_cast<const int32_t*>(ctx.scratch[tokens_].data);
+    ctx.ops.embedding_forward(out, tokens, rows, nullptr, 1, static_cast<int>(choices()), width, 0,
+                              N_, nullptr, 0);
+}
+
+// out (N, width) += each token's permuted rows (K, width): the embedding's scatter-add.
+void MoeMlp::unpermute_add(PartContext& ctx, Ptr out, ConstPtr permuted, int width) const {
+    const auto* tokens = static_cast<const int32_t*>(ctx.scratch[tokens_].data);
+    ctx.ops.embedding_backward(out, nullptr, permuted, tokens, 1, static_cast<int>(choices()),
+                               width, 0, N_, nullptr, 0);
+}
+
+// Each expert's GEMMs on its contiguous rows of the permutation.
+void MoeMlp::experts_forward(PartContext& ctx, const Pass& pass, const MoeRouting& r) const {
+    const std::size_t H = static_cast<std::size_t>(H_), F = static_cast<std::size_t>(F_);
+    const Ptr x_perm = ctx.scratch[x_perm_], gate_up = pass.buffers[gate_up_];
+    const Ptr hidden = pass.buffers[hidden_], out = pass.buffers[out_];
+    for (int e = 0; e < E_; ++e) {
+        const std::size_t first = static_cast<std::size_t>(r.offset[static_cast<std::size_t>(e)]);
+        if (r.count(e) == 0) continue;
+        ctx.ops.matmul_forward(gate_up + first * 2 * F, x_perm + first * H,
+                               ctx.weights.params.at(t_.gate_up[static_cast<std::size_t>(e)]),
+                               nullptr, r.count(e), H_, 2 * F_);
+    }
+    ctx.ops.swiglu_forward(hidden, gate_up, static_cast<int>(choices()), F_);
+    for (int e = 0; e < E_; ++e) {
+        const std::size_t first = static_cast<std::size_t>(r.offset[static_cast<std::size_t>(e)]);
+        if (r.count(e) == 0) continue;
+        ctx.ops.matmul_forward(out + first * H, hidden + first * F,
+                               ctx.weights.params.at(t_.down[static_cast<std::size_t>(e)]), nullptr,
+                               r.count(e), F_, H_);
+    }
+}
+
+Ptr MoeMlp::forward(PartContext& ctx, const Pass& pass, ConstPtr x, bool to_output) const {
+    const Ptr shared = shared_ ? shared_->forward(ctx, pass, x, to_output) : Ptr();
+    const ConstPtr x_all = all_rows(ctx, pass, x);
+    ctx.ops.matmul_forward(pass.buffers[logits_], x_all, ctx.weights.params.at(t_.router), nullptr,
+                           N_, H_, E_);
+    const MoeRouting r = routing(ctx, pass);
+    count_load(ctx, pass, r, pass.training && to_output);
+    permute(ctx, ctx.scratch[x_perm_], x_all, H_);
+    experts_forward(ctx, pass, r);
+    if (!to_output) return Ptr();
+    const std::size_t H = static_cast<std::size_t>(H_);
+    const Ptr weighted = ctx.scratch[x_perm_], partial = ctx.scratch[partial_];
+    ctx.ops.multiply(weighted, pass.buffers[out_], permuted_weights(ctx, r), choices() * H, 1.0f);
+    ctx.ops.zero(partial, static_cast<std::size_t>(N_) * H);
+    unpermute_add(ctx, partial, weighted, H_);
+    const Ptr mine =
+        ctx.rows.reduce_rows(partial, ctx.scratch[reduced_], H, ctx.scratch[ring_sums_]);
+    if (shared) ctx.ops.residual_forward(mine, mine, shared, static_cast<std::size_t>(R_) * H);
+    return mine;
+}
+
+// d_logits (N, experts) fp32: from each choice's weight gradient, the dot product of dy with
+// the expert's output (partial over the tensor group: summed), and the router's losses.
+void MoeMlp::router_backward(PartContext& ctx, const Pass& pass, const MoeRouting& r,
+                             const std::vector<float>& logits, ConstPtr dy_perm,
+                             Ptr d_logits) const {
+    const std::size_t K = choices(), H = static_cast<std::size_t>(H_);
+    const Ptr products = ctx.scratch[x_perm_], dots = ctx.scratch[dots_];
+    const Ptr ones = ctx.scratch[ones_];
+    const std::vector<float> one(H, 1.0f);
+    ctx.ops.upload(ones.data, one.data(), H * sizeof(float));
+    ctx.ops.multiply(products, dy_perm, pass.buffers[out_], K * H, 1.0f);
+    ctx.ops.matmul_forward(dots, products, ones, nullptr, static_cast<int>(K), H_, 1);
+    if (ctx.rows.group().size() > 1) ctx.rows.group().all_reduce(dots, K);
+    std::vector<float> permuted(K), d_weight(K), load(static_cast<std::size_t>(E_));
+    ctx.ops.download(permuted.data(), dots.data, K * sizeof(float));
+    for (std::size_t c = 0; c < K; ++c)
+        d_weight[c] = permuted[static_cast<std::size_t>(r.row_of[c])];
+    ctx.ops.download(load.data(), pass.buffers[load_].data, load.size() * sizeof(float));
+    std::vector<float> dz(logits.size(), 0.0f);
+    route_backward(moe_, r, logits.data(), d_weight.data(), {load.data(), pass.dloss}, dz.data());
+    ctx.ops.upload(d_logits.data, dz.data(), dz.size() * sizeof(float));
+}
+
+// d_gate_up (K, 2F) and the permuted input's gradient d_x (K, H) from the gradient of the
+// experts' weighted outputs d_out (K, H), each expert on its rows.
+void MoeMlp::experts_backward(PartContext& ctx, const Pass& pass, const MoeRouting& r,
+                              ConstPtr d_out, Ptr d_gate_up, Ptr d_x) const {
+    const std::size_t K = choices(), H = static_cast<std::size_t>(H_),
+                      F = static_cast<std::size_t>(F_);
+    const Ptr d_hidden = ctx.scratch[d_hidden_], hidden = pass.buffers[hidden_];
+    const Ptr x_perm = ctx.scratch[x_perm_];
+    ctx.ops.zero(d_hidden, K * F);
+    for (int e = 0; e < E_; ++e) {
+        const std::size_t first = static_cast<std::size_t>(r.offset[static_cast<std::size_t>(e)]);
+        if (r.count(e) == 0) continue;
+        ctx.ops.matmul_backward(
+            d_hidden + first * F, nullptr, nullptr, d_out + first * H, hidden + first * F,
+            ctx.weights.params.at(t_.down[static_cast<std::size_t>(e)]), r.count(e), F_, H_);
+    }
+    ctx.ops.zero(d_gate_up, K * 2 * F);
+    ctx.ops.swiglu_backward(d_gate_up, pass.buffers[gate_up_], d_hidden, static_cast<int>(K), F_);
+    ctx.ops.zero(d_x, K * H);
+    for (int e = 0; e < E_; ++e) {
+        const std::size_t first = static_cast<std::size_t>(r.offset[static_cast<std::size_t>(e)]);
+        if (r.count(e) == 0) continue;
+        ctx.ops.matmul_backward(
+            d_x + first * H, nullptr, nullptr, d_gate_up + first * 2 * F, x_perm + first * H,
+            ctx.weights.params.at(t_.gate_up[static_cast<std::size_t>(e)]), r.count(e), H_, 2 * F_);
+    }
+}
+
+ConstPtr MoeMlp::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dy,
+                          BackwardPart part) const {
+    const ConstPtr d_shared = shared_ ? shared_->backward(ctx, pass, x, dy, part) : ConstPtr();
+    std::vector<float> logits;
+    const MoeRouting r = routing(ctx, pass, &logits);
+    const std::size_t H = static_cast<std::size_t>(H_), K = choices();
+    const ConstPtr x_all = x_all_ < 0 ? x : ConstPtr(pass.buffers[x_all_]);
+    const ConstPtr dy_all = ctx.rows.all_rows(dy, ctx.scratch[dy_all_], H);
+    const Ptr dy_perm = ctx.scratch[dy_perm_], d_logits = ctx.scratch[d_logits_];
+    permute(ctx, dy_perm, dy_all, H_);
+    router_backward(ctx, pass, r, logits, dy_perm, d_logits);
+    ctx.ops.multiply(dy_perm, dy_perm, permuted_weights(ctx, r), K * H, 1.0f);
+    const Ptr d_gate_up = ctx.scratch[d_gate_up_], d_x = ctx.scratch[d_x_perm_];
+    experts_backward(ctx, pass, r, dy_perm, d_gate_up, d_x);
+    const Ptr partial = ctx.scratch[partial_];
+    ctx.ops.zero(partial, static_cast<std::size_t>(N_) * H);
+    unpermute_add(ctx, partial, d_x, H_);
+    // Every tensor rank computes the router's whole input gradient: one adds it to the sum.
+    if (tensor_rank_ == 0)
+        ctx.ops.matmul_backward(partial, nullptr, nullptr, d_logits, x_all,
+                                ctx.weights.params.at(t_.router), N_, H_, E_);
+    if (part == BackwardPart::both)
+        weight_grads(ctx, pass, x_all, r, {d_gate_up, dy_perm, d_logits});
+    keep_d_gate_up_.keep(ctx, pass, part, d_gate_up);
+    keep_d_out_.keep(ctx, pass, part, dy_perm);
+    keep_d_logits_.keep(ctx, pass, part, d_logits);
+    const Ptr mine =
+        ctx.rows.reduce_rows(partial, ctx.scratch[reduced_], H, ctx.scratch[ring_sums_]);
+    if (d_shared) ctx.ops.residual_forward(mine, mine, d_shared, static_cast<std::size_t>(R_) * H);
+    return mine;
+}
+
+void MoeMlp::backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) const {
+    if (shared_) shared_->backward_weight(ctx, pass, x);
+    const MoeRouting r = routing(ctx, pass);
+    const ConstPtr x_all = x_all_ < 0 ? x : ConstPtr(pass.buffers[x_all_]);
+    weight_grads(ctx, pass, x_all, r,
+                 {keep_d_gate_up_.kept(pass), keep_d_out_.kept(pass), keep_d_logits_.kept(pass)});
+}
+
+// The experts' and the router's weight gradients (the bias trains not).
+void MoeMlp::weight_grads(PartContext& ctx, const Pass& pass, ConstPtr x_all, const MoeRouting& r,
+                          const WeightGradInputs& g) const {
+    if (ctx.weights.frozen) return;
+    const std::size_t H = static_cast<std::size_t>(H_), F = static_cast<std::size_t>(F_);
+    const Ptr x_perm = ctx.scratch[x_perm_], hidden = pass.buffers[hidden_];
+    permute(ctx, x_perm, x_all, H_);
+    for (int e = 0; e < E_; ++e) {
+        const std::size_t first = static_cast<std::size_t>(r.offset[static_cast<std::size_t>(e)]);
+        const std::size_t gate_up = t_.gate_up[static_cast<std::size_t>(e)];
+        const std::size_t down = t_.down[static_cast<std::size_t>(e)];
+        if (r.count(e) == 0) continue;
+        ctx.ops.matmul_backward(nullptr, ctx.weights.grads.at(gate_up), nullptr,
+                                g.d_gate_up + first * 2 * F, x_perm + first * H,
+                                ctx.weights.params.at(gate_up), r.count(e), H_, 2 * F_);
+        ctx.ops.matmul_backward(nullptr, ctx.weights.grads.at(down), nullptr, g.d_out + first * H,
+                                hidden + first * F, ctx.weights.params.at(down), r.count(e), F_,
+                                H_);
+    }
+    ctx.ops.matmul_backward(nullptr, ctx.weights.grads.at(t_.router), nullptr, g.d_logits, x_all,
+                            ctx.weights.params.at(t_.router), N_, H_, E_);
+}
+
+// ---- the kind (model/part_registry.cpp) ------------------------------------------------------
+
+PartDecl moe_mlp_tensors(const GptShape& s) {
+    const MoeSettings& moe = s.moe;
+    const int64_t H = s.hidden, F = moe.ffn_hidden, E = moe.experts;
+    const Split rows{SplitKind::column}, columns{SplitKind::row};
+    PartDecl decl;
+    decl.tensors.push_back({"gate.weight", {E, H}, {}, Init::normal, true});
+    if (moe.router == MoeRouter::sigmoid)
+        decl.tensors.push_back(
+            {"gate.e_score_correction_bias", {E}, {}, Init::zeros, false, false});
+    for (int64_t e = 0; e < E; ++e) {
+        const std::string name = "experts." + std::to_string(e) + ".";
+        decl.tensors.push_back({name + "gate_proj.weight", {F, H}, rows, Init::normal, true});
+        decl.tensors.push_back({name + "up_proj.weight", {F, H}, rows, Init::normal, true});
+        decl.tensors.push_back({name + "down_proj.weight", {H, F}, columns, Init::normal, true});
+    }
+    if (moe.shared_experts == 0) return decl;
+    const int64_t S = moe.shared_experts * F;
+    decl.tensors.push_back({"shared_experts.gate_proj.weight", {S, H}, rows, Init::normal, true});
+    decl.tensors.push_back({"shared_experts.up_proj.weight", {S, H}, rows, Init::normal, true});
+    decl.tensors.push_back(
+        {"shared_experts.down_proj.weight", {H, S}, columns, Init::normal, true});
+    decl.linears = {{"shared_experts.gate_proj", S, H, rows, LoraTarget::gate},
+                    {"shared_experts.up_proj", S, H, rows, LoraTarget::up},
+                    {"shared_experts.down_proj", H, S, columns, LoraTarget::down}};
+    return decl;
+}
+
+std::unique_ptr<FeedForward> build_moe_mlp(const PartBuild& in) {
+    const MoeSettings& moe = in.shape().moe;
+    const Dims& d = in.d;
+    MoeTensors t;
+    std::size_t i = 0;
+    t.router = in.tensor(i++);
+    if (moe.router == MoeRouter::sigmoid) t.bias = in.tensor(i++);
+    for (int e = 0; e < moe.experts; ++e, i += 3) {
+        t.gate_up.push_back(in.tensor(i));
+        t.down.push_back(in.tensor(i + 2));
+    }
+    std::unique_ptr<FeedForward> shared;
+    if (moe.shared_experts > 0) {  // one SwiGLU MLP S times an expert's width
+        Dims wide = d;
+        wide.Fm = moe.shared_experts * moe.ffn_hidden / d.M;
+        const LinearSpec gate_up =
+            in.linear(LinearSplit::column, d.H, 2 * wide.Fm, in.tensor(i), kNoParam);
+        const LinearSpec down =
+            in.linear(LinearSplit::row, wide.Fm, d.H, in.tensor(i + 2), kNoParam);
+        shared =
+            std::make_unique<Mlp>(swiglu_activation(), gate_up, down, wide, in.set, in.scratch);
+    }
+    return std::make_unique<MoeMlp>(moe, std::move(t), std::move(shared), d, in.set, in.scratch);
+}
+
+// Korthikanti et al.'s terms (docs/FORMULAS.md): the router's input 2 and each choice's
+// output H whole; each choice's gate, up and product, and the shared experts', split.
+ActivationTerms moe_mlp_activations(const GptShape& s, int) {
+    const MoeSettings& moe = s.moe;
+    const double width = static_cast<double>(moe.ffn_hidden) / s.hidden;
+    return {2.0 + 2.0 * moe.top_k, 6.0 * width * (moe.top_k + moe.shared_experts), 0};
+}
+
+}  // namespace
+
+extern const MlpKind moe_mlp_kind{"moe", moe_mlp_tensors, build_moe_mlp, moe_mlp_activations};
+
+}  // namespace trident::model

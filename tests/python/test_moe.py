@@ -1,0 +1,218 @@
+#!/usr/bin/python3
+"""`model.moe` (model/moe_mlp.cpp, model/moe_routing.cpp) against the float64 PyTorch mixture of
+experts of moe_reference.py, itself first held against torch's softmax, top-k and SwiGLU:
+
+1. gradients: the loss and every parameter gradient of one global batch (two microbatches), as
+   trident_model_dump writes them, within 1e-5 relative (max|a-b| / max|b| per tensor), for a
+   softmax router (4 experts, top-2, one shared expert, balancing and z losses) and a sigmoid
+   router (top-3 unnormalized, scale 2.5, every second layer MoE);
+2. training: 8 AdamW steps of `trident train` against torch.optim.AdamW on the loss trained
+   (cross-entropy + the balancing and z losses): the logged cross-entropy, moe_aux_loss and
+   moe_z_loss within 1e-5 relative;
+3. the losses, moe_aux_loss and moe_z_loss of 10 steps on every layout family
+   (layout_families.py) within 1e-5 of one process's;
+4. checkpoints: a sigmoid-routed run's checkpoint of step 5 resumed at M = 2 and at D = 2
+   ZeRO-3 gives steps 6 to 10 of the straight run within 1e-5.
+
+Exit 77 (skipped) without torch and numpy or mpirun.
+"""
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+try:
+    import numpy as np
+    import torch
+except ImportError as e:
+    print(f"SKIP: the PyTorch reference needs torch and numpy ({e})")
+    sys.exit(77)
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gpt2_reference as common  # noqa: E402
+import llama_reference as llama  # noqa: E402
+import moe_reference as ref  # noqa: E402
+from layout_families import FAMILIES, check_families, curve  # noqa: E402
+from mpi_harness import check, failures, losses, run, tiny_run  # noqa: E402
+
+TOLERANCE = 1e-5
+SHAPE = llama.LlamaShape(vocab=100, seq_len=16, layers=2, hidden=32, heads=4, kv_heads=2, ffn=48)
+MICRO_BATCH, GLOBAL_BATCH = 2, 4
+SOFTMAX = ref.Moe(experts=4, top_k=2, ffn=16, shared=1, aux_loss=0.05, z_loss=0.01)
+SIGMOID = ref.Moe(experts=4, top_k=3, ffn=16, router="sigmoid", normalize=False, scale=2.5,
+                  aux_loss=0.02, every=2)
+TRAINING = {"steps": 8, "lr": 5.0e-3, "min_lr": 5.0e-4, "warmup_steps": 2, "decay": "cosine",
+            "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95, "eps": 1.0e-8, "grad_clip": 1.0,
+            "seed": 7}
+
+
+def prepare(tmp, name, moe, seed, token_count, training, metrics=None):
+    """A reference model and its weights, tokens and config on disk."""
+    model = ref.MoeLlama(SHAPE, moe)
+    llama.random_init(model, seed)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith("e_score_correction_bias"):
+                p.zero_()
+    tokens = np.random.default_rng(seed + 1).integers(0, SHAPE.vocab, size=token_count)
+    weights, shard = os.path.join(tmp, f"{name}.safetensors"), os.path.join(tmp, f"{name}.bin")
+    config = os.path.join(tmp, f"{name}.yaml")
+    llama.save_hf_weights(model, weights)
+    common.write_llmc_shard(shard, tokens)
+    s = SHAPE
+    common.write_config(config, {
+        "model": {"arch": "llama", "vocab_size": s.vocab, "seq_len": s.seq_len,
+                  "layers": s.layers, "hidden": s.hidden, "heads": s.heads,
+                  "kv_heads": s.kv_heads, "ffn_hidden": s.ffn, "init_from": weights,
+                  "moe": {o.split("=")[0][len("model.moe."):]: yaml_value(o.split("=")[1])
+                          for o in moe.overrides()}},
+        "training": {"micro_batch": MICRO_BATCH, "global_batch": GLOBAL_BATCH, "threads": 1,
+                     **training},
+        "data": {"train": shard, "valid": None, "shuffle": False},
+        "logging": {"interval": 1, "metrics": metrics},
+        "checkpoint": {"dir": None},
+        "device": "cpu",
+    })
+    return model, tokens, config
+
+
+def yaml_value(text):
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text, text)
+
+
+def test_ops():
+    for name, error in ref.check_ops():
+        check(error <= 1e-12, f"reference {name} against torch's: {error:.2e}")
+
+
+def test_gradients(tmp, dump_tool, label, moe):
+    model, tokens, config = prepare(tmp, label, moe, 3, 1000, {"steps": 1, "seed": 3})
+    output = os.path.join(tmp, f"{label}_grads.safetensors")
+    run([dump_tool, "--config", config, "--output", output])
+    inputs, targets = common.step_batch(tokens, 0, GLOBAL_BATCH, SHAPE.seq_len)
+    ce, trained, _, _ = model.losses(inputs, targets, MICRO_BATCH)
+    trained.backward()
+    expected = {llama.hf_name(n): (p.grad if p.grad is not None else torch.zeros_like(p)).numpy()
+                for n, p in model.named_parameters()}
+    expected["loss"] = np.array([ce.item()])
+    dumped, _ = common.read_safetensors(output)
+    check(set(dumped) == set(expected),
+          f"{label}: the dump's names (missing {sorted(set(expected) - set(dumped))[:4]}, "
+          f"unexpected {sorted(set(dumped) - set(expected))[:4]})")
+    worst, where = 0.0, ""
+    for name, want in expected.items():
+        error = common.relative_error(dumped.get(name, np.zeros(0)), want)
+        if error > worst:
+            worst, where = error, name
+    check(worst <= TOLERANCE, f"{label}: the loss and every gradient within {TOLERANCE} "
+                              f"(worst {worst:.2e}, {where})")
+
+
+def test_training(tmp, trident):
+    metrics = os.path.join(tmp, "metrics.jsonl")
+    model, tokens, config = prepare(tmp, "train", SOFTMAX, 21, 400, TRAINING, metrics)
+    run([trident, "train", "--config", config])
+    with open(metrics) as f:
+        records = sorted((r for r in map(json.loads, filter(str.strip, f))
+                          if "loss" in r and "grad_norm" in r), key=lambda r: r["step"])
+    t = TRAINING
+    optimizer = llama.make_adamw(model, t["lr"], t["beta1"], t["beta2"], t["eps"],
+                                 t["weight_decay"])
+    check(len(records) == t["steps"], f"training: {len(records)} metrics records")
+    worst = worst_router = 0.0
+    for step, record in enumerate(records):
+        lr = common.lr_at(step, t["lr"], t["min_lr"], t["warmup_steps"], t["steps"], t["decay"])
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        inputs, targets = common.step_batch(tokens, step, GLOBAL_BATCH, SHAPE.seq_len)
+        optimizer.zero_grad(set_to_none=True)
+        ce, trained, aux, zl = model.losses(inputs, targets, MICRO_BATCH)
+        trained.backward()
+        worst_router = max(worst_router, abs(record["moe_aux_loss"] - aux.item()) / aux.item(),
+                           abs(record["moe_z_loss"] - zl.item()) / zl.item())
+        torch.nn.utils.clip_grad_norm_(model.parameters(), t["grad_clip"])
+        optimizer.step()
+        worst = max(worst, abs(record["loss"] - ce.item()) / abs(ce.item()))
+    check(worst <= TOLERANCE, f"training: {len(records)} steps' losses within {TOLERANCE} of "
+                              f"PyTorch's (worst {worst:.2e})")
+    check(worst_router <= TOLERANCE, f"training: moe_aux_loss and moe_z_loss within {TOLERANCE} "
+                                     f"of PyTorch's Σ aux and Σ z (worst {worst_router:.2e})")
+
+
+def test_layouts(tmp, trident):
+    moe = ref.Moe(experts=4, top_k=2, ffn=32, shared=1, aux_loss=0.05, z_loss=0.01)
+    base = tiny_run(tmp, ["model.arch=llama", "checkpoint.dir=null"] + moe.overrides())
+    one = os.path.join(tmp, "moe_one_process.jsonl")
+    run([trident, "train"] + base + ["--set", f"logging.metrics={one}"])
+    check_families(trident, base, tmp, "moe", reference=curve(one))
+    # The metrics of the router's losses: every family's those of one process.
+    want = losses(one)
+    for i, (name, _, overrides) in enumerate(FAMILIES):
+        if any(o.startswith("training.global_batch") for o in overrides):
+            continue
+        got = losses(os.path.join(tmp, f"families_{i}.jsonl"))
+        worst = max((abs(g[k] - w[k]) / abs(w[k]) for g, w in zip(got, want)
+                     for k in ("moe_aux_loss", "moe_z_loss") if "loss" in w),
+                    default=float("inf"))
+        check(worst <= TOLERANCE, f"moe, {name}: moe_aux_loss and moe_z_loss within "
+                                  f"{TOLERANCE} of one process (worst {worst:.2e})")
+
+
+def test_resume(tmp, trident):
+    moe = ref.Moe(experts=4, top_k=2, ffn=32, shared=1, router="sigmoid", z_loss=0.01)
+    base = tiny_run(tmp, ["model.arch=llama"] + moe.overrides())
+    straight = os.path.join(tmp, "straight.jsonl")
+    run([trident, "train"] + base + ["--set", f"checkpoint.dir={tmp}/ck", "--set",
+                                     "checkpoint.interval=5", "--set",
+                                     f"logging.metrics={straight}"])
+    want = {r["step"]: r["loss"] for r in losses(straight) if "loss" in r}
+    for name, ranks, layout in (("M=2", 2, ["parallel.tensor=2"]),
+                                ("D=2 ZeRO-3", 2, ["parallel.data=2", "parallel.zero_stage=3"])):
+        metrics = os.path.join(tmp, f"resumed_{ranks}_{len(layout)}.jsonl")
+        overrides = layout + [f"checkpoint.dir={tmp}/ck_{len(layout)}",
+                              f"checkpoint.resume={tmp}/ck/step_000005",
+                              f"logging.metrics={metrics}"]
+        run([trident, "train"] + base + [a for o in overrides for a in ("--set", o)], ranks=ranks)
+        got = {r["step"]: r["loss"] for r in losses(metrics) if "loss" in r}
+        worst = max((abs(got[s] - want[s]) / abs(want[s]) for s in got), default=float("inf"))
+        check(sorted(got) == [6, 7, 8, 9, 10] and worst <= TOLERANCE,
+              f"resumed at {name} from one process's step 5: steps {sorted(got)} within "
+              f"{TOLERANCE} of the straight run (worst {worst:.2e})")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--trident", required=True)
+    parser.add_argument("--tools-dir", required=True)
+    parser.add_argument("--keep", metavar="DIR")
+    parser.add_argument("--only", choices=["reference", "layouts"])
+    args = parser.parse_args()
+    if shutil.which("mpirun") is None:
+        print("SKIP: mpirun not found (Debian's openmpi-bin)")
+        return 77
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = args.keep or scratch
+        os.makedirs(tmp, exist_ok=True)
+        if args.only != "layouts":
+            test_ops()
+            dump = os.path.join(args.tools_dir, "trident_model_dump")
+            test_gradients(tmp, dump, "softmax", SOFTMAX)
+            test_gradients(tmp, dump, "sigmoid", SIGMOID)
+            test_training(tmp, args.trident)
+        if args.only != "reference":
+            test_layouts(tmp, args.trident)
+            test_resume(tmp, args.trident)
+    print(f"{len(failures)} failed" if failures else "all passed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

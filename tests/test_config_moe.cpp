@@ -1,0 +1,110 @@
+// Tests of model.moe in the config: its defaults, reading and writing back, which layers are
+// MoE layers, and each refusal with its message (docs/ARCHITECTURE.md, "Mixture of experts").
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "config/model_shape.h"
+
+using namespace trident::config;
+
+namespace {
+
+const std::string kLlama = "data:\n  train: data/train.bin\nmodel:\n  arch: llama\n";
+
+// The message of the ConfigError that a plan's parse throws; fails the test if none is.
+std::string error_of(const std::vector<std::string>& overrides, const std::string& yaml = kLlama) {
+    try {
+        parse(yaml, "x.yaml", overrides, Purpose::plan);
+    } catch (const ConfigError& e) {
+        return e.what();
+    }
+    FAIL("expected a ConfigError");
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE("config: model.moe's defaults are a dense model", "[config]") {
+    const Config cfg = parse(kLlama, "x.yaml", {}, Purpose::plan);
+    const MoeSettings& moe = cfg.model.moe;
+    CHECK(!moe.enabled());
+    CHECK(moe.top_k == 2);
+    CHECK(moe.router == MoeRouter::softmax);
+    CHECK(moe.normalize_top_k);
+    CHECK(moe.scale == 1.0);
+    CHECK(moe.aux_loss == 0.01);
+    CHECK(moe.z_loss == 0.0);
+    CHECK(moe.bias_update_rate == 0.0);
+    CHECK(moe.first_dense == 0);
+    CHECK(moe.every == 1);
+    CHECK(moe.capacity_factor == 0.0);
+    for (int l = 0; l < cfg.model.layers; ++l) CHECK(!moe.moe_layer(l));
+}
+
+TEST_CASE("config: model.moe reads, writes back and picks its layers", "[config]") {
+    const std::string yaml = kLlama +
+                             "  layers: 6\n  ffn_hidden: 96\n  moe: {experts: 8, top_k: 3, "
+                             "router: sigmoid, z_loss: 0.001, shared_experts: 1, "
+                             "first_dense: 1, every: 2, normalize_top_k: false, scale: 2.5}\n";
+    const Config cfg = parse(yaml, "x.yaml", {}, Purpose::plan);
+    const MoeSettings& moe = cfg.model.moe;
+    CHECK(moe.experts == 8);
+    CHECK(moe.top_k == 3);
+    CHECK(moe.router == MoeRouter::sigmoid);
+    CHECK(!moe.normalize_top_k);
+    CHECK(moe.scale == 2.5);
+    CHECK(moe.z_loss == 0.001);
+    CHECK(moe.shared_experts == 1);
+    // Layer i is MoE when i >= first_dense and (i + 1) % every == 0: 1, 3, 5.
+    std::vector<int> moe_layers;
+    for (int l = 0; l < cfg.model.layers; ++l)
+        if (moe.moe_layer(l)) moe_layers.push_back(l);
+    CHECK(moe_layers == std::vector<int>{1, 3, 5});
+    // DeepSeek's first_k_dense_replace with every layer after it sparse.
+    const Config deepseek = parse(kLlama + "  layers: 4\n  moe: {experts: 4, first_dense: 2}\n",
+                                  "x.yaml", {}, Purpose::plan);
+    CHECK(!deepseek.model.moe.moe_layer(1));
+    CHECK(deepseek.model.moe.moe_layer(2));
+    CHECK(deepseek.model.moe.moe_layer(3));
+    // An expert's width defaults to model.ffn_hidden in the model's shape.
+    CHECK(gpt_shape(cfg).moe.ffn_hidden == 96);
+    CHECK(gpt_shape(parse(yaml, "x.yaml", {"model.moe.ffn_hidden=32"}, Purpose::plan))
+              .moe.ffn_hidden == 32);
+    // Written back, the map reads to the same settings.
+    const Config again = parse(to_yaml(cfg), "y.yaml", {}, Purpose::plan);
+    CHECK(again.model.moe == moe);
+}
+
+TEST_CASE("config: model.moe's refusals name their key", "[config]") {
+    CHECK(error_of({"model.moe.experts=4", "model.moe.top_k=5"}) ==
+          "--set model.moe.top_k=5: model.moe.top_k (5) must not exceed model.moe.experts (4): "
+          "each token goes to top_k distinct experts");
+    CHECK(error_of({"model.moe.experts=4", "model.moe.bias_update_rate=0.01"}) ==
+          "--set model.moe.bias_update_rate=0.01: model.moe.bias_update_rate (0.01) needs "
+          "model.moe.router: sigmoid (DeepSeek-V3's balancing biases the selection of sigmoid "
+          "scores; it is softmax)");
+    CHECK(error_of({"model.moe.experts=4", "model.moe.capacity_factor=-1"}) ==
+          "--set model.moe.capacity_factor=-1: model.moe.capacity_factor: must be >= 0, got -1");
+    CHECK(error_of({"model.moe.experts=4"}, "data:\n  train: data/train.bin\n") ==
+          "--set model.moe.experts=4: model.moe.experts (4) needs model.arch: llama (it is "
+          "gpt2): the experts are SwiGLU MLPs");
+    CHECK(error_of({"model.moe.experts=4", "model.moe.ffn_hidden=30", "parallel.tensor=4"}) ==
+          "--set parallel.tensor=4: model.moe.ffn_hidden (30) must be a multiple of "
+          "parallel.tensor (4): each expert splits over the tensor ranks as the dense MLP");
+    // What is not built yet.
+    CHECK(error_of({"model.moe.experts=4", "model.moe.capacity_factor=1.25"}) ==
+          "--set model.moe.capacity_factor=1.25: model.moe.capacity_factor (1.25) is not built "
+          "yet: the experts run dropless (capacity_factor: 0)");
+    CHECK(error_of({"model.moe.experts=4", "model.moe.router=sigmoid",
+                    "model.moe.bias_update_rate=0.001"}) ==
+          "--set model.moe.bias_update_rate=0.001: model.moe.bias_update_rate (0.001) is not "
+          "built yet: the router's bias stays 0 (bias_update_rate: 0)");
+    CHECK(error_of({"model.moe.experts=4", "model.moe.first_dense=1", "training.recompute=full"}) ==
+          "--set training.recompute=full: training.recompute: full with dense and MoE layers "
+          "(model.moe.first_dense 1, every 1) is not built yet: recompute needs every layer an MoE "
+          "layer");
+    CHECK(error_of({"model.moe.top_k=0"}) ==
+          "--set model.moe.top_k=0: model.moe.top_k: must be >= 1, got 0");
+}
