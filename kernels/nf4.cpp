@@ -59,10 +59,16 @@ void double_quantize(Nf4Tensor& t, const std::vector<float>& absmax) {
 
 float Nf4Tensor::block_absmax(std::size_t b) const {
     if (!double_quant()) return absmax[b];
-    const float s =
-        absmax_scale[(first_block + b) / kNf4AbsmaxBlock - first_block / kNf4AbsmaxBlock];
-    const float step = static_cast<float>(absmax_q[b]) * s / 127.0f;
-    return absmax_mean + step;
+    std::size_t whole = b;
+    if (!runs.empty()) {
+        const auto run =
+            std::upper_bound(runs.begin(), runs.end(), b,
+                             [](std::size_t v, const Nf4BlockRun& r) { return v < r.local; }) -
+            1;
+        whole = run->whole + (b - run->local);
+    }
+    const float step = static_cast<float>(absmax_q[b]) * absmax_scale[whole / kNf4AbsmaxBlock];
+    return absmax_mean + step / 127.0f;
 }
 
 std::size_t Nf4Tensor::bytes() const {
@@ -90,32 +96,35 @@ Nf4Tensor nf4_quantize(std::span<const float> weights, std::size_t block, bool d
     return t;
 }
 
-Nf4Tensor nf4_slice(const Nf4Tensor& whole, std::size_t begin, std::size_t end) {
-    if (begin > end || end > whole.blocks() || (begin * whole.block) % 2 != 0)
-        throw Error("internal: NF4 blocks out of range");
+Nf4Tensor nf4_shard(const Nf4Tensor& whole, std::span<const Nf4BlockRun> runs) {
     Nf4Tensor t;
     t.block = whole.block;
-    t.first_block = begin;
-    t.size = std::min(end * whole.block, whole.size) - begin * whole.block;
-    const auto byte = [&](std::size_t b) {
-        return whole.codes.begin() +
-               static_cast<std::ptrdiff_t>((std::min(b * whole.block, whole.size) + 1) / 2);
-    };
-    t.codes.assign(byte(begin), byte(end));
-    const auto range = [&](const auto& v) {
-        return std::vector(v.begin() + static_cast<std::ptrdiff_t>(begin),
-                           v.begin() + static_cast<std::ptrdiff_t>(end));
+    t.runs.assign(runs.begin(), runs.end());
+    for (const Nf4BlockRun& r : runs) {
+        if (r.local * t.block != t.size || (r.whole + r.count) * t.block > whole.size)
+            throw Error("internal: NF4 shard runs out of order or range");
+        t.size += r.count * t.block;
+    }
+    t.codes.assign((t.size + 1) / 2, 0);
+    for (const Nf4BlockRun& r : runs)
+        for (std::size_t i = 0; i < r.count * t.block; ++i) {
+            const std::size_t from = r.whole * t.block + i, to = r.local * t.block + i;
+            const uint8_t code =
+                from % 2 ? whole.codes[from / 2] >> 4 : whole.codes[from / 2] & 0xF;
+            t.codes[to / 2] |= static_cast<uint8_t>(to % 2 ? code << 4 : code);
+        }
+    const auto take = [&](const auto& all, auto& mine) {
+        for (const Nf4BlockRun& r : runs)
+            mine.insert(mine.end(), all.begin() + static_cast<std::ptrdiff_t>(r.whole),
+                        all.begin() + static_cast<std::ptrdiff_t>(r.whole + r.count));
     };
     if (!whole.double_quant()) {
-        t.absmax = range(whole.absmax);
+        take(whole.absmax, t.absmax);
         return t;
     }
-    t.absmax_q = range(whole.absmax_q);
+    take(whole.absmax_q, t.absmax_q);
+    t.absmax_scale = whole.absmax_scale;
     t.absmax_mean = whole.absmax_mean;
-    const auto first = static_cast<std::ptrdiff_t>(begin / kNf4AbsmaxBlock);
-    const auto last = static_cast<std::ptrdiff_t>(end == begin ? begin / kNf4AbsmaxBlock
-                                                               : (end - 1) / kNf4AbsmaxBlock + 1);
-    t.absmax_scale.assign(whole.absmax_scale.begin() + first, whole.absmax_scale.begin() + last);
     return t;
 }
 

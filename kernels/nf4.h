@@ -42,6 +42,12 @@ inline constexpr std::array<float, 16> kNf4Codes = {-1.0f,
 // The absmax values per second-level block under double quantization.
 inline constexpr std::size_t kNf4AbsmaxBlock = 256;
 
+// Consecutive blocks a shard holds: `count` blocks from its block `local` on are the whole
+// matrix's from `whole` on.
+struct Nf4BlockRun {
+    std::size_t local = 0, whole = 0, count = 0;
+};
+
 // One quantized matrix, or one rank's shard of one (nf4_shard).
 struct Nf4Tensor {
     std::size_t size = 0;             // elements
@@ -49,26 +55,25 @@ struct Nf4Tensor {
     std::vector<uint8_t> codes;       // (size + 1) / 2
     std::vector<float> absmax;        // one per block, without double quantization
     std::vector<int8_t> absmax_q;     // one per block, with it
-    std::vector<float> absmax_scale;  // one per kNf4AbsmaxBlock absmax values, with it
+    std::vector<float> absmax_scale;  // one per kNf4AbsmaxBlock of the whole matrix's, with it
     float absmax_mean = 0;            // c, with it
-    // The first block's index among the whole matrix's (a shard's blocks are consecutive
-    // whole-matrix blocks, so its absmax_q fall under the scales it keeps).
-    std::size_t first_block = 0;
+    std::vector<Nf4BlockRun> runs;    // a shard's blocks in the whole matrix; none: whole
 
-    bool double_quant() const { return !absmax_q.empty() || !absmax_scale.empty(); }
+    bool double_quant() const { return !absmax_q.empty(); }
     std::size_t blocks() const { return (size + block - 1) / block; }
     // a' of block b of this tensor (its own numbering).
     float block_absmax(std::size_t b) const;
-    // The bytes held: codes, absmax (or their codes, scales and mean).
+    // The bytes the format holds: codes, absmax (or their codes, scales and mean); a shard's
+    // runs are bookkeeping, not counted.
     std::size_t bytes() const;
 };
 
 // Quantizes a whole matrix (out·in values, row by row).
 Nf4Tensor nf4_quantize(std::span<const float> weights, std::size_t block, bool double_quant);
 
-// The blocks [begin, end) of a whole matrix's quantization: their codes and absmax, and the
-// second-level scales those blocks use.
-Nf4Tensor nf4_slice(const Nf4Tensor& whole, std::size_t begin, std::size_t end);
+// The blocks of a whole matrix's quantization that a shard holds, in the shard's order: their
+// codes and absmax, and the whole matrix's second-level scales and mean.
+Nf4Tensor nf4_shard(const Nf4Tensor& whole, std::span<const Nf4BlockRun> runs);
 
 // out (size) = code · a', fp32.
 void nf4_dequantize(const Nf4Tensor& t, std::span<float> out);

@@ -95,13 +95,17 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
       own_(layout_, ParamLayout(options.shape), weights_.params, weights_.grads),
       adapters_(lora_layout_, ParamLayout::for_lora(options.shape, options.lora.shape),
                 weights_.lora_params, weights_.lora_grads),
+      nf4_(options.lora.quant_block
+               ? std::make_unique<Nf4Base>(ops, options.lora.quant_block, options.lora.double_quant)
+               : nullptr),
       parts_(build_stage(layout_, lora_layout_, d_,
                          PartOptions{options.dropout,
                                      options.lora,
                                      [&ops](int B, int heads, int T, kernels::DType act) {
                                          return ops.attention_saved(B, heads, T, act);
                                      },
-                                     {}})),
+                                     {},
+                                     nf4_.get()})),
       scratch_(ops, parts_.scratch.buffers()),
       ctx_{ops, rows_, groups.context, groups.kv_replicas, weights_, scratch_},
       store_(ops, options.recompute, parts_.chunks, parts_.layer_spec()),
@@ -124,6 +128,11 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
         ops.upload(scratch_[parts_.positions].data, positions.data(),
                    positions.size() * sizeof(int32_t));
     }
+}
+
+void Gpt::quantize_base(const std::vector<float>& whole) {
+    if (!nf4_) throw Error("internal: quantize_base without a 4-bit base");
+    nf4_->quantize(layout_, d_.tensor_rank, own_.whole(), whole, options_.precision.params);
 }
 
 bool Gpt::has_head(int c) const {
