@@ -64,11 +64,13 @@ void Nf4Base::quantize(const ParamLayout& layout, int tensor_rank, const ParamLa
     tile_holds_ = kNoParam;
 }
 
-bool Nf4Base::holds(std::size_t offset) const {
-    const auto next = matrices_.upper_bound(offset);
-    if (next == matrices_.begin()) return false;
-    const auto& [begin, m] = *std::prev(next);
-    return offset < begin + m.size;
+void round_trip_base(const ParamLayout& whole_layout, float* whole, std::size_t block,
+                     bool double_quant) {
+    for (const ParamTensor& t : whole_layout.tensors()) {
+        if (!layer_matrix(whole_layout, t)) continue;
+        const std::span<float> values(whole + t.offset, t.numel);
+        kernels::nf4_dequantize(kernels::nf4_quantize(values, block, double_quant), values);
+    }
 }
 
 std::size_t Nf4Base::bytes() const {

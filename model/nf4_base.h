@@ -31,8 +31,8 @@ public:
     // slice of each; the tile takes `dtype`, the parameters' type.
     void quantize(const ParamLayout& layout, int tensor_rank, const ParamLayout& whole_layout,
                   const std::vector<float>& whole, kernels::DType dtype);
-    // Whether the parameter element `offset` of this rank's layout is a quantized matrix's.
-    bool holds(std::size_t offset) const;
+    std::size_t block() const { return block_; }
+    bool double_quant() const { return double_quant_; }
     // The bytes of the codes and constants held (kernels::Nf4Tensor::bytes), and of the tile.
     std::size_t bytes() const;
     std::size_t tile_bytes() const { return tile_.bytes(); }
@@ -58,5 +58,11 @@ private:
     // computed again (another block of rows, the backward) reuses it.
     mutable std::size_t tile_holds_ = kNoParam;
 };
+
+// Each layer matrix of `whole` (the whole model's weights, a buffer of `whole_layout`: M 1, one
+// stage) replaced by its quantization's dequantized values: the base a 4-bit run trains on, as
+// its exports, samples and merged weights hold it.
+void round_trip_base(const ParamLayout& whole_layout, float* whole, std::size_t block,
+                     bool double_quant);
 
 }  // namespace trident::model

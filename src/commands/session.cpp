@@ -303,8 +303,12 @@ std::string initialise_weights(const config::Config& cfg, model::Gpt& model) {
             read = train::load_base_weights(*cfg.model.init_from, full_layout, full.data());
         else
             full = model::random_whole(full_layout, cfg.training.seed, init_std);
+        if (const model::Nf4Base* base = model.nf4_base()) {
+            // The dense copy holds the base as the 4-bit one computes it (samples, exports).
+            model.quantize_base(full);
+            model::round_trip_base(full_layout, full.data(), base->block(), base->double_quant());
+        }
         model.weights().load_whole(full);
-        if (model.nf4_base()) model.quantize_base(full);
     } else {
         model::init_random(model.weights(), cfg.training.seed, init_std);
     }

@@ -10,13 +10,18 @@ PyTorch and across layouts.
    of M = 2 with sequence parallelism, P = 2 (1F1B, interleaved), D = 2 (ZeRO-1, ZeRO-3),
    C = 2 (ring) and full recompute within 1e-5 of one process (GPT-2; llama: M = 2, P = 2,
    D = 2 ZeRO-1, C = 2).
-3. Bad input, one line naming the key, before step 1: quantize without LoRA, a quant_block
+3. Checkpoints: a resume on M = 2 from one process's step 5 (the base quantized again at
+   load) gives the uninterrupted losses; `checkpoint info` says the base is quantized at
+   load; `export --merge-lora` writes the dequantized base plus (alpha/r)·B·A (1e-6), which
+   loads as a plain model to the adapted first loss (1e-5).
+4. Bad input, one line naming the key, before step 1: quantize without LoRA, a quant_block
    that is not a power of two or does not divide a tensor rank's rows, double_quant: false or
    another quant_block without nf4.
 
 Exit status: 0 passed, 1 a check failed, 77 skipped (no torch, numpy or mpirun).
 """
 import os
+import shutil
 import sys
 import tempfile
 
@@ -139,7 +144,58 @@ def gpt2_case(trident, tmp):
                                tokens, s.seq_len, None)
     layout_families.check_families(trident, base + layout_families.sets(NF4), tmp, "GPT-2 nf4",
                                    reference, GPT2_FAMILIES)
+    check_checkpoint(trident, train, path, reference)
     check_bad_input(trident, base)
+
+
+def check_merged(merged, base, adapters):
+    """W of each layer matrix: the dequantized base's plus (alpha/r)·B·A (GPT-2's Conv1D
+    [in, out]); every other tensor the base's. Returns the worst relative error and its name."""
+    worst = (0.0, "")
+    for name, w in base.items():
+        want = w
+        if w.ndim == 2 and ".h." in name:
+            stem = gpt2.PEFT + name[len("transformer."):-len(".weight")]
+            a, b = adapters[stem + ".lora_A.weight"], adapters[stem + ".lora_B.weight"]
+            delta = (gpt2.ALPHA / gpt2.RANK) * (b.astype(np.float64) @ a).T
+            want = nf4.dequantized(np.ascontiguousarray(w.T), BLOCK).T + delta
+        worst = max(worst, (common.relative_error(merged.get(name, np.zeros(0)), want), name))
+    return worst
+
+
+def check_checkpoint(trident, train, path, reference):
+    """Checkpoints keep the adapters and the base's identity; the 4-bit base is quantized again
+    at each load: a resume on M = 2 from one process's step 5 gives the uninterrupted losses,
+    `checkpoint info` says so, and `export --merge-lora` writes the dequantized base plus B·A,
+    which loads (model.init_from, no adapters) to the adapted model's first loss."""
+    train("ck", NF4 + ["checkpoint.dir=" + path("ck"), "checkpoint.interval=5"])
+    shutil.rmtree(path("ck/step_000010"))
+    train("resumed", NF4 + ["checkpoint.dir=" + path("ck"), "parallel.tensor=2"], ranks=2)
+    resumed = [r["loss"] for r in curve(path("resumed.jsonl"))]
+    worst = worst_rel(resumed, reference[5:])
+    check(len(resumed) == 5 and worst <= 1e-5,
+          f"nf4 resumed on M=2 from one process's step 5: steps 6-10 as uninterrupted "
+          f"(worst {worst:.2e})")
+    info = run([trident, "checkpoint", "info", path("ck")]).stdout
+    check("lora base in 4 bits: nf4, blocks of 16, absmax in 8 bits" in info,
+          "checkpoint info: " + next((x for x in info.splitlines() if "4 bits" in x), "none"))
+    for kind, name in (("--merge-lora", "merged"), ("--lora-only", "ad10")):
+        run([trident, "export", "--checkpoint", path("ck"), kind, "--output",
+             path(name + ".safetensors")])
+    merged, _ = common.read_safetensors(path("merged.safetensors"))
+    adapters, _ = common.read_safetensors(path("ad10.safetensors"))
+    base, _ = common.read_safetensors(path("base.safetensors"))
+    worst = check_merged(merged, base, adapters)
+    check(sorted(merged) == sorted(base) and worst[0] <= 1e-6,
+          f"--merge-lora of an nf4 run: the dequantized base + (alpha/r)·B·A (worst "
+          f"{worst[0]:.2e}, {worst[1]})")
+    one = ["training.steps=1", "checkpoint.dir=null"]
+    train("from_merged", one + [f"model.init_from={path('merged.safetensors')}",
+                                "training.lora.rank=0", "training.lora.init_from=null"])
+    train("from_adapters", one + NF4 + [f"training.lora.init_from={path('ad10.safetensors')}"])
+    first = [curve(path(n + ".jsonl"))[0]["loss"] for n in ("from_merged", "from_adapters")]
+    check(abs(first[0] - first[1]) <= 1e-5 * first[1],
+          f"the merged export loads to the adapted loss: {first[0]:.7f} vs {first[1]:.7f}")
 
 
 def check_bad_input(trident, base):
