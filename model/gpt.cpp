@@ -33,7 +33,12 @@ Weights make_weights(kernels::Ops& ops, const GptOptions& o, const ParamLayout& 
     };
     Weights w;
     w.frozen = o.lora.shape.rank > 0;
-    w.params = buffer(layout, plan.shard_params, o.precision.params);
+    // A 4-bit base's matrices are its codes (model/nf4_base.h), not the buffer's, unless
+    // ZeRO-3 shards the buffer (which then gathers them dense).
+    w.params = o.lora.quant_block && !plan.shard_params
+                   ? FlatBuffer(ops, round_up(layout.total(), multiple), o.precision.params,
+                                quantized_ranges(layout))
+                   : buffer(layout, plan.shard_params, o.precision.params);
     w.grads = w.frozen ? FlatBuffer(ops, 0, o.precision.grads)
                        : buffer(layout, plan.shard_grads, o.precision.grads);
     if (!w.frozen) return w;

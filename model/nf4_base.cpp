@@ -13,12 +13,14 @@ using kernels::Ptr;
 namespace {
 
 // Whether `t` is a weight matrix of a transformer layer: two-dimensional, and neither the
-// embedding's nor the head's (which stay as they are).
+// embedding's nor the head's (which stay as they are), nor the last stage's copy of a tied
+// token embedding (in neither range).
 bool layer_matrix(const ParamLayout& layout, const ParamTensor& t) {
     const auto in = [&](std::pair<std::size_t, std::size_t> r) {
         return t.offset >= r.first && t.offset < r.second;
     };
-    return t.shape.size() == 2 && !in(layout.embedding_range()) && !in(layout.head_range());
+    return t.shape.size() == 2 && t.name != layout.wte_name() && !in(layout.embedding_range()) &&
+           !in(layout.head_range());
 }
 
 // This rank's slice of `t` as runs of whole blocks; each run must start and end on a block.
@@ -64,6 +66,18 @@ void Nf4Base::quantize(const ParamLayout& layout, int tensor_rank, const ParamLa
     tile_holds_ = kNoParam;
 }
 
+std::vector<std::pair<std::size_t, std::size_t>> quantized_ranges(const ParamLayout& layout) {
+    std::vector<std::pair<std::size_t, std::size_t>> ranges;
+    for (const ParamTensor& t : layout.tensors()) {
+        if (!layer_matrix(layout, t)) continue;
+        if (!ranges.empty() && ranges.back().second == t.offset)
+            ranges.back().second += t.numel;
+        else
+            ranges.emplace_back(t.offset, t.offset + t.numel);
+    }
+    return ranges;
+}
+
 void round_trip_base(const ParamLayout& whole_layout, float* whole, std::size_t block,
                      bool double_quant) {
     for (const ParamTensor& t : whole_layout.tensors()) {
@@ -79,6 +93,12 @@ std::size_t Nf4Base::bytes() const {
     return total;
 }
 
+std::size_t Nf4Base::parameters() const {
+    std::size_t total = 0;
+    for (const auto& [offset, m] : matrices_) total += m.size;
+    return total;
+}
+
 std::vector<float> Nf4Base::dequantize(std::size_t offset, std::size_t count) const {
     std::vector<float> out(count);
     std::size_t done = 0;
@@ -91,6 +111,15 @@ std::vector<float> Nf4Base::dequantize(std::size_t offset, std::size_t count) co
         done += it->second.size;
     }
     return out;
+}
+
+void Nf4Base::fill(std::vector<float>& local) const {
+    const kernels::DType dtype = tile_.data().dtype;
+    for (const auto& [offset, m] : matrices_) {
+        const std::span<float> values = std::span(local).subspan(offset, m.size);
+        kernels::nf4_dequantize(m, values);
+        for (float& v : values) v = kernels::round_to(dtype, v);
+    }
 }
 
 ConstPtr Nf4Base::dequantize_into_tile(const LinearWeights& w) const {

@@ -35,9 +35,13 @@ public:
     bool double_quant() const { return double_quant_; }
     // The bytes of the codes and constants held (kernels::Nf4Tensor::bytes), and of the tile.
     std::size_t bytes() const;
+    std::size_t parameters() const;  // the elements they stand for
     std::size_t tile_bytes() const { return tile_.bytes(); }
     // Elements [offset, offset + count) of this rank's layout dequantized, as fp32 on the host.
     std::vector<float> dequantize(std::size_t offset, std::size_t count) const;
+    // Writes each matrix dequantized, rounded to the parameters' type, into its place in
+    // `local` (this rank's parameters on the host, which the buffer holds without them).
+    void fill(std::vector<float>& local) const;
 
     void forward(PartContext& ctx, const LinearWeights& w, kernels::Ptr y, kernels::ConstPtr x,
                  int rows, bool bias) const override;
@@ -58,6 +62,10 @@ private:
     // computed again (another block of rows, the backward) reuses it.
     mutable std::size_t tile_holds_ = kNoParam;
 };
+
+// The element ranges of `layout` that a 4-bit base holds as codes: its layer matrices, adjacent
+// ones as one range (the parameter buffer leaves them out).
+std::vector<std::pair<std::size_t, std::size_t>> quantized_ranges(const ParamLayout& layout);
 
 // Each layer matrix of `whole` (the whole model's weights, a buffer of `whole_layout`: M 1, one
 // stage) replaced by its quantization's dequantized values: the base a 4-bit run trains on, as

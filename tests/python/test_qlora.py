@@ -20,7 +20,9 @@ PyTorch and across layouts.
 
 Exit status: 0 passed, 1 a check failed, 77 skipped (no torch, numpy or mpirun).
 """
+import math
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -219,6 +221,41 @@ def check_bad_input(trident, base):
               f"refused in one line: {lines[0] if lines else p.stdout.strip()[-200:]}")
 
 
+def nf4_bytes(n, double_quant=True):
+    """Codes and constants of one matrix of n values in blocks of BLOCK: n/2 bytes of codes,
+    and a byte per block, 4 per 256 blocks and the 4-byte mean (or 4 bytes per block)."""
+    blocks = n // BLOCK
+    if not double_quant:
+        return n // 2 + 4 * blocks
+    return n // 2 + blocks + 4 * math.ceil(blocks / 256) + 4
+
+
+def check_memory(train):
+    """The resident bytes of a small llama's 4-bit base: the codes and constants its start-up
+    line gives equal the format's count (0.5 + 1/B + 4/(256·B) bytes a parameter, plus each
+    matrix's mean and last part-filled 256-block), and the dense parameter buffer (the
+    allocator's) leaves out exactly the quantized matrices' 4 bytes a parameter."""
+    matrices = [llama.linear_shape(t) for t in llama.TARGETS] * llama.SHAPE.layers
+    parameters = sum(o * i for o, i in matrices)
+    for double_quant in (True, False):
+        name = "mem_dq" if double_quant else "mem_single"
+        p = train(name, NF4 + ["training.steps=1",
+                               f"training.lora.double_quant={str(double_quant).lower()}"])
+        line = re.search(r"4-bit base (\d+) bytes of codes and constants for (\d+) parameters",
+                         p.stdout)
+        got = (int(line.group(1)), int(line.group(2))) if line else None
+        want = (sum(nf4_bytes(o * i, double_quant) for o, i in matrices), parameters)
+        check(got == want, f"llama 4-bit base (double_quant {double_quant}): {got} bytes, "
+                           f"parameters; the format's count {want}")
+    train("mem_plain", ["training.steps=1"])
+    held = [curve(train.path(n + ".jsonl"))[0]["mem_params_bytes"] for n in ("mem_plain", "mem_dq")]
+    check(held[0] - held[1] == 4 * parameters,
+          f"the dense parameter buffer leaves out the {parameters} quantized parameters: "
+          f"{held[0]} -> {held[1]} bytes")
+    peak = [curve(train.path(n + ".jsonl"))[0]["mem_peak_bytes"] for n in ("mem_plain", "mem_dq")]
+    print(f"allocator peak: 32-bit base {peak[0]} bytes, nf4 base {peak[1]} bytes")
+
+
 def llama_case(trident, tmp):
     path = lambda name: os.path.join(tmp, "llama_" + name)  # noqa: E731
     tokens, adapters = llama.write_inputs(path, np.random.default_rng(5))
@@ -230,6 +267,7 @@ def llama_case(trident, tmp):
     parameters = [p for _, p in llama_reference.lora_parameters(model, llama.TARGETS)]
     reference = check_training("llama", train, model, parameters, tokens, llama.SHAPE.seq_len,
                                None)
+    check_memory(train)
     layout_families.check_families(trident, base + layout_families.sets(NF4), tmp, "llama nf4",
                                    reference, LLAMA_FAMILIES)
 
