@@ -20,6 +20,7 @@ PyTorch and across layouts.
 
 Exit status: 0 passed, 1 a check failed, 77 skipped (no torch, numpy or mpirun).
 """
+import json
 import math
 import os
 import re
@@ -234,7 +235,8 @@ def check_memory(train):
     """The resident bytes of a small llama's 4-bit base: the codes and constants its start-up
     line gives equal the format's count (0.5 + 1/B + 4/(256·B) bytes a parameter, plus each
     matrix's mean and last part-filled 256-block), and the dense parameter buffer (the
-    allocator's) leaves out exactly the quantized matrices' 4 bytes a parameter."""
+    allocator's) leaves out exactly the quantized matrices' 4 bytes a parameter; `trident plan`
+    counts the same weights."""
     matrices = [llama.linear_shape(t) for t in llama.TARGETS] * llama.SHAPE.layers
     parameters = sum(o * i for o, i in matrices)
     for double_quant in (True, False):
@@ -252,6 +254,14 @@ def check_memory(train):
     check(held[0] - held[1] == 4 * parameters,
           f"the dense parameter buffer leaves out the {parameters} quantized parameters: "
           f"{held[0]} -> {held[1]} bytes")
+    # The planner (trident plan) counts the same buffers: the dense one, and the tile of the
+    # longest run of adjacent matrices (llama's gate, up and down here), held through the run.
+    tile = 4 * 2 * llama.SHAPE.ffn * llama.SHAPE.hidden + 4 * llama.SHAPE.hidden * llama.SHAPE.ffn
+    for name, overrides, want in (("32-bit", [], held[0]), ("nf4", NF4, held[1] + tile)):
+        p = run([train.trident, "plan", "--json"] + train.base + layout_families.sets(overrides))
+        planned = json.loads(p.stdout.splitlines()[-1])["stages"][0]["memory_bytes"]["weights"]
+        check(planned == want, f"trident plan, {name} base: weights {planned} bytes, the "
+                               f"allocated buffers' {want}")
     peak = [curve(train.path(n + ".jsonl"))[0]["mem_peak_bytes"] for n in ("mem_plain", "mem_dq")]
     print(f"allocator peak: 32-bit base {peak[0]} bytes, nf4 base {peak[1]} bytes")
 
