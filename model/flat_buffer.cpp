@@ -18,8 +18,41 @@ kernels::Ptr allocate(kernels::Ops& ops, std::size_t count, kernels::DType dtype
 
 }  // namespace
 
-FlatBuffer::FlatBuffer(kernels::Ops& ops, std::size_t count, kernels::DType dtype)
-    : ops_(&ops), dtype_(dtype), size_(count), held_(count), data_(allocate(ops, count, dtype)) {}
+FlatBuffer::FlatBuffer(kernels::Ops& ops, std::size_t count, kernels::DType dtype,
+                       std::vector<Range> gaps)
+    : ops_(&ops), dtype_(dtype), size_(count), held_(count), gaps_(std::move(gaps)) {
+    std::size_t end = 0;
+    for (const auto& [begin, stop] : gaps_) {
+        if (begin < end || stop < begin || stop > count)
+            throw Error("internal: a flat buffer's gaps must be sorted ranges within it");
+        held_ -= stop - begin;
+        end = stop;
+    }
+    data_ = allocate(ops, held_, dtype);
+}
+
+std::size_t FlatBuffer::held_index(std::size_t offset) const {
+    std::size_t skipped = 0;
+    for (const auto& [begin, end] : gaps_) {
+        if (offset < begin) break;
+        if (offset < end)
+            throw Error("internal: element " + std::to_string(offset) +
+                        " lies in a range the buffer does not hold");
+        skipped += end - begin;
+    }
+    return offset - skipped;
+}
+
+template <typename Fn>
+void FlatBuffer::for_each_held_run(Fn fn) const {
+    std::size_t offset = 0, index = 0;
+    for (const auto& [begin, end] : gaps_) {
+        if (begin > offset) fn(offset, index, begin - offset);
+        index += begin - offset;
+        offset = end;
+    }
+    if (size_ > offset) fn(offset, index, size_ - offset);
+}
 
 FlatBuffer::FlatBuffer(kernels::Ops& ops, std::vector<Range> units, int replicas, int replica,
                        kernels::DType dtype)
@@ -62,6 +95,7 @@ FlatBuffer& FlatBuffer::operator=(FlatBuffer&& other) noexcept {
     units_ = std::move(other.units_);
     shard_offsets_ = std::move(other.shard_offsets_);
     whole_ = std::move(other.whole_);
+    gaps_ = std::move(other.gaps_);
     replicas_ = other.replicas_;
     replica_ = other.replica_;
     return *this;
@@ -77,7 +111,7 @@ std::size_t FlatBuffer::unit_containing(std::size_t offset) const {
 }
 
 kernels::Ptr FlatBuffer::at(std::size_t offset) const {
-    if (!sharded()) return data_ + offset;
+    if (!sharded()) return data_ + held_index(offset);
     const std::size_t u = unit_containing(offset);
     if (!whole_[u])
         throw Error("internal: element " + std::to_string(offset) + " of a sharded buffer read " +
@@ -86,7 +120,7 @@ kernels::Ptr FlatBuffer::at(std::size_t offset) const {
 }
 
 kernels::Ptr FlatBuffer::owned(std::size_t offset) const {
-    if (!sharded()) return data_ + offset;
+    if (!sharded()) return data_ + held_index(offset);
     const std::size_t u = unit_containing(offset);
     const std::size_t part = part_size(u);
     const std::size_t mine = units_[u].first + static_cast<std::size_t>(replica_) * part;
@@ -141,7 +175,9 @@ void FlatBuffer::release(std::size_t u) {
 std::vector<float> FlatBuffer::to_host() const {
     std::vector<float> host(size_, 0.0f);
     if (!sharded()) {
-        ops_->copy_to_host(host.data(), data_, size_);
+        for_each_held_run([&](std::size_t offset, std::size_t index, std::size_t count) {
+            ops_->copy_to_host(host.data() + offset, data_ + index, count);
+        });
         return host;
     }
     for (std::size_t u = 0; u < units_.size(); ++u) {
@@ -158,7 +194,11 @@ void FlatBuffer::from_host(const std::vector<float>& host) {
         throw Error("internal: " + std::to_string(host.size()) + " values for a buffer of " +
                     std::to_string(size_));
     if (!sharded()) {
-        ops_->copy_from_host(data_, host.data(), std::min(host.size(), size_));
+        for_each_held_run([&](std::size_t offset, std::size_t index, std::size_t count) {
+            if (offset < host.size())
+                ops_->copy_from_host(data_ + index, host.data() + offset,
+                                     std::min(count, host.size() - offset));
+        });
         return;
     }
     for (std::size_t u = 0; u < units_.size(); ++u) {

@@ -31,8 +31,10 @@ public:
     using Range = std::pair<std::size_t, std::size_t>;  // [begin, end) in the buffer
 
     FlatBuffer() = default;
-    // Whole: `count` elements in one allocation, resident always.
-    FlatBuffer(kernels::Ops& ops, std::size_t count, kernels::DType dtype);
+    // Whole: `count` elements in one allocation, resident always, but for the `gaps` (sorted
+    // ranges no element of which is held: a 4-bit base's matrices, model/nf4_base.h).
+    FlatBuffer(kernels::Ops& ops, std::size_t count, kernels::DType dtype,
+               std::vector<Range> gaps = {});
     // Sharded over `replicas` ranks, this rank `replica`: `units` cover the buffer in order,
     // each a multiple of `replicas` long.
     FlatBuffer(kernels::Ops& ops, std::vector<Range> units, int replicas, int replica,
@@ -52,7 +54,7 @@ public:
     std::size_t shard_size() const { return held_; }
 
     // Element `offset`: in the one allocation, or in the resident unit holding it (throws
-    // when that unit is not resident).
+    // when that unit is not resident, or the element lies in a gap).
     kernels::Ptr at(std::size_t offset) const;
     // What offsets add to: `base() + offset` is at(offset), so model code writes `w + p.qkv_w`.
     struct Base {
@@ -83,8 +85,8 @@ public:
     kernels::Ptr shard() const;  // the held shard, (shard_size()) elements in unit order
 
     // ---- the host ------------------------------------------------------------------------
-    // What this rank holds, as fp32 in buffer order: every element when whole; when sharded,
-    // its parts in their places and zero elsewhere.
+    // What this rank holds, as fp32 in buffer order: every element when whole (the gaps
+    // zero); when sharded, its parts in their places and zero elsewhere.
     std::vector<float> to_host() const;
     // The reverse, from a host buffer of the whole: every element, or this rank's parts.
     void from_host(const std::vector<float>& host);
@@ -93,6 +95,11 @@ public:
 
 private:
     std::size_t unit_containing(std::size_t offset) const;
+    // Whole: where element `offset` lies in the allocation (past the gaps before it).
+    std::size_t held_index(std::size_t offset) const;
+    // Whole: fn(offset, index, count) for each run of held elements.
+    template <typename Fn>
+    void for_each_held_run(Fn fn) const;
     void free_all();
 
     kernels::Ops* ops_ = nullptr;
@@ -102,6 +109,7 @@ private:
     std::vector<Range> units_;
     std::vector<std::size_t> shard_offsets_;  // where each unit's part starts in the shard
     std::vector<kernels::Ptr> whole_;         // each unit's whole while resident
+    std::vector<Range> gaps_;                 // whole: the ranges not held
     int replicas_ = 1, replica_ = 0;
 };
 

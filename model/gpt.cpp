@@ -33,7 +33,12 @@ Weights make_weights(kernels::Ops& ops, const GptOptions& o, const ParamLayout& 
     };
     Weights w;
     w.frozen = o.lora.shape.rank > 0;
-    w.params = buffer(layout, plan.shard_params, o.precision.params);
+    // A 4-bit base's matrices are its codes (model/nf4_base.h), not the buffer's, unless
+    // ZeRO-3 shards the buffer (which then gathers them dense).
+    w.params = o.lora.quant_block && !plan.shard_params
+                   ? FlatBuffer(ops, round_up(layout.total(), multiple), o.precision.params,
+                                quantized_ranges(layout))
+                   : buffer(layout, plan.shard_params, o.precision.params);
     w.grads = w.frozen ? FlatBuffer(ops, 0, o.precision.grads)
                        : buffer(layout, plan.shard_grads, o.precision.grads);
     if (!w.frozen) return w;
@@ -95,6 +100,9 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
       own_(layout_, ParamLayout(options.shape), weights_.params, weights_.grads),
       adapters_(lora_layout_, ParamLayout::for_lora(options.shape, options.lora.shape),
                 weights_.lora_params, weights_.lora_grads),
+      nf4_(options.lora.quant_block
+               ? std::make_unique<Nf4Base>(ops, options.lora.quant_block, options.lora.double_quant)
+               : nullptr),
       parts_(build_stage(layout_, lora_layout_, d_,
                          PartOptions{options.dropout,
                                      options.lora,
@@ -102,7 +110,7 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
                                          return ops.attention_saved(B, heads, T, act);
                                      },
                                      {},
-                                     nullptr,
+                                     nf4_.get(),
                                      options.documents.mask})),
       scratch_(ops, parts_.scratch.buffers()),
       ctx_{ops, rows_, groups.context, groups.kv_replicas, weights_, scratch_, &moe_losses_},
@@ -126,6 +134,11 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
         ops.upload(scratch_[parts_.positions].data, positions.data(),
                    positions.size() * sizeof(int32_t));
     }
+}
+
+void Gpt::quantize_base(const std::vector<float>& whole) {
+    if (!nf4_) throw Error("internal: quantize_base without a 4-bit base");
+    nf4_->quantize(layout_, d_.tensor_rank, own_.whole(), whole, options_.precision.params);
 }
 
 bool Gpt::has_head(int c) const {

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -39,6 +40,7 @@
 #include "model/documents.h"
 #include "model/flat_buffer.h"
 #include "model/model_units.h"
+#include "model/nf4_base.h"
 #include "model/param_layout.h"
 #include "model/stage_parts.h"
 #include "model/weight_set.h"
@@ -98,6 +100,10 @@ public:
     // adapters of a model frozen under them, else its own (model/weight_set.h).
     WeightSet& weights() { return own_; }
     const WeightSet& weights() const { return own_; }
+    // The 4-bit base (options().lora.quant_block > 0), or null. quantize_base quantizes it from
+    // the whole model's weights (a buffer of weights().whole()), after they are loaded.
+    const Nf4Base* nf4_base() const { return nf4_.get(); }
+    void quantize_base(const std::vector<float>& whole);
     WeightSet& adapters() { return adapters_; }
     const WeightSet& adapters() const { return adapters_; }
     WeightSet& trainable() { return frozen() ? adapters_ : own_; }
@@ -210,6 +216,7 @@ private:
     TensorRows rows_;
     Weights weights_;
     WeightSet own_, adapters_;
+    std::unique_ptr<Nf4Base> nf4_;  // the layers' GEMM policy with a 4-bit base
     StageParts parts_;
     Scratch scratch_;
     MoeLossSums moe_losses_;

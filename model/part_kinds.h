@@ -23,11 +23,14 @@ class FeedForward;
 
 // Low-rank adapters (model/lora_adapter.h): which linears of every layer carry one and their
 // rank (LoraShape; rank 0: none, every parameter trains), the scale alpha / r of B·A, and the
-// dropout on the adapters' input.
+// dropout on the adapters' input; and the frozen base's layer matrices in NF4 (model/nf4_base.h)
+// in blocks of quant_block, with or without double quantization.
 struct Lora {
     LoraShape shape;
     float scale = 0;
     float dropout = 0;
+    std::size_t quant_block = 0;  // 0: the base as it is
+    bool double_quant = true;
 };
 
 // What the parts are built from besides the layouts and the sizes.

@@ -64,6 +64,13 @@ void init_random(WeightSet& weights, uint64_t seed, float init_std) {
     weights.load(local);
 }
 
+std::vector<float> random_whole(const ParamLayout& whole, uint64_t seed, float init_std) {
+    std::vector<float> values(whole.total(), 0.0f);
+    for (std::size_t ti = 0; ti < whole.tensors().size(); ++ti)
+        init_tensor(whole, ti, seed, init_std, values.data() + whole.tensors()[ti].offset);
+    return values;
+}
+
 WeightSet::WeightSet(const ParamLayout& layout, ParamLayout whole, FlatBuffer& params,
                      FlatBuffer& grads)
     : layout_(&layout), whole_(std::move(whole)), params_(&params), grads_(&grads) {}

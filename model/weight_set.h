@@ -46,5 +46,7 @@ private:
 // matrices and embeddings, init_std/sqrt(2*layers) for GPT-2's residual output projections,
 // zero biases, unit norm gains; padded vocabulary rows zero.
 void init_random(WeightSet& weights, uint64_t seed, float init_std);
+// The same for the whole model on the host: a buffer of `whole` (M 1, one stage).
+std::vector<float> random_whole(const ParamLayout& whole, uint64_t seed, float init_std);
 
 }  // namespace trident::model

@@ -842,9 +842,11 @@ TEST_CASE("config: bad training.lora parts are named by their path and line", "[
 
     CHECK(error_of(kMinimal + "training:\n  lora: 8\n") ==
           "x.yaml:4: training.lora: expected a map of rank, alpha, dropout, targets, init_from, "
+          "quantize, quant_block, double_quant, "
           "got 8");
     CHECK(error_of(kMinimal + "training:\n  lora: [8]\n") ==
           "x.yaml:4: training.lora: expected a map of rank, alpha, dropout, targets, init_from, "
+          "quantize, quant_block, double_quant, "
           "got a list");
     CHECK(error_of(kMinimal + "training:\n  lora: {rank: 8}\n  lora: {rank: 4}\n") ==
           "x.yaml:5: training.lora: given twice (first at line 4)");
@@ -905,24 +907,28 @@ TEST_CASE("config: overrides set one part of training.lora or the whole map", "[
               "--set training.lora={rank: 8, rank: 4}: training.lora.rank: given twice");
         CHECK(error_of(kLoraBase, {"training.lora=8"}) ==
               "--set training.lora=8: training.lora: expected a map of rank, alpha, dropout, "
-              "targets, init_from, got 8");
+              "targets, init_from, quantize, quant_block, double_quant, got 8");
     }
 }
 
 TEST_CASE("config: training.lora is written as one flow map and read back", "[config]") {
     CHECK(to_yaml(parse(kLoraBase, "x.yaml"))
               .find("\n  lora: {rank: 0, alpha: 16.0, dropout: 0.0, targets: [qkv, attn_proj, fc, "
-                    "fc_proj], init_from: null}\n") != std::string::npos);
+                    "fc_proj], init_from: null, quantize: none, quant_block: 64, double_quant: "
+                    "true}\n") != std::string::npos);
 
-    const Config set = parse(kLoraBase, "x.yaml",
-                             {"training.lora.rank=8", "training.lora.alpha=0.5",
-                              "training.lora.dropout=0.05", "training.lora.targets=[fc_proj, qkv]",
-                              "training.lora.init_from='a: \"b\" #1.safetensors'"});
+    const Config set =
+        parse(kLoraBase, "x.yaml",
+              {"training.lora.rank=8", "training.lora.alpha=0.5", "training.lora.dropout=0.05",
+               "training.lora.targets=[fc_proj, qkv]",
+               "training.lora.init_from='a: \"b\" #1.safetensors'", "training.lora.quantize=nf4",
+               "training.lora.quant_block=32", "training.lora.double_quant=false"});
     CHECK(set.training.lora.init_from == "a: \"b\" #1.safetensors");
     const std::string yaml = to_yaml(set);
     INFO(yaml);
     CHECK(yaml.find("\n  lora: {rank: 8, alpha: 0.5, dropout: 0.05, targets: [fc_proj, qkv], "
-                    "init_from: \"a: \\\"b\\\" #1.safetensors\"}\n") != std::string::npos);
+                    "init_from: \"a: \\\"b\\\" #1.safetensors\", quantize: nf4, quant_block: "
+                    "32, double_quant: false}\n") != std::string::npos);
     CHECK(parse(yaml, "x.yaml") == set);
 }
 

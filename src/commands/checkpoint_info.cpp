@@ -18,6 +18,19 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// A 4-bit base (training.lora.quantize: nf4, model/nf4_base.h) is not in the checkpoint: each
+// load quantizes the base weights again, which gives the same bits.
+void print_quantized_base(const std::string& dir) {
+    const config::LoraConfig lora =
+        config::load((fs::path(dir) / "config.yaml").string()).training.lora;
+    if (!lora.quantized()) return;
+    std::printf(
+        "lora base in 4 bits: %s, blocks of %d, %s; quantized again from the base at "
+        "each load (deterministic)\n",
+        config::to_string(lora.quantize), lora.quant_block,
+        lora.double_quant ? "absmax in 8 bits (double quantization)" : "absmax in fp32");
+}
+
 // The low-rank adapters a checkpoint holds, and whether their base weights are still there as
 // they were: "" if so (or without adapters), else what is wrong with them.
 std::string print_lora(const train::LoraRecord& lora, const std::string& dir) {
@@ -32,6 +45,7 @@ std::string print_lora(const train::LoraRecord& lora, const std::string& dir) {
         status = train::base_weights_sha256(base) == lora.base_sha256 ? "ok" : "CHANGED (SHA-256)";
     std::printf("lora base: %s (recorded as %s) | sha256 %.16s…  %s\n", base.c_str(),
                 lora.base.c_str(), lora.base_sha256.c_str(), status.c_str());
+    print_quantized_base(dir);
     return status == "ok" ? "" : "the adapters' base weights " + base + " are " + status;
 }
 

@@ -296,15 +296,24 @@ void print_outputs(const config::Config& cfg) {
 
 std::string initialise_weights(const config::Config& cfg, model::Gpt& model) {
     std::string read;
-    if (cfg.model.init_from) {
-        // The whole model from the file; each tensor-parallel rank keeps its slice.
-        const model::ParamLayout& full_layout = model.weights().whole();
+    const model::ParamLayout& full_layout = model.weights().whole();
+    const auto init_std = static_cast<float>(cfg.model.init_std);
+    if (cfg.model.init_from || model.nf4_base()) {
+        // The whole model, from the file or its initialisation; each tensor-parallel rank keeps
+        // its slice, and a 4-bit base quantizes each matrix whole (model/nf4_base.h).
         std::vector<float> full(full_layout.total(), 0.0f);
-        read = train::load_base_weights(*cfg.model.init_from, full_layout, full.data());
+        if (cfg.model.init_from)
+            read = train::load_base_weights(*cfg.model.init_from, full_layout, full.data());
+        else
+            full = model::random_whole(full_layout, cfg.training.seed, init_std);
+        if (const model::Nf4Base* base = model.nf4_base()) {
+            // The dense copy holds the base as the 4-bit one computes it (samples, exports).
+            model.quantize_base(full);
+            model::round_trip_base(full_layout, full.data(), base->block(), base->double_quant());
+        }
         model.weights().load_whole(full);
     } else {
-        model::init_random(model.weights(), cfg.training.seed,
-                           static_cast<float>(cfg.model.init_std));
+        model::init_random(model.weights(), cfg.training.seed, init_std);
     }
     if (model.frozen()) {
         const model::ParamLayout& whole = model.adapters().whole();

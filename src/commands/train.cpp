@@ -308,6 +308,13 @@ void print_memory(const config::Config& cfg, train::Trainer& trainer) {
         train::human_bytes(static_cast<double>(mem.gradients)).c_str(),
         train::human_bytes(static_cast<double>(mem.optimizer)).c_str(), cfg.parallel.zero_stage,
         train::counted(cfg.parallel.data * cfg.parallel.context, "replica").c_str());
+    if (mem.quantized_parameters == 0) return;
+    std::printf(
+        "memory (rank 0): 4-bit base %zu bytes of codes and constants for %zu parameters "
+        "(%.3f bits each, host memory) | dequantization tile %s\n",
+        mem.quantized, mem.quantized_parameters,
+        8.0 * static_cast<double>(mem.quantized) / static_cast<double>(mem.quantized_parameters),
+        train::human_bytes(static_cast<double>(mem.tile)).c_str());
 }
 
 // Writes the trace (rank 0, from what every rank gathered to it); every rank learns how it

@@ -56,6 +56,9 @@ enum class OptimizerName { adamw, muon, galore };
 // Muon's factor on the orthogonalized update (optim/muon.h): Moonlight's 0.2·√max(A, B), or
 // the spectral √max(1, A/B).
 enum class MuonScale { moonlight, spectral };
+// How a LoRA run holds its frozen base's layer matrices: as they are, or in QLoRA's 4-bit
+// NormalFloat (model/nf4_base.h).
+enum class LoraQuantize { none, nf4 };
 
 // How the layers are cut into the P·v pipeline chunks: equal counts, counts that balance the
 // chunks' FLOPs (the LM head and the loss weigh on the last chunk; src/config/stage_cuts.h), or
@@ -154,7 +157,11 @@ struct LoraConfig {
     // The adapters' starting values (safetensors, model/lora.h names); none: A
     // Kaiming-uniform from training.seed, B zero.
     std::optional<std::string> init_from;
+    LoraQuantize quantize = LoraQuantize::none;
+    int quant_block = 64;      // elements per absmax (nf4)
+    bool double_quant = true;  // the absmax values in 8 bits (nf4)
     bool enabled() const { return rank > 0; }
+    bool quantized() const { return quantize != LoraQuantize::none; }
     bool operator==(const LoraConfig&) const = default;
 };
 
@@ -389,6 +396,7 @@ const char* to_string(OnError v);
 const char* to_string(Offload v);
 const char* to_string(OptimizerName v);
 const char* to_string(LoraTarget v);
+const char* to_string(LoraQuantize v);
 std::string to_string(const StageLayers& v);  // as YAML: uniform, auto or [n0, n1, ...]
 // The grid as `train`, `plan` and `checkpoint info` print it: "2 x 4 x 1 x 8 (pipeline x
 // tensor x context x data) = 64 ranks".

@@ -63,6 +63,8 @@ inline model::Lora lora_of(const Config& cfg) {
         a.shape.targets[static_cast<std::size_t>(t)] = true;
     a.scale = static_cast<float>(lora.alpha / lora.rank);
     a.dropout = static_cast<float>(lora.dropout);
+    if (lora.quantized()) a.quant_block = static_cast<std::size_t>(lora.quant_block);
+    a.double_quant = lora.double_quant;
     return a;
 }
 

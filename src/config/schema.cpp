@@ -168,6 +168,14 @@ RangeCheck<int> between(int min, int max) {
     };
 }
 
+// A power of two in [min, max].
+RangeCheck<int> power_of_two(int min, int max) {
+    return [min, max](const int& v) -> Problem {
+        if (v >= min && v <= max && (v & (v - 1)) == 0) return {};
+        return "must be a power of two in [" + text(min) + ", " + text(max) + "], got " + text(v);
+    };
+}
+
 RangeCheck<double> above(double min) {
     return [min](const double& v) -> Problem {
         if (v > min) return {};
@@ -348,6 +356,10 @@ const std::vector<Key>& table() {
                     .write = [](const Config& c) { return yaml_text(c.training.lora.targets); },
                 },
                 part("init_from", &TrainingConfig::lora, &LoraConfig::init_from, a_path()),
+                part("quantize", &TrainingConfig::lora, &LoraConfig::quantize),
+                part("quant_block", &TrainingConfig::lora, &LoraConfig::quant_block,
+                     power_of_two(16, 4096)),
+                part("double_quant", &TrainingConfig::lora, &LoraConfig::double_quant),
             }),
 
         field("optimizer.name", &C::optimizer, &OptimizerConfig::name),

@@ -64,6 +64,9 @@ const char* to_string(Offload v) {
 const char* to_string(LoraTarget v) {
     return detail::enum_name(v);
 }
+const char* to_string(LoraQuantize v) {
+    return detail::enum_name(v);
+}
 std::string to_string(const StageLayers& v) {
     return detail::yaml_text(v);
 }

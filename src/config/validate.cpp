@@ -307,6 +307,38 @@ void check_lora_targets(const Config& cfg, const Origins& origins) {
                      layer.mlp->name, " MLP): its targets are ", names));
 }
 
+// A 4-bit base (training.lora.quantize: nf4; model/nf4_base.h) is a LoRA run's, and its blocks
+// lie along the rows each tensor rank holds of every layer matrix.
+void check_quantized_base(const Config& cfg, const Origins& origins) {
+    const LoraConfig& lora = cfg.training.lora;
+    // A map given sets each of its parts: a value other than the default is what tells.
+    const LoraConfig defaults;
+    if (!lora.quantized()) {
+        if (lora.quant_block != defaults.quant_block)
+            fail(origins.blame({"training.lora.quant_block", "training.lora.quantize"}),
+                 cat("training.lora.quant_block (", lora.quant_block,
+                     ") needs training.lora.quantize: nf4"));
+        if (lora.double_quant != defaults.double_quant)
+            fail(origins.blame({"training.lora.double_quant", "training.lora.quantize"}),
+                 "training.lora.double_quant: false needs training.lora.quantize: nf4");
+        return;
+    }
+    if (!lora.enabled())
+        fail(origins.blame({"training.lora.quantize", "training.lora.rank"}),
+             "training.lora.quantize: nf4 needs training.lora.rank > 0 (it holds a LoRA run's "
+             "frozen base in 4 bits)");
+    const int M = cfg.parallel.tensor;
+    const model::ModelSpec spec = model::resolve_spec(config::gpt_shape(cfg));
+    for (const model::LinearDecl& w : spec.layer_linears(0)) {
+        const int row = static_cast<int>(w.split.kind == model::SplitKind::row ? w.in / M : w.in);
+        if (row % lora.quant_block != 0)
+            fail(origins.blame({"training.lora.quant_block", "parallel.tensor", "model.hidden"}),
+                 cat("training.lora.quant_block (", lora.quant_block, ") must divide the rows ",
+                     "each tensor rank holds of every layer matrix: ", w.name, "'s are ", row,
+                     " long"));
+    }
+}
+
 // What ZeRO's stages and LoRA combine with.
 void check_zero_and_lora(const Config& cfg, const Origins& origins) {
     const ModelConfig& m = cfg.model;
@@ -342,6 +374,7 @@ void check_zero_and_lora(const Config& cfg, const Origins& origins) {
              cat("training.lora.rank (", lora.rank, ") must not exceed model.hidden (", m.hidden,
                  ")"));
     if (lora.enabled()) check_lora_targets(cfg, origins);
+    check_quantized_base(cfg, origins);
 }
 
 // The layer's keys, each read by the kind of part that takes it (model/part_kinds.h): fewer

@@ -90,6 +90,10 @@ struct EnumNames<MuonScale> {
     static constexpr std::array names{"moonlight", "spectral"};
 };
 template <>
+struct EnumNames<LoraQuantize> {
+    static constexpr std::array names{"none", "nf4"};
+};
+template <>
 struct EnumNames<LoraTarget> {
     static constexpr std::array names{"qkv", "attn_proj", "fc",   "fc_proj", "q",   "k",
                                       "v",   "o",         "gate", "up",      "down"};

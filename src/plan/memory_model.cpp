@@ -7,6 +7,7 @@
 
 #include "config/model_shape.h"
 #include "model/model_spec.h"
+#include "model/nf4_base.h"
 #include "model/param_layout.h"
 #include "model/stage_parts.h"
 #include "optim/optimizer.h"
@@ -88,6 +89,17 @@ void add_adapters(const PlanInputs& in, const model::ParamLayout& layout, StageM
     s.states.gradients = trained.gradients;
     s.states.optimizer = trained.optimizer;
     s.parameters += adapters;
+    // A 4-bit base (model/nf4_base.h) below ZeRO-3: its layer matrices leave the dense buffer
+    // for their codes and constants (host memory); the tile they are dequantized into (the
+    // longest run of adjacent matrices), held through the run, takes their place.
+    if (!in.cfg.training.lora.quantized() || in.zero_stage >= 3) return;
+    int64_t quantized = 0, tile = 0;
+    for (const auto& [begin, end] : model::quantized_ranges(layout)) {
+        quantized += static_cast<int64_t>(end - begin);
+        tile = std::max(tile, static_cast<int64_t>(end - begin));
+    }
+    s.parameters -= quantized;
+    s.states.weights -= static_cast<double>((quantized - tile) * in.weight_bytes);
 }
 
 }  // namespace

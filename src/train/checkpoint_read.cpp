@@ -11,6 +11,7 @@
 #include "kernels/dtype.h"
 #include "kernels/error.h"
 #include "model/lora.h"
+#include "model/nf4_base.h"
 #include "optim/optimizer.h"
 #include "train/base_weights.h"
 #include "train/checkpoint.h"
@@ -376,6 +377,11 @@ LoadedModel load_model_checkpoint(const std::string& path) {
                 throw Error(dir + ": the base weights " + base +
                             " are not those the adapters were trained on (their SHA-256 "
                             "differs from the manifest's)");
+            // A 4-bit base is recomputed from the base's file (deterministic): the adapters
+            // were trained over its dequantized weights.
+            if (adapters.quant_block)
+                model::round_trip_base(whole, loaded.params.data(), adapters.quant_block,
+                                       adapters.double_quant);
             model::merge_lora(whole, loaded.params.data(), whole_lora, loaded.adapters.data(),
                               adapters.scale);
             return loaded;

@@ -106,6 +106,11 @@ MemoryUse Trainer::memory() const {
     m.optimizer = optimizer_.state_bytes();
     m.activations = model_.activations().bytes;
     m.peak = ops_.peak_allocated_bytes();
+    if (const model::Nf4Base* base = model_.nf4_base()) {
+        m.quantized = base->bytes();
+        m.quantized_parameters = base->parameters();
+        m.tile = base->tile_bytes();
+    }
     return m;
 }
 
@@ -319,6 +324,9 @@ std::vector<float> Trainer::local(const model::WeightSet& set, bool grads) {
     // Sharded, each element is on one rank of the shard group and zero on the others.
     if ((grads ? set.grads() : set.params()).sharded())
         grid_.data_shard().all_reduce(host.data(), host.size());
+    // A 4-bit base's matrices are its codes, not the buffer's (model/nf4_base.h).
+    if (const model::Nf4Base* base = model_.nf4_base(); base && !grads && &set == &model_.weights())
+        base->fill(host);
     return host;
 }
 

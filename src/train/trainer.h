@@ -35,6 +35,9 @@ struct MemoryUse {
                                   // bytes / param / D)
     std::size_t activations = 0;  // the activation sets of the microbatches in flight, at most
     std::size_t peak = 0;         // everything allocated, at most
+    // A 4-bit base (model/nf4_base.h): its codes and constants (host memory), the parameters
+    // they stand for, and its dequantization tile (in `peak`, not in `parameters`).
+    std::size_t quantized = 0, quantized_parameters = 0, tile = 0;
 };
 
 struct StepResult {
