@@ -2,7 +2,7 @@
 // logits (rows, N) the k experts of each token and their weights, the rows permuted by expert
 // (each expert's tokens contiguous, in token order), and the router's backward, the balancing
 // loss's and the z-loss's gradients included (docs/ARCHITECTURE.md, "Mixture of experts").
-// The semantics are the issue's, held against tests/python/moe_reference.py:
+// The semantics (docs/ARCHITECTURE.md), held against tests/python/moe_reference.py:
 // - softmax: p = softmax(z), the k largest p, w = p / Σ_k p (normalize_top_k) or p;
 // - sigmoid: s = sigmoid(z), the k largest s + bias, w = s / Σ_k s or s; p = s / Σ s;
 // - w times `scale`; ties in the top-k go to the lower expert index.

@@ -50,7 +50,7 @@ def is_matrix(name):
 
 
 def orthogonalize(u, steps):
-    """Muon's Newton-Schulz iterations on U (A, B), as the issue's formulas read."""
+    """Muon's Newton-Schulz iterations on U (A, B), as docs/FORMULAS.md writes them."""
     a, b, c = NS
     x = u / (u.norm() + 1e-7)
     transposed = u.shape[0] > u.shape[1]
