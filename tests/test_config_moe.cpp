@@ -105,6 +105,10 @@ TEST_CASE("config: model.moe's refusals name their key", "[config]") {
           "--set training.recompute=full: training.recompute: full with dense and MoE layers "
           "(model.moe.first_dense 1, every 1) is not built yet: recompute needs every layer an MoE "
           "layer");
+    CHECK(error_of({"model.moe.experts=4", "training.loss_normalization=tokens"}) ==
+          "--set training.loss_normalization=tokens: training.loss_normalization: tokens (or "
+          "data.mask_eod_loss) with model.moe is not built yet: the balancing losses are averaged "
+          "over microbatches");
     CHECK(error_of({"model.moe.top_k=0"}) ==
           "--set model.moe.top_k=0: model.moe.top_k: must be >= 1, got 0");
 }
