@@ -23,10 +23,11 @@ std::string joined(const std::vector<std::string>& names) {
     return s;
 }
 
-// A part's tensors and linears named whole: `prefix` before each name.
+// A part's tensors, linears and other GEMMs named whole: `prefix` before each name.
 PartDecl prefixed(PartDecl decl, const std::string& prefix) {
     for (TensorDecl& t : decl.tensors) t.name = prefix + t.name;
     for (LinearDecl& w : decl.linears) w.name = prefix + w.name;
+    for (GemmDecl& g : decl.gemms) g.name = prefix + g.name;
     return decl;
 }
 
@@ -154,6 +155,13 @@ std::vector<LinearDecl> ModelSpec::layer_linears(int l) const {
     for (const NamedPart& part : layer_parts(l))
         for (const LinearDecl& w : prefixed(part.decl, part.prefix).linears) linears.push_back(w);
     return linears;
+}
+
+std::vector<GemmDecl> ModelSpec::layer_gemms(int l) const {
+    std::vector<GemmDecl> gemms;
+    for (const NamedPart& part : layer_parts(l))
+        for (const GemmDecl& g : prefixed(part.decl, part.prefix).gemms) gemms.push_back(g);
+    return gemms;
 }
 
 ActivationTerms ModelSpec::layer_activations(int l, int tensor) const {

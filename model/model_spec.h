@@ -106,6 +106,8 @@ struct ModelSpec {
     std::vector<PartDecl> layer_decls(int l) const;
     // Layer l's linears, named whole ("h.3.attn.c_attn"), in the order they compute.
     std::vector<LinearDecl> layer_linears(int l) const;
+    // Layer l's GEMMs outside its linears (a router, routed experts), named whole.
+    std::vector<GemmDecl> layer_gemms(int l) const;
     // Layer l's activations in Korthikanti et al.'s terms, its parts' summed, on `tensor`
     // tensor-parallel ranks.
     ActivationTerms layer_activations(int l, int tensor) const;

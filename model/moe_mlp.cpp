@@ -368,14 +368,20 @@ PartDecl moe_mlp_tensors(const GptShape& s) {
     const Split rows{SplitKind::column}, columns{SplitKind::row};
     PartDecl decl;
     decl.tensors.push_back({"gate.weight", {E, H}, {}, Init::normal, true});
+    decl.gemms.push_back({"gate", E, H, {}, 1.0});
     if (moe.router == MoeRouter::sigmoid)
         decl.tensors.push_back(
             {"gate.e_score_correction_bias", {E}, {}, Init::zeros, false, false});
+    // Each routed expert runs on the tokens routed to it: top_k / N of them on average.
+    const double share = static_cast<double>(moe.top_k) / static_cast<double>(E);
     for (int64_t e = 0; e < E; ++e) {
         const std::string name = "experts." + std::to_string(e) + ".";
         decl.tensors.push_back({name + "gate_proj.weight", {F, H}, rows, Init::normal, true});
         decl.tensors.push_back({name + "up_proj.weight", {F, H}, rows, Init::normal, true});
         decl.tensors.push_back({name + "down_proj.weight", {H, F}, columns, Init::normal, true});
+        decl.gemms.push_back({name + "gate_proj", F, H, rows, share});
+        decl.gemms.push_back({name + "up_proj", F, H, rows, share});
+        decl.gemms.push_back({name + "down_proj", H, F, columns, share});
     }
     if (moe.shared_experts == 0) return decl;
     const int64_t S = moe.shared_experts * F;

@@ -1,8 +1,9 @@
 // What a part of the model declares of its parameters: each tensor's name, whole shape, how
 // the tensor-parallel ranks split it, how it starts and whether it trains; and the linears it
-// computes with, which low-rank adapters may wrap and whose GEMMs the FLOPs count. Everything
-// that lays out, names or counts parameters derives from these declarations: every rank's flat
-// buffers and their units (model/param_layout.h), the checkpoint's tensor names, the
+// computes with, which low-rank adapters may wrap, and its other GEMMs (a router, routed
+// experts), all of whose GEMMs the FLOPs count. Everything that lays out, names or counts
+// parameters derives from these declarations: every rank's flat buffers and their units
+// (model/param_layout.h), the checkpoint's tensor names, the
 // initialisation, the planner's counts, the adapters' layout and the Hugging Face mapping
 // (docs/ARCHITECTURE.md, "The model").
 //
@@ -72,11 +73,23 @@ struct LinearDecl {
     LoraTarget target = LoraTarget::qkv;
 };
 
-// What one part declares: its tensors in the order they lie in the flat buffer, and its
-// linears in the order it computes them.
+// A GEMM a part runs outside its split linears (a mixture of experts' router and routed
+// experts, model/moe_mlp.cpp): its weight's whole widths and split, and the share of the
+// microbatch's tokens it runs on (a routed expert's: top_k / experts, on average). The FLOPs
+// and the parameters active per token count it; adapters never wrap it.
+struct GemmDecl {
+    std::string name;  // within its part: "experts.0.gate_proj"
+    int64_t out = 0, in = 0;
+    Split split;
+    double share = 1;
+};
+
+// What one part declares: its tensors in the order they lie in the flat buffer, its linears in
+// the order it computes them, and its other GEMMs.
 struct PartDecl {
     std::vector<TensorDecl> tensors;
     std::vector<LinearDecl> linears;
+    std::vector<GemmDecl> gemms;
 };
 
 }  // namespace trident::model

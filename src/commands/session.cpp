@@ -246,12 +246,14 @@ void print_summary(const config::Config& cfg, const kernels::Ops& ops, const Pea
         model::resolve_spec(config::gpt_shape(cfg)).layers.front().attention->grouped;
     const std::string heads =
         std::to_string(m.heads) + (grouped ? " | kv_heads " + std::to_string(m.kv_heads) : "");
+    std::string count = train::human_count(static_cast<double>(d.parameters));
+    if (d.active_parameters != d.parameters)  // a mixture of experts
+        count += " (" + train::human_count(static_cast<double>(d.active_parameters)) + " active)";
     std::printf(
         "model: %s, %s parameters | layers %d | hidden %d | heads %s | ffn %d | seq %d | "
         "vocab %d (padded %d)%s\n",
-        config::to_string(m.arch), train::human_count(static_cast<double>(d.parameters)).c_str(),
-        m.layers, m.hidden, heads.c_str(), m.ffn_hidden, m.seq_len, m.vocab_size, d.padded_vocab,
-        m.tie_embeddings ? "" : " | untied head");
+        config::to_string(m.arch), count.c_str(), m.layers, m.hidden, heads.c_str(), m.ffn_hidden,
+        m.seq_len, m.vocab_size, d.padded_vocab, m.tie_embeddings ? "" : " | untied head");
     const auto& p = cfg.parallel;
     std::printf("layout: %s | backend %s | precision %s\n",
                 config::layout_text(p.pipeline, p.tensor, p.context, p.data).c_str(), ops.name(),

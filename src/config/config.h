@@ -336,6 +336,8 @@ struct Derived {
     int grad_accum_steps = 0;       // global_batch / (micro_batch * data)
     int64_t tokens_per_step = 0;    // global_batch * seq_len
     int64_t parameters = 0;         // unique parameters of the model, padded vocabulary excluded
+    int64_t active_parameters = 0;  // of those, the ones a token computes with (a mixture of
+                                    // experts: its top_k routed experts only)
     double flops_per_step = 0;      // Megatron's model FLOPs for one global batch (LoRA: fewer)
     std::vector<int> chunk_layers;  // layers of each global pipeline chunk (P·v), in order
     bool operator==(const Derived&) const = default;

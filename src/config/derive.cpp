@@ -2,6 +2,7 @@
 // model FLOPs per step (docs/FORMULAS.md, "Parameters" and "FLOPs per step"), the layers of
 // each pipeline chunk (config/stage_cuts.h).
 #include <algorithm>
+#include <cmath>
 
 #include "config/config.h"
 #include "config/model_shape.h"
@@ -53,9 +54,23 @@ int64_t count_parameters(const model::ModelSpec& spec) {
     return n;
 }
 
+// The parameters one token computes with (docs/FORMULAS.md, "Parameters"): all of them but, in
+// a mixture of experts, the routed experts it is not sent to, (1 − top_k / experts) of theirs.
+int64_t count_active_parameters(const model::ModelSpec& spec) {
+    double idle = 0;
+    for_layer_runs(spec, [&](const std::vector<model::PartDecl>& parts, int64_t count) {
+        for (const model::PartDecl& part : parts)
+            for (const model::GemmDecl& g : part.gemms)
+                idle +=
+                    count * (1 - g.share) * static_cast<double>(g.in) * static_cast<double>(g.out);
+    });
+    return count_parameters(spec) - std::llround(idle);
+}
+
 // Megatron's model FLOPs for one global batch (training.py, causal attention counted at
 // half, no recompute): three times the forward's, which is 2·B·s per weight of the layers'
-// linears and of the LM head (V·h), and 2·B·s²·h per layer in attention — for GPT-2 (F = 4h)
+// linears and of the LM head (V·h) — a routed expert's weights on their share of the tokens,
+// top_k / experts — and 2·B·s²·h per layer in attention — for GPT-2 (F = 4h)
 // Megatron's 72·B·s·l·h²·(1 + s/(12h) + V/(12·l·h)). Under low-rank adapters the frozen
 // weights get no weight gradient, so their GEMMs run twice the forward's (forward, input
 // gradient), attention's still three times, and each adapter (A (r, in), B (out, r)) adds
@@ -71,6 +86,10 @@ double model_flops(const model::ModelSpec& spec, const ModelConfig& m, const Tra
                                                   w.target) != t.lora.targets.end())
                     widths += count * static_cast<double>(w.in + w.out);
             }
+        for (const model::PartDecl& part : parts)  // a routed expert's on its share of tokens
+            for (const model::GemmDecl& g : part.gemms)
+                matrices +=
+                    count * g.share * static_cast<double>(g.in) * static_cast<double>(g.out);
     });
     const double weights = 2.0 * B * s * (matrices + V * h);
     const double attention = 2.0 * B * s * s * l * h;
@@ -96,6 +115,7 @@ void derive(Config& cfg) {
     d.tokens_per_step = int64_t{t.global_batch} * m.seq_len;
     const model::ModelSpec spec = model::resolve_spec(gpt_shape(cfg));  // reads padded_vocab
     d.parameters = count_parameters(spec);
+    d.active_parameters = count_active_parameters(spec);
     d.flops_per_step = model_flops(spec, m, t);
     d.chunk_layers = chunk_layers(cfg);  // reads padded_vocab, set above
 }

@@ -81,11 +81,15 @@ std::string summary_text(const PlanInputs& in) {
     const auto& t = cfg.training;
     const auto& d = cfg.derived;
     std::string out = format("plan: %s\n", cfg.source.c_str());
+    std::string count = train::human_count(static_cast<double>(d.parameters)) + " parameters";
+    if (d.active_parameters != d.parameters)  // a mixture of experts
+        count += format(" (%s active per token: %d of %d experts)",
+                        train::human_count(static_cast<double>(d.active_parameters)).c_str(),
+                        m.moe.top_k, m.moe.experts);
     out += format(
-        "model: %s parameters | layers %d | hidden %d | heads %d | ffn %d | seq %d | "
-        "vocab %d (padded %d)\n",
-        train::human_count(static_cast<double>(d.parameters)).c_str(), m.layers, m.hidden, m.heads,
-        m.ffn_hidden, m.seq_len, m.vocab_size, d.padded_vocab);
+        "model: %s | layers %d | hidden %d | heads %d | ffn %d | seq %d | vocab %d (padded %d)\n",
+        count.c_str(), m.layers, m.hidden, m.heads, m.ffn_hidden, m.seq_len, m.vocab_size,
+        d.padded_vocab);
     out += format("layout: %s, rank = tp + %d*(cp + %d*(dp + %d*pp))",
                   config::layout_text(p.pipeline, p.tensor, p.context, p.data).c_str(), p.tensor,
                   p.context, p.data);
@@ -300,6 +304,7 @@ int64_t byte_count(double b) {
 io::JsonLine model_json(const config::Config& cfg) {
     io::JsonLine model;
     model.add("parameters", cfg.derived.parameters)
+        .add("active_parameters", cfg.derived.active_parameters)
         .add("layers", cfg.model.layers)
         .add("hidden", cfg.model.hidden)
         .add("heads", cfg.model.heads)
@@ -437,6 +442,11 @@ std::string render_text(const Plan& plan) {
         "\nFLOPs per step (Megatron's model FLOPs, 6*B*s per weight of the layers' linears and "
         "the head + 6*B*s^2*l*h): %.4g, %.4g per GPU\n",
         d.flops_per_step, d.flops_per_step / d.world_size);
+    if (d.active_parameters != d.parameters)
+        out += format(
+            "(each routed expert's weights on the share of tokens routed to it, %d/%d: "
+            "the active experts only)\n",
+            cfg.model.moe.top_k, cfg.model.moe.experts);
     if (plan.inputs.doc_len > 0)
         out += format(
             "attention within documents of %d tokens on average (--doc-len): %.4g of a causal "

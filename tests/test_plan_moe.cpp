@@ -1,0 +1,65 @@
+// The planner's counts of a mixture of experts against docs/FORMULAS.md: parameters total and
+// active per token of Mixtral-8x7B and 8x22B (configs/), the model FLOPs of the active experts
+// only, and one rank's GEMM FLOPs of an MoE layer under a tensor split.
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "config/config.h"
+#include "config/model_shape.h"
+#include "model/flops.h"
+
+namespace {
+
+using namespace trident;
+
+config::Config load(const std::string& file, const std::vector<std::string>& overrides = {}) {
+    return config::load(TRIDENT_SOURCE_DIR "/configs/" + file, overrides, config::Purpose::plan);
+}
+
+}  // namespace
+
+TEST_CASE("plan: parameters of Mixtral-8x7B and 8x22B, total and active", "[plan][moe]") {
+    // Mixtral-8x7B: Hugging Face's mistralai/Mixtral-8x7B-v0.1, the figures Mistral states.
+    const config::Config small = load("mixtral-8x7b.yaml");
+    CHECK(small.derived.parameters == 46'702'792'704);
+    CHECK(small.derived.active_parameters == 12'879'925'248);
+    // Mixtral-8x22B, vocabulary 32768: docs/FORMULAS.md's Ψ_moe, L·(2h² + 2h·kv + N·h +
+    // 3h·N·F + 2h) + 2·V·h + h, and its active part, Ψ − L·(N − k)·3h·F.
+    const config::Config large = load("mixtral-8x22b.yaml");
+    const int64_t h = 6144, kv = 1024, F = 16384, N = 8, k = 2, L = 56, V = 32768;
+    const int64_t total = L * (2 * h * h + 2 * h * kv + N * h + 3 * h * N * F + 2 * h) +
+                          2 * V * h + h;
+    CHECK(total == 140'630'071'296);  // the model card's 141B
+    CHECK(large.derived.parameters == total);
+    CHECK(large.derived.active_parameters == total - L * (N - k) * 3 * h * F);  // its 39B
+}
+
+TEST_CASE("plan: an MoE model's FLOPs count only the active experts", "[plan][moe]") {
+    // docs/FORMULAS.md: 3 × (2·B·s·(L·(2h² + 2h·kv + N·h + (k + S)·3h·F_e) + V·h) + 2·B·s²·L·h).
+    const config::Config cfg = load("mixtral-8x7b.yaml");
+    const double B = 512, s = 4096, L = 32, h = 4096, kv = 1024, F = 14336, N = 8, k = 2,
+                 V = 32000;
+    const double weights = L * (2 * h * h + 2 * h * kv + N * h + k * 3 * h * F) + V * h;
+    const double expected = 3 * (2 * B * s * weights + 2 * B * s * s * L * h);
+    CHECK(cfg.derived.flops_per_step == Approx(expected).epsilon(1e-12));
+    // A shared expert computes on every token: one more expert's width.
+    const config::Config shared = load("mixtral-8x7b.yaml", {"model.moe.shared_experts=1"});
+    CHECK(shared.derived.flops_per_step - cfg.derived.flops_per_step ==
+          Approx(3 * 2 * B * s * L * 3 * h * F).epsilon(1e-12));
+}
+
+TEST_CASE("plan: one rank's GEMM FLOPs of an MoE layer under a tensor split", "[plan][moe]") {
+    // configs/moe-small-cpu.yaml at M = 2: the rows of a microbatch, n = 16·128, through the
+    // attention's linears (q and o h×h/M, k and v kv×h/M), the whole router (N×h), the k
+    // routed experts' and the shared expert's gate, up and down (3·h·F/M each), and the
+    // causal scores' two products (B·s²·h/M each).
+    const config::Config cfg = load("moe-small-cpu.yaml", {"parallel.tensor=2"});
+    const model::GemmFlops f =
+        model::gemm_flops(model::resolve_spec(config::gpt_shape(cfg)), config::rank_dims(cfg),
+                          cfg.training.recompute);
+    const double n = 16 * 128, B = 16, s = 128, h = 256, kv = 128, F = 256, N = 8, k = 2, M = 2;
+    const double linears = 2 * n * ((2 * h * h + 2 * kv * h) / M + N * h + (k + 1) * 3 * h * F / M);
+    CHECK(f.layer_forward == Approx(linears + 2 * B * s * s * h / M).epsilon(1e-12));
+    CHECK(f.layer_weight == Approx(linears).epsilon(1e-12));
+}
