@@ -25,6 +25,9 @@ GroupedAttention::GroupedAttention(const GroupedAttentionSpec& spec, const Dims&
     d_qkv_ = scratch.add("d_qkv", qkv_count_, d.act);
     if (d.T < d.seq_len)
         positions_ = scratch.add("positions", static_cast<std::size_t>(d.T), kernels::DType::i32);
+    if (spec.q_norm != kNoParam)
+        qk_norm_ = std::make_unique<QkNorm>(spec.q_norm, spec.k_norm, spec.norm_eps, d, set,
+                                            scratch);
 }
 
 const int32_t* GroupedAttention::positions(const PartContext& ctx) const {
@@ -56,6 +59,7 @@ void GroupedAttention::rotary(PartContext& ctx, const Pass& pass, Ptr to, ConstP
 Ptr GroupedAttention::forward(PartContext& ctx, const Pass& pass, ConstPtr x, float drop) const {
     const Ptr grouped = ctx.scratch[grouped_], qkv = pass.buffers[qkv_];
     qkv_linear_->forward(ctx, pass, x, grouped);
+    if (qk_norm_) qk_norm_->forward(ctx, pass, grouped);
     rotary(ctx, pass, core_->qkv_target(ctx, qkv), grouped, false);
     core_->forward(ctx, pass, qkv, pass.buffers[out_], drop);
     return proj_->forward(ctx, pass, pass.buffers[out_], Ptr());
@@ -70,18 +74,23 @@ ConstPtr GroupedAttention::backward(PartContext& ctx, const Pass& pass, ConstPtr
     core_->backward(ctx, pass, d_qkv, d_out, pass.buffers[qkv_], pass.buffers[out_], drop);
     ctx.ops.zero(d_grouped, grouped_count_);
     rotary(ctx, pass, d_grouped, d_qkv, true);
+    if (qk_norm_) qk_norm_->backward(ctx, pass, d_grouped, part);
     return qkv_linear_->backward(ctx, pass, x, d_grouped, part);
+}
+
+void GroupedAttention::backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) const {
+    Attention::backward_weight(ctx, pass, x);
+    if (qk_norm_) qk_norm_->backward_weight(ctx, pass);
 }
 
 void GroupedAttention::finish_grads(PartContext& ctx) const {
     Attention::finish_grads(ctx);
     if (ctx.kv_replicas.size() > 1 && !ctx.weights.frozen)
         ctx.kv_replicas.all_reduce(ctx.weights.grads.at(kv_weight_), kv_count_);
+    if (qk_norm_) qk_norm_->finish_grads(ctx);
 }
 
 // ---- the kind (model/part_registry.cpp) -----------------------------------------------------
-
-namespace {
 
 // Llama's: q_proj, k_proj and v_proj (k's and v's rows by key/value head, each head whole on a
 // rank), o_proj; no biases.
@@ -101,7 +110,7 @@ PartDecl grouped_attention_tensors(const GptShape& s) {
 
 // q, k and v run as one linear (their weights adjacent), (N, Hm + 2·KVm): each adapter adds to
 // its block of the output's columns.
-std::unique_ptr<Attention> build_grouped_attention(const PartBuild& in) {
+GroupedAttentionSpec grouped_attention_spec(const PartBuild& in) {
     const Dims& d = in.d;
     const int KVm = d.kv_heads * (d.Hm / d.heads);  // this rank's key/value width
     GroupedAttentionSpec a;
@@ -115,7 +124,7 @@ std::unique_ptr<Attention> build_grouped_attention(const PartBuild& in) {
     a.heads_total = in.shape().heads;
     a.rope_theta = in.shape().rope_theta;
     a.make_core = in.options.make_core;
-    return std::make_unique<GroupedAttention>(a, d, in.options.attention_saved, in.set, in.scratch);
+    return a;
 }
 
 // Counted as Korthikanti et al. count GPT's (docs/FORMULAS.md), without dropout: the q, k, v
@@ -128,6 +137,13 @@ ActivationTerms grouped_attention_activations(const GptShape& s, int tensor) {
     return {2, 4 + 4 * g_over_a, 2};
 }
 
+namespace {
+
+std::unique_ptr<Attention> build_grouped_attention(const PartBuild& in) {
+    return std::make_unique<GroupedAttention>(grouped_attention_spec(in), in.d,
+                                              in.options.attention_saved, in.set, in.scratch);
+}
+
 }  // namespace
 
 extern const AttentionKind grouped_attention_kind{"grouped",
@@ -135,6 +151,7 @@ extern const AttentionKind grouped_attention_kind{"grouped",
                                                   build_grouped_attention,
                                                   grouped_attention_activations,
                                                   true,
-                                                  true};
+                                                  true,
+                                                  false};
 
 }  // namespace trident::model

@@ -42,6 +42,8 @@ struct GptShape {
     // Llama's RMSNorm epsilon and rotary base θ.
     float norm_eps = 1e-5f;
     float rope_theta = 10000.0f;
+    // Qwen3's RMSNorm over each query and key head (llama: the kind "grouped_qk_norm").
+    bool qk_norm = false;
     // The MLP's kind (model.mlp, a name registered in model/part_registry.cpp); empty: the
     // family's own (gelu for gpt2, swiglu for llama).
     std::string mlp{};

@@ -88,6 +88,7 @@ struct AttentionKind {
     ActivationsFn activations;
     bool grouped;  // takes fewer key/value heads than query heads (model.kv_heads)
     bool rotary;   // rotates pairs of each head's channels at model.rope_theta
+    bool qk_norm;  // normalizes each query and key head (model.qk_norm)
 };
 
 struct MlpKind {

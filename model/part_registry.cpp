@@ -13,6 +13,7 @@ namespace trident::model {
 #define TRIDENT_ATTENTION_KINDS(KIND) \
     KIND(gpt2_attention_kind)         \
     KIND(grouped_attention_kind)      \
+    KIND(qk_norm_attention_kind)      \
     /* the attentions */
 
 #define TRIDENT_MLP_KINDS(KIND) \

@@ -109,6 +109,7 @@ ActivationTerms gpt2_attention_activations(const GptShape&, int) {
 }  // namespace
 
 extern const AttentionKind gpt2_attention_kind{
-    "gpt2", gpt2_attention_tensors, build_gpt2_attention, gpt2_attention_activations, false, false};
+    "gpt2", gpt2_attention_tensors, build_gpt2_attention, gpt2_attention_activations, false, false,
+    false};
 
 }  // namespace trident::model

@@ -29,7 +29,7 @@ public:
     virtual kernels::ConstPtr backward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
                                        kernels::ConstPtr dy, float drop, BackwardPart part,
                                        bool rebuild) const = 0;
-    void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const;
+    virtual void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const;
     // Completes the gradients that are partial sums over ranks, once per reduction.
     virtual void finish_grads(PartContext& ctx) const;
 

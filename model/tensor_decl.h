@@ -89,7 +89,7 @@ struct GemmDecl {
 struct PartDecl {
     std::vector<TensorDecl> tensors;
     std::vector<LinearDecl> linears;
-    std::vector<GemmDecl> gemms;
+    std::vector<GemmDecl> gemms{};
 };
 
 }  // namespace trident::model

@@ -594,6 +594,9 @@ TEST_CASE("config: the llama keys, their defaults and their limits", "[config]")
     CHECK(error_of(kMinimal, {"model.norm_eps=1e-6"}) ==
           "--set model.norm_eps=1e-6: model.norm_eps (1e-06) sets llama's RMSNorm; GPT-2's "
           "LayerNorm has eps 1e-5 (model.arch: gpt2)");
+    CHECK(error_of(kMinimal, {"model.qk_norm=true"}) ==
+          "--set model.qk_norm=true: model.qk_norm: true needs model.arch: llama (it normalizes "
+          "each query and key head of grouped-query attention; the layer's is gpt2)");
     CHECK(error_of(kMinimal, {"model.tie_embeddings=false"}) ==
           "--set model.tie_embeddings=false: model.tie_embeddings: false needs model.arch: llama "
           "(GPT-2's LM head is its token embedding)");

@@ -14,6 +14,8 @@
 #include "kernels/ops.h"
 #include "model/decoder.h"
 #include "model/gpt.h"
+#include "model/model_spec.h"
+#include "model/part_kinds.h"
 #include "solo_grid.h"
 #include "train/generator.h"
 
@@ -103,6 +105,15 @@ TEST_CASE("cached decoding equals the full-context rerun: gpt2", "[generate]") {
 TEST_CASE("cached decoding equals the full-context rerun: llama with grouped heads", "[generate]") {
     check_against_rerun(kLlama, 1);
     check_against_rerun(kLlama, 5);
+}
+
+TEST_CASE("cached decoding equals the full-context rerun: llama with qk_norm", "[generate]") {
+    const char* const qwen3 =
+        "{arch: llama, vocab_size: 64, seq_len: 8, layers: 2, hidden: 32, heads: 4, kv_heads: 2, "
+        "ffn_hidden: 48, rope_theta: 500000, qk_norm: true}";
+    REQUIRE(model::resolve_spec(shape_of(qwen3)).layers.front().attention->qk_norm);
+    check_against_rerun(qwen3, 1);
+    check_against_rerun(qwen3, 5);
 }
 
 TEST_CASE("a llama cache holds kv_heads heads", "[generate]") {

@@ -98,6 +98,7 @@ struct ModelConfig {
     int kv_heads = 12;            // when not given: heads
     double rope_theta = 10000.0;  // llama's rotary base θ
     double norm_eps = 1e-5;       // llama's RMSNorm; GPT-2's LayerNorm has 1e-5 fixed
+    bool qk_norm = false;         // Qwen3's RMSNorm of each query and key head (llama)
     // The MLP's kind, one registered in model/part_registry.cpp; when not given: gelu for
     // gpt2, swiglu for llama.
     std::string mlp = "gelu";

@@ -24,6 +24,7 @@ inline model::GptShape gpt_shape(const Config& cfg) {
     s.tied = cfg.model.tie_embeddings;
     s.norm_eps = static_cast<float>(cfg.model.norm_eps);
     s.rope_theta = static_cast<float>(cfg.model.rope_theta);
+    s.qk_norm = cfg.model.qk_norm;
     s.mlp = cfg.model.mlp;
     s.moe = cfg.model.moe;
     if (s.moe.enabled() && s.moe.ffn_hidden == 0) s.moe.ffn_hidden = s.ffn;

@@ -247,6 +247,7 @@ const std::vector<Key>& table() {
         field("model.norm_eps", &C::model, &ModelConfig::norm_eps, above(0.0)),
         field("model.mlp", &C::model, &ModelConfig::mlp, mlp_kind()),
         field("model.tie_embeddings", &C::model, &ModelConfig::tie_embeddings),
+        field("model.qk_norm", &C::model, &ModelConfig::qk_norm),
         map("model.moe", &ModelConfig::moe,
             {
                 part("experts", &ModelConfig::moe, &MoeSettings::experts, between(0, 4096)),

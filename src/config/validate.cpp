@@ -396,6 +396,11 @@ void check_part_keys(const ModelConfig& m, const model::ModelSpec& spec, const O
         fail(origins.blame({"model.norm_eps", "model.arch"}),
              cat("model.norm_eps (", m.norm_eps,
                  ") sets llama's RMSNorm; GPT-2's LayerNorm has eps 1e-5 (model.arch: gpt2)"));
+    if (m.qk_norm && !layer.attention->qk_norm)
+        fail(origins.blame({"model.qk_norm", "model.arch"}),
+             cat("model.qk_norm: true needs model.arch: llama (it normalizes each query and key "
+                 "head of grouped-query attention; the layer's is ",
+                 layer.attention->name, ")"));
     if (!spec.untied_head && !m.tie_embeddings)
         fail(origins.blame({"model.tie_embeddings", "model.arch"}),
              "model.tie_embeddings: false needs model.arch: llama (GPT-2's LM head is its "

@@ -160,6 +160,8 @@ void read_shape(const Reader& r, const io::json::Value& object, model::GptShape&
         shape.mlp = r.string(object, "mlp");
         if (!model::is_mlp(shape.mlp)) r.fail("\"mlp\" is \"" + shape.mlp + "\", no kind of MLP");
     }
+    // Written where the attention normalizes its query and key heads (model.qk_norm).
+    if (object.find("qk_norm")) shape.qk_norm = r.boolean(object, "qk_norm");
     if (const io::json::Value* moe = object.find("moe")) read_moe(r, *moe, shape);
 }
 
@@ -284,6 +286,7 @@ std::string manifest_json(const Manifest& m) {
         .add("kv_heads", m.shape.kv_heads)
         .add("tie_embeddings", m.shape.tied);
     if (!model::family_mlp(m.shape)) model.add("mlp", m.shape.mlp);
+    if (m.shape.qk_norm) model.add("qk_norm", true);
     if (m.shape.moe.enabled()) {
         io::JsonLine moe;
         moe_json(m.shape.moe, moe);

@@ -71,6 +71,7 @@ std::string describe(const model::GptShape& s) {
            ", hidden " + std::to_string(s.hidden) + ", heads " + std::to_string(s.heads) +
            ", kv heads " + std::to_string(s.kv_heads) + ", ffn " + std::to_string(s.ffn) +
            ", mlp " + model::mlp_kind(s) + (s.tied ? ", tied" : ", untied") +
+           (s.qk_norm ? ", qk_norm" : "") +
            (s.moe.enabled() ? ", " + std::to_string(s.moe.experts) + " experts of ffn " +
                                   std::to_string(s.moe.ffn_hidden) + " (" +
                                   std::to_string(s.moe.shared_experts) + " shared)"

@@ -25,12 +25,13 @@ import gpt2_reference as common
 
 class LlamaShape:
     def __init__(self, vocab, seq_len, layers, hidden, heads, kv_heads, ffn, tied=False,
-                 rope_theta=10000.0, norm_eps=1e-5):
+                 rope_theta=10000.0, norm_eps=1e-5, qk_norm=False):
         if hidden % heads or heads % kv_heads or (hidden // heads) % 2:
             raise ValueError("hidden, heads and kv_heads do not fit")
         self.vocab, self.seq_len, self.layers = vocab, seq_len, layers
         self.hidden, self.heads, self.kv_heads, self.ffn = hidden, heads, kv_heads, ffn
         self.tied, self.rope_theta, self.norm_eps = tied, rope_theta, norm_eps
+        self.qk_norm = qk_norm  # Qwen3's RMSNorm over each query and key head
 
 
 def linear(fan_in, fan_out):
@@ -85,6 +86,9 @@ class Attention(nn.Module):
         self.k_proj = linear(shape.hidden, shape.kv_heads * d)
         self.v_proj = linear(shape.hidden, shape.kv_heads * d)
         self.o_proj = linear(shape.heads * d, shape.hidden)
+        if shape.qk_norm:  # Qwen3Attention's: one weight of d for every head, before rotary
+            self.q_norm = RMSNorm(d, shape.norm_eps)
+            self.k_norm = RMSNorm(d, shape.norm_eps)
 
     def forward(self, x):
         s = self.shape
@@ -93,6 +97,8 @@ class Attention(nn.Module):
         q = self.q_proj(x).reshape(B, T, s.heads, d).transpose(1, 2)      # (B, NH, T, d)
         k = self.k_proj(x).reshape(B, T, s.kv_heads, d).transpose(1, 2)   # (B, KVH, T, d)
         v = self.v_proj(x).reshape(B, T, s.kv_heads, d).transpose(1, 2)
+        if s.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
         positions = torch.arange(T)
         q, k = rotate(q, positions, s.rope_theta), rotate(k, positions, s.rope_theta)
         group = s.heads // s.kv_heads

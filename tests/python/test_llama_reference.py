@@ -56,7 +56,7 @@ def config_sections(weights, shard, training, metrics=None):
         "model": {"arch": "llama", "vocab_size": s.vocab, "seq_len": s.seq_len,
                   "layers": s.layers, "hidden": s.hidden, "heads": s.heads,
                   "kv_heads": s.kv_heads, "ffn_hidden": s.ffn, "rope_theta": s.rope_theta,
-                  "norm_eps": s.norm_eps, "init_from": weights},
+                  "norm_eps": s.norm_eps, "qk_norm": s.qk_norm, "init_from": weights},
         "training": {"micro_batch": MICRO_BATCH, "global_batch": GLOBAL_BATCH, "threads": 1,
                      **training},
         "data": {"train": shard, "valid": None, "shuffle": False},
