@@ -26,8 +26,8 @@ GroupedAttention::GroupedAttention(const GroupedAttentionSpec& spec, const Dims&
     if (d.T < d.seq_len)
         positions_ = scratch.add("positions", static_cast<std::size_t>(d.T), kernels::DType::i32);
     if (spec.q_norm != kNoParam)
-        qk_norm_ = std::make_unique<QkNorm>(spec.q_norm, spec.k_norm, spec.norm_eps, d, set,
-                                            scratch);
+        qk_norm_ =
+            std::make_unique<QkNorm>(spec.q_norm, spec.k_norm, spec.norm_eps, d, set, scratch);
 }
 
 const int32_t* GroupedAttention::positions(const PartContext& ctx) const {

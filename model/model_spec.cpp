@@ -93,8 +93,9 @@ ModelSpec resolve_spec(const GptShape& shape) {
     s.final_norm_name = llama ? "norm" : "ln_f";
     LayerSpec layer;
     layer.norm = s.final_norm;
-    layer.attention = find_kind(attention_kinds(),
-                                !llama ? "gpt2" : shape.qk_norm ? "grouped_qk_norm" : "grouped");
+    layer.attention = find_kind(attention_kinds(), !llama          ? "gpt2"
+                                                   : shape.qk_norm ? "grouped_qk_norm"
+                                                                   : "grouped");
     const std::string mlp = mlp_kind(shape);
     layer.mlp = find_kind(mlp_kinds(), mlp);
     if (!layer.mlp)

@@ -12,8 +12,8 @@ QkNorm::QkNorm(std::size_t q_weight, std::size_t k_weight, float eps, const Dims
                ScratchSpec& scratch)
     : eps_(eps),
       rows_(d.rows()),
-      row_(static_cast<std::size_t>(d.Hm) + 2 * static_cast<std::size_t>(d.kv_heads) *
-                                                    static_cast<std::size_t>(d.Hm / d.heads)),
+      row_(static_cast<std::size_t>(d.Hm) +
+           2 * static_cast<std::size_t>(d.kv_heads) * static_cast<std::size_t>(d.Hm / d.heads)),
       hs_(d.Hm / d.heads) {
     const std::size_t hs = static_cast<std::size_t>(hs_);
     const auto block = [&](Block& b, std::size_t weight, std::size_t column, int heads,
@@ -69,16 +69,14 @@ void QkNorm::backward_weight(PartContext& ctx, const Pass& pass) const {
     const ConstPtr unread(nullptr, ctx.weights.params.dtype());
     for (const Block* b : {&q_, &k_})
         ctx.ops.rmsnorm_backward(Ptr(), ctx.weights.grads.at(b->weight), b->stash.kept(pass),
-                                 pass.buffers[b->input], unread,
-                                 pass.buffers[b->rstd].f32(), static_cast<int>(rows_) * b->heads,
-                                 hs_);
+                                 pass.buffers[b->input], unread, pass.buffers[b->rstd].f32(),
+                                 static_cast<int>(rows_) * b->heads, hs_);
 }
 
 void QkNorm::finish_grads(PartContext& ctx) const {
     if (ctx.weights.frozen || ctx.dims().M == 1) return;
     for (const Block* b : {&q_, &k_})
-        ctx.rows.group().all_reduce(ctx.weights.grads.at(b->weight),
-                                    static_cast<std::size_t>(hs_));
+        ctx.rows.group().all_reduce(ctx.weights.grads.at(b->weight), static_cast<std::size_t>(hs_));
 }
 
 }  // namespace trident::model

@@ -28,8 +28,8 @@ TEST_CASE("plan: parameters of Mixtral-8x7B and 8x22B, total and active", "[plan
     // 3h·N·F + 2h) + 2·V·h + h, and its active part, Ψ − L·(N − k)·3h·F.
     const config::Config large = load("mixtral-8x22b.yaml");
     const int64_t h = 6144, kv = 1024, F = 16384, N = 8, k = 2, L = 56, V = 32768;
-    const int64_t total = L * (2 * h * h + 2 * h * kv + N * h + 3 * h * N * F + 2 * h) +
-                          2 * V * h + h;
+    const int64_t total =
+        L * (2 * h * h + 2 * h * kv + N * h + 3 * h * N * F + 2 * h) + 2 * V * h + h;
     CHECK(total == 140'630'071'296);  // the model card's 141B
     CHECK(large.derived.parameters == total);
     CHECK(large.derived.active_parameters == total - L * (N - k) * 3 * h * F);  // its 39B
@@ -38,8 +38,7 @@ TEST_CASE("plan: parameters of Mixtral-8x7B and 8x22B, total and active", "[plan
 TEST_CASE("plan: an MoE model's FLOPs count only the active experts", "[plan][moe]") {
     // docs/FORMULAS.md: 3 × (2·B·s·(L·(2h² + 2h·kv + N·h + (k + S)·3h·F_e) + V·h) + 2·B·s²·L·h).
     const config::Config cfg = load("mixtral-8x7b.yaml");
-    const double B = 512, s = 4096, L = 32, h = 4096, kv = 1024, F = 14336, N = 8, k = 2,
-                 V = 32000;
+    const double B = 512, s = 4096, L = 32, h = 4096, kv = 1024, F = 14336, N = 8, k = 2, V = 32000;
     const double weights = L * (2 * h * h + 2 * h * kv + N * h + k * 3 * h * F) + V * h;
     const double expected = 3 * (2 * B * s * weights + 2 * B * s * s * L * h);
     CHECK(cfg.derived.flops_per_step == Approx(expected).epsilon(1e-12));
@@ -55,9 +54,8 @@ TEST_CASE("plan: one rank's GEMM FLOPs of an MoE layer under a tensor split", "[
     // routed experts' and the shared expert's gate, up and down (3·h·F/M each), and the
     // causal scores' two products (B·s²·h/M each).
     const config::Config cfg = load("moe-small-cpu.yaml", {"parallel.tensor=2"});
-    const model::GemmFlops f =
-        model::gemm_flops(model::resolve_spec(config::gpt_shape(cfg)), config::rank_dims(cfg),
-                          cfg.training.recompute);
+    const model::GemmFlops f = model::gemm_flops(model::resolve_spec(config::gpt_shape(cfg)),
+                                                 config::rank_dims(cfg), cfg.training.recompute);
     const double n = 16 * 128, B = 16, s = 128, h = 256, kv = 128, F = 256, N = 8, k = 2, M = 2;
     const double linears = 2 * n * ((2 * h * h + 2 * kv * h) / M + N * h + (k + 1) * 3 * h * F / M);
     CHECK(f.layer_forward == Approx(linears + 2 * B * s * s * h / M).epsilon(1e-12));
