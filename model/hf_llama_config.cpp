@@ -62,7 +62,9 @@ private:
 
 // Another model_type, named with why it is not our llama.
 [[noreturn]] void refuse_model_type(const std::string& path, const std::string& type) {
-    std::string why = "only model_type \"llama\" (LlamaForCausalLM) folders are read";
+    std::string why =
+        "only model_type \"llama\" and \"qwen3\" (LlamaForCausalLM, Qwen3ForCausalLM) folders "
+        "are read";
     if (type == "qwen2") why = "Qwen2 has attention biases, which Trident's llama has not; " + why;
     if (type == "mistral") why = "Mistral's sliding-window attention is not Trident's; " + why;
     throw Error(path + ": model_type \"" + type + "\": " + why);
@@ -94,8 +96,11 @@ std::string read_hf_model_type(const std::string& path) {
 HfLlamaConfig read_hf_llama_config(const std::string& path) {
     const Fields f(path, read_hf_config_file(path));
     const std::string type = f.text("model_type", "");
-    if (type != "llama") refuse_model_type(path, type);
+    if (type != "llama" && type != "qwen3") refuse_model_type(path, type);
     HfLlamaConfig c;
+    c.qk_norm = type == "qwen3";
+    if (c.qk_norm && f.flag("use_sliding_window", false))
+        f.refuse("use_sliding_window is true (Qwen3's sliding-window attention)");
     c.vocab = f.positive("vocab_size");
     c.hidden = f.positive("hidden_size");
     c.layers = f.positive("num_hidden_layers");
@@ -119,10 +124,10 @@ HfLlamaConfig read_hf_llama_config(const std::string& path) {
 std::string hf_llama_config_json(const HfLlamaConfig& c) {
     // GPT-2's <|endoftext|> begins and ends its documents; other vocabularies name none.
     constexpr int kGpt2Vocab = 50257, kEndOfText = 50256;
-    const std::string architectures[] = {"LlamaForCausalLM"};
+    const std::string architectures[] = {c.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM"};
     io::JsonLine j;
     j.add("architectures", std::span<const std::string>(architectures))
-        .add("model_type", "llama")
+        .add("model_type", c.qk_norm ? "qwen3" : "llama")
         .add("torch_dtype", "float32")
         .add("vocab_size", c.vocab)
         .add("hidden_size", c.hidden)
@@ -144,6 +149,7 @@ std::string hf_llama_config_json(const HfLlamaConfig& c) {
         .add("pretraining_tp", 1)
         .add("use_cache", true)
         .add_null("pad_token_id");
+    if (c.qk_norm) j.add("use_sliding_window", false);
     if (c.vocab == kGpt2Vocab)
         j.add("bos_token_id", kEndOfText).add("eos_token_id", kEndOfText);
     else
@@ -165,6 +171,7 @@ GptShape hf_llama_shape(const HfLlamaConfig& c, int max_seq) {
     s.tied = c.tied;
     s.norm_eps = static_cast<float>(c.norm_eps);
     s.rope_theta = static_cast<float>(c.rope_theta);
+    s.qk_norm = c.qk_norm;
     return s;
 }
 

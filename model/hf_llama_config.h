@@ -7,7 +7,9 @@
 // "torch_dtype". Trident's llama is theirs without rope_scaling, attention or MLP biases,
 // with hidden_act "silu" and head_dim = hidden_size / num_attention_heads; a config.json
 // asking for any other is refused by name, as is another model_type (qwen2's attention
-// biases, mistral's sliding window: none of them is Trident's llama).
+// biases, mistral's sliding window: none of them is Trident's llama). Qwen3's config.json
+// (model_type "qwen3", transformers' Qwen3Config: Llama's fields, its attention's q_norm and
+// k_norm, a sliding window that is off) is Trident's llama with model.qk_norm.
 #pragma once
 
 #include <string>
@@ -29,6 +31,8 @@ struct HfLlamaConfig {
     double norm_eps = 1e-6;  // rms_norm_eps (absent: LlamaConfig's default 1e-6)
     bool tied = false;       // tie_word_embeddings
     int eos = -1;            // eos_token_id (absent, null or a list: -1)
+    // model_type "qwen3" (Qwen3ForCausalLM): Llama's with q_norm and k_norm (model.qk_norm).
+    bool qk_norm = false;
     bool operator==(const HfLlamaConfig&) const = default;
 };
 

@@ -66,10 +66,13 @@ std::string greedy_text(const std::string& source) {
 
 }  // namespace
 
-TEST_CASE("export --format hf: a llama folder whole or sharded imports back bitwise",
-          "[cli][hf_folder]") {
+namespace {
+
+// `model` (a llama) exported as a folder, whole and sharded, imports back bitwise, trains from
+// the same first loss and generates the same text as its checkpoint.
+void check_llama_folder(const std::string& model) {
     Workspace ws;
-    train_checkpoint(ws, kLlama);
+    train_checkpoint(ws, model);
     const std::string ck = ws.path("ck"), whole = ws.path("hf"), sharded = ws.path("hf_sharded");
     CHECK(require_ok(run("export --checkpoint " + ck + " --format hf -o " + whole))
               .output.ends_with(" -> " + whole + " (config.json, model.safetensors)\n"));
@@ -99,6 +102,32 @@ TEST_CASE("export --format hf: a llama folder whole or sharded imports back bitw
     // Into a folder holding files, stale shards would mix two models.
     require_clear_error(run("export --checkpoint " + ck + " --format hf -o " + whole),
                         whole + " exists and is not an empty folder");
+}
+
+}  // namespace
+
+TEST_CASE("export --format hf: a llama folder whole or sharded imports back bitwise",
+          "[cli][hf_folder]") {
+    check_llama_folder(kLlama);
+}
+
+TEST_CASE("export --format hf: a Qwen3 folder (qk_norm) imports back bitwise", "[cli][hf_folder]") {
+    // Qwen3ForCausalLM's config.json (model_type qwen3) and its q_norm and k_norm tensors.
+    const std::string qwen3 = kLlama.substr(0, kLlama.size() - 2) + ", qk_norm: true}\n";
+    check_llama_folder(qwen3);
+    const trident::model::HfLlamaConfig hf{256, 32, 2, 4, 2, 48, 16, 10000.0, 1e-6,
+                                           false, -1, true};
+    const std::string json = trident::model::hf_llama_config_json(hf);
+    CHECK(json.find("\"model_type\": \"qwen3\"") != std::string::npos);
+    CHECK(json.find("\"Qwen3ForCausalLM\"") != std::string::npos);
+    Workspace ws;
+    std::string sliding = json;
+    const std::string off = "\"use_sliding_window\": false";
+    REQUIRE(sliding.find(off) != std::string::npos);
+    sliding.replace(sliding.find(off), off.size(), "\"use_sliding_window\": true");
+    ws.write("sliding.json", sliding);
+    CHECK_THROWS_WITH(trident::model::read_hf_llama_config(ws.path("sliding.json")),
+                      Catch::Contains("use_sliding_window is true"));
 }
 
 TEST_CASE("export --format hf: a GPT-2 folder trains and generates as its checkpoint",

@@ -76,7 +76,8 @@ void take_llama(Config& cfg, const std::string& config, Origins& origins) {
           {"model.ffn_hidden", "intermediate_size", &m.ffn_hidden, hf.ffn},
           {"model.rope_theta", "rope_theta", &m.rope_theta, hf.rope_theta},
           {"model.norm_eps", "rms_norm_eps", &m.norm_eps, hf.norm_eps},
-          {"model.tie_embeddings", "tie_word_embeddings", &m.tie_embeddings, hf.tied}},
+          {"model.tie_embeddings", "tie_word_embeddings", &m.tie_embeddings, hf.tied},
+          {"model.qk_norm", "model_type qwen3's q_norm and k_norm", &m.qk_norm, hf.qk_norm}},
          config, origins);
     take_seq_len(m, hf.max_positions, "max_position_embeddings", config, origins);
     // Its documents end with its eos token unless data.eod_token names another.

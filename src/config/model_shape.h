@@ -37,7 +37,7 @@ inline model::HfLlamaConfig hf_llama_config(const Config& cfg) {
     const ModelConfig& m = cfg.model;
     return model::HfLlamaConfig{m.vocab_size, m.hidden,        m.layers,  m.heads,
                                 m.kv_heads,   m.ffn_hidden,    m.seq_len, m.rope_theta,
-                                m.norm_eps,   m.tie_embeddings};
+                                m.norm_eps,   m.tie_embeddings, -1,        m.qk_norm};
 }
 
 // One rank's sizes of a microbatch (tensor rank 0: every rank's are the same).
