@@ -115,8 +115,8 @@ TEST_CASE("export --format hf: a Qwen3 folder (qk_norm) imports back bitwise", "
     // Qwen3ForCausalLM's config.json (model_type qwen3) and its q_norm and k_norm tensors.
     const std::string qwen3 = kLlama.substr(0, kLlama.size() - 2) + ", qk_norm: true}\n";
     check_llama_folder(qwen3);
-    const trident::model::HfLlamaConfig hf{256, 32, 2, 4, 2, 48, 16, 10000.0, 1e-6,
-                                           false, -1, true};
+    const trident::model::HfLlamaConfig hf{256, 32,      2,    4,     2,  48,
+                                           16,  10000.0, 1e-6, false, -1, true};
     const std::string json = trident::model::hf_llama_config_json(hf);
     CHECK(json.find("\"model_type\": \"qwen3\"") != std::string::npos);
     CHECK(json.find("\"Qwen3ForCausalLM\"") != std::string::npos);

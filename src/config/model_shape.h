@@ -35,8 +35,8 @@ inline model::GptShape gpt_shape(const Config& cfg) {
 // sequence length trained on.
 inline model::HfLlamaConfig hf_llama_config(const Config& cfg) {
     const ModelConfig& m = cfg.model;
-    return model::HfLlamaConfig{m.vocab_size, m.hidden,        m.layers,  m.heads,
-                                m.kv_heads,   m.ffn_hidden,    m.seq_len, m.rope_theta,
+    return model::HfLlamaConfig{m.vocab_size, m.hidden,         m.layers,  m.heads,
+                                m.kv_heads,   m.ffn_hidden,     m.seq_len, m.rope_theta,
                                 m.norm_eps,   m.tie_embeddings, -1,        m.qk_norm};
 }
 
