@@ -11,10 +11,11 @@ training.loss_normalization: tokens; docs/ARCHITECTURE.md "Packed documents"):
 2. `stream` (the default) is today's: the default config's losses equal those main recorded,
    bit for bit, and so does the run that names every new key at its default;
    A global batch of eod inputs only counts no loss, said once; data without eod is warned of;
-3. the layout families (pipeline 1F1B, interleaved and ZB-H1, tensor with sequence
-   parallelism, data with ZeRO 1 and 3, selective recompute, a smaller micro-batch, ring and
-   Ulysses context parallelism with documents crossing the context chunks) within 1e-5 of one
-   process, GPT-2 on each and a llama on six.
+3. the layout families within 1e-5 of one process: GPT-2 on every family of
+   layout_families.py (tensor with and without sequence parallelism and tp_overlap; every
+   pipeline schedule, ZB-H2 and ZB-V included; ZeRO 0-3 and hybrid sharding; ring and Ulysses
+   context parallelism with documents crossing the context chunks, and ring with M = 2; full
+   and selective recompute) and a smaller micro-batch; a llama on six of them.
 
 Exit 77 (skipped) without torch and numpy or mpirun.
 """
@@ -33,6 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import documents_reference as docs  # noqa: E402
 import gpt2_reference as gpt2  # noqa: E402
 import llama_reference as llama  # noqa: E402
+from layout_families import FAMILIES as ALL_FAMILIES  # noqa: E402
 from layout_families import check_families, curve, sets  # noqa: E402
 from mpi_harness import (binaries_or_skip, check, failures, losses, run,  # noqa: E402
                          tiny_run, write_shard)
@@ -199,13 +201,11 @@ ZERO3 = ("D=2 ZeRO-3", 2, ["parallel.data=2", "parallel.zero_stage=3"])
 SMALLER = ("micro_batch 1", 1, ["training.micro_batch=1"])
 ULYSSES = ("C=2 ulysses", 2, ["parallel.context=2", "parallel.context_mode=ulysses"])
 RING = ("C=2 ring", 2, ["parallel.context=2"])
-# Every family on GPT-2; a llama's rotary positions on the ones that move rows between ranks or
-# stages. Interleaving gives a stage chunks that neither embed nor hold the head.
+# Every family (layout_families.py) on GPT-2, and a smaller microbatch; a llama's rotary
+# positions on the ones that move rows between ranks or stages. Interleaving gives a stage
+# chunks that neither embed nor hold the head.
 FAMILIES = {
-    "gpt2": [("P=2 1f1b", 2, ["parallel.pipeline=2"]), INTERLEAVED,
-             ("P=2 zb-h1", 2, ["parallel.pipeline=2", "parallel.schedule=zb-h1"]), TENSOR,
-             ("D=2 ZeRO-1", 2, ["parallel.data=2", "parallel.zero_stage=1"]), ZERO3,
-             ("recompute selective", 1, ["training.recompute=selective"]), SMALLER, ULYSSES, RING],
+    "gpt2": ALL_FAMILIES + [SMALLER],
     "llama": [INTERLEAVED, TENSOR, ZERO3, SMALLER, ULYSSES, RING],
 }
 
