@@ -242,6 +242,55 @@ TEST_CASE("plan search: the command's pick plans to the byte as trident plan", "
     CHECK(text.output.find("why: 1 ") != std::string::npos);
 }
 
+TEST_CASE("plan search: --doc-len ranks by the attention within documents", "[plan][search]") {
+    // Documents of 4 tokens in windows of 16: every layout's step as plan_inputs with doc_len
+    // models it (another than with whole windows), and the search's order is theirs.
+    const plan::Hardware hw = small_gpus();
+    const config::Config cfg = config::parse(std::string(kGpt2) + "data: {documents: mask, eod_token: 63}\n",
+                                             "search.yaml", {}, config::Purpose::plan);
+    std::vector<double> steps;
+    std::size_t changed = 0;
+    for (const plan::Layout& l : layouts(cfg, 8)) {
+        plan::PlanInputs in = inputs(plan::apply(cfg, l));
+        const double whole = plan::predict_step(in, hw).step;
+        in.doc_len = 4;
+        steps.push_back(plan::predict_step(in, hw).step);
+        changed += steps.back() != whole;
+    }
+    CHECK(changed == steps.size());
+    std::sort(steps.begin(), steps.end());
+    plan::SearchOptions options;
+    options.space.gpus = 8;
+    options.space.gpus_per_node = hw.gpus_per_node;
+    options.hardware = hw;
+    options.device_memory = 1e15;
+    options.top = 5;
+    options.doc_len = 4;
+    const plan::SearchResult r = plan::search(cfg, options);
+    REQUIRE(r.best.size() == 5);
+    for (std::size_t i = 0; i < r.best.size(); ++i) CHECK(r.best[i].time.step == steps[i]);
+    // The command lists what trident plan --doc-len predicts of its pick.
+    cli::Workspace ws;
+    const std::string config = ws.write("documents.yaml", std::string(kGpt2) +
+                                                              "data: {documents: mask, eod_token: 63}\n");
+    const auto search = cli::run("plan --config " + config +
+                                 " --search --gpus 8 --hardware dgx-h100 --top 1 --json "
+                                 "--doc-len 4");
+    INFO(search.output);
+    REQUIRE(search.exit_code == 0);
+    const std::size_t at = search.output.find("{\"rank\"");
+    REQUIRE(at != std::string::npos);
+    const io::json::Value pick =
+        io::json::parse(search.output.substr(at, search.output.find('\n', at) - at));
+    std::string sets;
+    for (const io::json::Value& s : pick.find("set")->array) sets += " --set " + s.string;
+    const auto plan =
+        cli::run("plan --config " + config + sets + " --hardware dgx-h100 --json --doc-len 4");
+    REQUIRE(plan.exit_code == 0);
+    CHECK(pick.find("step_time")->find("step_s")->real ==
+          io::json::parse(plan.output).find("step_time")->find("step_s")->real);
+}
+
 TEST_CASE("plan search: bad input is one line naming its cause", "[plan][search][bad-input]") {
     cli::Workspace ws;
     const std::string config = ws.write("gpt2.yaml", kGpt2);

@@ -91,10 +91,8 @@ void warn_lora(const config::Config& cfg) {
                      "whole model, an upper bound on the adapters' run\n");
 }
 
-namespace {
-
-// --doc-len: at least one token, and only where the attention keeps within documents.
 int document_length(const config::Config& cfg, int doc_len) {
+    if (doc_len == -1) return 0;
     if (doc_len < 1)
         throw Error("--doc-len: expected a mean document length of at least 1 token, got " +
                     std::to_string(doc_len));
@@ -105,13 +103,7 @@ int document_length(const config::Config& cfg, int doc_len) {
     return doc_len;
 }
 
-}  // namespace
-
 int plan(const PlanOptions& opts) {
-    if (opts.search && opts.doc_len != -1)
-        throw Error(
-            "--doc-len: --search ranks layouts of whole-window attention; plan the "
-            "layout it picks with --doc-len");
     if (opts.search) return plan_search(opts);
     for (const auto& [given, option] :
          {std::pair{opts.gpus != 0, "--gpus"}, std::pair{!opts.fixes.empty(), "--fix"},
@@ -128,7 +120,7 @@ int plan(const PlanOptions& opts) {
                         std::to_string(opts.zero_stage));
         inputs.zero_stage = opts.zero_stage;
     }
-    if (opts.doc_len != -1) inputs.doc_len = document_length(cfg, opts.doc_len);
+    inputs.doc_len = document_length(cfg, opts.doc_len);
     std::optional<double> device_memory;
     if (!opts.device_memory.empty()) device_memory = parse_size(opts.device_memory);
     warn_lora(cfg);

@@ -1,5 +1,6 @@
 // What `trident plan` and its search (plan_search.cpp) share of their options: the device
-// memory's size, the hardware the rates describe and the warning about adapters.
+// memory's size, the hardware the rates describe, the documents' length and the warning about
+// adapters.
 #pragma once
 
 #include <optional>
@@ -17,6 +18,9 @@ double parse_size(const std::string& text);
 // The hardware the options describe: a preset with any figure replaced, or every figure
 // given; none when neither is.
 std::optional<plan::Hardware> plan_hardware(const PlanOptions& o);
+
+// --doc-len: at least one token, and only under data.documents: mask; -1 (not given): 0.
+int document_length(const config::Config& cfg, int doc_len);
 
 // Under training.lora: what the plan models of it, on stderr.
 void warn_lora(const config::Config& cfg);

@@ -83,8 +83,9 @@ std::string rules_text(const plan::Rejections& rejected) {
 }  // namespace
 
 int plan_search(const PlanOptions& opts) {
-    const plan::SearchOptions options = search_options(opts);
+    plan::SearchOptions options = search_options(opts);
     const config::Config cfg = config::load(opts.config, opts.overrides, config::Purpose::plan);
+    options.doc_len = document_length(cfg, opts.doc_len);
     print_warnings(cfg);
     warn_lora(cfg);
     const auto start = std::chrono::steady_clock::now();
@@ -100,10 +101,11 @@ int plan_search(const PlanOptions& opts) {
     plan::SearchReport report{cfg, options, result, {}, 0};
     const int grad_bytes =
         plan::gradient_bytes(cfg.training.precision, cfg.training.fp32_grad_accumulation);
-    for (const plan::Ranked& r : result.best)
-        report.plans.push_back(
-            plan::make_plan(plan::plan_inputs(plan::apply(cfg, r.layout), grad_bytes),
-                            options.hardware, options.device_memory));
+    for (const plan::Ranked& r : result.best) {
+        plan::PlanInputs inputs = plan::plan_inputs(plan::apply(cfg, r.layout), grad_bytes);
+        inputs.doc_len = options.doc_len;
+        report.plans.push_back(plan::make_plan(inputs, options.hardware, options.device_memory));
+    }
     report.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (opts.json) {

@@ -51,7 +51,8 @@ void check_ranges(const Config& cfg, const Origins& origins) {
             fail(origins.where(key.path), cat(key.path, ": ", *problem));
 }
 
-// Settings this build reads but cannot run: a GPU where the build has no GPU backend.
+// Settings this build reads but cannot run (a GPU where the build has no GPU backend, what the
+// GPU backend lacks); a plan models them all the same.
 void refuse_unsupported_features([[maybe_unused]] const Config& cfg,
                                  [[maybe_unused]] const Origins& origins) {
     if (cfg.optimizer.name == OptimizerName::galore)
@@ -68,6 +69,10 @@ void refuse_unsupported_features([[maybe_unused]] const Config& cfg,
              "device: this build has no CUDA backend (built without the CUDA toolkit; use auto or "
              "cpu)");
 #endif
+    if (cfg.data.documents == DocumentMode::mask && cfg.device == DeviceKind::cuda)
+        fail(origins.blame({"data.documents", "device"}),
+             "data.documents: mask on device cuda is not built (the GPU's attention within "
+             "documents); use device: cpu");
 }
 
 // Limits that tie keys together (below). Each message starts with the key it blames first.
@@ -479,7 +484,7 @@ void check_offload(const Config& cfg, const Origins& origins) {
 }  // namespace
 
 // Packed documents (model/documents.h): an eod token in the vocabulary, a llama's named, and
-// what is not built yet. Nothing is asked of data.eod_token while no document is read.
+// (the GPU's is refused beside what this build cannot run, above). Nothing is asked of data.eod_token while no document is read.
 void check_documents(const Config& cfg, const Origins& origins) {
     const DataConfig& d = cfg.data;
     const bool mask = d.documents == DocumentMode::mask;
@@ -494,10 +499,6 @@ void check_documents(const Config& cfg, const Origins& origins) {
         fail(origins.blame({"data.eod_token", "model.vocab_size"}),
              cat("data.eod_token: ", d.eod_token, " is outside the vocabulary (model.vocab_size ",
                  cfg.model.vocab_size, ")"));
-    if (mask && cfg.device == DeviceKind::cuda)
-        fail(origins.blame({"data.documents", "device"}),
-             "data.documents: mask on device cuda is not built (the GPU's attention within "
-             "documents); use device: cpu");
 }
 
 void validate(const Config& cfg, const Origins& origins, Purpose purpose) {

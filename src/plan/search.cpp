@@ -160,7 +160,7 @@ bool faster(const Ranked& a, const Ranked& b) {
 
 SearchResult search(const config::Config& base, const SearchOptions& options) {
     SearchResult result;
-    SearchMemory memory(base);
+    SearchMemory memory(base, options.doc_len);
     Bounds bounds(base, memory, options.hardware);
     std::vector<Kept> kept;
     std::vector<Fitting> fitting;

@@ -25,6 +25,9 @@ struct SearchOptions {
     Hardware hardware;
     double device_memory = 0;  // bytes per GPU
     int top = 10;              // layouts to return; 0: every one that fits
+    // Under data.documents: mask, the documents' mean length (--doc-len; PlanInputs::doc_len):
+    // every layout's attention computes that share of its scores. 0: whole windows.
+    int doc_len = 0;
 };
 
 // One layout the search ranked.

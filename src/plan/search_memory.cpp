@@ -45,8 +45,9 @@ std::size_t CacheKeyHash::operator()(const CacheKey& key) const {
     return h;
 }
 
-SearchMemory::SearchMemory(const config::Config& base)
+SearchMemory::SearchMemory(const config::Config& base, int doc_len)
     : base_(base),
+      doc_len_(doc_len),
       grad_bytes_(gradient_bytes(base.training.precision, base.training.fp32_grad_accumulation)),
       states_inputs_(plan_inputs(base, grad_bytes_)) {}
 
@@ -73,7 +74,9 @@ PlanInputs SearchMemory::inputs(const Layout& layout) {
     cfg.parallel.stage_layers = {config::StageCut::given, chunk_layers(layout)};
     cfg = apply(cfg, layout);
     cfg.parallel.stage_layers = base_.parallel.stage_layers;
-    return plan_inputs(cfg, grad_bytes_);
+    PlanInputs in = plan_inputs(cfg, grad_bytes_);
+    in.doc_len = doc_len_;
+    return in;
 }
 
 GroupShape SearchMemory::shape(const Layout& layout) {

@@ -44,7 +44,8 @@ struct GroupShape {
 
 class SearchMemory {
 public:
-    explicit SearchMemory(const config::Config& base);
+    // `doc_len`: the documents' mean length each layout's inputs take (PlanInputs::doc_len).
+    explicit SearchMemory(const config::Config& base, int doc_len = 0);
 
     // The chunks of every stage of the group's layouts.
     GroupShape shape(const Layout& layout);
@@ -94,6 +95,7 @@ private:
                   std::map<int64_t, model::ParamLayout>& layouts);
 
     config::Config base_;
+    int doc_len_;
     int grad_bytes_;
     std::unordered_map<CacheKey, std::vector<int>, CacheKeyHash> cuts_;
     std::unordered_map<CacheKey, std::vector<InFlight>, CacheKeyHash> flights_;
