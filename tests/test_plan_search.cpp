@@ -246,8 +246,9 @@ TEST_CASE("plan search: --doc-len ranks by the attention within documents", "[pl
     // Documents of 4 tokens in windows of 16: every layout's step as plan_inputs with doc_len
     // models it (another than with whole windows), and the search's order is theirs.
     const plan::Hardware hw = small_gpus();
-    const config::Config cfg = config::parse(std::string(kGpt2) + "data: {documents: mask, eod_token: 63}\n",
-                                             "search.yaml", {}, config::Purpose::plan);
+    const config::Config cfg =
+        config::parse(std::string(kGpt2) + "data: {documents: mask, eod_token: 63}\n",
+                      "search.yaml", {}, config::Purpose::plan);
     std::vector<double> steps;
     std::size_t changed = 0;
     for (const plan::Layout& l : layouts(cfg, 8)) {
@@ -271,8 +272,8 @@ TEST_CASE("plan search: --doc-len ranks by the attention within documents", "[pl
     for (std::size_t i = 0; i < r.best.size(); ++i) CHECK(r.best[i].time.step == steps[i]);
     // The command lists what trident plan --doc-len predicts of its pick.
     cli::Workspace ws;
-    const std::string config = ws.write("documents.yaml", std::string(kGpt2) +
-                                                              "data: {documents: mask, eod_token: 63}\n");
+    const std::string config =
+        ws.write("documents.yaml", std::string(kGpt2) + "data: {documents: mask, eod_token: 63}\n");
     const auto search = cli::run("plan --config " + config +
                                  " --search --gpus 8 --hardware dgx-h100 --top 1 --json "
                                  "--doc-len 4");

@@ -484,7 +484,8 @@ void check_offload(const Config& cfg, const Origins& origins) {
 }  // namespace
 
 // Packed documents (model/documents.h): an eod token in the vocabulary, a llama's named, and
-// (the GPU's is refused beside what this build cannot run, above). Nothing is asked of data.eod_token while no document is read.
+// (the GPU's is refused beside what this build cannot run, above). Nothing is asked of
+// data.eod_token while no document is read.
 void check_documents(const Config& cfg, const Origins& origins) {
     const DataConfig& d = cfg.data;
     const bool mask = d.documents == DocumentMode::mask;

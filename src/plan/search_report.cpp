@@ -120,10 +120,10 @@ std::string search_summary(const SearchReport& report) {
         static_cast<long long>(r.considered), static_cast<long long>(r.fit),
         static_cast<long long>(r.modelled), report.seconds);
     if (o.doc_len > 0)
-        out += format("attention within documents of %d tokens on average (--doc-len): %.4g of a "
-                      "causal window's scores in every step time\n",
-                      o.doc_len, std::min(1.0, static_cast<double>(o.doc_len) /
-                                                   report.base.model.seq_len));
+        out += format(
+            "attention within documents of %d tokens on average (--doc-len): %.4g of a "
+            "causal window's scores in every step time\n",
+            o.doc_len, std::min(1.0, static_cast<double>(o.doc_len) / report.base.model.seq_len));
     return out;
 }
 
