@@ -15,7 +15,9 @@
 
 #include <array>
 #include <cstddef>
+#include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -59,6 +61,13 @@ struct Segment {
     const float* direction = nullptr;
 };
 
+// A state array an optimizer keeps per whole matrix rather than per element (GaLore's
+// projected moments and projector): its name and its elements for that matrix.
+struct MatrixStateDecl {
+    std::string name;
+    std::size_t count = 0;
+};
+
 class Optimizer {
 public:
     virtual ~Optimizer() = default;
@@ -80,11 +89,18 @@ public:
     // it advances, into `out`, host memory of `count`); the pieces are assembled into whole
     // matrices (optim/matrix_exchange.h), each stepped once by one rank (matrix_step, in
     // place, `m` (rows, cols): output features × input features), and the result handed back
-    // to each segment as its `direction`. Until then update sees no direction.
+    // to each segment as its `direction`. Until then update sees no direction. The state an
+    // algorithm keeps per matrix (matrix_states, for a (rows, cols) matrix) is held by the
+    // rank that steps it and handed to matrix_step in matrix_states' order.
     virtual bool whole_matrices() const { return false; }
     virtual void matrix_input(kernels::Ops& /*ops*/, const Segment& /*s*/, const Hyper& /*h*/,
                               float* /*out*/) const {}
-    virtual void matrix_step(float* /*m*/, std::size_t /*rows*/, std::size_t /*cols*/) const {}
+    virtual std::vector<MatrixStateDecl> matrix_states(std::size_t /*rows*/,
+                                                       std::size_t /*cols*/) const {
+        return {};
+    }
+    virtual void matrix_step(float* /*m*/, std::size_t /*rows*/, std::size_t /*cols*/,
+                             std::span<float* const> /*state*/, const Hyper& /*h*/) const {}
     // The FLOPs of one matrix_step on a (rows, cols) matrix: optimizer work, which the
     // planner counts in the step's time and never as model FLOPs.
     virtual double matrix_step_flops(std::size_t /*rows*/, std::size_t /*cols*/) const { return 0; }
@@ -99,11 +115,13 @@ inline constexpr const char* kMaster = "master";
 
 // A rank's optimizer state on the host, as checkpoints keep it: for each name (kMaster, then
 // the optimizer's state_names) a vector of the buffer's size holding the elements this rank
-// owns (zero elsewhere); and the updates taken.
+// owns (zero elsewhere); the per-matrix state of the matrices it steps (matrix_states), whole,
+// by "NAME/TENSOR" (a state's name, a tensor's whole-model name); and the updates taken.
 struct OptimizerState {
     int step = 0;
     std::vector<std::string> names;
     std::vector<std::vector<float>> values;  // per name
+    std::map<std::string, std::vector<float>> matrices;
 };
 
 }  // namespace trident::optim

@@ -48,7 +48,7 @@ struct UpdateScope {
     std::size_t arrays = 1;  // per parameter: the master weights and the optimizer's state
     // An optimizer that steps whole matrices: their exchange, and the matrices' directions on
     // the owned elements (host memory, the owned count, in state order); else null and empty.
-    const MatrixExchange* matrices = nullptr;
+    MatrixExchange* matrices = nullptr;
     std::vector<float> directions;
 
     // Which parameters array a (0: the master weights, then the optimizer's state) is kept
