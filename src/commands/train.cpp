@@ -86,7 +86,8 @@ std::optional<train::CheckpointShare> resume_point(const config::Config& cfg,
         std::string error;
         try {
             share = train::read_share(dir, trainer.model().trainable().layout(),
-                                      trainer.data_parallel().owned_ranges());
+                                      trainer.data_parallel().owned_ranges(), true,
+                                      trainer.optimizer().matrix_state_names());
         } catch (const std::exception& e) {
             error = e.what();
         }

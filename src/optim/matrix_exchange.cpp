@@ -54,6 +54,13 @@ void MatrixExchange::read(OptimizerState& s) const {
         }
 }
 
+std::vector<std::string> MatrixExchange::held() const {
+    std::vector<std::string> names;
+    for (std::size_t k = 0; k < states_.size(); ++k)
+        if (!states_[k].empty()) names.insert(names.end(), names_[k].begin(), names_[k].end());
+    return names;
+}
+
 void MatrixExchange::write(const OptimizerState& s, bool zero_missing) {
     for (std::size_t k = 0; k < states_.size(); ++k)
         for (std::size_t a = 0; a < states_[k].size(); ++a) {

@@ -44,6 +44,8 @@ public:
     // and back (a name missing: zero with `zero_missing`, else refused).
     void read(OptimizerState& s) const;
     void write(const OptimizerState& s, bool zero_missing);
+    // The names ("NAME/TENSOR") of the per-matrix state this rank holds.
+    std::vector<std::string> held() const;
 
 private:
     // Matrix k: its slice (numel) from the owned pieces and back.

@@ -120,6 +120,11 @@ public:
     std::size_t state_bytes() const { return state_bytes_; }
     // The state's file (optimizer.offload: nvme), or null.
     const OffloadStore* store() const { return placement_->file(); }
+    // The per-matrix state this rank holds (OptimizerState::matrices' names), for a resume
+    // to read.
+    std::vector<std::string> matrix_state_names() const {
+        return matrices_ ? matrices_->held() : std::vector<std::string>{};
+    }
 
 private:
     // The state's names, in this optimizer's order, their values zero.

@@ -98,6 +98,44 @@ def against_reference(tmp, trident, galore, below):
     return worst
 
 
+STATE = ("master", "exp_avg", "exp_avg_sq", "MATRIX/exp_avg", "MATRIX/exp_avg_sq",
+         "MATRIX/projector")
+
+
+def resumed(trident, run_args, tmp, name, source, overrides, ranks=1, expect_ok=True):
+    """A run of `run_args` resumed from checkpoint `source` into its own directory."""
+    directory = os.path.join(tmp, name)
+    args = run_args + [a for o in overrides + [f"checkpoint.dir={directory}",
+                                               f"checkpoint.resume={source}",
+                                               "checkpoint.interval=5",
+                                               f"logging.metrics={directory}.jsonl"]
+                       for a in ("--set", o)]
+    return run([trident, "train"] + args, ranks=ranks, expect_ok=expect_ok), directory
+
+
+def checkpoints(trident, galore, tmp, full):
+    """Part 3 (see the top of this file); `full`: one process's 10 losses."""
+    first = os.path.join(tmp, "ck_one")
+    run([trident, "train"] + galore + ["--set", f"checkpoint.dir={first}",
+                                       "--set", "checkpoint.interval=5"])
+    step5, step10 = (os.path.join(first, f"step_{n:06d}") for n in (5, 10))
+    grid = ["parallel.tensor=2", "parallel.data=2", "parallel.zero_stage=1"]
+    _, moved = resumed(trident, galore, tmp, "ck_grid", step5, grid, ranks=4)
+    got = curve(moved + ".jsonl")
+    worst = max(abs(a - b) / abs(b) for a, b in zip(got, full[5:])) if len(got) == 5 else 1
+    check(worst <= 1e-5, f"galore checkpoint of one process resumed on M=2 D=2: steps 6-10 "
+                         f"within 1e-5 of the uninterrupted run (worst {worst:.2e})")
+    differ = checkpoints_differ(step10, os.path.join(moved, "step_000010"), 1e-4, STATE)
+    check(differ is None, f"galore state at step 10 after a reshard (master weights, Adam's "
+                          f"moments, projected moments, projectors), element by element: "
+                          f"{differ or 'the same'}")
+    p, _ = resumed(trident, galore, tmp, "ck_muon", step5, ["optimizer.name=muon"],
+                   expect_ok=False)
+    lines = [x for x in p.stdout.splitlines() if "optimizer.name: galore in the checkpoint" in x]
+    check(p.returncode != 0 and len(lines) == 1,
+          f"galore checkpoint resumed with muon: refused with one line ({lines})")
+
+
 def by_name(*names):
     return [f for f in FAMILIES if f[0] in names]
 
@@ -116,6 +154,7 @@ def main():
         grid = [("P=2 M=2 D=2 ZeRO-1", 8, ["parallel.pipeline=2", "parallel.tensor=2",
                                            "parallel.data=2", "parallel.zero_stage=1"])]
         check_families(trident, galore, tmp, "galore", one, families=grid)
+        checkpoints(trident, galore, tmp, one)
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
 
