@@ -148,4 +148,10 @@ struct StateBytes {
 };
 StateBytes state_bytes(const config::TrainingConfig& t, const config::OptimizerConfig& o);
 
+// Bytes of the state `optimizer` keeps per whole matrix (Optimizer::matrix_states, fp32) for
+// the layer matrices k = 0, stride, 2·stride, ... of `layout` (stride S·M: what the owner of
+// matrix 0 holds, optim/matrix_exchange.h; 1: all of them).
+std::size_t matrix_state_bytes(const Optimizer& optimizer, const model::ParamLayout& layout,
+                               std::size_t stride = 1);
+
 }  // namespace trident::optim
