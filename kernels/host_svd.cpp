@@ -10,9 +10,8 @@
 
 // LAPACK's Fortran entry point (OpenBLAS exports it; the LAPACKE C layer is not installed).
 extern "C" void sgesdd_(const char* jobz, const int* m, const int* n, float* a, const int* lda,
-                        float* s, float* u, const int* ldu, float* vt, const int* ldvt,
-                        float* work, const int* lwork, int* iwork, int* info,
-                        std::size_t jobz_length);
+                        float* s, float* u, const int* ldu, float* vt, const int* ldvt, float* work,
+                        const int* lwork, int* iwork, int* info, std::size_t jobz_length);
 
 namespace trident::kernels {
 
@@ -46,8 +45,8 @@ Svd host_svd(std::vector<float>& a, int m, int n) {
     const int lwork = static_cast<int>(optimal);
     std::vector<float> work(size(std::max(lwork, 1)));
     if (info == 0)
-        sgesdd_("S", &n, &m, a.data(), &n, r.s.data(), r.vt.data(), &n, r.u.data(), &k,
-                work.data(), &lwork, iwork.data(), &info, 1);
+        sgesdd_("S", &n, &m, a.data(), &n, r.s.data(), r.vt.data(), &n, r.u.data(), &k, work.data(),
+                &lwork, iwork.data(), &info, 1);
     if (info != 0)
         throw Error("sgesdd failed on a " + std::to_string(m) + "x" + std::to_string(n) +
                     " matrix (info " + std::to_string(info) + ")");

@@ -289,8 +289,9 @@ void print_optimizer_split(const config::Config& cfg, train::Trainer& trainer) {
     const optim::MatrixSplit s = optim::matrix_split(whole);
     const optim::StateBytes bytes = optim::state_bytes(cfg.training, cfg.optimizer);
     // Per element, and per whole matrix (GaLore's, on the matrices' owners).
-    const std::size_t matrix_state = bytes.matrix * s.matrix_parameters +
-                                     optim::matrix_state_bytes(trainer.optimizer().optimizer(), whole);
+    const std::size_t matrix_state =
+        bytes.matrix * s.matrix_parameters +
+        optim::matrix_state_bytes(trainer.optimizer().optimizer(), whole);
     std::printf(
         "optimizer: %s on %s (%s parameters, %s of state) | adamw on %s (%s parameters, %s "
         "of state)\n",

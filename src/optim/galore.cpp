@@ -35,8 +35,7 @@ void new_projector(const float* g, std::size_t rows, std::size_t cols, std::size
 
 }  // namespace
 
-Galore::Galore(const config::GaloreConfig& config, AdamW adamw, float beta1, float beta2,
-               float eps)
+Galore::Galore(const config::GaloreConfig& config, AdamW adamw, float beta1, float beta2, float eps)
     : config_(config), adamw_(std::move(adamw)), beta1_(beta1), beta2_(beta2), eps_(eps) {}
 
 void Galore::update(kernels::Ops& ops, const Segment& s, const Hyper& h) const {
@@ -109,9 +108,9 @@ double Galore::matrix_step_flops(std::size_t rows, std::size_t cols) const {
     const auto r = static_cast<double>(rank_of(rows, cols));
     const auto a = static_cast<double>(std::min(rows, cols));
     const auto mn = static_cast<double>(rows) * static_cast<double>(cols);
-    // Projection and projection back: 2·m·n·r each. The SVD (LAPACK's gesvd with vectors,
-    // Golub and Van Loan's count): about 4·m·n·min + 8·min³, once per update_gap steps.
-    const double svd = 4 * mn * a + 8 * a * a * a;
+    // Projection and projection back: 2·m·n·r each. The thin SVD with both sides' vectors
+    // (sgesdd, jobz 'S'): about 6·m·n·min + 20·min³ (docs/FORMULAS.md), every update_gap steps.
+    const double svd = 6 * mn * a + 20 * a * a * a;
     return 4 * mn * r + svd / config_.update_gap;
 }
 

@@ -25,8 +25,8 @@ MatrixExchange::MatrixExchange(kernels::Ops& ops, const model::ParamLayout& layo
     states_.resize(matrices_.size());
     for (std::size_t k = 0; k < matrices_.size(); ++k) {
         const model::ParamTensor& t = *matrices_[k];
-        const bool owner = data_parallel_.group().rank() == shard_owner(k) &&
-                           tensor_.rank() == tensor_owner(k);
+        const bool owner =
+            data_parallel_.group().rank() == shard_owner(k) && tensor_.rank() == tensor_owner(k);
         for (const MatrixStateDecl& d :
              optimizer.matrix_states(static_cast<std::size_t>(t.full_shape[0]),
                                      static_cast<std::size_t>(t.full_shape[1]))) {

@@ -54,8 +54,8 @@ private:
     // The slices summed on shard rank `owner` (ZeRO 1-3).
     void sum_slices(std::vector<float>& slice, int owner) const;
     // On the owning shard rank: the slices to tensor rank `owner`, stepped there, back.
-    void step_whole(const Optimizer& optimizer, std::size_t k, std::vector<float>& slice,
-                    int owner, const Hyper& h);
+    void step_whole(const Optimizer& optimizer, std::size_t k, std::vector<float>& slice, int owner,
+                    const Hyper& h);
     // Matrix k's owner: shard rank k mod S, tensor rank ⌊k / S⌋ mod M.
     int shard_owner(std::size_t k) const;
     int tensor_owner(std::size_t k) const;

@@ -8,9 +8,10 @@
 // (optim/clipping.h). An algorithm sees segments: runs of owned parameters of one group (decayed
 // or not), each with its master weights, its named state arrays and its gradients, on the device
 // (update, through the op set's element kernels) or in host memory (update_host). AdamW
-// (optim/adamw.h) is one implementation; an algorithm with state of its own (Muon's momentum,
-// GaLore's projected moments) names it in state_names, and checkpoints save, load and reshard it
-// as they do Adam's moments.
+// (optim/adamw.h) is one implementation; an algorithm with state of its own per element (Muon's
+// momentum) names it in state_names, per whole matrix (GaLore's projected moments and projector)
+// in matrix_states, and checkpoints save, load and reshard it by those names as they do Adam's
+// moments.
 #pragma once
 
 #include <array>

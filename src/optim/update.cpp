@@ -153,8 +153,8 @@ Updater::Updater(kernels::Ops& ops, const model::ParamLayout& layout,
         if (std::string(ops.name()) != "cpu")
             throw Error(std::string("optimizer.name: ") + optimizer_->name() +
                         " runs on the CPU backend only (device: cpu)");
-        matrices_ = std::make_unique<MatrixExchange>(ops, layout, data_parallel, tensor,
-                                                     *optimizer_);
+        matrices_ =
+            std::make_unique<MatrixExchange>(ops, layout, data_parallel, tensor, *optimizer_);
         scope_.matrices = matrices_.get();
         scope_.directions.assign(data_parallel.owned_count(), 0.0f);
     }
