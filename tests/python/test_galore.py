@@ -10,13 +10,14 @@ galore_reference.py, and on every layout family:
    counts it is the formula's (4 bytes per parameter of master weights, Adam's 8 on the rest,
    per matrix 2·r·max(m, n)·4 + the projector's r·n or m·r·4) and below AdamW's;
 2. the losses of 10 training steps on every layout family (layout_families.py), bf16 with fp32
-   master weights on D=2 (ZeRO-1) and P=2, and a 2 x 2 x 2 x 1 grid, each within 1e-5 of one
-   process's;
+   master weights on D=2 (ZeRO-1) and P=2, a 2 x 2 x 2 x 1 grid, and llama (k and v replicated
+   over M = 2; ZeRO-3), each within 1e-5 of one process's;
 3. checkpoints: one process's step-5 checkpoint resumed on M=2 x D=2 (ZeRO-1) gives the
    uninterrupted run's losses within 1e-5 and, at step 10, its master weights, Adam moments,
    projected moments and projectors element by element (checkpoint_compare.py, relative to each
-   tensor's largest magnitude, 1e-4); resuming with another optimizer.name is refused with one
-   line.
+   tensor's largest magnitude, 1e-4), and a D=4 hybrid-sharded run's projected moments and
+   projectors are one process's (each matrix's written once); resuming with another optimizer.name is refused with one line, and
+   checkpoint.allow_optimizer_change lets an AdamW checkpoint go on with GaLore, said once.
 
 Exit 77 (skipped) without torch and numpy or mpirun.
 """
@@ -98,8 +99,8 @@ def against_reference(tmp, trident, galore, below):
     return worst
 
 
-STATE = ("master", "exp_avg", "exp_avg_sq", "MATRIX/exp_avg", "MATRIX/exp_avg_sq",
-         "MATRIX/projector")
+MATRIX_STATE = ("MATRIX/exp_avg", "MATRIX/exp_avg_sq", "MATRIX/projector")
+STATE = ("master", "exp_avg", "exp_avg_sq") + MATRIX_STATE
 
 
 def resumed(trident, run_args, tmp, name, source, overrides, ranks=1, expect_ok=True):
@@ -134,6 +135,33 @@ def checkpoints(trident, galore, tmp, full):
     lines = [x for x in p.stdout.splitlines() if "optimizer.name: galore in the checkpoint" in x]
     check(p.returncode != 0 and len(lines) == 1,
           f"galore checkpoint resumed with muon: refused with one line ({lines})")
+    adamw = tiny_run(tmp, [])
+    run([trident, "train"] + adamw + ["--set", f"checkpoint.dir={tmp}/ck_a", "--set",
+                                      "checkpoint.interval=5"])
+    p, _ = resumed(trident, galore, tmp, "ck_to_galore", f"{tmp}/ck_a/step_000005",
+                   ["checkpoint.allow_optimizer_change=true"])
+    said = p.stdout.count("optimizer.name: adamw in the checkpoint's run, galore now")
+    check(p.returncode == 0 and said == 1,
+          f"adamw checkpoint resumed with galore under allow_optimizer_change: runs, said {said}x")
+
+
+def hybrid_checkpoint(trident, galore, tmp):
+    """Hybrid sharding's shard groups each hold every matrix's state: the first alone writes
+    it, and its per-matrix state is one process's element by element (global batch 8 both)."""
+    batch = ["training.global_batch=8", "checkpoint.interval=10"]
+    one, hybrid = os.path.join(tmp, "ck_one8"), os.path.join(tmp, "ck_hybrid")
+    run([trident, "train"] + galore + [a for o in batch + [f"checkpoint.dir={one}"]
+                                       for a in ("--set", o)])
+    grid = ["parallel.data=4", "parallel.zero_stage=3", "parallel.data_shard=2"]
+    run([trident, "train"] + galore + [a for o in batch + grid + [f"checkpoint.dir={hybrid}"]
+                                       for a in ("--set", o)], ranks=4)
+    try:
+        differ = checkpoints_differ(os.path.join(one, "step_000010"),
+                                    os.path.join(hybrid, "step_000010"), 1e-4, MATRIX_STATE)
+    except ValueError as e:
+        differ = str(e)
+    check(differ is None, f"galore state of D=4 hybrid shard 2 at step 10, written once, "
+                          f"element by element as one process's: {differ or 'the same'}")
 
 
 def by_name(*names):
@@ -154,7 +182,13 @@ def main():
         grid = [("P=2 M=2 D=2 ZeRO-1", 8, ["parallel.pipeline=2", "parallel.tensor=2",
                                            "parallel.data=2", "parallel.zero_stage=1"])]
         check_families(trident, galore, tmp, "galore", one, families=grid)
+        # Llama's seven matrices, k and v replicated over M = 2 (one key/value head).
+        llama = tiny_run(tmp, ["optimizer.name=galore", "optimizer.galore.rank=8",
+                               "optimizer.galore.update_gap=4", "model.arch=llama",
+                               "model.kv_heads=1", "model.tie_embeddings=false"])
+        check_families(trident, llama, tmp, "galore llama", families=by_name("M=2", "D=2 ZeRO-3"))
         checkpoints(trident, galore, tmp, one)
+        hybrid_checkpoint(trident, galore, tmp)
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
 
