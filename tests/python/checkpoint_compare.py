@@ -16,8 +16,8 @@ in that reader cannot hide here.
 
 Each checkpoint is put back together into whole tensors of each kind it holds: "param" (the
 model's weights as the run held them), "master" (fp32 master weights) and the optimizer's state
-by its names (AdamW's "exp_avg" and "exp_avg_sq", Muon's "momentum" too), every element of every tensor written by exactly one shard;
-the state an optimizer keeps per whole matrix (GaLore's) is held whole under "MATRIX/KIND"
+by its names (AdamW's "exp_avg" and "exp_avg_sq", Muon's "momentum" too), every element of every tensor written by exactly one shard; the
+state an optimizer keeps per whole matrix (GaLore's) is held whole under "MATRIX/KIND"
 (MATRIX/exp_avg, MATRIX/exp_avg_sq, MATRIX/projector), each matrix's written once. compare() names
 the first tensor and element that differs, bitwise or beyond a relative tolerance.
 

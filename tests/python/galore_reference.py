@@ -7,8 +7,9 @@ The projector comes from torch.linalg.svd in fp32 (the official code's precision
 updates 0, T, 2T, ... (0-based), each singular vector's sign chosen so that its component of
 largest magnitude is positive (the lowest index on a tie); the projected gradient's moments are
 torch.optim.Adam's own exp_avg and exp_avg_sq (the projected gradient given to Adam as the
-gradient of a stand-in tensor), and the step is lr·sqrt(1 - b2^t)/(1 - b1^t)·scale·(N·P or P·N),
-N = exp_avg/(sqrt(exp_avg_sq) + eps), then the decay W -= lr·wd·W.
+gradient of a stand-in tensor), and the step is
+lr·sqrt(1 - b2^t)/(1 - b1^t)·scale·(N·P or P·N), N = exp_avg/(sqrt(exp_avg_sq) + eps), then
+the decay W -= lr·wd·W.
 """
 import torch
 

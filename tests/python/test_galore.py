@@ -16,8 +16,9 @@ galore_reference.py, and on every layout family:
    uninterrupted run's losses within 1e-5 and, at step 10, its master weights, Adam moments,
    projected moments and projectors element by element (checkpoint_compare.py, relative to each
    tensor's largest magnitude, 1e-4), and a D=4 hybrid-sharded run's projected moments and
-   projectors are one process's (each matrix's written once); resuming with another optimizer.name is refused with one line, and
-   checkpoint.allow_optimizer_change lets an AdamW checkpoint go on with GaLore, said once.
+   projectors are one process's (each matrix's written once); resuming with another
+   optimizer.name is refused with one line, and checkpoint.allow_optimizer_change lets an AdamW
+   checkpoint go on with GaLore, said once.
 
 Exit 77 (skipped) without torch and numpy or mpirun.
 """
