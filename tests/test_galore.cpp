@@ -89,6 +89,7 @@ TEST_CASE("plan: GaLore's optimizer FLOPs, projections every step and SVDs every
     REQUIRE(out.exit_code == 0);
     const io::json::Value plan = io::json::parse(out.output);
     const io::json::Value* counted = plan.find("flops")->find("optimizer_flops_per_step");
-    const double got = counted->is_integer() ? static_cast<double>(counted->integer) : counted->real;
+    const double got =
+        counted->is_integer() ? static_cast<double>(counted->integer) : counted->real;
     CHECK(std::abs(got - want) <= 1e-8 * want);
 }
