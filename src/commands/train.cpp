@@ -87,7 +87,7 @@ std::optional<train::CheckpointShare> resume_point(const config::Config& cfg,
         try {
             share = train::read_share(dir, trainer.model().trainable().layout(),
                                       trainer.data_parallel().owned_ranges(), true,
-                                      trainer.optimizer().matrix_state_names());
+                                      trainer.optimizer().matrix_states());
         } catch (const std::exception& e) {
             error = e.what();
         }

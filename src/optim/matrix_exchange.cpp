@@ -54,11 +54,12 @@ void MatrixExchange::read(OptimizerState& s) const {
         }
 }
 
-std::vector<std::string> MatrixExchange::held() const {
-    std::vector<std::string> names;
+std::map<std::string, std::size_t> MatrixExchange::held() const {
+    std::map<std::string, std::size_t> held;
     for (std::size_t k = 0; k < states_.size(); ++k)
-        if (!states_[k].empty()) names.insert(names.end(), names_[k].begin(), names_[k].end());
-    return names;
+        for (std::size_t a = 0; a < states_[k].size(); ++a)
+            held[names_[k][a]] = states_[k][a].size();
+    return held;
 }
 
 void MatrixExchange::write(const OptimizerState& s, bool zero_missing) {

@@ -16,6 +16,8 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "data_parallel/data_parallel.h"
@@ -44,8 +46,8 @@ public:
     // and back (a name missing: zero with `zero_missing`, else refused).
     void read(OptimizerState& s) const;
     void write(const OptimizerState& s, bool zero_missing);
-    // The names ("NAME/TENSOR") of the per-matrix state this rank holds.
-    std::vector<std::string> held() const;
+    // The per-matrix state this rank holds: names ("NAME/TENSOR") and elements.
+    std::map<std::string, std::size_t> held() const;
 
 private:
     // Matrix k: its slice (numel) from the owned pieces and back.

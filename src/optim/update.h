@@ -120,10 +120,10 @@ public:
     std::size_t state_bytes() const { return state_bytes_; }
     // The state's file (optimizer.offload: nvme), or null.
     const OffloadStore* store() const { return placement_->file(); }
-    // The per-matrix state this rank holds (OptimizerState::matrices' names), for a resume
-    // to read.
-    std::vector<std::string> matrix_state_names() const {
-        return matrices_ ? matrices_->held() : std::vector<std::string>{};
+    // The per-matrix state this rank holds (OptimizerState::matrices' names, and elements),
+    // for a resume to read.
+    std::map<std::string, std::size_t> matrix_states() const {
+        return matrices_ ? matrices_->held() : std::map<std::string, std::size_t>{};
     }
 
 private:

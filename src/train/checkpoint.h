@@ -151,10 +151,11 @@ struct CheckpointShare {
 // reads is checked first (file sizes and header digests against the manifest, each piece's
 // SHA-256 against its shard's header; a checkpoint written without them is checked whole).
 // Throws trident::Error naming the file at fault; the model must be the layout's. `matrices`:
-// the per-matrix state to read ("KIND/NAME": Updater::matrix_state_names), whole.
+// the per-matrix state to read, whole, and its elements ("KIND/NAME": Updater::matrix_states).
 CheckpointShare read_share(const std::string& dir, const model::ParamLayout& layout,
                            const std::vector<std::pair<std::size_t, std::size_t>>& owned,
-                           bool state = true, const std::vector<std::string>& matrices = {});
+                           bool state = true,
+                           const std::map<std::string, std::size_t>& matrices = {});
 
 // The parts of the shard `f` of the checkpoint in `dir` that fail their SHA-256: {"header"}
 // (against the manifest), else the names of the tensors whose bytes differ from their digests

@@ -157,9 +157,11 @@ struct Gathering {
     std::size_t total = 0;                             // elements of the reader's buffer
     std::map<std::string, std::vector<float>> values;  // by kind, as the pieces show them
     std::map<std::string, std::vector<uint8_t>> seen;  // per element of the buffer
-    // The per-matrix state asked for (MATRIX/ pieces), and what has arrived, whole.
-    std::vector<std::string> matrices_wanted;
+    // The per-matrix state asked for (MATRIX/ pieces), and what has arrived, whole; whether
+    // the shards read hold any (a checkpoint of an optimizer without it holds none).
+    std::map<std::string, std::size_t> matrices_wanted;
     std::map<std::string, std::vector<float>> matrices;
+    bool any_matrix_state = false;
 
     // The buffers of a kind, made at its first piece.
     std::vector<float>& target(const std::string& kind) {
@@ -210,10 +212,15 @@ void check_piece_digest(const std::string& path, const io::SafetensorsFile& file
 uint64_t read_matrix_state(const std::string& path, const io::SafetensorsFile& file,
                            const io::TensorInfo& info, bool pieces_checked, Gathering& g) {
     const std::string name = info.name.substr(std::string("MATRIX/").size());
-    const auto& wanted = g.matrices_wanted;
-    if (std::find(wanted.begin(), wanted.end(), name) == wanted.end()) return 0;
+    g.any_matrix_state = true;
+    const auto wanted = g.matrices_wanted.find(name);
+    if (wanted == g.matrices_wanted.end()) return 0;
     if (info.dtype != kernels::DType::f32 || g.matrices.count(name))
         throw Error(path + ": tensor \"" + info.name + "\" is not fp32 or written twice");
+    if (info.numel != wanted->second)
+        throw Error(path + ": tensor \"" + info.name + "\" holds " + std::to_string(info.numel) +
+                    " elements, this run keeps " + std::to_string(wanted->second) +
+                    " (optimizer.galore.rank differs from the checkpoint's run)");
     std::vector<char> raw(info.data_end - info.data_begin);
     file.read_raw(info, raw);
     if (pieces_checked) check_piece_digest(path, file, info, raw);
@@ -298,7 +305,7 @@ void check_complete(const std::string& dir, const model::ParamLayout& whole, Gat
 
 CheckpointShare read_share(const std::string& dir, const model::ParamLayout& layout,
                            const std::vector<std::pair<std::size_t, std::size_t>>& owned,
-                           bool state, const std::vector<std::string>& matrices) {
+                           bool state, const std::map<std::string, std::size_t>& matrices) {
     CheckpointShare share;
     share.path = dir;
     share.manifest = read_manifest(dir);
@@ -327,6 +334,9 @@ CheckpointShare read_share(const std::string& dir, const model::ParamLayout& lay
         if (wanted(writer, f.tp, g) || !matrices.empty()) read_shard(path, f, writer, g, share);
     }
     check_complete(dir, trained_layout(m.shape, lora, 0, 1, {}), g);
+    for (const auto& [name, count] : matrices)
+        if (g.any_matrix_state && !g.matrices.count(name))
+            throw Error(dir + ": incomplete: no shard holds MATRIX/" + name);
     share.master = std::move(g.values.at(optim::kMaster));
     g.values.erase(optim::kMaster);
     share.state = std::move(g.values);

@@ -17,7 +17,7 @@ galore_reference.py, and on every layout family:
    projected moments and projectors element by element (checkpoint_compare.py, relative to each
    tensor's largest magnitude, 1e-4), and a D=4 hybrid-sharded run's projected moments and
    projectors are one process's (each matrix's written once); resuming with another
-   optimizer.name is refused with one line, and checkpoint.allow_optimizer_change lets an AdamW
+   optimizer.name or optimizer.galore.rank is refused with one line, and checkpoint.allow_optimizer_change lets an AdamW
    checkpoint go on with GaLore, said once.
 
 Exit 77 (skipped) without torch and numpy or mpirun.
@@ -136,6 +136,11 @@ def checkpoints(trident, galore, tmp, full):
     lines = [x for x in p.stdout.splitlines() if "optimizer.name: galore in the checkpoint" in x]
     check(p.returncode != 0 and len(lines) == 1,
           f"galore checkpoint resumed with muon: refused with one line ({lines})")
+    p, _ = resumed(trident, galore, tmp, "ck_rank4", step5,
+                   ["optimizer.galore.rank=4", "parallel.data=2"], ranks=2, expect_ok=False)
+    lines = [x for x in p.stdout.splitlines() if "optimizer.galore.rank differs" in x]
+    check(p.returncode != 0 and len(lines) == 1,
+          f"galore checkpoint resumed with another rank on D=2: refused with one line ({lines})")
     adamw = tiny_run(tmp, [])
     run([trident, "train"] + adamw + ["--set", f"checkpoint.dir={tmp}/ck_a", "--set",
                                       "checkpoint.interval=5"])
