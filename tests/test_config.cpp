@@ -1026,6 +1026,11 @@ TEST_CASE("optimizer config: what a matrix optimizer does not run with is refuse
     CHECK(error_of(muon + "model:\n  init_from: base.safetensors\n", {"training.lora.rank=4"}) ==
           "--set training.lora.rank=4: optimizer.name: muon with training.lora.rank > 0: "
           "adapters train with AdamW (optimizer.name: adamw)");
-    CHECK(error_of(kMinimal + "optimizer:\n  name: galore\n") ==
-          "x.yaml:4: optimizer.name: galore is not built yet (adamw and muon are)");
+    const std::string galore = kMinimal + "optimizer:\n  name: galore\n";
+    CHECK(error_of(galore + "  offload: nvme\n  offload_dir: /tmp\n") ==
+          "x.yaml:5: optimizer.offload: nvme with optimizer.name: galore is not built: a matrix "
+          "optimizer's state stays in device memory");
+    CHECK(error_of(galore + "model:\n  init_from: base.safetensors\n", {"training.lora.rank=4"}) ==
+          "--set training.lora.rank=4: optimizer.name: galore with training.lora.rank > 0: "
+          "adapters train with AdamW (optimizer.name: adamw)");
 }

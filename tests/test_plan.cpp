@@ -510,6 +510,11 @@ TEST_CASE("plan: measured memory of one-process runs is the plan, to the byte", 
     SECTION("muon") {
         check_measured_memory({"optimizer.name=muon"}, 1);
     }
+    // GaLore's: the master weights and AdamW's moments for the rest, 4 and 12 bytes per
+    // parameter, and per layer matrix its projected moments and projector (optim/galore.h).
+    SECTION("galore") {
+        check_measured_memory({"optimizer.name=galore", "optimizer.galore.rank=4"}, 1);
+    }
     // Packed documents: each set's starts and positions (model/documents.h), declared.
     SECTION("documents: mask") {
         check_measured_memory({"data.documents=mask", "data.eod_token=3"}, 1);
@@ -539,6 +544,12 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
     SECTION("muon, 2 x 2 x 1, sequence parallel") {
         check_measured_memory({"optimizer.name=muon", "parallel.pipeline=2", "parallel.tensor=2",
                                "parallel.sequence_parallel=true"},
+                              4);
+    }
+    // GaLore's per-matrix state on the owners: rank 0 of a stage steps matrices 0, S·M, ...
+    SECTION("galore, 2 x 2 x 1") {
+        check_measured_memory({"optimizer.name=galore", "optimizer.galore.rank=4",
+                               "parallel.pipeline=2", "parallel.tensor=2"},
                               4);
     }
     SECTION("2 x 1 x 1, ZB-H2") {

@@ -90,6 +90,7 @@ void check_fits_memory(const config::Config& cfg, int ranks_on_node) {
     plan::OptimizerBytes optimizer =
         plan::optimizer_bytes(in, model::ParamLayout(config::gpt_shape(cfg)));
     optimizer.matrices /= p.pipeline * p.tensor;
+    optimizer.owned /= p.pipeline * p.tensor;
     plan::ModelStates states = plan::model_states(share, p.data * p.context, p.zero_stage, weights,
                                                   in.grad_bytes, optimizer);
     // With optimizer.offload: nvme the state is in files, not memory; with offload_params

@@ -86,7 +86,8 @@ std::optional<train::CheckpointShare> resume_point(const config::Config& cfg,
         std::string error;
         try {
             share = train::read_share(dir, trainer.model().trainable().layout(),
-                                      trainer.data_parallel().owned_ranges());
+                                      trainer.data_parallel().owned_ranges(), true,
+                                      trainer.optimizer().matrix_states());
         } catch (const std::exception& e) {
             error = e.what();
         }
@@ -287,13 +288,17 @@ void print_optimizer_split(const config::Config& cfg, train::Trainer& trainer) {
     const model::ParamLayout whole(trainer.model().trainable().layout().shape());
     const optim::MatrixSplit s = optim::matrix_split(whole);
     const optim::StateBytes bytes = optim::state_bytes(cfg.training, cfg.optimizer);
+    // Per element, and per whole matrix (GaLore's, on the matrices' owners).
+    const std::size_t matrix_state =
+        bytes.matrix * s.matrix_parameters +
+        optim::matrix_state_bytes(trainer.optimizer().optimizer(), whole);
     std::printf(
         "optimizer: %s on %s (%s parameters, %s of state) | adamw on %s (%s parameters, %s "
         "of state)\n",
         config::to_string(cfg.optimizer.name),
         train::counted(static_cast<int64_t>(s.matrices), "layer weight").c_str(),
         train::human_count(static_cast<double>(s.matrix_parameters)).c_str(),
-        train::human_bytes(static_cast<double>(bytes.matrix * s.matrix_parameters)).c_str(),
+        train::human_bytes(static_cast<double>(matrix_state)).c_str(),
         train::counted(static_cast<int64_t>(s.others), "other tensor").c_str(),
         train::human_count(static_cast<double>(s.other_parameters)).c_str(),
         train::human_bytes(static_cast<double>(bytes.other * s.other_parameters)).c_str());

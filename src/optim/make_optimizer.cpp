@@ -1,6 +1,6 @@
 // The optimizers by name (optimizer.name): each one implementation of optim/optimizer.h.
-#include "kernels/error.h"
 #include "optim/adamw.h"
+#include "optim/galore.h"
 #include "optim/muon.h"
 
 namespace trident::optim {
@@ -13,7 +13,7 @@ std::unique_ptr<Optimizer> make_optimizer(const config::TrainingConfig& t,
         case config::OptimizerName::muon:
             return std::make_unique<Muon>(o.muon, AdamW(beta1, beta2, eps));
         case config::OptimizerName::galore:
-            throw Error("optimizer.name: galore is not built yet (adamw and muon are)");
+            return std::make_unique<Galore>(o.galore, AdamW(beta1, beta2, eps), beta1, beta2, eps);
         case config::OptimizerName::adamw:
             break;
     }

@@ -2,7 +2,9 @@
 #include "optim/matrix_exchange.h"
 
 #include <algorithm>
+#include <string>
 
+#include "kernels/error.h"
 #include "optim/owned_ranges.h"
 
 namespace trident::optim {
@@ -13,12 +15,72 @@ constexpr int kTag = 4601;  // the exchanges' point-to-point messages
 
 }  // namespace
 
-MatrixExchange::MatrixExchange(const model::ParamLayout& layout,
+MatrixExchange::MatrixExchange(kernels::Ops& ops, const model::ParamLayout& layout,
                                const data_parallel::DataParallel& data_parallel,
-                               parallel::Comm& tensor)
+                               parallel::Comm& tensor, const Optimizer& optimizer)
     : data_parallel_(data_parallel), tensor_(tensor) {
     for (const model::ParamTensor& t : layout.tensors())
         if (is_layer_matrix(layout, t)) matrices_.push_back(&t);
+    names_.resize(matrices_.size());
+    states_.resize(matrices_.size());
+    for (std::size_t k = 0; k < matrices_.size(); ++k) {
+        const model::ParamTensor& t = *matrices_[k];
+        const bool owner =
+            data_parallel_.group().rank() == shard_owner(k) && tensor_.rank() == tensor_owner(k);
+        for (const MatrixStateDecl& d :
+             optimizer.matrix_states(static_cast<std::size_t>(t.full_shape[0]),
+                                     static_cast<std::size_t>(t.full_shape[1]))) {
+            names_[k].push_back(d.name + "/" + t.name);
+            if (!owner) continue;
+            states_[k].emplace_back(ops, d.count);  // zero-filled
+        }
+    }
+}
+
+int MatrixExchange::shard_owner(std::size_t k) const {
+    return static_cast<int>(k % static_cast<std::size_t>(data_parallel_.group().size()));
+}
+
+int MatrixExchange::tensor_owner(std::size_t k) const {
+    const auto shards = static_cast<std::size_t>(data_parallel_.group().size());
+    return static_cast<int>(k / shards % static_cast<std::size_t>(tensor_.size()));
+}
+
+void MatrixExchange::read(OptimizerState& s) const {
+    for (std::size_t k = 0; k < states_.size(); ++k)
+        for (std::size_t a = 0; a < states_[k].size(); ++a) {
+            const kernels::DeviceBuffer& b = states_[k][a];
+            s.matrices[names_[k][a]].assign(b.f32(), b.f32() + b.size());
+        }
+}
+
+std::map<std::string, std::size_t> MatrixExchange::held() const {
+    std::map<std::string, std::size_t> held;
+    for (std::size_t k = 0; k < states_.size(); ++k)
+        for (std::size_t a = 0; a < states_[k].size(); ++a)
+            held[names_[k][a]] = states_[k][a].size();
+    return held;
+}
+
+void MatrixExchange::write(const OptimizerState& s, bool zero_missing) {
+    for (std::size_t k = 0; k < states_.size(); ++k)
+        for (std::size_t a = 0; a < states_[k].size(); ++a) {
+            float* to = states_[k][a].f32();
+            const std::size_t n = states_[k][a].size();
+            const auto it = s.matrices.find(names_[k][a]);
+            if (it == s.matrices.end() && zero_missing) {
+                std::fill(to, to + n, 0.0f);
+                continue;
+            }
+            if (it == s.matrices.end())
+                throw Error("the checkpoint holds no \"" + names_[k][a] +
+                            "\" (it was written by another optimizer)");
+            if (it->second.size() != n)
+                throw Error("the checkpoint's \"" + names_[k][a] + "\" holds " +
+                            std::to_string(it->second.size()) + " elements, this run's " +
+                            std::to_string(n) + " (another optimizer.galore.rank?)");
+            std::copy(it->second.begin(), it->second.end(), to);
+        }
 }
 
 void MatrixExchange::gather_owned(const model::ParamTensor& t, const float* pieces,
@@ -58,8 +120,9 @@ void MatrixExchange::sum_slices(std::vector<float>& slice, int owner) const {
     }
 }
 
-void MatrixExchange::step_whole(const Optimizer& optimizer, const model::ParamTensor& t,
-                                std::vector<float>& slice, int owner) const {
+void MatrixExchange::step_whole(const Optimizer& optimizer, std::size_t k,
+                                std::vector<float>& slice, int owner, const Hyper& h) {
+    const model::ParamTensor& t = *matrices_[k];
     if (tensor_.rank() != owner) {
         tensor_.send(slice.data(), slice.size(), owner, kTag);
         tensor_.recv(slice.data(), slice.size(), owner, kTag);
@@ -87,7 +150,9 @@ void MatrixExchange::step_whole(const Optimizer& optimizer, const model::ParamTe
         if (r != owner) tensor_.recv(other.data(), other.size(), r, kTag);
         place(r == owner ? slice : other, r);
     }
-    optimizer.matrix_step(whole.data(), rows, cols);
+    std::vector<float*> state;
+    for (kernels::DeviceBuffer& b : states_[k]) state.push_back(b.f32());
+    optimizer.matrix_step(whole.data(), rows, cols, state, h);
     for (int r = 0; r < tensor_.size(); ++r) {
         if (r == owner) continue;
         take(other, r);
@@ -96,20 +161,17 @@ void MatrixExchange::step_whole(const Optimizer& optimizer, const model::ParamTe
     take(slice, owner);
 }
 
-void MatrixExchange::step(const Optimizer& optimizer, float* pieces) const {
+void MatrixExchange::step(const Optimizer& optimizer, float* pieces, const Hyper& h) {
     parallel::Comm& shard = data_parallel_.group();
-    const auto shards = static_cast<std::size_t>(shard.size());
-    const auto tensors = static_cast<std::size_t>(tensor_.size());
     const bool sharded = data_parallel_.zero_stage() >= 1;
     for (std::size_t k = 0; k < matrices_.size(); ++k) {
         const model::ParamTensor& t = *matrices_[k];
-        const auto shard_owner = static_cast<int>(k % shards);
-        const auto tensor_owner = static_cast<int>(k / shards % tensors);
+        const int owner = shard_owner(k);
         std::vector<float> slice(t.numel);
         gather_owned(t, pieces, slice.data());
-        if (sharded && shards > 1) sum_slices(slice, shard_owner);
-        if (shard.rank() == shard_owner) step_whole(optimizer, t, slice, tensor_owner);
-        if (shards > 1) shard.broadcast(slice.data(), slice.size(), shard_owner);
+        if (sharded && shard.size() > 1) sum_slices(slice, owner);
+        if (shard.rank() == owner) step_whole(optimizer, k, slice, tensor_owner(k), h);
+        if (shard.size() > 1) shard.broadcast(slice.data(), slice.size(), owner);
         scatter_owned(t, slice.data(), pieces);
     }
 }

@@ -10,12 +10,18 @@
 // ranks keep their owned parts of it. So each matrix is whole on one rank of the stage's
 // M·S, never every matrix on every rank. Hybrid sharding's replica groups each do the same,
 // alike. The exchanges are host memory through the group's communicator (the CPU backend's).
+// The state an optimizer keeps per matrix (Optimizer::matrix_states: GaLore's) lives on that
+// owner alone, whole, in buffers of the op set (counted as optimizer state), and is read and
+// written by the tensor's whole-model name, so checkpoints reshard it by name.
 #pragma once
 
 #include <cstddef>
+#include <map>
+#include <string>
 #include <vector>
 
 #include "data_parallel/data_parallel.h"
+#include "kernels/device_buffer.h"
 #include "model/param_layout.h"
 #include "optim/optimizer.h"
 #include "parallel/comm.h"
@@ -25,14 +31,23 @@ namespace trident::optim {
 class MatrixExchange {
 public:
     // The layer matrices of `layout` (owned_ranges.h, is_layer_matrix), owned as
-    // `data_parallel` says, split over `tensor`.
-    MatrixExchange(const model::ParamLayout& layout,
-                   const data_parallel::DataParallel& data_parallel, parallel::Comm& tensor);
+    // `data_parallel` says, split over `tensor`; the per-matrix state `optimizer` keeps for
+    // those this rank steps, zero, from `ops`.
+    MatrixExchange(kernels::Ops& ops, const model::ParamLayout& layout,
+                   const data_parallel::DataParallel& data_parallel, parallel::Comm& tensor,
+                   const Optimizer& optimizer);
 
     // `pieces` (the owned count, host memory, in the owned parts' state order): each matrix's
     // input to the optimizer's matrix_step on the elements this rank owns, replaced by the
     // step's result there. Collective over the tensor and shard groups.
-    void step(const Optimizer& optimizer, float* pieces) const;
+    void step(const Optimizer& optimizer, float* pieces, const Hyper& h);
+
+    // The per-matrix state of the matrices this rank steps into s.matrices ("NAME/TENSOR"),
+    // and back (a name missing: zero with `zero_missing`, else refused).
+    void read(OptimizerState& s) const;
+    void write(const OptimizerState& s, bool zero_missing);
+    // The per-matrix state this rank holds: names ("NAME/TENSOR") and elements.
+    std::map<std::string, std::size_t> held() const;
 
 private:
     // Matrix k: its slice (numel) from the owned pieces and back.
@@ -41,12 +56,18 @@ private:
     // The slices summed on shard rank `owner` (ZeRO 1-3).
     void sum_slices(std::vector<float>& slice, int owner) const;
     // On the owning shard rank: the slices to tensor rank `owner`, stepped there, back.
-    void step_whole(const Optimizer& optimizer, const model::ParamTensor& t,
-                    std::vector<float>& slice, int owner) const;
+    void step_whole(const Optimizer& optimizer, std::size_t k, std::vector<float>& slice, int owner,
+                    const Hyper& h);
+    // Matrix k's owner: shard rank k mod S, tensor rank ⌊k / S⌋ mod M.
+    int shard_owner(std::size_t k) const;
+    int tensor_owner(std::size_t k) const;
 
     const data_parallel::DataParallel& data_parallel_;
     parallel::Comm& tensor_;
     std::vector<const model::ParamTensor*> matrices_;
+    // Per matrix: its state's names and, on its owner, buffers (in matrix_states' order).
+    std::vector<std::vector<std::string>> names_;
+    std::vector<std::vector<kernels::DeviceBuffer>> states_;
 };
 
 }  // namespace trident::optim

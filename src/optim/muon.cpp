@@ -67,7 +67,8 @@ void newton_schulz(std::vector<float>& x, std::size_t rows, std::size_t cols, in
     }
 }
 
-void Muon::matrix_step(float* m, std::size_t rows, std::size_t cols) const {
+void Muon::matrix_step(float* m, std::size_t rows, std::size_t cols, std::span<float* const>,
+                       const Hyper&) const {
     const std::size_t n = rows * cols;
     double sum = 0;
     for (std::size_t i = 0; i < n; ++i) sum += static_cast<double>(m[i]) * m[i];

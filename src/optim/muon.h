@@ -44,7 +44,8 @@ public:
     void matrix_input(kernels::Ops& ops, const Segment& s, const Hyper& h,
                       float* out) const override;
     // U (rows, cols) into scale·O.
-    void matrix_step(float* m, std::size_t rows, std::size_t cols) const override;
+    void matrix_step(float* m, std::size_t rows, std::size_t cols, std::span<float* const> state,
+                     const Hyper& h) const override;
     // ns_steps·(4·a²·b + 2·a³), a = min(rows, cols), b = max (docs/FORMULAS.md).
     double matrix_step_flops(std::size_t rows, std::size_t cols) const override;
 

@@ -8,14 +8,17 @@
 // (optim/clipping.h). An algorithm sees segments: runs of owned parameters of one group (decayed
 // or not), each with its master weights, its named state arrays and its gradients, on the device
 // (update, through the op set's element kernels) or in host memory (update_host). AdamW
-// (optim/adamw.h) is one implementation; an algorithm with state of its own (Muon's momentum,
-// GaLore's projected moments) names it in state_names, and checkpoints save, load and reshard it
-// as they do Adam's moments.
+// (optim/adamw.h) is one implementation; an algorithm with state of its own per element (Muon's
+// momentum) names it in state_names, per whole matrix (GaLore's projected moments and projector)
+// in matrix_states, and checkpoints save, load and reshard it by those names as they do Adam's
+// moments.
 #pragma once
 
 #include <array>
 #include <cstddef>
+#include <map>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -59,6 +62,13 @@ struct Segment {
     const float* direction = nullptr;
 };
 
+// A state array an optimizer keeps per whole matrix rather than per element (GaLore's
+// projected moments and projector): its name and its elements for that matrix.
+struct MatrixStateDecl {
+    std::string name;
+    std::size_t count = 0;
+};
+
 class Optimizer {
 public:
     virtual ~Optimizer() = default;
@@ -80,11 +90,18 @@ public:
     // it advances, into `out`, host memory of `count`); the pieces are assembled into whole
     // matrices (optim/matrix_exchange.h), each stepped once by one rank (matrix_step, in
     // place, `m` (rows, cols): output features × input features), and the result handed back
-    // to each segment as its `direction`. Until then update sees no direction.
+    // to each segment as its `direction`. Until then update sees no direction. The state an
+    // algorithm keeps per matrix (matrix_states, for a (rows, cols) matrix) is held by the
+    // rank that steps it and handed to matrix_step in matrix_states' order.
     virtual bool whole_matrices() const { return false; }
     virtual void matrix_input(kernels::Ops& /*ops*/, const Segment& /*s*/, const Hyper& /*h*/,
                               float* /*out*/) const {}
-    virtual void matrix_step(float* /*m*/, std::size_t /*rows*/, std::size_t /*cols*/) const {}
+    virtual std::vector<MatrixStateDecl> matrix_states(std::size_t /*rows*/,
+                                                       std::size_t /*cols*/) const {
+        return {};
+    }
+    virtual void matrix_step(float* /*m*/, std::size_t /*rows*/, std::size_t /*cols*/,
+                             std::span<float* const> /*state*/, const Hyper& /*h*/) const {}
     // The FLOPs of one matrix_step on a (rows, cols) matrix: optimizer work, which the
     // planner counts in the step's time and never as model FLOPs.
     virtual double matrix_step_flops(std::size_t /*rows*/, std::size_t /*cols*/) const { return 0; }
@@ -99,11 +116,13 @@ inline constexpr const char* kMaster = "master";
 
 // A rank's optimizer state on the host, as checkpoints keep it: for each name (kMaster, then
 // the optimizer's state_names) a vector of the buffer's size holding the elements this rank
-// owns (zero elsewhere); and the updates taken.
+// owns (zero elsewhere); the per-matrix state of the matrices it steps (matrix_states), whole,
+// by "NAME/TENSOR" (a state's name, a tensor's whole-model name); and the updates taken.
 struct OptimizerState {
     int step = 0;
     std::vector<std::string> names;
     std::vector<std::vector<float>> values;  // per name
+    std::map<std::string, std::vector<float>> matrices;
 };
 
 }  // namespace trident::optim

@@ -51,7 +51,7 @@ void UpdateScope::step_matrices(float* const* arrays, const Hyper& h) {
         if (r.trains && r.matrix)
             optimizer.matrix_input(ops, segment(r, arrays, r.state, nullptr), h,
                                    directions.data() + r.state);
-    matrices->step(optimizer, directions.data());
+    matrices->step(optimizer, directions.data(), h);
 }
 
 namespace {
@@ -136,9 +136,6 @@ Updater::Updater(kernels::Ops& ops, const model::ParamLayout& layout,
                  int rank, const data_parallel::DataParallel& data_parallel, parallel::Comm& tensor,
                  model::FlatBuffer& params, model::FlatBuffer& grads)
     : optimizer_(make_optimizer(cfg, offload)),
-      matrices_(optimizer_->whole_matrices()
-                    ? std::make_unique<MatrixExchange>(layout, data_parallel, tensor)
-                    : nullptr),
       scope_{ops,
              data_parallel,
              owned_ranges(layout, data_parallel.owned()),
@@ -147,17 +144,20 @@ Updater::Updater(kernels::Ops& ops, const model::ParamLayout& layout,
              *optimizer_,
              static_cast<float>(cfg.weight_decay),
              1 + optimizer_->state_names().size(),
-             matrices_.get(),
+             nullptr,
              {}},
       size_(grads.size()) {
-    if (matrices_) {
+    const std::size_t allocated_before = ops.allocated_bytes();
+    if (optimizer_->whole_matrices()) {
         // The whole-matrix step reads the state in host memory (optim/muon.h).
         if (std::string(ops.name()) != "cpu")
             throw Error(std::string("optimizer.name: ") + optimizer_->name() +
                         " runs on the CPU backend only (device: cpu)");
+        matrices_ =
+            std::make_unique<MatrixExchange>(ops, layout, data_parallel, tensor, *optimizer_);
+        scope_.matrices = matrices_.get();
         scope_.directions.assign(data_parallel.owned_count(), 0.0f);
     }
-    const std::size_t allocated_before = ops.allocated_bytes();
     const auto chunk = static_cast<std::size_t>(offload.offload_chunk);
     if (offload.offload == config::Offload::nvme)
         placement_ = file_placement(scope_, *offload.offload_dir, rank, chunk);
@@ -191,6 +191,7 @@ OptimizerState Updater::empty_state() const {
 OptimizerState Updater::state() const {
     OptimizerState s = empty_state();
     placement_->read(s, step_ == 0);
+    if (matrices_) matrices_->read(s);
     return s;
 }
 
@@ -206,6 +207,7 @@ void Updater::restore(const OptimizerState& state, bool zero_missing) {
         ordered.values[a] = state.values[static_cast<std::size_t>(it - state.names.begin())];
     }
     placement_->write(ordered);
+    if (matrices_) matrices_->write(state, zero_missing);
     step_ = state.step;
 }
 
@@ -215,6 +217,19 @@ StateBytes state_bytes(const config::TrainingConfig& t, const config::OptimizerC
     for (std::size_t k = 0; k < optimizer->state_names().size(); ++k) {
         if (covers(optimizer->state_group(k), true)) bytes.matrix += sizeof(float);
         if (covers(optimizer->state_group(k), false)) bytes.other += sizeof(float);
+    }
+    return bytes;
+}
+
+std::size_t matrix_state_bytes(const Optimizer& optimizer, const model::ParamLayout& layout,
+                               std::size_t stride) {
+    std::size_t bytes = 0, k = 0;
+    for (const model::ParamTensor& t : layout.tensors()) {
+        if (!is_layer_matrix(layout, t) || k++ % stride != 0) continue;
+        for (const MatrixStateDecl& d :
+             optimizer.matrix_states(static_cast<std::size_t>(t.full_shape[0]),
+                                     static_cast<std::size_t>(t.full_shape[1])))
+            bytes += d.count * sizeof(float);
     }
     return bytes;
 }

@@ -48,7 +48,7 @@ struct UpdateScope {
     std::size_t arrays = 1;  // per parameter: the master weights and the optimizer's state
     // An optimizer that steps whole matrices: their exchange, and the matrices' directions on
     // the owned elements (host memory, the owned count, in state order); else null and empty.
-    const MatrixExchange* matrices = nullptr;
+    MatrixExchange* matrices = nullptr;
     std::vector<float> directions;
 
     // Which parameters array a (0: the master weights, then the optimizer's state) is kept
@@ -120,6 +120,11 @@ public:
     std::size_t state_bytes() const { return state_bytes_; }
     // The state's file (optimizer.offload: nvme), or null.
     const OffloadStore* store() const { return placement_->file(); }
+    // The per-matrix state this rank holds (OptimizerState::matrices' names, and elements),
+    // for a resume to read.
+    std::map<std::string, std::size_t> matrix_states() const {
+        return matrices_ ? matrices_->held() : std::map<std::string, std::size_t>{};
+    }
 
 private:
     // The state's names, in this optimizer's order, their values zero.
@@ -142,5 +147,11 @@ struct StateBytes {
     std::size_t most() const { return matrix > other ? matrix : other; }
 };
 StateBytes state_bytes(const config::TrainingConfig& t, const config::OptimizerConfig& o);
+
+// Bytes of the state `optimizer` keeps per whole matrix (Optimizer::matrix_states, fp32) for
+// the layer matrices k = 0, stride, 2·stride, ... of `layout` (stride S·M: what the owner of
+// matrix 0 holds, optim/matrix_exchange.h; 1: all of them).
+std::size_t matrix_state_bytes(const Optimizer& optimizer, const model::ParamLayout& layout,
+                               std::size_t stride = 1);
 
 }  // namespace trident::optim

@@ -158,6 +158,11 @@ OptimizerBytes optimizer_bytes(const PlanInputs& in, const model::ParamLayout& l
     OptimizerBytes bytes{in.optimizer_bytes, 0, in.matrix_optimizer_bytes};
     if (bytes.per_matrix_parameter != bytes.per_parameter)
         bytes.matrices = static_cast<double>(optim::matrix_split(layout).matrix_parameters);
+    const std::unique_ptr<optim::Optimizer> o =
+        optim::make_optimizer(in.cfg.training, in.cfg.optimizer);
+    const auto owners = static_cast<std::size_t>(in.cfg.parallel.shard_ranks()) *
+                        static_cast<std::size_t>(layout.M());
+    bytes.owned = static_cast<double>(optim::matrix_state_bytes(*o, layout, owners));
     return bytes;
 }
 
@@ -167,7 +172,7 @@ ModelStates model_states(double parameters, int data_parallel, int zero_stage, i
     ModelStates s;
     s.weights = parameters * weight_bytes / (zero_stage >= 3 ? D : 1.0);
     s.gradients = parameters * grad_bytes / (zero_stage >= 2 ? D : 1.0);
-    s.optimizer = optimizer.of(parameters) / (zero_stage >= 1 ? D : 1.0);
+    s.optimizer = optimizer.of(parameters) / (zero_stage >= 1 ? D : 1.0) + optimizer.owned;
     return s;
 }
 

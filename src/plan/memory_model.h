@@ -103,11 +103,15 @@ struct ModelStates {
     double total() const { return weights + gradients + optimizer; }
 };
 // The optimizer state's bytes per parameter: `per_parameter` each, but `per_matrix_parameter`
-// for the `matrices` of them in layer weight matrices (PlanInputs).
+// for the `matrices` of them in layer weight matrices (PlanInputs); and `owned`, the state an
+// optimizer keeps per whole matrix (GaLore's, optim::Optimizer::matrix_states) that rank 0 of
+// a stage holds as the owner of matrices 0, S·M, 2·S·M, ... (optim/matrix_exchange.h), not
+// sharded further.
 struct OptimizerBytes {
     int per_parameter = kOptimizerBytes;
     double matrices = 0;
     int per_matrix_parameter = kOptimizerBytes;
+    double owned = 0;
     double of(double parameters) const {
         return parameters * per_parameter + matrices * (per_matrix_parameter - per_parameter);
     }
@@ -115,7 +119,8 @@ struct OptimizerBytes {
 ModelStates model_states(double parameters, int data_parallel, int zero_stage, int weight_bytes,
                          int grad_bytes, const OptimizerBytes& optimizer = {});
 // The optimizer state's bytes of `layout`'s parameters, its layer matrices counted (the bytes
-// from `in`).
+// from `in`), and the per-matrix state its rank 0 owns (over S·M owners: the shard group's
+// parallel.shard_ranks() and `tensors`, the layout's tensor ranks).
 OptimizerBytes optimizer_bytes(const PlanInputs& in, const model::ParamLayout& layout);
 
 // The figures of every rank of one pipeline stage, in bytes.

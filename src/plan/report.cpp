@@ -112,7 +112,10 @@ std::string summary_text(const PlanInputs& in) {
         kernels::name_of(t.precision), in.weight_bytes, in.grad_bytes,
         in.matrix_optimizer_bytes == in.optimizer_bytes
             ? format("%d", in.optimizer_bytes).c_str()
-            : format("%d (layer matrices %d)", in.optimizer_bytes, in.matrix_optimizer_bytes)
+            : format("%d (layer matrices %d%s)", in.optimizer_bytes, in.matrix_optimizer_bytes,
+                     cfg.optimizer.name == config::OptimizerName::galore
+                         ? ", and per matrix its projected moments and projector on its owner"
+                         : "")
                   .c_str(),
         in.zero_stage, train::counted(p.shard_ranks(), "replica").c_str(),
         p.shard_ranks() == p.data * p.context

@@ -88,6 +88,8 @@ io::WrittenFile write_shard(const std::string& path, const ShareSnapshot& share)
                      state.values[k].data() + lo});
         }
     }
+    for (const auto& [name, values] : state.matrices)
+        tensors.push_back({"MATRIX/" + name, {static_cast<int64_t>(values.size())}, values.data()});
     std::map<std::string, std::string> metadata{{"format", "trident-shard"}};
     for (const io::TensorToWrite& t : tensors) {
         std::size_t bytes = kernels::size_of(t.dtype);
@@ -249,7 +251,10 @@ PendingSave begin_save(const config::Config& cfg, Trainer& trainer, parallel::Gr
         throw;
     }
     // With hybrid sharding each shard group holds the whole state: the first one writes it.
-    if (grid.data_replica().rank() == 0) share.owned = trainer.data_parallel().owned_ranges();
+    if (grid.data_replica().rank() == 0)
+        share.owned = trainer.data_parallel().owned_ranges();
+    else
+        share.state.matrices.clear();
     share.layout = &trainer.model().trainable().layout();
     share.dtype = trainer.model().options().precision.params;
     share.coordinates = grid.coordinates();

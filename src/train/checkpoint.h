@@ -21,6 +21,11 @@
 //                                   (the master weights), then each state the optimizer keeps,
 //                                   by its name (optim/optimizer.h; AdamW's exp_avg and
 //                                   exp_avg_sq), which the reader takes by name too
+//   MATRIX/KIND/NAME                fp32 state an optimizer keeps per whole matrix (GaLore's
+//                                   exp_avg, exp_avg_sq, projector; optim/matrix_exchange.h),
+//                                   whole, written by the rank that steps the matrix (of the
+//                                   first shard group under hybrid sharding), read by name
+//                                   by the one that steps it in the reader's layout
 // Tensors several ranks hold are written by one: replicated ones (LayerNorms, row-parallel
 // biases, wpe) by tensor rank 0, the tied wte by the first stage, and with zero_stage 0 (every
 // replica holds the whole optimizer state) the optimizer state by data-parallel rank 0. So each
@@ -133,6 +138,8 @@ struct CheckpointShare {
     // empty without it.
     std::vector<float> master;
     std::map<std::string, std::vector<float>> state;
+    // The per-matrix state asked for, whole, by "KIND/NAME" (OptimizerState::matrices).
+    std::map<std::string, std::vector<float>> matrices;
     uint64_t header_bytes = 0;  // read: the headers of the shards that hold any of it
     uint64_t tensor_bytes = 0;  // read: the tensor pieces that hold any of it
 };
@@ -143,10 +150,12 @@ struct CheckpointShare {
 // it are read: a rank of a same-layout resume reads about 1/ranks of the checkpoint. What it
 // reads is checked first (file sizes and header digests against the manifest, each piece's
 // SHA-256 against its shard's header; a checkpoint written without them is checked whole).
-// Throws trident::Error naming the file at fault; the model must be the layout's.
+// Throws trident::Error naming the file at fault; the model must be the layout's. `matrices`:
+// the per-matrix state to read, whole, and its elements ("KIND/NAME": Updater::matrix_states).
 CheckpointShare read_share(const std::string& dir, const model::ParamLayout& layout,
                            const std::vector<std::pair<std::size_t, std::size_t>>& owned,
-                           bool state = true);
+                           bool state = true,
+                           const std::map<std::string, std::size_t>& matrices = {});
 
 // The parts of the shard `f` of the checkpoint in `dir` that fail their SHA-256: {"header"}
 // (against the manifest), else the names of the tensors whose bytes differ from their digests

@@ -1,5 +1,6 @@
 // Training checkpoints: the checked load, resharded into the reader's layout (see
 // checkpoint.h; the saving side is checkpoint.cpp).
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -157,6 +158,11 @@ struct Gathering {
     std::size_t total = 0;                             // elements of the reader's buffer
     std::map<std::string, std::vector<float>> values;  // by kind, as the pieces show them
     std::map<std::string, std::vector<uint8_t>> seen;  // per element of the buffer
+    // The per-matrix state asked for (MATRIX/ pieces), and what has arrived, whole; whether
+    // the shards read hold any (a checkpoint of an optimizer without it holds none).
+    std::map<std::string, std::size_t> matrices_wanted;
+    std::map<std::string, std::vector<float>> matrices;
+    bool any_matrix_state = false;
 
     // The buffers of a kind, made at its first piece.
     std::vector<float>& target(const std::string& kind) {
@@ -203,6 +209,27 @@ void check_piece_digest(const std::string& path, const io::SafetensorsFile& file
                     "\" (the file is corrupt)");
 }
 
+// A MATRIX/KIND/NAME piece into g.matrices where it is asked for; returns the bytes read.
+uint64_t read_matrix_state(const std::string& path, const io::SafetensorsFile& file,
+                           const io::TensorInfo& info, bool pieces_checked, Gathering& g) {
+    const std::string name = info.name.substr(std::string("MATRIX/").size());
+    g.any_matrix_state = true;
+    const auto wanted = g.matrices_wanted.find(name);
+    if (wanted == g.matrices_wanted.end()) return 0;
+    if (info.dtype != kernels::DType::f32 || g.matrices.count(name))
+        throw Error(path + ": tensor \"" + info.name + "\" is not fp32 or written twice");
+    if (info.numel != wanted->second)
+        throw Error(path + ": tensor \"" + info.name + "\" holds " + std::to_string(info.numel) +
+                    " elements, this run keeps " + std::to_string(wanted->second) +
+                    " (optimizer.galore.rank differs from the checkpoint's run)");
+    std::vector<char> raw(info.data_end - info.data_begin);
+    file.read_raw(info, raw);
+    if (pieces_checked) check_piece_digest(path, file, info, raw);
+    const float* values = reinterpret_cast<const float*>(raw.data());
+    g.matrices[name].assign(values, values + info.numel);
+    return raw.size();
+}
+
 // Reads the pieces of one shard file that this rank needs into `g`; adds the bytes read to
 // `share`.
 void read_shard(const std::string& path, const ManifestFile& f, const model::ParamLayout& writer,
@@ -223,6 +250,10 @@ void read_shard(const std::string& path, const ManifestFile& f, const model::Par
     uint64_t pieces_read = 0;
     std::vector<char> raw;
     for (const io::TensorInfo& info : file.tensors()) {
+        if (info.name.rfind("MATRIX/", 0) == 0) {
+            pieces_read += read_matrix_state(path, file, info, pieces_checked, g);
+            continue;
+        }
         const PieceName piece = parse_piece(info.name);
         if (info.name.rfind("param/", 0) == 0) continue;
         const model::ParamTensor* t = piece.kind.empty() ? nullptr : writer.find(piece.tensor);
@@ -275,7 +306,7 @@ void check_complete(const std::string& dir, const model::ParamLayout& whole, Gat
 
 CheckpointShare read_share(const std::string& dir, const model::ParamLayout& layout,
                            const std::vector<std::pair<std::size_t, std::size_t>>& owned,
-                           bool state) {
+                           bool state, const std::map<std::string, std::size_t>& matrices) {
     CheckpointShare share;
     share.path = dir;
     share.manifest = read_manifest(dir);
@@ -288,6 +319,7 @@ CheckpointShare read_share(const std::string& dir, const model::ParamLayout& lay
     g.needs = needs_of(layout, owned);
     g.state = state;
     g.total = layout.total();
+    g.matrices_wanted = matrices;
     const model::LoraShape lora = lora_shape(m.lora);
     for (const ManifestFile& f : m.files) {
         if (f.pp < 0) continue;
@@ -299,12 +331,17 @@ CheckpointShare read_share(const std::string& dir, const model::ParamLayout& lay
             trained_layout(m.shape, lora, f.tp, m.layout.tensor,
                            model::StagePlan{m.layout.pipeline, f.pp, m.layout.virtual_stages,
                                             m.layout.chunk_layers, m.layout.placement()});
-        if (wanted(writer, f.tp, g)) read_shard(path, f, writer, g, share);
+        // Per-matrix state lies with whichever rank stepped the matrix: every header is read.
+        if (wanted(writer, f.tp, g) || !matrices.empty()) read_shard(path, f, writer, g, share);
     }
     check_complete(dir, trained_layout(m.shape, lora, 0, 1, {}), g);
+    for (const auto& [name, count] : matrices)
+        if (g.any_matrix_state && !g.matrices.count(name))
+            throw Error(dir + ": incomplete: no shard holds MATRIX/" + name);
     share.master = std::move(g.values.at(optim::kMaster));
     g.values.erase(optim::kMaster);
     share.state = std::move(g.values);
+    share.matrices = std::move(g.matrices);
     return share;
 }
 
@@ -336,6 +373,7 @@ void restore_checkpoint(const CheckpointShare& share, Trainer& trainer) {
         state.names.push_back(name);
         state.values.push_back(values);
     }
+    state.matrices = share.matrices;
     trainer.restore_optimizer(state);  // collective
     trainer.guard().restore({m.skipped_in_a_row, m.recent_losses, m.recent_grad_norms});
     if (trainer.scaler().dynamic() && m.precision == kernels::name_of(kernels::DType::f16))

@@ -16,7 +16,9 @@ in that reader cannot hide here.
 
 Each checkpoint is put back together into whole tensors of each kind it holds: "param" (the
 model's weights as the run held them), "master" (fp32 master weights) and the optimizer's state
-by its names (AdamW's "exp_avg" and "exp_avg_sq", Muon's "momentum" too), every element of every tensor written by exactly one shard. compare() names
+by its names (AdamW's "exp_avg" and "exp_avg_sq", Muon's "momentum" too), every element of every tensor written by exactly one shard; the
+state an optimizer keeps per whole matrix (GaLore's) is held whole under "MATRIX/KIND"
+(MATRIX/exp_avg, MATRIX/exp_avg_sq, MATRIX/projector), each matrix's written once. compare() names
 the first tensor and element that differs, bitwise or beyond a relative tolerance.
 
 Standard library only. As a script: checkpoint_compare.py A B [--rtol X] (bitwise without
@@ -156,6 +158,16 @@ def whole_index(name, shape, tp, tensors, local_numel):
     return lambda i: (i // width) * shape[1] + tp * width + i % width
 
 
+def add_matrix_state(out, key, values, path):
+    """A MATRIX/KIND/NAME piece (state an optimizer keeps per whole matrix: GaLore's projected
+    moments and projector), whole, under kind MATRIX/KIND; written once in a checkpoint."""
+    _, state, name = key.split("/", 2)
+    kinds = out.setdefault("MATRIX/" + state, {})
+    if name in kinds:
+        raise ValueError(f"{path}: {key} written twice")
+    kinds[name] = values
+
+
 def load(directory):
     """{kind: {tensor: array of fp32 bits}} and the manifest's model sizes."""
     with open(os.path.join(directory, "manifest.json")) as f:
@@ -171,6 +183,9 @@ def load(directory):
         if os.path.getsize(path) != entry["bytes"]:
             raise ValueError(f"{path}: {os.path.getsize(path)} bytes, manifest says {entry['bytes']}")
         for key, (dtype, shape, raw) in read_safetensors(path).items():
+            if key.startswith("MATRIX/"):
+                add_matrix_state(out, key, as_f32_bits(dtype, raw), path)
+                continue
             kind, name = key.split("/", 1)
             lo = 0
             if kind != "param":
