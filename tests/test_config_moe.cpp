@@ -114,9 +114,9 @@ TEST_CASE("config: model.moe's refusals name their key", "[config]") {
 }
 
 TEST_CASE("config: parallel.expert reads and its refusals name their key", "[config]") {
-    const Config cfg = parse(kLlama, "x.yaml",
-                             {"model.moe.experts=4", "parallel.data=4", "parallel.expert=2"},
-                             Purpose::plan);
+    const Config cfg =
+        parse(kLlama, "x.yaml", {"model.moe.experts=4", "parallel.data=4", "parallel.expert=2"},
+              Purpose::plan);
     CHECK(cfg.parallel.expert == 2);
     CHECK(parse(kLlama, "x.yaml", {}, Purpose::plan).parallel.expert == 1);
     CHECK(error_of({"parallel.data=2", "parallel.expert=2"}) ==
