@@ -50,7 +50,8 @@ ExpertExchange::ExpertExchange(int ranks, int rank, const MoeRouting& r,
     to_local_.reserve(static_cast<std::size_t>(rows));
     for (int j = 0; j < L; ++j) {
         for (int q = 0; q < ranks; ++q)
-            for (int32_t i = 0; i < received_[at(q, j)]; ++i) to_local_.push_back(start[at(q, j)] + i);
+            for (int32_t i = 0; i < received_[at(q, j)]; ++i)
+                to_local_.push_back(start[at(q, j)] + i);
         local_.offset.push_back(static_cast<int32_t>(to_local_.size()));
     }
     to_sender_.resize(to_local_.size());
@@ -61,7 +62,8 @@ ExpertExchange::ExpertExchange(int ranks, int rank, const MoeRouting& r,
 std::vector<std::size_t> ExpertExchange::elements(const std::vector<std::size_t>& rows,
                                                   int width) const {
     std::vector<std::size_t> out(rows.size());
-    for (std::size_t q = 0; q < rows.size(); ++q) out[q] = rows[q] * static_cast<std::size_t>(width);
+    for (std::size_t q = 0; q < rows.size(); ++q)
+        out[q] = rows[q] * static_cast<std::size_t>(width);
     return out;
 }
 

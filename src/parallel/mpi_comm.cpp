@@ -338,22 +338,15 @@ void MpiComm::broadcast(kernels::Ptr data, std::size_t count, int root) {
 namespace {
 
 // MPI's int counts and displacements of blocks of `counts` elements packed in rank order.
-void mpi_blocks(const std::vector<std::size_t>& counts, std::vector<int>& n,
-                std::vector<int>& displacements) {
-    std::size_t at = 0;
+void mpi_blocks(const std::vector<std::size_t>& counts, std::vector<int>& n, std::vector<int>& at) {
+    std::size_t total = 0;
     for (const std::size_t c : counts) {
-        if (at + c > static_cast<std::size_t>(INT32_MAX))
+        if (total + c > static_cast<std::size_t>(INT32_MAX))
             throw Error("internal: all_to_all_v of more than 2^31 elements");
         n.push_back(static_cast<int>(c));
-        displacements.push_back(static_cast<int>(at));
-        at += c;
+        at.push_back(static_cast<int>(total));
+        total += c;
     }
-}
-
-std::size_t sum(const std::vector<std::size_t>& counts) {
-    std::size_t total = 0;
-    for (const std::size_t c : counts) total += c;
-    return total;
 }
 
 }  // namespace
@@ -361,17 +354,12 @@ std::size_t sum(const std::vector<std::size_t>& counts) {
 void MpiComm::all_to_all_v(kernels::ConstPtr in, const std::vector<std::size_t>& send,
                            kernels::Ptr out, const std::vector<std::size_t>& recv) {
     check_same_type(in, out, "all_to_all_v");
-    const std::size_t width = kernels::size_of(out.dtype);
-    if (overlaps(in.data, sum(send) * width, out.data, sum(recv) * width))
-        throw Error("internal: all_to_all_v with its output overlapping its input");
-    if (size_ == 1) {
-        if (send.at(0)) std::memcpy(out.data, in.data, send[0] * width);
-        return;
-    }
-    Comm::count(CommKind::all_to_all, sum(send), out.dtype);
     std::vector<int> send_n, send_at, recv_n, recv_at;
     mpi_blocks(send, send_n, send_at);
     mpi_blocks(recv, recv_n, recv_at);
+    if (size_ > 1)
+        Comm::count(CommKind::all_to_all, static_cast<std::size_t>(send_at.back()) + send.back(),
+                    out.dtype);
     const MPI_Datatype type = mpi_type(out.dtype);
     check(MPI_Alltoallv(in.data, send_n.data(), send_at.data(), type, out.data, recv_n.data(),
                         recv_at.data(), type, comm_),
