@@ -225,6 +225,7 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     context_.reset_stats();
     for (parallel::Comm* data : grid_.data_groups()) data->reset_stats();
     grid_.kv_replicas().reset_stats();
+    grid_.group(parallel::Group::expert).reset_stats();
     pipeline_.reset_stats();
     embedding_.reset_stats();
     StepResult r;
@@ -275,6 +276,7 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     // sharding its replicas) and the loss's.
     for (const parallel::Comm* data : grid_.data_groups()) r.data_comm += data->stats();
     r.kv_replica_comm = grid_.kv_replicas().stats();
+    r.expert_comm = grid_.group(parallel::Group::expert).stats();
     r.pipeline_comm = pipeline_.stats();
     r.embedding_comm = embedding_.stats();
     r.memory = memory();

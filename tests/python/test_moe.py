@@ -193,6 +193,13 @@ def test_layouts(tmp, trident, families=FAMILIES, label="moe"):
     run([trident, "train"] + base + ["--set", f"logging.metrics={one}"])
     check_families(trident, base, tmp, label, reference=curve(one), families=families)
     check_router_losses(tmp, label, one, families)
+    # The expert group's all-to-alls move bytes on the expert-parallel families only.
+    for i, (name, _, overrides) in enumerate(families):
+        split = any(o.startswith("parallel.expert") for o in overrides)
+        moved = [r.get("ep_all_to_all_bytes", -1) for r in losses(os.path.join(
+            tmp, f"families_{i}.jsonl")) if "loss" in r]
+        check(moved and all((b > 0) == split and b >= 0 for b in moved),
+              f"{label}, {name}: ep_all_to_all_bytes {'above' if split else 'at'} 0 each step")
 
 
 def resume_from(trident, base, tmp, checkpoint, name, ranks, layout):
