@@ -26,8 +26,7 @@ int32_t value(int from, int to, std::size_t i) {
 
 }  // namespace
 
-TEST_CASE("comm: all_to_all_v moves uneven blocks from every rank in rank order",
-          "[mpi][comm]") {
+TEST_CASE("comm: all_to_all_v moves uneven blocks from every rank in rank order", "[mpi][comm]") {
     MpiComm comm(MPI_COMM_WORLD);
     const int n = comm.size(), r = comm.rank();
     std::vector<std::size_t> send, recv;
