@@ -32,6 +32,7 @@ Dims make_dims(const GptShape& shape, const DimsInputs& in) {
     d.kv_heads = shape.kv_heads * kv_replicas(shape.kv_heads, in.M) / in.M;
     d.Vm = shape.padded_vocab / in.M;
     d.act = in.activations;
+    d.expert_ranks = in.expert_ranks;
     return d;
 }
 

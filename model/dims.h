@@ -22,6 +22,7 @@ struct Dims {
     int B = 0, T = 0, seq_len = 0, N = 0, R = 0;
     int H = 0, Hm = 0, Fm = 0, heads = 0, kv_heads = 0, Vm = 0;
     int M = 1, tensor_rank = 0, C = 1;
+    int expert_ranks = 1;  // the ranks an MoE layer's experts split over
     bool sequence_parallel = false;
     bool tp_overlap = false;  // sequence parallelism's exchanges overlap the GEMMs' pieces
     ContextMode context_mode = ContextMode::ring;
@@ -42,6 +43,7 @@ struct DimsInputs {
     bool tp_overlap = false;         // ignored without sequence parallelism
     ContextMode context_mode = ContextMode::ring;
     kernels::DType activations = kernels::DType::f32;
+    int expert_ranks = 1;  // the expert group's size (model/moe_dispatch.h)
 };
 
 // Throws trident::Error when sequence parallelism cannot split the rows evenly.

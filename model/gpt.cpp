@@ -80,7 +80,8 @@ int unit_align(const BufferPlan& plan) {
 Dims dims_of(const GptOptions& o, const ModelGroups& groups) {
     return make_dims(o.shape, DimsInputs{o.micro_batch, groups.tensor.size(), groups.tensor.rank(),
                                          groups.context.size(), o.sequence_parallel, o.tp_overlap,
-                                         o.context_mode, o.precision.activations});
+                                         o.context_mode, o.precision.activations,
+                                         groups.experts ? groups.experts->size() : 1});
 }
 
 }  // namespace
@@ -113,7 +114,8 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
                                      nf4_.get(),
                                      options.documents.mask})),
       scratch_(ops, parts_.scratch.buffers()),
-      ctx_{ops, rows_, groups.context, groups.kv_replicas, weights_, scratch_, &moe_losses_},
+      ctx_{ops,      rows_,    groups.context, groups.kv_replicas,
+           weights_, scratch_, &moe_losses_,   groups.experts},
       store_(ops, options.recompute, parts_.chunks, parts_.layer_spec()),
       loss_sum_(ops, 1, kernels::DType::f64),
       units_(make_units(layout_, lora_layout_, weights_.frozen)) {

@@ -81,6 +81,9 @@ struct ModelGroups {
     parallel::Comm& tensor;
     parallel::Comm& context;
     parallel::Comm& kv_replicas;
+    // The expert group (expert parallelism: the ranks splitting each MoE layer's experts); none:
+    // every rank computes every expert.
+    parallel::Comm* experts = nullptr;
 };
 
 // Activation sets allocated so far: the most (microbatch, chunk) pairs ever in flight, and

@@ -15,12 +15,23 @@
 // gradient (a dot product with the expert's partial output) is summed over the tensor group.
 // The balancing loss counts the choices of the whole microbatch: summed over the context group.
 //
-// Shapes (this rank; K = N·k choices, F the expert's width over M): logits (N, experts) fp32
-// and the load (experts) kept; the permuted gate and up (K, 2F), SwiGLU's (K, F) and the
-// experts' outputs (K, H) kept for the backward.
+// Expert parallelism (E ranks of the expert group, model/moe_dispatch.h): each rank routes its
+// own tokens as above, sends the permuted rows to their experts' ranks, computes its N/E
+// experts on every rank's rows sent to them and sends the results back; the backward sends the
+// outputs' gradients the same way and the inputs' gradients back. Every rank holds every
+// expert's weights; the experts it does not compute get no gradient from it, and the
+// data-parallel sum over the data-context group adds the ranks' parts.
+//
+// Shapes (this rank; K = N·k choices, F the expert's width over M, K' the rows its experts
+// compute: K, or at most E·N·min(k, N/E) under expert parallelism): logits (N, experts) fp32 and
+// the load (experts) kept; the experts' outputs (K, H) in this rank's permuted order, the gate
+// and up (K', 2F) and SwiGLU's (K', F) kept for the backward, and under expert parallelism the
+// experts' input rows (K', H) and the counts received (experts, i32).
+#include <algorithm>
 #include <memory>
 
 #include "model/mlp.h"
+#include "model/moe_dispatch.h"
 #include "model/moe_routing.h"
 #include "model/part_kinds.h"
 
@@ -56,6 +67,16 @@ private:
         ConstPtr d_gate_up, d_out, d_logits;
     };
     std::size_t choices() const { return static_cast<std::size_t>(N_) * k_; }
+    bool exchanges() const { return EP_ > 1; }
+    // The rows this rank's experts compute: without expert parallelism the permutation's own.
+    ExpertRows all_local(const MoeRouting& r) const { return {0, r.offset}; }
+    ExchangeBuffers exchange_buffers(PartContext& ctx) const {
+        return {ctx.ops, *ctx.experts, ctx.scratch[staging_],
+                static_cast<int32_t*>(ctx.scratch[index_].data)};
+    }
+    // The forward's exchange (counts sent, and kept), or the backward's from the kept counts.
+    ExpertExchange exchange(PartContext& ctx, const Pass& pass, const MoeRouting& r,
+                            bool forward) const;
     ConstPtr all_rows(PartContext& ctx, const Pass& pass, ConstPtr x) const;
     // The routing of the kept logits (copied to `logits` when given), and the permutation's
     // tokens on the device.
@@ -67,9 +88,10 @@ private:
     Ptr permuted_weights(PartContext& ctx, const MoeRouting& r) const;
     void permute(PartContext& ctx, Ptr out, ConstPtr rows, int width) const;
     void unpermute_add(PartContext& ctx, Ptr out, ConstPtr permuted, int width) const;
-    void experts_forward(PartContext& ctx, const Pass& pass, const MoeRouting& r) const;
-    void experts_backward(PartContext& ctx, const Pass& pass, const MoeRouting& r, ConstPtr d_out,
-                          Ptr d_gate_up, Ptr d_x) const;
+    void experts_forward(PartContext& ctx, const Pass& pass, const ExpertRows& r, ConstPtr x,
+                         Ptr out) const;
+    void experts_backward(PartContext& ctx, const Pass& pass, const ExpertRows& r, ConstPtr x,
+                          ConstPtr d_out, Ptr d_gate_up, Ptr d_x) const;
     void router_backward(PartContext& ctx, const Pass& pass, const MoeRouting& r,
                          const std::vector<float>& logits, ConstPtr dy_perm, Ptr d_logits) const;
     void weight_grads(PartContext& ctx, const Pass& pass, ConstPtr x_all, const MoeRouting& r,
@@ -79,6 +101,9 @@ private:
     MoeTensors t_;
     std::unique_ptr<FeedForward> shared_;
     int N_, R_, H_, F_, E_, k_, C_, tensor_rank_;
+    int EP_;                                                          // expert ranks
+    int x_local_ = -1, received_ = -1, staging_, index_, local_out_;  // expert parallelism
+    int d_out_local_, d_x_back_;
     int x_all_, logits_, load_, gate_up_, hidden_, out_;             // slots
     int x_perm_, partial_, reduced_, ring_sums_, weights_, dy_all_;  // scratch
     int dy_perm_, d_hidden_, d_gate_up_, d_x_perm_, d_logits_;       // scratch
@@ -98,18 +123,23 @@ MoeMlp::MoeMlp(const MoeSettings& moe, MoeTensors tensors, std::unique_ptr<FeedF
       E_(moe.experts),
       k_(moe.top_k),
       C_(d.C),
-      tensor_rank_(d.tensor_rank) {
+      tensor_rank_(d.tensor_rank),
+      EP_(d.expert_ranks) {
     const std::size_t N = d.rows(), R = d.rows_mine(), K = choices(), H = d.H, F = F_;
     const std::size_t E = static_cast<std::size_t>(E_);
-    const bool sp = d.sequence_parallel;
+    const bool sp = d.sequence_parallel, ep = exchanges();
+    // Rows this rank's experts compute: at most min(k, N/E) choices of each token of E ranks.
+    const std::size_t EP = static_cast<std::size_t>(EP_);
+    const std::size_t L = std::min<std::size_t>(static_cast<std::size_t>(k_), E / EP);
+    const std::size_t Kl = ep ? EP * N * L : K;
     x_all_ = sp ? set.add("moe_input_all", N * H, d.act, Keep::unless_full) : -1;
     logits_ = set.add("moe_logits", N * E, DType::f32, Keep::unless_full);
     load_ = set.add("moe_load", E, DType::f32, Keep::unless_full);
-    gate_up_ = set.add("moe_gate_up", K * 2 * F, d.act, Keep::unless_full);
-    hidden_ = set.add("moe_swiglu", K * F, d.act, Keep::unless_full);
+    gate_up_ = set.add("moe_gate_up", Kl * 2 * F, d.act, Keep::unless_full);
+    hidden_ = set.add("moe_swiglu", Kl * F, d.act, Keep::unless_full);
     out_ = set.add("moe_expert_out", K * H, d.act, Keep::unless_full);
-    keep_d_gate_up_ = WeightGradStash(set, "moe_d_gate_up", K * 2 * F, d.act);
-    keep_d_out_ = WeightGradStash(set, "moe_d_expert_out", K * H, d.act);
+    keep_d_gate_up_ = WeightGradStash(set, "moe_d_gate_up", Kl * 2 * F, d.act);
+    keep_d_out_ = WeightGradStash(set, "moe_d_expert_out", Kl * H, d.act);
     keep_d_logits_ = WeightGradStash(set, "moe_d_logits", N * E, DType::f32);
     x_perm_ = scratch.add("moe_input_permuted", K * H, d.act);
     partial_ = scratch.add("moe_partial", N * H, d.act);
@@ -118,14 +148,23 @@ MoeMlp::MoeMlp(const MoeSettings& moe, MoeTensors tensors, std::unique_ptr<FeedF
     weights_ = scratch.add("moe_weights", K * H, DType::f32);
     dy_all_ = scratch.add("moe_d_output_all", sp ? N * H : 0, d.act);
     dy_perm_ = scratch.add("moe_d_output_permuted", K * H, d.act);
-    d_hidden_ = scratch.add("moe_d_swiglu", K * F, d.act);
-    d_gate_up_ = scratch.add("moe_d_gate_up", K * 2 * F, d.act);
-    d_x_perm_ = scratch.add("moe_d_input_permuted", K * H, d.act);
+    d_hidden_ = scratch.add("moe_d_swiglu", Kl * F, d.act);
+    d_gate_up_ = scratch.add("moe_d_gate_up", Kl * 2 * F, d.act);
+    d_x_perm_ = scratch.add("moe_d_input_permuted", Kl * H, d.act);
     d_logits_ = scratch.add("moe_d_logits", N * E, DType::f32);
     tokens_ = scratch.add("moe_tokens", K, DType::i32);
     dots_ = scratch.add("moe_weight_grads", K, DType::f32);
     ones_ = scratch.add("moe_ones", H, DType::f32);
     bias_ = scratch.add("moe_bias", E, DType::f32);
+    if (ep) {
+        x_local_ = set.add("moe_expert_input", Kl * H, d.act, Keep::unless_full);
+        received_ = set.add("moe_received", E, DType::i32, Keep::unless_full);
+    }
+    staging_ = scratch.add("moe_exchange", ep ? std::max(K, Kl) * H : 0, d.act);
+    index_ = scratch.add("moe_exchange_rows", ep ? Kl : 0, DType::i32);
+    local_out_ = scratch.add("moe_expert_out_local", ep ? Kl * H : 0, d.act);
+    d_out_local_ = scratch.add("moe_d_expert_out_local", ep ? Kl * H : 0, d.act);
+    d_x_back_ = scratch.add("moe_d_input_returned", ep ? K * H : 0, d.act);
     stats_ = scratch.add("moe_stats", 2 * E + 1, DType::f32);
 }
 
@@ -203,26 +242,41 @@ void MoeMlp::unpermute_add(PartContext& ctx, Ptr out, ConstPtr permuted, int wid
                                width, 0, N_, nullptr, 0);
 }
 
-// Each expert's GEMMs on its contiguous rows of the permutation.
-void MoeMlp::experts_forward(PartContext& ctx, const Pass& pass, const MoeRouting& r) const {
+// Each expert's GEMMs on its contiguous rows: out (rows, H) from x (rows, H).
+void MoeMlp::experts_forward(PartContext& ctx, const Pass& pass, const ExpertRows& r, ConstPtr x,
+                             Ptr out) const {
     const std::size_t H = static_cast<std::size_t>(H_), F = static_cast<std::size_t>(F_);
-    const Ptr x_perm = ctx.scratch[x_perm_], gate_up = pass.buffers[gate_up_];
-    const Ptr hidden = pass.buffers[hidden_], out = pass.buffers[out_];
-    for (int e = 0; e < E_; ++e) {
-        const std::size_t first = static_cast<std::size_t>(r.offset[static_cast<std::size_t>(e)]);
-        if (r.count(e) == 0) continue;
-        ctx.ops.matmul_forward(gate_up + first * 2 * F, x_perm + first * H,
-                               ctx.weights.params.at(t_.gate_up[static_cast<std::size_t>(e)]),
-                               nullptr, r.count(e), H_, 2 * F_);
+    const Ptr gate_up = pass.buffers[gate_up_], hidden = pass.buffers[hidden_];
+    for (int j = 0; j < r.experts(); ++j) {
+        const std::size_t first = static_cast<std::size_t>(r.offset[static_cast<std::size_t>(j)]);
+        if (r.count(j) == 0) continue;
+        ctx.ops.matmul_forward(
+            gate_up + first * 2 * F, x + first * H,
+            ctx.weights.params.at(t_.gate_up[static_cast<std::size_t>(r.first + j)]), nullptr,
+            r.count(j), H_, 2 * F_);
     }
-    ctx.ops.swiglu_forward(hidden, gate_up, static_cast<int>(choices()), F_);
-    for (int e = 0; e < E_; ++e) {
-        const std::size_t first = static_cast<std::size_t>(r.offset[static_cast<std::size_t>(e)]);
-        if (r.count(e) == 0) continue;
-        ctx.ops.matmul_forward(out + first * H, hidden + first * F,
-                               ctx.weights.params.at(t_.down[static_cast<std::size_t>(e)]), nullptr,
-                               r.count(e), F_, H_);
+    ctx.ops.swiglu_forward(hidden, gate_up, r.rows(), F_);
+    for (int j = 0; j < r.experts(); ++j) {
+        const std::size_t first = static_cast<std::size_t>(r.offset[static_cast<std::size_t>(j)]);
+        if (r.count(j) == 0) continue;
+        ctx.ops.matmul_forward(
+            out + first * H, hidden + first * F,
+            ctx.weights.params.at(t_.down[static_cast<std::size_t>(r.first + j)]), nullptr,
+            r.count(j), F_, H_);
     }
+}
+
+ExpertExchange MoeMlp::exchange(PartContext& ctx, const Pass& pass, const MoeRouting& r,
+                                bool forward) const {
+    const Ptr kept = pass.buffers[received_];
+    if (forward) {
+        ExpertExchange ex = ExpertExchange::plan(*ctx.experts, r);
+        ctx.ops.upload(kept.data, ex.received().data(), ex.received().size() * sizeof(int32_t));
+        return ex;
+    }
+    std::vector<int32_t> received(static_cast<std::size_t>(E_));
+    ctx.ops.download(received.data(), kept.data, received.size() * sizeof(int32_t));
+    return ExpertExchange(ctx.experts->size(), ctx.experts->rank(), r, std::move(received));
 }
 
 Ptr MoeMlp::forward(PartContext& ctx, const Pass& pass, ConstPtr x, bool to_output) const {
@@ -233,7 +287,15 @@ Ptr MoeMlp::forward(PartContext& ctx, const Pass& pass, ConstPtr x, bool to_outp
     const MoeRouting r = routing(ctx, pass);
     count_load(ctx, pass, r, pass.training && to_output);
     permute(ctx, ctx.scratch[x_perm_], x_all, H_);
-    experts_forward(ctx, pass, r);
+    if (exchanges()) {  // the rows to their experts' ranks, the outputs back
+        const ExpertExchange ex = exchange(ctx, pass, r, true);
+        const Ptr x_local = pass.buffers[x_local_], out_local = ctx.scratch[local_out_];
+        ex.dispatch(exchange_buffers(ctx), ctx.scratch[x_perm_], x_local, H_);
+        experts_forward(ctx, pass, ex.local(), x_local, out_local);
+        ex.combine(exchange_buffers(ctx), out_local, pass.buffers[out_], H_);
+    } else {
+        experts_forward(ctx, pass, all_local(r), ctx.scratch[x_perm_], pass.buffers[out_]);
+    }
     if (!to_output) return Ptr();
     const std::size_t H = static_cast<std::size_t>(H_);
     const Ptr weighted = ctx.scratch[x_perm_], partial = ctx.scratch[partial_];
@@ -269,31 +331,33 @@ void MoeMlp::router_backward(PartContext& ctx, const Pass& pass, const MoeRoutin
     ctx.ops.upload(d_logits.data, dz.data(), dz.size() * sizeof(float));
 }
 
-// d_gate_up (K, 2F) and the permuted input's gradient d_x (K, H) from the gradient of the
-// experts' weighted outputs d_out (K, H), each expert on its rows.
-void MoeMlp::experts_backward(PartContext& ctx, const Pass& pass, const MoeRouting& r,
+// d_gate_up (rows, 2F) and the experts' input gradient d_x (rows, H) from the gradient of the
+// experts' weighted outputs d_out (rows, H), each expert on its rows (x, their input, is not
+// read for the input's gradient alone).
+void MoeMlp::experts_backward(PartContext& ctx, const Pass& pass, const ExpertRows& r, ConstPtr x,
                               ConstPtr d_out, Ptr d_gate_up, Ptr d_x) const {
-    const std::size_t K = choices(), H = static_cast<std::size_t>(H_),
+    const std::size_t K = static_cast<std::size_t>(r.rows()), H = static_cast<std::size_t>(H_),
                       F = static_cast<std::size_t>(F_);
     const Ptr d_hidden = ctx.scratch[d_hidden_], hidden = pass.buffers[hidden_];
-    const Ptr x_perm = ctx.scratch[x_perm_];
     ctx.ops.zero(d_hidden, K * F);
-    for (int e = 0; e < E_; ++e) {
-        const std::size_t first = static_cast<std::size_t>(r.offset[static_cast<std::size_t>(e)]);
-        if (r.count(e) == 0) continue;
+    for (int j = 0; j < r.experts(); ++j) {
+        const std::size_t first = static_cast<std::size_t>(r.offset[static_cast<std::size_t>(j)]);
+        if (r.count(j) == 0) continue;
         ctx.ops.matmul_backward(
             d_hidden + first * F, nullptr, nullptr, d_out + first * H, hidden + first * F,
-            ctx.weights.params.at(t_.down[static_cast<std::size_t>(e)]), r.count(e), F_, H_);
+            ctx.weights.params.at(t_.down[static_cast<std::size_t>(r.first + j)]), r.count(j), F_,
+            H_);
     }
     ctx.ops.zero(d_gate_up, K * 2 * F);
-    ctx.ops.swiglu_backward(d_gate_up, pass.buffers[gate_up_], d_hidden, static_cast<int>(K), F_);
+    ctx.ops.swiglu_backward(d_gate_up, pass.buffers[gate_up_], d_hidden, r.rows(), F_);
     ctx.ops.zero(d_x, K * H);
-    for (int e = 0; e < E_; ++e) {
-        const std::size_t first = static_cast<std::size_t>(r.offset[static_cast<std::size_t>(e)]);
-        if (r.count(e) == 0) continue;
+    for (int j = 0; j < r.experts(); ++j) {
+        const std::size_t first = static_cast<std::size_t>(r.offset[static_cast<std::size_t>(j)]);
+        if (r.count(j) == 0) continue;
         ctx.ops.matmul_backward(
-            d_x + first * H, nullptr, nullptr, d_gate_up + first * 2 * F, x_perm + first * H,
-            ctx.weights.params.at(t_.gate_up[static_cast<std::size_t>(e)]), r.count(e), H_, 2 * F_);
+            d_x + first * H, nullptr, nullptr, d_gate_up + first * 2 * F, x + first * H,
+            ctx.weights.params.at(t_.gate_up[static_cast<std::size_t>(r.first + j)]), r.count(j),
+            H_, 2 * F_);
     }
 }
 
@@ -310,18 +374,27 @@ ConstPtr MoeMlp::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstP
     router_backward(ctx, pass, r, logits, dy_perm, d_logits);
     ctx.ops.multiply(dy_perm, dy_perm, permuted_weights(ctx, r), K * H, 1.0f);
     const Ptr d_gate_up = ctx.scratch[d_gate_up_], d_x = ctx.scratch[d_x_perm_];
-    experts_backward(ctx, pass, r, dy_perm, d_gate_up, d_x);
+    Ptr d_out = dy_perm, d_x_mine = d_x;
+    if (exchanges()) {  // the outputs' gradients to the experts' ranks, the inputs' back
+        const ExpertExchange ex = exchange(ctx, pass, r, false);
+        d_out = ctx.scratch[d_out_local_];
+        d_x_mine = ctx.scratch[d_x_back_];
+        ex.dispatch(exchange_buffers(ctx), dy_perm, d_out, H_);
+        experts_backward(ctx, pass, ex.local(), pass.buffers[x_local_], d_out, d_gate_up, d_x);
+        ex.combine(exchange_buffers(ctx), d_x, d_x_mine, H_);
+    } else {
+        experts_backward(ctx, pass, all_local(r), ctx.scratch[x_perm_], d_out, d_gate_up, d_x);
+    }
     const Ptr partial = ctx.scratch[partial_];
     ctx.ops.zero(partial, static_cast<std::size_t>(N_) * H);
-    unpermute_add(ctx, partial, d_x, H_);
+    unpermute_add(ctx, partial, d_x_mine, H_);
     // Every tensor rank computes the router's whole input gradient: one adds it to the sum.
     if (tensor_rank_ == 0)
         ctx.ops.matmul_backward(partial, nullptr, nullptr, d_logits, x_all,
                                 ctx.weights.params.at(t_.router), N_, H_, E_);
-    if (part == BackwardPart::both)
-        weight_grads(ctx, pass, x_all, r, {d_gate_up, dy_perm, d_logits});
+    if (part == BackwardPart::both) weight_grads(ctx, pass, x_all, r, {d_gate_up, d_out, d_logits});
     keep_d_gate_up_.keep(ctx, pass, part, d_gate_up);
-    keep_d_out_.keep(ctx, pass, part, dy_perm);
+    keep_d_out_.keep(ctx, pass, part, d_out);
     keep_d_logits_.keep(ctx, pass, part, d_logits);
     const Ptr mine =
         ctx.rows.reduce_rows(partial, ctx.scratch[reduced_], H, ctx.scratch[ring_sums_]);
@@ -337,23 +410,34 @@ void MoeMlp::backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) con
                  {keep_d_gate_up_.kept(pass), keep_d_out_.kept(pass), keep_d_logits_.kept(pass)});
 }
 
-// The experts' and the router's weight gradients (the bias trains not).
+// The experts' and the router's weight gradients (the bias trains not): each expert this rank
+// computes from its rows' inputs (re-permuted, or kept under expert parallelism).
 void MoeMlp::weight_grads(PartContext& ctx, const Pass& pass, ConstPtr x_all, const MoeRouting& r,
                           const WeightGradInputs& g) const {
     if (ctx.weights.frozen) return;
     const std::size_t H = static_cast<std::size_t>(H_), F = static_cast<std::size_t>(F_);
-    const Ptr x_perm = ctx.scratch[x_perm_], hidden = pass.buffers[hidden_];
-    permute(ctx, x_perm, x_all, H_);
-    for (int e = 0; e < E_; ++e) {
-        const std::size_t first = static_cast<std::size_t>(r.offset[static_cast<std::size_t>(e)]);
-        const std::size_t gate_up = t_.gate_up[static_cast<std::size_t>(e)];
-        const std::size_t down = t_.down[static_cast<std::size_t>(e)];
-        if (r.count(e) == 0) continue;
+    const Ptr hidden = pass.buffers[hidden_];
+    ConstPtr x_rows;
+    ExpertRows rows;
+    if (exchanges()) {
+        rows = exchange(ctx, pass, r, false).local();
+        x_rows = pass.buffers[x_local_];
+    } else {
+        rows = all_local(r);
+        permute(ctx, ctx.scratch[x_perm_], x_all, H_);
+        x_rows = ctx.scratch[x_perm_];
+    }
+    for (int j = 0; j < rows.experts(); ++j) {
+        const std::size_t first =
+            static_cast<std::size_t>(rows.offset[static_cast<std::size_t>(j)]);
+        const std::size_t gate_up = t_.gate_up[static_cast<std::size_t>(rows.first + j)];
+        const std::size_t down = t_.down[static_cast<std::size_t>(rows.first + j)];
+        if (rows.count(j) == 0) continue;
         ctx.ops.matmul_backward(nullptr, ctx.weights.grads.at(gate_up), nullptr,
-                                g.d_gate_up + first * 2 * F, x_perm + first * H,
-                                ctx.weights.params.at(gate_up), r.count(e), H_, 2 * F_);
+                                g.d_gate_up + first * 2 * F, x_rows + first * H,
+                                ctx.weights.params.at(gate_up), rows.count(j), H_, 2 * F_);
         ctx.ops.matmul_backward(nullptr, ctx.weights.grads.at(down), nullptr, g.d_out + first * H,
-                                hidden + first * F, ctx.weights.params.at(down), r.count(e), F_,
+                                hidden + first * F, ctx.weights.params.at(down), rows.count(j), F_,
                                 H_);
     }
     ctx.ops.matmul_backward(nullptr, ctx.weights.grads.at(t_.router), nullptr, g.d_logits, x_all,

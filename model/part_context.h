@@ -55,6 +55,8 @@ struct PartContext {
     Weights& weights;
     const Scratch& scratch;
     MoeLossSums* moe_losses = nullptr;  // none: not counted (a part alone, generation)
+    // The expert group (model/moe_dispatch.h); none: this rank computes every expert.
+    parallel::Comm* experts = nullptr;
     const Dims& dims() const { return rows.dims(); }
 };
 

@@ -112,3 +112,23 @@ TEST_CASE("config: model.moe's refusals name their key", "[config]") {
     CHECK(error_of({"model.moe.top_k=0"}) ==
           "--set model.moe.top_k=0: model.moe.top_k: must be >= 1, got 0");
 }
+
+TEST_CASE("config: parallel.expert reads and its refusals name their key", "[config]") {
+    const Config cfg =
+        parse(kLlama, "x.yaml", {"model.moe.experts=4", "parallel.data=4", "parallel.expert=2"},
+              Purpose::plan);
+    CHECK(cfg.parallel.expert == 2);
+    CHECK(parse(kLlama, "x.yaml", {}, Purpose::plan).parallel.expert == 1);
+    CHECK(error_of({"parallel.data=2", "parallel.expert=2"}) ==
+          "--set parallel.expert=2: parallel.expert (2) needs model.moe.experts > 0: it splits "
+          "the experts of the MoE layers");
+    CHECK(error_of({"model.moe.experts=4", "parallel.data=3", "parallel.expert=2",
+                    "training.global_batch=12"}) ==
+          "--set parallel.expert=2: parallel.expert (2) must divide parallel.data × "
+          "parallel.context (3 × 1 = 3): the experts split over ranks of the data-context group");
+    CHECK(error_of({"model.moe.experts=6", "parallel.data=4", "parallel.expert=4"}) ==
+          "--set parallel.expert=4: model.moe.experts (6) must be a multiple of parallel.expert "
+          "(4): each expert rank holds as many experts");
+    CHECK(error_of({"model.moe.experts=4", "parallel.expert=0"}) ==
+          "--set parallel.expert=0: parallel.expert: must be in [1, 65536], got 0");
+}

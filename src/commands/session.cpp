@@ -38,7 +38,8 @@ parallel::GridShape grid_shape(const config::Config& cfg) {
                                p.context,
                                model::kv_replicas(cfg.model.kv_heads, p.tensor),
                                pipeline::placement(p.schedule) == model::Placement::v_shape,
-                               p.data_shard};
+                               p.data_shard,
+                               p.expert};
 }
 
 int run_on_every_rank(parallel::World& world, const std::function<void()>& set_up,

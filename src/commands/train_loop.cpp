@@ -318,6 +318,7 @@ train::StepMetrics Loop::metrics_of(int s, const train::StepResult& r) {
     m.data_comm = r.data_comm;
     m.context_comm = r.context_comm;
     m.kv_replica_comm = r.kv_replica_comm;
+    m.expert_comm = r.expert_comm;
     m.pipeline_comm = r.pipeline_comm;
     m.embedding_comm = r.embedding_comm;
     m.mem_params = static_cast<int64_t>(r.memory.parameters);

@@ -144,6 +144,9 @@ struct ParallelConfig {
     int data_shard = 0;
     // The ranks ZeRO shards over: data_shard, or all D·C.
     int shard_ranks() const { return data_shard == 0 ? data * context : data_shard; }
+    // Expert parallelism: the experts of every MoE layer split over this many consecutive
+    // ranks of the data-context group (parallel/grid.h); 1: every rank computes every expert.
+    int expert = 1;
     bool operator==(const ParallelConfig&) const = default;
 };
 

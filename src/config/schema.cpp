@@ -294,6 +294,7 @@ const std::vector<Key>& table() {
               &ParallelConfig::reshard_after_forward),
         field("parallel.data_shard", &C::parallel, &ParallelConfig::data_shard,
               between(0, limits::kRanks)),
+        field("parallel.expert", &C::parallel, &ParallelConfig::expert, between(1, limits::kRanks)),
 
         field("training.micro_batch", &C::training, &TrainingConfig::micro_batch,
               between(1, limits::kBatch)),

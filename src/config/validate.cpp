@@ -171,6 +171,27 @@ void check_moe(const Config& cfg, const Origins& origins) {
     check_moe_built(cfg, origins);
 }
 
+// parallel.expert: E ranks of the data-context group split an MoE layer's experts.
+void check_expert_parallel(const Config& cfg, const Origins& origins) {
+    const ParallelConfig& p = cfg.parallel;
+    if (p.expert == 1) return;
+    const int data_context = p.data * p.context;
+    if (!cfg.model.moe.enabled())
+        fail(origins.blame({"parallel.expert", "model.moe.experts"}),
+             cat("parallel.expert (", p.expert,
+                 ") needs model.moe.experts > 0: it splits the experts of the MoE layers"));
+    if (data_context % p.expert != 0)
+        fail(origins.blame({"parallel.expert", "parallel.data", "parallel.context"}),
+             cat("parallel.expert (", p.expert, ") must divide parallel.data × parallel.context (",
+                 p.data, " × ", p.context, " = ", data_context,
+                 "): the experts split over ranks of the data-context group"));
+    if (cfg.model.moe.experts % p.expert != 0)
+        fail(origins.blame({"parallel.expert", "model.moe.experts"}),
+             cat("model.moe.experts (", cfg.model.moe.experts,
+                 ") must be a multiple of parallel.expert (", p.expert,
+                 "): each expert rank holds as many experts"));
+}
+
 // How tensor, sequence and context parallelism split the heads, widths and rows.
 void check_tensor_and_context(const Config& cfg, const Origins& origins) {
     const ModelConfig& m = cfg.model;
@@ -506,6 +527,7 @@ void validate(const Config& cfg, const Origins& origins, Purpose purpose) {
     if (purpose != Purpose::plan) refuse_unsupported_features(cfg, origins);
     check_model_and_batches(cfg, origins);
     check_moe(cfg, origins);
+    check_expert_parallel(cfg, origins);
     check_tensor_and_context(cfg, origins);
     check_pipeline(cfg, origins);
     check_zero_and_lora(cfg, origins);

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <memory>
 #include <utility>
+#include <vector>
 
 #include "kernels/dtype.h"
 
@@ -151,6 +152,12 @@ public:
     // (MPI_Alltoall; Ulysses' change from a sequence split to a head split). in and out are
     // of one type and must not overlap.
     virtual void all_to_all(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) = 0;
+    // all_to_all with a count per rank (MPI_Alltoallv; expert parallelism's token dispatch):
+    // in holds send[q] elements for each rank q, out receives recv[q] from each rank q, each
+    // packed in rank order. recv[q] here must equal send[this rank] on rank q. Counted as
+    // all_to_all, its elements those handed in. in and out are of one type, must not overlap.
+    virtual void all_to_all_v(kernels::ConstPtr in, const std::vector<std::size_t>& send,
+                              kernels::Ptr out, const std::vector<std::size_t>& recv) = 0;
     // Point to point, peer another rank of the group, tag >= 0 (MPI guarantees up to 32767).
     // send may block until the peer's matching recv begins, at any size: a pipeline must
     // order each pair of neighbours' sends and recvs so that neither waits on the other.

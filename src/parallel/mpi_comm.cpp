@@ -13,6 +13,7 @@
 
 #include "kernels/dtype.h"
 #include "kernels/error.h"
+#include "parallel/mpi_types.h"
 #include "parallel/watchdog.h"
 
 namespace trident::parallel {
@@ -84,39 +85,6 @@ MPI_Op reduce_op(kernels::DType dtype, ReduceOp op) {
     } ops;
     if (dtype == kernels::DType::bf16) return op == ReduceOp::max ? ops.bf16_max : ops.bf16_sum;
     return op == ReduceOp::max ? ops.f16_max : ops.f16_sum;
-}
-
-// 16-bit floats travel as 16-bit words (their sums are ours, above); bool and fp8 as bytes.
-MPI_Datatype mpi_type(kernels::DType dtype) {
-    using kernels::DType;
-    switch (dtype) {
-        case DType::f32:
-            return MPI_FLOAT;
-        case DType::f64:
-            return MPI_DOUBLE;
-        case DType::bf16:
-        case DType::f16:
-        case DType::u16:
-            return MPI_UINT16_T;
-        case DType::i64:
-            return MPI_INT64_T;
-        case DType::i32:
-            return MPI_INT32_T;
-        case DType::i16:
-            return MPI_INT16_T;
-        case DType::i8:
-            return MPI_INT8_T;
-        case DType::u64:
-            return MPI_UINT64_T;
-        case DType::u32:
-            return MPI_UINT32_T;
-        case DType::u8:
-        case DType::boolean:
-        case DType::f8_e4m3:
-        case DType::f8_e5m2:
-            return MPI_UINT8_T;
-    }
-    return MPI_BYTE;
 }
 
 const char* bytes(kernels::ConstPtr p) {
@@ -333,6 +301,37 @@ void MpiComm::broadcast(kernels::Ptr data, std::size_t count, int root) {
             MPI_Bcast((data + offset).data, static_cast<int>(n), mpi_type(data.dtype), root, comm_),
             "MPI_Bcast");
     }
+}
+
+namespace {
+
+// MPI's int counts and displacements of blocks of `counts` elements packed in rank order.
+void mpi_blocks(const std::vector<std::size_t>& counts, std::vector<int>& n, std::vector<int>& at) {
+    std::size_t total = 0;
+    for (const std::size_t c : counts) {
+        if (total + c > static_cast<std::size_t>(INT32_MAX))
+            throw Error("internal: all_to_all_v of more than 2^31 elements");
+        n.push_back(static_cast<int>(c));
+        at.push_back(static_cast<int>(total));
+        total += c;
+    }
+}
+
+}  // namespace
+
+void MpiComm::all_to_all_v(kernels::ConstPtr in, const std::vector<std::size_t>& send,
+                           kernels::Ptr out, const std::vector<std::size_t>& recv) {
+    check_same_type(in, out, "all_to_all_v");
+    std::vector<int> send_n, send_at, recv_n, recv_at;
+    mpi_blocks(send, send_n, send_at);
+    mpi_blocks(recv, recv_n, recv_at);
+    if (size_ > 1)
+        Comm::count(CommKind::all_to_all, static_cast<std::size_t>(send_at.back()) + send.back(),
+                    out.dtype);
+    const MPI_Datatype type = mpi_type(out.dtype);
+    check(MPI_Alltoallv(in.data, send_n.data(), send_at.data(), type, out.data, recv_n.data(),
+                        recv_at.data(), type, comm_),
+          "MPI_Alltoallv");
 }
 
 void MpiComm::all_to_all(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) {

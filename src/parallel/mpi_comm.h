@@ -72,6 +72,8 @@ public:
     void all_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     void broadcast(kernels::Ptr data, std::size_t count, int root) override;
     void all_to_all(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
+    void all_to_all_v(kernels::ConstPtr in, const std::vector<std::size_t>& send, kernels::Ptr out,
+                      const std::vector<std::size_t>& recv) override;
     // send is synchronous (MPI_Ssend): it returns once the peer's recv has begun, whatever
     // the size. A schedule that orders sends and recvs wrongly thus deadlocks in a small
     // test, not only when messages grow past MPI's eager limit.

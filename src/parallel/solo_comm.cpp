@@ -19,6 +19,11 @@ void SoloComm::all_to_all(kernels::ConstPtr in, kernels::Ptr out, std::size_t co
     if (in.data != out.data) std::memmove(out.data, in.data, count * kernels::size_of(out.dtype));
 }
 
+void SoloComm::all_to_all_v(kernels::ConstPtr in, const std::vector<std::size_t>& send,
+                            kernels::Ptr out, const std::vector<std::size_t>&) {
+    all_to_all(in, out, send.at(0));
+}
+
 void SoloComm::send(kernels::ConstPtr, std::size_t, int, int) {
     throw Error("internal: send in a group of one process");
 }

@@ -15,6 +15,8 @@ public:
     void reduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     void all_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     void all_to_all(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
+    void all_to_all_v(kernels::ConstPtr in, const std::vector<std::size_t>& send, kernels::Ptr out,
+                      const std::vector<std::size_t>& recv) override;
     void broadcast(kernels::Ptr, std::size_t, int) override {}
     void send(kernels::ConstPtr, std::size_t, int, int) override;
     void recv(kernels::Ptr, std::size_t, int, int) override;

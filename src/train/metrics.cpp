@@ -177,6 +177,9 @@ void MetricsLog::write_json(const StepMetrics& m) {
     // The replicas of a key/value head (M > KVH): its gradient's sum.
     line.add("kv_all_reduce_bytes",
              static_cast<int64_t>(m.kv_replica_comm.bytes_of(CommKind::all_reduce)));
+    // The expert group (parallel.expert): the MoE layers' rows to their experts and back.
+    line.add("ep_all_to_all_bytes",
+             static_cast<int64_t>(m.expert_comm.bytes_of(CommKind::all_to_all)));
     // The pipeline group: activations and their gradients sent between stages; the embedding
     // group: a tied embedding's gradient summed over its first and last stage.
     line.add("pp_send_bytes", static_cast<int64_t>(m.pipeline_comm.bytes_of(CommKind::send)));

@@ -40,6 +40,7 @@ struct StepMetrics {
     parallel::CommStats data_comm;        // the data-context group's traffic in the step
     parallel::CommStats context_comm;     // the context-parallel group's traffic in the step
     parallel::CommStats kv_replica_comm;  // the key/value head replicas' (M > KVH)
+    parallel::CommStats expert_comm;      // the expert group's (parallel.expert > 1)
     parallel::CommStats pipeline_comm;    // the pipeline group's traffic in the step
     parallel::CommStats embedding_comm;   // the embedding group's (a tied wte's two stages)
     // Bytes held by this rank: parameters, gradients, optimizer state, activations, peak.

@@ -69,7 +69,8 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
              gpt_options(cfg, grid.coordinates().pp,
                          data_parallel::buffer_plan(cfg.parallel.zero_stage, grid.data_shard(),
                                                     cfg.parallel.sharded_accumulation)),
-             model::ModelGroups{tensor_, context_, grid.kv_replicas()}),
+             model::ModelGroups{tensor_, context_, grid.kv_replicas(),
+                                &grid.group(parallel::Group::expert)}),
       param_file_(param_file(cfg, ops, model_, grid.rank())),
       data_parallel_(ops, model_buffers(model_),
                      data_parallel::DataGroups{grid.data_shard(), grid.data_replica(), embedding_},
@@ -224,6 +225,7 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     context_.reset_stats();
     for (parallel::Comm* data : grid_.data_groups()) data->reset_stats();
     grid_.kv_replicas().reset_stats();
+    grid_.group(parallel::Group::expert).reset_stats();
     pipeline_.reset_stats();
     embedding_.reset_stats();
     StepResult r;
@@ -274,6 +276,7 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
     // sharding its replicas) and the loss's.
     for (const parallel::Comm* data : grid_.data_groups()) r.data_comm += data->stats();
     r.kv_replica_comm = grid_.kv_replicas().stats();
+    r.expert_comm = grid_.group(parallel::Group::expert).stats();
     r.pipeline_comm = pipeline_.stats();
     r.embedding_comm = embedding_.stats();
     r.memory = memory();

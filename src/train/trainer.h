@@ -64,6 +64,7 @@ struct StepResult {
     parallel::CommStats context_comm;  // what the context-parallel group moved in the step
     // What the ranks sharing a key/value head (M > KVH) moved in the step: its gradient's sum.
     parallel::CommStats kv_replica_comm;
+    parallel::CommStats expert_comm;     // the expert group's: its MoE layers' all-to-alls
     parallel::CommStats pipeline_comm;   // what the pipeline group moved in the step
     parallel::CommStats embedding_comm;  // the tied embedding's first and last stage: its sum
     MemoryUse memory;

@@ -11,8 +11,12 @@ experts of moe_reference.py, itself first held against torch's softmax, top-k an
    moe_z_loss within 1e-5 relative;
 3. the losses, moe_aux_loss and moe_z_loss of 10 steps on every layout family
    (layout_families.py) within 1e-5 of one process's;
-4. checkpoints: a sigmoid-routed run's checkpoint of step 5 resumed at M = 2 and at D = 2
-   ZeRO-3 gives steps 6 to 10 of the straight run within 1e-5.
+4. checkpoints: a sigmoid-routed run's checkpoint of step 5 resumed at M = 2, at D = 2 ZeRO-3
+   and at D = 2 with the experts split over E = 2 gives steps 6 to 10 of the straight run within
+   1e-5; a run at E = 2 resumed from its step 5 by one process gives its own steps 6 to 10;
+5. expert parallelism (parallel.expert): the losses, moe_aux_loss and moe_z_loss of 10 steps at
+   E = 2 and 4 alone and with M, P (1F1B, ZB-H1, ZB-V), C (ring, Ulysses), ZeRO 1 to 3,
+   hybrid sharding and recompute, within 1e-5 of one process's.
 
 Exit 77 (skipped) without torch and numpy or mpirun.
 """
@@ -146,23 +150,83 @@ def test_training(tmp, trident):
                                      f"of PyTorch's Σ aux and Σ z (worst {worst_router:.2e})")
 
 
-def test_layouts(tmp, trident):
-    moe = ref.Moe(experts=4, top_k=2, ffn=32, shared=1, aux_loss=0.05, z_loss=0.01)
-    base = tiny_run(tmp, ["model.arch=llama", "checkpoint.dir=null"] + moe.overrides())
-    one = os.path.join(tmp, "moe_one_process.jsonl")
-    run([trident, "train"] + base + ["--set", f"logging.metrics={one}"])
-    check_families(trident, base, tmp, "moe", reference=curve(one))
-    # The metrics of the router's losses: every family's those of one process.
+# Expert parallelism's layouts (name, ranks, overrides): the experts split over E ranks of the
+# data-context group, alone and beside every other axis.
+EXPERT_FAMILIES = [
+    ("E=2 D=2", 2, ["parallel.data=2", "parallel.expert=2"]),
+    ("E=4 D=4", 4, ["parallel.data=4", "parallel.expert=4", "training.global_batch=8"]),
+    ("E=2 D=4", 4, ["parallel.data=4", "parallel.expert=2", "training.global_batch=8"]),
+    ("E=2 D=2 M=2 +SP", 4, ["parallel.data=2", "parallel.expert=2", "parallel.tensor=2",
+                           "parallel.sequence_parallel=true"]),
+    ("E=2 D=2 P=2 1f1b", 4, ["parallel.data=2", "parallel.expert=2", "parallel.pipeline=2"]),
+    ("E=2 D=2 P=2 zb-h1", 4, ["parallel.data=2", "parallel.expert=2", "parallel.pipeline=2",
+                             "parallel.schedule=zb-h1"]),
+    ("E=2 D=2 P=2 zb-v", 4, ["parallel.data=2", "parallel.expert=2", "parallel.pipeline=2",
+                            "parallel.schedule=zb-v"]),
+    ("E=2 C=2 ring", 2, ["parallel.context=2", "parallel.expert=2"]),
+    ("E=2 C=2 ulysses", 2, ["parallel.context=2", "parallel.context_mode=ulysses",
+                            "parallel.expert=2"]),
+    ("E=4 D=2 C=2 ring", 4, ["parallel.data=2", "parallel.context=2", "parallel.expert=4",
+                             "training.global_batch=8"]),
+    ("E=2 D=2 ZeRO-1", 2, ["parallel.data=2", "parallel.expert=2", "parallel.zero_stage=1"]),
+    ("E=2 D=2 ZeRO-2", 2, ["parallel.data=2", "parallel.expert=2", "parallel.zero_stage=2"]),
+    ("E=2 D=2 ZeRO-3", 2, ["parallel.data=2", "parallel.expert=2", "parallel.zero_stage=3"]),
+    ("E=2 D=4 hybrid shard 2", 4, ["parallel.data=4", "parallel.expert=2", "parallel.zero_stage=3",
+                                   "parallel.data_shard=2", "training.global_batch=8"]),
+    ("E=2 D=2 recompute full", 2, ["parallel.data=2", "parallel.expert=2",
+                                   "training.recompute=full"]),
+]
+LAYOUT_MOE = ref.Moe(experts=4, top_k=2, ffn=32, shared=1, aux_loss=0.05, z_loss=0.01)
+
+
+def check_router_losses(tmp, label, one, families):
+    """Each family's moe_aux_loss and moe_z_loss (families_i.jsonl) within TOLERANCE of one
+    process's (`one`), for the families of the same global batch."""
     want = losses(one)
-    for i, (name, _, overrides) in enumerate(FAMILIES):
+    for i, (name, _, overrides) in enumerate(families):
         if any(o.startswith("training.global_batch") for o in overrides):
             continue
         got = losses(os.path.join(tmp, f"families_{i}.jsonl"))
         worst = max((abs(g[k] - w[k]) / abs(w[k]) for g, w in zip(got, want)
                      for k in ("moe_aux_loss", "moe_z_loss") if "loss" in w),
                     default=float("inf"))
-        check(worst <= TOLERANCE, f"moe, {name}: moe_aux_loss and moe_z_loss within "
+        check(worst <= TOLERANCE, f"{label}, {name}: moe_aux_loss and moe_z_loss within "
                                   f"{TOLERANCE} of one process (worst {worst:.2e})")
+
+
+def test_layouts(tmp, trident, families=FAMILIES, label="moe"):
+    base = tiny_run(tmp, ["model.arch=llama", "checkpoint.dir=null"] + LAYOUT_MOE.overrides())
+    one = os.path.join(tmp, "moe_one_process.jsonl")
+    run([trident, "train"] + base + ["--set", f"logging.metrics={one}"])
+    check_families(trident, base, tmp, label, reference=curve(one), families=families)
+    check_router_losses(tmp, label, one, families)
+    # The expert group's all-to-alls move bytes on the expert-parallel families only (the
+    # metrics are rank 0's; under ZB-V its stage holds the first and the last chunk, which
+    # need hold no layer of this 2-layer model).
+    for i, (name, _, overrides) in enumerate(families):
+        if "parallel.schedule=zb-v" in overrides:
+            continue
+        split = any(o.startswith("parallel.expert") for o in overrides)
+        moved = [r.get("ep_all_to_all_bytes", -1) for r in losses(os.path.join(
+            tmp, f"families_{i}.jsonl")) if "loss" in r]
+        check(moved and all((b > 0) == split and b >= 0 for b in moved),
+              f"{label}, {name}: ep_all_to_all_bytes {'above' if split else 'at'} 0 each step")
+
+
+def resume_from(trident, base, tmp, checkpoint, name, ranks, layout):
+    """Steps 6 to 10 of `base` resumed on `layout` from `checkpoint` (step 5): {step: loss}."""
+    metrics = os.path.join(tmp, f"resumed_{name.replace(' ', '_').replace('=', '')}.jsonl")
+    overrides = layout + [f"checkpoint.dir={tmp}/ck_{name.replace(' ', '_')}",
+                          f"checkpoint.resume={checkpoint}", f"logging.metrics={metrics}"]
+    run([trident, "train"] + base + [a for o in overrides for a in ("--set", o)], ranks=ranks)
+    return {r["step"]: r["loss"] for r in losses(metrics) if "loss" in r}
+
+
+def check_resumed(name, got, want):
+    worst = max((abs(got[s] - want[s]) / abs(want[s]) for s in got), default=float("inf"))
+    check(sorted(got) == [6, 7, 8, 9, 10] and worst <= TOLERANCE,
+          f"resumed at {name} from step 5: steps {sorted(got)} within {TOLERANCE} of the "
+          f"straight run (worst {worst:.2e})")
 
 
 def test_resume(tmp, trident):
@@ -174,17 +238,18 @@ def test_resume(tmp, trident):
                                      f"logging.metrics={straight}"])
     want = {r["step"]: r["loss"] for r in losses(straight) if "loss" in r}
     for name, ranks, layout in (("M=2", 2, ["parallel.tensor=2"]),
-                                ("D=2 ZeRO-3", 2, ["parallel.data=2", "parallel.zero_stage=3"])):
-        metrics = os.path.join(tmp, f"resumed_{ranks}_{len(layout)}.jsonl")
-        overrides = layout + [f"checkpoint.dir={tmp}/ck_{len(layout)}",
-                              f"checkpoint.resume={tmp}/ck/step_000005",
-                              f"logging.metrics={metrics}"]
-        run([trident, "train"] + base + [a for o in overrides for a in ("--set", o)], ranks=ranks)
-        got = {r["step"]: r["loss"] for r in losses(metrics) if "loss" in r}
-        worst = max((abs(got[s] - want[s]) / abs(want[s]) for s in got), default=float("inf"))
-        check(sorted(got) == [6, 7, 8, 9, 10] and worst <= TOLERANCE,
-              f"resumed at {name} from one process's step 5: steps {sorted(got)} within "
-              f"{TOLERANCE} of the straight run (worst {worst:.2e})")
+                                ("D=2 ZeRO-3", 2, ["parallel.data=2", "parallel.zero_stage=3"]),
+                                ("D=2 E=2", 2, ["parallel.data=2", "parallel.expert=2"])):
+        got = resume_from(trident, base, tmp, f"{tmp}/ck/step_000005", name, ranks, layout)
+        check_resumed(f"{name} from one process", got, want)
+    # A checkpoint written with the experts split, resumed by one process.
+    split = os.path.join(tmp, "straight_e2.jsonl")
+    layout = ["parallel.data=2", "parallel.expert=2", f"checkpoint.dir={tmp}/ck_e2",
+              "checkpoint.interval=5", f"logging.metrics={split}"]
+    run([trident, "train"] + base + [a for o in layout for a in ("--set", o)], ranks=2)
+    want = {r["step"]: r["loss"] for r in losses(split) if "loss" in r}
+    got = resume_from(trident, base, tmp, f"{tmp}/ck_e2/step_000005", "one process", 1, [])
+    check_resumed("one process from E=2 D=2", got, want)
 
 
 def main():
@@ -192,7 +257,7 @@ def main():
     parser.add_argument("--trident", required=True)
     parser.add_argument("--tools-dir", required=True)
     parser.add_argument("--keep", metavar="DIR")
-    parser.add_argument("--only", choices=["reference", "layouts"])
+    parser.add_argument("--only", choices=["reference", "layouts", "expert"])
     args = parser.parse_args()
     if shutil.which("mpirun") is None:
         print("SKIP: mpirun not found (Debian's openmpi-bin)")
@@ -201,14 +266,16 @@ def main():
     with tempfile.TemporaryDirectory() as scratch:
         tmp = args.keep or scratch
         os.makedirs(tmp, exist_ok=True)
-        if args.only != "layouts":
+        if args.only in (None, "reference"):
             test_ops()
             dump = os.path.join(args.tools_dir, "trident_model_dump")
             test_gradients(tmp, dump, "softmax", SOFTMAX)
             test_gradients(tmp, dump, "sigmoid", SIGMOID)
             test_training(tmp, args.trident)
-        if args.only != "reference":
+        if args.only not in ("reference", "expert"):
             test_layouts(tmp, args.trident)
+        if args.only != "reference":
+            test_layouts(tmp, args.trident, EXPERT_FAMILIES, "moe, expert parallel")
             test_resume(tmp, args.trident)
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0

@@ -131,6 +131,22 @@ void StagedComm::all_to_all(ConstPtr in, Ptr out, std::size_t count) {
     to_device(out.data, received.data, bytes);
 }
 
+void StagedComm::all_to_all_v(ConstPtr in, const std::vector<std::size_t>& send, Ptr out,
+                              const std::vector<std::size_t>& recv) {
+    std::size_t sent = 0, received = 0;
+    for (const std::size_t c : send) sent += c;
+    for (const std::size_t c : recv) received += c;
+    const std::size_t width = kernels::size_of(out.dtype);
+    if (size() == 1) return copy(out.data, in.data, sent * width);
+    Comm::count(CommKind::all_to_all, sent, out.dtype);
+    if (!on_device(out.data)) return host_->all_to_all_v(in, send, out, recv);
+    // Input and output side by side in the staging memory (they must not overlap).
+    const Ptr host(staging_.reserve((sent + received) * width), out.dtype);
+    to_host(host.data, in.data, sent * width);
+    host_->all_to_all_v(host, send, host + sent, recv);
+    to_device(out.data, (host + sent).data, received * width);
+}
+
 void StagedComm::send(ConstPtr data, std::size_t count, int peer, int tag) {
     Comm::count(CommKind::send, count, data.dtype);
     if (!on_device(data.data)) return host_->send(data, count, peer, tag);

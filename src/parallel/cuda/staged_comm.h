@@ -34,6 +34,8 @@ public:
     void all_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     void broadcast(kernels::Ptr data, std::size_t count, int root) override;
     void all_to_all(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
+    void all_to_all_v(kernels::ConstPtr in, const std::vector<std::size_t>& send, kernels::Ptr out,
+                      const std::vector<std::size_t>& recv) override;
     void send(kernels::ConstPtr data, std::size_t count, int peer, int tag) override;
     void recv(kernels::Ptr data, std::size_t count, int peer, int tag) override;
     void barrier() override;
