@@ -38,9 +38,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_reference as ref  # noqa: E402
 import test_gpt2_reference as base  # noqa: E402
 from galore_reference import GaloreReference, is_matrix  # noqa: E402
-from layout_families import FAMILIES, check_families, curve  # noqa: E402
+from layout_families import FAMILIES, check_families  # noqa: E402
 from mpi_harness import (binaries_or_skip, check, checkpoints_differ, failures,  # noqa: E402
                          run, tiny_run)
+from optimizer_resume import check_reshard, resumed  # noqa: E402
 
 
 def reference_losses(model, tokens, galore):
@@ -104,33 +105,10 @@ MATRIX_STATE = ("MATRIX/exp_avg", "MATRIX/exp_avg_sq", "MATRIX/projector")
 STATE = ("master", "exp_avg", "exp_avg_sq") + MATRIX_STATE
 
 
-def resumed(trident, run_args, tmp, name, source, overrides, ranks=1, expect_ok=True):
-    """A run of `run_args` resumed from checkpoint `source` into its own directory."""
-    directory = os.path.join(tmp, name)
-    args = run_args + [a for o in overrides + [f"checkpoint.dir={directory}",
-                                               f"checkpoint.resume={source}",
-                                               "checkpoint.interval=5",
-                                               f"logging.metrics={directory}.jsonl"]
-                       for a in ("--set", o)]
-    return run([trident, "train"] + args, ranks=ranks, expect_ok=expect_ok), directory
-
-
 def checkpoints(trident, galore, tmp, full):
     """Part 3 (see the top of this file); `full`: one process's 10 losses."""
-    first = os.path.join(tmp, "ck_one")
-    run([trident, "train"] + galore + ["--set", f"checkpoint.dir={first}",
-                                       "--set", "checkpoint.interval=5"])
-    step5, step10 = (os.path.join(first, f"step_{n:06d}") for n in (5, 10))
-    grid = ["parallel.tensor=2", "parallel.data=2", "parallel.zero_stage=1"]
-    _, moved = resumed(trident, galore, tmp, "ck_grid", step5, grid, ranks=4)
-    got = curve(moved + ".jsonl")
-    worst = max(abs(a - b) / abs(b) for a, b in zip(got, full[5:])) if len(got) == 5 else 1
-    check(worst <= 1e-5, f"galore checkpoint of one process resumed on M=2 D=2: steps 6-10 "
-                         f"within 1e-5 of the uninterrupted run (worst {worst:.2e})")
-    differ = checkpoints_differ(step10, os.path.join(moved, "step_000010"), 1e-4, STATE)
-    check(differ is None, f"galore state at step 10 after a reshard (master weights, Adam's "
-                          f"moments, projected moments, projectors), element by element: "
-                          f"{differ or 'the same'}")
+    step5 = check_reshard(trident, galore, tmp, full, "galore", STATE,
+                          " (master weights, Adam's moments, projected moments, projectors)")
     p, _ = resumed(trident, galore, tmp, "ck_muon", step5, ["optimizer.name=muon"],
                    expect_ok=False)
     lines = [x for x in p.stdout.splitlines() if "optimizer.name: galore in the checkpoint" in x]

@@ -37,8 +37,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_reference as ref  # noqa: E402
 import test_gpt2_reference as base  # noqa: E402
 from layout_families import FAMILIES, check_families  # noqa: E402
-from mpi_harness import (binaries_or_skip, check, checkpoints_differ, failures,  # noqa: E402
-                         losses, run, tiny_run)
+from mpi_harness import binaries_or_skip, check, failures, run, tiny_run  # noqa: E402
+from optimizer_resume import check_reshard, resumed  # noqa: E402
 
 MATRICES = (".attn.c_attn.weight", ".attn.c_proj.weight", ".mlp.c_fc.weight",
             ".mlp.c_proj.weight")
@@ -149,35 +149,9 @@ def state_bytes(model, record):
 STATE = ("master", "momentum", "exp_avg", "exp_avg_sq")
 
 
-def curve(path):
-    return [r["loss"] for r in losses(path) if "loss" in r]
-
-
-def resumed(trident, base, tmp, name, source, overrides, ranks=1, expect_ok=True):
-    """A run of `base` resumed from checkpoint `source` into its own directory."""
-    directory = os.path.join(tmp, name)
-    args = base + [a for o in overrides + [f"checkpoint.dir={directory}",
-                                           f"checkpoint.resume={source}", "checkpoint.interval=5",
-                                           f"logging.metrics={directory}.jsonl"]
-                   for a in ("--set", o)]
-    return run([trident, "train"] + args, ranks=ranks, expect_ok=expect_ok), directory
-
-
 def checkpoints(trident, muon, tmp, full):
     """Part 3 (see the top of this file); `full`: one process's 10 losses."""
-    first = os.path.join(tmp, "ck_one")
-    run([trident, "train"] + muon + ["--set", f"checkpoint.dir={first}",
-                                     "--set", "checkpoint.interval=5"])
-    step5, step10 = (os.path.join(first, f"step_{n:06d}") for n in (5, 10))
-    grid = ["parallel.tensor=2", "parallel.data=2", "parallel.zero_stage=1"]
-    _, moved = resumed(trident, muon, tmp, "ck_grid", step5, grid, ranks=4)
-    got = curve(moved + ".jsonl")
-    worst = max(abs(a - b) / abs(b) for a, b in zip(got, full[5:])) if len(got) == 5 else 1
-    check(worst <= 1e-5, f"muon checkpoint of one process resumed on M=2 D=2: steps 6-10 "
-                         f"within 1e-5 of the uninterrupted run (worst {worst:.2e})")
-    differ = checkpoints_differ(step10, os.path.join(moved, "step_000010"), 1e-4, STATE)
-    check(differ is None, f"muon state at step 10 after a reshard, element by element: "
-                          f"{differ or 'the same'}")
+    step5 = check_reshard(trident, muon, tmp, full, "muon", STATE)
     p, _ = resumed(trident, muon, tmp, "ck_adamw", step5, ["optimizer.name=adamw"],
                    expect_ok=False)
     lines = [x for x in p.stdout.splitlines() if "optimizer.name: muon in the checkpoint" in x]
