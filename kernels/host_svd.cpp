@@ -8,7 +8,7 @@
 
 #include "kernels/error.h"
 
-// LAPACK's Fortran entry point (OpenBLAS exports it; the LAPACKE C layer is not installed).
+// LAPACK's Fortran entry point (OpenBLAS exports it; LAPACKE, its C API, is not installed).
 extern "C" void sgesdd_(const char* jobz, const int* m, const int* n, float* a, const int* lda,
                         float* s, float* u, const int* ldu, float* vt, const int* ldvt, float* work,
                         const int* lwork, int* iwork, int* info, std::size_t jobz_length);

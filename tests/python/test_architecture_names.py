@@ -6,7 +6,7 @@ test names what the page cites that is no longer there.
 It also holds the code to the page's vocabulary ("Vocabulary"): the grid's degrees have one
 spelling each (M the tensor degree, C the context degree: no `tensor_size`, `tp_size`, ...),
 and C is only ever the context degree, so the kernels call a row's width `channels` and never
-`C` (C++ and the C API aside).
+`C` (C++, the C API and extern "C" aside).
 
 Standard library only; the usual --trident and --tools-dir arguments are accepted and unused.
 """
@@ -59,8 +59,8 @@ def is_code_name(token):
 # Other spellings of the grid's degrees, anywhere in the code.
 DEGREE_SPELLINGS = re.compile(
     r"\b(tensor|context|tp|cp|dp|pp)_(size|degree|world_size)\b")
-# C as a word in the kernels, but for the languages' names (C++, the C API).
-KERNEL_C = re.compile(r"\bC\b(?!\+\+| API)")
+# C as a word in the kernels, but for the languages' names (C++, the C API, extern "C").
+KERNEL_C = re.compile(r"\bC\b(?!\+\+| API|\")")
 
 
 def vocabulary_breaches(files):
