@@ -120,59 +120,91 @@ void MatrixExchange::sum_slices(std::vector<float>& slice, int owner) const {
     }
 }
 
-void MatrixExchange::step_whole(const Optimizer& optimizer, std::size_t k,
-                                std::vector<float>& slice, int owner, const Hyper& h) {
+namespace {
+
+// Tensor rank r's slice of matrix t into its place in the whole (rows × cols), or back.
+void place_slice(const model::ParamTensor& t, int r, const float* slice, float* whole) {
+    model::for_each_slice_run(t, r, [&](std::size_t local, std::size_t full, std::size_t n) {
+        std::copy(slice + local, slice + local + n, whole + full);
+    });
+}
+void take_slice(const model::ParamTensor& t, int r, const float* whole, float* slice) {
+    model::for_each_slice_run(t, r, [&](std::size_t local, std::size_t full, std::size_t n) {
+        std::copy(whole + full, whole + full + n, slice + local);
+    });
+}
+
+}  // namespace
+
+bool MatrixExchange::assemble(std::size_t k, const std::vector<float>& slice,
+                              std::vector<float>& whole) const {
     const model::ParamTensor& t = *matrices_[k];
+    const int owner = tensor_owner(k);
     if (tensor_.rank() != owner) {
         tensor_.send(slice.data(), slice.size(), owner, kTag);
+        return false;
+    }
+    whole.resize(static_cast<std::size_t>(t.full_shape[0] * t.full_shape[1]));
+    std::vector<float> other(slice.size());
+    for (int r = 0; r < tensor_.size(); ++r) {
+        if (r != owner) tensor_.recv(other.data(), other.size(), r, kTag);
+        place_slice(t, r, (r == owner ? slice : other).data(), whole.data());
+    }
+    return true;
+}
+
+void MatrixExchange::split(std::size_t k, const std::vector<float>& whole,
+                           std::vector<float>& slice) const {
+    const model::ParamTensor& t = *matrices_[k];
+    const int owner = tensor_owner(k);
+    if (tensor_.rank() != owner) {
         tensor_.recv(slice.data(), slice.size(), owner, kTag);
         return;
     }
-    const auto rows = static_cast<std::size_t>(t.full_shape[0]);
-    const auto cols = static_cast<std::size_t>(t.full_shape[1]);
-    std::vector<float> whole(rows * cols), other(slice.size());
-    // Tensor rank r's slice into its place in the whole, and back.
-    const auto place = [&](const std::vector<float>& from, int r) {
-        model::for_each_slice_run(t, r, [&](std::size_t local, std::size_t full, std::size_t n) {
-            std::copy(from.begin() + static_cast<std::ptrdiff_t>(local),
-                      from.begin() + static_cast<std::ptrdiff_t>(local + n),
-                      whole.begin() + static_cast<std::ptrdiff_t>(full));
-        });
-    };
-    const auto take = [&](std::vector<float>& to, int r) {
-        model::for_each_slice_run(t, r, [&](std::size_t local, std::size_t full, std::size_t n) {
-            std::copy(whole.begin() + static_cast<std::ptrdiff_t>(full),
-                      whole.begin() + static_cast<std::ptrdiff_t>(full + n),
-                      to.begin() + static_cast<std::ptrdiff_t>(local));
-        });
-    };
-    for (int r = 0; r < tensor_.size(); ++r) {
-        if (r != owner) tensor_.recv(other.data(), other.size(), r, kTag);
-        place(r == owner ? slice : other, r);
-    }
-    std::vector<float*> state;
-    for (kernels::DeviceBuffer& b : states_[k]) state.push_back(b.f32());
-    optimizer.matrix_step(whole.data(), rows, cols, state, h);
     for (int r = 0; r < tensor_.size(); ++r) {
         if (r == owner) continue;
-        take(other, r);
-        tensor_.send(other.data(), other.size(), r, kTag);
+        take_slice(t, r, whole.data(), slice.data());
+        tensor_.send(slice.data(), slice.size(), r, kTag);
     }
-    take(slice, owner);
+    take_slice(t, owner, whole.data(), slice.data());
+}
+
+void MatrixExchange::step_whole(const Optimizer& optimizer, std::size_t k,
+                                std::vector<float>& whole, const Hyper& h) {
+    const model::ParamTensor& t = *matrices_[k];
+    std::vector<float*> state;
+    for (kernels::DeviceBuffer& b : states_[k]) state.push_back(b.f32());
+    optimizer.matrix_step(whole.data(), static_cast<std::size_t>(t.full_shape[0]),
+                          static_cast<std::size_t>(t.full_shape[1]), state, h);
 }
 
 void MatrixExchange::step(const Optimizer& optimizer, float* pieces, const Hyper& h) {
+    const std::size_t round = static_cast<std::size_t>(data_parallel_.group().size()) *
+                              static_cast<std::size_t>(tensor_.size());
+    for (std::size_t first = 0; first < matrices_.size(); first += round)
+        step_round(optimizer, first, std::min(matrices_.size(), first + round), pieces, h);
+}
+
+void MatrixExchange::step_round(const Optimizer& optimizer, std::size_t first, std::size_t end,
+                                float* pieces, const Hyper& h) {
     parallel::Comm& shard = data_parallel_.group();
-    const bool sharded = data_parallel_.zero_stage() >= 1;
-    for (std::size_t k = 0; k < matrices_.size(); ++k) {
-        const model::ParamTensor& t = *matrices_[k];
-        const int owner = shard_owner(k);
-        std::vector<float> slice(t.numel);
-        gather_owned(t, pieces, slice.data());
-        if (sharded && shard.size() > 1) sum_slices(slice, owner);
-        if (shard.rank() == owner) step_whole(optimizer, k, slice, tensor_owner(k), h);
-        if (shard.size() > 1) shard.broadcast(slice.data(), slice.size(), owner);
-        scatter_owned(t, slice.data(), pieces);
+    const bool sum = data_parallel_.zero_stage() >= 1 && shard.size() > 1;
+    std::vector<std::vector<float>> slices(end - first);
+    std::vector<float> whole;  // the one matrix of the round this rank steps, if any
+    std::size_t mine = end;
+    for (std::size_t k = first; k < end; ++k) {
+        std::vector<float>& slice = slices[k - first];
+        slice.resize(matrices_[k]->numel);
+        gather_owned(*matrices_[k], pieces, slice.data());
+        if (sum) sum_slices(slice, shard_owner(k));
+        if (shard.rank() == shard_owner(k) && assemble(k, slice, whole)) mine = k;
+    }
+    if (mine < end) step_whole(optimizer, mine, whole, h);
+    for (std::size_t k = first; k < end; ++k) {
+        std::vector<float>& slice = slices[k - first];
+        if (shard.rank() == shard_owner(k)) split(k, whole, slice);
+        if (shard.size() > 1) shard.broadcast(slice.data(), slice.size(), shard_owner(k));
+        scatter_owned(*matrices_[k], slice.data(), pieces);
     }
 }
 

@@ -7,8 +7,11 @@
 // k mod S of tensor rank ⌊k / S⌋ mod M. Its slice is summed on that shard rank from the owned
 // parts (zero elsewhere, so the sum is exact), the slices sent to the owner, the matrix
 // stepped there, each slice sent back, and the slice broadcast over the shard group, whose
-// ranks keep their owned parts of it. So each matrix is whole on one rank of the stage's
-// M·S, never every matrix on every rank. Hybrid sharding's replica groups each do the same,
+// ranks keep their owned parts of it. The matrices go in rounds of S·M, one per owner: the
+// round's slices are all assembled first, then every owner steps its matrix at the same
+// time as the others, then the round is split back. So each matrix is whole on one rank of
+// the stage's M·S, never every matrix on every rank, and the steps of a round run side by
+// side. Hybrid sharding's replica groups each do the same,
 // alike. The exchanges are host memory through the group's communicator (the CPU backend's).
 // The state an optimizer keeps per matrix (Optimizer::matrix_states: GaLore's) lives on that
 // owner alone, whole, in buffers of the op set (counted as optimizer state), and is read and
@@ -55,8 +58,16 @@ private:
     void scatter_owned(const model::ParamTensor& t, const float* slice, float* pieces) const;
     // The slices summed on shard rank `owner` (ZeRO 1-3).
     void sum_slices(std::vector<float>& slice, int owner) const;
-    // On the owning shard rank: the slices to tensor rank `owner`, stepped there, back.
-    void step_whole(const Optimizer& optimizer, std::size_t k, std::vector<float>& slice, int owner,
+    // Matrices [first, end), one per owner: their slices summed and sent to the owners, each
+    // owner's matrix stepped (all owners at once), the slices sent back and broadcast.
+    void step_round(const Optimizer& optimizer, std::size_t first, std::size_t end, float* pieces,
+                    const Hyper& h);
+    // On matrix k's shard owner: the tensor group's slices into `whole` (rows × cols) on its
+    // tensor owner (true there), and back into each rank's `slice`.
+    bool assemble(std::size_t k, const std::vector<float>& slice, std::vector<float>& whole) const;
+    void split(std::size_t k, const std::vector<float>& whole, std::vector<float>& slice) const;
+    // The optimizer's matrix_step of matrix k, whole, with its state.
+    void step_whole(const Optimizer& optimizer, std::size_t k, std::vector<float>& whole,
                     const Hyper& h);
     // Matrix k's owner: shard rank k mod S, tensor rank ⌊k / S⌋ mod M.
     int shard_owner(std::size_t k) const;
