@@ -546,6 +546,13 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
                                "parallel.sequence_parallel=true"},
                               4);
     }
+    // ZeRO-1 over D = 2: the replicas' halves of a stage hold different shares of layer
+    // matrices (stage 0's first half holds the embedding), counted as the buckets cut them.
+    SECTION("muon, 2 x 1 x 2, ZeRO-1") {
+        check_measured_memory({"optimizer.name=muon", "parallel.pipeline=2", "parallel.data=2",
+                               "parallel.zero_stage=1"},
+                              4);
+    }
     // GaLore's per-matrix state on the owners: rank 0 of a stage steps matrices 0, S·M, ...
     SECTION("galore, 2 x 2 x 1") {
         check_measured_memory({"optimizer.name=galore", "optimizer.galore.rank=4",

@@ -19,6 +19,40 @@ model::BufferPlan buffer_plan(int zero_stage, const parallel::Comm& shard,
     return plan;
 }
 
+std::vector<Bucket> make_buckets(const std::vector<model::ModelUnit>& units, std::size_t size,
+                                 int zero_stage, std::size_t D, std::size_t r,
+                                 std::size_t bucket_size) {
+    std::vector<Bucket> buckets;
+    if (zero_stage >= 2) {  // the units, each a multiple of D
+        for (const model::ModelUnit& u : units)
+            if (u.trainable.first < u.trainable.second)
+                buckets.push_back(
+                    Bucket{u.trainable.first, u.trainable.second - u.trainable.first, 0, 0});
+    } else {  // buckets of a multiple of D elements (the buffer is one), counted from the end
+        const std::size_t bucket = std::max(D, bucket_size / D * D);
+        for (std::size_t end = size; end > 0;) {
+            const std::size_t begin = end > bucket ? end - bucket : 0;
+            buckets.insert(buckets.begin(), Bucket{begin, end - begin, 0, 0});
+            end = begin;
+        }
+    }
+    for (Bucket& b : buckets) {
+        b.owned = zero_stage >= 1 ? b.size / D : b.size;
+        b.mine = zero_stage >= 1 ? b.begin + r * b.owned : b.begin;
+    }
+    return buckets;
+}
+
+std::vector<OwnedPart> owned_parts(const std::vector<Bucket>& buckets) {
+    std::vector<OwnedPart> parts;
+    std::size_t state = 0;
+    for (const Bucket& b : buckets) {
+        parts.push_back(OwnedPart{b.mine, b.owned, state});
+        state += b.owned;
+    }
+    return parts;
+}
+
 DataParallel::DataParallel(kernels::Ops& ops, ModelBuffers model, DataGroups groups,
                            const DataParallelOptions& options, ParamFile* param_file)
     : units_(std::move(model.units)),
@@ -29,12 +63,11 @@ DataParallel::DataParallel(kernels::Ops& ops, ModelBuffers model, DataGroups gro
       embedding_(groups.embedding),
       zero_stage_(options.zero_stage),
       layout_total_(model.tensors) {
-    buckets_ = make_buckets(options.bucket_size);
-    for (const Bucket& b : buckets_) {
-        const std::size_t part = owned_part(b);
-        owned_.push_back(OwnedPart{b.mine, part, owned_count_});
-        owned_count_ += part;
-    }
+    buckets_ =
+        make_buckets(units_, grads_.size(), zero_stage_, static_cast<std::size_t>(group_.size()),
+                     static_cast<std::size_t>(group_.rank()), options.bucket_size);
+    owned_ = owned_parts(buckets_);
+    for (const OwnedPart& o : owned_) owned_count_ += o.count;
     const Overlap overlap = options.overlap;
     // A frozen model's adapters are too small for their gathers to overlap with anything.
     if (group_.size() > 1)
@@ -50,31 +83,6 @@ DataParallel::DataParallel(kernels::Ops& ops, ModelBuffers model, DataGroups gro
                                         overlap.param_gather && group_.size() > 1, reshard);
     flight_.resize(buckets_.size());
     set_param_file(param_file);
-}
-
-std::vector<DataParallel::Bucket> DataParallel::make_buckets(std::size_t bucket_size) const {
-    const std::size_t D = static_cast<std::size_t>(group_.size());
-    const std::size_t r = static_cast<std::size_t>(group_.rank());
-    std::vector<Bucket> buckets;
-    if (zero_stage_ >= 2) {  // the units, each a multiple of D
-        for (const model::ModelUnit& u : units_)
-            if (u.trainable.first < u.trainable.second)
-                buckets.push_back(
-                    Bucket{u.trainable.first, u.trainable.second - u.trainable.first, 0});
-    } else {  // buckets of a multiple of D elements (the buffer is one), counted from the end
-        const std::size_t bucket = std::max(D, bucket_size / D * D);
-        for (std::size_t end = grads_.size(); end > 0;) {
-            const std::size_t begin = end > bucket ? end - bucket : 0;
-            buckets.insert(buckets.begin(), Bucket{begin, end - begin, 0});
-            end = begin;
-        }
-    }
-    for (Bucket& b : buckets) b.mine = zero_stage_ >= 1 ? b.begin + r * (b.size / D) : b.begin;
-    return buckets;
-}
-
-std::size_t DataParallel::owned_part(const Bucket& b) const {
-    return zero_stage_ >= 1 ? b.size / static_cast<std::size_t>(group_.size()) : b.size;
 }
 
 std::vector<std::pair<std::size_t, std::size_t>> DataParallel::owned_ranges() const {
@@ -179,10 +187,9 @@ void DataParallel::start_reduction(std::size_t b) {
     InFlight& f = flight_[b];
     f.reducing = true;
     f.reduction_start = io::TraceRecorder::now_us();
-    f.reduction = zero_stage_ == 0
-                      ? group_.iall_reduce(grads_.at(bucket.begin), bucket.size)
-                      : group_.ireduce_scatter(grads_.at(bucket.begin), grads_.at(bucket.mine),
-                                               owned_part(bucket));
+    f.reduction = zero_stage_ == 0 ? group_.iall_reduce(grads_.at(bucket.begin), bucket.size)
+                                   : group_.ireduce_scatter(grads_.at(bucket.begin),
+                                                            grads_.at(bucket.mine), bucket.owned);
 }
 
 void DataParallel::finish_reduction(std::size_t b) {
@@ -211,7 +218,7 @@ void DataParallel::reduce_gradients() {
             if (zero_stage_ == 0)
                 group_.all_reduce(grads_.at(b->begin), b->size);
             else  // in place: this rank's part of the bucket's sum lands where it is
-                group_.reduce_scatter(grads_.at(b->begin), grads_.at(b->mine), owned_part(*b));
+                group_.reduce_scatter(grads_.at(b->begin), grads_.at(b->mine), b->owned);
         }
     } else {
         for (std::size_t b = buckets_.size(); b-- > 0;)
@@ -302,15 +309,15 @@ void DataParallel::gather_updated() {
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
         const Bucket& bucket = buckets_[b];
         flight_[b].gather_start = io::TraceRecorder::now_us();
-        flight_[b].gather = group_.iall_gather(params_.at(bucket.mine), params_.at(bucket.begin),
-                                               owned_part(bucket));
+        flight_[b].gather =
+            group_.iall_gather(params_.at(bucket.mine), params_.at(bucket.begin), bucket.owned);
     }
 }
 
 void DataParallel::gather_params() {
     if (!gathers_after_update()) return;
     for (const Bucket& b : buckets_)
-        group_.all_gather(params_.at(b.mine), params_.at(b.begin), owned_part(b));
+        group_.all_gather(params_.at(b.mine), params_.at(b.begin), b.owned);
 }
 
 }  // namespace trident::data_parallel

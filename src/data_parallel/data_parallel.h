@@ -86,6 +86,22 @@ struct OwnedPart {
     std::size_t state = 0;
 };
 
+// A run of the trainable buffer reduced and gathered at once, and this replica's part of it.
+struct Bucket {
+    std::size_t begin, size;  // in the buffer
+    std::size_t mine, owned;  // this replica's part: its offset and elements (size / D, or all)
+};
+
+// The buckets of a trainable buffer of `size` elements (a multiple of D) for replica r of D
+// at ZeRO stage `zero_stage`: at stages 2 and 3 the units' trainable ranges, else runs of
+// max(D, bucket_size / D·D) elements counted from the end; replica r owns the r-th D-th of
+// each at stages 1-3, all of it at stage 0.
+std::vector<Bucket> make_buckets(const std::vector<model::ModelUnit>& units, std::size_t size,
+                                 int zero_stage, std::size_t D, std::size_t r,
+                                 std::size_t bucket_size);
+// What those buckets give their replica to own, in buffer order (DataParallel::owned).
+std::vector<OwnedPart> owned_parts(const std::vector<Bucket>& buckets);
+
 // Sees each range of the gradients once it is final, before any reduction sums it
 // (train/first_sighting.h).
 class GradientObserver {
@@ -174,11 +190,6 @@ public:
     ParamFile* param_file() const { return param_file_; }
 
 private:
-    // A bucket of the buffer and this rank's part of it.
-    struct Bucket {
-        std::size_t begin, size;  // in the buffer
-        std::size_t mine;         // offset of this rank's part (size / D, or all)
-    };
     // A bucket's calls under way in this step.
     struct InFlight {
         std::size_t final = 0;  // gradients of the bucket announced final
@@ -187,14 +198,12 @@ private:
         double reduction_start = 0, gather_start = 0;  // for the trace, in microseconds
     };
 
-    std::vector<Bucket> make_buckets(std::size_t bucket_size) const;
     // The trainable buffer's side of the events, on a range of it.
     void range_needed(std::size_t begin, std::size_t end);
     void range_final(std::size_t begin, std::size_t end);
     // The final range shown to the observer, where it is resident.
     void show(std::size_t begin, std::size_t end);
     void tie_sharded();
-    std::size_t owned_part(const Bucket& b) const;  // elements of the bucket this rank owns
     bool gathers_after_update() const { return zero_stage_ == 1 || zero_stage_ == 2; }
     void start_reduction(std::size_t bucket);
     // Notes which calls under way have completed (their spans end now).

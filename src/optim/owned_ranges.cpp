@@ -37,7 +37,12 @@ std::vector<OwnedRange> owned_ranges(const model::ParamLayout& layout,
     for (const auto& t : layout.tensors()) {
         const bool counted = !layout.held_elsewhere(t);
         const bool matrix = is_layer_matrix(layout, t);
-        for (const data_parallel::OwnedPart& o : owned) {
+        // The parts (in buffer order) from the first that ends after the tensor begins.
+        auto first = std::partition_point(owned.begin(), owned.end(), [&](const auto& o) {
+            return o.offset + o.count <= t.offset;
+        });
+        for (auto it = first; it != owned.end() && it->offset < t.offset + t.numel; ++it) {
+            const data_parallel::OwnedPart& o = *it;
             // The part of the tensor that this rank owns in this part.
             const std::size_t lo = std::max(t.offset, o.offset);
             const std::size_t hi = std::min(t.offset + t.numel, o.offset + o.count);

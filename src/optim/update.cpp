@@ -19,12 +19,23 @@ StateGroup UpdateScope::group(std::size_t a) const {
 }
 
 std::size_t UpdateScope::count(std::size_t a) const {
-    const StateGroup g = group(a);
-    if (g == StateGroup::all) return data_parallel.owned_count();
+    return group_count(group(a), ranges, data_parallel.owned_count());
+}
+
+std::size_t group_count(StateGroup g, const std::vector<OwnedRange>& ranges, std::size_t owned) {
+    if (g == StateGroup::all) return owned;
     std::size_t n = 0;
     for (const OwnedRange& r : ranges)
         if (covers(g, r.matrix)) n += r.count;
     return n;
+}
+
+std::size_t owned_state_bytes(const Optimizer& optimizer, const std::vector<OwnedRange>& ranges,
+                              std::size_t owned) {
+    std::size_t elements = owned;  // the master weights
+    for (std::size_t k = 0; k < optimizer.state_names().size(); ++k)
+        elements += group_count(optimizer.state_group(k), ranges, owned);
+    return elements * sizeof(float);
 }
 
 Segment UpdateScope::segment(const OwnedRange& r, float* const* arrays, std::size_t at,

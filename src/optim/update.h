@@ -148,6 +148,14 @@ struct StateBytes {
 };
 StateBytes state_bytes(const config::TrainingConfig& t, const config::OptimizerConfig& o);
 
+// Elements of a state array kept for group g (StateGroup::all: every one of the `owned`
+// elements; else the ranges of that group).
+std::size_t group_count(StateGroup g, const std::vector<OwnedRange>& ranges, std::size_t owned);
+// Bytes of the state an Updater keeps on the device for `ranges` of `owned` owned elements: the
+// master weights and each of `optimizer`'s arrays, fp32 (its per-matrix state aside).
+std::size_t owned_state_bytes(const Optimizer& optimizer, const std::vector<OwnedRange>& ranges,
+                              std::size_t owned);
+
 // Bytes of the state `optimizer` keeps per whole matrix (Optimizer::matrix_states, fp32) for
 // the layer matrices k = 0, stride, 2·stride, ... of `layout` (stride S·M: what the owner of
 // matrix 0 holds, optim/matrix_exchange.h; 1: all of them).

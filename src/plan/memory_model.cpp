@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "config/model_shape.h"
+#include "data_parallel/data_parallel.h"
 #include "model/model_spec.h"
 #include "model/nf4_base.h"
 #include "model/param_layout.h"
@@ -220,6 +221,28 @@ double gathered_bytes(const PlanInputs& in, const model::ParamLayout& layout, in
     return static_cast<double>(held) * in.weight_bytes;
 }
 
+// The optimizer state replica 0 of the shard group holds on the device: its owned parts as the
+// data-parallel module cuts the `buffer` elements (data_parallel::make_buckets), each of the
+// optimizer's arrays over its group's elements among them (optim::owned_state_bytes: Muon's
+// momentum over the layer matrices' alone), and the per-matrix state it owns.
+double held_optimizer_bytes(const PlanInputs& in, const model::ParamLayout& layout,
+                            int64_t buffer) {
+    std::vector<model::ModelUnit> units;
+    for (const auto& [begin, end] : layout.unit_ranges())
+        units.push_back(model::ModelUnit{"", {begin, end}, {0, 0}, false});
+    const auto parts = data_parallel::owned_parts(
+        data_parallel::make_buckets(units, static_cast<std::size_t>(buffer), in.zero_stage,
+                                    static_cast<std::size_t>(in.cfg.parallel.shard_ranks()), 0,
+                                    static_cast<std::size_t>(in.cfg.parallel.bucket_size)));
+    std::size_t owned = 0;
+    for (const data_parallel::OwnedPart& p : parts) owned += p.count;
+    const std::unique_ptr<optim::Optimizer> o =
+        optim::make_optimizer(in.cfg.training, in.cfg.optimizer);
+    return static_cast<double>(
+               optim::owned_state_bytes(*o, optim::owned_ranges(layout, parts), owned)) +
+           optimizer_bytes(in, layout).owned;
+}
+
 }  // namespace
 
 model::ParamLayout stage_layout(const PlanInputs& in, int stage) {
@@ -242,6 +265,10 @@ StageMemory stage_states(const PlanInputs& in, const model::ParamLayout& layout)
     s.parameters = (static_cast<int64_t>(layout.total()) + N - 1) / N * N;
     s.states = model_states(static_cast<double>(s.parameters), static_cast<int>(N), in.zero_stage,
                             in.weight_bytes, in.grad_bytes, optimizer_bytes(in, layout));
+    // Arrays kept for one group of parameters only (Muon's, GaLore's): replica 0's share of
+    // each group, exactly; else every owned element alike, model_states' figure.
+    if (in.matrix_optimizer_bytes != in.optimizer_bytes)
+        s.states.optimizer = held_optimizer_bytes(in, layout, s.parameters);
     s.gathered = gathered_bytes(in, layout, s.parameters);
     if (cfg.training.lora.enabled()) add_adapters(in, layout, s);
     if (cfg.optimizer.offload == config::Offload::nvme) {
