@@ -2,7 +2,8 @@
 // the checkpoint's model.arch, with its config.json (model/hf_config.h,
 // model/hf_llama_config.h): one file with config.json beside it, or (--format hf) a model
 // folder as transformers' save_pretrained writes it, Llama weights sharded above a size
-// (model/hf_weights.h). Or the low-rank adapters of a checkpoint that trained them.
+// (model/hf_weights.h). Or the low-rank adapters of a checkpoint that trained them, with
+// PEFT's adapter_config.json beside them (model/peft_config.h).
 #include <cstdio>
 #include <filesystem>
 
@@ -17,6 +18,7 @@
 #include "model/hf_llama_config.h"
 #include "model/hf_weights.h"
 #include "model/lora.h"
+#include "model/peft_config.h"
 #include "train/checkpoint.h"
 
 namespace trident::commands {
@@ -123,7 +125,23 @@ void check_output(const ExportOptions& opts) {
         return;
     }
     io::check_output_file(opts.output, "--output");
-    if (!opts.lora_only) io::check_output_file(model::hf_config_path(opts.output), "--output");
+    io::check_output_file(
+        opts.lora_only ? model::peft_config_path(opts.output) : model::hf_config_path(opts.output),
+        "--output");
+}
+
+// The adapters file and PEFT's adapter_config.json beside it (model/peft_config.h).
+void export_adapters(const ExportOptions& opts, const train::LoadedModel& loaded) {
+    const config::LoraConfig& lora = loaded.cfg.training.lora;
+    const model::ParamLayout whole_lora = model::ParamLayout::for_lora(
+        config::gpt_shape(loaded.cfg), config::lora_of(loaded.cfg).shape);
+    model::save_lora_file(opts.output, whole_lora, loaded.adapters.data(), lora.alpha);
+    const std::string base = fs::absolute(loaded.base).lexically_normal().string();
+    io::write_file_atomically(
+        model::peft_config_path(opts.output),
+        model::peft_adapter_config(whole_lora, lora.alpha, lora.dropout, base));
+    std::printf("exported the adapters of %s -> %s (and PEFT's %s beside it)\n",
+                loaded.path.c_str(), opts.output.c_str(), model::kPeftConfigName);
 }
 
 }  // namespace
@@ -146,13 +164,7 @@ int export_model(const ExportOptions& opts) {
         throw Error(loaded.path + " trained the whole model, not low-rank adapters: export it " +
                     "without " + (opts.merge_lora ? "--merge-lora" : "--lora-only"));
     if (opts.lora_only) {
-        const config::LoraConfig& lora = loaded.cfg.training.lora;
-        const model::GptShape shape = config::gpt_shape(loaded.cfg);
-        model::save_lora_file(
-            opts.output, model::ParamLayout::for_lora(shape, config::lora_of(loaded.cfg).shape),
-            loaded.adapters.data(), lora.alpha);
-        std::printf("exported the adapters of %s -> %s\n", loaded.path.c_str(),
-                    opts.output.c_str());
+        export_adapters(opts, loaded);
         return 0;
     }
     if (opts.format == "hf")

@@ -181,6 +181,7 @@ struct LoadedModel {
     // Host, model::ParamLayout::for_lora(gpt_shape(cfg), lora_of(cfg).shape); empty
     // without adapters.
     std::vector<float> adapters;
+    std::string base;  // the base weights under them (a file or a checkpoint), as read
 };
 LoadedModel load_model_checkpoint(const std::string& path);
 

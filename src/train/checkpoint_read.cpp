@@ -410,10 +410,10 @@ LoadedModel load_model_checkpoint(const std::string& path) {
             loaded.adapters = std::move(share.master);
             const LoraRecord& lora = share.manifest.lora;
             loaded.params.assign(whole.total(), 0.0f);
-            const std::string base =
+            loaded.base =
                 load_base_weights(resolve_base(lora.base, dir), whole, loaded.params.data());
-            if (base_weights_sha256(base) != lora.base_sha256)
-                throw Error(dir + ": the base weights " + base +
+            if (base_weights_sha256(loaded.base) != lora.base_sha256)
+                throw Error(dir + ": the base weights " + loaded.base +
                             " are not those the adapters were trained on (their SHA-256 "
                             "differs from the manifest's)");
             // A 4-bit base is recomputed from the base's file (deterministic): the adapters

@@ -15,7 +15,8 @@ o, gate, up, down) against PyTorch and across layouts.
 4. Checkpoints: resumed on M = 2 from one process's step 5, the uninterrupted losses (1e-5);
    `export --merge-lora` writes Hugging Face Llama tensors W + (alpha/r)·B·A (1e-6 of numpy's
    merge) that load (model.init_from) to the adapted loss; `export --lora-only` writes PEFT's
-   Llama names that load back (training.lora.init_from) to the same loss and, merged by
+   Llama names, with PEFT's adapter_config.json (PEFT's merge by its rules is --merge-lora's),
+   that load back (training.lora.init_from) to the same loss and, merged by
    `generate --checkpoint BASE --lora`, give the adapters' checkpoint's text (over a checkpoint
    of adapters, --lora is refused); changed base weights are refused (SHA-256).
 
@@ -40,6 +41,7 @@ import gpt2_reference as common  # noqa: E402
 import llama_reference as ref  # noqa: E402
 from lora_training import curve, reference_training, worst_rel  # noqa: E402
 from mpi_harness import binaries_or_skip, check, failures, run  # noqa: E402
+from peft_check import check_peft_export  # noqa: E402
 
 SHAPE = ref.LlamaShape(vocab=100, seq_len=16, layers=2, hidden=32, heads=4, kv_heads=2, ffn=48,
                        rope_theta=500000.0, norm_eps=1e-6)
@@ -195,6 +197,8 @@ def check_exports(trident, dump, base, path, adapters):
     check(sorted(merged) == sorted(base_weights) and worst[0] <= 1e-6,
           f"--merge-lora: Hugging Face Llama tensors W + (alpha/r)·B·A (worst {worst[0]:.2e}, "
           f"{worst[1]})")
+    check_peft_export(check, common, path("ad10.safetensors"), path("base.safetensors"),
+                      path("merged.safetensors"), RANK, ALPHA, False)
     check_generate(trident, path)
     run([dump, "--config", path("c.yaml"), "--set", f"model.init_from={path('merged.safetensors')}",
          "--output", path("gm.safetensors")], ranks=1)

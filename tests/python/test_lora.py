@@ -12,7 +12,8 @@
 3. With B = 0 (the default start) the first loss is the base model's, to the printed digit.
 4. Checkpoints hold the adapters and the base's SHA-256: a resume of step 5 on another layout
    gives the uninterrupted run's losses; `export --merge-lora` loads (model.init_from) to the adapted model's loss;
-   `export --lora-only` and `generate --weights --lora` give the checkpoint's text; changed
+   `export --lora-only` (with PEFT's adapter_config.json, whose merge by PEFT's rules is
+   `--merge-lora`'s) and `generate --weights --lora` give the checkpoint's text; changed
    base weights and other adapters are refused with a message.
 
 Exit status: 0 passed, 1 a check failed, 77 skipped (no torch, numpy or mpirun).
@@ -34,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gpt2_reference as ref  # noqa: E402
 from lora_training import curve, reference_training, worst_rel  # noqa: E402
 from mpi_harness import binaries_or_skip, check, failures, run  # noqa: E402
+from peft_check import check_peft_export  # noqa: E402
 
 SHAPE = ref.GPTShape(vocab=100, seq_len=16, layers=2, hidden=32, heads=4, ffn=128)
 RANK, ALPHA = 4, 8.0
@@ -223,6 +225,8 @@ def main():
              "--output", path("merged.safetensors")])
         run([trident, "export", "--checkpoint", path("ck"), "--lora-only",
              "--output", path("ad10.safetensors")])
+        check_peft_export(check, ref, path("ad10.safetensors"), path("base.safetensors"),
+                          path("merged.safetensors"), RANK, ALPHA, True)
         run([dump, "--config", path("c.yaml"), "--set", f"model.init_from={path('merged.safetensors')}",
              "--output", path("gm.safetensors")], ranks=1)
         run([dump] + base + ["--set", f"training.lora.init_from={path('ad10.safetensors')}",
