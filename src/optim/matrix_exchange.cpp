@@ -15,12 +15,24 @@ constexpr int kTag = 4601;  // the exchanges' point-to-point messages
 
 }  // namespace
 
+std::vector<const model::ParamTensor*> stepping_order(const model::ParamLayout& layout,
+                                                      const Optimizer& optimizer) {
+    std::vector<const model::ParamTensor*> order;
+    for (const model::ParamTensor& t : layout.tensors())
+        if (is_layer_matrix(layout, t)) order.push_back(&t);
+    const auto cost = [&](const model::ParamTensor* t) {
+        return optimizer.matrix_step_flops(static_cast<std::size_t>(t->full_shape[0]),
+                                           static_cast<std::size_t>(t->full_shape[1]));
+    };
+    std::stable_sort(order.begin(), order.end(),
+                     [&](const auto* a, const auto* b) { return cost(a) > cost(b); });
+    return order;
+}
+
 MatrixExchange::MatrixExchange(kernels::Ops& ops, const model::ParamLayout& layout,
                                const data_parallel::DataParallel& data_parallel,
                                parallel::Comm& tensor, const Optimizer& optimizer)
-    : data_parallel_(data_parallel), tensor_(tensor) {
-    for (const model::ParamTensor& t : layout.tensors())
-        if (is_layer_matrix(layout, t)) matrices_.push_back(&t);
+    : data_parallel_(data_parallel), tensor_(tensor), matrices_(stepping_order(layout, optimizer)) {
     names_.resize(matrices_.size());
     states_.resize(matrices_.size());
     for (std::size_t k = 0; k < matrices_.size(); ++k) {

@@ -3,19 +3,19 @@
 // matrix lies in pieces over two groups: the tensor group (each rank its slice: a column
 // split's rows, a row split's columns; model/param_layout.h) and the data-parallel shard group
 // (at ZeRO 1-3 each replica owns a part of every slice; at ZeRO 0 every replica owns it all).
-// Matrix k of a stage (in the layout's order) is stepped by one owner, in turns: shard rank
-// k mod S of tensor rank ⌊k / S⌋ mod M. Its slice is summed on that shard rank from the owned
-// parts (zero elsewhere, so the sum is exact), the slices sent to the owner, the matrix
-// stepped there, each slice sent back, and the slice broadcast over the shard group, whose
-// ranks keep their owned parts of it. The matrices go in rounds of S·M, one per owner: the
-// round's slices are all assembled first, then every owner steps its matrix at the same
-// time as the others, then the round is split back. So each matrix is whole on one rank of
-// the stage's M·S, never every matrix on every rank, and the steps of a round run side by
-// side. Hybrid sharding's replica groups each do the same,
-// alike. The exchanges are host memory through the group's communicator (the CPU backend's).
-// The state an optimizer keeps per matrix (Optimizer::matrix_states: GaLore's) lives on that
-// owner alone, whole, in buffers of the op set (counted as optimizer state), and is read and
-// written by the tensor's whole-model name, so checkpoints reshard it by name.
+// Matrix k of a stage (in the stepping order: the costliest step first, stepping_order) is
+// stepped by one owner, in turns: shard rank k mod S of tensor rank ⌊k / S⌋ mod M. Its slice is
+// summed on that shard rank from the owned parts (zero elsewhere, so the sum is exact), the slices
+// sent to the owner, the matrix stepped there, each slice sent back, and the slice broadcast over
+// the shard group, whose ranks keep their owned parts of it. The matrices go in rounds of S·M, one
+// per owner: the round's slices are all assembled first, then every owner steps its matrix at the
+// same time as the others, then the round is split back. So each matrix is whole on one rank of the
+// stage's M·S, never every matrix on every rank, and the steps of a round run side by side, and a
+// round holds matrices of like cost. Hybrid sharding's replica groups each do the same, alike. The
+// exchanges are host memory through the group's communicator (the CPU backend's). The state an
+// optimizer keeps per matrix (Optimizer::matrix_states: GaLore's) lives on that owner alone, whole,
+// in buffers of the op set (counted as optimizer state), and is read and written by the tensor's
+// whole-model name, so checkpoints reshard it by name.
 #pragma once
 
 #include <cstddef>
@@ -30,6 +30,12 @@
 #include "parallel/comm.h"
 
 namespace trident::optim {
+
+// The layer matrices of `layout` (owned_ranges.h, is_layer_matrix) in the order they are
+// stepped: by Optimizer::matrix_step_flops of the whole matrix, the costliest first, ties in
+// the layout's order.
+std::vector<const model::ParamTensor*> stepping_order(const model::ParamLayout& layout,
+                                                      const Optimizer& optimizer);
 
 class MatrixExchange {
 public:

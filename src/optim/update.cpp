@@ -235,11 +235,11 @@ StateBytes state_bytes(const config::TrainingConfig& t, const config::OptimizerC
 std::size_t matrix_state_bytes(const Optimizer& optimizer, const model::ParamLayout& layout,
                                std::size_t stride) {
     std::size_t bytes = 0, k = 0;
-    for (const model::ParamTensor& t : layout.tensors()) {
-        if (!is_layer_matrix(layout, t) || k++ % stride != 0) continue;
+    for (const model::ParamTensor* t : stepping_order(layout, optimizer)) {
+        if (k++ % stride != 0) continue;
         for (const MatrixStateDecl& d :
-             optimizer.matrix_states(static_cast<std::size_t>(t.full_shape[0]),
-                                     static_cast<std::size_t>(t.full_shape[1])))
+             optimizer.matrix_states(static_cast<std::size_t>(t->full_shape[0]),
+                                     static_cast<std::size_t>(t->full_shape[1])))
             bytes += d.count * sizeof(float);
     }
     return bytes;

@@ -157,8 +157,8 @@ std::size_t owned_state_bytes(const Optimizer& optimizer, const std::vector<Owne
                               std::size_t owned);
 
 // Bytes of the state `optimizer` keeps per whole matrix (Optimizer::matrix_states, fp32) for
-// the layer matrices k = 0, stride, 2·stride, ... of `layout` (stride S·M: what the owner of
-// matrix 0 holds, optim/matrix_exchange.h; 1: all of them).
+// the layer matrices k = 0, stride, 2·stride, ... of `layout` in stepping order (stride S·M:
+// what the owner of matrix 0 holds, optim/matrix_exchange.h; 1: all of them).
 std::size_t matrix_state_bytes(const Optimizer& optimizer, const model::ParamLayout& layout,
                                std::size_t stride = 1);
 
