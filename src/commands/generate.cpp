@@ -154,6 +154,7 @@ int generate(const GenerateOptions& opts) {
 
     model::GptShape shape;
     std::vector<float> params;
+    train::SamplingOptions sampling = opts.sampling;
     if (!opts.checkpoint.empty()) {
         train::LoadedModel loaded = train::load_model_checkpoint(opts.checkpoint);
         if (!opts.lora.empty() && !loaded.adapters.empty())
@@ -162,6 +163,7 @@ int generate(const GenerateOptions& opts) {
                         "takes a checkpoint of a whole model");
         shape = config::gpt_shape(loaded.cfg);
         params = std::move(loaded.params);
+        sampling.eod = train::generation_eod(loaded.cfg.data);
     } else {
         load_weights(opts, shape, params);
     }
@@ -169,7 +171,7 @@ int generate(const GenerateOptions& opts) {
     check_finite(shape, params, opts.weights.empty() ? opts.checkpoint : opts.weights);
     train::GenerationModel whole(*ops, shape, params);
     const auto tokenizer = data::tokenizer_for_vocab(shape.vocab);
-    const train::SamplingOptions& o = opts.sampling;
+    const train::SamplingOptions& o = sampling;
     const std::string tokens = train::counted(o.tokens, "token");
     if (o.temperature == 0)
         std::fprintf(stderr, "generate: %s, greedy (temperature 0)\n", tokens.c_str());
@@ -178,11 +180,15 @@ int generate(const GenerateOptions& opts) {
                      tokens.c_str(), o.temperature, o.top_k, o.top_k == 0 ? " (all)" : "",
                      static_cast<unsigned long long>(o.seed));
     // Each piece as it comes: a long generation shows its progress.
-    generate_text(whole.decoder(), *tokenizer, opts.prompt, opts.sampling,
-                  [](const std::string& piece) {
-                      std::fwrite(piece.data(), 1, piece.size(), stdout);
-                      std::fflush(stdout);
-                  });
+    if (o.eod >= 0)
+        std::fprintf(stderr,
+                     "generate: packed documents (the checkpoint's data.documents: mask): a "
+                     "token sees its own document, which ends after token %d\n",
+                     static_cast<int>(o.eod));
+    generate_text(whole.decoder(), *tokenizer, opts.prompt, sampling, [](const std::string& piece) {
+        std::fwrite(piece.data(), 1, piece.size(), stdout);
+        std::fflush(stdout);
+    });
     std::printf("\n");
     return 0;
 }

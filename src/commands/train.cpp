@@ -117,6 +117,7 @@ void print_sample(const Setup& setup, train::Trainer& trained, kernels::Ops& ops
     train::SamplingOptions opts;
     opts.tokens = cfg.logging.sample_tokens;
     opts.seed = cfg.training.seed;
+    opts.eod = train::generation_eod(cfg.data);
     std::string text;
     generate_text(whole.decoder(), tokenizer, cfg.logging.sample_prompt, opts,
                   [&](const std::string& piece) { text += piece; });

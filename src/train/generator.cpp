@@ -47,13 +47,20 @@ int32_t sample_token(std::vector<float> logits, const SamplingOptions& opts, uin
 
 namespace {
 
-// The last `n` tokens of `context`.
-std::vector<int32_t> last(const std::vector<int32_t>& context, std::size_t n) {
-    n = std::min(n, context.size());
-    return {context.end() - static_cast<std::ptrdiff_t>(n), context.end()};
+// The last `n` tokens of `context` that its newest one sees: under documents (eod ≥ 0) those
+// after the last eod before it.
+std::vector<int32_t> last(const std::vector<int32_t>& context, std::size_t n, int32_t eod) {
+    auto start = context.end() - static_cast<std::ptrdiff_t>(std::min(n, context.size()));
+    for (auto it = context.end() - 1; eod >= 0 && it != start; --it)
+        if (*(it - 1) == eod) return {it, context.end()};
+    return {start, context.end()};
 }
 
 }  // namespace
+
+int32_t generation_eod(const config::DataConfig& data) {
+    return data.documents == config::DocumentMode::mask ? data.eod_token : -1;
+}
 
 std::vector<int32_t> generate(model::Decoder& model, const std::vector<int32_t>& prompt,
                               const SamplingOptions& opts,
@@ -62,15 +69,20 @@ std::vector<int32_t> generate(model::Decoder& model, const std::vector<int32_t>&
     const int T = model.shape().max_seq;
     std::vector<int32_t> context(prompt);
     std::vector<int32_t> generated;
-    std::vector<float> logits = model.prefill(last(context, static_cast<std::size_t>(T)));
+    std::vector<float> logits = model.prefill(last(context, static_cast<std::size_t>(T), opts.eod));
     for (int i = 0; i < opts.tokens; ++i) {
         const int32_t next = sample_token(logits, opts, static_cast<uint64_t>(i));
+        const bool starts_document = opts.eod >= 0 && context.back() == opts.eod;
         context.push_back(next);
         generated.push_back(next);
         if (each) each(next);
         if (i + 1 == opts.tokens) break;
-        logits =
-            model.length() < T ? model.step(next) : model.prefill(last(context, kept_on_slide(T)));
+        if (starts_document)
+            logits = model.prefill({next});
+        else if (model.length() < T)
+            logits = model.step(next);
+        else
+            logits = model.prefill(last(context, kept_on_slide(T), opts.eod));
     }
     return generated;
 }

@@ -5,12 +5,19 @@
 // keeps its last seq_len tokens; when the cache is full, the window slides by half: the last
 // kept_on_slide(seq_len) tokens are run again from position 0 (a prefill) and decoding goes on
 // from there.
+//
+// Packed documents (SamplingOptions::eod): a token sees only its own document, at positions
+// from 0, as training's document mask does; so the context is the tokens after the last eod
+// before the newest token. A prompt's earlier documents are never run; the token after an eod
+// starts a new document: the cache is emptied and it runs alone at position 0; a slide keeps
+// the last kept_on_slide(seq_len) tokens of the current document.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <vector>
 
+#include "config/config.h"
 #include "kernels/ops.h"
 #include "model/decoder.h"
 #include "parallel/grid.h"
@@ -37,7 +44,13 @@ struct SamplingOptions {
     double temperature = 0.8;  // 0 = greedy (the most likely token, lowest id on ties)
     int top_k = 40;            // sample among the k most likely; 0 = all
     uint64_t seed = 0;
+    // Packed documents (data.documents: mask): a document ends after each `eod` token, and a
+    // token sees only its own document, at positions from 0 (docs/FEATURES.md); -1: the
+    // context is one sequence.
+    int32_t eod = -1;
 };
+// The documents setting of a model trained with `cfg`'s data: its eod under mask, else -1.
+int32_t generation_eod(const config::DataConfig& data);
 
 // Tokens run again when a full cache slides its window: half of seq_len, at least 1.
 std::size_t kept_on_slide(int seq_len);
