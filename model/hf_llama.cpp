@@ -6,6 +6,7 @@
 #include <span>
 
 #include "kernels/error.h"
+#include "model/hf_moe_config.h"
 #include "model/hf_names.h"
 #include "model/hf_weights.h"
 
@@ -29,15 +30,20 @@ std::string shape_mismatch(const std::string& path, const io::TensorInfo& info,
 
 }  // namespace
 
-std::string hf_llama_name(const ParamTensor& t) {
-    return t.name == "lm_head.weight" ? t.name : hf_prefix(Arch::llama) + t.name;
+std::string hf_llama_name(const ParamTensor& t, bool mixtral) {
+    if (t.name == "lm_head.weight") return t.name;
+    return hf_prefix(Arch::llama) + (mixtral ? mixtral_name(t.name) : t.name);
 }
 
 void load_hf_llama(const std::string& path, const ParamLayout& layout, float* params) {
     check_hf_family(layout.shape(), "import");
     const HfWeights weights = HfWeights::open(path);
+    // Mixtral's files name the experts their own way (model/hf_moe_config.h).
+    const bool mixtral = std::any_of(
+        weights.tensors().begin(), weights.tensors().end(),
+        [](const auto& w) { return w.first.find(".block_sparse_moe.") != std::string::npos; });
     std::map<std::string, const ParamTensor*> ours;
-    for (const ParamTensor& t : layout.tensors()) ours.emplace(hf_llama_name(t), &t);
+    for (const ParamTensor& t : layout.tensors()) ours.emplace(hf_llama_name(t, mixtral), &t);
     for (const auto& [name, tensor] : weights.tensors()) {
         if (name.ends_with("rotary_emb.inv_freq")) continue;
         if (!ours.contains(name))
@@ -68,12 +74,13 @@ void load_hf_llama(const std::string& path, const ParamLayout& layout, float* pa
     }
 }
 
-std::vector<io::TensorToWrite> to_hf_llama_tensors(const ParamLayout& layout, const float* params) {
+std::vector<io::TensorToWrite> to_hf_llama_tensors(const ParamLayout& layout, const float* params,
+                                                   bool mixtral) {
     check_hf_family(layout.shape(), "export");
     std::vector<io::TensorToWrite> out;
     out.reserve(layout.tensors().size());
     for (const ParamTensor& t : layout.tensors())
-        out.push_back({hf_llama_name(t), hf_shape(t, layout), params + t.offset});
+        out.push_back({hf_llama_name(t, mixtral), hf_shape(t, layout), params + t.offset});
     return out;
 }
 

@@ -7,64 +7,20 @@
 #include "io/json_line.h"
 #include "kernels/error.h"
 #include "model/hf_config.h"
+#include "model/hf_config_fields.h"
 
 namespace trident::model {
 
 namespace {
 
 using io::json::Value;
-
-// One config.json's fields, each read with the file named in its error.
-class Fields {
-public:
-    Fields(std::string path, Value root) : path_(std::move(path)), root_(std::move(root)) {}
-
-    const Value* find(const char* key) const {
-        const Value* v = root_.find(key);
-        return v && v->kind != Value::Kind::null ? v : nullptr;
-    }
-    int positive(const char* key, int absent = 0) const {
-        const Value* v = find(key);
-        if (!v && absent > 0) return absent;
-        if (!v || !v->is_integer() || v->integer < 1 || v->integer > (1 << 30))
-            throw Error(path_ + ": no positive integer \"" + key + "\"");
-        return static_cast<int>(v->integer);
-    }
-    double number(const char* key, double absent) const {
-        const Value* v = find(key);
-        if (!v) return absent;
-        const double x = v->is_integer() ? static_cast<double>(v->integer) : v->real;
-        if ((!v->is_integer() && v->kind != Value::Kind::real) || !(x > 0) || !std::isfinite(x))
-            throw Error(path_ + ": \"" + key + "\" must be a positive number");
-        return x;
-    }
-    bool flag(const char* key, bool absent) const {
-        const Value* v = find(key);
-        if (!v) return absent;
-        if (v->kind != Value::Kind::boolean)
-            throw Error(path_ + ": \"" + key + "\" must be true or false");
-        return v->boolean;
-    }
-    std::string text(const char* key, const char* absent) const {
-        const Value* v = find(key);
-        if (!v) return absent;
-        if (!v->is_string()) throw Error(path_ + ": \"" + key + "\" must be a string");
-        return v->string;
-    }
-    [[noreturn]] void refuse(const std::string& what) const {
-        throw Error(path_ + ": " + what + ", which Trident's llama does not implement");
-    }
-
-private:
-    std::string path_;
-    Value root_;
-};
+using Fields = HfFields;
 
 // Another model_type, named with why it is not our llama.
 [[noreturn]] void refuse_model_type(const std::string& path, const std::string& type) {
     std::string why =
-        "only model_type \"llama\" and \"qwen3\" (LlamaForCausalLM, Qwen3ForCausalLM) folders "
-        "are read";
+        "only model_type \"llama\", \"qwen3\", \"mixtral\" and \"qwen3_moe\" (LlamaForCausalLM, "
+        "Qwen3ForCausalLM, MixtralForCausalLM, Qwen3MoeForCausalLM) folders are read";
     if (type == "qwen2") why = "Qwen2 has attention biases, which Trident's llama has not; " + why;
     if (type == "mistral") why = "Mistral's sliding-window attention is not Trident's; " + why;
     throw Error(path + ": model_type \"" + type + "\": " + why);
@@ -96,9 +52,12 @@ std::string read_hf_model_type(const std::string& path) {
 HfLlamaConfig read_hf_llama_config(const std::string& path) {
     const Fields f(path, read_hf_config_file(path));
     const std::string type = f.text("model_type", "");
-    if (type != "llama" && type != "qwen3") refuse_model_type(path, type);
     HfLlamaConfig c;
-    c.qk_norm = type == "qwen3";
+    HfFamily family = HfFamily::llama;
+    for (const HfFamily f : {HfFamily::qwen3, HfFamily::mixtral, HfFamily::qwen3_moe})
+        if (type == hf_model_type(f)) family = f;
+    if (type != hf_model_type(family)) refuse_model_type(path, type);
+    c.qk_norm = family == HfFamily::qwen3 || family == HfFamily::qwen3_moe;
     if (c.qk_norm && f.flag("use_sliding_window", false))
         f.refuse("use_sliding_window is true (Qwen3's sliding-window attention)");
     c.vocab = f.positive("vocab_size");
@@ -118,16 +77,17 @@ HfLlamaConfig read_hf_llama_config(const std::string& path) {
         throw Error(path + ": num_attention_heads " + std::to_string(c.heads) +
                     " is not a multiple of num_key_value_heads " + std::to_string(c.kv_heads));
     refuse_features(f, c.hidden, c.heads);
+    c.moe = read_hf_moe(f, family, c.layers, c.ffn);
     return c;
 }
 
 std::string hf_llama_config_json(const HfLlamaConfig& c) {
     // GPT-2's <|endoftext|> begins and ends its documents; other vocabularies name none.
     constexpr int kGpt2Vocab = 50257, kEndOfText = 50256;
-    const std::string architectures[] = {c.qk_norm ? "Qwen3ForCausalLM" : "LlamaForCausalLM"};
+    const std::string architectures[] = {hf_architecture(c.family())};
     io::JsonLine j;
     j.add("architectures", std::span<const std::string>(architectures))
-        .add("model_type", c.qk_norm ? "qwen3" : "llama")
+        .add("model_type", hf_model_type(c.family()))
         .add("torch_dtype", "float32")
         .add("vocab_size", c.vocab)
         .add("hidden_size", c.hidden)
@@ -150,6 +110,7 @@ std::string hf_llama_config_json(const HfLlamaConfig& c) {
         .add("use_cache", true)
         .add_null("pad_token_id");
     if (c.qk_norm) j.add("use_sliding_window", false);
+    if (c.moe.enabled()) write_hf_moe(j, c.family(), c.moe, c.ffn);
     if (c.vocab == kGpt2Vocab)
         j.add("bos_token_id", kEndOfText).add("eos_token_id", kEndOfText);
     else
@@ -172,6 +133,8 @@ GptShape hf_llama_shape(const HfLlamaConfig& c, int max_seq) {
     s.norm_eps = static_cast<float>(c.norm_eps);
     s.rope_theta = static_cast<float>(c.rope_theta);
     s.qk_norm = c.qk_norm;
+    s.moe = c.moe;
+    if (s.moe.enabled() && s.moe.ffn_hidden == 0) s.moe.ffn_hidden = c.ffn;
     return s;
 }
 

@@ -9,11 +9,13 @@
 // asking for any other is refused by name, as is another model_type (qwen2's attention
 // biases, mistral's sliding window: none of them is Trident's llama). Qwen3's config.json
 // (model_type "qwen3", transformers' Qwen3Config: Llama's fields, its attention's q_norm and
-// k_norm, a sliding window that is off) is Trident's llama with model.qk_norm.
+// k_norm, a sliding window that is off) is Trident's llama with model.qk_norm; Mixtral's and
+// Qwen3-MoE's are its mixtures of experts (model/hf_moe_config.h).
 #pragma once
 
 #include <string>
 
+#include "model/hf_moe_config.h"
 #include "model/param_layout.h"
 
 namespace trident::model {
@@ -33,7 +35,12 @@ struct HfLlamaConfig {
     int eos = -1;            // eos_token_id (absent, null or a list: -1)
     // model_type "qwen3" (Qwen3ForCausalLM): Llama's with q_norm and k_norm (model.qk_norm).
     bool qk_norm = false;
+    // "mixtral" and "qwen3_moe" (with q_norm and k_norm): a mixture of experts
+    // (model/hf_moe_config.h).
+    MoeSettings moe{};
     bool operator==(const HfLlamaConfig&) const = default;
+    // The family it is written as (hf_family_of).
+    HfFamily family() const { return hf_family_of(qk_norm, moe, ffn); }
 };
 
 // The "model_type" of the config.json at `path` ("" when it has none). Throws trident::Error

@@ -10,6 +10,7 @@
 #include "data/token_shards.h"
 #include "model/hf_llama.h"
 #include "model/hf_llama_config.h"
+#include "model/hf_weights.h"
 #include "train/checkpoint.h"
 
 using namespace cli;
@@ -128,6 +129,89 @@ TEST_CASE("export --format hf: a Qwen3 folder (qk_norm) imports back bitwise", "
     ws.write("sliding.json", sliding);
     CHECK_THROWS_WITH(trident::model::read_hf_llama_config(ws.path("sliding.json")),
                       Catch::Contains("use_sliding_window is true"));
+}
+
+std::string read_text(const std::string& path) {
+    std::ifstream in(path);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// The names and config.json keys of a mixture of experts' folder (model/hf_moe_config.h).
+void check_moe_folder(const std::string& model, const std::vector<std::string>& names,
+                      const std::vector<std::string>& keys) {
+    check_llama_folder(model);
+    Workspace ws;
+    train_checkpoint(ws, model);
+    require_ok(run("export --checkpoint " + ws.path("ck") + " --format hf -o " + ws.path("hf")));
+    const std::string config = read_text(ws.path("hf/config.json"));
+    for (const std::string& key : keys) CHECK_THAT(config, Catch::Contains(key));
+    const auto weights = trident::model::HfWeights::open(ws.path("hf"));
+    for (const std::string& name : names) CHECK(weights.find(name) != nullptr);
+}
+
+TEST_CASE(
+    "export --format hf: MoE folders (Mixtral, Qwen3-MoE, DeepSeek's keys) import back "
+    "bitwise",
+    "[cli][hf_folder]") {
+    const std::string llama = kLlama.substr(0, kLlama.size() - 2);
+    SECTION("Mixtral") {
+        check_moe_folder(
+            llama + ", moe: {experts: 4, top_k: 2, aux_loss: 0.02}}\n",
+            {"model.layers.1.block_sparse_moe.gate.weight",
+             "model.layers.1.block_sparse_moe.experts.3.w1.weight",
+             "model.layers.1.block_sparse_moe.experts.3.w2.weight",
+             "model.layers.1.block_sparse_moe.experts.3.w3.weight"},
+            {"\"model_type\": \"mixtral\"", "\"MixtralForCausalLM\"", "\"num_local_experts\": 4",
+             "\"num_experts_per_tok\": 2", "\"router_aux_loss_coef\": 0.02"});
+    }
+    SECTION("Qwen3-MoE: narrower experts, the first layer dense, top k not normalized") {
+        check_moe_folder(
+            llama +
+                ", qk_norm: true, moe: {experts: 4, top_k: 2, ffn_hidden: 24, "
+                "normalize_top_k: false, first_dense: 1}}\n",
+            {"model.layers.0.mlp.gate_proj.weight", "model.layers.1.mlp.gate.weight",
+             "model.layers.1.mlp.experts.3.down_proj.weight",
+             "model.layers.1.self_attn.q_norm.weight"},
+            {"\"model_type\": \"qwen3_moe\"", "\"Qwen3MoeForCausalLM\"", "\"num_experts\": 4",
+             "\"moe_intermediate_size\": 24", "\"norm_topk_prob\": false",
+             "\"mlp_only_layers\": [0]", "\"intermediate_size\": 48"});
+    }
+    SECTION("DeepSeek's keys: shared experts, the sigmoid router and its bias, a scale") {
+        check_moe_folder(llama +
+                             ", qk_norm: true, moe: {experts: 4, top_k: 2, shared_experts: "
+                             "1, router: sigmoid, scale: 2.5}}\n",
+                         {"model.layers.1.mlp.shared_experts.up_proj.weight",
+                          "model.layers.1.mlp.gate.e_score_correction_bias"},
+                         {"\"n_shared_experts\": 1", "\"scoring_func\": \"sigmoid\"",
+                          "\"routed_scaling_factor\": 2.5"});
+    }
+    SECTION("refused: an expert missing, dense layers between MoE layers, no q/k norms") {
+        Workspace ws;
+        train_checkpoint(ws, llama + ", moe: {experts: 4, top_k: 2}}\n");
+        const std::string hf = ws.path("hf");
+        require_ok(run("export --checkpoint " + ws.path("ck") + " --format hf -o " + hf));
+        std::string config = read_text(hf + "/config.json");
+        const std::string four = "\"num_local_experts\": 4";
+        REQUIRE(config.find(four) != std::string::npos);
+        ws.write("hf/config.json",
+                 config.replace(config.find(four), four.size(), "\"num_local_experts\": 5"));
+        require_clear_error(
+            run("train --config " + ws.path("from.yaml") + " --set model.init_from=" + hf),
+            "missing tensor model.layers.0.block_sparse_moe.experts.4.w1.weight");
+        ws.write("q.json",
+                 "{\"model_type\": \"qwen3_moe\", \"vocab_size\": 256, "
+                 "\"hidden_size\": 32, \"num_hidden_layers\": 3, "
+                 "\"num_attention_heads\": 4, \"intermediate_size\": 48, "
+                 "\"num_experts\": 4, \"num_experts_per_tok\": 2, "
+                 "\"mlp_only_layers\": [1]}");
+        CHECK_THROWS_WITH(trident::model::read_hf_llama_config(ws.path("q.json")),
+                          Catch::Contains("mlp_only_layers is not the first layers"));
+        Workspace shared;
+        train_checkpoint(shared, llama + ", moe: {experts: 4, top_k: 2, shared_experts: 1}}\n");
+        require_clear_error(run("export --checkpoint " + shared.path("ck") + " --format hf -o " +
+                                shared.path("hf")),
+                            "whose attention has q_norm and k_norm");
+    }
 }
 
 TEST_CASE("export --format hf: a GPT-2 folder trains and generates as its checkpoint",

@@ -37,11 +37,25 @@ std::string config_json(const train::LoadedModel& loaded) {
                                                          loaded.cfg.model.dropout);
 }
 
+// A mixture of experts in Mixtral's format (model/hf_moe_config.h); one no Hugging Face family
+// states is refused before anything is written.
+bool mixtral(const train::LoadedModel& loaded) {
+    const model::HfLlamaConfig c = config::hf_llama_config(loaded.cfg);
+    if (c.moe.enabled() && !c.qk_norm && c.family() != model::HfFamily::mixtral)
+        throw Error(loaded.path +
+                    ": model.moe: a mixture of experts other than Mixtral's is Qwen3-MoE's in "
+                    "Hugging Face's format, whose attention has q_norm and k_norm, which this "
+                    "model has not (model.qk_norm false): no export of it");
+    return c.family() == model::HfFamily::mixtral;
+}
+
 // A config.json already beside the output must be one of the same model kind: another model's
 // stops the export before anything is written.
 void check_config_beside(const std::string& config, const train::LoadedModel& loaded) {
     if (!fs::exists(config)) return;
-    const char* kind = is_llama(loaded) ? "llama" : "gpt2";
+    const std::string kind =
+        is_llama(loaded) ? model::hf_model_type(config::hf_llama_config(loaded.cfg).family())
+                         : "gpt2";
     std::string type;
     try {
         type = model::read_hf_model_type(config);
@@ -54,24 +68,15 @@ void check_config_beside(const std::string& config, const train::LoadedModel& lo
                     "\"): export into another directory");
 }
 
-// A mixture of experts' tensors carry Qwen3-MoE's names, but LlamaForCausalLM's config.json
-// cannot state them: refused before anything is written.
-void check_dense(const train::LoadedModel& loaded) {
-    if (loaded.cfg.model.moe.enabled())
-        throw Error(loaded.path +
-                    ": model.moe: a mixture of experts has no Hugging Face export yet "
-                    "(MixtralForCausalLM and Qwen3MoeForCausalLM are not built)");
-}
-
 // One .safetensors file and config.json beside it.
 void export_file(const ExportOptions& opts, const train::LoadedModel& loaded) {
-    check_dense(loaded);
     const std::string config = model::hf_config_path(opts.output);
     check_config_beside(config, loaded);
     const model::ParamLayout layout(config::gpt_shape(loaded.cfg));
     if (is_llama(loaded))
-        io::write_safetensors(opts.output, model::to_hf_llama_tensors(layout, loaded.params.data()),
-                              {{"format", "pt"}});
+        io::write_safetensors(
+            opts.output, model::to_hf_llama_tensors(layout, loaded.params.data(), mixtral(loaded)),
+            {{"format", "pt"}});
     else
         model::save_hf_gpt2(opts.output, layout, loaded.params.data());
     io::write_file_atomically(config, config_json(loaded));
@@ -88,14 +93,13 @@ void export_file(const ExportOptions& opts, const train::LoadedModel& loaded) {
 // A Hugging Face model folder: the weights first, config.json last, so that a folder with a
 // config.json is complete. GPT-2 weights are one file whatever their size.
 void export_folder(const ExportOptions& opts, const train::LoadedModel& loaded) {
-    check_dense(loaded);
     const fs::path dir(opts.output);  // made, empty (check_output)
     const model::ParamLayout layout(config::gpt_shape(loaded.cfg));
     std::vector<std::string> written;
     if (is_llama(loaded)) {
-        written = model::write_hf_weights(opts.output,
-                                          model::to_hf_llama_tensors(layout, loaded.params.data()),
-                                          opts.shard_bytes);
+        written = model::write_hf_weights(
+            opts.output, model::to_hf_llama_tensors(layout, loaded.params.data(), mixtral(loaded)),
+            opts.shard_bytes);
     } else {
         written.push_back((dir / model::kHfWeightsName).string());
         model::save_hf_gpt2(written.back(), layout, loaded.params.data());

@@ -65,6 +65,33 @@ void take_seq_len(ModelConfig& m, int max_positions, const char* hf_name, const 
     }
 }
 
+// model.moe from a Mixtral or Qwen3-MoE config.json (model/hf_moe_config.h); a dense one's
+// experts are 0.
+void take_moe(model::MoeSettings& ours, model::MoeSettings hf, const std::string& config,
+              Origins& origins) {
+    take({{"model.moe.experts", "num_experts or num_local_experts", &ours.experts, hf.experts}},
+         config, origins);
+    if (!hf.enabled()) return;
+    take(
+        {{"model.moe.top_k", "num_experts_per_tok", &ours.top_k, hf.top_k},
+         {"model.moe.ffn_hidden", "moe_intermediate_size", &ours.ffn_hidden, hf.ffn_hidden},
+         {"model.moe.shared_experts", "n_shared_experts", &ours.shared_experts, hf.shared_experts},
+         {"model.moe.normalize_top_k", "norm_topk_prob", &ours.normalize_top_k, hf.normalize_top_k},
+         {"model.moe.scale", "routed_scaling_factor", &ours.scale, hf.scale},
+         {"model.moe.aux_loss", "router_aux_loss_coef", &ours.aux_loss, hf.aux_loss},
+         {"model.moe.first_dense", "mlp_only_layers' count", &ours.first_dense, hf.first_dense},
+         {"model.moe.every", "decoder_sparse_step", &ours.every, hf.every}},
+        config, origins);
+    const bool sigmoid = hf.router == model::MoeRouter::sigmoid;
+    if (origins.is_set("model.moe.router") && ours.router != hf.router)
+        throw ConfigError(origins.where("model.moe.router") + ": model.moe.router, but " + config +
+                          " has scoring_func " + (sigmoid ? "sigmoid" : "softmax") +
+                          " (leave the key out, or make them agree)");
+    if (origins.is_set("model.moe.router")) return;
+    ours.router = hf.router;
+    origins.set("model.moe.router", config, 0);
+}
+
 void take_llama(Config& cfg, const std::string& config, Origins& origins) {
     ModelConfig& m = cfg.model;
     const model::HfLlamaConfig hf = model::read_hf_llama_config(config);
@@ -80,6 +107,7 @@ void take_llama(Config& cfg, const std::string& config, Origins& origins) {
           {"model.qk_norm", "model_type qwen3's q_norm and k_norm", &m.qk_norm, hf.qk_norm}},
          config, origins);
     take_seq_len(m, hf.max_positions, "max_position_embeddings", config, origins);
+    take_moe(m.moe, hf.moe, config, origins);
     // Its documents end with its eos token unless data.eod_token names another.
     if (hf.eos >= 0 && !origins.is_set("data.eod_token")) {
         cfg.data.eod_token = hf.eos;

@@ -35,9 +35,21 @@ inline model::GptShape gpt_shape(const Config& cfg) {
 // sequence length trained on.
 inline model::HfLlamaConfig hf_llama_config(const Config& cfg) {
     const ModelConfig& m = cfg.model;
-    return model::HfLlamaConfig{m.vocab_size, m.hidden,         m.layers,  m.heads,
-                                m.kv_heads,   m.ffn_hidden,     m.seq_len, m.rope_theta,
-                                m.norm_eps,   m.tie_embeddings, -1,        m.qk_norm};
+    model::HfLlamaConfig c;
+    c.vocab = m.vocab_size;
+    c.hidden = m.hidden;
+    c.layers = m.layers;
+    c.heads = m.heads;
+    c.kv_heads = m.kv_heads;
+    c.ffn = m.ffn_hidden;
+    c.max_positions = m.seq_len;
+    c.rope_theta = m.rope_theta;
+    c.norm_eps = m.norm_eps;
+    c.tied = m.tie_embeddings;
+    c.qk_norm = m.qk_norm;
+    c.moe = m.moe;
+    if (c.moe.enabled() && c.moe.ffn_hidden == 0) c.moe.ffn_hidden = m.ffn_hidden;
+    return c;
 }
 
 // One rank's sizes of a microbatch (tensor rank 0: every rank's are the same).
