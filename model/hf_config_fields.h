@@ -16,7 +16,8 @@ namespace trident::model {
 // One config.json's fields, each read with the file named in its error.
 class HfFields {
 public:
-    HfFields(std::string path, io::json::Value root) : path_(std::move(path)), root_(std::move(root)) {}
+    HfFields(std::string path, io::json::Value root)
+        : path_(std::move(path)), root_(std::move(root)) {}
 
     const io::json::Value* find(const char* key) const {
         const io::json::Value* v = root_.find(key);
@@ -33,7 +34,8 @@ public:
         const io::json::Value* v = find(key);
         if (!v) return absent;
         const double x = v->is_integer() ? static_cast<double>(v->integer) : v->real;
-        if ((!v->is_integer() && v->kind != io::json::Value::Kind::real) || !(x > 0) || !std::isfinite(x))
+        if ((!v->is_integer() && v->kind != io::json::Value::Kind::real) || !(x > 0) ||
+            !std::isfinite(x))
             throw Error(path_ + ": \"" + key + "\" must be a positive number");
         return x;
     }

@@ -23,8 +23,9 @@ int first_dense(const HfFields& f) {
     const std::vector<int> dense = f.integers("mlp_only_layers");
     for (std::size_t i = 0; i < dense.size(); ++i)
         if (dense[i] != static_cast<int>(i))
-            f.refuse("mlp_only_layers is not the first layers 0, 1, ... (dense layers "
-                     "between MoE layers)");
+            f.refuse(
+                "mlp_only_layers is not the first layers 0, 1, ... (dense layers "
+                "between MoE layers)");
     return static_cast<int>(dense.size());
 }
 
@@ -46,29 +47,36 @@ void read_qwen3_moe(const HfFields& f, MoeSettings& m, int ffn) {
 
 const char* hf_model_type(HfFamily family) {
     switch (family) {
-        case HfFamily::qwen3: return "qwen3";
-        case HfFamily::mixtral: return "mixtral";
-        case HfFamily::qwen3_moe: return "qwen3_moe";
-        case HfFamily::llama: break;
+        case HfFamily::qwen3:
+            return "qwen3";
+        case HfFamily::mixtral:
+            return "mixtral";
+        case HfFamily::qwen3_moe:
+            return "qwen3_moe";
+        case HfFamily::llama:
+            break;
     }
     return "llama";
 }
 
 const char* hf_architecture(HfFamily family) {
     switch (family) {
-        case HfFamily::qwen3: return "Qwen3ForCausalLM";
-        case HfFamily::mixtral: return "MixtralForCausalLM";
-        case HfFamily::qwen3_moe: return "Qwen3MoeForCausalLM";
-        case HfFamily::llama: break;
+        case HfFamily::qwen3:
+            return "Qwen3ForCausalLM";
+        case HfFamily::mixtral:
+            return "MixtralForCausalLM";
+        case HfFamily::qwen3_moe:
+            return "Qwen3MoeForCausalLM";
+        case HfFamily::llama:
+            break;
     }
     return "LlamaForCausalLM";
 }
 
 HfFamily hf_family_of(bool qk_norm, const MoeSettings& moe, int ffn) {
     if (!moe.enabled()) return qk_norm ? HfFamily::qwen3 : HfFamily::llama;
-    const bool mixtral = !qk_norm && moe.shared_experts == 0 &&
-                         moe.router == MoeRouter::softmax && moe.normalize_top_k &&
-                         moe.every == 1 && moe.first_dense == 0 &&
+    const bool mixtral = !qk_norm && moe.shared_experts == 0 && moe.router == MoeRouter::softmax &&
+                         moe.normalize_top_k && moe.every == 1 && moe.first_dense == 0 &&
                          (moe.ffn_hidden == 0 || moe.ffn_hidden == ffn) && moe.scale == 1.0;
     return mixtral ? HfFamily::mixtral : HfFamily::qwen3_moe;
 }
@@ -116,8 +124,9 @@ std::string mixtral_name(const std::string& ours) {
     const auto at = name.find(experts);
     if (at == std::string::npos) return name;
     name.replace(at, experts.size(), ".block_sparse_moe.experts.");
-    for (const auto& [from, to] : {std::pair{".gate_proj.", ".w1."}, std::pair{".down_proj.", ".w2."},
-                                   std::pair{".up_proj.", ".w3."}})
+    for (const auto& [from, to] :
+         {std::pair{".gate_proj.", ".w1."}, std::pair{".down_proj.", ".w2."},
+          std::pair{".up_proj.", ".w3."}})
         if (const auto p = name.find(from); p != std::string::npos)
             return name.replace(p, std::string(from).size(), to);
     return name;
