@@ -59,16 +59,7 @@ void double_quantize(Nf4Tensor& t, const std::vector<float>& absmax) {
 
 float Nf4Tensor::block_absmax(std::size_t b) const {
     if (!double_quant()) return absmax[b];
-    std::size_t whole = b;
-    if (!runs.empty()) {
-        const auto run =
-            std::upper_bound(runs.begin(), runs.end(), b,
-                             [](std::size_t v, const Nf4BlockRun& r) { return v < r.local; }) -
-            1;
-        whole = run->whole + (b - run->local);
-    }
-    const float step = static_cast<float>(absmax_q[b]) * absmax_scale[whole / kNf4AbsmaxBlock];
-    return absmax_mean + step / 127.0f;
+    return nf4_absmax(absmax_q[b], absmax_scale[map.whole(b) / kNf4AbsmaxBlock], absmax_mean);
 }
 
 std::size_t Nf4Tensor::bytes() const {
@@ -96,27 +87,23 @@ Nf4Tensor nf4_quantize(std::span<const float> weights, std::size_t block, bool d
     return t;
 }
 
-Nf4Tensor nf4_shard(const Nf4Tensor& whole, std::span<const Nf4BlockRun> runs) {
+Nf4Tensor nf4_shard(const Nf4Tensor& whole, const Nf4BlockMap& map, std::size_t blocks) {
     Nf4Tensor t;
     t.block = whole.block;
-    t.runs.assign(runs.begin(), runs.end());
-    for (const Nf4BlockRun& r : runs) {
-        if (r.local * t.block != t.size || (r.whole + r.count) * t.block > whole.size)
-            throw Error("internal: NF4 shard runs out of order or range");
-        t.size += r.count * t.block;
-    }
+    t.map = map;
+    t.size = blocks * t.block;
+    if (blocks && (map.whole(blocks - 1) + 1) * t.block > whole.size)
+        throw Error("internal: an NF4 shard's blocks outside its matrix");
     t.codes.assign((t.size + 1) / 2, 0);
-    for (const Nf4BlockRun& r : runs)
-        for (std::size_t i = 0; i < r.count * t.block; ++i) {
-            const std::size_t from = r.whole * t.block + i, to = r.local * t.block + i;
+    for (std::size_t b = 0; b < blocks; ++b)
+        for (std::size_t i = 0; i < t.block; ++i) {
+            const std::size_t from = map.whole(b) * t.block + i, to = b * t.block + i;
             const uint8_t code =
                 from % 2 ? whole.codes[from / 2] >> 4 : whole.codes[from / 2] & 0xF;
             t.codes[to / 2] |= static_cast<uint8_t>(to % 2 ? code << 4 : code);
         }
     const auto take = [&](const auto& all, auto& mine) {
-        for (const Nf4BlockRun& r : runs)
-            mine.insert(mine.end(), all.begin() + static_cast<std::ptrdiff_t>(r.whole),
-                        all.begin() + static_cast<std::ptrdiff_t>(r.whole + r.count));
+        for (std::size_t b = 0; b < blocks; ++b) mine.push_back(all[map.whole(b)]);
     };
     if (!whole.double_quant()) {
         take(whole.absmax, t.absmax);

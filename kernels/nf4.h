@@ -18,6 +18,8 @@
 #include <span>
 #include <vector>
 
+#include "kernels/nf4_format.h"
+
 namespace trident::kernels {
 
 // QLoRA's appendix E (bitsandbytes' table), ascending: the quantiles of N(0, 1) scaled to
@@ -39,15 +41,6 @@ inline constexpr std::array<float, 16> kNf4Codes = {-1.0f,
                                                     0.7229568362236023f,
                                                     1.0f};
 
-// The absmax values per second-level block under double quantization.
-inline constexpr std::size_t kNf4AbsmaxBlock = 256;
-
-// Consecutive blocks a shard holds: `count` blocks from its block `local` on are the whole
-// matrix's from `whole` on.
-struct Nf4BlockRun {
-    std::size_t local = 0, whole = 0, count = 0;
-};
-
 // One quantized matrix, or one rank's shard of one (nf4_shard).
 struct Nf4Tensor {
     std::size_t size = 0;             // elements
@@ -57,25 +50,26 @@ struct Nf4Tensor {
     std::vector<int8_t> absmax_q;     // one per block, with it
     std::vector<float> absmax_scale;  // one per kNf4AbsmaxBlock of the whole matrix's, with it
     float absmax_mean = 0;            // c, with it
-    std::vector<Nf4BlockRun> runs;    // a shard's blocks in the whole matrix; none: whole
+    Nf4BlockMap map;                  // a shard's blocks in the whole matrix
 
     bool double_quant() const { return !absmax_q.empty(); }
     std::size_t blocks() const { return (size + block - 1) / block; }
     // a' of block b of this tensor (its own numbering).
     float block_absmax(std::size_t b) const;
     // The bytes the format holds: codes, absmax (or their codes, scales and mean); a shard's
-    // runs are bookkeeping, not counted.
+    // map is bookkeeping, not counted.
     std::size_t bytes() const;
 };
 
 // Quantizes a whole matrix (out·in values, row by row).
 Nf4Tensor nf4_quantize(std::span<const float> weights, std::size_t block, bool double_quant);
 
-// The blocks of a whole matrix's quantization that a shard holds, in the shard's order: their
-// codes and absmax, and the whole matrix's second-level scales and mean.
-Nf4Tensor nf4_shard(const Nf4Tensor& whole, std::span<const Nf4BlockRun> runs);
+// The `blocks` blocks of a whole matrix's quantization that a shard holds, where `map` puts
+// them, in the shard's order: their codes and absmax, and the whole matrix's second-level
+// scales and mean.
+Nf4Tensor nf4_shard(const Nf4Tensor& whole, const Nf4BlockMap& map, std::size_t blocks);
 
-// out (size) = code · a', fp32.
+// out (size) = code · a', fp32: the reference every backend's Ops::nf4_dequantize equals.
 void nf4_dequantize(const Nf4Tensor& t, std::span<float> out);
 
 }  // namespace trident::kernels

@@ -26,6 +26,7 @@
 #include <memory>
 
 #include "kernels/dtype.h"
+#include "kernels/nf4_format.h"
 #include "kernels/random.h"
 
 namespace trident::kernels {
@@ -304,6 +305,12 @@ public:
     // in double in row order and rounded to fp32 (a microbatch's mean loss). The step's
     // microbatches add into one total that the host reads once, after the last.
     virtual void add_mean(double* total, const float* losses, int N) = 0;
+
+    // ---- a 4-bit frozen base (training.lora.quantize: nf4, kernels/nf4.h) -----------------
+    // out (m.count) = the NF4 code book's value of each element's code · its block's absmax
+    // (nf4_absmax under double quantization), in fp32, rounded to out's type: bit for bit
+    // kernels::nf4_dequantize's, on every backend.
+    virtual void nf4_dequantize(Ptr out, const Nf4Matrix& m) = 0;
 
     // ---- optimizer ----------------------------------------------------------------------
     // total (one double, on the device) += the sum of squares of x in double, for the global

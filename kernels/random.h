@@ -8,15 +8,12 @@
 #include <cmath>
 #include <cstdint>
 
-// The uniform draws are also compiled for CUDA kernels (kernels/cuda/), so the GPU backend
-// draws dropout masks bit for bit as the CPU does.
-#if defined(__CUDACC__)
-#define TRIDENT_HOST_DEVICE __host__ __device__
-#else
-#define TRIDENT_HOST_DEVICE
-#endif
+#include "kernels/host_device.h"
 
 namespace trident::kernels {
+
+// The uniform draws are also compiled for CUDA kernels (kernels/cuda/), so the GPU backend
+// draws dropout masks bit for bit as the CPU does (kernels/host_device.h).
 
 // splitmix64's finaliser over seed and index: well mixed 64 bits.
 TRIDENT_HOST_DEVICE inline uint64_t hash64(uint64_t seed, uint64_t index) {

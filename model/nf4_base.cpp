@@ -23,27 +23,30 @@ bool layer_matrix(const ParamLayout& layout, const ParamTensor& t) {
            !in(layout.head_range());
 }
 
-// This rank's slice of `t` as runs of whole blocks; each run must start and end on a block.
-std::vector<kernels::Nf4BlockRun> block_runs(const ParamTensor& t, int tensor_rank,
-                                             std::size_t block) {
-    std::vector<kernels::Nf4BlockRun> runs;
+// Where this rank's slice of `t` lies in the whole matrix, in blocks: runs of rows or columns
+// of one length, one stride apart (for_each_slice_run), each starting and ending on a block.
+kernels::Nf4BlockMap block_map(const ParamTensor& t, int tensor_rank, std::size_t block) {
+    kernels::Nf4BlockMap map;
+    std::size_t runs = 0;
     for_each_slice_run(t, tensor_rank, [&](std::size_t local, std::size_t full, std::size_t n) {
         if (local % block || full % block || n % block)
             throw Error("training.lora.quant_block (" + std::to_string(block) +
                         ") must divide the rows of " + t.name + " on each tensor rank");
-        if (!runs.empty() && runs.back().whole + runs.back().count == full / block)
-            runs.back().count += n / block;
-        else
-            runs.push_back({local / block, full / block, n / block});
+        if (runs == 0) map = {n / block, 0, full / block};
+        if (runs == 1) map.stride = full / block - map.first;
+        if (n / block != map.period || local / block != runs * map.period ||
+            full / block != map.whole(local / block))
+            throw Error("internal: " + t.name + "'s slice is not evenly strided");
+        ++runs;
     });
-    return runs;
+    return map;
 }
 
 }  // namespace
 
 void Nf4Base::quantize(const ParamLayout& layout, int tensor_rank, const ParamLayout& whole_layout,
                        const std::vector<float>& whole, kernels::DType dtype) {
-    matrices_.clear();
+    std::map<std::size_t, kernels::Nf4Tensor> host;
     std::size_t largest = 0;
     for (const ParamTensor& t : layout.tensors()) {
         if (!layer_matrix(layout, t)) continue;
@@ -51,19 +54,30 @@ void Nf4Base::quantize(const ParamLayout& layout, int tensor_rank, const ParamLa
         if (!full) throw Error("internal: " + t.name + " is not in the whole model");
         const std::span<const float> values(whole.data() + full->offset, full->numel);
         const kernels::Nf4Tensor matrix = kernels::nf4_quantize(values, block_, double_quant_);
-        matrices_.emplace(t.offset, kernels::nf4_shard(matrix, block_runs(t, tensor_rank, block_)));
+        host.emplace(t.offset, kernels::nf4_shard(matrix, block_map(t, tensor_rank, block_),
+                                                  t.numel / block_));
         largest = std::max(largest, t.numel);
     }
     // A linear's W spans adjacent matrices (llama's q, k and v; gate and up): the tile holds
     // the largest run of adjacent ones.
     std::size_t run = 0, end = 0;
-    for (const auto& [offset, m] : matrices_) {
+    for (const auto& [offset, m] : host) {
         run = offset == end ? run + m.size : m.size;
         end = offset + m.size;
         largest = std::max(largest, run);
     }
+    store(host);
     tile_ = kernels::DeviceBuffer(ops_, largest, dtype);
     tile_holds_ = kNoParam;
+}
+
+void Nf4Base::store(const std::map<std::size_t, kernels::Nf4Tensor>& host) {
+    std::vector<kernels::Nf4Tensor> matrices;
+    for (const auto& [offset, m] : host) matrices.push_back(m);
+    store_ = kernels::Nf4Store(ops_, matrices);
+    matrices_.clear();
+    std::size_t i = 0;
+    for (const auto& [offset, m] : host) matrices_.emplace(offset, store_[i++]);
 }
 
 std::vector<std::pair<std::size_t, std::size_t>> quantized_ranges(const ParamLayout& layout) {
@@ -78,6 +92,20 @@ std::vector<std::pair<std::size_t, std::size_t>> quantized_ranges(const ParamLay
     return ranges;
 }
 
+std::size_t quantized_bytes(const ParamLayout& layout, std::size_t block, bool double_quant) {
+    std::size_t bytes = 0;
+    for (const ParamTensor& t : layout.tensors()) {
+        if (!layer_matrix(layout, t)) continue;
+        std::size_t whole = 1;
+        for (int64_t d : t.full_shape) whole *= static_cast<std::size_t>(d);
+        const std::size_t blocks = t.numel / block, whole_blocks = (whole + block - 1) / block;
+        const std::size_t scales =
+            (whole_blocks + kernels::kNf4AbsmaxBlock - 1) / kernels::kNf4AbsmaxBlock;
+        bytes += (t.numel + 1) / 2 + (double_quant ? blocks + 4 * scales + 4 : 4 * blocks);
+    }
+    return bytes;
+}
+
 void round_trip_base(const ParamLayout& whole_layout, float* whole, std::size_t block,
                      bool double_quant) {
     for (const ParamTensor& t : whole_layout.tensors()) {
@@ -87,48 +115,31 @@ void round_trip_base(const ParamLayout& whole_layout, float* whole, std::size_t 
     }
 }
 
-std::size_t Nf4Base::bytes() const {
-    std::size_t total = 0;
-    for (const auto& [offset, m] : matrices_) total += m.bytes();
-    return total;
-}
-
 std::size_t Nf4Base::parameters() const {
     std::size_t total = 0;
-    for (const auto& [offset, m] : matrices_) total += m.size;
+    for (const auto& [offset, m] : matrices_) total += m.count;
     return total;
-}
-
-std::vector<float> Nf4Base::dequantize(std::size_t offset, std::size_t count) const {
-    std::vector<float> out(count);
-    std::size_t done = 0;
-    while (done < count) {
-        const auto it = matrices_.find(offset + done);
-        if (it == matrices_.end() || done + it->second.size > count)
-            throw Error("internal: no quantized matrix at element " +
-                        std::to_string(offset + done));
-        kernels::nf4_dequantize(it->second, std::span(out).subspan(done, it->second.size));
-        done += it->second.size;
-    }
-    return out;
 }
 
 void Nf4Base::fill(std::vector<float>& local) const {
-    const kernels::DType dtype = tile_.data().dtype;
     for (const auto& [offset, m] : matrices_) {
-        const std::span<float> values = std::span(local).subspan(offset, m.size);
-        kernels::nf4_dequantize(m, values);
-        for (float& v : values) v = kernels::round_to(dtype, v);
+        ops_.nf4_dequantize(tile_.data(), m);
+        ops_.copy_to_host(local.data() + offset, tile_.data(), m.count);
     }
+    tile_holds_ = kNoParam;
 }
 
 ConstPtr Nf4Base::dequantize_into_tile(const LinearWeights& w) const {
     const std::size_t count = static_cast<std::size_t>(w.out) * static_cast<std::size_t>(w.in);
     if (count > tile_.size()) throw Error("internal: a linear larger than the NF4 tile");
-    if (tile_holds_ != w.weight) {
-        host_ = dequantize(w.weight, count);
-        ops_.copy_from_host(tile_.data(), host_.data(), count);
-        tile_holds_ = w.weight;
+    for (std::size_t done = 0; tile_holds_ != w.weight && done < count;) {
+        const auto it = matrices_.find(w.weight + done);
+        if (it == matrices_.end() || done + it->second.count > count)
+            throw Error("internal: no quantized matrix at element " +
+                        std::to_string(w.weight + done));
+        ops_.nf4_dequantize(tile_.data() + done, it->second);
+        done += it->second.count;
+        if (done == count) tile_holds_ = w.weight;
     }
     return tile_.data();
 }

@@ -13,7 +13,8 @@
 
 namespace trident::kernels {
 struct AttentionBlock;  // kernels/ops.h
-}
+struct Nf4Matrix;       // kernels/nf4_format.h
+}  // namespace trident::kernels
 
 namespace trident::kernels::cpu {
 
@@ -79,6 +80,9 @@ void rotary_qkv_backward(float* dqkv, const float* dout, int B, int T, int NH, i
 // ---- attention against a key/value cache (cached_attention.cpp) ---------------------------
 void cached_attention_forward(float* out, float* k_cache, float* v_cache, const float* qkv,
                               int rows, int first, int NH, int KVH, int hs);
+
+// ---- a 4-bit frozen base (nf4.cpp) ---------------------------------------------------------
+void nf4_dequantize(float* out, const Nf4Matrix& m);  // out (m.count)
 
 // ---- linear (matmul.cpp) ----------------------------------------------------------------
 void matmul_forward(float* out, const float* inp, const float* weight, const float* bias, int N,

@@ -374,6 +374,12 @@ public:
         v.commit();
     }
 
+    void nf4_dequantize(Ptr out, const Nf4Matrix& m) override {
+        cpu::Fp32Views v(scratch_);
+        cpu::nf4_dequantize(v.out(out, m.count), m);
+        v.commit();
+    }
+
     void add_mean(double* total, const float* losses, int N) override {
         *total += cpu::mean(losses, N);
     }

@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "kernels/dtype.h"
+#include "kernels/nf4_format.h"
 
 namespace trident::kernels::cuda {
 
@@ -48,6 +49,11 @@ void convert(TOut* out, const TIn* in, std::size_t count, cudaStream_t stream);
 template <typename TOut, typename TIn>
 void convert_2d(TOut* out, std::size_t out_stride, const TIn* in, std::size_t in_stride,
                 std::size_t rows, std::size_t cols, cudaStream_t stream);
+
+// ---- a 4-bit frozen base (nf4.cu) ---------------------------------------------------------
+// out (m.count) = each element's code-book value · its block's absmax, rounded to out's type
+// (kernels/ops.h, nf4_dequantize).
+void nf4_dequantize(Ptr out, const Nf4Matrix& m, cudaStream_t stream);
 
 // ---- attention against a key/value cache, fp32 (cached_attention.cu) ----------------------
 void cached_attention_forward(float* out, float* k_cache, float* v_cache, const float* qkv,

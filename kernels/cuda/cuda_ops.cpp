@@ -284,8 +284,7 @@ public:
         v.commit();
     }
 
-    // ---- attention
-    // -------------------------------------------------------------------------------
+    // ---- attention --------------------------------------------------------------------------
     // Flash attention and cuDNN keep the fp32 log-sum-exp of each row (B,NH,T).
     AttentionSaved attention_saved(int B, int NH, int T, DType) const override {
         return {static_cast<std::size_t>(B) * NH * T, DType::f32};
@@ -456,8 +455,7 @@ public:
         v.commit();
     }
 
-    // ---- loss
-    // --------------------------------------------------------------------------------------
+    // ---- loss -------------------------------------------------------------------------------
     void cross_entropy_partials(float* row_max, float* row_sumexp, float* target_logit,
                                 ConstPtr logits, const int32_t* targets, int N, int vocab_begin,
                                 int V, int Vp_local) override {
@@ -497,8 +495,12 @@ public:
         v.commit();
     }
 
-    // ---- optimizer
-    // ---------------------------------------------------------------------------------
+    // ---- a 4-bit frozen base -----------------------------------------------------------------
+    void nf4_dequantize(Ptr out, const Nf4Matrix& m) override {
+        cuda::nf4_dequantize(out, m, stream_);
+    }
+
+    // ---- optimizer --------------------------------------------------------------------------
     void add_sum_of_squares(double* total, ConstPtr x, std::size_t count) override {
         const Scratch scratch(allocator_, cuda::sum_of_squares_scratch() * sizeof(double));
         dispatch(x.dtype, [&](auto e) {

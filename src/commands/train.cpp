@@ -317,7 +317,7 @@ void print_memory(const config::Config& cfg, train::Trainer& trainer) {
     if (mem.quantized_parameters == 0) return;
     std::printf(
         "memory (rank 0): 4-bit base %zu bytes of codes and constants for %zu parameters "
-        "(%.3f bits each, host memory) | dequantization tile %s\n",
+        "(%.3f bits each) | dequantization tile %s\n",
         mem.quantized, mem.quantized_parameters,
         8.0 * static_cast<double>(mem.quantized) / static_cast<double>(mem.quantized_parameters),
         train::human_bytes(static_cast<double>(mem.tile)).c_str());

@@ -90,17 +90,23 @@ void add_adapters(const PlanInputs& in, const model::ParamLayout& layout, StageM
     s.states.gradients = trained.gradients;
     s.states.optimizer = trained.optimizer;
     s.parameters += adapters;
-    // A 4-bit base (model/nf4_base.h) below ZeRO-3: its layer matrices leave the dense buffer
-    // for their codes and constants (host memory); the tile they are dequantized into (the
-    // longest run of adjacent matrices), held through the run, takes their place.
-    if (!in.cfg.training.lora.quantized() || in.zero_stage >= 3) return;
+    // A 4-bit base (model/nf4_base.h): its store of codes and constants, and the tile its
+    // linears are dequantized into (the longest run of adjacent matrices); below ZeRO-3 its
+    // layer matrices leave the dense buffer.
+    const config::LoraConfig& lora = in.cfg.training.lora;
+    if (!lora.quantized()) return;
     int64_t quantized = 0, tile = 0;
     for (const auto& [begin, end] : model::quantized_ranges(layout)) {
         quantized += static_cast<int64_t>(end - begin);
         tile = std::max(tile, static_cast<int64_t>(end - begin));
     }
+    s.states.weights +=
+        static_cast<double>(model::quantized_bytes(
+            layout, static_cast<std::size_t>(lora.quant_block), lora.double_quant)) +
+        static_cast<double>(tile * in.weight_bytes);
+    if (in.zero_stage >= 3) return;
     s.parameters -= quantized;
-    s.states.weights -= static_cast<double>((quantized - tile) * in.weight_bytes);
+    s.states.weights -= static_cast<double>(quantized * in.weight_bytes);
 }
 
 }  // namespace

@@ -107,7 +107,9 @@ MemoryUse Trainer::memory() const {
     m.optimizer = optimizer_.state_bytes();
     m.activations = model_.activations().bytes;
     m.peak = ops_.peak_allocated_bytes();
+    // A 4-bit base's codes and constants, and the tile it dequantizes into, are parameters.
     if (const model::Nf4Base* base = model_.nf4_base()) {
+        m.parameters += base->bytes() + base->tile_bytes();
         m.quantized = base->bytes();
         m.quantized_parameters = base->parameters();
         m.tile = base->tile_bytes();

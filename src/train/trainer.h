@@ -30,13 +30,14 @@ using SampleFn =
 
 // Bytes this rank holds, as the allocator counts them.
 struct MemoryUse {
-    std::size_t parameters = 0, gradients = 0;  // the stage's flat buffers (padded)
+    // The stage's flat buffers (padded), and a 4-bit base's store and tile.
+    std::size_t parameters = 0, gradients = 0;
     std::size_t optimizer = 0;    // fp32 master weights and the optimizer's state (AdamW: 12
                                   // bytes / param / D)
     std::size_t activations = 0;  // the activation sets of the microbatches in flight, at most
     std::size_t peak = 0;         // everything allocated, at most
-    // A 4-bit base (model/nf4_base.h): its codes and constants (host memory), the parameters
-    // they stand for, and its dequantization tile (in `peak`, not in `parameters`).
+    // A 4-bit base (model/nf4_base.h): its codes and constants, the parameters they stand
+    // for, and its dequantization tile (all in `parameters` too).
     std::size_t quantized = 0, quantized_parameters = 0, tile = 0;
 };
 

@@ -234,11 +234,14 @@ def nf4_bytes(n, double_quant=True):
 def check_memory(train):
     """The resident bytes of a small llama's 4-bit base: the codes and constants its start-up
     line gives equal the format's count (0.5 + 1/B + 4/(256·B) bytes a parameter, plus each
-    matrix's mean and last part-filled 256-block), and the dense parameter buffer (the
-    allocator's) leaves out exactly the quantized matrices' 4 bytes a parameter; `trident plan`
-    counts the same weights."""
+    matrix's mean and last part-filled 256-block), and the parameters the allocator holds
+    (mem_params_bytes) trade exactly the quantized matrices' 4 bytes a parameter for those
+    codes and constants and the tile they are dequantized into; `trident plan` counts the
+    same weights, to the byte."""
     matrices = [llama.linear_shape(t) for t in llama.TARGETS] * llama.SHAPE.layers
     parameters = sum(o * i for o, i in matrices)
+    # The tile: the longest run of adjacent matrices (llama's gate, up and down here), fp32.
+    tile = 4 * 2 * llama.SHAPE.ffn * llama.SHAPE.hidden + 4 * llama.SHAPE.hidden * llama.SHAPE.ffn
     for double_quant in (True, False):
         name = "mem_dq" if double_quant else "mem_single"
         p = train(name, NF4 + ["training.steps=1",
@@ -249,15 +252,15 @@ def check_memory(train):
         want = (sum(nf4_bytes(o * i, double_quant) for o, i in matrices), parameters)
         check(got == want, f"llama 4-bit base (double_quant {double_quant}): {got} bytes, "
                            f"parameters; the format's count {want}")
+        if double_quant:
+            quantized = want[0]
     train("mem_plain", ["training.steps=1"])
     held = [curve(train.path(n + ".jsonl"))[0]["mem_params_bytes"] for n in ("mem_plain", "mem_dq")]
-    check(held[0] - held[1] == 4 * parameters,
-          f"the dense parameter buffer leaves out the {parameters} quantized parameters: "
+    check(held[0] - held[1] == 4 * parameters - quantized - tile,
+          f"the parameters held trade the {parameters} quantized parameters' 4 bytes for "
+          f"{quantized} bytes of codes and constants and a {tile}-byte tile: "
           f"{held[0]} -> {held[1]} bytes")
-    # The planner (trident plan) counts the same buffers: the dense one, and the tile of the
-    # longest run of adjacent matrices (llama's gate, up and down here), held through the run.
-    tile = 4 * 2 * llama.SHAPE.ffn * llama.SHAPE.hidden + 4 * llama.SHAPE.hidden * llama.SHAPE.ffn
-    for name, overrides, want in (("32-bit", [], held[0]), ("nf4", NF4, held[1] + tile)):
+    for name, overrides, want in (("32-bit", [], held[0]), ("nf4", NF4, held[1])):
         p = run([train.trident, "plan", "--json"] + train.base + layout_families.sets(overrides))
         planned = json.loads(p.stdout.splitlines()[-1])["stages"][0]["memory_bytes"]["weights"]
         check(planned == want, f"trident plan, {name} base: weights {planned} bytes, the "
