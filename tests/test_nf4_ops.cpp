@@ -44,8 +44,7 @@ bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
 
 }  // namespace
 
-TEST_CASE("nf4: the CPU op dequantizes bit for bit as the reference, whole and sharded",
-          "[nf4]") {
+TEST_CASE("nf4: the CPU op dequantizes bit for bit as the reference, whole and sharded", "[nf4]") {
     const std::unique_ptr<Ops> ops = make_cpu_ops(2);
     const std::vector<float> w = random_matrix(7);
     const std::size_t half = kCols / 2 / kBlock, whole_row = kCols / kBlock;

@@ -155,7 +155,9 @@ MemoryCompared measure_memory(const std::string& config, const std::string& metr
     }
 
     // The traffic the metrics count for rank 0's tensor and data groups, call for call (the
-    // data group's with its replicas' under hybrid sharding).
+    // data group's with its replicas' under hybrid sharding). The planner models a LoRA run's
+    // traffic as the whole model's (it says so).
+    if (in.cfg.training.lora.enabled()) return c;
     const plan::StageTraffic traffic = plan::plan_traffic(in).front();
     using parallel::CommKind;
     const auto payload = [](const plan::GroupTraffic& g, CommKind kind) {
@@ -232,6 +234,33 @@ void check_stages(const std::vector<std::string>& overrides, int ranks, Peak pea
 
 void check_measured_memory(const std::vector<std::string>& overrides, int ranks) {
     check_stages(overrides, ranks, Peak::planned);
+}
+
+// LoRA of rank 2 on its default targets over a 4-bit base in blocks of 16 (model/nf4_base.h):
+// the model `model` (overrides of model.*) saved by one process after a step is the base that
+// `overrides` of it train (under mpirun when `ranks` > 1). Every stage's weights (the dense
+// buffer, the codes and constants, the tile), gradients and optimizer state are the plan's to
+// the byte; the planner models a LoRA run's activations as the whole model's (it says so).
+void check_nf4_memory(const std::vector<std::string>& model,
+                      const std::vector<std::string>& overrides, int ranks) {
+    cli::Workspace ws;
+    const auto saved = cli::run_shell(
+        std::string(TRIDENT_BINARY) + " train --config " + small_config(ws) + set_flags(model) +
+        " --set training.steps=1 --set checkpoint.interval=1 --set checkpoint.dir=" +
+        ws.path("base"));
+    INFO(saved.output);
+    REQUIRE(saved.exit_code == 0);
+    std::vector<std::string> all = model;
+    all.insert(all.end(), {"model.init_from=" + ws.path("base"), "training.lora.rank=2",
+                           "training.lora.quantize=nf4", "training.lora.quant_block=16"});
+    all.insert(all.end(), overrides.begin(), overrides.end());
+    const MemoryCompared c = measure_memory(small_config(ws), ws.path("metrics.jsonl"), all, ranks);
+    for (std::size_t s = 0; s < c.stages.size(); ++s) {
+        INFO("stage " << s);
+        CHECK(c.stages[s].measured.params == c.stages[s].planned.params);
+        CHECK(c.stages[s].measured.grads == c.stages[s].planned.grads);
+        CHECK(c.stages[s].measured.optimizer == c.stages[s].planned.optimizer);
+    }
 }
 
 // ZeRO-2 and 3: the shards and the optimizer state to the byte (ZeRO's Table 1 terms, of the
@@ -519,6 +548,15 @@ TEST_CASE("plan: measured memory of one-process runs is the plan, to the byte", 
     SECTION("documents: mask") {
         check_measured_memory({"data.documents=mask", "data.eod_token=3"}, 1);
     }
+    // LoRA over a 4-bit base (model/nf4_base.h): the codes and constants, and the tile, in the
+    // parameters; with and without double quantization, GPT-2 and llama.
+    SECTION("lora over a 4-bit base") {
+        for (const char* dq : {"true", "false"}) {
+            INFO("double quantization " << dq);
+            check_nf4_memory({}, {std::string("training.lora.double_quant=") + dq}, 1);
+        }
+        check_nf4_memory({"model.arch=llama", "model.kv_heads=2"}, {}, 1);
+    }
 }
 
 // Under mpirun (8 and 4 processes): hidden from the default test list, run by ctest as
@@ -558,6 +596,12 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
         check_measured_memory({"optimizer.name=galore", "optimizer.galore.rank=4",
                                "parallel.pipeline=2", "parallel.tensor=2"},
                               4);
+    }
+    // A 4-bit base's shards: each tensor rank's slices of the whole matrices' codes.
+    SECTION("lora over a 4-bit base, llama, 2 x 2 x 1, sequence parallel") {
+        check_nf4_memory(
+            {"model.arch=llama", "model.kv_heads=2", "model.dropout=0"},
+            {"parallel.pipeline=2", "parallel.tensor=2", "parallel.sequence_parallel=true"}, 4);
     }
     SECTION("2 x 1 x 1, ZB-H2") {
         check_measured_memory({"parallel.pipeline=2", "parallel.schedule=zb-h2"}, 2);

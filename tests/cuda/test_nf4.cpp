@@ -44,9 +44,10 @@ TEST_CASE("cuda: NF4 dequantization, bit for bit the CPU's", "[ops]") {
             for (const DType t : {DType::f32, DType::bf16, DType::f16}) {
                 const std::vector<float> gpu = dequantized(*b.gpu, m, t);
                 const std::vector<float> cpu = dequantized(*b.cpu, m, t);
-                std::printf("compared: nf4_dequantize of %zu elements (%s, double quantization "
-                            "%d): relative error %.3e (bit for bit)\n",
-                            m.size, name(t), double_quant, relative_error(gpu, cpu));
+                std::printf(
+                    "compared: nf4_dequantize of %zu elements (%s, double quantization "
+                    "%d): relative error %.3e (bit for bit)\n",
+                    m.size, name(t), double_quant, relative_error(gpu, cpu));
                 INFO(m.size << " elements, " << name(t) << ", double quantization "
                             << double_quant);
                 REQUIRE(std::memcmp(gpu.data(), cpu.data(), gpu.size() * sizeof(float)) == 0);
