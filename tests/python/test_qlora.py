@@ -7,9 +7,13 @@ PyTorch and across layouts.
    numpy reference (nf4_reference.py) on one process; the 4-bit base changes the losses (they
    differ from the 32-bit base's by more than 1e-4), and so does double quantization.
 2. Every layout family trains the same adapters over the same dequantized bits: the ten losses
-   of M = 2 with sequence parallelism, P = 2 (1F1B, interleaved), D = 2 (ZeRO-1, ZeRO-3),
-   C = 2 (ring) and full recompute within 1e-5 of one process (GPT-2; llama: M = 2, P = 2,
-   D = 2 ZeRO-1, C = 2).
+   of M = 2 with sequence parallelism, P = 2 (1F1B, interleaved, ZB-H1, ZB-V), D = 2 (ZeRO-1,
+   2 and 3), C = 2 (ring, Ulysses) and full and selective recompute within 1e-5 of one process
+   (GPT-2; llama: M = 2, P = 2, D = 2 ZeRO-1, C = 2). In bf16 (the tile rounded to bf16): one
+   process within 2% of fp32's losses, and M = 2 with sequence parallelism and D = 2 ZeRO-3
+   within 2% of one bf16 process (the bound of every 16-bit layout, test_composition.py).
+5. The memory the 4-bit base holds: its codes and constants to the format's byte count, and the
+   parameters held and planned (check_memory).
 3. Checkpoints: a resume on M = 2 from one process's step 5 (the base quantized again at
    load) gives the uninterrupted losses; `checkpoint info` says the base is quantized at
    load; `export --merge-lora` writes the dequantized base plus (alpha/r)·B·A (1e-6), which
@@ -55,11 +59,23 @@ GPT2_FAMILIES = [
     ("P=2 1f1b", 2, ["parallel.pipeline=2"]),
     ("P=2 interleaved v=2", 2, ["parallel.pipeline=2", "parallel.schedule=interleaved",
                                 "parallel.virtual_stages=2"]),
+    ("P=2 zb-h1", 2, ["parallel.pipeline=2", "parallel.schedule=zb-h1"]),
+    ("P=2 zb-v", 2, ["parallel.pipeline=2", "parallel.schedule=zb-v"]),
     ("D=2 ZeRO-1", 2, ["parallel.data=2", "parallel.zero_stage=1"]),
+    ("D=2 ZeRO-2", 2, ["parallel.data=2", "parallel.zero_stage=2"]),
     ("D=2 ZeRO-3", 2, ["parallel.data=2", "parallel.zero_stage=3"]),
     ("C=2 ring", 2, ["parallel.context=2"]),
+    ("C=2 ulysses", 2, ["parallel.context=2", "parallel.context_mode=ulysses"]),
     ("recompute full", 1, ["training.recompute=full"]),
+    ("recompute selective", 1, ["training.recompute=selective"]),
 ]
+# bf16 over the 4-bit base (the tile rounded to bf16) on a tensor and a data split, against one
+# bf16 process: within 2% a step, the bound 16-bit layouts are held to (test_composition.py).
+BF16_FAMILIES = [
+    ("M=2 +SP", 2, ["parallel.tensor=2", "parallel.sequence_parallel=true"]),
+    ("D=2 ZeRO-3", 2, ["parallel.data=2", "parallel.zero_stage=3"]),
+]
+BF16_TOLERANCE = 0.02
 LLAMA_FAMILIES = [
     ("M=2", 2, ["parallel.tensor=2"]),
     ("P=2 1f1b", 2, ["parallel.pipeline=2"]),
@@ -113,6 +129,24 @@ class Trainer:
         return run(args, ranks=ranks, expect_ok=expect_ok)
 
 
+def check_bf16(trident, base, tmp, reference):
+    """bf16 compute over the nf4 base: one process within 2% of the fp32 run's losses, and
+    each BF16_FAMILIES layout within 2% of that process's."""
+    bf16 = base + layout_families.sets(NF4 + ["training.precision=bf16"])
+    single = layout_families.one_process(trident, bf16, tmp)
+    worst = worst_rel(single, reference) if len(single) == 10 else float("inf")
+    check(worst <= BF16_TOLERANCE, f"GPT-2 nf4 bf16, one process: within 2% of fp32's losses "
+                                   f"(worst {worst:.2e})")
+    for i, (name, ranks, overrides) in enumerate(BF16_FAMILIES):
+        metrics = os.path.join(tmp, f"bf16_{i}.jsonl")
+        run([trident, "train"] + bf16 + layout_families.sets(
+            overrides + [f"logging.metrics={metrics}"]), ranks=ranks)
+        got = layout_families.curve(metrics)
+        worst = worst_rel(got, single) if len(got) == 10 else float("inf")
+        check(worst <= BF16_TOLERANCE, f"GPT-2 nf4 bf16, {name}: within 2% of one bf16 process "
+                                       f"(worst {worst:.2e})")
+
+
 def gpt2_case(trident, tmp):
     path = lambda name: os.path.join(tmp, "gpt2_" + name)  # noqa: E731
     rng = np.random.default_rng(5)
@@ -147,6 +181,7 @@ def gpt2_case(trident, tmp):
                                tokens, s.seq_len, None)
     layout_families.check_families(trident, base + layout_families.sets(NF4), tmp, "GPT-2 nf4",
                                    reference, GPT2_FAMILIES)
+    check_bf16(trident, base, tmp, reference)
     check_checkpoint(trident, train, path, reference)
     check_bad_input(trident, base)
 
