@@ -21,9 +21,9 @@ config::Config load(const std::string& file, const std::vector<std::string>& ove
 }
 
 plan::StageMemory stage_of(const config::Config& cfg) {
-    return plan::plan_memory(plan::plan_inputs(cfg, plan::gradient_bytes(
-                                                        cfg.training.precision,
-                                                        cfg.training.fp32_grad_accumulation)))
+    return plan::plan_memory(
+               plan::plan_inputs(cfg, plan::gradient_bytes(cfg.training.precision,
+                                                           cfg.training.fp32_grad_accumulation)))
         .front();
 }
 
@@ -41,8 +41,8 @@ TEST_CASE("plan: QLoRA's 65B and Llama-2 70B on one 48 GiB GPU, the 4-bit base t
           "[plan][qlora]") {
     struct Row {
         const char* config;
-        double F, kv;        // SwiGLU width, key/value width (kv_heads · 128)
-        double parameters;   // Hugging Face's configs' count
+        double F, kv;       // SwiGLU width, key/value width (kv_heads · 128)
+        double parameters;  // Hugging Face's configs' count
     };
     const Row rows[] = {{"llama-65b-qlora.yaml", 22016, 8192, 65'285'660'672.0},
                         {"llama2-70b-qlora.yaml", 28672, 1024, 68'976'648'192.0}};
@@ -77,9 +77,9 @@ TEST_CASE("plan: QLoRA's 65B and Llama-2 70B on one 48 GiB GPU, the 4-bit base t
     }
     // "More than 780 GB" to fine-tune the 65B in 16 bits: every parameter trained in bf16
     // (bf16 weights, fp32 gradients, fp32 master weights and AdamW's moments), full recompute.
-    const config::Config full = load(
-        "llama-65b-qlora.yaml", {"training.lora.quantize=none", "training.lora.rank=0",
-                                 "model.init_from=null", "optimizer.offload=none"});
+    const config::Config full =
+        load("llama-65b-qlora.yaml", {"training.lora.quantize=none", "training.lora.rank=0",
+                                      "model.init_from=null", "optimizer.offload=none"});
     const plan::StageMemory dense = stage_of(full);
     std::printf("llama-65b 16-bit fine-tuning: %.0f GB\n", dense.total() / 1e9);
     CHECK(dense.total() > 780e9);
