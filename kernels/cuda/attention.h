@@ -32,17 +32,20 @@ bool flash_attention_supports(int head_size);
 
 // out (B,T,channels) = dropout(softmax(q k^T scale, causal)) v; lse (B,NH,T). out may be null: the
 // statistics alone, bit for bit as a full forward writes them (selective recompute). The
-// dropout mask is element (b, head_begin + h, i, j) of (B, heads_total, T, T).
+// dropout mask is element (b, head_begin + h, i, j) of (B, heads_total, T, T). Within documents
+// (kernels/ops.h, document_attention_forward), starts (B·T, on the device) gives each row's
+// document's first row, and key j is then visible to query i only from there.
 template <typename E>
 void flash_attention_forward(E* out, float* lse, const E* qkv, int B, int T, int channels, int NH,
                              float drop_prob, uint64_t seed, int head_begin, int heads_total,
-                             cudaStream_t stream);
+                             cudaStream_t stream, const int32_t* starts = nullptr);
 // dqkv (B,T,3·channels) += the gradient, given the forward's out and lse; row_dot (B,NH,T) is
 // scratch.
 template <typename E>
 void flash_attention_backward(E* dqkv, float* row_dot, const E* dout, const E* qkv, const E* out,
                               const float* lse, int B, int T, int channels, int NH, float drop_prob,
-                              uint64_t seed, int head_begin, int heads_total, cudaStream_t stream);
+                              uint64_t seed, int head_begin, int heads_total, cudaStream_t stream,
+                              const int32_t* starts = nullptr);
 
 // ---- ring attention's blocks (attention_block.cu) --------------------------------------------
 // kernels/ops.h, "ring attention": head sizes up to kFlashMaxHeadSize; qkv, kv, dout and out

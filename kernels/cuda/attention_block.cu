@@ -5,10 +5,11 @@
 // The block's forward and backward are attention_kernels.cuh's, as the flash kernels', on this
 // geometry: query row i is row q_begin + i of qkv (B, q_rows, 3·channels) at sequence position
 // q_position + i; key row j is row k_begin + j of kv (B, kv_rows, 2·channels) (k, then v) at
-// k_position + j; key j is visible to query i when k_position + j <= q_position + i. A row
-// that sees no key of the block gets lse -inf and out 0. Inputs are read widened to float;
-// everything written is fp32: out (B, q_rows, channels), lse (B, NH, q_rows), and the gradients
-// added into dq (B, q_rows, channels) and dkv (B, kv_rows, 2·channels).
+// k_position + j; key j is visible to query i when k_position + j <= q_position + i and,
+// within documents (q_starts given), k_position + j >= the position where row i's document
+// starts. A row that sees no key of the block gets lse -inf and out 0. Inputs are read widened to
+// float; everything written is fp32: out (B, q_rows, channels), lse (B, NH, q_rows), and the
+// gradients added into dq (B, q_rows, channels) and dkv (B, kv_rows, 2·channels).
 #include <cmath>
 #include <string>
 
@@ -69,13 +70,23 @@ struct Geometry {
     __device__ std::size_t stat(int b, int h, int i) const {
         return (static_cast<std::size_t>(b) * k.NH + h) * k.q_rows + k.q_begin + i;
     }
-    __device__ bool visible(int i, int j) const {
-        return i < k.q_count && j < k.k_count && k.k_position + j <= k.q_position + i;
+    // The sequence position where query row i's document starts (0 without documents).
+    __device__ int start(int b, int i) const {
+        return k.q_starts ? k.q_starts[static_cast<std::size_t>(b) * k.q_rows + k.q_begin + i] : 0;
+    }
+    __device__ bool visible(int b, int i, int j) const {
+        return i < k.q_count && j < k.k_count && k.k_position + j <= k.q_position + i &&
+               k.k_position + j >= start(b, i);
     }
     __device__ int keys_seen(int end) const {
         return max(0, min(k.q_position + min(end, k.q_count) - k.k_position, k.k_count));
     }
     __device__ int first_query(int j0) const { return max(0, k.k_position + j0 - k.q_position); }
+    // The block's query rows are consecutive positions, so their starts never decrease.
+    __device__ int first_key(int b, int i0) const { return max(0, start(b, i0) - k.k_position); }
+    __device__ bool sees_none_from(int b, int i0, int j_last) const {
+        return i0 < k.q_count && start(b, i0) > k.k_position + j_last;
+    }
     // Dropout index of (b, h, query i, key 0) in the whole sequence's (B, heads_total, T, T).
     __device__ uint64_t mask_row(int b, int h, int i) const {
         const uint64_t T = static_cast<uint64_t>(k.seq_len);

@@ -1,7 +1,7 @@
 // Causal self-attention that never writes the T x T score matrix ("flash attention"): the
 // GPU backend's own kernels, used where cuDNN's fused attention has no engine (fp32, head
-// sizes it refuses, attention dropout, whose mask must be Trident's) and as the reference the
-// cuDNN path is tested against.
+// sizes it refuses, attention dropout, whose mask must be Trident's, attention within
+// documents) and as the reference the cuDNN path is tested against.
 //
 // fp32 runs attention_kernels.cuh's kernels (fp32 arithmetic throughout, CUDA cores), on the
 // geometry of flash_geometry.cuh; bf16 and fp16 run the tensor-core kernels of
@@ -33,10 +33,10 @@ bool flash_attention_supports(int head_size) {
 template <typename E>
 void flash_attention_forward(E* out, float* lse, const E* qkv, int B, int T, int channels, int NH,
                              float drop_prob, uint64_t seed, int head_begin, int heads_total,
-                             cudaStream_t stream) {
+                             cudaStream_t stream, const int32_t* starts) {
     if (B * T == 0) return;
     const FlashGeometry g =
-        flash_geometry<E>(B, T, channels, NH, drop_prob, seed, head_begin, heads_total);
+        flash_geometry<E>(B, T, channels, NH, drop_prob, seed, head_begin, heads_total, starts);
     if constexpr (std::is_same_v<E, float>) {
         with_split(g.hs, [&](auto split) {
             constexpr int Split = decltype(split)::value;
@@ -53,10 +53,11 @@ void flash_attention_forward(E* out, float* lse, const E* qkv, int B, int T, int
 template <typename E>
 void flash_attention_backward(E* dqkv, float* row_dot, const E* dout, const E* qkv, const E* out,
                               const float* lse, int B, int T, int channels, int NH, float drop_prob,
-                              uint64_t seed, int head_begin, int heads_total, cudaStream_t stream) {
+                              uint64_t seed, int head_begin, int heads_total, cudaStream_t stream,
+                              const int32_t* starts) {
     if (B * T == 0) return;
     const FlashGeometry g =
-        flash_geometry<E>(B, T, channels, NH, drop_prob, seed, head_begin, heads_total);
+        flash_geometry<E>(B, T, channels, NH, drop_prob, seed, head_begin, heads_total, starts);
     const std::size_t rows = static_cast<std::size_t>(B) * NH * T;
     attention_row_dot_kernel<<<static_cast<unsigned>((rows + 7) / 8), 256, 0, stream>>>(
         row_dot, dout, out, g);
@@ -77,10 +78,10 @@ void flash_attention_backward(E* dqkv, float* row_dot, const E* dout, const E* q
 
 #define TRIDENT_INSTANTIATE(E)                                                                   \
     template void flash_attention_forward<E>(E*, float*, const E*, int, int, int, int, float,    \
-                                             uint64_t, int, int, cudaStream_t);                  \
+                                             uint64_t, int, int, cudaStream_t, const int32_t*);  \
     template void flash_attention_backward<E>(E*, float*, const E*, const E*, const E*,          \
                                               const float*, int, int, int, int, float, uint64_t, \
-                                              int, int, cudaStream_t);
+                                              int, int, cudaStream_t, const int32_t*);
 TRIDENT_INSTANTIATE(float)
 TRIDENT_INSTANTIATE(__nv_bfloat16)
 TRIDENT_INSTANTIATE(__half)

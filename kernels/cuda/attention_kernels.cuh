@@ -27,9 +27,11 @@
 //   batches(), heads(), query_rows(), key_rows(), hs, scale
 //   queries(qkv, b, h), keys(kv, b, h, part) (part 0: k, 1: v), outputs(out, b, h): Rows
 //   stat(b, h, i): query row i's entry in lse and the row dots
-//   visible(i, j): whether query i sees key j
+//   visible(b, i, j): whether query i of batch b sees key j
 //   keys_seen(end): the keys that queries below `end` may see are 0 .. keys_seen(end) - 1
+//   first_key(b, i0): no query from row i0 (a real row) on sees a key before it
 //   first_query(j0): no query before it sees key j0
+//   sees_none_from(b, i0, j_last): no query from row i0 on sees a key up to j_last
 //   mask_row(b, h, i) + j: the dropout index of (i, j); dropout_factor(index)
 //   write<Split>(out, lse, b, h, i, s, o, m, l): a forward row's results
 //   add_dq<Split>(dq, b, h, i, s, dq), add_dkv<Split>(dkv, b, h, j, s, dk, dv): gradients
@@ -114,7 +116,7 @@ __global__ void __launch_bounds__(kQueryRows* Split)
     const uint64_t mask_row = g.mask_row(b, h, i);
     float m = -INFINITY, l = 0.0f;
     const int key_end = g.keys_seen(i0 + kQueryRows);
-    for (int j0 = 0; j0 < key_end; j0 += kTile) {
+    for (int j0 = g.first_key(b, i0) / kTile * kTile; j0 < key_end; j0 += kTile) {
         __syncthreads();  // the previous tiles are used up
         load_tile<D>(keys, g.keys(kv, b, h, 0), j0);
         if (values) load_tile<D>(vals, g.keys(kv, b, h, 1), j0);
@@ -127,7 +129,7 @@ __global__ void __launch_bounds__(kQueryRows* Split)
 #pragma unroll
             for (int d = 0; d < kDimsPerThread; ++d) dot += q[d] * keys[j * D + d * Split + s];
             dot = group_sum<Split>(dot) * g.scale;
-            score[j] = g.visible(i, j0 + j) ? dot : -INFINITY;
+            score[j] = g.visible(b, i, j0 + j) ? dot : -INFINITY;
             tile_max = fmaxf(tile_max, score[j]);
         }
         const float m_new = fmaxf(m, tile_max);
@@ -187,7 +189,7 @@ __global__ void __launch_bounds__(kQueryRows* Split)
     const float dot_i = real ? row_dot[g.stat(b, h, i)] : 0.0f;
     const uint64_t mask_row = g.mask_row(b, h, i);
     const int key_end = g.keys_seen(i0 + kQueryRows);
-    for (int j0 = 0; j0 < key_end; j0 += kTile) {
+    for (int j0 = g.first_key(b, i0) / kTile * kTile; j0 < key_end; j0 += kTile) {
         __syncthreads();
         load_tile<D>(keys, g.keys(kv, b, h, 0), j0);
         load_tile<D>(vals, g.keys(kv, b, h, 1), j0);
@@ -201,7 +203,7 @@ __global__ void __launch_bounds__(kQueryRows* Split)
             }
             qk = group_sum<Split>(qk);
             gv = group_sum<Split>(gv);
-            if (!g.visible(i, j0 + j)) continue;
+            if (!g.visible(b, i, j0 + j)) continue;
             const float p = expf(qk * g.scale - row_lse);
             const float ds = p * (gv * g.dropout_factor(mask_row + j0 + j) - dot_i);
 #pragma unroll
@@ -227,6 +229,7 @@ __global__ void __launch_bounds__(kKeyRows* Split)
     load_row<Split>(key, g.keys(kv, b, h, 0), j, s);
     load_row<Split>(value, g.keys(kv, b, h, 1), j, s);
     for (int i0 = g.first_query(j0) / kTile * kTile; i0 < g.query_rows(); i0 += kTile) {
+        if (g.sees_none_from(b, i0, j0 + kKeyRows - 1)) break;
         __syncthreads();
         load_tile<D>(queries, g.queries(qkv, b, h), i0);
         load_tile<D>(grads, g.outputs(dout, b, h), i0);
@@ -246,7 +249,7 @@ __global__ void __launch_bounds__(kKeyRows* Split)
             qk = group_sum<Split>(qk);
             gv = group_sum<Split>(gv);
             const int i = i0 + r;
-            if (!g.visible(i, j)) continue;
+            if (!g.visible(b, i, j)) continue;
             const float p = expf(qk * g.scale - tile_lse[r]);
             const float z = g.dropout_factor(g.mask_row(b, h, i) + j);
             const float ds = p * (gv * z - tile_dot[r]);

@@ -208,28 +208,30 @@ struct LaneRows {
     __device__ LaneRows(int first, int lane) : row{first + lane / 4, first + lane / 4 + 8} {}
 };
 
-// The online softmax over one tile of scores s (this warp's 16 rows by NT * 8 keys from j0; the
-// products on entry, the probabilities on exit, 0 where a key is not seen): each row's max m
-// and sum l (log2 units) move to the tile, and its outputs so far are rescaled to the new max.
+// The online softmax over one tile of scores s (this warp's 16 rows by NT * 8 keys from j0 of
+// batch b; the products on entry, the probabilities on exit, 0 where a key is not seen): each
+// row's max m and sum l (log2 units) move to the tile, and its outputs so far are rescaled to
+// the new max. A row that has seen no key yet (its document starts past the tile) keeps m -inf.
 template <int D, int NT>
 __device__ void softmax_tile(float (&s)[NT][4], float (&m)[2], float (&l)[2], float (&o)[D / 8][4],
-                             const LaneRows& mine, int j0, int T, float scale, int lane) {
+                             const LaneRows& mine, int j0, const FlashGeometry& g, int b,
+                             float scale, int lane) {
     float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
     for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
             const int j = j0 + fragment_column(n, c, lane), i = mine.row[c / 2];
-            s[n][c] = j <= i && j < T ? s[n][c] * scale : -INFINITY;
+            s[n][c] = j <= i && j < g.T && g.in_document(b, i, j) ? s[n][c] * scale : -INFINITY;
             tile_max[c / 2] = fmaxf(tile_max[c / 2], s[n][c]);
         }
-        // Key 0 is in the first tile and every row sees it: m is finite from then on.
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 1));
         tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xffffffffu, tile_max[r], 2));
         const float m_new = fmaxf(m[r], tile_max[r]);
-        const float alpha = exp2f(m[r] - m_new);  // 0 on the first tile (m = -inf)
+        // 0 on the first tile a row sees (m = -inf); 1 while it has seen none.
+        const float alpha = m_new == -INFINITY ? 1.0f : exp2f(m[r] - m_new);
         l[r] *= alpha;
 #pragma unroll
         for (int n = 0; n < D / 8; ++n) {
@@ -242,7 +244,7 @@ __device__ void softmax_tile(float (&s)[NT][4], float (&m)[2], float (&l)[2], fl
     for (int n = 0; n < NT; ++n)
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-            s[n][c] = exp2f(s[n][c] - m[c / 2]);  // 0 for keys not seen
+            s[n][c] = s[n][c] == -INFINITY ? 0.0f : exp2f(s[n][c] - m[c / 2]);  // 0: not seen
             l[c / 2] += s[n][c];
         }
 }
@@ -269,7 +271,8 @@ __global__ void __launch_bounds__(kThreads)
     load_tile<E, kBlockRows, D>(queries, qkv, q_base, stride, i0, g.T, g.hs, vector);
     const LaneRows mine(i0 + warp * 16, lane);
     float o[D / 8][4] = {}, m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    for (int j0 = 0; j0 < min(g.T, i0 + kBlockRows); j0 += kBlockRows) {
+    for (int j0 = g.first_key(b, i0) / kBlockRows * kBlockRows; j0 < min(g.T, i0 + kBlockRows);
+         j0 += kBlockRows) {
         __syncthreads();  // the previous tiles are used up
         load_tile<E, kBlockRows, D>(keys, qkv, q_base + g.channels, stride, j0, g.T, g.hs, vector);
         if (values)
@@ -278,7 +281,7 @@ __global__ void __launch_bounds__(kThreads)
         __syncthreads();
         float s[NT][4] = {};
         multiply_rows<E, D, NT>(s, queries, warp * 16, keys, lane);
-        softmax_tile<D, NT>(s, m, l, o, mine, j0, g.T, scale, lane);
+        softmax_tile<D, NT>(s, m, l, o, mine, j0, g, b, scale, lane);
         if (values && g.drop_prob > 0.0f) {
 #pragma unroll
             for (int n = 0; n < NT; ++n)
@@ -316,7 +319,7 @@ struct Probability {
 __device__ __forceinline__ Probability probability(const FlashGeometry& g, int b, int h, int i,
                                                    int j, float score, float lse2, float dp,
                                                    float row_dot) {
-    if (!(j <= i && i < g.T)) return {0.0f, 0.0f};
+    if (!g.visible(b, i, j)) return {0.0f, 0.0f};
     const float p = exp2f(score - lse2);
     const float z = g.dropout_factor(g.mask_row(b, h, i) + j);
     return {p * z, p * (dp * z - row_dot)};
@@ -346,6 +349,7 @@ __global__ void __launch_bounds__(kThreads)
     const LaneRows mine(j0 + warp * 16, lane);
     float dk[D / 8][4] = {}, dv[D / 8][4] = {};
     for (int i0 = j0 / QT * QT; i0 < g.T; i0 += QT) {
+        if (g.sees_none_from(b, i0, j0 + kBlockRows - 1)) break;
         __syncthreads();  // the previous tiles are used up
         load_tile<E, QT, D>(queries, qkv, q_base, stride, i0, g.T, g.hs, vector);
         load_tile<E, QT, D>(grads, dout, g.out_base(b, h), g.channels, i0, g.T, g.hs, vector);
@@ -406,7 +410,7 @@ __global__ void __launch_bounds__(kThreads)
         dot[r] = real ? row_dot[g.stat(b, h, mine.row[r])] : 0.0f;
     }
     float dq[D / 8][4] = {};
-    for (int j0 = 0; j0 < min(g.T, i0 + kBlockRows); j0 += KT) {
+    for (int j0 = g.first_key(b, i0) / KT * KT; j0 < min(g.T, i0 + kBlockRows); j0 += KT) {
         __syncthreads();
         load_tile<E, KT, D>(keys, qkv, q_base + g.channels, stride, j0, g.T, g.hs, vector);
         load_tile<E, KT, D>(vals, qkv, q_base + 2 * g.channels, stride, j0, g.T, g.hs, vector);

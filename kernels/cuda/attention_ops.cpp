@@ -152,42 +152,44 @@ bool AttentionOps::cudnn_forward(Ptr out, float* lse, ConstPtr qkv, const Attent
 // which has no out, runs the forward's: an output of another type is rounded into from qkv's.
 void AttentionOps::flash_forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int channels,
                                  int NH, float drop_prob, uint64_t seed, int head_begin,
-                                 int heads_total) {
+                                 int heads_total, const int32_t* starts) {
     const std::size_t BTC = static_cast<std::size_t>(B) * T * channels;
     if (out && out.dtype != qkv.dtype) {
         const Scratch o(allocator_, BTC * size_of(qkv.dtype));
         flash_forward(Ptr(o.data(), qkv.dtype), lse, qkv, B, T, channels, NH, drop_prob, seed,
-                      head_begin, heads_total);
+                      head_begin, heads_total, starts);
         convert_into(out, ConstPtr(o.data(), qkv.dtype), BTC, stream_);
         return;
     }
     dispatch(qkv.dtype, [&](auto e) {
         using E = decltype(e);
         flash_attention_forward(as<E>(out), lse, as<E>(qkv), B, T, channels, NH, drop_prob, seed,
-                                head_begin, heads_total, stream_);
+                                head_begin, heads_total, stream_, starts);
     });
 }
 
 void AttentionOps::forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int channels, int NH,
-                           float drop_prob, uint64_t seed, int head_begin, int heads_total) {
+                           float drop_prob, uint64_t seed, int head_begin, int heads_total,
+                           const int32_t* starts) {
     const AttentionShape shape{B, T, channels, NH, qkv.dtype, drop_prob};
-    if (path(shape) == Path::cudnn) {
+    if (!starts && path(shape) == Path::cudnn) {
         if (cudnn_forward(out, lse, qkv, shape)) return;
         leave_cudnn(shape);
     }
-    flash_forward(out, lse, qkv, B, T, channels, NH, drop_prob, seed, head_begin, heads_total);
+    flash_forward(out, lse, qkv, B, T, channels, NH, drop_prob, seed, head_begin, heads_total,
+                  starts);
 }
 
 // The forward's kernels where the types allow; with mixed types the flash kernels, whose
 // backward takes cuDNN's statistics as well (attention.h).
 void AttentionOps::backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out, const float* lse,
                             int B, int T, int channels, int NH, float drop_prob, uint64_t seed,
-                            int head_begin, int heads_total) {
+                            int head_begin, int heads_total, const int32_t* starts) {
     const AttentionShape shape{B, T, channels, NH, qkv.dtype, drop_prob};
     const std::size_t BTC = elements(shape);
     const bool one_type =
         dqkv.dtype == qkv.dtype && dout.dtype == qkv.dtype && out.dtype == qkv.dtype;
-    if (one_type && path(shape) == Path::cudnn) {
+    if (one_type && !starts && path(shape) == Path::cudnn) {
         // cuDNN overwrites its gradient: into scratch, then added (ops.h's +=).
         const Scratch grad(allocator_, 3 * BTC * size_of(qkv.dtype));
         if (cudnn_.backward(Ptr(grad.data(), qkv.dtype), dout, qkv, out, lse, B, T, channels, NH,
@@ -206,7 +208,7 @@ void AttentionOps::backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out,
         Fp32Views v(DeviceScratch(allocator_, stream_));
         flash_attention_backward(v.inout(dqkv, 3 * BTC), row_dot.floats(), v.in(dout, BTC),
                                  v.in(qkv, 3 * BTC), v.in(out, BTC), lse, B, T, channels, NH,
-                                 drop_prob, seed, head_begin, heads_total, stream_);
+                                 drop_prob, seed, head_begin, heads_total, stream_, starts);
         v.commit();
         return;
     }
@@ -214,7 +216,7 @@ void AttentionOps::backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out,
         using E = decltype(e);
         flash_attention_backward(as<E>(dqkv), row_dot.floats(), as<E>(dout), as<E>(qkv), as<E>(out),
                                  lse, B, T, channels, NH, drop_prob, seed, head_begin, heads_total,
-                                 stream_);
+                                 stream_, starts);
     });
 }
 
@@ -222,15 +224,15 @@ void AttentionOps::backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out,
 // same path): cuDNN's has no statistics-only form, so its output goes to scratch; the flash
 // kernels are chosen by qkv's type alone (flash_forward).
 void AttentionOps::rebuild(float* lse, ConstPtr qkv, int B, int T, int channels, int NH,
-                           float drop_prob) {
+                           float drop_prob, const int32_t* starts) {
     const AttentionShape shape{B, T, channels, NH, qkv.dtype, drop_prob};
-    if (path(shape) == Path::cudnn) {
+    if (!starts && path(shape) == Path::cudnn) {
         const Scratch out(allocator_, elements(shape) * size_of(qkv.dtype));
         if (cudnn_.forward(Ptr(out.data(), qkv.dtype), lse, qkv, B, T, channels, NH, stream_))
             return;
         leave_cudnn(shape);
     }
-    flash_forward(Ptr(), lse, qkv, B, T, channels, NH, 0.0f, 0, 0, NH);
+    flash_forward(Ptr(), lse, qkv, B, T, channels, NH, 0.0f, 0, 0, NH, starts);
 }
 
 }  // namespace trident::kernels::cuda

@@ -11,6 +11,9 @@
 // same, its shape goes to the flash kernels for good, said in one line on stderr, and the op
 // runs again on them (a backward after a cuDNN forward too: the statistics are the same).
 //
+// Within documents (Ops::document_attention_forward, _backward, _rebuild: `starts` given) the
+// flash kernels run whatever the choice: cuDNN's graphs here have no mask for documents.
+//
 // Shapes and the "+=" of the gradient are kernels/ops.h's; what a forward keeps is lse
 // (B,NH,T), fp32.
 #pragma once
@@ -37,11 +40,13 @@ public:
     AttentionOps& operator=(const AttentionOps&) = delete;
 
     void forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int channels, int NH,
-                 float drop_prob, uint64_t seed, int head_begin, int heads_total);
+                 float drop_prob, uint64_t seed, int head_begin, int heads_total,
+                 const int32_t* starts);
     void backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out, const float* lse, int B,
                   int T, int channels, int NH, float drop_prob, uint64_t seed, int head_begin,
-                  int heads_total);
-    void rebuild(float* lse, ConstPtr qkv, int B, int T, int channels, int NH, float drop_prob);
+                  int heads_total, const int32_t* starts);
+    void rebuild(float* lse, ConstPtr qkv, int B, int T, int channels, int NH, float drop_prob,
+                 const int32_t* starts);
 
     // Decides the kernels of `shape` now (cuDNN's tried on it), and returns a line for the
     // log. Throws trident::Error naming the cause when no kernel can run it.
@@ -65,7 +70,8 @@ private:
     bool try_cudnn(const AttentionShape& shape);
     bool cudnn_forward(Ptr out, float* lse, ConstPtr qkv, const AttentionShape& shape);
     void flash_forward(Ptr out, float* lse, ConstPtr qkv, int B, int T, int channels, int NH,
-                       float drop_prob, uint64_t seed, int head_begin, int heads_total);
+                       float drop_prob, uint64_t seed, int head_begin, int heads_total,
+                       const int32_t* starts);
 
     DeviceAllocator& allocator_;
     cudaStream_t stream_;

@@ -293,17 +293,35 @@ public:
                            float drop_prob, uint64_t seed, int head_begin,
                            int heads_total) override {
         attention_.forward(out, saved.f32(), qkv, B, T, channels, NH, drop_prob, seed, head_begin,
-                           heads_total);
+                           heads_total, nullptr);
     }
     void attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out, ConstPtr saved,
                             int B, int T, int channels, int NH, float drop_prob, uint64_t seed,
                             int head_begin, int heads_total) override {
         attention_.backward(dqkv, dout, qkv, out, saved.f32(), B, T, channels, NH, drop_prob, seed,
-                            head_begin, heads_total);
+                            head_begin, heads_total, nullptr);
     }
     void attention_rebuild(Ptr saved, ConstPtr qkv, int B, int T, int channels, int NH,
                            float drop_prob) override {
-        attention_.rebuild(saved.f32(), qkv, B, T, channels, NH, drop_prob);
+        attention_.rebuild(saved.f32(), qkv, B, T, channels, NH, drop_prob, nullptr);
+    }
+    // Within documents: the flash kernels with each row's document start (attention_ops.h).
+    void document_attention_forward(Ptr out, Ptr saved, ConstPtr qkv, const int32_t* starts, int B,
+                                    int T, int channels, int NH, float drop_prob, uint64_t seed,
+                                    int head_begin, int heads_total) override {
+        attention_.forward(out, saved.f32(), qkv, B, T, channels, NH, drop_prob, seed, head_begin,
+                           heads_total, starts);
+    }
+    void document_attention_backward(Ptr dqkv, ConstPtr dout, ConstPtr qkv, ConstPtr out,
+                                     ConstPtr saved, const int32_t* starts, int B, int T,
+                                     int channels, int NH, float drop_prob, uint64_t seed,
+                                     int head_begin, int heads_total) override {
+        attention_.backward(dqkv, dout, qkv, out, saved.f32(), B, T, channels, NH, drop_prob, seed,
+                            head_begin, heads_total, starts);
+    }
+    void document_attention_rebuild(Ptr saved, ConstPtr qkv, const int32_t* starts, int B, int T,
+                                    int channels, int NH, float drop_prob) override {
+        attention_.rebuild(saved.f32(), qkv, B, T, channels, NH, drop_prob, starts);
     }
     cuda::AttentionOps& attention() { return attention_; }
 
@@ -570,31 +588,6 @@ std::string prepare_attention(Ops& ops, const AttentionShape& shape) {
     if (!gpu)
         throw Error("internal: prepare_attention on the " + std::string(ops.name()) + " backend");
     return gpu->attention().prepare(shape);
-}
-
-AttentionShape rank_attention(const RunAttention& run) {
-    const int split = run.tensor * (run.context > 1 && !run.ring ? run.context : 1);
-    return {run.micro_batch,   run.seq_len, run.hidden / split,
-            run.heads / split, run.type,    run.drop_prob};
-}
-
-std::string prepare_run_attention(Ops& ops, const RunAttention& run) {
-    if (run.context > 1 && run.ring) {
-        // Each rank's blocks of queries against blocks of keys: the block kernels alone.
-        if (!cuda::flash_attention_supports(run.hidden / run.heads))
-            throw Error("ring attention's GPU kernels take heads of 1 to " +
-                        std::to_string(cuda::kFlashMaxHeadSize) + " elements, not " +
-                        std::to_string(run.hidden / run.heads));
-        return "attention: ring attention's block kernels over " + std::to_string(run.context) +
-               " ranks\n";
-    }
-    return prepare_attention(ops, rank_attention(run));
-}
-
-CudaBackend make_cuda_backend(bool tf32, const RunAttention& run) {
-    CudaBackend backend{make_cuda_ops(tf32), {}};
-    backend.attention = prepare_run_attention(*backend.ops, run);
-    return backend;
 }
 
 }  // namespace trident::kernels

@@ -2,8 +2,12 @@
 // fp32 kernels of attention_kernels.cuh (attention_flash.cu) and the tensor-core kernels of
 // attention_mma.cu share it. Queries, keys and values are the T rows of qkv (B,T,3·channels), head
 // h of row t at t*3·channels + h*hs (+channels for k, +2·channels for v); key j is visible to query
-// i when j <= i; out and dout are (B,T,channels), lse and the row dots (B,NH,T). The dropout mask
-// is the model's: element (b, head_begin + h, i, j) of (B, heads_total, T, T), as in kernels/ops.h.
+// i when j <= i and, within documents (starts given), j >= starts[b·T + i], the first row of
+// query i's document; out and dout are (B,T,channels), lse and the row dots (B,NH,T). The dropout
+// mask is the model's: element (b, head_begin + h, i, j) of (B, heads_total, T, T), as in
+// kernels/ops.h. A sequence's document starts never decrease along its rows, so the key tiles
+// before a query block's first row's start, and the query tiles past the last row whose document
+// starts by a key block's last key, are skipped whole.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -26,6 +30,7 @@ struct FlashGeometry {
     float scale, drop_prob, keep_scale;
     uint64_t seed;
     DType type;
+    const int32_t* starts;  // (B·T) each row's document's first row, or null: one document
 
     __device__ int batches() const { return B; }
     __device__ int heads() const { return NH; }
@@ -58,9 +63,23 @@ struct FlashGeometry {
     __device__ std::size_t stat(int b, int h, int i) const {
         return (static_cast<std::size_t>(b) * NH + h) * T + i;
     }
-    __device__ bool visible(int i, int j) const { return j <= i && i < T; }
+    // Whether key j is in query row i's document (rows past T: in every one).
+    __device__ bool in_document(int b, int i, int j) const {
+        return !starts || i >= T || j >= starts[static_cast<std::size_t>(b) * T + i];
+    }
+    __device__ bool visible(int b, int i, int j) const {
+        return j <= i && i < T && in_document(b, i, j);
+    }
     __device__ int keys_seen(int end) const { return min(T, end); }
     __device__ int first_query(int j0) const { return j0; }
+    // The first key that queries from row i0 (< T) on may see.
+    __device__ int first_key(int b, int i0) const {
+        return starts ? starts[static_cast<std::size_t>(b) * T + i0] : 0;
+    }
+    // Whether no query from row i0 on sees a key up to j_last.
+    __device__ bool sees_none_from(int b, int i0, int j_last) const {
+        return starts && i0 < T && starts[static_cast<std::size_t>(b) * T + i0] > j_last;
+    }
     // Dropout index of (b, h, i, 0) in the model's (B, heads_total, T, T).
     __device__ uint64_t mask_row(int b, int h, int i) const {
         return ((static_cast<uint64_t>(b) * heads_total + head_begin + h) * T + i) * T;
@@ -119,7 +138,7 @@ struct FlashGeometry {
 
 template <typename E>
 FlashGeometry flash_geometry(int B, int T, int channels, int NH, float drop_prob, uint64_t seed,
-                             int head_begin, int heads_total) {
+                             int head_begin, int heads_total, const int32_t* starts) {
     const int hs = channels / NH;
     // A thread holds kDimsPerThread dims of a row and at most 4 threads share it: larger heads
     // would lose their last dims. Start-up refuses such a model (cuda_ops.h); this guards the
@@ -132,7 +151,8 @@ FlashGeometry flash_geometry(int B, int T, int channels, int NH, float drop_prob
                          hs,         heads_total,
                          head_begin, 1.0f / std::sqrt(static_cast<float>(hs)),
                          drop_prob,  1.0f / (1.0f - drop_prob),
-                         seed,       dtype_of<E>()};
+                         seed,       dtype_of<E>(),
+                         starts};
 }
 
 // The tensor-core kernels for 16-bit elements (attention_mma.cu), on heads of up to

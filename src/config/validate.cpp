@@ -67,10 +67,6 @@ void refuse_unsupported_features([[maybe_unused]] const Config& cfg,
              "device: this build has no CUDA backend (built without the CUDA toolkit; use auto or "
              "cpu)");
 #endif
-    if (cfg.data.documents == DocumentMode::mask && cfg.device == DeviceKind::cuda)
-        fail(origins.blame({"data.documents", "device"}),
-             "data.documents: mask on device cuda is not built (the GPU's attention within "
-             "documents); use device: cpu");
 }
 
 // Limits that tie keys together (below). Each message starts with the key it blames first.
