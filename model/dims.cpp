@@ -25,7 +25,7 @@ Dims make_dims(const GptShape& shape, const DimsInputs& in) {
     d.tp_overlap = d.sequence_parallel && in.tp_overlap;
     d.R = d.sequence_parallel ? d.N / in.M : d.N;
     d.H = shape.hidden;
-    d.Hm = shape.hidden / in.M;
+    d.Hm = shape.attention_width() / in.M;
     d.Fm = shape.ffn / in.M;
     d.heads = shape.heads / in.M;
     // Fewer key/value heads than ranks: each rank holds one, replicated (model/param_layout.h).

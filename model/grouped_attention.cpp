@@ -93,19 +93,21 @@ void GroupedAttention::finish_grads(PartContext& ctx) const {
 // ---- the kind (model/part_registry.cpp) -----------------------------------------------------
 
 // Llama's: q_proj, k_proj and v_proj (k's and v's rows by key/value head, each head whole on a
-// rank), o_proj; no biases.
+// rank), o_proj; no biases. q's rows and o's columns are the attention's width A = NH·d, H
+// unless model.head_dim says otherwise (Qwen3's).
 PartDecl grouped_attention_tensors(const GptShape& s) {
-    const int64_t H = s.hidden, KV = H / s.heads * s.kv_heads;  // the key/value heads' width
+    const int64_t H = s.hidden, A = s.attention_width();
+    const int64_t KV = int64_t{s.head_size()} * s.kv_heads;  // the key/value heads' width
     const Split rows{SplitKind::column}, heads{SplitKind::column, 1, s.kv_heads};
     const Split columns{SplitKind::row};
-    return {{{"q_proj.weight", {H, H}, rows, Init::normal, true},
+    return {{{"q_proj.weight", {A, H}, rows, Init::normal, true},
              {"k_proj.weight", {KV, H}, heads, Init::normal, true},
              {"v_proj.weight", {KV, H}, heads, Init::normal, true},
-             {"o_proj.weight", {H, H}, columns, Init::normal, true}},
-            {{"q_proj", H, H, rows, LoraTarget::q},
+             {"o_proj.weight", {H, A}, columns, Init::normal, true}},
+            {{"q_proj", A, H, rows, LoraTarget::q},
              {"k_proj", KV, H, heads, LoraTarget::k},
              {"v_proj", KV, H, heads, LoraTarget::v},
-             {"o_proj", H, H, columns, LoraTarget::o}}};
+             {"o_proj", H, A, columns, LoraTarget::o}}};
 }
 
 // q, k and v run as one linear (their weights adjacent), (N, Hm + 2·KVm): each adapter adds to

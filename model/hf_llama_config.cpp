@@ -27,18 +27,25 @@ using Fields = HfFields;
 }
 
 // The features of LlamaConfig that Trident's llama does not have, one message each.
-void refuse_features(const Fields& f, int hidden, int heads) {
+void refuse_features(const Fields& f) {
     if (f.find("rope_scaling")) f.refuse("rope_scaling is set (scaled rotary positions)");
     if (f.flag("attention_bias", false)) f.refuse("attention_bias is true (q, k, v, o biases)");
     if (f.flag("mlp_bias", false)) f.refuse("mlp_bias is true (gate, up, down biases)");
     const std::string act = f.text("hidden_act", "silu");
     if (act != "silu") f.refuse("hidden_act is \"" + act + "\" (Trident's SwiGLU uses silu)");
-    if (hidden % heads != 0)
-        f.refuse("hidden_size " + std::to_string(hidden) + " is not a multiple of " +
-                 "num_attention_heads " + std::to_string(heads));
-    if (f.find("head_dim") && f.positive("head_dim") != hidden / heads)
-        f.refuse("head_dim is " + std::to_string(f.positive("head_dim")) + ", not hidden_size / " +
-                 "num_attention_heads = " + std::to_string(hidden / heads));
+}
+
+// head_dim where it differs from hidden_size / num_attention_heads (0 where it does not); with
+// none given, the heads must divide hidden_size.
+int head_dim(const Fields& f, int hidden, int heads) {
+    if (!f.find("head_dim")) {
+        if (hidden % heads != 0)
+            f.refuse("hidden_size " + std::to_string(hidden) + " is not a multiple of " +
+                     "num_attention_heads " + std::to_string(heads) + " and head_dim is not given");
+        return 0;
+    }
+    const int given = f.positive("head_dim");
+    return given * heads == hidden ? 0 : given;
 }
 
 }  // namespace
@@ -76,7 +83,8 @@ HfLlamaConfig read_hf_llama_config(const std::string& path) {
     if (c.heads % c.kv_heads != 0)
         throw Error(path + ": num_attention_heads " + std::to_string(c.heads) +
                     " is not a multiple of num_key_value_heads " + std::to_string(c.kv_heads));
-    refuse_features(f, c.hidden, c.heads);
+    refuse_features(f);
+    c.head_dim = head_dim(f, c.hidden, c.heads);
     c.moe = read_hf_moe(f, family, c.layers, c.ffn);
     return c;
 }
@@ -95,7 +103,7 @@ std::string hf_llama_config_json(const HfLlamaConfig& c) {
         .add("num_hidden_layers", c.layers)
         .add("num_attention_heads", c.heads)
         .add("num_key_value_heads", c.kv_heads)
-        .add("head_dim", c.hidden / c.heads)
+        .add("head_dim", c.head_dim > 0 ? c.head_dim : c.hidden / c.heads)
         .add("hidden_act", "silu")
         .add("max_position_embeddings", c.max_positions)
         .add("initializer_range", 0.02)

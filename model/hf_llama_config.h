@@ -5,7 +5,8 @@
 // The fields are LlamaConfig's own arguments (transformers'
 // models/llama/configuration_llama.py) plus "model_type", "architectures" and
 // "torch_dtype". Trident's llama is theirs without rope_scaling, attention or MLP biases,
-// with hidden_act "silu" and head_dim = hidden_size / num_attention_heads; a config.json
+// with hidden_act "silu" (head_dim may differ from hidden_size / num_attention_heads, as
+// Qwen3's does); a config.json
 // asking for any other is refused by name, as is another model_type (qwen2's attention
 // biases, mistral's sliding window: none of them is Trident's llama). Qwen3's config.json
 // (model_type "qwen3", transformers' Qwen3Config: Llama's fields, its attention's q_norm and
@@ -38,6 +39,7 @@ struct HfLlamaConfig {
     // "mixtral" and "qwen3_moe" (with q_norm and k_norm): a mixture of experts
     // (model/hf_moe_config.h).
     MoeSettings moe{};
+    int head_dim = 0;  // head_dim where it is not hidden_size / num_attention_heads, else 0
     bool operator==(const HfLlamaConfig&) const = default;
     // The family it is written as (hf_family_of).
     HfFamily family() const { return hf_family_of(qk_norm, moe, ffn); }

@@ -10,7 +10,7 @@ namespace trident::model {
 KvCache::KvCache(kernels::Ops& ops, const GptShape& shape)
     : capacity_(shape.max_seq),
       per_layer_(static_cast<std::size_t>(shape.max_seq) * shape.kv_heads *
-                 static_cast<std::size_t>(shape.hidden / shape.heads)) {
+                 static_cast<std::size_t>(shape.head_size())) {
     for (int l = 0; l < shape.layers; ++l) {
         keys_.emplace_back(ops, per_layer_);
         values_.emplace_back(ops, per_layer_);

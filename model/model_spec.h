@@ -49,6 +49,11 @@ struct GptShape {
     std::string mlp{};
     // A mixture of experts in the layers model.moe names (experts 0: none).
     MoeSettings moe{};
+    int head_dim = 0;  // d, each head's width (llama); 0: H / NH
+
+    int head_size() const { return head_dim > 0 ? head_dim : hidden / heads; }
+    // The attention's width, NH·d: q's rows and o's columns (H unless head_dim says otherwise).
+    int attention_width() const { return heads * head_size(); }
 };
 
 struct NormKind;

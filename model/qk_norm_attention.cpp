@@ -10,7 +10,7 @@ namespace {
 
 PartDecl qk_norm_attention_tensors(const GptShape& s) {
     PartDecl decl = grouped_attention_tensors(s);
-    const int64_t hs = s.hidden / s.heads;
+    const int64_t hs = s.head_size();
     decl.tensors.push_back({"q_norm.weight", {hs}, {}, Init::ones, false});
     decl.tensors.push_back({"k_norm.weight", {hs}, {}, Init::ones, false});
     return decl;

@@ -365,7 +365,8 @@ TEST_CASE("config: inconsistent values name the line of the key at fault", "[con
           "x.yaml:4: training.global_batch (32) must be a multiple of micro_batch × parallel.data "
           "= 5 × 1 = 5");
     CHECK(error_of(kMinimal + "model:\n  hidden: 770\n") ==
-          "x.yaml:4: model.hidden (770) must be a multiple of model.heads (12)");
+          "x.yaml:4: model.hidden (770) must be a multiple of model.heads (12) unless "
+          "model.head_dim gives the heads' width");
     CHECK(error_of(kMinimal + "training:\n  lr: 1e-4\n  min_lr: 1e-3\n") ==
           "x.yaml:5: training.min_lr (0.001) must not exceed training.lr (1e-04)");
 }
@@ -602,7 +603,18 @@ TEST_CASE("config: the llama keys, their defaults and their limits", "[config]")
           "(GPT-2's LM head is its token embedding)");
     CHECK(error_of(kMinimal, {"model.arch=llama", "model.hidden=36", "model.heads=4"}) ==
           "--set model.heads=4: model.arch: llama rotates pairs of channels: the head size "
-          "model.hidden / model.heads = 9 must be even");
+          "(model.head_dim, else model.hidden / model.heads) = 9 must be even");
+    CHECK(error_of(kMinimal, {"model.arch=llama", "model.head_dim=9"}) ==
+          "--set model.head_dim=9: model.arch: llama rotates pairs of channels: the head size "
+          "(model.head_dim, else model.hidden / model.heads) = 9 must be even");
+    CHECK(error_of(kMinimal, {"model.head_dim=32"}) ==
+          "--set model.head_dim=32: model.head_dim (32) sets the heads' width of llama's "
+          "grouped-query attention; GPT-2's heads are model.hidden / model.heads wide (the "
+          "layer's attention is gpt2)");
+    // A llama's heads may be wider or narrower than hidden / heads (Qwen3's).
+    CHECK_NOTHROW(
+        parse(kMinimal, "x.yaml",
+              {"model.arch=llama", "model.hidden=36", "model.heads=4", "model.head_dim=16"}));
     // Fewer key/value heads than tensor ranks (or than M·C under Ulysses): replicated.
     CHECK_NOTHROW(
         parse(kMinimal, "x.yaml", {"model.arch=llama", "model.kv_heads=2", "parallel.tensor=4"}));

@@ -181,12 +181,18 @@ TEST_CASE(
                Catch::Contains("mlp_bias is true (gate, up, down biases)"));
     CHECK_THAT(error_with("\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\""),
                Catch::Contains("hidden_act is \"gelu\""));
-    CHECK_THAT(error_with("\"head_dim\": 8", "\"head_dim\": 16"),
-               Catch::Contains("head_dim is 16, not hidden_size / num_attention_heads = 8"));
     CHECK_THAT(error_with("\"model_type\": \"llama\"", "\"model_type\": \"qwen2\""),
                Catch::Contains("model_type \"qwen2\": Qwen2 has attention biases"));
     CHECK_THAT(error_with("\"num_key_value_heads\": 2", "\"num_key_value_heads\": 3"),
                Catch::Contains("num_attention_heads 4 is not a multiple of num_key_value_heads 3"));
+    // A head_dim other than hidden_size / num_attention_heads (Qwen3's) is read, not refused;
+    // one equal to it is the same as none.
+    std::string wide = good;
+    wide.replace(wide.find("\"head_dim\": 8"), 13, "\"head_dim\": 16");
+    write_text(tmp / "config.json", wide);
+    CHECK(trident::model::read_hf_llama_config(tmp / "config.json").head_dim == 16);
+    write_text(tmp / "config.json", good);
+    CHECK(trident::model::read_hf_llama_config(tmp / "config.json").head_dim == 0);
 }
 
 TEST_CASE("hf folder: model.init_from takes the shape from config.json and holds given keys to it",

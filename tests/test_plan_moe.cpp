@@ -1,6 +1,6 @@
 // The planner's counts of a mixture of experts against docs/FORMULAS.md: parameters total and
-// active per token of Mixtral-8x7B and 8x22B (configs/), the model FLOPs of the active experts
-// only, and one rank's GEMM FLOPs of an MoE layer under a tensor split.
+// active per token of Mixtral-8x7B and 8x22B and Qwen3-30B-A3B (configs/), the model FLOPs of the
+// active experts only, and one rank's GEMM FLOPs of an MoE layer under a tensor split.
 #include <catch2/catch.hpp>
 #include <string>
 #include <vector>
@@ -33,6 +33,22 @@ TEST_CASE("plan: parameters of Mixtral-8x7B and 8x22B, total and active", "[plan
     CHECK(total == 140'630'071'296);  // the model card's 141B
     CHECK(large.derived.parameters == total);
     CHECK(large.derived.active_parameters == total - L * (N - k) * 3 * h * F);  // its 39B
+}
+
+TEST_CASE("plan: parameters of Qwen3-30B-A3B, total and active", "[plan][moe]") {
+    // Hugging Face's Qwen/Qwen3-30B-A3B: heads of head_dim d = 128, so the attention is
+    // a = NH·d = 4096 wide against h = 2048; q and o a·h each, k and v kv·h (kv = 4·128), the
+    // q and k norms d each, 128 experts of width 768 and the router N·h; Qwen's 30.5B, 3.3B
+    // active.
+    const config::Config cfg = load("qwen3-30b-a3b.yaml");
+    const int64_t h = 2048, a = 4096, kv = 512, d = 128, F = 768, N = 128, k = 8, L = 48,
+                  V = 151936;
+    const int64_t total =
+        L * (2 * a * h + 2 * kv * h + 2 * d + N * h + 3 * h * N * F + 2 * h) + 2 * V * h + h;
+    CHECK(total == 30'532'122'624);
+    CHECK(cfg.derived.parameters == total);
+    CHECK(cfg.derived.active_parameters == total - L * (N - k) * 3 * h * F);
+    CHECK(cfg.derived.active_parameters == 3'353'032'704);
 }
 
 TEST_CASE("plan: an MoE model's FLOPs count only the active experts", "[plan][moe]") {

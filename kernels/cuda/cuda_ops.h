@@ -33,9 +33,10 @@ struct AttentionShape {
 // over 128 elements that cuDNN refuses): an error at start-up rather than in the first step.
 std::string prepare_attention(Ops& ops, const AttentionShape& shape);
 
-// The attention of a whole run: the model's micro batch, sequence, hidden size and heads, its
-// layout's tensor and context parallelism (`ring`: ring attention, else Ulysses), the
-// activations' type and the attention dropout.
+// The attention of a whole run: the model's micro batch, sequence, attention width (heads ·
+// head size: the hidden size unless model.head_dim differs) and heads, its layout's tensor and
+// context parallelism (`ring`: ring attention, else Ulysses), the activations' type and the
+// attention dropout.
 struct RunAttention {
     int micro_batch, seq_len, hidden, heads;
     int tensor, context;

@@ -168,7 +168,7 @@ std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Devi
     // a head size no kernel runs is the model's shape at fault.
     const kernels::RunAttention run{cfg.training.micro_batch,
                                     m.seq_len,
-                                    m.hidden,
+                                    m.heads * cfg.derived.head_dim,
                                     m.heads,
                                     p.tensor,
                                     p.context,
@@ -179,7 +179,7 @@ std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Devi
     try {
         backend = kernels::make_cuda_backend(cfg.training.tf32, run);
     } catch (const Error& e) {
-        throw Error(std::string("model.hidden / model.heads: ") + e.what());
+        throw Error(std::string("model.head_dim (else model.hidden / model.heads): ") + e.what());
     }
     if (announce) std::printf("%s", backend.attention.c_str());
     const cudaStream_t stream = kernels::cuda::compute_stream();

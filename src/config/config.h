@@ -96,6 +96,7 @@ struct ModelConfig {
     // up to a multiple of 256.
     int ffn_hidden = 3072;
     int kv_heads = 12;            // when not given: heads
+    int head_dim = 0;             // each head's width (llama); 0 (when not given): hidden / heads
     double rope_theta = 10000.0;  // llama's rotary base θ
     double norm_eps = 1e-5;       // llama's RMSNorm; GPT-2's LayerNorm has 1e-5 fixed
     bool qk_norm = false;         // Qwen3's RMSNorm of each query and key head (llama)
@@ -335,7 +336,7 @@ struct HardwareConfig {
 // Values computed once from the rest.
 struct Derived {
     int padded_vocab = 0;           // vocab_size rounded up to a multiple of 128 * tensor
-    int head_dim = 0;               // hidden / heads
+    int head_dim = 0;               // model.head_dim, or hidden / heads
     int world_size = 0;             // pipeline * tensor * context * data
     int grad_accum_steps = 0;       // global_batch / (micro_batch * data)
     int64_t tokens_per_step = 0;    // global_batch * seq_len

@@ -70,7 +70,8 @@ int64_t count_active_parameters(const model::ModelSpec& spec) {
 // Megatron's model FLOPs for one global batch (training.py, causal attention counted at
 // half, no recompute): three times the forward's, which is 2·B·s per weight of the layers'
 // linears and of the LM head (V·h) — a routed expert's weights on their share of the tokens,
-// top_k / experts — and 2·B·s²·h per layer in attention — for GPT-2 (F = 4h)
+// top_k / experts — and 2·B·s²·a per layer in attention, a = heads · head_dim (h unless
+// model.head_dim differs) — for GPT-2 (F = 4h)
 // Megatron's 72·B·s·l·h²·(1 + s/(12h) + V/(12·l·h)). Under low-rank adapters the frozen
 // weights get no weight gradient, so their GEMMs run twice the forward's (forward, input
 // gradient), attention's still three times, and each adapter (A (r, in), B (out, r)) adds
@@ -92,7 +93,8 @@ double model_flops(const model::ModelSpec& spec, const ModelConfig& m, const Tra
                     count * g.share * static_cast<double>(g.in) * static_cast<double>(g.out);
     });
     const double weights = 2.0 * B * s * (matrices + V * h);
-    const double attention = 2.0 * B * s * s * l * h;
+    const double attention =
+        2.0 * B * s * s * l * m.heads * (m.head_dim > 0 ? m.head_dim : h / m.heads);
     if (!t.lora.enabled()) return 3.0 * (weights + attention);
     const double adapters = 2.0 * B * s * t.lora.rank * widths;
     return 2.0 * weights + 3.0 * (attention + adapters);
@@ -108,7 +110,7 @@ void derive(Config& cfg) {
 
     // The vocabulary is split over M, and each shard stays a multiple of 128 for fast GEMMs.
     d.padded_vocab = static_cast<int>(round_up(m.vocab_size, 128 * int64_t{p.tensor}));
-    d.head_dim = m.heads > 0 ? m.hidden / m.heads : 0;
+    d.head_dim = m.head_dim > 0 ? m.head_dim : m.heads > 0 ? m.hidden / m.heads : 0;
     d.world_size = p.pipeline * p.tensor * p.context * p.data;
     const int per_step = t.micro_batch * p.data;
     d.grad_accum_steps = per_step > 0 ? t.global_batch / per_step : 0;

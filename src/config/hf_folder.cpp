@@ -100,6 +100,8 @@ void take_llama(Config& cfg, const std::string& config, Origins& origins) {
           {"model.layers", "num_hidden_layers", &m.layers, hf.layers},
           {"model.heads", "num_attention_heads", &m.heads, hf.heads},
           {"model.kv_heads", "num_key_value_heads", &m.kv_heads, hf.kv_heads},
+          {"model.head_dim", "head_dim", &m.head_dim,
+           hf.head_dim > 0 ? hf.head_dim : hf.hidden / hf.heads},
           {"model.ffn_hidden", "intermediate_size", &m.ffn_hidden, hf.ffn},
           {"model.rope_theta", "rope_theta", &m.rope_theta, hf.rope_theta},
           {"model.norm_eps", "rms_norm_eps", &m.norm_eps, hf.norm_eps},

@@ -20,6 +20,7 @@ inline model::GptShape gpt_shape(const Config& cfg) {
     s.heads = cfg.model.heads;
     s.ffn = cfg.model.ffn_hidden;
     s.kv_heads = cfg.model.kv_heads;
+    s.head_dim = cfg.model.head_dim;
     s.arch = cfg.model.arch;
     s.tied = cfg.model.tie_embeddings;
     s.norm_eps = static_cast<float>(cfg.model.norm_eps);
@@ -41,6 +42,7 @@ inline model::HfLlamaConfig hf_llama_config(const Config& cfg) {
     c.layers = m.layers;
     c.heads = m.heads;
     c.kv_heads = m.kv_heads;
+    c.head_dim = m.head_dim;
     c.ffn = m.ffn_hidden;
     c.max_positions = m.seq_len;
     c.rope_theta = m.rope_theta;

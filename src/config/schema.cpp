@@ -248,6 +248,7 @@ const std::vector<Key>& table() {
         field("model.mlp", &C::model, &ModelConfig::mlp, mlp_kind()),
         field("model.tie_embeddings", &C::model, &ModelConfig::tie_embeddings),
         field("model.qk_norm", &C::model, &ModelConfig::qk_norm),
+        field("model.head_dim", &C::model, &ModelConfig::head_dim, between(0, limits::kHidden)),
         map("model.moe", &ModelConfig::moe,
             {
                 part("experts", &ModelConfig::moe, &MoeSettings::experts, between(0, 4096)),

@@ -77,10 +77,10 @@ void check_model_and_batches(const Config& cfg, const Origins& origins) {
     const ParallelConfig& p = cfg.parallel;
     const TrainingConfig& t = cfg.training;
 
-    if (m.hidden % m.heads != 0)
-        fail(
-            origins.blame({"model.hidden", "model.heads"}),
-            cat("model.hidden (", m.hidden, ") must be a multiple of model.heads (", m.heads, ")"));
+    if (m.head_dim == 0 && m.hidden % m.heads != 0)
+        fail(origins.blame({"model.hidden", "model.heads"}),
+             cat("model.hidden (", m.hidden, ") must be a multiple of model.heads (", m.heads,
+                 ") unless model.head_dim gives the heads' width"));
 
     if (t.min_loss_scale > t.loss_scale)
         fail(origins.blame({"training.min_loss_scale", "training.loss_scale"}),
@@ -416,6 +416,12 @@ void check_part_keys(const ModelConfig& m, const model::ModelSpec& spec, const O
         fail(origins.blame({"model.norm_eps", "model.arch"}),
              cat("model.norm_eps (", m.norm_eps,
                  ") sets llama's RMSNorm; GPT-2's LayerNorm has eps 1e-5 (model.arch: gpt2)"));
+    if (m.head_dim > 0 && !layer.attention->grouped)
+        fail(origins.blame({"model.head_dim", "model.arch"}),
+             cat("model.head_dim (", m.head_dim,
+                 ") sets the heads' width of llama's grouped-query attention; GPT-2's heads are "
+                 "model.hidden / model.heads wide (the layer's attention is ",
+                 layer.attention->name, ")"));
     if (m.qk_norm && !layer.attention->qk_norm)
         fail(origins.blame({"model.qk_norm", "model.arch"}),
              cat("model.qk_norm: true needs model.arch: llama (it normalizes each query and key "
@@ -440,11 +446,12 @@ void check_architecture(const Config& cfg, const Origins& origins) {
     const model::ModelSpec spec = model::resolve_spec(config::gpt_shape(cfg));
     check_part_keys(m, spec, origins);
     const model::AttentionKind& attention = *spec.layers.front().attention;
-    if (attention.rotary && (m.hidden / m.heads) % 2 != 0)
-        fail(origins.blame({"model.hidden", "model.heads", "model.arch"}),
-             cat("model.arch: llama rotates pairs of channels: the head size model.hidden / "
-                 "model.heads = ",
-                 m.hidden / m.heads, " must be even"));
+    const int head_size = config::gpt_shape(cfg).head_size();
+    if (attention.rotary && head_size % 2 != 0)
+        fail(origins.blame({"model.hidden", "model.heads", "model.head_dim", "model.arch"}),
+             cat("model.arch: llama rotates pairs of channels: the head size (model.head_dim, "
+                 "else model.hidden / model.heads) = ",
+                 head_size, " must be even"));
     if (!attention.grouped) return;
     // Tensor parallelism splits the key/value heads with the query heads, or, with fewer of
     // them than ranks, gives each run of M / kv_heads ranks one head whole (a replica).

@@ -160,8 +160,11 @@ void read_shape(const Reader& r, const io::json::Value& object, model::GptShape&
         shape.mlp = r.string(object, "mlp");
         if (!model::is_mlp(shape.mlp)) r.fail("\"mlp\" is \"" + shape.mlp + "\", no kind of MLP");
     }
-    // Written where the attention normalizes its query and key heads (model.qk_norm).
+    // Written where the attention normalizes its query and key heads (model.qk_norm), and where
+    // the heads are not hidden / heads wide (model.head_dim).
     if (object.find("qk_norm")) shape.qk_norm = r.boolean(object, "qk_norm");
+    if (object.find("head_dim"))
+        shape.head_dim = r.small(object, "head_dim", 2, config::limits::kHidden);
     if (const io::json::Value* moe = object.find("moe")) read_moe(r, *moe, shape);
 }
 
@@ -287,6 +290,7 @@ std::string manifest_json(const Manifest& m) {
         .add("tie_embeddings", m.shape.tied);
     if (!model::family_mlp(m.shape)) model.add("mlp", m.shape.mlp);
     if (m.shape.qk_norm) model.add("qk_norm", true);
+    if (m.shape.head_dim > 0) model.add("head_dim", m.shape.head_dim);
     if (m.shape.moe.enabled()) {
         io::JsonLine moe;
         moe_json(m.shape.moe, moe);

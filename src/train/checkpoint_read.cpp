@@ -33,8 +33,8 @@ bool same_experts(const model::MoeSettings& a, const model::MoeSettings& b) {
 bool same_model(const model::GptShape& a, const model::GptShape& b) {
     return a.vocab == b.vocab && a.max_seq == b.max_seq && a.layers == b.layers &&
            a.hidden == b.hidden && a.heads == b.heads && a.ffn == b.ffn &&
-           a.kv_heads == b.kv_heads && a.tied == b.tied && same_experts(a.moe, b.moe) &&
-           model::resolve_spec(a).same_parts(model::resolve_spec(b));
+           a.kv_heads == b.kv_heads && a.head_size() == b.head_size() && a.tied == b.tied &&
+           same_experts(a.moe, b.moe) && model::resolve_spec(a).same_parts(model::resolve_spec(b));
 }
 
 // The adapters a manifest records (rank 0: none).
@@ -72,6 +72,7 @@ std::string describe(const model::GptShape& s) {
            ", hidden " + std::to_string(s.hidden) + ", heads " + std::to_string(s.heads) +
            ", kv heads " + std::to_string(s.kv_heads) + ", ffn " + std::to_string(s.ffn) +
            ", mlp " + model::mlp_kind(s) + (s.tied ? ", tied" : ", untied") +
+           (s.head_dim > 0 ? ", heads of " + std::to_string(s.head_dim) : "") +
            (s.qk_norm ? ", qk_norm" : "") +
            (s.moe.enabled() ? ", " + std::to_string(s.moe.experts) + " experts of ffn " +
                                   std::to_string(s.moe.ffn_hidden) + " (" +

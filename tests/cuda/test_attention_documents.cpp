@@ -80,7 +80,8 @@ TEST_CASE("cuda: attention within documents against the CPU", "[attention]") {
                 const DeviceBuffer rebuilt(*b.gpu, saved.gpu.size(), saved.gpu.data().dtype);
                 b.gpu->document_attention_rebuild(rebuilt.data(), qkv.gpu, starts.on_gpu(), B, T,
                                                   channels, NH, drop);
-                const std::vector<float> kept = Pair::host(*b.gpu, saved.gpu.data(), saved.gpu.size());
+                const std::vector<float> kept =
+                    Pair::host(*b.gpu, saved.gpu.data(), saved.gpu.size());
                 const std::vector<float> again = Pair::host(*b.gpu, rebuilt.data(), rebuilt.size());
                 REQUIRE(std::memcmp(kept.data(), again.data(), kept.size() * sizeof(float)) == 0);
             }

@@ -25,13 +25,16 @@ import gpt2_reference as common
 
 class LlamaShape:
     def __init__(self, vocab, seq_len, layers, hidden, heads, kv_heads, ffn, tied=False,
-                 rope_theta=10000.0, norm_eps=1e-5, qk_norm=False):
-        if hidden % heads or heads % kv_heads or (hidden // heads) % 2:
-            raise ValueError("hidden, heads and kv_heads do not fit")
+                 rope_theta=10000.0, norm_eps=1e-5, qk_norm=False, head_dim=None):
+        # Each head's width d: hidden / heads unless given (Hugging Face's head_dim, Qwen3's).
+        d = head_dim if head_dim is not None else hidden // heads
+        if (head_dim is None and hidden % heads) or heads % kv_heads or d % 2:
+            raise ValueError("hidden, heads, kv_heads and head_dim do not fit")
         self.vocab, self.seq_len, self.layers = vocab, seq_len, layers
         self.hidden, self.heads, self.kv_heads, self.ffn = hidden, heads, kv_heads, ffn
         self.tied, self.rope_theta, self.norm_eps = tied, rope_theta, norm_eps
         self.qk_norm = qk_norm  # Qwen3's RMSNorm over each query and key head
+        self.head_dim = d
 
 
 def linear(fan_in, fan_out):
@@ -81,7 +84,7 @@ class Attention(nn.Module):
     def __init__(self, shape):
         super().__init__()
         self.shape = shape
-        d = shape.hidden // shape.heads
+        d = shape.head_dim
         self.q_proj = linear(shape.hidden, shape.heads * d)
         self.k_proj = linear(shape.hidden, shape.kv_heads * d)
         self.v_proj = linear(shape.hidden, shape.kv_heads * d)
@@ -92,8 +95,8 @@ class Attention(nn.Module):
 
     def forward(self, x):
         s = self.shape
-        B, T, C = x.shape
-        d = C // s.heads
+        B, T, _ = x.shape
+        d = s.head_dim
         q = self.q_proj(x).reshape(B, T, s.heads, d).transpose(1, 2)      # (B, NH, T, d)
         k = self.k_proj(x).reshape(B, T, s.kv_heads, d).transpose(1, 2)   # (B, KVH, T, d)
         v = self.v_proj(x).reshape(B, T, s.kv_heads, d).transpose(1, 2)
@@ -103,7 +106,7 @@ class Attention(nn.Module):
         q, k = rotate(q, positions, s.rope_theta), rotate(k, positions, s.rope_theta)
         group = s.heads // s.kv_heads
         y = causal_attention(q, repeat_kv(k, group), repeat_kv(v, group))
-        return self.o_proj(y.transpose(1, 2).reshape(B, T, C))
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, s.heads * d))
 
 
 class MLP(nn.Module):
