@@ -141,6 +141,7 @@ GptShape hf_llama_shape(const HfLlamaConfig& c, int max_seq) {
     s.norm_eps = static_cast<float>(c.norm_eps);
     s.rope_theta = static_cast<float>(c.rope_theta);
     s.qk_norm = c.qk_norm;
+    s.head_dim = c.head_dim;
     s.moe = c.moe;
     if (s.moe.enabled() && s.moe.ffn_hidden == 0) s.moe.ffn_hidden = c.ffn;
     return s;

@@ -97,7 +97,8 @@ void load_weights(const GenerateOptions& opts, model::GptShape& shape, std::vect
     const std::string type = fs::exists(config) ? model::read_hf_model_type(config) : "";
     if (!type.empty() && type != "gpt2") {
         const model::HfLlamaConfig c = model::read_hf_llama_config(config);
-        check_head_dim(opts, c.hidden, c.heads, config, "hidden_size / num_attention_heads");
+        check_head_dim(opts, c.heads * (c.head_dim > 0 ? c.head_dim : c.hidden / c.heads), c.heads,
+                       config, "head_dim, else hidden_size / num_attention_heads");
         shape = model::hf_llama_shape(c, c.max_positions);
         params.assign(model::ParamLayout(shape).total(), 0.0f);
         model::load_hf_llama(opts.weights, model::ParamLayout(shape), params.data());
