@@ -191,8 +191,9 @@ MoeRouting MoeMlp::routing(PartContext& ctx, const Pass& pass, std::vector<float
 
 // The load f_e of the balancing loss: the fraction of the microbatch's choices (its whole
 // sequences: summed over the context group) that went to expert e, kept for the backward; and,
-// for the metrics, the layer's balancing loss N·Σ f_e·P_e and z-loss mean (logsumexp z)² over
-// the microbatch, counted once per microbatch (context rank 0).
+// for the metrics and the bias's update, the choices of each expert and the layer's balancing
+// loss N·Σ f_e·P_e and z-loss mean (logsumexp z)² over the microbatch, counted once per
+// microbatch (context rank 0).
 void MoeMlp::count_load(PartContext& ctx, const Pass& pass, const MoeRouting& r,
                         bool count_losses) const {
     const std::size_t E = static_cast<std::size_t>(E_);
@@ -211,6 +212,10 @@ void MoeMlp::count_load(PartContext& ctx, const Pass& pass, const MoeRouting& r,
     for (std::size_t e = 0; e < E; ++e) load[e] = stats[e] / (tokens * static_cast<float>(k_));
     ctx.ops.upload(pass.buffers[load_].data, load.data(), E * sizeof(float));
     if (!count_losses || !ctx.moe_losses || ctx.context.rank() != 0) return;
+    std::vector<double>& tokens_of = ctx.moe_losses->tokens;
+    const std::size_t first = static_cast<std::size_t>(pass.layer) * E;
+    tokens_of.resize(std::max(tokens_of.size(), first + E));
+    for (std::size_t e = 0; e < E; ++e) tokens_of[first + e] += stats[e];
     double aux = 0;
     for (std::size_t e = 0; e < E; ++e) aux += static_cast<double>(load[e]) * stats[E + e] / tokens;
     ctx.moe_losses->aux += static_cast<double>(E) * aux;
