@@ -158,14 +158,14 @@ class MoeLlama(llama.LlamaReference):
             trained = trained + (loss + self.moe.aux_loss * a + self.moe.z_loss * z) / count
         return ce, trained, aux, zl
 
-    def update_bias(self):
-        """Each MoE layer's loads since the last call, and (sigmoid, after an update) its bias
-        moved by bias_update_rate against each expert's excess: the loads, per layer."""
+    def update_bias(self, applied=True):
+        """Each MoE layer's loads since the last call, and (sigmoid, after an applied update)
+        its bias moved by bias_update_rate against each expert's excess: the loads, per layer."""
         loads = []
         for mlp in self.moe_layers():
             load, mlp.load = mlp.load, torch.zeros_like(mlp.load)
             loads.append(load)
-            if self.moe.router == "sigmoid":
+            if applied and self.moe.router == "sigmoid":
                 with torch.no_grad():
                     mlp.gate.e_score_correction_bias += (
                         self.moe.bias_update_rate * torch.sign(load.mean() - load))

@@ -9,7 +9,7 @@ experts of moe_reference.py, itself first held against torch's softmax, top-k an
 2. training: 8 AdamW steps of `trident train` against torch.optim.AdamW on the loss trained
    (cross-entropy + the balancing and z losses): the logged cross-entropy, moe_aux_loss and
    moe_z_loss within 1e-5 relative, for the softmax router and for a sigmoid router whose bias
-   moves (model.moe.bias_update_rate);
+   moves (model.moe.bias_update_rate), its step 4 skipped (a NaN gradient: no update, no move);
 3. the losses, moe_aux_loss and moe_z_loss of 10 steps on every layout family
    (layout_families.py) within 1e-5 of one process's;
 4. checkpoints: a sigmoid-routed run's (its bias moving, model.moe.bias_update_rate)
@@ -149,10 +149,17 @@ def figures_error(got, want):
     return worst
 
 
-def test_training(tmp, trident, label="training", moe=SOFTMAX, seed=21):
+def test_training(tmp, trident, label="training", moe=SOFTMAX, seed=21, skip=None):
+    """`skip`: a step (1-based) whose gradients a NaN spoils: no update, and no bias's move."""
     metrics = os.path.join(tmp, f"{label}_metrics.jsonl")
-    model, tokens, config = prepare(tmp, label, moe, seed, 400, TRAINING, metrics)
-    run([trident, "train", "--config", config])
+    model, tokens, config = prepare(tmp, label, moe, seed, 400, {**TRAINING, "nonfinite": "skip"},
+                                    metrics)
+    if skip:
+        os.environ["TRIDENT_TEST_NAN_GRADIENT"] = f"{skip}:0"
+    try:
+        run([trident, "train", "--config", config])
+    finally:
+        os.environ.pop("TRIDENT_TEST_NAN_GRADIENT", None)
     with open(metrics) as f:
         records = sorted((r for r in map(json.loads, filter(str.strip, f))
                           if "loss" in r and "grad_norm" in r), key=lambda r: r["step"])
@@ -160,6 +167,8 @@ def test_training(tmp, trident, label="training", moe=SOFTMAX, seed=21):
     optimizer = llama.make_adamw(model, t["lr"], t["beta1"], t["beta2"], t["eps"],
                                  t["weight_decay"])
     check(len(records) == t["steps"], f"{label}: {len(records)} metrics records")
+    skipped = [r["step"] for r in records if r["skipped"]]
+    check(skipped == ([skip] if skip else []), f"{label}: steps {skipped} skipped")
     worst = worst_router = worst_load = 0.0
     for step, record in enumerate(records):
         lr = common.lr_at(step, t["lr"], t["min_lr"], t["warmup_steps"], t["steps"], t["decay"])
@@ -171,10 +180,12 @@ def test_training(tmp, trident, label="training", moe=SOFTMAX, seed=21):
         trained.backward()
         worst_router = max(worst_router, abs(record["moe_aux_loss"] - aux.item()) / aux.item(),
                            abs(record["moe_z_loss"] - zl.item()) / zl.item())
-        torch.nn.utils.clip_grad_norm_(model.parameters(), t["grad_clip"])
-        optimizer.step()
+        applied = step + 1 != skip
+        if applied:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), t["grad_clip"])
+            optimizer.step()
         worst_load = max(worst_load, figures_error(record.get("moe_layers", []),
-                                                   figures(model.update_bias())))
+                                                   figures(model.update_bias(applied))))
         worst = max(worst, abs(record["loss"] - ce.item()) / abs(ce.item()))
     check(worst <= TOLERANCE, f"{label}: {len(records)} steps' losses within {TOLERANCE} of "
                               f"PyTorch's (worst {worst:.2e})")
@@ -323,7 +334,7 @@ def main():
             test_gradients(tmp, dump, "softmax", SOFTMAX)
             test_gradients(tmp, dump, "sigmoid", SIGMOID)
             test_training(tmp, args.trident)
-            test_training(tmp, args.trident, "bias training", BIASED, 23)
+            test_training(tmp, args.trident, "bias training", BIASED, 23, skip=4)
         if args.only not in ("reference", "expert"):
             test_layouts(tmp, args.trident)
         if args.only != "reference":
