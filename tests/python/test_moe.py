@@ -22,6 +22,7 @@ experts of moe_reference.py, itself first held against torch's softmax, top-k an
 6. DeepSeek-V3's balancing (bias_update_rate): 8 steps against the reference's update of the
    bias, and 10 steps on expert parallelism's families (E = 2 with D, M + SP, P, C, ZeRO 1 to
    3, the state in host memory, recompute) within 1e-5 of one process's.
+7. an expert that no token reaches for 100 steps is named once in a warning (router collapse).
 Every run's per-layer loads (moe_layers: tokens_min, tokens_max, tokens_cv, dropped) are those
 of the reference (training) or of one process (layouts).
 
@@ -196,6 +197,20 @@ def test_training(tmp, trident, label="training", moe=SOFTMAX, seed=21, skip=Non
                                    f"(worst {worst_load:.2e})")
 
 
+def test_collapse(tmp, trident):
+    """An expert no token reaches (its router bias -100, not moving) is named once, at step
+    100, by its layer; no other expert is."""
+    model, _, config = prepare(tmp, "collapse", SIGMOID, 5, 400, {"steps": 101, "seed": 5})
+    with torch.no_grad():
+        model.moe_layers()[0].gate.e_score_correction_bias[3] = -100.0
+    llama.save_hf_weights(model, os.path.join(tmp, "collapse.safetensors"))
+    said = [line for line in run([trident, "train", "--config", config]).stdout.splitlines()
+            if "router collapse" in line]
+    check(said == ["trident: warning: step 100: layer 1's expert 3 received no token for 100 "
+                   "steps in a row (router collapse; said once per expert)"],
+          f"collapse: one warning, at step 100, for layer 1's expert 3 ({said})")
+
+
 # Expert parallelism's layouts (name, ranks, overrides): the experts split over E ranks of the
 # data-context group, alone and beside every other axis.
 EXPERT_FAMILIES = [
@@ -335,6 +350,7 @@ def main():
             test_gradients(tmp, dump, "sigmoid", SIGMOID)
             test_training(tmp, args.trident)
             test_training(tmp, args.trident, "bias training", BIASED, 23, skip=4)
+            test_collapse(tmp, args.trident)
         if args.only not in ("reference", "expert"):
             test_layouts(tmp, args.trident)
         if args.only != "reference":
