@@ -1,8 +1,11 @@
 // A mixture of experts' loads (train/moe_balance.h): the bias's step of DeepSeek-V3's
-// balancing, the metrics' figures of a layer's load and the router-collapse warning.
+// balancing, the metrics' figures of a layer's load (and TensorBoard's) and the router-collapse
+// warning.
 #include <catch2/catch.hpp>
 #include <cmath>
+#include <map>
 
+#include "train/metrics.h"
 #include "train/moe_balance.h"
 
 using namespace trident;
@@ -47,4 +50,18 @@ TEST_CASE("moe balance: an expert without a token for 100 steps is named once", 
           "step 200: layer 2's expert 1 received no token for 100 steps in a row (router "
           "collapse; said once per expert)");
     CHECK(watch.observe(201, {idle}).empty());  // said once
+}
+
+TEST_CASE("moe balance: TensorBoard shows each MoE layer's figures", "[moe]") {
+    train::StepMetrics m;
+    m.moe_aux_loss = 1.5;
+    m.moe_loads = {{1, {3, 5}}};
+    std::map<std::string, double> scalars;
+    for (const auto& [tag, value] : train::tensorboard_scalars(m)) scalars[tag] = value;
+    CHECK(scalars.at("moe/aux_loss") == 1.5);
+    CHECK(scalars.count("moe/z_loss") == 0);
+    CHECK(scalars.at("moe/layer_1/tokens_min") == 3);
+    CHECK(scalars.at("moe/layer_1/tokens_max") == 5);
+    CHECK(scalars.at("moe/layer_1/tokens_cv") == Approx(0.25));
+    CHECK(scalars.at("moe/layer_1/dropped") == 0);
 }
