@@ -165,7 +165,7 @@ MoeMlp::MoeMlp(const MoeSettings& moe, MoeTensors tensors, std::unique_ptr<FeedF
     local_out_ = scratch.add("moe_expert_out_local", ep ? Kl * H : 0, d.act);
     d_out_local_ = scratch.add("moe_d_expert_out_local", ep ? Kl * H : 0, d.act);
     d_x_back_ = scratch.add("moe_d_input_returned", ep ? K * H : 0, d.act);
-    stats_ = scratch.add("moe_stats", 2 * E + 1, DType::f32);
+    stats_ = scratch.add("moe_stats", 2 * E + 2, DType::f32);
 }
 
 // All N rows of the input: all-gathered (kept for the backward) under sequence parallelism.
@@ -197,8 +197,9 @@ MoeRouting MoeMlp::routing(PartContext& ctx, const Pass& pass, std::vector<float
 void MoeMlp::count_load(PartContext& ctx, const Pass& pass, const MoeRouting& r,
                         bool count_losses) const {
     const std::size_t E = static_cast<std::size_t>(E_);
-    std::vector<float> stats(2 * E + 1, 0.0f);  // counts (E), Σ_t p (E), Σ_t lse²
+    std::vector<float> stats(2 * E + 2, 0.0f);  // counts (E), Σ_t p (E), Σ_t lse², dropped
     for (std::size_t e = 0; e < E; ++e) stats[e] = static_cast<float>(r.count(static_cast<int>(e)));
+    stats[2 * E + 1] = static_cast<float>(r.dropped_count);
     for (std::size_t t = 0; t < static_cast<std::size_t>(N_); ++t) {
         for (std::size_t e = 0; e < E; ++e) stats[E + e] += r.probs[t * E + e];
         stats[2 * E] += r.lse[t] * r.lse[t];
@@ -216,6 +217,9 @@ void MoeMlp::count_load(PartContext& ctx, const Pass& pass, const MoeRouting& r,
     const std::size_t first = static_cast<std::size_t>(pass.layer) * E;
     tokens_of.resize(std::max(tokens_of.size(), first + E));
     for (std::size_t e = 0; e < E; ++e) tokens_of[first + e] += stats[e];
+    std::vector<double>& dropped = ctx.moe_losses->dropped;
+    dropped.resize(std::max(dropped.size(), static_cast<std::size_t>(pass.layer) + 1));
+    dropped[static_cast<std::size_t>(pass.layer)] += stats[2 * E + 1];
     double aux = 0;
     for (std::size_t e = 0; e < E; ++e) aux += static_cast<double>(load[e]) * stats[E + e] / tokens;
     ctx.moe_losses->aux += static_cast<double>(E) * aux;

@@ -22,13 +22,14 @@ TEST_CASE("moe balance: each MoE layer's load and its figures", "[moe]") {
     moe.experts = 2;
     moe.every = 2;  // layers 1 and 3 of 4
     const std::vector<double> tokens = {0, 0, 3, 5, 0, 0, 8, 0};
-    const std::vector<train::MoeLayerLoad> loads = train::moe_loads(moe, 4, tokens);
+    const std::vector<train::MoeLayerLoad> loads = train::moe_loads(moe, 4, tokens, {0, 2, 0, 0});
     REQUIRE(loads.size() == 2);
     CHECK(loads[0].layer == 1);
     CHECK(loads[0].tokens == std::vector<double>{3, 5});
     CHECK(loads[0].min() == 3);
     CHECK(loads[0].max() == 5);
     CHECK(loads[0].cv() == Approx(0.25));  // population std 1 over mean 4
+    CHECK(loads[0].dropped == 2);
     CHECK(loads[1].layer == 3);
     CHECK(loads[1].cv() == Approx(1.0));  // {8, 0}: std 4, mean 4
     CHECK(loads[1].dropped == 0);

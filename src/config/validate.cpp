@@ -112,14 +112,10 @@ void check_model_and_batches(const Config& cfg, const Origins& origins) {
                  "training.global_batch suits every layout)"));
 }
 
-// What model.moe does not run yet: capacity limits, the bias's update with the state in a file,
+// What model.moe does not run yet: the bias's update with the state in a file,
 // adapters, losses over counted tokens.
 void check_moe_built(const Config& cfg, const Origins& origins) {
     const MoeSettings& moe = cfg.model.moe;
-    if (moe.capacity_factor > 0)
-        fail(origins.where("model.moe.capacity_factor"),
-             cat("model.moe.capacity_factor (", moe.capacity_factor,
-                 ") is not built yet: the experts run dropless (capacity_factor: 0)"));
     // The bias moves in the master weights (optim/update.h, Updater::add_to_master), which a
     // file would have to be read and written whole for.
     if (moe.bias_update_rate > 0 && cfg.optimizer.offload == Offload::nvme)

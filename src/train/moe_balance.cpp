@@ -34,13 +34,15 @@ double MoeLayerLoad::cv() const {
 }
 
 std::vector<MoeLayerLoad> moe_loads(const model::MoeSettings& moe, int layers,
-                                    const std::vector<double>& tokens) {
+                                    const std::vector<double>& tokens,
+                                    const std::vector<double>& dropped) {
     const std::size_t E = static_cast<std::size_t>(moe.experts);
     std::vector<MoeLayerLoad> loads;
     for (int l = 0; l < layers; ++l) {
         if (!moe.moe_layer(l)) continue;
         const auto first = tokens.begin() + static_cast<std::ptrdiff_t>(l * E);
-        loads.push_back({l, std::vector<double>(first, first + static_cast<std::ptrdiff_t>(E))});
+        loads.push_back({l, std::vector<double>(first, first + static_cast<std::ptrdiff_t>(E)),
+                         static_cast<int64_t>(dropped[static_cast<std::size_t>(l)])});
     }
     return loads;
 }

@@ -23,7 +23,8 @@ class Updater;  // optim/update.h
 namespace trident::train {
 
 // One MoE layer's load in a step: the choices (every token's k) of the whole global batch each
-// expert received, every microbatch and replica counted.
+// expert received, every microbatch and replica counted (a capacity's dropped ones too: the
+// router's demand, which the bias balances), and those a capacity dropped.
 struct MoeLayerLoad {
     int layer = 0;               // global index
     std::vector<double> tokens;  // (experts)
@@ -35,10 +36,11 @@ struct MoeLayerLoad {
     double cv() const;
 };
 
-// The MoE layers' loads from the sums over the step (layers × experts, every layer's row, a
-// dense layer's zeros), in layer order.
+// The MoE layers' loads from the sums over the step (tokens: layers × experts, dropped: layers;
+// a dense layer's zeros), in layer order.
 std::vector<MoeLayerLoad> moe_loads(const model::MoeSettings& moe, int layers,
-                                    const std::vector<double>& tokens);
+                                    const std::vector<double>& tokens,
+                                    const std::vector<double>& dropped);
 
 // One layer's bias step: rate · sign(mean(tokens) − tokens_e) for each expert e.
 std::vector<float> bias_step(const std::vector<double>& tokens, double rate);

@@ -211,16 +211,22 @@ void Trainer::moe_losses(StepResult& r) {
     if (!moe.enabled()) return;  // no exchange a dense model's traffic would count
     model::MoeLossSums sums = model_.take_moe_losses();
     const int layers = cfg_.model.layers;
-    sums.tokens.resize(static_cast<std::size_t>(layers) * static_cast<std::size_t>(moe.experts));
-    std::vector<double> v = {sums.aux, sums.z};  // then the tokens (layers, experts)
+    const std::size_t L = static_cast<std::size_t>(layers);
+    sums.tokens.resize(L * static_cast<std::size_t>(moe.experts));
+    sums.dropped.resize(L);
+    // The losses, then the tokens (layers, experts), then the dropped choices (layers).
+    std::vector<double> v = {sums.aux, sums.z};
     v.insert(v.end(), sums.tokens.begin(), sums.tokens.end());
+    v.insert(v.end(), sums.dropped.begin(), sums.dropped.end());
     pipeline_.all_reduce(v.data(), v.size());
     data_context_.all_reduce(v.data(), v.size());
     const double replicas = data_context_.size() / context_.size();
     const double microbatches = cfg_.derived.grad_accum_steps;
     r.moe_aux_loss = v[0] / (replicas * microbatches);
     r.moe_z_loss = v[1] / (replicas * microbatches);
-    r.moe_loads = moe_loads(moe, layers, std::vector<double>(v.begin() + 2, v.end()));
+    const auto tokens = v.begin() + 2, dropped = v.end() - static_cast<std::ptrdiff_t>(L);
+    r.moe_loads = moe_loads(moe, layers, std::vector<double>(tokens, dropped),
+                            std::vector<double>(dropped, v.end()));
 }
 
 StepResult Trainer::step(int step, const SampleFn& sample) {

@@ -22,7 +22,10 @@ experts of moe_reference.py, itself first held against torch's softmax, top-k an
 6. DeepSeek-V3's balancing (bias_update_rate): 8 steps against the reference's update of the
    bias, and 10 steps on expert parallelism's families (E = 2 with D, M + SP, P, C, ZeRO 1 to
    3, the state in host memory, recompute) within 1e-5 of one process's.
-7. an expert that no token reaches for 100 steps is named once in a warning (router collapse).
+7. a capacity (capacity_factor: 1) dropping choices: every gradient, and 8 steps' losses and
+   dropped counts, against the reference; 10 steps at E = 2 with D, M + SP and P within 1e-5 of
+   one process (layouts that route each microbatch's rows together);
+8. an expert that no token reaches for 100 steps is named once in a warning (router collapse).
 Every run's per-layer loads (moe_layers: tokens_min, tokens_max, tokens_cv, dropped) are those
 of the reference (training) or of one process (layouts).
 
@@ -130,11 +133,12 @@ def test_gradients(tmp, dump_tool, label, moe):
                               f"(worst {worst:.2e}, {where})")
 
 
-def figures(loads):
-    """The metrics' figures of each MoE layer's loads (one tensor of the experts' choices each)."""
+def figures(loads, dropped):
+    """The metrics' figures of each MoE layer's loads (one tensor of the experts' choices each)
+    and dropped choices."""
     return [{"tokens_min": load.min().item(), "tokens_max": load.max().item(),
-             "tokens_cv": (load.std(unbiased=False) / load.mean()).item(), "dropped": 0}
-            for load in loads]
+             "tokens_cv": (load.std(unbiased=False) / load.mean()).item(), "dropped": d}
+            for load, d in zip(loads, dropped)]
 
 
 def figures_error(got, want):
@@ -170,7 +174,7 @@ def test_training(tmp, trident, label="training", moe=SOFTMAX, seed=21, skip=Non
     check(len(records) == t["steps"], f"{label}: {len(records)} metrics records")
     skipped = [r["step"] for r in records if r["skipped"]]
     check(skipped == ([skip] if skip else []), f"{label}: steps {skipped} skipped")
-    worst = worst_router = worst_load = 0.0
+    worst = worst_router = worst_load = dropped = 0.0
     for step, record in enumerate(records):
         lr = common.lr_at(step, t["lr"], t["min_lr"], t["warmup_steps"], t["steps"], t["decay"])
         for group in optimizer.param_groups:
@@ -185,8 +189,10 @@ def test_training(tmp, trident, label="training", moe=SOFTMAX, seed=21, skip=Non
         if applied:
             torch.nn.utils.clip_grad_norm_(model.parameters(), t["grad_clip"])
             optimizer.step()
+        loads = model.update_bias(applied)
+        dropped += sum(model.dropped)
         worst_load = max(worst_load, figures_error(record.get("moe_layers", []),
-                                                   figures(model.update_bias(applied))))
+                                                   figures(loads, model.dropped)))
         worst = max(worst, abs(record["loss"] - ce.item()) / abs(ce.item()))
     check(worst <= TOLERANCE, f"{label}: {len(records)} steps' losses within {TOLERANCE} of "
                               f"PyTorch's (worst {worst:.2e})")
@@ -195,6 +201,7 @@ def test_training(tmp, trident, label="training", moe=SOFTMAX, seed=21, skip=Non
     check(worst_load <= TOLERANCE, f"{label}: each layer's tokens_min, tokens_max and dropped "
                                    f"equal PyTorch's loads, tokens_cv within {TOLERANCE} "
                                    f"(worst {worst_load:.2e})")
+    check((dropped > 0) == (moe.capacity_factor > 0), f"{label}: {dropped:.0f} choices dropped")
 
 
 def test_collapse(tmp, trident):
@@ -238,6 +245,12 @@ EXPERT_FAMILIES = [
                                    "training.recompute=full"]),
 ]
 LAYOUT_MOE = ref.Moe(experts=4, top_k=2, ffn=32, shared=1, aux_loss=0.05, z_loss=0.01)
+# A capacity (model.moe.capacity_factor) that drops some of each microbatch's choices: the
+# same on every layout that routes each microbatch's rows together (not under C > 1).
+CAPACITY = ref.Moe(experts=4, top_k=2, ffn=16, shared=1, aux_loss=0.05, z_loss=0.01,
+                   capacity_factor=1.0)
+CAPACITY_FAMILIES = [f for f in EXPERT_FAMILIES if f[0] in (
+    "E=2 D=2", "E=2 D=2 M=2 +SP", "E=2 D=2 P=2 1f1b")]
 # The router's bias moving (model.moe.bias_update_rate) on expert parallelism's families: the
 # loads summed over every microbatch and replica, the bias equal on every rank that holds it,
 # in the master weights on the device and in host memory.
@@ -350,12 +363,17 @@ def main():
             test_gradients(tmp, dump, "sigmoid", SIGMOID)
             test_training(tmp, args.trident)
             test_training(tmp, args.trident, "bias training", BIASED, 23, skip=4)
+            test_gradients(tmp, dump, "capacity", CAPACITY)
+            test_training(tmp, args.trident, "capacity training", CAPACITY, 25)
             test_collapse(tmp, args.trident)
         if args.only not in ("reference", "expert"):
             test_layouts(tmp, args.trident)
         if args.only != "reference":
             test_layouts(tmp, args.trident, EXPERT_FAMILIES, "moe, expert parallel")
             test_layouts(tmp, args.trident, BIAS_FAMILIES, "moe, router bias", BIAS_MOE)
+            test_layouts(tmp, args.trident, CAPACITY_FAMILIES, "moe, capacity",
+                         ref.Moe(experts=4, top_k=2, ffn=32, shared=1, aux_loss=0.05,
+                                 z_loss=0.01, capacity_factor=1.0))
             test_resume(tmp, args.trident)
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
