@@ -98,16 +98,15 @@ public:
             scope_.ops.convert(scope_.params.owned(o.offset), arrays_[0].data() + o.state, o.count);
     }
 
-    // The master weights come to the host and back: a few elements (a router's bias).
+    // The step goes up and is added on the device: no wait for it (an upload returns at once).
     void add_to_master(std::size_t offset, std::span<const float> delta) override {
         kernels::Ops& ops = scope_.ops;
         const auto add = [&](std::size_t at, std::size_t state, std::size_t n) {
-            float* master = arrays_[0].f32() + state;
-            std::vector<float> values(n);
-            ops.download(values.data(), master, n * sizeof(float));
-            for (std::size_t i = 0; i < n; ++i) values[i] += delta[at + i];
-            ops.upload(master, values.data(), n * sizeof(float));
-            ops.convert(scope_.params.owned(offset + at), arrays_[0].data() + state, n);
+            const kernels::DeviceBuffer step(ops, n);
+            ops.upload(step.f32(), delta.data() + at, n * sizeof(float));
+            const kernels::Ptr master = arrays_[0].data() + state;
+            ops.residual_forward(master, master, step.data(), n);
+            ops.convert(scope_.params.owned(offset + at), master, n);
         };
         for_owned_in(scope_.data_parallel.owned(), offset, delta.size(), add);
     }
