@@ -14,6 +14,8 @@
 // The router's input gradient is added on tensor rank 0 only, and each choice's weight
 // gradient (a dot product with the expert's partial output) is summed over the tensor group.
 // The balancing loss counts the choices of the whole microbatch: summed over the context group.
+// A capacity (capacity_factor) gives the choices it drops the weight 0 (model/moe_routing.h):
+// their rows are computed and sent as any other's.
 //
 // Expert parallelism (E ranks of the expert group, model/moe_dispatch.h): each rank routes its
 // own tokens as above, sends the permuted rows to their experts' ranks, computes its N/E
