@@ -14,6 +14,8 @@
 // The router's input gradient is added on tensor rank 0 only, and each choice's weight
 // gradient (a dot product with the expert's partial output) is summed over the tensor group.
 // The balancing loss counts the choices of the whole microbatch: summed over the context group.
+// A capacity (capacity_factor) gives the choices it drops the weight 0 (model/moe_routing.h):
+// their rows are computed and sent as any other's.
 //
 // Expert parallelism (E ranks of the expert group, model/moe_dispatch.h): each rank routes its
 // own tokens as above, sends the permuted rows to their experts' ranks, computes its N/E
@@ -165,7 +167,7 @@ MoeMlp::MoeMlp(const MoeSettings& moe, MoeTensors tensors, std::unique_ptr<FeedF
     local_out_ = scratch.add("moe_expert_out_local", ep ? Kl * H : 0, d.act);
     d_out_local_ = scratch.add("moe_d_expert_out_local", ep ? Kl * H : 0, d.act);
     d_x_back_ = scratch.add("moe_d_input_returned", ep ? K * H : 0, d.act);
-    stats_ = scratch.add("moe_stats", 2 * E + 1, DType::f32);
+    stats_ = scratch.add("moe_stats", 2 * E + 2, DType::f32);
 }
 
 // All N rows of the input: all-gathered (kept for the backward) under sequence parallelism.
@@ -191,13 +193,15 @@ MoeRouting MoeMlp::routing(PartContext& ctx, const Pass& pass, std::vector<float
 
 // The load f_e of the balancing loss: the fraction of the microbatch's choices (its whole
 // sequences: summed over the context group) that went to expert e, kept for the backward; and,
-// for the metrics, the layer's balancing loss N·Σ f_e·P_e and z-loss mean (logsumexp z)² over
-// the microbatch, counted once per microbatch (context rank 0).
+// for the metrics and the bias's update, the choices of each expert and the layer's balancing
+// loss N·Σ f_e·P_e and z-loss mean (logsumexp z)² over the microbatch, counted once per
+// microbatch (context rank 0).
 void MoeMlp::count_load(PartContext& ctx, const Pass& pass, const MoeRouting& r,
                         bool count_losses) const {
     const std::size_t E = static_cast<std::size_t>(E_);
-    std::vector<float> stats(2 * E + 1, 0.0f);  // counts (E), Σ_t p (E), Σ_t lse²
+    std::vector<float> stats(2 * E + 2, 0.0f);  // counts (E), Σ_t p (E), Σ_t lse², dropped
     for (std::size_t e = 0; e < E; ++e) stats[e] = static_cast<float>(r.count(static_cast<int>(e)));
+    stats[2 * E + 1] = static_cast<float>(r.dropped_count);
     for (std::size_t t = 0; t < static_cast<std::size_t>(N_); ++t) {
         for (std::size_t e = 0; e < E; ++e) stats[E + e] += r.probs[t * E + e];
         stats[2 * E] += r.lse[t] * r.lse[t];
@@ -211,6 +215,13 @@ void MoeMlp::count_load(PartContext& ctx, const Pass& pass, const MoeRouting& r,
     for (std::size_t e = 0; e < E; ++e) load[e] = stats[e] / (tokens * static_cast<float>(k_));
     ctx.ops.upload(pass.buffers[load_].data, load.data(), E * sizeof(float));
     if (!count_losses || !ctx.moe_losses || ctx.context.rank() != 0) return;
+    std::vector<double>& tokens_of = ctx.moe_losses->tokens;
+    const std::size_t first = static_cast<std::size_t>(pass.layer) * E;
+    tokens_of.resize(std::max(tokens_of.size(), first + E));
+    for (std::size_t e = 0; e < E; ++e) tokens_of[first + e] += stats[e];
+    std::vector<double>& dropped = ctx.moe_losses->dropped;
+    dropped.resize(std::max(dropped.size(), static_cast<std::size_t>(pass.layer) + 1));
+    dropped[static_cast<std::size_t>(pass.layer)] += stats[2 * E + 1];
     double aux = 0;
     for (std::size_t e = 0; e < E; ++e) aux += static_cast<double>(load[e]) * stats[E + e] / tokens;
     ctx.moe_losses->aux += static_cast<double>(E) * aux;

@@ -55,7 +55,32 @@ void permute(MoeRouting& r) {
     }
 }
 
+// Megatron-Core's "probs" drop policy: each expert keeps its `capacity` choices of the highest
+// weight, the earlier token first among equal weights; the others' weights become 0.
+void drop_over_capacity(MoeRouting& r, int capacity) {
+    r.dropped.assign(r.expert.size(), 0);
+    for (int e = 0; e < r.experts; ++e) {
+        const std::size_t first = static_cast<std::size_t>(r.offset[static_cast<std::size_t>(e)]);
+        if (r.count(e) <= capacity) continue;
+        // The expert's choices in token order (the order of its permuted rows).
+        std::vector<std::size_t> choices(static_cast<std::size_t>(r.count(e)));
+        for (std::size_t c = 0; c < r.expert.size(); ++c)
+            if (r.expert[c] == e) choices[static_cast<std::size_t>(r.row_of[c]) - first] = c;
+        std::stable_sort(choices.begin(), choices.end(),
+                         [&](std::size_t a, std::size_t b) { return r.weight[a] > r.weight[b]; });
+        for (std::size_t i = static_cast<std::size_t>(capacity); i < choices.size(); ++i) {
+            r.dropped[choices[i]] = 1;
+            r.weight[choices[i]] = 0;
+            ++r.dropped_count;
+        }
+    }
+}
+
 }  // namespace
+
+int expert_capacity(const MoeSettings& moe, int rows) {
+    return static_cast<int>(std::ceil(moe.capacity_factor * rows * moe.top_k / moe.experts));
+}
 
 MoeRouting route(const MoeSettings& moe, const float* logits, const float* bias, int rows) {
     MoeRouting r;
@@ -88,6 +113,7 @@ MoeRouting route(const MoeSettings& moe, const float* logits, const float* bias,
         r.lse[static_cast<std::size_t>(t)] = logsumexp(z, n);
     }
     permute(r);
+    if (moe.capacity_factor > 0) drop_over_capacity(r, expert_capacity(moe, rows));
     return r;
 }
 
@@ -117,6 +143,9 @@ void route_backward(const MoeSettings& moe, const MoeRouting& r, const float* lo
     const float aux = static_cast<float>(moe.aux_loss) * static_cast<float>(n) * losses.dloss;
     const float zc = static_cast<float>(moe.z_loss) * 2.0f * losses.dloss;
     std::vector<float> score(static_cast<std::size_t>(n)), dscore(score.size()), dp(score.size());
+    std::vector<float> dw(d_weight, d_weight + r.expert.size());
+    for (std::size_t c = 0; c < r.dropped.size(); ++c)  // a dropped weight is a constant 0
+        if (r.dropped[c]) dw[c] = 0;
     for (int t = 0; t < r.rows; ++t) {
         const std::size_t row = static_cast<std::size_t>(t);
         const float* z = logits + row * n;
@@ -124,7 +153,7 @@ void route_backward(const MoeSettings& moe, const MoeRouting& r, const float* lo
         float* dz = dlogits + row * n;
         scores_of(moe, z, score.data(), n);
         std::fill(dscore.begin(), dscore.end(), 0.0f);
-        weights_backward(moe, score.data(), r.expert.data() + row * k, d_weight + row * k, k,
+        weights_backward(moe, score.data(), r.expert.data() + row * k, dw.data() + row * k, k,
                          dscore.data());
         // The balancing loss N·Σ f_e·P_e: dP/dp = 1 / tokens, weighted into dloss.
         for (int e = 0; e < n; ++e) dp[e] = aux * losses.load[e];

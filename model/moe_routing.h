@@ -5,7 +5,10 @@
 // The semantics (docs/ARCHITECTURE.md), held against tests/python/moe_reference.py:
 // - softmax: p = softmax(z), the k largest p, w = p / Σ_k p (normalize_top_k) or p;
 // - sigmoid: s = sigmoid(z), the k largest s + bias, w = s / Σ_k s or s; p = s / Σ s;
-// - w times `scale`; ties in the top-k go to the lower expert index.
+// - w times `scale`; ties in the top-k go to the lower expert index;
+// - capacity_factor c > 0: each expert keeps at most ceil(c·rows·k/N) of the choices of the
+//   `rows` tokens routed together, those of the highest weight (ties: the earlier token); a
+//   dropped choice's weight is 0 (Megatron-Core's "probs" drop policy).
 #pragma once
 
 #include <cstdint>
@@ -24,9 +27,16 @@ struct MoeRouting {
     std::vector<int32_t> offset;  // (N + 1): expert e's rows of the permutation: offset[e] ..
     std::vector<int32_t> token;   // (rows·k): the token of each permuted row
     std::vector<int32_t> row_of;  // (rows, k): the permuted row of each token's choice
+    // (rows, k): 1 where a capacity dropped the choice (its weight 0, its gradient none); its
+    // row stays in the permutation, its expert's output there multiplied by 0.
+    std::vector<uint8_t> dropped;
+    int dropped_count = 0;
 
     int count(int e) const { return offset[e + 1] - offset[e]; }
 };
+
+// The most choices an expert keeps of `rows` tokens routed together: ceil(c·rows·k/N).
+int expert_capacity(const MoeSettings& moe, int rows);
 
 // The routing of `rows` tokens from their logits (rows, N) and the per-expert bias (N, or null:
 // zeros).

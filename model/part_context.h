@@ -41,9 +41,13 @@ private:
 };
 
 // The balancing and z losses of a mixture of experts' layers (model/moe_mlp.cpp), summed over
-// the layers and microbatches of this stage's training forwards, until the trainer takes them.
+// the layers and microbatches of this stage's training forwards, until the trainer takes them;
+// and the choices each expert of each layer received (every token's k counted, those a capacity
+// dropped too) and those dropped, summed over the microbatches.
 struct MoeLossSums {
     double aux = 0, z = 0;
+    std::vector<double> tokens;   // (layers, experts) as far as a layer counted; 0 elsewhere
+    std::vector<double> dropped;  // (layers): the choices a capacity dropped, alike
 };
 
 struct PartContext {

@@ -94,13 +94,12 @@ TEST_CASE("config: model.moe's refusals name their key", "[config]") {
           "--set parallel.tensor=4: model.moe.ffn_hidden (30) must be a multiple of "
           "parallel.tensor (4): each expert splits over the tensor ranks as the dense MLP");
     // What is not built yet.
-    CHECK(error_of({"model.moe.experts=4", "model.moe.capacity_factor=1.25"}) ==
-          "--set model.moe.capacity_factor=1.25: model.moe.capacity_factor (1.25) is not built "
-          "yet: the experts run dropless (capacity_factor: 0)");
     CHECK(error_of({"model.moe.experts=4", "model.moe.router=sigmoid",
-                    "model.moe.bias_update_rate=0.001"}) ==
-          "--set model.moe.bias_update_rate=0.001: model.moe.bias_update_rate (0.001) is not "
-          "built yet: the router's bias stays 0 (bias_update_rate: 0)");
+                    "model.moe.bias_update_rate=0.001", "optimizer.offload=nvme",
+                    "optimizer.offload_dir=/tmp/state"}) ==
+          "--set optimizer.offload=nvme: model.moe.bias_update_rate (0.001) with "
+          "optimizer.offload: nvme is not built yet: the router's bias moves in the master "
+          "weights (optimizer.offload: none or host)");
     CHECK(error_of({"model.moe.experts=4", "model.moe.first_dense=1", "training.recompute=full"}) ==
           "--set training.recompute=full: training.recompute: full with dense and MoE layers "
           "(model.moe.first_dense 1, every 1) is not built yet: recompute needs every layer an MoE "

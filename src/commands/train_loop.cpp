@@ -261,6 +261,8 @@ bool Loop::step(int s) {
         std::fprintf(stderr, "trident: warning: %s\n", r.skip_note.c_str());
         std::fflush(stderr);
     }
+    for (const std::string& line : collapse_.observe(s + 1, r.moe_loads))
+        if (leader_) std::fprintf(stderr, "trident: warning: %s\n", line.c_str());
     if (leader_ && r.nothing_counted && !said_nothing_counted_) {
         said_nothing_counted_ = true;
         std::printf(
@@ -304,6 +306,7 @@ train::StepMetrics Loop::metrics_of(int s, const train::StepResult& r) {
     if (cfg_.model.moe.enabled()) {
         m.moe_aux_loss = r.moe_aux_loss;
         m.moe_z_loss = r.moe_z_loss;
+        m.moe_loads = r.moe_loads;
     }
     m.loss_scale = r.loss_scale;
     m.skipped = r.skipped;

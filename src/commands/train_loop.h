@@ -88,6 +88,7 @@ private:
     const int start_;
     int skipped_so_far_;
     bool said_nothing_counted_ = false;  // the note on a global batch without a counted token
+    train::CollapseWatch collapse_;      // experts no token reached for many steps
     train::StepTimes step_times_;
     double first_val_ = 0, last_val_ = 0;
     int signal_ = 0;

@@ -109,6 +109,22 @@ public:
     }
     void write(const OptimizerState& s) override { write_store(store_, scope_, s); }
 
+    // In place in host memory, rounded on the host as params_from_master.
+    void add_to_master(std::size_t offset, std::span<const float> delta) override {
+        store_.stream(StateStore::Pass::update, [&](const StateStore::Chunk& c) {
+            const auto add = [&](std::size_t at, std::size_t state, std::size_t n) {
+                const std::size_t lo = std::max(state, c.first);
+                const std::size_t hi = std::min(state + n, c.first + c.count);
+                if (lo >= hi) return;
+                float* master = c.master() + (lo - c.first);
+                for (std::size_t i = 0; i < hi - lo; ++i) master[i] += delta[at + lo - state + i];
+                scope_.ops.copy_from_host(scope_.params.owned(offset + at + lo - state), master,
+                                          hi - lo, staging_.as<std::uint16_t>());
+            };
+            for_owned_in(scope_.data_parallel.owned(), offset, delta.size(), add);
+        });
+    }
+
 private:
     // A run of one range's elements in a chunk: at `at` in the chunk.
     struct HostSegment {
@@ -187,6 +203,10 @@ public:
     }
     void write(const OptimizerState& s) override { write_store(store_, scope_, s); }
     const OffloadStore* file() const override { return &store_; }
+    // Refused at start-up (src/config/validate.cpp): it would read and write the whole file.
+    void add_to_master(std::size_t, std::span<const float>) override {
+        throw Error("optimizer.offload: nvme keeps no master weights a rule may move");
+    }
 
 private:
     void update_chunk(const StateStore::Chunk& c, const Hyper& h, bool first);

@@ -98,6 +98,19 @@ public:
             scope_.ops.convert(scope_.params.owned(o.offset), arrays_[0].data() + o.state, o.count);
     }
 
+    // The step goes up and is added on the device: no wait for it (an upload returns at once).
+    void add_to_master(std::size_t offset, std::span<const float> delta) override {
+        kernels::Ops& ops = scope_.ops;
+        const auto add = [&](std::size_t at, std::size_t state, std::size_t n) {
+            const kernels::DeviceBuffer step(ops, n);
+            ops.upload(step.f32(), delta.data() + at, n * sizeof(float));
+            const kernels::Ptr master = arrays_[0].data() + state;
+            ops.residual_forward(master, master, step.data(), n);
+            ops.convert(scope_.params.owned(offset + at), master, n);
+        };
+        for_owned_in(scope_.data_parallel.owned(), offset, delta.size(), add);
+    }
+
     void read(OptimizerState& s, bool first) const override {
         for (std::size_t a = 0; a < arrays_.size(); ++a)
             pieces(a, [&](std::size_t offset, std::size_t at, std::size_t n) {
@@ -188,6 +201,20 @@ void Updater::step(double lr, float grad_scale) {
 
 void Updater::params_from_master() {
     placement_->params_from_master();
+}
+
+void Updater::add_to_master(std::size_t offset, std::span<const float> delta) {
+    if (step_ == 0) throw Error("Updater::add_to_master before the first update");
+    placement_->add_to_master(offset, delta);
+}
+
+void for_owned_in(const std::vector<OwnedPart>& owned, std::size_t offset, std::size_t n,
+                  const std::function<void(std::size_t, std::size_t, std::size_t)>& visit) {
+    for (const OwnedPart& o : owned) {
+        const std::size_t lo = std::max(offset, o.offset);
+        const std::size_t hi = std::min(offset + n, o.offset + o.count);
+        if (lo < hi) visit(lo - offset, o.state + (lo - o.offset), hi - lo);
+    }
 }
 
 OptimizerState Updater::empty_state() const {

@@ -21,7 +21,9 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "config/config.h"
@@ -80,7 +82,16 @@ public:
     virtual void write(const OptimizerState& s) = 0;
     // The state's file (nvme), or null.
     virtual const OffloadStore* file() const { return nullptr; }
+    // Adds delta (fp32) to the master weights of the owned elements among [offset, offset +
+    // delta.size()) and rounds them into their parameters (Updater::add_to_master).
+    virtual void add_to_master(std::size_t offset, std::span<const float> delta) = 0;
 };
+
+// Calls visit(at, state, count) for each run of buffer elements [offset, offset + n) in an
+// owned part, in order: its first element offset + at, whose state is at `state`.
+void for_owned_in(const std::vector<data_parallel::OwnedPart>& owned, std::size_t offset,
+                  std::size_t n,
+                  const std::function<void(std::size_t, std::size_t, std::size_t)>& visit);
 
 std::unique_ptr<Placement> device_placement(UpdateScope& scope);
 std::unique_ptr<Placement> host_placement(UpdateScope& scope, std::size_t chunk, int threads);
@@ -116,6 +127,12 @@ public:
     // The parameters this rank owns as an update leaves them: its master weights, rounded to
     // the parameters' type (the data-parallel part then gathers them).
     void params_from_master();
+    // A tensor the optimizer does not train, moved by a rule of its own (a mixture of experts'
+    // router bias, train/moe_balance.h): delta (fp32) added to the master weights of buffer
+    // elements [offset, offset + delta.size()) this rank owns, rounded into their parameters
+    // (the data-parallel part then gathers them). After the first update; not with the state in
+    // a file (optimizer.offload: nvme), where it would stream the whole state.
+    void add_to_master(std::size_t offset, std::span<const float> delta);
     // Bytes of optimizer state this rank holds on the device, as the allocator counted them.
     std::size_t state_bytes() const { return state_bytes_; }
     // The state's file (optimizer.offload: nvme), or null.

@@ -57,6 +57,21 @@ uint64_t bytes_to_keep(const std::string& path, int step, std::string& note) {
     return keep;
 }
 
+// Each MoE layer's load: its figures as the metrics file records them.
+std::vector<io::JsonLine> moe_layers(const std::vector<MoeLayerLoad>& loads) {
+    std::vector<io::JsonLine> layers;
+    for (const MoeLayerLoad& load : loads) {
+        io::JsonLine layer;
+        layer.add("layer", load.layer)
+            .add("tokens_min", load.min())
+            .add("tokens_max", load.max())
+            .add("tokens_cv", load.cv())
+            .add("dropped", load.dropped);
+        layers.push_back(std::move(layer));
+    }
+    return layers;
+}
+
 }  // namespace
 
 MetricsLog::MetricsLog(const std::optional<std::string>& path, int interval,
@@ -152,6 +167,8 @@ void MetricsLog::write_json(const StepMetrics& m) {
     if (m.val_loss) line.add("val_loss", *m.val_loss);
     if (m.moe_aux_loss) line.add("moe_aux_loss", *m.moe_aux_loss);
     if (m.moe_z_loss) line.add("moe_z_loss", *m.moe_z_loss);
+    const std::vector<io::JsonLine> layers = moe_layers(m.moe_loads);
+    if (!layers.empty()) line.add("moe_layers", std::span<const io::JsonLine>(layers));
     if (m.resumed_at) line.add("resumed_at", *m.resumed_at);
     line.add("activation_sets", m.activation_sets);
     if (m.documents_per_window > 0) line.add("documents_per_window", m.documents_per_window);
@@ -246,6 +263,15 @@ std::vector<std::pair<std::string, double>> tensorboard_scalars(const StepMetric
         {"skipped-iterations-total", static_cast<double>(m.skipped_total)},
     };
     if (m.val_loss) s.emplace_back("lm loss validation", *m.val_loss);
+    if (m.moe_aux_loss) s.emplace_back("moe/aux_loss", *m.moe_aux_loss);
+    if (m.moe_z_loss) s.emplace_back("moe/z_loss", *m.moe_z_loss);
+    for (const MoeLayerLoad& load : m.moe_loads) {
+        const std::string layer = "moe/layer_" + std::to_string(load.layer) + "/";
+        s.emplace_back(layer + "tokens_min", load.min());
+        s.emplace_back(layer + "tokens_max", load.max());
+        s.emplace_back(layer + "tokens_cv", load.cv());
+        s.emplace_back(layer + "dropped", static_cast<double>(load.dropped));
+    }
     return s;
 }
 

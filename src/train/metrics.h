@@ -16,6 +16,7 @@
 #include "io/output_file.h"
 #include "io/tensorboard.h"
 #include "parallel/comm.h"
+#include "train/moe_balance.h"
 
 namespace trident::train {
 
@@ -32,6 +33,8 @@ struct StepMetrics {
     std::optional<double> val_loss;
     // A mixture of experts' Σ_l aux_l and Σ_l z_l (StepResult), where the model has one.
     std::optional<double> moe_aux_loss, moe_z_loss;
+    // Each MoE layer's load over the global batch (train/moe_balance.h).
+    std::vector<MoeLayerLoad> moe_loads;
     // The first step of a resumed run: the checkpoint's step it went on from.
     std::optional<int> resumed_at;
     parallel::CommStats tensor_comm;      // the tensor-parallel group's traffic in the step

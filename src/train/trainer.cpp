@@ -82,7 +82,8 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
       scaler_(cfg.training),
       guard_(cfg.training),
       sighting_(ops, grid, tensor_, pipeline_, data_context_),
-      executor_(ops, model_, pipeline_) {
+      executor_(ops, model_, pipeline_),
+      balance_(cfg.model.moe, model_.trainable().layout()) {
     executor_.set_trace(&trace_);
     model_.set_piece_trace([this](const model::PieceSpan& s) {
         if (!trace_.recording()) return;
@@ -204,19 +205,30 @@ double Trainer::accumulate_gradients(int step, const SampleFn& sample, double lo
     return loss / data_context_.size();
 }
 
-// The mixture of experts' losses of the step's forwards: each stage's layers' summed over the
-// pipeline, each replica's over the data-context group (context rank 0 counted them), then the
-// mean over the microbatches and replicas.
+// The mixture of experts' losses and loads of the step's forwards: each stage's layers' summed
+// over the pipeline, each replica's over the data-context group (context rank 0 counted them);
+// the losses then the mean over the microbatches and replicas.
 void Trainer::moe_losses(StepResult& r) {
-    if (!cfg_.model.moe.enabled()) return;  // no exchange a dense model's traffic would count
-    const model::MoeLossSums sums = model_.take_moe_losses();
-    double v[2] = {sums.aux, sums.z};
-    pipeline_.all_reduce(v, 2);
-    data_context_.all_reduce(v, 2);
+    const model::MoeSettings& moe = cfg_.model.moe;
+    if (!moe.enabled()) return;  // no exchange a dense model's traffic would count
+    model::MoeLossSums sums = model_.take_moe_losses();
+    const int layers = cfg_.model.layers;
+    const std::size_t L = static_cast<std::size_t>(layers);
+    sums.tokens.resize(L * static_cast<std::size_t>(moe.experts));
+    sums.dropped.resize(L);
+    // The losses, then the tokens (layers, experts), then the dropped choices (layers).
+    std::vector<double> v = {sums.aux, sums.z};
+    v.insert(v.end(), sums.tokens.begin(), sums.tokens.end());
+    v.insert(v.end(), sums.dropped.begin(), sums.dropped.end());
+    pipeline_.all_reduce(v.data(), v.size());
+    data_context_.all_reduce(v.data(), v.size());
     const double replicas = data_context_.size() / context_.size();
     const double microbatches = cfg_.derived.grad_accum_steps;
     r.moe_aux_loss = v[0] / (replicas * microbatches);
     r.moe_z_loss = v[1] / (replicas * microbatches);
+    const auto tokens = v.begin() + 2, dropped = v.end() - static_cast<std::ptrdiff_t>(L);
+    r.moe_loads = moe_loads(moe, layers, std::vector<double>(tokens, dropped),
+                            std::vector<double>(dropped, v.end()));
 }
 
 StepResult Trainer::step(int step, const SampleFn& sample) {
@@ -261,6 +273,8 @@ StepResult Trainer::step(int step, const SampleFn& sample) {
             optim::clip_factor(cfg_.training.grad_clip, r.grad_norm) / r.loss_scale;
         data_parallel_.finish_param_gather();  // the previous update's, if the forward left any
         step_optimizer(r.lr, static_cast<float>(factor));
+        // The router's bias moves with the update, before the gather shares what it changed.
+        if (balance_.active()) balance_.apply(optimizer_, r.moe_loads);
         data_parallel_.gather_updated();
     }
     if (store) {

@@ -20,6 +20,7 @@
 #include "parallel/grid.h"
 #include "pipeline/executor.h"
 #include "train/first_sighting.h"
+#include "train/moe_balance.h"
 #include "train/step_guard.h"
 
 namespace trident::train {
@@ -47,6 +48,8 @@ struct StepResult {
     // A mixture of experts' Σ over its layers of the balancing loss and of the z-loss, each the
     // mean over the microbatches and replicas (without their coefficients).
     double moe_aux_loss = 0, moe_z_loss = 0;
+    // Each MoE layer's load over the global batch (train/moe_balance.h), in layer order.
+    std::vector<MoeLayerLoad> moe_loads;
     double loss_scale = 1;    // the loss was multiplied by this before backward (fp16)
     bool skipped = false;     // not applied: non-finite, or a spike (train/step_guard.h)
     std::string skip_reason;  // why, when skipped (Verdict::reason)
@@ -107,7 +110,7 @@ public:
     // model().grads(). Returns the mean loss over every (counted) token of the batch.
     double accumulate_gradients(int step, const SampleFn& sample, double loss_scale = 1.0);
     // The step's mixture-of-experts losses (model.moe; their sums over the microbatches and
-    // replicas, averaged) into r; nothing for a dense model.
+    // replicas, averaged) and loads into r; nothing for a dense model.
     void moe_losses(StepResult& r);
     // Mean loss over every (counted) token of samples 0 .. sequences - 1 (a multiple of micro_batch
     // × D), each replica evaluating its share: no dropout, no update. The same on every layout.
@@ -186,6 +189,7 @@ private:
     StepGuard guard_;
     FirstSighting sighting_;
     pipeline::Executor executor_;
+    MoeBalance balance_;  // the router bias's update (model.moe.bias_update_rate)
     io::TraceRecorder trace_;
     double documents_per_window_ = 0;  // of the last step (StepResult)
     bool nothing_counted_ = false;     // of the last step (StepResult)

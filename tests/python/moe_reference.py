@@ -9,11 +9,16 @@ chosen experts' outputs by their weights.
 - out = Σ_k w_e · down_e(silu(gate_e(x)) · up_e(x)) + shared(x);
 - per microbatch and MoE layer: aux = N·Σ_e f_e·P_e with f_e the fraction of the T·k choices
   that went to e and P_e the mean of p over the T tokens; z = mean_t (logsumexp z_t)²;
-- the loss trained: mean over microbatches of cross-entropy + aux_loss·Σ aux + z_loss·Σ z.
+- the loss trained: mean over microbatches of cross-entropy + aux_loss·Σ aux + z_loss·Σ z;
+- capacity_factor c > 0: each expert keeps, of each microbatch's choices, the ceil(c·T·k/N) of
+  the highest weight (ties: the earlier token); the others' weights are 0;
+- after each update (update_bias), DeepSeek-V3's balancing: load_e the choices expert e received
+  over the whole global batch, b_e += bias_update_rate · sign(mean(load) − load_e).
 
 check_ops holds the hand-written softmax, top-k and SwiGLU against torch's own.
 Standard library, numpy and torch.
 """
+import math
 import os
 import sys
 
@@ -29,11 +34,14 @@ class Moe:
     """model.moe's settings, with its defaults."""
 
     def __init__(self, experts, top_k=2, ffn=0, shared=0, router="softmax", normalize=True,
-                 scale=1.0, aux_loss=0.01, z_loss=0.0, first_dense=0, every=1):
+                 scale=1.0, aux_loss=0.01, z_loss=0.0, first_dense=0, every=1,
+                 bias_update_rate=0.0, capacity_factor=0.0):
         self.experts, self.top_k, self.ffn, self.shared = experts, top_k, ffn, shared
         self.router, self.normalize, self.scale = router, normalize, scale
         self.aux_loss, self.z_loss = aux_loss, z_loss
         self.first_dense, self.every = first_dense, every
+        self.bias_update_rate = bias_update_rate
+        self.capacity_factor = capacity_factor
 
     def moe_layer(self, layer):
         return layer >= self.first_dense and (layer + 1) % self.every == 0
@@ -44,7 +52,9 @@ class Moe:
                   "shared_experts": self.shared, "router": self.router,
                   "normalize_top_k": str(self.normalize).lower(), "scale": self.scale,
                   "aux_loss": self.aux_loss, "z_loss": self.z_loss,
-                  "first_dense": self.first_dense, "every": self.every}
+                  "first_dense": self.first_dense, "every": self.every,
+                  "bias_update_rate": self.bias_update_rate,
+                  "capacity_factor": self.capacity_factor}
         return [f"model.moe.{k}={v}" for k, v in values.items()]
 
 
@@ -86,6 +96,8 @@ class MoeMLP(nn.Module):
         if moe.shared:
             self.shared_experts = Expert(hidden, moe.shared * moe.ffn)
         self.losses = []  # (aux, z) of each forward
+        self.load = torch.zeros(moe.experts, dtype=torch.float64)  # choices since update_bias
+        self.dropped = 0  # choices a capacity dropped since update_bias
 
     def route(self, z):
         """Each token's k experts and weights, and p of the balancing loss, from z (T, N)."""
@@ -100,7 +112,25 @@ class MoeMLP(nn.Module):
         w = score.gather(-1, chosen)
         if m.normalize:
             w = w / w.sum(-1, keepdim=True)
-        return chosen, w * m.scale, p
+        w = w * m.scale
+        if m.capacity_factor > 0:
+            w = w * self.kept(chosen, w)
+        return chosen, w, p
+
+    def kept(self, chosen, w):
+        """1 for the choices each expert keeps under the capacity ceil(c·T·k/N) of the T tokens
+        routed together, those of the highest weight (ties: the earlier token), 0 for the others
+        (Megatron-Core's "probs" drop policy)."""
+        m, tokens = self.moe, chosen.shape[0]
+        capacity = math.ceil(m.capacity_factor * tokens * m.top_k / m.experts)
+        mask = torch.ones_like(w)
+        for e in range(m.experts):
+            mine = [(-w[t, s].item(), t, s) for t in range(tokens) for s in range(m.top_k)
+                    if chosen[t, s] == e]
+            for _, t, s in sorted(mine)[capacity:]:
+                mask[t, s] = 0.0
+        self.dropped += int((mask == 0).sum())
+        return mask
 
     def forward(self, x):
         shape = x.shape
@@ -114,8 +144,9 @@ class MoeMLP(nn.Module):
         if self.moe.shared:
             out = out + self.shared_experts(x)
         m, tokens = self.moe, x.shape[0]
-        f = torch.stack([(chosen == e).sum() for e in range(m.experts)]).double() / (
-            tokens * m.top_k)
+        counts = torch.stack([(chosen == e).sum() for e in range(m.experts)]).double()
+        self.load = self.load + counts
+        f = counts / (tokens * m.top_k)
         aux = m.experts * (f * p.mean(0)).sum()
         zl = (torch.logsumexp(z, -1) ** 2).mean()
         self.losses.append((aux, zl))
@@ -150,6 +181,22 @@ class MoeLlama(llama.LlamaReference):
             aux, zl = aux + a / count, zl + z / count
             trained = trained + (loss + self.moe.aux_loss * a + self.moe.z_loss * z) / count
         return ce, trained, aux, zl
+
+    def update_bias(self, applied=True):
+        """Each MoE layer's loads since the last call, and (sigmoid, after an applied update)
+        its bias moved by bias_update_rate against each expert's excess: the loads, per layer
+        (and the choices dropped since then, in self.dropped)."""
+        loads, self.dropped = [], []
+        for mlp in self.moe_layers():
+            load, mlp.load = mlp.load, torch.zeros_like(mlp.load)
+            loads.append(load)
+            self.dropped.append(mlp.dropped)
+            mlp.dropped = 0
+            if applied and self.moe.router == "sigmoid":
+                with torch.no_grad():
+                    mlp.gate.e_score_correction_bias += (
+                        self.moe.bias_update_rate * torch.sign(load.mean() - load))
+        return loads
 
 
 def check_ops(seed=3):

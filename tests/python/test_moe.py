@@ -8,15 +8,26 @@ experts of moe_reference.py, itself first held against torch's softmax, top-k an
    router (top-3 unnormalized, scale 2.5, every second layer MoE);
 2. training: 8 AdamW steps of `trident train` against torch.optim.AdamW on the loss trained
    (cross-entropy + the balancing and z losses): the logged cross-entropy, moe_aux_loss and
-   moe_z_loss within 1e-5 relative;
+   moe_z_loss within 1e-5 relative, for the softmax router and for a sigmoid router whose bias
+   moves (model.moe.bias_update_rate), its step 4 skipped (a NaN gradient: no update, no move);
 3. the losses, moe_aux_loss and moe_z_loss of 10 steps on every layout family
    (layout_families.py) within 1e-5 of one process's;
-4. checkpoints: a sigmoid-routed run's checkpoint of step 5 resumed at M = 2, at D = 2 ZeRO-3
-   and at D = 2 with the experts split over E = 2 gives steps 6 to 10 of the straight run within
-   1e-5; a run at E = 2 resumed from its step 5 by one process gives its own steps 6 to 10;
+4. checkpoints: a sigmoid-routed run's (its bias moving, model.moe.bias_update_rate)
+   checkpoint of step 5 resumed at M = 2, at D = 2 ZeRO-3 and at D = 2 with the experts split
+   over E = 2 gives steps 6 to 10 of the straight run within 1e-5; a run at E = 2 resumed from
+   its step 5 by one process gives its own steps 6 to 10;
 5. expert parallelism (parallel.expert): the losses, moe_aux_loss and moe_z_loss of 10 steps at
    E = 2 and 4 alone and with M, P (1F1B, ZB-H1, ZB-V), C (ring, Ulysses), ZeRO 1 to 3,
-   hybrid sharding and recompute, within 1e-5 of one process's.
+   hybrid sharding and recompute, within 1e-5 of one process's;
+6. DeepSeek-V3's balancing (bias_update_rate): 8 steps against the reference's update of the
+   bias, and 10 steps on expert parallelism's families (E = 2 with D, M + SP, P, C, ZeRO 1 to
+   3, the state in host memory, recompute) within 1e-5 of one process's.
+7. a capacity (capacity_factor: 1) dropping choices: every gradient, and 8 steps' losses and
+   dropped counts, against the reference; 10 steps at E = 2 with D, M + SP and P within 1e-5 of
+   one process (layouts that route each microbatch's rows together);
+8. an expert that no token reaches for 100 steps is named once in a warning (router collapse).
+Every run's per-layer loads (moe_layers: tokens_min, tokens_max, tokens_cv, dropped) are those
+of the reference (training) or of one process (layouts).
 
 Exit 77 (skipped) without torch and numpy or mpirun.
 """
@@ -47,6 +58,9 @@ MICRO_BATCH, GLOBAL_BATCH = 2, 4
 SOFTMAX = ref.Moe(experts=4, top_k=2, ffn=16, shared=1, aux_loss=0.05, z_loss=0.01)
 SIGMOID = ref.Moe(experts=4, top_k=3, ffn=16, router="sigmoid", normalize=False, scale=2.5,
                   aux_loss=0.02, every=2)
+# DeepSeek-V3's balancing alone: the bias moves every step, the balancing loss untrained.
+BIASED = ref.Moe(experts=4, top_k=2, ffn=16, router="sigmoid", aux_loss=0.0, z_loss=0.01,
+                 bias_update_rate=0.02)
 TRAINING = {"steps": 8, "lr": 5.0e-3, "min_lr": 5.0e-4, "warmup_steps": 2, "decay": "cosine",
             "weight_decay": 0.1, "beta1": 0.9, "beta2": 0.95, "eps": 1.0e-8, "grad_clip": 1.0,
             "seed": 7}
@@ -119,18 +133,48 @@ def test_gradients(tmp, dump_tool, label, moe):
                               f"(worst {worst:.2e}, {where})")
 
 
-def test_training(tmp, trident):
-    metrics = os.path.join(tmp, "metrics.jsonl")
-    model, tokens, config = prepare(tmp, "train", SOFTMAX, 21, 400, TRAINING, metrics)
-    run([trident, "train", "--config", config])
+def figures(loads, dropped):
+    """The metrics' figures of each MoE layer's loads (one tensor of the experts' choices each)
+    and dropped choices."""
+    return [{"tokens_min": load.min().item(), "tokens_max": load.max().item(),
+             "tokens_cv": (load.std(unbiased=False) / load.mean()).item(), "dropped": d}
+            for load, d in zip(loads, dropped)]
+
+
+def figures_error(got, want):
+    """How far a step's moe_layers are from `want`'s: inf where a layer is missing or its
+    tokens_min, tokens_max or dropped differ, else the worst relative error of tokens_cv."""
+    if not want or len(got) != len(want):
+        return float("inf")
+    worst = 0.0
+    for g, w in zip(got, want):
+        if any(g[k] != w[k] for k in ("tokens_min", "tokens_max", "dropped")):
+            return float("inf")
+        worst = max(worst, abs(g["tokens_cv"] - w["tokens_cv"]) / max(w["tokens_cv"], 1e-30))
+    return worst
+
+
+def test_training(tmp, trident, label="training", moe=SOFTMAX, seed=21, skip=None):
+    """`skip`: a step (1-based) whose gradients a NaN spoils: no update, and no bias's move."""
+    metrics = os.path.join(tmp, f"{label}_metrics.jsonl")
+    model, tokens, config = prepare(tmp, label, moe, seed, 400, {**TRAINING, "nonfinite": "skip"},
+                                    metrics)
+    if skip:
+        os.environ["TRIDENT_TEST_NAN_GRADIENT"] = f"{skip}:0"
+    try:
+        run([trident, "train", "--config", config])
+    finally:
+        os.environ.pop("TRIDENT_TEST_NAN_GRADIENT", None)
     with open(metrics) as f:
         records = sorted((r for r in map(json.loads, filter(str.strip, f))
                           if "loss" in r and "grad_norm" in r), key=lambda r: r["step"])
     t = TRAINING
     optimizer = llama.make_adamw(model, t["lr"], t["beta1"], t["beta2"], t["eps"],
                                  t["weight_decay"])
-    check(len(records) == t["steps"], f"training: {len(records)} metrics records")
-    worst = worst_router = 0.0
+    check(len(records) == t["steps"], f"{label}: {len(records)} metrics records")
+    skipped = [r["step"] for r in records if r["skipped"]]
+    check(skipped == ([skip] if skip else []), f"{label}: steps {skipped} skipped")
+    worst = worst_router = worst_load = dropped = 0.0
     for step, record in enumerate(records):
         lr = common.lr_at(step, t["lr"], t["min_lr"], t["warmup_steps"], t["steps"], t["decay"])
         for group in optimizer.param_groups:
@@ -141,13 +185,37 @@ def test_training(tmp, trident):
         trained.backward()
         worst_router = max(worst_router, abs(record["moe_aux_loss"] - aux.item()) / aux.item(),
                            abs(record["moe_z_loss"] - zl.item()) / zl.item())
-        torch.nn.utils.clip_grad_norm_(model.parameters(), t["grad_clip"])
-        optimizer.step()
+        applied = step + 1 != skip
+        if applied:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), t["grad_clip"])
+            optimizer.step()
+        loads = model.update_bias(applied)
+        dropped += sum(model.dropped)
+        worst_load = max(worst_load, figures_error(record.get("moe_layers", []),
+                                                   figures(loads, model.dropped)))
         worst = max(worst, abs(record["loss"] - ce.item()) / abs(ce.item()))
-    check(worst <= TOLERANCE, f"training: {len(records)} steps' losses within {TOLERANCE} of "
+    check(worst <= TOLERANCE, f"{label}: {len(records)} steps' losses within {TOLERANCE} of "
                               f"PyTorch's (worst {worst:.2e})")
-    check(worst_router <= TOLERANCE, f"training: moe_aux_loss and moe_z_loss within {TOLERANCE} "
+    check(worst_router <= TOLERANCE, f"{label}: moe_aux_loss and moe_z_loss within {TOLERANCE} "
                                      f"of PyTorch's Σ aux and Σ z (worst {worst_router:.2e})")
+    check(worst_load <= TOLERANCE, f"{label}: each layer's tokens_min, tokens_max and dropped "
+                                   f"equal PyTorch's loads, tokens_cv within {TOLERANCE} "
+                                   f"(worst {worst_load:.2e})")
+    check((dropped > 0) == (moe.capacity_factor > 0), f"{label}: {dropped:.0f} choices dropped")
+
+
+def test_collapse(tmp, trident):
+    """An expert no token reaches (its router bias -100, not moving) is named once, at step
+    100, by its layer; no other expert is."""
+    model, _, config = prepare(tmp, "collapse", SIGMOID, 5, 400, {"steps": 101, "seed": 5})
+    with torch.no_grad():
+        model.moe_layers()[0].gate.e_score_correction_bias[3] = -100.0
+    llama.save_hf_weights(model, os.path.join(tmp, "collapse.safetensors"))
+    said = [line for line in run([trident, "train", "--config", config]).stdout.splitlines()
+            if "router collapse" in line]
+    check(said == ["trident: warning: step 100: layer 1's expert 3 received no token for 100 "
+                   "steps in a row (router collapse; said once per expert)"],
+          f"collapse: one warning, at step 100, for layer 1's expert 3 ({said})")
 
 
 # Expert parallelism's layouts (name, ranks, overrides): the experts split over E ranks of the
@@ -177,6 +245,22 @@ EXPERT_FAMILIES = [
                                    "training.recompute=full"]),
 ]
 LAYOUT_MOE = ref.Moe(experts=4, top_k=2, ffn=32, shared=1, aux_loss=0.05, z_loss=0.01)
+# A capacity (model.moe.capacity_factor) that drops some of each microbatch's choices: the
+# same on every layout that routes each microbatch's rows together (not under C > 1).
+CAPACITY = ref.Moe(experts=4, top_k=2, ffn=16, shared=1, aux_loss=0.05, z_loss=0.01,
+                   capacity_factor=1.0)
+CAPACITY_FAMILIES = [f for f in EXPERT_FAMILIES if f[0] in (
+    "E=2 D=2", "E=2 D=2 M=2 +SP", "E=2 D=2 P=2 1f1b")]
+# The router's bias moving (model.moe.bias_update_rate) on expert parallelism's families: the
+# loads summed over every microbatch and replica, the bias equal on every rank that holds it,
+# in the master weights on the device and in host memory.
+BIAS_MOE = ref.Moe(experts=4, top_k=2, ffn=32, shared=1, router="sigmoid", aux_loss=0.0,
+                   z_loss=0.01, bias_update_rate=0.02)
+BIAS_FAMILIES = [f for f in EXPERT_FAMILIES if f[0] in (
+    "E=2 D=2", "E=2 D=2 M=2 +SP", "E=2 D=2 P=2 1f1b", "E=2 C=2 ring", "E=2 D=2 ZeRO-1",
+    "E=2 D=2 ZeRO-3", "E=2 D=2 recompute full")] + [
+    ("E=2 D=2 ZeRO-2 offload host", 2, ["parallel.data=2", "parallel.expert=2",
+                                        "parallel.zero_stage=2", "optimizer.offload=host"])]
 
 
 def check_router_losses(tmp, label, one, families):
@@ -192,11 +276,16 @@ def check_router_losses(tmp, label, one, families):
                     default=float("inf"))
         check(worst <= TOLERANCE, f"{label}, {name}: moe_aux_loss and moe_z_loss within "
                                   f"{TOLERANCE} of one process (worst {worst:.2e})")
+        worst = max((figures_error(g.get("moe_layers", []), w.get("moe_layers", []))
+                     for g, w in zip(got, want)), default=float("inf"))
+        check(worst <= TOLERANCE, f"{label}, {name}: each layer's tokens_min, tokens_max and "
+                                  f"dropped those of one process, tokens_cv within {TOLERANCE} "
+                                  f"(worst {worst:.2e})")
 
 
-def test_layouts(tmp, trident, families=FAMILIES, label="moe"):
-    base = tiny_run(tmp, ["model.arch=llama", "checkpoint.dir=null"] + LAYOUT_MOE.overrides())
-    one = os.path.join(tmp, "moe_one_process.jsonl")
+def test_layouts(tmp, trident, families=FAMILIES, label="moe", moe=LAYOUT_MOE):
+    base = tiny_run(tmp, ["model.arch=llama", "checkpoint.dir=null"] + moe.overrides())
+    one = os.path.join(tmp, f"{label.replace(' ', '_').replace(',', '')}_one_process.jsonl")
     run([trident, "train"] + base + ["--set", f"logging.metrics={one}"])
     check_families(trident, base, tmp, label, reference=curve(one), families=families)
     check_router_losses(tmp, label, one, families)
@@ -230,7 +319,8 @@ def check_resumed(name, got, want):
 
 
 def test_resume(tmp, trident):
-    moe = ref.Moe(experts=4, top_k=2, ffn=32, shared=1, router="sigmoid", z_loss=0.01)
+    moe = ref.Moe(experts=4, top_k=2, ffn=32, shared=1, router="sigmoid", z_loss=0.01,
+                  bias_update_rate=0.02)
     base = tiny_run(tmp, ["model.arch=llama"] + moe.overrides())
     straight = os.path.join(tmp, "straight.jsonl")
     run([trident, "train"] + base + ["--set", f"checkpoint.dir={tmp}/ck", "--set",
@@ -272,10 +362,18 @@ def main():
             test_gradients(tmp, dump, "softmax", SOFTMAX)
             test_gradients(tmp, dump, "sigmoid", SIGMOID)
             test_training(tmp, args.trident)
+            test_training(tmp, args.trident, "bias training", BIASED, 23, skip=4)
+            test_gradients(tmp, dump, "capacity", CAPACITY)
+            test_training(tmp, args.trident, "capacity training", CAPACITY, 25)
+            test_collapse(tmp, args.trident)
         if args.only not in ("reference", "expert"):
             test_layouts(tmp, args.trident)
         if args.only != "reference":
             test_layouts(tmp, args.trident, EXPERT_FAMILIES, "moe, expert parallel")
+            test_layouts(tmp, args.trident, BIAS_FAMILIES, "moe, router bias", BIAS_MOE)
+            test_layouts(tmp, args.trident, CAPACITY_FAMILIES, "moe, capacity",
+                         ref.Moe(experts=4, top_k=2, ffn=32, shared=1, aux_loss=0.05,
+                                 z_loss=0.01, capacity_factor=1.0))
             test_resume(tmp, args.trident)
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
