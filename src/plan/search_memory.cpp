@@ -49,6 +49,7 @@ SearchMemory::SearchMemory(const config::Config& base, int doc_len)
     : base_(base),
       doc_len_(doc_len),
       grad_bytes_(gradient_bytes(base.training.precision, base.training.fp32_grad_accumulation)),
+      cut_(base),
       states_inputs_(plan_inputs(base, grad_bytes_)) {}
 
 const std::vector<int>& SearchMemory::chunk_layers(const Layout& layout) {
@@ -57,15 +58,21 @@ const std::vector<int>& SearchMemory::chunk_layers(const Layout& layout) {
                           layout.micro_batch, static_cast<int64_t>(layout.recompute)};
     const auto found = cuts_.find(key);
     if (found != cuts_.end()) return found->second;
-    config::Config cfg = base_;
-    cfg.parallel.pipeline = layout.pipeline;
-    cfg.parallel.virtual_stages = layout.virtual_stages;
-    cfg.parallel.tensor = layout.tensor;
-    cfg.parallel.context = layout.context;
-    cfg.training.micro_batch = layout.micro_batch;
-    cfg.training.recompute = layout.recompute;
-    config::derive(cfg);
-    return cuts_.emplace(key, cfg.derived.chunk_layers).first->second;
+    const CacheKey shape = {layout.tensor, layout.context, layout.micro_batch,
+                            static_cast<int64_t>(layout.recompute)};
+    auto costs = cut_costs_.find(shape);
+    if (costs == cut_costs_.end()) {
+        config::Config cfg = base_;
+        cfg.parallel.tensor = layout.tensor;
+        cfg.parallel.context = layout.context;
+        cfg.training.micro_batch = layout.micro_batch;
+        cfg.training.recompute = layout.recompute;
+        config::derive(cfg);
+        costs = cut_costs_.emplace(shape, config::cut_costs(cfg)).first;
+    }
+    cut_.parallel.pipeline = layout.pipeline;
+    cut_.parallel.virtual_stages = layout.virtual_stages;
+    return cuts_.emplace(key, config::chunk_layers(cut_, costs->second)).first->second;
 }
 
 PlanInputs SearchMemory::inputs(const Layout& layout) {

@@ -24,6 +24,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "config/stage_cuts.h"
 #include "plan/memory_model.h"
 #include "plan/search_space.h"
 #include "plan/stage_shape.h"
@@ -97,6 +98,8 @@ private:
     config::Config base_;
     int doc_len_;
     int grad_bytes_;
+    std::unordered_map<CacheKey, config::CutCosts, CacheKeyHash> cut_costs_;
+    config::Config cut_;  // the base's, its P and v set for each cut
     std::unordered_map<CacheKey, std::vector<int>, CacheKeyHash> cuts_;
     std::unordered_map<CacheKey, std::vector<InFlight>, CacheKeyHash> flights_;
     std::unordered_map<CacheKey, BufferCosts, CacheKeyHash> buffers_;
