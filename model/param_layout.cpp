@@ -82,6 +82,11 @@ ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tenso
                         std::to_string(chunks) + " chunks of " + std::to_string(shape.layers) +
                         " layers");
     }
+    int held = 0;  // layers, each one unit
+    for (int c = 0; c < plan.chunks; ++c) held += chunk_layers(c);
+    units_.reserve(static_cast<std::size_t>(held) + 3);
+    layer_ids_.reserve(static_cast<std::size_t>(held));
+    layer_ranges_.reserve(static_cast<std::size_t>(held));
     if (!lora) add_embedding(plan.first() || (plan.last() && shape.tied));
     // A part's declarations depend on its kind alone: a run of alike layers is declared once.
     std::vector<PartDecl> decls;
@@ -93,6 +98,12 @@ ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tenso
             if (!lora && (declared < 0 || !(spec_.layers[static_cast<std::size_t>(l)] ==
                                             spec_.layers[static_cast<std::size_t>(declared)]))) {
                 decls = spec_.layer_decls(l);
+                if (declared < 0) {  // as many for every layer, as a rule, and the head's few
+                    std::size_t tensors = 0;
+                    for (const PartDecl& part : decls) tensors += part.tensors.size();
+                    tensors_.reserve(tensors_.size() + static_cast<std::size_t>(held) * tensors +
+                                     4);
+                }
                 declared = l;
             }
             if (lora)
@@ -141,6 +152,7 @@ void ParamLayout::add_layer(int l, const std::vector<PartDecl>& decls) {
     LayerTensors layer;
     for (std::size_t p = 0; p < decls.size(); ++p) {
         const std::string prefix = spec_.part_prefix(l, static_cast<LayerPart>(p));
+        layer.parts[p].reserve(decls[p].tensors.size());
         for (const TensorDecl& t : decls[p].tensors)
             layer.parts[p].push_back(add(t, prefix + t.name));
     }
