@@ -141,15 +141,18 @@ std::vector<PartDecl> ModelSpec::layer_decls(int l) const {
 }
 
 std::vector<NamedPart> ModelSpec::layer_parts(int l) const {
-    const LayerSpec& layer = layers.at(static_cast<std::size_t>(l));
-    const std::string prefix = layer_prefix + std::to_string(l) + ".";
-    const std::vector<std::string> names = {layer.norm1_name, layer.attention_name,
-                                            layer.norm2_name, layer.mlp_name};
     std::vector<PartDecl> decls = layer_decls(l);
     std::vector<NamedPart> parts;
     for (std::size_t p = 0; p < decls.size(); ++p)
-        parts.push_back({prefix + names[p] + ".", std::move(decls[p])});
+        parts.push_back({part_prefix(l, static_cast<LayerPart>(p)), std::move(decls[p])});
     return parts;
+}
+
+std::string ModelSpec::part_prefix(int l, LayerPart p) const {
+    const LayerSpec& layer = layers.at(static_cast<std::size_t>(l));
+    const std::string* const names[kLayerParts] = {&layer.norm1_name, &layer.attention_name,
+                                                   &layer.norm2_name, &layer.mlp_name};
+    return layer_prefix + std::to_string(l) + "." + *names[static_cast<std::size_t>(p)] + ".";
 }
 
 std::vector<LinearDecl> ModelSpec::layer_linears(int l) const {

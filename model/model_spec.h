@@ -109,6 +109,8 @@ struct ModelSpec {
     // Layer l's parts in buffer order (LayerPart), their tensors and linears named within
     // their part.
     std::vector<NamedPart> layer_parts(int l) const;
+    // Where layer l's part p's tensors lie: its names start with this ("h.3.attn.").
+    std::string part_prefix(int l, LayerPart p) const;
     // What layer l's parts declare, in buffer order: layer_parts without the prefixes.
     std::vector<PartDecl> layer_decls(int l) const;
     // Layer l's linears, named whole ("h.3.attn.c_attn"), in the order they compute.

@@ -82,15 +82,34 @@ ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tenso
                         std::to_string(chunks) + " chunks of " + std::to_string(shape.layers) +
                         " layers");
     }
+    int held = 0;  // layers, each one unit
+    for (int c = 0; c < plan.chunks; ++c) held += chunk_layers(c);
+    units_.reserve(static_cast<std::size_t>(held) + 3);
+    layer_ids_.reserve(static_cast<std::size_t>(held));
+    layer_ranges_.reserve(static_cast<std::size_t>(held));
     if (!lora) add_embedding(plan.first() || (plan.last() && shape.tied));
+    // A part's declarations depend on its kind alone: a run of alike layers is declared once.
+    std::vector<PartDecl> decls;
+    int declared = -1;  // the layer `decls` are of
     for (int c = 0; c < plan.chunks; ++c)
         for (int l = first_layer(c); l < first_layer(c) + chunk_layers(c); ++l) {
             start_unit(spec_.layer_prefix + std::to_string(l));
             const std::size_t begin = total_;
+            if (!lora && (declared < 0 || !(spec_.layers[static_cast<std::size_t>(l)] ==
+                                            spec_.layers[static_cast<std::size_t>(declared)]))) {
+                decls = spec_.layer_decls(l);
+                if (declared < 0) {  // as many for every layer, as a rule, and the head's few
+                    std::size_t tensors = 0;
+                    for (const PartDecl& part : decls) tensors += part.tensors.size();
+                    tensors_.reserve(tensors_.size() + static_cast<std::size_t>(held) * tensors +
+                                     4);
+                }
+                declared = l;
+            }
             if (lora)
                 add_lora(l, *lora);
             else
-                add_layer(l);
+                add_layer(l, decls);
             layer_ids_.push_back(l);
             layer_ranges_.emplace_back(begin, total_);
         }
@@ -129,14 +148,14 @@ void ParamLayout::add_embedding(bool holds_wte) {
     if (plan_.first()) embedding_range_ = {wte_, total_};
 }
 
-void ParamLayout::add_layer(int l) {
+void ParamLayout::add_layer(int l, const std::vector<PartDecl>& decls) {
     LayerTensors layer;
-    const std::vector<NamedPart> parts = spec_.layer_parts(l);
-    for (std::size_t p = 0; p < parts.size(); ++p)
-        for (TensorDecl t : parts[p].decl.tensors) {
-            t.name = parts[p].prefix + t.name;
-            layer.parts[p].push_back(add(t));
-        }
+    for (std::size_t p = 0; p < decls.size(); ++p) {
+        const std::string prefix = spec_.part_prefix(l, static_cast<LayerPart>(p));
+        layer.parts[p].reserve(decls[p].tensors.size());
+        for (const TensorDecl& t : decls[p].tensors)
+            layer.parts[p].push_back(add(t, prefix + t.name));
+    }
     layers_.push_back(std::move(layer));
 }
 
@@ -189,10 +208,15 @@ const LayerLora& ParamLayout::layer_lora(int l) const {
 }
 
 void ParamLayout::add_lora(int l, const LoraShape& lora) {
-    const std::vector<LinearDecl> linears = spec_.layer_linears(l);
     LayerLora la{};
     la.a.fill(kNoLora);
     la.b.fill(kNoLora);
+    // No adapters (the model's parts built without them): no linear to look at.
+    if (std::none_of(lora.targets.begin(), lora.targets.end(), [](bool t) { return t; })) {
+        lora_layers_.push_back(la);
+        return;
+    }
+    const std::vector<LinearDecl> linears = spec_.layer_linears(l);
     // In the order the parts compute their linears (GPT-2's qkv, attn_proj, fc, fc_proj; Llama's
     // q, k, v, o, gate, up, down).
     for (const LinearDecl& w : linears) {
@@ -223,14 +247,18 @@ void ParamLayout::add_lora(int l, const LoraShape& lora) {
 }
 
 std::size_t ParamLayout::add(const TensorDecl& t) {
+    return add(t, t.name);
+}
+
+std::size_t ParamLayout::add(const TensorDecl& t, std::string name) {
     const int replicas = t.split.kind == SplitKind::column && t.split.groups > 0
                              ? kv_replicas(t.split.groups, M_)
                              : 1;
     std::vector<int64_t> shape = local_shape(t.shape, t.split, M_, replicas);
     std::size_t numel = 1;
     for (int64_t d : shape) numel *= static_cast<std::size_t>(d);
-    tensors_.push_back(ParamTensor{t.name, std::move(shape), t.shape, total_, numel, t.split,
-                                   t.init, t.decay, t.trains, replicas});
+    tensors_.push_back(ParamTensor{std::move(name), std::move(shape), t.shape, total_, numel,
+                                   t.split, t.init, t.decay, t.trains, replicas});
     total_ += numel;
     return tensors_.back().offset;
 }

@@ -223,12 +223,15 @@ public:
 private:
     ParamLayout(const GptShape& shape, const LoraShape* lora, int tensor_rank, int M,
                 const StagePlan& plan, int unit_align);
-    // Adds a declared tensor, its name given whole; returns its offset.
+    // Adds a declared tensor, its name given whole (or given apart); returns its offset.
     std::size_t add(const TensorDecl& t);
+    std::size_t add(const TensorDecl& t, std::string name);
     // The embedding's tensors (as one unit, or each its own), layer l's or its adapters, and
     // the head's; each unit started at the alignment.
     void add_embedding(bool holds_wte);
-    void add_layer(int l);
+    // `decls`: what layer l's parts declare (ModelSpec::layer_decls), alike for a run of
+    // layers of the same kinds.
+    void add_layer(int l, const std::vector<PartDecl>& decls);
     void add_lora(int l, const LoraShape& lora);
     void add_head();
     void start_unit(const std::string& name);

@@ -23,30 +23,40 @@ int64_t elements(const model::TensorDecl& t, const model::GptShape& shape) {
     return n;
 }
 
-// Calls `each(decls, count)` for every run of consecutive layers of the same kinds, with what
-// the run's first layer's parts declare (ModelSpec::layer_decls) and the run's length: the sums
-// below read sizes, not names, so a run's layers count alike and a search deriving thousands of
-// layouts declares each kind once.
-template <typename Each>
-void for_layer_runs(const model::ModelSpec& spec, Each each) {
+// The runs of consecutive layers of the same kinds: what each run's first layer's parts declare
+// (ModelSpec::layer_decls) and the run's length. The sums below read sizes, not names, so a
+// run's layers count alike and a search deriving thousands of layouts declares each kind once.
+struct LayerRun {
+    std::vector<model::PartDecl> parts;
+    int64_t count = 0;
+};
+std::vector<LayerRun> layer_runs(const model::ModelSpec& spec) {
     const auto same = [](const model::LayerSpec& a, const model::LayerSpec& b) {
         return a.norm == b.norm && a.attention == b.attention && a.mlp == b.mlp;
     };
+    std::vector<LayerRun> runs;
     for (std::size_t l = 0; l < spec.layers.size();) {
         const model::LayerSpec& layer = spec.layers[l];
         std::size_t end = l + 1;
         while (end < spec.layers.size() && same(spec.layers[end], layer)) ++end;
-        each(spec.layer_decls(static_cast<int>(l)), static_cast<int64_t>(end - l));
+        runs.push_back({spec.layer_decls(static_cast<int>(l)), static_cast<int64_t>(end - l)});
         l = end;
     }
+    return runs;
+}
+
+// Calls `each(decls, count)` for every run.
+template <typename Each>
+void for_layer_runs(const std::vector<LayerRun>& runs, Each each) {
+    for (const LayerRun& run : runs) each(run.parts, run.count);
 }
 
 // Unique parameters of the model, padded rows excluded (docs/FORMULAS.md, "Parameters"): the
 // tensors its parts declare. GPT-2's LM head is the token embedding, so it adds nothing.
-int64_t count_parameters(const model::ModelSpec& spec) {
+int64_t count_parameters(const model::ModelSpec& spec, const std::vector<LayerRun>& runs) {
     int64_t n = 0;
     for (const model::TensorDecl& t : spec.embedding_tensors()) n += elements(t, spec.shape);
-    for_layer_runs(spec, [&](const std::vector<model::PartDecl>& parts, int64_t count) {
+    for_layer_runs(runs, [&](const std::vector<model::PartDecl>& parts, int64_t count) {
         for (const model::PartDecl& part : parts)
             for (const model::TensorDecl& t : part.tensors) n += count * elements(t, spec.shape);
     });
@@ -56,15 +66,15 @@ int64_t count_parameters(const model::ModelSpec& spec) {
 
 // The parameters one token computes with (docs/FORMULAS.md, "Parameters"): all of them but, in
 // a mixture of experts, the routed experts it is not sent to, (1 − top_k / experts) of theirs.
-int64_t count_active_parameters(const model::ModelSpec& spec) {
+int64_t count_active_parameters(const model::ModelSpec& spec, const std::vector<LayerRun>& runs) {
     double idle = 0;
-    for_layer_runs(spec, [&](const std::vector<model::PartDecl>& parts, int64_t count) {
+    for_layer_runs(runs, [&](const std::vector<model::PartDecl>& parts, int64_t count) {
         for (const model::PartDecl& part : parts)
             for (const model::GemmDecl& g : part.gemms)
                 idle +=
                     count * (1 - g.share) * static_cast<double>(g.in) * static_cast<double>(g.out);
     });
-    return count_parameters(spec) - std::llround(idle);
+    return count_parameters(spec, runs) - std::llround(idle);
 }
 
 // Megatron's model FLOPs for one global batch (training.py, causal attention counted at
@@ -76,10 +86,11 @@ int64_t count_active_parameters(const model::ModelSpec& spec) {
 // weights get no weight gradient, so their GEMMs run twice the forward's (forward, input
 // gradient), attention's still three times, and each adapter (A (r, in), B (out, r)) adds
 // three times its forward's 2·B·s·r·(in + out) per layer.
-double model_flops(const model::ModelSpec& spec, const ModelConfig& m, const TrainingConfig& t) {
+double model_flops(const std::vector<LayerRun>& runs, const ModelConfig& m,
+                   const TrainingConfig& t) {
     const double B = t.global_batch, s = m.seq_len, l = m.layers, h = m.hidden, V = m.vocab_size;
     double matrices = 0, widths = 0;  // Σ in·out over the layers' linears; Σ (in + out) adapted
-    for_layer_runs(spec, [&](const std::vector<model::PartDecl>& parts, int64_t count) {
+    for_layer_runs(runs, [&](const std::vector<model::PartDecl>& parts, int64_t count) {
         for (const model::PartDecl& part : parts)
             for (const model::LinearDecl& w : part.linears) {
                 matrices += count * static_cast<double>(w.in) * static_cast<double>(w.out);
@@ -116,9 +127,10 @@ void derive(Config& cfg) {
     d.grad_accum_steps = per_step > 0 ? t.global_batch / per_step : 0;
     d.tokens_per_step = int64_t{t.global_batch} * m.seq_len;
     const model::ModelSpec spec = model::resolve_spec(gpt_shape(cfg));  // reads padded_vocab
-    d.parameters = count_parameters(spec);
-    d.active_parameters = count_active_parameters(spec);
-    d.flops_per_step = model_flops(spec, m, t);
+    const std::vector<LayerRun> runs = layer_runs(spec);
+    d.parameters = count_parameters(spec, runs);
+    d.active_parameters = count_active_parameters(spec, runs);
+    d.flops_per_step = model_flops(runs, m, t);
     d.chunk_layers = chunk_layers(cfg);  // reads padded_vocab, set above
 }
 

@@ -31,7 +31,18 @@ std::vector<int> balanced_layers(int layers, int chunks, double layer_cost, doub
     return counts;
 }
 
+CutCosts cut_costs(const Config& cfg) {
+    const model::GemmFlops f = model::gemm_flops(model::resolve_spec(gpt_shape(cfg)),
+                                                 rank_dims(cfg), cfg.training.recompute);
+    return {f.layer_forward + f.layer_backward, f.head_forward + f.head_backward};
+}
+
 std::vector<int> chunk_layers(const Config& cfg) {
+    const bool balanced = cfg.parallel.stage_layers.cut == StageCut::auto_;
+    return chunk_layers(cfg, balanced ? cut_costs(cfg) : CutCosts{});
+}
+
+std::vector<int> chunk_layers(const Config& cfg, const CutCosts& costs) {
     const StageLayers& cut = cfg.parallel.stage_layers;
     const int chunks = cfg.parallel.pipeline * cfg.parallel.virtual_stages;
     switch (cut.cut) {
@@ -42,10 +53,7 @@ std::vector<int> chunk_layers(const Config& cfg) {
         case StageCut::auto_:
             break;
     }
-    const model::GemmFlops f = model::gemm_flops(model::resolve_spec(gpt_shape(cfg)),
-                                                 rank_dims(cfg), cfg.training.recompute);
-    return balanced_layers(cfg.model.layers, chunks, f.layer_forward + f.layer_backward, 0.0,
-                           f.head_forward + f.head_backward);
+    return balanced_layers(cfg.model.layers, chunks, costs.layer, 0.0, costs.head);
 }
 
 }  // namespace trident::config

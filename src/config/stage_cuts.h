@@ -21,8 +21,19 @@ namespace trident::config {
 std::vector<int> balanced_layers(int layers, int chunks, double layer_cost, double first_extra,
                                  double last_extra);
 
+// What the auto cut balances: the GEMM FLOPs of a layer and of the LM head, forward and
+// backward, for one rank's microbatch (they depend on the model, parallel.tensor and context,
+// training.micro_batch and recompute, not on P or v). cfg.derived.padded_vocab must be set.
+struct CutCosts {
+    double layer = 0, head = 0;
+};
+CutCosts cut_costs(const Config& cfg);
+
 // The layers of each global chunk for the config's parallel.stage_layers (config::derive
 // stores them as derived.chunk_layers). cfg.derived.padded_vocab must be set.
 std::vector<int> chunk_layers(const Config& cfg);
+// The same with an auto cut's costs given (cut_costs of a config that differs at most in P and
+// v): a search cuts many pipelines of one microbatch shape.
+std::vector<int> chunk_layers(const Config& cfg, const CutCosts& costs);
 
 }  // namespace trident::config

@@ -127,10 +127,13 @@ private:
 void fit(const config::Config& base, const SearchOptions& options, SearchMemory& memory,
          Bounds& bounds, SearchResult& result, std::vector<Kept>& kept,
          std::vector<Fitting>& fitting) {
+    // Refilled for each group, their storage reused.
+    GroupShape shape;
+    SearchMemory::Totals totals;
+    std::vector<double> parameters;
     const auto visit = [&](const LayoutGroup& group) {
-        const GroupShape shape = memory.shape(group.layout);
-        const SearchMemory::Totals totals = memory.totals(group, shape);
-        Kept k{group, {}, {}};
+        memory.shape(group.layout, shape);
+        memory.totals(group, shape, totals);
         std::vector<ChunkSeconds> compute;
         for (std::size_t i = 0; i < totals.most.size(); ++i) {
             Layout l = group.layout;
@@ -139,13 +142,16 @@ void fit(const config::Config& base, const SearchOptions& options, SearchMemory&
             if (result.considered++ == 0 || totals.most[i] < result.smallest.memory)
                 result.smallest = {l, totals.most[i], {}};
             if (totals.most[i] > options.device_memory) continue;
-            if (compute.empty()) compute = bounds.compute(group.layout, shape);
-            fitting.push_back({kept.size(), i, totals.most[i],
-                               bounds.bound(l, shape.microbatches, compute, totals.parameters(i))});
-            k.shardings.push_back(i);
-            k.memory.push_back(totals.most[i]);
+            if (compute.empty()) {
+                compute = bounds.compute(group.layout, shape);
+                kept.push_back({group, {}, {}});
+            }
+            totals.parameters(i, parameters);
+            fitting.push_back({kept.size() - 1, i, totals.most[i],
+                               bounds.bound(l, shape.microbatches, compute, parameters)});
+            kept.back().shardings.push_back(i);
+            kept.back().memory.push_back(totals.most[i]);
         }
-        if (!k.shardings.empty()) kept.push_back(std::move(k));
     };
     enumerate(base, options.space, visit, result.rejected);
     result.fit = static_cast<int64_t>(fitting.size());

@@ -22,7 +22,7 @@ CacheKey dims_key(const Layout& l) {
 
 // A stage's chunks: their layers, which holds the embedding and which the head, and whether
 // the stage is the whole model (ZeRO-3 then keeps the tied embedding gathered).
-void add_chunks(CacheKey& key, const std::vector<ChunkShape>& chunks, int stages) {
+void add_chunks(std::vector<int64_t>& key, const std::vector<ChunkShape>& chunks, int stages) {
     key.push_back(stages == 1);
     for (const ChunkShape& c : chunks) {
         key.push_back(c.layers);
@@ -39,16 +39,11 @@ bool same_chunks(const std::vector<ChunkShape>& a, const std::vector<ChunkShape>
 
 }  // namespace
 
-std::size_t CacheKeyHash::operator()(const CacheKey& key) const {
-    std::size_t h = key.size();
-    for (const int64_t x : key) h = h * 1000003u ^ static_cast<std::size_t>(x);
-    return h;
-}
-
 SearchMemory::SearchMemory(const config::Config& base, int doc_len)
     : base_(base),
       doc_len_(doc_len),
       grad_bytes_(gradient_bytes(base.training.precision, base.training.fp32_grad_accumulation)),
+      cut_(base),
       states_inputs_(plan_inputs(base, grad_bytes_)) {}
 
 const std::vector<int>& SearchMemory::chunk_layers(const Layout& layout) {
@@ -57,15 +52,30 @@ const std::vector<int>& SearchMemory::chunk_layers(const Layout& layout) {
                           layout.micro_batch, static_cast<int64_t>(layout.recompute)};
     const auto found = cuts_.find(key);
     if (found != cuts_.end()) return found->second;
-    config::Config cfg = base_;
-    cfg.parallel.pipeline = layout.pipeline;
-    cfg.parallel.virtual_stages = layout.virtual_stages;
-    cfg.parallel.tensor = layout.tensor;
-    cfg.parallel.context = layout.context;
-    cfg.training.micro_batch = layout.micro_batch;
-    cfg.training.recompute = layout.recompute;
-    config::derive(cfg);
-    return cuts_.emplace(key, cfg.derived.chunk_layers).first->second;
+    const CacheKey shape = {layout.tensor, layout.context, layout.micro_batch,
+                            static_cast<int64_t>(layout.recompute)};
+    auto costs = cut_costs_.find(shape);
+    if (costs == cut_costs_.end()) {
+        config::Config cfg = base_;
+        cfg.parallel.tensor = layout.tensor;
+        cfg.parallel.context = layout.context;
+        cfg.training.micro_batch = layout.micro_batch;
+        cfg.training.recompute = layout.recompute;
+        config::derive(cfg);
+        costs = cut_costs_.emplace(shape, config::cut_costs(cfg)).first;
+    }
+    cut_.parallel.pipeline = layout.pipeline;
+    cut_.parallel.virtual_stages = layout.virtual_stages;
+    return cuts_.emplace(key, config::chunk_layers(cut_, costs->second)).first->second;
+}
+
+int64_t SearchMemory::chunks_id(const std::vector<ChunkShape>& chunks, int stages) {
+    chunks_key_.clear();
+    add_chunks(chunks_key_, chunks, stages);
+    const auto found = chunk_ids_.find(chunks_key_);
+    if (found != chunk_ids_.end()) return found->second;
+    const auto id = static_cast<int64_t>(chunk_ids_.size());
+    return chunk_ids_.emplace(chunks_key_, id).first->second;
 }
 
 PlanInputs SearchMemory::inputs(const Layout& layout) {
@@ -81,12 +91,17 @@ PlanInputs SearchMemory::inputs(const Layout& layout) {
 
 GroupShape SearchMemory::shape(const Layout& layout) {
     GroupShape g;
-    const std::vector<int>& cut = chunk_layers(layout);
-    for (int s = 0; s < layout.pipeline; ++s)
-        g.stages.push_back(
-            stage_chunks(layout.schedule, layout.pipeline, layout.virtual_stages, cut, s));
-    g.microbatches = base_.training.global_batch / (layout.micro_batch * layout.data);
+    shape(layout, g);
     return g;
+}
+
+void SearchMemory::shape(const Layout& layout, GroupShape& g) {
+    const std::vector<int>& cut = chunk_layers(layout);
+    g.stages.resize(static_cast<std::size_t>(layout.pipeline));
+    for (int s = 0; s < layout.pipeline; ++s)
+        stage_chunks(layout.schedule, layout.pipeline, layout.virtual_stages, cut, s,
+                     g.stages[static_cast<std::size_t>(s)]);
+    g.microbatches = base_.training.global_batch / (layout.micro_batch * layout.data);
 }
 
 std::vector<StageMemory> SearchMemory::parameters(const Layout& layout) {
@@ -94,7 +109,7 @@ std::vector<StageMemory> SearchMemory::parameters(const Layout& layout) {
     std::vector<StageMemory> stages(g.stages.size());
     for (std::size_t s = 0; s < stages.size(); ++s) {
         stages[s].stage = static_cast<int>(s);
-        std::map<int64_t, model::ParamLayout> layouts;
+        StageLayouts layouts;
         stages[s].parameters = static_cast<int64_t>(
             states(layout, static_cast<int>(s), g.stages[s], layouts).parameters);
     }
@@ -102,11 +117,11 @@ std::vector<StageMemory> SearchMemory::parameters(const Layout& layout) {
 }
 
 const std::vector<InFlight>& SearchMemory::flights(const Layout& l, int microbatches) {
-    CacheKey key = {static_cast<int64_t>(l.schedule), l.pipeline, l.virtual_stages, microbatches};
+    const CacheKey key = {static_cast<int64_t>(l.schedule), l.pipeline, l.virtual_stages,
+                          microbatches};
     const auto found = flights_.find(key);
     if (found != flights_.end()) return found->second;
-    return flights_
-        .emplace(std::move(key), in_flight(l.schedule, l.pipeline, l.virtual_stages, microbatches))
+    return flights_.emplace(key, in_flight(l.schedule, l.pipeline, l.virtual_stages, microbatches))
         .first->second;
 }
 
@@ -178,18 +193,27 @@ double SearchMemory::temporary(const Layout& layout, BufferCosts& costs,
 
 SearchMemory::States SearchMemory::states(const Layout& l, int stage,
                                           const std::vector<ChunkShape>& chunks,
-                                          std::map<int64_t, model::ParamLayout>& layouts) {
+                                          StageLayouts& layouts) {
     const int64_t shard = l.data_shard == 0 ? l.data * l.context : l.data_shard;
     const bool adapters = base_.training.lora.enabled();  // padded to D·C, aligned to D
-    CacheKey key = {l.tensor, l.zero_stage, shard, adapters ? l.data : 0, adapters ? l.context : 0};
-    add_chunks(key, chunks, l.pipeline);
+    const CacheKey key = {l.tensor,
+                          l.zero_stage,
+                          shard,
+                          adapters ? l.data : 0,
+                          adapters ? l.context : 0,
+                          chunks_id(chunks, l.pipeline)};
     const auto found = states_.find(key);
     if (found != states_.end()) return found->second;
     // ZeRO 2 and 3 align each unit to the shard group (memory_model.h, stage_layout).
     const int64_t align = l.zero_stage >= 2 ? shard : 1;
-    auto layout = layouts.find(align);
-    if (layout == layouts.end())
-        layout = layouts.emplace(align, stage_layout(inputs(l), stage)).first;
+    auto layout = layouts.by_align.find(align);
+    if (layout == layouts.by_align.end()) {
+        if (!layouts.inputs) layouts.inputs = inputs(l);
+        PlanInputs& in = *layouts.inputs;
+        in.cfg.parallel.zero_stage = in.zero_stage = l.zero_stage;
+        in.cfg.parallel.data_shard = l.data_shard;
+        layout = layouts.by_align.emplace(align, stage_layout(in, stage)).first;
+    }
     // What stage_states reads of the layout: its sharding, its grid's data and context.
     PlanInputs& in = states_inputs_;
     auto& p = in.cfg.parallel;
@@ -200,39 +224,51 @@ SearchMemory::States SearchMemory::states(const Layout& l, int stage,
     p.data_shard = l.data_shard;
     const StageMemory s = stage_states(in, layout->second);
     const States computed{s.states.total() + s.gathered, static_cast<double>(s.parameters)};
-    return states_.emplace(std::move(key), computed).first->second;
+    return states_.emplace(key, computed).first->second;
 }
 
 const std::vector<SearchMemory::States>& SearchMemory::states(
     const LayoutGroup& group, int stage, const std::vector<ChunkShape>& chunks) {
     const Layout& l = group.layout;
     const bool adapters = base_.training.lora.enabled();
-    CacheKey key = {l.tensor, l.data * l.context, adapters ? l.data : 0, adapters ? l.context : 0};
-    add_chunks(key, chunks, l.pipeline);
+    const CacheKey key = {l.tensor, l.data * l.context, adapters ? l.data : 0,
+                          adapters ? l.context : 0, chunks_id(chunks, l.pipeline)};
     const auto found = sharded_states_.find(key);
     if (found != sharded_states_.end()) return found->second;
     std::vector<States> by_sharding;
-    std::map<int64_t, model::ParamLayout> layouts;
+    StageLayouts layouts;
     for (const Sharding& sharding : group.shardings) {
         Layout sharded = l;
         sharded.zero_stage = sharding.zero_stage;
         sharded.data_shard = sharding.data_shard;
         by_sharding.push_back(states(sharded, stage, chunks, layouts));
     }
-    return sharded_states_.emplace(std::move(key), std::move(by_sharding)).first->second;
+    return sharded_states_.emplace(key, std::move(by_sharding)).first->second;
 }
 
 std::vector<double> SearchMemory::Totals::parameters(std::size_t sharding) const {
     std::vector<double> out;
-    for (const std::vector<States>* s : stages) out.push_back((*s)[sharding].parameters);
+    parameters(sharding, out);
     return out;
 }
 
+void SearchMemory::Totals::parameters(std::size_t sharding, std::vector<double>& out) const {
+    out.clear();
+    for (const std::vector<States>* s : stages) out.push_back((*s)[sharding].parameters);
+}
+
 SearchMemory::Totals SearchMemory::totals(const LayoutGroup& group, const GroupShape& g) {
+    Totals t;
+    totals(group, g, t);
+    return t;
+}
+
+void SearchMemory::totals(const LayoutGroup& group, const GroupShape& g, Totals& t) {
     const Layout& l = group.layout;
     const std::vector<InFlight>& flight = flights(l, g.microbatches);
     BufferCosts& costs = buffer_costs(l);
-    Totals t{std::vector<double>(group.shardings.size(), 0.0), {}};
+    t.most.assign(group.shardings.size(), 0.0);
+    t.stages.clear();
     for (std::size_t i = 0; i < g.stages.size(); ++i) {
         double buffered = temporary(l, costs, g.stages[i]) + flight[i].messages * costs.message;
         for (std::size_t c = 0; c < g.stages[i].size(); ++c)
@@ -244,7 +280,6 @@ SearchMemory::Totals SearchMemory::totals(const LayoutGroup& group, const GroupS
         for (std::size_t k = 0; k < t.most.size(); ++k)
             t.most[k] = std::max(t.most[k], buffered + (*t.stages.back())[k].bytes);
     }
-    return t;
 }
 
 }  // namespace trident::plan

@@ -18,22 +18,30 @@
 // total to plan_memory's.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <unordered_map>
 #include <vector>
 
+#include "config/stage_cuts.h"
 #include "plan/memory_model.h"
 #include "plan/search_space.h"
 #include "plan/stage_shape.h"
 
 namespace trident::plan {
 
-// What the search's caches are keyed by: a few integers.
-using CacheKey = std::vector<int64_t>;
+// What the search's caches are keyed by: a few integers (those unset 0), looked up without
+// allocating.
+using CacheKey = std::array<int64_t, 8>;
 struct CacheKeyHash {
-    std::size_t operator()(const CacheKey& key) const;
+    template <typename Key>
+    std::size_t operator()(const Key& key) const {
+        std::size_t h = key.size();
+        for (const int64_t x : key) h = h * 1000003u ^ static_cast<std::size_t>(x);
+        return h;
+    }
 };
 
 // The pipeline shape of a group of layouts: each stage's chunks and its microbatches.
@@ -47,8 +55,9 @@ public:
     // `doc_len`: the documents' mean length each layout's inputs take (PlanInputs::doc_len).
     explicit SearchMemory(const config::Config& base, int doc_len = 0);
 
-    // The chunks of every stage of the group's layouts.
+    // The chunks of every stage of the group's layouts; or into `shape`, its storage reused.
     GroupShape shape(const Layout& layout);
+    void shape(const Layout& layout, GroupShape& shape);
     // A stage's model states under one sharding: their bytes and its parameters.
     struct States {
         double bytes = 0, parameters = 0;
@@ -59,8 +68,10 @@ public:
         std::vector<double> most;
         std::vector<const std::vector<States>*> stages;
         std::vector<double> parameters(std::size_t sharding) const;  // of each stage
+        void parameters(std::size_t sharding, std::vector<double>& out) const;
     };
     Totals totals(const LayoutGroup& group, const GroupShape& shape);
+    void totals(const LayoutGroup& group, const GroupShape& shape, Totals& totals);
     // The plan's inputs for one layout (its config derived once per shape).
     PlanInputs inputs(const Layout& layout);
     // Its stages' memory, as far as the step time reads it: their parameters.
@@ -68,6 +79,8 @@ public:
 
 private:
     const std::vector<int>& chunk_layers(const Layout& layout);
+    // A stage's chunks (and whether it is the only stage) as a number: the same for the same.
+    int64_t chunks_id(const std::vector<ChunkShape>& chunks, int stages);
     const std::vector<InFlight>& flights(const Layout& layout, int microbatches);
     // The buffers of one microbatch shape, each figure computed when first asked for.
     struct BufferCosts {
@@ -89,17 +102,27 @@ private:
     // shardings (all a grid's are those of its D·C): by stage kinds, each by sharding.
     const std::vector<States>& states(const LayoutGroup& group, int stage,
                                       const std::vector<ChunkShape>& chunks);
-    // Under the layout's own sharding; `layouts` the stage's parameter layouts by the units'
-    // alignment, built when first needed.
+    // A stage's parameter layouts by the units' alignment, built when first needed from the
+    // inputs of the stage's layouts (derived once: a sharding changes none of what they
+    // derive).
+    struct StageLayouts {
+        std::optional<PlanInputs> inputs;
+        std::map<int64_t, model::ParamLayout> by_align;
+    };
+    // Under the layout's own sharding.
     States states(const Layout& layout, int stage, const std::vector<ChunkShape>& chunks,
-                  std::map<int64_t, model::ParamLayout>& layouts);
+                  StageLayouts& layouts);
 
     config::Config base_;
     int doc_len_;
     int grad_bytes_;
+    std::unordered_map<CacheKey, config::CutCosts, CacheKeyHash> cut_costs_;
+    config::Config cut_;  // the base's, its P and v set for each cut
     std::unordered_map<CacheKey, std::vector<int>, CacheKeyHash> cuts_;
     std::unordered_map<CacheKey, std::vector<InFlight>, CacheKeyHash> flights_;
     std::unordered_map<CacheKey, BufferCosts, CacheKeyHash> buffers_;
+    std::vector<int64_t> chunks_key_;  // chunks_id's, refilled for each
+    std::unordered_map<std::vector<int64_t>, int64_t, CacheKeyHash> chunk_ids_;
     std::unordered_map<CacheKey, States, CacheKeyHash> states_;
     std::unordered_map<CacheKey, std::vector<States>, CacheKeyHash> sharded_states_;
     PlanInputs states_inputs_;  // the base's, its sharding set for each stage_states

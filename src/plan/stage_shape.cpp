@@ -10,13 +10,19 @@ namespace trident::plan {
 
 std::vector<ChunkShape> stage_chunks(pipeline::Kind kind, int P, int v,
                                      const std::vector<int>& chunk_layers, int stage) {
-    const model::ChunkMap map = pipeline::chunk_map(kind, P, v);
     std::vector<ChunkShape> chunks;
+    stage_chunks(kind, P, v, chunk_layers, stage, chunks);
+    return chunks;
+}
+
+void stage_chunks(pipeline::Kind kind, int P, int v, const std::vector<int>& chunk_layers,
+                  int stage, std::vector<ChunkShape>& chunks) {
+    const model::ChunkMap map = pipeline::chunk_map(kind, P, v);
+    chunks.clear();
     for (int c = 0; c < v; ++c) {
         const int g = map.global(stage, c);
         chunks.push_back({chunk_layers[static_cast<std::size_t>(g)], g == 0, g == P * v - 1});
     }
-    return chunks;
 }
 
 std::vector<ChunkShape> stage_chunks(const config::Config& cfg, int stage) {

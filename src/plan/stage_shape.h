@@ -24,6 +24,9 @@ std::vector<ChunkShape> stage_chunks(const config::Config& cfg, int stage);
 // `chunk_layers` layers.
 std::vector<ChunkShape> stage_chunks(pipeline::Kind kind, int P, int v,
                                      const std::vector<int>& chunk_layers, int stage);
+// The same into `chunks`, its storage reused.
+void stage_chunks(pipeline::Kind kind, int P, int v, const std::vector<int>& chunk_layers,
+                  int stage, std::vector<ChunkShape>& chunks);
 
 // What a stage's instruction stream for one step keeps at once, at most.
 struct InFlight {
