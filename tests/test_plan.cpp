@@ -182,6 +182,8 @@ MemoryCompared measure_memory(const std::string& config, const std::string& metr
     CHECK(number(measured, "pp_send_bytes") == payload(traffic.pipeline, CommKind::send));
     CHECK(number(measured, "emb_all_reduce_bytes") ==
           payload(traffic.embedding, CommKind::all_reduce));
+    // The expert group's all-to-alls (exact where every rank's experts receive alike).
+    CHECK(number(measured, "ep_all_to_all_bytes") == payload(traffic.expert, CommKind::all_to_all));
     // And the data group's calls (ZeRO-3: a unit's gathers per use, or one a step).
     for (const auto& [name, kind] : {std::pair{"all_gather", CommKind::all_gather},
                                      std::pair{"reduce_scatter", CommKind::reduce_scatter}}) {
@@ -602,6 +604,33 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
         check_nf4_memory(
             {"model.arch=llama", "model.kv_heads=2", "model.dropout=0"},
             {"parallel.pipeline=2", "parallel.tensor=2", "parallel.sequence_parallel=true"}, 4);
+    }
+    // Expert parallelism over E = 2 of D = 2 on a llama whose every token chooses all 4 experts
+    // (top_k = experts): every rank's experts receive alike, so the all-to-alls' payload is the
+    // plan's to the byte (docs/FORMULAS.md); a dense first layer exchanges nothing (full
+    // recompute needs every layer MoE).
+    const std::vector<std::string> moe = {
+        "model.arch=llama",  "model.kv_heads=2",        "model.dropout=0", "model.moe.experts=4",
+        "model.moe.top_k=4", "model.moe.ffn_hidden=32", "parallel.data=2", "parallel.expert=2"};
+    SECTION("moe, 1 x 1 x 2, E = 2, a dense first layer, and full recompute") {
+        for (const char* extra : {"model.moe.first_dense=1", "training.recompute=full"}) {
+            INFO(extra);
+            cli::Workspace ws;
+            std::vector<std::string> overrides = moe;
+            overrides.push_back(extra);
+            measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, 2);
+        }
+    }
+    // A shared expert under full recompute: an MLP's exchanges more, its input gathered again.
+    SECTION("moe, 2 x 2 x 1 x 2 (P x M x C x D), E = 2, sequence parallel, a shared expert") {
+        cli::Workspace ws;
+        std::vector<std::string> overrides = moe;
+        overrides.insert(overrides.end(),
+                         {"parallel.pipeline=2", "parallel.tensor=2",
+                          "parallel.sequence_parallel=true", "model.moe.shared_experts=1"});
+        measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, 8);
+        overrides.push_back("training.recompute=full");
+        measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, 8);
     }
     SECTION("2 x 1 x 1, ZB-H2") {
         check_measured_memory({"parallel.pipeline=2", "parallel.schedule=zb-h2"}, 2);

@@ -1,13 +1,17 @@
 // The planner's counts of a mixture of experts against docs/FORMULAS.md: parameters total and
 // active per token of Mixtral-8x7B and 8x22B and Qwen3-30B-A3B (configs/), the model FLOPs of the
-// active experts only, and one rank's GEMM FLOPs of an MoE layer under a tensor split.
+// active experts only, one rank's GEMM FLOPs of an MoE layer under a tensor split, and expert
+// parallelism's all-to-alls per stage and step.
 #include <catch2/catch.hpp>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "config/config.h"
 #include "config/model_shape.h"
 #include "model/flops.h"
+#include "plan/communication.h"
+#include "plan/perf_model.h"
 
 namespace {
 
@@ -76,4 +80,41 @@ TEST_CASE("plan: one rank's GEMM FLOPs of an MoE layer under a tensor split", "[
     const double linears = 2 * n * ((2 * h * h + 2 * kv * h) / M + N * h + (k + 1) * 3 * h * F / M);
     CHECK(f.layer_forward == Approx(linears + 2 * B * s * s * h / M).epsilon(1e-12));
     CHECK(f.layer_weight == Approx(linears).epsilon(1e-12));
+}
+
+TEST_CASE("plan: expert parallelism's all-to-alls per stage", "[plan][moe]") {
+    // Mixtral-8x7B on its 4 x 8 x 1 x 2 grid with E = 2, bf16: per MoE layer and microbatch
+    // f all-to-alls of the 8 experts' i32 counts and 2·(f + 1) of the K = k·n rows of h
+    // activations, n = 4096 rows a rank (docs/FORMULAS.md); f = 2 under its full recompute,
+    // 1 without (which a dense first layer needs). Each stage holds 8 of the 32
+    // layers; with first_dense 1 stage 0 holds 7 MoE layers.
+    for (const auto& [first_dense, recompute, f] :
+         {std::tuple{0, "full", 2.0}, std::tuple{1, "none", 1.0}}) {
+        INFO("first_dense " << first_dense << ", recompute " << recompute);
+        const config::Config cfg =
+            load("mixtral-8x7b.yaml",
+                 {"parallel.expert=2", std::string("training.recompute=") + recompute,
+                  "model.moe.first_dense=" + std::to_string(first_dense)});
+        const plan::PlanInputs in = plan::plan_inputs(cfg, 4);
+        const std::vector<plan::StageTraffic> traffic = plan::plan_traffic(in);
+        const double m = 256, N = 8, K = 2 * 4096.0, h = 4096, w = 2;
+        for (std::size_t s = 0; s < traffic.size(); ++s) {
+            const double layers = s == 0 ? 8 - first_dense : 8;
+            const plan::GroupTraffic& g = traffic[s].expert;
+            CHECK(g.size == 2);
+            CHECK(g.call_count() == static_cast<int64_t>(m * layers * (f + 2 * (f + 1))));
+            CHECK(g.payload_bytes() == m * layers * (f * 4 * N + 2 * (f + 1) * K * h * w));
+            CHECK(g.sent_bytes() == g.payload_bytes() / 2);  // (E - 1)/E leaves the rank
+        }
+        // On the critical path: the step's expert share is the slowest stage's all-to-alls.
+        const plan::StepTime t = plan::predict_step(in, plan::hardware_preset("dgx-h100"));
+        CHECK(t.expert_comm > 0);
+        CHECK(t.step == Approx(t.compute + t.tensor_comm + t.context_comm + t.expert_comm +
+                               t.pipeline_comm + t.bubble + t.data_comm + t.optimizer)
+                            .epsilon(1e-12));
+    }
+    // Without expert parallelism, nothing moves in that group.
+    const config::Config dense = load("mixtral-8x7b.yaml");
+    for (const plan::StageTraffic& t : plan::plan_traffic(plan::plan_inputs(dense, 4)))
+        CHECK(t.expert.calls.empty());
 }

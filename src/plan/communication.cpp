@@ -2,6 +2,7 @@
 #include "plan/communication.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "config/model_shape.h"
 #include "model/param_layout.h"
@@ -24,9 +25,10 @@ void add(GroupTraffic& g, CommKind kind, int64_t calls, double elements, int ele
         g.calls.push_back({kind, calls, elements, element_bytes, per_microbatch, pieces});
 }
 
-// The tensor group: the model's f and g operators, the vocab-parallel embedding and loss.
+// The tensor group: the model's f and g operators, the vocab-parallel embedding and loss, and
+// of the stage's `moe` MoE layers their shared experts' and the choices' weight gradients.
 void tensor_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks, bool last_stage,
-                    GroupTraffic& g) {
+                    int64_t moe, GroupTraffic& g) {
     const config::Config& cfg = in.cfg;
     const model::Dims d = config::rank_dims(cfg);
     const int act = in.activation_bytes;
@@ -40,9 +42,13 @@ void tensor_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks,
     }
     // A row-parallel output summed (all-reduce, or reduce-scatter to this rank's rows) and,
     // with sequence parallelism, a column-parallel input gathered: per layer 2 of each
-    // forward, 2 backward, and under full recompute 1 reduction and 2 gathers more.
-    const int64_t reductions = layers * (4 + (full ? 1 : 0)) + embeds + heads;
-    const int64_t gathers = layers * (4 + (full ? 2 : 0)) + embeds + heads;
+    // forward, 2 backward, and under full recompute 1 reduction and 2 gathers more. An MoE
+    // layer's shared experts (model/moe_mlp.cpp) are an MLP of their own: 1 of each more
+    // forward and backward, and 1 gather more under full recompute.
+    const int64_t shared = cfg.model.moe.shared_experts > 0 ? moe : 0;
+    const int64_t reductions = layers * (4 + (full ? 1 : 0)) + 2 * shared + embeds + heads;
+    const int64_t gathers =
+        layers * (4 + (full ? 2 : 0)) + shared * (2 + (full ? 1 : 0)) + embeds + heads;
     const double NC = static_cast<double>(d.N) * d.H, RC = static_cast<double>(d.R) * d.H;
     if (d.sequence_parallel) {
         // With tp_overlap the split linears' (all but the embedding's) go in M pieces.
@@ -65,6 +71,9 @@ void tensor_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks,
     } else {
         add(g, CommKind::all_reduce, m * reductions, NC, act, true);
     }
+    // Each routed choice's weight gradient, a dot product of the tensor ranks' partial outputs:
+    // K = N·k fp32 summed per MoE layer and microbatch, backward.
+    add(g, CommKind::all_reduce, m * moe, static_cast<double>(d.N) * cfg.model.moe.top_k, 4, true);
     // The loss: each row's maximum, then its sum of exponentials and target logit, in fp32.
     add(g, CommKind::all_reduce, m * heads, static_cast<double>(d.N), 4, true);
     add(g, CommKind::all_reduce, m * heads, 2.0 * static_cast<double>(d.N), 4, true);
@@ -124,7 +133,10 @@ void sharded_data_traffic(const PlanInputs& in, int stage, GroupTraffic& g,
 // sends C − 1 blocks of keys and values (N, 2H/M) in the forward, as many again in the
 // backward with C blocks of their fp32 gradients; Ulysses all-to-alls q, k, v (N, 3H/M) and
 // the output (N, H/M) forward and their gradients backward. Full recompute reruns the forward.
-void context_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks, GroupTraffic& g) {
+// Each forward of the stage's `moe` MoE layers sums its routing's figures over the group
+// (model/moe_mlp.cpp, count_load): 2·N_e + 2 fp32.
+void context_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks, int64_t moe,
+                     GroupTraffic& g) {
     const config::Config& cfg = in.cfg;
     const model::Dims d = config::rank_dims(cfg);
     const int64_t m = cfg.derived.grad_accum_steps, C = d.C;
@@ -140,6 +152,7 @@ void context_traffic(const PlanInputs& in, const std::vector<ChunkShape>& chunks
         add(g, CommKind::all_to_all, m * layers * 2 * (forwards + 1), 2 * NCm, in.activation_bytes,
             true);
     }
+    add(g, CommKind::all_reduce, m * moe * forwards, 2.0 * cfg.model.moe.experts + 2, 4, true);
 }
 
 // The data group: the optimizer's reduction of the stage's flat buffers (optim/adamw.cpp).
@@ -167,6 +180,32 @@ void data_traffic(const PlanInputs& in, int64_t buffer, GroupTraffic& g, GroupTr
     }
     add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes,
         false);  // the loss, averaged over replicas
+}
+
+// The expert group, per MoE layer and microbatch (model/moe_mlp.cpp): the counts' all-to-all
+// (N experts' i32 counts in all) and the rows' two (K, H) forward, as many again under full
+// recompute, and two backward. The rows a rank gets back to combine are those its experts
+// received, which depend on the routing: counted as what it sent, exact when every rank's
+// experts receive alike (the expectation under balanced routing, always when top_k = N).
+void expert_traffic(const PlanInputs& in, int64_t layers, GroupTraffic& g) {
+    const config::Config& cfg = in.cfg;
+    const model::Dims d = config::rank_dims(cfg);
+    const int64_t m = cfg.derived.grad_accum_steps;
+    const int64_t forwards = cfg.training.recompute == config::Recompute::full ? 2 : 1;
+    const double K = static_cast<double>(d.N) * cfg.model.moe.top_k;
+    add(g, CommKind::all_to_all, m * layers * forwards, cfg.model.moe.experts, 4, true);
+    add(g, CommKind::all_to_all, m * layers * 2 * (forwards + 1), K * d.H, in.activation_bytes,
+        true);
+}
+
+// A mixture of experts' losses and loads of the step (src/train/trainer.cpp): 2 + L·(N + 1)
+// doubles summed over the pipeline, then over the data-context group, once a step.
+void moe_sums_traffic(const config::Config& cfg, GroupTraffic& pipeline, GroupTraffic& data) {
+    const model::MoeSettings& moe = cfg.model.moe;
+    if (!moe.enabled()) return;
+    const double values = 2.0 + static_cast<double>(cfg.model.layers) * (moe.experts + 1);
+    add(pipeline, CommKind::all_reduce, 1, values, kScalarBytes, false);
+    add(data, CommKind::all_reduce, 1, values, kScalarBytes, false);
 }
 
 // The replicas of a key/value head (M > KVH): each layer's k and v rows' gradients (2·d·H
@@ -226,6 +265,22 @@ double GroupTraffic::sent_bytes() const {
     return bytes;
 }
 
+int64_t moe_layers(const config::Config& cfg, int stage) {
+    const model::MoeSettings& moe = cfg.model.moe;
+    if (!moe.enabled()) return 0;
+    const auto& p = cfg.parallel;
+    const model::ChunkMap map = pipeline::chunk_map(p.schedule, p.pipeline, p.virtual_stages);
+    const std::vector<int>& cut = cfg.derived.chunk_layers;
+    int64_t count = 0;
+    for (int c = 0; c < p.virtual_stages; ++c) {
+        const int g = map.global(stage, c);
+        const int first = std::accumulate(cut.begin(), cut.begin() + g, 0);
+        for (int l = first; l < first + cut[static_cast<std::size_t>(g)]; ++l)
+            count += moe.moe_layer(l) ? 1 : 0;
+    }
+    return count;
+}
+
 std::vector<StageTraffic> plan_traffic(const PlanInputs& in) {
     return plan_traffic(in, plan_memory(in));
 }
@@ -251,10 +306,13 @@ std::vector<StageTraffic> plan_traffic(const PlanInputs& in,
         t.data.size = p.shard_ranks();
         t.data_replica.size = p.data * p.context / p.shard_ranks();
         t.kv_replica.size = model::kv_replicas(cfg.model.kv_heads, p.tensor);
+        t.expert.size = p.expert;
 
-        tensor_traffic(in, chunks, last, t.tensor);
-        context_traffic(in, chunks, t.context);
+        const int64_t moe = moe_layers(cfg, stage);
+        tensor_traffic(in, chunks, last, moe, t.tensor);
+        context_traffic(in, chunks, moe, t.context);
         kv_replica_traffic(in, chunks, t.kv_replica);
+        expert_traffic(in, moe, t.expert);
 
         // Every chunk but the last global one sends its output on; every one but the first
         // sends its input's gradient back; but at ZB-V's turn, where the next chunk is on the
@@ -290,6 +348,7 @@ std::vector<StageTraffic> plan_traffic(const PlanInputs& in,
         else
             data_traffic(in, memory[static_cast<std::size_t>(stage)].parameters, t.data,
                          t.data_replica);
+        moe_sums_traffic(cfg, t.pipeline, t.data);
         stages.push_back(t);
     }
     return stages;

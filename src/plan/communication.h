@@ -26,7 +26,14 @@
 //   data-replica  hybrid sharding's D·C/N shard groups: each rank's N-th of every bucket
 //              (ZeRO 1) or unit (ZeRO 2, 3) all-reduced across them once a step
 //              (docs/FORMULAS.md, "Hybrid sharding").
-// Each group also carries a few scalars a step (loss, gradient norm), counted too.
+//   expert     expert parallelism's E ranks (parallel.expert, model/moe_dispatch.h), per MoE
+//              layer and microbatch: the forward all-to-alls the counts per expert (N i32 in
+//              all), the routed rows (K, H) to their experts' ranks and the outputs (K, H)
+//              back; the backward the outputs' gradients there and the inputs' gradients back;
+//              full recompute reruns the forward's three. K = rows·top_k, the choices of every
+//              row this rank routes (docs/FORMULAS.md, "Expert parallelism's all-to-alls").
+// Each group also carries a few scalars a step (loss, gradient norm), counted too, and a
+// mixture of experts' losses and loads (2 + L·(N + 1) doubles) over the pipeline and data groups.
 //
 // Bytes are counted two ways: the payload handed to the calls, as Comm's statistics count
 // it (the metrics' tp_*_bytes and dp_*_bytes for fp32 runs), and the bytes each rank sends
@@ -72,8 +79,11 @@ double sent_per_call(parallel::CommKind kind, double payload, int n);
 
 struct StageTraffic {
     // kv_replica: the tensor ranks sharing a key/value head when M > KVH (model/param_layout.h).
-    GroupTraffic tensor, context, pipeline, embedding, data, kv_replica, data_replica;
+    GroupTraffic tensor, context, pipeline, embedding, data, kv_replica, data_replica, expert;
 };
+
+// The MoE layers (model.moe) among stage `stage`'s layers.
+int64_t moe_layers(const config::Config& cfg, int stage);
 
 std::vector<StageTraffic> plan_traffic(const PlanInputs& in);
 // The same with the stages' memory planned already (only their parameters are read).

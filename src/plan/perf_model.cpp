@@ -145,13 +145,16 @@ const std::vector<Hardware>& presets() {
 // Where a stage's groups sit on nodes of gpus_per_node GPUs. Grid order rank =
 // tp + M·(cp + C·(dp + D·pp)): tensor ranks are neighbours, context ranks M apart, the
 // data-context group's members M apart too (its shard groups runs of N of them), the shard
-// groups' replicas M·N apart, stages M·C·D apart.
+// groups' replicas M·N apart, stages M·C·D apart; an expert group is E consecutive members
+// of the data-context group, M apart.
 struct Placement {
     int tensor_per_node = 1;
     int context_per_node = 1;
     bool context_in_one_node = false;
     int data_per_node = 1;     // of a shard group (all D·C ranks without hybrid sharding)
     int replica_per_node = 1;  // of hybrid sharding's replica group
+    int expert_per_node = 1;
+    bool expert_in_one_node = false;
     bool grid_in_one_node = false;
 };
 
@@ -163,17 +166,22 @@ Placement placement(const config::ParallelConfig& p, int g) {
     at.context_in_one_node = p.tensor * p.context <= g;
     at.data_per_node = p.tensor >= g ? 1 : std::min(N, g / p.tensor);
     at.replica_per_node = p.tensor * N >= g ? 1 : std::min(replicas, g / (p.tensor * N));
+    at.expert_per_node = p.tensor >= g ? 1 : std::min(p.expert, g / p.tensor);
+    at.expert_in_one_node = p.tensor * p.expert <= g;
     at.grid_in_one_node = p.pipeline * p.tensor * p.context * p.data <= g;
     return at;
 }
 
 // Seconds of one pipeline stage's ranks.
 struct StageSeconds {
-    double compute = 0, tensor = 0, context = 0, pipeline = 0, data_gathers = 0;  // per microbatch
-    double forward = 0, backward = 0, weight = 0, flops = 0;         // of one microbatch
-    double tensor_step = 0, embedding = 0, data = 0, optimizer = 0;  // per step
-    double offload_io = 0;                                           // per step
-    double microbatch() const { return compute + tensor + context + pipeline + data_gathers; }
+    double compute = 0, tensor = 0, context = 0, expert = 0, pipeline = 0;  // per microbatch
+    double data_gathers = 0;                                                // per microbatch
+    double forward = 0, backward = 0, weight = 0, flops = 0;                // of one microbatch
+    double tensor_step = 0, embedding = 0, data = 0, optimizer = 0;         // per step
+    double offload_io = 0;                                                  // per step
+    double microbatch() const {
+        return compute + tensor + context + expert + pipeline + data_gathers;
+    }
     double after_flush() const { return tensor_step + embedding + data + optimizer; }
 };
 
@@ -205,8 +213,8 @@ double data_step_seconds(const PlanInputs& in, const GroupTraffic& data, const S
     return seconds;
 }
 
-// A stage's exchanges of every microbatch but the data-parallel ones: tensor, context and
-// pipeline.
+// A stage's exchanges of every microbatch but the data-parallel ones: tensor, context,
+// expert and pipeline.
 void microbatch_exchanges(const PlanInputs& in, const StageTraffic& t, const Placement& at,
                           const Hardware& hw, StageSeconds& st) {
     const int64_t m = in.cfg.derived.grad_accum_steps;
@@ -215,6 +223,8 @@ void microbatch_exchanges(const PlanInputs& in, const StageTraffic& t, const Pla
                 group_seconds(t.kv_replica, true, m, at.tensor_per_node, true, hw);
     // Ring attention's blocks and Ulysses' all-to-alls, none hidden under the attention.
     st.context = group_seconds(t.context, true, m, at.context_per_node, at.context_in_one_node, hw);
+    // Expert parallelism's all-to-alls, none hidden under the experts' or attention's compute.
+    st.expert = group_seconds(t.expert, true, m, at.expert_per_node, at.expert_in_one_node, hw);
     st.pipeline = group_seconds(t.pipeline, true, m, 1, at.grid_in_one_node, hw);
 }
 
@@ -314,7 +324,7 @@ std::vector<double> microbatch_exchange_seconds(const PlanInputs& in, const Hard
     for (const StageTraffic& t : traffic) {
         StageSeconds st;
         microbatch_exchanges(in, t, at, hw, st);
-        seconds.push_back(st.tensor + st.context + st.pipeline);
+        seconds.push_back(st.tensor + st.context + st.expert + st.pipeline);
     }
     return seconds;
 }
@@ -396,13 +406,14 @@ StepTime predict_step(const PlanInputs& in, const Hardware& hw,
     r.compute = mb * slowest->compute;
     r.tensor_comm = mb * slowest->tensor + last_done->tensor_step;
     r.context_comm = mb * slowest->context;
+    r.expert_comm = mb * slowest->expert;
     r.pipeline_comm = mb * slowest->pipeline + last_done->embedding;
     r.bubble = bubble_seconds(cfg, *slowest, m, bubbles);
     r.data_comm = mb * slowest->data_gathers + last_done->data;
     r.optimizer = last_done->optimizer;
     r.offload_io = last_done->offload_io;
-    r.step = r.compute + r.tensor_comm + r.context_comm + r.pipeline_comm + r.bubble + r.data_comm +
-             r.optimizer;
+    r.step = r.compute + r.tensor_comm + r.context_comm + r.expert_comm + r.pipeline_comm +
+             r.bubble + r.data_comm + r.optimizer;
     r.executed_flops = mb * slowest->flops;
     return r;
 }

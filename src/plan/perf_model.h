@@ -21,6 +21,8 @@
 // - Context-parallel exchanges are on the critical path as well: ring attention's blocks of
 //   keys and values (and their gradients) as sends between neighbours, Ulysses' all-to-alls
 //   as collectives, none overlapping the attention's compute.
+// - Expert parallelism's all-to-alls (the rows to their experts' ranks and back) are on the
+//   critical path too, none overlapping the experts' or the attention's compute.
 // - Pipeline sends are on the critical path too, once per chunk per microbatch each way; the
 //   bubble is PTD-P's, (P − 1)/(v·m) of the ideal time, taken on the slowest stage.
 // - The data-parallel communication does what the runtime does (optim/adamw.h): the
@@ -91,6 +93,7 @@ struct StepTime {
     double compute = 0;        // GEMMs and memory-bound ops of every microbatch
     double tensor_comm = 0;    // tensor-parallel collectives
     double context_comm = 0;   // context-parallel exchanges (ring sends or Ulysses' all-to-alls)
+    double expert_comm = 0;    // expert parallelism's all-to-alls
     double pipeline_comm = 0;  // sends between stages
     double bubble = 0;         // pipeline fill and drain
     double data_comm = 0;      // the data-parallel reduction, as far as it is exposed

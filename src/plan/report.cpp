@@ -66,7 +66,8 @@ std::vector<NamedGroup> groups(const StageTraffic& t) {
             {"embedding", &t.embedding},
             {"data", &t.data},
             {"kv-replica", &t.kv_replica},
-            {"data-replica", &t.data_replica}};
+            {"data-replica", &t.data_replica},
+            {"expert", &t.expert}};
 }
 
 double percent(double part, double whole) {
@@ -238,6 +239,31 @@ std::string communication_table_text(const Plan& plan) {
     return out;
 }
 
+// Expert parallelism's all-to-alls of one MoE layer and microbatch (the first stage holding
+// one): their calls and payload, and with hardware figures their time.
+std::string expert_layer_text(const Plan& plan) {
+    const config::Config& cfg = plan.inputs.cfg;
+    const int64_t m = cfg.derived.grad_accum_steps;
+    for (std::size_t s = 0; s < plan.traffic.size(); ++s) {
+        const GroupTraffic& g = plan.traffic[s].expert;
+        const int64_t layers = moe_layers(cfg, static_cast<int>(s));
+        if (g.calls.empty() || layers == 0) continue;
+        const double per = static_cast<double>(m * layers);
+        std::string out = format(
+            "expert parallelism over %d ranks, per MoE layer and microbatch: %lld all-to-alls, "
+            "payload %s (sent %s)",
+            g.size, static_cast<long long>(g.call_count() / (m * layers)),
+            bytes_text(g.payload_bytes() / per).c_str(), bytes_text(g.sent_bytes() / per).c_str());
+        const int slowest = plan.time ? plan.time->slowest_stage : -1;
+        const int64_t timed = slowest >= 0 ? moe_layers(cfg, slowest) : 0;
+        if (timed > 0)
+            out += format(", %.4g ms on %s", plan.time->expert_comm / (m * timed) * 1e3,
+                          plan.hardware->name.c_str());
+        return out + "\n";
+    }
+    return "";
+}
+
 // The predicted step time and its parts; without hardware figures, how to give them.
 std::string step_time_text(const Plan& plan) {
     if (!plan.time) {
@@ -269,8 +295,9 @@ std::string step_time_text(const Plan& plan) {
         "slowest stage %d\n",
         st.step, static_cast<double>(d.tokens_per_step) / st.step,
         d.flops_per_step / st.step / d.world_size / 1e12, st.slowest_stage);
-    const std::string context =
+    std::string context =
         p.context > 1 ? format(" | context comm %.1f%%", percent(st.context_comm, st.step)) : "";
+    if (p.expert > 1) context += format(" | expert comm %.1f%%", percent(st.expert_comm, st.step));
     out += format(
         "  compute %.1f%% | tensor comm %.1f%%%s | pipeline comm %.1f%% | bubble %.1f%% "
         "(formula %.4g of ideal) | data comm %.1f%% | optimizer %.1f%%\n",
@@ -414,6 +441,7 @@ io::JsonLine step_time_json(const Plan& plan) {
         .add("compute_s", st.compute)
         .add("tensor_comm_s", st.tensor_comm)
         .add("context_comm_s", st.context_comm)
+        .add("expert_comm_s", st.expert_comm)
         .add("pipeline_comm_s", st.pipeline_comm)
         .add("bubble_s", st.bubble)
         .add("data_comm_s", st.data_comm)
@@ -461,6 +489,7 @@ std::string render_text(const Plan& plan) {
             "in the step time, not the model FLOPs): %.4g\n",
             config::to_string(cfg.optimizer.name), plan.inputs.matrix_step_flops);
     out += communication_table_text(plan);
+    out += expert_layer_text(plan);
     out += step_time_text(plan);
     return out;
 }

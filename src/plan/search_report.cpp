@@ -44,6 +44,7 @@ struct Term {
 constexpr Term kTerms[] = {{"compute", &StepTime::compute},
                            {"exposed tensor-parallel communication", &StepTime::tensor_comm},
                            {"context-parallel communication", &StepTime::context_comm},
+                           {"expert-parallel communication", &StepTime::expert_comm},
                            {"pipeline communication", &StepTime::pipeline_comm},
                            {"bubble", &StepTime::bubble},
                            {"exposed data-parallel communication", &StepTime::data_comm},
