@@ -67,9 +67,15 @@ std::vector<std::size_t> ExpertExchange::elements(const std::vector<std::size_t>
     return out;
 }
 
-void ExpertExchange::dispatch(const ExchangeBuffers& b, kernels::ConstPtr permuted,
-                              kernels::Ptr local, int width) const {
-    b.group.all_to_all_v(permuted, elements(sent_, width), b.staging, elements(got_, width));
+parallel::Request ExpertExchange::start_dispatch(const ExchangeBuffers& b,
+                                                 kernels::ConstPtr permuted, int width) const {
+    return b.group.iall_to_all_v(permuted, elements(sent_, width), b.staging,
+                                 elements(got_, width));
+}
+
+void ExpertExchange::finish_dispatch(const ExchangeBuffers& b, parallel::Request& sent,
+                                     kernels::Ptr local, int width) const {
+    sent.wait();
     gather(b, local, b.staging, local_.rows(), to_local_, width);
 }
 

@@ -51,9 +51,14 @@ public:
     // (E·L): the rows rank q sent for local expert j at q·L + j.
     const std::vector<int32_t>& received() const { return received_; }
 
-    // local (rows(), width) = the permuted rows (K, width) of every rank for this rank's experts.
-    void dispatch(const ExchangeBuffers& b, kernels::ConstPtr permuted, kernels::Ptr local,
-                  int width) const;
+    // local (rows(), width) = the permuted rows (K, width) of every rank for this rank's
+    // experts, in two halves so that the caller computes while the rows travel: the exchange
+    // started (`permuted` left as it is until it is finished), then waited for and its receipt
+    // put in local order.
+    parallel::Request start_dispatch(const ExchangeBuffers& b, kernels::ConstPtr permuted,
+                                     int width) const;
+    void finish_dispatch(const ExchangeBuffers& b, parallel::Request& sent, kernels::Ptr local,
+                         int width) const;
     // permuted (K, width) = the local rows' results back on the ranks that sent them.
     void combine(const ExchangeBuffers& b, kernels::ConstPtr local, kernels::Ptr permuted,
                  int width) const;

@@ -22,7 +22,9 @@
 // experts on every rank's rows sent to them and sends the results back; the backward sends the
 // outputs' gradients the same way and the inputs' gradients back. Every rank holds every
 // expert's weights; the experts it does not compute get no gradient from it, and the
-// data-parallel sum over the data-context group adds the ranks' parts.
+// data-parallel sum over the data-context group adds the ranks' parts. The shared experts
+// compute while the rows travel to their experts (forward: the inputs; backward: the outputs'
+// gradients): the trace's ep_shared under ep_exchange (src/io/chrome_trace.h).
 //
 // Shapes (this rank; K = N·k choices, F the expert's width over M, K' the rows its experts
 // compute: K, or at most E·N·min(k, N/E) under expert parallelism): logits (N, experts) fp32 and
@@ -30,6 +32,7 @@
 // and up (K', 2F) and SwiGLU's (K', F) kept for the backward, and under expert parallelism the
 // experts' input rows (K', H) and the counts received (experts, i32).
 #include <algorithm>
+#include <functional>
 #include <memory>
 
 #include "model/mlp.h"
@@ -79,6 +82,10 @@ private:
     // The forward's exchange (counts sent, and kept), or the backward's from the kept counts.
     ExpertExchange exchange(PartContext& ctx, const Pass& pass, const MoeRouting& r,
                             bool forward) const;
+    // local = the permuted rows (K, H) of every rank for this rank's experts, while `shared`
+    // (the shared experts' forward or backward) runs.
+    void dispatch_under(PartContext& ctx, const ExpertExchange& ex, ConstPtr permuted, Ptr local,
+                        const std::function<void()>& shared) const;
     ConstPtr all_rows(PartContext& ctx, const Pass& pass, ConstPtr x) const;
     // The routing of the kept logits (copied to `logits` when given), and the permutation's
     // tokens on the device.
@@ -290,8 +297,21 @@ ExpertExchange MoeMlp::exchange(PartContext& ctx, const Pass& pass, const MoeRou
     return ExpertExchange(ctx.experts->size(), ctx.experts->rank(), r, std::move(received));
 }
 
+void MoeMlp::dispatch_under(PartContext& ctx, const ExpertExchange& ex, ConstPtr permuted,
+                            Ptr local, const std::function<void()>& shared) const {
+    const ExchangeBuffers b = exchange_buffers(ctx);
+    const double issued = ctx.rows.trace_now();
+    parallel::Request sent = ex.start_dispatch(b, permuted, H_);
+    if (shared_) ctx.rows.run_traced(PieceKind::expert, 0, shared);
+    ctx.rows.wait_traced(PieceKind::expert, 0, sent, issued);
+    ex.finish_dispatch(b, sent, local, H_);
+}
+
 Ptr MoeMlp::forward(PartContext& ctx, const Pass& pass, ConstPtr x, bool to_output) const {
-    const Ptr shared = shared_ ? shared_->forward(ctx, pass, x, to_output) : Ptr();
+    Ptr shared;
+    const auto run_shared = [&] {
+        if (shared_) shared = shared_->forward(ctx, pass, x, to_output);
+    };
     const ConstPtr x_all = all_rows(ctx, pass, x);
     ctx.ops.matmul_forward(pass.buffers[logits_], x_all, ctx.weights.params.at(t_.router), nullptr,
                            N_, H_, E_);
@@ -301,10 +321,11 @@ Ptr MoeMlp::forward(PartContext& ctx, const Pass& pass, ConstPtr x, bool to_outp
     if (exchanges()) {  // the rows to their experts' ranks, the outputs back
         const ExpertExchange ex = exchange(ctx, pass, r, true);
         const Ptr x_local = pass.buffers[x_local_], out_local = ctx.scratch[local_out_];
-        ex.dispatch(exchange_buffers(ctx), ctx.scratch[x_perm_], x_local, H_);
+        dispatch_under(ctx, ex, ctx.scratch[x_perm_], x_local, run_shared);
         experts_forward(ctx, pass, ex.local(), x_local, out_local);
         ex.combine(exchange_buffers(ctx), out_local, pass.buffers[out_], H_);
     } else {
+        run_shared();
         experts_forward(ctx, pass, all_local(r), ctx.scratch[x_perm_], pass.buffers[out_]);
     }
     if (!to_output) return Ptr();
@@ -374,7 +395,10 @@ void MoeMlp::experts_backward(PartContext& ctx, const Pass& pass, const ExpertRo
 
 ConstPtr MoeMlp::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dy,
                           BackwardPart part) const {
-    const ConstPtr d_shared = shared_ ? shared_->backward(ctx, pass, x, dy, part) : ConstPtr();
+    ConstPtr d_shared;
+    const auto run_shared = [&] {
+        if (shared_) d_shared = shared_->backward(ctx, pass, x, dy, part);
+    };
     std::vector<float> logits;
     const MoeRouting r = routing(ctx, pass, &logits);
     const std::size_t H = static_cast<std::size_t>(H_), K = choices();
@@ -390,10 +414,11 @@ ConstPtr MoeMlp::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstP
         const ExpertExchange ex = exchange(ctx, pass, r, false);
         d_out = ctx.scratch[d_out_local_];
         d_x_mine = ctx.scratch[d_x_back_];
-        ex.dispatch(exchange_buffers(ctx), dy_perm, d_out, H_);
+        dispatch_under(ctx, ex, dy_perm, d_out, run_shared);
         experts_backward(ctx, pass, ex.local(), pass.buffers[x_local_], d_out, d_gate_up, d_x);
         ex.combine(exchange_buffers(ctx), d_x, d_x_mine, H_);
     } else {
+        run_shared();
         experts_backward(ctx, pass, all_local(r), ctx.scratch[x_perm_], d_out, d_gate_up, d_x);
     }
     const Ptr partial = ctx.scratch[partial_];

@@ -80,20 +80,33 @@ double now_us() {
 
 }  // namespace
 
+double TensorRows::trace_now() const {
+    return trace_ ? now_us() : 0;
+}
+
+void TensorRows::run_traced(PieceKind kind, int block, const std::function<void()>& fn) const {
+    const double start = trace_now();
+    fn();
+    if (trace_) trace_(PieceSpan{kind, false, block, start, now_us(), 0, start});
+}
+
+void TensorRows::wait_traced(PieceKind kind, int block, parallel::Request& transfer,
+                             double issued_us) const {
+    transfer.wait();
+    if (!trace_) return;
+    const parallel::Request::Transfer& moved = transfer.transfer();
+    if (moved.thread == 0)
+        trace_(PieceSpan{kind, true, block, issued_us, now_us(), 0, issued_us});
+    else
+        trace_(PieceSpan{kind, true, block, moved.start_us, moved.end_us, moved.thread, issued_us});
+}
+
 void TensorRows::run_piece(const BlockFn& fn, int block) const {
-    const double start = trace_ ? now_us() : 0;
-    fn(block);
-    if (trace_) trace_(PieceSpan{false, block, start, now_us(), 0, start});
+    run_traced(PieceKind::tensor, block, [&] { fn(block); });
 }
 
 void TensorRows::finish_step(parallel::Request& step, int block, double issued_us) const {
-    step.wait();
-    if (!trace_) return;
-    const parallel::Request::Transfer& moved = step.transfer();
-    if (moved.thread == 0)
-        trace_(PieceSpan{true, block, issued_us, now_us(), 0, issued_us});
-    else
-        trace_(PieceSpan{true, block, moved.start_us, moved.end_us, moved.thread, issued_us});
+    wait_traced(PieceKind::tensor, block, step, issued_us);
 }
 
 ConstPtr TensorRows::all_rows(ConstPtr mine, Ptr all, std::size_t width,

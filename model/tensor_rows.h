@@ -39,10 +39,15 @@
 
 namespace trident::model {
 
+// Whose exchange a piece overlaps: the tensor group's ring steps under a GEMM's pieces, or the
+// expert group's dispatch under an MoE layer's shared experts (model/moe_mlp.cpp).
+enum class PieceKind { tensor, expert };
+
 // A piece of an overlapped exchange, for the trace (src/io/chrome_trace.h): the caller's
 // compute on a block of rows, or the transfer of one (when and on which thread it moved,
 // parallel::Request::Transfer; thread 0: the calling thread, from `issued_us`).
 struct PieceSpan {
+    PieceKind kind = PieceKind::tensor;
     bool transfer = false;
     int block = 0;
     double start_us = 0, end_us = 0;
@@ -95,6 +100,12 @@ public:
                              kernels::Ptr sums, const BlockFn& make = {}) const;
     // Where the pieces of overlapped exchanges are reported (none: nowhere).
     void set_trace(std::function<void(const PieceSpan&)> trace) { trace_ = std::move(trace); }
+    // The model's overlapped work, reported there: now (when tracing; for a transfer's issue
+    // time), fn() as a compute piece of `kind`, and a transfer of `kind` waited for.
+    double trace_now() const;
+    void run_traced(PieceKind kind, int block, const std::function<void()>& fn) const;
+    void wait_traced(PieceKind kind, int block, parallel::Request& transfer,
+                     double issued_us) const;
 
     // Dropout on this rank's rows (R, H) of the residual stream, in place.
     void dropout(kernels::Ptr x, float drop, uint64_t seed) const;

@@ -36,6 +36,10 @@ const char* name_of(SpanKind kind) {
             return "tp_gemm";
         case SpanKind::tp_exchange:
             return "tp_exchange";
+        case SpanKind::ep_shared:
+            return "ep_shared";
+        case SpanKind::ep_exchange:
+            return "ep_exchange";
         case SpanKind::count_:
             break;
     }
@@ -50,12 +54,14 @@ bool data_parallel(SpanKind kind) {
 // The row (thread) of a span in its rank's track.
 int row_of(SpanKind kind) {
     if (data_parallel(kind)) return 1;
-    return kind == SpanKind::tp_exchange ? 2 : 0;
+    if (kind == SpanKind::tp_exchange) return 2;
+    return kind == SpanKind::ep_exchange ? 3 : 0;
 }
 
 const char* category_of(SpanKind kind) {
     if (data_parallel(kind)) return "data-parallel";
     if (kind == SpanKind::tp_exchange) return "tensor-parallel";
+    if (kind == SpanKind::ep_exchange) return "expert-parallel";
     return kind == SpanKind::send || kind == SpanKind::recv ? "p2p" : "compute";
 }
 
@@ -146,6 +152,11 @@ void TraceRecorder::write(const std::string& path, parallel::Comm& tensor, paral
         std::snprintf(line, sizeof line,
                       ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %zu, \"tid\": 2, "
                       "\"args\": {\"name\": \"tensor-parallel\"}}",
+                      r);
+        text += line;
+        std::snprintf(line, sizeof line,
+                      ",\n{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": %zu, \"tid\": 3, "
+                      "\"args\": {\"name\": \"expert-parallel\"}}",
                       r);
         text += line;
         first = false;

@@ -4,7 +4,9 @@
 // that moved it, where the Comm says; else from their start to when they were seen complete;
 // `chunk` is the bucket), and under parallel.tp_overlap on a third row the tensor group's ring
 // steps (`chunk` the block of rows that moved) while the GEMM's pieces ("tp_gemm", `chunk` the
-// block computed) run under the forward and backward spans; gathered to rank 0 and written as one
+// block computed) run under the forward and backward spans, and under parallel.expert on a
+// fourth row expert parallelism's dispatch of an MoE layer's rows ("ep_exchange") while its
+// shared experts compute ("ep_shared"); gathered to rank 0 and written as one
 // JSON file, one track per rank. Each span's args name the thread that ran it ("thread": the
 // kernel's id) and when it was asked for ("issued": a transfer may wait for a free core or its
 // peers).
@@ -30,6 +32,8 @@ enum class SpanKind {
     all_gather,
     tp_gemm,      // a GEMM's piece on one block of rows (model/tensor_rows.h)
     tp_exchange,  // a ring step of the tensor group moving one block of rows
+    ep_shared,    // an MoE layer's shared experts (model/moe_mlp.cpp), under its dispatch
+    ep_exchange,  // the expert group's all-to-all moving an MoE layer's rows to their experts
     count_
 };
 

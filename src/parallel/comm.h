@@ -172,6 +172,14 @@ public:
                                 ReduceOp op = ReduceOp::sum) = 0;
     virtual Request ireduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) = 0;
     virtual Request iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) = 0;
+    // all_to_all_v's (expert parallelism's rows travelling under the shared experts' compute):
+    // in and out stay untouched until it is waited for. The default, for communicators without
+    // a form of their own, runs the blocking one.
+    virtual Request iall_to_all_v(kernels::ConstPtr in, const std::vector<std::size_t>& send,
+                                  kernels::Ptr out, const std::vector<std::size_t>& recv) {
+        all_to_all_v(in, send, out, recv);
+        return {};
+    }
     // One step of a collective run as a ring over the group, so that the caller computes
     // between its steps (model/tensor_rows.h, collective matmul): sends `send` (count) to
     // `dest` while `recv` (count) arrives from `source`. Counts nothing: the caller counts the

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <future>
 #include <memory>
+#include <numeric>
 #include <string>
 
 #include "kernels/dtype.h"
@@ -322,15 +323,34 @@ void mpi_blocks(const std::vector<std::size_t>& counts, std::vector<int>& n, std
 void MpiComm::all_to_all_v(kernels::ConstPtr in, const std::vector<std::size_t>& send,
                            kernels::Ptr out, const std::vector<std::size_t>& recv) {
     check_same_type(in, out, "all_to_all_v");
+    if (size_ > 1)
+        Comm::count(CommKind::all_to_all, std::accumulate(send.begin(), send.end(), std::size_t{0}),
+                    out.dtype);
+    all_to_all_v_on(comm_, in, send, out, recv);
+}
+
+Request MpiComm::iall_to_all_v(kernels::ConstPtr in, const std::vector<std::size_t>& send,
+                               kernels::Ptr out, const std::vector<std::size_t>& recv) {
+    check_same_type(in, out, "all_to_all_v");
+    if (size_ == 1) {
+        all_to_all_v(in, send, out, recv);
+        return {};
+    }
+    Comm::count(CommKind::all_to_all, std::accumulate(send.begin(), send.end(), std::size_t{0}),
+                out.dtype);
+    return start("all_to_all_v (non-blocking)",
+                 [=, this] { all_to_all_v_on(worker_comm_, in, send, out, recv); });
+}
+
+void MpiComm::all_to_all_v_on(MPI_Comm comm, kernels::ConstPtr in,
+                              const std::vector<std::size_t>& send, kernels::Ptr out,
+                              const std::vector<std::size_t>& recv) const {
     std::vector<int> send_n, send_at, recv_n, recv_at;
     mpi_blocks(send, send_n, send_at);
     mpi_blocks(recv, recv_n, recv_at);
-    if (size_ > 1)
-        Comm::count(CommKind::all_to_all, static_cast<std::size_t>(send_at.back()) + send.back(),
-                    out.dtype);
     const MPI_Datatype type = mpi_type(out.dtype);
     check(MPI_Alltoallv(in.data, send_n.data(), send_at.data(), type, out.data, recv_n.data(),
-                        recv_at.data(), type, comm_),
+                        recv_at.data(), type, comm),
           "MPI_Alltoallv");
 }
 

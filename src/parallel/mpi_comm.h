@@ -84,6 +84,8 @@ public:
     Request iall_reduce(kernels::Ptr data, std::size_t count, ReduceOp op = ReduceOp::sum) override;
     Request ireduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     Request iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
+    Request iall_to_all_v(kernels::ConstPtr in, const std::vector<std::size_t>& send,
+                          kernels::Ptr out, const std::vector<std::size_t>& recv) override;
     // MPI_Sendrecv run by the worker, as the non-blocking collectives are.
     Request isendrecv(kernels::ConstPtr send, kernels::Ptr recv, std::size_t count, int dest,
                       int source, int tag) override;
@@ -95,6 +97,8 @@ private:
                            kernels::Ptr out, std::size_t count) const;
     void all_gather_on(MPI_Comm comm, std::vector<char>& scratch, kernels::ConstPtr in,
                        kernels::Ptr out, std::size_t count) const;
+    void all_to_all_v_on(MPI_Comm comm, kernels::ConstPtr in, const std::vector<std::size_t>& send,
+                         kernels::Ptr out, const std::vector<std::size_t>& recv) const;
     // Runs `call` on the worker (or at once without MPI_THREAD_MULTIPLE); done when it is.
     // `operation` names it while the caller waits for it.
     Request start(const char* operation, std::function<void()> call);

@@ -1,6 +1,7 @@
 // Collectives on device buffers through NCCL (see nccl_comm.h).
 #include "parallel/cuda/nccl_comm.h"
 
+#include <numeric>
 #include <string>
 #include <utility>
 
@@ -122,26 +123,40 @@ void NcclComm::all_to_all(ConstPtr in, Ptr out, std::size_t count) {
 void NcclComm::all_to_all_v(ConstPtr in, const std::vector<std::size_t>& send, Ptr out,
                             const std::vector<std::size_t>& recv) {
     if (size() == 1 || !on_device(out.data)) return staged_.all_to_all_v(in, send, out, recv);
-    std::size_t sent = 0;
-    for (const std::size_t c : send) sent += c;
+    Comm::count(CommKind::all_to_all, std::accumulate(send.begin(), send.end(), std::size_t{0}),
+                out.dtype);
+    ordered("all_to_all_v", [&] { send_blocks(in, send, out, recv); });
+}
+
+Request NcclComm::iall_to_all_v(ConstPtr in, const std::vector<std::size_t>& send, Ptr out,
+                                const std::vector<std::size_t>& recv) {
+    if (size() == 1 || !on_device(out.data)) {
+        all_to_all_v(in, send, out, recv);
+        return {};
+    }
+    const std::size_t sent = std::accumulate(send.begin(), send.end(), std::size_t{0});
+    const std::size_t received = std::accumulate(recv.begin(), recv.end(), std::size_t{0});
     Comm::count(CommKind::all_to_all, sent, out.dtype);
+    return started("all_to_all_v",
+                   {{in.data, bytes(sent, in.dtype)}, {out.data, bytes(received, out.dtype)}},
+                   [&] { send_blocks(in, send, out, recv); });
+}
+
+void NcclComm::send_blocks(ConstPtr in, const std::vector<std::size_t>& send, Ptr out,
+                           const std::vector<std::size_t>& recv) {
     const ncclDataType_t type = nccl_type(out.dtype);
-    ordered("all_to_all_v", [&] {
-        NcclGroup group;
-        std::size_t at_send = 0, at_recv = 0;
-        for (int peer = 0; peer < size(); ++peer) {
-            const std::size_t q = static_cast<std::size_t>(peer);
-            if (send[q] > 0)
-                TRIDENT_NCCL_CHECK(
-                    ncclSend((in + at_send).data, send[q], type, peer, comm_, stream_));
-            if (recv[q] > 0)
-                TRIDENT_NCCL_CHECK(
-                    ncclRecv((out + at_recv).data, recv[q], type, peer, comm_, stream_));
-            at_send += send[q];
-            at_recv += recv[q];
-        }
-        group.end();
-    });
+    NcclGroup group;
+    std::size_t at_send = 0, at_recv = 0;
+    for (int peer = 0; peer < size(); ++peer) {
+        const std::size_t q = static_cast<std::size_t>(peer);
+        if (send[q] > 0)
+            TRIDENT_NCCL_CHECK(ncclSend((in + at_send).data, send[q], type, peer, comm_, stream_));
+        if (recv[q] > 0)
+            TRIDENT_NCCL_CHECK(ncclRecv((out + at_recv).data, recv[q], type, peer, comm_, stream_));
+        at_send += send[q];
+        at_recv += recv[q];
+    }
+    group.end();
 }
 
 // Messages: on device buffers between ring neighbours through NCCL (NcclMessages), else

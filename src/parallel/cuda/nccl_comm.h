@@ -70,10 +70,16 @@ public:
     Request iall_reduce(kernels::Ptr data, std::size_t count, ReduceOp op = ReduceOp::sum) override;
     Request ireduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     Request iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
+    Request iall_to_all_v(kernels::ConstPtr in, const std::vector<std::size_t>& send,
+                          kernels::Ptr out, const std::vector<std::size_t>& recv) override;
 
 private:
     class Pending;
 
+    // all_to_all_v's sends and receives, one of each per rank in a group call, queued on the
+    // communication stream.
+    void send_blocks(kernels::ConstPtr in, const std::vector<std::size_t>& send, kernels::Ptr out,
+                     const std::vector<std::size_t>& recv);
     // Whether a message travels through NcclMessages: a device buffer and a ring neighbour.
     bool by_nccl(const void* data, int peer, int tag) const;
 
