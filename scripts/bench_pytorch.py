@@ -2,7 +2,8 @@
 """PyTorch doing the same training step as `trident bench --config configs/bench-cpu.yaml`.
 
 The GPT-2 of scripts/torch_gpt2.py (explicit attention, fp32) of the benchmark's shape, or with
---arch llama the Llama of scripts/torch_llama.py (--kv-heads, --ffn its SwiGLU width), trained with
+--arch llama the Llama of scripts/torch_llama.py (--kv-heads, --ffn its SwiGLU width; with
+--experts N a mixture of experts in every layer, --top-k, --shared), trained with
 torch.optim.AdamW and clip_grad_norm_ on random tokens; prints one JSON line with tokens_per_s,
 the median over the timed steps. Run with Debian's python3 (python3-torch).
 """
@@ -27,6 +28,9 @@ def main():
     p.add_argument("--ffn", type=int, default=1536)
     p.add_argument("--arch", choices=["gpt2", "llama"], default="gpt2")
     p.add_argument("--kv-heads", type=int, default=2)
+    p.add_argument("--experts", type=int, default=0, help="llama: experts per layer (0: dense)")
+    p.add_argument("--top-k", type=int, default=2)
+    p.add_argument("--shared", type=int, default=0, help="llama: shared experts of width --ffn")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--steps", type=int, default=10)
@@ -36,7 +40,8 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(0)
     if a.arch == "llama":
-        model = Llama(a.vocab, a.seq, a.layers, a.hidden, a.heads, a.kv_heads, a.ffn)
+        moe = (a.experts, a.top_k, a.shared) if a.experts else None
+        model = Llama(a.vocab, a.seq, a.layers, a.hidden, a.heads, a.kv_heads, a.ffn, moe=moe)
     else:
         model = Gpt(a.vocab, a.seq, a.layers, a.hidden, a.heads, a.ffn)
     opt = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), weight_decay=0.1)

@@ -1,7 +1,11 @@
 """The Llama that the PyTorch CPU benchmark trains (scripts/bench_pytorch.py --arch llama):
 Hugging Face LlamaForCausalLM's model written as PyTorch users write it, fp32: RMSNorm,
 rotary positions (rotate-half), grouped-query attention (each key/value head repeated over
-its query heads, the explicit masked softmax), SwiGLU, no biases, an untied LM head.
+its query heads, the explicit masked softmax), SwiGLU, no biases, an untied LM head. With
+experts > 0 every MLP is a mixture of experts as Hugging Face's Mixtral and Qwen3-MoE write
+it: a softmax router, the top k weights renormalized, a loop over the experts gathering each
+one's tokens and adding its weighted output back (index_add_), an optional shared SwiGLU, and
+the load-balancing and z losses added to the loss.
 """
 import math
 
@@ -25,8 +29,53 @@ def rotate(x, cos, sin):  # x (B, NH, T, hs); cos, sin (T, hs)
     return x * cos + torch.cat([-x[..., half:], x[..., :half]], dim=-1) * sin
 
 
+class SwiGLU(nn.Module):
+    def __init__(self, hidden, ffn):
+        super().__init__()
+        self.gate = nn.Linear(hidden, ffn, bias=False)
+        self.up = nn.Linear(hidden, ffn, bias=False)
+        self.down = nn.Linear(ffn, hidden, bias=False)
+
+    def forward(self, x):
+        return self.down(F.silu(self.gate(x)) * self.up(x))
+
+
+class Moe(nn.Module):
+    """Experts of width `ffn`, each token to its top_k; `shared` always-on experts' width
+    folded into one SwiGLU. Keeps its balancing (aux) and z losses for the model's loss."""
+
+    def __init__(self, hidden, ffn, experts, top_k, shared, aux=0.01, z=0.001):
+        super().__init__()
+        self.router = nn.Linear(hidden, experts, bias=False)
+        self.experts = nn.ModuleList(SwiGLU(hidden, ffn) for _ in range(experts))
+        self.shared = SwiGLU(hidden, shared * ffn) if shared else None
+        self.top_k, self.aux, self.z = top_k, aux, z
+        self.loss = 0.0
+
+    def forward(self, x):
+        B, T, C = x.shape
+        rows = x.reshape(-1, C)
+        logits = self.router(rows)
+        probs = logits.softmax(dim=-1)
+        weights, chosen = probs.topk(self.top_k, dim=-1)
+        weights = weights / weights.sum(dim=-1, keepdim=True)
+        out = torch.zeros_like(rows)
+        mask = F.one_hot(chosen, len(self.experts)).permute(2, 1, 0)  # (experts, k, rows)
+        for e, expert in enumerate(self.experts):
+            slot, token = torch.where(mask[e])
+            if token.numel():
+                y = expert(rows[token]) * weights[token, slot, None]
+                out.index_add_(0, token, y)
+        if self.shared is not None:
+            out = out + self.shared(rows)
+        share = mask.sum(dim=(1, 2)).float() / (rows.shape[0] * self.top_k)
+        self.loss = (self.aux * len(self.experts) * (share * probs.mean(dim=0)).sum() +
+                     self.z * torch.logsumexp(logits, dim=-1).pow(2).mean())
+        return out.view(B, T, C)
+
+
 class Block(nn.Module):
-    def __init__(self, hidden, heads, kv_heads, ffn):
+    def __init__(self, hidden, heads, kv_heads, mlp):
         super().__init__()
         self.heads, self.kv_heads, self.hs = heads, kv_heads, hidden // heads
         self.norm_1 = RMSNorm(hidden)
@@ -35,9 +84,7 @@ class Block(nn.Module):
         self.v = nn.Linear(hidden, kv_heads * self.hs, bias=False)
         self.o = nn.Linear(hidden, hidden, bias=False)
         self.norm_2 = RMSNorm(hidden)
-        self.gate = nn.Linear(hidden, ffn, bias=False)
-        self.up = nn.Linear(hidden, ffn, bias=False)
-        self.down = nn.Linear(ffn, hidden, bias=False)
+        self.mlp = mlp
 
     def forward(self, x, cos, sin):
         B, T, C = x.shape
@@ -52,15 +99,17 @@ class Block(nn.Module):
         mask = torch.ones(T, T, dtype=torch.bool).tril()
         y = (att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v)
         x = x + self.o(y.transpose(1, 2).reshape(B, T, C))
-        h = self.norm_2(x)
-        return x + self.down(F.silu(self.gate(h)) * self.up(h))
+        return x + self.mlp(self.norm_2(x))
 
 
 class Llama(nn.Module):
-    def __init__(self, vocab, seq, layers, hidden, heads, kv_heads, ffn, theta=10000.0):
+    # moe: (experts, top_k, shared) for mixtures of experts of width ffn, or None.
+    def __init__(self, vocab, seq, layers, hidden, heads, kv_heads, ffn, theta=10000.0, moe=None):
         super().__init__()
         self.embed = nn.Embedding(vocab, hidden)
-        self.blocks = nn.ModuleList(Block(hidden, heads, kv_heads, ffn) for _ in range(layers))
+        self.blocks = nn.ModuleList(
+            Block(hidden, heads, kv_heads, Moe(hidden, ffn, *moe) if moe else SwiGLU(hidden, ffn))
+            for _ in range(layers))
         self.norm = RMSNorm(hidden)
         self.head = nn.Linear(hidden, vocab, bias=False)
         hs = hidden // heads
@@ -77,4 +126,5 @@ class Llama(nn.Module):
         for block in self.blocks:
             x = block(x, self.cos[:T], self.sin[:T])
         logits = self.head(self.norm(x))
-        return F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+        loss = F.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+        return loss + sum(b.mlp.loss for b in self.blocks if isinstance(b.mlp, Moe))
