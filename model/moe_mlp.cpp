@@ -14,8 +14,8 @@
 // The router's input gradient is added on tensor rank 0 only, and each choice's weight
 // gradient (a dot product with the expert's partial output) is summed over the tensor group.
 // The balancing loss counts the choices of the whole microbatch: summed over the context group.
-// A capacity (capacity_factor) gives the choices it drops the weight 0 (model/moe_routing.h):
-// their rows are computed and sent as any other's.
+// A capacity (capacity_factor) gives the choices it drops the weight 0 and takes them out of the
+// permutation (model/moe_routing.h): no expert computes them and no exchange moves them.
 //
 // Expert parallelism (E ranks of the expert group, model/moe_dispatch.h): each rank routes its
 // own tokens as above, sends the permuted rows to their experts' ranks, computes its N/E
@@ -95,8 +95,9 @@ private:
                     bool count_losses) const;
     // Each choice's weight over H columns, in permuted order (K, H) fp32, in the scratch.
     Ptr permuted_weights(PartContext& ctx, const MoeRouting& r) const;
-    void permute(PartContext& ctx, Ptr out, ConstPtr rows, int width) const;
-    void unpermute_add(PartContext& ctx, Ptr out, ConstPtr permuted, int width) const;
+    void permute(PartContext& ctx, const MoeRouting& r, Ptr out, ConstPtr rows, int width) const;
+    void unpermute_add(PartContext& ctx, const MoeRouting& r, Ptr out, ConstPtr permuted,
+                       int width) const;
     void experts_forward(PartContext& ctx, const Pass& pass, const ExpertRows& r, ConstPtr x,
                          Ptr out) const;
     void experts_backward(PartContext& ctx, const Pass& pass, const ExpertRows& r, ConstPtr x,
@@ -207,7 +208,7 @@ void MoeMlp::count_load(PartContext& ctx, const Pass& pass, const MoeRouting& r,
                         bool count_losses) const {
     const std::size_t E = static_cast<std::size_t>(E_);
     std::vector<float> stats(2 * E + 2, 0.0f);  // counts (E), Σ_t p (E), Σ_t lse², dropped
-    for (std::size_t e = 0; e < E; ++e) stats[e] = static_cast<float>(r.count(static_cast<int>(e)));
+    for (std::size_t e = 0; e < E; ++e) stats[e] = static_cast<float>(r.chosen[e]);
     stats[2 * E + 1] = static_cast<float>(r.dropped_count);
     for (std::size_t t = 0; t < static_cast<std::size_t>(N_); ++t) {
         for (std::size_t e = 0; e < E; ++e) stats[E + e] += r.probs[t * E + e];
@@ -237,27 +238,31 @@ void MoeMlp::count_load(PartContext& ctx, const Pass& pass, const MoeRouting& r,
 
 Ptr MoeMlp::permuted_weights(PartContext& ctx, const MoeRouting& r) const {
     const std::size_t H = static_cast<std::size_t>(H_);
-    std::vector<float> wide(choices() * H);
+    std::vector<float> wide(static_cast<std::size_t>(r.permuted()) * H);
     for (std::size_t c = 0; c < choices(); ++c)
-        std::fill_n(wide.begin() + static_cast<std::ptrdiff_t>(r.row_of[c] * H), H, r.weight[c]);
+        if (r.row_of[c] >= 0)
+            std::fill_n(wide.begin() + static_cast<std::ptrdiff_t>(r.row_of[c] * H), H,
+                        r.weight[c]);
     const Ptr w = ctx.scratch[weights_];
     ctx.ops.upload(w.data, wide.data(), wide.size() * sizeof(float));
     return w;
 }
 
-// out (K, width) = rows (N, width) of each permuted choice's token: a row gather, which is the
-// embedding's lookup of the permutation's tokens in a table of the N rows.
-void MoeMlp::permute(PartContext& ctx, Ptr out, ConstPtr rows, int width) const {
+// out (P, width) = rows (N, width) of each permuted choice's token (P = r.permuted()): a row
+// gather, which is the embedding's lookup of the permutation's tokens in a table of the N rows.
+void MoeMlp::permute(PartContext& ctx, const MoeRouting& r, Ptr out, ConstPtr rows,
+                     int width) const {
     const auto* tokens = static_cast<const int32_t*>(ctx.scratch[tokens_].data);
-    ctx.ops.embedding_forward(out, tokens, rows, nullptr, 1, static_cast<int>(choices()), width, 0,
-                              N_, nullptr, 0);
+    ctx.ops.embedding_forward(out, tokens, rows, nullptr, 1, r.permuted(), width, 0, N_, nullptr,
+                              0);
 }
 
-// out (N, width) += each token's permuted rows (K, width): the embedding's scatter-add.
-void MoeMlp::unpermute_add(PartContext& ctx, Ptr out, ConstPtr permuted, int width) const {
+// out (N, width) += each token's permuted rows (P, width): the embedding's scatter-add.
+void MoeMlp::unpermute_add(PartContext& ctx, const MoeRouting& r, Ptr out, ConstPtr permuted,
+                           int width) const {
     const auto* tokens = static_cast<const int32_t*>(ctx.scratch[tokens_].data);
-    ctx.ops.embedding_backward(out, nullptr, permuted, tokens, 1, static_cast<int>(choices()),
-                               width, 0, N_, nullptr, 0);
+    ctx.ops.embedding_backward(out, nullptr, permuted, tokens, 1, r.permuted(), width, 0, N_,
+                               nullptr, 0);
 }
 
 // Each expert's GEMMs on its contiguous rows: out (rows, H) from x (rows, H).
@@ -317,7 +322,7 @@ Ptr MoeMlp::forward(PartContext& ctx, const Pass& pass, ConstPtr x, bool to_outp
                            N_, H_, E_);
     const MoeRouting r = routing(ctx, pass);
     count_load(ctx, pass, r, pass.training && to_output);
-    permute(ctx, ctx.scratch[x_perm_], x_all, H_);
+    permute(ctx, r, ctx.scratch[x_perm_], x_all, H_);
     if (exchanges()) {  // the rows to their experts' ranks, the outputs back
         const ExpertExchange ex = exchange(ctx, pass, r, true);
         const Ptr x_local = pass.buffers[x_local_], out_local = ctx.scratch[local_out_];
@@ -331,9 +336,10 @@ Ptr MoeMlp::forward(PartContext& ctx, const Pass& pass, ConstPtr x, bool to_outp
     if (!to_output) return Ptr();
     const std::size_t H = static_cast<std::size_t>(H_);
     const Ptr weighted = ctx.scratch[x_perm_], partial = ctx.scratch[partial_];
-    ctx.ops.multiply(weighted, pass.buffers[out_], permuted_weights(ctx, r), choices() * H, 1.0f);
+    ctx.ops.multiply(weighted, pass.buffers[out_], permuted_weights(ctx, r),
+                     static_cast<std::size_t>(r.permuted()) * H, 1.0f);
     ctx.ops.zero(partial, static_cast<std::size_t>(N_) * H);
-    unpermute_add(ctx, partial, weighted, H_);
+    unpermute_add(ctx, r, partial, weighted, H_);
     const Ptr mine =
         ctx.rows.reduce_rows(partial, ctx.scratch[reduced_], H, ctx.scratch[ring_sums_]);
     if (shared) ctx.ops.residual_forward(mine, mine, shared, static_cast<std::size_t>(R_) * H);
@@ -345,18 +351,19 @@ Ptr MoeMlp::forward(PartContext& ctx, const Pass& pass, ConstPtr x, bool to_outp
 void MoeMlp::router_backward(PartContext& ctx, const Pass& pass, const MoeRouting& r,
                              const std::vector<float>& logits, ConstPtr dy_perm,
                              Ptr d_logits) const {
-    const std::size_t K = choices(), H = static_cast<std::size_t>(H_);
+    const std::size_t K = choices(), P = static_cast<std::size_t>(r.permuted()),
+                      H = static_cast<std::size_t>(H_);
     const Ptr products = ctx.scratch[x_perm_], dots = ctx.scratch[dots_];
     const Ptr ones = ctx.scratch[ones_];
     const std::vector<float> one(H, 1.0f);
     ctx.ops.upload(ones.data, one.data(), H * sizeof(float));
-    ctx.ops.multiply(products, dy_perm, pass.buffers[out_], K * H, 1.0f);
-    ctx.ops.matmul_forward(dots, products, ones, nullptr, static_cast<int>(K), H_, 1);
-    if (ctx.rows.group().size() > 1) ctx.rows.group().all_reduce(dots, K);
-    std::vector<float> permuted(K), d_weight(K), load(static_cast<std::size_t>(E_));
-    ctx.ops.download(permuted.data(), dots.data, K * sizeof(float));
-    for (std::size_t c = 0; c < K; ++c)
-        d_weight[c] = permuted[static_cast<std::size_t>(r.row_of[c])];
+    ctx.ops.multiply(products, dy_perm, pass.buffers[out_], P * H, 1.0f);
+    ctx.ops.matmul_forward(dots, products, ones, nullptr, static_cast<int>(P), H_, 1);
+    if (ctx.rows.group().size() > 1) ctx.rows.group().all_reduce(dots, P);
+    std::vector<float> permuted(P), d_weight(K, 0.0f), load(static_cast<std::size_t>(E_));
+    ctx.ops.download(permuted.data(), dots.data, P * sizeof(float));
+    for (std::size_t c = 0; c < K; ++c)  // a dropped choice's: 0
+        if (r.row_of[c] >= 0) d_weight[c] = permuted[static_cast<std::size_t>(r.row_of[c])];
     ctx.ops.download(load.data(), pass.buffers[load_].data, load.size() * sizeof(float));
     std::vector<float> dz(logits.size(), 0.0f);
     route_backward(moe_, r, logits.data(), d_weight.data(), {load.data(), pass.dloss}, dz.data());
@@ -401,13 +408,13 @@ ConstPtr MoeMlp::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstP
     };
     std::vector<float> logits;
     const MoeRouting r = routing(ctx, pass, &logits);
-    const std::size_t H = static_cast<std::size_t>(H_), K = choices();
+    const std::size_t H = static_cast<std::size_t>(H_), P = static_cast<std::size_t>(r.permuted());
     const ConstPtr x_all = x_all_ < 0 ? x : ConstPtr(pass.buffers[x_all_]);
     const ConstPtr dy_all = ctx.rows.all_rows(dy, ctx.scratch[dy_all_], H);
     const Ptr dy_perm = ctx.scratch[dy_perm_], d_logits = ctx.scratch[d_logits_];
-    permute(ctx, dy_perm, dy_all, H_);
+    permute(ctx, r, dy_perm, dy_all, H_);
     router_backward(ctx, pass, r, logits, dy_perm, d_logits);
-    ctx.ops.multiply(dy_perm, dy_perm, permuted_weights(ctx, r), K * H, 1.0f);
+    ctx.ops.multiply(dy_perm, dy_perm, permuted_weights(ctx, r), P * H, 1.0f);
     const Ptr d_gate_up = ctx.scratch[d_gate_up_], d_x = ctx.scratch[d_x_perm_];
     Ptr d_out = dy_perm, d_x_mine = d_x;
     if (exchanges()) {  // the outputs' gradients to the experts' ranks, the inputs' back
@@ -423,7 +430,7 @@ ConstPtr MoeMlp::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstP
     }
     const Ptr partial = ctx.scratch[partial_];
     ctx.ops.zero(partial, static_cast<std::size_t>(N_) * H);
-    unpermute_add(ctx, partial, d_x_mine, H_);
+    unpermute_add(ctx, r, partial, d_x_mine, H_);
     // Every tensor rank computes the router's whole input gradient: one adds it to the sum.
     if (tensor_rank_ == 0)
         ctx.ops.matmul_backward(partial, nullptr, nullptr, d_logits, x_all,
@@ -460,7 +467,7 @@ void MoeMlp::weight_grads(PartContext& ctx, const Pass& pass, ConstPtr x_all, co
         x_rows = pass.buffers[x_local_];
     } else {
         rows = all_local(r);
-        permute(ctx, ctx.scratch[x_perm_], x_all, H_);
+        permute(ctx, r, ctx.scratch[x_perm_], x_all, H_);
         x_rows = ctx.scratch[x_perm_];
     }
     for (int j = 0; j < rows.experts(); ++j) {

@@ -39,16 +39,19 @@ void top_k(const float* score, const float* bias, int n, int k, int32_t* chosen)
     std::copy(order.begin(), order.begin() + k, chosen);
 }
 
-// The permutation: each expert's choices contiguous, in token order.
+// The permutation: each expert's choices contiguous, in token order, but for those dropped.
 void permute(MoeRouting& r) {
-    const std::size_t choices = static_cast<std::size_t>(r.rows) * static_cast<std::size_t>(r.k);
+    const std::size_t choices = r.expert.size();
+    const auto kept = [&r](std::size_t c) { return r.dropped.empty() || r.dropped[c] == 0; };
     r.offset.assign(static_cast<std::size_t>(r.experts) + 1, 0);
-    for (const int32_t e : r.expert) ++r.offset[static_cast<std::size_t>(e) + 1];
+    for (std::size_t c = 0; c < choices; ++c)
+        if (kept(c)) ++r.offset[static_cast<std::size_t>(r.expert[c]) + 1];
     std::partial_sum(r.offset.begin(), r.offset.end(), r.offset.begin());
     std::vector<int32_t> next(r.offset.begin(), r.offset.end() - 1);
-    r.token.assign(choices, 0);
-    r.row_of.assign(choices, 0);
+    r.token.assign(static_cast<std::size_t>(r.permuted()), 0);
+    r.row_of.assign(choices, -1);
     for (std::size_t c = 0; c < choices; ++c) {
+        if (!kept(c)) continue;
         const int32_t row = next[static_cast<std::size_t>(r.expert[c])]++;
         r.row_of[c] = row;
         r.token[static_cast<std::size_t>(row)] = static_cast<int32_t>(c / r.k);
@@ -56,7 +59,8 @@ void permute(MoeRouting& r) {
 }
 
 // Megatron-Core's "probs" drop policy: each expert keeps its `capacity` choices of the highest
-// weight, the earlier token first among equal weights; the others' weights become 0.
+// weight, the earlier token first among equal weights; the others' weights become 0, and the
+// permutation (whose rows in token order it reads) is made again without them.
 void drop_over_capacity(MoeRouting& r, int capacity) {
     r.dropped.assign(r.expert.size(), 0);
     for (int e = 0; e < r.experts; ++e) {
@@ -74,6 +78,7 @@ void drop_over_capacity(MoeRouting& r, int capacity) {
             ++r.dropped_count;
         }
     }
+    permute(r);
 }
 
 }  // namespace
@@ -113,6 +118,8 @@ MoeRouting route(const MoeSettings& moe, const float* logits, const float* bias,
         r.lse[static_cast<std::size_t>(t)] = logsumexp(z, n);
     }
     permute(r);
+    r.chosen.assign(r.offset.begin() + 1, r.offset.end());
+    std::adjacent_difference(r.chosen.begin(), r.chosen.end(), r.chosen.begin());
     if (moe.capacity_factor > 0) drop_over_capacity(r, expert_capacity(moe, rows));
     return r;
 }

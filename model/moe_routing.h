@@ -8,7 +8,8 @@
 // - w times `scale`; ties in the top-k go to the lower expert index;
 // - capacity_factor c > 0: each expert keeps at most ceil(c·rows·k/N) of the choices of the
 //   `rows` tokens routed together, those of the highest weight (ties: the earlier token); a
-//   dropped choice's weight is 0 (Megatron-Core's "probs" drop policy).
+//   dropped choice's weight is 0 (Megatron-Core's "probs" drop policy) and it leaves the
+//   permutation: no expert computes it, no exchange moves it.
 #pragma once
 
 #include <cstdint>
@@ -25,14 +26,17 @@ struct MoeRouting {
     std::vector<float> probs;     // (rows, N): p of the balancing loss
     std::vector<float> lse;       // (rows): logsumexp of each token's logits (the z-loss's)
     std::vector<int32_t> offset;  // (N + 1): expert e's rows of the permutation: offset[e] ..
-    std::vector<int32_t> token;   // (rows·k): the token of each permuted row
-    std::vector<int32_t> row_of;  // (rows, k): the permuted row of each token's choice
-    // (rows, k): 1 where a capacity dropped the choice (its weight 0, its gradient none); its
-    // row stays in the permutation, its expert's output there multiplied by 0.
+    std::vector<int32_t> token;   // (permuted()): the token of each permuted row
+    // (rows, k): the permuted row of each token's choice; -1 for a dropped one
+    std::vector<int32_t> row_of;
+    std::vector<int32_t> chosen;  // (N): the choices each expert received, dropped ones too
+    // (rows, k): 1 where a capacity dropped the choice (its weight 0, its gradient none, no row
+    // of the permutation); empty without a capacity.
     std::vector<uint8_t> dropped;
     int dropped_count = 0;
 
-    int count(int e) const { return offset[e + 1] - offset[e]; }
+    int count(int e) const { return offset[e + 1] - offset[e]; }  // expert e's permuted rows
+    int permuted() const { return offset.back(); }                // rows·k less those dropped
 };
 
 // The most choices an expert keeps of `rows` tokens routed together: ceil(c·rows·k/N).

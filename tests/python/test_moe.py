@@ -24,7 +24,8 @@ experts of moe_reference.py, itself first held against torch's softmax, top-k an
    3, the state in host memory, recompute) within 1e-5 of one process's.
 7. a capacity (capacity_factor: 1) dropping choices: every gradient, and 8 steps' losses and
    dropped counts, against the reference; 10 steps at E = 2 with D, M + SP and P within 1e-5 of
-   one process (layouts that route each microbatch's rows together);
+   one process (layouts that route each microbatch's rows together); the dropped choices are
+   not sent (fewer all-to-all bytes at E = 2 than the same step without a capacity);
 8. an expert that no token reaches for 100 steps is named once in a warning (router collapse);
 9. the trace of an E = 2 run (data rank 0's: the trace holds the first replica's ranks): every
    MoE layer's dispatch, forward and backward (ep_exchange, on the expert-parallel row), is
@@ -345,6 +346,24 @@ def test_resume(tmp, trident):
     check_resumed("one process from E=2 D=2", got, want)
 
 
+def test_capacity_traffic(tmp, trident):
+    sent = {}
+    for capacity in (0.0, 1.0):
+        metrics = os.path.join(tmp, f"capacity_traffic_{capacity}.jsonl")
+        moe = ref.Moe(experts=4, top_k=2, ffn=32, shared=1, aux_loss=0.05, z_loss=0.01,
+                      capacity_factor=capacity)
+        run([trident, "train"] + tiny_run(tmp, [
+            "model.arch=llama", "checkpoint.dir=null", "parallel.data=2", "parallel.expert=2",
+            "training.steps=1", f"logging.metrics={metrics}"] + moe.overrides()), ranks=2)
+        step = [r for r in losses(metrics) if "loss" in r][0]
+        dropped = sum(layer["dropped"] for layer in step["moe_layers"])
+        sent[capacity] = (step["ep_all_to_all_bytes"], dropped)
+    (free, none), (capped, dropped) = sent[0.0], sent[1.0]
+    check(none == 0 and dropped > 0 and capped < free,
+          f"capacity: {dropped} choices dropped, the first step's all-to-alls {capped} bytes "
+          f"against {free} without a capacity")
+
+
 def test_overlap_trace(tmp, trident):
     trace = os.path.join(tmp, "moe_trace.json")
     base = tiny_run(tmp, ["model.arch=llama", "checkpoint.dir=null", "parallel.data=2",
@@ -404,6 +423,7 @@ def main():
                                  z_loss=0.01, capacity_factor=1.0))
             test_resume(tmp, args.trident)
             test_overlap_trace(tmp, args.trident)
+            test_capacity_traffic(tmp, args.trident)
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
 
