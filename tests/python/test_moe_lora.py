@@ -12,7 +12,8 @@ wrapped by llama_reference.py's adapters, and across layouts.
    moe_z_loss within 1e-5, the gradient norms within 1e-4.
 2. Layouts: the 10 steps' loss, moe_aux_loss and moe_z_loss of M = 2 with sequence parallelism,
    P = 2 (1F1B, ZB-H1; a layer on each stage), D = 2 with the experts split over E = 2, C = 2
-   (ring; with E = 2 too) and D = 2 ZeRO-3 with E = 2 within 1e-5 of one process's.
+   (ring; with E = 2 too), D = 2 ZeRO-3 with E = 2 and full recompute within 1e-5 of one
+   process's.
 3. Refused at start-up with one line: an MLP target (gate) on the MoE model; the router bias's
    update (bias_update_rate) beside adapters.
 4. `export --lora-only` of the trained run writes PEFT's names of the attention adapters alone,
@@ -20,10 +21,13 @@ wrapped by llama_reference.py's adapters, and across layouts.
    (training.lora.init_from), within 1e-5; on a mixture Mixtral's format states (no shared
    expert), `export --merge-lora` changes the attention's tensors alone and loads
    (model.init_from) to the adapters' loss, within 1e-5.
+5. One process's checkpoint of step 5 resumed at D = 2 with E = 2 gives its steps 6 to 10
+   within 1e-5.
 
 Exit status: 0 passed, 1 a check failed, 77 skipped (no torch, numpy or mpirun).
 """
 import os
+import shutil
 import sys
 import tempfile
 
@@ -65,7 +69,8 @@ LAYOUTS = [("M=2 +SP", 2, ["parallel.tensor=2", "parallel.sequence_parallel=true
            ("C=2 ring", 2, ["parallel.context=2"]),
            ("E=2 C=2 ring", 2, ["parallel.context=2", "parallel.expert=2"]),
            ("E=2 D=2 ZeRO-3", 2, ["parallel.data=2", "parallel.expert=2",
-                                  "parallel.zero_stage=3"])]
+                                  "parallel.zero_stage=3"]),
+           ("recompute full", 1, ["training.recompute=full"])]
 ROUTER_LOSSES = ("moe_aux_loss", "moe_z_loss")
 
 
@@ -144,7 +149,9 @@ def check_gradients(dump, path, label, moe, rng):
 
 def check_training(trident, path, tokens, adapters, base):
     """1b. Ten AdamW steps of the adapters against PyTorch's. Returns one process's records."""
-    run([trident, "train"] + base + ["--set", f"logging.metrics={path('one.jsonl')}"])
+    run([trident, "train"] + base + sets([f"logging.metrics={path('one.jsonl')}",
+                                          f"checkpoint.dir={path('ck')}",
+                                          "checkpoint.interval=5"]))
     ours = curve(path("one.jsonl"))
     model = adapted_reference(path, "softmax", SOFTMAX, adapters)
     router = []
@@ -182,6 +189,19 @@ def check_layouts(trident, path, base, one):
                                   f"{TOLERANCE} of one process (worst {worst:.2e})")
 
 
+def check_resume(trident, path, base, one):
+    """5. One process's checkpoint of step 5 resumed at D = 2 with E = 2: its steps 6 to 10."""
+    shutil.rmtree(path("ck/step_000010"))
+    run([trident, "train"] + base + sets([f"checkpoint.dir={path('ck')}", "parallel.data=2",
+                                          "parallel.expert=2",
+                                          f"logging.metrics={path('resumed.jsonl')}"]), ranks=2)
+    got = curve(path("resumed.jsonl"))
+    worst = worst_rel([r["loss"] for r in got], [r["loss"] for r in one[5:]])
+    check([r["step"] for r in got] == [6, 7, 8, 9, 10] and worst <= TOLERANCE,
+          f"resumed at E=2 D=2 from one process's step 5: steps 6-10 as uninterrupted "
+          f"(worst {worst:.2e})")
+
+
 def check_refusals(trident, base):
     """3. What adapters on a mixture of experts refuse, at start-up."""
     for overrides, said in (
@@ -196,9 +216,8 @@ def check_refusals(trident, base):
 
 
 def check_export(trident, dump, path, base):
-    """4. The trained adapters exported under PEFT's names, read back by PyTorch and Trident."""
-    run([trident, "train"] + base + sets([f"checkpoint.dir={path('ck')}",
-                                          f"logging.metrics={path('ck.jsonl')}"]))
+    """4. The trained adapters (one process's step 10) exported under PEFT's names, read back
+    by PyTorch and Trident."""
     run([trident, "export", "--checkpoint", path("ck"), "--lora-only",
          "--output", path("trained.safetensors")])
     trained, meta = common.read_safetensors(path("trained.safetensors"))
@@ -269,6 +288,7 @@ def main():
         check_refusals(trident, base)
         check_export(trident, dump, path, base)
         check_merged(trident, dump, path, rng)
+        check_resume(trident, path, base, one)
     if failures:
         print(f"FAILED {len(failures)} check(s)")
         return 1
