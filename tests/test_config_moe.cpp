@@ -131,3 +131,28 @@ TEST_CASE("config: parallel.expert reads and its refusals name their key", "[con
     CHECK(error_of({"model.moe.experts=4", "parallel.expert=0"}) ==
           "--set parallel.expert=0: parallel.expert: must be in [1, 65536], got 0");
 }
+
+TEST_CASE("config: LoRA on a mixture of experts adapts its attention alone", "[config]") {
+    // A llama's default targets (q, v), and every attention linear, are taken.
+    const Config cfg =
+        parse(kLlama, "x.yaml", {"model.moe.experts=4", "training.lora.rank=4"}, Purpose::plan);
+    CHECK(cfg.training.lora.enabled());
+    CHECK_NOTHROW(parse(kLlama, "x.yaml",
+                        {"model.moe.experts=4", "training.lora={rank: 4, targets: [q, k, v, o]}"},
+                        Purpose::plan));
+    // An MLP target, on any layer of the model (here the first, dense).
+    CHECK(error_of({"model.moe.experts=4", "model.moe.first_dense=1",
+                    "training.lora={rank: 4, targets: [q, up]}"}) ==
+          "--set training.lora={rank: 4, targets: [q, up]}: training.lora.targets: up with "
+          "model.moe.experts (4) is not built: a mixture of experts' adapters wrap its attention "
+          "(q, k, v, o); its MLPs, experts and dense, stay frozen");
+    CHECK(error_of({"model.moe.experts=4", "model.moe.router=sigmoid",
+                    "model.moe.bias_update_rate=0.01", "training.lora.rank=4"}) ==
+          "--set training.lora.rank=4: model.moe.bias_update_rate (0.01) with "
+          "training.lora.rank > 0: the router's bias is part of the frozen base (an adapters "
+          "file does not carry it); set the rate to 0");
+    CHECK(error_of({"model.moe.experts=4", "training.lora={rank: 4, quantize: nf4}"}) ==
+          "--set training.lora={rank: 4, quantize: nf4}: training.lora.quantize: nf4 with "
+          "model.moe.experts > 0 is not built yet: the router and the experts read their weights "
+          "dense");
+}

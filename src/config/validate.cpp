@@ -108,8 +108,8 @@ void check_model_and_batches(const Config& cfg, const Origins& origins) {
                  "training.global_batch suits every layout)"));
 }
 
-// What model.moe does not run yet: the bias's update with the state in a file,
-// adapters, losses over counted tokens.
+// What model.moe does not run yet: the bias's update with the state in a file, losses over
+// counted tokens.
 void check_moe_built(const Config& cfg, const Origins& origins) {
     const MoeSettings& moe = cfg.model.moe;
     // The bias moves in the master weights (optim/update.h, Updater::add_to_master), which a
@@ -127,10 +127,6 @@ void check_moe_built(const Config& cfg, const Origins& origins) {
              cat("training.recompute: ", enum_name(cfg.training.recompute),
                  " with dense and MoE layers (model.moe.first_dense ", moe.first_dense, ", every ",
                  moe.every, ") is not built yet: recompute needs every layer an MoE layer"));
-    if (cfg.training.lora.enabled())
-        fail(origins.blame({"training.lora.rank", "model.moe.experts"}),
-             "training.lora.rank > 0 with model.moe.experts > 0 is not built yet: adapters of a "
-             "mixture of experts' layers");
     // The balancing and z losses are averaged over the microbatches, as the cross-entropy is
     // by default; over counted tokens they are not yet defined.
     if (cfg.training.loss_normalization == LossNormalization::tokens || cfg.data.mask_eod_loss)
@@ -138,6 +134,33 @@ void check_moe_built(const Config& cfg, const Origins& origins) {
                  {"training.loss_normalization", "data.mask_eod_loss", "model.moe.experts"}),
              "training.loss_normalization: tokens (or data.mask_eod_loss) with model.moe is not "
              "built yet: the balancing losses are averaged over microbatches");
+}
+
+// Adapters on a mixture of experts' model (docs/FEATURES.md, "LoRA") wrap its attention alone:
+// every MLP stays frozen, the experts, the shared experts and the dense layers' alike (an MLP
+// adapted on its dense layers only would be half of what the target asks). The router's bias
+// is part of the frozen base, which an adapters file does not carry and a resume reads again:
+// it does not move. A 4-bit base's matrices are not in the dense buffer the experts read.
+void check_moe_lora(const Config& cfg, const Origins& origins) {
+    const LoraConfig& lora = cfg.training.lora;
+    const MoeSettings& moe = cfg.model.moe;
+    if (!lora.enabled()) return;
+    for (const LoraTarget target : lora.targets)
+        if (target == LoraTarget::gate || target == LoraTarget::up || target == LoraTarget::down)
+            fail(origins.blame({"training.lora.targets", "model.moe.experts"}),
+                 cat("training.lora.targets: ", to_string(target), " with model.moe.experts (",
+                     moe.experts,
+                     ") is not built: a mixture of experts' adapters wrap its "
+                     "attention (q, k, v, o); its MLPs, experts and dense, stay frozen"));
+    if (moe.bias_update_rate > 0)
+        fail(origins.blame({"model.moe.bias_update_rate", "training.lora.rank"}),
+             cat("model.moe.bias_update_rate (", moe.bias_update_rate,
+                 ") with training.lora.rank > 0: the router's bias is part of the frozen base "
+                 "(an adapters file does not carry it); set the rate to 0"));
+    if (lora.quantized())
+        fail(origins.blame({"training.lora.quantize", "model.moe.experts"}),
+             "training.lora.quantize: nf4 with model.moe.experts > 0 is not built yet: the "
+             "router and the experts read their weights dense");
 }
 
 // model.moe: the family takes it, k of the N experts, the bias only beside a sigmoid router.
@@ -164,6 +187,7 @@ void check_moe(const Config& cfg, const Origins& origins) {
                  ") needs model.moe.router: sigmoid (DeepSeek-V3's balancing biases the "
                  "selection of sigmoid scores; it is softmax)"));
     check_moe_built(cfg, origins);
+    check_moe_lora(cfg, origins);
 }
 
 // parallel.expert: E ranks of the data-context group split an MoE layer's experts.

@@ -8,9 +8,10 @@ import torch
 import gpt2_reference as common
 
 
-def reference_training(model, params, tokens, training, seq_len):
+def reference_training(model, params, tokens, training, seq_len, loss=None):
     """training["steps"] AdamW steps of `params` (the adapters) on `model`'s loss over the
-    tokens in order; returns (loss, gradient norm before clipping) per step."""
+    tokens in order (or on loss(inputs, targets): (the loss logged, the loss trained)); returns
+    (loss logged, gradient norm before clipping) per step."""
     t = training
     optimizer = torch.optim.AdamW(params, lr=t["lr"], betas=(t["beta1"], t["beta2"]),
                                   eps=t["eps"], weight_decay=t["weight_decay"])
@@ -21,11 +22,11 @@ def reference_training(model, params, tokens, training, seq_len):
             group["lr"] = lr
         inputs, targets = common.step_batch(tokens, step, t["global_batch"], seq_len)
         optimizer.zero_grad(set_to_none=True)
-        loss = model.loss(inputs, targets)
-        loss.backward()
+        logged, trained = loss(inputs, targets) if loss else (model.loss(inputs, targets),) * 2
+        trained.backward()
         norm = torch.nn.utils.clip_grad_norm_(params, t["grad_clip"])
         optimizer.step()
-        history.append((loss.item(), norm.item()))
+        history.append((logged.item(), norm.item()))
     return history
 
 

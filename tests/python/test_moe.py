@@ -18,7 +18,8 @@ experts of moe_reference.py, itself first held against torch's softmax, top-k an
    its step 5 by one process gives its own steps 6 to 10;
 5. expert parallelism (parallel.expert): the losses, moe_aux_loss and moe_z_loss of 10 steps at
    E = 2 and 4 alone and with M, P (1F1B, ZB-H1, ZB-V), C (ring, Ulysses), ZeRO 1 to 3,
-   hybrid sharding and recompute, within 1e-5 of one process's;
+   hybrid sharding and recompute, and at E = 2 with P, M (+SP), C (ring) and D all 2 (16
+   ranks), within 1e-5 of one process's;
 6. DeepSeek-V3's balancing (bias_update_rate): 8 steps against the reference's update of the
    bias, and 10 steps on expert parallelism's families (E = 2 with D, M + SP, P, C, ZeRO 1 to
    3, the state in host memory, recompute) within 1e-5 of one process's.
@@ -230,9 +231,11 @@ EXPERT_FAMILIES = [
     ("E=2 D=4", 4, ["parallel.data=4", "parallel.expert=2", "training.global_batch=8"]),
     ("E=2 D=2 M=2 +SP", 4, ["parallel.data=2", "parallel.expert=2", "parallel.tensor=2",
                            "parallel.sequence_parallel=true"]),
-    ("E=2 D=2 P=2 1f1b", 4, ["parallel.data=2", "parallel.expert=2", "parallel.pipeline=2"]),
+    # An MoE layer on each stage (the automatic cut gives this model's two to the first).
+    ("E=2 D=2 P=2 1f1b", 4, ["parallel.data=2", "parallel.expert=2", "parallel.pipeline=2",
+                            "parallel.stage_layers=uniform"]),
     ("E=2 D=2 P=2 zb-h1", 4, ["parallel.data=2", "parallel.expert=2", "parallel.pipeline=2",
-                             "parallel.schedule=zb-h1"]),
+                             "parallel.schedule=zb-h1", "parallel.stage_layers=uniform"]),
     ("E=2 D=2 P=2 zb-v", 4, ["parallel.data=2", "parallel.expert=2", "parallel.pipeline=2",
                             "parallel.schedule=zb-v"]),
     ("E=2 C=2 ring", 2, ["parallel.context=2", "parallel.expert=2"]),
@@ -247,6 +250,13 @@ EXPERT_FAMILIES = [
                                    "parallel.data_shard=2", "training.global_batch=8"]),
     ("E=2 D=2 recompute full", 2, ["parallel.data=2", "parallel.expert=2",
                                    "training.recompute=full"]),
+    # Every axis at once (16 ranks): the experts split over 2 of the 4 data-context ranks, an
+    # MoE layer on each stage, two microbatches per replica.
+    ("E=2 P=2 M=2 +SP C=2 ring D=2", 16, ["parallel.pipeline=2", "parallel.tensor=2",
+                                          "parallel.sequence_parallel=true",
+                                          "parallel.context=2", "parallel.data=2",
+                                          "parallel.expert=2", "parallel.stage_layers=uniform",
+                                          "training.global_batch=8"]),
 ]
 LAYOUT_MOE = ref.Moe(experts=4, top_k=2, ffn=32, shared=1, aux_loss=0.05, z_loss=0.01)
 # A capacity (model.moe.capacity_factor) that drops some of each microbatch's choices: the
@@ -267,13 +277,17 @@ BIAS_FAMILIES = [f for f in EXPERT_FAMILIES if f[0] in (
                                         "parallel.zero_stage=2", "optimizer.offload=host"])]
 
 
-def check_router_losses(tmp, label, one, families):
+def check_router_losses(trident, base, tmp, label, one, families):
     """Each family's moe_aux_loss and moe_z_loss (families_i.jsonl) within TOLERANCE of one
-    process's (`one`), for the families of the same global batch."""
-    want = losses(one)
+    process's (`one`, or one process's of the family's own global batch)."""
     for i, (name, _, overrides) in enumerate(families):
-        if any(o.startswith("training.global_batch") for o in overrides):
-            continue
+        batch = [o for o in overrides if o.startswith("training.global_batch")]
+        want = losses(one)
+        if batch:
+            metrics = os.path.join(tmp, f"families_{i}_one_process.jsonl")
+            run([trident, "train"] + base + [a for o in batch + [f"logging.metrics={metrics}"]
+                                             for a in ("--set", o)])
+            want = losses(metrics)
         got = losses(os.path.join(tmp, f"families_{i}.jsonl"))
         worst = max((abs(g[k] - w[k]) / abs(w[k]) for g, w in zip(got, want)
                      for k in ("moe_aux_loss", "moe_z_loss") if "loss" in w),
@@ -292,7 +306,7 @@ def test_layouts(tmp, trident, families=FAMILIES, label="moe", moe=LAYOUT_MOE):
     one = os.path.join(tmp, f"{label.replace(' ', '_').replace(',', '')}_one_process.jsonl")
     run([trident, "train"] + base + ["--set", f"logging.metrics={one}"])
     check_families(trident, base, tmp, label, reference=curve(one), families=families)
-    check_router_losses(tmp, label, one, families)
+    check_router_losses(trident, base, tmp, label, one, families)
     # The expert group's all-to-alls move bytes on the expert-parallel families only (the
     # metrics are rank 0's; under ZB-V its stage holds the first and the last chunk, which
     # need hold no layer of this 2-layer model).
