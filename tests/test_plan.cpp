@@ -241,8 +241,8 @@ void check_measured_memory(const std::vector<std::string>& overrides, int ranks)
 // LoRA of rank 2 on its default targets over a 4-bit base in blocks of 16 (model/nf4_base.h):
 // the model `model` (overrides of model.*) saved by one process after a step is the base that
 // `overrides` of it train (under mpirun when `ranks` > 1). Every stage's weights (the dense
-// buffer, the codes and constants, the tile), gradients and optimizer state are the plan's to
-// the byte; the planner models a LoRA run's activations as the whole model's (it says so).
+// buffer, the codes and constants, the tile), gradients, optimizer state and activations (the
+// adapters' included) are the plan's to the byte.
 void check_nf4_memory(const std::vector<std::string>& model,
                       const std::vector<std::string>& overrides, int ranks) {
     cli::Workspace ws;
@@ -262,6 +262,7 @@ void check_nf4_memory(const std::vector<std::string>& model,
         CHECK(c.stages[s].measured.params == c.stages[s].planned.params);
         CHECK(c.stages[s].measured.grads == c.stages[s].planned.grads);
         CHECK(c.stages[s].measured.optimizer == c.stages[s].planned.optimizer);
+        CHECK(c.stages[s].measured.activations == c.stages[s].planned.activations);
     }
 }
 

@@ -85,10 +85,10 @@ std::optional<plan::Hardware> plan_hardware(const PlanOptions& o) {
 void warn_lora(const config::Config& cfg) {
     if (cfg.training.lora.enabled())
         std::fprintf(stderr,
-                     "trident: warning: training.lora is modelled in the model states only "
-                     "(the frozen weights, the adapters' weights, gradients and optimizer "
-                     "state); activations, communication and time are those of training the "
-                     "whole model, an upper bound on the adapters' run\n");
+                     "trident: warning: training.lora is modelled in its memory (the frozen "
+                     "weights, the adapters' weights, gradients, optimizer state and "
+                     "activations); communication and time are those of training the whole "
+                     "model, an upper bound on the adapters' run\n");
 }
 
 int document_length(const config::Config& cfg, int doc_len) {

@@ -29,17 +29,22 @@ constexpr int64_t kDeviceTotals = 2 * 64;
 // on every rank of a grid of more than one.
 constexpr int64_t kFirstSighting = 64;
 
-// The stage's parts as the model builds them (model/stage_parts.h), on a CPU: the buffers
-// they declare are what the model allocates. Low-rank adapters are not modelled (`plan` says so).
+// The stage's parts as the model builds them (model/stage_parts.h), on a CPU, low-rank
+// adapters included: the buffers they declare are what the model allocates.
 model::StageParts stage_parts(const config::Config& cfg, const model::ParamLayout& layout,
                               const model::Dims& d) {
+    const model::Lora lora = config::lora_of(cfg);
     const model::PartOptions options{static_cast<float>(cfg.model.dropout),
-                                     {},
+                                     lora,
                                      kernels::cpu_attention_saved,
                                      {},
                                      nullptr,
                                      cfg.data.documents == config::DocumentMode::mask};
-    return model::build_stage(layout, model::ParamLayout::for_lora(layout.shape(), {}), d, options);
+    return model::build_stage(
+        layout,
+        model::ParamLayout::for_lora(layout.shape(), lora.shape, layout.tensor_rank(), layout.M(),
+                                     layout.plan()),
+        d, options);
 }
 
 // The CPU backend's attention-gradient workspace (none for ring attention's blocks): the
