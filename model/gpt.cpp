@@ -34,7 +34,7 @@ Weights make_weights(kernels::Ops& ops, const GptOptions& o, const ParamLayout& 
     Weights w;
     w.frozen = o.lora.shape.rank > 0;
     // A 4-bit base's matrices are its codes (model/nf4_base.h), not the buffer's, unless
-    // ZeRO-3 shards the buffer (which then gathers them dense).
+    // ZeRO-3 shards the buffer (which then holds and gathers them dense too; docs/FEATURES.md).
     w.params = o.lora.quant_block && !plan.shard_params
                    ? FlatBuffer(ops, round_up(layout.total(), multiple), o.precision.params,
                                 quantized_ranges(layout))
@@ -48,12 +48,13 @@ Weights make_weights(kernels::Ops& ops, const GptOptions& o, const ParamLayout& 
 }
 
 // The units of the layout: their ranges in the trainable buffer (a frozen model's: its
-// adapters', by the layer's name) and in the frozen model's own.
+// adapters', by the layer's name), in the frozen model's own and in a 4-bit base's bytes.
 std::vector<ModelUnit> make_units(const ParamLayout& layout, const ParamLayout& lora_layout,
-                                  bool frozen) {
+                                  bool frozen, const Nf4Base* nf4) {
     std::vector<ModelUnit> units;
     for (const Unit& u : layout.units()) {
-        ModelUnit m{u.name, {u.begin, u.end}, {0, 0}, false};
+        ModelUnit m{u.name, {u.begin, u.end}, {0, 0}, {0, 0}, false};
+        if (nf4) m.codes = nf4->codes_of({u.begin, u.end});
         if (frozen) {
             m.frozen = m.trainable;
             m.trainable = {0, 0};
@@ -102,7 +103,8 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
       adapters_(lora_layout_, ParamLayout::for_lora(options.shape, options.lora.shape),
                 weights_.lora_params, weights_.lora_grads),
       nf4_(options.lora.quant_block
-               ? std::make_unique<Nf4Base>(ops, options.lora.quant_block, options.lora.double_quant)
+               ? std::make_unique<Nf4Base>(ops, layout_, d_.tensor_rank, options.lora.quant_block,
+                                           options.lora.double_quant, options.buffers)
                : nullptr),
       parts_(build_stage(layout_, lora_layout_, d_,
                          PartOptions{options.dropout,
@@ -118,7 +120,7 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
            weights_, scratch_, &moe_losses_,   groups.experts},
       store_(ops, options.recompute, parts_.chunks, parts_.layer_spec()),
       loss_sum_(ops, 1, kernels::DType::f64),
-      units_(make_units(layout_, lora_layout_, weights_.frozen)) {
+      units_(make_units(layout_, lora_layout_, weights_.frozen, nf4_.get())) {
     store_.set_split_backward(options.split_backward);
     const StagePlan& plan = layout_.plan();
     const bool tied = layout_.shape().tied;
@@ -140,7 +142,7 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
 
 void Gpt::quantize_base(const std::vector<float>& whole) {
     if (!nf4_) throw Error("internal: quantize_base without a 4-bit base");
-    nf4_->quantize(layout_, d_.tensor_rank, own_.whole(), whole, options_.precision.params);
+    nf4_->quantize(own_.whole(), whole, options_.precision.params);
 }
 
 bool Gpt::has_head(int c) const {
