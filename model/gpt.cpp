@@ -27,18 +27,19 @@ Weights make_weights(kernels::Ops& ops, const GptOptions& o, const ParamLayout& 
     const BufferPlan& plan = o.buffers;
     const std::size_t multiple = plan.multiple;
     const int replicas = static_cast<int>(multiple);
-    const auto buffer = [&](const ParamLayout& of, bool sharded, kernels::DType dtype) {
-        return sharded ? FlatBuffer(ops, of.unit_ranges(), replicas, plan.replica, dtype)
-                       : FlatBuffer(ops, round_up(of.total(), multiple), dtype);
+    const auto buffer = [&](const ParamLayout& of, bool sharded, kernels::DType dtype,
+                            std::vector<FlatBuffer::Range> gaps = {}) {
+        return sharded ? FlatBuffer(ops, of.unit_ranges(), replicas, plan.replica, dtype,
+                                    std::move(gaps))
+                       : FlatBuffer(ops, round_up(of.total(), multiple), dtype, std::move(gaps));
     };
     Weights w;
     w.frozen = o.lora.shape.rank > 0;
-    // A 4-bit base's matrices are its codes (model/nf4_base.h), not the buffer's, unless
-    // ZeRO-3 shards the buffer (which then holds and gathers them dense too; docs/FEATURES.md).
-    w.params = o.lora.quant_block && !plan.shard_params
-                   ? FlatBuffer(ops, round_up(layout.total(), multiple), o.precision.params,
-                                quantized_ranges(layout))
-                   : buffer(layout, plan.shard_params, o.precision.params);
+    // A 4-bit base's matrices are its codes (model/nf4_base.h), not the buffer's: gaps in it,
+    // whole or sharded (ZeRO-3 then gathers their codes, not dequantized weights).
+    w.params =
+        buffer(layout, plan.shard_params, o.precision.params,
+               o.lora.quant_block ? quantized_ranges(layout) : std::vector<FlatBuffer::Range>{});
     w.grads = w.frozen ? FlatBuffer(ops, 0, o.precision.grads)
                        : buffer(layout, plan.shard_grads, o.precision.grads);
     if (!w.frozen) return w;

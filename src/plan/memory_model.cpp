@@ -73,6 +73,21 @@ int64_t temporary_bytes(const model::StageParts& parts, const model::KeepPolicy&
     return bytes;
 }
 
+// ZeRO-3's gathered weights at most, of `layout`'s units of `sizes` elements (`buffer` in
+// all), in bytes: the two largest (and a tied embedding the head reads), or all of them kept
+// through the step.
+double gathered_units(const PlanInputs& in, const model::ParamLayout& layout,
+                      std::vector<std::size_t> sizes, double buffer) {
+    if (in.zero_stage != 3) return 0;
+    if (!in.cfg.parallel.reshard_after_forward) return buffer * in.weight_bytes;
+    std::sort(sizes.begin(), sizes.end(), std::greater<>());
+    std::size_t held = 0;
+    for (std::size_t i = 0; i < std::min<std::size_t>(2, sizes.size()); ++i) held += sizes[i];
+    const auto [embedding_begin, embedding_end] = layout.embedding_range();
+    if (layout.shape().tied && layout.plan().stages == 1) held += embedding_end - embedding_begin;
+    return static_cast<double>(held) * in.weight_bytes;
+}
+
 // ZeRO-3's gathered units of a 4-bit base's bytes at most, as gathered_bytes counts the
 // weights': the two largest groups, or all of them kept through the step.
 double gathered_codes(const PlanInputs& in, const kernels::Nf4Store& store) {
@@ -123,10 +138,31 @@ void add_adapters(const PlanInputs& in, const model::ParamLayout& layout, StageM
         layout, static_cast<std::size_t>(lora.quant_block), lora.double_quant, plan);
     s.states.weights += static_cast<double>(store.bytes() / plan.multiple) +
                         static_cast<double>(tile * in.weight_bytes);
-    s.gathered += gathered_codes(in, store);
-    if (in.zero_stage >= 3) return;
-    s.parameters -= quantized;
-    s.states.weights -= static_cast<double>(quantized * in.weight_bytes);
+    if (in.zero_stage < 3) {
+        s.parameters -= quantized;
+        s.states.weights -= static_cast<double>(quantized * in.weight_bytes);
+        return;
+    }
+    // Sharded, each unit of the dense buffer holds its elements past the matrices, padded to
+    // a multiple of N (model/flat_buffer.h); the layer's codes are gathered beside them.
+    const auto N = static_cast<std::size_t>(D);
+    std::vector<std::size_t> sizes;
+    std::size_t held = 0;
+    for (const auto& [begin, end] : layout.unit_ranges()) {
+        std::size_t size = end - begin;
+        for (const auto& [q_begin, q_end] : model::quantized_ranges(layout))
+            if (q_end > begin && q_begin < end)
+                size -= std::min(q_end, end) - std::max(q_begin, begin);
+        sizes.push_back((size + N - 1) / N * N);
+        held += sizes.back();
+    }
+    const auto dense = static_cast<int64_t>((layout.total() + N - 1) / N * N);
+    s.parameters -= dense - static_cast<int64_t>(held);
+    s.states.weights -=
+        static_cast<double>((dense - static_cast<int64_t>(held)) * in.weight_bytes) /
+        static_cast<double>(N);
+    s.gathered =
+        gathered_units(in, layout, sizes, static_cast<double>(held)) + gathered_codes(in, store);
 }
 
 }  // namespace
@@ -234,17 +270,9 @@ namespace {
 
 // ZeRO-3's gathered units at most (see the top of memory_model.h), in bytes.
 double gathered_bytes(const PlanInputs& in, const model::ParamLayout& layout, int64_t buffer) {
-    if (in.zero_stage != 3) return 0;
-    if (!in.cfg.parallel.reshard_after_forward)
-        return static_cast<double>(buffer) * in.weight_bytes;
     std::vector<std::size_t> sizes;
     for (const auto& [begin, end] : layout.unit_ranges()) sizes.push_back(end - begin);
-    std::sort(sizes.begin(), sizes.end(), std::greater<>());
-    std::size_t held = 0;
-    for (std::size_t i = 0; i < std::min<std::size_t>(2, sizes.size()); ++i) held += sizes[i];
-    const auto [embedding_begin, embedding_end] = layout.embedding_range();
-    if (layout.shape().tied && layout.plan().stages == 1) held += embedding_end - embedding_begin;
-    return static_cast<double>(held) * in.weight_bytes;
+    return gathered_units(in, layout, sizes, static_cast<double>(buffer));
 }
 
 // The optimizer state replica 0 of the shard group holds on the device: its owned parts as the

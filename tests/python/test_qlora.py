@@ -17,8 +17,8 @@ PyTorch and across layouts.
 5. The memory the 4-bit base holds: its codes and constants to the format's byte count, and the
    parameters held and planned (check_memory); at ZeRO-3 over D = 2 each rank's half of every
    layer's codes and constants (check_sharded_memory).
-3. Checkpoints: a resume on M = 2 from one process's step 5 (the base quantized again at
-   load) gives the uninterrupted losses; `checkpoint info` says the base is quantized at
+3. Checkpoints: a resume on M = 2, and one at ZeRO-3 over D = 2, from one process's step 5
+   (the base quantized again at load) give the uninterrupted losses; `checkpoint info` says the base is quantized at
    load; `export --merge-lora` writes the dequantized base plus (alpha/r)·B·A (1e-6), which
    loads as a plain model to the adapted first loss (1e-5).
 4. Bad input, one line naming the key, before step 1: quantize without LoRA, a quant_block
@@ -220,6 +220,16 @@ def check_checkpoint(trident, train, path, reference):
     check(len(resumed) == 5 and worst <= 1e-5,
           f"nf4 resumed on M=2 from one process's step 5: steps 6-10 as uninterrupted "
           f"(worst {worst:.2e})")
+    # And at ZeRO-3 over D = 2 (the codes sharded and gathered), whose checkpoint the export
+    # below reads.
+    shutil.rmtree(path("ck/step_000010"))
+    train("resumed_zero3", NF4 + ["checkpoint.dir=" + path("ck"), "parallel.data=2",
+                                  "parallel.zero_stage=3"], ranks=2)
+    resumed = [r["loss"] for r in curve(path("resumed_zero3.jsonl"))]
+    worst = worst_rel(resumed, reference[5:])
+    check(len(resumed) == 5 and worst <= 1e-5,
+          f"nf4 resumed at ZeRO-3 over D=2 from one process's step 5: steps 6-10 as "
+          f"uninterrupted (worst {worst:.2e})")
     info = run([trident, "checkpoint", "info", path("ck")]).stdout
     check("lora base in 4 bits: nf4, blocks of 16, absmax in 8 bits" in info,
           "checkpoint info: " + next((x for x in info.splitlines() if "4 bits" in x), "none"))
