@@ -20,50 +20,72 @@ kernels::Ptr allocate(kernels::Ops& ops, std::size_t count, kernels::DType dtype
 
 FlatBuffer::FlatBuffer(kernels::Ops& ops, std::size_t count, kernels::DType dtype,
                        std::vector<Range> gaps)
-    : ops_(&ops), dtype_(dtype), size_(count), held_(count), gaps_(std::move(gaps)) {
-    std::size_t end = 0;
-    for (const auto& [begin, stop] : gaps_) {
-        if (begin < end || stop < begin || stop > count)
-            throw Error("internal: a flat buffer's gaps must be sorted ranges within it");
-        held_ -= stop - begin;
-        end = stop;
-    }
+    : ops_(&ops), dtype_(dtype), size_(count), gaps_(std::move(gaps)) {
+    check_gaps();
+    held_ = held_in(0, size_);
     data_ = allocate(ops, held_, dtype);
 }
 
-std::size_t FlatBuffer::held_index(std::size_t offset) const {
+void FlatBuffer::check_gaps() const {
+    std::size_t end = 0;
+    for (const auto& [begin, stop] : gaps_) {
+        if (begin < end || stop < begin || stop > size_)
+            throw Error("internal: a flat buffer's gaps must be sorted ranges within it");
+        end = stop;
+    }
+}
+
+std::size_t FlatBuffer::held_in(std::size_t begin, std::size_t end) const {
     std::size_t skipped = 0;
-    for (const auto& [begin, end] : gaps_) {
-        if (offset < begin) break;
-        if (offset < end)
+    for (const auto& [gap_begin, gap_end] : gaps_) {
+        if (gap_begin >= end) break;
+        if (gap_end > begin) skipped += std::min(gap_end, end) - std::max(gap_begin, begin);
+    }
+    return end - begin - skipped;
+}
+
+std::size_t FlatBuffer::held_index(std::size_t begin, std::size_t offset) const {
+    for (const auto& [gap_begin, gap_end] : gaps_)
+        if (offset >= gap_begin && offset < gap_end)
             throw Error("internal: element " + std::to_string(offset) +
                         " lies in a range the buffer does not hold");
-        skipped += end - begin;
-    }
-    return offset - skipped;
+    return held_in(begin, offset);
 }
 
 template <typename Fn>
-void FlatBuffer::for_each_held_run(Fn fn) const {
-    std::size_t offset = 0, index = 0;
-    for (const auto& [begin, end] : gaps_) {
-        if (begin > offset) fn(offset, index, begin - offset);
-        index += begin - offset;
-        offset = end;
+void FlatBuffer::for_each_held_run(std::size_t begin, std::size_t end, Fn fn) const {
+    std::size_t offset = begin, index = 0;
+    for (const auto& [gap_begin, gap_end] : gaps_) {
+        if (gap_end <= offset) continue;
+        if (gap_begin >= end) break;
+        if (gap_begin > offset) fn(offset, index, gap_begin - offset);
+        index += gap_begin > offset ? gap_begin - offset : 0;
+        offset = gap_end;
     }
-    if (size_ > offset) fn(offset, index, size_ - offset);
+    if (end > offset) fn(offset, index, end - offset);
 }
 
 FlatBuffer::FlatBuffer(kernels::Ops& ops, std::vector<Range> units, int replicas, int replica,
-                       kernels::DType dtype)
-    : ops_(&ops), dtype_(dtype), units_(std::move(units)), replicas_(replicas), replica_(replica) {
+                       kernels::DType dtype, std::vector<Range> gaps)
+    : ops_(&ops),
+      dtype_(dtype),
+      units_(std::move(units)),
+      gaps_(std::move(gaps)),
+      replicas_(replicas),
+      replica_(replica) {
+    const auto D = static_cast<std::size_t>(replicas);
     for (const auto& [begin, end] : units_) {
-        if (begin != size_ || (end - begin) % static_cast<std::size_t>(replicas) != 0)
+        if (begin != size_ || (gaps_.empty() && (end - begin) % D != 0))
             throw Error("internal: units must cover the buffer in order, each a multiple of " +
                         std::to_string(replicas) + " long");
-        shard_offsets_.push_back(held_);
-        held_ += (end - begin) / static_cast<std::size_t>(replicas);
         size_ = end;
+    }
+    check_gaps();
+    for (const auto& [begin, end] : units_) {
+        // The unit's elements outside the gaps, padded so that its parts split it evenly.
+        unit_held_.push_back((held_in(begin, end) + D - 1) / D * D);
+        shard_offsets_.push_back(held_);
+        held_ += unit_held_.back() / D;
     }
     whole_.assign(units_.size(), kernels::Ptr(nullptr, dtype));
     data_ = allocate(ops, held_, dtype);
@@ -94,6 +116,7 @@ FlatBuffer& FlatBuffer::operator=(FlatBuffer&& other) noexcept {
     data_ = std::exchange(other.data_, kernels::Ptr());
     units_ = std::move(other.units_);
     shard_offsets_ = std::move(other.shard_offsets_);
+    unit_held_ = std::move(other.unit_held_);
     whole_ = std::move(other.whole_);
     gaps_ = std::move(other.gaps_);
     replicas_ = other.replicas_;
@@ -111,22 +134,23 @@ std::size_t FlatBuffer::unit_containing(std::size_t offset) const {
 }
 
 kernels::Ptr FlatBuffer::at(std::size_t offset) const {
-    if (!sharded()) return data_ + held_index(offset);
+    if (!sharded()) return data_ + held_index(0, offset);
     const std::size_t u = unit_containing(offset);
     if (!whole_[u])
         throw Error("internal: element " + std::to_string(offset) + " of a sharded buffer read " +
                     "while its unit " + std::to_string(u) + " is not resident");
-    return whole_[u] + (offset - units_[u].first);
+    return whole_[u] + held_index(units_[u].first, offset);
 }
 
 kernels::Ptr FlatBuffer::owned(std::size_t offset) const {
-    if (!sharded()) return data_ + held_index(offset);
+    if (!sharded()) return data_ + held_index(0, offset);
     const std::size_t u = unit_containing(offset);
     const std::size_t part = part_size(u);
-    const std::size_t mine = units_[u].first + static_cast<std::size_t>(replica_) * part;
-    if (offset < mine || offset >= mine + part)
+    const std::size_t mine = static_cast<std::size_t>(replica_) * part;
+    const std::size_t index = held_index(units_[u].first, offset);
+    if (index < mine || index >= mine + part)
         throw Error("internal: element " + std::to_string(offset) + " is not this replica's");
-    return shard() + (shard_offsets_[u] + (offset - mine));
+    return shard() + (shard_offsets_[u] + (index - mine));
 }
 
 std::pair<std::size_t, std::size_t> FlatBuffer::units_of(std::size_t begin, std::size_t end) const {
@@ -135,7 +159,7 @@ std::pair<std::size_t, std::size_t> FlatBuffer::units_of(std::size_t begin, std:
 }
 
 std::size_t FlatBuffer::part_size(std::size_t u) const {
-    return (units_[u].second - units_[u].first) / static_cast<std::size_t>(replicas_);
+    return unit_held_[u] / static_cast<std::size_t>(replicas_);
 }
 
 kernels::Ptr FlatBuffer::unit(std::size_t u) const {
@@ -164,7 +188,7 @@ void FlatBuffer::hold_shard() {
 
 void FlatBuffer::acquire(std::size_t u) {
     if (whole_[u]) throw Error("internal: unit " + std::to_string(u) + " is already resident");
-    whole_[u] = allocate(*ops_, units_[u].second - units_[u].first, dtype_);
+    whole_[u] = allocate(*ops_, unit_held_[u], dtype_);
 }
 
 void FlatBuffer::release(std::size_t u) {
@@ -172,20 +196,32 @@ void FlatBuffer::release(std::size_t u) {
     whole_[u] = kernels::Ptr(nullptr, dtype_);
 }
 
-std::vector<float> FlatBuffer::to_host() const {
-    std::vector<float> host(size_, 0.0f);
+template <typename Fn>
+void FlatBuffer::for_each_owned_run(Fn fn) const {
     if (!sharded()) {
-        for_each_held_run([&](std::size_t offset, std::size_t index, std::size_t count) {
-            ops_->copy_to_host(host.data() + offset, data_ + index, count);
+        for_each_held_run(0, size_, [&](std::size_t offset, std::size_t index, std::size_t count) {
+            fn(offset, data_ + index, count);
         });
-        return host;
+        return;
     }
     for (std::size_t u = 0; u < units_.size(); ++u) {
-        const std::size_t part = part_size(u);
-        ops_->copy_to_host(
-            host.data() + units_[u].first + static_cast<std::size_t>(replica_) * part,
-            shard_part(u), part);
+        const std::size_t part = part_size(u), mine = static_cast<std::size_t>(replica_) * part;
+        const auto [begin, end] = units_[u];
+        for_each_held_run(begin, end,
+                          [&](std::size_t offset, std::size_t index, std::size_t count) {
+                              const std::size_t lo = std::max(index, mine),
+                                                hi = std::min(index + count, mine + part);
+                              if (lo < hi)
+                                  fn(offset + (lo - index), shard_part(u) + (lo - mine), hi - lo);
+                          });
     }
+}
+
+std::vector<float> FlatBuffer::to_host() const {
+    std::vector<float> host(size_, 0.0f);
+    for_each_owned_run([&](std::size_t offset, kernels::Ptr held, std::size_t count) {
+        ops_->copy_to_host(host.data() + offset, held, count);
+    });
     return host;
 }
 
@@ -193,20 +229,10 @@ void FlatBuffer::from_host(const std::vector<float>& host) {
     if (sharded() && host.size() < size_)
         throw Error("internal: " + std::to_string(host.size()) + " values for a buffer of " +
                     std::to_string(size_));
-    if (!sharded()) {
-        for_each_held_run([&](std::size_t offset, std::size_t index, std::size_t count) {
-            if (offset < host.size())
-                ops_->copy_from_host(data_ + index, host.data() + offset,
-                                     std::min(count, host.size() - offset));
-        });
-        return;
-    }
-    for (std::size_t u = 0; u < units_.size(); ++u) {
-        const std::size_t part = part_size(u);
-        ops_->copy_from_host(
-            shard_part(u),
-            host.data() + units_[u].first + static_cast<std::size_t>(replica_) * part, part);
-    }
+    for_each_owned_run([&](std::size_t offset, kernels::Ptr held, std::size_t count) {
+        if (offset < host.size())
+            ops_->copy_from_host(held, host.data() + offset, std::min(count, host.size() - offset));
+    });
 }
 
 void FlatBuffer::zero() {

@@ -10,6 +10,11 @@
 // (src/data_parallel/zero_units.h decides when). Element `offset` of the buffer is then reached
 // through the resident unit holding it.
 //
+// Either way the buffer may leave out `gaps`, ranges no element of which is held (a 4-bit
+// base's matrices, model/nf4_base.h): whole, the allocation holds the rest in order; sharded, a
+// unit's whole holds its elements outside the gaps in order, padded to a multiple of D, and
+// that is what its parts split.
+//
 // Sharded, the shard itself may be let go (ZeRO-3's parameters under
 // optimizer.offload_params, src/data_parallel/param_file.h: it lives in a file then) and held
 // again while something reads or writes it as a whole (a checkpoint's save or a resume).
@@ -36,9 +41,9 @@ public:
     FlatBuffer(kernels::Ops& ops, std::size_t count, kernels::DType dtype,
                std::vector<Range> gaps = {});
     // Sharded over `replicas` ranks, this rank `replica`: `units` cover the buffer in order,
-    // each a multiple of `replicas` long.
+    // each a multiple of `replicas` long (or, with `gaps`, padded to one past them).
     FlatBuffer(kernels::Ops& ops, std::vector<Range> units, int replicas, int replica,
-               kernels::DType dtype);
+               kernels::DType dtype, std::vector<Range> gaps = {});
     ~FlatBuffer();
     FlatBuffer(FlatBuffer&& other) noexcept;
     FlatBuffer& operator=(FlatBuffer&& other) noexcept;
@@ -95,11 +100,20 @@ public:
 
 private:
     std::size_t unit_containing(std::size_t offset) const;
-    // Whole: where element `offset` lies in the allocation (past the gaps before it).
-    std::size_t held_index(std::size_t offset) const;
-    // Whole: fn(offset, index, count) for each run of held elements.
+    // The elements of [begin, end) held (outside the gaps).
+    std::size_t held_in(std::size_t begin, std::size_t end) const;
+    // Where element `offset` lies in an allocation holding [begin, ...) past the gaps: the
+    // elements held before it (throws when it lies in a gap).
+    std::size_t held_index(std::size_t begin, std::size_t offset) const;
+    // fn(offset, index, count) for each run of held elements of [begin, end), `index` counted
+    // from `begin` as held_index counts.
     template <typename Fn>
-    void for_each_held_run(Fn fn) const;
+    void for_each_held_run(std::size_t begin, std::size_t end, Fn fn) const;
+    void check_gaps() const;
+    // fn(offset, held, count) for each run of elements this rank holds always (the whole
+    // buffer's, or its parts of the units), `held` where they lie.
+    template <typename Fn>
+    void for_each_owned_run(Fn fn) const;
     void free_all();
 
     kernels::Ops* ops_ = nullptr;
@@ -108,8 +122,9 @@ private:
     kernels::Ptr data_;  // the whole buffer, or the shard
     std::vector<Range> units_;
     std::vector<std::size_t> shard_offsets_;  // where each unit's part starts in the shard
+    std::vector<std::size_t> unit_held_;      // each unit's whole: held elements, padded
     std::vector<kernels::Ptr> whole_;         // each unit's whole while resident
-    std::vector<Range> gaps_;                 // whole: the ranges not held
+    std::vector<Range> gaps_;                 // the ranges not held
     int replicas_ = 1, replica_ = 0;
 };
 

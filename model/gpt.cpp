@@ -27,18 +27,19 @@ Weights make_weights(kernels::Ops& ops, const GptOptions& o, const ParamLayout& 
     const BufferPlan& plan = o.buffers;
     const std::size_t multiple = plan.multiple;
     const int replicas = static_cast<int>(multiple);
-    const auto buffer = [&](const ParamLayout& of, bool sharded, kernels::DType dtype) {
-        return sharded ? FlatBuffer(ops, of.unit_ranges(), replicas, plan.replica, dtype)
-                       : FlatBuffer(ops, round_up(of.total(), multiple), dtype);
+    const auto buffer = [&](const ParamLayout& of, bool sharded, kernels::DType dtype,
+                            std::vector<FlatBuffer::Range> gaps = {}) {
+        return sharded ? FlatBuffer(ops, of.unit_ranges(), replicas, plan.replica, dtype,
+                                    std::move(gaps))
+                       : FlatBuffer(ops, round_up(of.total(), multiple), dtype, std::move(gaps));
     };
     Weights w;
     w.frozen = o.lora.shape.rank > 0;
-    // A 4-bit base's matrices are its codes (model/nf4_base.h), not the buffer's, unless
-    // ZeRO-3 shards the buffer (which then gathers them dense).
-    w.params = o.lora.quant_block && !plan.shard_params
-                   ? FlatBuffer(ops, round_up(layout.total(), multiple), o.precision.params,
-                                quantized_ranges(layout))
-                   : buffer(layout, plan.shard_params, o.precision.params);
+    // A 4-bit base's matrices are its codes (model/nf4_base.h), not the buffer's: gaps in it,
+    // whole or sharded (ZeRO-3 then gathers their codes, not dequantized weights).
+    w.params =
+        buffer(layout, plan.shard_params, o.precision.params,
+               o.lora.quant_block ? quantized_ranges(layout) : std::vector<FlatBuffer::Range>{});
     w.grads = w.frozen ? FlatBuffer(ops, 0, o.precision.grads)
                        : buffer(layout, plan.shard_grads, o.precision.grads);
     if (!w.frozen) return w;
@@ -48,12 +49,13 @@ Weights make_weights(kernels::Ops& ops, const GptOptions& o, const ParamLayout& 
 }
 
 // The units of the layout: their ranges in the trainable buffer (a frozen model's: its
-// adapters', by the layer's name) and in the frozen model's own.
+// adapters', by the layer's name), in the frozen model's own and in a 4-bit base's bytes.
 std::vector<ModelUnit> make_units(const ParamLayout& layout, const ParamLayout& lora_layout,
-                                  bool frozen) {
+                                  bool frozen, const Nf4Base* nf4) {
     std::vector<ModelUnit> units;
     for (const Unit& u : layout.units()) {
-        ModelUnit m{u.name, {u.begin, u.end}, {0, 0}, false};
+        ModelUnit m{u.name, {u.begin, u.end}, {0, 0}, {0, 0}, false};
+        if (nf4) m.codes = nf4->codes_of({u.begin, u.end});
         if (frozen) {
             m.frozen = m.trainable;
             m.trainable = {0, 0};
@@ -102,7 +104,8 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
       adapters_(lora_layout_, ParamLayout::for_lora(options.shape, options.lora.shape),
                 weights_.lora_params, weights_.lora_grads),
       nf4_(options.lora.quant_block
-               ? std::make_unique<Nf4Base>(ops, options.lora.quant_block, options.lora.double_quant)
+               ? std::make_unique<Nf4Base>(ops, layout_, d_.tensor_rank, options.lora.quant_block,
+                                           options.lora.double_quant, options.buffers)
                : nullptr),
       parts_(build_stage(layout_, lora_layout_, d_,
                          PartOptions{options.dropout,
@@ -118,7 +121,7 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
            weights_, scratch_, &moe_losses_,   groups.experts},
       store_(ops, options.recompute, parts_.chunks, parts_.layer_spec()),
       loss_sum_(ops, 1, kernels::DType::f64),
-      units_(make_units(layout_, lora_layout_, weights_.frozen)) {
+      units_(make_units(layout_, lora_layout_, weights_.frozen, nf4_.get())) {
     store_.set_split_backward(options.split_backward);
     const StagePlan& plan = layout_.plan();
     const bool tied = layout_.shape().tied;
@@ -140,7 +143,7 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
 
 void Gpt::quantize_base(const std::vector<float>& whole) {
     if (!nf4_) throw Error("internal: quantize_base without a 4-bit base");
-    nf4_->quantize(layout_, d_.tensor_rank, own_.whole(), whole, options_.precision.params);
+    nf4_->quantize(own_.whole(), whole, options_.precision.params);
 }
 
 bool Gpt::has_head(int c) const {

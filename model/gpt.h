@@ -106,6 +106,7 @@ public:
     // The 4-bit base (options().lora.quant_block > 0), or null. quantize_base quantizes it from
     // the whole model's weights (a buffer of weights().whole()), after they are loaded.
     const Nf4Base* nf4_base() const { return nf4_.get(); }
+    Nf4Base* nf4_base() { return nf4_.get(); }
     void quantize_base(const std::vector<float>& whole);
     WeightSet& adapters() { return adapters_; }
     const WeightSet& adapters() const { return adapters_; }

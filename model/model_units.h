@@ -6,7 +6,8 @@
 // A unit is a named run of the model's declared tensors (ParamLayout's units: the embedding,
 // each layer, the head): its range in the trainable buffer (the model's own, or under low-rank
 // adapters the adapters' of that layer) and, under adapters, its range in the frozen model's
-// own buffer.
+// own buffer; under a 4-bit base sharded by units (model/nf4_base.h), its range in the base's
+// quantized bytes.
 #pragma once
 
 #include <cstddef>
@@ -21,6 +22,7 @@ struct ModelUnit {
     std::string name;     // "embedding", "wte", "wpe", "h.3", "layers.3", "head"
     UnitRange trainable;  // in the trainable buffer; empty where it has none there
     UnitRange frozen;     // in the frozen model's own buffer; empty unless the model is frozen
+    UnitRange codes;      // in a 4-bit base's bytes (Nf4Base::codes); empty unless sharded
     // Its gradient is one copy of two: a pipeline's tied token embedding, held by the first
     // and the last stage, whose sum over the embedding group is the gradient.
     bool shared = false;

@@ -42,42 +42,114 @@ kernels::Nf4BlockMap block_map(const ParamTensor& t, int tensor_rank, std::size_
     return map;
 }
 
+// The layer matrices of `layout` and where their bytes lie (quantized_store): each matrix's
+// name and offset in store order, and each group's range in the layout.
+struct MatrixPlaces {
+    std::vector<std::vector<kernels::Nf4Shape>> groups;
+    std::vector<const ParamTensor*> matrices;
+    std::vector<UnitRange> group_units;
+};
+
+MatrixPlaces place(const ParamLayout& layout, int tensor_rank, std::size_t block, bool double_quant,
+                   bool by_unit) {
+    MatrixPlaces p;
+    // Whole: one group over the layout. Sharded: one per unit holding matrices.
+    std::vector<UnitRange> ranges{{0, layout.total()}};
+    if (by_unit) {
+        ranges.clear();
+        for (const Unit& u : layout.units()) ranges.emplace_back(u.begin, u.end);
+    }
+    for (const UnitRange& range : ranges) {
+        std::vector<kernels::Nf4Shape> group;
+        for (const ParamTensor& t : layout.tensors()) {
+            if (!layer_matrix(layout, t) || t.offset < range.first || t.offset >= range.second)
+                continue;
+            std::size_t whole = 1;
+            for (int64_t d : t.full_shape) whole *= static_cast<std::size_t>(d);
+            group.push_back(kernels::Nf4Shape{t.numel, whole, block, double_quant,
+                                              block_map(t, tensor_rank, block)});
+            p.matrices.push_back(&t);
+        }
+        if (group.empty()) continue;
+        p.groups.push_back(std::move(group));
+        p.group_units.push_back(range);
+    }
+    return p;
+}
+
 }  // namespace
 
-void Nf4Base::quantize(const ParamLayout& layout, int tensor_rank, const ParamLayout& whole_layout,
-                       const std::vector<float>& whole, kernels::DType dtype) {
-    std::map<std::size_t, kernels::Nf4Tensor> host;
-    std::size_t largest = 0;
-    for (const ParamTensor& t : layout.tensors()) {
-        if (!layer_matrix(layout, t)) continue;
-        const ParamTensor* full = whole_layout.find(t.name);
-        if (!full) throw Error("internal: " + t.name + " is not in the whole model");
+kernels::Nf4Store quantized_store(const ParamLayout& layout, std::size_t block, bool double_quant,
+                                  const BufferPlan& plan) {
+    return kernels::Nf4Store(place(layout, 0, block, double_quant, plan.shard_params).groups,
+                             plan.shard_params ? plan.multiple : 1);
+}
+
+Nf4Base::Nf4Base(kernels::Ops& ops, const ParamLayout& layout, int tensor_rank, std::size_t block,
+                 bool double_quant, const BufferPlan& plan)
+    : ops_(ops), block_(block), double_quant_(double_quant), replica_(plan.replica) {
+    const MatrixPlaces p = place(layout, tensor_rank, block, double_quant, plan.shard_params);
+    const std::size_t multiple = plan.shard_params ? plan.multiple : 1;
+    store_ = kernels::Nf4Store(p.groups, multiple);
+    group_units_ = p.group_units;
+    for (std::size_t i = 0; i < p.matrices.size(); ++i) {
+        names_.push_back(p.matrices[i]->name);
+        matrices_.emplace(p.matrices[i]->offset, i);
+    }
+    codes_ = plan.shard_params ? FlatBuffer(ops, store_.groups(), static_cast<int>(multiple),
+                                            plan.replica, kernels::DType::u8)
+                               : FlatBuffer(ops, store_.bytes(), kernels::DType::u8);
+}
+
+void Nf4Base::quantize(const ParamLayout& whole_layout, const std::vector<float>& whole,
+                       kernels::DType dtype) {
+    std::vector<kernels::Nf4Tensor> shards;
+    for (std::size_t i = 0; i < store_.size(); ++i) {
+        const ParamTensor* full = whole_layout.find(names_[i]);
+        if (!full) throw Error("internal: " + names_[i] + " is not in the whole model");
         const std::span<const float> values(whole.data() + full->offset, full->numel);
-        const kernels::Nf4Tensor matrix = kernels::nf4_quantize(values, block_, double_quant_);
-        host.emplace(t.offset, kernels::nf4_shard(matrix, block_map(t, tensor_rank, block_),
-                                                  t.numel / block_));
-        largest = std::max(largest, t.numel);
+        const kernels::Nf4Shape& shape = store_.shape(i);
+        shards.push_back(kernels::nf4_shard(kernels::nf4_quantize(values, block_, double_quant_),
+                                            shape.map, shape.count / block_));
+    }
+    const std::vector<uint8_t> bytes = store_.pack(shards);
+    if (!codes_.sharded() && !bytes.empty())
+        ops_.upload(codes_.at(0).data, bytes.data(), bytes.size());
+    for (std::size_t g = 0; codes_.sharded() && g < codes_.units().size(); ++g) {
+        const std::size_t part = codes_.part_size(g);
+        ops_.upload(
+            codes_.shard_part(g).data,
+            bytes.data() + codes_.units()[g].first + static_cast<std::size_t>(replica_) * part,
+            part);
     }
     // A linear's W spans adjacent matrices (llama's q, k and v; gate and up): the tile holds
     // the largest run of adjacent ones.
-    std::size_t run = 0, end = 0;
-    for (const auto& [offset, m] : host) {
-        run = offset == end ? run + m.size : m.size;
-        end = offset + m.size;
+    std::size_t largest = 0, run = 0, end = 0;
+    for (const auto& [offset, i] : matrices_) {
+        const std::size_t count = store_.shape(i).count;
+        run = offset == end ? run + count : count;
+        end = offset + count;
         largest = std::max(largest, run);
     }
-    store(host);
     tile_ = kernels::DeviceBuffer(ops_, largest, dtype);
     tile_holds_ = kNoParam;
 }
 
-void Nf4Base::store(const std::map<std::size_t, kernels::Nf4Tensor>& host) {
-    std::vector<kernels::Nf4Tensor> matrices;
-    for (const auto& [offset, m] : host) matrices.push_back(m);
-    store_ = kernels::Nf4Store(ops_, matrices);
-    matrices_.clear();
-    std::size_t i = 0;
-    for (const auto& [offset, m] : host) matrices_.emplace(offset, store_[i++]);
+UnitRange Nf4Base::codes_of(UnitRange elements) const {
+    if (!codes_.sharded()) return {0, 0};
+    UnitRange bytes{0, 0};
+    for (std::size_t g = 0; g < group_units_.size(); ++g) {
+        if (group_units_[g].first < elements.first || group_units_[g].second > elements.second)
+            continue;
+        if (bytes.first == bytes.second) bytes.first = codes_.units()[g].first;
+        bytes.second = codes_.units()[g].second;
+    }
+    return bytes;
+}
+
+kernels::Nf4Matrix Nf4Base::matrix(std::size_t i) const {
+    const std::size_t group_begin = store_.groups()[store_.group_of(i)].first;
+    return store_.view(i, static_cast<const uint8_t*>(codes_.at(group_begin).data));
 }
 
 std::vector<std::pair<std::size_t, std::size_t>> quantized_ranges(const ParamLayout& layout) {
@@ -92,20 +164,6 @@ std::vector<std::pair<std::size_t, std::size_t>> quantized_ranges(const ParamLay
     return ranges;
 }
 
-std::size_t quantized_bytes(const ParamLayout& layout, std::size_t block, bool double_quant) {
-    std::size_t bytes = 0;
-    for (const ParamTensor& t : layout.tensors()) {
-        if (!layer_matrix(layout, t)) continue;
-        std::size_t whole = 1;
-        for (int64_t d : t.full_shape) whole *= static_cast<std::size_t>(d);
-        const std::size_t blocks = t.numel / block, whole_blocks = (whole + block - 1) / block;
-        const std::size_t scales =
-            (whole_blocks + kernels::kNf4AbsmaxBlock - 1) / kernels::kNf4AbsmaxBlock;
-        bytes += (t.numel + 1) / 2 + (double_quant ? blocks + 4 * scales + 4 : 4 * blocks);
-    }
-    return bytes;
-}
-
 void round_trip_base(const ParamLayout& whole_layout, float* whole, std::size_t block,
                      bool double_quant) {
     for (const ParamTensor& t : whole_layout.tensors()) {
@@ -117,14 +175,16 @@ void round_trip_base(const ParamLayout& whole_layout, float* whole, std::size_t 
 
 std::size_t Nf4Base::parameters() const {
     std::size_t total = 0;
-    for (const auto& [offset, m] : matrices_) total += m.count;
+    for (std::size_t i = 0; i < store_.size(); ++i) total += store_.shape(i).count;
     return total;
 }
 
-void Nf4Base::fill(std::vector<float>& local) const {
-    for (const auto& [offset, m] : matrices_) {
-        ops_.nf4_dequantize(tile_.data(), m);
-        ops_.copy_to_host(local.data() + offset, tile_.data(), m.count);
+void Nf4Base::fill(std::vector<float>& local, UnitRange elements) const {
+    for (const auto& [offset, i] : matrices_) {
+        if (offset < elements.first || offset >= elements.second) continue;
+        const std::size_t count = store_.shape(i).count;
+        ops_.nf4_dequantize(tile_.data(), matrix(i));
+        ops_.copy_to_host(local.data() + offset, tile_.data(), count);
     }
     tile_holds_ = kNoParam;
 }
@@ -134,11 +194,11 @@ ConstPtr Nf4Base::dequantize_into_tile(const LinearWeights& w) const {
     if (count > tile_.size()) throw Error("internal: a linear larger than the NF4 tile");
     for (std::size_t done = 0; tile_holds_ != w.weight && done < count;) {
         const auto it = matrices_.find(w.weight + done);
-        if (it == matrices_.end() || done + it->second.count > count)
+        if (it == matrices_.end() || done + store_.shape(it->second).count > count)
             throw Error("internal: no quantized matrix at element " +
                         std::to_string(w.weight + done));
-        ops_.nf4_dequantize(tile_.data() + done, it->second);
-        done += it->second.count;
+        ops_.nf4_dequantize(tile_.data() + done, matrix(it->second));
+        done += store_.shape(it->second).count;
         if (done == count) tile_holds_ = w.weight;
     }
     return tile_.data();

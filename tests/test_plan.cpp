@@ -633,6 +633,16 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
         overrides.push_back("training.recompute=full");
         measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, 8);
     }
+    // ZeRO-3 shards the 4-bit base's codes and constants by layers (model/nf4_base.h): each
+    // rank's share of every layer's, over D = 2 and over hybrid sharding's groups of 2.
+    SECTION("llama over a 4-bit base, ZeRO-3: 1 x 1 x 2 and hybrid 1 x 1 x 4 over 2") {
+        const std::vector<std::string> llama = {"model.arch=llama", "model.kv_heads=2"};
+        check_nf4_memory(llama, {"parallel.data=2", "parallel.zero_stage=3"}, 2);
+        check_nf4_memory(llama,
+                         {"parallel.data=4", "parallel.data_shard=2", "parallel.zero_stage=3",
+                          "training.global_batch=8"},
+                         4);
+    }
     SECTION("2 x 1 x 1, ZB-H2") {
         check_measured_memory({"parallel.pipeline=2", "parallel.schedule=zb-h2"}, 2);
     }

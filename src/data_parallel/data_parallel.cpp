@@ -77,10 +77,16 @@ DataParallel::DataParallel(kernels::Ops& ops, ModelBuffers model, DataGroups gro
     if (zero_stage_ >= 2)
         zero_units_ = std::make_unique<ZeroUnits>(
             ops, params_, grads_, group_, overlap_.grad_reduce, overlap_.param_gather, reshard);
-    if (model.frozen && zero_stage_ == 3)
-        frozen_units_ =
-            std::make_unique<ZeroUnits>(ops, *model.frozen, no_grads_, group_, false,
-                                        overlap.param_gather && group_.size() > 1, reshard);
+    const auto gather_only = [&](model::FlatBuffer* buffer,
+                                 model::UnitRange model::ModelUnit::*range) {
+        if (buffer && zero_stage_ == 3)
+            gather_only_.push_back(GatherOnly{
+                range,
+                std::make_unique<ZeroUnits>(ops, *buffer, no_grads_, group_, false,
+                                            overlap.param_gather && group_.size() > 1, reshard)});
+    };
+    gather_only(model.frozen, &model::ModelUnit::frozen);
+    gather_only(model.codes, &model::ModelUnit::codes);
     flight_.resize(buckets_.size());
     set_param_file(param_file);
 }
@@ -94,7 +100,7 @@ std::vector<std::pair<std::size_t, std::size_t>> DataParallel::owned_ranges() co
 void DataParallel::set_trace(io::TraceRecorder* trace) {
     trace_ = trace;
     if (zero_units_) zero_units_->set_trace(trace);
-    if (frozen_units_) frozen_units_->set_trace(trace);
+    for (GatherOnly& g : gather_only_) g.units->set_trace(trace);
 }
 
 void DataParallel::set_param_file(ParamFile* file) {
@@ -248,16 +254,19 @@ void DataParallel::sum_over_replicas() {
 
 // ---- parameters ------------------------------------------------------------------------------
 
-// A frozen model's own parameters first, then its adapters (the trainable buffer).
+// A frozen model's own parameters and a 4-bit base's bytes first, then its adapters (the
+// trainable buffer).
 void DataParallel::params_needed(std::size_t unit, const std::size_t* next) {
     const model::ModelUnit& u = units_[unit];
-    if (frozen_units_ && u.frozen.first < u.frozen.second)
-        frozen_units_->params_needed(u.frozen.first, u.frozen.second);
+    for (GatherOnly& g : gather_only_)
+        if (const model::UnitRange r = u.*g.range; r.first < r.second)
+            g.units->params_needed(r.first, r.second);
     if (u.trainable.first < u.trainable.second) range_needed(u.trainable.first, u.trainable.second);
     if (!next) return;
     const model::ModelUnit& n = units_[*next];
-    if (frozen_units_ && n.frozen.first < n.frozen.second)
-        frozen_units_->params_prefetch(n.frozen.first, n.frozen.second);
+    for (GatherOnly& g : gather_only_)
+        if (const model::UnitRange r = n.*g.range; r.first < r.second)
+            g.units->params_prefetch(r.first, r.second);
     if (zero_stage_ == 3 && n.trainable.first < n.trainable.second)
         zero_units_->params_prefetch(n.trainable.first, n.trainable.second);
 }
@@ -277,15 +286,29 @@ void DataParallel::range_needed(std::size_t begin, std::size_t end) {
 
 void DataParallel::params_done(std::size_t unit) {
     const model::ModelUnit& u = units_[unit];
-    if (frozen_units_ && u.frozen.first < u.frozen.second)
-        frozen_units_->params_done(u.frozen.first, u.frozen.second);
+    for (GatherOnly& g : gather_only_)
+        if (const model::UnitRange r = u.*g.range; r.first < r.second)
+            g.units->params_done(r.first, r.second);
     if (zero_stage_ == 3 && u.trainable.first < u.trainable.second)
         zero_units_->params_done(u.trainable.first, u.trainable.second);
 }
 
 void DataParallel::release_params() {
     if (zero_stage_ == 3) zero_units_->release_params();
-    if (frozen_units_) frozen_units_->release_params();
+    for (GatherOnly& g : gather_only_) g.units->release_params();
+}
+
+void DataParallel::with_codes_gathered(const std::function<void(const model::ModelUnit&)>& fn) {
+    const auto codes =
+        std::find_if(gather_only_.begin(), gather_only_.end(),
+                     [](const GatherOnly& g) { return g.range == &model::ModelUnit::codes; });
+    for (const model::ModelUnit& u : units_) {
+        const bool gathers = codes != gather_only_.end() && u.codes.first < u.codes.second;
+        if (gathers) codes->units->params_needed(u.codes.first, u.codes.second);
+        fn(u);
+        if (gathers) codes->units->params_done(u.codes.first, u.codes.second);
+    }
+    if (codes != gather_only_.end()) codes->units->release_params();
 }
 
 void DataParallel::finish_gather(std::size_t b) {

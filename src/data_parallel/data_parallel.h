@@ -34,7 +34,10 @@
 //
 // A frozen model (low-rank adapters) trains its adapters: the trainable buffer is theirs, and at
 // ZeRO-3 the frozen model's own parameters are sharded too, each unit gathered for the forward
-// and the backward and released, never reduced (a gather-only ZeroUnits of their own).
+// and the backward and released, never reduced (a gather-only ZeroUnits of their own). A 4-bit
+// base's quantized bytes (model/nf4_base.h), sharded by the same units, are a second
+// gather-only set: a layer's codes and constants gathered on the same events, not its
+// dequantized weights.
 //
 // A pipeline's tied embedding (ModelUnit::shared): the first and the last stage each hold a
 // copy whose gradient is half the sum. Whole gradients are summed over the embedding group after
@@ -53,6 +56,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -124,6 +128,7 @@ struct ModelBuffers {
     model::FlatBuffer& grads;
     std::size_t tensors = 0;  // elements of the trainable layout (past them: padding)
     model::FlatBuffer* frozen = nullptr;
+    model::FlatBuffer* codes = nullptr;  // a 4-bit base's bytes (Nf4Base::codes), or null
 };
 
 // The groups: `shard` the one the state is sharded over, `replicas` its replicas (hybrid
@@ -171,6 +176,10 @@ public:
     void backward_done();
     // After a run of the schedule (stage 3): the units kept gathered released.
     void release_params();
+    // Outside a step, fn(unit) for each unit in order, a 4-bit base's bytes of it resident:
+    // gathered for the call and released after at stage 3 (collective over the shard group),
+    // whole below it. What reads the whole base (Nf4Base::fill) reads it so.
+    void with_codes_gathered(const std::function<void(const model::ModelUnit&)>& fn);
     // Sums the gradients over the group and its replicas: all of them (stage 0) or this
     // rank's owned parts (stage 1: in their places in the gradients; stages 2, 3: the
     // gradient shard); sharded, then the tied embedding's two copies on the shards.
@@ -232,8 +241,13 @@ private:
     std::vector<InFlight> flight_;           // per bucket
     bool in_step_ = false;                   // between start_step and reduce_gradients (overlapped)
     std::unique_ptr<ZeroUnits> zero_units_;  // stages 2, 3
-    // A frozen model's own parameters at stage 3, gathered unit by unit; null otherwise.
-    std::unique_ptr<ZeroUnits> frozen_units_;
+    // At stage 3, what is gathered unit by unit and never reduced: a frozen model's own
+    // parameters and a 4-bit base's bytes, each unit's range in it the ModelUnit's `range`.
+    struct GatherOnly {
+        model::UnitRange model::ModelUnit::*range;
+        std::unique_ptr<ZeroUnits> units;
+    };
+    std::vector<GatherOnly> gather_only_;
     model::FlatBuffer no_grads_;         // the frozen model's (it has none)
     std::vector<std::size_t> deferred_;  // whole shared units, complete before their tie
     GradientObserver* observer_ = nullptr;

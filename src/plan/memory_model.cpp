@@ -78,16 +78,47 @@ int64_t temporary_bytes(const model::StageParts& parts, const model::KeepPolicy&
     return bytes;
 }
 
+// ZeRO-3's gathered weights at most, of `layout`'s units of `sizes` elements (`buffer` in
+// all), in bytes: the two largest (and a tied embedding the head reads), or all of them kept
+// through the step.
+double gathered_units(const PlanInputs& in, const model::ParamLayout& layout,
+                      std::vector<std::size_t> sizes, double buffer) {
+    if (in.zero_stage != 3) return 0;
+    if (!in.cfg.parallel.reshard_after_forward) return buffer * in.weight_bytes;
+    std::sort(sizes.begin(), sizes.end(), std::greater<>());
+    std::size_t held = 0;
+    for (std::size_t i = 0; i < std::min<std::size_t>(2, sizes.size()); ++i) held += sizes[i];
+    const auto [embedding_begin, embedding_end] = layout.embedding_range();
+    if (layout.shape().tied && layout.plan().stages == 1) held += embedding_end - embedding_begin;
+    return static_cast<double>(held) * in.weight_bytes;
+}
+
+// ZeRO-3's gathered units of a 4-bit base's bytes at most, as gathered_bytes counts the
+// weights': the two largest groups, or all of them kept through the step.
+double gathered_codes(const PlanInputs& in, const kernels::Nf4Store& store) {
+    if (in.zero_stage != 3) return 0;
+    if (!in.cfg.parallel.reshard_after_forward) return static_cast<double>(store.bytes());
+    std::vector<std::size_t> sizes;
+    for (const auto& [begin, end] : store.groups()) sizes.push_back(end - begin);
+    std::sort(sizes.begin(), sizes.end(), std::greater<>());
+    double held = 0;
+    for (std::size_t i = 0; i < std::min<std::size_t>(2, sizes.size()); ++i)
+        held += static_cast<double>(sizes[i]);
+    return held;
+}
+
 // Low-rank adapters (docs/ARCHITECTURE.md, "Low-rank adapters"): the model's weights stay
 // (whole, or at ZeRO-3 a D-th), but it has no gradients and no optimizer state; the adapters'
 // buffer (its layer units aligned to D at ZeRO 2 and 3, as the model's) has weights,
 // gradients and state, sharded by the same stages.
 void add_adapters(const PlanInputs& in, const model::ParamLayout& layout, StageMemory& s) {
     const auto& p = in.cfg.parallel;
-    const int64_t D = int64_t{p.data} * p.context;
+    // Sharded over the shard group (parallel.data_shard; all D·C ranks by default), as the
+    // model's own buffers (stage_states).
+    const int64_t D = p.shard_ranks();
     const model::ParamLayout adapters_layout =
         model::ParamLayout::for_lora(layout.shape(), config::lora_of(in.cfg).shape, 0, p.tensor,
-                                     layout.plan(), in.zero_stage >= 2 ? p.data : 1);
+                                     layout.plan(), in.zero_stage >= 2 ? static_cast<int>(D) : 1);
     const int64_t adapters = (static_cast<int64_t>(adapters_layout.total()) + D - 1) / D * D;
     const ModelStates trained = model_states(static_cast<double>(adapters), static_cast<int>(D),
                                              in.zero_stage, in.weight_bytes, in.grad_bytes);
@@ -95,9 +126,10 @@ void add_adapters(const PlanInputs& in, const model::ParamLayout& layout, StageM
     s.states.gradients = trained.gradients;
     s.states.optimizer = trained.optimizer;
     s.parameters += adapters;
-    // A 4-bit base (model/nf4_base.h): its store of codes and constants, and the tile its
-    // linears are dequantized into (the longest run of adjacent matrices); below ZeRO-3 its
-    // layer matrices leave the dense buffer.
+    // A 4-bit base (model/nf4_base.h): its store of codes and constants (at ZeRO-3 this rank's
+    // share of each unit's, padded, and the units gathered at once as the weights' are), and
+    // the tile its linears are dequantized into (the longest run of adjacent matrices); below
+    // ZeRO-3 its layer matrices leave the dense buffer.
     const config::LoraConfig& lora = in.cfg.training.lora;
     if (!lora.quantized()) return;
     int64_t quantized = 0, tile = 0;
@@ -105,13 +137,37 @@ void add_adapters(const PlanInputs& in, const model::ParamLayout& layout, StageM
         quantized += static_cast<int64_t>(end - begin);
         tile = std::max(tile, static_cast<int64_t>(end - begin));
     }
-    s.states.weights +=
-        static_cast<double>(model::quantized_bytes(
-            layout, static_cast<std::size_t>(lora.quant_block), lora.double_quant)) +
-        static_cast<double>(tile * in.weight_bytes);
-    if (in.zero_stage >= 3) return;
-    s.parameters -= quantized;
-    s.states.weights -= static_cast<double>(quantized * in.weight_bytes);
+    const model::BufferPlan plan{static_cast<std::size_t>(p.shard_ranks()), 0, false,
+                                 in.zero_stage >= 3, false};
+    const kernels::Nf4Store store = model::quantized_store(
+        layout, static_cast<std::size_t>(lora.quant_block), lora.double_quant, plan);
+    s.states.weights += static_cast<double>(store.bytes() / plan.multiple) +
+                        static_cast<double>(tile * in.weight_bytes);
+    if (in.zero_stage < 3) {
+        s.parameters -= quantized;
+        s.states.weights -= static_cast<double>(quantized * in.weight_bytes);
+        return;
+    }
+    // Sharded, each unit of the dense buffer holds its elements past the matrices, padded to
+    // a multiple of N (model/flat_buffer.h); the layer's codes are gathered beside them.
+    const auto N = static_cast<std::size_t>(D);
+    std::vector<std::size_t> sizes;
+    std::size_t held = 0;
+    for (const auto& [begin, end] : layout.unit_ranges()) {
+        std::size_t size = end - begin;
+        for (const auto& [q_begin, q_end] : model::quantized_ranges(layout))
+            if (q_end > begin && q_begin < end)
+                size -= std::min(q_end, end) - std::max(q_begin, begin);
+        sizes.push_back((size + N - 1) / N * N);
+        held += sizes.back();
+    }
+    const auto dense = static_cast<int64_t>((layout.total() + N - 1) / N * N);
+    s.parameters -= dense - static_cast<int64_t>(held);
+    s.states.weights -=
+        static_cast<double>((dense - static_cast<int64_t>(held)) * in.weight_bytes) /
+        static_cast<double>(N);
+    s.gathered =
+        gathered_units(in, layout, sizes, static_cast<double>(held)) + gathered_codes(in, store);
 }
 
 }  // namespace
@@ -219,17 +275,9 @@ namespace {
 
 // ZeRO-3's gathered units at most (see the top of memory_model.h), in bytes.
 double gathered_bytes(const PlanInputs& in, const model::ParamLayout& layout, int64_t buffer) {
-    if (in.zero_stage != 3) return 0;
-    if (!in.cfg.parallel.reshard_after_forward)
-        return static_cast<double>(buffer) * in.weight_bytes;
     std::vector<std::size_t> sizes;
     for (const auto& [begin, end] : layout.unit_ranges()) sizes.push_back(end - begin);
-    std::sort(sizes.begin(), sizes.end(), std::greater<>());
-    std::size_t held = 0;
-    for (std::size_t i = 0; i < std::min<std::size_t>(2, sizes.size()); ++i) held += sizes[i];
-    const auto [embedding_begin, embedding_end] = layout.embedding_range();
-    if (layout.shape().tied && layout.plan().stages == 1) held += embedding_end - embedding_begin;
-    return static_cast<double>(held) * in.weight_bytes;
+    return gathered_units(in, layout, sizes, static_cast<double>(buffer));
 }
 
 // The optimizer state replica 0 of the shard group holds on the device: its owned parts as the
@@ -240,7 +288,7 @@ double held_optimizer_bytes(const PlanInputs& in, const model::ParamLayout& layo
                             int64_t buffer) {
     std::vector<model::ModelUnit> units;
     for (const auto& [begin, end] : layout.unit_ranges())
-        units.push_back(model::ModelUnit{"", {begin, end}, {0, 0}, false});
+        units.push_back(model::ModelUnit{"", {begin, end}, {0, 0}, {0, 0}, false});
     const auto parts = data_parallel::owned_parts(
         data_parallel::make_buckets(units, static_cast<std::size_t>(buffer), in.zero_stage,
                                     static_cast<std::size_t>(in.cfg.parallel.shard_ranks()), 0,

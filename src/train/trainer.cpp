@@ -39,8 +39,12 @@ std::unique_ptr<data_parallel::ParamFile> param_file(const config::Config& cfg, 
 // model's adapters) and a frozen model's own parameters.
 data_parallel::ModelBuffers model_buffers(model::Gpt& model) {
     model::WeightSet& trainable = model.trainable();
-    return {model.units(), trainable.params(), trainable.grads(), trainable.layout().total(),
-            model.frozen() ? &model.weights().params() : nullptr};
+    return {model.units(),
+            trainable.params(),
+            trainable.grads(),
+            trainable.layout().total(),
+            model.frozen() ? &model.weights().params() : nullptr,
+            model.nf4_base() ? &model.nf4_base()->codes() : nullptr};
 }
 
 data_parallel::DataParallelOptions data_options(const config::ParallelConfig& p) {
@@ -345,9 +349,11 @@ std::vector<float> Trainer::local(const model::WeightSet& set, bool grads) {
     // Sharded, each element is on one rank of the shard group and zero on the others.
     if ((grads ? set.grads() : set.params()).sharded())
         grid_.data_shard().all_reduce(host.data(), host.size());
-    // A 4-bit base's matrices are its codes, not the buffer's (model/nf4_base.h).
+    // A 4-bit base's matrices are its codes, not the buffer's (model/nf4_base.h), gathered a
+    // unit at a time where ZeRO-3 shards them.
     if (const model::Nf4Base* base = model_.nf4_base(); base && !grads && &set == &model_.weights())
-        base->fill(host);
+        data_parallel_.with_codes_gathered(
+            [&](const model::ModelUnit& unit) { base->fill(host, unit.frozen); });
     return host;
 }
 

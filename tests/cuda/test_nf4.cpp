@@ -19,11 +19,16 @@ namespace {
 
 constexpr std::size_t kRows = 96, kCols = 4096, kBlock = 64;
 
-// `m` uploaded to `ops` and dequantized there into `dtype`, widened to fp32 on the host.
-std::vector<float> dequantized(Ops& ops, const Nf4Tensor& m, DType dtype) {
-    const Nf4Store store(ops, std::span(&m, 1));
+// `m` (a shard of a matrix of `whole` elements) uploaded to `ops` as the store lays it out and
+// dequantized there into `dtype`, widened to fp32 on the host.
+std::vector<float> dequantized(Ops& ops, const Nf4Tensor& m, std::size_t whole, DType dtype) {
+    const Nf4Store store(
+        {{trident::kernels::Nf4Shape{m.size, whole, m.block, m.double_quant(), m.map}}}, 1);
+    const std::vector<uint8_t> bytes = store.pack(std::span(&m, 1));
+    const trident::kernels::DeviceBuffer codes(ops, bytes.size(), DType::u8);
+    ops.upload(codes.data().data, bytes.data(), bytes.size());
     const trident::kernels::DeviceBuffer out(ops, m.size, dtype);
-    ops.nf4_dequantize(out.data(), store[0]);
+    ops.nf4_dequantize(out.data(), store.view(0, static_cast<const uint8_t*>(codes.data().data)));
     return Pair::host(ops, out.data(), m.size);
 }
 
@@ -42,8 +47,8 @@ TEST_CASE("cuda: NF4 dequantization, bit for bit the CPU's", "[ops]") {
             trident::kernels::nf4_shard(whole, {SIZE_MAX, 0, kRows / 4 * row}, kRows / 4 * row)};
         for (const Nf4Tensor& m : shards)
             for (const DType t : {DType::f32, DType::bf16, DType::f16}) {
-                const std::vector<float> gpu = dequantized(*b.gpu, m, t);
-                const std::vector<float> cpu = dequantized(*b.cpu, m, t);
+                const std::vector<float> gpu = dequantized(*b.gpu, m, w.size(), t);
+                const std::vector<float> cpu = dequantized(*b.cpu, m, w.size(), t);
                 std::printf(
                     "compared: nf4_dequantize of %zu elements (%s, double quantization "
                     "%d): relative error %.3e (bit for bit)\n",

@@ -8,14 +8,17 @@ PyTorch and across layouts.
    differ from the 32-bit base's by more than 1e-4), and so does double quantization.
 2. Every layout family trains the same adapters over the same dequantized bits: the ten losses
    of M = 2 with sequence parallelism, P = 2 (1F1B, interleaved, ZB-H1, ZB-V), D = 2 (ZeRO-1,
-   2 and 3), C = 2 (ring, Ulysses) and full and selective recompute within 1e-5 of one process
-   (GPT-2; llama: M = 2, P = 2, D = 2 ZeRO-1, C = 2). In bf16 (the tile rounded to bf16): one
+   2 and 3), D = 4 hybrid sharding over 2 (ZeRO-3), C = 2 (ring, Ulysses) and full and
+   selective recompute within 1e-5 of one process (GPT-2; llama: M = 2, P = 2, D = 2 ZeRO-1
+   and ZeRO-3, C = 2); ZeRO-3 shards and gathers the codes, not dequantized weights. In bf16
+   (the tile rounded to bf16): one
    process within 2% of fp32's losses, and M = 2 with sequence parallelism and D = 2 ZeRO-3
    within 2% of one bf16 process (the bound of every 16-bit layout, test_composition.py).
 5. The memory the 4-bit base holds: its codes and constants to the format's byte count, and the
-   parameters held and planned (check_memory).
-3. Checkpoints: a resume on M = 2 from one process's step 5 (the base quantized again at
-   load) gives the uninterrupted losses; `checkpoint info` says the base is quantized at
+   parameters held and planned (check_memory); at ZeRO-3 over D = 2 each rank's half of every
+   layer's codes and constants (check_sharded_memory).
+3. Checkpoints: a resume on M = 2, and one at ZeRO-3 over D = 2, from one process's step 5
+   (the base quantized again at load) give the uninterrupted losses; `checkpoint info` says the base is quantized at
    load; `export --merge-lora` writes the dequantized base plus (alpha/r)·B·A (1e-6), which
    loads as a plain model to the adapted first loss (1e-5).
 4. Bad input, one line naming the key, before step 1: quantize without LoRA, a quant_block
@@ -64,6 +67,8 @@ GPT2_FAMILIES = [
     ("D=2 ZeRO-1", 2, ["parallel.data=2", "parallel.zero_stage=1"]),
     ("D=2 ZeRO-2", 2, ["parallel.data=2", "parallel.zero_stage=2"]),
     ("D=2 ZeRO-3", 2, ["parallel.data=2", "parallel.zero_stage=3"]),
+    ("D=4 hybrid shard 2", 4, ["parallel.data=4", "parallel.zero_stage=3",
+                               "parallel.data_shard=2", "training.global_batch=8"]),
     ("C=2 ring", 2, ["parallel.context=2"]),
     ("C=2 ulysses", 2, ["parallel.context=2", "parallel.context_mode=ulysses"]),
     ("recompute full", 1, ["training.recompute=full"]),
@@ -80,6 +85,7 @@ LLAMA_FAMILIES = [
     ("M=2", 2, ["parallel.tensor=2"]),
     ("P=2 1f1b", 2, ["parallel.pipeline=2"]),
     ("D=2 ZeRO-1", 2, ["parallel.data=2", "parallel.zero_stage=1"]),
+    ("D=2 ZeRO-3", 2, ["parallel.data=2", "parallel.zero_stage=3"]),
     ("C=2 ring", 2, ["parallel.context=2"]),
 ]
 
@@ -214,6 +220,16 @@ def check_checkpoint(trident, train, path, reference):
     check(len(resumed) == 5 and worst <= 1e-5,
           f"nf4 resumed on M=2 from one process's step 5: steps 6-10 as uninterrupted "
           f"(worst {worst:.2e})")
+    # And at ZeRO-3 over D = 2 (the codes sharded and gathered), whose checkpoint the export
+    # below reads.
+    shutil.rmtree(path("ck/step_000010"))
+    train("resumed_zero3", NF4 + ["checkpoint.dir=" + path("ck"), "parallel.data=2",
+                                  "parallel.zero_stage=3"], ranks=2)
+    resumed = [r["loss"] for r in curve(path("resumed_zero3.jsonl"))]
+    worst = worst_rel(resumed, reference[5:])
+    check(len(resumed) == 5 and worst <= 1e-5,
+          f"nf4 resumed at ZeRO-3 over D=2 from one process's step 5: steps 6-10 as "
+          f"uninterrupted (worst {worst:.2e})")
     info = run([trident, "checkpoint", "info", path("ck")]).stdout
     check("lora base in 4 bits: nf4, blocks of 16, absmax in 8 bits" in info,
           "checkpoint info: " + next((x for x in info.splitlines() if "4 bits" in x), "none"))
@@ -302,6 +318,37 @@ def check_memory(train):
                                f"allocated buffers' {want}")
     peak = [curve(train.path(n + ".jsonl"))[0]["mem_peak_bytes"] for n in ("mem_plain", "mem_dq")]
     print(f"allocator peak: 32-bit base {peak[0]} bytes, nf4 base {peak[1]} bytes")
+    check_sharded_memory(train, quantized)
+
+
+def quantized_line(stdout):
+    """The start-up line's codes and constants (rank 0's), or None."""
+    line = re.search(r"4-bit base (\d+) bytes of codes and constants", stdout)
+    return int(line.group(1)) if line else None
+
+
+def check_sharded_memory(train, whole):
+    """ZeRO-3 over D = 2 shards the codes and constants by layers (model/nf4_base.h): each rank
+    keeps the half of every layer's bytes (their count padded to even), ~half of one process's
+    `whole`, as the start-up line gives them (rank 0's), and `trident plan` counts the weights
+    held (mem_params_bytes) to the byte; hybrid sharding (D = 4 over shard groups of 2) keeps
+    the same half."""
+    layer = sum(nf4_bytes(o * i) for o, i in (llama.linear_shape(t) for t in llama.TARGETS))
+    want = llama.SHAPE.layers * ((layer + 1) // 2)
+    for name, ranks, grid in (("mem_zero3", 2, ["parallel.data=2"]),
+                              ("mem_hybrid", 4, ["parallel.data=4", "parallel.data_shard=2",
+                                                 "training.global_batch=8"])):
+        overrides = NF4 + grid + ["parallel.zero_stage=3"]
+        p = train(name, overrides + ["training.steps=1"], ranks=ranks)
+        got = quantized_line(p.stdout)
+        check(got == want, f"llama 4-bit base at ZeRO-3, {name}: {got} bytes of codes and "
+                           f"constants a rank, the layers' halves {want} (one process: {whole}, "
+                           f"ratio {(got or 0) / whole:.4f})")
+        held = curve(train.path(name + ".jsonl"))[0]["mem_params_bytes"]
+        plan = run([train.trident, "plan", "--json"] + train.base + layout_families.sets(overrides))
+        planned = json.loads(plan.stdout.splitlines()[-1])["stages"][0]["memory_bytes"]["weights"]
+        check(planned == held, f"trident plan, nf4 at ZeRO-3, {name}: weights {planned} bytes, "
+                               f"the allocated buffers' {held}")
 
 
 def llama_case(trident, tmp):
