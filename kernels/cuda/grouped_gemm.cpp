@@ -112,7 +112,7 @@ void GroupedGemm::run(const std::vector<Product>& products, bool trans_a, bool t
     std::vector<int> m(groups), n(groups), k(groups), ld_b(groups), ld_a(groups), ld_d(groups);
     const std::vector<float> alphas(groups, 1.0f), betas(groups, beta);
     const std::vector<int> one(groups, 1);
-    // On the device: cuBLAS's A (our b), B (our a) and C (our d) of every group, in that order.
+    // On the device: cuBLAS's Aarray (our b), Barray (our a) and Carray (our d), group by group.
     std::vector<const void*> pointers(3 * groups);
     for (std::size_t g = 0; g < groups; ++g) {
         const Product& p = products[g];
