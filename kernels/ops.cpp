@@ -1,5 +1,5 @@
-// The op set's host transfers with conversion, and a sum of squares read back at once, shared
-// by every backend (see ops.h).
+// The op set's host transfers with conversion, a sum of squares read back at once, and the
+// grouped products group by group, shared by every backend (see ops.h).
 #include "kernels/ops.h"
 
 #include <string>
@@ -77,6 +77,32 @@ double Ops::sum_of_squares(ConstPtr x, std::size_t count) {
     download(&sum, total.data, sizeof(sum));
     release(total.data);
     return sum;
+}
+
+// Group by group: rows offsets[g] .. offsets[g+1] with weights[g]; an empty group is no call
+// (a product of no rows is nothing to add).
+void Ops::grouped_matmul_forward(Ptr out, ConstPtr inp, const ConstPtr* weights,
+                                 const int32_t* offsets, int G, int channels, int OC) {
+    for (int g = 0; g < G; ++g) {
+        const std::size_t first = static_cast<std::size_t>(offsets[g]);
+        const int rows = offsets[g + 1] - offsets[g];
+        if (rows > 0)
+            matmul_forward(out + first * OC, inp + first * channels, weights[g], nullptr, rows,
+                           channels, OC);
+    }
+}
+
+void Ops::grouped_matmul_backward(Ptr dinp, const Ptr* dweights, ConstPtr dout, ConstPtr inp,
+                                  const ConstPtr* weights, const int32_t* offsets, int G,
+                                  int channels, int OC) {
+    for (int g = 0; g < G; ++g) {
+        const std::size_t first = static_cast<std::size_t>(offsets[g]);
+        const int rows = offsets[g + 1] - offsets[g];
+        if (rows == 0) continue;
+        matmul_backward(dinp ? dinp + first * channels : Ptr(), dweights ? dweights[g] : Ptr(),
+                        nullptr, dout + first * OC, inp ? inp + first * channels : ConstPtr(),
+                        dinp ? weights[g] : ConstPtr(), rows, channels, OC);
+    }
 }
 
 }  // namespace trident::kernels

@@ -160,6 +160,23 @@ public:
     // partial outputs are reduced.
     virtual void add_bias(Ptr out, ConstPtr bias, int N, int OC) = 0;
 
+    // ---- grouped linear (a mixture of experts' experts, model/moe_mlp.cpp) ------------------
+    // G groups of contiguous rows, each with its own weight and no bias: group g is rows
+    // [offsets[g], offsets[g+1]) of the activations (offsets (G+1), on the host, ascending; a
+    // group may be empty, N = offsets[G]) and weights[g] (OC,channels) its weight (G device
+    // pointers, on the host). The results of matmul_forward and matmul_backward called
+    // on each group's rows: the defaults (ops.cpp, the CPU backend's) make those calls, bit for
+    // bit theirs; a GPU backend runs the groups as one grouped GEMM.
+    // out (N,OC) = each group's inp (rows,channels) @ weights[g]^T.
+    virtual void grouped_matmul_forward(Ptr out, ConstPtr inp, const ConstPtr* weights,
+                                        const int32_t* offsets, int G, int channels, int OC);
+    // dinp (N,channels) += each group's dout (rows,OC) @ weights[g]; dweights[g] (OC,channels) +=
+    // dout^T @ inp of its rows. dinp, or dweights (G pointers on the host), may be null (not
+    // needed), as in matmul_backward; weights is read for dinp only.
+    virtual void grouped_matmul_backward(Ptr dinp, const Ptr* dweights, ConstPtr dout, ConstPtr inp,
+                                         const ConstPtr* weights, const int32_t* offsets, int G,
+                                         int channels, int OC);
+
     // ---- causal self-attention ----------------------------------------------------------
     // qkv (B,T,3·channels) holds q, k, v side by side, each (B,T,NH,hs) with hs = channels/NH;
     // under tensor parallelism channels and NH are this rank's share, heads head_begin ..

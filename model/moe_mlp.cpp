@@ -34,6 +34,7 @@
 #include <algorithm>
 #include <functional>
 #include <memory>
+#include <vector>
 
 #include "model/mlp.h"
 #include "model/moe_dispatch.h"
@@ -98,6 +99,12 @@ private:
     void permute(PartContext& ctx, const MoeRouting& r, Ptr out, ConstPtr rows, int width) const;
     void unpermute_add(PartContext& ctx, const MoeRouting& r, Ptr out, ConstPtr permuted,
                        int width) const;
+    // Of the experts r computes, one tensor each (t_.gate_up or t_.down): the weights, the
+    // gradients.
+    std::vector<ConstPtr> expert_params(PartContext& ctx, const ExpertRows& r,
+                                        const std::vector<std::size_t>& tensors) const;
+    std::vector<Ptr> expert_grads(PartContext& ctx, const ExpertRows& r,
+                                  const std::vector<std::size_t>& tensors) const;
     void experts_forward(PartContext& ctx, const Pass& pass, const ExpertRows& r, ConstPtr x,
                          Ptr out) const;
     void experts_backward(PartContext& ctx, const Pass& pass, const ExpertRows& r, ConstPtr x,
@@ -265,28 +272,32 @@ void MoeMlp::unpermute_add(PartContext& ctx, const MoeRouting& r, Ptr out, Const
                                nullptr, 0);
 }
 
-// Each expert's GEMMs on its contiguous rows: out (rows, H) from x (rows, H).
+std::vector<ConstPtr> MoeMlp::expert_params(PartContext& ctx, const ExpertRows& r,
+                                            const std::vector<std::size_t>& tensors) const {
+    std::vector<ConstPtr> params;
+    for (int j = 0; j < r.experts(); ++j)
+        params.push_back(ctx.weights.params.at(tensors[static_cast<std::size_t>(r.first + j)]));
+    return params;
+}
+
+std::vector<Ptr> MoeMlp::expert_grads(PartContext& ctx, const ExpertRows& r,
+                                      const std::vector<std::size_t>& tensors) const {
+    std::vector<Ptr> grads;
+    for (int j = 0; j < r.experts(); ++j)
+        grads.push_back(ctx.weights.grads.at(tensors[static_cast<std::size_t>(r.first + j)]));
+    return grads;
+}
+
+// The experts' GEMMs, each on its contiguous rows, one grouped op of each kind (Ops's grouped
+// linear): out (rows, H) from x (rows, H).
 void MoeMlp::experts_forward(PartContext& ctx, const Pass& pass, const ExpertRows& r, ConstPtr x,
                              Ptr out) const {
-    const std::size_t H = static_cast<std::size_t>(H_), F = static_cast<std::size_t>(F_);
     const Ptr gate_up = pass.buffers[gate_up_], hidden = pass.buffers[hidden_];
-    for (int j = 0; j < r.experts(); ++j) {
-        const std::size_t first = static_cast<std::size_t>(r.offset[static_cast<std::size_t>(j)]);
-        if (r.count(j) == 0) continue;
-        ctx.ops.matmul_forward(
-            gate_up + first * 2 * F, x + first * H,
-            ctx.weights.params.at(t_.gate_up[static_cast<std::size_t>(r.first + j)]), nullptr,
-            r.count(j), H_, 2 * F_);
-    }
+    ctx.ops.grouped_matmul_forward(gate_up, x, expert_params(ctx, r, t_.gate_up).data(),
+                                   r.offset.data(), r.experts(), H_, 2 * F_);
     ctx.ops.swiglu_forward(hidden, gate_up, r.rows(), F_);
-    for (int j = 0; j < r.experts(); ++j) {
-        const std::size_t first = static_cast<std::size_t>(r.offset[static_cast<std::size_t>(j)]);
-        if (r.count(j) == 0) continue;
-        ctx.ops.matmul_forward(
-            out + first * H, hidden + first * F,
-            ctx.weights.params.at(t_.down[static_cast<std::size_t>(r.first + j)]), nullptr,
-            r.count(j), F_, H_);
-    }
+    ctx.ops.grouped_matmul_forward(out, hidden, expert_params(ctx, r, t_.down).data(),
+                                   r.offset.data(), r.experts(), F_, H_);
 }
 
 ExpertExchange MoeMlp::exchange(PartContext& ctx, const Pass& pass, const MoeRouting& r,
@@ -379,25 +390,15 @@ void MoeMlp::experts_backward(PartContext& ctx, const Pass& pass, const ExpertRo
                       F = static_cast<std::size_t>(F_);
     const Ptr d_hidden = ctx.scratch[d_hidden_], hidden = pass.buffers[hidden_];
     ctx.ops.zero(d_hidden, K * F);
-    for (int j = 0; j < r.experts(); ++j) {
-        const std::size_t first = static_cast<std::size_t>(r.offset[static_cast<std::size_t>(j)]);
-        if (r.count(j) == 0) continue;
-        ctx.ops.matmul_backward(
-            d_hidden + first * F, nullptr, nullptr, d_out + first * H, hidden + first * F,
-            ctx.weights.params.at(t_.down[static_cast<std::size_t>(r.first + j)]), r.count(j), F_,
-            H_);
-    }
+    ctx.ops.grouped_matmul_backward(d_hidden, nullptr, d_out, hidden,
+                                    expert_params(ctx, r, t_.down).data(), r.offset.data(),
+                                    r.experts(), F_, H_);
     ctx.ops.zero(d_gate_up, K * 2 * F);
     ctx.ops.swiglu_backward(d_gate_up, pass.buffers[gate_up_], d_hidden, r.rows(), F_);
     ctx.ops.zero(d_x, K * H);
-    for (int j = 0; j < r.experts(); ++j) {
-        const std::size_t first = static_cast<std::size_t>(r.offset[static_cast<std::size_t>(j)]);
-        if (r.count(j) == 0) continue;
-        ctx.ops.matmul_backward(
-            d_x + first * H, nullptr, nullptr, d_gate_up + first * 2 * F, x + first * H,
-            ctx.weights.params.at(t_.gate_up[static_cast<std::size_t>(r.first + j)]), r.count(j),
-            H_, 2 * F_);
-    }
+    ctx.ops.grouped_matmul_backward(d_x, nullptr, d_gate_up, x,
+                                    expert_params(ctx, r, t_.gate_up).data(), r.offset.data(),
+                                    r.experts(), H_, 2 * F_);
 }
 
 ConstPtr MoeMlp::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstPtr dy,
@@ -458,7 +459,6 @@ void MoeMlp::backward_weight(PartContext& ctx, const Pass& pass, ConstPtr x) con
 void MoeMlp::weight_grads(PartContext& ctx, const Pass& pass, ConstPtr x_all, const MoeRouting& r,
                           const WeightGradInputs& g) const {
     if (ctx.weights.frozen) return;
-    const std::size_t H = static_cast<std::size_t>(H_), F = static_cast<std::size_t>(F_);
     const Ptr hidden = pass.buffers[hidden_];
     ConstPtr x_rows;
     ExpertRows rows;
@@ -470,19 +470,11 @@ void MoeMlp::weight_grads(PartContext& ctx, const Pass& pass, ConstPtr x_all, co
         permute(ctx, r, ctx.scratch[x_perm_], x_all, H_);
         x_rows = ctx.scratch[x_perm_];
     }
-    for (int j = 0; j < rows.experts(); ++j) {
-        const std::size_t first =
-            static_cast<std::size_t>(rows.offset[static_cast<std::size_t>(j)]);
-        const std::size_t gate_up = t_.gate_up[static_cast<std::size_t>(rows.first + j)];
-        const std::size_t down = t_.down[static_cast<std::size_t>(rows.first + j)];
-        if (rows.count(j) == 0) continue;
-        ctx.ops.matmul_backward(nullptr, ctx.weights.grads.at(gate_up), nullptr,
-                                g.d_gate_up + first * 2 * F, x_rows + first * H,
-                                ctx.weights.params.at(gate_up), rows.count(j), H_, 2 * F_);
-        ctx.ops.matmul_backward(nullptr, ctx.weights.grads.at(down), nullptr, g.d_out + first * H,
-                                hidden + first * F, ctx.weights.params.at(down), rows.count(j), F_,
-                                H_);
-    }
+    ctx.ops.grouped_matmul_backward(nullptr, expert_grads(ctx, rows, t_.gate_up).data(),
+                                    g.d_gate_up, x_rows, nullptr, rows.offset.data(),
+                                    rows.experts(), H_, 2 * F_);
+    ctx.ops.grouped_matmul_backward(nullptr, expert_grads(ctx, rows, t_.down).data(), g.d_out,
+                                    hidden, nullptr, rows.offset.data(), rows.experts(), F_, H_);
     ctx.ops.matmul_backward(nullptr, ctx.weights.grads.at(t_.router), nullptr, g.d_logits, x_all,
                             ctx.weights.params.at(t_.router), N_, H_, E_);
 }

@@ -217,6 +217,7 @@ public:
                              v.in(weight, std::size_t(OC) * channels), N, channels, OC);
         v.commit();
     }
+    // grouped_matmul_forward and _backward: the defaults, one matmul per group (ops.cpp).
     void add_bias(Ptr out, ConstPtr bias, int N, int OC) override {
         cpu::Fp32Views v(scratch_);
         cpu::add_bias(v.inout(out, std::size_t(N) * OC), v.in(bias, OC), N, OC);

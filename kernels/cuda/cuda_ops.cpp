@@ -1,10 +1,11 @@
 // CudaOps: the Ops interface (kernels/ops.h) on the GPU. Each op picks its kernel by the
 // element types of its arguments: one type throughout (fp32, bf16 or fp16; parameter
 // gradients may be fp32 besides) runs the templated kernels of cuda_kernels.h directly; any
-// other mix goes through fp32 views (fp32_views.h). Linear layers are cuBLASLt products
-// (gemm.h); attention is AttentionOps' (attention_ops.h): cuDNN's fused kernel where it is
-// safe, else the built-in flash attention, one choice per shape kept for the run; Llama's
-// RMSNorm, rotary positions and SwiGLU are LlamaOps' (llama_ops.h).
+// other mix goes through fp32 views (fp32_views.h). Linear layers are LinearOps' cuBLASLt
+// products (linear_ops.h), a mixture of experts' grouped ones cuBLAS's (grouped_gemm.h);
+// attention is AttentionOps' (attention_ops.h): cuDNN's fused kernel where it is safe, else the
+// built-in flash attention, one choice per shape kept for the run; Llama's RMSNorm, rotary
+// positions and SwiGLU are LlamaOps' (llama_ops.h).
 //
 // Attention keeps no probabilities: what it saves for backward (attention_saved) is the
 // per-row log-sum-exp (B,NH,T) in fp32, all that backward needs besides q, k, v and the
@@ -27,7 +28,8 @@
 #include "kernels/cuda/device_allocator.h"
 #include "kernels/cuda/dispatch.h"
 #include "kernels/cuda/fp32_views.h"
-#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/grouped_gemm.h"
+#include "kernels/cuda/linear_ops.h"
 #include "kernels/cuda/llama_ops.h"
 #include "kernels/cuda/upload_staging.h"
 #include "kernels/error.h"
@@ -47,10 +49,11 @@ class CudaOps final : public Ops {
 public:
     explicit CudaOps(bool tf32)
         : stream_(cuda::compute_stream()),
-          gemm_(allocator_, tf32),
+          linear_(allocator_, stream_, tf32),
           attention_(allocator_, stream_),
           llama_(allocator_, stream_),
-          uploads_(stream_) {}
+          uploads_(stream_),
+          grouped_(allocator_, uploads_, stream_, tf32) {}
     // Queued work may still use the memory the members give back.
     ~CudaOps() override { cudaStreamSynchronize(stream_); }
 
@@ -231,57 +234,32 @@ public:
     // ---- linear ---------------------------------------------------------------------------------
     void matmul_forward(Ptr out, ConstPtr inp, ConstPtr weight, ConstPtr bias, int N, int channels,
                         int OC) override {
-        // out (N,OC) = inp (N,channels) @ weight^T, weight stored (OC,channels), plus the bias in
-        // the epilogue.
-        if (inp.dtype == weight.dtype && cuda::Gemm::supports(inp.dtype, out.dtype) &&
-            all_of_type(out.dtype, {bias})) {
-            product(out, inp, false, weight, true, N, OC, channels, 0.0f, bias);
-            return;
-        }
-        auto v = views();
-        product(v.out(out, std::size_t(N) * OC), v.in(inp, std::size_t(N) * channels), false,
-                v.in(weight, std::size_t(OC) * channels), true, N, OC, channels, 0.0f,
-                v.in(bias, OC));
-        v.commit();
+        linear_.matmul_forward(out, inp, weight, bias, N, channels, OC);
     }
     void matmul_backward(Ptr dinp, Ptr dweight, Ptr dbias, ConstPtr dout, ConstPtr inp,
                          ConstPtr weight, int N, int channels, int OC) override {
-        const DType ab = dout.dtype;
-        const bool direct = inp.dtype == dout.dtype && weight.dtype == dout.dtype &&
-                            (!dweight || cuda::Gemm::supports(ab, dweight.dtype)) &&
-                            (!dinp || cuda::Gemm::supports(ab, dinp.dtype));
-        auto v = views();
-        const Ptr dinp_ = direct ? dinp : Ptr(v.inout(dinp, std::size_t(N) * channels));
-        const Ptr dweight_ = direct ? dweight : Ptr(v.inout(dweight, std::size_t(OC) * channels));
-        const ConstPtr dout_ = direct ? dout : ConstPtr(v.in(dout, std::size_t(N) * OC));
-        const ConstPtr inp_ = direct ? inp : ConstPtr(v.in(inp, std::size_t(N) * channels));
-        const ConstPtr weight_ =
-            direct ? weight : ConstPtr(v.in(weight, std::size_t(OC) * channels));
-        // dinp (N,channels) += dout (N,OC) @ weight (OC,channels); dweight (OC,channels) += dout^T
-        // @ inp (N,channels).
-        if (dinp_) product(dinp_, dout_, false, weight_, false, N, channels, OC, 1.0f, ConstPtr());
-        if (dweight_)
-            product(dweight_, dout_, true, inp_, false, OC, channels, N, 1.0f, ConstPtr());
-        if (dbias) {
-            const Scratch scratch(allocator_, cuda::bias_grad_scratch(N, OC) * sizeof(float));
-            dispatch(dout.dtype, [&](auto e) {
-                using E = decltype(e);
-                cuda::bias_grad(dbias, scratch.floats(), as<E>(dout), N, OC, stream_);
-            });
-        }
-        v.commit();
+        linear_.matmul_backward(dinp, dweight, dbias, dout, inp, weight, N, channels, OC);
     }
     void add_bias(Ptr out, ConstPtr bias, int N, int OC) override {
-        if (all_of_type(out.dtype, {bias})) {
-            dispatch(out.dtype, [&](auto e) {
-                using E = decltype(e);
-                cuda::add_bias(as<E>(out), as<E>(bias), N, OC, stream_);
-            });
-            return;
-        }
-        auto v = views();
-        cuda::add_bias(v.inout(out, std::size_t(N) * OC), v.in(bias, OC), N, OC, stream_);
-        v.commit();
+        linear_.add_bias(out, bias, N, OC);
+    }
+    // A mix of types the grouped product lacks (16-bit weights with fp32 gradients) goes
+    // group by group through matmul_forward and matmul_backward (Ops' defaults).
+    void grouped_matmul_forward(Ptr out, ConstPtr inp, const ConstPtr* weights,
+                                const int32_t* offsets, int G, int channels, int OC) override {
+        if (!grouped_.forward(out, inp, weights, offsets, G, channels, OC))
+            Ops::grouped_matmul_forward(out, inp, weights, offsets, G, channels, OC);
+    }
+    void grouped_matmul_backward(Ptr dinp, const Ptr* dweights, ConstPtr dout, ConstPtr inp,
+                                 const ConstPtr* weights, const int32_t* offsets, int G,
+                                 int channels, int OC) override {
+        const bool input =
+            !dinp || grouped_.backward_input(dinp, dout, weights, offsets, G, channels, OC);
+        const bool weight =
+            !dweights || grouped_.backward_weight(dweights, dout, inp, offsets, G, channels, OC);
+        if (!input || !weight)
+            Ops::grouped_matmul_backward(input ? Ptr() : dinp, weight ? nullptr : dweights, dout,
+                                         inp, weights, offsets, G, channels, OC);
     }
 
     // ---- attention --------------------------------------------------------------------------
@@ -547,34 +525,15 @@ public:
     }
 
 private:
-    // out (rows, cols) = a' @ b' + beta * out (+ bias): a' is a or a^T (trans_a), b' likewise.
-    void product(Ptr out, ConstPtr a, bool trans_a, ConstPtr b, bool trans_b, int rows, int cols,
-                 int inner, float beta, ConstPtr bias) {
-        cuda::GemmCall call;
-        call.rows = rows;
-        call.cols = cols;
-        call.inner = inner;
-        call.a = a;
-        call.trans_a = trans_a;
-        call.b = b;
-        call.trans_b = trans_b;
-        call.d = out;
-        call.beta = beta;
-        if (bias) {
-            call.epilogue = cuda::Epilogue::bias;
-            call.bias = bias;
-        }
-        gemm_.run(call, stream_);
-    }
-
     cuda::Fp32Views views() { return cuda::Fp32Views(cuda::DeviceScratch(allocator_, stream_)); }
 
     cudaStream_t stream_;
     cuda::DeviceAllocator allocator_;  // first in, last out: the others release into it
-    cuda::Gemm gemm_;
+    cuda::LinearOps linear_;
     cuda::AttentionOps attention_;
     cuda::LlamaOps llama_;
     cuda::UploadStaging uploads_;
+    cuda::GroupedGemm grouped_;  // after uploads_: it stages through them
 };
 
 }  // namespace
