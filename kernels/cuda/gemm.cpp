@@ -34,19 +34,6 @@ int alignment_of(const void* p) {
     return alignment;
 }
 
-cudaDataType_t cuda_type(DType t) {
-    switch (t) {
-        case DType::f32:
-            return CUDA_R_32F;
-        case DType::bf16:
-            return CUDA_R_16BF;
-        case DType::f16:
-            return CUDA_R_16F;
-        default:
-            throw Error(std::string("internal: a matrix product of ") + name_of(t) + " elements");
-    }
-}
-
 cublasLtEpilogue_t epilogue_of(Epilogue e) {
     switch (e) {
         case Epilogue::bias:
@@ -225,6 +212,19 @@ void Gemm::run(const GemmCall& c, cudaStream_t stream) {
     TRIDENT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.operation, &alpha, c.b.data, plan.a, c.a.data,
                                         plan.b, &c.beta, c.d.data, plan.d, c.d.data, plan.d,
                                         &plan.algo, workspace_, kWorkspaceBytes, stream));
+}
+
+cudaDataType_t cuda_type(DType t) {
+    switch (t) {
+        case DType::f32:
+            return CUDA_R_32F;
+        case DType::bf16:
+            return CUDA_R_16BF;
+        case DType::f16:
+            return CUDA_R_16F;
+        default:
+            throw Error(std::string("internal: a matrix product of ") + name_of(t) + " elements");
+    }
 }
 
 }  // namespace trident::kernels::cuda

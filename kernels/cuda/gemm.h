@@ -27,6 +27,9 @@ namespace trident::kernels::cuda {
 
 class DeviceAllocator;
 
+// The cuBLAS element type of a product's fp32, bf16 or fp16 buffer (throws for another).
+cudaDataType_t cuda_type(DType t);
+
 enum class Epilogue : uint8_t {
     none,
     bias,       // D = A'B' + bias, bias (cols) added to every row

@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <optional>
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_allocator.h"
+#include "kernels/cuda/gemm.h"
 #include "kernels/cuda/upload_staging.h"
 #include "kernels/error.h"
 
@@ -23,19 +25,6 @@ void check_cublas(cublasStatus_t status, const char* call, const char* file, int
         throw_library_error("cuBLAS", cublasGetStatusString(status), call, file, line);
 }
 #define TRIDENT_CUBLAS_CHECK(call) check_cublas((call), #call, __FILE__, __LINE__)
-
-cudaDataType_t cuda_type(DType t) {
-    switch (t) {
-        case DType::f32:
-            return CUDA_R_32F;
-        case DType::bf16:
-            return CUDA_R_16BF;
-        case DType::f16:
-            return CUDA_R_16F;
-        default:
-            throw Error(std::string("internal: a grouped product of ") + name_of(t) + " elements");
-    }
-}
 
 // Whether `d` and every type of `others` are one type the grouped product takes.
 bool one_type(DType d, std::initializer_list<DType> others) {
@@ -56,17 +45,31 @@ GroupedGemm::~GroupedGemm() {
     if (handle_) cublasDestroy(handle_);
 }
 
+template <typename Make>
+bool GroupedGemm::collect(const int32_t* offsets, int G, Make make, std::vector<Product>& out) {
+    for (int g = 0; g < G; ++g) {
+        const int rows = offsets[g + 1] - offsets[g];
+        if (rows == 0) continue;
+        const std::optional<Product> p = make(static_cast<std::size_t>(offsets[g]), rows, g);
+        if (!p) return false;
+        out.push_back(*p);
+    }
+    return true;
+}
+
 bool GroupedGemm::forward(Ptr out, ConstPtr inp, const ConstPtr* weights, const int32_t* offsets,
                           int G, int channels, int OC) {
     std::vector<Product> products;
-    for (int g = 0; g < G; ++g) {
-        const std::size_t first = static_cast<std::size_t>(offsets[g]);
-        const int rows = offsets[g + 1] - offsets[g];
-        if (rows == 0) continue;
-        if (!one_type(out.dtype, {inp.dtype, weights[g].dtype})) return false;
-        products.push_back({rows, OC, channels, (inp + first * channels).data, weights[g].data,
-                            (out + first * OC).data});
-    }
+    const auto make = [&](std::size_t first, int rows, int g) -> std::optional<Product> {
+        if (!one_type(out.dtype, {inp.dtype, weights[g].dtype})) return std::nullopt;
+        return Product{rows,
+                       OC,
+                       channels,
+                       (inp + first * channels).data,
+                       weights[g].data,
+                       (out + first * OC).data};
+    };
+    if (!collect(offsets, G, make, products)) return false;
     run(products, false, true, out.dtype, 0.0f);
     return true;
 }
@@ -74,14 +77,16 @@ bool GroupedGemm::forward(Ptr out, ConstPtr inp, const ConstPtr* weights, const 
 bool GroupedGemm::backward_input(Ptr dinp, ConstPtr dout, const ConstPtr* weights,
                                  const int32_t* offsets, int G, int channels, int OC) {
     std::vector<Product> products;
-    for (int g = 0; g < G; ++g) {
-        const std::size_t first = static_cast<std::size_t>(offsets[g]);
-        const int rows = offsets[g + 1] - offsets[g];
-        if (rows == 0) continue;
-        if (!one_type(dinp.dtype, {dout.dtype, weights[g].dtype})) return false;
-        products.push_back({rows, channels, OC, (dout + first * OC).data, weights[g].data,
-                            (dinp + first * channels).data});
-    }
+    const auto make = [&](std::size_t first, int rows, int g) -> std::optional<Product> {
+        if (!one_type(dinp.dtype, {dout.dtype, weights[g].dtype})) return std::nullopt;
+        return Product{rows,
+                       channels,
+                       OC,
+                       (dout + first * OC).data,
+                       weights[g].data,
+                       (dinp + first * channels).data};
+    };
+    if (!collect(offsets, G, make, products)) return false;
     run(products, false, false, dinp.dtype, 1.0f);
     return true;
 }
@@ -89,14 +94,16 @@ bool GroupedGemm::backward_input(Ptr dinp, ConstPtr dout, const ConstPtr* weight
 bool GroupedGemm::backward_weight(const Ptr* dweights, ConstPtr dout, ConstPtr inp,
                                   const int32_t* offsets, int G, int channels, int OC) {
     std::vector<Product> products;
-    for (int g = 0; g < G; ++g) {
-        const std::size_t first = static_cast<std::size_t>(offsets[g]);
-        const int rows = offsets[g + 1] - offsets[g];
-        if (rows == 0) continue;
-        if (!one_type(dout.dtype, {inp.dtype, dweights[g].dtype})) return false;
-        products.push_back({OC, channels, rows, (dout + first * OC).data,
-                            (inp + first * channels).data, dweights[g].data});
-    }
+    const auto make = [&](std::size_t first, int rows, int g) -> std::optional<Product> {
+        if (!one_type(dout.dtype, {inp.dtype, dweights[g].dtype})) return std::nullopt;
+        return Product{OC,
+                       channels,
+                       rows,
+                       (dout + first * OC).data,
+                       (inp + first * channels).data,
+                       dweights[g].data};
+    };
+    if (!collect(offsets, G, make, products)) return false;
     run(products, true, false, dout.dtype, 1.0f);
     return true;
 }

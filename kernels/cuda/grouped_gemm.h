@@ -52,6 +52,10 @@ private:
         const void* b = nullptr;
         void* d = nullptr;
     };
+    // Into `out`, the products of the groups with rows: make(first row, rows, g) gives each,
+    // or none when its buffers are not of one type the grouped product takes (then false).
+    template <typename Make>
+    static bool collect(const int32_t* offsets, int G, Make make, std::vector<Product>& out);
     // Every product with the same transposes, type and beta (0: overwrite, 1: accumulate).
     void run(const std::vector<Product>& products, bool trans_a, bool trans_b, DType dtype,
              float beta);
