@@ -280,6 +280,10 @@ public:
     virtual void relu_forward(Ptr out, ConstPtr inp, std::size_t count) = 0;
     // out = a * b * factor, element by element; out may be a or b.
     virtual void multiply(Ptr out, ConstPtr a, ConstPtr b, std::size_t count, float factor) = 0;
+    // out (rows, cols) = inp (rows, cols) with row i times factors[i] (rows fp32, on the
+    // device); out may be inp. Each element is the product multiply forms.
+    virtual void scale_rows(Ptr out, ConstPtr inp, const float* factors, std::size_t rows,
+                            std::size_t cols) = 0;
     // Inverted dropout: element i is kept when dropout_keep(seed, index_begin + i, drop_prob)
     // (below) and scaled by 1/(1-p). The mask is a pure function of (seed, index): backward
     // recomputes it, so nothing is stored and every backend, and every split of the rows

@@ -79,10 +79,16 @@ void ExpertExchange::finish_dispatch(const ExchangeBuffers& b, parallel::Request
     gather(b, local, b.staging, local_.rows(), to_local_, width);
 }
 
+parallel::Request ExpertExchange::start_combine(const ExchangeBuffers& b, kernels::ConstPtr local,
+                                                kernels::Ptr permuted, int width) const {
+    gather(b, b.staging, local, local_.rows(), to_sender_, width);
+    return b.group.iall_to_all_v(b.staging, elements(got_, width), permuted,
+                                 elements(sent_, width));
+}
+
 void ExpertExchange::combine(const ExchangeBuffers& b, kernels::ConstPtr local,
                              kernels::Ptr permuted, int width) const {
-    gather(b, b.staging, local, local_.rows(), to_sender_, width);
-    b.group.all_to_all_v(b.staging, elements(got_, width), permuted, elements(sent_, width));
+    start_combine(b, local, permuted, width).wait();
 }
 
 }  // namespace trident::model

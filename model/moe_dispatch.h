@@ -59,7 +59,11 @@ public:
                                      int width) const;
     void finish_dispatch(const ExchangeBuffers& b, parallel::Request& sent, kernels::Ptr local,
                          int width) const;
-    // permuted (K, width) = the local rows' results back on the ranks that sent them.
+    // permuted (K, width) = the local rows' results back on the ranks that sent them: started
+    // (`local` read at once; `permuted` and the staging buffer left as they are until it is
+    // waited for), or whole.
+    parallel::Request start_combine(const ExchangeBuffers& b, kernels::ConstPtr local,
+                                    kernels::Ptr permuted, int width) const;
     void combine(const ExchangeBuffers& b, kernels::ConstPtr local, kernels::Ptr permuted,
                  int width) const;
 

@@ -24,7 +24,9 @@
 // expert's weights; the experts it does not compute get no gradient from it, and the
 // data-parallel sum over the data-context group adds the ranks' parts. The shared experts
 // compute while the rows travel to their experts (forward: the inputs; backward: the outputs'
-// gradients): the trace's ep_shared under ep_exchange (src/io/chrome_trace.h).
+// gradients): the trace's ep_shared under ep_exchange (src/io/chrome_trace.h); a backward that
+// computes its weight gradients too (not a split backward's B) computes them while the inputs'
+// gradients travel back (ep_wgrad under ep_exchange).
 //
 // Shapes (this rank; K = N·k choices, F the expert's width over M, K' the rows its experts
 // compute: K, or at most E·N·min(k, N/E) under expert parallelism): logits (N, experts) fp32 and
@@ -87,6 +89,10 @@ private:
     // (the shared experts' forward or backward) runs.
     void dispatch_under(PartContext& ctx, const ExpertExchange& ex, ConstPtr permuted, Ptr local,
                         const std::function<void()>& shared) const;
+    // The backward's combine of the experts' input gradients `local` into `permuted`, with
+    // `compute` (the layer's weight gradients) run while they travel.
+    void combine_under(PartContext& ctx, const ExpertExchange& ex, ConstPtr local, Ptr permuted,
+                       const std::function<void()>& compute) const;
     ConstPtr all_rows(PartContext& ctx, const Pass& pass, ConstPtr x) const;
     // The routing of the kept logits (copied to `logits` when given), and the permutation's
     // tokens on the device.
@@ -94,8 +100,8 @@ private:
                        std::vector<float>* logits = nullptr) const;
     void count_load(PartContext& ctx, const Pass& pass, const MoeRouting& r,
                     bool count_losses) const;
-    // Each choice's weight over H columns, in permuted order (K, H) fp32, in the scratch.
-    Ptr permuted_weights(PartContext& ctx, const MoeRouting& r) const;
+    // Each kept choice's weight in permuted order (r.permuted()) fp32, in the scratch.
+    const float* permuted_weights(PartContext& ctx, const MoeRouting& r) const;
     void permute(PartContext& ctx, const MoeRouting& r, Ptr out, ConstPtr rows, int width) const;
     void unpermute_add(PartContext& ctx, const MoeRouting& r, Ptr out, ConstPtr permuted,
                        int width) const;
@@ -162,7 +168,7 @@ MoeMlp::MoeMlp(const MoeSettings& moe, MoeTensors tensors, std::unique_ptr<FeedF
     partial_ = scratch.add("moe_partial", N * H, d.act);
     reduced_ = scratch.add("moe_reduced", R * H, d.act);
     ring_sums_ = scratch.add("moe_ring_sums", sp ? 2 * R * H : 0, d.act);
-    weights_ = scratch.add("moe_weights", K * H, DType::f32);
+    weights_ = scratch.add("moe_weights", K, DType::f32);
     dy_all_ = scratch.add("moe_d_output_all", sp ? N * H : 0, d.act);
     dy_perm_ = scratch.add("moe_d_output_permuted", K * H, d.act);
     d_hidden_ = scratch.add("moe_d_swiglu", Kl * F, d.act);
@@ -243,16 +249,13 @@ void MoeMlp::count_load(PartContext& ctx, const Pass& pass, const MoeRouting& r,
     ctx.moe_losses->z += static_cast<double>(stats[2 * E]) / tokens;
 }
 
-Ptr MoeMlp::permuted_weights(PartContext& ctx, const MoeRouting& r) const {
-    const std::size_t H = static_cast<std::size_t>(H_);
-    std::vector<float> wide(static_cast<std::size_t>(r.permuted()) * H);
+const float* MoeMlp::permuted_weights(PartContext& ctx, const MoeRouting& r) const {
+    std::vector<float> permuted(static_cast<std::size_t>(r.permuted()));
     for (std::size_t c = 0; c < choices(); ++c)
-        if (r.row_of[c] >= 0)
-            std::fill_n(wide.begin() + static_cast<std::ptrdiff_t>(r.row_of[c] * H), H,
-                        r.weight[c]);
+        if (r.row_of[c] >= 0) permuted[static_cast<std::size_t>(r.row_of[c])] = r.weight[c];
     const Ptr w = ctx.scratch[weights_];
-    ctx.ops.upload(w.data, wide.data(), wide.size() * sizeof(float));
-    return w;
+    ctx.ops.upload(w.data, permuted.data(), permuted.size() * sizeof(float));
+    return static_cast<const float*>(w.data);
 }
 
 // out (P, width) = rows (N, width) of each permuted choice's token (P = r.permuted()): a row
@@ -323,6 +326,14 @@ void MoeMlp::dispatch_under(PartContext& ctx, const ExpertExchange& ex, ConstPtr
     ex.finish_dispatch(b, sent, local, H_);
 }
 
+void MoeMlp::combine_under(PartContext& ctx, const ExpertExchange& ex, ConstPtr local, Ptr permuted,
+                           const std::function<void()>& compute) const {
+    const double issued = ctx.rows.trace_now();
+    parallel::Request sent = ex.start_combine(exchange_buffers(ctx), local, permuted, H_);
+    ctx.rows.run_traced(PieceKind::expert_combine, 0, compute);
+    ctx.rows.wait_traced(PieceKind::expert_combine, 0, sent, issued);
+}
+
 Ptr MoeMlp::forward(PartContext& ctx, const Pass& pass, ConstPtr x, bool to_output) const {
     Ptr shared;
     const auto run_shared = [&] {
@@ -347,8 +358,8 @@ Ptr MoeMlp::forward(PartContext& ctx, const Pass& pass, ConstPtr x, bool to_outp
     if (!to_output) return Ptr();
     const std::size_t H = static_cast<std::size_t>(H_);
     const Ptr weighted = ctx.scratch[x_perm_], partial = ctx.scratch[partial_];
-    ctx.ops.multiply(weighted, pass.buffers[out_], permuted_weights(ctx, r),
-                     static_cast<std::size_t>(r.permuted()) * H, 1.0f);
+    ctx.ops.scale_rows(weighted, pass.buffers[out_], permuted_weights(ctx, r),
+                       static_cast<std::size_t>(r.permuted()), H);
     ctx.ops.zero(partial, static_cast<std::size_t>(N_) * H);
     unpermute_add(ctx, r, partial, weighted, H_);
     const Ptr mine =
@@ -415,19 +426,27 @@ ConstPtr MoeMlp::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstP
     const Ptr dy_perm = ctx.scratch[dy_perm_], d_logits = ctx.scratch[d_logits_];
     permute(ctx, r, dy_perm, dy_all, H_);
     router_backward(ctx, pass, r, logits, dy_perm, d_logits);
-    ctx.ops.multiply(dy_perm, dy_perm, permuted_weights(ctx, r), P * H, 1.0f);
+    ctx.ops.scale_rows(dy_perm, dy_perm, permuted_weights(ctx, r), P, H);
     const Ptr d_gate_up = ctx.scratch[d_gate_up_], d_x = ctx.scratch[d_x_perm_];
     Ptr d_out = dy_perm, d_x_mine = d_x;
+    const auto grads = [&] {
+        if (part == BackwardPart::both)
+            weight_grads(ctx, pass, x_all, r, {d_gate_up, d_out, d_logits});
+    };
     if (exchanges()) {  // the outputs' gradients to the experts' ranks, the inputs' back
         const ExpertExchange ex = exchange(ctx, pass, r, false);
         d_out = ctx.scratch[d_out_local_];
         d_x_mine = ctx.scratch[d_x_back_];
         dispatch_under(ctx, ex, dy_perm, d_out, run_shared);
         experts_backward(ctx, pass, ex.local(), pass.buffers[x_local_], d_out, d_gate_up, d_x);
-        ex.combine(exchange_buffers(ctx), d_x, d_x_mine, H_);
+        if (part == BackwardPart::both)
+            combine_under(ctx, ex, d_x, d_x_mine, grads);
+        else
+            ex.combine(exchange_buffers(ctx), d_x, d_x_mine, H_);
     } else {
         run_shared();
         experts_backward(ctx, pass, all_local(r), ctx.scratch[x_perm_], d_out, d_gate_up, d_x);
+        grads();
     }
     const Ptr partial = ctx.scratch[partial_];
     ctx.ops.zero(partial, static_cast<std::size_t>(N_) * H);
@@ -436,7 +455,6 @@ ConstPtr MoeMlp::backward(PartContext& ctx, const Pass& pass, ConstPtr x, ConstP
     if (tensor_rank_ == 0)
         ctx.ops.matmul_backward(partial, nullptr, nullptr, d_logits, x_all,
                                 ctx.weights.params.at(t_.router), N_, H_, E_);
-    if (part == BackwardPart::both) weight_grads(ctx, pass, x_all, r, {d_gate_up, d_out, d_logits});
     keep_d_gate_up_.keep(ctx, pass, part, d_gate_up);
     keep_d_out_.keep(ctx, pass, part, d_out);
     keep_d_logits_.keep(ctx, pass, part, d_logits);

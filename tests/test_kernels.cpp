@@ -701,6 +701,20 @@ TEST_CASE("relu and the product", "[kernels]") {
     std::vector<float> in_place = a;
     ops->multiply(in_place.data(), in_place.data(), in_place.data(), count, 1.0f);
     for (std::size_t i = 0; i < count; i++) CHECK(in_place[i] == a[i] * a[i]);
+    // Rows scaled: row i of (10, 10) times factor i, bitwise the product with the factor
+    // repeated over the row.
+    const std::size_t rows = 10, cols = count / rows;
+    const auto factors = random_floats(rows, 65);
+    std::vector<float> wide(count);
+    for (std::size_t i = 0; i < count; i++) wide[i] = factors[i / cols];
+    std::vector<float> by_product(count);
+    ops->multiply(by_product.data(), a.data(), wide.data(), count, 1.0f);
+    ops->scale_rows(out.data(), a.data(), factors.data(), rows, cols);
+    CHECK(out == by_product);
+    CHECK(out[cols] == a[cols] * factors[1]);
+    in_place = a;
+    ops->scale_rows(in_place.data(), in_place.data(), factors.data(), rows, cols);
+    CHECK(in_place == by_product);
 }
 
 TEST_CASE("dropout forward and backward", "[kernels]") {

@@ -118,6 +118,8 @@ void swiglu_backward(float* dinp, const float* inp, const float* dout, int N, in
 void residual_forward(float* out, const float* a, const float* b, std::size_t count);
 void relu_forward(float* out, const float* inp, std::size_t count);
 void multiply(float* out, const float* a, const float* b, std::size_t count, float factor);
+void scale_rows(float* out, const float* inp, const float* factors, std::size_t rows,
+                std::size_t cols);
 void dropout_forward(float* out, const float* inp, std::size_t count, float drop_prob,
                      uint64_t seed, uint64_t index_begin);
 void dropout_backward(float* dinp, const float* dout, std::size_t count, float drop_prob,

@@ -332,6 +332,13 @@ public:
         cpu::multiply(v.out(out, count), v.in(a, count), v.in(b, count), count, factor);
         v.commit();
     }
+    void scale_rows(Ptr out, ConstPtr inp, const float* factors, std::size_t rows,
+                    std::size_t cols) override {
+        cpu::Fp32Views v(scratch_);
+        const std::size_t count = rows * cols;
+        cpu::scale_rows(v.out(out, count), v.in(inp, count), factors, rows, cols);
+        v.commit();
+    }
     void dropout_forward(Ptr out, ConstPtr inp, std::size_t count, float drop_prob, uint64_t seed,
                          uint64_t index_begin) override {
         cpu::Fp32Views v(scratch_);

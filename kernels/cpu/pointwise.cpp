@@ -86,6 +86,14 @@ void multiply(float* out, const float* a, const float* b, std::size_t count, flo
     for (std::size_t i = 0; i < count; i++) out[i] = a[i] * b[i] * factor;
 }
 
+// out (rows, cols) = inp with row i times factors[i]
+void scale_rows(float* out, const float* inp, const float* factors, std::size_t rows,
+                std::size_t cols) {
+#pragma omp parallel for schedule(static)
+    for (std::size_t i = 0; i < rows; i++)
+        for (std::size_t j = 0; j < cols; j++) out[i * cols + j] = inp[i * cols + j] * factors[i];
+}
+
 // out = inp / (1-p) where dropout_keep(seed, index_begin + i, p), else 0. A select rather
 // than a multiply by a 0/1 mask, so p = 1 gives zeros instead of 0 * inf. index_begin is the
 // global index of element 0, so a rank holding a share of the rows draws their mask.

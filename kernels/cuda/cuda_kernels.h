@@ -32,6 +32,9 @@ template <typename E>  // out = max(inp, 0); out may be inp
 void relu_forward(E* out, const E* inp, std::size_t count, cudaStream_t stream);
 template <typename E>  // out = a * b * factor; out may be a or b
 void multiply(E* out, const E* a, const E* b, std::size_t count, float factor, cudaStream_t stream);
+template <typename E>
+void scale_rows(E* out, const E* inp, const float* factors, std::size_t rows, std::size_t cols,
+                cudaStream_t stream);
 template <typename E>  // out may be inp
 void dropout_forward(E* out, const E* inp, std::size_t count, float drop_prob, uint64_t seed,
                      uint64_t index_begin, cudaStream_t stream);

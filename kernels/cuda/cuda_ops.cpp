@@ -420,6 +420,19 @@ public:
         cuda::multiply(v.out(out, count), x, y, count, factor, stream_);
         v.commit();
     }
+    void scale_rows(Ptr out, ConstPtr inp, const float* factors, std::size_t rows,
+                    std::size_t cols) override {
+        if (all_of_type(out.dtype, {inp}))
+            return dispatch(out.dtype, [&](auto e) {
+                using E = decltype(e);
+                cuda::scale_rows(as<E>(out), as<E>(inp), factors, rows, cols, stream_);
+            });
+        auto v = views();
+        const std::size_t count = rows * cols;
+        const float* x = v.in(inp, count);
+        cuda::scale_rows(v.out(out, count), x, factors, rows, cols, stream_);
+        v.commit();
+    }
     void dropout_forward(Ptr out, ConstPtr inp, std::size_t count, float drop_prob, uint64_t seed,
                          uint64_t index_begin) override {
         if (all_of_type(out.dtype, {inp})) {

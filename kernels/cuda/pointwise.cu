@@ -132,6 +132,14 @@ struct AddBias {
     }
 };
 
+struct ScaleRows {
+    const float* factors;
+    std::size_t columns;
+    __device__ float operator()(std::size_t i, const float (&v)[1]) const {
+        return v[0] * factors[i / columns];
+    }
+};
+
 struct Scale {
     float factor;
     __device__ float operator()(std::size_t, const float (&v)[1]) const { return v[0] * factor; }
@@ -187,6 +195,12 @@ void multiply(E* out, const E* a, const E* b, std::size_t count, float factor,
 }
 
 template <typename E>
+void scale_rows(E* out, const E* inp, const float* factors, std::size_t rows, std::size_t cols,
+                cudaStream_t stream) {
+    map<E, 1>(out, {{inp}}, rows * cols, ScaleRows{factors, cols}, stream);
+}
+
+template <typename E>
 void dropout_forward(E* out, const E* inp, std::size_t count, float drop_prob, uint64_t seed,
                      uint64_t index_begin, cudaStream_t stream) {
     map<E, 1>(out, {{inp}}, count,
@@ -233,6 +247,8 @@ void convert_2d(TOut* out, std::size_t out_stride, const TIn* in, std::size_t in
     template void residual_forward<E>(E*, const E*, const E*, std::size_t, cudaStream_t);          \
     template void relu_forward<E>(E*, const E*, std::size_t, cudaStream_t);                        \
     template void multiply<E>(E*, const E*, const E*, std::size_t, float, cudaStream_t);           \
+    template void scale_rows<E>(E*, const E*, const float*, std::size_t, std::size_t,              \
+                                cudaStream_t);                                                     \
     template void dropout_forward<E>(E*, const E*, std::size_t, float, uint64_t, uint64_t,         \
                                      cudaStream_t);                                                \
     template void dropout_backward<E>(E*, const E*, std::size_t, float, uint64_t, uint64_t,        \

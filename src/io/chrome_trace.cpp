@@ -38,6 +38,8 @@ const char* name_of(SpanKind kind) {
             return "tp_exchange";
         case SpanKind::ep_shared:
             return "ep_shared";
+        case SpanKind::ep_wgrad:
+            return "ep_wgrad";
         case SpanKind::ep_exchange:
             return "ep_exchange";
         case SpanKind::count_:

@@ -33,7 +33,9 @@ enum class SpanKind {
     tp_gemm,      // a GEMM's piece on one block of rows (model/tensor_rows.h)
     tp_exchange,  // a ring step of the tensor group moving one block of rows
     ep_shared,    // an MoE layer's shared experts (model/moe_mlp.cpp), under its dispatch
+    ep_wgrad,     // an MoE layer's weight gradients, under the combine of its input gradients
     ep_exchange,  // the expert group's all-to-all moving an MoE layer's rows to their experts
+                  // or back
     count_
 };
 

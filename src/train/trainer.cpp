@@ -91,14 +91,16 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
     executor_.set_trace(&trace_);
     model_.set_piece_trace([this](const model::PieceSpan& s) {
         if (!trace_.recording()) return;
-        const bool expert = s.kind == model::PieceKind::expert;
+        const bool tensor = s.kind == model::PieceKind::tensor;
         if (s.transfer)
             trace_.add_transfer(
-                expert ? io::SpanKind::ep_exchange : io::SpanKind::tp_exchange, s.block,
+                tensor ? io::SpanKind::tp_exchange : io::SpanKind::ep_exchange, s.block,
                 parallel::Request::Transfer{s.thread, s.start_us, s.end_us}, s.issued_us);
         else
-            trace_.add(expert ? io::SpanKind::ep_shared : io::SpanKind::tp_gemm, -1, s.block,
-                       s.start_us, s.end_us);
+            trace_.add(tensor                               ? io::SpanKind::tp_gemm
+                       : s.kind == model::PieceKind::expert ? io::SpanKind::ep_shared
+                                                            : io::SpanKind::ep_wgrad,
+                       -1, s.block, s.start_us, s.end_us);
     });
     data_parallel_.set_trace(&trace_);
     // The model tells the data-parallel module of its units; it shows the first sighting each

@@ -334,6 +334,18 @@ TEST_CASE("cuda: GELU, residual, ReLU, product and dropout", "[ops]") {
         b.cpu->multiply(out.cpu, out.cpu, y.cpu, n, 2.0f);  // in place
         b.gpu->multiply(out.gpu, out.gpu, y.gpu, n, 2.0f);
         require_close(out, t, "multiply");
+        // Rows of 1009 scaled by 10007 / 1009 fp32 factors (the remainder left as it was).
+        const std::size_t cols = 1009, rows = n / cols;
+        Pair factors(b, rows, DType::f32);
+        factors.fill(4);
+        b.cpu->scale_rows(out.cpu, x.cpu, static_cast<const float*>(factors.cpu.data), rows, cols);
+        b.gpu->scale_rows(out.gpu, x.gpu, static_cast<const float*>(factors.gpu.data), rows, cols);
+        require_close(out, t, "scale_rows");
+        b.cpu->scale_rows(out.cpu, out.cpu, static_cast<const float*>(factors.cpu.data), rows,
+                          cols);  // in place
+        b.gpu->scale_rows(out.gpu, out.gpu, static_cast<const float*>(factors.gpu.data), rows,
+                          cols);
+        require_close(out, t, "scale_rows in place");
         // The same mask on both backends: the kept elements, scaled, are equal exactly.
         b.cpu->dropout_forward(out.cpu, x.cpu, n, 0.3f, 5, 1234);
         b.gpu->dropout_forward(out.gpu, x.gpu, n, 0.3f, 5, 1234);

@@ -30,7 +30,8 @@ experts of moe_reference.py, itself first held against torch's softmax, top-k an
 8. an expert that no token reaches for 100 steps is named once in a warning (router collapse);
 9. the trace of an E = 2 run (data rank 0's: the trace holds the first replica's ranks): every
    MoE layer's dispatch, forward and backward (ep_exchange, on the expert-parallel row), is
-   under way while its shared experts compute (ep_shared).
+   under way while its shared experts compute (ep_shared), and the backward's combine of the
+   inputs' gradients while its weight gradients compute (ep_wgrad).
 Every run's per-layer loads (moe_layers: tokens_min, tokens_max, tokens_cv, dropped) are those
 of the reference (training) or of one process (layouts).
 
@@ -386,21 +387,27 @@ def test_overlap_trace(tmp, trident):
     run([trident, "train"] + base, ranks=2)
     with open(trace) as f:
         events = [e for e in json.load(f)["traceEvents"] if e.get("ph") == "X"]
-    shared = sorted((e for e in events if e["name"] == "ep_shared"), key=lambda e: e["ts"])
+    # What runs under an exchange: the shared experts (under a dispatch) or the weight
+    # gradients (under the backward's combine), in the order they ran.
+    under = sorted((e for e in events if e["name"] in ("ep_shared", "ep_wgrad")),
+                   key=lambda e: e["ts"])
     moves = sorted((e for e in events if e["name"] == "ep_exchange"),
                    key=lambda e: e["args"]["issued"])
-    # A dispatch is outstanding from its issue until it is waited for, after its shared experts'
-    # span and before the next dispatch is issued: 2 MoE layers, one microbatch a rank, forward
-    # and backward. When its data moves within that depends on the cores free, so that is
-    # reported, not asserted.
+    # An exchange overlapped is outstanding from its issue until it is waited for, after the
+    # span run under it and before the next exchange is issued: 2 MoE layers, one microbatch a
+    # rank, each a forward dispatch, a backward dispatch and a backward combine (the forward's
+    # combine is blocking and not traced). When its data moves within that depends on the cores
+    # free, so that is reported, not asserted.
     issued = [x["args"]["issued"] for x in moves] + [float("inf")]
-    under_way = sum(1 for s, a, b in zip(shared, issued, issued[1:]) if a <= s["ts"] < b)
+    under_way = sum(1 for s, a, b in zip(under, issued, issued[1:]) if a <= s["ts"] < b)
     moving = sum(1 for x in moves if any(
-        s["ts"] < x["ts"] + x["dur"] and x["ts"] < s["ts"] + s["dur"] for s in shared))
-    check(len(moves) == len(shared) == 4 and all(x["tid"] == 3 for x in moves)
-          and under_way == 4,
-          f"trace: {under_way} of {len(moves)} dispatches under way across one of "
-          f"{len(shared)} shared experts' spans ({moving} moving data while one ran)")
+        s["ts"] < x["ts"] + x["dur"] and x["ts"] < s["ts"] + s["dur"] for s in under))
+    names = [s["name"] for s in under]
+    check(len(moves) == len(under) == 6 and all(x["tid"] == 3 for x in moves)
+          and names == ["ep_shared"] * 3 + ["ep_wgrad", "ep_shared", "ep_wgrad"]
+          and under_way == 6,
+          f"trace: {under_way} of {len(moves)} exchanges under way across one of "
+          f"{len(under)} spans ({names}; {moving} moving data while one ran)")
 
 
 def main():
