@@ -65,7 +65,8 @@ def render(results, architecture):
     # The refusals' key, and their list, only where the table has one.
     refusals = " · ✗ refused at start-up, for the reason listed below" if used else ""
     lines += ["", "✓ equal to one process after 2 steps: fp32, the checkpoint (weights, master "
-              "weights, Adam's moments) every element within 1e-5 of its tensor's largest; bf16 "
+              "weights, Adam's moments, Muon's momentum) every element within 1e-5 of its "
+              "tensor's largest; bf16 "
               "and fp16, each loss within 2% and every element within 10% (the reasons: "
               "tests/python/test_composition.py) · 1p one process (no "
               "grid: its own reference) · n/a the two set one key to two values · nb not built "

@@ -9,7 +9,8 @@ model/param_layout.h documents (Megatron's: vocabulary rows of wte, q/k/v rows o
 rows of c_fc, columns of the two c_proj weights, the rest replicated; a llama model's rows of
 embed_tokens, lm_head, q_proj, gate_proj and up_proj, columns of o_proj and down_proj, and rows
 of k_proj and v_proj by key/value head, each head's rows held whole by M / kv_heads consecutive
-ranks when there are fewer heads than ranks). A LoRA checkpoint holds the adapters alone: A
+ranks when there are fewer heads than ranks; a mixture of experts' experts and shared experts
+split as the dense MLP, its router whole). A LoRA checkpoint holds the adapters alone: A
 (rank × in) split by columns where its linear is split by columns, else whole; B (out × rank)
 split by rows as its linear's rows, else whole. It shares no code with the C++ reader, so a fault
 in that reader cannot hide here.
@@ -97,12 +98,27 @@ def full_shape(name, model, lora_rank=0):
         return [t, c]
     kv = c // model["heads"] * model.get("kv_heads", model["heads"])
     leaf = name.split(".", 2)[-1] if name.startswith(("h.", "layers.")) else name
+    moe = model.get("moe")
+    if moe and leaf.startswith(("mlp.experts.", "mlp.shared_experts.", "mlp.gate.")):
+        return moe_shape(leaf, moe, c)
     return {"attn.c_attn.weight": [3 * c, c], "attn.c_attn.bias": [3 * c],
             "attn.c_proj.weight": [c, c], "mlp.c_fc.weight": [f, c], "mlp.c_fc.bias": [f],
             "mlp.c_proj.weight": [c, f], "self_attn.q_proj.weight": [c, c],
             "self_attn.k_proj.weight": [kv, c], "self_attn.v_proj.weight": [kv, c],
             "self_attn.o_proj.weight": [c, c], "mlp.gate_proj.weight": [f, c],
             "mlp.up_proj.weight": [f, c], "mlp.down_proj.weight": [c, f]}.get(leaf, [c])
+
+
+def moe_shape(leaf, moe, c):
+    """A mixture of experts' tensor (the manifest's model.moe): the router (experts, hidden)
+    and its bias (experts), each expert's SwiGLU of width F = moe.ffn_hidden, the shared
+    experts' one of width shared_experts·F."""
+    n, f = moe["experts"], moe["ffn_hidden"]
+    if leaf.startswith("mlp.gate."):
+        return [n, c] if leaf == "mlp.gate.weight" else [n]
+    if leaf.startswith("mlp.shared_experts."):
+        f *= moe["shared_experts"]
+    return [c, f] if leaf.endswith("down_proj.weight") else [f, c]
 
 
 ROWS = ("wte.weight", "embed_tokens.weight", "lm_head.weight", "mlp.c_fc.weight", "mlp.c_fc.bias",

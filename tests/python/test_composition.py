@@ -12,7 +12,8 @@ merged into one config, and is then one of:
   data and LoRA-base keys, all set here), so its one-line message is recorded without mpirun;
 - one process: the config has no grid, so it is its own reference (it is run, and must run);
 - equal: run for 2 steps on its grid under mpirun, its checkpoint (weights, fp32 master
-  weights, Adam's moments; every element, put together by checkpoint_compare.py) against ONE
+  weights, the optimizer's state: Adam's moments, and Muon's momentum; every element, put
+  together by checkpoint_compare.py) against ONE
   process's of the same global batch and the same training.* keys (precision, recompute,
   LoRA), the one-process references cached by those keys. fp32: every element within 1e-5 of
   its tensor's largest magnitude. Adam's eps is 1e-3 here (not 1e-8): at step 1 Adam moves
@@ -48,13 +49,18 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checkpoint_compare import KINDS  # noqa: E402
 from mpi_harness import (binaries_or_skip, check, checkpoints_differ, failures,  # noqa: E402
                          losses, run, tiny_run)
 
 P2 = {"parallel.pipeline": "2"}
 D2 = {"parallel.data": "2"}
 SP = {"parallel.tensor": "2", "parallel.sequence_parallel": "true"}
-# (id, label, overrides). "{base}" is the one-process checkpoint LoRA adapts.
+# A llama mixture of experts: 4 routed experts of width 32, top-2, and one shared expert.
+MOE = {"model.arch": "llama", "model.moe.experts": "4", "model.moe.top_k": "2",
+       "model.moe.ffn_hidden": "32", "model.moe.shared_experts": "1"}
+# (id, label, overrides). "{base}" is the one-process checkpoint LoRA adapts (of the same
+# model.* keys).
 FEATURES = [
     ("gpipe", "P=2 gpipe", {**P2, "parallel.schedule": "gpipe"}),
     ("1f1b", "P=2 1f1b", {**P2, "parallel.schedule": "1f1b"}),
@@ -79,6 +85,10 @@ FEATURES = [
     ("bf16", "bf16", {"training.precision": "bf16"}),
     ("fp16", "fp16", {"training.precision": "fp16"}),
     ("lora", "LoRA", {"training.lora.rank": "4", "model.init_from": "{base}"}),
+    ("moe", "MoE (4 experts, top-2, shared)", MOE),
+    ("ep", "MoE E=2 (D=2)", {**MOE, "parallel.expert": "2", "parallel.data": "2"}),
+    ("muon", "Muon", {"optimizer.name": "muon"}),
+    ("galore", "GaLore (rank 4)", {"optimizer.name": "galore", "optimizer.galore.rank": "4"}),
 ]
 # Features whose keys are not on this build yet; each must leave this list once it is merged.
 NOT_BUILT_ALLOWED = []
@@ -94,6 +104,14 @@ BASE = ["model.layers=4", "training.global_batch=8", "training.micro_batch=1",
         "training.steps=2", "training.eps=1e-3", "checkpoint.interval=2"]
 GRID = ("parallel.pipeline", "parallel.tensor", "parallel.context", "parallel.data")
 FP32_RTOL, HALF_LOSS_RTOL, HALF_RTOL = 1e-5, 2e-2, 0.1
+# The state each optimizer adds to AdamW's (checkpoint_compare.py's kinds) that is compared.
+# GaLore's per-matrix state is not: its projector holds singular vectors of the gradient, which
+# move by the gradient's change over the gap between singular values, so the last-bit
+# differences of another layout's sums grow past 1e-5 in them (measured: 1.5e-5 of a
+# projector's largest at D=2 ZeRO-3) while the weights they step stay within it.
+# tests/python/test_galore.py compares that state element by element across a reshard, where
+# the gradients are the same bits.
+STATE = {"muon": ("momentum",)}
 
 
 def merge(overrides):
@@ -139,8 +157,7 @@ class Runner:
         self.trident, self.tmp, self.count = trident, tmp, 0
         self.base = tiny_run(tmp, BASE)
         self.references = {}
-        # The weights LoRA adapts: one fp32 step of the base model.
-        self.lora_base = self.train({"checkpoint.interval": "1", "training.steps": "1"})[1]
+        self.bases = {}
 
     def train(self, config):
         """(return code and output, the last checkpoint) of one run of the config."""
@@ -152,8 +169,23 @@ class Runner:
         steps = config.get("training.steps", "2")
         return p, os.path.join(ck, f"step_{int(steps):06d}")
 
+    def lora_base(self, config):
+        """The weights LoRA adapts: one fp32 step of the config's model (its model.* keys)."""
+        model = tuple(sorted((k, v) for k, v in config.items()
+                             if k.startswith("model.") and k != "model.init_from"))
+        if model not in self.bases:
+            p, ck = self.train({**dict(model), "checkpoint.interval": "1", "training.steps": "1"})
+            if p.returncode != 0:
+                print(p.stdout)
+                raise SystemExit(f"LoRA's base {model} failed")
+            self.bases[model] = ck
+        return self.bases[model]
+
     def resolve(self, config):
-        return {k: v.replace("{base}", self.lora_base) for k, v in config.items()}
+        if "{base}" not in config.values():
+            return config
+        base = self.lora_base(config)
+        return {k: v.replace("{base}", base) for k, v in config.items()}
 
     def reference(self, config):
         key = tuple(sorted((k, v) for k, v in config.items() if not k.startswith("parallel.")))
@@ -177,22 +209,23 @@ class Runner:
         if p.returncode != 0:
             return "failed", tail(p.stdout)
         detail = f"{ranks(config)} ranks, {seconds:.1f} s"
-        differ = differs(ck, ref, config.get("training.precision", "fp32") != "fp32")
+        kinds = KINDS + STATE.get(config.get("optimizer.name"), ())
+        differ = differs(ck, ref, config.get("training.precision", "fp32") != "fp32", kinds)
         shutil.rmtree(os.path.dirname(ck))
         return ("equal", detail) if differ is None else ("differs", f"{detail}: {differ}")
 
 
-def differs(ck, ref, half):
-    """None where checkpoint `ck` is equal to the one-process `ref` (the module's docstring
-    says how), else the first difference."""
+def differs(ck, ref, half, kinds):
+    """None where checkpoint `ck` is equal to the one-process `ref` in `kinds` (the module's
+    docstring says how), else the first difference."""
     if not half:
-        return checkpoints_differ(ck, ref, FP32_RTOL)
+        return checkpoints_differ(ck, ref, FP32_RTOL, kinds)
     rows, want = (losses(os.path.join(os.path.dirname(c), "metrics.jsonl")) for c in (ck, ref))
     worst = max((abs(x["loss"] - y["loss"]) / y["loss"] for x, y in zip(rows, want)),
                 default=float("inf"))
     if len(rows) != len(want) or not worst <= HALF_LOSS_RTOL:
         return f"losses {[r['loss'] for r in rows]} against {[r['loss'] for r in want]}"
-    return checkpoints_differ(ck, ref, HALF_RTOL)
+    return checkpoints_differ(ck, ref, HALF_RTOL, kinds)
 
 
 def tail(text):
