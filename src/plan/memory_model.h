@@ -87,6 +87,9 @@ struct PlanInputs {
     // FLOPs of the optimizer's whole-matrix steps in one update, each layer matrix once
     // (optim::Optimizer::matrix_step_flops: Muon's Newton-Schulz iterations); 0 for AdamW.
     double matrix_step_flops = 0;
+    // The passes an update makes over the state under optimizer.offload (optim::state_passes:
+    // 1 and 1; Muon 2 and 2; GaLore 2 and 1).
+    int offload_reads = 1, offload_writes = 1;
     // Under data.documents: mask, the documents' mean length (trident plan --doc-len): the
     // attention computes within them, L/S of a causal window's scores; 0: one per window.
     int doc_len = 0;
