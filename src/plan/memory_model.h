@@ -82,7 +82,8 @@ struct PlanInputs {
     int zero_stage = 1;        // 0 .. 3
     // Optimizer state per parameter of a layer's weight matrices and of the rest: the master
     // weights and the arrays the config's optimizer keeps for each (optim::state_bytes:
-    // AdamW 12 and 12, Muon 8 and 12).
+    // AdamW 12 and 12, Muon 8 and 12; under optimizer.offload every array for every parameter:
+    // Muon 16 and 16, GaLore 12 and 12).
     int matrix_optimizer_bytes = kOptimizerBytes, optimizer_bytes = kOptimizerBytes;
     // FLOPs of the optimizer's whole-matrix steps in one update, each layer matrix once
     // (optim::Optimizer::matrix_step_flops: Muon's Newton-Schulz iterations); 0 for AdamW.
