@@ -5,7 +5,8 @@ optimizer.name: muon and galore) against none, on the CPU backend.
 - Losses and checkpoint tensors (weights, fp32 master weights, Muon's momentum, AdamW's
   moments of the other parameters, GaLore's per-matrix moments and projectors) bitwise equal to
   no offload, element by element: D = 1, and D = 2 with ZeRO-1, the state in chunks of 4,000
-  parameters (many per rank). GaLore at rank 8 with a new projector every 3 steps, so that the
+  parameters (many per rank); and D = 2 with ZeRO-3 under nvme with the parameter shard in its
+  file too (optimizer.offload_params). GaLore at rank 8 with a new projector every 3 steps, so that the
   projector changes within the run and after a resume.
 - nvme's bytes moved per step on rank 0 (the metrics): every array kept for every owned
   parameter (Muon 16 bytes: master, momentum, m, v; GaLore 12: master, m, v), the file streamed
@@ -100,6 +101,12 @@ def main():
                     check(moved == {want}, f"{opt} D={d} nvme: {read} bytes read and {written} "
                                            f"written per owned parameter per step ({moved}, "
                                            f"{want} expected)")
+            # ZeRO-3 with the parameter shard in a file too (the matrices' pass leaves it alone).
+            zero3 = setting + ["parallel.data=2", "parallel.zero_stage=3"]
+            train(2, f"{opt}_none_z3", zero3)
+            got, _ = train(2, f"{opt}_params_z3",
+                           zero3 + where["nvme"] + ["optimizer.offload_params=true"])
+            same(f"{opt}_params_z3", f"{opt}_none_z3", got, "D=2 ZeRO-3 nvme with offload_params")
             check(not os.listdir(path("nvme")), f"{opt}: the state files are gone after the runs")
 
             resume = lambda src: [f"checkpoint.resume={path('ck_' + src)}/step_000005"]  # noqa: E731,E501
