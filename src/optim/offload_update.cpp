@@ -74,11 +74,10 @@ void write_store(StateStore& store, const UpdateScope& scope, const OptimizerSta
 
 // An optimizer stepping whole matrices: how the first of an update's two passes visits the
 // store, a pass that advances state the matrices keep per element (Muon's momentum) writing
-// it back.
+// it back (state_passes).
 StateStore::Pass matrix_pass(const UpdateScope& scope) {
-    for (std::size_t a = 1; a < scope.arrays; ++a)
-        if (covers(scope.group(a), true)) return StateStore::Pass::update;
-    return StateStore::Pass::read;
+    return state_passes(scope.optimizer).written > 1 ? StateStore::Pass::update
+                                                     : StateStore::Pass::read;
 }
 
 // A chunk's share of the whole-matrix step's input (Optimizer::matrix_input): the elements of

@@ -261,17 +261,20 @@ StateBytes state_bytes(const config::TrainingConfig& t, const config::OptimizerC
     return bytes;
 }
 
-StatePasses state_passes(const config::TrainingConfig& t, const config::OptimizerConfig& o) {
-    const std::unique_ptr<Optimizer> optimizer = make_optimizer(t, o);
+StatePasses state_passes(const Optimizer& optimizer) {
     StatePasses passes;
-    if (!optimizer->whole_matrices()) return passes;
+    if (!optimizer.whole_matrices()) return passes;
     ++passes.read;
-    for (std::size_t k = 0; k < optimizer->state_names().size(); ++k)
-        if (covers(optimizer->state_group(k), true)) {
+    for (std::size_t k = 0; k < optimizer.state_names().size(); ++k)
+        if (covers(optimizer.state_group(k), true)) {
             ++passes.written;
             break;
         }
     return passes;
+}
+
+StatePasses state_passes(const config::TrainingConfig& t, const config::OptimizerConfig& o) {
+    return state_passes(*make_optimizer(t, o));
 }
 
 std::size_t matrix_state_bytes(const Optimizer& optimizer, const model::ParamLayout& layout,

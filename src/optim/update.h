@@ -182,6 +182,7 @@ StateBytes state_bytes(const config::TrainingConfig& t, const config::OptimizerC
 struct StatePasses {
     int read = 1, written = 1;
 };
+StatePasses state_passes(const Optimizer& optimizer);
 StatePasses state_passes(const config::TrainingConfig& t, const config::OptimizerConfig& o);
 
 // Elements of a state array kept for group g (StateGroup::all: every one of the `owned`
