@@ -261,12 +261,30 @@ void check_offload_setting(const config::Config& cfg) {
         optim::check_offload_dir(*cfg.optimizer.offload_dir, 0);
 }
 
-// Where the optimizer state (and ZeRO-3's parameter shard) lives, when not in device memory.
+// Where the optimizer state (and ZeRO-3's parameter shard) lives, when not in device memory:
+// rank 0's per-element state off the device (every array for every owned parameter,
+// optim/update.h), and a matrix optimizer's per-matrix state kept on the device.
 void print_offload(const config::Config& cfg, train::Trainer& trainer, kernels::Ops& ops) {
     const config::OptimizerConfig& o = cfg.optimizer;
+    if (o.offload == config::Offload::none) return;
+    const std::size_t per_parameter = optim::state_bytes(cfg.training, o).most();
+    std::printf(
+        "offload: rank 0's optimizer state off the device: %s (%zu bytes for each of its "
+        "%zu owned parameters)\n",
+        train::human_bytes(
+            static_cast<double>(per_parameter * trainer.data_parallel().owned_count()))
+            .c_str(),
+        per_parameter, trainer.data_parallel().owned_count());
+    std::size_t per_matrix = 0;
+    for (const auto& [name, elements] : trainer.optimizer().matrix_states())
+        per_matrix += elements * sizeof(float);
+    if (per_matrix > 0)
+        std::printf("offload: rank 0's per-matrix state (%s) stays on the device: %s\n",
+                    config::to_string(o.name),
+                    train::human_bytes(static_cast<double>(per_matrix)).c_str());
     if (o.offload == config::Offload::host)
         std::printf(
-            "offload: optimizer state in %s host memory, its Adam step on the host in chunks "
+            "offload: optimizer state in %s host memory, its element step on the host in chunks "
             "of %d parameters\n",
             std::string(ops.name()) == "cpu" ? "the cpu backend's own" : "page-locked",
             o.offload_chunk);

@@ -515,11 +515,6 @@ void check_offload(const Config& cfg, const Origins& origins) {
         fail(origins.blame({"optimizer.offload_params", "optimizer.offload"}),
              "optimizer.offload_params: true needs optimizer.offload: nvme: the parameter shard "
              "goes to a file in optimizer.offload_dir, beside the optimizer state's");
-    if (o.name != OptimizerName::adamw && o.offload != Offload::none)
-        fail(origins.blame({"optimizer.offload", "optimizer.name"}),
-             cat("optimizer.offload: ", enum_name(o.offload),
-                 " with optimizer.name: ", enum_name(o.name),
-                 " is not built: a matrix optimizer's state stays in device memory"));
     if (o.offload_params && cfg.training.lora.enabled())
         fail(origins.blame({"optimizer.offload_params", "training.lora.rank"}),
              "optimizer.offload_params: true with training.lora.rank > 0 is not built: the "

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/error.h"
 #include "kernels/host_gemm.h"
 #include "kernels/host_svd.h"
 
@@ -50,10 +49,16 @@ void Galore::update(kernels::Ops& ops, const Segment& s, const Hyper& h) const {
     if (s.params.data) ops.convert(s.params, s.master, s.count);
 }
 
-void Galore::update_host(const Segment&, const float*, const Hyper&, std::size_t,
-                         std::size_t) const {
-    throw Error(
-        "optimizer.name: galore keeps its state in device memory (optimizer.offload: none)");
+void Galore::update_host(const Segment& s, const float* grads, const Hyper& h, std::size_t begin,
+                         std::size_t end) const {
+    if (!s.matrix) {
+        adamw_.update_host(s, grads, h, begin, end);
+        return;
+    }
+    for (std::size_t i = begin; i < end; ++i) {
+        const float w = s.master[i] - s.direction[i];
+        s.master[i] = w - h.lr * s.weight_decay * w;
+    }
 }
 
 void Galore::matrix_input(kernels::Ops& ops, const Segment& s, const Hyper& h, float* out) const {

@@ -37,7 +37,7 @@ public:
     StateGroup state_group(std::size_t) const override { return StateGroup::others; }
     // A matrix segment along its direction, then decayed; another with AdamW.
     void update(kernels::Ops& ops, const Segment& s, const Hyper& h) const override;
-    // Not built (config/validate.cpp refuses optimizer.offload with galore).
+    // The same on elements [begin, end) in host memory (optimizer.offload: host).
     void update_host(const Segment& s, const float* grads, const Hyper& h, std::size_t begin,
                      std::size_t end) const override;
 

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/error.h"
 #include "kernels/host_gemm.h"
 
 namespace trident::optim {
@@ -37,8 +36,18 @@ void Muon::update(kernels::Ops& ops, const Segment& s, const Hyper& h) const {
     if (s.params.data) ops.convert(s.params, s.master, s.count);
 }
 
-void Muon::update_host(const Segment&, const float*, const Hyper&, std::size_t, std::size_t) const {
-    throw Error("optimizer.name: muon keeps its state in device memory (optimizer.offload: none)");
+void Muon::update_host(const Segment& s, const float* grads, const Hyper& h, std::size_t begin,
+                       std::size_t end) const {
+    if (!s.matrix) {
+        Segment adam = s;
+        adam.state = {s.state[1], s.state[2], nullptr};
+        adamw_.update_host(adam, grads, h, begin, end);
+        return;
+    }
+    for (std::size_t i = begin; i < end; ++i) {
+        const float w = s.master[i];
+        s.master[i] = w - h.lr * s.weight_decay * w - h.lr * s.direction[i];
+    }
 }
 
 void Muon::matrix_input(kernels::Ops& ops, const Segment& s, const Hyper& h, float* out) const {

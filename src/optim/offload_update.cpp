@@ -3,7 +3,8 @@
 // up to a device buffer of one chunk (laid out as the store's), is updated there as state kept
 // on the device would be, and comes back to be written behind. host: each chunk's gradients come
 // down to a host buffer, the chunk is updated in place on host threads by the optimizer's host
-// loop, and its master weights go back up, rounded to the parameters' type.
+// loop, and its master weights go back up, rounded to the parameters' type. An optimizer stepping
+// whole matrices first streams the chunks for its matrices' inputs (update.h).
 #include <algorithm>
 #include <string>
 #include <thread>
@@ -29,32 +30,66 @@ void in_chunk(const std::vector<Part>& parts, const StateStore::Chunk& c, Visit 
     }
 }
 
-// The state of the owned parts from a store's chunks into `s` (before the first update the
-// master weights are the parameters), and back.
+// Range r's elements [lo, hi) of the state, as a range of their own.
+OwnedRange part_of(const OwnedRange& r, std::size_t lo, std::size_t hi) {
+    OwnedRange part = r;
+    part.offset = r.offset + (lo - r.state);
+    part.count = hi - lo;
+    part.state = lo;
+    part.grouped = r.grouped + (lo - r.state);
+    return part;
+}
+
+// The state of the owned ranges from a store's chunks into `s` (before the first update the
+// master weights are the parameters), and back. An array kept for one group is read and
+// written over that group's ranges only, as on the device; zero over the others.
 void read_store(StateStore& store, const UpdateScope& scope, OptimizerState& s, bool first) {
     store.stream(StateStore::Pass::read, [&](const StateStore::Chunk& c) {
-        in_chunk(scope.data_parallel.owned(), c,
-                 [&](const OwnedPart& o, std::size_t lo, std::size_t hi) {
-                     const std::size_t at = lo - c.first, offset = o.offset + (lo - o.state);
-                     for (std::size_t a = 0; a < scope.arrays; ++a) {
-                         float* to = s.values[a].data() + offset;
-                         if (a == 0 && first)
-                             scope.ops.copy_to_host(to, scope.params.owned(offset), hi - lo);
-                         else
-                             std::copy(c.arrays[a] + at, c.arrays[a] + at + (hi - lo), to);
-                     }
-                 });
+        in_chunk(scope.ranges, c, [&](const OwnedRange& r, std::size_t lo, std::size_t hi) {
+            const std::size_t at = lo - c.first, offset = r.offset + (lo - r.state);
+            for (std::size_t a = 0; a < scope.arrays; ++a) {
+                float* to = s.values[a].data() + offset;
+                if (a == 0 && first)
+                    scope.ops.copy_to_host(to, scope.params.owned(offset), hi - lo);
+                else if (covers(scope.group(a), r.matrix))
+                    std::copy(c.arrays[a] + at, c.arrays[a] + at + (hi - lo), to);
+            }
+        });
     });
 }
 
 void write_store(StateStore& store, const UpdateScope& scope, const OptimizerState& s) {
     store.stream(StateStore::Pass::write, [&](const StateStore::Chunk& c) {
-        in_chunk(scope.data_parallel.owned(), c,
-                 [&](const OwnedPart& o, std::size_t lo, std::size_t hi) {
-                     const std::size_t at = lo - c.first, offset = o.offset + (lo - o.state);
-                     for (std::size_t a = 0; a < scope.arrays; ++a)
-                         std::copy_n(s.values[a].data() + offset, hi - lo, c.arrays[a] + at);
-                 });
+        in_chunk(scope.ranges, c, [&](const OwnedRange& r, std::size_t lo, std::size_t hi) {
+            const std::size_t at = lo - c.first, offset = r.offset + (lo - r.state);
+            for (std::size_t a = 0; a < scope.arrays; ++a) {
+                if (covers(scope.group(a), r.matrix))
+                    std::copy_n(s.values[a].data() + offset, hi - lo, c.arrays[a] + at);
+                else
+                    std::fill_n(c.arrays[a] + at, hi - lo, 0.0f);
+            }
+        });
+    });
+}
+
+// An optimizer stepping whole matrices: how the first of an update's two passes visits the
+// store, a pass that advances state the matrices keep per element (Muon's momentum) writing
+// it back (state_passes).
+StateStore::Pass matrix_pass(const UpdateScope& scope) {
+    return state_passes(scope.optimizer).written > 1 ? StateStore::Pass::update
+                                                     : StateStore::Pass::read;
+}
+
+// A chunk's share of the whole-matrix step's input (Optimizer::matrix_input): the elements of
+// each matrix range in it, their state at `arrays` (laid out as the chunk's), into the
+// directions.
+void matrix_inputs(UpdateScope& scope, const StateStore::Chunk& c, float* const* arrays,
+                   const Hyper& h) {
+    in_chunk(scope.ranges, c, [&](const OwnedRange& r, std::size_t lo, std::size_t hi) {
+        if (!r.trains || !r.matrix) return;
+        scope.optimizer.matrix_input(
+            scope.ops, scope.segment(part_of(r, lo, hi), arrays, lo - c.first, nullptr), h,
+            scope.directions.data() + lo);
     });
 }
 
@@ -88,6 +123,12 @@ public:
     }
 
     void update(const Hyper& h, bool first) override {
+        if (scope_.matrices) {
+            store_.stream(matrix_pass(scope_), [&](const StateStore::Chunk& c) {
+                matrix_inputs(scope_, c, c.arrays.data(), h);
+            });
+            scope_.matrices->step(scope_.optimizer, scope_.directions.data(), h);
+        }
         store_.stream(StateStore::Pass::update,
                       [&](const StateStore::Chunk& c) { update_chunk(c, h, first); });
     }
@@ -157,9 +198,7 @@ void HostPlacement::update_chunk(const StateStore::Chunk& c, const Hyper& h, boo
     std::vector<std::size_t> at;
     in_chunk(scope_.ranges, c, [&](const OwnedRange& r, std::size_t lo, std::size_t hi) {
         if (!r.trains) return;
-        OwnedRange part = r;
-        part.offset = r.offset + (lo - r.state);
-        part.count = hi - lo;
+        const OwnedRange part = part_of(r, lo, hi);
         at.push_back(lo - c.first);
         segments.push_back(
             scope_.segment(part, c.arrays.data(), at.back(), scope_.params.owned(part.offset)));
@@ -194,6 +233,11 @@ public:
     }
 
     void update(const Hyper& h, bool first) override {
+        if (scope_.matrices) {
+            store_.stream(matrix_pass(scope_),
+                          [&](const StateStore::Chunk& c) { matrix_chunk(c, h); });
+            scope_.matrices->step(scope_.optimizer, scope_.directions.data(), h);
+        }
         store_.stream(StateStore::Pass::update,
                       [&](const StateStore::Chunk& c) { update_chunk(c, h, first); });
     }
@@ -209,6 +253,8 @@ public:
     }
 
 private:
+    // A chunk up to the device buffer, and its state (as matrix_inputs leaves it) back.
+    void matrix_chunk(const StateStore::Chunk& c, const Hyper& h);
     void update_chunk(const StateStore::Chunk& c, const Hyper& h, bool first);
     // Where a streamed update writes the parameter at element `at` of its chunk, buffer
     // element `offset`: param_chunk_ (offloaded parameters) or the shard.
@@ -223,6 +269,15 @@ private:
     kernels::DeviceBuffer param_chunk_;  // (chunk) the parameters' type: offloaded params
     std::vector<char> param_host_;       // (chunk) the same on the host, to and from the file
 };
+
+void FilePlacement::matrix_chunk(const StateStore::Chunk& c, const Hyper& h) {
+    const std::size_t n = c.count;
+    std::array<float*, kMaxArrays> arrays{};
+    for (std::size_t a = 0; a < scope_.arrays; ++a) arrays[a] = chunk_.f32() + a * n;
+    scope_.ops.upload(arrays[0], c.master(), scope_.arrays * n * sizeof(float));
+    matrix_inputs(scope_, c, arrays.data(), h);
+    scope_.ops.download(c.master(), arrays[0], scope_.arrays * n * sizeof(float));
+}
 
 void FilePlacement::update_chunk(const StateStore::Chunk& c, const Hyper& h, bool first) {
     const std::size_t n = c.count;
@@ -248,9 +303,7 @@ void FilePlacement::update_chunk(const StateStore::Chunk& c, const Hyper& h, boo
                  });
     in_chunk(scope_.ranges, c, [&](const OwnedRange& r, std::size_t lo, std::size_t hi) {
         if (!r.trains) return;
-        OwnedRange part = r;
-        part.offset = r.offset + (lo - r.state);
-        part.count = hi - lo;
+        const OwnedRange part = part_of(r, lo, hi);
         scope_.optimizer.update(
             ops,
             scope_.segment(part, arrays.data(), lo - c.first, param_of(lo - c.first, part.offset)),
@@ -275,25 +328,16 @@ void FilePlacement::params_from_master() {
     });
 }
 
-// A store's chunks hold every array for every owned element: an optimizer keeping an array
-// for one group only keeps its state on the device.
-void require_whole_arrays(const UpdateScope& scope) {
-    for (std::size_t a = 0; a < scope.arrays; ++a)
-        if (scope.group(a) != StateGroup::all)
-            throw Error(std::string("optimizer.offload: ") + scope.optimizer.name() +
-                        " keeps its state in device memory (optimizer.offload: none)");
-}
-
 }  // namespace
 
 std::unique_ptr<Placement> host_placement(UpdateScope& scope, std::size_t chunk, int threads) {
-    require_whole_arrays(scope);
+    scope.whole_arrays = true;
     return std::make_unique<HostPlacement>(scope, chunk, threads);
 }
 
 std::unique_ptr<Placement> file_placement(UpdateScope& scope, const std::string& dir, int rank,
                                           std::size_t chunk) {
-    require_whole_arrays(scope);
+    scope.whole_arrays = true;
     return std::make_unique<FilePlacement>(scope, dir, rank, chunk);
 }
 

@@ -44,9 +44,9 @@ Segment UpdateScope::segment(const OwnedRange& r, float* const* arrays, std::siz
     s.master = arrays[0] + at;
     for (std::size_t a = 1; a < this->arrays; ++a) {
         const StateGroup g = group(a);
-        s.state[a - 1] = !covers(g, r.matrix)   ? nullptr
-                         : g == StateGroup::all ? arrays[a] + at
-                                                : arrays[a] + r.grouped;
+        s.state[a - 1] = !covers(g, r.matrix)                   ? nullptr
+                         : g == StateGroup::all || whole_arrays ? arrays[a] + at
+                                                                : arrays[a] + r.grouped;
     }
     s.grads = grads.owned(r.offset);
     s.params = params;
@@ -169,7 +169,8 @@ Updater::Updater(kernels::Ops& ops, const model::ParamLayout& layout,
              static_cast<float>(cfg.weight_decay),
              1 + optimizer_->state_names().size(),
              nullptr,
-             {}},
+             {},
+             false},
       size_(grads.size()) {
     const std::size_t allocated_before = ops.allocated_bytes();
     if (optimizer_->whole_matrices()) {
@@ -252,11 +253,28 @@ void Updater::restore(const OptimizerState& state, bool zero_missing) {
 StateBytes state_bytes(const config::TrainingConfig& t, const config::OptimizerConfig& o) {
     const std::unique_ptr<Optimizer> optimizer = make_optimizer(t, o);
     StateBytes bytes{sizeof(float), sizeof(float)};  // the master weights
+    const bool whole = o.offload != config::Offload::none;
     for (std::size_t k = 0; k < optimizer->state_names().size(); ++k) {
-        if (covers(optimizer->state_group(k), true)) bytes.matrix += sizeof(float);
-        if (covers(optimizer->state_group(k), false)) bytes.other += sizeof(float);
+        if (whole || covers(optimizer->state_group(k), true)) bytes.matrix += sizeof(float);
+        if (whole || covers(optimizer->state_group(k), false)) bytes.other += sizeof(float);
     }
     return bytes;
+}
+
+StatePasses state_passes(const Optimizer& optimizer) {
+    StatePasses passes;
+    if (!optimizer.whole_matrices()) return passes;
+    ++passes.read;
+    for (std::size_t k = 0; k < optimizer.state_names().size(); ++k)
+        if (covers(optimizer.state_group(k), true)) {
+            ++passes.written;
+            break;
+        }
+    return passes;
+}
+
+StatePasses state_passes(const config::TrainingConfig& t, const config::OptimizerConfig& o) {
+    return state_passes(*make_optimizer(t, o));
 }
 
 std::size_t matrix_state_bytes(const Optimizer& optimizer, const model::ParamLayout& layout,

@@ -18,6 +18,11 @@
 // - in host memory (host; optim/host_store.h), the update run there on host threads through the
 //   optimizer's host loop: each chunk's gradients come down, the updated master weights go back
 //   up rounded to the parameters' type.
+// Off the device every array holds every owned element (an array kept for one group zero over
+// the other: Muon 16 bytes per owned parameter, GaLore 12), and an optimizer stepping whole
+// matrices streams the state twice per update: its matrix inputs (Muon's momentum), then the
+// element updates along the directions. Its per-matrix state (GaLore's) stays on the device
+// with its owner (optim/matrix_exchange.h), wherever the per-element state lives.
 #pragma once
 
 #include <cstddef>
@@ -52,13 +57,17 @@ struct UpdateScope {
     // the owned elements (host memory, the owned count, in state order); else null and empty.
     MatrixExchange* matrices = nullptr;
     std::vector<float> directions;
+    // Every array holds every owned element, in state order (a store's chunks, off the
+    // device): an array kept for one group is zero over the other's elements.
+    bool whole_arrays = false;
 
     // Which parameters array a (0: the master weights, then the optimizer's state) is kept
     // for, and its elements on this rank: the owned count, or the owned elements of its group.
     StateGroup group(std::size_t a) const;
     std::size_t count(std::size_t a) const;
     // Range r's parameters as the optimizer sees them, its arrays `arrays` (master, state...)
-    // from `at` (an array kept for one group: from r.grouped, null outside it), its gradients
+    // from `at` (an array kept for one group: from r.grouped, or from `at` with whole_arrays;
+    // null outside it), its gradients
     // where they are in the buffer, its updated weights to `params` (a matrix's direction from
     // `directions` at r.state).
     Segment segment(const OwnedRange& r, float* const* arrays, std::size_t at,
@@ -158,12 +167,23 @@ private:
 
 // Bytes of optimizer state per owned parameter (the master weights and the optimizer's arrays
 // kept for it, fp32), for a config's optimizer: of a layer's weight matrix and of the rest
-// (AdamW: 12 each; Muon: 8 and 12).
+// (AdamW: 12 each; Muon: 8 and 12; GaLore 4 and 12). Off the device (optimizer.offload) every
+// array is kept for every parameter (Muon: 16 each; GaLore: 12 each).
 struct StateBytes {
     std::size_t matrix = 0, other = 0;
     std::size_t most() const { return matrix > other ? matrix : other; }
 };
 StateBytes state_bytes(const config::TrainingConfig& t, const config::OptimizerConfig& o);
+
+// The passes an update makes over the state off the device (optimizer.offload), reading it and
+// writing it: one each, and for an optimizer stepping whole matrices one more first, for their
+// inputs, which writes the state back where the matrices keep an array of their own (Muon's
+// momentum; not GaLore's).
+struct StatePasses {
+    int read = 1, written = 1;
+};
+StatePasses state_passes(const Optimizer& optimizer);
+StatePasses state_passes(const config::TrainingConfig& t, const config::OptimizerConfig& o);
 
 // Elements of a state array kept for group g (StateGroup::all: every one of the `owned`
 // elements; else the ranges of that group).

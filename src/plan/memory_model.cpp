@@ -214,6 +214,9 @@ PlanInputs plan_inputs(const config::Config& cfg, int grad_bytes) {
     in.matrix_optimizer_bytes = static_cast<int>(state.matrix);
     in.optimizer_bytes = static_cast<int>(state.other);
     in.matrix_step_flops = matrix_step_flops(cfg);
+    const optim::StatePasses passes = optim::state_passes(cfg.training, cfg.optimizer);
+    in.offload_reads = passes.read;
+    in.offload_writes = passes.written;
     return in;
 }
 
@@ -330,13 +333,17 @@ StageMemory stage_states(const PlanInputs& in, const model::ParamLayout& layout)
         s.states.optimizer = held_optimizer_bytes(in, layout, s.parameters);
     s.gathered = gathered_bytes(in, layout, s.parameters);
     if (cfg.training.lora.enabled()) add_adapters(in, layout, s);
+    // Off the device: the state per element (every array for every parameter, in.optimizer_bytes
+    // each); the per-matrix state (GaLore's) stays on the device with its owner.
+    const double per_matrix = optimizer_bytes(in, layout).owned;
     if (cfg.optimizer.offload == config::Offload::nvme) {
-        s.offloaded = s.states.optimizer;
-        s.states.optimizer =
-            std::min(s.offloaded, double{kOptimizerBytes} * cfg.optimizer.offload_chunk);
+        s.offloaded = s.states.optimizer - per_matrix;
+        s.states.optimizer = std::min(s.offloaded, static_cast<double>(in.optimizer_bytes) *
+                                                       cfg.optimizer.offload_chunk) +
+                             per_matrix;
     } else if (cfg.optimizer.offload == config::Offload::host) {
-        s.offloaded = s.states.optimizer;  // the update runs there: none on the device
-        s.states.optimizer = 0;
+        s.offloaded = s.states.optimizer - per_matrix;  // the update runs there
+        s.states.optimizer = per_matrix;
     }
     if (cfg.optimizer.offload_params) {  // ZeRO-3's weight shard in its file too
         s.offloaded += s.states.weights;

@@ -82,11 +82,15 @@ struct PlanInputs {
     int zero_stage = 1;        // 0 .. 3
     // Optimizer state per parameter of a layer's weight matrices and of the rest: the master
     // weights and the arrays the config's optimizer keeps for each (optim::state_bytes:
-    // AdamW 12 and 12, Muon 8 and 12).
+    // AdamW 12 and 12, Muon 8 and 12; under optimizer.offload every array for every parameter:
+    // Muon 16 and 16, GaLore 12 and 12).
     int matrix_optimizer_bytes = kOptimizerBytes, optimizer_bytes = kOptimizerBytes;
     // FLOPs of the optimizer's whole-matrix steps in one update, each layer matrix once
     // (optim::Optimizer::matrix_step_flops: Muon's Newton-Schulz iterations); 0 for AdamW.
     double matrix_step_flops = 0;
+    // The passes an update makes over the state under optimizer.offload (optim::state_passes:
+    // 1 and 1; Muon 2 and 2; GaLore 2 and 1).
+    int offload_reads = 1, offload_writes = 1;
     // Under data.documents: mask, the documents' mean length (trident plan --doc-len): the
     // attention computes within them, L/S of a causal window's scores; 0: one per window.
     int doc_len = 0;

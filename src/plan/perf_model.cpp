@@ -270,7 +270,8 @@ StageSeconds stage_seconds(const PlanInputs& in, int s, const StageTraffic& t, d
         owned * (2 * kOptimizerBytes + 3 * in.grad_bytes + in.weight_bytes) / hw.memory_bandwidth +
         matrix_step_seconds(in, layers, hw);
     if (in.cfg.optimizer.offload == config::Offload::nvme) {
-        st.offload_io = 2 * owned * kOptimizerBytes / hw.disk_bandwidth;
+        st.offload_io =
+            (in.offload_reads + in.offload_writes) * owned * in.optimizer_bytes / hw.disk_bandwidth;
         // ZeRO-3's shard in its file: read for each gather (2m a step resharded after use,
         // else once) and written by the update (docs/FORMULAS.md).
         if (in.cfg.optimizer.offload_params)
@@ -280,8 +281,8 @@ StageSeconds stage_seconds(const PlanInputs& in, int s, const StageTraffic& t, d
         st.optimizer = std::max(st.optimizer, st.offload_io);
     } else if (in.cfg.optimizer.offload == config::Offload::host) {
         st.offload_io = owned * (in.grad_bytes + in.weight_bytes) / hw.host_link_bandwidth;
-        st.optimizer = st.offload_io +
-                       owned * (2 * kOptimizerBytes + 2 * sizeof(float)) / hw.host_memory_bandwidth;
+        st.optimizer = st.offload_io + owned * (2.0 * in.optimizer_bytes + 2 * sizeof(float)) /
+                                           hw.host_memory_bandwidth;
     }
     return st;
 }

@@ -165,8 +165,9 @@ std::string memory_table_text(const Plan& plan) {
             train::human_bytes(plan.memory.front().offloaded).c_str());
     if (cfg.optimizer.offload == config::Offload::host)
         out += format(
-            "optimizer: none on the device; in host memory, %s per rank of stage 0 (not in the "
+            "optimizer: %s on the device; in host memory, %s per rank of stage 0 (not in the "
             "total)\n",
+            plan.memory.front().states.optimizer > 0 ? "the per-matrix state alone" : "none",
             train::human_bytes(plan.memory.front().offloaded).c_str());
     out +=
         "activations by Korthikanti et al.'s per-layer formula (masks and dropout copies "
