@@ -17,7 +17,7 @@ experts of moe_reference.py, itself first held against torch's softmax, top-k an
    over E = 2 gives steps 6 to 10 of the straight run within 1e-5; a run at E = 2 resumed from
    its step 5 by one process and by E = 4 (D = 2, C = 2) gives its own steps 6 to 10;
 5. expert parallelism (parallel.expert): the losses, moe_aux_loss and moe_z_loss of 10 steps at
-   E = 2 and 4 alone and with M, P (1F1B, ZB-H1, ZB-V), C (ring, Ulysses), ZeRO 1 to 3,
+   E = 2 and 4 alone and with M, P (1F1B, ZB-H1, ZB-V), C (ring, Ulysses), ZeRO 0 to 3,
    hybrid sharding and recompute, and at E = 2 with P, M (+SP), C (ring) and D all 2 (16
    ranks), within 1e-5 of one process's; rank 0's parameter bytes where the experts split
    (ZeRO 0 and 1) are one process's less the (E-1)/E of the experts it does not hold, to the
@@ -245,6 +245,7 @@ EXPERT_FAMILIES = [
                             "parallel.expert=2"]),
     ("E=4 D=2 C=2 ring", 4, ["parallel.data=2", "parallel.context=2", "parallel.expert=4",
                              "training.global_batch=8"]),
+    ("E=2 D=2 ZeRO-0", 2, ["parallel.data=2", "parallel.expert=2", "parallel.zero_stage=0"]),
     ("E=2 D=2 ZeRO-1", 2, ["parallel.data=2", "parallel.expert=2", "parallel.zero_stage=1"]),
     ("E=2 D=2 ZeRO-2", 2, ["parallel.data=2", "parallel.expert=2", "parallel.zero_stage=2"]),
     ("E=2 D=2 ZeRO-3", 2, ["parallel.data=2", "parallel.expert=2", "parallel.zero_stage=3"]),
@@ -326,7 +327,8 @@ def test_layouts(tmp, trident, families=FAMILIES, label="moe", moe=LAYOUT_MOE):
 # The experts split over E (parallel.expert at ZeRO 0 and 1 without hybrid sharding): a rank
 # holds 1/E of every MoE layer's experts (their runs aligned to D·C elements, which these
 # shapes' are already); at ZeRO-2 every rank holds every expert as one process does.
-EXPERT_SHARE = {"E=2 D=2": 2, "E=4 D=4": 4, "E=2 D=4": 2, "E=2 D=2 ZeRO-1": 2,
+EXPERT_SHARE = {"E=2 D=2": 2, "E=4 D=4": 4, "E=2 D=4": 2, "E=2 D=2 ZeRO-0": 2,
+                "E=2 D=2 ZeRO-1": 2,
                 "E=2 D=2 recompute full": 2, "E=2 D=2 ZeRO-2": 1}
 
 
