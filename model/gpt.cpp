@@ -75,8 +75,10 @@ std::size_t unit_at(const ParamLayout& layout, std::size_t offset) {
     throw Error("internal: no unit holds element " + std::to_string(offset));
 }
 
-int unit_align(const BufferPlan& plan) {
-    return plan.shard_grads ? static_cast<int>(plan.multiple) : 1;
+// Sharded gradients split each unit, and a ZeRO-1 step the runs of the experts held (their
+// own buckets, model/param_layout.h), evenly over the ranks.
+int unit_align(const BufferPlan& plan, const StagePlan& stage) {
+    return plan.shard_grads || stage.experts > 1 ? static_cast<int>(plan.multiple) : 1;
 }
 
 Dims dims_of(const GptOptions& o, const ModelGroups& groups) {
@@ -92,10 +94,10 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
     : ops_(ops),
       options_(options),
       layout_(options.shape, groups.tensor.rank(), groups.tensor.size(), options.plan,
-              unit_align(options.buffers)),
+              unit_align(options.buffers, options.plan)),
       lora_layout_(ParamLayout::for_lora(options.shape, options.lora.shape, groups.tensor.rank(),
                                          groups.tensor.size(), options.plan,
-                                         unit_align(options.buffers))),
+                                         unit_align(options.buffers, options.plan))),
       d_(dims_of(options, groups)),
       rows_(ops, groups.tensor, d_,
             context_positions(options.shape.max_seq, groups.context.size(), groups.context.rank())),

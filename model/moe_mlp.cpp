@@ -20,9 +20,12 @@
 // Expert parallelism (E ranks of the expert group, model/moe_dispatch.h): each rank routes its
 // own tokens as above, sends the permuted rows to their experts' ranks, computes its N/E
 // experts on every rank's rows sent to them and sends the results back; the backward sends the
-// outputs' gradients the same way and the inputs' gradients back. Every rank holds every
-// expert's weights; the experts it does not compute get no gradient from it, and the
-// data-parallel sum over the data-context group adds the ranks' parts. The shared experts
+// outputs' gradients the same way and the inputs' gradients back. At ZeRO 0 and 1 without
+// hybrid sharding each rank holds only its experts' weights (model/param_layout.h,
+// Split::expert), their gradients summed over the expert-data group
+// (src/data_parallel/data_parallel.h); elsewhere every rank holds every expert's weights, the
+// experts it does not compute get no gradient from it, and the data-parallel sum over the
+// data-context group adds the ranks' parts. The shared experts
 // compute while the rows travel to their experts (forward: the inputs; backward: the outputs'
 // gradients): the trace's ep_shared under ep_exchange (src/io/chrome_trace.h); a backward that
 // computes its weight gradients too (not a split backward's B) computes them while the inputs'
@@ -513,9 +516,13 @@ PartDecl moe_mlp_tensors(const GptShape& s) {
     const double share = static_cast<double>(moe.top_k) / static_cast<double>(E);
     for (int64_t e = 0; e < E; ++e) {
         const std::string name = "experts." + std::to_string(e) + ".";
-        decl.tensors.push_back({name + "gate_proj.weight", {F, H}, rows, Init::normal, true});
-        decl.tensors.push_back({name + "up_proj.weight", {F, H}, rows, Init::normal, true});
-        decl.tensors.push_back({name + "down_proj.weight", {H, F}, columns, Init::normal, true});
+        const Split expert_rows{SplitKind::column, 1, 0, static_cast<int>(e)},
+            expert_columns{SplitKind::row, 1, 0, static_cast<int>(e)};
+        decl.tensors.push_back(
+            {name + "gate_proj.weight", {F, H}, expert_rows, Init::normal, true});
+        decl.tensors.push_back({name + "up_proj.weight", {F, H}, expert_rows, Init::normal, true});
+        decl.tensors.push_back(
+            {name + "down_proj.weight", {H, F}, expert_columns, Init::normal, true});
         decl.gemms.push_back({name + "gate_proj", F, H, rows, share});
         decl.gemms.push_back({name + "up_proj", F, H, rows, share});
         decl.gemms.push_back({name + "down_proj", H, F, columns, share});

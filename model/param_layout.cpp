@@ -68,6 +68,10 @@ ParamLayout::ParamLayout(const GptShape& shape, const LoraShape* lora, int tenso
                     std::to_string(shape.kv_heads) + ") or be a multiple of it");
     require_divisible("model.ffn_hidden", shape.ffn, M);
     require_divisible("the padded vocabulary", shape.padded_vocab, M);
+    if (plan.experts > 1 && shape.moe.experts % plan.experts != 0)
+        throw Error("model.moe.experts (" + std::to_string(shape.moe.experts) +
+                    ") must be divisible by parallel.expert (" + std::to_string(plan.experts) +
+                    ")");
     const int chunks = plan.stages * plan.chunks;
     if (plan.chunk_layers.empty() && shape.layers % chunks != 0)
         throw Error("model.layers (" + std::to_string(shape.layers) +
@@ -152,11 +156,36 @@ void ParamLayout::add_layer(int l, const std::vector<PartDecl>& decls) {
     LayerTensors layer;
     for (std::size_t p = 0; p < decls.size(); ++p) {
         const std::string prefix = spec_.part_prefix(l, static_cast<LayerPart>(p));
-        layer.parts[p].reserve(decls[p].tensors.size());
-        for (const TensorDecl& t : decls[p].tensors)
+        const std::vector<TensorDecl>& tensors = decls[p].tensors;
+        layer.parts[p].reserve(tensors.size());
+        bool in_run = false;  // within the run of the experts held (declared consecutively)
+        for (const TensorDecl& t : tensors) {
+            const bool split = t.split.expert >= 0 && plan_.experts > 1;
+            if (split && !holds_expert(t.split.expert)) {
+                layer.parts[p].push_back(kNoParam);
+                continue;
+            }
+            if (split != in_run) align_run(split);
+            in_run = split;
             layer.parts[p].push_back(add(t, prefix + t.name));
+        }
+        if (in_run) align_run(false);
     }
     layers_.push_back(std::move(layer));
+}
+
+// The run of the experts held starts (`starts`) or ends at the unit alignment.
+void ParamLayout::align_run(bool starts) {
+    total_ = (total_ + align_ - 1) / align_ * align_;
+    if (starts)
+        expert_runs_.emplace_back(total_, total_);
+    else
+        expert_runs_.back().second = total_;
+}
+
+bool ParamLayout::holds_expert(int e) const {
+    const int L = shape().moe.experts / plan_.experts;
+    return e / L == plan_.expert_rank;
 }
 
 void ParamLayout::add_head() {
@@ -328,11 +357,11 @@ void unshard_params(const ParamLayout& local_layout, const float* local,
 std::vector<float> share_of_whole(const ParamLayout& local_layout, const std::vector<float>& local,
                                   const ParamLayout& whole_layout) {
     // Keep only what this rank writes: replicated tensors on tensor rank 0, a key/value
-    // head's rows on the first of its replicas, and wte (held by the first and the last
-    // stage) on the first.
+    // head's rows on the first of its replicas, wte (held by the first and the last stage)
+    // on the first, and with the experts split the rest of the model on expert rank 0.
     std::vector<float> mine(local);
     for (const ParamTensor& t : local_layout.tensors()) {
-        if (local_layout.held_elsewhere(t))
+        if (local_layout.held_elsewhere(t) || local_layout.expert_copy_elsewhere(t))
             std::fill_n(mine.begin() + static_cast<std::ptrdiff_t>(t.offset), t.numel, 0.0f);
     }
     std::vector<float> whole(whole_layout.total(), 0.0f);

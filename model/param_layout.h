@@ -26,6 +26,14 @@
 // head (the final norm and the LM head: tied, the token embedding, held there too) on the last;
 // the two copies of a tied embedding get the same gradient, summed over the embedding group.
 //
+// Under E-way expert parallelism with the experts' weights split (StagePlan::experts > 1;
+// docs/ARCHITECTURE.md, "Mixture of experts") expert rank q holds, of every MoE layer, only its
+// L = N/E routed experts q·L .. q·L + L - 1 (Split::expert) under their whole-model names, the
+// rest of the layer as every rank; the held experts' tensors are one contiguous run
+// (expert_runs), at the same offsets on every expert rank, so all ranks' buffers have equal size,
+// started and ended at the unit alignment so that it splits evenly over the expert-data ranks.
+// The layer's offsets (LayerTensors) of the experts it does not hold are kNoParam.
+//
 // Order: the embedding's tensors, then layer by layer (so a stage's chunks are contiguous runs),
 // each layer's parts in order (norm1, attention, norm2, MLP), then the head's.
 //
@@ -90,6 +98,10 @@ struct StagePlan {
     // chunk may hold none). Empty: every chunk holds an equal share.
     std::vector<int> chunk_layers;
     Placement placement = Placement::round_robin;
+    // E: the ranks the experts' weights are split over (1: every rank holds every expert),
+    // and this rank's place among them (see the top of this file).
+    int experts = 1;
+    int expert_rank = 0;
 
     ChunkMap map() const { return {placement, stages, chunks}; }
     int global_chunk(int c) const { return map().global(stage, c); }
@@ -212,6 +224,18 @@ public:
     const LoraShape& lora() const { return lora_; }
     const LayerLora& layer_lora(int l) const;
 
+    // The runs [begin, end) of the routed experts this rank holds, one per MoE layer held, in
+    // buffer order; none unless the experts are split (StagePlan::experts > 1).
+    const std::vector<std::pair<std::size_t, std::size_t>>& expert_runs() const {
+        return expert_runs_;
+    }
+    // Whether t is held alike by every rank of the expert group while the experts are split
+    // (every tensor but a routed expert's) and this rank is not expert rank 0, which speaks for
+    // it: the whole model takes it from there.
+    bool expert_copy_elsewhere(const ParamTensor& t) const {
+        return plan_.experts > 1 && t.split.expert < 0 && plan_.expert_rank != 0;
+    }
+
     // The tensor of that name, or nullptr.
     const ParamTensor* find(const std::string& name) const;
     // Whether this rank's copy of t is another rank's too and that rank speaks for it: a
@@ -234,6 +258,10 @@ private:
     void add_layer(int l, const std::vector<PartDecl>& decls);
     void add_lora(int l, const LoraShape& lora);
     void add_head();
+    // Layer l's run of the experts held starts (`starts`) or ends, at the unit alignment.
+    void align_run(bool starts);
+    // Whether this rank holds routed expert e of each MoE layer (StagePlan::experts).
+    bool holds_expert(int e) const;
     void start_unit(const std::string& name);
     // Global layer l's index among those held.
     std::size_t layer_index(int l) const;
@@ -247,6 +275,7 @@ private:
     std::vector<LayerTensors> layers_;    // their tensors (the model's layout)
     std::vector<LayerLora> lora_layers_;  // their adapters (an adapters' layout)
     std::vector<std::pair<std::size_t, std::size_t>> layer_ranges_;
+    std::vector<std::pair<std::size_t, std::size_t>> expert_runs_;
     LoraShape lora_;
     std::vector<Unit> units_;
     std::size_t total_ = 0;
@@ -270,8 +299,8 @@ void unshard_params(const ParamLayout& local_layout, const float* local,
 
 // This rank's share of the whole (a buffer of `whole_layout`, the same tensors for M
 // 1 and one stage): its parts of `local` in their places, zero elsewhere, each element written
-// by exactly one rank of the stage and tensor groups (held_elsewhere), so that summing the
-// shares of all ranks gives the whole.
+// by exactly one rank of the stage, tensor and expert groups (held_elsewhere,
+// expert_copy_elsewhere), so that summing the shares of all ranks gives the whole.
 std::vector<float> share_of_whole(const ParamLayout& local_layout, const std::vector<float>& local,
                                   const ParamLayout& whole_layout);
 

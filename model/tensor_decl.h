@@ -34,6 +34,10 @@ struct Split {
     // grouped-query attention; 0: no such constraint). With more ranks than groups each group
     // is held whole by M / groups consecutive ranks (its replicas).
     int groups = 0;
+    // A routed expert's index among its layer's N experts (-1: not an expert's). Under expert
+    // parallelism with the experts' weights split (model/param_layout.h) only expert rank
+    // expert / (N / E) holds it.
+    int expert = -1;
 };
 
 // How a tensor starts (a pure function of (seed, tensor, element): model/gpt_params.cpp).

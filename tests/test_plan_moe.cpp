@@ -1,7 +1,7 @@
 // The planner's counts of a mixture of experts against docs/FORMULAS.md: parameters total and
 // active per token of Mixtral-8x7B and 8x22B and Qwen3-30B-A3B (configs/), the model FLOPs of the
-// active experts only, one rank's GEMM FLOPs of an MoE layer under a tensor split, and expert
-// parallelism's all-to-alls per stage and step.
+// active experts only, one rank's GEMM FLOPs of an MoE layer under a tensor split, expert
+// parallelism's all-to-alls per stage and step, and a rank's model states with the experts split.
 #include <catch2/catch.hpp>
 #include <string>
 #include <tuple>
@@ -11,6 +11,7 @@
 #include "config/model_shape.h"
 #include "model/flops.h"
 #include "plan/communication.h"
+#include "plan/memory_model.h"
 #include "plan/perf_model.h"
 
 namespace {
@@ -117,4 +118,32 @@ TEST_CASE("plan: expert parallelism's all-to-alls per stage", "[plan][moe]") {
     const config::Config dense = load("mixtral-8x7b.yaml");
     for (const plan::StageTraffic& t : plan::plan_traffic(plan::plan_inputs(dense, 4)))
         CHECK(t.expert.calls.empty());
+}
+
+TEST_CASE("plan: a rank's model states with Mixtral-8x7B's experts split over E = 8",
+          "[plan][moe]") {
+    // Its 4 x 8 x 1 x 8 grid, ZeRO-1 (docs/ARCHITECTURE.md, "Mixture of experts"): stage 0
+    // holds the embedding's Vp/M rows (Vp = 32768, a multiple of 128·M) and 8 layers; tensor
+    // rank 0 of a layer two norms, q and o (h/M × h each), one key/value head's k and v
+    // (128 × h each), the router (N × h) and, of the N experts, N/E: gate and up (F/M × h) and
+    // down (h × F/M). Every run is a multiple of D·C = 8 already: no padding.
+    const double h = 4096, F = 14336, M = 8, N = 8, Vp = 32768;
+    const double dense_layer = 2 * h + 2 * (h / M) * h + 2 * 128 * h + N * h;
+    const double expert = 3 * (F / M) * h;
+    const double embedding = Vp / M * h;
+    for (const int E : {1, 8}) {
+        INFO("parallel.expert " << E);
+        const config::Config cfg =
+            load("mixtral-8x7b.yaml", {"parallel.data=8", "parallel.expert=" + std::to_string(E)});
+        const plan::PlanInputs in = plan::plan_inputs(cfg, 4);
+        const plan::StageMemory s = plan::stage_states(in, plan::stage_layout(in, 0));
+        const double experts = 8 * (N / E) * expert;  // held by the rank, of its 8 layers
+        const double dense = embedding + 8 * dense_layer;
+        CHECK(s.parameters == static_cast<int64_t>(dense + experts));
+        CHECK(s.states.weights == 2 * (dense + experts));    // bf16
+        CHECK(s.states.gradients == 4 * (dense + experts));  // fp32 (plan_inputs' 4)
+        // 12 bytes (fp32 master, Adam's m and v) of a D·C-th of the rest, and of a
+        // (D·C/E)-th of the experts held: what one process holds of them, over D·C.
+        CHECK(s.states.optimizer == Approx(12 * (dense / 8 + experts / (8.0 / E))).epsilon(1e-12));
+    }
 }

@@ -61,9 +61,12 @@ TEST_CASE("clipping scales by max/(norm + 1e-6) only above the threshold", "[tra
     parallel::Grid& solo = test::solo_grid();
     const data_parallel::DataParallel whole(
         *ops, {{}, params, grads, layout.total()},
-        {solo.data_context(), solo.data_replica(), solo.embedding()}, {0, SIZE_MAX, {}, {}});
-    const optim::GradNorm norm(*ops, optim::owned_ranges(layout, whole.owned()), grads, whole,
-                               optim::NormGroups{solo.tensor(), solo.pipeline()});
+        {solo.data_context(), solo.data_replica(), solo.embedding(),
+         solo.group(parallel::Group::expert_data)},
+        {0, SIZE_MAX, {}, {}});
+    const optim::GradNorm norm(
+        *ops, optim::owned_ranges(layout, whole.owned()), grads, whole,
+        optim::NormGroups{solo.tensor(), solo.pipeline(), solo.group(parallel::Group::expert)});
     std::vector<float> g(layout.total(), 0.0f);
     g[0] = 3.0f;
     g[1] = 4.0f;

@@ -63,9 +63,24 @@ inline model::Dims rank_dims(const Config& cfg) {
                           cfg.parallel.context_mode, cfg.training.precision});
 }
 
-inline model::StagePlan stage_plan(const Config& cfg, int stage) {
-    return model::StagePlan{cfg.parallel.pipeline, stage, cfg.parallel.virtual_stages,
-                            cfg.derived.chunk_layers, pipeline::placement(cfg.parallel.schedule)};
+// The ranks the experts' weights are split over (model/param_layout.h) at ZeRO stage
+// `zero_stage`: parallel.expert at stages 0 and 1 without hybrid sharding; 1 (every expert rank
+// holds every expert, as the model computes them all the same) at stages 2 and 3 or with it.
+inline int expert_shards(const ParallelConfig& p, int zero_stage) {
+    const bool hybrid = p.shard_ranks() != p.data * p.context;
+    return zero_stage <= 1 && !hybrid ? p.expert : 1;
+}
+
+// What pipeline stage `stage` holds, as expert rank `expert_rank` (its place in the expert
+// group) at the config's ZeRO stage.
+inline model::StagePlan stage_plan(const Config& cfg, int stage, int expert_rank = 0) {
+    return model::StagePlan{cfg.parallel.pipeline,
+                            stage,
+                            cfg.parallel.virtual_stages,
+                            cfg.derived.chunk_layers,
+                            pipeline::placement(cfg.parallel.schedule),
+                            expert_shards(cfg.parallel, cfg.parallel.zero_stage),
+                            expert_rank};
 }
 
 // training.lora: the adapters (rank 0: none), their scale alpha / r and their dropout.
@@ -83,15 +98,15 @@ inline model::Lora lora_of(const Config& cfg) {
     return a;
 }
 
-// The model of pipeline stage `stage` as the config describes it, its buffers held as the
-// data-parallel module plans (data_parallel::buffer_plan).
-inline model::GptOptions gpt_options(const Config& cfg, int stage,
-                                     const model::BufferPlan& buffers) {
+// The model of pipeline stage `stage` (as expert rank `expert_rank`) as the config describes
+// it, its buffers held as the data-parallel module plans (data_parallel::buffer_plan).
+inline model::GptOptions gpt_options(const Config& cfg, int stage, const model::BufferPlan& buffers,
+                                     int expert_rank = 0) {
     const TrainingConfig& t = cfg.training;
     const ParallelConfig& p = cfg.parallel;
     model::GptOptions o;
     o.shape = gpt_shape(cfg);
-    o.plan = stage_plan(cfg, stage);
+    o.plan = stage_plan(cfg, stage, expert_rank);
     o.micro_batch = t.micro_batch;
     o.dropout = static_cast<float>(cfg.model.dropout);
     o.sequence_parallel = p.sequence_parallel;

@@ -19,26 +19,48 @@ model::BufferPlan buffer_plan(int zero_stage, const parallel::Comm& shard,
     return plan;
 }
 
+namespace {
+
+// Buckets of a multiple of `ranks` elements covering [begin, end) (whose size is one), counted
+// from its end, before those already in `buckets`.
+void add_buckets(std::vector<Bucket>& buckets, std::size_t begin, std::size_t end,
+                 std::size_t ranks, std::size_t bucket_size, bool experts) {
+    const std::size_t bucket = std::max(ranks, bucket_size / ranks * ranks);
+    std::vector<Bucket> run;
+    for (std::size_t hi = end; hi > begin;) {
+        const std::size_t lo = hi - begin > bucket ? hi - bucket : begin;
+        run.insert(run.begin(), Bucket{lo, hi - lo, 0, 0, experts});
+        hi = lo;
+    }
+    buckets.insert(buckets.begin(), run.begin(), run.end());
+}
+
+}  // namespace
+
 std::vector<Bucket> make_buckets(const std::vector<model::ModelUnit>& units, std::size_t size,
                                  int zero_stage, std::size_t D, std::size_t r,
-                                 std::size_t bucket_size) {
+                                 std::size_t bucket_size, const ExpertRuns& experts) {
     std::vector<Bucket> buckets;
     if (zero_stage >= 2) {  // the units, each a multiple of D
         for (const model::ModelUnit& u : units)
             if (u.trainable.first < u.trainable.second)
                 buckets.push_back(
                     Bucket{u.trainable.first, u.trainable.second - u.trainable.first, 0, 0});
-    } else {  // buckets of a multiple of D elements (the buffer is one), counted from the end
-        const std::size_t bucket = std::max(D, bucket_size / D * D);
-        for (std::size_t end = size; end > 0;) {
-            const std::size_t begin = end > bucket ? end - bucket : 0;
-            buckets.insert(buckets.begin(), Bucket{begin, end - begin, 0, 0});
-            end = begin;
+    } else {  // buckets of a multiple of D elements (the buffer is one), counted from the end,
+              // apart from the experts' runs
+        std::size_t end = size;
+        for (auto run = experts.runs.rbegin(); run != experts.runs.rend(); ++run) {
+            add_buckets(buckets, run->second, end, D, bucket_size, false);
+            add_buckets(buckets, run->first, run->second, experts.ranks, bucket_size, true);
+            end = run->first;
         }
+        add_buckets(buckets, 0, end, D, bucket_size, false);
     }
     for (Bucket& b : buckets) {
-        b.owned = zero_stage >= 1 ? b.size / D : b.size;
-        b.mine = zero_stage >= 1 ? b.begin + r * b.owned : b.begin;
+        const std::size_t ranks = b.experts ? experts.ranks : D,
+                          rank = b.experts ? experts.rank : r;
+        b.owned = zero_stage >= 1 ? b.size / ranks : b.size;
+        b.mine = zero_stage >= 1 ? b.begin + rank * b.owned : b.begin;
     }
     return buckets;
 }
@@ -61,11 +83,17 @@ DataParallel::DataParallel(kernels::Ops& ops, ModelBuffers model, DataGroups gro
       group_(groups.shard),
       replicas_(groups.replicas),
       embedding_(groups.embedding),
+      expert_data_(groups.expert_data),
       zero_stage_(options.zero_stage),
       layout_total_(model.tensors) {
+    if (!model.expert_runs.empty() && (zero_stage_ >= 2 || replicas_.size() > 1))
+        throw Error("internal: the experts split at ZeRO-" + std::to_string(zero_stage_) +
+                    (replicas_.size() > 1 ? " with hybrid sharding" : ""));
     buckets_ =
         make_buckets(units_, grads_.size(), zero_stage_, static_cast<std::size_t>(group_.size()),
-                     static_cast<std::size_t>(group_.rank()), options.bucket_size);
+                     static_cast<std::size_t>(group_.rank()), options.bucket_size,
+                     ExpertRuns{model.expert_runs, static_cast<std::size_t>(expert_data_.size()),
+                                static_cast<std::size_t>(expert_data_.rank())});
     owned_ = owned_parts(buckets_);
     for (const OwnedPart& o : owned_) owned_count_ += o.count;
     const Overlap overlap = options.overlap;
@@ -193,9 +221,10 @@ void DataParallel::start_reduction(std::size_t b) {
     InFlight& f = flight_[b];
     f.reducing = true;
     f.reduction_start = io::TraceRecorder::now_us();
-    f.reduction = zero_stage_ == 0 ? group_.iall_reduce(grads_.at(bucket.begin), bucket.size)
-                                   : group_.ireduce_scatter(grads_.at(bucket.begin),
-                                                            grads_.at(bucket.mine), bucket.owned);
+    parallel::Comm& group = group_of(bucket);
+    f.reduction = zero_stage_ == 0 ? group.iall_reduce(grads_.at(bucket.begin), bucket.size)
+                                   : group.ireduce_scatter(grads_.at(bucket.begin),
+                                                           grads_.at(bucket.mine), bucket.owned);
 }
 
 void DataParallel::finish_reduction(std::size_t b) {
@@ -222,9 +251,9 @@ void DataParallel::reduce_gradients() {
     } else if (!in_step_) {  // not overlapped: one call after another, in backward order
         for (auto b = buckets_.rbegin(); b != buckets_.rend(); ++b) {
             if (zero_stage_ == 0)
-                group_.all_reduce(grads_.at(b->begin), b->size);
+                group_of(*b).all_reduce(grads_.at(b->begin), b->size);
             else  // in place: this rank's part of the bucket's sum lands where it is
-                group_.reduce_scatter(grads_.at(b->begin), grads_.at(b->mine), b->owned);
+                group_of(*b).reduce_scatter(grads_.at(b->begin), grads_.at(b->mine), b->owned);
         }
     } else {
         for (std::size_t b = buckets_.size(); b-- > 0;)
@@ -332,15 +361,15 @@ void DataParallel::gather_updated() {
     for (std::size_t b = 0; b < buckets_.size(); ++b) {
         const Bucket& bucket = buckets_[b];
         flight_[b].gather_start = io::TraceRecorder::now_us();
-        flight_[b].gather =
-            group_.iall_gather(params_.at(bucket.mine), params_.at(bucket.begin), bucket.owned);
+        flight_[b].gather = group_of(bucket).iall_gather(params_.at(bucket.mine),
+                                                         params_.at(bucket.begin), bucket.owned);
     }
 }
 
 void DataParallel::gather_params() {
     if (!gathers_after_update()) return;
     for (const Bucket& b : buckets_)
-        group_.all_gather(params_.at(b.mine), params_.at(b.begin), b.owned);
+        group_of(b).all_gather(params_.at(b.mine), params_.at(b.begin), b.owned);
 }
 
 }  // namespace trident::data_parallel

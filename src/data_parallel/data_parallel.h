@@ -32,6 +32,13 @@
 // with the same part in every shard group), once a step, so every shard group holds the sum
 // over all D·C. With N = D·C the replica group is this rank alone and nothing more moves.
 //
+// Experts split (parallel.expert: E at ZeRO 0 and 1 without hybrid sharding; docs/ARCHITECTURE.md,
+// "Mixture of experts"). Each rank holds only its experts of each MoE layer, in one run per layer
+// (model/param_layout.h, expert_runs) at the same offsets on every rank of the expert group, so
+// the runs of the buffer mean other experts on the group's other ranks. A run is its own
+// buckets, summed, sharded and gathered over the expert-data group (the D·C/E ranks holding the
+// same experts) as the rest of the buffer is over the data-context group.
+//
 // A frozen model (low-rank adapters) trains its adapters: the trainable buffer is theirs, and at
 // ZeRO-3 the frozen model's own parameters are sharded too, each unit gathered for the forward
 // and the backward and released, never reduced (a gather-only ZeroUnits of their own). A 4-bit
@@ -94,15 +101,24 @@ struct OwnedPart {
 struct Bucket {
     std::size_t begin, size;  // in the buffer
     std::size_t mine, owned;  // this replica's part: its offset and elements (size / D, or all)
+    bool experts = false;     // a run of the experts held: over the expert-data group
+};
+
+// The runs of the experts a rank holds (model::ParamLayout::expert_runs) and its place in the
+// expert-data group, of `ranks` ranks, that sums and shards them.
+struct ExpertRuns {
+    std::vector<std::pair<std::size_t, std::size_t>> runs;
+    std::size_t ranks = 1, rank = 0;
 };
 
 // The buckets of a trainable buffer of `size` elements (a multiple of D) for replica r of D
 // at ZeRO stage `zero_stage`: at stages 2 and 3 the units' trainable ranges, else runs of
-// max(D, bucket_size / D·D) elements counted from the end; replica r owns the r-th D-th of
-// each at stages 1-3, all of it at stage 0.
+// max(D, bucket_size / D·D) elements counted from the end, cut where `experts`' runs (stages 0
+// and 1; multiples of D) begin and end, theirs over its ranks; replica r owns the r-th D-th of
+// each at stages 1-3 (of an experts' run, the expert-data rank's share), all of it at stage 0.
 std::vector<Bucket> make_buckets(const std::vector<model::ModelUnit>& units, std::size_t size,
                                  int zero_stage, std::size_t D, std::size_t r,
-                                 std::size_t bucket_size);
+                                 std::size_t bucket_size, const ExpertRuns& experts = {});
 // What those buckets give their replica to own, in buffer order (DataParallel::owned).
 std::vector<OwnedPart> owned_parts(const std::vector<Bucket>& buckets);
 
@@ -127,16 +143,20 @@ struct ModelBuffers {
     model::FlatBuffer& params;
     model::FlatBuffer& grads;
     std::size_t tensors = 0;  // elements of the trainable layout (past them: padding)
+    // The runs of the experts held, where the experts are split (model/param_layout.h).
+    std::vector<std::pair<std::size_t, std::size_t>> expert_runs;
     model::FlatBuffer* frozen = nullptr;
     model::FlatBuffer* codes = nullptr;  // a 4-bit base's bytes (Nf4Base::codes), or null
 };
 
 // The groups: `shard` the one the state is sharded over, `replicas` its replicas (hybrid
-// sharding; this rank alone without), `embedding` the stages sharing a tied embedding.
+// sharding; this rank alone without), `embedding` the stages sharing a tied embedding,
+// `expert_data` the one the runs of the experts held are summed and sharded over.
 struct DataGroups {
     parallel::Comm& shard;
     parallel::Comm& replicas;
     parallel::Comm& embedding;
+    parallel::Comm& expert_data;
 };
 
 struct DataParallelOptions {
@@ -214,6 +234,8 @@ private:
     void show(std::size_t begin, std::size_t end);
     void tie_sharded();
     bool gathers_after_update() const { return zero_stage_ == 1 || zero_stage_ == 2; }
+    // The group a bucket is summed, sharded and gathered over.
+    parallel::Comm& group_of(const Bucket& b) const { return b.experts ? expert_data_ : group_; }
     void start_reduction(std::size_t bucket);
     // Notes which calls under way have completed (their spans end now).
     void poll();
@@ -232,6 +254,7 @@ private:
     parallel::Comm& group_;
     parallel::Comm& replicas_;
     parallel::Comm& embedding_;
+    parallel::Comm& expert_data_;
     int zero_stage_;
     std::size_t layout_total_;     // of the buffer's elements, the tensors' (the rest is padding)
     std::vector<Bucket> buckets_;  // in buffer order

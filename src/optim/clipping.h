@@ -3,7 +3,9 @@
 // optimizer. The norm is global over the whole grid, with tensors held more than once counted
 // once: replicated ones (LayerNorms, row-parallel biases, wpe) on tensor rank 0, a key/value
 // head's rows on the first of its replicas, the tied wte on the first stage; each replica of the
-// data-context group holds a D-th of the sum when the state is sharded.
+// data-context group holds a D-th of the sum when the state is sharded. With the experts split
+// (model/param_layout.h) each expert rank holds its experts' squares: summed over the expert
+// group when the state is not sharded (sharded, the data-context group's sum holds them once).
 #pragma once
 
 #include <vector>
@@ -22,6 +24,7 @@ namespace trident::optim {
 struct NormGroups {
     parallel::Comm& tensor;
     parallel::Comm& pipeline;
+    parallel::Comm& experts;  // the expert group
 };
 
 class GradNorm {
@@ -40,7 +43,7 @@ private:
     const model::FlatBuffer& grads_;
     const data_parallel::DataParallel& data_parallel_;
     NormGroups groups_;
-    kernels::DeviceBuffer total_;  // (1) f64: the squared norm, on the device
+    kernels::DeviceBuffer total_;  // (2) f64: the squared norm, on the device, and the experts'
 };
 
 // The factor that clips gradients of norm `norm` to `max_norm` (1: not clipped; max_norm <= 0:

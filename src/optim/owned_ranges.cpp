@@ -37,6 +37,7 @@ std::vector<OwnedRange> owned_ranges(const model::ParamLayout& layout,
     for (const auto& t : layout.tensors()) {
         const bool counted = !layout.held_elsewhere(t);
         const bool matrix = is_layer_matrix(layout, t);
+        const bool expert = t.split.expert >= 0 && layout.plan().experts > 1;
         // The parts (in buffer order) from the first that ends after the tensor begins.
         auto first = std::partition_point(owned.begin(), owned.end(), [&](const auto& o) {
             return o.offset + o.count <= t.offset;
@@ -50,12 +51,12 @@ std::vector<OwnedRange> owned_ranges(const model::ParamLayout& layout,
             const std::size_t state = o.state + (lo - o.offset);
             OwnedRange* last = ranges.empty() ? nullptr : &ranges.back();
             if (last && last->decay == t.decay && last->counted == counted &&
-                last->trains == t.trains && last->matrix == matrix &&
+                last->trains == t.trains && last->matrix == matrix && last->expert == expert &&
                 last->offset + last->count == lo && last->state + last->count == state)
                 last->count += hi - lo;
             else
                 ranges.push_back(
-                    OwnedRange{lo, hi - lo, state, t.decay, counted, t.trains, matrix});
+                    OwnedRange{lo, hi - lo, state, t.decay, counted, t.trains, matrix, expert});
         }
     }
     std::size_t grouped[2] = {0, 0};  // the others', the matrices'

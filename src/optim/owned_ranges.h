@@ -19,6 +19,7 @@ struct OwnedRange {
     std::size_t state;          // where its state starts (the owned parts' state, in order)
     bool decay, counted, trains;
     bool matrix = false;
+    bool expert = false;  // a routed expert's (Split::expert), held by its expert rank alone
     // Where its state starts among the owned ranges of its group alone (the layer matrices,
     // or the rest), in order: for a state array an optimizer keeps for one group only
     // (optim/optimizer.h, StateGroup).

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "config/model_shape.h"
+#include "data_parallel/data_parallel.h"
 #include "model/param_layout.h"
 #include "model/part_kinds.h"
 #include "plan/stage_shape.h"
@@ -126,6 +127,34 @@ void sharded_data_traffic(const PlanInputs& in, int stage, GroupTraffic& g,
     }
     add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the gradient norm's share
     add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes,
+        false);  // the loss, averaged over replicas
+}
+
+// ZeRO 0 and 1 with the experts' weights split (config::expert_shards): the data-parallel
+// module's buckets (data_parallel::make_buckets) of the stage's layout, a run of the experts
+// held summed, and at stage 1 sharded and gathered, over the expert-data group; the gradient
+// norm's share of the experts over the expert group when nothing is sharded (optim/clipping.h).
+void split_experts_traffic(const PlanInputs& in, int stage, StageTraffic& t) {
+    const auto& p = in.cfg.parallel;
+    const model::ParamLayout layout = stage_layout(in, stage);
+    const std::size_t N = static_cast<std::size_t>(p.shard_ranks());
+    const std::size_t E = static_cast<std::size_t>(layout.plan().experts);
+    const std::size_t buffer = (layout.total() + N - 1) / N * N;
+    for (const data_parallel::Bucket& b : data_parallel::make_buckets(
+             {}, buffer, in.zero_stage, N, 0, static_cast<std::size_t>(p.bucket_size),
+             data_parallel::ExpertRuns{layout.expert_runs(), N / E, 0})) {
+        GroupTraffic& g = b.experts ? t.expert_data : t.data;
+        const double size = static_cast<double>(b.size);
+        if (in.zero_stage == 0) {
+            add(g, CommKind::all_reduce, 1, size, in.grad_bytes, false);
+        } else {
+            add(g, CommKind::reduce_scatter, 1, size, in.grad_bytes, false);
+            add(g, CommKind::all_gather, 1, static_cast<double>(b.owned), in.weight_bytes, false);
+        }
+    }
+    add(in.zero_stage >= 1 ? t.data : t.expert, CommKind::all_reduce, 1, kScalar, kScalarBytes,
+        false);  // the gradient norm's share
+    add(t.data, CommKind::all_reduce, 1, kScalar, kScalarBytes,
         false);  // the loss, averaged over replicas
 }
 
@@ -307,6 +336,7 @@ std::vector<StageTraffic> plan_traffic(const PlanInputs& in,
         t.data_replica.size = p.data * p.context / p.shard_ranks();
         t.kv_replica.size = model::kv_replicas(cfg.model.kv_heads, p.tensor);
         t.expert.size = p.expert;
+        t.expert_data.size = p.data * p.context / p.expert;
 
         const int64_t moe = moe_layers(cfg, stage);
         tensor_traffic(in, chunks, last, moe, t.tensor);
@@ -345,6 +375,8 @@ std::vector<StageTraffic> plan_traffic(const PlanInputs& in,
 
         if (in.zero_stage >= 2)
             sharded_data_traffic(in, stage, t.data, t.data_replica);
+        else if (config::expert_shards(p, in.zero_stage) > 1)
+            split_experts_traffic(in, stage, t);
         else
             data_traffic(in, memory[static_cast<std::size_t>(stage)].parameters, t.data,
                          t.data_replica);

@@ -80,6 +80,9 @@ double sent_per_call(parallel::CommKind kind, double payload, int n);
 struct StageTraffic {
     // kv_replica: the tensor ranks sharing a key/value head when M > KVH (model/param_layout.h).
     GroupTraffic tensor, context, pipeline, embedding, data, kv_replica, data_replica, expert;
+    // expert_data: the D·C/E ranks holding the same experts, which sum and shard them where
+    // the experts' weights are split (config::expert_shards).
+    GroupTraffic expert_data;
 };
 
 // The MoE layers (model.moe) among stage `stage`'s layers.

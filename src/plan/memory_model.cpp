@@ -292,10 +292,13 @@ double held_optimizer_bytes(const PlanInputs& in, const model::ParamLayout& layo
     std::vector<model::ModelUnit> units;
     for (const auto& [begin, end] : layout.unit_ranges())
         units.push_back(model::ModelUnit{"", {begin, end}, {0, 0}, {0, 0}, false});
-    const auto parts = data_parallel::owned_parts(
-        data_parallel::make_buckets(units, static_cast<std::size_t>(buffer), in.zero_stage,
-                                    static_cast<std::size_t>(in.cfg.parallel.shard_ranks()), 0,
-                                    static_cast<std::size_t>(in.cfg.parallel.bucket_size)));
+    const auto parts = data_parallel::owned_parts(data_parallel::make_buckets(
+        units, static_cast<std::size_t>(buffer), in.zero_stage,
+        static_cast<std::size_t>(in.cfg.parallel.shard_ranks()), 0,
+        static_cast<std::size_t>(in.cfg.parallel.bucket_size),
+        data_parallel::ExpertRuns{
+            layout.expert_runs(),
+            static_cast<std::size_t>(in.cfg.parallel.shard_ranks() / layout.plan().experts), 0}));
     std::size_t owned = 0;
     for (const data_parallel::OwnedPart& p : parts) owned += p.count;
     const std::unique_ptr<optim::Optimizer> o =
@@ -310,10 +313,13 @@ double held_optimizer_bytes(const PlanInputs& in, const model::ParamLayout& layo
 model::ParamLayout stage_layout(const PlanInputs& in, int stage) {
     const config::Config& cfg = in.cfg;
     // At stages 2 and 3 each unit of the layout is padded so that ZeRO splits it evenly over
-    // the ranks it shards over (model/param_layout.h).
+    // the ranks it shards over, and so is each run of the experts split over E at 0 and 1
+    // (model/param_layout.h); expert rank 0's, as large as every other's.
     const std::size_t N = static_cast<std::size_t>(cfg.parallel.shard_ranks());
-    return model::ParamLayout(config::gpt_shape(cfg), 0, cfg.parallel.tensor,
-                              config::stage_plan(cfg, stage), in.zero_stage >= 2 ? N : 1);
+    model::StagePlan plan = config::stage_plan(cfg, stage);
+    plan.experts = config::expert_shards(cfg.parallel, in.zero_stage);
+    return model::ParamLayout(config::gpt_shape(cfg), 0, cfg.parallel.tensor, plan,
+                              in.zero_stage >= 2 || plan.experts > 1 ? N : 1);
 }
 
 StageMemory stage_states(const PlanInputs& in, const model::ParamLayout& layout) {
@@ -327,9 +333,10 @@ StageMemory stage_states(const PlanInputs& in, const model::ParamLayout& layout)
     s.parameters = (static_cast<int64_t>(layout.total()) + N - 1) / N * N;
     s.states = model_states(static_cast<double>(s.parameters), static_cast<int>(N), in.zero_stage,
                             in.weight_bytes, in.grad_bytes, optimizer_bytes(in, layout));
-    // Arrays kept for one group of parameters only (Muon's, GaLore's): replica 0's share of
-    // each group, exactly; else every owned element alike, model_states' figure.
-    if (in.matrix_optimizer_bytes != in.optimizer_bytes)
+    // Arrays kept for one group of parameters only (Muon's, GaLore's), or split experts (their
+    // state sharded over the D·C/E expert-data ranks alone): replica 0's share of each group,
+    // exactly; else every owned element alike, model_states' figure.
+    if (in.matrix_optimizer_bytes != in.optimizer_bytes || !layout.expert_runs().empty())
         s.states.optimizer = held_optimizer_bytes(in, layout, s.parameters);
     s.gathered = gathered_bytes(in, layout, s.parameters);
     if (cfg.training.lora.enabled()) add_adapters(in, layout, s);

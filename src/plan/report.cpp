@@ -67,7 +67,8 @@ std::vector<NamedGroup> groups(const StageTraffic& t) {
             {"data", &t.data},
             {"kv-replica", &t.kv_replica},
             {"data-replica", &t.data_replica},
-            {"expert", &t.expert}};
+            {"expert", &t.expert},
+            {"expert-data", &t.expert_data}};
 }
 
 double percent(double part, double whole) {

@@ -67,10 +67,13 @@ io::WrittenFile write_shard(const std::string& path, const ShareSnapshot& share)
 
     std::vector<io::TensorToWrite> tensors;
     // The replicas of the weights are the data-context group's D·C ranks: the first writes
-    // them, and (zero_stage 0) the optimizer state.
-    const bool first_replica = c.dp == 0 && c.cp == 0;
+    // them, and (zero_stage 0) the optimizer state; a split expert's are its expert-data
+    // group's (model/param_layout.h): the first of those.
     for (const model::ParamTensor& t : layout.tensors()) {
         if (layout.held_elsewhere(t)) continue;  // another rank writes it
+        const bool first_replica = t.split.expert >= 0 && layout.plan().experts > 1
+                                       ? share.expert_data_rank == 0
+                                       : c.dp == 0 && c.cp == 0;
         if (first_replica)
             tensors.push_back({"param/" + t.name, t.shape,
                                half.empty() ? static_cast<const void*>(params.data() + t.offset)
@@ -258,6 +261,7 @@ PendingSave begin_save(const config::Config& cfg, Trainer& trainer, parallel::Gr
     share.layout = &trainer.model().trainable().layout();
     share.dtype = trainer.model().options().precision.params;
     share.coordinates = grid.coordinates();
+    share.expert_data_rank = grid.group(parallel::Group::expert_data).rank();
     share.zero_stage = cfg.parallel.zero_stage;
     save.shape = grid.shape();
     save.step = step;

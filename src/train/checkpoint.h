@@ -97,6 +97,7 @@ struct ShareSnapshot {
     const model::ParamLayout* layout = nullptr;              // the trainer's trainable layout
     kernels::DType dtype = kernels::DType::f32;              // the parameters'
     parallel::Coordinates coordinates;
+    int expert_data_rank = 0;  // its place in the expert-data group (split experts' writers: 0)
     int zero_stage = 1;
 };
 

@@ -43,6 +43,7 @@ data_parallel::ModelBuffers model_buffers(model::Gpt& model) {
             trainable.params(),
             trainable.grads(),
             trainable.layout().total(),
+            trainable.layout().expert_runs(),
             model.frozen() ? &model.weights().params() : nullptr,
             model.nf4_base() ? &model.nf4_base()->codes() : nullptr};
 }
@@ -72,17 +73,19 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
       model_(ops,
              gpt_options(cfg, grid.coordinates().pp,
                          data_parallel::buffer_plan(cfg.parallel.zero_stage, grid.data_shard(),
-                                                    cfg.parallel.sharded_accumulation)),
+                                                    cfg.parallel.sharded_accumulation),
+                         grid.group(parallel::Group::expert).rank()),
              model::ModelGroups{tensor_, context_, grid.kv_replicas(),
                                 &grid.group(parallel::Group::expert)}),
       param_file_(param_file(cfg, ops, model_, grid.rank())),
       data_parallel_(ops, model_buffers(model_),
-                     data_parallel::DataGroups{grid.data_shard(), grid.data_replica(), embedding_},
+                     data_parallel::DataGroups{grid.data_shard(), grid.data_replica(), embedding_,
+                                               grid.group(parallel::Group::expert_data)},
                      data_options(cfg.parallel), param_file_.get()),
       optimizer_(ops, model_.trainable().layout(), cfg.training, cfg.optimizer, grid.rank(),
                  data_parallel_, tensor_, model_.trainable().params(), model_.trainable().grads()),
       grad_norm_(ops, optimizer_.ranges(), model_.trainable().grads(), data_parallel_,
-                 optim::NormGroups{tensor_, pipeline_}),
+                 optim::NormGroups{tensor_, pipeline_, grid.group(parallel::Group::expert)}),
       scaler_(cfg.training),
       guard_(cfg.training),
       sighting_(ops, grid, tensor_, pipeline_, data_context_),
@@ -371,6 +374,9 @@ std::vector<float> Trainer::gather_full(const model::WeightSet& set, bool grads)
     std::vector<float> full = set.share_of_whole(local(set, grads));
     tensor_.all_reduce(full.data(), full.size());
     pipeline_.all_reduce(full.data(), full.size());
+    // Split experts: each expert rank's own (model/param_layout.h).
+    if (set.layout().plan().experts > 1)
+        grid_.group(parallel::Group::expert).all_reduce(full.data(), full.size());
     return full;
 }
 

@@ -15,11 +15,14 @@ experts of moe_reference.py, itself first held against torch's softmax, top-k an
 4. checkpoints: a sigmoid-routed run's (its bias moving, model.moe.bias_update_rate)
    checkpoint of step 5 resumed at M = 2, at D = 2 ZeRO-3 and at D = 2 with the experts split
    over E = 2 gives steps 6 to 10 of the straight run within 1e-5; a run at E = 2 resumed from
-   its step 5 by one process gives its own steps 6 to 10;
+   its step 5 by one process (written at ZeRO 1 and 0) and by E = 4 (D = 2, C = 2) gives its
+   own steps 6 to 10;
 5. expert parallelism (parallel.expert): the losses, moe_aux_loss and moe_z_loss of 10 steps at
-   E = 2 and 4 alone and with M, P (1F1B, ZB-H1, ZB-V), C (ring, Ulysses), ZeRO 1 to 3,
+   E = 2 and 4 alone and with M, P (1F1B, ZB-H1, ZB-V), C (ring, Ulysses), ZeRO 0 to 3,
    hybrid sharding and recompute, and at E = 2 with P, M (+SP), C (ring) and D all 2 (16
-   ranks), within 1e-5 of one process's;
+   ranks), within 1e-5 of one process's; rank 0's parameter bytes where the experts split
+   (ZeRO 0 and 1) are one process's less the (E-1)/E of the experts it does not hold, to the
+   byte (at ZeRO-2 one process's), and their gradient norms one process's within 1e-5;
 6. DeepSeek-V3's balancing (bias_update_rate): 8 steps against the reference's update of the
    bias, and 10 steps on expert parallelism's families (E = 2 with D, M + SP, P, C, ZeRO 1 to
    3, the state in host memory, recompute) within 1e-5 of one process's.
@@ -244,6 +247,7 @@ EXPERT_FAMILIES = [
                             "parallel.expert=2"]),
     ("E=4 D=2 C=2 ring", 4, ["parallel.data=2", "parallel.context=2", "parallel.expert=4",
                              "training.global_batch=8"]),
+    ("E=2 D=2 ZeRO-0", 2, ["parallel.data=2", "parallel.expert=2", "parallel.zero_stage=0"]),
     ("E=2 D=2 ZeRO-1", 2, ["parallel.data=2", "parallel.expert=2", "parallel.zero_stage=1"]),
     ("E=2 D=2 ZeRO-2", 2, ["parallel.data=2", "parallel.expert=2", "parallel.zero_stage=2"]),
     ("E=2 D=2 ZeRO-3", 2, ["parallel.data=2", "parallel.expert=2", "parallel.zero_stage=3"]),
@@ -308,6 +312,7 @@ def test_layouts(tmp, trident, families=FAMILIES, label="moe", moe=LAYOUT_MOE):
     run([trident, "train"] + base + ["--set", f"logging.metrics={one}"])
     check_families(trident, base, tmp, label, reference=curve(one), families=families)
     check_router_losses(trident, base, tmp, label, one, families)
+    check_expert_split(tmp, label, one, moe, families)
     # The expert group's all-to-alls move bytes on the expert-parallel families only (the
     # metrics are rank 0's; under ZB-V its stage holds the first and the last chunk, which
     # need hold no layer of this 2-layer model).
@@ -319,6 +324,39 @@ def test_layouts(tmp, trident, families=FAMILIES, label="moe", moe=LAYOUT_MOE):
             tmp, f"families_{i}.jsonl")) if "loss" in r]
         check(moved and all((b > 0) == split and b >= 0 for b in moved),
               f"{label}, {name}: ep_all_to_all_bytes {'above' if split else 'at'} 0 each step")
+
+
+# The experts split over E (parallel.expert at ZeRO 0 and 1 without hybrid sharding): a rank
+# holds 1/E of every MoE layer's experts (their runs aligned to D·C elements, which these
+# shapes' are already); at ZeRO-2 every rank holds every expert as one process does.
+EXPERT_SHARE = {"E=2 D=2": 2, "E=4 D=4": 4, "E=2 D=4": 2, "E=2 D=2 ZeRO-0": 2,
+                "E=2 D=2 ZeRO-1": 2,
+                "E=2 D=2 recompute full": 2, "E=2 D=2 ZeRO-2": 1}
+
+
+def check_expert_split(tmp, label, one, moe, families):
+    """Rank 0's parameter bytes (mem_params_bytes, fp32) of the families in EXPERT_SHARE: one
+    process's less the experts it does not hold, from the shapes: 2 MoE layers of N experts of
+    3 matrices F × H (H = 32); and, those of one process's global batch, the gradient norm
+    (each expert's squares counted once) within TOLERANCE of one process's (the losses barely
+    see it: Adam's step hardly depends on the clipping's scale)."""
+    whole = losses(one)[0]["mem_params_bytes"]
+    experts = 2 * moe.experts * 3 * moe.ffn * 32 * 4
+    for i, (name, _, overrides) in enumerate(families):
+        if name not in EXPERT_SHARE:
+            continue
+        E = EXPERT_SHARE[name]
+        want = whole - experts + experts // E
+        got = [r for r in losses(os.path.join(tmp, f"families_{i}.jsonl")) if "loss" in r]
+        held = {r["mem_params_bytes"] for r in got}
+        check(held == {want}, f"{label}, {name}: mem_params_bytes {sorted(held)}, want {want} "
+                              f"(one process's {whole} less {experts - experts // E} of experts)")
+        if any(o.startswith("training.global_batch") for o in overrides):
+            continue
+        worst = max((abs(g["grad_norm"] - w["grad_norm"]) / w["grad_norm"]
+                     for g, w in zip(got, losses(one)) if "loss" in w), default=float("inf"))
+        check(worst <= TOLERANCE, f"{label}, {name}: grad_norm within {TOLERANCE} of one "
+                                  f"process's (worst {worst:.2e})")
 
 
 def resume_from(trident, base, tmp, checkpoint, name, ranks, layout):
@@ -351,14 +389,23 @@ def test_resume(tmp, trident):
                                 ("D=2 E=2", 2, ["parallel.data=2", "parallel.expert=2"])):
         got = resume_from(trident, base, tmp, f"{tmp}/ck/step_000005", name, ranks, layout)
         check_resumed(f"{name} from one process", got, want)
-    # A checkpoint written with the experts split, resumed by one process.
-    split = os.path.join(tmp, "straight_e2.jsonl")
-    layout = ["parallel.data=2", "parallel.expert=2", f"checkpoint.dir={tmp}/ck_e2",
-              "checkpoint.interval=5", f"logging.metrics={split}"]
-    run([trident, "train"] + base + [a for o in layout for a in ("--set", o)], ranks=2)
-    want = {r["step"]: r["loss"] for r in losses(split) if "loss" in r}
-    got = resume_from(trident, base, tmp, f"{tmp}/ck_e2/step_000005", "one process", 1, [])
-    check_resumed("one process from E=2 D=2", got, want)
+    # A checkpoint written with the experts split, resumed by one process; at ZeRO-0 (the
+    # optimizer state written by the first rank holding each tensor: for an expert, the first
+    # of its expert-data group) too.
+    for zero in (1, 0):
+        split = os.path.join(tmp, f"straight_e2_zero{zero}.jsonl")
+        layout = ["parallel.data=2", "parallel.expert=2", f"parallel.zero_stage={zero}",
+                  f"checkpoint.dir={tmp}/ck_e2_zero{zero}", "checkpoint.interval=5",
+                  f"logging.metrics={split}"]
+        run([trident, "train"] + base + [a for o in layout for a in ("--set", o)], ranks=2)
+        want = {r["step"]: r["loss"] for r in losses(split) if "loss" in r}
+        got = resume_from(trident, base, tmp, f"{tmp}/ck_e2_zero{zero}/step_000005",
+                          f"one process zero{zero}", 1, [f"parallel.zero_stage={zero}"])
+        check_resumed(f"one process from E=2 D=2 ZeRO-{zero}", got, want)
+    # ... and by four expert ranks (D = 2, C = 2), each holding one expert of a layer.
+    got = resume_from(trident, base, tmp, f"{tmp}/ck_e2_zero1/step_000005", "E=4 D=2 C=2", 4,
+                      ["parallel.data=2", "parallel.context=2", "parallel.expert=4"])
+    check_resumed("E=4 D=2 C=2 from E=2 D=2", got, want)
 
 
 def test_capacity_traffic(tmp, trident):
