@@ -45,8 +45,7 @@ TEST_CASE("newton-schulz: fp32 orthogonalises, bf16 rounds each product", "[muon
     // fixed band, roughly [0.7, 1.2]), from 1/√kRows before.
     for (int i = 0; i < kRows; ++i) {
         double norm = 0;
-        for (int j = 0; j < kCols; ++j)
-            norm += std::pow(fp32[static_cast<std::size_t>(i * kCols + j)], 2);
+        for (int j = 0; j < kCols; ++j) norm += std::pow(fp32[static_cast<std::size_t>(i * kCols + j)], 2);
         CHECK(std::sqrt(norm) > 0.6);
         CHECK(std::sqrt(norm) < 1.3);
     }

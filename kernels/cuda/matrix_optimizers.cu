@@ -66,10 +66,10 @@ void matrix_update(float* master, const float* direction, std::size_t count, flo
     TRIDENT_CUDA_CHECK_LAUNCH();
 }
 
-#define TRIDENT_INSTANTIATE(E)                                                                \
-    template void muon_momentum<E>(float*, float*, const E*, std::size_t, float, bool, float, \
-                                   cudaStream_t);                                             \
-    template void matrix_update<E>(float*, const float*, std::size_t, float, float, bool, E*, \
+#define TRIDENT_INSTANTIATE(E)                                                                   \
+    template void muon_momentum<E>(float*, float*, const E*, std::size_t, float, bool, float,    \
+                                   cudaStream_t);                                                \
+    template void matrix_update<E>(float*, const float*, std::size_t, float, float, bool, E*,    \
                                    cudaStream_t);
 TRIDENT_INSTANTIATE(float)
 TRIDENT_INSTANTIATE(__nv_bfloat16)

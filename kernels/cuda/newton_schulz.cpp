@@ -70,8 +70,8 @@ void NewtonSchulz::run(float* x, int rows, int cols, int steps, DType precision)
         // X ← P·X + a·X
         TRIDENT_CUDA_CHECK(
             cudaMemcpyAsync(next, current, wide * bytes, cudaMemcpyDeviceToDevice, stream_));
-        gemm_->run(product(rows, cols, rows, typed(poly.data()), typed(current), false, typed(next),
-                           1.0f, kA),
+        gemm_->run(product(rows, cols, rows, typed(poly.data()), typed(current), false,
+                           typed(next), 1.0f, kA),
                    stream_);
         std::swap(current, next);
     }
