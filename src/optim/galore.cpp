@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/device_buffer.h"
 #include "kernels/host_gemm.h"
 #include "kernels/host_svd.h"
 
@@ -43,10 +42,11 @@ void Galore::update(kernels::Ops& ops, const Segment& s, const Hyper& h) const {
         adamw_.update(ops, s, h);
         return;
     }
-    // The direction (host memory) up to the backend, then the step there.
-    const kernels::DeviceBuffer direction(ops, s.count);
-    ops.upload(direction.f32(), s.direction, s.count * sizeof(float));
-    ops.galore_update(s.master, direction.f32(), s.count, h.lr, s.weight_decay, s.params);
+    for (std::size_t i = 0; i < s.count; ++i) {
+        const float w = s.master[i] - s.direction[i];
+        s.master[i] = w - h.lr * s.weight_decay * w;
+    }
+    if (s.params.data) ops.convert(s.params, s.master, s.count);
 }
 
 void Galore::update_host(const Segment& s, const float* grads, const Hyper& h, std::size_t begin,
@@ -78,7 +78,7 @@ std::vector<MatrixStateDecl> Galore::matrix_states(std::size_t rows, std::size_t
             {"projector", rows >= cols ? r * cols : rows * r}};
 }
 
-void Galore::matrix_step(kernels::Ops&, float* m, std::size_t rows, std::size_t cols,
+void Galore::matrix_step(float* m, std::size_t rows, std::size_t cols,
                          std::span<float* const> state, const Hyper& h) const {
     const std::size_t r = rank_of(rows, cols);
     float *exp_avg = state[0], *exp_avg_sq = state[1], *p = state[2];

@@ -32,10 +32,7 @@ std::vector<const model::ParamTensor*> stepping_order(const model::ParamLayout& 
 MatrixExchange::MatrixExchange(kernels::Ops& ops, const model::ParamLayout& layout,
                                const data_parallel::DataParallel& data_parallel,
                                parallel::Comm& tensor, const Optimizer& optimizer)
-    : ops_(ops),
-      data_parallel_(data_parallel),
-      tensor_(tensor),
-      matrices_(stepping_order(layout, optimizer)) {
+    : data_parallel_(data_parallel), tensor_(tensor), matrices_(stepping_order(layout, optimizer)) {
     names_.resize(matrices_.size());
     states_.resize(matrices_.size());
     for (std::size_t k = 0; k < matrices_.size(); ++k) {
@@ -65,9 +62,7 @@ void MatrixExchange::read(OptimizerState& s) const {
     for (std::size_t k = 0; k < states_.size(); ++k)
         for (std::size_t a = 0; a < states_[k].size(); ++a) {
             const kernels::DeviceBuffer& b = states_[k][a];
-            std::vector<float>& to = s.matrices[names_[k][a]];
-            to.resize(b.size());
-            ops_.download(to.data(), b.f32(), b.size() * sizeof(float));
+            s.matrices[names_[k][a]].assign(b.f32(), b.f32() + b.size());
         }
 }
 
@@ -86,7 +81,7 @@ void MatrixExchange::write(const OptimizerState& s, bool zero_missing) {
             const std::size_t n = states_[k][a].size();
             const auto it = s.matrices.find(names_[k][a]);
             if (it == s.matrices.end() && zero_missing) {
-                ops_.zero(states_[k][a].data(), n);
+                std::fill(to, to + n, 0.0f);
                 continue;
             }
             if (it == s.matrices.end())
@@ -96,7 +91,7 @@ void MatrixExchange::write(const OptimizerState& s, bool zero_missing) {
                 throw Error("the checkpoint's \"" + names_[k][a] + "\" holds " +
                             std::to_string(it->second.size()) + " elements, this run's " +
                             std::to_string(n) + " (another optimizer.galore.rank?)");
-            ops_.upload(to, it->second.data(), n * sizeof(float));
+            std::copy(it->second.begin(), it->second.end(), to);
         }
 }
 
@@ -189,18 +184,10 @@ void MatrixExchange::split(std::size_t k, const std::vector<float>& whole,
 void MatrixExchange::step_whole(const Optimizer& optimizer, std::size_t k,
                                 std::vector<float>& whole, const Hyper& h) {
     const model::ParamTensor& t = *matrices_[k];
-    // The matrix's state down to host memory for the step, and back up after it.
-    std::vector<std::vector<float>> held(states_[k].size());
     std::vector<float*> state;
-    for (std::size_t a = 0; a < held.size(); ++a) {
-        held[a].resize(states_[k][a].size());
-        ops_.download(held[a].data(), states_[k][a].f32(), held[a].size() * sizeof(float));
-        state.push_back(held[a].data());
-    }
-    optimizer.matrix_step(ops_, whole.data(), static_cast<std::size_t>(t.full_shape[0]),
+    for (kernels::DeviceBuffer& b : states_[k]) state.push_back(b.f32());
+    optimizer.matrix_step(whole.data(), static_cast<std::size_t>(t.full_shape[0]),
                           static_cast<std::size_t>(t.full_shape[1]), state, h);
-    for (std::size_t a = 0; a < held.size(); ++a)
-        ops_.upload(states_[k][a].f32(), held[a].data(), held[a].size() * sizeof(float));
 }
 
 void MatrixExchange::step(const Optimizer& optimizer, float* pieces, const Hyper& h) {

@@ -12,12 +12,10 @@
 // same time as the others, then the round is split back. So each matrix is whole on one rank of the
 // stage's M·S, never every matrix on every rank, and the steps of a round run side by side, and a
 // round holds matrices of like cost. Hybrid sharding's replica groups each do the same, alike. The
-// exchanges are host memory through the group's communicator, on any backend: the pieces come
-// down from the device before (Optimizer::matrix_input) and the directions go back up after
-// (Optimizer::update). The state an optimizer keeps per matrix (Optimizer::matrix_states:
-// GaLore's) lives on that owner alone, whole, in buffers of the op set (counted as optimizer
-// state), comes down to host memory for its matrix's step and goes back up after it, and is read
-// and written by the tensor's whole-model name, so checkpoints reshard it by name.
+// exchanges are host memory through the group's communicator (the CPU backend's). The state an
+// optimizer keeps per matrix (Optimizer::matrix_states: GaLore's) lives on that owner alone, whole,
+// in buffers of the op set (counted as optimizer state), and is read and written by the tensor's
+// whole-model name, so checkpoints reshard it by name.
 #pragma once
 
 #include <cstddef>
@@ -81,7 +79,6 @@ private:
     int shard_owner(std::size_t k) const;
     int tensor_owner(std::size_t k) const;
 
-    kernels::Ops& ops_;
     const data_parallel::DataParallel& data_parallel_;
     parallel::Comm& tensor_;
     std::vector<const model::ParamTensor*> matrices_;

@@ -4,9 +4,20 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/device_buffer.h"
+#include "kernels/host_gemm.h"
 
 namespace trident::optim {
+
+namespace {
+
+// The quintic iteration's coefficients (Jordan et al. 2024).
+constexpr float kA = 3.4445f, kB = -4.7750f, kC = 2.0315f;
+
+int as_int(std::size_t n) {
+    return static_cast<int>(n);
+}
+
+}  // namespace
 
 Muon::Muon(const config::MuonConfig& config, AdamW adamw)
     : config_(config), adamw_(std::move(adamw)) {}
@@ -18,10 +29,11 @@ void Muon::update(kernels::Ops& ops, const Segment& s, const Hyper& h) const {
         adamw_.update(ops, adam, h);
         return;
     }
-    // The direction (host memory) up to the backend, then the step there.
-    const kernels::DeviceBuffer direction(ops, s.count);
-    ops.upload(direction.f32(), s.direction, s.count * sizeof(float));
-    ops.muon_update(s.master, direction.f32(), s.count, h.lr, s.weight_decay, s.params);
+    for (std::size_t i = 0; i < s.count; ++i) {
+        const float w = s.master[i];
+        s.master[i] = w - h.lr * s.weight_decay * w - h.lr * s.direction[i];
+    }
+    if (s.params.data) ops.convert(s.params, s.master, s.count);
 }
 
 void Muon::update_host(const Segment& s, const float* grads, const Hyper& h, std::size_t begin,
@@ -39,14 +51,33 @@ void Muon::update_host(const Segment& s, const float* grads, const Hyper& h, std
 }
 
 void Muon::matrix_input(kernels::Ops& ops, const Segment& s, const Hyper& h, float* out) const {
-    const kernels::DeviceBuffer u(ops, s.count);
-    ops.muon_momentum(u.f32(), s.state[0], s.grads, s.count, static_cast<float>(config_.momentum),
-                      config_.nesterov, h.grad_scale);
-    ops.download(out, u.f32(), s.count * sizeof(float));
+    ops.copy_to_host(out, s.grads, s.count);
+    const auto mu = static_cast<float>(config_.momentum);
+    float* buf = s.state[0];
+    for (std::size_t i = 0; i < s.count; ++i) {
+        const float g = out[i] * h.grad_scale;
+        buf[i] = mu * buf[i] + g;
+        out[i] = config_.nesterov ? g + mu * buf[i] : buf[i];
+    }
 }
 
-void Muon::matrix_step(kernels::Ops& ops, float* m, std::size_t rows, std::size_t cols,
-                       std::span<float* const>, const Hyper&) const {
+void newton_schulz(std::vector<float>& x, std::size_t rows, std::size_t cols, int steps) {
+    std::vector<float> gram(rows * rows), poly(rows * rows), next(x.size());
+    const int r = as_int(rows), c = as_int(cols);
+    for (int step = 0; step < steps; ++step) {
+        kernels::host_gemm(false, true, r, r, c, 1.0f, x.data(), x.data(), 0.0f, gram.data());
+        // poly = b·M + c·M·M
+        poly = gram;
+        kernels::host_gemm(false, false, r, r, r, kC, gram.data(), gram.data(), kB, poly.data());
+        // X ← a·X + poly·X
+        next = x;
+        kernels::host_gemm(false, false, r, c, r, 1.0f, poly.data(), x.data(), kA, next.data());
+        x.swap(next);
+    }
+}
+
+void Muon::matrix_step(float* m, std::size_t rows, std::size_t cols, std::span<float* const>,
+                       const Hyper&) const {
     const std::size_t n = rows * cols;
     double sum = 0;
     for (std::size_t i = 0; i < n; ++i) sum += static_cast<double>(m[i]) * m[i];
@@ -58,12 +89,7 @@ void Muon::matrix_step(kernels::Ops& ops, float* m, std::size_t rows, std::size_
     for (std::size_t i = 0; i < rows; ++i)
         for (std::size_t j = 0; j < cols; ++j)
             x[transpose ? j * rows + i : i * cols + j] = m[i * cols + j] * inverse;
-    const kernels::DeviceBuffer device(ops, n);
-    ops.upload(device.f32(), x.data(), n * sizeof(float));
-    ops.newton_schulz(
-        device.f32(), static_cast<int>(short_side), static_cast<int>(long_side), config_.ns_steps,
-        config_.ns_dtype == config::MuonNsDtype::bf16 ? kernels::DType::bf16 : kernels::DType::f32);
-    ops.download(x.data(), device.f32(), n * sizeof(float));
+    newton_schulz(x, short_side, long_side, config_.ns_steps);
     const double a = static_cast<double>(rows), b = static_cast<double>(cols);
     const auto scale = static_cast<float>(config_.scale == config::MuonScale::moonlight
                                               ? 0.2 * std::sqrt(std::max(a, b))

@@ -89,11 +89,10 @@ public:
     // segment gives its input to that step (matrix_input: from its gradients and state, which
     // it advances, into `out`, host memory of `count`); the pieces are assembled into whole
     // matrices (optim/matrix_exchange.h), each stepped once by one rank (matrix_step, in
-    // place, `m` (rows, cols): output features × input features, in host memory; its products
-    // may go through `ops`), and the result handed back to each segment as its `direction`
-    // (host memory). Until then update sees no direction. The state an algorithm keeps per
-    // matrix (matrix_states, for a (rows, cols) matrix) is held by the rank that steps it and
-    // handed to matrix_step in matrix_states' order, in host memory.
+    // place, `m` (rows, cols): output features × input features), and the result handed back
+    // to each segment as its `direction`. Until then update sees no direction. The state an
+    // algorithm keeps per matrix (matrix_states, for a (rows, cols) matrix) is held by the
+    // rank that steps it and handed to matrix_step in matrix_states' order.
     virtual bool whole_matrices() const { return false; }
     virtual void matrix_input(kernels::Ops& /*ops*/, const Segment& /*s*/, const Hyper& /*h*/,
                               float* /*out*/) const {}
@@ -101,9 +100,8 @@ public:
                                                        std::size_t /*cols*/) const {
         return {};
     }
-    virtual void matrix_step(kernels::Ops& /*ops*/, float* /*m*/, std::size_t /*rows*/,
-                             std::size_t /*cols*/, std::span<float* const> /*state*/,
-                             const Hyper& /*h*/) const {}
+    virtual void matrix_step(float* /*m*/, std::size_t /*rows*/, std::size_t /*cols*/,
+                             std::span<float* const> /*state*/, const Hyper& /*h*/) const {}
     // The FLOPs of one matrix_step on a (rows, cols) matrix: optimizer work, which the
     // planner counts in the step's time and never as model FLOPs.
     virtual double matrix_step_flops(std::size_t /*rows*/, std::size_t /*cols*/) const { return 0; }

@@ -174,6 +174,10 @@ Updater::Updater(kernels::Ops& ops, const model::ParamLayout& layout,
       size_(grads.size()) {
     const std::size_t allocated_before = ops.allocated_bytes();
     if (optimizer_->whole_matrices()) {
+        // The whole-matrix step reads the state in host memory (optim/muon.h).
+        if (std::string(ops.name()) != "cpu")
+            throw Error(std::string("optimizer.name: ") + optimizer_->name() +
+                        " runs on the CPU backend only (device: cpu)");
         matrices_ =
             std::make_unique<MatrixExchange>(ops, layout, data_parallel, tensor, *optimizer_);
         scope_.matrices = matrices_.get();
