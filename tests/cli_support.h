@@ -1,17 +1,21 @@
-// What the command-line tests share: running the built `trident` binary, and a scratch
-// workspace holding a tiny model's config and data.
+// What the command-line tests share: running the built `trident` binary (to its end, or in the
+// background), and a scratch workspace holding a tiny model's config and data.
 #pragma once
 
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "data/megatron_dataset.h"
@@ -128,6 +132,63 @@ struct Workspace {
     std::string train(const std::string& extra = "") const {
         return "train --config " + path("tiny.yaml") + " " + extra;
     }
+};
+
+// A file's whole text (a log, a config).
+inline std::string read_text(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// `trident ARGS` in the background, its output in `log`, with `env` (VAR=value ...) and
+// SIGINT at its default; ended (SIGKILL) and reaped if the test leaves it running.
+struct Spawned {
+    pid_t pid = -1;
+    int status = -1;
+    std::string log;
+
+    Spawned(const std::string& args, std::string log_path, const std::string& env = "")
+        : log(std::move(log_path)) {
+        const std::string command = "exec env TRIDENT_TOKENIZER_DIR=" + source_dir() +
+                                    "/data/gpt2 " + env + " " + binary() + " " + args + " > " +
+                                    log + " 2>&1";
+        pid = ::fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            ::signal(SIGINT, SIG_DFL);
+            ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+            ::_exit(127);
+        }
+    }
+    ~Spawned() {
+        if (status == -1) {
+            ::kill(pid, SIGKILL);
+            ::waitpid(pid, &status, 0);
+        }
+    }
+    // Waits at most `seconds` for the end; whether it came.
+    bool ended(double seconds = 60) {
+        for (auto start = std::chrono::steady_clock::now();
+             std::chrono::steady_clock::now() - start < std::chrono::duration<double>(seconds);
+             std::this_thread::sleep_for(std::chrono::milliseconds(5)))
+            if (::waitpid(pid, &status, WNOHANG) == pid) return true;
+        return false;
+    }
+    // Waits until the log holds `text` (polled every millisecond, at most a minute).
+    bool said(const std::string& text) {
+        for (int i = 0; i < 60000; ++i, std::this_thread::sleep_for(std::chrono::milliseconds(1)))
+            if (contains(read_text(log), text)) return true;
+        return false;
+    }
+    // Sends `signal` once the log holds `text`, and waits for the end; the output.
+    std::string stopped_by(int signal, const std::string& text) {
+        REQUIRE(said(text));
+        ::kill(pid, signal);
+        REQUIRE(ended());
+        return output();
+    }
+    int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
+    std::string output() const { return read_text(log); }
 };
 
 // Every token of a dataset's stream, in order.

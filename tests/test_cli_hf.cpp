@@ -131,11 +131,6 @@ TEST_CASE("export --format hf: a Qwen3 folder (qk_norm) imports back bitwise", "
                       Catch::Contains("use_sliding_window is true"));
 }
 
-std::string read_text(const std::string& path) {
-    std::ifstream in(path);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
 // The names and config.json keys of a mixture of experts' folder (model/hf_moe_config.h).
 void check_moe_folder(const std::string& model, const std::vector<std::string>& names,
                       const std::vector<std::string>& keys) {

@@ -27,65 +27,8 @@
 using namespace cli;
 using namespace trident;
 namespace fs = std::filesystem;
-using namespace std::chrono_literals;
 
 namespace {
-
-std::string read_text(const std::string& path) {
-    std::ifstream in(path);
-    return {std::istreambuf_iterator<char>(in), {}};
-}
-
-// `trident ARGS` in the background, its output in `log`, with `env` (VAR=value ...) and
-// SIGINT at its default; ended (SIGKILL) and reaped if the test leaves it running.
-struct Spawned {
-    pid_t pid = -1;
-    int status = -1;
-    std::string log;
-
-    Spawned(const std::string& args, std::string log_path, const std::string& env = "")
-        : log(std::move(log_path)) {
-        const std::string command = "exec env TRIDENT_TOKENIZER_DIR=" + source_dir() +
-                                    "/data/gpt2 " + env + " " + binary() + " " + args + " > " +
-                                    log + " 2>&1";
-        pid = ::fork();
-        REQUIRE(pid >= 0);
-        if (pid == 0) {
-            ::signal(SIGINT, SIG_DFL);
-            ::execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
-            ::_exit(127);
-        }
-    }
-    ~Spawned() {
-        if (status == -1) {
-            ::kill(pid, SIGKILL);
-            ::waitpid(pid, &status, 0);
-        }
-    }
-    // Waits at most `seconds` for the end; whether it came.
-    bool ended(double seconds = 60) {
-        for (auto start = std::chrono::steady_clock::now();
-             std::chrono::steady_clock::now() - start < std::chrono::duration<double>(seconds);
-             std::this_thread::sleep_for(5ms))
-            if (::waitpid(pid, &status, WNOHANG) == pid) return true;
-        return false;
-    }
-    // Waits until the log holds `text` (polled every millisecond, at most a minute).
-    bool said(const std::string& text) {
-        for (int i = 0; i < 60000; ++i, std::this_thread::sleep_for(1ms))
-            if (contains(read_text(log), text)) return true;
-        return false;
-    }
-    // Sends `signal` once the log holds `text`, and waits for the end; the output.
-    std::string stopped_by(int signal, const std::string& text) {
-        REQUIRE(said(text));
-        ::kill(pid, signal);
-        REQUIRE(ended());
-        return output();
-    }
-    int exit_code() const { return WIFEXITED(status) ? WEXITSTATUS(status) : -1; }
-    std::string output() const { return read_text(log); }
-};
 
 // A checkpoint's shard with one byte flipped in the data of the first tensor whose name starts
 // with `prefix` (param/, master/, ...).

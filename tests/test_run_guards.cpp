@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,21 +40,17 @@ TEST_CASE("run guards: a second run on one checkpoint.dir is refused, naming the
           "[cli][bad-input]") {
     Workspace ws;
     const std::string ck = ws.path("ck");
-    // The first run trains for long, in the background, its pid written down.
-    const RunResult started =
-        run_shell(std::string(TRIDENT_BINARY) + " " +
-                  ws.train("--set checkpoint.dir=" + ck + " --set training.steps=10000000 --set " +
-                           "logging.metrics=" + ws.path("m.jsonl")) +
-                  " > " + ws.path("first.log") + " 2>&1 & echo $!");
-    const pid_t first = std::stoi(started.output);
-    for (int i = 0; i < 600 && !fs::exists(ws.path("m.jsonl")); ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    // The first run trains for long, in the background; the second starts once it has
+    // finished a step (a SIGTERM before step 1 would leave nothing to save).
+    Spawned first(ws.train("--set checkpoint.dir=" + ck + " --set training.steps=10000000"),
+                  ws.path("first.log"));
+    REQUIRE(first.said("step     1/"));
     const RunResult second = run_bounded(ws.train("--set checkpoint.dir=" + ck));
-    ::kill(first, SIGTERM);  // it saves and ends
-    for (int i = 0; i < 600 && ::kill(first, 0) == 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    const std::string log = first.stopped_by(SIGTERM, "step     1/");  // it saves and ends
+    INFO(log);
+    CHECK(contains(log, "trident: preempted by SIGTERM"));
     require_clear_error(second, "checkpoint.dir: '" + ck + "' is in use by another run (host ");
-    CHECK(contains(second.output, "pid " + std::to_string(first) + ")"));
+    CHECK(contains(second.output, "pid " + std::to_string(first.pid) + ")"));
     // The first run's checkpoint, written as it ended, is whole; the lock went with it.
     const RunResult info = run_bounded("checkpoint info " + ck);
     INFO(info.output);
@@ -157,30 +154,13 @@ TEST_CASE("run guards: a resume that changes the seed or the batch is refused, n
 
 namespace {
 
-// Starts a long run in the background on `data`, writing metrics; returns its pid once it has
-// finished a step.
-pid_t start_long_run(const Workspace& ws, const std::string& data) {
-    const RunResult started =
-        run_shell(std::string(TRIDENT_BINARY) + " " +
-                  ws.train("--set data.train=" + data + " --set training.steps=100000000 " +
-                           "--set logging.metrics=" + ws.path("m.jsonl")) +
-                  " > " + ws.path("run.log") + " 2>&1 & echo $!");
-    for (int i = 0; i < 600 && !fs::exists(ws.path("m.jsonl")); ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    return std::stoi(started.output);
-}
-
-// Whether process `pid` has ended, waiting at most a minute (it is the shell's child, not
-// ours: its log says how it ended).
-bool ended(pid_t pid) {
-    for (int i = 0; i < 600 && ::kill(pid, 0) == 0; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    return ::kill(pid, 0) != 0;
-}
-
-std::string read_text(const std::string& path) {
-    std::ifstream in(path);
-    return {std::istreambuf_iterator<char>(in), {}};
+// A long run in the background on `data`, once it has finished a step; its log is run.log.
+std::unique_ptr<Spawned> start_long_run(const Workspace& ws, const std::string& data) {
+    auto run = std::make_unique<Spawned>(
+        ws.train("--set data.train=" + data + " --set training.steps=100000000"),
+        ws.path("run.log"));
+    REQUIRE(run->said("step     1/"));
+    return run;
 }
 
 }  // namespace
@@ -189,10 +169,10 @@ TEST_CASE("run guards: a data file truncated under a run ends it with one line n
           "[cli][bad-input]") {
     Workspace ws;
     fs::copy_file(ws.path("train.bin"), ws.path("data.bin"));
-    const pid_t pid = start_long_run(ws, ws.path("data.bin"));
+    const auto run = start_long_run(ws, ws.path("data.bin"));
     std::ofstream(ws.path("data.bin"), std::ios::trunc).close();  // rewritten in place
-    REQUIRE(ended(pid));
-    const std::string log = read_text(ws.path("run.log"));
+    REQUIRE(run->ended());
+    const std::string log = run->output();
     INFO(log);
     CHECK(contains(log, "trident: error: data.train: " + ws.path("data.bin") +
                             ": the file changed while this run read it (truncated or rewritten "
@@ -209,7 +189,7 @@ TEST_CASE("run guards: tokenize replaces its output whole, never pulling it from
     const std::string tokenize = "tokenize --tokenizer bytes --no-progress --output " + out + " ";
     REQUIRE(run_bounded(tokenize + text).exit_code == 0);
     // A run maps the file; tokenizing into it again gives a new file, the run's stays whole.
-    const pid_t pid = start_long_run(ws, out);
+    const auto run = start_long_run(ws, out);
     struct stat before {};
     REQUIRE(::stat(out.c_str(), &before) == 0);
     REQUIRE(run_bounded(tokenize + ws.write("u.txt", std::string(100, '7'))).exit_code == 0);
@@ -217,10 +197,8 @@ TEST_CASE("run guards: tokenize replaces its output whole, never pulling it from
     REQUIRE(::stat(out.c_str(), &after) == 0);
     CHECK(after.st_ino != before.st_ino);
     std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    CHECK(::kill(pid, 0) == 0);  // still training on the old file
-    ::kill(pid, SIGTERM);
-    REQUIRE(ended(pid));
-    CHECK(contains(read_text(ws.path("run.log")), "trident: preempted by SIGTERM"));
+    CHECK_FALSE(run->ended(0));  // still training on the old file
+    CHECK(contains(run->stopped_by(SIGTERM, "step     1/"), "trident: preempted by SIGTERM"));
     // A write that fails (the disk full) names the file and the errno and leaves the old
     // file as it was, with no temporary file beside it.
     const RunResult failed = run_shell("TRIDENT_TEST_WRITE_ERROR=data.bin:ENOSPC timeout 60 " +
