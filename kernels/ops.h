@@ -349,6 +349,30 @@ public:
     virtual void adamw_update(float* master, ConstPtr grads, float* m, float* v, std::size_t count,
                               float lr, float beta1, float beta2, float eps, float weight_decay,
                               int step, float grad_scale, Ptr params) = 0;
+
+    // ---- the whole-matrix optimizers' element work (optim/muon.h, optim/galore.h) ----------
+    // Muon's momentum on one contiguous range, g = grads * grad_scale: momentum = mu·momentum
+    // + g, then u = g + mu·momentum (nesterov) or momentum. All fp32 but grads (any type).
+    virtual void muon_momentum(float* u, float* momentum, ConstPtr grads, std::size_t count,
+                               float mu, bool nesterov, float grad_scale) = 0;
+    // Muon's step along `direction` (scale·O, fp32): master = w − lr·wd·w − lr·direction, w the
+    // master weight before it, rounded also into `params` unless it is null.
+    virtual void muon_update(float* master, const float* direction, std::size_t count, float lr,
+                             float weight_decay, Ptr params) = 0;
+    // GaLore's step along `direction` (its learning rate folded in), then the decay:
+    // w = master − direction, master = w − lr·wd·w; rounded also into `params` unless null.
+    virtual void galore_update(float* master, const float* direction, std::size_t count, float lr,
+                               float weight_decay, Ptr params) = 0;
+    // Muon's Newton-Schulz iterations on x (rows, cols), rows <= cols, fp32, in place: `steps`
+    // times M = X·Xᵀ, X = a·X + (b·M + c·M·M)·X, (a, b, c) = (3.4445, −4.7750, 2.0315).
+    // precision fp32: every product in fp32. bf16: X rounded to bf16 first, then each GEMM's
+    // inputs bf16, its fp32 sum (with the added term, read as bf16) rounded once to bf16, as a
+    // bf16 GEMM with fp32 accumulation writes it: M = bf16(X·Xᵀ), P = bf16(c·M·M + b·M),
+    // X = bf16(P·X + a·X) (docs/FORMULAS.md, "Muon"). The result is widened back into x.
+    // `scratch`: newton_schulz_scratch(rows, cols) floats of the backend's memory, which the
+    // iterations use for the next X and for M and P, so that they allocate nothing.
+    virtual void newton_schulz(float* x, float* scratch, int rows, int cols, int steps,
+                               DType precision) = 0;
 };
 
 // The CPU backend, using `threads` threads for its loops and for OpenBLAS (0: all cores), at
@@ -358,6 +382,13 @@ std::unique_ptr<Ops> make_cpu_ops(int threads);
 // probabilities (B, NH, T, T) in the activations' type; its backward's workspace, their
 // gradient, is as large. The planner counts a CPU run's memory by this rule.
 Ops::AttentionSaved cpu_attention_saved(int B, int NH, int T, DType activations);
+
+// The scratch of Ops::newton_schulz for x (rows, cols), in floats: the next X (rows, cols),
+// M and P (rows, rows) each (bf16's each in half the bytes, x's own bytes holding an X).
+inline std::size_t newton_schulz_scratch(int rows, int cols) {
+    const auto r = static_cast<std::size_t>(rows), c = static_cast<std::size_t>(cols);
+    return r * c + 2 * r * r;
+}
 
 // Dropout's mask, shared by every backend: a pure function of (seed, index), so the mask is
 // reproducible anywhere without storing it. Returns true when the element is kept.

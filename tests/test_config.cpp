@@ -994,15 +994,15 @@ TEST_CASE("config: training.lora against the other keys", "[config]") {
 TEST_CASE("optimizer config: defaults and values read", "[config][optimizer]") {
     const Config d = parse(kMinimal, "x.yaml");
     CHECK(d.optimizer.name == OptimizerName::adamw);
-    CHECK(d.optimizer.muon == MuonConfig{0.95, true, 5, MuonScale::moonlight});
+    CHECK(d.optimizer.muon == MuonConfig{0.95, true, 5, MuonNsDtype::fp32, MuonScale::moonlight});
     CHECK(d.optimizer.galore == GaloreConfig{128, 200, 0.25});
     const Config c = parse(kMinimal +
                                "optimizer:\n  name: muon\n"
                                "  muon: {momentum: 0.9, nesterov: false, ns_steps: 3, "
-                               "scale: spectral}\n",
+                               "ns_dtype: bf16, scale: spectral}\n",
                            "x.yaml");
     CHECK(c.optimizer.name == OptimizerName::muon);
-    CHECK(c.optimizer.muon == MuonConfig{0.9, false, 3, MuonScale::spectral});
+    CHECK(c.optimizer.muon == MuonConfig{0.9, false, 3, MuonNsDtype::bf16, MuonScale::spectral});
     const Config g = parse(kMinimal, "x.yaml", {"optimizer.galore.rank=4"});
     CHECK(g.optimizer.galore == GaloreConfig{4, 200, 0.25});
 }
@@ -1023,6 +1023,9 @@ TEST_CASE("optimizer config: bad values name the key", "[config][optimizer]") {
     CHECK(error_of(kMinimal, {"optimizer.muon.scale=unit"}) ==
           "--set optimizer.muon.scale=unit: optimizer.muon.scale: expected one of moonlight, "
           "spectral; got \"unit\"");
+    CHECK(error_of(kMinimal, {"optimizer.muon.ns_dtype=fp16"}) ==
+          "--set optimizer.muon.ns_dtype=fp16: optimizer.muon.ns_dtype: expected one of fp32, "
+          "bf16; got \"fp16\"");
     CHECK(error_of(kMinimal, {"optimizer.galore.rank=0"}) ==
           "--set optimizer.galore.rank=0: optimizer.galore.rank: must be >= 1, got 0");
     CHECK(error_of(kMinimal, {"optimizer.galore.update_gap=0"}) ==

@@ -145,4 +145,15 @@ void adamw_update(float* params, const float* grads, float* m, float* v, std::si
                   float lr, float beta1, float beta2, float eps, float weight_decay, int step,
                   float grad_scale, float* params_out);
 
+// ---- the whole-matrix optimizers (matrix_optimizers.cpp) -------------------------------
+void muon_momentum(float* u, float* momentum, const float* grads, std::size_t count, float mu,
+                   bool nesterov, float grad_scale);
+void muon_update(float* master, const float* direction, std::size_t count, float lr,
+                 float weight_decay);
+void galore_update(float* master, const float* direction, std::size_t count, float lr,
+                   float weight_decay);
+// x (rows, cols), rows <= cols, in place, through `scratch` (kernels/ops.h,
+// newton_schulz_scratch); bf16: bf16's rounding emulated.
+void newton_schulz(float* x, float* scratch, int rows, int cols, int steps, bool bf16);
+
 }  // namespace trident::kernels::cpu

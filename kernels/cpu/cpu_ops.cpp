@@ -410,6 +410,26 @@ public:
         views.commit();
     }
 
+    void muon_momentum(float* u, float* momentum, ConstPtr grads, std::size_t count, float mu,
+                       bool nesterov, float grad_scale) override {
+        cpu::Fp32Views v(scratch_);
+        cpu::muon_momentum(u, momentum, v.in(grads, count), count, mu, nesterov, grad_scale);
+    }
+    void muon_update(float* master, const float* direction, std::size_t count, float lr,
+                     float weight_decay, Ptr params) override {
+        cpu::muon_update(master, direction, count, lr, weight_decay);
+        if (params.data) convert(params, master, count);
+    }
+    void galore_update(float* master, const float* direction, std::size_t count, float lr,
+                       float weight_decay, Ptr params) override {
+        cpu::galore_update(master, direction, count, lr, weight_decay);
+        if (params.data) convert(params, master, count);
+    }
+    void newton_schulz(float* x, float* scratch, int rows, int cols, int steps,
+                       DType precision) override {
+        cpu::newton_schulz(x, scratch, rows, cols, steps, precision == DType::bf16);
+    }
+
 private:
     static std::size_t probs_size(int B, int NH, int T) {
         return static_cast<std::size_t>(B) * NH * T * T;

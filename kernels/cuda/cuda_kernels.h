@@ -159,4 +159,15 @@ void adamw_update(float* master, const G* grads, float* m, float* v, std::size_t
                   float beta1, float beta2, float eps, float weight_decay, int step,
                   float grad_scale, P* params, cudaStream_t stream);
 
+// ---- the whole-matrix optimizers (matrix_optimizers.cu) ------------------------------------
+// Muon's momentum and its input U (kernels/ops.h, muon_momentum).
+template <typename G>
+void muon_momentum(float* u, float* momentum, const G* grads, std::size_t count, float mu,
+                   bool nesterov, float grad_scale, cudaStream_t stream);
+// The step along a direction: Muon's (kernels/ops.h, muon_update), or with decay_after
+// GaLore's (galore_update); params (null: none) the master weights rounded.
+template <typename P>
+void matrix_update(float* master, const float* direction, std::size_t count, float lr,
+                   float weight_decay, bool decay_after, P* params, cudaStream_t stream);
+
 }  // namespace trident::kernels::cuda

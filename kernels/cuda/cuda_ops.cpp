@@ -31,6 +31,7 @@
 #include "kernels/cuda/grouped_gemm.h"
 #include "kernels/cuda/linear_ops.h"
 #include "kernels/cuda/llama_ops.h"
+#include "kernels/cuda/newton_schulz.h"
 #include "kernels/cuda/upload_staging.h"
 #include "kernels/error.h"
 // The host's waits for the device are marked for the stall watchdog, since NCCL's collectives
@@ -53,7 +54,8 @@ public:
           attention_(allocator_, stream_),
           llama_(allocator_, stream_),
           uploads_(stream_),
-          grouped_(allocator_, uploads_, stream_, tf32) {}
+          grouped_(allocator_, uploads_, stream_, tf32),
+          newton_schulz_(allocator_, stream_) {}
     // Queued work may still use the memory the members give back.
     ~CudaOps() override { cudaStreamSynchronize(stream_); }
 
@@ -537,6 +539,33 @@ public:
         });
     }
 
+    // ---- the whole-matrix optimizers -------------------------------------------------------
+    void muon_momentum(float* u, float* momentum, ConstPtr grads, std::size_t count, float mu,
+                       bool nesterov, float grad_scale) override {
+        dispatch(grads.dtype, [&](auto g) {
+            cuda::muon_momentum(u, momentum, as<decltype(g)>(grads), count, mu, nesterov,
+                                grad_scale, stream_);
+        });
+    }
+    void muon_update(float* master, const float* direction, std::size_t count, float lr,
+                     float weight_decay, Ptr params) override {
+        dispatch(params.dtype, [&](auto p) {
+            cuda::matrix_update(master, direction, count, lr, weight_decay, false,
+                                as<decltype(p)>(params), stream_);
+        });
+    }
+    void galore_update(float* master, const float* direction, std::size_t count, float lr,
+                       float weight_decay, Ptr params) override {
+        dispatch(params.dtype, [&](auto p) {
+            cuda::matrix_update(master, direction, count, lr, weight_decay, true,
+                                as<decltype(p)>(params), stream_);
+        });
+    }
+    void newton_schulz(float* x, float* scratch, int rows, int cols, int steps,
+                       DType precision) override {
+        newton_schulz_.run(x, scratch, rows, cols, steps, precision);
+    }
+
 private:
     cuda::Fp32Views views() { return cuda::Fp32Views(cuda::DeviceScratch(allocator_, stream_)); }
 
@@ -547,6 +576,7 @@ private:
     cuda::LlamaOps llama_;
     cuda::UploadStaging uploads_;
     cuda::GroupedGemm grouped_;  // after uploads_: it stages through them
+    cuda::NewtonSchulz newton_schulz_;
 };
 
 }  // namespace

@@ -208,10 +208,9 @@ void Gemm::run(const GemmCall& c, cudaStream_t stream) {
             plan.operation, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &c.aux.data,
             sizeof(c.aux.data)));
     }
-    const float alpha = 1.0f;
-    TRIDENT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.operation, &alpha, c.b.data, plan.a, c.a.data,
-                                        plan.b, &c.beta, c.d.data, plan.d, c.d.data, plan.d,
-                                        &plan.algo, workspace_, kWorkspaceBytes, stream));
+    TRIDENT_CUBLAS_CHECK(cublasLtMatmul(handle_, plan.operation, &c.alpha, c.b.data, plan.a,
+                                        c.a.data, plan.b, &c.beta, c.d.data, plan.d, c.d.data,
+                                        plan.d, &plan.algo, workspace_, kWorkspaceBytes, stream));
 }
 
 cudaDataType_t cuda_type(DType t) {

@@ -37,9 +37,9 @@ enum class Epilogue : uint8_t {
     dgelu,      // D = A'B' * gelu'(aux), aux as gelu_bias wrote it
 };
 
-// D (rows, cols) = A' (rows, inner) @ B' (inner, cols) + beta * D, all row-major; A' is A, or
-// A^T for A stored (inner, rows) when trans_a; B' likewise. A and B share a type; D is that
-// type or fp32 (and aux, bias the type of D).
+// D (rows, cols) = alpha * A' (rows, inner) @ B' (inner, cols) + beta * D, all row-major; A' is A,
+// or A^T for A stored (inner, rows) when trans_a; B' likewise. A and B share a type; D is that type
+// or fp32 (and aux, bias the type of D).
 struct GemmCall {
     int rows = 0, cols = 0, inner = 0;
     ConstPtr a;
@@ -47,6 +47,7 @@ struct GemmCall {
     ConstPtr b;
     bool trans_b = false;
     Ptr d;
+    float alpha = 1.0f;
     float beta = 0.0f;  // 1: D += A'B' (the backward's accumulation)
     Epilogue epilogue = Epilogue::none;
     ConstPtr bias;

@@ -56,6 +56,7 @@ enum class OptimizerName { adamw, muon, galore };
 // Muon's factor on the orthogonalized update (optim/muon.h): Moonlight's 0.2·√max(A, B), or
 // the spectral √max(1, A/B).
 enum class MuonScale { moonlight, spectral };
+enum class MuonNsDtype { fp32, bf16 };
 // How a LoRA run holds its frozen base's layer matrices: as they are, or in QLoRA's 4-bit
 // NormalFloat (model/nf4_base.h).
 enum class LoraQuantize { none, nf4 };
@@ -277,11 +278,12 @@ struct CheckpointConfig {
 };
 
 // optimizer.muon (Jordan et al. 2024; Liu et al. 2025): the momentum, Nesterov's form, the
-// Newton-Schulz iterations and the update's scale.
+// Newton-Schulz iterations, their products' precision and the update's scale.
 struct MuonConfig {
     double momentum = 0.95;
     bool nesterov = true;
     int ns_steps = 5;
+    MuonNsDtype ns_dtype = MuonNsDtype::fp32;
     MuonScale scale = MuonScale::moonlight;
     bool operator==(const MuonConfig&) const = default;
 };

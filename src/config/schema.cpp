@@ -371,6 +371,7 @@ const std::vector<Key>& table() {
                 part("momentum", &OptimizerConfig::muon, &MuonConfig::momentum, fraction()),
                 part("nesterov", &OptimizerConfig::muon, &MuonConfig::nesterov),
                 part("ns_steps", &OptimizerConfig::muon, &MuonConfig::ns_steps, at_least(1)),
+                part("ns_dtype", &OptimizerConfig::muon, &MuonConfig::ns_dtype),
                 part("scale", &OptimizerConfig::muon, &MuonConfig::scale),
             }),
         map("optimizer.galore", &OptimizerConfig::galore,

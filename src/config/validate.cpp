@@ -55,10 +55,6 @@ void check_ranges(const Config& cfg, const Origins& origins) {
 // GPU backend lacks); a plan models them all the same.
 void refuse_unsupported_features([[maybe_unused]] const Config& cfg,
                                  [[maybe_unused]] const Origins& origins) {
-    if (cfg.optimizer.name != OptimizerName::adamw && cfg.device == DeviceKind::cuda)
-        fail(origins.blame({"optimizer.name", "device"}),
-             cat("optimizer.name: ", enum_name(cfg.optimizer.name),
-                 " runs on the CPU backend only (device: cpu)"));
 #if !TRIDENT_HAVE_CUDA
     // With the GPU backend built in, whether each rank has a GPU is found at start-up
     // (commands/session.h), not here: a config names a device, the machine may lack it.

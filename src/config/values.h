@@ -90,6 +90,10 @@ struct EnumNames<MuonScale> {
     static constexpr std::array names{"moonlight", "spectral"};
 };
 template <>
+struct EnumNames<MuonNsDtype> {
+    static constexpr std::array names{"fp32", "bf16"};
+};
+template <>
 struct EnumNames<LoraQuantize> {
     static constexpr std::array names{"none", "nf4"};
 };

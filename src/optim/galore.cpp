@@ -42,11 +42,12 @@ void Galore::update(kernels::Ops& ops, const Segment& s, const Hyper& h) const {
         adamw_.update(ops, s, h);
         return;
     }
-    for (std::size_t i = 0; i < s.count; ++i) {
-        const float w = s.master[i] - s.direction[i];
-        s.master[i] = w - h.lr * s.weight_decay * w;
-    }
-    if (s.params.data) ops.convert(s.params, s.master, s.count);
+    // The direction (host memory) up to the backend, a piece at a time, then the step there.
+    staged(s.count, s.staging, [&](std::size_t at, std::size_t n) {
+        ops.upload(s.staging.data(), s.direction + at, n * sizeof(float));
+        ops.galore_update(s.master + at, s.staging.data(), n, h.lr, s.weight_decay,
+                          s.params.data ? s.params + at : s.params);
+    });
 }
 
 void Galore::update_host(const Segment& s, const float* grads, const Hyper& h, std::size_t begin,
@@ -63,7 +64,16 @@ void Galore::update_host(const Segment& s, const float* grads, const Hyper& h, s
 
 void Galore::matrix_input(kernels::Ops& ops, const Segment& s, const Hyper& h, float* out) const {
     ops.copy_to_host(out, s.grads, s.count);
-    for (std::size_t i = 0; i < s.count; ++i) out[i] *= h.grad_scale;
+    matrix_input_host(s, out, h, out);
+}
+
+void Galore::matrix_input_host(const Segment& s, const float* grads, const Hyper& h,
+                               float* out) const {
+    for (std::size_t i = 0; i < s.count; ++i) out[i] = grads[i] * h.grad_scale;
+}
+
+std::size_t Galore::matrix_scratch(std::size_t rows, std::size_t cols) const {
+    return std::min(rows * cols, kStaging);
 }
 
 std::size_t Galore::rank_of(std::size_t rows, std::size_t cols) const {
@@ -78,8 +88,8 @@ std::vector<MatrixStateDecl> Galore::matrix_states(std::size_t rows, std::size_t
             {"projector", rows >= cols ? r * cols : rows * r}};
 }
 
-void Galore::matrix_step(float* m, std::size_t rows, std::size_t cols,
-                         std::span<float* const> state, const Hyper& h) const {
+void Galore::matrix_step(kernels::Ops&, float* m, std::size_t rows, std::size_t cols,
+                         std::span<float* const> state, const Hyper& h, std::span<float>) const {
     const std::size_t r = rank_of(rows, cols);
     float *exp_avg = state[0], *exp_avg_sq = state[1], *p = state[2];
     if ((h.step - 1) % config_.update_gap == 0) new_projector(m, rows, cols, r, p);

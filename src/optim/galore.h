@@ -14,8 +14,11 @@
 // Its state: per matrix, held by the rank that steps it (optim/matrix_exchange.h), "exp_avg"
 // and "exp_avg_sq" of R (r·max(m, n) each) and "projector" (r·n or m·r); per parameter,
 // AdamW's moments on the rest. The SVD and the projections need the whole gradient, which the
-// exchange assembles on one rank per matrix; the element loops read host memory (the CPU
-// backend's, as Muon's: optim/update.cpp refuses another).
+// exchange assembles in host memory on one rank per matrix: the gradient comes down from the
+// device, and the SVD, the projections and the Adam step on R are host loops and OpenBLAS, on
+// the matrix's state brought down from the backend and put back (matrix_exchange.h); the step
+// along the direction goes up to the op set's kernel (Ops::galore_update), staged through a
+// scratch of at most kStaging floats.
 #pragma once
 
 #include <string>
@@ -45,11 +48,17 @@ public:
     // The clipped gradient into `out`.
     void matrix_input(kernels::Ops& ops, const Segment& s, const Hyper& h,
                       float* out) const override;
+    void matrix_input_host(const Segment& s, const float* grads, const Hyper& h,
+                           float* out) const override;
     // exp_avg, exp_avg_sq (r·max(rows, cols) each) and projector (r·cols or rows·r).
     std::vector<MatrixStateDecl> matrix_states(std::size_t rows, std::size_t cols) const override;
     // G (rows, cols) into the step lr·√(1−β2^t)/(1−β1^t)·scale·(projected-back N).
-    void matrix_step(float* m, std::size_t rows, std::size_t cols, std::span<float* const> state,
-                     const Hyper& h) const override;
+    void matrix_step(kernels::Ops& ops, float* m, std::size_t rows, std::size_t cols,
+                     std::span<float* const> state, const Hyper& h,
+                     std::span<float> scratch) const override;
+    // Only the staging of the directions: the matrix's elements, at most kStaging.
+    std::size_t matrix_scratch(std::size_t rows, std::size_t cols) const override;
+    static constexpr std::size_t kStaging = std::size_t{1} << 20;
     // The projections' products every step and the SVD's every update_gap steps, averaged
     // (docs/FORMULAS.md, "GaLore").
     double matrix_step_flops(std::size_t rows, std::size_t cols) const override;

@@ -32,7 +32,10 @@ std::vector<const model::ParamTensor*> stepping_order(const model::ParamLayout& 
 MatrixExchange::MatrixExchange(kernels::Ops& ops, const model::ParamLayout& layout,
                                const data_parallel::DataParallel& data_parallel,
                                parallel::Comm& tensor, const Optimizer& optimizer)
-    : data_parallel_(data_parallel), tensor_(tensor), matrices_(stepping_order(layout, optimizer)) {
+    : ops_(ops),
+      data_parallel_(data_parallel),
+      tensor_(tensor),
+      matrices_(stepping_order(layout, optimizer)) {
     names_.resize(matrices_.size());
     states_.resize(matrices_.size());
     for (std::size_t k = 0; k < matrices_.size(); ++k) {
@@ -62,7 +65,9 @@ void MatrixExchange::read(OptimizerState& s) const {
     for (std::size_t k = 0; k < states_.size(); ++k)
         for (std::size_t a = 0; a < states_[k].size(); ++a) {
             const kernels::DeviceBuffer& b = states_[k][a];
-            s.matrices[names_[k][a]].assign(b.f32(), b.f32() + b.size());
+            std::vector<float>& to = s.matrices[names_[k][a]];
+            to.resize(b.size());
+            ops_.download(to.data(), b.f32(), b.size() * sizeof(float));
         }
 }
 
@@ -81,7 +86,7 @@ void MatrixExchange::write(const OptimizerState& s, bool zero_missing) {
             const std::size_t n = states_[k][a].size();
             const auto it = s.matrices.find(names_[k][a]);
             if (it == s.matrices.end() && zero_missing) {
-                std::fill(to, to + n, 0.0f);
+                ops_.zero(states_[k][a].data(), n);
                 continue;
             }
             if (it == s.matrices.end())
@@ -91,7 +96,7 @@ void MatrixExchange::write(const OptimizerState& s, bool zero_missing) {
                 throw Error("the checkpoint's \"" + names_[k][a] + "\" holds " +
                             std::to_string(it->second.size()) + " elements, this run's " +
                             std::to_string(n) + " (another optimizer.galore.rank?)");
-            std::copy(it->second.begin(), it->second.end(), to);
+            ops_.upload(to, it->second.data(), n * sizeof(float));
         }
 }
 
@@ -182,23 +187,33 @@ void MatrixExchange::split(std::size_t k, const std::vector<float>& whole,
 }
 
 void MatrixExchange::step_whole(const Optimizer& optimizer, std::size_t k,
-                                std::vector<float>& whole, const Hyper& h) {
+                                std::vector<float>& whole, const Hyper& h,
+                                std::span<float> scratch) {
     const model::ParamTensor& t = *matrices_[k];
+    // The matrix's state down to host memory for the step, and back up after it.
+    std::vector<std::vector<float>> held(states_[k].size());
     std::vector<float*> state;
-    for (kernels::DeviceBuffer& b : states_[k]) state.push_back(b.f32());
-    optimizer.matrix_step(whole.data(), static_cast<std::size_t>(t.full_shape[0]),
-                          static_cast<std::size_t>(t.full_shape[1]), state, h);
+    for (std::size_t a = 0; a < held.size(); ++a) {
+        held[a].resize(states_[k][a].size());
+        ops_.download(held[a].data(), states_[k][a].f32(), held[a].size() * sizeof(float));
+        state.push_back(held[a].data());
+    }
+    optimizer.matrix_step(ops_, whole.data(), static_cast<std::size_t>(t.full_shape[0]),
+                          static_cast<std::size_t>(t.full_shape[1]), state, h, scratch);
+    for (std::size_t a = 0; a < held.size(); ++a)
+        ops_.upload(states_[k][a].f32(), held[a].data(), held[a].size() * sizeof(float));
 }
 
-void MatrixExchange::step(const Optimizer& optimizer, float* pieces, const Hyper& h) {
+void MatrixExchange::step(const Optimizer& optimizer, float* pieces, const Hyper& h,
+                          std::span<float> scratch) {
     const std::size_t round = static_cast<std::size_t>(data_parallel_.group().size()) *
                               static_cast<std::size_t>(tensor_.size());
     for (std::size_t first = 0; first < matrices_.size(); first += round)
-        step_round(optimizer, first, std::min(matrices_.size(), first + round), pieces, h);
+        step_round(optimizer, first, std::min(matrices_.size(), first + round), pieces, h, scratch);
 }
 
 void MatrixExchange::step_round(const Optimizer& optimizer, std::size_t first, std::size_t end,
-                                float* pieces, const Hyper& h) {
+                                float* pieces, const Hyper& h, std::span<float> scratch) {
     parallel::Comm& shard = data_parallel_.group();
     const bool sum = data_parallel_.zero_stage() >= 1 && shard.size() > 1;
     std::vector<std::vector<float>> slices(end - first);
@@ -211,7 +226,7 @@ void MatrixExchange::step_round(const Optimizer& optimizer, std::size_t first, s
         if (sum) sum_slices(slice, shard_owner(k));
         if (shard.rank() == shard_owner(k) && assemble(k, slice, whole)) mine = k;
     }
-    if (mine < end) step_whole(optimizer, mine, whole, h);
+    if (mine < end) step_whole(optimizer, mine, whole, h, scratch);
     for (std::size_t k = first; k < end; ++k) {
         std::vector<float>& slice = slices[k - first];
         if (shard.rank() == shard_owner(k)) split(k, whole, slice);

@@ -12,10 +12,12 @@
 // same time as the others, then the round is split back. So each matrix is whole on one rank of the
 // stage's M·S, never every matrix on every rank, and the steps of a round run side by side, and a
 // round holds matrices of like cost. Hybrid sharding's replica groups each do the same, alike. The
-// exchanges are host memory through the group's communicator (the CPU backend's). The state an
-// optimizer keeps per matrix (Optimizer::matrix_states: GaLore's) lives on that owner alone, whole,
-// in buffers of the op set (counted as optimizer state), and is read and written by the tensor's
-// whole-model name, so checkpoints reshard it by name.
+// exchanges are host memory through the group's communicator, on any backend: the pieces come
+// down from the device before (Optimizer::matrix_input) and the directions go back up after
+// (Optimizer::update). The state an optimizer keeps per matrix (Optimizer::matrix_states:
+// GaLore's) lives on that owner alone, whole, in buffers of the op set (counted as optimizer
+// state), comes down to host memory for its matrix's step and goes back up after it, and is read
+// and written by the tensor's whole-model name, so checkpoints reshard it by name.
 #pragma once
 
 #include <cstddef>
@@ -49,7 +51,8 @@ public:
     // `pieces` (the owned count, host memory, in the owned parts' state order): each matrix's
     // input to the optimizer's matrix_step on the elements this rank owns, replaced by the
     // step's result there. Collective over the tensor and shard groups.
-    void step(const Optimizer& optimizer, float* pieces, const Hyper& h);
+    // `scratch`: the backend's memory for each step (Optimizer::matrix_scratch).
+    void step(const Optimizer& optimizer, float* pieces, const Hyper& h, std::span<float> scratch);
 
     // The per-matrix state of the matrices this rank steps into s.matrices ("NAME/TENSOR"),
     // and back (a name missing: zero with `zero_missing`, else refused).
@@ -67,18 +70,19 @@ private:
     // Matrices [first, end), one per owner: their slices summed and sent to the owners, each
     // owner's matrix stepped (all owners at once), the slices sent back and broadcast.
     void step_round(const Optimizer& optimizer, std::size_t first, std::size_t end, float* pieces,
-                    const Hyper& h);
+                    const Hyper& h, std::span<float> scratch);
     // On matrix k's shard owner: the tensor group's slices into `whole` (rows × cols) on its
     // tensor owner (true there), and back into each rank's `slice`.
     bool assemble(std::size_t k, const std::vector<float>& slice, std::vector<float>& whole) const;
     void split(std::size_t k, const std::vector<float>& whole, std::vector<float>& slice) const;
     // The optimizer's matrix_step of matrix k, whole, with its state.
     void step_whole(const Optimizer& optimizer, std::size_t k, std::vector<float>& whole,
-                    const Hyper& h);
+                    const Hyper& h, std::span<float> scratch);
     // Matrix k's owner: shard rank k mod S, tensor rank ⌊k / S⌋ mod M.
     int shard_owner(std::size_t k) const;
     int tensor_owner(std::size_t k) const;
 
+    kernels::Ops& ops_;
     const data_parallel::DataParallel& data_parallel_;
     parallel::Comm& tensor_;
     std::vector<const model::ParamTensor*> matrices_;

@@ -4,20 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kernels/host_gemm.h"
-
 namespace trident::optim {
-
-namespace {
-
-// The quintic iteration's coefficients (Jordan et al. 2024).
-constexpr float kA = 3.4445f, kB = -4.7750f, kC = 2.0315f;
-
-int as_int(std::size_t n) {
-    return static_cast<int>(n);
-}
-
-}  // namespace
 
 Muon::Muon(const config::MuonConfig& config, AdamW adamw)
     : config_(config), adamw_(std::move(adamw)) {}
@@ -29,11 +16,12 @@ void Muon::update(kernels::Ops& ops, const Segment& s, const Hyper& h) const {
         adamw_.update(ops, adam, h);
         return;
     }
-    for (std::size_t i = 0; i < s.count; ++i) {
-        const float w = s.master[i];
-        s.master[i] = w - h.lr * s.weight_decay * w - h.lr * s.direction[i];
-    }
-    if (s.params.data) ops.convert(s.params, s.master, s.count);
+    // The direction (host memory) up to the backend, a piece at a time, then the step there.
+    staged(s.count, s.staging, [&](std::size_t at, std::size_t n) {
+        ops.upload(s.staging.data(), s.direction + at, n * sizeof(float));
+        ops.muon_update(s.master + at, s.staging.data(), n, h.lr, s.weight_decay,
+                        s.params.data ? s.params + at : s.params);
+    });
 }
 
 void Muon::update_host(const Segment& s, const float* grads, const Hyper& h, std::size_t begin,
@@ -51,33 +39,26 @@ void Muon::update_host(const Segment& s, const float* grads, const Hyper& h, std
 }
 
 void Muon::matrix_input(kernels::Ops& ops, const Segment& s, const Hyper& h, float* out) const {
-    ops.copy_to_host(out, s.grads, s.count);
+    staged(s.count, s.staging, [&](std::size_t at, std::size_t n) {
+        ops.muon_momentum(s.staging.data(), s.state[0] + at, s.grads + at, n,
+                          static_cast<float>(config_.momentum), config_.nesterov, h.grad_scale);
+        ops.download(out + at, s.staging.data(), n * sizeof(float));
+    });
+}
+
+void Muon::matrix_input_host(const Segment& s, const float* grads, const Hyper& h,
+                             float* out) const {
     const auto mu = static_cast<float>(config_.momentum);
     float* buf = s.state[0];
     for (std::size_t i = 0; i < s.count; ++i) {
-        const float g = out[i] * h.grad_scale;
+        const float g = grads[i] * h.grad_scale;
         buf[i] = mu * buf[i] + g;
         out[i] = config_.nesterov ? g + mu * buf[i] : buf[i];
     }
 }
 
-void newton_schulz(std::vector<float>& x, std::size_t rows, std::size_t cols, int steps) {
-    std::vector<float> gram(rows * rows), poly(rows * rows), next(x.size());
-    const int r = as_int(rows), c = as_int(cols);
-    for (int step = 0; step < steps; ++step) {
-        kernels::host_gemm(false, true, r, r, c, 1.0f, x.data(), x.data(), 0.0f, gram.data());
-        // poly = b·M + c·M·M
-        poly = gram;
-        kernels::host_gemm(false, false, r, r, r, kC, gram.data(), gram.data(), kB, poly.data());
-        // X ← a·X + poly·X
-        next = x;
-        kernels::host_gemm(false, false, r, c, r, 1.0f, poly.data(), x.data(), kA, next.data());
-        x.swap(next);
-    }
-}
-
-void Muon::matrix_step(float* m, std::size_t rows, std::size_t cols, std::span<float* const>,
-                       const Hyper&) const {
+void Muon::matrix_step(kernels::Ops& ops, float* m, std::size_t rows, std::size_t cols,
+                       std::span<float* const>, const Hyper&, std::span<float> scratch) const {
     const std::size_t n = rows * cols;
     double sum = 0;
     for (std::size_t i = 0; i < n; ++i) sum += static_cast<double>(m[i]) * m[i];
@@ -89,7 +70,14 @@ void Muon::matrix_step(float* m, std::size_t rows, std::size_t cols, std::span<f
     for (std::size_t i = 0; i < rows; ++i)
         for (std::size_t j = 0; j < cols; ++j)
             x[transpose ? j * rows + i : i * cols + j] = m[i * cols + j] * inverse;
-    newton_schulz(x, short_side, long_side, config_.ns_steps);
+    // X up to the scratch, the iterations there (in the rest of it), and back.
+    float* device = scratch.data();
+    ops.upload(device, x.data(), n * sizeof(float));
+    ops.newton_schulz(
+        device, device + n, static_cast<int>(short_side), static_cast<int>(long_side),
+        config_.ns_steps,
+        config_.ns_dtype == config::MuonNsDtype::bf16 ? kernels::DType::bf16 : kernels::DType::f32);
+    ops.download(x.data(), device, n * sizeof(float));
     const double a = static_cast<double>(rows), b = static_cast<double>(cols);
     const auto scale = static_cast<float>(config_.scale == config::MuonScale::moonlight
                                               ? 0.2 * std::sqrt(std::max(a, b))
@@ -97,6 +85,12 @@ void Muon::matrix_step(float* m, std::size_t rows, std::size_t cols, std::span<f
     for (std::size_t i = 0; i < rows; ++i)
         for (std::size_t j = 0; j < cols; ++j)
             m[i * cols + j] = scale * x[transpose ? j * rows + i : i * cols + j];
+}
+
+std::size_t Muon::matrix_scratch(std::size_t rows, std::size_t cols) const {
+    const auto a = static_cast<int>(std::min(rows, cols)),
+               b = static_cast<int>(std::max(rows, cols));
+    return rows * cols + kernels::newton_schulz_scratch(a, b);
 }
 
 double Muon::matrix_step_flops(std::size_t rows, std::size_t cols) const {

@@ -6,12 +6,18 @@
 //   buf ← μ·buf + G;  U ← G + μ·buf (nesterov) or buf;  X ← U / (‖U‖_F + 1e-7), transposed if
 //   A > B;  ns_steps times: M ← X·Xᵀ, X ← a·X + (b·M + c·M·M)·X, (a, b, c) = (3.4445, −4.7750,
 //   2.0315);  O ← X transposed back;  W ← W − lr·wd·W − lr·scale·O,
-// scale 0.2·√max(A, B) (moonlight) or √max(1, A/B) (spectral), all in fp32.
+// scale 0.2·√max(A, B) (moonlight) or √max(1, A/B) (spectral), in fp32; the iterations'
+// products in fp32, or in bf16 with optimizer.muon.ns_dtype: bf16 (kernels/ops.h,
+// Ops::newton_schulz).
 // Its state per parameter: "momentum" (buf) on the matrices, AdamW's "exp_avg" and
-// "exp_avg_sq" on the rest, each zero where it does not apply. The momentum and U are element
-// by element on each rank's owned elements; the Newton-Schulz iterations need the whole U, which
-// optim/matrix_exchange.h assembles on one rank per matrix. The element loops read the state
-// in host memory: the CPU backend's (updater.cpp refuses another).
+// "exp_avg_sq" on the rest, each zero where it does not apply. The momentum and U, and the step
+// along O, are element by element on each rank's owned elements, by the op set's kernels on the
+// backend's memory (Ops::muon_momentum, muon_update; host loops where optimizer.offload: host
+// keeps the state in host memory), staged through the scratch a piece at a time. The
+// Newton-Schulz iterations need the whole U, which optim/matrix_exchange.h assembles in host
+// memory on one rank per matrix: U comes down from the device, the normalisation and transposes
+// are host loops, the iterations go back up to the op set (Ops::newton_schulz: cuBLAS on a GPU)
+// in the scratch (matrix_scratch: X, the next X, M and P), and O comes down again.
 #pragma once
 
 #include <string>
@@ -43,9 +49,14 @@ public:
     // The momentum's step, and U into `out`.
     void matrix_input(kernels::Ops& ops, const Segment& s, const Hyper& h,
                       float* out) const override;
+    void matrix_input_host(const Segment& s, const float* grads, const Hyper& h,
+                           float* out) const override;
     // U (rows, cols) into scale·O.
-    void matrix_step(float* m, std::size_t rows, std::size_t cols, std::span<float* const> state,
-                     const Hyper& h) const override;
+    void matrix_step(kernels::Ops& ops, float* m, std::size_t rows, std::size_t cols,
+                     std::span<float* const> state, const Hyper& h,
+                     std::span<float> scratch) const override;
+    // X (rows · cols) and the iterations' newton_schulz_scratch (kernels/ops.h).
+    std::size_t matrix_scratch(std::size_t rows, std::size_t cols) const override;
     // ns_steps·(4·a²·b + 2·a³), a = min(rows, cols), b = max (docs/FORMULAS.md).
     double matrix_step_flops(std::size_t rows, std::size_t cols) const override;
 
@@ -54,8 +65,5 @@ private:
     AdamW adamw_;
     std::vector<std::string> names_{"momentum", "exp_avg", "exp_avg_sq"};
 };
-
-// X (rows, cols), rows <= cols, through `steps` Newton-Schulz iterations in place.
-void newton_schulz(std::vector<float>& x, std::size_t rows, std::size_t cols, int steps);
 
 }  // namespace trident::optim

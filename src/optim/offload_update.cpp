@@ -81,8 +81,8 @@ StateStore::Pass matrix_pass(const UpdateScope& scope) {
 }
 
 // A chunk's share of the whole-matrix step's input (Optimizer::matrix_input): the elements of
-// each matrix range in it, their state at `arrays` (laid out as the chunk's), into the
-// directions.
+// each matrix range in it, their state at `arrays` (laid out as the chunk's, on the device),
+// into the directions.
 void matrix_inputs(UpdateScope& scope, const StateStore::Chunk& c, float* const* arrays,
                    const Hyper& h) {
     in_chunk(scope.ranges, c, [&](const OwnedRange& r, std::size_t lo, std::size_t hi) {
@@ -124,10 +124,9 @@ public:
 
     void update(const Hyper& h, bool first) override {
         if (scope_.matrices) {
-            store_.stream(matrix_pass(scope_), [&](const StateStore::Chunk& c) {
-                matrix_inputs(scope_, c, c.arrays.data(), h);
-            });
-            scope_.matrices->step(scope_.optimizer, scope_.directions.data(), h);
+            store_.stream(matrix_pass(scope_),
+                          [&](const StateStore::Chunk& c) { matrix_chunk(c, h); });
+            scope_.matrices->step(scope_.optimizer, scope_.directions.data(), h, scope_.scratch);
         }
         store_.stream(StateStore::Pass::update,
                       [&](const StateStore::Chunk& c) { update_chunk(c, h, first); });
@@ -173,6 +172,9 @@ private:
         const OwnedRange* range;
     };
 
+    // A chunk's share of the whole-matrix step's input, its gradients brought to host memory
+    // (Optimizer::matrix_input_host).
+    void matrix_chunk(const StateStore::Chunk& c, const Hyper& h);
     void update_chunk(const StateStore::Chunk& c, const Hyper& h, bool first);
 
     UpdateScope& scope_;
@@ -181,6 +183,19 @@ private:
     kernels::HostBuffer grads_;    // (chunk) fp32: a chunk's gradients
     kernels::HostBuffer staging_;  // (chunk) 16-bit: their transfers' staging
 };
+
+void HostPlacement::matrix_chunk(const StateStore::Chunk& c, const Hyper& h) {
+    in_chunk(scope_.ranges, c, [&](const OwnedRange& r, std::size_t lo, std::size_t hi) {
+        if (!r.trains || !r.matrix) return;
+        const OwnedRange part = part_of(r, lo, hi);
+        float* grads = grads_.as<float>() + (lo - c.first);
+        scope_.ops.copy_to_host(grads, scope_.grads.owned(part.offset), part.count,
+                                staging_.as<std::uint16_t>());
+        scope_.optimizer.matrix_input_host(
+            scope_.segment(part, c.arrays.data(), lo - c.first, nullptr), grads, h,
+            scope_.directions.data() + lo);
+    });
+}
 
 void HostPlacement::update_chunk(const StateStore::Chunk& c, const Hyper& h, bool first) {
     float* grads = grads_.as<float>();
@@ -236,7 +251,7 @@ public:
         if (scope_.matrices) {
             store_.stream(matrix_pass(scope_),
                           [&](const StateStore::Chunk& c) { matrix_chunk(c, h); });
-            scope_.matrices->step(scope_.optimizer, scope_.directions.data(), h);
+            scope_.matrices->step(scope_.optimizer, scope_.directions.data(), h, scope_.scratch);
         }
         store_.stream(StateStore::Pass::update,
                       [&](const StateStore::Chunk& c) { update_chunk(c, h, first); });

@@ -14,6 +14,7 @@
 // moments.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <map>
@@ -60,7 +61,17 @@ struct Segment {
     // steps whole matrices, their share of that step (host memory, `count`).
     bool matrix = false;
     const float* direction = nullptr;
+    // The backend's memory through which such an optimizer moves a segment's share to and
+    // from host memory, in pieces of at most its size (staged; optim/matrix_exchange.h).
+    std::span<float> staging;
 };
+
+// piece(at, n) over [0, count) in runs of at most staging.size() elements.
+template <typename Piece>
+void staged(std::size_t count, std::span<float> staging, Piece piece) {
+    for (std::size_t at = 0; at < count; at += staging.size())
+        piece(at, std::min(staging.size(), count - at));
+}
 
 // A state array an optimizer keeps per whole matrix rather than per element (GaLore's
 // projected moments and projector): its name and its elements for that matrix.
@@ -87,21 +98,33 @@ public:
 
     // An algorithm that steps whole matrices (Muon): before the element updates, each matrix
     // segment gives its input to that step (matrix_input: from its gradients and state, which
-    // it advances, into `out`, host memory of `count`); the pieces are assembled into whole
-    // matrices (optim/matrix_exchange.h), each stepped once by one rank (matrix_step, in
-    // place, `m` (rows, cols): output features × input features), and the result handed back
-    // to each segment as its `direction`. Until then update sees no direction. The state an
-    // algorithm keeps per matrix (matrix_states, for a (rows, cols) matrix) is held by the
-    // rank that steps it and handed to matrix_step in matrix_states' order.
+    // it advances, into `out`, host memory of `count`; matrix_input_host the same with the
+    // state in host memory, optimizer.offload: host, and the gradients `grads` brought there);
+    // the pieces are assembled into whole matrices (optim/matrix_exchange.h), each stepped
+    // once by one rank (matrix_step, in place, `m` (rows, cols): output features × input
+    // features, in host memory; its products may go through `ops`, in `scratch`, the
+    // backend's memory of matrix_scratch(rows, cols) floats at least), and the result handed
+    // back to each segment as its `direction` (host memory). Until then update sees no
+    // direction. The state an algorithm keeps per matrix (matrix_states, for a (rows, cols)
+    // matrix) is held by the rank that steps it and handed to matrix_step in matrix_states'
+    // order, in host memory.
     virtual bool whole_matrices() const { return false; }
     virtual void matrix_input(kernels::Ops& /*ops*/, const Segment& /*s*/, const Hyper& /*h*/,
                               float* /*out*/) const {}
+    virtual void matrix_input_host(const Segment& /*s*/, const float* /*grads*/, const Hyper& /*h*/,
+                                   float* /*out*/) const {}
     virtual std::vector<MatrixStateDecl> matrix_states(std::size_t /*rows*/,
                                                        std::size_t /*cols*/) const {
         return {};
     }
-    virtual void matrix_step(float* /*m*/, std::size_t /*rows*/, std::size_t /*cols*/,
-                             std::span<float* const> /*state*/, const Hyper& /*h*/) const {}
+    virtual void matrix_step(kernels::Ops& /*ops*/, float* /*m*/, std::size_t /*rows*/,
+                             std::size_t /*cols*/, std::span<float* const> /*state*/,
+                             const Hyper& /*h*/, std::span<float> /*scratch*/) const {}
+    // The backend's memory (floats) its whole-matrix work needs for a (rows, cols) matrix: the
+    // step's scratch, and at least one element to stage the segments' shares through.
+    virtual std::size_t matrix_scratch(std::size_t /*rows*/, std::size_t /*cols*/) const {
+        return 0;
+    }
     // The FLOPs of one matrix_step on a (rows, cols) matrix: optimizer work, which the
     // planner counts in the step's time and never as model FLOPs.
     virtual double matrix_step_flops(std::size_t /*rows*/, std::size_t /*cols*/) const { return 0; }

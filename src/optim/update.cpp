@@ -54,6 +54,7 @@ Segment UpdateScope::segment(const OwnedRange& r, float* const* arrays, std::siz
     s.weight_decay = r.decay ? weight_decay : 0.0f;
     s.matrix = r.matrix;
     if (r.matrix && matrices) s.direction = directions.data() + r.state;
+    s.staging = scratch;
     return s;
 }
 
@@ -62,7 +63,7 @@ void UpdateScope::step_matrices(float* const* arrays, const Hyper& h) {
         if (r.trains && r.matrix)
             optimizer.matrix_input(ops, segment(r, arrays, r.state, nullptr), h,
                                    directions.data() + r.state);
-    matrices->step(optimizer, directions.data(), h);
+    matrices->step(optimizer, directions.data(), h, scratch);
 }
 
 namespace {
@@ -170,14 +171,15 @@ Updater::Updater(kernels::Ops& ops, const model::ParamLayout& layout,
              1 + optimizer_->state_names().size(),
              nullptr,
              {},
+             {},
              false},
       size_(grads.size()) {
+    if (optimizer_->whole_matrices()) {
+        scratch_ = kernels::DeviceBuffer(ops, matrix_scratch(*optimizer_, layout));
+        scope_.scratch = {scratch_.f32(), scratch_.size()};
+    }
     const std::size_t allocated_before = ops.allocated_bytes();
     if (optimizer_->whole_matrices()) {
-        // The whole-matrix step reads the state in host memory (optim/muon.h).
-        if (std::string(ops.name()) != "cpu")
-            throw Error(std::string("optimizer.name: ") + optimizer_->name() +
-                        " runs on the CPU backend only (device: cpu)");
         matrices_ =
             std::make_unique<MatrixExchange>(ops, layout, data_parallel, tensor, *optimizer_);
         scope_.matrices = matrices_.get();
@@ -288,6 +290,15 @@ std::size_t matrix_state_bytes(const Optimizer& optimizer, const model::ParamLay
             bytes += d.count * sizeof(float);
     }
     return bytes;
+}
+
+std::size_t matrix_scratch(const Optimizer& optimizer, const model::ParamLayout& layout) {
+    std::size_t floats = 0;
+    for (const model::ParamTensor* t : stepping_order(layout, optimizer))
+        floats =
+            std::max(floats, optimizer.matrix_scratch(static_cast<std::size_t>(t->full_shape[0]),
+                                                      static_cast<std::size_t>(t->full_shape[1])));
+    return floats;
 }
 
 }  // namespace trident::optim

@@ -57,6 +57,9 @@ struct UpdateScope {
     // the owned elements (host memory, the owned count, in state order); else null and empty.
     MatrixExchange* matrices = nullptr;
     std::vector<float> directions;
+    // Its scratch in the backend's memory (matrix_scratch of the layout), which the matrix
+    // steps use and the segments' shares are staged through (Segment::staging).
+    std::span<float> scratch;
     // Every array holds every owned element, in state order (a store's chunks, off the
     // device): an array kept for one group is zero over the other's elements.
     bool whole_arrays = false;
@@ -158,6 +161,7 @@ private:
 
     std::unique_ptr<Optimizer> optimizer_;
     std::unique_ptr<MatrixExchange> matrices_;  // an optimizer stepping whole matrices; else null
+    kernels::DeviceBuffer scratch_;             // (matrix_scratch) fp32: scope_.scratch
     UpdateScope scope_;
     std::unique_ptr<Placement> placement_;
     std::size_t size_;  // elements in the buffers
@@ -198,5 +202,10 @@ std::size_t owned_state_bytes(const Optimizer& optimizer, const std::vector<Owne
 // what the owner of matrix 0 holds, optim/matrix_exchange.h; 1: all of them).
 std::size_t matrix_state_bytes(const Optimizer& optimizer, const model::ParamLayout& layout,
                                std::size_t stride = 1);
+
+// Floats of the scratch an Updater holds for `optimizer`'s whole-matrix work on `layout`: the
+// most Optimizer::matrix_scratch asks for any of its layer matrices (0 for one that steps no
+// whole matrices). Allocated with the Updater, apart from the optimizer state.
+std::size_t matrix_scratch(const Optimizer& optimizer, const model::ParamLayout& layout);
 
 }  // namespace trident::optim

@@ -369,6 +369,9 @@ StageBuffers stage_buffers(const PlanInputs& in, const model::ParamLayout& layou
     for (const model::ChunkSpec& chunk : parts.chunks)
         b.set_bytes.push_back(static_cast<double>(model::set_bytes(chunk, policy)));
     b.temporary = static_cast<double>(temporary_bytes(parts, policy, d, cfg.derived.world_size));
+    // A matrix optimizer's scratch (optim/update.h, matrix_scratch), held with its state.
+    const std::unique_ptr<optim::Optimizer> o = optim::make_optimizer(cfg.training, cfg.optimizer);
+    b.temporary += static_cast<double>(optim::matrix_scratch(*o, layout) * sizeof(float));
     b.message = static_cast<double>(d.rows_mine()) * d.H * in.activation_bytes;
     return b;
 }

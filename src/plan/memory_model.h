@@ -135,8 +135,9 @@ struct StageMemory {
     double activations = 0;   // the activation sets the schedule keeps in flight at most
     int activation_sets = 0;  // how many: (microbatch, chunk) pairs
     double korthikanti = 0;   // the same sets by Korthikanti et al.'s per-layer formula
-    double temporary = 0;     // backward and recompute scratch, pipeline messages
-    double gathered = 0;      // ZeRO-3's units of weights gathered at once, at most
+    // backward and recompute scratch, pipeline messages, a matrix optimizer's scratch
+    double temporary = 0;
+    double gathered = 0;  // ZeRO-3's units of weights gathered at once, at most
     // optimizer.offload: nvme: the optimizer state in files (not counted in the total),
     // states.optimizer then being the device buffer of one chunk the update streams through;
     // host: in host memory (not counted either), states.optimizer then 0; with

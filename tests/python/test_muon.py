@@ -17,7 +17,16 @@ and on every layout family:
    Adam moments element by element (checkpoint_compare.py, relative to each tensor's largest
    magnitude, 1e-4: the layouts sum in other orders); resuming with another optimizer.name is
    refused with one line, and checkpoint.allow_optimizer_change lets an AdamW checkpoint go on
-   with Muon, said once.
+   with Muon, said once;
+4. optimizer.muon.ns_dtype: bf16 (the Newton-Schulz iterations with X and each product rounded
+   to bf16, kernels/ops.h): one step's change of the layers' matrices (master weights from a
+   step-1 checkpoint) against the reference's with orthogonalize in bf16, relative error in
+   norm within 1e-2; and the fp32 run's change more than 1e-2 away from that reference, so the
+   comparison tells the two apart. Why 1e-2: both sides round the same values to bf16 (unit
+   roundoff 2^-8 = 3.9e-3), but sum each product in another order (OpenBLAS, torch), so an
+   element whose fp32 sum straddles a rounding lands one bf16 ulp apart, and the next
+   iterations carry those differences on: a few units of bf16's rounding (measured 4.3e-3;
+   fp32 against the bf16 reference 4.3e-2).
 
 Exit 77 (skipped) without torch and numpy or mpirun.
 """
@@ -34,6 +43,7 @@ except ImportError as e:
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checkpoint_compare  # noqa: E402
 import gpt2_reference as ref  # noqa: E402
 import test_gpt2_reference as base  # noqa: E402
 from layout_families import FAMILIES, check_families  # noqa: E402
@@ -49,16 +59,27 @@ def is_matrix(name):
     return name.startswith("h.") and name.endswith(MATRICES)
 
 
-def orthogonalize(u, steps):
-    """Muon's Newton-Schulz iterations on U (A, B), as docs/FORMULAS.md writes them."""
+def orthogonalize(u, steps, ns_dtype="fp32"):
+    """Muon's Newton-Schulz iterations on U (A, B), as docs/FORMULAS.md writes them; with
+    ns_dtype bf16, X and each product rounded to bf16 as a bf16 matmul with fp32 accumulation
+    writes it (torch's on bf16 tensors), the added term inside the rounding: M = bf16(X Xᵀ),
+    P = bf16(c M M + b M), X = bf16(P X + a X)."""
     a, b, c = NS
     x = u / (u.norm() + 1e-7)
     transposed = u.shape[0] > u.shape[1]
     if transposed:
         x = x.t()
-    for _ in range(steps):
-        m = x @ x.t()
-        x = a * x + (b * m + c * m @ m) @ x
+    if ns_dtype == "bf16":
+        x = x.bfloat16()
+        for _ in range(steps):
+            m = (x.float() @ x.float().t()).bfloat16().float()
+            p = (c * (m @ m) + b * m).bfloat16().float()
+            x = (p @ x.float() + a * x.float()).bfloat16()
+        x = x.double()
+    else:
+        for _ in range(steps):
+            m = x @ x.t()
+            x = a * x + (b * m + c * m @ m) @ x
     return x.t() if transposed else x
 
 
@@ -87,7 +108,7 @@ class MuonReference:
                 g = p.grad.t()  # (out, in)
                 self.buf[name] = mu * self.buf[name] + g
                 u = g + mu * self.buf[name] if self.muon["nesterov"] else self.buf[name]
-                o = orthogonalize(u, self.muon["ns_steps"])
+                o = orthogonalize(u, self.muon["ns_steps"], self.muon.get("ns_dtype", "fp32"))
                 rows, cols = g.shape
                 scale = (0.2 * math.sqrt(max(rows, cols)) if self.muon["scale"] == "moonlight"
                          else math.sqrt(max(1.0, rows / cols)))
@@ -95,8 +116,7 @@ class MuonReference:
                 p.copy_((w - lr * wd * w - lr * scale * o).t())
 
 
-def reference_losses(model, tokens, muon):
-    t = base.TRAINING
+def reference_losses(model, tokens, muon, t=base.TRAINING):
     optimizer = MuonReference(model, t, muon)
     losses = []
     for step in range(t["steps"]):
@@ -131,6 +151,41 @@ def against_reference(tmp, trident, muon):
     worst = max(abs(a - b) / abs(b) for a, b in zip(got, want)) if len(got) == 10 else math.inf
     check(worst <= 1e-5, f"muon ({label}): 10 losses of one process within 1e-5 of PyTorch's "
                          f"(worst {worst:.2e}; last {got[-1] if got else None} vs {want[-1]:.6f})")
+
+
+def ns_bf16(tmp, trident):
+    """Part 4 (see the top of this file): one step's change of the layers' matrices, trident's
+    against the reference's; returns the relative errors of bf16 against its reference and
+    against fp32's."""
+    muon = {"momentum": 0.95, "nesterov": True, "ns_steps": 5, "scale": "moonlight"}
+    t = dict(base.TRAINING, steps=1)
+    model = base.reference_model(21)
+    tokens = base.random_tokens(400, 22)
+    weights, shard = os.path.join(tmp, "w.safetensors"), os.path.join(tmp, "t.bin")
+    ref.save_hf_weights(model, weights, with_prefix=True)
+    ref.write_llmc_shard(shard, tokens)
+    before = {n: p.detach().t().clone() for n, p in model.named_parameters() if is_matrix(n)}
+    steps = {}
+    for ns_dtype in ("fp32", "bf16"):
+        config, ck = os.path.join(tmp, f"ns_{ns_dtype}.yaml"), os.path.join(tmp, f"ck_{ns_dtype}")
+        sections = base.config_sections(weights, shard, t)
+        sections["optimizer"] = {"name": "muon", "muon": dict(muon, ns_dtype=ns_dtype)}
+        sections["checkpoint"] = {"dir": ck, "interval": 1}
+        ref.write_config(config, sections)
+        run([trident, "train", "--config", config])
+        master = checkpoint_compare.load(os.path.join(ck, "step_000001"))[0]["master"]
+        steps[ns_dtype] = {
+            n: torch.tensor([checkpoint_compare.to_float(b) for b in master[n]],
+                            dtype=torch.float64).reshape(w.shape) - w
+            for n, w in before.items()}
+    reference_losses(model, tokens, dict(muon, ns_dtype="bf16"), t)
+    want = {n: p.detach().t() - before[n] for n, p in model.named_parameters() if is_matrix(n)}
+
+    def error(got):
+        diff = sum(float((got[n] - want[n]).norm() ** 2) for n in want)
+        return math.sqrt(diff / sum(float(want[n].norm() ** 2) for n in want))
+
+    return error(steps["bf16"]), error(steps["fp32"])
 
 
 def state_bytes(model, record):
@@ -196,6 +251,9 @@ def main():
                                "model.tie_embeddings=false"])
         check_families(trident, llama, tmp, "muon llama", families=by_name("M=2", "D=2 ZeRO-3"))
         checkpoints(trident, muon, tmp, one)
+        bf16, fp32 = ns_bf16(tmp, trident)
+        check(bf16 <= 1e-2 < fp32, f"muon ns_dtype bf16: one step's change within 1e-2 of the bf16 "
+                                   f"reference ({bf16:.2e}), fp32's beyond it ({fp32:.2e})")
     print(f"{len(failures)} failed" if failures else "all passed")
     return 1 if failures else 0
 
