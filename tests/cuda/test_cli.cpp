@@ -6,7 +6,7 @@
 // checkpoint written on the GPU resumes on the CPU and the reverse; the default job
 // (configs/default.yaml, which needs the corpus that scripts/prepare_kjv.sh makes) and the
 // GPT-2 124M benchmark run on the GPU; optimizer.offload (host, nvme, and ZeRO-3's shard in a
-// file) trains as none does.
+// file) trains as none does, with AdamW and with Muon.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -232,6 +232,18 @@ TEST_CASE("cuda: optimizer.offload: host trains as none on the GPU", "[offload]"
         require_close(losses_of(ws.path("host.jsonl")), losses_of(ws.path("none.jsonl")),
                       std::string(precision) == "fp32" ? kFp32 : 2e-2);
     }
+}
+
+// Muon's momentum off the device: its input to the whole-matrix step by the host loop
+// (Optimizer::matrix_input_host) against the CUDA kernel's on device-resident state.
+TEST_CASE("cuda: Muon with optimizer.offload: host trains as none on the GPU", "[offload]") {
+    cli::Workspace ws;
+    const std::string common =
+        "--set device=cuda --set training.tf32=false --set optimizer.name=muon "
+        "--set logging.metrics=";
+    checked(ws.train(common + ws.path("none.jsonl")));
+    checked(ws.train(common + ws.path("host.jsonl") + " --set optimizer.offload=host"));
+    require_close(losses_of(ws.path("host.jsonl")), losses_of(ws.path("none.jsonl")), kFp32);
 }
 
 // nvme streams the state through the same CUDA kernel as device-resident state, and ZeRO-3's

@@ -1,7 +1,8 @@
 // Whole training steps on the GPU against the CPU backend: the same model, data and dropout
 // masks give the same losses over 20 steps (fp32 within 1e-4, bf16 within 2%), gradient norms
 // and (in fp32) parameters, in fp32 and in bf16 with fp32 master weights, with and without
-// activation recompute; GPT-2's layer and Llama's.
+// activation recompute; GPT-2's layer and Llama's; AdamW, Muon (fp32 and bf16 Newton-Schulz
+// iterations) and GaLore.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -124,4 +125,20 @@ TEST_CASE("cuda: steps repeat bit for bit in fp32 (flash attention, no atomics)"
     const Run first = train_steps(*gpu, cfg, 2), second = train_steps(*gpu, cfg, 2);
     REQUIRE(first.losses == second.losses);
     REQUIRE(first.params == second.params);
+}
+
+// The whole-matrix optimizers (optim/muon.h, optim/galore.h): their element work in the CUDA
+// kernels, Muon's iterations in cuBLASLt GEMMs, GaLore's SVD and projections on the host; the
+// bf16 iterations against the CPU's emulation of their rounding, as 16-bit runs are compared.
+TEST_CASE("cuda: Muon and GaLore steps match the CPU backend", "[step]") {
+    for (const char* optimizer : {"muon", "galore"}) {
+        INFO(optimizer);
+        require_same_training(
+            small_config({std::string("optimizer.name=") + optimizer, "optimizer.galore.rank=8",
+                          "optimizer.galore.update_gap=4"}),
+            true);
+    }
+    INFO("muon, ns_dtype bf16");
+    require_same_training(small_config({"optimizer.name=muon", "optimizer.muon.ns_dtype=bf16"}),
+                          false);
 }
