@@ -131,10 +131,11 @@ public:
 };
 
 // How the model holds its buffers at ZeRO stage `zero_stage` over the `shard` group: padded to
-// its size, and (stages 2, 3) sharded by units; `sharded_accumulation`: a sharded gradient
-// reduced after every microbatch (parallel.sharded_accumulation).
+// its size, and (stages 2, 3) sharded by units, a run of the experts held over `expert_data`;
+// `sharded_accumulation`: a sharded gradient reduced after every microbatch
+// (parallel.sharded_accumulation).
 model::BufferPlan buffer_plan(int zero_stage, const parallel::Comm& shard,
-                              bool sharded_accumulation);
+                              const parallel::Comm& expert_data, bool sharded_accumulation);
 
 // The model as the module sees it: its units, its trainable buffers (the model's own, or a
 // frozen model's adapters') and a frozen model's own parameters.

@@ -326,31 +326,34 @@ def test_layouts(tmp, trident, families=FAMILIES, label="moe", moe=LAYOUT_MOE):
               f"{label}, {name}: ep_all_to_all_bytes {'above' if split else 'at'} 0 each step")
 
 
-# The experts split over E (parallel.expert at ZeRO 0 and 1 without hybrid sharding): a rank
-# holds 1/E of every MoE layer's experts (their runs aligned to D·C elements, which these
-# shapes' are already); at ZeRO-2 every rank holds every expert as one process does.
-EXPERT_SHARE = {"E=2 D=2": 2, "E=4 D=4": 4, "E=2 D=4": 2, "E=2 D=2 ZeRO-0": 2,
-                "E=2 D=2 ZeRO-1": 2,
-                "E=2 D=2 recompute full": 2, "E=2 D=2 ZeRO-2": 1}
+# The experts split over E (parallel.expert without hybrid sharding): a rank holds 1/E of every
+# MoE layer's experts (their runs aligned to D·C elements, which these shapes' are already); at
+# ZeRO-3 its weights are a shard, an (D·C)-th of the rest and an (D·C/E)-th of its experts' run
+# (that run sharded over the expert-data ranks alone): the family's (E, D·C at ZeRO-3 else 1).
+EXPERT_SHARE = {"E=2 D=2": (2, 1), "E=4 D=4": (4, 1), "E=2 D=4": (2, 1),
+                "E=2 D=2 ZeRO-0": (2, 1), "E=2 D=2 ZeRO-1": (2, 1),
+                "E=2 D=2 recompute full": (2, 1), "E=2 D=2 ZeRO-2": (2, 1),
+                "E=2 D=2 ZeRO-3": (2, 2)}
 
 
 def check_expert_split(tmp, label, one, moe, families):
     """Rank 0's parameter bytes (mem_params_bytes, fp32) of the families in EXPERT_SHARE: one
     process's less the experts it does not hold, from the shapes: 2 MoE layers of N experts of
-    3 matrices F × H (H = 32); and, those of one process's global batch, the gradient norm
-    (each expert's squares counted once) within TOLERANCE of one process's (the losses barely
-    see it: Adam's step hardly depends on the clipping's scale)."""
+    3 matrices F × H (H = 32), sharded as EXPERT_SHARE says; and, those of one process's global
+    batch, the gradient norm (each expert's squares counted once) within TOLERANCE of one
+    process's (the losses barely see it: Adam's step hardly depends on the clipping's scale)."""
     whole = losses(one)[0]["mem_params_bytes"]
     experts = 2 * moe.experts * 3 * moe.ffn * 32 * 4
     for i, (name, _, overrides) in enumerate(families):
         if name not in EXPERT_SHARE:
             continue
-        E = EXPERT_SHARE[name]
-        want = whole - experts + experts // E
+        E, shards = EXPERT_SHARE[name]
+        want = (whole - experts) // shards + experts // E // (shards // E or 1)
         got = [r for r in losses(os.path.join(tmp, f"families_{i}.jsonl")) if "loss" in r]
         held = {r["mem_params_bytes"] for r in got}
         check(held == {want}, f"{label}, {name}: mem_params_bytes {sorted(held)}, want {want} "
-                              f"(one process's {whole} less {experts - experts // E} of experts)")
+                              f"(one process's {whole}, {experts} of it experts, split over "
+                              f"E = {E}, sharded over {shards})")
         if any(o.startswith("training.global_batch") for o in overrides):
             continue
         worst = max((abs(g["grad_norm"] - w["grad_norm"]) / w["grad_norm"]
@@ -392,7 +395,7 @@ def test_resume(tmp, trident):
     # A checkpoint written with the experts split, resumed by one process; at ZeRO-0 (the
     # optimizer state written by the first rank holding each tensor: for an expert, the first
     # of its expert-data group) too.
-    for zero in (1, 0):
+    for zero in (1, 0, 2, 3):
         split = os.path.join(tmp, f"straight_e2_zero{zero}.jsonl")
         layout = ["parallel.data=2", "parallel.expert=2", f"parallel.zero_stage={zero}",
                   f"checkpoint.dir={tmp}/ck_e2_zero{zero}", "checkpoint.interval=5",
