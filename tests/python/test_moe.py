@@ -15,14 +15,17 @@ experts of moe_reference.py, itself first held against torch's softmax, top-k an
 4. checkpoints: a sigmoid-routed run's (its bias moving, model.moe.bias_update_rate)
    checkpoint of step 5 resumed at M = 2, at D = 2 ZeRO-3 and at D = 2 with the experts split
    over E = 2 gives steps 6 to 10 of the straight run within 1e-5; a run at E = 2 resumed from
-   its step 5 by one process (written at ZeRO 1 and 0) and by E = 4 (D = 2, C = 2) gives its
-   own steps 6 to 10;
+   its step 5 by one process (written at ZeRO 0 to 3) and by E = 4 (D = 2, C = 2) gives its
+   own steps 6 to 10; the Hugging Face export (Qwen3-MoE) of a run's step 2 with the experts
+   split over E = 2 at ZeRO 2 and 3 is that of ZeRO-0 tensor for tensor, element for element,
+   and one process's within 1e-5;
 5. expert parallelism (parallel.expert): the losses, moe_aux_loss and moe_z_loss of 10 steps at
    E = 2 and 4 alone and with M, P (1F1B, ZB-H1, ZB-V), C (ring, Ulysses), ZeRO 0 to 3,
    hybrid sharding and recompute, and at E = 2 with P, M (+SP), C (ring) and D all 2 (16
    ranks), within 1e-5 of one process's; rank 0's parameter bytes where the experts split
-   (ZeRO 0 and 1) are one process's less the (E-1)/E of the experts it does not hold, to the
-   byte (at ZeRO-2 one process's), and their gradient norms one process's within 1e-5;
+   (ZeRO 0 to 2) are one process's less the (E-1)/E of the experts it does not hold, to the
+   byte (at ZeRO-3 the shard: a D·C-th of the rest, a (D·C/E)-th of its experts), and their
+   gradient norms one process's within 1e-5;
 6. DeepSeek-V3's balancing (bias_update_rate): 8 steps against the reference's update of the
    bias, and 10 steps on expert parallelism's families (E = 2 with D, M + SP, P, C, ZeRO 1 to
    3, the state in host memory, recompute) within 1e-5 of one process's.
@@ -411,6 +414,31 @@ def test_resume(tmp, trident):
     check_resumed("E=4 D=2 C=2 from E=2 D=2", got, want)
 
 
+def test_export(tmp, trident):
+    moe = ref.Moe(experts=4, top_k=2, ffn=32, aux_loss=0.05, z_loss=0.01)
+    base = tiny_run(tmp, ["model.arch=llama", "model.qk_norm=true", "training.steps=2",
+                          "checkpoint.interval=2"] + moe.overrides())
+    exported = {}
+    for name, ranks, layout in (("one process", 1, []),) + tuple(
+            (f"E=2 D=2 ZeRO-{z}", 2, ["parallel.data=2", "parallel.expert=2",
+                                      f"parallel.zero_stage={z}"]) for z in (0, 2, 3)):
+        ck, hf = (os.path.join(tmp, f"{k}_{name.replace(' ', '_').replace('=', '')}")
+                  for k in ("ck_export", "hf_export"))
+        overrides = layout + [f"checkpoint.dir={ck}"]
+        run([trident, "train"] + base + [a for o in overrides for a in ("--set", o)], ranks=ranks)
+        run([trident, "export", "--checkpoint", os.path.join(ck, "step_000002"), "--format", "hf",
+             "--output", hf])
+        exported[name] = common.read_safetensors(os.path.join(hf, "model.safetensors"))[0]
+    zero0, one = exported["E=2 D=2 ZeRO-0"], exported["one process"]
+    for z in (2, 3):
+        got = exported[f"E=2 D=2 ZeRO-{z}"]
+        same = sorted(got) == sorted(zero0) and all(np.array_equal(got[k], zero0[k]) for k in got)
+        check(same, f"export, E=2 D=2 ZeRO-{z}: {len(got)} tensors, each that of ZeRO-0's export")
+    worst = max((float(np.max(np.abs(zero0[k] - one[k]))) for k in one), default=float("inf"))
+    check(sorted(zero0) == sorted(one) and worst <= TOLERANCE,
+          f"export, E=2 D=2: every tensor within {TOLERANCE} of one process's (worst {worst:.2e})")
+
+
 def test_capacity_traffic(tmp, trident):
     sent = {}
     for capacity in (0.0, 1.0):
@@ -493,6 +521,7 @@ def main():
                          ref.Moe(experts=4, top_k=2, ffn=32, shared=1, aux_loss=0.05,
                                  z_loss=0.01, capacity_factor=1.0))
             test_resume(tmp, args.trident)
+            test_export(tmp, args.trident)
             test_overlap_trace(tmp, args.trident)
             test_capacity_traffic(tmp, args.trident)
     print(f"{len(failures)} failed" if failures else "all passed")
