@@ -32,7 +32,7 @@
 // with the same part in every shard group), once a step, so every shard group holds the sum
 // over all D·C. With N = D·C the replica group is this rank alone and nothing more moves.
 //
-// Experts split (parallel.expert: E at ZeRO 0 and 1 without hybrid sharding; docs/ARCHITECTURE.md,
+// Experts split (parallel.expert: E without hybrid sharding; docs/ARCHITECTURE.md,
 // "Mixture of experts"). Each rank holds only its experts of each MoE layer, in one run per layer
 // (model/param_layout.h, expert_runs) at the same offsets on every rank of the expert group, so
 // the runs of the buffer mean other experts on the group's other ranks. A run is its own
@@ -113,8 +113,8 @@ struct ExpertRuns {
 
 // The buckets of a trainable buffer of `size` elements (a multiple of D) for replica r of D
 // at ZeRO stage `zero_stage`: at stages 2 and 3 the units' trainable ranges, else runs of
-// max(D, bucket_size / D·D) elements counted from the end, cut where `experts`' runs (stages 0
-// and 1; multiples of D) begin and end, theirs over its ranks; replica r owns the r-th D-th of
+// max(D, bucket_size / D·D) elements counted from the end; either cut where `experts`' runs
+// (multiples of D) begin and end, theirs over its ranks; replica r owns the r-th D-th of
 // each at stages 1-3 (of an experts' run, the expert-data rank's share), all of it at stage 0.
 std::vector<Bucket> make_buckets(const std::vector<model::ModelUnit>& units, std::size_t size,
                                  int zero_stage, std::size_t D, std::size_t r,
