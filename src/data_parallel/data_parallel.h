@@ -36,8 +36,9 @@
 // "Mixture of experts"). Each rank holds only its experts of each MoE layer, in one run per layer
 // (model/param_layout.h, expert_runs) at the same offsets on every rank of the expert group, so
 // the runs of the buffer mean other experts on the group's other ranks. A run is its own
-// buckets, summed, sharded and gathered over the expert-data group (the D·C/E ranks holding the
-// same experts) as the rest of the buffer is over the data-context group.
+// buckets (at ZeRO 2 and 3 its own unit, model/flat_buffer.h), summed, sharded and gathered over
+// the expert-data group (the D·C/E ranks holding the same experts) as the rest of the buffer is
+// over the data-context group.
 //
 // A frozen model (low-rank adapters) trains its adapters: the trainable buffer is theirs, and at
 // ZeRO-3 the frozen model's own parameters are sharded too, each unit gathered for the forward
