@@ -362,9 +362,12 @@ std::vector<float> Trainer::local(const model::WeightSet& set, bool grads) {
         }
         grid_.data_shard().all_reduce(host.data(), host.size());
         grid_.group(parallel::Group::expert_data).all_reduce(experts.data(), experts.size());
-        auto from = experts.begin();
-        for (const auto& [begin, end] : set.layout().expert_runs())
-            from = std::copy_n(from, end - begin, host.begin() + begin);
+        std::size_t from = 0;
+        for (const auto& [begin, end] : set.layout().expert_runs()) {
+            std::copy_n(experts.begin() + static_cast<std::ptrdiff_t>(from), end - begin,
+                        host.begin() + static_cast<std::ptrdiff_t>(begin));
+            from += end - begin;
+        }
     }
     // A 4-bit base's matrices are its codes, not the buffer's (model/nf4_base.h), gathered a
     // unit at a time where ZeRO-3 shards them.
