@@ -641,6 +641,24 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
             CHECK(stage.measured.optimizer == stage.planned.optimizer);
         }
     }
+    // A matrix optimizer with the experts split: the rest's matrices take turns over D = 2, each
+    // rank's experts' over its expert-data group (the rank alone), GaLore's per-matrix state on
+    // their owners (optim/matrix_exchange.h); Muon's momentum per element.
+    SECTION("galore and muon, 1 x 1 x 2, E = 2, ZeRO 1 and 3") {
+        for (const char* optimizer : {"optimizer.name=galore", "optimizer.name=muon"})
+            for (const char* zero : {"parallel.zero_stage=1", "parallel.zero_stage=3"}) {
+                INFO(optimizer << ", " << zero);
+                cli::Workspace ws;
+                std::vector<std::string> overrides = moe;
+                overrides.insert(overrides.end(), {optimizer, zero, "optimizer.galore.rank=4"});
+                const MemoryCompared c =
+                    measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, 2);
+                const MemoryCompared& stage = c.stages.front();
+                CHECK(stage.measured.params == stage.planned.params);
+                CHECK(stage.measured.grads == stage.planned.grads);
+                CHECK(stage.measured.optimizer == stage.planned.optimizer);
+            }
+    }
     // A shared expert under full recompute: an MLP's exchanges more, its input gathered again.
     SECTION("moe, 2 x 2 x 1 x 2 (P x M x C x D), E = 2, sequence parallel, a shared expert") {
         cli::Workspace ws;

@@ -205,17 +205,6 @@ void check_expert_parallel(const Config& cfg, const Origins& origins) {
              cat("model.moe.experts (", cfg.model.moe.experts,
                  ") must be a multiple of parallel.expert (", p.expert,
                  "): each expert rank holds as many experts"));
-    // A matrix optimizer steps whole matrices it puts together over the data-context group
-    // (optim/matrix_exchange.h), which with the experts split holds other experts on other
-    // ranks of the expert group.
-    const bool trains_experts = !cfg.training.lora.enabled();
-    if (cfg.optimizer.name != OptimizerName::adamw && trains_experts && expert_shards(p) > 1)
-        fail(origins.blame({"optimizer.name", "parallel.expert", "parallel.data_shard"}),
-             cat("optimizer.name: ", enum_name(cfg.optimizer.name), " with parallel.expert (",
-                 p.expert,
-                 ") is not built without hybrid sharding: the experts split over the expert "
-                 "ranks there, and a matrix optimizer puts its matrices together over the "
-                 "data-context group; use optimizer.name: adamw, or parallel.data_shard"));
 }
 
 // How tensor, sequence and context parallelism split the heads, widths and rows.

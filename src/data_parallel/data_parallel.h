@@ -177,6 +177,8 @@ public:
 
     int zero_stage() const { return zero_stage_; }
     parallel::Comm& group() const { return group_; }
+    // The group the runs of the experts held are summed and sharded over (DataGroups).
+    parallel::Comm& expert_group() const { return expert_data_; }
     // What this rank owns (and the optimizer updates), in buffer order.
     const std::vector<OwnedPart>& owned() const { return owned_; }
     std::size_t owned_count() const { return owned_count_; }

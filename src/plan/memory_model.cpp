@@ -231,9 +231,12 @@ OptimizerBytes optimizer_bytes(const PlanInputs& in, const model::ParamLayout& l
         bytes.matrices = static_cast<double>(optim::matrix_split(layout).matrix_parameters);
     const std::unique_ptr<optim::Optimizer> o =
         optim::make_optimizer(in.cfg.training, in.cfg.optimizer);
-    const auto owners = static_cast<std::size_t>(in.cfg.parallel.shard_ranks()) *
-                        static_cast<std::size_t>(layout.M());
-    bytes.owned = static_cast<double>(optim::matrix_state_bytes(*o, layout, owners));
+    // Rank 0 owns the first matrix of each group's turns (optim/matrix_exchange.h).
+    const config::ParallelConfig& p = in.cfg.parallel;
+    const auto M = static_cast<std::size_t>(layout.M());
+    const auto owners = static_cast<std::size_t>(p.shard_ranks()) * M;
+    const auto expert_owners = static_cast<std::size_t>(p.data * p.context / p.expert) * M;
+    bytes.owned = static_cast<double>(optim::matrix_state_bytes(*o, layout, owners, expert_owners));
     return bytes;
 }
 
