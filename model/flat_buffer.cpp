@@ -67,21 +67,30 @@ void FlatBuffer::for_each_held_run(std::size_t begin, std::size_t end, Fn fn) co
 
 FlatBuffer::FlatBuffer(kernels::Ops& ops, std::vector<Range> units, int replicas, int replica,
                        kernels::DType dtype, std::vector<Range> gaps)
+    : FlatBuffer(ops, units, std::vector<UnitShards>(units.size(), UnitShards{replicas, replica}),
+                 dtype, std::move(gaps)) {}
+
+FlatBuffer::FlatBuffer(kernels::Ops& ops, std::vector<Range> units, std::vector<UnitShards> shards,
+                       kernels::DType dtype, std::vector<Range> gaps)
     : ops_(&ops),
       dtype_(dtype),
       units_(std::move(units)),
       gaps_(std::move(gaps)),
-      replicas_(replicas),
-      replica_(replica) {
-    const auto D = static_cast<std::size_t>(replicas);
-    for (const auto& [begin, end] : units_) {
+      shards_(std::move(shards)) {
+    if (shards_.size() != units_.size())
+        throw Error("internal: a flat buffer's units and their shards differ in number");
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+        const auto [begin, end] = units_[u];
+        const auto D = static_cast<std::size_t>(shards_[u].replicas);
         if (begin != size_ || (gaps_.empty() && (end - begin) % D != 0))
             throw Error("internal: units must cover the buffer in order, each a multiple of " +
-                        std::to_string(replicas) + " long");
+                        std::to_string(D) + " long");
         size_ = end;
     }
     check_gaps();
-    for (const auto& [begin, end] : units_) {
+    for (std::size_t u = 0; u < units_.size(); ++u) {
+        const auto [begin, end] = units_[u];
+        const auto D = static_cast<std::size_t>(shards_[u].replicas);
         // The unit's elements outside the gaps, padded so that its parts split it evenly.
         unit_held_.push_back((held_in(begin, end) + D - 1) / D * D);
         shard_offsets_.push_back(held_);
@@ -119,8 +128,7 @@ FlatBuffer& FlatBuffer::operator=(FlatBuffer&& other) noexcept {
     unit_held_ = std::move(other.unit_held_);
     whole_ = std::move(other.whole_);
     gaps_ = std::move(other.gaps_);
-    replicas_ = other.replicas_;
-    replica_ = other.replica_;
+    shards_ = std::move(other.shards_);
     return *this;
 }
 
@@ -146,7 +154,7 @@ kernels::Ptr FlatBuffer::owned(std::size_t offset) const {
     if (!sharded()) return data_ + held_index(0, offset);
     const std::size_t u = unit_containing(offset);
     const std::size_t part = part_size(u);
-    const std::size_t mine = static_cast<std::size_t>(replica_) * part;
+    const std::size_t mine = static_cast<std::size_t>(shards_[u].replica) * part;
     const std::size_t index = held_index(units_[u].first, offset);
     if (index < mine || index >= mine + part)
         throw Error("internal: element " + std::to_string(offset) + " is not this replica's");
@@ -159,7 +167,7 @@ std::pair<std::size_t, std::size_t> FlatBuffer::units_of(std::size_t begin, std:
 }
 
 std::size_t FlatBuffer::part_size(std::size_t u) const {
-    return unit_held_[u] / static_cast<std::size_t>(replicas_);
+    return unit_held_[u] / static_cast<std::size_t>(shards_[u].replicas);
 }
 
 kernels::Ptr FlatBuffer::unit(std::size_t u) const {
@@ -205,7 +213,8 @@ void FlatBuffer::for_each_owned_run(Fn fn) const {
         return;
     }
     for (std::size_t u = 0; u < units_.size(); ++u) {
-        const std::size_t part = part_size(u), mine = static_cast<std::size_t>(replica_) * part;
+        const std::size_t part = part_size(u),
+                          mine = static_cast<std::size_t>(shards_[u].replica) * part;
         const auto [begin, end] = units_[u];
         for_each_held_run(begin, end,
                           [&](std::size_t offset, std::size_t index, std::size_t count) {

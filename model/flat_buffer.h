@@ -3,10 +3,12 @@
 // parameters).
 //
 // Sharded, the buffer is cut into the layout's units (ParamLayout::units), each a multiple of
-// the group's size D; replica r keeps the r-th D-th of every unit, and these parts, in unit
-// order, make its shard (held always: the buffer's elements / D). A unit's whole exists only
-// while it is resident: allocated (zero-filled) when the data-parallel exchange gathers it for
-// use or the backward starts adding gradients into it, released after
+// its group's size D; replica r keeps the r-th D-th of every unit, and these parts, in unit
+// order, make its shard (held always). A unit's group is the buffer's, or where the experts
+// split (model/param_layout.h, expert_runs) a run of the experts held is a unit of its own,
+// split over its group: the expert-data ranks holding the same experts (UnitShards::experts). A
+// unit's whole exists only while it is resident: allocated (zero-filled) when the data-parallel
+// exchange gathers it for use or the backward starts adding gradients into it, released after
 // (src/data_parallel/zero_units.h decides when). Element `offset` of the buffer is then reached
 // through the resident unit holding it.
 //
@@ -31,6 +33,13 @@
 
 namespace trident::model {
 
+// How a sharded unit splits: over `replicas` ranks, this one `replica`; `experts`: they are
+// the expert-data group (a run of the experts held), not the buffer's group.
+struct UnitShards {
+    int replicas = 1, replica = 0;
+    bool experts = false;
+};
+
 class FlatBuffer {
 public:
     using Range = std::pair<std::size_t, std::size_t>;  // [begin, end) in the buffer
@@ -43,6 +52,9 @@ public:
     // Sharded over `replicas` ranks, this rank `replica`: `units` cover the buffer in order,
     // each a multiple of `replicas` long (or, with `gaps`, padded to one past them).
     FlatBuffer(kernels::Ops& ops, std::vector<Range> units, int replicas, int replica,
+               kernels::DType dtype, std::vector<Range> gaps = {});
+    // The same, each unit split as its `shards` say (one per unit).
+    FlatBuffer(kernels::Ops& ops, std::vector<Range> units, std::vector<UnitShards> shards,
                kernels::DType dtype, std::vector<Range> gaps = {});
     ~FlatBuffer();
     FlatBuffer(FlatBuffer&& other) noexcept;
@@ -76,6 +88,7 @@ public:
     // The units overlapping [begin, end), as indices [first, last).
     std::pair<std::size_t, std::size_t> units_of(std::size_t begin, std::size_t end) const;
     std::size_t part_size(std::size_t u) const;  // elements of each replica's part of unit u
+    const UnitShards& shards(std::size_t u) const { return shards_[u]; }
     bool resident(std::size_t u) const { return static_cast<bool>(whole_[u]); }
     kernels::Ptr unit(std::size_t u) const;        // the whole of a resident unit
     kernels::Ptr shard_part(std::size_t u) const;  // this replica's part of unit u, in the shard
@@ -125,7 +138,7 @@ private:
     std::vector<std::size_t> unit_held_;      // each unit's whole: held elements, padded
     std::vector<kernels::Ptr> whole_;         // each unit's whole while resident
     std::vector<Range> gaps_;                 // the ranges not held
-    int replicas_ = 1, replica_ = 0;
+    std::vector<UnitShards> shards_;          // per unit
 };
 
 }  // namespace trident::model

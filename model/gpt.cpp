@@ -19,19 +19,49 @@ std::size_t round_up(std::size_t n, std::size_t multiple) {
     return (n + multiple - 1) / multiple * multiple;
 }
 
+// A sharded buffer's units: the layout's, each cut where a run of the experts held begins and
+// ends (that run a unit of its own, over the expert-data ranks).
+struct ShardedUnits {
+    std::vector<FlatBuffer::Range> ranges;
+    std::vector<UnitShards> shards;
+};
+
+ShardedUnits sharded_units(const ParamLayout& layout, const BufferPlan& plan) {
+    const UnitShards group{static_cast<int>(plan.multiple), plan.replica, false};
+    const UnitShards experts{static_cast<int>(plan.expert_multiple), plan.expert_replica, true};
+    const auto& runs = layout.expert_runs();
+    ShardedUnits out;
+    const auto add = [&](std::size_t begin, std::size_t end, const UnitShards& shards) {
+        if (begin == end) return;
+        out.ranges.emplace_back(begin, end);
+        out.shards.push_back(shards);
+    };
+    auto run = runs.begin();
+    for (auto [begin, end] : layout.unit_ranges()) {
+        for (; run != runs.end() && run->first < end; ++run) {
+            add(begin, run->first, group);
+            add(run->first, run->second, experts);
+            begin = run->second;
+        }
+        add(begin, end, group);
+    }
+    return out;
+}
+
 // The flat buffers as the plan holds them: whole (padded to its multiple), or sharded by the
-// layout's units. A frozen model has no gradients: its adapters have, in buffers of their own,
-// held alike.
+// layout's units (sharded_units). A frozen model has no gradients: its adapters have, in
+// buffers of their own, held alike.
 Weights make_weights(kernels::Ops& ops, const GptOptions& o, const ParamLayout& layout,
                      const ParamLayout& lora_layout) {
     const BufferPlan& plan = o.buffers;
     const std::size_t multiple = plan.multiple;
-    const int replicas = static_cast<int>(multiple);
     const auto buffer = [&](const ParamLayout& of, bool sharded, kernels::DType dtype,
                             std::vector<FlatBuffer::Range> gaps = {}) {
-        return sharded ? FlatBuffer(ops, of.unit_ranges(), replicas, plan.replica, dtype,
-                                    std::move(gaps))
-                       : FlatBuffer(ops, round_up(of.total(), multiple), dtype, std::move(gaps));
+        if (!sharded)
+            return FlatBuffer(ops, round_up(of.total(), multiple), dtype, std::move(gaps));
+        ShardedUnits units = sharded_units(of, plan);
+        return FlatBuffer(ops, std::move(units.ranges), std::move(units.shards), dtype,
+                          std::move(gaps));
     };
     Weights w;
     w.frozen = o.lora.shape.rank > 0;

@@ -44,13 +44,18 @@ public:
 
 // How the data-parallel module holds the model's flat buffers: whole (padded to a multiple of
 // `multiple`), or cut into the layout's units, each aligned to `multiple`, and sharded over
-// `multiple` replicas (this one `replica`): the gradients, and the parameters too. And when
-// the gradients are handed over: after every microbatch's backward, or the step's last.
+// `multiple` replicas (this one `replica`): the gradients, and the parameters too; where the
+// experts split (ParamLayout::expert_runs), each run of the experts held a unit of its own,
+// sharded over the `expert_multiple` ranks holding the same experts (this one
+// `expert_replica`). And when the gradients are handed over: after every microbatch's
+// backward, or the step's last.
 struct BufferPlan {
     std::size_t multiple = 1;
     int replica = 0;
     bool shard_grads = false, shard_params = false;
     bool grads_every_microbatch = false;
+    std::size_t expert_multiple = 1;
+    int expert_replica = 0;
 };
 
 }  // namespace trident::model

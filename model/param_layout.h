@@ -229,6 +229,10 @@ public:
     const std::vector<std::pair<std::size_t, std::size_t>>& expert_runs() const {
         return expert_runs_;
     }
+    // Whether t is a routed expert's held by this expert rank alone (the experts split).
+    bool split_expert(const ParamTensor& t) const {
+        return plan_.experts > 1 && t.split.expert >= 0;
+    }
     // Whether t is held alike by every rank of the expert group while the experts are split
     // (every tensor but a routed expert's) and this rank is not expert rank 0, which speaks for
     // it: the whole model takes it from there.

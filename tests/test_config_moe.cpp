@@ -130,17 +130,20 @@ TEST_CASE("config: parallel.expert reads and its refusals name their key", "[con
           "(4): each expert rank holds as many experts");
     CHECK(error_of({"model.moe.experts=4", "parallel.expert=0"}) ==
           "--set parallel.expert=0: parallel.expert: must be in [1, 65536], got 0");
-    // A matrix optimizer where the experts' weights split (ZeRO 0 and 1), not at ZeRO-2.
-    const std::string muon = error_of(
-        {"model.moe.experts=4", "parallel.data=2", "parallel.expert=2", "optimizer.name=muon"});
-    INFO(muon);
-    CHECK(muon.find("optimizer.name: muon with parallel.expert (2) at parallel.zero_stage 1 is "
-                    "not built: the experts split over the expert ranks there") !=
-          std::string::npos);
-    CHECK_NOTHROW(parse(kLlama, "x.yaml",
-                        {"model.moe.experts=4", "parallel.data=2", "parallel.expert=2",
-                         "optimizer.name=muon", "parallel.zero_stage=2"},
-                        Purpose::plan));
+    // A matrix optimizer steps the experts whole where they split (optim/matrix_exchange.h),
+    // at every ZeRO stage.
+    for (const char* zero : {"parallel.zero_stage=0", "parallel.zero_stage=1",
+                             "parallel.zero_stage=2", "parallel.zero_stage=3"})
+        for (const char* optimizer : {"optimizer.name=muon", "optimizer.name=galore"})
+            CHECK_NOTHROW(parse(
+                kLlama, "x.yaml",
+                {"model.moe.experts=4", "parallel.data=2", "parallel.expert=2", optimizer, zero},
+                Purpose::plan));
+    CHECK_NOTHROW(parse(
+        kLlama, "x.yaml",
+        {"model.moe.experts=4", "parallel.data=4", "parallel.data_shard=2", "parallel.expert=2",
+         "optimizer.name=muon", "parallel.zero_stage=3", "training.global_batch=16"},
+        Purpose::plan));
 }
 
 TEST_CASE("config: LoRA on a mixture of experts adapts its attention alone", "[config]") {

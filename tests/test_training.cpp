@@ -60,7 +60,7 @@ TEST_CASE("clipping scales by max/(norm + 1e-6) only above the threshold", "[tra
     model::FlatBuffer grads(*ops, layout.total(), kernels::DType::f32);
     parallel::Grid& solo = test::solo_grid();
     const data_parallel::DataParallel whole(
-        *ops, {{}, params, grads, layout.total()},
+        *ops, {{}, params, grads, layout.total(), {}},
         {solo.data_context(), solo.data_replica(), solo.embedding(),
          solo.group(parallel::Group::expert_data)},
         {0, SIZE_MAX, {}, {}});

@@ -63,23 +63,23 @@ inline model::Dims rank_dims(const Config& cfg) {
                           cfg.parallel.context_mode, cfg.training.precision});
 }
 
-// The ranks the experts' weights are split over (model/param_layout.h) at ZeRO stage
-// `zero_stage`: parallel.expert at stages 0 and 1 without hybrid sharding; 1 (every expert rank
-// holds every expert, as the model computes them all the same) at stages 2 and 3 or with it.
-inline int expert_shards(const ParallelConfig& p, int zero_stage) {
+// The ranks the experts' weights are split over (model/param_layout.h): parallel.expert at
+// every ZeRO stage without hybrid sharding; 1 (every expert rank holds every expert, as the
+// model computes them all the same) with it.
+inline int expert_shards(const ParallelConfig& p) {
     const bool hybrid = p.shard_ranks() != p.data * p.context;
-    return zero_stage <= 1 && !hybrid ? p.expert : 1;
+    return hybrid ? 1 : p.expert;
 }
 
 // What pipeline stage `stage` holds, as expert rank `expert_rank` (its place in the expert
-// group) at the config's ZeRO stage.
+// group).
 inline model::StagePlan stage_plan(const Config& cfg, int stage, int expert_rank = 0) {
     return model::StagePlan{cfg.parallel.pipeline,
                             stage,
                             cfg.parallel.virtual_stages,
                             cfg.derived.chunk_layers,
                             pipeline::placement(cfg.parallel.schedule),
-                            expert_shards(cfg.parallel, cfg.parallel.zero_stage),
+                            expert_shards(cfg.parallel),
                             expert_rank};
 }
 

@@ -205,18 +205,6 @@ void check_expert_parallel(const Config& cfg, const Origins& origins) {
              cat("model.moe.experts (", cfg.model.moe.experts,
                  ") must be a multiple of parallel.expert (", p.expert,
                  "): each expert rank holds as many experts"));
-    // A matrix optimizer steps whole matrices it puts together over the data-context group
-    // (optim/matrix_exchange.h), which with the experts split holds other experts on other
-    // ranks of the expert group.
-    const bool trains_experts = !cfg.training.lora.enabled();
-    if (cfg.optimizer.name != OptimizerName::adamw && trains_experts &&
-        expert_shards(p, p.zero_stage) > 1)
-        fail(origins.blame({"optimizer.name", "parallel.expert", "parallel.zero_stage"}),
-             cat("optimizer.name: ", enum_name(cfg.optimizer.name), " with parallel.expert (",
-                 p.expert, ") at parallel.zero_stage ", p.zero_stage,
-                 " is not built: the experts split over the expert ranks there, and a matrix "
-                 "optimizer puts its matrices together over the data-context group; use "
-                 "optimizer.name: adamw, or parallel.zero_stage 2 or 3"));
 }
 
 // How tensor, sequence and context parallelism split the heads, widths and rows.

@@ -9,10 +9,12 @@
 namespace trident::data_parallel {
 
 model::BufferPlan buffer_plan(int zero_stage, const parallel::Comm& shard,
-                              bool sharded_accumulation) {
+                              const parallel::Comm& expert_data, bool sharded_accumulation) {
     model::BufferPlan plan;
     plan.multiple = static_cast<std::size_t>(shard.size());
     plan.replica = shard.rank();
+    plan.expert_multiple = static_cast<std::size_t>(expert_data.size());
+    plan.expert_replica = expert_data.rank();
     plan.shard_grads = zero_stage >= 2;
     plan.shard_params = zero_stage >= 3;
     plan.grads_every_microbatch = zero_stage >= 2 && sharded_accumulation;
@@ -41,11 +43,17 @@ std::vector<Bucket> make_buckets(const std::vector<model::ModelUnit>& units, std
                                  int zero_stage, std::size_t D, std::size_t r,
                                  std::size_t bucket_size, const ExpertRuns& experts) {
     std::vector<Bucket> buckets;
-    if (zero_stage >= 2) {  // the units, each a multiple of D
-        for (const model::ModelUnit& u : units)
-            if (u.trainable.first < u.trainable.second)
-                buckets.push_back(
-                    Bucket{u.trainable.first, u.trainable.second - u.trainable.first, 0, 0});
+    if (zero_stage >= 2) {  // the units, each a multiple of D, cut at the experts' runs
+        auto run = experts.runs.begin();
+        for (const model::ModelUnit& u : units) {
+            auto [begin, end] = u.trainable;
+            for (; run != experts.runs.end() && run->first < end; ++run) {
+                if (begin < run->first) buckets.push_back(Bucket{begin, run->first - begin, 0, 0});
+                buckets.push_back(Bucket{run->first, run->second - run->first, 0, 0, true});
+                begin = run->second;
+            }
+            if (begin < end) buckets.push_back(Bucket{begin, end - begin, 0, 0});
+        }
     } else {  // buckets of a multiple of D elements (the buffer is one), counted from the end,
               // apart from the experts' runs
         std::size_t end = size;
@@ -86,9 +94,8 @@ DataParallel::DataParallel(kernels::Ops& ops, ModelBuffers model, DataGroups gro
       expert_data_(groups.expert_data),
       zero_stage_(options.zero_stage),
       layout_total_(model.tensors) {
-    if (!model.expert_runs.empty() && (zero_stage_ >= 2 || replicas_.size() > 1))
-        throw Error("internal: the experts split at ZeRO-" + std::to_string(zero_stage_) +
-                    (replicas_.size() > 1 ? " with hybrid sharding" : ""));
+    if (!model.expert_runs.empty() && replicas_.size() > 1)
+        throw Error("internal: the experts split with hybrid sharding");
     buckets_ =
         make_buckets(units_, grads_.size(), zero_stage_, static_cast<std::size_t>(group_.size()),
                      static_cast<std::size_t>(group_.rank()), options.bucket_size,
@@ -103,14 +110,15 @@ DataParallel::DataParallel(kernels::Ops& ops, ModelBuffers model, DataGroups gro
             Overlap{overlap.grad_reduce, overlap.param_gather && zero_stage_ >= 1 && !model.frozen};
     const bool reshard = options.resharding.after_use;
     if (zero_stage_ >= 2)
-        zero_units_ = std::make_unique<ZeroUnits>(
-            ops, params_, grads_, group_, overlap_.grad_reduce, overlap_.param_gather, reshard);
+        zero_units_ =
+            std::make_unique<ZeroUnits>(ops, params_, grads_, group_, expert_data_,
+                                        overlap_.grad_reduce, overlap_.param_gather, reshard);
     const auto gather_only = [&](model::FlatBuffer* buffer,
                                  model::UnitRange model::ModelUnit::*range) {
         if (buffer && zero_stage_ == 3)
             gather_only_.push_back(GatherOnly{
                 range,
-                std::make_unique<ZeroUnits>(ops, *buffer, no_grads_, group_, false,
+                std::make_unique<ZeroUnits>(ops, *buffer, no_grads_, group_, expert_data_, false,
                                             overlap.param_gather && group_.size() > 1, reshard)});
     };
     gather_only(model.frozen, &model::ModelUnit::frozen);

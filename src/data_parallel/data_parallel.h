@@ -32,12 +32,13 @@
 // with the same part in every shard group), once a step, so every shard group holds the sum
 // over all D·C. With N = D·C the replica group is this rank alone and nothing more moves.
 //
-// Experts split (parallel.expert: E at ZeRO 0 and 1 without hybrid sharding; docs/ARCHITECTURE.md,
+// Experts split (parallel.expert: E without hybrid sharding; docs/ARCHITECTURE.md,
 // "Mixture of experts"). Each rank holds only its experts of each MoE layer, in one run per layer
 // (model/param_layout.h, expert_runs) at the same offsets on every rank of the expert group, so
 // the runs of the buffer mean other experts on the group's other ranks. A run is its own
-// buckets, summed, sharded and gathered over the expert-data group (the D·C/E ranks holding the
-// same experts) as the rest of the buffer is over the data-context group.
+// buckets (at ZeRO 2 and 3 its own unit, model/flat_buffer.h), summed, sharded and gathered over
+// the expert-data group (the D·C/E ranks holding the same experts) as the rest of the buffer is
+// over the data-context group.
 //
 // A frozen model (low-rank adapters) trains its adapters: the trainable buffer is theirs, and at
 // ZeRO-3 the frozen model's own parameters are sharded too, each unit gathered for the forward
@@ -113,8 +114,8 @@ struct ExpertRuns {
 
 // The buckets of a trainable buffer of `size` elements (a multiple of D) for replica r of D
 // at ZeRO stage `zero_stage`: at stages 2 and 3 the units' trainable ranges, else runs of
-// max(D, bucket_size / D·D) elements counted from the end, cut where `experts`' runs (stages 0
-// and 1; multiples of D) begin and end, theirs over its ranks; replica r owns the r-th D-th of
+// max(D, bucket_size / D·D) elements counted from the end; either cut where `experts`' runs
+// (multiples of D) begin and end, theirs over its ranks; replica r owns the r-th D-th of
 // each at stages 1-3 (of an experts' run, the expert-data rank's share), all of it at stage 0.
 std::vector<Bucket> make_buckets(const std::vector<model::ModelUnit>& units, std::size_t size,
                                  int zero_stage, std::size_t D, std::size_t r,
@@ -131,10 +132,11 @@ public:
 };
 
 // How the model holds its buffers at ZeRO stage `zero_stage` over the `shard` group: padded to
-// its size, and (stages 2, 3) sharded by units; `sharded_accumulation`: a sharded gradient
-// reduced after every microbatch (parallel.sharded_accumulation).
+// its size, and (stages 2, 3) sharded by units, a run of the experts held over `expert_data`;
+// `sharded_accumulation`: a sharded gradient reduced after every microbatch
+// (parallel.sharded_accumulation).
 model::BufferPlan buffer_plan(int zero_stage, const parallel::Comm& shard,
-                              bool sharded_accumulation);
+                              const parallel::Comm& expert_data, bool sharded_accumulation);
 
 // The model as the module sees it: its units, its trainable buffers (the model's own, or a
 // frozen model's adapters') and a frozen model's own parameters.
@@ -175,6 +177,8 @@ public:
 
     int zero_stage() const { return zero_stage_; }
     parallel::Comm& group() const { return group_; }
+    // The group the runs of the experts held are summed and sharded over (DataGroups).
+    parallel::Comm& expert_group() const { return expert_data_; }
     // What this rank owns (and the optimizer updates), in buffer order.
     const std::vector<OwnedPart>& owned() const { return owned_; }
     std::size_t owned_count() const { return owned_count_; }

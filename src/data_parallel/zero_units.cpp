@@ -8,12 +8,13 @@
 namespace trident::data_parallel {
 
 ZeroUnits::ZeroUnits(kernels::Ops& ops, model::FlatBuffer& params, model::FlatBuffer& grads,
-                     parallel::Comm& data, bool overlap_reduce, bool overlap_gather,
-                     bool reshard_after_use)
+                     parallel::Comm& data, parallel::Comm& experts, bool overlap_reduce,
+                     bool overlap_gather, bool reshard_after_use)
     : ops_(ops),
       params_(params),
       grads_(grads),
       data_(data),
+      experts_(experts),
       overlap_reduce_(overlap_reduce),
       overlap_gather_(overlap_gather),
       reshard_after_use_(reshard_after_use) {
@@ -53,15 +54,16 @@ void ZeroUnits::grads_final(std::size_t begin, std::size_t end) {
 void ZeroUnits::start_reduction(std::size_t u) {
     const std::size_t part = grads_.part_size(u);
     const kernels::Ptr whole = grads_.unit(u);
-    const kernels::Ptr mine = whole + static_cast<std::size_t>(data_.rank()) * part;
+    parallel::Comm& group = group_of(grads_, u);
+    const kernels::Ptr mine = whole + static_cast<std::size_t>(group.rank()) * part;
     if (!overlap_reduce_) {
-        data_.reduce_scatter(whole, mine, part);
+        group.reduce_scatter(whole, mine, part);
         reductions_.push_back(Pending{u, {}, 0});
         finish_reduction(u);
         return;
     }
     reductions_.push_back(
-        Pending{u, data_.ireduce_scatter(whole, mine, part), io::TraceRecorder::now_us()});
+        Pending{u, group.ireduce_scatter(whole, mine, part), io::TraceRecorder::now_us()});
     while (reductions_.size() > kReductionsInFlight) finish_reduction(reductions_.front().unit);
 }
 
@@ -77,8 +79,9 @@ void ZeroUnits::finish_reduction(std::size_t u) {
     // shard part += this replica's part of the sum; the unit goes.
     const std::size_t part = grads_.part_size(u);
     const kernels::Ptr shard = grads_.shard_part(u);
-    ops_.residual_forward(shard, shard,
-                          grads_.unit(u) + static_cast<std::size_t>(data_.rank()) * part, part);
+    ops_.residual_forward(
+        shard, shard, grads_.unit(u) + static_cast<std::size_t>(grads_.shards(u).replica) * part,
+        part);
     grads_.release(u);
 }
 
@@ -100,12 +103,12 @@ void ZeroUnits::start_gather(std::size_t u) {
         mine = params_.shard_part(u);
     }
     if (!overlap_gather_) {
-        data_.all_gather(mine, params_.unit(u), part);
+        group_of(params_, u).all_gather(mine, params_.unit(u), part);
         free_staging(u);
         return;
     }
     gather_start_[u] = io::TraceRecorder::now_us();
-    gathers_[u] = data_.iall_gather(mine, params_.unit(u), part);
+    gathers_[u] = group_of(params_, u).iall_gather(mine, params_.unit(u), part);
 }
 
 void ZeroUnits::finish_gather(std::size_t u) {

@@ -51,10 +51,11 @@ public:
     // `params` may be whole (ZeRO-2: the parameter hooks are then not called here); `grads`
     // is sharded, or unused where only the parameter hooks are called (a frozen model's own
     // parameters under low-rank adapters, which have no gradients). `data` is the data-parallel
-    // group they are sharded over.
+    // group they are sharded over, `experts` the expert-data group a unit that is a run of the
+    // experts held is (model::UnitShards::experts).
     ZeroUnits(kernels::Ops& ops, model::FlatBuffer& params, model::FlatBuffer& grads,
-              parallel::Comm& data, bool overlap_reduce, bool overlap_gather,
-              bool reshard_after_use);
+              parallel::Comm& data, parallel::Comm& experts, bool overlap_reduce,
+              bool overlap_gather, bool reshard_after_use);
 
     void grads_needed(std::size_t begin, std::size_t end);
     void grads_final(std::size_t begin, std::size_t end);
@@ -81,6 +82,10 @@ private:
         parallel::Request request;
         double start = 0;  // for the trace, in microseconds
     };
+    // The group unit u of `buffer` is sharded over.
+    parallel::Comm& group_of(const model::FlatBuffer& buffer, std::size_t u) const {
+        return buffer.shards(u).experts ? experts_ : data_;
+    }
     void start_reduction(std::size_t u);
     void finish_reduction(std::size_t u);  // one that is under way
     bool reducing(std::size_t u) const;
@@ -95,6 +100,7 @@ private:
     model::FlatBuffer& params_;
     model::FlatBuffer& grads_;
     parallel::Comm& data_;
+    parallel::Comm& experts_;
     bool overlap_reduce_, overlap_gather_;
     bool reshard_after_use_;
     std::deque<Pending> reductions_;          // oldest first

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <string>
+#include <utility>
 
 #include "kernels/error.h"
 #include "optim/owned_ranges.h"
@@ -15,33 +16,37 @@ constexpr int kTag = 4601;  // the exchanges' point-to-point messages
 
 }  // namespace
 
-std::vector<const model::ParamTensor*> stepping_order(const model::ParamLayout& layout,
-                                                      const Optimizer& optimizer) {
-    std::vector<const model::ParamTensor*> order;
+SteppingOrder stepping_order(const model::ParamLayout& layout, const Optimizer& optimizer) {
+    SteppingOrder order;
+    std::vector<const model::ParamTensor*> experts;
     for (const model::ParamTensor& t : layout.tensors())
-        if (is_layer_matrix(layout, t)) order.push_back(&t);
+        if (is_layer_matrix(layout, t))
+            (layout.split_expert(t) ? experts : order.matrices).push_back(&t);
     const auto cost = [&](const model::ParamTensor* t) {
         return optimizer.matrix_step_flops(static_cast<std::size_t>(t->full_shape[0]),
                                            static_cast<std::size_t>(t->full_shape[1]));
     };
-    std::stable_sort(order.begin(), order.end(),
-                     [&](const auto* a, const auto* b) { return cost(a) > cost(b); });
+    const auto costlier = [&](const auto* a, const auto* b) { return cost(a) > cost(b); };
+    std::stable_sort(order.matrices.begin(), order.matrices.end(), costlier);
+    std::stable_sort(experts.begin(), experts.end(), costlier);
+    order.experts = order.matrices.size();
+    order.matrices.insert(order.matrices.end(), experts.begin(), experts.end());
     return order;
 }
 
 MatrixExchange::MatrixExchange(kernels::Ops& ops, const model::ParamLayout& layout,
                                const data_parallel::DataParallel& data_parallel,
                                parallel::Comm& tensor, const Optimizer& optimizer)
-    : ops_(ops),
-      data_parallel_(data_parallel),
-      tensor_(tensor),
-      matrices_(stepping_order(layout, optimizer)) {
+    : ops_(ops), data_parallel_(data_parallel), tensor_(tensor) {
+    SteppingOrder order = stepping_order(layout, optimizer);
+    matrices_ = std::move(order.matrices);
+    experts_ = order.experts;
     names_.resize(matrices_.size());
     states_.resize(matrices_.size());
     for (std::size_t k = 0; k < matrices_.size(); ++k) {
         const model::ParamTensor& t = *matrices_[k];
         const bool owner =
-            data_parallel_.group().rank() == shard_owner(k) && tensor_.rank() == tensor_owner(k);
+            shard_of(k).rank() == shard_owner(k) && tensor_.rank() == tensor_owner(k);
         for (const MatrixStateDecl& d :
              optimizer.matrix_states(static_cast<std::size_t>(t.full_shape[0]),
                                      static_cast<std::size_t>(t.full_shape[1]))) {
@@ -52,13 +57,21 @@ MatrixExchange::MatrixExchange(kernels::Ops& ops, const model::ParamLayout& layo
     }
 }
 
+parallel::Comm& MatrixExchange::shard_of(std::size_t k) const {
+    return k < experts_ ? data_parallel_.group() : data_parallel_.expert_group();
+}
+
+std::size_t MatrixExchange::place(std::size_t k) const {
+    return k < experts_ ? k : k - experts_;
+}
+
 int MatrixExchange::shard_owner(std::size_t k) const {
-    return static_cast<int>(k % static_cast<std::size_t>(data_parallel_.group().size()));
+    return static_cast<int>(place(k) % static_cast<std::size_t>(shard_of(k).size()));
 }
 
 int MatrixExchange::tensor_owner(std::size_t k) const {
-    const auto shards = static_cast<std::size_t>(data_parallel_.group().size());
-    return static_cast<int>(k / shards % static_cast<std::size_t>(tensor_.size()));
+    const auto shards = static_cast<std::size_t>(shard_of(k).size());
+    return static_cast<int>(place(k) / shards % static_cast<std::size_t>(tensor_.size()));
 }
 
 void MatrixExchange::read(OptimizerState& s) const {
@@ -123,8 +136,7 @@ void MatrixExchange::scatter_owned(const model::ParamTensor& t, const float* sli
     }
 }
 
-void MatrixExchange::sum_slices(std::vector<float>& slice, int owner) const {
-    parallel::Comm& shard = data_parallel_.group();
+void MatrixExchange::sum_slices(parallel::Comm& shard, std::vector<float>& slice, int owner) const {
     if (shard.rank() != owner) {
         shard.send(slice.data(), slice.size(), owner, kTag);
         return;
@@ -206,15 +218,20 @@ void MatrixExchange::step_whole(const Optimizer& optimizer, std::size_t k,
 
 void MatrixExchange::step(const Optimizer& optimizer, float* pieces, const Hyper& h,
                           std::span<float> scratch) {
-    const std::size_t round = static_cast<std::size_t>(data_parallel_.group().size()) *
-                              static_cast<std::size_t>(tensor_.size());
-    for (std::size_t first = 0; first < matrices_.size(); first += round)
-        step_round(optimizer, first, std::min(matrices_.size(), first + round), pieces, h, scratch);
+    // The shard group's matrices, then the expert-data group's, in rounds of S·M.
+    for (const auto& [begin, end] :
+         {std::pair{std::size_t{0}, experts_}, std::pair{experts_, matrices_.size()}}) {
+        if (begin == end) continue;
+        const std::size_t round = static_cast<std::size_t>(shard_of(begin).size()) *
+                                  static_cast<std::size_t>(tensor_.size());
+        for (std::size_t first = begin; first < end; first += round)
+            step_round(optimizer, first, std::min(end, first + round), pieces, h, scratch);
+    }
 }
 
 void MatrixExchange::step_round(const Optimizer& optimizer, std::size_t first, std::size_t end,
                                 float* pieces, const Hyper& h, std::span<float> scratch) {
-    parallel::Comm& shard = data_parallel_.group();
+    parallel::Comm& shard = shard_of(first);  // alike for the round's matrices
     const bool sum = data_parallel_.zero_stage() >= 1 && shard.size() > 1;
     std::vector<std::vector<float>> slices(end - first);
     std::vector<float> whole;  // the one matrix of the round this rank steps, if any
@@ -223,7 +240,7 @@ void MatrixExchange::step_round(const Optimizer& optimizer, std::size_t first, s
         std::vector<float>& slice = slices[k - first];
         slice.resize(matrices_[k]->numel);
         gather_owned(*matrices_[k], pieces, slice.data());
-        if (sum) sum_slices(slice, shard_owner(k));
+        if (sum) sum_slices(shard, slice, shard_owner(k));
         if (shard.rank() == shard_owner(k) && assemble(k, slice, whole)) mine = k;
     }
     if (mine < end) step_whole(optimizer, mine, whole, h, scratch);

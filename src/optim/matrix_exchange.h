@@ -11,7 +11,11 @@
 // per owner: the round's slices are all assembled first, then every owner steps its matrix at the
 // same time as the others, then the round is split back. So each matrix is whole on one rank of the
 // stage's M·S, never every matrix on every rank, and the steps of a round run side by side, and a
-// round holds matrices of like cost. Hybrid sharding's replica groups each do the same, alike. The
+// round holds matrices of like cost. Hybrid sharding's replica groups each do the same, alike.
+// Where the experts are split over E (model/param_layout.h, split_expert), a rank holds only its
+// experts' matrices, summed and sharded over the expert-data group (data_parallel.h): those
+// matrices come after the rest, in their own rounds, their shard group the expert-data group (its
+// ranks hold the same experts, so each expert-data group takes its own matrices' turns). The
 // exchanges are host memory through the group's communicator, on any backend: the pieces come
 // down from the device before (Optimizer::matrix_input) and the directions go back up after
 // (Optimizer::update). The state an optimizer keeps per matrix (Optimizer::matrix_states:
@@ -34,10 +38,14 @@
 namespace trident::optim {
 
 // The layer matrices of `layout` (owned_ranges.h, is_layer_matrix) in the order they are
-// stepped: by Optimizer::matrix_step_flops of the whole matrix, the costliest first, ties in
-// the layout's order.
-std::vector<const model::ParamTensor*> stepping_order(const model::ParamLayout& layout,
-                                                      const Optimizer& optimizer);
+// stepped: those over the shard group, then the split experts' over the expert-data group
+// (from `experts` on); each by Optimizer::matrix_step_flops of the whole matrix, the costliest
+// first, ties in the layout's order.
+struct SteppingOrder {
+    std::vector<const model::ParamTensor*> matrices;
+    std::size_t experts = 0;
+};
+SteppingOrder stepping_order(const model::ParamLayout& layout, const Optimizer& optimizer);
 
 class MatrixExchange {
 public:
@@ -50,7 +58,7 @@ public:
 
     // `pieces` (the owned count, host memory, in the owned parts' state order): each matrix's
     // input to the optimizer's matrix_step on the elements this rank owns, replaced by the
-    // step's result there. Collective over the tensor and shard groups.
+    // step's result there. Collective over the tensor, shard and expert-data groups.
     // `scratch`: the backend's memory for each step (Optimizer::matrix_scratch).
     void step(const Optimizer& optimizer, float* pieces, const Hyper& h, std::span<float> scratch);
 
@@ -65,8 +73,8 @@ private:
     // Matrix k: its slice (numel) from the owned pieces and back.
     void gather_owned(const model::ParamTensor& t, const float* pieces, float* slice) const;
     void scatter_owned(const model::ParamTensor& t, const float* slice, float* pieces) const;
-    // The slices summed on shard rank `owner` (ZeRO 1-3).
-    void sum_slices(std::vector<float>& slice, int owner) const;
+    // The slices summed on rank `owner` of `shard` (ZeRO 1-3).
+    void sum_slices(parallel::Comm& shard, std::vector<float>& slice, int owner) const;
     // Matrices [first, end), one per owner: their slices summed and sent to the owners, each
     // owner's matrix stepped (all owners at once), the slices sent back and broadcast.
     void step_round(const Optimizer& optimizer, std::size_t first, std::size_t end, float* pieces,
@@ -78,7 +86,10 @@ private:
     // The optimizer's matrix_step of matrix k, whole, with its state.
     void step_whole(const Optimizer& optimizer, std::size_t k, std::vector<float>& whole,
                     const Hyper& h, std::span<float> scratch);
-    // Matrix k's owner: shard rank k mod S, tensor rank ⌊k / S⌋ mod M.
+    // Matrix k's shard group (of S ranks), and its owner: shard rank i mod S, tensor rank
+    // ⌊i / S⌋ mod M, where i is k's place among the matrices of its shard group.
+    parallel::Comm& shard_of(std::size_t k) const;
+    std::size_t place(std::size_t k) const;
     int shard_owner(std::size_t k) const;
     int tensor_owner(std::size_t k) const;
 
@@ -86,6 +97,7 @@ private:
     const data_parallel::DataParallel& data_parallel_;
     parallel::Comm& tensor_;
     std::vector<const model::ParamTensor*> matrices_;
+    std::size_t experts_;  // the first split expert's matrix (SteppingOrder::experts)
     // Per matrix: its state's names and, on its owner, buffers (in matrix_states' order).
     std::vector<std::vector<std::string>> names_;
     std::vector<std::vector<kernels::DeviceBuffer>> states_;

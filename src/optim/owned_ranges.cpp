@@ -37,7 +37,7 @@ std::vector<OwnedRange> owned_ranges(const model::ParamLayout& layout,
     for (const auto& t : layout.tensors()) {
         const bool counted = !layout.held_elsewhere(t);
         const bool matrix = is_layer_matrix(layout, t);
-        const bool expert = t.split.expert >= 0 && layout.plan().experts > 1;
+        const bool expert = layout.split_expert(t);
         // The parts (in buffer order) from the first that ends after the tensor begins.
         auto first = std::partition_point(owned.begin(), owned.end(), [&](const auto& o) {
             return o.offset + o.count <= t.offset;

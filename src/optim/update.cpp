@@ -280,10 +280,13 @@ StatePasses state_passes(const config::TrainingConfig& t, const config::Optimize
 }
 
 std::size_t matrix_state_bytes(const Optimizer& optimizer, const model::ParamLayout& layout,
-                               std::size_t stride) {
-    std::size_t bytes = 0, k = 0;
-    for (const model::ParamTensor* t : stepping_order(layout, optimizer)) {
-        if (k++ % stride != 0) continue;
+                               std::size_t stride, std::size_t expert_stride) {
+    const SteppingOrder order = stepping_order(layout, optimizer);
+    std::size_t bytes = 0;
+    for (std::size_t k = 0; k < order.matrices.size(); ++k) {
+        const model::ParamTensor* t = order.matrices[k];
+        if (k < order.experts ? k % stride != 0 : (k - order.experts) % expert_stride != 0)
+            continue;
         for (const MatrixStateDecl& d :
              optimizer.matrix_states(static_cast<std::size_t>(t->full_shape[0]),
                                      static_cast<std::size_t>(t->full_shape[1])))
@@ -294,7 +297,7 @@ std::size_t matrix_state_bytes(const Optimizer& optimizer, const model::ParamLay
 
 std::size_t matrix_scratch(const Optimizer& optimizer, const model::ParamLayout& layout) {
     std::size_t floats = 0;
-    for (const model::ParamTensor* t : stepping_order(layout, optimizer))
+    for (const model::ParamTensor* t : stepping_order(layout, optimizer).matrices)
         floats =
             std::max(floats, optimizer.matrix_scratch(static_cast<std::size_t>(t->full_shape[0]),
                                                       static_cast<std::size_t>(t->full_shape[1])));

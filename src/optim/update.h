@@ -198,10 +198,11 @@ std::size_t owned_state_bytes(const Optimizer& optimizer, const std::vector<Owne
                               std::size_t owned);
 
 // Bytes of the state `optimizer` keeps per whole matrix (Optimizer::matrix_states, fp32) for
-// the layer matrices k = 0, stride, 2·stride, ... of `layout` in stepping order (stride S·M:
-// what the owner of matrix 0 holds, optim/matrix_exchange.h; 1: all of them).
+// the layer matrices i = 0, stride, 2·stride, ... of `layout`'s shard group's in stepping order
+// and i = 0, expert_stride, ... of its split experts' (strides S·M and S_e·M: what the owner of
+// their first matrices holds, optim/matrix_exchange.h; 1: all of them).
 std::size_t matrix_state_bytes(const Optimizer& optimizer, const model::ParamLayout& layout,
-                               std::size_t stride = 1);
+                               std::size_t stride = 1, std::size_t expert_stride = 1);
 
 // Floats of the scratch an Updater holds for `optimizer`'s whole-matrix work on `layout`: the
 // most Optimizer::matrix_scratch asks for any of its layer matrices (0 for one that steps no

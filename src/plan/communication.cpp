@@ -105,28 +105,43 @@ int64_t unit_gathers(const config::Config& cfg, const model::ParamLayout& layout
 // every microbatch's backward (sharded accumulation) or after the step's last; stage 2 all-gathers
 // the updated units as stage 1 its buckets, stage 3 gathers each unit as unit_gathers counts
 // and nothing after the update; with hybrid sharding each rank's part is all-reduced across
-// the shard groups once a step.
-void sharded_data_traffic(const PlanInputs& in, int stage, GroupTraffic& g,
-                          GroupTraffic& replicas) {
+// the shard groups once a step. Where the experts split, a unit's run of the experts held goes
+// over the N/E expert-data ranks instead (model/flat_buffer.h).
+void sharded_data_traffic(const PlanInputs& in, int stage, StageTraffic& t) {
     const auto& p = in.cfg.parallel;
     const int64_t m = in.cfg.derived.grad_accum_steps;
     const int N = p.shard_ranks();
     const model::ParamLayout layout(config::gpt_shape(in.cfg), 0, p.tensor,
                                     config::stage_plan(in.cfg, stage), static_cast<std::size_t>(N));
     const int64_t reductions = p.sharded_accumulation ? m : 1;
-    for (const auto& unit : layout.unit_ranges()) {
-        const double size = static_cast<double>(unit.second - unit.first);
+    const auto piece = [&](std::pair<std::size_t, std::size_t> unit, std::size_t begin,
+                           std::size_t end, bool experts) {
+        if (begin == end) return;
+        GroupTraffic& g = experts ? t.expert_data : t.data;
+        const double size = static_cast<double>(end - begin);
+        const double part = size / (experts ? N / layout.plan().experts : N);
         add(g, CommKind::reduce_scatter, reductions, size, in.grad_bytes, p.sharded_accumulation);
         if (in.zero_stage == 2)
-            add(g, CommKind::all_gather, 1, size / N, in.weight_bytes, false);
+            add(g, CommKind::all_gather, 1, part, in.weight_bytes, false);
         else
-            add(g, CommKind::all_gather, unit_gathers(in.cfg, layout, unit), size / N,
-                in.weight_bytes, p.reshard_after_forward);
-        if (replicas.size > 1)
-            add(replicas, CommKind::all_reduce, 1, size / N, in.grad_bytes, false);
+            add(g, CommKind::all_gather, unit_gathers(in.cfg, layout, unit), part, in.weight_bytes,
+                p.reshard_after_forward);
+        if (t.data_replica.size > 1)
+            add(t.data_replica, CommKind::all_reduce, 1, part, in.grad_bytes, false);
+    };
+    auto run = layout.expert_runs().begin();
+    for (const auto& unit : layout.unit_ranges()) {
+        std::size_t begin = unit.first;
+        for (; run != layout.expert_runs().end() && run->first < unit.second; ++run) {
+            piece(unit, begin, run->first, false);
+            piece(unit, run->first, run->second, true);
+            begin = run->second;
+        }
+        piece(unit, begin, unit.second, false);
     }
-    add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes, false);  // the gradient norm's share
-    add(g, CommKind::all_reduce, 1, kScalar, kScalarBytes,
+    add(t.data, CommKind::all_reduce, 1, kScalar, kScalarBytes,
+        false);  // the gradient norm's share
+    add(t.data, CommKind::all_reduce, 1, kScalar, kScalarBytes,
         false);  // the loss, averaged over replicas
 }
 
@@ -374,8 +389,8 @@ std::vector<StageTraffic> plan_traffic(const PlanInputs& in,
         }
 
         if (in.zero_stage >= 2)
-            sharded_data_traffic(in, stage, t.data, t.data_replica);
-        else if (config::expert_shards(p, in.zero_stage) > 1)
+            sharded_data_traffic(in, stage, t);
+        else if (config::expert_shards(p) > 1)
             split_experts_traffic(in, stage, t);
         else
             data_traffic(in, memory[static_cast<std::size_t>(stage)].parameters, t.data,

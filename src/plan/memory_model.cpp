@@ -231,9 +231,12 @@ OptimizerBytes optimizer_bytes(const PlanInputs& in, const model::ParamLayout& l
         bytes.matrices = static_cast<double>(optim::matrix_split(layout).matrix_parameters);
     const std::unique_ptr<optim::Optimizer> o =
         optim::make_optimizer(in.cfg.training, in.cfg.optimizer);
-    const auto owners = static_cast<std::size_t>(in.cfg.parallel.shard_ranks()) *
-                        static_cast<std::size_t>(layout.M());
-    bytes.owned = static_cast<double>(optim::matrix_state_bytes(*o, layout, owners));
+    // Rank 0 owns the first matrix of each group's turns (optim/matrix_exchange.h).
+    const config::ParallelConfig& p = in.cfg.parallel;
+    const auto M = static_cast<std::size_t>(layout.M());
+    const auto owners = static_cast<std::size_t>(p.shard_ranks()) * M;
+    const auto expert_owners = static_cast<std::size_t>(p.data * p.context / p.expert) * M;
+    bytes.owned = static_cast<double>(optim::matrix_state_bytes(*o, layout, owners, expert_owners));
     return bytes;
 }
 
@@ -276,6 +279,15 @@ double korthikanti_layer_bytes(const config::Config& cfg) {
 
 namespace {
 
+// The elements of a sharded buffer of `buffer` elements of `layout` one of its N ranks holds:
+// an N-th of each unit, and of a run of the experts held an (N/E)-th.
+double sharded_elements(const model::ParamLayout& layout, int64_t buffer, int64_t N) {
+    const int64_t E = layout.plan().experts;
+    int64_t runs = 0;
+    for (const auto& [begin, end] : layout.expert_runs()) runs += static_cast<int64_t>(end - begin);
+    return static_cast<double>((buffer - runs) / N + runs / (N / E));
+}
+
 // ZeRO-3's gathered units at most (see the top of memory_model.h), in bytes.
 double gathered_bytes(const PlanInputs& in, const model::ParamLayout& layout, int64_t buffer) {
     std::vector<std::size_t> sizes;
@@ -313,11 +325,10 @@ double held_optimizer_bytes(const PlanInputs& in, const model::ParamLayout& layo
 model::ParamLayout stage_layout(const PlanInputs& in, int stage) {
     const config::Config& cfg = in.cfg;
     // At stages 2 and 3 each unit of the layout is padded so that ZeRO splits it evenly over
-    // the ranks it shards over, and so is each run of the experts split over E at 0 and 1
+    // the ranks it shards over, and so is each run of the experts split over E
     // (model/param_layout.h); expert rank 0's, as large as every other's.
     const std::size_t N = static_cast<std::size_t>(cfg.parallel.shard_ranks());
-    model::StagePlan plan = config::stage_plan(cfg, stage);
-    plan.experts = config::expert_shards(cfg.parallel, in.zero_stage);
+    const model::StagePlan plan = config::stage_plan(cfg, stage);
     return model::ParamLayout(config::gpt_shape(cfg), 0, cfg.parallel.tensor, plan,
                               in.zero_stage >= 2 || plan.experts > 1 ? N : 1);
 }
@@ -338,6 +349,11 @@ StageMemory stage_states(const PlanInputs& in, const model::ParamLayout& layout)
     // exactly; else every owned element alike, model_states' figure.
     if (in.matrix_optimizer_bytes != in.optimizer_bytes || !layout.expert_runs().empty())
         s.states.optimizer = held_optimizer_bytes(in, layout, s.parameters);
+    // Sharded, a run of the experts held splits over the N/E expert-data ranks alone
+    // (model/flat_buffer.h): E times an N-th of it.
+    const double shard = sharded_elements(layout, s.parameters, N);
+    if (in.zero_stage >= 2) s.states.gradients = shard * in.grad_bytes;
+    if (in.zero_stage >= 3) s.states.weights = shard * in.weight_bytes;
     s.gathered = gathered_bytes(in, layout, s.parameters);
     if (cfg.training.lora.enabled()) add_adapters(in, layout, s);
     // Off the device: the state per element (every array for every parameter, in.optimizer_bytes

@@ -71,9 +71,8 @@ io::WrittenFile write_shard(const std::string& path, const ShareSnapshot& share)
     // group's (model/param_layout.h): the first of those.
     for (const model::ParamTensor& t : layout.tensors()) {
         if (layout.held_elsewhere(t)) continue;  // another rank writes it
-        const bool first_replica = t.split.expert >= 0 && layout.plan().experts > 1
-                                       ? share.expert_data_rank == 0
-                                       : c.dp == 0 && c.cp == 0;
+        const bool first_replica =
+            layout.split_expert(t) ? share.expert_data_rank == 0 : c.dp == 0 && c.cp == 0;
         if (first_replica)
             tensors.push_back({"param/" + t.name, t.shape,
                                half.empty() ? static_cast<const void*>(params.data() + t.offset)

@@ -73,6 +73,7 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
       model_(ops,
              gpt_options(cfg, grid.coordinates().pp,
                          data_parallel::buffer_plan(cfg.parallel.zero_stage, grid.data_shard(),
+                                                    grid.group(parallel::Group::expert_data),
                                                     cfg.parallel.sharded_accumulation),
                          grid.group(parallel::Group::expert).rank()),
              model::ModelGroups{tensor_, context_, grid.kv_replicas(),
@@ -351,9 +352,23 @@ std::vector<float> Trainer::local(const model::WeightSet& set, bool grads) {
         agree_on_offload([&] { on_held_shard(false, read); });
     else
         read();
-    // Sharded, each element is on one rank of the shard group and zero on the others.
-    if ((grads ? set.grads() : set.params()).sharded())
+    // Sharded, each element is on one rank of the shard group and zero on the others; an
+    // element of a run of the experts held, on one rank of the expert-data group.
+    if ((grads ? set.grads() : set.params()).sharded()) {
+        std::vector<float> experts;
+        for (const auto& [begin, end] : set.layout().expert_runs()) {
+            experts.insert(experts.end(), host.begin() + begin, host.begin() + end);
+            std::fill(host.begin() + begin, host.begin() + end, 0.0f);
+        }
         grid_.data_shard().all_reduce(host.data(), host.size());
+        grid_.group(parallel::Group::expert_data).all_reduce(experts.data(), experts.size());
+        std::size_t from = 0;
+        for (const auto& [begin, end] : set.layout().expert_runs()) {
+            std::copy_n(experts.begin() + static_cast<std::ptrdiff_t>(from), end - begin,
+                        host.begin() + static_cast<std::ptrdiff_t>(begin));
+            from += end - begin;
+        }
+    }
     // A 4-bit base's matrices are its codes, not the buffer's (model/nf4_base.h), gathered a
     // unit at a time where ZeRO-3 shards them.
     if (const model::Nf4Base* base = model_.nf4_base(); base && !grads && &set == &model_.weights())

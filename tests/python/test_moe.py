@@ -15,14 +15,17 @@ experts of moe_reference.py, itself first held against torch's softmax, top-k an
 4. checkpoints: a sigmoid-routed run's (its bias moving, model.moe.bias_update_rate)
    checkpoint of step 5 resumed at M = 2, at D = 2 ZeRO-3 and at D = 2 with the experts split
    over E = 2 gives steps 6 to 10 of the straight run within 1e-5; a run at E = 2 resumed from
-   its step 5 by one process (written at ZeRO 1 and 0) and by E = 4 (D = 2, C = 2) gives its
-   own steps 6 to 10;
+   its step 5 by one process (written at ZeRO 0 to 3) and by E = 4 (D = 2, C = 2) gives its
+   own steps 6 to 10; the Hugging Face export (Qwen3-MoE) of a run's step 2 with the experts
+   split over E = 2 at ZeRO 2 and 3 is that of ZeRO-0 tensor for tensor, element for element,
+   and one process's within 1e-5;
 5. expert parallelism (parallel.expert): the losses, moe_aux_loss and moe_z_loss of 10 steps at
    E = 2 and 4 alone and with M, P (1F1B, ZB-H1, ZB-V), C (ring, Ulysses), ZeRO 0 to 3,
    hybrid sharding and recompute, and at E = 2 with P, M (+SP), C (ring) and D all 2 (16
    ranks), within 1e-5 of one process's; rank 0's parameter bytes where the experts split
-   (ZeRO 0 and 1) are one process's less the (E-1)/E of the experts it does not hold, to the
-   byte (at ZeRO-2 one process's), and their gradient norms one process's within 1e-5;
+   (ZeRO 0 to 2) are one process's less the (E-1)/E of the experts it does not hold, to the
+   byte (at ZeRO-3 the shard: a D·C-th of the rest, a (D·C/E)-th of its experts), and their
+   gradient norms one process's within 1e-5;
 6. DeepSeek-V3's balancing (bias_update_rate): 8 steps against the reference's update of the
    bias, and 10 steps on expert parallelism's families (E = 2 with D, M + SP, P, C, ZeRO 1 to
    3, the state in host memory, recompute) within 1e-5 of one process's.
@@ -326,31 +329,34 @@ def test_layouts(tmp, trident, families=FAMILIES, label="moe", moe=LAYOUT_MOE):
               f"{label}, {name}: ep_all_to_all_bytes {'above' if split else 'at'} 0 each step")
 
 
-# The experts split over E (parallel.expert at ZeRO 0 and 1 without hybrid sharding): a rank
-# holds 1/E of every MoE layer's experts (their runs aligned to D·C elements, which these
-# shapes' are already); at ZeRO-2 every rank holds every expert as one process does.
-EXPERT_SHARE = {"E=2 D=2": 2, "E=4 D=4": 4, "E=2 D=4": 2, "E=2 D=2 ZeRO-0": 2,
-                "E=2 D=2 ZeRO-1": 2,
-                "E=2 D=2 recompute full": 2, "E=2 D=2 ZeRO-2": 1}
+# The experts split over E (parallel.expert without hybrid sharding): a rank holds 1/E of every
+# MoE layer's experts (their runs aligned to D·C elements, which these shapes' are already); at
+# ZeRO-3 its weights are a shard, an (D·C)-th of the rest and an (D·C/E)-th of its experts' run
+# (that run sharded over the expert-data ranks alone): the family's (E, D·C at ZeRO-3 else 1).
+EXPERT_SHARE = {"E=2 D=2": (2, 1), "E=4 D=4": (4, 1), "E=2 D=4": (2, 1),
+                "E=2 D=2 ZeRO-0": (2, 1), "E=2 D=2 ZeRO-1": (2, 1),
+                "E=2 D=2 recompute full": (2, 1), "E=2 D=2 ZeRO-2": (2, 1),
+                "E=2 D=2 ZeRO-3": (2, 2)}
 
 
 def check_expert_split(tmp, label, one, moe, families):
     """Rank 0's parameter bytes (mem_params_bytes, fp32) of the families in EXPERT_SHARE: one
     process's less the experts it does not hold, from the shapes: 2 MoE layers of N experts of
-    3 matrices F × H (H = 32); and, those of one process's global batch, the gradient norm
-    (each expert's squares counted once) within TOLERANCE of one process's (the losses barely
-    see it: Adam's step hardly depends on the clipping's scale)."""
+    3 matrices F × H (H = 32), sharded as EXPERT_SHARE says; and, those of one process's global
+    batch, the gradient norm (each expert's squares counted once) within TOLERANCE of one
+    process's (the losses barely see it: Adam's step hardly depends on the clipping's scale)."""
     whole = losses(one)[0]["mem_params_bytes"]
     experts = 2 * moe.experts * 3 * moe.ffn * 32 * 4
     for i, (name, _, overrides) in enumerate(families):
         if name not in EXPERT_SHARE:
             continue
-        E = EXPERT_SHARE[name]
-        want = whole - experts + experts // E
+        E, shards = EXPERT_SHARE[name]
+        want = (whole - experts) // shards + experts // E // (shards // E or 1)
         got = [r for r in losses(os.path.join(tmp, f"families_{i}.jsonl")) if "loss" in r]
         held = {r["mem_params_bytes"] for r in got}
         check(held == {want}, f"{label}, {name}: mem_params_bytes {sorted(held)}, want {want} "
-                              f"(one process's {whole} less {experts - experts // E} of experts)")
+                              f"(one process's {whole}, {experts} of it experts, split over "
+                              f"E = {E}, sharded over {shards})")
         if any(o.startswith("training.global_batch") for o in overrides):
             continue
         worst = max((abs(g["grad_norm"] - w["grad_norm"]) / w["grad_norm"]
@@ -392,7 +398,7 @@ def test_resume(tmp, trident):
     # A checkpoint written with the experts split, resumed by one process; at ZeRO-0 (the
     # optimizer state written by the first rank holding each tensor: for an expert, the first
     # of its expert-data group) too.
-    for zero in (1, 0):
+    for zero in (1, 0, 2, 3):
         split = os.path.join(tmp, f"straight_e2_zero{zero}.jsonl")
         layout = ["parallel.data=2", "parallel.expert=2", f"parallel.zero_stage={zero}",
                   f"checkpoint.dir={tmp}/ck_e2_zero{zero}", "checkpoint.interval=5",
@@ -406,6 +412,31 @@ def test_resume(tmp, trident):
     got = resume_from(trident, base, tmp, f"{tmp}/ck_e2_zero1/step_000005", "E=4 D=2 C=2", 4,
                       ["parallel.data=2", "parallel.context=2", "parallel.expert=4"])
     check_resumed("E=4 D=2 C=2 from E=2 D=2", got, want)
+
+
+def test_export(tmp, trident):
+    moe = ref.Moe(experts=4, top_k=2, ffn=32, aux_loss=0.05, z_loss=0.01)
+    base = tiny_run(tmp, ["model.arch=llama", "model.qk_norm=true", "training.steps=2",
+                          "checkpoint.interval=2"] + moe.overrides())
+    exported = {}
+    for name, ranks, layout in (("one process", 1, []),) + tuple(
+            (f"E=2 D=2 ZeRO-{z}", 2, ["parallel.data=2", "parallel.expert=2",
+                                      f"parallel.zero_stage={z}"]) for z in (0, 2, 3)):
+        ck, hf = (os.path.join(tmp, f"{k}_{name.replace(' ', '_').replace('=', '')}")
+                  for k in ("ck_export", "hf_export"))
+        overrides = layout + [f"checkpoint.dir={ck}"]
+        run([trident, "train"] + base + [a for o in overrides for a in ("--set", o)], ranks=ranks)
+        run([trident, "export", "--checkpoint", os.path.join(ck, "step_000002"), "--format", "hf",
+             "--output", hf])
+        exported[name] = common.read_safetensors(os.path.join(hf, "model.safetensors"))[0]
+    zero0, one = exported["E=2 D=2 ZeRO-0"], exported["one process"]
+    for z in (2, 3):
+        got = exported[f"E=2 D=2 ZeRO-{z}"]
+        same = sorted(got) == sorted(zero0) and all(np.array_equal(got[k], zero0[k]) for k in got)
+        check(same, f"export, E=2 D=2 ZeRO-{z}: {len(got)} tensors, each that of ZeRO-0's export")
+    worst = max((float(np.max(np.abs(zero0[k] - one[k]))) for k in one), default=float("inf"))
+    check(sorted(zero0) == sorted(one) and worst <= TOLERANCE,
+          f"export, E=2 D=2: every tensor within {TOLERANCE} of one process's (worst {worst:.2e})")
 
 
 def test_capacity_traffic(tmp, trident):
@@ -490,6 +521,7 @@ def main():
                          ref.Moe(experts=4, top_k=2, ffn=32, shared=1, aux_loss=0.05,
                                  z_loss=0.01, capacity_factor=1.0))
             test_resume(tmp, args.trident)
+            test_export(tmp, args.trident)
             test_overlap_trace(tmp, args.trident)
             test_capacity_traffic(tmp, args.trident)
     print(f"{len(failures)} failed" if failures else "all passed")
