@@ -225,7 +225,8 @@ TEST_CASE("documents: the config keys, their defaults and their refusals", "[doc
           "x.yaml:4: data.eod_token: 300 is outside the vocabulary (model.vocab_size 300)");
     CHECK(error_of(kMinimal + "  documents: mask\nmodel: {arch: llama}\n") ==
           "x.yaml: data.eod_token: required with data.documents: mask for a llama model whose "
-          "model.init_from names no eos_token_id");
+          "model.init_from names no eos_token_id (config.json) nor eos_token "
+          "(tokenizer_config.json)");
     for (const char* mode : {"ring", "ulysses"})
         CHECK(parse(kMinimal + "  documents: mask\n  eod_token: 7\n", "x.yaml",
                     {"parallel.context=2", std::string("parallel.context_mode=") + mode})
