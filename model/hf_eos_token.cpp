@@ -62,9 +62,8 @@ int read_hf_eos_token(const std::string& dir) {
     if (text.empty()) return -1;
     if (const int id = decoder_id(root, text); id >= 0) return id;
     const std::string tokenizer = (fs::path(dir) / "tokenizer.json").string();
-    const int id = fs::exists(tokenizer, error)
-                       ? tokenizer_json_id(read_hf_config_file(tokenizer), text)
-                       : -1;
+    const int id =
+        fs::exists(tokenizer, error) ? tokenizer_json_id(read_hf_config_file(tokenizer), text) : -1;
     if (id < 0)
         throw Error(path + ": eos_token \"" + text + "\" has no id in its added_tokens_decoder " +
                     "nor in " + tokenizer);
