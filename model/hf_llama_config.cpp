@@ -48,6 +48,15 @@ int head_dim(const Fields& f, int hidden, int heads) {
     return given * heads == hidden ? 0 : given;
 }
 
+// eos_token_id within the vocabulary, else -1. A list (Llama 3 instruct's [128001, 128008,
+// 128009]: any of them ends generation) gives its first, the one LlamaConfig's single
+// eos_token_id had before lists.
+int eos_token_id(const Value* eos, int vocab) {
+    if (eos && eos->is_array()) eos = eos->array.empty() ? nullptr : &eos->array.front();
+    if (!eos || !eos->is_integer() || eos->integer < 0 || eos->integer >= vocab) return -1;
+    return static_cast<int>(eos->integer);
+}
+
 }  // namespace
 
 std::string read_hf_model_type(const std::string& path) {
@@ -77,9 +86,7 @@ HfLlamaConfig read_hf_llama_config(const std::string& path) {
     c.rope_theta = f.number("rope_theta", 10000.0);
     c.norm_eps = f.number("rms_norm_eps", 1e-6);
     c.tied = f.flag("tie_word_embeddings", false);
-    if (const Value* eos = f.find("eos_token_id");
-        eos && eos->is_integer() && eos->integer >= 0 && eos->integer < c.vocab)
-        c.eos = static_cast<int>(eos->integer);
+    c.eos = eos_token_id(f.find("eos_token_id"), c.vocab);
     if (c.heads % c.kv_heads != 0)
         throw Error(path + ": num_attention_heads " + std::to_string(c.heads) +
                     " is not a multiple of num_key_value_heads " + std::to_string(c.kv_heads));

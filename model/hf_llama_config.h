@@ -33,7 +33,7 @@ struct HfLlamaConfig {
     double rope_theta = 10000.0;
     double norm_eps = 1e-6;  // rms_norm_eps (absent: LlamaConfig's default 1e-6)
     bool tied = false;       // tie_word_embeddings
-    int eos = -1;            // eos_token_id (absent, null or a list: -1)
+    int eos = -1;            // eos_token_id, a list's first (absent or null: -1)
     // model_type "qwen3" (Qwen3ForCausalLM): Llama's with q_norm and k_norm (model.qk_norm).
     bool qk_norm = false;
     // "mixtral" and "qwen3_moe" (with q_norm and k_norm): a mixture of experts

@@ -59,6 +59,25 @@ TEST_CASE("tokenize: GPT-2 ids with <|endoftext|> after each document", "[cli][t
     bpe.encode(" Amen.", expected);
     expected.push_back(50256);
     REQUIRE(read_all(trident::data::TokenShards(ws.path("o.bin"), 50257, "test")) == expected);
+    CHECK_THAT(r.output, Contains("(2 documents)"));
+}
+
+TEST_CASE("tokenize: GPT-2 ids with <|endoftext|> after each --split-on record",
+          "[cli][tokenize]") {
+    Workspace ws;
+    const auto in = ws.write("r.txt", "one\n\ntwo two\n\n\n\nthree");
+    const RunResult r =
+        run("tokenize --no-progress --split-on '\\n\\n' --output " + ws.path("o.bin") + " " + in);
+    INFO(r.output);
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.output, Contains("(3 documents)"));  // the empty record is dropped
+    const trident::data::Gpt2Tokenizer bpe(TRIDENT_SOURCE_DIR "/data/gpt2");
+    std::vector<int32_t> expected;
+    for (const char* record : {"one", "two two", "three"}) {
+        bpe.encode(record, expected);
+        expected.push_back(50256);
+    }
+    REQUIRE(read_all(trident::data::TokenShards(ws.path("o.bin"), 50257, "test")) == expected);
 }
 
 TEST_CASE("tokenize: the ids do not depend on the thread count", "[cli][tokenize]") {

@@ -1,7 +1,8 @@
 // The GPU backend's rules that need no GPU to check (in a build with the CUDA backend): which
 // cuDNN versions and attention shapes cuDNN's fused attention must not run
 // (kernels/cuda/attention.h), so that those fall back to the flash kernels; and the attention a
-// run's layout gives each rank (kernels/cuda/cuda_ops.h), ring attention's head sizes among it.
+// run's layout gives each rank (kernels/cuda/cuda_ops.h), ring attention's and the document
+// mask's head sizes among it.
 #if TRIDENT_HAVE_CUDA
 
 #include <catch2/catch.hpp>
@@ -61,7 +62,7 @@ TEST_CASE("GPU start-up: the attention each rank of a layout computes", "[cuda-r
     using trident::kernels::RunAttention;
     // 16 heads of 64 (1024 channels), micro batch 4, T = 512.
     const auto shape = [](int tensor, int context, bool ring) {
-        const RunAttention run{4, 512, 1024, 16, tensor, context, ring, DType::bf16, 0.1f};
+        const RunAttention run{4, 512, 1024, 16, tensor, context, ring, DType::bf16, 0.1f, false};
         const trident::kernels::AttentionShape s = rank_attention(run);
         CHECK(s.B == 4);
         CHECK(s.T == 512);  // Ulysses: the whole sequence, a C-th of the heads
@@ -79,10 +80,10 @@ TEST_CASE("GPU start-up: the attention each rank of a layout computes", "[cuda-r
 TEST_CASE("GPU start-up: ring attention's block kernels refuse heads over 128", "[cuda-rules]") {
     // The ring's decision reads only the shape: any backend will do.
     const auto ops = trident::kernels::make_cpu_ops(1);
-    const trident::kernels::RunAttention fits{2, 128, 512, 4, 1, 2, true, DType::f32, 0.0f};
+    const trident::kernels::RunAttention fits{2, 128, 512, 4, 1, 2, true, DType::f32, 0.0f, false};
     CHECK(prepare_run_attention(*ops, fits) ==
           "attention: ring attention's block kernels over 2 ranks\n");
-    const trident::kernels::RunAttention wide{2, 128, 640, 4, 1, 2, true, DType::f32, 0.0f};
+    const trident::kernels::RunAttention wide{2, 128, 640, 4, 1, 2, true, DType::f32, 0.0f, false};
     try {
         prepare_run_attention(*ops, wide);
         FAIL("ring attention with heads of 160 was accepted");
@@ -90,6 +91,34 @@ TEST_CASE("GPU start-up: ring attention's block kernels refuse heads over 128", 
         CHECK(std::string(e.what()).find("take heads of 1 to 128 elements, not 160") !=
               std::string::npos);
     }
+}
+
+TEST_CASE("GPU start-up: within documents the flash kernels, which refuse heads over 128",
+          "[cuda-rules]") {
+    // The choice within documents reads only the shape: any backend will do.
+    const auto ops = trident::kernels::make_cpu_ops(1);
+    for (const int context : {1, 2}) {  // alone, and under Ulysses
+        INFO("context " << context);
+        const trident::kernels::RunAttention fits{2,       128,   512,         4,    1,
+                                                  context, false, DType::bf16, 0.0f, true};
+        CHECK(prepare_run_attention(*ops, fits) ==
+              "attention: the flash kernels, within documents (cuDNN's fused attention here "
+              "carries no document mask)\n");
+        const trident::kernels::RunAttention wide{2,       128,   640,         4,    1,
+                                                  context, false, DType::bf16, 0.0f, true};
+        try {
+            prepare_run_attention(*ops, wide);
+            FAIL("documents with heads of 160 were accepted");
+        } catch (const trident::Error& e) {
+            CHECK(std::string(e.what()) ==
+                  "within documents (data.documents: mask) the GPU's flash kernels take heads "
+                  "of 1 to 128 elements, not 160");
+        }
+    }
+    // Ring attention within documents: its block kernels, as without.
+    const trident::kernels::RunAttention ring{2, 128, 512, 4, 1, 2, true, DType::bf16, 0.0f, true};
+    CHECK(prepare_run_attention(*ops, ring) ==
+          "attention: ring attention's block kernels over 2 ranks\n");
 }
 
 #endif  // TRIDENT_HAVE_CUDA

@@ -225,7 +225,8 @@ TEST_CASE("documents: the config keys, their defaults and their refusals", "[doc
           "x.yaml:4: data.eod_token: 300 is outside the vocabulary (model.vocab_size 300)");
     CHECK(error_of(kMinimal + "  documents: mask\nmodel: {arch: llama}\n") ==
           "x.yaml: data.eod_token: required with data.documents: mask for a llama model whose "
-          "model.init_from names no eos_token_id");
+          "model.init_from names no eos_token_id (config.json) nor eos_token "
+          "(tokenizer_config.json)");
     for (const char* mode : {"ring", "ulysses"})
         CHECK(parse(kMinimal + "  documents: mask\n  eod_token: 7\n", "x.yaml",
                     {"parallel.context=2", std::string("parallel.context_mode=") + mode})
@@ -246,4 +247,54 @@ TEST_CASE("documents: a llama's eod is its config.json's eos_token_id unless giv
     const std::string yaml = kMinimal + "  documents: mask\nmodel:\n  init_from: " + dir + "\n";
     CHECK(parse(yaml, "x.yaml").data.eod_token == 2);
     CHECK(parse(yaml, "x.yaml", {"data.eod_token=5"}).data.eod_token == 5);
+}
+
+TEST_CASE("documents: a llama's eod from a list, or from tokenizer_config.json",
+          "[documents][config][hf_folder]") {
+    TempDir tmp("documents_tokenizer_eos");
+    const trident::model::HfLlamaConfig hf{100, 32, 2, 4, 2, 48, 16, 10000.0, 1e-6, false};
+    const std::string null_eos = "\"eos_token_id\": null";
+    // A folder whose config.json says `eos` for eos_token_id, and the tokenizer files given.
+    int folders = 0;
+    const auto folder = [&](const std::string& eos,
+                            const std::vector<std::pair<std::string, std::string>>& files) {
+        const std::string dir = tmp / ("llama" + std::to_string(folders++));
+        std::filesystem::create_directories(dir);
+        std::string json = trident::model::hf_llama_config_json(hf);
+        std::ofstream(dir + "/config.json")
+            << json.replace(json.find(null_eos), null_eos.size(), "\"eos_token_id\": " + eos);
+        for (const auto& [name, text] : files) std::ofstream(dir + "/" + name) << text;
+        return kMinimal + "  documents: mask\nmodel:\n  init_from: " + dir + "\n";
+    };
+    const auto eod = [](const std::string& yaml) { return parse(yaml, "x.yaml").data.eod_token; };
+    // Llama 3 instruct's list: its first.
+    CHECK(eod(folder("[7, 9]", {})) == 7);
+    // None in config.json: tokenizer_config.json's id, or its text's id from its
+    // added_tokens_decoder, from tokenizer.json's added_tokens, or from its model's vocab.
+    CHECK(eod(folder("null", {{"tokenizer_config.json", R"({"eos_token_id": 11})"}})) == 11);
+    CHECK(eod(folder("null", {{"tokenizer_config.json",
+                               R"({"eos_token": "</s>", "added_tokens_decoder": {
+                                   "1": {"content": "<s>", "special": true},
+                                   "2": {"content": "</s>", "special": true}}})"}})) == 2);
+    CHECK(eod(folder("null", {{"tokenizer_config.json",
+                               R"({"eos_token": {"content": "<|end|>", "lstrip": false}})"},
+                              {"tokenizer.json", R"({"added_tokens": [
+                                   {"id": 3, "content": "<|begin|>"},
+                                   {"id": 4, "content": "<|end|>"}], "model": {"vocab": {}}})"}})) ==
+          4);
+    CHECK(eod(folder("null", {{"tokenizer_config.json", R"({"eos_token": "</s>"})"},
+                              {"tokenizer.json",
+                               R"({"added_tokens": [], "model": {"vocab": {"</s>": 6}}})"}})) == 6);
+    // A text no table names: one line naming the file and the token.
+    const std::string lost = folder("null", {{"tokenizer_config.json", R"({"eos_token": "</s>"})"},
+                                             {"tokenizer.json", R"({"model": {"vocab": {}}})"}});
+    const std::string said = error_of(lost);
+    INFO(said);
+    CHECK(said.find("tokenizer_config.json: eos_token \"</s>\" has no id in its "
+                    "added_tokens_decoder nor in ") != std::string::npos);
+    // Neither file names one: required.
+    CHECK(error_of(folder("null", {{"tokenizer_config.json", R"({"bos_token": "<s>"})"}})) ==
+          "x.yaml: data.eod_token: required with data.documents: mask for a llama model whose "
+          "model.init_from names no eos_token_id (config.json) nor eos_token "
+          "(tokenizer_config.json)");
 }

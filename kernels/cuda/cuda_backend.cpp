@@ -14,15 +14,29 @@ AttentionShape rank_attention(const RunAttention& run) {
             run.heads / split, run.type,    run.drop_prob};
 }
 
+namespace {
+
+// The flash kernels, the only ones `what` runs on: the run's head size must be theirs.
+void check_flash(const RunAttention& run, const std::string& what) {
+    if (!cuda::flash_attention_supports(run.hidden / run.heads))
+        throw Error(what + " take heads of 1 to " + std::to_string(cuda::kFlashMaxHeadSize) +
+                    " elements, not " + std::to_string(run.hidden / run.heads));
+}
+
+}  // namespace
+
 std::string prepare_run_attention(Ops& ops, const RunAttention& run) {
     if (run.context > 1 && run.ring) {
         // Each rank's blocks of queries against blocks of keys: the block kernels alone.
-        if (!cuda::flash_attention_supports(run.hidden / run.heads))
-            throw Error("ring attention's GPU kernels take heads of 1 to " +
-                        std::to_string(cuda::kFlashMaxHeadSize) + " elements, not " +
-                        std::to_string(run.hidden / run.heads));
+        check_flash(run, "ring attention's GPU kernels");
         return "attention: ring attention's block kernels over " + std::to_string(run.context) +
                " ranks\n";
+    }
+    if (run.documents) {
+        // cuDNN's graphs here carry no document mask (attention_ops.h): the flash kernels.
+        check_flash(run, "within documents (data.documents: mask) the GPU's flash kernels");
+        return "attention: the flash kernels, within documents (cuDNN's fused attention here "
+               "carries no document mask)\n";
     }
     return prepare_attention(ops, rank_attention(run));
 }

@@ -35,14 +35,15 @@ std::string prepare_attention(Ops& ops, const AttentionShape& shape);
 
 // The attention of a whole run: the model's micro batch, sequence, attention width (heads ·
 // head size: the hidden size unless model.head_dim differs) and heads, its layout's tensor and
-// context parallelism (`ring`: ring attention, else Ulysses), the activations' type and the
-// attention dropout.
+// context parallelism (`ring`: ring attention, else Ulysses), the activations' type, the
+// attention dropout, and whether tokens attend within their documents (data.documents: mask).
 struct RunAttention {
     int micro_batch, seq_len, hidden, heads;
     int tensor, context;
     bool ring;
     DType type;
     float drop_prob;
+    bool documents;
 };
 
 // The attention each rank of the run computes with attention_forward: tensor parallelism's
@@ -51,9 +52,9 @@ struct RunAttention {
 AttentionShape rank_attention(const RunAttention& run);
 
 // Decides at start-up every attention shape the run computes (prepare_attention for
-// rank_attention's shape; ring attention's block kernels checked against the head size, which
-// needs no GPU) and returns the log's lines; throws trident::Error naming the cause when a
-// shape has no kernel.
+// rank_attention's shape; within documents the flash kernels, as ring attention's block
+// kernels, checked against the head size, which needs no GPU) and returns the log's lines;
+// throws trident::Error naming the cause when a shape has no kernel.
 std::string prepare_run_attention(Ops& ops, const RunAttention& run);
 
 // The backend of a training run: make_cuda_ops with the attention kernels of every shape

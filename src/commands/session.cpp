@@ -174,7 +174,8 @@ std::unique_ptr<kernels::Ops> make_backend(const config::Config& cfg, const Devi
                                     p.context,
                                     p.context_mode == config::ContextMode::ring,
                                     cfg.training.precision,
-                                    static_cast<float>(m.dropout)};
+                                    static_cast<float>(m.dropout),
+                                    cfg.data.documents == config::DocumentMode::mask};
     kernels::CudaBackend backend;
     try {
         backend = kernels::make_cuda_backend(cfg.training.tf32, run);

@@ -7,6 +7,7 @@
 
 #include "config/schema.h"
 #include "model/hf_config.h"
+#include "model/hf_eos_token.h"
 #include "model/hf_llama_config.h"
 
 namespace trident::config::detail {
@@ -110,11 +111,15 @@ void take_llama(Config& cfg, const std::string& config, Origins& origins) {
          config, origins);
     take_seq_len(m, hf.max_positions, "max_position_embeddings", config, origins);
     take_moe(m.moe, hf.moe, config, origins);
-    // Its documents end with its eos token unless data.eod_token names another.
-    if (hf.eos >= 0 && !origins.is_set("data.eod_token")) {
-        cfg.data.eod_token = hf.eos;
-        origins.set("data.eod_token", config, 0);
-    }
+    // Its documents end with its eos token unless data.eod_token names another: config.json's,
+    // else tokenizer_config.json's (model/hf_eos_token.h).
+    if (origins.is_set("data.eod_token")) return;
+    const std::string folder = fs::path(config).parent_path().string();
+    const int tokenizer_eos = hf.eos >= 0 ? -1 : model::read_hf_eos_token(folder);
+    const int eos = hf.eos >= 0 ? hf.eos : tokenizer_eos < hf.vocab ? tokenizer_eos : -1;
+    if (eos < 0) return;
+    cfg.data.eod_token = eos;
+    origins.set("data.eod_token", hf.eos >= 0 ? config : folder + "/tokenizer_config.json", 0);
 }
 
 void take_gpt2(ModelConfig& m, const std::string& config, Origins& origins) {

@@ -531,7 +531,8 @@ void check_documents(const Config& cfg, const Origins& origins) {
         !model::arch_defaults(cfg.model.arch, cfg.model.hidden).eod_token)
         fail(origins.file(),
              cat("data.eod_token: required with ", uses, " for a ", to_string(cfg.model.arch),
-                 " model whose model.init_from names no eos_token_id"));
+                 " model whose model.init_from names no eos_token_id (config.json) nor eos_token "
+                 "(tokenizer_config.json)"));
     if (d.eod_token >= cfg.model.vocab_size)
         fail(origins.blame({"data.eod_token", "model.vocab_size"}),
              cat("data.eod_token: ", d.eod_token, " is outside the vocabulary (model.vocab_size ",

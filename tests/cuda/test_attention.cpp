@@ -252,20 +252,24 @@ TEST_CASE("cuda: start-up decides the attention of the run's layout", "[attentio
     // The backend's factory decides it: 8 heads of 64 over tensor 2 and Ulysses 2, each
     // rank's attention has 2 heads.
     CudaBackend backend =
-        make_cuda_backend(false, {2, 128, 512, 8, 2, 2, false, DType::bf16, 0.0f});
+        make_cuda_backend(false, {2, 128, 512, 8, 2, 2, false, DType::bf16, 0.0f, false});
     Ops* gpu = backend.ops.get();
     const std::string& ulysses = backend.attention;
     INFO(ulysses);
     REQUIRE(ulysses.find("B 2, T 128, 2 heads of 64, bf16") != std::string::npos);
     const std::string ring =
-        prepare_run_attention(*gpu, {2, 128, 512, 8, 1, 2, true, DType::bf16, 0.1f});
+        prepare_run_attention(*gpu, {2, 128, 512, 8, 1, 2, true, DType::bf16, 0.1f, false});
     REQUIRE(ring == "attention: ring attention's block kernels over 2 ranks\n");
     try {
-        prepare_run_attention(*gpu, {2, 128, 640, 4, 1, 2, true, DType::bf16, 0.0f});
+        prepare_run_attention(*gpu, {2, 128, 640, 4, 1, 2, true, DType::bf16, 0.0f, false});
         FAIL("ring attention with heads of 160 was accepted");
     } catch (const trident::Error& e) {
         INFO(e.what());
         REQUIRE(std::string(e.what()).find("take heads of 1 to 128 elements, not 160") !=
                 std::string::npos);
     }
+    // Within documents the flash kernels, where cuDNN's fused attention would take the shape.
+    const std::string documents =
+        prepare_run_attention(*gpu, {2, 128, 512, 8, 2, 2, false, DType::bf16, 0.0f, true});
+    REQUIRE(documents.find("the flash kernels, within documents") != std::string::npos);
 }

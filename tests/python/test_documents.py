@@ -10,7 +10,8 @@ training.loss_normalization: tokens; docs/ARCHITECTURE.md "Packed documents"):
    each step's documents_per_window, and the validation loss after the last step;
 2. `stream` (the default) is today's: the default config's losses equal those main recorded,
    bit for bit, and so does the run that names every new key at its default;
-   A global batch of eod inputs only counts no loss, said once; data without eod is warned of;
+   A global batch of eod inputs only counts no loss and no gradient, said once; data without eod
+   is warned of;
 3. the layout families within 1e-5 of one process: GPT-2 on every family of
    layout_families.py (tensor with and without sequence parallelism and tp_overlap; every
    pipeline schedule, ZB-H2 and ZB-V included; ZeRO 0-3 and hybrid sharding; ring and Ulysses
@@ -165,7 +166,7 @@ def check_training(trident, tmp, name):
 
 
 def check_nothing_counted(trident, tmp):
-    """A global batch of eod inputs only counts nothing: loss 0, said once."""
+    """A global batch of eod inputs only counts nothing: loss 0, gradient 0, said once."""
     directory = os.path.join(tmp, "eod_only")
     os.makedirs(directory)
     base = tiny_run(directory, ["data.mask_eod_loss=true", "data.eod_token=299"])
@@ -175,6 +176,9 @@ def check_nothing_counted(trident, tmp):
     said = out.count("no position of the global batch counts a loss")
     check(said == 1 and curve(metrics) == [0.0] * 10,
           f"eod inputs only: 10 losses of 0 ({curve(metrics)[:2]}...), said {said} time(s)")
+    norms = [r["grad_norm"] for r in losses(metrics) if "loss" in r]
+    check(norms == [0.0] * 10,
+          f"eod inputs only: no gradient, 10 gradient norms of 0 ({norms[:2]}...)")
     # No eod at all under the mask: a warning naming the token and the file, and the run goes on.
     data = os.path.join(directory, "no_eod.bin")
     write_shard(data, [i % 299 for i in range(3000)])
