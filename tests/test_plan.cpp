@@ -626,19 +626,22 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
     // own, model/flat_buffer.h, sharded over the expert-data ranks: here the rank alone, the rest
     // over D = 2): the weights, gradients and optimizer state the plan's to the byte. (The
     // activations are left out: the MoE exchange's buffers are not the plan's yet.)
+    const auto check_states = [&](const std::vector<std::string>& extra) {
+        cli::Workspace ws;
+        std::vector<std::string> overrides = moe;
+        overrides.insert(overrides.end(), extra.begin(), extra.end());
+        const MemoryCompared c =
+            measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, 2);
+        const MemoryCompared& stage = c.stages.front();
+        CHECK(stage.measured.params == stage.planned.params);
+        CHECK(stage.measured.grads == stage.planned.grads);
+        CHECK(stage.measured.optimizer == stage.planned.optimizer);
+    };
     SECTION("moe, 1 x 1 x 2, E = 2, ZeRO 1 to 3") {
         for (const char* zero :
              {"parallel.zero_stage=1", "parallel.zero_stage=2", "parallel.zero_stage=3"}) {
             INFO(zero);
-            cli::Workspace ws;
-            std::vector<std::string> overrides = moe;
-            overrides.push_back(zero);
-            const MemoryCompared c =
-                measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, 2);
-            const MemoryCompared& stage = c.stages.front();
-            CHECK(stage.measured.params == stage.planned.params);
-            CHECK(stage.measured.grads == stage.planned.grads);
-            CHECK(stage.measured.optimizer == stage.planned.optimizer);
+            check_states({zero});
         }
     }
     // A matrix optimizer with the experts split: the rest's matrices take turns over D = 2, each
@@ -648,15 +651,7 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
         for (const char* optimizer : {"optimizer.name=galore", "optimizer.name=muon"})
             for (const char* zero : {"parallel.zero_stage=1", "parallel.zero_stage=3"}) {
                 INFO(optimizer << ", " << zero);
-                cli::Workspace ws;
-                std::vector<std::string> overrides = moe;
-                overrides.insert(overrides.end(), {optimizer, zero, "optimizer.galore.rank=4"});
-                const MemoryCompared c =
-                    measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, 2);
-                const MemoryCompared& stage = c.stages.front();
-                CHECK(stage.measured.params == stage.planned.params);
-                CHECK(stage.measured.grads == stage.planned.grads);
-                CHECK(stage.measured.optimizer == stage.planned.optimizer);
+                check_states({optimizer, zero, "optimizer.galore.rank=4"});
             }
     }
     // A shared expert under full recompute: an MLP's exchanges more, its input gathered again.

@@ -110,6 +110,15 @@ def losses_match(rows, ref, keys=("loss",)):
     return len(rows) == len(ref) and all(r[k] == s[k] for r, s in zip(rows, ref) for k in keys)
 
 
+def check_continued(label, got, want, tolerance=1e-5):
+    """A run resumed from step 5 (`got`, {step: loss}) continues the straight run (`want`):
+    steps 6 to 10, each loss within `tolerance`."""
+    worst = max((abs(got[s] - want[s]) / abs(want[s]) for s in got), default=float("inf"))
+    check(sorted(got) == [6, 7, 8, 9, 10] and worst <= tolerance,
+          f"{label}: steps {sorted(got)} within {tolerance} of the straight run "
+          f"(worst {worst:.2e})")
+
+
 def binaries_or_skip():
     """The paths of trident and the gradient dump from ctest's --trident and --tools-dir;
     exits 77 (skipped, visibly) where mpirun is missing."""
