@@ -149,6 +149,8 @@ struct ParallelConfig {
     // Expert parallelism: the experts of every MoE layer split over this many consecutive
     // ranks of the data-context group (parallel/grid.h); 1: every rank computes every expert.
     int expert = 1;
+    // The ranks holding the same experts (the expert-data group): D·C/E.
+    int expert_data_ranks() const { return data * context / expert; }
     bool operator==(const ParallelConfig&) const = default;
 };
 

@@ -351,7 +351,7 @@ std::vector<StageTraffic> plan_traffic(const PlanInputs& in,
         t.data_replica.size = p.data * p.context / p.shard_ranks();
         t.kv_replica.size = model::kv_replicas(cfg.model.kv_heads, p.tensor);
         t.expert.size = p.expert;
-        t.expert_data.size = p.data * p.context / p.expert;
+        t.expert_data.size = p.expert_data_ranks();
 
         const int64_t moe = moe_layers(cfg, stage);
         tensor_traffic(in, chunks, last, moe, t.tensor);

@@ -235,7 +235,7 @@ OptimizerBytes optimizer_bytes(const PlanInputs& in, const model::ParamLayout& l
     const config::ParallelConfig& p = in.cfg.parallel;
     const auto M = static_cast<std::size_t>(layout.M());
     const auto owners = static_cast<std::size_t>(p.shard_ranks()) * M;
-    const auto expert_owners = static_cast<std::size_t>(p.data * p.context / p.expert) * M;
+    const auto expert_owners = static_cast<std::size_t>(p.expert_data_ranks()) * M;
     bytes.owned = static_cast<double>(optim::matrix_state_bytes(*o, layout, owners, expert_owners));
     return bytes;
 }
