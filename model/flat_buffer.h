@@ -6,7 +6,7 @@
 // its group's size D; replica r keeps the r-th D-th of every unit, and these parts, in unit
 // order, make its shard (held always). A unit's group is the buffer's, or where the experts
 // split (model/param_layout.h, expert_runs) a run of the experts held is a unit of its own,
-// split over its group: the expert-data ranks holding the same experts (UnitShards::experts). A
+// split over its group: the expert-shard ranks holding the same experts (UnitShards::experts). A
 // unit's whole exists only while it is resident: allocated (zero-filled) when the data-parallel
 // exchange gathers it for use or the backward starts adding gradients into it, released after
 // (src/data_parallel/zero_units.h decides when). Element `offset` of the buffer is then reached
@@ -34,7 +34,7 @@
 namespace trident::model {
 
 // How a sharded unit splits: over `replicas` ranks, this one `replica`; `experts`: they are
-// the expert-data group (a run of the experts held), not the buffer's group.
+// the expert-shard group (a run of the experts held), not the buffer's group.
 struct UnitShards {
     int replicas = 1, replica = 0;
     bool experts = false;

@@ -31,7 +31,7 @@
 // L = N/E routed experts q·L .. q·L + L - 1 (Split::expert) under their whole-model names, the
 // rest of the layer as every rank; the held experts' tensors are one contiguous run
 // (expert_runs), at the same offsets on every expert rank, so all ranks' buffers have equal size,
-// started and ended at the unit alignment so that it splits evenly over the expert-data ranks.
+// started and ended at the unit alignment so that it splits evenly over the expert-shard ranks.
 // The layer's offsets (LayerTensors) of the experts it does not hold are kNoParam.
 //
 // Order: the embedding's tensors, then layer by layer (so a stage's chunks are contiguous runs),

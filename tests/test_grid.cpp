@@ -103,11 +103,17 @@ TEST_CASE("grid: groups by name are the grid order's runs, the expert axis withi
     // place in each run hold the same experts.
     CHECK(group_ranks(g, Group::expert, rank) == std::vector<int>{0, 2, 4, 6});
     CHECK(group_ranks(g, Group::expert_data, rank) == std::vector<int>{6, 14});
-    // Hybrid sharding cuts the same group, by data_shard.
-    g.data_shard = 2;
-    CHECK(group_ranks(g, Group::data_shard, rank) == std::vector<int>{4, 6});
-    CHECK(group_ranks(g, Group::data_replica, rank) == std::vector<int>{2, 6, 10, 14});
+    // Hybrid sharding cuts the same group, by data_shard (N = 4, a multiple of E = 2): the
+    // experts' shard group is the run's ranks with this rank's place in the expert group.
+    g.expert = 2;
+    g.data_shard = 4;
+    CHECK(group_ranks(g, Group::data_shard, rank) == std::vector<int>{0, 2, 4, 6});
+    CHECK(group_ranks(g, Group::data_replica, rank) == std::vector<int>{6, 14});
+    CHECK(group_ranks(g, Group::expert_data, rank) == std::vector<int>{2, 6, 10, 14});
+    CHECK(group_ranks(g, Group::expert_shard, rank) == std::vector<int>{2, 6});
+    CHECK(group_ranks(g, Group::expert_shard, 14) == std::vector<int>{10, 14});
     CHECK(std::string(group_name(Group::expert_data)) == "expert-data");
+    CHECK(std::string(group_name(Group::expert_shard)) == "expert-shard");
     // Along an axis by name.
     CHECK(g.size(Axis::context) == 2);
     CHECK(coordinates_of(g, rank).along(Axis::data) == 1);
@@ -119,5 +125,48 @@ TEST_CASE("grid: groups by name are the grid order's runs, the expert axis withi
             const std::vector<int> members = group_ranks(g, kind, r);
             CHECK(std::count(members.begin(), members.end(), r) == 1);
             for (int m : members) CHECK(group_ranks(g, kind, m) == members);
+        }
+}
+
+namespace {
+
+// The place of `rank` in its group of `g`.
+int place_in(const GridShape& s, Group g, int rank) {
+    const std::vector<int> members = group_ranks(s, g, rank);
+    return static_cast<int>(std::find(members.begin(), members.end(), rank) - members.begin());
+}
+
+}  // namespace
+
+TEST_CASE("grid: with hybrid sharding a replica partner holds the same experts' same shard",
+          "[grid]") {
+    // Every E dividing N dividing D·C = 8, M 2, C 2: the expert-shard group is N/E ranks of
+    // the data-shard group; the ranks of a data-replica group (same q mod N) have the same
+    // place in the expert group (the same experts) and in the expert-shard group (the same
+    // part of them), which is what the replica all-reduce of the owned parts needs.
+    for (const int N : {2, 4, 8})
+        for (const int E : {1, 2, 4, 8}) {
+            if (N % E != 0) continue;
+            GridShape g{1, 2, 4, 2};
+            g.data_shard = N;
+            g.expert = E;
+            INFO("N " << N << ", E " << E);
+            for (int r = 0; r < 16; ++r) {
+                const std::vector<int> shard = group_ranks(g, Group::expert_shard, r);
+                CHECK(static_cast<int>(shard.size()) == N / E);
+                for (int m : shard) {
+                    CHECK(place_in(g, Group::data_shard, m) % E ==
+                          place_in(g, Group::data_shard, r) % E);
+                    CHECK(group_ranks(g, Group::data_shard, m) ==
+                          group_ranks(g, Group::data_shard, r));
+                    CHECK(group_ranks(g, Group::expert_data, m) ==
+                          group_ranks(g, Group::expert_data, r));
+                }
+                for (int m : group_ranks(g, Group::data_replica, r)) {
+                    CHECK(place_in(g, Group::expert, m) == place_in(g, Group::expert, r));
+                    CHECK(place_in(g, Group::expert_shard, m) ==
+                          place_in(g, Group::expert_shard, r));
+                }
+            }
         }
 }

@@ -61,8 +61,7 @@ TEST_CASE("clipping scales by max/(norm + 1e-6) only above the threshold", "[tra
     parallel::Grid& solo = test::solo_grid();
     const data_parallel::DataParallel whole(
         *ops, {{}, params, grads, layout.total(), {}},
-        {solo.data_context(), solo.data_replica(), solo.embedding(),
-         solo.group(parallel::Group::expert_data)},
+        {solo.data_context(), solo.data_replica(), solo.embedding(), solo.expert_shard()},
         {0, SIZE_MAX, {}, {}});
     const optim::GradNorm norm(
         *ops, optim::owned_ranges(layout, whole.owned()), grads, whole,

@@ -149,8 +149,9 @@ struct ParallelConfig {
     // Expert parallelism: the experts of every MoE layer split over this many consecutive
     // ranks of the data-context group (parallel/grid.h); 1: every rank computes every expert.
     int expert = 1;
-    // The ranks holding the same experts (the expert-data group): D·C/E.
-    int expert_data_ranks() const { return data * context / expert; }
+    // The ranks the experts held are sharded over (the expert-shard group): of the D·C/E
+    // holding the same experts, those within one shard group, N/E (E divides N).
+    int expert_shard_ranks() const { return shard_ranks() / expert; }
     bool operator==(const ParallelConfig&) const = default;
 };
 

@@ -64,11 +64,10 @@ inline model::Dims rank_dims(const Config& cfg) {
 }
 
 // The ranks the experts' weights are split over (model/param_layout.h): parallel.expert at
-// every ZeRO stage without hybrid sharding; 1 (every expert rank holds every expert, as the
-// model computes them all the same) with it.
+// every ZeRO stage, with hybrid sharding too (E divides data_shard: each shard group holds every
+// expert, an (N/E)-th of each on each of its expert-shard ranks).
 inline int expert_shards(const ParallelConfig& p) {
-    const bool hybrid = p.shard_ranks() != p.data * p.context;
-    return hybrid ? 1 : p.expert;
+    return p.expert;
 }
 
 // What pipeline stage `stage` holds, as expert rank `expert_rank` (its place in the expert

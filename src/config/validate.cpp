@@ -401,6 +401,12 @@ void check_zero_and_lora(const Config& cfg, const Origins& origins) {
         fail(origins.blame({"parallel.data_shard", "parallel.zero_stage"}),
              cat("parallel.data_shard (", p.data_shard,
                  ") shards ZeRO's state; parallel.zero_stage 0 shards nothing (use 1, 2 or 3)"));
+    // With hybrid sharding the experts split within each shard group: each group holds every
+    // expert, so that the shard groups stay replicas of one another.
+    if (p.data_shard != 0 && p.data_shard != data_context && p.data_shard % p.expert != 0)
+        fail(origins.blame({"parallel.expert", "parallel.data_shard"}),
+             cat("parallel.expert (", p.expert, ") must divide parallel.data_shard (", p.data_shard,
+                 "): the experts split within each shard group"));
 
     // LoRA trains low-rank adapters beside a frozen model (Hu et al. 2021): its rank is at most
     // the width of the layers it adapts, and starting adapters need adapters to start.

@@ -9,12 +9,12 @@
 namespace trident::data_parallel {
 
 model::BufferPlan buffer_plan(int zero_stage, const parallel::Comm& shard,
-                              const parallel::Comm& expert_data, bool sharded_accumulation) {
+                              const parallel::Comm& expert_shard, bool sharded_accumulation) {
     model::BufferPlan plan;
     plan.multiple = static_cast<std::size_t>(shard.size());
     plan.replica = shard.rank();
-    plan.expert_multiple = static_cast<std::size_t>(expert_data.size());
-    plan.expert_replica = expert_data.rank();
+    plan.expert_multiple = static_cast<std::size_t>(expert_shard.size());
+    plan.expert_replica = expert_shard.rank();
     plan.shard_grads = zero_stage >= 2;
     plan.shard_params = zero_stage >= 3;
     plan.grads_every_microbatch = zero_stage >= 2 && sharded_accumulation;
@@ -91,16 +91,14 @@ DataParallel::DataParallel(kernels::Ops& ops, ModelBuffers model, DataGroups gro
       group_(groups.shard),
       replicas_(groups.replicas),
       embedding_(groups.embedding),
-      expert_data_(groups.expert_data),
+      expert_shard_(groups.expert_shard),
       zero_stage_(options.zero_stage),
       layout_total_(model.tensors) {
-    if (!model.expert_runs.empty() && replicas_.size() > 1)
-        throw Error("internal: the experts split with hybrid sharding");
     buckets_ =
         make_buckets(units_, grads_.size(), zero_stage_, static_cast<std::size_t>(group_.size()),
                      static_cast<std::size_t>(group_.rank()), options.bucket_size,
-                     ExpertRuns{model.expert_runs, static_cast<std::size_t>(expert_data_.size()),
-                                static_cast<std::size_t>(expert_data_.rank())});
+                     ExpertRuns{model.expert_runs, static_cast<std::size_t>(expert_shard_.size()),
+                                static_cast<std::size_t>(expert_shard_.rank())});
     owned_ = owned_parts(buckets_);
     for (const OwnedPart& o : owned_) owned_count_ += o.count;
     const Overlap overlap = options.overlap;
@@ -111,14 +109,14 @@ DataParallel::DataParallel(kernels::Ops& ops, ModelBuffers model, DataGroups gro
     const bool reshard = options.resharding.after_use;
     if (zero_stage_ >= 2)
         zero_units_ =
-            std::make_unique<ZeroUnits>(ops, params_, grads_, group_, expert_data_,
+            std::make_unique<ZeroUnits>(ops, params_, grads_, group_, expert_shard_,
                                         overlap_.grad_reduce, overlap_.param_gather, reshard);
     const auto gather_only = [&](model::FlatBuffer* buffer,
                                  model::UnitRange model::ModelUnit::*range) {
         if (buffer && zero_stage_ == 3)
             gather_only_.push_back(GatherOnly{
                 range,
-                std::make_unique<ZeroUnits>(ops, *buffer, no_grads_, group_, expert_data_, false,
+                std::make_unique<ZeroUnits>(ops, *buffer, no_grads_, group_, expert_shard_, false,
                                             overlap.param_gather && group_.size() > 1, reshard)});
     };
     gather_only(model.frozen, &model::ModelUnit::frozen);

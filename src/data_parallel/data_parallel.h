@@ -32,13 +32,16 @@
 // with the same part in every shard group), once a step, so every shard group holds the sum
 // over all D·C. With N = D·C the replica group is this rank alone and nothing more moves.
 //
-// Experts split (parallel.expert: E without hybrid sharding; docs/ARCHITECTURE.md,
-// "Mixture of experts"). Each rank holds only its experts of each MoE layer, in one run per layer
-// (model/param_layout.h, expert_runs) at the same offsets on every rank of the expert group, so
-// the runs of the buffer mean other experts on the group's other ranks. A run is its own
-// buckets (at ZeRO 2 and 3 its own unit, model/flat_buffer.h), summed, sharded and gathered over
-// the expert-data group (the D·C/E ranks holding the same experts) as the rest of the buffer is
-// over the data-context group.
+// Experts split (parallel.expert: E; docs/ARCHITECTURE.md, "Mixture of experts"). Each rank
+// holds only its experts of each MoE layer, in one run per layer (model/param_layout.h,
+// expert_runs) at the same offsets on every rank of the expert group, so the runs of the buffer
+// mean other experts on the group's other ranks. A run is its own buckets (at ZeRO 2 and 3 its
+// own unit, model/flat_buffer.h), summed, sharded and gathered over the expert-shard group (the
+// ranks of the shard group holding the same experts: the D·C/E of the expert-data group, or
+// with hybrid sharding its N/E within the run) as the rest of the buffer is over the shard
+// group. With hybrid sharding a replica partner (same place in another run) holds the same
+// experts and owns the same part of them (E divides N; parallel/grid.h), so the replica
+// group's all-reduce of the owned parts sums the experts' too.
 //
 // A frozen model (low-rank adapters) trains its adapters: the trainable buffer is theirs, and at
 // ZeRO-3 the frozen model's own parameters are sharded too, each unit gathered for the forward
@@ -102,11 +105,11 @@ struct OwnedPart {
 struct Bucket {
     std::size_t begin, size;  // in the buffer
     std::size_t mine, owned;  // this replica's part: its offset and elements (size / D, or all)
-    bool experts = false;     // a run of the experts held: over the expert-data group
+    bool experts = false;     // a run of the experts held: over the expert-shard group
 };
 
 // The runs of the experts a rank holds (model::ParamLayout::expert_runs) and its place in the
-// expert-data group, of `ranks` ranks, that sums and shards them.
+// expert-shard group, of `ranks` ranks, that sums and shards them.
 struct ExpertRuns {
     std::vector<std::pair<std::size_t, std::size_t>> runs;
     std::size_t ranks = 1, rank = 0;
@@ -116,7 +119,7 @@ struct ExpertRuns {
 // at ZeRO stage `zero_stage`: at stages 2 and 3 the units' trainable ranges, else runs of
 // max(D, bucket_size / D·D) elements counted from the end; either cut where `experts`' runs
 // (multiples of D) begin and end, theirs over its ranks; replica r owns the r-th D-th of
-// each at stages 1-3 (of an experts' run, the expert-data rank's share), all of it at stage 0.
+// each at stages 1-3 (of an experts' run, the expert-shard rank's share), all of it at stage 0.
 std::vector<Bucket> make_buckets(const std::vector<model::ModelUnit>& units, std::size_t size,
                                  int zero_stage, std::size_t D, std::size_t r,
                                  std::size_t bucket_size, const ExpertRuns& experts = {});
@@ -132,11 +135,11 @@ public:
 };
 
 // How the model holds its buffers at ZeRO stage `zero_stage` over the `shard` group: padded to
-// its size, and (stages 2, 3) sharded by units, a run of the experts held over `expert_data`;
+// its size, and (stages 2, 3) sharded by units, a run of the experts held over `expert_shard`;
 // `sharded_accumulation`: a sharded gradient reduced after every microbatch
 // (parallel.sharded_accumulation).
 model::BufferPlan buffer_plan(int zero_stage, const parallel::Comm& shard,
-                              const parallel::Comm& expert_data, bool sharded_accumulation);
+                              const parallel::Comm& expert_shard, bool sharded_accumulation);
 
 // The model as the module sees it: its units, its trainable buffers (the model's own, or a
 // frozen model's adapters') and a frozen model's own parameters.
@@ -153,12 +156,13 @@ struct ModelBuffers {
 
 // The groups: `shard` the one the state is sharded over, `replicas` its replicas (hybrid
 // sharding; this rank alone without), `embedding` the stages sharing a tied embedding,
-// `expert_data` the one the runs of the experts held are summed and sharded over.
+// `expert_shard` the one the runs of the experts held are summed and sharded over (then summed
+// over `replicas` too).
 struct DataGroups {
     parallel::Comm& shard;
     parallel::Comm& replicas;
     parallel::Comm& embedding;
-    parallel::Comm& expert_data;
+    parallel::Comm& expert_shard;
 };
 
 struct DataParallelOptions {
@@ -178,7 +182,7 @@ public:
     int zero_stage() const { return zero_stage_; }
     parallel::Comm& group() const { return group_; }
     // The group the runs of the experts held are summed and sharded over (DataGroups).
-    parallel::Comm& expert_group() const { return expert_data_; }
+    parallel::Comm& expert_group() const { return expert_shard_; }
     // What this rank owns (and the optimizer updates), in buffer order.
     const std::vector<OwnedPart>& owned() const { return owned_; }
     std::size_t owned_count() const { return owned_count_; }
@@ -239,7 +243,7 @@ private:
     void tie_sharded();
     bool gathers_after_update() const { return zero_stage_ == 1 || zero_stage_ == 2; }
     // The group a bucket is summed, sharded and gathered over.
-    parallel::Comm& group_of(const Bucket& b) const { return b.experts ? expert_data_ : group_; }
+    parallel::Comm& group_of(const Bucket& b) const { return b.experts ? expert_shard_ : group_; }
     void start_reduction(std::size_t bucket);
     // Notes which calls under way have completed (their spans end now).
     void poll();
@@ -258,7 +262,7 @@ private:
     parallel::Comm& group_;
     parallel::Comm& replicas_;
     parallel::Comm& embedding_;
-    parallel::Comm& expert_data_;
+    parallel::Comm& expert_shard_;
     int zero_stage_;
     std::size_t layout_total_;     // of the buffer's elements, the tensors' (the rest is padding)
     std::vector<Bucket> buckets_;  // in buffer order

@@ -51,7 +51,7 @@ public:
     // `params` may be whole (ZeRO-2: the parameter hooks are then not called here); `grads`
     // is sharded, or unused where only the parameter hooks are called (a frozen model's own
     // parameters under low-rank adapters, which have no gradients). `data` is the data-parallel
-    // group they are sharded over, `experts` the expert-data group a unit that is a run of the
+    // group they are sharded over, `experts` the expert-shard group a unit that is a run of the
     // experts held is (model::UnitShards::experts).
     ZeroUnits(kernels::Ops& ops, model::FlatBuffer& params, model::FlatBuffer& grads,
               parallel::Comm& data, parallel::Comm& experts, bool overlap_reduce,

@@ -32,7 +32,7 @@ double GradNorm::norm() const {
     double sum = sums[0] + sums[1];
     groups_.tensor.all_reduce(&sum, 1);
     groups_.pipeline.all_reduce(&sum, 1);
-    // Each replica holds a D-th of the sum.
+    // Each rank of the shard group holds its part of the sum, the experts' included (clipping.h).
     if (data_parallel_.zero_stage() >= 1) data_parallel_.group().all_reduce(&sum, 1);
     return std::sqrt(sum);
 }

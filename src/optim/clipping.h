@@ -3,9 +3,13 @@
 // optimizer. The norm is global over the whole grid, with tensors held more than once counted
 // once: replicated ones (LayerNorms, row-parallel biases, wpe) on tensor rank 0, a key/value
 // head's rows on the first of its replicas, the tied wte on the first stage; each replica of the
-// data-context group holds a D-th of the sum when the state is sharded. With the experts split
-// (model/param_layout.h) each expert rank holds its experts' squares: summed over the expert
-// group when the state is not sharded (sharded, the data-context group's sum holds them once).
+// data-context group holds a D-th of the sum when the state is sharded (with hybrid sharding,
+// each rank of a shard group an N-th: the shard groups hold the same sums). With the experts
+// split (model/param_layout.h) each expert rank holds its experts' squares: summed over the
+// expert group when the state is not sharded. Sharded, the shard group's sum holds them once:
+// its N ranks are E expert ranks' sets of N/E expert-shard ranks (E divides N), each set owning
+// disjoint parts covering its experts' runs, so Σ over the shard group = Σ_rest + Σ_j Σ_experts
+// of expert rank j, every owned element once.
 #pragma once
 
 #include <vector>

@@ -218,7 +218,7 @@ void MatrixExchange::step_whole(const Optimizer& optimizer, std::size_t k,
 
 void MatrixExchange::step(const Optimizer& optimizer, float* pieces, const Hyper& h,
                           std::span<float> scratch) {
-    // The shard group's matrices, then the expert-data group's, in rounds of S·M.
+    // The shard group's matrices, then the expert-shard group's, in rounds of S·M.
     for (const auto& [begin, end] :
          {std::pair{std::size_t{0}, experts_}, std::pair{experts_, matrices_.size()}}) {
         if (begin == end) continue;

@@ -13,9 +13,10 @@
 // stage's M·S, never every matrix on every rank, and the steps of a round run side by side, and a
 // round holds matrices of like cost. Hybrid sharding's replica groups each do the same, alike.
 // Where the experts are split over E (model/param_layout.h, split_expert), a rank holds only its
-// experts' matrices, summed and sharded over the expert-data group (data_parallel.h): those
-// matrices come after the rest, in their own rounds, their shard group the expert-data group (its
-// ranks hold the same experts, so each expert-data group takes its own matrices' turns). The
+// experts' matrices, summed and sharded over the expert-shard group (data_parallel.h): those
+// matrices come after the rest, in their own rounds, their shard group the expert-shard group (its
+// ranks hold the same experts, so each expert-shard group takes its own matrices' turns; with
+// hybrid sharding each shard group's expert-shard groups alike, as its rest's rounds). The
 // exchanges are host memory through the group's communicator, on any backend: the pieces come
 // down from the device before (Optimizer::matrix_input) and the directions go back up after
 // (Optimizer::update). The state an optimizer keeps per matrix (Optimizer::matrix_states:
@@ -38,7 +39,7 @@
 namespace trident::optim {
 
 // The layer matrices of `layout` (owned_ranges.h, is_layer_matrix) in the order they are
-// stepped: those over the shard group, then the split experts' over the expert-data group
+// stepped: those over the shard group, then the split experts' over the expert-shard group
 // (from `experts` on); each by Optimizer::matrix_step_flops of the whole matrix, the costliest
 // first, ties in the layout's order.
 struct SteppingOrder {
@@ -58,7 +59,7 @@ public:
 
     // `pieces` (the owned count, host memory, in the owned parts' state order): each matrix's
     // input to the optimizer's matrix_step on the elements this rank owns, replaced by the
-    // step's result there. Collective over the tensor, shard and expert-data groups.
+    // step's result there. Collective over the tensor, shard and expert-shard groups.
     // `scratch`: the backend's memory for each step (Optimizer::matrix_scratch).
     void step(const Optimizer& optimizer, float* pieces, const Hyper& h, std::span<float> scratch);
 

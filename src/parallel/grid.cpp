@@ -65,8 +65,8 @@ int Coordinates::along(Axis a) const {
 
 const char* group_name(Group g) {
     static constexpr const char* kNames[kGroups] = {
-        "tensor",     "context",    "data",         "data-context", "pipeline",   "embedding",
-        "kv-replica", "data-shard", "data-replica", "expert",       "expert-data"};
+        "tensor",     "context",    "data",         "data-context", "pipeline",    "embedding",
+        "kv-replica", "data-shard", "data-replica", "expert",       "expert-data", "expert-shard"};
     return kNames[static_cast<std::size_t>(g)];
 }
 
@@ -114,7 +114,7 @@ std::vector<int> embedding_of(const GridShape& s, const Coordinates& c, int rank
 // within the data-context group; the runs' length.
 int run_length(const GridShape& s, Group g) {
     if (g == Group::kv_replica) return s.kv_replicas;
-    if (g == Group::expert || g == Group::expert_data) return s.expert;
+    if (g == Group::expert || g == Group::expert_data || g == Group::expert_shard) return s.expert;
     return s.data_shard == 0 ? s.data * s.context : s.data_shard;
 }
 
@@ -144,6 +144,8 @@ std::vector<int> group_ranks(const GridShape& s, Group g, int rank) {
         case Group::data_replica:
         case Group::expert_data:
             return run_of(data_context_of(s, c), q, run_length(s, g), true);
+        case Group::expert_shard:  // within the data-shard run, the places q mod E
+            return run_of(group_ranks(s, Group::data_shard, rank), q, run_length(s, g), true);
     }
     return data_context_of(s, c);
 }
@@ -186,6 +188,7 @@ void check_shape(const GridShape& s, int world_size) {
     runs(s.kv_replicas, s.tensor, "key/value head replicas");
     runs(s.data_shard == 0 ? DC : s.data_shard, DC, "data shards");
     runs(s.expert, DC, "expert runs");
+    runs(s.expert, s.data_shard == 0 ? DC : s.data_shard, "expert runs per data shard");
 }
 
 }  // namespace
@@ -220,6 +223,8 @@ Group Grid::standing_for(Group g) const {
     const bool hybrid = shape_.data_shard != 0 && shape_.data_shard != DC;
     if (g == Group::data_shard && !hybrid) return Group::data_context;
     if (g == Group::expert_data && shape_.expert == 1) return Group::data_context;
+    if (g == Group::expert_shard && !hybrid) return standing_for(Group::expert_data);
+    if (g == Group::expert_shard && shape_.expert == 1) return standing_for(Group::data_shard);
     return g;
 }
 

@@ -9,8 +9,9 @@
 // function of the shape and a rank (group_ranks), and the Grid builds one communicator per
 // named group from that function. A feature asks for a group by name and never computes ranks
 // itself: the expert axis (E ranks of the data-context group sharing the experts of a layer,
-// expert parallelism) and its expert-data group (the D·C/E ranks holding the same experts)
-// are derived so, beside hybrid sharding's data-shard and data-replica groups.
+// expert parallelism), its expert-data group (the D·C/E ranks holding the same experts) and,
+// under hybrid sharding, its expert-shard group (those of them within one data-shard run) are
+// derived so, beside hybrid sharding's data-shard and data-replica groups.
 #pragma once
 
 #include <array>
@@ -41,7 +42,7 @@ struct GridShape {
     // (parallel.data_shard); 0: all D·C of them.
     int data_shard = 0;
     // E: the consecutive ranks of the data-context group that split the experts of a layer
-    // (expert parallelism); E divides D·C.
+    // (expert parallelism); E divides D·C, and with hybrid sharding data_shard.
     int expert = 1;
 
     int size(Axis a) const;  // P, D, C or M
@@ -65,9 +66,10 @@ enum class Group {
     data_replica,  // ... and the ranks with the same place in every run
     expert,        // a run of E ranks of the data-context group: one layer's experts split
     expert_data,   // ... and the D·C/E ranks with the same place in every run
+    expert_shard,  // hybrid sharding: the N/E ranks of a data-shard run with that place
 };
-inline constexpr int kGroups = 11;
-// The name the watchdog's messages give the group ("data-context", "expert-data").
+inline constexpr int kGroups = 12;
+// The name the watchdog's messages give the group ("data-context", "expert-shard").
 const char* group_name(Group g);
 // The world ranks of the group of `g` that `rank` belongs to, in group-rank order: pure
 // arithmetic of the grid order, usable without MPI.
@@ -100,7 +102,8 @@ public:
     // The group of that name holding this rank (Group). Without hybrid sharding the
     // data-shard group is the data-context group and the data-replica group this rank alone;
     // with E = 1 the expert group is this rank alone and the expert-data group the
-    // data-context group.
+    // data-context group; without hybrid sharding the expert-shard group is the expert-data
+    // group, and with E = 1 the data-shard group.
     Comm& group(Group g);
 
     Comm& tensor() { return group(Group::tensor); }
@@ -116,6 +119,12 @@ public:
     // N = D·C they are the data-context group itself and this rank alone.
     Comm& data_shard() { return group(Group::data_shard); }
     Comm& data_replica() { return group(Group::data_replica); }
+    // The experts' shard group (docs/ARCHITECTURE.md, "Mixture of experts"): of the ranks
+    // holding this rank's experts (expert-data), those within its data-shard run: same pp, tp,
+    // ⌊q/N⌋ and q mod E, N/E of them, ranked ⌊(q mod N)/E⌋. A replica partner (same q mod N)
+    // has the same q mod E and rank in it (E divides N), so it owns the same part of the same
+    // experts.
+    Comm& expert_shard() { return group(Group::expert_shard); }
     // The groups the data-parallel exchange and the loss use, each once: the data-context
     // group, and with hybrid sharding the shard and replica groups.
     std::vector<Comm*> data_groups();

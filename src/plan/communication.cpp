@@ -106,7 +106,8 @@ int64_t unit_gathers(const config::Config& cfg, const model::ParamLayout& layout
 // the updated units as stage 1 its buckets, stage 3 gathers each unit as unit_gathers counts
 // and nothing after the update; with hybrid sharding each rank's part is all-reduced across
 // the shard groups once a step. Where the experts split, a unit's run of the experts held goes
-// over the N/E expert-data ranks instead (model/flat_buffer.h).
+// over the N/E expert-shard ranks instead (model/flat_buffer.h), its parts summed over the
+// replica group alike.
 void sharded_data_traffic(const PlanInputs& in, int stage, StageTraffic& t) {
     const auto& p = in.cfg.parallel;
     const int64_t m = in.cfg.derived.grad_accum_steps;
@@ -117,7 +118,7 @@ void sharded_data_traffic(const PlanInputs& in, int stage, StageTraffic& t) {
     const auto piece = [&](std::pair<std::size_t, std::size_t> unit, std::size_t begin,
                            std::size_t end, bool experts) {
         if (begin == end) return;
-        GroupTraffic& g = experts ? t.expert_data : t.data;
+        GroupTraffic& g = experts ? t.expert_shard : t.data;
         const double size = static_cast<double>(end - begin);
         const double part = size / (experts ? N / layout.plan().experts : N);
         add(g, CommKind::reduce_scatter, reductions, size, in.grad_bytes, p.sharded_accumulation);
@@ -147,8 +148,10 @@ void sharded_data_traffic(const PlanInputs& in, int stage, StageTraffic& t) {
 
 // ZeRO 0 and 1 with the experts' weights split (config::expert_shards): the data-parallel
 // module's buckets (data_parallel::make_buckets) of the stage's layout, a run of the experts
-// held summed, and at stage 1 sharded and gathered, over the expert-data group; the gradient
-// norm's share of the experts over the expert group when nothing is sharded (optim/clipping.h).
+// held summed, and at stage 1 sharded and gathered, over the expert-shard group (with hybrid
+// sharding each owned part then summed over the replica group, the experts' as the rest's); the
+// gradient norm's share of the experts over the expert group when nothing is sharded
+// (optim/clipping.h).
 void split_experts_traffic(const PlanInputs& in, int stage, StageTraffic& t) {
     const auto& p = in.cfg.parallel;
     const model::ParamLayout layout = stage_layout(in, stage);
@@ -158,13 +161,15 @@ void split_experts_traffic(const PlanInputs& in, int stage, StageTraffic& t) {
     for (const data_parallel::Bucket& b : data_parallel::make_buckets(
              {}, buffer, in.zero_stage, N, 0, static_cast<std::size_t>(p.bucket_size),
              data_parallel::ExpertRuns{layout.expert_runs(), N / E, 0})) {
-        GroupTraffic& g = b.experts ? t.expert_data : t.data;
+        GroupTraffic& g = b.experts ? t.expert_shard : t.data;
         const double size = static_cast<double>(b.size);
         if (in.zero_stage == 0) {
             add(g, CommKind::all_reduce, 1, size, in.grad_bytes, false);
         } else {
             add(g, CommKind::reduce_scatter, 1, size, in.grad_bytes, false);
             add(g, CommKind::all_gather, 1, static_cast<double>(b.owned), in.weight_bytes, false);
+            add(t.data_replica, CommKind::all_reduce, 1, static_cast<double>(b.owned),
+                in.grad_bytes, false);
         }
     }
     add(in.zero_stage >= 1 ? t.data : t.expert, CommKind::all_reduce, 1, kScalar, kScalarBytes,
@@ -351,7 +356,7 @@ std::vector<StageTraffic> plan_traffic(const PlanInputs& in,
         t.data_replica.size = p.data * p.context / p.shard_ranks();
         t.kv_replica.size = model::kv_replicas(cfg.model.kv_heads, p.tensor);
         t.expert.size = p.expert;
-        t.expert_data.size = p.expert_data_ranks();
+        t.expert_shard.size = p.expert_shard_ranks();
 
         const int64_t moe = moe_layers(cfg, stage);
         tensor_traffic(in, chunks, last, moe, t.tensor);

@@ -80,9 +80,10 @@ double sent_per_call(parallel::CommKind kind, double payload, int n);
 struct StageTraffic {
     // kv_replica: the tensor ranks sharing a key/value head when M > KVH (model/param_layout.h).
     GroupTraffic tensor, context, pipeline, embedding, data, kv_replica, data_replica, expert;
-    // expert_data: the D·C/E ranks holding the same experts, which sum and shard them where
-    // the experts' weights are split (config::expert_shards).
-    GroupTraffic expert_data;
+    // expert_shard: the ranks of a shard group holding the same experts (D·C/E, or N/E with
+    // hybrid sharding), which sum and shard them where the experts' weights are split
+    // (config::expert_shards); data_replica then sums their parts as the rest's.
+    GroupTraffic expert_shard;
 };
 
 // The MoE layers (model.moe) among stage `stage`'s layers.

@@ -235,7 +235,7 @@ OptimizerBytes optimizer_bytes(const PlanInputs& in, const model::ParamLayout& l
     const config::ParallelConfig& p = in.cfg.parallel;
     const auto M = static_cast<std::size_t>(layout.M());
     const auto owners = static_cast<std::size_t>(p.shard_ranks()) * M;
-    const auto expert_owners = static_cast<std::size_t>(p.expert_data_ranks()) * M;
+    const auto expert_owners = static_cast<std::size_t>(p.expert_shard_ranks()) * M;
     bytes.owned = static_cast<double>(optim::matrix_state_bytes(*o, layout, owners, expert_owners));
     return bytes;
 }
@@ -345,11 +345,11 @@ StageMemory stage_states(const PlanInputs& in, const model::ParamLayout& layout)
     s.states = model_states(static_cast<double>(s.parameters), static_cast<int>(N), in.zero_stage,
                             in.weight_bytes, in.grad_bytes, optimizer_bytes(in, layout));
     // Arrays kept for one group of parameters only (Muon's, GaLore's), or split experts (their
-    // state sharded over the D·C/E expert-data ranks alone): replica 0's share of each group,
+    // state sharded over the N/E expert-shard ranks alone): replica 0's share of each group,
     // exactly; else every owned element alike, model_states' figure.
     if (in.matrix_optimizer_bytes != in.optimizer_bytes || !layout.expert_runs().empty())
         s.states.optimizer = held_optimizer_bytes(in, layout, s.parameters);
-    // Sharded, a run of the experts held splits over the N/E expert-data ranks alone
+    // Sharded, a run of the experts held splits over the N/E expert-shard ranks alone
     // (model/flat_buffer.h): E times an N-th of it.
     const double shard = sharded_elements(layout, s.parameters, N);
     if (in.zero_stage >= 2) s.states.gradients = shard * in.grad_bytes;

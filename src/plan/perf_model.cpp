@@ -154,7 +154,7 @@ struct Placement {
     int data_per_node = 1;     // of a shard group (all D·C ranks without hybrid sharding)
     int replica_per_node = 1;  // of hybrid sharding's replica group
     int expert_per_node = 1;
-    int expert_data_per_node = 1;  // ranks E apart in the data-context group
+    int expert_shard_per_node = 1;  // ranks E apart in a shard group
     bool expert_in_one_node = false;
     bool grid_in_one_node = false;
 };
@@ -168,7 +168,7 @@ Placement placement(const config::ParallelConfig& p, int g) {
     at.data_per_node = p.tensor >= g ? 1 : std::min(N, g / p.tensor);
     at.replica_per_node = p.tensor * N >= g ? 1 : std::min(replicas, g / (p.tensor * N));
     at.expert_per_node = p.tensor >= g ? 1 : std::min(p.expert, g / p.tensor);
-    at.expert_data_per_node =
+    at.expert_shard_per_node =
         p.tensor * p.expert >= g ? 1 : std::min(N / p.expert, g / (p.tensor * p.expert));
     at.expert_in_one_node = p.tensor * p.expert <= g;
     at.grid_in_one_node = p.pipeline * p.tensor * p.context * p.data <= g;
@@ -264,11 +264,11 @@ StageSeconds stage_seconds(const PlanInputs& in, int s, const StageTraffic& t, d
                      group_seconds(t.kv_replica, false, m, at.tensor_per_node, true, hw);
     st.embedding = group_seconds(t.embedding, false, m, at.grid_in_one_node ? 2 : 1, true, hw);
     // Hybrid sharding's sums across the shard groups follow the step's reduction.
-    // ... and so do the split experts' over their expert-data group (not overlapped: an upper
+    // ... and so do the split experts' over their expert-shard group (not overlapped: an upper
     // bound).
     st.data = data_step_seconds(in, t.data, st, params, at.data_per_node, hw) +
               group_seconds(t.data_replica, false, m, at.replica_per_node, true, hw) +
-              group_seconds(t.expert_data, false, m, at.expert_data_per_node, true, hw);
+              group_seconds(t.expert_shard, false, m, at.expert_shard_per_node, true, hw);
     const double owned = in.zero_stage >= 1 ? params / p.data : params;
     // Master weights and moments read and written; gradients read three times; weights
     // written.

@@ -68,7 +68,7 @@ std::vector<NamedGroup> groups(const StageTraffic& t) {
             {"kv-replica", &t.kv_replica},
             {"data-replica", &t.data_replica},
             {"expert", &t.expert},
-            {"expert-data", &t.expert_data}};
+            {"expert-shard", &t.expert_shard}};
 }
 
 double percent(double part, double whole) {

@@ -71,17 +71,17 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
       // does; with hybrid sharding, over each run of data_shard of them and summed across the
       // runs (data_parallel.h).
       model_(ops,
-             gpt_options(cfg, grid.coordinates().pp,
-                         data_parallel::buffer_plan(cfg.parallel.zero_stage, grid.data_shard(),
-                                                    grid.group(parallel::Group::expert_data),
-                                                    cfg.parallel.sharded_accumulation),
-                         grid.group(parallel::Group::expert).rank()),
+             gpt_options(
+                 cfg, grid.coordinates().pp,
+                 data_parallel::buffer_plan(cfg.parallel.zero_stage, grid.data_shard(),
+                                            grid.expert_shard(), cfg.parallel.sharded_accumulation),
+                 grid.group(parallel::Group::expert).rank()),
              model::ModelGroups{tensor_, context_, grid.kv_replicas(),
                                 &grid.group(parallel::Group::expert)}),
       param_file_(param_file(cfg, ops, model_, grid.rank())),
       data_parallel_(ops, model_buffers(model_),
                      data_parallel::DataGroups{grid.data_shard(), grid.data_replica(), embedding_,
-                                               grid.group(parallel::Group::expert_data)},
+                                               grid.expert_shard()},
                      data_options(cfg.parallel), param_file_.get()),
       optimizer_(ops, model_.trainable().layout(), cfg.training, cfg.optimizer, grid.rank(),
                  data_parallel_, tensor_, model_.trainable().params(), model_.trainable().grads()),
@@ -353,7 +353,7 @@ std::vector<float> Trainer::local(const model::WeightSet& set, bool grads) {
     else
         read();
     // Sharded, each element is on one rank of the shard group and zero on the others; an
-    // element of a run of the experts held, on one rank of the expert-data group.
+    // element of a run of the experts held, on one rank of the expert-shard group.
     if ((grads ? set.grads() : set.params()).sharded()) {
         std::vector<float> experts;
         for (const auto& [begin, end] : set.layout().expert_runs()) {
@@ -361,7 +361,7 @@ std::vector<float> Trainer::local(const model::WeightSet& set, bool grads) {
             std::fill(host.begin() + begin, host.begin() + end, 0.0f);
         }
         grid_.data_shard().all_reduce(host.data(), host.size());
-        grid_.group(parallel::Group::expert_data).all_reduce(experts.data(), experts.size());
+        grid_.expert_shard().all_reduce(experts.data(), experts.size());
         std::size_t from = 0;
         for (const auto& [begin, end] : set.layout().expert_runs()) {
             std::copy_n(experts.begin() + static_cast<std::ptrdiff_t>(from), end - begin,

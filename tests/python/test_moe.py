@@ -254,8 +254,21 @@ EXPERT_FAMILIES = [
     ("E=2 D=2 ZeRO-1", 2, ["parallel.data=2", "parallel.expert=2", "parallel.zero_stage=1"]),
     ("E=2 D=2 ZeRO-2", 2, ["parallel.data=2", "parallel.expert=2", "parallel.zero_stage=2"]),
     ("E=2 D=2 ZeRO-3", 2, ["parallel.data=2", "parallel.expert=2", "parallel.zero_stage=3"]),
+    # Hybrid sharding: the experts split within each shard group, sharded over its expert-shard
+    # ranks (N/E) and summed over the replica group.
     ("E=2 D=4 hybrid shard 2", 4, ["parallel.data=4", "parallel.expert=2", "parallel.zero_stage=3",
                                    "parallel.data_shard=2", "training.global_batch=8"]),
+    ("E=2 D=4 hybrid shard 2 ZeRO-1", 4, ["parallel.data=4", "parallel.expert=2",
+                                          "parallel.zero_stage=1", "parallel.data_shard=2",
+                                          "training.global_batch=8"]),
+    ("E=2 D=4 hybrid shard 2 ZeRO-2", 4, ["parallel.data=4", "parallel.expert=2",
+                                          "parallel.zero_stage=2", "parallel.data_shard=2",
+                                          "training.global_batch=8"]),
+    ("E=2 C=2 D=2 hybrid shard 2", 4, ["parallel.context=2", "parallel.data=2",
+                                       "parallel.expert=2", "parallel.data_shard=2"]),
+    ("E=2 C=2 D=4 hybrid shard 4 ZeRO-3", 8, ["parallel.context=2", "parallel.data=4",
+                                              "parallel.expert=2", "parallel.data_shard=4",
+                                              "parallel.zero_stage=3", "training.global_batch=8"]),
     ("E=2 D=2 recompute full", 2, ["parallel.data=2", "parallel.expert=2",
                                    "training.recompute=full"]),
     # Every axis at once (16 ranks): the experts split over 2 of the 4 data-context ranks, an
@@ -336,15 +349,17 @@ def test_layouts(tmp, trident, families=FAMILIES, label="moe", moe=LAYOUT_MOE):
 EXPERT_SHARE = {"E=2 D=2": (2, 1), "E=4 D=4": (4, 1), "E=2 D=4": (2, 1),
                 "E=2 D=2 ZeRO-0": (2, 1), "E=2 D=2 ZeRO-1": (2, 1),
                 "E=2 D=2 recompute full": (2, 1), "E=2 D=2 ZeRO-2": (2, 1),
-                "E=2 D=2 ZeRO-3": (2, 2)}
+                "E=2 D=2 ZeRO-3": (2, 2), "E=2 D=4 hybrid shard 2 ZeRO-1": (2, 1),
+                "E=2 D=4 hybrid shard 2 ZeRO-2": (2, 1), "E=2 D=4 hybrid shard 2": (2, 2),
+                "E=2 C=2 D=2 hybrid shard 2": (2, 1), "E=2 C=2 D=4 hybrid shard 4 ZeRO-3": (2, 4)}
 
 
 def check_expert_split(tmp, label, one, moe, families):
     """Rank 0's parameter bytes (mem_params_bytes, fp32) of the families in EXPERT_SHARE: one
     process's less the experts it does not hold, from the shapes: 2 MoE layers of N experts of
-    3 matrices F × H (H = 32), sharded as EXPERT_SHARE says; and, those of one process's global
-    batch, the gradient norm (each expert's squares counted once) within TOLERANCE of one
-    process's (the losses barely see it: Adam's step hardly depends on the clipping's scale)."""
+    3 matrices F × H (H = 32), sharded as EXPERT_SHARE says; and the gradient norm (each
+    expert's squares counted once) within TOLERANCE of one process's of the same global batch
+    (the losses barely see it: Adam's step hardly depends on the clipping's scale)."""
     whole = losses(one)[0]["mem_params_bytes"]
     experts = 2 * moe.experts * 3 * moe.ffn * 32 * 4
     for i, (name, _, overrides) in enumerate(families):
@@ -357,10 +372,11 @@ def check_expert_split(tmp, label, one, moe, families):
         check(held == {want}, f"{label}, {name}: mem_params_bytes {sorted(held)}, want {want} "
                               f"(one process's {whole}, {experts} of it experts, split over "
                               f"E = {E}, sharded over {shards})")
-        if any(o.startswith("training.global_batch") for o in overrides):
-            continue
+        # A family of its own global batch: one process's of that batch (check_router_losses).
+        batch = any(o.startswith("training.global_batch") for o in overrides)
+        want = losses(os.path.join(tmp, f"families_{i}_one_process.jsonl") if batch else one)
         worst = max((abs(g["grad_norm"] - w["grad_norm"]) / w["grad_norm"]
-                     for g, w in zip(got, losses(one)) if "loss" in w), default=float("inf"))
+                     for g, w in zip(got, want) if "loss" in w), default=float("inf"))
         check(worst <= TOLERANCE, f"{label}, {name}: grad_norm within {TOLERANCE} of one "
                                   f"process's (worst {worst:.2e})")
 
