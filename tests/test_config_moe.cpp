@@ -128,6 +128,11 @@ TEST_CASE("config: parallel.expert reads and its refusals name their key", "[con
     CHECK(error_of({"model.moe.experts=6", "parallel.data=4", "parallel.expert=4"}) ==
           "--set parallel.expert=4: model.moe.experts (6) must be a multiple of parallel.expert "
           "(4): each expert rank holds as many experts");
+    // With hybrid sharding the experts split within each shard group.
+    CHECK(error_of({"model.moe.experts=4", "parallel.data=4", "parallel.data_shard=2",
+                    "parallel.expert=4", "training.global_batch=16"}) ==
+          "--set parallel.expert=4: parallel.expert (4) must divide parallel.data_shard (2): the "
+          "experts split within each shard group");
     CHECK(error_of({"model.moe.experts=4", "parallel.expert=0"}) ==
           "--set parallel.expert=0: parallel.expert: must be in [1, 65536], got 0");
     // A matrix optimizer steps the experts whole where they split (optim/matrix_exchange.h),

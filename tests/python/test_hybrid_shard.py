@@ -12,8 +12,8 @@ gradient norms within 1e-5 (dropout 0.1, 2 microbatches per replica or more).
   traffic is a reduce-scatter of Ψ per microbatch within the shard group plus one all-reduce
   of Ψ/2 across the replicas (and the loss and norm, a double each).
 - A checkpoint of data_shard 2 resumes with data_shard 4 and at ZeRO 0 with the uninterrupted
-  losses; a data_shard that does not divide D·C, or one with ZeRO 0, is refused at start-up
-  with one message naming the keys.
+  losses; a data_shard that does not divide D·C, one with ZeRO 0, or one that parallel.expert
+  does not divide, is refused at start-up with one message naming the keys.
 
 Needs only the standard library and mpirun; exit 77 (skipped) without mpirun.
 """
@@ -104,7 +104,10 @@ def main():
         # Refused at start-up (by the config's check, before the grid is made), naming the keys.
         for extra, words in ((["parallel.data_shard=3"], "must divide parallel.data"),
                              (["parallel.data_shard=2", "parallel.zero_stage=0"],
-                              "parallel.zero_stage 0 shards nothing")):
+                              "parallel.zero_stage 0 shards nothing"),
+                             (["model.arch=llama", "model.moe.experts=4", "parallel.data_shard=2",
+                               "parallel.expert=4"],
+                              "parallel.expert (4) must divide parallel.data_shard (2)")):
             p = train("refused", 4, 1, extra, expect_ok=False, ranks=1)
             check(p.returncode != 0 and "parallel.data_shard" in p.stdout and words in p.stdout,
                   f"{' '.join(extra)} on D=4: refused with one clear message")

@@ -421,6 +421,22 @@ def test_resume(tmp, trident):
         got = resume_from(trident, base, tmp, f"{tmp}/ck_e2_zero{zero}/step_000005",
                           f"one process zero{zero}", 1, [f"parallel.zero_stage={zero}"])
         check_resumed(f"one process from E=2 D=2 ZeRO-{zero}", got, want)
+    # ... and with hybrid sharding (C = 2, D = 2, data_shard 2: the experts split within each
+    # shard group, the first one's ranks writing the optimizer state) at ZeRO-3, resumed by one
+    # process and read back by the same layout from one process's checkpoint.
+    hybrid = ["parallel.context=2", "parallel.data=2", "parallel.expert=2",
+              "parallel.data_shard=2", "parallel.zero_stage=3"]
+    split = os.path.join(tmp, "straight_e2_hybrid.jsonl")
+    layout = hybrid + [f"checkpoint.dir={tmp}/ck_e2_hybrid", "checkpoint.interval=5",
+                       f"logging.metrics={split}"]
+    run([trident, "train"] + base + [a for o in layout for a in ("--set", o)], ranks=4)
+    want_hybrid = {r["step"]: r["loss"] for r in losses(split) if "loss" in r}
+    got = resume_from(trident, base, tmp, f"{tmp}/ck_e2_hybrid/step_000005",
+                      "one process hybrid", 1, ["parallel.zero_stage=3"])
+    check_resumed("one process from E=2 C=2 D=2 hybrid shard 2 ZeRO-3", got, want_hybrid)
+    got = resume_from(trident, base, tmp, f"{tmp}/ck/step_000005", "E=2 hybrid", 4, hybrid)
+    check_resumed("E=2 C=2 D=2 hybrid shard 2 ZeRO-3 from one process", got,
+                  {r["step"]: r["loss"] for r in losses(straight) if "loss" in r})
     # ... and by four expert ranks (D = 2, C = 2), each holding one expert of a layer.
     got = resume_from(trident, base, tmp, f"{tmp}/ck_e2_zero1/step_000005", "E=4 D=2 C=2", 4,
                       ["parallel.data=2", "parallel.context=2", "parallel.expert=4"])
