@@ -1,13 +1,15 @@
 #!/usr/bin/python3
-"""Muon and GaLore with the experts split over E (parallel.expert without hybrid sharding;
-optim/matrix_exchange.h): each expert's matrices put together, stepped and split back over
-the ranks that hold that expert (its expert-data group and the tensor group), the rest's over
-the data-context group as without experts.
+"""Muon and GaLore with the experts split over E (parallel.expert; optim/matrix_exchange.h):
+each expert's matrices put together, stepped and split back over the ranks of a shard group
+that hold that expert (its expert-shard group and the tensor group), the rest's over the shard
+group as without experts.
 
 1. 10 steps of a llama with a mixture of experts (4 experts, top-2, a shared expert) on the
    expert-parallel families (E = 2 over D = 2 at ZeRO 0 to 3; E = 2 over D = 4, whose
    expert-data groups of 2 sum each expert's slices; E = 4 over D = 4; E = 2 with M = 2 and
-   sequence parallelism; E = 2 with P = 2) within 1e-5 of one process, for Muon and for GaLore
+   sequence parallelism; E = 2 with P = 2; hybrid sharding, E = 2 over D = 4 with data_shard 2
+   at ZeRO-1 and over C = 2, D = 4 with data_shard 4 at ZeRO-3, whose expert-shard groups of 2
+   sum each expert's slices) within 1e-5 of one process, for Muon and for GaLore
    (rank 4, its projector renewed every 4 steps, so twice within the run);
 2. a checkpoint written at step 5 with the experts split (E = 2, D = 4, ZeRO-1: the experts'
    matrices stepped by two owners in each expert-data group) holds each matrix's GaLore state
@@ -45,6 +47,14 @@ FAMILIES = [
     ("E=4 D=4", 4, ["parallel.data=4", "parallel.expert=4", "training.global_batch=8"]),
     ("E=2 D=2 M=2 +SP", 4, D2E2 + ["parallel.tensor=2", "parallel.sequence_parallel=true"]),
     ("E=2 D=2 P=2 1f1b", 4, D2E2 + ["parallel.pipeline=2", "parallel.stage_layers=uniform"]),
+    # Hybrid sharding: each shard group's expert-shard groups (N/E ranks) take the experts'
+    # turns, as the shard group the rest's, and the replicas do the same.
+    ("E=2 D=4 hybrid shard 2 ZeRO-1", 4, ["parallel.data=4", "parallel.expert=2",
+                                          "parallel.data_shard=2", "training.global_batch=8"]),
+    ("E=2 C=2 D=4 hybrid shard 4 ZeRO-3", 8, ["parallel.context=2", "parallel.data=4",
+                                              "parallel.expert=2", "parallel.data_shard=4",
+                                              "parallel.zero_stage=3",
+                                              "training.global_batch=8"]),
 ]
 SPLIT = ["parallel.data=4", "parallel.expert=2", "training.global_batch=8"]
 
