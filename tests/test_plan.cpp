@@ -623,15 +623,15 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
         }
     }
     // The experts split at ZeRO 1 to 3 (at 2 and 3 a run of the experts held is a unit of its
-    // own, model/flat_buffer.h, sharded over the expert-data ranks: here the rank alone, the rest
+    // own, model/flat_buffer.h, sharded over the expert-shard ranks: here the rank alone, the rest
     // over D = 2): the weights, gradients and optimizer state the plan's to the byte. (The
     // activations are left out: the MoE exchange's buffers are not the plan's yet.)
-    const auto check_states = [&](const std::vector<std::string>& extra) {
+    const auto check_states = [&](const std::vector<std::string>& extra, int ranks = 2) {
         cli::Workspace ws;
         std::vector<std::string> overrides = moe;
         overrides.insert(overrides.end(), extra.begin(), extra.end());
         const MemoryCompared c =
-            measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, 2);
+            measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, ranks);
         const MemoryCompared& stage = c.stages.front();
         CHECK(stage.measured.params == stage.planned.params);
         CHECK(stage.measured.grads == stage.planned.grads);
@@ -645,13 +645,27 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
         }
     }
     // A matrix optimizer with the experts split: the rest's matrices take turns over D = 2, each
-    // rank's experts' over its expert-data group (the rank alone), GaLore's per-matrix state on
+    // rank's experts' over its expert-shard group (the rank alone), GaLore's per-matrix state on
     // their owners (optim/matrix_exchange.h); Muon's momentum per element.
     SECTION("galore and muon, 1 x 1 x 2, E = 2, ZeRO 1 and 3") {
         for (const char* optimizer : {"optimizer.name=galore", "optimizer.name=muon"})
             for (const char* zero : {"parallel.zero_stage=1", "parallel.zero_stage=3"}) {
                 INFO(optimizer << ", " << zero);
                 check_states({optimizer, zero, "optimizer.galore.rank=4"});
+            }
+    }
+    // Hybrid sharding over D = 4 in groups of 2: the experts split within each shard group, a
+    // run of them sharded over its expert-shard ranks (N/E: the rank alone), the rest over the
+    // group; a matrix optimizer's experts take their own turns there.
+    SECTION("moe, galore and muon, hybrid 1 x 1 x 4 over 2, E = 2, ZeRO 1 to 3") {
+        for (const char* optimizer :
+             {"optimizer.name=adamw", "optimizer.name=galore", "optimizer.name=muon"})
+            for (const char* zero :
+                 {"parallel.zero_stage=1", "parallel.zero_stage=2", "parallel.zero_stage=3"}) {
+                INFO(optimizer << ", " << zero);
+                check_states({"parallel.data=4", "parallel.data_shard=2", "training.global_batch=8",
+                              optimizer, zero, "optimizer.galore.rank=4"},
+                             4);
             }
     }
     // A shared expert under full recompute: an MLP's exchanges more, its input gathered again.
