@@ -16,16 +16,19 @@ experts of moe_reference.py, itself first held against torch's softmax, top-k an
    checkpoint of step 5 resumed at M = 2, at D = 2 ZeRO-3 and at D = 2 with the experts split
    over E = 2 gives steps 6 to 10 of the straight run within 1e-5; a run at E = 2 resumed from
    its step 5 by one process (written at ZeRO 0 to 3) and by E = 4 (D = 2, C = 2) gives its
-   own steps 6 to 10; the Hugging Face export (Qwen3-MoE) of a run's step 2 with the experts
+   own steps 6 to 10, and so does a hybrid-sharded E = 2 run's (C = 2, D = 2, data_shard 2,
+   ZeRO-3) resumed by one process, and that layout resumed from one process's; the Hugging Face export (Qwen3-MoE) of a run's step 2 with the experts
    split over E = 2 at ZeRO 2 and 3 is that of ZeRO-0 tensor for tensor, element for element,
    and one process's within 1e-5;
 5. expert parallelism (parallel.expert): the losses, moe_aux_loss and moe_z_loss of 10 steps at
    E = 2 and 4 alone and with M, P (1F1B, ZB-H1, ZB-V), C (ring, Ulysses), ZeRO 0 to 3,
-   hybrid sharding and recompute, and at E = 2 with P, M (+SP), C (ring) and D all 2 (16
-   ranks), within 1e-5 of one process's; rank 0's parameter bytes where the experts split
-   (ZeRO 0 to 2) are one process's less the (E-1)/E of the experts it does not hold, to the
-   byte (at ZeRO-3 the shard: a D·C-th of the rest, a (D·C/E)-th of its experts), and their
-   gradient norms one process's within 1e-5;
+   hybrid sharding (the experts split within each shard group: E = 2 over D = 4 in groups of
+   2 at ZeRO 1 to 3, over C = 2, D = 2 in groups of 2, over C = 2, D = 4 in groups of 4 at
+   ZeRO-3) and recompute, and at E = 2 with P, M (+SP), C (ring) and D all 2 (16 ranks),
+   within 1e-5 of one process's; rank 0's parameter bytes where the experts split (ZeRO 0 to
+   2) are one process's less the (E-1)/E of the experts it does not hold, to the byte (at
+   ZeRO-3 the shard: an N-th of the rest, an (N/E)-th of its experts, N the shard group's
+   ranks), and their gradient norms one process's of the same global batch within 1e-5;
 6. DeepSeek-V3's balancing (bias_update_rate): 8 steps against the reference's update of the
    bias, and 10 steps on expert parallelism's families (E = 2 with D, M + SP, P, C, ZeRO 1 to
    3, the state in host memory, recompute) within 1e-5 of one process's.
@@ -342,10 +345,11 @@ def test_layouts(tmp, trident, families=FAMILIES, label="moe", moe=LAYOUT_MOE):
               f"{label}, {name}: ep_all_to_all_bytes {'above' if split else 'at'} 0 each step")
 
 
-# The experts split over E (parallel.expert without hybrid sharding): a rank holds 1/E of every
-# MoE layer's experts (their runs aligned to D·C elements, which these shapes' are already); at
-# ZeRO-3 its weights are a shard, an (D·C)-th of the rest and an (D·C/E)-th of its experts' run
-# (that run sharded over the expert-data ranks alone): the family's (E, D·C at ZeRO-3 else 1).
+# The experts split over E (parallel.expert): a rank holds 1/E of every MoE layer's experts
+# (their runs aligned to N elements, which these shapes' are already); at ZeRO-3 its weights are
+# a shard, an N-th of the rest and an (N/E)-th of its experts' run (that run sharded over the
+# expert-shard ranks alone), N the shard group's ranks (D·C, or data_shard): the family's (E,
+# N at ZeRO-3 else 1).
 EXPERT_SHARE = {"E=2 D=2": (2, 1), "E=4 D=4": (4, 1), "E=2 D=4": (2, 1),
                 "E=2 D=2 ZeRO-0": (2, 1), "E=2 D=2 ZeRO-1": (2, 1),
                 "E=2 D=2 recompute full": (2, 1), "E=2 D=2 ZeRO-2": (2, 1),
