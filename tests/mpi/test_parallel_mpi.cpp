@@ -272,17 +272,23 @@ TEST_CASE("grid: every named group's communicator holds group_ranks' members, ex
           "[mpi][grid]") {
     const int rank = world().rank(), n = world().size();
     std::vector<GridShape> shapes = factorisations(n);
-    if (n % 2 == 0) {  // the experts split over pairs (and with hybrid sharding, over fours)
+    if (n % 2 == 0) {  // the experts split over pairs, and over all n ranks
         GridShape experts{1, 1, n, 1};
         experts.expert = 2;
         shapes.push_back(experts);
-        experts.data_shard = n % 4 == 0 ? 4 : 0;
         experts.expert = n;
         shapes.push_back(experts);
     }
+    if (n % 4 == 0) {  // hybrid sharding over fours, the experts split over pairs within them
+        GridShape hybrid{1, 1, n, 1};
+        hybrid.data_shard = 4;
+        hybrid.expert = 2;
+        shapes.push_back(hybrid);
+    }
     for (const GridShape& shape : shapes) {
         INFO("grid P " << shape.pipeline << " x M " << shape.tensor << " x D " << shape.data
-                       << ", E " << shape.expert << ", world rank " << rank);
+                       << ", E " << shape.expert << ", N " << shape.data_shard << ", world rank "
+                       << rank);
         Grid grid(world(), shape);
         for (int k = 0; k < kGroups; ++k) {
             const Group g = static_cast<Group>(k);
