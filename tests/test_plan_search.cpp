@@ -32,6 +32,11 @@ const char* const kUlysses =
     "model: {vocab_size: 64, seq_len: 16, layers: 3, hidden: 32, heads: 8, ffn_hidden: 64}\n"
     "parallel: {context_mode: ulysses}\ntraining: {micro_batch: 1, global_batch: 4, "
     "precision: fp16}\n";
+// A mixture of experts split over E = 4: only layouts with E dividing D·C and the shard group.
+const char* const kExperts =
+    "model: {arch: llama, vocab_size: 64, seq_len: 16, layers: 4, hidden: 32, heads: 4, "
+    "kv_heads: 2, ffn_hidden: 96, moe: {experts: 4, top_k: 2, ffn_hidden: 32}}\n"
+    "parallel: {data: 4, expert: 4}\ntraining: {micro_batch: 1, global_batch: 8}\n";
 const char* const kAdapters =
     "model: {vocab_size: 64, seq_len: 16, layers: 2, hidden: 32, heads: 4, ffn_hidden: 64}\n"
     "training: {micro_batch: 1, global_batch: 4, lora: {rank: 2}}\n"
@@ -81,8 +86,9 @@ plan::Hardware small_gpus() {
 }  // namespace
 
 TEST_CASE("plan search: every layout's memory is plan_memory's, to the byte", "[plan][search]") {
-    for (const auto& [yaml, gpus] : {std::pair{kGpt2, 8}, std::pair{kGpt2, 6}, std::pair{kLlama, 8},
-                                     std::pair{kUlysses, 8}, std::pair{kAdapters, 4}}) {
+    for (const auto& [yaml, gpus] :
+         {std::pair{kGpt2, 8}, std::pair{kGpt2, 6}, std::pair{kLlama, 8}, std::pair{kUlysses, 8},
+          std::pair{kAdapters, 4}, std::pair{kExperts, 8}}) {
         const config::Config cfg = base(yaml);
         plan::SearchMemory memory(cfg);
         plan::SearchSpace space;
@@ -117,8 +123,8 @@ TEST_CASE("plan search: every layout's memory is plan_memory's, to the byte", "[
 }
 
 TEST_CASE("plan search: every layout loads with its --set line as the layout", "[plan][search]") {
-    for (const auto& [yaml, gpus] :
-         {std::pair{kGpt2, 8}, std::pair{kLlama, 4}, std::pair{kUlysses, 8}}) {
+    for (const auto& [yaml, gpus] : {std::pair{kGpt2, 8}, std::pair{kLlama, 4},
+                                     std::pair{kUlysses, 8}, std::pair{kExperts, 8}}) {
         const config::Config cfg = base(yaml);
         for (const plan::Layout& l : layouts(cfg, gpus)) {
             const std::vector<std::string> sets = plan::set_overrides(cfg, l);

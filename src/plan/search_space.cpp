@@ -320,6 +320,9 @@ std::vector<Sharding> Enumeration::shardings(int data_context) {
     // Only stage 3 shards the parameters that a file or a kept gather needs sharded.
     const bool stage3_only = cfg_.optimizer.offload_params || !p.reshard_after_forward;
     std::vector<Sharding> out;
+    // The experts split over E ranks of the data-context group (and of each shard group).
+    if (rule(data_context % p.expert != 0, "parallel.expert must divide parallel.data x context"))
+        return out;
     for (int zero = 0; zero <= 3; ++zero) {
         if (fixed_out(kZeroStage, zero)) continue;
         if (rule(stage3_only && zero != 3,
@@ -332,10 +335,12 @@ std::vector<Sharding> Enumeration::shardings(int data_context) {
             continue;
         for (int shard = 0; shard < data_context; ++shard) {
             if (fixed_out(kDataShard, shard)) continue;
-            if (shard > 0 && (rule(data_context % shard != 0,
-                                   "parallel.data_shard must divide parallel.data x context") ||
-                              rule(shard == 1 || zero == 0,
-                                   "parallel.data_shard: 2 to D x C - 1 ranks, at ZeRO 1 to 3")))
+            if (shard > 0 &&
+                (rule(data_context % shard != 0,
+                      "parallel.data_shard must divide parallel.data x context") ||
+                 rule(shard == 1 || zero == 0,
+                      "parallel.data_shard: 2 to D x C - 1 ranks, at ZeRO 1 to 3") ||
+                 rule(shard % p.expert != 0, "parallel.expert must divide parallel.data_shard")))
                 continue;
             out.push_back({zero, shard});
         }
