@@ -100,27 +100,39 @@ std::string check_replicas(const config::Config& cfg, Trainer& trainer, parallel
         // The model's parameters, whole where they are sharded (ZeRO-3; collective).
         trainer.data_parallel().finish_param_gather();
         const std::vector<float> params = trainer.local_model_params();
-        const auto every = [](const model::ParamTensor&) { return true; };
         const auto replicated = [](const model::ParamTensor& t) {
             return t.split.kind == model::SplitKind::replicated;
         };
         const auto kv_replicated = [](const model::ParamTensor& t) { return t.replicas > 1; };
-        Hashes data, tensor, kv;
-        if (zero_stage < 3) data.add(gpt.layout(), params, "", every);
+        Hashes data, experts, tensor, kv;
+        // A buffer's tensors: a split expert's to the expert-data group's, the rest to the
+        // data-context group's.
+        const auto replicas = [&](const model::ParamLayout& layout, const std::vector<float>& host,
+                                  const std::string& prefix) {
+            data.add(layout, host, prefix,
+                     [&](const model::ParamTensor& t) { return !layout.split_expert(t); });
+            experts.add(layout, host, prefix,
+                        [&](const model::ParamTensor& t) { return layout.split_expert(t); });
+        };
+        if (zero_stage < 3) replicas(gpt.layout(), params, "");
         tensor.add(gpt.layout(), params, "", replicated);
         kv.add(gpt.layout(), params, "", kv_replicated);
         if (gpt.frozen()) {
             const std::vector<float> adapters = trainer.local_params();
-            data.add(gpt.trainable().layout(), adapters, "", every);
+            replicas(gpt.trainable().layout(), adapters, "");
             tensor.add(gpt.trainable().layout(), adapters, "", replicated);
         }
         // The optimizer's state, where every replica holds it whole.
         if (zero_stage == 0) {
             const optim::OptimizerState s = trainer.optimizer_state();
             for (std::size_t k = 0; k < s.names.size(); ++k)
-                data.add(gpt.trainable().layout(), s.values[k], s.names[k] + "/", every);
+                replicas(gpt.trainable().layout(), s.values[k], s.names[k] + "/");
         }
         found = compare(grid.data_context(), "data-parallel replicas", data, grid.shape(), step);
+        const std::string across_experts =
+            compare(grid.group(parallel::Group::expert_data), "expert-data replicas", experts,
+                    grid.shape(), step);
+        if (found.empty()) found = across_experts;
         const std::string across_tensor =
             compare(grid.tensor(), "tensor-parallel ranks", tensor, grid.shape(), step);
         const std::string across_kv =

@@ -9,7 +9,8 @@
 //   weights): every parameter (ZeRO-0 to 2, where each holds them whole; ZeRO-3 shards them)
 //   and, under ZeRO-0, the optimizer's state (fp32 master weights, Adam's moments), which
 //   every replica then holds whole; under low-rank adapters, the frozen weights and the
-//   adapters;
+//   adapters; a split expert's (model/param_layout.h) across the expert-data group alone, the
+//   D·C/E ranks holding it;
 // - across the tensor group: the tensors every tensor rank holds whole (LayerNorms,
 //   row-parallel biases, wpe); across each key/value head's replicas (M > KVH), its rows of
 //   k_proj and v_proj.

@@ -459,6 +459,13 @@ def corrupt_replica(trident, base, tmp):
         ((1, 2, 1), [], "1:h.1.ln_2.bias",
          "the tensor-parallel ranks disagree: rank 1 (pp 0, tp 1, dp 0) holds another "
          "h.1.ln_2.bias than rank 0 (pp 0, tp 0, dp 0)"),
+        # An expert split over E = 2 with hybrid sharding: compared across the ranks holding
+        # it (ranks 0 and 2), not the ranks holding other experts.
+        ((1, 1, 4), ["model.arch=llama", "model.moe.experts=4", "parallel.expert=2",
+                     "parallel.data_shard=2", "training.global_batch=8"],
+         "2:layers.0.mlp.experts.0.gate_proj.weight",
+         "the expert-data replicas disagree: rank 2 (pp 0, tp 0, dp 2) holds another "
+         "layers.0.mlp.experts.0.gate_proj.weight than rank 0 (pp 0, tp 0, dp 0)"),
     ]
     for (p_, m, d), extra, fault, said in cases:
         ck = os.path.join(tmp, f"ck_replica_{p_}{m}{d}")
