@@ -12,8 +12,9 @@ wrapped by llama_reference.py's adapters, and across layouts.
    moe_z_loss within 1e-5, the gradient norms within 1e-4.
 2. Layouts: the 10 steps' loss, moe_aux_loss and moe_z_loss of M = 2 with sequence parallelism,
    P = 2 (1F1B, ZB-H1; a layer on each stage), D = 2 with the experts split over E = 2, C = 2
-   (ring; with E = 2 too), D = 2 ZeRO-3 with E = 2 and full recompute within 1e-5 of one
-   process's.
+   (ring; with E = 2 too), D = 2 ZeRO-3 with E = 2, C = 2 and D = 2 with hybrid sharding over 2
+   at ZeRO-3 with E = 2 (the frozen experts split within each shard group) and full recompute
+   within 1e-5 of one process's.
 3. Refused at start-up with one line: an MLP target (gate) on the MoE model; the router bias's
    update (bias_update_rate) beside adapters.
 4. `export --lora-only` of the trained run writes PEFT's names of the attention adapters alone,
@@ -70,6 +71,9 @@ LAYOUTS = [("M=2 +SP", 2, ["parallel.tensor=2", "parallel.sequence_parallel=true
            ("E=2 C=2 ring", 2, ["parallel.context=2", "parallel.expert=2"]),
            ("E=2 D=2 ZeRO-3", 2, ["parallel.data=2", "parallel.expert=2",
                                   "parallel.zero_stage=3"]),
+           ("E=2 C=2 D=2 hybrid shard 2 ZeRO-3", 4, ["parallel.context=2", "parallel.data=2",
+                                                     "parallel.expert=2", "parallel.data_shard=2",
+                                                     "parallel.zero_stage=3"]),
            ("recompute full", 1, ["training.recompute=full"])]
 ROUTER_LOSSES = ("moe_aux_loss", "moe_z_loss")
 
