@@ -151,7 +151,7 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
       scratch_(ops, parts_.scratch.buffers()),
       ctx_{ops,      rows_,    groups.context, groups.kv_replicas,
            weights_, scratch_, &moe_losses_,   groups.experts},
-      store_(ops, options.recompute, parts_.chunks, parts_.layer_spec()),
+      store_(ops, options.recompute, parts_.chunks),
       loss_sum_(ops, 1, kernels::DType::f64),
       units_(make_units(layout_, lora_layout_, weights_.frozen, nf4_.get())) {
     store_.set_split_backward(options.split_backward);

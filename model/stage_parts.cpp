@@ -87,4 +87,10 @@ StageParts build_stage(const ParamLayout& layout, const ParamLayout& lora_layout
     return s;
 }
 
+std::vector<const SetSpec*> StageParts::layer_specs() const {
+    std::vector<const SetSpec*> specs;
+    for (const TransformerLayer& layer : layers) specs.push_back(&layer.spec());
+    return specs;
+}
+
 }  // namespace trident::model

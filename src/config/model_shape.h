@@ -60,8 +60,7 @@ inline model::Dims rank_dims(const Config& cfg) {
         gpt_shape(cfg),
         model::DimsInputs{cfg.training.micro_batch, cfg.parallel.tensor, 0, cfg.parallel.context,
                           cfg.parallel.sequence_parallel, cfg.parallel.tp_overlap,
-                          cfg.parallel.context_mode, cfg.training.precision,
-                          cfg.parallel.expert});
+                          cfg.parallel.context_mode, cfg.training.precision, cfg.parallel.expert});
 }
 
 // The ranks the experts' weights are split over (model/param_layout.h): parallel.expert at

@@ -115,14 +115,6 @@ void check_moe_built(const Config& cfg, const Origins& origins) {
              cat("model.moe.bias_update_rate (", moe.bias_update_rate,
                  ") with optimizer.offload: nvme is not built yet: the router's bias moves in "
                  "the master weights (optimizer.offload: none or host)"));
-    // The recompute scratch is one layer's buffers (model/activation_store.h), laid out as the
-    // first layer's: every layer must be of the same kinds.
-    const bool mixed = moe.first_dense > 0 || moe.every > 1;
-    if (mixed && cfg.training.recompute != Recompute::none)
-        fail(origins.blame({"training.recompute", "model.moe.first_dense", "model.moe.every"}),
-             cat("training.recompute: ", enum_name(cfg.training.recompute),
-                 " with dense and MoE layers (model.moe.first_dense ", moe.first_dense, ", every ",
-                 moe.every, ") is not built yet: recompute needs every layer an MoE layer"));
     // The balancing and z losses are averaged over the microbatches, as the cross-entropy is
     // by default; over counted tokens they are not yet defined.
     if (cfg.training.loss_normalization == LossNormalization::tokens || cfg.data.mask_eod_loss)

@@ -73,8 +73,8 @@ int64_t temporary_bytes(const model::StageParts& parts, const model::KeepPolicy&
                         const model::Dims& d, int ranks) {
     int64_t bytes = static_cast<int64_t>(parts.scratch.bytes()) + attention_workspace_bytes(d) +
                     kDeviceTotals + (ranks > 1 ? kFirstSighting : 0);
-    if (policy.recompute != model::Recompute::none && parts.layer_spec())
-        bytes += static_cast<int64_t>(model::recompute_scratch_bytes(*parts.layer_spec(), policy));
+    if (policy.recompute != model::Recompute::none)
+        bytes += static_cast<int64_t>(model::recompute_scratch_bytes(parts.layer_specs(), policy));
     return bytes;
 }
 

@@ -37,7 +37,10 @@ experts of moe_reference.py, itself first held against torch's softmax, top-k an
 9. the trace of an E = 2 run (data rank 0's: the trace holds the first replica's ranks): every
    MoE layer's dispatch, forward and backward (ep_exchange, on the expert-parallel row), is
    under way while its shared experts compute (ep_shared), and the backward's combine of the
-   inputs' gradients while its weight gradients compute (ep_wgrad).
+   inputs' gradients while its weight gradients compute (ep_wgrad);
+10. recompute (full and selective) on a model of both kinds of layer (a dense first layer, then
+   MoE: DeepSeek's first_k_dense_replace), on one process, at E = 2 D = 2 and at M = 2 + SP:
+   10 steps within 1e-5 of one process without recompute.
 Every run's per-layer loads (moe_layers: tokens_min, tokens_max, tokens_cv, dropped) are those
 of the reference (training) or of one process (layouts).
 
@@ -284,6 +287,23 @@ BIAS_FAMILIES = [f for f in EXPERT_FAMILIES if f[0] in (
     ("E=2 D=2 ZeRO-2 offload host", 2, ["parallel.data=2", "parallel.expert=2",
                                         "parallel.zero_stage=2", "optimizer.offload=host"])]
 
+# Recompute on layers of two kinds: each rebuilds into the one recompute scratch laid out as its
+# own kind's buffers (model/activation_store.h), the dense first layer's and the MoE layer's.
+MIXED_MOE = ref.Moe(experts=4, top_k=2, ffn=32, shared=1, aux_loss=0.05, z_loss=0.01,
+                    first_dense=1)
+MIXED_FAMILIES = [
+    ("recompute full", 1, ["training.recompute=full"]),
+    ("recompute selective", 1, ["training.recompute=selective"]),
+    ("recompute full, E=2 D=2", 2, ["parallel.data=2", "parallel.expert=2",
+                                    "training.recompute=full"]),
+    ("recompute full, M=2 +SP", 2, ["parallel.tensor=2", "parallel.sequence_parallel=true",
+                                    "training.recompute=full"]),
+    ("recompute selective, E=2 D=2 M=2 +SP", 4, ["parallel.data=2", "parallel.expert=2",
+                                                 "parallel.tensor=2",
+                                                 "parallel.sequence_parallel=true",
+                                                 "training.recompute=selective"]),
+]
+
 
 def check_router_losses(trident, base, tmp, label, one, families):
     """Each family's moe_aux_loss and moe_z_loss (families_i.jsonl) within TOLERANCE of one
@@ -511,6 +531,7 @@ def main():
             test_collapse(tmp, args.trident)
         if args.only not in ("reference", "expert"):
             test_layouts(tmp, args.trident)
+            test_layouts(tmp, args.trident, MIXED_FAMILIES, "moe, dense and MoE layers", MIXED_MOE)
         if args.only != "reference":
             test_layouts(tmp, args.trident, EXPERT_FAMILIES, "moe, expert parallel")
             test_layouts(tmp, args.trident, BIAS_FAMILIES, "moe, router bias", BIAS_MOE)
