@@ -100,10 +100,6 @@ TEST_CASE("config: model.moe's refusals name their key", "[config]") {
           "--set optimizer.offload=nvme: model.moe.bias_update_rate (0.001) with "
           "optimizer.offload: nvme is not built yet: the router's bias moves in the master "
           "weights (optimizer.offload: none or host)");
-    CHECK(error_of({"model.moe.experts=4", "model.moe.first_dense=1", "training.recompute=full"}) ==
-          "--set training.recompute=full: training.recompute: full with dense and MoE layers "
-          "(model.moe.first_dense 1, every 1) is not built yet: recompute needs every layer an MoE "
-          "layer");
     CHECK(error_of({"model.moe.experts=4", "training.loss_normalization=tokens"}) ==
           "--set training.loss_normalization=tokens: training.loss_normalization: tokens (or "
           "data.mask_eod_loss) with model.moe is not built yet: the balancing losses are averaged "

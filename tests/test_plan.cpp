@@ -608,11 +608,11 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
     }
     // Expert parallelism over E = 2 of D = 2 on a llama whose every token chooses all 16 experts
     // (top_k = experts): every rank's experts receive alike, so the all-to-alls' payload is the
-    // plan's to the byte (docs/FORMULAS.md); a dense first layer exchanges nothing (full
-    // recompute needs every layer MoE). Sixteen experts make every buffer of an MoE layer's
-    // activation set a multiple of 64 bytes (its load and the counts received, 16 of each), so
-    // the activations are the plan's to the byte too; of the scratch, the router's statistics
-    // (2·16 + 2 floats, 136 bytes) are the one buffer the allocator rounds up, by 56 bytes.
+    // plan's to the byte (docs/FORMULAS.md); a dense first layer exchanges nothing. Sixteen experts
+    // make every buffer of an MoE layer's activation set a multiple of 64 bytes (its load and the
+    // counts received, 16 of each), so the activations are the plan's to the byte too; of the
+    // scratch, the router's statistics (2·16 + 2 floats, 136 bytes) are the one buffer the
+    // allocator rounds up, by 56 bytes.
     const std::vector<std::string> moe = {
         "model.arch=llama",   "model.kv_heads=2",        "model.dropout=0", "model.moe.experts=16",
         "model.moe.top_k=16", "model.moe.ffn_hidden=32", "parallel.data=2", "parallel.expert=2"};
@@ -628,12 +628,18 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
                 CHECK(stage.measured.peak >= stage.planned.peak);
         }
     };
+    // Recompute on layers of both kinds: one scratch, as large as the MoE layer's rebuilt
+    // buffers (model/activation_store.h).
     SECTION("moe, 1 x 1 x 2, E = 2, a dense first layer, and full recompute") {
-        for (const char* extra : {"model.moe.first_dense=1", "training.recompute=full"}) {
-            INFO(extra);
+        for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{
+                 {"model.moe.first_dense=1"},
+                 {"training.recompute=full"},
+                 {"model.moe.first_dense=1", "training.recompute=full"},
+                 {"model.moe.first_dense=1", "training.recompute=selective"}}) {
+            INFO(extra.front() << (extra.size() > 1 ? ", " + extra.back() : ""));
             cli::Workspace ws;
             std::vector<std::string> overrides = moe;
-            overrides.push_back(extra);
+            overrides.insert(overrides.end(), extra.begin(), extra.end());
             check_activations(
                 measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, 2), true);
         }
