@@ -66,15 +66,15 @@ std::size_t recompute_scratch_bytes(const std::vector<const SetSpec*>& layers,
     return bytes;
 }
 
-ActivationStore::ActivationStore(kernels::Ops& ops, Recompute recompute,
+ActivationStore::ActivationStore(kernels::Ops& ops, const KeepPolicy& policy,
                                  std::vector<ChunkSpec> chunks)
-    : ops_(ops), chunks_(std::move(chunks)), pool_(chunks_.size()) {
-    policy_.recompute = recompute;
-    if (recompute == Recompute::none) return;
+    : ops_(ops), policy_(policy), chunks_(std::move(chunks)), pool_(chunks_.size()) {
     std::vector<const SetSpec*> layers;
     for (const ChunkSpec& chunk : chunks_)
         layers.insert(layers.end(), chunk.layers.begin(), chunk.layers.end());
-    scratch_ = DeviceBuffer(ops, recompute_scratch_bytes(layers, policy_), kernels::DType::i8);
+    const std::size_t bytes = recompute_scratch_bytes(layers, policy_);
+    if (bytes > 0) scratch_ = DeviceBuffer(ops, bytes, kernels::DType::i8);
+    char* const base = static_cast<char*>(scratch_.data().data);
     for (const ChunkSpec& chunk : chunks_) {
         auto& slots = scratch_slots_.emplace_back();
         for (const SetSpec* layer : chunk.layers) {
@@ -82,17 +82,11 @@ ActivationStore::ActivationStore(kernels::Ops& ops, Recompute recompute,
             auto& ptrs = slots.emplace_back();
             for (std::size_t s = 0; s < layer->buffers().size(); ++s) {
                 const BufferSpec& b = layer->buffers()[s];
-                ptrs.push_back(policy_.in_scratch(b.keep)
-                                   ? Ptr(static_cast<char*>(scratch_.data().data) + at[s], b.dtype)
-                                   : Ptr());
+                ptrs.push_back(policy_.in_scratch(b.keep) && base ? Ptr(base + at[s], b.dtype)
+                                                                  : Ptr());
             }
         }
     }
-}
-
-void ActivationStore::set_split_backward(bool on) {
-    if (sets() > 0) throw Error("internal: the backward split after a forward");
-    policy_.split_backward = on;
 }
 
 std::unique_ptr<ActivationStore::Set> ActivationStore::allocate(int c) {

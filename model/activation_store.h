@@ -10,7 +10,9 @@
 // full keeps only each layer's output (Keep::always) and reruns the layer's forward,
 // collectives included, just before its backward. Both rebuild into the shared scratch, and
 // the kernels and dropout masks are deterministic, so the gradients are bitwise those without
-// recompute. A split backward's sets also hold what its B keeps for its W (Keep::split).
+// recompute. A split backward's sets also hold what its B keeps for its W (Keep::split); an
+// attention's W that waits for the next MoE layer's exchange (parallel.ep_overlap) reads what
+// its B kept from the shared scratch (Keep::deferrable): one layer's W waits at a time.
 //
 // A chunk's own buffers (its input, the embedding's and the head's) are kept in every set
 // whatever the policy; only split ones follow split_backward.
@@ -77,10 +79,8 @@ public:
     };
 
     // `chunks`: per local chunk, its layers' specs among them.
-    ActivationStore(kernels::Ops& ops, Recompute recompute, std::vector<ChunkSpec> chunks);
+    ActivationStore(kernels::Ops& ops, const KeepPolicy& policy, std::vector<ChunkSpec> chunks);
 
-    // Whether sets hold what a split backward keeps; before the first set only.
-    void set_split_backward(bool on);
     const KeepPolicy& policy() const { return policy_; }
 
     Set& start(int mb, int c);

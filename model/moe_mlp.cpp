@@ -71,6 +71,7 @@ public:
     void finish_grads(PartContext& ctx) const override {
         if (shared_) shared_->finish_grads(ctx);
     }
+    bool exchanges() const override { return EP_ > 1; }
 
 private:
     // The gradients the weights' backward reads: kept by a split backward's B, else scratch.
@@ -78,7 +79,6 @@ private:
         ConstPtr d_gate_up, d_out, d_logits;
     };
     std::size_t choices() const { return static_cast<std::size_t>(N_) * k_; }
-    bool exchanges() const { return EP_ > 1; }
     // The rows this rank's experts compute: without expert parallelism the permutation's own.
     ExpertRows all_local(const MoeRouting& r) const { return {0, r.offset}; }
     ExchangeBuffers exchange_buffers(PartContext& ctx) const {
@@ -89,7 +89,8 @@ private:
     ExpertExchange exchange(PartContext& ctx, const Pass& pass, const MoeRouting& r,
                             bool forward) const;
     // local = the permuted rows (K, H) of every rank for this rank's experts, while `shared`
-    // (the shared experts' forward or backward) runs.
+    // (the shared experts' forward or backward) runs, and the work deferred to this exchange
+    // (model/part_context.h: the weight gradients of the attention above, in a backward).
     void dispatch_under(PartContext& ctx, const ExpertExchange& ex, ConstPtr permuted, Ptr local,
                         const std::function<void()>& shared) const;
     // The backward's combine of the experts' input gradients `local` into `permuted`, with
@@ -325,6 +326,8 @@ void MoeMlp::dispatch_under(PartContext& ctx, const ExpertExchange& ex, ConstPtr
     const double issued = ctx.rows.trace_now();
     parallel::Request sent = ex.start_dispatch(b, permuted, H_);
     if (shared_) ctx.rows.run_traced(PieceKind::expert, 0, shared);
+    if (ctx.deferred && *ctx.deferred)
+        ctx.rows.run_traced(PieceKind::attention_wgrad, 0, [&ctx] { ctx.deferred->run(); });
     ctx.rows.wait_traced(PieceKind::expert, 0, sent, issued);
     ex.finish_dispatch(b, sent, local, H_);
 }

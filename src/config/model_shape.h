@@ -111,6 +111,7 @@ inline model::GptOptions gpt_options(const Config& cfg, int stage, const model::
     o.dropout = static_cast<float>(cfg.model.dropout);
     o.sequence_parallel = p.sequence_parallel;
     o.tp_overlap = p.tp_overlap;
+    o.ep_overlap = p.ep_overlap;
     o.context_mode = p.context_mode;
     o.recompute = t.recompute;
     o.split_backward = pipeline::splits_backward(p.schedule);
