@@ -677,6 +677,18 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
                              zero == 1);
             }
     }
+    // parallel.ep_overlap: what each deferred attention's W reads waits in the shared scratch,
+    // one layer's at a time, beside what selective recompute rebuilds there.
+    SECTION("moe, 1 x 1 x 2, E = 2, attention weight gradients under the dispatch") {
+        for (const char* recompute : {"training.recompute=none", "training.recompute=selective"}) {
+            INFO(recompute);
+            cli::Workspace ws;
+            std::vector<std::string> overrides = moe;
+            overrides.insert(overrides.end(), {"parallel.ep_overlap=true", recompute});
+            check_activations(
+                measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, 2), true);
+        }
+    }
     // A shared expert under full recompute: an MLP's exchanges more, its input gathered again.
     SECTION("moe, 2 x 2 x 1 x 2 (P x M x C x D), E = 2, sequence parallel, a shared expert") {
         cli::Workspace ws;
