@@ -166,3 +166,30 @@ TEST_CASE("config: LoRA on a mixture of experts adapts its attention alone", "[c
           "model.moe.experts > 0 is not built yet: the router and the experts read their weights "
           "dense");
 }
+
+TEST_CASE("config: parallel.ep_overlap needs an exchange and a plain backward", "[config]") {
+    const std::vector<std::string> ep = {"model.moe.experts=4", "parallel.data=2",
+                                         "parallel.expert=2", "parallel.ep_overlap=true"};
+    const auto with = [&](std::vector<std::string> extra) {
+        extra.insert(extra.begin(), ep.begin(), ep.end());
+        return extra;
+    };
+    const std::string overlap =
+        "parallel.ep_overlap: true (the attention weight gradients of the layer above under "
+        "each MoE layer's dispatch)";
+    CHECK(error_of({"model.moe.experts=4", "parallel.ep_overlap=true"}) ==
+          "--set parallel.ep_overlap=true: " + overlap +
+              " needs parallel.expert > 1: without expert parallelism nothing travels");
+    CHECK(error_of(with({"parallel.pipeline=2", "parallel.schedule=zb-h1"})) ==
+          "--set parallel.schedule=zb-h1: " + overlap +
+              " with parallel.schedule: zb-h1 is not built: a zero-bubble schedule runs every "
+              "weight gradient apart already");
+    CHECK(error_of(with({"training.recompute=full"})) ==
+          "--set training.recompute=full: " + overlap +
+              " with training.recompute: full is not built: the layer below's rerun rebuilds its "
+              "activations where the attention's wait");
+    CHECK(error_of(with({"training.lora.rank=4"})) ==
+          "--set training.lora.rank=4: " + overlap +
+              " with training.lora is not built: the adapters' weight gradients run with their "
+              "layer's backward");
+}
