@@ -27,9 +27,11 @@
 // experts it does not compute get no gradient from it, and the data-parallel sum over the
 // data-context group adds the ranks' parts. The shared experts
 // compute while the rows travel to their experts (forward: the inputs; backward: the outputs'
-// gradients): the trace's ep_shared under ep_exchange (src/io/chrome_trace.h); a backward that
-// computes its weight gradients too (not a split backward's B) computes them while the inputs'
-// gradients travel back (ep_wgrad under ep_exchange).
+// gradients): the trace's ep_shared under ep_exchange (src/io/chrome_trace.h), and in the
+// backward the work deferred to it (parallel.ep_overlap, model/part_context.h: the attention
+// weight gradients of the layer above, ep_attention); a backward that computes its weight
+// gradients too (not a split backward's B) computes them while the inputs' gradients travel
+// back (ep_wgrad under ep_exchange).
 //
 // Shapes (this rank; K = N·k choices, F the expert's width over M, K' the rows its experts
 // compute: K, or at most E·N·min(k, N/E) under expert parallelism): logits (N, experts) fp32 and
