@@ -1,6 +1,7 @@
 // Activation sets, their pool and the recompute scratch (see activation_store.h).
 #include "model/activation_store.h"
 
+#include <algorithm>
 #include <string>
 #include <utility>
 
@@ -24,6 +25,21 @@ std::vector<DeviceBuffer> allocate_spec(kernels::Ops& ops, const SetSpec& spec, 
     return buffers;
 }
 
+// Where each of `layer`'s buffers rebuilt into the recompute scratch starts, in bytes from
+// the scratch's start, each at a 64-byte boundary; last, the bytes in all.
+std::vector<std::size_t> scratch_offsets(const SetSpec& layer, const KeepPolicy& policy) {
+    constexpr std::size_t kAlign = 64;
+    std::vector<std::size_t> at;
+    std::size_t end = 0;
+    for (const BufferSpec& b : layer.buffers()) {
+        at.push_back(end);
+        if (policy.in_scratch(b.keep))
+            end += (b.count * kernels::size_of(b.dtype) + kAlign - 1) / kAlign * kAlign;
+    }
+    at.push_back(end);
+    return at;
+}
+
 }  // namespace
 
 WeightGradStash::WeightGradStash(SetSpec& set, std::string name, std::size_t count,
@@ -42,21 +58,35 @@ std::size_t set_bytes(const ChunkSpec& chunk, const KeepPolicy& policy) {
     return bytes;
 }
 
-std::size_t recompute_scratch_bytes(const SetSpec& layer, const KeepPolicy& policy) {
-    return spec_bytes(layer, [&](Keep k) { return policy.in_scratch(k); });
+std::size_t recompute_scratch_bytes(const std::vector<const SetSpec*>& layers,
+                                    const KeepPolicy& policy) {
+    std::size_t bytes = 0;
+    for (const SetSpec* layer : layers)
+        bytes = std::max(bytes, scratch_offsets(*layer, policy).back());
+    return bytes;
 }
 
-ActivationStore::ActivationStore(kernels::Ops& ops, Recompute recompute,
-                                 std::vector<ChunkSpec> chunks, const SetSpec* layer)
-    : ops_(ops), chunks_(std::move(chunks)), layer_(layer), pool_(chunks_.size()) {
-    policy_.recompute = recompute;
-    if (recompute != Recompute::none && layer_)
-        scratch_ = allocate_spec(ops, *layer_, [&](Keep k) { return policy_.in_scratch(k); });
-}
-
-void ActivationStore::set_split_backward(bool on) {
-    if (sets() > 0) throw Error("internal: the backward split after a forward");
-    policy_.split_backward = on;
+ActivationStore::ActivationStore(kernels::Ops& ops, const KeepPolicy& policy,
+                                 std::vector<ChunkSpec> chunks)
+    : ops_(ops), policy_(policy), chunks_(std::move(chunks)), pool_(chunks_.size()) {
+    std::vector<const SetSpec*> layers;
+    for (const ChunkSpec& chunk : chunks_)
+        layers.insert(layers.end(), chunk.layers.begin(), chunk.layers.end());
+    const std::size_t bytes = recompute_scratch_bytes(layers, policy_);
+    if (bytes > 0) scratch_ = DeviceBuffer(ops, bytes, kernels::DType::i8);
+    char* const base = static_cast<char*>(scratch_.data().data);
+    for (const ChunkSpec& chunk : chunks_) {
+        auto& slots = scratch_slots_.emplace_back();
+        for (const SetSpec* layer : chunk.layers) {
+            const std::vector<std::size_t> at = scratch_offsets(*layer, policy_);
+            auto& ptrs = slots.emplace_back();
+            for (std::size_t s = 0; s < layer->buffers().size(); ++s) {
+                const BufferSpec& b = layer->buffers()[s];
+                ptrs.push_back(policy_.in_scratch(b.keep) && base ? Ptr(base + at[s], b.dtype)
+                                                                  : Ptr());
+            }
+        }
+    }
 }
 
 std::unique_ptr<ActivationStore::Set> ActivationStore::allocate(int c) {
@@ -118,8 +148,10 @@ SetBuffers ActivationStore::layer(const Set& set, int c, int i) const {
     const std::vector<DeviceBuffer>& kept = set.layers[static_cast<std::size_t>(i)];
     std::vector<Ptr> buffers;
     for (std::size_t s = 0; s < kept.size(); ++s)
-        buffers.push_back(policy_.in_scratch(spec.buffers()[s].keep) ? scratch_[s].data()
-                                                                     : kept[s].data());
+        buffers.push_back(
+            policy_.in_scratch(spec.buffers()[s].keep)
+                ? scratch_slots_[static_cast<std::size_t>(c)][static_cast<std::size_t>(i)][s]
+                : kept[s].data());
     return SetBuffers(std::move(buffers));
 }
 

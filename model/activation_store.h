@@ -1,7 +1,8 @@
 // The activations of the (microbatch, chunk) pairs in flight: a set per pair, allocated from
 // the chunk's declared buffers (model/buffer_spec.h) under the recompute policy, pooled per
 // chunk (a set freed by its backward is the next forward's), and the one recompute scratch
-// layer every set shares.
+// every set shares: one allocation as large as the largest layer's rebuilt buffers, each
+// layer's laid out in it from its start (layers of different kinds, dense and MoE, alike).
 //
 // Recompute (Korthikanti et al., "Reducing Activation Recomputation in Large Transformer
 // Models", arXiv 2205.05198): selective keeps all but what attention keeps for its backward
@@ -9,7 +10,9 @@
 // full keeps only each layer's output (Keep::always) and reruns the layer's forward,
 // collectives included, just before its backward. Both rebuild into the shared scratch, and
 // the kernels and dropout masks are deterministic, so the gradients are bitwise those without
-// recompute. A split backward's sets also hold what its B keeps for its W (Keep::split).
+// recompute. A split backward's sets also hold what its B keeps for its W (Keep::split); an
+// attention's W that waits for the next MoE layer's exchange (parallel.ep_overlap) reads what
+// its B kept from the shared scratch (Keep::deferrable): one layer's W waits at a time.
 //
 // A chunk's own buffers (its input, the embedding's and the head's) are kept in every set
 // whatever the policy; only split ones follow split_backward.
@@ -59,9 +62,11 @@ private:
     std::size_t count_ = 0;
 };
 
-// Bytes of one set of `chunk` under `policy`, and of the recompute scratch of `layer`.
+// Bytes of one set of `chunk` under `policy`, and of the recompute scratch of `layers`: the
+// largest layer's buffers rebuilt into it, each from a 64-byte boundary.
 std::size_t set_bytes(const ChunkSpec& chunk, const KeepPolicy& policy);
-std::size_t recompute_scratch_bytes(const SetSpec& layer, const KeepPolicy& policy);
+std::size_t recompute_scratch_bytes(const std::vector<const SetSpec*>& layers,
+                                    const KeepPolicy& policy);
 
 class ActivationStore {
 public:
@@ -73,13 +78,9 @@ public:
         std::vector<std::vector<kernels::DeviceBuffer>> layers;
     };
 
-    // `chunks`: per local chunk; `layer`: the one spec every layer shares (the recompute
-    // scratch is one of it).
-    ActivationStore(kernels::Ops& ops, Recompute recompute, std::vector<ChunkSpec> chunks,
-                    const SetSpec* layer);
+    // `chunks`: per local chunk, its layers' specs among them.
+    ActivationStore(kernels::Ops& ops, const KeepPolicy& policy, std::vector<ChunkSpec> chunks);
 
-    // Whether sets hold what a split backward keeps; before the first set only.
-    void set_split_backward(bool on);
     const KeepPolicy& policy() const { return policy_; }
 
     Set& start(int mb, int c);
@@ -100,8 +101,9 @@ private:
     kernels::Ops& ops_;
     KeepPolicy policy_;
     std::vector<ChunkSpec> chunks_;
-    const SetSpec* layer_;
-    std::vector<kernels::DeviceBuffer> scratch_;  // the recompute scratch, by layer slot
+    kernels::DeviceBuffer scratch_;  // the recompute scratch (bytes)
+    // Where each slot of local chunk c's layer i lies in it ([c][i][slot]; null: in the set).
+    std::vector<std::vector<std::vector<kernels::Ptr>>> scratch_slots_;
     std::map<std::pair<int, int>, std::unique_ptr<Set>> live_;
     std::vector<std::vector<std::unique_ptr<Set>>> pool_;
     std::size_t bytes_ = 0;

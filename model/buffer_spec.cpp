@@ -13,6 +13,11 @@ int SetSpec::add(std::string name, std::size_t count, kernels::DType dtype, Keep
     return static_cast<int>(buffers_.size()) - 1;
 }
 
+void SetSpec::make_deferrable(std::size_t from) {
+    for (std::size_t i = from; i < buffers_.size(); ++i)
+        if (buffers_[i].keep == Keep::split) buffers_[i].keep = Keep::deferrable;
+}
+
 bool KeepPolicy::in_set(Keep keep) const {
     switch (keep) {
         case Keep::always:
@@ -22,12 +27,14 @@ bool KeepPolicy::in_set(Keep keep) const {
         case Keep::unless_recompute:
             return recompute == Recompute::none;
         case Keep::split:
+        case Keep::deferrable:
             break;
     }
     return split_backward;
 }
 
 bool KeepPolicy::in_scratch(Keep keep) const {
+    if (keep == Keep::deferrable) return defer_attention && !split_backward;
     return (keep == Keep::unless_full || keep == Keep::unless_recompute) && !in_set(keep);
 }
 

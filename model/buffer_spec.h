@@ -30,6 +30,9 @@ enum class Keep {
     unless_full,       // what backward reads; rebuilt by full recompute (into the scratch)
     unless_recompute,  // what attention keeps for backward; rebuilt by either recompute
     split,             // what a split backward's B keeps for its W (only when split)
+    // What an attention's B keeps for its W: as split, and when its W waits for the next MoE
+    // layer's exchange (KeepPolicy::defer_attention) in the shared scratch.
+    deferrable,
 };
 
 struct BufferSpec {
@@ -44,6 +47,8 @@ struct BufferSpec {
 class SetSpec {
 public:
     int add(std::string name, std::size_t count, kernels::DType dtype, Keep keep);
+    // The split buffers declared from the `from`-th on become deferrable (an attention's).
+    void make_deferrable(std::size_t from);
     const std::vector<BufferSpec>& buffers() const { return buffers_; }
 
 private:
@@ -54,6 +59,9 @@ private:
 struct KeepPolicy {
     Recompute recompute = Recompute::none;
     bool split_backward = false;
+    // An attention's W may run under the next layer's exchange (parallel.ep_overlap): what it
+    // reads waits in the shared scratch.
+    bool defer_attention = false;
     // In each set, in the shared recompute scratch, or nowhere.
     bool in_set(Keep keep) const;
     bool in_scratch(Keep keep) const;

@@ -25,7 +25,7 @@ struct Decoder::Parts {
                             PartOptions{0, {}, {}, cached_cores(cache)})),
           scratch(ops, parts.scratch.buffers()),
           ctx{ops, rows, groups.context, groups.kv_replicas, weights, scratch},
-          store(ops, Recompute::none, parts.chunks, parts.layer_spec()) {}
+          store(ops, KeepPolicy{}, parts.chunks) {}
 };
 
 namespace {

@@ -111,6 +111,12 @@ int unit_align(const BufferPlan& plan, const StagePlan& stage) {
     return plan.shard_grads || stage.experts > 1 ? static_cast<int>(plan.multiple) : 1;
 }
 
+// Where the activations go: recompute's, a split backward's, and an attention's W deferred to
+// the next MoE layer's exchange (only where the backward is not split: there W runs apart).
+KeepPolicy keep_policy(const GptOptions& o) {
+    return KeepPolicy{o.recompute, o.split_backward, o.ep_overlap && !o.split_backward};
+}
+
 Dims dims_of(const GptOptions& o, const ModelGroups& groups) {
     return make_dims(o.shape, DimsInputs{o.micro_batch, groups.tensor.size(), groups.tensor.rank(),
                                          groups.context.size(), o.sequence_parallel, o.tp_overlap,
@@ -149,12 +155,11 @@ Gpt::Gpt(kernels::Ops& ops, const GptOptions& options, const ModelGroups& groups
                                      nf4_.get(),
                                      options.documents.mask})),
       scratch_(ops, parts_.scratch.buffers()),
-      ctx_{ops,      rows_,    groups.context, groups.kv_replicas,
-           weights_, scratch_, &moe_losses_,   groups.experts},
-      store_(ops, options.recompute, parts_.chunks, parts_.layer_spec()),
+      ctx_{ops,      rows_,        groups.context, groups.kv_replicas, weights_,
+           scratch_, &moe_losses_, groups.experts, &deferred_},
+      store_(ops, keep_policy(options), parts_.chunks),
       loss_sum_(ops, 1, kernels::DType::f64),
       units_(make_units(layout_, lora_layout_, weights_.frozen, nf4_.get())) {
-    store_.set_split_backward(options.split_backward);
     const StagePlan& plan = layout_.plan();
     const bool tied = layout_.shape().tied;
     const auto [begin, end] = layout_.embedding_range();
@@ -335,6 +340,7 @@ void Gpt::backward_part(int mb, int c, float dloss, ConstPtr output_grad, Ptr in
         ops_.copy(d_residual, output_grad, boundary_size());
     for (int i = layout_.chunk_layers(c) - 1; i >= 0; --i)
         layer_backward(c, set, i, dloss, part, reduce);
+    deferred_.run();  // none left: each waits for the layer below, which runs it
     if (embeds(c))
         embedding_backward(set, part, reduce);
     else if (part != BackwardPart::weight)
@@ -379,15 +385,36 @@ void Gpt::layer_backward(int c, Set& set, int i, float dloss, BackwardPart part,
     // Full recompute: rerun the layer's forward from its kept input (its collectives too, in
     // the same order on every tensor rank), just before its backward (before its W too).
     if (options_.recompute == Recompute::full) layer_l.forward(ctx_, pass, x, Ptr());
+    const bool defer = defers_attention(c, i, part);
     if (part == BackwardPart::weight)
         layer_l.backward_weight(ctx_, pass, x);
     else
         layer_l.backward(ctx_, pass, x, scratch_[parts_.d_residual], part,
-                         options_.recompute == Recompute::selective);
+                         options_.recompute == Recompute::selective, defer);
     if (reads_params) params_done(layer_unit(l));
-    if (!reduce) return;
-    layer_l.finish_grads(ctx_);
-    grads_complete(layer_unit(l));
+    if (defer) return defer_attention(c, set, i, x, reduce);
+    if (reduce) layer_grads_done(c, i);
+}
+
+bool Gpt::defers_attention(int c, int i, BackwardPart part) const {
+    return options_.ep_overlap && part == BackwardPart::both && i > 0 &&
+           parts_.layer(c, i - 1).exchanges();
+}
+
+void Gpt::defer_attention(int c, Set& set, int i, ConstPtr x, bool reduce) {
+    // The set's buffers, what B kept for the attention's W among them (the shared scratch's,
+    // which the layer below reads and writes nothing of before its dispatch), are the
+    // layer's until this runs.
+    deferred_.set([this, c, &set, i, x, reduce, buffers = store_.layer(set, c, i)] {
+        const Pass pass = pass_of(set, buffers, layout_.first_layer(c) + i);
+        parts_.layer(c, i).attention_weights(ctx_, pass);
+        if (reduce) layer_grads_done(c, i);
+    });
+}
+
+void Gpt::layer_grads_done(int c, int i) {
+    parts_.layer(c, i).finish_grads(ctx_);
+    grads_complete(layer_unit(layout_.first_layer(c) + i));
 }
 
 void Gpt::embedding_backward(Set& set, BackwardPart part, bool reduce) {

@@ -64,6 +64,9 @@ struct GptOptions {
     float dropout = 0;
     bool sequence_parallel = false;
     bool tp_overlap = false;  // parallel.tp_overlap (model/tensor_rows.h)
+    // parallel.ep_overlap: an attention's weight gradients under the next MoE layer's
+    // backward dispatch (model/part_context.h, Deferred).
+    bool ep_overlap = false;
     ContextMode context_mode = ContextMode::ring;
     Recompute recompute = Recompute::none;
     // A split backward: B and W apart (zero-bubble schedules, pipeline/schedule.h).
@@ -192,6 +195,13 @@ private:
     // of the residual stream (B), and into the gradient buffers (W).
     void head_backward(int c, Set& set, float dloss, BackwardPart part, bool reduce);
     void layer_backward(int c, Set& set, int i, float dloss, BackwardPart part, bool reduce);
+    // parallel.ep_overlap: whether layer i of chunk c leaves its attention's weight gradients
+    // to the layer below's exchange (a plain backward, that layer an exchanging MoE layer).
+    bool defers_attention(int c, int i, BackwardPart part) const;
+    // Layer i's attention weight gradients and what then completes its gradients, deferred.
+    void defer_attention(int c, Set& set, int i, kernels::ConstPtr x, bool reduce);
+    // The end of layer i's gradients: partial sums finished and the unit announced.
+    void layer_grads_done(int c, int i);
     void embedding_backward(Set& set, BackwardPart part, bool reduce);
 
     // The units (units()) by index, and the events on them (UnitListener), told where there is
@@ -224,6 +234,7 @@ private:
     StageParts parts_;
     Scratch scratch_;
     MoeLossSums moe_losses_;
+    Deferred deferred_;  // the attention weight gradients waiting for an exchange
     PartContext ctx_;
     ActivationStore store_;
     kernels::DeviceBuffer loss_sum_;  // (1) f64: the microbatches' mean losses, until taken

@@ -33,6 +33,9 @@ public:
                                        kernels::ConstPtr dy, BackwardPart part) const = 0;
     virtual void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const = 0;
     virtual void finish_grads(PartContext& ctx) const = 0;
+    // Whether its backward exchanges rows over the expert group (model/moe_dispatch.h), under
+    // which the work deferred to it runs (model/part_context.h, Deferred).
+    virtual bool exchanges() const { return false; }
 };
 
 // The activation between an MLP's two linears, on this rank's N rows of Fm columns: what one

@@ -20,16 +20,15 @@
 // Expert parallelism (E ranks of the expert group, model/moe_dispatch.h): each rank routes its
 // own tokens as above, sends the permuted rows to their experts' ranks, computes its N/E
 // experts on every rank's rows sent to them and sends the results back; the backward sends the
-// outputs' gradients the same way and the inputs' gradients back. At ZeRO 0 and 1 without
-// hybrid sharding each rank holds only its experts' weights (model/param_layout.h,
-// Split::expert), their gradients summed over the expert-data group
-// (src/data_parallel/data_parallel.h); elsewhere every rank holds every expert's weights, the
-// experts it does not compute get no gradient from it, and the data-parallel sum over the
-// data-context group adds the ranks' parts. The shared experts
-// compute while the rows travel to their experts (forward: the inputs; backward: the outputs'
-// gradients): the trace's ep_shared under ep_exchange (src/io/chrome_trace.h); a backward that
-// computes its weight gradients too (not a split backward's B) computes them while the inputs'
-// gradients travel back (ep_wgrad under ep_exchange).
+// outputs' gradients the same way and the inputs' gradients back. Each rank holds only its
+// experts' weights (model/param_layout.h, Split::expert), their gradients summed over the
+// expert-shard group and, with hybrid sharding, then across the shard groups
+// (src/data_parallel/data_parallel.h). The shared experts compute while the rows travel to their
+// experts (forward: the inputs; backward: the outputs' gradients): the trace's ep_shared under
+// ep_exchange (src/io/chrome_trace.h), and in the backward the work deferred to it
+// (parallel.ep_overlap, model/part_context.h: the attention weight gradients of the layer above,
+// ep_attention); a backward that computes its weight gradients too (not a split backward's B)
+// computes them while the inputs' gradients travel back (ep_wgrad under ep_exchange).
 //
 // Shapes (this rank; K = N·k choices, F the expert's width over M, K' the rows its experts
 // compute: K, or at most E·N·min(k, N/E) under expert parallelism): logits (N, experts) fp32 and
@@ -71,6 +70,7 @@ public:
     void finish_grads(PartContext& ctx) const override {
         if (shared_) shared_->finish_grads(ctx);
     }
+    bool exchanges() const override { return EP_ > 1; }
 
 private:
     // The gradients the weights' backward reads: kept by a split backward's B, else scratch.
@@ -78,7 +78,6 @@ private:
         ConstPtr d_gate_up, d_out, d_logits;
     };
     std::size_t choices() const { return static_cast<std::size_t>(N_) * k_; }
-    bool exchanges() const { return EP_ > 1; }
     // The rows this rank's experts compute: without expert parallelism the permutation's own.
     ExpertRows all_local(const MoeRouting& r) const { return {0, r.offset}; }
     ExchangeBuffers exchange_buffers(PartContext& ctx) const {
@@ -89,7 +88,8 @@ private:
     ExpertExchange exchange(PartContext& ctx, const Pass& pass, const MoeRouting& r,
                             bool forward) const;
     // local = the permuted rows (K, H) of every rank for this rank's experts, while `shared`
-    // (the shared experts' forward or backward) runs.
+    // (the shared experts' forward or backward) runs, and the work deferred to this exchange
+    // (model/part_context.h: the weight gradients of the attention above, in a backward).
     void dispatch_under(PartContext& ctx, const ExpertExchange& ex, ConstPtr permuted, Ptr local,
                         const std::function<void()>& shared) const;
     // The backward's combine of the experts' input gradients `local` into `permuted`, with
@@ -325,6 +325,8 @@ void MoeMlp::dispatch_under(PartContext& ctx, const ExpertExchange& ex, ConstPtr
     const double issued = ctx.rows.trace_now();
     parallel::Request sent = ex.start_dispatch(b, permuted, H_);
     if (shared_) ctx.rows.run_traced(PieceKind::expert, 0, shared);
+    if (ctx.deferred && *ctx.deferred)
+        ctx.rows.run_traced(PieceKind::attention_wgrad, 0, [&ctx] { ctx.deferred->run(); });
     ctx.rows.wait_traced(PieceKind::expert, 0, sent, issued);
     ex.finish_dispatch(b, sent, local, H_);
 }

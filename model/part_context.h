@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "kernels/device_buffer.h"
@@ -50,6 +51,21 @@ struct MoeLossSums {
     std::vector<double> dropped;  // (layers): the choices a capacity dropped, alike
 };
 
+// Work that may wait for the next exchange (parallel.ep_overlap): the weight gradients of an
+// attention whose layer lies above an MoE layer, and what completes its layer's gradients. The
+// MoE layer's backward runs it while its dispatch travels (model/moe_mlp.cpp); the model runs
+// what is left at the end of a chunk's backward (model/gpt.cpp). One waits at a time.
+class Deferred {
+public:
+    void set(std::function<void()> work);
+    // Runs the work waiting, if any, once.
+    void run();
+    explicit operator bool() const { return static_cast<bool>(work_); }
+
+private:
+    std::function<void()> work_;
+};
+
 struct PartContext {
     kernels::Ops& ops;
     const TensorRows& rows;   // and the tensor group
@@ -61,6 +77,8 @@ struct PartContext {
     MoeLossSums* moe_losses = nullptr;  // none: not counted (a part alone, generation)
     // The expert group (model/moe_dispatch.h); none: this rank computes every expert.
     parallel::Comm* experts = nullptr;
+    // The work the next exchange may run under it; none: nothing is deferred.
+    Deferred* deferred = nullptr;
     const Dims& dims() const { return rows.dims(); }
 };
 

@@ -35,7 +35,10 @@ TransformerLayer build_layer(const ParamLayout& layout, const ParamLayout& lora_
     };
     TransformerLayer::Parts parts;
     parts.norm1 = spec.norm->build(in(LayerPart::norm1));
+    const std::size_t attention_buffers = set.buffers().size();
     parts.attention = spec.attention->build(in(LayerPart::attention));
+    // What the attention's W reads may wait for the next layer's exchange (Keep::deferrable).
+    set.make_deferrable(attention_buffers);
     parts.norm2 = spec.norm->build(in(LayerPart::norm2));
     parts.feed_forward = spec.mlp->build(in(LayerPart::mlp));
     return TransformerLayer(std::move(set), std::move(parts), o.dropout, d, scratch);
@@ -85,6 +88,12 @@ StageParts build_stage(const ParamLayout& layout, const ParamLayout& lora_layout
             chunk.layers.push_back(&s.layers[next++].spec());
     }
     return s;
+}
+
+std::vector<const SetSpec*> StageParts::layer_specs() const {
+    std::vector<const SetSpec*> specs;
+    for (const TransformerLayer& layer : layers) specs.push_back(&layer.spec());
+    return specs;
 }
 
 }  // namespace trident::model

@@ -37,8 +37,8 @@ struct StageParts {
     const TransformerLayer& layer(int c, int i) const {
         return layers[chunk_first[static_cast<std::size_t>(c)] + static_cast<std::size_t>(i)];
     }
-    // The one spec every layer shares (null: the stage holds no layer).
-    const SetSpec* layer_spec() const { return layers.empty() ? nullptr : &layers.front().spec(); }
+    // Every layer's spec, chunk by chunk.
+    std::vector<const SetSpec*> layer_specs() const;
 };
 
 // `lora_layout`: ParamLayout::for_lora of the same rank and stage (empty without adapters).

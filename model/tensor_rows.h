@@ -42,7 +42,7 @@ namespace trident::model {
 // Whose exchange a piece overlaps: the tensor group's ring steps under a GEMM's pieces, the
 // expert group's dispatch under an MoE layer's shared experts, or its combine of the input
 // gradients under the layer's weight gradients (model/moe_mlp.cpp).
-enum class PieceKind { tensor, expert, expert_combine };
+enum class PieceKind { tensor, expert, expert_combine, attention_wgrad };
 
 // A piece of an overlapped exchange, for the trace (src/io/chrome_trace.h): the caller's
 // compute on a block of rows, or the transfer of one (when and on which thread it moved,

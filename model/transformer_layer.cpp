@@ -41,7 +41,7 @@ void TransformerLayer::forward(PartContext& ctx, const Pass& pass, ConstPtr x, P
 }
 
 void TransformerLayer::backward(PartContext& ctx, const Pass& pass, ConstPtr x, Ptr d_residual,
-                                BackwardPart part, bool rebuild) const {
+                                BackwardPart part, bool rebuild, bool defer_attention) const {
     const float drop = pass.drop(dropout_);
     const Ptr d_rows = ctx.scratch[d_rows_];
     const ConstPtr x2 = pass.buffers[residual2_];
@@ -50,7 +50,8 @@ void TransformerLayer::backward(PartContext& ctx, const Pass& pass, ConstPtr x, 
     ConstPtr dx = parts_.feed_forward->backward(ctx, pass, parts_.norm2->output(pass), d, part);
     parts_.norm2->backward(ctx, pass, x2, dx, d_residual, part);
     d = ctx.rows.through_dropout(d_residual, d_rows, drop, pass.site(kAttentionBranch));
-    dx = parts_.attention->backward(ctx, pass, parts_.norm1->output(pass), d, drop, part, rebuild);
+    dx = parts_.attention->backward(ctx, pass, parts_.norm1->output(pass), d, drop,
+                                    defer_attention ? BackwardPart::input : part, rebuild);
     parts_.norm1->backward(ctx, pass, x, dx, d_residual, part);
 }
 
@@ -59,6 +60,10 @@ void TransformerLayer::backward_weight(PartContext& ctx, const Pass& pass, Const
     parts_.norm2->backward_weight(ctx, pass, pass.buffers[residual2_]);
     parts_.attention->backward_weight(ctx, pass, parts_.norm1->output(pass));
     parts_.norm1->backward_weight(ctx, pass, x);
+}
+
+void TransformerLayer::attention_weights(PartContext& ctx, const Pass& pass) const {
+    parts_.attention->backward_weight(ctx, pass, parts_.norm1->output(pass));
 }
 
 void TransformerLayer::finish_grads(PartContext& ctx) const {

@@ -34,10 +34,16 @@ public:
     void forward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x,
                  kernels::Ptr output) const;
     // d_residual (R, H), the gradient of the layer's output, becomes its input's. `rebuild`:
-    // selective recompute dropped what attention keeps.
+    // selective recompute dropped what attention keeps. `defer_attention` (a plain backward
+    // only): the attention's weight gradients are left for attention_weights, what they read
+    // kept as a split backward's B keeps it.
     void backward(PartContext& ctx, const Pass& pass, kernels::ConstPtr x, kernels::Ptr d_residual,
-                  BackwardPart part, bool rebuild) const;
+                  BackwardPart part, bool rebuild, bool defer_attention = false) const;
     void backward_weight(PartContext& ctx, const Pass& pass, kernels::ConstPtr x) const;
+    // The attention's weight gradients a backward deferred.
+    void attention_weights(PartContext& ctx, const Pass& pass) const;
+    // Whether its MLP's backward exchanges rows over the expert group (model/mlp.h).
+    bool exchanges() const { return parts_.feed_forward->exchanges(); }
     // After the step's last backward: the partial sums of the norms (sequence parallelism) and
     // of the adapters' whole factors summed over the tensor group.
     void finish_grads(PartContext& ctx) const;

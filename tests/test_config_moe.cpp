@@ -100,10 +100,6 @@ TEST_CASE("config: model.moe's refusals name their key", "[config]") {
           "--set optimizer.offload=nvme: model.moe.bias_update_rate (0.001) with "
           "optimizer.offload: nvme is not built yet: the router's bias moves in the master "
           "weights (optimizer.offload: none or host)");
-    CHECK(error_of({"model.moe.experts=4", "model.moe.first_dense=1", "training.recompute=full"}) ==
-          "--set training.recompute=full: training.recompute: full with dense and MoE layers "
-          "(model.moe.first_dense 1, every 1) is not built yet: recompute needs every layer an MoE "
-          "layer");
     CHECK(error_of({"model.moe.experts=4", "training.loss_normalization=tokens"}) ==
           "--set training.loss_normalization=tokens: training.loss_normalization: tokens (or "
           "data.mask_eod_loss) with model.moe is not built yet: the balancing losses are averaged "
@@ -174,4 +170,31 @@ TEST_CASE("config: LoRA on a mixture of experts adapts its attention alone", "[c
           "--set training.lora={rank: 4, quantize: nf4}: training.lora.quantize: nf4 with "
           "model.moe.experts > 0 is not built yet: the router and the experts read their weights "
           "dense");
+}
+
+TEST_CASE("config: parallel.ep_overlap needs an exchange and a plain backward", "[config]") {
+    const std::vector<std::string> ep = {"model.moe.experts=4", "parallel.data=2",
+                                         "parallel.expert=2", "parallel.ep_overlap=true"};
+    const auto with = [&](std::vector<std::string> extra) {
+        extra.insert(extra.begin(), ep.begin(), ep.end());
+        return extra;
+    };
+    const std::string overlap =
+        "parallel.ep_overlap: true (the attention weight gradients of the layer above under "
+        "each MoE layer's dispatch)";
+    CHECK(error_of({"model.moe.experts=4", "parallel.ep_overlap=true"}) ==
+          "--set parallel.ep_overlap=true: " + overlap +
+              " needs parallel.expert > 1: without expert parallelism nothing travels");
+    CHECK(error_of(with({"parallel.pipeline=2", "parallel.schedule=zb-h1"})) ==
+          "--set parallel.schedule=zb-h1: " + overlap +
+              " with parallel.schedule: zb-h1 is not built: a zero-bubble schedule runs every "
+              "weight gradient apart already");
+    CHECK(error_of(with({"training.recompute=full"})) ==
+          "--set training.recompute=full: " + overlap +
+              " with training.recompute: full is not built: the layer below's rerun rebuilds its "
+              "activations where the attention's wait");
+    CHECK(error_of(with({"training.lora.rank=4"})) ==
+          "--set training.lora.rank=4: " + overlap +
+              " with training.lora is not built: the adapters' weight gradients run with their "
+              "layer's backward");
 }

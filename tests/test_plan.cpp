@@ -606,27 +606,49 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
             {"model.arch=llama", "model.kv_heads=2", "model.dropout=0"},
             {"parallel.pipeline=2", "parallel.tensor=2", "parallel.sequence_parallel=true"}, 4);
     }
-    // Expert parallelism over E = 2 of D = 2 on a llama whose every token chooses all 4 experts
+    // Expert parallelism over E = 2 of D = 2 on a llama whose every token chooses all 16 experts
     // (top_k = experts): every rank's experts receive alike, so the all-to-alls' payload is the
-    // plan's to the byte (docs/FORMULAS.md); a dense first layer exchanges nothing (full
-    // recompute needs every layer MoE).
+    // plan's to the byte (docs/FORMULAS.md); a dense first layer exchanges nothing. Sixteen experts
+    // make every buffer of an MoE layer's activation set a multiple of 64 bytes (its load and the
+    // counts received, 16 of each), so the activations are the plan's to the byte too; of the
+    // scratch, the router's statistics (2·16 + 2 floats, 136 bytes) are the one buffer the
+    // allocator rounds up, by 56 bytes.
     const std::vector<std::string> moe = {
-        "model.arch=llama",  "model.kv_heads=2",        "model.dropout=0", "model.moe.experts=4",
-        "model.moe.top_k=4", "model.moe.ffn_hidden=32", "parallel.data=2", "parallel.expert=2"};
+        "model.arch=llama",   "model.kv_heads=2",        "model.dropout=0", "model.moe.experts=16",
+        "model.moe.top_k=16", "model.moe.ffn_hidden=32", "parallel.data=2", "parallel.expert=2"};
+    const double rounded_stats = 56;
+    // The activations exactly; the peak the plan's and the statistics' rounding (ZeRO-2 and 3:
+    // not below the plan, the gathers and the reduce-scatters' buffers come and go).
+    const auto check_activations = [&](const MemoryCompared& c, bool exact_peak) {
+        for (const MemoryCompared& stage : c.stages) {
+            CHECK(stage.measured.activations == stage.planned.activations);
+            if (exact_peak)
+                CHECK(stage.measured.peak == stage.planned.peak + rounded_stats);
+            else
+                CHECK(stage.measured.peak >= stage.planned.peak);
+        }
+    };
+    // Recompute on layers of both kinds: one scratch, as large as the MoE layer's rebuilt
+    // buffers (model/activation_store.h).
     SECTION("moe, 1 x 1 x 2, E = 2, a dense first layer, and full recompute") {
-        for (const char* extra : {"model.moe.first_dense=1", "training.recompute=full"}) {
-            INFO(extra);
+        for (const std::vector<std::string>& extra : std::vector<std::vector<std::string>>{
+                 {"model.moe.first_dense=1"},
+                 {"training.recompute=full"},
+                 {"model.moe.first_dense=1", "training.recompute=full"},
+                 {"model.moe.first_dense=1", "training.recompute=selective"}}) {
+            INFO(extra.front() << (extra.size() > 1 ? ", " + extra.back() : ""));
             cli::Workspace ws;
             std::vector<std::string> overrides = moe;
-            overrides.push_back(extra);
-            measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, 2);
+            overrides.insert(overrides.end(), extra.begin(), extra.end());
+            check_activations(
+                measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, 2), true);
         }
     }
     // The experts split at ZeRO 1 to 3 (at 2 and 3 a run of the experts held is a unit of its
     // own, model/flat_buffer.h, sharded over the expert-shard ranks: here the rank alone, the rest
-    // over D = 2): the weights, gradients and optimizer state the plan's to the byte. (The
-    // activations are left out: the MoE exchange's buffers are not the plan's yet.)
-    const auto check_states = [&](const std::vector<std::string>& extra, int ranks = 2) {
+    // over D = 2): the weights, gradients and optimizer state the plan's to the byte.
+    const auto check_states = [&](const std::vector<std::string>& extra, bool exact_peak,
+                                  int ranks = 2) {
         cli::Workspace ws;
         std::vector<std::string> overrides = moe;
         overrides.insert(overrides.end(), extra.begin(), extra.end());
@@ -636,12 +658,12 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
         CHECK(stage.measured.params == stage.planned.params);
         CHECK(stage.measured.grads == stage.planned.grads);
         CHECK(stage.measured.optimizer == stage.planned.optimizer);
+        check_activations(c, exact_peak);
     };
     SECTION("moe, 1 x 1 x 2, E = 2, ZeRO 1 to 3") {
-        for (const char* zero :
-             {"parallel.zero_stage=1", "parallel.zero_stage=2", "parallel.zero_stage=3"}) {
-            INFO(zero);
-            check_states({zero});
+        for (const int zero : {1, 2, 3}) {
+            INFO("ZeRO-" << zero);
+            check_states({"parallel.zero_stage=" + std::to_string(zero)}, zero == 1);
         }
     }
     // A matrix optimizer with the experts split: the rest's matrices take turns over D = 2, each
@@ -649,9 +671,11 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
     // their owners (optim/matrix_exchange.h); Muon's momentum per element.
     SECTION("galore and muon, 1 x 1 x 2, E = 2, ZeRO 1 and 3") {
         for (const char* optimizer : {"optimizer.name=galore", "optimizer.name=muon"})
-            for (const char* zero : {"parallel.zero_stage=1", "parallel.zero_stage=3"}) {
-                INFO(optimizer << ", " << zero);
-                check_states({optimizer, zero, "optimizer.galore.rank=4"});
+            for (const int zero : {1, 3}) {
+                INFO(optimizer << ", ZeRO-" << zero);
+                check_states({optimizer, "parallel.zero_stage=" + std::to_string(zero),
+                              "optimizer.galore.rank=4"},
+                             zero == 1);
             }
     }
     // Hybrid sharding over D = 4 in groups of 2: the experts split within each shard group, a
@@ -665,8 +689,20 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
                 INFO(optimizer << ", " << zero);
                 check_states({"parallel.data=4", "parallel.data_shard=2", "training.global_batch=8",
                               optimizer, zero, "optimizer.galore.rank=4"},
-                             4);
+                             std::string(zero) == "parallel.zero_stage=1", 4);
             }
+    }
+    // parallel.ep_overlap: what each deferred attention's W reads waits in the shared scratch,
+    // one layer's at a time, beside what selective recompute rebuilds there.
+    SECTION("moe, 1 x 1 x 2, E = 2, attention weight gradients under the dispatch") {
+        for (const char* recompute : {"training.recompute=none", "training.recompute=selective"}) {
+            INFO(recompute);
+            cli::Workspace ws;
+            std::vector<std::string> overrides = moe;
+            overrides.insert(overrides.end(), {"parallel.ep_overlap=true", recompute});
+            check_activations(
+                measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, 2), true);
+        }
     }
     // A shared expert under full recompute: an MLP's exchanges more, its input gathered again.
     SECTION("moe, 2 x 2 x 1 x 2 (P x M x C x D), E = 2, sequence parallel, a shared expert") {
@@ -675,9 +711,11 @@ TEST_CASE("plan: measured memory of multi-rank runs is the plan, to the byte", "
         overrides.insert(overrides.end(),
                          {"parallel.pipeline=2", "parallel.tensor=2",
                           "parallel.sequence_parallel=true", "model.moe.shared_experts=1"});
-        measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, 8);
+        check_activations(measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, 8),
+                          true);
         overrides.push_back("training.recompute=full");
-        measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, 8);
+        check_activations(measure_memory(small_config(ws), ws.path("metrics.jsonl"), overrides, 8),
+                          true);
     }
     // ZeRO-3 shards the 4-bit base's codes and constants by layers (model/nf4_base.h): each
     // rank's share of every layer's, over D = 2 and over hybrid sharding's groups of 2.

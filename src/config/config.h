@@ -128,6 +128,9 @@ struct ParallelConfig {
     // Under sequence parallelism: each split linear's all-gather and reduce-scatter cut into M
     // pieces that move while the GEMM's pieces compute (model/tensor_rows.h).
     bool tp_overlap = false;
+    // Under expert parallelism: the attention weight gradients of the layer above each MoE
+    // layer computed while that layer's backward dispatch travels (model/moe_mlp.cpp).
+    bool ep_overlap = false;
     StageLayers stage_layers;
     // The reductions under the backward pass, the all-gathers under the next forward
     // (zero_stage 3: each unit's gather under the previous unit's compute; optim/adamw.h).

@@ -60,7 +60,7 @@ inline model::Dims rank_dims(const Config& cfg) {
         gpt_shape(cfg),
         model::DimsInputs{cfg.training.micro_batch, cfg.parallel.tensor, 0, cfg.parallel.context,
                           cfg.parallel.sequence_parallel, cfg.parallel.tp_overlap,
-                          cfg.parallel.context_mode, cfg.training.precision});
+                          cfg.parallel.context_mode, cfg.training.precision, cfg.parallel.expert});
 }
 
 // The ranks the experts' weights are split over (model/param_layout.h): parallel.expert at
@@ -110,6 +110,7 @@ inline model::GptOptions gpt_options(const Config& cfg, int stage, const model::
     o.dropout = static_cast<float>(cfg.model.dropout);
     o.sequence_parallel = p.sequence_parallel;
     o.tp_overlap = p.tp_overlap;
+    o.ep_overlap = p.ep_overlap;
     o.context_mode = p.context_mode;
     o.recompute = t.recompute;
     o.split_backward = pipeline::splits_backward(p.schedule);

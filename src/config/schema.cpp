@@ -287,6 +287,7 @@ const std::vector<Key>& table() {
         field("parallel.bucket_size", &C::parallel, &ParallelConfig::bucket_size, at_least(1)),
         field("parallel.sequence_parallel", &C::parallel, &ParallelConfig::sequence_parallel),
         field("parallel.tp_overlap", &C::parallel, &ParallelConfig::tp_overlap),
+        field("parallel.ep_overlap", &C::parallel, &ParallelConfig::ep_overlap),
         field("parallel.stage_layers", &C::parallel, &ParallelConfig::stage_layers),
         field("parallel.overlap_grad_reduce", &C::parallel, &ParallelConfig::overlap_grad_reduce),
         field("parallel.overlap_param_gather", &C::parallel, &ParallelConfig::overlap_param_gather),

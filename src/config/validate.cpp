@@ -115,14 +115,6 @@ void check_moe_built(const Config& cfg, const Origins& origins) {
              cat("model.moe.bias_update_rate (", moe.bias_update_rate,
                  ") with optimizer.offload: nvme is not built yet: the router's bias moves in "
                  "the master weights (optimizer.offload: none or host)"));
-    // The recompute scratch is one layer's buffers (model/activation_store.h), laid out as the
-    // first layer's: every layer must be of the same kinds.
-    const bool mixed = moe.first_dense > 0 || moe.every > 1;
-    if (mixed && cfg.training.recompute != Recompute::none)
-        fail(origins.blame({"training.recompute", "model.moe.first_dense", "model.moe.every"}),
-             cat("training.recompute: ", enum_name(cfg.training.recompute),
-                 " with dense and MoE layers (model.moe.first_dense ", moe.first_dense, ", every ",
-                 moe.every, ") is not built yet: recompute needs every layer an MoE layer"));
     // The balancing and z losses are averaged over the microbatches, as the cross-entropy is
     // by default; over counted tokens they are not yet defined.
     if (cfg.training.loss_normalization == LossNormalization::tokens || cfg.data.mask_eod_loss)
@@ -545,6 +537,35 @@ void check_documents(const Config& cfg, const Origins& origins) {
                  cfg.model.vocab_size, ")"));
 }
 
+// parallel.ep_overlap runs an attention's weight gradients under the layer below's exchange:
+// it needs an exchange, a backward that computes them with the inputs' (not a zero-bubble
+// schedule's B and W, which run apart already), what they read kept (not full recompute, which
+// rebuilds each layer into one scratch) and weights of the model's own (not adapters).
+void check_ep_overlap(const Config& cfg, const Origins& origins) {
+    const ParallelConfig& p = cfg.parallel;
+    if (!p.ep_overlap) return;
+    const std::string_view what =
+        "parallel.ep_overlap: true (the attention weight gradients "
+        "of the layer above under each MoE layer's dispatch)";
+    if (p.expert == 1)
+        fail(origins.blame({"parallel.ep_overlap", "parallel.expert"}),
+             cat(what, " needs parallel.expert > 1: without expert parallelism nothing travels"));
+    if (pipeline::splits_backward(p.schedule))
+        fail(origins.blame({"parallel.ep_overlap", "parallel.schedule"}),
+             cat(what, " with parallel.schedule: ", enum_name(p.schedule),
+                 " is not built: a zero-bubble schedule runs every weight gradient apart already"));
+    if (cfg.training.recompute == Recompute::full)
+        fail(origins.blame({"parallel.ep_overlap", "training.recompute"}),
+             cat(what,
+                 " with training.recompute: full is not built: the layer below's rerun "
+                 "rebuilds its activations where the attention's wait"));
+    if (cfg.training.lora.enabled())
+        fail(origins.blame({"parallel.ep_overlap", "training.lora.rank"}),
+             cat(what,
+                 " with training.lora is not built: the adapters' weight gradients "
+                 "run with their layer's backward"));
+}
+
 void validate(const Config& cfg, const Origins& origins, Purpose purpose) {
     check_required(origins, purpose);
     check_ranges(cfg, origins);
@@ -559,6 +580,7 @@ void validate(const Config& cfg, const Origins& origins, Purpose purpose) {
     check_offload(cfg, origins);
     check_optimizer(cfg, origins);
     check_documents(cfg, origins);
+    check_ep_overlap(cfg, origins);
     // Training adapters adapts given weights (over a random model they would adapt nothing);
     // bench and plan measure and model the run without them.
     if (purpose == Purpose::train && cfg.training.lora.enabled() && !cfg.model.init_from)

@@ -40,6 +40,8 @@ const char* name_of(SpanKind kind) {
             return "ep_shared";
         case SpanKind::ep_wgrad:
             return "ep_wgrad";
+        case SpanKind::ep_attention:
+            return "ep_attention";
         case SpanKind::ep_exchange:
             return "ep_exchange";
         case SpanKind::count_:

@@ -30,12 +30,13 @@ enum class SpanKind {
     optimizer,
     reduce_scatter,
     all_gather,
-    tp_gemm,      // a GEMM's piece on one block of rows (model/tensor_rows.h)
-    tp_exchange,  // a ring step of the tensor group moving one block of rows
-    ep_shared,    // an MoE layer's shared experts (model/moe_mlp.cpp), under its dispatch
-    ep_wgrad,     // an MoE layer's weight gradients, under the combine of its input gradients
-    ep_exchange,  // the expert group's all-to-all moving an MoE layer's rows to their experts
-                  // or back
+    tp_gemm,       // a GEMM's piece on one block of rows (model/tensor_rows.h)
+    tp_exchange,   // a ring step of the tensor group moving one block of rows
+    ep_shared,     // an MoE layer's shared experts (model/moe_mlp.cpp), under its dispatch
+    ep_wgrad,      // an MoE layer's weight gradients, under the combine of its input gradients
+    ep_attention,  // the attention weight gradients of the layer above, under an MoE dispatch
+    ep_exchange,   // the expert group's all-to-all moving an MoE layer's rows to their experts
+                   // or back
     count_
 };
 

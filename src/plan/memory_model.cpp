@@ -67,14 +67,14 @@ model::Dims plan_dims(const PlanInputs& in) {
     return d;
 }
 
-// Everything but the sets: the model's scratch, the recompute scratch, the attention
-// workspace and the step's device totals (`ranks`: the grid's size).
+// Everything but the sets: the model's scratch, the recompute scratch (with what a deferred
+// attention's W reads), the attention workspace and the step's device totals (`ranks`: the
+// grid's size).
 int64_t temporary_bytes(const model::StageParts& parts, const model::KeepPolicy& policy,
                         const model::Dims& d, int ranks) {
     int64_t bytes = static_cast<int64_t>(parts.scratch.bytes()) + attention_workspace_bytes(d) +
                     kDeviceTotals + (ranks > 1 ? kFirstSighting : 0);
-    if (policy.recompute != model::Recompute::none && parts.layer_spec())
-        bytes += static_cast<int64_t>(model::recompute_scratch_bytes(*parts.layer_spec(), policy));
+    bytes += static_cast<int64_t>(model::recompute_scratch_bytes(parts.layer_specs(), policy));
     return bytes;
 }
 
@@ -379,7 +379,8 @@ StageBuffers stage_buffers(const PlanInputs& in, const model::ParamLayout& layou
     const config::Config& cfg = in.cfg;
     const model::Dims d = plan_dims(in);
     const model::KeepPolicy policy{cfg.training.recompute,
-                                   pipeline::splits_backward(cfg.parallel.schedule)};
+                                   pipeline::splits_backward(cfg.parallel.schedule),
+                                   cfg.parallel.ep_overlap};
     const model::StageParts parts = stage_parts(cfg, layout, d);
     StageBuffers b;
     for (const model::ChunkSpec& chunk : parts.chunks)

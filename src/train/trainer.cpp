@@ -21,6 +21,21 @@ namespace trident::train {
 
 namespace {
 
+// The trace's span of a compute piece run under an exchange (model/tensor_rows.h).
+io::SpanKind piece_span(model::PieceKind kind) {
+    switch (kind) {
+        case model::PieceKind::tensor:
+            return io::SpanKind::tp_gemm;
+        case model::PieceKind::expert:
+            return io::SpanKind::ep_shared;
+        case model::PieceKind::expert_combine:
+            return io::SpanKind::ep_wgrad;
+        case model::PieceKind::attention_wgrad:
+            break;
+    }
+    return io::SpanKind::ep_attention;
+}
+
 // Dropout seeds are a separate stream from initialisation's.
 constexpr uint64_t kDropoutStream = 0x64726F706F7574ull;  // "dropout"
 
@@ -101,10 +116,7 @@ Trainer::Trainer(const config::Config& cfg, kernels::Ops& ops, parallel::Grid& g
                 tensor ? io::SpanKind::tp_exchange : io::SpanKind::ep_exchange, s.block,
                 parallel::Request::Transfer{s.thread, s.start_us, s.end_us}, s.issued_us);
         else
-            trace_.add(tensor                               ? io::SpanKind::tp_gemm
-                       : s.kind == model::PieceKind::expert ? io::SpanKind::ep_shared
-                                                            : io::SpanKind::ep_wgrad,
-                       -1, s.block, s.start_us, s.end_us);
+            trace_.add(piece_span(s.kind), -1, s.block, s.start_us, s.end_us);
     });
     data_parallel_.set_trace(&trace_);
     // The model tells the data-parallel module of its units; it shows the first sighting each
