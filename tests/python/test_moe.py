@@ -21,8 +21,8 @@ experts of moe_reference.py, itself first held against torch's softmax, top-k an
    split over E = 2 at ZeRO 2 and 3 is that of ZeRO-0 tensor for tensor, element for element,
    and one process's within 1e-5;
 5. expert parallelism (parallel.expert): the losses, moe_aux_loss and moe_z_loss of 10 steps at
-   E = 2 and 4 alone and with M, P (1F1B, ZB-H1, ZB-V), C (ring, Ulysses), ZeRO 0 to 3,
-   hybrid sharding (the experts split within each shard group: E = 2 over D = 4 in groups of
+   E = 2 and 4 alone and with M, P (every schedule: GPipe, 1F1B, interleaved, ZB-H1, ZB-H2,
+   ZB-V), C (ring, Ulysses), ZeRO 0 to 3, hybrid sharding (the experts split within each shard group: E = 2 over D = 4 in groups of
    2 at ZeRO 1 to 3, over C = 2, D = 2 in groups of 2, over C = 2, D = 4 in groups of 4 at
    ZeRO-3) and recompute, and at E = 2 with P, M (+SP), C (ring) and D all 2 (16 ranks),
    within 1e-5 of one process's; rank 0's parameter bytes where the experts split (ZeRO 0 to
@@ -246,6 +246,13 @@ EXPERT_FAMILIES = [
                             "parallel.stage_layers=uniform"]),
     ("E=2 D=2 P=2 zb-h1", 4, ["parallel.data=2", "parallel.expert=2", "parallel.pipeline=2",
                              "parallel.schedule=zb-h1", "parallel.stage_layers=uniform"]),
+    ("E=2 D=2 P=2 gpipe", 4, ["parallel.data=2", "parallel.expert=2", "parallel.pipeline=2",
+                             "parallel.schedule=gpipe", "parallel.stage_layers=uniform"]),
+    ("E=2 D=2 P=2 zb-h2", 4, ["parallel.data=2", "parallel.expert=2", "parallel.pipeline=2",
+                             "parallel.schedule=zb-h2", "parallel.stage_layers=uniform"]),
+    ("E=2 D=2 P=2 interleaved v=2", 4, ["parallel.data=2", "parallel.expert=2",
+                                       "parallel.pipeline=2", "parallel.schedule=interleaved",
+                                       "parallel.virtual_stages=2", "training.global_batch=8"]),
     ("E=2 D=2 P=2 zb-v", 4, ["parallel.data=2", "parallel.expert=2", "parallel.pipeline=2",
                             "parallel.schedule=zb-v"]),
     ("E=2 C=2 ring", 2, ["parallel.context=2", "parallel.expert=2"]),
