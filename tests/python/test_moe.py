@@ -22,9 +22,9 @@ experts of moe_reference.py, itself first held against torch's softmax, top-k an
    and one process's within 1e-5;
 5. expert parallelism (parallel.expert): the losses, moe_aux_loss and moe_z_loss of 10 steps at
    E = 2 and 4 alone and with M, P (every schedule: GPipe, 1F1B, interleaved, ZB-H1, ZB-H2,
-   ZB-V), C (ring, Ulysses), ZeRO 0 to 3, hybrid sharding (the experts split within each shard group: E = 2 over D = 4 in groups of
-   2 at ZeRO 1 to 3, over C = 2, D = 2 in groups of 2, over C = 2, D = 4 in groups of 4 at
-   ZeRO-3) and recompute, and at E = 2 with P, M (+SP), C (ring) and D all 2 (16 ranks),
+   ZB-V), C (ring, Ulysses), ZeRO 0 to 3, hybrid sharding (the experts split within each
+   shard group: E = 2 over D = 4 in groups of 2 at ZeRO 1 to 3, over C = 2, D = 2 in groups of
+   2, over C = 2, D = 4 in groups of 4 at ZeRO-3) and recompute, and at E = 2 with P, M (+SP), C (ring) and D all 2 (16 ranks),
    within 1e-5 of one process's; rank 0's parameter bytes where the experts split (ZeRO 0 to
    2) are one process's less the (E-1)/E of the experts it does not hold, to the byte (at
    ZeRO-3 the shard: an N-th of the rest, an (N/E)-th of its experts, N the shard group's
