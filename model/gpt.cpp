@@ -392,7 +392,7 @@ void Gpt::layer_backward(int c, Set& set, int i, float dloss, BackwardPart part,
         layer_l.backward(ctx_, pass, x, scratch_[parts_.d_residual], part,
                          options_.recompute == Recompute::selective, defer);
     if (reads_params) params_done(layer_unit(l));
-    if (defer) return defer_attention(c, set, i, x, reduce);
+    if (defer) return defer_attention(c, set, i, reduce);
     if (reduce) layer_grads_done(c, i);
 }
 
@@ -401,11 +401,11 @@ bool Gpt::defers_attention(int c, int i, BackwardPart part) const {
            parts_.layer(c, i - 1).exchanges();
 }
 
-void Gpt::defer_attention(int c, Set& set, int i, ConstPtr x, bool reduce) {
+void Gpt::defer_attention(int c, Set& set, int i, bool reduce) {
     // The set's buffers, what B kept for the attention's W among them (the shared scratch's,
     // which the layer below reads and writes nothing of before its dispatch), are the
     // layer's until this runs.
-    deferred_.set([this, c, &set, i, x, reduce, buffers = store_.layer(set, c, i)] {
+    deferred_.set([this, c, &set, i, reduce, buffers = store_.layer(set, c, i)] {
         const Pass pass = pass_of(set, buffers, layout_.first_layer(c) + i);
         parts_.layer(c, i).attention_weights(ctx_, pass);
         if (reduce) layer_grads_done(c, i);

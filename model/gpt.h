@@ -199,7 +199,7 @@ private:
     // to the layer below's exchange (a plain backward, that layer an exchanging MoE layer).
     bool defers_attention(int c, int i, BackwardPart part) const;
     // Layer i's attention weight gradients and what then completes its gradients, deferred.
-    void defer_attention(int c, Set& set, int i, kernels::ConstPtr x, bool reduce);
+    void defer_attention(int c, Set& set, int i, bool reduce);
     // The end of layer i's gradients: partial sums finished and the unit announced.
     void layer_grads_done(int c, int i);
     void embedding_backward(Set& set, BackwardPart part, bool reduce);
