@@ -10,7 +10,9 @@ process and against itself:
 2. parallel.ep_overlap (each attention's weight gradients under the backward dispatch of the
    MoE layer below it) on a 4-layer model: 10 steps at E = 2 with ZeRO 0 to 3, M + SP with
    selective recompute, P (1F1B) and C (ring) within 1e-5 of one process's, and each equal,
-   loss for loss and gradient norm for gradient norm, to the same layout's without it; in the
+   loss for loss and gradient norm for gradient norm, to the same layout's without it, and
+   its checkpoint of step 10 (weights, fp32 masters, AdamW moments) to that layout's, element
+   by element (checkpoint_compare.py); in the
    trace of E = 2 D = 2, 3 spans of ep_attention, each between a backward dispatch's issue
    and the next exchange's, after that dispatch's shared experts and before its combine's
    weight gradients.
@@ -31,6 +33,7 @@ except ImportError as e:
     sys.exit(77)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import checkpoint_compare  # noqa: E402
 import moe_reference as ref  # noqa: E402
 from layout_families import check_families  # noqa: E402
 from mpi_harness import check, failures, losses, run, tiny_run  # noqa: E402
@@ -73,18 +76,26 @@ def test_ep_overlap(tmp, trident):
     os.makedirs(directory, exist_ok=True)
     base = tiny_run(directory, ["model.arch=llama", "checkpoint.dir=null", "model.layers=4"]
                     + LAYOUT_MOE.overrides())
-    overlapped = [(n, r, o + ["parallel.ep_overlap=true"]) for n, r, o in OVERLAP_FAMILIES]
+    # Each run writes its checkpoint of step 10.
+    def saved(i, kind):
+        return [f"checkpoint.dir={directory}/ck_{kind}_{i}", "checkpoint.interval=10"]
+    overlapped = [(n, r, o + ["parallel.ep_overlap=true"] + saved(i, "with"))
+                  for i, (n, r, o) in enumerate(OVERLAP_FAMILIES)]
     check_families(trident, base, directory, "ep_overlap", families=overlapped)
     # The same computations in another order: each layout's own run without it, to the bit.
     for i, (name, ranks, overrides) in enumerate(OVERLAP_FAMILIES):
         with_it = [(r["loss"], r["grad_norm"]) for r in losses(
             os.path.join(directory, f"families_{i}.jsonl")) if "loss" in r]
         metrics = os.path.join(directory, f"without_{i}.jsonl")
-        run([trident, "train"] + base + [a for o in overrides + [f"logging.metrics={metrics}"]
-                                         for a in ("--set", o)], ranks=ranks)
+        run([trident, "train"] + base + [a for o in overrides + saved(i, "without") + [
+            f"logging.metrics={metrics}"] for a in ("--set", o)], ranks=ranks)
         without = [(r["loss"], r["grad_norm"]) for r in losses(metrics) if "loss" in r]
         check(len(with_it) == 10 and with_it == without,
               f"ep_overlap, {name}: 10 steps' losses and gradient norms equal those without it")
+        differs = checkpoint_compare.compare(f"{directory}/ck_with_{i}/step_000010",
+                                             f"{directory}/ck_without_{i}/step_000010")
+        check(differs is None, f"ep_overlap, {name}: step 10's weights, fp32 masters and AdamW "
+                               f"moments equal those without it, element by element ({differs})")
     check_attention_under_dispatch(directory, trident, base)
 
 
