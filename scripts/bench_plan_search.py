@@ -5,10 +5,12 @@ and the predicted step times are held against the measured ones: Spearman's rank
 and the measured step of the search's pick against the measured best.
 
 Usage: scripts/bench_plan_search.py --config C.yaml [--gpus 4] [--steps 5] [--warmup 2] [--repeats 2]
-           [--fix key=value ...] [--rates "--gemm-tflops 0.05 ..."] [--csv OUT.csv]
-           [--mpirun CMD] [--limit K] [--trident PATH]
+           [--fix key=value ...] [--set key=value ...] [--rates "--gemm-tflops 0.05 ..."]
+           [--csv OUT.csv] [--mpirun CMD] [--limit K] [--trident PATH]
 (build first: scripts/setup.sh). Prints a Markdown table and the two figures (docs/PERF.md,
 "The search against measured runs"). --fix narrows the search as `trident plan --fix` does;
+--set overrides a key the search does not vary, for the plan and every run alike;
+scripts/machine_rates.sh measures --rates for N ranks of the machine;
 --limit times only the first K layouts of the search's order, the pick among them. A layout's
 measured step is the least of its timed steps over --repeats runs, every other pass in reverse
 order.
@@ -37,6 +39,8 @@ def searched(args):
            "--top", "0", "--json"] + shlex.split(args.rates)
     for f in args.fix:
         cmd += ["--fix", f]
+    for s in args.set:
+        cmd += ["--set", s]
     return [json.loads(line) for line in run(cmd).splitlines() if line.startswith("{")]
 
 
@@ -46,7 +50,7 @@ def measure(args, layout):
     cmd = shlex.split(args.mpirun) + ["-np", str(args.gpus), args.trident, "bench", "--config",
                                       args.config, "--steps", str(args.steps), "--warmup",
                                       str(args.warmup), "--set", "training.threads=1"]
-    for s in layout["set"]:
+    for s in args.set + layout["set"]:
         cmd += ["--set", s]
     steps = re.findall(r"^bench step \d+ .*\| ([0-9.]+) ms \|", run(cmd), re.M)
     return min(float(ms) for ms in steps[-args.steps:]) / 1000
@@ -95,6 +99,7 @@ def main():
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--fix", action="append", default=[])
+    ap.add_argument("--set", action="append", default=[])
     ap.add_argument("--rates", default=RATES)
     ap.add_argument("--mpirun", default="mpirun --oversubscribe")
     ap.add_argument("--limit", type=int, default=0)

@@ -53,7 +53,7 @@ void run(const BenchOptions& opts, const config::Config& cfg, const Device& devi
         peak_bytes = std::max(peak_bytes, static_cast<int64_t>(r.memory.peak));
         if (timed) seconds.push_back(r.seconds);
         if (leader)
-            std::printf("%s step %d | loss %.4f | %.0f ms | %.0f tok/s\n",
+            std::printf("%s step %d | loss %.4f | %.1f ms | %.0f tok/s\n",
                         timed ? "bench" : "warm-up", timed ? s - opts.warmup + 1 : s + 1, r.loss,
                         1e3 * r.seconds,
                         static_cast<double>(cfg.derived.tokens_per_step) / r.seconds);

@@ -130,7 +130,7 @@ std::string search_summary(const SearchReport& report) {
 
 std::string render_search_text(const SearchReport& report) {
     std::string out = search_summary(report);
-    out += format("ranked by predicted step time (MFU against %.0f TFLOP/s%s):\n",
+    out += format("ranked by predicted step time (MFU against %.4g TFLOP/s%s):\n",
                   peak(report.options.hardware) / 1e12,
                   report.options.hardware.peak_flops > 0 ? ", the GPU's peak" : ", the GEMM rate");
     out += format("%4s %5s %3s %4s %5s %-14s %4s %4s %5s %3s %7s %-9s %11s %10s %12s %6s\n", "rank",
