@@ -15,6 +15,7 @@
 #include "kernels/dtype.h"
 #include "kernels/error.h"
 #include "parallel/mpi_types.h"
+#include "parallel/mpi_wait.h"
 #include "parallel/watchdog.h"
 
 namespace trident::parallel {
@@ -24,68 +25,11 @@ namespace {
 // A split reduce-scatter packs this many bytes (over all ranks' blocks) at a time.
 constexpr std::size_t kStagingBytes = std::size_t{1} << 28;  // 256 MiB
 
-// MPI's own error handler aborts by default; this only matters where a caller has set
-// MPI_ERRORS_RETURN, and then the failure still arrives as an error with the call's name.
-void check(int code, const char* call) {
-    if (code == MPI_SUCCESS) return;
-    char text[MPI_MAX_ERROR_STRING];
-    int length = 0;
-    MPI_Error_string(code, text, &length);
-    throw Error(std::string("parallel: ") + call + " failed: " + std::string(text, length));
-}
-
 // Whether [a, a+a_bytes) and [b, b+b_bytes) share a byte (compared as addresses, since the
 // buffers may be unrelated arrays).
 bool overlaps(const void* a, std::size_t a_bytes, const void* b, std::size_t b_bytes) {
     const auto a0 = reinterpret_cast<std::uintptr_t>(a), b0 = reinterpret_cast<std::uintptr_t>(b);
     return a_bytes > 0 && b_bytes > 0 && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
-}
-
-// ---- 16-bit reductions: widen, combine in fp32, round back -------------------------------
-
-template <kernels::DType T, bool Max>
-void combine16(void* in, void* inout, int* len, MPI_Datatype*) {
-    const auto* a = static_cast<const uint16_t*>(in);
-    auto* b = static_cast<uint16_t*>(inout);
-    const auto widen = [](uint16_t h) {
-        return T == kernels::DType::bf16 ? kernels::from_bf16(h) : kernels::from_f16(h);
-    };
-    const auto narrow = [](float x) {
-        return T == kernels::DType::bf16 ? kernels::to_bf16(x) : kernels::to_f16(x);
-    };
-    for (int i = 0; i < *len; ++i) {
-        const float x = widen(a[i]), y = widen(b[i]);
-        b[i] = narrow(Max ? std::max(x, y) : x + y);
-    }
-}
-
-// bool and fp8 elements move but do not add.
-void check_reducible(kernels::DType dtype) {
-    using kernels::DType;
-    if (dtype == DType::boolean || dtype == DType::f8_e4m3 || dtype == DType::f8_e5m2)
-        throw Error(std::string("internal: a reduction over ") + kernels::name_of(dtype) +
-                    " elements");
-}
-
-// The MPI operations of a type, created once MPI runs (and kept until it ends).
-MPI_Op reduce_op(kernels::DType dtype, ReduceOp op) {
-    using kernels::DType;
-    if (dtype != DType::bf16 && dtype != DType::f16) return op == ReduceOp::max ? MPI_MAX : MPI_SUM;
-    static const struct Ops16 {
-        MPI_Op bf16_sum, bf16_max, f16_sum, f16_max;
-        Ops16() {
-            check(MPI_Op_create(&combine16<kernels::DType::bf16, false>, 1, &bf16_sum),
-                  "MPI_Op_create");
-            check(MPI_Op_create(&combine16<kernels::DType::bf16, true>, 1, &bf16_max),
-                  "MPI_Op_create");
-            check(MPI_Op_create(&combine16<kernels::DType::f16, false>, 1, &f16_sum),
-                  "MPI_Op_create");
-            check(MPI_Op_create(&combine16<kernels::DType::f16, true>, 1, &f16_max),
-                  "MPI_Op_create");
-        }
-    } ops;
-    if (dtype == kernels::DType::bf16) return op == ReduceOp::max ? ops.bf16_max : ops.bf16_sum;
-    return op == ReduceOp::max ? ops.f16_max : ops.f16_sum;
 }
 
 const char* bytes(kernels::ConstPtr p) {
@@ -103,24 +47,25 @@ void check_same_type(kernels::ConstPtr in, kernels::Ptr out, const char* call) {
 MpiComm::MpiComm(MPI_Comm comm, std::size_t max_chunk)
     : comm_(comm), max_chunk_(std::clamp<std::size_t>(max_chunk, 1, kMaxChunk)) {
     if (comm == MPI_COMM_NULL) throw Error("parallel: MpiComm over MPI_COMM_NULL");
-    check(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
-    check(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
+    check_mpi(MPI_Comm_rank(comm_, &rank_), "MPI_Comm_rank");
+    check_mpi(MPI_Comm_size(comm_, &size_), "MPI_Comm_size");
     int* upper_bound = nullptr;
     int found = 0;
     // MPI caches the bound on MPI_COMM_WORLD only (and it holds for every communicator).
-    check(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &upper_bound, &found), "MPI_Comm_get_attr");
+    check_mpi(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &upper_bound, &found),
+              "MPI_Comm_get_attr");
     if (found && upper_bound) tag_upper_bound_ = *upper_bound;
     if (comm_ == MPI_COMM_WORLD) set_name("world");
 }
 
 void MpiComm::set_name(std::string name) {
     MPI_Group group, world;
-    check(MPI_Comm_group(comm_, &group), "MPI_Comm_group");
-    check(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group");
+    check_mpi(MPI_Comm_group(comm_, &group), "MPI_Comm_group");
+    check_mpi(MPI_Comm_group(MPI_COMM_WORLD, &world), "MPI_Comm_group");
     std::vector<int> ranks(static_cast<std::size_t>(size_)), world_ranks(ranks.size());
     for (int r = 0; r < size_; ++r) ranks[static_cast<std::size_t>(r)] = r;
-    check(MPI_Group_translate_ranks(group, size_, ranks.data(), world, world_ranks.data()),
-          "MPI_Group_translate_ranks");
+    check_mpi(MPI_Group_translate_ranks(group, size_, ranks.data(), world, world_ranks.data()),
+              "MPI_Group_translate_ranks");
     MPI_Group_free(&group);
     MPI_Group_free(&world);
     set_label(make_group_label(std::move(name), std::move(world_ranks)));
@@ -154,17 +99,19 @@ Request MpiComm::iall_reduce(kernels::Ptr data, std::size_t count, ReduceOp op) 
     check_reducible(data.dtype);
     if (size_ == 1) return {};
     Comm::count(CommKind::all_reduce, count, data.dtype);
-    return start("all_reduce (non-blocking)",
-                 [=, this] { all_reduce_on(worker_comm_, data, count, op); });
+    return start("all_reduce (non-blocking)", [=, this] {
+        wait_for_peers(worker_comm_);
+        all_reduce_on(worker_comm_, data, count, op);
+    });
 }
 
 void MpiComm::all_reduce_on(MPI_Comm comm, kernels::Ptr data, std::size_t count,
                             ReduceOp op) const {
     for (std::size_t offset = 0; offset < count; offset += max_chunk_) {
         const std::size_t n = std::min(max_chunk_, count - offset);
-        check(MPI_Allreduce(MPI_IN_PLACE, (data + offset).data, static_cast<int>(n),
-                            mpi_type(data.dtype), reduce_op(data.dtype, op), comm),
-              "MPI_Allreduce");
+        check_mpi(MPI_Allreduce(MPI_IN_PLACE, (data + offset).data, static_cast<int>(n),
+                                mpi_type(data.dtype), reduce_op(data.dtype, op), comm),
+                  "MPI_Allreduce");
     }
 }
 
@@ -189,8 +136,10 @@ Request MpiComm::ireduce_scatter(kernels::ConstPtr in, kernels::Ptr out, std::si
         return {};
     }
     Comm::count(CommKind::reduce_scatter, count * static_cast<std::size_t>(size_), out.dtype);
-    return start("reduce_scatter (non-blocking)",
-                 [=, this] { reduce_scatter_on(worker_comm_, worker_scratch_, in, out, count); });
+    return start("reduce_scatter (non-blocking)", [=, this] {
+        wait_for_peers(worker_comm_);
+        reduce_scatter_on(worker_comm_, worker_scratch_, in, out, count);
+    });
 }
 
 void MpiComm::reduce_scatter_on(MPI_Comm comm, std::vector<char>& scratch, kernels::ConstPtr in,
@@ -207,8 +156,9 @@ void MpiComm::reduce_scatter_on(MPI_Comm comm, std::vector<char>& scratch, kerne
             scratch.resize(count * width);
             target = scratch.data();
         }
-        check(MPI_Reduce_scatter_block(in.data, target, static_cast<int>(count), type, sum, comm),
-              "MPI_Reduce_scatter_block");
+        check_mpi(
+            MPI_Reduce_scatter_block(in.data, target, static_cast<int>(count), type, sum, comm),
+            "MPI_Reduce_scatter_block");
         if (overlap) std::memcpy(out.data, target, count * width);
         return;
     }
@@ -228,9 +178,9 @@ void MpiComm::reduce_scatter_on(MPI_Comm comm, std::vector<char>& scratch, kerne
         for (int r = 0; r < size_; ++r)
             std::memcpy(scratch.data() + r * n * width, bytes(in + (r * count + offset)),
                         n * width);
-        check(MPI_Reduce_scatter_block(scratch.data(), (out + offset).data, static_cast<int>(n),
-                                       type, sum, comm),
-              "MPI_Reduce_scatter_block");
+        check_mpi(MPI_Reduce_scatter_block(scratch.data(), (out + offset).data, static_cast<int>(n),
+                                           type, sum, comm),
+                  "MPI_Reduce_scatter_block");
     }
 }
 
@@ -243,7 +193,7 @@ void MpiComm::all_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t cou
     }
     Comm::count(CommKind::all_gather, count, out.dtype);
     const Blocked blocked("all_gather", label());
-    all_gather_on(comm_, scratch_, in, out, count);
+    all_gather_on(comm_, scratch_, in, out, count, Wait::blocking);
 }
 
 Request MpiComm::iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) {
@@ -253,12 +203,13 @@ Request MpiComm::iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t
         return {};
     }
     Comm::count(CommKind::all_gather, count, out.dtype);
-    return start("all_gather (non-blocking)",
-                 [=, this] { all_gather_on(worker_comm_, worker_scratch_, in, out, count); });
+    return start("all_gather (non-blocking)", [=, this] {
+        all_gather_on(worker_comm_, worker_scratch_, in, out, count, Wait::sleeping);
+    });
 }
 
 void MpiComm::all_gather_on(MPI_Comm comm, std::vector<char>& scratch, kernels::ConstPtr in,
-                            kernels::Ptr out, std::size_t count) const {
+                            kernels::Ptr out, std::size_t count, Wait wait) const {
     const std::size_t width = kernels::size_of(out.dtype);
     const MPI_Datatype type = mpi_type(out.dtype);
     const bool in_place = in.data == (out + static_cast<std::size_t>(rank_) * count).data;
@@ -267,28 +218,48 @@ void MpiComm::all_gather_on(MPI_Comm comm, std::vector<char>& scratch, kernels::
         scratch.assign(source, source + count * width);
         source = scratch.data();
     }
+    std::vector<MPI_Request> started;
+    const auto gather = [&](const void* send, std::size_t n, void* recv, int recv_count,
+                            MPI_Datatype recv_type) {
+        const void* from = in_place ? MPI_IN_PLACE : send;
+        if (wait == Wait::blocking) {
+            check_mpi(
+                MPI_Allgather(from, static_cast<int>(n), type, recv, recv_count, recv_type, comm),
+                "MPI_Allgather");
+            return;
+        }
+        MPI_Request request;
+        check_mpi(MPI_Iallgather(from, static_cast<int>(n), type, recv, recv_count, recv_type, comm,
+                                 &request),
+                  "MPI_Iallgather");
+        started.push_back(request);
+    };
     if (count <= max_chunk_) {
-        check(MPI_Allgather(in_place ? MPI_IN_PLACE : source, static_cast<int>(count), type,
-                            out.data, static_cast<int>(count), type, comm),
-              "MPI_Allgather");
+        gather(source, count, out.data, static_cast<int>(count), type);
+        wait_sleeping(started);  // none started for a blocking wait
         return;
     }
     // Too large for one call: piece by piece. Each rank's piece lands `count` elements after
-    // the previous rank's, which one block type with that extent says in a single call.
+    // the previous rank's, which one block type with that extent says in a single call (MPI
+    // keeps a freed type alive for the calls started with it).
     for (std::size_t offset = 0; offset < count; offset += max_chunk_) {
         const std::size_t n = std::min(max_chunk_, count - offset);
         MPI_Datatype run, block;
-        check(MPI_Type_contiguous(static_cast<int>(n), type, &run), "MPI_Type_contiguous");
-        check(MPI_Type_create_resized(run, 0, static_cast<MPI_Aint>(count * width), &block),
-              "MPI_Type_create_resized");
-        check(MPI_Type_commit(&block), "MPI_Type_commit");
-        const int code =
-            MPI_Allgather(in_place ? MPI_IN_PLACE : source + offset * width, static_cast<int>(n),
-                          type, (out + offset).data, 1, block, comm);
+        check_mpi(MPI_Type_contiguous(static_cast<int>(n), type, &run), "MPI_Type_contiguous");
+        check_mpi(MPI_Type_create_resized(run, 0, static_cast<MPI_Aint>(count * width), &block),
+                  "MPI_Type_create_resized");
+        check_mpi(MPI_Type_commit(&block), "MPI_Type_commit");
+        try {
+            gather(source + offset * width, n, (out + offset).data, 1, block);
+        } catch (...) {
+            MPI_Type_free(&block);
+            MPI_Type_free(&run);
+            throw;
+        }
         MPI_Type_free(&block);
         MPI_Type_free(&run);
-        check(code, "MPI_Allgather");
     }
+    wait_sleeping(started);
 }
 
 void MpiComm::broadcast(kernels::Ptr data, std::size_t count, int root) {
@@ -298,7 +269,7 @@ void MpiComm::broadcast(kernels::Ptr data, std::size_t count, int root) {
     const Blocked blocked("broadcast", label(), root == rank_ ? -1 : root);
     for (std::size_t offset = 0; offset < count; offset += max_chunk_) {
         const std::size_t n = std::min(max_chunk_, count - offset);
-        check(
+        check_mpi(
             MPI_Bcast((data + offset).data, static_cast<int>(n), mpi_type(data.dtype), root, comm_),
             "MPI_Bcast");
     }
@@ -326,7 +297,7 @@ void MpiComm::all_to_all_v(kernels::ConstPtr in, const std::vector<std::size_t>&
     if (size_ > 1)
         Comm::count(CommKind::all_to_all, std::accumulate(send.begin(), send.end(), std::size_t{0}),
                     out.dtype);
-    all_to_all_v_on(comm_, in, send, out, recv);
+    all_to_all_v_on(comm_, in, send, out, recv, Wait::blocking);
 }
 
 Request MpiComm::iall_to_all_v(kernels::ConstPtr in, const std::vector<std::size_t>& send,
@@ -339,19 +310,27 @@ Request MpiComm::iall_to_all_v(kernels::ConstPtr in, const std::vector<std::size
     Comm::count(CommKind::all_to_all, std::accumulate(send.begin(), send.end(), std::size_t{0}),
                 out.dtype);
     return start("all_to_all_v (non-blocking)",
-                 [=, this] { all_to_all_v_on(worker_comm_, in, send, out, recv); });
+                 [=, this] { all_to_all_v_on(worker_comm_, in, send, out, recv, Wait::sleeping); });
 }
 
 void MpiComm::all_to_all_v_on(MPI_Comm comm, kernels::ConstPtr in,
                               const std::vector<std::size_t>& send, kernels::Ptr out,
-                              const std::vector<std::size_t>& recv) const {
+                              const std::vector<std::size_t>& recv, Wait wait) const {
     std::vector<int> send_n, send_at, recv_n, recv_at;
     mpi_blocks(send, send_n, send_at);
     mpi_blocks(recv, recv_n, recv_at);
     const MPI_Datatype type = mpi_type(out.dtype);
-    check(MPI_Alltoallv(in.data, send_n.data(), send_at.data(), type, out.data, recv_n.data(),
-                        recv_at.data(), type, comm),
-          "MPI_Alltoallv");
+    if (wait == Wait::blocking) {
+        check_mpi(MPI_Alltoallv(in.data, send_n.data(), send_at.data(), type, out.data,
+                                recv_n.data(), recv_at.data(), type, comm),
+                  "MPI_Alltoallv");
+        return;
+    }
+    std::vector<MPI_Request> started(1);  // reads the counts above until it completes
+    check_mpi(MPI_Ialltoallv(in.data, send_n.data(), send_at.data(), type, out.data, recv_n.data(),
+                             recv_at.data(), type, comm, started.data()),
+              "MPI_Ialltoallv");
+    wait_sleeping(started);
 }
 
 void MpiComm::all_to_all(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) {
@@ -367,9 +346,9 @@ void MpiComm::all_to_all(kernels::ConstPtr in, kernels::Ptr out, std::size_t cou
     Comm::count(CommKind::all_to_all, total, out.dtype);
     const MPI_Datatype type = mpi_type(out.dtype);
     if (count <= max_chunk_) {
-        check(MPI_Alltoall(in.data, static_cast<int>(count), type, out.data,
-                           static_cast<int>(count), type, comm_),
-              "MPI_Alltoall");
+        check_mpi(MPI_Alltoall(in.data, static_cast<int>(count), type, out.data,
+                               static_cast<int>(count), type, comm_),
+                  "MPI_Alltoall");
         return;
     }
     // Too large for one call: piece by piece, each rank's piece `count` elements after the
@@ -377,15 +356,15 @@ void MpiComm::all_to_all(kernels::ConstPtr in, kernels::Ptr out, std::size_t cou
     for (std::size_t offset = 0; offset < count; offset += max_chunk_) {
         const std::size_t n = std::min(max_chunk_, count - offset);
         MPI_Datatype run, block;
-        check(MPI_Type_contiguous(static_cast<int>(n), type, &run), "MPI_Type_contiguous");
-        check(MPI_Type_create_resized(run, 0, static_cast<MPI_Aint>(count * width), &block),
-              "MPI_Type_create_resized");
-        check(MPI_Type_commit(&block), "MPI_Type_commit");
+        check_mpi(MPI_Type_contiguous(static_cast<int>(n), type, &run), "MPI_Type_contiguous");
+        check_mpi(MPI_Type_create_resized(run, 0, static_cast<MPI_Aint>(count * width), &block),
+                  "MPI_Type_create_resized");
+        check_mpi(MPI_Type_commit(&block), "MPI_Type_commit");
         const int code =
             MPI_Alltoall((in + offset).data, 1, block, (out + offset).data, 1, block, comm_);
         MPI_Type_free(&block);
         MPI_Type_free(&run);
-        check(code, "MPI_Alltoall");
+        check_mpi(code, "MPI_Alltoall");
     }
 }
 
@@ -407,9 +386,9 @@ void MpiComm::send(kernels::ConstPtr data, std::size_t count, int peer, int tag)
     Comm::count(CommKind::send, count, data.dtype);
     const Blocked blocked("send", label(), peer);
     for_each_message(count, [&](std::size_t offset, std::size_t n) {
-        check(MPI_Ssend((data + offset).data, static_cast<int>(n), mpi_type(data.dtype), peer, tag,
-                        comm_),
-              "MPI_Ssend");
+        check_mpi(MPI_Ssend((data + offset).data, static_cast<int>(n), mpi_type(data.dtype), peer,
+                            tag, comm_),
+                  "MPI_Ssend");
     });
 }
 
@@ -422,14 +401,14 @@ public:
         : requests_(std::move(requests)), group_(group), peer_(peer) {}
     bool test() override {
         int done = 0;
-        check(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
-                          MPI_STATUSES_IGNORE),
-              "MPI_Testall");
+        check_mpi(MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
+                              MPI_STATUSES_IGNORE),
+                  "MPI_Testall");
         return done != 0;
     }
     void wait() override {
         const Blocked blocked("send (non-blocking)", group_, peer_);
-        check(
+        check_mpi(
             MPI_Waitall(static_cast<int>(requests_.size()), requests_.data(), MPI_STATUSES_IGNORE),
             "MPI_Waitall");
     }
@@ -479,9 +458,9 @@ Request MpiComm::isend(kernels::ConstPtr data, std::size_t count, int peer, int 
     std::vector<MPI_Request> requests;
     for_each_message(count, [&](std::size_t offset, std::size_t n) {
         MPI_Request request;
-        check(MPI_Isend((data + offset).data, static_cast<int>(n), mpi_type(data.dtype), peer, tag,
-                        comm_, &request),
-              "MPI_Isend");
+        check_mpi(MPI_Isend((data + offset).data, static_cast<int>(n), mpi_type(data.dtype), peer,
+                            tag, comm_, &request),
+                  "MPI_Isend");
         requests.push_back(request);
     });
     return Request(std::make_unique<MpiPending>(std::move(requests), label(), peer));
@@ -495,13 +474,19 @@ Request MpiComm::isendrecv(kernels::ConstPtr send, kernels::Ptr recv, std::size_
     check_same_type(send, recv, "isendrecv");
     return start("sendrecv (non-blocking)", [=, this] {
         const MPI_Datatype type = mpi_type(send.dtype);
+        const MPI_Comm comm = worker_comm_ == MPI_COMM_NULL ? comm_ : worker_comm_;
+        std::vector<MPI_Request> started;
         for_each_message(count, [&](std::size_t offset, std::size_t n) {
-            check(MPI_Sendrecv((send + offset).data, static_cast<int>(n), type, dest, tag,
-                               (recv + offset).data, static_cast<int>(n), type, source, tag,
-                               worker_comm_ == MPI_COMM_NULL ? comm_ : worker_comm_,
-                               MPI_STATUS_IGNORE),
-                  "MPI_Sendrecv");
+            MPI_Request request[2];
+            check_mpi(MPI_Irecv((recv + offset).data, static_cast<int>(n), type, source, tag, comm,
+                                &request[0]),
+                      "MPI_Irecv");
+            check_mpi(MPI_Isend((send + offset).data, static_cast<int>(n), type, dest, tag, comm,
+                                &request[1]),
+                      "MPI_Isend");
+            started.insert(started.end(), request, request + 2);
         });
+        wait_sleeping(started);
     });
 }
 
@@ -513,7 +498,7 @@ Request MpiComm::start(const char* operation, std::function<void()> call) {
         return {};
     }
     if (!worker_.joinable()) {  // the first non-blocking collective of every rank alike
-        check(MPI_Comm_dup(comm_, &worker_comm_), "MPI_Comm_dup");
+        check_mpi(MPI_Comm_dup(comm_, &worker_comm_), "MPI_Comm_dup");
         worker_ = std::thread([this] { worker_loop(); });
     }
     // The worker notes its thread and when the data moved, for the trace.
@@ -555,8 +540,9 @@ void MpiComm::recv(kernels::Ptr data, std::size_t count, int peer, int tag) {
     const MPI_Datatype type = mpi_type(data.dtype);
     for_each_message(count, [&](std::size_t offset, std::size_t n) {
         MPI_Status status;
-        check(MPI_Recv((data + offset).data, static_cast<int>(n), type, peer, tag, comm_, &status),
-              "MPI_Recv");
+        check_mpi(
+            MPI_Recv((data + offset).data, static_cast<int>(n), type, peer, tag, comm_, &status),
+            "MPI_Recv");
         int received = 0;
         MPI_Get_count(&status, type, &received);
         if (static_cast<std::size_t>(received) != n)
@@ -569,7 +555,7 @@ void MpiComm::recv(kernels::Ptr data, std::size_t count, int peer, int tag) {
 void MpiComm::barrier() {
     if (size_ == 1) return;
     const Blocked blocked("barrier", label());
-    check(MPI_Barrier(comm_), "MPI_Barrier");
+    check_mpi(MPI_Barrier(comm_), "MPI_Barrier");
 }
 
 void MpiComm::check_peer(int peer, const char* call) const {

@@ -23,10 +23,19 @@
 //
 // Non-blocking collectives. MPI's own (MPI_Ireduce_scatter_block, ...) add in another order
 // than the blocking calls, so a reduction would change in its last bits with the overlap.
-// Instead a worker thread of this communicator runs the blocking call on a duplicate of the
-// group, one call after another in the order they were started; the caller computes
-// meanwhile. This needs MPI_THREAD_MULTIPLE (World asks for it); where MPI offers less, the
-// call runs at once and returns done. isend is MPI_Isend.
+// Instead a worker thread of this communicator runs each call on a duplicate of the group,
+// one call after another in the order they were started; the caller computes meanwhile. This needs
+// MPI_THREAD_MULTIPLE (World asks for it); where MPI offers less, the call runs at once and returns
+// done. isend is MPI_Isend.
+//
+// The worker's waits. A blocking MPI call polls until its peers arrive, and the worker shares
+// the rank's core (or cores) with the compute it overlaps. So the calls that only move data
+// (all_gather, all_to_all_v, sendrecv) run as MPI's non-blocking ones there, and the worker
+// tests them for 200 µs, then sleeps between tests: the same bytes land, a peer that is there
+// answers at once, and a late one leaves the core to the compute. The reductions keep the
+// blocking call for its order of addition, as above, but the worker first waits so for the
+// group's ranks to arrive (MPI_Ibarrier): the blocking call then polls only while the data
+// moves.
 //
 // Stalls. Every blocking call, and every wait for a request, marks the rank as waiting for
 // the stall watchdog (watchdog.h), under the group's label: "world" for MPI_COMM_WORLD, or
@@ -86,7 +95,7 @@ public:
     Request iall_gather(kernels::ConstPtr in, kernels::Ptr out, std::size_t count) override;
     Request iall_to_all_v(kernels::ConstPtr in, const std::vector<std::size_t>& send,
                           kernels::Ptr out, const std::vector<std::size_t>& recv) override;
-    // MPI_Sendrecv run by the worker, as the non-blocking collectives are.
+    // MPI_Irecv and MPI_Isend, which the worker waits for as the non-blocking collectives.
     Request isendrecv(kernels::ConstPtr send, kernels::Ptr recv, std::size_t count, int dest,
                       int source, int tag) override;
 
@@ -95,10 +104,12 @@ private:
     void all_reduce_on(MPI_Comm comm, kernels::Ptr data, std::size_t count, ReduceOp op) const;
     void reduce_scatter_on(MPI_Comm comm, std::vector<char>& scratch, kernels::ConstPtr in,
                            kernels::Ptr out, std::size_t count) const;
+    // How the data-only ones wait: in MPI's blocking call, or sleeping between tests.
+    enum class Wait { blocking, sleeping };
     void all_gather_on(MPI_Comm comm, std::vector<char>& scratch, kernels::ConstPtr in,
-                       kernels::Ptr out, std::size_t count) const;
+                       kernels::Ptr out, std::size_t count, Wait wait) const;
     void all_to_all_v_on(MPI_Comm comm, kernels::ConstPtr in, const std::vector<std::size_t>& send,
-                         kernels::Ptr out, const std::vector<std::size_t>& recv) const;
+                         kernels::Ptr out, const std::vector<std::size_t>& recv, Wait wait) const;
     // Runs `call` on the worker (or at once without MPI_THREAD_MULTIPLE); done when it is.
     // `operation` names it while the caller waits for it.
     Request start(const char* operation, std::function<void()> call);

@@ -391,6 +391,47 @@ TEST_CASE("comm: all_reduce gives the same bits on every rank and every run", "[
     }
 }
 
+// The non-blocking calls, all started before any is waited for (as ZeRO's prefetches and the
+// gradients' buckets are), against the blocking calls on the same inputs, bit for bit.
+void check_non_blocking(Comm& comm, std::size_t count) {
+    const int n = comm.size(), r = comm.rank();
+    INFO("group of " << n << ", rank " << r << ", count " << count);
+    const std::vector<float> mine = random_values(r, count), full = random_values(r, n * count);
+    std::vector<float> sum = mine, block(count), gathered(n * count), own_block(n * count);
+    comm.all_reduce(sum.data(), count);
+    comm.reduce_scatter(full.data(), block.data(), count);
+    comm.all_gather(mine.data(), gathered.data(), count);
+
+    std::vector<float> i_sum = mine, i_block(count, -99.0f), i_gathered(n * count, -99.0f);
+    std::vector<float> from_left(count, -99.0f);
+    std::copy(mine.begin(), mine.end(), own_block.begin() + r * count);
+    std::vector<Request> started;
+    started.push_back(comm.iall_reduce(i_sum.data(), count));
+    started.push_back(comm.ireduce_scatter(full.data(), i_block.data(), count));
+    started.push_back(comm.iall_gather(mine.data(), i_gathered.data(), count));
+    started.push_back(comm.iall_gather(own_block.data() + r * count, own_block.data(), count));
+    if (n > 1)  // a ring: to the right, from the left
+        started.push_back(
+            comm.isendrecv(mine.data(), from_left.data(), count, (r + 1) % n, (r + n - 1) % n, 3));
+    for (Request& request : started) request.wait();
+    CHECK(same_bits(i_sum, sum));
+    CHECK(same_bits(i_block, block));
+    CHECK(same_bits(i_gathered, gathered));
+    CHECK(same_bits(own_block, gathered));
+    if (n > 1) CHECK(same_bits(from_left, random_values((r + n - 1) % n, count)));
+}
+
+TEST_CASE("comm: the non-blocking calls give the blocking calls' bits", "[mpi][comm]") {
+    for (std::size_t count : {0, 1, 1000, 100003}) check_non_blocking(world().comm(), count);
+    auto pieces = world_in_pieces();
+    for (std::size_t count : {0, 2, 3, 10}) check_non_blocking(*pieces, count);
+    for (const GridShape& shape : factorisations(world().size())) {
+        Grid grid(world(), shape);
+        for (Comm* group : {&grid.tensor(), &grid.data(), &grid.pipeline()})
+            check_non_blocking(*group, 1000);
+    }
+}
+
 TEST_CASE("comm: bad arguments throw on the calling rank before any communication", "[mpi][comm]") {
     Comm& comm = world().comm();
     const int n = comm.size(), r = comm.rank();
