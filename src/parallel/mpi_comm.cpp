@@ -218,48 +218,40 @@ void MpiComm::all_gather_on(MPI_Comm comm, std::vector<char>& scratch, kernels::
         scratch.assign(source, source + count * width);
         source = scratch.data();
     }
+    // One MPI call (blocking, or started for the sleeping wait below); its error code.
     std::vector<MPI_Request> started;
     const auto gather = [&](const void* send, std::size_t n, void* recv, int recv_count,
                             MPI_Datatype recv_type) {
         const void* from = in_place ? MPI_IN_PLACE : send;
-        if (wait == Wait::blocking) {
-            check_mpi(
-                MPI_Allgather(from, static_cast<int>(n), type, recv, recv_count, recv_type, comm),
-                "MPI_Allgather");
-            return;
-        }
+        if (wait == Wait::blocking)
+            return MPI_Allgather(from, static_cast<int>(n), type, recv, recv_count, recv_type,
+                                 comm);
         MPI_Request request;
-        check_mpi(MPI_Iallgather(from, static_cast<int>(n), type, recv, recv_count, recv_type, comm,
-                                 &request),
-                  "MPI_Iallgather");
-        started.push_back(request);
+        const int code = MPI_Iallgather(from, static_cast<int>(n), type, recv, recv_count,
+                                        recv_type, comm, &request);
+        if (code == MPI_SUCCESS) started.push_back(request);
+        return code;
     };
     if (count <= max_chunk_) {
-        gather(source, count, out.data, static_cast<int>(count), type);
-        wait_sleeping(started);  // none started for a blocking wait
-        return;
-    }
-    // Too large for one call: piece by piece. Each rank's piece lands `count` elements after
-    // the previous rank's, which one block type with that extent says in a single call (MPI
-    // keeps a freed type alive for the calls started with it).
-    for (std::size_t offset = 0; offset < count; offset += max_chunk_) {
-        const std::size_t n = std::min(max_chunk_, count - offset);
-        MPI_Datatype run, block;
-        check_mpi(MPI_Type_contiguous(static_cast<int>(n), type, &run), "MPI_Type_contiguous");
-        check_mpi(MPI_Type_create_resized(run, 0, static_cast<MPI_Aint>(count * width), &block),
-                  "MPI_Type_create_resized");
-        check_mpi(MPI_Type_commit(&block), "MPI_Type_commit");
-        try {
-            gather(source + offset * width, n, (out + offset).data, 1, block);
-        } catch (...) {
+        check_mpi(gather(source, count, out.data, static_cast<int>(count), type), "MPI_Allgather");
+    } else {
+        // Too large for one call: piece by piece. Each rank's piece lands `count` elements
+        // after the previous rank's, which one block type with that extent says in a single
+        // call (MPI keeps a freed type alive for the calls started with it).
+        for (std::size_t offset = 0; offset < count; offset += max_chunk_) {
+            const std::size_t n = std::min(max_chunk_, count - offset);
+            MPI_Datatype run, block;
+            check_mpi(MPI_Type_contiguous(static_cast<int>(n), type, &run), "MPI_Type_contiguous");
+            check_mpi(MPI_Type_create_resized(run, 0, static_cast<MPI_Aint>(count * width), &block),
+                      "MPI_Type_create_resized");
+            check_mpi(MPI_Type_commit(&block), "MPI_Type_commit");
+            const int code = gather(source + offset * width, n, (out + offset).data, 1, block);
             MPI_Type_free(&block);
             MPI_Type_free(&run);
-            throw;
+            check_mpi(code, "MPI_Allgather");
         }
-        MPI_Type_free(&block);
-        MPI_Type_free(&run);
     }
-    wait_sleeping(started);
+    if (wait == Wait::sleeping) wait_sleeping(started);
 }
 
 void MpiComm::broadcast(kernels::Ptr data, std::size_t count, int root) {
